@@ -1,0 +1,330 @@
+"""Printers: TVMScript-style text for graph-level IRModules and loop-level PrimFuncs.
+
+This module holds the scalar-expression printer shared by both levels; the graph-level printer
+(``print_irmodule``) and the loop-level printer (``builder.ir.tir``) call it.
+"""
+from __future__ import annotations
+
+from . import expr as E
+
+__all__ = ["print_prim_expr", "format_float"]
+
+# precedence: higher binds tighter
+_PREC = {
+    E.Or: 1, E.And: 2, E.EQ: 4, E.NE: 4, E.LT: 4, E.LE: 4, E.GT: 4, E.GE: 4,
+    E.Add: 5, E.Sub: 5, E.Mul: 6, E.Div: 6, E.FloorDiv: 6, E.FloorMod: 6,
+}
+
+
+def format_float(value: float) -> str:
+    """Format a float as TVM does (``%.17g``): ``1e-05`` -> ``1.0000000000000001e-05``, 0.0 -> ``0``."""
+    if value != value:
+        return "nan"
+    if value in (float("inf"), float("-inf")):
+        return "inf" if value > 0 else "-inf"
+    return "%.17g" % value
+
+
+def print_prim_expr(e: E.PrimExpr, name_of=None) -> str:
+    """Print a scalar expression in TVMScript syntax.
+
+    ``name_of`` optionally maps a ``Var`` to its printed name (the printer uses it to give
+    distinct variables that share a name distinct spellings); default is ``var.name``.
+    Loop-level nodes print themselves through a ``_print(name_of, recurse)`` method.
+    """
+    name_of = name_of or (lambda v: v.name)
+
+    def p(x: E.PrimExpr, parent_prec: int = 0, right: bool = False) -> str:
+        if isinstance(x, E.Var):
+            return name_of(x)
+        if isinstance(x, E.IntImm):
+            if x.dtype == "bool":
+                return "T.bool(True)" if x.value else "T.bool(False)"
+            if x.dtype in ("int64", "int32"):
+                return str(x.value) if x.value >= 0 or parent_prec == 0 else f"({x.value})"
+            return f"T.{x.dtype}({x.value})"
+        if isinstance(x, E.FloatImm):
+            return f"T.{x.dtype}({format_float(x.value)})"
+        if isinstance(x, E.StringImm):
+            return '"' + x.value.replace('"', '\\"') + '"'
+        if isinstance(x, (E.Min, E.Max)):
+            return f"T.{x.op}({p(x.a)}, {p(x.b)})"
+        if isinstance(x, E.BinaryOp):
+            prec = _PREC[type(x)]
+            # left-assoc: the right operand needs parens at equal precedence
+            text = f"{p(x.a, prec)} {x.op} {p(x.b, prec + 1)}"
+            if type(x) is E.Div and not E.is_float_dtype(x.dtype):
+                text = f"T.Div({p(x.a)}, {p(x.b)})"
+                return text
+            return f"({text})" if prec < parent_prec else text
+        if isinstance(x, E.Not):
+            return f"not {p(x.a, 3)}"
+        if isinstance(x, E.Select):
+            return f"T.Select({p(x.condition)}, {p(x.true_value)}, {p(x.false_value)})"
+        if isinstance(x, E.Cast):
+            return f"T.Cast(\"{x.dtype}\", {p(x.value)})"
+        if isinstance(x, E.Call):
+            return f"T.{x.op}({', '.join(p(a) for a in x.args)})"
+        custom = getattr(x, "_print", None)
+        if callable(custom):
+            return custom(name_of, p)
+        raise TypeError(f"cannot print {type(x).__name__}")
+
+    return p(e)
+
+
+# =============================================================================================
+# graph level
+
+import sys  # noqa: E402
+
+from . import relax as rx  # noqa: E402
+from .struct_info import (  # noqa: E402
+    ObjectStructInfo, PrimStructInfo, ShapeStructInfo, StructInfo, TensorStructInfo, TupleStructInfo,
+)
+
+__all__ += ["print_irmodule", "print_function", "print_struct_info", "show_text", "format_attr"]
+
+
+def format_attr(value) -> str:
+    """An op attribute as TVMScript writes it: ``None``, ``True``, ``1``, ``1.0000000000000001e-05``,
+    ``"NCW"``, ``[1, 1]``."""
+    if value is None:
+        return "None"
+    if isinstance(value, bool):
+        return "True" if value else "False"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return format_float(value)
+    if isinstance(value, str):
+        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(format_attr(v) for v in value) + "]"
+    if isinstance(value, E.PrimExpr):
+        return print_prim_expr(value)
+    raise TypeError(f"cannot print attribute value {value!r}")
+
+
+class _Names:
+    """Per-function name table: distinct objects that share a name get ``_1``, ``_2`` suffixes."""
+
+    def __init__(self) -> None:
+        self.by_obj: dict[int, str] = {}
+        self.used: set[str] = set()
+
+    def add(self, obj, hint: str) -> str:
+        if id(obj) in self.by_obj:
+            return self.by_obj[id(obj)]
+        name, k = hint, 0
+        while name in self.used:
+            k += 1
+            name = f"{hint}_{k}"
+        self.used.add(name)
+        self.by_obj[id(obj)] = name
+        return name
+
+    def get(self, obj, hint: str) -> str:
+        return self.by_obj.get(id(obj)) or self.add(obj, hint)
+
+
+def _dim(d, names: _Names, quoted: bool) -> str:
+    if isinstance(d, int):
+        return str(d)
+    text = print_prim_expr(d, lambda v: names.get(v, v.name))
+    return f'"{text}"' if quoted else text
+
+
+def print_struct_info(sinfo: StructInfo, names: _Names | None = None, quoted: bool = False) -> str:
+    """``R.Tensor((n, 4), dtype="float32")``, ``R.Tuple(...)``, ``R.Object``, ``R.Shape([...])``.
+
+    ``quoted`` writes symbolic dims as strings, as function signatures do.
+    """
+    names = names or _Names()
+    if isinstance(sinfo, TensorStructInfo):
+        if sinfo.shape is None:
+            nd = f", ndim={sinfo.ndim}" if sinfo.ndim >= 0 else ""
+            return f'R.Tensor(dtype="{sinfo.dtype}"{nd})'
+        dims = [_dim(d, names, quoted) for d in sinfo.shape]
+        shape = "(" + ", ".join(dims) + ("," if len(dims) == 1 else "") + ")"
+        return f'R.Tensor({shape}, dtype="{sinfo.dtype}")'
+    if isinstance(sinfo, TupleStructInfo):
+        return "R.Tuple(" + ", ".join(print_struct_info(f, names, quoted) for f in sinfo.fields) + ")"
+    if isinstance(sinfo, ObjectStructInfo):
+        return "R.Object"
+    if isinstance(sinfo, ShapeStructInfo):
+        if sinfo.values is None:
+            return f"R.Shape(ndim={sinfo.ndim})"
+        return "R.Shape([" + ", ".join(_dim(d, names, quoted) for d in sinfo.values) + "])"
+    if isinstance(sinfo, PrimStructInfo):
+        return f'R.Prim("{sinfo.dtype}")'
+    raise TypeError(f"cannot print struct info {sinfo!r}")
+
+
+def _collect_sym_vars(sinfo: StructInfo, out: list) -> None:
+    if isinstance(sinfo, TensorStructInfo) and sinfo.shape is not None:
+        dims = sinfo.shape
+    elif isinstance(sinfo, ShapeStructInfo) and sinfo.values is not None:
+        dims = sinfo.values
+    elif isinstance(sinfo, TupleStructInfo):
+        for f in sinfo.fields:
+            _collect_sym_vars(f, out)
+        return
+    else:
+        return
+    for d in dims:
+        if not isinstance(d, int):
+            for v in E.free_vars(d):
+                if all(v is not u for u in out):
+                    out.append(v)
+
+
+class _FunctionPrinter:
+    def __init__(self, func: rx.Function, name: str) -> None:
+        self.func = func
+        self.name = name
+        self.names = _Names()
+
+    def var(self, v: rx.Var) -> str:
+        return self.names.get(v, v.name_hint)
+
+    def sinfo(self, s: StructInfo, quoted: bool = False) -> str:
+        return print_struct_info(s, self.names, quoted)
+
+    def expr(self, e: rx.Expr, top: bool = False) -> str:
+        if isinstance(e, rx.Var):
+            return self.var(e)
+        if isinstance(e, rx.Tuple):
+            inner = [self.expr(f) for f in e.fields]
+            if not inner:
+                return "R.tuple()"
+            if top and len(inner) > 1:
+                return ", ".join(inner)
+            return "(" + ", ".join(inner) + ("," if len(inner) == 1 else "") + ")"
+        if isinstance(e, rx.TupleGetItem):
+            return f"{self.expr(e.tuple_value)}[{e.index}]"
+        if isinstance(e, rx.ShapeExpr):
+            return "R.shape([" + ", ".join(_dim(d, self.names, False) for d in e.values) + "])"
+        if isinstance(e, rx.Constant):
+            if e.data.ndim == 0:
+                return f'R.const({format_attr(e.data.item())}, "{e.data.dtype}")'
+            return f'R.const({format_attr(e.data.tolist())}, "{e.data.dtype}")'
+        if isinstance(e, rx.PrimValue):
+            return f"R.prim_value({print_prim_expr(e.value, lambda v: self.names.get(v, v.name))})"
+        if isinstance(e, rx.StringImm):
+            return f"R.str({format_attr(e.value)})"
+        if isinstance(e, rx.GlobalVar):
+            return f"cls.{e.name_hint}"
+        if isinstance(e, rx.ExternFunc):
+            return f'R.ExternFunc({format_attr(e.global_symbol)})'
+        if isinstance(e, rx.Call):
+            return self.call(e)
+        raise TypeError(f"cannot print expression {type(e).__name__}")
+
+    def call(self, c: rx.Call) -> str:
+        if isinstance(c.op, rx.Op):
+            name = c.op.name
+            if name == "relax.call_tir":
+                outs = c.sinfo_args
+                out = self.sinfo(outs[0]) if len(outs) == 1 else "[" + ", ".join(self.sinfo(s) for s in outs) + "]"
+                return f"R.call_tir({self.expr(c.args[0])}, {self.expr(c.args[1])}, out_sinfo={out})"
+            parts = [self.expr(a) for a in c.args]
+            keys = list(c.op.attr_names) + [k for k in c.attrs if k not in c.op.attr_names]
+            parts += [f"{k}={format_attr(c.attrs[k])}" for k in keys if k in c.attrs]
+            return f"R.{name[len('relax.'):]}({', '.join(parts)})"
+        if isinstance(c.op, rx.ExternFunc):
+            parts = [format_attr(c.op.global_symbol)] + [self.expr(a) for a in c.args]
+            if c.sinfo_args:
+                parts.append("sinfo_args=" + self.sinfo(c.sinfo_args[0]))
+            return f"R.call_packed({', '.join(parts)})"
+        parts = [self.expr(a) for a in c.args]
+        return f"{self.expr(c.op)}({', '.join(parts)})"
+
+    def lines(self) -> list[str]:
+        f = self.func
+        for p in f.params:
+            self.names.add(p, p.name_hint)
+        syms: list = []
+        for p in f.params:
+            _collect_sym_vars(p.struct_info, syms)
+        _collect_sym_vars(f.ret_struct_info, syms)
+        for v in syms:
+            self.names.add(v, v.name)
+        params = ", ".join(f"{self.var(p)}: {self.sinfo(p.struct_info, quoted=True)}" for p in f.params)
+        out = ["@R.function"]
+        if not f.is_pure:
+            out = ["@R.function(pure=False)"]
+        out.append(f"def {self.name}({params}) -> {self.sinfo(f.ret_struct_info, quoted=True)}:")
+        body = [f"{self.names.get(v, v.name)} = T.int64()" for v in syms]
+        if f.attrs:
+            items = ", ".join(f'"{k}": {format_attr(v)}' for k, v in f.attrs.items())
+            body.append(f"R.func_attr({{{items}}})")
+        for block in f.body.blocks:
+            if block.is_dataflow:
+                body.append("with R.dataflow():")
+                outputs = []
+                for b in block.bindings:
+                    body.append("    " + self.binding(b))
+                    if not isinstance(b.var, rx.DataflowVar):
+                        outputs.append(self.var(b.var))
+                body.append(f"    R.output({', '.join(outputs)})")
+            else:
+                body.extend(self.binding(b) for b in block.bindings)
+        body.append(f"return {self.expr(f.body.body, top=True)}")
+        return out + ["    " + line for line in body]
+
+    def binding(self, b: rx.VarBinding) -> str:
+        name = self.names.add(b.var, b.var.name_hint)
+        return f"{name}: {self.sinfo(b.var.struct_info)} = {self.expr(b.value, top=True)}"
+
+
+def print_function(func: rx.Function, name: str = "main") -> str:
+    """One graph-level function as TVMScript (without the module header)."""
+    return "\n".join(_FunctionPrinter(func, name).lines())
+
+
+def _uses_tir(mod: rx.IRModule) -> bool:
+    for func in mod.functions.values():
+        if not isinstance(func, rx.Function):
+            return True
+        syms: list = []
+        for p in func.params:
+            _collect_sym_vars(p.struct_info, syms)
+        if syms:
+            return True
+    return False
+
+
+def print_irmodule(mod: rx.IRModule) -> str:
+    """A whole module in the seed's TVMScript style (``@I.ir_module class Module:``).
+
+    The ``tir as T`` import line is present only when the module uses symbolic shape variables
+    or contains PrimFuncs; functions print in insertion order, separated by a blank line.
+    """
+    lines = ["# from tvm.script import ir as I"]
+    if _uses_tir(mod):
+        lines.append("# from tvm.script import tir as T")
+    lines += ["# from tvm.script import relax as R", "", "@I.ir_module", "class Module:"]
+    chunks = []
+    for name, func in mod.functions.items():
+        if isinstance(func, rx.Function):
+            text = print_function(func, name)
+        else:
+            text = func.script(name=name, in_module=True) if hasattr(func, "script") else str(func)
+        chunks.append("\n".join("    " + ln if ln else "" for ln in text.split("\n")))
+    lines.append("\n\n".join(chunks))
+    return "\n".join(lines) + "\n"
+
+
+def show_text(text: str, plain: bool | None = None, file=None) -> None:
+    """Write TVMScript ``text``: rich syntax highlighting on a terminal, plain text otherwise."""
+    file = file or sys.stdout
+    if plain is None:
+        plain = not (hasattr(file, "isatty") and file.isatty())
+    if plain:
+        file.write(text if text.endswith("\n") else text + "\n")
+        return
+    from rich.console import Console
+    from rich.syntax import Syntax
+
+    Console(file=file).print(Syntax(text.rstrip("\n"), "python", theme="monokai", word_wrap=False))

@@ -1,0 +1,284 @@
+"""Graph-level IR nodes, mirroring TVM Relax.
+
+Values: ``Var`` / ``DataflowVar`` (bound once), ``Constant`` (a numpy array), ``Tuple``,
+``TupleGetItem``, ``ShapeExpr``, ``PrimValue``, ``StringImm``, ``Call`` (of an ``Op``, a
+``GlobalVar`` or an ``ExternFunc``). Structure: ``VarBinding`` inside a ``BindingBlock`` or
+``DataflowBlock``, ``SeqExpr(blocks, body)``, ``Function(params, body, ret_struct_info, attrs)``
+and ``IRModule`` (named functions: graph-level ``Function`` or loop-level ``PrimFunc``).
+Every expression carries ``struct_info`` (see ``struct_info.py``).
+"""
+from __future__ import annotations
+
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+
+from . import expr as E
+from .struct_info import (
+    ObjectStructInfo, PrimStructInfo, ShapeStructInfo, StructInfo, TensorStructInfo, TupleStructInfo,
+)
+
+__all__ = [
+    "Expr", "Var", "DataflowVar", "Constant", "Tuple", "TupleGetItem", "ShapeExpr", "PrimValue",
+    "StringImm", "Op", "GlobalVar", "ExternFunc", "Call", "VarBinding", "BindingBlock",
+    "DataflowBlock", "SeqExpr", "Function", "IRModule", "const",
+]
+
+
+class Expr:
+    """Base class of graph-level expressions; ``struct_info`` is set at construction."""
+
+    struct_info: StructInfo | None = None
+
+    @property
+    def struct_info_(self) -> StructInfo | None:
+        """TVM's spelling of ``struct_info``."""
+        return self.struct_info
+
+
+class Var(Expr):
+    """A variable bound once: a function parameter or the left side of a binding.
+
+    ``Var(name_hint, struct_info)``. Identity equality: two Vars with one name are different.
+    """
+
+    def __init__(self, name_hint: str, struct_info: StructInfo | None = None) -> None:
+        if struct_info is not None and not isinstance(struct_info, StructInfo):
+            raise TypeError(f"struct_info must be a StructInfo, got {type(struct_info).__name__}")
+        self.name_hint = name_hint
+        self.struct_info = struct_info
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.name_hint}: {self.struct_info!r})"
+
+
+class DataflowVar(Var):
+    """A variable visible only inside its dataflow block (``lv``); outputs are plain ``Var``."""
+
+
+class Constant(Expr):
+    """A constant tensor (``R.const``); ``data`` is a numpy array."""
+
+    def __init__(self, data: np.ndarray, dtype: str | None = None) -> None:
+        arr = np.asarray(data)
+        if dtype is not None:
+            arr = arr.astype(dtype)
+        self.data = arr
+        self.struct_info = TensorStructInfo(arr.shape, str(arr.dtype))
+
+
+def const(value: Any, dtype: str | None = None) -> Constant:
+    """``R.const(value, dtype)``: a scalar or array constant (default dtype from numpy,
+    float64 narrowed to float32 and int64 kept)."""
+    arr = np.asarray(value)
+    if dtype is None and arr.dtype == np.float64:
+        dtype = "float32"
+    return Constant(arr, dtype)
+
+
+class Tuple(Expr):
+    """A tuple of values: ``(a, b)``."""
+
+    def __init__(self, fields: Sequence[Expr]) -> None:
+        self.fields = tuple(fields)
+        self.struct_info = TupleStructInfo([f.struct_info for f in self.fields])
+
+
+class TupleGetItem(Expr):
+    """``tuple_value[index]``."""
+
+    def __init__(self, tuple_value: Expr, index: int) -> None:
+        sinfo = tuple_value.struct_info
+        if not isinstance(sinfo, TupleStructInfo):
+            raise TypeError(f"TupleGetItem needs a tuple, got {sinfo!r}")
+        if not 0 <= index < len(sinfo.fields):
+            raise IndexError(f"tuple index {index} out of range for {len(sinfo.fields)} fields")
+        self.tuple_value = tuple_value
+        self.index = index
+        self.struct_info = sinfo.fields[index]
+
+
+class ShapeExpr(Expr):
+    """A shape value ``R.shape([d0, d1, ...])`` with int / int64 PrimExpr dims."""
+
+    def __init__(self, values: Iterable) -> None:
+        self.struct_info = ShapeStructInfo(list(values))
+        self.values = self.struct_info.values
+
+
+class PrimValue(Expr):
+    """A scalar value ``R.prim_value(v)``."""
+
+    def __init__(self, value: E.ExprLike, dtype: str = "int64") -> None:
+        self.value = E.convert(value, dtype)
+        self.struct_info = PrimStructInfo(self.value.dtype, self.value)
+
+
+class StringImm(Expr):
+    """A string value ``R.str("...")``."""
+
+    def __init__(self, value: str) -> None:
+        self.value = value
+        self.struct_info = ObjectStructInfo()
+
+
+class Op(Expr):
+    """A registered operator, e.g. ``Op.get("relax.matmul")``; see ``builder.ir.op``."""
+
+    _registry: dict[str, "Op"] = {}
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.infer = None
+        self.legalize = None
+        self.attr_names: tuple[str, ...] = ()
+        self.purity = True
+
+    @classmethod
+    def get(cls, name: str) -> "Op":
+        """The registered op ``name`` (``relax.`` prefix optional). Raises KeyError if unknown."""
+        full = name if name.startswith("relax.") else "relax." + name
+        try:
+            return cls._registry[full]
+        except KeyError:
+            raise KeyError(f"unknown operator '{name}'") from None
+
+    def __repr__(self) -> str:
+        return f"Op({self.name})"
+
+
+class GlobalVar(Expr):
+    """The name of a function in an IRModule (``cls.name`` when printed)."""
+
+    def __init__(self, name_hint: str) -> None:
+        self.name_hint = name_hint
+        self.struct_info = ObjectStructInfo()
+
+    def __repr__(self) -> str:
+        return f"GlobalVar({self.name_hint})"
+
+
+class ExternFunc(Expr):
+    """A function provided by the runtime, called by name (``R.ExternFunc("vm.builtin...")``)."""
+
+    def __init__(self, global_symbol: str) -> None:
+        self.global_symbol = global_symbol
+        self.struct_info = ObjectStructInfo()
+
+
+class Call(Expr):
+    """``op(args..., **attrs)``. ``sinfo_args`` carries output struct info (``call_tir``).
+
+    When ``struct_info`` is not given it is inferred by the op's registered rule, which raises
+    ValueError / TypeError naming both sides of a mismatch.
+    """
+
+    def __init__(self, op: Expr, args: Sequence[Expr], attrs: dict | None = None,
+                 sinfo_args: Sequence[StructInfo] = (), struct_info: StructInfo | None = None) -> None:
+        self.op = op
+        self.args = tuple(args)
+        self.attrs = dict(attrs or {})
+        self.sinfo_args = tuple(sinfo_args)
+        if struct_info is None and isinstance(op, Op) and op.infer is not None:
+            struct_info = op.infer(self)
+        self.struct_info = struct_info
+
+
+class VarBinding:
+    """``var = value``."""
+
+    def __init__(self, var: Var, value: Expr) -> None:
+        self.var = var
+        self.value = value
+
+
+class BindingBlock:
+    """A sequence of bindings (may have side effects)."""
+
+    is_dataflow = False
+
+    def __init__(self, bindings: Sequence[VarBinding] = ()) -> None:
+        self.bindings = list(bindings)
+
+
+class DataflowBlock(BindingBlock):
+    """A side-effect-free block (``with R.dataflow():``); its locals are DataflowVars."""
+
+    is_dataflow = True
+
+
+class SeqExpr(Expr):
+    """Blocks followed by a result expression ``body``."""
+
+    def __init__(self, blocks: Sequence[BindingBlock], body: Expr) -> None:
+        self.blocks = list(blocks)
+        self.body = body
+        self.struct_info = body.struct_info
+
+
+class Function(Expr):
+    """A graph-level function: ``params`` (Vars), ``body`` (SeqExpr), ``ret_struct_info``,
+    ``attrs`` (e.g. ``{"num_input": 1}``) and ``is_pure``."""
+
+    def __init__(self, params: Sequence[Var], body: SeqExpr, ret_struct_info: StructInfo | None = None,
+                 attrs: dict | None = None, is_pure: bool = True, name: str | None = None) -> None:
+        self.params = list(params)
+        self.body = body
+        self.ret_struct_info = ret_struct_info if ret_struct_info is not None else body.struct_info
+        self.attrs = dict(attrs or {})
+        self.is_pure = is_pure
+        self.name = name
+        self.struct_info = ObjectStructInfo()
+
+    @property
+    def num_input(self) -> int:
+        """``attrs["num_input"]``, else all params."""
+        return int(self.attrs.get("num_input", len(self.params)))
+
+
+class IRModule:
+    """Named functions: graph-level ``Function`` and loop-level ``PrimFunc``.
+
+    ``mod["forward"]``, ``mod.functions`` (insertion ordered), ``mod.script()`` (TVMScript text),
+    ``mod.show()`` (rich-highlighted on a terminal, plain when piped).
+    """
+
+    def __init__(self, functions: dict[str, Any] | None = None, attrs: dict | None = None) -> None:
+        self.functions: dict[str, Any] = dict(functions or {})
+        self.attrs = dict(attrs or {})
+
+    def __getitem__(self, name: str | GlobalVar):
+        key = name.name_hint if isinstance(name, GlobalVar) else name
+        try:
+            return self.functions[key]
+        except KeyError:
+            raise KeyError(f"IRModule has no function '{key}'; it has {sorted(self.functions)}") from None
+
+    def __setitem__(self, name: str, func) -> None:
+        self.functions[name] = func
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.functions
+
+    def __iter__(self):
+        return iter(self.functions.items())
+
+    def get_global_var(self, name: str) -> GlobalVar:
+        """A GlobalVar naming function ``name`` (KeyError if absent)."""
+        self[name]
+        return GlobalVar(name)
+
+    def script(self) -> str:
+        """The module as TVMScript text (see ``builder.ir.printer``)."""
+        from .printer import print_irmodule
+
+        return print_irmodule(self)
+
+    def show(self, plain: bool | None = None, file=None) -> None:
+        """Print ``script()``: syntax-highlighted with rich on a terminal, plain otherwise."""
+        from .printer import show_text
+
+        show_text(self.script(), plain=plain, file=file)
+
+    def __str__(self) -> str:
+        return self.script()

@@ -1,0 +1,149 @@
+"""Struct info: the static type-and-shape annotation carried by every graph-level value.
+
+Mirrors TVM Relax: ``TensorStructInfo(shape, dtype)`` (shape: tuple of ``int`` or int64
+``PrimExpr``, or ``None`` when only ``ndim`` is known), ``TupleStructInfo(fields)``,
+``ObjectStructInfo()``, ``ShapeStructInfo(values)`` and ``PrimStructInfo(dtype)``.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+from . import expr as E
+
+__all__ = [
+    "StructInfo", "TensorStructInfo", "TupleStructInfo", "ObjectStructInfo", "ShapeStructInfo",
+    "PrimStructInfo", "normalize_dim", "dims_equal", "DTYPES",
+]
+
+#: dtypes a tensor may have (TVM spelling).
+DTYPES = (
+    "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+    "float16", "bfloat16", "float32", "float64",
+)
+
+
+def normalize_dim(d) -> int | E.PrimExpr:
+    """A shape dim as stored: a Python ``int`` for constants, an int64 ``PrimExpr`` otherwise.
+
+    Raises TypeError for other types and ValueError for negative ints.
+    """
+    if isinstance(d, bool):
+        raise TypeError(f"a shape dim cannot be a bool ({d!r})")
+    if isinstance(d, int):
+        if d < 0:
+            raise ValueError(f"a shape dim must be >= 0, got {d}")
+        return d
+    if isinstance(d, E.IntImm):
+        return d.value
+    if isinstance(d, E.PrimExpr):
+        if not E.is_int_dtype(d.dtype):
+            raise TypeError(f"a shape dim must be an integer expression, got {d.dtype} {d}")
+        d = E.simplify(d)
+        return d.value if isinstance(d, E.IntImm) else d
+    try:
+        import numpy as np
+
+        if isinstance(d, np.integer):
+            return normalize_dim(int(d))
+    except ImportError:  # pragma: no cover
+        pass
+    raise TypeError(f"invalid shape dim {d!r} of type {type(d).__name__}")
+
+
+def dims_equal(a, b) -> bool:
+    """True if two dims are provably equal (ints or int64 expressions)."""
+    if isinstance(a, int) and isinstance(b, int):
+        return a == b
+    return E.prove_equal(a, b)
+
+
+class StructInfo:
+    """Base class of struct info."""
+
+    def same_as(self, other: "StructInfo") -> bool:
+        """Structural equality (shape dims compared with :func:`dims_equal`)."""
+        raise NotImplementedError(type(self).__name__)
+
+
+class ObjectStructInfo(StructInfo):
+    """Any runtime object (``R.Object``), e.g. the IO effect token."""
+
+    def same_as(self, other: StructInfo) -> bool:
+        return isinstance(other, ObjectStructInfo)
+
+    def __repr__(self) -> str:
+        return "R.Object"
+
+
+class PrimStructInfo(StructInfo):
+    """A scalar of ``dtype`` (``R.Prim("int64")``), optionally with a known value."""
+
+    def __init__(self, dtype: str = "int64", value: E.PrimExpr | None = None) -> None:
+        self.dtype = dtype
+        self.value = value
+
+    def same_as(self, other: StructInfo) -> bool:
+        return isinstance(other, PrimStructInfo) and other.dtype == self.dtype
+
+    def __repr__(self) -> str:
+        return f'R.Prim("{self.dtype}")'
+
+
+class ShapeStructInfo(StructInfo):
+    """A shape value (``R.Shape([...])``) with known dims ``values`` (or only ``ndim``)."""
+
+    def __init__(self, values: Sequence | None = None, ndim: int = -1) -> None:
+        self.values = None if values is None else tuple(normalize_dim(v) for v in values)
+        self.ndim = len(self.values) if self.values is not None else ndim
+
+    def same_as(self, other: StructInfo) -> bool:
+        if not isinstance(other, ShapeStructInfo) or other.ndim != self.ndim:
+            return False
+        if self.values is None or other.values is None:
+            return self.values is other.values
+        return all(dims_equal(a, b) for a, b in zip(self.values, other.values))
+
+    def __repr__(self) -> str:
+        return f"R.Shape({list(self.values) if self.values is not None else self.ndim})"
+
+
+class TensorStructInfo(StructInfo):
+    """A tensor of ``dtype`` with ``shape`` (tuple of int / int64 PrimExpr) or unknown shape.
+
+    ``TensorStructInfo((n, 4096), "float16")``. ``ndim`` is ``len(shape)`` when the shape is
+    known, else the given ``ndim`` (-1: unknown). Raises ValueError for an unknown dtype.
+    """
+
+    def __init__(self, shape: Sequence | None = None, dtype: str = "float32", ndim: int = -1) -> None:
+        if dtype not in DTYPES and dtype != "void":
+            raise ValueError(f"unknown dtype '{dtype}'; valid dtypes: {', '.join(DTYPES)}")
+        self.shape = None if shape is None else tuple(normalize_dim(d) for d in shape)
+        self.dtype = dtype
+        self.ndim = len(self.shape) if self.shape is not None else ndim
+
+    def same_as(self, other: StructInfo) -> bool:
+        if not isinstance(other, TensorStructInfo) or other.dtype != self.dtype or other.ndim != self.ndim:
+            return False
+        if self.shape is None or other.shape is None:
+            return self.shape is other.shape
+        return all(dims_equal(a, b) for a, b in zip(self.shape, other.shape))
+
+    def __repr__(self) -> str:
+        return f'R.Tensor({self.shape}, dtype="{self.dtype}")'
+
+
+class TupleStructInfo(StructInfo):
+    """A tuple of values, each with its own struct info (``R.Tuple(...)``)."""
+
+    def __init__(self, fields: Sequence[StructInfo]) -> None:
+        self.fields = tuple(fields)
+
+    def same_as(self, other: StructInfo) -> bool:
+        return (
+            isinstance(other, TupleStructInfo)
+            and len(other.fields) == len(self.fields)
+            and all(a.same_as(b) for a, b in zip(self.fields, other.fields))
+        )
+
+    def __repr__(self) -> str:
+        return f"R.Tuple({', '.join(map(repr, self.fields))})"

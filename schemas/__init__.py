@@ -1,0 +1,37 @@
+"""Recipe schema: strict pydantic models of a YAML recipe and a loader that reports every problem at once.
+
+>>> recipe = load_recipe("recipes/llama_mlp.yaml", overrides=["hidden_size=512"])  # doctest: +SKIP
+"""
+
+from .errors import RecipeError, RecipeIssue
+from .loader import load_recipe, load_recipe_text
+from .models import (
+    DTYPES,
+    LAYER_TYPES,
+    QUANTIZATION_PRESETS,
+    GELU,
+    Conv1D,
+    DType,
+    Dim,
+    Embedding,
+    Identifier,
+    InputSpec,
+    LayerDef,
+    LayerNorm,
+    Linear,
+    ModelDef,
+    Recipe,
+    ReLU,
+    RMSNorm,
+    SiLU,
+    StrictModel,
+    WeightsDef,
+)
+from .source import FieldPath, SourceMap, format_path
+
+__all__ = [
+    "DTYPES", "LAYER_TYPES", "QUANTIZATION_PRESETS", "Conv1D", "DType", "Dim", "Embedding", "FieldPath", "GELU",
+    "Identifier", "InputSpec", "LayerDef", "LayerNorm", "Linear", "ModelDef", "RMSNorm", "Recipe", "RecipeError",
+    "RecipeIssue", "ReLU", "SiLU", "SourceMap", "StrictModel", "WeightsDef", "format_path", "load_recipe",
+    "load_recipe_text",
+]

@@ -1,0 +1,247 @@
+"""YAML parsing that keeps source positions, and :class:`SourceMap` to look them up by field path."""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Union
+
+import yaml
+
+from .errors import RecipeError, RecipeIssue
+
+FieldPath = tuple[Union[str, int], ...]
+"""Path to a value in recipe data: mapping keys and list indices, e.g. ``("model", "layers", "fc", "bias")``."""
+
+_MAPPING_TAG = yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG
+_SEQUENCE_TAG = yaml.resolver.BaseResolver.DEFAULT_SEQUENCE_TAG
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+
+# Inside a flow collection (`{a: ${n}}`) YAML ends a plain scalar at `{` or `}`, so the braces of
+# `${name}` references are swapped for private-use characters while parsing and restored in the values.
+_REFERENCE = re.compile(r"\$\{[^{}\s]*\}")
+_MASK = str.maketrans("{}", "\ue000\ue001")
+_UNMASK = str.maketrans("\ue000\ue001", "{}")
+
+
+def format_path(path: FieldPath) -> str:
+    """Return ``path`` as dotted text (``functions.forward.x.shape.0``); the empty path gives ``""``."""
+    return ".".join(str(segment) for segment in path)
+
+
+def as_path(path: FieldPath | str) -> FieldPath:
+    """Return ``path`` as a tuple; a dotted string is split on ``.`` and all-digit segments become list indices."""
+    if isinstance(path, str):
+        return tuple(int(part) if part.isdigit() else part for part in path.split(".")) if path else ()
+    return tuple(path)
+
+
+class SourceMap:
+    """Source positions of the values of one recipe, looked up by field path (a tuple or dotted string).
+
+    Positions are ``(line, column)``, both 1-based. Values set by a command-line override have no
+    file position; issues about them cite the override instead.
+    """
+
+    def __init__(self, file: str, text: str = ""):
+        self.file = file
+        self._lines = text.splitlines()
+        self._values: dict[FieldPath, yaml.Node] = {}
+        self._keys: dict[FieldPath, yaml.Node] = {}
+        self._overrides: dict[FieldPath, str] = {}
+
+    def record(self, path: FieldPath, node: yaml.Node, key: yaml.Node | None = None) -> None:
+        """Record the YAML node holding the value at ``path`` (and the node of its mapping key, if any)."""
+        self._values[path] = node
+        if key is not None:
+            self._keys[path] = key
+
+    def record_override(self, path: FieldPath, override: str) -> None:
+        """Record that the value at ``path`` (and everything below it) was set by ``override`` (``KEY=VALUE``)."""
+        self._overrides = {p: o for p, o in self._overrides.items() if p[: len(path)] != path}
+        self._overrides[path] = override
+
+    def override(self, path: FieldPath | str) -> str | None:
+        """Return the ``KEY=VALUE`` override that set ``path`` or one of its ancestors, else ``None``."""
+        path = as_path(path)
+        for depth in range(len(path), -1, -1):
+            if path[:depth] in self._overrides:
+                return self._overrides[path[:depth]]
+        return None
+
+    def position(self, path: FieldPath | str) -> tuple[int, int] | None:
+        """Return the position of the value at ``path``, or of its nearest recorded ancestor.
+
+        Returns ``None`` when the value was set by an override or nothing on the path was recorded.
+        """
+        path = as_path(path)
+        if self.override(path) is not None:
+            return None
+        for depth in range(len(path), -1, -1):
+            node = self._values.get(path[:depth])
+            if node is not None:
+                return node.start_mark.line + 1, node.start_mark.column + 1
+        return None
+
+    def key_position(self, path: FieldPath | str) -> tuple[int, int] | None:
+        """Return the position of the mapping key of ``path``; falls back to :meth:`position`."""
+        path = as_path(path)
+        key = self._keys.get(path)
+        if key is None or self.override(path) is not None:
+            return self.position(path)
+        return key.start_mark.line + 1, key.start_mark.column + 1
+
+    def text_position(self, path: FieldPath | str, line: int, column: int) -> tuple[int, int] | None:
+        """Map a position inside the string value at ``path`` to a file position.
+
+        ``line`` is 1-based and ``column`` 0-based within the string (as :mod:`ast` reports them); the
+        result is 1-based. Exact for literal block scalars (``|``) and single-line plain or quoted
+        scalars; approximate for folded (``>``) and multi-line flow scalars, and after ``${var}``
+        substitution changed the text. Falls back to :meth:`position` when ``path`` is not a string
+        scalar; ``None`` for values set by an override.
+        """
+        path = as_path(path)
+        node = self._values.get(path)
+        if not isinstance(node, yaml.ScalarNode) or self.override(path) is not None:
+            return self.position(path)
+        start = node.start_mark
+        if node.style in ("|", ">"):  # block content starts on the line after the indicator
+            first = start.line + 1
+            indent = next((self._indent(i) for i in range(first, len(self._lines)) if self._lines[i].strip()), 0)
+            return first + line, indent + column + 1
+        index = start.line + line - 1
+        if line == 1:
+            return index + 1, start.column + (1 if node.style in ("'", '"') else 0) + column + 1
+        return index + 1, self._indent(index) + column + 1
+
+    def issue(self, path: FieldPath | str, message: str, *, at_key: bool = False) -> RecipeIssue:
+        """Build a :class:`RecipeIssue` located at the value (or with ``at_key``, the key) of ``path``."""
+        path = as_path(path)
+        override = self.override(path)
+        if override is not None:
+            return RecipeIssue(f"<override {override}>", None, None, format_path(path), message)
+        line, column = (self.key_position(path) if at_key else self.position(path)) or (None, None)
+        return RecipeIssue(self.file, line, column, format_path(path), message)
+
+    def error(self, path: FieldPath | str, message: str) -> RecipeError:
+        """Return (not raise) a :class:`RecipeError` with one issue located at ``path``."""
+        return RecipeError([self.issue(path, message)])
+
+    def _indent(self, index: int) -> int:
+        text = self._lines[index] if index < len(self._lines) else ""
+        return len(text) - len(text.lstrip(" "))
+
+
+class IssueCollector:
+    """Issues found so far while loading a recipe, plus the paths they (or their root causes) concern."""
+
+    def __init__(self, source: SourceMap):
+        self.source = source
+        self.issues: list[RecipeIssue] = []
+        self._paths: set[FieldPath] = set()
+
+    def add(self, path: FieldPath, message: str, *, at_key: bool = False, mark: bool = True) -> None:
+        """Record an issue at ``path``; with ``mark``, later issues at or below ``path`` are dropped."""
+        self.issues.append(self.source.issue(path, message, at_key=at_key))
+        if mark:
+            self._paths.add(path)
+
+    def mark(self, path: FieldPath) -> None:
+        """Mark ``path`` as already explained by an earlier issue, so later issues there are dropped."""
+        self._paths.add(path)
+
+    def covers(self, path: FieldPath) -> bool:
+        """Whether ``path`` or one of its ancestors already has an issue."""
+        return any(path[:depth] in self._paths for depth in range(len(path) + 1))
+
+
+def parse_yaml(text: str, issues: IssueCollector) -> Any:
+    """Parse one YAML document safely, recording every value's position in ``issues.source``.
+
+    Supports anchors, aliases and ``<<`` merge keys. Duplicate keys, non-scalar keys, unknown tags
+    and recursive aliases are added to ``issues``. Returns ``None`` for an empty document.
+
+    Raises:
+        RecipeError: the text is not well-formed YAML (one issue at the problem's position).
+    """
+    masked = "\ue000" not in text and "\ue001" not in text
+    if masked:
+        text = _REFERENCE.sub(lambda match: match.group(0).translate(_MASK), text)
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        message = f"invalid YAML: {exc.problem or exc.context}"
+        if exc.context and exc.context_mark is not None and exc.problem:
+            message += f" ({exc.context} at line {exc.context_mark.line + 1}, column {exc.context_mark.column + 1})"
+        line, column = (mark.line + 1, mark.column + 1) if mark is not None else (None, None)
+        raise RecipeError([RecipeIssue(issues.source.file, line, column, "", message)]) from None
+    except yaml.reader.ReaderError as exc:  # a character not allowed in YAML
+        line = text.count("\n", 0, exc.position) + 1
+        column = exc.position - (text.rfind("\n", 0, exc.position) + 1) + 1
+        message = f"invalid YAML: {exc.reason} (character #x{exc.character:04x})"
+        raise RecipeError([RecipeIssue(issues.source.file, line, column, "", message)]) from None
+    return None if root is None else _DataBuilder(issues, masked).build(root, ())
+
+
+class _DataBuilder:
+    """Turns a composed YAML node tree into Python data, like ``yaml.safe_load`` but keeping positions."""
+
+    def __init__(self, issues: IssueCollector, masked: bool):
+        self.issues = issues
+        self.masked = masked
+        self.constructor = yaml.SafeLoader("")  # only its scalar constructors are used
+        self.active: set[int] = set()  # collection nodes being built, to detect recursive aliases
+
+    def build(self, node: yaml.Node, path: FieldPath, key: yaml.Node | None = None) -> Any:
+        self.issues.source.record(path, node, key)
+        if isinstance(node, yaml.ScalarNode):
+            return self._scalar(node, path)
+        if node.tag not in (_MAPPING_TAG, _SEQUENCE_TAG):
+            self.issues.add(path, f"unsupported YAML tag {node.tag!r}")
+            return None
+        if id(node) in self.active:
+            self.issues.add(path, "recursive YAML alias")
+            return None
+        self.active.add(id(node))
+        try:
+            if isinstance(node, yaml.SequenceNode):
+                return [self.build(child, path + (index,)) for index, child in enumerate(node.value)]
+            return self._mapping(node, path)
+        finally:
+            self.active.discard(id(node))
+
+    def _scalar(self, node: yaml.ScalarNode, path: FieldPath) -> Any:
+        try:
+            value = self.constructor.construct_object(node)
+            return value.translate(_UNMASK) if self.masked and isinstance(value, str) else value
+        except yaml.MarkedYAMLError as exc:  # e.g. an unknown tag such as `!python/name:os.system`
+            self.issues.add(path, exc.problem or str(exc))
+            return None
+
+    def _mapping(self, node: yaml.MappingNode, path: FieldPath) -> dict:
+        merged: dict = {}
+        for key_node, value_node in node.value:  # `<<: *base` entries; explicit keys take precedence
+            if key_node.tag == _MERGE_TAG:
+                bases = value_node.value if isinstance(value_node, yaml.SequenceNode) else [value_node]
+                for base in reversed(bases):  # earlier bases take precedence over later ones
+                    value = self.build(base, path)
+                    if isinstance(value, dict):
+                        merged.update(value)
+                    else:
+                        self.issues.add(path, "a '<<' merge key needs a mapping or a list of mappings")
+        self.issues.source.record(path, node)
+        result: dict = {}
+        keys: dict = {}
+        for key_node, value_node in node.value:
+            if key_node.tag == _MERGE_TAG:
+                continue
+            key = self._scalar(key_node, path) if isinstance(key_node, yaml.ScalarNode) else None
+            if key is None:
+                self.issues.add(path, "mapping keys must be non-empty scalars", mark=False)
+                continue
+            first = keys.setdefault(key, key_node).start_mark
+            result[key] = self.build(value_node, path + (key,), key_node)
+            if keys[key] is not key_node:
+                self.issues.add(path + (key,), f"duplicate key {key!r} (first defined at line {first.line + 1},"
+                                               f" column {first.column + 1})", at_key=True, mark=False)
+        return {**merged, **result}
