@@ -16,11 +16,12 @@ from .relax import (
 from . import op
 from .block_builder import BlockBuilder
 from .printer import print_irmodule, print_struct_info
+from .verifier import IRVerifyError, verify
 
 __all__ = [
     "expr", "PrimExpr", "DTYPES", "ObjectStructInfo", "PrimStructInfo", "ShapeStructInfo", "StructInfo",
     "TensorStructInfo", "TupleStructInfo", "Call", "Constant", "DataflowBlock", "DataflowVar", "Expr",
     "ExternFunc", "Function", "GlobalVar", "IRModule", "Op", "PrimValue", "SeqExpr", "ShapeExpr",
     "StringImm", "Tuple", "TupleGetItem", "Var", "VarBinding", "BindingBlock", "const", "op",
-    "BlockBuilder", "print_irmodule", "print_struct_info",
+    "BlockBuilder", "print_irmodule", "print_struct_info", "IRVerifyError", "verify",
 ]

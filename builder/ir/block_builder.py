@@ -186,10 +186,9 @@ class BlockBuilder:
         name = name_hint if name_hint not in self._mod.functions else self.fresh_name(name_hint)
         self._names.setdefault(name, 0)
         if hasattr(func, "name"):
-            try:
-                func.name = name
-            except AttributeError:
-                pass
+            func.name = name
+        if isinstance(getattr(func, "attrs", None), dict) and "global_symbol" in func.attrs:
+            func.attrs["global_symbol"] = name
         self._mod[name] = func
         return rx.GlobalVar(name)
 
@@ -201,9 +200,9 @@ class BlockBuilder:
         ``te.placeholder``\\ s; ``te_func(*placeholders, **kwargs)`` returns a te.Tensor (or a
         list); symbolic dims stay symbolic.
         """
-        from .. import te
+        from ..transform.legalize import call_te
 
-        return te.call_te(self, te_func, args, kwargs, primfunc_name_hint)
+        return call_te(self, te_func, args, kwargs, primfunc_name_hint)
 
     def emit_te(self, te_func: Callable, *args: Any, primfunc_name_hint: str | None = None,
                 **kwargs: Any) -> rx.Var:

@@ -21,7 +21,7 @@ __all__ = [
     "PrimExpr", "Var", "SizeVar", "IntImm", "FloatImm", "StringImm", "BinaryOp", "Add", "Sub", "Mul",
     "Div", "FloorDiv", "FloorMod", "Min", "Max", "CmpOp", "EQ", "NE", "LT", "LE", "GT", "GE",
     "And", "Or", "Not", "Select", "Cast", "Call", "const", "convert", "simplify", "prove_equal",
-    "free_vars", "substitute", "evaluate", "is_int_dtype", "is_float_dtype", "ExprLike",
+    "free_vars", "substitute", "evaluate", "divide_exact", "is_int_dtype", "is_float_dtype", "ExprLike",
 ]
 
 ExprLike = Union["PrimExpr", int, float, bool]
@@ -681,14 +681,31 @@ def simplify(e: ExprLike) -> PrimExpr:
     return _canonical(e)
 
 
+def divide_exact(e: ExprLike, divisor: int) -> PrimExpr | None:
+    """``e / divisor`` when every coefficient of ``e``'s polynomial form is divisible, else None."""
+    if divisor == 0:
+        return None
+    e = simplify(e)
+    p = _poly(e)
+    if p is None or any(v % divisor for v in p.values()):
+        return None
+    return _rebuild({k: v // divisor for k, v in p.items()}, free_vars(e), e.dtype)
+
+
 def _canonical(e: PrimExpr) -> PrimExpr:
     if is_float_dtype(e.dtype) or e.dtype == "bool":
         return e
+    if isinstance(e, BinaryOp) and not isinstance(e, (Add, Sub, Mul, FloorDiv)):
+        return _fold(type(e), _canonical(e.a), _canonical(e.b))
+    if isinstance(e, (Add, Sub, Mul)):
+        a, b = _canonical(e.a), _canonical(e.b)
+        if a is not e.a or b is not e.b:
+            e = type(e)(a, b, e.dtype)
     if isinstance(e, FloorDiv) and isinstance(e.b, IntImm) and e.b.value > 0:
         pa = _poly(e.a)
         if pa is not None and all(v % e.b.value == 0 for v in pa.values()):
             return _rebuild({k: v // e.b.value for k, v in pa.items()}, free_vars(e.a), e.dtype)
-        return FloorDiv(_canonical(e.a), e.b)
+        return _fold(FloorDiv, _canonical(e.a), e.b)
     if not isinstance(e, (Add, Sub, Mul)):
         return e
     p = _poly(e)

@@ -18,7 +18,7 @@ from . import expr as E
 from .relax import Call, Expr, GlobalVar, Op, ShapeExpr, Tuple
 from .struct_info import (
     ObjectStructInfo, ShapeStructInfo, StructInfo, TensorStructInfo, TupleStructInfo, dims_equal,
-    DTYPES,
+    normalize_dim, DTYPES,
 )
 
 __all__ = ["register_op", "OP_NAMES"]
@@ -199,6 +199,12 @@ def resolve_reshape(shape: tuple, new_shape: Sequence) -> list:
         if part == 0 or total % part:
             raise ValueError(f"reshape: cannot reshape {_fmt_shape(tuple(shape))} to {new}")
         new[holes[0]] = total // part
+        return new
+    if isinstance(part, int):
+        quotient = E.divide_exact(total, part)
+        if quotient is None:
+            raise ValueError(f"reshape: cannot infer -1 reshaping {_fmt_shape(tuple(shape))} to {new}")
+        new[holes[0]] = normalize_dim(quotient)
         return new
     # symbolic: cancel the known dims one by one from the list of dims of `shape`
     remaining = list(shape)

@@ -310,7 +310,7 @@ def print_irmodule(mod: rx.IRModule) -> str:
         if isinstance(func, rx.Function):
             text = print_function(func, name)
         else:
-            text = func.script(name=name, in_module=True) if hasattr(func, "script") else str(func)
+            text = func.script() if hasattr(func, "script") else str(func)
         chunks.append("\n".join("    " + ln if ln else "" for ln in text.split("\n")))
     lines.append("\n\n".join(chunks))
     return "\n".join(lines) + "\n"

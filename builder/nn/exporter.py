@@ -18,6 +18,7 @@ from typing import Any
 from ..ir import expr as E
 from ..ir import relax as rx
 from ..ir.block_builder import BlockBuilder
+from ..ir.verifier import verify
 from ..ir.struct_info import ObjectStructInfo, PrimStructInfo, TensorStructInfo, TupleStructInfo
 from . import spec as _spec
 from .core import Effect, Module, ModuleDict, ModuleList, Object, Parameter, StrDimVar, Tensor
@@ -86,7 +87,7 @@ class Exporter:
             self._emit_initialize_effect(effects)
         for name, method_spec in zip(spec.method_names, spec.method_specs):
             self._export_method(name, method_spec, params, effects)
-        return self.builder.get(), params
+        return verify(self.builder.get()), params
 
     def _emit_initialize_effect(self, effects) -> None:
         bb = self.builder

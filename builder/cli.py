@@ -1,0 +1,141 @@
+"""The ``build`` command: a thin layer over :func:`builder.pipeline` with rich output.
+
+    build RECIPE [KEY=VALUE ...] [--plain] [--no-ir] [--weights W.safetensors]
+                 [--input X.npz] [--output Y.npz] [--function NAME] [--seed N] [--debug]
+
+Exit codes: 0 success; 2 a recipe or usage error (printed as ``file:line:col: field: message``);
+1 any other error (weights, inputs, compilation), printed as one message. ``--debug`` shows the
+traceback instead.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+__all__ = ["main"]
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="build",
+        description="Build a YAML model recipe: validate, export to IR, print it, compile to native "
+                    "CPU code, and optionally run it.",
+        epilog="example: build recipes/llama_mlp.yaml dtype=float32 hidden_size=2048",
+    )
+    p.add_argument("recipe", help="path to the recipe (YAML)")
+    p.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
+                   help="override a var (bare key) or a dotted recipe field; values are YAML scalars")
+    p.add_argument("--plain", action="store_true", help="print the IR without syntax highlighting")
+    p.add_argument("--no-ir", action="store_true", help="do not print the IR")
+    p.add_argument("--weights", metavar="PATH", help="safetensors file with the parameters")
+    p.add_argument("--input", metavar="FILE.npz", help="run a function on the arrays in this file")
+    p.add_argument("--output", metavar="FILE.npz", help="write the result here (key 'output', or "
+                                                          "'output0', 'output1', ... for tuples)")
+    p.add_argument("--function", metavar="NAME", help="function to run (default: the first)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random weights (default 0)")
+    p.add_argument("--debug", action="store_true", help="show tracebacks")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``build`` console script; returns the exit code."""
+    args = _parser().parse_intermixed_args(argv)
+    try:
+        return _run(args)
+    except Exception as exc:  # noqa: BLE001 - the CLI turns every failure into one message
+        if args.debug:
+            raise
+        from schemas import RecipeError
+
+        from rich.console import Console
+
+        err = Console(stderr=True, highlight=False, soft_wrap=True)
+        if isinstance(exc, RecipeError):
+            err.print(f"[bold red]error:[/] recipe has {len(exc.issues)} problem(s):", markup=True)
+            for issue in exc.issues:
+                err.print(str(issue), markup=False)
+            return 2
+        err.print(f"[bold red]error:[/] {type(exc).__name__}: ", markup=True, end="")
+        err.print(str(exc), markup=False)
+        return 1
+
+
+def _run(args: argparse.Namespace) -> int:
+    import numpy as np
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    from .pipeline import build
+
+    out = Console(highlight=False, soft_wrap=True)
+    if args.input is None and args.output is not None:
+        raise ValueError("--output needs --input (the arrays to run the function on)")
+    for flag, path in (("--input", args.input), ("--weights", args.weights)):
+        if path is not None and not Path(path).is_file():
+            raise FileNotFoundError(f"{flag} file {path} does not exist")
+    model = build(args.recipe, args.overrides, weights=args.weights, seed=args.seed,
+                  on_ir=None if args.no_ir else (lambda mod: mod.show(plain=True if args.plain else None)))
+    recipe, spec, exe = model.recipe, model.spec, model.exe
+    result_note = ""
+    if args.input is not None:
+        fname = args.function or model.functions[0]
+        if fname not in model.spec:
+            raise ValueError(f"--function {fname}: the recipe exports {model.functions}")
+        with np.load(args.input, allow_pickle=False) as data:
+            arrays = {k: data[k] for k in data.files}
+        names = list(model.spec[fname])
+        missing = [n for n in names if n not in arrays]
+        if missing:
+            raise ValueError(f"{args.input}: missing input(s) {missing} for {fname}({', '.join(names)}); "
+                             f"the file has {sorted(arrays)}")
+        t2 = time.perf_counter()
+        result = model[fname](*[arrays[n] for n in names])
+        t_run = time.perf_counter() - t2
+        outputs = _flatten(result)
+        if args.output is not None:
+            keys = ["output"] if len(outputs) == 1 else [f"output{i}" for i in range(len(outputs))]
+            np.savez(args.output, **dict(zip(keys, outputs)))
+        shapes = ", ".join(f"{tuple(o.shape)} {o.dtype}" for o in outputs)
+        result_note = f"ran {fname} in {t_run * 1e3:.2f} ms -> {shapes}" + (
+            f", written to {args.output}" if args.output else "")
+
+    table = Table(title=f"{recipe.name}", show_header=True, header_style="bold")
+    table.add_column("function")
+    table.add_column("inputs")
+    for fname, inputs in spec.items():
+        table.add_row(fname, escape(", ".join(f"{n}: [{', '.join(map(str, s.shape))}] {s.dtype}"
+                                              for n, s in inputs.items())))
+    out.print(table)
+    source = args.weights or (recipe.weights.path if recipe.weights and recipe.weights.path else None)
+    out.print(f"parameters: {len(model.param_specs)} tensors, {model.num_params:,} elements, "
+              f"{_bytes(model.param_bytes)} ({'from ' + str(source) if source else f'random, seed {args.seed}'})")
+    out.print(f"compile: export {model.timings['export'] * 1e3:.1f} ms, "
+              f"native code {model.timings['compile'] * 1e3:.1f} ms "
+              f"({len(exe.kernels)} kernels for {exe.target.get('cpu', 'host')})")
+    if result_note:
+        out.print(result_note)
+    return 0
+
+
+def _flatten(value) -> list:
+    if isinstance(value, (tuple, list)):
+        out = []
+        for v in value:
+            out.extend(_flatten(v))
+        return out
+    return [] if value is None else [value]
+
+
+def _bytes(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n} B"
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,100 @@
+"""Code generation: PrimFunc -> LLVM IR (llvmlite) -> optimized native object code.
+
+Pipeline per function: :func:`builder.codegen.lower.lower` (blocks -> plain loops),
+:func:`builder.codegen.abi.plan_signature` (prologue checks and metadata),
+:mod:`builder.codegen.llvm_emit` (LLVM IR), then LLVM's new pass manager at ``-O3`` for the
+host target and ``TargetMachine.emit_object``. :class:`runtime.native.NativeLibrary` loads the
+result; the calling convention is documented in :mod:`builder.codegen.abi`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import llvmlite.binding as llvm
+
+from ..ir.tir import PrimFunc
+from .abi import dim_to_json, plan_signature
+from .llvm_emit import ModuleEmitter
+from .lower import is_lowered, lower
+from .target import Target, init_llvm
+
+__all__ = ["Target", "CompiledLibrary", "build", "build_prim_func", "lower", "dim_to_json",
+           "emit_llvm_ir"]
+
+
+@dataclass
+class CompiledLibrary:
+    """The result of :func:`build`.
+
+    ``object_code``: relocatable object for the target (``TargetMachine.emit_object``);
+    ``llvm_ir``: the optimized module as text; ``functions``: JSON-able metadata per symbol
+    (see :mod:`builder.codegen.abi`); ``target``: :meth:`Target.to_dict`.
+    """
+
+    object_code: bytes
+    llvm_ir: str
+    functions: dict[str, dict]
+    target: dict = field(default_factory=dict)
+
+    def load(self):
+        """Load into this process: a :class:`runtime.native.NativeLibrary` (host target only)."""
+        from runtime.native import NativeLibrary
+
+        return NativeLibrary(self.object_code, self.functions)
+
+
+def emit_llvm_ir(prim_funcs: dict[str, PrimFunc], target: Target | None = None
+                 ) -> tuple[str, dict[str, dict]]:
+    """Unoptimized LLVM IR text and metadata for ``prim_funcs`` (symbol name -> PrimFunc).
+
+    Blocks are lowered first. Raises ValueError for unsupported dtypes / unbindable symbolic
+    vars, :class:`builder.ir.tir.VerifyError` for ill-formed functions.
+    """
+    target = target or Target.host()
+    tm = target.target_machine()
+    emitter = ModuleEmitter(target.triple, str(tm.target_data))
+    functions: dict[str, dict] = {}
+    for name, func in prim_funcs.items():
+        if not isinstance(func, PrimFunc):
+            raise TypeError(f"'{name}' is not a PrimFunc")
+        if not name.isidentifier():
+            raise ValueError(f"function name {name!r} is not a valid symbol")
+        lowered = func if is_lowered(func) else lower(func)
+        sig = plan_signature(lowered, name)
+        extra = emitter.add_function(name, lowered, sig)
+        functions[name] = sig.metadata(extra)
+    return str(emitter.module), functions
+
+
+def build(prim_funcs: dict[str, PrimFunc], target: Target | None = None) -> CompiledLibrary:
+    """Compile ``prim_funcs`` (symbol name -> PrimFunc) into one object file for ``target``
+    (default: the host), optimized with the new pass manager at ``speed_level=3``.
+
+    Raises ValueError / VerifyError as :func:`emit_llvm_ir`; RuntimeError if LLVM rejects the
+    generated IR (a code generator bug).
+    """
+    target = target or Target.host()
+    init_llvm()
+    text, functions = emit_llvm_ir(prim_funcs, target)
+    tm = target.target_machine()
+    try:
+        mod = llvm.parse_assembly(text)
+        mod.verify()
+    except RuntimeError as err:  # pragma: no cover - generator bug
+        raise RuntimeError(f"generated LLVM IR is invalid: {err}\n{text}") from err
+    mod.triple = target.triple
+    mod.data_layout = str(tm.target_data)
+    pto = llvm.create_pipeline_tuning_options(speed_level=target.opt_level)
+    if target.opt_level >= 2:
+        pto.loop_vectorization = True
+        pto.slp_vectorization = True
+        pto.loop_unrolling = True
+    pb = llvm.create_pass_builder(tm, pto)
+    pb.getModulePassManager().run(mod, pb)
+    return CompiledLibrary(tm.emit_object(mod), str(mod), functions, target.to_dict())
+
+
+def build_prim_func(func: PrimFunc, name: str | None = None, target: Target | None = None
+                    ) -> CompiledLibrary:
+    """``build({name or func.name: func}, target)``."""
+    return build({name or func.name: func}, target)

@@ -1,0 +1,616 @@
+"""LLVM IR emission (llvmlite.ir) for lowered PrimFuncs (plain loops, no blocks).
+
+For each function two LLVM functions are emitted:
+
+* ``i32 @<name>(ptr %data, ptr %shapes)`` — the ABI entry (see :mod:`builder.codegen.abi`):
+  loads the symbolic vars and checks every dim, returns the 1-based index of the first failing
+  check, otherwise unpacks the data pointers and calls the body;
+* ``internal i32 @"<name>.compute"(ptr noalias %p0, ..., i64 %n, ...)`` — the body. Its buffer
+  params are ``noalias`` (TVM's ``tir.noalias``); after inlining LLVM keeps that as scoped alias
+  metadata, which lets it vectorize.
+
+Value representation: ``bool`` is ``i1`` in registers and ``i8`` in memory; ``bfloat16`` is a
+``float`` in registers (computed in float32) and ``i16`` in memory (rounded to nearest even on
+store / cast); ``float16`` is ``half``. Index arithmetic is ``i64``. Float arithmetic carries the
+fast-math flags ``reassoc contract nsz`` (no ``nnan`` / ``ninf``: ``-inf`` is a legal value).
+Intermediate buffers are ``alloca``\\ s when small and static, ``malloc`` / ``free`` otherwise
+(a failed ``malloc`` frees what is live and returns an error code).
+"""
+from __future__ import annotations
+
+import struct
+from typing import Callable
+
+from llvmlite import ir
+
+from ..ir import expr as E
+from ..ir.expr import PrimExpr, Var
+from ..ir.tir import (Allocate, Buffer, BufferLoad, BufferStore, Evaluate, For, IfThenElse,
+                      LetStmt, PrimFunc, SeqStmt, Stmt, buffer_loads)
+from .abi import Signature
+
+__all__ = ["FAST_MATH", "ModuleEmitter", "reg_type", "mem_type", "elem_bytes"]
+
+FAST_MATH = ("reassoc", "contract", "nsz")
+#: Static intermediate buffers up to this many bytes live on the stack.
+ALLOCA_LIMIT = 32 * 1024
+
+I1, I8, I16, I32, I64 = (ir.IntType(n) for n in (1, 8, 16, 32, 64))
+F16, F32, F64 = ir.HalfType(), ir.FloatType(), ir.DoubleType()
+PTR = ir.PointerType()
+
+
+def _is_unsigned(dtype: str) -> bool:
+    return dtype.startswith("uint") or dtype == "bool"
+
+
+def reg_type(dtype: str) -> ir.Type:
+    """LLVM type of a ``dtype`` value in registers. Raises ValueError for unknown dtypes."""
+    if dtype == "bool":
+        return I1
+    if dtype in ("float32", "bfloat16"):
+        return F32
+    if dtype == "float16":
+        return F16
+    if dtype == "float64":
+        return F64
+    if dtype.startswith(("int", "uint")):
+        bits = int(dtype.lstrip("uint") or 0)
+        if bits in (8, 16, 32, 64):
+            return ir.IntType(bits)
+    raise ValueError(f"unsupported dtype {dtype!r}")
+
+
+def mem_type(dtype: str) -> ir.Type:
+    """LLVM type of a ``dtype`` element in memory."""
+    if dtype == "bool":
+        return I8
+    if dtype == "bfloat16":
+        return I16
+    return reg_type(dtype)
+
+
+def elem_bytes(dtype: str) -> int:
+    """Size of one element in memory."""
+    t = mem_type(dtype)
+    return {F16: 2, F32: 4, F64: 8}.get(t, None) or t.width // 8  # type: ignore[attr-defined]
+
+
+def _suffix(t: ir.Type) -> str:
+    return {F16: "f16", F32: "f32", F64: "f64"}[t] if t in (F16, F32, F64) else f"i{t.width}"
+
+
+_LLVM_UNARY = {"exp": "exp", "exp2": "exp2", "log": "log", "log2": "log2", "log10": "log10",
+               "sqrt": "sqrt", "fabs": "fabs", "floor": "floor", "ceil": "ceil",
+               "round": "roundeven", "trunc": "trunc", "sin": "sin", "cos": "cos"}
+_LIBM = {"tanh": ("tanhf", "tanh"), "erf": ("erff", "erf")}
+_CMP = {E.EQ: "==", E.NE: "!=", E.LT: "<", E.LE: "<=", E.GT: ">", E.GE: ">="}
+
+
+class ModuleEmitter:
+    """Accumulates functions into one ``llvmlite.ir.Module`` (declarations shared)."""
+
+    def __init__(self, triple: str = "", data_layout: str = "") -> None:
+        self.module = ir.Module(name="model_builder_kernels")
+        self.module.triple = triple
+        self.module.data_layout = data_layout
+
+    def declare(self, name: str, ret: ir.Type, args: list[ir.Type]) -> ir.Function:
+        """Get or declare an external function."""
+        fn = self.module.globals.get(name)
+        if fn is None:
+            fn = ir.Function(self.module, ir.FunctionType(ret, args), name=name)
+        return fn
+
+    def intrinsic(self, base: str, t: ir.Type, nargs: int = 1) -> ir.Function:
+        """``llvm.<base>.<type>`` taking ``nargs`` operands of type ``t``."""
+        return self.declare(f"llvm.{base}.{_suffix(t)}", t, [t] * nargs)
+
+    def add_function(self, name: str, func: PrimFunc, sig: Signature) -> list[str]:
+        """Emit entry + body of the lowered ``func`` under the symbol ``name``.
+
+        Returns the body's extra error messages (codes after the signature checks).
+        """
+        body_fn = ir.Function(
+            self.module,
+            ir.FunctionType(I32, [PTR] * len(func.params) + [I64] * len(sig.sym_vars)),
+            name=f"{name}.compute")
+        body_fn.linkage = "internal"
+        body_fn.attributes.add("nounwind")
+        for a in body_fn.args[:len(func.params)]:
+            a.add_attribute("noalias")
+        emitter = _BodyEmitter(self, body_fn, func, sig)
+        emitter.run()
+        self._entry(name, body_fn, func, sig)
+        return emitter.extra_errors
+
+    def _entry(self, name: str, body_fn: ir.Function, func: PrimFunc, sig: Signature) -> None:
+        fn = ir.Function(self.module, ir.FunctionType(I32, [PTR, PTR]), name=name)
+        fn.attributes.add("nounwind")
+        data, shapes = fn.args
+        data.name, shapes.name = "data", "shapes"
+        b = ir.IRBuilder(fn.append_basic_block("entry"))
+
+        def shape_at(off: int) -> ir.Value:
+            p = b.gep(shapes, [ir.Constant(I64, off)], inbounds=True, source_etype=I64)
+            return b.load(p, typ=I64, align=8)
+
+        env: dict = {}
+        for var, off in sig.binds:
+            v = shape_at(off)
+            env[var] = v if reg_type(var.dtype) == I64 else b.trunc(v, reg_type(var.dtype))
+        ex = _ExprEmitter(self, b, env)
+        for k, chk in enumerate(sig.checks, start=1):
+            actual = shape_at(chk.offset)
+            if chk.kind == "nonneg":
+                ok = b.icmp_signed(">=", actual, ir.Constant(I64, 0))
+            else:
+                expected = ex.cast_value(ex.expr(chk.expected), chk.expected.dtype, "int64")
+                ok = b.icmp_signed("==", actual, expected)
+            fail = fn.append_basic_block(f"check{k}.fail")
+            cont = fn.append_basic_block(f"check{k}.ok")
+            b.cbranch(ok, cont, fail)
+            b.position_at_end(fail)
+            b.ret(ir.Constant(I32, k))
+            b.position_at_end(cont)
+        ptrs = []
+        for i in range(len(func.params)):
+            p = b.gep(data, [ir.Constant(I64, i)], inbounds=True, source_etype=PTR)
+            ptrs.append(b.load(p, typ=PTR, align=8))
+        syms = [ex.cast_value(env[v], v.dtype, "int64") for v in sig.sym_vars]
+        b.ret(b.call(body_fn, ptrs + syms))
+
+
+class _ExprEmitter:
+    """Emits scalar expressions with an IRBuilder; ``env`` maps Var -> LLVM value."""
+
+    def __init__(self, mod: ModuleEmitter, builder: ir.IRBuilder, env: dict) -> None:
+        self.mod = mod
+        self.b = builder
+        self.env = env
+
+    # -- loads are only available in function bodies
+    def load(self, e: BufferLoad) -> ir.Value:
+        raise ValueError(f"buffer load {e} is not allowed in a shape expression")
+
+    def expr(self, e: PrimExpr) -> ir.Value:
+        b = self.b
+        if isinstance(e, E.IntImm):
+            return ir.Constant(reg_type(e.dtype), int(bool(e.value)) if e.dtype == "bool" else e.value)
+        if isinstance(e, E.FloatImm):
+            return self.float_const(e.value, e.dtype)
+        if isinstance(e, Var):
+            if e not in self.env:
+                raise ValueError(f"variable '{e.name}' is not bound")
+            return self.env[e]
+        if isinstance(e, BufferLoad):
+            return self.load(e)
+        if isinstance(e, E.CmpOp) and type(e) in _CMP:
+            a, c, dt = self.operands(e)
+            op = _CMP[type(e)]
+            if E.is_float_dtype(dt):
+                if op == "!=":
+                    return b.fcmp_unordered(op, a, c)
+                return b.fcmp_ordered(op, a, c)
+            if _is_unsigned(dt):
+                return b.icmp_unsigned(op, a, c)
+            return b.icmp_signed(op, a, c)
+        if isinstance(e, (E.And, E.Or)):
+            lhs = self.cast_value(self.expr(e.a), e.a.dtype, "bool")
+            if buffer_loads(e.b):  # short-circuit: the rhs may read out of bounds
+                if isinstance(e, E.And):
+                    return self.conditional(lhs, lambda: self.as_bool(e.b),
+                                            lambda: ir.Constant(I1, 0), I1)
+                return self.conditional(lhs, lambda: ir.Constant(I1, 1),
+                                        lambda: self.as_bool(e.b), I1)
+            rhs = self.as_bool(e.b)
+            return b.and_(lhs, rhs) if isinstance(e, E.And) else b.or_(lhs, rhs)
+        if isinstance(e, E.Not):
+            return b.xor(self.as_bool(e.a), ir.Constant(I1, 1))
+        if isinstance(e, E.BinaryOp):
+            return self.arith(e)
+        if isinstance(e, E.Select):
+            cond = self.as_bool(e.condition)
+            if buffer_loads(e.true_value) or buffer_loads(e.false_value):
+                return self.conditional(cond, lambda: self.typed(e.true_value, e.dtype),
+                                        lambda: self.typed(e.false_value, e.dtype),
+                                        reg_type(e.dtype))
+            return b.select(cond, self.typed(e.true_value, e.dtype),
+                            self.typed(e.false_value, e.dtype))
+        if isinstance(e, E.Cast):
+            return self.cast_value(self.expr(e.value), e.value.dtype, e.dtype)
+        if isinstance(e, E.Call):
+            return self.call(e)
+        raise TypeError(f"cannot generate code for {type(e).__name__} {e}")
+
+    # -- helpers
+    def typed(self, e: PrimExpr, dtype: str) -> ir.Value:
+        return self.cast_value(self.expr(e), e.dtype, dtype)
+
+    def as_bool(self, e: PrimExpr) -> ir.Value:
+        return self.typed(e, "bool")
+
+    def operands(self, e: E.BinaryOp) -> tuple[ir.Value, ir.Value, str]:
+        dt = E._promote(e.a.dtype, e.b.dtype)
+        return self.typed(e.a, dt), self.typed(e.b, dt), dt
+
+    def float_const(self, value: float, dtype: str) -> ir.Value:
+        if dtype == "bfloat16":
+            value = _round_bf16_py(value)
+        elif dtype in ("float16", "float32"):
+            value = E.FloatImm(value, "float64").astype(dtype).value  # type: ignore[attr-defined]
+        return ir.Constant(reg_type(dtype), value)
+
+    def conditional(self, cond: ir.Value, then_fn: Callable[[], ir.Value],
+                    else_fn: Callable[[], ir.Value], ty: ir.Type) -> ir.Value:
+        """``cond ? then_fn() : else_fn()`` evaluating only the taken side."""
+        b = self.b
+        fn = b.block.parent
+        then_bb = fn.append_basic_block("cond.then")
+        else_bb = fn.append_basic_block("cond.else")
+        merge_bb = fn.append_basic_block("cond.end")
+        b.cbranch(cond, then_bb, else_bb)
+        b.position_at_end(then_bb)
+        tv = then_fn()
+        then_end = b.block
+        b.branch(merge_bb)
+        b.position_at_end(else_bb)
+        ev = else_fn()
+        else_end = b.block
+        b.branch(merge_bb)
+        b.position_at_end(merge_bb)
+        phi = b.phi(ty)
+        phi.add_incoming(tv, then_end)
+        phi.add_incoming(ev, else_end)
+        return phi
+
+    def arith(self, e: E.BinaryOp) -> ir.Value:
+        b = self.b
+        a, c, dt = self.operands(e)
+        if E.is_float_dtype(dt):
+            fm = FAST_MATH
+            if isinstance(e, E.Add):
+                return b.fadd(a, c, flags=fm)
+            if isinstance(e, E.Sub):
+                return b.fsub(a, c, flags=fm)
+            if isinstance(e, E.Mul):
+                return b.fmul(a, c, flags=fm)
+            if isinstance(e, E.Div):
+                return b.fdiv(a, c, flags=fm)
+            if isinstance(e, E.FloorDiv):
+                return self.fcall("floor", [b.fdiv(a, c, flags=fm)])
+            if isinstance(e, E.FloorMod):
+                q = self.fcall("floor", [b.fdiv(a, c, flags=fm)])
+                return b.fsub(a, b.fmul(q, c, flags=fm), flags=fm)
+            if isinstance(e, E.Min):
+                return self.fcall("minnum", [a, c])
+            if isinstance(e, E.Max):
+                return self.fcall("maxnum", [a, c])
+        else:
+            unsigned = _is_unsigned(dt)
+            nsw = () if unsigned or reg_type(dt).width < 32 else ("nsw",)
+            if isinstance(e, E.Add):
+                return b.add(a, c, flags=nsw)
+            if isinstance(e, E.Sub):
+                return b.sub(a, c, flags=nsw)
+            if isinstance(e, E.Mul):
+                return b.mul(a, c, flags=nsw)
+            if isinstance(e, E.Div):
+                return b.udiv(a, c) if unsigned else b.sdiv(a, c)
+            if isinstance(e, (E.FloorDiv, E.FloorMod)):
+                if unsigned:
+                    return b.udiv(a, c) if isinstance(e, E.FloorDiv) else b.urem(a, c)
+                return self.floor_divmod(a, c, isinstance(e, E.FloorDiv))
+            if isinstance(e, (E.Min, E.Max)):
+                op = "<" if isinstance(e, E.Min) else ">"
+                cmp = b.icmp_unsigned(op, a, c) if unsigned else b.icmp_signed(op, a, c)
+                return b.select(cmp, a, c)
+        raise TypeError(f"cannot generate code for {type(e).__name__} on {dt}")
+
+    def floor_divmod(self, a: ir.Value, c: ir.Value, want_div: bool) -> ir.Value:
+        """Signed floor division / modulo (rounds toward minus infinity, as TVM's ``//``)."""
+        b = self.b
+        zero = ir.Constant(a.type, 0)
+        q = b.sdiv(a, c)
+        r = b.srem(a, c)
+        # adjust when the remainder is nonzero and its sign differs from the divisor's
+        adjust = b.and_(b.icmp_signed("!=", r, zero),
+                        b.xor(b.icmp_signed("<", r, zero), b.icmp_signed("<", c, zero)))
+        if want_div:
+            return b.sub(q, b.zext(adjust, a.type))
+        return b.add(r, b.select(adjust, c, zero))
+
+    def fcall(self, base: str, args: list[ir.Value]) -> ir.Value:
+        t = args[0].type
+        return self.b.call(self.mod.intrinsic(base, t, len(args)), args, fastmath=FAST_MATH)
+
+    def call(self, e: E.Call) -> ir.Value:
+        b = self.b
+        op = e.op
+        if op == "if_then_else":
+            cond = self.as_bool(e.args[0])
+            return self.conditional(cond, lambda: self.typed(e.args[1], e.dtype),
+                                    lambda: self.typed(e.args[2], e.dtype), reg_type(e.dtype))
+        if not E.is_float_dtype(e.dtype):
+            raise TypeError(f"intrinsic {op} needs a float operand, got {e.dtype} in {e}")
+        args = [self.typed(a, e.dtype) for a in e.args]
+        t = reg_type(e.dtype)
+        if op in _LLVM_UNARY:
+            return self.fcall(_LLVM_UNARY[op], args)
+        if op == "pow":
+            return self.fcall("pow", args)
+        if op == "rsqrt":
+            return b.fdiv(ir.Constant(t, 1.0), self.fcall("sqrt", args), flags=FAST_MATH)
+        if op == "sigmoid":
+            neg = b.fneg(args[0], flags=FAST_MATH)
+            den = b.fadd(ir.Constant(t, 1.0), self.fcall("exp", [neg]), flags=FAST_MATH)
+            return b.fdiv(ir.Constant(t, 1.0), den, flags=FAST_MATH)
+        if op in _LIBM:
+            fname32, fname64 = _LIBM[op]
+            x = args[0]
+            if t == F64:
+                fn = self.mod.declare(fname64, F64, [F64])
+                return b.call(fn, [x], fastmath=FAST_MATH)
+            fn = self.mod.declare(fname32, F32, [F32])
+            y = b.call(fn, [b.fpext(x, F32) if t == F16 else x], fastmath=FAST_MATH)
+            return b.fptrunc(y, F16) if t == F16 else y
+        raise ValueError(f"unknown intrinsic {op!r} in {e}")
+
+    def cast_value(self, v: ir.Value, src: str, dst: str) -> ir.Value:
+        """Convert a register value from dtype ``src`` to dtype ``dst`` (C conversion rules;
+        ``bfloat16`` results are rounded to bfloat16 precision)."""
+        if src == dst:
+            return v
+        b = self.b
+        st, dt = reg_type(src), reg_type(dst)
+        sf, df = E.is_float_dtype(src), E.is_float_dtype(dst)
+        if dst == "bool":
+            if sf:
+                return b.fcmp_unordered("!=", v, ir.Constant(st, 0.0))
+            return b.icmp_unsigned("!=", v, ir.Constant(st, 0))
+        if sf and df:
+            if st == F64 and dst in ("float16", "bfloat16"):
+                # via float32 rounded to odd: one correct rounding, and no __truncdfhf2 libcall
+                out = self.f64_to_f32_round_odd(v)
+                if dt == F16:
+                    out = b.fptrunc(out, F16)
+            elif st == dt:
+                out = v
+            elif _fbits(st) < _fbits(dt):
+                out = b.fpext(v, dt)
+            else:
+                out = b.fptrunc(v, dt)
+        elif sf:
+            return b.fptoui(v, dt) if _is_unsigned(dst) else b.fptosi(v, dt)
+        elif df:
+            out = b.uitofp(v, dt) if _is_unsigned(src) else b.sitofp(v, dt)
+        else:
+            if st.width == dt.width:
+                return v
+            if st.width > dt.width:
+                return b.trunc(v, dt)
+            return b.zext(v, dt) if _is_unsigned(src) else b.sext(v, dt)
+        if dst == "bfloat16":
+            out = self.bf16_bits_to_float(self.float_to_bf16_bits(out))
+        return out
+
+    def f64_to_f32_round_odd(self, v: ir.Value) -> ir.Value:
+        """``double`` -> ``float`` rounded to odd (truncate, then set the last bit when inexact);
+        a further round-to-nearest-even to a narrower float is then correctly rounded."""
+        b = self.b
+        f = b.fptrunc(v, F32)
+        back = b.fpext(f, F64)
+        inexact = b.fcmp_ordered("!=", back, v)  # false for NaN
+        away = b.fcmp_ordered(">", self.fcall("fabs", [back]), self.fcall("fabs", [v]))
+        bits = b.sub(b.bitcast(f, I32), b.zext(away, I32))  # step the magnitude toward zero
+        bits = b.or_(bits, b.zext(inexact, I32))
+        return b.bitcast(bits, F32)
+
+    def float_to_bf16_bits(self, v: ir.Value) -> ir.Value:
+        """Round a ``float`` to the nearest-even bfloat16 and return its ``i16`` bits."""
+        b = self.b
+        bits = b.bitcast(v, I32)
+        lsb = b.and_(b.lshr(bits, ir.Constant(I32, 16)), ir.Constant(I32, 1))
+        rounded = b.add(b.add(bits, ir.Constant(I32, 0x7FFF)), lsb)
+        hi = b.trunc(b.lshr(rounded, ir.Constant(I32, 16)), I16)
+        is_nan = b.fcmp_unordered("uno", v, v)
+        return b.select(is_nan, ir.Constant(I16, 0x7FC0), hi)
+
+    def bf16_bits_to_float(self, v: ir.Value) -> ir.Value:
+        """Widen bfloat16 ``i16`` bits to a ``float``."""
+        b = self.b
+        return b.bitcast(b.shl(b.zext(v, I32), ir.Constant(I32, 16)), F32)
+
+
+def _fbits(t: ir.Type) -> int:
+    return {F16: 16, F32: 32, F64: 64}[t]
+
+
+def _round_bf16_py(value: float) -> float:
+    """Round a Python float to the nearest-even bfloat16 value (as a float)."""
+    if value != value:
+        return value
+    try:
+        bits = struct.unpack("<I", struct.pack("<f", value))[0]
+    except OverflowError:
+        return value
+    bits = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) << 16
+    return struct.unpack("<f", struct.pack("<I", bits & 0xFFFFFFFF))[0]
+
+
+class _BodyEmitter(_ExprEmitter):
+    """Emits the statements of a lowered PrimFunc into ``<name>.compute``."""
+
+    def __init__(self, mod: ModuleEmitter, fn: ir.Function, func: PrimFunc, sig: Signature) -> None:
+        self.fn = fn
+        self.func = func
+        self.sig = sig
+        self.alloca_block = fn.append_basic_block("entry")
+        self.alloca_builder = ir.IRBuilder(self.alloca_block)
+        start = fn.append_basic_block("body")
+        super().__init__(mod, ir.IRBuilder(start), {})
+        self.start = start
+        self.ptrs: dict[int, ir.Value] = {}
+        self.extra_errors: list[str] = []
+        self.live_heap: list[ir.Value] = []
+        nparams = len(func.params)
+        for p, arg in zip(func.params, fn.args[:nparams]):
+            arg.name = _llvm_name(p.name)
+            self.ptrs[id(p)] = arg
+        for v, arg in zip(sig.sym_vars, fn.args[nparams:]):
+            arg.name = _llvm_name(sig.sym_names[v])
+            self.env[v] = self.b.trunc(arg, reg_type(v.dtype)) if reg_type(v.dtype) != I64 else arg
+
+    def run(self) -> None:
+        self.stmt(self.func.body)
+        if not self.b.block.is_terminated:
+            self.b.ret(ir.Constant(I32, 0))
+        self.alloca_builder.branch(self.start)
+
+    # -- memory
+    def address(self, buf: Buffer, indices) -> ir.Value:
+        ptr = self.ptrs.get(id(buf))
+        if ptr is None:
+            raise ValueError(f"buffer '{buf.name}' is neither a param nor allocated")
+        if not indices:
+            return ptr
+        b = self.b
+        off = None
+        for d, idx in enumerate(indices):
+            i = self.typed(idx, "int64")
+            if off is None:
+                off = i
+            else:
+                dim = self.typed(buf.shape[d], "int64")
+                off = b.add(b.mul(off, dim, flags=("nsw",)), i, flags=("nsw",))
+        return b.gep(ptr, [off], inbounds=True, source_etype=mem_type(buf.dtype))
+
+    def load(self, e: BufferLoad) -> ir.Value:
+        dtype = e.buffer.dtype
+        v = self.b.load(self.address(e.buffer, e.indices), typ=mem_type(dtype),
+                        align=elem_bytes(dtype))
+        if dtype == "bool":
+            return self.b.icmp_unsigned("!=", v, ir.Constant(I8, 0))
+        if dtype == "bfloat16":
+            return self.bf16_bits_to_float(v)
+        return v
+
+    def store(self, s: BufferStore) -> None:
+        dtype = s.buffer.dtype
+        v = self.typed(s.value, dtype)
+        if dtype == "bool":
+            v = self.b.zext(v, I8)
+        elif dtype == "bfloat16":
+            v = self.float_to_bf16_bits(v)
+        self.b.store(v, self.address(s.buffer, s.indices), align=elem_bytes(dtype))
+
+    # -- statements
+    def stmt(self, s: Stmt) -> None:
+        if isinstance(s, SeqStmt):
+            for c in s.seq:
+                self.stmt(c)
+        elif isinstance(s, BufferStore):
+            self.store(s)
+        elif isinstance(s, For):
+            self.for_(s)
+        elif isinstance(s, IfThenElse):
+            self.if_(s)
+        elif isinstance(s, LetStmt):
+            self.env[s.var] = self.typed(s.value, s.var.dtype)
+            self.stmt(s.body)
+            del self.env[s.var]
+        elif isinstance(s, Evaluate):
+            self.expr(s.value)
+        elif isinstance(s, Allocate):
+            self.allocate(s)
+        else:
+            raise TypeError(f"cannot generate code for {type(s).__name__}; lower blocks first")
+
+    def for_(self, f: For) -> None:
+        b = self.b
+        t = reg_type(f.loop_var.dtype)
+        lo = self.typed(f.min, f.loop_var.dtype)
+        hi = b.add(lo, self.typed(f.extent, f.loop_var.dtype), flags=("nsw",))
+        pre = b.block
+        name = _llvm_name(f.loop_var.name)
+        header = self.fn.append_basic_block(f"{name}.header")
+        body = self.fn.append_basic_block(f"{name}.body")
+        exit_ = self.fn.append_basic_block(f"{name}.exit")
+        b.branch(header)
+        b.position_at_end(header)
+        iv = b.phi(t, name=name)
+        iv.add_incoming(lo, pre)
+        b.cbranch(b.icmp_signed("<", iv, hi), body, exit_)
+        b.position_at_end(body)
+        self.env[f.loop_var] = iv
+        self.stmt(f.body)
+        del self.env[f.loop_var]
+        nxt = b.add(iv, ir.Constant(t, 1), flags=("nsw",))
+        iv.add_incoming(nxt, b.block)
+        b.branch(header)
+        b.position_at_end(exit_)
+
+    def if_(self, s: IfThenElse) -> None:
+        b = self.b
+        cond = self.as_bool(s.condition)
+        then_bb = self.fn.append_basic_block("if.then")
+        end_bb = self.fn.append_basic_block("if.end")
+        else_bb = self.fn.append_basic_block("if.else") if s.else_case is not None else end_bb
+        b.cbranch(cond, then_bb, else_bb)
+        b.position_at_end(then_bb)
+        self.stmt(s.then_case)
+        if not b.block.is_terminated:
+            b.branch(end_bb)
+        if s.else_case is not None:
+            b.position_at_end(else_bb)
+            self.stmt(s.else_case)
+            if not b.block.is_terminated:
+                b.branch(end_bb)
+        b.position_at_end(end_bb)
+
+    def allocate(self, s: Allocate) -> None:
+        buf = s.buffer
+        b = self.b
+        esize = elem_bytes(buf.dtype)
+        static = all(isinstance(E.simplify(d), E.IntImm) for d in buf.shape)
+        count = 1
+        if static:
+            for d in buf.shape:
+                count *= E.simplify(d).value  # type: ignore[attr-defined]
+        if static and count * esize <= ALLOCA_LIMIT:
+            slot = self.alloca_builder.alloca(mem_type(buf.dtype),
+                                              size=ir.Constant(I64, max(count, 1)),
+                                              name=_llvm_name(buf.name))
+            slot.align = 64
+            self.ptrs[id(buf)] = slot
+            self.stmt(s.body)
+            del self.ptrs[id(buf)]
+            return
+        nbytes = ir.Constant(I64, esize)
+        for d in buf.shape:
+            nbytes = b.mul(nbytes, self.typed(d, "int64"), flags=("nsw",))
+        one = ir.Constant(I64, 1)
+        size = b.select(b.icmp_signed("<", nbytes, one), one, nbytes)
+        malloc = self.mod.declare("malloc", PTR, [I64])
+        free = self.mod.declare("free", ir.VoidType(), [PTR])
+        ptr = b.call(malloc, [size], name=_llvm_name(buf.name))
+        self.extra_errors.append(f"out of memory allocating intermediate buffer '{buf.name}'")
+        code = len(self.sig.checks) + len(self.extra_errors)
+        fail = self.fn.append_basic_block("alloc.fail")
+        ok = self.fn.append_basic_block("alloc.ok")
+        b.cbranch(b.icmp_unsigned("==", ptr, ir.Constant(PTR, None)), fail, ok)
+        b.position_at_end(fail)
+        for live in reversed(self.live_heap):
+            b.call(free, [live])
+        b.ret(ir.Constant(I32, code))
+        b.position_at_end(ok)
+        self.live_heap.append(ptr)
+        self.ptrs[id(buf)] = ptr
+        self.stmt(s.body)
+        del self.ptrs[id(buf)]
+        self.live_heap.pop()
+        self.b.call(free, [ptr])
+
+
+def _llvm_name(name: str) -> str:
+    return "".join(c if c.isalnum() or c in "._" else "_" for c in name) or "v"

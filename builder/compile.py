@@ -1,0 +1,186 @@
+"""``compile(irmod) -> runtime.Executable``: legalize, generate native code, emit VM bytecode.
+
+Pipeline: :class:`~builder.transform.LegalizeOps` (every op becomes ``R.call_tir`` of a
+PrimFunc; dead bindings removed) -> :func:`builder.codegen.build` (all PrimFuncs into one
+object file for the host CPU) -> one bytecode function per graph-level function (see
+``runtime/executable.py`` for the instruction set).
+
+:class:`JitModule` is what ``nn.Module.jit`` returns: the executable loaded in a VM with the
+module's bound parameters, called with the user inputs only.
+"""
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+
+from runtime import Executable, VirtualMachine
+
+from . import codegen
+from .ir import relax as rx
+from .ir.verifier import verify
+from .ir.struct_info import ObjectStructInfo, PrimStructInfo, TensorStructInfo, TupleStructInfo
+from .transform import LegalizeOps
+
+__all__ = ["compile", "JitModule", "lower_to_bytecode"]
+
+
+def compile(mod: rx.IRModule, target: codegen.Target | None = None) -> Executable:  # noqa: A001
+    """Compile an exported (graph-level) IRModule to an :class:`runtime.Executable`.
+
+    Raises ValueError for an op without a legalization or an unsupported value.
+    """
+    t0 = time.perf_counter()
+    legal = verify(LegalizeOps()(verify(mod)))
+    prim_funcs = {n: f for n, f in legal.functions.items() if not isinstance(f, rx.Function)}
+    lib = codegen.build(prim_funcs, target)
+    functions, constants = lower_to_bytecode(legal)
+    exe = Executable(functions, lib.functions, lib.object_code, constants, lib.target, lib.llvm_ir)
+    exe.compile_seconds = time.perf_counter() - t0
+    exe.legalized = legal
+    return exe
+
+
+def _sinfo_json(s) -> Any:
+    if isinstance(s, TensorStructInfo):
+        return {"kind": "tensor", "dtype": s.dtype, "shape": [_dim(d) for d in s.shape]}
+    if isinstance(s, TupleStructInfo):
+        return {"kind": "tuple", "fields": [_sinfo_json(f) for f in s.fields]}
+    if isinstance(s, PrimStructInfo):
+        return {"kind": "prim", "dtype": s.dtype}
+    if isinstance(s, ObjectStructInfo):
+        return {"kind": "object"}
+    raise ValueError(f"unsupported struct info {s!r} at the function boundary")
+
+
+def _dim(d):
+    return d if isinstance(d, int) else codegen.dim_to_json(d)
+
+
+class _FunctionLowering:
+    def __init__(self, func: rx.Function, name: str, constants: list[np.ndarray]) -> None:
+        self.func = func
+        self.name = name
+        self.constants = constants
+        self.regs: dict[rx.Var, int] = {}
+        self.instructions: list[list] = []
+        self.next = 0
+
+    def new_reg(self) -> int:
+        self.next += 1
+        return self.next - 1
+
+    def reg_of(self, e: rx.Expr) -> int:
+        if isinstance(e, rx.Var):
+            if e not in self.regs:
+                raise ValueError(f"{self.name}: variable '{e.name_hint}' is used before it is defined")
+            return self.regs[e]
+        if isinstance(e, rx.Constant):
+            reg = self.new_reg()
+            self.constants.append(np.ascontiguousarray(e.data))
+            self.instructions.append(["const", reg, len(self.constants) - 1])
+            return reg
+        if isinstance(e, rx.Tuple):
+            regs = [self.reg_of(f) for f in e.fields]
+            reg = self.new_reg()
+            self.instructions.append(["tuple", reg, regs])
+            return reg
+        if isinstance(e, rx.TupleGetItem):
+            src = self.reg_of(e.tuple_value)
+            reg = self.new_reg()
+            self.instructions.append(["get_item", reg, src, e.index])
+            return reg
+        raise ValueError(f"{self.name}: cannot lower {type(e).__name__} to bytecode")
+
+    def lower(self) -> dict:
+        params = []
+        for p in self.func.params:
+            self.regs[p] = self.new_reg()
+            params.append({"name": p.name_hint, **_sinfo_json(p.struct_info)})
+        for block in self.func.body.blocks:
+            for b in block.bindings:
+                self.binding(b.var, b.value)
+        ret = self.reg_of(self.func.body.body)
+        self.instructions.append(["ret", ret])
+        return {"params": params, "num_input": self.func.num_input, "instructions": self.instructions,
+                "num_registers": self.next, "ret": _sinfo_json(self.func.ret_struct_info)}
+
+    def binding(self, var: rx.Var, value: rx.Expr) -> None:
+        if isinstance(value, rx.Call) and isinstance(value.op, rx.Op):
+            op = value.op.name
+            if op == "relax.call_tir":
+                gvar, args = value.args
+                arg_regs = [self.reg_of(a) for a in args.fields]
+                outs = value.sinfo_args
+                out_regs = [self.new_reg() for _ in outs]
+                specs = [[s.dtype, [_dim(d) for d in s.shape]] for s in outs]
+                self.instructions.append(["call", gvar.name_hint, arg_regs, out_regs, specs])
+                if len(outs) == 1:
+                    self.regs[var] = out_regs[0]
+                else:
+                    reg = self.new_reg()
+                    self.instructions.append(["tuple", reg, out_regs])
+                    self.regs[var] = reg
+                return
+            if op == "relax.reshape":
+                src = self.reg_of(value.args[0])
+                reg = self.new_reg()
+                self.instructions.append(["reshape", reg, src, [_dim(d) for d in value.args[1].values]])
+                self.regs[var] = reg
+                return
+            if op == "relax.null_value":
+                reg = self.new_reg()
+                self.instructions.append(["null", reg])
+                self.regs[var] = reg
+                return
+            raise ValueError(f"{self.name}: operator {op} was not legalized")
+        if isinstance(value, rx.Var):
+            self.regs[var] = self.reg_of(value)
+            return
+        self.regs[var] = self.reg_of(value)
+
+
+def lower_to_bytecode(mod: rx.IRModule) -> tuple[dict[str, dict], list[np.ndarray]]:
+    """Bytecode for every graph-level function of a legalized module, and the constant pool."""
+    constants: list[np.ndarray] = []
+    functions = {}
+    for name, func in mod.functions.items():
+        if isinstance(func, rx.Function):
+            functions[name] = _FunctionLowering(func, name, constants).lower()
+    return functions, constants
+
+
+class JitModule:
+    """A compiled module bound to its parameters' data: ``m["forward"](x)`` or ``m.forward(x)``.
+
+    Built by ``nn.Module.jit``. Raises ValueError when a parameter has no data.
+    """
+
+    def __init__(self, mod: rx.IRModule, params: list[tuple[str, Any]]) -> None:
+        missing = [name for name, p in params if p.data is None]
+        if missing:
+            raise ValueError(f"Parameters are not set to any concrete values: {', '.join(missing)}")
+        self.ir = mod
+        self.exe = compile(mod)
+        self.vm = VirtualMachine(self.exe)
+        self.params = [p.data for _, p in params]
+
+    def __getitem__(self, name: str):
+        fn = self.vm[name]
+        num_input = self.exe.functions[name]["num_input"]
+        params = self.params
+
+        def call(*args):
+            if len(args) != num_input:
+                raise TypeError(f"{name}() takes {num_input} inputs, got {len(args)}")
+            return fn(*args, *params)
+
+        return call
+
+    def __getattr__(self, name: str):
+        if name.startswith("_") or name in ("exe", "vm", "params", "ir"):
+            raise AttributeError(name)
+        if name in self.exe.functions:
+            return self[name]
+        raise AttributeError(f"compiled module has no function '{name}'")

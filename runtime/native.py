@@ -1,0 +1,288 @@
+"""Loader for native kernels produced by ``builder.codegen`` (imports only numpy, llvmlite,
+stdlib).
+
+Calling convention of every function (see ``builder/codegen/abi.py``)::
+
+    int32_t name(void **data, int64_t *shapes)
+
+``data`` holds one data pointer per buffer param (in order), ``shapes`` the dims of every param
+concatenated. A nonzero return ``k`` means ``metadata["errors"][k - 1]``.
+
+Shape dims in the metadata are ints or JSON trees ``["var", name]`` / ``[op, a, b]`` with op in
+``add sub mul floordiv floormod min max``; :func:`dim_from_json` validates one and
+:func:`eval_dim` evaluates it.
+"""
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import struct
+import threading
+from typing import Sequence
+
+import llvmlite.binding as llvm
+import numpy as np
+
+__all__ = ["NativeLibrary", "dim_from_json", "eval_dim", "dim_to_str", "numpy_dtype"]
+
+_BINOPS = {
+    "add": lambda a, b: a + b,
+    "sub": lambda a, b: a - b,
+    "mul": lambda a, b: a * b,
+    "floordiv": lambda a, b: a // b,
+    "floormod": lambda a, b: a % b,
+    "min": min,
+    "max": max,
+}
+_SYMBOLS = {"add": "+", "sub": "-", "mul": "*", "floordiv": "//", "floormod": "%"}
+
+_LLVM_LOCK = threading.Lock()
+_LLVM_READY = False
+
+
+def _init_llvm() -> None:
+    global _LLVM_READY
+    with _LLVM_LOCK:
+        if _LLVM_READY:
+            return
+        llvm.initialize_native_target()
+        llvm.initialize_native_asmprinter()
+        # libm (tanhf, erff, expf, ...), libc (malloc, free) and libgcc_s (half-precision
+        # conversion helpers such as __truncsfhf2 on CPUs without F16C) are not necessarily
+        # visible to the JIT's symbol lookup until loaded explicitly
+        for lib in ("m", "c", "gcc_s"):
+            path = ctypes.util.find_library(lib)
+            if path:
+                try:
+                    llvm.load_library_permanently(path)
+                except RuntimeError:
+                    pass
+        _LLVM_READY = True
+
+
+def _elf_undefined_symbols(obj: bytes) -> list[str] | None:
+    """Names of the undefined symbols of a 64-bit little-endian ELF object, or None when
+    ``obj`` is not one (the check is then skipped)."""
+    if len(obj) < 64 or obj[:4] != b"\x7fELF" or obj[4] != 2 or obj[5] != 1:
+        return None
+    e_shoff, = struct.unpack_from("<Q", obj, 0x28)
+    e_shentsize, e_shnum = struct.unpack_from("<HH", obj, 0x3A)
+    sections = []
+    for k in range(e_shnum):
+        off = e_shoff + k * e_shentsize
+        sh_type, = struct.unpack_from("<I", obj, off + 4)
+        sh_offset, sh_size = struct.unpack_from("<QQ", obj, off + 0x18)
+        sh_link, = struct.unpack_from("<I", obj, off + 0x28)
+        sh_entsize, = struct.unpack_from("<Q", obj, off + 0x38)
+        sections.append((sh_type, sh_offset, sh_size, sh_link, sh_entsize))
+    names: list[str] = []
+    for sh_type, sh_offset, sh_size, sh_link, sh_entsize in sections:
+        if sh_type != 2 or not sh_entsize:  # SHT_SYMTAB
+            continue
+        str_off = sections[sh_link][1]
+        for j in range(1, sh_size // sh_entsize):
+            st_name, _info, _other, st_shndx = struct.unpack_from(
+                "<IBBH", obj, sh_offset + j * sh_entsize)
+            if st_shndx == 0 and st_name:
+                end = obj.index(b"\0", str_off + st_name)
+                names.append(obj[str_off + st_name:end].decode())
+    return names
+
+
+def dim_from_json(tree):
+    """Validate a serialized dim and return it normalized (an ``int``, ``("var", name)`` or
+    ``(op, a, b)`` tuples). Raises ValueError for a malformed tree."""
+    if isinstance(tree, bool):
+        raise ValueError(f"invalid dim {tree!r}")
+    if isinstance(tree, int):
+        return tree
+    if isinstance(tree, (list, tuple)) and tree:
+        head = tree[0]
+        if head == "var" and len(tree) == 2 and isinstance(tree[1], str):
+            return ("var", tree[1])
+        if head in _BINOPS and len(tree) == 3:
+            return (head, dim_from_json(tree[1]), dim_from_json(tree[2]))
+    raise ValueError(f"invalid dim {tree!r}")
+
+
+def eval_dim(tree, env: dict) -> int:
+    """Evaluate a dim tree with ``env`` mapping symbolic var names to ints.
+
+    Raises KeyError naming an unbound var, ValueError for a malformed tree,
+    ZeroDivisionError for a division by zero.
+    """
+    if isinstance(tree, bool):
+        raise ValueError(f"invalid dim {tree!r}")
+    if isinstance(tree, int):
+        return tree
+    if isinstance(tree, (list, tuple)) and tree:
+        head = tree[0]
+        if head == "var" and len(tree) == 2:
+            if tree[1] not in env:
+                raise KeyError(f"symbolic var '{tree[1]}' has no value")
+            return int(env[tree[1]])
+        if head in _BINOPS and len(tree) == 3:
+            return int(_BINOPS[head](eval_dim(tree[1], env), eval_dim(tree[2], env)))
+    raise ValueError(f"invalid dim {tree!r}")
+
+
+def dim_to_str(tree) -> str:
+    """Human-readable form of a dim tree (``n * 2``, ``min(n, 4)``)."""
+    if isinstance(tree, int):
+        return str(tree)
+    head = tree[0]
+    if head == "var":
+        return str(tree[1])
+
+    def operand(t) -> str:
+        text = dim_to_str(t)
+        return f"({text})" if not isinstance(t, int) and t[0] in _SYMBOLS else text
+
+    if head in _SYMBOLS:
+        return f"{operand(tree[1])} {_SYMBOLS[head]} {operand(tree[2])}"
+    return f"{head}({dim_to_str(tree[1])}, {dim_to_str(tree[2])})"
+
+
+def numpy_dtype(name: str) -> np.dtype:
+    """The numpy dtype for a metadata dtype name. ``bfloat16`` maps to ``ml_dtypes.bfloat16``
+    when installed, else to ``uint16`` (raw bits)."""
+    if name == "bfloat16":
+        try:
+            import ml_dtypes  # type: ignore[import-not-found]
+
+            return np.dtype(ml_dtypes.bfloat16)
+        except ImportError:
+            return np.dtype(np.uint16)
+    return np.dtype(name)
+
+
+def _data_pointer(a: np.ndarray) -> int:
+    """Address of ``a``'s first element (the buffer-protocol path is several times faster than
+    ``a.ctypes.data``; read-only and empty arrays take the slow path)."""
+    try:
+        return ctypes.addressof(ctypes.c_char.from_buffer(a))
+    except (TypeError, ValueError, BufferError):
+        return a.ctypes.data
+
+
+_FUNC_TYPE = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_void_p)
+
+
+class _Entry:
+    """Prebuilt per-function call state."""
+
+    __slots__ = ("name", "cfunc", "dtypes", "dtype_names", "param_names", "ndims", "nparams",
+                 "ptr_type", "shape_type", "errors", "error_params", "meta", "accept_bf16_bits")
+
+    def __init__(self, name: str, cfunc, meta: dict) -> None:
+        self.name = name
+        self.cfunc = cfunc
+        self.meta = meta
+        params = meta["params"]
+        for p in params:
+            for d in p["shape"]:
+                dim_from_json(d)
+        self.dtype_names = [p["dtype"] for p in params]
+        self.dtypes = [numpy_dtype(p["dtype"]) for p in params]
+        self.accept_bf16_bits = [p["dtype"] == "bfloat16" for p in params]
+        self.param_names = [p["name"] for p in params]
+        self.ndims = [len(p["shape"]) for p in params]
+        self.nparams = len(params)
+        self.ptr_type = ctypes.c_void_p * max(self.nparams, 1)
+        self.shape_type = ctypes.c_int64 * max(sum(self.ndims), 1)
+        self.errors = list(meta.get("errors", []))
+        self.error_params = list(meta.get("error_params", [-1] * len(self.errors)))
+
+
+class NativeLibrary:
+    """Native kernels loaded from object code into an llvmlite MCJIT engine.
+
+    ``object_code``: bytes from ``CompiledLibrary.object_code`` (host target);
+    ``functions``: its metadata (symbol -> dict, see the module docstring). Raises ValueError
+    when a listed function is missing from the object code, its metadata is malformed, or the
+    object needs an external symbol (libm / libc / libgcc helper) this process cannot resolve.
+    """
+
+    def __init__(self, object_code: bytes, functions: dict[str, dict]) -> None:
+        _init_llvm()
+        self.functions = dict(functions)
+        target = llvm.Target.from_triple(llvm.get_process_triple())
+        self._tm = target.create_target_machine(
+            cpu=llvm.get_host_cpu_name(), features=llvm.get_host_cpu_features().flatten(),
+            opt=3, reloc="pic", codemodel="default")
+        missing = [sym for sym in (_elf_undefined_symbols(bytes(object_code)) or [])
+                   if not llvm.address_of_symbol(sym)]
+        if missing:  # calling into an unresolved symbol would crash the process
+            raise ValueError("the object code needs symbols that this process does not provide: "
+                             + ", ".join(sorted(set(missing))))
+        self._module = llvm.parse_assembly("")
+        self._engine = llvm.create_mcjit_compiler(self._module, self._tm)
+        self._object = llvm.ObjectFileRef.from_data(bytes(object_code))
+        self._engine.add_object_file(self._object)
+        self._engine.finalize_object()
+        self._entries: dict[str, _Entry] = {}
+        for name, meta in self.functions.items():
+            addr = self._engine.get_function_address(name)
+            if not addr:
+                raise ValueError(f"function '{name}' is not in the object code")
+            self._entries[name] = _Entry(name, _FUNC_TYPE(addr), meta)
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._entries
+
+    def __getitem__(self, name: str):
+        """A callable ``f(*arrays)`` for ``call(name, arrays)``."""
+        if name not in self._entries:
+            raise KeyError(f"no function '{name}' in this library")
+        return lambda *arrays: self.call(name, arrays)
+
+    def call(self, name: str, arrays: Sequence[np.ndarray]) -> None:
+        """Run ``name`` on ``arrays`` (inputs then outputs, written in place).
+
+        Checks the count, each array's dtype and ndim, and C-contiguity (ValueError naming the
+        param); the kernel checks every dim and a mismatch raises
+        ``ValueError(f"{name}: {message}, got shape {shape}")``. Raises KeyError for an unknown
+        function.
+        """
+        entry = self._entries.get(name)
+        if entry is None:
+            raise KeyError(f"no function '{name}' in this library")
+        n = entry.nparams
+        if len(arrays) != n:
+            raise ValueError(f"{name}: expected {n} arrays ({', '.join(entry.param_names)}), "
+                             f"got {len(arrays)}")
+        ptrs = entry.ptr_type()
+        dims: tuple = ()
+        for i, a in enumerate(arrays):
+            if type(a) is not np.ndarray and not isinstance(a, np.ndarray):
+                raise ValueError(f"{name}: argument '{entry.param_names[i]}' (param {i}) must be "
+                                 f"a numpy array, got {type(a).__name__}")
+            if a.dtype != entry.dtypes[i] and not (
+                    entry.accept_bf16_bits[i] and a.dtype in (np.uint16, np.int16)):
+                raise ValueError(f"{name}: argument '{entry.param_names[i]}' (param {i}) has dtype "
+                                 f"{a.dtype}, expected {entry.dtype_names[i]}")
+            shape = a.shape
+            if len(shape) != entry.ndims[i]:
+                expected = [dim_to_str(dim_from_json(d)) for d in entry.meta["params"][i]["shape"]]
+                raise ValueError(f"{name}: argument '{entry.param_names[i]}' (param {i}) has "
+                                 f"{a.ndim} dims, expected {entry.ndims[i]} "
+                                 f"(shape [{', '.join(expected)}]), got shape {tuple(shape)}")
+            if not a.flags.c_contiguous:
+                raise ValueError(f"{name}: argument '{entry.param_names[i]}' (param {i}) must be "
+                                 "C-contiguous (use np.ascontiguousarray)")
+            ptrs[i] = _data_pointer(a)
+            dims += shape
+        shapes = entry.shape_type(*dims)
+        rc = entry.cfunc(ptrs, shapes)
+        if rc:
+            raise ValueError(self._error_text(entry, rc, arrays))
+
+    @staticmethod
+    def _error_text(entry: _Entry, rc: int, arrays) -> str:
+        if not 1 <= rc <= len(entry.errors):
+            return f"{entry.name}: failed with unknown error code {rc}"
+        msg = entry.errors[rc - 1]
+        p = entry.error_params[rc - 1] if rc - 1 < len(entry.error_params) else -1
+        if 0 <= p < len(arrays):
+            return f"{entry.name}: {msg}, got shape {tuple(arrays[p].shape)}"
+        return f"{entry.name}: {msg}"

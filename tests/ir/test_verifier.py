@@ -1,0 +1,48 @@
+import pytest
+
+from builder import ir
+from builder.ir import op  # noqa: F401  (registers ops)
+
+
+def _relu(x):
+    return ir.Call(ir.Op.get("nn.relu"), [x])
+
+
+def test_use_before_definition_shows_ir():
+    x = ir.Var("x", ir.TensorStructInfo((2, 3), "float32"))
+    ghost = ir.Var("ghost", ir.TensorStructInfo((2, 3), "float32"))
+    bb = ir.BlockBuilder()
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            lv = bb.emit(_relu(ghost), "relu")
+            gv = bb.emit_output(lv)
+        bb.emit_func_output(gv)
+    with pytest.raises(ir.IRVerifyError, match="'ghost' is used before it is defined") as info:
+        ir.verify(bb.get())
+    assert "--> " in str(info.value) and "R.nn.relu(ghost)" in str(info.value)
+
+
+def test_dataflow_var_escaping_its_block():
+    x = ir.Var("x", ir.TensorStructInfo((2, 3), "float32"))
+    bb = ir.BlockBuilder()
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            lv = bb.emit(_relu(x), "relu")
+            bb.emit_output(lv)
+        bb.emit_func_output(lv)
+    with pytest.raises(ir.IRVerifyError, match="not visible"):
+        ir.verify(bb.get())
+
+
+def test_wrong_annotation():
+    x = ir.Var("x", ir.TensorStructInfo((2, 3), "float32"))
+    bb = ir.BlockBuilder()
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            lv = bb.emit(_relu(x), "relu")
+            gv = bb.emit_output(lv)
+        bb.emit_func_output(gv)
+    mod = bb.get()
+    mod["main"].body.blocks[0].bindings[0].var.struct_info = ir.TensorStructInfo((3, 3), "float32")
+    with pytest.raises(ir.IRVerifyError, match=r"annotated R.Tensor\(\(3, 3\)"):
+        ir.verify(mod)

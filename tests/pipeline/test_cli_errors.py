@@ -1,0 +1,76 @@
+"""Bad recipes: one clear message with file:line:column, exit code 2, no traceback."""
+from pathlib import Path
+
+import pytest
+
+from builder.cli import main
+
+SMALL = (Path(__file__).resolve().parents[2] / "recipes" / "llama_mlp_small.yaml").read_text()
+
+
+def _run(tmp_path, text, capsys, *extra):
+    path = tmp_path / "r.yaml"
+    path.write_text(text)
+    rc = main([str(path), "--no-ir", *extra])
+    captured = capsys.readouterr()
+    assert "Traceback" not in captured.err + captured.out
+    return rc, captured.err, str(path)
+
+
+def _line_col(text, needle):
+    for i, line in enumerate(text.splitlines(), 1):
+        if needle in line:
+            return i, line.index(needle) + 1
+    raise AssertionError(needle)
+
+
+@pytest.mark.parametrize("old,new,needle,message", [
+    ("bias: false, dtype: ${dtype}}\n    up_proj", "bais: false, dtype: ${dtype}}\n    up_proj", "bais",
+     "unknown field 'bais'; did you mean 'bias'?"),
+    ("in_features: ${hidden_size}, out_features: ${intermediate_size}, bias: false, dtype: ${dtype}}\n    up",
+     "in_features: 1.5, out_features: ${intermediate_size}, bias: false, dtype: ${dtype}}\n    up", "1.5",
+     "model.layers.gate_proj.in_features"),
+    ("down_proj: {type: Linear", "down_proj: {type: Linaer", "Linaer", "unknown layer type 'Linaer'"),
+    ("return down_proj(silu(gate) * up)", "return down_proj(silu(gat) * up)", "gat)",
+     "unknown name 'gat'; did you mean 'gate'?"),
+    ("return down_proj(silu(gate) * up)", "return down_proj(sigmoidd(gate) * up)", "sigmoidd",
+     "unknown layer or op 'sigmoidd'"),
+    ("return down_proj(silu(gate) * up)", "return down_proj(gate.silu() * up)", "gate.silu",
+     "only layers and ops can be called"),
+])
+def test_recipe_errors(tmp_path, capsys, old, new, needle, message):
+    assert old in SMALL
+    text = SMALL.replace(old, new, 1)
+    rc, err, path = _run(tmp_path, text, capsys)
+    line, col = _line_col(text, needle)
+    assert rc == 2
+    assert f"{path}:{line}:{col}:" in err
+    assert message in err
+
+
+def test_broken_yaml(tmp_path, capsys):
+    rc, err, path = _run(tmp_path, "name: x\nmodel: {layers: {a: [1, 2}\n", capsys)
+    assert rc == 2 and f"{path}:2:" in err and "invalid YAML" in err
+
+
+def test_shape_mismatch_in_forward_cites_the_line(tmp_path, capsys):
+    text = SMALL.replace("return down_proj(silu(gate) * up)", "return gate_proj(silu(gate) * up)")
+    rc, err, path = _run(tmp_path, text, capsys)
+    line, col = _line_col(text, "gate_proj(silu")
+    assert rc == 2 and f"{path}:{line}:{col}:" in err and "688" in err and "256" in err
+
+
+def test_unknown_override_lists_close_matches(tmp_path, capsys):
+    rc, err, _ = _run(tmp_path, SMALL, capsys, "hiden_size=3")
+    assert rc == 2 and "hidden_size" in err
+
+
+def test_missing_file_is_one_message(tmp_path, capsys):
+    rc = main([str(tmp_path / "nope.yaml")])
+    err = capsys.readouterr().err
+    assert rc == 2 and "nope.yaml" in err and "Traceback" not in err
+
+
+def test_missing_weights_file(tmp_path, capsys):
+    rc, err, _ = _run(tmp_path, SMALL, capsys, "--weights", str(tmp_path / "w.safetensors"))
+    assert rc == 1 and "does not exist" in err
