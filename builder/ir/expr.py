@@ -133,7 +133,8 @@ class PrimExpr:
 
     # structural equality (Var overrides with identity)
     def _key(self) -> tuple:
-        raise NotImplementedError(type(self).__name__)
+        """The fields that decide structural equality (each node class defines it)."""
+        raise TypeError(f"{type(self).__name__} defines no structural key")
 
     def __eq__(self, other: object) -> bool:  # type: ignore[override]
         if isinstance(other, (int, float)) and not isinstance(other, bool):

@@ -21,7 +21,7 @@ from .struct_info import (
 __all__ = [
     "Expr", "Var", "DataflowVar", "Constant", "Tuple", "TupleGetItem", "ShapeExpr", "PrimValue",
     "StringImm", "Op", "GlobalVar", "ExternFunc", "Call", "VarBinding", "BindingBlock",
-    "DataflowBlock", "SeqExpr", "Function", "IRModule", "const",
+    "DataflowBlock", "SeqExpr", "Function", "IRModule", "const", "used_vars",
 ]
 
 
@@ -182,6 +182,23 @@ class Call(Expr):
         if struct_info is None and isinstance(op, Op) and op.infer is not None:
             struct_info = op.infer(self)
         self.struct_info = struct_info
+
+
+def used_vars(e: Expr) -> list[Var]:
+    """The Vars ``e`` reads (through tuples, tuple items and call arguments), in order."""
+    out: list[Var] = []
+    stack = [e]
+    while stack:
+        x = stack.pop()
+        if isinstance(x, Var):
+            out.append(x)
+        elif isinstance(x, Tuple):
+            stack.extend(reversed(x.fields))
+        elif isinstance(x, TupleGetItem):
+            stack.append(x.tuple_value)
+        elif isinstance(x, Call):
+            stack.extend(reversed(x.args))
+    return out
 
 
 class VarBinding:

@@ -6,6 +6,7 @@ Mirrors TVM Relax: ``TensorStructInfo(shape, dtype)`` (shape: tuple of ``int`` o
 """
 from __future__ import annotations
 
+import abc
 from typing import Sequence
 
 from . import expr as E
@@ -57,12 +58,12 @@ def dims_equal(a, b) -> bool:
     return E.prove_equal(a, b)
 
 
-class StructInfo:
+class StructInfo(abc.ABC):
     """Base class of struct info."""
 
+    @abc.abstractmethod
     def same_as(self, other: "StructInfo") -> bool:
         """Structural equality (shape dims compared with :func:`dims_equal`)."""
-        raise NotImplementedError(type(self).__name__)
 
 
 class ObjectStructInfo(StructInfo):

@@ -18,19 +18,6 @@ class IRVerifyError(ValueError):
     """An ill-formed IRModule; the message names the function and shows the IR around the error."""
 
 
-def _uses(e: rx.Expr, out: list) -> None:
-    if isinstance(e, rx.Var):
-        out.append(e)
-    elif isinstance(e, rx.Tuple):
-        for f in e.fields:
-            _uses(f, out)
-    elif isinstance(e, rx.TupleGetItem):
-        _uses(e.tuple_value, out)
-    elif isinstance(e, rx.Call):
-        for a in e.args:
-            _uses(a, out)
-
-
 def verify(mod: rx.IRModule) -> rx.IRModule:
     """Check every graph-level function of ``mod``; returns ``mod``. Raises IRVerifyError."""
     for name, func in mod.functions.items():
@@ -61,9 +48,7 @@ def _verify_function(mod: rx.IRModule, name: str, func: rx.Function) -> None:
     for block in func.body.blocks:
         local: set = set()
         for b in block.bindings:
-            used: list = []
-            _uses(b.value, used)
-            for v in used:
+            for v in rx.used_vars(b.value):
                 if v not in defined and v not in local:
                     _fail(name, func, b.var, f"'{v.name_hint}' is used before it is defined")
             if b.var in defined or b.var in local:
@@ -79,9 +64,7 @@ def _verify_function(mod: rx.IRModule, name: str, func: rx.Function) -> None:
                 if target not in mod.functions or isinstance(mod.functions[target], rx.Function):
                     _fail(name, func, b.var, f"call_tir target '{target}' is not a PrimFunc of the module")
             (local if isinstance(b.var, rx.DataflowVar) else defined).add(b.var)
-    used = []
-    _uses(func.body.body, used)
-    for v in used:
+    for v in rx.used_vars(func.body.body):
         if v not in defined:
             _fail(name, func, None, f"the return value uses '{v.name_hint}', which is not visible there "
                                     "(a DataflowVar must be emitted with emit_output)")

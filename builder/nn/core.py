@@ -8,6 +8,7 @@
 """
 from __future__ import annotations
 
+import abc
 from collections import OrderedDict
 from typing import Any, Callable, Iterator, Sequence
 
@@ -198,28 +199,28 @@ class Object:
         self._expr = _expr
 
 
-class Effect:
+class Effect(abc.ABC):
     """A side effect threaded through exported functions as extra inputs and outputs.
 
     Subclasses implement ``emit_init`` (bindings in ``_initialize_effect``), ``create`` (the
     implicit function inputs), ``set_state`` and ``finalize`` (the implicit outputs).
     """
 
+    @abc.abstractmethod
     def emit_init(self, name_hint: str, builder: BlockBuilder) -> list[rx.DataflowVar]:
         """Emit the initial state; returns its variables."""
-        raise NotImplementedError(f"{type(self).__name__}.emit_init")
 
+    @abc.abstractmethod
     def create(self, name_hint: str) -> list[rx.Var]:
         """The implicit function inputs representing this effect."""
-        raise NotImplementedError(f"{type(self).__name__}.create")
 
+    @abc.abstractmethod
     def set_state(self, state_vars: list[rx.Var]) -> None:
         """Adopt ``state_vars`` as the current state."""
-        raise NotImplementedError(f"{type(self).__name__}.set_state")
 
+    @abc.abstractmethod
     def finalize(self) -> list[rx.Var]:
         """The state to return from the function."""
-        raise NotImplementedError(f"{type(self).__name__}.finalize")
 
     def to(self, dtype: str | None = None) -> None:
         """Convert to ``dtype``; a no-op for most effects."""

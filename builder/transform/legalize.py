@@ -196,33 +196,19 @@ def _remap(e: rx.Expr, vmap: dict) -> rx.Expr:
     return e
 
 
-def _uses(e: rx.Expr, out: set) -> None:
-    if isinstance(e, rx.Var):
-        out.add(e)
-    elif isinstance(e, rx.Tuple):
-        for f in e.fields:
-            _uses(f, out)
-    elif isinstance(e, rx.TupleGetItem):
-        _uses(e.tuple_value, out)
-    elif isinstance(e, rx.Call):
-        for a in e.args:
-            _uses(a, out)
-
-
 def dead_code_elimination(mod: rx.IRModule) -> rx.IRModule:
     """Remove pure bindings whose variable is never used, and PrimFuncs no call refers to."""
     used_funcs: set[str] = set()
     for name, func in list(mod.functions.items()):
         if not isinstance(func, rx.Function):
             continue
-        live: set = set()
-        _uses(func.body.body, live)
+        live: set = set(rx.used_vars(func.body.body))
         blocks = []
         for block in reversed(func.body.blocks):
             kept = []
             for b in reversed(block.bindings):
                 if b.var in live or not _is_pure(b.value):
-                    _uses(b.value, live)
+                    live.update(rx.used_vars(b.value))
                     kept.append(b)
             blocks.append(type(block)(list(reversed(kept))))
         func.body = rx.SeqExpr([b for b in reversed(blocks) if b.bindings], func.body.body)
