@@ -329,3 +329,9 @@ register_op("nn.conv1d", _infer_conv1d, ("strides", "padding", "dilation", "grou
 register_op("nn.softmax", _infer_softmax, ("axis",))
 register_op("null_value", _infer_null)
 register_op("call_tir", _infer_call_tir)
+
+
+# === section A: tensor creation / manipulation / reduction ops (issue 3) ===
+
+
+# === section B: neural-network ops, extern and TE/TIR ops (issue 3) ===

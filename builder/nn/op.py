@@ -278,3 +278,9 @@ def null_value() -> rx.Call:
 
 
 _ = E  # symbolic dims flow through ShapeExpr values
+
+
+# === section A: tensor creation / manipulation / reduction ops (issue 3) ===
+
+
+# === section B: neural-network ops, extern and TE/TIR ops (issue 3) ===

@@ -976,3 +976,9 @@ def conv1d(x: Tensor, w: Tensor, strides=1, padding=0, dilation=1, groups: int =
         return _te.sum(v * _cast(w[oc, rc.var, rk.var], acc), axis=[rc, rk])
 
     return _two_stage((n, o, out_w), fbody, acc, odt, "conv1d_ncw")
+
+
+# === section A: tensor creation / manipulation / reduction ops (issue 3) ===
+
+
+# === section B: neural-network ops, extern and TE/TIR ops (issue 3) ===

@@ -226,3 +226,9 @@ def _is_pure(value: rx.Expr) -> bool:
         return value.op.purity
     return not isinstance(value, rx.Call)
 
+
+
+# === section A: tensor creation / manipulation / reduction ops (issue 3) ===
+
+
+# === section B: neural-network ops, extern and TE/TIR ops (issue 3) ===
