@@ -18,9 +18,12 @@ import numpy as np
 from runtime import Executable, VirtualMachine
 
 from . import codegen
+from .ir import expr as E
 from .ir import relax as rx
 from .ir.verifier import verify
-from .ir.struct_info import ObjectStructInfo, PrimStructInfo, TensorStructInfo, TupleStructInfo
+from .ir.struct_info import (
+    ObjectStructInfo, PrimStructInfo, ShapeStructInfo, TensorStructInfo, TupleStructInfo,
+)
 from .transform import LegalizeOps
 
 __all__ = ["compile", "JitModule", "lower_to_bytecode"]
@@ -51,6 +54,8 @@ def _sinfo_json(s) -> Any:
         return {"kind": "prim", "dtype": s.dtype}
     if isinstance(s, ObjectStructInfo):
         return {"kind": "object"}
+    if isinstance(s, ShapeStructInfo) and s.values is not None:
+        return {"kind": "shape", "dims": [_dim(d) for d in s.values]}
     raise ValueError(f"unsupported struct info {s!r} at the function boundary")
 
 
@@ -78,7 +83,8 @@ class _FunctionLowering:
             return self.regs[e]
         if isinstance(e, rx.Constant):
             reg = self.new_reg()
-            self.constants.append(np.ascontiguousarray(e.data))
+            # np.ascontiguousarray turns a 0-d array into shape (1,); keep the constant's shape
+            self.constants.append(np.ascontiguousarray(e.data).reshape(e.data.shape))
             self.instructions.append(["const", reg, len(self.constants) - 1])
             return reg
         if isinstance(e, rx.Tuple):
@@ -123,6 +129,12 @@ class _FunctionLowering:
                     self.instructions.append(["tuple", reg, out_regs])
                     self.regs[var] = reg
                 return
+            if op == "relax.call_dps_packed":
+                self.call_extern(var, value)
+                return
+            if op in ("relax.call_pure_packed", "relax.call_inplace_packed"):
+                self.call_builtin(var, value)
+                return
             if op == "relax.reshape":
                 src = self.reg_of(value.args[0])
                 reg = self.new_reg()
@@ -140,6 +152,71 @@ class _FunctionLowering:
             return
         self.regs[var] = self.reg_of(value)
 
+    def call_extern(self, var: rx.Var, value: rx.Call) -> None:
+        """``R.call_dps_packed("name", (args...), out_sinfo=...)`` -> ``call_extern``: the VM
+        allocates the outputs and calls the registered Python function (``runtime.register_extern``)
+        with the arguments then the outputs. Scalars travel as ``["int" | "float" | "str", value]``,
+        symbolic ints as ``["dim", tree]``, tensors as ``["reg", register]``."""
+        func, args = value.args
+        specs_in = []
+        for a in args.fields:
+            if isinstance(a, rx.PrimValue):
+                v = a.value
+                if isinstance(v, E.IntImm):
+                    specs_in.append(["int", v.value])
+                elif isinstance(v, E.FloatImm):
+                    specs_in.append(["float", v.value])
+                elif E.is_int_dtype(v.dtype):
+                    specs_in.append(["dim", codegen.dim_to_json(v)])
+                else:
+                    raise ValueError(f"{self.name}: extern '{func.global_symbol}' gets a symbolic "
+                                     f"non-integer scalar {v}, which the VM cannot evaluate")
+            elif isinstance(a, rx.StringImm):
+                specs_in.append(["str", a.value])
+            else:
+                specs_in.append(["reg", self.reg_of(a)])
+        out = value.sinfo_args[0]
+        outs = list(out.fields) if isinstance(out, TupleStructInfo) else [out]
+        out_regs = [self.new_reg() for _ in outs]
+        specs = [[s.dtype, [_dim(d) for d in s.shape]] for s in outs]
+        self.instructions.append(["call_extern", func.global_symbol, specs_in, out_regs, specs])
+        if isinstance(out, TupleStructInfo):
+            reg = self.new_reg()
+            self.instructions.append(["tuple", reg, out_regs])
+            self.regs[var] = reg
+        else:
+            self.regs[var] = out_regs[0]
+
+    def call_builtin(self, var: rx.Var, value: rx.Call) -> None:
+        """``R.call_pure_packed("name", args..., sinfo_args=...)`` (and ``call_inplace_packed``)
+        -> ``["call_builtin", dst, name, [arg specs]]``: the VM runs its builtin ``name``
+        (``vm.builtin.attention_kv_cache_*``, ``vm.builtin.invoke_debug_func``, ...) on the
+        arguments and stores the result. Argument specs: ``["reg", r]``, ``["int" | "float" |
+        "str", value]``, ``["dim", tree]`` (a symbolic int) and ``["shape", [trees]]``."""
+        func, *args = value.args
+        specs = []
+        for a in args:
+            if isinstance(a, rx.ShapeExpr):
+                specs.append(["shape", [_dim(d) for d in a.values]])
+            elif isinstance(a, rx.PrimValue):
+                v = a.value
+                if isinstance(v, E.IntImm):
+                    specs.append(["int", v.value])
+                elif isinstance(v, E.FloatImm):
+                    specs.append(["float", v.value])
+                elif E.is_int_dtype(v.dtype):
+                    specs.append(["dim", codegen.dim_to_json(v)])
+                else:
+                    raise ValueError(f"{self.name}: '{func.global_symbol}' gets a symbolic non-integer "
+                                     f"scalar {v}, which the VM cannot evaluate")
+            elif isinstance(a, rx.StringImm):
+                specs.append(["str", a.value])
+            else:
+                specs.append(["reg", self.reg_of(a)])
+        reg = self.new_reg()
+        self.instructions.append(["call_builtin", reg, func.global_symbol, specs])
+        self.regs[var] = reg
+
 
 def lower_to_bytecode(mod: rx.IRModule) -> tuple[dict[str, dict], list[np.ndarray]]:
     """Bytecode for every graph-level function of a legalized module, and the constant pool."""
@@ -152,12 +229,22 @@ def lower_to_bytecode(mod: rx.IRModule) -> tuple[dict[str, dict], list[np.ndarra
 
 
 class JitModule:
-    """A compiled module bound to its parameters' data: ``m["forward"](x)`` or ``m.forward(x)``.
+    """A compiled module bound to its parameters' data: ``m["forward"](x)`` or ``m.forward(x)``
+    (TVM's ``TorchModule``, with numpy arrays in and out).
 
-    Built by ``nn.Module.jit``. Raises ValueError when a parameter has no data.
+    ``JitModule(mod, params, spec=None)``; built by ``nn.Module.jit``. A call takes the
+    method's spec inputs only (numpy arrays for tensors, ints for ``spec.Int``, tuples for
+    ``spec.Tuple``): the parameters are appended (one tuple under ``param_mode="packed"``,
+    none under ``"none"``) and, when the module has effects (``_initialize_effect``: the IO
+    effect of ``debug=True``, KV caches), the effects' current state is passed in and replaced
+    by the state the function returns, so state persists across calls. :meth:`reset_effects`
+    starts over. Without ``spec`` every function is taken as plain / plain.
+
+    Raises ValueError when a parameter has no data; a call raises TypeError for a wrong number
+    of inputs.
     """
 
-    def __init__(self, mod: rx.IRModule, params: list[tuple[str, Any]]) -> None:
+    def __init__(self, mod: rx.IRModule, params: list[tuple[str, Any]], spec: Any = None) -> None:
         missing = [name for name, p in params if p.data is None]
         if missing:
             raise ValueError(f"Parameters are not set to any concrete values: {', '.join(missing)}")
@@ -165,21 +252,53 @@ class JitModule:
         self.exe = compile(mod)
         self.vm = VirtualMachine(self.exe)
         self.params = [p.data for _, p in params]
+        self.modes: dict[str, tuple[str, str, int]] = {}
+        if spec is not None:
+            for name, mspec in zip(spec.method_names, spec.method_specs):
+                self.modes[name] = (mspec.param_mode, mspec.effect_mode, len(mspec.arg_specs))
+        self.effects: list | None = None
+        self.reset_effects()
+
+    def reset_effects(self) -> None:
+        """(Re)create the effects' state by running ``_initialize_effect`` (no-op without it)."""
+        if "_initialize_effect" in self.exe.functions:
+            self.effects = list(self.vm["_initialize_effect"]())
+        else:
+            self.effects = None
 
     def __getitem__(self, name: str):
         fn = self.vm[name]
+        if name not in self.exe.functions:
+            raise KeyError(f"compiled module has no function '{name}'")
         num_input = self.exe.functions[name]["num_input"]
-        params = self.params
+        effects = self.effects or []
+        param_mode, effect_mode, num_args = self.modes.get(
+            name, ("plain", "plain", num_input - len(effects)))
+        threads_effects = self.effects is not None and effect_mode != "none"
 
         def call(*args):
-            if len(args) != num_input:
-                raise TypeError(f"{name}() takes {num_input} inputs, got {len(args)}")
-            return fn(*args, *params)
+            if len(args) != num_args:
+                raise TypeError(f"{name}() takes {num_args} inputs, got {len(args)}")
+            args = [(int(a),) if isinstance(a, (int, np.integer)) and not isinstance(a, bool) else a
+                    for a in args]
+            if not threads_effects:
+                state = []
+            elif effect_mode == "packed":
+                state = [tuple(self.effects)]
+            else:
+                state = list(self.effects)
+            params = {"plain": self.params, "packed": [tuple(self.params)], "none": []}[param_mode]
+            out = fn(*args, *state, *params)
+            if threads_effects:
+                out, new_state = out
+                self.effects = list(new_state)
+            return out
 
+        call.__name__ = name
         return call
 
     def __getattr__(self, name: str):
-        if name.startswith("_") or name in ("exe", "vm", "params", "ir"):
+        if name.startswith("_") or name in ("exe", "vm", "params", "ir", "modes", "effects"):
             raise AttributeError(name)
         if name in self.exe.functions:
             return self[name]

@@ -19,7 +19,202 @@ import numpy as np
 from .executable import Executable
 from .native import NativeLibrary, dim_to_str, eval_dim, numpy_dtype
 
-__all__ = ["VirtualMachine"]
+__all__ = ["VirtualMachine", "register_extern", "AttentionKVCache"]
+
+_EXTERNS: dict[str, Any] = {}
+
+
+def register_extern(name: str, fn=None, override: bool = False):
+    """Register the Python function that ``nn.op.extern(name, ...)`` (``R.call_dps_packed``) calls.
+
+    ``fn(*args, *outputs)`` gets the arguments (numpy arrays, ints, floats, strings) then the
+    output arrays, already allocated with the declared shapes and dtypes, and must write its
+    results into them (destination-passing style); its return value is ignored. Usable as a
+    decorator: ``@register_extern("my.op")``. Raises ValueError when ``name`` is already
+    registered and ``override`` is false, TypeError when ``fn`` is not callable.
+    """
+    def add(f):
+        if not callable(f):
+            raise TypeError(f"register_extern('{name}'): expected a callable, got {type(f).__name__}")
+        if name in _EXTERNS and not override:
+            raise ValueError(f"extern function '{name}' is already registered; pass override=True "
+                             "to replace it")
+        _EXTERNS[name] = f
+        return f
+
+    return add if fn is None else add(fn)
+
+
+def _extern_arg(spec: list, regs: list, env: dict) -> Any:
+    kind, value = spec
+    if kind == "reg":
+        return regs[value]
+    if kind == "dim":
+        return eval_dim(value, env)
+    return value
+
+
+def _call_extern(func_name: str, ext_name: str, args: list, outs: list) -> None:
+    fn = _EXTERNS.get(ext_name)
+    if fn is None:
+        raise ValueError(f"{func_name}: extern function '{ext_name}' is not registered; register it "
+                         f"with runtime.register_extern('{ext_name}', fn)")
+    fn(*args, *outs)
+
+
+def _bind_arg(where: str, p: dict, a: Any, env: dict, checked: list) -> None:
+    """Check argument ``a`` against its signature entry ``p`` (tensor: numpy array of the
+    dtype and ndim; shape: ints (``spec.Int`` inputs); tuple: recursively) and bind the
+    symbolic dims it defines in ``env``; the full shapes are checked afterwards."""
+    kind = p["kind"]
+    if kind == "tuple":
+        if not isinstance(a, (tuple, list)) or len(a) != len(p["fields"]):
+            raise ValueError(f"{where} must be a tuple of {len(p['fields'])} values, got "
+                             f"{type(a).__name__}{'' if not isinstance(a, (tuple, list)) else f' of {len(a)}'}")
+        for j, (f, v) in enumerate(zip(p["fields"], a)):
+            _bind_arg(f"{where} item {j}", f, v, env, checked)
+        return
+    if kind == "shape":
+        dims = p["dims"]
+        values = a if isinstance(a, (tuple, list)) else (a,)
+        if (len(values) != len(dims)
+                or not all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in values)):
+            raise ValueError(f"{where} must be {len(dims)} int(s) {_shape_text(dims)}, got {a!r}")
+        _bind_dims(where, dims, [int(v) for v in values], env)
+        checked.append((where, dims, [int(v) for v in values]))
+        return
+    if kind != "tensor":
+        return
+    if not isinstance(a, np.ndarray):
+        raise ValueError(f"{where} must be a numpy array of shape {_shape_text(p['shape'])} "
+                         f"and dtype {p['dtype']}, got {type(a).__name__}")
+    if a.dtype != numpy_dtype(p["dtype"]):
+        raise ValueError(f"{where} has dtype {a.dtype}, expected {p['dtype']}")
+    if a.ndim != len(p["shape"]):
+        raise ValueError(f"{where} has {a.ndim} dims {a.shape}, expected {len(p['shape'])} dims "
+                         f"{_shape_text(p['shape'])}")
+    _bind_dims(where, p["shape"], a.shape, env)
+    checked.append((where, p["shape"], a.shape))
+
+
+def _bind_dims(where: str, dims: list, shape, env: dict) -> None:
+    for d, tree in enumerate(dims):
+        if isinstance(tree, list) and tree[0] == "var":
+            size = shape[d]
+            if tree[1] in env and env[tree[1]] != size:
+                raise ValueError(f"{where} dim {d} is {size}, but the symbolic dim '{tree[1]}' "
+                                 f"is already {env[tree[1]]} from an earlier argument "
+                                 f"(expected shape {_shape_text(dims)}, got {tuple(shape)})")
+            env[tree[1]] = size
+
+
+# ---------------------------------------------------------------------------------------------
+# builtins: runtime functions that ``R.call_pure_packed`` / ``R.call_inplace_packed`` call
+
+
+class AttentionKVCache:
+    """The object behind ``vm.builtin.attention_kv_cache_*`` (TVM's ``AttentionKVCache``): a
+    buffer ``data`` of shape (capacity, *unit_shape) whose first ``fill_count`` rows are filled.
+
+    Appending past the capacity doubles it (copying the filled rows). Views are numpy views of
+    the filled rows: later appends never overwrite them.
+    """
+
+    def __init__(self, init_data: np.ndarray, reserve_shape, init_fill_count: int) -> None:
+        reserve = [int(d) for d in reserve_shape]
+        if len(reserve) != init_data.ndim or reserve[1:] != list(init_data.shape[1:]):
+            raise ValueError(f"attention_kv_cache_create: initial data {init_data.shape} does not fit the "
+                             f"reserved shape {tuple(reserve)}")
+        self.data = np.empty(reserve, dtype=init_data.dtype)
+        self.fill_count = 0
+        self.append(init_data)
+        if init_fill_count >= 0:
+            self.fill_count = int(init_fill_count)
+
+    @property
+    def unit_shape(self) -> tuple:
+        """The shape of one row."""
+        return self.data.shape[1:]
+
+    def append(self, value: np.ndarray) -> "AttentionKVCache":
+        """Append ``value`` ((k, *unit_shape), or one row of ``unit_shape``); returns self.
+        Raises ValueError naming both sides on a dtype or shape mismatch."""
+        if value.dtype != self.data.dtype:
+            raise ValueError(f"attention_kv_cache_append: dtype mismatch: cache {self.data.dtype}, "
+                             f"value {value.dtype}")
+        if value.shape == self.unit_shape and value.ndim == self.data.ndim - 1:
+            value = value.reshape((1, *value.shape))
+        if value.ndim != self.data.ndim or value.shape[1:] != self.unit_shape:
+            raise ValueError(f"attention_kv_cache_append: value of shape {value.shape} does not fit rows "
+                             f"of shape {self.unit_shape} (expected (k, {', '.join(map(str, self.unit_shape))}))")
+        need = self.fill_count + value.shape[0]
+        capacity = max(self.data.shape[0], 1)
+        while need > capacity:
+            capacity *= 2
+        if capacity != self.data.shape[0]:
+            grown = np.empty((capacity, *self.unit_shape), dtype=self.data.dtype)
+            grown[: self.fill_count] = self.data[: self.fill_count]
+            self.data = grown
+        self.data[self.fill_count:need] = value
+        self.fill_count = need
+        return self
+
+    def view(self, shape=None) -> np.ndarray:
+        """The filled rows as an array of ``shape`` (default (fill_count, *unit_shape)).
+        Raises ValueError when ``shape[0]`` is not the fill count or a row dim differs."""
+        if shape is None:
+            shape = (self.fill_count, *self.unit_shape)
+        shape = tuple(int(d) for d in shape)
+        if shape[0] != self.fill_count:
+            raise ValueError(f"attention_kv_cache_view: requested {shape[0]} rows, but the cache holds "
+                             f"{self.fill_count}")
+        if shape[1:] != self.unit_shape:
+            raise ValueError(f"attention_kv_cache_view: requested rows of shape {shape[1:]}, the cache "
+                             f"holds rows of shape {self.unit_shape}")
+        return self.data[: self.fill_count]
+
+
+def _debug_print(line_info: str, array: np.ndarray) -> None:
+    print(f"{line_info}: shape = {array.shape}, dtype = {array.dtype}, data =\n{array}")
+
+
+def _invoke_debug_func(io: Any, func_name: str, line_info: str, *args: Any) -> None:
+    fn = _DEBUG_FUNCS.get(func_name) or _EXTERNS.get(func_name)
+    if fn is None:
+        raise ValueError(f"debug function '{func_name}' is not registered; register it with "
+                         f"runtime.register_extern('{func_name}', fn) (called as fn(line_info, *args))")
+    fn(line_info, *args)
+    return None
+
+
+def _effect_print(io: Any, array: np.ndarray) -> None:
+    print(f"effect.print: shape = {array.shape}, dtype = {array.dtype}, data =\n{array}")
+    return None
+
+
+_DEBUG_FUNCS: dict[str, Any] = {"vm.builtin.debug_print": _debug_print}
+
+_BUILTINS: dict[str, Any] = {
+    "vm.builtin.attention_kv_cache_create": AttentionKVCache,
+    "vm.builtin.attention_kv_cache_append": lambda cache, value: cache.append(value),
+    "vm.builtin.attention_kv_cache_view": lambda cache, shape=None: cache.view(shape),
+    "vm.builtin.invoke_debug_func": _invoke_debug_func,
+    "effect.print": _effect_print,
+}
+
+
+def _builtin_arg(spec: list, regs: list, env: dict) -> Any:
+    kind, value = spec
+    if kind == "shape":
+        return tuple(eval_dim(t, env) for t in value)
+    return _extern_arg(spec, regs, env)
+
+
+def _call_builtin(func_name: str, builtin: str, args: list) -> Any:
+    fn = _BUILTINS.get(builtin)
+    if fn is None:
+        raise ValueError(f"{func_name}: the VM has no builtin '{builtin}'; it has {sorted(_BUILTINS)}")
+    return fn(*args)
 
 
 def _shape_text(dims: list) -> str:
@@ -48,20 +243,31 @@ class VirtualMachine:
         call.__name__ = name
         return call
 
-    def invoke(self, name: str, *args: Any) -> Any:
-        """Run function ``name`` on ``args`` (numpy arrays) and return its result."""
-        return self[name](*args)
+    def invoke(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        """Run function ``name`` and return its result (TVM's ``invoke``): on ``args`` /
+        ``kwargs`` (keywords by parameter name) when given, else on the inputs stored by
+        :meth:`set_input` (a function without parameters needs neither)."""
+        if args or kwargs or name not in self._inputs:
+            return self[name](*args, **kwargs)
+        return self._run(name, self.exe._function(name), self._inputs[name])
 
     def set_input(self, name: str, *args: Any, **kwargs: Any) -> None:
         """Store the inputs of ``name`` (positional, or keyword by parameter name) for :meth:`run`."""
         fn = self.exe._function(name)
         self._inputs[name] = self._collect(name, fn, args, kwargs)
 
-    def run(self, name: str) -> Any:
-        """Run ``name`` on the inputs given to :meth:`set_input`."""
-        if name not in self._inputs:
-            raise ValueError(f"no inputs set for '{name}'; call set_input first")
-        return self._run(name, self.exe._function(name), self._inputs[name])
+    def run(self, *args: Any, **kwargs: Any) -> Any:
+        """``run("forward")`` runs ``forward`` on the inputs given to :meth:`set_input`
+        (ValueError when none were set); ``run("forward", x, ...)`` is ``invoke("forward", x,
+        ...)``; ``run(x, ...)`` (no name first) is TVM's shorthand for ``invoke("main", x, ...)``."""
+        if args and isinstance(args[0], str):
+            name, args = args[0], args[1:]
+            if not args and not kwargs:
+                if name not in self._inputs:
+                    raise ValueError(f"no inputs set for '{name}'; call set_input first")
+                return self._run(name, self.exe._function(name), self._inputs[name])
+            return self.invoke(name, *args, **kwargs)
+        return self.invoke("main", *args, **kwargs)
 
     # ------------------------------------------------------------------------------------------
     @staticmethod
@@ -75,7 +281,7 @@ class VirtualMachine:
             if key not in names:
                 raise TypeError(f"{name}() has no parameter '{key}'; parameters: {', '.join(names)}")
             idx = names.index(key)
-            if idx < len(values):
+            if idx < len(values) and values[idx] is not _MISSING:
                 raise TypeError(f"{name}() got parameter '{key}' twice")
             values.extend([_MISSING] * (idx + 1 - len(values)))
             values[idx] = value
@@ -86,33 +292,14 @@ class VirtualMachine:
 
     def _check_inputs(self, name: str, fn: dict, args: tuple) -> dict[str, int]:
         env: dict[str, int] = {}
-        checked = []
+        checked: list = []
         for i, (p, a) in enumerate(zip(fn["params"], args)):
-            if p["kind"] != "tensor":
-                continue
-            where = f"{name}: argument '{p['name']}' (#{i})"
-            if not isinstance(a, np.ndarray):
-                raise ValueError(f"{where} must be a numpy array of shape {_shape_text(p['shape'])} "
-                                 f"and dtype {p['dtype']}, got {type(a).__name__}")
-            if a.dtype != numpy_dtype(p["dtype"]):
-                raise ValueError(f"{where} has dtype {a.dtype}, expected {p['dtype']}")
-            if a.ndim != len(p["shape"]):
-                raise ValueError(f"{where} has {a.ndim} dims {a.shape}, expected {len(p['shape'])} dims "
-                                 f"{_shape_text(p['shape'])}")
-            for d, tree in enumerate(p["shape"]):
-                if isinstance(tree, list) and tree[0] == "var":
-                    size = a.shape[d]
-                    if tree[1] in env and env[tree[1]] != size:
-                        raise ValueError(f"{where} dim {d} is {size}, but the symbolic dim '{tree[1]}' "
-                                         f"is already {env[tree[1]]} from an earlier argument "
-                                         f"(expected shape {_shape_text(p['shape'])}, got {a.shape})")
-                    env[tree[1]] = size
-            checked.append((where, p, a))
-        for where, p, a in checked:
-            for d, tree in enumerate(p["shape"]):
+            _bind_arg(f"{name}: argument '{p['name']}' (#{i})", p, a, env, checked)
+        for where, dims, shape in checked:
+            for d, tree in enumerate(dims):
                 expected = eval_dim(tree, env)
-                if expected != a.shape[d]:
-                    raise ValueError(f"{where} has shape {a.shape}, expected {_shape_text(p['shape'])} "
+                if expected != shape[d]:
+                    raise ValueError(f"{where} has shape {tuple(shape)}, expected {_shape_text(dims)} "
                                      f"(dim {d} must be {expected})")
         return env
 
@@ -120,7 +307,7 @@ class VirtualMachine:
         env = self._check_inputs(name, fn, args)
         regs: list[Any] = [None] * fn["num_registers"]
         for i, a in enumerate(args):
-            regs[i] = np.ascontiguousarray(a) if isinstance(a, np.ndarray) else a
+            regs[i] = np.ascontiguousarray(a).reshape(a.shape) if isinstance(a, np.ndarray) else a
         lib = self.lib
         for ins in fn["instructions"]:
             op = ins[0]
@@ -131,6 +318,16 @@ class VirtualMachine:
                     regs[reg] = np.empty([eval_dim(t, env) for t in dims], dtype=numpy_dtype(dtype))
                     outs.append(regs[reg])
                 lib.call(kernel, [regs[r] for r in arg_regs] + outs)
+            elif op == "call_extern":
+                _, ext_name, arg_specs, out_regs, out_specs = ins
+                outs = []
+                for reg, (dtype, dims) in zip(out_regs, out_specs):
+                    regs[reg] = np.empty([eval_dim(t, env) for t in dims], dtype=numpy_dtype(dtype))
+                    outs.append(regs[reg])
+                _call_extern(name, ext_name, [_extern_arg(s, regs, env) for s in arg_specs], outs)
+            elif op == "call_builtin":
+                _, dst, builtin, arg_specs = ins
+                regs[dst] = _call_builtin(name, builtin, [_builtin_arg(a, regs, env) for a in arg_specs])
             elif op == "reshape":
                 regs[ins[1]] = regs[ins[2]].reshape([eval_dim(t, env) for t in ins[3]])
             elif op == "tuple":

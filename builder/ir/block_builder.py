@@ -13,6 +13,25 @@ Usage, as in the MLC course and TVM::
 Names come from one name table per builder (module-wide, as TVM's exporter shows): the first
 ``lv`` is ``lv``, the next ``lv1``, ``lv2``, ... Nested call arguments are bound to fresh ``lv``
 variables before the call that uses them (A-normal form).
+
+Tensor expressions (the MLC course's "Integration with ML frameworks" chapter)::
+
+    with bb.function("main"):
+        with bb.dataflow():
+            C = bb.emit_te(te_matmul, A, B)    # lv = R.call_tir(cls.te_matmul, (A, B), out_sinfo=...)
+            D = bb.emit_te(te_relu, C)         # lv1 = R.call_tir(cls.te_relu, (lv,), out_sinfo=...)
+            R = bb.emit_output(D)              # gv = lv1
+        bb.emit_func_output(R, params=[A, B])
+
+``emit_te`` builds a PrimFunc with ``te.create_prim_func`` and adds it to the module under the
+te function's name (``te_matmul``; ``te_matmul1`` for a second one). Its buffer parameters are
+named after the graph variables they receive (``A``, ``B``, ``lv``), with ``_1``, ``_2`` for a
+variable passed twice; the outputs keep their ``te.compute`` names (``matmul``). The course's
+2022 TVM named every input ``rxplaceholder``, ``rxplaceholder_1``, ...; we name them after the
+arguments instead because the kernel then reads like the graph that calls it, because the
+runtime's argument checks and the printed PrimFunc name the same thing, and because
+``LegalizeOps`` (which lowers every op through the same :func:`call_te`) names its kernels'
+parameters the same way, so hand-written and legalized kernels look alike.
 """
 from __future__ import annotations
 
@@ -166,6 +185,9 @@ class BlockBuilder:
                          ret_struct_info: StructInfo | None = None) -> rx.GlobalVar:
         """Finish the current function with ``output`` and add it to the module."""
         frame = self._require_frame()
+        if frame.done:
+            raise RuntimeError(f"emit_func_output was already called for function '{frame.name}'; "
+                               "it may be called once per function")
         if frame.current is not None and frame.current.is_dataflow:
             raise RuntimeError("emit_func_output must be called after the dataflow block is closed")
         if params is not None:
@@ -197,8 +219,10 @@ class BlockBuilder:
         """``R.call_tir`` of the PrimFunc that ``te_func`` builds from tensor expressions.
 
         Graph-level tensor arguments (Exprs with TensorStructInfo, also inside lists) become
-        ``te.placeholder``\\ s; ``te_func(*placeholders, **kwargs)`` returns a te.Tensor (or a
-        list); symbolic dims stay symbolic.
+        ``te.placeholder``\\ s named after the argument variables (see the module docstring for
+        why not ``rxplaceholder``); ``te_func(*placeholders, **kwargs)`` returns a te.Tensor (or
+        a list); symbolic dims stay symbolic. The PrimFunc is added to the module under
+        ``primfunc_name_hint`` or ``te_func.__name__`` (made unique).
         """
         from ..transform.legalize import call_te
 

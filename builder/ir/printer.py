@@ -210,8 +210,13 @@ class _FunctionPrinter:
                 return f'R.const({format_attr(e.data.item())}, "{e.data.dtype}")'
             return f'R.const({format_attr(e.data.tolist())}, "{e.data.dtype}")'
         if isinstance(e, rx.PrimValue):
-            return f"R.prim_value({print_prim_expr(e.value, lambda v: self.names.get(v, v.name))})"
+            v = e.value
+            if isinstance(v, E.IntImm) and v.dtype not in ("int64", "bool"):
+                return f"R.prim_value(T.{v.dtype}({v.value}))"  # keep the dtype visible
+            return f"R.prim_value({print_prim_expr(v, lambda x: self.names.get(x, x.name))})"
         if isinstance(e, rx.StringImm):
+            if type(e).__name__ == "DataTypeImm":  # builder.ir.op.DataTypeImm
+                return f"R.dtype({format_attr(e.value)})"
             return f"R.str({format_attr(e.value)})"
         if isinstance(e, rx.GlobalVar):
             return f"cls.{e.name_hint}"
@@ -228,6 +233,15 @@ class _FunctionPrinter:
                 outs = c.sinfo_args
                 out = self.sinfo(outs[0]) if len(outs) == 1 else "[" + ", ".join(self.sinfo(s) for s in outs) + "]"
                 return f"R.call_tir({self.expr(c.args[0])}, {self.expr(c.args[1])}, out_sinfo={out})"
+            if name == "relax.call_dps_packed":
+                func = format_attr(c.args[0].global_symbol)
+                out = self.sinfo(c.sinfo_args[0])
+                return f"R.call_dps_packed({func}, {self.expr(c.args[1])}, out_sinfo={out})"
+            if name in ("relax.call_pure_packed", "relax.call_inplace_packed"):
+                parts = [format_attr(c.args[0].global_symbol)] + [self.expr(a) for a in c.args[1:]]
+                parts += [f"{k}={format_attr(c.attrs[k])}" for k in c.op.attr_names if k in c.attrs]
+                parts.append(f"sinfo_args=({self.sinfo(c.sinfo_args[0])},)")
+                return f"R.{name[len('relax.'):]}({', '.join(parts)})"
             parts = [self.expr(a) for a in c.args]
             keys = list(c.op.attr_names) + [k for k in c.attrs if k not in c.op.attr_names]
             parts += [f"{k}={format_attr(c.attrs[k])}" for k in keys if k in c.attrs]
@@ -301,6 +315,8 @@ def print_irmodule(mod: rx.IRModule) -> str:
     The ``tir as T`` import line is present only when the module uses symbolic shape variables
     or contains PrimFuncs; functions print in insertion order, separated by a blank line.
     """
+    from .tir import PrimFunc
+
     lines = ["# from tvm.script import ir as I"]
     if _uses_tir(mod):
         lines.append("# from tvm.script import tir as T")
@@ -309,6 +325,8 @@ def print_irmodule(mod: rx.IRModule) -> str:
     for name, func in mod.functions.items():
         if isinstance(func, rx.Function):
             text = print_function(func, name)
+        elif isinstance(func, PrimFunc):
+            text = func.script(name=name)  # the def line names the module's key
         else:
             text = func.script() if hasattr(func, "script") else str(func)
         chunks.append("\n".join("    " + ln if ln else "" for ln in text.split("\n")))

@@ -1,15 +1,24 @@
 """Export an ``nn.Module`` to a graph-level IRModule (``tvm.relax.frontend.nn.exporter``).
 
-For every method in the spec one function is built: user inputs first, then the effect
-inputs (``_io`` under ``debug=True``), then the module's parameters (named by their dotted path
-with ``.`` -> ``_``); ``num_input`` counts inputs and effects. The method is traced with the
-parameters' expressions swapped for the function's parameter variables; its result is bound to
-``gv`` inside one dataflow block. With effects, ``_initialize_effect`` comes first and each
-function also returns the effects' new state.
+For every method in the spec one function is built with, in order: the spec's inputs, the
+effects' inputs (``_io`` under ``debug=True``, then every Effect in the module tree, e.g. a
+KV cache named by its dotted path with ``.`` -> ``_``), then the module's parameters (named by
+their dotted path with ``.`` -> ``_``). ``num_input`` counts the spec's inputs plus the
+effect inputs (one per effect in ``plain`` mode, one tuple in ``packed`` mode, none in
+``none`` mode). The method is traced with the parameters' expressions swapped for the
+function's parameter variables; its result is bound to ``gv`` inside one dataflow block.
+With effects, ``_initialize_effect`` comes first and each function also returns the effects'
+new state: ``gv = result, (effect states...)``.
+
+Inputs: ``spec.Tensor`` -> ``R.Tensor`` parameter; ``spec.Int`` -> ``R.Shape(["name"])``
+parameter whose symbolic variable is handed to the method (as TVM does); ``spec.Object`` ->
+``R.Object``; ``spec.Tuple`` -> ``R.Tuple`` parameter whose fields are bound to ``name_0``,
+``name_1``, ... before the method runs.
 
 Symbolic dims: within one function, string dims with the same name (from the spec or from a
 Parameter's shape) are one int64 variable; ``Var`` objects given by the user keep their
-identity, so two distinct variables that share a name stay distinct.
+identity, so two distinct variables that share a name stay distinct (printed ``n`` and
+``n_1``; TVM marks this case unsupported). Variables are not shared across functions.
 """
 from __future__ import annotations
 
@@ -18,10 +27,10 @@ from typing import Any
 from ..ir import expr as E
 from ..ir import relax as rx
 from ..ir.block_builder import BlockBuilder
+from ..ir.struct_info import ObjectStructInfo, ShapeStructInfo, TensorStructInfo, TupleStructInfo
 from ..ir.verifier import verify
-from ..ir.struct_info import ObjectStructInfo, PrimStructInfo, TensorStructInfo, TupleStructInfo
 from . import spec as _spec
-from .core import Effect, Module, ModuleDict, ModuleList, Object, Parameter, StrDimVar, Tensor
+from .core import Effect, Object, Parameter, StrDimVar, Tensor, _attribute_finder
 from .modules import IOEffect
 
 __all__ = ["Exporter"]
@@ -54,39 +63,49 @@ class _DimCanon:
         return s
 
 
-def _named_effects(module: Module, prefix: str = ""):
-    for name, item in module.__dict__.items():
-        if isinstance(item, Effect):
-            yield prefix + name, item
-        elif isinstance(item, ModuleList):
-            for i, sub in enumerate(item):
-                yield from _named_effects(sub, f"{prefix}{name}.{i}.")
-        elif isinstance(item, ModuleDict):
-            for key, sub in item.items():
-                yield from _named_effects(sub, f"{prefix}{name}.{key}.")
-        elif isinstance(item, Module):
-            yield from _named_effects(item, f"{prefix}{name}.")
-
-
 class Exporter:
-    """Builds the IRModule and parameter list for a :class:`~builder.nn.spec.ModuleSpec`."""
+    """Builds the IRModule and parameter list for a :class:`~builder.nn.spec.ModuleSpec`.
+
+    ``Exporter(debug)``; :meth:`build` exports; :meth:`current` is the exporter whose build is
+    running (``nn.op.debug_func`` reads its IO effect).
+    """
+
+    _stack: list["Exporter"] = []
 
     def __init__(self, debug: bool = False) -> None:
         self.debug = debug
         self.builder = BlockBuilder()
+        self.io_effect: IOEffect | None = IOEffect() if debug else None
+
+    @staticmethod
+    def current() -> "Exporter":
+        """The exporter currently building. Raises RuntimeError outside ``export_tvm``."""
+        if not Exporter._stack:
+            raise RuntimeError("no module is being exported (use Module.export_tvm or Module.jit)")
+        return Exporter._stack[-1]
 
     def build(self, spec: _spec.ModuleSpec) -> tuple[rx.IRModule, list[tuple[str, Parameter]]]:
-        """Export every method of ``spec``; returns ``(IRModule, [(name, Parameter), ...])``."""
+        """Export every method of ``spec``; returns ``(IRModule, [(name, Parameter), ...])``.
+
+        Raises TypeError for an unsupported input spec or return value, and
+        ``builder.ir.verifier.IRVerifyError`` when the traced functions are ill-formed (e.g. a
+        parameter used under ``param_mode="none"``).
+        """
         module = spec.module
-        params = list(module.named_parameters())
+        params = list(_attribute_finder(module, "", lambda x: isinstance(x, Parameter)))
         effects: list[tuple[str, Effect]] = []
-        if self.debug:
-            effects.append(("_io", IOEffect()))
-        effects += [(name.replace(".", "_"), eff) for name, eff in _named_effects(module)]
-        if effects:
-            self._emit_initialize_effect(effects)
-        for name, method_spec in zip(spec.method_names, spec.method_specs):
-            self._export_method(name, method_spec, params, effects)
+        if self.io_effect is not None:
+            effects.append(("", self.io_effect))
+        effects += [(name.replace(".", "_"), eff)
+                    for name, eff in _attribute_finder(module, "", lambda x: isinstance(x, Effect))]
+        Exporter._stack.append(self)
+        try:
+            if effects:
+                self._emit_initialize_effect(effects)
+            for name, method_spec in zip(spec.method_names, spec.method_specs):
+                self._export_method(name, method_spec, params, effects)
+        finally:
+            Exporter._stack.pop()
         return verify(self.builder.get()), params
 
     def _emit_initialize_effect(self, effects) -> None:
@@ -107,16 +126,51 @@ class Exporter:
             return var, Tensor(_expr=var)
         if isinstance(arg, _spec.Int):
             sym = canon.var(name)
-            var = rx.Var(name, PrimStructInfo("int64", sym))
-            return var, sym
+            return rx.Var(name, ShapeStructInfo([sym])), sym
         if isinstance(arg, _spec.Object):
             var = rx.Var(name, ObjectStructInfo())
-            return var, Object(_expr=var, _name=name)
+            return var, arg.object_type(_expr=var, _name=name)
         if isinstance(arg, _spec.Tuple):
-            pairs = [self._input(f"{arg.name}_{i}", a, canon) for i, a in enumerate(arg.elements)]
+            pairs = [self._input(f"{name}_{i}", a, canon) for i, a in enumerate(arg.elements)]
             var = rx.Var(name, TupleStructInfo([p[0].struct_info for p in pairs]))
-            return var, [p[1] for p in pairs]
+            return var, _TupleInput(arg, [p[1] for p in pairs])
         raise TypeError(f"unsupported argument spec {arg!r} for '{name}'")
+
+    def _effect_inputs(self, mode: str, effects) -> list[rx.Var]:
+        unflat = []
+        for name, eff in effects:
+            state = eff.create(name)
+            eff.set_state(state)
+            unflat.append(state)
+        flat = [v for state in unflat for v in state]
+        if mode == "none":
+            return []
+        if mode == "plain":
+            return flat
+        packed = rx.Var("packed_effects", TupleStructInfo([v.struct_info for v in flat]))
+        i = 0
+        for state, (_, eff) in zip(unflat, effects):
+            new_state = []
+            for v in state:
+                new_state.append(self.builder.emit(rx.TupleGetItem(packed, i), v.name_hint))
+                i += 1
+            eff.set_state(new_state)
+        return [packed]
+
+    def _param_inputs(self, mode: str, params, canon: _DimCanon) -> list[rx.Var]:
+        holders = []
+        for pname, p in params:
+            var = rx.Var(pname.replace(".", "_"), canon.sinfo(p._expr.struct_info))
+            holders.append(var)
+            p._expr = var
+        if mode == "none":
+            return []
+        if mode == "plain":
+            return holders
+        packed = rx.Var("packed_params", TupleStructInfo([v.struct_info for v in holders]))
+        for i, (pname, p) in enumerate(params):
+            p._expr = self.builder.emit(rx.TupleGetItem(packed, i), pname.replace(".", "_"))
+        return [packed]
 
     def _export_method(self, name: str, mspec: _spec.MethodSpec, params, effects) -> None:
         bb = self.builder
@@ -124,38 +178,19 @@ class Exporter:
         inputs, values = [], []
         for arg_name, arg in zip(mspec.arg_names, mspec.arg_specs):
             var, value = self._input(arg_name, arg, canon)
-            # a Tuple input's tensors are read through TupleGetItem inside the function
             inputs.append(var)
             values.append(value)
-        effect_vars: list[rx.Var] = []
-        if mspec.effect_mode == "plain":
-            for eff_name, eff in effects:
-                state = eff.create(eff_name)
-                eff.set_state(state)
-                effect_vars.extend(state)
+        num_effects = {"plain": len(effects), "packed": 1, "none": 0}[mspec.effect_mode]
         saved = [(p, p._expr) for _, p in params]
-        param_vars: list[rx.Var] = []
-        if mspec.param_mode == "plain":
-            for pname, p in params:
-                var = rx.Var(pname.replace(".", "_"), canon.sinfo(p._expr.struct_info))
-                param_vars.append(var)
-                p._expr = var
-        elif mspec.param_mode == "packed":
-            packed = rx.Var("packed_params", TupleStructInfo([canon.sinfo(p._expr.struct_info) for _, p in params]))
-            param_vars.append(packed)
         try:
-            with bb.function(name, attrs={"num_input": len(inputs) + len(effect_vars)}):
+            with bb.function(name, attrs={"num_input": len(inputs) + num_effects}):
                 with bb.dataflow():
-                    if mspec.param_mode == "packed":
-                        for i, (pname, p) in enumerate(params):
-                            p._expr = bb.emit(rx.TupleGetItem(param_vars[0], i), pname.replace(".", "_"))
+                    effect_vars = self._effect_inputs(mspec.effect_mode, effects)
+                    param_vars = self._param_inputs(mspec.param_mode, params, canon)
                     values = [self._unpack_tuple_input(var, v) for var, v in zip(inputs, values)]
-                    output = mspec.method(*values)
-                    out_expr = _to_expr(output)
-                    if effect_vars:
-                        finals = []
-                        for _, eff in effects:
-                            finals.extend(eff.finalize())
+                    out_expr = _to_expr(mspec.method(*values))
+                    finals = [v for _, eff in effects for v in eff.finalize()]
+                    if finals and mspec.effect_mode != "none":
                         out_expr = rx.Tuple([out_expr, rx.Tuple(finals)])
                     gv = bb.emit_output(out_expr)
                 bb.emit_func_output(gv, params=inputs + effect_vars + param_vars)
@@ -163,14 +198,27 @@ class Exporter:
             for p, expr in saved:
                 p._expr = expr
 
-    def _unpack_tuple_input(self, var: rx.Var, value):
-        if isinstance(value, list):
-            out = []
-            for i, v in enumerate(value):
-                item = self.builder.emit(rx.TupleGetItem(var, i), f"{var.name_hint}_{i}")
-                out.append(Tensor(_expr=item) if isinstance(v, Tensor) else v)
-            return out
-        return value
+    def _unpack_tuple_input(self, var: rx.Expr, value):
+        if not isinstance(value, _TupleInput):
+            return value
+        out = []
+        for i, v in enumerate(value.values):
+            item = self.builder.emit(rx.TupleGetItem(var, i), f"{value.spec.name}_{i}")
+            if isinstance(v, Tensor):
+                out.append(Tensor(_expr=item))
+            elif isinstance(v, Object):
+                out.append(type(v)(_expr=item, _name=item.name_hint))
+            else:
+                out.append(self._unpack_tuple_input(item, v))
+        return type(value.spec.elements)(out) if isinstance(value.spec.elements, (list, tuple)) else out
+
+
+class _TupleInput:
+    """A tuple argument's converted elements, unpacked inside the function."""
+
+    def __init__(self, spec: _spec.Tuple, values: list) -> None:
+        self.spec = spec
+        self.values = values
 
 
 def _to_expr(output: Any) -> rx.Expr:

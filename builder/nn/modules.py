@@ -5,38 +5,204 @@ kernel), ``Embedding.weight`` (num, dim), norms' ``weight`` / ``bias`` (hidden,)
 """
 from __future__ import annotations
 
+import inspect
 from typing import Sequence
 
 from ..ir import expr as E
+from ..ir import relax as rx
+from ..ir.block_builder import BlockBuilder
+from ..ir.op import OP_NAMES, register_op
+from ..ir.struct_info import ObjectStructInfo, TensorStructInfo
+from ..transform.legalize import LEGALIZE_RULES
 from . import op
 from .core import Effect, Module, Parameter, Tensor, get_default_dtype
 
-__all__ = ["Linear", "LayerNorm", "RMSNorm", "Conv1D", "Embedding", "ReLU", "SiLU", "GELU", "IOEffect"]
+__all__ = ["Linear", "LayerNorm", "RMSNorm", "Conv1D", "ConvTranspose1D", "Embedding", "ReLU", "SiLU",
+           "GELU", "IOEffect", "KVCache", "debug_func", "print_"]
 
 
 class IOEffect(Effect):
-    """The IO side effect (``_io``, ``R.Object``) threaded through functions under ``debug=True``."""
+    """The IO side effect threaded through functions under ``debug=True``: an ``R.Object``
+    token named ``_io`` (``name_hint + "_io"``; the exporter passes ``""``), initialized with
+    ``R.null_value()``. Printing and debug callbacks consume the token and produce the next
+    one, which orders them; see :func:`debug_func`."""
 
     def __init__(self) -> None:
-        self.effect = None
+        self.effect: rx.Var | None = None
 
     def emit_init(self, name_hint: str, builder) -> list:
-        from ..ir.relax import Call, Op
-
-        return [builder.emit(Call(Op.get("null_value"), []), name_hint)]
+        """``_io: R.Object = R.null_value()``."""
+        return [builder.emit(rx.Call(rx.Op.get("null_value"), []), f"{name_hint}_io")]
 
     def create(self, name_hint: str) -> list:
-        from ..ir.relax import Var
-        from ..ir.struct_info import ObjectStructInfo
-
-        self.effect = Var(name_hint, ObjectStructInfo())
-        return [self.effect]
+        """The function input ``_io: R.Object``."""
+        return [rx.Var(f"{name_hint}_io", ObjectStructInfo())]
 
     def set_state(self, state_vars: list) -> None:
+        """Adopt the token variable."""
         (self.effect,) = state_vars
 
     def finalize(self) -> list:
-        return [self.effect]
+        """The last token (returned by the function); the effect is reset."""
+        result, self.effect = self.effect, None
+        return [result]
+
+    def print_(self, tensor: Tensor) -> None:
+        """Print ``tensor`` at run time through the ``effect.print`` builtin (TVM's
+        ``IOEffect.print_``): ``_io1 = R.call_pure_packed("effect.print", _io, x, ...)``."""
+        self._consume("effect.print", [tensor._expr])
+
+    def _consume(self, func: str, args: list) -> None:
+        if self.effect is None:
+            raise RuntimeError("the IO effect is not active: printing needs an exported method "
+                               "under debug=True")
+        call = _call_packed("call_pure_packed", func, [self.effect, *args], ObjectStructInfo())
+        self.effect = BlockBuilder.current().emit(call, self.effect.name_hint)
+
+
+def debug_func(name: str, *args, _line_info: str | None = None) -> None:
+    """Call the runtime function ``name`` with ``args`` when the exported function runs
+    (export with ``debug=True``).
+
+    Emits ``_io1 = R.call_pure_packed("vm.builtin.invoke_debug_func", _io, R.str(name),
+    R.str(line_info), args..., sinfo_args=(R.Object,))``. ``args``: Tensors, ints (int64),
+    floats (float32, as TVM), strings and scalar PrimExprs (e.g. a ``spec.Int`` input). At run
+    time the VM calls ``fn(line_info, *args)`` for the function registered under ``name``
+    (``runtime.register_extern``); ``"vm.builtin.debug_print"`` is built in. ``line_info`` is
+    the caller's ``file:line`` unless given. Raises RuntimeError outside a ``debug=True``
+    export, TypeError for an unsupported argument.
+    """
+    from .exporter import Exporter
+
+    try:
+        io = Exporter.current().io_effect
+    except RuntimeError:
+        io = None
+    if io is None:
+        raise RuntimeError("debug_func / print_ need the IO effect: export with debug=True")
+    if _line_info is None:
+        caller = inspect.stack(context=0)[1]
+        _line_info = f"{caller.filename}:{caller.lineno}"
+    converted = []
+    for arg in args:
+        if isinstance(arg, Tensor):
+            converted.append(arg._expr)
+        elif isinstance(arg, bool):
+            raise TypeError("debug_func: bool arguments are not supported; pass an int")
+        elif isinstance(arg, int):
+            converted.append(rx.PrimValue(E.IntImm(arg, "int64"), "int64"))
+        elif isinstance(arg, float):
+            converted.append(rx.PrimValue(E.FloatImm(arg, "float32"), "float32"))
+        elif isinstance(arg, str):
+            converted.append(rx.StringImm(arg))
+        elif isinstance(arg, E.PrimExpr):
+            converted.append(rx.PrimValue(arg, arg.dtype))
+        else:
+            raise TypeError(f"debug_func: unsupported argument type {type(arg).__name__}")
+    io._consume("vm.builtin.invoke_debug_func",
+                [rx.StringImm(name), rx.StringImm(_line_info), *converted])
+
+
+def print_(tensor: Tensor) -> None:
+    """Print ``tensor`` (its shape, dtype and values, after the caller's ``file:line``) when the
+    exported function runs; needs ``debug=True``. ``debug_func("vm.builtin.debug_print", x)``."""
+    caller = inspect.stack(context=0)[1]
+    debug_func("vm.builtin.debug_print", tensor, _line_info=f"{caller.filename}:{caller.lineno}")
+
+
+def _infer_packed(call: rx.Call):
+    if not call.args or not isinstance(call.args[0], rx.ExternFunc):
+        raise TypeError(f"{call.op.name}: the first argument must be the runtime function's name")
+    if len(call.sinfo_args) != 1:
+        raise TypeError(f"{call.op.name}: needs exactly one sinfo_args entry, got {len(call.sinfo_args)}")
+    return call.sinfo_args[0]
+
+
+# Calls of runtime functions that the graph may reorder or drop when unused (TVM's
+# ``R.call_pure_packed``) or that update their argument ``inplace_indices`` in place
+# (``R.call_inplace_packed``). The VM runs them as builtins (see builder/compile.py).
+# LegalizeOps keeps them as they are.
+for _name, _attrs in (("call_pure_packed", ()), ("call_inplace_packed", ("inplace_indices",))):
+    if "relax." + _name not in OP_NAMES:
+        register_op(_name, _infer_packed, _attrs)
+    LEGALIZE_RULES.setdefault("relax." + _name, lambda bb, call, bindings: call)
+
+
+def _call_packed(op: str, func: str, args: list, sinfo, **attrs) -> rx.Call:
+    """``R.<op>("func", args..., sinfo_args=(sinfo,))`` for ``call_pure_packed`` /
+    ``call_inplace_packed``."""
+    return rx.Call(rx.Op.get(op), [rx.ExternFunc(func), *args], attrs, sinfo_args=[sinfo])
+
+
+class KVCache(Effect):
+    """A growable cache of rows of shape ``unit_shape`` (TVM's ``nn.KVCache`` effect), e.g. the
+    keys of past tokens: ``[seq, num_heads, head_dim]`` with ``unit_shape = [num_heads, head_dim]``.
+
+    ``KVCache(init_seq_len, unit_shape, dtype=None)``: room for ``init_seq_len`` rows at first
+    (it grows by doubling), initially empty. In an exported method, ``append(x)`` adds
+    ``x`` ((k, *unit_shape), or one row of ``unit_shape``) and ``view(n)`` reads all rows as an
+    (n, *unit_shape) tensor; ``n`` must equal the number of rows at run time (a ``spec.Int``
+    input, typically). Runtime builtins: ``vm.builtin.attention_kv_cache_create / _append /
+    _view``. Raises TypeError when ``append`` gets another dtype.
+    """
+
+    def __init__(self, init_seq_len: int, unit_shape: Sequence[int], dtype: str | None = None) -> None:
+        self.init_seq_len = int(init_seq_len)
+        self.unit_shape = [int(i) for i in unit_shape]
+        self.dtype = dtype if dtype is not None else get_default_dtype()
+        self.cache: rx.Var | None = None
+
+    def emit_init(self, name_hint: str, builder) -> list:
+        """``cache = R.call_pure_packed("vm.builtin.attention_kv_cache_create",
+        R.zeros(shape), shape, R.prim_value(0), sinfo_args=(R.Object,))``."""
+        shape = rx.ShapeExpr([self.init_seq_len, *self.unit_shape])
+        zeros = rx.Call(rx.Op.get("zeros"), [shape], {"dtype": self.dtype})
+        call = _call_packed("call_pure_packed", "vm.builtin.attention_kv_cache_create",
+                            [zeros, shape, rx.PrimValue(0)], ObjectStructInfo())
+        return [builder.emit(call, name_hint)]
+
+    def create(self, name_hint: str) -> list:
+        """The function input ``name_hint: R.Object``."""
+        return [rx.Var(name_hint, ObjectStructInfo())]
+
+    def set_state(self, state_vars: list) -> None:
+        """Adopt the cache variable."""
+        (self.cache,) = state_vars
+
+    def finalize(self) -> list:
+        """The cache after the method's appends (returned by the function)."""
+        result, self.cache = self.cache, None
+        return [result]
+
+    def to(self, dtype: str | None = None) -> None:
+        """Change the element dtype (``None``: no change)."""
+        if dtype is not None:
+            self.dtype = dtype
+
+    def view(self, seq_len: int | E.PrimExpr) -> Tensor:
+        """All cached rows as a tensor of shape ``(seq_len, *unit_shape)``; ``seq_len`` is an
+        int or an int64 PrimExpr."""
+        shape = rx.ShapeExpr([seq_len, *self.unit_shape])
+        sinfo = TensorStructInfo(shape.values, self.dtype)
+        call = _call_packed("call_pure_packed", "vm.builtin.attention_kv_cache_view",
+                            [self._state("view"), shape], sinfo)
+        return Tensor(_expr=BlockBuilder.current().emit(call))
+
+    def append(self, new_element: Tensor) -> None:
+        """Append ``new_element`` ((k, *unit_shape) or unit_shape) in place. Raises TypeError
+        for a dtype other than the cache's."""
+        if new_element.dtype != self.dtype:
+            raise TypeError(f'KVCache has been set to use dtype "{self.dtype}", '
+                            f'but got "{new_element.dtype}"')
+        call = _call_packed("call_inplace_packed", "vm.builtin.attention_kv_cache_append",
+                            [self._state("append"), new_element._expr], ObjectStructInfo(),
+                            inplace_indices=[0])
+        self.cache = BlockBuilder.current().emit(call)
+
+    def _state(self, what: str) -> rx.Var:
+        if self.cache is None:
+            raise RuntimeError(f"KVCache.{what} is only available inside an exported method")
+        return self.cache
 
 
 class Linear(Module):
@@ -133,6 +299,38 @@ class Conv1D(Module):
         return op.conv1d(x, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups)
 
 
+class ConvTranspose1D(Module):
+    """1-D transposed convolution, NCW (PyTorch ``nn.ConvTranspose1d``, TVM ``nn.ConvTranspose1D``):
+    weight (in_channels, out_channels / groups, kernel), bias (out_channels,).
+
+    x (N, in_channels, W) -> (N, out_channels, (W - 1) * stride - 2 * padding
+    + dilation * (kernel - 1) + output_padding + 1). Raises ValueError when the channels are
+    not divisible by ``groups``.
+    """
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: int, stride: int = 1,
+                 padding: int = 0, output_padding: int = 0, dilation: int = 1, groups: int = 1,
+                 bias: bool = True, dtype: str | None = None) -> None:
+        if in_channels % groups or out_channels % groups:
+            raise ValueError(f"ConvTranspose1D: channels ({in_channels} in, {out_channels} out) must "
+                             f"be divisible by groups={groups}")
+        self.in_channels = in_channels
+        self.out_channels = out_channels
+        self.kernel_size = kernel_size
+        self.stride = stride
+        self.padding = padding
+        self.output_padding = output_padding
+        self.dilation = dilation
+        self.groups = groups
+        self.weight = Parameter((in_channels, out_channels // groups, kernel_size), dtype)
+        self.bias = Parameter((out_channels,), dtype) if bias else None
+
+    def forward(self, x: Tensor) -> Tensor:
+        """x (N, in_channels, W) -> (N, out_channels, W_out)."""
+        return op.conv1d_transpose(x, self.weight, self.bias, self.stride, self.padding,
+                                   self.output_padding, self.dilation, self.groups)
+
+
 class Embedding(Module):
     """Lookup table: weight (num, dim); integer ids (...) -> (..., dim)."""
 
@@ -169,5 +367,3 @@ class GELU(Module):
     def forward(self, x: Tensor) -> Tensor:
         return op.gelu(x)
 
-
-_ = get_default_dtype

@@ -979,6 +979,823 @@ def conv1d(x: Tensor, w: Tensor, strides=1, padding=0, dilation=1, groups: int =
 
 
 # === section A: tensor creation / manipulation / reduction ops (issue 3) ===
+__all__ += [
+    "concat", "split", "expand_dims", "squeeze", "broadcast_to", "repeat", "pad", "trilu", "triu",
+    "tril", "full", "zeros", "ones", "arange", "where", "prod", "argmax", "argmin",
+    "cumsum_prim_func",
+]
+
+
+def _zero() -> PrimExpr:
+    return E.IntImm(0, "int64")
+
+
+def _sum_exprs(dims) -> PrimExpr:
+    out: PrimExpr = _zero()
+    for d in dims:
+        out = out + d
+    return E.simplify(out)
+
+
+def concat(tensors: Sequence[Tensor], axis: int = 0) -> Tensor:
+    """Concatenate along ``axis`` (``numpy.concatenate``): output ``axis`` index ``j`` reads the
+    tensor whose range ``[offset_t, offset_t + d_t)`` holds ``j``, through nested
+    ``if_then_else`` (only the chosen tensor is loaded). Raises ValueError for an empty list or
+    differing ranks, TypeError for differing dtypes."""
+    ts = list(tensors)
+    if not ts:
+        raise ValueError("concat: needs at least one tensor")
+    first = ts[0]
+    for i, t in enumerate(ts[1:], start=1):
+        if t.ndim != first.ndim:
+            raise ValueError(f"concat: ranks differ: {_dim_str(first.shape)} vs tensor {i} "
+                             f"{_dim_str(t.shape)}")
+        if t.dtype != first.dtype:
+            raise TypeError(f"concat: dtypes differ: {first.dtype} vs tensor {i} {t.dtype}")
+    ax = _norm_axis(axis, first.ndim, "concat")
+    offsets = [_zero()]
+    for t in ts:
+        offsets.append(E.simplify(offsets[-1] + t.shape[ax]))
+    shape = list(first.shape)
+    shape[ax] = offsets[-1]
+
+    def load(k: int, idx) -> PrimExpr:
+        src = list(idx)
+        src[ax] = E.simplify(idx[ax] - offsets[k]) if k else idx[ax]
+        return ts[k][tuple(src)]
+
+    def f(*idx):
+        value = load(len(ts) - 1, idx)
+        for k in range(len(ts) - 2, -1, -1):
+            value = tir.if_then_else(E.LT(idx[ax], offsets[k + 1]), load(k, idx), value)
+        return value
+
+    return _te.compute(shape, f, name="T_concat")
+
+
+def _split_sizes(length: PrimExpr, indices_or_sections) -> list[PrimExpr]:
+    from ..ir.op import split_sizes
+
+    sl = _static(length)
+    sizes = split_sizes(sl if sl is not None else length, indices_or_sections, "split")
+    return [E.IntImm(s, "int64") if isinstance(s, int) else s for s in sizes]
+
+
+def split(x: Tensor, indices_or_sections, axis: int = 0) -> list[Tensor]:
+    """Split along ``axis`` into several outputs (one compute each, ``T_split_<k>``): an int
+    ``n`` gives pieces of ``ceil(d / n)`` with the rest in the last one (TVM / ``torch.chunk``),
+    a list of indices cuts before each index (``numpy.split``). Raises ValueError for ``n < 1``
+    or a static dim that the sections cannot cover."""
+    ax = _norm_axis(axis, x.ndim, "split")
+    sizes = _split_sizes(x.shape[ax], indices_or_sections)
+    outs = []
+    begin = _zero()
+    for k, size in enumerate(sizes):
+        shape = list(x.shape)
+        shape[ax] = size
+
+        def f(*idx, _begin=begin):
+            src = list(idx)
+            src[ax] = E.simplify(idx[ax] + _begin)
+            return x[tuple(src)]
+
+        outs.append(_te.compute(shape, f, name=f"T_split_{k}"))
+        begin = E.simplify(begin + size)
+    return outs
+
+
+def expand_dims(x: Tensor, axis) -> Tensor:
+    """Insert size-1 dims at ``axis`` (an int or a list, positions in the result; negative
+    counts from the end of the result) (``numpy.expand_dims``)."""
+    axes = [axis] if isinstance(axis, int) else list(axis)
+    nd = x.ndim + len(axes)
+    pos = sorted({_norm_axis(a, nd, "expand_dims") for a in axes})
+    if len(pos) != len(axes):
+        raise ValueError(f"expand_dims: repeated axis in {axes}")
+    keep = [d for d in range(nd) if d not in pos]
+    shape = [E.IntImm(1, "int64") if d in pos else x.shape[keep.index(d)] for d in range(nd)]
+    return _te.compute(shape, lambda *i: x[tuple(i[d] for d in keep)], name="T_expand_dims")
+
+
+def squeeze(x: Tensor, axis=None) -> Tensor:
+    """Remove size-1 dims (``numpy.squeeze``): ``axis`` (int or list) names them; ``None`` drops
+    every static size-1 dim. Raises ValueError for a named dim of static size other than 1."""
+    if axis is None:
+        axes = [d for d, s in enumerate(x.shape) if _is_static_one(s)]
+    else:
+        axes = _norm_axes(axis, x.ndim, "squeeze")
+        for a in axes:
+            s = _static(x.shape[a])
+            if s is not None and s != 1:
+                raise ValueError(f"squeeze: dim {a} of {_dim_str(x.shape)} is {s}, not 1")
+    kept = [d for d in range(x.ndim) if d not in axes]
+
+    def f(*idx):
+        src = [_zero()] * x.ndim
+        for d, i in zip(kept, idx):
+            src[d] = i
+        return x[tuple(src)]
+
+    return _te.compute([x.shape[d] for d in kept], f, name="T_squeeze")
+
+
+def broadcast_to(x: Tensor, shape: Sequence) -> Tensor:
+    """Broadcast to ``shape`` (``numpy.broadcast_to``): dims align from the right and a static
+    size-1 dim of ``x`` reads element 0. Raises ValueError for a lower target rank or a static
+    dim that is neither 1 nor the target dim."""
+    target = [E.convert(d) for d in shape]
+    if len(target) < x.ndim:
+        raise ValueError(f"broadcast_to: cannot broadcast {_dim_str(x.shape)} to {_dim_str(target)}")
+    lead = len(target) - x.ndim
+    for d, s in enumerate(x.shape):
+        a, b = _static(s), _static(target[lead + d])
+        if a is not None and b is not None and a != 1 and a != b:
+            raise ValueError(f"broadcast_to: cannot broadcast {_dim_str(x.shape)} to "
+                             f"{_dim_str(target)} (dim {a} vs {b})")
+    return _te.compute(target, lambda *i: x[_broadcast_index(i, x.shape)], name="T_broadcast_to")
+
+
+def _unravel(flat: PrimExpr, shape: Sequence[PrimExpr]) -> list[PrimExpr]:
+    """Row-major multi-index of the flat index ``flat`` in ``shape``."""
+    out: list[PrimExpr] = []
+    for d in reversed(list(shape)[1:]):
+        out.append(_zero() if _is_static_one(d) else flat % d)
+        flat = flat // d
+    if len(shape):
+        out.append(_zero() if _is_static_one(shape[0]) else flat)
+    return list(reversed(out))
+
+
+def repeat(x: Tensor, repeats: int, axis: int | None = None) -> Tensor:
+    """Repeat each element ``repeats`` times along ``axis`` (``numpy.repeat``): output index
+    ``j`` reads ``j // repeats``; ``axis=None`` works on the flattened tensor (1-D result).
+    Raises ValueError for ``repeats < 0``."""
+    r = int(repeats)
+    if r < 0:
+        raise ValueError(f"repeat: repeats must be >= 0, got {repeats}")
+    if axis is None:
+        n = E.simplify(_product(x.shape) * r)
+        return _te.compute([n], lambda i: x[tuple(_unravel(i // r, x.shape))], name="T_repeat")
+    ax = _norm_axis(axis, x.ndim, "repeat")
+    shape = list(x.shape)
+    shape[ax] = E.simplify(shape[ax] * r)
+
+    def f(*idx):
+        src = list(idx)
+        src[ax] = idx[ax] // r
+        return x[tuple(src)]
+
+    return _te.compute(shape, f, name="T_repeat")
+
+
+def pad(x: Tensor, pad_before: Sequence[int], pad_after: Sequence[int] | None = None,
+        pad_value: float = 0.0, mode: str = "constant") -> Tensor:
+    """Pad every dim by ``pad_before[d]`` / ``pad_after[d]`` elements (``numpy.pad``).
+
+    ``mode``: ``"constant"`` fills ``pad_value`` (``if_then_else`` on the bounds, so the input
+    is never read out of range); ``"edge"`` repeats the border element (the index is clamped);
+    ``"reflect"`` mirrors without repeating the border (``-p`` below 0, ``2(d-1) - p`` above;
+    pads must be smaller than the dim). Raises ValueError for a wrong number of pads, a negative
+    pad or an unknown mode.
+    """
+    nd = x.ndim
+    lo = [int(p) for p in pad_before]
+    hi = lo if pad_after is None else [int(p) for p in pad_after]
+    if len(lo) != nd or len(hi) != nd:
+        raise ValueError(f"pad: need {nd} pads before and after for {_dim_str(x.shape)}, got "
+                         f"{lo} and {hi}")
+    if builtins.any(p < 0 for p in lo + hi):
+        raise ValueError(f"pad: pads must be >= 0, got {lo} and {hi}")
+    if mode not in ("constant", "edge", "reflect"):
+        raise ValueError(f"pad: unknown mode {mode!r} (constant, edge, reflect)")
+    shape = [E.simplify(s + (a + b)) if (a or b) else s for s, a, b in zip(x.shape, lo, hi)]
+
+    def f(*idx):
+        src, conds = [], []
+        for d in range(nd):
+            i, p = idx[d], (idx[d] - lo[d] if lo[d] else idx[d])
+            if not (lo[d] or hi[d]):
+                src.append(i)
+                continue
+            dim = x.shape[d]
+            if mode == "constant":
+                if lo[d]:
+                    conds.append(E.GE(i, E.IntImm(lo[d], "int64")))
+                if hi[d]:
+                    conds.append(E.LT(p, dim))
+                src.append(p)
+            elif mode == "edge":
+                src.append(tir.minimum(tir.maximum(p, _zero()), dim - 1))
+            else:
+                top = dim - 1
+                p = E.Select(E.LT(p, _zero()), -p, p) if lo[d] else p
+                src.append(E.Select(E.GT(p, top), top * 2 - p, p) if hi[d] else p)
+        v = x[tuple(src)]
+        if conds:
+            v = tir.if_then_else(tir.all(*conds), v, E.convert(pad_value, x.dtype))
+        return v
+
+    return _te.compute(shape, f, name="PadInput" if mode == "constant" else f"T_pad_{mode}")
+
+
+def trilu(x: Tensor, k=0, upper: bool = True) -> Tensor:
+    """Upper (``numpy.triu``) or lower (``numpy.tril``) triangle of the last two dims: element
+    ``[..., i, j]`` is kept when ``j - i >= k`` (upper) / ``j - i <= k`` (lower), else 0.
+    ``k`` is an int or an int PrimExpr. Raises ValueError for ndim < 2."""
+    if x.ndim < 2:
+        raise ValueError(f"trilu: needs ndim >= 2, got {_dim_str(x.shape)}")
+    kk = E.convert(k).astype("int64")
+
+    def f(*idx):
+        i, j = idx[-2], idx[-1]
+        keep = E.GE(j - i, kk) if upper else E.LE(j - i, kk)
+        return E.Select(keep, x[idx], E.convert(0, x.dtype))
+
+    return _te.compute(x.shape, f, name="trilu")
+
+
+def triu(x: Tensor, k=0) -> Tensor:
+    """``numpy.triu(x, k)`` (see :func:`trilu`)."""
+    return trilu(x, k, True)
+
+
+def tril(x: Tensor, k=0) -> Tensor:
+    """``numpy.tril(x, k)`` (see :func:`trilu`)."""
+    return trilu(x, k, False)
+
+
+def full(shape: Sequence, dtype: str, fill_value) -> Tensor:
+    """A tensor of ``shape`` filled with ``fill_value``: a Python number / PrimExpr constant, or
+    a 0-d te.Tensor read once per element and converted to ``dtype`` (``numpy.full``)."""
+    if isinstance(fill_value, Tensor):
+        if fill_value.ndim != 0:
+            raise ValueError(f"full: fill_value must be 0-d, got {_dim_str(fill_value.shape)}")
+        return _te.compute(shape, lambda *i: _cast(fill_value[()], dtype), name="T_full")
+    value = E.convert(fill_value, dtype)
+    if value.dtype != dtype:
+        value = _cast(value, dtype)
+    return _te.compute(shape, lambda *i: value, name="T_full")
+
+
+def zeros(shape: Sequence, dtype: str = "float32") -> Tensor:
+    """A tensor of zeros (``numpy.zeros``)."""
+    return full(shape, dtype, 0)
+
+
+def ones(shape: Sequence, dtype: str = "float32") -> Tensor:
+    """A tensor of ones (``numpy.ones``)."""
+    return full(shape, dtype, 1)
+
+
+def arange(start, stop=None, step=1, dtype: str = "float32", length=None) -> Tensor:
+    """``start + i * step`` for ``i < ceil((stop - start) / step)`` (``numpy.arange``; one bound
+    means ``[0, start)``). Float results are computed in float64 and converted; ``stop`` may be
+    a symbolic int dim, ``start`` / ``step`` must be numbers. ``length`` (an int or int64
+    PrimExpr) overrides the element count computed from the bounds. Raises ValueError for
+    step 0."""
+    from ..ir.op import arange_length
+
+    if stop is None and length is None:
+        start, stop = 0, start
+    for v, what in ((start, "start"), (step, "step")):
+        if not isinstance(v, (int, float)):
+            if isinstance(v, (E.IntImm, E.FloatImm)):
+                continue
+            raise ValueError(f"arange: {what} must be a number, got {v}")
+    start = start.value if isinstance(start, (E.IntImm, E.FloatImm)) else start
+    step = step.value if isinstance(step, (E.IntImm, E.FloatImm)) else step
+    n = arange_length(start, stop, step) if length is None else length
+    if _is_float(dtype):
+        work = "float64"
+    else:
+        work = "int64"
+        if isinstance(start, float) or isinstance(step, float):
+            work = "float64"
+
+    def f(i):
+        v = E.convert(start, work) + i.astype(work) * E.convert(step, work)
+        return _cast(v, dtype) if work != dtype else v
+
+    return _te.compute([n], f, name="T_arange")
+
+
+def where(cond: Tensor, a: Operand, b: Operand) -> Tensor:
+    """``a`` where ``cond`` else ``b`` (``numpy.where``) with numpy broadcasting of all three;
+    ``a`` / ``b`` may be scalars. The result dtype is their common dtype; a non-bool ``cond``
+    is tested against 0. Raises ValueError for shapes that do not broadcast."""
+    ta, tb = _as_tensor_or_scalar(a), _as_tensor_or_scalar(b)
+    if isinstance(ta, Tensor) and isinstance(b, (int, float)):
+        tb = E.convert(b, ta.dtype)
+    if isinstance(tb, Tensor) and isinstance(a, (int, float)):
+        ta = E.convert(a, tb.dtype)
+    dtype = _promote(ta.dtype, tb.dtype)
+    sa = ta.shape if isinstance(ta, Tensor) else ()
+    sb = tb.shape if isinstance(tb, Tensor) else ()
+    shape = broadcast_shape(cond.shape, broadcast_shape(sa, sb, "where"), "where")
+
+    def load(t, idx):
+        v = t[_broadcast_index(idx, t.shape)] if isinstance(t, Tensor) else t
+        return _cast(v, dtype)
+
+    def f(*idx):
+        c = _cast(cond[_broadcast_index(idx, cond.shape)], "bool")
+        return E.Select(c, load(ta, idx), load(tb, idx))
+
+    return _te.compute(shape, f, name="T_where")
+
+
+def prod(x: Tensor, axis=None, keepdims: bool = False) -> Tensor:  # noqa: A001 - op name
+    """Product over ``axis`` (``numpy.prod``, keeping the dtype; 16-bit floats in float32)."""
+    return _reduce(x, axis, keepdims, _te.prod, "T_prod", _compute_dtype(x.dtype), x.dtype)
+
+
+def _arg_reduce(x: Tensor, axis, keepdims: bool, largest: bool) -> Tensor:
+    name = "T_argmax" if largest else "T_argmin"
+    if axis is not None and not isinstance(axis, int):
+        raise TypeError(f"{name[2:]}: axis must be an int or None, got {axis!r}")
+    axes = _norm_axes(axis, x.ndim, name[2:])
+    acc = _compute_dtype(x.dtype)
+    shape = _reduced_shape(x.shape, axes, keepdims)
+    nd = x.ndim
+    reducer = _te.max if largest else _te.min
+
+    def fext(*idx):
+        rv = _reduce_axes(x.shape, axes)
+        return reducer(_cast(x[_full_index(idx, axes, nd, rv, keepdims)], acc), axis=rv)
+
+    ext = _te.compute(shape, fext, name=name + "_" + ("max" if largest else "min"))
+
+    def fidx(*idx):
+        rv = _reduce_axes(x.shape, axes)
+        flat: PrimExpr = _zero()
+        for a, r in zip(axes, rv):
+            flat = flat * x.shape[a] + r.var
+        hit = E.EQ(_cast(x[_full_index(idx, axes, nd, rv, keepdims)], acc), ext[idx])
+        big = tir.max_value("int64")
+        return _te.min(E.Select(hit, flat, big), axis=rv)
+
+    return _te.compute(shape, fidx, name=name)
+
+
+def argmax(x: Tensor, axis: int | None = None, keepdims: bool = False) -> Tensor:
+    """Index (int64) of the maximum along ``axis`` (``numpy.argmax``: the first one on ties;
+    ``axis=None`` gives the flat index). Two passes: the maximum (``T_argmax_max``, float32
+    for 16-bit floats), then the smallest index holding it (``T_argmax``)."""
+    return _arg_reduce(x, axis, keepdims, True)
+
+
+def argmin(x: Tensor, axis: int | None = None, keepdims: bool = False) -> Tensor:
+    """Index (int64) of the minimum along ``axis`` (``numpy.argmin``; see :func:`argmax`)."""
+    return _arg_reduce(x, axis, keepdims, False)
+
+
+def cumsum_prim_func(x: Tensor, axis: int | None = None, dtype: str | None = None,
+                     exclusive: bool = False, name: str = "cumsum") -> tir.PrimFunc:
+    """A PrimFunc ``(x, T_cumsum)`` computing the cumulative sum of placeholder ``x`` along
+    ``axis`` (``numpy.cumsum``; ``axis=None`` scans the flattened tensor into a 1-D result).
+
+    A scan is not a tensor expression, so the loops are written directly (already lowered,
+    as TVM's ``topi.cumsum`` builds them with the IR builder): for every position outside
+    ``axis`` a running sum in a one-element accumulator (float32 for 16-bit floats, else the
+    result dtype) walks the axis serially and stores ``acc`` after adding the element
+    (``exclusive=True``: before). ``dtype`` (default ``x.dtype``) is the result dtype.
+    """
+    odt = dtype if dtype not in (None, "void") else x.dtype
+    acc_dt = _compute_dtype(odt) if odt != "bool" else "int64"
+    nd = x.ndim
+    total = _product(x.shape)
+    if axis is None:
+        out = tir.Buffer("T_cumsum", [total], odt)
+        outer_dims: list[int] = []
+        scan_dims = list(range(nd))
+    else:
+        ax = _norm_axis(axis, nd, "cumsum")
+        out = tir.Buffer("T_cumsum", x.shape, odt)
+        outer_dims = [d for d in range(nd) if d != ax]
+        scan_dims = [ax]
+    acc = tir.Buffer("acc", [1], acc_dt)
+    zero_i = _zero()
+    ivars = [E.Var(f"i{d}", "int64") for d in range(nd)]
+
+    def out_index() -> list[PrimExpr]:
+        if axis is not None:
+            return list(ivars)
+        flat: PrimExpr = _zero()
+        for d in range(nd):
+            flat = flat * x.shape[d] + ivars[d]
+        return [flat]
+
+    v = _cast(x.buffer[tuple(ivars)], acc_dt)
+    cur = tir.BufferLoad(acc, [zero_i])
+    store_out = tir.BufferStore(out, _cast(cur, odt), out_index())
+    add = tir.BufferStore(acc, cur + v, [zero_i])
+    body: tir.Stmt = tir.SeqStmt([store_out, add] if exclusive else [add, store_out])
+    for d in reversed(scan_dims):
+        body = tir.For(ivars[d], 0, x.shape[d], "serial", body)
+    body = tir.SeqStmt([tir.BufferStore(acc, E.const(0, acc_dt), [zero_i]), body])
+    for d in reversed(outer_dims):
+        body = tir.For(ivars[d], 0, x.shape[d], "serial", body)
+    func = tir.PrimFunc([x.buffer, out], tir.Allocate(acc, body),
+                        {"global_symbol": name, "tir.noalias": True}, name)
+    tir.verify(func)
+    return func
 
 
 # === section B: neural-network ops, extern and TE/TIR ops (issue 3) ===
+
+__all__ += ["conv2d", "conv1d_transpose", "group_norm", "resize2d", "attention"]
+
+
+def _int_list(v, n: int, what: str, opname: str) -> list[int]:
+    """``v`` (an int or ``n`` ints; a 1-list repeats) as ``n`` Python ints."""
+    if isinstance(v, (list, tuple)):
+        vals = [int(a) for a in v]
+        if len(vals) == 1:
+            vals = vals * n
+    else:
+        vals = [int(v)] * n
+    if len(vals) != n:
+        raise ValueError(f"{opname}: {what} must have {n} values, got {v!r}")
+    return vals
+
+
+def _in_bounds(pos: PrimExpr, size: PrimExpr, check_lo: bool, check_hi: bool) -> list[PrimExpr]:
+    conds = []
+    if check_lo:
+        conds.append(E.GE(pos, E.IntImm(0, "int64")))
+    if check_hi:
+        conds.append(E.LT(pos, size))
+    return conds
+
+
+def conv2d(x: Tensor, w: Tensor, strides=1, padding=0, dilation=1, groups: int = 1,
+           out_dtype: str | None = None) -> Tensor:
+    """2-D convolution, NCHW data and OIHW weight (``torch.nn.Conv2d``,
+    https://pytorch.org/docs/stable/generated/torch.nn.Conv2d.html; a cross-correlation)::
+
+        out[n, o, y, x] = sum_{c, ky, kx} x_pad[n, g*C/G + c, y*sH + ky*dH, x*sW + kx*dW]
+                                          * w[o, c, ky, kx],        g = o // (O / G)
+        oH = (H + top + bottom - dH*(kH - 1) - 1) // sH + 1   (likewise oW)
+
+    ``padding``: an int, ``(pH, pW)`` or ``(top, left, bottom, right)``; zero padding is read
+    inline through ``if_then_else`` on the bounds. ``strides`` / ``dilation``: an int or
+    ``(h, w)``. Precision as :func:`conv1d` (16-bit floats accumulate in float32, then a cast
+    stage). Raises ValueError for non-4-D operands or channel counts that do not match ``groups``.
+    """
+    if x.ndim != 4 or w.ndim != 4:
+        raise ValueError(f"conv2d: data and weight must be 4-D (NCHW / OIHW), got "
+                         f"{_dim_str(x.shape)} and {_dim_str(w.shape)}")
+    sh, sw = _int_list(strides, 2, "strides", "conv2d")
+    dh, dw = _int_list(dilation, 2, "dilation", "conv2d")
+    pads = list(padding) if isinstance(padding, (list, tuple)) else [padding]
+    if len(pads) == 2:
+        pads = pads * 2
+    pt, pl, pb, pr = _int_list(pads, 4, "padding", "conv2d")
+    g = int(groups)
+    if builtins.min(sh, sw, dh, dw, g) < 1 or builtins.min(pt, pl, pb, pr) < 0:
+        raise ValueError(f"conv2d: invalid strides={strides} dilation={dilation} groups={groups} "
+                         f"padding={padding}")
+    n, c, h, wd = x.shape
+    o, cg, kh, kw = w.shape
+    sc, scg, so = _static(c), _static(cg), _static(o)
+    if sc is not None and scg is not None and sc != scg * g:
+        raise ValueError(f"conv2d: data {_dim_str(x.shape)} has {sc} channels but weight "
+                         f"{_dim_str(w.shape)} with groups={g} expects {scg * g}")
+    if so is not None and so % g:
+        raise ValueError(f"conv2d: {so} output channels are not divisible by groups={g}")
+    oh = E.simplify((h + (pt + pb - 1) - (kh - 1) * dh) // sh + 1)
+    ow = E.simplify((wd + (pl + pr - 1) - (kw - 1) * dw) // sw + 1)
+    in_dtype = _promote(x.dtype, w.dtype)
+    odt = _out_dtype(in_dtype, out_dtype)
+    acc = _acc_dtype(in_dtype, odt)
+    o_per_g = E.simplify(o // g) if g > 1 else o
+
+    def fbody(nn, oc, yy, xx):
+        rc = _te.reduce_axis((0, cg), name="rc")
+        ry = _te.reduce_axis((0, kh), name="ry")
+        rx = _te.reduce_axis((0, kw), name="rx")
+        py = (yy * sh if sh != 1 else yy) + (ry.var * dh if dh != 1 else ry.var) - pt
+        px = (xx * sw if sw != 1 else xx) + (rx.var * dw if dw != 1 else rx.var) - pl
+        py, px = E.simplify(py), E.simplify(px)
+        chan = rc.var if g == 1 else (oc // o_per_g) * cg + rc.var
+        v = _cast(x[nn, chan, py, px], acc)
+        conds = _in_bounds(py, h, pt > 0, pb > 0) + _in_bounds(px, wd, pl > 0, pr > 0)
+        if conds:
+            v = tir.if_then_else(tir.all(*conds), v, E.const(0, acc))
+        return _te.sum(v * _cast(w[oc, rc.var, ry.var, rx.var], acc), axis=[rc, ry, rx])
+
+    return _two_stage((n, o, oh, ow), fbody, acc, odt, "conv2d_nchw")
+
+
+def conv1d_transpose(x: Tensor, w: Tensor, strides=1, padding=0, output_padding=0, dilation=1,
+                     groups: int = 1, out_dtype: str | None = None) -> Tensor:
+    """1-D transposed convolution, NCW data and IOW weight (``torch.nn.ConvTranspose1d``,
+    https://pytorch.org/docs/stable/generated/torch.nn.ConvTranspose1d.html), written as a
+    gather over the input::
+
+        out[n, g*Og + o, t] = sum_{c, k} x[n, g*Cg + c, q] * w[g*Cg + c, o, k]
+            where t + lo - k*dilation = q*stride with 0 <= q < W   (other terms are zero)
+        W_out = (W - 1)*stride - lo - hi + dilation*(K - 1) + output_padding + 1
+
+    ``x`` (N, C, W), ``w`` (C, Og, K), ``Cg = C / groups``; ``padding`` is ``p`` or
+    ``(lo, hi)``. Precision as :func:`conv1d`. Raises ValueError for non-3-D operands or
+    mismatched channels.
+    """
+    if x.ndim != 3 or w.ndim != 3:
+        raise ValueError(f"conv1d_transpose: data and weight must be 3-D (NCW / IOW), got "
+                         f"{_dim_str(x.shape)} and {_dim_str(w.shape)}")
+    (s,) = _int_list(strides, 1, "strides", "conv1d_transpose")
+    (d,) = _int_list(dilation, 1, "dilation", "conv1d_transpose")
+    (opad,) = _int_list(output_padding, 1, "output_padding", "conv1d_transpose")
+    lo, hi = _int_list(padding, 2, "padding", "conv1d_transpose")
+    g = int(groups)
+    if builtins.min(s, d, g) < 1 or builtins.min(lo, hi, opad) < 0:
+        raise ValueError(f"conv1d_transpose: invalid strides={strides} dilation={dilation} "
+                         f"groups={groups} padding={padding} output_padding={output_padding}")
+    n, c, width = x.shape
+    ci, og, k = w.shape
+    sc, sci = _static(c), _static(ci)
+    if sc is not None and sci is not None and sc != sci:
+        raise ValueError(f"conv1d_transpose: data {_dim_str(x.shape)} has {sc} channels but "
+                         f"weight {_dim_str(w.shape)} expects {sci}")
+    if sc is not None and sc % g:
+        raise ValueError(f"conv1d_transpose: {sc} input channels are not divisible by groups={g}")
+    cg = E.simplify(c // g) if g > 1 else c
+    out_c = E.simplify(og * g)
+    out_w = E.simplify((width - 1) * s + (k - 1) * d + (opad + 1 - lo - hi))
+    in_dtype = _promote(x.dtype, w.dtype)
+    odt = _out_dtype(in_dtype, out_dtype)
+    acc = _acc_dtype(in_dtype, odt)
+
+    def fbody(nn, oc, t):
+        rc = _te.reduce_axis((0, cg), name="rc")
+        rk = _te.reduce_axis((0, k), name="rk")
+        num = E.simplify(t + lo - (rk.var * d if d != 1 else rk.var))
+        if s == 1:
+            q = num
+            conds = [E.GE(num, E.IntImm(0, "int64")), E.LT(num, width)]
+        else:
+            q = num // s
+            conds = [E.GE(num, E.IntImm(0, "int64")),
+                     E.EQ(num % s, E.IntImm(0, "int64")), E.LT(q, width)]
+        chan = rc.var if g == 1 else (oc // og) * cg + rc.var
+        oc_l = oc if g == 1 else oc % og
+        v = _cast(x[nn, chan, q], acc) * _cast(w[chan, oc_l, rk.var], acc)
+        return _te.sum(tir.if_then_else(tir.all(*conds), v, E.const(0, acc)), axis=[rc, rk])
+
+    return _two_stage((n, out_c, out_w), fbody, acc, odt, "conv1d_transpose_ncw")
+
+
+def group_norm(x: Tensor, gamma: Tensor | None, beta: Tensor | None, num_groups: int,
+               channel_axis: int = 1, axes=None, epsilon: float = 1e-5) -> Tensor:
+    """Group normalization (Wu & He 2018; ``torch.nn.GroupNorm``,
+    https://pytorch.org/docs/stable/generated/torch.nn.GroupNorm.html)::
+
+        y = (x - mean) / sqrt(var + eps) * gamma[c] + beta[c]
+
+    The channels (``channel_axis``, C of them) split into ``num_groups`` groups of C / G; mean
+    and biased variance run over the channels of a group and over ``axes`` (default: all dims
+    but the first two), separately for every other index. ``gamma`` / ``beta`` are (C,) or
+    None. Two-pass in float32 (float64 for float64): ``T_group_norm_sum`` -> ``_mean`` -> ``_var``
+    -> ``_rstd`` -> ``T_group_norm``. Raises ValueError when C is not divisible by G or
+    ``axes`` contains the channel axis.
+    """
+    acc = _norm_acc(x.dtype)
+    nd = x.ndim
+    ca = _norm_axis(channel_axis, nd, "group_norm")
+    ax = _norm_axes(list(range(2, nd)) if axes is None else axes, nd, "group_norm")
+    if ca in ax:
+        raise ValueError(f"group_norm: axes {axes} must not contain the channel axis {channel_axis}")
+    G = int(num_groups)
+    chans = x.shape[ca]
+    sch = _static(chans)
+    if G < 1 or (sch is not None and sch % G):
+        raise ValueError(f"group_norm: {chans} channels of {_dim_str(x.shape)} are not divisible "
+                         f"by num_groups={num_groups}")
+    _check_param(gamma, x, [ca], "group_norm: gamma")
+    _check_param(beta, x, [ca], "group_norm: beta")
+    cpg = E.simplify(chans // G) if G > 1 else chans
+    kept = [dd for dd in range(nd) if dd not in ax]       # includes the channel axis
+    stat_shape = [E.IntImm(G, "int64") if dd == ca else x.shape[dd] for dd in kept]
+    n = _count([cpg] + [x.shape[a] for a in ax], acc)
+
+    def stat_index(full):
+        return tuple(full[dd] // cpg if dd == ca else full[dd] for dd in kept)
+
+    def full_index(sidx, rc, rv):
+        pos = {dd: i for i, dd in enumerate(kept)}
+        it = iter(rv)
+        out = []
+        for dd in range(nd):
+            if dd == ca:
+                out.append(sidx[pos[dd]] * cpg + rc.var)
+            elif dd in ax:
+                out.append(next(it).var)
+            else:
+                out.append(sidx[pos[dd]])
+        return tuple(out)
+
+    def fsum(*sidx):
+        rc = _te.reduce_axis((0, cpg), name="rc")
+        rv = _reduce_axes(x.shape, ax)
+        return _te.sum(_cast(x[full_index(sidx, rc, rv)], acc), axis=[rc] + rv)
+
+    total = _te.compute(stat_shape, fsum, name="T_group_norm_sum")
+    mu = _te.compute(stat_shape, lambda *i: total[i] / n, name="T_group_norm_mean")
+
+    def fvar(*sidx):
+        rc = _te.reduce_axis((0, cpg), name="rc")
+        rv = _reduce_axes(x.shape, ax)
+        dv = _cast(x[full_index(sidx, rc, rv)], acc) - mu[sidx]
+        return _te.sum(dv * dv, axis=[rc] + rv)
+
+    var = _te.compute(stat_shape, fvar, name="T_group_norm_var")
+    eps = E.const(float(epsilon), acc)
+    rstd = _te.compute(stat_shape, lambda *i: 1.0 / tir.sqrt(var[i] / n + eps),
+                       name="T_group_norm_rstd")
+
+    def fout(*idx):
+        si = stat_index(idx)
+        v = (_cast(x[idx], acc) - mu[si]) * rstd[si]
+        if gamma is not None:
+            v = v * _cast(gamma[idx[ca]], acc)
+        if beta is not None:
+            v = v + _cast(beta[idx[ca]], acc)
+        return _cast(v, x.dtype)
+
+    return _te.compute(x.shape, fout, name="T_group_norm")
+
+
+def _round_index(v: PrimExpr, rounding: str) -> PrimExpr:
+    if rounding == "round":
+        return tir.round(v)
+    if rounding == "floor":
+        return tir.floor(v)
+    if rounding == "ceil":
+        return tir.ceil(v)
+    if rounding == "round_prefer_ceil":
+        return tir.floor(v + 0.5)
+    if rounding == "round_prefer_floor":
+        return tir.ceil(v - 0.5)
+    raise ValueError(f"resize2d: unknown rounding_method {rounding!r}")
+
+
+def resize2d(x: Tensor, size, layout: str = "NCHW", method: str = "linear",
+             coordinate_transformation_mode: str = "half_pixel", rounding_method: str = "round",
+             out_dtype: str | None = None) -> Tensor:
+    """Resize the spatial dims (``size`` = (oH, oW)) of an NCHW / NHWC image (ONNX ``Resize``
+    semantics, https://onnx.ai/onnx/operators/onnx__Resize.html). Per axis, with
+    ``r = in / out``, the source coordinate of output index ``i`` is
+
+    * ``asymmetric``: ``i * r``;  ``half_pixel``: ``(i + 0.5) * r - 0.5``;
+    * ``align_corners``: ``i * (in - 1) / (out - 1)`` (0 when ``out == 1``).
+
+    ``nearest_neighbor`` reads the pixel at the rounded coordinate (``rounding_method``; the
+    asymmetric / floor case is the exact integer ``(i * in) // out``, PyTorch's nearest).
+    ``linear`` interpolates the 2 x 2 neighbours of the coordinate (clamped to >= 0 for
+    half_pixel, as PyTorch) with indices clamped to the image. Coordinates and weights are
+    float32 (float64 for float64 data); the result is converted to ``out_dtype`` (default: the
+    input dtype). Raises ValueError for other layouts, methods or modes.
+    """
+    if layout not in ("NCHW", "NHWC"):
+        raise ValueError(f"resize2d: layout must be 'NCHW' or 'NHWC', got {layout!r}")
+    if method not in ("nearest_neighbor", "linear"):
+        raise ValueError(f"resize2d: method {method!r} is not supported (nearest_neighbor, linear)")
+    mode = coordinate_transformation_mode
+    if mode not in ("asymmetric", "half_pixel", "align_corners"):
+        raise ValueError(f"resize2d: coordinate_transformation_mode {mode!r} is not supported "
+                         "(asymmetric, half_pixel, align_corners)")
+    if x.ndim != 4:
+        raise ValueError(f"resize2d: data must be 4-D, got {_dim_str(x.shape)}")
+    oh, ow = [E.convert(s).astype("int64") for s in size]
+    ha, wa = (2, 3) if layout == "NCHW" else (1, 2)
+    in_h, in_w = x.shape[ha], x.shape[wa]
+    shape = list(x.shape)
+    shape[ha], shape[wa] = oh, ow
+    cd = "float64" if x.dtype == "float64" else "float32"
+    odt = _out_dtype(x.dtype, out_dtype)
+    zero = E.IntImm(0, "int64")
+
+    def fl(v) -> PrimExpr:
+        return E.convert(v).astype(cd)
+
+    def src(i, n_in, n_out) -> PrimExpr:
+        if mode == "align_corners":
+            ratio = (fl(n_in) - 1.0) / tir.maximum(fl(n_out) - 1.0, E.const(1.0, cd))
+            return fl(i) * ratio
+        ratio = fl(n_in) / fl(n_out)
+        if mode == "asymmetric":
+            return fl(i) * ratio
+        return (fl(i) + 0.5) * ratio - 0.5
+
+    def clamp(i, n_in) -> PrimExpr:
+        return tir.minimum(tir.maximum(i, zero), n_in - 1)
+
+    def load(idx, yi, xi):
+        full = list(idx)
+        full[ha], full[wa] = yi, xi
+        return _cast(x[tuple(full)], cd)
+
+    if method == "nearest_neighbor":
+        def nearest(i, n_in, n_out):
+            if mode == "asymmetric" and rounding_method == "floor":
+                return (i * n_in) // n_out
+            return clamp(_round_index(src(i, n_in, n_out), rounding_method).astype("int64"), n_in)
+
+        def f(*idx):
+            return _cast(load(idx, nearest(idx[ha], in_h, oh), nearest(idx[wa], in_w, ow)), odt)
+    else:
+        def coord(i, n_in, n_out):
+            c = src(i, n_in, n_out)
+            if mode == "half_pixel":
+                c = tir.maximum(c, E.const(0.0, cd))
+            c0 = tir.floor(c)
+            i0 = c0.astype("int64")
+            return clamp(i0, n_in), clamp(i0 + 1, n_in), c - c0
+
+        def f(*idx):
+            y0, y1, ly = coord(idx[ha], in_h, oh)
+            x0, x1, lx = coord(idx[wa], in_w, ow)
+            top = load(idx, y0, x0) * (1.0 - lx) + load(idx, y0, x1) * lx
+            bottom = load(idx, y1, x0) * (1.0 - lx) + load(idx, y1, x1) * lx
+            return _cast(top * (1.0 - ly) + bottom * ly, odt)
+
+    return _te.compute(shape, f, name="resize")
+
+
+def attention(q: Tensor, k: Tensor, v: Tensor, scale: float | None = None,
+              causal_mask: str | None = None) -> Tensor:
+    """Scaled dot-product attention in TVM's (batch, seq, heads, head_dim) layout
+    (Vaswani et al. 2017; ``torch.nn.functional.scaled_dot_product_attention``)::
+
+        s[b, h, i, j] = scale * sum_d q[b, i, h, d] * k[b, j, h', d]     (masked: lowest value)
+        out[b, i, h, e] = sum_j exp(s - max_j s) * v[b, j, h', e] / sum_j exp(s - max_j s)
+
+    ``q`` (B, Sq, H, D), ``k`` (B, Sk, Hk, D), ``v`` (B, Sk, Hk, Dv); ``h' = h // (H / Hk)``
+    (grouped-query attention). ``scale`` defaults to ``1 / sqrt(D)``. ``causal_mask``:
+    ``"TopLeft"`` keeps ``j <= i`` (PyTorch's ``is_causal``), ``"BottomRight"`` keeps
+    ``j <= i + Sk - Sq``. Math in float32 (float64 for float64). Stages: ``T_attention_score``
+    (+ ``_acc``), ``T_attention_max``, ``T_attention_exp``, ``T_attention_sum``,
+    ``T_attention`` (+ ``_acc``). Raises ValueError for non-4-D inputs or an unknown mask.
+    """
+    if q.ndim != 4 or k.ndim != 4 or v.ndim != 4:
+        raise ValueError(f"attention: query, key and value must be 4-D (B, S, H, D), got "
+                         f"{_dim_str(q.shape)}, {_dim_str(k.shape)}, {_dim_str(v.shape)}")
+    if causal_mask not in (None, "TopLeft", "BottomRight"):
+        raise ValueError(f"attention: unknown causal_mask {causal_mask!r}")
+    acc = _norm_acc(q.dtype)
+    bsz, sq, heads, dim = q.shape
+    sk, hk, dv = k.shape[1], k.shape[2], v.shape[3]
+    rep = E.simplify(heads // hk)
+    if scale is None:
+        sd = _static(dim)
+        sc = (E.const(1.0 / math.sqrt(sd), acc) if sd is not None
+              else tir.rsqrt(dim.astype(acc)))
+    else:
+        sc = E.const(float(scale), acc)
+
+    def kv_head(h):
+        return h if _is_static_one(rep) else h // rep
+
+    def fscore(b, h, i, j):
+        rd = _te.reduce_axis((0, dim), name="rd")
+        return _te.sum(_cast(q[b, i, h, rd.var], acc) * _cast(k[b, j, kv_head(h), rd.var], acc),
+                       axis=rd)
+
+    def fmask(val, idx):
+        val = val * sc
+        if causal_mask is None:
+            return val
+        i, j = idx[2], idx[3]
+        limit = i if causal_mask == "TopLeft" else E.simplify(i + (sk - sq))
+        return E.Select(E.LE(j, limit), val, tir.min_value(acc))
+
+    s_shape = (bsz, heads, sq, sk)
+    score = _te.compute(s_shape, fscore, name="T_attention_score")
+
+    def masked(b, h, i, j):
+        return fmask(score[b, h, i, j], (b, h, i, j))
+
+    def fmax(b, h, i):
+        rj = _te.reduce_axis((0, sk), name="rj")
+        return _te.max(masked(b, h, i, rj.var), axis=rj)
+
+    mx = _te.compute((bsz, heads, sq), fmax, name="T_attention_max")
+    ex = _te.compute(s_shape, lambda b, h, i, j: tir.exp(masked(b, h, i, j) - mx[b, h, i]),
+                     name="T_attention_exp")
+
+    def fsum(b, h, i):
+        rj = _te.reduce_axis((0, sk), name="rj")
+        return _te.sum(ex[b, h, i, rj.var], axis=rj)
+
+    total = _te.compute((bsz, heads, sq), fsum, name="T_attention_sum")
+
+    def fout(b, i, h, e):
+        rj = _te.reduce_axis((0, sk), name="rj")
+        return _te.sum(ex[b, h, i, rj.var] * _cast(v[b, rj.var, kv_head(h), e], acc), axis=rj)
+
+    def fnorm(val, idx):
+        b, i, h = idx[0], idx[1], idx[2]
+        return val / total[b, h, i]
+
+    return _two_stage((bsz, sq, heads, dv), fout, acc, q.dtype, "T_attention", fnorm)

@@ -1,5 +1,6 @@
-"""Passes over IRModules: ``LegalizeOps`` (ops -> call_tir of PrimFuncs) and dead-code
-elimination."""
+"""Passes over IRModules: ``LegalizeOps`` (ops -> call_tir of PrimFuncs), dead-code
+elimination and ``LiftTransformParams`` (weight preprocessing -> ``transform_params``)."""
 from .legalize import LegalizeOps, call_te, dead_code_elimination
+from .lift_transform_params import LiftTransformParams
 
-__all__ = ["LegalizeOps", "call_te", "dead_code_elimination"]
+__all__ = ["LegalizeOps", "LiftTransformParams", "call_te", "dead_code_elimination"]

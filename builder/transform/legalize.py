@@ -229,6 +229,268 @@ def _is_pure(value: rx.Expr) -> bool:
 
 
 # === section A: tensor creation / manipulation / reduction ops (issue 3) ===
+from ..ir.struct_info import TupleStructInfo as _TupleSInfo  # noqa: E402
+
+
+def _out_sinfo(new: rx.Call, sinfo) -> rx.Call:
+    """``new`` (a call_tir) with the original call's graph-level output struct info, so that the
+    legalized binding keeps the exact shape expressions the graph inferred."""
+    fields = list(sinfo.fields) if isinstance(sinfo, _TupleSInfo) else [sinfo]
+    return rx.Call(new.op, new.args, new.attrs, sinfo_args=fields)
+
+
+def _localize_shape(shape) -> list:
+    """Output dims for a kernel: compound symbolic dims (``n * 2``) become fresh kernel-local
+    variables, so that the kernel binds them from its output buffer's shape."""
+    local: list[tuple[E.PrimExpr, E.Var]] = []
+    out = []
+    for d in shape:
+        if isinstance(d, (int, E.Var)):
+            out.append(d)
+            continue
+        for expr, var in local:
+            if E.prove_equal(expr, d):
+                out.append(var)
+                break
+        else:
+            var = E.Var(f"w{len(local)}", "int64")
+            local.append((d, var))
+            out.append(var)
+    return out
+
+
+def _tensor_fields(e: rx.Expr) -> list[rx.Expr]:
+    if isinstance(e, rx.Tuple):
+        return list(e.fields)
+    return [rx.TupleGetItem(e, i) for i in range(len(e.struct_info.fields))]
+
+
+def _concat(bb: BlockBuilder, call: rx.Call, bindings: dict) -> rx.Expr:
+    fields = _tensor_fields(call.args[0])
+    new = call_te(bb, topi.concat, (fields,), {"axis": call.attrs.get("axis", 0)}, "concatenate")
+    return _out_sinfo(new, call.struct_info)
+
+
+def _split(bb: BlockBuilder, call: rx.Call, bindings: dict) -> rx.Expr:
+    new = call_te(bb, topi.split, (call.args[0],), {
+        "indices_or_sections": call.attrs["indices_or_sections"],
+        "axis": call.attrs.get("axis", 0)}, "split")
+    return _out_sinfo(new, call.struct_info)
+
+
+def _as_reshape(bb: BlockBuilder, call: rx.Call, bindings: dict) -> rx.Expr:
+    """expand_dims / squeeze move no data: a ``R.reshape`` view to the inferred shape."""
+    return rx.Call(rx.Op.get("reshape"), [call.args[0], rx.ShapeExpr(call.struct_info.shape)])
+
+
+def _broadcast_to(bb: BlockBuilder, call: rx.Call, bindings: dict) -> rx.Expr:
+    shape = _localize_shape(call.args[1].values)
+    return _out_sinfo(call_te(bb, topi.broadcast_to, (call.args[0],), {"shape": shape},
+                              "broadcast_to"), call.struct_info)
+
+
+def _repeat(bb: BlockBuilder, call: rx.Call, bindings: dict) -> rx.Expr:
+    new = call_te(bb, topi.repeat, (call.args[0],), {"repeats": call.attrs["repeats"],
+                                                      "axis": call.attrs.get("axis")}, "repeat")
+    return _out_sinfo(new, call.struct_info)
+
+
+def _pad(bb: BlockBuilder, call: rx.Call, bindings: dict) -> rx.Expr:
+    width = list(call.attrs["pad_width"])
+    new = call_te(bb, topi.pad, (call.args[0],), {
+        "pad_before": width[0::2], "pad_after": width[1::2],
+        "pad_value": call.attrs.get("pad_value", 0.0),
+        "mode": call.attrs.get("pad_mode", "constant")}, "pad")
+    return _out_sinfo(new, call.struct_info)
+
+
+def _trilu(upper: bool) -> Rule:
+    def rule(bb: BlockBuilder, call: rx.Call, bindings: dict) -> rx.Expr:
+        k = call.args[1].value
+        if not isinstance(k, E.IntImm):
+            raise ValueError(f"{call.op.name}: a symbolic diagonal offset k={k} is not supported "
+                             "by this runtime")
+        fn = topi.triu if upper else topi.tril
+        return _out_sinfo(call_te(bb, fn, (call.args[0],), {"k": k.value},
+                                  "triu" if upper else "tril"), call.struct_info)
+
+    return rule
+
+
+def _creation(kind: str) -> Rule:
+    """zeros / ones / full / empty: a kernel with only an output buffer (plus the fill value
+    when ``full`` gets a computed tensor). ``empty`` is filled with zeros."""
+    def rule(bb: BlockBuilder, call: rx.Call, bindings: dict) -> rx.Expr:
+        sinfo = call.struct_info
+        shape = _localize_shape(sinfo.shape)
+        if kind == "full":
+            fill = call.args[1]
+            if isinstance(fill, rx.Constant):
+                value = fill.data.item()
+                new = call_te(bb, topi.full, (), {"shape": shape, "dtype": sinfo.dtype,
+                                                  "fill_value": value}, "full")
+            else:
+                new = call_te(bb, topi.full, (), {"shape": shape, "dtype": sinfo.dtype,
+                                                  "fill_value": fill}, "full")
+        else:
+            value = 1 if kind == "ones" else 0
+            new = call_te(bb, topi.full, (), {"shape": shape, "dtype": sinfo.dtype,
+                                              "fill_value": value}, kind)
+        return _out_sinfo(new, sinfo)
+
+    return rule
+
+
+def _arange(bb: BlockBuilder, call: rx.Call, bindings: dict) -> rx.Expr:
+    start, end, step = (a.value for a in call.args)
+    for v, what in ((start, "start"), (step, "step")):
+        if not isinstance(v, (E.IntImm, E.FloatImm)):
+            raise ValueError(f"R.arange: a symbolic {what} ({v}) is not supported by this runtime; "
+                             "only the end may be symbolic")
+    sinfo = call.struct_info
+    (n,) = _localize_shape(sinfo.shape)
+    new = call_te(bb, topi.arange, (), {"start": start.value, "step": step.value,
+                                        "dtype": sinfo.dtype, "length": n}, "arange")
+    return _out_sinfo(new, sinfo)
+
+
+def _scalar_or_tensor(e: rx.Expr):
+    """A 0-d constant as its Python value (inlined into the kernel), anything else unchanged."""
+    if isinstance(e, rx.Constant) and e.data.ndim == 0:
+        return e.data.item()
+    return e
+
+
+def _where(bb: BlockBuilder, call: rx.Call, bindings: dict) -> rx.Expr:
+    c, a, b = call.args
+    dtype = call.struct_info.dtype
+    sa, sb = _scalar_or_tensor(a), _scalar_or_tensor(b)
+    if not isinstance(sa, rx.Expr) and not isinstance(sb, rx.Expr):
+        sa = a  # keep one tensor operand so the kernel knows the dtype
+    new = call_te(bb, _where_te, (c, sa, sb), {"dtype": dtype}, "where")
+    return _out_sinfo(new, call.struct_info)
+
+
+def _where_te(cond, a, b, dtype):
+    """``topi.where`` with Python scalars converted to ``dtype`` constants."""
+    a = E.const(a, dtype) if isinstance(a, (bool, int, float)) else a
+    b = E.const(b, dtype) if isinstance(b, (bool, int, float)) else b
+    return topi.where(cond, a, b)
+
+
+def _statistical(fn, name: str) -> Rule:
+    def rule(bb: BlockBuilder, call: rx.Call, bindings: dict) -> rx.Expr:
+        new = call_te(bb, fn, (call.args[0],), {"axis": call.attrs.get("axis"),
+                                                "keepdims": bool(call.attrs.get("keepdims"))}, name)
+        return _out_sinfo(new, call.struct_info)
+
+    return rule
+
+
+def _cumsum(bb: BlockBuilder, call: rx.Call, bindings: dict) -> rx.Expr:
+    x = call.args[0]
+    sinfo = x.struct_info
+    ph = te.placeholder(_localize_shape(sinfo.shape), sinfo.dtype,
+                        name=x.name_hint if isinstance(x, rx.Var) else "data")
+    dtype = call.attrs.get("dtype")
+    func = topi.cumsum_prim_func(ph, call.attrs.get("axis"), None if dtype in (None, "void") else dtype,
+                                 bool(call.attrs.get("exclusive")))
+    gvar = bb.add_func(func, "cumsum")
+    return rx.Call(rx.Op.get("call_tir"), [gvar, rx.Tuple([x])], sinfo_args=[call.struct_info])
+
+
+LEGALIZE_RULES.update({
+    "relax.concat": _concat,
+    "relax.split": _split,
+    "relax.expand_dims": _as_reshape,
+    "relax.squeeze": _as_reshape,
+    "relax.broadcast_to": _broadcast_to,
+    "relax.repeat": _repeat,
+    "relax.nn.pad": _pad,
+    "relax.triu": _trilu(True),
+    "relax.tril": _trilu(False),
+    "relax.full": _creation("full"),
+    "relax.zeros": _creation("zeros"),
+    "relax.ones": _creation("ones"),
+    "relax.builtin.alloc_tensor": _creation("empty"),
+    "relax.arange": _arange,
+    "relax.where": _where,
+    "relax.sum": _statistical(topi.sum, "sum"),
+    "relax.mean": _statistical(topi.mean, "mean"),
+    "relax.max": _statistical(topi.max, "max"),
+    "relax.min": _statistical(topi.min, "min"),
+    "relax.prod": _statistical(topi.prod, "prod"),
+    "relax.argmax": _statistical(topi.argmax, "argmax"),
+    "relax.argmin": _statistical(topi.argmin, "argmin"),
+    "relax.cumsum": _cumsum,
+})
 
 
 # === section B: neural-network ops, extern and TE/TIR ops (issue 3) ===
+
+
+def _void_none(dtype):
+    return None if dtype in ("void", None, "") else dtype
+
+
+def _conv2d(bb: BlockBuilder, call: rx.Call, bindings: dict) -> rx.Expr:
+    a = call.attrs
+    return call_te(bb, topi.conv2d, call.args, {
+        "strides": a["strides"], "padding": a["padding"], "dilation": a["dilation"],
+        "groups": a["groups"], "out_dtype": _void_none(a.get("out_dtype"))}, "conv2d")
+
+
+def _conv1d_transpose(bb: BlockBuilder, call: rx.Call, bindings: dict) -> rx.Expr:
+    a = call.attrs
+    return call_te(bb, topi.conv1d_transpose, call.args, {
+        "strides": a["strides"], "padding": a["padding"], "output_padding": a["output_padding"],
+        "dilation": a["dilation"], "groups": a["groups"],
+        "out_dtype": _void_none(a.get("out_dtype"))}, "conv1d_transpose")
+
+
+def _group_norm(bb: BlockBuilder, call: rx.Call, bindings: dict) -> rx.Expr:
+    a = call.attrs
+    x, gamma, beta = call.args
+    return call_te(bb, topi.group_norm, (x, gamma if a.get("scale", True) else None,
+                                         beta if a.get("center", True) else None), {
+        "num_groups": a["num_groups"], "channel_axis": a["channel_axis"], "axes": a["axes"],
+        "epsilon": a["epsilon"]}, "group_norm")
+
+
+def _resize2d(bb: BlockBuilder, call: rx.Call, bindings: dict) -> rx.Expr:
+    a = call.attrs
+    if a.get("method") not in ("nearest_neighbor", "linear"):
+        raise ValueError(f"R.image.resize2d: method {a.get('method')!r} has no legalization on this "
+                         "runtime (nearest_neighbor and linear are supported)")
+    return call_te(bb, topi.resize2d, (call.args[0],), {
+        "size": list(call.args[1].values), "layout": a.get("layout", "NCHW"),
+        "method": a["method"],
+        "coordinate_transformation_mode": a.get("coordinate_transformation_mode", "half_pixel"),
+        "rounding_method": a.get("rounding_method", "round"),
+        "out_dtype": _void_none(a.get("out_dtype"))}, "resize2d")
+
+
+def _attention(bb: BlockBuilder, call: rx.Call, bindings: dict) -> rx.Expr:
+    a = call.attrs
+    scale = a.get("scale")
+    return call_te(bb, topi.attention, call.args, {
+        "scale": None if scale is None else float(scale),
+        "causal_mask": a.get("causal_mask")}, "attention")
+
+
+def _needs_workers(bb: BlockBuilder, call: rx.Call, bindings: dict) -> rx.Expr:
+    raise ValueError(f"R.{call.op.name[len('relax.'):]} is a collective communication op: it needs "
+                     "a multi-worker (disco / CCL) runtime, which this single-process runtime does "
+                     "not provide; export the model without it to compile here")
+
+
+LEGALIZE_RULES.update({
+    "relax.nn.conv2d": _conv2d,
+    "relax.nn.conv1d_transpose": _conv1d_transpose,
+    "relax.nn.group_norm": _group_norm,
+    "relax.image.resize2d": _resize2d,
+    "relax.nn.attention": _attention,
+    "relax.call_dps_packed": _keep,
+    "relax.ccl.allreduce": _needs_workers,
+    "relax.ccl.broadcast_from_worker0": _needs_workers,
+})

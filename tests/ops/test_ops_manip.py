@@ -1,0 +1,313 @@
+"""Tensor creation / manipulation / reduction ops (``nn.op.concat`` ... ``nn.op.cumsum``).
+
+Golden lines: the binding each op prints, spelled as TVM 0.27 prints it (op names and attribute
+order from TVM's op attrs; e.g. ``R.split(x, indices_or_sections=2, axis=0)``, ``R.triu(x,
+R.prim_value(0))``, ``R.cumsum(x, axis=1, dtype="void", exclusive=None)``). Numeric checks:
+``Module.jit`` against numpy in float64, with symbolic dims bound to several sizes (1 and sizes
+that are not multiples of 8), float32 and float16.
+"""
+import numpy as np
+import pytest
+
+from builder import nn
+from builder.nn import op
+
+SIZES = (1, 3, 13)
+
+
+class Fn(nn.Module):
+    """A module whose forward is ``fn``."""
+
+    def __init__(self, fn):
+        self.fn = fn
+
+    def forward(self, x, y=None):
+        return self.fn(x) if y is None else self.fn(x, y)
+
+
+def spec(**inputs):
+    return {"forward": {k: nn.spec.Tensor(list(s), d) for k, (s, d) in inputs.items()}}
+
+
+def script(fn, **inputs) -> str:
+    mod, _ = Fn(fn).export_tvm(spec=spec(**inputs))
+    return mod.script()
+
+
+def jit(fn, **inputs):
+    return Fn(fn).jit(spec=spec(**inputs))["forward"]
+
+
+def rand(shape, dtype="float32", seed=0):
+    return np.random.default_rng(seed).standard_normal(shape).astype(dtype)
+
+
+def close(got, want, dtype="float32"):
+    assert got.shape == np.shape(want), (got.shape, np.shape(want))
+    tol = {"float16": 2e-3, "float32": 2e-6}.get(str(dtype), 0)
+    np.testing.assert_allclose(got.astype(np.float64), np.asarray(want, np.float64),
+                               rtol=tol, atol=tol)
+
+
+# ---------------------------------------------------------------------------------------------
+# golden lines (x: (1, 5, 2) float32 as in TVM's frontend tests)
+
+X = {"x": ((1, 5, 2), "float32")}
+
+GOLDEN = [
+    (lambda x: op.concat([x, x], dim=0),
+     'concat: R.Tensor((2, 5, 2), dtype="float32") = R.concat((x, x), axis=0)'),
+    (lambda x: op.split(x, 2, axis=-1),
+     'split: R.Tuple(R.Tensor((1, 5, 1), dtype="float32"), R.Tensor((1, 5, 1), dtype="float32")) '
+     '= R.split(x, indices_or_sections=2, axis=-1)'),
+    (lambda x: op.split(x, [1, 3], axis=1),
+     'split: R.Tuple(R.Tensor((1, 1, 2), dtype="float32"), R.Tensor((1, 2, 2), dtype="float32"), '
+     'R.Tensor((1, 2, 2), dtype="float32")) = R.split(x, indices_or_sections=[1, 3], axis=1)'),
+    (lambda x: op.chunk(x, 5, dim=1),
+     'chunk_4: R.Tensor((1, 1, 2), dtype="float32") = chunk[4]'),
+    (lambda x: op.unsqueeze(x, 0),
+     'unsqueeze: R.Tensor((1, 1, 5, 2), dtype="float32") = R.expand_dims(x, axis=[0])'),
+    (lambda x: op.squeeze(x, 0),
+     'squeeze: R.Tensor((5, 2), dtype="float32") = R.squeeze(x, axis=[0])'),
+    (lambda x: op.broadcast_to(x, [2, 5, 2]),
+     'broadcast_to: R.Tensor((2, 5, 2), dtype="float32") = R.broadcast_to(x, R.shape([2, 5, 2]))'),
+    (lambda x: op.repeat(x, repeats=2, axis=1),
+     'repeat: R.Tensor((1, 10, 2), dtype="float32") = R.repeat(x, repeats=2, axis=1)'),
+    (lambda x: op.pad(x, [0, 0, 1, 1, 2, 0]),
+     'pad: R.Tensor((1, 7, 4), dtype="float32") = R.nn.pad(x, pad_width=[0, 0, 1, 1, 2, 0], '
+     'pad_value=0, pad_mode="constant")'),
+    (lambda x: op.triu(x),
+     'triu: R.Tensor((1, 5, 2), dtype="float32") = R.triu(x, R.prim_value(0))'),
+    (lambda x: op.full([10, 10], fill_value=10),
+     'full: R.Tensor((10, 10), dtype="float32") = R.full(R.shape([10, 10]), R.const(10, "float32"), '
+     'dtype="float32")'),
+    (lambda x: op.zeros([10, 10], dtype="float16"),
+     'zeros: R.Tensor((10, 10), dtype="float16") = R.zeros(R.shape([10, 10]), dtype="float16")'),
+    (lambda x: op.ones([3]),
+     'ones: R.Tensor((3,), dtype="float32") = R.ones(R.shape([3]), dtype="float32")'),
+    (lambda x: op.arange(0, 5, dtype="float32"),
+     'arange: R.Tensor((5,), dtype="float32") = R.arange(R.prim_value(0), R.prim_value(5), '
+     'R.prim_value(1), dtype="float32")'),
+    (lambda x: op.where(op.greater(x, x), x, x),
+     'where: R.Tensor((1, 5, 2), dtype="float32") = R.where(greater, x, x)'),
+    (lambda x: op.sum(x, axis=[1, 2], keepdims=True),
+     'sum: R.Tensor((1, 1, 1), dtype="float32") = R.sum(x, axis=[1, 2], keepdims=True)'),
+    (lambda x: op.mean(x),
+     'mean: R.Tensor((), dtype="float32") = R.mean(x, axis=None, keepdims=False)'),
+    (lambda x: op.max(x, axis=1),
+     'max: R.Tensor((1, 2), dtype="float32") = R.max(x, axis=[1], keepdims=False)'),
+    (lambda x: op.min(x, axis=[1, 2], keepdims=True),
+     'min: R.Tensor((1, 1, 1), dtype="float32") = R.min(x, axis=[1, 2], keepdims=True)'),
+    (lambda x: op.argmax(x, axis=1),
+     'argmax: R.Tensor((1, 2), dtype="int64") = R.argmax(x, axis=1, keepdims=False)'),
+    (lambda x: op.cumsum(x, axis=1),
+     'cumsum: R.Tensor((1, 5, 2), dtype="float32") = R.cumsum(x, axis=1, dtype="void", '
+     'exclusive=None)'),
+]
+
+
+@pytest.mark.parametrize("fn,line", GOLDEN, ids=[g[1].split(":")[0] for g in GOLDEN])
+def test_golden_line(fn, line):
+    lines = [ln.strip() for ln in script(fn, **X).splitlines()]
+    assert line in lines, "\n".join(lines)
+
+
+def test_golden_empty():
+    line = ('empty: R.Tensor((2, 3), dtype="float32") = R.builtin.alloc_tensor(R.shape([2, 3]), '
+            'R.dtype("float32"), R.prim_value(0), R.str("global"))')
+    assert line in [ln.strip() for ln in script(lambda x: op.empty([2, 3]), **X).splitlines()]
+
+
+def test_golden_symbolic():
+    text = script(lambda x: (op.split(x, 2, axis=0), op.arange(x.shape[0], dtype="int64"),
+                             op.concat([x, x], dim=0)), x=(("n", 4), "float32"))
+    lines = [ln.strip() for ln in text.splitlines()]
+    assert ('split: R.Tuple(R.Tensor(((n + 1) // 2, 4), dtype="float32"), '
+            'R.Tensor((n - (n + 1) // 2, 4), dtype="float32")) = '
+            'R.split(x, indices_or_sections=2, axis=0)') in lines
+    assert ('arange: R.Tensor((n,), dtype="int64") = R.arange(R.prim_value(0), R.prim_value(n), '
+            'R.prim_value(1), dtype="int64")') in lines
+    assert 'concat: R.Tensor((n * 2, 4), dtype="float32") = R.concat((x, x), axis=0)' in lines
+
+
+# ---------------------------------------------------------------------------------------------
+# numerics: manipulation
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_concat_split_chunk(dtype):
+    f = jit(lambda x, y: (op.concat([x, y, x], dim=1), *op.split(x, [2, 3], axis=1),
+                          *op.chunk(y, 3, dim=1), *op.split(x, 2, axis=0),
+                          *op.split(x, [1], axis=0)),
+            x=(("n", 5), dtype), y=(("n", 7), dtype))
+    for n in SIZES:
+        x, y = rand((n, 5), dtype, n), rand((n, 7), dtype, n + 1)
+        cat, a, b, c, y0, y1, y2, x0, x1, head, tail = f(x, y)
+        close(head, x[:1], dtype)
+        close(tail, x[1:], dtype)  # empty when n == 1
+        close(cat, np.concatenate([x, y, x], axis=1), dtype)
+        for got, want in zip((a, b, c), np.split(x, [2, 3], axis=1)):
+            close(got, want, dtype)
+        for got, want in zip((y0, y1, y2), (y[:, :3], y[:, 3:6], y[:, 6:])):
+            close(got, want, dtype)
+        h = (n + 1) // 2
+        close(x0, x[:h], dtype)
+        close(x1, x[h:], dtype)
+
+
+def test_expand_squeeze_broadcast_repeat():
+    f = jit(lambda x: (op.unsqueeze(x, -1), op.squeeze(op.unsqueeze(x, 1), 1),
+                       op.squeeze(op.unsqueeze(op.unsqueeze(x, 0), 2), None),
+                       op.broadcast_to(op.unsqueeze(x, 0), [3, x.shape[0], 5]),
+                       op.repeat(x, 3, axis=0), op.repeat(x, 2)),
+            x=(("n", 5), "float32"))
+    for n in SIZES:
+        x = rand((n, 5), seed=n)
+        u, s, s2, b, r0, rf = f(x)
+        close(u, x[..., None])
+        close(s, x)
+        close(s2, x)  # the symbolic n stays even when it is 1 at run time
+        close(b, np.broadcast_to(x, (3, n, 5)))
+        close(r0, np.repeat(x, 3, axis=0))
+        close(rf, np.repeat(x, 2))
+
+
+@pytest.mark.parametrize("mode", ["constant", "edge", "reflect"])
+def test_pad(mode):
+    f = jit(lambda x: op.pad(x, [1, 2, 0, 3], mode=mode, value=1.5), x=(("n", 5), "float16"))
+    for n in (3, 4, 13):
+        x = rand((n, 5), "float16", n)
+        want = (np.pad(x, [(1, 2), (0, 3)], mode="constant", constant_values=1.5)
+                if mode == "constant" else np.pad(x, [(1, 2), (0, 3)], mode=mode))
+        close(f(x), want, "float16")
+
+
+def test_triu_where():
+    f = jit(lambda x, y: (op.triu(x), op.triu(x, 2), op.triu(x, -1),
+                          op.where(y, x, op.negative(x)), op.where(op.greater(x, y), 2.0, x)),
+            x=(("b", "n", 6), "float32"), y=(("n", 1), "float32"))
+    for n in SIZES:
+        x, c = rand((2, n, 6), seed=n), rand((n, 1), seed=n + 7)
+        t0, t2, tm, w, w2 = f(x, c)
+        close(t0, np.triu(x))
+        close(t2, np.triu(x, 2))
+        close(tm, np.triu(x, -1))
+        close(w, np.where(c.astype(bool), x, -x))
+        close(w2, np.where(x > c, 2.0, x))
+
+
+# ---------------------------------------------------------------------------------------------
+# numerics: creation
+
+
+def test_creation_static_and_symbolic():
+    def fn(x):
+        n = x.shape[0]
+        return (op.zeros([n * 2, 3], "float16"), op.ones([n, 2], "int32"),
+                op.full([2, n], 2.5), op.full([n], op.max(x), dtype="float32"),
+                op.empty([n, 3], "float32"), op.arange(n), op.arange(1, n * 2, 2, dtype="int32"),
+                op.arange(0.5, 3.0, 0.25), op.arange(5, 0, -2, dtype="float16"))
+
+    f = jit(fn, x=(("n",), "float32"))
+    for n in SIZES:
+        x = rand((n,), seed=n)
+        z, o, fl, fx, e, a, a2, af, an = f(x)
+        close(z, np.zeros((2 * n, 3)), "float16")
+        assert z.dtype == np.float16 and o.dtype == np.int32
+        close(o, np.ones((n, 2)), "int32")
+        close(fl, np.full((2, n), 2.5))
+        close(fx, np.full(n, x.max()))
+        assert e.shape == (n, 3) and e.dtype == np.float32
+        close(a, np.arange(n))
+        close(a2, np.arange(1, 2 * n, 2))
+        close(af, np.arange(0.5, 3.0, 0.25))
+        close(an, np.arange(5, 0, -2), "float16")
+
+
+# ---------------------------------------------------------------------------------------------
+# numerics: reductions
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_reductions(dtype):
+    f = jit(lambda x: (op.sum(x, axis=1), op.sum(x, axis=[0, 2], keepdims=True), op.sum(x),
+                       op.mean(x, axis=-1), op.mean(x, keepdims=True), op.max(x, axis=1),
+                       op.min(x, axis=[0, 1]), op.max(x)),
+            x=((2, "n", "m"), dtype))
+    for n, m in zip(SIZES, (37, 5, 11)):
+        x = rand((2, n, m), dtype, n)
+        x64 = x.astype(np.float64)
+        outs = f(x)
+        wants = (x64.sum(1), x64.sum((0, 2), keepdims=True), x64.sum(), x64.mean(-1),
+                 x64.mean(keepdims=True), x64.max(1), x64.min((0, 1)), x64.max())
+        for got, want in zip(outs, wants):
+            assert got.dtype == np.dtype(dtype)
+            close(got, np.asarray(want).astype(dtype), dtype)
+
+
+def test_float16_sum_accumulates_in_float32():
+    f = jit(lambda x: op.sum(x, axis=0), x=(("n",), "float16"))
+    x = np.full(4097, 1.0, np.float16)  # a float16 accumulator would stop at 2048
+    assert float(f(x)) == 4096.0  # 4097 rounds to 4096 in float16 only at the end
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_argmax_first_on_ties(dtype):
+    f = jit(lambda x: (op.argmax(x, axis=1), op.argmax(x, axis=0, keepdims=True), op.argmax(x),
+                       op.argmin(x, axis=1)),
+            x=(("n", 9), dtype))
+    for n in SIZES:
+        x = np.round(rand((n, 9), dtype, n) * 2).astype(dtype)  # many ties
+        x[-1, 3] = x[-1, 7] = 50  # global max twice: the first wins
+        a1, a0, af, m1 = f(x)
+        assert a1.dtype == np.int64
+        np.testing.assert_array_equal(a1, x.argmax(1))
+        np.testing.assert_array_equal(a0, x.argmax(0)[None])
+        assert af.shape == () and int(af) == x.argmax() == (n - 1) * 9 + 3
+        np.testing.assert_array_equal(m1, x.argmin(1))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_cumsum(dtype):
+    f = jit(lambda x: (op.cumsum(x, axis=1), op.cumsum(x, axis=0, exclusive=True), op.cumsum(x),
+                       op.cumsum(x, axis=-1, dtype="float32")),
+            x=(("n", 300), dtype))
+    for n in SIZES:
+        x = np.abs(rand((n, 300), dtype, n))
+        x64 = x.astype(np.float64)
+        c1, c0, cf, c32 = f(x)
+        close(c1, np.cumsum(x64, 1).astype(dtype), dtype)
+        close(c0, (np.cumsum(x64, 0) - x64).astype(dtype), dtype)
+        close(cf, np.cumsum(x64).astype(dtype), dtype)
+        assert c32.dtype == np.float32
+        close(c32, np.cumsum(x64, -1), "float16" if dtype == "float16" else "float32")
+
+
+def test_cumsum_int():
+    f = jit(lambda x: op.cumsum(x, axis=0, dtype="int64"), x=(("n",), "int32"))
+    x = np.arange(-5, 8, dtype=np.int32)
+    np.testing.assert_array_equal(f(x), np.cumsum(x, dtype=np.int64))
+
+
+# ---------------------------------------------------------------------------------------------
+# errors name both sides
+
+
+@pytest.mark.parametrize("fn,inputs,err,match", [
+    (lambda x, y: op.concat([x, y], dim=0), {"y": ((3, 5), "float16")}, TypeError, "float32.*float16"),
+    (lambda x, y: op.concat([x, y], dim=0), {"y": ((3, 6), "float32")}, ValueError, r"\(2, 5\).*\(3, 6\)"),
+    (lambda x, y: op.where(op.greater(x, x), x, y), {"y": ((2, 5), "float16")}, TypeError,
+     "float32.*float16"),
+    (lambda x, y: op.broadcast_to(x, [4, 3]), {}, ValueError, r"\(2, 5\).*\(4, 3\)"),
+    (lambda x, y: op.squeeze(x, 0), {}, ValueError, "not 1"),
+    (lambda x, y: op.split(x, 4, axis=0), {}, ValueError, "sections"),
+    (lambda x, y: op.pad(x, [1, 1]), {}, ValueError, "2 values per axis"),
+    (lambda x, y: op.triu(op.sum(x, axis=0)), {}, ValueError, "ndim >= 2"),
+    (lambda x, y: op.full([2], x), {}, ValueError, "scalar"),
+    (lambda x, y: op.arange(0, 4, 0), {}, ValueError, "zero"),
+    (lambda x, y: op.sum(x, axis=2), {}, ValueError, "out of range"),
+])
+def test_errors(fn, inputs, err, match):
+    specs = {"x": ((2, 5), "float32"), "y": inputs.get("y", ((2, 5), "float32"))}
+    with pytest.raises(err, match=match):
+        script(fn, **specs)
