@@ -945,3 +945,6 @@ register_op("nn.attention", _infer_attention, ("scale", "causal_mask"))
 register_op("call_dps_packed", _infer_call_dps_packed)
 register_op("ccl.allreduce", _infer_ccl_allreduce, ("op_type",))
 register_op("ccl.broadcast_from_worker0", _infer_unary)
+
+
+# === section C: quantization ops (issue 4) ===

@@ -875,3 +875,6 @@ def ccl_broadcast_from_worker0(x: Tensor, name: str = "broadcast_from_worker") -
     """Broadcast ``x`` from worker 0 to every worker (``R.ccl.broadcast_from_worker0``); needs a
     multi-worker runtime to compile, like :func:`ccl_allreduce`."""
     return wrap_nested(_call("ccl.broadcast_from_worker0", [x._expr]), name)
+
+
+# === section C: quantization ops (issue 4) ===

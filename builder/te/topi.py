@@ -1799,3 +1799,6 @@ def attention(q: Tensor, k: Tensor, v: Tensor, scale: float | None = None,
         return val / total[b, h, i]
 
     return _two_stage((bsz, sq, heads, dv), fout, acc, q.dtype, "T_attention", fnorm)
+
+
+# === section C: quantization ops (issue 4) ===

@@ -494,3 +494,6 @@ LEGALIZE_RULES.update({
     "relax.ccl.allreduce": _needs_workers,
     "relax.ccl.broadcast_from_worker0": _needs_workers,
 })
+
+
+# === section C: quantization ops (issue 4) ===
