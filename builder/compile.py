@@ -3,10 +3,13 @@
 Pipeline: :class:`~builder.transform.LegalizeOps` (every op becomes ``R.call_tir`` of a
 PrimFunc; dead bindings removed) -> :func:`builder.codegen.build` (all PrimFuncs into one
 object file for the host CPU) -> one bytecode function per graph-level function (see
-``runtime/executable.py`` for the instruction set).
+``runtime/executable.py`` for the instruction set). Calls of runtime builtins
+(``R.call_pure_packed`` / ``R.call_inplace_packed``: the KV cache's
+``vm.builtin.attention_kv_cache_*``, ``vm.builtin.invoke_debug_func`` of ``print_``) stay as
+they are and become ``["call_builtin", dst, name, [arg specs]]``, run by ``runtime/vm.py``.
 
 :class:`JitModule` is what ``nn.Module.jit`` returns: the executable loaded in a VM with the
-module's bound parameters, called with the user inputs only.
+module's bound parameters and its effects' state, called with the user inputs only.
 """
 from __future__ import annotations
 
@@ -232,7 +235,8 @@ class JitModule:
     """A compiled module bound to its parameters' data: ``m["forward"](x)`` or ``m.forward(x)``
     (TVM's ``TorchModule``, with numpy arrays in and out).
 
-    ``JitModule(mod, params, spec=None)``; built by ``nn.Module.jit``. A call takes the
+    ``JitModule(mod, params, spec=None)``; built by ``nn.Module.jit``; ``m(x)`` runs
+    ``forward``. A call takes the
     method's spec inputs only (numpy arrays for tensors, ints for ``spec.Int``, tuples for
     ``spec.Tuple``): the parameters are appended (one tuple under ``param_mode="packed"``,
     none under ``"none"``) and, when the module has effects (``_initialize_effect``: the IO
@@ -268,8 +272,6 @@ class JitModule:
 
     def __getitem__(self, name: str):
         fn = self.vm[name]
-        if name not in self.exe.functions:
-            raise KeyError(f"compiled module has no function '{name}'")
         num_input = self.exe.functions[name]["num_input"]
         effects = self.effects or []
         param_mode, effect_mode, num_args = self.modes.get(
@@ -296,6 +298,10 @@ class JitModule:
 
         call.__name__ = name
         return call
+
+    def __call__(self, *args):
+        """``m(x)`` is ``m["forward"](x)``."""
+        return self["forward"](*args)
 
     def __getattr__(self, name: str):
         if name.startswith("_") or name in ("exe", "vm", "params", "ir", "modes", "effects"):

@@ -6,7 +6,8 @@ again by its op's registered rule and checked against the printed annotation.
 
 Graph level (``@R.function``): parameters with ``R.Tensor`` / ``R.Tuple`` / ``R.Object`` /
 ``R.Shape`` / ``R.Prim`` annotations (symbolic dims quoted in signatures, plain inside the
-body), ``n = T.int64()`` declarations, ``R.func_attr({...})``, ``with R.dataflow():`` ...
+body; a name that no ``n = T.int64()`` declares is defined by the signature), ``n = T.int64()``
+declarations, ``R.func_attr({...})``, ``with R.dataflow():`` ...
 ``R.output(...)``, bindings ``name: sinfo = value`` (the annotation may be left out), tuples,
 ``x[i]``, ``R.shape([...])``, ``R.const(value, "dtype")``, ``R.prim_value``, ``R.str``,
 ``R.call_tir(cls.f, (args,), out_sinfo=...)``, ``R.call_packed``, ``cls.f(args)`` and every
@@ -33,7 +34,6 @@ the other operand of its expression says otherwise.
 from __future__ import annotations
 
 import ast
-import math
 from typing import Any, Callable, Sequence
 
 import numpy as np

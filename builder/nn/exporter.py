@@ -22,6 +22,7 @@ identity, so two distinct variables that share a name stay distinct (printed ``n
 """
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 from ..ir import expr as E
@@ -70,7 +71,7 @@ class Exporter:
     running (``nn.op.debug_func`` reads its IO effect).
     """
 
-    _stack: list["Exporter"] = []
+    _tls = threading.local()
 
     def __init__(self, debug: bool = False) -> None:
         self.debug = debug
@@ -80,9 +81,10 @@ class Exporter:
     @staticmethod
     def current() -> "Exporter":
         """The exporter currently building. Raises RuntimeError outside ``export_tvm``."""
-        if not Exporter._stack:
+        stack = getattr(Exporter._tls, "stack", None)
+        if not stack:
             raise RuntimeError("no module is being exported (use Module.export_tvm or Module.jit)")
-        return Exporter._stack[-1]
+        return stack[-1]
 
     def build(self, spec: _spec.ModuleSpec) -> tuple[rx.IRModule, list[tuple[str, Parameter]]]:
         """Export every method of ``spec``; returns ``(IRModule, [(name, Parameter), ...])``.
@@ -98,14 +100,16 @@ class Exporter:
             effects.append(("", self.io_effect))
         effects += [(name.replace(".", "_"), eff)
                     for name, eff in _attribute_finder(module, "", lambda x: isinstance(x, Effect))]
-        Exporter._stack.append(self)
+        if not hasattr(Exporter._tls, "stack"):
+            Exporter._tls.stack = []
+        Exporter._tls.stack.append(self)
         try:
             if effects:
                 self._emit_initialize_effect(effects)
             for name, method_spec in zip(spec.method_names, spec.method_specs):
                 self._export_method(name, method_spec, params, effects)
         finally:
-            Exporter._stack.pop()
+            Exporter._tls.stack.pop()
         return verify(self.builder.get()), params
 
     def _emit_initialize_effect(self, effects) -> None:

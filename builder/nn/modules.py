@@ -1,7 +1,14 @@
-"""Built-in layers (``tvm.relax.frontend.nn.modules``), with PyTorch's parameter layouts and names.
+"""Built-in layers and effects (``tvm.relax.frontend.nn.modules``), with PyTorch's parameter
+layouts and names.
 
 Shapes: ``Linear.weight`` (out_features, in_features), ``Conv1D.weight`` (out, in / groups,
-kernel), ``Embedding.weight`` (num, dim), norms' ``weight`` / ``bias`` (hidden,).
+kernel), ``ConvTranspose1D.weight`` (in, out / groups, kernel), ``Embedding.weight`` (num,
+dim), norms' ``weight`` / ``bias`` (hidden,).
+
+Effects: :class:`IOEffect` (the ``_io`` token of ``debug=True``, used by :func:`print_` and
+:func:`debug_func`) and :class:`KVCache`. Both call runtime builtins through
+``R.call_pure_packed`` / ``R.call_inplace_packed``, registered here (printed as TVM prints
+them; kept as they are by LegalizeOps; run by the VM's builtins, see ``runtime/vm.py``).
 """
 from __future__ import annotations
 
@@ -81,8 +88,7 @@ def debug_func(name: str, *args, _line_info: str | None = None) -> None:
     if io is None:
         raise RuntimeError("debug_func / print_ need the IO effect: export with debug=True")
     if _line_info is None:
-        caller = inspect.stack(context=0)[1]
-        _line_info = f"{caller.filename}:{caller.lineno}"
+        _line_info = _caller_line()
     converted = []
     for arg in args:
         if isinstance(arg, Tensor):
@@ -106,8 +112,13 @@ def debug_func(name: str, *args, _line_info: str | None = None) -> None:
 def print_(tensor: Tensor) -> None:
     """Print ``tensor`` (its shape, dtype and values, after the caller's ``file:line``) when the
     exported function runs; needs ``debug=True``. ``debug_func("vm.builtin.debug_print", x)``."""
-    caller = inspect.stack(context=0)[1]
-    debug_func("vm.builtin.debug_print", tensor, _line_info=f"{caller.filename}:{caller.lineno}")
+    debug_func("vm.builtin.debug_print", tensor, _line_info=_caller_line())
+
+
+def _caller_line() -> str:
+    """``file:line`` of the code that called the public function calling this one."""
+    frame = inspect.currentframe().f_back.f_back
+    return f"{frame.f_code.co_filename}:{frame.f_lineno}"
 
 
 def _infer_packed(call: rx.Call):

@@ -675,13 +675,13 @@ def interpolate(x: Tensor, size: int | Sequence[int] | None = None,
 
     Coordinates use the in / out size ratio (as PyTorch with ``size=`` or an exact factor).
     Raises ValueError for other modes, both / neither of size and scale_factor, or
-    ``align_corners`` with nearest; NotImplementedError for ``recompute_scale_factor`` /
+    ``align_corners`` with nearest; ValueError for ``recompute_scale_factor`` /
     ``antialias``.
     """
     if recompute_scale_factor is not None:
-        raise NotImplementedError("interpolate: recompute_scale_factor is not supported")
+        raise ValueError("interpolate: recompute_scale_factor is not supported (as in TVM)")
     if antialias is not None:
-        raise NotImplementedError("interpolate: antialias is not supported")
+        raise ValueError("interpolate: antialias is not supported (as in TVM)")
     if x.ndim != 4:
         raise ValueError(f"interpolate: input must be 4-D (N, C, H, W), got shape "
                          f"{tuple(str(d) for d in x.shape)}")
@@ -726,11 +726,11 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor,
     ``query`` (B, S_q, H, D), ``key`` (B, S_kv, H_kv, D), ``value`` (B, S_kv, H_kv, D_v) ->
     (B, S_q, H, D_v); ``h' = h // (H / H_kv)`` (grouped-query attention when H_kv < H).
     ``scale`` defaults to ``1 / sqrt(D)``; ``is_causal`` masks keys ``j > i`` (PyTorch's
-    ``is_causal``, TVM's ``causal_mask="TopLeft"``). Raises NotImplementedError for
+    ``is_causal``, TVM's ``causal_mask="TopLeft"``). Raises ValueError for
     ``attn_mask``; ValueError / TypeError for mismatched shapes / dtypes.
     """
     if attn_mask is not None:
-        raise NotImplementedError("scaled_dot_product_attention: attn_mask is not supported")
+        raise ValueError("scaled_dot_product_attention: attn_mask is not supported (as in TVM); use is_causal")
     sc = None if scale is None else E.FloatImm(float(scale), "float32")
     return wrap_nested(_call("nn.attention", [query._expr, key._expr, value._expr], scale=sc,
                              causal_mask="TopLeft" if is_causal else None), name)

@@ -12,7 +12,7 @@ from builder import nn, te
 from builder.codegen.lower import lower
 from builder.ir import (BlockBuilder, IRModule, ObjectStructInfo, ParseError, PrimStructInfo,
                         ShapeStructInfo, TensorStructInfo, TupleStructInfo, Var, assert_structural_equal,
-                        parse, structural_equal)
+                        parse, structural_equal, verify)
 from builder.ir import expr as E
 from builder.ir import relax as rx
 from builder.ir import tir
@@ -37,6 +37,7 @@ KERNELS = _load(TESTS / "codegen" / "test_codegen_kernels.py", "_kernel_cases_fo
 def round_trip(mod):
     text = mod.script()
     back = parse(text)
+    verify(back)
     assert back.script() == text
     assert_structural_equal(mod, back)
     assert_structural_equal(back, mod)
@@ -90,6 +91,29 @@ EXPORTS = {
 def test_more_exports_round_trip(name):
     fn, inputs = EXPORTS[name]
     mod = export(fn, **inputs)
+    round_trip(mod)
+    round_trip(lowered(LegalizeOps()(mod)))
+
+
+OPS = {
+    "concat_split": lambda op, x: op.split(op.concat([x, x], dim=0), 2, axis=1),
+    "unsqueeze_squeeze": lambda op, x: op.squeeze(op.unsqueeze(x, 1), 1),
+    "broadcast_repeat": lambda op, x: op.repeat(op.broadcast_to(x, [4, 2, 5, 3]), 2, axis=1),
+    "pad": lambda op, x: op.pad(x, [0, 0, 1, 1, 2, 2]),
+    "creation": lambda op, x: (op.full([2, 3], 1.5), op.zeros([2, 3]), op.empty([2, 3]),
+                               op.arange(0, 5, 1, dtype="int64")),
+    "where_reduce": lambda op, x: (op.where(op.less(x, x), x, x), op.sum(x, axis=[1], keepdims=True),
+                                   op.argmax(x, axis=1), op.cumsum(x, axis=1)),
+    "triu": lambda op, x: op.triu(op.reshape(x, [10, 3])),
+}
+
+
+@pytest.mark.parametrize("name", sorted(OPS))
+def test_frontend_ops_round_trip(name):
+    try:
+        mod = export(lambda x: OPS[name](nn.op, x), x=((2, 5, 3), "float32"))
+    except AttributeError as exc:  # an op the frontend does not have (yet)
+        pytest.skip(str(exc))
     round_trip(mod)
     round_trip(lowered(LegalizeOps()(mod)))
 
@@ -215,6 +239,29 @@ def test_graph_level_constructs_round_trip():
     back = round_trip(mod)
     assert back["main"].is_pure is False
     assert back["main"].attrs == {"num_input": 2, "tag": "m", "ks": [1, 2]}
+
+
+def test_call_tir_with_several_outputs_round_trips():
+    n = te.var("n")
+    a = te.placeholder((n, 3), name="A")
+    c = te.compute((n, 3), lambda i, j: a[i, j] * 2.0, name="C")
+    d = te.compute((n, 3), lambda i, j: a[i, j] + 1.0, name="D")
+    prim = te.create_prim_func([a, c, d])
+    m = E.Var("m")
+    x = Var("x", TensorStructInfo((m, 3), "float32"))
+    bb = BlockBuilder()
+    gv = bb.add_func(prim, "two_out")
+    out = [TensorStructInfo((m, 3), "float32")] * 2
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            both = bb.emit(rx.Call(rx.Op.get("call_tir"), [gv, rx.Tuple([x])], sinfo_args=out))
+            first = bb.emit(rx.TupleGetItem(both, 0))
+            res = bb.emit_output(first)
+        bb.emit_func_output(res)
+    mod = bb.get()
+    assert ('R.call_tir(cls.two_out, (x,), out_sinfo=[R.Tensor((m, 3), dtype="float32"), '
+            'R.Tensor((m, 3), dtype="float32")])') in mod.script()
+    round_trip(mod)
 
 
 def test_extern_and_packed_calls_round_trip():

@@ -304,7 +304,8 @@ def test_nested_export_and_jit_matches_numpy():
         h = h @ w[f"layers.{i}.proj.weight"].T
     np.testing.assert_allclose(ya, h @ w["heads.a.weight"].T, rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(yb, h @ w["heads.b.weight"].T, rtol=1e-4, atol=1e-4)
-    assert f.forward is not None and f.params[0] is net.embed.weight.data
+    assert f.params[0] is net.embed.weight.data
+    np.testing.assert_array_equal(f(x)[0], ya)                   # m(x) runs forward
 
 
 def test_export_tvm_returns_params_and_optionally_externs():

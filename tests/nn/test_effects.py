@@ -236,3 +236,23 @@ def test_effect_modes_through_jit():
     np.testing.assert_allclose(packed["forward"](x, 2), np.full((2, 3), 2.0))
     with pytest.raises(IRVerifyError, match="'layers_0_k_cache' is used before it is defined"):
         m.export_tvm(spec={"forward": dict(DECODER_SPEC["forward"], **{"$": {"effect_mode": "none"}})})
+
+
+def test_kv_cache_executable_survives_save_and_load(tmp_path):
+    from builder.compile import compile as build
+
+    m = Decoder()
+    m.proj.weight.data = np.eye(3, dtype="float32")
+    mod, _ = m.export_tvm(spec=DECODER_SPEC)
+    path = tmp_path / "kv.exe"
+    build(mod).save(path)
+    vm = runtime.VirtualMachine(runtime.Executable.load(path))
+    state = vm["_initialize_effect"]()
+    rows = RNG.standard_normal((3, 3)).astype("float32")
+    for i in range(3):                                          # spec.Int takes an int or (int,)
+        y, state = vm["forward"](rows[i:i + 1], i + 1 if i % 2 else (i + 1,), *state, m.proj.weight.data)
+    np.testing.assert_allclose(y, 2.0 * rows, rtol=1e-6)
+    (cache,) = state
+    assert isinstance(cache, AttentionKVCache) and cache.fill_count == 3 and cache.data.shape == (4, 3)
+    with pytest.raises(ValueError, match=r"argument 'total' \(#1\) must be 1 int\(s\)"):
+        vm["forward"](rows[:1], "4", *state, m.proj.weight.data)
