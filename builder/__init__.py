@@ -6,15 +6,14 @@ compiled model) and ``builder.compile(irmod)`` (IRModule -> ``runtime.Executable
 """
 
 
-def build(recipe_path, overrides=(), weights=None, seed=0):
-    """Build a recipe into a runnable :class:`builder.pipeline.CompiledModel` (see there)."""
+def build(recipe_path, overrides=(), weights=None, seed=0, **kwargs):
+    """Build a recipe into a runnable :class:`builder.pipeline.CompiledModel`; keyword arguments
+    (``on_ir``, ``progress``, ...) pass through to :func:`builder.pipeline.build`."""
     from .pipeline import build as _build
 
-    return _build(recipe_path, overrides=overrides, weights=weights, seed=seed)
+    return _build(recipe_path, overrides=overrides, weights=weights, seed=seed, **kwargs)
 
 
-def compile(irmod, target=None):  # noqa: A001 - TVM's name
-    """Compile a graph-level IRModule to a :class:`runtime.Executable` (see builder.compile)."""
-    from .compile import compile as _compile
-
-    return _compile(irmod, target)
+# `builder.compile` is the function (TVM's name), not the submodule of the same name: binding
+# it here, after the submodule is first imported, keeps later imports from rebinding it.
+from .compile import compile  # noqa: E402,F401

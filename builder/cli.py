@@ -1,7 +1,13 @@
 """The ``build`` command: a thin layer over :func:`builder.pipeline` with rich output.
 
     build RECIPE [KEY=VALUE ...] [--plain] [--no-ir] [--weights W.safetensors]
-                 [--input X.npz] [--output Y.npz] [--function NAME] [--seed N] [--debug]
+                 [--input X.npz] [--output Y.npz] [--function NAME] [--seed N]
+                 [--save-params OUT.safetensors] [--debug]
+
+``quantization=q4f16_1`` (a preset) or ``quantization.group_size=64`` (a field of it) quantize the
+weights; a float ``--weights`` checkpoint is then quantized while it is loaded (with a progress
+bar on stderr when that takes more than a moment), and ``--save-params`` writes the quantized
+parameters, which load back directly.
 
 Exit codes: 0 success; 2 a recipe or usage error (printed as ``file:line:col: field: message``);
 1 any other error (weights, inputs, compilation), printed as one message. ``--debug`` shows the
@@ -35,6 +41,9 @@ def _parser() -> argparse.ArgumentParser:
                                                           "'output0', 'output1', ... for tuples)")
     p.add_argument("--function", metavar="NAME", help="function to run (default: the first)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random weights (default 0)")
+    p.add_argument("--save-params", metavar="OUT.safetensors",
+                   help="write the parameters (quantized / cast as the recipe says) to this file; "
+                        "--weights OUT.safetensors loads them back without converting")
     p.add_argument("--debug", action="store_true", help="show tracebacks")
     return p
 
@@ -63,6 +72,14 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    progress = _ConversionProgress()
+    try:
+        return _run_with(args, progress)
+    finally:
+        progress.close()
+
+
+def _run_with(args: argparse.Namespace, progress: "_ConversionProgress") -> int:
     import numpy as np
     from rich.console import Console
     from rich.markup import escape
@@ -77,7 +94,8 @@ def _run(args: argparse.Namespace) -> int:
         if path is not None and not Path(path).is_file():
             raise FileNotFoundError(f"{flag} file {path} does not exist")
     model = build(args.recipe, args.overrides, weights=args.weights, seed=args.seed,
-                  on_ir=None if args.no_ir else (lambda mod: mod.show(plain=True if args.plain else None)))
+                  on_ir=None if args.no_ir else (lambda mod: mod.show(plain=True if args.plain else None)),
+                  progress=progress)
     recipe, spec, exe = model.recipe, model.spec, model.exe
     result_note = ""
     if args.input is not None:
@@ -109,15 +127,63 @@ def _run(args: argparse.Namespace) -> int:
         table.add_row(fname, escape(", ".join(f"{n}: [{', '.join(map(str, s.shape))}] {s.dtype}"
                                               for n, s in inputs.items())))
     out.print(table)
+    if args.save_params is not None:
+        model.save_params(args.save_params)
+    progress.close()
     source = args.weights or (recipe.weights.path if recipe.weights and recipe.weights.path else None)
+    origin = "from " + str(source) if source else f"random, seed {args.seed}"
+    if model.transformed:
+        before, after = model.source_param_bytes, model.param_bytes
+        ratio = f", {before / after:.2f}x smaller" if after and before > after else ""
+        origin += f"; {_bytes(before)} before {model.quantization}{ratio}"
     out.print(f"parameters: {len(model.param_specs)} tensors, {model.num_params:,} elements, "
-              f"{_bytes(model.param_bytes)} ({'from ' + str(source) if source else f'random, seed {args.seed}'})")
+              f"{_bytes(model.param_bytes)} ({escape(origin)})")
+    if args.save_params is not None:
+        out.print(f"saved parameters to {escape(args.save_params)}")
     out.print(f"compile: export {model.timings['export'] * 1e3:.1f} ms, "
               f"native code {model.timings['compile'] * 1e3:.1f} ms "
               f"({len(exe.kernels)} kernels for {exe.target.get('cpu', 'host')})")
     if result_note:
         out.print(result_note)
     return 0
+
+
+class _ConversionProgress:
+    """``progress(done, total, name)`` for parameter conversions: a rich progress bar on stderr
+    that appears only once converting has taken longer than ``delay`` seconds."""
+
+    def __init__(self, delay: float = 0.5) -> None:
+        self.delay = delay
+        self.start: float | None = None
+        self.bar = None
+        self.task = None
+
+    def __call__(self, done: int, total: int, name: str) -> None:
+        now = time.perf_counter()
+        if done == 0 or self.start is None:
+            self.close()
+            self.start = now
+            if done == 0:
+                return
+        if self.bar is None and now - self.start > self.delay and done < total:
+            from rich.console import Console
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+            self.bar = Progress(TextColumn("converting parameters"), BarColumn(), MofNCompleteColumn(),
+                                TimeElapsedColumn(), TextColumn("{task.description}"),
+                                console=Console(stderr=True), transient=True)
+            self.bar.start()
+            self.task = self.bar.add_task(name, total=total)
+        if self.bar is not None:
+            self.bar.update(self.task, completed=done, description=name)
+            if done >= total:
+                self.close()
+
+    def close(self) -> None:
+        """Remove the bar (if shown)."""
+        if self.bar is not None:
+            self.bar.stop()
+            self.bar = None
 
 
 def _flatten(value) -> list:

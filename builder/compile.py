@@ -13,6 +13,7 @@ module's bound parameters and its effects' state, called with the user inputs on
 """
 from __future__ import annotations
 
+import contextvars
 import time
 from typing import Any
 
@@ -27,7 +28,7 @@ from .ir.verifier import verify
 from .ir.struct_info import (
     ObjectStructInfo, PrimStructInfo, ShapeStructInfo, TensorStructInfo, TupleStructInfo,
 )
-from .transform import LegalizeOps
+from .transform import FuseOps, LegalizeOps
 
 __all__ = ["compile", "JitModule", "lower_to_bytecode"]
 
@@ -38,7 +39,7 @@ def compile(mod: rx.IRModule, target: codegen.Target | None = None) -> Executabl
     Raises ValueError for an op without a legalization or an unsupported value.
     """
     t0 = time.perf_counter()
-    legal = verify(LegalizeOps()(verify(mod)))
+    legal = verify(LegalizeOps()(verify(FuseOps()(verify(mod)))))
     prim_funcs = {n: f for n, f in legal.functions.items() if not isinstance(f, rx.Function)}
     lib = codegen.build(prim_funcs, target)
     functions, constants = lower_to_bytecode(legal)
@@ -62,8 +63,55 @@ def _sinfo_json(s) -> Any:
     raise ValueError(f"unsupported struct info {s!r} at the function boundary")
 
 
+# Symbolic variables are named in bytecode; distinct variables that share a name in one function
+# (``hidden_size`` twice, printed ``hidden_size`` / ``hidden_size_1``) get the printer's suffixes
+# while that function is lowered, so the VM keeps them apart.
+_VAR_RENAMES: contextvars.ContextVar[dict] = contextvars.ContextVar("_VAR_RENAMES", default={})
+
+
 def _dim(d):
-    return d if isinstance(d, int) else codegen.dim_to_json(d)
+    if isinstance(d, int):
+        return d
+    renames = _VAR_RENAMES.get()
+    if renames:
+        vmap = {v: renames[v] for v in E.free_vars(d) if v in renames}
+        if vmap:
+            d = E.substitute(d, vmap)
+    return codegen.dim_to_json(d)
+
+
+def _distinct_var_names(func: rx.Function) -> dict:
+    """Renames for the symbolic variables of ``func`` whose name another variable took first."""
+    taken: dict[str, object] = {}
+    renames: dict = {}
+
+    def visit(sinfo) -> None:
+        if isinstance(sinfo, TupleStructInfo):
+            for f in sinfo.fields:
+                visit(f)
+            return
+        dims = (sinfo.shape if isinstance(sinfo, TensorStructInfo) else
+                sinfo.values if isinstance(sinfo, ShapeStructInfo) else None) or ()
+        for d in dims:
+            if isinstance(d, int):
+                continue
+            for v in E.free_vars(d):
+                if v in renames or taken.get(v.name) is v:
+                    continue
+                name, k = v.name, 0
+                while name in taken:
+                    k += 1
+                    name = f"{v.name}_{k}"
+                taken[name] = v
+                if name != v.name:
+                    renames[v] = E.Var(name, v.dtype)
+
+    for p in func.params:
+        visit(p.struct_info)
+    for block in func.body.blocks:
+        for b in block.bindings:
+            visit(b.var.struct_info)
+    return renames
 
 
 class _FunctionLowering:
@@ -103,6 +151,13 @@ class _FunctionLowering:
         raise ValueError(f"{self.name}: cannot lower {type(e).__name__} to bytecode")
 
     def lower(self) -> dict:
+        token = _VAR_RENAMES.set(_distinct_var_names(self.func))
+        try:
+            return self._lower()
+        finally:
+            _VAR_RENAMES.reset(token)
+
+    def _lower(self) -> dict:
         params = []
         for p in self.func.params:
             self.regs[p] = self.new_reg()
@@ -155,29 +210,34 @@ class _FunctionLowering:
             return
         self.regs[var] = self.reg_of(value)
 
+    def arg_spec(self, a: rx.Expr, callee: str) -> list:
+        """How an argument of a runtime function travels in bytecode: ``["int" | "float" |
+        "str", value]`` for constants, ``["dim", tree]`` for a symbolic int, ``["shape",
+        [trees]]`` for a shape, ``["reg", register]`` for any other value. Raises ValueError for a
+        symbolic non-integer scalar."""
+        if isinstance(a, rx.ShapeExpr):
+            return ["shape", [_dim(d) for d in a.values]]
+        if isinstance(a, rx.PrimValue):
+            v = a.value
+            if isinstance(v, E.IntImm):
+                return ["int", v.value]
+            if isinstance(v, E.FloatImm):
+                return ["float", v.value]
+            if E.is_int_dtype(v.dtype):
+                return ["dim", _dim(v)]
+            raise ValueError(f"{self.name}: {callee} gets a symbolic non-integer scalar {v}, which the "
+                             "VM cannot evaluate")
+        if isinstance(a, rx.StringImm):
+            return ["str", a.value]
+        return ["reg", self.reg_of(a)]
+
     def call_extern(self, var: rx.Var, value: rx.Call) -> None:
         """``R.call_dps_packed("name", (args...), out_sinfo=...)`` -> ``call_extern``: the VM
         allocates the outputs and calls the registered Python function (``runtime.register_extern``)
         with the arguments then the outputs. Scalars travel as ``["int" | "float" | "str", value]``,
         symbolic ints as ``["dim", tree]``, tensors as ``["reg", register]``."""
         func, args = value.args
-        specs_in = []
-        for a in args.fields:
-            if isinstance(a, rx.PrimValue):
-                v = a.value
-                if isinstance(v, E.IntImm):
-                    specs_in.append(["int", v.value])
-                elif isinstance(v, E.FloatImm):
-                    specs_in.append(["float", v.value])
-                elif E.is_int_dtype(v.dtype):
-                    specs_in.append(["dim", codegen.dim_to_json(v)])
-                else:
-                    raise ValueError(f"{self.name}: extern '{func.global_symbol}' gets a symbolic "
-                                     f"non-integer scalar {v}, which the VM cannot evaluate")
-            elif isinstance(a, rx.StringImm):
-                specs_in.append(["str", a.value])
-            else:
-                specs_in.append(["reg", self.reg_of(a)])
+        specs_in = [self.arg_spec(a, f"extern '{func.global_symbol}'") for a in args.fields]
         out = value.sinfo_args[0]
         outs = list(out.fields) if isinstance(out, TupleStructInfo) else [out]
         out_regs = [self.new_reg() for _ in outs]
@@ -197,25 +257,7 @@ class _FunctionLowering:
         arguments and stores the result. Argument specs: ``["reg", r]``, ``["int" | "float" |
         "str", value]``, ``["dim", tree]`` (a symbolic int) and ``["shape", [trees]]``."""
         func, *args = value.args
-        specs = []
-        for a in args:
-            if isinstance(a, rx.ShapeExpr):
-                specs.append(["shape", [_dim(d) for d in a.values]])
-            elif isinstance(a, rx.PrimValue):
-                v = a.value
-                if isinstance(v, E.IntImm):
-                    specs.append(["int", v.value])
-                elif isinstance(v, E.FloatImm):
-                    specs.append(["float", v.value])
-                elif E.is_int_dtype(v.dtype):
-                    specs.append(["dim", codegen.dim_to_json(v)])
-                else:
-                    raise ValueError(f"{self.name}: '{func.global_symbol}' gets a symbolic non-integer "
-                                     f"scalar {v}, which the VM cannot evaluate")
-            elif isinstance(a, rx.StringImm):
-                specs.append(["str", a.value])
-            else:
-                specs.append(["reg", self.reg_of(a)])
+        specs = [self.arg_spec(a, f"'{func.global_symbol}'") for a in args]
         reg = self.new_reg()
         self.instructions.append(["call_builtin", reg, func.global_symbol, specs])
         self.regs[var] = reg

@@ -8,6 +8,13 @@ Weights: parameter names come from the module tree (the names ``export_tvm`` ret
 recipe's ``weights:`` section maps them to file names (``prefix`` and/or ``map``). Without a
 weights file, every parameter is drawn from a seeded normal distribution N(0, 0.02^2) (the
 usual transformer initializer range, e.g. HF ``initializer_range``), so any recipe runs.
+
+Transforms (``quantization:``, ``dtype:``; see :mod:`builder.quant`): the module is rewritten
+before export and a :class:`~builder.quant.QuantizeMapping` records how each float parameter
+becomes the new ones. A float checkpoint is converted while it is loaded (quantized on the
+fly); parameters saved with :meth:`CompiledModel.save_params` load back directly. Random
+weights of a transformed recipe are the untransformed model's random weights (same seed),
+converted, so that results are comparable.
 """
 from __future__ import annotations
 
@@ -20,15 +27,21 @@ import numpy as np
 
 import schemas
 from runtime import Executable, VirtualMachine, load_params
-from runtime.native import numpy_dtype
+from runtime.native import float32_to_bfloat16_bits, numpy_dtype
+from runtime.weights import WeightsError, read_safetensors_metadata
+from runtime.weights import save_params as _save_params
 
 from . import nn
 from .compile import compile as compile_module
 from .ir import relax as rx
-from .quant import apply_transforms
+from .ir.expr import is_float_dtype
+from .quant import QuantizeMapping, apply_transforms, describe, model_dtype, resolve
 from .recipe import instantiate
 
-__all__ = ["build", "CompiledModel", "export_recipe", "random_params"]
+__all__ = ["build", "CompiledModel", "export_recipe", "random_params", "bind_weights"]
+
+Progress = Callable[[int, int, str], None]
+"""``progress(done, total, name)``: called with ``done=0`` before converting parameters and after each one."""
 
 
 @dataclass
@@ -49,12 +62,20 @@ class CompiledModel:
     seed: int = 0
     _params: dict[str, np.ndarray] | None = None
     _vm: VirtualMachine | None = None
+    mapping: QuantizeMapping = field(default_factory=QuantizeMapping)
+    progress: Progress | None = None
 
     @property
     def params(self) -> dict[str, np.ndarray]:
-        """Parameter values by name (the loaded weights, or seeded random ones)."""
+        """Parameter values by name (the loaded weights, or seeded random ones: for a transformed
+        recipe the untransformed model's random weights, converted by the mapping)."""
         if self._params is None:
-            self._params = random_params(self.param_specs, self.seed)
+            if self.mapping.param_map:
+                floats = random_params(self.mapping.float_specs, self.seed)
+                self._params = self.mapping.apply(floats, self.param_specs, _started(self.progress,
+                                                                                     self.mapping))
+            else:
+                self._params = random_params(self.param_specs, self.seed)
         return self._params
 
     @property
@@ -105,16 +126,77 @@ class CompiledModel:
     @property
     def param_bytes(self) -> int:
         """Bytes of parameter data."""
-        return int(sum(np.prod(shape, dtype=np.int64) * numpy_dtype(dtype).itemsize
-                       for _, shape, dtype in self.param_specs))
+        return _nbytes(self.param_specs)
+
+    @property
+    def source_param_bytes(self) -> int:
+        """Bytes of parameter data before the recipe's transforms (quantization, dtype cast)."""
+        return _nbytes(self.mapping.float_specs) if self.mapping.float_specs else self.param_bytes
+
+    @property
+    def transformed(self) -> bool:
+        """True when the recipe's transforms changed any parameter."""
+        return bool(self.mapping.param_map)
+
+    @property
+    def quantization(self) -> str:
+        """The recipe's quantization, as a preset name or a short description."""
+        return describe(self.recipe.quantization)
+
+    def file_keys(self) -> dict[str, str]:
+        """Parameter name -> tensor name in a weights file, by the recipe's ``weights`` rule
+        (``map`` entry, else ``prefix + name``)."""
+        w = self.recipe.weights
+        prefix, name_map = (w.prefix, w.map) if w else ("", {})
+        return {n: name_map.get(n, prefix + n) for n in self.param_names}
+
+    def save_params(self, path: str | Path) -> None:
+        """Write the (transformed) parameters to a safetensors file, under the recipe's file
+        names (:meth:`file_keys`), so that building the same recipe with ``weights=path`` loads
+        them directly without converting. The header records the recipe and its quantization."""
+        keys = self.file_keys()
+        dtypes = {keys[n]: d for n, _, d in self.param_specs}
+        _save_params(path, {keys[n]: self.params[n] for n in self.param_names},
+                     metadata={"format": "model-builder", "recipe": self.recipe.name,
+                               "quantization": self.quantization,
+                               "model_dtype": str(model_dtype(self.recipe))},
+                     dtypes=dtypes)
 
 
-def export_recipe(recipe: schemas.Recipe) -> tuple[rx.IRModule, list[tuple[str, nn.Parameter]], dict]:
-    """Instantiate, transform and export a validated recipe: ``(irmod, params, spec)``."""
+def export_recipe(recipe: schemas.Recipe, mapping: QuantizeMapping | None = None
+                  ) -> tuple[rx.IRModule, list[tuple[str, nn.Parameter]], dict]:
+    """Instantiate, transform and export a validated recipe: ``(irmod, params, spec)``.
+
+    The transforms are the recipe's quantization / dtype (:func:`builder.quant.apply_transforms`);
+    when the quantization sets a model dtype, floating-point inputs take it too. ``mapping``
+    (optional) receives the parameter mapping. Raises :class:`schemas.RecipeError` for recipe
+    problems, ValueError for a layer that cannot be quantized.
+    """
     module, spec = instantiate(recipe)
-    module = apply_transforms(module, recipe)
+    module = apply_transforms(module, recipe, mapping)
+    dtype = resolve(recipe.quantization).model_dtype
+    if dtype is not None:
+        spec = {fname: {iname: _cast_input(t, dtype) for iname, t in inputs.items()}
+                for fname, inputs in spec.items()}
     irmod, params = module.export_tvm(spec)
     return irmod, params, spec
+
+
+def _cast_input(t, dtype: str):
+    if isinstance(t, nn.spec.Tensor) and is_float_dtype(t.dtype) and t.dtype != dtype:
+        return nn.spec.Tensor(t.shape, dtype)
+    return t
+
+
+def _nbytes(specs: Sequence[tuple[str, Sequence, str]]) -> int:
+    return int(sum(np.prod(shape, dtype=np.int64) * numpy_dtype(dtype).itemsize for _, shape, dtype in specs))
+
+
+def _started(progress: Progress | None, mapping: QuantizeMapping) -> Progress | None:
+    """``progress`` after announcing the start (``done=0``) of converting ``mapping``."""
+    if progress is not None and mapping.param_map:
+        progress(0, len(mapping.param_map), next(iter(mapping.param_map)))
+    return progress
 
 
 def random_params(param_specs: Sequence[tuple[str, Sequence, str]], seed: int = 0) -> dict[str, np.ndarray]:
@@ -127,9 +209,7 @@ def random_params(param_specs: Sequence[tuple[str, Sequence, str]], seed: int = 
     for name, shape, dtype in param_specs:
         np_dtype = numpy_dtype(dtype)
         if dtype == "bfloat16":
-            bits = rng.standard_normal(shape, dtype=np.float32) * np.float32(0.02)
-            u = bits.view(np.uint32)
-            out[name] = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+            out[name] = float32_to_bfloat16_bits(rng.standard_normal(shape, dtype=np.float32) * np.float32(0.02))
         elif np.issubdtype(np_dtype, np.floating):
             out[name] = (rng.standard_normal(shape, dtype=np.float32) * np.float32(0.02)).astype(np_dtype)
         else:
@@ -148,33 +228,46 @@ def _param_specs(params: Sequence[tuple[str, nn.Parameter]]) -> list[tuple[str, 
 
 
 def build(recipe_path: str | Path, overrides: Sequence[str] = (), weights: str | Path | None = None,
-          seed: int = 0, on_ir: Callable[[rx.IRModule], None] | None = None) -> CompiledModel:
+          seed: int = 0, on_ir: Callable[[rx.IRModule], None] | None = None,
+          progress: Progress | None = None) -> CompiledModel:
     """Load ``recipe_path`` with ``overrides`` (``"KEY=VALUE"``), build and compile it.
 
     ``weights``: a safetensors file (default: the recipe's ``weights.path``, else random
-    weights drawn with ``seed``). ``on_ir`` is called with the exported IRModule before
-    weights are bound and code is generated (the CLI prints it there). Raises :class:`schemas.RecipeError` for recipe problems
-    (file:line:col), :class:`runtime.WeightsError` listing every weight problem.
+    weights drawn with ``seed``); a float checkpoint is converted (quantized) while it is loaded.
+    ``on_ir`` is called with the exported IRModule before weights are bound and code is
+    generated (the CLI prints it there). ``progress`` reports parameter conversions (see
+    :data:`Progress`). Raises :class:`schemas.RecipeError` for recipe problems (file:line:col),
+    :class:`runtime.WeightsError` listing every weight problem.
     """
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
     recipe = schemas.load_recipe(recipe_path, overrides)
-    irmod, params, spec = export_recipe(recipe)
+    mapping = QuantizeMapping()
+    irmod, params, spec = export_recipe(recipe, mapping)
     timings["export"] = time.perf_counter() - t0
     if on_ir is not None:
         on_ir(irmod)
     specs = _param_specs(params)
-    values = bind_weights(recipe, specs, weights, Path(recipe_path).parent)
+    t1 = time.perf_counter()
+    values = bind_weights(recipe, specs, weights, Path(recipe_path).parent, mapping, progress)
+    timings["weights"] = time.perf_counter() - t1
     t1 = time.perf_counter()
     exe = compile_module(irmod)
     timings["compile"] = time.perf_counter() - t1
-    return CompiledModel(recipe, irmod, specs, exe, spec, timings, seed, values)
+    return CompiledModel(recipe, irmod, specs, exe, spec, timings, seed, values, mapping=mapping, progress=progress)
 
 
 def bind_weights(recipe: schemas.Recipe, param_specs: Sequence[tuple[str, tuple, str]],
-                 weights: str | Path | None, base: Path) -> dict[str, np.ndarray] | None:
+                 weights: str | Path | None, base: Path, mapping: QuantizeMapping | None = None,
+                 progress: Progress | None = None) -> dict[str, np.ndarray] | None:
     """Parameter values from ``weights`` (or the recipe's ``weights.path``, relative to ``base``);
-    None when there is no weights file (random weights are drawn later)."""
+    None when there is no weights file (random weights are drawn later).
+
+    With a ``mapping`` (the recipe's transforms), a parameter missing from the file is computed
+    from its float source by the mapping's function (a float checkpoint is quantized / cast on
+    the fly); parameters present with the exact shape and dtype load directly. Raises
+    :class:`runtime.WeightsError` listing every problem.
+    """
     wdef = recipe.weights
     path = weights if weights is not None else (wdef.path if wdef and wdef.path else None)
     if path is None:
@@ -182,4 +275,16 @@ def bind_weights(recipe: schemas.Recipe, param_specs: Sequence[tuple[str, tuple,
     if weights is None and not Path(path).is_absolute():
         path = base / path
     expected = {name: (shape, dtype) for name, shape, dtype in param_specs}
-    return load_params(path, expected, prefix=wdef.prefix if wdef else "", name_map=wdef.map if wdef else None)
+    conversions = mapping.conversions() if mapping is not None else None
+    try:
+        return load_params(path, expected, prefix=wdef.prefix if wdef else "",
+                           name_map=wdef.map if wdef else None, conversions=conversions, progress=progress)
+    except WeightsError as err:
+        meta = read_safetensors_metadata(path) if Path(path).is_file() else {}
+        ours = describe(recipe.quantization)
+        if meta.get("format") == "model-builder" and meta.get("quantization") not in (None, ours):
+            raise WeightsError(err.path, err.problems + [
+                f"the file holds parameters saved by recipe '{meta.get('recipe')}' with quantization "
+                f"'{meta['quantization']}', this recipe uses '{ours}': load the float checkpoint "
+                "instead, or build with the same quantization"]) from None
+        raise

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 import struct
 import threading
 from typing import Sequence
@@ -23,7 +24,10 @@ from typing import Sequence
 import llvmlite.binding as llvm
 import numpy as np
 
-__all__ = ["NativeLibrary", "dim_from_json", "eval_dim", "dim_to_str", "numpy_dtype"]
+from .threadpool import ensure_pool
+
+__all__ = ["NativeLibrary", "dim_from_json", "eval_dim", "dim_to_str", "numpy_dtype", "as_bfloat16_bits",
+           "float32_to_bfloat16_bits", "bfloat16_bits_to_float32"]
 
 _BINOPS = {
     "add": lambda a, b: a + b,
@@ -143,17 +147,55 @@ def dim_to_str(tree) -> str:
     return f"{head}({dim_to_str(tree[1])}, {dim_to_str(tree[2])})"
 
 
+@functools.lru_cache(maxsize=128)
 def numpy_dtype(name: str) -> np.dtype:
-    """The numpy dtype for a metadata dtype name. ``bfloat16`` maps to ``ml_dtypes.bfloat16``
-    when installed, else to ``uint16`` (raw bits)."""
-    if name == "bfloat16":
-        try:
-            import ml_dtypes  # type: ignore[import-not-found]
+    """The numpy dtype for a metadata dtype name.
 
-            return np.dtype(ml_dtypes.bfloat16)
-        except ImportError:
-            return np.dtype(np.uint16)
+    ``bfloat16`` is always ``uint16`` (its raw bits), whether or not ``ml_dtypes`` is installed, so
+    that files, buffers and results have one deterministic representation; use
+    :func:`as_bfloat16_bits` to pass an ``ml_dtypes.bfloat16`` array and
+    :func:`bfloat16_bits_to_float32` to read the bits as numbers.
+    """
+    if name == "bfloat16":
+        return np.dtype(np.uint16)
     return np.dtype(name)
+
+
+def _is_ml_dtypes_bfloat16(dtype: np.dtype) -> bool:
+    return dtype.name == "bfloat16" and dtype.itemsize == 2
+
+
+def as_bfloat16_bits(a: np.ndarray) -> np.ndarray:
+    """The uint16 bit patterns of a bfloat16 array: ``uint16`` / ``int16`` arrays are taken as bits
+    (viewed as uint16), an ``ml_dtypes.bfloat16`` array is viewed as its bits (no copy).
+
+    Raises TypeError for any other dtype (convert floats with :func:`float32_to_bfloat16_bits`).
+    """
+    a = np.asarray(a)
+    if a.dtype in (np.uint16, np.int16) or _is_ml_dtypes_bfloat16(a.dtype):
+        return a.view(np.uint16)
+    raise TypeError(f"expected bfloat16 bits (uint16) or an ml_dtypes.bfloat16 array, got dtype {a.dtype}")
+
+
+def float32_to_bfloat16_bits(a) -> np.ndarray:
+    """Round float values to bfloat16 (nearest, ties to even) and return the uint16 bits.
+
+    The input is converted to float32 first; NaN becomes the quiet NaN ``0x7FC0``,
+    infinities stay infinite. Same rounding as the generated code's bfloat16 stores.
+    """
+    f = np.ascontiguousarray(a, dtype=np.float32)
+    u = f.view(np.uint32)
+    rounded = ((u + np.uint32(0x7FFF) + ((u >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16)).astype(np.uint16)
+    nan = np.isnan(f)
+    if nan.any():
+        rounded = np.where(nan, np.uint16(0x7FC0), rounded)
+    return rounded
+
+
+def bfloat16_bits_to_float32(bits) -> np.ndarray:
+    """Widen bfloat16 bit patterns (uint16, or an ``ml_dtypes.bfloat16`` array) to float32 (exact)."""
+    b = as_bfloat16_bits(np.asarray(bits))
+    return (b.astype(np.uint32) << np.uint32(16)).view(np.float32)
 
 
 def _data_pointer(a: np.ndarray) -> int:
@@ -164,6 +206,9 @@ def _data_pointer(a: np.ndarray) -> int:
     except (TypeError, ValueError, BufferError):
         return a.ctypes.data
 
+
+_addressof = ctypes.addressof
+_c_char = ctypes.c_char
 
 _FUNC_TYPE = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_void_p)
 
@@ -205,6 +250,7 @@ class NativeLibrary:
 
     def __init__(self, object_code: bytes, functions: dict[str, dict]) -> None:
         _init_llvm()
+        ensure_pool()  # kernels call mb_parallel_for / mb_num_threads
         self.functions = dict(functions)
         target = llvm.Target.from_triple(llvm.get_process_triple())
         self._tm = target.create_target_machine(
@@ -247,18 +293,38 @@ class NativeLibrary:
         entry = self._entries.get(name)
         if entry is None:
             raise KeyError(f"no function '{name}' in this library")
-        n = entry.nparams
-        if len(arrays) != n:
-            raise ValueError(f"{name}: expected {n} arrays ({', '.join(entry.param_names)}), "
-                             f"got {len(arrays)}")
-        ptrs = entry.ptr_type()
-        dims: tuple = ()
+        if len(arrays) != entry.nparams:
+            raise ValueError(f"{name}: expected {entry.nparams} arrays "
+                             f"({', '.join(entry.param_names)}), got {len(arrays)}")
+        # fast path: exact ndarray of the declared dtype and ndim, C-contiguous (the VM's case);
+        # anything else goes through _checked_args for the precise error or bf16 views
+        addrs = []
+        dims: list = []
+        for a, dt, nd in zip(arrays, entry.dtypes, entry.ndims):
+            if (a.__class__ is not np.ndarray or a.dtype is not dt and a.dtype != dt
+                    or a.ndim != nd or not a.flags.c_contiguous):
+                addrs, dims = self._checked_args(entry, arrays)
+                break
+            try:
+                addrs.append(_addressof(_c_char.from_buffer(a)))
+            except (TypeError, ValueError, BufferError):
+                addrs.append(a.ctypes.data)
+            dims.extend(a.shape)
+        rc = entry.cfunc(entry.ptr_type(*addrs), entry.shape_type(*dims))
+        if rc:
+            raise ValueError(self._error_text(entry, rc, arrays))
+
+    @staticmethod
+    def _checked_args(entry: _Entry, arrays) -> tuple[list, list]:
+        """Pointers and dims of ``arrays``, checking each (ValueError naming the param)."""
+        name = entry.name
+        addrs, dims = [], []
         for i, a in enumerate(arrays):
             if type(a) is not np.ndarray and not isinstance(a, np.ndarray):
                 raise ValueError(f"{name}: argument '{entry.param_names[i]}' (param {i}) must be "
                                  f"a numpy array, got {type(a).__name__}")
-            if a.dtype != entry.dtypes[i] and not (
-                    entry.accept_bf16_bits[i] and a.dtype in (np.uint16, np.int16)):
+            if a.dtype != entry.dtypes[i] and not (entry.accept_bf16_bits[i] and (
+                    a.dtype in (np.uint16, np.int16) or _is_ml_dtypes_bfloat16(a.dtype))):
                 raise ValueError(f"{name}: argument '{entry.param_names[i]}' (param {i}) has dtype "
                                  f"{a.dtype}, expected {entry.dtype_names[i]}")
             shape = a.shape
@@ -270,12 +336,9 @@ class NativeLibrary:
             if not a.flags.c_contiguous:
                 raise ValueError(f"{name}: argument '{entry.param_names[i]}' (param {i}) must be "
                                  "C-contiguous (use np.ascontiguousarray)")
-            ptrs[i] = _data_pointer(a)
-            dims += shape
-        shapes = entry.shape_type(*dims)
-        rc = entry.cfunc(ptrs, shapes)
-        if rc:
-            raise ValueError(self._error_text(entry, rc, arrays))
+            addrs.append(_data_pointer(a))
+            dims.extend(shape)
+        return addrs, dims
 
     @staticmethod
     def _error_text(entry: _Entry, rc: int, arrays) -> str:

@@ -51,6 +51,8 @@ def _extern_arg(spec: list, regs: list, env: dict) -> Any:
         return regs[value]
     if kind == "dim":
         return eval_dim(value, env)
+    if kind == "shape":
+        return tuple(eval_dim(t, env) for t in value)
     return value
 
 
@@ -95,6 +97,15 @@ def _bind_arg(where: str, p: dict, a: Any, env: dict, checked: list) -> None:
                          f"{_shape_text(p['shape'])}")
     _bind_dims(where, p["shape"], a.shape, env)
     checked.append((where, p["shape"], a.shape))
+
+
+def _contiguous(a: Any) -> Any:
+    """Arrays (also inside tuples, e.g. ``transform_params``' weights) as C-contiguous arrays."""
+    if isinstance(a, np.ndarray):
+        return np.ascontiguousarray(a).reshape(a.shape)
+    if isinstance(a, (tuple, list)):
+        return tuple(_contiguous(v) for v in a)
+    return a
 
 
 def _bind_dims(where: str, dims: list, shape, env: dict) -> None:
@@ -203,13 +214,6 @@ _BUILTINS: dict[str, Any] = {
 }
 
 
-def _builtin_arg(spec: list, regs: list, env: dict) -> Any:
-    kind, value = spec
-    if kind == "shape":
-        return tuple(eval_dim(t, env) for t in value)
-    return _extern_arg(spec, regs, env)
-
-
 def _call_builtin(func_name: str, builtin: str, args: list) -> Any:
     fn = _BUILTINS.get(builtin)
     if fn is None:
@@ -307,7 +311,7 @@ class VirtualMachine:
         env = self._check_inputs(name, fn, args)
         regs: list[Any] = [None] * fn["num_registers"]
         for i, a in enumerate(args):
-            regs[i] = np.ascontiguousarray(a).reshape(a.shape) if isinstance(a, np.ndarray) else a
+            regs[i] = _contiguous(a)
         lib = self.lib
         for ins in fn["instructions"]:
             op = ins[0]
@@ -327,7 +331,7 @@ class VirtualMachine:
                 _call_extern(name, ext_name, [_extern_arg(s, regs, env) for s in arg_specs], outs)
             elif op == "call_builtin":
                 _, dst, builtin, arg_specs = ins
-                regs[dst] = _call_builtin(name, builtin, [_builtin_arg(a, regs, env) for a in arg_specs])
+                regs[dst] = _call_builtin(name, builtin, [_extern_arg(a, regs, env) for a in arg_specs])
             elif op == "reshape":
                 regs[ins[1]] = regs[ins[2]].reshape([eval_dim(t, env) for t in ins[3]])
             elif op == "tuple":

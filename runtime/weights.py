@@ -1,22 +1,32 @@
-"""Weights in and out of safetensors files, with name maps and strict accounting.
+"""Weights in and out of safetensors files, with name maps, conversion hooks and strict accounting.
 
-``load_params(path, expected, prefix="", name_map=None)`` reads the tensors a model expects:
-each parameter ``name`` is looked up in the file as ``name_map[name]`` if given, else
-``prefix + name``. Loading is strict: every missing parameter, every unexpected tensor (a tensor
-under ``prefix`` that no parameter claims) and every shape or dtype mismatch is listed in one
-:class:`WeightsError`. Tensors outside ``prefix`` belong to other parts of a checkpoint and are
-ignored. bfloat16 tensors are returned as their uint16 bit patterns (numpy has no bfloat16).
+``load_params(path, expected, prefix="", name_map=None, conversions=None)`` reads the tensors a
+model expects: each parameter ``name`` is looked up in the file as ``name_map[name]`` if given,
+else ``prefix + name``. Loading is strict: every missing parameter, every unexpected tensor (a
+tensor under ``prefix`` that no parameter claims) and every shape or dtype mismatch is listed in
+one :class:`WeightsError`. Tensors outside ``prefix`` belong to other parts of a checkpoint and
+are ignored.
+
+Conversions (the hook a recipe's quantization / dtype transform uses): ``conversions`` maps a
+*source* name (a floating-point tensor of the untransformed model, looked up by the same rule)
+to a :class:`ParamConversion`: the parameters it becomes and a function computing them from its
+float32 values. A parameter that is in the file with exactly the expected shape and dtype is
+loaded directly (so saved transformed parameters load back without conversion); otherwise, when
+a conversion produces it and its source is in the file, the source is read, widened to float32
+and converted. bfloat16 tensors are uint16 bit patterns in memory (numpy has no bfloat16) and
+``BF16`` in files.
 """
 from __future__ import annotations
 
 import json
 import struct
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
-__all__ = ["WeightsError", "load_params", "save_params", "read_safetensors_header"]
+__all__ = ["WeightsError", "ParamConversion", "load_params", "save_params", "read_safetensors_header"]
 
 
 class WeightsError(ValueError):
@@ -29,16 +39,25 @@ class WeightsError(ValueError):
                          + "\n".join(f"  - {p}" for p in self.problems))
 
 
+@dataclass(frozen=True)
+class ParamConversion:
+    """How one floating-point source tensor of shape ``shape`` becomes the parameters ``targets``:
+    ``func(float32 array) -> arrays`` (one per target, in order)."""
+
+    targets: tuple[str, ...]
+    func: Callable[[np.ndarray], Sequence[np.ndarray]]
+    shape: tuple
+
+
 _ST_DTYPES = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16", "I64": "int64",
               "I32": "int32", "I16": "int16", "I8": "int8", "U8": "uint8", "U16": "uint16",
               "U32": "uint32", "U64": "uint64", "BOOL": "bool"}
+_OUR_TO_ST = {v: k for k, v in _ST_DTYPES.items()}
+_FLOATS = ("float16", "bfloat16", "float32", "float64")
 
 
-def read_safetensors_header(path: str | Path) -> dict[str, dict]:
-    """``{name: {"dtype": str (our spelling), "shape": [..]}}`` from a safetensors header.
-
-    Raises WeightsError for a file that is not safetensors.
-    """
+def _read_header(path: str | Path) -> tuple[dict, int]:
+    """The raw JSON header of a safetensors file and the offset of its data section."""
     path = Path(path)
     try:
         with path.open("rb") as f:
@@ -46,8 +65,19 @@ def read_safetensors_header(path: str | Path) -> dict[str, dict]:
             if n > 100_000_000:
                 raise ValueError("header too large")
             header = json.loads(f.read(n))
+        if not isinstance(header, dict):
+            raise ValueError("header is not a JSON object")
     except (OSError, ValueError, struct.error) as exc:
         raise WeightsError(str(path), [f"not a readable safetensors file: {exc}"]) from None
+    return header, 8 + n
+
+
+def read_safetensors_header(path: str | Path) -> dict[str, dict]:
+    """``{name: {"dtype": str (our spelling), "shape": [..]}}`` from a safetensors header.
+
+    Raises WeightsError for a file that is not safetensors.
+    """
+    header, _ = _read_header(path)
     out = {}
     for name, info in header.items():
         if name == "__metadata__":
@@ -56,60 +86,173 @@ def read_safetensors_header(path: str | Path) -> dict[str, dict]:
     return out
 
 
+def read_safetensors_metadata(path: str | Path) -> dict[str, str]:
+    """The ``__metadata__`` string map of a safetensors file (empty when it has none)."""
+    header, _ = _read_header(path)
+    meta = header.get("__metadata__") or {}
+    return {str(k): str(v) for k, v in meta.items()}
+
+
 def load_params(path: str | Path, expected: Mapping[str, tuple[Sequence[int], str]], prefix: str = "",
-                name_map: Mapping[str, str] | None = None) -> dict[str, np.ndarray]:
+                name_map: Mapping[str, str] | None = None,
+                conversions: Mapping[str, ParamConversion] | None = None,
+                progress: Callable[[int, int, str], None] | None = None) -> dict[str, np.ndarray]:
     """Load the parameters ``expected`` (name -> (shape, dtype)) from safetensors ``path``.
 
-    Returns name -> numpy array (C-contiguous, the file's exact values). Raises WeightsError
-    listing every missing / unexpected / mismatched tensor.
-    """
-    from safetensors import safe_open
+    ``conversions``: source name -> :class:`ParamConversion` (see the module docstring); a
+    source must be a floating-point tensor of the conversion's shape (any float dtype).
+    ``progress(done, total, source_name)`` is called with ``done=0`` before the first conversion and
+    after each one.
 
+    Returns name -> numpy array (C-contiguous; loaded directly: the file's exact values).
+    Raises WeightsError listing every missing / unexpected / mismatched tensor, naming the
+    file's side and the parameter's side of each mismatch.
+    """
     path = str(path)
+    raw, data_start = _read_header(path)
     header = read_safetensors_header(path)
     name_map = dict(name_map or {})
+    conversions = dict(conversions or {})
+    producer = {t: src for src, conv in conversions.items() for t in conv.targets}
+
+    def key_of(name: str) -> str:
+        return name_map.get(name, prefix + name)
+
     problems: list[str] = []
-    wanted: dict[str, str] = {}
+    direct: dict[str, str] = {}      # parameter -> file key
+    convert: dict[str, str] = {}     # source name -> file key
+    claimed: set[str] = set()
     for name, (shape, dtype) in expected.items():
-        key = name_map.get(name, prefix + name)
-        wanted[key] = name
-        if key not in header:
+        key = key_of(name)
+        shape = tuple(int(d) for d in shape)
+        info = header.get(key)
+        if info is not None and tuple(info["shape"]) == shape and info["dtype"] == dtype:
+            direct[name] = key
+            claimed.add(key)
+            continue
+        src = producer.get(name)
+        if src is not None and key_of(src) in header:
+            skey = key_of(src)
+            sinfo = header[skey]
+            claimed.add(skey)
+            if info is not None:
+                claimed.add(key)
+            if src in convert:
+                continue
+            want = tuple(conversions[src].shape)
+            bad = []
+            if tuple(sinfo["shape"]) != want:
+                bad.append(f"'{skey}' has shape {tuple(sinfo['shape'])}, parameter '{src}' (converted into "
+                           f"{', '.join(conversions[src].targets)}) expects {want}")
+            if sinfo["dtype"] not in _FLOATS:
+                bad.append(f"'{skey}' has dtype {sinfo['dtype']}, parameter '{src}' (converted into "
+                           f"{', '.join(conversions[src].targets)}) expects a floating-point tensor")
+            problems.extend(bad)
+            if not bad:
+                convert[src] = skey
+            continue
+        if info is None:
             close = [k for k in header if k.endswith(name.split(".")[-1]) and k.startswith(prefix)][:3]
             hint = f" (file has e.g. {', '.join(close)})" if close else ""
-            problems.append(f"missing tensor '{key}' for parameter '{name}'{hint}")
+            also = f" or its source '{key_of(src)}' to convert from" if src is not None and src != name else ""
+            problems.append(f"missing tensor '{key}'{also} for parameter '{name}'{hint}")
             continue
-        info = header[key]
-        if list(info["shape"]) != [int(d) for d in shape]:
-            problems.append(f"'{key}' has shape {tuple(info['shape'])}, parameter '{name}' expects {tuple(shape)}")
+        claimed.add(key)
+        if tuple(info["shape"]) != shape:
+            problems.append(f"'{key}' has shape {tuple(info['shape'])}, parameter '{name}' expects {shape}")
         if info["dtype"] != dtype:
             problems.append(f"'{key}' has dtype {info['dtype']}, parameter '{name}' expects {dtype}")
     for key in header:
-        if key.startswith(prefix) and key not in wanted and key not in name_map.values():
+        if key.startswith(prefix) and key not in claimed and key not in name_map.values():
             problems.append(f"unexpected tensor '{key}' (no parameter uses it)")
     if problems:
         raise WeightsError(path, problems)
+
     out: dict[str, np.ndarray] = {}
-    with safe_open(path, framework="numpy") as f:
-        for key, name in wanted.items():
-            if header[key]["dtype"] == "bfloat16":
-                out[name] = _read_raw(path, key).view(np.uint16).reshape(header[key]["shape"])
-            else:
-                out[name] = np.ascontiguousarray(f.get_tensor(key))
-    return out
-
-
-def _read_raw(path: str, key: str) -> np.ndarray:
     with open(path, "rb") as f:
-        (n,) = struct.unpack("<Q", f.read(8))
-        header = json.loads(f.read(n))
-        start, end = header[key]["data_offsets"]
-        f.seek(8 + n + start)
-        return np.frombuffer(f.read(end - start), dtype=np.uint8).copy()
+        def read(key: str) -> np.ndarray:
+            info = raw[key]
+            start, end = info["data_offsets"]
+            f.seek(data_start + start)
+            dtype = _ST_DTYPES.get(info["dtype"], info["dtype"])
+            np_dtype = np.uint16 if dtype == "bfloat16" else np.dtype(dtype)
+            buf = f.read(end - start)
+            return np.frombuffer(buf, dtype=np.dtype(np_dtype).newbyteorder("<")).astype(
+                np_dtype, copy=True).reshape(info["shape"])
+
+        for name, key in direct.items():
+            if producer.get(name) not in convert:
+                out[name] = read(key)
+        total = len(convert)
+        if progress is not None and total:
+            progress(0, total, next(iter(convert)))
+        for done, (src, skey) in enumerate(convert.items(), start=1):
+            conv = conversions[src]
+            arrays = list(conv.func(_float32(read(skey), header[skey]["dtype"])))
+            problems.extend(_check_converted(src, conv.targets, arrays, expected))
+            out.update(zip(conv.targets, arrays))
+            if progress is not None:
+                progress(done, total, src)
+    if problems:
+        raise WeightsError(path, problems)
+    return {name: out[name] for name in expected}
 
 
-def save_params(path: str | Path, params: Mapping[str, np.ndarray], metadata: Mapping[str, str] | None = None) -> None:
-    """Write ``params`` (name -> numpy array) to a safetensors file."""
-    from safetensors.numpy import save_file
+def _float32(a: np.ndarray, dtype: str) -> np.ndarray:
+    if dtype == "bfloat16":
+        return (a.astype(np.uint32) << np.uint32(16)).view(np.float32)
+    return a.astype(np.float32)
 
-    save_file({k: np.ascontiguousarray(v) for k, v in params.items()}, str(path),
-              metadata=dict(metadata) if metadata else None)
+
+def _check_converted(src: str, targets: Sequence[str], arrays: Sequence[np.ndarray],
+                     expected: Mapping[str, tuple[Sequence[int], str]]) -> list[str]:
+    if len(arrays) != len(targets):
+        return [f"converting '{src}' gave {len(arrays)} arrays for {len(targets)} parameters {list(targets)}"]
+    problems = []
+    for name, a in zip(targets, arrays):
+        if name not in expected:
+            continue
+        shape, dtype = expected[name]
+        np_dtype = np.dtype(np.uint16) if dtype == "bfloat16" else np.dtype(dtype)
+        if tuple(a.shape) != tuple(int(d) for d in shape) or a.dtype != np_dtype:
+            problems.append(f"converting '{src}' gave '{name}' of shape {tuple(a.shape)} {a.dtype}, parameter "
+                            f"'{name}' expects {tuple(shape)} {dtype}")
+    return problems
+
+
+def save_params(path: str | Path, params: Mapping[str, np.ndarray], metadata: Mapping[str, str] | None = None,
+                dtypes: Mapping[str, str] | None = None) -> None:
+    """Write ``params`` (name -> numpy array, in order) to a safetensors file.
+
+    ``dtypes`` names the element type of arrays whose numpy dtype does not (``"bfloat16"`` for
+    uint16 bits, written as ``BF16``); ``ml_dtypes.bfloat16`` arrays are written as ``BF16`` too.
+    ``metadata`` goes to the header's ``__metadata__`` (string values). Raises ValueError for an
+    unsupported dtype.
+    """
+    dtypes = dict(dtypes or {})
+    header: dict = {}
+    if metadata:
+        header["__metadata__"] = {str(k): str(v) for k, v in metadata.items()}
+    blobs: list[bytes] = []
+    offset = 0
+    for name, a in params.items():
+        a = np.asarray(a)
+        dtype = dtypes.get(name) or ("bfloat16" if a.dtype.name == "bfloat16" else str(a.dtype))
+        if dtype == "bfloat16":
+            if a.dtype.itemsize != 2:
+                raise ValueError(f"'{name}': bfloat16 data must be 2-byte bits, got dtype {a.dtype}")
+            data = np.ascontiguousarray(a).view(np.uint16).astype("<u2").tobytes()
+        else:
+            if dtype not in _OUR_TO_ST or dtype != str(a.dtype):
+                raise ValueError(f"'{name}': cannot write dtype {a.dtype} as {dtype} to safetensors")
+            data = np.ascontiguousarray(a).astype(a.dtype.newbyteorder("<")).tobytes()
+        header[name] = {"dtype": _OUR_TO_ST[dtype], "shape": list(a.shape), "data_offsets": [offset, offset + len(data)]}
+        blobs.append(data)
+        offset += len(data)
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)))
+        f.write(text)
+        for blob in blobs:
+            f.write(blob)

@@ -8,7 +8,17 @@ from .loader import load_recipe, load_recipe_text
 from .models import (
     DTYPES,
     LAYER_TYPES,
+    QUANTIZATION_KINDS,
     QUANTIZATION_PRESETS,
+    STORAGE_BITS,
+    FloatDType,
+    GroupQuantization,
+    NoQuantization,
+    PerChannelQuantization,
+    Quantization,
+    QuantizationSpec,
+    register_quantization_preset,
+    resolve_quantization,
     GELU,
     Conv1D,
     DType,
@@ -30,7 +40,9 @@ from .models import (
 from .source import FieldPath, SourceMap, format_path
 
 __all__ = [
-    "DTYPES", "LAYER_TYPES", "QUANTIZATION_PRESETS", "Conv1D", "DType", "Dim", "Embedding", "FieldPath", "GELU",
+    "DTYPES", "LAYER_TYPES", "QUANTIZATION_KINDS", "QUANTIZATION_PRESETS", "STORAGE_BITS", "FloatDType",
+    "GroupQuantization", "NoQuantization", "PerChannelQuantization", "Quantization", "QuantizationSpec",
+    "register_quantization_preset", "resolve_quantization", "Conv1D", "DType", "Dim", "Embedding", "FieldPath", "GELU",
     "Identifier", "InputSpec", "LayerDef", "LayerNorm", "Linear", "ModelDef", "RMSNorm", "Recipe", "RecipeError",
     "RecipeIssue", "ReLU", "SiLU", "SourceMap", "StrictModel", "WeightsDef", "format_path", "load_recipe",
     "load_recipe_text",

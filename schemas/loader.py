@@ -11,7 +11,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from .errors import RecipeError, RecipeIssue
-from .models import LAYER_TYPES, InputSpec, ModelDef, Recipe, WeightsDef
+from .models import LAYER_TYPES, QUANTIZATION_KINDS, QUANTIZATION_PRESETS, InputSpec, ModelDef, Recipe, WeightsDef
 from .source import FieldPath, IssueCollector, SourceMap, format_path, parse_yaml
 
 _VARIABLE = re.compile(r"\$\$\{|\$\{([^}]*)\}")  # `$${` escapes a literal `${`
@@ -116,6 +116,8 @@ def _override_target(data: dict, key: str) -> tuple[dict | list, str | int, Fiel
         raise LookupError(f"no variable or recipe field named {key!r}"
                           + (_did_you_mean(key, names) or f"; valid names: {', '.join(names)}"))
     segments = key.split(".")
+    if segments[0] == "quantization":
+        _expand_quantization_preset(data)
     path: list[str | int] = []
     node: Any = data
     for depth, segment in enumerate(segments):
@@ -134,6 +136,22 @@ def _override_target(data: dict, key: str) -> tuple[dict | list, str | int, Fiel
         if depth < len(segments) - 1:
             node = node[step]
     return node, path[-1], tuple(path)
+
+
+def _expand_quantization_preset(data: dict) -> None:
+    """Replace a preset name in ``data["quantization"]`` (default ``none``) by its full spec mapping, so that
+    a dotted override (``quantization.group_size=64``) can change one field of the preset.
+
+    Raises:
+        LookupError: the value is not a known preset name (nor already a mapping).
+    """
+    value = data.get("quantization", "none")
+    if isinstance(value, dict):
+        return
+    if not isinstance(value, str) or value not in QUANTIZATION_PRESETS:
+        raise LookupError(f"quantization is {value!r}, not a preset name or a mapping whose fields could be set; "
+                          f"valid presets: {', '.join(QUANTIZATION_PRESETS)}")
+    data["quantization"] = QUANTIZATION_PRESETS[value].model_dump(mode="python")
 
 
 # --- interpolation ---------------------------------------------------------------------------------
@@ -221,6 +239,8 @@ def _add_validation_issues(exc: ValidationError, data: dict, issues: IssueCollec
             path += ("type",)
         elif kind == "union_tag_not_found":
             message = f"missing required field 'type'; valid types: {_VALID_LAYER_TYPES}"
+        elif kind == "quantization_kind":
+            message, path = _quantization_kind_issue(data, path)
         else:
             message = error["msg"]
             if message.startswith("Input should") and isinstance(error["input"], (str, int, float)):
@@ -246,7 +266,9 @@ def _data_path(data: Any, loc: tuple) -> tuple[FieldPath, tuple]:
             node = node[segment]
         elif isinstance(node, list) and isinstance(segment, int) and 0 <= segment < len(node):
             node = node[segment]
-        elif isinstance(node, dict) and segment == node.get("type"):
+        elif isinstance(node, dict) and segment in (node.get("type"), node.get("kind")):
+            continue
+        elif isinstance(node, str) and segment == "preset" and path == ["quantization"]:
             continue
         else:
             return tuple(path), tuple(loc[index:])
@@ -279,4 +301,20 @@ def _model_at(path: FieldPath, value: Any) -> type[BaseModel] | None:
             return InputSpec
         case ("weights",):
             return WeightsDef
+        case ("quantization",):
+            kind = value.get("kind")
+            return QUANTIZATION_KINDS.get(kind) if isinstance(kind, str) else None
     return None
+
+
+def _quantization_kind_issue(data: dict, path: FieldPath) -> tuple[str, FieldPath]:
+    """Message and path for a ``quantization`` value that is neither a preset name nor a spec with a known kind."""
+    value = data.get("quantization")
+    kinds = ", ".join(QUANTIZATION_KINDS)
+    if isinstance(value, dict):
+        if "kind" not in value:
+            return f"missing required field 'kind'; valid kinds: {kinds}", path
+        return (f"unknown quantization kind {value['kind']!r}{_did_you_mean(value['kind'], QUANTIZATION_KINDS)}; "
+                f"valid kinds: {kinds}"), path + ("kind",)
+    return (f"expected a preset name ({', '.join(QUANTIZATION_PRESETS)}) or a mapping with a 'kind' "
+            f"({kinds}), got {value!r}"), path

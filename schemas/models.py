@@ -6,7 +6,8 @@ import keyword
 import re
 from typing import Annotated, Any, Literal, Optional, Union, get_args
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, PrivateAttr, field_validator
+from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, PrivateAttr, Tag,
+                      ValidationInfo, field_validator)
 from pydantic_core import PydanticCustomError
 
 from .source import SourceMap
@@ -20,8 +21,6 @@ DType = Literal[
 DTYPES: tuple[str, ...] = get_args(DType)
 """All valid :data:`DType` names."""
 
-QUANTIZATION_PRESETS: tuple[str, ...] = ("none",)
-"""Valid values of :attr:`Recipe.quantization`."""
 
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
@@ -168,6 +167,195 @@ class InputSpec(StrictModel):
     dtype: DType
 
 
+# --- quantization ------------------------------------------------------------------------------------
+
+FloatDType = Literal["float16", "bfloat16", "float32"]
+"""A model (activation / scale) dtype of a quantization spec."""
+
+STORAGE_BITS: dict[str, int] = {"uint8": 8, "uint16": 16, "uint32": 32, "int8": 8}
+"""Bits of each storage dtype that quantized weights can be packed into."""
+
+
+class NoQuantization(StrictModel):
+    """``kind: none``: weights stay floating point. ``model_dtype`` (when set) is a dtype cast of every
+    floating-point parameter and input (the ``q0f16`` / ``q0f32`` / ``q0bf16`` presets); ``None`` leaves the
+    recipe's own ``dtype`` in charge."""
+
+    kind: Literal["none"] = "none"
+    model_dtype: Optional[FloatDType] = None
+
+
+class GroupQuantization(StrictModel):
+    """``kind: group``: symmetric group quantization of Linear (and Embedding) weights, as MLC-LLM's
+    ``q4f16_1`` family.
+
+    Along the input dimension every ``group_size`` consecutive weights of a row share one scale
+    ``max|w| / max_int`` (``max_int = 2**(bits-1) - 1``, 7 for 4 bits); a weight is stored as
+    ``clamp(round(w / scale) + max_int, 0, 2 * max_int)``, ``elements_per_word`` values packed into one
+    ``storage_dtype`` word (element ``i`` in bits ``[i*bits, (i+1)*bits)``), and dequantized as
+    ``(q - max_int) * scale``. Parameters ``q_weight`` (out, padded_in / elements_per_word) and
+    ``q_scale`` (out, padded_in / group_size) in ``model_dtype``: the NK layout. ``exclude`` lists
+    module-path globs (``lm_head``, ``*.norm*``) kept in ``model_dtype``.
+
+    Raises (validation): ``group_size`` not positive or not divisible by ``elements_per_word``.
+    """
+
+    kind: Literal["group"] = "group"
+    bits: Literal[4, 8] = 4
+    storage_dtype: Literal["uint8", "uint16", "uint32"] = "uint32"
+    group_size: int = 32
+    model_dtype: FloatDType = "float16"
+    exclude: list[str] = []
+    quantize_embedding: bool = True
+
+    @field_validator("group_size")
+    @classmethod
+    def _check_group_size(cls, value: int, info: ValidationInfo) -> int:
+        bits, storage = info.data.get("bits"), info.data.get("storage_dtype")
+        if value <= 0:
+            raise PydanticCustomError("group_size", "group_size must be positive, got {value}", {"value": value})
+        if bits is not None and storage is not None:
+            per_word = STORAGE_BITS[storage] // bits
+            if value % per_word:
+                raise PydanticCustomError(
+                    "group_size", "group_size {value} is not divisible by the {per_word} values of {bits} bits "
+                    "packed in one {storage} word", {"value": value, "per_word": per_word, "bits": bits,
+                                                     "storage": storage})
+        return value
+
+    @property
+    def elements_per_word(self) -> int:
+        """Quantized values per storage word (``storage bits // bits``: 8 for 4 bits in uint32)."""
+        return STORAGE_BITS[self.storage_dtype] // self.bits
+
+    @property
+    def max_int(self) -> int:
+        """``2**(bits-1) - 1``: the largest magnitude of a quantized value (7 for 4 bits)."""
+        return 2 ** (self.bits - 1) - 1
+
+    @property
+    def zero_point(self) -> int:
+        """The stored value of a zero weight (``max_int``: values are stored with an offset)."""
+        return self.max_int
+
+
+class PerChannelQuantization(StrictModel):
+    """``kind: per_channel``: symmetric int8 quantization with one scale per output channel (row).
+
+    ``scale = max|w_row| / 127``, ``q = clamp(round(w / scale), -127, 127)`` stored as ``int8``
+    (one value per word, no offset), dequantized as ``q * scale``. Parameters ``q_weight``
+    (out, in) int8 and ``q_scale`` (out, 1) in ``model_dtype``: the group layout with a single
+    group spanning the whole row, so it shares the group kernels.
+    """
+
+    kind: Literal["per_channel"] = "per_channel"
+    bits: Literal[8] = 8
+    storage_dtype: Literal["int8"] = "int8"
+    model_dtype: FloatDType = "float32"
+    exclude: list[str] = []
+    quantize_embedding: bool = True
+
+    @property
+    def elements_per_word(self) -> int:
+        """Always 1: int8 values are stored one per element."""
+        return 1
+
+    @property
+    def max_int(self) -> int:
+        """127: the largest magnitude of a quantized value."""
+        return 2 ** (self.bits - 1) - 1
+
+    @property
+    def zero_point(self) -> int:
+        """0: values are stored signed, without offset."""
+        return 0
+
+
+QuantizationSpec = Union[NoQuantization, GroupQuantization, PerChannelQuantization]
+"""A full quantization spec, chosen by its ``kind``."""
+
+QUANTIZATION_KINDS: dict[str, type[StrictModel]] = {
+    "group": GroupQuantization, "per_channel": PerChannelQuantization, "none": NoQuantization}
+"""Spec models by their ``kind``."""
+
+QUANTIZATION_PRESETS: dict[str, QuantizationSpec] = {
+    "none": NoQuantization(),
+    "q0f32": NoQuantization(model_dtype="float32"),
+    "q0f16": NoQuantization(model_dtype="float16"),
+    "q0bf16": NoQuantization(model_dtype="bfloat16"),
+    "q4f16_1": GroupQuantization(bits=4, group_size=32, model_dtype="float16"),
+    "q4f32_1": GroupQuantization(bits=4, group_size=32, model_dtype="float32"),
+    "q4bf16_1": GroupQuantization(bits=4, group_size=32, model_dtype="bfloat16"),
+    "q8f16_1": GroupQuantization(bits=8, group_size=32, model_dtype="float16"),
+    "q8f32_1": GroupQuantization(bits=8, group_size=32, model_dtype="float32"),
+    "q8f16_pc": PerChannelQuantization(model_dtype="float16"),
+    "q8f32_pc": PerChannelQuantization(model_dtype="float32"),
+}
+"""Named quantization specs (valid string values of :attr:`Recipe.quantization`), MLC-LLM's
+``q{bits}f{model float bits}_{variant}`` naming: ``_1`` is group quantization with groups of 32 along
+the input dimension, ``_pc`` per-channel int8, ``q0*`` a dtype cast only. Add more with
+:func:`register_quantization_preset`."""
+
+
+def register_quantization_preset(name: str, spec: QuantizationSpec) -> None:
+    """Make ``name`` a valid value of ``quantization:`` meaning ``spec``.
+
+    Raises ValueError when ``name`` is taken by a different spec, TypeError for a non-spec.
+    """
+    if not isinstance(spec, (NoQuantization, GroupQuantization, PerChannelQuantization)):
+        raise TypeError(f"a quantization preset must be a spec model, got {type(spec).__name__}")
+    if name in QUANTIZATION_PRESETS and QUANTIZATION_PRESETS[name] != spec:
+        raise ValueError(f"quantization preset {name!r} already means {QUANTIZATION_PRESETS[name]!r}; "
+                         f"cannot redefine it as {spec!r}")
+    QUANTIZATION_PRESETS[name] = spec
+
+
+def unknown_preset_message(name: Any) -> str:
+    """The error text for a quantization preset name that is not registered (close matches and the valid names)."""
+    import difflib
+
+    close = difflib.get_close_matches(str(name), list(QUANTIZATION_PRESETS), n=3)
+    hint = f" (did you mean {' or '.join(map(repr, close))}?)" if close else ""
+    return f"unknown quantization preset {name!r}{hint}; valid presets: {', '.join(QUANTIZATION_PRESETS)}"
+
+
+def resolve_quantization(value: Union[str, QuantizationSpec]) -> QuantizationSpec:
+    """The full spec of a preset name (a copy) or of a spec (itself).
+
+    Raises ValueError for an unknown preset name, listing the valid ones.
+    """
+    if isinstance(value, str):
+        if value not in QUANTIZATION_PRESETS:
+            raise ValueError(unknown_preset_message(value))
+        return QUANTIZATION_PRESETS[value].model_copy(deep=True)
+    return value
+
+
+def _check_preset(value: str) -> str:
+    if value not in QUANTIZATION_PRESETS:
+        raise PydanticCustomError("quantization", "{message}", {"message": unknown_preset_message(value)})
+    return value
+
+
+def _quantization_tag(value: Any) -> Optional[str]:
+    if isinstance(value, str):
+        return "preset"
+    kind = value.get("kind") if isinstance(value, dict) else getattr(value, "kind", None)
+    return kind if isinstance(kind, str) and kind in QUANTIZATION_KINDS else None
+
+
+Quantization = Annotated[
+    Union[Annotated[Annotated[str, AfterValidator(_check_preset)], Tag("preset")],
+          Annotated[GroupQuantization, Tag("group")],
+          Annotated[PerChannelQuantization, Tag("per_channel")],
+          Annotated[NoQuantization, Tag("none")]],
+    Discriminator(_quantization_tag, custom_error_type="quantization_kind",
+                  custom_error_message="expected a quantization preset name or a mapping with a 'kind' of "
+                                       "group, per_channel or none"),
+]
+""":attr:`Recipe.quantization`: a preset name (``q4f16_1``) or a full spec mapping chosen by ``kind``."""
+
+
 class WeightsDef(StrictModel):
     """Where the weights come from: a file, a name prefix in it, and renames (our name -> name in the file)."""
 
@@ -177,7 +365,12 @@ class WeightsDef(StrictModel):
 
 
 class Recipe(StrictModel):
-    """A validated recipe. ``source`` gives the file positions of its fields for error messages."""
+    """A validated recipe. ``source`` gives the file positions of its fields for error messages.
+
+    ``dtype`` casts every floating-point parameter when ``quantization`` sets no model dtype
+    (``none``); a quantization with a ``model_dtype`` (every preset but ``none``) decides the dtype of
+    parameters, scales and floating-point inputs instead, as MLC-LLM's ``q4f16_1`` does.
+    """
 
     name: str
     description: str = ""
@@ -185,18 +378,15 @@ class Recipe(StrictModel):
     model: ModelDef
     functions: Annotated[dict[Identifier, dict[Identifier, InputSpec]], Field(min_length=1)]
     dtype: Optional[DType] = None
-    quantization: str = "none"
+    quantization: Quantization = "none"
     weights: Optional[WeightsDef] = None
 
     _source: Optional[SourceMap] = PrivateAttr(default=None)
 
-    @field_validator("quantization")
-    @classmethod
-    def _known_quantization(cls, value: str) -> str:
-        if value not in QUANTIZATION_PRESETS:
-            raise PydanticCustomError("quantization", "unknown quantization preset {value}; valid presets: {valid}",
-                                      {"value": repr(value), "valid": ", ".join(QUANTIZATION_PRESETS)})
-        return value
+    @property
+    def quantization_spec(self) -> QuantizationSpec:
+        """:attr:`quantization` as a full spec (a preset name resolved with :func:`resolve_quantization`)."""
+        return resolve_quantization(self.quantization)
 
     @property
     def source(self) -> SourceMap:

@@ -12,10 +12,14 @@ from dataclasses import dataclass, field
 
 import llvmlite.binding as llvm
 
+from ..ir import tir
 from ..ir.tir import PrimFunc
+from . import cache as _cache
 from .abi import dim_to_json, plan_signature
 from .llvm_emit import ModuleEmitter
 from .lower import is_lowered, lower
+from .kernels import KERNEL_FAMILIES, SimdInfo, plan_kernel
+from .kernels.simd import finalize_loop_metadata
 from .target import Target, init_llvm
 
 __all__ = ["Target", "CompiledLibrary", "build", "build_prim_func", "lower", "dim_to_json",
@@ -28,13 +32,15 @@ class CompiledLibrary:
 
     ``object_code``: relocatable object for the target (``TargetMachine.emit_object``);
     ``llvm_ir``: the optimized module as text; ``functions``: JSON-able metadata per symbol
-    (see :mod:`builder.codegen.abi`); ``target``: :meth:`Target.to_dict`.
+    (see :mod:`builder.codegen.abi`); ``target``: :meth:`Target.to_dict`; ``cached``: True
+    when the object came from the on-disk cache (:mod:`builder.codegen.cache`).
     """
 
     object_code: bytes
     llvm_ir: str
     functions: dict[str, dict]
     target: dict = field(default_factory=dict)
+    cached: bool = False
 
     def load(self):
         """Load into this process: a :class:`runtime.native.NativeLibrary` (host target only)."""
@@ -52,6 +58,7 @@ def emit_llvm_ir(prim_funcs: dict[str, PrimFunc], target: Target | None = None
     """
     target = target or Target.host()
     tm = target.target_machine()
+    simd = SimdInfo.from_target(target.triple, target.features)
     emitter = ModuleEmitter(target.triple, str(tm.target_data))
     functions: dict[str, dict] = {}
     for name, func in prim_funcs.items():
@@ -59,16 +66,27 @@ def emit_llvm_ir(prim_funcs: dict[str, PrimFunc], target: Target | None = None
             raise TypeError(f"'{name}' is not a PrimFunc")
         if not name.isidentifier():
             raise ValueError(f"function name {name!r} is not a valid symbol")
+        family, plan = plan_kernel(func, simd)
+        if family is not None and not isinstance(plan, str):
+            tir.verify(func)
+            sig = plan_signature(func, name)
+            body_fn, extra = KERNEL_FAMILIES[family][1](emitter, name, func, sig, plan, simd)
+            emitter.add_entry(name, body_fn, func, sig)
+            functions[name] = {**sig.metadata(extra), "kernel": f"{family}/{simd.name}"}
+            continue
         lowered = func if is_lowered(func) else lower(func)
         sig = plan_signature(lowered, name)
         extra = emitter.add_function(name, lowered, sig)
         functions[name] = sig.metadata(extra)
-    return str(emitter.module), functions
+        functions[name]["kernel"] = "loops" if family is None else f"loops ({family}: {plan})"
+    return finalize_loop_metadata(str(emitter.module)), functions
 
 
 def build(prim_funcs: dict[str, PrimFunc], target: Target | None = None) -> CompiledLibrary:
     """Compile ``prim_funcs`` (symbol name -> PrimFunc) into one object file for ``target``
-    (default: the host), optimized with the new pass manager at ``speed_level=3``.
+    (default: the host), optimized with the new pass manager at ``speed_level=3``. The object
+    is looked up in / added to the on-disk cache (:mod:`builder.codegen.cache`) by the hash of
+    the generated IR and the target.
 
     Raises ValueError / VerifyError as :func:`emit_llvm_ir`; RuntimeError if LLVM rejects the
     generated IR (a code generator bug).
@@ -76,6 +94,10 @@ def build(prim_funcs: dict[str, PrimFunc], target: Target | None = None) -> Comp
     target = target or Target.host()
     init_llvm()
     text, functions = emit_llvm_ir(prim_funcs, target)
+    key = _cache.cache_key(text, target.to_dict())
+    hit = _cache.load(key)
+    if hit is not None:
+        return CompiledLibrary(hit[0], hit[1], functions, target.to_dict(), cached=True)
     tm = target.target_machine()
     try:
         mod = llvm.parse_assembly(text)
@@ -91,7 +113,9 @@ def build(prim_funcs: dict[str, PrimFunc], target: Target | None = None) -> Comp
         pto.loop_unrolling = True
     pb = llvm.create_pass_builder(tm, pto)
     pb.getModulePassManager().run(mod, pb)
-    return CompiledLibrary(tm.emit_object(mod), str(mod), functions, target.to_dict())
+    obj, optimized = tm.emit_object(mod), str(mod)
+    _cache.store(key, obj, optimized)
+    return CompiledLibrary(obj, optimized, functions, target.to_dict())
 
 
 def build_prim_func(func: PrimFunc, name: str | None = None, target: Target | None = None

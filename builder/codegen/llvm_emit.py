@@ -121,10 +121,10 @@ class ModuleEmitter:
             a.add_attribute("noalias")
         emitter = _BodyEmitter(self, body_fn, func, sig)
         emitter.run()
-        self._entry(name, body_fn, func, sig)
+        self.add_entry(name, body_fn, func, sig)
         return emitter.extra_errors
 
-    def _entry(self, name: str, body_fn: ir.Function, func: PrimFunc, sig: Signature) -> None:
+    def add_entry(self, name: str, body_fn: ir.Function, func: PrimFunc, sig: Signature) -> None:
         fn = ir.Function(self.module, ir.FunctionType(I32, [PTR, PTR]), name=name)
         fn.attributes.add("nounwind")
         data, shapes = fn.args
@@ -322,7 +322,53 @@ class _ExprEmitter:
 
     def fcall(self, base: str, args: list[ir.Value]) -> ir.Value:
         t = args[0].type
+        if base == "exp" and t == F32 and self.inline_exp:
+            return self.exp_f32(args[0])
         return self.b.call(self.mod.intrinsic(base, t, len(args)), args, fastmath=FAST_MATH)
+
+    #: Lower float32 ``exp`` (and ``sigmoid``, which uses it) to :meth:`exp_f32`, plain
+    #: arithmetic that the loop vectorizer can vectorize (``llvm.exp`` becomes a libm call per
+    #: element). Set by the code generator for every function it emits.
+    inline_exp = True
+
+    def exp_f32(self, x: ir.Value) -> ir.Value:
+        """``exp(x)`` for a ``float`` (scalar or vector) within 2 ulp of the correctly rounded
+        value for normal results: Cody-Waite range reduction ``x = n ln2 + r`` (|r| <= ln2/2),
+        Cephes' degree-6 polynomial for ``exp(r)`` (S. Moshier, Cephes ``expf.c``), and
+        ``2**n`` built in the exponent bits. Results below 2**-126 flush to 0; ``x > 88.72``
+        gives ``inf``; NaN propagates."""
+        b = self.b
+        t = x.type
+        vec = isinstance(t, ir.VectorType)
+        it = ir.VectorType(I32, t.count) if vec else I32
+
+        def c(v: float) -> ir.Value:
+            return ir.Constant(t, [v] * t.count) if vec else ir.Constant(t, v)
+
+        def ci(v: int) -> ir.Value:
+            return ir.Constant(it, [v] * t.count) if vec else ir.Constant(it, v)
+
+        fm = ("nsz", "contract")
+        xc = self.fcall("minnum", [self.fcall("maxnum", [x, c(-87.33654)]), c(88.72283)])
+        n = self.fcall("roundeven", [b.fmul(xc, c(1.44269504088896341), flags=fm)])
+        r = b.fsub(xc, b.fmul(n, c(0.693359375), flags=fm), flags=fm)
+        r = b.fsub(r, b.fmul(n, c(-2.12194440e-4), flags=fm), flags=fm)
+        p = c(1.9875691500e-4)
+        for coef in (1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1,
+                     5.0000001201e-1):
+            p = self.fcall("fmuladd", [p, r, c(coef)])
+        rr = b.fmul(r, r, flags=fm)
+        y = b.fadd(self.fcall("fmuladd", [p, rr, r]), c(1.0), flags=fm)
+        # n is in [-126, 128]: scale by 2**(n/2) twice so that n = 128 does not overflow the
+        # exponent field before the final multiply
+        ni = b.fptosi(n, it)
+        h = b.ashr(ni, ci(1))
+        s1 = b.bitcast(b.shl(b.add(h, ci(127)), ci(23)), t)
+        s2 = b.bitcast(b.shl(b.add(b.sub(ni, h), ci(127)), ci(23)), t)
+        y = b.fmul(b.fmul(y, s1, flags=fm), s2, flags=fm)
+        y = b.select(b.fcmp_ordered(">", x, c(88.72283)), c(float("inf")), y)
+        y = b.select(b.fcmp_ordered("<", x, c(-87.33654)), c(0.0), y)
+        return b.select(b.fcmp_unordered("uno", x, x), x, y)
 
     def call(self, e: E.Call) -> ir.Value:
         b = self.b
@@ -438,34 +484,15 @@ def _round_bf16_py(value: float) -> float:
     return struct.unpack("<f", struct.pack("<I", bits & 0xFFFFFFFF))[0]
 
 
-class _BodyEmitter(_ExprEmitter):
-    """Emits the statements of a lowered PrimFunc into ``<name>.compute``."""
+class BufferExprEmitter(_ExprEmitter):
+    """Expressions with buffer loads / stores: ``ptrs`` maps ``id(buffer)`` to its base pointer,
+    ``env`` maps Var -> LLVM value. Used by function bodies and by the kernel emitters of
+    :mod:`builder.codegen.kernels` (which build one per task function)."""
 
-    def __init__(self, mod: ModuleEmitter, fn: ir.Function, func: PrimFunc, sig: Signature) -> None:
-        self.fn = fn
-        self.func = func
-        self.sig = sig
-        self.alloca_block = fn.append_basic_block("entry")
-        self.alloca_builder = ir.IRBuilder(self.alloca_block)
-        start = fn.append_basic_block("body")
-        super().__init__(mod, ir.IRBuilder(start), {})
-        self.start = start
-        self.ptrs: dict[int, ir.Value] = {}
-        self.extra_errors: list[str] = []
-        self.live_heap: list[ir.Value] = []
-        nparams = len(func.params)
-        for p, arg in zip(func.params, fn.args[:nparams]):
-            arg.name = _llvm_name(p.name)
-            self.ptrs[id(p)] = arg
-        for v, arg in zip(sig.sym_vars, fn.args[nparams:]):
-            arg.name = _llvm_name(sig.sym_names[v])
-            self.env[v] = self.b.trunc(arg, reg_type(v.dtype)) if reg_type(v.dtype) != I64 else arg
-
-    def run(self) -> None:
-        self.stmt(self.func.body)
-        if not self.b.block.is_terminated:
-            self.b.ret(ir.Constant(I32, 0))
-        self.alloca_builder.branch(self.start)
+    def __init__(self, mod: ModuleEmitter, builder: ir.IRBuilder, env: dict,
+                 ptrs: dict[int, ir.Value]) -> None:
+        super().__init__(mod, builder, env)
+        self.ptrs = ptrs
 
     # -- memory
     def address(self, buf: Buffer, indices) -> ir.Value:
@@ -495,14 +522,47 @@ class _BodyEmitter(_ExprEmitter):
             return self.bf16_bits_to_float(v)
         return v
 
-    def store(self, s: BufferStore) -> None:
-        dtype = s.buffer.dtype
-        v = self.typed(s.value, dtype)
+    def store_value(self, buf: Buffer, value: ir.Value, ptr: ir.Value) -> None:
+        """Store a register value of ``buf.dtype`` at ``ptr`` (memory representation)."""
+        dtype = buf.dtype
         if dtype == "bool":
-            v = self.b.zext(v, I8)
+            value = self.b.zext(value, I8)
         elif dtype == "bfloat16":
-            v = self.float_to_bf16_bits(v)
-        self.b.store(v, self.address(s.buffer, s.indices), align=elem_bytes(dtype))
+            value = self.float_to_bf16_bits(value)
+        self.b.store(value, ptr, align=elem_bytes(dtype))
+
+    def store(self, s: BufferStore) -> None:
+        v = self.typed(s.value, s.buffer.dtype)
+        self.store_value(s.buffer, v, self.address(s.buffer, s.indices))
+
+
+class _BodyEmitter(BufferExprEmitter):
+    """Emits the statements of a lowered PrimFunc into ``<name>.compute``."""
+
+    def __init__(self, mod: ModuleEmitter, fn: ir.Function, func: PrimFunc, sig: Signature) -> None:
+        self.fn = fn
+        self.func = func
+        self.sig = sig
+        self.alloca_block = fn.append_basic_block("entry")
+        self.alloca_builder = ir.IRBuilder(self.alloca_block)
+        start = fn.append_basic_block("body")
+        super().__init__(mod, ir.IRBuilder(start), {}, {})
+        self.start = start
+        self.extra_errors: list[str] = []
+        self.live_heap: list[ir.Value] = []
+        nparams = len(func.params)
+        for p, arg in zip(func.params, fn.args[:nparams]):
+            arg.name = _llvm_name(p.name)
+            self.ptrs[id(p)] = arg
+        for v, arg in zip(sig.sym_vars, fn.args[nparams:]):
+            arg.name = _llvm_name(sig.sym_names[v])
+            self.env[v] = self.b.trunc(arg, reg_type(v.dtype)) if reg_type(v.dtype) != I64 else arg
+
+    def run(self) -> None:
+        self.stmt(self.func.body)
+        if not self.b.block.is_terminated:
+            self.b.ret(ir.Constant(I32, 0))
+        self.alloca_builder.branch(self.start)
 
     # -- statements
     def stmt(self, s: Stmt) -> None:

@@ -520,7 +520,7 @@ class _Deferred:
         bb = _active_builder()
         if bb is None:
             return self.slot
-        frame = getattr(bb, "_frame", None)
+        frame = getattr(bb, "_frame", None) or bb  # the function being built
         if self._emitted is not None and self._emitted[0]() is frame:
             return self._emitted[1]
         vmap = {v: (owner.resolve() if isinstance(owner, _Deferred) else owner._expr) for v, owner in self.deps}

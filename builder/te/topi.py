@@ -1802,3 +1802,337 @@ def attention(q: Tensor, k: Tensor, v: Tensor, scale: float | None = None,
 
 
 # === section C: quantization ops (issue 4) ===
+#
+# Group-quantized weights (MLC-LLM's ``q4f16_1`` family; per-channel int8 is the case of one
+# group per row): ``q`` (rows, words) packs ``per_word = storage bits // bits`` values per word,
+# element ``i`` of a word in bits ``[i * bits, (i + 1) * bits)``; ``s`` (rows, groups) holds one
+# scale per ``group_size`` columns. Column ``k`` of row ``n`` dequantizes to
+# ``(unpack(q[n, k // per_word], k % per_word) - zero_point) * s[n, k // group_size]``, computed
+# in float32 (exact: a small integer times a 16-bit float). The fused kernels read ``q`` and
+# ``s`` directly inside their reduction / gather, so no float copy of the weight exists.
+
+_STORAGE_BITS = {"uint8": 8, "uint16": 16, "uint32": 32, "int8": 8}
+
+
+def _word_divisor(r: PrimExpr, bits: int, per_word: int, dtype: str, lo: int = 0,
+                  hi: int | None = None) -> PrimExpr:
+    """``2 ** (bits * r)`` as a ``dtype`` constant chosen by a balanced tree of selects on
+    ``r`` in ``[lo, hi)`` (depth log2(per_word), so LLVM turns the division into a shift)."""
+    hi = per_word if hi is None else hi
+    if hi - lo == 1:
+        return E.const(1 << (bits * lo), dtype)
+    mid = (lo + hi) // 2
+    return E.Select(E.LT(r, E.const(mid, r.dtype)), _word_divisor(r, bits, per_word, dtype, lo, mid),
+                    _word_divisor(r, bits, per_word, dtype, mid, hi))
+
+
+def _quant_layout(q: Tensor, s: Tensor, bits: int, group_size: int, in_features: int,
+                  what: str) -> int:
+    """Check the shapes / dtypes of a packed weight and its scales; returns values per word."""
+    if q.dtype not in _STORAGE_BITS:
+        raise TypeError(f"{what}: q_weight dtype must be one of {', '.join(_STORAGE_BITS)}, got {q.dtype}")
+    if not _is_float(s.dtype):
+        raise TypeError(f"{what}: q_scale must be floating point, got {s.dtype}")
+    if q.ndim != 2 or s.ndim != 2:
+        raise ValueError(f"{what}: q_weight and q_scale must be 2-D, got {_dim_str(q.shape)} and "
+                         f"{_dim_str(s.shape)}")
+    sbits = _STORAGE_BITS[q.dtype]
+    if bits <= 0 or sbits % bits or (q.dtype.startswith("int") and bits != sbits):
+        raise ValueError(f"{what}: cannot store {bits}-bit values in {q.dtype}")
+    per_word = sbits // bits
+    if group_size <= 0 or group_size % per_word:
+        raise ValueError(f"{what}: group_size {group_size} is not a multiple of the {per_word} "
+                         f"values per {q.dtype} word")
+    groups = -(-in_features // group_size)
+    words = groups * group_size // per_word
+    sq, ss = _static(q.shape[1]), _static(s.shape[1])
+    if sq is not None and sq != words:
+        raise ValueError(f"{what}: q_weight {_dim_str(q.shape)} has {sq} words per row, but "
+                         f"in_features={in_features} in groups of {group_size} needs {words}")
+    if ss is not None and ss != groups:
+        raise ValueError(f"{what}: q_scale {_dim_str(s.shape)} has {ss} groups per row, but "
+                         f"in_features={in_features} in groups of {group_size} needs {groups}")
+    return per_word
+
+
+def _dequant_value(q: Tensor, s: Tensor, row: PrimExpr, k: PrimExpr, bits: int, per_word: int,
+                   group_size: int, zero_point: int, split: tuple | None = None) -> PrimExpr:
+    """The float32 value of column ``k`` of row ``row`` (see the section comment). ``split``
+    ``(word, r)`` gives ``k // per_word`` and ``k % per_word`` as separate loop variables (then
+    ``r`` runs over a constant range that LLVM unrolls, and every shift becomes a constant)."""
+    if per_word > 1:
+        word_index, r = split if split is not None else (k // per_word, k % per_word)
+        word = q[row, word_index]
+        value = (word // _word_divisor(r, bits, per_word, q.dtype)) % E.const(1 << bits, q.dtype)
+    else:
+        value = q[row, k]
+    value = value.astype("int32")
+    if zero_point:
+        value = value - E.const(zero_point, "int32")
+    return value.astype("float32") * _up(s[row, k // group_size])
+
+
+def group_dequantize(q: Tensor, s: Tensor, bits: int, group_size: int, zero_point: int,
+                     in_features: int) -> Tensor:
+    """The dequantized weight ``(rows, in_features)`` in the scale dtype (``T_dequantize``), for
+    a ``group_dequantize`` that no matmul / take consumes directly (then it is a real buffer).
+
+    Raises TypeError / ValueError when the layout does not fit (words or groups per row,
+    storage dtype, group size).
+    """
+    per_word = _quant_layout(q, s, bits, group_size, in_features, "group_dequantize")
+    return _te.compute(
+        (q.shape[0], E.IntImm(in_features, "int64")),
+        lambda n, k: _cast(_dequant_value(q, s, n, k, bits, per_word, group_size, zero_point), s.dtype),
+        name="T_dequantize")
+
+
+def dequantize_linear(x: Tensor, q: Tensor, s: Tensor, bits: int, group_size: int, zero_point: int,
+                      in_features: int, out_dtype: str | None = None) -> Tensor:
+    """``x @ dequantize(q, s).T`` in one kernel (``dequantize_NT_matmul``): the fused form of
+    ``matmul(x, permute_dims(group_dequantize(q, s)))``. Each weight is unpacked and scaled in
+    registers inside the reduction over ``k < in_features`` (padding columns are never read);
+    when ``in_features`` fills whole words the reduction runs over words ``kw`` and the values
+    ``r`` of a word (``k = kw * per_word + r``), so that the unpacking shifts are constants.
+
+    ``x`` (..., in_features) in the scale dtype; result (..., rows) in ``out_dtype`` (default:
+    ``x.dtype``), accumulated in float32 (float64 never: the weights are at most 16-bit floats
+    times small integers). Raises ValueError / TypeError for mismatched shapes or dtypes.
+    """
+    per_word = _quant_layout(q, s, bits, group_size, in_features, "dequantize_linear")
+    if x.ndim == 0:
+        raise ValueError("dequantize_linear: input must have ndim >= 1")
+    kx = _static(x.shape[-1])
+    if kx is not None and kx != in_features:
+        raise ValueError(f"dequantize_linear: input {_dim_str(x.shape)} does not match the "
+                         f"weight's in_features={in_features}")
+    if x.dtype != s.dtype:
+        raise TypeError(f"dequantize_linear: input dtype {x.dtype} differs from scale dtype {s.dtype}")
+    odt = _out_dtype(x.dtype, out_dtype)
+    acc = "float64" if x.dtype == "float64" else "float32"
+    shape = list(x.shape[:-1]) + [q.shape[0]]
+
+    def fbody(*idx):
+        if per_word > 1 and in_features % per_word == 0:
+            # two reduction loops, over words and over the values of a word (constant extent)
+            kw = _te.reduce_axis((0, E.IntImm(in_features // per_word, "int64")), name="kw")
+            r = _te.reduce_axis((0, E.IntImm(per_word, "int64")), name="r")
+            k, axes, split = kw.var * per_word + r.var, [kw, r], (kw.var, r.var)
+        else:
+            kk = _te.reduce_axis((0, E.IntImm(in_features, "int64")), name="k")
+            k, axes, split = kk.var, kk, None
+        w = _dequant_value(q, s, idx[-1], k, bits, per_word, group_size, zero_point, split)
+        return _te.sum(_cast(x[tuple(idx[:-1]) + (k,)], acc) * _cast(w, acc), axis=axes)
+
+    return _two_stage(shape, fbody, acc, odt, "dequantize_NT_matmul")
+
+
+def dequantize_take(q: Tensor, s: Tensor, indices: Tensor, bits: int, group_size: int,
+                    zero_point: int, in_features: int) -> Tensor:
+    """Rows ``indices`` of ``dequantize(q, s)`` (``T_dequantize_take``): the fused form of
+    ``take(group_dequantize(q, s), indices, axis=0)``, unpacking only the gathered rows.
+
+    Result ``indices.shape + (in_features,)`` in the scale dtype. Indices are not range-checked
+    (``take``'s ``fast`` mode). Raises TypeError for non-integer indices.
+    """
+    per_word = _quant_layout(q, s, bits, group_size, in_features, "dequantize_take")
+    if not E.is_int_dtype(indices.dtype) or indices.dtype == "bool":
+        raise TypeError(f"dequantize_take: indices must be integers, got {indices.dtype}")
+    ni = indices.ndim
+
+    def f(*idx):
+        row = indices[tuple(idx[:ni])].astype("int64")
+        return _cast(_dequant_value(q, s, row, idx[ni], bits, per_word, group_size, zero_point), s.dtype)
+
+    return _te.compute(list(indices.shape) + [E.IntImm(in_features, "int64")], f, name="T_dequantize_take")
+
+
+__all__ += ["group_dequantize", "dequantize_linear", "dequantize_take"]
+
+
+# === section D: fused kernels (issue 5) ===
+#
+# ``inline_injective`` is TVM's ``compute_inline`` applied to every elementwise / injective
+# stage of a tensor-expression graph: a stage that is not a reduction disappears into its
+# readers (its body substituted at the read's indices), so a chain ``matmul -> silu -> multiply``
+# becomes one reduction stage per matmul plus one elementwise stage that reads the reductions.
+# ``linear_kernel`` builds such a graph for ``epilogue(x @ W_0.T, x @ W_1.T, ...)`` from the
+# ordinary topi ops (so the fused semantics equal the unfused ones, roundings included) and
+# describes it for the matmul kernel emitter (``builder/codegen/kernels/linear.py``).
+
+from ..ir.tir import BufferLoad as _BufferLoad  # noqa: E402
+from .tensor import ComputeOp as _ComputeOp, Reduce as _Reduce  # noqa: E402
+
+
+def _rewrite_loads(e: PrimExpr, fn: Callable) -> PrimExpr:
+    """Rebuild ``e`` with every BufferLoad replaced by ``fn(load)`` (indices rewritten first)."""
+    if isinstance(e, _BufferLoad):
+        return fn(_BufferLoad(e.buffer, [_rewrite_loads(i, fn) for i in e.indices]))
+    if isinstance(e, _Reduce):
+        init = None if e.init is None else _rewrite_loads(e.init, fn)
+        return _Reduce(e.combiner, _rewrite_loads(e.source, fn), e.axis,
+                       _rewrite_loads(e.condition, fn), init)
+    if isinstance(e, E.BinaryOp):
+        return type(e)(_rewrite_loads(e.a, fn), _rewrite_loads(e.b, fn), e.dtype)
+    if isinstance(e, E.Not):
+        return E.Not(_rewrite_loads(e.a, fn))
+    if isinstance(e, E.Select):
+        return E.Select(_rewrite_loads(e.condition, fn), _rewrite_loads(e.true_value, fn),
+                        _rewrite_loads(e.false_value, fn))
+    if isinstance(e, E.Cast):
+        return E.Cast(e.dtype, _rewrite_loads(e.value, fn))
+    if isinstance(e, E.Call):
+        return E.Call(e.dtype, e.op, [_rewrite_loads(a, fn) for a in e.args])
+    return e
+
+
+def inline_injective(output: Tensor, reduction_names: dict | None = None) -> Tensor:
+    """``output`` rebuilt with every non-reduction compute it depends on inlined into its
+    readers (TVM's ``compute_inline`` on all injective stages). Reductions stay stages of
+    their own (their sources get their injective producers inlined); placeholders stay.
+
+    ``reduction_names`` (optional) maps ``id(old reduction tensor)`` to the name of its rebuilt
+    stage; the dict is filled with the names used (made unique with ``_1``, ``_2`` suffixes).
+    Returns the new output tensor (a new compute even when ``output`` is a placeholder-free
+    elementwise stage). Raises TypeError for an operation that is not a compute or placeholder.
+    """
+    memo: dict[int, Tensor] = {}
+    used: set[str] = set()
+    names = reduction_names if reduction_names is not None else {}
+
+    def unique(name: str) -> str:
+        base, k, n = name, 0, name
+        while n in used:
+            k += 1
+            n = f"{base}_{k}"
+        used.add(n)
+        return n
+
+    def load(ld: _BufferLoad) -> PrimExpr:
+        t = getattr(ld.buffer, "tensor", None)
+        if t is None or not isinstance(t.op, _ComputeOp):
+            return ld
+        if isinstance(t.op.body, _Reduce):
+            return _BufferLoad(build(t).buffer, ld.indices)
+        vmap = {iv.var: i for iv, i in zip(t.op.axis, ld.indices)}
+        return E.substitute(inline(t.op.body), vmap)
+
+    def inline(body: PrimExpr) -> PrimExpr:
+        return _rewrite_loads(body, load)
+
+    def build(t: Tensor) -> Tensor:
+        got = memo.get(id(t))
+        if got is not None:
+            return got
+        op = t.op
+        if not isinstance(op, _ComputeOp):
+            if isinstance(op, _te.PlaceholderOp):
+                return t
+            raise TypeError(f"inline_injective: unsupported operation {type(op).__name__}")
+        body = inline(op.body)
+        old = [iv.var for iv in op.axis]
+        name = unique(names.get(id(t), op.name)) if isinstance(op.body, _Reduce) else unique(op.name)
+        new = _te.compute(t.shape, lambda *idx: E.substitute(body, dict(zip(old, idx))), name=name,
+                          tag=op.tag, attrs=op.attrs)
+        if isinstance(op.body, _Reduce):
+            names[id(t)] = name
+        memo[id(t)] = new
+        return new
+
+    return build(output)
+
+
+def _find_reduction(t: Tensor) -> Tensor:
+    """The reduction stage behind a topi matmul result (itself, or the ``_acc`` stage its
+    cast / epilogue stage reads)."""
+    if isinstance(t.op, _ComputeOp) and isinstance(t.op.body, _Reduce):
+        return t
+    for src in t.op.input_tensors:
+        if isinstance(src.op, _ComputeOp) and isinstance(src.op.body, _Reduce):
+            return src
+    raise ValueError(f"no reduction stage behind '{t.name}'")
+
+
+def _linear_weight(w: dict, tensors: Sequence[Tensor]) -> Tensor:
+    """The (out, in) weight of a ``linear_kernel`` weight description as a te tensor: a dense
+    placeholder, or the float32 dequantization (an injective stage that gets inlined)."""
+    if w["format"] == "dense":
+        return tensors[w["w"]]
+    q, s = tensors[w["q"]], tensors[w["scale"]]
+    bits, gs, zp, kin = w["bits"], w["group_size"], w["zero_point"], w["in_features"]
+    per_word = _quant_layout(q, s, bits, gs, kin, "linear_kernel")
+    return _te.compute((q.shape[0], E.IntImm(kin, "int64")),
+                       lambda n, k: _dequant_value(q, s, n, k, bits, per_word, gs, zp),
+                       name="T_dequantize")
+
+
+#: Elementwise ops a fused epilogue may apply (names of topi functions).
+EPILOGUE_UNARY = ("relu", "silu", "gelu", "gelu_tanh", "sigmoid", "tanh", "exp", "negative")
+EPILOGUE_BINARY = ("add", "subtract", "multiply", "divide", "maximum", "minimum")
+
+
+def _replay(node, lin: list[Tensor], tensors: Sequence[Tensor]) -> Tensor:
+    kind = node[0]
+    if kind == "linear":
+        return lin[node[1]]
+    if kind == "tensor":
+        return tensors[node[1]]
+    if kind == "astype":
+        return astype(_replay(node[2], lin, tensors), node[1])
+    if kind in EPILOGUE_UNARY:
+        return globals()[kind](_replay(node[1], lin, tensors))
+    if kind in EPILOGUE_BINARY:
+        return globals()[kind](_replay(node[1], lin, tensors), _replay(node[2], lin, tensors))
+    raise ValueError(f"linear_kernel: unknown epilogue node {kind!r}")
+
+
+def linear_kernel(x: Tensor, *tensors: Tensor, weights: Sequence[dict], epilogue=("linear", 0),
+                  out_dtype: str | None = None, spec: dict | None = None) -> Tensor:
+    """``epilogue(x @ W_0.T, x @ W_1.T, ...)`` as one fused stage graph (see the section
+    comment) for the matmul kernel emitter.
+
+    ``x`` is ``(..., in)``; ``tensors`` are the other inputs in order. ``weights`` describes
+    each matmul's weight by indices into ``tensors``: ``{"format": "dense", "w": i}`` (a float
+    ``(out, in)`` tensor) or ``{"format": "group", "q": i, "scale": j, "bits": 4,
+    "group_size": 32, "zero_point": 7, "in_features": 4096}`` (a group-quantized weight, see
+    section C, dequantized in float32 inside the reduction). ``epilogue`` is a tree of tuples:
+    ``("linear", w)`` (matmul number ``w``, as :func:`linear` computes it, ``out_dtype``
+    applied), ``("tensor", i)`` (``tensors[i]``, broadcast), ``(op, child)`` for an op of
+    :data:`EPILOGUE_UNARY`, ``(op, a, b)`` for :data:`EPILOGUE_BINARY` and ``("astype", dtype,
+    child)``. The result is what those topi ops compute, with every elementwise stage inlined:
+    one reduction stage per weight (float32 accumulators) and one output stage.
+
+    ``spec`` (optional dict) is filled with the kernel description the code generator reads
+    from ``attrs["mb.kernel"]`` (param indices counted with ``x`` first and the output last;
+    see :func:`builder.codegen.kernels.linear.plan_linear`). Raises ValueError / TypeError as
+    the topi ops do.
+    """
+    lin = []
+    for w in weights:
+        wt = _linear_weight(w, tensors)
+        odt = out_dtype
+        if odt is None and w["format"] != "dense":
+            # the graph's dtype: that of x @ dequantize(q, s).T with the weight in the scale dtype
+            odt = _promote(x.dtype, tensors[w["scale"]].dtype)
+        lin.append(linear(x, wt, out_dtype=odt))
+    out = _replay(epilogue, lin, tensors)
+    names: dict[int, str] = {}
+    reds = [_find_reduction(t) for t in lin]
+    for k, r in enumerate(reds):
+        names[id(r)] = r.op.name if len(reds) == 1 else f"{r.op.name}{k}"
+    fused = inline_injective(out, names)
+    if spec is not None:
+        desc = []
+        for w in weights:
+            d = dict(w)
+            for key in ("w", "q", "scale"):
+                if key in d:
+                    d[key] = d[key] + 1
+            desc.append(d)
+        spec.clear()
+        spec.update({"kind": "linear", "x": 0, "out": len(tensors) + 1, "weights": desc,
+                     "acc": [names[id(r)] for r in reds]})
+    return fused
+
+
+__all__ += ["inline_injective", "linear_kernel", "EPILOGUE_UNARY", "EPILOGUE_BINARY"]

@@ -497,3 +497,59 @@ LEGALIZE_RULES.update({
 
 
 # === section C: quantization ops (issue 4) ===
+#
+# ``R.group_dequantize`` on its own becomes a ``T_dequantize`` kernel (a real float buffer). Its
+# usual consumers are fused with it instead, so that the weight is dequantized in registers:
+# ``matmul(x, permute_dims(group_dequantize(q, s)))`` (a quantized Linear) becomes one
+# ``dequantize_matmul`` kernel and ``take(group_dequantize(q, s), ids, axis=0)`` (a quantized
+# Embedding) one ``dequantize_take`` kernel. The dequantize and permute_dims bindings are then
+# dead and removed by dead_code_elimination, together with their PrimFuncs.
+
+
+def _quant_attrs(call: rx.Call) -> dict:
+    a = call.attrs
+    return {"bits": int(a["bits"]), "group_size": int(a["group_size"]),
+            "zero_point": int(a["zero_point"]), "in_features": int(a["in_features"])}
+
+
+def _producer(bindings: dict, e: rx.Expr, op_name: str) -> rx.Call | None:
+    """The call bound to ``e`` when it is a call of ``op_name``, else None."""
+    src = bindings.get(e) if isinstance(e, rx.Var) else None
+    if isinstance(src, rx.Call) and isinstance(src.op, rx.Op) and src.op.name == op_name:
+        return src
+    return None
+
+
+def _group_dequantize(bb: BlockBuilder, call: rx.Call, bindings: dict) -> rx.Expr:
+    return call_te(bb, topi.group_dequantize, call.args, _quant_attrs(call), "dequantize")
+
+
+_UNFUSED_MATMUL = LEGALIZE_RULES["relax.matmul"]
+_UNFUSED_TAKE = LEGALIZE_RULES["relax.take"]
+
+
+def _matmul_of_dequantized(bb: BlockBuilder, call: rx.Call, bindings: dict) -> rx.Expr:
+    a, b = call.args
+    perm = _producer(bindings, b, "relax.permute_dims")
+    dq = _producer(bindings, perm.args[0], "relax.group_dequantize") if perm is not None else None
+    if dq is not None and perm.attrs.get("axes") in (None, [1, 0]) and a.struct_info.ndim >= 1:
+        out_dtype = _void_none(call.attrs.get("out_dtype"))
+        return call_te(bb, topi.dequantize_linear, (a, dq.args[0], dq.args[1]),
+                       {**_quant_attrs(dq), "out_dtype": out_dtype}, "dequantize_matmul")
+    return _UNFUSED_MATMUL(bb, call, bindings)
+
+
+def _take_of_dequantized(bb: BlockBuilder, call: rx.Call, bindings: dict) -> rx.Expr:
+    data, indices = call.args
+    dq = _producer(bindings, data, "relax.group_dequantize")
+    if dq is not None and call.attrs.get("axis", 0) in (0, -2) and call.attrs.get("mode", "fast") == "fast":
+        return call_te(bb, topi.dequantize_take, (dq.args[0], dq.args[1], indices), _quant_attrs(dq),
+                       "dequantize_take")
+    return _UNFUSED_TAKE(bb, call, bindings)
+
+
+LEGALIZE_RULES.update({
+    "relax.group_dequantize": _group_dequantize,
+    "relax.matmul": _matmul_of_dequantized,
+    "relax.take": _take_of_dequantized,
+})

@@ -187,6 +187,19 @@ def test_duplicate_names_distinct_tir_vars_with_same_name():
     assert fwd.params[1].struct_info.shape[0] is not fwd.params[2].struct_info.shape[0]
 
 
+def test_duplicate_names_distinct_tir_vars_with_same_name_run():
+    model = DupModel(Var("hidden_size", "int64"), Var("hidden_size", "int64"))
+    rng = np.random.default_rng(5)
+    for (name, p), shape in zip(model.named_parameters(), [(3, 1024), (5, 3), (3, 5)]):
+        p.data = rng.standard_normal(shape).astype("float32") * 0.1
+    f = model.jit(spec={"forward": {"state": T(["batch_size", 1024])}})
+    x = rng.standard_normal((2, 1024)).astype("float32")
+    e, u, d = (p.data.astype(np.float64) for p in model.parameters())
+    h = (x.astype(np.float64) @ e.T) @ u.T
+    ref = (h / (1.0 + np.exp(-h))) @ d.T
+    np.testing.assert_allclose(f["forward"](x), ref, rtol=1e-5, atol=1e-5)
+
+
 # ---------------------------------------------------------------------------------------------
 # test_generate_parameters: a weight defined as an expression of other parameters
 

@@ -74,7 +74,8 @@ def test_introspection(mlp, chapter_exe):
     assert exe.get_function_params("forward") == ["x", "fc1_weight", "fc1_bias", "fc2_weight"]
     assert exe.get_function_arity("forward") == 4
     assert exe.functions["forward"]["num_input"] == 1
-    assert set(exe.primitive_ops) >= {"matmul", "relu"}
+    # FuseOps may merge the relu into its matmul (``fused_matmul_relu``)
+    assert any("matmul" in k for k in exe.primitive_ops) and any("relu" in k for k in exe.primitive_ops)
     with pytest.raises(KeyError, match="no function 'nope'.*forward"):
         exe.get_function_params("nope")
     assert chapter_exe.primitive_ops == ["te_matmul", "bias_add", "te_relu"]

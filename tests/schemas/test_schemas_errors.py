@@ -151,7 +151,8 @@ def test_invalid_value_set_by_override_cites_the_override(llama_mlp_text):
         "Input should be a valid boolean, got 'maybe'",
         "<override model.layers.up_proj.bais=true>: model.layers.up_proj.bais: unknown field 'bais';"
         " did you mean 'bias'?",
-        "<override quantization=int4>: quantization: unknown quantization preset 'int4'; valid presets: none",
+        "<override quantization=int4>: quantization: unknown quantization preset 'int4'; valid presets: none, "
+        "q0f32, q0f16, q0bf16, q4f16_1, q4f32_1, q4bf16_1, q8f16_1, q8f32_1, q8f16_pc, q8f32_pc",
     ]
 
 

@@ -1,0 +1,46 @@
+"""Hand-scheduled kernel emitters, registered per op family.
+
+A PrimFunc whose ``attrs["mb.kernel"]`` names a family (``{"kind": "linear", ...}``) is offered
+to that family's planner first; when the planner accepts it (shapes, dtypes and block structure
+check out for the target's vector unit), the family's emitter writes the function body
+instead of the generic loop lowering. Otherwise -- or on a CPU without usable vectors -- the
+generic path compiles the PrimFunc's reference loops, so the attribute is only ever a
+performance hint. ``MB_KERNELS=0`` disables every emitter (for comparisons and debugging).
+
+Families: ``linear`` (:mod:`.linear`: GEMV / GEMM with in-register weight decoding and fused
+epilogues). Reusable pieces: :mod:`.simd` (ISA detection, IR helpers), :mod:`.decode` (weight
+decoders: dense float32 / float16 / bfloat16, group-quantized).
+"""
+from __future__ import annotations
+
+import os
+from typing import Callable
+
+from ...ir.tir import PrimFunc
+from .linear import KERNEL_ATTR, TUNING, LinearPlan, emit_linear, plan_linear
+from .simd import SimdInfo
+
+__all__ = ["KERNEL_ATTR", "SimdInfo", "KERNEL_FAMILIES", "plan_kernel", "TUNING"]
+
+#: family -> (planner(func, simd) -> plan | reason, emitter(mod, name, func, sig, plan, simd)).
+KERNEL_FAMILIES: dict[str, tuple[Callable, Callable]] = {
+    "linear": (plan_linear, emit_linear),
+}
+
+
+def plan_kernel(func: PrimFunc, simd: SimdInfo):
+    """``(family, plan)`` when a registered emitter takes ``func``, else ``(family, reason)``
+    with ``reason`` a string (family ``None`` when ``func`` has no kernel attribute)."""
+    spec = func.attrs.get(KERNEL_ATTR)
+    if not isinstance(spec, dict):
+        return None, "no kernel attribute"
+    family = spec.get("kind")
+    if os.environ.get("MB_KERNELS", "1").strip() == "0":
+        return family, "disabled by MB_KERNELS=0"
+    entry = KERNEL_FAMILIES.get(family)
+    if entry is None:
+        return family, f"unknown kernel family {family!r}"
+    return family, entry[0](func, simd)
+
+
+_ = LinearPlan

@@ -1,0 +1,301 @@
+"""Weight decoders: read rows of an ``(N, K)`` weight as float32 values in registers.
+
+A decoder turns one weight operand of a matmul kernel into float32 vectors along ``k`` (the
+reduction dim), so that one GEMV / GEMM code generator serves every storage format:
+
+* :class:`DenseDecoder` -- ``float32`` / ``float16`` / ``bfloat16`` ``w[n, k]``; 16-bit values
+  are widened in registers (``vcvtph2ps`` with F16C, a shift for bfloat16);
+* :class:`GroupQuantDecoder` -- MLC-LLM's group quantization (``R.group_dequantize``):
+  ``q[n, k // per_word]`` holds ``per_word = storage_bits // bits`` values (value ``i`` of a word
+  in bits ``[i * bits, (i + 1) * bits)``), ``scale[n, k // group_size]`` one scale per group,
+  ``w[n, k] = (value - zero_point) * scale`` computed in float32 as
+  ``fmuladd(value, scale, -zero_point * scale)``. Signed ``int8`` storage holds one signed
+  8-bit value per element.
+
+Interface used by :mod:`builder.codegen.kernels.linear`:
+
+* ``row(kf, n)`` -> per-row state (base pointers) for row ``n`` (an i64 value);
+* ``vectors(kf, rows, k_lo, k_hi, unroll, body)`` emits a loop over ``[k_lo, k_hi)`` in chunks
+  of ``lanes`` and calls ``body(k, u, [vector per row])`` (``u`` in ``[0, unroll)`` picks an
+  accumulator set); ``k_lo`` / ``k_hi`` must be multiples of ``vec_step``;
+* ``vec_limit(kf, K)`` -> the end of the vector part of a row (a multiple of ``vec_step``);
+  ``scalar(kf, row, k)`` reads one element for the remaining ``[vec_limit, K)``;
+* ``bytes_per_weight`` -- storage read per weight element (for reports).
+"""
+from __future__ import annotations
+
+from llvmlite import ir
+
+from ..llvm_emit import F16, F32, I8, I16, I32
+from .simd import KFunc, vec
+
+__all__ = ["DenseDecoder", "GroupQuantDecoder", "make_decoder", "QUANT_STORAGE"]
+
+#: Storage dtypes of quantized words: bits per word.
+QUANT_STORAGE = {"uint8": 8, "uint16": 16, "uint32": 32, "int8": 8}
+
+#: Largest group whose inner loop is unrolled in Python (group_size / lanes chunks).
+_UNROLL_GROUP = 256
+
+
+def _scalar_to_f32(kf: KFunc, v: ir.Value, dtype: str) -> ir.Value:
+    b = kf.b
+    if dtype == "float32":
+        return v
+    if dtype == "float16":
+        return b.fpext(v, F32)
+    if dtype == "bfloat16":
+        return b.bitcast(b.shl(b.zext(v, I32), ir.Constant(I32, 16)), F32)
+    raise ValueError(f"unsupported weight dtype {dtype}")
+
+
+def _mem_scalar_type(dtype: str) -> ir.Type:
+    return {"float32": F32, "float16": F16, "bfloat16": I16}[dtype]
+
+
+class DenseDecoder:
+    """A float weight ``(N, K)`` (row length ``k_len`` elements)."""
+
+    def __init__(self, ptr: ir.Value, dtype: str, k_len: ir.Value, lanes: int) -> None:
+        if dtype not in ("float32", "float16", "bfloat16"):
+            raise ValueError(f"dense weights must be float32/float16/bfloat16, got {dtype}")
+        self.ptr = ptr
+        self.dtype = dtype
+        self.k_len = k_len
+        self.lanes = lanes
+        self.vec_step = lanes
+        self.mt = _mem_scalar_type(dtype)
+        self.esize = 4 if dtype == "float32" else 2
+
+    @property
+    def bytes_per_weight(self) -> float:
+        return float(self.esize)
+
+    def row(self, kf: KFunc, n: ir.Value):
+        return kf.gep(self.ptr, kf.mul(n, self.k_len), self.mt)
+
+    def vec_limit(self, kf: KFunc, k_total: ir.Value) -> ir.Value:
+        return kf.sub(k_total, kf.b.srem(k_total, kf.i64(self.lanes)))
+
+    def load_vec(self, kf: KFunc, row, k: ir.Value) -> ir.Value:
+        raw = kf.load(vec(self.mt, self.lanes), row, k, align=self.esize)
+        return kf.widen(raw, self.dtype)
+
+    def vectors(self, kf: KFunc, rows: list, k_lo, k_hi, unroll: int, body, prefetch: int = 0) -> None:
+        step = self.lanes * unroll
+        span = kf.sub(k_hi, k_lo)
+        main_end = kf.add(k_lo, kf.sub(span, kf.b.srem(span, kf.i64(step))))
+        with kf.loop(k_lo, main_end, step, "kv") as k:
+            if prefetch:
+                ahead = kf.add(k, prefetch // self.esize)
+                for r in rows:
+                    kf.prefetch(kf.gep(r, ahead, self.mt))
+            for u in range(unroll):
+                kk = kf.add(k, u * self.lanes) if u else k
+                body(kk, u, [self.load_vec(kf, r, kk) for r in rows])
+        if unroll > 1:
+            with kf.loop(main_end, k_hi, self.lanes, "kr") as k:
+                body(k, 0, [self.load_vec(kf, r, k) for r in rows])
+
+    def scalar(self, kf: KFunc, row, k: ir.Value) -> ir.Value:
+        return _scalar_to_f32(kf, kf.load(self.mt, row, k, align=self.esize), self.dtype)
+
+
+class GroupQuantDecoder:
+    """Group-quantized rows: ``q`` (N, words) of ``storage``, ``scale`` (N, groups) of
+    ``scale_dtype`` (see the module docstring). Needs ``group_size % lanes == 0`` and either
+    ``lanes % per_word == 0`` or ``per_word % lanes == 0``."""
+
+    def __init__(self, q: ir.Value, storage: str, scale: ir.Value, scale_dtype: str,
+                 words: ir.Value, groups: ir.Value, bits: int, group_size: int, zero_point: int,
+                 lanes: int) -> None:
+        sbits = QUANT_STORAGE[storage]
+        self.q, self.storage, self.scale, self.scale_dtype = q, storage, scale, scale_dtype
+        self.words, self.groups = words, groups
+        self.bits, self.group_size, self.zero_point = bits, group_size, zero_point
+        self.per_word = sbits // bits
+        self.signed = storage == "int8"
+        self.wt = ir.IntType(sbits)
+        self.st = _mem_scalar_type(scale_dtype)
+        self.lanes = lanes
+        self.blocked = group_size <= _UNROLL_GROUP
+        self.vec_step = group_size if self.blocked else lanes
+        if group_size % lanes or (lanes % self.per_word and self.per_word % lanes):
+            raise ValueError("unsupported group / vector geometry")
+
+    @staticmethod
+    def supported(storage: str, bits: int, group_size: int, lanes: int) -> bool:
+        """Whether this decoder handles the format with ``lanes``-wide vectors."""
+        if storage not in QUANT_STORAGE or bits <= 0 or bits > 8:
+            return False
+        sbits = QUANT_STORAGE[storage]
+        if sbits % bits or (storage == "int8" and bits != 8):
+            return False
+        per_word = sbits // bits
+        if per_word & (per_word - 1):
+            return False
+        return group_size % lanes == 0 and (lanes % per_word == 0 or per_word % lanes == 0)
+
+    @property
+    def bytes_per_weight(self) -> float:
+        return self.bits / 8 + (2 if self.scale_dtype != "float32" else 4) / self.group_size
+
+    def row(self, kf: KFunc, n: ir.Value):
+        return (kf.gep(self.q, kf.mul(n, self.words), self.wt),
+                kf.gep(self.scale, kf.mul(n, self.groups), self.st))
+
+    def vec_limit(self, kf: KFunc, k_total: ir.Value) -> ir.Value:
+        return kf.sub(k_total, kf.b.srem(k_total, kf.i64(self.vec_step)))
+
+    def _scale(self, kf: KFunc, row, g: ir.Value) -> tuple[ir.Value, ir.Value]:
+        s = _scalar_to_f32(kf, kf.load(self.st, row[1], g, align=4 if self.st == F32 else 2),
+                           self.scale_dtype)
+        zs = kf.b.fmul(s, ir.Constant(F32, float(-self.zero_point)))
+        return kf.splat(s, self.lanes), kf.splat(zs, self.lanes)
+
+    def _values(self, kf: KFunc, row, k: ir.Value) -> ir.Value:
+        """The ``lanes`` stored values at ``k`` (a multiple of ``lanes``) as float32."""
+        b = kf.b
+        n = self.lanes
+        f32v = vec(F32, n)
+        i32v = vec(I32, n)
+        if self.signed:
+            raw = kf.load(vec(I8, n), row[0], k, align=1)
+            return b.sitofp(raw, f32v)
+        pw, bits = self.per_word, self.bits
+        mask = ir.Constant(i32v, [(1 << bits) - 1] * n)
+        if n >= pw:
+            nw = n // pw
+            widx = b.lshr(k, kf.i64(pw.bit_length() - 1)) if pw > 1 else k
+            words = kf.load(vec(self.wt, nw), row[0], widx, align=self.wt.width // 8)
+            if self.wt.width < 32:
+                words = b.zext(words, vec(I32, nw))
+            if pw == 1 and nw == n:
+                rep = words
+            else:
+                rep = b.shuffle_vector(words, ir.Constant(words.type, ir.Undefined),
+                                       ir.Constant(vec(I32, n), [j // pw for j in range(n)]))
+            if pw > 1:
+                rep = b.lshr(rep, ir.Constant(i32v, [(j % pw) * bits for j in range(n)]))
+            if bits < 32:
+                rep = b.and_(rep, mask)
+            return b.uitofp(rep, f32v)
+        # fewer lanes than values per word: one word, shifted by the position inside it
+        widx = b.lshr(k, kf.i64(pw.bit_length() - 1))
+        word = kf.load(self.wt, row[0], widx, align=self.wt.width // 8)
+        if self.wt.width < 32:
+            word = b.zext(word, I32)
+        pos = b.trunc(b.and_(k, kf.i64(pw - 1)), I32)
+        base = kf.splat(b.mul(pos, ir.Constant(I32, bits)), n)
+        shifts = b.add(base, ir.Constant(i32v, [j * bits for j in range(n)]))
+        rep = b.and_(b.lshr(kf.splat(word, n), shifts), mask)
+        return b.uitofp(rep, f32v)
+
+    def vectors(self, kf: KFunc, rows: list, k_lo, k_hi, unroll: int, body) -> None:
+        gs, n = self.group_size, self.lanes
+        if self.blocked:
+            g_lo = kf.sdiv(k_lo, gs)
+            g_hi = kf.sdiv(k_hi, gs)
+            with kf.loop(g_lo, g_hi, 1, "g") as g:
+                scales = [self._scale(kf, r, g) for r in rows]
+                k0 = kf.mul(g, gs)
+                for j in range(gs // n):
+                    k = kf.add(k0, j * n) if j else k0
+                    body(k, j % unroll, [kf.fma(self._values(kf, r, k), s, zs)
+                                         for r, (s, zs) in zip(rows, scales)])
+            return
+        # large groups (per-channel): one scale load per group, a runtime inner loop
+        g_lo = kf.sdiv(k_lo, gs)
+        g_hi = kf.sdiv(kf.add(k_hi, gs - 1), gs)
+        with kf.loop(g_lo, g_hi, 1, "g") as g:
+            scales = [self._scale(kf, r, g) for r in rows]
+            ks = kf.smax(kf.mul(g, gs), k_lo)
+            ke = kf.smin(kf.add(kf.mul(g, gs), gs), k_hi)
+            with kf.loop(ks, ke, n, "kq") as k:
+                body(k, 0, [kf.fma(self._values(kf, r, k), s, zs)
+                            for r, (s, zs) in zip(rows, scales)])
+
+    # -- GEMV fast path --------------------------------------------------------------------------
+    # For 4- and 8-bit values in unsigned little-endian words, byte ``B`` of a row holds the
+    # values of columns ``2B`` (low nibble) and ``2B + 1`` (high nibble), or column ``B`` for
+    # 8 bits, whatever the word size. So ``lanes`` consecutive bytes zero-extend to one vector
+    # (8 bits) or, masked and shifted, to two vectors holding the even and the odd columns of a
+    # chunk of ``2 * lanes`` columns (4 bits): ``x`` is then read in the same permuted order
+    # (:meth:`x_perm`). The scale is applied once per group to a group accumulator, and the
+    # zero point through per-group sums of ``x``: ``sum_k x_k (q_k - zp) s = s * (sum_k x_k q_k)
+    # - zp * s * sum_k x_k``.
+
+    @staticmethod
+    def fast_dot_supported(storage: str, bits: int, group_size: int, lanes: int) -> bool:
+        """Whether :meth:`fast_group` applies (unsigned storage, 4 or 8 bits, groups of whole
+        chunks of at most 256 columns)."""
+        if storage not in ("uint8", "uint16", "uint32") or bits not in (4, 8) or group_size > 256:
+            return False
+        chunk = 2 * lanes if bits == 4 else lanes
+        return group_size % chunk == 0
+
+    @property
+    def chunk(self) -> int:
+        """Columns per byte vector."""
+        return 2 * self.lanes if self.bits == 4 else self.lanes
+
+    def x_perm(self, j: int) -> int:
+        """Position inside a chunk of the ``x`` value that lane-vector element ``j`` multiplies
+        (``j`` counts the decoded vectors' elements in order)."""
+        if self.bits == 8:
+            return j
+        n = self.lanes
+        return 2 * j if j < n else 2 * (j - n) + 1
+
+    def fast_chunk(self, kf: KFunc, row, k: ir.Value) -> list[ir.Value]:
+        """The chunk at column ``k`` (a multiple of :attr:`chunk`) as float vectors of the
+        stored unsigned values (no zero point, no scale), in :meth:`x_perm` order."""
+        b = kf.b
+        n = self.lanes
+        i32v = vec(I32, n)
+        f32v = vec(F32, n)
+        byte = b.lshr(k, kf.i64(1)) if self.bits == 4 else k
+        raw = kf.load(vec(I8, n), row[0], byte, align=1)
+        z = b.zext(raw, i32v)
+        if self.bits == 8:
+            return [b.uitofp(z, f32v)]
+        lo = b.and_(z, ir.Constant(i32v, [15] * n))
+        hi = b.lshr(z, ir.Constant(i32v, [4] * n))
+        return [b.uitofp(lo, f32v), b.uitofp(hi, f32v)]
+
+    def scale_value(self, kf: KFunc, row, g: ir.Value) -> ir.Value:
+        """The float32 scale of group ``g``."""
+        return _scalar_to_f32(kf, kf.load(self.st, row[1], g, align=4 if self.st == F32 else 2),
+                              self.scale_dtype)
+
+    def scalar(self, kf: KFunc, row, k: ir.Value) -> ir.Value:
+        b = kf.b
+        pw, bits = self.per_word, self.bits
+        if self.signed:
+            v = b.sitofp(kf.load(I8, row[0], k, align=1), F32)
+        else:
+            widx = b.lshr(k, kf.i64(pw.bit_length() - 1)) if pw > 1 else k
+            word = kf.load(self.wt, row[0], widx, align=self.wt.width // 8)
+            if self.wt.width < 32:
+                word = b.zext(word, I32)
+            if pw > 1:
+                pos = b.trunc(b.and_(k, kf.i64(pw - 1)), I32)
+                word = b.lshr(word, b.mul(pos, ir.Constant(I32, bits)))
+            if bits < 32:
+                word = b.and_(word, ir.Constant(I32, (1 << bits) - 1))
+            v = b.uitofp(word, F32)
+        g = kf.sdiv(k, self.group_size)
+        s = _scalar_to_f32(kf, kf.load(self.st, row[1], g, align=4 if self.st == F32 else 2),
+                           self.scale_dtype)
+        return kf.fma(v, s, b.fmul(s, ir.Constant(F32, float(-self.zero_point))))
+
+
+def make_decoder(desc: dict, ptrs: list[ir.Value], shapes: dict, lanes: int):
+    """Build the decoder of a weight description (see :mod:`builder.codegen.kernels.linear`);
+    ``ptrs`` are the param pointers, ``shapes[(param, dim)]`` the i64 dims."""
+    if desc["format"] == "dense":
+        return DenseDecoder(ptrs[desc["w"]], desc["dtype"], shapes[(desc["w"], 1)], lanes)
+    return GroupQuantDecoder(ptrs[desc["q"]], desc["storage"], ptrs[desc["scale"]],
+                             desc["scale_dtype"], shapes[(desc["q"], 1)], shapes[(desc["scale"], 1)],
+                             desc["bits"], desc["group_size"], desc["zero_point"], lanes)
+

@@ -1,0 +1,957 @@
+"""Matmul kernels: ``out[..., n] = epilogue(sum_k x[..., k] * W_w[n, k] for each weight w)``.
+
+A PrimFunc opts in with the attribute ``attrs["mb.kernel"]`` (set by
+:func:`builder.te.topi.linear_kernel`, which the FuseOps pass and the quantization legalizer
+use)::
+
+    {"kind": "linear", "x": 0, "out": 3, "acc": ["NT_matmul_acc", ...],
+     "weights": [{"format": "dense", "w": 1},
+                 {"format": "group", "q": 2, "scale": 3, "bits": 4, "group_size": 32,
+                  "zero_point": 7}]}
+
+(param indices; ``acc`` names the reduction block of each weight). The PrimFunc body stays the
+reference semantics: one float32 reduction block per weight and one elementwise block writing
+``out`` from the accumulators and other params (bias, residual, ...). :func:`plan_linear`
+checks that structure (shapes, dtypes, which buffers each block reads) and returns a
+:class:`LinearPlan`, or the reason it does not apply -- then the generic loop code runs.
+
+Generated code (:func:`emit_linear`), for the host's widest vectors (:class:`SimdInfo`):
+
+* ``x`` (``M = prod(leading dims)`` rows of ``K``) is used in place when float32, else widened
+  once into a float32 scratch;
+* **GEMV** (``M <= gemv_max_rows``, 8): tiles of ``R = 4`` weight rows; each tile streams its
+  rows once per group of ``MT`` input rows (``MT`` and the unroll ``U`` chosen so that
+  ``R * MT * U`` accumulators fit the register file), decoding weights in registers; vector
+  accumulators are summed horizontally, the scalar tail ``K % step`` is added, then the epilogue
+  writes the tile;
+* **GEMM** (larger ``M``): BLIS-style. For each panel of ``NR`` weight rows (2 vectors, 4 with
+  32 registers) and each block of ``KC`` columns, the decoder unpacks the panel transposed into
+  an L1-resident float32 buffer ``Bp[k][NR]`` (in-register VLxVL transposes); an ``MR x NR``
+  micro-kernel (``MR = 6``: 12 / 24 accumulators) broadcasts ``x[m, k]`` and runs FMAs against
+  ``Bp``, accumulating into a per-panel ``M x NR`` buffer; after the last block the epilogue
+  reads it. Remainder rows (``M % MR``) use smaller micro-kernels, remainder columns a zero-padded
+  panel;
+* work is split over weight-row tiles / panels with ``mb_parallel_for`` (see
+  :mod:`runtime.threadpool`) when ``M * N * K >= parallel_min_macs``; ``4 x threads`` tasks
+  for dynamic balance.
+
+Epilogues are the reference block's expression (the accumulators substituted), emitted as
+scalar code per output element after each tile (``exp`` inlined as a polynomial).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from llvmlite import ir
+
+from ...ir import expr as E
+from ...ir import tir
+from ...ir.expr import PrimExpr, Var
+from ...ir.tir import Block, BlockRealize, Buffer, BufferLoad, BufferStore, PrimFunc
+from ..llvm_emit import F32, I1, I8, I32, I64, PTR, BufferExprEmitter, ModuleEmitter, mem_type, reg_type
+from .decode import DenseDecoder, GroupQuantDecoder, QUANT_STORAGE
+from .simd import KFunc, SimdInfo, vec
+
+__all__ = ["KERNEL_ATTR", "LinearPlan", "plan_linear", "emit_linear", "TUNING"]
+
+KERNEL_ATTR = "mb.kernel"
+
+#: Tunables (read at code generation time).
+TUNING = {
+    "gemv_max_rows": 8,          # M <= this: GEMV path
+    "gemv_rows": 4,              # R: weight rows per GEMV tile
+    "kc_floats": 16384,          # KC * NR <= this (64 KiB of float32 panel)... see _kc
+    "mr": 6,                     # GEMM micro-kernel rows
+    "parallel_min_macs": 1 << 18,
+    "tasks_per_thread": 4,
+    "prefetch": 0,               # GEMV software prefetch distance in bytes (0: off)
+    "prefetch_q": 0,             # the same for packed quantized rows
+}
+
+
+def _env_tuning() -> None:
+    """``MB_TUNE="gemv_max_rows=4,mr=6"`` overrides :data:`TUNING` (for experiments)."""
+    import os
+
+    for item in filter(None, os.environ.get("MB_TUNE", "").split(",")):
+        key, _, value = item.partition("=")
+        if key.strip() not in TUNING:
+            raise ValueError(f"MB_TUNE: unknown key {key!r}; known: {', '.join(TUNING)}")
+        TUNING[key.strip()] = int(value)
+
+
+_env_tuning()
+
+
+@dataclass
+class LinearPlan:
+    """A validated ``linear`` kernel: param indices, decoders' descriptions, the epilogue."""
+
+    x: int
+    out: int
+    weights: list[dict]
+    acc_vars: list[Var]
+    lead_vars: list[Var]
+    n_var: Var
+    value: PrimExpr
+    params: list[Buffer] = field(default_factory=list)
+
+
+def _blocks(func: PrimFunc) -> list[Block]:
+    out: list[Block] = []
+
+    def visit(s) -> None:
+        if isinstance(s, BlockRealize):
+            out.append(s.block)
+        for c in tir.stmt_children(s):
+            visit(c)
+
+    visit(func.body)
+    return out
+
+
+def _loaded_buffers(e) -> set[int]:
+    return {id(ld.buffer) for ld in tir.buffer_loads(e)}
+
+
+def _stmt_loads(s) -> list[BufferLoad]:
+    loads: list[BufferLoad] = []
+
+    def visit(x) -> None:
+        if isinstance(x, BufferStore):
+            loads.extend(tir.buffer_loads(x.value))
+            for i in x.indices:
+                loads.extend(tir.buffer_loads(i))
+        for c in tir.stmt_children(x):
+            visit(c)
+
+    visit(s)
+    return loads
+
+
+def _map_loads(e: PrimExpr, fn) -> PrimExpr:
+    """Rebuild ``e`` with every BufferLoad replaced by ``fn(load)``."""
+    if isinstance(e, BufferLoad):
+        return fn(e)
+    if isinstance(e, E.BinaryOp):
+        return type(e)(_map_loads(e.a, fn), _map_loads(e.b, fn), e.dtype)
+    if isinstance(e, E.Not):
+        return E.Not(_map_loads(e.a, fn))
+    if isinstance(e, E.Select):
+        return E.Select(_map_loads(e.condition, fn), _map_loads(e.true_value, fn),
+                        _map_loads(e.false_value, fn))
+    if isinstance(e, E.Cast):
+        return E.Cast(e.dtype, _map_loads(e.value, fn))
+    if isinstance(e, E.Call):
+        return E.Call(e.dtype, e.op, [_map_loads(a, fn) for a in e.args])
+    return e
+
+
+def _same_dims(a, b) -> bool:
+    return len(a) == len(b) and all(E.prove_equal(x, y) for x, y in zip(a, b))
+
+
+def plan_linear(func: PrimFunc, simd: SimdInfo) -> LinearPlan | str:
+    """Validate ``func`` against its ``mb.kernel`` description; returns the plan or a reason
+    (a string) why the fast kernel does not apply."""
+    spec = func.attrs.get(KERNEL_ATTR)
+    if not isinstance(spec, dict) or spec.get("kind") != "linear":
+        return "no linear kernel attribute"
+    if not simd.usable:
+        return f"no vector unit ({simd.name})"
+    params = list(func.params)
+    try:
+        x, out = params[spec["x"]], params[spec["out"]]
+        weights = [dict(w) for w in spec["weights"]]
+        acc_names = list(spec["acc"])
+    except (KeyError, IndexError, TypeError) as err:
+        return f"malformed kernel attribute: {err!r}"
+    if len(acc_names) != len(weights) or not 1 <= len(weights) <= 2:
+        return "one or two weights with one accumulator each"
+    if x.dtype not in ("float32", "float16", "bfloat16"):
+        return f"input dtype {x.dtype}"
+    if x.ndim < 1 or out.ndim != x.ndim or not _same_dims(x.shape[:-1], out.shape[:-1]):
+        return "input / output shapes"
+    n_dim, k_dim = out.shape[-1], x.shape[-1]
+    for w in weights:
+        if w.get("format") == "dense":
+            wb = params[w["w"]]
+            if wb.ndim != 2 or wb.dtype not in ("float32", "float16", "bfloat16"):
+                return f"dense weight {wb.name} {wb.dtype} {wb.ndim}-D"
+            if not _same_dims(wb.shape, (n_dim, k_dim)):
+                return f"weight {wb.name} shape"
+            w["dtype"] = wb.dtype
+            w["reads"] = {id(wb)}
+        elif w.get("format") == "group":
+            q, s = params[w["q"]], params[w["scale"]]
+            if q.ndim != 2 or s.ndim != 2 or q.dtype not in QUANT_STORAGE:
+                return "quantized weight layout"
+            if s.dtype not in ("float32", "float16", "bfloat16"):
+                return f"scale dtype {s.dtype}"
+            bits, gs, zp = int(w["bits"]), int(w["group_size"]), int(w["zero_point"])
+            if not GroupQuantDecoder.supported(q.dtype, bits, gs, simd.lanes):
+                return f"quantized format {q.dtype} bits={bits} group_size={gs}"
+            per_word = QUANT_STORAGE[q.dtype] // bits
+            if not (E.prove_equal(q.shape[0], n_dim) and E.prove_equal(s.shape[0], n_dim)):
+                return "quantized weight rows"
+            kk = E.simplify(k_dim)
+            if not isinstance(kk, E.IntImm):
+                return "quantized weights need a static in_features"
+            groups = -(-kk.value // gs)
+            if not (E.prove_equal(s.shape[1], groups)
+                    and E.prove_equal(q.shape[1], groups * gs // per_word)):
+                return "quantized weight shape"
+            w.update(storage=q.dtype, scale_dtype=s.dtype, bits=bits, group_size=gs,
+                     zero_point=zp, reads={id(q), id(s)})
+        else:
+            return f"weight format {w.get('format')!r}"
+    blocks = {b.name: b for b in _blocks(func)}
+    if "root" in blocks:
+        del blocks["root"]
+    acc_blocks = []
+    for name in acc_names:
+        blk = blocks.get(name)
+        if blk is None or blk.init is None or len(blk.writes) != 1:
+            return f"accumulator block {name!r}"
+        abuf = blk.writes[0].buffer
+        if abuf.dtype != "float32" or not _same_dims(abuf.shape, out.shape):
+            return f"accumulator {abuf.name} must be float32 of the output shape"
+        acc_blocks.append(blk)
+    for blk, w in zip(acc_blocks, weights):
+        abuf = blk.writes[0].buffer
+        reads = {id(ld.buffer) for ld in _stmt_loads(blk.body)} - {id(abuf)}
+        if reads != {id(x)} | w["reads"]:
+            return f"accumulator block {blk.name} reads unexpected buffers"
+    acc_bufs = [b.writes[0].buffer for b in acc_blocks]
+    out_blocks = [b for b in blocks.values() if b.writes and b.writes[0].buffer is out]
+    others = [b for b in blocks.values() if b not in acc_blocks and b not in out_blocks]
+    if len(out_blocks) != 1 or others:
+        return "blocks other than the accumulators and one output block"
+    ob = out_blocks[0]
+    ivars = [iv.var for iv in ob.iter_vars]
+    acc_vars = [Var(f"acc{i}", "float32") for i in range(len(weights))]
+    if ob in acc_blocks:
+        if len(weights) != 1 or out.dtype != "float32":
+            return "an accumulating output block needs one float32 weight"
+        spatial = [iv.var for iv in ob.iter_vars if iv.kind == "S"]
+        if len(spatial) != out.ndim:
+            return "output block iterators"
+        return LinearPlan(spec["x"], spec["out"], weights, acc_vars, spatial[:-1], spatial[-1],
+                          acc_vars[0], params)
+    store = ob.body
+    if (not isinstance(store, BufferStore) or store.buffer is not out or ob.init is not None
+            or len(ivars) != out.ndim or any(iv.kind != "S" for iv in ob.iter_vars)
+            or not all(i is v for i, v in zip(store.indices, ivars))):
+        return "output block is not out[i, ..., n] = f(...)"
+    param_ids = {id(p) for p in params} - {id(out)}
+    bad: list[str] = []
+
+    def sub(ld: BufferLoad) -> PrimExpr:
+        for buf, var in zip(acc_bufs, acc_vars):
+            if ld.buffer is buf:
+                if not all(i is v for i, v in zip(ld.indices, ivars)):
+                    bad.append(f"{buf.name} read at another element")
+                return var
+        if id(ld.buffer) not in param_ids:
+            bad.append(f"reads intermediate {ld.buffer.name}")
+        elif any(tir.buffer_loads(i) for i in ld.indices):
+            bad.append("data-dependent index")
+        return ld
+
+    value = _map_loads(store.value, sub)
+    if bad:
+        return "epilogue " + bad[0]
+    allowed = set(ivars)
+    if any(v not in allowed and v not in func.sym_vars for v in E.free_vars(value)
+           if not any(v is a for a in acc_vars)):
+        return "epilogue uses unknown variables"
+    return LinearPlan(spec["x"], spec["out"], weights, acc_vars, ivars[:-1], ivars[-1], value,
+                      params)
+
+
+# ---------------------------------------------------------------------------------------------
+# code generation
+
+
+class _Ctx:
+    """The task context: a struct of param pointers, symbolic vars and kernel values."""
+
+    def __init__(self, nparams: int, nsyms: int, extra: list[str]) -> None:
+        self.nparams, self.nsyms = nparams, nsyms
+        self.extra = extra
+        self.type = ir.LiteralStructType([PTR] * (nparams + 1) + [I64] * (nsyms + len(extra)))
+
+    def store(self, kf: KFunc, slot, ptrs, syms, xf, values: dict) -> None:
+        vals = list(ptrs) + [xf] + list(syms) + [values[k] for k in self.extra]
+        for i, v in enumerate(vals):
+            # ``slot`` is the (typed) alloca: llvmlite derives the field pointer type
+            p = kf.b.gep(slot, [ir.Constant(I32, 0), ir.Constant(I32, i)], inbounds=True)
+            kf.b.store(v, p)
+
+    def load(self, kf: KFunc, ctx):
+        out = []
+        for i, t in enumerate(self.type.elements):
+            p = kf.b.gep(ctx, [ir.Constant(I32, 0), ir.Constant(I32, i)], inbounds=True,
+                         source_etype=self.type)
+            out.append(kf.b.load(p, typ=t))
+        n = self.nparams
+        ptrs, xf = out[:n], out[n]
+        syms = out[n + 1:n + 1 + self.nsyms]
+        extra = dict(zip(self.extra, out[n + 1 + self.nsyms:]))
+        return ptrs, xf, syms, extra
+
+
+class _LinearEmitter:
+    def __init__(self, mod: ModuleEmitter, name: str, func: PrimFunc, sig, plan: LinearPlan,
+                 simd: SimdInfo) -> None:
+        self.mod = mod
+        self.module = mod.module
+        self.name = name
+        self.func = func
+        self.sig = sig
+        self.plan = plan
+        self.simd = simd
+        self.lanes = simd.lanes
+        self.nw = len(plan.weights)
+        self.error_code = len(sig.checks) + 1
+        regs = simd.registers
+        self.R = TUNING["gemv_rows"]
+        budget = max(regs - 6, 4)
+        self.MT = max(1, min(4, budget // self.R))
+        self.MG = TUNING["gemv_max_rows"]
+        self.MR = TUNING["mr"]
+        self.NV = 4 if regs >= 32 else 2
+        self.NR = self.NV * self.lanes
+        step = self.lanes
+        for w in plan.weights:
+            if w["format"] == "group" and w["group_size"] <= 256:
+                step = max(step, w["group_size"])
+        kc = max(64, TUNING["kc_floats"] // self.NR)
+        self.KC = max(step, kc - kc % step)
+        # GEMV weights read through GroupQuantDecoder.fast_chunk: one permuted copy of x and
+        # per-group sums of x per distinct (bits, group_size)
+        self.qkeys: list = []
+        self.qfast: dict[int, tuple] = {}
+        for w, d in enumerate(plan.weights):
+            if d["format"] == "group" and GroupQuantDecoder.fast_dot_supported(
+                    d["storage"], d["bits"], d["group_size"], self.lanes):
+                key = (d["bits"], d["group_size"])
+                if key not in self.qkeys:
+                    self.qkeys.append(key)
+                self.qfast[w] = key
+        self.MTq = max(1, min(4, budget // (2 * self.R)))
+        extra = ["M", "N", "K", "ntasks", "units"]
+        extra += [f"xq{i}" for i in range(len(self.qkeys))] + [f"xs{i}" for i in range(len(self.qkeys))]
+        self.ctx = _Ctx(len(func.params), len(sig.sym_vars), extra)
+
+    # -- helpers --------------------------------------------------------------------------------
+    def _function(self, fname: str, ret: ir.Type, args: list[ir.Type]) -> ir.Function:
+        fn = ir.Function(self.module, ir.FunctionType(ret, args), name=fname)
+        fn.linkage = "internal"
+        fn.attributes.add("nounwind")
+        return fn
+
+    def _bind(self, kf: KFunc, ptrs, syms) -> BufferExprEmitter:
+        env = {}
+        for v, s in zip(self.sig.sym_vars, syms):
+            env[v] = s if reg_type(v.dtype) == I64 else kf.b.trunc(s, reg_type(v.dtype))
+        em = BufferExprEmitter(self.mod, kf.b, env, {id(p): a for p, a in zip(self.func.params, ptrs)})
+        return em
+
+    def _weight_args(self, st: "_State", w: int) -> list:
+        """``[ptr0, ptr1, ld0, ld1]`` of weight ``w`` in a function with the context loaded:
+        the weight (or packed words and scales) and their row lengths."""
+        kf, em, ptrs = st.kf, st.em, st.ptrs
+        desc, params = self.plan.weights[w], self.plan.params
+        if desc["format"] == "dense":
+            wb = params[desc["w"]]
+            return [ptrs[desc["w"]], ir.Constant(PTR, None), em.typed(wb.shape[1], "int64"), kf.i64(0)]
+        q, s = params[desc["q"]], params[desc["scale"]]
+        return [ptrs[desc["q"]], ptrs[desc["scale"]], em.typed(q.shape[1], "int64"),
+                em.typed(s.shape[1], "int64")]
+
+    def _fmt_key(self, w: int) -> str:
+        d = self.plan.weights[w]
+        if d["format"] == "dense":
+            return f"dense_{d['dtype']}"
+        return (f"q{d['bits']}_{d['storage']}_{d['scale_dtype']}_g{d['group_size']}"
+                f"_z{d['zero_point']}".replace("-", "m"))
+
+    def _decoder(self, w: int, ptr0, ptr1, ld0, ld1):
+        d = self.plan.weights[w]
+        if d["format"] == "dense":
+            return DenseDecoder(ptr0, d["dtype"], ld0, self.lanes)
+        return GroupQuantDecoder(ptr0, d["storage"], ptr1, d["scale_dtype"], ld0, ld1, d["bits"],
+                                 d["group_size"], d["zero_point"], self.lanes)
+
+    def _shared(self, key: str):
+        """Module-wide cache of helper functions shared by every kernel of the module."""
+        cache = self.mod.__dict__.setdefault("_mb_shared_kernels", {})
+        return cache, cache.get(key)
+
+    def _shared_function(self, fname: str, ret: ir.Type, args: list[ir.Type]) -> ir.Function:
+        fn = self._function(fname, ret, args)
+        fn.attributes.add("noinline")
+        return fn
+
+    def _epilogue_row(self, kf: KFunc, em: BufferExprEmitter, m, N):
+        """Bind the output's leading iter vars for flat row ``m``; returns the row's offset."""
+        out = self.plan.params[self.plan.out]
+        lead = self.plan.lead_vars
+        rem = m
+        for d in range(len(lead) - 1, -1, -1):
+            if d == 0:
+                em.env[lead[d]] = rem
+            else:
+                dim = em.typed(out.shape[d], "int64")
+                em.env[lead[d]] = kf.b.srem(rem, dim)
+                rem = kf.b.sdiv(rem, dim)
+        return kf.mul(m, N)
+
+    def _epilogue_store(self, kf: KFunc, em: BufferExprEmitter, out_ptr, row_off, n, accs) -> None:
+        out = self.plan.params[self.plan.out]
+        em.env[self.plan.n_var] = n
+        for var, val in zip(self.plan.acc_vars, accs):
+            em.env[var] = val
+        v = em.typed(self.plan.value, out.dtype)
+        em.store_value(out, v, kf.gep(out_ptr, kf.add(row_off, n), mem_type(out.dtype)))
+
+    # -- entry body -----------------------------------------------------------------------------
+    def emit(self) -> list[str]:
+        func, plan = self.func, self.plan
+        nparams = len(func.params)
+        body_fn = self._function(f"{self.name}.compute", I32,
+                                 [PTR] * nparams + [I64] * len(self.sig.sym_vars))
+        for a in body_fn.args[:nparams]:
+            a.add_attribute("noalias")
+        self.epi_fn = self._emit_epilogue()
+        self.micro_fns = {t: self._micro_fn(t) for t in range(1, self.MR + 1)}
+        gemv = self._emit_task("gemv")
+        gemm = self._emit_task("gemm")
+        kf = KFunc(self.module, body_fn)
+        b = kf.b
+        ptrs = list(body_fn.args[:nparams])
+        syms = list(body_fn.args[nparams:])
+        em = self._bind(kf, ptrs, syms)
+        x = plan.params[plan.x]
+        out = plan.params[plan.out]
+        M = kf.i64(1)
+        for d in x.shape[:-1]:
+            M = kf.mul(M, em.typed(d, "int64"))
+        K = em.typed(x.shape[-1], "int64")
+        N = em.typed(out.shape[-1], "int64")
+        empty = b.or_(b.icmp_signed("<=", M, kf.i64(0)), b.icmp_signed("<=", N, kf.i64(0)))
+        with kf.if_(empty, "empty"):
+            b.ret(ir.Constant(I32, 0))
+        # float32 view of x
+        xptr = ptrs[plan.x]
+        if x.dtype == "float32":
+            xf = xptr
+            scratch = None
+        else:
+            malloc = kf.declare("malloc", PTR, [I64])
+            scratch = b.call(malloc, [kf.smax(kf.mul(kf.mul(M, K), 4), 1)])
+            with kf.if_(b.icmp_unsigned("==", scratch, ir.Constant(PTR, None)), "oom"):
+                b.ret(ir.Constant(I32, self.error_code))
+            total = kf.mul(M, K)
+            mt = mem_type(x.dtype)
+            with kf.loop(0, total, 1, "cv", plain=False) as i:
+                raw = kf.load(mt, xptr, i, align=2)
+                if x.dtype == "float16":
+                    v = b.fpext(raw, F32)
+                else:
+                    v = b.bitcast(b.shl(b.zext(raw, I32), ir.Constant(I32, 16)), F32)
+                kf.store(v, scratch, i, align=4)
+            xf = scratch
+        qbufs = self._prepare_quant_x(kf, xf, M, K)
+        # split the work
+        nthreads = b.sext(b.call(kf.declare("mb_num_threads", I32, []), []), I64)
+        macs = kf.mul(kf.mul(M, N), kf.smax(K, 1))
+        small = b.or_(kf.lt(macs, TUNING["parallel_min_macs"]), b.icmp_signed("<=", nthreads, kf.i64(1)))
+        use_gemv = b.icmp_signed("<=", M, kf.i64(self.MG))
+        units = b.select(use_gemv, kf.sdiv(kf.add(N, self.R - 1), self.R),
+                         kf.sdiv(kf.add(N, self.NR - 1), self.NR))
+        many = kf.smin(units, kf.mul(nthreads, TUNING["tasks_per_thread"]))
+        ntasks = b.select(small, kf.i64(1), kf.smax(many, 1))
+        slot = kf.alloca(self.ctx.type, name="ctx")
+        values = {"M": M, "N": N, "K": K, "ntasks": ntasks, "units": units}
+        for i, (xq, xs) in enumerate(qbufs):
+            values[f"xq{i}"] = b.ptrtoint(xq, I64)
+            values[f"xs{i}"] = b.ptrtoint(xs, I64)
+        self.ctx.store(kf, slot, ptrs, syms, xf, values)
+        task = b.select(use_gemv, gemv, gemm)
+        par = kf.declare("mb_parallel_for", I32, [PTR, PTR, I64])
+        rc_slot = kf.alloca(I32, name="rc")
+
+        def serial():
+            kf.if_else(use_gemv, lambda: kf.b.store(kf.b.call(gemv, [slot, kf.i64(0)]), rc_slot),
+                       lambda: kf.b.store(kf.b.call(gemm, [slot, kf.i64(0)]), rc_slot), "path")
+
+        def parallel():
+            kf.b.store(kf.b.call(par, [task, slot, ntasks]), rc_slot)
+
+        kf.if_else(b.icmp_signed("==", ntasks, kf.i64(1)), serial, parallel, "split")
+        rc = b.load(rc_slot, typ=I32)
+        free = kf.declare("free", ir.VoidType(), [PTR])
+        if scratch is not None:
+            b.call(free, [scratch])
+        for xq, _ in qbufs:
+            b.call(free, [xq])  # free(NULL) is a no-op
+        b.ret(rc)
+        kf.finish()
+        self.body_fn = body_fn
+        return ["out of memory allocating a matmul workspace"]
+
+    def _prepare_quant_x(self, kf: KFunc, xf, M, K) -> list:
+        """For each fast-quant key: ``(xq, xs)`` buffers (NULL unless ``M <= gemv_max_rows``):
+        ``xq`` = x with every chunk of columns in the decoder's lane order, ``xs[m, g]`` = sum
+        of x over group ``g``. Returns the list of pointer pairs (``xs`` lives inside ``xq``'s
+        allocation)."""
+        out = []
+        if not self.qkeys:
+            return out
+        b = kf.b
+        malloc = kf.declare("malloc", PTR, [I64])
+        small = b.icmp_signed("<=", M, kf.i64(self.MG))
+        for bits, gs in self.qkeys:
+            dec = GroupQuantDecoder(ir.Constant(PTR, None), "uint32", ir.Constant(PTR, None),
+                                    "float32", kf.i64(0), kf.i64(0), bits, gs, 0, self.lanes)
+            chunk = dec.chunk
+            G = kf.sdiv(K, gs)
+            slot_q = kf.alloca(PTR, name="xq")
+            slot_s = kf.alloca(PTR, name="xs")
+            b.store(ir.Constant(PTR, None), slot_q)
+            b.store(ir.Constant(PTR, None), slot_s)
+
+            def fill():
+                nfl = kf.add(kf.mul(M, K), kf.mul(M, G))
+                buf = kf.b.call(malloc, [kf.add(kf.mul(nfl, 4), 4)])
+                with kf.if_(kf.b.icmp_unsigned("==", buf, ir.Constant(PTR, None)), "oomq"):
+                    kf.b.ret(ir.Constant(I32, self.error_code))
+                xs = kf.gep(buf, kf.mul(M, K), F32)
+                kf.b.store(buf, slot_q)
+                kf.b.store(xs, slot_s)
+                kv = kf.mul(G, gs)
+                with kf.loop(0, M, 1, "qm") as m:
+                    row = kf.mul(m, K)
+                    with kf.loop(0, kv, chunk, "qc") as c:
+                        for j in range(chunk):
+                            src = kf.add(kf.add(row, c), dec.x_perm(j))
+                            v = kf.load(F32, xf, src, align=4)
+                            kf.store(v, buf, kf.add(kf.add(row, c), j), align=4)
+                    with kf.loop(kv, K, 1, "qt") as k:
+                        kf.store(kf.load(F32, xf, kf.add(row, k), align=4), buf, kf.add(row, k), align=4)
+                    with kf.loop(0, G, 1, "qg") as g:
+                        base = kf.add(row, kf.mul(g, gs))
+                        acc = kf.fzero(self.lanes)
+                        for j in range(0, gs, self.lanes):
+                            acc = kf.b.fadd(acc, kf.load(vec(F32, self.lanes), xf, kf.add(base, j), align=4),
+                                            flags=KFunc.FM)
+                        kf.store(kf.hsum(acc), xs, kf.add(kf.mul(m, G), g), align=4)
+
+            with kf.if_(small, "qx"):
+                fill()
+            out.append((b.load(slot_q, typ=PTR), b.load(slot_s, typ=PTR)))
+        return out
+
+    # -- tasks ----------------------------------------------------------------------------------
+    def _open(self, suffix: str, ret: ir.Type, extra: list[ir.Type], inline: bool = False):
+        """A new internal function ``<name>.<suffix>(ptr ctx, *extra)`` with the context loaded;
+        returns ``(kf, state)``. Helpers are ``noinline`` so each is optimized once."""
+        fn = self._function(f"{self.name}.{suffix}", ret, [PTR] + extra)
+        if not inline:
+            fn.attributes.add("noinline")
+        kf = KFunc(self.module, fn)
+        ptrs, xf, syms, ex = self.ctx.load(kf, fn.args[0])
+        em = self._bind(kf, ptrs, syms)
+        st = _State(kf=kf, em=em, ptrs=ptrs, xf=xf, M=ex["M"], N=ex["N"], K=ex["K"],
+                    units=ex["units"], ntasks=ex["ntasks"], args=list(fn.args[1:]), fn=fn,
+                    extra=ex)
+        return kf, st
+
+    def _emit_epilogue(self) -> ir.Function:
+        """``void epi(ctx, i64 m, i64 n0, i64 count, ptr acc0, ptr acc1)``: outputs
+        ``out[m, n0:n0+count]`` from float32 accumulators ``acc_w[0:count]``."""
+        kf, st = self._open("epi", ir.VoidType(), [I64, I64, I64, PTR, PTR])
+        m, n0, count, a0, a1 = st.args
+        for a in (a0, a1):
+            a.add_attribute("noalias")
+        row_off = self._epilogue_row(kf, st.em, m, st.N)
+        with kf.loop(0, count, 1, "j", plain=False) as j:
+            accs = [kf.load(F32, a, j, align=4) for a in (a0, a1)[:self.nw]]
+            self._epilogue_store(kf, st.em, st.ptrs[self.plan.out], row_off, kf.add(n0, j), accs)
+        kf.b.ret_void()
+        kf.finish()
+        return st.fn
+
+    def _emit_task(self, kind: str) -> ir.Function:
+        kf, st = self._open(kind, I32, [I64], inline=True)
+        b = kf.b
+        idx = st.args[0]
+        u0 = b.sdiv(kf.mul(idx, st.units), st.ntasks)
+        u1 = b.sdiv(kf.mul(kf.add(idx, 1), st.units), st.ntasks)
+        if kind == "gemv":
+            self._gemv(kf, st, u0, u1)
+            b.ret(ir.Constant(I32, 0))
+        else:
+            self._gemm(kf, st, u0, u1)
+        kf.finish()
+        return st.fn
+
+    # GEMV ----------------------------------------------------------------------------------------
+    def _gemv(self, kf, st, u0, u1) -> None:
+        b = kf.b
+        R, MG = self.R, self.MG
+        epi = self.epi_fn
+        dots = {(w, rc): self._dot_fn(w, rc) for w in range(self.nw) for rc in (R, 1)}
+        wargs = [self._weight_args(st, w) for w in range(self.nw)]
+        res = kf.alloca(F32, self.nw * MG * R, name="res")
+        resw = [kf.gep(res, kf.i64(w * MG * R), F32) if w else res for w in range(self.nw)]
+        ctx = st.fn.args[0]
+
+        qx = {}
+        for w, key in self.qfast.items():
+            i = self.qkeys.index(key)
+            qx[w] = (b.inttoptr(st.extra[f"xq{i}"], PTR), b.inttoptr(st.extra[f"xs{i}"], PTR))
+        null = ir.Constant(PTR, None)
+
+        def rows(n0, rc):
+            for w in range(self.nw):
+                xq, xs = qx.get(w, (null, null))
+                b.call(dots[(w, rc)], wargs[w] + [st.xf, xq, xs, st.M, st.K, n0, resw[w]])
+            with kf.loop(0, st.M, 1, "me") as m:
+                accs = [kf.gep(resw[w], kf.mul(m, rc), F32) for w in range(self.nw)]
+                accs += [accs[0]] * (2 - self.nw)
+                b.call(epi, [ctx, m, n0, kf.i64(rc)] + accs)
+
+        with kf.loop(u0, u1, 1, "tile") as t:
+            n0 = kf.mul(t, R)
+            full = b.icmp_signed("<=", kf.add(n0, R), st.N)
+
+            def partial():
+                with kf.loop(n0, st.N, 1, "nr") as n:
+                    rows(n, 1)
+
+            kf.if_else(full, lambda: rows(n0, R), partial, "gtile")
+
+    def _dot_fn(self, w: int, rc: int) -> ir.Function:
+        """``void dot(ptr w0, ptr w1, i64 ld0, i64 ld1, ptr xf, i64 M, i64 K, i64 n0, ptr res)``:
+        ``res[m * rc + r] = sum_k xf[m, k] W[n0 + r, k]`` for ``m < M`` (``M <= gemv_max_rows``)
+        and ``r < rc``; shared by every kernel of the module with this weight format."""
+        fast = w in self.qfast
+        MT = self.MTq if fast else self.MT
+        key = f"mb.dot.{self._fmt_key(w)}.v{self.lanes}.mt{MT}.r{rc}" + (".q" if fast else "")
+        cache, fn = self._shared(key)
+        if fn is not None:
+            return fn
+        fn = self._shared_function(key, ir.VoidType(),
+                                   [PTR, PTR, I64, I64, PTR, PTR, PTR, I64, I64, I64, PTR])
+        cache[key] = fn
+        kf = KFunc(self.module, fn)
+        p0, p1, ld0, ld1, xf, xq, xs, M, K, n0, res = fn.args
+        for a in (p0, p1, xf, xq, xs, res):
+            a.add_attribute("noalias")
+        dec = self._decoder(w, p0, p1, ld0, ld1)
+        rows = [dec.row(kf, kf.add(n0, r) if r else n0) for r in range(rc)]
+        kv = dec.vec_limit(kf, K)
+        with kf.loop(0, M, MT, "m0") as m0:
+            mt = kf.smin(kf.sub(M, m0), MT)
+            if fast:
+                cases = {t: (lambda t=t: self._gemv_micro_q(kf, dec, rows, xf, xq, xs, K, m0, t, rc, res))
+                         for t in range(1, MT + 1)}
+            else:
+                cases = {t: (lambda t=t: self._gemv_micro(kf, dec, rows, xf, K, kv, m0, t, rc, res))
+                         for t in range(1, MT + 1)}
+            if MT == 1:
+                cases[1]()
+            else:
+                kf.switch_const(mt, cases, "mt")
+        kf.b.ret_void()
+        kf.finish()
+        return fn
+
+    def _gemv_micro_q(self, kf, dec, rows, xf, xq, xs, K, m0, t: int, rc: int, res) -> None:
+        """GEMV tile over packed 4/8-bit rows (:meth:`GroupQuantDecoder.fast_chunk`)."""
+        b = kf.b
+        L = self.lanes
+        vt = vec(F32, L)
+        gs, chunk = dec.group_size, dec.chunk
+        G = kf.sdiv(K, gs)
+        accs = [[kf.alloca(vt, name="qacc") for _ in range(t)] for _ in range(rc)]
+        corr = [[kf.alloca(F32, name="qcorr") for _ in range(t)] for _ in range(rc)]
+        for r in range(rc):
+            for i in range(t):
+                b.store(kf.fzero(L), accs[r][i])
+                b.store(ir.Constant(F32, 0.0), corr[r][i])
+        ms = [kf.add(m0, i) if i else m0 for i in range(t)]
+        xrows = [kf.gep(xq, kf.mul(m, K), F32) for m in ms]
+        srows = [kf.gep(xs, kf.mul(m, G), F32) for m in ms]
+        pf = TUNING["prefetch_q"]
+        with kf.loop(0, G, 1, "qg") as g:
+            k0 = kf.mul(g, gs)
+            if pf:
+                byte = kf.add(kf.b.lshr(k0, kf.i64(1)) if dec.bits == 4 else k0, pf)
+                for r in range(rc):
+                    kf.prefetch(kf.gep(rows[r][0], byte, I8))
+            # one partial sum per (row, input row, lane vector of the chunk): short chains
+            parts = [[[None] * (chunk // L) for _ in range(t)] for _ in range(rc)]
+            for c in range(0, gs, chunk):
+                kc = kf.add(k0, c) if c else k0
+                xv = [[kf.load(vt, xr, kf.add(kc, p * L) if p else kc, align=4)
+                       for p in range(chunk // L)] for xr in xrows]
+                for r in range(rc):
+                    vals = dec.fast_chunk(kf, rows[r], kc)
+                    for i in range(t):
+                        for p, v in enumerate(vals):
+                            prev = parts[r][i][p]
+                            parts[r][i][p] = b.fmul(xv[i][p], v, flags=KFunc.FM) if prev is None \
+                                else kf.fma(xv[i][p], v, prev)
+            gacc = [[None] * t for _ in range(rc)]
+            for r in range(rc):
+                for i in range(t):
+                    g_sum = parts[r][i][0]
+                    for extra_part in parts[r][i][1:]:
+                        g_sum = b.fadd(g_sum, extra_part, flags=KFunc.FM)
+                    gacc[r][i] = g_sum
+            for r in range(rc):
+                sc = dec.scale_value(kf, rows[r], g)
+                sv = kf.splat(sc, L)
+                for i in range(t):
+                    b.store(kf.fma(gacc[r][i], sv, b.load(accs[r][i], typ=vt)), accs[r][i])
+                    xsum = kf.load(F32, srows[i], g, align=4)
+                    b.store(kf.fma(sc, xsum, b.load(corr[r][i], typ=F32)), corr[r][i])
+        zp = ir.Constant(F32, float(-dec.zero_point))
+        sums = [[kf.alloca(F32, name="qs") for _ in range(t)] for _ in range(rc)]
+        for r in range(rc):
+            for i in range(t):
+                tot = kf.fma(b.load(corr[r][i], typ=F32), zp, kf.hsum(b.load(accs[r][i], typ=vt)))
+                b.store(tot, sums[r][i])
+        kv = kf.mul(G, gs)
+        with kf.loop(kv, K, 1, "qt") as k:
+            xsv = [kf.load(F32, xf, kf.add(kf.mul(m, K), k), align=4) for m in ms]
+            for r in range(rc):
+                wv = dec.scalar(kf, rows[r], k)
+                for i in range(t):
+                    sl = sums[r][i]
+                    b.store(kf.fma(xsv[i], wv, b.load(sl, typ=F32)), sl)
+        for r in range(rc):
+            for i in range(t):
+                kf.store(b.load(sums[r][i], typ=F32), res, kf.add(kf.mul(ms[i], rc), r))
+
+    def _gemv_micro(self, kf, dec, rows, xf, K, kv, m0, t: int, rc: int, res) -> None:
+        b = kf.b
+        L = self.lanes
+        budget = max(self.simd.registers - 6, 4)
+        U = 1
+        while U < 4 and rc * t * U * 2 <= budget:
+            U *= 2
+        vt = vec(F32, L)
+        accs = [[[kf.alloca(vt, name="acc") for _ in range(U)] for _ in range(t)] for _ in range(rc)]
+        for r in range(rc):
+            for i in range(t):
+                for u in range(U):
+                    b.store(kf.fzero(L), accs[r][i][u])
+        xrows = [kf.gep(xf, kf.mul(kf.add(m0, i) if i else m0, K), F32) for i in range(t)]
+
+        def body(k, u, wvecs):
+            xs = [kf.load(vt, xr, k, align=4) for xr in xrows]
+            for r in range(rc):
+                for i in range(t):
+                    a = accs[r][i][u]
+                    kf.b.store(kf.fma(xs[i], wvecs[r], kf.b.load(a, typ=vt)), a)
+
+        if isinstance(dec, DenseDecoder) and TUNING["prefetch"]:
+            dec.vectors(kf, rows, kf.i64(0), kv, U, body, prefetch=TUNING["prefetch"])
+        else:
+            dec.vectors(kf, rows, kf.i64(0), kv, U, body)
+        sums = [[kf.alloca(F32, name="s") for _ in range(t)] for _ in range(rc)]
+        for r in range(rc):
+            for i in range(t):
+                v = b.load(accs[r][i][0], typ=vt)
+                for u in range(1, U):
+                    v = b.fadd(v, b.load(accs[r][i][u], typ=vt), flags=KFunc.FM)
+                b.store(kf.hsum(v), sums[r][i])
+        with kf.loop(kv, K, 1, "kt") as k:
+            xs = [kf.load(F32, xr, k, align=4) for xr in xrows]
+            for r in range(rc):
+                wv = dec.scalar(kf, rows[r], k)
+                for i in range(t):
+                    s = sums[r][i]
+                    b.store(kf.fma(xs[i], wv, b.load(s, typ=F32)), s)
+        for r in range(rc):
+            for i in range(t):
+                m = kf.add(m0, i) if i else m0
+                kf.store(b.load(sums[r][i], typ=F32), res, kf.add(kf.mul(m, rc), r))
+
+    # GEMM ----------------------------------------------------------------------------------------
+    def _micro_fn(self, t: int) -> ir.Function:
+        """``void micro_t(ptr bp, ptr xp, i64 ldx, i64 kc, ptr cs, i1 first)``: ``t`` rows."""
+        key = f"mb.micro.v{self.lanes}x{self.NV}.t{t}"
+        cache, fn = self._shared(key)
+        if fn is not None:
+            return fn
+        fn = self._shared_function(key, ir.VoidType(), [PTR, PTR, I64, I64, PTR, I1])
+        cache[key] = fn
+        for a in (fn.args[0], fn.args[1], fn.args[4]):
+            a.add_attribute("noalias")
+        kf = KFunc(self.module, fn)
+        b = kf.b
+        bp, xp, ldx, kc, cs, first = fn.args
+        L, NV, NR = self.lanes, self.NV, self.NR
+        vt = vec(F32, L)
+        accs = [[kf.alloca(vt, name="c") for _ in range(NV)] for _ in range(t)]
+        for i in range(t):
+            for v in range(NV):
+                old = kf.load(vt, cs, kf.i64(i * NR + v * L), align=4)
+                b.store(b.select(first, kf.fzero(L), old), accs[i][v])
+        xrows = [kf.gep(xp, kf.mul(ldx, i), F32) if i else xp for i in range(t)]
+        with kf.loop(0, kc, 1, "k") as k:
+            brow = kf.mul(k, NR)
+            bv = [kf.load(vt, bp, kf.add(brow, v * L) if v else brow, align=min(64, 4 * L))
+                  for v in range(NV)]
+            for i in range(t):
+                a = kf.splat(kf.load(F32, xrows[i], k, align=4), L)
+                for v in range(NV):
+                    slot = accs[i][v]
+                    b.store(kf.fma(a, bv[v], b.load(slot, typ=vt)), slot)
+        for i in range(t):
+            for v in range(NV):
+                kf.store(b.load(accs[i][v], typ=vt), cs, kf.i64(i * NR + v * L), align=4)
+        b.ret_void()
+        kf.finish()
+        return fn
+
+    def _pack_fn(self, w: int) -> ir.Function:
+        """``void pack(ptr w0, ptr w1, i64 ld0, i64 ld1, i64 K, i64 n0, i64 nr_eff, i64 kb,
+        i64 kc, ptr bp)``: ``bp[kk][j] = W[n0 + j, kb + kk]`` (zero for ``j >= nr_eff``)."""
+        key = f"mb.pack.{self._fmt_key(w)}.v{self.lanes}x{self.NV}"
+        cache, fn = self._shared(key)
+        if fn is not None:
+            return fn
+        fn = self._shared_function(key, ir.VoidType(), [PTR, PTR, I64, I64, I64, I64, I64, I64, I64, PTR])
+        cache[key] = fn
+        kf = KFunc(self.module, fn)
+        p0, p1, ld0, ld1, K, n0, nr_eff, kb, kc, bp = fn.args
+        for a in (p0, p1, bp):
+            a.add_attribute("noalias")
+        dec = self._decoder(w, p0, p1, ld0, ld1)
+        b = kf.b
+        L, NV, NR = self.lanes, self.NV, self.NR
+        kv = dec.vec_limit(kf, K)
+        full = b.icmp_signed("==", nr_eff, kf.i64(NR))
+        kend = kf.add(kb, kc)
+
+        def fast():
+            vend = kf.smax(kf.smin(kend, kv), kb)
+            for g in range(NV):
+                rows = [dec.row(kf, kf.add(n0, g * L + r)) for r in range(L)]
+
+                def body(k, u, wvecs, g=g):
+                    cols = kf.transpose(wvecs)
+                    base = kf.mul(kf.sub(k, kb), NR)
+                    for c in range(L):
+                        kf.store(cols[c], bp, kf.add(base, c * NR + g * L), align=min(64, 4 * L))
+
+                dec.vectors(kf, rows, kb, vend, 1, body)
+
+        def tail_rows(jend):
+            with kf.loop(0, NR, 1, "pj") as j:
+                inside = kf.lt(j, jend)
+
+                def real():
+                    row = dec.row(kf, kf.add(n0, j))
+                    with kf.loop(kf.smax(kf.sub(kv, kb), 0) if jend is not nr_eff else 0,
+                                 kc, 1, "pk") as kk:
+                        kf.store(dec.scalar(kf, row, kf.add(kb, kk)), bp, kf.add(kf.mul(kk, NR), j),
+                                 align=4)
+
+                def zero():
+                    with kf.loop(0, kc, 1, "pz") as kk:
+                        kf.store(ir.Constant(F32, 0.0), bp, kf.add(kf.mul(kk, NR), j), align=4)
+
+                kf.if_else(inside, real, zero, "pr")
+
+        def full_panel():
+            fast()
+            tail_rows(kf.i64(NR))   # columns past the vector part, all rows
+
+        kf.if_else(full, full_panel, lambda: tail_rows(nr_eff), "pack")
+        b.ret_void()
+        kf.finish()
+        return fn
+
+    def _gemm(self, kf, st, u0, u1) -> None:
+        b = kf.b
+        NR, KC, MR = self.NR, self.KC, self.MR
+        M, N, K = st.M, st.N, st.K
+        ctx = st.fn.args[0]
+        malloc = kf.declare("malloc", PTR, [I64])
+        free = kf.declare("free", ir.VoidType(), [PTR])
+        cs_floats = kf.mul(kf.mul(M, NR), self.nw)
+        nbytes = kf.add(kf.mul(kf.add(cs_floats, KC * NR), 4), 128)
+        raw = b.call(malloc, [nbytes])
+        with kf.if_(b.icmp_unsigned("==", raw, ir.Constant(PTR, None)), "oom"):
+            b.ret(ir.Constant(I32, self.error_code))
+        addr = b.ptrtoint(raw, I64)
+        aligned = b.and_(kf.add(addr, 63), kf.i64(~63))
+        bp = b.inttoptr(aligned, PTR)
+        cs = kf.gep(bp, kf.i64(KC * NR), F32)
+        micro = self.micro_fns
+        packs = [self._pack_fn(w) for w in range(self.nw)]
+        wargs = [self._weight_args(st, w) for w in range(self.nw)]
+        full_m = kf.sub(M, b.srem(M, kf.i64(MR)))
+        rem = b.srem(M, kf.i64(MR))
+        with kf.loop(u0, u1, 1, "panel") as p:
+            n0 = kf.mul(p, NR)
+            nr_eff = kf.smin(kf.sub(N, n0), NR)
+            with kf.if_(b.icmp_signed("==", K, kf.i64(0)), "k0"):
+                with kf.loop(0, cs_floats, 1, "z") as i:
+                    kf.store(ir.Constant(F32, 0.0), cs, i, align=4)
+            for w in range(self.nw):
+                csw = kf.gep(cs, kf.mul(kf.mul(M, NR), w), F32) if w else cs
+                with kf.loop(0, K, KC, "kb") as kb:
+                    kc = kf.smin(kf.sub(K, kb), KC)
+                    b.call(packs[w], wargs[w] + [K, n0, nr_eff, kb, kc, bp])
+                    first = b.icmp_signed("==", kb, kf.i64(0))
+                    with kf.loop(0, full_m, MR, "mt") as m0:
+                        xp = kf.gep(st.xf, kf.add(kf.mul(m0, K), kb), F32)
+                        b.call(micro[MR], [bp, xp, K, kc, kf.gep(csw, kf.mul(m0, NR), F32), first])
+                    xp = kf.gep(st.xf, kf.add(kf.mul(full_m, K), kb), F32)
+                    csr = kf.gep(csw, kf.mul(full_m, NR), F32)
+                    kf.switch_const(rem, {t: (lambda t=t: b.call(micro[t], [bp, xp, K, kc, csr, first]))
+                                          for t in range(1, MR)}, f"mr{w}")
+            with kf.loop(0, M, 1, "me") as m:
+                accs = [kf.gep(cs, kf.add(kf.mul(m, NR), kf.mul(kf.mul(M, NR), w)), F32)
+                        for w in range(self.nw)]
+                accs += [accs[0]] * (2 - self.nw)
+                b.call(self.epi_fn, [ctx, m, n0, nr_eff] + accs)
+        b.call(free, [raw])
+        b.ret(ir.Constant(I32, 0))
+
+
+@dataclass
+class _State:
+    """Values loaded from the task context inside one generated function."""
+
+    kf: KFunc
+    em: BufferExprEmitter
+    ptrs: list
+    xf: ir.Value
+    M: ir.Value
+    N: ir.Value
+    K: ir.Value
+    units: ir.Value
+    ntasks: ir.Value
+    args: list
+    fn: ir.Function
+    extra: dict = field(default_factory=dict)
+
+
+def emit_linear(mod: ModuleEmitter, name: str, func: PrimFunc, sig, plan: LinearPlan,
+                simd: SimdInfo) -> tuple[ir.Function, list[str]]:
+    """Emit ``<name>.compute`` (and its task / micro-kernel functions) for ``plan``; returns
+    the body function (the ABI entry calls it) and the extra error messages (codes after the
+    signature checks)."""
+    em = _LinearEmitter(mod, name, func, sig, plan, simd)
+    extra = em.emit()
+    return em.body_fn, extra

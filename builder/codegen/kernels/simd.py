@@ -1,0 +1,350 @@
+"""Vector ISA of a target and the IR-building helpers the kernel emitters share.
+
+:class:`SimdInfo` is derived from a :class:`~builder.codegen.target.Target`'s feature string
+(``+avx512f,+avx2,+fma,+f16c,...``) and picks the widest float32 vectors the CPU has:
+
+=========  ======  =========  =====================================================
+ISA        lanes   registers  condition
+=========  ======  =========  =====================================================
+avx512     16      32         ``avx512f`` (and ``avx512bw`` / ``avx512vl``)
+avx2       8       16         ``avx2`` and ``fma``
+avx        8       16         ``avx`` (no FMA: ``llvm.fmuladd`` becomes mul + add)
+sse        4       16         x86-64 baseline (SSE2)
+neon       4       32         AArch64
+scalar     1       --         anything else: the kernel emitters decline and the generic
+                              loop code runs
+=========  ======  =========  =====================================================
+
+``MB_SIMD`` (``avx512``, ``avx2``, ``avx``, ``sse``, ``neon``, ``scalar``) caps the choice, for
+testing the fallbacks on a bigger machine. 16-bit float weights are widened in registers:
+``fpext <N x half>`` (one ``vcvtph2ps`` with F16C; a libgcc call per element without) and a
+shift for bfloat16.
+
+:class:`KFunc` wraps one LLVM function under construction: an ``entry`` block for
+``alloca``\\ s (promoted to registers by SROA), structured loops with phi induction variables,
+``if`` blocks and vector helpers (splat, ``llvm.fmuladd``, horizontal sums, in-register
+transposes).
+"""
+from __future__ import annotations
+
+import os
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from llvmlite import ir
+
+from ..llvm_emit import F16, F32, I1, I8, I16, I32, I64, PTR
+
+__all__ = ["SimdInfo", "KFunc", "vec", "const_vec", "plain_loop_metadata", "finalize_loop_metadata"]
+
+_ORDER = ("scalar", "sse", "neon", "avx", "avx2", "avx512")
+
+
+@dataclass(frozen=True)
+class SimdInfo:
+    """The vector unit kernels are generated for (see the module docstring)."""
+
+    name: str
+    lanes: int
+    registers: int
+    f16c: bool = False
+    avx512bf16: bool = False
+
+    @property
+    def usable(self) -> bool:
+        """True when the vector kernels apply (at least 4 float32 lanes)."""
+        return self.lanes >= 4
+
+    @classmethod
+    def from_target(cls, triple: str, features: str) -> "SimdInfo":
+        """Decide from an LLVM triple and feature string (``+a,-b,...``)."""
+        feats = {f[1:] for f in features.split(",") if f.startswith("+")}
+        arch = triple.split("-")[0]
+        if arch in ("x86_64", "amd64"):
+            if "avx512f" in feats and "avx512bw" in feats and "avx512vl" in feats:
+                info = cls("avx512", 16, 32, "f16c" in feats, "avx512bf16" in feats)
+            elif "avx2" in feats and "fma" in feats:
+                info = cls("avx2", 8, 16, "f16c" in feats)
+            elif "avx" in feats:
+                info = cls("avx", 8, 16, "f16c" in feats)
+            else:
+                info = cls("sse", 4, 16)
+        elif arch in ("aarch64", "arm64"):
+            info = cls("neon", 4, 32, True)
+        else:
+            info = cls("scalar", 1, 0)
+        cap = os.environ.get("MB_SIMD", "").strip().lower()
+        if cap:
+            if cap not in _ORDER:
+                raise ValueError(f"MB_SIMD must be one of {', '.join(_ORDER)}, got {cap!r}")
+            if _ORDER.index(cap) < _ORDER.index(info.name):
+                info = {"scalar": cls("scalar", 1, 0), "sse": cls("sse", 4, 16),
+                        "neon": cls("neon", 4, 32, True), "avx": cls("avx", 8, 16, info.f16c),
+                        "avx2": cls("avx2", 8, 16, info.f16c)}.get(cap, info)
+        return info
+
+
+_PLAIN_TAG = "mb.plainloop."
+
+
+def plain_loop_metadata(module: ir.Module) -> ir.MDValue:
+    """A fresh placeholder loop ID (``!{!"mb.plainloop.<k>"}``); :func:`finalize_loop_metadata`
+    turns it into a self-referencing ``distinct`` loop ID with vectorize / unroll disabled
+    (llvmlite cannot build self-referencing metadata nodes)."""
+    k = getattr(module, "_mb_plain_loops", 0)
+    module._mb_plain_loops = k + 1
+    return module.add_metadata([ir.MetaDataString(module, f"{_PLAIN_TAG}{k}")])
+
+
+def finalize_loop_metadata(text: str) -> str:
+    """Rewrite the placeholders of :func:`plain_loop_metadata` in module text ``text``."""
+    if _PLAIN_TAG not in text:
+        return text
+    lines = text.split("\n")
+    top = -1
+    for line in lines:
+        if line.startswith("!"):
+            head = line.split(" ", 1)[0][1:]
+            if head.isdigit():
+                top = max(top, int(head))
+    nv, nu = f"!{top + 1}", f"!{top + 2}"
+    out = []
+    for line in lines:
+        if line.startswith("!") and f'!"{_PLAIN_TAG}' in line:
+            ident = line.split(" ", 1)[0]
+            line = f"{ident} = distinct !{{{ident}, {nv}, {nu}}}"
+        out.append(line)
+    out.append(f'{nv} = !{{!"llvm.loop.vectorize.enable", i1 false}}')
+    out.append(f'{nu} = !{{!"llvm.loop.unroll.disable"}}')
+    return "\n".join(out)
+
+
+def vec(t: ir.Type, n: int) -> ir.VectorType:
+    """``<n x t>``."""
+    return ir.VectorType(t, n)
+
+
+def const_vec(t: ir.Type, values) -> ir.Constant:
+    """A constant vector of ``t`` elements."""
+    values = list(values)
+    return ir.Constant(ir.VectorType(t, len(values)), values)
+
+
+def _sfx(t: ir.Type) -> str:
+    if isinstance(t, ir.VectorType):
+        return f"v{t.count}{_sfx(t.element)}"
+    if t == F32:
+        return "f32"
+    if t == F16:
+        return "f16"
+    return f"i{t.width}"
+
+
+class KFunc:
+    """Builder state for one LLVM function: allocas go to ``entry``, code to ``b``."""
+
+    FM = ("reassoc", "contract", "nsz")
+
+    def __init__(self, module: ir.Module, fn: ir.Function) -> None:
+        self.module = module
+        self.fn = fn
+        entry = fn.append_basic_block("entry")
+        self.body = fn.append_basic_block("body")
+        self.ab = ir.IRBuilder(entry)
+        self.b = ir.IRBuilder(self.body)
+
+    def finish(self) -> None:
+        """Close the entry block (call once, after the body is complete)."""
+        self.ab.branch(self.body)
+
+    # -- declarations
+    def declare(self, name: str, ret: ir.Type, args: list[ir.Type]) -> ir.Function:
+        fn = self.module.globals.get(name)
+        if fn is None:
+            fn = ir.Function(self.module, ir.FunctionType(ret, args), name=name)
+        return fn
+
+    def intrinsic(self, base: str, t: ir.Type, nargs: int) -> ir.Function:
+        return self.declare(f"llvm.{base}.{_sfx(t)}", t, [t] * nargs)
+
+    # -- values
+    @staticmethod
+    def i64(v: int) -> ir.Constant:
+        return ir.Constant(I64, v)
+
+    def alloca(self, t: ir.Type, count: int = 1, name: str = "", align: int = 0) -> ir.Value:
+        slot = self.ab.alloca(t, size=None if count == 1 else ir.Constant(I64, count), name=name)
+        if align:
+            slot.align = align
+        return slot
+
+    def splat(self, v: ir.Value, n: int) -> ir.Value:
+        b = self.b
+        t = vec(v.type, n)
+        one = b.insert_element(ir.Constant(t, ir.Undefined), v, ir.Constant(I32, 0))
+        return b.shuffle_vector(one, ir.Constant(t, ir.Undefined), ir.Constant(vec(I32, n), [0] * n))
+
+    def fzero(self, n: int) -> ir.Constant:
+        return ir.Constant(F32, 0.0) if n == 1 else ir.Constant(vec(F32, n), [0.0] * n)
+
+    def fma(self, a: ir.Value, b_: ir.Value, c: ir.Value) -> ir.Value:
+        """``a * b + c`` through ``llvm.fmuladd`` (fused where the CPU has FMA)."""
+        return self.b.call(self.intrinsic("fmuladd", a.type, 3), [a, b_, c], fastmath=self.FM)
+
+    def hsum(self, v: ir.Value) -> ir.Value:
+        """Sum of the lanes of a float vector (reassociated)."""
+        t = v.type
+        fn = self.declare(f"llvm.vector.reduce.fadd.{_sfx(t)}", F32, [F32, t])
+        return self.b.call(fn, [ir.Constant(F32, -0.0), v], fastmath=self.FM)
+
+    def prefetch(self, ptr: ir.Value, locality: int = 3) -> None:
+        """``llvm.prefetch`` of the line holding ``ptr`` for reading (a hint; never faults)."""
+        fn = self.declare("llvm.prefetch.p0", ir.VoidType(), [PTR, I32, I32, I32])
+        self.b.call(fn, [ptr, ir.Constant(I32, 0), ir.Constant(I32, locality), ir.Constant(I32, 1)])
+
+    def gep(self, ptr: ir.Value, idx: ir.Value, t: ir.Type) -> ir.Value:
+        return self.b.gep(ptr, [idx], inbounds=True, source_etype=t)
+
+    def load(self, t: ir.Type, ptr: ir.Value, idx: ir.Value | None = None, align: int = 1):
+        p = ptr if idx is None else self.gep(ptr, idx, t.element if isinstance(t, ir.VectorType) else t)
+        return self.b.load(p, typ=t, align=align)
+
+    def store(self, v: ir.Value, ptr: ir.Value, idx: ir.Value | None = None, align: int = 1):
+        t = v.type
+        p = ptr if idx is None else self.gep(ptr, idx, t.element if isinstance(t, ir.VectorType) else t)
+        self.b.store(v, p, align=align)
+
+    def add(self, a, c):
+        return self.b.add(a, c if isinstance(c, ir.Value) else self.i64(c), flags=("nsw",))
+
+    def mul(self, a, c):
+        return self.b.mul(a, c if isinstance(c, ir.Value) else self.i64(c), flags=("nsw",))
+
+    def sub(self, a, c):
+        return self.b.sub(a, c if isinstance(c, ir.Value) else self.i64(c), flags=("nsw",))
+
+    def smin(self, a, c):
+        c = c if isinstance(c, ir.Value) else self.i64(c)
+        return self.b.select(self.b.icmp_signed("<", a, c), a, c)
+
+    def smax(self, a, c):
+        c = c if isinstance(c, ir.Value) else self.i64(c)
+        return self.b.select(self.b.icmp_signed(">", a, c), a, c)
+
+    def lt(self, a, c):
+        return self.b.icmp_signed("<", a, c if isinstance(c, ir.Value) else self.i64(c))
+
+    def sdiv(self, a, c):
+        return self.b.sdiv(a, c if isinstance(c, ir.Value) else self.i64(c))
+
+    # -- control flow
+    @contextmanager
+    def loop(self, lo, hi, step: int = 1, name: str = "i", plain: bool = True):
+        """``for iv in range(lo, hi, step)`` (i64; ``step > 0``); yields ``iv``.
+
+        ``plain`` loops carry loop metadata that turns LLVM's loop vectorizer and unroller off
+        (see :func:`finalize_loop_metadata`): kernel loops are vectorized by construction, and
+        letting LLVM also vectorize their scalar tails only multiplies code size and compile
+        time. ``plain=False`` leaves a loop to LLVM (epilogues, conversions)."""
+        b = self.b
+        lo = lo if isinstance(lo, ir.Value) else self.i64(lo)
+        hi = hi if isinstance(hi, ir.Value) else self.i64(hi)
+        pre = b.block
+        header = self.fn.append_basic_block(f"{name}.header")
+        body = self.fn.append_basic_block(f"{name}.body")
+        exit_ = self.fn.append_basic_block(f"{name}.exit")
+        b.branch(header)
+        b.position_at_end(header)
+        iv = b.phi(I64, name=name)
+        iv.add_incoming(lo, pre)
+        b.cbranch(b.icmp_signed("<", iv, hi), body, exit_)
+        b.position_at_end(body)
+        yield iv
+        nxt = b.add(iv, self.i64(step), flags=("nsw",))
+        iv.add_incoming(nxt, b.block)
+        br = b.branch(header)
+        if plain:
+            br.set_metadata("llvm.loop", plain_loop_metadata(self.module))
+        b.position_at_end(exit_)
+
+    @contextmanager
+    def if_(self, cond: ir.Value, name: str = "if"):
+        """Code emitted inside the ``with`` runs only when ``cond`` (i1) holds."""
+        b = self.b
+        then = self.fn.append_basic_block(f"{name}.then")
+        end = self.fn.append_basic_block(f"{name}.end")
+        b.cbranch(cond, then, end)
+        b.position_at_end(then)
+        yield
+        if not b.block.is_terminated:
+            b.branch(end)
+        b.position_at_end(end)
+
+    def if_else(self, cond: ir.Value, then_fn, else_fn, name: str = "sel") -> None:
+        """Emit ``then_fn()`` when ``cond`` holds, else ``else_fn()``."""
+        b = self.b
+        then = self.fn.append_basic_block(f"{name}.then")
+        other = self.fn.append_basic_block(f"{name}.else")
+        end = self.fn.append_basic_block(f"{name}.end")
+        b.cbranch(cond, then, other)
+        b.position_at_end(then)
+        then_fn()
+        if not b.block.is_terminated:
+            b.branch(end)
+        b.position_at_end(other)
+        else_fn()
+        if not b.block.is_terminated:
+            b.branch(end)
+        b.position_at_end(end)
+
+    def switch_const(self, value: ir.Value, cases: dict[int, callable], name: str = "sw") -> None:
+        """``switch value { case k: cases[k]() }`` (no default action)."""
+        b = self.b
+        end = self.fn.append_basic_block(f"{name}.end")
+        sw = b.switch(value, end)
+        for k, fn in cases.items():
+            bb = self.fn.append_basic_block(f"{name}.{k}")
+            sw.add_case(ir.Constant(value.type, k), bb)
+            b.position_at_end(bb)
+            fn()
+            if not b.block.is_terminated:
+                b.branch(end)
+        b.position_at_end(end)
+
+    # -- vector conversions
+    def widen(self, raw: ir.Value, dtype: str) -> ir.Value:
+        """Memory vector (``<n x half>`` / ``<n x i16>`` bf16 bits / ``<n x float>``) -> float."""
+        b = self.b
+        if dtype == "float32":
+            return raw
+        n = raw.type.count
+        if dtype == "float16":
+            return b.fpext(raw, vec(F32, n))
+        if dtype == "bfloat16":
+            wide = b.shl(b.zext(raw, vec(I32, n)), ir.Constant(vec(I32, n), [16] * n))
+            return b.bitcast(wide, vec(F32, n))
+        raise ValueError(f"cannot widen {dtype}")
+
+    def transpose(self, rows: list[ir.Value]) -> list[ir.Value]:
+        """Transpose a square block of ``n`` vectors of ``n`` floats (``n`` a power of two):
+        ``out[j][i] = rows[i][j]``, in ``log2(n)`` rounds of two-input shuffles."""
+        n = len(rows)
+        cur = list(rows)
+        b = self.b
+        # level s (n/2, n/4, ..., 1): inside every (2s rows) x (2s lanes) block, swap the two
+        # off-diagonal s x s blocks; doing this at every level is the full transpose
+        s = n // 2
+        while s >= 1:
+            nxt = list(cur)
+            for base in range(0, n, 2 * s):
+                for i in range(base, base + s):
+                    a, c = cur[i], cur[i + s]
+                    lo, hi = [], []
+                    for g in range(0, n, 2 * s):
+                        lo += list(range(g, g + s)) + list(range(n + g, n + g + s))
+                        hi += list(range(g + s, g + 2 * s)) + list(range(n + g + s, n + g + 2 * s))
+                    nxt[i] = b.shuffle_vector(a, c, ir.Constant(vec(I32, n), lo))
+                    nxt[i + s] = b.shuffle_vector(a, c, ir.Constant(vec(I32, n), hi))
+            cur = nxt
+            s //= 2
+        return cur
