@@ -18,6 +18,7 @@ from . import cache as _cache
 from .abi import dim_to_json, plan_signature
 from .llvm_emit import ModuleEmitter
 from .lower import is_lowered, lower
+from .schedule import schedule
 from .kernels import KERNEL_FAMILIES, SimdInfo, plan_kernel
 from .kernels.simd import finalize_loop_metadata
 from .target import Target, init_llvm
@@ -74,7 +75,7 @@ def emit_llvm_ir(prim_funcs: dict[str, PrimFunc], target: Target | None = None
             emitter.add_entry(name, body_fn, func, sig)
             functions[name] = {**sig.metadata(extra), "kernel": f"{family}/{simd.name}"}
             continue
-        lowered = func if is_lowered(func) else lower(func)
+        lowered = func if is_lowered(func) else lower(schedule(func))
         sig = plan_signature(lowered, name)
         extra = emitter.add_function(name, lowered, sig)
         functions[name] = sig.metadata(extra)

@@ -587,10 +587,17 @@ class _BodyEmitter(BufferExprEmitter):
             raise TypeError(f"cannot generate code for {type(s).__name__}; lower blocks first")
 
     def for_(self, f: For) -> None:
+        if f.kind == "parallel":
+            self.parallel_for(f)
+            return
+        self.serial_for(f, self.typed(f.min, f.loop_var.dtype),
+                        self.b.add(self.typed(f.min, f.loop_var.dtype),
+                                   self.typed(f.extent, f.loop_var.dtype), flags=("nsw",)))
+
+    def serial_for(self, f: For, lo: ir.Value, hi: ir.Value) -> None:
+        """``for f.loop_var in [lo, hi): f.body``."""
         b = self.b
         t = reg_type(f.loop_var.dtype)
-        lo = self.typed(f.min, f.loop_var.dtype)
-        hi = b.add(lo, self.typed(f.extent, f.loop_var.dtype), flags=("nsw",))
         pre = b.block
         name = _llvm_name(f.loop_var.name)
         header = self.fn.append_basic_block(f"{name}.header")
@@ -609,6 +616,85 @@ class _BodyEmitter(BufferExprEmitter):
         iv.add_incoming(nxt, b.block)
         b.branch(header)
         b.position_at_end(exit_)
+
+    def _inner_work(self, s: Stmt) -> PrimExpr:
+        """Innermost iterations of ``s`` per execution (loop extents that only use values
+        known here; others count as 1)."""
+        if isinstance(s, SeqStmt):
+            total: PrimExpr = E.IntImm(0, "int64")
+            for c in s.seq:
+                total = total + self._inner_work(c)
+            return total
+        if isinstance(s, For):
+            ext = s.extent if all(v in self.env for v in E.free_vars(s.extent)) else E.IntImm(1, "int64")
+            return ext.astype("int64") * self._inner_work(s.body)
+        if isinstance(s, (LetStmt, Allocate)):
+            return self._inner_work(s.body)
+        if isinstance(s, IfThenElse):
+            return self._inner_work(s.then_case)
+        return E.IntImm(1, "int64")
+
+    def parallel_for(self, f: For) -> None:
+        """A ``parallel`` loop: its body is outlined into ``<fn>.par<k>(ctx, task)``, which runs
+        a contiguous chunk of iterations; the chunks go to ``mb_parallel_for`` when the loop
+        has at least :data:`~builder.codegen.schedule.PARALLEL_MIN_ELEMENTS` innermost
+        iterations and the pool has several threads, else the one chunk runs here."""
+        from .schedule import PARALLEL_MIN_ELEMENTS
+
+        b = self.b
+        dt = f.loop_var.dtype
+        lo = self.typed(f.min, dt)
+        ext = self.typed(f.extent, dt)
+        lo64 = self.cast_value(lo, dt, "int64")
+        ext64 = self.cast_value(ext, dt, "int64")
+        work = b.mul(ext64, self.typed(E.simplify(self._inner_work(f.body)), "int64"))
+        env_items = list(self.env.items())
+        ptr_items = list(self.ptrs.items())
+        fields = [v.type for _, v in env_items] + [PTR] * len(ptr_items) + [I64, I64, I64]
+        ctx_t = ir.LiteralStructType(fields)
+        k = getattr(self.mod, "_par_count", 0)
+        self.mod._par_count = k + 1
+        task = ir.Function(self.mod.module, ir.FunctionType(I32, [PTR, I64]),
+                           name=f"{self.fn.name}.par{k}")
+        task.linkage = "internal"
+        task.attributes.add("nounwind")
+        _TaskEmitter(self, task, ctx_t, env_items, ptr_items, f).run()
+        nthreads = b.sext(b.call(self.mod.declare("mb_num_threads", I32, []), []), I64)
+        big = b.and_(b.icmp_signed(">=", work, ir.Constant(I64, PARALLEL_MIN_ELEMENTS)),
+                     b.icmp_signed(">", nthreads, ir.Constant(I64, 1)))
+        many = b.mul(nthreads, ir.Constant(I64, 4))
+        many = b.select(b.icmp_signed("<", ext64, many), ext64, many)
+        ntasks = b.select(big, many, ir.Constant(I64, 1))
+        ntasks = b.select(b.icmp_signed("<", ntasks, ir.Constant(I64, 1)), ir.Constant(I64, 1), ntasks)
+        slot = self.alloca_builder.alloca(ctx_t, name="par.ctx")
+        values = [v for _, v in env_items] + [p for _, p in ptr_items] + [lo64, ext64, ntasks]
+        for i, v in enumerate(values):
+            b.store(v, b.gep(slot, [ir.Constant(I32, 0), ir.Constant(I32, i)], inbounds=True))
+        one = b.icmp_signed("==", ntasks, ir.Constant(I64, 1))
+        par = self.mod.declare("mb_parallel_for", I32, [PTR, PTR, I64])
+        rc_serial_bb = self.fn.append_basic_block("par.serial")
+        rc_par_bb = self.fn.append_basic_block("par.pool")
+        join = self.fn.append_basic_block("par.join")
+        b.cbranch(one, rc_serial_bb, rc_par_bb)
+        b.position_at_end(rc_serial_bb)
+        rc1 = b.call(task, [slot, ir.Constant(I64, 0)])
+        b.branch(join)
+        b.position_at_end(rc_par_bb)
+        rc2 = b.call(par, [task, slot, ntasks])
+        b.branch(join)
+        b.position_at_end(join)
+        rc = b.phi(I32)
+        rc.add_incoming(rc1, rc_serial_bb)
+        rc.add_incoming(rc2, rc_par_bb)
+        fail = self.fn.append_basic_block("par.fail")
+        ok = self.fn.append_basic_block("par.ok")
+        b.cbranch(b.icmp_signed("!=", rc, ir.Constant(I32, 0)), fail, ok)
+        b.position_at_end(fail)
+        free = self.mod.declare("free", ir.VoidType(), [PTR])
+        for live in reversed(self.live_heap):
+            b.call(free, [live])
+        b.ret(rc)
+        b.position_at_end(ok)
 
     def if_(self, s: IfThenElse) -> None:
         b = self.b
@@ -670,6 +756,69 @@ class _BodyEmitter(BufferExprEmitter):
         del self.ptrs[id(buf)]
         self.live_heap.pop()
         self.b.call(free, [ptr])
+
+
+class _TaskEmitter(_BodyEmitter):
+    """The outlined body of a parallel loop.
+
+    ``i32 <fn>.par<k>(ptr ctx, i64 index)`` loads every value and buffer pointer the body may
+    use from ``ctx`` (layout: env values, pointers, lo, ext, ntasks) and calls
+    ``<fn>.par<k>.body(values..., ptr noalias buffers..., i64 lo, i64 hi)``, which runs
+    iterations ``[lo, hi)`` of chunk ``index`` (``lo + index * ext / ntasks`` up to the next
+    chunk). The buffer pointers are ``noalias`` parameters again (the struct loses that), so
+    LLVM vectorizes the body as it would inline. Errors inside (failed allocations) return
+    their code, as the parent would."""
+
+    def __init__(self, parent: "_BodyEmitter", fn: ir.Function, ctx_t: ir.LiteralStructType,
+                 env_items: list, ptr_items: list, loop: For) -> None:
+        module = parent.mod.module
+        n_env = len(env_items)
+        body_t = ir.FunctionType(I32, [v.type for _, v in env_items] + [PTR] * len(ptr_items)
+                                 + [I64, I64])
+        inner = ir.Function(module, body_t, name=f"{fn.name}.body")
+        inner.linkage = "internal"
+        inner.attributes.add("nounwind")
+        inner.attributes.add("alwaysinline")
+        for a in inner.args[n_env:n_env + len(ptr_items)]:
+            a.add_attribute("noalias")
+        # the wrapper: unpack the context, pick the chunk, call the body
+        wb = ir.IRBuilder(fn.append_basic_block("entry"))
+        ctx, idx = fn.args
+        vals = []
+        for i, t in enumerate(ctx_t.elements):
+            p = wb.gep(ctx, [ir.Constant(I32, 0), ir.Constant(I32, i)], inbounds=True,
+                       source_etype=ctx_t)
+            vals.append(wb.load(p, typ=t))
+        lo, ext, ntasks = vals[-3:]
+        start_i = wb.sdiv(wb.mul(idx, ext), ntasks)
+        end_i = wb.sdiv(wb.mul(wb.add(idx, ir.Constant(I64, 1)), ext), ntasks)
+        wb.ret(wb.call(inner, vals[:-3] + [wb.add(lo, start_i), wb.add(lo, end_i)]))
+        # the body
+        self.fn = inner
+        self.func = parent.func
+        self.sig = parent.sig
+        self.loop = loop
+        self.alloca_block = inner.append_basic_block("entry")
+        self.alloca_builder = ir.IRBuilder(self.alloca_block)
+        start = inner.append_basic_block("body")
+        BufferExprEmitter.__init__(self, parent.mod, ir.IRBuilder(start), {}, {})
+        self.start = start
+        self.extra_errors = parent.extra_errors  # shared numbering of body errors
+        self.live_heap = []
+        args = list(inner.args)
+        for (var, _), v in zip(env_items, args[:n_env]):
+            self.env[var] = v
+        for (key, _), v in zip(ptr_items, args[n_env:n_env + len(ptr_items)]):
+            self.ptrs[key] = v
+        self.range = (args[-2], args[-1])
+
+    def run(self) -> None:
+        dt = self.loop.loop_var.dtype
+        lo, hi = (self.cast_value(v, "int64", dt) for v in self.range)
+        self.serial_for(self.loop, lo, hi)
+        if not self.b.block.is_terminated:
+            self.b.ret(ir.Constant(I32, 0))
+        self.alloca_builder.branch(self.start)
 
 
 def _llvm_name(name: str) -> str:

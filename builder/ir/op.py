@@ -15,9 +15,9 @@ import math
 from typing import Callable, Sequence
 
 from . import expr as E
-from .relax import Call, Expr, GlobalVar, Op, ShapeExpr, Tuple
+from .relax import Call, GlobalVar, Op, ShapeExpr, Tuple
 from .struct_info import (
-    ObjectStructInfo, ShapeStructInfo, StructInfo, TensorStructInfo, TupleStructInfo, dims_equal,
+    ObjectStructInfo, StructInfo, TensorStructInfo, TupleStructInfo, dims_equal,
     normalize_dim, DTYPES,
 )
 

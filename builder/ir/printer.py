@@ -80,7 +80,7 @@ import sys  # noqa: E402
 
 from . import relax as rx  # noqa: E402
 from .struct_info import (  # noqa: E402
-    ObjectStructInfo, PrimStructInfo, ShapeStructInfo, StructInfo, TensorStructInfo, TupleStructInfo,
+    sym_vars, ObjectStructInfo, PrimStructInfo, ShapeStructInfo, StructInfo, TensorStructInfo, TupleStructInfo,
 )
 
 __all__ += ["print_irmodule", "print_function", "print_struct_info", "show_text", "format_attr"]
@@ -159,24 +159,6 @@ def print_struct_info(sinfo: StructInfo, names: _Names | None = None, quoted: bo
     if isinstance(sinfo, PrimStructInfo):
         return f'R.Prim("{sinfo.dtype}")'
     raise TypeError(f"cannot print struct info {sinfo!r}")
-
-
-def _collect_sym_vars(sinfo: StructInfo, out: list) -> None:
-    if isinstance(sinfo, TensorStructInfo) and sinfo.shape is not None:
-        dims = sinfo.shape
-    elif isinstance(sinfo, ShapeStructInfo) and sinfo.values is not None:
-        dims = sinfo.values
-    elif isinstance(sinfo, TupleStructInfo):
-        for f in sinfo.fields:
-            _collect_sym_vars(f, out)
-        return
-    else:
-        return
-    for d in dims:
-        if not isinstance(d, int):
-            for v in E.free_vars(d):
-                if all(v is not u for u in out):
-                    out.append(v)
 
 
 class _FunctionPrinter:
@@ -260,8 +242,8 @@ class _FunctionPrinter:
             self.names.add(p, p.name_hint)
         syms: list = []
         for p in f.params:
-            _collect_sym_vars(p.struct_info, syms)
-        _collect_sym_vars(f.ret_struct_info, syms)
+            sym_vars(p.struct_info, syms)
+        sym_vars(f.ret_struct_info, syms)
         for v in syms:
             self.names.add(v, v.name)
         params = ", ".join(f"{self.var(p)}: {self.sinfo(p.struct_info, quoted=True)}" for p in f.params)
@@ -303,7 +285,7 @@ def _uses_tir(mod: rx.IRModule) -> bool:
             return True
         syms: list = []
         for p in func.params:
-            _collect_sym_vars(p.struct_info, syms)
+            sym_vars(p.struct_info, syms)
         if syms:
             return True
     return False

@@ -21,7 +21,7 @@ from .struct_info import (
 __all__ = [
     "Expr", "Var", "DataflowVar", "Constant", "Tuple", "TupleGetItem", "ShapeExpr", "PrimValue",
     "StringImm", "Op", "GlobalVar", "ExternFunc", "Call", "VarBinding", "BindingBlock",
-    "DataflowBlock", "SeqExpr", "Function", "IRModule", "const", "used_vars",
+    "DataflowBlock", "SeqExpr", "Function", "IRModule", "const", "used_vars", "substitute_vars",
 ]
 
 
@@ -199,6 +199,25 @@ def used_vars(e: Expr) -> list[Var]:
         elif isinstance(x, Call):
             stack.extend(reversed(x.args))
     return out
+
+
+def substitute_vars(e: Expr, vmap: dict, reinfer: bool = False) -> Expr:
+    """``e`` with Vars replaced through ``vmap`` (through tuples, items and call arguments).
+
+    With ``reinfer`` the rebuilt calls infer their struct info again (needed when the new
+    variables have other shapes); otherwise they keep the old one.
+    """
+    if isinstance(e, Var):
+        return vmap.get(e, e)
+    if isinstance(e, Tuple):
+        return Tuple([substitute_vars(f, vmap, reinfer) for f in e.fields])
+    if isinstance(e, TupleGetItem):
+        return TupleGetItem(substitute_vars(e.tuple_value, vmap, reinfer), e.index)
+    if isinstance(e, Call):
+        args = [substitute_vars(a, vmap, reinfer) for a in e.args]
+        infer = reinfer and isinstance(e.op, Op) and e.op.infer is not None
+        return Call(e.op, args, e.attrs, e.sinfo_args, None if infer else e.struct_info)
+    return e
 
 
 class VarBinding:

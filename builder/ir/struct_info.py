@@ -13,7 +13,7 @@ from . import expr as E
 
 __all__ = [
     "StructInfo", "TensorStructInfo", "TupleStructInfo", "ObjectStructInfo", "ShapeStructInfo",
-    "PrimStructInfo", "normalize_dim", "dims_equal", "DTYPES",
+    "PrimStructInfo", "normalize_dim", "dims_equal", "sym_vars", "DTYPES",
 ]
 
 #: dtypes a tensor may have (TVM spelling).
@@ -49,6 +49,24 @@ def normalize_dim(d) -> int | E.PrimExpr:
     except ImportError:  # pragma: no cover
         pass
     raise TypeError(f"invalid shape dim {d!r} of type {type(d).__name__}")
+
+
+def sym_vars(sinfo: "StructInfo", out: list | None = None) -> list:
+    """The symbolic variables in the shapes of ``sinfo`` (tensors, shapes, tuples of them), each
+    once, in order of first appearance. Appends to ``out`` when given and returns it."""
+    out = [] if out is None else out
+    if isinstance(sinfo, TupleStructInfo):
+        for f in sinfo.fields:
+            sym_vars(f, out)
+        return out
+    dims = getattr(sinfo, "shape", None) if isinstance(sinfo, TensorStructInfo) else \
+        getattr(sinfo, "values", None) if isinstance(sinfo, ShapeStructInfo) else None
+    for d in dims or ():
+        if not isinstance(d, int):
+            for v in E.free_vars(d):
+                if all(v is not u for u in out):
+                    out.append(v)
+    return out
 
 
 def dims_equal(a, b) -> bool:

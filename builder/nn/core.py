@@ -524,7 +524,7 @@ class _Deferred:
         if self._emitted is not None and self._emitted[0]() is frame:
             return self._emitted[1]
         vmap = {v: (owner.resolve() if isinstance(owner, _Deferred) else owner._expr) for v, owner in self.deps}
-        var = bb.emit(_substitute(self.template, vmap), self.name)
+        var = bb.emit(rx.substitute_vars(self.template, vmap, reinfer=True), self.name)
         self._emitted = (weakref.ref(frame), var)
         return var
 
@@ -570,21 +570,6 @@ def _wrap_deferred(node: _Deferred) -> Tensor | tuple:
         return tuple(_wrap_deferred(_Deferred(rx.TupleGetItem(node.slot, i), f"{node.name}_{i}"))
                      for i in range(len(sinfo.fields)))
     raise TypeError(f"Unsupported return type: {sinfo!r}")
-
-
-def _substitute(e: rx.Expr, vmap: dict) -> rx.Expr:
-    """``e`` with Vars replaced through ``vmap``; calls re-infer their struct info."""
-    if isinstance(e, rx.Var):
-        return vmap.get(e, e)
-    if isinstance(e, rx.Tuple):
-        return rx.Tuple([_substitute(f, vmap) for f in e.fields])
-    if isinstance(e, rx.TupleGetItem):
-        return rx.TupleGetItem(_substitute(e.tuple_value, vmap), e.index)
-    if isinstance(e, rx.Call):
-        args = [_substitute(a, vmap) for a in e.args]
-        infer = isinstance(e.op, rx.Op) and e.op.infer is not None
-        return rx.Call(e.op, args, e.attrs, e.sinfo_args, None if infer else e.struct_info)
-    return e
 
 
 def _attribute_finder(root: Module, prefix: str, condition_yield: Callable[[Any], bool]):

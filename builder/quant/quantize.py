@@ -9,7 +9,6 @@ matches a glob of the spec's ``exclude`` (``fnmatch`` on the full path: ``lm_hea
 from __future__ import annotations
 
 import fnmatch
-from functools import partial
 
 import numpy as np
 

@@ -166,7 +166,7 @@ class LegalizeOps:
         for block in func.body.blocks:
             new = type(block)()
             for b in block.bindings:
-                value = _remap(b.value, vmap)
+                value = rx.substitute_vars(b.value, vmap)
                 bindings[b.var] = value
                 if isinstance(value, rx.Call) and isinstance(value.op, rx.Op) and value.op.name != "relax.call_tir":
                     rule = LEGALIZE_RULES.get(value.op.name)
@@ -179,21 +179,8 @@ class LegalizeOps:
                 bindings[var] = bindings[b.var]
                 new.bindings.append(rx.VarBinding(var, value))
             blocks.append(new)
-        body = rx.SeqExpr(blocks, _remap(func.body.body, vmap))
+        body = rx.SeqExpr(blocks, rx.substitute_vars(func.body.body, vmap))
         return rx.Function(func.params, body, func.ret_struct_info, func.attrs, func.is_pure, name=name)
-
-
-def _remap(e: rx.Expr, vmap: dict) -> rx.Expr:
-    if isinstance(e, rx.Var):
-        return vmap.get(e, e)
-    if isinstance(e, rx.Tuple):
-        return rx.Tuple([_remap(f, vmap) for f in e.fields])
-    if isinstance(e, rx.TupleGetItem):
-        return rx.TupleGetItem(_remap(e.tuple_value, vmap), e.index)
-    if isinstance(e, rx.Call):
-        args = [_remap(a, vmap) for a in e.args]
-        return rx.Call(e.op, args, e.attrs, e.sinfo_args, e.struct_info)
-    return e
 
 
 def dead_code_elimination(mod: rx.IRModule) -> rx.IRModule:

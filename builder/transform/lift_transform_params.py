@@ -30,7 +30,7 @@ from typing import Sequence
 
 from ..ir import expr as E
 from ..ir import relax as rx
-from ..ir.struct_info import ShapeStructInfo, TensorStructInfo, TupleStructInfo
+from ..ir.struct_info import TensorStructInfo, TupleStructInfo, sym_vars
 from ..ir.printer import print_struct_info
 from ..ir.verifier import verify
 
@@ -76,21 +76,7 @@ class LiftTransformParams:
 
 
 def _sym_vars(sinfo) -> set:
-    out: set = set()
-    if isinstance(sinfo, TensorStructInfo) and sinfo.shape is not None:
-        dims = sinfo.shape
-    elif isinstance(sinfo, ShapeStructInfo) and sinfo.values is not None:
-        dims = sinfo.values
-    elif isinstance(sinfo, TupleStructInfo):
-        for f in sinfo.fields:
-            out |= _sym_vars(f)
-        return out
-    else:
-        return out
-    for d in dims:
-        if not isinstance(d, int):
-            out.update(E.free_vars(d))
-    return out
+    return set(sym_vars(sinfo))
 
 
 def _expr_sym_vars(e: rx.Expr) -> set:

@@ -1,0 +1,259 @@
+"""Loop schedules applied to PrimFuncs before they are lowered (TensorIR level, blocks intact).
+
+:func:`schedule` runs two rewrites that the generic code path needs to be fast:
+
+* **row fusion** (:func:`fuse_rows`) -- consecutive loop nests that iterate the same leading
+  range and touch their shared buffers only at the row of their own iteration are merged into
+  one loop, level by level. A norm (``sum of squares -> rstd -> output``) or a softmax
+  (``max -> exp -> sum -> normalize``) then makes one pass per row instead of one pass over the
+  whole tensor per stage, and the row's values are still in cache for the next stage. Legality
+  (checked per pair): for every buffer that either nest writes and the other touches, every
+  access in both nests indexes the fused dims with exactly the fused loop variables (after
+  substituting block iter values), so iteration ``i`` of the second nest only depends on
+  iteration ``i`` of the first;
+* **parallel outer loops** (:func:`mark_parallel`) -- the outermost loop of every top-level nest
+  becomes ``parallel`` when its variable is bound only to spatial (``S``) block iterators, which
+  TensorIR defines as independent. The code generator splits such a loop over the thread pool
+  only when the nest has at least :data:`PARALLEL_MIN_ELEMENTS` innermost iterations
+  (decided at run time, so a 4096-wide norm on one row never pays for a parallel region).
+
+Both return new statements; functions without blocks are returned unchanged.
+"""
+from __future__ import annotations
+
+from ..ir import expr as E
+from ..ir import tir
+from ..ir.expr import PrimExpr, Var
+from ..ir.tir import (Allocate, Block, BlockRealize, BufferLoad, BufferStore, Evaluate, For,
+                      IfThenElse, LetStmt, PrimFunc, SeqStmt, Stmt)
+
+__all__ = ["schedule", "fuse_rows", "mark_parallel", "PARALLEL_MIN_ELEMENTS"]
+
+#: Innermost iterations below which a parallel loop runs on the calling thread.
+PARALLEL_MIN_ELEMENTS = 1 << 15
+
+
+# ---------------------------------------------------------------------------------------------
+# statement substitution
+
+
+def substitute_stmt(s: Stmt, vmap: dict) -> Stmt:
+    """``s`` with the variables of ``vmap`` replaced in every expression (loop bounds, block
+    bindings and predicates, stores, conditions)."""
+    if not vmap:
+        return s
+    sub = lambda e: E.substitute(e, vmap)  # noqa: E731
+    if isinstance(s, SeqStmt):
+        return SeqStmt([substitute_stmt(c, vmap) for c in s.seq])
+    if isinstance(s, For):
+        return For(s.loop_var, sub(s.min), sub(s.extent), s.kind, substitute_stmt(s.body, vmap),
+                   s.annotations)
+    if isinstance(s, BlockRealize):
+        blk = s.block
+        nb = Block(blk.name, blk.iter_vars, blk.reads, blk.writes, substitute_stmt(blk.body, vmap),
+                   None if blk.init is None else substitute_stmt(blk.init, vmap), blk.alloc_buffers,
+                   blk.annotations)
+        return BlockRealize([sub(v) for v in s.iter_values], sub(s.predicate), nb)
+    if isinstance(s, BufferStore):
+        return BufferStore(s.buffer, sub(s.value), [sub(i) for i in s.indices])
+    if isinstance(s, IfThenElse):
+        return IfThenElse(sub(s.condition), substitute_stmt(s.then_case, vmap),
+                          None if s.else_case is None else substitute_stmt(s.else_case, vmap))
+    if isinstance(s, LetStmt):
+        return LetStmt(s.var, sub(s.value), substitute_stmt(s.body, vmap))
+    if isinstance(s, Evaluate):
+        return Evaluate(sub(s.value))
+    if isinstance(s, Allocate):
+        return Allocate(s.buffer, substitute_stmt(s.body, vmap))
+    return s
+
+
+# ---------------------------------------------------------------------------------------------
+# access analysis
+
+
+def _accesses(s: Stmt) -> list[tuple[object, tuple, bool]] | None:
+    """``(buffer, indices, is_write)`` of every load / store in ``s`` with block iterators
+    replaced by their bound values; None when ``s`` holds something the analysis does not
+    model (an opaque block without bindings, a data-dependent nest)."""
+    out: list = []
+
+    def exprs(e: PrimExpr, vmap: dict) -> None:
+        for ld in tir.buffer_loads(e):
+            out.append((ld.buffer, tuple(E.substitute(i, vmap) for i in ld.indices), False))
+
+    def visit(x: Stmt, vmap: dict) -> bool:
+        if isinstance(x, SeqStmt):
+            return all(visit(c, vmap) for c in x.seq)
+        if isinstance(x, For):
+            exprs(x.min, vmap)
+            exprs(x.extent, vmap)
+            return visit(x.body, vmap)
+        if isinstance(x, BlockRealize):
+            inner = dict(vmap)
+            for iv, v in zip(x.block.iter_vars, x.iter_values):
+                inner[iv.var] = E.substitute(v, vmap)
+            exprs(x.predicate, vmap)
+            if x.block.alloc_buffers:
+                return False
+            ok = visit(x.block.body, inner)
+            return ok and (x.block.init is None or visit(x.block.init, inner))
+        if isinstance(x, BufferStore):
+            exprs(x.value, vmap)
+            for i in x.indices:
+                exprs(i, vmap)
+            out.append((x.buffer, tuple(E.substitute(i, vmap) for i in x.indices), True))
+            return True
+        if isinstance(x, IfThenElse):
+            exprs(x.condition, vmap)
+            return visit(x.then_case, vmap) and (x.else_case is None or visit(x.else_case, vmap))
+        if isinstance(x, Evaluate):
+            exprs(x.value, vmap)
+            return True
+        return False
+
+    return out if visit(s, {}) else None
+
+
+def _rows_only(accs, buf, prefix: list[Var]) -> bool:
+    n = len(prefix)
+    for b, idx, _ in accs:
+        if b is not buf:
+            continue
+        if len(idx) < n or not all(isinstance(i, Var) and i is v for i, v in zip(idx[:n], prefix)):
+            return False
+    return True
+
+
+def _can_fuse(a: For, b: For, prefix: list[Var]) -> bool:
+    if a.kind != "serial" or b.kind != "serial":
+        return False
+    if not (isinstance(E.simplify(a.min), E.IntImm) and E.simplify(a.min).value == 0
+            and isinstance(E.simplify(b.min), E.IntImm) and E.simplify(b.min).value == 0):
+        return False
+    if not E.prove_equal(a.extent, b.extent):
+        return False
+    if any(v in E.free_vars(a.extent) for v in (a.loop_var,)):
+        return False
+    acc_a = _accesses(a)
+    acc_b = _accesses(b)
+    if acc_a is None or acc_b is None:
+        return False
+    written_a = {id(x[0]) for x in acc_a if x[2]}
+    written_b = {id(x[0]) for x in acc_b if x[2]}
+    touched_a = {id(x[0]): x[0] for x in acc_a}
+    touched_b = {id(x[0]): x[0] for x in acc_b}
+    shared = [touched_a[k] for k in touched_a if k in touched_b and (k in written_a or k in written_b)]
+    pa, pb = prefix + [a.loop_var], prefix + [b.loop_var]
+    return all(_rows_only(acc_a, buf, pa) and _rows_only(acc_b, buf, pb) for buf in shared)
+
+
+def _fuse_seq(stmts: list[Stmt], prefix: list[Var]) -> list[Stmt]:
+    out: list[Stmt] = []
+    for s in stmts:
+        prev = out[-1] if out else None
+        if isinstance(prev, For) and isinstance(s, For) and _can_fuse(prev, s, prefix):
+            body_b = substitute_stmt(s.body, {s.loop_var: prev.loop_var})
+            out[-1] = For(prev.loop_var, prev.min, prev.extent, "serial",
+                          SeqStmt([prev.body, body_b]), prev.annotations)
+        else:
+            out.append(s)
+    result = []
+    for s in out:
+        if isinstance(s, For) and isinstance(s.body, SeqStmt):
+            inner = _fuse_seq(list(s.body.seq), prefix + [s.loop_var])
+            s = For(s.loop_var, s.min, s.extent, s.kind, SeqStmt.flatten(inner), s.annotations)
+        result.append(s)
+    return result
+
+
+def _root(func: PrimFunc):
+    body = func.body
+    if isinstance(body, BlockRealize) and not body.block.iter_vars and body.block.init is None:
+        return body
+    return None
+
+
+def _with_root_body(func: PrimFunc, root: BlockRealize, stmt: Stmt) -> PrimFunc:
+    blk = root.block
+    nb = Block(blk.name, blk.iter_vars, blk.reads, blk.writes, stmt, blk.init, blk.alloc_buffers,
+               blk.annotations)
+    return func.with_body(BlockRealize(root.iter_values, root.predicate, nb))
+
+
+def fuse_rows(func: PrimFunc) -> PrimFunc:
+    """Merge the leading loops of consecutive top-level nests (see the module docstring)."""
+    root = _root(func)
+    if root is None or not isinstance(root.block.body, SeqStmt):
+        return func
+    fused = _fuse_seq(list(root.block.body.seq), [])
+    return _with_root_body(func, root, SeqStmt.flatten(fused))
+
+
+def _spatial_only(loop: For) -> bool:
+    """True when ``loop``'s variable appears only as the exact value of spatial block
+    iterators (and in nothing else: no reduce binding, predicate or loop bound)."""
+    v = loop.loop_var
+    ok = [True]
+    seen = [False]
+
+    def uses(e: PrimExpr) -> bool:
+        return any(x is v for x in E.free_vars(e))
+
+    def visit(x: Stmt) -> None:
+        if not ok[0]:
+            return
+        if isinstance(x, SeqStmt):
+            for c in x.seq:
+                visit(c)
+        elif isinstance(x, For):
+            if uses(x.min) or uses(x.extent):
+                ok[0] = False
+            visit(x.body)
+        elif isinstance(x, BlockRealize):
+            if uses(x.predicate):
+                ok[0] = False
+            for iv, val in zip(x.block.iter_vars, x.iter_values):
+                if uses(val):
+                    if iv.kind != "S" or not (isinstance(val, Var) and val is v):
+                        ok[0] = False
+                    seen[0] = True
+        elif isinstance(x, (BufferStore, IfThenElse, LetStmt, Evaluate, Allocate)):
+            ok[0] = False  # loop-level code outside blocks: no block semantics to rely on
+        else:
+            ok[0] = False
+
+    visit(loop.body)
+    return ok[0] and seen[0]
+
+
+def mark_parallel(func: PrimFunc) -> PrimFunc:
+    """Turn the outermost loop of each top-level nest ``parallel`` where legal."""
+    root = _root(func)
+    if root is None:
+        return func
+    body = root.block.body
+    stmts = list(body.seq) if isinstance(body, SeqStmt) else [body]
+    out = []
+    changed = False
+    for s in stmts:
+        if isinstance(s, For) and s.kind == "serial" and _spatial_only(s):
+            s = For(s.loop_var, s.min, s.extent, "parallel", s.body, s.annotations)
+            changed = True
+        out.append(s)
+    if not changed:
+        return func
+    return _with_root_body(func, root, SeqStmt.flatten(out))
+
+
+def schedule(func: PrimFunc) -> PrimFunc:
+    """:func:`fuse_rows` then :func:`mark_parallel`; a function that fails verification after
+    a rewrite (it should not) is returned unchanged."""
+    out = mark_parallel(fuse_rows(func))
+    if out is func:
+        return func
+    try:
+        tir.verify(out)
+    except tir.VerifyError:  # pragma: no cover - a schedule bug must not break compilation
+        return func
+    return out
