@@ -15,7 +15,7 @@ import math
 from typing import Callable, Sequence
 
 from . import expr as E
-from .relax import Call, GlobalVar, Op, ShapeExpr, Tuple
+from .relax import Call, ExternFunc, GlobalVar, Op, ShapeExpr, Tuple
 from .struct_info import (
     ObjectStructInfo, StructInfo, TensorStructInfo, TupleStructInfo, dims_equal,
     normalize_dim, DTYPES,
@@ -945,6 +945,22 @@ register_op("nn.attention", _infer_attention, ("scale", "causal_mask"))
 register_op("call_dps_packed", _infer_call_dps_packed)
 register_op("ccl.allreduce", _infer_ccl_allreduce, ("op_type",))
 register_op("ccl.broadcast_from_worker0", _infer_unary)
+
+
+def _infer_packed(call: Call) -> StructInfo:
+    if not call.args or not isinstance(call.args[0], ExternFunc):
+        raise TypeError(f"{call.op.name}: the first argument must be the runtime function's name")
+    if len(call.sinfo_args) != 1:
+        raise TypeError(f"{call.op.name}: needs exactly one sinfo_args entry, got {len(call.sinfo_args)}")
+    return call.sinfo_args[0]
+
+
+# Calls of runtime functions that the graph may reorder or drop when unused (TVM's
+# ``R.call_pure_packed``) or that update their argument ``inplace_indices`` in place
+# (``R.call_inplace_packed``). The VM runs them as builtins (see builder/compile.py).
+# LegalizeOps keeps them as they are.
+register_op("call_pure_packed", _infer_packed)
+register_op("call_inplace_packed", _infer_packed, ("inplace_indices",))
 
 
 # === section C: quantization ops (issue 4) ===

@@ -18,9 +18,7 @@ from typing import Sequence
 from ..ir import expr as E
 from ..ir import relax as rx
 from ..ir.block_builder import BlockBuilder
-from ..ir.op import OP_NAMES, register_op
 from ..ir.struct_info import ObjectStructInfo, TensorStructInfo
-from ..transform.legalize import LEGALIZE_RULES
 from . import op
 from .core import Effect, Module, Parameter, Tensor, get_default_dtype
 
@@ -119,24 +117,6 @@ def _caller_line() -> str:
     """``file:line`` of the code that called the public function calling this one."""
     frame = inspect.currentframe().f_back.f_back
     return f"{frame.f_code.co_filename}:{frame.f_lineno}"
-
-
-def _infer_packed(call: rx.Call):
-    if not call.args or not isinstance(call.args[0], rx.ExternFunc):
-        raise TypeError(f"{call.op.name}: the first argument must be the runtime function's name")
-    if len(call.sinfo_args) != 1:
-        raise TypeError(f"{call.op.name}: needs exactly one sinfo_args entry, got {len(call.sinfo_args)}")
-    return call.sinfo_args[0]
-
-
-# Calls of runtime functions that the graph may reorder or drop when unused (TVM's
-# ``R.call_pure_packed``) or that update their argument ``inplace_indices`` in place
-# (``R.call_inplace_packed``). The VM runs them as builtins (see builder/compile.py).
-# LegalizeOps keeps them as they are.
-for _name, _attrs in (("call_pure_packed", ()), ("call_inplace_packed", ("inplace_indices",))):
-    if "relax." + _name not in OP_NAMES:
-        register_op(_name, _infer_packed, _attrs)
-    LEGALIZE_RULES.setdefault("relax." + _name, lambda bb, call, bindings: call)
 
 
 def _call_packed(op: str, func: str, args: list, sinfo, **attrs) -> rx.Call:

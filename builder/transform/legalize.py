@@ -483,6 +483,11 @@ LEGALIZE_RULES.update({
 })
 
 
+# runtime calls (KV cache, debug effects) stay as they are; the VM runs them as builtins
+LEGALIZE_RULES["relax.call_pure_packed"] = _keep
+LEGALIZE_RULES["relax.call_inplace_packed"] = _keep
+
+
 # === section C: quantization ops (issue 4) ===
 #
 # ``R.group_dequantize`` on its own becomes a ``T_dequantize`` kernel (a real float buffer). Its

@@ -1,0 +1,537 @@
+"""Correctness of the fast code paths (never timed): GEMV / GEMM kernels with every weight format
+and epilogue, shapes that are not multiples of the tile sizes, batch 1 and symbolic batch, the
+ISA fallbacks (AVX2 -> SSE -> scalar loops), FuseOps, row fusion and parallel loops, the thread
+pool and the object cache."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from builder import te
+from builder.codegen import Target, build
+from builder.codegen.kernels import SimdInfo
+from builder.codegen.lower import lower
+from builder.codegen.schedule import schedule
+from builder.te import topi
+from runtime import threadpool
+from runtime.native import bfloat16_bits_to_float32, float32_to_bfloat16_bits
+
+ROOT = Path(__file__).resolve().parents[2]
+HOST = Target.host()
+HOST_SIMD = SimdInfo.from_target(HOST.triple, HOST.features)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _private_cache(tmp_path_factory):
+    old = os.environ.get("MB_CACHE_DIR")
+    os.environ["MB_CACHE_DIR"] = str(tmp_path_factory.mktemp("objcache"))
+    yield
+    if old is None:
+        os.environ.pop("MB_CACHE_DIR", None)
+    else:
+        os.environ["MB_CACHE_DIR"] = old
+
+
+def _as_f32(a: np.ndarray, dtype: str) -> np.ndarray:
+    return bfloat16_bits_to_float32(a) if dtype == "bfloat16" else a.astype(np.float32)
+
+
+def _from_f32(a: np.ndarray, dtype: str) -> np.ndarray:
+    return float32_to_bfloat16_bits(a) if dtype == "bfloat16" else a.astype(dtype)
+
+
+def _np_dtype(dtype: str):
+    return np.uint16 if dtype == "bfloat16" else np.dtype(dtype)
+
+
+def _tol(*dtypes) -> float:
+    if "bfloat16" in dtypes:
+        return 2e-2
+    if "float16" in dtypes:
+        return 4e-3
+    return 2e-5
+
+
+def _silu(v):
+    return v / (1 + np.exp(-v))
+
+
+def _linear_func(K, N, xdt, wdt, epilogue, nweights=1, extra=(), lead=("b",), out_dtype=None):
+    """A linear_kernel PrimFunc: x (*lead, K), weights (N, K), extra tensors by name."""
+    shape = [te.var(d) if isinstance(d, str) else d for d in lead]
+    x = te.placeholder(shape + [K], xdt, name="x")
+    ws = [te.placeholder((N, K), wdt, name=f"w{i}") for i in range(nweights)]
+    ex = []
+    for name, eshape, edt in extra:
+        eshape = [shape[i] if s == "lead" else s for i, s in enumerate(eshape)] if eshape else eshape
+        ex.append(te.placeholder(eshape, edt, name=name))
+    spec = {}
+    out = topi.linear_kernel(x, *ws, *ex, weights=[{"format": "dense", "w": i} for i in range(nweights)],
+                             epilogue=epilogue, out_dtype=out_dtype, spec=spec)
+    f = te.create_prim_func([x, *ws, *ex, out])
+    f.attrs["mb.kernel"] = spec
+    return f, out.dtype
+
+
+def _build(f, target=None):
+    lib = build({"f": f}, target)
+    return lib.functions["f"]["kernel"], lib.load()
+
+
+# ---------------------------------------------------------------------------------------------
+# dense GEMV / GEMM
+
+
+@pytest.mark.parametrize("N,K", [(37, 45), (16, 64), (1, 7), (9, 300)])
+def test_linear_f32_shapes(N, K):
+    f, _ = _linear_func(K, N, "float32", "float32", ("linear", 0))
+    kernel, lib = _build(f)
+    assert kernel.startswith("linear/") == HOST_SIMD.usable
+    for M in (1, 2, 3, 5, 8, 9, 13, 37):   # GEMV tiles, GEMM tiles and their remainders
+        rng = np.random.default_rng(M * 1000 + N + K)
+        x = rng.standard_normal((M, K), dtype=np.float32)
+        w = rng.standard_normal((N, K), dtype=np.float32)
+        y = np.empty((M, N), np.float32)
+        lib["f"](x, w, y)
+        np.testing.assert_allclose(y, x @ w.T, rtol=2e-5, atol=2e-5 * np.sqrt(K))
+
+
+@pytest.mark.parametrize("xdt,wdt", [("float32", "float16"), ("float16", "float16"),
+                                     ("bfloat16", "bfloat16"), ("float32", "bfloat16")])
+def test_linear_low_precision(xdt, wdt):
+    N, K = 29, 72
+    f, odt = _linear_func(K, N, xdt, wdt, ("linear", 0))
+    kernel, lib = _build(f)
+    for M in (1, 3, 8, 11):
+        rng = np.random.default_rng(M)
+        x32 = rng.standard_normal((M, K), dtype=np.float32)
+        w32 = rng.standard_normal((N, K), dtype=np.float32)
+        x, w = _from_f32(x32, xdt), _from_f32(w32, wdt)
+        y = np.empty((M, N), _np_dtype(odt))
+        lib["f"](x, w, y)
+        ref = _as_f32(x, xdt) @ _as_f32(w, wdt).T
+        np.testing.assert_allclose(_as_f32(y, odt), ref, rtol=_tol(odt), atol=_tol(odt) * np.sqrt(K))
+
+
+def test_gated_mlp_epilogue_and_bias_residual():
+    N, K = 23, 40
+    # silu(x @ w0.T + b) * (x @ w1.T) + r
+    epi = ("add", ("multiply", ("silu", ("add", ("linear", 0), ("tensor", 2))), ("linear", 1)),
+           ("tensor", 3))
+    f, _ = _linear_func(K, N, "float32", "float32", epi, nweights=2,
+                        extra=[("bias", (N,), "float32"), ("resid", ("lead", N), "float32")])
+    kernel, lib = _build(f)
+    assert kernel.startswith("linear/") == HOST_SIMD.usable
+    for M in (1, 4, 10):
+        _check_gated(lib, M, N, K)
+
+
+def _check_gated(lib, M, N, K):
+    rng = np.random.default_rng(M)
+    x = rng.standard_normal((M, K), dtype=np.float32)
+    w0, w1 = (rng.standard_normal((N, K), dtype=np.float32) for _ in range(2))
+    b = rng.standard_normal(N, dtype=np.float32)
+    r = rng.standard_normal((M, N), dtype=np.float32)
+    y = np.empty((M, N), np.float32)
+    lib["f"](x, w0, w1, b, r, y)
+    ref = _silu(x @ w0.T + b) * (x @ w1.T) + r
+    np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-4)
+
+
+def test_three_d_input_with_residual_and_gelu():
+    K, N = 33, 18
+    epi = ("add", ("gelu", ("linear", 0)), ("tensor", 1))
+    f, _ = _linear_func(K, N, "float32", "float32", epi, extra=[("r", ("lead", "lead", N), "float32")],
+                        lead=("b", "s"))
+    kernel, lib = _build(f)
+    rng = np.random.default_rng(3)
+    for b, s in [(1, 1), (2, 3), (3, 5)]:
+        x = rng.standard_normal((b, s, K), dtype=np.float32)
+        w = rng.standard_normal((N, K), dtype=np.float32)
+        r = rng.standard_normal((b, s, N), dtype=np.float32)
+        y = np.empty((b, s, N), np.float32)
+        lib["f"](x, w, r, y)
+        from math import erf, sqrt
+        h = x @ w.T
+        gelu = 0.5 * h * (1 + np.vectorize(erf)(h / sqrt(2)))
+        np.testing.assert_allclose(y, gelu + r, rtol=1e-4, atol=1e-4)
+
+
+def test_zero_rows_and_zero_k():
+    f, _ = _linear_func(5, 6, "float32", "float32", ("linear", 0))
+    _, lib = _build(f)
+    lib["f"](np.zeros((0, 5), np.float32), np.ones((6, 5), np.float32), np.zeros((0, 6), np.float32))
+    f0, _ = _linear_func(0, 6, "float32", "float32", ("add", ("linear", 0), ("tensor", 1)),
+                         extra=[("bias", (6,), "float32")])
+    _, lib0 = _build(f0)
+    for M in (2, 20):
+        y = np.full((M, 6), 7.0, np.float32)
+        b = np.arange(6, dtype=np.float32)
+        lib0["f"](np.zeros((M, 0), np.float32), np.zeros((6, 0), np.float32), b, y)
+        np.testing.assert_array_equal(y, np.broadcast_to(b, (M, 6)))
+
+
+def test_shape_mismatch_is_an_error_not_a_crash():
+    f, _ = _linear_func(8, 4, "float32", "float32", ("linear", 0))
+    _, lib = _build(f)
+    with pytest.raises(ValueError, match="expected"):
+        lib["f"](np.zeros((2, 8), np.float32), np.zeros((4, 9), np.float32), np.zeros((2, 4), np.float32))
+
+
+# ---------------------------------------------------------------------------------------------
+# quantized weights
+
+
+def _quant_case(M, N, K, bits, gs, zp, storage, sdt, xdt, seed=0, func=True):
+    per_word = {"uint32": 32, "uint16": 16, "uint8": 8, "int8": 8}[storage] // bits
+    groups = -(-K // gs)
+    words = groups * gs // per_word
+    x = te.placeholder((te.var("b"), K), xdt, name="x")
+    q = te.placeholder((N, words), storage, name="q")
+    s = te.placeholder((N, groups), sdt, name="s")
+    spec = {}
+    out = topi.linear_kernel(x, q, s, weights=[{"format": "group", "q": 0, "scale": 1, "bits": bits,
+                                                "group_size": gs, "zero_point": zp, "in_features": K}],
+                             spec=spec)
+    f = te.create_prim_func([x, q, s, out])
+    f.attrs["mb.kernel"] = spec
+    rng = np.random.default_rng(seed)
+    if storage == "int8":
+        vals = rng.integers(-127, 128, size=(N, groups * gs))
+        Q = vals.astype(np.int8)
+    else:
+        vals = rng.integers(0, 2 ** bits, size=(N, groups * gs)).astype(np.uint64)
+        Q = np.zeros((N, words), np.uint64)
+        for j in range(per_word):
+            Q |= vals[:, j::per_word] << np.uint64(j * bits)
+        Q = Q.astype(storage)
+    S32 = rng.random((N, groups), dtype=np.float32) * np.float32(0.1)
+    S = _from_f32(S32, sdt)
+    X32 = rng.standard_normal((M, K), dtype=np.float32)
+    X = _from_f32(X32, xdt)
+    W = ((vals.astype(np.float32) - zp) * np.repeat(_as_f32(S, sdt), gs, axis=1))[:, :K]
+    return f, out.dtype, X, Q, S, _as_f32(X, xdt) @ W.T
+
+
+@pytest.mark.parametrize("K", [96, 80])
+@pytest.mark.parametrize("bits,zp", [(4, 7), (8, 127)])
+def test_group_quantized(K, bits, zp):
+    lib = None
+    for M in (1, 2, 3, 8, 9, 14):   # GEMV (fast packed path), GEMM (unpacking pack)
+        f, odt, X, Q, S, ref = _quant_case(M, 37, K, bits, 32, zp, "uint32", "float32", "float32", M + K)
+        if lib is None:
+            kernel, lib = _build(f)
+            assert kernel.startswith("linear/") == HOST_SIMD.usable
+        y = np.empty((M, 37), np.float32)
+        lib["f"](X, Q, S, y)
+        np.testing.assert_allclose(y, ref, rtol=2e-5, atol=2e-5 * np.abs(ref).max())
+
+
+@pytest.mark.parametrize("case", [
+    dict(bits=4, gs=32, zp=7, storage="uint32", sdt="float16", xdt="float16"),
+    dict(bits=4, gs=32, zp=7, storage="uint32", sdt="bfloat16", xdt="bfloat16"),
+    dict(bits=4, gs=64, zp=7, storage="uint8", sdt="float32", xdt="float32"),
+    dict(bits=8, gs=16, zp=0, storage="int8", sdt="float32", xdt="float32"),
+    dict(bits=8, gs=160, zp=0, storage="int8", sdt="float32", xdt="float32"),   # per-channel
+    dict(bits=2, gs=32, zp=1, storage="uint32", sdt="float32", xdt="float32"),
+])
+def test_group_quantized_formats(case):
+    lib = None
+    for M in (1, 5, 12):
+        f, odt, X, Q, S, ref = _quant_case(M, 19, 160, case["bits"], case["gs"], case["zp"],
+                                           case["storage"], case["sdt"], case["xdt"], M)
+        if lib is None:
+            _, lib = _build(f)
+        y = np.empty((M, 19), _np_dtype(odt))
+        lib["f"](X, Q, S, y)
+        tol = _tol(odt)
+        np.testing.assert_allclose(_as_f32(y, odt), ref, rtol=tol, atol=tol * np.abs(ref).max())
+
+
+# ---------------------------------------------------------------------------------------------
+# ISA fallbacks
+
+
+def _x86_target(cpu: str, features: str) -> Target:
+    return Target(HOST.triple, cpu, features)
+
+
+@pytest.mark.skipif(not HOST.triple.startswith("x86_64"), reason="x86-64 fallbacks")
+@pytest.mark.parametrize("target", [
+    ("x86-64", "+sse2,+sse4.1"),             # 4 lanes, no FMA, no F16C (half via libgcc)
+    ("haswell", "+avx2,+fma,+f16c,+avx"),   # the AVX2 kernels on any AVX2 host
+])
+def test_fallback_isas_run_correctly(target):
+    feats = {f[1:] for f in HOST.features.split(",") if f.startswith("+")}
+    need = {f[1:] for f in target[1].split(",")}
+    if not need <= feats:
+        pytest.skip(f"host lacks {need - feats}")
+    t = _x86_target(*target)
+    simd = SimdInfo.from_target(t.triple, t.features)
+    f, _ = _linear_func(45, 37, "float32", "float16", ("silu", ("linear", 0)))
+    kernel, lib = _build(f, t)
+    assert kernel == f"linear/{simd.name}"
+    fq, odt, X, Q, S, ref = _quant_case(5, 37, 96, 4, 32, 7, "uint32", "float32", "float32")
+    kq, libq = _build(fq, t)
+    assert kq == f"linear/{simd.name}"
+    rng = np.random.default_rng(0)
+    for M in (1, 7):
+        x = rng.standard_normal((M, 45), dtype=np.float32)
+        w = rng.standard_normal((37, 45), dtype=np.float32).astype(np.float16)
+        y = np.empty((M, 37), np.float32)
+        lib["f"](x, w, y)
+        np.testing.assert_allclose(y, _silu(x @ w.astype(np.float32).T), rtol=1e-4, atol=1e-4)
+    y = np.empty((5, 37), np.float32)
+    libq["f"](X, Q, S, y)
+    np.testing.assert_allclose(y, ref, rtol=2e-5, atol=2e-5 * np.abs(ref).max())
+
+
+def test_scalar_cap_uses_the_reference_loops(monkeypatch):
+    monkeypatch.setenv("MB_SIMD", "scalar")
+    f, _ = _linear_func(20, 9, "float32", "float32", ("relu", ("linear", 0)))
+    kernel, lib = _build(f)
+    assert kernel.startswith("loops (linear: no vector unit")
+    x = np.random.default_rng(0).standard_normal((3, 20), dtype=np.float32)
+    w = np.random.default_rng(1).standard_normal((9, 20), dtype=np.float32)
+    y = np.empty((3, 9), np.float32)
+    lib["f"](x, w, y)
+    np.testing.assert_allclose(y, np.maximum(x @ w.T, 0), rtol=1e-5, atol=1e-5)
+
+
+def test_avx512_code_generation():
+    """The AVX-512 kernels compile for a Zen 4 / Zen 5 target everywhere; they run (and are
+    checked) only on a host that has AVX-512."""
+    if not HOST.triple.startswith("x86_64"):
+        pytest.skip("x86-64 only")
+    t = _x86_target("znver4", "+avx512f,+avx512bw,+avx512vl,+avx512dq,+avx512bf16,+avx2,+fma,+f16c,+avx")
+    assert SimdInfo.from_target(t.triple, t.features).lanes == 16
+    f, _ = _linear_func(100, 70, "float32", "bfloat16", ("multiply", ("silu", ("linear", 0)), ("linear", 1)),
+                        nweights=2)
+    fq, odt, X, Q, S, ref = _quant_case(9, 70, 160, 4, 32, 7, "uint32", "float16", "float16")
+    lib = build({"f": f, "q": fq}, t)
+    assert lib.functions["f"]["kernel"] == "linear/avx512"
+    assert lib.functions["q"]["kernel"] == "linear/avx512"
+    if HOST_SIMD.name != "avx512":
+        return
+    loaded = lib.load()
+    y = np.empty((9, 70), np.float16)
+    loaded["q"](X, Q, S, y)
+    np.testing.assert_allclose(y.astype(np.float32), ref, rtol=4e-3, atol=4e-3 * np.abs(ref).max())
+
+
+# ---------------------------------------------------------------------------------------------
+# FuseOps, row fusion, parallel loops
+
+
+def test_llama_mlp_recipe_fuses_and_matches_numpy():
+    import builder
+
+    m = builder.build(ROOT / "recipes" / "llama_mlp.yaml",
+                      ["dtype=float32", "hidden_size=72", "intermediate_size=200"])
+    names = set(m.exe.kernels)
+    assert names == {"fused_matmul_silu_multiply", "matmul"}, names
+    wg, wu, wd = (m.params[n] for n in m.param_names)
+    for b in (1, 6, 19):
+        x = np.random.default_rng(b).standard_normal((b, 72), dtype=np.float32)
+        ref = (_silu(x @ wg.T) * (x @ wu.T)) @ wd.T
+        np.testing.assert_allclose(m(x), ref, rtol=1e-4, atol=1e-6)
+
+
+def test_fuse_ops_patterns():
+    from builder import nn
+    from builder.transform import FuseOps, LegalizeOps
+
+    class Block(nn.Module):
+        def __init__(self):
+            self.fc = nn.Linear(16, 24, bias=True)
+            self.fc2 = nn.Linear(24, 16, bias=False)
+
+        def forward(self, x, r):
+            h = nn.op.relu(self.fc(x))
+            y = self.fc2(h) + r
+            z = nn.op.silu(y) * y          # y used twice: an elementwise pattern, not fused into fc2
+            return z
+
+    mod = Block()
+    spec = {"forward": {"x": nn.spec.Tensor(["n", 16], "float32"), "r": nn.spec.Tensor(["n", 16], "float32")}}
+    irmod, params = mod.export_tvm(spec=spec)
+    fused = LegalizeOps()(FuseOps()(irmod))
+    prims = [n for n, f in fused.functions.items() if hasattr(f, "params") and "mb.kernel" in getattr(f, "attrs", {})]
+    assert len(prims) == 2, list(fused.functions)
+    rng = np.random.default_rng(0)
+    for _, p in mod.named_parameters():
+        p.data = rng.standard_normal(p.shape, dtype=np.float32)
+    jit = mod.jit(spec=spec)
+    x = rng.standard_normal((3, 16), dtype=np.float32)
+    r = rng.standard_normal((3, 16), dtype=np.float32)
+    pw = dict(mod.named_parameters())
+    h = np.maximum(x @ pw["fc.weight"].data.T + pw["fc.bias"].data, 0)
+    y = h @ pw["fc2.weight"].data.T + r
+    np.testing.assert_allclose(jit(x, r), _silu(y) * y, rtol=1e-4, atol=1e-5)
+
+
+def test_elementwise_chain_is_one_kernel():
+    from builder import nn
+    from builder.transform import FuseOps
+
+    class Chain(nn.Module):
+        def forward(self, a, b):
+            return nn.op.silu(a) * b + a
+
+    spec = {"forward": {"a": nn.spec.Tensor(["n", 8], "float32"), "b": nn.spec.Tensor([8], "float32")}}
+    irmod, _ = Chain().export_tvm(spec=spec)
+    fused = FuseOps()(irmod)
+    prims = [n for n, f in fused.functions.items() if n != "forward"]
+    assert len(prims) == 1 and prims[0].startswith("fused_"), prims
+    jit = Chain().jit(spec=spec)
+    a = np.random.default_rng(0).standard_normal((5, 8), dtype=np.float32)
+    b = np.random.default_rng(1).standard_normal(8, dtype=np.float32)
+    np.testing.assert_allclose(jit(a, b), _silu(a) * b + a, rtol=1e-5, atol=1e-6)
+
+
+def test_norm_and_softmax_make_one_pass_per_row():
+    n = te.var("n")
+    x = te.placeholder((n, 300), "float32", name="x")
+    w = te.placeholder((300,), "float32", name="w")
+    f = te.create_prim_func([x, w, topi.rms_norm(x, w, -1, 1e-5)])
+    text = lower(schedule(f)).script()
+    assert text.count("for i0 in T.parallel(n)") == 1, text
+    g = te.create_prim_func([x, topi.softmax(x, -1)])
+    assert lower(schedule(g)).script().count("for i0 in T.parallel(n)") == 1
+
+
+@pytest.mark.parametrize("rows", [1, 3, 200])
+def test_parallel_rows_match_numpy_with_any_thread_count(rows):
+    n = te.var("n")
+    x = te.placeholder((n, 4096), "float32", name="x")
+    w = te.placeholder((4096,), "float32", name="w")
+    lib = build({"rms": te.create_prim_func([x, w, topi.rms_norm(x, w, -1, 1e-5)]),
+                 "sm": te.create_prim_func([x, topi.softmax(x, -1)])}).load()
+    rng = np.random.default_rng(rows)
+    X = rng.standard_normal((rows, 4096), dtype=np.float32) * 3
+    W = rng.standard_normal(4096, dtype=np.float32)
+    ref = X / np.sqrt((X.astype(np.float64) ** 2).mean(-1, keepdims=True) + 1e-5) * W
+    e = np.exp(X - X.max(-1, keepdims=True))
+    sref = e / e.sum(-1, keepdims=True)
+    old = threadpool.get_num_threads()
+    try:
+        for nt in sorted({1, threadpool.pool_size()}):
+            threadpool.set_num_threads(nt)
+            y, s = np.empty_like(X), np.empty_like(X)
+            lib["rms"](X, W, y)
+            lib["sm"](X, s)
+            np.testing.assert_allclose(y, ref, rtol=2e-5, atol=2e-5)
+            np.testing.assert_allclose(s, sref, rtol=2e-5, atol=1e-8)
+    finally:
+        threadpool.set_num_threads(old)
+
+
+def test_fused_loop_with_cross_row_reads_is_not_fused():
+    # the second stage reads column sums at another row: fusing would be wrong
+    x = te.placeholder((6, 5), "float32", name="x")
+    k = te.reduce_axis((0, 6), name="k")
+    colsum = te.compute((5,), lambda j: te.sum(x[k, j], axis=k), name="colsum")
+    y = te.compute((6, 5), lambda i, j: x[i, j] / colsum[j], name="y")
+    f = te.create_prim_func([x, y])
+    lib = build({"f": f}).load()
+    X = np.random.default_rng(0).random((6, 5), dtype=np.float32) + 0.5
+    Y = np.empty_like(X)
+    lib["f"](X, Y)
+    np.testing.assert_allclose(Y, X / X.sum(0), rtol=1e-6)
+
+
+# ---------------------------------------------------------------------------------------------
+# thread pool and cache
+
+
+def test_thread_pool_from_several_python_threads():
+    """Kernels called concurrently from Python threads (regions then run serially on their
+    callers) give the same results as one at a time."""
+    f, _ = _linear_func(256, 300, "float32", "float32", ("linear", 0))
+    _, lib = _build(f)
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((300, 256), dtype=np.float32)
+    xs = [rng.standard_normal((m, 256), dtype=np.float32) for m in (1, 4, 20, 33)]
+    outs = [np.empty((x.shape[0], 300), np.float32) for x in xs]
+    errors = []
+
+    def work(i):
+        try:
+            for _ in range(20):
+                lib["f"](xs[i], w, outs[i])
+        except Exception as err:  # noqa: BLE001
+            errors.append(err)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(len(xs))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    for x, y in zip(xs, outs):
+        np.testing.assert_allclose(y, x @ w.T, rtol=1e-4, atol=1e-4)
+
+
+def test_set_num_threads_bounds():
+    size = threadpool.pool_size()
+    old = threadpool.set_num_threads(1)
+    try:
+        assert threadpool.get_num_threads() == 1
+        threadpool.set_num_threads(10_000)
+        assert threadpool.get_num_threads() == size
+        with pytest.raises(ValueError):
+            threadpool.set_num_threads(0)
+    finally:
+        threadpool.set_num_threads(old)
+
+
+def test_object_cache_hit_and_corrupt_entry(tmp_path, monkeypatch):
+    from builder.codegen import cache
+
+    monkeypatch.setenv("MB_CACHE_DIR", str(tmp_path / "c"))
+    monkeypatch.delenv("MB_CACHE", raising=False)
+    f, _ = _linear_func(12, 7, "float32", "float32", ("linear", 0))
+    first = build({"f": f})
+    assert not first.cached
+    second = build({"f": f})
+    assert second.cached and second.object_code == first.object_code
+    entries = list((tmp_path / "c").glob("*.mbo"))
+    assert len(entries) == 1
+    entries[0].write_bytes(entries[0].read_bytes()[:-10] + b"corrupted!")
+    third = build({"f": f})
+    assert not third.cached                 # ignored, rebuilt and rewritten
+    assert build({"f": f}).cached
+    x = np.ones((2, 12), np.float32)
+    y = np.empty((2, 7), np.float32)
+    third.load()["f"](x, np.ones((7, 12), np.float32), y)
+    np.testing.assert_array_equal(y, 12.0)
+    monkeypatch.setenv("MB_CACHE", "0")
+    assert not build({"f": f}).cached
+    assert cache.cache_dir() == tmp_path / "c"
+
+
+def test_pool_survives_fork():
+    """After fork the child has no workers; parallel regions run on the caller."""
+    code = (
+        "import os, numpy as np\n"
+        "from builder import te\nfrom builder.te import topi\nfrom builder.codegen import build\n"
+        "x = te.placeholder((te.var('n'), 4096), 'float32', name='x')\n"
+        "lib = build({'sm': te.create_prim_func([x, topi.softmax(x, -1)])}).load()\n"
+        "X = np.ones((64, 4096), np.float32); Y = np.empty_like(X)\n"
+        "lib['sm'](X, Y)\n"
+        "pid = os.fork()\n"
+        "if pid == 0:\n"
+        "    lib['sm'](X, Y); os._exit(0 if abs(Y.sum() - 64) < 1e-3 else 3)\n"
+        "_, status = os.waitpid(pid, 0)\n"
+        "print('ok' if os.WEXITSTATUS(status) == 0 else 'bad')\n")
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "ok"
