@@ -14,26 +14,34 @@ not build is skipped with a note) the recipe is built, given random weights, and
 (GB/s of weights read for batch <= 8, GFLOP/s above), and the memory floor: the bytes of
 weights the batch must read divided by the read bandwidth measured in the same run by a large
 streaming read (``fraction of floor`` = floor / ours; 1.0 is the floor). Rows with a target
-(the issue's ratios) say whether it is met and, when not, why in measured numbers.
+(the issue's ratios) say whether it is met and, when not, why in measured numbers. ``ours
+alone`` is the median of the same number of runs of ours by itself, before the interleaved
+runs and 0.3 s after the last numpy call (see below).
 
 OpenBLAS is steered by environment variables on these machines (``OPENBLAS_CORETYPE``,
 ``OPENBLAS_L2_SIZE``); they are removed before numpy is imported, so numpy runs the kernels
 OpenBLAS picks for this CPU, and the run prints which (``numpy.show_config`` and, when
-installed, ``threadpoolctl``).
+installed, ``threadpoolctl``). OpenBLAS's idle worker threads spin (``sched_yield``) for about
+0.1 s after every call and take the second core from this project's thread pool when ours
+runs next; ``--openblas-thread-timeout 4`` makes them sleep at once (not the default: it
+changes numpy's configuration), to measure without that interference.
 """
 from __future__ import annotations
 
 import os
+import sys
 
 for _var in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE"):
     os.environ.pop(_var, None)
+if "--openblas-thread-timeout" in sys.argv:  # must be set before numpy loads OpenBLAS
+    _i = sys.argv.index("--openblas-thread-timeout")
+    if _i + 1 < len(sys.argv):
+        os.environ["OPENBLAS_THREAD_TIMEOUT"] = sys.argv[_i + 1]
 
 import argparse  # noqa: E402
 import gc  # noqa: E402
 import io  # noqa: E402
 import platform  # noqa: E402
-import sys  # noqa: E402
-import threading  # noqa: E402
 import time  # noqa: E402
 from contextlib import redirect_stdout  # noqa: E402
 from pathlib import Path  # noqa: E402
@@ -123,27 +131,49 @@ def machine_info() -> str:
 
 
 def read_bandwidth(nbytes: int = 1 << 29, repeats: int = 5) -> tuple[float, str]:
-    """Read bandwidth in GB/s: the best of ``repeats`` streaming reductions over a
-    ``nbytes`` float32 array, on one thread and on one thread per core (numpy releases the GIL
-    inside the reduction). Returns the larger and a description."""
-    a = np.ones(nbytes // 4, dtype=np.float32)
+    """Read bandwidth in GB/s: the best of ``repeats`` streaming reads of a ``nbytes`` float32
+    array, by a row-sum kernel that this project compiles (vectorized, rows split over the
+    thread pool) on one thread and on all, by numpy's ``add.reduce`` and by numpy's
+    matrix-vector product (OpenBLAS's streaming GEMV). Returns the largest (the floor's
+    bandwidth) and a description of all."""
+    from builder import te
+    from builder.codegen import build
+    from runtime.threadpool import pool_size, set_num_threads
+
+    cols = 4096
+    rows = nbytes // (4 * cols)
+    a = np.ones((rows, cols), dtype=np.float32)
+    out = np.empty(rows, dtype=np.float32)
+    x = te.placeholder((te.var("rows"), cols), "float32", name="x")
+    k = te.reduce_axis((0, cols), name="k")
+    s = te.compute((x.shape[0],), lambda i: te.sum(x[i, k], axis=k), name="s")
+    rowsum = build({"rowsum": te.create_prim_func([x, s])}).load()["rowsum"]
     results = {}
-    for nthreads in sorted({1, os.cpu_count() or 1}):
-        parts = np.array_split(a, nthreads)
+    old = set_num_threads(1)
+    try:
+        for nthreads in sorted({1, pool_size()}):
+            set_num_threads(nthreads)
+            best = float("inf")
+            for _ in range(repeats):
+                t0 = time.perf_counter()
+                rowsum(a, out)
+                best = min(best, time.perf_counter() - t0)
+            results[f"row-sum kernel, {nthreads} thread{'s' if nthreads > 1 else ''}"] = a.nbytes / best / 1e9
+    finally:
+        set_num_threads(old)
+    v = np.ones(cols, dtype=np.float32)
+    for label, fn in (("numpy add.reduce", lambda: np.add.reduce(a, axis=None)),
+                      ("numpy matrix @ vector", lambda: a @ v)):
         best = float("inf")
         for _ in range(repeats):
-            threads = [threading.Thread(target=np.add.reduce, args=(p,)) for p in parts]
             t0 = time.perf_counter()
-            for th in threads:
-                th.start()
-            for th in threads:
-                th.join()
+            fn()
             best = min(best, time.perf_counter() - t0)
-        results[nthreads] = a.nbytes / best / 1e9
+        results[label] = a.nbytes / best / 1e9
     del a
     bw = max(results.values())
-    desc = ", ".join(f"{k} thread{'s' if k > 1 else ''}: {v:.1f} GB/s" for k, v in results.items())
-    return bw, f"streaming read of {nbytes >> 20} MiB ({desc})"
+    desc = ", ".join(f"{k}: {v:.1f} GB/s" for k, v in results.items())
+    return bw, f"best streaming read of {nbytes >> 20} MiB ({desc})"
 
 
 def random_weights(model, rng) -> dict:
@@ -185,6 +215,20 @@ def numpy_mlp(x, wg, wu, wd):
     return (g / (np.float32(1) + np.exp(-g)) * u) @ wd.T
 
 
+def time_alone(ours, runs: int, warmup: int, settle: float = 0.3) -> list:
+    """``ours`` timed on its own, after ``settle`` seconds without numpy calls (OpenBLAS's idle
+    threads spin for about 0.1 s after each call, on the cores our pool uses)."""
+    time.sleep(settle)
+    for _ in range(warmup):
+        ours()
+    out = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        ours()
+        out.append(time.perf_counter() - t0)
+    return out
+
+
 def time_pair(ours, ref, runs: int, warmup: int) -> tuple[list, list]:
     for _ in range(warmup):
         ours()
@@ -210,6 +254,11 @@ def main(argv=None) -> int:
     p.add_argument("--runs", type=int, default=None, help="timed runs per row (default 15, quick 10)")
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--markdown", action="store_true", help="also print the table as Markdown")
+    p.add_argument("--openblas-thread-timeout", type=int, default=None, metavar="N",
+                   help="set OPENBLAS_THREAD_TIMEOUT=N (log2 of the cycles OpenBLAS's idle threads "
+                        "spin before sleeping; OpenBLAS's default is 28, about 0.1 s). Default: not "
+                        "set. Idle OpenBLAS threads spinning with sched_yield compete with this "
+                        "project's thread pool for the second core right after every numpy call")
     args = p.parse_args(argv)
     formats = args.formats or (["float32", "q4f16_1"] if args.quick else list(FORMATS))
     batches = args.batches or ([1, 128] if args.quick else [1, 8, 32, 128])
@@ -223,6 +272,8 @@ def main(argv=None) -> int:
 
     print(machine_info())
     print(blas_info())
+    print(f"OPENBLAS_THREAD_TIMEOUT={os.environ.get('OPENBLAS_THREAD_TIMEOUT', 'unset (OpenBLAS default 28)')}, "
+          f"MB_POOL_SPIN={os.environ.get('MB_POOL_SPIN', 'unset (20000)')}")
     rng = np.random.default_rng(0)
     bw, bw_desc = read_bandwidth()
     print(f"memory floor bandwidth: {bw:.1f} GB/s, {bw_desc}")
@@ -259,6 +310,7 @@ def main(argv=None) -> int:
         for batch in batches:
             x = make_input(batch, dtype, rng)
             xf = rng.standard_normal((batch, HIDDEN), dtype=np.float32)
+            alone = time_alone(lambda: fwd(x), runs, args.warmup)
             t_ours, t_ref = time_pair(lambda: fwd(x), lambda: numpy_mlp(xf, wg, wu, wd), runs, args.warmup)
             ours, ref = float(np.median(t_ours)), float(np.median(t_ref))
             flops = 2.0 * batch * 3 * HIDDEN * INTER
@@ -268,7 +320,8 @@ def main(argv=None) -> int:
                    "gbs": wbytes / ours / 1e9, "np_gbs": np_bytes / ref / 1e9,
                    "gflops": flops / ours / 1e9, "np_gflops": flops / ref / 1e9,
                    "floor_ms": floor * 1e3, "floor_frac": floor / ours, "bytes": wbytes,
-                   "target": TARGETS.get((fmt, batch))}
+                   "target": TARGETS.get((fmt, batch)), "alone_ms": float(np.median(alone)) * 1e3,
+                   "weights": 3 * HIDDEN * INTER}
             row["verdict"] = verdict(row, bw)
             rows.append(row)
             print(format_row(row))
@@ -296,15 +349,25 @@ def verdict(row, bw: float) -> str:
         return ""
     if row["ratio"] <= t:
         return f"met (<= {t})"
+    need_ms = row["numpy_ms"] * t
+    alone = (f"; measured alone (no numpy calls in the previous 0.3 s) ours takes "
+             f"{row['alone_ms']:.2f} ms = ratio {row['alone_ms'] / row['numpy_ms']:.2f}")
     if row["batch"] <= 8:
-        why = (f"memory-bound: {row['bytes'] / 1e6:.0f} MB of weights at {row['gbs']:.1f} GB/s "
-               f"({row['floor_frac']:.0%} of the {bw:.1f} GB/s streaming read); numpy reads 541 MB "
-               f"at {row['np_gbs']:.1f} GB/s, so the target needs {row['numpy_ms'] * t:.2f} ms = "
-               f"{row['bytes'] / (row['numpy_ms'] * t / 1e3) / 1e9:.1f} GB/s")
+        gws = row["weights"] * row["batch"] / (row["ours_ms"] / 1e3) / 1e9
+        if row["floor_frac"] >= 0.6:
+            kind = (f"memory-bound: {row['bytes'] / 1e6:.0f} MB of weights at {row['gbs']:.1f} GB/s "
+                    f"({row['floor_frac']:.0%} of the {bw:.1f} GB/s floor)")
+        else:
+            kind = (f"compute-bound (weight decoding): {row['bytes'] / 1e6:.0f} MB at {row['gbs']:.1f} "
+                    f"GB/s is {row['floor_frac']:.0%} of the {bw:.1f} GB/s floor; {gws:.1f} G weights/s "
+                    f"decoded and multiplied")
+        why = (f"{kind}; numpy reads 541 MB at {row['np_gbs']:.1f} GB/s, so the target needs "
+               f"{need_ms:.2f} ms = {row['bytes'] / (need_ms / 1e3) / 1e9:.1f} GB/s")
     else:
-        why = (f"compute-bound: {row['gflops']:.0f} GFLOP/s vs numpy {row['np_gflops']:.0f} GFLOP/s; "
-               f"the target needs {row['np_gflops'] / t:.0f} GFLOP/s")
-    return f"MISSED (> {t}): {why}"
+        why = (f"compute-bound: {row['gflops']:.0f} GFLOP/s vs numpy {row['np_gflops']:.0f} GFLOP/s "
+               f"(both float32 FMAs: every weight format is widened to float32 in registers); the "
+               f"target needs {row['np_gflops'] / t:.0f} GFLOP/s")
+    return f"MISSED (> {t}): {why}{alone}"
 
 
 def format_row(r) -> str:
@@ -313,13 +376,15 @@ def format_row(r) -> str:
             f"floor {r['floor_ms']:6.2f} ms ({r['floor_frac']:.0%})  {r['verdict']}")
 
 
-_HEAD = ["format", "batch", "ours ms", "numpy ms", "ratio", "achieved", "floor ms", "of floor", "target"]
+_HEAD = ["format", "batch", "ours ms", "numpy ms", "ratio", "achieved", "floor ms", "of floor", "target",
+         "ours alone ms"]
 
 
 def _cells(r) -> list[str]:
     return [r["format"], str(r["batch"]), f"{r['ours_ms']:.2f}", f"{r['numpy_ms']:.2f}", f"{r['ratio']:.2f}",
             achieved(r), f"{r['floor_ms']:.2f}", f"{r['floor_frac']:.0%}",
-            "" if r["target"] is None else (f"<= {r['target']}: " + ("met" if r["ratio"] <= r["target"] else "MISSED"))]
+            "" if r["target"] is None else (f"<= {r['target']}: " + ("met" if r["ratio"] <= r["target"] else "MISSED")),
+            f"{r['alone_ms']:.2f}"]
 
 
 def table(rows, bw: float) -> str:

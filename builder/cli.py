@@ -2,12 +2,15 @@
 
     build RECIPE [KEY=VALUE ...] [--plain] [--no-ir] [--weights W.safetensors]
                  [--input X.npz] [--output Y.npz] [--function NAME] [--seed N]
-                 [--save-params OUT.safetensors] [--debug]
+                 [--save-params OUT.safetensors] [--bench [RUNS]] [--bench-dim NAME=VALUE]
+                 [--debug]
 
 ``quantization=q4f16_1`` (a preset) or ``quantization.group_size=64`` (a field of it) quantize the
 weights; a float ``--weights`` checkpoint is then quantized while it is loaded (with a progress
 bar on stderr when that takes more than a moment), and ``--save-params`` writes the quantized
 parameters, which load back directly.
+
+``--bench`` times the compiled function on random inputs (median, min, max).
 
 Exit codes: 0 success; 2 a recipe or usage error (printed as ``file:line:col: field: message``);
 1 any other error (weights, inputs, compilation), printed as one message. ``--debug`` shows the
@@ -44,6 +47,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--save-params", metavar="OUT.safetensors",
                    help="write the parameters (quantized / cast as the recipe says) to this file; "
                         "--weights OUT.safetensors loads them back without converting")
+    p.add_argument("--bench", nargs="?", type=int, const=20, default=None, metavar="RUNS",
+                   help="time the function (--function, default the first) on random inputs: "
+                        "RUNS runs (default 20) after 3 warm-up runs; prints median, min, max")
+    p.add_argument("--bench-dim", action="append", default=[], metavar="NAME=VALUE",
+                   help="value of a symbolic input dim for --bench (default 1), e.g. batch_size=8")
     p.add_argument("--debug", action="store_true", help="show tracebacks")
     return p
 
@@ -145,7 +153,57 @@ def _run_with(args: argparse.Namespace, progress: "_ConversionProgress") -> int:
               f"({len(exe.kernels)} kernels for {exe.target.get('cpu', 'host')})")
     if result_note:
         out.print(result_note)
+    if args.bench is not None:
+        out.print(escape(_bench(model, args.function or model.functions[0], args.bench, args.bench_dim)))
     return 0
+
+
+def _bench(model, fname: str, runs: int, dim_args: list[str]) -> str:
+    """Time ``model[fname]`` on seeded random inputs (symbolic dims from ``dim_args``
+    ``NAME=VALUE``, default 1); returns one line with the median, min and max in ms."""
+    import numpy as np
+
+    from runtime.native import float32_to_bfloat16_bits
+    from runtime.threadpool import get_num_threads
+
+    if fname not in model.spec:
+        raise ValueError(f"--function {fname}: the recipe exports {model.functions}")
+    if runs < 1:
+        raise ValueError(f"--bench needs at least 1 run, got {runs}")
+    dims: dict[str, int] = {}
+    for item in dim_args:
+        name, sep, value = item.partition("=")
+        if not sep or not value.strip().lstrip("-").isdigit() or int(value) < 0:
+            raise ValueError(f"--bench-dim expects NAME=VALUE with VALUE >= 0, got {item!r}")
+        dims[name.strip()] = int(value)
+    rng = np.random.default_rng(0)
+    inputs = []
+    for name, s in model.spec[fname].items():
+        shape = getattr(s, "shape", None)
+        if shape is None:
+            raise ValueError(f"--bench: input {name!r} of {fname} is not a tensor")
+        shape = tuple(d if isinstance(d, int) else dims.get(str(d), 1) for d in shape)
+        dtype = s.dtype
+        if dtype == "bfloat16":
+            inputs.append(float32_to_bfloat16_bits(rng.standard_normal(shape, dtype=np.float32)))
+        elif np.issubdtype(np.dtype(dtype), np.floating):
+            inputs.append(rng.standard_normal(shape, dtype=np.float32).astype(dtype))
+        elif dtype == "bool":
+            inputs.append(rng.integers(0, 2, shape).astype(bool))
+        else:
+            inputs.append(rng.integers(0, 2, shape).astype(dtype))
+    fn = model[fname]
+    for _ in range(3):
+        fn(*inputs)
+    times = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        fn(*inputs)
+        times.append(time.perf_counter() - t0)
+    ms = np.array(times) * 1e3
+    args_text = ", ".join(f"{n}: {a.shape} {a.dtype}" for n, a in zip(model.spec[fname], inputs))
+    return (f"bench {fname}({args_text}): median {np.median(ms):.3f} ms, min {ms.min():.3f} ms, "
+            f"max {ms.max():.3f} ms over {runs} runs after 3 warm-up runs ({get_num_threads()} threads)")
 
 
 class _ConversionProgress:

@@ -1,9 +1,11 @@
 """``compile(irmod) -> runtime.Executable``: legalize, generate native code, emit VM bytecode.
 
-Pipeline: :class:`~builder.transform.LegalizeOps` (every op becomes ``R.call_tir`` of a
+Pipeline: :class:`~builder.transform.FuseOps` (a matmul and the elementwise ops consuming it,
+and elementwise chains, become one fused ``R.call_tir`` each) ->
+:class:`~builder.transform.LegalizeOps` (every other op becomes ``R.call_tir`` of a
 PrimFunc; dead bindings removed) -> :func:`builder.codegen.build` (all PrimFuncs into one
-object file for the host CPU) -> one bytecode function per graph-level function (see
-``runtime/executable.py`` for the instruction set). Calls of runtime builtins
+object file for the host CPU, cached on disk by content) -> one bytecode function per
+graph-level function (see ``runtime/executable.py`` for the instruction set). Calls of runtime builtins
 (``R.call_pure_packed`` / ``R.call_inplace_packed``: the KV cache's
 ``vm.builtin.attention_kv_cache_*``, ``vm.builtin.invoke_debug_func`` of ``print_``) stay as
 they are and become ``["call_builtin", dst, name, [arg specs]]``, run by ``runtime/vm.py``.

@@ -15,7 +15,13 @@ same pool. Design (measured dispatch cost on 2 cores: a few microseconds when th
 spinning, tens when it has to be woken):
 
 * workers are pthreads started once; between regions each spins (``pause``) for
-  ``MB_POOL_SPIN`` iterations (default 20000, about 1 ms) and then sleeps on a futex;
+  ``MB_POOL_SPIN`` iterations (default 20000, well under a millisecond), then keeps polling
+  with ``sched_yield`` for ``MB_POOL_YIELD`` more (default 20000, some tens of milliseconds;
+  a yielding thread gives its core to any other runnable thread), then sleeps on a futex.
+  Polling keeps the worker runnable on its own core between the kernels of a model, and
+  beside another library's pool (OpenBLAS yields-spins for about 0.1 s after each call):
+  a woken-up sleeper is often placed on the waking thread's core instead, where it only
+  competes with it;
 * a region publishes ``(fn, ctx, ntasks)`` and a 64-bit word ``generation << 32 | next``;
   every thread (the caller included) claims task indices with a compare-and-swap on that word
   (dynamic scheduling, so a descheduled worker costs at most the task it holds), and the
@@ -58,6 +64,7 @@ _COMMON = r"""
 @nworkers = internal global i32 0, align 4
 @active = internal global i32 1, align 4
 @spin = internal global i32 20000, align 4
+@yields = internal global i32 0, align 4
 @sleepers = internal global i32 0, align 64
 @threads = internal global [256 x i64] zeroinitializer, align 8
 
@@ -207,17 +214,26 @@ wait:
   %mine = phi i32 [%g0, %entry], [%g, %runit], [%g, %skip]
   br label %spin
 spin:
-  %s = phi i32 [0, %wait], [%s1, %relax], [0, %slept]
+  %s = phi i32 [0, %wait], [%s1, %relax], [%s2, %yield], [0, %slept]
   %g = load atomic i32, ptr @gen acquire, align 4
   %new = icmp ne i32 %g, %mine
   br i1 %new, label %got, label %idle
 idle:
   %lim = load atomic i32, ptr @spin monotonic, align 4
   %spinning = icmp slt i32 %s, %lim
-  br i1 %spinning, label %relax, label %sleep
+  br i1 %spinning, label %relax, label %yieldcheck
 relax:
   call void @cpu_relax()
   %s1 = add i32 %s, 1
+  br label %spin
+yieldcheck:
+  %ylim = load atomic i32, ptr @yields monotonic, align 4
+  %total = add i32 %lim, %ylim
+  %yielding = icmp slt i32 %s, %total
+  br i1 %yielding, label %yield, label %sleep
+yield:
+  %yr = call i32 @sched_yield()
+  %s2 = add i32 %s, 1
   br label %spin
 sleep:
   %o1 = atomicrmw add ptr @sleepers, i32 1 seq_cst
@@ -238,10 +254,11 @@ skip:
   br label %wait
 }
 
-; start %n workers (once; later calls only update the spin count); returns how many run
-define i32 @mb_pool_init(i32 %n, i32 %spin) nounwind {
+; start %n workers (once; later calls only update the spin counts); returns how many run
+define i32 @mb_pool_init(i32 %n, i32 %spin, i32 %yields) nounwind {
 entry:
   store atomic i32 %spin, ptr @spin monotonic, align 4
+  store atomic i32 %yields, ptr @yields monotonic, align 4
   %have = load atomic i32, ptr @nworkers monotonic, align 4
   %started = icmp sgt i32 %have, 0
   br i1 %started, label %exit, label %loop
@@ -314,7 +331,7 @@ define void @mb_pool_set_active(i32 %n) nounwind {
   ret void
 }
 
-define i32 @mb_pool_init(i32 %n, i32 %spin) nounwind {
+define i32 @mb_pool_init(i32 %n, i32 %spin, i32 %yields) nounwind {
   ret i32 0
 }
 
@@ -344,6 +361,20 @@ def _pool_ir(arch: str | None) -> str:
     if arch is None:
         return _SERIAL
     return _COMMON + _FUTEX.replace("{SYS_FUTEX}", str(_SYS_FUTEX[arch])) + _RELAX[arch]
+
+
+def _env_int(name: str, default: int) -> int:
+    """A non-negative int from the environment (``default`` when unset)."""
+    text = os.environ.get(name, "").strip()
+    if not text:
+        return default
+    try:
+        value = int(text)
+    except ValueError:
+        raise ValueError(f"{name} must be a non-negative integer, got {text!r}") from None
+    if value < 0:
+        raise ValueError(f"{name} must be a non-negative integer, got {text!r}")
+    return min(value, 2**31 - 1)
 
 
 def _default_threads() -> int:
@@ -378,8 +409,8 @@ class _Pool:
                           for name in SYMBOLS + ("mb_pool_init", "mb_pool_set_active")}
         for name in SYMBOLS:
             llvm.add_symbol(name, self.addresses[name])
-        self._init = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_int32, ctypes.c_int32)(
-            self.addresses["mb_pool_init"])
+        self._init = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_int32, ctypes.c_int32,
+                                      ctypes.c_int32)(self.addresses["mb_pool_init"])
         self._set_active = ctypes.CFUNCTYPE(None, ctypes.c_int32)(
             self.addresses["mb_pool_set_active"])
         self._num = ctypes.CFUNCTYPE(ctypes.c_int32)(self.addresses["mb_num_threads"])
@@ -387,9 +418,10 @@ class _Pool:
                                              ctypes.c_int64)(self.addresses["mb_parallel_for"])
         self.size = 1
         if arch is not None:
-            spin = int(os.environ.get("MB_POOL_SPIN", "20000") or 20000)
+            spin = _env_int("MB_POOL_SPIN", 20000)
+            yields = _env_int("MB_POOL_YIELD", 20000)
             threads = _default_threads()
-            workers = self._init(threads - 1, max(spin, 0)) if threads > 1 else 0
+            workers = self._init(threads - 1, spin, yields) if threads > 1 else 0
             self.size = workers + 1
             self._set_active(self.size)
 

@@ -1,10 +1,22 @@
 """Code generation: PrimFunc -> LLVM IR (llvmlite) -> optimized native object code.
 
-Pipeline per function: :func:`builder.codegen.lower.lower` (blocks -> plain loops),
-:func:`builder.codegen.abi.plan_signature` (prologue checks and metadata),
-:mod:`builder.codegen.llvm_emit` (LLVM IR), then LLVM's new pass manager at ``-O3`` for the
-host target and ``TargetMachine.emit_object``. :class:`runtime.native.NativeLibrary` loads the
-result; the calling convention is documented in :mod:`builder.codegen.abi`.
+Pipeline per function:
+
+* a PrimFunc with a kernel attribute (``attrs["mb.kernel"]``, see :mod:`.kernels`) that its
+  family's planner accepts for the target's vector unit is written by that family's emitter
+  (the matmul family: GEMV / GEMM with in-register weight decoding, fused epilogues and work
+  split over the thread pool);
+* every other PrimFunc is scheduled (:func:`builder.codegen.schedule.schedule`: row fusion of
+  consecutive nests, parallel outer loops), lowered (:func:`builder.codegen.lower.lower`: blocks
+  -> plain loops) and emitted loop by loop (:mod:`builder.codegen.llvm_emit`; ``exp`` inlined as
+  a polynomial so that loops vectorize; ``parallel`` loops outlined into thread-pool tasks);
+* :func:`builder.codegen.abi.plan_signature` (prologue checks and metadata) for both;
+* LLVM's new pass manager at ``-O3`` for the host target, ``TargetMachine.emit_object``, and
+  the on-disk object cache (:mod:`.cache`, keyed by the IR's hash) around those two steps.
+
+:class:`runtime.native.NativeLibrary` loads the result; the calling convention is documented in
+:mod:`builder.codegen.abi`, the thread pool in :mod:`runtime.threadpool`. Each function's
+metadata records which path compiled it (``"kernel": "linear/avx2"`` or ``"loops"``).
 """
 from __future__ import annotations
 

@@ -36,7 +36,7 @@ from ..ir import relax as rx
 from ..ir.block_builder import BlockBuilder
 from ..ir.struct_info import TensorStructInfo
 from ..te import topi
-from .legalize import call_te, dead_code_elimination
+from .legalize import call_te, dead_code_elimination, linear_kernel_call, linear_weight
 
 __all__ = ["FuseOps"]
 
@@ -172,31 +172,21 @@ class FuseOps:
         if call.op.name != "relax.matmul" or not self.linear or len(m.weights) >= 2:
             return None
         a, b = call.args
-        perm = self._call(b)
-        if perm is None or perm.op.name != "relax.permute_dims" or perm.attrs.get("axes") not in (None, [1, 0]):
-            return None
-        w = perm.args[0]
-        asi, wsi = a.struct_info, w.struct_info
-        if not (isinstance(asi, TensorStructInfo) and isinstance(wsi, TensorStructInfo)):
-            return None
-        if asi.ndim < 1 or wsi.ndim != 2 or asi.dtype not in _FLOATS:
+        asi = a.struct_info
+        if not isinstance(asi, TensorStructInfo) or asi.ndim < 1 or asi.dtype not in _FLOATS:
             return None
         if m.x is not None and m.x is not a:
             return None
         out_dtype = _void(call.attrs.get("out_dtype"))
         if m.weights and out_dtype != m.out_dtype:
             return None
-        dq = self._call(w)
-        if dq is not None and dq.op.name == "relax.group_dequantize":
-            q, s = dq.args
-            at = dq.attrs
-            desc = {"format": "group", "q": m.tensor(q), "scale": m.tensor(s), "bits": int(at["bits"]),
-                    "group_size": int(at["group_size"]), "zero_point": int(at["zero_point"]),
-                    "in_features": int(at["in_features"])}
-        elif wsi.dtype in _FLOATS:
-            desc = {"format": "dense", "w": m.tensor(w)}
-        else:
+        tensors: list = []
+        desc = linear_weight(self.defs, b, tensors)
+        if desc is None:
             return None
+        for key in ("w", "q", "scale"):
+            if key in desc:
+                desc[key] = m.tensor(tensors[desc[key]])
         m.x = a
         m.out_dtype = out_dtype
         m.weights.append(desc)
@@ -262,21 +252,13 @@ class FuseOps:
 
     # ------------------------------------------------------------------------------------------
     def _emit_linear(self, bb: BlockBuilder, tree, m: _Match):
-        spec: dict = {}
-        weights, out_dtype = [dict(w) for w in m.weights], m.out_dtype
-
-        def fused(x, *ts):
-            return topi.linear_kernel(x, *ts, weights=weights, epilogue=tree, out_dtype=out_dtype,
-                                      spec=spec)
-
         epi = [op for op in m.ops if op != "matmul"]
         hint = "matmul" if not epi else "fused_matmul_" + "_".join(epi)
         try:
-            call = call_te(bb, fused, (m.x, *m.tensors), {}, hint)
+            call = linear_kernel_call(bb, m.x, list(m.tensors), [dict(w) for w in m.weights],
+                                      epilogue=tree, out_dtype=m.out_dtype, name=hint)
         except (ValueError, TypeError):
             return None
-        func = bb.get()[call.args[0].name_hint]
-        func.attrs["mb.kernel"] = spec
         return call, m.consumed
 
     def _emit_elementwise(self, bb: BlockBuilder, tree, m: _Match):

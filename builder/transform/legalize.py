@@ -545,3 +545,103 @@ LEGALIZE_RULES.update({
     "relax.matmul": _matmul_of_dequantized,
     "relax.take": _take_of_dequantized,
 })
+
+
+# === section D: matmul kernels (issue 5) ===
+#
+# ``matmul(x, permute_dims(W))`` with a 2-D float ``W`` or ``W = group_dequantize(q, s)`` (a
+# Linear, plain or quantized) becomes ``topi.linear_kernel``: the same reference loops as
+# ``topi.linear`` / ``topi.dequantize_linear``, plus ``attrs["mb.kernel"]``, so that the code
+# generator compiles it with the GEMV / GEMM kernels of ``builder/codegen/kernels/linear.py``.
+# FuseOps (which runs first in ``builder.compile``) does the same for a matmul together with
+# its elementwise consumers; this rule covers the matmuls it left and LegalizeOps used alone.
+
+
+def linear_kernel_call(bb: BlockBuilder, x: rx.Expr, tensors: list, weights: list[dict],
+                       epilogue=("linear", 0), out_dtype: str | None = None,
+                       name: str = "matmul") -> rx.Call:
+    """``R.call_tir`` of a :func:`builder.te.topi.linear_kernel` PrimFunc with its kernel
+    attribute: ``x`` and ``tensors`` are graph values (``weights`` index into ``tensors``, see
+    ``linear_kernel``). Raises ValueError / TypeError as the topi ops do."""
+    spec: dict = {}
+
+    def fused(xt, *ts):
+        return topi.linear_kernel(xt, *ts, weights=weights, epilogue=epilogue, out_dtype=out_dtype,
+                                  spec=spec)
+
+    call = call_te(bb, fused, (x, *tensors), {}, name)
+    bb.get()[call.args[0].name_hint].attrs["mb.kernel"] = spec
+    return call
+
+
+def linear_weight(bindings: dict, b: rx.Expr, tensors: list) -> dict | None:
+    """The weight description of ``b`` when it is ``permute_dims(W)`` of a 2-D float ``W`` or of
+    ``group_dequantize(q, s)`` (appending the weight's tensors to ``tensors``), else None."""
+    def bound(e: rx.Expr, op: str):
+        v = bindings.get(e) if isinstance(e, rx.Var) else None
+        ok = isinstance(v, rx.Call) and isinstance(v.op, rx.Op) and v.op.name == op
+        return v if ok else None
+
+    perm = bound(b, "relax.permute_dims")
+    if perm is None or perm.attrs.get("axes") not in (None, [1, 0]):
+        return None
+    w = perm.args[0]
+    wsi = w.struct_info
+    if not isinstance(wsi, TensorStructInfo) or wsi.ndim != 2:
+        return None
+    dq = bound(w, "relax.group_dequantize")
+    if dq is not None:
+        q, s = dq.args
+        tensors.extend([q, s])
+        at = dq.attrs
+        return {"format": "group", "q": len(tensors) - 2, "scale": len(tensors) - 1,
+                "bits": int(at["bits"]), "group_size": int(at["group_size"]),
+                "zero_point": int(at["zero_point"]), "in_features": int(at["in_features"])}
+    if wsi.dtype not in ("float16", "bfloat16", "float32"):
+        return None
+    tensors.append(w)
+    return {"format": "dense", "w": len(tensors) - 1}
+
+
+_MATMUL_BEFORE_KERNELS = LEGALIZE_RULES["relax.matmul"]
+
+
+def _matmul_kernel(bb: BlockBuilder, call: rx.Call, bindings: dict) -> rx.Expr:
+    a, b = call.args
+    asi = a.struct_info
+    tensors: list = []
+    desc = linear_weight(bindings, b, tensors)
+    if (desc is not None and isinstance(asi, TensorStructInfo) and asi.ndim >= 1
+            and asi.dtype in ("float16", "bfloat16", "float32")):
+        out_dtype = call.attrs.get("out_dtype", "void")
+        out_dtype = None if out_dtype in ("void", None, "") else out_dtype
+        try:
+            if desc["format"] == "group":
+                return _dequantize_matmul_kernel(bb, a, tensors, desc, out_dtype)
+            return linear_kernel_call(bb, a, tensors, [desc], out_dtype=out_dtype, name="matmul")
+        except (ValueError, TypeError):
+            pass
+    return _MATMUL_BEFORE_KERNELS(bb, call, bindings)
+
+
+def _dequantize_matmul_kernel(bb: BlockBuilder, a: rx.Expr, tensors: list, desc: dict,
+                              out_dtype: str | None) -> rx.Call:
+    """Section C's ``dequantize_linear`` kernel (its reference loops, unchanged) with the
+    kernel attribute, so that it compiles to the quantized GEMV / GEMM."""
+    from ..ir import tir as _tir
+
+    q, s = tensors[desc["q"]], tensors[desc["scale"]]
+    attrs = {k: desc[k] for k in ("bits", "group_size", "zero_point", "in_features")}
+    call = call_te(bb, topi.dequantize_linear, (a, q, s), {**attrs, "out_dtype": out_dtype},
+                   "dequantize_matmul")
+    func = bb.get()[call.args[0].name_hint]
+    reductions = []
+    _tir.walk_stmt(func.body, lambda st: reductions.append(st.block.name)
+                   if isinstance(st, _tir.BlockRealize) and st.block.init is not None else None)
+    if len(reductions) == 1:
+        func.attrs["mb.kernel"] = {"kind": "linear", "x": 0, "out": 3, "acc": reductions,
+                                   "weights": [{**desc, "q": 1, "scale": 2}]}
+    return call
+
+
+LEGALIZE_RULES["relax.matmul"] = _matmul_kernel

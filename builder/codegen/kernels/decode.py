@@ -268,6 +268,11 @@ class GroupQuantDecoder:
         return _scalar_to_f32(kf, kf.load(self.st, row[1], g, align=4 if self.st == F32 else 2),
                               self.scale_dtype)
 
+    def scale_vec(self, kf: KFunc, row, g: ir.Value) -> ir.Value:
+        """The float32 scales of groups ``g .. g + lanes - 1``."""
+        raw = kf.load(vec(self.st, self.lanes), row[1], g, align=4 if self.st == F32 else 2)
+        return kf.widen(raw, self.scale_dtype)
+
     def scalar(self, kf: KFunc, row, k: ir.Value) -> ir.Value:
         b = kf.b
         pw, bits = self.per_word, self.bits

@@ -58,12 +58,14 @@ KERNEL_ATTR = "mb.kernel"
 
 #: Tunables (read at code generation time).
 TUNING = {
-    "gemv_max_rows": 8,          # M <= this: GEMV path
+    "gemv_max_rows": 24,         # M <= this: GEMV path (float weights)
+    "gemv_max_rows_q": 4,        # the same with quantized weights
     "gemv_rows": 4,              # R: weight rows per GEMV tile
-    "kc_floats": 16384,          # KC * NR <= this (64 KiB of float32 panel)... see _kc
+    "gemv_rows_q": 8,            # the same for packed 4 / 8-bit weights
+    "kc_bytes": 0,               # packed panel KC x NR float32 bytes (0: 16 KiB, 32 KiB with 32 registers)
     "mr": 6,                     # GEMM micro-kernel rows
     "parallel_min_macs": 1 << 18,
-    "tasks_per_thread": 4,
+    "tasks_per_thread": 16,
     "prefetch": 0,               # GEMV software prefetch distance in bytes (0: off)
     "prefetch_q": 0,             # the same for packed quantized rows
 }
@@ -326,7 +328,8 @@ class _LinearEmitter:
         for w in plan.weights:
             if w["format"] == "group" and w["group_size"] <= 256:
                 step = max(step, w["group_size"])
-        kc = max(64, TUNING["kc_floats"] // self.NR)
+        kc_bytes = TUNING["kc_bytes"] or (16384 if regs < 32 else 32768)
+        kc = max(32, kc_bytes // (4 * self.NR))
         self.KC = max(step, kc - kc % step)
         # GEMV weights read through GroupQuantDecoder.fast_chunk: one permuted copy of x and
         # per-group sums of x per distinct (bits, group_size)
@@ -339,7 +342,14 @@ class _LinearEmitter:
                 if key not in self.qkeys:
                     self.qkeys.append(key)
                 self.qfast[w] = key
+        if self.qfast:
+            self.R = TUNING["gemv_rows_q"]
+            self.MT = max(1, min(4, budget // self.R))
         self.MTq = max(1, min(4, budget // (2 * self.R)))
+        if any(w["format"] == "group" for w in plan.weights):
+            # GEMV re-decodes a tile's packed weights for every MT rows of x, GEMM once per
+            # panel: the crossover comes earlier than for float weights
+            self.MG = min(self.MG, TUNING["gemv_max_rows_q"])
         extra = ["M", "N", "K", "ntasks", "units"]
         extra += [f"xq{i}" for i in range(len(self.qkeys))] + [f"xs{i}" for i in range(len(self.qkeys))]
         self.ctx = _Ctx(len(func.params), len(sig.sym_vars), extra)
@@ -714,12 +724,31 @@ class _LinearEmitter:
                         g_sum = b.fadd(g_sum, extra_part, flags=KFunc.FM)
                     gacc[r][i] = g_sum
             for r in range(rc):
-                sc = dec.scale_value(kf, rows[r], g)
-                sv = kf.splat(sc, L)
+                sv = kf.splat(dec.scale_value(kf, rows[r], g), L)
                 for i in range(t):
                     b.store(kf.fma(gacc[r][i], sv, b.load(accs[r][i], typ=vt)), accs[r][i])
-                    xsum = kf.load(F32, srows[i], g, align=4)
-                    b.store(kf.fma(sc, xsum, b.load(corr[r][i], typ=F32)), corr[r][i])
+        # zero-point term: sum_g scale[n, g] * xs[m, g], a short vector dot per row
+        if dec.zero_point:
+            gv = kf.sub(G, b.srem(G, kf.i64(L)))
+            cacc = [[kf.alloca(vt, name="qc") for _ in range(t)] for _ in range(rc)]
+            for r in range(rc):
+                for i in range(t):
+                    b.store(kf.fzero(L), cacc[r][i])
+            with kf.loop(0, gv, L, "qz") as g:
+                xsv = [kf.load(vt, sr, g, align=4) for sr in srows]
+                for r in range(rc):
+                    sv = dec.scale_vec(kf, rows[r], g)
+                    for i in range(t):
+                        b.store(kf.fma(sv, xsv[i], b.load(cacc[r][i], typ=vt)), cacc[r][i])
+            for r in range(rc):
+                for i in range(t):
+                    b.store(kf.hsum(b.load(cacc[r][i], typ=vt)), corr[r][i])
+            with kf.loop(gv, G, 1, "qzt") as g:
+                for r in range(rc):
+                    sc = dec.scale_value(kf, rows[r], g)
+                    for i in range(t):
+                        xsum = kf.load(F32, srows[i], g, align=4)
+                        b.store(kf.fma(sc, xsum, b.load(corr[r][i], typ=F32)), corr[r][i])
         zp = ir.Constant(F32, float(-dec.zero_point))
         sums = [[kf.alloca(F32, name="qs") for _ in range(t)] for _ in range(rc)]
         for r in range(rc):

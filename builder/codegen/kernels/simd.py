@@ -16,7 +16,9 @@ scalar     1       --         anything else: the kernel emitters decline and the
 =========  ======  =========  =====================================================
 
 ``MB_SIMD`` (``avx512``, ``avx2``, ``avx``, ``sse``, ``neon``, ``scalar``) caps the choice, for
-testing the fallbacks on a bigger machine. 16-bit float weights are widened in registers:
+testing the fallbacks on a bigger machine; ``MB_SIMD_SHAPE`` (``avx512``, ``avx2``, ``sse``,
+``neon``) forces the kernels' vector shape (lanes, register budget) whatever the target, so the
+16-lane AVX-512 kernels can be run and checked on an AVX2 host (LLVM splits the vectors). 16-bit float weights are widened in registers:
 ``fpext <N x half>`` (one ``vcvtph2ps`` with F16C; a libgcc call per element without) and a
 shift for bfloat16.
 
@@ -73,6 +75,16 @@ class SimdInfo:
             info = cls("neon", 4, 32, True)
         else:
             info = cls("scalar", 1, 0)
+        shape = os.environ.get("MB_SIMD_SHAPE", "").strip().lower()
+        if shape:
+            # testing hook: generate the kernels of another vector shape for this target (LLVM
+            # splits or widens the vectors), e.g. the 16-lane AVX-512 kernels on an AVX2 host
+            shapes = {"avx512": ("avx512", 16, 32), "avx2": ("avx2", 8, 16), "sse": ("sse", 4, 16),
+                      "neon": ("neon", 4, 32)}
+            if shape not in shapes:
+                raise ValueError(f"MB_SIMD_SHAPE must be one of {', '.join(shapes)}, got {shape!r}")
+            name, lanes, regs = shapes[shape]
+            return cls(name, lanes, regs, info.f16c, info.avx512bf16)
         cap = os.environ.get("MB_SIMD", "").strip().lower()
         if cap:
             if cap not in _ORDER:
