@@ -16,8 +16,8 @@ spinning, tens when it has to be woken):
 
 * workers are pthreads started once; between regions each spins (``pause``) for
   ``MB_POOL_SPIN`` iterations (default 20000, well under a millisecond), then keeps polling
-  with ``sched_yield`` for ``MB_POOL_YIELD`` more (default 20000, some tens of milliseconds;
-  a yielding thread gives its core to any other runnable thread), then sleeps on a futex.
+  with ``sched_yield`` for ``MB_POOL_YIELD`` more (default 2000, a few milliseconds; a
+  yielding thread gives its core to any other runnable thread), then sleeps on a futex.
   Polling keeps the worker runnable on its own core between the kernels of a model, and
   beside another library's pool (OpenBLAS yields-spins for about 0.1 s after each call):
   a woken-up sleeper is often placed on the waking thread's core instead, where it only
@@ -419,7 +419,7 @@ class _Pool:
         self.size = 1
         if arch is not None:
             spin = _env_int("MB_POOL_SPIN", 20000)
-            yields = _env_int("MB_POOL_YIELD", 20000)
+            yields = _env_int("MB_POOL_YIELD", 2000)
             threads = _default_threads()
             workers = self._init(threads - 1, spin, yields) if threads > 1 else 0
             self.size = workers + 1

@@ -24,7 +24,7 @@ from __future__ import annotations
 from ..ir import expr as E
 from ..ir import tir
 from ..ir.expr import PrimExpr, Var
-from ..ir.tir import (Allocate, Block, BlockRealize, BufferLoad, BufferStore, Evaluate, For,
+from ..ir.tir import (Allocate, Block, BlockRealize, BufferStore, Evaluate, For,
                       IfThenElse, LetStmt, PrimFunc, SeqStmt, Stmt)
 
 __all__ = ["schedule", "fuse_rows", "mark_parallel", "PARALLEL_MIN_ELEMENTS"]

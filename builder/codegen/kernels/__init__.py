@@ -17,10 +17,10 @@ import os
 from typing import Callable
 
 from ...ir.tir import PrimFunc
-from .linear import KERNEL_ATTR, TUNING, LinearPlan, emit_linear, plan_linear
+from .linear import KERNEL_ATTR, TUNING, LinearPlan, emit_linear, plan_linear  # noqa: F401
 from .simd import SimdInfo
 
-__all__ = ["KERNEL_ATTR", "SimdInfo", "KERNEL_FAMILIES", "plan_kernel", "TUNING"]
+__all__ = ["KERNEL_ATTR", "SimdInfo", "KERNEL_FAMILIES", "plan_kernel", "TUNING", "LinearPlan"]
 
 #: family -> (planner(func, simd) -> plan | reason, emitter(mod, name, func, sig, plan, simd)).
 KERNEL_FAMILIES: dict[str, tuple[Callable, Callable]] = {
@@ -42,5 +42,3 @@ def plan_kernel(func: PrimFunc, simd: SimdInfo):
         return family, f"unknown kernel family {family!r}"
     return family, entry[0](func, simd)
 
-
-_ = LinearPlan

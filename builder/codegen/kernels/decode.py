@@ -191,9 +191,12 @@ class GroupQuantDecoder:
         rep = b.and_(b.lshr(kf.splat(word, n), shifts), mask)
         return b.uitofp(rep, f32v)
 
-    def vectors(self, kf: KFunc, rows: list, k_lo, k_hi, unroll: int, body) -> None:
+    def vectors(self, kf: KFunc, rows: list, k_lo, k_hi, unroll: int, body,
+                compact: bool = False) -> None:
+        """See the module docstring; ``compact`` emits a runtime loop over each group's
+        chunks instead of unrolling them (smaller code, for the GEMM panel packing)."""
         gs, n = self.group_size, self.lanes
-        if self.blocked:
+        if self.blocked and not compact:
             g_lo = kf.sdiv(k_lo, gs)
             g_hi = kf.sdiv(k_hi, gs)
             with kf.loop(g_lo, g_hi, 1, "g") as g:

@@ -19,24 +19,31 @@ Generated code (:func:`emit_linear`), for the host's widest vectors (:class:`Sim
 
 * ``x`` (``M = prod(leading dims)`` rows of ``K``) is used in place when float32, else widened
   once into a float32 scratch;
-* **GEMV** (``M <= gemv_max_rows``, 8): tiles of ``R = 4`` weight rows; each tile streams its
-  rows once per group of ``MT`` input rows (``MT`` and the unroll ``U`` chosen so that
-  ``R * MT * U`` accumulators fit the register file), decoding weights in registers; vector
-  accumulators are summed horizontally, the scalar tail ``K % step`` is added, then the epilogue
-  writes the tile;
+* **GEMV** (``M <= gemv_max_rows``: 24 with float weights, 4 with packed ones): tiles of
+  ``R`` weight rows (4; 8 packed); each tile streams its rows once per group of ``MT`` input
+  rows (``MT`` and the unroll ``U`` chosen so that the accumulators fit the register file),
+  decoding weights in registers; vector accumulators are summed horizontally, the scalar tail
+  ``K % step`` is added, then the epilogue writes the tile. Packed 4 / 8-bit weights take the
+  fast path of :meth:`GroupQuantDecoder.fast_chunk`: ``x`` is permuted once per call to the
+  decoder's lane order, the scale is applied once per group and the zero point through
+  per-group sums of ``x``;
 * **GEMM** (larger ``M``): BLIS-style. For each panel of ``NR`` weight rows (2 vectors, 4 with
   32 registers) and each block of ``KC`` columns, the decoder unpacks the panel transposed into
   an L1-resident float32 buffer ``Bp[k][NR]`` (in-register VLxVL transposes); an ``MR x NR``
   micro-kernel (``MR = 6``: 12 / 24 accumulators) broadcasts ``x[m, k]`` and runs FMAs against
   ``Bp``, accumulating into a per-panel ``M x NR`` buffer; after the last block the epilogue
-  reads it. Remainder rows (``M % MR``) use smaller micro-kernels, remainder columns a zero-padded
-  panel;
+  reads it. Remainder rows (``M % MR``) use smaller micro-kernels, remainder columns a
+  zero-padded panel;
 * work is split over weight-row tiles / panels with ``mb_parallel_for`` (see
-  :mod:`runtime.threadpool`) when ``M * N * K >= parallel_min_macs``; ``4 x threads`` tasks
-  for dynamic balance.
+  :mod:`runtime.threadpool`) when ``M * N * K >= parallel_min_macs``, in ``tasks_per_thread``
+  (16) tasks per thread for dynamic balance;
+* helpers that do not depend on the kernel (micro-kernels, row-dot and panel-pack functions
+  per weight format) are shared by all kernels of a module and kept out of line, which keeps
+  LLVM's work (and the build time) small.
 
-Epilogues are the reference block's expression (the accumulators substituted), emitted as
-scalar code per output element after each tile (``exp`` inlined as a polynomial).
+Epilogues are the reference block's expression (the accumulators substituted), emitted in one
+out-of-line function per kernel that writes a run of outputs of a row (LLVM vectorizes it;
+``exp`` is inlined as a polynomial). :data:`TUNING` holds the tunables (``MB_TUNE`` overrides).
 """
 from __future__ import annotations
 
@@ -881,7 +888,10 @@ class _LinearEmitter:
                     for c in range(L):
                         kf.store(cols[c], bp, kf.add(base, c * NR + g * L), align=min(64, 4 * L))
 
-                dec.vectors(kf, rows, kb, vend, 1, body)
+                if isinstance(dec, GroupQuantDecoder):
+                    dec.vectors(kf, rows, kb, vend, 1, body, compact=True)
+                else:
+                    dec.vectors(kf, rows, kb, vend, 1, body)
 
         def tail_rows(jend):
             with kf.loop(0, NR, 1, "pj") as j:

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 from llvmlite import ir
 
-from ..llvm_emit import F16, F32, I1, I8, I16, I32, I64, PTR
+from ..llvm_emit import F16, F32, I32, I64, PTR
 
 __all__ = ["SimdInfo", "KFunc", "vec", "const_vec", "plain_loop_metadata", "finalize_loop_metadata"]
 
