@@ -315,12 +315,19 @@ class JitModule:
             self.effects = None
 
     def __getitem__(self, name: str):
+        calls = self.__dict__.setdefault("_calls", {})
+        if name not in calls:
+            calls[name] = self._make_call(name)
+        return calls[name]
+
+    def _make_call(self, name: str):
         fn = self.vm[name]
         num_input = self.exe.functions[name]["num_input"]
         effects = self.effects or []
         param_mode, effect_mode, num_args = self.modes.get(
             name, ("plain", "plain", num_input - len(effects)))
         threads_effects = self.effects is not None and effect_mode != "none"
+        params = {"plain": self.params, "packed": [tuple(self.params)], "none": []}[param_mode]
 
         def call(*args):
             if len(args) != num_args:
@@ -333,7 +340,6 @@ class JitModule:
                 state = [tuple(self.effects)]
             else:
                 state = list(self.effects)
-            params = {"plain": self.params, "packed": [tuple(self.params)], "none": []}[param_mode]
             out = fn(*args, *state, *params)
             if threads_effects:
                 out, new_state = out
