@@ -342,6 +342,7 @@ class ReLU(Module):
     """``max(x, 0)``."""
 
     def forward(self, x: Tensor) -> Tensor:
+        """Elementwise ReLU; any shape, same dtype."""
         return op.relu(x)
 
 
@@ -349,6 +350,7 @@ class SiLU(Module):
     """``x * sigmoid(x)``."""
 
     def forward(self, x: Tensor) -> Tensor:
+        """Elementwise SiLU; any shape, floating-point dtype."""
         return op.silu(x)
 
 
@@ -356,5 +358,6 @@ class GELU(Module):
     """Exact GELU ``x * Phi(x)`` (erf form)."""
 
     def forward(self, x: Tensor) -> Tensor:
+        """Elementwise exact GELU; any shape, floating-point dtype."""
         return op.gelu(x)
 
