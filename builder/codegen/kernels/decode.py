@@ -271,6 +271,15 @@ class GroupQuantDecoder:
         return _scalar_to_f32(kf, kf.load(self.st, row[1], g, align=4 if self.st == F32 else 2),
                               self.scale_dtype)
 
+    def scale_splat(self, kf: KFunc, row, g: ir.Value) -> ir.Value:
+        """The float32 scale of group ``g`` in every lane (a float16 scale is broadcast before
+        it is widened: ``vpbroadcastw`` + one ``vcvtph2ps`` instead of insert, convert,
+        broadcast)."""
+        if self.scale_dtype != "float16":
+            return kf.splat(self.scale_value(kf, row, g), self.lanes)
+        raw = kf.load(self.st, row[1], g, align=2)
+        return kf.widen(kf.splat(raw, self.lanes), "float16")
+
     def scale_vec(self, kf: KFunc, row, g: ir.Value) -> ir.Value:
         """The float32 scales of groups ``g .. g + lanes - 1``."""
         raw = kf.load(vec(self.st, self.lanes), row[1], g, align=4 if self.st == F32 else 2)

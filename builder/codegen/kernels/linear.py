@@ -20,7 +20,7 @@ Generated code (:func:`emit_linear`), for the host's widest vectors (:class:`Sim
 * ``x`` (``M = prod(leading dims)`` rows of ``K``) is used in place when float32, else widened
   once into a float32 scratch;
 * **GEMV** (``M <= gemv_max_rows``: 24 with float weights, 4 with packed ones): tiles of
-  ``R`` weight rows (4; 8 packed); each tile streams its rows once per group of ``MT`` input
+  ``R`` weight rows (4, packed ones too); each tile streams its rows once per group of ``MT`` input
   rows (``MT`` and the unroll ``U`` chosen so that the accumulators fit the register file),
   decoding weights in registers; vector accumulators are summed horizontally, the scalar tail
   ``K % step`` is added, then the epilogue writes the tile. Packed 4 / 8-bit weights take the
@@ -68,13 +68,14 @@ TUNING = {
     "gemv_max_rows": 24,         # M <= this: GEMV path (float weights)
     "gemv_max_rows_q": 4,        # the same with quantized weights
     "gemv_rows": 4,              # R: weight rows per GEMV tile
-    "gemv_rows_q": 8,            # the same for packed 4 / 8-bit weights
+    "gemv_rows_q": 4,            # the same for packed 4 / 8-bit weights (8 spills with 16 registers)
     "kc_bytes": 0,               # packed panel KC x NR float32 bytes (0: 16 KiB, 32 KiB with 32 registers)
     "mr": 6,                     # GEMM micro-kernel rows
     "parallel_min_macs": 1 << 18,
     "tasks_per_thread": 16,
     "prefetch": 0,               # GEMV software prefetch distance in bytes (0: off)
     "prefetch_q": 0,             # the same for packed quantized rows
+    "gemv_parts_q": 1,           # partial-sum chains per (row, input row) in a 4/8-bit group
 }
 
 
@@ -710,8 +711,11 @@ class _LinearEmitter:
                 byte = kf.add(kf.b.lshr(k0, kf.i64(1)) if dec.bits == 4 else k0, pf)
                 for r in range(rc):
                     kf.prefetch(kf.gep(rows[r][0], byte, I8))
-            # one partial sum per (row, input row, lane vector of the chunk): short chains
-            parts = [[[None] * (chunk // L) for _ in range(t)] for _ in range(rc)]
+            # partial sums per (row, input row): ``gemv_parts_q`` chains each (more chains are
+            # shorter, but with 8 rows and 16 registers they spill)
+            P = max(1, min(TUNING["gemv_parts_q"], gs // L))
+            parts = [[[None] * P for _ in range(t)] for _ in range(rc)]
+            nv = 0
             for c in range(0, gs, chunk):
                 kc = kf.add(k0, c) if c else k0
                 xv = [[kf.load(vt, xr, kf.add(kc, p * L) if p else kc, align=4)
@@ -720,9 +724,11 @@ class _LinearEmitter:
                     vals = dec.fast_chunk(kf, rows[r], kc)
                     for i in range(t):
                         for p, v in enumerate(vals):
-                            prev = parts[r][i][p]
-                            parts[r][i][p] = b.fmul(xv[i][p], v, flags=KFunc.FM) if prev is None \
+                            q = (nv + p) % P
+                            prev = parts[r][i][q]
+                            parts[r][i][q] = b.fmul(xv[i][p], v, flags=KFunc.FM) if prev is None \
                                 else kf.fma(xv[i][p], v, prev)
+                nv += len(xv[0]) if xv else 0
             gacc = [[None] * t for _ in range(rc)]
             for r in range(rc):
                 for i in range(t):
@@ -731,7 +737,7 @@ class _LinearEmitter:
                         g_sum = b.fadd(g_sum, extra_part, flags=KFunc.FM)
                     gacc[r][i] = g_sum
             for r in range(rc):
-                sv = kf.splat(dec.scale_value(kf, rows[r], g), L)
+                sv = dec.scale_splat(kf, rows[r], g)
                 for i in range(t):
                     b.store(kf.fma(gacc[r][i], sv, b.load(accs[r][i], typ=vt)), accs[r][i])
         # zero-point term: sum_g scale[n, g] * xs[m, g], a short vector dot per row
