@@ -987,6 +987,9 @@ def _infer_group_dequantize(call: Call) -> StructInfo:
     except KeyError as exc:
         raise ValueError(f"{name}: missing attribute {exc.args[0]!r} (needs bits, group_size, "
                          "zero_point, in_features)") from None
+    act = a.get("activation_quantization", "none")
+    if act not in ("none", "int8"):
+        raise ValueError(f"{name}: activation_quantization must be \"none\" or \"int8\", got {act!r}")
     if q.dtype not in QUANT_STORAGE_BITS:
         raise TypeError(f"{name}: q_weight dtype must be one of {', '.join(QUANT_STORAGE_BITS)}, "
                         f"got {q.dtype}")
@@ -1017,4 +1020,4 @@ def _infer_group_dequantize(call: Call) -> StructInfo:
 
 
 register_op("group_dequantize", _infer_group_dequantize,
-            ("bits", "group_size", "zero_point", "in_features"))
+            ("bits", "group_size", "zero_point", "in_features", "activation_quantization"))

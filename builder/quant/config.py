@@ -78,6 +78,8 @@ class QuantLayout:
     appended at quantization time), ``words = padded_in / elements_per_word``: ``q_weight`` is
     (rows, words) of ``storage_dtype`` and ``q_scale`` (rows, num_groups) of ``model_dtype``.
     ``zero_point`` is the stored value of 0 (``max_int`` for group, 0 for per-channel).
+    ``activation_quantization`` is the spec's (``"none"`` or ``"int8"``, see
+    :class:`schemas.GroupQuantization`).
     """
 
     in_features: int
@@ -88,6 +90,7 @@ class QuantLayout:
     model_dtype: str
     max_int: int
     zero_point: int
+    activation_quantization: str = "none"
 
     @staticmethod
     def of(spec: QuantizedSpec, in_features: int) -> "QuantLayout":
@@ -98,7 +101,8 @@ class QuantLayout:
                              "quantization needs a fixed positive number of input features")
         group_size = spec.group_size if isinstance(spec, GroupQuantization) else in_features
         return QuantLayout(in_features, spec.bits, group_size, spec.elements_per_word, spec.storage_dtype,
-                           spec.model_dtype, spec.max_int, spec.zero_point)
+                           spec.model_dtype, spec.max_int, spec.zero_point,
+                           getattr(spec, "activation_quantization", "none"))
 
     @property
     def num_groups(self) -> int:
@@ -125,6 +129,10 @@ class QuantLayout:
 
     @property
     def op_attrs(self) -> dict:
-        """The attributes of ``R.group_dequantize`` for this layout."""
-        return {"bits": self.bits, "group_size": self.group_size, "zero_point": self.zero_point,
-                "in_features": self.in_features}
+        """The attributes of ``R.group_dequantize`` for this layout (``activation_quantization``
+        only when not ``"none"``)."""
+        attrs = {"bits": self.bits, "group_size": self.group_size, "zero_point": self.zero_point,
+                 "in_features": self.in_features}
+        if self.activation_quantization != "none":
+            attrs["activation_quantization"] = self.activation_quantization
+        return attrs

@@ -596,7 +596,8 @@ def linear_weight(bindings: dict, b: rx.Expr, tensors: list) -> dict | None:
         at = dq.attrs
         return {"format": "group", "q": len(tensors) - 2, "scale": len(tensors) - 1,
                 "bits": int(at["bits"]), "group_size": int(at["group_size"]),
-                "zero_point": int(at["zero_point"]), "in_features": int(at["in_features"])}
+                "zero_point": int(at["zero_point"]), "in_features": int(at["in_features"]),
+                "activation": str(at.get("activation_quantization", "none"))}
     if wsi.dtype not in ("float16", "bfloat16", "float32"):
         return None
     tensors.append(w)

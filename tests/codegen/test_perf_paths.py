@@ -188,7 +188,7 @@ def test_shape_mismatch_is_an_error_not_a_crash():
 # quantized weights
 
 
-def _quant_case(M, N, K, bits, gs, zp, storage, sdt, xdt, seed=0, func=True):
+def _quant_case(M, N, K, bits, gs, zp, storage, sdt, xdt, seed=0, func=True, activation="none"):
     per_word = {"uint32": 32, "uint16": 16, "uint8": 8, "int8": 8}[storage] // bits
     groups = -(-K // gs)
     words = groups * gs // per_word
@@ -197,7 +197,8 @@ def _quant_case(M, N, K, bits, gs, zp, storage, sdt, xdt, seed=0, func=True):
     s = te.placeholder((N, groups), sdt, name="s")
     spec = {}
     out = topi.linear_kernel(x, q, s, weights=[{"format": "group", "q": 0, "scale": 1, "bits": bits,
-                                                "group_size": gs, "zero_point": zp, "in_features": K}],
+                                                "group_size": gs, "zero_point": zp, "in_features": K,
+                                                "activation": activation}],
                              spec=spec)
     f = te.create_prim_func([x, q, s, out])
     f.attrs["mb.kernel"] = spec
@@ -216,7 +217,26 @@ def _quant_case(M, N, K, bits, gs, zp, storage, sdt, xdt, seed=0, func=True):
     X32 = rng.standard_normal((M, K), dtype=np.float32)
     X = _from_f32(X32, xdt)
     W = ((vals.astype(np.float32) - zp) * np.repeat(_as_f32(S, sdt), gs, axis=1))[:, :K]
+    if activation == "int8":
+        return f, out.dtype, X, Q, S, _int8_activation_reference(_as_f32(X, xdt), W, gs)
     return f, out.dtype, X, Q, S, _as_f32(X, xdt) @ W.T
+
+
+def _int8_activation_reference(X: np.ndarray, W: np.ndarray, gs: int) -> np.ndarray:
+    """``X @ W.T`` in float64 with X quantized as the int8-activation GEMV does: the columns of
+    the whole 64-column steps inside whole groups get, per group, ``a = max|x|`` (float32),
+    ``q = rint(float32(x * float32(127 / a)))`` and ``d = float32(a / 127)`` (a group of zeros
+    stays zero); the remaining columns stay float."""
+    M, K = X.shape
+    kc = (K // gs) * gs // 64 * 64
+    Wd = W.astype(np.float64)
+    ref = X[:, kc:].astype(np.float64) @ Wd[:, kc:K].T
+    Xg = X[:, :kc].reshape(M, -1, gs)
+    a = np.abs(Xg).max(axis=2)
+    inv = np.where(a > 0, np.float32(127) / np.where(a > 0, a, np.float32(1)), np.float32(0)).astype(np.float32)
+    q = np.rint((Xg * inv[..., None]).astype(np.float32))
+    d = (a / np.float32(127)).astype(np.float32)
+    return ref + (q * d[..., None]).reshape(M, kc).astype(np.float64) @ Wd[:, :kc].T
 
 
 @pytest.mark.parametrize("K", [96, 80])
@@ -252,6 +272,57 @@ def test_group_quantized_formats(case):
         lib["f"](X, Q, S, y)
         tol = _tol(odt)
         np.testing.assert_allclose(_as_f32(y, odt), ref, rtol=tol, atol=tol * np.abs(ref).max())
+
+
+@pytest.mark.skipif(not HOST_SIMD.int8_dot, reason="int8 GEMV needs AVX2")
+@pytest.mark.parametrize("K,gs,storage,sdt,xdt", [
+    (4192, 32, "uint32", "float16", "float32"),   # 65 steps: one 32-column float tail
+    (640, 64, "uint8", "float32", "float32"),
+    (640, 128, "uint32", "bfloat16", "bfloat16"),  # groups span two steps
+    (200, 16, "uint16", "float32", "float16"),    # 4 groups per step, 8-column tail
+    (72, 8, "uint32", "float32", "float32"),
+    (96, 32, "uint32", "float32", "float32"),     # one step, 32 float columns
+])
+def test_int8_activation_gemv(K, gs, storage, sdt, xdt):
+    """``activation: int8`` weights: batch 1-4 (and 6, 8) quantize x per group and use integer
+    dot products; the result matches a float64 emulation of that quantization, rows of 4 and
+    a partial tile, a group of zeros included. Larger batches take the float GEMM."""
+    lib = None
+    for M in (1, 3, 4, 6, 8, 9):
+        f, odt, X, Q, S, _ = _quant_case(M, 13, K, 4, gs, 7, storage, sdt, xdt, seed=M + K,
+                                         activation="int8")
+        if M >= 3:
+            X[1, :gs] = 0    # a group of zeros: d = 0, contributes nothing
+        if lib is None:
+            _, lib = _build(f)
+        y = np.empty((M, 13), _np_dtype(odt))
+        lib["f"](X, Q, S, y)
+        xf = _as_f32(X, xdt)
+        per_word = {"uint32": 8, "uint16": 4, "uint8": 2}[storage]
+        vals = np.stack([(Q.astype(np.uint64) >> np.uint64(4 * j)) & np.uint64(15) for j in range(per_word)],
+                        axis=-1).reshape(13, -1)
+        W = ((vals.astype(np.float32) - 7) * np.repeat(_as_f32(S, sdt), gs, axis=1))[:, :K]
+        exact = xf.astype(np.float64) @ W.T.astype(np.float64)
+        want = _int8_activation_reference(xf, W, gs) if M <= 8 else exact
+        tol = _tol(odt) if odt != "float32" else 2e-5
+        np.testing.assert_allclose(_as_f32(y, odt), want, rtol=tol, atol=tol * np.abs(want).max())
+        if M <= 8 and K >= 128:
+            # and it really is the int8 path: about 0.5% away from the float result
+            rel = np.linalg.norm(_as_f32(y, odt) - exact) / np.linalg.norm(exact)
+            assert 1e-3 < rel < 2e-2, rel
+
+
+def test_int8_activation_falls_back_to_float_without_avx2(monkeypatch):
+    """Where the host has no AVX2 (``MB_SIMD=avx`` here), ``activation: int8`` weights run the
+    float kernels: exact float results."""
+    monkeypatch.setenv("MB_SIMD", "avx")
+    f, odt, X, Q, S, _ = _quant_case(2, 11, 256, 4, 32, 7, "uint32", "float32", "float32", seed=5,
+                                     activation="int8")
+    _, lib = _build(f)
+    y = np.empty((2, 11), np.float32)
+    lib["f"](X, Q, S, y)
+    f2, _, _, _, _, exact = _quant_case(2, 11, 256, 4, 32, 7, "uint32", "float32", "float32", seed=5)
+    np.testing.assert_allclose(y, exact, rtol=2e-5, atol=2e-5 * np.abs(exact).max())
 
 
 # ---------------------------------------------------------------------------------------------

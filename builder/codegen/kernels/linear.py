@@ -27,6 +27,12 @@ Generated code (:func:`emit_linear`), for the host's widest vectors (:class:`Sim
   fast path of :meth:`GroupQuantDecoder.fast_chunk`: ``x`` is permuted once per call to the
   decoder's lane order, the scale is applied once per group and the zero point through
   per-group sums of ``x``;
+* **int8-activation GEMV** for 4-bit weights whose graph says ``activation_quantization=int8``
+  (``M <= 8``, hosts with AVX2; see :class:`schemas.GroupQuantization`): x is quantized once per
+  call to int8 per group (:class:`Int8Rows`), then per 64-column step and weight row one
+  32-byte load, two ``vpmaddubsw`` (nibbles x int8) and one ``vpmaddwd`` give eight int32
+  partial dots that are converted and accumulated with ``scale * d`` per lane -- about half
+  the instructions per weight of the float path (:meth:`_LinearEmitter._gemv_micro_i8`);
 * **GEMM** (larger ``M``): BLIS-style. For each panel of ``NR`` weight rows (2 vectors, 4 with
   32 registers) and each block of ``KC`` columns, the decoder unpacks the panel transposed into
   an L1-resident float32 buffer ``Bp[k][NR]`` (in-register VLxVL transposes); an ``MR x NR``
@@ -55,7 +61,7 @@ from ...ir import expr as E
 from ...ir import tir
 from ...ir.expr import PrimExpr, Var
 from ...ir.tir import Block, BlockRealize, Buffer, BufferLoad, BufferStore, PrimFunc
-from ..llvm_emit import F32, I1, I8, I32, I64, PTR, BufferExprEmitter, ModuleEmitter, mem_type, reg_type
+from ..llvm_emit import F32, I1, I8, I16, I32, I64, PTR, BufferExprEmitter, ModuleEmitter, mem_type, reg_type
 from .decode import DenseDecoder, GroupQuantDecoder, QUANT_STORAGE
 from .simd import KFunc, SimdInfo, vec
 
@@ -67,6 +73,7 @@ KERNEL_ATTR = "mb.kernel"
 TUNING = {
     "gemv_max_rows": 24,         # M <= this: GEMV path (float weights)
     "gemv_max_rows_q": 4,        # the same with quantized weights
+    "gemv_max_rows_qi": 8,       # the same when every weight takes the int8-activation GEMV
     "gemv_rows": 4,              # R: weight rows per GEMV tile
     "gemv_rows_q": 4,            # the same for packed 4 / 8-bit weights (8 spills with 16 registers)
     "kc_bytes": 0,               # packed panel KC x NR float32 bytes (0: 16 KiB, 32 KiB with 32 registers)
@@ -343,23 +350,39 @@ class _LinearEmitter:
         # per-group sums of x per distinct (bits, group_size)
         self.qkeys: list = []
         self.qfast: dict[int, tuple] = {}
+        # 4-bit weights whose graph allows int8 activations: integer GEMV (``_gemv_micro_i8``),
+        # one int8 copy of x per distinct group size
+        self.ikeys: list[int] = []
+        self.qint: dict[int, int] = {}
+        k_static = E.simplify(plan.params[plan.x].shape[-1])
         for w, d in enumerate(plan.weights):
+            if (d["format"] == "group" and d.get("activation") == "int8" and simd.int8_dot
+                    and isinstance(k_static, E.IntImm)
+                    and int8_gemv_supported(d["storage"], d["bits"], d["group_size"], k_static.value)):
+                if d["group_size"] not in self.ikeys:
+                    self.ikeys.append(d["group_size"])
+                self.qint[w] = d["group_size"]
+                continue
             if d["format"] == "group" and GroupQuantDecoder.fast_dot_supported(
                     d["storage"], d["bits"], d["group_size"], self.lanes):
                 key = (d["bits"], d["group_size"])
                 if key not in self.qkeys:
                     self.qkeys.append(key)
                 self.qfast[w] = key
-        if self.qfast:
+        self.K_static = k_static.value if isinstance(k_static, E.IntImm) else None
+        if self.qfast or self.qint:
             self.R = TUNING["gemv_rows_q"]
             self.MT = max(1, min(4, budget // self.R))
         self.MTq = max(1, min(4, budget // (2 * self.R)))
         if any(w["format"] == "group" for w in plan.weights):
             # GEMV re-decodes a tile's packed weights for every MT rows of x, GEMM once per
             # panel: the crossover comes earlier than for float weights
-            self.MG = min(self.MG, TUNING["gemv_max_rows_q"])
+            groups = [w for w, d in enumerate(plan.weights) if d["format"] == "group"]
+            cap = "gemv_max_rows_qi" if all(w in self.qint for w in groups) else "gemv_max_rows_q"
+            self.MG = min(self.MG, TUNING[cap])
         extra = ["M", "N", "K", "ntasks", "units"]
         extra += [f"xq{i}" for i in range(len(self.qkeys))] + [f"xs{i}" for i in range(len(self.qkeys))]
+        extra += [f"xi{i}" for i in range(len(self.ikeys))]
         self.ctx = _Ctx(len(func.params), len(sig.sym_vars), extra)
 
     # -- helpers --------------------------------------------------------------------------------
@@ -482,6 +505,7 @@ class _LinearEmitter:
                 kf.store(v, scratch, i, align=4)
             xf = scratch
         qbufs = self._prepare_quant_x(kf, xf, M, K)
+        ibufs = self._prepare_int8_x(kf, xf, M, K)
         # split the work
         nthreads = b.sext(b.call(kf.declare("mb_num_threads", I32, []), []), I64)
         macs = kf.mul(kf.mul(M, N), kf.smax(K, 1))
@@ -496,6 +520,8 @@ class _LinearEmitter:
         for i, (xq, xs) in enumerate(qbufs):
             values[f"xq{i}"] = b.ptrtoint(xq, I64)
             values[f"xs{i}"] = b.ptrtoint(xs, I64)
+        for i, xi in enumerate(ibufs):
+            values[f"xi{i}"] = b.ptrtoint(xi, I64)
         self.ctx.store(kf, slot, ptrs, syms, xf, values)
         task = b.select(use_gemv, gemv, gemm)
         par = kf.declare("mb_parallel_for", I32, [PTR, PTR, I64])
@@ -513,7 +539,7 @@ class _LinearEmitter:
         free = kf.declare("free", ir.VoidType(), [PTR])
         if scratch is not None:
             b.call(free, [scratch])
-        for xq, _ in qbufs:
+        for xq in [q for q, _ in qbufs] + ibufs:
             b.call(free, [xq])  # free(NULL) is a no-op
         b.ret(rc)
         kf.finish()
@@ -631,6 +657,8 @@ class _LinearEmitter:
         for w, key in self.qfast.items():
             i = self.qkeys.index(key)
             qx[w] = (b.inttoptr(st.extra[f"xq{i}"], PTR), b.inttoptr(st.extra[f"xs{i}"], PTR))
+        for w, gs in self.qint.items():
+            qx[w] = (b.inttoptr(st.extra[f"xi{self.ikeys.index(gs)}"], PTR), ir.Constant(PTR, None))
         null = ir.Constant(PTR, None)
 
         def rows(n0, rc):
@@ -659,6 +687,8 @@ class _LinearEmitter:
         fast = w in self.qfast
         MT = self.MTq if fast else self.MT
         key = f"mb.dot.{self._fmt_key(w)}.v{self.lanes}.mt{MT}.r{rc}" + (".q" if fast else "")
+        if w in self.qint:
+            return self._dot_fn_i8(w, rc)
         cache, fn = self._shared(key)
         if fn is not None:
             return fn
@@ -687,6 +717,173 @@ class _LinearEmitter:
         kf.b.ret_void()
         kf.finish()
         return fn
+
+    # int8-activation GEMV (4-bit weights, AVX2 integer multiply-adds) ---------------------------
+    def _prepare_int8_x(self, kf: KFunc, xf, M, K) -> list:
+        """For each group size of :attr:`ikeys`: a buffer (NULL unless ``M <= gemv_max_rows``)
+        holding, per row of x, the layout of :class:`Int8Rows`: x quantized to int8 per group
+        (``d = max|x| / 127``, ``q = rint(x * 127 / max|x|)``), each 64-column step in the
+        decoder's lane order (even columns, then odd), and per step and per 32-bit lane of the
+        step's dot product the group's ``d`` and ``sum q`` (the latter only in the group's
+        first lane, for the zero point)."""
+        out = []
+        b = kf.b
+        malloc = kf.declare("malloc", PTR, [I64])
+        small = b.icmp_signed("<=", M, kf.i64(self.MG))
+        f8, i8x8 = vec(F32, 8), vec(I32, 8)
+        for gs in self.ikeys:
+            lay = Int8Rows(self.K_static, gs)
+            slot = kf.alloca(PTR, name="xi")
+            b.store(ir.Constant(PTR, None), slot)
+
+            def fill(lay=lay, slot=slot, gs=gs):
+                b = kf.b
+                buf = b.call(malloc, [kf.smax(kf.mul(M, lay.row_bytes), 1)])
+                with kf.if_(b.icmp_unsigned("==", buf, ir.Constant(PTR, None)), "oomi"):
+                    b.ret(ir.Constant(I32, self.error_code))
+                b.store(buf, slot)
+                fabs = kf.declare("llvm.fabs.v8f32", f8, [f8])
+                fmax = kf.declare("llvm.maxnum.v8f32", f8, [f8, f8])
+                rmax = kf.declare("llvm.vector.reduce.fmax.v8f32", F32, [f8])
+                radd = kf.declare("llvm.vector.reduce.add.v8i32", I32, [i8x8])
+                rint8 = kf.declare("llvm.rint.v8f32", f8, [f8])
+                f64v, i64v = vec(F32, 64), vec(I32, 64)
+                rint64 = kf.declare("llvm.rint.v64f32", f64v, [f64v])
+                with kf.loop(0, M, 1, "im") as m:
+                    xrow = kf.gep(xf, kf.mul(m, K), F32)
+                    row = kf.gep(buf, kf.mul(m, lay.row_bytes), I8)
+                    dptr = kf.gep(row, kf.i64(lay.d_off), I8)
+                    iptr = kf.gep(row, kf.i64(lay.inv_off), I8)
+                    sptr = kf.gep(row, kf.i64(lay.sum_off), I8)
+                    # pass 1, per group: d, 1/d and sum q
+                    with kf.loop(0, lay.groups, 1, "ig") as g:
+                        base = kf.gep(xrow, kf.mul(g, gs), F32)
+                        amax = ir.Constant(f8, [0.0] * 8)
+                        for j in range(0, gs, 8):
+                            v = kf.load(f8, base, kf.i64(j), align=4)
+                            amax = b.call(fmax, [amax, b.call(fabs, [v])])
+                        a = b.call(rmax, [amax])
+                        d = b.fdiv(a, ir.Constant(F32, 127.0))
+                        pos = b.fcmp_ordered(">", a, ir.Constant(F32, 0.0))
+                        inv = b.select(pos, b.fdiv(ir.Constant(F32, 127.0), a), ir.Constant(F32, 0.0))
+                        invv = kf.splat(inv, 8)
+                        qs = ir.Constant(i8x8, [0] * 8)
+                        for j in range(0, gs, 8):
+                            v = kf.load(f8, base, kf.i64(j), align=4)
+                            qs = b.add(qs, b.fptosi(b.call(rint8, [b.fmul(v, invv)]), i8x8))
+                        kf.store(d, dptr, g, align=4)
+                        kf.store(inv, iptr, g, align=4)
+                        kf.store(b.call(radd, [qs]), sptr, g, align=4)
+                    # pass 2, per 64-column step: the permuted int8 values and the lane tables
+                    ng = max(1, 64 // gs)
+                    with kf.loop(0, lay.steps, 1, "is") as st:
+                        x64 = kf.load(f64v, xrow, kf.mul(st, 64), align=4)
+                        g0 = kf.sdiv(kf.mul(st, 64), gs)
+                        iv = kf.load(vec(F32, ng), iptr, g0, align=4)
+                        invs = b.shuffle_vector(iv, ir.Constant(iv.type, ir.Undefined),
+                                                ir.Constant(vec(I32, 64), [j // gs if gs < 64 else 0
+                                                                           for j in range(64)]))
+                        q = b.trunc(b.fptosi(b.call(rint64, [b.fmul(x64, invs)]), i64v), vec(I8, 64))
+                        perm = [2 * j for j in range(32)] + [2 * j + 1 for j in range(32)]
+                        q = b.shuffle_vector(q, ir.Constant(q.type, ir.Undefined),
+                                             ir.Constant(vec(I32, 64), perm))
+                        kf.store(q, row, kf.mul(st, 64), align=1)
+                        lane_g = [(8 * i) // gs if gs < 64 else 0 for i in range(8)]
+                        dv = kf.load(vec(F32, ng), dptr, g0, align=4)
+                        dl = b.shuffle_vector(dv, ir.Constant(dv.type, ir.Undefined),
+                                              ir.Constant(vec(I32, 8), lane_g))
+                        kf.store(dl, kf.gep(row, kf.i64(lay.xsv_off), I8), kf.mul(st, 8), align=4)
+                        sv = kf.load(vec(I32, ng), sptr, g0, align=4)
+                        first = [lane_g[i] if (8 * i) % gs == 0 else ng for i in range(8)]
+                        sl = b.shuffle_vector(sv, ir.Constant(sv.type, [0] * ng),
+                                              ir.Constant(vec(I32, 8), first))
+                        if gs > 64:  # a group spans several steps: only its first one counts
+                            starts = b.icmp_signed("==", b.srem(kf.mul(st, 64), kf.i64(gs)), kf.i64(0))
+                            sl = b.select(starts, sl, ir.Constant(i8x8, [0] * 8))
+                        kf.store(sl, kf.gep(row, kf.i64(lay.xsum_off), I8), kf.mul(st, 8), align=4)
+
+            with kf.if_(small, "ix"):
+                fill()
+            out.append(b.load(slot, typ=PTR))
+        return out
+
+    def _dot_fn_i8(self, w: int, rc: int) -> ir.Function:
+        """:meth:`_dot_fn` for a weight of :attr:`qint` (``xq`` is its int8 buffer)."""
+        gs = self.qint[w]
+        key = f"mb.dot.{self._fmt_key(w)}.i8.k{self.K_static}.r{rc}"
+        cache, fn = self._shared(key)
+        if fn is not None:
+            return fn
+        fn = self._shared_function(key, ir.VoidType(),
+                                   [PTR, PTR, I64, I64, PTR, PTR, PTR, I64, I64, I64, PTR])
+        cache[key] = fn
+        kf = KFunc(self.module, fn)
+        p0, p1, ld0, ld1, xf, xi, _xs, M, K, n0, res = fn.args
+        for a in (p0, p1, xf, xi, res):
+            a.add_attribute("noalias")
+        dec = self._decoder(w, p0, p1, ld0, ld1)
+        rows = [dec.row(kf, kf.add(n0, r) if r else n0) for r in range(rc)]
+        lay = Int8Rows(self.K_static, gs)
+        with kf.loop(0, M, 1, "m") as m:
+            self._gemv_micro_i8(kf, dec, rows, xf, kf.gep(xi, kf.mul(m, lay.row_bytes), I8), lay,
+                                K, m, rc, res)
+        kf.b.ret_void()
+        kf.finish()
+        return fn
+
+    def _gemv_micro_i8(self, kf, dec, rows, xf, xrow, lay: "Int8Rows", K, m, rc: int, res) -> None:
+        """``res[m * rc + r] = sum_k x[m, k] W[r, k]`` for the ``rc`` rows with int8 x: per
+        64-column step and row, ``vpmaddubsw`` of the unpacked nibbles (0..15, unsigned) with
+        the int8 values (no saturation: 2 * 15 * 127 < 2**15), the even- and odd-column halves
+        added, ``vpmaddwd`` by ones into eight int32 lanes of 8 columns each, minus
+        ``zero_point * sum q`` of the group in its first lane, converted to float and
+        accumulated with ``scale * d`` per lane. Columns past the last whole step: float x and
+        :meth:`GroupQuantDecoder.scalar`."""
+        b = kf.b
+        gs = lay.group_size
+        i8v, i16v, i32v, f8 = vec(I8, 32), vec(I16, 16), vec(I32, 8), vec(F32, 8)
+        maddubs = kf.declare("llvm.x86.avx2.pmadd.ub.sw", i16v, [i8v, i8v])
+        maddwd = kf.declare("llvm.x86.avx2.pmadd.wd", i32v, [i16v, i16v])
+        ones = ir.Constant(i16v, [1] * 16)
+        low = ir.Constant(i8v, [15] * 32)
+        four = ir.Constant(i8v, [4] * 32)
+        zpv = ir.Constant(i32v, [dec.zero_point] * 8)
+        ng = max(1, 64 // gs)
+        lane_g = ir.Constant(vec(I32, 8), [(8 * i) // gs if gs < 64 else 0 for i in range(8)])
+        accs = [kf.alloca(f8, name="iacc") for _ in range(rc)]
+        for a in accs:
+            b.store(kf.fzero(8), a)
+        xsvp = kf.gep(xrow, kf.i64(lay.xsv_off), I8)
+        xsump = kf.gep(xrow, kf.i64(lay.xsum_off), I8)
+        st_t = dec.st
+        with kf.loop(0, lay.steps, 1, "ks") as s:
+            xo = kf.mul(s, 64)
+            xlo = kf.load(i8v, xrow, xo, align=1)
+            xhi = kf.load(i8v, xrow, kf.add(xo, 32), align=1)
+            xsv = kf.load(f8, xsvp, kf.mul(s, 8), align=4)
+            zc = b.mul(kf.load(i32v, xsump, kf.mul(s, 8), align=4), zpv)
+            g0 = kf.sdiv(xo, gs)
+            for r in range(rc):
+                wv = kf.load(i8v, kf.gep(rows[r][0], kf.mul(s, 32), I8), None, align=1)
+                lo = b.and_(wv, low)
+                hi = b.lshr(wv, four)
+                p = b.add(b.call(maddubs, [lo, xlo]), b.call(maddubs, [hi, xhi]))
+                dot = b.sub(b.call(maddwd, [p, ones]), zc)
+                raw = kf.load(vec(st_t, ng), rows[r][1], g0, align=4 if st_t == F32 else 2)
+                sc = kf.widen(b.shuffle_vector(raw, ir.Constant(raw.type, ir.Undefined), lane_g),
+                              dec.scale_dtype)
+                b.store(kf.fma(b.sitofp(dot, f8), b.fmul(sc, xsv, flags=KFunc.FM),
+                               b.load(accs[r], typ=f8)), accs[r])
+        sums = [kf.alloca(F32, name="is") for _ in range(rc)]
+        for r in range(rc):
+            b.store(kf.hsum(b.load(accs[r], typ=f8)), sums[r])
+        xr = kf.gep(xf, kf.mul(m, K), F32)
+        with kf.loop(lay.steps * 64, K, 1, "it") as k:
+            xv = kf.load(F32, xr, k, align=4)
+            for r in range(rc):
+                b.store(kf.fma(xv, dec.scalar(kf, rows[r], k), b.load(sums[r], typ=F32)), sums[r])
+        for r in range(rc):
+            kf.store(b.load(sums[r], typ=F32), res, kf.add(kf.mul(m, rc), r))
 
     def _gemv_micro_q(self, kf, dec, rows, xf, xq, xs, K, m0, t: int, rc: int, res) -> None:
         """GEMV tile over packed 4/8-bit rows (:meth:`GroupQuantDecoder.fast_chunk`)."""
@@ -972,6 +1169,63 @@ class _LinearEmitter:
                 b.call(self.epi_fn, [ctx, m, n0, nr_eff] + accs)
         b.call(free, [raw])
         b.ret(ir.Constant(I32, 0))
+
+
+def int8_gemv_supported(storage: str, bits: int, group_size: int, k: int) -> bool:
+    """Whether the int8-activation GEMV applies: 4-bit values in unsigned words, groups that
+    tile 64-column steps (``group_size`` a multiple of 8 dividing 64, or a multiple of 64) and
+    at least one whole step of ``k`` columns."""
+    if storage not in ("uint8", "uint16", "uint32") or bits != 4 or group_size % 8:
+        return False
+    if 64 % group_size and group_size % 64:
+        return False
+    return Int8Rows(k, group_size).steps > 0
+
+
+@dataclass(frozen=True)
+class Int8Rows:
+    """Byte layout of one row of x in the int8-activation buffer (``k`` columns, groups of
+    ``group_size``): ``steps`` = whole 64-column steps inside whole groups; int8 values
+    (``steps * 64`` bytes, each step even columns then odd), ``xsv`` (``steps * 8`` float32:
+    per step and 32-bit lane, the group's ``d``), ``xsum`` (``steps * 8`` int32: the group's
+    ``sum q`` in its first lane, else 0), then per covered group ``d``, ``1/d`` (float32) and
+    ``sum q`` (int32)."""
+
+    k: int
+    group_size: int
+
+    @property
+    def steps(self) -> int:
+        return (self.k // self.group_size) * self.group_size // 64
+
+    @property
+    def groups(self) -> int:
+        return self.steps * 64 // self.group_size
+
+    @property
+    def xsv_off(self) -> int:
+        return self.steps * 64
+
+    @property
+    def xsum_off(self) -> int:
+        return self.steps * 96
+
+    @property
+    def d_off(self) -> int:
+        return self.steps * 128
+
+    @property
+    def inv_off(self) -> int:
+        return self.d_off + 4 * self.groups + 4 * max(1, 64 // self.group_size)
+
+    @property
+    def sum_off(self) -> int:
+        return self.inv_off + 4 * self.groups + 4 * max(1, 64 // self.group_size)
+
+    @property
+    def row_bytes(self) -> int:
+        end = self.sum_off + 4 * self.groups + 4 * max(1, 64 // self.group_size)
+        return -(-end // 64) * 64
 
 
 @dataclass

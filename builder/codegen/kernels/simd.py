@@ -20,7 +20,8 @@ testing the fallbacks on a bigger machine; ``MB_SIMD_SHAPE`` (``avx512``, ``avx2
 ``neon``) forces the kernels' vector shape (lanes, register budget) whatever the target, so the
 16-lane AVX-512 kernels can be run and checked on an AVX2 host (LLVM splits the vectors). 16-bit float weights are widened in registers:
 ``fpext <N x half>`` (one ``vcvtph2ps`` with F16C; a libgcc call per element without) and a
-shift for bfloat16.
+shift for bfloat16. ``int8_dot`` marks hosts with AVX2 integer multiply-adds (the
+int8-activation GEMV uses them on 256-bit vectors, also on AVX-512 hosts).
 
 :class:`KFunc` wraps one LLVM function under construction: an ``entry`` block for
 ``alloca``\\ s (promoted to registers by SROA), structured loops with phi induction variables,
@@ -51,6 +52,7 @@ class SimdInfo:
     registers: int
     f16c: bool = False
     avx512bf16: bool = False
+    int8_dot: bool = False    # AVX2 integer multiply-adds (vpmaddubsw / vpmaddwd on 256 bits)
 
     @property
     def usable(self) -> bool:
@@ -63,10 +65,11 @@ class SimdInfo:
         feats = {f[1:] for f in features.split(",") if f.startswith("+")}
         arch = triple.split("-")[0]
         if arch in ("x86_64", "amd64"):
+            i8 = "avx2" in feats
             if "avx512f" in feats and "avx512bw" in feats and "avx512vl" in feats:
-                info = cls("avx512", 16, 32, "f16c" in feats, "avx512bf16" in feats)
+                info = cls("avx512", 16, 32, "f16c" in feats, "avx512bf16" in feats, i8)
             elif "avx2" in feats and "fma" in feats:
-                info = cls("avx2", 8, 16, "f16c" in feats)
+                info = cls("avx2", 8, 16, "f16c" in feats, int8_dot=i8)
             elif "avx" in feats:
                 info = cls("avx", 8, 16, "f16c" in feats)
             else:
@@ -84,7 +87,7 @@ class SimdInfo:
             if shape not in shapes:
                 raise ValueError(f"MB_SIMD_SHAPE must be one of {', '.join(shapes)}, got {shape!r}")
             name, lanes, regs = shapes[shape]
-            return cls(name, lanes, regs, info.f16c, info.avx512bf16)
+            return cls(name, lanes, regs, info.f16c, info.avx512bf16, info.int8_dot)
         cap = os.environ.get("MB_SIMD", "").strip().lower()
         if cap:
             if cap not in _ORDER:
@@ -92,7 +95,7 @@ class SimdInfo:
             if _ORDER.index(cap) < _ORDER.index(info.name):
                 info = {"scalar": cls("scalar", 1, 0), "sse": cls("sse", 4, 16),
                         "neon": cls("neon", 4, 32, True), "avx": cls("avx", 8, 16, info.f16c),
-                        "avx2": cls("avx2", 8, 16, info.f16c)}.get(cap, info)
+                        "avx2": cls("avx2", 8, 16, info.f16c, int8_dot=info.int8_dot)}.get(cap, info)
         return info
 
 
