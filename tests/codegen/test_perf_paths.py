@@ -647,6 +647,17 @@ def test_other_vector_shapes_run_correctly(shape, monkeypatch):
         y = np.empty((M, 37), np.float16)
         fq["f"](X, Q, S, y)
         np.testing.assert_allclose(y.astype(np.float32), ref, rtol=4e-3, atol=4e-3 * np.abs(ref).max())
+    if not HOST_SIMD.int8_dot:
+        return
+    fi = None
+    for M in (1, 5, 8):   # the int8-activation GEMV inside 16- / 4-lane kernels
+        f3, odt, X, Q, S, ref = _quant_case(M, 21, 320, 4, 32, 7, "uint32", "float32", "float32", M,
+                                            activation="int8")
+        if fi is None:
+            _, fi = _build(f3)
+        y = np.empty((M, 21), np.float32)
+        fi["f"](X, Q, S, y)
+        np.testing.assert_allclose(y, ref, rtol=2e-5, atol=2e-5 * np.abs(ref).max())
 
 
 def test_legalize_alone_uses_the_matmul_kernels():
