@@ -75,7 +75,7 @@ FORMATS = {
     "q4f16_1": ["dtype=float16", "quantization=q4f16_1"],
     "q4f32_1": ["dtype=float32", "quantization=q4f32_1"],
     "q8f32_1": ["dtype=float32", "quantization=q8f32_1"],
-    # the same 4-bit weights with int8 activations in the GEMV (batch <= 4; see
+    # the same 4-bit weights with int8 activations in the GEMV (batch <= 32; see
     # schemas.GroupQuantization.activation_quantization): llama.cpp / onnxruntime accuracy_level=4
     "q4f16_1+a8": ["dtype=float16", "quantization=q4f16_1", "quantization.activation_quantization=int8"],
     "q4f32_1+a8": ["dtype=float32", "quantization=q4f32_1", "quantization.activation_quantization=int8"],

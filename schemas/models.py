@@ -197,14 +197,14 @@ class GroupQuantization(StrictModel):
     ``q_scale`` (out, padded_in / group_size) in ``model_dtype``: the NK layout. ``exclude`` lists
     module-path globs (``lm_head``, ``*.norm*``) kept in ``model_dtype``.
 
-    ``activation_quantization: int8`` lets the batch-1..4 matmul kernels (GEMV) of 4-bit weights
-    quantize the activations too: symmetric int8 per group of ``group_size`` inputs
+    ``activation_quantization: int8`` lets the matmul kernels of 4-bit weights quantize the
+    activations too (batch up to 32, the integer GEMV; larger batches run the float GEMM): symmetric int8 per group of ``group_size`` inputs
     (``d = max|x| / 127``, ``x_q = round(x / d)``), integer dot products per group, then
     ``scale * d * (sum x_q * q - zero_point * sum x_q)`` -- llama.cpp's Q4_0 x Q8_0 and
     onnxruntime MatMulNBits ``accuracy_level=4``. It adds about 0.5% relative error (far below
     4-bit weight error) and reads the weights about twice as fast on AVX2; ``none`` (the
-    default, MLC-LLM's semantics) keeps float activations. Hosts without AVX2, 8-bit weights
-    and larger batches always use float activations.
+    default, MLC-LLM's semantics) keeps float activations. Hosts without AVX2 and 8-bit weights
+    always use float activations.
 
     Raises (validation): ``group_size`` not positive or not divisible by ``elements_per_word``.
     """

@@ -28,11 +28,12 @@ Generated code (:func:`emit_linear`), for the host's widest vectors (:class:`Sim
   decoder's lane order, the scale is applied once per group and the zero point through
   per-group sums of ``x``;
 * **int8-activation GEMV** for 4-bit weights whose graph says ``activation_quantization=int8``
-  (``M <= 8``, hosts with AVX2; see :class:`schemas.GroupQuantization`): x is quantized once per
-  call to int8 per group (:class:`Int8Rows`), then per 64-column step and weight row one
-  32-byte load, two ``vpmaddubsw`` (nibbles x int8) and one ``vpmaddwd`` give eight int32
-  partial dots that are converted and accumulated with ``scale * d`` per lane -- about half
-  the instructions per weight of the float path (:meth:`_LinearEmitter._gemv_micro_i8`);
+  (``M <= gemv_max_rows_qi`` = 32, hosts with AVX2; see :class:`schemas.GroupQuantization`): x
+  is quantized once per call to int8 per group (:class:`Int8Rows`), then per 64-column step
+  and weight row one 32-byte load and, per input row (2 at a time, 4 with 32 registers), two
+  ``vpmaddubsw`` (nibbles x int8) and one ``vpmaddwd`` give eight int32 partial dots that are
+  converted and accumulated with ``scale * d`` per lane -- about half the instructions per
+  weight of the float path (:meth:`_LinearEmitter._gemv_micro_i8`);
 * **GEMM** (larger ``M``): BLIS-style. For each panel of ``NR`` weight rows (2 vectors, 4 with
   32 registers) and each block of ``KC`` columns, the decoder unpacks the panel transposed into
   an L1-resident float32 buffer ``Bp[k][NR]`` (in-register VLxVL transposes); an ``MR x NR``
@@ -73,7 +74,8 @@ KERNEL_ATTR = "mb.kernel"
 TUNING = {
     "gemv_max_rows": 24,         # M <= this: GEMV path (float weights)
     "gemv_max_rows_q": 4,        # the same with quantized weights
-    "gemv_max_rows_qi": 8,       # the same when every weight takes the int8-activation GEMV
+    "gemv_max_rows_qi": 32,      # M <= this: int8-activation GEMV (when every weight takes it)
+    "gemv_rows_x_i8": 0,         # input rows per int8 GEMV tile (0: 2, 4 with 32 registers)
     "gemv_rows": 4,              # R: weight rows per GEMV tile
     "gemv_rows_q": 4,            # the same for packed 4 / 8-bit weights (8 spills with 16 registers)
     "kc_bytes": 0,               # packed panel KC x NR float32 bytes (0: 16 KiB, 32 KiB with 32 registers)
@@ -374,12 +376,15 @@ class _LinearEmitter:
             self.R = TUNING["gemv_rows_q"]
             self.MT = max(1, min(4, budget // self.R))
         self.MTq = max(1, min(4, budget // (2 * self.R)))
+        self.MTi = TUNING["gemv_rows_x_i8"] or (4 if regs >= 32 else 2)
         if any(w["format"] == "group" for w in plan.weights):
             # GEMV re-decodes a tile's packed weights for every MT rows of x, GEMM once per
             # panel: the crossover comes earlier than for float weights
             groups = [w for w, d in enumerate(plan.weights) if d["format"] == "group"]
-            cap = "gemv_max_rows_qi" if all(w in self.qint for w in groups) else "gemv_max_rows_q"
-            self.MG = min(self.MG, TUNING[cap])
+            if all(w in self.qint for w in groups):
+                self.MG = TUNING["gemv_max_rows_qi"]
+            else:
+                self.MG = min(self.MG, TUNING["gemv_max_rows_q"])
         extra = ["M", "N", "K", "ntasks", "units"]
         extra += [f"xq{i}" for i in range(len(self.qkeys))] + [f"xs{i}" for i in range(len(self.qkeys))]
         extra += [f"xi{i}" for i in range(len(self.ikeys))]
@@ -808,9 +813,11 @@ class _LinearEmitter:
         return out
 
     def _dot_fn_i8(self, w: int, rc: int) -> ir.Function:
-        """:meth:`_dot_fn` for a weight of :attr:`qint` (``xq`` is its int8 buffer)."""
+        """:meth:`_dot_fn` for a weight of :attr:`qint` (``xq`` is its int8 buffer): tiles of
+        ``rc`` weight rows x up to :attr:`MTi` input rows."""
         gs = self.qint[w]
-        key = f"mb.dot.{self._fmt_key(w)}.i8.k{self.K_static}.r{rc}"
+        T = self.MTi
+        key = f"mb.dot.{self._fmt_key(w)}.i8.k{self.K_static}.mt{T}.r{rc}"
         cache, fn = self._shared(key)
         if fn is not None:
             return fn
@@ -824,20 +831,27 @@ class _LinearEmitter:
         dec = self._decoder(w, p0, p1, ld0, ld1)
         rows = [dec.row(kf, kf.add(n0, r) if r else n0) for r in range(rc)]
         lay = Int8Rows(self.K_static, gs)
-        with kf.loop(0, M, 1, "m") as m:
-            self._gemv_micro_i8(kf, dec, rows, xf, kf.gep(xi, kf.mul(m, lay.row_bytes), I8), lay,
-                                K, m, rc, res)
+        with kf.loop(0, M, T, "m0") as m0:
+            mt = kf.smin(kf.sub(M, m0), T)
+            cases = {t: (lambda t=t: self._gemv_micro_i8(kf, dec, rows, xf, xi, lay, K, m0, t, rc, res))
+                     for t in range(1, T + 1)}
+            if T == 1:
+                cases[1]()
+            else:
+                kf.switch_const(mt, cases, "mt")
         kf.b.ret_void()
         kf.finish()
         return fn
 
-    def _gemv_micro_i8(self, kf, dec, rows, xf, xrow, lay: "Int8Rows", K, m, rc: int, res) -> None:
-        """``res[m * rc + r] = sum_k x[m, k] W[r, k]`` for the ``rc`` rows with int8 x: per
-        64-column step and row, ``vpmaddubsw`` of the unpacked nibbles (0..15, unsigned) with
-        the int8 values (no saturation: 2 * 15 * 127 < 2**15), the even- and odd-column halves
-        added, ``vpmaddwd`` by ones into eight int32 lanes of 8 columns each, minus
-        ``zero_point * sum q`` of the group in its first lane, converted to float and
-        accumulated with ``scale * d`` per lane. Columns past the last whole step: float x and
+    def _gemv_micro_i8(self, kf, dec, rows, xf, xi, lay: "Int8Rows", K, m0, t: int, rc: int,
+                       res) -> None:
+        """``res[m * rc + r] = sum_k x[m, k] W[r, k]`` for the ``rc`` weight rows and the ``t``
+        input rows from ``m0``, with int8 x: per 64-column step, each weight row is loaded and
+        unpacked once (nibbles 0..15, unsigned) and, per input row, two ``vpmaddubsw`` with the
+        int8 values (no saturation: 2 * 15 * 127 < 2**15), the even- and odd-column halves
+        added, ``vpmaddwd`` by ones into eight int32 partial dots of 8 columns each, minus
+        ``zero_point * sum q`` of those columns, converted to float and accumulated with
+        ``scale * d`` per lane. Columns past the last whole step: float x and
         :meth:`GroupQuantDecoder.scalar`."""
         b = kf.b
         gs = lay.group_size
@@ -850,40 +864,49 @@ class _LinearEmitter:
         zpv = ir.Constant(i32v, [dec.zero_point] * 8)
         ng = max(1, 64 // gs)
         lane_g = ir.Constant(vec(I32, 8), [(8 * i) // gs if gs < 64 else 0 for i in range(8)])
-        accs = [kf.alloca(f8, name="iacc") for _ in range(rc)]
-        for a in accs:
-            b.store(kf.fzero(8), a)
-        xsvp = kf.gep(xrow, kf.i64(lay.xsv_off), I8)
-        xsump = kf.gep(xrow, kf.i64(lay.xsum_off), I8)
+        ms = [kf.add(m0, i) if i else m0 for i in range(t)]
+        xrows = [kf.gep(xi, kf.mul(m, lay.row_bytes), I8) for m in ms]
+        accs = [[kf.alloca(f8, name="iacc") for _ in range(t)] for _ in range(rc)]
+        for r in range(rc):
+            for i in range(t):
+                b.store(kf.fzero(8), accs[r][i])
         st_t = dec.st
         with kf.loop(0, lay.steps, 1, "ks") as s:
             xo = kf.mul(s, 64)
-            xlo = kf.load(i8v, xrow, xo, align=1)
-            xhi = kf.load(i8v, xrow, kf.add(xo, 32), align=1)
-            xsv = kf.load(f8, xsvp, kf.mul(s, 8), align=4)
-            zc = b.mul(kf.load(i32v, xsump, kf.mul(s, 8), align=4), zpv)
+            lo8 = kf.mul(s, 8)
+            xs = []
+            for xr in xrows:
+                xlo = kf.load(i8v, xr, xo, align=1)
+                xhi = kf.load(i8v, xr, kf.add(xo, 32), align=1)
+                xsv = kf.load(f8, kf.gep(xr, kf.i64(lay.xsv_off), I8), lo8, align=4)
+                zc = b.mul(kf.load(i32v, kf.gep(xr, kf.i64(lay.xsum_off), I8), lo8, align=4), zpv)
+                xs.append((xlo, xhi, xsv, zc))
             g0 = kf.sdiv(xo, gs)
             for r in range(rc):
                 wv = kf.load(i8v, kf.gep(rows[r][0], kf.mul(s, 32), I8), None, align=1)
                 lo = b.and_(wv, low)
                 hi = b.lshr(wv, four)
-                p = b.add(b.call(maddubs, [lo, xlo]), b.call(maddubs, [hi, xhi]))
-                dot = b.sub(b.call(maddwd, [p, ones]), zc)
                 raw = kf.load(vec(st_t, ng), rows[r][1], g0, align=4 if st_t == F32 else 2)
                 sc = kf.widen(b.shuffle_vector(raw, ir.Constant(raw.type, ir.Undefined), lane_g),
                               dec.scale_dtype)
-                b.store(kf.fma(b.sitofp(dot, f8), b.fmul(sc, xsv, flags=KFunc.FM),
-                               b.load(accs[r], typ=f8)), accs[r])
-        sums = [kf.alloca(F32, name="is") for _ in range(rc)]
+                for i, (xlo, xhi, xsv, zc) in enumerate(xs):
+                    p = b.add(b.call(maddubs, [lo, xlo]), b.call(maddubs, [hi, xhi]))
+                    dot = b.sub(b.call(maddwd, [p, ones]), zc)
+                    b.store(kf.fma(b.sitofp(dot, f8), b.fmul(sc, xsv, flags=KFunc.FM),
+                                   b.load(accs[r][i], typ=f8)), accs[r][i])
+        sums = [[kf.alloca(F32, name="is") for _ in range(t)] for _ in range(rc)]
         for r in range(rc):
-            b.store(kf.hsum(b.load(accs[r], typ=f8)), sums[r])
-        xr = kf.gep(xf, kf.mul(m, K), F32)
+            for i in range(t):
+                b.store(kf.hsum(b.load(accs[r][i], typ=f8)), sums[r][i])
         with kf.loop(lay.steps * 64, K, 1, "it") as k:
-            xv = kf.load(F32, xr, k, align=4)
+            xv = [kf.load(F32, xf, kf.add(kf.mul(m, K), k), align=4) for m in ms]
             for r in range(rc):
-                b.store(kf.fma(xv, dec.scalar(kf, rows[r], k), b.load(sums[r], typ=F32)), sums[r])
+                wk = dec.scalar(kf, rows[r], k)
+                for i in range(t):
+                    b.store(kf.fma(xv[i], wk, b.load(sums[r][i], typ=F32)), sums[r][i])
         for r in range(rc):
-            kf.store(b.load(sums[r], typ=F32), res, kf.add(kf.mul(m, rc), r))
+            for i in range(t):
+                kf.store(b.load(sums[r][i], typ=F32), res, kf.add(kf.mul(ms[i], rc), r))
 
     def _gemv_micro_q(self, kf, dec, rows, xf, xq, xs, K, m0, t: int, rc: int, res) -> None:
         """GEMV tile over packed 4/8-bit rows (:meth:`GroupQuantDecoder.fast_chunk`)."""
