@@ -7,7 +7,8 @@ float32 in the same process, and against the memory floor.
 
 For each weight format (``dtype=float32``, ``float16``, ``bfloat16``; the quantization presets
 ``q4f16_1``, ``q4f32_1``, ``q8f32_1`` when the recipe schema knows them -- a preset that does
-not build is skipped with a note) the recipe is built, given random weights, and
+not build is skipped with a note; ``q4f16_1+a8`` / ``q4f32_1+a8``: the same with
+``quantization.activation_quantization=int8``) the recipe is built, given random weights, and
 ``forward(x)`` is timed at each batch size, interleaved run by run with numpy computing
 ``y = (silu(x @ Wg.T) * (x @ Wu.T)) @ Wd.T`` in float32. Reported per row: medians of
 ``--runs`` runs after ``--warmup`` runs (ms), the ratio ours / numpy, what was achieved
@@ -386,9 +387,11 @@ def verdict(row, bw: float) -> str:
             parts.append(f"memory-bound: alone, ours reads {row['bytes'] / 1e6:.0f} MB at {gbs:.1f} GB/s "
                          f"({frac:.0%} of the {bw:.1f} GB/s floor)")
         else:
+            how = ("unpacked and multiplied with int8 x (vpmaddubsw)" if row["format"].endswith("+a8")
+                   else "unpacked, widened to float32 and multiplied")
             parts.append(f"bound by decoding the weights: alone, {row['bytes'] / 1e6:.0f} MB at "
                          f"{gbs:.1f} GB/s is {frac:.0%} of the {bw:.1f} GB/s floor, {gws:.1f} G "
-                         "weights/s unpacked, widened to float32 and multiplied")
+                         f"weights/s {how}")
         parts.append(f"numpy reads 541 MB at {row['np_gbs']:.1f} GB/s, so the target needs "
                      f"{need_ms:.2f} ms = {row['bytes'] / (need_ms / 1e3) / 1e9:.1f} GB/s")
     else:
