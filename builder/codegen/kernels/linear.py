@@ -686,14 +686,19 @@ class _LinearEmitter:
             kf.if_else(full, lambda: rows(n0, R), partial, "gtile")
 
     def _dot_fn(self, w: int, rc: int) -> ir.Function:
-        """``void dot(ptr w0, ptr w1, i64 ld0, i64 ld1, ptr xf, i64 M, i64 K, i64 n0, ptr res)``:
-        ``res[m * rc + r] = sum_k xf[m, k] W[n0 + r, k]`` for ``m < M`` (``M <= gemv_max_rows``)
-        and ``r < rc``; shared by every kernel of the module with this weight format."""
-        fast = w in self.qfast
-        MT = self.MTq if fast else self.MT
-        key = f"mb.dot.{self._fmt_key(w)}.v{self.lanes}.mt{MT}.r{rc}" + (".q" if fast else "")
+        """``void dot(ptr w0, ptr w1, i64 ld0, i64 ld1, ptr xf, ptr xq, ptr xs, i64 M, i64 K,
+        i64 n0, ptr res)``: ``res[m * rc + r] = sum_k xf[m, k] W[n0 + r, k]`` for ``m < M``
+        (``M <= gemv_max_rows``) and ``r < rc``, in tiles of ``rc`` weight rows x ``MT`` input
+        rows; ``xq`` / ``xs`` are the prepared copies of x of the packed fast path (permuted x
+        and group sums) or the int8-activation path (its :class:`Int8Rows` buffer). Shared by
+        every kernel of the module with this weight format."""
         if w in self.qint:
-            return self._dot_fn_i8(w, rc)
+            MT, tag = self.MTi, f".i8.k{self.K_static}"
+        elif w in self.qfast:
+            MT, tag = self.MTq, ".q"
+        else:
+            MT, tag = self.MT, ""
+        key = f"mb.dot.{self._fmt_key(w)}.v{self.lanes}.mt{MT}.r{rc}{tag}"
         cache, fn = self._shared(key)
         if fn is not None:
             return fn
@@ -706,19 +711,25 @@ class _LinearEmitter:
             a.add_attribute("noalias")
         dec = self._decoder(w, p0, p1, ld0, ld1)
         rows = [dec.row(kf, kf.add(n0, r) if r else n0) for r in range(rc)]
-        kv = dec.vec_limit(kf, K)
+        if w in self.qint:
+            lay = Int8Rows(self.K_static, self.qint[w])
+
+            def micro(m0, t):
+                self._gemv_micro_i8(kf, dec, rows, xf, xq, lay, K, m0, t, rc, res)
+        elif w in self.qfast:
+            def micro(m0, t):
+                self._gemv_micro_q(kf, dec, rows, xf, xq, xs, K, m0, t, rc, res)
+        else:
+            kv = dec.vec_limit(kf, K)
+
+            def micro(m0, t):
+                self._gemv_micro(kf, dec, rows, xf, K, kv, m0, t, rc, res)
         with kf.loop(0, M, MT, "m0") as m0:
             mt = kf.smin(kf.sub(M, m0), MT)
-            if fast:
-                cases = {t: (lambda t=t: self._gemv_micro_q(kf, dec, rows, xf, xq, xs, K, m0, t, rc, res))
-                         for t in range(1, MT + 1)}
-            else:
-                cases = {t: (lambda t=t: self._gemv_micro(kf, dec, rows, xf, K, kv, m0, t, rc, res))
-                         for t in range(1, MT + 1)}
             if MT == 1:
-                cases[1]()
+                micro(m0, 1)
             else:
-                kf.switch_const(mt, cases, "mt")
+                kf.switch_const(mt, {t: (lambda t=t: micro(m0, t)) for t in range(1, MT + 1)}, "mt")
         kf.b.ret_void()
         kf.finish()
         return fn
@@ -811,37 +822,6 @@ class _LinearEmitter:
                 fill()
             out.append(b.load(slot, typ=PTR))
         return out
-
-    def _dot_fn_i8(self, w: int, rc: int) -> ir.Function:
-        """:meth:`_dot_fn` for a weight of :attr:`qint` (``xq`` is its int8 buffer): tiles of
-        ``rc`` weight rows x up to :attr:`MTi` input rows."""
-        gs = self.qint[w]
-        T = self.MTi
-        key = f"mb.dot.{self._fmt_key(w)}.i8.k{self.K_static}.mt{T}.r{rc}"
-        cache, fn = self._shared(key)
-        if fn is not None:
-            return fn
-        fn = self._shared_function(key, ir.VoidType(),
-                                   [PTR, PTR, I64, I64, PTR, PTR, PTR, I64, I64, I64, PTR])
-        cache[key] = fn
-        kf = KFunc(self.module, fn)
-        p0, p1, ld0, ld1, xf, xi, _xs, M, K, n0, res = fn.args
-        for a in (p0, p1, xf, xi, res):
-            a.add_attribute("noalias")
-        dec = self._decoder(w, p0, p1, ld0, ld1)
-        rows = [dec.row(kf, kf.add(n0, r) if r else n0) for r in range(rc)]
-        lay = Int8Rows(self.K_static, gs)
-        with kf.loop(0, M, T, "m0") as m0:
-            mt = kf.smin(kf.sub(M, m0), T)
-            cases = {t: (lambda t=t: self._gemv_micro_i8(kf, dec, rows, xf, xi, lay, K, m0, t, rc, res))
-                     for t in range(1, T + 1)}
-            if T == 1:
-                cases[1]()
-            else:
-                kf.switch_const(mt, cases, "mt")
-        kf.b.ret_void()
-        kf.finish()
-        return fn
 
     def _gemv_micro_i8(self, kf, dec, rows, xf, xi, lay: "Int8Rows", K, m0, t: int, rc: int,
                        res) -> None:
