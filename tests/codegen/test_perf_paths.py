@@ -313,6 +313,21 @@ def test_int8_activation_gemv(K, gs, storage, sdt, xdt):
             assert 1e-3 < rel < 2e-2, rel
 
 
+@pytest.mark.skipif(not HOST_SIMD.int8_dot, reason="int8 GEMV needs AVX2")
+def test_int8_activation_propagates_nan_and_inf():
+    """A NaN or an infinity in a row of x makes that row's outputs NaN (as float activations
+    would), the other rows stay exact; large finite values are clamped, not wrapped."""
+    f, odt, X, Q, S, ref = _quant_case(3, 9, 256, 4, 32, 7, "uint32", "float32", "float32", seed=3,
+                                       activation="int8")
+    _, lib = _build(f)
+    X[0, 5] = np.nan
+    X[1, 200] = np.inf
+    y = np.empty((3, 9), np.float32)
+    lib["f"](X, Q, S, y)
+    assert np.isnan(y[0]).all() and np.isnan(y[1]).all()
+    np.testing.assert_allclose(y[2], ref[2], rtol=2e-5, atol=2e-5 * np.abs(ref[2]).max())
+
+
 def test_int8_activation_falls_back_to_float_without_avx2(monkeypatch):
     """Where the host has no AVX2 (``MB_SIMD=avx`` here), ``activation: int8`` weights run the
     float kernels: exact float results."""

@@ -736,12 +736,13 @@ class _LinearEmitter:
 
     # int8-activation GEMV (4-bit weights, AVX2 integer multiply-adds) ---------------------------
     def _prepare_int8_x(self, kf: KFunc, xf, M, K) -> list:
-        """For each group size of :attr:`ikeys`: a buffer (NULL unless ``M <= gemv_max_rows``)
+        """For each group size of :attr:`ikeys`: a buffer (NULL unless ``M`` takes the GEMV)
         holding, per row of x, the layout of :class:`Int8Rows`: x quantized to int8 per group
-        (``d = max|x| / 127``, ``q = rint(x * 127 / max|x|)``), each 64-column step in the
-        decoder's lane order (even columns, then odd), and per step and per 32-bit lane of the
-        step's dot product the group's ``d`` and ``sum q`` (the latter only in the group's
-        first lane, for the zero point)."""
+        (``d = max|x| / 127``, ``q = rint(x * 127 / max|x|)`` clamped to +-127), each 64-column
+        step in the decoder's lane order (even columns, then odd), and per step and per 32-bit
+        lane of the step's dot product the group's ``d`` and ``sum q`` (the latter only in the
+        group's first lane, for the zero point). A NaN or infinity in a group makes its ``d``
+        NaN, so that the outputs of that row are NaN as with float activations."""
         out = []
         b = kf.b
         malloc = kf.declare("malloc", PTR, [I64])
@@ -763,8 +764,16 @@ class _LinearEmitter:
                 rmax = kf.declare("llvm.vector.reduce.fmax.v8f32", F32, [f8])
                 radd = kf.declare("llvm.vector.reduce.add.v8i32", I32, [i8x8])
                 rint8 = kf.declare("llvm.rint.v8f32", f8, [f8])
+                fadd8 = kf.declare("llvm.vector.reduce.fadd.v8f32", F32, [F32, f8])
                 f64v, i64v = vec(F32, 64), vec(I32, 64)
                 rint64 = kf.declare("llvm.rint.v64f32", f64v, [f64v])
+
+                def clamp(v):   # +-127; a NaN becomes a number (maxnum / minnum drop NaNs)
+                    n = v.type.count
+                    lo_, hi_ = (kf.declare(f"llvm.{op}.v{n}f32", v.type, [v.type, v.type])
+                                for op in ("maxnum", "minnum"))
+                    return b.call(hi_, [b.call(lo_, [v, ir.Constant(v.type, [-127.0] * n)]),
+                                        ir.Constant(v.type, [127.0] * n)])
                 with kf.loop(0, M, 1, "im") as m:
                     xrow = kf.gep(xf, kf.mul(m, K), F32)
                     row = kf.gep(buf, kf.mul(m, lay.row_bytes), I8)
@@ -775,18 +784,21 @@ class _LinearEmitter:
                     with kf.loop(0, lay.groups, 1, "ig") as g:
                         base = kf.gep(xrow, kf.mul(g, gs), F32)
                         amax = ir.Constant(f8, [0.0] * 8)
+                        bad = ir.Constant(f8, [0.0] * 8)   # x * 0: NaN where x is NaN or inf
                         for j in range(0, gs, 8):
                             v = kf.load(f8, base, kf.i64(j), align=4)
                             amax = b.call(fmax, [amax, b.call(fabs, [v])])
+                            bad = b.fadd(bad, b.fmul(v, ir.Constant(f8, [0.0] * 8)))
                         a = b.call(rmax, [amax])
-                        d = b.fdiv(a, ir.Constant(F32, 127.0))
+                        d = b.fadd(b.fdiv(a, ir.Constant(F32, 127.0)),
+                                   b.call(fadd8, [ir.Constant(F32, 0.0), bad]))
                         pos = b.fcmp_ordered(">", a, ir.Constant(F32, 0.0))
                         inv = b.select(pos, b.fdiv(ir.Constant(F32, 127.0), a), ir.Constant(F32, 0.0))
                         invv = kf.splat(inv, 8)
                         qs = ir.Constant(i8x8, [0] * 8)
                         for j in range(0, gs, 8):
                             v = kf.load(f8, base, kf.i64(j), align=4)
-                            qs = b.add(qs, b.fptosi(b.call(rint8, [b.fmul(v, invv)]), i8x8))
+                            qs = b.add(qs, b.fptosi(b.call(rint8, [clamp(b.fmul(v, invv))]), i8x8))
                         kf.store(d, dptr, g, align=4)
                         kf.store(inv, iptr, g, align=4)
                         kf.store(b.call(radd, [qs]), sptr, g, align=4)
@@ -799,7 +811,8 @@ class _LinearEmitter:
                         invs = b.shuffle_vector(iv, ir.Constant(iv.type, ir.Undefined),
                                                 ir.Constant(vec(I32, 64), [j // gs if gs < 64 else 0
                                                                            for j in range(64)]))
-                        q = b.trunc(b.fptosi(b.call(rint64, [b.fmul(x64, invs)]), i64v), vec(I8, 64))
+                        q = b.trunc(b.fptosi(b.call(rint64, [clamp(b.fmul(x64, invs))]), i64v),
+                                    vec(I8, 64))
                         perm = [2 * j for j in range(32)] + [2 * j + 1 for j in range(32)]
                         q = b.shuffle_vector(q, ir.Constant(q.type, ir.Undefined),
                                              ir.Constant(vec(I32, 64), perm))
@@ -1176,9 +1189,9 @@ class _LinearEmitter:
 
 def int8_gemv_supported(storage: str, bits: int, group_size: int, k: int) -> bool:
     """Whether the int8-activation GEMV applies: 4-bit values in unsigned words, groups that
-    tile 64-column steps (``group_size`` a multiple of 8 dividing 64, or a multiple of 64) and
-    at least one whole step of ``k`` columns."""
-    if storage not in ("uint8", "uint16", "uint32") or bits != 4 or group_size % 8:
+    tile 64-column steps (``group_size`` a multiple of 8 dividing 64, or a multiple of 64 up to
+    256) and at least one whole step of ``k`` columns."""
+    if storage not in ("uint8", "uint16", "uint32") or bits != 4 or group_size % 8 or group_size > 256:
         return False
     if 64 % group_size and group_size % 64:
         return False
