@@ -1212,34 +1212,42 @@ class Int8Rows:
 
     @property
     def steps(self) -> int:
+        """Whole 64-column steps inside whole groups (``(k // group_size) * group_size // 64``)."""
         return (self.k // self.group_size) * self.group_size // 64
 
     @property
     def groups(self) -> int:
+        """Groups the steps cover (``steps * 64 // group_size``)."""
         return self.steps * 64 // self.group_size
 
     @property
     def xsv_off(self) -> int:
+        """Byte offset of the per-lane ``d`` table (float32, ``steps * 8``)."""
         return self.steps * 64
 
     @property
     def xsum_off(self) -> int:
+        """Byte offset of the per-lane ``sum q`` table (int32, ``steps * 8``)."""
         return self.steps * 96
 
     @property
     def d_off(self) -> int:
+        """Byte offset of the per-group ``d`` (float32, padded by one vector)."""
         return self.steps * 128
 
     @property
     def inv_off(self) -> int:
+        """Byte offset of the per-group ``127 / max|x|`` (float32)."""
         return self.d_off + 4 * self.groups + 4 * max(1, 64 // self.group_size)
 
     @property
     def sum_off(self) -> int:
+        """Byte offset of the per-group ``sum q`` (int32)."""
         return self.inv_off + 4 * self.groups + 4 * max(1, 64 // self.group_size)
 
     @property
     def row_bytes(self) -> int:
+        """Bytes per row of x, rounded up to 64."""
         end = self.sum_off + 4 * self.groups + 4 * max(1, 64 // self.group_size)
         return -(-end // 64) * 64
 
