@@ -16,6 +16,7 @@ import pytest
 from builder import te
 from builder.codegen import Target, build
 from builder.codegen.kernels import SimdInfo
+from builder.codegen.kernels.linear import TUNING
 from builder.codegen.lower import lower
 from builder.codegen.schedule import schedule
 from builder.te import topi
@@ -287,7 +288,7 @@ def test_int8_activation_gemv(K, gs, storage, sdt, xdt):
     """``activation: int8`` weights: batches up to 32 quantize x per group and use integer dot
     products; the result matches a float64 emulation of that quantization (odd and even
     batches, tiles of 4 weight rows and a partial one, a group of zeros included). Larger
-    batches take the float GEMM."""
+    batches take the int8 GEMM, which quantizes the same columns."""
     lib = None
     for M in (1, 3, 4, 9, 32, 33):
         f, odt, X, Q, S, _ = _quant_case(M, 13, K, 4, gs, 7, storage, sdt, xdt, seed=M + K,
@@ -299,18 +300,65 @@ def test_int8_activation_gemv(K, gs, storage, sdt, xdt):
         y = np.empty((M, 13), _np_dtype(odt))
         lib["f"](X, Q, S, y)
         xf = _as_f32(X, xdt)
-        per_word = {"uint32": 8, "uint16": 4, "uint8": 2}[storage]
-        vals = np.stack([(Q.astype(np.uint64) >> np.uint64(4 * j)) & np.uint64(15) for j in range(per_word)],
-                        axis=-1).reshape(13, -1)
-        W = ((vals.astype(np.float32) - 7) * np.repeat(_as_f32(S, sdt), gs, axis=1))[:, :K]
+        W = _int4_weights(Q, S, storage, sdt, gs, K)
         exact = xf.astype(np.float64) @ W.T.astype(np.float64)
-        want = _int8_activation_reference(xf, W, gs) if M <= 32 else exact
+        want = _int8_activation_reference(xf, W, gs)
         tol = _tol(odt) if odt != "float32" else 2e-5
         np.testing.assert_allclose(_as_f32(y, odt), want, rtol=tol, atol=tol * np.abs(want).max())
-        if M <= 32 and K >= 128:
+        if K >= 128:
             # and it really is the int8 path: about 0.5% away from the float result
             rel = np.linalg.norm(_as_f32(y, odt) - exact) / np.linalg.norm(exact)
             assert 1e-3 < rel < 2e-2, rel
+
+
+def _int4_weights(Q: np.ndarray, S: np.ndarray, storage: str, sdt: str, gs: int, K: int) -> np.ndarray:
+    """Dequantized float32 ``W[n, k] = (q - 7) * scale`` of 4-bit words (as the tests' cases)."""
+    per_word = {"uint32": 8, "uint16": 4, "uint8": 2}[storage]
+    vals = np.stack([(Q.astype(np.uint64) >> np.uint64(4 * j)) & np.uint64(15) for j in range(per_word)],
+                    axis=-1).reshape(Q.shape[0], -1)
+    return ((vals.astype(np.float32) - 7) * np.repeat(_as_f32(S, sdt), gs, axis=1))[:, :K]
+
+
+@pytest.mark.skipif(not HOST_SIMD.int8_dot, reason="int8 GEMM needs AVX2")
+@pytest.mark.parametrize("K,gs,storage,sdt,xdt,tune", [
+    (640, 64, "uint8", "float32", "float32", {}),
+    (640, 128, "uint32", "bfloat16", "bfloat16", {}),
+    (256, 32, "uint32", "float16", "float16", {}),
+    (192, 8, "uint32", "float32", "float32", {}),
+    (2048, 256, "uint16", "float32", "float32", {}),        # two column blocks of 1024
+    (200, 16, "uint16", "float32", "float16", {}),          # 8 float columns
+    (330, 64, "uint32", "float16", "float32", {}),          # 10 float columns, a partial group
+    (448, 16, "uint32", "float16", "float32", {"nv_i8": 1, "mr_i8": 5, "kc_i8": 128, "qu_i8": 1}),
+    (512, 32, "uint32", "float32", "float32", {"nv_i8": 4, "mr_i8": 2, "kc_i8": 64, "qu_i8": 8}),
+])
+def test_int8_activation_gemm(K, gs, storage, sdt, xdt, tune, monkeypatch):
+    """Batches past ``gemv_max_rows_qig`` take the int8 GEMM (panels of nibbles in k-quad
+    order, ``vpmaddubsw`` micro-kernels): the same float64 emulation of the quantization as the
+    GEMV, for full and partial panels (N = 37 and 13), row counts that are and are not multiples
+    of the micro-kernel's, several column blocks, float tail columns (past whole 64-column steps
+    of whole groups), other panel widths / row counts / unrolls."""
+    for key, value in tune.items():
+        monkeypatch.setitem(TUNING, key, value)
+    for N in (37, 13):
+        lib = None
+        for M in (9, 10, 35, 70):
+            f, odt, X, Q, S, _ = _quant_case(M, N, K, 4, gs, 7, storage, sdt, xdt, seed=M + K + N,
+                                             activation="int8")
+            X[1, :gs] = 0
+            X[M - 1, -gs:] = 0
+            if lib is None:
+                kernel, lib = _build(f)
+                assert kernel == "linear/avx2"
+            y = np.empty((M, N), _np_dtype(odt))
+            lib["f"](X, Q, S, y)
+            xf = _as_f32(X, xdt)
+            W = _int4_weights(Q, S, storage, sdt, gs, K)
+            want = _int8_activation_reference(xf, W, gs)
+            tol = _tol(odt) if odt != "float32" else 2e-5
+            np.testing.assert_allclose(_as_f32(y, odt), want, rtol=tol, atol=tol * np.abs(want).max())
+            exact = xf.astype(np.float64) @ W.T.astype(np.float64)
+            rel = np.linalg.norm(_as_f32(y, odt) - exact) / np.linalg.norm(exact)
+            assert 1e-3 < rel < 2e-2, rel   # the int8 path, not the float one
 
 
 @pytest.mark.skipif(not HOST_SIMD.int8_dot, reason="int8 GEMV needs AVX2")

@@ -208,6 +208,13 @@ def test_int8_activations_through_a_recipe(capsys):
         assert 1e-4 < rel < 0.02, rel   # the int8 path ran: close to, not equal to, the float one
     else:
         assert rel < 1e-5, rel
+    # a batch of 40 takes the GEMM (int8 for gate / up, whose K = 256 is whole 64-column
+    # steps; float for down, K = 688): the rows of x give the same outputs as in a batch of 3
+    big = np.concatenate([x, np.random.default_rng(0).standard_normal((37, x.shape[1])).astype(x.dtype)])
+    y_big = m(big)
+    np.testing.assert_allclose(y_big[:3], y, rtol=1e-4, atol=1e-5 * np.abs(y).max())
+    rel = np.linalg.norm(y_big - plain(big)) / np.linalg.norm(plain(big))
+    assert rel < 0.02, rel
     assert main([SMALL, "quantization=q4f32_1", "quantization.activation_quantization=int4", "--no-ir"]) == 2
     err = capsys.readouterr().err
     assert "activation_quantization" in err and "int8" in err
