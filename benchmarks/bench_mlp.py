@@ -14,8 +14,9 @@ not build is skipped with a note; ``q4f16_1+a8`` / ``q4f32_1+a8``: the same with
 ``--runs`` runs after ``--warmup`` runs (ms), the ratio ours / numpy, what was achieved
 (GB/s of weights read for batch <= 8, GFLOP/s above), and the memory floor: the bytes of
 weights the batch must read divided by the read bandwidth measured in the same run by a large
-streaming read (``fraction of floor`` = floor / ours; 1.0 is the floor). Rows with a target
-(the issue's ratios) say whether it is met and, when not, why in measured numbers. ``ours
+streaming read (``fraction of floor`` = floor / ours; 1.0 is the floor), and the arithmetic
+peaks (float32 FMA, int8 ``vpmaddubsw``) on 1 and 2 threads (:func:`compute_peak`). Rows with
+a target (the issue's ratios) say whether it is met and, when not, why in measured numbers. ``ours
 alone`` is the median of the same number of runs of ours by itself, before the interleaved
 runs and 0.3 s after the last numpy call (see below).
 
@@ -195,6 +196,124 @@ def read_bandwidth(nbytes: int = 1 << 29, repeats: int = 5) -> tuple[float, str]
     return bw, f"best streaming read of {nbytes >> 20} MiB ({desc})"
 
 
+_PEAK_IR = """
+define float @fma_peak(i64 %n) {
+entry:
+  br label %loop
+loop:
+  %i = phi i64 [0, %entry], [%i1, %loop]
+{fma_phis}
+{fma_body}
+  %i1 = add i64 %i, 1
+  %done = icmp eq i64 %i1, %n
+  br i1 %done, label %exit, label %loop
+exit:
+{fma_sum}
+  %r = extractelement <{L} x float> %s{last}, i32 0
+  ret float %r
+}
+
+define i16 @maddubs_peak(i64 %n) {
+entry:
+  br label %loop
+loop:
+  %i = phi i64 [0, %entry], [%i1, %loop]
+{mb_phis}
+{mb_body}
+  %i1 = add i64 %i, 1
+  %done = icmp eq i64 %i1, %n
+  br i1 %done, label %exit, label %loop
+exit:
+{mb_sum}
+  %r = extractelement <16 x i16> %t{last}, i32 0
+  ret i16 %r
+}
+
+declare <{L} x float> @llvm.fma.v{L}f32(<{L} x float>, <{L} x float>, <{L} x float>)
+declare <16 x i16> @llvm.x86.avx2.pmadd.ub.sw(<32 x i8>, <32 x i8>)
+"""
+
+
+def compute_peak(seconds: float = 0.2) -> tuple[dict, str]:
+    """Arithmetic peaks of this machine, measured: independent chains (12, more than latency
+    x throughput) of ``llvm.fma`` on the widest float32 vectors the kernels use and, on hosts
+    with AVX2, of ``vpmaddubsw`` (32 byte products summed in pairs), JIT-compiled for the host
+    CPU, on 1 thread and on one thread per core of the pool at once (ctypes releases the GIL).
+    Returns ``{"fma_gflops": {threads: GFLOP/s}, "maddubs_gops": {threads: G int8 MAC/s}}`` and
+    a description."""
+    import ctypes
+    import threading
+
+    import llvmlite.binding as llvm
+
+    from builder.codegen.kernels import SimdInfo
+    from builder.codegen.target import Target
+    from runtime.threadpool import pool_size
+
+    target = Target.host()
+    simd = SimdInfo.from_target(target.triple, target.features)
+    L, chains = max(4, simd.lanes), 12
+    one = "<" + ", ".join(["float 1.0"] * L) + ">"
+    tiny = "<" + ", ".join(["float 0x3E70000000000000"] * L) + ">"   # 2**-24
+    fma_phis = "\n".join(f"  %a{j} = phi <{L} x float> [{one}, %entry], [%b{j}, %loop]" for j in range(chains))
+    fma_body = "\n".join(f"  %b{j} = call <{L} x float> @llvm.fma.v{L}f32(<{L} x float> %a{j}, "
+                         f"<{L} x float> {one}, <{L} x float> {tiny})" for j in range(chains))
+    fma_sum = "\n".join(f"  %s{j} = fadd <{L} x float> " + (f"%s{j - 1}, %b{j}" if j else f"%b0, %b0")
+                        for j in range(chains))
+    b3 = "<" + ", ".join(["i8 3"] * 32) + ">"
+    b1 = "<" + ", ".join(["i8 1"] * 32) + ">"
+    mb_phis = "\n".join(f"  %x{j} = phi <32 x i8> [{b1}, %entry], [%y{j}, %loop]" for j in range(chains))
+    mb_body = "\n".join(f"  %p{j} = call <16 x i16> @llvm.x86.avx2.pmadd.ub.sw(<32 x i8> {b3}, <32 x i8> %x{j})\n"
+                        f"  %y{j} = bitcast <16 x i16> %p{j} to <32 x i8>" for j in range(chains))
+    mb_sum = "\n".join(f"  %t{j} = add <16 x i16> " + (f"%t{j - 1}, %p{j}" if j else "%p0, %p0")
+                       for j in range(chains))
+    text = _PEAK_IR
+    for key, val in (("{fma_phis}", fma_phis), ("{fma_body}", fma_body), ("{fma_sum}", fma_sum),
+                     ("{mb_phis}", mb_phis), ("{mb_body}", mb_body), ("{mb_sum}", mb_sum),
+                     ("{last}", str(chains - 1)), ("{L}", str(L))):
+        text = text.replace(key, val)
+    if not simd.int8_dot:
+        text = text[:text.index("define i16 @maddubs_peak")] + text[text.index("declare <"):]
+        text = text.replace("declare <16 x i16> @llvm.x86.avx2.pmadd.ub.sw(<32 x i8>, <32 x i8>)\n", "")
+    tm = target.target_machine()
+    mod = llvm.parse_assembly(text)
+    engine = llvm.create_mcjit_compiler(mod, tm)
+    engine.finalize_object()
+    kernels = {"fma_gflops": (ctypes.CFUNCTYPE(ctypes.c_float, ctypes.c_int64)(
+        engine.get_function_address("fma_peak")), chains * L * 2)}
+    if simd.int8_dot:
+        kernels["maddubs_gops"] = (ctypes.CFUNCTYPE(ctypes.c_int16, ctypes.c_int64)(
+            engine.get_function_address("maddubs_peak")), chains * 32)
+    out: dict = {}
+    for name, (fn, per_iter) in kernels.items():
+        n = 1 << 16
+        while True:   # iterations for about ``seconds``
+            t0 = time.perf_counter()
+            fn(n)
+            if time.perf_counter() - t0 > seconds / 4:
+                break
+            n *= 4
+        out[name] = {}
+        for nthreads in sorted({1, pool_size()}):
+            best = float("inf")
+            for _ in range(3):
+                threads = [threading.Thread(target=fn, args=(n,)) for _ in range(nthreads)]
+                t0 = time.perf_counter()
+                for th in threads:
+                    th.start()
+                for th in threads:
+                    th.join()
+                best = min(best, time.perf_counter() - t0)
+            out[name][nthreads] = nthreads * n * per_iter / best / 1e9
+    desc = "float32 FMA " + ", ".join(f"{v:.0f} GFLOP/s on {t} thread{'s' if t > 1 else ''}"
+                                      for t, v in out["fma_gflops"].items())
+    if "maddubs_gops" in out:
+        desc += "; int8 vpmaddubsw " + ", ".join(f"{v:.0f} G multiply-adds/s on {t} thread{'s' if t > 1 else ''}"
+                                                 for t, v in out["maddubs_gops"].items())
+    engine.close() if hasattr(engine, "close") else None
+    return out, f"{desc} (independent chains of {L}-lane FMAs / 32-byte vpmaddubsw)"
+
+
 def random_weights(model, rng) -> dict:
     """Realistic random parameters: floats ~ N(0, 0.02), packed quantized words uniformly
     random, scales as a quantizer would make them (|w|max / max_int)."""
@@ -296,6 +415,8 @@ def main(argv=None) -> int:
     rng = np.random.default_rng(0)
     bw, bw_desc = read_bandwidth()
     print(f"memory floor bandwidth: {bw:.1f} GB/s, {bw_desc}")
+    peak, peak_desc = compute_peak()
+    print(f"compute peak: {peak_desc}")
     wg = rng.standard_normal((INTER, HIDDEN), dtype=np.float32) * np.float32(0.02)
     wu = rng.standard_normal((INTER, HIDDEN), dtype=np.float32) * np.float32(0.02)
     wd = rng.standard_normal((HIDDEN, INTER), dtype=np.float32) * np.float32(0.02)
@@ -341,7 +462,7 @@ def main(argv=None) -> int:
                    "floor_ms": floor * 1e3, "floor_frac": floor / ours, "bytes": wbytes,
                    "target": TARGETS.get((fmt, batch)), "alone_ms": float(np.median(alone)) * 1e3,
                    "weights": 3 * HIDDEN * INTER}
-            row["verdict"] = verdict(row, bw)
+            row["verdict"] = verdict(row, bw, peak)
             rows.append(row)
             print(format_row(row))
         model = fwd = None  # free the weights before the next format
@@ -362,8 +483,9 @@ def achieved(row) -> str:
     return f"{row['gflops']:.0f} GFLOP/s"
 
 
-def verdict(row, bw: float) -> str:
-    """``met`` or ``MISSED`` with the reason in measured numbers (see the module docstring)."""
+def verdict(row, bw: float, peak: dict | None = None) -> str:
+    """``met`` or ``MISSED`` with the reason in measured numbers (see the module docstring);
+    ``peak`` is :func:`compute_peak`'s measurement (compute-bound rows are put against it)."""
     t = row["target"]
     if t is None:
         return ""
@@ -405,9 +527,13 @@ def verdict(row, bw: float) -> str:
                    "int8 multiply-adds need int8 activations, the +a8 rows)"
                    if row["format"].startswith("q4") else
                    "both float32 FMAs (the weights are widened to float32 in registers)")
-        parts.append(f"compute-bound: {row['gflops']:.0f} GFLOP/s ({gf_alone:.0f} alone) vs numpy "
-                     f"{row['np_gflops']:.0f} GFLOP/s, {how}; the target needs "
-                     f"{row['np_gflops'] / t:.0f} GFLOP/s")
+        need = row["np_gflops"] / t
+        fma = max((peak or {}).get("fma_gflops", {0: 0.0}).values())
+        of_peak = lambda v: f" ({v / fma:.0%} of the measured float32 FMA peak {fma:.0f})" if fma else ""  # noqa: E731
+        parts.append(f"compute-bound: {row['gflops']:.0f} GFLOP/s ({gf_alone:.0f} alone"
+                     f"{of_peak(gf_alone) if not row['format'].endswith('+a8') else ''}) vs numpy "
+                     f"{row['np_gflops']:.0f} GFLOP/s{of_peak(row['np_gflops'])}, {how}; the target "
+                     f"needs {need:.0f} GFLOP/s{of_peak(need) if not row['format'].endswith('+a8') else ''}")
     return f"MISSED (> {t}): " + "; ".join(parts)
 
 

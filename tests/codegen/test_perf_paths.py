@@ -4,6 +4,7 @@ ISA fallbacks (AVX2 -> SSE -> scalar loops), FuseOps, row fusion and parallel lo
 pool and the object cache."""
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -684,6 +685,22 @@ def test_cli_bench_flag(capsys):
                  "--bench-dim", "batch_size"]) == 1
 
 
+def test_benchmark_measures_the_compute_peak():
+    """``benchmarks/bench_mlp.py`` measures the float32 FMA (and, with AVX2, vpmaddubsw) peak
+    with JIT-compiled chains, and puts compute-bound rows that miss a target against it."""
+    code = ("import json, sys; sys.path.insert(0, 'benchmarks'); import bench_mlp\n"
+            "peak, desc = bench_mlp.compute_peak(0.02)\n"
+            "row = dict(format='float16', batch=128, ratio=0.9, target=0.8, numpy_ms=100.0, ours_ms=90.0,\n"
+            "           alone_ms=90.0, gflops=120.0, np_gflops=108.0)\n"
+            "print(json.dumps(peak)); print(desc); print(bench_mlp.verdict(row, 30.0, peak))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    peak = json.loads(out.stdout.splitlines()[0])
+    assert all(v > 1 for v in peak["fma_gflops"].values())   # GFLOP/s: any vector FPU does more
+    assert ("maddubs_gops" in peak) == HOST_SIMD.int8_dot
+    assert "% of the measured float32 FMA peak" in out.stdout and "MISSED (> 0.8)" in out.stdout
+
+
 @pytest.mark.parametrize("shape", ["avx512", "sse"])
 def test_other_vector_shapes_run_correctly(shape, monkeypatch):
     """The 16-lane (AVX-512) and 4-lane kernels, generated for this host's target (LLVM splits
@@ -714,7 +731,7 @@ def test_other_vector_shapes_run_correctly(shape, monkeypatch):
     if not HOST_SIMD.int8_dot:
         return
     fi = None
-    for M in (1, 5, 8):   # the int8-activation GEMV inside 16- / 4-lane kernels
+    for M in (1, 5, 8, 20):   # the int8-activation GEMV and GEMM inside 16- / 4-lane kernels
         f3, odt, X, Q, S, ref = _quant_case(M, 21, 320, 4, 32, 7, "uint32", "float32", "float32", M,
                                             activation="int8")
         if fi is None:
