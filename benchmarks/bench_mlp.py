@@ -529,11 +529,13 @@ def verdict(row, bw: float, peak: dict | None = None) -> str:
                    "both float32 FMAs (the weights are widened to float32 in registers)")
         need = row["np_gflops"] / t
         fma = max((peak or {}).get("fma_gflops", {0: 0.0}).values())
-        of_peak = lambda v: f" ({v / fma:.0%} of the measured float32 FMA peak {fma:.0f})" if fma else ""  # noqa: E731
-        parts.append(f"compute-bound: {row['gflops']:.0f} GFLOP/s ({gf_alone:.0f} alone"
-                     f"{of_peak(gf_alone) if not row['format'].endswith('+a8') else ''}) vs numpy "
-                     f"{row['np_gflops']:.0f} GFLOP/s{of_peak(row['np_gflops'])}, {how}; the target "
-                     f"needs {need:.0f} GFLOP/s{of_peak(need) if not row['format'].endswith('+a8') else ''}")
+        a8 = row["format"].endswith("+a8")
+        ours_pct = f", {gf_alone / fma:.0%} of the measured float32 FMA peak of {fma:.0f}" if fma and not a8 else ""
+        np_pct = f" ({row['np_gflops'] / fma:.0%} of that peak)" if fma else ""
+        need_pct = f" ({need / fma:.0%} of it)" if fma and not a8 else ""
+        parts.append(f"compute-bound: {row['gflops']:.0f} GFLOP/s ({gf_alone:.0f} alone{ours_pct}) vs "
+                     f"numpy {row['np_gflops']:.0f} GFLOP/s{np_pct}, {how}; the target needs "
+                     f"{need:.0f} GFLOP/s{need_pct}")
     return f"MISSED (> {t}): " + "; ".join(parts)
 
 
