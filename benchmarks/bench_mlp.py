@@ -196,42 +196,18 @@ def read_bandwidth(nbytes: int = 1 << 29, repeats: int = 5) -> tuple[float, str]
     return bw, f"best streaming read of {nbytes >> 20} MiB ({desc})"
 
 
-_PEAK_IR = """
-define float @fma_peak(i64 %n) {
-entry:
-  br label %loop
-loop:
-  %i = phi i64 [0, %entry], [%i1, %loop]
-{fma_phis}
-{fma_body}
-  %i1 = add i64 %i, 1
-  %done = icmp eq i64 %i1, %n
-  br i1 %done, label %exit, label %loop
-exit:
-{fma_sum}
-  %r = extractelement <{L} x float> %s{last}, i32 0
-  ret float %r
-}
-
-define i16 @maddubs_peak(i64 %n) {
-entry:
-  br label %loop
-loop:
-  %i = phi i64 [0, %entry], [%i1, %loop]
-{mb_phis}
-{mb_body}
-  %i1 = add i64 %i, 1
-  %done = icmp eq i64 %i1, %n
-  br i1 %done, label %exit, label %loop
-exit:
-{mb_sum}
-  %r = extractelement <16 x i16> %t{last}, i32 0
-  ret i16 %r
-}
-
-declare <{L} x float> @llvm.fma.v{L}f32(<{L} x float>, <{L} x float>, <{L} x float>)
-declare <16 x i16> @llvm.x86.avx2.pmadd.ub.sw(<32 x i8>, <32 x i8>)
-"""
+def _chain_loop_ir(name: str, ret: str, vty: str, init: str, step, combine: str, chains: int) -> str:
+    """LLVM IR of ``ret name(i64 n)``: ``n`` iterations of ``chains`` independent loop-carried
+    chains (``%a<j>`` of type ``vty`` from ``init``; ``step(j)`` is the IR computing ``%b<j>``
+    from ``%a<j>``), then the chains combined with ``combine`` and lane 0 returned."""
+    phis = "\n".join(f"  %a{j} = phi {vty} [{init}, %entry], [%b{j}, %loop]" for j in range(chains))
+    body = "\n".join(step(j) for j in range(chains))
+    acc = "\n".join(f"  %s{j} = {combine} {vty} %s{j - 1}, %b{j}" if j else f"  %s0 = {combine} {vty} %b0, %b0"
+                    for j in range(chains))
+    return (f"define {ret} @{name}(i64 %n) {{\nentry:\n  br label %loop\nloop:\n"
+            f"  %i = phi i64 [0, %entry], [%i1, %loop]\n{phis}\n{body}\n  %i1 = add i64 %i, 1\n"
+            f"  %done = icmp eq i64 %i1, %n\n  br i1 %done, label %exit, label %loop\nexit:\n{acc}\n"
+            f"  %r = extractelement {vty} %s{chains - 1}, i32 0\n  ret {ret} %r\n}}\n")
 
 
 def compute_peak(seconds: float = 0.2) -> tuple[dict, str]:
@@ -253,28 +229,19 @@ def compute_peak(seconds: float = 0.2) -> tuple[dict, str]:
     target = Target.host()
     simd = SimdInfo.from_target(target.triple, target.features)
     L, chains = max(4, simd.lanes), 12
+    fv = f"<{L} x float>"
     one = "<" + ", ".join(["float 1.0"] * L) + ">"
     tiny = "<" + ", ".join(["float 0x3E70000000000000"] * L) + ">"   # 2**-24
-    fma_phis = "\n".join(f"  %a{j} = phi <{L} x float> [{one}, %entry], [%b{j}, %loop]" for j in range(chains))
-    fma_body = "\n".join(f"  %b{j} = call <{L} x float> @llvm.fma.v{L}f32(<{L} x float> %a{j}, "
-                         f"<{L} x float> {one}, <{L} x float> {tiny})" for j in range(chains))
-    fma_sum = "\n".join(f"  %s{j} = fadd <{L} x float> " + (f"%s{j - 1}, %b{j}" if j else f"%b0, %b0")
-                        for j in range(chains))
-    b3 = "<" + ", ".join(["i8 3"] * 32) + ">"
-    b1 = "<" + ", ".join(["i8 1"] * 32) + ">"
-    mb_phis = "\n".join(f"  %x{j} = phi <32 x i8> [{b1}, %entry], [%y{j}, %loop]" for j in range(chains))
-    mb_body = "\n".join(f"  %p{j} = call <16 x i16> @llvm.x86.avx2.pmadd.ub.sw(<32 x i8> {b3}, <32 x i8> %x{j})\n"
-                        f"  %y{j} = bitcast <16 x i16> %p{j} to <32 x i8>" for j in range(chains))
-    mb_sum = "\n".join(f"  %t{j} = add <16 x i16> " + (f"%t{j - 1}, %p{j}" if j else "%p0, %p0")
-                       for j in range(chains))
-    text = _PEAK_IR
-    for key, val in (("{fma_phis}", fma_phis), ("{fma_body}", fma_body), ("{fma_sum}", fma_sum),
-                     ("{mb_phis}", mb_phis), ("{mb_body}", mb_body), ("{mb_sum}", mb_sum),
-                     ("{last}", str(chains - 1)), ("{L}", str(L))):
-        text = text.replace(key, val)
-    if not simd.int8_dot:
-        text = text[:text.index("define i16 @maddubs_peak")] + text[text.index("declare <"):]
-        text = text.replace("declare <16 x i16> @llvm.x86.avx2.pmadd.ub.sw(<32 x i8>, <32 x i8>)\n", "")
+    text = _chain_loop_ir("fma_peak", "float", fv, one, lambda j: (
+        f"  %b{j} = call {fv} @llvm.fma.v{L}f32({fv} %a{j}, {fv} {one}, {fv} {tiny})"), "fadd", chains)
+    text += f"declare {fv} @llvm.fma.v{L}f32({fv}, {fv}, {fv})\n"
+    if simd.int8_dot:
+        threes = "<" + ", ".join(["i8 3"] * 32) + ">"
+        ones = "<" + ", ".join(["i8 1"] * 32) + ">"
+        text += _chain_loop_ir("maddubs_peak", "i8", "<32 x i8>", ones, lambda j: (
+            f"  %p{j} = call <16 x i16> @llvm.x86.avx2.pmadd.ub.sw(<32 x i8> {threes}, <32 x i8> %a{j})\n"
+            f"  %b{j} = bitcast <16 x i16> %p{j} to <32 x i8>"), "add", chains)
+        text += "declare <16 x i16> @llvm.x86.avx2.pmadd.ub.sw(<32 x i8>, <32 x i8>)\n"
     tm = target.target_machine()
     mod = llvm.parse_assembly(text)
     engine = llvm.create_mcjit_compiler(mod, tm)
@@ -282,7 +249,7 @@ def compute_peak(seconds: float = 0.2) -> tuple[dict, str]:
     kernels = {"fma_gflops": (ctypes.CFUNCTYPE(ctypes.c_float, ctypes.c_int64)(
         engine.get_function_address("fma_peak")), chains * L * 2)}
     if simd.int8_dot:
-        kernels["maddubs_gops"] = (ctypes.CFUNCTYPE(ctypes.c_int16, ctypes.c_int64)(
+        kernels["maddubs_gops"] = (ctypes.CFUNCTYPE(ctypes.c_int8, ctypes.c_int64)(
             engine.get_function_address("maddubs_peak")), chains * 32)
     out: dict = {}
     for name, (fn, per_iter) in kernels.items():
@@ -310,7 +277,7 @@ def compute_peak(seconds: float = 0.2) -> tuple[dict, str]:
     if "maddubs_gops" in out:
         desc += "; int8 vpmaddubsw " + ", ".join(f"{v:.0f} G multiply-adds/s on {t} thread{'s' if t > 1 else ''}"
                                                  for t, v in out["maddubs_gops"].items())
-    engine.close() if hasattr(engine, "close") else None
+    engine.close()
     return out, f"{desc} (independent chains of {L}-lane FMAs / 32-byte vpmaddubsw)"
 
 

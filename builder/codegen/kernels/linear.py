@@ -463,6 +463,20 @@ class _LinearEmitter:
         fn.attributes.add("noinline")
         return fn
 
+    def _new_helper(self, key: str, args: list[ir.Type]) -> tuple[ir.Function, KFunc | None]:
+        """The module-shared ``void key(*args)`` helper: ``(fn, None)`` when it exists already,
+        else ``(fn, kf)`` to emit its body (pointer arguments are ``noalias``: helpers get
+        distinct buffers)."""
+        cache, fn = self._shared(key)
+        if fn is not None:
+            return fn, None
+        fn = self._shared_function(key, ir.VoidType(), args)
+        cache[key] = fn
+        for a, t in zip(fn.args, args):
+            if t == PTR:
+                a.add_attribute("noalias")
+        return fn, KFunc(self.module, fn)
+
     def _epilogue_row(self, kf: KFunc, em: BufferExprEmitter, m, N):
         """Bind the output's leading iter vars for flat row ``m``; returns the row's offset."""
         out = self.plan.params[self.plan.out]
@@ -722,16 +736,10 @@ class _LinearEmitter:
         else:
             MT, tag = self.MT, ""
         key = f"mb.dot.{self._fmt_key(w)}.v{self.lanes}.mt{MT}.r{rc}{tag}"
-        cache, fn = self._shared(key)
-        if fn is not None:
+        fn, kf = self._new_helper(key, [PTR, PTR, I64, I64, PTR, PTR, PTR, I64, I64, I64, PTR])
+        if kf is None:
             return fn
-        fn = self._shared_function(key, ir.VoidType(),
-                                   [PTR, PTR, I64, I64, PTR, PTR, PTR, I64, I64, I64, PTR])
-        cache[key] = fn
-        kf = KFunc(self.module, fn)
         p0, p1, ld0, ld1, xf, xq, xs, M, K, n0, res = fn.args
-        for a in (p0, p1, xf, xq, xs, res):
-            a.add_attribute("noalias")
         dec = self._decoder(w, p0, p1, ld0, ld1)
         rows = [dec.row(kf, kf.add(n0, r) if r else n0) for r in range(rc)]
         if w in self.qint:
@@ -1069,14 +1077,9 @@ class _LinearEmitter:
     def _micro_fn(self, t: int) -> ir.Function:
         """``void micro_t(ptr bp, ptr xp, i64 ldx, i64 kc, ptr cs, i1 first)``: ``t`` rows."""
         key = f"mb.micro.v{self.lanes}x{self.NV}.t{t}"
-        cache, fn = self._shared(key)
-        if fn is not None:
+        fn, kf = self._new_helper(key, [PTR, PTR, I64, I64, PTR, I1])
+        if kf is None:
             return fn
-        fn = self._shared_function(key, ir.VoidType(), [PTR, PTR, I64, I64, PTR, I1])
-        cache[key] = fn
-        for a in (fn.args[0], fn.args[1], fn.args[4]):
-            a.add_attribute("noalias")
-        kf = KFunc(self.module, fn)
         b = kf.b
         bp, xp, ldx, kc, cs, first = fn.args
         L, NV, NR = self.lanes, self.NV, self.NR
@@ -1107,15 +1110,10 @@ class _LinearEmitter:
         """``void pack(ptr w0, ptr w1, i64 ld0, i64 ld1, i64 K, i64 n0, i64 nr_eff, i64 kb,
         i64 kc, ptr bp)``: ``bp[kk][j] = W[n0 + j, kb + kk]`` (zero for ``j >= nr_eff``)."""
         key = f"mb.pack.{self._fmt_key(w)}.v{self.lanes}x{self.NV}"
-        cache, fn = self._shared(key)
-        if fn is not None:
+        fn, kf = self._new_helper(key, [PTR, PTR, I64, I64, I64, I64, I64, I64, I64, PTR])
+        if kf is None:
             return fn
-        fn = self._shared_function(key, ir.VoidType(), [PTR, PTR, I64, I64, I64, I64, I64, I64, I64, PTR])
-        cache[key] = fn
-        kf = KFunc(self.module, fn)
         p0, p1, ld0, ld1, K, n0, nr_eff, kb, kc, bp = fn.args
-        for a in (p0, p1, bp):
-            a.add_attribute("noalias")
         dec = self._decoder(w, p0, p1, ld0, ld1)
         b = kf.b
         L, NV, NR = self.lanes, self.NV, self.NR
@@ -1165,6 +1163,26 @@ class _LinearEmitter:
         kf.finish()
         return fn
 
+    def _workspace(self, kf: KFunc, nbytes) -> tuple[ir.Value, ir.Value]:
+        """``malloc(nbytes)`` (the function returns the out-of-memory code on failure) and its
+        first 64-byte-aligned address (``nbytes`` must include 63 bytes of slack)."""
+        b = kf.b
+        raw = b.call(kf.declare("malloc", PTR, [I64]), [nbytes])
+        with kf.if_(b.icmp_unsigned("==", raw, ir.Constant(PTR, None)), "oom"):
+            b.ret(ir.Constant(I32, self.error_code))
+        aligned = b.and_(kf.add(b.ptrtoint(raw, I64), 63), kf.i64(~63))
+        return raw, b.inttoptr(aligned, PTR)
+
+    def _panel_epilogue(self, kf: KFunc, ctx, cs, M, NR: int, n0, nr_eff) -> None:
+        """The epilogue of a panel: ``out[m, n0:n0+nr_eff]`` for every row from the per-weight
+        ``M x NR`` float32 accumulators at ``cs``."""
+        b = kf.b
+        with kf.loop(0, M, 1, "me") as m:
+            accs = [kf.gep(cs, kf.add(kf.mul(m, NR), kf.mul(kf.mul(M, NR), w)), F32)
+                    for w in range(self.nw)]
+            accs += [accs[0]] * (2 - self.nw)
+            b.call(self.epi_fn, [ctx, m, n0, nr_eff] + accs)
+
     def _gemm(self, kf, st, u0, u1) -> None:
         if self.i8gemm:
             return self._gemm_i8(kf, st, u0, u1)
@@ -1172,16 +1190,10 @@ class _LinearEmitter:
         NR, KC, MR = self.NR, self.KC, self.MR
         M, N, K = st.M, st.N, st.K
         ctx = st.fn.args[0]
-        malloc = kf.declare("malloc", PTR, [I64])
         free = kf.declare("free", ir.VoidType(), [PTR])
         cs_floats = kf.mul(kf.mul(M, NR), self.nw)
         nbytes = kf.add(kf.mul(kf.add(cs_floats, KC * NR), 4), 128)
-        raw = b.call(malloc, [nbytes])
-        with kf.if_(b.icmp_unsigned("==", raw, ir.Constant(PTR, None)), "oom"):
-            b.ret(ir.Constant(I32, self.error_code))
-        addr = b.ptrtoint(raw, I64)
-        aligned = b.and_(kf.add(addr, 63), kf.i64(~63))
-        bp = b.inttoptr(aligned, PTR)
+        raw, bp = self._workspace(kf, nbytes)
         cs = kf.gep(bp, kf.i64(KC * NR), F32)
         micro = self.micro_fns
         packs = [self._pack_fn(w) for w in range(self.nw)]
@@ -1207,11 +1219,7 @@ class _LinearEmitter:
                     csr = kf.gep(csw, kf.mul(full_m, NR), F32)
                     kf.switch_const(rem, {t: (lambda t=t: b.call(micro[t], [bp, xp, K, kc, csr, first]))
                                           for t in range(1, MR)}, f"mr{w}")
-            with kf.loop(0, M, 1, "me") as m:
-                accs = [kf.gep(cs, kf.add(kf.mul(m, NR), kf.mul(kf.mul(M, NR), w)), F32)
-                        for w in range(self.nw)]
-                accs += [accs[0]] * (2 - self.nw)
-                b.call(self.epi_fn, [ctx, m, n0, nr_eff] + accs)
+            self._panel_epilogue(kf, ctx, cs, M, NR, n0, nr_eff)
         b.call(free, [raw])
         b.ret(ir.Constant(I32, 0))
 
@@ -1279,15 +1287,10 @@ class _LinearEmitter:
         are zero. Full panels are unpacked 64 columns at a time (nibbles interleaved in
         registers, 8 x 8 transposes of 32-bit quads)."""
         key = f"mb.i8pack.{self._fmt_key(w)}.nr{self.NRI}"
-        cache, fn = self._shared(key)
-        if fn is not None:
+        fn, kf = self._new_helper(key, [PTR, PTR, I64, I64, I64, I64, I64, I64, PTR, PTR])
+        if kf is None:
             return fn
-        fn = self._shared_function(key, ir.VoidType(), [PTR, PTR, I64, I64, I64, I64, I64, I64, PTR, PTR])
-        cache[key] = fn
-        kf = KFunc(self.module, fn)
         p0, p1, ld0, ld1, n0, nr_eff, kb, kc, bp, sp = fn.args
-        for a in (p0, p1, bp, sp):
-            a.add_attribute("noalias")
         d = self.plan.weights[w]
         gs = d["group_size"]
         dec = GroupQuantDecoder(p0, d["storage"], p1, d["scale_dtype"], ld0, ld1, 4, gs,
@@ -1361,15 +1364,10 @@ class _LinearEmitter:
         into int32; per group ``acc += scale * (d * dot - zero_point * d * sum q)``
         (``(q_w - zp) * scale`` times ``q_x * d`` summed over the group)."""
         key = f"mb.i8micro.g{gs}.z{zp}.nr{self.NRI}.t{t}".replace("-", "m")
-        cache, fn = self._shared(key)
-        if fn is not None:
+        fn, kf = self._new_helper(key, [PTR, PTR, PTR, I64, PTR, PTR, I64, I64, PTR, I1])
+        if kf is None:
             return fn
-        fn = self._shared_function(key, ir.VoidType(), [PTR, PTR, PTR, I64, PTR, PTR, I64, I64, PTR, I1])
-        cache[key] = fn
-        kf = KFunc(self.module, fn)
         bp, sp, xq, ldx, dp, sdp, ldg, kc, cs, first = fn.args
-        for a in (bp, sp, xq, dp, sdp, cs):
-            a.add_attribute("noalias")
         b = kf.b
         NR = self.NRI
         NV = NR // 8
@@ -1440,16 +1438,10 @@ class _LinearEmitter:
         are not whole 64-column steps of whole groups (fewer than ``group_size + 64``), as in
         the GEMV. ``wt`` receives the decoded columns, ``(K - k0) x NRI`` float32."""
         key = f"mb.i8tail.{self._fmt_key(w)}.nr{self.NRI}"
-        cache, fn = self._shared(key)
-        if fn is not None:
+        fn, kf = self._new_helper(key, [PTR, PTR, I64, I64, PTR, I64, I64, I64, I64, I64, PTR, PTR])
+        if kf is None:
             return fn
-        fn = self._shared_function(key, ir.VoidType(),
-                                   [PTR, PTR, I64, I64, PTR, I64, I64, I64, I64, I64, PTR, PTR])
-        cache[key] = fn
-        kf = KFunc(self.module, fn)
         p0, p1, ld0, ld1, xf, K, n0, nr_eff, k0, M, cs, wt = fn.args
-        for a in (p0, p1, xf, cs, wt):
-            a.add_attribute("noalias")
         d = self.plan.weights[w]
         dec = GroupQuantDecoder(p0, d["storage"], p1, d["scale_dtype"], ld0, ld1, 4, d["group_size"],
                                 d["zero_point"], 8)
@@ -1487,17 +1479,12 @@ class _LinearEmitter:
         M, N = st.M, st.N
         K = self.K_static
         ctx = st.fn.args[0]
-        malloc = kf.declare("malloc", PTR, [I64])
         free = kf.declare("free", ir.VoidType(), [PTR])
         cs_floats = kf.mul(kf.mul(M, NR), self.nw)
         sp_floats = (KC // 8) * NR
         tail = max(K - Int8Rows(K, gs).columns for gs in self.qint.values())
         nbytes = kf.add(kf.mul(kf.add(cs_floats, sp_floats + tail * NR), 4), KC * NR + 128)
-        raw = b.call(malloc, [nbytes])
-        with kf.if_(b.icmp_unsigned("==", raw, ir.Constant(PTR, None)), "oom"):
-            b.ret(ir.Constant(I32, self.error_code))
-        aligned = b.and_(kf.add(b.ptrtoint(raw, I64), 63), kf.i64(~63))
-        bp = b.inttoptr(aligned, PTR)
+        raw, bp = self._workspace(kf, nbytes)
         sp = kf.gep(bp, kf.i64(KC * NR), I8)
         wt = kf.gep(sp, kf.i64(sp_floats), F32)
         cs = kf.gep(wt, kf.i64(tail * NR), F32)
@@ -1538,11 +1525,7 @@ class _LinearEmitter:
                 if kpad < K:
                     b.call(self._i8_tail_fn(w), wargs[w] + [st.xf, kf.i64(K), n0, nr_eff,
                                                             kf.i64(kpad), M, csw, wt])
-            with kf.loop(0, M, 1, "me") as m:
-                accs = [kf.gep(cs, kf.add(kf.mul(m, NR), kf.mul(kf.mul(M, NR), w)), F32)
-                        for w in range(self.nw)]
-                accs += [accs[0]] * (2 - self.nw)
-                b.call(self.epi_fn, [ctx, m, n0, nr_eff] + accs)
+            self._panel_epilogue(kf, ctx, cs, M, NR, n0, nr_eff)
         b.call(free, [raw])
         b.ret(ir.Constant(I32, 0))
 
