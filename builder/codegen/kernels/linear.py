@@ -35,7 +35,7 @@ Generated code (:func:`emit_linear`), for the host's widest vectors (:class:`Sim
   converted and accumulated with ``scale * d`` per lane -- about half the instructions per
   weight of the float path (:meth:`_LinearEmitter._gemv_micro_i8`); from ``M >
   gemv_max_rows_qig`` (8) the **int8 GEMM**: x quantized the same way into a plain int8 copy,
-  each panel of 16 weight rows unpacked once per block of ``KCI`` columns into bytes in k-quad
+  each panel of ``NRI`` (16) weight rows unpacked once per block of ``KCI`` columns into bytes in k-quad
   order (32 bytes = 4 columns of 8 rows), and a 3-row micro-kernel (6 with 32 registers) that
   per 4 columns broadcasts 4 int8 values of a row and runs one ``vpmaddubsw`` per 8 weight
   rows, adds those in int16 over 32 columns, widens with ``vpmaddwd`` and applies ``scale * d``
@@ -95,7 +95,7 @@ TUNING = {
     "gemv_parts_q": 1,           # partial-sum chains per (row, input row) in a 4/8-bit group
     "gemm_i8": 1,                # int8-activation GEMM for M > gemv_max_rows_qi (0: float GEMM)
     "mr_i8": 0,                  # its micro-kernel rows (0: 3, 6 with 32 registers)
-    "kc_i8": 1024,               # its packed panel columns (16 bytes each)
+    "kc_i8": 1024,               # its packed panel columns (NRI bytes each)
     "qu_i8": 2,                  # its k-quads per inner loop iteration
     "nv_i8": 2,                  # its weight rows per panel / 8 (int32 vectors per row of x)
 }
@@ -1279,10 +1279,10 @@ class _LinearEmitter:
 
     def _i8_pack_fn(self, w: int) -> ir.Function:
         """``void pack(ptr w0, ptr w1, i64 ld0, i64 ld1, i64 n0, i64 nr_eff, i64 kb, i64 kc,
-        ptr bp, ptr sp)``: the 4-bit values of weight rows ``n0 .. n0 + 15``, columns
+        ptr bp, ptr sp)``: the 4-bit values of weight rows ``n0 .. n0 + NRI - 1``, columns
         ``kb .. kb + kc`` (``kc`` whole groups, ``kb`` a multiple of 64) as bytes in k-quad
-        order: ``bp[j * 64 + r * 4 + i] = q[n0 + r, kb + 4 j + i]``, so that 32 bytes hold 4
-        consecutive columns of 8 rows (one ``vpmaddubsw`` operand); ``sp[g * 16 + r]`` = the
+        order: ``bp[j * 4 NRI + r * 4 + i] = q[n0 + r, kb + 4 j + i]``, so that 32 bytes hold 4
+        consecutive columns of 8 rows (one ``vpmaddubsw`` operand); ``sp[g * NRI + r]`` = the
         float32 scale of row ``n0 + r``, group ``kb / group_size + g``. Rows past ``nr_eff``
         are zero. Full panels are unpacked 64 columns at a time (nibbles interleaved in
         registers, 8 x 8 transposes of 32-bit quads)."""
@@ -1355,7 +1355,7 @@ class _LinearEmitter:
 
     def _i8_micro_fn(self, gs: int, zp: int, t: int) -> ir.Function:
         """``void micro(ptr bp, ptr sp, ptr xq, i64 ldx, ptr dp, ptr sdp, i64 ldg, i64 kc,
-        ptr cs, i1 first)``: ``cs[i, 0:16] (+)= sum_k x[i, k] W[0:16, k]`` for ``t`` rows of
+        ptr cs, i1 first)``: ``cs[i, 0:NRI] (+)= sum_k x[i, k] W[0:NRI, k]`` for ``t`` rows of
         int8 x (``xq`` row stride ``ldx`` bytes; ``dp`` / ``sdp`` their ``d`` and
         ``sum q * d`` per group, stride ``ldg``) against a panel of :meth:`_i8_pack_fn`.
         Per 4 columns: one 32-bit broadcast of x per row, and per 8 weight rows one
