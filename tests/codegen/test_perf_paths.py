@@ -276,6 +276,40 @@ def test_group_quantized_formats(case):
         np.testing.assert_allclose(_as_f32(y, odt), ref, rtol=tol, atol=tol * np.abs(ref).max())
 
 
+@pytest.mark.parametrize("fmt", ["float32", "float16", "q4", "q8", "q2"])
+def test_gemm_prefetches_the_next_weight_block(fmt, monkeypatch):
+    """The float GEMM prefetches the next block of weights (the next KC columns of the panel,
+    or the first ones of the next panel, rows clamped to N) while a block's micro-kernels run:
+    the hints are in the code, and many blocks (small KC, K not a multiple of it), partial
+    panels and partial micro-kernel tiles give the reference results."""
+    from builder.codegen import emit_llvm_ir
+
+    monkeypatch.setitem(TUNING, "kc_bytes", 2048)
+    N, K = 37, 352
+    if fmt in ("float32", "float16"):
+        f, _ = _linear_func(K, N, "float32", fmt, ("linear", 0))
+    else:
+        bits, storage, zp = {"q4": (4, "uint32", 7), "q8": (8, "int8", 0), "q2": (2, "uint32", 1)}[fmt]
+        f = _quant_case(1, N, K, bits, 32, zp, storage, "float16", "float32")[0]
+    text, _ = emit_llvm_ir({"f": f})
+    if HOST_SIMD.usable:
+        assert "llvm.prefetch" in text
+    _, lib = _build(f)
+    for M in (25, 31, 64):
+        y = np.empty((M, N), np.float32)
+        if fmt in ("float32", "float16"):
+            rng = np.random.default_rng(M)
+            x = rng.standard_normal((M, K), dtype=np.float32)
+            w = rng.standard_normal((N, K), dtype=np.float32).astype(fmt)
+            lib["f"](x, w, y)
+            ref = x.astype(np.float64) @ w.astype(np.float64).T
+            np.testing.assert_allclose(y, ref, rtol=2e-5, atol=2e-5 * np.sqrt(K))
+        else:
+            _, _, X, Q, S, ref = _quant_case(M, N, K, bits, 32, zp, storage, "float16", "float32", M)
+            lib["f"](X, Q, S, y)
+            np.testing.assert_allclose(y, ref, rtol=2e-5, atol=2e-5 * np.abs(ref).max())
+
+
 @pytest.mark.skipif(not HOST_SIMD.int8_dot, reason="int8 GEMV needs AVX2")
 @pytest.mark.parametrize("K,gs,storage,sdt,xdt", [
     (4192, 32, "uint32", "float16", "float32"),   # 65 steps: one 32-column float tail

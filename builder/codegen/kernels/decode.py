@@ -100,6 +100,10 @@ class DenseDecoder:
     def scalar(self, kf: KFunc, row, k: ir.Value) -> ir.Value:
         return _scalar_to_f32(kf, kf.load(self.mt, row, k, align=self.esize), self.dtype)
 
+    def prefetch(self, kf: KFunc, row, k_lo, k_hi) -> None:
+        """Prefetch (into L2) the cache lines holding columns ``[k_lo, k_hi)`` of ``row``."""
+        _prefetch_span(kf, kf.gep(row, k_lo, self.mt), kf.mul(kf.sub(k_hi, k_lo), self.esize))
+
 
 class GroupQuantDecoder:
     """Group-quantized rows: ``q`` (N, words) of ``storage``, ``scale`` (N, groups) of
@@ -285,6 +289,18 @@ class GroupQuantDecoder:
         raw = kf.load(vec(self.st, self.lanes), row[1], g, align=4 if self.st == F32 else 2)
         return kf.widen(raw, self.scale_dtype)
 
+    def prefetch(self, kf: KFunc, row, k_lo, k_hi) -> None:
+        """Prefetch (into L2) the packed words and the scales of columns ``[k_lo, k_hi)`` of
+        ``row`` (``k_lo`` a multiple of the group size)."""
+        wbytes = self.wt.width // 8
+        w_lo = kf.sdiv(k_lo, self.per_word)
+        w_hi = kf.sdiv(kf.add(k_hi, self.per_word - 1), self.per_word)
+        _prefetch_span(kf, kf.gep(row[0], w_lo, self.wt), kf.mul(kf.sub(w_hi, w_lo), wbytes))
+        g_lo = kf.sdiv(k_lo, self.group_size)
+        g_hi = kf.sdiv(kf.add(k_hi, self.group_size - 1), self.group_size)
+        ssize = 4 if self.st == F32 else 2
+        _prefetch_span(kf, kf.gep(row[1], g_lo, self.st), kf.mul(kf.sub(g_hi, g_lo), ssize))
+
     def scalar(self, kf: KFunc, row, k: ir.Value) -> ir.Value:
         b = kf.b
         pw, bits = self.per_word, self.bits
@@ -305,6 +321,12 @@ class GroupQuantDecoder:
         s = _scalar_to_f32(kf, kf.load(self.st, row[1], g, align=4 if self.st == F32 else 2),
                            self.scale_dtype)
         return kf.fma(v, s, b.fmul(s, ir.Constant(F32, float(-self.zero_point))))
+
+
+def _prefetch_span(kf: KFunc, start, nbytes) -> None:
+    """``llvm.prefetch`` (read, L2) of every 64-byte line of ``[start, start + nbytes)``."""
+    with kf.loop(0, nbytes, 64, "pf") as off:
+        kf.prefetch(kf.gep(start, off, I8), locality=2)
 
 
 def make_decoder(desc: dict, ptrs: list[ir.Value], shapes: dict, lanes: int):
