@@ -735,6 +735,22 @@ def test_benchmark_measures_the_compute_peak():
     assert "% of the measured float32 FMA peak of" in out.stdout and "MISSED (> 0.8)" in out.stdout
 
 
+def test_runtime_benchmark_measures_the_issue_limits():
+    """``benchmarks/bench_runtime.py`` measures the tiny-call cost, the RMSNorm on 1 vs all
+    threads and the recipe's cold / cached build (it checks the kernels' results itself);
+    only the report's shape is asserted here, never a time."""
+    out = subprocess.run([sys.executable, "benchmarks/bench_runtime.py", "--quick", "--json"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=240)
+    assert out.returncode == 0, out.stderr
+    res = json.loads(out.stdout.splitlines()[-1])
+    assert 0 < res["call"]["min_us"] <= res["call"]["median_us"] and res["call"]["limit_us"] == 20.0
+    assert [r["batch"] for r in res["rmsnorm"]] == [1, 8, 64]
+    assert all(r["one_thread_us"] > 0 and r["all_threads_us"] > 0 for r in res["rmsnorm"])
+    assert 0 < res["build"]["cold_export_s"] < res["build"]["cold_s"]
+    assert res["build"]["cached_s"] > 0 and res["build"]["limit_s"] == 1.0
+    assert "call overhead" in out.stdout and "RMSNorm 4096 wide" in out.stdout
+
+
 @pytest.mark.parametrize("shape", ["avx512", "sse"])
 def test_other_vector_shapes_run_correctly(shape, monkeypatch):
     """The 16-lane (AVX-512) and 4-lane kernels, generated for this host's target (LLVM splits

@@ -1,0 +1,182 @@
+"""Measure the runtime costs issue 5 sets limits on, in one run:
+
+    python benchmarks/bench_runtime.py           # a few seconds
+    python benchmarks/bench_runtime.py --quick   # fewer calls (about 2 s)
+    python benchmarks/bench_runtime.py --json    # also print the results as one JSON object
+
+1. **Call overhead**: a tiny compiled function (``relu`` of a 3 x 3 float32 tensor, exported
+   with ``nn.Module.export_tvm`` and loaded with ``jit``) called from Python end to end
+   (argument checks, VM dispatch, output allocation, the kernel); median and minimum per
+   call over ``--calls`` calls. Limit: under 20 us.
+2. **Parallel-region cost**: a 4096-wide ``nn.RMSNorm`` (LLaMA's, one reduction + one scale per
+   row) at batch 1, 8 and 64, timed with one thread and with every pool thread
+   (``runtime.threadpool.set_num_threads``), interleaved call by call, medians. Limit: two
+   threads are not slower than one: ratio <= 1.03 (medians of the same kernel differ by up to
+   about 2% from run to run here, so a smaller difference is not a measured slowdown).
+3. **Build time** of ``recipes/llama_mlp.yaml`` (export + passes + LLVM, ``builder.build``)
+   with an empty object cache (a fresh ``MB_CACHE_DIR``), after one small build has paid the
+   per-process start-up (LLVM target, thread pool); then the same recipe again, which loads the
+   compiled object from the cache and skips LLVM. Limit: the first under 1 s.
+
+Timings are wall-clock (``time.perf_counter``) on whatever else the machine runs; the header
+prints the load average. No result is asserted: the verdict column says whether each limit is
+met on this run.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+RECIPE = ROOT / "recipes" / "llama_mlp.yaml"
+CALL_LIMIT_US = 20.0
+SAME_WITHIN = 1.03   # two medians closer than this are not a measured difference
+BUILD_LIMIT_S = 1.0
+
+
+def _jit(module, spec: dict, seed: int = 0):
+    """``module.jit(spec)`` with every parameter set to random float32 data."""
+    _, params = module.export_tvm(spec=spec)
+    rng = np.random.default_rng(seed)
+    for _, p in params:
+        p.data = rng.standard_normal([int(d) for d in p.shape]).astype(p.dtype)
+    return module.jit(spec=spec)
+
+
+def call_overhead(calls: int) -> dict:
+    """Median / min microseconds per end-to-end call of a compiled 3 x 3 ReLU."""
+    from builder import nn
+
+    class Relu(nn.Module):
+        def forward(self, x):
+            return nn.op.relu(x)
+
+    f = _jit(Relu(), {"forward": {"x": nn.spec.Tensor([3, 3], "float32")}})["forward"]
+    x = np.linspace(-1, 1, 9, dtype=np.float32).reshape(3, 3)
+    np.testing.assert_array_equal(f(x), np.maximum(x, 0))
+    for _ in range(100):
+        f(x)
+    per = []
+    chunk = 100
+    for _ in range(max(1, calls // chunk)):
+        t0 = time.perf_counter()
+        for _ in range(chunk):
+            f(x)
+        per.append((time.perf_counter() - t0) / chunk)
+    med, best = float(np.median(per)) * 1e6, min(per) * 1e6
+    return {"median_us": med, "min_us": best, "limit_us": CALL_LIMIT_US,
+            "met": med < CALL_LIMIT_US}
+
+
+def rmsnorm_threads(batches: list[int], calls: int) -> list[dict]:
+    """Per batch size: median microseconds of a 4096-wide RMSNorm on 1 thread and on every pool
+    thread (interleaved), and their ratio."""
+    from builder import nn
+    from runtime import threadpool
+
+    nthreads = threadpool.pool_size()
+    out = []
+    for batch in batches:
+        norm = nn.RMSNorm(4096, axes=-1, bias=False)
+        f = _jit(norm, {"forward": {"x": nn.spec.Tensor([batch, 4096], "float32")}})["forward"]
+        x = np.random.default_rng(batch).standard_normal((batch, 4096)).astype(np.float32)
+        w = norm.weight.data
+        ref = x / np.sqrt(np.mean(x.astype(np.float64) ** 2, axis=-1, keepdims=True) + 1e-5) * w
+        np.testing.assert_allclose(f(x), ref, rtol=1e-4, atol=1e-5)
+        times = {1: [], nthreads: []}
+        old = threadpool.get_num_threads()
+        try:
+            for n in times:
+                threadpool.set_num_threads(n)
+                for _ in range(20):
+                    f(x)
+            for _ in range(calls):
+                for n in times:
+                    threadpool.set_num_threads(n)
+                    t0 = time.perf_counter()
+                    f(x)
+                    times[n].append(time.perf_counter() - t0)
+        finally:
+            threadpool.set_num_threads(old)
+        one, many = (float(np.median(times[n])) * 1e6 for n in (1, nthreads))
+        out.append({"batch": batch, "threads": nthreads, "one_thread_us": one,
+                    "all_threads_us": many, "ratio": many / one, "met": many <= one * SAME_WITHIN})
+    return out
+
+
+def build_time() -> dict:
+    """Seconds to build ``recipes/llama_mlp.yaml`` with an empty object cache and again from it."""
+    from builder import nn
+    from builder.pipeline import build
+
+    class Warm(nn.Module):   # pays the per-process start-up (LLVM target, thread pool) first
+        def forward(self, x):
+            return nn.op.relu(x)
+
+    _jit(Warm(), {"forward": {"x": nn.spec.Tensor([2], "float32")}})
+    old = os.environ.get("MB_CACHE_DIR")
+    with tempfile.TemporaryDirectory() as cache:
+        os.environ["MB_CACHE_DIR"] = cache
+        try:
+            t0 = time.perf_counter()
+            cold = build(RECIPE)
+            cold_s = time.perf_counter() - t0
+            t0 = time.perf_counter()
+            warm = build(RECIPE)
+            warm_s = time.perf_counter() - t0
+        finally:
+            if old is None:
+                os.environ.pop("MB_CACHE_DIR", None)
+            else:
+                os.environ["MB_CACHE_DIR"] = old
+    return {"cold_s": cold_s, "cold_export_s": cold.timings["export"],
+            "cold_compile_s": cold.timings["compile"], "cached_s": warm_s,
+            "cached_compile_s": warm.timings["compile"], "limit_s": BUILD_LIMIT_S,
+            "met": cold_s < BUILD_LIMIT_S}
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--quick", action="store_true", help="fewer calls (about 2 s)")
+    p.add_argument("--json", action="store_true", help="also print the results as one JSON object")
+    args = p.parse_args(argv)
+    calls = 2000 if args.quick else 20000
+    norm_calls = 200 if args.quick else 2000
+
+    from bench_mlp import machine_info   # noqa: E402 - same header as the MLP benchmark
+
+    print(machine_info())
+    res = {"call": call_overhead(calls)}
+    c = res["call"]
+    print(f"\ncall overhead (3 x 3 relu, end to end from Python): median {c['median_us']:.1f} us, "
+          f"min {c['min_us']:.1f} us -- limit {CALL_LIMIT_US:.0f} us: {'met' if c['met'] else 'MISSED'}")
+    res["rmsnorm"] = rmsnorm_threads([1, 8, 64], norm_calls)
+    print("\nRMSNorm 4096 wide, one thread vs all pool threads (medians, interleaved):")
+    for r in res["rmsnorm"]:
+        print(f"  batch {r['batch']:3d}: 1 thread {r['one_thread_us']:8.1f} us, {r['threads']} threads "
+              f"{r['all_threads_us']:8.1f} us, ratio {r['ratio']:.2f} -- "
+              f"{'met (not slower)' if r['met'] else f'MISSED (more than {SAME_WITHIN - 1:.0%} slower with more threads)'}")
+    res["build"] = build_time()
+    b = res["build"]
+    print(f"\nbuild {RECIPE.relative_to(ROOT)} (empty object cache): {b['cold_s'] * 1e3:.0f} ms "
+          f"(export {b['cold_export_s'] * 1e3:.0f} ms, passes + LLVM {b['cold_compile_s'] * 1e3:.0f} ms) "
+          f"-- limit {BUILD_LIMIT_S * 1e3:.0f} ms: {'met' if b['met'] else 'MISSED'}; "
+          f"again from the cache: {b['cached_s'] * 1e3:.0f} ms (compile {b['cached_compile_s'] * 1e3:.0f} ms)")
+    if args.json:
+        print(json.dumps(res))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    raise SystemExit(main())
