@@ -217,7 +217,8 @@ class _Entry:
     """Prebuilt per-function call state."""
 
     __slots__ = ("name", "cfunc", "dtypes", "dtype_names", "param_names", "ndims", "nparams",
-                 "ptr_type", "shape_type", "errors", "error_params", "meta", "accept_bf16_bits")
+                 "ptr_type", "shape_type", "errors", "error_params", "meta", "accept_bf16_bits",
+                 "written")
 
     def __init__(self, name: str, cfunc, meta: dict) -> None:
         self.name = name
@@ -231,6 +232,7 @@ class _Entry:
         self.dtypes = [numpy_dtype(p["dtype"]) for p in params]
         self.accept_bf16_bits = [p["dtype"] == "bfloat16" for p in params]
         self.param_names = [p["name"] for p in params]
+        self.written = [bool(p.get("written", False)) for p in params]
         self.ndims = [len(p["shape"]) for p in params]
         self.nparams = len(params)
         self.ptr_type = ctypes.c_void_p * max(self.nparams, 1)
@@ -285,8 +287,8 @@ class NativeLibrary:
     def call(self, name: str, arrays: Sequence[np.ndarray]) -> None:
         """Run ``name`` on ``arrays`` (inputs then outputs, written in place).
 
-        Checks the count, each array's dtype and ndim, and C-contiguity (ValueError naming the
-        param); the kernel checks every dim and a mismatch raises
+        Checks the count, each array's dtype and ndim, C-contiguity and that the outputs (params
+        the function writes) are writeable (ValueError naming the param); the kernel checks every dim and a mismatch raises
         ``ValueError(f"{name}: {message}, got shape {shape}")``. Raises KeyError for an unknown
         function.
         """
@@ -300,14 +302,17 @@ class NativeLibrary:
         # anything else goes through _checked_args for the precise error or bf16 views
         addrs = []
         dims: list = []
-        for a, dt, nd in zip(arrays, entry.dtypes, entry.ndims):
+        for a, dt, nd, out in zip(arrays, entry.dtypes, entry.ndims, entry.written):
             if (a.__class__ is not np.ndarray or a.dtype is not dt and a.dtype != dt
                     or a.ndim != nd or not a.flags.c_contiguous):
                 addrs, dims = self._checked_args(entry, arrays)
                 break
             try:
                 addrs.append(_addressof(_c_char.from_buffer(a)))
-            except (TypeError, ValueError, BufferError):
+            except (TypeError, ValueError, BufferError):   # read-only or empty
+                if out and not a.flags.writeable:
+                    addrs, dims = self._checked_args(entry, arrays)
+                    break
                 addrs.append(a.ctypes.data)
             dims.extend(a.shape)
         rc = entry.cfunc(entry.ptr_type(*addrs), entry.shape_type(*dims))
@@ -336,6 +341,9 @@ class NativeLibrary:
             if not a.flags.c_contiguous:
                 raise ValueError(f"{name}: argument '{entry.param_names[i]}' (param {i}) must be "
                                  "C-contiguous (use np.ascontiguousarray)")
+            if entry.written[i] and not a.flags.writeable:
+                raise ValueError(f"{name}: argument '{entry.param_names[i]}' (param {i}) is an "
+                                 "output the function writes, but the array is read-only")
             addrs.append(_data_pointer(a))
             dims.extend(shape)
         return addrs, dims

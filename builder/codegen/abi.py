@@ -14,8 +14,11 @@ such as a failed intermediate allocation). ``0`` means success.
 
 Metadata per function (JSON-able)::
 
-    {"name": str, "params": [{"name", "dtype", "shape": [dim, ...]}], "sym_vars": [str],
-     "errors": [str], "error_params": [int]}
+    {"name": str, "params": [{"name", "dtype", "shape": [dim, ...], "written": bool}],
+     "sym_vars": [str], "errors": [str], "error_params": [int]}
+
+``written`` marks the params the function stores into (its outputs): the runtime refuses a
+read-only array there.
 
 A dim is an int or a tree ``["var", name]`` / ``[op, a, b]`` with op in ``add sub mul floordiv
 floormod min max`` (see :func:`runtime.native.eval_dim`).
@@ -27,7 +30,7 @@ from dataclasses import dataclass, field
 from ..ir import expr as E
 from ..ir.expr import PrimExpr, Var
 from ..ir.printer import print_prim_expr
-from ..ir.tir import Buffer, PrimFunc
+from ..ir.tir import Block, Buffer, BufferStore, PrimFunc, walk_stmt
 
 __all__ = ["SUPPORTED_DTYPES", "DimCheck", "Signature", "plan_signature", "dim_to_json"]
 
@@ -82,6 +85,7 @@ class Signature:
     checks: list[DimCheck]
     sym_vars: list[Var]
     sym_names: dict = field(default_factory=dict)
+    written: list[bool] = field(default_factory=list)
 
     def metadata(self, extra_errors: list[str] = ()) -> dict:
         """The JSON-able metadata; ``extra_errors`` are body errors numbered after the checks."""
@@ -89,8 +93,9 @@ class Signature:
             "name": self.name,
             "params": [
                 {"name": p.name, "dtype": p.dtype,
-                 "shape": [dim_to_json(d, self.sym_names) for d in p.shape]}
-                for p in self.params
+                 "shape": [dim_to_json(d, self.sym_names) for d in p.shape],
+                 "written": bool(self.written[i]) if i < len(self.written) else False}
+                for i, p in enumerate(self.params)
             ],
             "sym_vars": [self.sym_names[v] for v in self.sym_vars],
             "errors": [c.message for c in self.checks] + list(extra_errors),
@@ -144,4 +149,20 @@ def plan_signature(func: PrimFunc, name: str | None = None) -> Signature:
         if v not in bound:
             raise ValueError(f"{name}: symbolic var '{v.name}' never appears as a plain dim of a "
                              f"param, so it cannot be bound from the argument shapes")
-    return Signature(name, list(func.params), offsets, binds, checks, sym_vars, sym_names)
+    stored = _stored_buffers(func)
+    return Signature(name, list(func.params), offsets, binds, checks, sym_vars, sym_names,
+                     [id(p) in stored for p in func.params])
+
+
+def _stored_buffers(func: PrimFunc) -> set[int]:
+    """``id`` of every buffer ``func`` writes: BufferStore targets and block write regions."""
+    out: set[int] = set()
+
+    def visit(s) -> None:
+        if isinstance(s, BufferStore):
+            out.add(id(s.buffer))
+        elif isinstance(s, Block):
+            out.update(id(r.buffer) for r in s.writes)
+
+    walk_stmt(func.body, visit)
+    return out

@@ -34,7 +34,7 @@ __all__ = ["CACHE_VERSION", "cache_dir", "cache_key", "load", "store", "enabled"
 
 #: Bump when the code generator changes in a way the IR text does not show (it always
 #: shows, today; this guards against runtime-ABI changes).
-CACHE_VERSION = "1"
+CACHE_VERSION = "2"   # 2: params carry "written" in the metadata
 _MAGIC = b"MBOBJ1\n"
 
 

@@ -41,9 +41,9 @@ def test_metadata(compiled):
     assert meta["name"] == "mm"
     assert meta["sym_vars"] == ["n"]
     assert meta["params"] == [
-        {"name": "rxplaceholder", "dtype": "float32", "shape": [["var", "n"], 128]},
-        {"name": "rxplaceholder", "dtype": "float32", "shape": [128, 4]},
-        {"name": "matmul", "dtype": "float32", "shape": [["var", "n"], 4]},
+        {"name": "rxplaceholder", "dtype": "float32", "shape": [["var", "n"], 128], "written": False},
+        {"name": "rxplaceholder", "dtype": "float32", "shape": [128, 4], "written": False},
+        {"name": "matmul", "dtype": "float32", "shape": [["var", "n"], 4], "written": True},
     ]
     assert meta["errors"][1] == "argument 'rxplaceholder' (param 0) dim 1: expected 128"
     assert meta["errors"][0] == "argument 'rxplaceholder' (param 0) dim 0: expected n >= 0"
@@ -91,6 +91,24 @@ def test_wrong_shapes_raise_value_error(lib):
     with pytest.raises(ValueError, match=r"stretch: argument 'Y' \(param 1\) dim 0: expected "
                                          r"n \* 2 \+ 1 .*got shape \(8, 3\)"):
         lib.call("stretch", [np.zeros((4, 3), "float16"), np.zeros((8, 3), "float16")])
+
+
+def test_read_only_output_is_an_error_not_a_write(lib):
+    """An output (a param the function writes) must be writeable: a read-only array there is
+    refused before the kernel runs (a read-only memory map would otherwise crash), and is left
+    untouched; read-only inputs are fine."""
+    a = np.ones((2, 128), "float32")
+    b = np.ones((128, 4), "float32")
+    a.flags.writeable = b.flags.writeable = False
+    c = np.zeros((2, 4), "float32")
+    c.flags.writeable = False
+    with pytest.raises(ValueError, match=r"^mm: argument 'matmul' \(param 2\) is an output the "
+                                         r"function writes, but the array is read-only$"):
+        lib.call("mm", [a, b, c])
+    assert not c.any()
+    out = np.zeros((2, 4), "float32")
+    lib.call("mm", [a, b, out])
+    np.testing.assert_array_equal(out, np.full((2, 4), 128, "float32"))
 
 
 def test_loader_checks(lib):

@@ -97,7 +97,7 @@ TUNING = {
     "prefetch_gemm": 1,          # GEMM: prefetch the next weight block during the micro-kernels
     "prefetch_q": 0,             # the same for packed quantized rows
     "gemv_parts_q": 1,           # partial-sum chains per (row, input row) in a 4/8-bit group
-    "gemm_i8": 1,                # int8-activation GEMM for M > gemv_max_rows_qi (0: float GEMM)
+    "gemm_i8": 1,                # int8-activation GEMM for M > gemv_max_rows_qig (0: float GEMM above gemv_max_rows_qi)
     "mr_i8": 0,                  # its micro-kernel rows (0: 3, 6 with 32 registers)
     "kc_i8": 1024,               # its packed panel columns (NRI bytes each)
     "qu_i8": 2,                  # its k-quads per inner loop iteration
