@@ -146,6 +146,21 @@ def _check_gated(lib, M, N, K):
     np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-4)
 
 
+def test_single_output_column_with_broadcast_epilogue():
+    """N = 1 (a scoring head): the epilogue's broadcasts read the accumulator at column 0
+    rather than at the column iterator (numpy broadcasting of an extent-1 dim); the kernel
+    still applies, GEMV and GEMM, with bias, residual and the gated form."""
+    K = 37
+    epi = ("add", ("multiply", ("silu", ("add", ("linear", 0), ("tensor", 2))), ("linear", 1)),
+           ("tensor", 3))
+    f, _ = _linear_func(K, 1, "float32", "float32", epi, nweights=2,
+                        extra=[("bias", (1,), "float32"), ("resid", ("lead", 1), "float32")])
+    kernel, lib = _build(f)
+    assert kernel.startswith("linear/") == HOST_SIMD.usable
+    for M in (1, 5, 30, 41):
+        _check_gated(lib, M, 1, K)
+
+
 def test_three_d_input_with_residual_and_gelu():
     K, N = 33, 18
     epi = ("add", ("gelu", ("linear", 0)), ("tensor", 1))

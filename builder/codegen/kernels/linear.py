@@ -282,10 +282,18 @@ def plan_linear(func: PrimFunc, simd: SimdInfo) -> LinearPlan | str:
     param_ids = {id(p) for p in params} - {id(out)}
     bad: list[str] = []
 
+    def same_element(i: PrimExpr, v: Var, dim: PrimExpr) -> bool:
+        # a broadcast reads a dim of extent 1 at 0 (topi's numpy-style broadcasting)
+        if i is v:
+            return True
+        d = E.simplify(dim)
+        return isinstance(d, E.IntImm) and d.value == 1 and isinstance(i, E.IntImm) and i.value == 0
+
     def sub(ld: BufferLoad) -> PrimExpr:
         for buf, var in zip(acc_bufs, acc_vars):
             if ld.buffer is buf:
-                if not all(i is v for i, v in zip(ld.indices, ivars)):
+                if len(ld.indices) != len(ivars) or not all(
+                        same_element(i, v, d) for i, v, d in zip(ld.indices, ivars, out.shape)):
                     bad.append(f"{buf.name} read at another element")
                 return var
         if id(ld.buffer) not in param_ids:
