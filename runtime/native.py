@@ -6,7 +6,9 @@ Calling convention of every function (see ``builder/codegen/abi.py``)::
     int32_t name(void **data, int64_t *shapes)
 
 ``data`` holds one data pointer per buffer param (in order), ``shapes`` the dims of every param
-concatenated. A nonzero return ``k`` means ``metadata["errors"][k - 1]``.
+concatenated. A nonzero return ``k`` means ``metadata["errors"][k - 1]``. A param whose
+metadata says ``"written": true`` is an output: a read-only array there is refused (metadata
+without the key, from older objects, is not checked).
 
 Shape dims in the metadata are ints or JSON trees ``["var", name]`` / ``[op, a, b]`` with op in
 ``add sub mul floordiv floormod min max``; :func:`dim_from_json` validates one and
