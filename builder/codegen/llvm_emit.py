@@ -27,6 +27,7 @@ from ..ir import expr as E
 from ..ir.expr import PrimExpr, Var
 from ..ir.tir import (Allocate, Buffer, BufferLoad, BufferStore, Evaluate, For, IfThenElse,
                       LetStmt, PrimFunc, SeqStmt, Stmt, buffer_loads)
+from ..ir.printer import print_prim_expr
 from .abi import Signature
 
 __all__ = ["FAST_MATH", "ModuleEmitter", "reg_type", "mem_type", "elem_bytes"]
@@ -373,6 +374,14 @@ class _ExprEmitter:
     def call(self, e: E.Call) -> ir.Value:
         b = self.b
         op = e.op
+        if op == "checked_index":
+            # ``checked_index(j, dim)``: j, after returning an error code when j is outside
+            # [0, dim) (see builder.te.topi.checked_index)
+            j = self.typed(e.args[0], "int64")
+            dim = self.typed(e.args[1], "int64")
+            self.fail_if(b.icmp_unsigned(">=", j, dim),
+                         f"index out of range: expected 0 <= index < {print_prim_expr(e.args[1])}")
+            return j
         if op == "if_then_else":
             cond = self.as_bool(e.args[0])
             return self.conditional(cond, lambda: self.typed(e.args[1], e.dtype),
@@ -484,6 +493,12 @@ def _round_bf16_py(value: float) -> float:
     return struct.unpack("<f", struct.pack("<I", bits & 0xFFFFFFFF))[0]
 
 
+    def fail_if(self, cond: ir.Value, message: str) -> None:
+        """Return the error ``message`` from the function when ``cond`` holds (only inside a
+        function body: see ``_BodyEmitter``)."""
+        raise TypeError(f"a run-time check ({message}) can only be emitted in a function body")
+
+
 class BufferExprEmitter(_ExprEmitter):
     """Expressions with buffer loads / stores: ``ptrs`` maps ``id(buffer)`` to its base pointer,
     ``env`` maps Var -> LLVM value. Used by function bodies and by the kernel emitters of
@@ -558,6 +573,22 @@ class _BodyEmitter(BufferExprEmitter):
             arg.name = _llvm_name(sig.sym_names[v])
             self.env[v] = self.b.trunc(arg, reg_type(v.dtype)) if reg_type(v.dtype) != I64 else arg
 
+
+    def fail_if(self, cond: ir.Value, message: str) -> None:
+        """Branch out of the function with a new body error ``message`` (its code numbered after
+        the signature checks) when ``cond`` holds, freeing the live heap buffers first."""
+        b = self.b
+        self.extra_errors.append(message)
+        code = len(self.sig.checks) + len(self.extra_errors)
+        fail = self.fn.append_basic_block("check.fail")
+        ok = self.fn.append_basic_block("check.ok")
+        b.cbranch(cond, fail, ok)
+        b.position_at_end(fail)
+        free = self.mod.declare("free", ir.VoidType(), [PTR])
+        for live in reversed(self.live_heap):
+            b.call(free, [live])
+        b.ret(ir.Constant(I32, code))
+        b.position_at_end(ok)
     def run(self) -> None:
         self.stmt(self.func.body)
         if not self.b.block.is_terminated:

@@ -39,7 +39,7 @@ __all__ = [
     "floor_divide", "maximum", "minimum", "power", "equal", "not_equal", "less", "less_equal",
     "greater", "greater_equal",
     # layout / dtype
-    "astype", "permute_dims", "reshape", "take",
+    "astype", "permute_dims", "reshape", "take", "checked_index",
     # linear algebra and nn
     "matmul", "linear", "layer_norm", "rms_norm", "softmax", "conv1d",
     # reductions
@@ -562,13 +562,22 @@ def reshape(x: Tensor, new_shape: Sequence) -> Tensor:
     return _te.compute(new, f, name="T_reshape")
 
 
+def checked_index(j: PrimExpr, dim) -> PrimExpr:
+    """``j`` as an index into a dim of extent ``dim``, checked when the code runs: the
+    generated function returns an error (a ValueError from the runtime, "index out of range")
+    for ``j`` outside ``[0, dim)`` instead of reading out of bounds. Both int64."""
+    return E.Call("int64", "checked_index", [j.astype("int64"), E.convert(dim).astype("int64")])
+
+
 def take(x: Tensor, indices: Tensor, axis: int = 0, mode: str = "fast") -> Tensor:
     """Gather along ``axis`` (``numpy.take``): ``out[pre, j..., post] = x[pre, indices[j...],
     post]`` with shape ``x.shape[:axis] + indices.shape + x.shape[axis + 1:]``.
 
-    ``mode``: ``"fast"`` assumes every index is in range (no check), ``"clip"`` clamps to
-    ``[0, dim - 1]``, ``"wrap"`` takes the index modulo the dim (numpy's modes). Indices may be
-    any integer dtype (int32 / int64). Raises TypeError for non-integer indices.
+    ``mode``: ``"fast"`` (TVM's default) does not clamp or wrap, and an index outside ``[0,
+    dim)`` is an error when the code runs (:func:`checked_index`: ValueError, never a read out
+    of bounds); ``"clip"`` clamps to ``[0, dim - 1]``, ``"wrap"`` takes the index modulo the
+    dim (numpy's modes). Indices may be any integer dtype (int32 / int64). Raises TypeError for
+    non-integer indices.
     """
     if not E.is_int_dtype(indices.dtype) or indices.dtype == "bool":
         raise TypeError(f"take: indices must be integers, got {indices.dtype}")
@@ -585,6 +594,8 @@ def take(x: Tensor, indices: Tensor, axis: int = 0, mode: str = "fast") -> Tenso
             j = tir.minimum(tir.maximum(j, E.IntImm(0, "int64")), dim - 1)
         elif mode == "wrap":
             j = E.FloorMod(j, dim)
+        else:
+            j = checked_index(j, dim)
         return x[tuple(idx[:ax]) + (j,) + tuple(idx[ax + ni:])]
 
     return _te.compute(shape, f, name="T_take")
@@ -1155,7 +1166,8 @@ def pad(x: Tensor, pad_before: Sequence[int], pad_after: Sequence[int] | None = 
     ``mode``: ``"constant"`` fills ``pad_value`` (``if_then_else`` on the bounds, so the input
     is never read out of range); ``"edge"`` repeats the border element (the index is clamped);
     ``"reflect"`` mirrors without repeating the border (``-p`` below 0, ``2(d-1) - p`` above;
-    pads must be smaller than the dim). Raises ValueError for a wrong number of pads, a negative
+    pads must be smaller than the dim: for a symbolic dim the mirrored index is checked when the
+    code runs, :func:`checked_index`). Raises ValueError for a wrong number of pads, a negative
     pad or an unknown mode.
     """
     nd = x.ndim
@@ -1188,8 +1200,17 @@ def pad(x: Tensor, pad_before: Sequence[int], pad_after: Sequence[int] | None = 
                 src.append(tir.minimum(tir.maximum(p, _zero()), dim - 1))
             else:
                 top = dim - 1
-                p = E.Select(E.LT(p, _zero()), -p, p) if lo[d] else p
-                src.append(E.Select(E.GT(p, top), top * 2 - p, p) if hi[d] else p)
+                if isinstance(E.simplify(dim), E.IntImm):   # pads < dim checked at build time
+                    p = E.Select(E.LT(p, _zero()), -p, p) if lo[d] else p
+                    src.append(E.Select(E.GT(p, top), top * 2 - p, p) if hi[d] else p)
+                    continue
+                # a symbolic dim: each mirrored index is checked when the code runs (it is out
+                # of [0, dim) exactly when a pad is not smaller than the dim)
+                if lo[d]:
+                    p = tir.if_then_else(E.LT(p, _zero()), checked_index(-p, dim), p)
+                if hi[d]:
+                    p = tir.if_then_else(E.GT(p, top), checked_index(top * 2 - p, dim), p)
+                src.append(p)
         v = x[tuple(src)]
         if conds:
             v = tir.if_then_else(tir.all(*conds), v, E.convert(pad_value, x.dtype))

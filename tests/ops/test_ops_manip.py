@@ -182,6 +182,41 @@ def test_pad(mode):
         close(f(x), want, "float16")
 
 
+def test_reflect_pad_of_a_too_small_symbolic_dim_is_an_error():
+    """A static dim smaller than the reflect pad is refused when the graph is built; a symbolic
+    one when the function runs: an error, never a read out of bounds."""
+    f = jit(lambda x: op.pad(x, [2, 1, 0, 0], mode="reflect"), x=(("n", 5), "float32"))
+    x = rand((4, 5), seed=1)
+    close(f(x), np.pad(x, [(2, 1), (0, 0)], mode="reflect"))
+    for n in (1, 2):   # pad before 2 needs n >= 3
+        with pytest.raises(ValueError, match=r"index out of range: expected 0 <= index < n"):
+            f(rand((n, 5), seed=n))
+    g = jit(lambda x: op.pad(x, [0, 3, 0, 0], mode="reflect"), x=(("n", 5), "float32"))
+    close(g(rand((4, 5), seed=4)), np.pad(rand((4, 5), seed=4), [(0, 3), (0, 0)], mode="reflect"))
+    with pytest.raises(ValueError, match="index out of range"):
+        g(rand((3, 5), seed=3))
+
+
+def test_take_out_of_range_is_an_error():
+    """``take`` (mode "fast", as ``nn.Embedding`` uses it) checks each index when it runs:
+    an index outside [0, rows) raises ValueError instead of reading out of bounds, also when
+    the gather is split over threads."""
+    f = jit(lambda w, i: op.take(w, i, axis=0), x=((10, 3), "float32"), y=(("n",), "int32"))
+    w = rand((10, 3), seed=2)
+    good = np.array([0, 9, 3], "int32")
+    close(f(w, good), w[good])
+    for i in (10, -1, 2**31 - 1):
+        with pytest.raises(ValueError, match=r"take: index out of range: expected 0 <= index < 10"):
+            f(w, np.array([1, i], "int32"))
+    emb = jit(lambda w, i: op.take(w, i, axis=0), x=((50, 4096), "float32"), y=(("n",), "int64"))
+    big_w = rand((50, 4096), seed=3)
+    ids = np.arange(5000, dtype="int64") % 50
+    close(emb(big_w, ids), big_w[ids])
+    ids[4321] = 50
+    with pytest.raises(ValueError, match="index out of range"):
+        emb(big_w, ids)
+
+
 def test_triu_where():
     f = jit(lambda x, y: (op.triu(x), op.triu(x, 2), op.triu(x, -1),
                           op.where(y, x, op.negative(x)), op.where(op.greater(x, y), 2.0, x)),
