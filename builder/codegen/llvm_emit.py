@@ -283,10 +283,12 @@ class _ExprEmitter:
             if isinstance(e, E.FloorMod):
                 q = self.fcall("floor", [b.fdiv(a, c, flags=fm)])
                 return b.fsub(a, b.fmul(q, c, flags=fm), flags=fm)
+            # NaN-propagating (IEEE 754-2019 minimum / maximum): numpy's np.minimum /
+            # np.maximum and PyTorch's relu / max keep a NaN, where minnum / maxnum drop it
             if isinstance(e, E.Min):
-                return self.fcall("minnum", [a, c])
+                return self.fcall("minimum", [a, c])
             if isinstance(e, E.Max):
-                return self.fcall("maxnum", [a, c])
+                return self.fcall("maximum", [a, c])
         else:
             unsigned = _is_unsigned(dt)
             nsw = () if unsigned or reg_type(dt).width < 32 else ("nsw",)

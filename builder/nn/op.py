@@ -70,12 +70,12 @@ def divide(a, b, name: str = "divide") -> Tensor:
 
 
 def maximum(x1, x2, name: str = "maximum") -> Tensor:
-    """Elementwise maximum with broadcasting."""
+    """Elementwise maximum with broadcasting (``numpy.maximum``: a NaN operand gives NaN)."""
     return _binary("maximum", x1, x2, name)
 
 
 def minimum(x1, x2, name: str = "minimum") -> Tensor:
-    """Elementwise minimum with broadcasting."""
+    """Elementwise minimum with broadcasting (``numpy.minimum``: a NaN operand gives NaN)."""
     return _binary("minimum", x1, x2, name)
 
 
@@ -149,7 +149,7 @@ def _unary(opname: str, x: Tensor, name: str) -> Tensor:
 
 
 def relu(x: Tensor, name: str = "relu") -> Tensor:
-    """``max(x, 0)``."""
+    """``max(x, 0)`` (NaN stays NaN, as in PyTorch)."""
     return _unary("nn.relu", x, name)
 
 
@@ -483,13 +483,15 @@ def mean(x: Tensor, axis: int | Sequence[int] | None = None, keepdims: bool = Fa
 
 def max(x: Tensor, axis: int | Sequence[int] | None = None, keepdims: bool = False,  # noqa: A001
         name: str = "max") -> Tensor:
-    """Maximum over ``axis`` (``numpy.max``): ``R.max(x, axis=[...], keepdims=...)``."""
+    """Maximum over ``axis`` (``numpy.max``, NaN propagates): ``R.max(x, axis=[...],
+    keepdims=...)``."""
     return _statistical("max", x, axis, keepdims, name)
 
 
 def min(x: Tensor, axis: int | Sequence[int] | None = None, keepdims: bool = False,  # noqa: A001
         name: str = "min") -> Tensor:
-    """Minimum over ``axis`` (``numpy.min``): ``R.min(x, axis=[...], keepdims=...)``."""
+    """Minimum over ``axis`` (``numpy.min``, NaN propagates): ``R.min(x, axis=[...],
+    keepdims=...)``."""
     return _statistical("min", x, axis, keepdims, name)
 
 

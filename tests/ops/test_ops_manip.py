@@ -217,6 +217,24 @@ def test_take_out_of_range_is_an_error():
         emb(big_w, ids)
 
 
+def test_max_min_relu_propagate_nan():
+    """Float maximum / minimum are NaN-propagating as in numpy and PyTorch: relu, maximum,
+    minimum, clip and the max / min reductions keep a NaN (LLVM's maxnum would drop it)."""
+    f = jit(lambda x, y: (op.relu(x), op.maximum(x, y), op.minimum(x, y), op.max(x, axis=-1),
+                          op.min(x, axis=-1)),
+            x=(("n", 37), "float32"), y=(("n", 37), "float32"))
+    x, y = rand((3, 37), seed=5), rand((3, 37), seed=6)
+    x[0, 4] = y[1, 30] = np.nan
+    x[2, 0] = np.inf
+    r, mx, mn, rmax, rmin = f(x, y)
+    close(r, np.maximum(x, 0))
+    close(mx, np.maximum(x, y))
+    close(mn, np.minimum(x, y))
+    close(rmax, np.max(x, axis=-1))
+    close(rmin, np.min(x, axis=-1))
+    assert np.isnan(r[0, 4]) and np.isnan(mx[1, 30]) and np.isnan(rmax[0]) and rmax[2] == np.inf
+
+
 def test_triu_where():
     f = jit(lambda x, y: (op.triu(x), op.triu(x, 2), op.triu(x, -1),
                           op.where(y, x, op.negative(x)), op.where(op.greater(x, y), 2.0, x)),
