@@ -185,7 +185,7 @@ def float32_to_bfloat16_bits(a) -> np.ndarray:
     The input is converted to float32 first; NaN becomes the quiet NaN ``0x7FC0``,
     infinities stay infinite. Same rounding as the generated code's bfloat16 stores.
     """
-    f = np.ascontiguousarray(a, dtype=np.float32)
+    f = np.ascontiguousarray(a, dtype=np.float32).reshape(np.shape(a))   # keeps 0-d arrays 0-d
     u = f.view(np.uint32)
     rounded = ((u + np.uint32(0x7FFF) + ((u >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16)).astype(np.uint16)
     nan = np.isnan(f)

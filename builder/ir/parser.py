@@ -1134,7 +1134,7 @@ class _RelaxFunctionParser:
         if dtype is None:
             return rx.const(value)
         try:
-            return rx.Constant(np.array(value, dtype=dtype))
+            return rx.Constant(np.array(value), dtype)
         except (TypeError, ValueError) as exc:
             raise self.src.error(node, f"invalid constant: {exc}") from None
 

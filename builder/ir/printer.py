@@ -188,9 +188,10 @@ class _FunctionPrinter:
         if isinstance(e, rx.ShapeExpr):
             return "R.shape([" + ", ".join(_dim(d, self.names, False) for d in e.values) + "])"
         if isinstance(e, rx.Constant):
-            if e.data.ndim == 0:
-                return f'R.const({format_attr(e.data.item())}, "{e.data.dtype}")'
-            return f'R.const({format_attr(e.data.tolist())}, "{e.data.dtype}")'
+            vals = e.values()
+            if vals.ndim == 0:
+                return f'R.const({format_attr(vals.item())}, "{e.dtype}")'
+            return f'R.const({format_attr(vals.tolist())}, "{e.dtype}")'
         if isinstance(e, rx.PrimValue):
             v = e.value
             if isinstance(v, E.IntImm) and v.dtype not in ("int64", "bool"):

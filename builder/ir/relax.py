@@ -57,14 +57,32 @@ class DataflowVar(Var):
 
 
 class Constant(Expr):
-    """A constant tensor (``R.const``); ``data`` is a numpy array."""
+    """A constant tensor (``R.const``); ``data`` is a numpy array.
+
+    numpy has no bfloat16: a ``"bfloat16"`` constant keeps its values rounded to bfloat16
+    (nearest, ties to even) as ``uint16`` bit patterns in ``data`` -- the form the runtime passes
+    to kernels -- and :attr:`dtype` / the struct info say ``bfloat16``; ``uint16`` data given
+    with ``dtype="bfloat16"`` is taken as bit patterns already. :meth:`values` gives the
+    numbers (float32 for bfloat16)."""
 
     def __init__(self, data: np.ndarray, dtype: str | None = None) -> None:
         arr = np.asarray(data)
-        if dtype is not None:
+        if dtype == "bfloat16":
+            if arr.dtype != np.uint16:
+                from runtime.native import float32_to_bfloat16_bits
+
+                arr = float32_to_bfloat16_bits(arr.astype(np.float32))
+        elif dtype is not None:
             arr = arr.astype(dtype)
         self.data = arr
-        self.struct_info = TensorStructInfo(arr.shape, str(arr.dtype))
+        self.dtype = dtype if dtype == "bfloat16" else str(arr.dtype)
+        self.struct_info = TensorStructInfo(arr.shape, self.dtype)
+
+    def values(self) -> np.ndarray:
+        """The constant's numbers as a numpy array (bfloat16 widened exactly to float32)."""
+        if self.dtype == "bfloat16":
+            return (self.data.astype(np.uint32) << np.uint32(16)).view(np.float32)
+        return self.data
 
 
 def const(value: Any, dtype: str | None = None) -> Constant:

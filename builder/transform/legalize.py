@@ -313,7 +313,7 @@ def _creation(kind: str) -> Rule:
         if kind == "full":
             fill = call.args[1]
             if isinstance(fill, rx.Constant):
-                value = fill.data.item()
+                value = fill.values().item()
                 new = call_te(bb, topi.full, (), {"shape": shape, "dtype": sinfo.dtype,
                                                   "fill_value": value}, "full")
             else:
@@ -344,7 +344,7 @@ def _arange(bb: BlockBuilder, call: rx.Call, bindings: dict) -> rx.Expr:
 def _scalar_or_tensor(e: rx.Expr):
     """A 0-d constant as its Python value (inlined into the kernel), anything else unchanged."""
     if isinstance(e, rx.Constant) and e.data.ndim == 0:
-        return e.data.item()
+        return e.values().item()
     return e
 
 

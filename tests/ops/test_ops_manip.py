@@ -235,6 +235,34 @@ def test_max_min_relu_propagate_nan():
     assert np.isnan(r[0, 4]) and np.isnan(mx[1, 30]) and np.isnan(rmax[0]) and rmax[2] == np.inf
 
 
+def test_bfloat16_constants():
+    """Scalars and created tensors of a bfloat16 graph are bfloat16 constants (numpy has no
+    such dtype: the IR keeps their bits): they print as numbers, parse back to the same module,
+    and compute as in float32 with bfloat16 rounding."""
+    from builder import ir
+    from runtime.native import bfloat16_bits_to_float32 as b2f
+    from runtime.native import float32_to_bfloat16_bits as f2b
+
+    def fn(x):
+        return (x * 2.0, op.add(x, 1.5), op.layer_norm(x, 8),
+                op.add(x, op.full([8], 0.1, "bfloat16")))
+
+    mod, _ = Fn(fn).export_tvm(spec=spec(x=(("n", 8), "bfloat16")))
+    text = mod.script()
+    assert 'R.const(2, "bfloat16")' in text and 'R.const(1.5, "bfloat16")' in text   # as float32 prints
+    assert ir.structural_equal(ir.parse(text), mod)
+    f = jit(fn, x=(("n", 8), "bfloat16"))
+    x = f2b(rand((3, 8), seed=9))
+    xf = b2f(x).astype(np.float64)
+    twice, plus, ln, plus_full = (b2f(v) for v in f(x))
+    np.testing.assert_array_equal(twice, b2f(f2b(xf * 2)))
+    np.testing.assert_array_equal(plus, b2f(f2b(xf + 1.5)))
+    want = (xf - xf.mean(-1, keepdims=True)) / np.sqrt(xf.var(-1, keepdims=True) + 1e-5)
+    np.testing.assert_allclose(ln, want, rtol=1e-2, atol=1e-2)
+    np.testing.assert_allclose(plus_full, xf + b2f(f2b(np.float32(0.1))), rtol=1e-2, atol=1e-2)
+    assert f2b(np.float32(1.0)).shape == () and f2b(np.float32(1.0)) == 0x3F80
+
+
 def test_triu_where():
     f = jit(lambda x, y: (op.triu(x), op.triu(x, 2), op.triu(x, -1),
                           op.where(y, x, op.negative(x)), op.where(op.greater(x, y), 2.0, x)),
