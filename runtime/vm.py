@@ -99,6 +99,18 @@ def _bind_arg(where: str, p: dict, a: Any, env: dict, checked: list) -> None:
     checked.append((where, p["shape"], a.shape))
 
 
+def _alloc(func: str, callee: str, dims: list, dtype: str, env: dict) -> np.ndarray:
+    """The output buffer of a call: ``dims`` evaluated in ``env``. Raises ValueError naming the
+    function, the callee and the shape when a dim comes out negative (the inputs are too small
+    for the op, e.g. a convolution window wider than its padded input)."""
+    shape = [eval_dim(t, env) for t in dims]
+    if shape and min(shape) < 0:
+        raise ValueError(f"{func}: the output of '{callee}' would have shape {tuple(shape)} "
+                         f"({_shape_text(dims)} with {', '.join(f'{k}={v}' for k, v in env.items())}): "
+                         "the inputs are too small for it")
+    return np.empty(shape, dtype=numpy_dtype(dtype))
+
+
 def _contiguous(a: Any) -> Any:
     """Arrays (also inside tuples, e.g. ``transform_params``' weights) as C-contiguous arrays."""
     if isinstance(a, np.ndarray):
@@ -319,14 +331,14 @@ class VirtualMachine:
                 _, kernel, arg_regs, out_regs, out_specs = ins
                 outs = []
                 for reg, (dtype, dims) in zip(out_regs, out_specs):
-                    regs[reg] = np.empty([eval_dim(t, env) for t in dims], dtype=numpy_dtype(dtype))
+                    regs[reg] = _alloc(name, kernel, dims, dtype, env)
                     outs.append(regs[reg])
                 lib.call(kernel, [regs[r] for r in arg_regs] + outs)
             elif op == "call_extern":
                 _, ext_name, arg_specs, out_regs, out_specs = ins
                 outs = []
                 for reg, (dtype, dims) in zip(out_regs, out_specs):
-                    regs[reg] = np.empty([eval_dim(t, env) for t in dims], dtype=numpy_dtype(dtype))
+                    regs[reg] = _alloc(name, ext_name, dims, dtype, env)
                     outs.append(regs[reg])
                 _call_extern(name, ext_name, [_extern_arg(s, regs, env) for s in arg_specs], outs)
             elif op == "call_builtin":

@@ -263,6 +263,17 @@ def test_bfloat16_constants():
     assert f2b(np.float32(1.0)).shape == () and f2b(np.float32(1.0)) == 0x3F80
 
 
+def test_negative_output_dim_is_a_clear_error():
+    """When symbolic inputs are too small for an op (3 sections of a width-1 dim), the VM
+    names the function, the op and the shape instead of numpy's bare "negative dimensions"."""
+    f = jit(lambda x: op.split(x, 3, axis=1), x=((2, "d"), "float32"))
+    pieces = f(rand((2, 9), seed=1))
+    assert [p.shape[1] for p in pieces] == [3, 3, 3]
+    with pytest.raises(ValueError, match=r"^forward: the output of 'split' would have shape \(2, -1\) "
+                                         r".*with d=1\): the inputs are too small for it$"):
+        f(rand((2, 1), seed=1))
+
+
 def test_triu_where():
     f = jit(lambda x, y: (op.triu(x), op.triu(x, 2), op.triu(x, -1),
                           op.where(y, x, op.negative(x)), op.where(op.greater(x, y), 2.0, x)),
