@@ -87,11 +87,16 @@ def _bind_arg(where: str, p: dict, a: Any, env: dict, checked: list) -> None:
         return
     if kind != "tensor":
         return
+    if isinstance(a, np.generic):   # a numpy scalar: a 0-d array
+        a = np.asarray(a)
     if not isinstance(a, np.ndarray):
         raise ValueError(f"{where} must be a numpy array of shape {_shape_text(p['shape'])} "
                          f"and dtype {p['dtype']}, got {type(a).__name__}")
-    if a.dtype != numpy_dtype(p["dtype"]):
-        raise ValueError(f"{where} has dtype {a.dtype}, expected {p['dtype']}")
+    if a.dtype != numpy_dtype(p["dtype"]) and not (
+            p["dtype"] == "bfloat16" and (a.dtype == np.int16 or a.dtype.name == "bfloat16")):
+        raise ValueError(f"{where} has dtype {a.dtype}, expected {p['dtype']}"
+                         + (" (bfloat16 arrays are their uint16 bit patterns)"
+                            if p["dtype"] == "bfloat16" else ""))
     if a.ndim != len(p["shape"]):
         raise ValueError(f"{where} has {a.ndim} dims {a.shape}, expected {len(p['shape'])} dims "
                          f"{_shape_text(p['shape'])}")
@@ -112,9 +117,12 @@ def _alloc(func: str, callee: str, dims: list, dtype: str, env: dict) -> np.ndar
 
 
 def _contiguous(a: Any) -> Any:
-    """Arrays (also inside tuples, e.g. ``transform_params``' weights) as C-contiguous arrays."""
+    """Arrays (also inside tuples, e.g. ``transform_params``' weights) as C-contiguous arrays;
+    a numpy scalar becomes a 0-d array."""
     if isinstance(a, np.ndarray):
         return np.ascontiguousarray(a).reshape(a.shape)
+    if isinstance(a, np.generic):
+        return np.asarray(a)
     if isinstance(a, (tuple, list)):
         return tuple(_contiguous(v) for v in a)
     return a

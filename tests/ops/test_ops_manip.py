@@ -274,6 +274,19 @@ def test_negative_output_dim_is_a_clear_error():
         f(rand((2, 1), seed=1))
 
 
+def test_vm_takes_numpy_scalars_and_bfloat16_bit_arrays():
+    """A numpy scalar is a 0-d array for a 0-d input, and a bfloat16 input takes int16 bit
+    patterns as the native layer does; a wrong dtype names the bit-pattern convention."""
+    from runtime.native import bfloat16_bits_to_float32 as b2f
+
+    f = jit(lambda x, y: op.add(op.astype(x, "bfloat16"), y), x=((), "float32"), y=((3,), "bfloat16"))
+    out = f(np.float32(2.0), np.array([0x3F80, 0x4000, 0], np.int16))
+    np.testing.assert_array_equal(b2f(out), [3.0, 4.0, 2.0])
+    with pytest.raises(ValueError, match=r"has dtype float32, expected bfloat16 \(bfloat16 arrays "
+                                         r"are their uint16 bit patterns\)"):
+        f(np.float32(1.0), np.zeros(3, np.float32))
+
+
 def test_triu_where():
     f = jit(lambda x, y: (op.triu(x), op.triu(x, 2), op.triu(x, -1),
                           op.where(y, x, op.negative(x)), op.where(op.greater(x, y), 2.0, x)),
