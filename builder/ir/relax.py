@@ -198,7 +198,13 @@ class Call(Expr):
         self.attrs = dict(attrs or {})
         self.sinfo_args = tuple(sinfo_args)
         if struct_info is None and isinstance(op, Op) and op.infer is not None:
-            struct_info = op.infer(self)
+            try:
+                struct_info = op.infer(self)
+            except ValueError as err:
+                # name the op when the rule's message does not (e.g. a negative output dim)
+                if type(err) is not ValueError or str(err).startswith(op.name):
+                    raise
+                raise ValueError(f"{op.name}: {err}") from err
         self.struct_info = struct_info
 
 
