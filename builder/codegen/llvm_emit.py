@@ -384,6 +384,15 @@ class _ExprEmitter:
             self.fail_if(b.icmp_unsigned(">=", j, dim),
                          f"index out of range: expected 0 <= index < {print_prim_expr(e.args[1])}")
             return j
+        if op == "assert_le":
+            # ``assert_le(E, D)`` (see builder.te.prim_func._read_checks): an error when a loop
+            # of E iterations would read past a dim of D elements
+            ext = self.typed(e.args[0], "int64")
+            dim = self.typed(e.args[1], "int64")
+            self.fail_if(b.icmp_signed(">", ext, dim),
+                         f"shapes do not match: a loop of {print_prim_expr(e.args[0])} iterations "
+                         f"reads a dim of {print_prim_expr(e.args[1])} elements")
+            return ext
         if op == "if_then_else":
             cond = self.as_bool(e.args[0])
             return self.conditional(cond, lambda: self.typed(e.args[1], e.dtype),

@@ -83,6 +83,59 @@ def _regions(loads: list[BufferLoad], exclude: Buffer | None) -> list[BufferRegi
     return out
 
 
+def _unguarded_loads(e: PrimExpr, out: list) -> None:
+    """The BufferLoads of ``e`` that always run: not inside a branch of ``if_then_else`` (whose
+    untaken branch is never evaluated; both operands of a ``Select`` are)."""
+    if isinstance(e, BufferLoad):
+        out.append(e)
+        for i in e.indices:
+            _unguarded_loads(i, out)
+        return
+    if isinstance(e, E.Call) and e.op == "if_then_else":
+        _unguarded_loads(e.args[0], out)
+        return
+    if isinstance(e, Reduce):
+        if isinstance(e.condition, E.IntImm) and e.condition.value == 1:
+            _unguarded_loads(e.source, out)
+        return
+    for c in tir.expr_children(e):
+        _unguarded_loads(c, out)
+
+
+def _read_checks(ops: list[ComputeOp]) -> list[tir.Stmt]:
+    """Run-time checks that every read of an input at a bare loop index stays inside the
+    input: a loop of ``E`` iterations reading a dim of ``D`` elements needs ``E <= D``. Emitted
+    when the shapes cannot prove it (symbolic dims that the graph could not relate, e.g. a
+    matmul whose reduction dims are two different symbols): ``T.evaluate(T.assert_le(E, D))``,
+    which the generated code turns into an error before any loop runs. An op adds its own
+    with ``attrs["mb.assert_le"] = [(E, D), ...]``."""
+    seen: list[tuple[PrimExpr, PrimExpr]] = []
+    out: list[tir.Stmt] = []
+    for op in ops:
+        for ext, dim in op.attrs.get("mb.assert_le", ()):   # asked for by the op (topi.matmul)
+            seen.append((ext, dim))
+            out.append(tir.Evaluate(E.Call("int64", "assert_le", [E.convert(ext).astype("int64"),
+                                                                  E.convert(dim).astype("int64")])))
+        extents = {a.var: a.dom for a in list(op.axis) + list(op.reduce_axis)}
+        loads: list[BufferLoad] = []
+        _unguarded_loads(op.body, loads)
+        for ld in loads:
+            for i, d in zip(ld.indices, ld.buffer.shape):
+                dom = extents.get(i) if isinstance(i, Var) else None
+                if dom is None or not (isinstance(dom.min, E.IntImm) and dom.min.value == 0):
+                    continue
+                ext = E.simplify(dom.extent)
+                dim = E.simplify(E.convert(d))
+                if E.prove_equal(ext, dim) or (isinstance(ext, E.IntImm) and isinstance(dim, E.IntImm)):
+                    continue
+                if any(E.prove_equal(ext, a) and E.prove_equal(dim, b) for a, b in seen):
+                    continue
+                seen.append((ext, dim))
+                out.append(tir.Evaluate(E.Call("int64", "assert_le", [ext.astype("int64"),
+                                                                      dim.astype("int64")])))
+    return out
+
+
 def _nest_for(op: ComputeOp, out: Buffer) -> tir.Stmt:
     spatial = [IterVar(Var(a.var.name, "int64"), a.dom, "S") for a in op.axis]
     reduce = [IterVar(Var(a.var.name, "int64"), a.dom, "R") for a in op.reduce_axis]
@@ -130,7 +183,8 @@ def create_prim_func(tensors: Sequence[Tensor], name: str = "main") -> PrimFunc:
     becomes one loop nest, in topological order. Symbolic dims of the placeholders become the
     function's symbolic vars. Raises ValueError when a placeholder that some compute reads is
     not listed, when a tensor is listed twice, or when the result is ill-formed
-    (:func:`builder.ir.tir.verify`).
+    (:func:`builder.ir.tir.verify`). Reads whose extent the shapes cannot bound get run-time
+    checks in front of the loops (see :func:`_read_checks`).
     """
     args = list(tensors)
     if not args:
@@ -143,6 +197,7 @@ def create_prim_func(tensors: Sequence[Tensor], name: str = "main") -> PrimFunc:
     arg_ids = {id(t) for t in args}
     order = _topo_order(args)
     nests = []
+    ops: list[ComputeOp] = []
     intermediates: list[Buffer] = []
     for t in order:
         if isinstance(t.op, PlaceholderOp):
@@ -156,7 +211,9 @@ def create_prim_func(tensors: Sequence[Tensor], name: str = "main") -> PrimFunc:
             raise TypeError(f"unsupported operation {type(t.op).__name__}")
         if id(t) not in arg_ids:
             intermediates.append(t.buffer)
+        ops.append(t.op)
         nests.append(_nest_for(t.op, t.buffer))
+    nests = _read_checks(ops) + nests
     root = Block("root", [], [], [], SeqStmt.flatten(nests) if nests else tir.SeqStmt([]),
                  alloc_buffers=intermediates)
     func = PrimFunc([t.buffer for t in args], BlockRealize([], E.IntImm(1, "bool"), root),

@@ -188,15 +188,16 @@ def _broadcast_index(idx: Sequence[PrimExpr], shape: Sequence[PrimExpr]) -> tupl
 
 
 def _two_stage(shape, fbody: Callable, acc_dtype: str, out_dtype: str, name: str,
-               fepilogue: Callable | None = None) -> Tensor:
+               fepilogue: Callable | None = None, attrs: dict | None = None) -> Tensor:
     """A reduction compute in ``acc_dtype`` followed, when needed, by an elementwise stage that
     applies ``fepilogue(acc_value, idx)`` (if given) and converts to ``out_dtype``.
 
-    ``fbody(*idx)`` returns the reduction (a ``Reduce`` in ``acc_dtype``).
+    ``fbody(*idx)`` returns the reduction (a ``Reduce`` in ``acc_dtype``); ``attrs`` go to the
+    reduction compute.
     """
     if acc_dtype == out_dtype and fepilogue is None:
-        return _te.compute(shape, fbody, name=name)
-    acc = _te.compute(shape, fbody, name=name + "_acc")
+        return _te.compute(shape, fbody, name=name, attrs=attrs)
+    acc = _te.compute(shape, fbody, name=name + "_acc", attrs=attrs)
 
     def fout(*idx):
         v = acc[idx]
@@ -355,7 +356,15 @@ def broadcast_binary(a: Operand, b: Operand, fscalar: Callable[[PrimExpr, PrimEx
         dt = out_dtype or ("bool" if r.dtype == "bool" else common)
         return _cast(r, dt)
 
-    return _te.compute(shape, f, name=name)
+    # dims of the two operands that the shapes cannot prove equal (two different symbols)
+    # must be equal when the code runs: each read is checked against its own dim (E <= D);
+    # this adds the other operand's dim, so a mismatch is an error, never a partial read
+    checks = []
+    for i in range(1, builtins.min(len(sa), len(sb)) + 1):
+        da, db = sa[-i], sb[-i]
+        if not (_is_static_one(da) or _is_static_one(db) or E.prove_equal(da, db)):
+            checks += [(da, db), (db, da)]
+    return _te.compute(shape, f, name=name, attrs={"mb.assert_le": checks} if checks else None)
 
 
 def _same(cls):
@@ -627,7 +636,8 @@ def matmul(a: Tensor, b: Tensor, out_dtype: str | None = None) -> Tensor:
     ``out_dtype`` (default: the input dtype; ``"void"`` means default) is the result dtype. The
     sum runs in float32 for 16-bit floats (an accumulator stage ``matmul_acc`` then a cast stage
     ``matmul``), in the result dtype otherwise. Raises ValueError for 0-d operands or static
-    reduction dims that differ.
+    reduction dims that differ; symbolic ones that the shapes cannot prove equal are compared
+    when the code runs (an error, see :func:`builder.te.create_prim_func`).
     """
     if a.ndim == 0 or b.ndim == 0:
         raise ValueError("matmul: operands must have ndim >= 1")
@@ -657,7 +667,10 @@ def matmul(a: Tensor, b: Tensor, out_dtype: str | None = None) -> Tensor:
             bi = (k.var,)
         return _te.sum(_cast(a[ai], acc) * _cast(b[bi], acc), axis=k)
 
-    return _two_stage(shape, fbody, acc, odt, "matmul")
+    # reduction dims the graph could not prove equal (two different symbols): the run-time
+    # read check gives ka <= kb, this the other half, so a mismatch is an error as in numpy
+    attrs = None if E.prove_equal(ka, kb) else {"mb.assert_le": [(kb, ka)]}
+    return _two_stage(shape, fbody, acc, odt, "matmul", attrs=attrs)
 
 
 def linear(x: Tensor, w: Tensor, bias: Tensor | None = None,

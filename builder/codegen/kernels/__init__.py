@@ -40,5 +40,23 @@ def plan_kernel(func: PrimFunc, simd: SimdInfo):
     entry = KERNEL_FAMILIES.get(family)
     if entry is None:
         return family, f"unknown kernel family {family!r}"
+    if _has_runtime_checks(func):
+        return family, "run-time shape checks (symbolic dims the graph could not relate)"
     return family, entry[0](func, simd)
+
+
+def _has_runtime_checks(func: PrimFunc) -> bool:
+    """Whether the body holds ``T.evaluate(T.assert_le(...))`` statements, which only the
+    generic loop lowering emits."""
+    from ...ir import expr as E
+    from ...ir.tir import Evaluate, walk_stmt
+
+    found = []
+
+    def visit(s) -> None:
+        if isinstance(s, Evaluate) and isinstance(s.value, E.Call) and s.value.op == "assert_le":
+            found.append(s)
+
+    walk_stmt(func.body, visit)
+    return bool(found)
 
