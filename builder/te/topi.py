@@ -1966,8 +1966,9 @@ def dequantize_take(q: Tensor, s: Tensor, indices: Tensor, bits: int, group_size
     """Rows ``indices`` of ``dequantize(q, s)`` (``T_dequantize_take``): the fused form of
     ``take(group_dequantize(q, s), indices, axis=0)``, unpacking only the gathered rows.
 
-    Result ``indices.shape + (in_features,)`` in the scale dtype. Indices are not range-checked
-    (``take``'s ``fast`` mode). Raises TypeError for non-integer indices.
+    Result ``indices.shape + (in_features,)`` in the scale dtype. An index outside the rows is
+    an error when the code runs (as for ``take``, :func:`checked_index`). Raises TypeError for
+    non-integer indices.
     """
     per_word = _quant_layout(q, s, bits, group_size, in_features, "dequantize_take")
     if not E.is_int_dtype(indices.dtype) or indices.dtype == "bool":
@@ -1975,7 +1976,7 @@ def dequantize_take(q: Tensor, s: Tensor, indices: Tensor, bits: int, group_size
     ni = indices.ndim
 
     def f(*idx):
-        row = indices[tuple(idx[:ni])].astype("int64")
+        row = checked_index(indices[tuple(idx[:ni])].astype("int64"), q.shape[0])
         return _cast(_dequant_value(q, s, row, idx[ni], bits, per_word, group_size, zero_point), s.dtype)
 
     return _te.compute(list(indices.shape) + [E.IntImm(in_features, "int64")], f, name="T_dequantize_take")

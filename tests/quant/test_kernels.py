@@ -150,9 +150,14 @@ def test_quantized_embedding_gathers_and_dequantizes_rows_in_one_kernel():
     assert [n for n, _ in params] == ["embed.q_weight", "embed.q_scale", "raw.weight"]
     assert mapping.quantized == ["embed.weight"]
     values = {"embed.q_weight": q_weight, "embed.q_scale": q_scale, "raw.weight": w}
-    y = VirtualMachine(exe)["forward"](ids, *[values[n] for n, _ in params])
+    vm = VirtualMachine(exe)
+    y = vm["forward"](ids, *[values[n] for n, _ in params])
     wd = dequantize_weight(q_weight, q_scale, net.embed.layout)
     np.testing.assert_array_equal(y, wd[ids])
+    # a token id outside the table is an error, as for the float Embedding (not a stray read)
+    for bad in (30, -1):
+        with pytest.raises(ValueError, match=r"dequantize_take: index out of range: expected 0 <= index < 30"):
+            vm["forward"](np.array([[0, bad]], np.int32), *[values[n] for n, _ in params])
 
 
 class Dequant(nn.Module):
