@@ -13,8 +13,11 @@ to a :class:`ParamConversion`: the parameters it becomes and a function computin
 float32 values. A parameter that is in the file with exactly the expected shape and dtype is
 loaded directly (so saved transformed parameters load back without conversion); otherwise, when
 a conversion produces it and its source is in the file, the source is read, widened to float32
-and converted. bfloat16 tensors are uint16 bit patterns in memory (numpy has no bfloat16) and
-``BF16`` in files.
+and converted. A floating-point parameter found with the expected shape but another float dtype
+(a bfloat16 checkpoint for a float32 model) is cast on load: widened exactly, narrowed with
+round-to-nearest-even, as ``torch.Tensor.to`` / MLC's weight conversion do. Integer tensors
+must match exactly. bfloat16 tensors are uint16 bit patterns in memory (numpy has no bfloat16)
+and ``BF16`` in files.
 """
 from __future__ import annotations
 
@@ -120,6 +123,7 @@ def load_params(path: str | Path, expected: Mapping[str, tuple[Sequence[int], st
 
     problems: list[str] = []
     direct: dict[str, str] = {}      # parameter -> file key
+    cast: dict[str, str] = {}        # parameter -> file key of another float dtype
     convert: dict[str, str] = {}     # source name -> file key
     claimed: set[str] = set()
     for name, (shape, dtype) in expected.items():
@@ -150,6 +154,11 @@ def load_params(path: str | Path, expected: Mapping[str, tuple[Sequence[int], st
             problems.extend(bad)
             if not bad:
                 convert[src] = skey
+            continue
+        if (info is not None and tuple(info["shape"]) == shape and info["dtype"] in _FLOATS
+                and dtype in _FLOATS):
+            cast[name] = key
+            claimed.add(key)
             continue
         if info is None:
             close = [k for k in header if k.endswith(name.split(".")[-1]) and k.startswith(prefix)][:3]
@@ -183,6 +192,8 @@ def load_params(path: str | Path, expected: Mapping[str, tuple[Sequence[int], st
         for name, key in direct.items():
             if producer.get(name) not in convert:
                 out[name] = read(key)
+        for name, key in cast.items():
+            out[name] = _cast_float(read(key), header[key]["dtype"], expected[name][1])
         total = len(convert)
         if progress is not None and total:
             progress(0, total, next(iter(convert)))
@@ -196,6 +207,18 @@ def load_params(path: str | Path, expected: Mapping[str, tuple[Sequence[int], st
     if problems:
         raise WeightsError(path, problems)
     return {name: out[name] for name in expected}
+
+
+def _cast_float(a: np.ndarray, src: str, dst: str) -> np.ndarray:
+    """Float values of dtype ``src`` as ``dst`` (bfloat16 as uint16 bits on both sides)."""
+    if src == "float64" and dst != "bfloat16":
+        return np.ascontiguousarray(a.astype(dst))
+    wide = _float32(a, src)
+    if dst == "bfloat16":
+        from .native import float32_to_bfloat16_bits
+
+        return float32_to_bfloat16_bits(wide)
+    return np.ascontiguousarray(wide.astype(dst))
 
 
 def _float32(a: np.ndarray, dtype: str) -> np.ndarray:

@@ -10,7 +10,7 @@ from safetensors.numpy import load_file, save_file
 from builder.cli import _ConversionProgress, main
 from builder.pipeline import build
 from runtime import WeightsError
-from runtime.weights import read_safetensors_header, read_safetensors_metadata
+from runtime.weights import read_safetensors_header, read_safetensors_metadata, save_params
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "tests" / "data"
@@ -58,6 +58,31 @@ def test_dtype_presets_cast_on_load_and_bfloat16_round_trips(tmp_path, exported)
     for name in mb.param_names:
         assert again[name].dtype == np.uint16
         np.testing.assert_array_equal(again[name], mb.params[name])
+
+
+@pytest.mark.parametrize("overrides", [["quantization=q4f32_1"], ["dtype=float32"], ["dtype=float16"]])
+def test_checkpoint_of_another_float_dtype_is_cast_on_load(tmp_path, overrides):
+    """A bfloat16 checkpoint loads into a float32 / float16 model under every transform:
+    parameters without a conversion (norm weights, unquantized ones) are cast like the
+    quantized ones are converted; an integer tensor still has to match exactly."""
+    from runtime.native import bfloat16_bits_to_float32, float32_to_bfloat16_bits
+
+    floats = load_file(WEIGHTS)
+    bits = {k: float32_to_bfloat16_bits(v) for k, v in floats.items()}
+    path = tmp_path / "w_bf16.safetensors"
+    save_params(path, bits, dtypes={k: "bfloat16" for k in bits})
+    m = build(SMALL, overrides, weights=path)
+    ref = build(SMALL, overrides, weights=_as_file(tmp_path, {k: bfloat16_bits_to_float32(v) for k, v in bits.items()}))
+    for name in m.param_names:
+        np.testing.assert_array_equal(m.params[name], ref.params[name])
+    x = np.load(DATA / "llama_mlp_layer0.npz")["x"].astype(m.spec["forward"]["x"].dtype)
+    np.testing.assert_array_equal(m(x), ref(x))
+
+
+def _as_file(tmp_path, tensors) -> Path:
+    path = tmp_path / "w_f32.safetensors"
+    save_file(tensors, str(path))
+    return path
 
 
 def test_saved_params_use_the_recipes_file_names(tmp_path, exported):
