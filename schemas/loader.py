@@ -73,11 +73,17 @@ def _did_you_mean(word: Any, candidates: Iterable[Any]) -> str:
 # --- overrides -------------------------------------------------------------------------------------
 
 def _apply_overrides(data: dict, overrides: Iterable[str], issues: IssueCollector) -> None:
-    for override in [overrides] if isinstance(overrides, str) else overrides:
+    """Apply ``KEY=VALUE`` overrides, a key before the keys nested under it whatever the order
+    given (``quantization.group_size=64 quantization=q4f16_1`` sets the preset, then its group
+    size); otherwise in the order given (the last of two equal keys wins)."""
+    items = [overrides] if isinstance(overrides, str) else list(overrides)
+    found = []
+    for pos, override in sorted(enumerate(items), key=lambda t: (t[1].partition("=")[0].strip().count("."), t[0])):
         problem = _apply_override(data, override, issues.source)
         if problem is not None:
             key = override.partition("=")[0].strip()
-            issues.issues.append(RecipeIssue(f"<override {override}>", None, None, key, problem))
+            found.append((pos, RecipeIssue(f"<override {override}>", None, None, key, problem)))
+    issues.issues.extend(issue for _, issue in sorted(found, key=lambda t: t[0]))   # in the order given
 
 
 def _apply_override(data: dict, override: str, source: SourceMap) -> str | None:

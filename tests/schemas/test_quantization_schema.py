@@ -56,6 +56,9 @@ def test_override_of_a_field_of_a_preset_resolves_the_preset_first(llama_mlp_tex
     assert recipe.quantization == GroupQuantization(group_size=64)
     recipe = load_recipe_text(llama_mlp_text, overrides=["quantization=q8f32_pc", "quantization.exclude=[down_proj]"])
     assert recipe.quantization == PerChannelQuantization(exclude=["down_proj"])
+    # the preset first whatever the order on the command line (the field is not dropped)
+    recipe = load_recipe_text(llama_mlp_text, overrides=["quantization.group_size=64", "quantization=q4f16_1"])
+    assert recipe.quantization == GroupQuantization(group_size=64)
 
 
 def test_unknown_preset_lists_close_and_valid_names(llama_mlp_text):
