@@ -173,6 +173,7 @@ def export_recipe(recipe: schemas.Recipe, mapping: QuantizeMapping | None = None
     problems, ValueError for a layer that cannot be quantized.
     """
     module, spec = instantiate(recipe)
+    _check_fixed_sizes(recipe, module)
     module = apply_transforms(module, recipe, mapping)
     dtype = resolve(recipe.quantization).model_dtype
     if dtype is not None:
@@ -180,6 +181,35 @@ def export_recipe(recipe: schemas.Recipe, mapping: QuantizeMapping | None = None
                 for fname, inputs in spec.items()}
     irmod, params = module.export_tvm(spec)
     return irmod, params, spec
+
+
+def _check_fixed_sizes(recipe: schemas.Recipe, module: nn.Module) -> None:
+    """Raise :class:`schemas.RecipeError` (file:line:col of the field) when a layer's weight
+    would have a symbolic size: a layer field such as ``in_features`` set to a name (``eight``,
+    or a variable overridden with ``hidden=abc``) is a symbolic dim, which function inputs may
+    have but weights, which the build must create or load, may not."""
+    issues = []
+    layers = recipe.model.layers
+    for name, p in module.named_parameters():
+        names = {str(d) for d in p.shape if not isinstance(d, int)}
+        if not names:
+            continue
+        layer = name.split(".")[0]
+        fields = layers[layer].model_dump() if layer in layers else {}
+        culprits = [f for f, v in fields.items() if isinstance(v, str) and v in names]
+        for field in culprits or [None]:
+            path = f"model.layers.{layer}" + (f".{field}" if field else "")
+            override = recipe.source.override(path)
+            pos = recipe.source.position(path) or (None, None)
+            what = f"{field} is {fields[field]!r}, a symbolic name" if field else "a size is symbolic"
+            issues.append(schemas.RecipeIssue(
+                f"<override {override}>" if override and pos == (None, None) else recipe.source.file,
+                pos[0], pos[1], path,
+                f"{what}: parameter '{name}' would have the shape ({', '.join(map(str, p.shape))}); "
+                "the sizes of a layer's weights must be integers (symbolic names are for function "
+                "inputs)"))
+    if issues:
+        raise schemas.RecipeError(issues)
 
 
 def _cast_input(t, dtype: str):

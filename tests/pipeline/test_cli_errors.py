@@ -48,6 +48,21 @@ def test_recipe_errors(tmp_path, capsys, old, new, needle, message):
     assert message in err
 
 
+@pytest.mark.parametrize("quant", ["none", "q4f16_1"])
+def test_symbolic_layer_size_is_a_recipe_error(tmp_path, capsys, quant):
+    """A layer size given as a name (a typo, or a variable overridden with a word) would make
+    the weights symbolic: a recipe error at the field, also under quantization."""
+    old = "in_features: ${hidden_size}, out_features: ${intermediate_size}, bias: false, dtype: ${dtype}}\n    up"
+    text = SMALL.replace(old, old.replace("${hidden_size}", "eight", 1), 1)
+    rc, err, path = _run(tmp_path, text, capsys, f"quantization={quant}")
+    line, col = _line_col(text, "in_features: eight")
+    col += len("in_features: ")
+    assert rc == 2 and f"{path}:{line}:{col}: model.layers.gate_proj.in_features: in_features is 'eight'" in err
+    assert "parameter 'gate_proj.weight' would have the shape (688, eight)" in err
+    rc, err, path = _run(tmp_path, SMALL, capsys, "hidden_size=abc")
+    assert rc == 2 and "model.layers.down_proj.out_features: out_features is 'abc'" in err
+
+
 def test_broken_yaml(tmp_path, capsys):
     rc, err, path = _run(tmp_path, "name: x\nmodel: {layers: {a: [1, 2}\n", capsys)
     assert rc == 2 and f"{path}:2:" in err and "invalid YAML" in err
