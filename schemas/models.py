@@ -7,7 +7,7 @@ import re
 from typing import Annotated, Any, Literal, Optional, Union, get_args
 
 from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, PrivateAttr, Tag,
-                      ValidationInfo, field_validator)
+                      ValidationInfo, field_validator, model_validator)
 from pydantic_core import PydanticCustomError
 
 from .source import SourceMap
@@ -79,12 +79,18 @@ class Linear(StrictModel):
     out_dtype: Optional[DType] = None
 
 
+#: Sizes and settings that must be >= 1 / >= 0, and a norm's epsilon (finite, >= 0).
+Positive = Annotated[int, Field(ge=1)]
+NonNegative = Annotated[int, Field(ge=0)]
+Epsilon = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+
+
 class LayerNorm(StrictModel):
     """Layer normalisation over the last axis (``tvm.relax.frontend.nn.LayerNorm``)."""
 
     type: Literal["LayerNorm"] = "LayerNorm"
-    normalized_shape: int
-    eps: float = 1e-5
+    normalized_shape: Positive
+    eps: Epsilon = 1e-5
     elementwise_affine: bool = True
     dtype: Optional[DType] = None
 
@@ -93,9 +99,9 @@ class RMSNorm(StrictModel):
     """Root-mean-square normalisation (``tvm.relax.frontend.nn.RMSNorm``)."""
 
     type: Literal["RMSNorm"] = "RMSNorm"
-    hidden_size: int
+    hidden_size: Positive
     axes: Axes = -1
-    epsilon: float = 1e-5
+    epsilon: Epsilon = 1e-5
     bias: bool = False
     dtype: Optional[DType] = None
 
@@ -104,15 +110,24 @@ class Conv1D(StrictModel):
     """1-D convolution over ``(batch, channels, length)`` input (``tvm.relax.frontend.nn.Conv1D``)."""
 
     type: Literal["Conv1D"] = "Conv1D"
-    in_channels: int
-    out_channels: int
-    kernel_size: int
-    stride: int = 1
-    padding: int = 0
-    dilation: int = 1
-    groups: int = 1
+    in_channels: Positive
+    out_channels: Positive
+    kernel_size: Positive
+    stride: Positive = 1
+    padding: NonNegative = 0
+    dilation: Positive = 1
+    groups: Positive = 1
     bias: bool = True
     dtype: Optional[DType] = None
+
+    @model_validator(mode="after")
+    def _groups_divide_channels(self) -> "Conv1D":
+        for side in ("in_channels", "out_channels"):
+            if getattr(self, side) % self.groups:
+                raise PydanticCustomError(
+                    "conv_groups", "{side} ({n}) must be a multiple of groups ({g})",
+                    {"side": side, "n": getattr(self, side), "g": self.groups})
+        return self
 
 
 class Embedding(StrictModel):

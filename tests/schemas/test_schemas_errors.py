@@ -21,6 +21,37 @@ def test_recipe_error_is_a_value_error_with_one_line_per_issue():
     assert str(error) == "a.yaml:3:5: model.forward: bad\na.yaml: x"
 
 
+CONV = """name: c
+model:
+  layers:
+    conv: {type: Conv1D, in_channels: 4, out_channels: 6, kernel_size: 3, SETTINGS}
+    norm: {type: RMSNorm, hidden_size: 6, epsilon: EPS}
+  forward: |
+    return norm(conv(x))
+functions:
+  forward:
+    x: {shape: [1, 4, 9], dtype: float32}
+"""
+
+
+@pytest.mark.parametrize("settings, eps, path, message", [
+    ("stride: 0", "1.0e-5", "model.layers.conv.stride", "greater than or equal to 1, got 0"),
+    ("dilation: 0", "1.0e-5", "model.layers.conv.dilation", "greater than or equal to 1, got 0"),
+    ("padding: -1", "1.0e-5", "model.layers.conv.padding", "greater than or equal to 0, got -1"),
+    ("groups: 0", "1.0e-5", "model.layers.conv.groups", "greater than or equal to 1, got 0"),
+    ("groups: 4", "1.0e-5", "model.layers.conv", "out_channels (6) must be a multiple of groups (4)"),
+    ("groups: 2", "-1.0", "model.layers.norm.epsilon", "greater than or equal to 0, got -1.0"),
+    ("groups: 2", ".nan", "model.layers.norm.epsilon", "a finite number, got nan"),
+])
+def test_layer_settings_out_of_range_are_recipe_errors(settings, eps, path, message):
+    """Conv1D settings (a zero stride used to divide by zero) and norm epsilons are checked
+    by the schema, at the field."""
+    text = CONV.replace("SETTINGS", settings).replace("EPS", eps)
+    [issue] = issues_of(text)
+    assert issue.path == path and message in issue.message and issue.line is not None
+    load_recipe_text(CONV.replace("SETTINGS", "groups: 2").replace("EPS", "1.0e-5"))
+
+
 def test_misspelled_key_gives_one_issue_at_the_key_with_a_suggestion(minimal_text):
     text = minimal_text.replace("      out_features: 2\n", "      out_features: 2\n      bais: false\n")
     [issue] = issues_of(text)
