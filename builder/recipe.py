@@ -107,6 +107,10 @@ def parse_forward(text: str, inputs: list[str], layers: list[str]) -> ast.Module
             if stmt.value is None:
                 raise _ForwardError(stmt, "forward must return a value")
             _check_expr(stmt.value, defined, layers)
+            for part in stmt.value.elts if isinstance(stmt.value, (ast.Tuple, ast.List)) else [stmt.value]:
+                if isinstance(part, ast.Constant):
+                    raise _ForwardError(part, f"forward returns the constant {part.value!r}; it must "
+                                              "return tensors (a name, a layer or op call, or a tuple of them)")
         else:
             raise _ForwardError(stmt, f"{type(stmt).__name__} statements are not allowed in forward "
                                       "(only assignments and a final return)")
@@ -262,6 +266,10 @@ def instantiate(recipe: Recipe) -> tuple[nn.Module, dict]:
         if name in _RESERVED:
             raise recipe.source.error(("model", "layers", name),
                                       f"layer name '{name}' is reserved (it is an nn.Module attribute)")
+        if name in FORWARD_OPS:
+            raise recipe.source.error(("model", "layers", name),
+                                      f"layer name '{name}' shadows the op of the same name in forward; "
+                                      "rename the layer")
         layers[name] = _make_layer(recipe, name, cfg)
     spec: dict[str, dict] = {}
     input_names: list[str] | None = None

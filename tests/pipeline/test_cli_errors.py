@@ -37,6 +37,11 @@ def _line_col(text, needle):
      "unknown layer or op 'sigmoidd'"),
     ("return down_proj(silu(gate) * up)", "return down_proj(gate.silu() * up)", "gate.silu",
      "only layers and ops can be called"),
+    ("return down_proj(silu(gate) * up)", "return 31337", "31337", "forward returns the constant 31337"),
+    ("return down_proj(silu(gate) * up)", "return down_proj(silu(gate) * up), 2.5", "2.5",
+     "forward returns the constant 2.5"),
+    ("    down_proj: {type: Linear", "    silu: {type: SiLU}\n    down_proj: {type: Linear", "{type: SiLU}",
+     "layer name 'silu' shadows the op of the same name in forward"),
 ])
 def test_recipe_errors(tmp_path, capsys, old, new, needle, message):
     assert old in SMALL
