@@ -110,8 +110,7 @@ def _run_with(args: argparse.Namespace, progress: "_ConversionProgress") -> int:
         fname = args.function or model.functions[0]
         if fname not in model.spec:
             raise ValueError(f"--function {fname}: the recipe exports {model.functions}")
-        with np.load(args.input, allow_pickle=False) as data:
-            arrays = {k: data[k] for k in data.files}
+        arrays = _load_inputs(args.input)
         names = list(model.spec[fname])
         missing = [n for n in names if n not in arrays]
         if missing:
@@ -242,6 +241,27 @@ class _ConversionProgress:
         if self.bar is not None:
             self.bar.stop()
             self.bar = None
+
+
+def _load_inputs(path: str) -> dict:
+    """The arrays of the ``.npz`` file ``path`` by name (never unpickling). Raises ValueError
+    saying what the file is instead when it is a single ``.npy`` array or not a numpy file."""
+    import zipfile
+
+    import numpy as np
+
+    if not zipfile.is_zipfile(path):
+        with open(path, "rb") as fh:
+            magic = fh.read(6)
+        what = "a single .npy array" if magic == b"\x93NUMPY" else "not a numpy file"
+        raise ValueError(f"--input {path}: expected an .npz archive of named arrays "
+                         f"(np.savez(path, x=...)), but it is {what}")
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            return {k: data[k] for k in data.files}
+    except (ValueError, OSError, zipfile.BadZipFile) as err:
+        raise ValueError(f"--input {path}: cannot read it as an .npz archive of numeric arrays "
+                         f"({str(err).splitlines()[0][:120]})") from None
 
 
 def _flatten(value) -> list:

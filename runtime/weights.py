@@ -186,6 +186,9 @@ def load_params(path: str | Path, expected: Mapping[str, tuple[Sequence[int], st
             dtype = _ST_DTYPES.get(info["dtype"], info["dtype"])
             np_dtype = np.uint16 if dtype == "bfloat16" else np.dtype(dtype)
             buf = f.read(end - start)
+            if len(buf) != end - start:
+                raise WeightsError(path, [f"'{key}' needs bytes {start}..{end} of the data section, "
+                                          f"but the file ends after {start + len(buf)}: it is truncated"])
             return np.frombuffer(buf, dtype=np.dtype(np_dtype).newbyteorder("<")).astype(
                 np_dtype, copy=True).reshape(info["shape"])
 

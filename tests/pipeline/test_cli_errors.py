@@ -94,3 +94,24 @@ def test_missing_file_is_one_message(tmp_path, capsys):
 def test_missing_weights_file(tmp_path, capsys):
     rc, err, _ = _run(tmp_path, SMALL, capsys, "--weights", str(tmp_path / "w.safetensors"))
     assert rc == 1 and "does not exist" in err
+
+
+def test_input_file_that_is_not_an_npz_archive(tmp_path, capsys):
+    """--input takes an .npz archive of named arrays: a single .npy array or another file is
+    one message saying so (not numpy's advice to unpickle)."""
+    import numpy as np
+
+    np.save(tmp_path / "x.npy", np.zeros((2, 256), np.float32))
+    (tmp_path / "t.npz").write_text("x = 1\n")
+    for name, what in (("x.npy", "a single .npy array"), ("t.npz", "not a numpy file")):
+        rc, err, _ = _run(tmp_path, SMALL, capsys, "--input", str(tmp_path / name))
+        assert rc == 1 and f"expected an .npz archive of named arrays (np.savez(path, x=...)), but it is {what}" in err
+        assert "pickle" not in err
+
+
+def test_truncated_weights_file(tmp_path, capsys):
+    """A safetensors file cut short names the tensor that runs past its end."""
+    data = (Path(__file__).resolve().parents[2] / "tests" / "data" / "llama_mlp_layer0.safetensors").read_bytes()
+    (tmp_path / "w.safetensors").write_bytes(data[:-1000])
+    rc, err, _ = _run(tmp_path, SMALL, capsys, "--weights", str(tmp_path / "w.safetensors"))
+    assert rc == 1 and "WeightsError" in err and "it is truncated" in err
