@@ -12,6 +12,7 @@ before touching memory), so a wrong input is an exception, never a crash.
 """
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -353,7 +354,14 @@ class VirtualMachine:
                 _, dst, builtin, arg_specs = ins
                 regs[dst] = _call_builtin(name, builtin, [_extern_arg(a, regs, env) for a in arg_specs])
             elif op == "reshape":
-                regs[ins[1]] = regs[ins[2]].reshape([eval_dim(t, env) for t in ins[3]])
+                src = regs[ins[2]]
+                shape = [eval_dim(t, env) for t in ins[3]]
+                if math.prod(shape) != src.size or min(shape, default=0) < 0:
+                    target = _shape_text(ins[3])
+                    raise ValueError(f"{name}: cannot reshape a tensor of shape {tuple(src.shape)} "
+                                     f"({src.size} elements) to {tuple(shape)}"
+                                     + (f" = {target}" if target != str(tuple(shape)) else ""))
+                regs[ins[1]] = src.reshape(shape)
             elif op == "tuple":
                 regs[ins[1]] = tuple(regs[r] for r in ins[2])
             elif op == "get_item":

@@ -306,6 +306,15 @@ def test_dims_of_different_symbols_are_compared_when_the_code_runs():
             g(x, rand((c, 8), seed=c))
 
 
+def test_reshape_to_a_size_the_input_does_not_have_is_a_clear_error():
+    """A reshape the graph cannot check (a symbolic input to a fixed shape) is checked when it
+    runs: the message names the function and both shapes, not numpy's bare text."""
+    f = jit(lambda x: op.reshape(x, [7, 3]), x=(("b", 8), "float32"))
+    with pytest.raises(ValueError, match=r"^forward: cannot reshape a tensor of shape \(3, 8\) "
+                                         r"\(24 elements\) to \(7, 3\)$"):
+        f(rand((3, 8), seed=1))
+
+
 def test_triu_where():
     f = jit(lambda x, y: (op.triu(x), op.triu(x, 2), op.triu(x, -1),
                           op.where(y, x, op.negative(x)), op.where(op.greater(x, y), 2.0, x)),
