@@ -175,6 +175,12 @@ def _bench(model, fname: str, runs: int, dim_args: list[str]) -> str:
         if not sep or not value.strip().lstrip("-").isdigit() or int(value) < 0:
             raise ValueError(f"--bench-dim expects NAME=VALUE with VALUE >= 0, got {item!r}")
         dims[name.strip()] = int(value)
+    symbolic = {str(d) for s in model.spec[fname].values() for d in getattr(s, "shape", ()) or ()
+                if not isinstance(d, int)}
+    unknown = sorted(set(dims) - symbolic)
+    if unknown:
+        raise ValueError(f"--bench-dim {', '.join(unknown)}: not a symbolic dim of {fname}'s inputs "
+                         f"({', '.join(sorted(symbolic)) or 'it has none'})")
     rng = np.random.default_rng(0)
     inputs = []
     for name, s in model.spec[fname].items():

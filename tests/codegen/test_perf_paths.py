@@ -732,6 +732,10 @@ def test_cli_bench_flag(capsys):
     assert "bench forward(x: (4, 64) float32): median" in out and "over 3 runs" in out
     assert main([str(ROOT / "recipes" / "llama_mlp.yaml"), "--no-ir", "--bench", "2",
                  "--bench-dim", "batch_size"]) == 1
+    capsys.readouterr()
+    assert main([str(ROOT / "recipes" / "llama_mlp.yaml"), "hidden_size=64", "intermediate_size=96",
+                 "--no-ir", "--bench", "2", "--bench-dim", "batchsize=4"]) == 1
+    assert "--bench-dim batchsize: not a symbolic dim of forward's inputs (batch_size)" in capsys.readouterr().err
 
 
 def test_benchmark_measures_the_compute_peak():
