@@ -21,6 +21,7 @@ and ``BF16`` in files.
 """
 from __future__ import annotations
 
+import difflib
 import json
 import struct
 from dataclasses import dataclass
@@ -174,6 +175,12 @@ def load_params(path: str | Path, expected: Mapping[str, tuple[Sequence[int], st
     for key in header:
         if key.startswith(prefix) and key not in claimed and key not in name_map.values():
             problems.append(f"unexpected tensor '{key}' (no parameter uses it)")
+    known = set(expected) | set(conversions)
+    for name in name_map:
+        if name not in known:
+            close = difflib.get_close_matches(name, sorted(known), n=2)
+            problems.append(f"the name map's entry '{name}' names no parameter of the model"
+                            + (f" (did you mean {' or '.join(repr(c) for c in close)}?)" if close else ""))
     if problems:
         raise WeightsError(path, problems)
 

@@ -114,3 +114,23 @@ def test_weights_prefix_from_recipe(tmp_path):
     ref = np.load(DATA / "llama_mlp_layer0.npz")
     m = builder.build(tmp_path / "r.yaml", weights=tmp_path / "w.safetensors")
     assert _rel_err(m(ref["x"]), ref["y"].astype(np.float64)) < 1e-5
+
+
+def test_weights_map_entries_must_name_parameters(tmp_path):
+    """A ``weights.map`` entry for a name the model does not have (a typo) is listed with the
+    other weight problems, with the close names."""
+    from safetensors.numpy import load_file, save_file
+
+    tensors = load_file(WEIGHTS)
+    tensors["mlp.gate.weight"] = tensors.pop("gate_proj.weight")
+    save_file(tensors, str(tmp_path / "w.safetensors"))
+    good = "weights:\n  map: {gate_proj.weight: mlp.gate.weight}\n"
+    (tmp_path / "r.yaml").write_text(Path(SMALL).read_text() + good)
+    ref = np.load(DATA / "llama_mlp_layer0.npz")
+    m = builder.build(tmp_path / "r.yaml", weights=tmp_path / "w.safetensors")
+    assert _rel_err(m(ref["x"]), ref["y"].astype(np.float64)) < 1e-5
+    (tmp_path / "r.yaml").write_text(Path(SMALL).read_text() + good.replace("{gate_proj", "{gate_prj"))
+    with pytest.raises(WeightsError) as info:
+        builder.build(tmp_path / "r.yaml", weights=tmp_path / "w.safetensors")
+    assert ("the name map's entry 'gate_prj.weight' names no parameter of the model "
+            "(did you mean 'gate_proj.weight'") in str(info.value)
