@@ -12,6 +12,7 @@ require equal dtypes; ``matmul`` follows ``numpy.matmul`` (batch dims broadcast)
 from __future__ import annotations
 
 import math
+import numbers
 from typing import Callable, Sequence
 
 from . import expr as E
@@ -59,6 +60,9 @@ def _fmt_shape(shape) -> str:
 
 
 def _norm_axis(axis: int, ndim: int, opname: str) -> int:
+    if not isinstance(axis, numbers.Integral) or isinstance(axis, bool):
+        raise TypeError(f"{opname}: axis must be an int, got {axis!r}")
+    axis = int(axis)
     if not -ndim <= axis < max(ndim, 1):
         raise ValueError(f"{opname}: axis {axis} is out of range for a tensor of ndim {ndim}")
     return axis % ndim if ndim else 0

@@ -38,6 +38,8 @@ def _line_col(text, needle):
     ("return down_proj(silu(gate) * up)", "return down_proj(gate.silu() * up)", "gate.silu",
      "only layers and ops can be called"),
     ("return down_proj(silu(gate) * up)", "return 31337", "31337", "forward returns the constant 31337"),
+    ("return down_proj(silu(gate) * up)", "return down_proj(softmax(gate, axis='a') * up)", "softmax",
+     "relax.nn.softmax: axis must be an int, got 'a'"),
     ("return down_proj(silu(gate) * up)", "return down_proj(silu(gate) * up), 2.5", "2.5",
      "forward returns the constant 2.5"),
     ("    down_proj: {type: Linear", "    silu: {type: SiLU}\n    down_proj: {type: Linear", "{type: SiLU}",
