@@ -197,11 +197,11 @@ def _check_fixed_sizes(recipe: schemas.Recipe, module: nn.Module) -> None:
         layer = name.split(".")[0]
         fields = layers[layer].model_dump() if layer in layers else {}
         culprits = [f for f, v in fields.items() if isinstance(v, str) and v in names]
-        for field in culprits or [None]:
-            path = f"model.layers.{layer}" + (f".{field}" if field else "")
+        for fld in culprits or [None]:
+            path = f"model.layers.{layer}" + (f".{fld}" if fld else "")
             override = recipe.source.override(path)
             pos = recipe.source.position(path) or (None, None)
-            what = f"{field} is {fields[field]!r}, a symbolic name" if field else "a size is symbolic"
+            what = f"{fld} is {fields[fld]!r}, a symbolic name" if fld else "a size is symbolic"
             issues.append(schemas.RecipeIssue(
                 f"<override {override}>" if override and pos == (None, None) else recipe.source.file,
                 pos[0], pos[1], path,

@@ -373,6 +373,11 @@ class _ExprEmitter:
         y = b.select(b.fcmp_ordered("<", x, c(-87.33654)), c(0.0), y)
         return b.select(b.fcmp_unordered("uno", x, x), x, y)
 
+    def fail_if(self, cond: ir.Value, message: str) -> None:
+        """Return the error ``message`` from the function when ``cond`` holds. Only a function
+        body can (``_BodyEmitter``); elsewhere raises TypeError."""
+        raise TypeError(f"a run-time check ({message}) can only be emitted in a function body")
+
     def call(self, e: E.Call) -> ir.Value:
         b = self.b
         op = e.op
@@ -504,12 +509,6 @@ def _round_bf16_py(value: float) -> float:
     return struct.unpack("<f", struct.pack("<I", bits & 0xFFFFFFFF))[0]
 
 
-    def fail_if(self, cond: ir.Value, message: str) -> None:
-        """Return the error ``message`` from the function when ``cond`` holds (only inside a
-        function body: see ``_BodyEmitter``)."""
-        raise TypeError(f"a run-time check ({message}) can only be emitted in a function body")
-
-
 class BufferExprEmitter(_ExprEmitter):
     """Expressions with buffer loads / stores: ``ptrs`` maps ``id(buffer)`` to its base pointer,
     ``env`` maps Var -> LLVM value. Used by function bodies and by the kernel emitters of
@@ -584,7 +583,6 @@ class _BodyEmitter(BufferExprEmitter):
             arg.name = _llvm_name(sig.sym_names[v])
             self.env[v] = self.b.trunc(arg, reg_type(v.dtype)) if reg_type(v.dtype) != I64 else arg
 
-
     def fail_if(self, cond: ir.Value, message: str) -> None:
         """Branch out of the function with a new body error ``message`` (its code numbered after
         the signature checks) when ``cond`` holds, freeing the live heap buffers first."""
@@ -600,6 +598,7 @@ class _BodyEmitter(BufferExprEmitter):
             b.call(free, [live])
         b.ret(ir.Constant(I32, code))
         b.position_at_end(ok)
+
     def run(self) -> None:
         self.stmt(self.func.body)
         if not self.b.block.is_terminated:

@@ -52,11 +52,7 @@ def _has_runtime_checks(func: PrimFunc) -> bool:
     from ...ir.tir import Evaluate, walk_stmt
 
     found = []
-
-    def visit(s) -> None:
-        if isinstance(s, Evaluate) and isinstance(s.value, E.Call) and s.value.op == "assert_le":
-            found.append(s)
-
-    walk_stmt(func.body, visit)
+    walk_stmt(func.body, lambda s: found.append(s) if isinstance(s, Evaluate) and isinstance(
+        s.value, E.Call) and s.value.op == "assert_le" else None)
     return bool(found)
 
