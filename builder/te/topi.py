@@ -331,7 +331,9 @@ def broadcast_binary(a: Operand, b: Operand, fscalar: Callable[[PrimExpr, PrimEx
     one must be a tensor. Both operands are converted to their common dtype (equal dtypes stay;
     float beats int; the wider wins), with 16-bit floats promoted to float32 for the math.
     ``out_dtype`` defaults to the common dtype, or bool when ``fscalar`` returns a bool.
-    Raises ValueError for shapes that do not broadcast.
+    Raises ValueError for shapes that do not broadcast; dims of two different symbols (not
+    provably equal) must be equal when the code runs (an error otherwise: no run-time
+    broadcasting of a symbolic dim that turns out to be 1).
     """
     ta, tb = _as_tensor_or_scalar(a), _as_tensor_or_scalar(b)
     if not isinstance(ta, Tensor) and not isinstance(tb, Tensor):
