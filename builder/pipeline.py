@@ -174,6 +174,7 @@ def export_recipe(recipe: schemas.Recipe, mapping: QuantizeMapping | None = None
     """
     module, spec = instantiate(recipe)
     _check_fixed_sizes(recipe, module)
+    _check_exclude(recipe, module)
     module = apply_transforms(module, recipe, mapping)
     dtype = resolve(recipe.quantization).model_dtype
     if dtype is not None:
@@ -199,15 +200,38 @@ def _check_fixed_sizes(recipe: schemas.Recipe, module: nn.Module) -> None:
         culprits = [f for f, v in fields.items() if isinstance(v, str) and v in names]
         for fld in culprits or [None]:
             path = f"model.layers.{layer}" + (f".{fld}" if fld else "")
-            override = recipe.source.override(path)
-            pos = recipe.source.position(path) or (None, None)
             what = f"{fld} is {fields[fld]!r}, a symbolic name" if fld else "a size is symbolic"
-            issues.append(schemas.RecipeIssue(
-                f"<override {override}>" if override and pos == (None, None) else recipe.source.file,
-                pos[0], pos[1], path,
+            issues.append(_issue(recipe, path,
                 f"{what}: parameter '{name}' would have the shape ({', '.join(map(str, p.shape))}); "
                 "the sizes of a layer's weights must be integers (symbolic names are for function "
                 "inputs)"))
+    if issues:
+        raise schemas.RecipeError(issues)
+
+
+def _issue(recipe: schemas.Recipe, path: str, message: str) -> schemas.RecipeIssue:
+    """A recipe issue at ``path``'s position in the file, or citing the override that set it."""
+    override = recipe.source.override(path)
+    pos = recipe.source.position(path) or (None, None)
+    where = f"<override {override}>" if override and pos == (None, None) else recipe.source.file
+    return schemas.RecipeIssue(where, pos[0], pos[1], path, message)
+
+
+def _check_exclude(recipe: schemas.Recipe, module: nn.Module) -> None:
+    """Raise :class:`schemas.RecipeError` for a ``quantization.exclude`` glob that matches no
+    layer path (a typo would otherwise quantize the layer it meant to keep)."""
+    import fnmatch
+
+    patterns = list(getattr(resolve(recipe.quantization), "exclude", None) or [])
+    if not patterns:
+        return
+    paths: set[str] = set()
+    for name, _ in module.named_parameters():
+        parts = name.split(".")[:-1]
+        paths.update(".".join(parts[:i]) for i in range(1, len(parts) + 1))
+    issues = [_issue(recipe, f"quantization.exclude.{i}",
+                     f"pattern {pat!r} matches no layer (layers: {', '.join(sorted(paths))})")
+              for i, pat in enumerate(patterns) if not any(fnmatch.fnmatchcase(p, pat) for p in paths)]
     if issues:
         raise schemas.RecipeError(issues)
 

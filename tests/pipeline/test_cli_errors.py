@@ -117,3 +117,18 @@ def test_truncated_weights_file(tmp_path, capsys):
     (tmp_path / "w.safetensors").write_bytes(data[:-1000])
     rc, err, _ = _run(tmp_path, SMALL, capsys, "--weights", str(tmp_path / "w.safetensors"))
     assert rc == 1 and "WeightsError" in err and "it is truncated" in err
+
+
+def test_exclude_pattern_matching_no_layer(tmp_path, capsys):
+    """A quantization.exclude glob that matches no layer is a recipe error naming the layers
+    (a typo would otherwise quantize the layer it meant to keep); a matching glob builds."""
+    rc, err, _ = _run(tmp_path, SMALL, capsys, "quantization=q4f16_1", "quantization.exclude=[down_prj]")
+    assert rc == 2 and "<override quantization.exclude=[down_prj]>: quantization.exclude.0: " \
+        "pattern 'down_prj' matches no layer (layers: down_proj, gate_proj, up_proj)" in err
+    text = SMALL.replace("quantization: none", "quantization: {kind: group, exclude: [gate_proj, up_prj]}")
+    assert text != SMALL
+    rc, err, path = _run(tmp_path, text, capsys)
+    line, col = _line_col(text, "up_prj")
+    assert rc == 2 and f"{path}:{line}:{col}: quantization.exclude.1: pattern 'up_prj'" in err
+    rc, _, _ = _run(tmp_path, SMALL, capsys, "quantization=q4f16_1", "quantization.exclude=[down_*]")
+    assert rc == 0
