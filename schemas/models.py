@@ -404,7 +404,7 @@ class Recipe(StrictModel):
     vars: dict[Identifier, Any] = {}
     model: ModelDef
     functions: Annotated[dict[Identifier, dict[Identifier, InputSpec]], Field(min_length=1)]
-    dtype: Optional[DType] = None
+    dtype: Optional[Literal["float16", "bfloat16", "float32", "float64"]] = None
     quantization: Quantization = "none"
     weights: Optional[WeightsDef] = None
 

@@ -52,6 +52,14 @@ def test_layer_settings_out_of_range_are_recipe_errors(settings, eps, path, mess
     load_recipe_text(CONV.replace("SETTINGS", "groups: 2").replace("EPS", "1.0e-5"))
 
 
+def test_model_dtype_must_be_a_float_dtype():
+    """The top-level dtype casts the floating-point parameters: an integer dtype is an error at
+    the field (it used to fail later, at the forward line)."""
+    text = CONV.replace("SETTINGS", "groups: 2").replace("EPS", "1.0e-5") + "dtype: int8\n"
+    [issue] = issues_of(text)
+    assert issue.path == "dtype" and issue.line == text.count("\n") and "'float16', 'bfloat16'" in issue.message
+
+
 def test_misspelled_key_gives_one_issue_at_the_key_with_a_suggestion(minimal_text):
     text = minimal_text.replace("      out_features: 2\n", "      out_features: 2\n      bais: false\n")
     [issue] = issues_of(text)
