@@ -240,6 +240,9 @@ def _infer_take(call: Call) -> StructInfo:
 
 
 def _check_norm_params(call: Call, x: TensorStructInfo, axes, names: Sequence[str]) -> None:
+    if len(set(axes)) != len(axes):
+        raise ValueError(f"{call.op.name}: axes {list(call.attrs['axes'])} repeat a dim of input "
+                         f"{_fmt_shape(x.shape)}")
     expected = tuple(x.shape[a] for a in axes)
     for i, what in enumerate(names, start=1):
         p = _tensor(call, i, what)

@@ -264,6 +264,9 @@ def test_conv2d_errors_name_both_sides():
     with pytest.raises(ValueError, match="needs stride 1"):
         export(lambda x, w: op.conv2d(x, w, stride=2, padding="same"), x=([1, 3, 8, 8], "float32"),
                w=([4, 3, 3, 3], "float32"))
+    # a norm over a repeated axis says so (not a shape mismatch of its weight)
+    with pytest.raises(ValueError, match=r"relax.nn.rms_norm: axes \[-1, -1\] repeat a dim of input \(2, 12\)"):
+        export(lambda x, w: op.rms_norm(x, w, axes=[-1, -1]), x=([2, 12], "float32"), w=([12, 12], "float32"))
     # a rule without its own message for it still names the op
     with pytest.raises(ValueError, match=r"^relax.nn.conv1d: a shape dim must be >= 0, got -9$"):
         export(lambda x, w: op.conv1d(x, w, dilation=2), x=([1, 1, 3], "float32"), w=([1, 1, 7], "float32"))
