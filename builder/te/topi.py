@@ -1832,7 +1832,10 @@ def attention(q: Tensor, k: Tensor, v: Tensor, scale: float | None = None,
 
     def fnorm(val, idx):
         b, i, h = idx[0], idx[1], idx[2]
-        return val / total[b, h, i]
+        out = val / total[b, h, i]
+        if _static(sk) is None:   # no keys: zeros (PyTorch's math attention), not 0 / 0
+            out = E.Select(E.GT(E.convert(sk).astype("int64"), E.IntImm(0, "int64")), out, E.convert(0.0, acc))
+        return out
 
     return _two_stage((bsz, sq, heads, dv), fout, acc, q.dtype, "T_attention", fnorm)
 

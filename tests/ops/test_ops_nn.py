@@ -432,6 +432,14 @@ def test_sdpa_grouped_query_cross_lengths_scale_float16():
         y = f(q, k, v)
         assert y.dtype == np.float16
         close(y, sdpa_ref(q, k, v, scale=0.3), rtol=2e-3, atol=2e-3)
+    # no keys: zeros, as PyTorch's math attention (an empty softmax times an empty v), not 0 / 0
+    y = f(rand(2, 3, 6, 4, dtype="float16"), rand(2, 0, 2, 4, dtype="float16"), rand(2, 0, 2, 3, dtype="float16"))
+    assert y.shape == (2, 3, 6, 3) and not y.any()
+    # a NaN in the scores still propagates
+    k = rand(2, 4, 2, 4, dtype="float16")
+    k[0, 1, 0, 0] = np.nan
+    y = f(rand(2, 3, 6, 4, dtype="float16"), k, rand(2, 4, 2, 3, dtype="float16"))
+    assert np.isnan(y[0, :, :3]).all() and not np.isnan(y[0, :, 3:]).any()   # heads of kv head 0
 
 
 def test_sdpa_errors():
