@@ -191,7 +191,7 @@ def float32_to_bfloat16_bits(a) -> np.ndarray:
     nan = np.isnan(f)
     if nan.any():
         rounded = np.where(nan, np.uint16(0x7FC0), rounded)
-    return rounded
+    return np.asarray(rounded)   # a 0-d input gives a 0-d array, not a numpy scalar
 
 
 def bfloat16_bits_to_float32(bits) -> np.ndarray:
