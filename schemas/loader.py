@@ -51,7 +51,11 @@ def load_recipe_text(text: str, filename: str = "<string>", overrides: Iterable[
     issues = IssueCollector(source)
     data = parse_yaml(text, issues)
     if not isinstance(data, dict):
-        raise RecipeError([*issues.issues, source.issue((), "a recipe must be a mapping of fields")])
+        issue = source.issue((), "a recipe must be a mapping of fields" if data is not None or issues.issues
+                             else "the recipe is empty: a recipe must be a mapping of fields")
+        if issue.line is None and not issues.issues:   # an empty file: point at its start
+            issue = RecipeIssue(issue.file, 1, 1, issue.path, issue.message)
+        raise RecipeError([*issues.issues, issue])
     _apply_overrides(data, overrides, issues)
     interpolator = _Interpolator(data, issues)
     interpolator.run()

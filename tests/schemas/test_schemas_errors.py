@@ -127,6 +127,9 @@ def test_duplicate_key_is_an_error_at_the_second_key(minimal_text):
 def test_top_level_must_be_a_mapping():
     [issue] = issues_of("- name: x\n")
     assert str(issue) == "r.yaml:1:1: a recipe must be a mapping of fields"
+    for empty in ("", "# only a comment\n"):
+        [issue] = issues_of(empty)
+        assert str(issue) == "r.yaml:1:1: the recipe is empty: a recipe must be a mapping of fields"
 
 
 def test_python_tags_are_rejected(minimal_text):
