@@ -95,6 +95,16 @@ TARGETS = {
     ("q4f16_1+a8", 1): 0.16, ("q4f32_1+a8", 1): 0.16,
     ("q4f16_1+a8", 128): 0.6, ("q4f32_1+a8", 128): 0.6,
 }
+#: the targets that change where the kernels multiply with AVX512-BF16 (``vdpbf16ps``)
+TARGETS_BF16DOT = {("bfloat16", 128): 0.5}
+
+
+def target_for(fmt: str, batch: int, kernels: list[str]) -> float | None:
+    """The issue's target ratio for a row; ``kernels``: the labels of the kernels that ran
+    (``linear/avx512+bf16dot`` carries the AVX512-BF16 target)."""
+    if any(k.endswith("+bf16dot") for k in kernels) and (fmt, batch) in TARGETS_BF16DOT:
+        return TARGETS_BF16DOT[(fmt, batch)]
+    return TARGETS.get((fmt, batch))
 
 
 def blas_info() -> str:
@@ -213,10 +223,11 @@ def _chain_loop_ir(name: str, ret: str, vty: str, init: str, step, combine: str,
 def compute_peak(seconds: float = 0.2) -> tuple[dict, str]:
     """Arithmetic peaks of this machine, measured: independent chains (12, more than latency
     x throughput) of ``llvm.fma`` on the widest float32 vectors the kernels use and, on hosts
-    with AVX2, of ``vpmaddubsw`` (32 byte products summed in pairs), JIT-compiled for the host
-    CPU, on 1 thread and on one thread per core of the pool at once (ctypes releases the GIL).
-    Returns ``{"fma_gflops": {threads: GFLOP/s}, "maddubs_gops": {threads: G int8 MAC/s}}`` and
-    a description."""
+    with AVX2, of ``vpmaddubsw`` (32 byte products summed in pairs), on hosts with AVX512-BF16
+    of ``vdpbf16ps`` (:func:`peak_ir`), JIT-compiled for the host CPU, on 1 thread and on one
+    thread per core of the pool at once (ctypes releases the GIL). Returns ``{"fma_gflops":
+    {threads: GFLOP/s}, "maddubs_gops": {threads: G int8 MAC/s}, "dpbf16_gflops": {threads:
+    GFLOP/s}}`` (the last two where measured) and a description."""
     import ctypes
     import threading
 
@@ -228,29 +239,14 @@ def compute_peak(seconds: float = 0.2) -> tuple[dict, str]:
 
     target = Target.host()
     simd = SimdInfo.from_target(target.triple, target.features)
-    L, chains = max(4, simd.lanes), 12
-    fv = f"<{L} x float>"
-    one = "<" + ", ".join(["float 1.0"] * L) + ">"
-    tiny = "<" + ", ".join(["float 0x3E70000000000000"] * L) + ">"   # 2**-24
-    text = _chain_loop_ir("fma_peak", "float", fv, one, lambda j: (
-        f"  %b{j} = call {fv} @llvm.fma.v{L}f32({fv} %a{j}, {fv} {one}, {fv} {tiny})"), "fadd", chains)
-    text += f"declare {fv} @llvm.fma.v{L}f32({fv}, {fv}, {fv})\n"
-    if simd.int8_dot:
-        threes = "<" + ", ".join(["i8 3"] * 32) + ">"
-        ones = "<" + ", ".join(["i8 1"] * 32) + ">"
-        text += _chain_loop_ir("maddubs_peak", "i8", "<32 x i8>", ones, lambda j: (
-            f"  %p{j} = call <16 x i16> @llvm.x86.avx2.pmadd.ub.sw(<32 x i8> {threes}, <32 x i8> %a{j})\n"
-            f"  %b{j} = bitcast <16 x i16> %p{j} to <32 x i8>"), "add", chains)
-        text += "declare <16 x i16> @llvm.x86.avx2.pmadd.ub.sw(<32 x i8>, <32 x i8>)\n"
+    text, kernels = peak_ir(simd)
     tm = target.target_machine()
     mod = llvm.parse_assembly(text)
     engine = llvm.create_mcjit_compiler(mod, tm)
     engine.finalize_object()
-    kernels = {"fma_gflops": (ctypes.CFUNCTYPE(ctypes.c_float, ctypes.c_int64)(
-        engine.get_function_address("fma_peak")), chains * L * 2)}
-    if simd.int8_dot:
-        kernels["maddubs_gops"] = (ctypes.CFUNCTYPE(ctypes.c_int8, ctypes.c_int64)(
-            engine.get_function_address("maddubs_peak")), chains * 32)
+    restype = {"fma_gflops": ctypes.c_float, "maddubs_gops": ctypes.c_int8, "dpbf16_gflops": ctypes.c_float}
+    kernels = {name: (ctypes.CFUNCTYPE(restype[name], ctypes.c_int64)(engine.get_function_address(sym)), per)
+               for name, (sym, per) in kernels.items()}
     out: dict = {}
     for name, (fn, per_iter) in kernels.items():
         n = 1 << 16
@@ -277,8 +273,48 @@ def compute_peak(seconds: float = 0.2) -> tuple[dict, str]:
     if "maddubs_gops" in out:
         desc += "; int8 vpmaddubsw " + ", ".join(f"{v:.0f} G multiply-adds/s on {t} thread{'s' if t > 1 else ''}"
                                                  for t, v in out["maddubs_gops"].items())
+    if "dpbf16_gflops" in out:
+        desc += "; bfloat16 vdpbf16ps " + ", ".join(f"{v:.0f} GFLOP/s on {t} thread{'s' if t > 1 else ''}"
+                                                    for t, v in out["dpbf16_gflops"].items())
     engine.close()
-    return out, f"{desc} (independent chains of {L}-lane FMAs / 32-byte vpmaddubsw)"
+    how = {"fma_gflops": f"{max(4, simd.lanes)}-lane FMAs", "maddubs_gops": "32-byte vpmaddubsw",
+           "dpbf16_gflops": f"{max(4, simd.lanes)}-lane vdpbf16ps"}
+    return out, f"{desc} (independent chains of {' / '.join(how[k] for k in out)})"
+
+
+def peak_ir(simd) -> tuple[str, dict]:
+    """LLVM IR of :func:`compute_peak`'s chain loops for vector unit ``simd``
+    (:class:`builder.codegen.kernels.SimdInfo`) and ``{peak name: (symbol, operations per
+    iteration)}``: float32 FMAs always, ``vpmaddubsw`` with AVX2, ``vdpbf16ps`` (4 FLOP per
+    lane: two products, two adds) where the CPU has AVX512-BF16 (not when emulated)."""
+    L, chains = max(4, simd.lanes), 12
+    fv = f"<{L} x float>"
+    one = "<" + ", ".join(["float 1.0"] * L) + ">"
+    tiny = "<" + ", ".join(["float 0x3E70000000000000"] * L) + ">"   # 2**-24
+    text = _chain_loop_ir("fma_peak", "float", fv, one, lambda j: (
+        f"  %b{j} = call {fv} @llvm.fma.v{L}f32({fv} %a{j}, {fv} {one}, {fv} {tiny})"), "fadd", chains)
+    text += f"declare {fv} @llvm.fma.v{L}f32({fv}, {fv}, {fv})\n"
+    kernels = {"fma_gflops": ("fma_peak", chains * L * 2)}
+    if simd.int8_dot:
+        threes = "<" + ", ".join(["i8 3"] * 32) + ">"
+        ones = "<" + ", ".join(["i8 1"] * 32) + ">"
+        text += _chain_loop_ir("maddubs_peak", "i8", "<32 x i8>", ones, lambda j: (
+            f"  %p{j} = call <16 x i16> @llvm.x86.avx2.pmadd.ub.sw(<32 x i8> {threes}, <32 x i8> %a{j})\n"
+            f"  %b{j} = bitcast <16 x i16> %p{j} to <32 x i8>"), "add", chains)
+        text += "declare <16 x i16> @llvm.x86.avx2.pmadd.ub.sw(<32 x i8>, <32 x i8>)\n"
+        kernels["maddubs_gops"] = ("maddubs_peak", chains * 32)
+    if simd.avx512bf16 and simd.native("avx512bf16") and L in (4, 8, 16):
+        # pairs of bfloat16 1.0 (0x3F80) and 2**-24 (0x3380) as 32-bit words
+        wt, bt = f"<{L} x i32>", f"<{2 * L} x bfloat>"
+        ones = "<" + ", ".join(["i32 1065369472"] * L) + ">"
+        tinies = "<" + ", ".join(["i32 864039808"] * L) + ">"
+        name = f"llvm.x86.avx512bf16.dpbf16ps.{32 * L}"
+        text += _chain_loop_ir("dpbf16_peak", "float", fv, one, lambda j: (
+            f"  %o{j} = bitcast {wt} {ones} to {bt}\n  %t{j} = bitcast {wt} {tinies} to {bt}\n"
+            f"  %b{j} = call {fv} @{name}({fv} %a{j}, {bt} %o{j}, {bt} %t{j})"), "fadd", chains)
+        text += f"declare {fv} @{name}({fv}, {bt}, {bt})\n"
+        kernels["dpbf16_gflops"] = ("dpbf16_peak", chains * L * 4)
+    return text, kernels
 
 
 def random_weights(model, rng) -> dict:
@@ -427,8 +463,8 @@ def main(argv=None) -> int:
                    "gbs": wbytes / ours / 1e9, "np_gbs": np_bytes / ref / 1e9,
                    "gflops": flops / ours / 1e9, "np_gflops": flops / ref / 1e9,
                    "floor_ms": floor * 1e3, "floor_frac": floor / ours, "bytes": wbytes,
-                   "target": TARGETS.get((fmt, batch)), "alone_ms": float(np.median(alone)) * 1e3,
-                   "weights": 3 * HIDDEN * INTER}
+                   "target": target_for(fmt, batch, kernels), "alone_ms": float(np.median(alone)) * 1e3,
+                   "weights": 3 * HIDDEN * INTER, "kernels": kernels}
             row["verdict"] = verdict(row, bw, peak)
             rows.append(row)
             print(format_row(row))
@@ -487,8 +523,11 @@ def verdict(row, bw: float, peak: dict | None = None) -> str:
                      f"{need_ms:.2f} ms = {row['bytes'] / (need_ms / 1e3) / 1e9:.1f} GB/s")
     else:
         gf_alone = row["gflops"] * row["ours_ms"] / row["alone_ms"]
+        dp = any(k.endswith("+bf16dot") for k in row.get("kernels", ()))
         if row["format"].endswith("+a8"):
             how = "int8 multiply-adds (vpmaddubsw) against numpy's float32 FMAs"
+        elif dp:
+            how = "bfloat16 pair dot products (vdpbf16ps) against numpy's float32 FMAs"
         else:
             how = ("both float32 FMAs (the weights are widened to float32 in registers; the "
                    "int8 multiply-adds need int8 activations, the +a8 rows)"
@@ -498,8 +537,14 @@ def verdict(row, bw: float, peak: dict | None = None) -> str:
         fma = max((peak or {}).get("fma_gflops", {0: 0.0}).values())
         a8 = row["format"].endswith("+a8")
         ours_pct = f", {gf_alone / fma:.0%} of the measured float32 FMA peak of {fma:.0f}" if fma and not a8 else ""
+        dpp = max((peak or {}).get("dpbf16_gflops", {0: 0.0}).values())
+        if dp and dpp:
+            ours_pct = f", {gf_alone / dpp:.0%} of the measured vdpbf16ps peak of {dpp:.0f}"
         np_pct = f" ({row['np_gflops'] / fma:.0%} of that peak)" if fma else ""
         need_pct = f" ({need / fma:.0%} of it)" if fma and not a8 else ""
+        if dp and dpp:
+            np_pct = f" ({row['np_gflops'] / fma:.0%} of the float32 FMA peak of {fma:.0f})" if fma else ""
+            need_pct = f" ({need / dpp:.0%} of the vdpbf16ps peak)"
         parts.append(f"compute-bound: {row['gflops']:.0f} GFLOP/s ({gf_alone:.0f} alone{ours_pct}) vs "
                      f"numpy {row['np_gflops']:.0f} GFLOP/s{np_pct}, {how}; the target needs "
                      f"{need:.0f} GFLOP/s{need_pct}")

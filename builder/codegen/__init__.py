@@ -85,7 +85,9 @@ def emit_llvm_ir(prim_funcs: dict[str, PrimFunc], target: Target | None = None
             sig = plan_signature(func, name)
             body_fn, extra = KERNEL_FAMILIES[family][1](emitter, name, func, sig, plan, simd)
             emitter.add_entry(name, body_fn, func, sig)
-            functions[name] = {**sig.metadata(extra), "kernel": f"{family}/{simd.name}"}
+            variant = getattr(plan, "variant", "")
+            functions[name] = {**sig.metadata(extra),
+                               "kernel": f"{family}/{simd.name}" + (f"+{variant}" if variant else "")}
             continue
         lowered = func if is_lowered(func) else lower(schedule(func))
         sig = plan_signature(lowered, name)

@@ -499,9 +499,19 @@ def test_avx512_code_generation():
     f, _ = _linear_func(100, 70, "float32", "bfloat16", ("multiply", ("silu", ("linear", 0)), ("linear", 1)),
                         nweights=2)
     fq, odt, X, Q, S, ref = _quant_case(9, 70, 160, 4, 32, 7, "uint32", "float16", "float16")
-    lib = build({"f": f, "q": fq}, t)
+    fb, _ = _linear_func(546, 70, "bfloat16", "bfloat16", ("multiply", ("silu", ("linear", 0)), ("linear", 1)),
+                         nweights=2)
+    lib = build({"f": f, "q": fq, "b": fb}, t)
     assert lib.functions["f"]["kernel"] == "linear/avx512"
     assert lib.functions["q"]["kernel"] == "linear/avx512"
+    # bfloat16 x and weights: vdpbf16ps in the GEMV and GEMM (the object was emitted, so LLVM
+    # selected the instruction for the target)
+    assert lib.functions["b"]["kernel"] == "linear/avx512+bf16dot"
+    assert "@llvm.x86.avx512bf16.dpbf16ps.512" in lib.llvm_ir
+    no_bf16 = _x86_target("skylake-avx512", "+avx512f,+avx512bw,+avx512vl,+avx512dq,+avx2,+fma,+f16c,+avx")
+    lib2 = build({"b": fb}, no_bf16)
+    assert lib2.functions["b"]["kernel"] == "linear/avx512"
+    assert "dpbf16ps" not in lib2.llvm_ir
     if HOST_SIMD.name != "avx512":
         return
     loaded = lib.load()
@@ -754,6 +764,27 @@ def test_benchmark_measures_the_compute_peak():
     assert "% of the measured float32 FMA peak of" in out.stdout and "MISSED (> 0.8)" in out.stdout
 
 
+def test_benchmark_peak_and_target_with_avx512bf16():
+    """On a CPU with AVX512-BF16 the benchmark also measures the ``vdpbf16ps`` peak (its chain
+    loops compile for a Zen 5 target here; they run only there) and holds bfloat16 batch 128
+    to the issue's 0.5 when the ``+bf16dot`` kernels ran."""
+    if not HOST.triple.startswith("x86_64"):
+        pytest.skip("x86-64 only")
+    code = ("import sys; sys.path.insert(0, 'benchmarks'); import bench_mlp, llvmlite.binding as llvm\n"
+            "from builder.codegen import Target\nfrom builder.codegen.kernels import SimdInfo\n"
+            "t = Target('x86_64-unknown-linux-gnu', 'znver5', '+avx512f,+avx512bw,+avx512vl,+avx512bf16,+avx2,+fma,+f16c')\n"
+            "text, kernels = bench_mlp.peak_ir(SimdInfo.from_target(t.triple, t.features))\n"
+            "mod = llvm.parse_assembly(text); mod.verify()\n"
+            "print(sorted(kernels), t.target_machine().emit_assembly(mod).count('vdpbf16ps'))\n"
+            "print(bench_mlp.target_for('bfloat16', 128, ['linear/avx512+bf16dot']),\n"
+            "      bench_mlp.target_for('bfloat16', 128, ['linear/avx512']), bench_mlp.target_for('bfloat16', 1, ['linear/avx512+bf16dot']))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0] == "['dpbf16_gflops', 'fma_gflops', 'maddubs_gops'] 12"   # one per chain
+    assert lines[1] == "0.5 0.8 0.55"
+
+
 def test_runtime_benchmark_measures_the_issue_limits():
     """``benchmarks/bench_runtime.py`` measures the tiny-call cost, the RMSNorm on 1 vs all
     threads and the recipe's cold / cached build (it checks the kernels' results itself);
@@ -808,6 +839,81 @@ def test_other_vector_shapes_run_correctly(shape, monkeypatch):
         y = np.empty((M, 21), np.float32)
         fi["f"](X, Q, S, y)
         np.testing.assert_allclose(y, ref, rtol=2e-5, atol=2e-5 * np.abs(ref).max())
+
+
+@pytest.mark.parametrize("shape", ["avx512", "avx2"])
+def test_bf16_dot_product_kernels(shape, monkeypatch):
+    """bfloat16 x and weights on AVX512-BF16 (``vdpbf16ps``): the GEMV and GEMM that multiply
+    pairs of columns, emulated with the same arithmetic in generic IR (``MB_SIMD_EMULATE``) so
+    they run here; batch 1 to 37 (GEMV tiles, GEMM tiles and their remainders), several column
+    blocks and a partial one (K = 546), a panel remainder (N = 70), a column tail past the last
+    full vector pair, the gated epilogue, bfloat16 output and symbolic batch. Odd K keeps the
+    float32 kernels."""
+    monkeypatch.setenv("MB_SIMD_SHAPE", shape)
+    monkeypatch.setenv("MB_SIMD_EMULATE", "avx512bf16")
+    N, K = 70, 546
+    epi = ("multiply", ("silu", ("linear", 0)), ("linear", 1))
+    rng = np.random.default_rng(11)
+    for odt in ("float32", "bfloat16"):
+        f, _ = _linear_func(K, N, "bfloat16", "bfloat16", epi, nweights=2, out_dtype=odt)
+        kernel, lib = _build(f)
+        assert kernel == f"linear/{shape}+bf16dot"
+        w0, w1 = (float32_to_bfloat16_bits(rng.standard_normal((N, K), dtype=np.float32)) for _ in range(2))
+        wf0, wf1 = (bfloat16_bits_to_float32(w).astype(np.float64) for w in (w0, w1))
+        for M in (1, 3, 8, 25, 31, 37):
+            x = float32_to_bfloat16_bits(rng.standard_normal((M, K), dtype=np.float32))
+            xf = bfloat16_bits_to_float32(x).astype(np.float64)
+            ref = _silu(xf @ wf0.T) * (xf @ wf1.T)
+            y = np.empty((M, N), _np_dtype(odt))
+            lib["f"](x, w0, w1, y)
+            tol = 1e-5 if odt == "float32" else 8e-3   # float32 sums; bfloat16: one rounding
+            np.testing.assert_allclose(_as_f32(y, odt), ref, rtol=tol, atol=tol * np.abs(ref).max())
+    for k in (10, 33):   # shorter than one vector pair; odd K (no vdpbf16ps: float32 kernels)
+        f, _ = _linear_func(k, 9, "bfloat16", "bfloat16", ("linear", 0), out_dtype="float32")
+        kernel, lib = _build(f)
+        assert kernel == f"linear/{shape}" + ("+bf16dot" if k % 2 == 0 else "")
+        for M in (2, 30):
+            x = float32_to_bfloat16_bits(rng.standard_normal((M, k), dtype=np.float32))
+            w = float32_to_bfloat16_bits(rng.standard_normal((9, k), dtype=np.float32))
+            y = np.empty((M, 9), np.float32)
+            lib["f"](x, w, y)
+            ref = bfloat16_bits_to_float32(x).astype(np.float64) @ bfloat16_bits_to_float32(w).T.astype(np.float64)
+            np.testing.assert_allclose(y, ref, rtol=1e-5, atol=1e-5 * np.abs(ref).max())
+
+
+def test_bf16_recipe_takes_the_dot_product_kernels(monkeypatch):
+    """``build recipes/llama_mlp.yaml dtype=bfloat16`` on an AVX512-BF16 CPU (emulated here):
+    both fused matmuls take the vdpbf16ps kernels and the MLP matches a float64 reference of
+    the same bfloat16 values (the intermediate is rounded to bfloat16 once, as the graph says)."""
+    import builder
+
+    monkeypatch.setenv("MB_SIMD_EMULATE", "avx512bf16")
+    m = builder.build(ROOT / "recipes" / "llama_mlp.yaml",
+                      ["dtype=bfloat16", "hidden_size=72", "intermediate_size=200"])
+    assert {meta["kernel"] for meta in m.exe.kernels.values()} == {f"linear/{HOST_SIMD.name}+bf16dot"}
+    wg, wu, wd = (bfloat16_bits_to_float32(m.params[n]).astype(np.float64) for n in m.param_names)
+    for b in (1, 30):
+        x = float32_to_bfloat16_bits(np.random.default_rng(b).standard_normal((b, 72), dtype=np.float32))
+        xf = bfloat16_bits_to_float32(x).astype(np.float64)
+        h = bfloat16_bits_to_float32(float32_to_bfloat16_bits((_silu(xf @ wg.T) * (xf @ wu.T)).astype(np.float32)))
+        ref = h.astype(np.float64) @ wd.T
+        y = bfloat16_bits_to_float32(m(x))
+        np.testing.assert_allclose(y, ref, rtol=1.6e-2, atol=1.6e-2 * np.abs(ref).max())
+
+
+def test_simd_emulate_hook(monkeypatch):
+    """``MB_SIMD_EMULATE`` names features to emit as generic IR; an unknown one is an error, and
+    the kernels of a host that lacks a feature only take its path under the hook."""
+    monkeypatch.setenv("MB_SIMD_EMULATE", "avx512bf16")
+    info = SimdInfo.from_target(HOST.triple, HOST.features)
+    if HOST_SIMD.usable:
+        assert info.avx512bf16
+        assert info.native("avx512bf16") == HOST_SIMD.avx512bf16
+    monkeypatch.setenv("MB_SIMD_EMULATE", "amx")
+    with pytest.raises(ValueError, match="MB_SIMD_EMULATE: unknown feature.*amx"):
+        SimdInfo.from_target(HOST.triple, HOST.features)
+    monkeypatch.delenv("MB_SIMD_EMULATE")
+    assert SimdInfo.from_target(HOST.triple, HOST.features) == HOST_SIMD
 
 
 def test_legalize_alone_uses_the_matmul_kernels():

@@ -51,6 +51,14 @@ Generated code (:func:`emit_linear`), for the host's widest vectors (:class:`Sim
   the next block's weight rows (``prefetch_gemm``), so the unpacking does not wait on memory
   (measured: the unpacking alone read float32 weights at single-core DRAM speed, 9% of a
   batch-128 layer's time; with the prefetch the layer runs 2-5% faster);
+* **bfloat16 dot products** (plan variant ``bf16dot``: bfloat16 ``x`` and weights, even static
+  ``K``, a CPU with AVX512-BF16): the GEMV reads ``x`` and each weight row as vectors of 32-bit
+  words (two columns each) and runs one ``vdpbf16ps`` per (weight row, input row) and
+  ``2 * lanes`` columns (:meth:`_LinearEmitter._gemv_micro_bf16`); the GEMM packs panels of
+  those words without widening (``KC`` words = ``2 KC`` columns per block) and its micro-kernel
+  broadcasts one word of ``x`` per row and column pair (:meth:`_LinearEmitter._micro_bf16_fn`):
+  two products per lane and instruction, where the float32 path does one FMA per product after
+  widening. ``x`` is read as it is (no float32 copy);
 * work is split over weight-row tiles / panels with ``mb_parallel_for`` (see
   :mod:`runtime.threadpool`) when ``M * N * K >= parallel_min_macs``, in ``tasks_per_thread``
   (16) tasks per thread for dynamic balance;
@@ -102,6 +110,7 @@ TUNING = {
     "kc_i8": 1024,               # its packed panel columns (NRI bytes each)
     "qu_i8": 2,                  # its k-quads per inner loop iteration
     "nv_i8": 2,                  # its weight rows per panel / 8 (int32 vectors per row of x)
+    "gemm_bf16dot": 1,           # bfloat16 x and weights on AVX512-BF16: vdpbf16ps GEMM (0: float32 GEMM)
 }
 
 
@@ -131,6 +140,7 @@ class LinearPlan:
     n_var: Var
     value: PrimExpr
     params: list[Buffer] = field(default_factory=list)
+    variant: str = ""
 
 
 def _blocks(func: PrimFunc) -> list[Block]:
@@ -189,7 +199,20 @@ def _same_dims(a, b) -> bool:
 
 def plan_linear(func: PrimFunc, simd: SimdInfo) -> LinearPlan | str:
     """Validate ``func`` against its ``mb.kernel`` description; returns the plan or a reason
-    (a string) why the fast kernel does not apply."""
+    (a string) why the fast kernel does not apply. The plan's ``variant`` names a special
+    instruction path the kernel takes (``"bf16dot"``: bfloat16 ``x`` and weights, an even
+    static ``K`` and ``vdpbf16ps``), shown in the built function's ``kernel`` label."""
+    plan = _plan_linear(func, simd)
+    if isinstance(plan, LinearPlan):
+        k = E.simplify(plan.params[plan.x].shape[-1])
+        if (simd.avx512bf16 and TUNING["gemm_bf16dot"] and plan.params[plan.x].dtype == "bfloat16"
+                and isinstance(k, E.IntImm) and k.value % 2 == 0
+                and all(d["format"] == "dense" and d["dtype"] == "bfloat16" for d in plan.weights)):
+            plan.variant = "bf16dot"
+    return plan
+
+
+def _plan_linear(func: PrimFunc, simd: SimdInfo) -> LinearPlan | str:
     spec = func.attrs.get(KERNEL_ATTR)
     if not isinstance(spec, dict) or spec.get("kind") != "linear":
         return "no linear kernel attribute"
@@ -397,6 +420,9 @@ class _LinearEmitter:
                     self.qkeys.append(key)
                 self.qfast[w] = key
         self.K_static = k_static.value if isinstance(k_static, E.IntImm) else None
+        # bfloat16 activations and weights on AVX512-BF16: GEMV and GEMM multiply pairs of
+        # columns with vdpbf16ps, the GEMM's panels hold the weights' 32-bit words as they are
+        self.bf16dot = plan.variant == "bf16dot"
         if self.qfast or self.qint:
             self.R = TUNING["gemv_rows_q"]
             self.MT = max(1, min(4, budget // self.R))
@@ -520,7 +546,8 @@ class _LinearEmitter:
         for a in body_fn.args[:nparams]:
             a.add_attribute("noalias")
         self.epi_fn = self._emit_epilogue()
-        self.micro_fns = {} if self.i8gemm else {t: self._micro_fn(t) for t in range(1, self.MR + 1)}
+        micro = self._micro_bf16_fn if self.bf16dot else self._micro_fn
+        self.micro_fns = {} if self.i8gemm else {t: micro(t) for t in range(1, self.MR + 1)}
         gemv = self._emit_task("gemv")
         gemm = self._emit_task("gemm")
         kf = KFunc(self.module, body_fn)
@@ -540,15 +567,15 @@ class _LinearEmitter:
             b.ret(ir.Constant(I32, 0))
         # float32 view of x
         xptr = ptrs[plan.x]
-        if x.dtype == "float32":
+        if x.dtype == "float32" or self.bf16dot:   # the bfloat16 GEMV / GEMM read x as it is
             xf = xptr
             scratch = None
         else:
             malloc = kf.declare("malloc", PTR, [I64])
-            scratch = b.call(malloc, [kf.smax(kf.mul(kf.mul(M, K), 4), 1)])
+            total = kf.mul(M, K)
+            scratch = b.call(malloc, [kf.smax(kf.mul(total, 4), 1)])
             with kf.if_(b.icmp_unsigned("==", scratch, ir.Constant(PTR, None)), "oom"):
                 b.ret(ir.Constant(I32, self.error_code))
-            total = kf.mul(M, K)
             mt = mem_type(x.dtype)
             with kf.loop(0, total, 1, "cv", plain=False) as i:
                 raw = kf.load(mt, xptr, i, align=2)
@@ -745,6 +772,8 @@ class _LinearEmitter:
             MT, tag = self.MTi, f".i8.k{self.K_static}"
         elif w in self.qfast:
             MT, tag = self.MTq, ".q"
+        elif self.bf16dot:
+            MT, tag = self.MT, ".bf16dot" + ("" if self.simd.native("avx512bf16") else "_emulated")
         else:
             MT, tag = self.MT, ""
         key = f"mb.dot.{self._fmt_key(w)}.v{self.lanes}.mt{MT}.r{rc}{tag}"
@@ -762,6 +791,9 @@ class _LinearEmitter:
         elif w in self.qfast:
             def micro(m0, t):
                 self._gemv_micro_q(kf, dec, rows, xf, xq, xs, K, m0, t, rc, res)
+        elif self.bf16dot:
+            def micro(m0, t):
+                self._gemv_micro_bf16(kf, dec, rows, xf, K, m0, t, rc, res)
         else:
             kv = dec.vec_limit(kf, K)
 
@@ -1085,6 +1117,66 @@ class _LinearEmitter:
                 m = kf.add(m0, i) if i else m0
                 kf.store(b.load(sums[r][i], typ=F32), res, kf.add(kf.mul(m, rc), r))
 
+    def _gemv_micro_bf16(self, kf, dec, rows, xb, K, m0, t: int, rc: int, res) -> None:
+        """The GEMV tile of :meth:`_gemv_micro` for bfloat16 ``x`` (``xb``, read as it is) and
+        weights on AVX512-BF16: per step of ``2 * lanes`` columns one 32-bit-word vector load
+        per weight row and per input row, and one ``vdpbf16ps`` per (weight row, input row)
+        (:meth:`KFunc.dot_bf16`); the columns past the last full step are added in float32."""
+        b = kf.b
+        L = self.lanes
+        native = self.simd.native("avx512bf16")
+        budget = max(self.simd.registers - 6, 4)
+        U = 1
+        while U < 4 and rc * t * U * 2 <= budget:
+            U *= 2
+        vt, wt = vec(F32, L), vec(I32, L)
+        accs = [[[kf.alloca(vt, name="acc") for _ in range(U)] for _ in range(t)] for _ in range(rc)]
+        for r in range(rc):
+            for i in range(t):
+                for u in range(U):
+                    b.store(kf.fzero(L), accs[r][i][u])
+        xrows = [kf.gep(xb, kf.mul(kf.add(m0, i) if i else m0, K), I16) for i in range(t)]
+
+        def words(p, k):
+            return b.load(kf.gep(p, k, I16), typ=wt, align=2)
+
+        def body(k, u):
+            xs = [words(xr, k) for xr in xrows]
+            ws = [words(row, k) for row in rows]
+            for r in range(rc):
+                for i in range(t):
+                    a = accs[r][i][u]
+                    b.store(kf.dot_bf16(b.load(a, typ=vt), xs[i], ws[r], native), a)
+
+        step = 2 * L
+        kv = kf.sub(K, b.srem(K, kf.i64(step)))
+        main_end = kf.sub(kv, b.srem(kv, kf.i64(step * U)))
+        with kf.loop(0, main_end, step * U, "kv") as k:
+            for u in range(U):
+                body(kf.add(k, u * step) if u else k, u)
+        if U > 1:
+            with kf.loop(main_end, kv, step, "kr") as k:
+                body(k, 0)
+        sums = [[kf.alloca(F32, name="s") for _ in range(t)] for _ in range(rc)]
+        for r in range(rc):
+            for i in range(t):
+                v = b.load(accs[r][i][0], typ=vt)
+                for u in range(1, U):
+                    v = b.fadd(v, b.load(accs[r][i][u], typ=vt), flags=KFunc.FM)
+                b.store(kf.hsum(v), sums[r][i])
+        with kf.loop(kv, K, 1, "kt") as k:
+            xs = [b.bitcast(b.shl(b.zext(kf.load(I16, xr, k, align=2), I32), ir.Constant(I32, 16)), F32)
+                  for xr in xrows]
+            for r in range(rc):
+                wv = dec.scalar(kf, rows[r], k)
+                for i in range(t):
+                    s = sums[r][i]
+                    b.store(kf.fma(xs[i], wv, b.load(s, typ=F32)), s)
+        for r in range(rc):
+            for i in range(t):
+                m = kf.add(m0, i) if i else m0
+                kf.store(b.load(sums[r][i], typ=F32), res, kf.add(kf.mul(m, rc), r))
+
     # GEMM ----------------------------------------------------------------------------------------
     def _micro_fn(self, t: int) -> ir.Function:
         """``void micro_t(ptr bp, ptr xp, i64 ldx, i64 kc, ptr cs, i1 first)``: ``t`` rows."""
@@ -1118,15 +1210,57 @@ class _LinearEmitter:
         kf.finish()
         return fn
 
-    def _pack_fn(self, w: int) -> ir.Function:
+    def _micro_bf16_fn(self, t: int) -> ir.Function:
+        """``void micro_bf16_t(ptr bp, ptr xp, i64 ldx, i64 kcp, ptr cs, i1 first)``: the
+        micro-kernel of :meth:`_micro_fn` for bfloat16 ``x`` and weights on AVX512-BF16.
+        ``bp[kp][j]`` is the 32-bit word holding ``W[n0 + j, kb + 2kp : kb + 2kp + 2]`` (a
+        panel packed by ``_pack_fn(w, words=True)``), ``xp`` the bfloat16 rows of ``x`` (row
+        stride ``ldx`` elements) from column ``kb``; per column pair one 32-bit broadcast of
+        ``x`` per row and one ``vdpbf16ps`` per accumulator (:meth:`KFunc.dot_bf16`: two
+        products per lane, twice the multiply-adds of an FMA)."""
+        native = self.simd.native("avx512bf16")
+        key = f"mb.micro_bf16{'' if native else '_emulated'}.v{self.lanes}x{self.NV}.t{t}"
+        fn, kf = self._new_helper(key, [PTR, PTR, I64, I64, PTR, I1])
+        if kf is None:
+            return fn
+        b = kf.b
+        bp, xp, ldx, kcp, cs, first = fn.args
+        L, NV, NR = self.lanes, self.NV, self.NR
+        vt, wt = vec(F32, L), vec(I32, L)
+        accs = [[kf.alloca(vt, name="c") for _ in range(NV)] for _ in range(t)]
+        for i in range(t):
+            for v in range(NV):
+                old = kf.load(vt, cs, kf.i64(i * NR + v * L), align=4)
+                b.store(b.select(first, kf.fzero(L), old), accs[i][v])
+        xrows = [kf.gep(xp, kf.mul(ldx, i), I16) if i else xp for i in range(t)]
+        with kf.loop(0, kcp, 1, "k") as k:
+            brow = kf.mul(k, NR)
+            bv = [kf.load(wt, bp, kf.add(brow, v * L) if v else brow, align=min(64, 4 * L))
+                  for v in range(NV)]
+            for i in range(t):
+                a = kf.splat(kf.load(I32, xrows[i], k, align=2), L)
+                for v in range(NV):
+                    slot = accs[i][v]
+                    b.store(kf.dot_bf16(b.load(slot, typ=vt), a, bv[v], native), slot)
+        for i in range(t):
+            for v in range(NV):
+                kf.store(b.load(accs[i][v], typ=vt), cs, kf.i64(i * NR + v * L), align=4)
+        b.ret_void()
+        kf.finish()
+        return fn
+
+    def _pack_fn(self, w: int, words: bool = False) -> ir.Function:
         """``void pack(ptr w0, ptr w1, i64 ld0, i64 ld1, i64 K, i64 n0, i64 nr_eff, i64 kb,
-        i64 kc, ptr bp)``: ``bp[kk][j] = W[n0 + j, kb + kk]`` (zero for ``j >= nr_eff``)."""
-        key = f"mb.pack.{self._fmt_key(w)}.v{self.lanes}x{self.NV}"
+        i64 kc, ptr bp)``: ``bp[kk][j] = W[n0 + j, kb + kk]`` (zero for ``j >= nr_eff``).
+        ``words``: the weight's rows taken as 32-bit words, moved without conversion (the
+        bfloat16 pairs of :meth:`_micro_bf16_fn`; ``ld0``, ``K``, ``kb``, ``kc`` count words)."""
+        fmt = "dense_float32" if words else self._fmt_key(w)
+        key = f"mb.pack.{fmt}.v{self.lanes}x{self.NV}"
         fn, kf = self._new_helper(key, [PTR, PTR, I64, I64, I64, I64, I64, I64, I64, PTR])
         if kf is None:
             return fn
         p0, p1, ld0, ld1, K, n0, nr_eff, kb, kc, bp = fn.args
-        dec = self._decoder(w, p0, p1, ld0, ld1)
+        dec = DenseDecoder(p0, "float32", ld0, self.lanes) if words else self._decoder(w, p0, p1, ld0, ld1)
         b = kf.b
         L, NV, NR = self.lanes, self.NV, self.NR
         kv = dec.vec_limit(kf, K)
@@ -1208,8 +1342,14 @@ class _LinearEmitter:
         raw, bp = self._workspace(kf, nbytes)
         cs = kf.gep(bp, kf.i64(KC * NR), F32)
         micro = self.micro_fns
-        packs = [self._pack_fn(w) for w in range(self.nw)]
+        bf = self.bf16dot
+        # a block of KB columns fills the KC x NR panel: KC float32 columns, or KC words of
+        # two bfloat16 columns each for the vdpbf16ps micro-kernel
+        KB = 2 * KC if bf else KC
+        packs = [self._pack_fn(w, words=bf) for w in range(self.nw)]
         wargs = [self._weight_args(st, w) for w in range(self.nw)]
+        pargs = [[a[0], a[1], kf.sdiv(a[2], 2), a[3]] for a in wargs] if bf else wargs
+        xsrc, xt = (st.xf, I16) if bf else (st.xf, F32)
         full_m = kf.sub(M, b.srem(M, kf.i64(MR)))
         rem = b.srem(M, kf.i64(MR))
         ntiles = kf.sdiv(full_m, MR)
@@ -1222,20 +1362,25 @@ class _LinearEmitter:
                     kf.store(ir.Constant(F32, 0.0), cs, i, align=4)
             for w in range(self.nw):
                 csw = kf.gep(cs, kf.mul(kf.mul(M, NR), w), F32) if w else cs
-                with kf.loop(0, K, KC, "kb") as kb:
-                    kc = kf.smin(kf.sub(K, kb), KC)
-                    b.call(packs[w], wargs[w] + [K, n0, nr_eff, kb, kc, bp])
+                with kf.loop(0, K, KB, "kb") as kb:
+                    kc = kf.smin(kf.sub(K, kb), KB)
+                    if bf:   # K is even: so are kb and kc
+                        kcm = kf.sdiv(kc, 2)
+                        b.call(packs[w], pargs[w] + [kf.sdiv(K, 2), n0, nr_eff, kf.sdiv(kb, 2), kcm, bp])
+                    else:
+                        kcm = kc
+                        b.call(packs[w], wargs[w] + [K, n0, nr_eff, kb, kc, bp])
                     first = b.icmp_signed("==", kb, kf.i64(0))
-                    # the next block's weights (the next KC columns, or the next panel's
+                    # the next block's weights (the next KB columns, or the next panel's
                     # first ones) stream into L2 while this block's micro-kernels run
-                    last = b.icmp_signed(">=", kf.add(kb, KC), K)
-                    pk = b.select(last, kf.i64(0), kf.add(kb, KC))
+                    last = b.icmp_signed(">=", kf.add(kb, KB), K)
+                    pk = b.select(last, kf.i64(0), kf.add(kb, KB))
                     pn0 = b.select(last, kf.add(n0, NR), n0)
-                    pkend = kf.smin(kf.add(pk, KC), K)
+                    pkend = kf.smin(kf.add(pk, KB), K)
                     pvalid = b.and_(kf.lt(pn0, N), ir.Constant(I1, int(bool(TUNING["prefetch_gemm"]))))
                     with kf.loop(0, full_m, MR, "mt") as m0:
-                        xp = kf.gep(st.xf, kf.add(kf.mul(m0, K), kb), F32)
-                        b.call(micro[MR], [bp, xp, K, kc, kf.gep(csw, kf.mul(m0, NR), F32), first])
+                        xp = kf.gep(xsrc, kf.add(kf.mul(m0, K), kb), xt)
+                        b.call(micro[MR], [bp, xp, K, kcm, kf.gep(csw, kf.mul(m0, NR), F32), first])
                         with kf.if_(pvalid, "pfn"):
                             j = kf.sdiv(m0, MR)
                             cnt = kf.sdiv(kf.smax(kf.add(kf.sub(kf.i64(NR - 1), j), ntiles), 0), ntiles)
@@ -1243,9 +1388,9 @@ class _LinearEmitter:
                                 r = kf.add(j, kf.mul(i, ntiles))
                                 decs[w].prefetch(kf, decs[w].row(kf, kf.smin(kf.add(pn0, r), kf.sub(N, 1))),
                                                  pk, pkend)
-                    xp = kf.gep(st.xf, kf.add(kf.mul(full_m, K), kb), F32)
+                    xp = kf.gep(xsrc, kf.add(kf.mul(full_m, K), kb), xt)
                     csr = kf.gep(csw, kf.mul(full_m, NR), F32)
-                    kf.switch_const(rem, {t: (lambda t=t: b.call(micro[t], [bp, xp, K, kc, csr, first]))
+                    kf.switch_const(rem, {t: (lambda t=t: b.call(micro[t], [bp, xp, K, kcm, csr, first]))
                                           for t in range(1, MR)}, f"mr{w}")
             self._panel_epilogue(kf, ctx, cs, M, NR, n0, nr_eff)
         b.call(free, [raw])

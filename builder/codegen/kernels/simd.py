@@ -21,7 +21,14 @@ testing the fallbacks on a bigger machine; ``MB_SIMD_SHAPE`` (``avx512``, ``avx2
 16-lane AVX-512 kernels can be run and checked on an AVX2 host (LLVM splits the vectors). 16-bit float weights are widened in registers:
 ``fpext <N x half>`` (one ``vcvtph2ps`` with F16C; a libgcc call per element without) and a
 shift for bfloat16. ``int8_dot`` marks hosts with AVX2 integer multiply-adds (the
-int8-activation GEMV uses them on 256-bit vectors, also on AVX-512 hosts).
+int8-activation GEMV uses them on 256-bit vectors, also on AVX-512 hosts). ``avx512bf16`` marks
+hosts with ``vdpbf16ps`` (bfloat16 pair dot products into float32, :meth:`KFunc.dot_bf16`):
+the GEMM of bfloat16 activations and weights uses it.
+
+``MB_SIMD_EMULATE=avx512bf16`` (testing hook) turns such an instruction on for a host that lacks
+it, emitted as generic IR of the same arithmetic (:attr:`SimdInfo.emulated`), so the kernels
+built around it run and are checked on any machine; :func:`builder.codegen.emit_llvm_ir` for a
+``Target`` that has the feature (``cpu="znver5"``) shows the real instruction being selected.
 
 :class:`KFunc` wraps one LLVM function under construction: an ``entry`` block for
 ``alloca``\\ s (promoted to registers by SROA), structured loops with phi induction variables,
@@ -32,15 +39,16 @@ from __future__ import annotations
 
 import os
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from llvmlite import ir
 
 from ..llvm_emit import F16, F32, I32, I64, PTR
 
-__all__ = ["SimdInfo", "KFunc", "vec", "const_vec", "plain_loop_metadata", "finalize_loop_metadata"]
+__all__ = ["SimdInfo", "KFunc", "BF16", "vec", "const_vec", "plain_loop_metadata", "finalize_loop_metadata"]
 
 _ORDER = ("scalar", "sse", "neon", "avx", "avx2", "avx512")
+_EMULABLE = ("avx512bf16",)
 
 
 @dataclass(frozen=True)
@@ -53,6 +61,12 @@ class SimdInfo:
     f16c: bool = False
     avx512bf16: bool = False
     int8_dot: bool = False    # AVX2 integer multiply-adds (vpmaddubsw / vpmaddwd on 256 bits)
+    emulated: frozenset = frozenset()   # features emitted as generic IR (MB_SIMD_EMULATE)
+
+    def native(self, feature: str) -> bool:
+        """True when ``feature`` (e.g. ``"avx512bf16"``) is emitted as its instruction rather
+        than emulated (see ``MB_SIMD_EMULATE``)."""
+        return feature not in self.emulated
 
     @property
     def usable(self) -> bool:
@@ -61,7 +75,22 @@ class SimdInfo:
 
     @classmethod
     def from_target(cls, triple: str, features: str) -> "SimdInfo":
-        """Decide from an LLVM triple and feature string (``+a,-b,...``)."""
+        """Decide from an LLVM triple and feature string (``+a,-b,...``), then apply the
+        environment's testing hooks (``MB_SIMD_SHAPE``, ``MB_SIMD``, ``MB_SIMD_EMULATE``).
+
+        Raises ValueError for an unknown value of one of those variables."""
+        info = cls._from_target(triple, features)
+        emulate = {f.strip().lower() for f in os.environ.get("MB_SIMD_EMULATE", "").split(",") if f.strip()}
+        unknown = emulate - set(_EMULABLE)
+        if unknown:
+            raise ValueError(f"MB_SIMD_EMULATE: unknown feature(s) {', '.join(sorted(unknown))}; "
+                             f"known: {', '.join(_EMULABLE)}")
+        if "avx512bf16" in emulate and info.usable and not info.avx512bf16:
+            info = replace(info, avx512bf16=True, emulated=info.emulated | {"avx512bf16"})
+        return info
+
+    @classmethod
+    def _from_target(cls, triple: str, features: str) -> "SimdInfo":
         feats = {f[1:] for f in features.split(",") if f.startswith("+")}
         arch = triple.split("-")[0]
         if arch in ("x86_64", "amd64"):
@@ -132,6 +161,17 @@ def finalize_loop_metadata(text: str) -> str:
     out.append(f'{nv} = !{{!"llvm.loop.vectorize.enable", i1 false}}')
     out.append(f'{nu} = !{{!"llvm.loop.unroll.disable"}}')
     return "\n".join(out)
+
+
+class _BFloat16Type(ir.Type):
+    """LLVM's ``bfloat`` (llvmlite has no such type; only used as a vector element of the
+    operands of the AVX512-BF16 intrinsics)."""
+
+    def _to_string(self) -> str:
+        return "bfloat"
+
+
+BF16 = _BFloat16Type()
 
 
 def vec(t: ir.Type, n: int) -> ir.VectorType:
@@ -205,6 +245,31 @@ class KFunc:
     def fma(self, a: ir.Value, b_: ir.Value, c: ir.Value) -> ir.Value:
         """``a * b + c`` through ``llvm.fmuladd`` (fused where the CPU has FMA)."""
         return self.b.call(self.intrinsic("fmuladd", a.type, 3), [a, b_, c], fastmath=self.FM)
+
+    def dot_bf16(self, acc: ir.Value, a: ir.Value, w: ir.Value, native: bool) -> ir.Value:
+        """``acc[i] + a[2i+1] * w[2i+1] + a[2i] * w[2i]`` with ``acc`` ``<n x float>`` and ``a``,
+        ``w`` ``<n x i32>``: each 32-bit lane holds two bfloat16 values, element ``2i`` in the
+        low half (little-endian memory order). ``native``: AVX512-BF16's ``vdpbf16ps``
+        (``llvm.x86.avx512bf16.dpbf16ps.{128,256,512}``; Intel SDM: the odd pair is added
+        first, each step rounded to nearest even, denormal inputs and outputs flushed to zero);
+        otherwise the same sums as two FMAs of the halves widened to float32 (the products of
+        two bfloat16 values are exact in float32, so only denormals can differ)."""
+        b = self.b
+        n = acc.type.count
+        if native:
+            bt = vec(BF16, 2 * n)
+            fn = self.declare(f"llvm.x86.avx512bf16.dpbf16ps.{32 * n}", acc.type, [acc.type, bt, bt])
+            return b.call(fn, [acc, b.bitcast(a, bt), b.bitcast(w, bt)])
+        vt = vec(I32, n)
+        ft = vec(F32, n)
+
+        def hi(v):
+            return b.bitcast(b.and_(v, ir.Constant(vt, [-65536] * n)), ft)
+
+        def lo(v):
+            return b.bitcast(b.shl(v, ir.Constant(vt, [16] * n)), ft)
+
+        return self.fma(lo(a), lo(w), self.fma(hi(a), hi(w), acc))
 
     def hsum(self, v: ir.Value) -> ir.Value:
         """Sum of the lanes of a float vector (reassociated)."""
