@@ -334,11 +334,15 @@ def test_gemm_prefetches_the_next_weight_block(fmt, monkeypatch):
     (72, 8, "uint32", "float32", "float32"),
     (96, 32, "uint32", "float32", "float32"),     # one step, 32 float columns
 ])
-def test_int8_activation_gemv(K, gs, storage, sdt, xdt):
+@pytest.mark.parametrize("vnni", [False, True])
+def test_int8_activation_gemv(K, gs, storage, sdt, xdt, vnni, monkeypatch):
     """``activation: int8`` weights: batches up to 32 quantize x per group and use integer dot
     products; the result matches a float64 emulation of that quantization (odd and even
     batches, tiles of 4 weight rows and a partial one, a group of zeros included). Larger
-    batches take the int8 GEMM, which quantizes the same columns."""
+    batches take the int8 GEMM, which quantizes the same columns. ``vnni``: the ``vpdpbusd``
+    kernels of AVX-VNNI hosts (emulated where the host lacks it, ``MB_SIMD_EMULATE``)."""
+    if vnni:
+        monkeypatch.setenv("MB_SIMD_EMULATE", "vnni")
     lib = None
     for M in (1, 3, 4, 9, 32, 33):
         f, odt, X, Q, S, _ = _quant_case(M, 13, K, 4, gs, 7, storage, sdt, xdt, seed=M + K,
@@ -346,7 +350,8 @@ def test_int8_activation_gemv(K, gs, storage, sdt, xdt):
         if M >= 3:
             X[1, :gs] = 0    # a group of zeros: d = 0, contributes nothing
         if lib is None:
-            _, lib = _build(f)
+            kernel, lib = _build(f)
+            assert kernel.endswith("+vnni") == (vnni or HOST_SIMD.vnni)
         y = np.empty((M, 13), _np_dtype(odt))
         lib["f"](X, Q, S, y)
         xf = _as_f32(X, xdt)
@@ -381,12 +386,16 @@ def _int4_weights(Q: np.ndarray, S: np.ndarray, storage: str, sdt: str, gs: int,
     (448, 16, "uint32", "float16", "float32", {"nv_i8": 1, "mr_i8": 5, "kc_i8": 128, "qu_i8": 1}),
     (512, 32, "uint32", "float32", "float32", {"nv_i8": 4, "mr_i8": 2, "kc_i8": 64, "qu_i8": 8}),
 ])
-def test_int8_activation_gemm(K, gs, storage, sdt, xdt, tune, monkeypatch):
+@pytest.mark.parametrize("vnni", [False, True])
+def test_int8_activation_gemm(K, gs, storage, sdt, xdt, tune, vnni, monkeypatch):
     """Batches past ``gemv_max_rows_qig`` take the int8 GEMM (panels of nibbles in k-quad
-    order, ``vpmaddubsw`` micro-kernels): the same float64 emulation of the quantization as the
-    GEMV, for full and partial panels (N = 37 and 13), row counts that are and are not multiples
-    of the micro-kernel's, several column blocks, float tail columns (past whole 64-column steps
-    of whole groups), other panel widths / row counts / unrolls."""
+    order, ``vpmaddubsw`` micro-kernels, or ``vpdpbusd`` ones with ``vnni``, emulated where the
+    host lacks it): the same float64 emulation of the quantization as the GEMV, for full and
+    partial panels (N = 37 and 13), row counts that are and are not multiples of the
+    micro-kernel's, several column blocks, float tail columns (past whole 64-column steps of
+    whole groups), other panel widths / row counts / unrolls."""
+    if vnni:
+        monkeypatch.setenv("MB_SIMD_EMULATE", "vnni")
     for key, value in tune.items():
         monkeypatch.setitem(TUNING, key, value)
     for N in (37, 13):
@@ -398,7 +407,7 @@ def test_int8_activation_gemm(K, gs, storage, sdt, xdt, tune, monkeypatch):
             X[M - 1, -gs:] = 0
             if lib is None:
                 kernel, lib = _build(f)
-                assert kernel == "linear/avx2"
+                assert kernel == "linear/avx2" + ("+vnni" if vnni or HOST_SIMD.vnni else "")
             y = np.empty((M, N), _np_dtype(odt))
             lib["f"](X, Q, S, y)
             xf = _as_f32(X, xdt)
@@ -509,9 +518,16 @@ def test_avx512_code_generation():
     assert lib.functions["b"]["kernel"] == "linear/avx512+bf16dot"
     assert "@llvm.x86.avx512bf16.dpbf16ps.512" in lib.llvm_ir
     no_bf16 = _x86_target("skylake-avx512", "+avx512f,+avx512bw,+avx512vl,+avx512dq,+avx2,+fma,+f16c,+avx")
-    lib2 = build({"b": fb}, no_bf16)
+    fi = _quant_case(40, 70, 320, 4, 32, 7, "uint32", "float32", "float32", activation="int8")[0]
+    lib2 = build({"b": fb, "i": fi}, no_bf16)
     assert lib2.functions["b"]["kernel"] == "linear/avx512"
     assert "dpbf16ps" not in lib2.llvm_ir
+    # int8 activations: vpdpbusd in the GEMV and GEMM with AVX512-VNNI (or AVX-VNNI)
+    assert lib2.functions["i"]["kernel"] == "linear/avx512" and "vpdpbusd" not in lib2.llvm_ir
+    vnni = _x86_target("znver4", "+avx512f,+avx512bw,+avx512vl,+avx512dq,+avx512vnni,+avx2,+fma,+f16c,+avx")
+    lib3 = build({"i": fi}, vnni)
+    assert lib3.functions["i"]["kernel"] == "linear/avx512+vnni"
+    assert "@llvm.x86.avx512.vpdpbusd.256" in lib3.llvm_ir and "pmadd.ub.sw" not in lib3.llvm_ir
     if HOST_SIMD.name != "avx512":
         return
     loaded = lib.load()

@@ -40,7 +40,11 @@ Generated code (:func:`emit_linear`), for the host's widest vectors (:class:`Sim
   per 4 columns broadcasts 4 int8 values of a row and runs one ``vpmaddubsw`` per 8 weight
   rows, adds those in int16 over 32 columns, widens with ``vpmaddwd`` and applies ``scale * d``
   per group (:meth:`_LinearEmitter._i8_micro_fn`); the columns the GEMV keeps float are added
-  in float (:meth:`_LinearEmitter._i8_tail_fn`), so every batch size computes the same;
+  in float (:meth:`_LinearEmitter._i8_tail_fn`), so every batch size computes the same. On
+  CPUs with VNNI (plan variant ``vnni``) one ``vpdpbusd`` replaces each ``vpmaddubsw`` /
+  ``vpmaddwd`` pair: the GEMV's two nibble halves go into one int32 sum seeded with
+  ``-zero_point * sum q``, the GEMM's micro-kernel accumulates int32 directly (no int16
+  partial sums) -- the same exact integer sums;
 * **GEMM** (larger ``M``): BLIS-style. For each panel of ``NR`` weight rows (2 vectors, 4 with
   32 registers) and each block of ``KC`` columns, the decoder unpacks the panel transposed into
   an L1-resident float32 buffer ``Bp[k][NR]`` (in-register VLxVL transposes); an ``MR x NR``
@@ -201,7 +205,8 @@ def plan_linear(func: PrimFunc, simd: SimdInfo) -> LinearPlan | str:
     """Validate ``func`` against its ``mb.kernel`` description; returns the plan or a reason
     (a string) why the fast kernel does not apply. The plan's ``variant`` names a special
     instruction path the kernel takes (``"bf16dot"``: bfloat16 ``x`` and weights, an even
-    static ``K`` and ``vdpbf16ps``), shown in the built function's ``kernel`` label."""
+    static ``K`` and ``vdpbf16ps``; ``"vnni"``: int8-activation weights and ``vpdpbusd``),
+    shown in the built function's ``kernel`` label."""
     plan = _plan_linear(func, simd)
     if isinstance(plan, LinearPlan):
         k = E.simplify(plan.params[plan.x].shape[-1])
@@ -209,6 +214,11 @@ def plan_linear(func: PrimFunc, simd: SimdInfo) -> LinearPlan | str:
                 and isinstance(k, E.IntImm) and k.value % 2 == 0
                 and all(d["format"] == "dense" and d["dtype"] == "bfloat16" for d in plan.weights)):
             plan.variant = "bf16dot"
+        elif simd.vnni and isinstance(k, E.IntImm) and any(
+                d["format"] == "group" and d.get("activation") == "int8"
+                and int8_gemv_supported(d["storage"], d["bits"], d["group_size"], k.value)
+                for d in plan.weights):
+            plan.variant = "vnni"
     return plan
 
 
@@ -423,6 +433,9 @@ class _LinearEmitter:
         # bfloat16 activations and weights on AVX512-BF16: GEMV and GEMM multiply pairs of
         # columns with vdpbf16ps, the GEMM's panels hold the weights' 32-bit words as they are
         self.bf16dot = plan.variant == "bf16dot"
+        # int8 activations on a CPU with VNNI: vpdpbusd replaces vpmaddubsw + vpmaddwd
+        self.vnni = plan.variant == "vnni"
+        self.vnni_tag = (".vnni" + ("" if simd.native("vnni") else "_emulated")) if self.vnni else ""
         if self.qfast or self.qint:
             self.R = TUNING["gemv_rows_q"]
             self.MT = max(1, min(4, budget // self.R))
@@ -769,7 +782,7 @@ class _LinearEmitter:
         and group sums) or the int8-activation path (its :class:`Int8Rows` buffer). Shared by
         every kernel of the module with this weight format."""
         if w in self.qint:
-            MT, tag = self.MTi, f".i8.k{self.K_static}"
+            MT, tag = self.MTi, f".i8.k{self.K_static}{self.vnni_tag}"
         elif w in self.qfast:
             MT, tag = self.MTq, ".q"
         elif self.bf16dot:
@@ -962,8 +975,12 @@ class _LinearEmitter:
                 sc = kf.widen(b.shuffle_vector(raw, ir.Constant(raw.type, ir.Undefined), lane_g),
                               dec.scale_dtype)
                 for i, (xlo, xhi, xsv, zc) in enumerate(xs):
-                    p = b.add(b.call(maddubs, [lo, xlo]), b.call(maddubs, [hi, xhi]))
-                    dot = b.sub(b.call(maddwd, [p, ones]), zc)
+                    if self.vnni:   # the same sums of four byte products per int32 lane
+                        native = self.simd.native("vnni")
+                        dot = kf.dot_u8s8(kf.dot_u8s8(b.neg(zc), lo, xlo, native), hi, xhi, native)
+                    else:
+                        p = b.add(b.call(maddubs, [lo, xlo]), b.call(maddubs, [hi, xhi]))
+                        dot = b.sub(b.call(maddwd, [p, ones]), zc)
                     b.store(kf.fma(b.sitofp(dot, f8), b.fmul(sc, xsv, flags=KFunc.FM),
                                    b.load(accs[r][i], typ=f8)), accs[r][i])
         sums = [[kf.alloca(F32, name="is") for _ in range(t)] for _ in range(rc)]
@@ -1536,7 +1553,7 @@ class _LinearEmitter:
         times 8 fits int16) added in int16 over up to 32 columns, then ``vpmaddwd`` by ones
         into int32; per group ``acc += scale * (d * dot - zero_point * d * sum q)``
         (``(q_w - zp) * scale`` times ``q_x * d`` summed over the group)."""
-        key = f"mb.i8micro.g{gs}.z{zp}.nr{self.NRI}.t{t}".replace("-", "m")
+        key = f"mb.i8micro.g{gs}.z{zp}.nr{self.NRI}.t{t}{self.vnni_tag}".replace("-", "m")
         fn, kf = self._new_helper(key, [PTR, PTR, PTR, I64, PTR, PTR, I64, I64, PTR, I1])
         if kf is None:
             return fn
@@ -1571,7 +1588,7 @@ class _LinearEmitter:
             # runtime loops (not unrolled: with every quad of a group in one block LLVM
             # hoists all the weight loads and spills them)
             with kf.loop(0, gs // 4, chunk // 4, "c") as c0:
-                for i in range(t):
+                for i in range(0 if self.vnni else t):
                     for v in range(NV):
                         b.store(zero16, part[i][v])
                 with kf.loop(0, chunk // 4, qu, "q") as q:
@@ -1583,9 +1600,14 @@ class _LinearEmitter:
                             xw = kf.load(I32, kf.gep(xrows[i], kf.mul(kq, 4), I8), None, align=1)
                             xb = b.bitcast(kf.splat(xw, 8), i8v)
                             for v in range(NV):
-                                pv = b.call(maddubs, [wv[v], xb])
-                                b.store(b.add(b.load(part[i][v], typ=i16v), pv), part[i][v])
-                for i in range(t):
+                                if self.vnni:   # into int32 at once: no int16 partial sums
+                                    dv = kf.dot_u8s8(b.load(dots[i][v], typ=i32v), wv[v], xb,
+                                                     self.simd.native("vnni"))
+                                    b.store(dv, dots[i][v])
+                                else:
+                                    pv = b.call(maddubs, [wv[v], xb])
+                                    b.store(b.add(b.load(part[i][v], typ=i16v), pv), part[i][v])
+                for i in range(0 if self.vnni else t):
                     for v in range(NV):
                         dw = b.call(maddwd, [b.load(part[i][v], typ=i16v), ones])
                         b.store(b.add(b.load(dots[i][v], typ=i32v), dw), dots[i][v])

@@ -25,7 +25,11 @@ int8-activation GEMV uses them on 256-bit vectors, also on AVX-512 hosts). ``avx
 hosts with ``vdpbf16ps`` (bfloat16 pair dot products into float32, :meth:`KFunc.dot_bf16`):
 the GEMM of bfloat16 activations and weights uses it.
 
-``MB_SIMD_EMULATE=avx512bf16`` (testing hook) turns such an instruction on for a host that lacks
+``vnni`` marks hosts with ``vpdpbusd`` on 256-bit vectors (AVX-VNNI, or AVX512-VNNI with
+AVX512VL): the int8-activation GEMV and GEMM use it in place of ``vpmaddubsw`` + ``vpmaddwd``
+(:meth:`KFunc.dot_u8s8`).
+
+``MB_SIMD_EMULATE=avx512bf16,vnni`` (testing hook) turns such an instruction on for a host that lacks
 it, emitted as generic IR of the same arithmetic (:attr:`SimdInfo.emulated`), so the kernels
 built around it run and are checked on any machine; :func:`builder.codegen.emit_llvm_ir` for a
 ``Target`` that has the feature (``cpu="znver5"``) shows the real instruction being selected.
@@ -43,12 +47,12 @@ from dataclasses import dataclass, replace
 
 from llvmlite import ir
 
-from ..llvm_emit import F16, F32, I32, I64, PTR
+from ..llvm_emit import F16, F32, I8, I16, I32, I64, PTR
 
 __all__ = ["SimdInfo", "KFunc", "BF16", "vec", "const_vec", "plain_loop_metadata", "finalize_loop_metadata"]
 
 _ORDER = ("scalar", "sse", "neon", "avx", "avx2", "avx512")
-_EMULABLE = ("avx512bf16",)
+_EMULABLE = ("avx512bf16", "vnni")
 
 
 @dataclass(frozen=True)
@@ -62,6 +66,7 @@ class SimdInfo:
     avx512bf16: bool = False
     int8_dot: bool = False    # AVX2 integer multiply-adds (vpmaddubsw / vpmaddwd on 256 bits)
     emulated: frozenset = frozenset()   # features emitted as generic IR (MB_SIMD_EMULATE)
+    vnni: bool = False        # vpdpbusd on 256 bits (AVX-VNNI, or AVX512-VNNI with AVX512VL)
 
     def native(self, feature: str) -> bool:
         """True when ``feature`` (e.g. ``"avx512bf16"``) is emitted as its instruction rather
@@ -87,6 +92,8 @@ class SimdInfo:
                              f"known: {', '.join(_EMULABLE)}")
         if "avx512bf16" in emulate and info.usable and not info.avx512bf16:
             info = replace(info, avx512bf16=True, emulated=info.emulated | {"avx512bf16"})
+        if "vnni" in emulate and info.int8_dot and not info.vnni:
+            info = replace(info, vnni=True, emulated=info.emulated | {"vnni"})
         return info
 
     @classmethod
@@ -95,10 +102,11 @@ class SimdInfo:
         arch = triple.split("-")[0]
         if arch in ("x86_64", "amd64"):
             i8 = "avx2" in feats
+            vnni = i8 and ("avxvnni" in feats or {"avx512vnni", "avx512vl"} <= feats)
             if "avx512f" in feats and "avx512bw" in feats and "avx512vl" in feats:
-                info = cls("avx512", 16, 32, "f16c" in feats, "avx512bf16" in feats, i8)
+                info = cls("avx512", 16, 32, "f16c" in feats, "avx512bf16" in feats, i8, vnni=vnni)
             elif "avx2" in feats and "fma" in feats:
-                info = cls("avx2", 8, 16, "f16c" in feats, int8_dot=i8)
+                info = cls("avx2", 8, 16, "f16c" in feats, int8_dot=i8, vnni=vnni)
             elif "avx" in feats:
                 info = cls("avx", 8, 16, "f16c" in feats)
             else:
@@ -116,7 +124,7 @@ class SimdInfo:
             if shape not in shapes:
                 raise ValueError(f"MB_SIMD_SHAPE must be one of {', '.join(shapes)}, got {shape!r}")
             name, lanes, regs = shapes[shape]
-            return cls(name, lanes, regs, info.f16c, info.avx512bf16, info.int8_dot)
+            return cls(name, lanes, regs, info.f16c, info.avx512bf16, info.int8_dot, vnni=info.vnni)
         cap = os.environ.get("MB_SIMD", "").strip().lower()
         if cap:
             if cap not in _ORDER:
@@ -124,7 +132,7 @@ class SimdInfo:
             if _ORDER.index(cap) < _ORDER.index(info.name):
                 info = {"scalar": cls("scalar", 1, 0), "sse": cls("sse", 4, 16),
                         "neon": cls("neon", 4, 32, True), "avx": cls("avx", 8, 16, info.f16c),
-                        "avx2": cls("avx2", 8, 16, info.f16c, int8_dot=info.int8_dot)}.get(cap, info)
+                        "avx2": cls("avx2", 8, 16, info.f16c, int8_dot=info.int8_dot, vnni=info.vnni)}.get(cap, info)
         return info
 
 
@@ -270,6 +278,27 @@ class KFunc:
             return b.bitcast(b.shl(v, ir.Constant(vt, [16] * n)), ft)
 
         return self.fma(lo(a), lo(w), self.fma(hi(a), hi(w), acc))
+
+    def dot_u8s8(self, acc: ir.Value, a: ir.Value, w: ir.Value, native: bool) -> ir.Value:
+        """``acc[i] + sum_{j<4} a[4i+j] * w[4i+j]`` with ``acc`` ``<8 x i32>``, ``a`` ``<32 x i8>``
+        read as unsigned and ``w`` ``<32 x i8>`` as signed bytes, in exact int32 arithmetic
+        (wrapping on overflow). ``native``: ``vpdpbusd`` (``llvm.x86.avx512.vpdpbusd.256``,
+        AVX-VNNI / AVX512-VNNI; Intel SDM, no saturation); otherwise the same sums with AVX2's
+        ``vpmaddwd`` on the even and the odd bytes widened to int16 (products of at most
+        ``255 * 128`` in magnitude: exact)."""
+        b = self.b
+        i8v, i16v, i32v = vec(I8, 32), vec(I16, 16), vec(I32, 8)
+        if native:
+            fn = self.declare("llvm.x86.avx512.vpdpbusd.256", i32v, [i32v, i8v, i8v])
+            return b.call(fn, [acc, a, w])
+        maddwd = self.declare("llvm.x86.avx2.pmadd.wd", i32v, [i16v, i16v])
+        eight = ir.Constant(i16v, [8] * 16)
+        a16, w16 = b.bitcast(a, i16v), b.bitcast(w, i16v)
+        a_even = b.and_(a16, ir.Constant(i16v, [255] * 16))
+        a_odd = b.lshr(a16, eight)
+        w_even = b.ashr(b.shl(w16, eight), eight)
+        w_odd = b.ashr(w16, eight)
+        return b.add(acc, b.add(b.call(maddwd, [a_even, w_even]), b.call(maddwd, [a_odd, w_odd])))
 
     def hsum(self, v: ir.Value) -> ir.Value:
         """Sum of the lanes of a float vector (reassociated)."""
