@@ -99,10 +99,11 @@ TARGETS = {
 TARGETS_BF16DOT = {("bfloat16", 128): 0.5}
 
 
-def target_for(fmt: str, batch: int, kernels: list[str]) -> float | None:
+def target_for(fmt: str, batch: int, kernels: list[str], native: bool = True) -> float | None:
     """The issue's target ratio for a row; ``kernels``: the labels of the kernels that ran
-    (``linear/avx512+bf16dot`` carries the AVX512-BF16 target)."""
-    if any(k.endswith("+bf16dot") for k in kernels) and (fmt, batch) in TARGETS_BF16DOT:
+    (``linear/avx512+bf16dot`` carries the AVX512-BF16 target); ``native``: False when the
+    instruction was emulated (``MB_SIMD_EMULATE``), which keeps the plain target."""
+    if native and any(k.endswith("+bf16dot") for k in kernels) and (fmt, batch) in TARGETS_BF16DOT:
         return TARGETS_BF16DOT[(fmt, batch)]
     return TARGETS.get((fmt, batch))
 
@@ -244,7 +245,8 @@ def compute_peak(seconds: float = 0.2) -> tuple[dict, str]:
     mod = llvm.parse_assembly(text)
     engine = llvm.create_mcjit_compiler(mod, tm)
     engine.finalize_object()
-    restype = {"fma_gflops": ctypes.c_float, "maddubs_gops": ctypes.c_int8, "dpbf16_gflops": ctypes.c_float}
+    restype = {"fma_gflops": ctypes.c_float, "maddubs_gops": ctypes.c_int8, "dpbf16_gflops": ctypes.c_float,
+               "dpbusd_gops": ctypes.c_int32}
     kernels = {name: (ctypes.CFUNCTYPE(restype[name], ctypes.c_int64)(engine.get_function_address(sym)), per)
                for name, (sym, per) in kernels.items()}
     out: dict = {}
@@ -273,20 +275,24 @@ def compute_peak(seconds: float = 0.2) -> tuple[dict, str]:
     if "maddubs_gops" in out:
         desc += "; int8 vpmaddubsw " + ", ".join(f"{v:.0f} G multiply-adds/s on {t} thread{'s' if t > 1 else ''}"
                                                  for t, v in out["maddubs_gops"].items())
+    if "dpbusd_gops" in out:
+        desc += "; int8 vpdpbusd " + ", ".join(f"{v:.0f} G multiply-adds/s on {t} thread{'s' if t > 1 else ''}"
+                                               for t, v in out["dpbusd_gops"].items())
     if "dpbf16_gflops" in out:
         desc += "; bfloat16 vdpbf16ps " + ", ".join(f"{v:.0f} GFLOP/s on {t} thread{'s' if t > 1 else ''}"
                                                     for t, v in out["dpbf16_gflops"].items())
     engine.close()
     how = {"fma_gflops": f"{max(4, simd.lanes)}-lane FMAs", "maddubs_gops": "32-byte vpmaddubsw",
-           "dpbf16_gflops": f"{max(4, simd.lanes)}-lane vdpbf16ps"}
+           "dpbf16_gflops": f"{max(4, simd.lanes)}-lane vdpbf16ps", "dpbusd_gops": "32-byte vpdpbusd"}
     return out, f"{desc} (independent chains of {' / '.join(how[k] for k in out)})"
 
 
 def peak_ir(simd) -> tuple[str, dict]:
     """LLVM IR of :func:`compute_peak`'s chain loops for vector unit ``simd``
     (:class:`builder.codegen.kernels.SimdInfo`) and ``{peak name: (symbol, operations per
-    iteration)}``: float32 FMAs always, ``vpmaddubsw`` with AVX2, ``vdpbf16ps`` (4 FLOP per
-    lane: two products, two adds) where the CPU has AVX512-BF16 (not when emulated)."""
+    iteration)}``: float32 FMAs always, ``vpmaddubsw`` with AVX2, ``vpdpbusd`` (32 byte
+    products) with VNNI, ``vdpbf16ps`` (4 FLOP per lane: two products, two adds) where the CPU
+    has AVX512-BF16 (the last two not when emulated)."""
     L, chains = max(4, simd.lanes), 12
     fv = f"<{L} x float>"
     one = "<" + ", ".join(["float 1.0"] * L) + ">"
@@ -303,6 +309,15 @@ def peak_ir(simd) -> tuple[str, dict]:
             f"  %b{j} = bitcast <16 x i16> %p{j} to <32 x i8>"), "add", chains)
         text += "declare <16 x i16> @llvm.x86.avx2.pmadd.ub.sw(<32 x i8>, <32 x i8>)\n"
         kernels["maddubs_gops"] = ("maddubs_peak", chains * 32)
+    if simd.vnni and simd.native("vnni"):
+        threes = "<" + ", ".join(["i8 3"] * 32) + ">"
+        ones = "<" + ", ".join(["i8 1"] * 32) + ">"
+        one32 = "<" + ", ".join(["i32 1"] * 8) + ">"
+        text += _chain_loop_ir("dpbusd_peak", "i32", "<8 x i32>", one32, lambda j: (
+            f"  %b{j} = call <8 x i32> @llvm.x86.avx512.vpdpbusd.256(<8 x i32> %a{j}, <32 x i8> {threes}, "
+            f"<32 x i8> {ones})"), "add", chains)
+        text += "declare <8 x i32> @llvm.x86.avx512.vpdpbusd.256(<8 x i32>, <32 x i8>, <32 x i8>)\n"
+        kernels["dpbusd_gops"] = ("dpbusd_peak", chains * 32)
     if simd.avx512bf16 and simd.native("avx512bf16") and L in (4, 8, 16):
         # pairs of bfloat16 1.0 (0x3F80) and 2**-24 (0x3380) as 32-bit words
         wt, bt = f"<{L} x i32>", f"<{2 * L} x bfloat>"
@@ -420,6 +435,14 @@ def main(argv=None) -> int:
     print(f"memory floor bandwidth: {bw:.1f} GB/s, {bw_desc}")
     peak, peak_desc = compute_peak()
     print(f"compute peak: {peak_desc}")
+    from builder.codegen import Target
+    from builder.codegen.kernels import SimdInfo
+
+    host = Target.host()
+    host_simd = SimdInfo.from_target(host.triple, host.features)
+    if host_simd.emulated:
+        print(f"note: MB_SIMD_EMULATE: {', '.join(sorted(host_simd.emulated))} emulated (slow; "
+              "the plain targets apply)")
     wg = rng.standard_normal((INTER, HIDDEN), dtype=np.float32) * np.float32(0.02)
     wu = rng.standard_normal((INTER, HIDDEN), dtype=np.float32) * np.float32(0.02)
     wd = rng.standard_normal((HIDDEN, INTER), dtype=np.float32) * np.float32(0.02)
@@ -463,7 +486,7 @@ def main(argv=None) -> int:
                    "gbs": wbytes / ours / 1e9, "np_gbs": np_bytes / ref / 1e9,
                    "gflops": flops / ours / 1e9, "np_gflops": flops / ref / 1e9,
                    "floor_ms": floor * 1e3, "floor_frac": floor / ours, "bytes": wbytes,
-                   "target": target_for(fmt, batch, kernels), "alone_ms": float(np.median(alone)) * 1e3,
+                   "target": target_for(fmt, batch, kernels, host_simd.native("avx512bf16")), "alone_ms": float(np.median(alone)) * 1e3,
                    "weights": 3 * HIDDEN * INTER, "kernels": kernels}
             row["verdict"] = verdict(row, bw, peak)
             rows.append(row)
@@ -514,7 +537,9 @@ def verdict(row, bw: float, peak: dict | None = None) -> str:
             parts.append(f"memory-bound: alone, ours reads {row['bytes'] / 1e6:.0f} MB at {gbs:.1f} GB/s "
                          f"({frac:.0%} of the {bw:.1f} GB/s floor)")
         else:
-            how = ("unpacked and multiplied with int8 x (vpmaddubsw)" if row["format"].endswith("+a8")
+            vnni = any(k.endswith("+vnni") for k in row.get("kernels", ()))
+            how = (f"unpacked and multiplied with int8 x ({'vpdpbusd' if vnni else 'vpmaddubsw'})"
+                   if row["format"].endswith("+a8")
                    else "unpacked, widened to float32 and multiplied")
             parts.append(f"bound by decoding the weights: alone, {row['bytes'] / 1e6:.0f} MB at "
                          f"{gbs:.1f} GB/s is {frac:.0%} of the {bw:.1f} GB/s floor, {gws:.1f} G "
@@ -525,7 +550,8 @@ def verdict(row, bw: float, peak: dict | None = None) -> str:
         gf_alone = row["gflops"] * row["ours_ms"] / row["alone_ms"]
         dp = any(k.endswith("+bf16dot") for k in row.get("kernels", ()))
         if row["format"].endswith("+a8"):
-            how = "int8 multiply-adds (vpmaddubsw) against numpy's float32 FMAs"
+            vnni = any(k.endswith("+vnni") for k in row.get("kernels", ()))
+            how = f"int8 multiply-adds ({'vpdpbusd' if vnni else 'vpmaddubsw'}) against numpy's float32 FMAs"
         elif dp:
             how = "bfloat16 pair dot products (vdpbf16ps) against numpy's float32 FMAs"
         else:

@@ -796,23 +796,24 @@ def test_benchmark_measures_the_compute_peak():
 
 
 def test_benchmark_peak_and_target_with_avx512bf16():
-    """On a CPU with AVX512-BF16 the benchmark also measures the ``vdpbf16ps`` peak (its chain
-    loops compile for a Zen 5 target here; they run only there) and holds bfloat16 batch 128
-    to the issue's 0.5 when the ``+bf16dot`` kernels ran."""
+    """On a CPU with AVX512-BF16 / VNNI the benchmark also measures the ``vdpbf16ps`` /
+    ``vpdpbusd`` peaks (their chain loops compile for a Zen 5 target here; they run only there)
+    and holds bfloat16 batch 128 to the issue's 0.5 when the ``+bf16dot`` kernels ran."""
     if not HOST.triple.startswith("x86_64"):
         pytest.skip("x86-64 only")
     code = ("import sys; sys.path.insert(0, 'benchmarks'); import bench_mlp, llvmlite.binding as llvm\n"
             "from builder.codegen import Target\nfrom builder.codegen.kernels import SimdInfo\n"
-            "t = Target('x86_64-unknown-linux-gnu', 'znver5', '+avx512f,+avx512bw,+avx512vl,+avx512bf16,+avx2,+fma,+f16c')\n"
+            "t = Target('x86_64-unknown-linux-gnu', 'znver5', "
+            "'+avx512f,+avx512bw,+avx512vl,+avx512bf16,+avx512vnni,+avx2,+fma,+f16c')\n"
             "text, kernels = bench_mlp.peak_ir(SimdInfo.from_target(t.triple, t.features))\n"
-            "mod = llvm.parse_assembly(text); mod.verify()\n"
-            "print(sorted(kernels), t.target_machine().emit_assembly(mod).count('vdpbf16ps'))\n"
+            "mod = llvm.parse_assembly(text); mod.verify(); asm = t.target_machine().emit_assembly(mod)\n"
+            "print(sorted(kernels), asm.count('vdpbf16ps'), asm.count('vpdpbusd'))\n"
             "print(bench_mlp.target_for('bfloat16', 128, ['linear/avx512+bf16dot']),\n"
             "      bench_mlp.target_for('bfloat16', 128, ['linear/avx512']), bench_mlp.target_for('bfloat16', 1, ['linear/avx512+bf16dot']))")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
-    assert lines[0] == "['dpbf16_gflops', 'fma_gflops', 'maddubs_gops'] 12"   # one per chain
+    assert lines[0] == "['dpbf16_gflops', 'dpbusd_gops', 'fma_gflops', 'maddubs_gops'] 12 12"   # one per chain
     assert lines[1] == "0.5 0.8 0.55"
 
 

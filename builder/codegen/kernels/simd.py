@@ -23,15 +23,15 @@ testing the fallbacks on a bigger machine; ``MB_SIMD_SHAPE`` (``avx512``, ``avx2
 shift for bfloat16. ``int8_dot`` marks hosts with AVX2 integer multiply-adds (the
 int8-activation GEMV uses them on 256-bit vectors, also on AVX-512 hosts). ``avx512bf16`` marks
 hosts with ``vdpbf16ps`` (bfloat16 pair dot products into float32, :meth:`KFunc.dot_bf16`):
-the GEMM of bfloat16 activations and weights uses it.
+the GEMV and GEMM of bfloat16 activations and weights use it.
 
 ``vnni`` marks hosts with ``vpdpbusd`` on 256-bit vectors (AVX-VNNI, or AVX512-VNNI with
 AVX512VL): the int8-activation GEMV and GEMM use it in place of ``vpmaddubsw`` + ``vpmaddwd``
 (:meth:`KFunc.dot_u8s8`).
 
-``MB_SIMD_EMULATE=avx512bf16,vnni`` (testing hook) turns such an instruction on for a host that lacks
-it, emitted as generic IR of the same arithmetic (:attr:`SimdInfo.emulated`), so the kernels
-built around it run and are checked on any machine; :func:`builder.codegen.emit_llvm_ir` for a
+``MB_SIMD_EMULATE=avx512bf16,vnni`` (testing hook) turns such an instruction on for a host
+that lacks it, emitted as other IR of the same arithmetic (:attr:`SimdInfo.emulated`), so the
+kernels built around it run and are checked on any machine; :func:`builder.codegen.emit_llvm_ir` for a
 ``Target`` that has the feature (``cpu="znver5"``) shows the real instruction being selected.
 
 :class:`KFunc` wraps one LLVM function under construction: an ``entry`` block for
