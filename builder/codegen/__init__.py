@@ -83,11 +83,12 @@ def emit_llvm_ir(prim_funcs: dict[str, PrimFunc], target: Target | None = None
         if family is not None and not isinstance(plan, str):
             tir.verify(func)
             sig = plan_signature(func, name)
-            body_fn, extra = KERNEL_FAMILIES[family][1](emitter, name, func, sig, plan, simd)
+            ksimd = getattr(plan, "simd", None) or simd   # a plan may ask for narrower vectors
+            body_fn, extra = KERNEL_FAMILIES[family][1](emitter, name, func, sig, plan, ksimd)
             emitter.add_entry(name, body_fn, func, sig)
             variant = getattr(plan, "variant", "")
             functions[name] = {**sig.metadata(extra),
-                               "kernel": f"{family}/{simd.name}" + (f"+{variant}" if variant else "")}
+                               "kernel": f"{family}/{ksimd.name}" + (f"+{variant}" if variant else "")}
             continue
         lowered = func if is_lowered(func) else lower(schedule(func))
         sig = plan_signature(lowered, name)

@@ -367,13 +367,11 @@ def test_int8_activation_gemv(K, gs, storage, sdt, xdt, vnni, monkeypatch):
 
 
 def _int8_kernel(kernel: str, gs: int, vnni: bool) -> bool:
-    """Whether the built ``kernel`` label is the int8-activation kernel (with ``+vnni`` where
-    the host has VNNI or it is emulated); else the reference loops ran (float activations),
-    which is right only for groups narrower than the host's vectors (8 columns on AVX-512)."""
-    if not kernel.startswith("linear/"):
-        assert gs < HOST_SIMD.lanes, kernel
-        return False
-    assert kernel == f"linear/{HOST_SIMD.name}" + ("+vnni" if vnni or HOST_SIMD.vnni else "")
+    """Check that the built ``kernel`` label is the int8-activation kernel (with ``+vnni`` where
+    the host has VNNI or it is emulated), planned for 8 float32 lanes where the host's vectors
+    are wider than a group (8 columns on AVX-512); returns True (the int8 path ran)."""
+    name = HOST_SIMD.name if gs % HOST_SIMD.lanes == 0 else "avx2"
+    assert kernel == f"linear/{name}" + ("+vnni" if vnni or HOST_SIMD.vnni else "")
     return True
 
 
@@ -496,6 +494,24 @@ def test_fallback_isas_run_correctly(target):
     y = np.empty((5, 37), np.float32)
     libq["f"](X, Q, S, y)
     np.testing.assert_allclose(y, ref, rtol=2e-5, atol=2e-5 * np.abs(ref).max())
+
+
+@pytest.mark.skipif(not HOST_SIMD.int8_dot, reason="x86 with AVX2")
+@pytest.mark.parametrize("shape,gs,storage,narrow", [("avx512", 8, "uint32", "avx2"),
+                                                     ("avx2", 4, "uint16", "sse")])
+def test_groups_narrower_than_the_vectors_use_narrower_kernels(shape, gs, storage, narrow, monkeypatch):
+    """4-bit groups of 8 columns with 16-lane vectors (or 4 with 8 lanes) are planned for the
+    next narrower x86 vectors, not left to the reference loops; GEMV and GEMM match numpy."""
+    monkeypatch.setenv("MB_SIMD_SHAPE", shape)
+    lib = None
+    for M in (1, 3, 30):
+        f, odt, X, Q, S, ref = _quant_case(M, 21, 64, 4, gs, 7, storage, "float32", "float32", M)
+        if lib is None:
+            kernel, lib = _build(f)
+            assert kernel == f"linear/{narrow}"
+        y = np.empty((M, 21), np.float32)
+        lib["f"](X, Q, S, y)
+        np.testing.assert_allclose(y, ref, rtol=2e-5, atol=2e-5 * np.abs(ref).max())
 
 
 def test_scalar_cap_uses_the_reference_loops(monkeypatch):

@@ -76,7 +76,7 @@ out-of-line function per kernel that writes a run of outputs of a row (LLVM vect
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from llvmlite import ir
 
@@ -145,6 +145,7 @@ class LinearPlan:
     value: PrimExpr
     params: list[Buffer] = field(default_factory=list)
     variant: str = ""
+    simd: SimdInfo | None = None   # set when planned for narrower vectors than the target's
 
 
 def _blocks(func: PrimFunc) -> list[Block]:
@@ -206,8 +207,21 @@ def plan_linear(func: PrimFunc, simd: SimdInfo) -> LinearPlan | str:
     (a string) why the fast kernel does not apply. The plan's ``variant`` names a special
     instruction path the kernel takes (``"bf16dot"``: bfloat16 ``x`` and weights, an even
     static ``K`` and ``vdpbf16ps``; ``"vnni"``: int8-activation weights and ``vpdpbusd``),
-    shown in the built function's ``kernel`` label."""
+    shown in the built function's ``kernel`` label.
+
+    A function the target's vectors are too wide for (groups of 8 columns with 16 float32
+    lanes) is planned for narrower x86 vectors (8, then 4 lanes; ``plan.simd``), which the
+    CPU runs as well, rather than left to the loops."""
     plan = _plan_linear(func, simd)
+    if isinstance(plan, str) and simd.name in ("avx512", "avx2", "avx"):
+        for name, lanes in (("avx2", 8), ("sse", 4)):
+            if lanes >= simd.lanes:
+                continue
+            narrow = replace(simd, name=name, lanes=lanes, registers=16)
+            retry = _plan_linear(func, narrow)
+            if isinstance(retry, LinearPlan):
+                retry.simd, simd, plan = narrow, narrow, retry
+                break
     if isinstance(plan, LinearPlan):
         k = E.simplify(plan.params[plan.x].shape[-1])
         if (simd.avx512bf16 and TUNING["gemm_bf16dot"] and plan.params[plan.x].dtype == "bfloat16"
