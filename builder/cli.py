@@ -149,12 +149,21 @@ def _run_with(args: argparse.Namespace, progress: "_ConversionProgress") -> int:
         out.print(f"saved parameters to {escape(args.save_params)}")
     out.print(f"compile: export {model.timings['export'] * 1e3:.1f} ms, "
               f"native code {model.timings['compile'] * 1e3:.1f} ms "
-              f"({len(exe.kernels)} kernels for {exe.target.get('cpu', 'host')})")
+              f"({len(exe.kernels)} kernels for {exe.target.get('cpu', 'host')}: {_kernel_kinds(exe)})")
     if result_note:
         out.print(result_note)
     if args.bench is not None:
         out.print(escape(_bench(model, args.function or model.functions[0], args.bench, args.bench_dim)))
     return 0
+
+
+def _kernel_kinds(exe) -> str:
+    """How the compiled functions were generated, counted: ``"2 linear/avx2, 1 loops"``
+    (kernel family / vector unit + special instructions, or the generic loop code)."""
+    from collections import Counter
+
+    kinds = Counter(str(meta.get("kernel", "loops")).split(" (")[0] for meta in exe.kernels.values())
+    return ", ".join(f"{n} {kind}" for kind, n in sorted(kinds.items()))
 
 
 def _bench(model, fname: str, runs: int, dim_args: list[str]) -> str:
