@@ -301,17 +301,15 @@ def peak_ir(simd) -> tuple[str, dict]:
         f"  %b{j} = call {fv} @llvm.fma.v{L}f32({fv} %a{j}, {fv} {one}, {fv} {tiny})"), "fadd", chains)
     text += f"declare {fv} @llvm.fma.v{L}f32({fv}, {fv}, {fv})\n"
     kernels = {"fma_gflops": ("fma_peak", chains * L * 2)}
+    threes = "<" + ", ".join(["i8 3"] * 32) + ">"
+    ones = "<" + ", ".join(["i8 1"] * 32) + ">"
     if simd.int8_dot:
-        threes = "<" + ", ".join(["i8 3"] * 32) + ">"
-        ones = "<" + ", ".join(["i8 1"] * 32) + ">"
         text += _chain_loop_ir("maddubs_peak", "i8", "<32 x i8>", ones, lambda j: (
             f"  %p{j} = call <16 x i16> @llvm.x86.avx2.pmadd.ub.sw(<32 x i8> {threes}, <32 x i8> %a{j})\n"
             f"  %b{j} = bitcast <16 x i16> %p{j} to <32 x i8>"), "add", chains)
         text += "declare <16 x i16> @llvm.x86.avx2.pmadd.ub.sw(<32 x i8>, <32 x i8>)\n"
         kernels["maddubs_gops"] = ("maddubs_peak", chains * 32)
     if simd.vnni and simd.native("vnni"):
-        threes = "<" + ", ".join(["i8 3"] * 32) + ">"
-        ones = "<" + ", ".join(["i8 1"] * 32) + ">"
         one32 = "<" + ", ".join(["i32 1"] * 8) + ">"
         text += _chain_loop_ir("dpbusd_peak", "i32", "<8 x i32>", one32, lambda j: (
             f"  %b{j} = call <8 x i32> @llvm.x86.avx512.vpdpbusd.256(<8 x i32> %a{j}, <32 x i8> {threes}, "
@@ -321,11 +319,11 @@ def peak_ir(simd) -> tuple[str, dict]:
     if simd.avx512bf16 and simd.native("avx512bf16") and L in (4, 8, 16):
         # pairs of bfloat16 1.0 (0x3F80) and 2**-24 (0x3380) as 32-bit words
         wt, bt = f"<{L} x i32>", f"<{2 * L} x bfloat>"
-        ones = "<" + ", ".join(["i32 1065369472"] * L) + ">"
+        bf_ones = "<" + ", ".join(["i32 1065369472"] * L) + ">"
         tinies = "<" + ", ".join(["i32 864039808"] * L) + ">"
         name = f"llvm.x86.avx512bf16.dpbf16ps.{32 * L}"
         text += _chain_loop_ir("dpbf16_peak", "float", fv, one, lambda j: (
-            f"  %o{j} = bitcast {wt} {ones} to {bt}\n  %t{j} = bitcast {wt} {tinies} to {bt}\n"
+            f"  %o{j} = bitcast {wt} {bf_ones} to {bt}\n  %t{j} = bitcast {wt} {tinies} to {bt}\n"
             f"  %b{j} = call {fv} @{name}({fv} %a{j}, {bt} %o{j}, {bt} %t{j})"), "fadd", chains)
         text += f"declare {fv} @{name}({fv}, {bt}, {bt})\n"
         kernels["dpbf16_gflops"] = ("dpbf16_peak", chains * L * 4)

@@ -85,7 +85,7 @@ from ...ir import tir
 from ...ir.expr import PrimExpr, Var
 from ...ir.tir import Block, BlockRealize, Buffer, BufferLoad, BufferStore, PrimFunc
 from ..llvm_emit import F32, I1, I8, I16, I32, I64, PTR, BufferExprEmitter, ModuleEmitter, mem_type, reg_type
-from .decode import DenseDecoder, GroupQuantDecoder, QUANT_STORAGE
+from .decode import DenseDecoder, GroupQuantDecoder, QUANT_STORAGE, _scalar_to_f32
 from .simd import KFunc, SimdInfo, vec
 
 __all__ = ["KERNEL_ATTR", "LinearPlan", "plan_linear", "emit_linear", "TUNING"]
@@ -1103,19 +1103,51 @@ class _LinearEmitter:
             for i in range(t):
                 kf.store(b.load(sums[r][i], typ=F32), res, kf.add(kf.mul(ms[i], rc), r))
 
-    def _gemv_micro(self, kf, dec, rows, xf, K, kv, m0, t: int, rc: int, res) -> None:
-        b = kf.b
-        L = self.lanes
+    def _gemv_accs(self, kf, t: int, rc: int) -> tuple[int, list]:
+        """The unroll ``U`` of a GEMV tile of ``rc`` weight rows x ``t`` input rows (as many
+        independent float32 vector accumulators as the register file holds, up to 4 per pair)
+        and those accumulators, zeroed: ``accs[r][i][u]``."""
         budget = max(self.simd.registers - 6, 4)
         U = 1
         while U < 4 and rc * t * U * 2 <= budget:
             U *= 2
-        vt = vec(F32, L)
+        vt = vec(F32, self.lanes)
         accs = [[[kf.alloca(vt, name="acc") for _ in range(U)] for _ in range(t)] for _ in range(rc)]
         for r in range(rc):
             for i in range(t):
                 for u in range(U):
-                    b.store(kf.fzero(L), accs[r][i][u])
+                    kf.b.store(kf.fzero(self.lanes), accs[r][i][u])
+        return U, accs
+
+    def _gemv_finish(self, kf, dec, rows, accs, x_scalar, kv, K, m0, t: int, rc: int, res) -> None:
+        """End of a GEMV tile: the accumulators of each (weight row, input row) summed
+        horizontally, the columns ``kv <= k < K`` added in float32 (``x_scalar(i, k)``: input
+        row ``i``'s value; weights from ``dec.scalar``), the dots stored to ``res[m * rc + r]``."""
+        b = kf.b
+        vt = vec(F32, self.lanes)
+        sums = [[kf.alloca(F32, name="s") for _ in range(t)] for _ in range(rc)]
+        for r in range(rc):
+            for i in range(t):
+                v = b.load(accs[r][i][0], typ=vt)
+                for u in range(1, len(accs[r][i])):
+                    v = b.fadd(v, b.load(accs[r][i][u], typ=vt), flags=KFunc.FM)
+                b.store(kf.hsum(v), sums[r][i])
+        with kf.loop(kv, K, 1, "kt") as k:
+            xs = [x_scalar(i, k) for i in range(t)]
+            for r in range(rc):
+                wv = dec.scalar(kf, rows[r], k)
+                for i in range(t):
+                    s = sums[r][i]
+                    b.store(kf.fma(xs[i], wv, b.load(s, typ=F32)), s)
+        for r in range(rc):
+            for i in range(t):
+                m = kf.add(m0, i) if i else m0
+                kf.store(b.load(sums[r][i], typ=F32), res, kf.add(kf.mul(m, rc), r))
+
+    def _gemv_micro(self, kf, dec, rows, xf, K, kv, m0, t: int, rc: int, res) -> None:
+        b = kf.b
+        vt = vec(F32, self.lanes)
+        U, accs = self._gemv_accs(kf, t, rc)
         xrows = [kf.gep(xf, kf.mul(kf.add(m0, i) if i else m0, K), F32) for i in range(t)]
 
         def body(k, u, wvecs):
@@ -1129,24 +1161,8 @@ class _LinearEmitter:
             dec.vectors(kf, rows, kf.i64(0), kv, U, body, prefetch=TUNING["prefetch"])
         else:
             dec.vectors(kf, rows, kf.i64(0), kv, U, body)
-        sums = [[kf.alloca(F32, name="s") for _ in range(t)] for _ in range(rc)]
-        for r in range(rc):
-            for i in range(t):
-                v = b.load(accs[r][i][0], typ=vt)
-                for u in range(1, U):
-                    v = b.fadd(v, b.load(accs[r][i][u], typ=vt), flags=KFunc.FM)
-                b.store(kf.hsum(v), sums[r][i])
-        with kf.loop(kv, K, 1, "kt") as k:
-            xs = [kf.load(F32, xr, k, align=4) for xr in xrows]
-            for r in range(rc):
-                wv = dec.scalar(kf, rows[r], k)
-                for i in range(t):
-                    s = sums[r][i]
-                    b.store(kf.fma(xs[i], wv, b.load(s, typ=F32)), s)
-        for r in range(rc):
-            for i in range(t):
-                m = kf.add(m0, i) if i else m0
-                kf.store(b.load(sums[r][i], typ=F32), res, kf.add(kf.mul(m, rc), r))
+        self._gemv_finish(kf, dec, rows, accs, lambda i, k: kf.load(F32, xrows[i], k, align=4),
+                          kv, K, m0, t, rc, res)
 
     def _gemv_micro_bf16(self, kf, dec, rows, xb, K, m0, t: int, rc: int, res) -> None:
         """The GEMV tile of :meth:`_gemv_micro` for bfloat16 ``x`` (``xb``, read as it is) and
@@ -1156,16 +1172,8 @@ class _LinearEmitter:
         b = kf.b
         L = self.lanes
         native = self.simd.native("avx512bf16")
-        budget = max(self.simd.registers - 6, 4)
-        U = 1
-        while U < 4 and rc * t * U * 2 <= budget:
-            U *= 2
         vt, wt = vec(F32, L), vec(I32, L)
-        accs = [[[kf.alloca(vt, name="acc") for _ in range(U)] for _ in range(t)] for _ in range(rc)]
-        for r in range(rc):
-            for i in range(t):
-                for u in range(U):
-                    b.store(kf.fzero(L), accs[r][i][u])
+        U, accs = self._gemv_accs(kf, t, rc)
         xrows = [kf.gep(xb, kf.mul(kf.add(m0, i) if i else m0, K), I16) for i in range(t)]
 
         def words(p, k):
@@ -1188,58 +1196,16 @@ class _LinearEmitter:
         if U > 1:
             with kf.loop(main_end, kv, step, "kr") as k:
                 body(k, 0)
-        sums = [[kf.alloca(F32, name="s") for _ in range(t)] for _ in range(rc)]
-        for r in range(rc):
-            for i in range(t):
-                v = b.load(accs[r][i][0], typ=vt)
-                for u in range(1, U):
-                    v = b.fadd(v, b.load(accs[r][i][u], typ=vt), flags=KFunc.FM)
-                b.store(kf.hsum(v), sums[r][i])
-        with kf.loop(kv, K, 1, "kt") as k:
-            xs = [b.bitcast(b.shl(b.zext(kf.load(I16, xr, k, align=2), I32), ir.Constant(I32, 16)), F32)
-                  for xr in xrows]
-            for r in range(rc):
-                wv = dec.scalar(kf, rows[r], k)
-                for i in range(t):
-                    s = sums[r][i]
-                    b.store(kf.fma(xs[i], wv, b.load(s, typ=F32)), s)
-        for r in range(rc):
-            for i in range(t):
-                m = kf.add(m0, i) if i else m0
-                kf.store(b.load(sums[r][i], typ=F32), res, kf.add(kf.mul(m, rc), r))
+        self._gemv_finish(kf, dec, rows, accs, lambda i, k: _scalar_to_f32(
+            kf, kf.load(I16, xrows[i], k, align=2), "bfloat16"), kv, K, m0, t, rc, res)
 
     # GEMM ----------------------------------------------------------------------------------------
     def _micro_fn(self, t: int) -> ir.Function:
-        """``void micro_t(ptr bp, ptr xp, i64 ldx, i64 kc, ptr cs, i1 first)``: ``t`` rows."""
-        key = f"mb.micro.v{self.lanes}x{self.NV}.t{t}"
-        fn, kf = self._new_helper(key, [PTR, PTR, I64, I64, PTR, I1])
-        if kf is None:
-            return fn
-        b = kf.b
-        bp, xp, ldx, kc, cs, first = fn.args
-        L, NV, NR = self.lanes, self.NV, self.NR
-        vt = vec(F32, L)
-        accs = [[kf.alloca(vt, name="c") for _ in range(NV)] for _ in range(t)]
-        for i in range(t):
-            for v in range(NV):
-                old = kf.load(vt, cs, kf.i64(i * NR + v * L), align=4)
-                b.store(b.select(first, kf.fzero(L), old), accs[i][v])
-        xrows = [kf.gep(xp, kf.mul(ldx, i), F32) if i else xp for i in range(t)]
-        with kf.loop(0, kc, 1, "k") as k:
-            brow = kf.mul(k, NR)
-            bv = [kf.load(vt, bp, kf.add(brow, v * L) if v else brow, align=min(64, 4 * L))
-                  for v in range(NV)]
-            for i in range(t):
-                a = kf.splat(kf.load(F32, xrows[i], k, align=4), L)
-                for v in range(NV):
-                    slot = accs[i][v]
-                    b.store(kf.fma(a, bv[v], b.load(slot, typ=vt)), slot)
-        for i in range(t):
-            for v in range(NV):
-                kf.store(b.load(accs[i][v], typ=vt), cs, kf.i64(i * NR + v * L), align=4)
-        b.ret_void()
-        kf.finish()
-        return fn
+        """``void micro_t(ptr bp, ptr xp, i64 ldx, i64 kc, ptr cs, i1 first)``: ``cs[i, 0:NR]
+        (+)= sum_k x[i, k] bp[k, 0:NR]`` for ``t`` float32 rows of ``x`` (row stride ``ldx``):
+        per column one broadcast of ``x`` per row and one FMA per accumulator."""
+        return self._micro_kernel(f"mb.micro.v{self.lanes}x{self.NV}.t{t}", t, F32, F32, 4,
+                                  lambda kf, acc, a, bv: kf.fma(a, bv, acc))
 
     def _micro_bf16_fn(self, t: int) -> ir.Function:
         """``void micro_bf16_t(ptr bp, ptr xp, i64 ldx, i64 kcp, ptr cs, i1 first)``: the
@@ -1251,28 +1217,39 @@ class _LinearEmitter:
         products per lane, twice the multiply-adds of an FMA)."""
         native = self.simd.native("avx512bf16")
         key = f"mb.micro_bf16{'' if native else '_emulated'}.v{self.lanes}x{self.NV}.t{t}"
+        return self._micro_kernel(key, t, I16, I32, 2,
+                                  lambda kf, acc, a, bv: kf.dot_bf16(acc, a, bv, native))
+
+    def _micro_kernel(self, key: str, t: int, xt: ir.Type, wt: ir.Type, xalign: int,
+                      update) -> ir.Function:
+        """The frame the GEMM micro-kernels share (module-wide helper ``key``): ``t x NV``
+        float32 vector accumulators loaded from ``cs`` (zero when ``first``), then per step
+        ``k < kc`` the ``NV`` panel vectors ``bp[k * NR : (k + 1) * NR]`` of ``wt`` elements,
+        one ``wt`` broadcast of ``x`` per row (element ``k`` of the row seen as ``wt``; rows of
+        ``xt`` elements, stride ``ldx``) and ``acc = update(kf, acc, a, bv)`` per accumulator;
+        the accumulators are stored back to ``cs``."""
         fn, kf = self._new_helper(key, [PTR, PTR, I64, I64, PTR, I1])
         if kf is None:
             return fn
         b = kf.b
-        bp, xp, ldx, kcp, cs, first = fn.args
+        bp, xp, ldx, kc, cs, first = fn.args
         L, NV, NR = self.lanes, self.NV, self.NR
-        vt, wt = vec(F32, L), vec(I32, L)
+        vt, bt = vec(F32, L), vec(wt, L)
         accs = [[kf.alloca(vt, name="c") for _ in range(NV)] for _ in range(t)]
         for i in range(t):
             for v in range(NV):
                 old = kf.load(vt, cs, kf.i64(i * NR + v * L), align=4)
                 b.store(b.select(first, kf.fzero(L), old), accs[i][v])
-        xrows = [kf.gep(xp, kf.mul(ldx, i), I16) if i else xp for i in range(t)]
-        with kf.loop(0, kcp, 1, "k") as k:
+        xrows = [kf.gep(xp, kf.mul(ldx, i), xt) if i else xp for i in range(t)]
+        with kf.loop(0, kc, 1, "k") as k:
             brow = kf.mul(k, NR)
-            bv = [kf.load(wt, bp, kf.add(brow, v * L) if v else brow, align=min(64, 4 * L))
+            bv = [kf.load(bt, bp, kf.add(brow, v * L) if v else brow, align=min(64, 4 * L))
                   for v in range(NV)]
             for i in range(t):
-                a = kf.splat(kf.load(I32, xrows[i], k, align=2), L)
+                a = kf.splat(kf.load(wt, xrows[i], k, align=xalign), L)
                 for v in range(NV):
                     slot = accs[i][v]
-                    b.store(kf.dot_bf16(b.load(slot, typ=vt), a, bv[v], native), slot)
+                    b.store(update(kf, b.load(slot, typ=vt), a, bv[v]), slot)
         for i in range(t):
             for v in range(NV):
                 kf.store(b.load(accs[i][v], typ=vt), cs, kf.i64(i * NR + v * L), align=4)
