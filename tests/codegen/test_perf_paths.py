@@ -351,28 +351,33 @@ def test_int8_activation_gemv(K, gs, storage, sdt, xdt, vnni, monkeypatch):
             X[1, :gs] = 0    # a group of zeros: d = 0, contributes nothing
         if lib is None:
             kernel, lib = _build(f)
-            int8 = _int8_kernel(kernel, gs, vnni)
-        y = np.empty((M, 13), _np_dtype(odt))
-        lib["f"](X, Q, S, y)
-        xf = _as_f32(X, xdt)
-        W = _int4_weights(Q, S, storage, sdt, gs, K)
-        exact = xf.astype(np.float64) @ W.T.astype(np.float64)
-        want = _int8_activation_reference(xf, W, gs) if int8 else exact
-        tol = _tol(odt) if odt != "float32" else 2e-5
-        np.testing.assert_allclose(_as_f32(y, odt), want, rtol=tol, atol=tol * np.abs(want).max())
-        if K >= 128 and int8:
-            # and it really is the int8 path: about 0.5% away from the float result
-            rel = np.linalg.norm(_as_f32(y, odt) - exact) / np.linalg.norm(exact)
-            assert 1e-3 < rel < 2e-2, rel
+            _check_int8_kernel(kernel, gs, vnni)
+        rel = _run_int8_case(lib, X, Q, S, 13, K, gs, storage, sdt, xdt, odt)
+        if K >= 128:
+            assert 1e-3 < rel < 2e-2, rel   # really the int8 path: about 0.5% from the float result
 
 
-def _int8_kernel(kernel: str, gs: int, vnni: bool) -> bool:
-    """Check that the built ``kernel`` label is the int8-activation kernel (with ``+vnni`` where
-    the host has VNNI or it is emulated), planned for 8 float32 lanes where the host's vectors
-    are wider than a group (8 columns on AVX-512); returns True (the int8 path ran)."""
+def _check_int8_kernel(kernel: str, gs: int, vnni: bool) -> None:
+    """The built ``kernel`` label is the int8-activation kernel (with ``+vnni`` where the host
+    has VNNI or it is emulated), planned for 8 float32 lanes where the host's vectors are wider
+    than a group (8 columns on AVX-512)."""
     name = HOST_SIMD.name if gs % HOST_SIMD.lanes == 0 else "avx2"
     assert kernel == f"linear/{name}" + ("+vnni" if vnni or HOST_SIMD.vnni else "")
-    return True
+
+
+def _run_int8_case(lib, X, Q, S, N, K, gs, storage, sdt, xdt, odt) -> float:
+    """Run a built int8-activation case (``_quant_case``'s arrays, 4-bit weights with zero
+    point 7) and compare it with the float64 emulation of the quantization; returns the
+    relative distance (2-norm) from the exact float result."""
+    y = np.empty((X.shape[0], N), _np_dtype(odt))
+    lib["f"](X, Q, S, y)
+    xf = _as_f32(X, xdt)
+    W = _int4_weights(Q, S, storage, sdt, gs, K)
+    want = _int8_activation_reference(xf, W, gs)
+    tol = _tol(odt) if odt != "float32" else 2e-5
+    np.testing.assert_allclose(_as_f32(y, odt), want, rtol=tol, atol=tol * np.abs(want).max())
+    exact = xf.astype(np.float64) @ W.T.astype(np.float64)
+    return float(np.linalg.norm(_as_f32(y, odt) - exact) / np.linalg.norm(exact))
 
 
 def _int4_weights(Q: np.ndarray, S: np.ndarray, storage: str, sdt: str, gs: int, K: int) -> np.ndarray:
@@ -416,17 +421,9 @@ def test_int8_activation_gemm(K, gs, storage, sdt, xdt, tune, vnni, monkeypatch)
             X[M - 1, -gs:] = 0
             if lib is None:
                 kernel, lib = _build(f)
-                int8 = _int8_kernel(kernel, gs, vnni)
-            y = np.empty((M, N), _np_dtype(odt))
-            lib["f"](X, Q, S, y)
-            xf = _as_f32(X, xdt)
-            W = _int4_weights(Q, S, storage, sdt, gs, K)
-            exact = xf.astype(np.float64) @ W.T.astype(np.float64)
-            want = _int8_activation_reference(xf, W, gs) if int8 else exact
-            tol = _tol(odt) if odt != "float32" else 2e-5
-            np.testing.assert_allclose(_as_f32(y, odt), want, rtol=tol, atol=tol * np.abs(want).max())
-            rel = np.linalg.norm(_as_f32(y, odt) - exact) / np.linalg.norm(exact)
-            assert (1e-3 < rel < 2e-2) if int8 else rel < 1e-5, rel   # the int8 path, not the float one
+                _check_int8_kernel(kernel, gs, vnni)
+            rel = _run_int8_case(lib, X, Q, S, N, K, gs, storage, sdt, xdt, odt)
+            assert 1e-3 < rel < 2e-2, rel   # the int8 path, not the float one
 
 
 @pytest.mark.skipif(not HOST_SIMD.int8_dot, reason="int8 GEMV needs AVX2")
