@@ -114,7 +114,7 @@ TUNING = {
     "kc_i8": 1024,               # its packed panel columns (NRI bytes each)
     "qu_i8": 2,                  # its k-quads per inner loop iteration
     "nv_i8": 2,                  # its weight rows per panel / 8 (int32 vectors per row of x)
-    "gemm_bf16dot": 1,           # bfloat16 x and weights on AVX512-BF16: vdpbf16ps GEMM (0: float32 GEMM)
+    "gemm_bf16dot": 1,           # bfloat16 x and weights on AVX512-BF16: vdpbf16ps GEMV / GEMM (0: float32)
 }
 
 
@@ -1357,7 +1357,7 @@ class _LinearEmitter:
         packs = [self._pack_fn(w, words=bf) for w in range(self.nw)]
         wargs = [self._weight_args(st, w) for w in range(self.nw)]
         pargs = [[a[0], a[1], kf.sdiv(a[2], 2), a[3]] for a in wargs] if bf else wargs
-        xsrc, xt = (st.xf, I16) if bf else (st.xf, F32)
+        xt = I16 if bf else F32   # x: bfloat16 as it is, or float32
         full_m = kf.sub(M, b.srem(M, kf.i64(MR)))
         rem = b.srem(M, kf.i64(MR))
         ntiles = kf.sdiv(full_m, MR)
@@ -1387,7 +1387,7 @@ class _LinearEmitter:
                     pkend = kf.smin(kf.add(pk, KB), K)
                     pvalid = b.and_(kf.lt(pn0, N), ir.Constant(I1, int(bool(TUNING["prefetch_gemm"]))))
                     with kf.loop(0, full_m, MR, "mt") as m0:
-                        xp = kf.gep(xsrc, kf.add(kf.mul(m0, K), kb), xt)
+                        xp = kf.gep(st.xf, kf.add(kf.mul(m0, K), kb), xt)
                         b.call(micro[MR], [bp, xp, K, kcm, kf.gep(csw, kf.mul(m0, NR), F32), first])
                         with kf.if_(pvalid, "pfn"):
                             j = kf.sdiv(m0, MR)
@@ -1396,7 +1396,7 @@ class _LinearEmitter:
                                 r = kf.add(j, kf.mul(i, ntiles))
                                 decs[w].prefetch(kf, decs[w].row(kf, kf.smin(kf.add(pn0, r), kf.sub(N, 1))),
                                                  pk, pkend)
-                    xp = kf.gep(xsrc, kf.add(kf.mul(full_m, K), kb), xt)
+                    xp = kf.gep(st.xf, kf.add(kf.mul(full_m, K), kb), xt)
                     csr = kf.gep(csw, kf.mul(full_m, NR), F32)
                     kf.switch_const(rem, {t: (lambda t=t: b.call(micro[t], [bp, xp, K, kcm, csr, first]))
                                           for t in range(1, MR)}, f"mr{w}")
