@@ -484,7 +484,8 @@ def main(argv=None) -> int:
                    "gbs": wbytes / ours / 1e9, "np_gbs": np_bytes / ref / 1e9,
                    "gflops": flops / ours / 1e9, "np_gflops": flops / ref / 1e9,
                    "floor_ms": floor * 1e3, "floor_frac": floor / ours, "bytes": wbytes,
-                   "target": target_for(fmt, batch, kernels, host_simd.native("avx512bf16")), "alone_ms": float(np.median(alone)) * 1e3,
+                   "target": target_for(fmt, batch, kernels, host_simd.native("avx512bf16")),
+                   "alone_ms": float(np.median(alone)) * 1e3,
                    "weights": 3 * HIDDEN * INTER, "kernels": kernels}
             row["verdict"] = verdict(row, bw, peak)
             rows.append(row)

@@ -829,7 +829,8 @@ def test_benchmark_peak_and_target_with_avx512bf16():
             "mod = llvm.parse_assembly(text); mod.verify(); asm = t.target_machine().emit_assembly(mod)\n"
             "print(sorted(kernels), asm.count('vdpbf16ps'), asm.count('vpdpbusd'))\n"
             "print(bench_mlp.target_for('bfloat16', 128, ['linear/avx512+bf16dot']),\n"
-            "      bench_mlp.target_for('bfloat16', 128, ['linear/avx512']), bench_mlp.target_for('bfloat16', 1, ['linear/avx512+bf16dot']))")
+            "      bench_mlp.target_for('bfloat16', 128, ['linear/avx512']),\n"
+            "      bench_mlp.target_for('bfloat16', 1, ['linear/avx512+bf16dot']))")
     lines = _python(code).splitlines()
     assert lines[0] == "['dpbf16_gflops', 'dpbusd_gops', 'fma_gflops', 'maddubs_gops'] 12 12"   # one per chain
     assert lines[1] == "0.5 0.8 0.55"
@@ -929,6 +930,23 @@ def test_bf16_dot_product_kernels(shape, monkeypatch):
             lib["f"](x, w, y)
             ref = bfloat16_bits_to_float32(x).astype(np.float64) @ bfloat16_bits_to_float32(w).T.astype(np.float64)
             np.testing.assert_allclose(y, ref, rtol=1e-5, atol=1e-5 * np.abs(ref).max())
+    # 3-D x (two symbolic leading dims) with a bias and a residual in the epilogue
+    epi = ("add", ("add", ("linear", 0), ("tensor", 1)), ("tensor", 2))
+    f, _ = _linear_func(64, 20, "bfloat16", "bfloat16", epi,
+                        extra=[("bias", (20,), "float32"), ("resid", ("lead", "lead", 20), "float32")],
+                        lead=("a", "b"), out_dtype="float32")
+    kernel, lib = _build(f)
+    assert kernel == f"linear/{shape}+bf16dot"
+    for a, bdim in ((1, 1), (2, 3), (5, 7)):   # GEMV and GEMM
+        x = float32_to_bfloat16_bits(rng.standard_normal((a, bdim, 64), dtype=np.float32))
+        w = float32_to_bfloat16_bits(rng.standard_normal((20, 64), dtype=np.float32))
+        bias = rng.standard_normal(20, dtype=np.float32)
+        resid = rng.standard_normal((a, bdim, 20), dtype=np.float32)
+        y = np.empty((a, bdim, 20), np.float32)
+        lib["f"](x, w, bias, resid, y)
+        ref = (bfloat16_bits_to_float32(x).astype(np.float64) @ bfloat16_bits_to_float32(w).T.astype(np.float64)
+               + bias + resid)
+        np.testing.assert_allclose(y, ref, rtol=1e-5, atol=1e-5 * np.abs(ref).max())
 
 
 def test_bf16_recipe_takes_the_dot_product_kernels(monkeypatch):

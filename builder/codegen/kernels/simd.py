@@ -132,7 +132,8 @@ class SimdInfo:
             if _ORDER.index(cap) < _ORDER.index(info.name):
                 info = {"scalar": cls("scalar", 1, 0), "sse": cls("sse", 4, 16),
                         "neon": cls("neon", 4, 32, True), "avx": cls("avx", 8, 16, info.f16c),
-                        "avx2": cls("avx2", 8, 16, info.f16c, int8_dot=info.int8_dot, vnni=info.vnni)}.get(cap, info)
+                        "avx2": cls("avx2", 8, 16, info.f16c, int8_dot=info.int8_dot,
+                                    vnni=info.vnni)}.get(cap, info)
         return info
 
 
