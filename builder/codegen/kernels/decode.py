@@ -38,7 +38,9 @@ QUANT_STORAGE = {"uint8": 8, "uint16": 16, "uint32": 32, "int8": 8}
 _UNROLL_GROUP = 256
 
 
-def _scalar_to_f32(kf: KFunc, v: ir.Value, dtype: str) -> ir.Value:
+def scalar_to_f32(kf: KFunc, v: ir.Value, dtype: str) -> ir.Value:
+    """A scalar of ``dtype`` (``float32``; ``float16`` as ``half``; ``bfloat16`` as its ``i16``
+    bits) widened to float32 (exact). Raises ValueError for another dtype."""
     b = kf.b
     if dtype == "float32":
         return v
@@ -98,7 +100,7 @@ class DenseDecoder:
                 body(k, 0, [self.load_vec(kf, r, k) for r in rows])
 
     def scalar(self, kf: KFunc, row, k: ir.Value) -> ir.Value:
-        return _scalar_to_f32(kf, kf.load(self.mt, row, k, align=self.esize), self.dtype)
+        return scalar_to_f32(kf, kf.load(self.mt, row, k, align=self.esize), self.dtype)
 
     def prefetch(self, kf: KFunc, row, k_lo, k_hi) -> None:
         """Prefetch (into L2) the cache lines holding columns ``[k_lo, k_hi)`` of ``row``."""
@@ -152,7 +154,7 @@ class GroupQuantDecoder:
         return kf.sub(k_total, kf.b.srem(k_total, kf.i64(self.vec_step)))
 
     def _scale(self, kf: KFunc, row, g: ir.Value) -> tuple[ir.Value, ir.Value]:
-        s = _scalar_to_f32(kf, kf.load(self.st, row[1], g, align=4 if self.st == F32 else 2),
+        s = scalar_to_f32(kf, kf.load(self.st, row[1], g, align=4 if self.st == F32 else 2),
                            self.scale_dtype)
         zs = kf.b.fmul(s, ir.Constant(F32, float(-self.zero_point)))
         return kf.splat(s, self.lanes), kf.splat(zs, self.lanes)
@@ -272,7 +274,7 @@ class GroupQuantDecoder:
 
     def scale_value(self, kf: KFunc, row, g: ir.Value) -> ir.Value:
         """The float32 scale of group ``g``."""
-        return _scalar_to_f32(kf, kf.load(self.st, row[1], g, align=4 if self.st == F32 else 2),
+        return scalar_to_f32(kf, kf.load(self.st, row[1], g, align=4 if self.st == F32 else 2),
                               self.scale_dtype)
 
     def scale_splat(self, kf: KFunc, row, g: ir.Value) -> ir.Value:
@@ -318,7 +320,7 @@ class GroupQuantDecoder:
                 word = b.and_(word, ir.Constant(I32, (1 << bits) - 1))
             v = b.uitofp(word, F32)
         g = kf.sdiv(k, self.group_size)
-        s = _scalar_to_f32(kf, kf.load(self.st, row[1], g, align=4 if self.st == F32 else 2),
+        s = scalar_to_f32(kf, kf.load(self.st, row[1], g, align=4 if self.st == F32 else 2),
                            self.scale_dtype)
         return kf.fma(v, s, b.fmul(s, ir.Constant(F32, float(-self.zero_point))))
 

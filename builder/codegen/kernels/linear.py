@@ -85,7 +85,7 @@ from ...ir import tir
 from ...ir.expr import PrimExpr, Var
 from ...ir.tir import Block, BlockRealize, Buffer, BufferLoad, BufferStore, PrimFunc
 from ..llvm_emit import F32, I1, I8, I16, I32, I64, PTR, BufferExprEmitter, ModuleEmitter, mem_type, reg_type
-from .decode import DenseDecoder, GroupQuantDecoder, QUANT_STORAGE, _scalar_to_f32
+from .decode import DenseDecoder, GroupQuantDecoder, QUANT_STORAGE, scalar_to_f32
 from .simd import KFunc, SimdInfo, vec
 
 __all__ = ["KERNEL_ATTR", "LinearPlan", "plan_linear", "emit_linear", "TUNING"]
@@ -1196,7 +1196,7 @@ class _LinearEmitter:
         if U > 1:
             with kf.loop(main_end, kv, step, "kr") as k:
                 body(k, 0)
-        self._gemv_finish(kf, dec, rows, accs, lambda i, k: _scalar_to_f32(
+        self._gemv_finish(kf, dec, rows, accs, lambda i, k: scalar_to_f32(
             kf, kf.load(I16, xrows[i], k, align=2), "bfloat16"), kv, K, m0, t, rc, res)
 
     # GEMM ----------------------------------------------------------------------------------------
