@@ -4,10 +4,16 @@ Contents: per graph-level function a small register bytecode (JSON-able lists), 
 pool (numpy arrays), the native object code of all kernels with their ABI metadata, and the
 target it was compiled for. ``save()`` writes one file with a versioned header and no pickle:
 
-    MAGIC (8 bytes) | u64 little-endian JSON length | JSON | object code | constant bytes...
+    MAGIC (8 bytes, the format version in its last byte) | u64 little-endian JSON length |
+    SHA-256 (32 bytes) of everything after it | JSON | object code | constant bytes...
 
-The JSON records every section's offset and size, dtypes and shapes. ``Executable.load(path)``
-needs only numpy and llvmlite (never the compiler).
+The JSON records every section's offset and size, dtypes and shapes; the sections follow one another
+without gaps to the end of the file. ``Executable.load(path)`` needs only numpy and llvmlite (never the
+compiler) and refuses, with ValueError, a file that is not exactly that: a wrong magic or version, a
+digest that does not match (any damaged byte), a malformed header, constants whose bytes do not match
+their dtype and shape, or bytecode that fails :func:`runtime.bytecode.validate_function`. The object
+code itself is checked when it is loaded (:class:`runtime.native.NativeLibrary`: ELF structure,
+manifest against the kernels' metadata, target against the host), before LLVM sees it.
 
 Bytecode instructions (registers are integers; the first ``len(params)`` hold the arguments):
 
@@ -29,7 +35,7 @@ Introspection follows TVM's VM ``Executable``: :attr:`Executable.bytecode` (a re
 """
 from __future__ import annotations
 
-import io
+import hashlib
 import json
 import struct
 from pathlib import Path
@@ -37,10 +43,15 @@ from typing import Any
 
 import numpy as np
 
+from .bytecode import format_instruction, sinfo_text, validate_function
+from .files import atomic_write, read_regular
+from .native import numpy_dtype
+
 __all__ = ["Executable", "FORMAT_VERSION", "MAGIC"]
 
-MAGIC = b"MBEXEC\x00\x01"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+MAGIC = b"MBEXEC\x00" + bytes([FORMAT_VERSION])
+_PREFIX = 8 + 8 + 32      # magic, JSON length, digest
 
 
 class Executable:
@@ -113,13 +124,13 @@ class Executable:
         """
         out = []
         for name, fn in self.functions.items():
-            params = ", ".join(f"%{i}: {p['name']} {_sinfo_text(p)}" for i, p in enumerate(fn["params"]))
-            ret = f" -> {_sinfo_text(fn['ret'])}" if "ret" in fn else ""
+            params = ", ".join(f"%{i}: {p['name']} {sinfo_text(p)}" for i, p in enumerate(fn["params"]))
+            ret = f" -> {sinfo_text(fn['ret'])}" if "ret" in fn else ""
             out.append(f"func {name}({params}){ret}")
             out.append(f"  num_input={fn.get('num_input', len(fn['params']))} "
                        f"registers={fn.get('num_registers', '?')}")
             for k, ins in enumerate(fn["instructions"]):
-                out.append(f"  {k}: {_format_instruction(ins)}")
+                out.append(f"  {k}: {format_instruction(ins)}")
         return "\n".join(out)
 
     def __repr__(self) -> str:
@@ -128,7 +139,8 @@ class Executable:
 
     # -- persistence -------------------------------------------------------------------------
     def save(self, path: str | Path | None = None) -> bytes:
-        """Serialize (and write to ``path`` when given); returns the bytes."""
+        """Serialize (see the module docstring) and, when ``path`` is given, write the file
+        atomically (a temporary file in the same folder, renamed into place); returns the bytes."""
         blobs = [self.object_code] + [np.ascontiguousarray(c).tobytes() for c in self.constants]
         offsets, pos = [], 0
         for blob in blobs:
@@ -141,65 +153,86 @@ class Executable:
             "target": self.target,
             "object_code": offsets[0],
             "constants": [
-                {"dtype": str(c.dtype), "shape": list(c.shape), "section": off}
+                {"dtype": _dtype_name(c), "shape": list(c.shape), "section": off}
                 for c, off in zip(self.constants, offsets[1:])
             ],
         }
         text = json.dumps(header, separators=(",", ":")).encode()
-        buf = io.BytesIO()
-        buf.write(MAGIC)
-        buf.write(struct.pack("<Q", len(text)))
-        buf.write(text)
+        digest = hashlib.sha256(text)
         for blob in blobs:
-            buf.write(blob)
-        data = buf.getvalue()
+            digest.update(blob)
+        data = b"".join([MAGIC, struct.pack("<Q", len(text)), digest.digest(), text, *blobs])
         if path is not None:
-            Path(path).write_bytes(data)
+            atomic_write(path, data)
         return data
 
     @classmethod
     def load(cls, source: str | Path | bytes) -> "Executable":
         """Read an executable saved by :meth:`save` (a path or the bytes).
 
-        Raises ValueError for a file that is not an executable, of another format version, or
-        truncated / corrupt.
+        Raises ValueError for a file that is not an executable, of another format version, damaged
+        (its digest does not match) or malformed (see the module docstring); OSError when the path
+        cannot be read.
         """
-        data = source if isinstance(source, (bytes, bytearray, memoryview)) else Path(source).read_bytes()
-        data = bytes(data)
-        if data[:8] != MAGIC:
+        data = bytes(source) if isinstance(source, (bytes, bytearray, memoryview)) else read_regular(source, MAX_FILE_BYTES)
+        if data[:6] != MAGIC[:6]:
             raise ValueError("not a model-builder executable (bad magic)")
-        if len(data) < 16:
+        if data[:8] != MAGIC:
+            raise ValueError(f"executable format version {data[7] if len(data) > 7 else '?'} is not supported "
+                             f"(this runtime reads version {FORMAT_VERSION}): rebuild it")
+        if len(data) < _PREFIX:
             raise ValueError("truncated executable")
-        (n,) = struct.unpack("<Q", data[8:16])
-        if 16 + n > len(data):
+        (n,) = struct.unpack_from("<Q", data, 8)
+        if n > len(data) - _PREFIX:
             raise ValueError("truncated executable (header runs past the end of the data)")
+        if hashlib.sha256(memoryview(data)[_PREFIX:]).digest() != data[16:_PREFIX]:
+            raise ValueError("the executable is damaged or truncated (its SHA-256 digest does not match its contents)")
+        base = _PREFIX + n
         try:
-            header = json.loads(data[16:16 + n])
+            header = json.loads(data[_PREFIX:base])
+            return cls._from_header(header, data, base)
+        except RecursionError:
+            raise ValueError("corrupt executable header: nested too deeply") from None
+        except (KeyError, TypeError, AttributeError, IndexError) as exc:
+            raise ValueError(f"corrupt executable header: {type(exc).__name__}: {exc}") from None
         except ValueError as exc:
             raise ValueError(f"corrupt executable header: {exc}") from None
+
+    @classmethod
+    def _from_header(cls, header: Any, data: bytes, base: int) -> "Executable":
         if not isinstance(header, dict) or header.get("version") != FORMAT_VERSION:
-            version = header.get("version") if isinstance(header, dict) else None
-            raise ValueError(f"executable format version {version} is not supported "
-                             f"(this runtime reads version {FORMAT_VERSION})")
-        base = 16 + n
+            raise ValueError("wrong or missing version")
+        functions, kernels, target = header["functions"], header["kernels"], header["target"]
+        consts = header["constants"]
+        if not (isinstance(functions, dict) and isinstance(kernels, dict) and isinstance(target, dict)
+                and isinstance(consts, list)):
+            raise ValueError("functions, kernels, target and constants have the wrong types")
+        sections = [header["object_code"]] + [c["section"] for c in consts]
+        pos = 0
+        for sec in sections:   # contiguous, in order, to the end of the data
+            if not (isinstance(sec, list) and len(sec) == 2 and sec[0] == pos and isinstance(sec[1], int)
+                    and not isinstance(sec[1], bool) and 0 <= sec[1] <= len(data) - base - pos):
+                raise ValueError(f"section {sec!r} is not where the previous one ends ({pos})")
+            pos += sec[1]
+        if base + pos != len(data):
+            raise ValueError(f"{len(data) - base - pos} bytes after the last section")
 
         def section(off: list[int]) -> bytes:
-            start, size = off
-            if start < 0 or size < 0 or base + start + size > len(data):
-                raise ValueError("truncated executable")
-            return data[base + start: base + start + size]
+            return data[base + off[0]: base + off[0] + off[1]]
 
-        try:
-            from .native import numpy_dtype
-
-            constants = [
-                np.frombuffer(section(c["section"]), dtype=numpy_dtype(c["dtype"])).reshape(c["shape"]).copy()
-                for c in header["constants"]
-            ]
-            return cls(header["functions"], header["kernels"], section(header["object_code"]), constants,
-                       header["target"])
-        except KeyError as exc:
-            raise ValueError(f"corrupt executable header: missing {exc}") from None
+        constants = []
+        for c in consts:
+            shape = c["shape"]
+            dtype = numpy_dtype(c["dtype"])
+            if not isinstance(shape, list) or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0
+                                                      for d in shape):
+                raise ValueError(f"constant shape {shape!r}")
+            if int(np.prod(shape, dtype=object)) * dtype.itemsize != c["section"][1]:
+                raise ValueError(f"constant of {c['dtype']}{shape} does not fill its {c['section'][1]} bytes")
+            constants.append(np.frombuffer(section(c["section"]), dtype=dtype).reshape(shape).copy())
+        for name, fn in functions.items():
+            validate_function(name, fn, kernels, len(constants))
+        return cls(functions, kernels, section(header["object_code"]), constants, target)
 
     @classmethod
     def load_exec(cls, data: bytes | str | Path, lib: Any = None) -> "Executable":
@@ -210,71 +243,10 @@ class Executable:
         return cls.load(data)
 
 
-def _dims_text(dims: list) -> str:
-    from .native import dim_to_str
-
-    return "[" + ", ".join(dim_to_str(d) for d in dims) + "]"
-
-
-def _sinfo_text(j: dict) -> str:
-    """``float32[n, 4]``, ``(float32[2], object)``, ``shape[n]``, ``int64`` for a struct-info JSON."""
-    kind = j.get("kind")
-    if kind == "tensor":
-        return f"{j['dtype']}{_dims_text(j['shape'])}"
-    if kind == "tuple":
-        return "(" + ", ".join(_sinfo_text(f) for f in j["fields"]) + ("," if len(j["fields"]) == 1 else "") + ")"
-    if kind == "shape":
-        return f"shape{_dims_text(j['dims'])}"
-    if kind == "prim":
-        return j["dtype"]
-    return str(kind)
+def _dtype_name(a: np.ndarray) -> str:
+    """The dtype name of a constant (``bfloat16`` arrays are their uint16 bits)."""
+    return "bfloat16" if a.dtype.name == "bfloat16" else str(a.dtype)
 
 
-def _arg_spec_text(spec: list) -> str:
-    from .native import dim_to_str
-
-    kind, value = spec
-    if kind == "reg":
-        return f"%{value}"
-    if kind == "str":
-        return json.dumps(value)
-    if kind == "dim":
-        return dim_to_str(value)
-    if kind == "shape":
-        return f"shape{_dims_text(value)}"
-    return repr(value)
-
-
-def _outs_text(specs: list) -> str:
-    texts = [f"{dtype}{_dims_text(dims)}" for dtype, dims in specs]
-    return texts[0] if len(texts) == 1 else "(" + ", ".join(texts) + ")"
-
-
-def _format_instruction(ins: list[Any]) -> str:
-    op = ins[0]
-    if op == "call":
-        args = ", ".join(f"%{r}" for r in ins[2])
-        outs = ", ".join(f"%{r}" for r in ins[3])
-        return f"{outs} = call {ins[1]}({args}) -> {_outs_text(ins[4])}"
-    if op == "call_extern":
-        args = ", ".join(_arg_spec_text(a) for a in ins[2])
-        outs = ", ".join(f"%{r}" for r in ins[3])
-        return f"{outs} = call_extern {json.dumps(ins[1])}({args}) -> {_outs_text(ins[4])}"
-    if op == "call_builtin":
-        args = ", ".join(_arg_spec_text(a) for a in ins[3])
-        return f"%{ins[1]} = call_builtin {ins[2]}({args})"
-    if op == "reshape":
-        return f"%{ins[1]} = reshape %{ins[2]} {_dims_text(ins[3])}"
-    if op == "tuple":
-        return f"%{ins[1]} = tuple({', '.join(f'%{r}' for r in ins[2])})"
-    if op == "get_item":
-        return f"%{ins[1]} = %{ins[2]}[{ins[3]}]"
-    if op == "null":
-        return f"%{ins[1]} = null"
-    if op == "const":
-        return f"%{ins[1]} = const[{ins[2]}]"
-    if op == "move":
-        return f"%{ins[1]} = %{ins[2]}"
-    if op == "ret":
-        return f"ret %{ins[1]}"
-    return " ".join(map(str, ins))
+#: The largest executable file read (bytes).
+MAX_FILE_BYTES = 1 << 36

@@ -10,6 +10,13 @@ concatenated. A nonzero return ``k`` means ``metadata["errors"][k - 1]``. A para
 metadata says ``"written": true`` is an output: a read-only array there is refused (metadata
 without the key, from older objects, is not checked).
 
+Before any byte of an object reaches LLVM, :class:`NativeLibrary` checks it: its structure
+(:func:`runtime.elf.read_object`), that it was made for this host (:func:`check_target`), that every
+external symbol it needs resolves, and that its manifest (section ``.mb_manifest``, written by the code
+generator: :func:`manifest_bytes`) names exactly the kernels of the metadata it comes with, with the
+same signatures. Code is generated and loaded with the large code model and static relocations
+(:func:`host_target_machine`), so it runs wherever the JIT puts its sections.
+
 Shape dims in the metadata are ints or JSON trees ``["var", name]`` / ``[op, a, b]`` with op in
 ``add sub mul floordiv floormod min max``; :func:`dim_from_json` validates one and
 :func:`eval_dim` evaluates it.
@@ -17,18 +24,20 @@ Shape dims in the metadata are ints or JSON trees ``["var", name]`` / ``[op, a, 
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import functools
-import struct
-import threading
+import hashlib
+import json
 from typing import Sequence
 
 import llvmlite.binding as llvm
 import numpy as np
 
+from .elf import ElfObject, read_object
+from .target import check_target, host_target_machine, init_llvm
 from .threadpool import ensure_pool
 
-__all__ = ["NativeLibrary", "dim_from_json", "eval_dim", "dim_to_str", "numpy_dtype", "as_bfloat16_bits",
+__all__ = ["NativeLibrary", "kernel_signature", "manifest_bytes",
+           "check_manifest", "MANIFEST_SECTION", "dim_from_json", "eval_dim", "dim_to_str", "numpy_dtype", "as_bfloat16_bits",
            "float32_to_bfloat16_bits", "bfloat16_bits_to_float32"]
 
 _BINOPS = {
@@ -42,57 +51,50 @@ _BINOPS = {
 }
 _SYMBOLS = {"add": "+", "sub": "-", "mul": "*", "floordiv": "//", "floormod": "%"}
 
-_LLVM_LOCK = threading.Lock()
-_LLVM_READY = False
+MANIFEST_SECTION = ".mb_manifest"
+"""The object-code section holding the manifest (:func:`manifest_bytes`)."""
 
 
-def _init_llvm() -> None:
-    global _LLVM_READY
-    with _LLVM_LOCK:
-        if _LLVM_READY:
-            return
-        llvm.initialize_native_target()
-        llvm.initialize_native_asmprinter()
-        # libm (tanhf, erff, expf, ...), libc (malloc, free) and libgcc_s (half-precision
-        # conversion helpers such as __truncsfhf2 on CPUs without F16C) are not necessarily
-        # visible to the JIT's symbol lookup until loaded explicitly
-        for lib in ("m", "c", "gcc_s"):
-            path = ctypes.util.find_library(lib)
-            if path:
-                try:
-                    llvm.load_library_permanently(path)
-                except RuntimeError:
-                    pass
-        _LLVM_READY = True
+def kernel_signature(meta: dict) -> str:
+    """SHA-256 (hex) of one kernel's ABI metadata (params, dtypes, shape trees, errors, ...), in
+    canonical JSON: what the VM will pass to the kernel and how it reads the kernel's errors."""
+    return hashlib.sha256(json.dumps(meta, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
-def _elf_undefined_symbols(obj: bytes) -> list[str] | None:
-    """Names of the undefined symbols of a 64-bit little-endian ELF object, or None when
-    ``obj`` is not one (the check is then skipped)."""
-    if len(obj) < 64 or obj[:4] != b"\x7fELF" or obj[4] != 2 or obj[5] != 1:
-        return None
-    e_shoff, = struct.unpack_from("<Q", obj, 0x28)
-    e_shentsize, e_shnum = struct.unpack_from("<HH", obj, 0x3A)
-    sections = []
-    for k in range(e_shnum):
-        off = e_shoff + k * e_shentsize
-        sh_type, = struct.unpack_from("<I", obj, off + 4)
-        sh_offset, sh_size = struct.unpack_from("<QQ", obj, off + 0x18)
-        sh_link, = struct.unpack_from("<I", obj, off + 0x28)
-        sh_entsize, = struct.unpack_from("<Q", obj, off + 0x38)
-        sections.append((sh_type, sh_offset, sh_size, sh_link, sh_entsize))
-    names: list[str] = []
-    for sh_type, sh_offset, sh_size, sh_link, sh_entsize in sections:
-        if sh_type != 2 or not sh_entsize:  # SHT_SYMTAB
-            continue
-        str_off = sections[sh_link][1]
-        for j in range(1, sh_size // sh_entsize):
-            st_name, _info, _other, st_shndx = struct.unpack_from(
-                "<IBBH", obj, sh_offset + j * sh_entsize)
-            if st_shndx == 0 and st_name:
-                end = obj.index(b"\0", str_off + st_name)
-                names.append(obj[str_off + st_name:end].decode())
-    return names
+def manifest_bytes(source: str, functions: dict[str, dict]) -> bytes:
+    """The manifest the code generator embeds in an object: ``source`` (the hash of what the object
+    was compiled from: the object cache's key) and each kernel's :func:`kernel_signature`."""
+    return json.dumps({"format": 1, "source": source,
+                       "kernels": {name: kernel_signature(meta) for name, meta in sorted(functions.items())}},
+                      sort_keys=True, separators=(",", ":")).encode()
+
+
+def check_manifest(obj: ElfObject, functions: dict[str, dict], source: str | None = None) -> None:
+    """Raise ValueError unless ``obj``'s manifest names exactly the kernels of ``functions`` with the
+    same signatures (and, when given, the same ``source``): object code of another model, or of
+    another version of this one, is refused before it is loaded."""
+    raw = obj.section(MANIFEST_SECTION)
+    if raw is None:
+        raise ValueError("the object code has no manifest (made by an older model-builder?): rebuild it")
+    try:
+        manifest = json.loads(raw.rstrip(b"\0").decode())
+        kernels, made_from = manifest["kernels"], manifest["source"]
+        if not isinstance(kernels, dict):
+            raise TypeError
+    except (ValueError, KeyError, TypeError, UnicodeDecodeError):
+        raise ValueError("the object code's manifest is damaged") from None
+    if source is not None and made_from != source:
+        raise ValueError("the object code was compiled from other source than expected")
+    expected = {name: kernel_signature(meta) for name, meta in functions.items()}
+    if set(kernels) != set(expected):
+        extra, absent = sorted(set(kernels) - set(expected)), sorted(set(expected) - set(kernels))
+        raise ValueError("the object code does not hold the kernels its metadata lists"
+                         + (f" (missing {', '.join(absent[:5])})" if absent else "")
+                         + (f" (unexpected {', '.join(extra[:5])})" if extra else ""))
+    wrong = sorted(name for name in expected if kernels[name] != expected[name])
+    if wrong:
+        raise ValueError(f"the object code's kernels {', '.join(wrong[:5])} were compiled for other "
+                         "signatures than their metadata describes")
 
 
 def dim_from_json(tree):
@@ -156,11 +158,20 @@ def numpy_dtype(name: str) -> np.dtype:
     ``bfloat16`` is always ``uint16`` (its raw bits), whether or not ``ml_dtypes`` is installed, so
     that files, buffers and results have one deterministic representation; use
     :func:`as_bfloat16_bits` to pass an ``ml_dtypes.bfloat16`` array and
-    :func:`bfloat16_bits_to_float32` to read the bits as numbers.
+    :func:`bfloat16_bits_to_float32` to read the bits as numbers. Raises ValueError for a name that
+    is not one of :data:`DTYPES` (files name dtypes; an arbitrary numpy dtype such as ``object`` must
+    never reach native code).
     """
+    if name not in DTYPES:
+        raise ValueError(f"unsupported dtype {name!r}; expected one of {', '.join(DTYPES)}")
     if name == "bfloat16":
         return np.dtype(np.uint16)
     return np.dtype(name)
+
+
+#: The element types of tensors that native code reads and writes.
+DTYPES = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float16",
+          "bfloat16", "float32", "float64")
 
 
 def _is_ml_dtypes_bfloat16(dtype: np.dtype) -> bool:
@@ -226,8 +237,14 @@ class _Entry:
         self.name = name
         self.cfunc = cfunc
         self.meta = meta
-        params = meta["params"]
+        params = meta.get("params") if isinstance(meta, dict) else None
+        errors = meta.get("errors", []) if isinstance(meta, dict) else None
+        if not isinstance(params, list) or not isinstance(errors, list) or not all(
+                isinstance(p, dict) and isinstance(p.get("name"), str) and isinstance(p.get("dtype"), str)
+                and isinstance(p.get("shape"), list) for p in params):
+            raise ValueError(f"kernel '{name}': malformed metadata")
         for p in params:
+            numpy_dtype(p["dtype"])
             for d in p["shape"]:
                 dim_from_json(d)
         self.dtype_names = [p["dtype"] for p in params]
@@ -239,8 +256,11 @@ class _Entry:
         self.nparams = len(params)
         self.ptr_type = ctypes.c_void_p * max(self.nparams, 1)
         self.shape_type = ctypes.c_int64 * max(sum(self.ndims), 1)
-        self.errors = list(meta.get("errors", []))
-        self.error_params = list(meta.get("error_params", [-1] * len(self.errors)))
+        self.errors = [str(e) for e in errors]
+        self.error_params = meta.get("error_params", [-1] * len(self.errors))
+        if not isinstance(self.error_params, list) or not all(
+                isinstance(i, int) and not isinstance(i, bool) for i in self.error_params):
+            raise ValueError(f"kernel '{name}': malformed metadata (error_params)")
 
 
 class NativeLibrary:
@@ -252,30 +272,35 @@ class NativeLibrary:
     object needs an external symbol (libm / libc / libgcc helper) this process cannot resolve.
     """
 
-    def __init__(self, object_code: bytes, functions: dict[str, dict]) -> None:
-        _init_llvm()
-        ensure_pool()  # kernels call mb_parallel_for / mb_num_threads
-        self.functions = dict(functions)
-        target = llvm.Target.from_triple(llvm.get_process_triple())
-        self._tm = target.create_target_machine(
-            cpu=llvm.get_host_cpu_name(), features=llvm.get_host_cpu_features().flatten(),
-            opt=3, reloc="pic", codemodel="default")
-        missing = [sym for sym in (_elf_undefined_symbols(bytes(object_code)) or [])
-                   if not llvm.address_of_symbol(sym)]
+    def __init__(self, object_code: bytes, functions: dict[str, dict], target: dict | None = None) -> None:
+        init_llvm()
+        if target is not None:
+            check_target(target)
+        if not isinstance(functions, dict) or not all(isinstance(m, dict) for m in functions.values()):
+            raise ValueError("kernel metadata must map names to dicts")
+        obj = read_object(bytes(object_code))   # every structure checked before LLVM sees a byte
+        check_manifest(obj, functions)
+        ensure_pool()  # kernels call mb_parallel_for / mb_num_threads, which the pool defines
+        missing = [sym for sym in obj.undefined_symbols if not llvm.address_of_symbol(sym)]
         if missing:  # calling into an unresolved symbol would crash the process
             raise ValueError("the object code needs symbols that this process does not provide: "
-                             + ", ".join(sorted(set(missing))))
+                             + ", ".join(missing))
+        entries = {name: _Entry(name, None, meta) for name, meta in functions.items()}   # metadata checked
+        self.functions = dict(functions)
+        self._tm = host_target_machine(llvm.get_process_triple(), llvm.get_host_cpu_name(),
+                                       llvm.get_host_cpu_features().flatten())
         self._module = llvm.parse_assembly("")
         self._engine = llvm.create_mcjit_compiler(self._module, self._tm)
-        self._object = llvm.ObjectFileRef.from_data(bytes(object_code))
+        self._object = llvm.ObjectFileRef.from_data(obj.data)
         self._engine.add_object_file(self._object)
         self._engine.finalize_object()
         self._entries: dict[str, _Entry] = {}
-        for name, meta in self.functions.items():
+        for name, entry in entries.items():
             addr = self._engine.get_function_address(name)
             if not addr:
                 raise ValueError(f"function '{name}' is not in the object code")
-            self._entries[name] = _Entry(name, _FUNC_TYPE(addr), meta)
+            entry.cfunc = _FUNC_TYPE(addr)
+            self._entries[name] = entry
 
     def __contains__(self, name: str) -> bool:
         return name in self._entries

@@ -44,6 +44,8 @@ import threading
 
 import llvmlite.binding as llvm
 
+from .target import host_target_machine, init_llvm
+
 __all__ = ["ensure_pool", "set_num_threads", "get_num_threads", "pool_size", "SYMBOLS"]
 
 #: Symbols the pool provides to generated code.
@@ -396,10 +398,8 @@ class _Pool:
 
     def __init__(self) -> None:
         arch = _arch()
-        target = llvm.Target.from_triple(llvm.get_process_triple())
-        self.tm = target.create_target_machine(cpu=llvm.get_host_cpu_name(),
-                                               features=llvm.get_host_cpu_features().flatten(),
-                                               opt=2, reloc="pic", codemodel="default")
+        self.tm = host_target_machine(llvm.get_process_triple(), llvm.get_host_cpu_name(),
+                                      llvm.get_host_cpu_features().flatten(), opt=2)
         mod = llvm.parse_assembly(_pool_ir(arch))
         mod.triple = llvm.get_process_triple()
         mod.verify()
@@ -439,8 +439,7 @@ def ensure_pool() -> _Pool:
     if _POOL is None:
         with _LOCK:
             if _POOL is None:
-                llvm.initialize_native_target()
-                llvm.initialize_native_asmprinter()
+                init_llvm()
                 _POOL = _Pool()
     return _POOL
 

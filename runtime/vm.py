@@ -256,7 +256,7 @@ class VirtualMachine:
         if str(device) not in ("cpu", "cpu(0)"):
             raise ValueError(f"device {device!r} is not supported; only 'cpu'")
         self.exe = exe
-        self.lib = NativeLibrary(exe.object_code, exe.kernels)
+        self.lib = NativeLibrary(exe.object_code, exe.kernels, exe.target or None)
         self._inputs: dict[str, tuple] = {}
 
     def __getitem__(self, name: str):

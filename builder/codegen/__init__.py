@@ -12,7 +12,10 @@ Pipeline per function:
   a polynomial so that loops vectorize; ``parallel`` loops outlined into thread-pool tasks);
 * :func:`builder.codegen.abi.plan_signature` (prologue checks and metadata) for both;
 * LLVM's new pass manager at ``-O3`` for the host target, ``TargetMachine.emit_object``, and
-  the on-disk object cache (:mod:`.cache`, keyed by the IR's hash) around those two steps.
+  the on-disk object cache (:mod:`.cache`, keyed by the IR's hash) around those two steps;
+* a manifest in the object (section ``.mb_manifest``: the cache key it was compiled from and
+  each kernel's signature, :func:`runtime.native.manifest_bytes`), which the loader and the cache
+  check against the metadata before any byte of the object reaches LLVM.
 
 :class:`runtime.native.NativeLibrary` loads the result; the calling convention is documented in
 :mod:`builder.codegen.abi`, the thread pool in :mod:`runtime.threadpool`. Each function's
@@ -23,6 +26,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import llvmlite.binding as llvm
+
+from runtime.native import MANIFEST_SECTION, manifest_bytes
 
 from ..ir import tir
 from ..ir.tir import PrimFunc
@@ -36,7 +41,7 @@ from .kernels.simd import finalize_loop_metadata
 from .target import Target, init_llvm
 
 __all__ = ["Target", "CompiledLibrary", "build", "build_prim_func", "lower", "dim_to_json",
-           "emit_llvm_ir"]
+           "emit_llvm_ir", "manifest_ir"]
 
 
 @dataclass
@@ -59,7 +64,7 @@ class CompiledLibrary:
         """Load into this process: a :class:`runtime.native.NativeLibrary` (host target only)."""
         from runtime.native import NativeLibrary
 
-        return NativeLibrary(self.object_code, self.functions)
+        return NativeLibrary(self.object_code, self.functions, self.target or None)
 
 
 def emit_llvm_ir(prim_funcs: dict[str, PrimFunc], target: Target | None = None
@@ -111,12 +116,12 @@ def build(prim_funcs: dict[str, PrimFunc], target: Target | None = None) -> Comp
     init_llvm()
     text, functions = emit_llvm_ir(prim_funcs, target)
     key = _cache.cache_key(text, target.to_dict())
-    hit = _cache.load(key)
+    hit = _cache.load(key, functions)
     if hit is not None:
         return CompiledLibrary(hit[0], hit[1], functions, target.to_dict(), cached=True)
     tm = target.target_machine()
     try:
-        mod = llvm.parse_assembly(text)
+        mod = llvm.parse_assembly(text + manifest_ir(key, functions))
         mod.verify()
     except RuntimeError as err:  # pragma: no cover - generator bug
         raise RuntimeError(f"generated LLVM IR is invalid: {err}\n{text}") from err
@@ -132,6 +137,16 @@ def build(prim_funcs: dict[str, PrimFunc], target: Target | None = None) -> Comp
     obj, optimized = tm.emit_object(mod), str(mod)
     _cache.store(key, obj, optimized)
     return CompiledLibrary(obj, optimized, functions, target.to_dict())
+
+
+def manifest_ir(source: str, functions: dict[str, dict]) -> str:
+    """LLVM IR of the object's manifest (:func:`runtime.native.manifest_bytes` of ``source`` and the
+    kernels' metadata ``functions``): a constant in section ``.mb_manifest``, exported so that the
+    optimizer keeps it. Appended to a module's text before it is compiled."""
+    data = manifest_bytes(source, functions)
+    body = "".join(chr(b) if 32 <= b < 127 and b not in (34, 92) else f"\\{b:02X}" for b in data)
+    return (f'\n@__mb_manifest = constant [{len(data)} x i8] c"{body}", '
+            f'section "{MANIFEST_SECTION}", align 1\n')
 
 
 def build_prim_func(func: PrimFunc, name: str | None = None, target: Target | None = None

@@ -14,28 +14,38 @@ Location: ``$MB_CACHE_DIR`` if set, else ``$XDG_CACHE_HOME/model-builder/objects
     + object code + zlib(optimized LLVM IR)
 
 Entries are written to a temporary file and renamed into place (atomic on POSIX), so
-concurrent builds never see half-written entries. An entry that cannot be read, has the wrong
-key or fails its checksum is ignored (and overwritten by the rebuild); a cache directory that
-cannot be written is not an error.
+concurrent builds never see half-written entries. An entry is used only when it is a regular file
+(a FIFO, a device or a symlink to one is never opened for reading: ``O_NONBLOCK | O_NOFOLLOW`` and
+an ``fstat`` check), at most :data:`MAX_ENTRY_BYTES`, with the right key and checksum, and when its
+object code is what the entry must contain: a well-formed object (:func:`runtime.elf.read_object`)
+whose manifest names the key it was compiled from and exactly the kernels being built, with their
+signatures (:func:`runtime.native.check_manifest`). Any other entry is a miss, overwritten by the
+rebuild; a cache directory that cannot be written is not an error.
 """
 from __future__ import annotations
 
 import hashlib
 import json
 import os
-import tempfile
 import zlib
 from pathlib import Path
 
 import llvmlite
 import llvmlite.binding as llvm
 
+from runtime.elf import read_object
+from runtime.files import atomic_write, read_regular
+from runtime.native import check_manifest
+
 __all__ = ["CACHE_VERSION", "cache_dir", "cache_key", "load", "store", "enabled"]
 
 #: Bump when the code generator changes in a way the IR text does not show (it always
 #: shows, today; this guards against runtime-ABI changes).
-CACHE_VERSION = "2"   # 2: params carry "written" in the metadata
+CACHE_VERSION = "3"   # 2: params carry "written" in the metadata; 3: large code model, manifest
 _MAGIC = b"MBOBJ1\n"
+
+#: The largest cache entry read (bytes); a bigger file is a miss.
+MAX_ENTRY_BYTES = 1 << 30
 
 
 def enabled() -> bool:
@@ -68,13 +78,15 @@ def _path(key: str) -> Path:
     return cache_dir() / f"{key}.mbo"
 
 
-def load(key: str) -> tuple[bytes, str] | None:
-    """``(object_code, optimized_ir)`` of entry ``key``, or None when absent or damaged."""
+def load(key: str, functions: dict[str, dict]) -> tuple[bytes, str] | None:
+    """``(object_code, optimized_ir)`` of entry ``key`` when it holds object code for exactly the
+    kernels ``functions`` (name -> ABI metadata) compiled from ``key``; None when absent, damaged or
+    holding anything else (see the module docstring)."""
     if not enabled():
         return None
     try:
-        data = _path(key).read_bytes()
-    except OSError:
+        data = read_regular(_path(key), MAX_ENTRY_BYTES, follow_symlinks=False)
+    except (OSError, ValueError):
         return None
     try:
         if not data.startswith(_MAGIC):
@@ -87,9 +99,14 @@ def load(key: str) -> tuple[bytes, str] | None:
         if hashlib.sha256(payload).hexdigest() != header["sha256"]:
             return None
         obj = payload[:header["object"]]
-        ir_text = zlib.decompress(payload[header["object"]:]).decode()
+        check_manifest(read_object(obj), functions, source=key)
+        inflate = zlib.decompressobj()
+        ir_text = inflate.decompress(payload[header["object"]:], MAX_ENTRY_BYTES)
+        if inflate.unconsumed_tail or not inflate.eof:
+            return None
+        ir_text = ir_text.decode()
         return obj, ir_text
-    except (ValueError, KeyError, TypeError, zlib.error, UnicodeDecodeError):
+    except (ValueError, KeyError, TypeError, AttributeError, zlib.error, UnicodeDecodeError):
         return None
 
 
@@ -104,17 +121,7 @@ def store(key: str, object_code: bytes, ir_text: str) -> bool:
     try:
         d = cache_dir()
         d.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".mbo", dir=d)
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(_MAGIC + json.dumps(header).encode() + b"\n" + payload)
-            os.replace(tmp, _path(key))
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-            raise
+        atomic_write(_path(key), _MAGIC + json.dumps(header).encode() + b"\n" + payload)
         return True
     except OSError:
         return False

@@ -1,26 +1,13 @@
 """Compilation target: the host CPU through llvmlite's native target."""
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass
 
 import llvmlite.binding as llvm
 
+from runtime.target import host_target_machine, init_llvm
+
 __all__ = ["Target", "init_llvm"]
-
-_INIT_LOCK = threading.Lock()
-_INITIALIZED = False
-
-
-def init_llvm() -> None:
-    """Initialize LLVM's native target and asm printer once (``llvm.initialize()`` is gone in
-    llvmlite 0.50)."""
-    global _INITIALIZED
-    with _INIT_LOCK:
-        if not _INITIALIZED:
-            llvm.initialize_native_target()
-            llvm.initialize_native_asmprinter()
-            _INITIALIZED = True
 
 
 @dataclass(frozen=True)
@@ -41,14 +28,12 @@ class Target:
                    llvm.get_host_cpu_features().flatten())
 
     def target_machine(self) -> "llvm.TargetMachine":
-        """An llvmlite TargetMachine for this target (PIC, default code model).
+        """An llvmlite TargetMachine for this target: large code model, static relocations (why:
+        :func:`runtime.target.host_target_machine`).
 
         Raises RuntimeError when LLVM does not know the triple (only the native target is
         initialized)."""
-        init_llvm()
-        target = llvm.Target.from_triple(self.triple)
-        return target.create_target_machine(cpu=self.cpu, features=self.features,
-                                            opt=self.opt_level, reloc="pic", codemodel="default")
+        return host_target_machine(self.triple, self.cpu, self.features, self.opt_level)
 
     def to_dict(self) -> dict:
         """JSON-able description."""

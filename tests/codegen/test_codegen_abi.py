@@ -219,16 +219,16 @@ def test_float64_to_float16_is_correctly_rounded_without_libcalls():
 def test_unresolved_external_symbol_is_an_error_not_a_crash():
     import llvmlite.binding as llvm
 
-    from builder.codegen import Target
+    from builder.codegen import Target, manifest_ir
 
     target = Target.host()
     tm = target.target_machine()
+    meta = {"f": {"name": "f", "params": [], "sym_vars": [], "errors": [], "error_params": []}}
     mod = llvm.parse_assembly(
         'declare i32 @no_such_symbol_in_this_process(i32)\n'
         'define i32 @f(ptr %d, ptr %s) {\n'
-        '  %r = call i32 @no_such_symbol_in_this_process(i32 1)\n  ret i32 %r\n}\n')
+        '  %r = call i32 @no_such_symbol_in_this_process(i32 1)\n  ret i32 %r\n}\n' + manifest_ir("test", meta))
     mod.triple = target.triple
     obj = tm.emit_object(mod)
-    meta = {"f": {"name": "f", "params": [], "sym_vars": [], "errors": [], "error_params": []}}
     with pytest.raises(ValueError, match="no_such_symbol_in_this_process"):
         NativeLibrary(obj, meta)

@@ -1,0 +1,80 @@
+"""The host as a compilation target: LLVM's initialization, the one TargetMachine all our native code is
+generated and loaded with, and the check that code made elsewhere can run here.
+
+Imports only llvmlite and the standard library (the thread pool and the object loader both need it).
+"""
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import threading
+
+import llvmlite.binding as llvm
+
+__all__ = ["init_llvm", "host_target_machine", "check_target"]
+
+_LLVM_LOCK = threading.Lock()
+_LLVM_READY = False
+
+
+def init_llvm() -> None:
+    """Initialize LLVM's native target and asm printer once per process, and make libm / libc /
+    libgcc_s visible to the JIT's symbol lookup (generated code calls ``erff``, ``expf``, half-precision
+    helpers such as ``__truncsfhf2`` on CPUs without F16C)."""
+    global _LLVM_READY
+    with _LLVM_LOCK:
+        if _LLVM_READY:
+            return
+        llvm.initialize_native_target()
+        llvm.initialize_native_asmprinter()
+        for lib in ("m", "c", "gcc_s"):
+            path = ctypes.util.find_library(lib)
+            if path:
+                try:
+                    llvm.load_library_permanently(path)
+                except RuntimeError:
+                    pass
+        _LLVM_READY = True
+
+
+def host_target_machine(triple: str, cpu: str, features: str, opt: int = 3) -> "llvm.TargetMachine":
+    """The LLVM TargetMachine every piece of our native code is generated with (the code generator's
+    kernels, the thread pool) -- the one place that chooses the code and relocation models.
+
+    Large code model, static relocations: every reference from code to its constants, to other
+    functions and to external symbols (libm, the thread pool) is an absolute 64-bit address
+    (``R_X86_64_64``), which the JIT's loader patches wherever it places the sections. The default
+    small code model uses 32-bit PC-relative references (``R_X86_64_PC32`` / ``PLT32``): when a large
+    address space (torch, transformers imported in the same process) puts the constants more than
+    2 GB from the code, RuntimeDyld aborts the process (``isInt<32>(RealOffset)``). PIC with the large
+    code model reaches data through GOT-relative relocations (``R_X86_64_GOTOFF64``, ``GOTPC64``) that
+    need a GOT the MCJIT loader builds only partially; the object is loaded once, in this process, so
+    position independence buys nothing. Raises RuntimeError for a triple LLVM does not know.
+    """
+    init_llvm()
+    target = llvm.Target.from_triple(triple)
+    return target.create_target_machine(cpu=cpu, features=features, opt=opt, reloc="static", codemodel="large")
+
+
+def _plus_features(features: str) -> set[str]:
+    return {f[1:] for f in features.split(",") if f.startswith("+")}
+
+
+def check_target(target: dict) -> None:
+    """Raise ValueError when native code made for ``target`` (``{"triple", "cpu", "features"}``, as
+    an Executable records it) cannot run on this host: another triple, or CPU features (``+avx512f``)
+    the host lacks. The message names both sides and says to rebuild."""
+    init_llvm()
+    if not isinstance(target, dict) or not isinstance(target.get("triple"), str) \
+            or not isinstance(target.get("features", ""), str):
+        raise ValueError(f"the executable's target is malformed: {target!r}")
+    host = llvm.get_process_triple()
+    if target["triple"] != host:
+        raise ValueError(f"the executable was compiled for {target['triple']} ({target.get('cpu', '?')}); "
+                         f"this host is {host} ({llvm.get_host_cpu_name()}): rebuild it here")
+    missing = sorted(_plus_features(target.get("features", "")) - _plus_features(
+        llvm.get_host_cpu_features().flatten()))
+    if missing:
+        raise ValueError(f"the executable was compiled for a CPU with {', '.join(missing)} "
+                         f"({target.get('cpu', '?')}), which this host ({llvm.get_host_cpu_name()}) lacks: "
+                         "rebuild it here")
