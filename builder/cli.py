@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from pathlib import Path
 
 __all__ = ["main"]
 
@@ -99,8 +98,8 @@ def _run_with(args: argparse.Namespace, progress: "_ConversionProgress") -> int:
     if args.input is None and args.output is not None:
         raise ValueError("--output needs --input (the arrays to run the function on)")
     for flag, path in (("--input", args.input), ("--weights", args.weights)):
-        if path is not None and not Path(path).is_file():
-            raise FileNotFoundError(f"{flag} file {path} does not exist")
+        if path is not None:
+            _check_input_file(flag, path)
     model = build(args.recipe, args.overrides, weights=args.weights, seed=args.seed,
                   on_ir=None if args.no_ir else (lambda mod: mod.show(plain=True if args.plain else None)),
                   progress=progress)
@@ -121,8 +120,11 @@ def _run_with(args: argparse.Namespace, progress: "_ConversionProgress") -> int:
         t_run = time.perf_counter() - t2
         outputs = _flatten(result)
         if args.output is not None:
+            from runtime.files import atomic_write
+
             keys = ["output"] if len(outputs) == 1 else [f"output{i}" for i in range(len(outputs))]
-            np.savez(args.output, **dict(zip(keys, outputs)))
+            # an open file, so that numpy writes exactly this name (given a name, it appends .npz)
+            atomic_write(args.output, lambda fh: np.savez(fh, **dict(zip(keys, outputs))))
         shapes = ", ".join(f"{tuple(o.shape)} {o.dtype}" for o in outputs)
         result_note = f"ran {fname} in {t_run * 1e3:.2f} ms -> {shapes}" + (
             f", written to {args.output}" if args.output else "")
@@ -155,6 +157,22 @@ def _run_with(args: argparse.Namespace, progress: "_ConversionProgress") -> int:
     if args.bench is not None:
         out.print(escape(_bench(model, args.function or model.functions[0], args.bench, args.bench_dim)))
     return 0
+
+
+def _check_input_file(flag: str, path: str) -> None:
+    """Raise FileNotFoundError when ``path`` does not exist, ValueError when it is not a regular file
+    (a directory, a FIFO, a device such as /dev/null), naming the flag."""
+    import os
+    import stat
+
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{flag} file {path} does not exist") from None
+    if not stat.S_ISREG(mode):
+        kind = ("a directory" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode)
+                else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "not a regular file")
+        raise ValueError(f"{flag} {path} is {kind}, not a regular file")
 
 
 def _kernel_kinds(exe) -> str:
@@ -261,6 +279,7 @@ class _ConversionProgress:
 def _load_inputs(path: str) -> dict:
     """The arrays of the ``.npz`` file ``path`` by name (never unpickling). Raises ValueError
     saying what the file is instead when it is a single ``.npy`` array or not a numpy file."""
+    import math
     import zipfile
 
     import numpy as np
@@ -271,10 +290,22 @@ def _load_inputs(path: str) -> dict:
         what = "a single .npy array" if magic == b"\x93NUMPY" else "not a numpy file"
         raise ValueError(f"--input {path}: expected an .npz archive of named arrays "
                          f"(np.savez(path, x=...)), but it is {what}")
+    from runtime.memory import check_allocation
+
     try:
+        need = 0
+        with zipfile.ZipFile(path) as archive:   # the arrays' declared sizes, before any is read
+            for info in archive.infolist():
+                with archive.open(info) as fh:
+                    version = np.lib.format.read_magic(fh)
+                    read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                                   else np.lib.format.read_array_header_2_0)
+                    shape, _, dtype = read_header(fh)
+                    need += math.prod(shape) * dtype.itemsize
+        check_allocation(need, f"the arrays of --input {path}")
         with np.load(path, allow_pickle=False) as data:
             return {k: data[k] for k in data.files}
-    except (ValueError, OSError, zipfile.BadZipFile) as err:
+    except (ValueError, OSError, zipfile.BadZipFile, EOFError) as err:
         raise ValueError(f"--input {path}: cannot read it as an .npz archive of numeric arrays "
                          f"({str(err).splitlines()[0][:120]})") from None
 

@@ -18,6 +18,7 @@ converted, so that results are comparable.
 """
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +28,7 @@ import numpy as np
 
 import schemas
 from runtime import Executable, VirtualMachine, load_params
+from runtime.memory import check_allocation
 from runtime.native import float32_to_bfloat16_bits, numpy_dtype
 from runtime.weights import WeightsError, read_safetensors_metadata
 from runtime.weights import save_params as _save_params
@@ -70,6 +72,7 @@ class CompiledModel:
         """Parameter values by name (the loaded weights, or seeded random ones: for a transformed
         recipe the untransformed model's random weights, converted by the mapping)."""
         if self._params is None:
+            _check_param_memory(self.recipe, self.param_specs, self.mapping, "random")
             if self.mapping.param_map:
                 floats = random_params(self.mapping.float_specs, self.seed)
                 self._params = self.mapping.apply(floats, self.param_specs, _started(self.progress,
@@ -121,7 +124,7 @@ class CompiledModel:
     @property
     def num_params(self) -> int:
         """Number of parameter elements."""
-        return int(sum(np.prod(shape, dtype=np.int64) for _, shape, _ in self.param_specs))
+        return sum(math.prod(shape) for _, shape, _ in self.param_specs)
 
     @property
     def param_bytes(self) -> int:
@@ -243,7 +246,17 @@ def _cast_input(t, dtype: str):
 
 
 def _nbytes(specs: Sequence[tuple[str, Sequence, str]]) -> int:
-    return int(sum(np.prod(shape, dtype=np.int64) * numpy_dtype(dtype).itemsize for _, shape, dtype in specs))
+    return sum(math.prod(shape) * numpy_dtype(dtype).itemsize for _, shape, dtype in specs)
+
+
+def _check_param_memory(recipe: schemas.Recipe, param_specs, mapping: QuantizeMapping | None, how: str) -> None:
+    """Raise :class:`runtime.memory.MemoryLimitError` before any parameter is allocated when the
+    parameters (plus, for a transformed recipe, the float values they are converted from, which
+    exist at the same time) need more memory than is available."""
+    need = _nbytes(param_specs)
+    if mapping is not None and mapping.param_map:
+        need += _nbytes(mapping.float_specs)
+    check_allocation(need, f"the {how} parameters of '{recipe.name}' ({len(param_specs)} tensors)")
 
 
 def _started(progress: Progress | None, mapping: QuantizeMapping) -> Progress | None:
@@ -329,6 +342,7 @@ def bind_weights(recipe: schemas.Recipe, param_specs: Sequence[tuple[str, tuple,
     if weights is None and not Path(path).is_absolute():
         path = base / path
     expected = {name: (shape, dtype) for name, shape, dtype in param_specs}
+    _check_param_memory(recipe, param_specs, mapping, "loaded")
     conversions = mapping.conversions() if mapping is not None else None
     try:
         return load_params(path, expected, prefix=wdef.prefix if wdef else "",

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from .executable import Executable
+from .memory import check_allocation
 from .native import NativeLibrary, dim_to_str, eval_dim, numpy_dtype
 
 __all__ = ["VirtualMachine", "register_extern", "AttentionKVCache"]
@@ -108,13 +109,22 @@ def _bind_arg(where: str, p: dict, a: Any, env: dict, checked: list) -> None:
 def _alloc(func: str, callee: str, dims: list, dtype: str, env: dict) -> np.ndarray:
     """The output buffer of a call: ``dims`` evaluated in ``env``. Raises ValueError naming the
     function, the callee and the shape when a dim comes out negative (the inputs are too small
-    for the op, e.g. a convolution window wider than its padded input)."""
+    for the op, e.g. a convolution window wider than its padded input), and
+    :class:`runtime.memory.MemoryLimitError` when the buffer is larger than the memory available."""
     shape = [eval_dim(t, env) for t in dims]
     if shape and min(shape) < 0:
         raise ValueError(f"{func}: the output of '{callee}' would have shape {tuple(shape)} "
                          f"({_shape_text(dims)} with {', '.join(f'{k}={v}' for k, v in env.items())}): "
                          "the inputs are too small for it")
-    return np.empty(shape, dtype=numpy_dtype(dtype))
+    np_dtype = numpy_dtype(dtype)
+    nbytes = math.prod(shape) * np_dtype.itemsize
+    if nbytes > _CHECKED_ALLOCATION:
+        check_allocation(nbytes, f"{func}: the output of '{callee}' of shape {tuple(shape)} {dtype}")
+    return np.empty(shape, dtype=np_dtype)
+
+
+#: Output buffers above this many bytes are checked against the memory available before allocating.
+_CHECKED_ALLOCATION = 1 << 26
 
 
 def _contiguous(a: Any) -> Any:

@@ -23,12 +23,15 @@ from __future__ import annotations
 
 import difflib
 import json
+import os
 import struct
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
 import numpy as np
+
+from .files import atomic_write, open_regular
 
 __all__ = ["WeightsError", "ParamConversion", "load_params", "save_params", "read_safetensors_header"]
 
@@ -60,41 +63,112 @@ _OUR_TO_ST = {v: k for k, v in _ST_DTYPES.items()}
 _FLOATS = ("float16", "bfloat16", "float32", "float64")
 
 
-def _read_header(path: str | Path) -> tuple[dict, int]:
-    """The raw JSON header of a safetensors file and the offset of its data section."""
-    path = Path(path)
-    try:
-        with path.open("rb") as f:
-            (n,) = struct.unpack("<Q", f.read(8))
-            if n > 100_000_000:
-                raise ValueError("header too large")
-            header = json.loads(f.read(n))
-        if not isinstance(header, dict):
-            raise ValueError("header is not a JSON object")
-    except (OSError, ValueError, struct.error) as exc:
-        raise WeightsError(str(path), [f"not a readable safetensors file: {exc}"]) from None
-    return header, 8 + n
+class _Checkpoint:
+    """A safetensors file opened for reading: the ``safetensors`` library validates it (header
+    syntax and size, dtypes, shapes, offsets contiguous from 0 and ending exactly at the end of the
+    file, shape x dtype size = bytes), then single tensors are read from the validated layout.
+
+    ``infos``: name -> ``{"dtype": our name (or the file's for dtypes we do not know), "shape": list}``;
+    ``metadata``: the ``__metadata__`` string map. Use as a context manager. Raises WeightsError for
+    a path that is not a regular file or a file the library refuses.
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        from safetensors import SafetensorError, safe_open
+
+        self.path = str(path)
+        self._ctx = open_regular(path)
+        try:
+            self._fh, size = self._ctx.__enter__()
+        except (OSError, ValueError) as exc:
+            raise WeightsError(self.path, [f"cannot open it: {exc}"]) from None
+        try:
+            fd_path = f"/proc/self/fd/{self._fh.fileno()}"   # the file we checked, not whatever the path names now
+            with safe_open(fd_path if os.path.exists(fd_path) else self.path, framework="numpy") as st:
+                names = list(st.offset_keys())
+                self.metadata = {str(k): str(v) for k, v in (st.metadata() or {}).items()}
+                self.infos = {}
+                for name in names:
+                    sl = st.get_slice(name)
+                    self.infos[name] = {"dtype": _ST_DTYPES.get(sl.get_dtype(), sl.get_dtype()),
+                                        "shape": [int(d) for d in sl.get_shape()]}
+        except (SafetensorError, OSError, ValueError, TypeError, RecursionError) as exc:
+            self.close()
+            message = str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__
+            if "not fully covered" in message:
+                message += " (the file is truncated, or has bytes after its last tensor)"
+            raise WeightsError(self.path, [f"not a valid safetensors file: {message}"]) from None
+        header_len = struct.unpack("<Q", self._read(0, 8))[0]
+        self._offsets: dict[str, tuple[int, int]] = {}
+        pos = 8 + header_len
+        for name in names:      # the library checked: contiguous, in this order, sizes from dtype x shape
+            info = self.infos[name]
+            nbytes = _nbytes(info) if info["dtype"] in _ITEMSIZE else None
+            self._offsets[name] = (pos, nbytes)
+            if nbytes is None:   # a dtype we cannot read: nothing after it is located
+                break
+            pos += nbytes
+        if pos > size:
+            self.close()
+            raise WeightsError(self.path, ["not a valid safetensors file: tensors run past its end"])
+
+    def _read(self, start: int, nbytes: int) -> bytes:
+        self._fh.seek(start)
+        data = self._fh.read(nbytes)
+        if len(data) != nbytes:
+            raise WeightsError(self.path, [f"the file ended after {start + len(data)} bytes, while reading "
+                                           f"{nbytes} bytes at {start}: it changed while it was read"])
+        return data
+
+    def read(self, name: str) -> np.ndarray:
+        """Tensor ``name`` as a new C-contiguous array (bfloat16 as uint16 bits)."""
+        info = self.infos[name]
+        start, nbytes = self._offsets.get(name, (0, None))
+        if nbytes is None:
+            raise WeightsError(self.path, [f"'{name}' has dtype {info['dtype']}, which cannot be read"])
+        dtype = np.dtype(np.uint16 if info["dtype"] == "bfloat16" else info["dtype"])
+        return np.frombuffer(self._read(start, nbytes), dtype=dtype.newbyteorder("<")).astype(
+            dtype, copy=True).reshape(info["shape"])
+
+    def close(self) -> None:
+        """Close the file."""
+        if self._ctx is not None:
+            self._ctx.__exit__(None, None, None)
+            self._ctx = None
+
+    def __enter__(self) -> "_Checkpoint":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+_ITEMSIZE = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2, "int64": 8, "int32": 4, "int16": 2,
+             "int8": 1, "uint8": 1, "uint16": 2, "uint32": 4, "uint64": 8, "bool": 1}
+
+
+def _nbytes(info: dict) -> int:
+    n = _ITEMSIZE[info["dtype"]]
+    for d in info["shape"]:
+        n *= d
+    return n
 
 
 def read_safetensors_header(path: str | Path) -> dict[str, dict]:
-    """``{name: {"dtype": str (our spelling), "shape": [..]}}`` from a safetensors header.
+    """``{name: {"dtype": str (our spelling), "shape": [..]}}`` of a safetensors file, in file order.
 
-    Raises WeightsError for a file that is not safetensors.
+    Raises WeightsError for a file that is not valid safetensors (as the ``safetensors`` library
+    judges it) or not a regular file.
     """
-    header, _ = _read_header(path)
-    out = {}
-    for name, info in header.items():
-        if name == "__metadata__":
-            continue
-        out[name] = {"dtype": _ST_DTYPES.get(info["dtype"], info["dtype"]), "shape": list(info["shape"])}
-    return out
+    with _Checkpoint(path) as ckpt:
+        return {name: dict(info) for name, info in ckpt.infos.items()}
 
 
 def read_safetensors_metadata(path: str | Path) -> dict[str, str]:
-    """The ``__metadata__`` string map of a safetensors file (empty when it has none)."""
-    header, _ = _read_header(path)
-    meta = header.get("__metadata__") or {}
-    return {str(k): str(v) for k, v in meta.items()}
+    """The ``__metadata__`` string map of a safetensors file (empty when it has none). Raises
+    WeightsError as :func:`read_safetensors_header`."""
+    with _Checkpoint(path) as ckpt:
+        return dict(ckpt.metadata)
 
 
 def load_params(path: str | Path, expected: Mapping[str, tuple[Sequence[int], str]], prefix: str = "",
@@ -113,8 +187,12 @@ def load_params(path: str | Path, expected: Mapping[str, tuple[Sequence[int], st
     file's side and the parameter's side of each mismatch.
     """
     path = str(path)
-    raw, data_start = _read_header(path)
-    header = read_safetensors_header(path)
+    with _Checkpoint(path) as ckpt:
+        return _load(ckpt, expected, prefix, name_map, conversions, progress)
+
+
+def _load(ckpt: _Checkpoint, expected, prefix, name_map, conversions, progress) -> dict[str, np.ndarray]:
+    path, header = ckpt.path, ckpt.infos
     name_map = dict(name_map or {})
     conversions = dict(conversions or {})
     producer = {t: src for src, conv in conversions.items() for t in conv.targets}
@@ -185,35 +263,22 @@ def load_params(path: str | Path, expected: Mapping[str, tuple[Sequence[int], st
         raise WeightsError(path, problems)
 
     out: dict[str, np.ndarray] = {}
-    with open(path, "rb") as f:
-        def read(key: str) -> np.ndarray:
-            info = raw[key]
-            start, end = info["data_offsets"]
-            f.seek(data_start + start)
-            dtype = _ST_DTYPES.get(info["dtype"], info["dtype"])
-            np_dtype = np.uint16 if dtype == "bfloat16" else np.dtype(dtype)
-            buf = f.read(end - start)
-            if len(buf) != end - start:
-                raise WeightsError(path, [f"'{key}' needs bytes {start}..{end} of the data section, "
-                                          f"but the file ends after {start + len(buf)}: it is truncated"])
-            return np.frombuffer(buf, dtype=np.dtype(np_dtype).newbyteorder("<")).astype(
-                np_dtype, copy=True).reshape(info["shape"])
-
-        for name, key in direct.items():
-            if producer.get(name) not in convert:
-                out[name] = read(key)
-        for name, key in cast.items():
-            out[name] = _cast_float(read(key), header[key]["dtype"], expected[name][1])
-        total = len(convert)
-        if progress is not None and total:
-            progress(0, total, next(iter(convert)))
-        for done, (src, skey) in enumerate(convert.items(), start=1):
-            conv = conversions[src]
-            arrays = list(conv.func(_float32(read(skey), header[skey]["dtype"])))
-            problems.extend(_check_converted(src, conv.targets, arrays, expected))
-            out.update(zip(conv.targets, arrays))
-            if progress is not None:
-                progress(done, total, src)
+    read = ckpt.read
+    for name, key in direct.items():
+        if producer.get(name) not in convert:
+            out[name] = read(key)
+    for name, key in cast.items():
+        out[name] = _cast_float(read(key), header[key]["dtype"], expected[name][1])
+    total = len(convert)
+    if progress is not None and total:
+        progress(0, total, next(iter(convert)))
+    for done, (src, skey) in enumerate(convert.items(), start=1):
+        conv = conversions[src]
+        arrays = list(conv.func(_float32(read(skey), header[skey]["dtype"])))
+        problems.extend(_check_converted(src, conv.targets, arrays, expected))
+        out.update(zip(conv.targets, arrays))
+        if progress is not None:
+            progress(done, total, src)
     if problems:
         raise WeightsError(path, problems)
     return {name: out[name] for name in expected}
@@ -259,8 +324,9 @@ def save_params(path: str | Path, params: Mapping[str, np.ndarray], metadata: Ma
 
     ``dtypes`` names the element type of arrays whose numpy dtype does not (``"bfloat16"`` for
     uint16 bits, written as ``BF16``); ``ml_dtypes.bfloat16`` arrays are written as ``BF16`` too.
-    ``metadata`` goes to the header's ``__metadata__`` (string values). Raises ValueError for an
-    unsupported dtype.
+    ``metadata`` goes to the header's ``__metadata__`` (string values). The file is written to a
+    temporary file beside ``path`` and renamed into place (a failed save leaves an earlier file
+    intact). Raises ValueError for an unsupported dtype, OSError when the folder cannot be written.
     """
     dtypes = dict(dtypes or {})
     header: dict = {}
@@ -284,8 +350,11 @@ def save_params(path: str | Path, params: Mapping[str, np.ndarray], metadata: Ma
         offset += len(data)
     text = json.dumps(header, separators=(",", ":")).encode()
     text += b" " * (-len(text) % 8)
-    with open(path, "wb") as f:
+
+    def write(f) -> None:
         f.write(struct.pack("<Q", len(text)))
         f.write(text)
         for blob in blobs:
             f.write(blob)
+
+    atomic_write(path, write)
