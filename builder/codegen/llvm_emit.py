@@ -222,6 +222,12 @@ class _ExprEmitter:
             return self.cast_value(self.expr(e.value), e.value.dtype, e.dtype)
         if isinstance(e, E.Call):
             return self.call(e)
+        if isinstance(e, E.Let):
+            self.env[e.var] = self.expr(e.value)
+            try:
+                return self.expr(e.body)
+            finally:
+                del self.env[e.var]
         raise TypeError(f"cannot generate code for {type(e).__name__} {e}")
 
     # -- helpers

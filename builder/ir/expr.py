@@ -20,7 +20,7 @@ from typing import Iterable, Union
 __all__ = [
     "PrimExpr", "Var", "SizeVar", "IntImm", "FloatImm", "StringImm", "BinaryOp", "Add", "Sub", "Mul",
     "Div", "FloorDiv", "FloorMod", "Min", "Max", "CmpOp", "EQ", "NE", "LT", "LE", "GT", "GE",
-    "And", "Or", "Not", "Select", "Cast", "Call", "const", "convert", "simplify", "prove_equal",
+    "And", "Or", "Not", "Select", "Cast", "Let", "Call", "const", "convert", "simplify", "prove_equal",
     "free_vars", "substitute", "evaluate", "divide_exact", "is_int_dtype", "is_float_dtype", "ExprLike",
 ]
 
@@ -417,6 +417,26 @@ class Cast(PrimExpr):
         return (self.dtype, self.value)
 
 
+class Let(PrimExpr):
+    """``body`` with ``var`` bound to ``value`` (TVM's ``tir.Let``, printed ``T.Let(body, where={var:
+    value})``): ``value`` is computed once and every occurrence of ``var`` in ``body`` reads it. A
+    fused elementwise chain binds a value used more than once this way, so that its expression stays
+    linear in the chain's length (``silu(silu(x))`` reads the inner ``silu`` twice)."""
+
+    __slots__ = ("var", "value", "body")
+
+    def __init__(self, var: "Var", value: PrimExpr, body: PrimExpr) -> None:
+        if var.dtype != value.dtype:
+            raise TypeError(f"Let: variable '{var.name}' is {var.dtype}, its value {value.dtype}")
+        self.var = var
+        self.value = value
+        self.body = body
+        self.dtype = body.dtype
+
+    def _key(self) -> tuple:
+        return (self.var, self.value, self.body)
+
+
 class Call(PrimExpr):
     """A call of a pure intrinsic, e.g. ``exp``, ``sqrt``, ``tanh``, ``erf``, ``fabs``.
 
@@ -757,6 +777,7 @@ def free_vars(e: ExprLike) -> list[Var]:
     """The distinct ``Var``\\ s in ``e`` in order of first appearance (left to right)."""
     out: list[Var] = []
     seen: set[int] = set()
+    bound: set[int] = set()   # Let variables: bound inside the expression, not free
 
     def visit(x: PrimExpr) -> None:
         if isinstance(x, Var):
@@ -764,11 +785,13 @@ def free_vars(e: ExprLike) -> list[Var]:
                 seen.add(id(x))
                 out.append(x)
             return
+        if isinstance(x, Let):
+            bound.add(id(x.var))
         for child in _children(x):
             visit(child)
 
     visit(convert(e))
-    return out
+    return [v for v in out if id(v) not in bound]
 
 
 def _children(x: PrimExpr) -> tuple[PrimExpr, ...]:
@@ -782,6 +805,8 @@ def _children(x: PrimExpr) -> tuple[PrimExpr, ...]:
         return (x.value,)
     if isinstance(x, Call):
         return x.args
+    if isinstance(x, Let):
+        return (x.value, x.body)
     children = getattr(x, "children", None)
     return tuple(children()) if callable(children) else ()
 
@@ -805,6 +830,8 @@ def substitute(e: ExprLike, vmap: dict) -> PrimExpr:
         return Cast(e.dtype, substitute(e.value, vmap))
     if isinstance(e, Call):
         return Call(e.dtype, e.op, [substitute(a, vmap) for a in e.args])
+    if isinstance(e, Let):
+        return Let(e.var, substitute(e.value, vmap), substitute(e.body, vmap))
     sub = getattr(e, "substitute", None)
     return sub(vmap) if callable(sub) else e
 
@@ -838,4 +865,6 @@ def evaluate(e: ExprLike, env: dict) -> int | float:
     if isinstance(e, Cast):
         v = evaluate(e.value, env)
         return float(v) if is_float_dtype(e.dtype) else int(v)
+    if isinstance(e, Let):
+        return evaluate(e.body, {**env, e.var: evaluate(e.value, env)})
     raise TypeError(f"cannot evaluate {type(e).__name__} on the host")

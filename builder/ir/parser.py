@@ -195,7 +195,14 @@ class _PrimParser:
 
     def __init__(self, src: _Source, lookup: Callable[[str, ast.AST], Any]) -> None:
         self.src = src
-        self.lookup = lookup
+        self.outer_lookup = lookup
+        self.lets: list[tuple[str, E.Var]] = []   # variables of enclosing ``T.Let``s, innermost last
+
+    def lookup(self, name: str, node: ast.AST):
+        for let_name, var in reversed(self.lets):
+            if let_name == name:
+                return var
+        return self.outer_lookup(name, node)
 
     def prim(self, node: ast.AST, dtype_hint: str | None = None) -> E.PrimExpr:
         """The expression ``node`` as a PrimExpr (bare numbers take ``dtype_hint``)."""
@@ -328,6 +335,17 @@ class _PrimParser:
         if fn == "Cast" and len(args) == 2:
             dtype = self._string(args[0])
             return E.Cast(dtype, self.prim(args[1]))
+        if fn == "Let" and len(args) == 1 and len(node.keywords) == 1 and node.keywords[0].arg == "where":
+            where = node.keywords[0].value
+            if not (isinstance(where, ast.Dict) and len(where.keys) == 1 and isinstance(where.keys[0], ast.Name)):
+                raise self.src.error(where, "T.Let expects where={name: value}")
+            value = self.prim(where.values[0])
+            var = E.Var(where.keys[0].id, value.dtype)
+            self.lets.append((var.name, var))
+            try:
+                return E.Let(var, value, self.prim(args[0]))
+            finally:
+                self.lets.pop()
         if fn == "if_then_else" and len(args) == 3:
             c = self.prim(args[0], "bool")
             t, f = self.expr(args[1]), self.expr(args[2])

@@ -63,6 +63,8 @@ def print_prim_expr(e: E.PrimExpr, name_of=None) -> str:
             return f"T.Select({p(x.condition)}, {p(x.true_value)}, {p(x.false_value)})"
         if isinstance(x, E.Cast):
             return f"T.Cast(\"{x.dtype}\", {p(x.value)})"
+        if isinstance(x, E.Let):
+            return f"T.Let({p(x.body)}, where={{{p(x.var)}: {p(x.value)}}})"
         if isinstance(x, E.Call):
             return f"T.{x.op}({', '.join(p(a) for a in x.args)})"
         custom = getattr(x, "_print", None)

@@ -424,6 +424,12 @@ class _Comparer:
             return self.prim(a.false_value, b.false_value, f"{path}.false_value")
         if isinstance(a, E.Cast):
             return self.prim(a.value, b.value, f"{path}.value")
+        if isinstance(a, E.Let):
+            self.prim(a.value, b.value, f"{path}.value")
+            mark = self.mark()
+            self.tir_var_def(a.var, b.var, f"{path}.var")
+            self.prim(a.body, b.body, f"{path}.body")
+            return self.undo(mark)
         if isinstance(a, E.Call):
             if a.op != b.op:
                 self.fail(path, f"intrinsic T.{a.op} vs T.{b.op}")

@@ -743,6 +743,10 @@ def verify(func: PrimFunc) -> None:
 
     def check_expr(e: PrimExpr, vars_: set, bufs: set, s: Stmt) -> None:
         def visit(x: PrimExpr) -> None:
+            if isinstance(x, E.Let):
+                visit(x.value)
+                check_expr(x.body, vars_ | {x.var}, bufs, s)
+                return
             if isinstance(x, Var):
                 if x not in vars_ and x not in sym:
                     errors.append(f"variable '{x.name}' is not bound, in `{where(s)}`")

@@ -2004,6 +2004,45 @@ from ..ir.tir import BufferLoad as _BufferLoad  # noqa: E402
 from .tensor import ComputeOp as _ComputeOp, Reduce as _Reduce  # noqa: E402
 
 
+_LET_IDS = __import__("itertools").count()
+
+
+def _inlinable_key(ld: _BufferLoad):
+    """``(id(tensor), indices)`` for a load of an inlinable (injective compute) stage, else None;
+    the indices compare structurally (variables by identity)."""
+    t = getattr(ld.buffer, "tensor", None)
+    if t is None or not isinstance(t.op, _ComputeOp) or isinstance(t.op.body, _Reduce):
+        return None
+    try:
+        key = (id(t), tuple(ld.indices))
+        hash(key)
+    except TypeError:
+        return None
+    return key
+
+
+def _unguarded_loads(e: PrimExpr):
+    """Keys (:func:`_inlinable_key`) of the loads of ``e`` that are evaluated whenever ``e`` is: not
+    under a ``Select`` branch, the right side of ``and`` / ``or``, a conditional intrinsic or a
+    reduction. Iterative (no recursion limit on deep expressions)."""
+    stack = [e]
+    while stack:
+        x = stack.pop()
+        if isinstance(x, _BufferLoad):
+            key = _inlinable_key(x)
+            if key is not None:
+                yield key
+            stack.extend(x.indices)
+        elif isinstance(x, E.Select):
+            stack.append(x.condition)
+        elif isinstance(x, (E.And, E.Or)):
+            stack.append(x.a)
+        elif isinstance(x, E.Call) and x.op == "if_then_else":
+            stack.append(x.args[0])
+        elif not isinstance(x, _Reduce):
+            stack.extend(E._children(x))
+
+
 def _rewrite_loads(e: PrimExpr, fn: Callable) -> PrimExpr:
     """Rebuild ``e`` with every BufferLoad replaced by ``fn(load)`` (indices rewritten first)."""
     if isinstance(e, _BufferLoad):
@@ -2023,6 +2062,8 @@ def _rewrite_loads(e: PrimExpr, fn: Callable) -> PrimExpr:
         return E.Cast(e.dtype, _rewrite_loads(e.value, fn))
     if isinstance(e, E.Call):
         return E.Call(e.dtype, e.op, [_rewrite_loads(a, fn) for a in e.args])
+    if isinstance(e, E.Let):
+        return E.Let(e.var, _rewrite_loads(e.value, fn), _rewrite_loads(e.body, fn))
     return e
 
 
@@ -2030,6 +2071,11 @@ def inline_injective(output: Tensor, reduction_names: dict | None = None) -> Ten
     """``output`` rebuilt with every non-reduction compute it depends on inlined into its
     readers (TVM's ``compute_inline`` on all injective stages). Reductions stay stages of
     their own (their sources get their injective producers inlined); placeholders stay.
+    A producer that a reader evaluates more than once at the same element (``silu(y) = y *
+    sigmoid(y)`` reads ``y`` twice) is bound once with a ``Let`` instead of being copied, so the
+    inlined expression grows linearly with the length of the chain, not exponentially; reads under
+    a condition (a ``Select`` branch, the right side of ``and`` / ``or``) are copied, never hoisted
+    out of their condition.
 
     ``reduction_names`` (optional) maps ``id(old reduction tensor)`` to the name of its rebuilt
     stage; the dict is filled with the names used (made unique with ``_1``, ``_2`` suffixes).
@@ -2058,7 +2104,29 @@ def inline_injective(output: Tensor, reduction_names: dict | None = None) -> Ten
         return E.substitute(inline(t.op.body), vmap)
 
     def inline(body: PrimExpr) -> PrimExpr:
-        return _rewrite_loads(body, load)
+        if isinstance(body, _Reduce):    # a value used per reduction step is not hoisted out of it
+            return _rewrite_loads(body, load)
+        counts: dict = {}
+        for key in _unguarded_loads(body):
+            counts[key] = counts.get(key, 0) + 1
+        shared: dict = {}
+        lets: list[tuple[E.Var, PrimExpr]] = []
+
+        def share(ld: _BufferLoad) -> PrimExpr:
+            key = _inlinable_key(ld)
+            if key is None or counts.get(key, 0) < 2:
+                return load(ld)
+            var = shared.get(key)
+            if var is None:
+                value = load(ld)
+                var = shared[key] = E.Var(f"{ld.buffer.name}_v{next(_LET_IDS)}", value.dtype)
+                lets.append((var, value))
+            return var
+
+        out = _rewrite_loads(body, share)
+        for var, value in reversed(lets):
+            out = E.Let(var, value, out)
+        return out
 
     def build(t: Tensor) -> Tensor:
         got = memo.get(id(t))

@@ -24,8 +24,13 @@ is recomputed for several outputs. The fused semantics are those of the ops it r
 (the same topi definitions, float16 / bfloat16 roundings of the intermediates included).
 Bindings the fusion leaves unused are removed (:func:`dead_code_elimination`).
 
+A group holds at most ``max_fuse_depth`` ops along any path from its result to a leaf (default
+:data:`MAX_FUSE_DEPTH`, as TVM's ``relax.transform.FuseOps(fuse_opt_level, max_fuse_depth)``): a
+longer chain (2,000 ``silu`` ops in a row) becomes several kernels, each of bounded size, so that
+compile time stays linear and no pass recurses deeper than a kernel.
+
 Usage: ``FuseOps()(mod)``; ``FuseOps(linear=False)`` / ``FuseOps(elementwise=False)`` turn a
-family off.
+family off; ``FuseOps(max_fuse_depth=8)`` bounds groups more tightly.
 """
 from __future__ import annotations
 
@@ -38,7 +43,10 @@ from ..ir.struct_info import TensorStructInfo
 from ..te import topi
 from .legalize import call_te, dead_code_elimination, linear_kernel_call, linear_weight
 
-__all__ = ["FuseOps"]
+__all__ = ["FuseOps", "MAX_FUSE_DEPTH"]
+
+#: The default bound on the ops along one path of a fused group (see the module docstring).
+MAX_FUSE_DEPTH = 32
 
 _UNARY = {f"relax.nn.{n}": n for n in ("relu", "silu", "gelu", "gelu_tanh")}
 _UNARY.update({f"relax.{n}": n for n in ("sigmoid", "tanh", "exp", "negative")})
@@ -64,6 +72,13 @@ def _broadcasts_into(shape, into) -> bool:
     return True
 
 
+def _hint(ops: list[str]) -> str:
+    """The name hint of a fused kernel: ``fused_`` and its ops, the first few of a long group."""
+    if len(ops) > 8:
+        ops = ops[:4] + [f"and_{len(ops) - 4}_more"]
+    return "fused_" + "_".join(ops)
+
+
 class _Match:
     """State of one pattern match rooted at a binding."""
 
@@ -87,9 +102,12 @@ class _Match:
 class FuseOps:
     """Pass: see the module docstring. ``FuseOps(linear=True, elementwise=True)(mod)``."""
 
-    def __init__(self, linear: bool = True, elementwise: bool = True) -> None:
+    def __init__(self, linear: bool = True, elementwise: bool = True, max_fuse_depth: int = MAX_FUSE_DEPTH) -> None:
+        if max_fuse_depth < 1:
+            raise ValueError(f"max_fuse_depth must be at least 1, got {max_fuse_depth}")
         self.linear = linear
         self.elementwise = elementwise
+        self.max_fuse_depth = max_fuse_depth
 
     def __call__(self, mod: rx.IRModule) -> rx.IRModule:
         out = rx.IRModule({}, mod.attrs)
@@ -193,10 +211,10 @@ class FuseOps:
         m.ops.append("matmul")
         return ("linear", len(m.weights) - 1)
 
-    def _node(self, e: rx.Expr, m: _Match, root: bool = False):
+    def _node(self, e: rx.Expr, m: _Match, root: bool = False, depth: int = 0):
         call = self._call(e)
         inner_ok = root or self._inner_ok(e)
-        if call is not None and inner_ok and isinstance(e.struct_info, TensorStructInfo) \
+        if call is not None and inner_ok and depth < self.max_fuse_depth and isinstance(e.struct_info, TensorStructInfo) \
                 and _same_shape(e.struct_info.shape or (), m.root_shape):
             if call.op.name == "relax.matmul":
                 leaf = self._linear_leaf(call, m)
@@ -206,24 +224,24 @@ class FuseOps:
                     return leaf
             elif call.op.name in _UNARY or call.op.name in _BINARY or call.op.name == "relax.astype":
                 if e.struct_info.dtype in _FLOATS:
-                    return self._op_node(e, call, m, root)
+                    return self._op_node(e, call, m, root, depth)
         return self._leaf(e, m)
 
-    def _op_node(self, e, call: rx.Call, m: _Match, root: bool):
+    def _op_node(self, e, call: rx.Call, m: _Match, root: bool, depth: int):
         name = call.op.name
         mark = (len(m.tensors), len(m.weights), len(m.ops), len(m.consumed), m.x, m.out_dtype)
         if name == "relax.astype":
             dtype = call.attrs.get("dtype")
-            child = self._node(call.args[0], m)
+            child = self._node(call.args[0], m, depth=depth + 1)
             node = None if child is None else ("astype", dtype, child)
             op = "cast"
         elif name in _UNARY:
-            child = self._node(call.args[0], m)
+            child = self._node(call.args[0], m, depth=depth + 1)
             node = None if child is None else (_UNARY[name], child)
             op = _UNARY[name]
         else:
-            a = self._node(call.args[0], m)
-            b = self._node(call.args[1], m) if a is not None else None
+            a = self._node(call.args[0], m, depth=depth + 1)
+            b = self._node(call.args[1], m, depth=depth + 1) if a is not None else None
             node = None if b is None else (_BINARY[name], a, b)
             op = _BINARY[name]
         if node is None:
@@ -253,7 +271,7 @@ class FuseOps:
     # ------------------------------------------------------------------------------------------
     def _emit_linear(self, bb: BlockBuilder, tree, m: _Match):
         epi = [op for op in m.ops if op != "matmul"]
-        hint = "matmul" if not epi else "fused_matmul_" + "_".join(epi)
+        hint = "matmul" if not epi else _hint(["matmul", *epi])
         try:
             call = linear_kernel_call(bb, m.x, list(m.tensors), [dict(w) for w in m.weights],
                                       epilogue=tree, out_dtype=m.out_dtype, name=hint)
@@ -266,7 +284,7 @@ class FuseOps:
             return topi.inline_injective(topi._replay(tree, [], ts))
 
         try:
-            call = call_te(bb, fused, tuple(m.tensors), {}, "fused_" + "_".join(m.ops))
+            call = call_te(bb, fused, tuple(m.tensors), {}, _hint(m.ops))
         except (ValueError, TypeError):
             return None
         return call, m.consumed

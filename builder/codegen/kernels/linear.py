@@ -195,6 +195,8 @@ def _map_loads(e: PrimExpr, fn) -> PrimExpr:
         return E.Cast(e.dtype, _map_loads(e.value, fn))
     if isinstance(e, E.Call):
         return E.Call(e.dtype, e.op, [_map_loads(a, fn) for a in e.args])
+    if isinstance(e, E.Let):
+        return E.Let(e.var, _map_loads(e.value, fn), _map_loads(e.body, fn))
     return e
 
 
