@@ -57,6 +57,10 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``build`` console script; returns the exit code."""
+    for stream in (sys.stdout, sys.stderr):   # user text (paths, names) may not be valid Unicode
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            reconfigure(errors="backslashreplace")
     args = _parser().parse_intermixed_args(argv)
     try:
         return _run(args)
@@ -129,7 +133,7 @@ def _run_with(args: argparse.Namespace, progress: "_ConversionProgress") -> int:
         result_note = f"ran {fname} in {t_run * 1e3:.2f} ms -> {shapes}" + (
             f", written to {args.output}" if args.output else "")
 
-    table = Table(title=f"{recipe.name}", show_header=True, header_style="bold")
+    table = Table(title=escape(recipe.name), show_header=True, header_style="bold")
     table.add_column("function")
     table.add_column("inputs")
     for fname, inputs in spec.items():
@@ -181,7 +185,7 @@ def _kernel_kinds(exe) -> str:
     from collections import Counter
 
     kinds = Counter(str(meta.get("kernel", "loops")).split(" (")[0] for meta in exe.kernels.values())
-    return ", ".join(f"{n} {kind}" for kind, n in sorted(kinds.items()))
+    return ", ".join(f"{n} {kind}" for kind, n in sorted(kinds.items())) or "nothing to compute"
 
 
 def _bench(model, fname: str, runs: int, dim_args: list[str]) -> str:

@@ -37,7 +37,7 @@ from . import nn
 from .compile import compile as compile_module
 from .ir import relax as rx
 from .ir.expr import is_float_dtype
-from .quant import QuantizeMapping, apply_transforms, describe, model_dtype, resolve
+from .quant import GroupSizeError, QuantizeMapping, apply_transforms, describe, model_dtype, resolve
 from .recipe import instantiate
 
 __all__ = ["build", "CompiledModel", "export_recipe", "random_params", "bind_weights"]
@@ -177,8 +177,12 @@ def export_recipe(recipe: schemas.Recipe, mapping: QuantizeMapping | None = None
     """
     module, spec = instantiate(recipe)
     _check_fixed_sizes(recipe, module)
+    _check_tensor_bytes(recipe, module, spec)
     _check_exclude(recipe, module)
-    module = apply_transforms(module, recipe, mapping)
+    try:
+        module = apply_transforms(module, recipe, mapping)
+    except GroupSizeError as exc:
+        raise schemas.RecipeError([_issue(recipe, "quantization.group_size", str(exc))]) from None
     dtype = resolve(recipe.quantization).model_dtype
     if dtype is not None:
         spec = {fname: {iname: _cast_input(t, dtype) for iname, t in inputs.items()}
@@ -208,6 +212,31 @@ def _check_fixed_sizes(recipe: schemas.Recipe, module: nn.Module) -> None:
                 f"{what}: parameter '{name}' would have the shape ({', '.join(map(str, p.shape))}); "
                 "the sizes of a layer's weights must be integers (symbolic names are for function "
                 "inputs)"))
+    if issues:
+        raise schemas.RecipeError(issues)
+
+
+def _check_tensor_bytes(recipe: schemas.Recipe, module: nn.Module, spec: dict) -> None:
+    """Raise :class:`schemas.RecipeError` when a parameter, or an input's static dims, would take
+    more than :data:`schemas.limits.MAX_TENSOR_BYTES` (sizes whose products overflow int64 arithmetic:
+    each size is bounded by the schema, their products are checked here, at the layer or input)."""
+    from schemas.limits import MAX_TENSOR_BYTES
+
+    issues = []
+    for name, p in module.named_parameters():
+        nbytes = math.prod(d for d in p.shape if isinstance(d, int)) * numpy_dtype(p.dtype).itemsize
+        if nbytes > MAX_TENSOR_BYTES:
+            issues.append(_issue(recipe, "model.layers." + name.split(".")[0],
+                                 f"parameter '{name}' of shape {tuple(p.shape)} would take {nbytes:,} bytes, more "
+                                 f"than the 2**62 any tensor may have"))
+    for fname, inputs in spec.items():
+        for iname, t in inputs.items():
+            shape = getattr(t, "shape", None) or ()
+            nbytes = math.prod(d for d in shape if isinstance(d, int)) * numpy_dtype(t.dtype).itemsize
+            if nbytes > MAX_TENSOR_BYTES:
+                issues.append(_issue(recipe, f"functions.{fname}.{iname}.shape",
+                                     f"input '{iname}' of shape {list(shape)} would take {nbytes:,} bytes, more "
+                                     "than the 2**62 any tensor may have"))
     if issues:
         raise schemas.RecipeError(issues)
 

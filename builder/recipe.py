@@ -23,6 +23,7 @@ import inspect
 from typing import Any, Callable
 
 from schemas import LAYER_TYPES, Recipe, RecipeError
+from schemas.limits import MAX_EXPRESSION_DEPTH, MAX_FORWARD_CHARS
 
 from . import nn
 
@@ -47,7 +48,13 @@ _LAYER_CLASSES = {
 }
 assert set(_LAYER_CLASSES) == set(LAYER_TYPES), "every schema layer type needs a module class"
 
-_RESERVED = {name for name in dir(nn.Module) if not name.startswith("__")} | {"forward"}
+#: Names a layer, an input or a function may not take: attributes of nn.Module (a layer named
+#: ``named_parameters`` or ``__dict__`` would replace it) and ``forward``.
+_RESERVED = set(dir(nn.Module)) | {"forward"}
+
+
+def _reserved(name: str) -> bool:
+    return name in _RESERVED or (name.startswith("__") and name.endswith("__"))
 
 _FORWARD_PATH = ("model", "forward")
 
@@ -81,11 +88,17 @@ def parse_forward(text: str, inputs: list[str], layers: list[str]) -> ast.Module
     Checks: syntax, whitelisted node types, every name defined before use (inputs, assignments,
     layers and ops only as callees), a final ``return``.
     """
+    if len(text) > MAX_FORWARD_CHARS:
+        raise _ForwardError(None, f"forward is {len(text):,} characters long, more than the "
+                                  f"{MAX_FORWARD_CHARS:,} allowed", 1, 0)
     try:
         tree = ast.parse(text, mode="exec")
     except SyntaxError as exc:
         raise _ForwardError(None, f"invalid forward syntax: {exc.msg}", exc.lineno or 1,
                             max((exc.offset or 1) - 1, 0)) from None
+    except (RecursionError, MemoryError, ValueError) as exc:   # nesting beyond Python's parser, a NUL
+        raise _ForwardError(None, f"forward cannot be parsed: {str(exc) or type(exc).__name__}", 1, 0) from None
+    _check_depth(tree)
     if not tree.body or not isinstance(tree.body[-1], ast.Return):
         last = tree.body[-1] if tree.body else None
         raise _ForwardError(last, "forward must end with a `return` statement")
@@ -115,6 +128,19 @@ def parse_forward(text: str, inputs: list[str], layers: list[str]) -> ast.Module
             raise _ForwardError(stmt, f"{type(stmt).__name__} statements are not allowed in forward "
                                       "(only assignments and a final return)")
     return tree
+
+
+def _check_depth(tree: ast.AST) -> None:
+    """Raise ``_ForwardError`` at the first node nested deeper than ``MAX_EXPRESSION_DEPTH`` inside a
+    statement (iterative, so any depth is measured without recursion)."""
+    stack = [(tree, 0)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > MAX_EXPRESSION_DEPTH:
+            raise _ForwardError(node, f"expression nested more than {MAX_EXPRESSION_DEPTH} levels deep; "
+                                      "write it as a sequence of assignments")
+        inner = depth + 1 if isinstance(node, ast.expr) else 0
+        stack.extend((child, inner) for child in ast.iter_child_nodes(node))
 
 
 def _check_expr(node: ast.AST, defined: set[str], layers: list[str]) -> None:
@@ -179,7 +205,11 @@ class RecipeModule(nn.Module):
         try:
             for stmt in tree.body:
                 if isinstance(stmt, ast.Return):
-                    return self._eval(stmt.value, env)
+                    value = self._eval(stmt.value, env)
+                    if not _all_tensors(value):
+                        raise _ForwardError(stmt.value, f"forward returns {repr(value)[:60]} ({_describe(value)}); it "
+                                                        "must return tensors (or a tuple of tensors)")
+                    return value
                 value = self._eval(stmt.value, env)
                 target = stmt.targets[0]
                 if isinstance(target, ast.Tuple):
@@ -238,6 +268,12 @@ class RecipeModule(nn.Module):
             raise _ForwardError(node, str(exc)) from None
 
 
+def _all_tensors(value: Any) -> bool:
+    if isinstance(value, (tuple, list)):
+        return bool(value) and all(_all_tensors(v) for v in value)
+    return isinstance(value, nn.Tensor)
+
+
 def _describe(value: Any) -> str:
     if isinstance(value, nn.Tensor):
         return repr(value)
@@ -263,7 +299,7 @@ def instantiate(recipe: Recipe) -> tuple[nn.Module, dict]:
     """
     layers: dict[str, nn.Module] = {}
     for name, cfg in recipe.model.layers.items():
-        if name in _RESERVED:
+        if _reserved(name):
             raise recipe.source.error(("model", "layers", name),
                                       f"layer name '{name}' is reserved (it is an nn.Module attribute)")
         if name in FORWARD_OPS:
@@ -274,6 +310,9 @@ def instantiate(recipe: Recipe) -> tuple[nn.Module, dict]:
     spec: dict[str, dict] = {}
     input_names: list[str] | None = None
     for fname, inputs in recipe.functions.items():
+        if _reserved(fname) and fname != "forward":
+            raise recipe.source.error(("functions", fname),
+                                      f"function name '{fname}' is reserved (it is an nn.Module attribute)")
         names = list(inputs)
         if input_names is not None and names != input_names:
             raise recipe.source.error(("functions", fname),
@@ -281,9 +320,10 @@ def instantiate(recipe: Recipe) -> tuple[nn.Module, dict]:
                                       f"{input_names}; got {names}")
         input_names = names
         for iname in names:
-            if iname in layers or iname in FORWARD_OPS:
+            if iname in layers or iname in FORWARD_OPS or _reserved(iname):
                 raise recipe.source.error(("functions", fname, iname),
-                                          f"input name '{iname}' shadows a layer or op of the same name")
+                                          f"input name '{iname}' shadows a layer, an op or an nn.Module "
+                                          "attribute of the same name")
         spec[fname] = {iname: nn.spec.Tensor(list(s.shape), s.dtype) for iname, s in inputs.items()}
     try:
         tree = parse_forward(recipe.model.forward, input_names or [], list(layers))

@@ -5,12 +5,13 @@ from __future__ import annotations
 import difflib
 import os
 import re
+import stat
 from typing import Any, Iterable
 
-import yaml
 from pydantic import BaseModel, ValidationError
 
 from .errors import RecipeError, RecipeIssue
+from .limits import MAX_DEPTH, MAX_RECIPE_BYTES, MAX_STRING_CHARS, MAX_VALUES, MAX_VARIABLE_CHAIN
 from .models import LAYER_TYPES, QUANTIZATION_KINDS, QUANTIZATION_PRESETS, InputSpec, ModelDef, Recipe, WeightsDef
 from .source import FieldPath, IssueCollector, SourceMap, format_path, parse_yaml
 
@@ -27,11 +28,28 @@ def load_recipe(path: str | os.PathLike, overrides: Iterable[str] = ()) -> Recip
         RecipeError: the file cannot be read, or the recipe has problems (all of them are listed).
     """
     try:
-        with open(path, encoding="utf-8") as file:
-            text = file.read()
-    except (OSError, UnicodeDecodeError) as exc:
+        text = _read_text(path)
+    except (OSError, ValueError) as exc:
         raise RecipeError([RecipeIssue(os.fspath(path), None, None, "", f"cannot read recipe: {exc}")]) from None
     return load_recipe_text(text, filename=os.fspath(path), overrides=overrides)
+
+
+def _read_text(path: str | os.PathLike) -> str:
+    """The UTF-8 text of the regular file ``path`` (at most :data:`~schemas.limits.MAX_RECIPE_BYTES`);
+    a FIFO or a device is refused without blocking. Raises OSError / ValueError (UnicodeDecodeError)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise ValueError("it is not a regular file" + (" (a directory)" if stat.S_ISDIR(st.st_mode) else ""))
+        if st.st_size > MAX_RECIPE_BYTES:
+            raise ValueError(f"it is {st.st_size:,} bytes, more than the {MAX_RECIPE_BYTES:,} a recipe may have")
+        os.set_blocking(fd, True)
+        with os.fdopen(os.dup(fd), "rb") as fh:
+            data = fh.read(MAX_RECIPE_BYTES + 1)
+    finally:
+        os.close(fd)
+    return data.decode("utf-8")
 
 
 def load_recipe_text(text: str, filename: str = "<string>", overrides: Iterable[str] = ()) -> Recipe:
@@ -96,10 +114,15 @@ def _apply_override(data: dict, override: str, source: SourceMap) -> str | None:
     key = key.strip()
     if not has_value or not key:
         return "expected KEY=VALUE"
+    if len(text) > MAX_RECIPE_BYTES:
+        return f"the value is {len(text):,} characters long, more than a recipe may have"
+    value_issues = IssueCollector(SourceMap("<value>", text))
     try:
-        value = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        return f"invalid value: {getattr(exc, 'problem', None) or exc}"
+        value = parse_yaml(text, value_issues)   # the recipe's own bounded, position-keeping parser
+    except RecipeError as exc:
+        return f"invalid value: {exc.issues[0].message}"
+    if value_issues.issues:
+        return f"invalid value: {value_issues.issues[0].message}"
     try:
         container, last, path = _override_target(data, key)
     except LookupError as exc:
@@ -167,7 +190,13 @@ def _expand_quantization_preset(data: dict) -> None:
 # --- interpolation ---------------------------------------------------------------------------------
 
 class _Interpolator:
-    """Replaces ``${name}`` in the string values of recipe data with the variables of ``vars:``."""
+    """Replaces ``${name}`` in the string values of recipe data with the variables of ``vars:``.
+
+    Bounded (:mod:`schemas.limits`): the values substituted count toward ``MAX_VALUES`` each time
+    they are used, nesting after substitution stays within ``MAX_DEPTH``, a string built by
+    interpolation and all of them together stay within ``MAX_STRING_CHARS``, and variables may
+    reference each other at most ``MAX_VARIABLE_CHAIN`` deep; each excess is an issue at the reference.
+    """
 
     def __init__(self, data: dict, issues: IssueCollector):
         self.data = data
@@ -175,9 +204,12 @@ class _Interpolator:
         variables = data.get("vars")
         self.raw: dict = variables if isinstance(variables, dict) else {}
         self.resolved: dict = {}
+        self.sizes: dict = {}  # variable -> (values, depth) of its resolved value
         self.failed: set = set()  # variables whose own value has a problem, reported once
         self.resolving: list = []  # variables being resolved, to detect cycles
         self.origins: dict[FieldPath, str] = {}  # values that are exactly "${name}" -> name
+        self.values = _measure(data)[0]  # values in the data, plus those substitutions add
+        self.chars = 0  # characters built by interpolation into strings
 
     def run(self) -> None:
         for name in self.raw:
@@ -200,10 +232,38 @@ class _Interpolator:
     def expand(self, text: str, path: FieldPath) -> Any:
         whole = _VARIABLE.fullmatch(text)
         if whole and whole.group(1) is not None:  # exactly "${name}": keep the value's type
-            self.origins[path] = whole.group(1).strip()
-            return self.variable(self.origins[path], path, text)
-        return _VARIABLE.sub(
-            lambda m: "${" if m.group(1) is None else str(self.variable(m.group(1).strip(), path, m.group(0))), text)
+            name = whole.group(1).strip()
+            self.origins[path] = name
+            value = self.variable(name, path, text)
+            if value is not text and name in self.sizes:
+                count, depth = self.sizes[name]
+                self.values += count
+                if self.values > MAX_VALUES:
+                    return self.too_large(path, text, f"the recipe expands to more than {MAX_VALUES:,} values "
+                                                      f"(${{{name}}} repeats its value each time it is used)")
+                if len(path) + depth > MAX_DEPTH:
+                    return self.too_large(path, text, f"${{{name}}} nests its value more than {MAX_DEPTH} "
+                                                      "levels deep here")
+            return value
+        length, last = 0, 0
+        out: list[str] = []
+        for m in _VARIABLE.finditer(text):
+            out.append(text[last:m.start()])
+            piece = "${" if m.group(1) is None else str(self.variable(m.group(1).strip(), path, m.group(0)))
+            length += len(piece)
+            self.chars += len(piece)
+            if length > MAX_STRING_CHARS or self.chars > MAX_STRING_CHARS:
+                return self.too_large(path, text, f"${{...}} interpolation builds more than {MAX_STRING_CHARS:,} "
+                                                  "characters")
+            out.append(piece)
+            last = m.end()
+        out.append(text[last:])
+        return "".join(out)
+
+    def too_large(self, path: FieldPath, text: str, message: str) -> str:
+        if not self.issues.covers(path):
+            self.issues.add(path, message)
+        return text
 
     def variable(self, name: str, path: FieldPath, text: str) -> Any:
         """Value of variable ``name`` referenced as ``text`` at ``path``; on a problem, report it and keep ``text``."""
@@ -221,6 +281,9 @@ class _Interpolator:
             cycle = " -> ".join(self.resolving[self.resolving.index(name):] + [name])
             self.issues.add(path, f"variables reference each other in a cycle: {cycle}")
             return text
+        if len(self.resolving) >= MAX_VARIABLE_CHAIN:
+            self.issues.add(path, f"variables reference each other more than {MAX_VARIABLE_CHAIN} levels deep")
+            return text
         self.resolving.append(name)
         value = self.substitute(self.raw[name], ("vars", name))
         self.resolving.pop()
@@ -229,7 +292,27 @@ class _Interpolator:
             self.issues.mark(path)
             return text
         self.resolved[name] = value
+        self.sizes[name] = _measure(value)
         return value
+
+
+def _measure(value: Any) -> tuple[int, int]:
+    """``(values, depth)`` of plain data: how many scalars, mappings and lists it holds (shared
+    objects counted each time they occur) and how deeply its mappings and lists nest. Iterative."""
+    count, deepest = 0, 0
+    stack = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        count += 1
+        if isinstance(item, dict):
+            deepest = max(deepest, depth + 1)
+            stack.extend((v, depth + 1) for v in item.values())
+        elif isinstance(item, list):
+            deepest = max(deepest, depth + 1)
+            stack.extend((v, depth + 1) for v in item)
+        if count > MAX_VALUES:   # an already oversized value: no need to count the rest
+            break
+    return count, deepest
 
 
 # --- validation ------------------------------------------------------------------------------------

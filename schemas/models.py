@@ -10,6 +10,7 @@ from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Di
                       ValidationInfo, field_validator, model_validator)
 from pydantic_core import PydanticCustomError
 
+from .limits import MAX_DIM
 from .source import SourceMap
 
 DType = Literal[
@@ -38,7 +39,10 @@ def _check_dim(value: Any) -> Any:
     if not is_size and not (isinstance(value, str) and _IDENTIFIER.fullmatch(value)):
         raise PydanticCustomError(
             "dim", "expected a non-negative integer or a symbolic dimension name (an identifier), got {value}",
-            {"value": repr(value)})
+            {"value": repr(value)[:80]})
+    if is_size and value > MAX_DIM:
+        raise PydanticCustomError("dim", "a size must be at most 2**40 ({limit}), got {value}",
+                                  {"limit": MAX_DIM, "value": value})
     return value
 
 
@@ -80,8 +84,8 @@ class Linear(StrictModel):
 
 
 #: Sizes and settings that must be >= 1 / >= 0, and a norm's epsilon (finite, >= 0).
-Positive = Annotated[int, Field(ge=1)]
-NonNegative = Annotated[int, Field(ge=0)]
+Positive = Annotated[int, Field(ge=1, le=MAX_DIM)]
+NonNegative = Annotated[int, Field(ge=0, le=MAX_DIM)]
 Epsilon = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 
 

@@ -8,6 +8,7 @@ from typing import Any, Union
 import yaml
 
 from .errors import RecipeError, RecipeIssue
+from .limits import MAX_DEPTH, MAX_VALUES
 
 FieldPath = tuple[Union[str, int], ...]
 """Path to a value in recipe data: mapping keys and list indices, e.g. ``("model", "layers", "fc", "bias")``."""
@@ -20,6 +21,7 @@ _MERGE_TAG = "tag:yaml.org,2002:merge"
 # `${name}` references are swapped for private-use characters while parsing and restored in the values.
 _REFERENCE = re.compile(r"\$\{[^{}\s]*\}")
 _MASK = str.maketrans("{}", "\ue000\ue001")
+_SURROGATE = re.compile("[\ud800-\udfff]")
 _UNMASK = str.maketrans("\ue000\ue001", "{}")
 
 
@@ -157,16 +159,20 @@ class IssueCollector:
 def parse_yaml(text: str, issues: IssueCollector) -> Any:
     """Parse one YAML document safely, recording every value's position in ``issues.source``.
 
-    Supports anchors, aliases and ``<<`` merge keys. Duplicate keys, non-scalar keys, unknown tags
-    and recursive aliases are added to ``issues``. Returns ``None`` for an empty document.
+    Supports anchors, aliases and ``<<`` merge keys. Duplicate keys, non-scalar keys, unknown tags,
+    values a tag cannot construct (``!!int 1e3``), strings that are not valid Unicode (lone
+    surrogates) and recursive aliases are added to ``issues``. Returns ``None`` for an empty document.
 
     Raises:
-        RecipeError: the text is not well-formed YAML (one issue at the problem's position).
+        RecipeError: the text is not well-formed YAML, nests deeper than :data:`~schemas.limits.MAX_DEPTH`,
+            or expands (through aliases) to more than :data:`~schemas.limits.MAX_VALUES` values (one issue
+            at the problem's position).
     """
     masked = "\ue000" not in text and "\ue001" not in text
     if masked:
         text = _REFERENCE.sub(lambda match: match.group(0).translate(_MASK), text)
     try:
+        _check_nesting(text, issues.source.file)
         root = yaml.compose(text, Loader=yaml.SafeLoader)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
@@ -180,7 +186,38 @@ def parse_yaml(text: str, issues: IssueCollector) -> Any:
         column = exc.position - (text.rfind("\n", 0, exc.position) + 1) + 1
         message = f"invalid YAML: {exc.reason} (character #x{exc.character:04x})"
         raise RecipeError([RecipeIssue(issues.source.file, line, column, "", message)]) from None
-    return None if root is None else _DataBuilder(issues, masked).build(root, ())
+    if root is None:
+        return None
+    builder = _DataBuilder(issues, masked)
+    try:
+        return builder.build(root, ())
+    except _TooLarge as exc:
+        mark = exc.node.start_mark
+        raise RecipeError([RecipeIssue(issues.source.file, mark.line + 1, mark.column + 1, format_path(exc.path),
+                                       exc.message)]) from None
+
+
+def _check_nesting(text: str, file: str) -> None:
+    """Raise RecipeError at the first collection nested deeper than :data:`MAX_DEPTH` (checked on the
+    event stream, which PyYAML produces without recursion, before the recursive composer runs)."""
+    depth = 0
+    for event in yaml.parse(text, Loader=yaml.SafeLoader):
+        if isinstance(event, yaml.CollectionStartEvent):
+            depth += 1
+            if depth > MAX_DEPTH:
+                mark = event.start_mark
+                raise RecipeError([RecipeIssue(file, mark.line + 1, mark.column + 1, "",
+                                               f"mappings and lists nested more than {MAX_DEPTH} levels deep")])
+        elif isinstance(event, yaml.CollectionEndEvent):
+            depth -= 1
+
+
+class _TooLarge(Exception):
+    """Building the data exceeded a bound; ``node`` and ``path`` say where."""
+
+    def __init__(self, node: yaml.Node, path: FieldPath, message: str) -> None:
+        super().__init__(message)
+        self.node, self.path, self.message = node, path, message
 
 
 class _DataBuilder:
@@ -191,8 +228,16 @@ class _DataBuilder:
         self.masked = masked
         self.constructor = yaml.SafeLoader("")  # only its scalar constructors are used
         self.active: set[int] = set()  # collection nodes being built, to detect recursive aliases
+        self.count = 0  # values built so far (an alias's target counts each time it is used)
 
     def build(self, node: yaml.Node, path: FieldPath, key: yaml.Node | None = None) -> Any:
+        self.count += 1
+        if self.count > MAX_VALUES:
+            raise _TooLarge(node, path, f"the YAML expands to more than {MAX_VALUES:,} values (aliases "
+                                        "repeat what they refer to each time they are used)")
+        if len(path) > MAX_DEPTH:
+            raise _TooLarge(node, path, f"mappings and lists nested more than {MAX_DEPTH} levels deep "
+                                        "(through aliases)")
         self.issues.source.record(path, node, key)
         if isinstance(node, yaml.ScalarNode):
             return self._scalar(node, path)
@@ -213,10 +258,21 @@ class _DataBuilder:
     def _scalar(self, node: yaml.ScalarNode, path: FieldPath) -> Any:
         try:
             value = self.constructor.construct_object(node)
-            return value.translate(_UNMASK) if self.masked and isinstance(value, str) else value
         except yaml.MarkedYAMLError as exc:  # e.g. an unknown tag such as `!python/name:os.system`
             self.issues.add(path, exc.problem or str(exc))
             return None
+        except (ValueError, TypeError, OverflowError, ArithmeticError) as exc:  # `!!int 1e3`, `!!float abc`
+            self.issues.add(path, f"cannot read {node.value!r} as {node.tag.rsplit(':', 1)[-1]}: {exc}")
+            return None
+        if isinstance(value, str):
+            if self.masked:
+                value = value.translate(_UNMASK)
+            bad = _SURROGATE.search(value)
+            if bad is not None:
+                self.issues.add(path, f"text is not valid Unicode: it contains the lone surrogate "
+                                      f"\\u{ord(bad.group()):04x}")
+                return None
+        return value
 
     def _mapping(self, node: yaml.MappingNode, path: FieldPath) -> dict:
         merged: dict = {}

@@ -400,9 +400,11 @@ class _ExprEmitter:
             # of E iterations would read past a dim of D elements
             ext = self.typed(e.args[0], "int64")
             dim = self.typed(e.args[1], "int64")
-            self.fail_if(b.icmp_signed(">", ext, dim),
-                         f"shapes do not match: a loop of {print_prim_expr(e.args[0])} iterations "
-                         f"reads a dim of {print_prim_expr(e.args[1])} elements")
+            message = (f"{e.args[2].value} ({print_prim_expr(e.args[0])} > {print_prim_expr(e.args[1])})"
+                       if len(e.args) > 2 else
+                       f"shapes do not match: a loop of {print_prim_expr(e.args[0])} iterations "
+                       f"reads a dim of {print_prim_expr(e.args[1])} elements")
+            self.fail_if(b.icmp_signed(">", ext, dim), message)
             return ext
         if op == "if_then_else":
             cond = self.as_bool(e.args[0])

@@ -82,8 +82,9 @@ class BlockBuilder:
         return cls._stack[-1]
 
     def fresh_name(self, hint: str) -> str:
-        """``hint`` made unique in this builder: ``lv``, ``lv1``, ``lv2``, ..."""
-        hint = hint or "lv"
+        """``hint`` made a valid, unique name in this builder: ``lv``, ``lv1``, ``lv2``, ...
+        (characters other than letters, digits and ``_`` become ``_``; see :func:`builder.ir.relax.valid_name`)."""
+        hint = rx.valid_name(hint or "lv")
         if hint not in self._names:
             self._names[hint] = 0
             return hint

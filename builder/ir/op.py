@@ -291,6 +291,11 @@ def _infer_conv1d(call: Call) -> StructInfo:
         raise ValueError(f"R.nn.conv1d: data has {c} channels but weight {_fmt_shape(w.shape)} with "
                          f"groups={groups} expects {cg} x {groups}")
     out_w = conv_out_dim(width, k, a["strides"][0], a["padding"][0], a["padding"][1], a["dilation"][0])
+    span = a["dilation"][0] * (k - 1) + 1 if isinstance(k, int) else None
+    if isinstance(width, int) and span is not None and width + a["padding"][0] + a["padding"][1] < span:
+        raise ValueError(f"the input of length {width} (padded to "
+                         f"{width + a['padding'][0] + a['padding'][1]}) is shorter than the dilated kernel "
+                         f"({span} = dilation {a['dilation'][0]} x (kernel {k} - 1) + 1)")
     out_dtype = a.get("out_dtype", "void")
     return TensorStructInfo((n, o, out_w), x.dtype if out_dtype in ("void", None) else out_dtype)
 

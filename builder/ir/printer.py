@@ -118,6 +118,7 @@ class _Names:
     def add(self, obj, hint: str) -> str:
         if id(obj) in self.by_obj:
             return self.by_obj[id(obj)]
+        hint = rx.valid_name(hint)   # whatever a name hint holds, the printed text is valid TVMScript
         name, k = hint, 0
         while name in self.used:
             k += 1

@@ -9,6 +9,8 @@ Every expression carries ``struct_info`` (see ``struct_info.py``).
 """
 from __future__ import annotations
 
+import keyword
+import re
 from typing import Any, Iterable, Sequence
 
 import numpy as np
@@ -21,8 +23,21 @@ from .struct_info import (
 __all__ = [
     "Expr", "Var", "DataflowVar", "Constant", "Tuple", "TupleGetItem", "ShapeExpr", "PrimValue",
     "StringImm", "Op", "GlobalVar", "ExternFunc", "Call", "VarBinding", "BindingBlock",
-    "DataflowBlock", "SeqExpr", "Function", "IRModule", "const", "used_vars", "substitute_vars",
+    "DataflowBlock", "SeqExpr", "Function", "IRModule", "const", "used_vars", "substitute_vars", "valid_name",
 ]
+
+_NOT_NAME_CHAR = re.compile(r"[^A-Za-z0-9_]")
+
+
+def valid_name(hint: str) -> str:
+    """``hint`` as a name the printer, the parser and the code generator accept (a Python identifier
+    that is not a keyword): other characters become ``_``, a leading digit gets a ``_`` before it, a
+    keyword gets one after it, and an empty hint becomes ``v``. ``"a b\n@R.function"`` ->
+    ``"a_b__R_function"``."""
+    name = _NOT_NAME_CHAR.sub("_", hint)[:200] or "v"
+    if name[0].isdigit():
+        name = "_" + name
+    return name + "_" if keyword.iskeyword(name) else name
 
 
 class Expr:

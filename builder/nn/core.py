@@ -483,6 +483,8 @@ def wrap_nested(expr: rx.Expr, name: str) -> Tensor | tuple:
     TypeError for a value that is neither a tensor nor a tuple, ValueError for a deferred
     expression that reads a variable which is not a Parameter or a deferred result.
     """
+    if not isinstance(name, str):
+        raise TypeError(f"name must be a string (the result's name hint), got {type(name).__name__}")
     if _active_builder() is None:
         return _wrap_deferred(_Deferred(expr, name))
     if not isinstance(expr, rx.DataflowVar):

@@ -13,7 +13,7 @@ quantize / pack / dequantize), :mod:`.modules` (QuantizedLinear / QuantizedEmbed
 cast and :func:`apply_transforms`).
 """
 from .config import (
-    KINDS, PRESETS, GroupQuantization, NoQuantization, PerChannelQuantization, QuantizationSpec, QuantLayout,
+    KINDS, PRESETS, GroupQuantization, GroupSizeError, NoQuantization, PerChannelQuantization, QuantizationSpec, QuantLayout,
     describe, is_quantizing, preset_name, register_preset, resolve,
 )
 from .dtype import DTypeCast, apply_transforms, model_dtype
@@ -23,7 +23,7 @@ from .packing import cast_array, dequantize_weight, from_float32, pack_bits, qua
 from .quantize import GroupQuantizeMutator, PerChannelQuantizeMutator, QuantizeMutator, quantize_mutator
 
 __all__ = [
-    "KINDS", "PRESETS", "GroupQuantization", "NoQuantization", "PerChannelQuantization", "QuantizationSpec",
+    "KINDS", "PRESETS", "GroupQuantization", "GroupSizeError", "NoQuantization", "PerChannelQuantization", "QuantizationSpec",
     "QuantLayout", "describe", "is_quantizing", "preset_name", "register_preset", "resolve", "DTypeCast",
     "apply_transforms", "model_dtype", "QuantizeMapping", "QuantizedEmbedding", "QuantizedLinear", "cast_array",
     "dequantize_weight", "from_float32", "pack_bits", "quantize_weight", "to_float32", "unpack_bits",

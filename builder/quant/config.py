@@ -18,7 +18,13 @@ from schemas import (
 __all__ = [
     "GroupQuantization", "PerChannelQuantization", "NoQuantization", "QuantizationSpec", "PRESETS", "KINDS",
     "STORAGE_BITS", "register_preset", "resolve", "preset_name", "describe", "QuantLayout", "is_quantizing",
+    "GroupSizeError",
 ]
+
+
+class GroupSizeError(ValueError):
+    """The quantization's ``group_size`` is larger than a weight's input features (a group would be
+    mostly padding: a 2 MB model padded to 1 GB)."""
 
 PRESETS = QUANTIZATION_PRESETS
 """Preset name -> spec (shared with :mod:`schemas`, so a registered preset is valid in recipes)."""
@@ -95,11 +101,15 @@ class QuantLayout:
     @staticmethod
     def of(spec: QuantizedSpec, in_features: int) -> "QuantLayout":
         """The layout of a weight with ``in_features`` columns. Raises ValueError for a
-        non-positive or non-integer ``in_features`` (a symbolic size cannot be grouped)."""
+        non-positive or non-integer ``in_features`` (a symbolic size cannot be grouped),
+        :class:`GroupSizeError` for a ``group_size`` larger than ``in_features``."""
         if not isinstance(in_features, int) or isinstance(in_features, bool) or in_features <= 0:
             raise ValueError(f"cannot quantize a weight with in_features={in_features!r}: group "
                              "quantization needs a fixed positive number of input features")
         group_size = spec.group_size if isinstance(spec, GroupQuantization) else in_features
+        if group_size > in_features:
+            raise GroupSizeError(f"group_size {group_size} is larger than the weight's {in_features} input "
+                                 "features")
         return QuantLayout(in_features, spec.bits, group_size, spec.elements_per_word, spec.storage_dtype,
                            spec.model_dtype, spec.max_int, spec.zero_point,
                            getattr(spec, "activation_quantization", "none"))

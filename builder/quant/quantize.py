@@ -62,8 +62,8 @@ class QuantizeMutator(nn.Mutator):
     def _replace(self, name: str, node: nn.Module, weight: nn.Parameter, make):
         try:
             new = make(node, self.spec)
-        except ValueError as exc:
-            raise ValueError(f"cannot quantize '{name}' ({type(node).__name__}, weight {tuple(weight.shape)}): "
+        except ValueError as exc:   # the same type: a GroupSizeError stays one
+            raise type(exc)(f"cannot quantize '{name}' ({type(node).__name__}, weight {tuple(weight.shape)}): "
                              f"{exc}; add it to the quantization's exclude list to keep it in "
                              f"{self.spec.model_dtype}") from None
         if self.mapping is not None:

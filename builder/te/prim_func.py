@@ -108,14 +108,15 @@ def _read_checks(ops: list[ComputeOp]) -> list[tir.Stmt]:
     when the shapes cannot prove it (symbolic dims that the graph could not relate, e.g. a
     matmul whose reduction dims are two different symbols): ``T.evaluate(T.assert_le(E, D))``,
     which the generated code turns into an error before any loop runs. An op adds its own
-    with ``attrs["mb.assert_le"] = [(E, D), ...]``."""
+    with ``attrs["mb.assert_le"] = [(E, D), ...]`` (or ``(E, D, message)`` for its own error text)."""
     seen: list[tuple[PrimExpr, PrimExpr]] = []
     out: list[tir.Stmt] = []
     for op in ops:
-        for ext, dim in op.attrs.get("mb.assert_le", ()):   # asked for by the op (topi.matmul)
+        for ext, dim, *message in op.attrs.get("mb.assert_le", ()):   # asked for by the op (topi.matmul)
             seen.append((ext, dim))
             out.append(tir.Evaluate(E.Call("int64", "assert_le", [E.convert(ext).astype("int64"),
-                                                                  E.convert(dim).astype("int64")])))
+                                                                  E.convert(dim).astype("int64"),
+                                                                  *(E.StringImm(m) for m in message)])))
         extents = {a.var: a.dom for a in list(op.axis) + list(op.reduce_axis)}
         loads: list[BufferLoad] = []
         _unguarded_loads(op.body, loads)

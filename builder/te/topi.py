@@ -981,6 +981,17 @@ def conv1d(x: Tensor, w: Tensor, strides=1, padding=0, dilation=1, groups: int =
     if so is not None and so % g:
         raise ValueError(f"conv1d: {so} output channels are not divisible by groups={g}")
     out_w = E.simplify((width + (lo + hi - 1) - (k - 1) * d) // s + 1)
+    # the dilated kernel must fit in the padded input (PyTorch raises "Kernel size can't be
+    # greater than actual input size"): checked here when static, when the code runs otherwise
+    span, padded = E.simplify(E.convert(k - 1) * d + 1), E.simplify(E.convert(width) + (lo + hi))
+    checks = None
+    if isinstance(span, E.IntImm) and isinstance(padded, E.IntImm):
+        if span.value > padded.value:
+            raise ValueError(f"conv1d: the input of length {width} (padded to {padded.value}) is shorter than "
+                             f"the dilated kernel ({span.value} = dilation {d} x (kernel {k} - 1) + 1)")
+    else:
+        checks = {"mb.assert_le": [(span, padded, "the padded input is shorter than the dilated "
+                                                  "kernel")]}
     in_dtype = _promote(x.dtype, w.dtype)
     odt = _out_dtype(in_dtype, out_dtype)
     acc = _acc_dtype(in_dtype, odt)
@@ -1001,7 +1012,7 @@ def conv1d(x: Tensor, w: Tensor, strides=1, padding=0, dilation=1, groups: int =
             v = tir.if_then_else(tir.all(*conds), v, E.const(0, acc))
         return _te.sum(v * _cast(w[oc, rc.var, rk.var], acc), axis=[rc, rk])
 
-    return _two_stage((n, o, out_w), fbody, acc, odt, "conv1d_ncw")
+    return _two_stage((n, o, out_w), fbody, acc, odt, "conv1d_ncw", attrs=checks)
 
 
 # === section A: tensor creation / manipulation / reduction ops (issue 3) ===

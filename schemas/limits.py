@@ -1,0 +1,39 @@
+"""Bounds on what a recipe may make the loader and the builder do: one place for every limit.
+
+Recipes and ``KEY=VALUE`` overrides are untrusted input. A few hundred bytes of YAML can expand to
+billions of values through aliases (a "billion laughs"), ``${var}`` references can double a string at
+every level, and deep nesting can exhaust Python's stack. Each bound below is far above what a real
+model needs (a 32-layer transformer recipe has a few thousand values and nests less than 10 deep) and
+far below what would hurt the machine; exceeding one is a recipe error at the position where it
+happened.
+"""
+
+MAX_RECIPE_BYTES = 4 << 20
+"""The largest recipe file read (bytes)."""
+
+MAX_DEPTH = 64
+"""The deepest nesting of mappings and lists in a recipe, after aliases and ``${var}`` values are expanded."""
+
+MAX_VALUES = 200_000
+"""The most values (scalars, mappings and lists) a recipe may expand to, aliases and ``${var}`` values counted
+each time they are used."""
+
+MAX_STRING_CHARS = 1 << 20
+"""The longest string ``${var}`` interpolation may build (characters), and the total it may build."""
+
+MAX_VARIABLE_CHAIN = 64
+"""The longest chain of variables whose values reference each other (``a: ${b}``, ``b: ${c}``, ...)."""
+
+MAX_DIM = 2 ** 40
+"""The largest size a layer field or an input dim may have; products of sizes (a weight's bytes) must
+also stay below ``MAX_TENSOR_BYTES``, so that every size computation fits in int64."""
+
+MAX_TENSOR_BYTES = 2 ** 62
+"""The largest number of bytes a tensor with static sizes may have."""
+
+MAX_FORWARD_CHARS = 1 << 16
+"""The longest ``forward:`` text (characters)."""
+
+MAX_EXPRESSION_DEPTH = 100
+"""The deepest nesting of one expression in ``forward:`` text (``silu(silu(...))``, ``a + b + ...``,
+``-(-(...))``); longer computations are written as a sequence of assignments, which has no bound."""
