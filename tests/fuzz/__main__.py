@@ -1,0 +1,89 @@
+"""Long fuzzing runs: ``python -m tests.fuzz --minutes 10 [--kinds recipe,override,weights,exe,resaved]``.
+
+Runs the fuzzers of :mod:`tests.fuzz.test_fuzz` round-robin with fresh random cases until the time is
+up, never stopping at a problem, then prints the figures: cases per kind, outcomes, the largest peak
+memory of a case, the slowest case, and every problem with its case (``--report FILE`` writes them
+as JSON too). Exit status 1 when any problem was found. Run it from the repository root.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
+
+from . import strategies as S
+from .cases import Fuzzing
+from .harness import STATS
+
+
+def _targets(fz: Fuzzing) -> dict:
+    def recipe(case):
+        fz.recipe(*case)
+
+    def override(case):
+        fz.override(*case)
+
+    def weights(data):
+        fz.weights(data.draw(S.damaged_safetensors(fz.good_weights)))
+
+    def exe(data):
+        fz.exe(data.draw(S.raw_damage(fz.good_exe[0])), exact=True)
+
+    def resaved(data):
+        fz.exe(data.draw(S.resaved_damage(fz.load_good_exe)), exact=False)
+
+    return {"recipe": (recipe, S.recipe_mutants()), "override": (override, S.overrides()),
+            "weights": (weights, st.data()), "exe": (exe, st.data()), "resaved": (resaved, st.data())}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point; returns the exit status."""
+    p = argparse.ArgumentParser(prog="python -m tests.fuzz", description=__doc__.splitlines()[0])
+    p.add_argument("--minutes", type=float, default=10.0, help="how long to run (default 10)")
+    p.add_argument("--kinds", default="recipe,override,weights,exe,resaved", help="comma-separated fuzzers")
+    p.add_argument("--batch", type=int, default=20, help="cases per fuzzer before moving to the next")
+    p.add_argument("--report", metavar="FILE", help="also write the figures and problems as JSON")
+    args = p.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="mb-fuzz-") as tmp:
+        fz = Fuzzing(Path(tmp))
+        targets = _targets(fz)
+        kinds = [k.strip() for k in args.kinds.split(",") if k.strip()]
+        unknown = [k for k in kinds if k not in targets]
+        if unknown:
+            p.error(f"unknown fuzzer(s) {unknown}; valid: {', '.join(targets)}")
+        deadline = time.monotonic() + args.minutes * 60
+        budget = settings(max_examples=args.batch, deadline=None, database=None, derandomize=False,
+                          phases=[Phase.generate], suppress_health_check=list(HealthCheck))
+        try:
+            while time.monotonic() < deadline:
+                for kind in kinds:
+                    if time.monotonic() >= deadline:
+                        break
+                    fn, strategy = targets[kind]
+                    budget(given(strategy)(fn))()
+                    print(f"[{time.strftime('%H:%M:%S')}] {sum(STATS.cases.values())} cases, "
+                          f"{len(STATS.problems)} problems", file=sys.stderr, flush=True)
+        finally:
+            fz.close()
+    print(f"cases: {dict(STATS.cases)} ({sum(STATS.cases.values())} in {args.minutes:g} min)")
+    for name, n in sorted(STATS.outcomes.items()):
+        print(f"  {name}: {n}")
+    print(f"largest peak memory of a case: {STATS.peak_kib / 1024:.0f} MiB; slowest case: {STATS.slowest_s:.1f} s")
+    print(f"problems: {len(STATS.problems)}")
+    for prob in STATS.problems:
+        print(f"- {prob['kind']}: {prob['problems'][0][:400]}\n  case: {json.dumps(prob['case'])[:400]}")
+    if args.report:
+        Path(args.report).write_text(json.dumps({"cases": STATS.cases, "outcomes": STATS.outcomes,
+                                                 "peak_kib": STATS.peak_kib, "slowest_s": STATS.slowest_s,
+                                                 "problems": STATS.problems}, indent=1, default=str))
+    return 1 if STATS.problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,68 @@
+"""Fuzzing in the test suite: a small deterministic budget of each fuzzer (see :mod:`tests.fuzz`).
+
+``MB_FUZZ_SCALE`` multiplies the number of cases; ``MB_FUZZ_RANDOM=1`` draws new cases each run
+instead of the same ones.
+"""
+from __future__ import annotations
+
+import os
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from . import strategies as S
+from .cases import Fuzzing
+
+SCALE = float(os.environ.get("MB_FUZZ_SCALE", "1"))
+RANDOM = os.environ.get("MB_FUZZ_RANDOM", "") == "1"
+
+
+def _budget(n: int):
+    return settings(max_examples=max(1, int(n * SCALE)), deadline=None, database=None,
+                    derandomize=not RANDOM, suppress_health_check=list(HealthCheck))
+
+
+@pytest.fixture(scope="module")
+def fz(tmp_path_factory):
+    fuzzing = Fuzzing(tmp_path_factory.mktemp("fuzz"))
+    yield fuzzing
+    fuzzing.close()
+
+
+@_budget(30)
+@given(case=S.recipe_mutants())
+def test_recipe_mutants(fz, case):
+    problems = fz.recipe(*case)
+    assert not problems, (problems, case)
+
+
+@_budget(30)
+@given(case=S.overrides())
+def test_overrides(fz, case):
+    problems = fz.override(*case)
+    assert not problems, (problems, case)
+
+
+@_budget(120)
+@given(data=st.data())
+def test_damaged_safetensors(fz, data):
+    damaged = data.draw(S.damaged_safetensors(fz.good_weights))
+    problems = fz.weights(damaged)
+    assert not problems, problems
+
+
+@_budget(80)
+@given(data=st.data())
+def test_damaged_executable_bytes(fz, data):
+    damaged = data.draw(S.raw_damage(fz.good_exe[0]))
+    problems = fz.exe(damaged, exact=True)
+    assert not problems, problems
+
+
+@_budget(60)
+@given(data=st.data())
+def test_changed_and_resaved_executable(fz, data):
+    changed = data.draw(S.resaved_damage(fz.load_good_exe))
+    problems = fz.exe(changed, exact=False)
+    assert not problems, problems
