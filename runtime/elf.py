@@ -26,7 +26,12 @@ _RELA = struct.Struct("<QQq")
 
 SHT_NULL, SHT_PROGBITS, SHT_SYMTAB, SHT_STRTAB, SHT_RELA, SHT_NOBITS, SHT_REL = 0, 1, 2, 3, 4, 8, 9
 SHN_UNDEF, SHN_LORESERVE, SHN_ABS, SHN_COMMON, SHN_XINDEX = 0, 0xFF00, 0xFFF1, 0xFFF2, 0xFFFF
-SHF_ALLOC = 0x2
+SHF_ALLOC, SHF_EXECINSTR = 0x2, 0x4
+SHT_NOTE, SHT_LLVM_ADDRSIG, SHT_X86_64_UNWIND = 7, 0x6FFF4C03, 0x70000001
+
+#: Section types an object of ours may have.
+_SECTION_TYPES = frozenset({SHT_NULL, SHT_PROGBITS, SHT_SYMTAB, SHT_STRTAB, SHT_RELA, SHT_NOBITS, SHT_NOTE,
+                            SHT_LLVM_ADDRSIG, SHT_X86_64_UNWIND})
 
 #: x86-64 relocation types by number (the psABI's names) that this reader can name in messages.
 RELOCATION_NAMES = {0: "R_X86_64_NONE", 1: "R_X86_64_64", 2: "R_X86_64_PC32", 3: "R_X86_64_GOT32",
@@ -162,6 +167,12 @@ def read_object(data: bytes) -> ElfObject:
     names = data[shstr[4]:shstr[4] + shstr[5]]
     sections = [Section(k, _string(names, r[0], f"section {k}") if k else "", r[1], r[2], r[4], r[5], r[6],
                         r[7], r[9]) for k, r in enumerate(raw)]
+    for s, r in zip(sections, raw):
+        align = r[8]
+        if s.type not in _SECTION_TYPES:
+            _fail(f"section {s.name!r} has type {s.type:#x}, which object code of ours never has")
+        if align > 4096 or align & (align - 1):
+            _fail(f"section {s.name!r} has alignment {align}")
 
     symbols: list[tuple[str, int, int]] = []
     symtab_index = None
@@ -184,6 +195,12 @@ def read_object(data: bytes) -> ElfObject:
             name = _string(strings, st_name, f"symbol {j}") if st_name else ""
             if not name and st_info & 0xF == 3 and st_shndx < len(sections):   # STT_SECTION
                 name = sections[st_shndx].name
+            if SHN_UNDEF < st_shndx < SHN_LORESERVE:
+                home = sections[st_shndx]
+                if _value > home.size or _size > home.size - _value:
+                    _fail(f"symbol {name or j!r} ({_size} bytes at {_value}) lies outside its section {home.name!r}")
+                if st_info & 0xF == 2 and home.flags & (SHF_ALLOC | SHF_EXECINSTR) != SHF_ALLOC | SHF_EXECINSTR:
+                    _fail(f"function {name!r} is in section {home.name!r}, which is not executable code")
             symbols.append((name, st_shndx, st_info))
 
     relocations: list[Relocation] = []

@@ -23,7 +23,16 @@ class RecipeIssue:
 
     def __str__(self) -> str:
         where = self.file if self.line is None else f"{self.file}:{self.line}:{self.column}"
-        return f"{where}: {self.path}: {self.message}" if self.path else f"{where}: {self.message}"
+        text = f"{where}: {self.path}: {self.message}" if self.path else f"{where}: {self.message}"
+        return _printable(text)
+
+
+def _printable(text: str) -> str:
+    """``text`` on one line: control characters (a newline in an override, a record separator in a
+    name) are shown escaped, as ``repr`` shows them, so that each issue stays one line."""
+    if text.isprintable():
+        return text
+    return "".join(ch if ch.isprintable() or ch == " " else repr(ch)[1:-1] for ch in text)
 
 
 class RecipeError(ValueError):

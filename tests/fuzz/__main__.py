@@ -36,7 +36,8 @@ def _targets(fz: Fuzzing) -> dict:
         fz.exe(data.draw(S.raw_damage(fz.good_exe[0])), exact=True)
 
     def resaved(data):
-        fz.exe(data.draw(S.resaved_damage(fz.load_good_exe)), exact=False)
+        changed, call = data.draw(S.resaved_damage(fz.load_good_exe))
+        fz.exe(changed, exact=False, call=call)
 
     return {"recipe": (recipe, S.recipe_mutants()), "override": (override, S.overrides()),
             "weights": (weights, st.data()), "exe": (exe, st.data()), "resaved": (resaved, st.data())}

@@ -116,9 +116,10 @@ class Fuzzing:
 
         return Executable.load(self.good_exe[0])
 
-    def exe(self, data: bytes, exact: bool) -> list[str]:
-        """Load and call the damaged executable ``data`` (see :func:`tests.fuzz.harness.judge_exe`)."""
+    def exe(self, data: bytes, exact: bool, call: bool = True) -> list[str]:
+        """Load the damaged executable ``data`` and (with ``call``) call it (see
+        :func:`tests.fuzz.harness.judge_exe`)."""
         _, inputs, reference = self.good_exe
         path = self._file(".mbexe", data)
-        case = {"kind": "exe", "path": str(path), "inputs": str(inputs), "function": "forward"}
+        case = {"kind": "exe", "path": str(path), "inputs": str(inputs), "function": "forward", "call": call}
         return self._run("exe", case, lambda r: judge_exe(r, self.limits, reference, exact))

@@ -168,7 +168,7 @@ def judge_cli(result: dict, limits: Limits, recipe_path: str | None = None) -> l
         return [f"a traceback escaped:\n{err[-1500:]}"]
     if rc == 0:
         return []
-    lines = [ln for ln in err.splitlines() if ln.strip()]
+    lines = [ln for ln in err.split("\n") if ln.strip()]   # not splitlines: user text may hold \x1c-\x1e
     if rc == 2:
         if not lines or not lines[0].startswith("error: recipe has"):
             return [f"exit 2 without the recipe-problem header: {err[-500:]!r}"]
@@ -212,6 +212,8 @@ def judge_exe(result: dict, limits: Limits, reference: str, exact: bool) -> list
     ours = result["ours"]
     if "error" in ours:
         name = ours["error"]
+        if name == "KeyError" and "no function" in ours["message"]:   # VirtualMachine[...] of an unknown name
+            return []
         if name in INTERNAL_ERRORS or not name.endswith("Error"):
             return [f"{name} instead of a clean refusal: {ours['message'][:300]}\n{ours.get('trace', '')[-800:]}"]
         return []

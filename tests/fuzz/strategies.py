@@ -22,9 +22,9 @@ name: mlp
 vars: {hidden_size: 16, intermediate_size: 24, dtype: float32}
 model:
   layers:
-    gate_proj: {type: Linear, in_features: ${hidden_size}, out_features: ${intermediate_size}, bias: false}
-    up_proj: {type: Linear, in_features: ${hidden_size}, out_features: ${intermediate_size}, bias: false}
-    down_proj: {type: Linear, in_features: ${intermediate_size}, out_features: ${hidden_size}, bias: false}
+    gate_proj: {type: Linear, in_features: '${hidden_size}', out_features: '${intermediate_size}', bias: false}
+    up_proj: {type: Linear, in_features: '${hidden_size}', out_features: '${intermediate_size}', bias: false}
+    down_proj: {type: Linear, in_features: '${intermediate_size}', out_features: '${hidden_size}', bias: false}
   forward: |
     gate = gate_proj(x)
     up = up_proj(x)
@@ -32,7 +32,7 @@ model:
 functions:
   forward:
     x: {shape: [batch_size, '${hidden_size}'], dtype: '${dtype}'}
-dtype: ${dtype}
+dtype: '${dtype}'
 quantization: none
 """,
     "conv": """\
@@ -49,7 +49,7 @@ model:
 functions:
   forward:
     x: {shape: [batch, 4, '${width}'], dtype: '${dtype}'}
-dtype: ${dtype}
+dtype: '${dtype}'
 """,
     "embed": """\
 name: embed_head
@@ -413,8 +413,9 @@ def _walk_ints(value, path=()):
 
 @st.composite
 def resaved_damage(draw, exe_loader):
-    """An Executable changed in memory and saved again (valid checksums): bytecode integers, kernel
-    metadata, the target, constants or object-code bytes. ``exe_loader()`` gives a fresh copy."""
+    """``(bytes, call)``: an Executable changed in memory and saved again (valid checksums): bytecode
+    integers, kernel metadata, the target, constants, or the object code's ELF structure (then
+    ``call`` is False: only loading is judged). ``exe_loader()`` gives a fresh copy."""
     exe = exe_loader()
     kind = draw(st.integers(0, 4))
     if kind == 0:
@@ -450,9 +451,21 @@ def resaved_damage(draw, exe_loader):
         exe.constants[i] = np.zeros(draw(st.sampled_from([(0,), (1,), (3, 3), (1000,)])),
                                     dtype=draw(st.sampled_from(["float32", "float16", "int64"])))
     else:
+        # the object's structure (ELF header, section headers, symbol table): what LLVM parses when the
+        # object is loaded. The code's own bytes are not damaged here: changed code runs as changed (an
+        # executable is code; see docs/SECURITY.md), so only loading is judged for this kind.
         obj = bytearray(exe.object_code)
-        for _ in range(draw(st.integers(1, 6))):
-            pos = draw(st.integers(0, len(obj) - 1))
+        shoff, = struct.unpack_from("<Q", obj, 0x28)
+        shnum, = struct.unpack_from("<H", obj, 0x3C)
+        spots = list(range(0, 64)) + list(range(shoff, min(shoff + 64 * shnum, len(obj))))
+        for k in range(shnum):
+            sh_type, = struct.unpack_from("<I", obj, shoff + 64 * k + 4)
+            off, size = struct.unpack_from("<QQ", obj, shoff + 64 * k + 0x18)
+            if sh_type == 2:
+                spots += [off + 24 * j + f for j in range(size // 24) for f in (0, 1, 2, 3, 4, 6, 7)]
+        for _ in range(draw(st.integers(1, 4))):
+            pos = draw(st.sampled_from(spots))
             obj[pos] ^= 1 << draw(st.integers(0, 7))
         exe.object_code = bytes(obj)
-    return exe.save()
+        return exe.save(), False
+    return exe.save(), True

@@ -12,8 +12,9 @@ Case kinds:
 - ``{"kind": "weights", "path": P, "expected": {name: [shape, dtype]}}``: our
   :func:`runtime.load_params` and the ``safetensors`` library's own reader on the same file;
   result ``ours`` / ``library``: ``{"ok": digest}`` or ``{"error": type, "message": text}``.
-- ``{"kind": "exe", "path": P, "inputs": NPZ, "function": F}``: ``Executable.load``,
-  ``VirtualMachine``, one call on the arrays of the ``.npz`` (in its order); result ``ours`` as above.
+- ``{"kind": "exe", "path": P, "inputs": NPZ, "function": F, "call": bool}``: ``Executable.load``,
+  ``VirtualMachine`` and (unless ``call`` is false) one call on the arrays of the ``.npz`` (in its
+  order); result ``ours`` as above.
 
 Run as ``python -m tests.fuzz.worker`` from the repository root.
 """
@@ -129,6 +130,8 @@ def _exe(case: dict) -> dict:
     def run():
         exe = Executable.load(case["path"])
         vm = VirtualMachine(exe)
+        if not case.get("call", True):
+            return "loaded"
         with np.load(case["inputs"], allow_pickle=False) as data:
             arrays = [data[f"arg{i}"] for i in range(len(data.files))]
         return digest(vm[case["function"]](*arrays))
