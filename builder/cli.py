@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
 
         from rich.console import Console
 
-        err = Console(stderr=True, highlight=False, soft_wrap=True)
+        err = Console(stderr=True, highlight=False, soft_wrap=True, emoji=False)
         if isinstance(exc, RecipeError):
             err.print(f"[bold red]error:[/] recipe has {len(exc.issues)} problem(s):", markup=True)
             for issue in exc.issues:
@@ -98,7 +98,7 @@ def _run_with(args: argparse.Namespace, progress: "_ConversionProgress") -> int:
 
     from .pipeline import build
 
-    out = Console(highlight=False, soft_wrap=True)
+    out = Console(highlight=False, soft_wrap=True, emoji=False)
     if args.input is None and args.output is not None:
         raise ValueError("--output needs --input (the arrays to run the function on)")
     for flag, path in (("--input", args.input), ("--weights", args.weights)):

@@ -234,6 +234,9 @@ class RecipeModule(nn.Module):
                 [self._eval(e, env) for e in node.elts]
         if isinstance(node, ast.UnaryOp):
             value = self._eval(node.operand, env)
+            if not isinstance(value, (nn.Tensor, int, float)) or isinstance(value, bool):
+                raise _ForwardError(node, f"unary {'+' if isinstance(node.op, ast.UAdd) else '-'} needs a tensor "
+                                          f"or a number, got {_describe(value)}")
             if isinstance(node.op, ast.UAdd):
                 return value
             return -value if not isinstance(value, nn.Tensor) else self._apply(node, nn.op.negative, [value], {})

@@ -195,6 +195,12 @@ def read_object(data: bytes) -> ElfObject:
             name = _string(strings, st_name, f"symbol {j}") if st_name else ""
             if not name and st_info & 0xF == 3 and st_shndx < len(sections):   # STT_SECTION
                 name = sections[st_shndx].name
+            st_type, st_bind = st_info & 0xF, st_info >> 4
+            if st_type not in (0, 1, 2, 3, 4) or st_bind not in (0, 1, 2) or st_shndx == SHN_COMMON:
+                _fail(f"symbol {name or j!r} has type {st_type}, binding {st_bind} or section {st_shndx} "
+                      "that object code of ours never has")
+            if st_shndx == SHN_UNDEF and j and (st_bind == 0 or st_type not in (0, 1, 2)):
+                _fail(f"undefined symbol {name or j!r} must be a global function or object")
             if SHN_UNDEF < st_shndx < SHN_LORESERVE:
                 home = sections[st_shndx]
                 if _value > home.size or _size > home.size - _value:

@@ -311,6 +311,25 @@ def overrides(draw) -> tuple[str, list[str]]:
     return seed, out
 
 
+@st.composite
+def raw_damage(draw, good: bytes) -> bytes:
+    """Byte-level damage to a file (a safetensors file, a saved executable): flips, a truncation, an overwritten range, junk."""
+    data = bytearray(good)
+    kind = draw(st.integers(0, 3))
+    if kind == 0:
+        for _ in range(draw(st.integers(1, 6))):
+            pos = draw(st.integers(0, len(data) - 1))
+            data[pos] ^= 1 << draw(st.integers(0, 7))
+    elif kind == 1:
+        data = data[:draw(st.integers(0, len(data) - 1))]
+    elif kind == 2:
+        start = draw(st.integers(0, len(data) - 1))
+        data[start:start + draw(st.integers(1, 64))] = draw(st.binary(min_size=1, max_size=64))
+    else:
+        data += draw(st.binary(min_size=1, max_size=64))
+    return bytes(data)
+
+
 # --- damaged safetensors -----------------------------------------------------------------------------
 
 def split_safetensors(data: bytes) -> tuple[dict, bytes]:
@@ -324,20 +343,7 @@ def damaged_safetensors(draw, good: bytes) -> bytes:
     """A damaged copy of the good file ``good``: raw byte damage, or an edited header re-encoded with
     a right or wrong length."""
     if draw(st.booleans()):
-        data = bytearray(good)
-        kind = draw(st.integers(0, 3))
-        if kind == 0:
-            for _ in range(draw(st.integers(1, 8))):
-                pos = draw(st.integers(0, len(data) - 1))
-                data[pos] ^= 1 << draw(st.integers(0, 7))
-        elif kind == 1:
-            data = data[:draw(st.integers(0, len(data)))]
-        elif kind == 2:
-            data += draw(st.binary(min_size=1, max_size=64))
-        else:
-            start = draw(st.integers(0, len(data) - 1))
-            data[start:start + draw(st.integers(1, 16))] = draw(st.binary(max_size=16))
-        return bytes(data)
+        return draw(raw_damage(good))
     header, body = split_safetensors(good)
     names = [k for k in header if k != "__metadata__"]
     kind = draw(st.integers(0, 8))
@@ -379,25 +385,6 @@ def damaged_safetensors(draw, good: bytes) -> bytes:
 
 
 # --- damaged executables -----------------------------------------------------------------------------
-
-@st.composite
-def raw_damage(draw, good: bytes) -> bytes:
-    """Byte-level damage to a saved executable: flips, a truncation, an overwritten range, junk."""
-    data = bytearray(good)
-    kind = draw(st.integers(0, 3))
-    if kind == 0:
-        for _ in range(draw(st.integers(1, 6))):
-            pos = draw(st.integers(0, len(data) - 1))
-            data[pos] ^= 1 << draw(st.integers(0, 7))
-    elif kind == 1:
-        data = data[:draw(st.integers(0, len(data) - 1))]
-    elif kind == 2:
-        start = draw(st.integers(0, len(data) - 1))
-        data[start:start + draw(st.integers(1, 64))] = draw(st.binary(min_size=1, max_size=64))
-    else:
-        data += draw(st.binary(min_size=1, max_size=64))
-    return bytes(data)
-
 
 def _walk_ints(value, path=()):
     if isinstance(value, bool):

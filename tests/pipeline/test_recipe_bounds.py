@@ -82,6 +82,8 @@ CASES = [
      "forward returns 1 (int)"),
     ("a tensor as an op's name", _with_forward("return subtract(x, x, x)"), "model.forward",
      "name must be a string"),
+    ("unary minus of a tuple", _with_forward("return -(x, x)"), "model.forward",
+     "unary - needs a tensor or a number, got tuple"),
     ("conv1d input shorter than the kernel",
      BASE.replace("fc: {type: Linear, in_features: 16, out_features: 8}",
                   "conv: {type: Conv1D, in_channels: 2, out_channels: 3, kernel_size: 5, dilation: 2}")
@@ -108,6 +110,14 @@ def test_markup_in_a_name_is_printed_as_text(tmp_path, capsys):
                            capsys)
     assert rc == 0, err
     assert out.splitlines()[0].strip() == "[/]"
+
+
+def test_issue_text_is_not_turned_into_emoji(tmp_path, capsys):
+    """rich replaces ``:100:`` with an emoji unless told not to: a position must print as written."""
+    path = tmp_path / "r:100:.yaml"
+    path.write_text(BASE.replace("out_features: 8", "out_features: eight").replace("FORWARD", "return fc(x)"))
+    assert main([str(path), "--no-ir"]) == 2
+    assert f"{path}:4:" in capsys.readouterr().err
 
 
 def test_op_name_argument_cannot_break_the_printed_ir(tmp_path):

@@ -225,6 +225,8 @@ _DAMAGED_OBJECTS = textwrap.dedent("""
         if sh_type == 2 and size > 24:
             cases[f"symbol name of section {k}"] = patch(off + 24, "<I", 1 << 30)
             cases[f"symbol section of section {k}"] = patch(off + 24 + 6, "<H", 4000)
+            cases[f"symbol type TLS in section {k}"] = patch(off + 24 + 4, "<B", 0x16)
+            cases[f"symbol value past its section in {k}"] = patch(off + 24 * 3 + 8, "<Q", 1 << 40)
     results = {}
     for name, broken in cases.items():
         exe.object_code = broken
