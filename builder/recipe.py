@@ -255,16 +255,23 @@ class RecipeModule(nn.Module):
             kwargs = {kw.arg: self._eval(kw.value, env) for kw in node.keywords}
             layer = self.__dict__.get(name)
             fn = layer if isinstance(layer, nn.Module) else FORWARD_OPS[name]
-            target = fn.forward if isinstance(fn, nn.Module) else fn
-            try:
-                inspect.signature(target).bind(*args, **kwargs)
-            except TypeError as exc:
-                raise _ForwardError(node, f"{name}(): {exc}") from None
-            return self._apply(node, fn, args, kwargs)
+            return self._apply(node, fn, args, kwargs, name)
         raise _ForwardError(node, f"{type(node).__name__} is not allowed")  # pragma: no cover
 
     @staticmethod
-    def _apply(node: ast.AST, fn: Callable, args: list, kwargs: dict):
+    def _apply(node: ast.AST, fn: Callable, args: list, kwargs: dict, name: str | None = None):
+        """Call layer or op ``fn`` after checking the arguments against its signature: their
+        number and names, and a tensor for every parameter annotated ``Tensor``."""
+        target = fn.forward if isinstance(fn, nn.Module) else fn
+        name = name or getattr(target, "__name__", "op")
+        try:
+            bound = inspect.signature(target).bind(*args, **kwargs)
+        except TypeError as exc:
+            raise _ForwardError(node, f"{name}(): {exc}") from None
+        params = inspect.signature(target).parameters
+        for arg, value in bound.arguments.items():
+            if params[arg].annotation in ("Tensor", nn.Tensor) and not isinstance(value, nn.Tensor):
+                raise _ForwardError(node, f"{name}(): argument '{arg}' must be a tensor, got {_describe(value)}")
         try:
             return fn(*args, **kwargs)
         except (ValueError, TypeError) as exc:

@@ -267,9 +267,13 @@ class NativeLibrary:
     """Native kernels loaded from object code into an llvmlite MCJIT engine.
 
     ``object_code``: bytes from ``CompiledLibrary.object_code`` (host target);
-    ``functions``: its metadata (symbol -> dict, see the module docstring). Raises ValueError
-    when a listed function is missing from the object code, its metadata is malformed, or the
-    object needs an external symbol (libm / libc / libgcc helper) this process cannot resolve.
+    ``functions``: its metadata (symbol -> dict, see the module docstring); ``target``: the
+    target it was compiled for (``{"triple", "cpu", "features"}``), checked against the host when
+    given. Raises ValueError, before any byte reaches LLVM, when the target does not match the host,
+    the object is not well formed (:func:`runtime.elf.read_object`), its manifest does not match
+    ``functions`` (:func:`check_manifest`), the metadata is malformed, or the object needs an external
+    symbol (libm / libc / libgcc helper) this process cannot resolve; and when a listed function is
+    missing from the loaded code.
     """
 
     def __init__(self, object_code: bytes, functions: dict[str, dict], target: dict | None = None) -> None:

@@ -67,7 +67,11 @@ def main(argv: list[str] | None = None) -> int:
                     if time.monotonic() >= deadline:
                         break
                     fn, strategy = targets[kind]
-                    budget(given(strategy)(fn))()
+                    try:
+                        budget(given(strategy)(fn))()
+                    except Exception as exc:  # noqa: BLE001 - a fuzzer's own bug must not end the run
+                        STATS.problems.append({"kind": kind, "problems": [f"the fuzzer failed: {exc!r}"[:400]],
+                                               "case": {}})
                     print(f"[{time.strftime('%H:%M:%S')}] {sum(STATS.cases.values())} cases, "
                           f"{len(STATS.problems)} problems", file=sys.stderr, flush=True)
         finally:

@@ -249,7 +249,9 @@ def recipe_mutants(draw) -> tuple[str, str]:
             parent = parent[seg]
         op = draw(st.integers(0, 5))
         if path[-1] == "forward" or op == 5:
-            layers = list(data.get("model", {}).get("layers", {}) or {}) if isinstance(data.get("model"), dict) else []
+            model = data.get("model") if isinstance(data.get("model"), dict) else {}
+            layers = model.get("layers") if isinstance(model.get("layers"), dict) else {}
+            layers = [k for k in layers if isinstance(k, str)]
             inputs = ["x"] if seed != "embed" else ["ids"]
             if isinstance(data.get("model"), dict):
                 data["model"]["forward"] = draw(forward_programs(inputs, layers))
