@@ -7,7 +7,8 @@ whitelist -- it is never evaluated by Python. Allowed:
   (a value or a tuple of values);
 - expressions: names (function inputs, earlier assignments), calls of recipe layers
   (``gate_proj(x)``) and of registered functional ops (``silu(x)``, ``softmax(x, axis=-1)``,
-  ``reshape(x, [1, -1])``), the arithmetic operators ``+ - * / @`` and unary ``-``, numeric
+  ``reshape(x, [1, -1])``, ``silu(x, name="gate")``: a ``name`` is the result's name hint in the
+  printed IR and must be an identifier, as TVM's name hints are), the arithmetic operators ``+ - * / @`` and unary ``-``, numeric
   constants, tuple indexing with a constant (``parts[0]``), list / tuple literals of constants
   as op arguments.
 
@@ -28,10 +29,11 @@ import inspect
 import math
 from typing import Any, Callable
 
-from schemas import LAYER_TYPES, Recipe, RecipeError
 from runtime.native import numpy_dtype
+from schemas import LAYER_TYPES, Recipe, RecipeError
 from schemas.errors import shorten
 from schemas.limits import MAX_EXPRESSION_DEPTH, MAX_FORWARD_CHARS, MAX_TENSOR_BYTES
+from schemas.models import is_identifier
 
 from . import nn
 from .ir.printer import PRINTER_RESERVED
@@ -270,9 +272,13 @@ class RecipeModule(nn.Module):
             fn = layer if isinstance(layer, nn.Module) else FORWARD_OPS[name]
             target = fn.forward if isinstance(fn, nn.Module) else fn
             try:
-                inspect.signature(target).bind(*args, **kwargs)
+                bound = inspect.signature(target).bind(*args, **kwargs)
             except TypeError as exc:
                 raise _ForwardError(node, f"{name}(): {exc}") from None
+            hint = bound.arguments.get("name")
+            if isinstance(hint, str) and not is_identifier(hint):   # non-strings: the op says so
+                raise _ForwardError(node, f"{name}(): name must be an identifier (letters, digits and '_', not "
+                                          f"starting with a digit, not a Python keyword), got {shorten(hint)}")
             if isinstance(fn, nn.Module):   # recipe layers take tensors only
                 for arg in [*args, *kwargs.values()]:
                     if not isinstance(arg, nn.Tensor):

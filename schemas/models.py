@@ -27,8 +27,14 @@ DTYPES: tuple[str, ...] = get_args(DType)
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
+def is_identifier(value: Any) -> bool:
+    """Whether ``value`` is a name recipes accept: an ASCII identifier (``[A-Za-z_][A-Za-z0-9_]*``) that is
+    not a Python keyword (layer, input, function and variable names, and ``name=`` hints in forward)."""
+    return isinstance(value, str) and bool(_IDENTIFIER.fullmatch(value)) and not keyword.iskeyword(value)
+
+
 def _check_identifier(value: str) -> str:
-    if not _IDENTIFIER.fullmatch(value) or keyword.iskeyword(value):
+    if not is_identifier(value):
         raise PydanticCustomError(
             "identifier", "{value} is not a valid name: use letters, digits and '_', not starting with a digit,"
             " and not a Python keyword", {"value": shorten(value)})

@@ -166,7 +166,10 @@ def matmul(a: Tensor, b: Tensor, out_dtype: str | None = None, name: str = "matm
 
 
 def permute_dims(x: Tensor, axes: Sequence[int] | None = None, name: str | None = None) -> Tensor:
-    """Permute dimensions (``numpy.transpose``); ``axes=None`` reverses them."""
+    """Permute dimensions (``numpy.transpose``); ``axes=None`` reverses them. Raises TypeError when
+    ``axes`` is not None or a list / tuple (of ints: the op's shape rule checks them)."""
+    if axes is not None and not isinstance(axes, (list, tuple)):
+        raise TypeError(f"permute_dims: axes must be a list of ints or None, got {_describe(axes)}")
     return wrap_nested(_call("permute_dims", [x._expr], axes=None if axes is None else list(axes)),
                        name or "permute_dims")
 

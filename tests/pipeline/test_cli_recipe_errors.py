@@ -66,6 +66,10 @@ CASES = [
      "an integer constant must fit int64, got an integer of about 24,083 digits"),
     ("reshape to 33 dims", "return reshape(x, [" + "1, " * MAX_NDIM + "-1])", "float32", None, 6, 12,
      f"reshape: a tensor may have at most {MAX_NDIM} dims, got {MAX_NDIM + 1}"),
+    ("a name that is not an identifier", "return silu(x, '1st')", "float32", None, 6, 12,
+     "silu(): name must be an identifier (letters, digits and '_', not starting with a digit, not a Python "
+     "keyword), got '1st'"),
+    ("a keyword as name", "return silu(x, name='for')", "float32", None, 6, 12, "got 'for'"),
     ("reshape with -5", "return reshape(x, [-5, -1])", "float32", None, 6, 12,
      "reshape: negative dim -5 in the shape (only -1, inferred, may be negative)"),
     ("a result of 2**80 elements", "y = permute_dims(x, [1, 0])\nreturn matmul(x, y)", "float32",
@@ -105,6 +109,22 @@ def test_names_of_the_printed_ir_are_never_shadowed(tmp_path, edit):
     assert not re.search(r"\b(R|T|I|cls)(:| =)", script), signature
     assert re.search(r"\b(R|T|I|cls)_1\b", signature), signature
     assert parse(script).script() == script       # valid TVMScript that parses back to the same module
+
+
+@pytest.mark.parametrize("hint", ["a b\n@R.function", "R", "cls", "for", "123", "", "x", "h\u00e9llo", "a" * 5000])
+def test_any_name_hint_prints_valid_tvmscript(hint):
+    """Python code may pass any text as a name hint; where names are made unique it becomes a valid,
+    unshadowing identifier, so the printed module always parses back to itself."""
+    class M(nn.Module):
+        def forward(self, x):
+            y = nn.op.silu(x, name=hint)
+            return nn.op.add(nn.op.silu(y, name=hint), y, name=hint)
+
+    mod, _ = M().export_tvm(spec={"forward": {"x": nn.spec.Tensor(["n", 4], "float32")}})
+    text = mod.script()
+    assert parse(text).script() == text
+    names = re.findall(r"^ {12}(\w+): R\.Tensor", text, re.M)
+    assert len(names) == 4 and len(set(names)) == 4 and not set(names) & {"R", "T", "I", "cls", "x"}, names
 
 
 def test_terminal_control_characters_in_a_name_are_shown_escaped(tmp_path, capsys):
