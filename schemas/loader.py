@@ -13,7 +13,7 @@ from pydantic import BaseModel, ValidationError
 from .errors import RecipeError, RecipeIssue, override_label, shorten
 from .limits import MAX_DEPTH, MAX_RECIPE_BYTES, MAX_STRING_CHARS, MAX_VALUES, MAX_VARIABLE_CHAIN
 from .models import LAYER_TYPES, QUANTIZATION_KINDS, QUANTIZATION_PRESETS, InputSpec, ModelDef, Recipe, WeightsDef
-from .source import FieldPath, IssueCollector, SourceMap, ValueBudget, format_path, parse_yaml
+from .source import FieldPath, IssueCollector, SourceMap, ValueBudget, format_path, list_index, parse_yaml
 
 _VARIABLE = re.compile(r"\$\$\{|\$\{([^}]*)\}")  # `$${` escapes a literal `${`
 _VALID_LAYER_TYPES = ", ".join(sorted(LAYER_TYPES, key=str.lower))
@@ -117,6 +117,7 @@ def _apply_overrides(data: dict, overrides: Iterable[str], issues: IssueCollecto
             problem = _apply_override(data, override, issues.source, budget)
         if problem is not None:
             key = override.partition("=")[0].strip()
+            key = key if len(key) <= 100 else f"{key[:80]}... ({len(key):,} characters)"
             found.append((pos, RecipeIssue(override_label(override), None, None, key, problem)))
     issues.issues.extend(issue for _, issue in sorted(found, key=lambda t: t[0]))   # in the order given
 
@@ -171,9 +172,9 @@ def _override_target(data: dict, key: str) -> tuple[dict | list, str | int, Fiel
                 raise LookupError(f"{where} has no {shorten(segment)}{_did_you_mean(segment, node)}")
             step: str | int = segment
         elif isinstance(node, list):
-            if not (segment.isdigit() and int(segment) < len(node)):
+            step = list_index(segment)
+            if step is None or step >= len(node):
                 raise LookupError(f"{shorten(segment)} is not an index of {where} (a list of {len(node)} items)")
-            step = int(segment)
         else:
             raise LookupError(f"{where} is a {type(node).__name__}, not a mapping or a list")
         path.append(step)

@@ -68,8 +68,8 @@ CASES = [
      "model.layers.fc.in_features", "a size must be at most 2**40"),
     ("dims of 2**62", BASE.replace("[batch, 16]", "[4611686018427387904, 16]"), "functions.forward.x.shape.0",
      "a size must be at most 2**40"),
-    ("a lone surrogate", BASE.replace("name: base", 'name: "\\ud800"'), "name",
-     "contains the lone surrogate \\ud800"),
+    ("a lone surrogate", BASE.replace("name: base", 'name: "\\ud800"'), "",   # libyaml: at the escape
+     "Unicode"),
     ("function export_tvm", BASE.replace("  forward:\n    x:", "  export_tvm:\n    x:"), "functions.export_tvm",
      "function name 'export_tvm' is reserved"),
     ("function named_parameters", BASE.replace("  forward:\n    x:", "  named_parameters:\n    x:"),

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from schemas import RecipeError, load_recipe_text
+from schemas import RecipeError, load_recipe_text, source
 from schemas.errors import override_label, printable, shorten
 from schemas.limits import MAX_DEPTH, MAX_FUNCTIONS, MAX_NDIM, MAX_RECIPE_BYTES, MAX_VALUES
 
@@ -103,7 +103,7 @@ def test_many_overrides_in_a_subprocess():
     text = BASE.replace("name: base", "name: base\nvars: {}")
     script = textwrap.dedent(f"""
         import sys
-        from schemas import RecipeError, load_recipe_text
+        from schemas import RecipeError, load_recipe_text, source
         try:
             load_recipe_text({text!r},
                              overrides=[f"vars.y{{i}}={value}" for i in range(100)])
@@ -152,10 +152,38 @@ def test_long_user_values_are_quoted_short(text, path):
     assert issues and all(len(i.message) < 400 for i in issues), [len(i.message) for i in issues]
 
 
+@pytest.mark.parametrize("segment", ["9" * 5000, "\u00b2", "\u0663", "2"])
+def test_an_override_index_must_be_a_small_ascii_number(segment):
+    """``int("9" * 5000)`` raised ValueError (the int conversion limit) and ``int("\u00b2")`` too: both
+    escaped as internal errors."""
+    issues = _issues(BASE, [f"functions.forward.x.shape.{segment}=1"])
+    assert len(issues) == 1 and issues[0].file.startswith("<override functions.forward.x.shape.")
+    assert "is not an index of functions.forward.x.shape (a list of 2 items)" in issues[0].message
+    assert len(str(issues[0])) < 400
+
+
 def test_long_overrides_are_cited_short():
     issues = _issues(BASE, ["quantization=" + "q" * 100_000])
     assert len(str(issues[0])) < 600
     assert issues[0].file == "<override quantization=" + "q" * 67 + "... (100,013 characters)>"
+
+
+@pytest.mark.parametrize("loader", ["SafeLoader", "CSafeLoader"])
+def test_both_yaml_loaders_report_the_same_positions(monkeypatch, loader):
+    """libyaml parses a 4 MiB recipe about 10x faster than PyYAML's Python parser; either one is used
+    (whichever PyYAML has) with the same checks, and positions count characters, not UTF-8 bytes."""
+    import yaml
+
+    if not hasattr(yaml, loader):
+        pytest.skip("PyYAML without libyaml")
+    monkeypatch.setattr(source, "_LOADER", getattr(yaml, loader))
+    issues = _issues("na\u00efve: \"\u00e9\u00e9\x07\"\n")
+    assert (issues[0].line, issues[0].column) == (1, 11) and "characters are not allowed" in issues[0].message
+    issues = _issues(BASE.replace("name: base", 'name: "\\ud800"'))
+    assert (issues[0].line, issues[0].column) in ((1, 7), (1, 10)) and "Unicode" in issues[0].message
+    issue = _one(_issues(BASE.replace("out_features: 8", "out_features: !!int 1e3")),
+                 "model.layers.fc.out_features", "cannot read '1e3' as int")
+    assert (issue.line, issue.column) == (4, 55)
 
 
 def test_helpers():
