@@ -78,8 +78,17 @@ def main(argv: list[str] | None = None) -> int:
                 err.print(str(issue), markup=False)
             return 2
         err.print(f"[bold red]error:[/] {type(exc).__name__}: ", markup=True, end="")
-        err.print(str(exc), markup=False)
+        err.print(_printable(str(exc)), markup=False)
         return 1
+
+
+def _printable(text: str) -> str:
+    """A message that may quote user text (a path, a name) as the terminal should show it: each line's
+    control characters (ANSI escape sequences included) escaped (:func:`schemas.errors.printable`),
+    the lines kept."""
+    from schemas.errors import printable
+
+    return "\n".join(printable(line) for line in text.split("\n"))
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -95,6 +104,8 @@ def _run_with(args: argparse.Namespace, progress: "_ConversionProgress") -> int:
     from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
+    from rich.text import Text
+    from schemas.errors import printable
 
     from .pipeline import build
 
@@ -133,7 +144,7 @@ def _run_with(args: argparse.Namespace, progress: "_ConversionProgress") -> int:
         result_note = f"ran {fname} in {t_run * 1e3:.2f} ms -> {shapes}" + (
             f", written to {args.output}" if args.output else "")
 
-    table = Table(title=escape(recipe.name), show_header=True, header_style="bold")
+    table = Table(title=Text(printable(recipe.name)), show_header=True, header_style="bold")   # never markup
     table.add_column("function")
     table.add_column("inputs")
     for fname, inputs in spec.items():
@@ -150,16 +161,16 @@ def _run_with(args: argparse.Namespace, progress: "_ConversionProgress") -> int:
         ratio = f", {before / after:.2f}x smaller" if after and before > after else ""
         origin += f"; {_bytes(before)} before {model.quantization}{ratio}"
     out.print(f"parameters: {len(model.param_specs)} tensors, {model.num_params:,} elements, "
-              f"{_bytes(model.param_bytes)} ({escape(origin)})")
+              f"{_bytes(model.param_bytes)} ({escape(printable(origin))})")
     if args.save_params is not None:
-        out.print(f"saved parameters to {escape(args.save_params)}")
+        out.print(f"saved parameters to {escape(printable(args.save_params))}")
     out.print(f"compile: export {model.timings['export'] * 1e3:.1f} ms, "
               f"native code {model.timings['compile'] * 1e3:.1f} ms "
               f"({len(exe.kernels)} kernels for {exe.target.get('cpu', 'host')}: {_kernel_kinds(exe)})")
     if result_note:
-        out.print(result_note)
+        out.print(escape(_printable(result_note)))
     if args.bench is not None:
-        out.print(escape(_bench(model, args.function or model.functions[0], args.bench, args.bench_dim)))
+        out.print(escape(_printable(_bench(model, args.function or model.functions[0], args.bench, args.bench_dim))))
     return 0
 
 

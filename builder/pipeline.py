@@ -243,10 +243,7 @@ def _check_tensor_bytes(recipe: schemas.Recipe, module: nn.Module, spec: dict) -
 
 def _issue(recipe: schemas.Recipe, path: str, message: str) -> schemas.RecipeIssue:
     """A recipe issue at ``path``'s position in the file, or citing the override that set it."""
-    override = recipe.source.override(path)
-    pos = recipe.source.position(path) or (None, None)
-    where = f"<override {override}>" if override and pos == (None, None) else recipe.source.file
-    return schemas.RecipeIssue(where, pos[0], pos[1], path, message)
+    return recipe.source.issue(path, message)
 
 
 def _check_exclude(recipe: schemas.Recipe, module: nn.Module) -> None:

@@ -7,25 +7,36 @@ whitelist -- it is never evaluated by Python. Allowed:
   (a value or a tuple of values);
 - expressions: names (function inputs, earlier assignments), calls of recipe layers
   (``gate_proj(x)``) and of registered functional ops (``silu(x)``, ``softmax(x, axis=-1)``,
-  ``reshape(x, [1, -1])``), the arithmetic operators ``+ - * / @`` and unary ``-``, numeric
+  ``reshape(x, [1, -1])``, ``silu(x, name="gate")``: a ``name`` is the result's name hint in the
+  printed IR and must be an identifier, as TVM's name hints are), the arithmetic operators ``+ - * / @`` and unary ``-``, numeric
   constants, tuple indexing with a constant (``parts[0]``), list / tuple literals of constants
   as op arguments.
 
 Anything else (attribute access, comprehensions, lambdas, imports, ...) is a recipe error that
 cites ``file:line:column`` inside the ``forward`` block, as are unknown names, wrong op
 arguments and shape/dtype mismatches found while tracing.
+
+Bounds (:mod:`schemas.limits`): the text is at most ``MAX_FORWARD_CHARS`` long, one expression nests at
+most ``MAX_EXPRESSION_DEPTH`` deep (checked without recursion; the checker and the interpreter recurse
+only that deep, any number of statements run in a loop), integer constants fit int64, and no
+result with static sizes may take more than ``MAX_TENSOR_BYTES``.
 """
 from __future__ import annotations
 
 import ast
 import difflib
 import inspect
+import math
 from typing import Any, Callable
 
+from runtime.native import numpy_dtype
 from schemas import LAYER_TYPES, Recipe, RecipeError
-from schemas.limits import MAX_EXPRESSION_DEPTH, MAX_FORWARD_CHARS
+from schemas.errors import shorten
+from schemas.limits import MAX_EXPRESSION_DEPTH, MAX_FORWARD_CHARS, MAX_TENSOR_BYTES
+from schemas.models import is_identifier
 
 from . import nn
+from .ir.printer import PRINTER_RESERVED
 
 __all__ = ["instantiate", "RecipeModule", "FORWARD_OPS", "parse_forward"]
 
@@ -49,7 +60,9 @@ _LAYER_CLASSES = {
 assert set(_LAYER_CLASSES) == set(LAYER_TYPES), "every schema layer type needs a module class"
 
 #: Names a layer, an input or a function may not take: attributes of nn.Module (a layer named
-#: ``named_parameters`` or ``__dict__`` would replace it) and ``forward``.
+#: ``named_parameters`` or ``__dict__`` would replace it) and ``forward``. Function names may not be
+#: ``PRINTER_RESERVED`` either (the printed module would define ``R`` and shadow the ``relax`` alias;
+#: variables with those names are renamed by the printer, functions keep their names).
 _RESERVED = set(dir(nn.Module)) | {"forward"}
 
 
@@ -177,7 +190,9 @@ def _check_expr(node: ast.AST, defined: set[str], layers: list[str]) -> None:
         _check_expr(node.operand, defined, layers)
     elif isinstance(node, ast.Constant):
         if isinstance(node.value, bool) or not isinstance(node.value, (int, float, str)):
-            raise _ForwardError(node, f"constant {node.value!r} is not allowed in forward")
+            raise _ForwardError(node, f"constant {shorten(node.value)} is not allowed in forward")
+        if isinstance(node.value, int) and not -2 ** 63 <= node.value < 2 ** 63:
+            raise _ForwardError(node, f"an integer constant must fit int64, got {shorten(node.value)}")
     elif isinstance(node, (ast.Tuple, ast.List)):
         for elt in node.elts:
             _check_expr(elt, defined, layers)
@@ -255,27 +270,54 @@ class RecipeModule(nn.Module):
             kwargs = {kw.arg: self._eval(kw.value, env) for kw in node.keywords}
             layer = self.__dict__.get(name)
             fn = layer if isinstance(layer, nn.Module) else FORWARD_OPS[name]
+            target = fn.forward if isinstance(fn, nn.Module) else fn
+            try:
+                bound = inspect.signature(target).bind(*args, **kwargs)
+            except TypeError as exc:
+                raise _ForwardError(node, f"{name}(): {exc}") from None
+            hint = bound.arguments.get("name")
+            if isinstance(hint, str) and not is_identifier(hint):   # non-strings: the op says so
+                raise _ForwardError(node, f"{name}(): name must be an identifier (letters, digits and '_', not "
+                                          f"starting with a digit, not a Python keyword), got {shorten(hint)}")
+            if isinstance(fn, nn.Module):   # recipe layers take tensors only
+                for arg in [*args, *kwargs.values()]:
+                    if not isinstance(arg, nn.Tensor):
+                        raise _ForwardError(node, f"{name}() ({type(fn).__name__}) takes tensors, got "
+                                                  f"{_describe(arg)}")
             return self._apply(node, fn, args, kwargs, name)
         raise _ForwardError(node, f"{type(node).__name__} is not allowed")  # pragma: no cover
 
     @staticmethod
     def _apply(node: ast.AST, fn: Callable, args: list, kwargs: dict, name: str | None = None):
-        """Call layer or op ``fn`` after checking the arguments against its signature: their
-        number and names, and a tensor for every parameter annotated ``Tensor``."""
+        """Call layer or op ``fn`` after checking the arguments' number and names against its
+        signature (the ops check their arguments' types themselves)."""
         target = fn.forward if isinstance(fn, nn.Module) else fn
         name = name or getattr(target, "__name__", "op")
         try:
-            bound = inspect.signature(target).bind(*args, **kwargs)
+            inspect.signature(target).bind(*args, **kwargs)
         except TypeError as exc:
             raise _ForwardError(node, f"{name}(): {exc}") from None
-        params = inspect.signature(target).parameters
-        for arg, value in bound.arguments.items():
-            if params[arg].annotation in ("Tensor", nn.Tensor) and not isinstance(value, nn.Tensor):
-                raise _ForwardError(node, f"{name}(): argument '{arg}' must be a tensor, got {_describe(value)}")
         try:
-            return fn(*args, **kwargs)
+            result = fn(*args, **kwargs)
         except (ValueError, TypeError) as exc:
             raise _ForwardError(node, str(exc)) from None
+        _check_result_size(node, result)
+        return result
+
+
+def _check_result_size(node: ast.AST, value: Any) -> None:
+    """Raise ``_ForwardError`` when a tensor in ``value`` would take more than ``MAX_TENSOR_BYTES``
+    by its static sizes alone (``x @ x.T`` of a (2**40, 1) input), so that every size the compiler
+    computes fits int64."""
+    for t in value if isinstance(value, (tuple, list)) else [value]:
+        if isinstance(t, (tuple, list)):
+            _check_result_size(node, t)
+        elif isinstance(t, nn.Tensor):
+            static = [d for d in t._expr.struct_info.shape or () if isinstance(d, int)]
+            nbytes = math.prod(static) * numpy_dtype(t.dtype).itemsize
+            if nbytes > MAX_TENSOR_BYTES:
+                raise _ForwardError(node, f"the result {_describe(t)} would take {nbytes:,} bytes, more than the "
+                                          "2**62 any tensor may have")
 
 
 def _all_tensors(value: Any) -> bool:
@@ -320,9 +362,9 @@ def instantiate(recipe: Recipe) -> tuple[nn.Module, dict]:
     spec: dict[str, dict] = {}
     input_names: list[str] | None = None
     for fname, inputs in recipe.functions.items():
-        if _reserved(fname) and fname != "forward":
+        if (_reserved(fname) and fname != "forward") or fname in PRINTER_RESERVED:
             raise recipe.source.error(("functions", fname),
-                                      f"function name '{fname}' is reserved (it is an nn.Module attribute)")
+                                      f"function name '{fname}' is reserved (an nn.Module attribute or a name of the printed IR)")
         names = list(inputs)
         if input_names is not None and names != input_names:
             raise recipe.source.error(("functions", fname),

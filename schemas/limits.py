@@ -37,3 +37,11 @@ MAX_FORWARD_CHARS = 1 << 16
 MAX_EXPRESSION_DEPTH = 100
 """The deepest nesting of one expression in ``forward:`` text (``silu(silu(...))``, ``a + b + ...``,
 ``-(-(...))``); longer computations are written as a sequence of assignments, which has no bound."""
+
+MAX_NDIM = 32
+"""The most dims a tensor may have (an input's shape, an op's result): numpy 1.x's limit (numpy 2 allows
+64), so every result fits a numpy array; the loops generated for a tensor nest once per dim."""
+
+MAX_FUNCTIONS = 64
+"""The most functions a recipe may export. Each one exports and compiles the recipe's whole ``forward``,
+so the work is this many times the forward's (a transformer exports a handful: forward, prefill, decode)."""

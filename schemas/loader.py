@@ -10,10 +10,10 @@ from typing import Any, Iterable
 
 from pydantic import BaseModel, ValidationError
 
-from .errors import RecipeError, RecipeIssue
+from .errors import RecipeError, RecipeIssue, override_label, shorten
 from .limits import MAX_DEPTH, MAX_RECIPE_BYTES, MAX_STRING_CHARS, MAX_VALUES, MAX_VARIABLE_CHAIN
 from .models import LAYER_TYPES, QUANTIZATION_KINDS, QUANTIZATION_PRESETS, InputSpec, ModelDef, Recipe, WeightsDef
-from .source import FieldPath, IssueCollector, SourceMap, format_path, parse_yaml
+from .source import FieldPath, IssueCollector, SourceMap, ValueBudget, format_path, list_index, parse_yaml
 
 _VARIABLE = re.compile(r"\$\$\{|\$\{([^}]*)\}")  # `$${` escapes a literal `${`
 _VALID_LAYER_TYPES = ", ".join(sorted(LAYER_TYPES, key=str.lower))
@@ -67,14 +67,15 @@ def load_recipe_text(text: str, filename: str = "<string>", overrides: Iterable[
     """
     source = SourceMap(filename, text)
     issues = IssueCollector(source)
-    data = parse_yaml(text, issues)
+    budget = ValueBudget()   # one budget of values for the recipe and all its overrides
+    data = parse_yaml(text, issues, budget)
     if not isinstance(data, dict):
         issue = source.issue((), "a recipe must be a mapping of fields" if data is not None or issues.issues
                              else "the recipe is empty: a recipe must be a mapping of fields")
         if issue.line is None and not issues.issues:   # an empty file: point at its start
             issue = RecipeIssue(issue.file, 1, 1, issue.path, issue.message)
         raise RecipeError([*issues.issues, issue])
-    _apply_overrides(data, overrides, issues)
+    _apply_overrides(data, overrides, issues, budget)
     interpolator = _Interpolator(data, issues)
     interpolator.run()
     try:
@@ -94,31 +95,42 @@ def _did_you_mean(word: Any, candidates: Iterable[Any]) -> str:
 
 # --- overrides -------------------------------------------------------------------------------------
 
-def _apply_overrides(data: dict, overrides: Iterable[str], issues: IssueCollector) -> None:
+def _apply_overrides(data: dict, overrides: Iterable[str], issues: IssueCollector, budget: ValueBudget) -> None:
     """Apply ``KEY=VALUE`` overrides, a key before the keys nested under it whatever the order
     given (``quantization.group_size=64 quantization=q4f16_1`` sets the preset, then its group
-    size); otherwise in the order given (the last of two equal keys wins)."""
+    size); otherwise in the order given (the last of two equal keys wins).
+
+    Bounded as a recipe file is: all overrides together at most
+    :data:`~schemas.limits.MAX_RECIPE_BYTES` characters, and their values count against ``budget``."""
     items = [overrides] if isinstance(overrides, str) else list(overrides)
+    for override in items:
+        if not isinstance(override, str):
+            raise TypeError(f"an override must be a KEY=VALUE string, got {type(override).__name__}")
     found = []
+    chars = 0
     for pos, override in sorted(enumerate(items), key=lambda t: (t[1].partition("=")[0].strip().count("."), t[0])):
-        problem = _apply_override(data, override, issues.source)
+        if chars + len(override) > MAX_RECIPE_BYTES:   # refused unread: it does not count
+            problem = (f"the overrides would be more than {MAX_RECIPE_BYTES:,} characters long in all with this "
+                       "one, more than a recipe may have")
+        else:
+            chars += len(override)
+            problem = _apply_override(data, override, issues.source, budget)
         if problem is not None:
             key = override.partition("=")[0].strip()
-            found.append((pos, RecipeIssue(f"<override {override}>", None, None, key, problem)))
+            key = key if len(key) <= 100 else f"{key[:80]}... ({len(key):,} characters)"
+            found.append((pos, RecipeIssue(override_label(override), None, None, key, problem)))
     issues.issues.extend(issue for _, issue in sorted(found, key=lambda t: t[0]))   # in the order given
 
 
-def _apply_override(data: dict, override: str, source: SourceMap) -> str | None:
+def _apply_override(data: dict, override: str, source: SourceMap, budget: ValueBudget) -> str | None:
     """Apply one ``KEY=VALUE`` override to ``data``; return what is wrong with it, or ``None``."""
     key, has_value, text = override.partition("=")
     key = key.strip()
     if not has_value or not key:
         return "expected KEY=VALUE"
-    if len(text) > MAX_RECIPE_BYTES:
-        return f"the value is {len(text):,} characters long, more than a recipe may have"
     value_issues = IssueCollector(SourceMap("<value>", text))
-    try:
-        value = parse_yaml(text, value_issues)   # the recipe's own bounded, position-keeping parser
+    try:   # the recipe's own bounded, position-keeping parser; what it builds counts even if unused
+        value = parse_yaml(text, value_issues, budget)
     except RecipeError as exc:
         return f"invalid value: {exc.issues[0].message}"
     if value_issues.issues:
@@ -146,7 +158,7 @@ def _override_target(data: dict, key: str) -> tuple[dict | list, str | int, Fiel
         if key in Recipe.model_fields:
             return data, key, (key,)
         names = [*variables, *Recipe.model_fields]
-        raise LookupError(f"no variable or recipe field named {key!r}"
+        raise LookupError(f"no variable or recipe field named {shorten(key)}"
                           + (_did_you_mean(key, names) or f"; valid names: {', '.join(names)}"))
     segments = key.split(".")
     if segments[0] == "quantization":
@@ -157,12 +169,12 @@ def _override_target(data: dict, key: str) -> tuple[dict | list, str | int, Fiel
         where = format_path(path) or "the recipe"
         if isinstance(node, dict):
             if segment not in node and depth < len(segments) - 1:
-                raise LookupError(f"{where} has no {segment!r}{_did_you_mean(segment, node)}")
+                raise LookupError(f"{where} has no {shorten(segment)}{_did_you_mean(segment, node)}")
             step: str | int = segment
         elif isinstance(node, list):
-            if not (segment.isdigit() and int(segment) < len(node)):
-                raise LookupError(f"{segment!r} is not an index of {where} (a list of {len(node)} items)")
-            step = int(segment)
+            step = list_index(segment)
+            if step is None or step >= len(node):
+                raise LookupError(f"{shorten(segment)} is not an index of {where} (a list of {len(node)} items)")
         else:
             raise LookupError(f"{where} is a {type(node).__name__}, not a mapping or a list")
         path.append(step)
@@ -182,7 +194,7 @@ def _expand_quantization_preset(data: dict) -> None:
     if isinstance(value, dict):
         return
     if not isinstance(value, str) or value not in QUANTIZATION_PRESETS:
-        raise LookupError(f"quantization is {value!r}, not a preset name or a mapping whose fields could be set; "
+        raise LookupError(f"quantization is {shorten(value)}, not a preset name or a mapping whose fields could be set; "
                           f"valid presets: {', '.join(QUANTIZATION_PRESETS)}")
     data["quantization"] = QUANTIZATION_PRESETS[value].model_dump(mode="python")
 
@@ -193,9 +205,11 @@ class _Interpolator:
     """Replaces ``${name}`` in the string values of recipe data with the variables of ``vars:``.
 
     Bounded (:mod:`schemas.limits`): the values substituted count toward ``MAX_VALUES`` each time
-    they are used, nesting after substitution stays within ``MAX_DEPTH``, a string built by
-    interpolation and all of them together stay within ``MAX_STRING_CHARS``, and variables may
-    reference each other at most ``MAX_VARIABLE_CHAIN`` deep; each excess is an issue at the reference.
+    they are used, nesting after substitution stays within ``MAX_DEPTH`` (and so does the nesting
+    walked while variables are resolved, the values of the variables being resolved counted
+    together, which bounds the recursion), a string built by interpolation and all of them together
+    stay within ``MAX_STRING_CHARS``, and variables may reference each other at most
+    ``MAX_VARIABLE_CHAIN`` deep; each excess is an issue at the reference (or the value) where it happened.
     """
 
     def __init__(self, data: dict, issues: IssueCollector):
@@ -210,6 +224,7 @@ class _Interpolator:
         self.origins: dict[FieldPath, str] = {}  # values that are exactly "${name}" -> name
         self.values = _measure(data)[0]  # values in the data, plus those substitutions add
         self.chars = 0  # characters built by interpolation into strings
+        self.level = 0  # mappings and lists being substituted, across the variables being resolved
 
     def run(self) -> None:
         for name in self.raw:
@@ -223,11 +238,19 @@ class _Interpolator:
     def substitute(self, value: Any, path: FieldPath) -> Any:
         if isinstance(value, str):
             return self.expand(value, path)
-        if isinstance(value, dict):
-            return {key: self.substitute(item, path + (key,)) for key, item in value.items()}
-        if isinstance(value, list):
+        if not isinstance(value, (dict, list)):
+            return value
+        if self.level >= MAX_DEPTH:   # a variable's value nested inside the value that references it, ...
+            self.too_large(path, "", f"mappings and lists nested more than {MAX_DEPTH} levels deep through the "
+                                     "values of variables that reference each other")
+            return value
+        self.level += 1
+        try:
+            if isinstance(value, dict):
+                return {key: self.substitute(item, path + (key,)) for key, item in value.items()}
             return [self.substitute(item, path + (index,)) for index, item in enumerate(value)]
-        return value
+        finally:
+            self.level -= 1
 
     def expand(self, text: str, path: FieldPath) -> Any:
         whole = _VARIABLE.fullmatch(text)
@@ -275,7 +298,7 @@ class _Interpolator:
         if name not in self.raw:
             known = _did_you_mean(name, self.raw) or (
                 f"; defined variables: {', '.join(self.raw)}" if self.raw else "; no variables are defined")
-            self.issues.add(path, f"unknown variable {name!r}{known}")
+            self.issues.add(path, f"unknown variable {shorten(name)}{known}")
             return text
         if name in self.resolving:
             cycle = " -> ".join(self.resolving[self.resolving.index(name):] + [name])
@@ -328,7 +351,7 @@ def _add_validation_issues(exc: ValidationError, data: dict, issues: IssueCollec
         elif kind == "extra_forbidden":
             message, at_key = _unknown_field(data, path), True
         elif kind == "union_tag_invalid":
-            message = f"unknown layer type {error['ctx']['tag']!r}; valid types: {_VALID_LAYER_TYPES}"
+            message = f"unknown layer type {shorten(error['ctx']['tag'])}; valid types: {_VALID_LAYER_TYPES}"
             path += ("type",)
         elif kind == "union_tag_not_found":
             message = f"missing required field 'type'; valid types: {_VALID_LAYER_TYPES}"
@@ -337,7 +360,7 @@ def _add_validation_issues(exc: ValidationError, data: dict, issues: IssueCollec
         else:
             message = error["msg"]
             if message.startswith("Input should") and isinstance(error["input"], (str, int, float)):
-                message += f", got {error['input']!r}"
+                message += f", got {shorten(error['input'])}"
             if path in origins:
                 override = issues.source.override(("vars", origins[path]))
                 message += f" (from ${{{origins[path]}}}{f' set by override {override}' if override else ''})"
@@ -375,9 +398,9 @@ def _unknown_field(data: dict, path: FieldPath) -> str:
         parent = parent[segment]
     model = _model_at(path[:-1], parent)
     if model is None:
-        return f"unknown field {path[-1]!r}"
+        return f"unknown field {shorten(path[-1])}"
     fields = list(model.model_fields)
-    return f"unknown field {path[-1]!r}" + (_did_you_mean(path[-1], fields) or f"; valid fields: {', '.join(fields)}")
+    return f"unknown field {shorten(path[-1])}" + (_did_you_mean(path[-1], fields) or f"; valid fields: {', '.join(fields)}")
 
 
 def _model_at(path: FieldPath, value: Any) -> type[BaseModel] | None:
@@ -407,7 +430,7 @@ def _quantization_kind_issue(data: dict, path: FieldPath) -> tuple[str, FieldPat
     if isinstance(value, dict):
         if "kind" not in value:
             return f"missing required field 'kind'; valid kinds: {kinds}", path
-        return (f"unknown quantization kind {value['kind']!r}{_did_you_mean(value['kind'], QUANTIZATION_KINDS)}; "
+        return (f"unknown quantization kind {shorten(value['kind'])}{_did_you_mean(value['kind'], QUANTIZATION_KINDS)}; "
                 f"valid kinds: {kinds}"), path + ("kind",)
     return (f"expected a preset name ({', '.join(QUANTIZATION_PRESETS)}) or a mapping with a 'kind' "
-            f"({kinds}), got {value!r}"), path
+            f"({kinds}), got {shorten(value)}"), path

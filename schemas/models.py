@@ -10,7 +10,8 @@ from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Di
                       ValidationInfo, field_validator, model_validator)
 from pydantic_core import PydanticCustomError
 
-from .limits import MAX_DIM
+from .errors import shorten
+from .limits import MAX_DIM, MAX_FUNCTIONS, MAX_NDIM
 from .source import SourceMap
 
 DType = Literal[
@@ -26,11 +27,17 @@ DTYPES: tuple[str, ...] = get_args(DType)
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
+def is_identifier(value: Any) -> bool:
+    """Whether ``value`` is a name recipes accept: an ASCII identifier (``[A-Za-z_][A-Za-z0-9_]*``) that is
+    not a Python keyword (layer, input, function and variable names, and ``name=`` hints in forward)."""
+    return isinstance(value, str) and bool(_IDENTIFIER.fullmatch(value)) and not keyword.iskeyword(value)
+
+
 def _check_identifier(value: str) -> str:
-    if not _IDENTIFIER.fullmatch(value) or keyword.iskeyword(value):
+    if not is_identifier(value):
         raise PydanticCustomError(
             "identifier", "{value} is not a valid name: use letters, digits and '_', not starting with a digit,"
-            " and not a Python keyword", {"value": repr(value)})
+            " and not a Python keyword", {"value": shorten(value)})
     return value
 
 
@@ -39,10 +46,25 @@ def _check_dim(value: Any) -> Any:
     if not is_size and not (isinstance(value, str) and _IDENTIFIER.fullmatch(value)):
         raise PydanticCustomError(
             "dim", "expected a non-negative integer or a symbolic dimension name (an identifier), got {value}",
-            {"value": repr(value)[:80]})
+            {"value": shorten(value)})
     if is_size and value > MAX_DIM:
         raise PydanticCustomError("dim", "a size must be at most 2**40 ({limit}), got {value}",
-                                  {"limit": MAX_DIM, "value": value})
+                                  {"limit": MAX_DIM, "value": shorten(value)})
+    return value
+
+
+def _check_ndim(value: Any) -> Any:
+    if isinstance(value, list) and len(value) > MAX_NDIM:
+        raise PydanticCustomError("ndim", "a shape may have at most {limit} dims, got {n}",
+                                  {"limit": MAX_NDIM, "n": len(value)})
+    return value
+
+
+def _check_function_count(value: Any) -> Any:
+    if isinstance(value, dict) and len(value) > MAX_FUNCTIONS:
+        raise PydanticCustomError(
+            "functions", "a recipe may export at most {limit} functions (each compiles the whole forward), "
+            "got {n}", {"limit": MAX_FUNCTIONS, "n": len(value)})
     return value
 
 
@@ -52,7 +74,11 @@ def _check_axes(value: Any) -> Any:
 
     if not is_int(value) and not (isinstance(value, list) and all(map(is_int, value))):
         raise PydanticCustomError("axes", "expected an integer axis or a list of integer axes, got {value}",
-                                  {"value": repr(value)})
+                                  {"value": shorten(value)})
+    for axis in value if isinstance(value, list) else [value]:
+        if not -MAX_NDIM <= axis < MAX_NDIM:
+            raise PydanticCustomError("axes", "axis {axis} is out of range: a tensor has at most {limit} dims",
+                                      {"axis": shorten(axis), "limit": MAX_NDIM})
     return value
 
 
@@ -180,9 +206,10 @@ class ModelDef(StrictModel):
 
 
 class InputSpec(StrictModel):
-    """One input tensor of an exported function: its shape (sizes or symbolic names) and element type."""
+    """One input tensor of an exported function: its shape (sizes or symbolic names, at most
+    :data:`~schemas.limits.MAX_NDIM` of them) and element type."""
 
-    shape: list[Dim]
+    shape: Annotated[list[Dim], BeforeValidator(_check_ndim)]
     dtype: DType
 
 
@@ -227,7 +254,7 @@ class GroupQuantization(StrictModel):
     default, MLC-LLM's semantics) keeps float activations. Hosts without AVX2 and 8-bit weights
     always use float activations.
 
-    Raises (validation): ``group_size`` not positive or not divisible by ``elements_per_word``.
+    Raises (validation): ``group_size`` not positive (or above 2**40) or not divisible by ``elements_per_word``.
     """
 
     kind: Literal["group"] = "group"
@@ -243,8 +270,9 @@ class GroupQuantization(StrictModel):
     @classmethod
     def _check_group_size(cls, value: int, info: ValidationInfo) -> int:
         bits, storage = info.data.get("bits"), info.data.get("storage_dtype")
-        if value <= 0:
-            raise PydanticCustomError("group_size", "group_size must be positive, got {value}", {"value": value})
+        if not 0 < value <= MAX_DIM:
+            raise PydanticCustomError("group_size", "group_size must be positive and at most 2**40, got {value}",
+                                      {"value": shorten(value)})
         if bits is not None and storage is not None:
             per_word = STORAGE_BITS[storage] // bits
             if value % per_word:
@@ -347,7 +375,7 @@ def unknown_preset_message(name: Any) -> str:
 
     close = difflib.get_close_matches(str(name), list(QUANTIZATION_PRESETS), n=3)
     hint = f" (did you mean {' or '.join(map(repr, close))}?)" if close else ""
-    return f"unknown quantization preset {name!r}{hint}; valid presets: {', '.join(QUANTIZATION_PRESETS)}"
+    return f"unknown quantization preset {shorten(name)}{hint}; valid presets: {', '.join(QUANTIZATION_PRESETS)}"
 
 
 def resolve_quantization(value: Union[str, QuantizationSpec]) -> QuantizationSpec:
@@ -407,7 +435,8 @@ class Recipe(StrictModel):
     description: str = ""
     vars: dict[Identifier, Any] = {}
     model: ModelDef
-    functions: Annotated[dict[Identifier, dict[Identifier, InputSpec]], Field(min_length=1)]
+    functions: Annotated[dict[Identifier, dict[Identifier, InputSpec]], Field(min_length=1),
+                         BeforeValidator(_check_function_count)]
     dtype: Optional[Literal["float16", "bfloat16", "float32", "float64"]] = None
     quantization: Quantization = "none"
     weights: Optional[WeightsDef] = None

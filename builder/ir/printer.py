@@ -108,12 +108,19 @@ def format_attr(value) -> str:
     raise TypeError(f"cannot print attribute value {value!r}")
 
 
+PRINTER_RESERVED = frozenset({"R", "T", "I", "cls", "metadata"})
+"""Names the printed text itself uses (the ``relax`` / ``tir`` / ``ir`` module aliases, ``cls.f`` for the
+module's functions, ``metadata``): a variable or a symbolic dim with one of these name hints prints with a
+suffix (``R_1``), as one sharing a name with another does, so that it cannot shadow them."""
+
+
 class _Names:
-    """Per-function name table: distinct objects that share a name get ``_1``, ``_2`` suffixes."""
+    """Per-function name table: distinct objects that share a name, or use one of
+    :data:`PRINTER_RESERVED`, get ``_1``, ``_2`` suffixes."""
 
     def __init__(self) -> None:
         self.by_obj: dict[int, str] = {}
-        self.used: set[str] = set()
+        self.used: set[str] = set(PRINTER_RESERVED)
 
     def add(self, obj, hint: str) -> str:
         if id(obj) in self.by_obj:

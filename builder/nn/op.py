@@ -2,13 +2,21 @@
 graph-level binding named by ``name`` (TVM's default hints: ``add``, ``mul``, ``matmul``, ...).
 
 Shapes and dtypes are checked when the op is emitted; a mismatch raises ValueError / TypeError
-naming both sides. Python scalars combine with tensors as constants of the tensor's dtype.
+naming both sides. Python scalars combine with tensors as constants of the tensor's dtype (a value the
+dtype cannot hold is a ValueError, as in numpy 2 and PyTorch). Every public op checks its arguments
+before it builds anything: a parameter annotated ``Tensor`` must be a Tensor (``Tensor | None``: or
+``None``; ``Sequence[Tensor]``: a sequence of Tensors) and ``name`` a string, else TypeError naming the
+op and the parameter (see :func:`_checked`). A result may have at most
+:data:`schemas.limits.MAX_NDIM` dims.
 """
 from __future__ import annotations
 
-from typing import Sequence
+import functools
+import inspect
+from typing import Callable, Sequence
 
 import numpy as np
+from schemas.limits import MAX_NDIM
 
 from ..ir import expr as E
 from ..ir import relax as rx
@@ -39,9 +47,43 @@ def _binary_operands(a, b) -> tuple[rx.Expr, rx.Expr]:
 
 
 def _scalar(value, dtype: str) -> rx.Constant:
-    if isinstance(value, (bool, int, float, np.number)):
+    """A Python / numpy number as a 0-d constant of ``dtype`` (the other operand's).
+
+    Raises TypeError for a non-number and for a float that is not a whole number with an integer
+    dtype (it would be truncated); ValueError for a number ``dtype`` cannot hold: an integer outside
+    the integer dtype's range (``uint8 + -1``, ``int64 + 2**64``: numpy 2 and PyTorch refuse them
+    too), a bool dtype with anything but 0 / 1, or an integer beyond float64 for a float dtype. A
+    finite float beyond a narrower float dtype's range becomes inf, as in numpy and PyTorch.
+    """
+    if isinstance(value, np.generic):
+        value = value.item()
+    if not isinstance(value, (int, float)):   # bool is an int
+        raise TypeError(f"cannot combine a Tensor with {type(value).__name__} {_short(value)}")
+    if dtype == "bool":
+        if value not in (0, 1):
+            raise ValueError(f"cannot combine a bool tensor with {_short(value)}: only 0, 1, True and False fit")
+    elif dtype.startswith(("int", "uint")):
+        if isinstance(value, float):
+            if not value.is_integer():
+                raise TypeError(f"cannot combine an {dtype} tensor with the float {_short(value)} (it would be "
+                                "truncated); convert one of them with astype")
+            value = int(value)
+        info = np.iinfo(dtype)
+        if not info.min <= value <= info.max:
+            raise ValueError(f"the constant {_short(value)} does not fit {dtype} ({info.min} to {info.max})")
+    else:
+        try:
+            value = float(value)
+        except OverflowError:
+            raise ValueError(f"the constant {_short(value)} does not fit {dtype} (beyond float64)") from None
+    with np.errstate(over="ignore"):   # 1e39 as float32 is inf, as numpy and PyTorch make it
         return rx.Constant(np.asarray(value), dtype)
-    raise TypeError(f"cannot combine a Tensor with {type(value).__name__} {value!r}")
+
+
+def _short(value) -> str:
+    from schemas.errors import shorten
+
+    return shorten(value, 60)
 
 
 def _binary(opname: str, a, b, name: str) -> Tensor:
@@ -124,13 +166,28 @@ def matmul(a: Tensor, b: Tensor, out_dtype: str | None = None, name: str = "matm
 
 
 def permute_dims(x: Tensor, axes: Sequence[int] | None = None, name: str | None = None) -> Tensor:
-    """Permute dimensions (``numpy.transpose``); ``axes=None`` reverses them."""
+    """Permute dimensions (``numpy.transpose``); ``axes=None`` reverses them. Raises TypeError when
+    ``axes`` is not None or a list / tuple (of ints: the op's shape rule checks them)."""
+    if axes is not None and not isinstance(axes, (list, tuple)):
+        raise TypeError(f"permute_dims: axes must be a list of ints or None, got {_describe(axes)}")
     return wrap_nested(_call("permute_dims", [x._expr], axes=None if axes is None else list(axes)),
                        name or "permute_dims")
 
 
 def reshape(x: Tensor, shape: Sequence, name: str = "reshape") -> Tensor:
-    """Reshape (row-major); one ``-1`` is inferred, symbolic dims allowed."""
+    """Reshape (row-major); one ``-1`` is inferred, symbolic dims allowed.
+
+    Raises TypeError when ``shape`` is not a sequence of ints / int64 PrimExprs, ValueError for a
+    negative dim other than ``-1``, more than :data:`~schemas.limits.MAX_NDIM` dims, or element counts
+    that cannot match."""
+    if isinstance(shape, (int, str, E.PrimExpr, Tensor)) or not isinstance(shape, Sequence):
+        raise TypeError(f"reshape: shape must be a list of dims, got {type(shape).__name__}")
+    _check_ndim(len(shape), "reshape")
+    for d in shape:
+        if isinstance(d, bool) or not isinstance(d, (int, np.integer, E.PrimExpr)):
+            raise TypeError(f"reshape: invalid dim {_short(d)} in the shape (ints or symbolic int64 dims)")
+        if isinstance(d, (int, np.integer)) and d < -1:
+            raise ValueError(f"reshape: negative dim {d} in the shape (only -1, inferred, may be negative)")
     dims = resolve_reshape(tuple(x.shape), list(shape))
     return wrap_nested(_call("reshape", [x._expr, rx.ShapeExpr(dims)]), name)
 
@@ -297,6 +354,7 @@ def _dims(shape, opname: str) -> list:
     negative dim, TypeError for other types."""
     if isinstance(shape, (int, E.PrimExpr)):
         raise TypeError(f"{opname}: shape must be a sequence of dims, got {shape!r}")
+    _check_ndim(len(shape), opname)
     out = []
     for d in shape:
         if isinstance(d, bool) or not isinstance(d, (int, np.integer, E.PrimExpr)):
@@ -305,6 +363,12 @@ def _dims(shape, opname: str) -> list:
             raise ValueError(f"{opname}: negative dim {d} in shape {list(shape)}")
         out.append(int(d) if isinstance(d, (int, np.integer)) else d)
     return out
+
+
+def _check_ndim(ndim: int, opname: str) -> None:
+    """ValueError when a result would have more than :data:`~schemas.limits.MAX_NDIM` dims."""
+    if ndim > MAX_NDIM:
+        raise ValueError(f"{opname}: a tensor may have at most {MAX_NDIM} dims, got {ndim}")
 
 
 def _axis_list(axis) -> list[int] | None:
@@ -905,3 +969,65 @@ def group_dequantize(q_weight: Tensor, q_scale: Tensor, bits: int, group_size: i
 
 
 __all__ += ["group_dequantize"]
+
+
+# === argument checks of every public op ===
+
+def _tensor_params(fn: Callable) -> tuple[inspect.Signature, list[tuple[str, str]]]:
+    sig = inspect.signature(fn)
+    kinds = {"Tensor": "tensor", "Tensor | None": "optional", "Sequence[Tensor]": "sequence",
+             "str": "str", "str | None": "optional str"}
+    return sig, [(p.name, kinds[p.annotation]) for p in sig.parameters.values()
+                 if p.annotation in ("Tensor", "Tensor | None", "Sequence[Tensor]")
+                 or (p.name == "name" and p.annotation in ("str", "str | None"))]
+
+
+def _checked(fn: Callable) -> Callable:
+    """``fn`` checking, before it runs, that each parameter annotated ``Tensor`` is a Tensor
+    (``Tensor | None``: or None; ``Sequence[Tensor]``: a list or tuple of Tensors) and that ``name``
+    is a string (``str | None``: or None). Raises TypeError naming the op and the parameter (a
+    recipe's ``silu(3)`` or ``matmul(x, 2)`` reached ``x._expr`` and failed with AttributeError;
+    ``subtract(x, x, x)`` bound a Tensor as the name)."""
+    sig, params = _tensor_params(fn)
+    if not params:
+        return fn
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        bound = sig.bind(*args, **kwargs)    # TypeError for arguments fn does not take, as fn itself
+        for pname, kind in params:
+            if pname not in bound.arguments:
+                continue
+            value = bound.arguments[pname]
+            if kind == "tensor":
+                ok = isinstance(value, Tensor)
+            elif kind == "optional":
+                ok = value is None or isinstance(value, Tensor)
+            elif kind == "sequence":
+                ok = isinstance(value, (list, tuple)) and builtins.all(isinstance(v, Tensor) for v in value)
+            elif kind == "str":
+                ok = isinstance(value, str)
+            else:
+                ok = value is None or isinstance(value, str)
+            if not ok:
+                what = {"tensor": "a Tensor", "optional": "a Tensor or None", "sequence": "a list of Tensors",
+                        "str": "a string (the result's name hint)",
+                        "optional str": "a string (the result's name hint) or None"}[kind]
+                raise TypeError(f"{fn.__name__}: {pname} must be {what}, got {_describe(value)}")
+        return fn(*args, **kwargs)
+
+    return wrapper
+
+
+def _describe(value) -> str:
+    if isinstance(value, (list, tuple)):
+        kinds = sorted({type(v).__name__ for v in value})
+        return f"a {type(value).__name__} of {', '.join(kinds)}" if kinds else f"an empty {type(value).__name__}"
+    return f"{type(value).__name__} {_short(value)}" if isinstance(value, (int, float, str)) else type(value).__name__
+
+
+for _name in __all__:
+    _fn = globals()[_name]
+    if inspect.isfunction(_fn):
+        globals()[_name] = _checked(_fn)
+del _name, _fn
