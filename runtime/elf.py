@@ -27,6 +27,10 @@ _RELA = struct.Struct("<QQq")
 SHT_NULL, SHT_PROGBITS, SHT_SYMTAB, SHT_STRTAB, SHT_RELA, SHT_NOBITS, SHT_REL = 0, 1, 2, 3, 4, 8, 9
 SHN_UNDEF, SHN_LORESERVE, SHN_ABS, SHN_COMMON, SHN_XINDEX = 0, 0xFF00, 0xFFF1, 0xFFF2, 0xFFFF
 SHF_ALLOC, SHF_EXECINSTR = 0x2, 0x4
+#: Section flags our objects may use: write, alloc, execinstr, merge, strings, info-link, link-order,
+#: x86-64 large, exclude. Thread-local storage, groups and compression (which the JIT's loader does
+#: not implement, and aborts on) are refused.
+_SECTION_FLAGS = 0x1 | 0x2 | 0x4 | 0x10 | 0x20 | 0x40 | 0x80 | 0x10000000 | 0x80000000
 SHT_NOTE, SHT_LLVM_ADDRSIG, SHT_X86_64_UNWIND = 7, 0x6FFF4C03, 0x70000001
 
 #: Section types an object of ours may have.
@@ -173,6 +177,9 @@ def read_object(data: bytes) -> ElfObject:
             _fail(f"section {s.name!r} has type {s.type:#x}, which object code of ours never has")
         if align > 4096 or align & (align - 1):
             _fail(f"section {s.name!r} has alignment {align}")
+        if s.flags & ~_SECTION_FLAGS:
+            _fail(f"section {s.name!r} has flags {s.flags:#x} (thread-local, grouped or compressed data), which "
+                  "object code of ours never has")
 
     symbols: list[tuple[str, int, int]] = []
     symtab_index = None

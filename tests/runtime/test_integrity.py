@@ -209,6 +209,7 @@ _DAMAGED_OBJECTS = textwrap.dedent("""
         "section offset huge": patch(shoff + 64 + 0x18, "<Q", 1 << 40),
         "section size huge": patch(shoff + 64 + 0x20, "<Q", 1 << 40),
         "link to a missing section": patch(shoff + 64 * 2 + 0x28, "<I", 500),
+        "thread-local code": patch(shoff + 64 * 3 + 0x8, "<Q", 0x406),
         "machine aarch64": patch(0x12, "<H", 183),
         "COFF magic": b"\\x64\\x86" + obj[2:],
         "type executable": patch(0x10, "<H", 2),
