@@ -1,0 +1,166 @@
+"""Scalar intrinsics of loop-level code (``tvm.tir.exp``, ``T.if_then_else``, ``T.max_value`` ...):
+the :data:`INTRINSICS` table of call ops the code generator lowers, and the helpers that build them."""
+from __future__ import annotations
+
+import builtins
+
+from .. import expr as E
+from ..expr import PrimExpr
+
+#: Call ops the code generator lowers, with their arity.
+INTRINSICS = {
+    "exp": 1, "exp2": 1, "log": 1, "log2": 1, "log10": 1, "sqrt": 1, "rsqrt": 1, "tanh": 1,
+    "sigmoid": 1, "erf": 1, "fabs": 1, "floor": 1, "ceil": 1, "round": 1, "trunc": 1,
+    "pow": 2, "sin": 1, "cos": 1, "if_then_else": 3,
+}
+
+
+def _float_arg(op: str, x) -> PrimExpr:
+    e = E.convert(x)
+    if not E.is_float_dtype(e.dtype):
+        raise TypeError(f"{op} expects a floating-point operand, got {e} of dtype {e.dtype}")
+    return e
+
+
+def _unary(op: str, name: str | None = None):
+    def f(x) -> PrimExpr:
+        e = _float_arg(name or op, x)
+        return E.Call(e.dtype, op, [e])
+
+    f.__name__ = name or op
+    f.__doc__ = (f"``T.{op}(x)`` for a float ``x`` (same dtype as ``x``). "
+                 "Raises TypeError for an integer operand.")
+    return f
+
+
+exp = _unary("exp")
+exp2 = _unary("exp2")
+log = _unary("log")
+log2 = _unary("log2")
+log10 = _unary("log10")
+sqrt = _unary("sqrt")
+rsqrt = _unary("rsqrt")
+tanh = _unary("tanh")
+sigmoid = _unary("sigmoid")
+erf = _unary("erf")
+floor = _unary("floor")
+ceil = _unary("ceil")
+round = _unary("round")  # noqa: A001 - TVM's name
+trunc = _unary("trunc")
+sin = _unary("sin")
+cos = _unary("cos")
+
+
+def abs(x) -> PrimExpr:  # noqa: A001 - TVM's name
+    """Absolute value: ``T.fabs(x)`` for floats, ``T.Select(x >= 0, x, -x)`` for signed ints,
+    ``x`` itself for unsigned ints and bools."""
+    e = E.convert(x)
+    if E.is_float_dtype(e.dtype):
+        return E.Call(e.dtype, "fabs", [e])
+    if e.dtype.startswith("uint") or e.dtype == "bool":
+        return e
+    if isinstance(e, E.IntImm):
+        return E.IntImm(builtins.abs(e.value), e.dtype)
+    return E.Select(e >= 0, e, -e)
+
+
+def power(x, y) -> PrimExpr:
+    """``T.pow(x, y)`` for floats (``y`` converted to ``x``'s dtype). Raises TypeError for ints."""
+    a = _float_arg("power", x)
+    b = E.convert(y, a.dtype)
+    if b.dtype != a.dtype:
+        b = b.astype(a.dtype)
+    return E.Call(a.dtype, "pow", [a, b])
+
+
+def if_then_else(cond, t, f) -> PrimExpr:
+    """``T.if_then_else(cond, t, f)``: only the chosen branch is evaluated, so ``t`` may read out of
+    bounds when ``cond`` is false (padding). The branches are converted to a common dtype.
+    Raises TypeError when ``cond`` is not a bool expression."""
+    if isinstance(cond, bool):
+        raise TypeError(
+            "if_then_else got a Python bool as condition; `a == b` on expressions compares them "
+            "structurally, so build the comparison with tir.equal(a, b) / tir.not_equal(a, b)")
+    c = E.convert(cond)
+    if c.dtype != "bool":
+        raise TypeError(f"if_then_else condition must be bool, got {c} ({c.dtype})")
+    if isinstance(c, E.IntImm):
+        return E.convert(t) if c.value else E.convert(f)
+    if isinstance(t, PrimExpr) or not isinstance(f, PrimExpr):
+        a = E.convert(t)
+        b = E.convert(f, a.dtype)
+    else:
+        b = E.convert(f)
+        a = E.convert(t, b.dtype)
+    dtype = E._promote(a.dtype, b.dtype)
+    return E.Call(dtype, "if_then_else", [c, a.astype(dtype), b.astype(dtype)])
+
+
+def equal(a, b) -> PrimExpr:
+    """The bool expression ``a == b`` (``==`` on PrimExprs is structural equality, as for
+    dict keys, so comparisons are built with this helper, like ``tvm.tir.EQ``)."""
+    return E._binary(E.EQ, a, b)
+
+
+def not_equal(a, b) -> PrimExpr:
+    """The bool expression ``a != b`` (see :func:`equal`)."""
+    return E._binary(E.NE, a, b)
+
+
+def maximum(a, b) -> PrimExpr:
+    """Elementwise ``T.max(a, b)`` (TVM's ``tir.max``)."""
+    return E._binary(E.Max, a, b)
+
+
+def minimum(a, b) -> PrimExpr:
+    """Elementwise ``T.min(a, b)`` (TVM's ``tir.min``)."""
+    return E._binary(E.Min, a, b)
+
+
+def max_value(dtype: str) -> PrimExpr:
+    """The largest finite value of ``dtype`` as a constant (TVM's ``tvm.te.max_value``).
+
+    Raises ValueError for an unknown dtype."""
+    if dtype == "bool":
+        return E.IntImm(1, "bool")
+    floats = {"float16": 65504.0, "bfloat16": 3.3895313892515355e38,
+              "float32": 3.4028234663852886e38, "float64": 1.7976931348623157e308}
+    if dtype in floats:
+        return E.FloatImm(floats[dtype], dtype)
+    if E.is_int_dtype(dtype):
+        bits = E._bits(dtype)
+        return E.IntImm((1 << bits) - 1 if dtype.startswith("uint") else (1 << (bits - 1)) - 1,
+                        dtype)
+    raise ValueError(f"unknown dtype {dtype!r}")
+
+
+def min_value(dtype: str) -> PrimExpr:
+    """The lowest finite value of ``dtype`` (TVM's ``tvm.te.min_value``; ``-max`` for floats).
+
+    Raises ValueError for an unknown dtype."""
+    if dtype == "bool":
+        return E.IntImm(0, "bool")
+    if E.is_float_dtype(dtype):
+        return E.FloatImm(-max_value(dtype).value, dtype)  # type: ignore[attr-defined]
+    if E.is_int_dtype(dtype):
+        bits = E._bits(dtype)
+        return E.IntImm(0 if dtype.startswith("uint") else -(1 << (bits - 1)), dtype)
+    raise ValueError(f"unknown dtype {dtype!r}")
+
+
+def all(*conds) -> PrimExpr:  # noqa: A001 - TVM's name
+    """Logical and of bool expressions (``tvm.tir.all``); ``T.bool(True)`` for none."""
+    out: PrimExpr = E.IntImm(1, "bool")
+    for c in conds:
+        out = E._binary(E.And, out, E.convert(c)) if not (
+            isinstance(out, E.IntImm) and out.value == 1) else E.convert(c)
+    return out
+
+
+def any(*conds) -> PrimExpr:  # noqa: A001 - TVM's name
+    """Logical or of bool expressions (``tvm.tir.any``); ``T.bool(False)`` for none."""
+    out: PrimExpr = E.IntImm(0, "bool")
+    for c in conds:
+        out = E._binary(E.Or, out, E.convert(c)) if not (
+            isinstance(out, E.IntImm) and out.value == 0) else E.convert(c)
+    return out
