@@ -8,12 +8,12 @@
   and the :data:`INTRINSICS` table of call ops the code generator lowers.
 """
 from .functor import (ExprMutator, StmtExprVisitor, buffer_loads, expr_children, post_order_visit,
-                      stmt_children, stmt_exprs, walk_stmt)
-from .intrinsics import (INTRINSICS, abs, all, any, ceil, cos, equal, erf, exp, exp2, floor, if_then_else, log,
-                         log2, log10, max_value, maximum, min_value, minimum, not_equal, power, round, rsqrt,
-                         sigmoid, sin, sqrt, tanh, trunc)
-from .nodes import (FOR_KINDS, Allocate, Block, BlockRealize, Buffer, BufferLoad, BufferRegion, BufferStore,
-                    Evaluate, For, IfThenElse, IterVar, LetStmt, PrimFunc, Range, SeqStmt, Stmt)
+    stmt_children, stmt_exprs, walk_stmt)
+from .intrinsics import (INTRINSICS, abs, all, any, ceil, cos, equal, erf, exp, exp2, floor,
+    if_then_else, log, log2, log10, max_value, maximum, min_value, minimum, not_equal, power, round,
+    rsqrt, sigmoid, sin, sqrt, tanh, trunc)
+from .nodes import (FOR_KINDS, Allocate, Block, BlockRealize, Buffer, BufferLoad, BufferRegion,
+    BufferStore, Evaluate, For, IfThenElse, IterVar, LetStmt, PrimFunc, Range, SeqStmt, Stmt)
 from .printer import script
 from .verifier import VerifyError, verify
 

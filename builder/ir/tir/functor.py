@@ -7,7 +7,7 @@ from typing import Callable
 from .. import expr as E
 from ..expr import PrimExpr
 from .nodes import (Allocate, Block, BlockRealize, BufferLoad, BufferStore, Evaluate, For, IfThenElse,
-                    LetStmt, SeqStmt, Stmt)
+    LetStmt, SeqStmt, Stmt)
 
 __all__ = ["expr_children", "post_order_visit", "buffer_loads", "stmt_children", "walk_stmt", "stmt_exprs",
            "StmtExprVisitor", "ExprMutator"]

@@ -23,6 +23,7 @@ from ..expr import PrimExpr, Var
 
 FOR_KINDS = ("serial", "parallel", "vectorized", "unroll")
 
+
 def _to_index(x) -> PrimExpr:
     """An index / extent as an int64 PrimExpr (Python ints become ``IntImm`` int64)."""
     e = E.convert(x)
@@ -58,8 +59,6 @@ class Range:
 
     def __repr__(self) -> str:
         return f"Range(min={self.min}, extent={self.extent})"
-
-
 
 
 class Buffer:
@@ -190,8 +189,6 @@ for _op in ("__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__",
             "__rtruediv__", "__floordiv__", "__rfloordiv__", "__mod__", "__rmod__", "__neg__",
             "__lt__", "__le__", "__gt__", "__ge__", "astype"):
     setattr(IterVar, _op, _delegate(_op))
-
-
 
 
 class Stmt:

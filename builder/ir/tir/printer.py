@@ -6,9 +6,10 @@ import builtins
 
 from .. import expr as E
 from ..expr import PrimExpr, Var
-from .nodes import (Allocate, Block, BlockRealize, Buffer, BufferRegion, BufferStore, Evaluate, For,
-                    IfThenElse, LetStmt, PrimFunc, SeqStmt, Stmt)
 from ..printer import format_float, print_prim_expr
+from .nodes import (Allocate, Block, BlockRealize, Buffer, BufferRegion, BufferStore, Evaluate, For,
+    IfThenElse, LetStmt, PrimFunc, SeqStmt, Stmt)
+
 
 def _fmt_attr(v) -> str:
     if isinstance(v, bool):

@@ -5,10 +5,11 @@ import builtins
 
 from .. import expr as E
 from ..expr import PrimExpr, Var
-from .nodes import (Allocate, Block, BlockRealize, Buffer, BufferLoad, BufferRegion, BufferStore,
-                    Evaluate, For, IfThenElse, LetStmt, PrimFunc, SeqStmt, Stmt)
 from .functor import expr_children
 from .intrinsics import INTRINSICS
+from .nodes import (Allocate, Block, BlockRealize, Buffer, BufferLoad, BufferRegion, BufferStore,
+    Evaluate, For, IfThenElse, LetStmt, PrimFunc, SeqStmt, Stmt)
+
 
 class VerifyError(ValueError):
     """Raised by :func:`verify`; the message names the function and each offending statement."""
