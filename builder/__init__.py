@@ -4,6 +4,7 @@ Public entry points: ``builder.nn`` (TVM Relax nn-shaped frontend), ``builder.ir
 ``builder.build(recipe_path, overrides, weights, seed)`` (the whole pipeline, returning a
 compiled model) and ``builder.compile(irmod)`` (IRModule -> ``runtime.Executable``).
 """
+from . import ops  # noqa: F401 - registers every op (one record each) before anything uses them
 
 
 def build(recipe_path, overrides=(), weights=None, seed=0, **kwargs):

@@ -1,13 +1,11 @@
-"""``compile(irmod) -> runtime.Executable``: legalize, generate native code, emit VM bytecode.
+"""``compile(irmod) -> runtime.Executable``: run the pass pipeline, generate native code, emit VM bytecode.
 
-Pipeline: :class:`~builder.transform.FuseOps` (a matmul and the elementwise ops consuming it,
-and elementwise chains, become one fused ``R.call_tir`` each) ->
-:class:`~builder.transform.LegalizeOps` (every other op becomes ``R.call_tir`` of a
-PrimFunc; dead bindings removed) -> :func:`builder.codegen.build` (all PrimFuncs into one
-object file for the host CPU, cached on disk by content) -> one bytecode function per
-graph-level function (see ``runtime/executable.py`` for the instruction set). Calls of runtime builtins
-(``R.call_pure_packed`` / ``R.call_inplace_packed``: the KV cache's
-``vm.builtin.attention_kv_cache_*``, ``vm.builtin.invoke_debug_func`` of ``print_``) stay as
+Pipeline: :func:`builder.transform.default_pipeline` (kernel selection, elementwise fusion,
+legalization, dead-code elimination; each op call becomes ``R.call_tir`` of a PrimFunc) ->
+:func:`builder.codegen.build` (all PrimFuncs into one object file for the host CPU, cached on disk by
+content) -> one bytecode function per graph-level function (see ``runtime/executable.py`` for the
+instruction set). Calls of runtime builtins (``R.call_pure_packed`` / ``R.call_inplace_packed``: the KV
+cache's ``vm.builtin.attention_kv_cache_*``, ``vm.builtin.invoke_debug_func`` of ``print_``) stay as
 they are and become ``["call_builtin", dst, name, [arg specs]]``, run by ``runtime/vm.py``.
 
 :class:`JitModule` is what ``nn.Module.jit`` returns: the executable loaded in a VM with the
@@ -17,7 +15,7 @@ from __future__ import annotations
 
 import contextvars
 import time
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -30,18 +28,23 @@ from .ir.verifier import verify
 from .ir.struct_info import (
     ObjectStructInfo, PrimStructInfo, ShapeStructInfo, TensorStructInfo, TupleStructInfo,
 )
-from .transform import FuseOps, LegalizeOps
+from .transform import PassContext, PassInstrument, VerifyAfter, default_pipeline
 
 __all__ = ["compile", "JitModule", "lower_to_bytecode"]
 
 
-def compile(mod: rx.IRModule, target: codegen.Target | None = None) -> Executable:  # noqa: A001
-    """Compile an exported (graph-level) IRModule to an :class:`runtime.Executable`.
+def compile(mod: rx.IRModule, target: codegen.Target | None = None,  # noqa: A001
+            instruments: Sequence[PassInstrument] = ()) -> Executable:
+    """Compile an exported (graph-level) IRModule to an :class:`runtime.Executable`: the default
+    pipeline (:func:`builder.transform.default_pipeline`, the IR verified after every pass, plus the
+    given pass ``instruments``, e.g. ``PrintAfter(["fuse_ops"])``), code generation for the PrimFuncs,
+    and VM bytecode for the graph-level functions.
 
     Raises ValueError for an op without a legalization or an unsupported value.
     """
     t0 = time.perf_counter()
-    legal = verify(LegalizeOps()(verify(FuseOps()(verify(mod)))))
+    with PassContext([VerifyAfter(), *instruments]):
+        legal = default_pipeline()(verify(mod))
     prim_funcs = {n: f for n, f in legal.functions.items() if not isinstance(f, rx.Function)}
     lib = codegen.build(prim_funcs, target)
     functions, constants = lower_to_bytecode(legal)

@@ -225,9 +225,17 @@ class BlockBuilder:
         a list); symbolic dims stay symbolic. The PrimFunc is added to the module under
         ``primfunc_name_hint`` or ``te_func.__name__`` (made unique).
         """
-        from ..transform.legalize import call_te
+        if BlockBuilder._te_bridge is None:
+            raise RuntimeError("call_te needs builder.te (import builder)")
+        return BlockBuilder._te_bridge(self, te_func, args, kwargs, primfunc_name_hint)
 
-        return call_te(self, te_func, args, kwargs, primfunc_name_hint)
+    _te_bridge: Callable | None = None
+
+    @classmethod
+    def set_te_bridge(cls, fn: Callable) -> None:
+        """Install the function behind :meth:`call_te` (``builder.te.call_te.call_te``, which
+        installs itself when imported): the IR does not import the tensor-expression layer."""
+        cls._te_bridge = fn
 
     def emit_te(self, te_func: Callable, *args: Any, primfunc_name_hint: str | None = None,
                 **kwargs: Any) -> rx.Var:

@@ -17,12 +17,12 @@ import numpy as np
 
 from . import expr as E
 from .struct_info import (
-    ObjectStructInfo, PrimStructInfo, ShapeStructInfo, StructInfo, TensorStructInfo, TupleStructInfo,
+    DTYPES, ObjectStructInfo, PrimStructInfo, ShapeStructInfo, StructInfo, TensorStructInfo, TupleStructInfo,
 )
 
 __all__ = [
     "Expr", "Var", "DataflowVar", "Constant", "Tuple", "TupleGetItem", "ShapeExpr", "PrimValue",
-    "StringImm", "Op", "GlobalVar", "ExternFunc", "Call", "VarBinding", "BindingBlock",
+    "StringImm", "DataTypeImm", "Op", "GlobalVar", "ExternFunc", "Call", "VarBinding", "BindingBlock",
     "DataflowBlock", "SeqExpr", "Function", "IRModule", "const", "used_vars", "substitute_vars", "valid_name",
 ]
 
@@ -155,8 +155,29 @@ class StringImm(Expr):
         self.struct_info = ObjectStructInfo()
 
 
+class DataTypeImm(StringImm):
+    """A dtype as a graph-level value (TVM's ``relax.DataTypeImm``, printed ``R.dtype("float32")``
+    by TVM). Used as the dtype argument of ``R.builtin.alloc_tensor``; ``value`` is the dtype
+    string. Raises ValueError for an unknown dtype."""
+
+    def __init__(self, value: str) -> None:
+        if value not in DTYPES:
+            raise ValueError(f"unknown dtype '{value}'; valid dtypes: {', '.join(DTYPES)}")
+        super().__init__(value)
+
+
 class Op(Expr):
-    """A registered operator, e.g. ``Op.get("relax.matmul")``; see ``builder.ir.op``."""
+    """A registered operator: the one record of everything the compiler knows about it (see
+    :func:`builder.ir.op.register_op`, which fills it, and ``builder/ops/`` where every op is
+    registered). ``Op.get("relax.matmul")`` finds it.
+
+    Fields: ``name`` (``relax.nn.silu``), ``infer`` (struct-info inference, ``Call -> StructInfo``),
+    ``attr_names`` (printed attribute order), ``purity``, ``pattern`` (:class:`builder.ir.op.OpPattern`,
+    how it fuses), ``legalize`` (``(BlockBuilder, Call) -> Expr``: the loop-level code of a call,
+    usually ``R.call_tir`` of a topi compute), ``compute`` (for elementwise ops, the topi compute on
+    te tensors that fusion replays), ``intrinsic`` (the scalar intrinsic of a math op, e.g. ``erf``),
+    ``frontend`` (the ``nn.op`` / recipe ``forward:`` function name, or None) and ``doc``.
+    """
 
     _registry: dict[str, "Op"] = {}
 
@@ -166,6 +187,11 @@ class Op(Expr):
         self.legalize = None
         self.attr_names: tuple[str, ...] = ()
         self.purity = True
+        self.pattern = None
+        self.compute = None
+        self.intrinsic = None
+        self.frontend: str | None = None
+        self.doc = ""
 
     @classmethod
     def get(cls, name: str) -> "Op":

@@ -346,7 +346,7 @@ __all__ += [
 
 import builtins  # noqa: E402
 
-from ..ir.op import DataTypeImm  # noqa: E402
+from ..ir.relax import DataTypeImm  # noqa: E402
 
 
 def _dims(shape, opname: str) -> list:

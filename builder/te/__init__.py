@@ -22,6 +22,7 @@ from ..ir.tir import (  # noqa: F401 - re-exported intrinsics
     tanh, trunc,
 )
 from ..ir.tir import IterVar, PrimFunc  # noqa: F401
+from .call_te import call_te  # noqa: F401 - also makes BlockBuilder.call_te work
 from .prim_func import create_prim_func  # noqa: F401
 from .tensor import (  # noqa: F401
     CommReducer, ComputeOp, Operation, PlaceholderOp, Reduce, Tensor, comm_reducer, compute,
@@ -31,7 +32,7 @@ from .tensor import (  # noqa: F401
 __all__ = [
     "Tensor", "Operation", "PlaceholderOp", "ComputeOp", "CommReducer", "Reduce", "IterVar",
     "PrimFunc", "placeholder", "compute", "reduce_axis", "comm_reducer", "sum", "max", "min",
-    "prod", "var", "size_var", "const", "create_prim_func", "abs", "all", "any", "ceil", "cos",
+    "prod", "var", "size_var", "const", "create_prim_func", "call_te", "abs", "all", "any", "ceil", "cos",
     "equal", "not_equal", "erf", "exp", "exp2", "floor", "if_then_else", "log", "log2", "log10",
     "max_value", "maximum",
     "min_value", "minimum", "power", "round", "rsqrt", "sigmoid", "sin", "sqrt", "tanh", "trunc",

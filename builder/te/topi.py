@@ -25,6 +25,7 @@ import math
 from typing import Callable, Sequence, Union
 
 from ..ir import expr as E
+from ..ir import kernel as _kernel
 from ..ir import tir
 from ..ir.expr import PrimExpr
 from . import tensor as _te
@@ -2172,86 +2173,68 @@ def _find_reduction(t: Tensor) -> Tensor:
     raise ValueError(f"no reduction stage behind '{t.name}'")
 
 
-def _linear_weight(w: dict, tensors: Sequence[Tensor]) -> Tensor:
-    """The (out, in) weight of a ``linear_kernel`` weight description as a te tensor: a dense
-    placeholder, or the float32 dequantization (an injective stage that gets inlined)."""
-    if w["format"] == "dense":
-        return tensors[w["w"]]
-    q, s = tensors[w["q"]], tensors[w["scale"]]
-    bits, gs, zp, kin = w["bits"], w["group_size"], w["zero_point"], w["in_features"]
+def _linear_weight(w, inputs: Sequence[Tensor]) -> Tensor:
+    """The (out, in) weight of a :class:`~builder.ir.kernel.DenseWeight` / ``GroupWeight`` as a te
+    tensor: a dense input, or the float32 dequantization (an injective stage that gets inlined)."""
+    if isinstance(w, _kernel.DenseWeight):
+        return inputs[w.w]
+    q, s = inputs[w.q], inputs[w.scale]
+    bits, gs, zp, kin = w.bits, w.group_size, w.zero_point, w.in_features
     per_word = _quant_layout(q, s, bits, gs, kin, "linear_kernel")
     return _te.compute((q.shape[0], E.IntImm(kin, "int64")),
                        lambda n, k: _dequant_value(q, s, n, k, bits, per_word, gs, zp),
                        name="T_dequantize")
 
 
-#: Elementwise ops a fused epilogue may apply (names of topi functions).
-EPILOGUE_UNARY = ("relu", "silu", "gelu", "gelu_tanh", "sigmoid", "tanh", "exp", "negative")
-EPILOGUE_BINARY = ("add", "subtract", "multiply", "divide", "maximum", "minimum")
+def replay(node, inputs: Sequence[Tensor], lin: Sequence[Tensor] = ()) -> Tensor:
+    """The tensor an epilogue tree (:mod:`builder.ir.kernel`) computes: ``EpilogueTensor(i)`` is
+    ``inputs[i]``, ``EpilogueLinear(k)`` is ``lin[k]``, ``EpilogueOp`` applies the registered op's
+    fusion ``compute`` to its children with its attributes. Raises ValueError for an op without one."""
+    if isinstance(node, _kernel.EpilogueLinear):
+        return lin[node.index]
+    if isinstance(node, _kernel.EpilogueTensor):
+        return inputs[node.index]
+    from ..ir.relax import Op
+
+    compute = Op.get(node.op).compute
+    if compute is None:
+        raise ValueError(f"{node.op} has no fusion compute")
+    return compute(*(replay(a, inputs, lin) for a in node.args), **dict(node.attrs))
 
 
-def _replay(node, lin: list[Tensor], tensors: Sequence[Tensor]) -> Tensor:
-    kind = node[0]
-    if kind == "linear":
-        return lin[node[1]]
-    if kind == "tensor":
-        return tensors[node[1]]
-    if kind == "astype":
-        return astype(_replay(node[2], lin, tensors), node[1])
-    if kind in EPILOGUE_UNARY:
-        return globals()[kind](_replay(node[1], lin, tensors))
-    if kind in EPILOGUE_BINARY:
-        return globals()[kind](_replay(node[1], lin, tensors), _replay(node[2], lin, tensors))
-    raise ValueError(f"linear_kernel: unknown epilogue node {kind!r}")
+def linear_kernel(x: Tensor, *tensors: Tensor, weights: Sequence, epilogue=_kernel.EpilogueLinear(0),
+                  out_dtype: str | None = None, spec: list | None = None) -> Tensor:
+    """``epilogue(x @ W_0.T, x @ W_1.T, ...)`` as one fused stage graph for the matmul kernel emitter.
 
+    ``x`` is ``(..., in)``; ``tensors`` are the other inputs, so that input ``i`` is ``(x, *tensors)[i]``.
+    ``weights`` are :class:`~builder.ir.kernel.DenseWeight` (a float ``(out, in)`` input) or
+    :class:`~builder.ir.kernel.GroupWeight` (group-quantized, dequantized in float32 inside the
+    reduction); ``epilogue`` is an epilogue tree (:func:`replay`), whose ``EpilogueLinear(k)`` is
+    matmul ``k`` as :func:`linear` computes it with ``out_dtype``. The result is what those topi ops
+    compute, with every elementwise stage inlined: one reduction stage per weight (float32
+    accumulators) and one output stage.
 
-def linear_kernel(x: Tensor, *tensors: Tensor, weights: Sequence[dict], epilogue=("linear", 0),
-                  out_dtype: str | None = None, spec: dict | None = None) -> Tensor:
-    """``epilogue(x @ W_0.T, x @ W_1.T, ...)`` as one fused stage graph (see the section
-    comment) for the matmul kernel emitter.
-
-    ``x`` is ``(..., in)``; ``tensors`` are the other inputs in order. ``weights`` describes
-    each matmul's weight by indices into ``tensors``: ``{"format": "dense", "w": i}`` (a float
-    ``(out, in)`` tensor) or ``{"format": "group", "q": i, "scale": j, "bits": 4,
-    "group_size": 32, "zero_point": 7, "in_features": 4096}`` (a group-quantized weight, see
-    section C, dequantized in float32 inside the reduction). ``epilogue`` is a tree of tuples:
-    ``("linear", w)`` (matmul number ``w``, as :func:`linear` computes it, ``out_dtype``
-    applied), ``("tensor", i)`` (``tensors[i]``, broadcast), ``(op, child)`` for an op of
-    :data:`EPILOGUE_UNARY`, ``(op, a, b)`` for :data:`EPILOGUE_BINARY` and ``("astype", dtype,
-    child)``. The result is what those topi ops compute, with every elementwise stage inlined:
-    one reduction stage per weight (float32 accumulators) and one output stage.
-
-    ``spec`` (optional dict) is filled with the kernel description the code generator reads
-    from ``attrs["mb.kernel"]`` (param indices counted with ``x`` first and the output last;
-    see :func:`builder.codegen.kernels.linear.plan_linear`). Raises ValueError / TypeError as
-    the topi ops do.
+    ``spec`` (optional list) receives the :class:`~builder.ir.kernel.LinearKernelSpec` the code
+    generator reads from ``attrs["mb.kernel"]``. Raises ValueError / TypeError as the topi ops do.
     """
+    inputs = (x, *tensors)
     lin = []
     for w in weights:
-        wt = _linear_weight(w, tensors)
+        wt = _linear_weight(w, inputs)
         odt = out_dtype
-        if odt is None and w["format"] != "dense":
+        if odt is None and isinstance(w, _kernel.GroupWeight):
             # the graph's dtype: that of x @ dequantize(q, s).T with the weight in the scale dtype
-            odt = _promote(x.dtype, tensors[w["scale"]].dtype)
+            odt = _promote(x.dtype, inputs[w.scale].dtype)
         lin.append(linear(x, wt, out_dtype=odt))
-    out = _replay(epilogue, lin, tensors)
+    out = replay(epilogue, inputs, lin)
     names: dict[int, str] = {}
     reds = [_find_reduction(t) for t in lin]
     for k, r in enumerate(reds):
         names[id(r)] = r.op.name if len(reds) == 1 else f"{r.op.name}{k}"
     fused = inline_injective(out, names)
     if spec is not None:
-        desc = []
-        for w in weights:
-            d = dict(w)
-            for key in ("w", "q", "scale"):
-                if key in d:
-                    d[key] = d[key] + 1
-            desc.append(d)
-        spec.clear()
-        spec.update({"kind": "linear", "x": 0, "out": len(tensors) + 1, "weights": desc,
-                     "acc": [names[id(r)] for r in reds]})
+        spec.append(_kernel.LinearKernelSpec(0, len(inputs), tuple(weights), tuple(names[id(r)] for r in reds)))
     return fused
 
 
-__all__ += ["inline_injective", "linear_kernel", "EPILOGUE_UNARY", "EPILOGUE_BINARY"]
+__all__ += ["inline_injective", "linear_kernel", "replay"]

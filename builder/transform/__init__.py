@@ -1,7 +1,19 @@
-"""Passes over IRModules: ``LegalizeOps`` (ops -> call_tir of PrimFuncs), dead-code
-elimination and ``LiftTransformParams`` (weight preprocessing -> ``transform_params``)."""
-from .fuse_ops import FuseOps
-from .legalize import LegalizeOps, call_te, dead_code_elimination
-from .lift_transform_params import LiftTransformParams
+"""Passes over IRModules, as named objects run by a :class:`Sequential` with instruments
+(:mod:`.pass_infra`); the default pipeline is declared in :mod:`.pipeline`.
 
-__all__ = ["FuseOps", "LegalizeOps", "LiftTransformParams", "call_te", "dead_code_elimination"]
+``SelectKernels`` (matmuls and quantized gathers -> fast kernels), ``FuseOps`` (elementwise chains ->
+one kernel), ``LegalizeOps`` (ops -> call_tir of PrimFuncs), ``DeadCodeElimination`` and
+``LiftTransformParams`` (weight preprocessing -> ``transform_params``).
+"""
+from .dce import DeadCodeElimination, dead_code_elimination
+from .fuse_ops import FuseOps
+from .legalize import LegalizeOps
+from .lift_transform_params import LiftTransformParams
+from .pass_infra import (FunctionPass, Pass, PassContext, PassInstrument, PassTiming, PrintAfter, Sequential,
+    VerifyAfter)
+from .pipeline import PASS_NAMES, default_pipeline
+from .select_kernels import SelectKernels
+
+__all__ = ["SelectKernels", "FuseOps", "LegalizeOps", "DeadCodeElimination", "LiftTransformParams",
+           "dead_code_elimination", "Pass", "FunctionPass", "Sequential", "PassContext", "PassInstrument",
+           "VerifyAfter", "PassTiming", "PrintAfter", "default_pipeline", "PASS_NAMES"]

@@ -33,11 +33,12 @@ from ..ir import relax as rx
 from ..ir.struct_info import TensorStructInfo, TupleStructInfo, sym_vars
 from ..ir.printer import print_struct_info
 from ..ir.verifier import verify
+from .pass_infra import Pass
 
 __all__ = ["LiftTransformParams"]
 
 
-class LiftTransformParams:
+class LiftTransformParams(Pass):
     """Pass: ``LiftTransformParams(shared_transform=True)(mod) -> mod`` (a new IRModule; the
     input is not modified).
 
@@ -45,10 +46,12 @@ class LiftTransformParams:
     (both functions and both signatures are named) or a named function does not exist.
     """
 
+    name = "lift_transform_params"
+
     def __init__(self, shared_transform: bool | Sequence[str] = True) -> None:
         self.shared_transform = shared_transform
 
-    def __call__(self, mod: rx.IRModule) -> rx.IRModule:
+    def transform_module(self, mod: rx.IRModule) -> rx.IRModule:
         candidates = [n for n, f in mod.functions.items()
                       if isinstance(f, rx.Function) and "num_input" in f.attrs
                       and len(f.params) > f.num_input]

@@ -20,6 +20,8 @@ from builder.codegen.kernels import SimdInfo
 from builder.codegen.kernels.linear import TUNING
 from builder.codegen.lower import lower
 from builder.codegen.schedule import schedule
+from builder.ir.kernel import KERNEL_ATTR, DenseWeight, EpilogueLinear, EpilogueOp, EpilogueTensor, GroupWeight
+from builder.ops import frontend_ops
 from builder.te import topi
 from runtime import threadpool
 from runtime.native import bfloat16_bits_to_float32, float32_to_bfloat16_bits
@@ -64,8 +66,20 @@ def _silu(v):
     return v / (1 + np.exp(-v))
 
 
+def _epilogue(tree):
+    """An epilogue tree from a nested tuple: ``("linear", k)``, ``("tensor", i)`` (the i-th tensor after
+    x), ``(frontend_op_name, *children)``."""
+    kind = tree[0]
+    if kind == "linear":
+        return EpilogueLinear(tree[1])
+    if kind == "tensor":
+        return EpilogueTensor(tree[1] + 1)
+    return EpilogueOp(frontend_ops()[kind].name, tuple(_epilogue(t) for t in tree[1:]))
+
+
 def _linear_func(K, N, xdt, wdt, epilogue, nweights=1, extra=(), lead=("b",), out_dtype=None):
-    """A linear_kernel PrimFunc: x (*lead, K), weights (N, K), extra tensors by name."""
+    """A linear_kernel PrimFunc: x (*lead, K), weights (N, K), extra tensors by name; ``epilogue`` as
+    :func:`_epilogue` reads it."""
     shape = [te.var(d) if isinstance(d, str) else d for d in lead]
     x = te.placeholder(shape + [K], xdt, name="x")
     ws = [te.placeholder((N, K), wdt, name=f"w{i}") for i in range(nweights)]
@@ -73,11 +87,11 @@ def _linear_func(K, N, xdt, wdt, epilogue, nweights=1, extra=(), lead=("b",), ou
     for name, eshape, edt in extra:
         eshape = [shape[i] if s == "lead" else s for i, s in enumerate(eshape)] if eshape else eshape
         ex.append(te.placeholder(eshape, edt, name=name))
-    spec = {}
-    out = topi.linear_kernel(x, *ws, *ex, weights=[{"format": "dense", "w": i} for i in range(nweights)],
-                             epilogue=epilogue, out_dtype=out_dtype, spec=spec)
+    spec = []
+    out = topi.linear_kernel(x, *ws, *ex, weights=[DenseWeight(i + 1) for i in range(nweights)],
+                             epilogue=_epilogue(epilogue), out_dtype=out_dtype, spec=spec)
     f = te.create_prim_func([x, *ws, *ex, out])
-    f.attrs["mb.kernel"] = spec
+    f.attrs[KERNEL_ATTR] = spec[0]
     return f, out.dtype
 
 
@@ -212,13 +226,10 @@ def _quant_case(M, N, K, bits, gs, zp, storage, sdt, xdt, seed=0, func=True, act
     x = te.placeholder((te.var("b"), K), xdt, name="x")
     q = te.placeholder((N, words), storage, name="q")
     s = te.placeholder((N, groups), sdt, name="s")
-    spec = {}
-    out = topi.linear_kernel(x, q, s, weights=[{"format": "group", "q": 0, "scale": 1, "bits": bits,
-                                                "group_size": gs, "zero_point": zp, "in_features": K,
-                                                "activation": activation}],
-                             spec=spec)
+    spec = []
+    out = topi.linear_kernel(x, q, s, weights=[GroupWeight(1, 2, bits, gs, zp, K, activation)], spec=spec)
     f = te.create_prim_func([x, q, s, out])
-    f.attrs["mb.kernel"] = spec
+    f.attrs[KERNEL_ATTR] = spec[0]
     rng = np.random.default_rng(seed)
     if storage == "int8":
         vals = rng.integers(-127, 128, size=(N, groups * gs))
@@ -584,7 +595,7 @@ def test_llama_mlp_recipe_fuses_and_matches_numpy():
 
 def test_fuse_ops_patterns():
     from builder import nn
-    from builder.transform import FuseOps, LegalizeOps
+    from builder.transform import FuseOps, LegalizeOps, SelectKernels, Sequential
 
     class Block(nn.Module):
         def __init__(self):
@@ -600,8 +611,8 @@ def test_fuse_ops_patterns():
     mod = Block()
     spec = {"forward": {"x": nn.spec.Tensor(["n", 16], "float32"), "r": nn.spec.Tensor(["n", 16], "float32")}}
     irmod, params = mod.export_tvm(spec=spec)
-    fused = LegalizeOps()(FuseOps()(irmod))
-    prims = [n for n, f in fused.functions.items() if hasattr(f, "params") and "mb.kernel" in getattr(f, "attrs", {})]
+    fused = Sequential([SelectKernels(), FuseOps(), LegalizeOps()])(irmod)
+    prims = [n for n, f in fused.functions.items() if hasattr(f, "params") and KERNEL_ATTR in getattr(f, "attrs", {})]
     assert len(prims) == 2, list(fused.functions)
     rng = np.random.default_rng(0)
     for _, p in mod.named_parameters():
@@ -988,13 +999,13 @@ def test_simd_emulate_hook(monkeypatch):
 
 
 def test_legalize_alone_uses_the_matmul_kernels():
-    """LegalizeOps without FuseOps still gives a Linear (plain or quantized) the kernel
-    attribute (section D), and the code generator takes it."""
+    """Kernel selection without FuseOps still gives a Linear (plain or quantized) the kernel
+    attribute, and the code generator takes it."""
     from builder import codegen, nn
     from builder.ir import relax as rx
     from builder.quant import GroupQuantization
     from builder.quant.quantize import quantize_mutator
-    from builder.transform import LegalizeOps
+    from builder.transform import LegalizeOps, SelectKernels
 
     class Net(nn.Module):
         def __init__(self):
@@ -1006,7 +1017,7 @@ def test_legalize_alone_uses_the_matmul_kernels():
     spec = {"forward": {"x": nn.spec.Tensor(["n", 64], "float32")}}
     for net in (Net(), quantize_mutator(GroupQuantization(model_dtype="float32")).visit("", Net())):
         irmod, _ = net.export_tvm(spec)
-        legal = LegalizeOps()(irmod)
+        legal = LegalizeOps()(SelectKernels()(irmod))
         prims = {n: f for n, f in legal.functions.items() if not isinstance(f, rx.Function)}
         assert len(prims) == 1
         lib = codegen.build(prims)

@@ -1,7 +1,6 @@
 import pytest
 
 from builder import ir
-from builder.ir import op  # noqa: F401  (registers ops)
 
 
 def _relu(x):

@@ -14,7 +14,6 @@ import pytest
 
 import builder
 from builder.cli import main
-from builder.ir.parser import parse
 
 ROOT = Path(__file__).resolve().parents[2]
 SMALL = (ROOT / "recipes" / "llama_mlp_small.yaml").read_text()

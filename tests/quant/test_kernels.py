@@ -93,19 +93,21 @@ def test_quantized_linear_matches_numpy_on_dequantized_weights(spec, k_in, n_out
 
 
 def test_legalization_fuses_the_dequantize_into_the_matmul():
-    """Without any fusion pass, LegalizeOps alone compiles ``matmul(x, permute_dims(group_dequantize(q, s)))``
-    into one ``dequantize_matmul`` kernel whose reduction unpacks ``q`` (no dequantize / transpose kernel)."""
-    from builder.transform import LegalizeOps
+    """Kernel selection and LegalizeOps alone (no FuseOps) compile
+    ``matmul(x, permute_dims(group_dequantize(q, s)))`` into one ``matmul`` kernel whose
+    reduction unpacks ``q`` (no dequantize / transpose kernel), marked for the quantized GEMV / GEMM."""
+    from builder.transform import LegalizeOps, SelectKernels
 
     net = quantize_mutator(GroupQuantization(model_dtype="float32")).visit("", Net(64, 24, False, "float32"))
     irmod, _ = net.export_tvm({"forward": {"x": nn.spec.Tensor(["n", 64], "float32")}})
-    legal = LegalizeOps()(irmod)
+    legal = LegalizeOps()(SelectKernels()(irmod))
     kernels = {n: f for n, f in legal.functions.items() if not isinstance(f, rx.Function)}
-    assert list(kernels) == ["dequantize_matmul"]
-    text = tir.script(kernels["dequantize_matmul"])
-    assert "T.reads(x[i0_1, kw * 8 + r], fc_q_weight[i1_1, kw], fc_q_scale[i1_1, (kw * 8 + r) // 32])" in text
+    assert list(kernels) == ["matmul"]
+    text = tir.script(kernels["matmul"])
+    assert "T.reads(x[i0_1, k], fc_q_weight[i1_1, k // 8], fc_q_scale[i1_1, k // 32])" in text
+    assert '"mb.kernel": {"x": 0, "out": 3, "weights": [{"q": 1, "scale": 2, "bits": 4' in text
     assert all(not (b.dtype == "float32" and [getattr(d, "value", d) for d in b.shape] == [24, 64])
-               for b in _buffers(kernels["dequantize_matmul"]))
+               for b in _buffers(kernels["matmul"]))
 
 
 @pytest.mark.parametrize("dtype,tol", [("float16", 2e-3), ("bfloat16", 1.6e-2)])

@@ -1,6 +1,7 @@
 """Hand-scheduled kernel emitters, registered per op family.
 
-A PrimFunc whose ``attrs["mb.kernel"]`` names a family (``{"kind": "linear", ...}``) is offered
+A PrimFunc whose ``attrs["mb.kernel"]`` holds a kernel spec of :mod:`builder.ir.kernel` (its
+``kind`` names the family: :class:`~builder.ir.kernel.LinearKernelSpec` is ``"linear"``) is offered
 to that family's planner first; when the planner accepts it (shapes, dtypes and block structure
 check out for the target's vector unit), the family's emitter writes the function body
 instead of the generic loop lowering. Otherwise -- or on a CPU without usable vectors -- the
@@ -31,10 +32,9 @@ KERNEL_FAMILIES: dict[str, tuple[Callable, Callable]] = {
 def plan_kernel(func: PrimFunc, simd: SimdInfo):
     """``(family, plan)`` when a registered emitter takes ``func``, else ``(family, reason)``
     with ``reason`` a string (family ``None`` when ``func`` has no kernel attribute)."""
-    spec = func.attrs.get(KERNEL_ATTR)
-    if not isinstance(spec, dict):
+    family = getattr(func.attrs.get(KERNEL_ATTR), "kind", None)
+    if family is None:
         return None, "no kernel attribute"
-    family = spec.get("kind")
     if os.environ.get("MB_KERNELS", "1").strip() == "0":
         return family, "disabled by MB_KERNELS=0"
     entry = KERNEL_FAMILIES.get(family)

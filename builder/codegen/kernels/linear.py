@@ -83,6 +83,7 @@ from llvmlite import ir
 from ...ir import expr as E
 from ...ir import tir
 from ...ir.expr import PrimExpr, Var
+from ...ir.kernel import KERNEL_ATTR, LinearKernelSpec
 from ...ir.tir import Block, BlockRealize, Buffer, BufferLoad, BufferStore, PrimFunc
 from ..llvm_emit import F32, I1, I8, I16, I32, I64, PTR, BufferExprEmitter, ModuleEmitter, mem_type, reg_type
 from .decode import DenseDecoder, GroupQuantDecoder, QUANT_STORAGE, scalar_to_f32
@@ -90,7 +91,6 @@ from .simd import KFunc, SimdInfo, vec
 
 __all__ = ["KERNEL_ATTR", "LinearPlan", "plan_linear", "emit_linear", "TUNING"]
 
-KERNEL_ATTR = "mb.kernel"
 
 #: Tunables (read at code generation time).
 TUNING = {
@@ -240,16 +240,16 @@ def plan_linear(func: PrimFunc, simd: SimdInfo) -> LinearPlan | str:
 
 def _plan_linear(func: PrimFunc, simd: SimdInfo) -> LinearPlan | str:
     spec = func.attrs.get(KERNEL_ATTR)
-    if not isinstance(spec, dict) or spec.get("kind") != "linear":
+    if not isinstance(spec, LinearKernelSpec):
         return "no linear kernel attribute"
     if not simd.usable:
         return f"no vector unit ({simd.name})"
     params = list(func.params)
     try:
-        x, out = params[spec["x"]], params[spec["out"]]
-        weights = [dict(w) for w in spec["weights"]]
-        acc_names = list(spec["acc"])
-    except (KeyError, IndexError, TypeError) as err:
+        x, out = params[spec.x], params[spec.out]
+        weights = [dict(vars(w), format=w.format) for w in spec.weights]
+        acc_names = list(spec.acc)
+    except (IndexError, TypeError) as err:
         return f"malformed kernel attribute: {err!r}"
     if len(acc_names) != len(weights) or not 1 <= len(weights) <= 2:
         return "one or two weights with one accumulator each"
@@ -321,7 +321,7 @@ def _plan_linear(func: PrimFunc, simd: SimdInfo) -> LinearPlan | str:
         spatial = [iv.var for iv in ob.iter_vars if iv.kind == "S"]
         if len(spatial) != out.ndim:
             return "output block iterators"
-        return LinearPlan(spec["x"], spec["out"], weights, acc_vars, spatial[:-1], spatial[-1],
+        return LinearPlan(spec.x, spec.out, weights, acc_vars, spatial[:-1], spatial[-1],
                           acc_vars[0], params)
     store = ob.body
     if (not isinstance(store, BufferStore) or store.buffer is not out or ob.init is not None
@@ -358,7 +358,7 @@ def _plan_linear(func: PrimFunc, simd: SimdInfo) -> LinearPlan | str:
     if any(v not in allowed and v not in func.sym_vars for v in E.free_vars(value)
            if not any(v is a for a in acc_vars)):
         return "epilogue uses unknown variables"
-    return LinearPlan(spec["x"], spec["out"], weights, acc_vars, ivars[:-1], ivars[-1], value,
+    return LinearPlan(spec.x, spec.out, weights, acc_vars, ivars[:-1], ivars[-1], value,
                       params)
 
 

@@ -333,10 +333,7 @@ class _RelaxFunctionParser:
                 raise self.src.error(args[1], "the arguments of R.call_tir are a tuple `(a, b)`")
             return rx.Call(rx.Op.get("call_tir"), [callee, tup], sinfo_args=self._sinfo_list(out))
         if fn == "dtype":
-            from .. import op as _op
-
-            cls = getattr(_op, "DataTypeImm", rx.StringImm)
-            return cls(self.p._string(args[0]))
+            return rx.DataTypeImm(self.p._string(args[0]))
         op = _lookup_op(fn)
         if op is None:
             raise self.src.error(node.func, f"unknown operator '{name}' (no relax.{fn} is registered)")
@@ -370,16 +367,8 @@ class _RelaxFunctionParser:
 
 
 def _lookup_op(name: str) -> rx.Op | None:
-    """The registered op ``relax.<name>``; ops that the nn frontend registers on import
-    (``call_pure_packed``, ...) are found too."""
-    try:
-        return rx.Op.get("relax." + name)
-    except KeyError:
-        pass
-    try:
-        from ... import nn  # noqa: F401 - registers the frontend's ops
-    except ImportError:  # pragma: no cover
-        return None
+    """The registered op ``relax.<name>`` (the op library, ``builder/ops``, registers every op when
+    ``builder`` is imported), or None."""
     try:
         return rx.Op.get("relax." + name)
     except KeyError:

@@ -6,6 +6,7 @@ from typing import Any, Callable, Sequence
 
 from .. import expr as E
 from .. import tir
+from ..kernel import KERNEL_ATTR, spec_from_attr
 from .common import (BINOPS, CMPOPS, FOR_KINDS, SCALAR_DTYPES, ParseError, call_name, dotted,
     expr_call, is_call, is_docstring, is_empty_tuple, Lit, Literals, Source, special_float,
     sym_decl)
@@ -242,6 +243,11 @@ class _PrimFuncParser:
                 if len(call.args) != 1:
                     raise self.src.error(call, "T.func_attr takes one dict")
                 attrs = self.lit.value(call.args[0])
+                if isinstance(attrs, dict) and KERNEL_ATTR in attrs:
+                    try:
+                        attrs[KERNEL_ATTR] = spec_from_attr(attrs[KERNEL_ATTR])
+                    except ValueError as exc:
+                        raise self.src.error(call, str(exc)) from None
                 continue
             rest.append(st)
         col = node.body[0].col_offset if node.body else node.col_offset + 4

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import builtins
+import dataclasses
 
 from .. import expr as E
 from ..expr import PrimExpr, Var
@@ -26,6 +27,8 @@ def _fmt_attr(v) -> str:
         return "[" + ", ".join(_fmt_attr(x) for x in v) + "]"
     if isinstance(v, PrimExpr):
         return print_prim_expr(v)
+    if dataclasses.is_dataclass(v) and not isinstance(v, type):   # a kernel spec (builder.ir.kernel)
+        return _fmt_attr({f.name: getattr(v, f.name) for f in dataclasses.fields(v)})
     return repr(v)
 
 

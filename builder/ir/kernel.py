@@ -1,0 +1,126 @@
+"""The typed contract between kernel selection, topi and the code generator.
+
+:class:`builder.transform.SelectKernels` recognises a matmul with its weight and elementwise
+epilogue and describes it with these dataclasses; :func:`builder.te.topi.linear_kernel` builds the
+reference loops from the same description and puts the :class:`LinearKernelSpec` on the PrimFunc as
+``attrs["mb.kernel"]``; the code generator's planner
+(:func:`builder.codegen.kernels.linear.plan_linear`) reads it back to choose a GEMV / GEMM kernel.
+
+Indices (``x``, ``out``, ``w``, ``q``, ``scale``) count the PrimFunc's parameters: ``x`` first, the
+output last. The epilogue is a tree of :class:`EpilogueLinear` (the ``k``-th matmul's float32 result),
+:class:`EpilogueTensor` (another input, broadcast to the output) and :class:`EpilogueOp` (a registered
+elementwise op applied to subtrees, with its attributes); the code generator sees it as the output
+block's scalar expression.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Union
+
+__all__ = ["DenseWeight", "GroupWeight", "Weight", "LinearKernelSpec", "EpilogueLinear", "EpilogueTensor",
+           "EpilogueOp", "Epilogue", "KERNEL_ATTR", "spec_from_attr"]
+
+KERNEL_ATTR = "mb.kernel"
+"""The PrimFunc attribute that holds a kernel spec."""
+
+
+@dataclass(frozen=True)
+class DenseWeight:
+    """A float weight ``(out, in)`` (float32 / float16 / bfloat16) at parameter ``w``."""
+
+    w: int
+    format: str = field(default="dense", init=False)
+
+
+@dataclass(frozen=True)
+class GroupWeight:
+    """A group-quantized weight (``R.group_dequantize`` of ``q`` and ``scale``; see
+    :mod:`builder.ir.op.quantize` for the layout) with its integer attributes and the activation
+    quantization it allows (``"none"`` or ``"int8"``)."""
+
+    q: int
+    scale: int
+    bits: int
+    group_size: int
+    zero_point: int
+    in_features: int
+    activation: str = "none"
+    format: str = field(default="group", init=False)
+
+
+Weight = Union[DenseWeight, GroupWeight]
+
+
+@dataclass(frozen=True)
+class LinearKernelSpec:
+    """``out[..., n] = epilogue(sum_k x[..., k] * W_j[n, k] for each weight j)``: the parameter indices
+    of ``x`` and ``out``, one or two ``weights``, and the names of the reduction blocks (``acc``, one
+    per weight, float32) in the PrimFunc."""
+
+    x: int
+    out: int
+    weights: tuple
+    acc: tuple
+    kind: str = field(default="linear", init=False)
+
+
+@dataclass(frozen=True)
+class EpilogueLinear:
+    """The result of matmul number ``index`` (float32, before any cast)."""
+
+    index: int
+
+
+@dataclass(frozen=True)
+class EpilogueTensor:
+    """Input tensor number ``index`` of the fused kernel (after ``x`` and the weights' tensors),
+    broadcast to the output shape."""
+
+    index: int
+
+
+@dataclass(frozen=True)
+class EpilogueOp:
+    """Registered elementwise op ``op`` (``relax.nn.silu``) on ``args``, with attributes ``attrs``
+    (``(("dtype", "float16"),)`` for ``relax.astype``)."""
+
+    op: str
+    args: tuple
+    attrs: tuple = ()
+
+
+Epilogue = Union[EpilogueLinear, EpilogueTensor, EpilogueOp]
+
+
+def spec_from_attr(value: dict) -> LinearKernelSpec:
+    """The kernel spec a printed ``"mb.kernel"`` attribute describes (the printer writes a spec as
+    the dict of its fields, ``{"x": 0, "out": 3, "weights": [{"w": 1, "format": "dense"}], ...,
+    "kind": "linear"}``). Raises ValueError for an unknown kind or format, a missing or extra
+    field, or a field of the wrong type."""
+    def fields(d, cls, tag: str) -> dict:
+        if not isinstance(d, dict):
+            raise ValueError(f"{KERNEL_ATTR}: {cls.__name__} must be a dict, got {type(d).__name__}")
+        d = dict(d)
+        d.pop(tag, None)
+        names = [f for f in cls.__dataclass_fields__ if f != tag]
+        if set(d) != set(names):
+            raise ValueError(f"{KERNEL_ATTR}: {cls.__name__} takes the fields {names}, got {sorted(d)}")
+        return d
+
+    if not isinstance(value, dict) or value.get("kind") != "linear":
+        raise ValueError(f"{KERNEL_ATTR}: unknown kernel kind {value.get('kind') if isinstance(value, dict) else value!r}")
+    d = fields(value, LinearKernelSpec, "kind")
+    weights = []
+    for w in d["weights"] if isinstance(d["weights"], (list, tuple)) else [None]:
+        fmt = w.get("format") if isinstance(w, dict) else None
+        cls = {"dense": DenseWeight, "group": GroupWeight}.get(fmt)
+        if cls is None:
+            raise ValueError(f"{KERNEL_ATTR}: unknown weight format {fmt!r}")
+        wf = fields(w, cls, "format")
+        if not all(isinstance(v, int) and not isinstance(v, bool) for k, v in wf.items() if k != "activation"):
+            raise ValueError(f"{KERNEL_ATTR}: weight fields must be integers, got {wf}")
+        weights.append(cls(**wf))
+    if not all(isinstance(d[k], int) and not isinstance(d[k], bool) for k in ("x", "out")) or not all(
+            isinstance(a, str) for a in d["acc"]):
+        raise ValueError(f"{KERNEL_ATTR}: x / out must be integers and acc block names")
+    return LinearKernelSpec(d["x"], d["out"], tuple(weights), tuple(d["acc"]))

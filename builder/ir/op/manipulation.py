@@ -1,0 +1,330 @@
+"""Struct-info inference of data-movement and creation ops: permute_dims, reshape, take, concat, split,
+expand_dims, squeeze, broadcast_to, repeat, pad, triu / tril, full / zeros / ones, arange, alloc_tensor."""
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+from .. import expr as E
+from ..relax import Call, DataTypeImm, ShapeExpr
+from ..struct_info import StructInfo, TensorStructInfo, TupleStructInfo, dims_equal, normalize_dim
+from .common import (attr_axes, definitely_different, fmt_shape, init_dtype, norm_axis, prim_arg,
+    product, shape_arg, sum_dims, tensor_arg)
+
+
+def infer_permute_dims(call: Call) -> StructInfo:
+    x = tensor_arg(call, 0)
+    axes = call.attrs.get("axes")
+    if axes is None:
+        axes = list(range(x.ndim))[::-1]
+    axes = [norm_axis(a, x.ndim, "R.permute_dims") for a in axes]
+    if sorted(axes) != list(range(x.ndim)):
+        raise ValueError(f"R.permute_dims: axes {call.attrs.get('axes')} are not a permutation of "
+                         f"{x.ndim} dims")
+    return TensorStructInfo([x.shape[a] for a in axes], x.dtype)
+
+
+def infer_reshape(call: Call) -> StructInfo:
+    x = tensor_arg(call, 0)
+    new = call.args[1]
+    if not isinstance(new, ShapeExpr):
+        raise TypeError("R.reshape: the new shape must be a shape expression")
+    total = product(x.shape)
+    dims = list(new.values)
+    if isinstance(total, int) and all(isinstance(d, int) for d in dims):
+        if math.prod(dims) != total:
+            raise ValueError(f"R.reshape: cannot reshape {fmt_shape(x.shape)} ({total} elements) "
+                             f"to {fmt_shape(tuple(dims))} ({math.prod(dims)} elements)")
+    elif not dims_equal(total, product(dims)):
+        if definitely_different(total, product(dims)):
+            raise ValueError(f"R.reshape: cannot reshape {fmt_shape(x.shape)} to {fmt_shape(tuple(dims))}")
+    return TensorStructInfo(dims, x.dtype)
+
+
+def resolve_reshape(shape: tuple, new_shape: Sequence) -> list:
+    """Resolve one ``-1`` in ``new_shape`` against ``shape`` (symbolic dims allowed).
+
+    Raises ValueError when the element counts cannot match or more than one ``-1`` is given.
+    """
+    new = [d if not isinstance(d, E.IntImm) else d.value for d in new_shape]
+    holes = [i for i, d in enumerate(new) if isinstance(d, int) and d == -1]
+    if len(holes) > 1:
+        raise ValueError(f"reshape: at most one -1 allowed in {new}")
+    if not holes:
+        return new
+    known = [d for i, d in enumerate(new) if i != holes[0]]
+    total, part = product(shape), product(known)
+    if isinstance(total, int) and isinstance(part, int):
+        if part == 0 or total % part:
+            raise ValueError(f"reshape: cannot reshape {fmt_shape(tuple(shape))} to {new}")
+        new[holes[0]] = total // part
+        return new
+    if isinstance(part, int):
+        quotient = E.divide_exact(total, part)
+        if quotient is None:
+            raise ValueError(f"reshape: cannot infer -1 reshaping {fmt_shape(tuple(shape))} to {new}")
+        new[holes[0]] = normalize_dim(quotient)
+        return new
+    # symbolic: cancel the known dims one by one from the list of dims of `shape`
+    remaining = list(shape)
+    for d in known:
+        for j, s in enumerate(remaining):
+            if dims_equal(s, d):
+                del remaining[j]
+                break
+        else:
+            raise ValueError(f"reshape: cannot infer -1 reshaping {fmt_shape(tuple(shape))} to {new}")
+    new[holes[0]] = product(remaining)
+    return new
+
+
+def infer_take(call: Call) -> StructInfo:
+    x, idx = tensor_arg(call, 0, "data"), tensor_arg(call, 1, "indices")
+    if not E.is_int_dtype(idx.dtype) or idx.dtype == "bool":
+        raise TypeError(f"R.take: indices must be integers, got {idx.dtype}")
+    axis = norm_axis(call.attrs.get("axis", 0), x.ndim, "R.take")
+    return TensorStructInfo(x.shape[:axis] + idx.shape + x.shape[axis + 1:], x.dtype)
+
+
+def infer_concat(call: Call) -> StructInfo:
+    sinfo = call.args[0].struct_info
+    if not isinstance(sinfo, TupleStructInfo):
+        raise TypeError(f"R.concat: expects a tuple of tensors, got {sinfo!r}")
+    if not sinfo.fields:
+        raise ValueError("R.concat: needs at least one tensor")
+    fields = []
+    for i, f in enumerate(sinfo.fields):
+        if not isinstance(f, TensorStructInfo) or f.shape is None:
+            raise TypeError(f"R.concat: element {i} must be a tensor with a known shape, got {f!r}")
+        fields.append(f)
+    first = fields[0]
+    axis = call.attrs.get("axis", 0)
+    if axis is None:
+        raise ValueError("R.concat: axis=None (flattening) is not supported; give an axis")
+    for i, f in enumerate(fields[1:], start=1):
+        if f.dtype != first.dtype:
+            raise TypeError(f"R.concat: dtypes differ: element 0 is {first.dtype}, element {i} is "
+                            f"{f.dtype}")
+        if f.ndim != first.ndim:
+            raise ValueError(f"R.concat: ranks differ: element 0 {fmt_shape(first.shape)} vs "
+                             f"element {i} {fmt_shape(f.shape)}")
+    ax = norm_axis(axis, first.ndim, "R.concat")
+    out = list(first.shape)
+    for i, f in enumerate(fields[1:], start=1):
+        for d in range(first.ndim):
+            if d != ax and definitely_different(first.shape[d], f.shape[d]):
+                raise ValueError(f"R.concat: shapes differ outside axis {axis}: element 0 "
+                                 f"{fmt_shape(first.shape)} vs element {i} {fmt_shape(f.shape)}")
+    out[ax] = sum_dims(f.shape[ax] for f in fields)
+    return TensorStructInfo(out, first.dtype)
+
+
+def split_sizes(length, indices_or_sections, opname: str = "split") -> list:
+    """Sizes of the pieces that ``split`` cuts a dim of ``length`` into (TVM's rule).
+
+    An int ``n``: ``n - 1`` pieces of ``ceil(length / n)`` and a last piece with the rest
+    (``length - ceil(length / n) * (n - 1)``; ValueError when that is negative). A list of
+    indices: the pieces between consecutive indices, clamped to ``[0, length]`` for a static
+    ``length`` (for a symbolic ``length`` the indices are assumed to lie within it).
+    Returns ints or simplified int64 PrimExprs. Raises ValueError for ``n < 1``.
+    """
+    if isinstance(indices_or_sections, (list, tuple)):
+        idx = [int(i) for i in indices_or_sections]
+        if isinstance(length, int):
+            bounds = [0] + [min(max(i, 0), length) for i in idx] + [length]
+            return [max(b - a, 0) for a, b in zip(bounds, bounds[1:])]
+        sizes: list = []
+        prev = 0
+        for i in idx:
+            sizes.append(max(max(i, 0) - prev, 0))
+            prev = max(i, prev)
+        sizes.append(normalize_dim(E.simplify(length - prev)))
+        return sizes
+    n = int(indices_or_sections)
+    if n < 1:
+        raise ValueError(f"{opname}: the number of sections must be >= 1, got {n}")
+    if n == 1:
+        return [length]
+    if isinstance(length, int):
+        size = -(-length // n)
+        last = length - size * (n - 1)
+        if last < 0:
+            raise ValueError(f"{opname}: cannot split a dim of {length} into {n} sections of "
+                             f"{size} (the last one would have {last} elements)")
+        return [size] * (n - 1) + [last]
+    size = normalize_dim(E.simplify((length + (n - 1)) // n))
+    last = normalize_dim(E.simplify(length - size * (n - 1)))
+    return [size] * (n - 1) + [last]
+
+
+def infer_split(call: Call) -> StructInfo:
+    x = tensor_arg(call, 0)
+    ios = call.attrs.get("indices_or_sections")
+    if ios is None or isinstance(ios, bool):
+        raise TypeError("R.split: indices_or_sections must be an int or a list of ints")
+    axis = norm_axis(call.attrs.get("axis", 0), x.ndim, "R.split")
+    sizes = split_sizes(x.shape[axis], ios, "R.split")
+    fields = []
+    for s in sizes:
+        shape = list(x.shape)
+        shape[axis] = s
+        fields.append(TensorStructInfo(shape, x.dtype))
+    return TupleStructInfo(fields)
+
+
+def infer_expand_dims(call: Call) -> StructInfo:
+    x = tensor_arg(call, 0)
+    axes = call.attrs.get("axis")
+    axes = [axes] if isinstance(axes, int) else list(axes or [])
+    out_ndim = x.ndim + len(axes)
+    norm = []
+    for a in axes:
+        if not -out_ndim <= a < out_ndim:
+            raise ValueError(f"R.expand_dims: axis {a} is out of range for an output of ndim "
+                             f"{out_ndim} (input {fmt_shape(x.shape)})")
+        norm.append(a % out_ndim)
+    if len(set(norm)) != len(norm):
+        raise ValueError(f"R.expand_dims: repeated axis in {axes}")
+    dims = iter(x.shape)
+    return TensorStructInfo([1 if d in norm else next(dims) for d in range(out_ndim)], x.dtype)
+
+
+def infer_squeeze(call: Call) -> StructInfo:
+    x = tensor_arg(call, 0)
+    axes = attr_axes(call, x.ndim)
+    if axes is None:
+        # static 1-dims go; symbolic dims cannot be proven to be 1 and stay
+        return TensorStructInfo([d for d in x.shape if not (isinstance(d, int) and d == 1)], x.dtype)
+    for a in axes:
+        d = x.shape[a]
+        if isinstance(d, int) and d != 1:
+            raise ValueError(f"R.squeeze: dim {a} of {fmt_shape(x.shape)} is {d}, not 1")
+    return TensorStructInfo([d for i, d in enumerate(x.shape) if i not in axes], x.dtype)
+
+
+def infer_broadcast_to(call: Call) -> StructInfo:
+    x = tensor_arg(call, 0)
+    target = shape_arg(call, 1)
+    if len(target) < x.ndim:
+        raise ValueError(f"R.broadcast_to: cannot broadcast {fmt_shape(x.shape)} to the "
+                         f"lower-rank shape {fmt_shape(target)}")
+    lead = len(target) - x.ndim
+    for i, d in enumerate(x.shape):
+        t = target[lead + i]
+        if not (isinstance(d, int) and d == 1) and definitely_different(d, t):
+            raise ValueError(f"R.broadcast_to: cannot broadcast {fmt_shape(x.shape)} to "
+                             f"{fmt_shape(target)} (dim {d} vs {t})")
+    return TensorStructInfo(target, x.dtype)
+
+
+def infer_repeat(call: Call) -> StructInfo:
+    x = tensor_arg(call, 0)
+    repeats = call.attrs.get("repeats")
+    if not isinstance(repeats, int) or isinstance(repeats, bool) or repeats < 0:
+        raise ValueError(f"R.repeat: repeats must be an int >= 0, got {repeats!r}")
+    axis = call.attrs.get("axis")
+    if axis is None:
+        total = product(x.shape)
+        total = total * repeats if isinstance(total, int) else normalize_dim(E.simplify(total * repeats))
+        return TensorStructInfo([total], x.dtype)
+    ax = norm_axis(axis, x.ndim, "R.repeat")
+    shape = list(x.shape)
+    d = shape[ax]
+    shape[ax] = d * repeats if isinstance(d, int) else normalize_dim(E.simplify(d * repeats))
+    return TensorStructInfo(shape, x.dtype)
+
+
+PAD_MODES = ("constant", "edge", "reflect")
+
+
+def infer_pad(call: Call) -> StructInfo:
+    x = tensor_arg(call, 0)
+    width = list(call.attrs.get("pad_width") or [])
+    if len(width) != 2 * x.ndim:
+        raise ValueError(f"R.nn.pad: pad_width needs 2 values per axis ({2 * x.ndim} for "
+                         f"{fmt_shape(x.shape)}), got {len(width)}: {width}")
+    if any(not isinstance(w, int) or isinstance(w, bool) or w < 0 for w in width):
+        raise ValueError(f"R.nn.pad: pad_width values must be ints >= 0, got {width}")
+    mode = call.attrs.get("pad_mode", "constant")
+    if mode not in PAD_MODES:
+        raise ValueError(f"R.nn.pad: pad_mode must be one of {PAD_MODES}, got {mode!r}")
+    shape = []
+    for i, d in enumerate(x.shape):
+        lo, hi = width[2 * i], width[2 * i + 1]
+        if mode == "reflect" and isinstance(d, int) and (lo > d - 1 or hi > d - 1):
+            raise ValueError(f"R.nn.pad: reflect padding ({lo}, {hi}) of dim {i} must be smaller "
+                             f"than its size {d} (input {fmt_shape(x.shape)})")
+        if mode == "edge" and isinstance(d, int) and d == 0 and (lo or hi):
+            raise ValueError(f"R.nn.pad: edge padding of the empty dim {i}")
+        shape.append(d + lo + hi if isinstance(d, int) else normalize_dim(E.simplify(d + (lo + hi))))
+    return TensorStructInfo(shape, x.dtype)
+
+
+def infer_trilu(call: Call) -> StructInfo:
+    x = tensor_arg(call, 0)
+    if x.ndim < 2:
+        raise ValueError(f"{call.op.name}: needs a tensor of ndim >= 2, got {fmt_shape(x.shape)}")
+    k = prim_arg(call, 1, "k")
+    if not E.is_int_dtype(k.dtype):
+        raise TypeError(f"{call.op.name}: k must be an integer, got {k.dtype}")
+    return TensorStructInfo(x.shape, x.dtype)
+
+
+def infer_full(call: Call) -> StructInfo:
+    shape = shape_arg(call, 0)
+    fill = tensor_arg(call, 1, "fill_value")
+    if fill.ndim != 0:
+        raise ValueError(f"R.full: fill_value must be a scalar (0-d) tensor, got shape "
+                         f"{fmt_shape(fill.shape)}")
+    return TensorStructInfo(shape, init_dtype(call, fill.dtype))
+
+
+def infer_zeros_ones(call: Call) -> StructInfo:
+    return TensorStructInfo(shape_arg(call, 0), init_dtype(call))
+
+
+def arange_length(start, end, step) -> int | E.PrimExpr:
+    """Number of elements of ``arange(start, end, step)``: ``max(0, ceil((end - start) / step))``.
+
+    Python numbers give an int. Integer PrimExprs need a static ``step`` and give
+    ``(end - start + step - 1) // step`` (``step > 0``; mirrored for ``step < 0``), simplified.
+    Raises ValueError for a zero step and a symbolic step or float bound.
+    """
+    vals = []
+    for v in (start, end, step):
+        if isinstance(v, E.IntImm):
+            v = v.value
+        elif isinstance(v, E.FloatImm):
+            v = v.value
+        vals.append(v)
+    start, end, step = vals
+    if isinstance(step, (int, float)) and step == 0:
+        raise ValueError("arange: step must not be zero")
+    if all(isinstance(v, (int, float)) for v in vals):
+        if all(isinstance(v, int) for v in vals):
+            return max(0, -((start - end) // step))
+        return max(0, math.ceil((end - start) / step))
+    if not isinstance(step, int):
+        raise ValueError(f"arange: a symbolic bound needs a static integer step, got {step}")
+    for v in (start, end):
+        if isinstance(v, float) or (isinstance(v, E.PrimExpr) and not E.is_int_dtype(v.dtype)):
+            raise ValueError("arange: symbolic bounds must be integers")
+    if step > 0:
+        n = (E.convert(end) - start + (step - 1)) // step
+    else:
+        n = (E.convert(start) - end + (-step - 1)) // (-step)
+    return normalize_dim(E.simplify(n))
+
+
+def infer_arange(call: Call) -> StructInfo:
+    start, end, step = (prim_arg(call, i, w) for i, w in enumerate(("start", "end", "step")))
+    return TensorStructInfo([arange_length(start, end, step)], init_dtype(call))
+
+
+def infer_alloc_tensor(call: Call) -> StructInfo:
+    shape = shape_arg(call, 0)
+    dtype = call.args[1]
+    if not isinstance(dtype, DataTypeImm):
+        raise TypeError(f"R.builtin.alloc_tensor: argument 1 must be a dtype (R.dtype(...)), got "
+                        f"{type(dtype).__name__}")
+    return TensorStructInfo(shape, dtype.value)

@@ -1,0 +1,255 @@
+"""Struct-info inference of neural-network ops: matmul, layer / rms / group norm, convolutions, resize2d, attention."""
+from __future__ import annotations
+
+from typing import Sequence
+
+from .. import expr as E
+from ..relax import Call, ShapeExpr
+from ..struct_info import StructInfo, TensorStructInfo, normalize_dim
+from .common import (check_positive_out, check_same_dtype, definitely_different, fmt_shape, norm_axis,
+    static_int, tensor_arg)
+from .elementwise import broadcast_shapes
+
+
+def infer_matmul(call: Call) -> StructInfo:
+    a, b = tensor_arg(call, 0, "lhs"), tensor_arg(call, 1, "rhs")
+    out_dtype = call.attrs.get("out_dtype", "void")
+    if a.dtype != b.dtype:
+        raise TypeError(f"R.matmul: dtypes differ: lhs {a.dtype} vs rhs {b.dtype}")
+    sa, sb = a.shape, b.shape
+    if len(sa) == 0 or len(sb) == 0:
+        raise ValueError("R.matmul: operands must have ndim >= 1")
+    a2 = sa if len(sa) > 1 else (1,) + sa
+    b2 = sb if len(sb) > 1 else sb + (1,)
+    ka, kb = a2[-1], b2[-2]
+    if definitely_different(ka, kb):
+        raise ValueError(f"R.matmul: reduction dims differ: lhs {fmt_shape(sa)} has {ka}, "
+                         f"rhs {fmt_shape(sb)} has {kb}")
+    batch = broadcast_shapes(a2[:-2], b2[:-2], "R.matmul")
+    out = list(batch)
+    if len(sa) > 1:
+        out.append(a2[-2])
+    if len(sb) > 1:
+        out.append(b2[-1])
+    return TensorStructInfo(out, a.dtype if out_dtype in ("void", None) else out_dtype)
+
+
+def check_norm_params(call: Call, x: TensorStructInfo, axes, names: Sequence[str]) -> None:
+    if len(set(axes)) != len(axes):
+        raise ValueError(f"{call.op.name}: axes {list(call.attrs['axes'])} repeat a dim of input "
+                         f"{fmt_shape(x.shape)}")
+    expected = tuple(x.shape[a] for a in axes)
+    for i, what in enumerate(names, start=1):
+        p = tensor_arg(call, i, what)
+        if p.dtype != x.dtype:
+            raise TypeError(f"{call.op.name}: {what} dtype {p.dtype} differs from input dtype {x.dtype}")
+        if len(p.shape) != len(expected) or any(definitely_different(a, b) for a, b in zip(p.shape, expected)):
+            raise ValueError(f"{call.op.name}: {what} shape {fmt_shape(p.shape)} does not match the "
+                             f"normalized dims {fmt_shape(expected)} of input {fmt_shape(x.shape)}")
+
+
+def infer_layer_norm(call: Call) -> StructInfo:
+    x = tensor_arg(call, 0, "data")
+    axes = [norm_axis(a, x.ndim, call.op.name) for a in call.attrs["axes"]]
+    check_norm_params(call, x, axes, ("gamma", "beta"))
+    return TensorStructInfo(x.shape, x.dtype)
+
+
+def infer_rms_norm(call: Call) -> StructInfo:
+    x = tensor_arg(call, 0, "data")
+    axes = [norm_axis(a, x.ndim, call.op.name) for a in call.attrs["axes"]]
+    check_norm_params(call, x, axes, ("weight",))
+    return TensorStructInfo(x.shape, x.dtype)
+
+
+def conv_out_dim(size, kernel, stride: int, pad_lo: int, pad_hi: int, dilation: int):
+    """Output length of a convolution: ``(size + pads - dilation*(kernel-1) - 1) // stride + 1``
+    (PyTorch ``Conv1d`` docs)."""
+    if isinstance(size, int) and isinstance(kernel, int):
+        return (size + pad_lo + pad_hi - dilation * (kernel - 1) - 1) // stride + 1
+    num = E.convert(size) + (pad_lo + pad_hi - 1) - (E.convert(kernel) - 1) * dilation
+    return E.simplify(num // stride + 1)
+
+
+def infer_conv1d(call: Call) -> StructInfo:
+    x, w = tensor_arg(call, 0, "data"), tensor_arg(call, 1, "weight")
+    if x.ndim != 3 or w.ndim != 3:
+        raise ValueError(f"R.nn.conv1d: data and weight must be 3-D (NCW / OIW), got "
+                         f"{fmt_shape(x.shape)} and {fmt_shape(w.shape)}")
+    if x.dtype != w.dtype:
+        raise TypeError(f"R.nn.conv1d: data dtype {x.dtype} differs from weight dtype {w.dtype}")
+    a = call.attrs
+    groups = a["groups"]
+    n, c, width = x.shape
+    o, cg, k = w.shape
+    if definitely_different(E.simplify(E.convert(c)), E.simplify(E.convert(cg) * groups)):
+        raise ValueError(f"R.nn.conv1d: data has {c} channels but weight {fmt_shape(w.shape)} with "
+                         f"groups={groups} expects {cg} x {groups}")
+    out_w = conv_out_dim(width, k, a["strides"][0], a["padding"][0], a["padding"][1], a["dilation"][0])
+    span = a["dilation"][0] * (k - 1) + 1 if isinstance(k, int) else None
+    if isinstance(width, int) and span is not None and width + a["padding"][0] + a["padding"][1] < span:
+        raise ValueError(f"the input of length {width} (padded to "
+                         f"{width + a['padding'][0] + a['padding'][1]}) is shorter than the dilated kernel "
+                         f"({span} = dilation {a['dilation'][0]} x (kernel {k} - 1) + 1)")
+    out_dtype = a.get("out_dtype", "void")
+    return TensorStructInfo((n, o, out_w), x.dtype if out_dtype in ("void", None) else out_dtype)
+
+
+def infer_conv2d(call: Call) -> StructInfo:
+    x, w = tensor_arg(call, 0, "data"), tensor_arg(call, 1, "weight")
+    a = call.attrs
+    layouts = (a.get("data_layout"), a.get("kernel_layout"), a.get("out_layout"))
+    if layouts != ("NCHW", "OIHW", "NCHW"):
+        raise ValueError(f"R.nn.conv2d: only data_layout='NCHW', kernel_layout='OIHW', "
+                         f"out_layout='NCHW' are supported, got {layouts}")
+    if x.ndim != 4 or w.ndim != 4:
+        raise ValueError(f"R.nn.conv2d: data and weight must be 4-D (NCHW / OIHW), got "
+                         f"{fmt_shape(x.shape)} and {fmt_shape(w.shape)}")
+    check_same_dtype(call, x, w, "data", "weight")
+    groups = a["groups"]
+    n, c, h, wd = x.shape
+    o, cg, kh, kw = w.shape
+    if definitely_different(E.simplify(E.convert(c)), E.simplify(E.convert(cg) * groups)):
+        raise ValueError(f"R.nn.conv2d: data {fmt_shape(x.shape)} has {c} channels but weight "
+                         f"{fmt_shape(w.shape)} with groups={groups} expects {cg} x {groups}")
+    so = static_int(o)
+    if so is not None and so % groups:
+        raise ValueError(f"R.nn.conv2d: weight {fmt_shape(w.shape)} has {so} output channels, "
+                         f"not divisible by groups={groups}")
+    s, p, d = a["strides"], a["padding"], a["dilation"]
+    oh = conv_out_dim(h, kh, s[0], p[0], p[2], d[0])
+    ow = conv_out_dim(wd, kw, s[1], p[1], p[3], d[1])
+    check_positive_out(call, oh, "height", x)
+    check_positive_out(call, ow, "width", x)
+    out_dtype = a.get("out_dtype", "void")
+    return TensorStructInfo((n, o, oh, ow), x.dtype if out_dtype in ("void", None) else out_dtype)
+
+
+def conv_transpose_out_dim(size, kernel, stride: int, pad_lo: int, pad_hi: int, dilation: int,
+                           output_padding: int):
+    """Output length of a transposed convolution (PyTorch ``ConvTranspose1d`` docs):
+    ``(size - 1) * stride - pad_lo - pad_hi + dilation * (kernel - 1) + output_padding + 1``."""
+    if isinstance(size, int) and isinstance(kernel, int):
+        return ((size - 1) * stride - pad_lo - pad_hi + dilation * (kernel - 1)
+                + output_padding + 1)
+    e = ((E.convert(size) - 1) * stride + (E.convert(kernel) - 1) * dilation
+         + (output_padding + 1 - pad_lo - pad_hi))
+    return normalize_dim(E.simplify(e))
+
+
+def infer_conv1d_transpose(call: Call) -> StructInfo:
+    x, w = tensor_arg(call, 0, "data"), tensor_arg(call, 1, "weight")
+    a = call.attrs
+    layouts = (a.get("data_layout"), a.get("kernel_layout"), a.get("out_layout"))
+    if layouts != ("NCW", "IOW", "NCW"):
+        raise ValueError(f"R.nn.conv1d_transpose: only data_layout='NCW', kernel_layout='IOW', "
+                         f"out_layout='NCW' are supported, got {layouts}")
+    if x.ndim != 3 or w.ndim != 3:
+        raise ValueError(f"R.nn.conv1d_transpose: data and weight must be 3-D (NCW / IOW), got "
+                         f"{fmt_shape(x.shape)} and {fmt_shape(w.shape)}")
+    check_same_dtype(call, x, w, "data", "weight")
+    groups = a["groups"]
+    n, c, width = x.shape
+    ci, og, k = w.shape
+    if definitely_different(c, ci):
+        raise ValueError(f"R.nn.conv1d_transpose: data {fmt_shape(x.shape)} has {c} channels but "
+                         f"weight {fmt_shape(w.shape)} (in, out / groups, k) expects {ci}")
+    sc = static_int(c)
+    if sc is not None and sc % groups:
+        raise ValueError(f"R.nn.conv1d_transpose: {sc} input channels of data "
+                         f"{fmt_shape(x.shape)} are not divisible by groups={groups}")
+    (s,), (d,), (op_,) = a["strides"], a["dilation"], a["output_padding"]
+    if not (op_ < s or op_ < d):
+        raise ValueError(f"R.nn.conv1d_transpose: output_padding {op_} must be smaller than the "
+                         f"stride {s} or the dilation {d}")
+    out_w = conv_transpose_out_dim(width, k, s, a["padding"][0], a["padding"][1], d, op_)
+    check_positive_out(call, out_w, "width", x)
+    out_c = normalize_dim(E.simplify(E.convert(og) * groups)) if not isinstance(og, int) else og * groups
+    out_dtype = a.get("out_dtype", "void")
+    return TensorStructInfo((n, out_c, out_w), x.dtype if out_dtype in ("void", None) else out_dtype)
+
+
+def infer_group_norm(call: Call) -> StructInfo:
+    x = tensor_arg(call, 0, "data")
+    if not E.is_float_dtype(x.dtype):
+        raise TypeError(f"R.nn.group_norm: needs a floating-point tensor, got {x.dtype}")
+    a = call.attrs
+    c_ax = norm_axis(a["channel_axis"], x.ndim, "R.nn.group_norm")
+    axes = [norm_axis(ax, x.ndim, "R.nn.group_norm") for ax in a["axes"]]
+    if c_ax in axes:
+        raise ValueError(f"R.nn.group_norm: axes {a['axes']} must not contain the channel axis "
+                         f"{a['channel_axis']}")
+    if len(set(axes)) != len(axes):
+        raise ValueError(f"R.nn.group_norm: repeated axis in {a['axes']}")
+    groups = a["num_groups"]
+    chans = x.shape[c_ax]
+    sc = static_int(chans)
+    if groups < 1 or (sc is not None and sc % groups):
+        raise ValueError(f"R.nn.group_norm: {chans} channels (axis {a['channel_axis']} of "
+                         f"{fmt_shape(x.shape)}) are not divisible by num_groups={groups}")
+    check_norm_params(call, x, [c_ax], ("gamma", "beta"))
+    return TensorStructInfo(x.shape, x.dtype)
+
+
+RESIZE_METHODS = ("nearest_neighbor", "linear")
+
+
+RESIZE_COORDINATE_MODES = ("half_pixel", "align_corners", "asymmetric")
+
+
+RESIZE_ROUNDING_METHODS = ("round", "floor", "ceil", "round_prefer_floor", "round_prefer_ceil")
+
+
+def infer_resize2d(call: Call) -> StructInfo:
+    x = tensor_arg(call, 0, "data")
+    size = call.args[1]
+    if not isinstance(size, ShapeExpr) or len(size.values) != 2:
+        raise TypeError("R.image.resize2d: size must be a shape expression of 2 values (height, "
+                        "width)")
+    a = call.attrs
+    layout = a.get("layout", "NCHW")
+    if layout not in ("NCHW", "NHWC"):
+        raise ValueError(f"R.image.resize2d: layout must be 'NCHW' or 'NHWC', got {layout!r}")
+    if x.ndim != 4:
+        raise ValueError(f"R.image.resize2d: data must be 4-D ({layout}), got {fmt_shape(x.shape)}")
+    if a.get("method") not in RESIZE_METHODS + ("cubic",):
+        raise ValueError(f"R.image.resize2d: unknown method {a.get('method')!r}")
+    oh, ow = size.values
+    if layout == "NCHW":
+        shape = (x.shape[0], x.shape[1], oh, ow)
+    else:
+        shape = (x.shape[0], oh, ow, x.shape[3])
+    out_dtype = a.get("out_dtype", "void")
+    return TensorStructInfo(shape, x.dtype if out_dtype in ("void", None) else out_dtype)
+
+
+def infer_attention(call: Call) -> StructInfo:
+    q, k, v = tensor_arg(call, 0, "query"), tensor_arg(call, 1, "key"), tensor_arg(call, 2, "value")
+    for t, what in ((q, "query"), (k, "key"), (v, "value")):
+        if t.ndim != 4:
+            raise ValueError(f"R.nn.attention: {what} must be 4-D (batch, seq_len, num_heads, "
+                             f"head_dim), got {fmt_shape(t.shape)}")
+    if not E.is_float_dtype(q.dtype):
+        raise TypeError(f"R.nn.attention: needs floating-point tensors, got {q.dtype}")
+    check_same_dtype(call, q, k, "query", "key")
+    check_same_dtype(call, q, v, "query", "value")
+
+    def same(da, db, wa: str, wb: str, what: str, ta, tb) -> None:
+        if definitely_different(da, db):
+            raise ValueError(f"R.nn.attention: the {what} of {wa} {fmt_shape(ta.shape)} is {da} "
+                             f"but the {what} of {wb} {fmt_shape(tb.shape)} is {db}")
+
+    same(q.shape[0], k.shape[0], "query", "key", "batch size", q, k)
+    same(q.shape[0], v.shape[0], "query", "value", "batch size", q, v)
+    same(q.shape[3], k.shape[3], "query", "key", "head dim", q, k)
+    same(k.shape[1], v.shape[1], "key", "value", "sequence length", k, v)
+    same(k.shape[2], v.shape[2], "key", "value", "number of heads", k, v)
+    hq, hk = static_int(q.shape[2]), static_int(k.shape[2])
+    if hq is not None and hk is not None and (hk == 0 or hq % hk):
+        raise ValueError(f"R.nn.attention: the number of heads of query {fmt_shape(q.shape)} "
+                         f"({hq}) is not a multiple of that of key {fmt_shape(k.shape)} ({hk})")
+    mask = call.attrs.get("causal_mask")
+    if mask not in (None, "TopLeft", "BottomRight"):
+        raise ValueError(f"R.nn.attention: causal_mask must be None, 'TopLeft' or 'BottomRight', "
+                         f"got {mask!r}")
+    return TensorStructInfo((q.shape[0], q.shape[1], q.shape[2], v.shape[3]), q.dtype)

@@ -1,0 +1,61 @@
+"""Struct-info inference of ``R.group_dequantize`` (MLC-LLM's group-quantized weight layout).
+
+``R.group_dequantize(q_weight, q_scale, bits=4, group_size=32, zero_point=7, in_features=4096)``: the
+weight of a group-quantized Linear / Embedding (the NK layout of MLC-LLM's ``q4f16_1``). ``q_weight``
+(rows, words) packs ``storage_bits // bits`` values per word (element ``i`` in bits ``[i*bits,
+(i+1)*bits)``), ``q_scale`` (rows, ceil(in_features / group_size)) holds one scale per group; the
+result (rows, in_features) in the scale dtype is ``(value - zero_point) * scale``. Per-channel int8 is
+the case ``group_size == in_features`` with int8 storage and zero point 0.
+"""
+from __future__ import annotations
+
+from .. import expr as E
+from ..relax import Call
+from ..struct_info import StructInfo, TensorStructInfo
+from .common import definitely_different, fmt_shape, tensor_arg
+
+
+QUANT_STORAGE_BITS = {"uint8": 8, "uint16": 16, "uint32": 32, "int8": 8}
+
+
+def infer_group_dequantize(call: Call) -> StructInfo:
+    q, s = tensor_arg(call, 0, "q_weight"), tensor_arg(call, 1, "q_scale")
+    a = call.attrs
+    name = "R.group_dequantize"
+    try:
+        bits, group_size = int(a["bits"]), int(a["group_size"])
+        int(a["zero_point"])
+        in_features = int(a["in_features"])
+    except KeyError as exc:
+        raise ValueError(f"{name}: missing attribute {exc.args[0]!r} (needs bits, group_size, "
+                         "zero_point, in_features)") from None
+    act = a.get("activation_quantization", "none")
+    if act not in ("none", "int8"):
+        raise ValueError(f"{name}: activation_quantization must be \"none\" or \"int8\", got {act!r}")
+    if q.dtype not in QUANT_STORAGE_BITS:
+        raise TypeError(f"{name}: q_weight dtype must be one of {', '.join(QUANT_STORAGE_BITS)}, "
+                        f"got {q.dtype}")
+    if not E.is_float_dtype(s.dtype):
+        raise TypeError(f"{name}: q_scale must be floating point, got {s.dtype}")
+    if q.ndim != 2 or s.ndim != 2:
+        raise ValueError(f"{name}: q_weight and q_scale must be 2-D, got {fmt_shape(q.shape)} and "
+                         f"{fmt_shape(s.shape)}")
+    sbits = QUANT_STORAGE_BITS[q.dtype]
+    if bits <= 0 or sbits % bits or (q.dtype.startswith("int") and bits != sbits):
+        raise ValueError(f"{name}: cannot store {bits}-bit values in {q.dtype}")
+    per_word = sbits // bits
+    if in_features <= 0 or group_size <= 0 or group_size % per_word:
+        raise ValueError(f"{name}: group_size {group_size} must be a positive multiple of the "
+                         f"{per_word} values per {q.dtype} word (in_features {in_features} > 0)")
+    groups = -(-in_features // group_size)
+    words = groups * group_size // per_word
+    if definitely_different(q.shape[1], words):
+        raise ValueError(f"{name}: q_weight {fmt_shape(q.shape)} has {q.shape[1]} words per row, but "
+                         f"in_features={in_features} padded to groups of {group_size} needs {words}")
+    if definitely_different(s.shape[1], groups):
+        raise ValueError(f"{name}: q_scale {fmt_shape(s.shape)} has {s.shape[1]} groups per row, but "
+                         f"in_features={in_features} in groups of {group_size} needs {groups}")
+    if definitely_different(q.shape[0], s.shape[0]):
+        raise ValueError(f"{name}: q_weight {fmt_shape(q.shape)} and q_scale {fmt_shape(s.shape)} "
+                         "have different numbers of rows")
+    return TensorStructInfo((q.shape[0], in_features), s.dtype)

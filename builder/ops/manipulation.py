@@ -1,0 +1,170 @@
+"""Data movement, dtype and creation ops: astype, permute_dims, reshape, take, where, concat, split,
+expand_dims / squeeze, broadcast_to, repeat, pad, triu / tril, full / zeros / ones / empty, arange."""
+from __future__ import annotations
+
+from ..ir import expr as E
+from ..ir import relax as rx
+from ..ir.block_builder import BlockBuilder
+from ..ir.op import OpPattern, register_op
+from ..ir.op.elementwise import infer_astype, infer_where
+from ..ir.op.manipulation import (infer_alloc_tensor, infer_arange, infer_broadcast_to, infer_concat,
+    infer_expand_dims, infer_full, infer_pad, infer_permute_dims, infer_repeat, infer_reshape, infer_split,
+    infer_squeeze, infer_take, infer_trilu, infer_zeros_ones)
+from ..te import topi
+from ..te.call_te import call_te
+from .common import keep, localize_shape, out_sinfo, te_rule, tensor_fields
+
+INJECTIVE = OpPattern.INJECTIVE
+
+
+def _astype(x, dtype):
+    return topi.astype(x, dtype)
+
+
+register_op("astype", infer_astype, ("dtype",), pattern=OpPattern.ELEMWISE, compute=_astype,
+            legalize=te_rule(topi.astype, "cast", ("dtype",)), frontend="astype", doc="Convert to ``dtype``.")
+register_op("permute_dims", infer_permute_dims, ("axes",), pattern=INJECTIVE,
+            legalize=te_rule(topi.permute_dims, "transpose", ("axes",)), frontend="permute_dims",
+            doc="Permute the dims (``numpy.transpose``).")
+register_op("reshape", infer_reshape, pattern=INJECTIVE, legalize=keep, frontend="reshape",
+            doc="A view with another shape (row-major; no data moves: the VM reshapes).")
+register_op("take", infer_take, ("axis", "mode"), pattern=INJECTIVE,
+            legalize=te_rule(topi.take, "take", ("axis",)), frontend="take",
+            doc="Gather along ``axis`` by indices (``numpy.take``); an index out of range is an error.")
+
+
+def _where(bb: BlockBuilder, call: rx.Call) -> rx.Expr:
+    c, a, b = call.args
+    dtype = call.struct_info.dtype
+    sa, sb = _scalar_or_tensor(a), _scalar_or_tensor(b)
+    if not isinstance(sa, rx.Expr) and not isinstance(sb, rx.Expr):
+        sa = a  # keep one tensor operand so the kernel knows the dtype
+    return out_sinfo(call_te(bb, _where_te, (c, sa, sb), {"dtype": dtype}, "where"), call.struct_info)
+
+
+def _scalar_or_tensor(e: rx.Expr):
+    """A 0-d constant as its Python value (inlined into the kernel), anything else unchanged."""
+    if isinstance(e, rx.Constant) and e.data.ndim == 0:
+        return e.values().item()
+    return e
+
+
+def _where_te(cond, a, b, dtype):
+    """``topi.where`` with Python scalars converted to ``dtype`` constants."""
+    a = E.const(a, dtype) if isinstance(a, (bool, int, float)) else a
+    b = E.const(b, dtype) if isinstance(b, (bool, int, float)) else b
+    return topi.where(cond, a, b)
+
+
+register_op("where", infer_where, pattern=OpPattern.BROADCAST, legalize=_where, frontend="where",
+            doc="``x1`` where ``condition`` else ``x2``, with broadcasting.")
+
+
+def _concat(bb: BlockBuilder, call: rx.Call) -> rx.Expr:
+    new = call_te(bb, topi.concat, (tensor_fields(call.args[0]),), {"axis": call.attrs.get("axis", 0)}, "concatenate")
+    return out_sinfo(new, call.struct_info)
+
+
+def _split(bb: BlockBuilder, call: rx.Call) -> rx.Expr:
+    new = call_te(bb, topi.split, (call.args[0],), {
+        "indices_or_sections": call.attrs["indices_or_sections"], "axis": call.attrs.get("axis", 0)}, "split")
+    return out_sinfo(new, call.struct_info)
+
+
+def _as_reshape(bb: BlockBuilder, call: rx.Call) -> rx.Expr:
+    """expand_dims / squeeze move no data: a ``R.reshape`` view to the inferred shape."""
+    return rx.Call(rx.Op.get("reshape"), [call.args[0], rx.ShapeExpr(call.struct_info.shape)])
+
+
+def _broadcast_to(bb: BlockBuilder, call: rx.Call) -> rx.Expr:
+    shape = localize_shape(call.args[1].values)
+    return out_sinfo(call_te(bb, topi.broadcast_to, (call.args[0],), {"shape": shape}, "broadcast_to"),
+                     call.struct_info)
+
+
+def _repeat(bb: BlockBuilder, call: rx.Call) -> rx.Expr:
+    new = call_te(bb, topi.repeat, (call.args[0],), {"repeats": call.attrs["repeats"],
+                                                      "axis": call.attrs.get("axis")}, "repeat")
+    return out_sinfo(new, call.struct_info)
+
+
+def _pad(bb: BlockBuilder, call: rx.Call) -> rx.Expr:
+    width = list(call.attrs["pad_width"])
+    new = call_te(bb, topi.pad, (call.args[0],), {
+        "pad_before": width[0::2], "pad_after": width[1::2], "pad_value": call.attrs.get("pad_value", 0.0),
+        "mode": call.attrs.get("pad_mode", "constant")}, "pad")
+    return out_sinfo(new, call.struct_info)
+
+
+def _trilu(upper: bool):
+    def rule(bb: BlockBuilder, call: rx.Call) -> rx.Expr:
+        k = call.args[1].value
+        if not isinstance(k, E.IntImm):
+            raise ValueError(f"{call.op.name}: a symbolic diagonal offset k={k} is not supported by this runtime")
+        fn = topi.triu if upper else topi.tril
+        return out_sinfo(call_te(bb, fn, (call.args[0],), {"k": k.value}, "triu" if upper else "tril"),
+                         call.struct_info)
+
+    return rule
+
+
+register_op("concat", infer_concat, ("axis",), pattern=INJECTIVE, legalize=_concat, frontend="concat",
+            doc="Join tensors along ``axis``.")
+register_op("split", infer_split, ("indices_or_sections", "axis"), pattern=INJECTIVE, legalize=_split,
+            frontend="split", doc="Cut a tensor into pieces along ``axis`` (TVM's sizes rule).")
+register_op("expand_dims", infer_expand_dims, ("axis",), pattern=INJECTIVE, legalize=_as_reshape,
+            frontend="unsqueeze", doc="Insert dims of size 1.")
+register_op("squeeze", infer_squeeze, ("axis",), pattern=INJECTIVE, legalize=_as_reshape, frontend="squeeze",
+            doc="Drop dims of size 1.")
+register_op("broadcast_to", infer_broadcast_to, pattern=OpPattern.BROADCAST, legalize=_broadcast_to,
+            frontend="broadcast_to", doc="Broadcast to a shape (numpy rules).")
+register_op("repeat", infer_repeat, ("repeats", "axis"), pattern=INJECTIVE, legalize=_repeat, frontend="repeat",
+            doc="Repeat each element ``repeats`` times along ``axis`` (``numpy.repeat``).")
+register_op("nn.pad", infer_pad, ("pad_width", "pad_value", "pad_mode"), pattern=INJECTIVE, legalize=_pad,
+            frontend="pad", doc="Pad with a constant, by reflection or by replication.")
+register_op("triu", infer_trilu, pattern=INJECTIVE, legalize=_trilu(True), frontend="triu",
+            doc="The upper triangle (zeros below diagonal ``k``).")
+register_op("tril", infer_trilu, pattern=INJECTIVE, legalize=_trilu(False), doc="The lower triangle.")
+
+
+def _creation(kind: str):
+    """zeros / ones / full / empty: a kernel with only an output buffer (plus the fill value when
+    ``full`` gets a computed tensor). ``empty`` is filled with zeros."""
+    def rule(bb: BlockBuilder, call: rx.Call) -> rx.Expr:
+        sinfo = call.struct_info
+        shape = localize_shape(sinfo.shape)
+        if kind == "full":
+            fill = call.args[1]
+            value = fill.values().item() if isinstance(fill, rx.Constant) else fill
+            new = call_te(bb, topi.full, (), {"shape": shape, "dtype": sinfo.dtype, "fill_value": value}, "full")
+        else:
+            value = 1 if kind == "ones" else 0
+            new = call_te(bb, topi.full, (), {"shape": shape, "dtype": sinfo.dtype, "fill_value": value}, kind)
+        return out_sinfo(new, sinfo)
+
+    return rule
+
+
+def _arange(bb: BlockBuilder, call: rx.Call) -> rx.Expr:
+    start, end, step = (a.value for a in call.args)
+    for v, what in ((start, "start"), (step, "step")):
+        if not isinstance(v, (E.IntImm, E.FloatImm)):
+            raise ValueError(f"R.arange: a symbolic {what} ({v}) is not supported by this runtime; only the end "
+                             "may be symbolic")
+    sinfo = call.struct_info
+    (n,) = localize_shape(sinfo.shape)
+    new = call_te(bb, topi.arange, (), {"start": start.value, "step": step.value, "dtype": sinfo.dtype,
+                                        "length": n}, "arange")
+    return out_sinfo(new, sinfo)
+
+
+register_op("full", infer_full, ("dtype",), pattern=INJECTIVE, legalize=_creation("full"), frontend="full",
+            doc="A tensor filled with one value.")
+register_op("zeros", infer_zeros_ones, ("dtype",), pattern=INJECTIVE, legalize=_creation("zeros"), frontend="zeros",
+            doc="A tensor of zeros.")
+register_op("ones", infer_zeros_ones, ("dtype",), pattern=INJECTIVE, legalize=_creation("ones"), frontend="ones",
+            doc="A tensor of ones.")
+register_op("builtin.alloc_tensor", infer_alloc_tensor, pattern=OpPattern.OPAQUE, legalize=_creation("empty"),
+            frontend="empty", doc="A new tensor (filled with zeros here).")
+register_op("arange", infer_arange, ("dtype",), pattern=INJECTIVE, legalize=_arange, frontend="arange",
+            doc="``start, start + step, ...`` below ``end``.")

@@ -1,0 +1,97 @@
+"""Neural-network ops: matmul, norms, convolutions, resize2d, attention."""
+from __future__ import annotations
+
+from ..ir import relax as rx
+from ..ir.block_builder import BlockBuilder
+from ..ir.op import OpPattern, register_op
+from ..ir.op.nn import (infer_attention, infer_conv1d, infer_conv1d_transpose, infer_conv2d, infer_group_norm,
+    infer_layer_norm, infer_matmul, infer_resize2d, infer_rms_norm)
+from ..te import topi
+from ..te.call_te import call_te
+from .common import te_rule, void_none
+
+FUSABLE = OpPattern.OUT_ELEMWISE_FUSABLE
+
+
+def _matmul(bb: BlockBuilder, call: rx.Call) -> rx.Expr:
+    return call_te(bb, topi.matmul, call.args, {"out_dtype": void_none(call.attrs.get("out_dtype"))}, "matmul")
+
+
+def _conv1d(bb: BlockBuilder, call: rx.Call) -> rx.Expr:
+    a = call.attrs
+    return call_te(bb, topi.conv1d, call.args, {
+        "strides": a["strides"], "padding": a["padding"], "dilation": a["dilation"], "groups": a["groups"],
+        "out_dtype": void_none(a.get("out_dtype"))}, "conv1d")
+
+
+def _conv2d(bb: BlockBuilder, call: rx.Call) -> rx.Expr:
+    a = call.attrs
+    return call_te(bb, topi.conv2d, call.args, {
+        "strides": a["strides"], "padding": a["padding"], "dilation": a["dilation"], "groups": a["groups"],
+        "out_dtype": void_none(a.get("out_dtype"))}, "conv2d")
+
+
+def _conv1d_transpose(bb: BlockBuilder, call: rx.Call) -> rx.Expr:
+    a = call.attrs
+    return call_te(bb, topi.conv1d_transpose, call.args, {
+        "strides": a["strides"], "padding": a["padding"], "output_padding": a["output_padding"],
+        "dilation": a["dilation"], "groups": a["groups"], "out_dtype": void_none(a.get("out_dtype"))},
+        "conv1d_transpose")
+
+
+def _group_norm(bb: BlockBuilder, call: rx.Call) -> rx.Expr:
+    a = call.attrs
+    x, gamma, beta = call.args
+    return call_te(bb, topi.group_norm, (x, gamma if a.get("scale", True) else None,
+                                         beta if a.get("center", True) else None), {
+        "num_groups": a["num_groups"], "channel_axis": a["channel_axis"], "axes": a["axes"],
+        "epsilon": a["epsilon"]}, "group_norm")
+
+
+def _resize2d(bb: BlockBuilder, call: rx.Call) -> rx.Expr:
+    a = call.attrs
+    if a.get("method") not in ("nearest_neighbor", "linear"):
+        raise ValueError(f"R.image.resize2d: method {a.get('method')!r} has no legalization on this runtime "
+                         "(nearest_neighbor and linear are supported)")
+    return call_te(bb, topi.resize2d, (call.args[0],), {
+        "size": list(call.args[1].values), "layout": a.get("layout", "NCHW"), "method": a["method"],
+        "coordinate_transformation_mode": a.get("coordinate_transformation_mode", "half_pixel"),
+        "rounding_method": a.get("rounding_method", "round"), "out_dtype": void_none(a.get("out_dtype"))},
+        "resize2d")
+
+
+def _attention(bb: BlockBuilder, call: rx.Call) -> rx.Expr:
+    a = call.attrs
+    scale = a.get("scale")
+    return call_te(bb, topi.attention, call.args, {"scale": None if scale is None else float(scale),
+                                                   "causal_mask": a.get("causal_mask")}, "attention")
+
+
+register_op("matmul", infer_matmul, ("out_dtype",), pattern=FUSABLE, legalize=_matmul, frontend="matmul",
+            doc="``numpy.matmul`` (batch dims broadcast); 16-bit floats accumulate in float32.")
+register_op("nn.layer_norm", infer_layer_norm, ("axes", "epsilon", "center", "scale"), pattern=OpPattern.OPAQUE,
+            legalize=te_rule(topi.layer_norm, "layer_norm", ("axes", "epsilon")), frontend="layer_norm",
+            doc="Layer normalisation over ``axes`` (Ba et al. 2016).")
+register_op("nn.rms_norm", infer_rms_norm, ("axes", "epsilon"), pattern=OpPattern.OPAQUE,
+            legalize=te_rule(topi.rms_norm, "rms_norm", ("axes", "epsilon")), frontend="rms_norm",
+            doc="Root-mean-square normalisation (Zhang & Sennrich 2019).")
+register_op("nn.conv1d", infer_conv1d, ("strides", "padding", "dilation", "groups", "data_layout", "kernel_layout",
+                                         "out_layout", "out_dtype"), pattern=FUSABLE, legalize=_conv1d,
+            frontend="conv1d", doc="1-D convolution, NCW data, OIW weight.")
+register_op("nn.conv2d", infer_conv2d, ("strides", "padding", "dilation", "groups", "data_layout", "kernel_layout",
+                                         "out_layout", "out_dtype"), pattern=FUSABLE, legalize=_conv2d,
+            frontend="conv2d", doc="2-D convolution, NCHW data, OIHW weight.")
+register_op("nn.conv1d_transpose", infer_conv1d_transpose,
+            ("strides", "padding", "output_padding", "dilation", "groups", "data_layout", "kernel_layout",
+             "out_layout", "out_dtype"), pattern=FUSABLE, legalize=_conv1d_transpose, frontend="conv1d_transpose",
+            doc="1-D transposed convolution, NCW data, IOW weight.")
+register_op("nn.group_norm", infer_group_norm, ("num_groups", "channel_axis", "axes", "epsilon", "center", "scale"),
+            pattern=OpPattern.OPAQUE, legalize=_group_norm, frontend="group_norm",
+            doc="Group normalisation (Wu & He 2018).")
+register_op("image.resize2d", infer_resize2d, ("roi", "layout", "method", "coordinate_transformation_mode",
+                                                "rounding_method", "cubic_alpha", "cubic_exclude", "extrapolation_value",
+                                                "out_dtype"), pattern=OpPattern.INJECTIVE, legalize=_resize2d,
+            frontend="interpolate", doc="Resize the two spatial dims (nearest or linear).")
+register_op("nn.attention", infer_attention, ("scale", "causal_mask"), pattern=OpPattern.OPAQUE,
+            legalize=_attention, frontend="scaled_dot_product_attention",
+            doc="``softmax(q @ k^T * scale [+ causal mask]) @ v`` (BSNH layout).")

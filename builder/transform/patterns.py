@@ -1,0 +1,246 @@
+"""The pattern matcher both fusion passes use: the tree of single-use elementwise ops rooted at a
+binding, with matmul leaves where kernel selection asks for them.
+
+A tree node is an :class:`~builder.ir.kernel.EpilogueOp` (a registered op whose pattern is
+``ELEMWISE`` or ``BROADCAST`` and that has a fusion ``compute``), an
+:class:`~builder.ir.kernel.EpilogueLinear` (``matmul(x, permute_dims(W))`` with a 2-D float ``W`` or
+``W = group_dequantize(q, s)``, all with the same ``x``: at most two) or an
+:class:`~builder.ir.kernel.EpilogueTensor` (any other tensor that broadcasts to the result without
+changing it). Inner values must be dataflow bindings used exactly once and of the result's shape
+(only leaves broadcast), so no value is computed twice; a path holds at most ``max_fuse_depth`` ops
+(TVM's ``max_fuse_depth``), so a kernel's expression stays bounded.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+from ..ir import expr as E
+from ..ir import relax as rx
+from ..ir.kernel import DenseWeight, EpilogueLinear, EpilogueOp, EpilogueTensor, GroupWeight
+from ..ir.op import OpPattern
+from ..ir.struct_info import TensorStructInfo
+
+__all__ = ["Match", "FusionMatcher", "fusable", "linear_weight", "kernel_name", "rewrite_bindings", "MAX_FUSE_DEPTH",
+           "FLOATS"]
+
+#: The default bound on the ops along one path of a fused group.
+MAX_FUSE_DEPTH = 32
+
+FLOATS = ("float16", "bfloat16", "float32")
+
+
+def _void(dtype) -> str | None:
+    return None if dtype in (None, "", "void") else dtype
+
+
+def _same_shape(a, b) -> bool:
+    return len(a) == len(b) and all(E.prove_equal(x, y) for x, y in zip(a, b))
+
+
+def _broadcasts_into(shape, into) -> bool:
+    """``shape`` broadcasts to ``into`` without changing it."""
+    if len(shape) > len(into):
+        return False
+    for d, o in zip(reversed(shape), reversed(into)):
+        if not (isinstance(E.simplify(d), E.IntImm) and E.simplify(d).value == 1) and not E.prove_equal(d, o):
+            return False
+    return True
+
+
+def fusable(op: rx.Op) -> bool:
+    """Whether fusion may inline ``op``: an elementwise or broadcast op with a fusion compute."""
+    return op.pattern in (OpPattern.ELEMWISE, OpPattern.BROADCAST) and op.compute is not None
+
+
+def linear_weight(bindings: dict, b: rx.Expr, tensors: list, offset: int = 1):
+    """The weight of ``b`` when it is ``permute_dims(W)`` of a 2-D float ``W`` or of
+    ``group_dequantize(q, s)``: a :class:`DenseWeight` / :class:`GroupWeight` whose indices are
+    positions in ``tensors`` (to which the weight's tensors are appended) plus ``offset`` (the
+    kernel's parameters start with ``x``). None for anything else."""
+    def bound(e: rx.Expr, op: str):
+        v = bindings.get(e) if isinstance(e, rx.Var) else None
+        ok = isinstance(v, rx.Call) and isinstance(v.op, rx.Op) and v.op.name == op
+        return v if ok else None
+
+    def index(t: rx.Expr) -> int:
+        for i, u in enumerate(tensors):
+            if u is t:
+                return i + offset
+        tensors.append(t)
+        return len(tensors) - 1 + offset
+
+    perm = bound(b, "relax.permute_dims")
+    if perm is None or perm.attrs.get("axes") not in (None, [1, 0]):
+        return None
+    w = perm.args[0]
+    wsi = w.struct_info
+    if not isinstance(wsi, TensorStructInfo) or wsi.ndim != 2:
+        return None
+    dq = bound(w, "relax.group_dequantize")
+    if dq is not None:
+        q, s = dq.args
+        at = dq.attrs
+        return GroupWeight(index(q), index(s), int(at["bits"]), int(at["group_size"]), int(at["zero_point"]),
+                           int(at["in_features"]), str(at.get("activation_quantization", "none")))
+    if wsi.dtype not in FLOATS:
+        return None
+    return DenseWeight(index(w))
+
+
+@dataclass
+class Match:
+    """A matched tree: its root ``tree``, the kernel's ``tensors``, the ``weights`` of its matmul
+    leaves, their common ``x`` and ``out_dtype``, the op names (``ops``, for the kernel name) and the
+    inner bindings it replaces (``consumed``). Indices in the tree and the weights are positions in
+    the kernel's inputs: ``(x, *tensors)`` when ``offset`` is 1 (a matmul kernel), ``tensors`` when 0."""
+
+    root_shape: list
+    offset: int = 0
+    tree: object = None
+    tensors: list = field(default_factory=list)
+    weights: list = field(default_factory=list)
+    x: rx.Expr | None = None
+    out_dtype: str | None = None
+    ops: list = field(default_factory=list)
+    consumed: list = field(default_factory=list)
+
+    def tensor(self, e: rx.Expr) -> int:
+        """The input index of tensor ``e`` in the kernel (added to ``tensors`` when new)."""
+        for i, t in enumerate(self.tensors):
+            if t is e:
+                return i + self.offset
+        self.tensors.append(e)
+        return len(self.tensors) - 1 + self.offset
+
+    def mark(self) -> tuple:
+        return (len(self.tensors), len(self.weights), len(self.ops), len(self.consumed), self.x, self.out_dtype)
+
+    def undo(self, mark: tuple) -> None:
+        nt, nw, no, nc, x, od = mark
+        del self.tensors[nt:], self.weights[nw:], self.ops[no:], self.consumed[nc:]
+        self.x, self.out_dtype = x, od
+
+
+class FusionMatcher:
+    """Pattern matching over one graph-level function (see the module docstring).
+
+    ``linear``: whether matmul leaves are matched (kernel selection) or are plain tensors (elementwise
+    fusion)."""
+
+    def __init__(self, func: rx.Function, linear: bool, max_fuse_depth: int = MAX_FUSE_DEPTH) -> None:
+        if max_fuse_depth < 1:
+            raise ValueError(f"max_fuse_depth must be at least 1, got {max_fuse_depth}")
+        self.linear = linear
+        self.max_fuse_depth = max_fuse_depth
+        self.defs: dict[rx.Var, rx.Expr] = {}
+        self.uses: Counter = Counter()
+        self.order: list[rx.VarBinding] = []
+        for block in func.body.blocks:
+            for b in block.bindings:
+                self.defs[b.var] = b.value
+                self.order.append(b)
+                for v in rx.used_vars(b.value):
+                    self.uses[v] += 1
+        for v in rx.used_vars(func.body.body):
+            self.uses[v] += 1
+        self.dataflow = {b.var for block in func.body.blocks if block.is_dataflow for b in block.bindings}
+
+    def call(self, e: rx.Expr) -> rx.Call | None:
+        """The op call bound to ``e``, else None."""
+        v = self.defs.get(e) if isinstance(e, rx.Var) else None
+        return v if isinstance(v, rx.Call) and isinstance(v.op, rx.Op) else None
+
+    def match(self, var: rx.Var) -> Match | None:
+        """The tree rooted at binding ``var`` (a float tensor op call in a dataflow block), or None."""
+        call = self.call(var)
+        if call is None or var not in self.dataflow:
+            return None
+        sinfo = var.struct_info
+        if not isinstance(sinfo, TensorStructInfo) or sinfo.dtype not in FLOATS or sinfo.shape is None:
+            return None
+        m = Match(list(sinfo.shape), offset=1 if self.linear else 0)
+        m.tree = self._node(var, m, root=True, depth=0)
+        return None if m.tree is None or isinstance(m.tree, EpilogueTensor) else m
+
+    def _inner_ok(self, var: rx.Expr) -> bool:
+        return isinstance(var, rx.Var) and self.uses[var] == 1 and var in self.dataflow
+
+    def _node(self, e: rx.Expr, m: Match, root: bool, depth: int):
+        call = self.call(e)
+        if (call is not None and (root or self._inner_ok(e)) and depth < self.max_fuse_depth
+                and isinstance(e.struct_info, TensorStructInfo) and _same_shape(e.struct_info.shape or (), m.root_shape)):
+            if call.op.name == "relax.matmul":
+                leaf = self._linear_leaf(call, m)
+                if leaf is not None:
+                    if not root:
+                        m.consumed.append(e)
+                    return leaf
+            elif fusable(call.op) and e.struct_info.dtype in FLOATS:
+                return self._op_node(e, call, m, root, depth)
+        return self._leaf(e, m)
+
+    def _op_node(self, e: rx.Expr, call: rx.Call, m: Match, root: bool, depth: int):
+        mark = m.mark()
+        args = []
+        for a in call.args:
+            node = self._node(a, m, root=False, depth=depth + 1)
+            if node is None:
+                m.undo(mark)
+                return self._leaf(e, m)
+            args.append(node)
+        m.ops.append(call.op.name.split(".")[-1])
+        if not root:
+            m.consumed.append(e)
+        attrs = tuple((k, call.attrs[k]) for k in call.op.attr_names if k in call.attrs)
+        return EpilogueOp(call.op.name, tuple(args), attrs)
+
+    def _linear_leaf(self, call: rx.Call, m: Match):
+        """``matmul(x, permute_dims(W))`` -> an :class:`EpilogueLinear`, else None."""
+        if not self.linear or len(m.weights) >= 2:
+            return None
+        a, b = call.args
+        asi = a.struct_info
+        if not isinstance(asi, TensorStructInfo) or asi.ndim < 1 or asi.dtype not in FLOATS:
+            return None
+        if m.x is not None and m.x is not a:
+            return None
+        out_dtype = _void(call.attrs.get("out_dtype"))
+        if m.weights and out_dtype != m.out_dtype:
+            return None
+        tensors: list = list(m.tensors)
+        weight = linear_weight(self.defs, b, tensors, m.offset)
+        if weight is None:
+            return None
+        m.tensors[:] = tensors
+        m.x = a
+        m.out_dtype = out_dtype
+        m.weights.append(weight)
+        m.ops.append("matmul")
+        return EpilogueLinear(len(m.weights) - 1)
+
+    def _leaf(self, e: rx.Expr, m: Match):
+        s = e.struct_info
+        if not isinstance(s, TensorStructInfo) or s.shape is None or not isinstance(e, (rx.Var, rx.Constant)):
+            return None
+        if not _broadcasts_into(list(s.shape), m.root_shape):
+            return None
+        return EpilogueTensor(m.tensor(e))
+
+
+def kernel_name(ops: list[str]) -> str:
+    """The name hint of a fused kernel: ``fused_`` and its ops, the first few of a long group."""
+    if len(ops) > 8:
+        ops = ops[:4] + [f"and_{len(ops) - 4}_more"]
+    return "fused_" + "_".join(ops)
+
+
+def rewrite_bindings(func: rx.Function, replaced: dict) -> rx.Function:
+    """``func`` with the values of the bindings in ``replaced`` (variable -> new value) swapped in;
+    ``func`` itself when there are none."""
+    if not replaced:
+        return func
+    blocks = [type(block)([rx.VarBinding(b.var, replaced.get(b.var, b.value)) for b in block.bindings])
+              for block in func.body.blocks]
+    return rx.Function(func.params, rx.SeqExpr(blocks, func.body.body), func.ret_struct_info, func.attrs,
+                       func.is_pure, name=func.name)

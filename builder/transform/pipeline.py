@@ -1,0 +1,33 @@
+"""The default compilation pipeline, declared in one place and read top to bottom.
+
+Graph level, on the exported IRModule (``builder.compile`` runs it, then generates code for the
+PrimFuncs it produced):
+
+1. ``select_kernels`` (:class:`SelectKernels`): every matmul with its elementwise epilogue, and every
+   quantized gather, becomes its fast kernel (GEMV / GEMM, fused dequantization);
+2. ``fuse_ops`` (:class:`FuseOps`): remaining elementwise chains become one kernel each;
+3. ``legalize_ops`` (:class:`LegalizeOps`): every other op becomes the loop-level code of its record;
+4. ``dead_code_elimination``: unused bindings and PrimFuncs go.
+
+``LiftTransformParams`` is not in it: weights are transformed when they are loaded (the recipe's
+quantization mapping), not by a function of the compiled model. There is no memory planning pass:
+the VM allocates each call's outputs and drops them when no register holds them.
+"""
+from __future__ import annotations
+
+from .dce import DeadCodeElimination
+from .fuse_ops import FuseOps
+from .legalize import LegalizeOps
+from .pass_infra import Sequential
+from .select_kernels import SelectKernels
+
+__all__ = ["default_pipeline", "PASS_NAMES"]
+
+
+def default_pipeline() -> Sequential:
+    """The passes ``builder.compile`` runs, in order (see the module docstring)."""
+    return Sequential([SelectKernels(), FuseOps(), LegalizeOps(), DeadCodeElimination()], name="default_pipeline")
+
+
+PASS_NAMES = tuple(default_pipeline().names)
+"""The names of the default pipeline's passes (what ``build --print-after`` accepts)."""

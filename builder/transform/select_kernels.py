@@ -1,0 +1,156 @@
+"""SelectKernels: choose the fast kernel for every matmul and quantized gather, before LegalizeOps
+(a pattern rewrite, as TVM's ``FuseOpsByPattern``).
+
+1. **matmul + epilogue** -- the tree of single-use elementwise ops over one or two linears
+   ``matmul(x, permute_dims(W))`` with the same ``x`` (``W`` a 2-D float tensor, or
+   ``group_dequantize(q, s)``: a quantized weight, read packed), matched by
+   :class:`~builder.transform.patterns.FusionMatcher`, becomes one ``R.call_tir`` of
+   :func:`builder.te.topi.linear_kernel` with a :class:`~builder.ir.kernel.LinearKernelSpec`, which
+   the code generator compiles to a GEMV / GEMM with the epilogue applied per output tile
+   (``silu(x @ Wg.T) * (x @ Wu.T)``, LLaMA's gated MLP, streams both weights in one pass).
+2. **a matmul left alone** (outside a dataflow block, or one the kernel does not take): a quantized
+   weight becomes the fused ``dequantize_linear`` loops (also marked for the quantized GEMV / GEMM),
+   a transposed 2-D weight the ``linear`` loops (the transpose is never materialized); any other
+   matmul is legalized as ``R.matmul``.
+3. **a quantized gather** ``take(group_dequantize(q, s), ids, axis=0)`` (a quantized Embedding)
+   becomes one ``dequantize_take`` kernel.
+
+The bindings this consumes (``permute_dims``, ``group_dequantize``, the epilogue's intermediates)
+become dead and are removed.
+"""
+from __future__ import annotations
+
+from ..ir import relax as rx
+from ..ir import tir
+from ..ir.block_builder import BlockBuilder
+from ..ir.kernel import KERNEL_ATTR, EpilogueLinear, GroupWeight, LinearKernelSpec
+from ..ir.struct_info import TensorStructInfo
+from ..ops.quantize import quant_attrs
+from ..te import topi
+from ..te.call_te import call_te
+from .dce import dead_code_elimination
+from .pass_infra import FunctionPass
+from .patterns import FLOATS, MAX_FUSE_DEPTH, FusionMatcher, Match, kernel_name, linear_weight, rewrite_bindings
+
+__all__ = ["SelectKernels", "linear_kernel_call"]
+
+
+def linear_kernel_call(bb: BlockBuilder, x: rx.Expr, tensors: list, weights: list, epilogue=EpilogueLinear(0),
+                       out_dtype: str | None = None, name: str = "matmul") -> rx.Call:
+    """``R.call_tir`` of a :func:`builder.te.topi.linear_kernel` PrimFunc with its
+    :class:`LinearKernelSpec` attribute: ``x`` and ``tensors`` are graph values (the kernel's inputs
+    ``(x, *tensors)``, which the weights' and the epilogue's indices count). Raises ValueError /
+    TypeError as the topi ops do."""
+    spec: list = []
+
+    def fused(xt, *ts):
+        return topi.linear_kernel(xt, *ts, weights=weights, epilogue=epilogue, out_dtype=out_dtype, spec=spec)
+
+    call = call_te(bb, fused, (x, *tensors), {}, name)
+    bb.get()[call.args[0].name_hint].attrs[KERNEL_ATTR] = spec[0]
+    return call
+
+
+def _void(dtype) -> str | None:
+    return None if dtype in ("void", None, "") else dtype
+
+
+class SelectKernels(FunctionPass):
+    """Pass: see the module docstring. ``SelectKernels(max_fuse_depth=32)(mod)``."""
+
+    name = "select_kernels"
+
+    def __init__(self, max_fuse_depth: int = MAX_FUSE_DEPTH) -> None:
+        self.max_fuse_depth = max_fuse_depth
+
+    def transform_module(self, mod: rx.IRModule) -> rx.IRModule:
+        return dead_code_elimination(super().transform_module(mod))
+
+    def transform_function(self, bb: BlockBuilder, func: rx.Function, name: str) -> rx.Function:
+        matcher = FusionMatcher(func, linear=True, max_fuse_depth=self.max_fuse_depth)
+        replaced: dict[rx.Var, rx.Expr] = {}
+        consumed: set = set()
+        for b in reversed(matcher.order):          # outermost trees first
+            if b.var in consumed:
+                continue
+            m = matcher.match(b.var)
+            if m is None or not m.weights:
+                continue
+            call = self._fused(bb, m)
+            if call is not None:
+                replaced[b.var] = call
+                consumed.update(m.consumed)
+        for b in matcher.order:                    # what the trees left
+            if b.var in replaced or b.var in consumed:
+                continue
+            call = matcher.call(b.var)
+            if call is not None and call.op.name == "relax.matmul":
+                new = self._matmul(bb, call, matcher.defs)
+            elif call is not None and call.op.name == "relax.take":
+                new = self._take(bb, call, matcher.defs)
+            else:
+                new = None
+            if new is not None:
+                replaced[b.var] = new
+        return rewrite_bindings(func, replaced)
+
+    @staticmethod
+    def _fused(bb: BlockBuilder, m: Match) -> rx.Call | None:
+        epi = [op for op in m.ops if op != "matmul"]
+        try:
+            return linear_kernel_call(bb, m.x, list(m.tensors), list(m.weights), epilogue=m.tree,
+                                      out_dtype=m.out_dtype, name="matmul" if not epi else kernel_name(["matmul", *epi]))
+        except (ValueError, TypeError):
+            return None
+
+    @staticmethod
+    def _matmul(bb: BlockBuilder, call: rx.Call, defs: dict) -> rx.Expr | None:
+        a, b = call.args
+        asi = a.struct_info
+        out_dtype = _void(call.attrs.get("out_dtype"))
+        tensors: list = []
+        weight = linear_weight(defs, b, tensors)
+        if weight is None or not isinstance(asi, TensorStructInfo) or asi.ndim < 1:
+            return None
+        if asi.dtype in FLOATS:
+            try:
+                if isinstance(weight, GroupWeight):
+                    return _dequantize_matmul_kernel(bb, a, tensors, weight, out_dtype)
+                return linear_kernel_call(bb, a, tensors, [weight], out_dtype=out_dtype, name="matmul")
+            except (ValueError, TypeError):
+                pass
+        if isinstance(weight, GroupWeight):
+            q, s = tensors[weight.q - 1], tensors[weight.scale - 1]
+            return call_te(bb, topi.dequantize_linear, (a, q, s),
+                           {**quant_attrs(defs[defs[b].args[0]]), "out_dtype": out_dtype}, "dequantize_matmul")
+        return call_te(bb, topi.linear, (a, tensors[weight.w - 1]), {"out_dtype": out_dtype}, "matmul")
+
+    @staticmethod
+    def _take(bb: BlockBuilder, call: rx.Call, defs: dict) -> rx.Expr | None:
+        data, indices = call.args
+        dq = defs.get(data) if isinstance(data, rx.Var) else None
+        if (isinstance(dq, rx.Call) and isinstance(dq.op, rx.Op) and dq.op.name == "relax.group_dequantize"
+                and call.attrs.get("axis", 0) in (0, -2) and call.attrs.get("mode", "fast") == "fast"):
+            return call_te(bb, topi.dequantize_take, (dq.args[0], dq.args[1], indices), quant_attrs(dq),
+                           "dequantize_take")
+        return None
+
+
+def _dequantize_matmul_kernel(bb: BlockBuilder, a: rx.Expr, tensors: list, weight: GroupWeight,
+                              out_dtype: str | None) -> rx.Call:
+    """The ``dequantize_linear`` loops of a quantized matmul, marked with a :class:`LinearKernelSpec`
+    so that they compile to the quantized GEMV / GEMM."""
+    q, s = tensors[weight.q - 1], tensors[weight.scale - 1]
+    attrs = {"bits": weight.bits, "group_size": weight.group_size, "zero_point": weight.zero_point,
+             "in_features": weight.in_features}
+    call = call_te(bb, topi.dequantize_linear, (a, q, s), {**attrs, "out_dtype": out_dtype}, "dequantize_matmul")
+    func = bb.get()[call.args[0].name_hint]
+    reductions = []
+    tir.walk_stmt(func.body, lambda st: reductions.append(st.block.name)
+                  if isinstance(st, tir.BlockRealize) and st.block.init is not None else None)
+    if len(reductions) == 1:
+        func.attrs[KERNEL_ATTR] = LinearKernelSpec(0, 3, (GroupWeight(1, 2, weight.bits, weight.group_size,
+                                                                      weight.zero_point, weight.in_features,
+                                                                      weight.activation),),
+                                                   tuple(reductions))
+    return call
