@@ -51,6 +51,9 @@ def _parser() -> argparse.ArgumentParser:
                         "RUNS runs (default 20) after 3 warm-up runs; prints median, min, max")
     p.add_argument("--bench-dim", action="append", default=[], metavar="NAME=VALUE",
                    help="value of a symbolic input dim for --bench (default 1), e.g. batch_size=8")
+    p.add_argument("--print-after", action="append", default=[], metavar="PASS",
+                   help="print the IR after this compiler pass (repeatable; an unknown name lists them)")
+    p.add_argument("--time-passes", action="store_true", help="print the time each compiler pass took")
     p.add_argument("--debug", action="store_true", help="show tracebacks")
     return p
 
@@ -115,9 +118,11 @@ def _run_with(args: argparse.Namespace, progress: "_ConversionProgress") -> int:
     for flag, path in (("--input", args.input), ("--weights", args.weights)):
         if path is not None:
             _check_input_file(flag, path)
+    plain = True if args.plain else None
+    instruments, timing = _pass_instruments(args, out, plain)
     model = build(args.recipe, args.overrides, weights=args.weights, seed=args.seed,
-                  on_ir=None if args.no_ir else (lambda mod: mod.show(plain=True if args.plain else None)),
-                  progress=progress)
+                  on_ir=None if args.no_ir else (lambda mod: mod.show(plain=plain)),
+                  progress=progress, instruments=instruments)
     recipe, spec, exe = model.recipe, model.spec, model.exe
     result_note = ""
     if args.input is not None:
@@ -167,11 +172,32 @@ def _run_with(args: argparse.Namespace, progress: "_ConversionProgress") -> int:
     out.print(f"compile: export {model.timings['export'] * 1e3:.1f} ms, "
               f"native code {model.timings['compile'] * 1e3:.1f} ms "
               f"({len(exe.kernels)} kernels for {exe.target.get('cpu', 'host')}: {_kernel_kinds(exe)})")
+    if timing is not None:
+        out.print("passes: " + ", ".join(f"{name} {sec * 1e3:.1f} ms" for name, sec in timing.timings.items()))
     if result_note:
         out.print(escape(_printable(result_note)))
     if args.bench is not None:
         out.print(escape(_printable(_bench(model, args.function or model.functions[0], args.bench, args.bench_dim))))
     return 0
+
+
+def _pass_instruments(args: argparse.Namespace, out, plain: bool | None) -> tuple[list, object]:
+    """The pass instruments the flags ask for: ``PrintAfter`` for ``--print-after`` (ValueError naming
+    the valid passes for an unknown name, before anything is built) and ``PassTiming`` for
+    ``--time-passes`` (returned second, else None)."""
+    from .transform import PASS_NAMES, PassTiming, PrintAfter
+
+    unknown = [n for n in args.print_after if n not in PASS_NAMES]
+    if unknown:
+        raise ValueError(f"--print-after {unknown[0]}: no such pass; the passes are {', '.join(PASS_NAMES)}")
+
+    def show(mod, name: str) -> None:
+        out.print(f"# IR after {name}", style="bold", markup=False)
+        mod.show(plain=plain)
+
+    instruments: list = [PrintAfter(args.print_after, show)] if args.print_after else []
+    timing = PassTiming() if args.time_passes else None
+    return instruments + ([timing] if timing else []), timing
 
 
 def _check_input_file(flag: str, path: str) -> None:

@@ -39,6 +39,7 @@ from .ir import relax as rx
 from .ir.expr import is_float_dtype
 from .quant import GroupSizeError, QuantizeMapping, apply_transforms, describe, model_dtype, resolve
 from .recipe import instantiate
+from .transform import PassInstrument
 
 __all__ = ["build", "CompiledModel", "export_recipe", "random_params", "bind_weights"]
 
@@ -322,15 +323,17 @@ def _param_specs(params: Sequence[tuple[str, nn.Parameter]]) -> list[tuple[str, 
 
 def build(recipe_path: str | Path, overrides: Sequence[str] = (), weights: str | Path | None = None,
           seed: int = 0, on_ir: Callable[[rx.IRModule], None] | None = None,
-          progress: Progress | None = None) -> CompiledModel:
+          progress: Progress | None = None, instruments: Sequence[PassInstrument] = ()) -> CompiledModel:
     """Load ``recipe_path`` with ``overrides`` (``"KEY=VALUE"``), build and compile it.
 
     ``weights``: a safetensors file (default: the recipe's ``weights.path``, else random
     weights drawn with ``seed``); a float checkpoint is converted (quantized) while it is loaded.
     ``on_ir`` is called with the exported IRModule before weights are bound and code is
     generated (the CLI prints it there). ``progress`` reports parameter conversions (see
-    :data:`Progress`). Raises :class:`schemas.RecipeError` for recipe problems (file:line:col),
-    :class:`runtime.WeightsError` listing every weight problem.
+    :data:`Progress`). ``instruments`` run around each compiler pass
+    (:class:`builder.transform.PrintAfter`, :class:`~builder.transform.PassTiming`). Raises
+    :class:`schemas.RecipeError` for recipe problems (file:line:col), :class:`runtime.WeightsError`
+    listing every weight problem.
     """
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
@@ -345,7 +348,7 @@ def build(recipe_path: str | Path, overrides: Sequence[str] = (), weights: str |
     values = bind_weights(recipe, specs, weights, Path(recipe_path).parent, mapping, progress)
     timings["weights"] = time.perf_counter() - t1
     t1 = time.perf_counter()
-    exe = compile_module(irmod)
+    exe = compile_module(irmod, instruments=instruments)
     timings["compile"] = time.perf_counter() - t1
     return CompiledModel(recipe, irmod, specs, exe, spec, timings, seed, values, mapping=mapping, progress=progress)
 

@@ -36,19 +36,14 @@ from schemas.limits import MAX_EXPRESSION_DEPTH, MAX_FORWARD_CHARS, MAX_TENSOR_B
 from schemas.models import is_identifier
 
 from . import nn
+from .ops import recipe_ops
 from .ir.printer import PRINTER_RESERVED
 
 __all__ = ["instantiate", "RecipeModule", "FORWARD_OPS", "parse_forward"]
 
-#: functional ops callable from a recipe's ``forward`` text.
-FORWARD_OPS: dict[str, Callable] = {
-    name: getattr(nn.op, name)
-    for name in (
-        "add", "subtract", "multiply", "divide", "maximum", "minimum", "power", "matmul", "permute_dims",
-        "reshape", "astype", "relu", "silu", "gelu", "sigmoid", "tanh", "exp", "log", "sqrt", "rsqrt",
-        "sin", "cos", "negative", "softmax",
-    )
-}
+#: functional ops callable from a recipe's ``forward`` text: the ``nn.op`` function of every op record
+#: marked ``in_recipes`` (:func:`builder.ops.recipe_ops`).
+FORWARD_OPS: dict[str, Callable] = {name: getattr(nn.op, name) for name in recipe_ops()}
 
 _BINOPS = {ast.Add: nn.op.add, ast.Sub: nn.op.subtract, ast.Mult: nn.op.multiply,
            ast.Div: nn.op.divide, ast.MatMult: nn.op.matmul}

@@ -8,9 +8,14 @@ record here (see ``docs/ARCHITECTURE.md``).
 from . import elementwise, manipulation, nn, quantize, reduction, runtime  # noqa: F401 - registers the ops
 from ..ir.relax import Op
 
-__all__ = ["frontend_ops"]
+__all__ = ["frontend_ops", "recipe_ops"]
 
 
 def frontend_ops() -> dict[str, Op]:
     """``nn.op`` function name -> op, for every op with a frontend (what recipes may call)."""
     return {op.frontend: op for op in Op._registry.values() if op.frontend}
+
+
+def recipe_ops() -> dict[str, Op]:
+    """``nn.op`` function name -> op, for the ops a recipe's ``forward:`` may call (``in_recipes``)."""
+    return {op.frontend: op for op in Op._registry.values() if op.in_recipes}

@@ -16,8 +16,11 @@ ELEMWISE, BROADCAST = OpPattern.ELEMWISE, OpPattern.BROADCAST
 
 def _elementwise(name: str, infer, pattern: OpPattern, compute, frontend: str | None, doc: str,
                  intrinsic: str | None = None) -> None:
+    """A record whose legalization and fusion compute are the topi ``compute``; math and arithmetic
+    with a frontend are offered to recipes, comparisons (bool results) are not."""
     register_op(name, infer, pattern=pattern, compute=compute, legalize=te_rule(compute, name.split(".")[-1]),
-                intrinsic=intrinsic, frontend=frontend, doc=doc)
+                intrinsic=intrinsic, frontend=frontend, in_recipes=frontend is not None and infer is not infer_compare,
+                doc=doc)
 
 
 # activations
@@ -40,7 +43,7 @@ _elementwise("sin", infer_unary_float, ELEMWISE, topi.sin, "sin", "Sine.", "sin"
 _elementwise("cos", infer_unary_float, ELEMWISE, topi.cos, "cos", "Cosine.", "cos")
 _elementwise("erf", infer_unary_float, ELEMWISE, topi.erf, None, "Gauss error function.", "erf")
 _elementwise("negative", infer_unary, ELEMWISE, topi.negative, "negative", "``-x``.")
-_elementwise("abs", infer_unary, ELEMWISE, topi.abs, None, "``|x|``.")
+_elementwise("abs", infer_unary, ELEMWISE, topi.abs, "abs", "``|x|`` (elementwise absolute value).")
 
 # binary arithmetic (numpy broadcasting; a Python scalar operand becomes a constant of the tensor's dtype)
 _elementwise("add", infer_binary, BROADCAST, topi.add, "add", "``a + b``.")

@@ -22,11 +22,11 @@ def _astype(x, dtype):
 
 
 register_op("astype", infer_astype, ("dtype",), pattern=OpPattern.ELEMWISE, compute=_astype,
-            legalize=te_rule(topi.astype, "cast", ("dtype",)), frontend="astype", doc="Convert to ``dtype``.")
+            legalize=te_rule(topi.astype, "cast", ("dtype",)), frontend="astype", in_recipes=True, doc="Convert to ``dtype``.")
 register_op("permute_dims", infer_permute_dims, ("axes",), pattern=INJECTIVE,
-            legalize=te_rule(topi.permute_dims, "transpose", ("axes",)), frontend="permute_dims",
+            legalize=te_rule(topi.permute_dims, "transpose", ("axes",)), frontend="permute_dims", in_recipes=True,
             doc="Permute the dims (``numpy.transpose``).")
-register_op("reshape", infer_reshape, pattern=INJECTIVE, legalize=keep, frontend="reshape",
+register_op("reshape", infer_reshape, pattern=INJECTIVE, legalize=keep, frontend="reshape", in_recipes=True,
             doc="A view with another shape (row-major; no data moves: the VM reshapes).")
 register_op("take", infer_take, ("axis", "mode"), pattern=INJECTIVE,
             legalize=te_rule(topi.take, "take", ("axis",)), frontend="take",
@@ -124,7 +124,8 @@ register_op("nn.pad", infer_pad, ("pad_width", "pad_value", "pad_mode"), pattern
             frontend="pad", doc="Pad with a constant, by reflection or by replication.")
 register_op("triu", infer_trilu, pattern=INJECTIVE, legalize=_trilu(True), frontend="triu",
             doc="The upper triangle (zeros below diagonal ``k``).")
-register_op("tril", infer_trilu, pattern=INJECTIVE, legalize=_trilu(False), doc="The lower triangle.")
+register_op("tril", infer_trilu, pattern=INJECTIVE, legalize=_trilu(False), frontend="tril",
+            doc="The lower triangle.")
 
 
 def _creation(kind: str):

@@ -67,7 +67,7 @@ def _attention(bb: BlockBuilder, call: rx.Call) -> rx.Expr:
                                                    "causal_mask": a.get("causal_mask")}, "attention")
 
 
-register_op("matmul", infer_matmul, ("out_dtype",), pattern=FUSABLE, legalize=_matmul, frontend="matmul",
+register_op("matmul", infer_matmul, ("out_dtype",), pattern=FUSABLE, legalize=_matmul, frontend="matmul", in_recipes=True,
             doc="``numpy.matmul`` (batch dims broadcast); 16-bit floats accumulate in float32.")
 register_op("nn.layer_norm", infer_layer_norm, ("axes", "epsilon", "center", "scale"), pattern=OpPattern.OPAQUE,
             legalize=te_rule(topi.layer_norm, "layer_norm", ("axes", "epsilon")), frontend="layer_norm",

@@ -236,7 +236,8 @@ def test_conv2d_numeric_symbolic(kw):
     f = jit(lambda x, w, b: op.conv2d(x, w, b, **kw), x=(["n", 4, "h", "w"], "float32"),
             w=([6, 4 // groups, 3, 3], "float32"), b=([6], "float32"))
     w, b = rand(6, 4 // groups, 3, 3), rand(6)
-    pad = op._conv2d_padding(kw.get("padding", 0), None, [1, 1], [1, 1])
+    p = kw.get("padding", 0)     # TVM's [top, left, bottom, right] from an int, (pH, pW) or 4 ints
+    pad = [p] * 4 if isinstance(p, int) else list(p) * (2 if len(p) == 2 else 1)
     stride = tuple(np.broadcast_to(kw.get("stride", 1), 2))
     dil = tuple(np.broadcast_to(kw.get("dilation", 1), 2))
     for n, h, wd in ((1, 9, 11), (3, 13, 6)):

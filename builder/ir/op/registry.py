@@ -38,14 +38,17 @@ class OpPattern(enum.IntEnum):
 
 def register_op(name: str, infer: Callable, attrs: Sequence[str] = (), *, pattern: OpPattern = OpPattern.OPAQUE,
                 pure: bool = True, legalize: Callable | None = None, compute: Callable | None = None,
-                intrinsic: str | None = None, frontend: str | None = None, doc: str = "") -> Op:
+                intrinsic: str | None = None, frontend: str | None = None, in_recipes: bool = False,
+                doc: str = "") -> Op:
     """Register ``relax.<name>`` (``nn.silu`` -> ``relax.nn.silu``) with its record and return the op.
 
     ``infer(call) -> StructInfo`` raises ValueError / TypeError naming the op; ``attrs`` is the printed
     attribute order; ``legalize(bb, call) -> Expr`` lowers a call (None: the op has no loop-level code
     here; LegalizeOps says so); ``compute(*te_tensors)`` is the topi compute of an elementwise op, which
     fusion replays; ``intrinsic`` names the scalar intrinsic of a math op (:mod:`builder.ir.tir.intrinsics`);
-    ``frontend`` the name of its ``nn.op`` function, which recipes may call in ``forward:``.
+    ``frontend`` the name of its ``nn.op`` function; ``in_recipes`` whether a recipe's ``forward:`` may
+    call that function (recipes are untrusted input: an op is offered there once its argument checks
+    and bounds are known to hold for any arguments).
     Raises ValueError when ``name`` is registered already (one record per op).
     """
     full = "relax." + name
@@ -60,6 +63,9 @@ def register_op(name: str, infer: Callable, attrs: Sequence[str] = (), *, patter
     op.compute = compute
     op.intrinsic = intrinsic
     op.frontend = frontend
+    if in_recipes and not frontend:
+        raise ValueError(f"operator {full}: in_recipes needs a frontend name")
+    op.in_recipes = in_recipes
     op.doc = doc
     Op._registry[full] = op
     return op

@@ -1,0 +1,44 @@
+"""Functional operators on ``nn.Tensor`` (``tvm.relax.frontend.nn.op``): each call emits one
+graph-level binding named by ``name`` (TVM's default hints: ``add``, ``mul``, ``matmul``, ...).
+
+There is one function per op record of the op library (:mod:`builder.ops`) that has a ``frontend``
+name, and no other list of ops: the elementwise and broadcast ones are made from their records
+(:mod:`.elementwise`), the others are written by family (:mod:`.manipulation`, :mod:`.creation`,
+:mod:`.reduction`, :mod:`.linear_algebra`, :mod:`.nn`, :mod:`.extern`, :mod:`.quantize`); a few
+helpers combine several ops (``chunk``, ``unsqueeze``, ``get_timestep_embedding``).
+
+Shapes and dtypes are checked when the op is emitted; a mismatch raises ValueError / TypeError
+naming both sides. Python scalars combine with tensors as constants of the tensor's dtype (a value the
+dtype cannot hold is a ValueError, as in numpy 2 and PyTorch). Every public op checks its arguments
+before it builds anything: a parameter annotated ``Tensor`` must be a Tensor (``Tensor | None``: or
+``None``; ``Sequence[Tensor]``: a sequence of Tensors) and ``name`` a string, else TypeError naming the
+op and the parameter (:func:`.checks.checked`). A result may have at most
+:data:`schemas.limits.MAX_NDIM` dims.
+"""
+from __future__ import annotations
+
+import inspect
+
+from ...ir.op import registered_ops
+from . import creation, elementwise, extern, linear_algebra, manipulation, nn, quantize, reduction
+from .checks import checked
+
+_FAMILIES = (elementwise, linear_algebra, manipulation, creation, reduction, nn, extern, quantize)
+
+
+def _public(module) -> dict:
+    return {name: fn for name, fn in vars(module).items()
+            if inspect.isfunction(fn) and fn.__module__ == module.__name__ and not name.startswith("_")
+            and name not in ("unary_function", "binary_function", "record_functions")}
+
+
+_functions: dict = {}
+for _module in _FAMILIES:
+    _functions.update(_public(_module))
+_functions.update(elementwise.record_functions(_functions))
+_missing = sorted(op.frontend for op in registered_ops() if op.frontend and op.frontend not in _functions)
+if _missing:   # a record names a frontend function nobody wrote (a bug in builder/ops, found at import)
+    raise ImportError(f"nn.op has no function for the op records' frontend names {_missing}")
+globals().update({name: checked(fn) for name, fn in _functions.items()})
+__all__ = sorted(_functions)
+del _module, _missing

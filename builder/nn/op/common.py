@@ -1,0 +1,136 @@
+"""Helpers the functional ops share: building a call of a registered op, turning Python numbers and
+shape / axis arguments into IR values, and short descriptions of arguments for error messages."""
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+from schemas.limits import MAX_NDIM
+
+from ...ir import expr as E
+from ...ir import relax as rx
+from ..core import Tensor
+
+
+def op_call(name: str, args: Sequence[rx.Expr], **attrs) -> rx.Call:
+    return rx.Call(rx.Op.get(name), args, attrs)
+
+
+def binary_operands(a, b) -> tuple[rx.Expr, rx.Expr]:
+    if isinstance(a, Tensor) and isinstance(b, Tensor):
+        return a._expr, b._expr
+    if isinstance(a, Tensor):
+        return a._expr, scalar_constant(b, a.dtype)
+    if isinstance(b, Tensor):
+        return scalar_constant(a, b.dtype), b._expr
+    raise TypeError(f"at least one operand must be a Tensor, got {type(a).__name__} and {type(b).__name__}")
+
+
+def scalar_constant(value, dtype: str) -> rx.Constant:
+    """A Python / numpy number as a 0-d constant of ``dtype`` (the other operand's).
+
+    Raises TypeError for a non-number and for a float that is not a whole number with an integer
+    dtype (it would be truncated); ValueError for a number ``dtype`` cannot hold: an integer outside
+    the integer dtype's range (``uint8 + -1``, ``int64 + 2**64``: numpy 2 and PyTorch refuse them
+    too), a bool dtype with anything but 0 / 1, or an integer beyond float64 for a float dtype. A
+    finite float beyond a narrower float dtype's range becomes inf, as in numpy and PyTorch.
+    """
+    if isinstance(value, np.generic):
+        value = value.item()
+    if not isinstance(value, (int, float)):   # bool is an int
+        raise TypeError(f"cannot combine a Tensor with {type(value).__name__} {short(value)}")
+    if dtype == "bool":
+        if value not in (0, 1):
+            raise ValueError(f"cannot combine a bool tensor with {short(value)}: only 0, 1, True and False fit")
+    elif dtype.startswith(("int", "uint")):
+        if isinstance(value, float):
+            if not value.is_integer():
+                raise TypeError(f"cannot combine an {dtype} tensor with the float {short(value)} (it would be "
+                                "truncated); convert one of them with astype")
+            value = int(value)
+        info = np.iinfo(dtype)
+        if not info.min <= value <= info.max:
+            raise ValueError(f"the constant {short(value)} does not fit {dtype} ({info.min} to {info.max})")
+    else:
+        try:
+            value = float(value)
+        except OverflowError:
+            raise ValueError(f"the constant {short(value)} does not fit {dtype} (beyond float64)") from None
+    with np.errstate(over="ignore"):   # 1e39 as float32 is inf, as numpy and PyTorch make it
+        return rx.Constant(np.asarray(value), dtype)
+
+
+def short(value) -> str:
+    from schemas.errors import shorten
+
+    return shorten(value, 60)
+
+
+def shape_dims(shape, opname: str) -> list:
+    """A shape argument (ints / int64 PrimExprs) as ShapeExpr values; ValueError for a
+    negative dim, TypeError for other types."""
+    if isinstance(shape, (int, E.PrimExpr)):
+        raise TypeError(f"{opname}: shape must be a sequence of dims, got {shape!r}")
+    check_ndim(len(shape), opname)
+    out = []
+    for d in shape:
+        if isinstance(d, bool) or not isinstance(d, (int, np.integer, E.PrimExpr)):
+            raise TypeError(f"{opname}: invalid dim {d!r} in shape {list(shape)}")
+        if isinstance(d, (int, np.integer)) and d < 0:
+            raise ValueError(f"{opname}: negative dim {d} in shape {list(shape)}")
+        out.append(int(d) if isinstance(d, (int, np.integer)) else d)
+    return out
+
+
+def check_ndim(ndim: int, opname: str) -> None:
+    """ValueError when a result would have more than :data:`~schemas.limits.MAX_NDIM` dims."""
+    if ndim > MAX_NDIM:
+        raise ValueError(f"{opname}: a tensor may have at most {MAX_NDIM} dims, got {ndim}")
+
+
+def axis_list(axis) -> list[int] | None:
+    if axis is None:
+        return None
+    if isinstance(axis, (int, np.integer)):
+        return [int(axis)]
+    return [int(a) for a in axis]
+
+
+def int_list(v, n: int, what: str, opname: str) -> list[int]:
+    """``v`` (an int or a sequence of ``n`` ints) as a list of ``n`` ints."""
+    if isinstance(v, (int, np.integer)) and not isinstance(v, bool):
+        return [int(v)] * n
+    vals = list(v)
+    if len(vals) == 1:
+        vals = vals * n
+    if len(vals) != n or not all(isinstance(a, (int, np.integer)) for a in vals):
+        raise ValueError(f"{opname}: {what} must be an int or {n} ints, got {v!r}")
+    return [int(a) for a in vals]
+
+
+def pair(v: int | Sequence[int]) -> list[int]:
+    if isinstance(v, int):
+        return [v, v]
+    v = list(v)
+    return v * 2 if len(v) == 1 else v
+
+
+def prim_value(v) -> rx.PrimValue:
+    if isinstance(v, (E.IntImm, E.FloatImm)):
+        return rx.PrimValue(v, v.dtype)
+    if isinstance(v, E.PrimExpr):
+        return rx.PrimValue(v, v.dtype)
+    if isinstance(v, (bool, np.bool_)):
+        raise TypeError(f"arange: bounds must be numbers, got {v!r}")
+    if isinstance(v, (int, np.integer)):
+        return rx.PrimValue(int(v), "int64")
+    if isinstance(v, (float, np.floating)):
+        return rx.PrimValue(float(v), "float32")
+    raise TypeError(f"arange: bounds must be numbers or int64 PrimExprs, got {type(v).__name__}")
+
+
+def describe(value) -> str:
+    if isinstance(value, (list, tuple)):
+        kinds = sorted({type(v).__name__ for v in value})
+        return f"a {type(value).__name__} of {', '.join(kinds)}" if kinds else f"an empty {type(value).__name__}"
+    return f"{type(value).__name__} {short(value)}" if isinstance(value, (int, float, str)) else type(value).__name__

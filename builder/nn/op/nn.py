@@ -1,0 +1,294 @@
+"""Neural-network ops: normalizations, softmax, convolutions, interpolation, attention, timestep
+embeddings."""
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import numpy as np
+
+from ...ir import expr as E
+from ...ir import relax as rx
+from ...ir.block_builder import BlockBuilder
+from ...ir.op import resolve_reshape
+from ..core import Tensor, get_default_dtype, wrap_nested
+from .common import int_list, op_call, pair
+
+
+def layer_norm(x: Tensor, normalized_shape: int | Sequence[int], weight: Tensor | None = None,
+               bias: Tensor | None = None, eps: float = 1e-5, name: str = "layer_norm") -> Tensor:
+    """Layer normalization over the last ``len(normalized_shape)`` dims (Ba et al. 2016):
+    ``(x - mean) / sqrt(var + eps) * weight + bias`` with the biased variance, as PyTorch.
+    Missing ``weight`` / ``bias`` default to ones / zeros constants.
+    """
+    if isinstance(normalized_shape, int):
+        normalized_shape = [normalized_shape]
+    axes = list(range(-len(normalized_shape), 0))
+    w = weight._expr if weight is not None else rx.Constant(np.ones(normalized_shape), x.dtype)
+    b = bias._expr if bias is not None else rx.Constant(np.zeros(normalized_shape), x.dtype)
+    return wrap_nested(op_call("nn.layer_norm", [x._expr, w, b], axes=axes, epsilon=float(eps),
+                             center=True, scale=True), name)
+
+
+def rms_norm(x: Tensor, weight: Tensor, axes: int | Sequence[int], epsilon: float = 1e-5,
+             name: str = "rms_norm") -> Tensor:
+    """RMS normalization (Zhang & Sennrich 2019): ``x / sqrt(mean(x**2, axes) + epsilon) * weight``."""
+    if isinstance(axes, int):
+        axes = [axes]
+    return wrap_nested(op_call("nn.rms_norm", [x._expr, weight._expr], axes=list(axes),
+                             epsilon=float(epsilon)), name)
+
+
+def group_norm(x: Tensor, num_groups: int, weight: Tensor | None, bias: Tensor | None,
+               eps: float = 1e-5, channel_axis: int = 1, axes: Sequence[int] | None = None,
+               name: str = "group_norm") -> Tensor:
+    """Group normalization (Wu & He 2018; ``torch.nn.GroupNorm``)::
+
+        y = (x - mean) / sqrt(var + eps) * weight[c] + bias[c]
+
+    with mean and biased variance over the channels of each of ``num_groups`` groups (along
+    ``channel_axis``) and over ``axes`` (default: every dim after the first two). ``weight`` /
+    ``bias`` have shape (C,); None means ones / zeros constants. Raises ValueError when C is not
+    divisible by ``num_groups``.
+    """
+    if axes is None:
+        axes = list(range(2, x.ndim))
+    chans = [x.shape[channel_axis]]
+    w = weight._expr if weight is not None else rx.Constant(np.ones(chans), x.dtype)
+    b = bias._expr if bias is not None else rx.Constant(np.zeros(chans), x.dtype)
+    return wrap_nested(op_call("nn.group_norm", [x._expr, w, b], num_groups=int(num_groups),
+                             channel_axis=int(channel_axis), axes=[int(a) for a in axes],
+                             epsilon=float(eps), center=True, scale=True), name)
+
+
+def softmax(x: Tensor, axis: int = -1, name: str = "softmax") -> Tensor:
+    """``exp(x - max) / sum(exp(x - max))`` along ``axis`` (numerically stable)."""
+    return wrap_nested(op_call("nn.softmax", [x._expr], axis=axis), name)
+
+
+def conv1d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride: int | Sequence[int] = 1,
+           padding: int | Sequence[int] = 0, dilation: int | Sequence[int] = 1, groups: int = 1,
+           name: str = "conv1d") -> Tensor:
+    """1-D convolution, NCW data and OIW weight (PyTorch ``Conv1d`` semantics, cross-correlation).
+
+    ``x`` (N, C, W), ``weight`` (O, C / groups, K) -> (N, O, (W + 2p - d(K-1) - 1) // s + 1);
+    ``bias`` (O,) is added through a reshape to (1, O, 1), as TVM does.
+    """
+    strides = [stride] if isinstance(stride, int) else list(stride)
+    dil = [dilation] if isinstance(dilation, int) else list(dilation)
+    out: rx.Expr = op_call("nn.conv1d", [x._expr, weight._expr], strides=strides, padding=pair(padding),
+                         dilation=dil, groups=groups, data_layout="NCW", kernel_layout="OIW",
+                         out_layout="NCW", out_dtype="void")
+    if bias is not None:
+        shape = resolve_reshape(tuple(bias.shape), [1, -1, 1])
+        out = op_call("add", [out, op_call("reshape", [bias._expr, rx.ShapeExpr(shape)])])
+    return wrap_nested(out, name)
+
+
+def conv1d_transpose(x: Tensor, weight: Tensor, bias: Tensor | None = None,
+                     stride: int | Sequence[int] = 1, padding: int | Sequence[int] = 0,
+                     output_padding: int | Sequence[int] = 0, dilation: int | Sequence[int] = 1,
+                     groups: int = 1, name: str = "conv1d_transpose") -> Tensor:
+    """1-D transposed convolution, NCW data and IOW weight (``torch.nn.ConvTranspose1d``,
+    https://pytorch.org/docs/stable/generated/torch.nn.ConvTranspose1d.html)::
+
+        out[n, g*Og + o, s*stride + k*dilation - pad_lo] += x[n, g*Cg + c, s] * w[g*Cg + c, o, k]
+
+    ``x`` (N, C_in, W), ``weight`` (C_in, C_out / groups, K) -> (N, C_out, W_out) with
+    ``W_out = (W - 1) * stride - pad_lo - pad_hi + dilation * (K - 1) + output_padding + 1``.
+    ``padding`` is ``p`` or ``(lo, hi)``; ``bias`` (C_out,) is added through a reshape to
+    (1, C_out, 1), as TVM does. Raises ValueError for mismatched channels, a non-divisible
+    ``groups`` or ``output_padding`` not smaller than the stride or the dilation.
+    """
+    op = "conv1d_transpose"
+    out: rx.Expr = op_call("nn.conv1d_transpose", [x._expr, weight._expr],
+                         strides=int_list(stride, 1, "stride", op),
+                         padding=int_list(padding, 2, "padding", op),
+                         output_padding=int_list(output_padding, 1, "output_padding", op),
+                         dilation=int_list(dilation, 1, "dilation", op), groups=int(groups),
+                         data_layout="NCW", kernel_layout="IOW", out_layout="NCW", out_dtype="void")
+    if bias is not None:
+        shape = resolve_reshape(tuple(bias.shape), [1, -1, 1])
+        out = op_call("add", [out, op_call("reshape", [bias._expr, rx.ShapeExpr(shape)])])
+    return wrap_nested(out, name)
+
+
+def _conv2d_padding(padding, weight: Tensor, dilation: list[int], strides: list[int]) -> list[int]:
+    """TVM's 4-value padding ``[top, left, bottom, right]`` from an int, ``(pH, pW)``, 4 ints, or
+    PyTorch's ``"valid"`` / ``"same"`` (stride 1; the odd extra pad goes bottom / right)."""
+    if isinstance(padding, str):
+        if padding == "valid":
+            return [0, 0, 0, 0]
+        if padding != "same":
+            raise ValueError(f"conv2d: padding string must be 'valid' or 'same', got {padding!r}")
+        if strides != [1, 1]:
+            raise ValueError(f"conv2d: padding='same' needs stride 1, got stride {strides}")
+        pads = []
+        for k, d in zip(weight.shape[2:], dilation):
+            if not isinstance(k, int):
+                raise ValueError("conv2d: padding='same' needs a static kernel size")
+            pads.append(d * (k - 1))
+        return [pads[0] // 2, pads[1] // 2, pads[0] - pads[0] // 2, pads[1] - pads[1] // 2]
+    if isinstance(padding, (int, np.integer)):
+        return [int(padding)] * 4
+    vals = [int(p) for p in padding]
+    if len(vals) == 1:
+        return vals * 4
+    if len(vals) == 2:
+        return vals * 2
+    if len(vals) == 4:
+        return vals
+    raise ValueError(f"conv2d: padding must be an int, 2 or 4 ints, 'valid' or 'same', got {padding!r}")
+
+
+def conv2d(x: Tensor, weight: Tensor, bias: Tensor | None = None,
+           stride: int | Sequence[int] = 1, padding: int | Sequence[int] | str = 0,
+           dilation: int | Sequence[int] = 1, groups: int = 1, name: str = "conv2d") -> Tensor:
+    """2-D convolution, NCHW data and OIHW weight (``torch.nn.Conv2d`` semantics,
+    https://pytorch.org/docs/stable/generated/torch.nn.Conv2d.html; a cross-correlation).
+
+    ``x`` (N, C, H, W), ``weight`` (O, C / groups, kH, kW) -> (N, O, oH, oW) with
+    ``oH = (H + top + bottom - dH * (kH - 1) - 1) // sH + 1`` (likewise oW). ``stride`` /
+    ``dilation``: an int or ``(h, w)``; ``padding``: an int, ``(pH, pW)``, ``(top, left, bottom,
+    right)``, ``"valid"`` or ``"same"``. ``bias`` (O,) is added through a reshape to
+    (1, O, 1, 1), as TVM does. Raises ValueError for mismatched channels or groups.
+    """
+    strides = int_list(stride, 2, "stride", "conv2d")
+    dil = int_list(dilation, 2, "dilation", "conv2d")
+    out: rx.Expr = op_call("nn.conv2d", [x._expr, weight._expr], strides=strides,
+                         padding=_conv2d_padding(padding, weight, dil, strides), dilation=dil,
+                         groups=int(groups), data_layout="NCHW", kernel_layout="OIHW",
+                         out_layout="NCHW", out_dtype="void")
+    if bias is not None:
+        shape = resolve_reshape(tuple(bias.shape), [1, -1, 1, 1])
+        out = op_call("add", [out, op_call("reshape", [bias._expr, rx.ShapeExpr(shape)])])
+    return wrap_nested(out, name)
+
+
+def _scaled_dim(d, factor: float):
+    """``floor(d * factor)`` for a static dim; ``d * factor`` for a symbolic dim and an
+    integer factor. Raises ValueError otherwise."""
+    if isinstance(d, int):
+        return int(math.floor(d * factor))
+    if float(factor).is_integer():
+        return E.simplify(d * int(factor))
+    raise ValueError(f"interpolate: cannot scale the symbolic dim {d} by the non-integer factor "
+                     f"{factor}; give size= instead")
+
+
+def interpolate(x: Tensor, size: int | Sequence[int] | None = None,
+                scale_factor: float | Sequence[float] | None = None, mode: str = "nearest",
+                align_corners: bool | None = None, recompute_scale_factor: bool | None = None,
+                antialias: bool | None = None, name: str = "interpolate") -> Tensor:
+    """Resize the two spatial dims of an NCHW tensor (``torch.nn.functional.interpolate``),
+    emitted as ``R.image.resize2d``.
+
+    Exactly one of ``size`` (an int or ``(oH, oW)``) and ``scale_factor`` (output dim =
+    ``floor(dim * factor)``; symbolic dims need integer factors) is given. Modes:
+
+    * ``"nearest"``: ``src = floor(dst * in / out)`` (coordinate mode ``asymmetric``, rounding
+      ``floor``: PyTorch's nearest; TVM emits rounding ``round`` here, which picks other pixels
+      when upsampling);
+    * ``"linear"`` / ``"bilinear"``: ``half_pixel`` coordinates (``align_corners=False``, the
+      default) or ``align_corners``, with edge clamping, as PyTorch.
+
+    Coordinates use the in / out size ratio (as PyTorch with ``size=`` or an exact factor).
+    Raises ValueError for other modes, both / neither of size and scale_factor, or
+    ``align_corners`` with nearest; ValueError for ``recompute_scale_factor`` /
+    ``antialias``.
+    """
+    if recompute_scale_factor is not None:
+        raise ValueError("interpolate: recompute_scale_factor is not supported (as in TVM)")
+    if antialias is not None:
+        raise ValueError("interpolate: antialias is not supported (as in TVM)")
+    if x.ndim != 4:
+        raise ValueError(f"interpolate: input must be 4-D (N, C, H, W), got shape "
+                         f"{tuple(str(d) for d in x.shape)}")
+    if (size is None) == (scale_factor is None):
+        raise ValueError("interpolate: give exactly one of size and scale_factor")
+    if size is not None:
+        out = [size, size] if isinstance(size, (int, E.PrimExpr)) else list(size)
+        if len(out) != 2:
+            raise ValueError(f"interpolate: size must be an int or 2 values, got {size!r}")
+    else:
+        factors = ([scale_factor] * 2 if isinstance(scale_factor, (int, float))
+                   else list(scale_factor))
+        if len(factors) != 2:
+            raise ValueError(f"interpolate: scale_factor must be a number or 2 numbers, got "
+                             f"{scale_factor!r}")
+        out = [_scaled_dim(d, f) for d, f in zip(x.shape[2:], factors)]
+    if mode == "nearest":
+        if align_corners is not None:
+            raise ValueError("interpolate: align_corners can only be set with the linear modes")
+        method, coord, rounding = "nearest_neighbor", "asymmetric", "floor"
+    elif mode in ("linear", "bilinear"):
+        method, rounding = "linear", "round"
+        coord = "align_corners" if align_corners else "half_pixel"
+    else:
+        raise ValueError(f"interpolate: mode must be 'nearest', 'linear' or 'bilinear', got {mode!r}")
+    roi = [E.FloatImm(0.0, "float32")] * 4
+    return wrap_nested(op_call("image.resize2d", [x._expr, rx.ShapeExpr(out)], roi=roi,
+                             layout="NCHW", method=method, coordinate_transformation_mode=coord,
+                             rounding_method=rounding, cubic_alpha=-0.5, cubic_exclude=0,
+                             extrapolation_value=0.0, out_dtype="void"), name)
+
+
+def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor,
+                                 attn_mask: Tensor | None = None, is_causal: bool | None = False,
+                                 scale: float | None = None,
+                                 name: str = "scaled_dot_product_attention") -> Tensor:
+    """Scaled dot-product attention (Vaswani et al. 2017) in TVM's layout, emitted as
+    ``R.nn.attention``::
+
+        out[b, i, h, :] = sum_j softmax_j(scale * q[b, i, h, :] . k[b, j, h', :]) v[b, j, h', :]
+
+    ``query`` (B, S_q, H, D), ``key`` (B, S_kv, H_kv, D), ``value`` (B, S_kv, H_kv, D_v) ->
+    (B, S_q, H, D_v); ``h' = h // (H / H_kv)`` (grouped-query attention when H_kv < H).
+    ``scale`` defaults to ``1 / sqrt(D)``; ``is_causal`` masks keys ``j > i`` (PyTorch's
+    ``is_causal``, TVM's ``causal_mask="TopLeft"``). Raises ValueError for
+    ``attn_mask``; ValueError / TypeError for mismatched shapes / dtypes.
+    """
+    if attn_mask is not None:
+        raise ValueError("scaled_dot_product_attention: attn_mask is not supported (as in TVM); use is_causal")
+    sc = None if scale is None else E.FloatImm(float(scale), "float32")
+    return wrap_nested(op_call("nn.attention", [query._expr, key._expr, value._expr], scale=sc,
+                             causal_mask="TopLeft" if is_causal else None), name)
+
+
+def get_timestep_embedding(x: Tensor, embedding_dim: int, flip_sin_to_cos: bool = False,
+                           downscale_freq_shift: float = 1, scale: float = 1,
+                           max_period: int = 10000,
+                           name: str = "get_timestep_embedding") -> Tensor:
+    """Sinusoidal timestep embedding (Ho et al. 2020, DDPM; diffusers'
+    ``get_timestep_embedding``): with ``half = embedding_dim // 2``::
+
+        freq[j] = exp(-log(max_period) * j / (half - downscale_freq_shift)),   j < half
+        emb[n]  = concat(sin(scale * x[n] * freq), cos(scale * x[n] * freq))
+
+    (cos first when ``flip_sin_to_cos``), zero-padded by one column when ``embedding_dim`` is odd,
+    computed in float32 and converted to the default dtype. ``x`` (N,) -> (N, embedding_dim).
+    Emitted as TVM does (astype, expand_dims, arange, multiply, divide, exp, sin, cos, concat,
+    nn.pad): it needs those manipulation ops registered. Raises ValueError for a non-1-D ``x``.
+    """
+    if x.ndim != 1:
+        raise ValueError(f"get_timestep_embedding: x must be 1-D (N,), got shape "
+                         f"{tuple(str(d) for d in x.shape)}")
+    half = embedding_dim // 2
+    f32 = "float32"
+    t = op_call("astype", [x._expr], dtype=f32)
+    ar = op_call("arange", [rx.PrimValue(0), rx.PrimValue(half), rx.PrimValue(1)], dtype=f32)
+    exponent = op_call("multiply", [rx.const(-math.log(max_period), f32), ar])
+    exponent = op_call("divide", [exponent, rx.const(half - downscale_freq_shift, f32)])
+    freq = op_call("exp", [exponent])
+    emb = op_call("multiply", [op_call("expand_dims", [t], axis=[1]),
+                             op_call("expand_dims", [freq], axis=[0])])
+    if scale != 1:
+        emb = op_call("multiply", [rx.const(scale, f32), emb])
+    emb = BlockBuilder.current().emit(emb)  # read twice (sin and cos): bind it once
+    parts = [op_call("cos", [emb]), op_call("sin", [emb])]
+    if not flip_sin_to_cos:
+        parts.reverse()
+    emb = op_call("concat", [rx.Tuple(parts)], axis=-1)
+    if embedding_dim % 2 == 1:
+        emb = op_call("nn.pad", [emb], pad_width=[0, 0, 0, 1], pad_mode="constant", pad_value=0.0)
+    return wrap_nested(op_call("astype", [emb], dtype=get_default_dtype()), name)

@@ -1,0 +1,76 @@
+"""Reductions along axes: ``sum``, ``mean``, ``max``, ``min`` (``prod``), ``argmax``, ``argmin``,
+``cumsum``."""
+from __future__ import annotations
+
+from typing import Sequence
+
+
+from ...ir.struct_info import DTYPES
+from ..core import Tensor, wrap_nested
+from .common import axis_list, op_call
+
+
+def _statistical(opname: str, x: Tensor, axis, keepdims: bool, name: str) -> Tensor:
+    return wrap_nested(op_call(opname, [x._expr], axis=axis_list(axis), keepdims=bool(keepdims)),
+                       name)
+
+
+def sum(x: Tensor, axis: int | Sequence[int] | None = None, keepdims: bool = False,  # noqa: A001
+        name: str = "sum") -> Tensor:
+    """Sum over ``axis`` (int, list or None = all; ``numpy.sum`` but keeping the dtype; 16-bit
+    floats accumulate in float32): ``R.sum(x, axis=[...], keepdims=...)``."""
+    return _statistical("sum", x, axis, keepdims, name)
+
+
+def prod(x: Tensor, axis: int | Sequence[int] | None = None, keepdims: bool = False,
+         name: str = "prod") -> Tensor:
+    """Product over ``axis`` (int, list or None = all; ``numpy.prod`` but keeping the dtype; 16-bit
+    floats accumulate in float32): ``R.prod(x, axis=[...], keepdims=...)``."""
+    return _statistical("prod", x, axis, keepdims, name)
+
+
+def mean(x: Tensor, axis: int | Sequence[int] | None = None, keepdims: bool = False,
+         name: str = "mean") -> Tensor:
+    """Arithmetic mean over ``axis`` (``numpy.mean``, keeping the dtype; 16-bit floats
+    accumulate in float32): ``R.mean(x, axis=[...], keepdims=...)``."""
+    return _statistical("mean", x, axis, keepdims, name)
+
+
+def max(x: Tensor, axis: int | Sequence[int] | None = None, keepdims: bool = False,  # noqa: A001
+        name: str = "max") -> Tensor:
+    """Maximum over ``axis`` (``numpy.max``, NaN propagates): ``R.max(x, axis=[...],
+    keepdims=...)``."""
+    return _statistical("max", x, axis, keepdims, name)
+
+
+def min(x: Tensor, axis: int | Sequence[int] | None = None, keepdims: bool = False,  # noqa: A001
+        name: str = "min") -> Tensor:
+    """Minimum over ``axis`` (``numpy.min``, NaN propagates): ``R.min(x, axis=[...],
+    keepdims=...)``."""
+    return _statistical("min", x, axis, keepdims, name)
+
+
+def argmax(x: Tensor, axis: int | None = None, keepdims: bool = False, name: str = "argmax") -> Tensor:
+    """Index (int64) of the maximum along ``axis`` (``numpy.argmax``: the first one on ties;
+    ``axis=None`` indexes the flattened tensor): ``R.argmax(x, axis=a, keepdims=...)``."""
+    return wrap_nested(op_call("argmax", [x._expr], axis=None if axis is None else int(axis),
+                             keepdims=bool(keepdims)), name)
+
+
+def argmin(x: Tensor, axis: int | None = None, keepdims: bool = False, name: str = "argmin") -> Tensor:
+    """Index (int64) of the minimum along ``axis`` (``numpy.argmin``, first on ties):
+    ``R.argmin(x, axis=a, keepdims=...)``."""
+    return wrap_nested(op_call("argmin", [x._expr], axis=None if axis is None else int(axis),
+                             keepdims=bool(keepdims)), name)
+
+
+def cumsum(data: Tensor, axis: int | None = None, dtype: str | None = None,
+           exclusive: bool | None = None, name: str = "cumsum") -> Tensor:
+    """Inclusive cumulative sum along ``axis`` (``numpy.cumsum``; ``axis=None`` flattens;
+    ``exclusive=True`` starts from 0 and leaves out the current element). ``dtype`` (default:
+    the input's) is the result and accumulator dtype; 16-bit floats accumulate in float32:
+    ``R.cumsum(x, axis=a, dtype="void", exclusive=None)``."""
+    if dtype is not None and dtype not in DTYPES:
+        raise TypeError(f"cumsum: unknown dtype '{dtype}'; valid dtypes: {', '.join(DTYPES)}")
+    return wrap_nested(op_call("cumsum", [data._expr], axis=None if axis is None else int(axis),
+                             dtype=dtype or "void", exclusive=exclusive), name)
