@@ -28,6 +28,7 @@ from ..ir.expr import PrimExpr, Var
 from ..ir.tir import (Allocate, Buffer, BufferLoad, BufferStore, Evaluate, For, IfThenElse,
                       LetStmt, PrimFunc, SeqStmt, Stmt, buffer_loads)
 from ..ir.printer import print_prim_expr
+from . import fastmath
 from .abi import Signature
 
 __all__ = ["FAST_MATH", "ModuleEmitter", "reg_type", "mem_type", "elem_bytes"]
@@ -330,54 +331,12 @@ class _ExprEmitter:
         return b.add(r, b.select(adjust, c, zero))
 
     def fcall(self, base: str, args: list[ir.Value]) -> ir.Value:
-        t = args[0].type
-        if base == "exp" and t == F32 and self.inline_exp:
-            return self.exp_f32(args[0])
-        return self.b.call(self.mod.intrinsic(base, t, len(args)), args, fastmath=FAST_MATH)
-
-    #: Lower float32 ``exp`` (and ``sigmoid``, which uses it) to :meth:`exp_f32`, plain
-    #: arithmetic that the loop vectorizer can vectorize (``llvm.exp`` becomes a libm call per
-    #: element). Set by the code generator for every function it emits.
-    inline_exp = True
-
-    def exp_f32(self, x: ir.Value) -> ir.Value:
-        """``exp(x)`` for a ``float`` (scalar or vector) within 2 ulp of the correctly rounded
-        value for normal results: Cody-Waite range reduction ``x = n ln2 + r`` (|r| <= ln2/2),
-        Cephes' degree-6 polynomial for ``exp(r)`` (S. Moshier, Cephes ``expf.c``), and
-        ``2**n`` built in the exponent bits. Results below 2**-126 flush to 0; ``x > 88.72``
-        gives ``inf``; NaN propagates."""
-        b = self.b
-        t = x.type
-        vec = isinstance(t, ir.VectorType)
-        it = ir.VectorType(I32, t.count) if vec else I32
-
-        def c(v: float) -> ir.Value:
-            return ir.Constant(t, [v] * t.count) if vec else ir.Constant(t, v)
-
-        def ci(v: int) -> ir.Value:
-            return ir.Constant(it, [v] * t.count) if vec else ir.Constant(it, v)
-
-        fm = ("nsz", "contract")
-        xc = self.fcall("minnum", [self.fcall("maxnum", [x, c(-87.33654)]), c(88.72283)])
-        n = self.fcall("roundeven", [b.fmul(xc, c(1.44269504088896341), flags=fm)])
-        r = b.fsub(xc, b.fmul(n, c(0.693359375), flags=fm), flags=fm)
-        r = b.fsub(r, b.fmul(n, c(-2.12194440e-4), flags=fm), flags=fm)
-        p = c(1.9875691500e-4)
-        for coef in (1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1,
-                     5.0000001201e-1):
-            p = self.fcall("fmuladd", [p, r, c(coef)])
-        rr = b.fmul(r, r, flags=fm)
-        y = b.fadd(self.fcall("fmuladd", [p, rr, r]), c(1.0), flags=fm)
-        # n is in [-126, 128]: scale by 2**(n/2) twice so that n = 128 does not overflow the
-        # exponent field before the final multiply
-        ni = b.fptosi(n, it)
-        h = b.ashr(ni, ci(1))
-        s1 = b.bitcast(b.shl(b.add(h, ci(127)), ci(23)), t)
-        s2 = b.bitcast(b.shl(b.add(b.sub(ni, h), ci(127)), ci(23)), t)
-        y = b.fmul(b.fmul(y, s1, flags=fm), s2, flags=fm)
-        y = b.select(b.fcmp_ordered(">", x, c(88.72283)), c(float("inf")), y)
-        y = b.select(b.fcmp_ordered("<", x, c(-87.33654)), c(0.0), y)
-        return b.select(b.fcmp_unordered("uno", x, x), x, y)
+        """``llvm.<base>`` on ``args``; float32 ``exp`` is :func:`~builder.codegen.fastmath.exp_f32`
+        instead (plain arithmetic the loop vectorizer can vectorize; ``llvm.exp`` becomes a libm
+        call per element)."""
+        if base == "exp" and args[0].type == F32:
+            return fastmath.exp_f32(self, args[0])
+        return self.b.call(self.mod.intrinsic(base, args[0].type, len(args)), args, fastmath=FAST_MATH)
 
     def fail_if(self, cond: ir.Value, message: str) -> None:
         """Return the error ``message`` from the function when ``cond`` holds. Only a function
@@ -424,6 +383,9 @@ class _ExprEmitter:
             neg = b.fneg(args[0], flags=FAST_MATH)
             den = b.fadd(ir.Constant(t, 1.0), self.fcall("exp", [neg]), flags=FAST_MATH)
             return b.fdiv(ir.Constant(t, 1.0), den, flags=FAST_MATH)
+        if op == "erf" and t != F64:   # float32 / float16: vectorizable (fastmath.erf_f32)
+            y = fastmath.erf_f32(self, b.fpext(args[0], F32) if t == F16 else args[0])
+            return b.fptrunc(y, F16) if t == F16 else y
         if op in _LIBM:
             fname32, fname64 = _LIBM[op]
             x = args[0]

@@ -41,7 +41,8 @@ _elementwise("tanh", infer_unary_float, ELEMWISE, topi.tanh, "tanh", "Hyperbolic
 _elementwise("sigmoid", infer_unary_float, ELEMWISE, topi.sigmoid, "sigmoid", "``1 / (1 + exp(-x))``.", "sigmoid")
 _elementwise("sin", infer_unary_float, ELEMWISE, topi.sin, "sin", "Sine.", "sin")
 _elementwise("cos", infer_unary_float, ELEMWISE, topi.cos, "cos", "Cosine.", "cos")
-_elementwise("erf", infer_unary_float, ELEMWISE, topi.erf, None, "Gauss error function.", "erf")
+_elementwise("erf", infer_unary_float, ELEMWISE, topi.erf, "erf",
+             "Gauss error function ``2 / sqrt(pi) * integral from 0 to x of exp(-t**2) dt``.", "erf")
 _elementwise("negative", infer_unary, ELEMWISE, topi.negative, "negative", "``-x``.")
 _elementwise("abs", infer_unary, ELEMWISE, topi.abs, "abs", "``|x|`` (elementwise absolute value).")
 

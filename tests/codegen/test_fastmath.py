@@ -1,0 +1,106 @@
+"""Vectorizable float32 ``erf`` (builder/codegen/fastmath.py) and ``erf`` end to end as one op record:
+``nn.op.erf``, ``erf`` in a recipe's ``forward:``, and exact GELU in vector code, each against
+``math.erf`` in float64."""
+import math
+
+import numpy as np
+import pytest
+
+import builder
+from builder import nn, te
+from builder.codegen import build
+
+ERF = np.vectorize(math.erf)
+
+
+def _ulps(got: np.ndarray, want: np.ndarray, dtype) -> np.ndarray:
+    """|got - want| in units of the spacing of ``dtype`` at ``want`` (float64 reference)."""
+    spacing = np.spacing(np.abs(want.astype(dtype))).astype(np.float64)
+    return np.abs(got.astype(np.float64) - want) / spacing
+
+
+@pytest.fixture(scope="module")
+def erf_lib():
+    n = te.var("n")
+    fs = {}
+    for dtype in ("float32", "float16"):
+        x = te.placeholder((n,), dtype, name="x")
+        fs[f"erf_{dtype}"] = te.create_prim_func([x, te.compute((n,), lambda i: te.erf(x[i]), name="y")])
+    return build(fs)
+
+
+def _erf(lib, x):
+    y = np.empty_like(x)
+    lib.load().call(f"erf_{x.dtype}", [x, y])
+    return y
+
+
+def test_erf_float32_within_3_ulp_everywhere(erf_lib):
+    tiny = np.geomspace(1e-38, 1.0, 4000)
+    x = np.concatenate([np.linspace(-7, 7, 300_001), tiny, -tiny, [0.0, 0.921875, -0.921875, 3.9, 4.0, 1e30]])
+    x = x.astype(np.float32)
+    got = _erf(erf_lib, x)
+    want = ERF(x.astype(np.float64))
+    assert _ulps(got, want, np.float32).max() <= 3.0
+    assert np.all(np.sign(got) == np.sign(x)) and np.all(np.abs(got) <= 1.0)
+
+
+def test_erf_special_values(erf_lib):
+    x = np.array([np.inf, -np.inf, np.nan, 0.0, 1e-45, 10.0, -10.0], np.float32)
+    got = _erf(erf_lib, x)
+    assert got[0] == 1.0 and got[1] == -1.0 and np.isnan(got[2]) and got[3] == 0.0
+    assert got[5] == 1.0 and got[6] == -1.0
+    assert got[4] == np.float32(1e-45 * 2 / math.sqrt(math.pi))    # denormal input: x * 2/sqrt(pi), rounded
+
+
+def test_erf_float16_within_1_ulp(erf_lib):
+    x = np.linspace(-5, 5, 20_001).astype(np.float16)
+    got = _erf(erf_lib, x)
+    assert _ulps(got, ERF(x.astype(np.float64)), np.float16).max() <= 1.0
+
+
+def test_erf_loop_is_vector_code(erf_lib):
+    """No libm call per element: the loop vectorizer turned the loop into SIMD code."""
+    text = erf_lib.llvm_ir
+    assert "erff" not in text
+    assert "@llvm.copysign.v" in text     # the sign copy of a vector of floats
+
+
+class _Gelu(nn.Module):
+    def forward(self, x):
+        return nn.op.gelu(x), nn.op.erf(x)
+
+
+def test_nn_op_erf_and_exact_gelu_use_the_vector_erf():
+    spec = {"forward": {"x": nn.spec.Tensor(["n", 37], "float32")}}
+    irmod, _ = _Gelu().export_tvm(spec)
+    assert "R.erf(x)" in irmod.script() and "R.nn.gelu(x)" in irmod.script()
+    exe = builder.compile(irmod)
+    assert "erff" not in exe.llvm_ir and "@llvm.copysign.v" in exe.llvm_ir
+    x = np.random.default_rng(0).standard_normal((5, 37)).astype(np.float32) * 3
+    gelu, erf = _Gelu().jit(spec)["forward"](x)
+    xd = x.astype(np.float64)
+    np.testing.assert_allclose(erf, ERF(xd), rtol=4e-7, atol=1e-7)
+    np.testing.assert_allclose(gelu, xd * 0.5 * (1 + ERF(xd / math.sqrt(2))), rtol=1e-6, atol=1e-7)
+
+
+RECIPE = """
+name: erf_recipe
+model:
+  layers: {}
+  forward: |
+    return erf(x) * 0.5 + gelu(x)
+functions:
+  forward:
+    x: {shape: [batch_size, 8], dtype: float32}
+"""
+
+
+def test_erf_in_a_recipe(tmp_path):
+    path = tmp_path / "erf.yaml"
+    path.write_text(RECIPE)
+    model = builder.build(path)
+    x = np.linspace(-4, 4, 24, dtype=np.float32).reshape(3, 8)
+    xd = x.astype(np.float64)
+    want = ERF(xd) * 0.5 + xd * 0.5 * (1 + ERF(xd / math.sqrt(2)))
+    np.testing.assert_allclose(model["forward"](x), want, rtol=1e-6, atol=1e-6)
