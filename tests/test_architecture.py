@@ -1,0 +1,98 @@
+"""The recipes of the trade in docs/ARCHITECTURE.md, done: adding an op is one record, adding a pass is
+one class run by the pass manager. Each test does what the document says and checks the result
+against numpy."""
+import numpy as np
+import pytest
+
+import builder
+from builder import nn, te
+from builder.ir import relax as rx
+from builder.ir.functor import ExprMutator
+from builder.ir.op import OpPattern, register_op
+from builder.ir.op.elementwise import infer_unary_float
+from builder.nn.op.elementwise import unary_function
+from builder.ops.common import te_rule
+from builder.transform import FunctionPass, PassContext, PassTiming, PrintAfter, Sequential, default_pipeline
+from runtime import VirtualMachine
+
+
+def _softsign(x: te.Tensor) -> te.Tensor:
+    """The topi compute of the new op: ``x / (1 + |x|)``."""
+    return te.compute(x.shape, lambda *i: x[i] / (te.abs(x[i]) + 1.0), name="T_softsign")
+
+
+@pytest.fixture
+def softsign():
+    """"How to add an op": one record (here registered by the test, removed afterwards)."""
+    op = register_op("softsign", infer_unary_float, pattern=OpPattern.ELEMWISE, compute=_softsign,
+                     legalize=te_rule(_softsign), frontend="softsign", doc="``x / (1 + |x|)``.")
+    yield unary_function(op)   # the nn.op function the record makes (nn.op makes it at import)
+    del rx.Op._registry[op.name]
+
+
+class _SiluSoftsign(nn.Module):
+    def __init__(self, fn):
+        self.fn = fn
+
+    def forward(self, x):
+        return self.fn(nn.op.silu(x)) * 2.0
+
+
+def test_add_an_op_is_one_record(softsign):
+    spec = {"forward": {"x": nn.spec.Tensor(["n", 16], "float32")}}
+    irmod, _ = _SiluSoftsign(softsign).export_tvm(spec)
+    text = irmod.script()
+    assert "R.softsign(silu)" in text
+    assert builder.ir.print_irmodule(builder.ir.parse(text)) == text           # printer and parser know it
+    lowered = default_pipeline()(irmod)
+    kernels = [n for n, f in lowered.functions.items() if not isinstance(f, rx.Function)]
+    assert kernels == ["fused_silu_softsign_multiply"]                          # fused with its neighbours
+    x = np.random.default_rng(0).standard_normal((3, 16)).astype(np.float32)
+    got = _SiluSoftsign(softsign).jit(spec)["forward"](x)
+    s = x.astype(np.float64) / (1 + np.exp(-x.astype(np.float64)))
+    np.testing.assert_allclose(got, s / (1 + np.abs(s)) * 2, rtol=1e-6, atol=1e-7)
+
+
+class FoldMultiplyByOne(FunctionPass):
+    """"How to add a pass": ``multiply(x, 1)`` -> ``x`` with the relax ExprMutator."""
+
+    name = "fold_multiply_by_one"
+
+    def transform_function(self, bb, func, name):
+        class Fold(ExprMutator):
+            def visit_call(self, call):
+                call = self.generic_visit(call)
+                if isinstance(call.op, rx.Op) and call.op.name == "relax.multiply":
+                    a, b = call.args
+                    if isinstance(b, rx.Constant) and b.data.size == 1 and b.data.item() == 1 and (
+                            a.struct_info.same_as(call.struct_info)):
+                        return a
+                return call
+
+        return Fold().visit_expr(func)
+
+
+class _TimesOne(nn.Module):
+    def forward(self, x):
+        return nn.op.exp(x * 1.0) + x
+
+
+def test_add_a_pass_runs_in_the_pass_manager():
+    spec = {"forward": {"x": nn.spec.Tensor([4], "float32")}}
+    irmod, _ = _TimesOne().export_tvm(spec)
+    assert "R.multiply(x, R.const(1" in irmod.script()
+    shown = []
+    timing = PassTiming()
+    pipeline = Sequential([FoldMultiplyByOne(), *default_pipeline().passes])
+    with PassContext([PrintAfter(["fold_multiply_by_one"], lambda mod, name: shown.append(mod.script())),
+                      timing]):
+        lowered = pipeline(irmod)
+    # the binding of the product now aliases x (the mutator keeps bindings; later passes read through it)
+    assert len(shown) == 1 and "R.multiply" not in shown[0]
+    assert 'mul: R.Tensor((4,), dtype="float32") = x\n' in shown[0]
+    assert list(timing.timings) == ["fold_multiply_by_one", *default_pipeline().names]
+    x = np.array([0.5, -1.0, 2.0, 0.0], np.float32)
+    got = VirtualMachine(builder.compile(lowered))["forward"](x)
+    np.testing.assert_allclose(got, np.exp(x.astype(np.float64)) + x, rtol=1e-6)
+    # the same numbers as the default pipeline alone
+    np.testing.assert_array_equal(got, VirtualMachine(builder.compile(irmod))["forward"](x))
