@@ -8,6 +8,7 @@ from builder import nn
 from builder.ir import relax as rx
 from builder.ir.op import OpPattern, register_op, registered_ops
 from builder.ir.op.elementwise import infer_unary
+from builder.ir.struct_info import TensorStructInfo
 from builder.nn.op.elementwise import record_functions, unary_function
 from builder.recipe import FORWARD_OPS
 from builder.ops import frontend_ops, recipe_ops
@@ -65,3 +66,15 @@ def test_new_frontend_functions_match_numpy(n):
             2.0 - x64, np.maximum(x64, 0.25))
     for g, w in zip(got, want):
         np.testing.assert_allclose(np.asarray(g, np.float64), w, rtol=1e-6, atol=1e-7)
+
+
+def test_every_convolution_checks_its_layouts():
+    """conv1d took any layout attribute (a parsed ``data_layout="NWC"`` compiled as NCW)."""
+    x = rx.Var("x", TensorStructInfo((1, 4, 9), "float32"))
+    w = rx.Var("w", TensorStructInfo((6, 4, 3), "float32"))
+    attrs = dict(strides=[1], padding=[0, 0], dilation=[1], groups=1, data_layout="NWC", kernel_layout="OIW",
+                 out_layout="NCW", out_dtype="void")
+    with pytest.raises(ValueError, match="R.nn.conv1d: only data_layout='NCW', kernel_layout='OIW'"):
+        rx.Call(rx.Op.get("nn.conv1d"), [x, w], attrs)
+    call = rx.Call(rx.Op.get("nn.conv1d"), [x, w], {**attrs, "data_layout": "NCW"})
+    assert [int(d) for d in call.struct_info.shape] == [1, 6, 7]

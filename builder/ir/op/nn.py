@@ -71,13 +71,26 @@ def conv_out_dim(size, kernel, stride: int, pad_lo: int, pad_hi: int, dilation: 
     return E.simplify(num // stride + 1)
 
 
-def infer_conv1d(call: Call) -> StructInfo:
+def _conv_operands(call: Call, layouts: tuple[str, str, str]) -> tuple[TensorStructInfo, TensorStructInfo]:
+    """The data and weight of a convolution call, after checking its layout attributes against the
+    only ones supported (``layouts``: data, kernel, out), their ranks and equal dtypes."""
     x, w = tensor_arg(call, 0, "data"), tensor_arg(call, 1, "weight")
-    if x.ndim != 3 or w.ndim != 3:
-        raise ValueError(f"R.nn.conv1d: data and weight must be 3-D (NCW / OIW), got "
+    a = call.attrs
+    got = (a.get("data_layout"), a.get("kernel_layout"), a.get("out_layout"))
+    name = "R." + call.op.name.removeprefix("relax.")
+    if got != layouts:
+        raise ValueError(f"{name}: only data_layout='{layouts[0]}', kernel_layout='{layouts[1]}', "
+                         f"out_layout='{layouts[2]}' are supported, got {got}")
+    ndim = len(layouts[0])
+    if x.ndim != ndim or w.ndim != ndim:
+        raise ValueError(f"{name}: data and weight must be {ndim}-D ({layouts[0]} / {layouts[1]}), got "
                          f"{fmt_shape(x.shape)} and {fmt_shape(w.shape)}")
-    if x.dtype != w.dtype:
-        raise TypeError(f"R.nn.conv1d: data dtype {x.dtype} differs from weight dtype {w.dtype}")
+    check_same_dtype(call, x, w, "data", "weight")
+    return x, w
+
+
+def infer_conv1d(call: Call) -> StructInfo:
+    x, w = _conv_operands(call, ("NCW", "OIW", "NCW"))
     a = call.attrs
     groups = a["groups"]
     n, c, width = x.shape
@@ -96,16 +109,8 @@ def infer_conv1d(call: Call) -> StructInfo:
 
 
 def infer_conv2d(call: Call) -> StructInfo:
-    x, w = tensor_arg(call, 0, "data"), tensor_arg(call, 1, "weight")
+    x, w = _conv_operands(call, ("NCHW", "OIHW", "NCHW"))
     a = call.attrs
-    layouts = (a.get("data_layout"), a.get("kernel_layout"), a.get("out_layout"))
-    if layouts != ("NCHW", "OIHW", "NCHW"):
-        raise ValueError(f"R.nn.conv2d: only data_layout='NCHW', kernel_layout='OIHW', "
-                         f"out_layout='NCHW' are supported, got {layouts}")
-    if x.ndim != 4 or w.ndim != 4:
-        raise ValueError(f"R.nn.conv2d: data and weight must be 4-D (NCHW / OIHW), got "
-                         f"{fmt_shape(x.shape)} and {fmt_shape(w.shape)}")
-    check_same_dtype(call, x, w, "data", "weight")
     groups = a["groups"]
     n, c, h, wd = x.shape
     o, cg, kh, kw = w.shape
@@ -138,16 +143,8 @@ def conv_transpose_out_dim(size, kernel, stride: int, pad_lo: int, pad_hi: int, 
 
 
 def infer_conv1d_transpose(call: Call) -> StructInfo:
-    x, w = tensor_arg(call, 0, "data"), tensor_arg(call, 1, "weight")
+    x, w = _conv_operands(call, ("NCW", "IOW", "NCW"))
     a = call.attrs
-    layouts = (a.get("data_layout"), a.get("kernel_layout"), a.get("out_layout"))
-    if layouts != ("NCW", "IOW", "NCW"):
-        raise ValueError(f"R.nn.conv1d_transpose: only data_layout='NCW', kernel_layout='IOW', "
-                         f"out_layout='NCW' are supported, got {layouts}")
-    if x.ndim != 3 or w.ndim != 3:
-        raise ValueError(f"R.nn.conv1d_transpose: data and weight must be 3-D (NCW / IOW), got "
-                         f"{fmt_shape(x.shape)} and {fmt_shape(w.shape)}")
-    check_same_dtype(call, x, w, "data", "weight")
     groups = a["groups"]
     n, c, width = x.shape
     ci, og, k = w.shape
