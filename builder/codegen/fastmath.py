@@ -2,9 +2,11 @@
 them, so that the loop vectorizer turns a loop calling them into SIMD code (LLVM lowers
 ``llvm.exp`` / ``erff`` to one libm call per element, which it cannot vectorize).
 
-Each function takes the expression emitter ``em`` (:class:`builder.codegen.llvm_emit.BufferExprEmitter`
+The ``emit`` lowerings of :data:`builder.ir.tir.INTRINSICS` live here too (:func:`erf`, :func:`rsqrt`,
+:func:`sigmoid`: any float type). Each function takes the expression emitter ``em`` (:class:`builder.codegen.llvm_emit.BufferExprEmitter`
 or any object with an ``llvmlite`` builder ``b`` and ``fcall(name, args)`` for LLVM intrinsics) and
-an ``ir.Value`` of type ``float`` or ``<N x float>``; it returns a value of the same type.
+an ``ir.Value`` of type ``float`` or ``<N x float>`` (the intrinsic lowerings: any float type);
+it returns a value of the same type.
 """
 from __future__ import annotations
 
@@ -12,9 +14,12 @@ import math
 
 from llvmlite import ir
 
-__all__ = ["exp_f32", "erf_f32", "ERF_SMALL", "ERF_SMALL_COEFFS", "ERF_LARGE_COEFFS"]
+__all__ = ["FAST_MATH", "exp_f32", "erf_f32", "erf", "rsqrt", "sigmoid", "ERF_SMALL", "ERF_SMALL_COEFFS", "ERF_LARGE_COEFFS"]
 
 _FM = ("nsz", "contract")
+#: The fast-math flags of the code generator's float arithmetic (no ``nnan`` / ``ninf``: ``-inf`` is a
+#: legal value).
+FAST_MATH = ("reassoc", "contract", "nsz")
 
 #: ``|x|`` below which :func:`erf_f32` uses the odd series form ``x * P(x**2)``.
 ERF_SMALL = 0.921875
@@ -101,3 +106,27 @@ def erf_f32(em, x: ir.Value) -> ir.Value:
     large = b.fsub(_splat(t, 1.0), exp_f32(em, arg), flags=_FM)
     y = em.fcall("copysign", [b.select(b.fcmp_ordered("<", a, _splat(t, ERF_SMALL)), small, large), x])
     return b.select(b.fcmp_unordered("uno", x, x), x, y)
+
+
+def erf(em, x: ir.Value) -> ir.Value:
+    """The ``erf`` intrinsic: :func:`erf_f32` for float32 and float16 (computed in float32), the C
+    library's ``erf`` for float64."""
+    b = em.b
+    if x.type == ir.DoubleType():
+        return em.libm_call(("erff", "erf"), x)
+    half = x.type == ir.HalfType()
+    y = erf_f32(em, b.fpext(x, ir.FloatType()) if half else x)
+    return b.fptrunc(y, ir.HalfType()) if half else y
+
+
+def rsqrt(em, x: ir.Value) -> ir.Value:
+    """The ``rsqrt`` intrinsic: ``1 / sqrt(x)``."""
+    return em.b.fdiv(_splat(x.type, 1.0), em.fcall("sqrt", [x]), flags=FAST_MATH)
+
+
+def sigmoid(em, x: ir.Value) -> ir.Value:
+    """The ``sigmoid`` intrinsic: ``1 / (1 + exp(-x))`` (``exp`` as :meth:`fcall` lowers it:
+    :func:`exp_f32` for float32)."""
+    b = em.b
+    den = b.fadd(_splat(x.type, 1.0), em.fcall("exp", [b.fneg(x, flags=FAST_MATH)]), flags=FAST_MATH)
+    return b.fdiv(_splat(x.type, 1.0), den, flags=FAST_MATH)

@@ -25,15 +25,15 @@ from llvmlite import ir
 
 from ..ir import expr as E
 from ..ir.expr import PrimExpr, Var
-from ..ir.tir import (Allocate, Buffer, BufferLoad, BufferStore, Evaluate, For, IfThenElse,
+from ..ir.tir import (INTRINSICS, Allocate, Buffer, BufferLoad, BufferStore, Evaluate, For, IfThenElse,
                       LetStmt, PrimFunc, SeqStmt, Stmt, buffer_loads)
 from ..ir.printer import print_prim_expr
 from . import fastmath
+from .fastmath import FAST_MATH
 from .abi import Signature
 
 __all__ = ["FAST_MATH", "ModuleEmitter", "reg_type", "mem_type", "elem_bytes"]
 
-FAST_MATH = ("reassoc", "contract", "nsz")
 #: Static intermediate buffers up to this many bytes live on the stack.
 ALLOCA_LIMIT = 32 * 1024
 
@@ -82,10 +82,6 @@ def _suffix(t: ir.Type) -> str:
     return {F16: "f16", F32: "f32", F64: "f64"}[t] if t in (F16, F32, F64) else f"i{t.width}"
 
 
-_LLVM_UNARY = {"exp": "exp", "exp2": "exp2", "log": "log", "log2": "log2", "log10": "log10",
-               "sqrt": "sqrt", "fabs": "fabs", "floor": "floor", "ceil": "ceil",
-               "round": "roundeven", "trunc": "trunc", "sin": "sin", "cos": "cos"}
-_LIBM = {"tanh": ("tanhf", "tanh"), "erf": ("erff", "erf")}
 _CMP = {E.EQ: "==", E.NE: "!=", E.LT: "<", E.LE: "<=", E.GT: ">", E.GE: ">="}
 
 
@@ -338,6 +334,16 @@ class _ExprEmitter:
             return fastmath.exp_f32(self, args[0])
         return self.b.call(self.mod.intrinsic(base, args[0].type, len(args)), args, fastmath=FAST_MATH)
 
+    def libm_call(self, names: tuple[str, str], x: ir.Value) -> ir.Value:
+        """The C library function ``names[0]`` (float32; float16 ``x`` goes through float32) or
+        ``names[1]`` (float64) on ``x``: one call per element (the loop is not vectorized)."""
+        b = self.b
+        if x.type == F64:
+            return b.call(self.mod.declare(names[1], F64, [F64]), [x], fastmath=FAST_MATH)
+        y = b.call(self.mod.declare(names[0], F32, [F32]), [b.fpext(x, F32) if x.type == F16 else x],
+                   fastmath=FAST_MATH)
+        return b.fptrunc(y, F16) if x.type == F16 else y
+
     def fail_if(self, cond: ir.Value, message: str) -> None:
         """Return the error ``message`` from the function when ``cond`` holds. Only a function
         body can (``_BodyEmitter``); elsewhere raises TypeError."""
@@ -371,30 +377,14 @@ class _ExprEmitter:
                                     lambda: self.typed(e.args[2], e.dtype), reg_type(e.dtype))
         if not E.is_float_dtype(e.dtype):
             raise TypeError(f"intrinsic {op} needs a float operand, got {e.dtype} in {e}")
+        intrinsic = INTRINSICS.get(op)
         args = [self.typed(a, e.dtype) for a in e.args]
-        t = reg_type(e.dtype)
-        if op in _LLVM_UNARY:
-            return self.fcall(_LLVM_UNARY[op], args)
-        if op == "pow":
-            return self.fcall("pow", args)
-        if op == "rsqrt":
-            return b.fdiv(ir.Constant(t, 1.0), self.fcall("sqrt", args), flags=FAST_MATH)
-        if op == "sigmoid":
-            neg = b.fneg(args[0], flags=FAST_MATH)
-            den = b.fadd(ir.Constant(t, 1.0), self.fcall("exp", [neg]), flags=FAST_MATH)
-            return b.fdiv(ir.Constant(t, 1.0), den, flags=FAST_MATH)
-        if op == "erf" and t != F64:   # float32 / float16: vectorizable (fastmath.erf_f32)
-            y = fastmath.erf_f32(self, b.fpext(args[0], F32) if t == F16 else args[0])
-            return b.fptrunc(y, F16) if t == F16 else y
-        if op in _LIBM:
-            fname32, fname64 = _LIBM[op]
-            x = args[0]
-            if t == F64:
-                fn = self.mod.declare(fname64, F64, [F64])
-                return b.call(fn, [x], fastmath=FAST_MATH)
-            fn = self.mod.declare(fname32, F32, [F32])
-            y = b.call(fn, [b.fpext(x, F32) if t == F16 else x], fastmath=FAST_MATH)
-            return b.fptrunc(y, F16) if t == F16 else y
+        if intrinsic is not None and intrinsic.emit:
+            return getattr(fastmath, intrinsic.emit)(self, *args)
+        if intrinsic is not None and intrinsic.llvm:
+            return self.fcall(intrinsic.llvm, args)
+        if intrinsic is not None and intrinsic.libm:
+            return self.libm_call(intrinsic.libm, args[0])
         raise ValueError(f"unknown intrinsic {op!r} in {e}")
 
     def cast_value(self, v: ir.Value, src: str, dst: str) -> ir.Value:

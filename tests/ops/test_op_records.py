@@ -95,7 +95,7 @@ def test_every_scalar_intrinsic_compiles():
            "rsqrt": lambda v: 1 / np.sqrt(v), "tanh": np.tanh, "sigmoid": lambda v: 1 / (1 + np.exp(-v)),
            "erf": np.vectorize(math.erf), "fabs": np.abs, "floor": np.floor, "ceil": np.ceil,
            "round": np.round, "trunc": np.trunc, "sin": np.sin, "cos": np.cos}
-    unary = sorted(n for n, arity in tir.INTRINSICS.items() if arity == 1)
+    unary = sorted(n for n, intr in tir.INTRINSICS.items() if intr.num_args == 1)
     assert set(unary) == set(ref)
     funcs = {}
     for dtype in ("float32", "float64"):

@@ -1,18 +1,40 @@
 """Scalar intrinsics of loop-level code (``tvm.tir.exp``, ``T.if_then_else``, ``T.max_value`` ...):
-the :data:`INTRINSICS` table of call ops the code generator lowers, and the helpers that build them."""
+the :data:`INTRINSICS` table (one :class:`Intrinsic` record per call op: its arity and how the code
+generator lowers it), and the helpers that build the calls."""
 from __future__ import annotations
 
 import builtins
+from dataclasses import dataclass
 
 from .. import expr as E
 from ..expr import PrimExpr
 
-#: Call ops the code generator lowers, with their arity.
-INTRINSICS = {
-    "exp": 1, "exp2": 1, "log": 1, "log2": 1, "log10": 1, "sqrt": 1, "rsqrt": 1, "tanh": 1,
-    "sigmoid": 1, "erf": 1, "fabs": 1, "floor": 1, "ceil": 1, "round": 1, "trunc": 1,
-    "pow": 2, "sin": 1, "cos": 1, "if_then_else": 3,
-}
+@dataclass(frozen=True)
+class Intrinsic:
+    """A scalar call op of loop-level code (``E.Call(dtype, name, args)``) and its lowering, the first
+    that is set of: ``emit``, the name of a function of :mod:`builder.codegen.fastmath` that writes it
+    as plain arithmetic (vectorizable) for every float type; ``llvm``, the LLVM intrinsic
+    ``llvm.<llvm>.<type>`` (its vector forms exist); ``libm``, the C library's (float32, float64)
+    functions, one call per element (float16 through float32). None set: the code generator emits
+    it by hand (``if_then_else``: a branch)."""
+
+    name: str
+    num_args: int = 1
+    emit: str | None = None
+    llvm: str | None = None
+    libm: tuple[str, str] | None = None
+
+
+#: Call op name -> :class:`Intrinsic`: what loop-level code may call and the verifier checks.
+INTRINSICS: dict[str, Intrinsic] = {i.name: i for i in (
+    Intrinsic("exp", llvm="exp"), Intrinsic("exp2", llvm="exp2"), Intrinsic("log", llvm="log"),
+    Intrinsic("log2", llvm="log2"), Intrinsic("log10", llvm="log10"), Intrinsic("sqrt", llvm="sqrt"),
+    Intrinsic("rsqrt", emit="rsqrt"), Intrinsic("tanh", libm=("tanhf", "tanh")), Intrinsic("sigmoid", emit="sigmoid"),
+    Intrinsic("erf", emit="erf"), Intrinsic("fabs", llvm="fabs"), Intrinsic("floor", llvm="floor"),
+    Intrinsic("ceil", llvm="ceil"), Intrinsic("round", llvm="roundeven"), Intrinsic("trunc", llvm="trunc"),
+    Intrinsic("pow", 2, llvm="pow"), Intrinsic("sin", llvm="sin"), Intrinsic("cos", llvm="cos"),
+    Intrinsic("if_then_else", 3),
+)}
 
 
 def _float_arg(op: str, x) -> PrimExpr:

@@ -44,8 +44,8 @@ def verify(func: PrimFunc) -> None:
                     errors.append(f"variable '{x.name}' is not bound, in `{where(s)}`")
             elif isinstance(x, BufferLoad):
                 check_access(x.buffer, x.indices, bufs, s)
-            elif isinstance(x, E.Call) and x.op in INTRINSICS and len(x.args) != INTRINSICS[x.op]:
-                errors.append(f"intrinsic '{x.op}' takes {INTRINSICS[x.op]} args, in `{where(s)}`")
+            elif isinstance(x, E.Call) and x.op in INTRINSICS and len(x.args) != INTRINSICS[x.op].num_args:
+                errors.append(f"intrinsic '{x.op}' takes {INTRINSICS[x.op].num_args} args, in `{where(s)}`")
             for c in expr_children(x):
                 visit(c)
 
