@@ -239,6 +239,17 @@ def _outs_text(specs: list) -> str:
     return texts[0] if len(texts) == 1 else "(" + ", ".join(texts) + ")"
 
 
+#: The text of the instructions whose operands are registers and ints, as templates of the
+#: instruction's fields (``{1}`` is ``ins[1]``).
+_FIELD_TEXT = {
+    "get_item": "%{1} = %{2}[{3}]",
+    "null": "%{1} = null",
+    "const": "%{1} = const[{2}]",
+    "move": "%{1} = %{2}",
+    "ret": "ret %{1}",
+}
+
+
 def format_instruction(ins: list[Any]) -> str:
     """One instruction as text (``%3 = call te_relu(%2) -> float32[128, 128]``)."""
     op = ins[0]
@@ -257,14 +268,6 @@ def format_instruction(ins: list[Any]) -> str:
         return f"%{ins[1]} = reshape %{ins[2]} {_dims_text(ins[3])}"
     if op == "tuple":
         return f"%{ins[1]} = tuple({', '.join(f'%{r}' for r in ins[2])})"
-    if op == "get_item":
-        return f"%{ins[1]} = %{ins[2]}[{ins[3]}]"
-    if op == "null":
-        return f"%{ins[1]} = null"
-    if op == "const":
-        return f"%{ins[1]} = const[{ins[2]}]"
-    if op == "move":
-        return f"%{ins[1]} = %{ins[2]}"
-    if op == "ret":
-        return f"ret %{ins[1]}"
+    if op in _FIELD_TEXT:
+        return _FIELD_TEXT[op].format(*ins)
     return " ".join(map(str, ins))
