@@ -28,25 +28,30 @@ def _int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+def _dims(value: Any, error: str) -> None:
+    """Check a list of serialized dims (each by :func:`dim_from_json`); ValueError ``error`` when
+    ``value`` is not a list."""
+    if not isinstance(value, list):
+        raise ValueError(error)
+    for d in value:
+        dim_from_json(d)
+
+
 def _sinfo(j: Any, where: str) -> None:
     if not isinstance(j, dict):
         raise ValueError(f"{where}: struct info must be an object")
     kind = j.get("kind")
     if kind == "tensor":
-        if j.get("dtype") not in DTYPES or not isinstance(j.get("shape"), list):
+        if j.get("dtype") not in DTYPES:
             raise ValueError(f"{where}: malformed tensor struct info")
-        for d in j["shape"]:
-            dim_from_json(d)
+        _dims(j.get("shape"), f"{where}: malformed tensor struct info")
     elif kind == "tuple":
         if not isinstance(j.get("fields"), list):
             raise ValueError(f"{where}: malformed tuple struct info")
         for f in j["fields"]:
             _sinfo(f, where)
     elif kind == "shape":
-        if not isinstance(j.get("dims"), list):
-            raise ValueError(f"{where}: malformed shape struct info")
-        for d in j["dims"]:
-            dim_from_json(d)
+        _dims(j.get("dims"), f"{where}: malformed shape struct info")
     elif kind == "prim":
         if not isinstance(j.get("dtype"), str):
             raise ValueError(f"{where}: malformed prim struct info")
@@ -83,10 +88,7 @@ def _arg_spec(spec: Any, read, where: str) -> None:
     elif kind == "dim":
         dim_from_json(value)
     elif kind == "shape":
-        if not isinstance(value, list):
-            raise ValueError(f"{where}: shape argument {value!r}")
-        for d in value:
-            dim_from_json(d)
+        _dims(value, f"{where}: shape argument {value!r}")
     else:
         raise ValueError(f"{where}: unknown argument kind {kind!r}")
 
@@ -174,10 +176,7 @@ def validate_function(name: str, fn: Any, kernels: dict, num_constants: int) -> 
         elif op == "reshape":
             _, dst, src, dims = ins
             read(src)
-            if not isinstance(dims, list):
-                raise ValueError(f"{where}: reshape dims must be a list")
-            for d in dims:
-                dim_from_json(d)
+            _dims(dims, f"{where}: reshape dims must be a list")
             write(dst)
         elif op == "tuple":
             for r in regs(ins[2]):
@@ -239,6 +238,17 @@ def _outs_text(specs: list) -> str:
     return texts[0] if len(texts) == 1 else "(" + ", ".join(texts) + ")"
 
 
+#: The text of the instructions whose operands are registers and ints, as templates of the
+#: instruction's fields (``{1}`` is ``ins[1]``).
+_FIELD_TEXT = {
+    "get_item": "%{1} = %{2}[{3}]",
+    "null": "%{1} = null",
+    "const": "%{1} = const[{2}]",
+    "move": "%{1} = %{2}",
+    "ret": "ret %{1}",
+}
+
+
 def format_instruction(ins: list[Any]) -> str:
     """One instruction as text (``%3 = call te_relu(%2) -> float32[128, 128]``)."""
     op = ins[0]
@@ -257,14 +267,6 @@ def format_instruction(ins: list[Any]) -> str:
         return f"%{ins[1]} = reshape %{ins[2]} {_dims_text(ins[3])}"
     if op == "tuple":
         return f"%{ins[1]} = tuple({', '.join(f'%{r}' for r in ins[2])})"
-    if op == "get_item":
-        return f"%{ins[1]} = %{ins[2]}[{ins[3]}]"
-    if op == "null":
-        return f"%{ins[1]} = null"
-    if op == "const":
-        return f"%{ins[1]} = const[{ins[2]}]"
-    if op == "move":
-        return f"%{ins[1]} = %{ins[2]}"
-    if op == "ret":
-        return f"ret %{ins[1]}"
+    if op in _FIELD_TEXT:
+        return _FIELD_TEXT[op].format(*ins)
     return " ".join(map(str, ins))

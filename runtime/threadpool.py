@@ -54,6 +54,31 @@ SYMBOLS = ("mb_parallel_for", "mb_num_threads")
 _LOCK = threading.Lock()
 _POOL: "_Pool | None" = None
 
+#: ``task(ctx, i)`` for ``i`` in ``[0, n)`` on the calling thread, stopping at the first nonzero
+#: result, which it returns (0 when all succeed): the serial pool's ``mb_parallel_for`` and the
+#: threaded pool's fallback for a region that cannot use the workers.
+_SERIAL_FOR = r"""
+define internal i32 @serial_for(ptr %f, ptr %c, i64 %n) nounwind {
+entry:
+  br label %loop
+loop:
+  %i = phi i64 [0, %entry], [%i1, %next]
+  %more = icmp slt i64 %i, %n
+  br i1 %more, label %body, label %done
+body:
+  %rc = call i32 %f(ptr %c, i64 %i)
+  %bad = icmp ne i32 %rc, 0
+  br i1 %bad, label %fail, label %next
+fail:
+  ret i32 %rc
+next:
+  %i1 = add i64 %i, 1
+  br label %loop
+done:
+  ret i32 0
+}
+"""
+
 _COMMON = r"""
 @gen = internal global i32 0, align 64
 @work = internal global i64 0, align 64
@@ -126,31 +151,8 @@ exit:
   ret void
 }
 
-define internal void @serial(ptr %f, ptr %c, i64 %n, ptr %rcout) nounwind {
-entry:
-  store i32 0, ptr %rcout, align 4
-  br label %loop
-loop:
-  %i = phi i64 [0, %entry], [%i1, %next]
-  %more = icmp slt i64 %i, %n
-  br i1 %more, label %body, label %exit
-body:
-  %rc = call i32 %f(ptr %c, i64 %i)
-  %bad = icmp ne i32 %rc, 0
-  br i1 %bad, label %fail, label %next
-fail:
-  store i32 %rc, ptr %rcout, align 4
-  br label %exit
-next:
-  %i1 = add i64 %i, 1
-  br label %loop
-exit:
-  ret void
-}
-
 define i32 @mb_parallel_for(ptr %f, ptr %c, i64 %n) nounwind {
 entry:
-  %rcslot = alloca i32, align 4
   %le1 = icmp sle i64 %n, 1
   %a = call i32 @mb_num_threads()
   %single = icmp sle i32 %a, 1
@@ -161,8 +163,7 @@ lock:
   %got = extractvalue { i32, i1 } %pair, 1
   br i1 %got, label %publish, label %serial
 serial:
-  call void @serial(ptr %f, ptr %c, i64 %n, ptr %rcslot)
-  %rcs = load i32, ptr %rcslot, align 4
+  %rcs = call i32 @serial_for(ptr %f, ptr %c, i64 %n)
   ret i32 %rcs
 publish:
   store ptr %f, ptr @fn, align 8
@@ -338,31 +339,16 @@ define i32 @mb_pool_init(i32 %n, i32 %spin, i32 %yields) nounwind {
 }
 
 define i32 @mb_parallel_for(ptr %f, ptr %c, i64 %n) nounwind {
-entry:
-  br label %loop
-loop:
-  %i = phi i64 [0, %entry], [%i1, %next]
-  %more = icmp slt i64 %i, %n
-  br i1 %more, label %body, label %done
-body:
-  %rc = call i32 %f(ptr %c, i64 %i)
-  %bad = icmp ne i32 %rc, 0
-  br i1 %bad, label %fail, label %next
-fail:
+  %rc = call i32 @serial_for(ptr %f, ptr %c, i64 %n)
   ret i32 %rc
-next:
-  %i1 = add i64 %i, 1
-  br label %loop
-done:
-  ret i32 0
 }
 """
 
 
 def _pool_ir(arch: str | None) -> str:
     if arch is None:
-        return _SERIAL
-    return _COMMON + _FUTEX.replace("{SYS_FUTEX}", str(_SYS_FUTEX[arch])) + _RELAX[arch]
+        return _SERIAL_FOR + _SERIAL
+    return _SERIAL_FOR + _COMMON + _FUTEX.replace("{SYS_FUTEX}", str(_SYS_FUTEX[arch])) + _RELAX[arch]
 
 
 def _env_int(name: str, default: int) -> int:

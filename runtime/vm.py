@@ -123,6 +123,17 @@ def _alloc(func: str, callee: str, dims: list, dtype: str, env: dict) -> np.ndar
     return np.empty(shape, dtype=np_dtype)
 
 
+def _alloc_outputs(func: str, callee: str, out_regs: list, out_specs: list, regs: list,
+                   env: dict) -> list[np.ndarray]:
+    """The output buffers of a call (one per ``(dtype, dims)`` of ``out_specs``, by :func:`_alloc`),
+    stored in their registers ``out_regs`` of ``regs`` and returned in order."""
+    outs = []
+    for reg, (dtype, dims) in zip(out_regs, out_specs):
+        regs[reg] = _alloc(func, callee, dims, dtype, env)
+        outs.append(regs[reg])
+    return outs
+
+
 #: Output buffers above this many bytes are checked against the memory available before allocating.
 _CHECKED_ALLOCATION = 1 << 26
 
@@ -348,17 +359,11 @@ class VirtualMachine:
             op = ins[0]
             if op == "call":
                 _, kernel, arg_regs, out_regs, out_specs = ins
-                outs = []
-                for reg, (dtype, dims) in zip(out_regs, out_specs):
-                    regs[reg] = _alloc(name, kernel, dims, dtype, env)
-                    outs.append(regs[reg])
+                outs = _alloc_outputs(name, kernel, out_regs, out_specs, regs, env)
                 lib.call(kernel, [regs[r] for r in arg_regs] + outs)
             elif op == "call_extern":
                 _, ext_name, arg_specs, out_regs, out_specs = ins
-                outs = []
-                for reg, (dtype, dims) in zip(out_regs, out_specs):
-                    regs[reg] = _alloc(name, ext_name, dims, dtype, env)
-                    outs.append(regs[reg])
+                outs = _alloc_outputs(name, ext_name, out_regs, out_specs, regs, env)
                 _call_extern(name, ext_name, [_extern_arg(s, regs, env) for s in arg_specs], outs)
             elif op == "call_builtin":
                 _, dst, builtin, arg_specs = ins

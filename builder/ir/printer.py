@@ -1,13 +1,14 @@
 """Printers: TVMScript-style text for graph-level IRModules and loop-level PrimFuncs.
 
-This module holds the scalar-expression printer shared by both levels; the graph-level printer
-(``print_irmodule``) and the loop-level printer (``builder.ir.tir``) call it.
+This module holds the scalar-expression printer and the name allocator (:func:`fresh_name`) shared
+by both levels; the graph-level printer (``print_irmodule``) and the loop-level printer
+(``builder.ir.tir``) call them.
 """
 from __future__ import annotations
 
 from . import expr as E
 
-__all__ = ["print_prim_expr", "format_float"]
+__all__ = ["print_prim_expr", "format_float", "fresh_name"]
 
 # precedence: higher binds tighter
 _PREC = {
@@ -23,6 +24,17 @@ def format_float(value: float) -> str:
     if value in (float("inf"), float("-inf")):
         return "inf" if value > 0 else "-inf"
     return "%.17g" % value
+
+
+def fresh_name(hint: str, used: set[str]) -> str:
+    """The first of ``hint``, ``hint_1``, ``hint_2``, ... not in ``used``, added to ``used``: how
+    both printers give distinct objects that share a name hint distinct spellings."""
+    name, k = hint, 0
+    while name in used:
+        k += 1
+        name = f"{hint}_{k}"
+    used.add(name)
+    return name
 
 
 def print_prim_expr(e: E.PrimExpr, name_of=None) -> str:
@@ -125,12 +137,8 @@ class _Names:
     def add(self, obj, hint: str) -> str:
         if id(obj) in self.by_obj:
             return self.by_obj[id(obj)]
-        hint = rx.valid_name(hint)   # whatever a name hint holds, the printed text is valid TVMScript
-        name, k = hint, 0
-        while name in self.used:
-            k += 1
-            name = f"{hint}_{k}"
-        self.used.add(name)
+        # whatever a name hint holds, the printed text is valid TVMScript
+        name = fresh_name(rx.valid_name(hint), self.used)
         self.by_obj[id(obj)] = name
         return name
 

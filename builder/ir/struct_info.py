@@ -76,6 +76,14 @@ def dims_equal(a, b) -> bool:
     return E.prove_equal(a, b)
 
 
+def _same_dims(a: tuple | None, b: tuple | None) -> bool:
+    """Two dim tuples of one ndim (``None``: not known) are the same: both unknown, or both known
+    with provably equal dims."""
+    if a is None or b is None:
+        return a is b
+    return all(dims_equal(x, y) for x, y in zip(a, b))
+
+
 class StructInfo(abc.ABC):
     """Base class of struct info."""
 
@@ -116,11 +124,8 @@ class ShapeStructInfo(StructInfo):
         self.ndim = len(self.values) if self.values is not None else ndim
 
     def same_as(self, other: StructInfo) -> bool:
-        if not isinstance(other, ShapeStructInfo) or other.ndim != self.ndim:
-            return False
-        if self.values is None or other.values is None:
-            return self.values is other.values
-        return all(dims_equal(a, b) for a, b in zip(self.values, other.values))
+        return (isinstance(other, ShapeStructInfo) and other.ndim == self.ndim
+                and _same_dims(self.values, other.values))
 
     def __repr__(self) -> str:
         return f"R.Shape({list(self.values) if self.values is not None else self.ndim})"
@@ -141,11 +146,8 @@ class TensorStructInfo(StructInfo):
         self.ndim = len(self.shape) if self.shape is not None else ndim
 
     def same_as(self, other: StructInfo) -> bool:
-        if not isinstance(other, TensorStructInfo) or other.dtype != self.dtype or other.ndim != self.ndim:
-            return False
-        if self.shape is None or other.shape is None:
-            return self.shape is other.shape
-        return all(dims_equal(a, b) for a, b in zip(self.shape, other.shape))
+        return (isinstance(other, TensorStructInfo) and other.dtype == self.dtype and other.ndim == self.ndim
+                and _same_dims(self.shape, other.shape))
 
     def __repr__(self) -> str:
         return f'R.Tensor({self.shape}, dtype="{self.dtype}")'

@@ -9,71 +9,56 @@ def _op():
     return op
 
 
+def _binary(name: str, reflected: bool = False):
+    """A method ``(self, other) -> op.<name>(self, other)``, or ``op.<name>(other, self)`` when
+    ``reflected`` (``__rsub__``: ``other - self``)."""
+    if reflected:
+        def method(self, other):
+            return getattr(_op(), name)(other, self)
+    else:
+        def method(self, other):
+            return getattr(_op(), name)(self, other)
+    method.__doc__ = f"``op.{name}({'other, self' if reflected else 'self, other'})``."
+    return method
+
+
+def _varargs(args: tuple) -> list:
+    """``f(a, b)`` and ``f((a, b))`` alike: the values as a list."""
+    if len(args) == 1 and isinstance(args[0], (list, tuple)):
+        args = args[0]
+    return list(args)
+
+
 class _TensorOp:
     """Mixin giving Tensor its operators (as ``tvm.relax.frontend.nn._tensor_op``)."""
 
-    def __add__(self, other):
-        return _op().add(self, other)
-
-    def __radd__(self, other):
-        return _op().add(self, other)
-
-    def __sub__(self, other):
-        return _op().subtract(self, other)
-
-    def __rsub__(self, other):
-        return _op().subtract(other, self)
-
-    def __mul__(self, other):
-        return _op().multiply(self, other)
-
-    def __rmul__(self, other):
-        return _op().multiply(self, other)
-
-    def __truediv__(self, other):
-        return _op().divide(self, other)
-
-    def __rtruediv__(self, other):
-        return _op().divide(other, self)
-
-    def __matmul__(self, other):
-        return _op().matmul(self, other)
+    __add__ = _binary("add")
+    __radd__ = _binary("add")
+    __sub__ = _binary("subtract")
+    __rsub__ = _binary("subtract", reflected=True)
+    __mul__ = _binary("multiply")
+    __rmul__ = _binary("multiply")
+    __truediv__ = _binary("divide")
+    __rtruediv__ = _binary("divide", reflected=True)
+    __matmul__ = _binary("matmul")
+    __lt__ = _binary("less")
+    __le__ = _binary("less_equal")
+    __gt__ = _binary("greater")
+    __ge__ = _binary("greater_equal")
+    maximum = _binary("maximum")
+    minimum = _binary("minimum")
 
     def __neg__(self):
         return _op().negative(self)
-
-    def __lt__(self, other):
-        return _op().less(self, other)
-
-    def __le__(self, other):
-        return _op().less_equal(self, other)
-
-    def __gt__(self, other):
-        return _op().greater(self, other)
-
-    def __ge__(self, other):
-        return _op().greater_equal(self, other)
 
     def astype(self, dtype: str):
         """``op.astype(self, dtype)``."""
         return _op().astype(self, dtype)
 
-    def maximum(self, other):
-        """``op.maximum(self, other)``."""
-        return _op().maximum(self, other)
-
-    def minimum(self, other):
-        """``op.minimum(self, other)``."""
-        return _op().minimum(self, other)
-
     def reshape(self, *shape):
         """``op.reshape(self, shape)``; accepts ``reshape(a, b)`` or ``reshape((a, b))``."""
-        if len(shape) == 1 and isinstance(shape[0], (list, tuple)):
-            shape = shape[0]
-        return _op().reshape(self, list(shape))
+        return _op().reshape(self, _varargs(shape))
 
     def permute_dims(self, *axes):
         """``op.permute_dims(self, axes)``."""
-        if len(axes) == 1 and isinstance(axes[0], (list, tuple)):
-            axes = axes[0]
-        return _op().permute_dims(self, list(axes) if axes else None)
+        return _op().permute_dims(self, _varargs(axes) or None)

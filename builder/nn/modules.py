@@ -266,14 +266,17 @@ class RMSNorm(Module):
         return out
 
 
-class Conv1D(Module):
-    """1-D convolution, NCW (PyTorch ``nn.Conv1d``): weight (out, in / groups, kernel), bias (out,)."""
+class _Conv1DBase(Module):
+    """What both 1-D convolutions hold (as PyTorch's ``_ConvNd``): their hyper-parameters,
+    ``weight`` (out, in / groups, kernel), or (in, out / groups, kernel) when ``transposed``, and
+    ``bias`` (out_channels,) when ``bias``. Raises ValueError, naming ``kind``, when the channels
+    are not divisible by ``groups``."""
 
-    def __init__(self, in_channels: int, out_channels: int, kernel_size: int, stride: int = 1,
-                 padding: int = 0, dilation: int = 1, groups: int = 1, bias: bool = True,
-                 dtype: str | None = None) -> None:
+    def __init__(self, kind: str, in_channels: int, out_channels: int, kernel_size: int, stride: int,
+                 padding: int, dilation: int, groups: int, bias: bool, dtype: str | None,
+                 transposed: bool) -> None:
         if in_channels % groups or out_channels % groups:
-            raise ValueError(f"Conv1D: channels ({in_channels} in, {out_channels} out) must be "
+            raise ValueError(f"{kind}: channels ({in_channels} in, {out_channels} out) must be "
                              f"divisible by groups={groups}")
         self.in_channels = in_channels
         self.out_channels = out_channels
@@ -282,15 +285,31 @@ class Conv1D(Module):
         self.padding = padding
         self.dilation = dilation
         self.groups = groups
-        self.weight = Parameter((out_channels, in_channels // groups, kernel_size), dtype)
+        if transposed:
+            self.weight = Parameter((in_channels, out_channels // groups, kernel_size), dtype)
+        else:
+            self.weight = Parameter((out_channels, in_channels // groups, kernel_size), dtype)
         self.bias = Parameter((out_channels,), dtype) if bias else None
+
+
+class Conv1D(_Conv1DBase):
+    """1-D convolution, NCW (PyTorch ``nn.Conv1d``): weight (out, in / groups, kernel), bias (out,).
+
+    Raises ValueError when the channels are not divisible by ``groups``.
+    """
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: int, stride: int = 1,
+                 padding: int = 0, dilation: int = 1, groups: int = 1, bias: bool = True,
+                 dtype: str | None = None) -> None:
+        super().__init__("Conv1D", in_channels, out_channels, kernel_size, stride, padding, dilation,
+                         groups, bias, dtype, transposed=False)
 
     def forward(self, x: Tensor) -> Tensor:
         """x (N, in_channels, W) -> (N, out_channels, W_out)."""
         return op.conv1d(x, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups)
 
 
-class ConvTranspose1D(Module):
+class ConvTranspose1D(_Conv1DBase):
     """1-D transposed convolution, NCW (PyTorch ``nn.ConvTranspose1d``, TVM ``nn.ConvTranspose1D``):
     weight (in_channels, out_channels / groups, kernel), bias (out_channels,).
 
@@ -302,19 +321,9 @@ class ConvTranspose1D(Module):
     def __init__(self, in_channels: int, out_channels: int, kernel_size: int, stride: int = 1,
                  padding: int = 0, output_padding: int = 0, dilation: int = 1, groups: int = 1,
                  bias: bool = True, dtype: str | None = None) -> None:
-        if in_channels % groups or out_channels % groups:
-            raise ValueError(f"ConvTranspose1D: channels ({in_channels} in, {out_channels} out) must "
-                             f"be divisible by groups={groups}")
-        self.in_channels = in_channels
-        self.out_channels = out_channels
-        self.kernel_size = kernel_size
-        self.stride = stride
-        self.padding = padding
+        super().__init__("ConvTranspose1D", in_channels, out_channels, kernel_size, stride, padding,
+                         dilation, groups, bias, dtype, transposed=True)
         self.output_padding = output_padding
-        self.dilation = dilation
-        self.groups = groups
-        self.weight = Parameter((in_channels, out_channels // groups, kernel_size), dtype)
-        self.bias = Parameter((out_channels,), dtype) if bias else None
 
     def forward(self, x: Tensor) -> Tensor:
         """x (N, in_channels, W) -> (N, out_channels, W_out)."""

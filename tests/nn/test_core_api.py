@@ -481,29 +481,24 @@ def test_spec_errors_name_both_sides():
 # Mutator
 
 
+def _recording(kind, visit):
+    """A Mutator method that records ``(kind, name)`` in ``self.seen``, then does what ``visit``
+    (the nn.Mutator method it overrides) does."""
+    def method(self, name, node):
+        self.seen.append((kind, name))
+        return visit(self, name, node)
+    return method
+
+
 class _Recorder(nn.Mutator):
     def __init__(self):
         self.seen = []
 
-    def visit_module(self, name, node):
-        self.seen.append(("module", name))
-        return super().visit_module(name, node)
-
-    def visit_modulelist(self, name, node):
-        self.seen.append(("list", name))
-        return super().visit_modulelist(name, node)
-
-    def visit_moduledict(self, name, node):
-        self.seen.append(("dict", name))
-        return super().visit_moduledict(name, node)
-
-    def visit_param(self, name, node):
-        self.seen.append(("param", name))
-        return super().visit_param(name, node)
-
-    def visit_effect(self, name, node):
-        self.seen.append(("effect", name))
-        return super().visit_effect(name, node)
+    visit_module = _recording("module", nn.Mutator.visit_module)
+    visit_modulelist = _recording("list", nn.Mutator.visit_modulelist)
+    visit_moduledict = _recording("dict", nn.Mutator.visit_moduledict)
+    visit_param = _recording("param", nn.Mutator.visit_param)
+    visit_effect = _recording("effect", nn.Mutator.visit_effect)
 
 
 def test_mutator_visits_every_node_with_dotted_names():

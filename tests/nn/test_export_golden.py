@@ -5,6 +5,7 @@ import pytest
 
 from builder import nn
 from builder.ir.expr import Var
+from helpers.exporter_models import DupModel
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "ir"
 
@@ -36,28 +37,6 @@ class LlamaMLP(nn.Module):
         gate = self.gate_proj(x)
         up = self.up_proj(x)
         return self.down_proj(nn.op.silu(gate) * up)
-
-
-class DupLinear(nn.Module):
-    def __init__(self, input_size, output_size):
-        self.weights = nn.Parameter([output_size, input_size], dtype="float32")
-
-    def forward(self, state: nn.Tensor):
-        return nn.op.matmul(state, nn.op.permute_dims(self.weights))
-
-
-class DupModel(nn.Module):
-    def __init__(self, hidden_size, intermediate_size):
-        self.embedding = DupLinear(1024, hidden_size)
-        self.up = DupLinear(hidden_size, intermediate_size)
-        self.down = DupLinear(intermediate_size, hidden_size)
-
-    def forward(self, state: nn.Tensor):
-        state = self.embedding(state)
-        state = self.up(state)
-        state = nn.op.silu(state)
-        assert state.dtype == "float32"
-        return self.down(state)
 
 
 def T(shape, dtype="float32"):

@@ -10,6 +10,7 @@ import pytest
 from builder import nn
 from builder.ir.expr import Var
 from builder.nn import spec
+from helpers.exporter_models import DupModel, GateUpMLP
 
 HEADER = """# from tvm.script import ir as I
 # from tvm.script import tir as T
@@ -141,27 +142,6 @@ def test_nested_modules_name_parameters_by_path():
 # test_duplicate_names, the variant TVM marks unsupported
 
 
-class DupLinear(nn.Module):
-    def __init__(self, input_size, output_size):
-        self.weights = nn.Parameter([output_size, input_size], dtype="float32")
-
-    def forward(self, state):
-        return nn.op.matmul(state, nn.op.permute_dims(self.weights))
-
-
-class DupModel(nn.Module):
-    def __init__(self, hidden_size, intermediate_size):
-        self.embedding = DupLinear(1024, hidden_size)
-        self.up = DupLinear(hidden_size, intermediate_size)
-        self.down = DupLinear(intermediate_size, hidden_size)
-
-    def forward(self, state):
-        state = self.embedding(state)
-        state = self.up(state)
-        state = nn.op.silu(state)
-        return self.down(state)
-
-
 def test_duplicate_names_distinct_tir_vars_with_same_name():
     a, b = Var("hidden_size", "int64"), Var("hidden_size", "int64")
     mod, _ = DupModel(a, b).export_tvm(spec={"forward": {"state": T(["batch_size", 1024])}})
@@ -202,21 +182,6 @@ def test_duplicate_names_distinct_tir_vars_with_same_name_run():
 
 # ---------------------------------------------------------------------------------------------
 # test_generate_parameters: a weight defined as an expression of other parameters
-
-
-class GateUpMLP(nn.Module):
-    def __init__(self, hidden_size: int, intermediate_size: int, dtype: str = "float16"):
-        self.gate_proj = nn.Linear(hidden_size, intermediate_size, dtype=dtype, bias=False)
-        self.up_proj = nn.Linear(hidden_size, intermediate_size, dtype=dtype, bias=False)
-        self.down_proj = nn.Linear(intermediate_size, hidden_size, dtype=dtype, bias=False)
-        self.gate_up_proj = nn.Linear(hidden_size, intermediate_size, dtype=dtype, bias=False)
-        self.gate_up_proj.weight = nn.op.concat(
-            [self.gate_proj.weight, self.up_proj.weight], dim=0, name="gate_up_proj_weights")
-
-    def forward(self, x: nn.Tensor):
-        concat_gate_up = self.gate_up_proj(x)
-        gate, up = nn.op.split(concat_gate_up, 2, axis=-1)
-        return self.down_proj(nn.op.silu(gate) * up)
 
 
 GENERATE_PARAMETERS_EXPECTED = HEADER + '''    @R.function

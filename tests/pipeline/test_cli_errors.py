@@ -8,15 +8,6 @@ from builder.cli import main
 SMALL = (Path(__file__).resolve().parents[2] / "recipes" / "llama_mlp_small.yaml").read_text()
 
 
-def _run(tmp_path, text, capsys, *extra):
-    path = tmp_path / "r.yaml"
-    path.write_text(text)
-    rc = main([str(path), "--no-ir", *extra])
-    captured = capsys.readouterr()
-    assert "Traceback" not in captured.err + captured.out
-    return rc, captured.err, str(path)
-
-
 def _line_col(text, needle):
     for i, line in enumerate(text.splitlines(), 1):
         if needle in line:
@@ -45,10 +36,10 @@ def _line_col(text, needle):
     ("    down_proj: {type: Linear", "    silu: {type: SiLU}\n    down_proj: {type: Linear", "{type: SiLU}",
      "layer name 'silu' shadows the op of the same name in forward"),
 ])
-def test_recipe_errors(tmp_path, capsys, old, new, needle, message):
+def test_recipe_errors(run_cli, old, new, needle, message):
     assert old in SMALL
     text = SMALL.replace(old, new, 1)
-    rc, err, path = _run(tmp_path, text, capsys)
+    rc, err, _, path = run_cli(text)
     line, col = _line_col(text, needle)
     assert rc == 2
     assert f"{path}:{line}:{col}:" in err
@@ -56,34 +47,34 @@ def test_recipe_errors(tmp_path, capsys, old, new, needle, message):
 
 
 @pytest.mark.parametrize("quant", ["none", "q4f16_1"])
-def test_symbolic_layer_size_is_a_recipe_error(tmp_path, capsys, quant):
+def test_symbolic_layer_size_is_a_recipe_error(run_cli, quant):
     """A layer size given as a name (a typo, or a variable overridden with a word) would make
     the weights symbolic: a recipe error at the field, also under quantization."""
     old = "in_features: ${hidden_size}, out_features: ${intermediate_size}, bias: false, dtype: ${dtype}}\n    up"
     text = SMALL.replace(old, old.replace("${hidden_size}", "eight", 1), 1)
-    rc, err, path = _run(tmp_path, text, capsys, f"quantization={quant}")
+    rc, err, _, path = run_cli(text, f"quantization={quant}")
     line, col = _line_col(text, "in_features: eight")
     col += len("in_features: ")
     assert rc == 2 and f"{path}:{line}:{col}: model.layers.gate_proj.in_features: in_features is 'eight'" in err
     assert "parameter 'gate_proj.weight' would have the shape (688, eight)" in err
-    rc, err, path = _run(tmp_path, SMALL, capsys, "hidden_size=abc")
+    rc, err, _, path = run_cli(SMALL, "hidden_size=abc")
     assert rc == 2 and "model.layers.down_proj.out_features: out_features is 'abc'" in err
 
 
-def test_broken_yaml(tmp_path, capsys):
-    rc, err, path = _run(tmp_path, "name: x\nmodel: {layers: {a: [1, 2}\n", capsys)
+def test_broken_yaml(run_cli):
+    rc, err, _, path = run_cli("name: x\nmodel: {layers: {a: [1, 2}\n")
     assert rc == 2 and f"{path}:2:" in err and "invalid YAML" in err
 
 
-def test_shape_mismatch_in_forward_cites_the_line(tmp_path, capsys):
+def test_shape_mismatch_in_forward_cites_the_line(run_cli):
     text = SMALL.replace("return down_proj(silu(gate) * up)", "return gate_proj(silu(gate) * up)")
-    rc, err, path = _run(tmp_path, text, capsys)
+    rc, err, _, path = run_cli(text)
     line, col = _line_col(text, "gate_proj(silu")
     assert rc == 2 and f"{path}:{line}:{col}:" in err and "688" in err and "256" in err
 
 
-def test_unknown_override_lists_close_matches(tmp_path, capsys):
-    rc, err, _ = _run(tmp_path, SMALL, capsys, "hiden_size=3")
+def test_unknown_override_lists_close_matches(run_cli):
+    rc, err, _, _ = run_cli(SMALL, "hiden_size=3")
     assert rc == 2 and "hidden_size" in err
 
 
@@ -93,12 +84,12 @@ def test_missing_file_is_one_message(tmp_path, capsys):
     assert rc == 2 and "nope.yaml" in err and "Traceback" not in err
 
 
-def test_missing_weights_file(tmp_path, capsys):
-    rc, err, _ = _run(tmp_path, SMALL, capsys, "--weights", str(tmp_path / "w.safetensors"))
+def test_missing_weights_file(run_cli, tmp_path):
+    rc, err, _, _ = run_cli(SMALL, "--weights", str(tmp_path / "w.safetensors"))
     assert rc == 1 and "does not exist" in err
 
 
-def test_input_file_that_is_not_an_npz_archive(tmp_path, capsys):
+def test_input_file_that_is_not_an_npz_archive(run_cli, tmp_path):
     """--input takes an .npz archive of named arrays: a single .npy array or another file is
     one message saying so (not numpy's advice to unpickle)."""
     import numpy as np
@@ -106,29 +97,29 @@ def test_input_file_that_is_not_an_npz_archive(tmp_path, capsys):
     np.save(tmp_path / "x.npy", np.zeros((2, 256), np.float32))
     (tmp_path / "t.npz").write_text("x = 1\n")
     for name, what in (("x.npy", "a single .npy array"), ("t.npz", "not a numpy file")):
-        rc, err, _ = _run(tmp_path, SMALL, capsys, "--input", str(tmp_path / name))
+        rc, err, _, _ = run_cli(SMALL, "--input", str(tmp_path / name))
         assert rc == 1 and f"expected an .npz archive of named arrays (np.savez(path, x=...)), but it is {what}" in err
         assert "pickle" not in err
 
 
-def test_truncated_weights_file(tmp_path, capsys):
+def test_truncated_weights_file(run_cli, tmp_path):
     """A safetensors file cut short names the tensor that runs past its end."""
     data = (Path(__file__).resolve().parents[2] / "tests" / "data" / "llama_mlp_layer0.safetensors").read_bytes()
     (tmp_path / "w.safetensors").write_bytes(data[:-1000])
-    rc, err, _ = _run(tmp_path, SMALL, capsys, "--weights", str(tmp_path / "w.safetensors"))
+    rc, err, _, _ = run_cli(SMALL, "--weights", str(tmp_path / "w.safetensors"))
     assert rc == 1 and "WeightsError" in err and "truncated" in err
 
 
-def test_exclude_pattern_matching_no_layer(tmp_path, capsys):
+def test_exclude_pattern_matching_no_layer(run_cli):
     """A quantization.exclude glob that matches no layer is a recipe error naming the layers
     (a typo would otherwise quantize the layer it meant to keep); a matching glob builds."""
-    rc, err, _ = _run(tmp_path, SMALL, capsys, "quantization=q4f16_1", "quantization.exclude=[down_prj]")
+    rc, err, _, _ = run_cli(SMALL, "quantization=q4f16_1", "quantization.exclude=[down_prj]")
     assert rc == 2 and "<override quantization.exclude=[down_prj]>: quantization.exclude.0: " \
         "pattern 'down_prj' matches no layer (layers: down_proj, gate_proj, up_proj)" in err
     text = SMALL.replace("quantization: none", "quantization: {kind: group, exclude: [gate_proj, up_prj]}")
     assert text != SMALL
-    rc, err, path = _run(tmp_path, text, capsys)
+    rc, err, _, path = run_cli(text)
     line, col = _line_col(text, "up_prj")
     assert rc == 2 and f"{path}:{line}:{col}: quantization.exclude.1: pattern 'up_prj'" in err
-    rc, _, _ = _run(tmp_path, SMALL, capsys, "quantization=q4f16_1", "quantization.exclude=[down_*]")
+    rc, _, _, _ = run_cli(SMALL, "quantization=q4f16_1", "quantization.exclude=[down_*]")
     assert rc == 0

@@ -10,36 +10,9 @@ import pytest
 
 import builder
 from builder import nn
-from builder.cli import main
 from builder.ir.parser import parse
+from helpers.recipes import with_forward
 from schemas.limits import MAX_NDIM
-
-BASE = """\
-name: base
-model:
-  layers:
-    fc: {type: Linear, in_features: 16, out_features: 8}
-  forward: |
-    FORWARD
-functions:
-  forward:
-    x: {shape: [batch, 16], dtype: DTYPE}
-"""
-
-
-def _recipe(forward: str, dtype: str = "float32", shape: str = "[batch, 16]") -> str:
-    return (BASE.replace("FORWARD", forward.replace("\n", "\n    ")).replace("DTYPE", dtype)
-            .replace("[batch, 16]", shape))
-
-
-def _run(tmp_path, capsys, text, *args):
-    path = tmp_path / "r.yaml"
-    path.write_text(text)
-    rc = main([str(path), "--no-ir", *args])
-    out = capsys.readouterr()
-    assert "Traceback" not in out.err + out.out
-    return rc, out.err, out.out, str(path)
-
 
 CASES = [
     # (id, forward, input dtype, input shape, line of the call in the file, column, message)
@@ -80,16 +53,16 @@ CASES = [
 
 
 @pytest.mark.parametrize("forward,dtype,shape,line,col,message", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
-def test_forward_errors_at_the_call(tmp_path, capsys, forward, dtype, shape, line, col, message):
-    text = _recipe(forward, dtype, shape or "[batch, 16]")
-    rc, err, _, path = _run(tmp_path, capsys, text)
+def test_forward_errors_at_the_call(run_cli, forward, dtype, shape, line, col, message):
+    text = with_forward(forward, dtype, shape or "[batch, 16]")
+    rc, err, _, path = run_cli(text)
     assert rc == 2, err
     assert re.search(rf"^{re.escape(path)}:{line}:{col}: model\.forward: .*{re.escape(message)}", err, re.M), err
 
 
-def test_a_function_named_like_a_printer_alias(tmp_path, capsys):
-    text = _recipe("return fc(x)").replace("  forward:\n    x:", "  R:\n    x:")
-    rc, err, _, path = _run(tmp_path, capsys, text)
+def test_a_function_named_like_a_printer_alias(run_cli):
+    text = with_forward("return fc(x)").replace("  forward:\n    x:", "  R:\n    x:")
+    rc, err, _, path = run_cli(text)
     assert rc == 2 and f"{path}:9:5: functions.R: function name 'R' is reserved" in err
 
 
@@ -99,7 +72,7 @@ def test_a_function_named_like_a_printer_alias(tmp_path, capsys):
     ("    x: {shape: [batch, 16]", "    cls: {shape: [I, 16]"),        # cls.f calls, the ir alias
 ])
 def test_names_of_the_printed_ir_are_never_shadowed(tmp_path, edit):
-    text = _recipe("return fc(x)").replace(*edit)
+    text = with_forward("return fc(x)").replace(*edit)
     name = edit[1].split(":")[0].strip()
     text = text.replace("fc(x)", f"fc({name})") if name != "[T, 16]" else text
     path = tmp_path / "r.yaml"
@@ -127,15 +100,15 @@ def test_any_name_hint_prints_valid_tvmscript(hint):
     assert len(names) == 4 and len(set(names)) == 4 and not set(names) & {"R", "T", "I", "cls", "x"}, names
 
 
-def test_terminal_control_characters_in_a_name_are_shown_escaped(tmp_path, capsys):
-    rc, err, out, _ = _run(tmp_path, capsys, _recipe("return fc(x)").replace("name: base", 'name: "\\e[2J\\nx"'))
+def test_terminal_control_characters_in_a_name_are_shown_escaped(run_cli):
+    rc, err, out, _ = run_cli(with_forward("return fc(x)").replace("name: base", 'name: "\\e[2J\\nx"'))
     assert rc == 0, err
     assert "\x1b" not in out and out.splitlines()[0].strip() == "\\x1b[2J\\nx"
 
 
-def test_terminal_control_characters_in_an_error_message_are_shown_escaped(tmp_path, capsys):
-    text = _recipe("return fc(x)") + 'weights: {path: "\\e[2Jw.safetensors"}\n'
-    rc, err, _, _ = _run(tmp_path, capsys, text)
+def test_terminal_control_characters_in_an_error_message_are_shown_escaped(run_cli):
+    text = with_forward("return fc(x)") + 'weights: {path: "\\e[2Jw.safetensors"}\n'
+    rc, err, _, _ = run_cli(text)
     assert rc == 1 and "\x1b" not in err and "\\x1b[2Jw.safetensors" in err
 
 

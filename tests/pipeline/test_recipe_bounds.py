@@ -14,35 +14,10 @@ import pytest
 
 import builder
 from builder.cli import main
+from helpers.recipes import BASE, with_forward
 
 ROOT = Path(__file__).resolve().parents[2]
 SMALL = (ROOT / "recipes" / "llama_mlp_small.yaml").read_text()
-
-BASE = """\
-name: base
-model:
-  layers:
-    fc: {type: Linear, in_features: 16, out_features: 8}
-  forward: |
-    FORWARD
-functions:
-  forward:
-    x: {shape: [batch, 16], dtype: float32}
-"""
-
-
-def _with_forward(body: str) -> str:
-    return BASE.replace("FORWARD", body.replace("\n", "\n    "))
-
-
-def _run(tmp_path, text, capsys, *args):
-    path = tmp_path / "r.yaml"
-    path.write_text(text, encoding="utf-8", errors="surrogatepass")
-    rc = main([str(path), "--no-ir", *args])
-    out = capsys.readouterr()
-    assert "Traceback" not in out.err + out.out
-    return rc, out.err, out.out, str(path)
-
 
 def _issue_at(err: str, path: str, field: str, message: str) -> tuple[int, int]:
     """The (line, column) of the issue at ``field`` whose message contains ``message``."""
@@ -57,11 +32,11 @@ CASES = [
     # (id, recipe text, field, message)
     ("yaml nested 500 deep", BASE + "extra: " + "[" * 500 + "]" * 500 + "\n", "",
      "nested more than 64 levels deep"),
-    ("400-term sum", _with_forward("return " + " + ".join(["x"] * 400)), "model.forward",
+    ("400-term sum", with_forward("return " + " + ".join(["x"] * 400)), "model.forward",
      "expression nested more than 100 levels deep"),
-    ("1,000 unary minus", _with_forward("return " + "-" * 1000 + "x"), "model.forward",
+    ("1,000 unary minus", with_forward("return " + "-" * 1000 + "x"), "model.forward",
      "expression nested more than 100 levels deep"),
-    ("100,000 unary minus", _with_forward("return " + "-" * 100_000 + "x"), "model.forward",
+    ("100,000 unary minus", with_forward("return " + "-" * 100_000 + "x"), "model.forward",
      "characters long, more than the 65,536 allowed"),
     ("a size of 2**64", BASE.replace("in_features: 16", "in_features: 18446744073709551616"),
      "model.layers.fc.in_features", "a size must be at most 2**40"),
@@ -77,15 +52,15 @@ CASES = [
      "model.layers.__dict__", "layer name '__dict__' is reserved"),
     ("!!int 1e3", BASE.replace("out_features: 8", "out_features: !!int 1e3"), "model.layers.fc.out_features",
      "cannot read '1e3' as int"),
-    ("return a constant through a name", _with_forward("y = 1\nreturn y"), "model.forward",
+    ("return a constant through a name", with_forward("y = 1\nreturn y"), "model.forward",
      "forward returns 1 (int)"),
-    ("a tensor as an op's name", _with_forward("return subtract(x, x, x)"), "model.forward",
+    ("a tensor as an op's name", with_forward("return subtract(x, x, x)"), "model.forward",
      "name must be a string"),
-    ("a number where a tensor goes", _with_forward("return silu(2.0)"), "model.forward",
+    ("a number where a tensor goes", with_forward("return silu(2.0)"), "model.forward",
      "silu: x must be a Tensor, got float 2.0"),
-    ("a number times a matrix", _with_forward("return fc(x) @ 2.0"), "model.forward",
+    ("a number times a matrix", with_forward("return fc(x) @ 2.0"), "model.forward",
      "matmul: b must be a Tensor, got float 2.0"),
-    ("unary minus of a tuple", _with_forward("return -(x, x)"), "model.forward",
+    ("unary minus of a tuple", with_forward("return -(x, x)"), "model.forward",
      "unary - needs a tensor or a number, got tuple"),
     ("conv1d input shorter than the kernel",
      BASE.replace("fc: {type: Linear, in_features: 16, out_features: 8}",
@@ -98,9 +73,9 @@ CASES = [
 
 
 @pytest.mark.parametrize("text,field,message", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
-def test_recipe_error_at_its_position(tmp_path, capsys, text, field, message):
+def test_recipe_error_at_its_position(run_cli, text, field, message):
     text = text.replace("FORWARD", "return fc(x)")
-    rc, err, _, path = _run(tmp_path, text, capsys)
+    rc, err, _, path = run_cli(text)
     assert rc == 2, err
     if field:
         _issue_at(err, path, field, message)
@@ -108,9 +83,8 @@ def test_recipe_error_at_its_position(tmp_path, capsys, text, field, message):
         assert re.search(rf"^{re.escape(path)}:\d+:\d+: .*{re.escape(message)}", err, re.M), err
 
 
-def test_markup_in_a_name_is_printed_as_text(tmp_path, capsys):
-    rc, err, out, _ = _run(tmp_path, BASE.replace("name: base", 'name: "[/]"').replace("FORWARD", "return fc(x)"),
-                           capsys)
+def test_markup_in_a_name_is_printed_as_text(run_cli):
+    rc, err, out, _ = run_cli(BASE.replace("name: base", 'name: "[/]"').replace("FORWARD", "return fc(x)"))
     assert rc == 0, err
     assert out.splitlines()[0].strip() == "[/]"
 
@@ -123,10 +97,10 @@ def test_issue_text_is_not_turned_into_emoji(tmp_path, capsys):
     assert f"{path}:4:" in capsys.readouterr().err
 
 
-def test_op_name_argument_must_be_an_identifier(tmp_path, capsys):
+def test_op_name_argument_must_be_an_identifier(run_cli):
     """In forward, ``name=`` is a name hint as TVM users know it: an identifier (any other text would be
     printed changed); the printer itself makes any hint valid (tests/pipeline/test_cli_recipe_errors.py)."""
-    rc, err, _, path = _run(tmp_path, _with_forward('return silu(fc(x), "a b\\n@R.function")'), capsys)
+    rc, err, _, path = run_cli(with_forward('return silu(fc(x), "a b\\n@R.function")'))
     assert rc == 2
     assert f"{path}:6:12: model.forward: silu(): name must be an identifier (letters, digits and '_', not " \
            "starting with a digit, not a Python keyword), got 'a b\\n@R.function'" in err

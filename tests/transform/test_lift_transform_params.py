@@ -9,24 +9,8 @@ from builder.compile import compile as build
 from builder.ir.expr import Var
 from builder.nn import spec
 from builder.transform import LiftTransformParams
+from helpers.exporter_models import GateUpMLP
 from runtime import VirtualMachine
-
-
-class GateUpMLP(nn.Module):
-    """Seed 001's LlamaMLP of test_generate_parameters."""
-
-    def __init__(self, hidden_size: int, intermediate_size: int, dtype: str = "float16"):
-        self.gate_proj = nn.Linear(hidden_size, intermediate_size, dtype=dtype, bias=False)
-        self.up_proj = nn.Linear(hidden_size, intermediate_size, dtype=dtype, bias=False)
-        self.down_proj = nn.Linear(intermediate_size, hidden_size, dtype=dtype, bias=False)
-        self.gate_up_proj = nn.Linear(hidden_size, intermediate_size, dtype=dtype, bias=False)
-        self.gate_up_proj.weight = nn.op.concat(
-            [self.gate_proj.weight, self.up_proj.weight], dim=0, name="gate_up_proj_weights")
-
-    def forward(self, x: nn.Tensor):
-        concat_gate_up = self.gate_up_proj(x)
-        gate, up = nn.op.split(concat_gate_up, 2, axis=-1)
-        return self.down_proj(nn.op.silu(gate) * up)
 
 
 EXPECTED_AFTER_LIFT = '''# from tvm.script import ir as I

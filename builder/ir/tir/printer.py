@@ -7,7 +7,7 @@ import dataclasses
 
 from .. import expr as E
 from ..expr import PrimExpr, Var
-from ..printer import format_float, print_prim_expr
+from ..printer import format_float, fresh_name, print_prim_expr
 from .nodes import (Allocate, Block, BlockRealize, Buffer, BufferRegion, BufferStore, Evaluate, For,
     IfThenElse, LetStmt, PrimFunc, SeqStmt, Stmt)
 
@@ -43,11 +43,7 @@ class _ScriptPrinter:
 
     # -- names
     def define(self, obj, base: str) -> str:
-        name, k = base, 0
-        while name in self.in_use:
-            k += 1
-            name = f"{base}_{k}"
-        self.in_use.add(name)
+        name = fresh_name(base, self.in_use)
         self.names[id(obj)] = name
         return name
 
