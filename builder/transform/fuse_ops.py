@@ -20,43 +20,23 @@ from ..ir import relax as rx
 from ..ir.block_builder import BlockBuilder
 from ..te import topi
 from ..te.call_te import call_te
-from .dce import dead_code_elimination
-from .pass_infra import FunctionPass
-from .patterns import MAX_FUSE_DEPTH, FusionMatcher, kernel_name, rewrite_bindings
+from .patterns import MAX_FUSE_DEPTH, FusionPass, Match, kernel_name
 
 __all__ = ["FuseOps", "MAX_FUSE_DEPTH"]
 
 
-class FuseOps(FunctionPass):
+class FuseOps(FusionPass):
     """Pass: see the module docstring. ``FuseOps()(mod)``; ``FuseOps(max_fuse_depth=8)`` bounds groups
     more tightly."""
 
     name = "fuse_ops"
 
-    def __init__(self, max_fuse_depth: int = MAX_FUSE_DEPTH) -> None:
-        if max_fuse_depth < 1:
-            raise ValueError(f"max_fuse_depth must be at least 1, got {max_fuse_depth}")
-        self.max_fuse_depth = max_fuse_depth
-
-    def transform_module(self, mod: rx.IRModule) -> rx.IRModule:
-        return dead_code_elimination(super().transform_module(mod))
-
-    def transform_function(self, bb: BlockBuilder, func: rx.Function, name: str) -> rx.Function:
-        matcher = FusionMatcher(func, linear=False, max_fuse_depth=self.max_fuse_depth)
-        replaced: dict[rx.Var, rx.Expr] = {}
-        consumed: set = set()
-        for b in reversed(matcher.order):
-            if b.var in consumed:
-                continue
-            m = matcher.match(b.var)
-            if m is None or len(m.ops) < 2:
-                continue
-            tree = m.tree
-            try:
-                call = call_te(bb, lambda *ts: topi.inline_injective(topi.replay(tree, ts)), tuple(m.tensors), {},
-                               kernel_name(m.ops))
-            except (ValueError, TypeError):
-                continue
-            replaced[b.var] = call
-            consumed.update(m.consumed)
-        return rewrite_bindings(func, replaced)
+    def emit(self, bb: BlockBuilder, m: Match) -> rx.Expr | None:
+        if len(m.ops) < 2:
+            return None
+        tree = m.tree
+        try:
+            return call_te(bb, lambda *ts: topi.inline_injective(topi.replay(tree, ts)), tuple(m.tensors), {},
+                           kernel_name(m.ops))
+        except (ValueError, TypeError):
+            return None

@@ -1,5 +1,6 @@
-"""The pattern matcher both fusion passes use: the tree of single-use elementwise ops rooted at a
-binding, with matmul leaves where kernel selection asks for them.
+"""The pattern matcher both fusion passes use (the tree of single-use elementwise ops rooted at a
+binding, with matmul leaves where kernel selection asks for them) and their shared driver,
+:class:`FusionPass`.
 
 A tree node is an :class:`~builder.ir.kernel.EpilogueOp` (a registered op whose pattern is
 ``ELEMWISE`` or ``BROADCAST`` and that has a fusion ``compute``), an
@@ -17,11 +18,14 @@ from dataclasses import dataclass, field
 
 from ..ir import expr as E
 from ..ir import relax as rx
+from ..ir.block_builder import BlockBuilder
 from ..ir.kernel import DenseWeight, EpilogueLinear, EpilogueOp, EpilogueTensor, GroupWeight
 from ..ir.op import OpPattern
 from ..ir.struct_info import TensorStructInfo
+from .dce import dead_code_elimination
+from .pass_infra import FunctionPass
 
-__all__ = ["Match", "FusionMatcher", "fusable", "linear_weight", "kernel_name", "rewrite_bindings", "MAX_FUSE_DEPTH",
+__all__ = ["FusionPass", "Match", "FusionMatcher", "fusable", "linear_weight", "kernel_name", "rewrite_bindings", "MAX_FUSE_DEPTH",
            "FLOATS"]
 
 #: The default bound on the ops along one path of a fused group.
@@ -244,3 +248,45 @@ def rewrite_bindings(func: rx.Function, replaced: dict) -> rx.Function:
               for block in func.body.blocks]
     return rx.Function(func.params, rx.SeqExpr(blocks, func.body.body), func.ret_struct_info, func.attrs,
                        func.is_pure, name=func.name)
+
+
+class FusionPass(FunctionPass):
+    """The driver of the tree-fusing passes (FuseOps, SelectKernels; as TVM's ``FuseOpsByPattern``):
+    for each binding, outermost first, the tree :class:`FusionMatcher` matches there becomes the
+    call :meth:`emit` returns (None: left alone); :meth:`rewrite_rest` may then rewrite single bindings
+    the trees left; the bindings the trees consumed are removed (dead code elimination).
+
+    Subclasses set ``name`` and ``linear`` (whether trees may contain matmuls) and implement
+    :meth:`emit`. ``max_fuse_depth`` bounds a tree's depth (ValueError below 1)."""
+
+    linear = False
+
+    def __init__(self, max_fuse_depth: int = MAX_FUSE_DEPTH) -> None:
+        if max_fuse_depth < 1:
+            raise ValueError(f"max_fuse_depth must be at least 1, got {max_fuse_depth}")
+        self.max_fuse_depth = max_fuse_depth
+
+    def emit(self, bb: BlockBuilder, m: Match) -> rx.Expr | None:
+        """The call that computes the matched tree ``m``, or None to leave it."""
+        raise NotImplementedError
+
+    def rewrite_rest(self, bb: BlockBuilder, matcher: FusionMatcher, replaced: dict, consumed: set) -> None:
+        """Add rewrites of single bindings (neither replaced nor consumed) to ``replaced``."""
+
+    def transform_module(self, mod: rx.IRModule) -> rx.IRModule:
+        return dead_code_elimination(super().transform_module(mod))
+
+    def transform_function(self, bb: BlockBuilder, func: rx.Function, name: str) -> rx.Function:
+        matcher = FusionMatcher(func, linear=self.linear, max_fuse_depth=self.max_fuse_depth)
+        replaced: dict[rx.Var, rx.Expr] = {}
+        consumed: set = set()
+        for b in reversed(matcher.order):
+            if b.var in consumed:
+                continue
+            m = matcher.match(b.var)
+            call = None if m is None else self.emit(bb, m)
+            if call is not None:
+                replaced[b.var] = call
+                consumed.update(m.consumed)
+        self.rewrite_rest(bb, matcher, replaced, consumed)
+        return rewrite_bindings(func, replaced)

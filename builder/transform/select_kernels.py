@@ -28,9 +28,7 @@ from ..ir.struct_info import TensorStructInfo
 from ..ops.quantize import quant_attrs
 from ..te import topi
 from ..te.call_te import call_te
-from .dce import dead_code_elimination
-from .pass_infra import FunctionPass
-from .patterns import FLOATS, MAX_FUSE_DEPTH, FusionMatcher, Match, kernel_name, linear_weight, rewrite_bindings
+from .patterns import FLOATS, FusionMatcher, FusionPass, Match, kernel_name, linear_weight
 
 __all__ = ["SelectKernels", "linear_kernel_call"]
 
@@ -55,32 +53,17 @@ def _void(dtype) -> str | None:
     return None if dtype in ("void", None, "") else dtype
 
 
-class SelectKernels(FunctionPass):
+class SelectKernels(FusionPass):
     """Pass: see the module docstring. ``SelectKernels(max_fuse_depth=32)(mod)``."""
 
     name = "select_kernels"
+    linear = True
 
-    def __init__(self, max_fuse_depth: int = MAX_FUSE_DEPTH) -> None:
-        self.max_fuse_depth = max_fuse_depth
+    def emit(self, bb: BlockBuilder, m: Match) -> rx.Expr | None:
+        return self._fused(bb, m) if m.weights else None
 
-    def transform_module(self, mod: rx.IRModule) -> rx.IRModule:
-        return dead_code_elimination(super().transform_module(mod))
-
-    def transform_function(self, bb: BlockBuilder, func: rx.Function, name: str) -> rx.Function:
-        matcher = FusionMatcher(func, linear=True, max_fuse_depth=self.max_fuse_depth)
-        replaced: dict[rx.Var, rx.Expr] = {}
-        consumed: set = set()
-        for b in reversed(matcher.order):          # outermost trees first
-            if b.var in consumed:
-                continue
-            m = matcher.match(b.var)
-            if m is None or not m.weights:
-                continue
-            call = self._fused(bb, m)
-            if call is not None:
-                replaced[b.var] = call
-                consumed.update(m.consumed)
-        for b in matcher.order:                    # what the trees left
+    def rewrite_rest(self, bb: BlockBuilder, matcher: FusionMatcher, replaced: dict, consumed: set) -> None:
+        for b in matcher.order:
             if b.var in replaced or b.var in consumed:
                 continue
             call = matcher.call(b.var)
@@ -92,7 +75,6 @@ class SelectKernels(FunctionPass):
                 new = None
             if new is not None:
                 replaced[b.var] = new
-        return rewrite_bindings(func, replaced)
 
     @staticmethod
     def _fused(bb: BlockBuilder, m: Match) -> rx.Call | None:
