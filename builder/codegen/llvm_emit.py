@@ -82,6 +82,8 @@ def _suffix(t: ir.Type) -> str:
     return {F16: "f16", F32: "f32", F64: "f64"}[t] if t in (F16, F32, F64) else f"i{t.width}"
 
 
+_FLOAT_ARITH = {E.Add: "fadd", E.Sub: "fsub", E.Mul: "fmul", E.Div: "fdiv"}
+_INT_ARITH = {E.Add: "add", E.Sub: "sub", E.Mul: "mul"}
 _CMP = {E.EQ: "==", E.NE: "!=", E.LT: "<", E.LE: "<=", E.GT: ">", E.GE: ">="}
 
 
@@ -271,47 +273,33 @@ class _ExprEmitter:
     def arith(self, e: E.BinaryOp) -> ir.Value:
         b = self.b
         a, c, dt = self.operands(e)
+        kind = type(e)
         if E.is_float_dtype(dt):
-            fm = FAST_MATH
-            if isinstance(e, E.Add):
-                return b.fadd(a, c, flags=fm)
-            if isinstance(e, E.Sub):
-                return b.fsub(a, c, flags=fm)
-            if isinstance(e, E.Mul):
-                return b.fmul(a, c, flags=fm)
-            if isinstance(e, E.Div):
-                return b.fdiv(a, c, flags=fm)
-            if isinstance(e, E.FloorDiv):
-                return self.fcall("floor", [b.fdiv(a, c, flags=fm)])
-            if isinstance(e, E.FloorMod):
-                q = self.fcall("floor", [b.fdiv(a, c, flags=fm)])
-                return b.fsub(a, b.fmul(q, c, flags=fm), flags=fm)
+            if kind in _FLOAT_ARITH:
+                return getattr(b, _FLOAT_ARITH[kind])(a, c, flags=FAST_MATH)
+            if kind in (E.FloorDiv, E.FloorMod):
+                q = self.fcall("floor", [b.fdiv(a, c, flags=FAST_MATH)])
+                return q if kind is E.FloorDiv else b.fsub(a, b.fmul(q, c, flags=FAST_MATH), flags=FAST_MATH)
             # NaN-propagating (IEEE 754-2019 minimum / maximum): numpy's np.minimum /
             # np.maximum and PyTorch's relu / max keep a NaN, where minnum / maxnum drop it
-            if isinstance(e, E.Min):
-                return self.fcall("minimum", [a, c])
-            if isinstance(e, E.Max):
-                return self.fcall("maximum", [a, c])
+            if kind in (E.Min, E.Max):
+                return self.fcall("minimum" if kind is E.Min else "maximum", [a, c])
         else:
             unsigned = _is_unsigned(dt)
-            nsw = () if unsigned or reg_type(dt).width < 32 else ("nsw",)
-            if isinstance(e, E.Add):
-                return b.add(a, c, flags=nsw)
-            if isinstance(e, E.Sub):
-                return b.sub(a, c, flags=nsw)
-            if isinstance(e, E.Mul):
-                return b.mul(a, c, flags=nsw)
-            if isinstance(e, E.Div):
+            if kind in _INT_ARITH:
+                nsw = () if unsigned or reg_type(dt).width < 32 else ("nsw",)
+                return getattr(b, _INT_ARITH[kind])(a, c, flags=nsw)
+            if kind is E.Div:
                 return b.udiv(a, c) if unsigned else b.sdiv(a, c)
-            if isinstance(e, (E.FloorDiv, E.FloorMod)):
+            if kind in (E.FloorDiv, E.FloorMod):
                 if unsigned:
-                    return b.udiv(a, c) if isinstance(e, E.FloorDiv) else b.urem(a, c)
-                return self.floor_divmod(a, c, isinstance(e, E.FloorDiv))
-            if isinstance(e, (E.Min, E.Max)):
-                op = "<" if isinstance(e, E.Min) else ">"
+                    return b.udiv(a, c) if kind is E.FloorDiv else b.urem(a, c)
+                return self.floor_divmod(a, c, kind is E.FloorDiv)
+            if kind in (E.Min, E.Max):
+                op = "<" if kind is E.Min else ">"
                 cmp = b.icmp_unsigned(op, a, c) if unsigned else b.icmp_signed(op, a, c)
                 return b.select(cmp, a, c)
-        raise TypeError(f"cannot generate code for {type(e).__name__} on {dt}")
+        raise TypeError(f"cannot generate code for {kind.__name__} on {dt}")
 
     def floor_divmod(self, a: ir.Value, c: ir.Value, want_div: bool) -> ir.Value:
         """Signed floor division / modulo (rounds toward minus infinity, as TVM's ``//``)."""
