@@ -170,19 +170,23 @@ def min_value(dtype: str) -> PrimExpr:
     raise ValueError(f"unknown dtype {dtype!r}")
 
 
+def _fold(node: type, identity: int, conds) -> PrimExpr:
+    """``conds`` joined by ``node`` (And / Or), starting from the bool constant ``identity``, which
+    is dropped once a condition follows it."""
+    out: PrimExpr = E.IntImm(identity, "bool")
+    for c in conds:
+        if isinstance(out, E.IntImm) and out.value == identity:
+            out = E.convert(c)
+        else:
+            out = E._binary(node, out, E.convert(c))
+    return out
+
+
 def all(*conds) -> PrimExpr:  # noqa: A001 - TVM's name
     """Logical and of bool expressions (``tvm.tir.all``); ``T.bool(True)`` for none."""
-    out: PrimExpr = E.IntImm(1, "bool")
-    for c in conds:
-        out = E._binary(E.And, out, E.convert(c)) if not (
-            isinstance(out, E.IntImm) and out.value == 1) else E.convert(c)
-    return out
+    return _fold(E.And, 1, conds)
 
 
 def any(*conds) -> PrimExpr:  # noqa: A001 - TVM's name
     """Logical or of bool expressions (``tvm.tir.any``); ``T.bool(False)`` for none."""
-    out: PrimExpr = E.IntImm(0, "bool")
-    for c in conds:
-        out = E._binary(E.Or, out, E.convert(c)) if not (
-            isinstance(out, E.IntImm) and out.value == 0) else E.convert(c)
-    return out
+    return _fold(E.Or, 0, conds)
