@@ -11,16 +11,11 @@ Example (the course's matmul)::
 
 Reductions: ``te.sum / te.max / te.min / te.prod(expr, axis=..., where=None, init=None)``; called
 on two expressions ``te.max(a, b)`` / ``te.min(a, b)`` combine elementwise (as in TVM).
-Elementwise helpers and intrinsics (``exp``, ``log``, ``sqrt``, ``rsqrt``, ``tanh``, ``sigmoid``,
-``erf``, ``abs``, ``floor``, ``ceil``, ``round``, ``trunc``, ``power``, ``sin``, ``cos``,
-``if_then_else``, ``equal``, ``not_equal``, ``max_value``, ``min_value``, ``all``, ``any``) come from
-:mod:`builder.ir.tir`. ``PrimExpr.astype(dtype)`` converts.
+Elementwise helpers and intrinsics (``exp``, ``erf``, ``if_then_else``, ``max_value``, ``all``, ...:
+every constructor of :mod:`builder.ir.tir.intrinsics`) come from there. ``PrimExpr.astype(dtype)`` converts.
 """
-from ..ir.tir import (  # noqa: F401 - re-exported intrinsics
-    abs, all, any, ceil, cos, equal, erf, exp, exp2, floor, if_then_else, log, log2, log10,
-    max_value, maximum, min_value, minimum, not_equal, power, round, rsqrt, sigmoid, sin, sqrt,
-    tanh, trunc,
-)
+from ..ir.tir import intrinsics as _intrinsics
+from ..ir.tir.intrinsics import *  # noqa: F401,F403 - the scalar intrinsics (te.exp, te.erf, ...)
 from ..ir.tir import IterVar, PrimFunc  # noqa: F401
 from .call_te import call_te  # noqa: F401 - also makes BlockBuilder.call_te work
 from .prim_func import create_prim_func  # noqa: F401
@@ -32,8 +27,6 @@ from .tensor import (  # noqa: F401
 __all__ = [
     "Tensor", "Operation", "PlaceholderOp", "ComputeOp", "CommReducer", "Reduce", "IterVar",
     "PrimFunc", "placeholder", "compute", "reduce_axis", "comm_reducer", "sum", "max", "min",
-    "prod", "var", "size_var", "const", "create_prim_func", "call_te", "abs", "all", "any", "ceil", "cos",
-    "equal", "not_equal", "erf", "exp", "exp2", "floor", "if_then_else", "log", "log2", "log10",
-    "max_value", "maximum",
-    "min_value", "minimum", "power", "round", "rsqrt", "sigmoid", "sin", "sqrt", "tanh", "trunc",
+    "prod", "var", "size_var", "const", "create_prim_func", "call_te",
+    *(name for name in _intrinsics.__all__ if name not in ("Intrinsic", "INTRINSICS")),
 ]

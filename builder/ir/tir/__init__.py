@@ -9,9 +9,8 @@
 """
 from .functor import (ExprMutator, StmtExprVisitor, buffer_loads, expr_children, post_order_visit,
     stmt_children, stmt_exprs, walk_stmt)
-from .intrinsics import (INTRINSICS, abs, all, any, ceil, cos, equal, erf, exp, exp2, floor,
-    if_then_else, log, log2, log10, max_value, maximum, min_value, minimum, not_equal, power, round,
-    rsqrt, sigmoid, sin, sqrt, tanh, trunc)
+from . import intrinsics
+from .intrinsics import *  # noqa: F401,F403 - the intrinsics and their constructors (intrinsics.__all__)
 from .nodes import (FOR_KINDS, Allocate, Block, BlockRealize, Buffer, BufferLoad, BufferRegion,
     BufferStore, Evaluate, For, IfThenElse, IterVar, LetStmt, PrimFunc, Range, SeqStmt, Stmt)
 from .printer import script
@@ -20,10 +19,7 @@ from .verifier import VerifyError, verify
 __all__ = [
     "Range", "Buffer", "BufferLoad", "BufferRegion", "IterVar", "Stmt", "BufferStore", "For",
     "SeqStmt", "IfThenElse", "LetStmt", "Evaluate", "Block", "BlockRealize", "Allocate",
-    "PrimFunc", "VerifyError", "verify", "script", "FOR_KINDS", "INTRINSICS",
+    "PrimFunc", "VerifyError", "verify", "script", "FOR_KINDS",
     "expr_children", "post_order_visit", "stmt_children", "stmt_exprs", "walk_stmt", "buffer_loads",
-    "StmtExprVisitor", "ExprMutator",
-    "exp", "exp2", "log", "log2", "log10", "sqrt", "rsqrt", "tanh", "sigmoid", "erf", "abs",
-    "floor", "ceil", "round", "trunc", "power", "sin", "cos", "if_then_else", "equal",
-    "not_equal", "maximum", "minimum", "max_value", "min_value", "all", "any",
+    "StmtExprVisitor", "ExprMutator", *intrinsics.__all__,
 ]

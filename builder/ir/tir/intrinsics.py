@@ -9,6 +9,13 @@ from dataclasses import dataclass
 from .. import expr as E
 from ..expr import PrimExpr
 
+__all__ = [
+    "Intrinsic", "INTRINSICS", "exp", "exp2", "log", "log2", "log10", "sqrt", "rsqrt", "tanh", "sigmoid", "erf",
+    "abs", "floor", "ceil", "round", "trunc", "power", "sin", "cos", "if_then_else", "equal", "not_equal",
+    "maximum", "minimum", "max_value", "min_value", "all", "any",
+]
+
+
 @dataclass(frozen=True)
 class Intrinsic:
     """A scalar call op of loop-level code (``E.Call(dtype, name, args)``) and its lowering, the first

@@ -1,0 +1,95 @@
+"""``attention``: scaled dot-product attention (``softmax(q @ k.T * scale + mask) @ v``) over
+(batch, seq, heads, dim) tensors.
+"""
+from __future__ import annotations
+
+import math
+
+from ...ir import expr as E
+from ...ir import tir
+from .. import tensor as _te
+from ..tensor import Tensor
+from .common import _cast, _dim_str, _is_static_one, _norm_acc, _static, _two_stage
+
+__all__ = ["attention"]
+
+
+def attention(q: Tensor, k: Tensor, v: Tensor, scale: float | None = None,
+              causal_mask: str | None = None) -> Tensor:
+    """Scaled dot-product attention in TVM's (batch, seq, heads, head_dim) layout
+    (Vaswani et al. 2017; ``torch.nn.functional.scaled_dot_product_attention``)::
+
+        s[b, h, i, j] = scale * sum_d q[b, i, h, d] * k[b, j, h', d]     (masked: lowest value)
+        out[b, i, h, e] = sum_j exp(s - max_j s) * v[b, j, h', e] / sum_j exp(s - max_j s)
+
+    ``q`` (B, Sq, H, D), ``k`` (B, Sk, Hk, D), ``v`` (B, Sk, Hk, Dv); ``h' = h // (H / Hk)``
+    (grouped-query attention). ``scale`` defaults to ``1 / sqrt(D)``. ``causal_mask``:
+    ``"TopLeft"`` keeps ``j <= i`` (PyTorch's ``is_causal``), ``"BottomRight"`` keeps
+    ``j <= i + Sk - Sq``. Math in float32 (float64 for float64). Stages: ``T_attention_score``
+    (+ ``_acc``), ``T_attention_max``, ``T_attention_exp``, ``T_attention_sum``,
+    ``T_attention`` (+ ``_acc``). Raises ValueError for non-4-D inputs or an unknown mask.
+    """
+    if q.ndim != 4 or k.ndim != 4 or v.ndim != 4:
+        raise ValueError(f"attention: query, key and value must be 4-D (B, S, H, D), got "
+                         f"{_dim_str(q.shape)}, {_dim_str(k.shape)}, {_dim_str(v.shape)}")
+    if causal_mask not in (None, "TopLeft", "BottomRight"):
+        raise ValueError(f"attention: unknown causal_mask {causal_mask!r}")
+    acc = _norm_acc(q.dtype)
+    bsz, sq, heads, dim = q.shape
+    sk, hk, dv = k.shape[1], k.shape[2], v.shape[3]
+    rep = E.simplify(heads // hk)
+    if scale is None:
+        sd = _static(dim)
+        sc = (E.const(1.0 / math.sqrt(sd), acc) if sd is not None
+              else tir.rsqrt(dim.astype(acc)))
+    else:
+        sc = E.const(float(scale), acc)
+
+    def kv_head(h):
+        return h if _is_static_one(rep) else h // rep
+
+    def fscore(b, h, i, j):
+        rd = _te.reduce_axis((0, dim), name="rd")
+        return _te.sum(_cast(q[b, i, h, rd.var], acc) * _cast(k[b, j, kv_head(h), rd.var], acc),
+                       axis=rd)
+
+    def fmask(val, idx):
+        val = val * sc
+        if causal_mask is None:
+            return val
+        i, j = idx[2], idx[3]
+        limit = i if causal_mask == "TopLeft" else E.simplify(i + (sk - sq))
+        return E.Select(E.LE(j, limit), val, tir.min_value(acc))
+
+    s_shape = (bsz, heads, sq, sk)
+    score = _te.compute(s_shape, fscore, name="T_attention_score")
+
+    def masked(b, h, i, j):
+        return fmask(score[b, h, i, j], (b, h, i, j))
+
+    def fmax(b, h, i):
+        rj = _te.reduce_axis((0, sk), name="rj")
+        return _te.max(masked(b, h, i, rj.var), axis=rj)
+
+    mx = _te.compute((bsz, heads, sq), fmax, name="T_attention_max")
+    ex = _te.compute(s_shape, lambda b, h, i, j: tir.exp(masked(b, h, i, j) - mx[b, h, i]),
+                     name="T_attention_exp")
+
+    def fsum(b, h, i):
+        rj = _te.reduce_axis((0, sk), name="rj")
+        return _te.sum(ex[b, h, i, rj.var], axis=rj)
+
+    total = _te.compute((bsz, heads, sq), fsum, name="T_attention_sum")
+
+    def fout(b, i, h, e):
+        rj = _te.reduce_axis((0, sk), name="rj")
+        return _te.sum(ex[b, h, i, rj.var] * _cast(v[b, rj.var, kv_head(h), e], acc), axis=rj)
+
+    def fnorm(val, idx):
+        b, i, h = idx[0], idx[1], idx[2]
+        out = val / total[b, h, i]
+        if _static(sk) is None:   # no keys: zeros (PyTorch's math attention), not 0 / 0
+            out = E.Select(E.GT(E.convert(sk).astype("int64"), E.IntImm(0, "int64")), out, E.convert(0.0, acc))
+        return out
+
+    return _two_stage((bsz, sq, heads, dv), fout, acc, q.dtype, "T_attention", fnorm)

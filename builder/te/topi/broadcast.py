@@ -1,0 +1,190 @@
+"""Binary computes with numpy broadcasting (arithmetic, comparisons) and ``where``.
+"""
+from __future__ import annotations
+
+import builtins
+from typing import Callable
+
+from ...ir import expr as E
+from ...ir import tir
+from ...ir.expr import PrimExpr
+from .. import tensor as _te
+from ..tensor import Tensor
+from .common import Operand, _as_tensor_or_scalar, _broadcast_index, _cast, _compute_dtype, _is_float, _is_static_one, _promote, broadcast_shape
+
+__all__ = ["add", "broadcast_binary", "divide", "equal", "floor_divide", "greater", "greater_equal", "less", "less_equal", "maximum", "minimum", "multiply", "not_equal", "power", "subtract", "where"]
+
+
+def broadcast_binary(a: Operand, b: Operand, fscalar: Callable[[PrimExpr, PrimExpr], PrimExpr],
+                     name: str, out_dtype: str | None = None) -> Tensor:
+    """``out[i] = fscalar(a[ia], b[ib])`` with numpy broadcasting (module docstring).
+
+    ``a`` / ``b`` are tensors or scalars (Python numbers or PrimExprs, treated as 0-d); at least
+    one must be a tensor. Both operands are converted to their common dtype (equal dtypes stay;
+    float beats int; the wider wins), with 16-bit floats promoted to float32 for the math.
+    ``out_dtype`` defaults to the common dtype, or bool when ``fscalar`` returns a bool.
+    Raises ValueError for shapes that do not broadcast; dims of two different symbols (not
+    provably equal) must be equal when the code runs (an error otherwise: no run-time
+    broadcasting of a symbolic dim that turns out to be 1).
+    """
+    ta, tb = _as_tensor_or_scalar(a), _as_tensor_or_scalar(b)
+    if not isinstance(ta, Tensor) and not isinstance(tb, Tensor):
+        raise TypeError(f"{name}: at least one operand must be a te.Tensor")
+    # a Python number adopts the tensor's dtype (a float with an integer tensor stays float32)
+    if isinstance(ta, Tensor) and isinstance(b, (int, float)):
+        tb = E.convert(b, ta.dtype)
+    if isinstance(tb, Tensor) and isinstance(a, (int, float)):
+        ta = E.convert(a, tb.dtype)
+    common = _promote(ta.dtype, tb.dtype)
+    work = _compute_dtype(common)
+    sa = ta.shape if isinstance(ta, Tensor) else ()
+    sb = tb.shape if isinstance(tb, Tensor) else ()
+    shape = broadcast_shape(sa, sb, name)
+
+    def load(t, idx):
+        v = t[_broadcast_index(idx, t.shape)] if isinstance(t, Tensor) else t
+        return _cast(v, work)
+
+    def f(*idx):
+        r = E.convert(fscalar(load(ta, idx), load(tb, idx)))
+        dt = out_dtype or ("bool" if r.dtype == "bool" else common)
+        return _cast(r, dt)
+
+    # dims of the two operands that the shapes cannot prove equal (two different symbols)
+    # must be equal when the code runs: each read is checked against its own dim (E <= D);
+    # this adds the other operand's dim, so a mismatch is an error, never a partial read
+    checks = []
+    for i in range(1, builtins.min(len(sa), len(sb)) + 1):
+        da, db = sa[-i], sb[-i]
+        if not (_is_static_one(da) or _is_static_one(db) or E.prove_equal(da, db)):
+            checks += [(da, db), (db, da)]
+    return _te.compute(shape, f, name=name, attrs={"mb.assert_le": checks} if checks else None)
+
+
+def _same(cls):
+    def f(x: PrimExpr, y: PrimExpr) -> PrimExpr:
+        return cls(x, y)
+
+    return f
+
+
+def add(a: Operand, b: Operand) -> Tensor:
+    """``a + b`` with broadcasting (``numpy.add``)."""
+    return broadcast_binary(a, b, _same(E.Add), "T_add")
+
+
+def subtract(a: Operand, b: Operand) -> Tensor:
+    """``a - b`` with broadcasting (``numpy.subtract``)."""
+    return broadcast_binary(a, b, _same(E.Sub), "T_subtract")
+
+
+def multiply(a: Operand, b: Operand) -> Tensor:
+    """``a * b`` with broadcasting (``numpy.multiply``)."""
+    return broadcast_binary(a, b, _same(E.Mul), "T_multiply")
+
+
+def _int_div(cls, x: PrimExpr, y: PrimExpr) -> PrimExpr:
+    """Integer division that never traps: a zero divisor gives 0 (numpy's result) instead of
+    a hardware exception (the divisor is replaced by 1, then the quotient by 0)."""
+    zero = E.const(0, y.dtype)
+    is_zero = E.EQ(y, zero)
+    q = cls(x, E.Select(is_zero, E.const(1, y.dtype), y))
+    return E.Select(is_zero, E.const(0, x.dtype), q)
+
+
+def divide(a: Operand, b: Operand) -> Tensor:
+    """``a / b`` with broadcasting: true division for floats (``numpy.divide``); for integers
+    C-style division truncating toward zero (TVM's ``topi.divide``; the dtype is kept), with
+    ``x / 0 == 0`` (numpy's integer result) instead of a trap."""
+    def f(x, y):
+        return E.Div(x, y) if _is_float(x.dtype) else _int_div(E.Div, x, y)
+
+    return broadcast_binary(a, b, f, "T_divide")
+
+
+def floor_divide(a: Operand, b: Operand) -> Tensor:
+    """``a // b`` with broadcasting (``numpy.floor_divide``): ``floor(a / b)`` for floats; for
+    integers floor division with ``x // 0 == 0``."""
+    def f(x, y):
+        if _is_float(x.dtype):
+            return tir.floor(x / y)
+        return _int_div(E.FloorDiv, x, y)
+
+    return broadcast_binary(a, b, f, "T_floor_divide")
+
+
+def maximum(a: Operand, b: Operand) -> Tensor:
+    """Elementwise ``max(a, b)`` with broadcasting (``numpy.maximum``)."""
+    return broadcast_binary(a, b, _same(E.Max), "T_maximum")
+
+
+def minimum(a: Operand, b: Operand) -> Tensor:
+    """Elementwise ``min(a, b)`` with broadcasting (``numpy.minimum``)."""
+    return broadcast_binary(a, b, _same(E.Min), "T_minimum")
+
+
+def power(a: Operand, b: Operand) -> Tensor:
+    """``a ** b`` with broadcasting (``numpy.power``). Integers are raised in float64 and
+    converted back (exact while the result fits in 53 bits)."""
+    def f(x, y):
+        if _is_float(x.dtype):
+            return tir.power(x, y)
+        r = tir.power(x.astype("float64"), y.astype("float64"))
+        return tir.round(r).astype(x.dtype)
+
+    return broadcast_binary(a, b, f, "T_power")
+
+
+def equal(a: Operand, b: Operand) -> Tensor:
+    """``a == b`` (bool) with broadcasting (``numpy.equal``)."""
+    return broadcast_binary(a, b, _same(E.EQ), "T_equal", "bool")
+
+
+def not_equal(a: Operand, b: Operand) -> Tensor:
+    """``a != b`` (bool) with broadcasting (``numpy.not_equal``; true for NaN operands)."""
+    return broadcast_binary(a, b, _same(E.NE), "T_not_equal", "bool")
+
+
+def less(a: Operand, b: Operand) -> Tensor:
+    """``a < b`` (bool) with broadcasting (``numpy.less``)."""
+    return broadcast_binary(a, b, _same(E.LT), "T_less", "bool")
+
+
+def less_equal(a: Operand, b: Operand) -> Tensor:
+    """``a <= b`` (bool) with broadcasting (``numpy.less_equal``)."""
+    return broadcast_binary(a, b, _same(E.LE), "T_less_equal", "bool")
+
+
+def greater(a: Operand, b: Operand) -> Tensor:
+    """``a > b`` (bool) with broadcasting (``numpy.greater``)."""
+    return broadcast_binary(a, b, _same(E.GT), "T_greater", "bool")
+
+
+def greater_equal(a: Operand, b: Operand) -> Tensor:
+    """``a >= b`` (bool) with broadcasting (``numpy.greater_equal``)."""
+    return broadcast_binary(a, b, _same(E.GE), "T_greater_equal", "bool")
+
+
+def where(cond: Tensor, a: Operand, b: Operand) -> Tensor:
+    """``a`` where ``cond`` else ``b`` (``numpy.where``) with numpy broadcasting of all three;
+    ``a`` / ``b`` may be scalars. The result dtype is their common dtype; a non-bool ``cond``
+    is tested against 0. Raises ValueError for shapes that do not broadcast."""
+    ta, tb = _as_tensor_or_scalar(a), _as_tensor_or_scalar(b)
+    if isinstance(ta, Tensor) and isinstance(b, (int, float)):
+        tb = E.convert(b, ta.dtype)
+    if isinstance(tb, Tensor) and isinstance(a, (int, float)):
+        ta = E.convert(a, tb.dtype)
+    dtype = _promote(ta.dtype, tb.dtype)
+    sa = ta.shape if isinstance(ta, Tensor) else ()
+    sb = tb.shape if isinstance(tb, Tensor) else ()
+    shape = broadcast_shape(cond.shape, broadcast_shape(sa, sb, "where"), "where")
+
+    def load(t, idx):
+        v = t[_broadcast_index(idx, t.shape)] if isinstance(t, Tensor) else t
+        return _cast(v, dtype)
+
+    def f(*idx):
+        c = _cast(cond[_broadcast_index(idx, cond.shape)], "bool")
+        return E.Select(c, load(ta, idx), load(tb, idx))
+
+    return _te.compute(shape, f, name="T_where")

@@ -1,0 +1,237 @@
+"""Convolutions: conv1d (NCW / OIW), conv2d (NCHW / OIHW), conv1d_transpose (NCW / IOW), with PyTorch's
+semantics (cross-correlation, groups, dilation, padding).
+"""
+from __future__ import annotations
+
+import builtins
+
+from ...ir import expr as E
+from ...ir import tir
+from ...ir.expr import PrimExpr
+from .. import tensor as _te
+from ..tensor import Tensor
+from .common import _acc_dtype, _cast, _dim_str, _out_dtype, _promote, _static, _two_stage
+
+__all__ = ["conv1d", "conv1d_transpose", "conv2d"]
+
+
+def _one(v, what: str) -> int:
+    if isinstance(v, (list, tuple)):
+        if len(v) != 1:
+            raise ValueError(f"conv1d: {what} must have one value, got {v!r}")
+        v = v[0]
+    return int(v)
+
+
+def conv1d(x: Tensor, w: Tensor, strides=1, padding=0, dilation=1, groups: int = 1,
+           out_dtype: str | None = None) -> Tensor:
+    """1-D convolution, NCW data and OIW weight (``torch.nn.Conv1d``,
+    https://pytorch.org/docs/stable/generated/torch.nn.Conv1d.html; a cross-correlation)::
+
+        out[n, o, t] = sum_{c, k} x_pad[n, g*C/G + c, t*stride + k*dilation] * w[o, c, k]
+        g = o // (O / G),   W_out = (W + lo + hi - dilation*(K - 1) - 1) // stride + 1
+
+    ``padding`` is an int, ``(p,)`` or ``(lo, hi)``; zero padding is applied inline with
+    ``if_then_else`` on the bounds. ``strides`` / ``dilation`` are ints or 1-tuples. Precision
+    as in :func:`matmul` (16-bit floats accumulate in float32, then a cast stage). Raises
+    ValueError for non-3-D operands or channel counts that do not match ``groups``.
+    """
+    if x.ndim != 3 or w.ndim != 3:
+        raise ValueError(f"conv1d: data and weight must be 3-D (NCW / OIW), got "
+                         f"{_dim_str(x.shape)} and {_dim_str(w.shape)}")
+    s = _one(strides, "strides")
+    d = _one(dilation, "dilation")
+    if isinstance(padding, (list, tuple)):
+        if len(padding) == 1:
+            lo = hi = int(padding[0])
+        elif len(padding) == 2:
+            lo, hi = int(padding[0]), int(padding[1])
+        else:
+            raise ValueError(f"conv1d: padding must be p, (p,) or (lo, hi), got {padding!r}")
+    else:
+        lo = hi = int(padding)
+    g = int(groups)
+    if s < 1 or d < 1 or g < 1 or lo < 0 or hi < 0:
+        raise ValueError(f"conv1d: invalid strides={strides} dilation={dilation} groups={groups} "
+                         f"padding={padding}")
+    n, c, width = x.shape
+    o, cg, k = w.shape
+    sc, scg, so = _static(c), _static(cg), _static(o)
+    if sc is not None and scg is not None and sc != scg * g:
+        raise ValueError(f"conv1d: data has {sc} channels but weight {_dim_str(w.shape)} with "
+                         f"groups={g} expects {scg * g}")
+    if so is not None and so % g:
+        raise ValueError(f"conv1d: {so} output channels are not divisible by groups={g}")
+    out_w = E.simplify((width + (lo + hi - 1) - (k - 1) * d) // s + 1)
+    # the dilated kernel must fit in the padded input (PyTorch raises "Kernel size can't be
+    # greater than actual input size"): checked here when static, when the code runs otherwise
+    span, padded = E.simplify(E.convert(k - 1) * d + 1), E.simplify(E.convert(width) + (lo + hi))
+    checks = None
+    if isinstance(span, E.IntImm) and isinstance(padded, E.IntImm):
+        if span.value > padded.value:
+            raise ValueError(f"conv1d: the input of length {width} (padded to {padded.value}) is shorter than "
+                             f"the dilated kernel ({span.value} = dilation {d} x (kernel {k} - 1) + 1)")
+    else:
+        checks = {"mb.assert_le": [(span, padded, "the padded input is shorter than the dilated "
+                                                  "kernel")]}
+    in_dtype = _promote(x.dtype, w.dtype)
+    odt = _out_dtype(in_dtype, out_dtype)
+    acc = _acc_dtype(in_dtype, odt)
+    o_per_g = E.simplify(o // g) if g > 1 else o
+
+    def fbody(nn, oc, t):
+        rc = _te.reduce_axis((0, cg), name="rc")
+        rk = _te.reduce_axis((0, k), name="rk")
+        pos = t * s + rk.var * d - lo if lo else t * s + rk.var * d
+        chan = rc.var if g == 1 else (oc // o_per_g) * cg + rc.var
+        v = _cast(x[nn, chan, pos], acc)
+        conds = []
+        if lo:
+            conds.append(E.GE(pos, E.IntImm(0, "int64")))
+        if hi:
+            conds.append(E.LT(pos, width))
+        if conds:
+            v = tir.if_then_else(tir.all(*conds), v, E.const(0, acc))
+        return _te.sum(v * _cast(w[oc, rc.var, rk.var], acc), axis=[rc, rk])
+
+    return _two_stage((n, o, out_w), fbody, acc, odt, "conv1d_ncw", attrs=checks)
+
+
+def _int_list(v, n: int, what: str, opname: str) -> list[int]:
+    """``v`` (an int or ``n`` ints; a 1-list repeats) as ``n`` Python ints."""
+    if isinstance(v, (list, tuple)):
+        vals = [int(a) for a in v]
+        if len(vals) == 1:
+            vals = vals * n
+    else:
+        vals = [int(v)] * n
+    if len(vals) != n:
+        raise ValueError(f"{opname}: {what} must have {n} values, got {v!r}")
+    return vals
+
+
+def _in_bounds(pos: PrimExpr, size: PrimExpr, check_lo: bool, check_hi: bool) -> list[PrimExpr]:
+    conds = []
+    if check_lo:
+        conds.append(E.GE(pos, E.IntImm(0, "int64")))
+    if check_hi:
+        conds.append(E.LT(pos, size))
+    return conds
+
+
+def conv2d(x: Tensor, w: Tensor, strides=1, padding=0, dilation=1, groups: int = 1,
+           out_dtype: str | None = None) -> Tensor:
+    """2-D convolution, NCHW data and OIHW weight (``torch.nn.Conv2d``,
+    https://pytorch.org/docs/stable/generated/torch.nn.Conv2d.html; a cross-correlation)::
+
+        out[n, o, y, x] = sum_{c, ky, kx} x_pad[n, g*C/G + c, y*sH + ky*dH, x*sW + kx*dW]
+                                          * w[o, c, ky, kx],        g = o // (O / G)
+        oH = (H + top + bottom - dH*(kH - 1) - 1) // sH + 1   (likewise oW)
+
+    ``padding``: an int, ``(pH, pW)`` or ``(top, left, bottom, right)``; zero padding is read
+    inline through ``if_then_else`` on the bounds. ``strides`` / ``dilation``: an int or
+    ``(h, w)``. Precision as :func:`conv1d` (16-bit floats accumulate in float32, then a cast
+    stage). Raises ValueError for non-4-D operands or channel counts that do not match ``groups``.
+    """
+    if x.ndim != 4 or w.ndim != 4:
+        raise ValueError(f"conv2d: data and weight must be 4-D (NCHW / OIHW), got "
+                         f"{_dim_str(x.shape)} and {_dim_str(w.shape)}")
+    sh, sw = _int_list(strides, 2, "strides", "conv2d")
+    dh, dw = _int_list(dilation, 2, "dilation", "conv2d")
+    pads = list(padding) if isinstance(padding, (list, tuple)) else [padding]
+    if len(pads) == 2:
+        pads = pads * 2
+    pt, pl, pb, pr = _int_list(pads, 4, "padding", "conv2d")
+    g = int(groups)
+    if builtins.min(sh, sw, dh, dw, g) < 1 or builtins.min(pt, pl, pb, pr) < 0:
+        raise ValueError(f"conv2d: invalid strides={strides} dilation={dilation} groups={groups} "
+                         f"padding={padding}")
+    n, c, h, wd = x.shape
+    o, cg, kh, kw = w.shape
+    sc, scg, so = _static(c), _static(cg), _static(o)
+    if sc is not None and scg is not None and sc != scg * g:
+        raise ValueError(f"conv2d: data {_dim_str(x.shape)} has {sc} channels but weight "
+                         f"{_dim_str(w.shape)} with groups={g} expects {scg * g}")
+    if so is not None and so % g:
+        raise ValueError(f"conv2d: {so} output channels are not divisible by groups={g}")
+    oh = E.simplify((h + (pt + pb - 1) - (kh - 1) * dh) // sh + 1)
+    ow = E.simplify((wd + (pl + pr - 1) - (kw - 1) * dw) // sw + 1)
+    in_dtype = _promote(x.dtype, w.dtype)
+    odt = _out_dtype(in_dtype, out_dtype)
+    acc = _acc_dtype(in_dtype, odt)
+    o_per_g = E.simplify(o // g) if g > 1 else o
+
+    def fbody(nn, oc, yy, xx):
+        rc = _te.reduce_axis((0, cg), name="rc")
+        ry = _te.reduce_axis((0, kh), name="ry")
+        rx = _te.reduce_axis((0, kw), name="rx")
+        py = (yy * sh if sh != 1 else yy) + (ry.var * dh if dh != 1 else ry.var) - pt
+        px = (xx * sw if sw != 1 else xx) + (rx.var * dw if dw != 1 else rx.var) - pl
+        py, px = E.simplify(py), E.simplify(px)
+        chan = rc.var if g == 1 else (oc // o_per_g) * cg + rc.var
+        v = _cast(x[nn, chan, py, px], acc)
+        conds = _in_bounds(py, h, pt > 0, pb > 0) + _in_bounds(px, wd, pl > 0, pr > 0)
+        if conds:
+            v = tir.if_then_else(tir.all(*conds), v, E.const(0, acc))
+        return _te.sum(v * _cast(w[oc, rc.var, ry.var, rx.var], acc), axis=[rc, ry, rx])
+
+    return _two_stage((n, o, oh, ow), fbody, acc, odt, "conv2d_nchw")
+
+
+def conv1d_transpose(x: Tensor, w: Tensor, strides=1, padding=0, output_padding=0, dilation=1,
+                     groups: int = 1, out_dtype: str | None = None) -> Tensor:
+    """1-D transposed convolution, NCW data and IOW weight (``torch.nn.ConvTranspose1d``,
+    https://pytorch.org/docs/stable/generated/torch.nn.ConvTranspose1d.html), written as a
+    gather over the input::
+
+        out[n, g*Og + o, t] = sum_{c, k} x[n, g*Cg + c, q] * w[g*Cg + c, o, k]
+            where t + lo - k*dilation = q*stride with 0 <= q < W   (other terms are zero)
+        W_out = (W - 1)*stride - lo - hi + dilation*(K - 1) + output_padding + 1
+
+    ``x`` (N, C, W), ``w`` (C, Og, K), ``Cg = C / groups``; ``padding`` is ``p`` or
+    ``(lo, hi)``. Precision as :func:`conv1d`. Raises ValueError for non-3-D operands or
+    mismatched channels.
+    """
+    if x.ndim != 3 or w.ndim != 3:
+        raise ValueError(f"conv1d_transpose: data and weight must be 3-D (NCW / IOW), got "
+                         f"{_dim_str(x.shape)} and {_dim_str(w.shape)}")
+    (s,) = _int_list(strides, 1, "strides", "conv1d_transpose")
+    (d,) = _int_list(dilation, 1, "dilation", "conv1d_transpose")
+    (opad,) = _int_list(output_padding, 1, "output_padding", "conv1d_transpose")
+    lo, hi = _int_list(padding, 2, "padding", "conv1d_transpose")
+    g = int(groups)
+    if builtins.min(s, d, g) < 1 or builtins.min(lo, hi, opad) < 0:
+        raise ValueError(f"conv1d_transpose: invalid strides={strides} dilation={dilation} "
+                         f"groups={groups} padding={padding} output_padding={output_padding}")
+    n, c, width = x.shape
+    ci, og, k = w.shape
+    sc, sci = _static(c), _static(ci)
+    if sc is not None and sci is not None and sc != sci:
+        raise ValueError(f"conv1d_transpose: data {_dim_str(x.shape)} has {sc} channels but "
+                         f"weight {_dim_str(w.shape)} expects {sci}")
+    if sc is not None and sc % g:
+        raise ValueError(f"conv1d_transpose: {sc} input channels are not divisible by groups={g}")
+    cg = E.simplify(c // g) if g > 1 else c
+    out_c = E.simplify(og * g)
+    out_w = E.simplify((width - 1) * s + (k - 1) * d + (opad + 1 - lo - hi))
+    in_dtype = _promote(x.dtype, w.dtype)
+    odt = _out_dtype(in_dtype, out_dtype)
+    acc = _acc_dtype(in_dtype, odt)
+
+    def fbody(nn, oc, t):
+        rc = _te.reduce_axis((0, cg), name="rc")
+        rk = _te.reduce_axis((0, k), name="rk")
+        num = E.simplify(t + lo - (rk.var * d if d != 1 else rk.var))
+        if s == 1:
+            q = num
+            conds = [E.GE(num, E.IntImm(0, "int64")), E.LT(num, width)]
+        else:
+            q = num // s
+            conds = [E.GE(num, E.IntImm(0, "int64")),
+                     E.EQ(num % s, E.IntImm(0, "int64")), E.LT(q, width)]
+        chan = rc.var if g == 1 else (oc // og) * cg + rc.var
+        oc_l = oc if g == 1 else oc % og
+        v = _cast(x[nn, chan, q], acc) * _cast(w[chan, oc_l, rk.var], acc)
+        return _te.sum(tir.if_then_else(tir.all(*conds), v, E.const(0, acc)), axis=[rc, rk])
+
+    return _two_stage((n, out_c, out_w), fbody, acc, odt, "conv1d_transpose_ncw")

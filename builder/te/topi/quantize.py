@@ -1,0 +1,158 @@
+"""Group-quantized weights: dequantization and the fused quantized matmul / gather computes.
+
+Group-quantized weights (MLC-LLM's ``q4f16_1`` family; per-channel int8 is the case of one
+group per row): ``q`` (rows, words) packs ``per_word = storage bits // bits`` values per word,
+element ``i`` of a word in bits ``[i * bits, (i + 1) * bits)``; ``s`` (rows, groups) holds one
+scale per ``group_size`` columns. Column ``k`` of row ``n`` dequantizes to
+``(unpack(q[n, k // per_word], k % per_word) - zero_point) * s[n, k // group_size]``, computed
+in float32 (exact: a small integer times a 16-bit float). The fused kernels read ``q`` and
+``s`` directly inside their reduction / gather, so no float copy of the weight exists.
+"""
+from __future__ import annotations
+
+
+from ...ir import expr as E
+from ...ir.expr import PrimExpr
+from .. import tensor as _te
+from ..tensor import Tensor
+from .common import _cast, _dim_str, _is_float, _out_dtype, _static, _two_stage, _up
+from .transform import checked_index
+
+__all__ = ["dequantize_linear", "dequantize_take", "group_dequantize"]
+
+
+_STORAGE_BITS = {"uint8": 8, "uint16": 16, "uint32": 32, "int8": 8}
+
+
+def _word_divisor(r: PrimExpr, bits: int, per_word: int, dtype: str, lo: int = 0,
+                  hi: int | None = None) -> PrimExpr:
+    """``2 ** (bits * r)`` as a ``dtype`` constant chosen by a balanced tree of selects on
+    ``r`` in ``[lo, hi)`` (depth log2(per_word), so LLVM turns the division into a shift)."""
+    hi = per_word if hi is None else hi
+    if hi - lo == 1:
+        return E.const(1 << (bits * lo), dtype)
+    mid = (lo + hi) // 2
+    return E.Select(E.LT(r, E.const(mid, r.dtype)), _word_divisor(r, bits, per_word, dtype, lo, mid),
+                    _word_divisor(r, bits, per_word, dtype, mid, hi))
+
+
+def _quant_layout(q: Tensor, s: Tensor, bits: int, group_size: int, in_features: int,
+                  what: str) -> int:
+    """Check the shapes / dtypes of a packed weight and its scales; returns values per word."""
+    if q.dtype not in _STORAGE_BITS:
+        raise TypeError(f"{what}: q_weight dtype must be one of {', '.join(_STORAGE_BITS)}, got {q.dtype}")
+    if not _is_float(s.dtype):
+        raise TypeError(f"{what}: q_scale must be floating point, got {s.dtype}")
+    if q.ndim != 2 or s.ndim != 2:
+        raise ValueError(f"{what}: q_weight and q_scale must be 2-D, got {_dim_str(q.shape)} and "
+                         f"{_dim_str(s.shape)}")
+    sbits = _STORAGE_BITS[q.dtype]
+    if bits <= 0 or sbits % bits or (q.dtype.startswith("int") and bits != sbits):
+        raise ValueError(f"{what}: cannot store {bits}-bit values in {q.dtype}")
+    per_word = sbits // bits
+    if group_size <= 0 or group_size % per_word:
+        raise ValueError(f"{what}: group_size {group_size} is not a multiple of the {per_word} "
+                         f"values per {q.dtype} word")
+    groups = -(-in_features // group_size)
+    words = groups * group_size // per_word
+    sq, ss = _static(q.shape[1]), _static(s.shape[1])
+    if sq is not None and sq != words:
+        raise ValueError(f"{what}: q_weight {_dim_str(q.shape)} has {sq} words per row, but "
+                         f"in_features={in_features} in groups of {group_size} needs {words}")
+    if ss is not None and ss != groups:
+        raise ValueError(f"{what}: q_scale {_dim_str(s.shape)} has {ss} groups per row, but "
+                         f"in_features={in_features} in groups of {group_size} needs {groups}")
+    return per_word
+
+
+def _dequant_value(q: Tensor, s: Tensor, row: PrimExpr, k: PrimExpr, bits: int, per_word: int,
+                   group_size: int, zero_point: int, split: tuple | None = None) -> PrimExpr:
+    """The float32 value of column ``k`` of row ``row`` (see the section comment). ``split``
+    ``(word, r)`` gives ``k // per_word`` and ``k % per_word`` as separate loop variables (then
+    ``r`` runs over a constant range that LLVM unrolls, and every shift becomes a constant)."""
+    if per_word > 1:
+        word_index, r = split if split is not None else (k // per_word, k % per_word)
+        word = q[row, word_index]
+        value = (word // _word_divisor(r, bits, per_word, q.dtype)) % E.const(1 << bits, q.dtype)
+    else:
+        value = q[row, k]
+    value = value.astype("int32")
+    if zero_point:
+        value = value - E.const(zero_point, "int32")
+    return value.astype("float32") * _up(s[row, k // group_size])
+
+
+def group_dequantize(q: Tensor, s: Tensor, bits: int, group_size: int, zero_point: int,
+                     in_features: int) -> Tensor:
+    """The dequantized weight ``(rows, in_features)`` in the scale dtype (``T_dequantize``), for
+    a ``group_dequantize`` that no matmul / take consumes directly (then it is a real buffer).
+
+    Raises TypeError / ValueError when the layout does not fit (words or groups per row,
+    storage dtype, group size).
+    """
+    per_word = _quant_layout(q, s, bits, group_size, in_features, "group_dequantize")
+    return _te.compute(
+        (q.shape[0], E.IntImm(in_features, "int64")),
+        lambda n, k: _cast(_dequant_value(q, s, n, k, bits, per_word, group_size, zero_point), s.dtype),
+        name="T_dequantize")
+
+
+def dequantize_linear(x: Tensor, q: Tensor, s: Tensor, bits: int, group_size: int, zero_point: int,
+                      in_features: int, out_dtype: str | None = None) -> Tensor:
+    """``x @ dequantize(q, s).T`` in one kernel (``dequantize_NT_matmul``): the fused form of
+    ``matmul(x, permute_dims(group_dequantize(q, s)))``. Each weight is unpacked and scaled in
+    registers inside the reduction over ``k < in_features`` (padding columns are never read);
+    when ``in_features`` fills whole words the reduction runs over words ``kw`` and the values
+    ``r`` of a word (``k = kw * per_word + r``), so that the unpacking shifts are constants.
+
+    ``x`` (..., in_features) in the scale dtype; result (..., rows) in ``out_dtype`` (default:
+    ``x.dtype``), accumulated in float32 (float64 never: the weights are at most 16-bit floats
+    times small integers). Raises ValueError / TypeError for mismatched shapes or dtypes.
+    """
+    per_word = _quant_layout(q, s, bits, group_size, in_features, "dequantize_linear")
+    if x.ndim == 0:
+        raise ValueError("dequantize_linear: input must have ndim >= 1")
+    kx = _static(x.shape[-1])
+    if kx is not None and kx != in_features:
+        raise ValueError(f"dequantize_linear: input {_dim_str(x.shape)} does not match the "
+                         f"weight's in_features={in_features}")
+    if x.dtype != s.dtype:
+        raise TypeError(f"dequantize_linear: input dtype {x.dtype} differs from scale dtype {s.dtype}")
+    odt = _out_dtype(x.dtype, out_dtype)
+    acc = "float64" if x.dtype == "float64" else "float32"
+    shape = list(x.shape[:-1]) + [q.shape[0]]
+
+    def fbody(*idx):
+        if per_word > 1 and in_features % per_word == 0:
+            # two reduction loops, over words and over the values of a word (constant extent)
+            kw = _te.reduce_axis((0, E.IntImm(in_features // per_word, "int64")), name="kw")
+            r = _te.reduce_axis((0, E.IntImm(per_word, "int64")), name="r")
+            k, axes, split = kw.var * per_word + r.var, [kw, r], (kw.var, r.var)
+        else:
+            kk = _te.reduce_axis((0, E.IntImm(in_features, "int64")), name="k")
+            k, axes, split = kk.var, kk, None
+        w = _dequant_value(q, s, idx[-1], k, bits, per_word, group_size, zero_point, split)
+        return _te.sum(_cast(x[tuple(idx[:-1]) + (k,)], acc) * _cast(w, acc), axis=axes)
+
+    return _two_stage(shape, fbody, acc, odt, "dequantize_NT_matmul")
+
+
+def dequantize_take(q: Tensor, s: Tensor, indices: Tensor, bits: int, group_size: int,
+                    zero_point: int, in_features: int) -> Tensor:
+    """Rows ``indices`` of ``dequantize(q, s)`` (``T_dequantize_take``): the fused form of
+    ``take(group_dequantize(q, s), indices, axis=0)``, unpacking only the gathered rows.
+
+    Result ``indices.shape + (in_features,)`` in the scale dtype. An index outside the rows is
+    an error when the code runs (as for ``take``, :func:`checked_index`). Raises TypeError for
+    non-integer indices.
+    """
+    per_word = _quant_layout(q, s, bits, group_size, in_features, "dequantize_take")
+    if not E.is_int_dtype(indices.dtype) or indices.dtype == "bool":
+        raise TypeError(f"dequantize_take: indices must be integers, got {indices.dtype}")
+    ni = indices.ndim
+
+    def f(*idx):
+        row = checked_index(indices[tuple(idx[:ni])].astype("int64"), q.shape[0])
+        return _cast(_dequant_value(q, s, row, idx[ni], bits, per_word, group_size, zero_point), s.dtype)
+
+    return _te.compute(list(indices.shape) + [E.IntImm(in_features, "int64")], f, name="T_dequantize_take")

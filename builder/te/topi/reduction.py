@@ -1,0 +1,155 @@
+"""Reductions along axes: sum, mean, max, min, prod, argmax / argmin, and the cumulative sum PrimFunc.
+"""
+from __future__ import annotations
+
+
+from ...ir import expr as E
+from ...ir import tir
+from ...ir.expr import PrimExpr
+from .. import tensor as _te
+from ..tensor import Tensor
+from .common import _cast, _compute_dtype, _count, _full_index, _is_float, _norm_axes, _norm_axis, _product, _reduce_axes, _reduced_shape, _two_stage, _zero
+
+__all__ = ["argmax", "argmin", "cumsum_prim_func", "max", "mean", "min", "prod", "sum"]
+
+
+def _reduce(x: Tensor, axis, keepdims: bool, reducer, name: str, acc_dtype: str,
+            out_dtype: str, fepilogue=None) -> Tensor:
+    axes = _norm_axes(axis, x.ndim, name)
+    shape = _reduced_shape(x.shape, axes, keepdims)
+
+    def fbody(*idx):
+        rv = _reduce_axes(x.shape, axes)
+        return reducer(_cast(x[_full_index(idx, axes, x.ndim, rv, keepdims)], acc_dtype), axis=rv)
+
+    epi = None if fepilogue is None else (lambda v, idx: fepilogue(v, axes))
+    return _two_stage(shape, fbody, acc_dtype, out_dtype, name, epi)
+
+
+def sum(x: Tensor, axis=None, keepdims: bool = False) -> Tensor:  # noqa: A001 - op name
+    """Sum over ``axis`` (int, list or None = all; negative allowed) (``numpy.sum``).
+
+    16-bit floats accumulate in float32 (then a cast stage); bools are summed as int64; other
+    dtypes accumulate in their own dtype (TVM's ``topi.sum``)."""
+    out = "int64" if x.dtype == "bool" else x.dtype
+    return _reduce(x, axis, keepdims, _te.sum, "T_sum", _compute_dtype(out), out)
+
+
+def mean(x: Tensor, axis=None, keepdims: bool = False) -> Tensor:
+    """Arithmetic mean over ``axis`` (``numpy.mean``): the sum (float32 for 16-bit floats) divided
+    by the number of reduced elements, in an epilogue stage. Integer inputs keep their dtype and
+    divide truncating toward zero (TVM's ``topi.mean``)."""
+    acc = _compute_dtype(x.dtype)
+
+    def epi(v, axes):
+        n = _product([x.shape[a] for a in axes])
+        return v / (_count([n], acc) if _is_float(acc) else n.astype(acc))
+
+    return _reduce(x, axis, keepdims, _te.sum, "T_mean", acc, x.dtype, epi)
+
+
+def max(x: Tensor, axis=None, keepdims: bool = False) -> Tensor:  # noqa: A001 - op name
+    """Maximum over ``axis`` (``numpy.max``); identity is the dtype's lowest finite value."""
+    return _reduce(x, axis, keepdims, _te.max, "T_max", _compute_dtype(x.dtype), x.dtype)
+
+
+def min(x: Tensor, axis=None, keepdims: bool = False) -> Tensor:  # noqa: A001 - op name
+    """Minimum over ``axis`` (``numpy.min``); identity is the dtype's highest finite value."""
+    return _reduce(x, axis, keepdims, _te.min, "T_min", _compute_dtype(x.dtype), x.dtype)
+
+
+def prod(x: Tensor, axis=None, keepdims: bool = False) -> Tensor:  # noqa: A001 - op name
+    """Product over ``axis`` (``numpy.prod``, keeping the dtype; 16-bit floats in float32)."""
+    return _reduce(x, axis, keepdims, _te.prod, "T_prod", _compute_dtype(x.dtype), x.dtype)
+
+
+def _arg_reduce(x: Tensor, axis, keepdims: bool, largest: bool) -> Tensor:
+    name = "T_argmax" if largest else "T_argmin"
+    if axis is not None and not isinstance(axis, int):
+        raise TypeError(f"{name[2:]}: axis must be an int or None, got {axis!r}")
+    axes = _norm_axes(axis, x.ndim, name[2:])
+    acc = _compute_dtype(x.dtype)
+    shape = _reduced_shape(x.shape, axes, keepdims)
+    nd = x.ndim
+    reducer = _te.max if largest else _te.min
+
+    def fext(*idx):
+        rv = _reduce_axes(x.shape, axes)
+        return reducer(_cast(x[_full_index(idx, axes, nd, rv, keepdims)], acc), axis=rv)
+
+    ext = _te.compute(shape, fext, name=name + "_" + ("max" if largest else "min"))
+
+    def fidx(*idx):
+        rv = _reduce_axes(x.shape, axes)
+        flat: PrimExpr = _zero()
+        for a, r in zip(axes, rv):
+            flat = flat * x.shape[a] + r.var
+        hit = E.EQ(_cast(x[_full_index(idx, axes, nd, rv, keepdims)], acc), ext[idx])
+        big = tir.max_value("int64")
+        return _te.min(E.Select(hit, flat, big), axis=rv)
+
+    return _te.compute(shape, fidx, name=name)
+
+
+def argmax(x: Tensor, axis: int | None = None, keepdims: bool = False) -> Tensor:
+    """Index (int64) of the maximum along ``axis`` (``numpy.argmax``: the first one on ties;
+    ``axis=None`` gives the flat index). Two passes: the maximum (``T_argmax_max``, float32
+    for 16-bit floats), then the smallest index holding it (``T_argmax``)."""
+    return _arg_reduce(x, axis, keepdims, True)
+
+
+def argmin(x: Tensor, axis: int | None = None, keepdims: bool = False) -> Tensor:
+    """Index (int64) of the minimum along ``axis`` (``numpy.argmin``; see :func:`argmax`)."""
+    return _arg_reduce(x, axis, keepdims, False)
+
+
+def cumsum_prim_func(x: Tensor, axis: int | None = None, dtype: str | None = None,
+                     exclusive: bool = False, name: str = "cumsum") -> tir.PrimFunc:
+    """A PrimFunc ``(x, T_cumsum)`` computing the cumulative sum of placeholder ``x`` along
+    ``axis`` (``numpy.cumsum``; ``axis=None`` scans the flattened tensor into a 1-D result).
+
+    A scan is not a tensor expression, so the loops are written directly (already lowered,
+    as TVM's ``topi.cumsum`` builds them with the IR builder): for every position outside
+    ``axis`` a running sum in a one-element accumulator (float32 for 16-bit floats, else the
+    result dtype) walks the axis serially and stores ``acc`` after adding the element
+    (``exclusive=True``: before). ``dtype`` (default ``x.dtype``) is the result dtype.
+    """
+    odt = dtype if dtype not in (None, "void") else x.dtype
+    acc_dt = _compute_dtype(odt) if odt != "bool" else "int64"
+    nd = x.ndim
+    total = _product(x.shape)
+    if axis is None:
+        out = tir.Buffer("T_cumsum", [total], odt)
+        outer_dims: list[int] = []
+        scan_dims = list(range(nd))
+    else:
+        ax = _norm_axis(axis, nd, "cumsum")
+        out = tir.Buffer("T_cumsum", x.shape, odt)
+        outer_dims = [d for d in range(nd) if d != ax]
+        scan_dims = [ax]
+    acc = tir.Buffer("acc", [1], acc_dt)
+    zero_i = _zero()
+    ivars = [E.Var(f"i{d}", "int64") for d in range(nd)]
+
+    def out_index() -> list[PrimExpr]:
+        if axis is not None:
+            return list(ivars)
+        flat: PrimExpr = _zero()
+        for d in range(nd):
+            flat = flat * x.shape[d] + ivars[d]
+        return [flat]
+
+    v = _cast(x.buffer[tuple(ivars)], acc_dt)
+    cur = tir.BufferLoad(acc, [zero_i])
+    store_out = tir.BufferStore(out, _cast(cur, odt), out_index())
+    add = tir.BufferStore(acc, cur + v, [zero_i])
+    body: tir.Stmt = tir.SeqStmt([store_out, add] if exclusive else [add, store_out])
+    for d in reversed(scan_dims):
+        body = tir.For(ivars[d], 0, x.shape[d], "serial", body)
+    body = tir.SeqStmt([tir.BufferStore(acc, E.const(0, acc_dt), [zero_i]), body])
+    for d in reversed(outer_dims):
+        body = tir.For(ivars[d], 0, x.shape[d], "serial", body)
+    func = tir.PrimFunc([x.buffer, out], tir.Allocate(acc, body),
+                        {"global_symbol": name, "tir.noalias": True}, name)
+    tir.verify(func)
+    return func

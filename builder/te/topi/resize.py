@@ -1,0 +1,110 @@
+"""``resize2d``: nearest / linear resizing of the two spatial dims (``torch.nn.functional.interpolate``).
+"""
+from __future__ import annotations
+
+
+from ...ir import expr as E
+from ...ir import tir
+from ...ir.expr import PrimExpr
+from .. import tensor as _te
+from ..tensor import Tensor
+from .common import _cast, _dim_str, _out_dtype
+
+__all__ = ["resize2d"]
+
+
+def _round_index(v: PrimExpr, rounding: str) -> PrimExpr:
+    if rounding == "round":
+        return tir.round(v)
+    if rounding == "floor":
+        return tir.floor(v)
+    if rounding == "ceil":
+        return tir.ceil(v)
+    if rounding == "round_prefer_ceil":
+        return tir.floor(v + 0.5)
+    if rounding == "round_prefer_floor":
+        return tir.ceil(v - 0.5)
+    raise ValueError(f"resize2d: unknown rounding_method {rounding!r}")
+
+
+def resize2d(x: Tensor, size, layout: str = "NCHW", method: str = "linear",
+             coordinate_transformation_mode: str = "half_pixel", rounding_method: str = "round",
+             out_dtype: str | None = None) -> Tensor:
+    """Resize the spatial dims (``size`` = (oH, oW)) of an NCHW / NHWC image (ONNX ``Resize``
+    semantics, https://onnx.ai/onnx/operators/onnx__Resize.html). Per axis, with
+    ``r = in / out``, the source coordinate of output index ``i`` is
+
+    * ``asymmetric``: ``i * r``;  ``half_pixel``: ``(i + 0.5) * r - 0.5``;
+    * ``align_corners``: ``i * (in - 1) / (out - 1)`` (0 when ``out == 1``).
+
+    ``nearest_neighbor`` reads the pixel at the rounded coordinate (``rounding_method``; the
+    asymmetric / floor case is the exact integer ``(i * in) // out``, PyTorch's nearest).
+    ``linear`` interpolates the 2 x 2 neighbours of the coordinate (clamped to >= 0 for
+    half_pixel, as PyTorch) with indices clamped to the image. Coordinates and weights are
+    float32 (float64 for float64 data); the result is converted to ``out_dtype`` (default: the
+    input dtype). Raises ValueError for other layouts, methods or modes.
+    """
+    if layout not in ("NCHW", "NHWC"):
+        raise ValueError(f"resize2d: layout must be 'NCHW' or 'NHWC', got {layout!r}")
+    if method not in ("nearest_neighbor", "linear"):
+        raise ValueError(f"resize2d: method {method!r} is not supported (nearest_neighbor, linear)")
+    mode = coordinate_transformation_mode
+    if mode not in ("asymmetric", "half_pixel", "align_corners"):
+        raise ValueError(f"resize2d: coordinate_transformation_mode {mode!r} is not supported "
+                         "(asymmetric, half_pixel, align_corners)")
+    if x.ndim != 4:
+        raise ValueError(f"resize2d: data must be 4-D, got {_dim_str(x.shape)}")
+    oh, ow = [E.convert(s).astype("int64") for s in size]
+    ha, wa = (2, 3) if layout == "NCHW" else (1, 2)
+    in_h, in_w = x.shape[ha], x.shape[wa]
+    shape = list(x.shape)
+    shape[ha], shape[wa] = oh, ow
+    cd = "float64" if x.dtype == "float64" else "float32"
+    odt = _out_dtype(x.dtype, out_dtype)
+    zero = E.IntImm(0, "int64")
+
+    def fl(v) -> PrimExpr:
+        return E.convert(v).astype(cd)
+
+    def src(i, n_in, n_out) -> PrimExpr:
+        if mode == "align_corners":
+            ratio = (fl(n_in) - 1.0) / tir.maximum(fl(n_out) - 1.0, E.const(1.0, cd))
+            return fl(i) * ratio
+        ratio = fl(n_in) / fl(n_out)
+        if mode == "asymmetric":
+            return fl(i) * ratio
+        return (fl(i) + 0.5) * ratio - 0.5
+
+    def clamp(i, n_in) -> PrimExpr:
+        return tir.minimum(tir.maximum(i, zero), n_in - 1)
+
+    def load(idx, yi, xi):
+        full = list(idx)
+        full[ha], full[wa] = yi, xi
+        return _cast(x[tuple(full)], cd)
+
+    if method == "nearest_neighbor":
+        def nearest(i, n_in, n_out):
+            if mode == "asymmetric" and rounding_method == "floor":
+                return (i * n_in) // n_out
+            return clamp(_round_index(src(i, n_in, n_out), rounding_method).astype("int64"), n_in)
+
+        def f(*idx):
+            return _cast(load(idx, nearest(idx[ha], in_h, oh), nearest(idx[wa], in_w, ow)), odt)
+    else:
+        def coord(i, n_in, n_out):
+            c = src(i, n_in, n_out)
+            if mode == "half_pixel":
+                c = tir.maximum(c, E.const(0.0, cd))
+            c0 = tir.floor(c)
+            i0 = c0.astype("int64")
+            return clamp(i0, n_in), clamp(i0 + 1, n_in), c - c0
+
+        def f(*idx):
+            y0, y1, ly = coord(idx[ha], in_h, oh)
+            x0, x1, lx = coord(idx[wa], in_w, ow)
+            top = load(idx, y0, x0) * (1.0 - lx) + load(idx, y0, x1) * lx
+            bottom = load(idx, y1, x0) * (1.0 - lx) + load(idx, y1, x1) * lx
+            return _cast(top * (1.0 - ly) + bottom * ly, odt)
+
+    return _te.compute(shape, f, name="resize")
