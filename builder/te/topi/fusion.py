@@ -6,7 +6,7 @@ readers (its body substituted at the read's indices), so a chain ``matmul -> sil
 becomes one reduction stage per matmul plus one elementwise stage that reads the reductions.
 ``linear_kernel`` builds such a graph for ``epilogue(x @ W_0.T, x @ W_1.T, ...)`` from the
 ordinary topi ops (so the fused semantics equal the unfused ones, roundings included) and
-describes it for the matmul kernel emitter (``builder/codegen/kernels/linear.py``).
+describes it for the matmul kernel emitter (``builder/codegen/kernels/linear/``).
 """
 from __future__ import annotations
 

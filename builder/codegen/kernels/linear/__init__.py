@@ -1,0 +1,82 @@
+"""Matmul kernels: ``out[..., n] = epilogue(sum_k x[..., k] * W_w[n, k] for each weight w)``.
+
+A PrimFunc opts in with the attribute ``attrs["mb.kernel"]``, a
+:class:`~builder.ir.kernel.LinearKernelSpec` (set by :func:`builder.te.topi.linear_kernel`, which
+kernel selection uses): the parameter indices of ``x`` and ``out``, one or two weights
+(:class:`~builder.ir.kernel.DenseWeight` / :class:`~builder.ir.kernel.GroupWeight`) and the name of
+each weight's reduction block. The PrimFunc body stays the reference semantics: one float32
+reduction block per weight and one elementwise block writing ``out`` from the accumulators and other
+params (bias, residual, ...). :func:`plan_linear` (:mod:`.plan`) checks that structure and returns a
+:class:`LinearPlan`, or the reason it does not apply -- then the generic loop code runs.
+
+Files: :mod:`.plan` (the planner and :data:`TUNING`), :mod:`.emitter` (the driver,
+:func:`emit_linear`), and one file per kernel family, each a mixin of the emitter: :mod:`.gemv`
+(float / packed-weight GEMV), :mod:`.int8_gemv`, :mod:`.bf16` (``vdpbf16ps`` GEMV and GEMM),
+:mod:`.gemm` (float GEMM), :mod:`.int8_gemm`; :mod:`.int8_rows` (the int8 layout of x).
+
+Generated code (:func:`emit_linear`), for the host's widest vectors (:class:`SimdInfo`):
+
+* ``x`` (``M = prod(leading dims)`` rows of ``K``) is used in place when float32, else widened
+  once into a float32 scratch;
+* **GEMV** (``M <= gemv_max_rows``: 24 with float weights, 4 with packed ones): tiles of
+  ``R`` weight rows (4, packed ones too); each tile streams its rows once per group of ``MT`` input
+  rows (``MT`` and the unroll ``U`` chosen so that the accumulators fit the register file),
+  decoding weights in registers; vector accumulators are summed horizontally, the scalar tail
+  ``K % step`` is added, then the epilogue writes the tile. Packed 4 / 8-bit weights take the
+  fast path of :meth:`GroupQuantDecoder.fast_chunk`: ``x`` is permuted once per call to the
+  decoder's lane order, the scale is applied once per group and the zero point through
+  per-group sums of ``x``;
+* **int8-activation GEMV** for 4-bit weights whose graph says ``activation_quantization=int8``
+  (``M <= gemv_max_rows_qi`` = 32, hosts with AVX2; see :class:`schemas.GroupQuantization`): x
+  is quantized once per call to int8 per group (:class:`Int8Rows`), then per 64-column step
+  and weight row one 32-byte load and, per input row (2 at a time, 4 with 32 registers), two
+  ``vpmaddubsw`` (nibbles x int8) and one ``vpmaddwd`` give eight int32 partial dots that are
+  converted and accumulated with ``scale * d`` per lane -- about half the instructions per
+  weight of the float path (:meth:`~.emitter.LinearEmitter._gemv_micro_i8`); from ``M >
+  gemv_max_rows_qig`` (8) the **int8 GEMM**: x quantized the same way into a plain int8 copy,
+  each panel of ``NRI`` (16) weight rows unpacked once per block of ``KCI`` columns into bytes in k-quad
+  order (32 bytes = 4 columns of 8 rows), and a 3-row micro-kernel (6 with 32 registers) that
+  per 4 columns broadcasts 4 int8 values of a row and runs one ``vpmaddubsw`` per 8 weight
+  rows, adds those in int16 over 32 columns, widens with ``vpmaddwd`` and applies ``scale * d``
+  per group (:meth:`~.emitter.LinearEmitter._i8_micro_fn`); the columns the GEMV keeps float are added
+  in float (:meth:`~.emitter.LinearEmitter._i8_tail_fn`), so every batch size computes the same. On
+  CPUs with VNNI (plan variant ``vnni``) one ``vpdpbusd`` replaces each ``vpmaddubsw`` /
+  ``vpmaddwd`` pair: the GEMV's two nibble halves go into one int32 sum seeded with
+  ``-zero_point * sum q``, the GEMM's micro-kernel accumulates int32 directly (no int16
+  partial sums) -- the same exact integer sums;
+* **GEMM** (larger ``M``): BLIS-style. For each panel of ``NR`` weight rows (2 vectors, 4 with
+  32 registers) and each block of ``KC`` columns, the decoder unpacks the panel transposed into
+  an L1-resident float32 buffer ``Bp[k][NR]`` (in-register VLxVL transposes); an ``MR x NR``
+  micro-kernel (``MR = 6``: 12 / 24 accumulators) broadcasts ``x[m, k]`` and runs FMAs against
+  ``Bp``, accumulating into a per-panel ``M x NR`` buffer; after the last block the epilogue
+  reads it. Remainder rows (``M % MR``) use smaller micro-kernels, remainder columns a
+  zero-padded panel. While a block's micro-kernels run, each issues L2 prefetches for part of
+  the next block's weight rows (``prefetch_gemm``), so the unpacking does not wait on memory
+  (measured: the unpacking alone read float32 weights at single-core DRAM speed, 9% of a
+  batch-128 layer's time; with the prefetch the layer runs 2-5% faster);
+* **bfloat16 dot products** (plan variant ``bf16dot``: bfloat16 ``x`` and weights, even static
+  ``K``, a CPU with AVX512-BF16): the GEMV reads ``x`` and each weight row as vectors of 32-bit
+  words (two columns each) and runs one ``vdpbf16ps`` per (weight row, input row) and
+  ``2 * lanes`` columns (:meth:`~.emitter.LinearEmitter._gemv_micro_bf16`); the GEMM packs panels of
+  those words without widening (``KC`` words = ``2 KC`` columns per block) and its micro-kernel
+  broadcasts one word of ``x`` per row and column pair (:meth:`~.emitter.LinearEmitter._micro_bf16_fn`):
+  two products per lane and instruction, where the float32 path does one FMA per product after
+  widening. ``x`` is read as it is (no float32 copy);
+* work is split over weight-row tiles / panels with ``mb_parallel_for`` (see
+  :mod:`runtime.threadpool`) when ``M * N * K >= parallel_min_macs``, in ``tasks_per_thread``
+  (16) tasks per thread for dynamic balance;
+* helpers that do not depend on the kernel (micro-kernels, row-dot and panel-pack functions
+  per weight format) are shared by all kernels of a module and kept out of line, which keeps
+  LLVM's work (and the build time) small.
+
+Epilogues are the reference block's expression (the accumulators substituted), emitted in one
+out-of-line function per kernel that writes a run of outputs of a row (LLVM vectorizes it;
+``exp`` is inlined as a polynomial). :data:`TUNING` holds the tunables (``MB_TUNE`` overrides).
+"""
+from ....ir.kernel import KERNEL_ATTR
+from .emitter import LinearEmitter, emit_linear
+from .int8_rows import Int8Rows, int8_gemv_supported
+from .plan import TUNING, LinearPlan, plan_linear
+
+__all__ = ["KERNEL_ATTR", "LinearPlan", "plan_linear", "emit_linear", "TUNING", "LinearEmitter", "Int8Rows",
+           "int8_gemv_supported"]

@@ -1,0 +1,459 @@
+"""The linear kernel driver: :class:`LinearEmitter` writes the body function (x widened to float32
+once when needed, the prepared copies of x, the work split over threads, GEMV or GEMM by ``M``) and
+the shared pieces (task context, epilogue, workspaces, helper cache); the kernel families are its
+mixins, one per file: :mod:`.gemv`, :mod:`.int8_gemv`, :mod:`.bf16`, :mod:`.gemm`, :mod:`.int8_gemm`."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from llvmlite import ir
+
+from ....ir import expr as E
+from ....ir.tir import PrimFunc
+from ...llvm_emit import F32, I32, I64, PTR, BufferExprEmitter, ModuleEmitter, mem_type, reg_type
+from ..decode import DenseDecoder, GroupQuantDecoder
+from ..simd import KFunc, SimdInfo, vec
+from .plan import TUNING, LinearPlan
+from .int8_rows import int8_gemv_supported
+from .gemv import GemvFloat
+from .bf16 import Bf16Dot
+from .int8_gemv import GemvInt8
+from .gemm import GemmFloat
+from .int8_gemm import GemmInt8
+
+__all__ = ["LinearEmitter", "emit_linear"]
+
+
+class _Ctx:
+    """The task context: a struct of param pointers, symbolic vars and kernel values."""
+
+    def __init__(self, nparams: int, nsyms: int, extra: list[str]) -> None:
+        self.nparams, self.nsyms = nparams, nsyms
+        self.extra = extra
+        self.type = ir.LiteralStructType([PTR] * (nparams + 1) + [I64] * (nsyms + len(extra)))
+
+    def store(self, kf: KFunc, slot, ptrs, syms, xf, values: dict) -> None:
+        vals = list(ptrs) + [xf] + list(syms) + [values[k] for k in self.extra]
+        for i, v in enumerate(vals):
+            # ``slot`` is the (typed) alloca: llvmlite derives the field pointer type
+            p = kf.b.gep(slot, [ir.Constant(I32, 0), ir.Constant(I32, i)], inbounds=True)
+            kf.b.store(v, p)
+
+    def load(self, kf: KFunc, ctx):
+        out = []
+        for i, t in enumerate(self.type.elements):
+            p = kf.b.gep(ctx, [ir.Constant(I32, 0), ir.Constant(I32, i)], inbounds=True,
+                         source_etype=self.type)
+            out.append(kf.b.load(p, typ=t))
+        n = self.nparams
+        ptrs, xf = out[:n], out[n]
+        syms = out[n + 1:n + 1 + self.nsyms]
+        extra = dict(zip(self.extra, out[n + 1 + self.nsyms:]))
+        return ptrs, xf, syms, extra
+
+
+@dataclass
+class _State:
+    """Values loaded from the task context inside one generated function."""
+
+    kf: KFunc
+    em: BufferExprEmitter
+    ptrs: list
+    xf: ir.Value
+    M: ir.Value
+    N: ir.Value
+    K: ir.Value
+    units: ir.Value
+    ntasks: ir.Value
+    args: list
+    fn: ir.Function
+    extra: dict = field(default_factory=dict)
+
+
+class LinearEmitter(GemvFloat, Bf16Dot, GemvInt8, GemmFloat, GemmInt8):
+    """Emits one linear kernel (see the package docstring); the family mixins add the GEMV / GEMM
+    code paths."""
+
+    def __init__(self, mod: ModuleEmitter, name: str, func: PrimFunc, sig, plan: LinearPlan,
+                 simd: SimdInfo) -> None:
+        self.mod = mod
+        self.module = mod.module
+        self.name = name
+        self.func = func
+        self.sig = sig
+        self.plan = plan
+        self.simd = simd
+        self.lanes = simd.lanes
+        self.nw = len(plan.weights)
+        self.error_code = len(sig.checks) + 1
+        regs = simd.registers
+        self.R = TUNING["gemv_rows"]
+        budget = max(regs - 6, 4)
+        self.MT = max(1, min(4, budget // self.R))
+        self.MG = TUNING["gemv_max_rows"]
+        self.MR = TUNING["mr"]
+        self.NV = 4 if regs >= 32 else 2
+        self.NR = self.NV * self.lanes
+        step = self.lanes
+        for w in plan.weights:
+            if w["format"] == "group" and w["group_size"] <= 256:
+                step = max(step, w["group_size"])
+        kc_bytes = TUNING["kc_bytes"] or (16384 if regs < 32 else 32768)
+        kc = max(32, kc_bytes // (4 * self.NR))
+        self.KC = max(step, kc - kc % step)
+        # GEMV weights read through GroupQuantDecoder.fast_chunk: one permuted copy of x and
+        # per-group sums of x per distinct (bits, group_size)
+        self.qkeys: list = []
+        self.qfast: dict[int, tuple] = {}
+        # 4-bit weights whose graph allows int8 activations: integer GEMV (``_gemv_micro_i8``),
+        # one int8 copy of x per distinct group size
+        self.ikeys: list[int] = []
+        self.qint: dict[int, int] = {}
+        k_static = E.simplify(plan.params[plan.x].shape[-1])
+        for w, d in enumerate(plan.weights):
+            if (d["format"] == "group" and d.get("activation") == "int8" and simd.int8_dot
+                    and isinstance(k_static, E.IntImm)
+                    and int8_gemv_supported(d["storage"], d["bits"], d["group_size"], k_static.value)):
+                if d["group_size"] not in self.ikeys:
+                    self.ikeys.append(d["group_size"])
+                self.qint[w] = d["group_size"]
+                continue
+            if d["format"] == "group" and GroupQuantDecoder.fast_dot_supported(
+                    d["storage"], d["bits"], d["group_size"], self.lanes):
+                key = (d["bits"], d["group_size"])
+                if key not in self.qkeys:
+                    self.qkeys.append(key)
+                self.qfast[w] = key
+        self.K_static = k_static.value if isinstance(k_static, E.IntImm) else None
+        # bfloat16 activations and weights on AVX512-BF16: GEMV and GEMM multiply pairs of
+        # columns with vdpbf16ps, the GEMM's panels hold the weights' 32-bit words as they are
+        self.bf16dot = plan.variant == "bf16dot"
+        # int8 activations on a CPU with VNNI: vpdpbusd replaces vpmaddubsw + vpmaddwd
+        self.vnni = plan.variant == "vnni"
+        self.vnni_tag = (".vnni" + ("" if simd.native("vnni") else "_emulated")) if self.vnni else ""
+        if self.qfast or self.qint:
+            self.R = TUNING["gemv_rows_q"]
+            self.MT = max(1, min(4, budget // self.R))
+        self.MTq = max(1, min(4, budget // (2 * self.R)))
+        self.MTi = TUNING["gemv_rows_x_i8"] or (4 if regs >= 32 else 2)
+        # int8-activation GEMM when every weight takes the int8 path: it quantizes the same
+        # columns as the GEMV (the rest stay float), so every batch size computes the same
+        self.i8gemm = bool(TUNING["gemm_i8"]) and len(self.qint) == self.nw
+        if any(w["format"] == "group" for w in plan.weights):
+            # GEMV re-decodes a tile's packed weights for every MT rows of x, GEMM once per
+            # panel: the crossover comes earlier than for float weights
+            groups = [w for w, d in enumerate(plan.weights) if d["format"] == "group"]
+            if self.i8gemm:
+                self.MG = TUNING["gemv_max_rows_qig"]
+            elif all(w in self.qint for w in groups):
+                self.MG = TUNING["gemv_max_rows_qi"]
+            else:
+                self.MG = min(self.MG, TUNING["gemv_max_rows_q"])
+        self.MRI = TUNING["mr_i8"] or (6 if regs >= 32 else 3)
+        step_i = max([64] + list(self.qint.values()))
+        self.KCI = max(step_i, TUNING["kc_i8"] - TUNING["kc_i8"] % step_i)
+        self.NRI = 8 * TUNING["nv_i8"]
+        self.gemm_nr = self.NRI if self.i8gemm else self.NR
+        extra = ["M", "N", "K", "ntasks", "units"]
+        extra += [f"xq{i}" for i in range(len(self.qkeys))] + [f"xs{i}" for i in range(len(self.qkeys))]
+        extra += [f"xi{i}" for i in range(len(self.ikeys))]
+        self.ctx = _Ctx(len(func.params), len(sig.sym_vars), extra)
+
+    def _function(self, fname: str, ret: ir.Type, args: list[ir.Type]) -> ir.Function:
+        fn = ir.Function(self.module, ir.FunctionType(ret, args), name=fname)
+        fn.linkage = "internal"
+        fn.attributes.add("nounwind")
+        return fn
+
+    def _bind(self, kf: KFunc, ptrs, syms) -> BufferExprEmitter:
+        env = {}
+        for v, s in zip(self.sig.sym_vars, syms):
+            env[v] = s if reg_type(v.dtype) == I64 else kf.b.trunc(s, reg_type(v.dtype))
+        em = BufferExprEmitter(self.mod, kf.b, env, {id(p): a for p, a in zip(self.func.params, ptrs)})
+        return em
+
+    def _weight_args(self, st: "_State", w: int) -> list:
+        """``[ptr0, ptr1, ld0, ld1]`` of weight ``w`` in a function with the context loaded:
+        the weight (or packed words and scales) and their row lengths."""
+        kf, em, ptrs = st.kf, st.em, st.ptrs
+        desc, params = self.plan.weights[w], self.plan.params
+        if desc["format"] == "dense":
+            wb = params[desc["w"]]
+            return [ptrs[desc["w"]], ir.Constant(PTR, None), em.typed(wb.shape[1], "int64"), kf.i64(0)]
+        q, s = params[desc["q"]], params[desc["scale"]]
+        return [ptrs[desc["q"]], ptrs[desc["scale"]], em.typed(q.shape[1], "int64"),
+                em.typed(s.shape[1], "int64")]
+
+    def _fmt_key(self, w: int) -> str:
+        d = self.plan.weights[w]
+        if d["format"] == "dense":
+            return f"dense_{d['dtype']}"
+        return (f"q{d['bits']}_{d['storage']}_{d['scale_dtype']}_g{d['group_size']}"
+                f"_z{d['zero_point']}".replace("-", "m"))
+
+    def _decoder(self, w: int, ptr0, ptr1, ld0, ld1):
+        d = self.plan.weights[w]
+        if d["format"] == "dense":
+            return DenseDecoder(ptr0, d["dtype"], ld0, self.lanes)
+        return GroupQuantDecoder(ptr0, d["storage"], ptr1, d["scale_dtype"], ld0, ld1, d["bits"],
+                                 d["group_size"], d["zero_point"], self.lanes)
+
+    def _shared(self, key: str):
+        """Module-wide cache of helper functions shared by every kernel of the module."""
+        cache = self.mod.__dict__.setdefault("_mb_shared_kernels", {})
+        return cache, cache.get(key)
+
+    def _shared_function(self, fname: str, ret: ir.Type, args: list[ir.Type]) -> ir.Function:
+        fn = self._function(fname, ret, args)
+        fn.attributes.add("noinline")
+        return fn
+
+    def _new_helper(self, key: str, args: list[ir.Type]) -> tuple[ir.Function, KFunc | None]:
+        """The module-shared ``void key(*args)`` helper: ``(fn, None)`` when it exists already,
+        else ``(fn, kf)`` to emit its body (pointer arguments are ``noalias``: helpers get
+        distinct buffers)."""
+        cache, fn = self._shared(key)
+        if fn is not None:
+            return fn, None
+        fn = self._shared_function(key, ir.VoidType(), args)
+        cache[key] = fn
+        for a, t in zip(fn.args, args):
+            if t == PTR:
+                a.add_attribute("noalias")
+        return fn, KFunc(self.module, fn)
+
+    def _epilogue_row(self, kf: KFunc, em: BufferExprEmitter, m, N):
+        """Bind the output's leading iter vars for flat row ``m``; returns the row's offset."""
+        out = self.plan.params[self.plan.out]
+        lead = self.plan.lead_vars
+        rem = m
+        for d in range(len(lead) - 1, -1, -1):
+            if d == 0:
+                em.env[lead[d]] = rem
+            else:
+                dim = em.typed(out.shape[d], "int64")
+                em.env[lead[d]] = kf.b.srem(rem, dim)
+                rem = kf.b.sdiv(rem, dim)
+        return kf.mul(m, N)
+
+    def _epilogue_store(self, kf: KFunc, em: BufferExprEmitter, out_ptr, row_off, n, accs) -> None:
+        out = self.plan.params[self.plan.out]
+        em.env[self.plan.n_var] = n
+        for var, val in zip(self.plan.acc_vars, accs):
+            em.env[var] = val
+        v = em.typed(self.plan.value, out.dtype)
+        em.store_value(out, v, kf.gep(out_ptr, kf.add(row_off, n), mem_type(out.dtype)))
+
+    def emit(self) -> list[str]:
+        func, plan = self.func, self.plan
+        nparams = len(func.params)
+        body_fn = self._function(f"{self.name}.compute", I32,
+                                 [PTR] * nparams + [I64] * len(self.sig.sym_vars))
+        for a in body_fn.args[:nparams]:
+            a.add_attribute("noalias")
+        self.epi_fn = self._emit_epilogue()
+        micro = self._micro_bf16_fn if self.bf16dot else self._micro_fn
+        self.micro_fns = {} if self.i8gemm else {t: micro(t) for t in range(1, self.MR + 1)}
+        gemv = self._emit_task("gemv")
+        gemm = self._emit_task("gemm")
+        kf = KFunc(self.module, body_fn)
+        b = kf.b
+        ptrs = list(body_fn.args[:nparams])
+        syms = list(body_fn.args[nparams:])
+        em = self._bind(kf, ptrs, syms)
+        x = plan.params[plan.x]
+        out = plan.params[plan.out]
+        M = kf.i64(1)
+        for d in x.shape[:-1]:
+            M = kf.mul(M, em.typed(d, "int64"))
+        K = em.typed(x.shape[-1], "int64")
+        N = em.typed(out.shape[-1], "int64")
+        empty = b.or_(b.icmp_signed("<=", M, kf.i64(0)), b.icmp_signed("<=", N, kf.i64(0)))
+        with kf.if_(empty, "empty"):
+            b.ret(ir.Constant(I32, 0))
+        # float32 view of x
+        xptr = ptrs[plan.x]
+        if x.dtype == "float32" or self.bf16dot:   # the bfloat16 GEMV / GEMM read x as it is
+            xf = xptr
+            scratch = None
+        else:
+            malloc = kf.declare("malloc", PTR, [I64])
+            total = kf.mul(M, K)
+            scratch = b.call(malloc, [kf.smax(kf.mul(total, 4), 1)])
+            with kf.if_(b.icmp_unsigned("==", scratch, ir.Constant(PTR, None)), "oom"):
+                b.ret(ir.Constant(I32, self.error_code))
+            mt = mem_type(x.dtype)
+            with kf.loop(0, total, 1, "cv", plain=False) as i:
+                raw = kf.load(mt, xptr, i, align=2)
+                if x.dtype == "float16":
+                    v = b.fpext(raw, F32)
+                else:
+                    v = b.bitcast(b.shl(b.zext(raw, I32), ir.Constant(I32, 16)), F32)
+                kf.store(v, scratch, i, align=4)
+            xf = scratch
+        qbufs = self._prepare_quant_x(kf, xf, M, K)
+        ibufs = self._prepare_int8_x(kf, xf, M, K)
+        # split the work
+        nthreads = b.sext(b.call(kf.declare("mb_num_threads", I32, []), []), I64)
+        macs = kf.mul(kf.mul(M, N), kf.smax(K, 1))
+        small = b.or_(kf.lt(macs, TUNING["parallel_min_macs"]), b.icmp_signed("<=", nthreads, kf.i64(1)))
+        use_gemv = b.icmp_signed("<=", M, kf.i64(self.MG))
+        units = b.select(use_gemv, kf.sdiv(kf.add(N, self.R - 1), self.R),
+                         kf.sdiv(kf.add(N, self.gemm_nr - 1), self.gemm_nr))
+        many = kf.smin(units, kf.mul(nthreads, TUNING["tasks_per_thread"]))
+        ntasks = b.select(small, kf.i64(1), kf.smax(many, 1))
+        slot = kf.alloca(self.ctx.type, name="ctx")
+        values = {"M": M, "N": N, "K": K, "ntasks": ntasks, "units": units}
+        for i, (xq, xs) in enumerate(qbufs):
+            values[f"xq{i}"] = b.ptrtoint(xq, I64)
+            values[f"xs{i}"] = b.ptrtoint(xs, I64)
+        for i, xi in enumerate(ibufs):
+            values[f"xi{i}"] = b.ptrtoint(xi, I64)
+        self.ctx.store(kf, slot, ptrs, syms, xf, values)
+        task = b.select(use_gemv, gemv, gemm)
+        par = kf.declare("mb_parallel_for", I32, [PTR, PTR, I64])
+        rc_slot = kf.alloca(I32, name="rc")
+
+        def serial():
+            kf.if_else(use_gemv, lambda: kf.b.store(kf.b.call(gemv, [slot, kf.i64(0)]), rc_slot),
+                       lambda: kf.b.store(kf.b.call(gemm, [slot, kf.i64(0)]), rc_slot), "path")
+
+        def parallel():
+            kf.b.store(kf.b.call(par, [task, slot, ntasks]), rc_slot)
+
+        kf.if_else(b.icmp_signed("==", ntasks, kf.i64(1)), serial, parallel, "split")
+        rc = b.load(rc_slot, typ=I32)
+        free = kf.declare("free", ir.VoidType(), [PTR])
+        if scratch is not None:
+            b.call(free, [scratch])
+        for xq in [q for q, _ in qbufs] + ibufs:
+            b.call(free, [xq])  # free(NULL) is a no-op
+        b.ret(rc)
+        kf.finish()
+        self.body_fn = body_fn
+        return ["out of memory allocating a matmul workspace"]
+
+    def _prepare_quant_x(self, kf: KFunc, xf, M, K) -> list:
+        """For each fast-quant key: ``(xq, xs)`` buffers (NULL unless ``M <= gemv_max_rows``):
+        ``xq`` = x with every chunk of columns in the decoder's lane order, ``xs[m, g]`` = sum
+        of x over group ``g``. Returns the list of pointer pairs (``xs`` lives inside ``xq``'s
+        allocation)."""
+        out = []
+        if not self.qkeys:
+            return out
+        b = kf.b
+        malloc = kf.declare("malloc", PTR, [I64])
+        small = b.icmp_signed("<=", M, kf.i64(self.MG))
+        for bits, gs in self.qkeys:
+            dec = GroupQuantDecoder(ir.Constant(PTR, None), "uint32", ir.Constant(PTR, None),
+                                    "float32", kf.i64(0), kf.i64(0), bits, gs, 0, self.lanes)
+            chunk = dec.chunk
+            G = kf.sdiv(K, gs)
+            slot_q = kf.alloca(PTR, name="xq")
+            slot_s = kf.alloca(PTR, name="xs")
+            b.store(ir.Constant(PTR, None), slot_q)
+            b.store(ir.Constant(PTR, None), slot_s)
+
+            def fill():
+                nfl = kf.add(kf.mul(M, K), kf.mul(M, G))
+                buf = kf.b.call(malloc, [kf.add(kf.mul(nfl, 4), 4)])
+                with kf.if_(kf.b.icmp_unsigned("==", buf, ir.Constant(PTR, None)), "oomq"):
+                    kf.b.ret(ir.Constant(I32, self.error_code))
+                xs = kf.gep(buf, kf.mul(M, K), F32)
+                kf.b.store(buf, slot_q)
+                kf.b.store(xs, slot_s)
+                kv = kf.mul(G, gs)
+                with kf.loop(0, M, 1, "qm") as m:
+                    row = kf.mul(m, K)
+                    with kf.loop(0, kv, chunk, "qc") as c:
+                        for j in range(chunk):
+                            src = kf.add(kf.add(row, c), dec.x_perm(j))
+                            v = kf.load(F32, xf, src, align=4)
+                            kf.store(v, buf, kf.add(kf.add(row, c), j), align=4)
+                    with kf.loop(kv, K, 1, "qt") as k:
+                        kf.store(kf.load(F32, xf, kf.add(row, k), align=4), buf, kf.add(row, k), align=4)
+                    with kf.loop(0, G, 1, "qg") as g:
+                        base = kf.add(row, kf.mul(g, gs))
+                        acc = kf.fzero(self.lanes)
+                        for j in range(0, gs, self.lanes):
+                            acc = kf.b.fadd(acc, kf.load(vec(F32, self.lanes), xf, kf.add(base, j), align=4),
+                                            flags=KFunc.FM)
+                        kf.store(kf.hsum(acc), xs, kf.add(kf.mul(m, G), g), align=4)
+
+            with kf.if_(small, "qx"):
+                fill()
+            out.append((b.load(slot_q, typ=PTR), b.load(slot_s, typ=PTR)))
+        return out
+
+    def _open(self, suffix: str, ret: ir.Type, extra: list[ir.Type], inline: bool = False):
+        """A new internal function ``<name>.<suffix>(ptr ctx, *extra)`` with the context loaded;
+        returns ``(kf, state)``. Helpers are ``noinline`` so each is optimized once."""
+        fn = self._function(f"{self.name}.{suffix}", ret, [PTR] + extra)
+        if not inline:
+            fn.attributes.add("noinline")
+        kf = KFunc(self.module, fn)
+        ptrs, xf, syms, ex = self.ctx.load(kf, fn.args[0])
+        em = self._bind(kf, ptrs, syms)
+        st = _State(kf=kf, em=em, ptrs=ptrs, xf=xf, M=ex["M"], N=ex["N"], K=ex["K"],
+                    units=ex["units"], ntasks=ex["ntasks"], args=list(fn.args[1:]), fn=fn,
+                    extra=ex)
+        return kf, st
+
+    def _emit_epilogue(self) -> ir.Function:
+        """``void epi(ctx, i64 m, i64 n0, i64 count, ptr acc0, ptr acc1)``: outputs
+        ``out[m, n0:n0+count]`` from float32 accumulators ``acc_w[0:count]``."""
+        kf, st = self._open("epi", ir.VoidType(), [I64, I64, I64, PTR, PTR])
+        m, n0, count, a0, a1 = st.args
+        for a in (a0, a1):
+            a.add_attribute("noalias")
+        row_off = self._epilogue_row(kf, st.em, m, st.N)
+        with kf.loop(0, count, 1, "j", plain=False) as j:
+            accs = [kf.load(F32, a, j, align=4) for a in (a0, a1)[:self.nw]]
+            self._epilogue_store(kf, st.em, st.ptrs[self.plan.out], row_off, kf.add(n0, j), accs)
+        kf.b.ret_void()
+        kf.finish()
+        return st.fn
+
+    def _emit_task(self, kind: str) -> ir.Function:
+        kf, st = self._open(kind, I32, [I64], inline=True)
+        b = kf.b
+        idx = st.args[0]
+        u0 = b.sdiv(kf.mul(idx, st.units), st.ntasks)
+        u1 = b.sdiv(kf.mul(kf.add(idx, 1), st.units), st.ntasks)
+        if kind == "gemv":
+            self._gemv(kf, st, u0, u1)
+            b.ret(ir.Constant(I32, 0))
+        else:
+            self._gemm(kf, st, u0, u1)
+        kf.finish()
+        return st.fn
+
+    def _workspace(self, kf: KFunc, nbytes) -> tuple[ir.Value, ir.Value]:
+        """``malloc(nbytes)`` (the function returns the out-of-memory code on failure) and its
+        first 64-byte-aligned address (``nbytes`` must include 63 bytes of slack)."""
+        b = kf.b
+        raw = b.call(kf.declare("malloc", PTR, [I64]), [nbytes])
+        with kf.if_(b.icmp_unsigned("==", raw, ir.Constant(PTR, None)), "oom"):
+            b.ret(ir.Constant(I32, self.error_code))
+        aligned = b.and_(kf.add(b.ptrtoint(raw, I64), 63), kf.i64(~63))
+        return raw, b.inttoptr(aligned, PTR)
+
+    def _panel_epilogue(self, kf: KFunc, ctx, cs, M, NR: int, n0, nr_eff) -> None:
+        """The epilogue of a panel: ``out[m, n0:n0+nr_eff]`` for every row from the per-weight
+        ``M x NR`` float32 accumulators at ``cs``."""
+        b = kf.b
+        with kf.loop(0, M, 1, "me") as m:
+            accs = [kf.gep(cs, kf.add(kf.mul(m, NR), kf.mul(kf.mul(M, NR), w)), F32)
+                    for w in range(self.nw)]
+            accs += [accs[0]] * (2 - self.nw)
+            b.call(self.epi_fn, [ctx, m, n0, nr_eff] + accs)
+
+
+def emit_linear(mod: ModuleEmitter, name: str, func: PrimFunc, sig, plan: LinearPlan,
+                simd: SimdInfo) -> tuple[ir.Function, list[str]]:
+    """Emit ``<name>.compute`` (and its task / micro-kernel functions) for ``plan``; returns
+    the body function (the ABI entry calls it) and the extra error messages (codes after the
+    signature checks)."""
+    em = LinearEmitter(mod, name, func, sig, plan, simd)
+    extra = em.emit()
+    return em.body_fn, extra

@@ -1,0 +1,191 @@
+"""The float GEMM family (BLIS-style): weight panels unpacked (transposed) into an L1-resident float32
+buffer per block of ``KC`` columns, ``MR x NR`` FMA micro-kernels, the panel epilogue.
+
+A mixin of :class:`~.emitter.LinearEmitter`: its methods use the emitter's state (plan, tile sizes,
+shared-helper cache)."""
+from __future__ import annotations
+
+
+from llvmlite import ir
+
+from ...llvm_emit import F32, I1, I16, I32, I64, PTR
+from ..decode import DenseDecoder, GroupQuantDecoder
+from ..simd import vec
+from .plan import TUNING
+
+__all__ = ["GemmFloat"]
+
+
+class GemmFloat:
+    """The float GEMM family (BLIS-style): weight panels unpacked (transposed) into an L1-resident float32"""
+
+    def _micro_fn(self, t: int) -> ir.Function:
+        """``void micro_t(ptr bp, ptr xp, i64 ldx, i64 kc, ptr cs, i1 first)``: ``cs[i, 0:NR]
+        (+)= sum_k x[i, k] bp[k, 0:NR]`` for ``t`` float32 rows of ``x`` (row stride ``ldx``):
+        per column one broadcast of ``x`` per row and one FMA per accumulator."""
+        return self._micro_kernel(f"mb.micro.v{self.lanes}x{self.NV}.t{t}", t, F32, F32, 4,
+                                  lambda kf, acc, a, bv: kf.fma(a, bv, acc))
+
+    def _micro_kernel(self, key: str, t: int, xt: ir.Type, wt: ir.Type, xalign: int,
+                      update) -> ir.Function:
+        """The frame the GEMM micro-kernels share (module-wide helper ``key``): ``t x NV``
+        float32 vector accumulators loaded from ``cs`` (zero when ``first``), then per step
+        ``k < kc`` the ``NV`` panel vectors ``bp[k * NR : (k + 1) * NR]`` of ``wt`` elements,
+        one ``wt`` broadcast of ``x`` per row (element ``k`` of the row seen as ``wt``; rows of
+        ``xt`` elements, stride ``ldx``) and ``acc = update(kf, acc, a, bv)`` per accumulator;
+        the accumulators are stored back to ``cs``."""
+        fn, kf = self._new_helper(key, [PTR, PTR, I64, I64, PTR, I1])
+        if kf is None:
+            return fn
+        b = kf.b
+        bp, xp, ldx, kc, cs, first = fn.args
+        L, NV, NR = self.lanes, self.NV, self.NR
+        vt, bt = vec(F32, L), vec(wt, L)
+        accs = [[kf.alloca(vt, name="c") for _ in range(NV)] for _ in range(t)]
+        for i in range(t):
+            for v in range(NV):
+                old = kf.load(vt, cs, kf.i64(i * NR + v * L), align=4)
+                b.store(b.select(first, kf.fzero(L), old), accs[i][v])
+        xrows = [kf.gep(xp, kf.mul(ldx, i), xt) if i else xp for i in range(t)]
+        with kf.loop(0, kc, 1, "k") as k:
+            brow = kf.mul(k, NR)
+            bv = [kf.load(bt, bp, kf.add(brow, v * L) if v else brow, align=min(64, 4 * L))
+                  for v in range(NV)]
+            for i in range(t):
+                a = kf.splat(kf.load(wt, xrows[i], k, align=xalign), L)
+                for v in range(NV):
+                    slot = accs[i][v]
+                    b.store(update(kf, b.load(slot, typ=vt), a, bv[v]), slot)
+        for i in range(t):
+            for v in range(NV):
+                kf.store(b.load(accs[i][v], typ=vt), cs, kf.i64(i * NR + v * L), align=4)
+        b.ret_void()
+        kf.finish()
+        return fn
+
+    def _pack_fn(self, w: int, words: bool = False) -> ir.Function:
+        """``void pack(ptr w0, ptr w1, i64 ld0, i64 ld1, i64 K, i64 n0, i64 nr_eff, i64 kb,
+        i64 kc, ptr bp)``: ``bp[kk][j] = W[n0 + j, kb + kk]`` (zero for ``j >= nr_eff``).
+        ``words``: the weight's rows taken as 32-bit words, moved without conversion (the
+        bfloat16 pairs of :meth:`_micro_bf16_fn`; ``ld0``, ``K``, ``kb``, ``kc`` count words)."""
+        fmt = "dense_float32" if words else self._fmt_key(w)
+        key = f"mb.pack.{fmt}.v{self.lanes}x{self.NV}"
+        fn, kf = self._new_helper(key, [PTR, PTR, I64, I64, I64, I64, I64, I64, I64, PTR])
+        if kf is None:
+            return fn
+        p0, p1, ld0, ld1, K, n0, nr_eff, kb, kc, bp = fn.args
+        dec = DenseDecoder(p0, "float32", ld0, self.lanes) if words else self._decoder(w, p0, p1, ld0, ld1)
+        b = kf.b
+        L, NV, NR = self.lanes, self.NV, self.NR
+        kv = dec.vec_limit(kf, K)
+        full = b.icmp_signed("==", nr_eff, kf.i64(NR))
+        kend = kf.add(kb, kc)
+
+        def fast():
+            vend = kf.smax(kf.smin(kend, kv), kb)
+            for g in range(NV):
+                rows = [dec.row(kf, kf.add(n0, g * L + r)) for r in range(L)]
+
+                def body(k, u, wvecs, g=g):
+                    cols = kf.transpose(wvecs)
+                    base = kf.mul(kf.sub(k, kb), NR)
+                    for c in range(L):
+                        kf.store(cols[c], bp, kf.add(base, c * NR + g * L), align=min(64, 4 * L))
+
+                if isinstance(dec, GroupQuantDecoder):
+                    dec.vectors(kf, rows, kb, vend, 1, body, compact=True)
+                else:
+                    dec.vectors(kf, rows, kb, vend, 1, body)
+
+        def tail_rows(jend):
+            with kf.loop(0, NR, 1, "pj") as j:
+                inside = kf.lt(j, jend)
+
+                def real():
+                    row = dec.row(kf, kf.add(n0, j))
+                    with kf.loop(kf.smax(kf.sub(kv, kb), 0) if jend is not nr_eff else 0,
+                                 kc, 1, "pk") as kk:
+                        kf.store(dec.scalar(kf, row, kf.add(kb, kk)), bp, kf.add(kf.mul(kk, NR), j),
+                                 align=4)
+
+                def zero():
+                    with kf.loop(0, kc, 1, "pz") as kk:
+                        kf.store(ir.Constant(F32, 0.0), bp, kf.add(kf.mul(kk, NR), j), align=4)
+
+                kf.if_else(inside, real, zero, "pr")
+
+        def full_panel():
+            fast()
+            tail_rows(kf.i64(NR))   # columns past the vector part, all rows
+
+        kf.if_else(full, full_panel, lambda: tail_rows(nr_eff), "pack")
+        b.ret_void()
+        kf.finish()
+        return fn
+
+    def _gemm(self, kf, st, u0, u1) -> None:
+        if self.i8gemm:
+            return self._gemm_i8(kf, st, u0, u1)
+        b = kf.b
+        NR, KC, MR = self.NR, self.KC, self.MR
+        M, N, K = st.M, st.N, st.K
+        ctx = st.fn.args[0]
+        free = kf.declare("free", ir.VoidType(), [PTR])
+        cs_floats = kf.mul(kf.mul(M, NR), self.nw)
+        nbytes = kf.add(kf.mul(kf.add(cs_floats, KC * NR), 4), 128)
+        raw, bp = self._workspace(kf, nbytes)
+        cs = kf.gep(bp, kf.i64(KC * NR), F32)
+        micro = self.micro_fns
+        bf = self.bf16dot
+        # a block of KB columns fills the KC x NR panel: KC float32 columns, or KC words of
+        # two bfloat16 columns each for the vdpbf16ps micro-kernel
+        KB = 2 * KC if bf else KC
+        packs = [self._pack_fn(w, words=bf) for w in range(self.nw)]
+        wargs = [self._weight_args(st, w) for w in range(self.nw)]
+        pargs = [[a[0], a[1], kf.sdiv(a[2], 2), a[3]] for a in wargs] if bf else wargs
+        xt = I16 if bf else F32   # x: bfloat16 as it is, or float32
+        full_m = kf.sub(M, b.srem(M, kf.i64(MR)))
+        rem = b.srem(M, kf.i64(MR))
+        ntiles = kf.sdiv(full_m, MR)
+        decs = [self._decoder(w, *wargs[w]) for w in range(self.nw)]
+        with kf.loop(u0, u1, 1, "panel") as p:
+            n0 = kf.mul(p, NR)
+            nr_eff = kf.smin(kf.sub(N, n0), NR)
+            with kf.if_(b.icmp_signed("==", K, kf.i64(0)), "k0"):
+                with kf.loop(0, cs_floats, 1, "z") as i:
+                    kf.store(ir.Constant(F32, 0.0), cs, i, align=4)
+            for w in range(self.nw):
+                csw = kf.gep(cs, kf.mul(kf.mul(M, NR), w), F32) if w else cs
+                with kf.loop(0, K, KB, "kb") as kb:
+                    kc = kf.smin(kf.sub(K, kb), KB)
+                    if bf:   # K is even: so are kb and kc
+                        kcm = kf.sdiv(kc, 2)
+                        b.call(packs[w], pargs[w] + [kf.sdiv(K, 2), n0, nr_eff, kf.sdiv(kb, 2), kcm, bp])
+                    else:
+                        kcm = kc
+                        b.call(packs[w], wargs[w] + [K, n0, nr_eff, kb, kc, bp])
+                    first = b.icmp_signed("==", kb, kf.i64(0))
+                    # the next block's weights (the next KB columns, or the next panel's
+                    # first ones) stream into L2 while this block's micro-kernels run
+                    last = b.icmp_signed(">=", kf.add(kb, KB), K)
+                    pk = b.select(last, kf.i64(0), kf.add(kb, KB))
+                    pn0 = b.select(last, kf.add(n0, NR), n0)
+                    pkend = kf.smin(kf.add(pk, KB), K)
+                    pvalid = b.and_(kf.lt(pn0, N), ir.Constant(I1, int(bool(TUNING["prefetch_gemm"]))))
+                    with kf.loop(0, full_m, MR, "mt") as m0:
+                        xp = kf.gep(st.xf, kf.add(kf.mul(m0, K), kb), xt)
+                        b.call(micro[MR], [bp, xp, K, kcm, kf.gep(csw, kf.mul(m0, NR), F32), first])
+                        with kf.if_(pvalid, "pfn"):
+                            j = kf.sdiv(m0, MR)
+                            cnt = kf.sdiv(kf.smax(kf.add(kf.sub(kf.i64(NR - 1), j), ntiles), 0), ntiles)
+                            with kf.loop(0, cnt, 1, "pfr") as i:
+                                r = kf.add(j, kf.mul(i, ntiles))
+                                decs[w].prefetch(kf, decs[w].row(kf, kf.smin(kf.add(pn0, r), kf.sub(N, 1))),
+                                                 pk, pkend)
+                    xp = kf.gep(st.xf, kf.add(kf.mul(full_m, K), kb), xt)
+                    csr = kf.gep(csw, kf.mul(full_m, NR), F32)
+                    kf.switch_const(rem, {t: (lambda t=t: b.call(micro[t], [bp, xp, K, kcm, csr, first]))
+                                          for t in range(1, MR)}, f"mr{w}")
+            self._panel_epilogue(kf, ctx, cs, M, NR, n0, nr_eff)
+        b.call(free, [raw])
+        b.ret(ir.Constant(I32, 0))

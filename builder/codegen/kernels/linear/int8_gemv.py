@@ -1,0 +1,194 @@
+"""The int8-activation GEMV family (4-bit weights whose graph allows ``activation_quantization=int8``):
+x quantized once per call into :class:`~.int8_rows.Int8Rows`, then ``vpmaddubsw`` / ``vpmaddwd``
+(or VNNI ``vpdpbusd``) integer dots per group.
+
+A mixin of :class:`~.emitter.LinearEmitter`: its methods use the emitter's state (plan, tile sizes,
+shared-helper cache)."""
+from __future__ import annotations
+
+
+from llvmlite import ir
+
+from ...llvm_emit import F32, I8, I16, I32, I64, PTR
+from ..simd import KFunc, vec
+from .int8_rows import Int8Rows
+
+__all__ = ["GemvInt8"]
+
+
+class GemvInt8:
+    """The int8-activation GEMV family (4-bit weights whose graph allows ``activation_quantization=int8``):"""
+
+    def _prepare_int8_x(self, kf: KFunc, xf, M, K) -> list:
+        """For each group size of :attr:`ikeys`: a buffer (NULL unless ``M`` takes the GEMV, or
+        the layout of :meth:`_fill_int8_gemm_x` when it takes the int8 GEMM) holding, per row of x, the layout of :class:`Int8Rows`: x quantized to int8 per group
+        (``d = max|x| / 127``, ``q = rint(x * 127 / max|x|)`` clamped to +-127), each 64-column
+        step in the decoder's lane order (even columns, then odd), and per step and per 32-bit
+        lane of the step's dot product the group's ``d`` and ``sum q`` (the latter only in the
+        group's first lane, for the zero point). A NaN or infinity in a group makes its ``d``
+        NaN, so that the outputs of that row are NaN as with float activations."""
+        out = []
+        b = kf.b
+        malloc = kf.declare("malloc", PTR, [I64])
+        small = b.icmp_signed("<=", M, kf.i64(self.MG))
+        f8, i8x8 = vec(F32, 8), vec(I32, 8)
+        for gs in self.ikeys:
+            lay = Int8Rows(self.K_static, gs)
+            slot = kf.alloca(PTR, name="xi")
+            b.store(ir.Constant(PTR, None), slot)
+
+            def fill(lay=lay, slot=slot, gs=gs):
+                b = kf.b
+                buf = b.call(malloc, [kf.smax(kf.mul(M, lay.row_bytes), 1)])
+                with kf.if_(b.icmp_unsigned("==", buf, ir.Constant(PTR, None)), "oomi"):
+                    b.ret(ir.Constant(I32, self.error_code))
+                b.store(buf, slot)
+                fabs = kf.declare("llvm.fabs.v8f32", f8, [f8])
+                fmax = kf.declare("llvm.maxnum.v8f32", f8, [f8, f8])
+                rmax = kf.declare("llvm.vector.reduce.fmax.v8f32", F32, [f8])
+                radd = kf.declare("llvm.vector.reduce.add.v8i32", I32, [i8x8])
+                rint8 = kf.declare("llvm.rint.v8f32", f8, [f8])
+                fadd8 = kf.declare("llvm.vector.reduce.fadd.v8f32", F32, [F32, f8])
+                f64v, i64v = vec(F32, 64), vec(I32, 64)
+                rint64 = kf.declare("llvm.rint.v64f32", f64v, [f64v])
+
+                def clamp(v):   # +-127; a NaN becomes a number (maxnum / minnum drop NaNs)
+                    n = v.type.count
+                    lo_, hi_ = (kf.declare(f"llvm.{op}.v{n}f32", v.type, [v.type, v.type])
+                                for op in ("maxnum", "minnum"))
+                    return b.call(hi_, [b.call(lo_, [v, ir.Constant(v.type, [-127.0] * n)]),
+                                        ir.Constant(v.type, [127.0] * n)])
+                with kf.loop(0, M, 1, "im") as m:
+                    xrow = kf.gep(xf, kf.mul(m, K), F32)
+                    row = kf.gep(buf, kf.mul(m, lay.row_bytes), I8)
+                    dptr = kf.gep(row, kf.i64(lay.d_off), I8)
+                    iptr = kf.gep(row, kf.i64(lay.inv_off), I8)
+                    sptr = kf.gep(row, kf.i64(lay.sum_off), I8)
+                    # pass 1, per group: d, 1/d and sum q
+                    with kf.loop(0, lay.groups, 1, "ig") as g:
+                        base = kf.gep(xrow, kf.mul(g, gs), F32)
+                        amax = ir.Constant(f8, [0.0] * 8)
+                        bad = ir.Constant(f8, [0.0] * 8)   # x * 0: NaN where x is NaN or inf
+                        for j in range(0, gs, 8):
+                            v = kf.load(f8, base, kf.i64(j), align=4)
+                            amax = b.call(fmax, [amax, b.call(fabs, [v])])
+                            bad = b.fadd(bad, b.fmul(v, ir.Constant(f8, [0.0] * 8)))
+                        a = b.call(rmax, [amax])
+                        d = b.fadd(b.fdiv(a, ir.Constant(F32, 127.0)),
+                                   b.call(fadd8, [ir.Constant(F32, 0.0), bad]))
+                        pos = b.fcmp_ordered(">", a, ir.Constant(F32, 0.0))
+                        inv = b.select(pos, b.fdiv(ir.Constant(F32, 127.0), a), ir.Constant(F32, 0.0))
+                        invv = kf.splat(inv, 8)
+                        qs = ir.Constant(i8x8, [0] * 8)
+                        for j in range(0, gs, 8):
+                            v = kf.load(f8, base, kf.i64(j), align=4)
+                            qs = b.add(qs, b.fptosi(b.call(rint8, [clamp(b.fmul(v, invv))]), i8x8))
+                        kf.store(d, dptr, g, align=4)
+                        kf.store(inv, iptr, g, align=4)
+                        kf.store(b.call(radd, [qs]), sptr, g, align=4)
+                    # pass 2, per 64-column step: the permuted int8 values and the lane tables
+                    ng = max(1, 64 // gs)
+                    with kf.loop(0, lay.steps, 1, "is") as st:
+                        x64 = kf.load(f64v, xrow, kf.mul(st, 64), align=4)
+                        g0 = kf.sdiv(kf.mul(st, 64), gs)
+                        iv = kf.load(vec(F32, ng), iptr, g0, align=4)
+                        invs = b.shuffle_vector(iv, ir.Constant(iv.type, ir.Undefined),
+                                                ir.Constant(vec(I32, 64), [j // gs if gs < 64 else 0
+                                                                           for j in range(64)]))
+                        q = b.trunc(b.fptosi(b.call(rint64, [clamp(b.fmul(x64, invs))]), i64v),
+                                    vec(I8, 64))
+                        perm = [2 * j for j in range(32)] + [2 * j + 1 for j in range(32)]
+                        q = b.shuffle_vector(q, ir.Constant(q.type, ir.Undefined),
+                                             ir.Constant(vec(I32, 64), perm))
+                        kf.store(q, row, kf.mul(st, 64), align=1)
+                        lane_g = [(8 * i) // gs if gs < 64 else 0 for i in range(8)]
+                        dv = kf.load(vec(F32, ng), dptr, g0, align=4)
+                        dl = b.shuffle_vector(dv, ir.Constant(dv.type, ir.Undefined),
+                                              ir.Constant(vec(I32, 8), lane_g))
+                        kf.store(dl, kf.gep(row, kf.i64(lay.xsv_off), I8), kf.mul(st, 8), align=4)
+                        sv = kf.load(vec(I32, ng), sptr, g0, align=4)
+                        first = [lane_g[i] if (8 * i) % gs == 0 else ng for i in range(8)]
+                        sl = b.shuffle_vector(sv, ir.Constant(sv.type, [0] * ng),
+                                              ir.Constant(vec(I32, 8), first))
+                        if gs > 64:  # a group spans several steps: only its first one counts
+                            starts = b.icmp_signed("==", b.srem(kf.mul(st, 64), kf.i64(gs)), kf.i64(0))
+                            sl = b.select(starts, sl, ir.Constant(i8x8, [0] * 8))
+                        kf.store(sl, kf.gep(row, kf.i64(lay.xsum_off), I8), kf.mul(st, 8), align=4)
+
+            if self.i8gemm:
+                kf.if_else(small, fill, lambda gs=gs, slot=slot: self._fill_int8_gemm_x(
+                    kf, xf, M, gs, slot), "ix")
+            else:
+                with kf.if_(small, "ix"):
+                    fill()
+            out.append(b.load(slot, typ=PTR))
+        return out
+
+    def _gemv_micro_i8(self, kf, dec, rows, xf, xi, lay: "Int8Rows", K, m0, t: int, rc: int,
+                       res) -> None:
+        """``res[m * rc + r] = sum_k x[m, k] W[r, k]`` for the ``rc`` weight rows and the ``t``
+        input rows from ``m0``, with int8 x: per 64-column step, each weight row is loaded and
+        unpacked once (nibbles 0..15, unsigned) and, per input row, two ``vpmaddubsw`` with the
+        int8 values (no saturation: 2 * 15 * 127 < 2**15), the even- and odd-column halves
+        added, ``vpmaddwd`` by ones into eight int32 partial dots of 8 columns each, minus
+        ``zero_point * sum q`` of those columns, converted to float and accumulated with
+        ``scale * d`` per lane. Columns past the last whole step: float x and
+        :meth:`GroupQuantDecoder.scalar`."""
+        b = kf.b
+        gs = lay.group_size
+        i8v, i16v, i32v, f8 = vec(I8, 32), vec(I16, 16), vec(I32, 8), vec(F32, 8)
+        maddubs = kf.declare("llvm.x86.avx2.pmadd.ub.sw", i16v, [i8v, i8v])
+        maddwd = kf.declare("llvm.x86.avx2.pmadd.wd", i32v, [i16v, i16v])
+        ones = ir.Constant(i16v, [1] * 16)
+        low = ir.Constant(i8v, [15] * 32)
+        four = ir.Constant(i8v, [4] * 32)
+        zpv = ir.Constant(i32v, [dec.zero_point] * 8)
+        ng = max(1, 64 // gs)
+        lane_g = ir.Constant(vec(I32, 8), [(8 * i) // gs if gs < 64 else 0 for i in range(8)])
+        ms = [kf.add(m0, i) if i else m0 for i in range(t)]
+        xrows = [kf.gep(xi, kf.mul(m, lay.row_bytes), I8) for m in ms]
+        accs = [[kf.alloca(f8, name="iacc") for _ in range(t)] for _ in range(rc)]
+        for r in range(rc):
+            for i in range(t):
+                b.store(kf.fzero(8), accs[r][i])
+        st_t = dec.st
+        with kf.loop(0, lay.steps, 1, "ks") as s:
+            xo = kf.mul(s, 64)
+            lo8 = kf.mul(s, 8)
+            xs = []
+            for xr in xrows:
+                xlo = kf.load(i8v, xr, xo, align=1)
+                xhi = kf.load(i8v, xr, kf.add(xo, 32), align=1)
+                xsv = kf.load(f8, kf.gep(xr, kf.i64(lay.xsv_off), I8), lo8, align=4)
+                zc = b.mul(kf.load(i32v, kf.gep(xr, kf.i64(lay.xsum_off), I8), lo8, align=4), zpv)
+                xs.append((xlo, xhi, xsv, zc))
+            g0 = kf.sdiv(xo, gs)
+            for r in range(rc):
+                wv = kf.load(i8v, kf.gep(rows[r][0], kf.mul(s, 32), I8), None, align=1)
+                lo = b.and_(wv, low)
+                hi = b.lshr(wv, four)
+                raw = kf.load(vec(st_t, ng), rows[r][1], g0, align=4 if st_t == F32 else 2)
+                sc = kf.widen(b.shuffle_vector(raw, ir.Constant(raw.type, ir.Undefined), lane_g),
+                              dec.scale_dtype)
+                for i, (xlo, xhi, xsv, zc) in enumerate(xs):
+                    if self.vnni:   # the same sums of four byte products per int32 lane
+                        native = self.simd.native("vnni")
+                        dot = kf.dot_u8s8(kf.dot_u8s8(b.neg(zc), lo, xlo, native), hi, xhi, native)
+                    else:
+                        p = b.add(b.call(maddubs, [lo, xlo]), b.call(maddubs, [hi, xhi]))
+                        dot = b.sub(b.call(maddwd, [p, ones]), zc)
+                    b.store(kf.fma(b.sitofp(dot, f8), b.fmul(sc, xsv, flags=KFunc.FM),
+                                   b.load(accs[r][i], typ=f8)), accs[r][i])
+        sums = [[kf.alloca(F32, name="is") for _ in range(t)] for _ in range(rc)]
+        for r in range(rc):
+            for i in range(t):
+                b.store(kf.hsum(b.load(accs[r][i], typ=f8)), sums[r][i])
+        with kf.loop(lay.steps * 64, K, 1, "it") as k:
+            xv = [kf.load(F32, xf, kf.add(kf.mul(m, K), k), align=4) for m in ms]
+            for r in range(rc):
+                wk = dec.scalar(kf, rows[r], k)
+                for i in range(t):
+                    b.store(kf.fma(xv[i], wk, b.load(sums[r][i], typ=F32)), sums[r][i])
+        for r in range(rc):
+            for i in range(t):
+                kf.store(b.load(sums[r][i], typ=F32), res, kf.add(kf.mul(ms[i], rc), r))

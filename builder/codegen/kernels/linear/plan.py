@@ -1,0 +1,289 @@
+"""The linear kernel planner: :data:`TUNING`, and :func:`plan_linear`, which checks a PrimFunc
+against its :class:`~builder.ir.kernel.LinearKernelSpec` (shapes, dtypes, which buffers each block
+reads) and returns a :class:`LinearPlan` (with the special instruction path it takes, ``variant``)
+or the reason the fast kernel does not apply."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+
+from ....ir import expr as E
+from ....ir import tir
+from ....ir.expr import PrimExpr, Var
+from ....ir.kernel import KERNEL_ATTR, LinearKernelSpec
+from ....ir.tir import Block, BlockRealize, Buffer, BufferLoad, BufferStore, PrimFunc
+from ..decode import GroupQuantDecoder, QUANT_STORAGE
+from ..simd import SimdInfo
+from .int8_rows import int8_gemv_supported
+
+__all__ = ["TUNING", "LinearPlan", "plan_linear"]
+
+
+#: Tunables (read at code generation time).
+TUNING = {
+    "gemv_max_rows": 24,         # M <= this: GEMV path (float weights)
+    "gemv_max_rows_q": 4,        # the same with quantized weights
+    "gemv_max_rows_qi": 32,      # M <= this: int8-activation GEMV (when every weight takes it)
+    "gemv_max_rows_qig": 8,      # the same when the larger M take the int8 GEMM
+    "gemv_rows_x_i8": 0,         # input rows per int8 GEMV tile (0: 2, 4 with 32 registers)
+    "gemv_rows": 4,              # R: weight rows per GEMV tile
+    "gemv_rows_q": 4,            # the same for packed 4 / 8-bit weights (8 spills with 16 registers)
+    "kc_bytes": 0,               # packed panel KC x NR float32 bytes (0: 16 KiB, 32 KiB with 32 registers)
+    "mr": 6,                     # GEMM micro-kernel rows
+    "parallel_min_macs": 1 << 18,
+    "tasks_per_thread": 16,
+    "prefetch": 0,               # GEMV software prefetch distance in bytes (0: off)
+    "prefetch_gemm": 1,          # GEMM: prefetch the next weight block during the micro-kernels
+    "prefetch_q": 0,             # the same for packed quantized rows
+    "gemv_parts_q": 1,           # partial-sum chains per (row, input row) in a 4/8-bit group
+    "gemm_i8": 1,                # int8-activation GEMM for M > gemv_max_rows_qig (0: float GEMM above gemv_max_rows_qi)
+    "mr_i8": 0,                  # its micro-kernel rows (0: 3, 6 with 32 registers)
+    "kc_i8": 1024,               # its packed panel columns (NRI bytes each)
+    "qu_i8": 2,                  # its k-quads per inner loop iteration
+    "nv_i8": 2,                  # its weight rows per panel / 8 (int32 vectors per row of x)
+    "gemm_bf16dot": 1,           # bfloat16 x and weights on AVX512-BF16: vdpbf16ps GEMV / GEMM (0: float32)
+}
+
+
+def _env_tuning() -> None:
+    """``MB_TUNE="gemv_max_rows=4,mr=6"`` overrides :data:`TUNING` (for experiments)."""
+    import os
+
+    for item in filter(None, os.environ.get("MB_TUNE", "").split(",")):
+        key, _, value = item.partition("=")
+        if key.strip() not in TUNING:
+            raise ValueError(f"MB_TUNE: unknown key {key!r}; known: {', '.join(TUNING)}")
+        TUNING[key.strip()] = int(value)
+
+
+_env_tuning()
+
+
+@dataclass
+class LinearPlan:
+    """A validated ``linear`` kernel: param indices, decoders' descriptions, the epilogue."""
+
+    x: int
+    out: int
+    weights: list[dict]
+    acc_vars: list[Var]
+    lead_vars: list[Var]
+    n_var: Var
+    value: PrimExpr
+    params: list[Buffer] = field(default_factory=list)
+    variant: str = ""
+    simd: SimdInfo | None = None   # set when planned for narrower vectors than the target's
+
+
+def _blocks(func: PrimFunc) -> list[Block]:
+    out: list[Block] = []
+
+    def visit(s) -> None:
+        if isinstance(s, BlockRealize):
+            out.append(s.block)
+        for c in tir.stmt_children(s):
+            visit(c)
+
+    visit(func.body)
+    return out
+
+
+def _loaded_buffers(e) -> set[int]:
+    return {id(ld.buffer) for ld in tir.buffer_loads(e)}
+
+
+def _stmt_loads(s) -> list[BufferLoad]:
+    loads: list[BufferLoad] = []
+
+    def visit(x) -> None:
+        if isinstance(x, BufferStore):
+            loads.extend(tir.buffer_loads(x.value))
+            for i in x.indices:
+                loads.extend(tir.buffer_loads(i))
+        for c in tir.stmt_children(x):
+            visit(c)
+
+    visit(s)
+    return loads
+
+
+def _map_loads(e: PrimExpr, fn) -> PrimExpr:
+    """Rebuild ``e`` with every BufferLoad replaced by ``fn(load)``."""
+    if isinstance(e, BufferLoad):
+        return fn(e)
+    if isinstance(e, E.BinaryOp):
+        return type(e)(_map_loads(e.a, fn), _map_loads(e.b, fn), e.dtype)
+    if isinstance(e, E.Not):
+        return E.Not(_map_loads(e.a, fn))
+    if isinstance(e, E.Select):
+        return E.Select(_map_loads(e.condition, fn), _map_loads(e.true_value, fn),
+                        _map_loads(e.false_value, fn))
+    if isinstance(e, E.Cast):
+        return E.Cast(e.dtype, _map_loads(e.value, fn))
+    if isinstance(e, E.Call):
+        return E.Call(e.dtype, e.op, [_map_loads(a, fn) for a in e.args])
+    if isinstance(e, E.Let):
+        return E.Let(e.var, _map_loads(e.value, fn), _map_loads(e.body, fn))
+    return e
+
+
+def _same_dims(a, b) -> bool:
+    return len(a) == len(b) and all(E.prove_equal(x, y) for x, y in zip(a, b))
+
+
+def plan_linear(func: PrimFunc, simd: SimdInfo) -> LinearPlan | str:
+    """Validate ``func`` against its ``mb.kernel`` description; returns the plan or a reason
+    (a string) why the fast kernel does not apply. The plan's ``variant`` names a special
+    instruction path the kernel takes (``"bf16dot"``: bfloat16 ``x`` and weights, an even
+    static ``K`` and ``vdpbf16ps``; ``"vnni"``: int8-activation weights and ``vpdpbusd``),
+    shown in the built function's ``kernel`` label.
+
+    A function the target's vectors are too wide for (groups of 8 columns with 16 float32
+    lanes) is planned for narrower x86 vectors (8, then 4 lanes; ``plan.simd``), which the
+    CPU runs as well, rather than left to the loops."""
+    plan = _plan_linear(func, simd)
+    if isinstance(plan, str) and simd.name in ("avx512", "avx2", "avx"):
+        for name, lanes in (("avx2", 8), ("sse", 4)):
+            if lanes >= simd.lanes:
+                continue
+            narrow = replace(simd, name=name, lanes=lanes, registers=16)
+            retry = _plan_linear(func, narrow)
+            if isinstance(retry, LinearPlan):
+                retry.simd, simd, plan = narrow, narrow, retry
+                break
+    if isinstance(plan, LinearPlan):
+        k = E.simplify(plan.params[plan.x].shape[-1])
+        if (simd.avx512bf16 and TUNING["gemm_bf16dot"] and plan.params[plan.x].dtype == "bfloat16"
+                and isinstance(k, E.IntImm) and k.value % 2 == 0
+                and all(d["format"] == "dense" and d["dtype"] == "bfloat16" for d in plan.weights)):
+            plan.variant = "bf16dot"
+        elif simd.vnni and isinstance(k, E.IntImm) and any(
+                d["format"] == "group" and d.get("activation") == "int8"
+                and int8_gemv_supported(d["storage"], d["bits"], d["group_size"], k.value)
+                for d in plan.weights):
+            plan.variant = "vnni"
+    return plan
+
+
+def _plan_linear(func: PrimFunc, simd: SimdInfo) -> LinearPlan | str:
+    spec = func.attrs.get(KERNEL_ATTR)
+    if not isinstance(spec, LinearKernelSpec):
+        return "no linear kernel attribute"
+    if not simd.usable:
+        return f"no vector unit ({simd.name})"
+    params = list(func.params)
+    try:
+        x, out = params[spec.x], params[spec.out]
+        weights = [dict(vars(w), format=w.format) for w in spec.weights]
+        acc_names = list(spec.acc)
+    except (IndexError, TypeError) as err:
+        return f"malformed kernel attribute: {err!r}"
+    if len(acc_names) != len(weights) or not 1 <= len(weights) <= 2:
+        return "one or two weights with one accumulator each"
+    if x.dtype not in ("float32", "float16", "bfloat16"):
+        return f"input dtype {x.dtype}"
+    if x.ndim < 1 or out.ndim != x.ndim or not _same_dims(x.shape[:-1], out.shape[:-1]):
+        return "input / output shapes"
+    n_dim, k_dim = out.shape[-1], x.shape[-1]
+    for w in weights:
+        if w.get("format") == "dense":
+            wb = params[w["w"]]
+            if wb.ndim != 2 or wb.dtype not in ("float32", "float16", "bfloat16"):
+                return f"dense weight {wb.name} {wb.dtype} {wb.ndim}-D"
+            if not _same_dims(wb.shape, (n_dim, k_dim)):
+                return f"weight {wb.name} shape"
+            w["dtype"] = wb.dtype
+            w["reads"] = {id(wb)}
+        elif w.get("format") == "group":
+            q, s = params[w["q"]], params[w["scale"]]
+            if q.ndim != 2 or s.ndim != 2 or q.dtype not in QUANT_STORAGE:
+                return "quantized weight layout"
+            if s.dtype not in ("float32", "float16", "bfloat16"):
+                return f"scale dtype {s.dtype}"
+            bits, gs, zp = int(w["bits"]), int(w["group_size"]), int(w["zero_point"])
+            if not GroupQuantDecoder.supported(q.dtype, bits, gs, simd.lanes):
+                return f"quantized format {q.dtype} bits={bits} group_size={gs}"
+            per_word = QUANT_STORAGE[q.dtype] // bits
+            if not (E.prove_equal(q.shape[0], n_dim) and E.prove_equal(s.shape[0], n_dim)):
+                return "quantized weight rows"
+            kk = E.simplify(k_dim)
+            if not isinstance(kk, E.IntImm):
+                return "quantized weights need a static in_features"
+            groups = -(-kk.value // gs)
+            if not (E.prove_equal(s.shape[1], groups)
+                    and E.prove_equal(q.shape[1], groups * gs // per_word)):
+                return "quantized weight shape"
+            w.update(storage=q.dtype, scale_dtype=s.dtype, bits=bits, group_size=gs,
+                     zero_point=zp, reads={id(q), id(s)})
+        else:
+            return f"weight format {w.get('format')!r}"
+    blocks = {b.name: b for b in _blocks(func)}
+    if "root" in blocks:
+        del blocks["root"]
+    acc_blocks = []
+    for name in acc_names:
+        blk = blocks.get(name)
+        if blk is None or blk.init is None or len(blk.writes) != 1:
+            return f"accumulator block {name!r}"
+        abuf = blk.writes[0].buffer
+        if abuf.dtype != "float32" or not _same_dims(abuf.shape, out.shape):
+            return f"accumulator {abuf.name} must be float32 of the output shape"
+        acc_blocks.append(blk)
+    for blk, w in zip(acc_blocks, weights):
+        abuf = blk.writes[0].buffer
+        reads = {id(ld.buffer) for ld in _stmt_loads(blk.body)} - {id(abuf)}
+        if reads != {id(x)} | w["reads"]:
+            return f"accumulator block {blk.name} reads unexpected buffers"
+    acc_bufs = [b.writes[0].buffer for b in acc_blocks]
+    out_blocks = [b for b in blocks.values() if b.writes and b.writes[0].buffer is out]
+    others = [b for b in blocks.values() if b not in acc_blocks and b not in out_blocks]
+    if len(out_blocks) != 1 or others:
+        return "blocks other than the accumulators and one output block"
+    ob = out_blocks[0]
+    ivars = [iv.var for iv in ob.iter_vars]
+    acc_vars = [Var(f"acc{i}", "float32") for i in range(len(weights))]
+    if ob in acc_blocks:
+        if len(weights) != 1 or out.dtype != "float32":
+            return "an accumulating output block needs one float32 weight"
+        spatial = [iv.var for iv in ob.iter_vars if iv.kind == "S"]
+        if len(spatial) != out.ndim:
+            return "output block iterators"
+        return LinearPlan(spec.x, spec.out, weights, acc_vars, spatial[:-1], spatial[-1],
+                          acc_vars[0], params)
+    store = ob.body
+    if (not isinstance(store, BufferStore) or store.buffer is not out or ob.init is not None
+            or len(ivars) != out.ndim or any(iv.kind != "S" for iv in ob.iter_vars)
+            or not all(i is v for i, v in zip(store.indices, ivars))):
+        return "output block is not out[i, ..., n] = f(...)"
+    param_ids = {id(p) for p in params} - {id(out)}
+    bad: list[str] = []
+
+    def same_element(i: PrimExpr, v: Var, dim: PrimExpr) -> bool:
+        # a broadcast reads a dim of extent 1 at 0 (topi's numpy-style broadcasting)
+        if i is v:
+            return True
+        d = E.simplify(dim)
+        return isinstance(d, E.IntImm) and d.value == 1 and isinstance(i, E.IntImm) and i.value == 0
+
+    def sub(ld: BufferLoad) -> PrimExpr:
+        for buf, var in zip(acc_bufs, acc_vars):
+            if ld.buffer is buf:
+                if len(ld.indices) != len(ivars) or not all(
+                        same_element(i, v, d) for i, v, d in zip(ld.indices, ivars, out.shape)):
+                    bad.append(f"{buf.name} read at another element")
+                return var
+        if id(ld.buffer) not in param_ids:
+            bad.append(f"reads intermediate {ld.buffer.name}")
+        elif any(tir.buffer_loads(i) for i in ld.indices):
+            bad.append("data-dependent index")
+        return ld
+
+    value = _map_loads(store.value, sub)
+    if bad:
+        return "epilogue " + bad[0]
+    allowed = set(ivars)
+    if any(v not in allowed and v not in func.sym_vars for v in E.free_vars(value)
+           if not any(v is a for a in acc_vars)):
+        return "epilogue uses unknown variables"
+    return LinearPlan(spec.x, spec.out, weights, acc_vars, ivars[:-1], ivars[-1], value,
+                      params)
