@@ -29,7 +29,7 @@ from llvmlite import ir
 from ..llvm_emit import F16, F32, I8, I16, I32
 from .simd import KFunc, vec
 
-__all__ = ["DenseDecoder", "GroupQuantDecoder", "make_decoder", "QUANT_STORAGE"]
+__all__ = ["DenseDecoder", "GroupQuantDecoder", "QUANT_STORAGE"]
 
 #: Storage dtypes of quantized words: bits per word.
 QUANT_STORAGE = {"uint8": 8, "uint16": 16, "uint32": 32, "int8": 8}
@@ -329,14 +329,3 @@ def _prefetch_span(kf: KFunc, start, nbytes) -> None:
     """``llvm.prefetch`` (read, L2) of every 64-byte line of ``[start, start + nbytes)``."""
     with kf.loop(0, nbytes, 64, "pf") as off:
         kf.prefetch(kf.gep(start, off, I8), locality=2)
-
-
-def make_decoder(desc: dict, ptrs: list[ir.Value], shapes: dict, lanes: int):
-    """Build the decoder of a weight description (see :mod:`builder.codegen.kernels.linear`);
-    ``ptrs`` are the param pointers, ``shapes[(param, dim)]`` the i64 dims."""
-    if desc["format"] == "dense":
-        return DenseDecoder(ptrs[desc["w"]], desc["dtype"], shapes[(desc["w"], 1)], lanes)
-    return GroupQuantDecoder(ptrs[desc["q"]], desc["storage"], ptrs[desc["scale"]],
-                             desc["scale_dtype"], shapes[(desc["q"], 1)], shapes[(desc["scale"], 1)],
-                             desc["bits"], desc["group_size"], desc["zero_point"], lanes)
-

@@ -76,7 +76,7 @@ out-of-line function per kernel that writes a run of outputs of a row (LLVM vect
 from ....ir.kernel import KERNEL_ATTR
 from .emitter import LinearEmitter, emit_linear
 from .int8_rows import Int8Rows, int8_gemv_supported
-from .plan import TUNING, LinearPlan, plan_linear
+from .plan import TUNING, LinearPlan, WeightPlan, plan_linear
 
-__all__ = ["KERNEL_ATTR", "LinearPlan", "plan_linear", "emit_linear", "TUNING", "LinearEmitter", "Int8Rows",
+__all__ = ["KERNEL_ATTR", "LinearPlan", "WeightPlan", "plan_linear", "emit_linear", "TUNING", "LinearEmitter", "Int8Rows",
            "int8_gemv_supported"]

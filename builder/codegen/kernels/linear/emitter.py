@@ -96,8 +96,8 @@ class LinearEmitter(GemvFloat, Bf16Dot, GemvInt8, GemmFloat, GemmInt8):
         self.NR = self.NV * self.lanes
         step = self.lanes
         for w in plan.weights:
-            if w["format"] == "group" and w["group_size"] <= 256:
-                step = max(step, w["group_size"])
+            if w.format == "group" and w.group_size <= 256:
+                step = max(step, w.group_size)
         kc_bytes = TUNING["kc_bytes"] or (16384 if regs < 32 else 32768)
         kc = max(32, kc_bytes // (4 * self.NR))
         self.KC = max(step, kc - kc % step)
@@ -111,16 +111,16 @@ class LinearEmitter(GemvFloat, Bf16Dot, GemvInt8, GemmFloat, GemmInt8):
         self.qint: dict[int, int] = {}
         k_static = E.simplify(plan.params[plan.x].shape[-1])
         for w, d in enumerate(plan.weights):
-            if (d["format"] == "group" and d.get("activation") == "int8" and simd.int8_dot
+            if (d.format == "group" and d.activation == "int8" and simd.int8_dot
                     and isinstance(k_static, E.IntImm)
-                    and int8_gemv_supported(d["storage"], d["bits"], d["group_size"], k_static.value)):
-                if d["group_size"] not in self.ikeys:
-                    self.ikeys.append(d["group_size"])
-                self.qint[w] = d["group_size"]
+                    and int8_gemv_supported(d.storage, d.bits, d.group_size, k_static.value)):
+                if d.group_size not in self.ikeys:
+                    self.ikeys.append(d.group_size)
+                self.qint[w] = d.group_size
                 continue
-            if d["format"] == "group" and GroupQuantDecoder.fast_dot_supported(
-                    d["storage"], d["bits"], d["group_size"], self.lanes):
-                key = (d["bits"], d["group_size"])
+            if d.format == "group" and GroupQuantDecoder.fast_dot_supported(
+                    d.storage, d.bits, d.group_size, self.lanes):
+                key = (d.bits, d.group_size)
                 if key not in self.qkeys:
                     self.qkeys.append(key)
                 self.qfast[w] = key
@@ -139,10 +139,10 @@ class LinearEmitter(GemvFloat, Bf16Dot, GemvInt8, GemmFloat, GemmInt8):
         # int8-activation GEMM when every weight takes the int8 path: it quantizes the same
         # columns as the GEMV (the rest stay float), so every batch size computes the same
         self.i8gemm = bool(TUNING["gemm_i8"]) and len(self.qint) == self.nw
-        if any(w["format"] == "group" for w in plan.weights):
+        if any(w.format == "group" for w in plan.weights):
             # GEMV re-decodes a tile's packed weights for every MT rows of x, GEMM once per
             # panel: the crossover comes earlier than for float weights
-            groups = [w for w, d in enumerate(plan.weights) if d["format"] == "group"]
+            groups = [w for w, d in enumerate(plan.weights) if d.format == "group"]
             if self.i8gemm:
                 self.MG = TUNING["gemv_max_rows_qig"]
             elif all(w in self.qint for w in groups):
@@ -177,26 +177,26 @@ class LinearEmitter(GemvFloat, Bf16Dot, GemvInt8, GemmFloat, GemmInt8):
         the weight (or packed words and scales) and their row lengths."""
         kf, em, ptrs = st.kf, st.em, st.ptrs
         desc, params = self.plan.weights[w], self.plan.params
-        if desc["format"] == "dense":
-            wb = params[desc["w"]]
-            return [ptrs[desc["w"]], ir.Constant(PTR, None), em.typed(wb.shape[1], "int64"), kf.i64(0)]
-        q, s = params[desc["q"]], params[desc["scale"]]
-        return [ptrs[desc["q"]], ptrs[desc["scale"]], em.typed(q.shape[1], "int64"),
+        if desc.format == "dense":
+            wb = params[desc.w]
+            return [ptrs[desc.w], ir.Constant(PTR, None), em.typed(wb.shape[1], "int64"), kf.i64(0)]
+        q, s = params[desc.q], params[desc.scale]
+        return [ptrs[desc.q], ptrs[desc.scale], em.typed(q.shape[1], "int64"),
                 em.typed(s.shape[1], "int64")]
 
     def _fmt_key(self, w: int) -> str:
         d = self.plan.weights[w]
-        if d["format"] == "dense":
-            return f"dense_{d['dtype']}"
-        return (f"q{d['bits']}_{d['storage']}_{d['scale_dtype']}_g{d['group_size']}"
-                f"_z{d['zero_point']}".replace("-", "m"))
+        if d.format == "dense":
+            return f"dense_{d.dtype}"
+        return (f"q{d.bits}_{d.storage}_{d.scale_dtype}_g{d.group_size}"
+                f"_z{d.zero_point}".replace("-", "m"))
 
     def _decoder(self, w: int, ptr0, ptr1, ld0, ld1):
         d = self.plan.weights[w]
-        if d["format"] == "dense":
-            return DenseDecoder(ptr0, d["dtype"], ld0, self.lanes)
-        return GroupQuantDecoder(ptr0, d["storage"], ptr1, d["scale_dtype"], ld0, ld1, d["bits"],
-                                 d["group_size"], d["zero_point"], self.lanes)
+        if d.format == "dense":
+            return DenseDecoder(ptr0, d.dtype, ld0, self.lanes)
+        return GroupQuantDecoder(ptr0, d.storage, ptr1, d.scale_dtype, ld0, ld1, d.bits,
+                                 d.group_size, d.zero_point, self.lanes)
 
     def _shared(self, key: str):
         """Module-wide cache of helper functions shared by every kernel of the module."""

@@ -89,9 +89,9 @@ class GemmInt8:
             return fn
         p0, p1, ld0, ld1, n0, nr_eff, kb, kc, bp, sp = fn.args
         d = self.plan.weights[w]
-        gs = d["group_size"]
-        dec = GroupQuantDecoder(p0, d["storage"], p1, d["scale_dtype"], ld0, ld1, 4, gs,
-                                d["zero_point"], 8)
+        gs = d.group_size
+        dec = GroupQuantDecoder(p0, d.storage, p1, d.scale_dtype, ld0, ld1, 4, gs,
+                                d.zero_point, 8)
         b = kf.b
         NR = self.NRI
         i32v, i8v = vec(I32, 8), vec(I8, 32)
@@ -245,8 +245,8 @@ class GemmInt8:
             return fn
         p0, p1, ld0, ld1, xf, K, n0, nr_eff, k0, M, cs, wt = fn.args
         d = self.plan.weights[w]
-        dec = GroupQuantDecoder(p0, d["storage"], p1, d["scale_dtype"], ld0, ld1, 4, d["group_size"],
-                                d["zero_point"], 8)
+        dec = GroupQuantDecoder(p0, d.storage, p1, d.scale_dtype, ld0, ld1, 4, d.group_size,
+                                d.zero_point, 8)
         b = kf.b
         NR = self.NRI
         f8 = vec(F32, 8)
@@ -298,7 +298,7 @@ class GemmInt8:
             nr_eff = kf.smin(kf.sub(N, n0), NR)
             for w in range(self.nw):
                 d = self.plan.weights[w]
-                gs, zp = d["group_size"], d["zero_point"]
+                gs, zp = d.group_size, d.zero_point
                 kpad = Int8Rows(K, gs).columns
                 G = kpad // gs
                 xi = b.inttoptr(st.extra[f"xi{self.ikeys.index(gs)}"], PTR)

@@ -16,7 +16,7 @@ from ..decode import GroupQuantDecoder, QUANT_STORAGE
 from ..simd import SimdInfo
 from .int8_rows import int8_gemv_supported
 
-__all__ = ["TUNING", "LinearPlan", "plan_linear"]
+__all__ = ["TUNING", "WeightPlan", "LinearPlan", "plan_linear"]
 
 
 #: Tunables (read at code generation time).
@@ -60,12 +60,41 @@ _env_tuning()
 
 
 @dataclass
+class WeightPlan:
+    """One weight of a planned kernel: the spec's fields (:class:`~builder.ir.kernel.DenseWeight`:
+    ``format="dense"``, parameter ``w``; :class:`~builder.ir.kernel.GroupWeight`: ``format="group"``,
+    parameters ``q`` / ``scale``, ``bits``, ``group_size``, ``zero_point``, ``in_features``,
+    ``activation``) and what the planner read from the buffers: the dense weight's ``dtype``, the
+    packed words' ``storage`` dtype and the ``scale_dtype``, and ``reads`` (the ids of the weight's
+    buffers, which its accumulator block may read besides x)."""
+
+    format: str
+    w: int = -1
+    q: int = -1
+    scale: int = -1
+    bits: int = 0
+    group_size: int = 0
+    zero_point: int = 0
+    in_features: int = 0
+    activation: str = "none"
+    dtype: str = ""
+    storage: str = ""
+    scale_dtype: str = ""
+    reads: set = field(default_factory=set)
+
+    @classmethod
+    def from_spec(cls, w) -> "WeightPlan":
+        """The plan of a spec weight, before the planner reads the buffers."""
+        return cls(format=w.format, **{k: v for k, v in vars(w).items() if k != "format"})
+
+
+@dataclass
 class LinearPlan:
-    """A validated ``linear`` kernel: param indices, decoders' descriptions, the epilogue."""
+    """A validated ``linear`` kernel: param indices, the weights' plans, the epilogue."""
 
     x: int
     out: int
-    weights: list[dict]
+    weights: list[WeightPlan]
     acc_vars: list[Var]
     lead_vars: list[Var]
     n_var: Var
@@ -155,11 +184,11 @@ def plan_linear(func: PrimFunc, simd: SimdInfo) -> LinearPlan | str:
         k = E.simplify(plan.params[plan.x].shape[-1])
         if (simd.avx512bf16 and TUNING["gemm_bf16dot"] and plan.params[plan.x].dtype == "bfloat16"
                 and isinstance(k, E.IntImm) and k.value % 2 == 0
-                and all(d["format"] == "dense" and d["dtype"] == "bfloat16" for d in plan.weights)):
+                and all(d.format == "dense" and d.dtype == "bfloat16" for d in plan.weights)):
             plan.variant = "bf16dot"
         elif simd.vnni and isinstance(k, E.IntImm) and any(
-                d["format"] == "group" and d.get("activation") == "int8"
-                and int8_gemv_supported(d["storage"], d["bits"], d["group_size"], k.value)
+                d.format == "group" and d.activation == "int8"
+                and int8_gemv_supported(d.storage, d.bits, d.group_size, k.value)
                 for d in plan.weights):
             plan.variant = "vnni"
     return plan
@@ -174,7 +203,7 @@ def _plan_linear(func: PrimFunc, simd: SimdInfo) -> LinearPlan | str:
     params = list(func.params)
     try:
         x, out = params[spec.x], params[spec.out]
-        weights = [dict(vars(w), format=w.format) for w in spec.weights]
+        weights = [WeightPlan.from_spec(w) for w in spec.weights]
         acc_names = list(spec.acc)
     except (IndexError, TypeError) as err:
         return f"malformed kernel attribute: {err!r}"
@@ -186,21 +215,20 @@ def _plan_linear(func: PrimFunc, simd: SimdInfo) -> LinearPlan | str:
         return "input / output shapes"
     n_dim, k_dim = out.shape[-1], x.shape[-1]
     for w in weights:
-        if w.get("format") == "dense":
-            wb = params[w["w"]]
+        if w.format == "dense":
+            wb = params[w.w]
             if wb.ndim != 2 or wb.dtype not in ("float32", "float16", "bfloat16"):
                 return f"dense weight {wb.name} {wb.dtype} {wb.ndim}-D"
             if not _same_dims(wb.shape, (n_dim, k_dim)):
                 return f"weight {wb.name} shape"
-            w["dtype"] = wb.dtype
-            w["reads"] = {id(wb)}
-        elif w.get("format") == "group":
-            q, s = params[w["q"]], params[w["scale"]]
+            w.dtype, w.reads = wb.dtype, {id(wb)}
+        elif w.format == "group":
+            q, s = params[w.q], params[w.scale]
             if q.ndim != 2 or s.ndim != 2 or q.dtype not in QUANT_STORAGE:
                 return "quantized weight layout"
             if s.dtype not in ("float32", "float16", "bfloat16"):
                 return f"scale dtype {s.dtype}"
-            bits, gs, zp = int(w["bits"]), int(w["group_size"]), int(w["zero_point"])
+            bits, gs, zp = int(w.bits), int(w.group_size), int(w.zero_point)
             if not GroupQuantDecoder.supported(q.dtype, bits, gs, simd.lanes):
                 return f"quantized format {q.dtype} bits={bits} group_size={gs}"
             per_word = QUANT_STORAGE[q.dtype] // bits
@@ -213,10 +241,10 @@ def _plan_linear(func: PrimFunc, simd: SimdInfo) -> LinearPlan | str:
             if not (E.prove_equal(s.shape[1], groups)
                     and E.prove_equal(q.shape[1], groups * gs // per_word)):
                 return "quantized weight shape"
-            w.update(storage=q.dtype, scale_dtype=s.dtype, bits=bits, group_size=gs,
-                     zero_point=zp, reads={id(q), id(s)})
+            w.bits, w.group_size, w.zero_point = bits, gs, zp
+            w.storage, w.scale_dtype, w.reads = q.dtype, s.dtype, {id(q), id(s)}
         else:
-            return f"weight format {w.get('format')!r}"
+            return f"weight format {w.format!r}"
     blocks = {b.name: b for b in _blocks(func)}
     if "root" in blocks:
         del blocks["root"]
@@ -232,7 +260,7 @@ def _plan_linear(func: PrimFunc, simd: SimdInfo) -> LinearPlan | str:
     for blk, w in zip(acc_blocks, weights):
         abuf = blk.writes[0].buffer
         reads = {id(ld.buffer) for ld in _stmt_loads(blk.body)} - {id(abuf)}
-        if reads != {id(x)} | w["reads"]:
+        if reads != {id(x)} | w.reads:
             return f"accumulator block {blk.name} reads unexpected buffers"
     acc_bufs = [b.writes[0].buffer for b in acc_blocks]
     out_blocks = [b for b in blocks.values() if b.writes and b.writes[0].buffer is out]
