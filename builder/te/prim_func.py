@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from ..ir import arith
 from ..ir import expr as E
 from ..ir import tir
 from ..ir.expr import PrimExpr, Var
@@ -43,7 +44,7 @@ def _topo_order(outputs: Sequence[Tensor]) -> list[Tensor]:
 
 def _const_offset(a: PrimExpr, b: PrimExpr) -> int | None:
     """``a - b`` when it is a constant, else None."""
-    poly = E._poly(E._binary(E.Sub, a, b))
+    poly = arith.poly_form(E._binary(E.Sub, a, b))
     if poly is None or any(k != () for k in poly):
         return None
     return poly.get((), 0)
