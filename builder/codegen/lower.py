@@ -36,86 +36,68 @@ def _guard(cond: PrimExpr, body: Stmt) -> Stmt:
 def _stmt_vars(s: Stmt) -> set:
     """Every Var that an expression inside ``s`` mentions."""
     out: set = set()
-
-    def add(e: PrimExpr) -> None:
-        out.update(E.free_vars(e))
-
-    def visit(x: Stmt) -> None:
-        if isinstance(x, BufferStore):
-            add(x.value)
-            for i in x.indices:
-                add(i)
-        elif isinstance(x, For):
-            add(x.min)
-            add(x.extent)
-        elif isinstance(x, IfThenElse):
-            add(x.condition)
-        elif isinstance(x, LetStmt):
-            add(x.value)
-        elif isinstance(x, Evaluate):
-            add(x.value)
-        elif isinstance(x, BlockRealize):
-            for v in x.iter_values:
-                add(v)
-            add(x.predicate)
-        for c in tir.stmt_children(x):
-            visit(c)
-
-    visit(s)
+    tir.walk_stmt(s, lambda x: [out.update(E.free_vars(e)) for e in tir.stmt_exprs(x)])
     return out
 
 
-class _Lowerer:
-    """Recursive rewriter; ``vmap`` maps block iter vars to their bound values."""
+class _Lowerer(tir.StmtExprMutator):
+    """The rewriter; ``vmap`` maps the block iter vars in scope to their bound values (every
+    expression is substituted with it)."""
 
-    def stmt(self, s: Stmt, vmap: dict) -> Stmt:
-        if isinstance(s, SeqStmt):
-            return SeqStmt.flatten([self.stmt(c, vmap) for c in s.seq])
-        if isinstance(s, For):
-            hoisted = self.try_hoist_init(s, vmap)
-            if hoisted is not None:
-                return hoisted
-            return For(s.loop_var, E.substitute(s.min, vmap), E.substitute(s.extent, vmap),
-                       s.kind, self.stmt(s.body, vmap), s.annotations)
-        if isinstance(s, BlockRealize):
-            return self.block(s, vmap, with_init=True)
-        if isinstance(s, BufferStore):
-            return BufferStore(s.buffer, E.substitute(s.value, vmap),
-                               [E.substitute(i, vmap) for i in s.indices])
-        if isinstance(s, IfThenElse):
-            return IfThenElse(E.substitute(s.condition, vmap), self.stmt(s.then_case, vmap),
-                              None if s.else_case is None else self.stmt(s.else_case, vmap))
-        if isinstance(s, LetStmt):
-            return LetStmt(s.var, E.substitute(s.value, vmap), self.stmt(s.body, vmap))
-        if isinstance(s, Evaluate):
-            return Evaluate(E.substitute(s.value, vmap))
-        if isinstance(s, Allocate):
-            return Allocate(s.buffer, self.stmt(s.body, vmap))
-        if isinstance(s, Block):
-            raise ValueError(f"block '{s.name}' is not wrapped in a BlockRealize")
-        raise TypeError(f"cannot lower statement {type(s).__name__}")
+    def __init__(self) -> None:
+        self.vmap: dict = {}
 
-    def bind(self, r: BlockRealize, vmap: dict) -> dict:
-        inner = dict(vmap)
+    def visit_expr(self, e: PrimExpr) -> PrimExpr:
+        return E.substitute(e, self.vmap)
+
+    def scoped(self, vmap: dict, s: Stmt) -> Stmt:
+        """``s`` lowered with ``vmap`` in scope."""
+        saved, self.vmap = self.vmap, vmap
+        try:
+            return self.visit_stmt(s)
+        finally:
+            self.vmap = saved
+
+    def visit_seq_stmt(self, s: SeqStmt) -> Stmt:
+        return SeqStmt.flatten([self.visit_stmt(c) for c in s.seq])
+
+    def visit_for(self, s: For) -> Stmt:
+        hoisted = self.try_hoist_init(s)
+        return hoisted if hoisted is not None else self.generic_visit_stmt(s)
+
+    def visit_block_realize(self, s: BlockRealize) -> Stmt:
+        return self.block(s, with_init=True)
+
+    def visit_block(self, s: Block) -> Stmt:
+        raise ValueError(f"block '{s.name}' is not wrapped in a BlockRealize")
+
+    def generic_visit_stmt(self, s: Stmt) -> Stmt:
+        if not isinstance(s, (For, BufferStore, IfThenElse, LetStmt, Evaluate, Allocate)):
+            raise TypeError(f"cannot lower statement {type(s).__name__}")
+        return super().generic_visit_stmt(s)
+
+    def bind(self, r: BlockRealize) -> dict:
+        inner = dict(self.vmap)
         for iv, v in zip(r.block.iter_vars, r.iter_values):
-            inner[iv.var] = E.substitute(v, vmap)
+            inner[iv.var] = E.substitute(v, self.vmap)
         return inner
 
-    def block(self, r: BlockRealize, vmap: dict, with_init: bool) -> Stmt:
+    def block(self, r: BlockRealize, with_init: bool) -> Stmt:
         b = r.block
-        inner = self.bind(r, vmap)
-        body = self.stmt(b.body, inner)
+        inner = self.bind(r)
+        body = self.scoped(inner, b.body)
         if with_init and b.init is not None:
             conds = [E._binary(E.EQ, inner[iv.var], iv.dom.min) for iv in b.iter_vars
                      if iv.kind == "R"]
-            init = _guard(tir.all(*conds), self.stmt(b.init, inner))
+            init = _guard(tir.all(*conds), self.scoped(inner, b.init))
             body = SeqStmt.flatten([init, body])
-        out = _guard(E.substitute(r.predicate, vmap), body)
+        out = _guard(E.substitute(r.predicate, self.vmap), body)
         for buf in reversed(b.alloc_buffers):
             out = Allocate(buf, out)
         return out
 
-    def try_hoist_init(self, f: For, vmap: dict) -> Stmt | None:
+    def try_hoist_init(self, f: For) -> Stmt | None:
+        vmap = self.vmap
         chain = [f]
         while isinstance(chain[-1].body, For):
             chain.append(chain[-1].body)
@@ -156,9 +138,9 @@ class _Lowerer:
         red_block_vars = {iv.var for iv in b.iter_vars if iv.kind == "R"}
         if _stmt_vars(b.init) & red_block_vars:
             return None
-        inner = self.bind(leaf, vmap)
-        init = self.stmt(b.init, inner)
-        body = self.stmt(b.body, inner)
+        inner = self.bind(leaf)
+        init = self.scoped(inner, b.init)
+        body = self.scoped(inner, b.body)
         for c in reversed(inner_loops):
             body = For(c.loop_var, E.substitute(c.min, vmap), E.substitute(c.extent, vmap),
                        c.kind, body, c.annotations)
@@ -184,5 +166,5 @@ def lower(func: PrimFunc) -> PrimFunc:
     :class:`builder.ir.tir.VerifyError` when ``func`` is ill-formed (checked first).
     """
     tir.verify(func)
-    body = _Lowerer().stmt(func.body, {})
+    body = _Lowerer().visit_stmt(func.body)
     return PrimFunc(func.params, body, {**func.attrs, "tir.lowered": True}, func.name)

@@ -37,35 +37,18 @@ PARALLEL_MIN_ELEMENTS = 1 << 15
 # statement substitution
 
 
+class _Substitute(tir.StmtExprMutator):
+    def __init__(self, vmap: dict) -> None:
+        self.vmap = vmap
+
+    def visit_expr(self, e: PrimExpr) -> PrimExpr:
+        return E.substitute(e, self.vmap)
+
+
 def substitute_stmt(s: Stmt, vmap: dict) -> Stmt:
     """``s`` with the variables of ``vmap`` replaced in every expression (loop bounds, block
     bindings and predicates, stores, conditions)."""
-    if not vmap:
-        return s
-    sub = lambda e: E.substitute(e, vmap)  # noqa: E731
-    if isinstance(s, SeqStmt):
-        return SeqStmt([substitute_stmt(c, vmap) for c in s.seq])
-    if isinstance(s, For):
-        return For(s.loop_var, sub(s.min), sub(s.extent), s.kind, substitute_stmt(s.body, vmap),
-                   s.annotations)
-    if isinstance(s, BlockRealize):
-        blk = s.block
-        nb = Block(blk.name, blk.iter_vars, blk.reads, blk.writes, substitute_stmt(blk.body, vmap),
-                   None if blk.init is None else substitute_stmt(blk.init, vmap), blk.alloc_buffers,
-                   blk.annotations)
-        return BlockRealize([sub(v) for v in s.iter_values], sub(s.predicate), nb)
-    if isinstance(s, BufferStore):
-        return BufferStore(s.buffer, sub(s.value), [sub(i) for i in s.indices])
-    if isinstance(s, IfThenElse):
-        return IfThenElse(sub(s.condition), substitute_stmt(s.then_case, vmap),
-                          None if s.else_case is None else substitute_stmt(s.else_case, vmap))
-    if isinstance(s, LetStmt):
-        return LetStmt(s.var, sub(s.value), substitute_stmt(s.body, vmap))
-    if isinstance(s, Evaluate):
-        return Evaluate(sub(s.value))
-    if isinstance(s, Allocate):
-        return Allocate(s.buffer, substitute_stmt(s.body, vmap))
-    return s
+    return _Substitute(vmap).visit_stmt(s) if vmap else s
 
 
 # ---------------------------------------------------------------------------------------------

@@ -10,7 +10,7 @@ from .nodes import (Allocate, Block, BlockRealize, BufferLoad, BufferStore, Eval
     LetStmt, SeqStmt, Stmt)
 
 __all__ = ["expr_children", "post_order_visit", "buffer_loads", "stmt_children", "walk_stmt", "stmt_exprs",
-           "StmtExprVisitor", "ExprMutator"]
+           "StmtExprVisitor", "ExprMutator", "StmtExprMutator"]
 
 
 def expr_children(e: PrimExpr) -> tuple[PrimExpr, ...]:
@@ -171,3 +171,42 @@ class ExprMutator:
             idx = [self.visit_expr(i) for i in e.indices]
             return e if all(x is y for x, y in zip(idx, e.indices)) else BufferLoad(e.buffer, idx)
         return e
+
+
+class StmtExprMutator(ExprMutator):
+    """Rebuilds statements and their expressions (TVM's ``StmtExprMutator``): ``visit_stmt(s)``
+    dispatches to ``visit_<node>`` (``visit_for``, ``visit_block_realize``, ``visit_seq_stmt``, ...)
+    when the subclass defines one, else rebuilds ``s`` with every expression passed through
+    :meth:`visit_expr` and every nested statement through :meth:`visit_stmt`. A subclass that
+    rewrites only expressions overrides :meth:`visit_expr` (substitution: ``E.substitute``)."""
+
+    def visit_stmt(self, s: Stmt) -> Stmt:
+        method = getattr(self, _method(s), None)
+        if method is not None:
+            return method(s)
+        return self.generic_visit_stmt(s)
+
+    def generic_visit_stmt(self, s: Stmt) -> Stmt:
+        """``s`` rebuilt from its rewritten expressions and statements (a new node every time);
+        a statement of another kind is returned unchanged."""
+        ve, vs = self.visit_expr, self.visit_stmt
+        if isinstance(s, SeqStmt):
+            return SeqStmt([vs(c) for c in s.seq])
+        if isinstance(s, For):
+            return For(s.loop_var, ve(s.min), ve(s.extent), s.kind, vs(s.body), s.annotations)
+        if isinstance(s, BlockRealize):
+            return BlockRealize([ve(v) for v in s.iter_values], ve(s.predicate), vs(s.block))
+        if isinstance(s, Block):
+            return Block(s.name, s.iter_vars, s.reads, s.writes, vs(s.body), None if s.init is None else vs(s.init),
+                         s.alloc_buffers, s.annotations)
+        if isinstance(s, BufferStore):
+            return BufferStore(s.buffer, ve(s.value), [ve(i) for i in s.indices])
+        if isinstance(s, IfThenElse):
+            return IfThenElse(ve(s.condition), vs(s.then_case), None if s.else_case is None else vs(s.else_case))
+        if isinstance(s, LetStmt):
+            return LetStmt(s.var, ve(s.value), vs(s.body))
+        if isinstance(s, Evaluate):
+            return Evaluate(ve(s.value))
+        if isinstance(s, Allocate):
+            return Allocate(s.buffer, vs(s.body))
+        return s
