@@ -237,7 +237,7 @@ class _ExprEmitter:
         return self.typed(e, "bool")
 
     def operands(self, e: E.BinaryOp) -> tuple[ir.Value, ir.Value, str]:
-        dt = E._promote(e.a.dtype, e.b.dtype)
+        dt = E.promote_dtype(e.a.dtype, e.b.dtype)
         return self.typed(e.a, dt), self.typed(e.b, dt), dt
 
     def float_const(self, value: float, dtype: str) -> ir.Value:

@@ -22,7 +22,8 @@ __all__ = [
     "PrimExpr", "Var", "SizeVar", "IntImm", "FloatImm", "StringImm", "BinaryOp", "Add", "Sub", "Mul",
     "Div", "FloorDiv", "FloorMod", "Min", "Max", "CmpOp", "EQ", "NE", "LT", "LE", "GT", "GE",
     "And", "Or", "Not", "Select", "Cast", "Let", "Call", "const", "convert", "simplify", "prove_equal",
-    "free_vars", "substitute", "evaluate", "divide_exact", "is_int_dtype", "is_float_dtype", "ExprLike",
+    "free_vars", "substitute", "evaluate", "divide_exact", "is_int_dtype", "is_float_dtype", "promote_dtype",
+    "ExprLike",
 ]
 
 ExprLike = Union["PrimExpr", int, float, bool]
@@ -45,14 +46,16 @@ def _bits(dtype: str) -> int:
     return int(digits) if digits else 32
 
 
-def _promote(a: str, b: str) -> str:
-    """Result dtype of a binary op on dtypes ``a`` and ``b`` (float wins; wider wins)."""
+def promote_dtype(a: str, b: str) -> str:
+    """Result dtype of a binary op on dtypes ``a`` and ``b``: equal dtypes stay, float beats int and
+    bool, the wider wins (``bool`` is 1 bit wide; on equal widths ``a``)."""
     if a == b:
         return a
     fa, fb = is_float_dtype(a), is_float_dtype(b)
     if fa != fb:
         return a if fa else b
-    return a if _bits(a) >= _bits(b) else b
+    width = {"bool": 1}
+    return a if width.get(a, _bits(a)) >= width.get(b, _bits(b)) else b
 
 
 class PrimExpr:
@@ -506,7 +509,7 @@ def _binary(cls: type, a: ExprLike, b: ExprLike) -> PrimExpr:
         b = convert(b, a.dtype)
     else:
         a = convert(a, b.dtype)  # type: ignore[union-attr]
-    dtype = _promote(a.dtype, b.dtype)
+    dtype = promote_dtype(a.dtype, b.dtype)
     if a.dtype != dtype:
         a = _cast_const_or(a, dtype)
     if b.dtype != dtype:

@@ -26,13 +26,13 @@ from __future__ import annotations
 
 from llvmlite import ir
 
+from ...ir.op.quantize import QUANT_STORAGE_BITS
 from ..llvm_emit import F16, F32, I8, I16, I32
 from .simd import KFunc, vec
 
-__all__ = ["DenseDecoder", "GroupQuantDecoder", "QUANT_STORAGE"]
+__all__ = ["DenseDecoder", "GroupQuantDecoder"]
 
 #: Storage dtypes of quantized words: bits per word.
-QUANT_STORAGE = {"uint8": 8, "uint16": 16, "uint32": 32, "int8": 8}
 
 #: Largest group whose inner loop is unrolled in Python (group_size / lanes chunks).
 _UNROLL_GROUP = 256
@@ -115,7 +115,7 @@ class GroupQuantDecoder:
     def __init__(self, q: ir.Value, storage: str, scale: ir.Value, scale_dtype: str,
                  words: ir.Value, groups: ir.Value, bits: int, group_size: int, zero_point: int,
                  lanes: int) -> None:
-        sbits = QUANT_STORAGE[storage]
+        sbits = QUANT_STORAGE_BITS[storage]
         self.q, self.storage, self.scale, self.scale_dtype = q, storage, scale, scale_dtype
         self.words, self.groups = words, groups
         self.bits, self.group_size, self.zero_point = bits, group_size, zero_point
@@ -132,9 +132,9 @@ class GroupQuantDecoder:
     @staticmethod
     def supported(storage: str, bits: int, group_size: int, lanes: int) -> bool:
         """Whether this decoder handles the format with ``lanes``-wide vectors."""
-        if storage not in QUANT_STORAGE or bits <= 0 or bits > 8:
+        if storage not in QUANT_STORAGE_BITS or bits <= 0 or bits > 8:
             return False
-        sbits = QUANT_STORAGE[storage]
+        sbits = QUANT_STORAGE_BITS[storage]
         if sbits % bits or (storage == "int8" and bits != 8):
             return False
         per_word = sbits // bits

@@ -15,23 +15,18 @@ from ..struct_info import StructInfo, TensorStructInfo
 from .common import definitely_different, fmt_shape, tensor_arg
 
 
+#: Storage dtype of packed quantized values -> its bits (the one table: ops, topi, kernels).
 QUANT_STORAGE_BITS = {"uint8": 8, "uint16": 16, "uint32": 32, "int8": 8}
 
 
-def infer_group_dequantize(call: Call) -> StructInfo:
-    q, s = tensor_arg(call, 0, "q_weight"), tensor_arg(call, 1, "q_scale")
-    a = call.attrs
-    name = "R.group_dequantize"
-    try:
-        bits, group_size = int(a["bits"]), int(a["group_size"])
-        int(a["zero_point"])
-        in_features = int(a["in_features"])
-    except KeyError as exc:
-        raise ValueError(f"{name}: missing attribute {exc.args[0]!r} (needs bits, group_size, "
-                         "zero_point, in_features)") from None
-    act = a.get("activation_quantization", "none")
-    if act not in ("none", "int8"):
-        raise ValueError(f"{name}: activation_quantization must be \"none\" or \"int8\", got {act!r}")
+def check_packed_layout(q, s, bits: int, group_size: int, in_features: int, name: str) -> int:
+    """Check a group-quantized weight against its attributes; returns the values per word.
+
+    ``q`` / ``s`` are the packed words and the scales (struct info or te tensors: ``dtype``,
+    ``ndim``, ``shape``). Raises TypeError for a storage dtype not in :data:`QUANT_STORAGE_BITS` or
+    integer scales, ValueError for non-2-D operands, ``bits`` the storage cannot hold, a group size
+    that is not a positive multiple of the values per word, or words / groups per row that do not
+    fit ``in_features`` (padded to whole groups); ``name`` (the op) starts each message."""
     if q.dtype not in QUANT_STORAGE_BITS:
         raise TypeError(f"{name}: q_weight dtype must be one of {', '.join(QUANT_STORAGE_BITS)}, "
                         f"got {q.dtype}")
@@ -55,6 +50,24 @@ def infer_group_dequantize(call: Call) -> StructInfo:
     if definitely_different(s.shape[1], groups):
         raise ValueError(f"{name}: q_scale {fmt_shape(s.shape)} has {s.shape[1]} groups per row, but "
                          f"in_features={in_features} in groups of {group_size} needs {groups}")
+    return per_word
+
+
+def infer_group_dequantize(call: Call) -> StructInfo:
+    q, s = tensor_arg(call, 0, "q_weight"), tensor_arg(call, 1, "q_scale")
+    a = call.attrs
+    name = "R.group_dequantize"
+    try:
+        bits, group_size = int(a["bits"]), int(a["group_size"])
+        int(a["zero_point"])
+        in_features = int(a["in_features"])
+    except KeyError as exc:
+        raise ValueError(f"{name}: missing attribute {exc.args[0]!r} (needs bits, group_size, "
+                         "zero_point, in_features)") from None
+    act = a.get("activation_quantization", "none")
+    if act not in ("none", "int8"):
+        raise ValueError(f"{name}: activation_quantization must be \"none\" or \"int8\", got {act!r}")
+    check_packed_layout(q, s, bits, group_size, in_features, name)
     if definitely_different(q.shape[0], s.shape[0]):
         raise ValueError(f"{name}: q_weight {fmt_shape(q.shape)} and q_scale {fmt_shape(s.shape)} "
                          "have different numbers of rows")

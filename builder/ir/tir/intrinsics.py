@@ -121,7 +121,7 @@ def if_then_else(cond, t, f) -> PrimExpr:
     else:
         b = E.convert(f)
         a = E.convert(t, b.dtype)
-    dtype = E._promote(a.dtype, b.dtype)
+    dtype = E.promote_dtype(a.dtype, b.dtype)
     return E.Call(dtype, "if_then_else", [c, a.astype(dtype), b.astype(dtype)])
 
 

@@ -7,10 +7,10 @@ from typing import Callable
 
 from ...ir import expr as E
 from ...ir import tir
-from ...ir.expr import PrimExpr
+from ...ir.expr import PrimExpr, promote_dtype
 from .. import tensor as _te
 from ..tensor import Tensor
-from .common import Operand, _as_tensor_or_scalar, _broadcast_index, _cast, _compute_dtype, _is_float, _is_static_one, _promote, broadcast_shape
+from .common import Operand, _as_tensor_or_scalar, _broadcast_index, _cast, _compute_dtype, _is_float, _is_static_one, broadcast_shape
 
 __all__ = ["add", "broadcast_binary", "divide", "equal", "floor_divide", "greater", "greater_equal", "less", "less_equal", "maximum", "minimum", "multiply", "not_equal", "power", "subtract", "where"]
 
@@ -35,7 +35,7 @@ def broadcast_binary(a: Operand, b: Operand, fscalar: Callable[[PrimExpr, PrimEx
         tb = E.convert(b, ta.dtype)
     if isinstance(tb, Tensor) and isinstance(a, (int, float)):
         ta = E.convert(a, tb.dtype)
-    common = _promote(ta.dtype, tb.dtype)
+    common = promote_dtype(ta.dtype, tb.dtype)
     work = _compute_dtype(common)
     sa = ta.shape if isinstance(ta, Tensor) else ()
     sb = tb.shape if isinstance(tb, Tensor) else ()
@@ -174,7 +174,7 @@ def where(cond: Tensor, a: Operand, b: Operand) -> Tensor:
         tb = E.convert(b, ta.dtype)
     if isinstance(tb, Tensor) and isinstance(a, (int, float)):
         ta = E.convert(a, tb.dtype)
-    dtype = _promote(ta.dtype, tb.dtype)
+    dtype = promote_dtype(ta.dtype, tb.dtype)
     sa = ta.shape if isinstance(ta, Tensor) else ()
     sb = tb.shape if isinstance(tb, Tensor) else ()
     shape = broadcast_shape(cond.shape, broadcast_shape(sa, sb, "where"), "where")

@@ -48,24 +48,6 @@ def _cast(v: PrimExpr, dtype: str) -> PrimExpr:
     return v.astype(dtype)
 
 
-def _promote(a: str, b: str) -> str:
-    """Common dtype of two operands: equal dtypes stay; float beats int; the wider wins."""
-    if a == b:
-        return a
-    fa, fb = _is_float(a), _is_float(b)
-    if fa != fb:
-        return a if fa else b
-    bits = {"bool": 1}
-
-    def width(d: str) -> int:
-        if d in bits:
-            return bits[d]
-        digits = "".join(c for c in d if c.isdigit())
-        return int(digits) if digits else 32
-
-    return a if width(a) >= width(b) else b
-
-
 def _is_static_one(d: PrimExpr) -> bool:
     return isinstance(d, E.IntImm) and d.value == 1
 

@@ -7,10 +7,10 @@ import builtins
 
 from ...ir import expr as E
 from ...ir import tir
-from ...ir.expr import PrimExpr
+from ...ir.expr import PrimExpr, promote_dtype
 from .. import tensor as _te
 from ..tensor import Tensor
-from .common import _acc_dtype, _cast, _dim_str, _out_dtype, _promote, _static, _two_stage
+from .common import _acc_dtype, _cast, _dim_str, _out_dtype, _static, _two_stage
 
 __all__ = ["conv1d", "conv1d_transpose", "conv2d"]
 
@@ -74,7 +74,7 @@ def conv1d(x: Tensor, w: Tensor, strides=1, padding=0, dilation=1, groups: int =
     else:
         checks = {"mb.assert_le": [(span, padded, "the padded input is shorter than the dilated "
                                                   "kernel")]}
-    in_dtype = _promote(x.dtype, w.dtype)
+    in_dtype = promote_dtype(x.dtype, w.dtype)
     odt = _out_dtype(in_dtype, out_dtype)
     acc = _acc_dtype(in_dtype, odt)
     o_per_g = E.simplify(o // g) if g > 1 else o
@@ -156,7 +156,7 @@ def conv2d(x: Tensor, w: Tensor, strides=1, padding=0, dilation=1, groups: int =
         raise ValueError(f"conv2d: {so} output channels are not divisible by groups={g}")
     oh = E.simplify((h + (pt + pb - 1) - (kh - 1) * dh) // sh + 1)
     ow = E.simplify((wd + (pl + pr - 1) - (kw - 1) * dw) // sw + 1)
-    in_dtype = _promote(x.dtype, w.dtype)
+    in_dtype = promote_dtype(x.dtype, w.dtype)
     odt = _out_dtype(in_dtype, out_dtype)
     acc = _acc_dtype(in_dtype, odt)
     o_per_g = E.simplify(o // g) if g > 1 else o
@@ -214,7 +214,7 @@ def conv1d_transpose(x: Tensor, w: Tensor, strides=1, padding=0, output_padding=
     cg = E.simplify(c // g) if g > 1 else c
     out_c = E.simplify(og * g)
     out_w = E.simplify((width - 1) * s + (k - 1) * d + (opad + 1 - lo - hi))
-    in_dtype = _promote(x.dtype, w.dtype)
+    in_dtype = promote_dtype(x.dtype, w.dtype)
     odt = _out_dtype(in_dtype, out_dtype)
     acc = _acc_dtype(in_dtype, odt)
 

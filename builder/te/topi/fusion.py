@@ -15,12 +15,11 @@ from typing import Callable, Sequence
 
 from ...ir import expr as E
 from ...ir import kernel as _kernel
-from ...ir.expr import PrimExpr
+from ...ir.expr import PrimExpr, promote_dtype
 from ...ir.relax import Op
 from ...ir.tir import BufferLoad as _BufferLoad
 from .. import tensor as _te
 from ..tensor import ComputeOp as _ComputeOp, Reduce as _Reduce, Tensor
-from .common import _promote
 from .linear_algebra import linear
 from .quantize import _dequant_value, _quant_layout
 
@@ -233,7 +232,7 @@ def linear_kernel(x: Tensor, *tensors: Tensor, weights: Sequence, epilogue=_kern
         odt = out_dtype
         if odt is None and isinstance(w, _kernel.GroupWeight):
             # the graph's dtype: that of x @ dequantize(q, s).T with the weight in the scale dtype
-            odt = _promote(x.dtype, inputs[w.scale].dtype)
+            odt = promote_dtype(x.dtype, inputs[w.scale].dtype)
         lin.append(linear(x, wt, out_dtype=odt))
     out = replay(epilogue, inputs, lin)
     names: dict[int, str] = {}

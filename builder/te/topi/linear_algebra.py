@@ -5,9 +5,10 @@ from __future__ import annotations
 
 
 from ...ir import expr as E
+from ...ir.expr import promote_dtype
 from .. import tensor as _te
 from ..tensor import Tensor
-from .common import _acc_dtype, _broadcast_index, _cast, _dim_str, _out_dtype, _promote, _static, _two_stage, broadcast_shape
+from .common import _acc_dtype, _broadcast_index, _cast, _dim_str, _out_dtype, _static, _two_stage, broadcast_shape
 
 __all__ = ["linear", "matmul"]
 
@@ -26,7 +27,7 @@ def matmul(a: Tensor, b: Tensor, out_dtype: str | None = None) -> Tensor:
     """
     if a.ndim == 0 or b.ndim == 0:
         raise ValueError("matmul: operands must have ndim >= 1")
-    in_dtype = _promote(a.dtype, b.dtype)
+    in_dtype = promote_dtype(a.dtype, b.dtype)
     odt = _out_dtype(in_dtype, out_dtype)
     acc = _acc_dtype(in_dtype, odt)
     ka = a.shape[-1]
@@ -77,7 +78,7 @@ def linear(x: Tensor, w: Tensor, bias: Tensor | None = None,
     if kx is not None and kw is not None and kx != kw:
         raise ValueError(f"linear: input {_dim_str(x.shape)} does not match weight "
                          f"{_dim_str(w.shape)}")
-    in_dtype = _promote(x.dtype, w.dtype)
+    in_dtype = promote_dtype(x.dtype, w.dtype)
     odt = _out_dtype(in_dtype, out_dtype)
     acc = _acc_dtype(in_dtype, odt)
     shape = list(x.shape[:-1]) + [w.shape[0]]

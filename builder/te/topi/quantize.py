@@ -13,15 +13,15 @@ from __future__ import annotations
 
 from ...ir import expr as E
 from ...ir.expr import PrimExpr
+from ...ir.op.quantize import check_packed_layout
 from .. import tensor as _te
 from ..tensor import Tensor
-from .common import _cast, _dim_str, _is_float, _out_dtype, _static, _two_stage, _up
+from .common import _cast, _dim_str, _out_dtype, _static, _two_stage, _up
 from .transform import checked_index
 
 __all__ = ["dequantize_linear", "dequantize_take", "group_dequantize"]
 
 
-_STORAGE_BITS = {"uint8": 8, "uint16": 16, "uint32": 32, "int8": 8}
 
 
 def _word_divisor(r: PrimExpr, bits: int, per_word: int, dtype: str, lo: int = 0,
@@ -38,31 +38,9 @@ def _word_divisor(r: PrimExpr, bits: int, per_word: int, dtype: str, lo: int = 0
 
 def _quant_layout(q: Tensor, s: Tensor, bits: int, group_size: int, in_features: int,
                   what: str) -> int:
-    """Check the shapes / dtypes of a packed weight and its scales; returns values per word."""
-    if q.dtype not in _STORAGE_BITS:
-        raise TypeError(f"{what}: q_weight dtype must be one of {', '.join(_STORAGE_BITS)}, got {q.dtype}")
-    if not _is_float(s.dtype):
-        raise TypeError(f"{what}: q_scale must be floating point, got {s.dtype}")
-    if q.ndim != 2 or s.ndim != 2:
-        raise ValueError(f"{what}: q_weight and q_scale must be 2-D, got {_dim_str(q.shape)} and "
-                         f"{_dim_str(s.shape)}")
-    sbits = _STORAGE_BITS[q.dtype]
-    if bits <= 0 or sbits % bits or (q.dtype.startswith("int") and bits != sbits):
-        raise ValueError(f"{what}: cannot store {bits}-bit values in {q.dtype}")
-    per_word = sbits // bits
-    if group_size <= 0 or group_size % per_word:
-        raise ValueError(f"{what}: group_size {group_size} is not a multiple of the {per_word} "
-                         f"values per {q.dtype} word")
-    groups = -(-in_features // group_size)
-    words = groups * group_size // per_word
-    sq, ss = _static(q.shape[1]), _static(s.shape[1])
-    if sq is not None and sq != words:
-        raise ValueError(f"{what}: q_weight {_dim_str(q.shape)} has {sq} words per row, but "
-                         f"in_features={in_features} in groups of {group_size} needs {words}")
-    if ss is not None and ss != groups:
-        raise ValueError(f"{what}: q_scale {_dim_str(s.shape)} has {ss} groups per row, but "
-                         f"in_features={in_features} in groups of {group_size} needs {groups}")
-    return per_word
+    """Check the shapes / dtypes of a packed weight and its scales (the graph-level rule,
+    :func:`builder.ir.op.quantize.check_packed_layout`); returns the values per word."""
+    return check_packed_layout(q, s, bits, group_size, in_features, what)
 
 
 def _dequant_value(q: Tensor, s: Tensor, row: PrimExpr, k: PrimExpr, bits: int, per_word: int,

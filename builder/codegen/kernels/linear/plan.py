@@ -12,7 +12,8 @@ from ....ir import tir
 from ....ir.expr import PrimExpr, Var
 from ....ir.kernel import KERNEL_ATTR, LinearKernelSpec
 from ....ir.tir import Block, BlockRealize, Buffer, BufferLoad, BufferStore, PrimFunc
-from ..decode import GroupQuantDecoder, QUANT_STORAGE
+from ....ir.op.quantize import QUANT_STORAGE_BITS
+from ..decode import GroupQuantDecoder
 from ..simd import SimdInfo
 from .int8_rows import int8_gemv_supported
 
@@ -224,14 +225,14 @@ def _plan_linear(func: PrimFunc, simd: SimdInfo) -> LinearPlan | str:
             w.dtype, w.reads = wb.dtype, {id(wb)}
         elif w.format == "group":
             q, s = params[w.q], params[w.scale]
-            if q.ndim != 2 or s.ndim != 2 or q.dtype not in QUANT_STORAGE:
+            if q.ndim != 2 or s.ndim != 2 or q.dtype not in QUANT_STORAGE_BITS:
                 return "quantized weight layout"
             if s.dtype not in ("float32", "float16", "bfloat16"):
                 return f"scale dtype {s.dtype}"
             bits, gs, zp = int(w.bits), int(w.group_size), int(w.zero_point)
             if not GroupQuantDecoder.supported(q.dtype, bits, gs, simd.lanes):
                 return f"quantized format {q.dtype} bits={bits} group_size={gs}"
-            per_word = QUANT_STORAGE[q.dtype] // bits
+            per_word = QUANT_STORAGE_BITS[q.dtype] // bits
             if not (E.prove_equal(q.shape[0], n_dim) and E.prove_equal(s.shape[0], n_dim)):
                 return "quantized weight rows"
             kk = E.simplify(k_dim)
