@@ -11,6 +11,8 @@ Pipeline per function:
   -> plain loops) and emitted loop by loop (:mod:`builder.codegen.llvm_emit`; ``exp`` inlined as
   a polynomial so that loops vectorize; ``parallel`` loops outlined into thread-pool tasks);
 * :func:`builder.codegen.abi.plan_signature` (prologue checks and metadata) for both;
+* a function structurally equal to one emitted already (:mod:`.dedup`) gets only its entry, which
+  calls the twin's body: identical kernels are compiled once;
 * LLVM's new pass manager at ``-O3`` for the host target, ``TargetMachine.emit_object``, and
   the on-disk object cache (:mod:`.cache`, keyed by the IR's hash) around those two steps;
 * a manifest in the object (section ``.mb_manifest``: the cache key it was compiled from and
@@ -33,6 +35,7 @@ from ..ir import tir
 from ..ir.tir import PrimFunc
 from . import cache as _cache
 from .abi import dim_to_json, plan_signature
+from .dedup import KernelTwins
 from .llvm_emit import ModuleEmitter
 from .lower import is_lowered, lower
 from .schedule import schedule
@@ -79,11 +82,21 @@ def emit_llvm_ir(prim_funcs: dict[str, PrimFunc], target: Target | None = None
     simd = SimdInfo.from_target(target.triple, target.features)
     emitter = ModuleEmitter(target.triple, str(tm.target_data))
     functions: dict[str, dict] = {}
+    twins = KernelTwins()
+    bodies: dict[str, tuple] = {}   # name -> (body function, its extra error messages)
     for name, func in prim_funcs.items():
         if not isinstance(func, PrimFunc):
             raise TypeError(f"'{name}' is not a PrimFunc")
         if not name.isidentifier():
             raise ValueError(f"function name {name!r} is not a valid symbol")
+        twin = twins.find(func)
+        if twin is not None:   # an identical kernel is emitted already: this entry calls its body
+            body_fn, extra = bodies[twin]
+            sig = plan_signature(func, name)
+            emitter.add_entry(name, body_fn, func, sig)
+            functions[name] = {**sig.metadata(extra), "kernel": functions[twin]["kernel"]}
+            continue
+        twins.add(name, func)
         family, plan = plan_kernel(func, simd)
         if family is not None and not isinstance(plan, str):
             tir.verify(func)
@@ -91,6 +104,7 @@ def emit_llvm_ir(prim_funcs: dict[str, PrimFunc], target: Target | None = None
             ksimd = getattr(plan, "simd", None) or simd   # a plan may ask for narrower vectors
             body_fn, extra = KERNEL_FAMILIES[family][1](emitter, name, func, sig, plan, ksimd)
             emitter.add_entry(name, body_fn, func, sig)
+            bodies[name] = (body_fn, extra)
             variant = getattr(plan, "variant", "")
             functions[name] = {**sig.metadata(extra),
                                "kernel": f"{family}/{ksimd.name}" + (f"+{variant}" if variant else "")}
@@ -98,6 +112,7 @@ def emit_llvm_ir(prim_funcs: dict[str, PrimFunc], target: Target | None = None
         lowered = func if is_lowered(func) else lower(schedule(func))
         sig = plan_signature(lowered, name)
         extra = emitter.add_function(name, lowered, sig)
+        bodies[name] = (emitter.module.get_global(f"{name}.compute"), extra)
         functions[name] = sig.metadata(extra)
         functions[name]["kernel"] = "loops" if family is None else f"loops ({family}: {plan})"
     return finalize_loop_metadata(str(emitter.module)), functions

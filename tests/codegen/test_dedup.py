@@ -1,0 +1,68 @@
+"""Identical kernels are compiled once (builder/codegen/dedup.py): a function structurally equal to
+one emitted already gets only its own entry (argument checks naming its own parameters) and calls
+the twin's body; functions that differ in anything but names keep their own bodies."""
+import re
+
+import numpy as np
+import pytest
+
+import builder
+from builder import nn, te
+from builder.codegen import build, emit_llvm_ir
+
+
+def _scale(factor: float, xname: str, dim: str):
+    n = te.var(dim)
+    x = te.placeholder((n, 16), "float32", name=xname)
+    return te.create_prim_func([x, te.compute((n, 16), lambda i, j: x[i, j] * factor + 1.0, name="y")])
+
+
+def _bodies(llvm_ir: str) -> list[str]:
+    return sorted(re.findall(r'define [^@\n]*@"?([\w.]+)\.compute"?\(', llvm_ir))
+
+
+def test_identical_functions_share_one_body():
+    funcs = {"a": _scale(2.0, "x", "n"), "b": _scale(2.0, "inp", "batch"), "c": _scale(3.0, "x", "n")}
+    text, _ = emit_llvm_ir(funcs)
+    assert _bodies(text) == ["a", "c"]          # b is a's twin (names aside); c differs
+    lib = build(funcs)
+    native = lib.load()
+    x = np.arange(48, dtype=np.float32).reshape(3, 16)
+    for name, factor in (("a", 2.0), ("b", 2.0), ("c", 3.0)):
+        y = np.empty_like(x)
+        native.call(name, [x, y])
+        np.testing.assert_array_equal(y, x * np.float32(factor) + np.float32(1.0))
+    # the twin's entry checks its own arguments and names its own parameter
+    with pytest.raises(ValueError, match="inp"):
+        native.call("b", [np.zeros((3, 15), np.float32), np.zeros((3, 16), np.float32)])
+    assert lib.functions["b"]["params"][0]["name"] == "inp"
+
+
+class _Stack(nn.Module):
+    def __init__(self, n: int):
+        self.layers = nn.ModuleList([nn.Linear(32, 32, bias=True) for _ in range(n)])
+        self.head = nn.Linear(32, 8, bias=False)
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = nn.op.silu(layer(x)) + x
+        return self.head(x)
+
+
+def test_repeated_layers_compile_one_kernel_each_kind():
+    spec = {"forward": {"x": nn.spec.Tensor(["n", 32], "float32")}}
+    net = _Stack(5)
+    rng = np.random.default_rng(0)
+    for _, p in net.named_parameters():
+        p.data = (rng.standard_normal(p.shape) * 0.2).astype(np.float32)
+    irmod, _ = net.export_tvm(spec)
+    exe = builder.compile(irmod)
+    assert len(exe.kernels) == 6 and len(_bodies(exe.llvm_ir)) == 2      # 5 identical layers + the head
+    x = rng.standard_normal((4, 32)).astype(np.float32)
+    got = net.jit(spec)["forward"](x)
+    h = x.astype(np.float64)
+    params = dict(net.named_parameters())
+    for i in range(5):
+        z = h @ params[f"layers.{i}.weight"].data.T + params[f"layers.{i}.bias"].data
+        h = z / (1 + np.exp(-z)) + h
+    np.testing.assert_allclose(got, h @ params["head.weight"].data.T, rtol=2e-5, atol=2e-5)
