@@ -25,6 +25,21 @@ import time
 __all__ = ["main"]
 
 
+#: Timed runs of ``--bench`` without a count.
+BENCH_RUNS = 20
+
+
+def _with_bench_count(argv: list[str]) -> list[str]:
+    """``argv`` with the default count after a ``--bench`` that is not followed by a number, so that
+    ``--bench dtype=float32`` leaves the override an override (argparse would take it as the count)."""
+    out: list[str] = []
+    for i, arg in enumerate(argv):
+        out.append(arg)
+        if arg == "--bench" and (i + 1 == len(argv) or not argv[i + 1].isdigit()):
+            out.append(str(BENCH_RUNS))
+    return out
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="build",
@@ -46,7 +61,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--save-params", metavar="OUT.safetensors",
                    help="write the parameters (quantized / cast as the recipe says) to this file; "
                         "--weights OUT.safetensors loads them back without converting")
-    p.add_argument("--bench", nargs="?", type=int, const=20, default=None, metavar="RUNS",
+    p.add_argument("--bench", nargs="?", type=int, const=BENCH_RUNS, default=None, metavar="RUNS",
                    help="time the function (--function, default the first) on random inputs: "
                         "RUNS runs (default 20) after 3 warm-up runs; prints median, min, max")
     p.add_argument("--bench-dim", action="append", default=[], metavar="NAME=VALUE",
@@ -64,7 +79,11 @@ def main(argv: list[str] | None = None) -> int:
         reconfigure = getattr(stream, "reconfigure", None)
         if reconfigure is not None:
             reconfigure(errors="backslashreplace")
-    args = _parser().parse_intermixed_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = _parser()
+    if not any(not a.startswith("-") for a in argv) and not {"-h", "--help"} & set(argv):
+        parser.error("the following argument is required: recipe (build RECIPE.yaml [KEY=VALUE ...])")
+    args = parser.parse_intermixed_args(_with_bench_count(argv))
     try:
         return _run(args)
     except Exception as exc:  # noqa: BLE001 - the CLI turns every failure into one message
@@ -135,6 +154,7 @@ def _run_with(args: argparse.Namespace, progress: "_ConversionProgress") -> int:
         if missing:
             raise ValueError(f"{args.input}: missing input(s) {missing} for {fname}({', '.join(names)}); "
                              f"the file has {sorted(arrays)}")
+        _ = (model.params, model.vm)   # weights drawn / converted and code loaded before the clock starts
         t2 = time.perf_counter()
         result = model[fname](*[arrays[n] for n in names])
         t_run = time.perf_counter() - t2
