@@ -163,3 +163,17 @@ def test_strict_field_types_reject_coercible_values(minimal_text, field, value):
         load_recipe_text(text)
     assert len(info.value.issues) == 1
     assert info.value.issues[0].path == f"model.layers.fc.{field}"
+
+
+def test_yaml_1_2_exponent_floats_are_numbers(minimal_text):
+    """``eps: 1e-12`` is a number (YAML 1.2; PyYAML's YAML 1.1 makes it a string), in the recipe, in a
+    variable and in an override; quoted or ``!!str`` it stays a string."""
+    text = minimal_text.replace("  forward:", "    ln: {type: LayerNorm, normalized_shape: 4, eps: 1e-12}\n"
+                                             "    ln2: {type: LayerNorm, normalized_shape: 4, eps: ${tiny}}\n"
+                                             "  forward:", 1)
+    text = "vars: {tiny: 2E-6, label: '1e5', tagged: !!str 3e2}\n" + text
+    recipe = load_recipe_text(text)
+    assert recipe.model.layers["ln"].eps == 1e-12 and recipe.model.layers["ln2"].eps == 2e-6
+    assert recipe.vars["label"] == "1e5" and recipe.vars["tagged"] == "3e2"
+    over = load_recipe_text(text, overrides=["model.layers.ln.eps=5e-7", "tiny=1.5e3"])
+    assert over.model.layers["ln"].eps == 5e-7 and over.model.layers["ln2"].eps == 1500.0
