@@ -66,6 +66,11 @@ def _parser() -> argparse.ArgumentParser:
                         "RUNS runs (default 20) after 3 warm-up runs; prints median, min, max")
     p.add_argument("--bench-dim", action="append", default=[], metavar="NAME=VALUE",
                    help="value of a symbolic input dim for --bench (default 1), e.g. batch_size=8")
+    p.add_argument("--validate", action="store_true",
+                   help="check the recipe, the export of its functions and the weights file (if any) without "
+                        "compiling; exit 0 when all is well")
+    p.add_argument("--print-recipe", action="store_true",
+                   help="print the resolved recipe (variables and overrides applied, defaults filled in) and exit")
     p.add_argument("--print-after", action="append", default=[], metavar="PASS",
                    help="print the IR after this compiler pass (repeatable; an unknown name lists them)")
     p.add_argument("--time-passes", action="store_true", help="print the time each compiler pass took")
@@ -137,6 +142,8 @@ def _run_with(args: argparse.Namespace, progress: "_ConversionProgress") -> int:
     for flag, path in (("--input", args.input), ("--weights", args.weights)):
         if path is not None:
             _check_input_file(flag, path)
+    if args.print_recipe or args.validate:
+        return _check_only(args, out)
     plain = True if args.plain else None
     instruments, timing = _pass_instruments(args, out, plain)
     model = build(args.recipe, args.overrides, weights=args.weights, seed=args.seed,
@@ -198,6 +205,28 @@ def _run_with(args: argparse.Namespace, progress: "_ConversionProgress") -> int:
         out.print(escape(_printable(result_note)))
     if args.bench is not None:
         out.print(escape(_printable(_bench(model, args.function or model.functions[0], args.bench, args.bench_dim))))
+    return 0
+
+
+def _check_only(args: argparse.Namespace, out) -> int:
+    """``--print-recipe`` (the resolved recipe as YAML) and ``--validate`` (everything but code
+    generation); errors propagate as in a build."""
+    from rich.markup import escape
+    from schemas import dump_recipe, load_recipe
+
+    from .pipeline import validate
+
+    if args.print_recipe:
+        out.print(dump_recipe(load_recipe(args.recipe, args.overrides)), markup=False, highlight=False, end="")
+        return 0
+    for flag, path in (("--weights", args.weights),):
+        if path is not None:
+            _check_input_file(flag, path)
+    report = validate(args.recipe, args.overrides, weights=args.weights)
+    functions = ", ".join(f"{name}({', '.join(inputs)})" for name, inputs in report.spec.items())
+    weights = "weights file checked" if report.weights_checked else "no weights file (random weights)"
+    out.print(escape(_printable(f"{args.recipe}: valid; functions {functions}; {len(report.param_specs)} "
+                                f"parameters; {weights}")))
     return 0
 
 

@@ -353,6 +353,32 @@ def build(recipe_path: str | Path, overrides: Sequence[str] = (), weights: str |
     return CompiledModel(recipe, irmod, specs, exe, spec, timings, seed, values, mapping=mapping, progress=progress)
 
 
+@dataclass
+class Validation:
+    """What :func:`validate` checked: the recipe, the exported functions' input specs, the parameters
+    (name, shape, dtype) and whether a weights file was read and bound."""
+
+    recipe: schemas.Recipe
+    spec: dict
+    param_specs: list
+    weights_checked: bool
+
+
+def validate(recipe_path: str | Path, overrides: Sequence[str] = (), weights: str | Path | None = None
+             ) -> Validation:
+    """Everything :func:`build` checks before it compiles: the recipe (schema, variables,
+    overrides, ``forward:``), the export of every function (shapes and dtypes through every op), and
+    the weights file when one is given or the recipe names one (every parameter found with its shape
+    and dtype, converted as the recipe's quantization says). Raises :class:`schemas.RecipeError` /
+    :class:`runtime.WeightsError` as :func:`build` does; no code is generated."""
+    recipe = schemas.load_recipe(recipe_path, overrides)
+    mapping = QuantizeMapping()
+    _, params, spec = export_recipe(recipe, mapping)
+    specs = _param_specs(params)
+    values = bind_weights(recipe, specs, weights, Path(recipe_path).parent, mapping)
+    return Validation(recipe, spec, specs, values is not None)
+
+
 def bind_weights(recipe: schemas.Recipe, param_specs: Sequence[tuple[str, tuple, str]],
                  weights: str | Path | None, base: Path, mapping: QuantizeMapping | None = None,
                  progress: Progress | None = None) -> dict[str, np.ndarray] | None:

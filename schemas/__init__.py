@@ -3,6 +3,7 @@
 >>> recipe = load_recipe("recipes/llama_mlp.yaml", overrides=["hidden_size=512"])  # doctest: +SKIP
 """
 
+from .dump import dump_recipe
 from .errors import RecipeError, RecipeIssue
 from .loader import load_recipe, load_recipe_text
 from .models import (
@@ -45,5 +46,5 @@ __all__ = [
     "register_quantization_preset", "resolve_quantization", "Conv1D", "DType", "Dim", "Embedding", "FieldPath", "GELU",
     "Identifier", "InputSpec", "LayerDef", "LayerNorm", "Linear", "ModelDef", "RMSNorm", "Recipe", "RecipeError",
     "RecipeIssue", "ReLU", "SiLU", "SourceMap", "StrictModel", "WeightsDef", "format_path", "load_recipe",
-    "load_recipe_text",
+    "load_recipe_text", "dump_recipe",
 ]

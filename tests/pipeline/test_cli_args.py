@@ -24,3 +24,32 @@ def test_bench_without_count_before_an_override(capsys):
     assert "x: [batch_size, 16] float32" in out          # the overrides were applied
     bench = next(line for line in out.splitlines() if "median" in line)
     assert "20 runs" in bench
+
+
+def test_print_recipe_shows_the_resolved_recipe(capsys):
+    import yaml
+
+    from schemas import load_recipe, load_recipe_text
+
+    assert main([SMALL, "--print-recipe", "hidden_size=32", "model.layers.up_proj.bias=true"]) == 0
+    text = capsys.readouterr().out
+    data = yaml.safe_load(text)
+    assert data["model"]["layers"]["gate_proj"]["in_features"] == 32
+    assert data["model"]["layers"]["up_proj"]["bias"] is True
+    assert data["model"]["forward"].startswith("gate = gate_proj(x)\n")
+    expected = load_recipe(SMALL, ["hidden_size=32", "model.layers.up_proj.bias=true"])
+    assert load_recipe_text(text).model_dump() == expected.model_dump()
+
+
+def test_validate_checks_recipe_export_and_weights(tmp_path, capsys):
+    weights = str(Path(SMALL).parents[1] / "tests" / "data" / "llama_mlp_layer0.safetensors")
+    assert main([SMALL, "--validate", "--weights", weights]) == 0
+    out = capsys.readouterr().out
+    assert "valid; functions forward(x); 3 parameters; weights file checked" in out
+    assert main([SMALL, "--validate", "--weights", weights, "hidden_size=32"]) == 1
+    assert "expects (688, 32)" in capsys.readouterr().err
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(Path(SMALL).read_text().replace("down_proj(silu(gate) * up)", "gate_proj(silu(gate) * up)"))
+    assert main([str(bad), "--validate"]) != 0          # the export finds gate_proj fed 688 features
+    err = capsys.readouterr().err
+    assert "688" in err and "256" in err
