@@ -8,9 +8,10 @@ import builtins
 from ...ir import expr as E
 from ...ir import tir
 from ...ir.expr import PrimExpr, promote_dtype
+from ...ir.op.common import fmt_shape, static_int
 from .. import tensor as _te
 from ..tensor import Tensor
-from .common import _acc_dtype, _cast, _dim_str, _out_dtype, _static, _two_stage
+from .common import accumulator_dtype, cast_value, output_dtype, two_stage_compute
 
 __all__ = ["conv1d", "conv1d_transpose", "conv2d"]
 
@@ -38,7 +39,7 @@ def conv1d(x: Tensor, w: Tensor, strides=1, padding=0, dilation=1, groups: int =
     """
     if x.ndim != 3 or w.ndim != 3:
         raise ValueError(f"conv1d: data and weight must be 3-D (NCW / OIW), got "
-                         f"{_dim_str(x.shape)} and {_dim_str(w.shape)}")
+                         f"{fmt_shape(x.shape)} and {fmt_shape(w.shape)}")
     s = _one(strides, "strides")
     d = _one(dilation, "dilation")
     if isinstance(padding, (list, tuple)):
@@ -56,9 +57,9 @@ def conv1d(x: Tensor, w: Tensor, strides=1, padding=0, dilation=1, groups: int =
                          f"padding={padding}")
     n, c, width = x.shape
     o, cg, k = w.shape
-    sc, scg, so = _static(c), _static(cg), _static(o)
+    sc, scg, so = static_int(c), static_int(cg), static_int(o)
     if sc is not None and scg is not None and sc != scg * g:
-        raise ValueError(f"conv1d: data has {sc} channels but weight {_dim_str(w.shape)} with "
+        raise ValueError(f"conv1d: data has {sc} channels but weight {fmt_shape(w.shape)} with "
                          f"groups={g} expects {scg * g}")
     if so is not None and so % g:
         raise ValueError(f"conv1d: {so} output channels are not divisible by groups={g}")
@@ -75,8 +76,8 @@ def conv1d(x: Tensor, w: Tensor, strides=1, padding=0, dilation=1, groups: int =
         checks = {"mb.assert_le": [(span, padded, "the padded input is shorter than the dilated "
                                                   "kernel")]}
     in_dtype = promote_dtype(x.dtype, w.dtype)
-    odt = _out_dtype(in_dtype, out_dtype)
-    acc = _acc_dtype(in_dtype, odt)
+    odt = output_dtype(in_dtype, out_dtype)
+    acc = accumulator_dtype(in_dtype, odt)
     o_per_g = E.simplify(o // g) if g > 1 else o
 
     def fbody(nn, oc, t):
@@ -84,7 +85,7 @@ def conv1d(x: Tensor, w: Tensor, strides=1, padding=0, dilation=1, groups: int =
         rk = _te.reduce_axis((0, k), name="rk")
         pos = t * s + rk.var * d - lo if lo else t * s + rk.var * d
         chan = rc.var if g == 1 else (oc // o_per_g) * cg + rc.var
-        v = _cast(x[nn, chan, pos], acc)
+        v = cast_value(x[nn, chan, pos], acc)
         conds = []
         if lo:
             conds.append(E.GE(pos, E.IntImm(0, "int64")))
@@ -92,9 +93,9 @@ def conv1d(x: Tensor, w: Tensor, strides=1, padding=0, dilation=1, groups: int =
             conds.append(E.LT(pos, width))
         if conds:
             v = tir.if_then_else(tir.all(*conds), v, E.const(0, acc))
-        return _te.sum(v * _cast(w[oc, rc.var, rk.var], acc), axis=[rc, rk])
+        return _te.sum(v * cast_value(w[oc, rc.var, rk.var], acc), axis=[rc, rk])
 
-    return _two_stage((n, o, out_w), fbody, acc, odt, "conv1d_ncw", attrs=checks)
+    return two_stage_compute((n, o, out_w), fbody, acc, odt, "conv1d_ncw", attrs=checks)
 
 
 def _int_list(v, n: int, what: str, opname: str) -> list[int]:
@@ -135,7 +136,7 @@ def conv2d(x: Tensor, w: Tensor, strides=1, padding=0, dilation=1, groups: int =
     """
     if x.ndim != 4 or w.ndim != 4:
         raise ValueError(f"conv2d: data and weight must be 4-D (NCHW / OIHW), got "
-                         f"{_dim_str(x.shape)} and {_dim_str(w.shape)}")
+                         f"{fmt_shape(x.shape)} and {fmt_shape(w.shape)}")
     sh, sw = _int_list(strides, 2, "strides", "conv2d")
     dh, dw = _int_list(dilation, 2, "dilation", "conv2d")
     pads = list(padding) if isinstance(padding, (list, tuple)) else [padding]
@@ -148,17 +149,17 @@ def conv2d(x: Tensor, w: Tensor, strides=1, padding=0, dilation=1, groups: int =
                          f"padding={padding}")
     n, c, h, wd = x.shape
     o, cg, kh, kw = w.shape
-    sc, scg, so = _static(c), _static(cg), _static(o)
+    sc, scg, so = static_int(c), static_int(cg), static_int(o)
     if sc is not None and scg is not None and sc != scg * g:
-        raise ValueError(f"conv2d: data {_dim_str(x.shape)} has {sc} channels but weight "
-                         f"{_dim_str(w.shape)} with groups={g} expects {scg * g}")
+        raise ValueError(f"conv2d: data {fmt_shape(x.shape)} has {sc} channels but weight "
+                         f"{fmt_shape(w.shape)} with groups={g} expects {scg * g}")
     if so is not None and so % g:
         raise ValueError(f"conv2d: {so} output channels are not divisible by groups={g}")
     oh = E.simplify((h + (pt + pb - 1) - (kh - 1) * dh) // sh + 1)
     ow = E.simplify((wd + (pl + pr - 1) - (kw - 1) * dw) // sw + 1)
     in_dtype = promote_dtype(x.dtype, w.dtype)
-    odt = _out_dtype(in_dtype, out_dtype)
-    acc = _acc_dtype(in_dtype, odt)
+    odt = output_dtype(in_dtype, out_dtype)
+    acc = accumulator_dtype(in_dtype, odt)
     o_per_g = E.simplify(o // g) if g > 1 else o
 
     def fbody(nn, oc, yy, xx):
@@ -169,13 +170,13 @@ def conv2d(x: Tensor, w: Tensor, strides=1, padding=0, dilation=1, groups: int =
         px = (xx * sw if sw != 1 else xx) + (rx.var * dw if dw != 1 else rx.var) - pl
         py, px = E.simplify(py), E.simplify(px)
         chan = rc.var if g == 1 else (oc // o_per_g) * cg + rc.var
-        v = _cast(x[nn, chan, py, px], acc)
+        v = cast_value(x[nn, chan, py, px], acc)
         conds = _in_bounds(py, h, pt > 0, pb > 0) + _in_bounds(px, wd, pl > 0, pr > 0)
         if conds:
             v = tir.if_then_else(tir.all(*conds), v, E.const(0, acc))
-        return _te.sum(v * _cast(w[oc, rc.var, ry.var, rx.var], acc), axis=[rc, ry, rx])
+        return _te.sum(v * cast_value(w[oc, rc.var, ry.var, rx.var], acc), axis=[rc, ry, rx])
 
-    return _two_stage((n, o, oh, ow), fbody, acc, odt, "conv2d_nchw")
+    return two_stage_compute((n, o, oh, ow), fbody, acc, odt, "conv2d_nchw")
 
 
 def conv1d_transpose(x: Tensor, w: Tensor, strides=1, padding=0, output_padding=0, dilation=1,
@@ -194,7 +195,7 @@ def conv1d_transpose(x: Tensor, w: Tensor, strides=1, padding=0, output_padding=
     """
     if x.ndim != 3 or w.ndim != 3:
         raise ValueError(f"conv1d_transpose: data and weight must be 3-D (NCW / IOW), got "
-                         f"{_dim_str(x.shape)} and {_dim_str(w.shape)}")
+                         f"{fmt_shape(x.shape)} and {fmt_shape(w.shape)}")
     (s,) = _int_list(strides, 1, "strides", "conv1d_transpose")
     (d,) = _int_list(dilation, 1, "dilation", "conv1d_transpose")
     (opad,) = _int_list(output_padding, 1, "output_padding", "conv1d_transpose")
@@ -205,18 +206,18 @@ def conv1d_transpose(x: Tensor, w: Tensor, strides=1, padding=0, output_padding=
                          f"groups={groups} padding={padding} output_padding={output_padding}")
     n, c, width = x.shape
     ci, og, k = w.shape
-    sc, sci = _static(c), _static(ci)
+    sc, sci = static_int(c), static_int(ci)
     if sc is not None and sci is not None and sc != sci:
-        raise ValueError(f"conv1d_transpose: data {_dim_str(x.shape)} has {sc} channels but "
-                         f"weight {_dim_str(w.shape)} expects {sci}")
+        raise ValueError(f"conv1d_transpose: data {fmt_shape(x.shape)} has {sc} channels but "
+                         f"weight {fmt_shape(w.shape)} expects {sci}")
     if sc is not None and sc % g:
         raise ValueError(f"conv1d_transpose: {sc} input channels are not divisible by groups={g}")
     cg = E.simplify(c // g) if g > 1 else c
     out_c = E.simplify(og * g)
     out_w = E.simplify((width - 1) * s + (k - 1) * d + (opad + 1 - lo - hi))
     in_dtype = promote_dtype(x.dtype, w.dtype)
-    odt = _out_dtype(in_dtype, out_dtype)
-    acc = _acc_dtype(in_dtype, odt)
+    odt = output_dtype(in_dtype, out_dtype)
+    acc = accumulator_dtype(in_dtype, odt)
 
     def fbody(nn, oc, t):
         rc = _te.reduce_axis((0, cg), name="rc")
@@ -231,7 +232,7 @@ def conv1d_transpose(x: Tensor, w: Tensor, strides=1, padding=0, output_padding=
                      E.EQ(num % s, E.IntImm(0, "int64")), E.LT(q, width)]
         chan = rc.var if g == 1 else (oc // og) * cg + rc.var
         oc_l = oc if g == 1 else oc % og
-        v = _cast(x[nn, chan, q], acc) * _cast(w[chan, oc_l, rk.var], acc)
+        v = cast_value(x[nn, chan, q], acc) * cast_value(w[chan, oc_l, rk.var], acc)
         return _te.sum(tir.if_then_else(tir.all(*conds), v, E.const(0, acc)), axis=[rc, rk])
 
-    return _two_stage((n, out_c, out_w), fbody, acc, odt, "conv1d_transpose_ncw")
+    return two_stage_compute((n, out_c, out_w), fbody, acc, odt, "conv1d_transpose_ncw")

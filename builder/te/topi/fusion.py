@@ -16,12 +16,13 @@ from typing import Callable, Sequence
 from ...ir import expr as E
 from ...ir import kernel as _kernel
 from ...ir.expr import PrimExpr, promote_dtype
+from ...ir.op.quantize import check_packed_layout
 from ...ir.relax import Op
-from ...ir.tir import BufferLoad as _BufferLoad
+from ...ir.tir import BufferLoad as _BufferLoad, expr_children
 from .. import tensor as _te
 from ..tensor import ComputeOp as _ComputeOp, Reduce as _Reduce, Tensor
 from .linear_algebra import linear
-from .quantize import _dequant_value, _quant_layout
+from .quantize import dequant_value
 
 __all__ = ["inline_injective", "linear_kernel", "replay"]
 
@@ -62,7 +63,7 @@ def _unguarded_loads(e: PrimExpr):
         elif isinstance(x, E.Call) and x.op == "if_then_else":
             stack.append(x.args[0])
         elif not isinstance(x, _Reduce):
-            stack.extend(E._children(x))
+            stack.extend(expr_children(x))
 
 
 def _rewrite_loads(e: PrimExpr, fn: Callable) -> PrimExpr:
@@ -190,9 +191,9 @@ def _linear_weight(w, inputs: Sequence[Tensor]) -> Tensor:
         return inputs[w.w]
     q, s = inputs[w.q], inputs[w.scale]
     bits, gs, zp, kin = w.bits, w.group_size, w.zero_point, w.in_features
-    per_word = _quant_layout(q, s, bits, gs, kin, "linear_kernel")
+    per_word = check_packed_layout(q, s, bits, gs, kin, "linear_kernel")
     return _te.compute((q.shape[0], E.IntImm(kin, "int64")),
-                       lambda n, k: _dequant_value(q, s, n, k, bits, per_word, gs, zp),
+                       lambda n, k: dequant_value(q, s, n, k, bits, per_word, gs, zp),
                        name="T_dequantize")
 
 
