@@ -8,6 +8,7 @@ import builtins
 from ...ir import expr as E
 from ...ir import tir
 from ...ir.expr import PrimExpr, promote_dtype
+from ...ir.op import conv_out_dim
 from ...ir.op.common import fmt_shape, static_int
 from .. import tensor as _te
 from ..tensor import Tensor
@@ -22,6 +23,30 @@ def _one(v, what: str) -> int:
             raise ValueError(f"conv1d: {what} must have one value, got {v!r}")
         v = v[0]
     return int(v)
+
+
+def _int_list(v, n: int, what: str, opname: str) -> list[int]:
+    """``v`` (an int or ``n`` ints; a 1-list repeats) as ``n`` Python ints."""
+    if isinstance(v, (list, tuple)):
+        vals = [int(a) for a in v]
+        if len(vals) == 1:
+            vals = vals * n
+    else:
+        vals = [int(v)] * n
+    if len(vals) != n:
+        raise ValueError(f"{opname}: {what} must have {n} values, got {v!r}")
+    return vals
+
+
+def _in_bounds(pos: PrimExpr, size: PrimExpr, check_lo: bool, check_hi: bool) -> list[PrimExpr]:
+    """The conditions that a read at ``pos`` of a padded dim of ``size`` is inside the data:
+    ``pos >= 0`` when the low side is padded, ``pos < size`` when the high side is."""
+    conds = []
+    if check_lo:
+        conds.append(E.GE(pos, E.IntImm(0, "int64")))
+    if check_hi:
+        conds.append(E.LT(pos, size))
+    return conds
 
 
 def conv1d(x: Tensor, w: Tensor, strides=1, padding=0, dilation=1, groups: int = 1,
@@ -63,7 +88,7 @@ def conv1d(x: Tensor, w: Tensor, strides=1, padding=0, dilation=1, groups: int =
                          f"groups={g} expects {scg * g}")
     if so is not None and so % g:
         raise ValueError(f"conv1d: {so} output channels are not divisible by groups={g}")
-    out_w = E.simplify((width + (lo + hi - 1) - (k - 1) * d) // s + 1)
+    out_w = conv_out_dim(width, k, s, lo, hi, d)
     # the dilated kernel must fit in the padded input (PyTorch raises "Kernel size can't be
     # greater than actual input size"): checked here when static, when the code runs otherwise
     span, padded = E.simplify(E.convert(k - 1) * d + 1), E.simplify(E.convert(width) + (lo + hi))
@@ -86,38 +111,12 @@ def conv1d(x: Tensor, w: Tensor, strides=1, padding=0, dilation=1, groups: int =
         pos = t * s + rk.var * d - lo if lo else t * s + rk.var * d
         chan = rc.var if g == 1 else (oc // o_per_g) * cg + rc.var
         v = cast_value(x[nn, chan, pos], acc)
-        conds = []
-        if lo:
-            conds.append(E.GE(pos, E.IntImm(0, "int64")))
-        if hi:
-            conds.append(E.LT(pos, width))
+        conds = _in_bounds(pos, width, lo > 0, hi > 0)
         if conds:
             v = tir.if_then_else(tir.all(*conds), v, E.const(0, acc))
         return _te.sum(v * cast_value(w[oc, rc.var, rk.var], acc), axis=[rc, rk])
 
     return two_stage_compute((n, o, out_w), fbody, acc, odt, "conv1d_ncw", attrs=checks)
-
-
-def _int_list(v, n: int, what: str, opname: str) -> list[int]:
-    """``v`` (an int or ``n`` ints; a 1-list repeats) as ``n`` Python ints."""
-    if isinstance(v, (list, tuple)):
-        vals = [int(a) for a in v]
-        if len(vals) == 1:
-            vals = vals * n
-    else:
-        vals = [int(v)] * n
-    if len(vals) != n:
-        raise ValueError(f"{opname}: {what} must have {n} values, got {v!r}")
-    return vals
-
-
-def _in_bounds(pos: PrimExpr, size: PrimExpr, check_lo: bool, check_hi: bool) -> list[PrimExpr]:
-    conds = []
-    if check_lo:
-        conds.append(E.GE(pos, E.IntImm(0, "int64")))
-    if check_hi:
-        conds.append(E.LT(pos, size))
-    return conds
 
 
 def conv2d(x: Tensor, w: Tensor, strides=1, padding=0, dilation=1, groups: int = 1,
@@ -155,8 +154,8 @@ def conv2d(x: Tensor, w: Tensor, strides=1, padding=0, dilation=1, groups: int =
                          f"{fmt_shape(w.shape)} with groups={g} expects {scg * g}")
     if so is not None and so % g:
         raise ValueError(f"conv2d: {so} output channels are not divisible by groups={g}")
-    oh = E.simplify((h + (pt + pb - 1) - (kh - 1) * dh) // sh + 1)
-    ow = E.simplify((wd + (pl + pr - 1) - (kw - 1) * dw) // sw + 1)
+    oh = conv_out_dim(h, kh, sh, pt, pb, dh)
+    ow = conv_out_dim(wd, kw, sw, pl, pr, dw)
     in_dtype = promote_dtype(x.dtype, w.dtype)
     odt = output_dtype(in_dtype, out_dtype)
     acc = accumulator_dtype(in_dtype, odt)
