@@ -7,9 +7,10 @@ import math
 
 from ...ir import expr as E
 from ...ir import tir
+from ...ir.op.common import fmt_shape, static_int
 from .. import tensor as _te
 from ..tensor import Tensor
-from .common import _cast, _dim_str, _is_static_one, _norm_acc, _static, _two_stage
+from .common import cast_value, is_static_one, norm_acc_dtype, two_stage_compute
 
 __all__ = ["attention"]
 
@@ -31,26 +32,26 @@ def attention(q: Tensor, k: Tensor, v: Tensor, scale: float | None = None,
     """
     if q.ndim != 4 or k.ndim != 4 or v.ndim != 4:
         raise ValueError(f"attention: query, key and value must be 4-D (B, S, H, D), got "
-                         f"{_dim_str(q.shape)}, {_dim_str(k.shape)}, {_dim_str(v.shape)}")
+                         f"{fmt_shape(q.shape)}, {fmt_shape(k.shape)}, {fmt_shape(v.shape)}")
     if causal_mask not in (None, "TopLeft", "BottomRight"):
         raise ValueError(f"attention: unknown causal_mask {causal_mask!r}")
-    acc = _norm_acc(q.dtype)
+    acc = norm_acc_dtype(q.dtype)
     bsz, sq, heads, dim = q.shape
     sk, hk, dv = k.shape[1], k.shape[2], v.shape[3]
     rep = E.simplify(heads // hk)
     if scale is None:
-        sd = _static(dim)
+        sd = static_int(dim)
         sc = (E.const(1.0 / math.sqrt(sd), acc) if sd is not None
               else tir.rsqrt(dim.astype(acc)))
     else:
         sc = E.const(float(scale), acc)
 
     def kv_head(h):
-        return h if _is_static_one(rep) else h // rep
+        return h if is_static_one(rep) else h // rep
 
     def fscore(b, h, i, j):
         rd = _te.reduce_axis((0, dim), name="rd")
-        return _te.sum(_cast(q[b, i, h, rd.var], acc) * _cast(k[b, j, kv_head(h), rd.var], acc),
+        return _te.sum(cast_value(q[b, i, h, rd.var], acc) * cast_value(k[b, j, kv_head(h), rd.var], acc),
                        axis=rd)
 
     def fmask(val, idx):
@@ -83,13 +84,13 @@ def attention(q: Tensor, k: Tensor, v: Tensor, scale: float | None = None,
 
     def fout(b, i, h, e):
         rj = _te.reduce_axis((0, sk), name="rj")
-        return _te.sum(ex[b, h, i, rj.var] * _cast(v[b, rj.var, kv_head(h), e], acc), axis=rj)
+        return _te.sum(ex[b, h, i, rj.var] * cast_value(v[b, rj.var, kv_head(h), e], acc), axis=rj)
 
     def fnorm(val, idx):
         b, i, h = idx[0], idx[1], idx[2]
         out = val / total[b, h, i]
-        if _static(sk) is None:   # no keys: zeros (PyTorch's math attention), not 0 / 0
+        if static_int(sk) is None:   # no keys: zeros (PyTorch's math attention), not 0 / 0
             out = E.Select(E.GT(E.convert(sk).astype("int64"), E.IntImm(0, "int64")), out, E.convert(0.0, acc))
         return out
 
-    return _two_stage((bsz, sq, heads, dv), fout, acc, q.dtype, "T_attention", fnorm)
+    return two_stage_compute((bsz, sq, heads, dv), fout, acc, q.dtype, "T_attention", fnorm)

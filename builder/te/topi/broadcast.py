@@ -10,9 +10,14 @@ from ...ir import tir
 from ...ir.expr import PrimExpr, promote_dtype
 from .. import tensor as _te
 from ..tensor import Tensor
-from .common import Operand, _as_tensor_or_scalar, _broadcast_index, _cast, _compute_dtype, _is_float, _is_static_one, broadcast_shape
+from .common import (
+    Operand, as_tensor_or_scalar, broadcast_index, broadcast_shape, cast_value, compute_dtype, is_static_one,
+)
 
-__all__ = ["add", "broadcast_binary", "divide", "equal", "floor_divide", "greater", "greater_equal", "less", "less_equal", "maximum", "minimum", "multiply", "not_equal", "power", "subtract", "where"]
+__all__ = [
+    "add", "broadcast_binary", "divide", "equal", "floor_divide", "greater", "greater_equal", "less",
+    "less_equal", "maximum", "minimum", "multiply", "not_equal", "power", "subtract", "where",
+]
 
 
 def broadcast_binary(a: Operand, b: Operand, fscalar: Callable[[PrimExpr, PrimExpr], PrimExpr],
@@ -27,7 +32,7 @@ def broadcast_binary(a: Operand, b: Operand, fscalar: Callable[[PrimExpr, PrimEx
     provably equal) must be equal when the code runs (an error otherwise: no run-time
     broadcasting of a symbolic dim that turns out to be 1).
     """
-    ta, tb = _as_tensor_or_scalar(a), _as_tensor_or_scalar(b)
+    ta, tb = as_tensor_or_scalar(a), as_tensor_or_scalar(b)
     if not isinstance(ta, Tensor) and not isinstance(tb, Tensor):
         raise TypeError(f"{name}: at least one operand must be a te.Tensor")
     # a Python number adopts the tensor's dtype (a float with an integer tensor stays float32)
@@ -36,19 +41,19 @@ def broadcast_binary(a: Operand, b: Operand, fscalar: Callable[[PrimExpr, PrimEx
     if isinstance(tb, Tensor) and isinstance(a, (int, float)):
         ta = E.convert(a, tb.dtype)
     common = promote_dtype(ta.dtype, tb.dtype)
-    work = _compute_dtype(common)
+    work = compute_dtype(common)
     sa = ta.shape if isinstance(ta, Tensor) else ()
     sb = tb.shape if isinstance(tb, Tensor) else ()
     shape = broadcast_shape(sa, sb, name)
 
     def load(t, idx):
-        v = t[_broadcast_index(idx, t.shape)] if isinstance(t, Tensor) else t
-        return _cast(v, work)
+        v = t[broadcast_index(idx, t.shape)] if isinstance(t, Tensor) else t
+        return cast_value(v, work)
 
     def f(*idx):
         r = E.convert(fscalar(load(ta, idx), load(tb, idx)))
         dt = out_dtype or ("bool" if r.dtype == "bool" else common)
-        return _cast(r, dt)
+        return cast_value(r, dt)
 
     # dims of the two operands that the shapes cannot prove equal (two different symbols)
     # must be equal when the code runs: each read is checked against its own dim (E <= D);
@@ -56,7 +61,7 @@ def broadcast_binary(a: Operand, b: Operand, fscalar: Callable[[PrimExpr, PrimEx
     checks = []
     for i in range(1, builtins.min(len(sa), len(sb)) + 1):
         da, db = sa[-i], sb[-i]
-        if not (_is_static_one(da) or _is_static_one(db) or E.prove_equal(da, db)):
+        if not (is_static_one(da) or is_static_one(db) or E.prove_equal(da, db)):
             checks += [(da, db), (db, da)]
     return _te.compute(shape, f, name=name, attrs={"mb.assert_le": checks} if checks else None)
 
@@ -97,7 +102,7 @@ def divide(a: Operand, b: Operand) -> Tensor:
     C-style division truncating toward zero (TVM's ``topi.divide``; the dtype is kept), with
     ``x / 0 == 0`` (numpy's integer result) instead of a trap."""
     def f(x, y):
-        return E.Div(x, y) if _is_float(x.dtype) else _int_div(E.Div, x, y)
+        return E.Div(x, y) if E.is_float_dtype(x.dtype) else _int_div(E.Div, x, y)
 
     return broadcast_binary(a, b, f, "T_divide")
 
@@ -106,7 +111,7 @@ def floor_divide(a: Operand, b: Operand) -> Tensor:
     """``a // b`` with broadcasting (``numpy.floor_divide``): ``floor(a / b)`` for floats; for
     integers floor division with ``x // 0 == 0``."""
     def f(x, y):
-        if _is_float(x.dtype):
+        if E.is_float_dtype(x.dtype):
             return tir.floor(x / y)
         return _int_div(E.FloorDiv, x, y)
 
@@ -127,7 +132,7 @@ def power(a: Operand, b: Operand) -> Tensor:
     """``a ** b`` with broadcasting (``numpy.power``). Integers are raised in float64 and
     converted back (exact while the result fits in 53 bits)."""
     def f(x, y):
-        if _is_float(x.dtype):
+        if E.is_float_dtype(x.dtype):
             return tir.power(x, y)
         r = tir.power(x.astype("float64"), y.astype("float64"))
         return tir.round(r).astype(x.dtype)
@@ -169,7 +174,7 @@ def where(cond: Tensor, a: Operand, b: Operand) -> Tensor:
     """``a`` where ``cond`` else ``b`` (``numpy.where``) with numpy broadcasting of all three;
     ``a`` / ``b`` may be scalars. The result dtype is their common dtype; a non-bool ``cond``
     is tested against 0. Raises ValueError for shapes that do not broadcast."""
-    ta, tb = _as_tensor_or_scalar(a), _as_tensor_or_scalar(b)
+    ta, tb = as_tensor_or_scalar(a), as_tensor_or_scalar(b)
     if isinstance(ta, Tensor) and isinstance(b, (int, float)):
         tb = E.convert(b, ta.dtype)
     if isinstance(tb, Tensor) and isinstance(a, (int, float)):
@@ -180,11 +185,11 @@ def where(cond: Tensor, a: Operand, b: Operand) -> Tensor:
     shape = broadcast_shape(cond.shape, broadcast_shape(sa, sb, "where"), "where")
 
     def load(t, idx):
-        v = t[_broadcast_index(idx, t.shape)] if isinstance(t, Tensor) else t
-        return _cast(v, dtype)
+        v = t[broadcast_index(idx, t.shape)] if isinstance(t, Tensor) else t
+        return cast_value(v, dtype)
 
     def f(*idx):
-        c = _cast(cond[_broadcast_index(idx, cond.shape)], "bool")
+        c = cast_value(cond[broadcast_index(idx, cond.shape)], "bool")
         return E.Select(c, load(ta, idx), load(tb, idx))
 
     return _te.compute(shape, f, name="T_where")

@@ -8,9 +8,11 @@ import builtins
 from ...ir import expr as E
 from ...ir import tir
 from ...ir.expr import PrimExpr, promote_dtype
+from ...ir.op import conv_out_dim
+from ...ir.op.common import fmt_shape, static_int
 from .. import tensor as _te
 from ..tensor import Tensor
-from .common import _acc_dtype, _cast, _dim_str, _out_dtype, _static, _two_stage
+from .common import accumulator_dtype, cast_value, output_dtype, two_stage_compute
 
 __all__ = ["conv1d", "conv1d_transpose", "conv2d"]
 
@@ -21,6 +23,30 @@ def _one(v, what: str) -> int:
             raise ValueError(f"conv1d: {what} must have one value, got {v!r}")
         v = v[0]
     return int(v)
+
+
+def _int_list(v, n: int, what: str, opname: str) -> list[int]:
+    """``v`` (an int or ``n`` ints; a 1-list repeats) as ``n`` Python ints."""
+    if isinstance(v, (list, tuple)):
+        vals = [int(a) for a in v]
+        if len(vals) == 1:
+            vals = vals * n
+    else:
+        vals = [int(v)] * n
+    if len(vals) != n:
+        raise ValueError(f"{opname}: {what} must have {n} values, got {v!r}")
+    return vals
+
+
+def _in_bounds(pos: PrimExpr, size: PrimExpr, check_lo: bool, check_hi: bool) -> list[PrimExpr]:
+    """The conditions that a read at ``pos`` of a padded dim of ``size`` is inside the data:
+    ``pos >= 0`` when the low side is padded, ``pos < size`` when the high side is."""
+    conds = []
+    if check_lo:
+        conds.append(E.GE(pos, E.IntImm(0, "int64")))
+    if check_hi:
+        conds.append(E.LT(pos, size))
+    return conds
 
 
 def conv1d(x: Tensor, w: Tensor, strides=1, padding=0, dilation=1, groups: int = 1,
@@ -38,7 +64,7 @@ def conv1d(x: Tensor, w: Tensor, strides=1, padding=0, dilation=1, groups: int =
     """
     if x.ndim != 3 or w.ndim != 3:
         raise ValueError(f"conv1d: data and weight must be 3-D (NCW / OIW), got "
-                         f"{_dim_str(x.shape)} and {_dim_str(w.shape)}")
+                         f"{fmt_shape(x.shape)} and {fmt_shape(w.shape)}")
     s = _one(strides, "strides")
     d = _one(dilation, "dilation")
     if isinstance(padding, (list, tuple)):
@@ -56,13 +82,13 @@ def conv1d(x: Tensor, w: Tensor, strides=1, padding=0, dilation=1, groups: int =
                          f"padding={padding}")
     n, c, width = x.shape
     o, cg, k = w.shape
-    sc, scg, so = _static(c), _static(cg), _static(o)
+    sc, scg, so = static_int(c), static_int(cg), static_int(o)
     if sc is not None and scg is not None and sc != scg * g:
-        raise ValueError(f"conv1d: data has {sc} channels but weight {_dim_str(w.shape)} with "
+        raise ValueError(f"conv1d: data has {sc} channels but weight {fmt_shape(w.shape)} with "
                          f"groups={g} expects {scg * g}")
     if so is not None and so % g:
         raise ValueError(f"conv1d: {so} output channels are not divisible by groups={g}")
-    out_w = E.simplify((width + (lo + hi - 1) - (k - 1) * d) // s + 1)
+    out_w = conv_out_dim(width, k, s, lo, hi, d)
     # the dilated kernel must fit in the padded input (PyTorch raises "Kernel size can't be
     # greater than actual input size"): checked here when static, when the code runs otherwise
     span, padded = E.simplify(E.convert(k - 1) * d + 1), E.simplify(E.convert(width) + (lo + hi))
@@ -75,8 +101,8 @@ def conv1d(x: Tensor, w: Tensor, strides=1, padding=0, dilation=1, groups: int =
         checks = {"mb.assert_le": [(span, padded, "the padded input is shorter than the dilated "
                                                   "kernel")]}
     in_dtype = promote_dtype(x.dtype, w.dtype)
-    odt = _out_dtype(in_dtype, out_dtype)
-    acc = _acc_dtype(in_dtype, odt)
+    odt = output_dtype(in_dtype, out_dtype)
+    acc = accumulator_dtype(in_dtype, odt)
     o_per_g = E.simplify(o // g) if g > 1 else o
 
     def fbody(nn, oc, t):
@@ -84,39 +110,13 @@ def conv1d(x: Tensor, w: Tensor, strides=1, padding=0, dilation=1, groups: int =
         rk = _te.reduce_axis((0, k), name="rk")
         pos = t * s + rk.var * d - lo if lo else t * s + rk.var * d
         chan = rc.var if g == 1 else (oc // o_per_g) * cg + rc.var
-        v = _cast(x[nn, chan, pos], acc)
-        conds = []
-        if lo:
-            conds.append(E.GE(pos, E.IntImm(0, "int64")))
-        if hi:
-            conds.append(E.LT(pos, width))
+        v = cast_value(x[nn, chan, pos], acc)
+        conds = _in_bounds(pos, width, lo > 0, hi > 0)
         if conds:
             v = tir.if_then_else(tir.all(*conds), v, E.const(0, acc))
-        return _te.sum(v * _cast(w[oc, rc.var, rk.var], acc), axis=[rc, rk])
+        return _te.sum(v * cast_value(w[oc, rc.var, rk.var], acc), axis=[rc, rk])
 
-    return _two_stage((n, o, out_w), fbody, acc, odt, "conv1d_ncw", attrs=checks)
-
-
-def _int_list(v, n: int, what: str, opname: str) -> list[int]:
-    """``v`` (an int or ``n`` ints; a 1-list repeats) as ``n`` Python ints."""
-    if isinstance(v, (list, tuple)):
-        vals = [int(a) for a in v]
-        if len(vals) == 1:
-            vals = vals * n
-    else:
-        vals = [int(v)] * n
-    if len(vals) != n:
-        raise ValueError(f"{opname}: {what} must have {n} values, got {v!r}")
-    return vals
-
-
-def _in_bounds(pos: PrimExpr, size: PrimExpr, check_lo: bool, check_hi: bool) -> list[PrimExpr]:
-    conds = []
-    if check_lo:
-        conds.append(E.GE(pos, E.IntImm(0, "int64")))
-    if check_hi:
-        conds.append(E.LT(pos, size))
-    return conds
+    return two_stage_compute((n, o, out_w), fbody, acc, odt, "conv1d_ncw", attrs=checks)
 
 
 def conv2d(x: Tensor, w: Tensor, strides=1, padding=0, dilation=1, groups: int = 1,
@@ -135,7 +135,7 @@ def conv2d(x: Tensor, w: Tensor, strides=1, padding=0, dilation=1, groups: int =
     """
     if x.ndim != 4 or w.ndim != 4:
         raise ValueError(f"conv2d: data and weight must be 4-D (NCHW / OIHW), got "
-                         f"{_dim_str(x.shape)} and {_dim_str(w.shape)}")
+                         f"{fmt_shape(x.shape)} and {fmt_shape(w.shape)}")
     sh, sw = _int_list(strides, 2, "strides", "conv2d")
     dh, dw = _int_list(dilation, 2, "dilation", "conv2d")
     pads = list(padding) if isinstance(padding, (list, tuple)) else [padding]
@@ -148,17 +148,17 @@ def conv2d(x: Tensor, w: Tensor, strides=1, padding=0, dilation=1, groups: int =
                          f"padding={padding}")
     n, c, h, wd = x.shape
     o, cg, kh, kw = w.shape
-    sc, scg, so = _static(c), _static(cg), _static(o)
+    sc, scg, so = static_int(c), static_int(cg), static_int(o)
     if sc is not None and scg is not None and sc != scg * g:
-        raise ValueError(f"conv2d: data {_dim_str(x.shape)} has {sc} channels but weight "
-                         f"{_dim_str(w.shape)} with groups={g} expects {scg * g}")
+        raise ValueError(f"conv2d: data {fmt_shape(x.shape)} has {sc} channels but weight "
+                         f"{fmt_shape(w.shape)} with groups={g} expects {scg * g}")
     if so is not None and so % g:
         raise ValueError(f"conv2d: {so} output channels are not divisible by groups={g}")
-    oh = E.simplify((h + (pt + pb - 1) - (kh - 1) * dh) // sh + 1)
-    ow = E.simplify((wd + (pl + pr - 1) - (kw - 1) * dw) // sw + 1)
+    oh = conv_out_dim(h, kh, sh, pt, pb, dh)
+    ow = conv_out_dim(wd, kw, sw, pl, pr, dw)
     in_dtype = promote_dtype(x.dtype, w.dtype)
-    odt = _out_dtype(in_dtype, out_dtype)
-    acc = _acc_dtype(in_dtype, odt)
+    odt = output_dtype(in_dtype, out_dtype)
+    acc = accumulator_dtype(in_dtype, odt)
     o_per_g = E.simplify(o // g) if g > 1 else o
 
     def fbody(nn, oc, yy, xx):
@@ -169,13 +169,13 @@ def conv2d(x: Tensor, w: Tensor, strides=1, padding=0, dilation=1, groups: int =
         px = (xx * sw if sw != 1 else xx) + (rx.var * dw if dw != 1 else rx.var) - pl
         py, px = E.simplify(py), E.simplify(px)
         chan = rc.var if g == 1 else (oc // o_per_g) * cg + rc.var
-        v = _cast(x[nn, chan, py, px], acc)
+        v = cast_value(x[nn, chan, py, px], acc)
         conds = _in_bounds(py, h, pt > 0, pb > 0) + _in_bounds(px, wd, pl > 0, pr > 0)
         if conds:
             v = tir.if_then_else(tir.all(*conds), v, E.const(0, acc))
-        return _te.sum(v * _cast(w[oc, rc.var, ry.var, rx.var], acc), axis=[rc, ry, rx])
+        return _te.sum(v * cast_value(w[oc, rc.var, ry.var, rx.var], acc), axis=[rc, ry, rx])
 
-    return _two_stage((n, o, oh, ow), fbody, acc, odt, "conv2d_nchw")
+    return two_stage_compute((n, o, oh, ow), fbody, acc, odt, "conv2d_nchw")
 
 
 def conv1d_transpose(x: Tensor, w: Tensor, strides=1, padding=0, output_padding=0, dilation=1,
@@ -194,7 +194,7 @@ def conv1d_transpose(x: Tensor, w: Tensor, strides=1, padding=0, output_padding=
     """
     if x.ndim != 3 or w.ndim != 3:
         raise ValueError(f"conv1d_transpose: data and weight must be 3-D (NCW / IOW), got "
-                         f"{_dim_str(x.shape)} and {_dim_str(w.shape)}")
+                         f"{fmt_shape(x.shape)} and {fmt_shape(w.shape)}")
     (s,) = _int_list(strides, 1, "strides", "conv1d_transpose")
     (d,) = _int_list(dilation, 1, "dilation", "conv1d_transpose")
     (opad,) = _int_list(output_padding, 1, "output_padding", "conv1d_transpose")
@@ -205,18 +205,18 @@ def conv1d_transpose(x: Tensor, w: Tensor, strides=1, padding=0, output_padding=
                          f"groups={groups} padding={padding} output_padding={output_padding}")
     n, c, width = x.shape
     ci, og, k = w.shape
-    sc, sci = _static(c), _static(ci)
+    sc, sci = static_int(c), static_int(ci)
     if sc is not None and sci is not None and sc != sci:
-        raise ValueError(f"conv1d_transpose: data {_dim_str(x.shape)} has {sc} channels but "
-                         f"weight {_dim_str(w.shape)} expects {sci}")
+        raise ValueError(f"conv1d_transpose: data {fmt_shape(x.shape)} has {sc} channels but "
+                         f"weight {fmt_shape(w.shape)} expects {sci}")
     if sc is not None and sc % g:
         raise ValueError(f"conv1d_transpose: {sc} input channels are not divisible by groups={g}")
     cg = E.simplify(c // g) if g > 1 else c
     out_c = E.simplify(og * g)
     out_w = E.simplify((width - 1) * s + (k - 1) * d + (opad + 1 - lo - hi))
     in_dtype = promote_dtype(x.dtype, w.dtype)
-    odt = _out_dtype(in_dtype, out_dtype)
-    acc = _acc_dtype(in_dtype, odt)
+    odt = output_dtype(in_dtype, out_dtype)
+    acc = accumulator_dtype(in_dtype, odt)
 
     def fbody(nn, oc, t):
         rc = _te.reduce_axis((0, cg), name="rc")
@@ -231,7 +231,7 @@ def conv1d_transpose(x: Tensor, w: Tensor, strides=1, padding=0, output_padding=
                      E.EQ(num % s, E.IntImm(0, "int64")), E.LT(q, width)]
         chan = rc.var if g == 1 else (oc // og) * cg + rc.var
         oc_l = oc if g == 1 else oc % og
-        v = _cast(x[nn, chan, q], acc) * _cast(w[chan, oc_l, rk.var], acc)
+        v = cast_value(x[nn, chan, q], acc) * cast_value(w[chan, oc_l, rk.var], acc)
         return _te.sum(tir.if_then_else(tir.all(*conds), v, E.const(0, acc)), axis=[rc, rk])
 
-    return _two_stage((n, out_c, out_w), fbody, acc, odt, "conv1d_transpose_ncw")
+    return two_stage_compute((n, out_c, out_w), fbody, acc, odt, "conv1d_transpose_ncw")

@@ -11,9 +11,12 @@ from ...ir import tir
 from ...ir.expr import PrimExpr
 from .. import tensor as _te
 from ..tensor import Tensor
-from .common import _cast, _is_float, _up
+from .common import cast_value, upcast
 
-__all__ = ["abs", "cos", "erf", "exp", "gelu", "gelu_tanh", "log", "negative", "relu", "rsqrt", "sigmoid", "silu", "sin", "sqrt", "tanh", "unary"]
+__all__ = [
+    "abs", "cos", "erf", "exp", "gelu", "gelu_tanh", "log", "negative", "relu", "rsqrt", "sigmoid", "silu",
+    "sin", "sqrt", "tanh", "unary",
+]
 
 
 def unary(x: Tensor, fscalar: Callable[[PrimExpr], PrimExpr], name: str = "compute",
@@ -23,9 +26,9 @@ def unary(x: Tensor, fscalar: Callable[[PrimExpr], PrimExpr], name: str = "compu
     ``out_dtype`` defaults to ``x.dtype`` (or bool when ``fscalar`` returns a bool).
     """
     def f(*idx):
-        r = E.convert(fscalar(_up(x[idx])))
+        r = E.convert(fscalar(upcast(x[idx])))
         dt = out_dtype or ("bool" if r.dtype == "bool" else x.dtype)
-        return _cast(r, dt)
+        return cast_value(r, dt)
 
     return _te.compute(x.shape, f, name=name)
 
@@ -111,7 +114,7 @@ def negative(x: Tensor) -> Tensor:
     """``-x`` (``numpy.negative``): floats are multiplied by ``-1`` (sign of zero not guaranteed
     under the code generator's ``nsz`` fast-math flag), integers wrap."""
     def f(v):
-        if _is_float(v.dtype):
+        if E.is_float_dtype(v.dtype):
             return v * E.const(-1.0, v.dtype)
         return E.Sub(E.const(0, v.dtype), v)
 

@@ -16,12 +16,13 @@ from typing import Callable, Sequence
 from ...ir import expr as E
 from ...ir import kernel as _kernel
 from ...ir.expr import PrimExpr, promote_dtype
+from ...ir.op.quantize import check_packed_layout
 from ...ir.relax import Op
-from ...ir.tir import BufferLoad as _BufferLoad
+from ...ir.tir import BufferLoad as _BufferLoad, ExprMutator, expr_children
 from .. import tensor as _te
 from ..tensor import ComputeOp as _ComputeOp, Reduce as _Reduce, Tensor
 from .linear_algebra import linear
-from .quantize import _dequant_value, _quant_layout
+from .quantize import dequant_value
 
 __all__ = ["inline_injective", "linear_kernel", "replay"]
 
@@ -62,31 +63,22 @@ def _unguarded_loads(e: PrimExpr):
         elif isinstance(x, E.Call) and x.op == "if_then_else":
             stack.append(x.args[0])
         elif not isinstance(x, _Reduce):
-            stack.extend(E._children(x))
+            stack.extend(expr_children(x))
 
 
-def _rewrite_loads(e: PrimExpr, fn: Callable) -> PrimExpr:
-    """Rebuild ``e`` with every BufferLoad replaced by ``fn(load)`` (indices rewritten first)."""
-    if isinstance(e, _BufferLoad):
-        return fn(_BufferLoad(e.buffer, [_rewrite_loads(i, fn) for i in e.indices]))
-    if isinstance(e, _Reduce):
-        init = None if e.init is None else _rewrite_loads(e.init, fn)
-        return _Reduce(e.combiner, _rewrite_loads(e.source, fn), e.axis,
-                       _rewrite_loads(e.condition, fn), init)
-    if isinstance(e, E.BinaryOp):
-        return type(e)(_rewrite_loads(e.a, fn), _rewrite_loads(e.b, fn), e.dtype)
-    if isinstance(e, E.Not):
-        return E.Not(_rewrite_loads(e.a, fn))
-    if isinstance(e, E.Select):
-        return E.Select(_rewrite_loads(e.condition, fn), _rewrite_loads(e.true_value, fn),
-                        _rewrite_loads(e.false_value, fn))
-    if isinstance(e, E.Cast):
-        return E.Cast(e.dtype, _rewrite_loads(e.value, fn))
-    if isinstance(e, E.Call):
-        return E.Call(e.dtype, e.op, [_rewrite_loads(a, fn) for a in e.args])
-    if isinstance(e, E.Let):
-        return E.Let(e.var, _rewrite_loads(e.value, fn), _rewrite_loads(e.body, fn))
-    return e
+class _LoadRewriter(ExprMutator):
+    """Rebuilds an expression with every BufferLoad replaced by ``fn(load)`` (indices rewritten
+    first), reductions included."""
+
+    def __init__(self, fn: Callable[[_BufferLoad], PrimExpr]):
+        self.fn = fn
+
+    def visit_buffer_load(self, e: _BufferLoad) -> PrimExpr:
+        return self.fn(_BufferLoad(e.buffer, [self.visit_expr(i) for i in e.indices]))
+
+    def visit_reduce(self, e: _Reduce) -> PrimExpr:
+        init = None if e.init is None else self.visit_expr(e.init)
+        return _Reduce(e.combiner, self.visit_expr(e.source), e.axis, self.visit_expr(e.condition), init)
 
 
 def inline_injective(output: Tensor, reduction_names: dict | None = None) -> Tensor:
@@ -127,7 +119,7 @@ def inline_injective(output: Tensor, reduction_names: dict | None = None) -> Ten
 
     def inline(body: PrimExpr) -> PrimExpr:
         if isinstance(body, _Reduce):    # a value used per reduction step is not hoisted out of it
-            return _rewrite_loads(body, load)
+            return _LoadRewriter(load).visit_expr(body)
         counts: dict = {}
         for key in _unguarded_loads(body):
             counts[key] = counts.get(key, 0) + 1
@@ -145,7 +137,7 @@ def inline_injective(output: Tensor, reduction_names: dict | None = None) -> Ten
                 lets.append((var, value))
             return var
 
-        out = _rewrite_loads(body, share)
+        out = _LoadRewriter(share).visit_expr(body)
         for var, value in reversed(lets):
             out = E.Let(var, value, out)
         return out
@@ -190,9 +182,9 @@ def _linear_weight(w, inputs: Sequence[Tensor]) -> Tensor:
         return inputs[w.w]
     q, s = inputs[w.q], inputs[w.scale]
     bits, gs, zp, kin = w.bits, w.group_size, w.zero_point, w.in_features
-    per_word = _quant_layout(q, s, bits, gs, kin, "linear_kernel")
+    per_word = check_packed_layout(q, s, bits, gs, kin, "linear_kernel")
     return _te.compute((q.shape[0], E.IntImm(kin, "int64")),
-                       lambda n, k: _dequant_value(q, s, n, k, bits, per_word, gs, zp),
+                       lambda n, k: dequant_value(q, s, n, k, bits, per_word, gs, zp),
                        name="T_dequantize")
 
 

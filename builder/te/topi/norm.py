@@ -6,9 +6,13 @@ from __future__ import annotations
 
 from ...ir import expr as E
 from ...ir import tir
+from ...ir.op.common import fmt_shape, static_int
+from ...ir.op.reduction import reduced_shape
 from .. import tensor as _te
 from ..tensor import Tensor
-from .common import _cast, _count, _dim_str, _full_index, _kept_index, _norm_acc, _norm_axes, _norm_axis, _reduce_axes, _reduced_shape, _static
+from .common import (
+    cast_value, element_count, full_index, kept_index, norm_acc_dtype, normalize_axes, normalize_axis, reduce_axes,
+)
 
 __all__ = ["group_norm", "layer_norm", "rms_norm", "softmax"]
 
@@ -18,13 +22,13 @@ def _check_param(p: Tensor | None, x: Tensor, axes: list[int], what: str) -> Non
         return
     expected = [x.shape[a] for a in axes]
     if p.ndim != len(expected):
-        raise ValueError(f"{what} shape {_dim_str(p.shape)} does not match the normalized dims "
-                         f"{_dim_str(expected)} of {_dim_str(x.shape)}")
+        raise ValueError(f"{what} shape {fmt_shape(p.shape)} does not match the normalized dims "
+                         f"{fmt_shape(expected)} of {fmt_shape(x.shape)}")
     for d, e in zip(p.shape, expected):
-        sd, se = _static(d), _static(e)
+        sd, se = static_int(d), static_int(e)
         if sd is not None and se is not None and sd != se:
-            raise ValueError(f"{what} shape {_dim_str(p.shape)} does not match the normalized "
-                             f"dims {_dim_str(expected)} of {_dim_str(x.shape)}")
+            raise ValueError(f"{what} shape {fmt_shape(p.shape)} does not match the normalized "
+                             f"dims {fmt_shape(expected)} of {fmt_shape(x.shape)}")
 
 
 def layer_norm(x: Tensor, gamma: Tensor | None, beta: Tensor | None, axes, epsilon: float = 1e-5
@@ -39,24 +43,24 @@ def layer_norm(x: Tensor, gamma: Tensor | None, beta: Tensor | None, axes, epsil
     Two-pass and in float32 (float64 for float64 inputs): ``T_layer_norm_sum`` -> ``_mean`` ->
     ``_var`` (sum of squared deviations) -> ``_rstd`` -> ``T_layer_norm``.
     """
-    acc = _norm_acc(x.dtype)
-    ax = _norm_axes(axes, x.ndim, "layer_norm")
+    acc = norm_acc_dtype(x.dtype)
+    ax = normalize_axes(axes, x.ndim, "layer_norm")
     _check_param(gamma, x, ax, "layer_norm: gamma")
     _check_param(beta, x, ax, "layer_norm: beta")
-    red_shape = _reduced_shape(x.shape, ax, False)
-    n = _count([x.shape[a] for a in ax], acc)
+    red_shape = reduced_shape(x.shape, ax, False)
+    n = element_count([x.shape[a] for a in ax], acc)
     nd = x.ndim
 
     def fsum(*idx):
-        rv = _reduce_axes(x.shape, ax)
-        return _te.sum(_cast(x[_full_index(idx, ax, nd, rv, False)], acc), axis=rv)
+        rv = reduce_axes(x.shape, ax)
+        return _te.sum(cast_value(x[full_index(idx, ax, nd, rv, False)], acc), axis=rv)
 
     total = _te.compute(red_shape, fsum, name="T_layer_norm_sum")
     mu = _te.compute(red_shape, lambda *i: total[i] / n, name="T_layer_norm_mean")
 
     def fvar(*idx):
-        rv = _reduce_axes(x.shape, ax)
-        d = _cast(x[_full_index(idx, ax, nd, rv, False)], acc) - mu[idx]
+        rv = reduce_axes(x.shape, ax)
+        d = cast_value(x[full_index(idx, ax, nd, rv, False)], acc) - mu[idx]
         return _te.sum(d * d, axis=rv)
 
     var = _te.compute(red_shape, fvar, name="T_layer_norm_var")
@@ -65,14 +69,14 @@ def layer_norm(x: Tensor, gamma: Tensor | None, beta: Tensor | None, axes, epsil
                        name="T_layer_norm_rstd")
 
     def fout(*idx):
-        k = _kept_index(idx, ax)
+        k = kept_index(idx, ax)
         p = tuple(idx[a] for a in ax)
-        v = (_cast(x[idx], acc) - mu[k]) * rstd[k]
+        v = (cast_value(x[idx], acc) - mu[k]) * rstd[k]
         if gamma is not None:
-            v = v * _cast(gamma[p], acc)
+            v = v * cast_value(gamma[p], acc)
         if beta is not None:
-            v = v + _cast(beta[p], acc)
-        return _cast(v, x.dtype)
+            v = v + cast_value(beta[p], acc)
+        return cast_value(v, x.dtype)
 
     return _te.compute(x.shape, fout, name="T_layer_norm")
 
@@ -85,16 +89,16 @@ def rms_norm(x: Tensor, weight: Tensor | None, axes=-1, epsilon: float = 1e-5) -
     ``weight`` has the shape of the normalized dims (may be None). In float32 (float64 for
     float64): ``T_rms_norm_sumsq`` -> ``T_rms_norm_rstd`` -> ``T_rms_norm``.
     """
-    acc = _norm_acc(x.dtype)
-    ax = _norm_axes(axes, x.ndim, "rms_norm")
+    acc = norm_acc_dtype(x.dtype)
+    ax = normalize_axes(axes, x.ndim, "rms_norm")
     _check_param(weight, x, ax, "rms_norm: weight")
-    red_shape = _reduced_shape(x.shape, ax, False)
-    n = _count([x.shape[a] for a in ax], acc)
+    red_shape = reduced_shape(x.shape, ax, False)
+    n = element_count([x.shape[a] for a in ax], acc)
     nd = x.ndim
 
     def fsq(*idx):
-        rv = _reduce_axes(x.shape, ax)
-        v = _cast(x[_full_index(idx, ax, nd, rv, False)], acc)
+        rv = reduce_axes(x.shape, ax)
+        v = cast_value(x[full_index(idx, ax, nd, rv, False)], acc)
         return _te.sum(v * v, axis=rv)
 
     sumsq = _te.compute(red_shape, fsq, name="T_rms_norm_sumsq")
@@ -103,10 +107,10 @@ def rms_norm(x: Tensor, weight: Tensor | None, axes=-1, epsilon: float = 1e-5) -
                        name="T_rms_norm_rstd")
 
     def fout(*idx):
-        v = _cast(x[idx], acc) * rstd[_kept_index(idx, ax)]
+        v = cast_value(x[idx], acc) * rstd[kept_index(idx, ax)]
         if weight is not None:
-            v = v * _cast(weight[tuple(idx[a] for a in ax)], acc)
-        return _cast(v, x.dtype)
+            v = v * cast_value(weight[tuple(idx[a] for a in ax)], acc)
+        return cast_value(v, x.dtype)
 
     return _te.compute(x.shape, fout, name="T_rms_norm")
 
@@ -119,26 +123,26 @@ def softmax(x: Tensor, axis: int = -1) -> Tensor:
     Stages (float32 for 16-bit floats): ``T_softmax_maxelem``, ``T_softmax_exp``,
     ``T_softmax_expsum``, ``T_softmax_norm`` (TVM's names).
     """
-    acc = _norm_acc(x.dtype)
-    a = _norm_axis(axis, x.ndim, "softmax")
+    acc = norm_acc_dtype(x.dtype)
+    a = normalize_axis(axis, x.ndim, "softmax")
     ax = [a]
-    red_shape = _reduced_shape(x.shape, ax, False)
+    red_shape = reduced_shape(x.shape, ax, False)
     nd = x.ndim
 
     def fmax(*idx):
-        rv = _reduce_axes(x.shape, ax)
-        return _te.max(_cast(x[_full_index(idx, ax, nd, rv, False)], acc), axis=rv)
+        rv = reduce_axes(x.shape, ax)
+        return _te.max(cast_value(x[full_index(idx, ax, nd, rv, False)], acc), axis=rv)
 
     mx = _te.compute(red_shape, fmax, name="T_softmax_maxelem")
-    ex = _te.compute(x.shape, lambda *i: tir.exp(_cast(x[i], acc) - mx[_kept_index(i, ax)]),
+    ex = _te.compute(x.shape, lambda *i: tir.exp(cast_value(x[i], acc) - mx[kept_index(i, ax)]),
                      name="T_softmax_exp")
 
     def fsum(*idx):
-        rv = _reduce_axes(x.shape, ax)
-        return _te.sum(ex[_full_index(idx, ax, nd, rv, False)], axis=rv)
+        rv = reduce_axes(x.shape, ax)
+        return _te.sum(ex[full_index(idx, ax, nd, rv, False)], axis=rv)
 
     s = _te.compute(red_shape, fsum, name="T_softmax_expsum")
-    return _te.compute(x.shape, lambda *i: _cast(ex[i] / s[_kept_index(i, ax)], x.dtype),
+    return _te.compute(x.shape, lambda *i: cast_value(ex[i] / s[kept_index(i, ax)], x.dtype),
                        name="T_softmax_norm")
 
 
@@ -156,24 +160,24 @@ def group_norm(x: Tensor, gamma: Tensor | None, beta: Tensor | None, num_groups:
     -> ``_rstd`` -> ``T_group_norm``. Raises ValueError when C is not divisible by G or
     ``axes`` contains the channel axis.
     """
-    acc = _norm_acc(x.dtype)
+    acc = norm_acc_dtype(x.dtype)
     nd = x.ndim
-    ca = _norm_axis(channel_axis, nd, "group_norm")
-    ax = _norm_axes(list(range(2, nd)) if axes is None else axes, nd, "group_norm")
+    ca = normalize_axis(channel_axis, nd, "group_norm")
+    ax = normalize_axes(list(range(2, nd)) if axes is None else axes, nd, "group_norm")
     if ca in ax:
         raise ValueError(f"group_norm: axes {axes} must not contain the channel axis {channel_axis}")
     G = int(num_groups)
     chans = x.shape[ca]
-    sch = _static(chans)
+    sch = static_int(chans)
     if G < 1 or (sch is not None and sch % G):
-        raise ValueError(f"group_norm: {chans} channels of {_dim_str(x.shape)} are not divisible "
+        raise ValueError(f"group_norm: {chans} channels of {fmt_shape(x.shape)} are not divisible "
                          f"by num_groups={num_groups}")
     _check_param(gamma, x, [ca], "group_norm: gamma")
     _check_param(beta, x, [ca], "group_norm: beta")
     cpg = E.simplify(chans // G) if G > 1 else chans
     kept = [dd for dd in range(nd) if dd not in ax]       # includes the channel axis
     stat_shape = [E.IntImm(G, "int64") if dd == ca else x.shape[dd] for dd in kept]
-    n = _count([cpg] + [x.shape[a] for a in ax], acc)
+    n = element_count([cpg] + [x.shape[a] for a in ax], acc)
 
     def stat_index(full):
         return tuple(full[dd] // cpg if dd == ca else full[dd] for dd in kept)
@@ -193,16 +197,16 @@ def group_norm(x: Tensor, gamma: Tensor | None, beta: Tensor | None, num_groups:
 
     def fsum(*sidx):
         rc = _te.reduce_axis((0, cpg), name="rc")
-        rv = _reduce_axes(x.shape, ax)
-        return _te.sum(_cast(x[full_index(sidx, rc, rv)], acc), axis=[rc] + rv)
+        rv = reduce_axes(x.shape, ax)
+        return _te.sum(cast_value(x[full_index(sidx, rc, rv)], acc), axis=[rc] + rv)
 
     total = _te.compute(stat_shape, fsum, name="T_group_norm_sum")
     mu = _te.compute(stat_shape, lambda *i: total[i] / n, name="T_group_norm_mean")
 
     def fvar(*sidx):
         rc = _te.reduce_axis((0, cpg), name="rc")
-        rv = _reduce_axes(x.shape, ax)
-        dv = _cast(x[full_index(sidx, rc, rv)], acc) - mu[sidx]
+        rv = reduce_axes(x.shape, ax)
+        dv = cast_value(x[full_index(sidx, rc, rv)], acc) - mu[sidx]
         return _te.sum(dv * dv, axis=[rc] + rv)
 
     var = _te.compute(stat_shape, fvar, name="T_group_norm_var")
@@ -212,11 +216,11 @@ def group_norm(x: Tensor, gamma: Tensor | None, beta: Tensor | None, num_groups:
 
     def fout(*idx):
         si = stat_index(idx)
-        v = (_cast(x[idx], acc) - mu[si]) * rstd[si]
+        v = (cast_value(x[idx], acc) - mu[si]) * rstd[si]
         if gamma is not None:
-            v = v * _cast(gamma[idx[ca]], acc)
+            v = v * cast_value(gamma[idx[ca]], acc)
         if beta is not None:
-            v = v + _cast(beta[idx[ca]], acc)
-        return _cast(v, x.dtype)
+            v = v + cast_value(beta[idx[ca]], acc)
+        return cast_value(v, x.dtype)
 
     return _te.compute(x.shape, fout, name="T_group_norm")

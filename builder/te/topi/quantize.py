@@ -10,18 +10,16 @@ in float32 (exact: a small integer times a 16-bit float). The fused kernels read
 """
 from __future__ import annotations
 
-
 from ...ir import expr as E
 from ...ir.expr import PrimExpr
+from ...ir.op.common import fmt_shape, static_int
 from ...ir.op.quantize import check_packed_layout
 from .. import tensor as _te
 from ..tensor import Tensor
-from .common import _cast, _dim_str, _out_dtype, _static, _two_stage, _up
+from .common import cast_value, output_dtype, two_stage_compute, upcast
 from .transform import checked_index
 
 __all__ = ["dequantize_linear", "dequantize_take", "group_dequantize"]
-
-
 
 
 def _word_divisor(r: PrimExpr, bits: int, per_word: int, dtype: str, lo: int = 0,
@@ -36,16 +34,9 @@ def _word_divisor(r: PrimExpr, bits: int, per_word: int, dtype: str, lo: int = 0
                     _word_divisor(r, bits, per_word, dtype, mid, hi))
 
 
-def _quant_layout(q: Tensor, s: Tensor, bits: int, group_size: int, in_features: int,
-                  what: str) -> int:
-    """Check the shapes / dtypes of a packed weight and its scales (the graph-level rule,
-    :func:`builder.ir.op.quantize.check_packed_layout`); returns the values per word."""
-    return check_packed_layout(q, s, bits, group_size, in_features, what)
-
-
-def _dequant_value(q: Tensor, s: Tensor, row: PrimExpr, k: PrimExpr, bits: int, per_word: int,
+def dequant_value(q: Tensor, s: Tensor, row: PrimExpr, k: PrimExpr, bits: int, per_word: int,
                    group_size: int, zero_point: int, split: tuple | None = None) -> PrimExpr:
-    """The float32 value of column ``k`` of row ``row`` (see the section comment). ``split``
+    """The float32 value of column ``k`` of row ``row`` (see the module docstring). ``split``
     ``(word, r)`` gives ``k // per_word`` and ``k % per_word`` as separate loop variables (then
     ``r`` runs over a constant range that LLVM unrolls, and every shift becomes a constant)."""
     if per_word > 1:
@@ -57,7 +48,7 @@ def _dequant_value(q: Tensor, s: Tensor, row: PrimExpr, k: PrimExpr, bits: int, 
     value = value.astype("int32")
     if zero_point:
         value = value - E.const(zero_point, "int32")
-    return value.astype("float32") * _up(s[row, k // group_size])
+    return value.astype("float32") * upcast(s[row, k // group_size])
 
 
 def group_dequantize(q: Tensor, s: Tensor, bits: int, group_size: int, zero_point: int,
@@ -68,10 +59,10 @@ def group_dequantize(q: Tensor, s: Tensor, bits: int, group_size: int, zero_poin
     Raises TypeError / ValueError when the layout does not fit (words or groups per row,
     storage dtype, group size).
     """
-    per_word = _quant_layout(q, s, bits, group_size, in_features, "group_dequantize")
+    per_word = check_packed_layout(q, s, bits, group_size, in_features, "group_dequantize")
     return _te.compute(
         (q.shape[0], E.IntImm(in_features, "int64")),
-        lambda n, k: _cast(_dequant_value(q, s, n, k, bits, per_word, group_size, zero_point), s.dtype),
+        lambda n, k: cast_value(dequant_value(q, s, n, k, bits, per_word, group_size, zero_point), s.dtype),
         name="T_dequantize")
 
 
@@ -87,16 +78,16 @@ def dequantize_linear(x: Tensor, q: Tensor, s: Tensor, bits: int, group_size: in
     ``x.dtype``), accumulated in float32 (float64 never: the weights are at most 16-bit floats
     times small integers). Raises ValueError / TypeError for mismatched shapes or dtypes.
     """
-    per_word = _quant_layout(q, s, bits, group_size, in_features, "dequantize_linear")
+    per_word = check_packed_layout(q, s, bits, group_size, in_features, "dequantize_linear")
     if x.ndim == 0:
         raise ValueError("dequantize_linear: input must have ndim >= 1")
-    kx = _static(x.shape[-1])
+    kx = static_int(x.shape[-1])
     if kx is not None and kx != in_features:
-        raise ValueError(f"dequantize_linear: input {_dim_str(x.shape)} does not match the "
+        raise ValueError(f"dequantize_linear: input {fmt_shape(x.shape)} does not match the "
                          f"weight's in_features={in_features}")
     if x.dtype != s.dtype:
         raise TypeError(f"dequantize_linear: input dtype {x.dtype} differs from scale dtype {s.dtype}")
-    odt = _out_dtype(x.dtype, out_dtype)
+    odt = output_dtype(x.dtype, out_dtype)
     acc = "float64" if x.dtype == "float64" else "float32"
     shape = list(x.shape[:-1]) + [q.shape[0]]
 
@@ -109,10 +100,10 @@ def dequantize_linear(x: Tensor, q: Tensor, s: Tensor, bits: int, group_size: in
         else:
             kk = _te.reduce_axis((0, E.IntImm(in_features, "int64")), name="k")
             k, axes, split = kk.var, kk, None
-        w = _dequant_value(q, s, idx[-1], k, bits, per_word, group_size, zero_point, split)
-        return _te.sum(_cast(x[tuple(idx[:-1]) + (k,)], acc) * _cast(w, acc), axis=axes)
+        w = dequant_value(q, s, idx[-1], k, bits, per_word, group_size, zero_point, split)
+        return _te.sum(cast_value(x[tuple(idx[:-1]) + (k,)], acc) * cast_value(w, acc), axis=axes)
 
-    return _two_stage(shape, fbody, acc, odt, "dequantize_NT_matmul")
+    return two_stage_compute(shape, fbody, acc, odt, "dequantize_NT_matmul")
 
 
 def dequantize_take(q: Tensor, s: Tensor, indices: Tensor, bits: int, group_size: int,
@@ -124,13 +115,13 @@ def dequantize_take(q: Tensor, s: Tensor, indices: Tensor, bits: int, group_size
     an error when the code runs (as for ``take``, :func:`checked_index`). Raises TypeError for
     non-integer indices.
     """
-    per_word = _quant_layout(q, s, bits, group_size, in_features, "dequantize_take")
+    per_word = check_packed_layout(q, s, bits, group_size, in_features, "dequantize_take")
     if not E.is_int_dtype(indices.dtype) or indices.dtype == "bool":
         raise TypeError(f"dequantize_take: indices must be integers, got {indices.dtype}")
     ni = indices.ndim
 
     def f(*idx):
         row = checked_index(indices[tuple(idx[:ni])].astype("int64"), q.shape[0])
-        return _cast(_dequant_value(q, s, row, idx[ni], bits, per_word, group_size, zero_point), s.dtype)
+        return cast_value(dequant_value(q, s, row, idx[ni], bits, per_word, group_size, zero_point), s.dtype)
 
     return _te.compute(list(indices.shape) + [E.IntImm(in_features, "int64")], f, name="T_dequantize_take")

@@ -6,24 +6,28 @@ from __future__ import annotations
 from ...ir import expr as E
 from ...ir import tir
 from ...ir.expr import PrimExpr
+from ...ir.op.reduction import reduced_shape
 from .. import tensor as _te
 from ..tensor import Tensor
-from .common import _cast, _compute_dtype, _count, _full_index, _is_float, _norm_axes, _norm_axis, _product, _reduce_axes, _reduced_shape, _two_stage, _zero
+from .common import (
+    cast_value, compute_dtype, element_count, full_index, normalize_axes, normalize_axis, reduce_axes, shape_product,
+    two_stage_compute, zero_index,
+)
 
 __all__ = ["argmax", "argmin", "cumsum_prim_func", "max", "mean", "min", "prod", "sum"]
 
 
 def _reduce(x: Tensor, axis, keepdims: bool, reducer, name: str, acc_dtype: str,
             out_dtype: str, fepilogue=None) -> Tensor:
-    axes = _norm_axes(axis, x.ndim, name)
-    shape = _reduced_shape(x.shape, axes, keepdims)
+    axes = normalize_axes(axis, x.ndim, name)
+    shape = reduced_shape(x.shape, axes, keepdims)
 
     def fbody(*idx):
-        rv = _reduce_axes(x.shape, axes)
-        return reducer(_cast(x[_full_index(idx, axes, x.ndim, rv, keepdims)], acc_dtype), axis=rv)
+        rv = reduce_axes(x.shape, axes)
+        return reducer(cast_value(x[full_index(idx, axes, x.ndim, rv, keepdims)], acc_dtype), axis=rv)
 
     epi = None if fepilogue is None else (lambda v, idx: fepilogue(v, axes))
-    return _two_stage(shape, fbody, acc_dtype, out_dtype, name, epi)
+    return two_stage_compute(shape, fbody, acc_dtype, out_dtype, name, epi)
 
 
 def sum(x: Tensor, axis=None, keepdims: bool = False) -> Tensor:  # noqa: A001 - op name
@@ -32,59 +36,59 @@ def sum(x: Tensor, axis=None, keepdims: bool = False) -> Tensor:  # noqa: A001 -
     16-bit floats accumulate in float32 (then a cast stage); bools are summed as int64; other
     dtypes accumulate in their own dtype (TVM's ``topi.sum``)."""
     out = "int64" if x.dtype == "bool" else x.dtype
-    return _reduce(x, axis, keepdims, _te.sum, "T_sum", _compute_dtype(out), out)
+    return _reduce(x, axis, keepdims, _te.sum, "T_sum", compute_dtype(out), out)
 
 
 def mean(x: Tensor, axis=None, keepdims: bool = False) -> Tensor:
     """Arithmetic mean over ``axis`` (``numpy.mean``): the sum (float32 for 16-bit floats) divided
     by the number of reduced elements, in an epilogue stage. Integer inputs keep their dtype and
     divide truncating toward zero (TVM's ``topi.mean``)."""
-    acc = _compute_dtype(x.dtype)
+    acc = compute_dtype(x.dtype)
 
     def epi(v, axes):
-        n = _product([x.shape[a] for a in axes])
-        return v / (_count([n], acc) if _is_float(acc) else n.astype(acc))
+        n = shape_product([x.shape[a] for a in axes])
+        return v / (element_count([n], acc) if E.is_float_dtype(acc) else n.astype(acc))
 
     return _reduce(x, axis, keepdims, _te.sum, "T_mean", acc, x.dtype, epi)
 
 
 def max(x: Tensor, axis=None, keepdims: bool = False) -> Tensor:  # noqa: A001 - op name
     """Maximum over ``axis`` (``numpy.max``); identity is the dtype's lowest finite value."""
-    return _reduce(x, axis, keepdims, _te.max, "T_max", _compute_dtype(x.dtype), x.dtype)
+    return _reduce(x, axis, keepdims, _te.max, "T_max", compute_dtype(x.dtype), x.dtype)
 
 
 def min(x: Tensor, axis=None, keepdims: bool = False) -> Tensor:  # noqa: A001 - op name
     """Minimum over ``axis`` (``numpy.min``); identity is the dtype's highest finite value."""
-    return _reduce(x, axis, keepdims, _te.min, "T_min", _compute_dtype(x.dtype), x.dtype)
+    return _reduce(x, axis, keepdims, _te.min, "T_min", compute_dtype(x.dtype), x.dtype)
 
 
 def prod(x: Tensor, axis=None, keepdims: bool = False) -> Tensor:  # noqa: A001 - op name
     """Product over ``axis`` (``numpy.prod``, keeping the dtype; 16-bit floats in float32)."""
-    return _reduce(x, axis, keepdims, _te.prod, "T_prod", _compute_dtype(x.dtype), x.dtype)
+    return _reduce(x, axis, keepdims, _te.prod, "T_prod", compute_dtype(x.dtype), x.dtype)
 
 
 def _arg_reduce(x: Tensor, axis, keepdims: bool, largest: bool) -> Tensor:
     name = "T_argmax" if largest else "T_argmin"
     if axis is not None and not isinstance(axis, int):
         raise TypeError(f"{name[2:]}: axis must be an int or None, got {axis!r}")
-    axes = _norm_axes(axis, x.ndim, name[2:])
-    acc = _compute_dtype(x.dtype)
-    shape = _reduced_shape(x.shape, axes, keepdims)
+    axes = normalize_axes(axis, x.ndim, name[2:])
+    acc = compute_dtype(x.dtype)
+    shape = reduced_shape(x.shape, axes, keepdims)
     nd = x.ndim
     reducer = _te.max if largest else _te.min
 
     def fext(*idx):
-        rv = _reduce_axes(x.shape, axes)
-        return reducer(_cast(x[_full_index(idx, axes, nd, rv, keepdims)], acc), axis=rv)
+        rv = reduce_axes(x.shape, axes)
+        return reducer(cast_value(x[full_index(idx, axes, nd, rv, keepdims)], acc), axis=rv)
 
     ext = _te.compute(shape, fext, name=name + "_" + ("max" if largest else "min"))
 
     def fidx(*idx):
-        rv = _reduce_axes(x.shape, axes)
-        flat: PrimExpr = _zero()
+        rv = reduce_axes(x.shape, axes)
+        flat: PrimExpr = zero_index()
         for a, r in zip(axes, rv):
             flat = flat * x.shape[a] + r.var
-        hit = E.EQ(_cast(x[_full_index(idx, axes, nd, rv, keepdims)], acc), ext[idx])
+        hit = E.EQ(cast_value(x[full_index(idx, axes, nd, rv, keepdims)], acc), ext[idx])
         big = tir.max_value("int64")
         return _te.min(E.Select(hit, flat, big), axis=rv)
 
@@ -115,33 +119,33 @@ def cumsum_prim_func(x: Tensor, axis: int | None = None, dtype: str | None = Non
     (``exclusive=True``: before). ``dtype`` (default ``x.dtype``) is the result dtype.
     """
     odt = dtype if dtype not in (None, "void") else x.dtype
-    acc_dt = _compute_dtype(odt) if odt != "bool" else "int64"
+    acc_dt = compute_dtype(odt) if odt != "bool" else "int64"
     nd = x.ndim
-    total = _product(x.shape)
+    total = shape_product(x.shape)
     if axis is None:
         out = tir.Buffer("T_cumsum", [total], odt)
         outer_dims: list[int] = []
         scan_dims = list(range(nd))
     else:
-        ax = _norm_axis(axis, nd, "cumsum")
+        ax = normalize_axis(axis, nd, "cumsum")
         out = tir.Buffer("T_cumsum", x.shape, odt)
         outer_dims = [d for d in range(nd) if d != ax]
         scan_dims = [ax]
     acc = tir.Buffer("acc", [1], acc_dt)
-    zero_i = _zero()
+    zero_i = zero_index()
     ivars = [E.Var(f"i{d}", "int64") for d in range(nd)]
 
     def out_index() -> list[PrimExpr]:
         if axis is not None:
             return list(ivars)
-        flat: PrimExpr = _zero()
+        flat: PrimExpr = zero_index()
         for d in range(nd):
             flat = flat * x.shape[d] + ivars[d]
         return [flat]
 
-    v = _cast(x.buffer[tuple(ivars)], acc_dt)
+    v = cast_value(x.buffer[tuple(ivars)], acc_dt)
     cur = tir.BufferLoad(acc, [zero_i])
-    store_out = tir.BufferStore(out, _cast(cur, odt), out_index())
+    store_out = tir.BufferStore(out, cast_value(cur, odt), out_index())
     add = tir.BufferStore(acc, cur + v, [zero_i])
     body: tir.Stmt = tir.SeqStmt([store_out, add] if exclusive else [add, store_out])
     for d in reversed(scan_dims):

@@ -6,9 +6,10 @@ from __future__ import annotations
 from ...ir import expr as E
 from ...ir import tir
 from ...ir.expr import PrimExpr
+from ...ir.op.common import fmt_shape
 from .. import tensor as _te
 from ..tensor import Tensor
-from .common import _cast, _dim_str, _out_dtype
+from .common import cast_value, output_dtype
 
 __all__ = ["resize2d"]
 
@@ -53,14 +54,14 @@ def resize2d(x: Tensor, size, layout: str = "NCHW", method: str = "linear",
         raise ValueError(f"resize2d: coordinate_transformation_mode {mode!r} is not supported "
                          "(asymmetric, half_pixel, align_corners)")
     if x.ndim != 4:
-        raise ValueError(f"resize2d: data must be 4-D, got {_dim_str(x.shape)}")
+        raise ValueError(f"resize2d: data must be 4-D, got {fmt_shape(x.shape)}")
     oh, ow = [E.convert(s).astype("int64") for s in size]
     ha, wa = (2, 3) if layout == "NCHW" else (1, 2)
     in_h, in_w = x.shape[ha], x.shape[wa]
     shape = list(x.shape)
     shape[ha], shape[wa] = oh, ow
     cd = "float64" if x.dtype == "float64" else "float32"
-    odt = _out_dtype(x.dtype, out_dtype)
+    odt = output_dtype(x.dtype, out_dtype)
     zero = E.IntImm(0, "int64")
 
     def fl(v) -> PrimExpr:
@@ -81,7 +82,7 @@ def resize2d(x: Tensor, size, layout: str = "NCHW", method: str = "linear",
     def load(idx, yi, xi):
         full = list(idx)
         full[ha], full[wa] = yi, xi
-        return _cast(x[tuple(full)], cd)
+        return cast_value(x[tuple(full)], cd)
 
     if method == "nearest_neighbor":
         def nearest(i, n_in, n_out):
@@ -90,7 +91,7 @@ def resize2d(x: Tensor, size, layout: str = "NCHW", method: str = "linear",
             return clamp(_round_index(src(i, n_in, n_out), rounding_method).astype("int64"), n_in)
 
         def f(*idx):
-            return _cast(load(idx, nearest(idx[ha], in_h, oh), nearest(idx[wa], in_w, ow)), odt)
+            return cast_value(load(idx, nearest(idx[ha], in_h, oh), nearest(idx[wa], in_w, ow)), odt)
     else:
         def coord(i, n_in, n_out):
             c = src(i, n_in, n_out)
@@ -105,6 +106,6 @@ def resize2d(x: Tensor, size, layout: str = "NCHW", method: str = "linear",
             x0, x1, lx = coord(idx[wa], in_w, ow)
             top = load(idx, y0, x0) * (1.0 - lx) + load(idx, y0, x1) * lx
             bottom = load(idx, y1, x0) * (1.0 - lx) + load(idx, y1, x1) * lx
-            return _cast(top * (1.0 - ly) + bottom * ly, odt)
+            return cast_value(top * (1.0 - ly) + bottom * ly, odt)
 
     return _te.compute(shape, f, name="resize")

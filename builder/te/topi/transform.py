@@ -10,24 +10,30 @@ from ...ir import expr as E
 from ...ir import tir
 from ...ir.expr import PrimExpr
 from ...ir.op import arange_length, split_sizes
+from ...ir.op.common import fmt_shape, static_int
 from .. import tensor as _te
 from ..tensor import Tensor
-from .common import _broadcast_index, _cast, _dim_str, _is_float, _is_static_one, _norm_axes, _norm_axis, _product, _static, _zero
+from .common import (
+    broadcast_index, cast_value, is_static_one, normalize_axes, normalize_axis, shape_product, zero_index,
+)
 
-__all__ = ["arange", "astype", "broadcast_to", "checked_index", "concat", "expand_dims", "full", "ones", "pad", "permute_dims", "repeat", "reshape", "split", "squeeze", "take", "tril", "trilu", "triu", "zeros"]
+__all__ = [
+    "arange", "astype", "broadcast_to", "checked_index", "concat", "expand_dims", "full", "ones", "pad",
+    "permute_dims", "repeat", "reshape", "split", "squeeze", "take", "tril", "trilu", "triu", "zeros",
+]
 
 
 def astype(x: Tensor, dtype: str) -> Tensor:
     """Elementwise conversion to ``dtype`` (``numpy.ndarray.astype``): float -> int truncates
     toward zero, -> bool is ``x != 0``, 16-bit floats convert through float32 (exact)."""
-    return _te.compute(x.shape, lambda *i: _cast(x[i], dtype), name="T_cast")
+    return _te.compute(x.shape, lambda *i: cast_value(x[i], dtype), name="T_cast")
 
 
 def permute_dims(x: Tensor, axes: Sequence[int] | None = None) -> Tensor:
     """Transpose (``numpy.transpose``): output dim ``j`` is input dim ``axes[j]``; ``None``
     reverses the dims. Raises ValueError when ``axes`` is not a permutation."""
     nd = x.ndim
-    ax = list(range(nd))[::-1] if axes is None else [_norm_axis(a, nd, "permute_dims")
+    ax = list(range(nd))[::-1] if axes is None else [normalize_axis(a, nd, "permute_dims")
                                                      for a in axes]
     if sorted(ax) != list(range(nd)):
         raise ValueError(f"permute_dims: axes {axes} are not a permutation of {nd} dims")
@@ -48,13 +54,13 @@ def _resolve_shape(shape: Sequence[PrimExpr], new_shape: Sequence) -> list[PrimE
     new = [d.astype("int64") if d.dtype != "int64" else d for d in new]
     holes = [i for i, d in enumerate(new) if isinstance(d, E.IntImm) and d.value == -1]
     if len(holes) > 1:
-        raise ValueError(f"reshape: at most one -1 allowed in {_dim_str(new)}")
+        raise ValueError(f"reshape: at most one -1 allowed in {fmt_shape(new)}")
     if holes:
         known = [d for i, d in enumerate(new) if i != holes[0]]
-        total, part = _product(shape), _product(known)
+        total, part = shape_product(shape), shape_product(known)
         if isinstance(total, E.IntImm) and isinstance(part, E.IntImm):
             if part.value == 0 or total.value % part.value:
-                raise ValueError(f"reshape: cannot reshape {_dim_str(shape)} to {_dim_str(new)}")
+                raise ValueError(f"reshape: cannot reshape {fmt_shape(shape)} to {fmt_shape(new)}")
             inferred: PrimExpr = E.IntImm(total.value // part.value, "int64")
         else:
             # cancel the known dims one by one against the dims of `shape`
@@ -67,9 +73,9 @@ def _resolve_shape(shape: Sequence[PrimExpr], new_shape: Sequence) -> list[PrimE
                         break
                 else:
                     rest.append(d)
-            inferred = _product(remaining)
+            inferred = shape_product(remaining)
             if rest:
-                inferred = E.simplify(inferred // _product(rest))
+                inferred = E.simplify(inferred // shape_product(rest))
         new[holes[0]] = inferred
     return new
 
@@ -81,10 +87,10 @@ def reshape(x: Tensor, new_shape: Sequence) -> Tensor:
     Raises ValueError when the static element counts differ."""
     old = list(x.shape)
     new = _resolve_shape(old, new_shape)
-    t_old, t_new = _product(old), _product(new)
+    t_old, t_new = shape_product(old), shape_product(new)
     if isinstance(t_old, E.IntImm) and isinstance(t_new, E.IntImm) and t_old.value != t_new.value:
-        raise ValueError(f"reshape: cannot reshape {_dim_str(old)} ({t_old.value} elements) to "
-                         f"{_dim_str(new)} ({t_new.value} elements)")
+        raise ValueError(f"reshape: cannot reshape {fmt_shape(old)} ({t_old.value} elements) to "
+                         f"{fmt_shape(new)} ({t_new.value} elements)")
     lim = builtins.min(len(old), len(new))
     p = 0
     while p < lim and E.prove_equal(old[p], new[p]):
@@ -103,10 +109,10 @@ def reshape(x: Tensor, new_shape: Sequence) -> Tensor:
             flat = flat * d + i
         mid: list[PrimExpr] = []
         for d in reversed(mid_old[1:]):
-            mid.append(E.IntImm(0, "int64") if _is_static_one(d) else flat % d)
+            mid.append(E.IntImm(0, "int64") if is_static_one(d) else flat % d)
             flat = flat // d
         if mid_old:
-            mid.append(E.IntImm(0, "int64") if _is_static_one(mid_old[0]) else flat)
+            mid.append(E.IntImm(0, "int64") if is_static_one(mid_old[0]) else flat)
         mid.reverse()
         return x[tuple(lead + mid + trail)]
 
@@ -134,7 +140,7 @@ def take(x: Tensor, indices: Tensor, axis: int = 0, mode: str = "fast") -> Tenso
         raise TypeError(f"take: indices must be integers, got {indices.dtype}")
     if mode not in ("fast", "clip", "wrap"):
         raise ValueError(f"take: unknown mode {mode!r}")
-    ax = _norm_axis(axis, x.ndim, "take")
+    ax = normalize_axis(axis, x.ndim, "take")
     ni = indices.ndim
     shape = list(x.shape[:ax]) + list(indices.shape) + list(x.shape[ax + 1:])
     dim = x.shape[ax]
@@ -153,7 +159,7 @@ def take(x: Tensor, indices: Tensor, axis: int = 0, mode: str = "fast") -> Tenso
 
 
 def _sum_exprs(dims) -> PrimExpr:
-    out: PrimExpr = _zero()
+    out: PrimExpr = zero_index()
     for d in dims:
         out = out + d
     return E.simplify(out)
@@ -170,12 +176,12 @@ def concat(tensors: Sequence[Tensor], axis: int = 0) -> Tensor:
     first = ts[0]
     for i, t in enumerate(ts[1:], start=1):
         if t.ndim != first.ndim:
-            raise ValueError(f"concat: ranks differ: {_dim_str(first.shape)} vs tensor {i} "
-                             f"{_dim_str(t.shape)}")
+            raise ValueError(f"concat: ranks differ: {fmt_shape(first.shape)} vs tensor {i} "
+                             f"{fmt_shape(t.shape)}")
         if t.dtype != first.dtype:
             raise TypeError(f"concat: dtypes differ: {first.dtype} vs tensor {i} {t.dtype}")
-    ax = _norm_axis(axis, first.ndim, "concat")
-    offsets = [_zero()]
+    ax = normalize_axis(axis, first.ndim, "concat")
+    offsets = [zero_index()]
     for t in ts:
         offsets.append(E.simplify(offsets[-1] + t.shape[ax]))
     shape = list(first.shape)
@@ -196,7 +202,7 @@ def concat(tensors: Sequence[Tensor], axis: int = 0) -> Tensor:
 
 
 def _split_sizes(length: PrimExpr, indices_or_sections) -> list[PrimExpr]:
-    sl = _static(length)
+    sl = static_int(length)
     sizes = split_sizes(sl if sl is not None else length, indices_or_sections, "split")
     return [E.IntImm(s, "int64") if isinstance(s, int) else s for s in sizes]
 
@@ -206,10 +212,10 @@ def split(x: Tensor, indices_or_sections, axis: int = 0) -> list[Tensor]:
     ``n`` gives pieces of ``ceil(d / n)`` with the rest in the last one (TVM / ``torch.chunk``),
     a list of indices cuts before each index (``numpy.split``). Raises ValueError for ``n < 1``
     or a static dim that the sections cannot cover."""
-    ax = _norm_axis(axis, x.ndim, "split")
+    ax = normalize_axis(axis, x.ndim, "split")
     sizes = _split_sizes(x.shape[ax], indices_or_sections)
     outs = []
-    begin = _zero()
+    begin = zero_index()
     for k, size in enumerate(sizes):
         shape = list(x.shape)
         shape[ax] = size
@@ -229,7 +235,7 @@ def expand_dims(x: Tensor, axis) -> Tensor:
     counts from the end of the result) (``numpy.expand_dims``)."""
     axes = [axis] if isinstance(axis, int) else list(axis)
     nd = x.ndim + len(axes)
-    pos = sorted({_norm_axis(a, nd, "expand_dims") for a in axes})
+    pos = sorted({normalize_axis(a, nd, "expand_dims") for a in axes})
     if len(pos) != len(axes):
         raise ValueError(f"expand_dims: repeated axis in {axes}")
     keep = [d for d in range(nd) if d not in pos]
@@ -241,17 +247,17 @@ def squeeze(x: Tensor, axis=None) -> Tensor:
     """Remove size-1 dims (``numpy.squeeze``): ``axis`` (int or list) names them; ``None`` drops
     every static size-1 dim. Raises ValueError for a named dim of static size other than 1."""
     if axis is None:
-        axes = [d for d, s in enumerate(x.shape) if _is_static_one(s)]
+        axes = [d for d, s in enumerate(x.shape) if is_static_one(s)]
     else:
-        axes = _norm_axes(axis, x.ndim, "squeeze")
+        axes = normalize_axes(axis, x.ndim, "squeeze")
         for a in axes:
-            s = _static(x.shape[a])
+            s = static_int(x.shape[a])
             if s is not None and s != 1:
-                raise ValueError(f"squeeze: dim {a} of {_dim_str(x.shape)} is {s}, not 1")
+                raise ValueError(f"squeeze: dim {a} of {fmt_shape(x.shape)} is {s}, not 1")
     kept = [d for d in range(x.ndim) if d not in axes]
 
     def f(*idx):
-        src = [_zero()] * x.ndim
+        src = [zero_index()] * x.ndim
         for d, i in zip(kept, idx):
             src[d] = i
         return x[tuple(src)]
@@ -265,24 +271,24 @@ def broadcast_to(x: Tensor, shape: Sequence) -> Tensor:
     dim that is neither 1 nor the target dim."""
     target = [E.convert(d) for d in shape]
     if len(target) < x.ndim:
-        raise ValueError(f"broadcast_to: cannot broadcast {_dim_str(x.shape)} to {_dim_str(target)}")
+        raise ValueError(f"broadcast_to: cannot broadcast {fmt_shape(x.shape)} to {fmt_shape(target)}")
     lead = len(target) - x.ndim
     for d, s in enumerate(x.shape):
-        a, b = _static(s), _static(target[lead + d])
+        a, b = static_int(s), static_int(target[lead + d])
         if a is not None and b is not None and a != 1 and a != b:
-            raise ValueError(f"broadcast_to: cannot broadcast {_dim_str(x.shape)} to "
-                             f"{_dim_str(target)} (dim {a} vs {b})")
-    return _te.compute(target, lambda *i: x[_broadcast_index(i, x.shape)], name="T_broadcast_to")
+            raise ValueError(f"broadcast_to: cannot broadcast {fmt_shape(x.shape)} to "
+                             f"{fmt_shape(target)} (dim {a} vs {b})")
+    return _te.compute(target, lambda *i: x[broadcast_index(i, x.shape)], name="T_broadcast_to")
 
 
 def _unravel(flat: PrimExpr, shape: Sequence[PrimExpr]) -> list[PrimExpr]:
     """Row-major multi-index of the flat index ``flat`` in ``shape``."""
     out: list[PrimExpr] = []
     for d in reversed(list(shape)[1:]):
-        out.append(_zero() if _is_static_one(d) else flat % d)
+        out.append(zero_index() if is_static_one(d) else flat % d)
         flat = flat // d
     if len(shape):
-        out.append(_zero() if _is_static_one(shape[0]) else flat)
+        out.append(zero_index() if is_static_one(shape[0]) else flat)
     return list(reversed(out))
 
 
@@ -294,9 +300,9 @@ def repeat(x: Tensor, repeats: int, axis: int | None = None) -> Tensor:
     if r < 0:
         raise ValueError(f"repeat: repeats must be >= 0, got {repeats}")
     if axis is None:
-        n = E.simplify(_product(x.shape) * r)
+        n = E.simplify(shape_product(x.shape) * r)
         return _te.compute([n], lambda i: x[tuple(_unravel(i // r, x.shape))], name="T_repeat")
-    ax = _norm_axis(axis, x.ndim, "repeat")
+    ax = normalize_axis(axis, x.ndim, "repeat")
     shape = list(x.shape)
     shape[ax] = E.simplify(shape[ax] * r)
 
@@ -323,7 +329,7 @@ def pad(x: Tensor, pad_before: Sequence[int], pad_after: Sequence[int] | None = 
     lo = [int(p) for p in pad_before]
     hi = lo if pad_after is None else [int(p) for p in pad_after]
     if len(lo) != nd or len(hi) != nd:
-        raise ValueError(f"pad: need {nd} pads before and after for {_dim_str(x.shape)}, got "
+        raise ValueError(f"pad: need {nd} pads before and after for {fmt_shape(x.shape)}, got "
                          f"{lo} and {hi}")
     if builtins.any(p < 0 for p in lo + hi):
         raise ValueError(f"pad: pads must be >= 0, got {lo} and {hi}")
@@ -346,17 +352,17 @@ def pad(x: Tensor, pad_before: Sequence[int], pad_after: Sequence[int] | None = 
                     conds.append(E.LT(p, dim))
                 src.append(p)
             elif mode == "edge":
-                src.append(tir.minimum(tir.maximum(p, _zero()), dim - 1))
+                src.append(tir.minimum(tir.maximum(p, zero_index()), dim - 1))
             else:
                 top = dim - 1
                 if isinstance(E.simplify(dim), E.IntImm):   # pads < dim checked at build time
-                    p = E.Select(E.LT(p, _zero()), -p, p) if lo[d] else p
+                    p = E.Select(E.LT(p, zero_index()), -p, p) if lo[d] else p
                     src.append(E.Select(E.GT(p, top), top * 2 - p, p) if hi[d] else p)
                     continue
                 # a symbolic dim: each mirrored index is checked when the code runs (it is out
                 # of [0, dim) exactly when a pad is not smaller than the dim)
                 if lo[d]:
-                    p = tir.if_then_else(E.LT(p, _zero()), checked_index(-p, dim), p)
+                    p = tir.if_then_else(E.LT(p, zero_index()), checked_index(-p, dim), p)
                 if hi[d]:
                     p = tir.if_then_else(E.GT(p, top), checked_index(top * 2 - p, dim), p)
                 src.append(p)
@@ -373,7 +379,7 @@ def trilu(x: Tensor, k=0, upper: bool = True) -> Tensor:
     ``[..., i, j]`` is kept when ``j - i >= k`` (upper) / ``j - i <= k`` (lower), else 0.
     ``k`` is an int or an int PrimExpr. Raises ValueError for ndim < 2."""
     if x.ndim < 2:
-        raise ValueError(f"trilu: needs ndim >= 2, got {_dim_str(x.shape)}")
+        raise ValueError(f"trilu: needs ndim >= 2, got {fmt_shape(x.shape)}")
     kk = E.convert(k).astype("int64")
 
     def f(*idx):
@@ -399,11 +405,11 @@ def full(shape: Sequence, dtype: str, fill_value) -> Tensor:
     a 0-d te.Tensor read once per element and converted to ``dtype`` (``numpy.full``)."""
     if isinstance(fill_value, Tensor):
         if fill_value.ndim != 0:
-            raise ValueError(f"full: fill_value must be 0-d, got {_dim_str(fill_value.shape)}")
-        return _te.compute(shape, lambda *i: _cast(fill_value[()], dtype), name="T_full")
+            raise ValueError(f"full: fill_value must be 0-d, got {fmt_shape(fill_value.shape)}")
+        return _te.compute(shape, lambda *i: cast_value(fill_value[()], dtype), name="T_full")
     value = E.convert(fill_value, dtype)
     if value.dtype != dtype:
-        value = _cast(value, dtype)
+        value = cast_value(value, dtype)
     return _te.compute(shape, lambda *i: value, name="T_full")
 
 
@@ -433,7 +439,7 @@ def arange(start, stop=None, step=1, dtype: str = "float32", length=None) -> Ten
     start = start.value if isinstance(start, (E.IntImm, E.FloatImm)) else start
     step = step.value if isinstance(step, (E.IntImm, E.FloatImm)) else step
     n = arange_length(start, stop, step) if length is None else length
-    if _is_float(dtype):
+    if E.is_float_dtype(dtype):
         work = "float64"
     else:
         work = "int64"
@@ -442,6 +448,6 @@ def arange(start, stop=None, step=1, dtype: str = "float32", length=None) -> Ten
 
     def f(i):
         v = E.convert(start, work) + i.astype(work) * E.convert(step, work)
-        return _cast(v, dtype) if work != dtype else v
+        return cast_value(v, dtype) if work != dtype else v
 
     return _te.compute([n], f, name="T_arange")
