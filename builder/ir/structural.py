@@ -28,7 +28,8 @@ from __future__ import annotations
 
 import difflib
 import math
-from typing import Any
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
@@ -137,28 +138,74 @@ class _Comparer:
             self.l2r.pop(ia, None)
             self.r2l.pop(ib, None)
 
+    @contextmanager
+    def scope(self) -> Iterator[None]:
+        """What is defined inside the ``with`` (a function's parameters, a loop or let variable, a
+        block's iterators and allocations) is local to it."""
+        mark = self.mark()
+        yield
+        self.undo(mark)
+
+    @contextmanager
+    def defining(self) -> Iterator[None]:
+        """Inside the ``with``, symbolic variables define themselves where they first occur."""
+        saved = self.auto_define
+        self.auto_define = True
+        try:
+            yield
+        finally:
+            self.auto_define = saved
+
+    # -- shared shapes of comparison ----------------------------------------------------------
+    def pairs(self, xs, ys, path: str, what: str, field: str | None = None
+              ) -> Iterator[tuple[Any, Any, str]]:
+        """``(x, y, path of the pair)`` for the items of two sequences after checking that their
+        lengths agree (else a mismatch at ``path``, ``what`` formatted with the two lengths). The
+        items' paths are ``path[i]``, or ``path.field[i]`` when ``field`` is given."""
+        if len(xs) != len(ys):
+            self.fail(path, what.format(len(xs), len(ys)))
+        root = path if field is None else f"{path}.{field}"
+        for i, (x, y) in enumerate(zip(xs, ys)):
+            yield x, y, f"{root}[{i}]"
+
+    def same_field(self, a: Any, b: Any, path: str, name: str) -> None:
+        """Field ``name`` (a kind, an index, a flag) equal on both sides."""
+        x, y = getattr(a, name), getattr(b, name)
+        if x != y:
+            self.fail(f"{path}.{name}", f"{x} vs {y}")
+
+    def prims(self, a: Any, b: Any, path: str, *fields: str) -> None:
+        """The scalar expressions in ``fields`` of ``a`` and ``b``, in order."""
+        for name in fields:
+            self.prim(getattr(a, name), getattr(b, name), f"{path}.{name}")
+
+    def min_extent(self, a: Any, b: Any, path: str) -> None:
+        """The ``min`` and ``extent`` of two ranges (or loops), as sizes."""
+        self.size(a.min, b.min, f"{path}.min")
+        self.size(a.extent, b.extent, f"{path}.extent")
+
+    def defines(self, a: Any, b: Any, path: str, field: str, define: Callable[[Any, Any, str], None],
+                body: Callable[[Any, Any, str], None] | None = None) -> None:
+        """``a`` / ``b`` define their ``field`` (a loop or let variable, an allocated buffer; compared
+        by ``define``) for their ``body`` only; the bodies are compared by ``body`` (statements
+        unless given)."""
+        with self.scope():
+            define(getattr(a, field), getattr(b, field), f"{path}.{field}")
+            (body or self.stmt)(a.body, b.body, f"{path}.body")
+
     # -- generic dispatch -------------------------------------------------------------------
+    #: (kind of object, method comparing it, whether both sides must be of the very same class),
+    #: tried in order; anything else is a plain value.
+    KINDS = ((rx.IRModule, "module", True), (tir.PrimFunc, "prim_func", True),
+             (rx.Function, "function", True), (rx.Expr, "expr", False), (StructInfo, "sinfo", False),
+             (tir.Stmt, "stmt", False), (tir.Buffer, "buffer_use", True), (E.PrimExpr, "prim", False))
+
     def eq(self, a: Any, b: Any, path: str) -> None:
-        if isinstance(a, rx.IRModule) or isinstance(b, rx.IRModule):
-            self.check_type(a, b, path)
-            return self.module(a, b, path)
-        if isinstance(a, tir.PrimFunc) or isinstance(b, tir.PrimFunc):
-            self.check_type(a, b, path)
-            return self.prim_func(a, b, path)
-        if isinstance(a, rx.Function) or isinstance(b, rx.Function):
-            self.check_type(a, b, path)
-            return self.function(a, b, path)
-        if isinstance(a, rx.Expr) or isinstance(b, rx.Expr):
-            return self.expr(a, b, path)
-        if isinstance(a, StructInfo) or isinstance(b, StructInfo):
-            return self.sinfo(a, b, path)
-        if isinstance(a, tir.Stmt) or isinstance(b, tir.Stmt):
-            return self.stmt(a, b, path)
-        if isinstance(a, tir.Buffer) or isinstance(b, tir.Buffer):
-            self.check_type(a, b, path)
-            return self.buffer_use(a, b, path)
-        if isinstance(a, E.PrimExpr) or isinstance(b, E.PrimExpr):
-            return self.prim(a, b, path)
+        for kind, method, same_class in self.KINDS:
+            if isinstance(a, kind) or isinstance(b, kind):
+                if same_class:
+                    self.check_type(a, b, path)
+                return getattr(self, method)(a, b, path)
         return self.value(a, b, path)
 
     def check_type(self, a: Any, b: Any, path: str) -> None:
@@ -186,8 +233,8 @@ class _Comparer:
         if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
             if len(a) != len(b):
                 self.fail(path, f"length {len(a)} vs {len(b)}: {_short(a)} vs {_short(b)}")
-            for i, (x, y) in enumerate(zip(a, b)):
-                self.eq(x, y, f"{path}[{i}]")
+            for x, y, p in self.pairs(a, b, path, ""):
+                self.eq(x, y, p)
             return
         if isinstance(a, dict) and isinstance(b, dict):
             if set(a) != set(b):
@@ -225,22 +272,13 @@ class _Comparer:
         self.value(a.attrs, b.attrs, f"{path}.attrs")
 
     def function(self, a: rx.Function, b: rx.Function, path: str) -> None:
-        saved = self.auto_define
-        self.auto_define = True
-        mark = self.mark()  # what a function defines is local to it
-        try:
-            if len(a.params) != len(b.params):
-                self.fail(f"{path}.params", f"{len(a.params)} params vs {len(b.params)}")
-            for i, (pa, pb) in enumerate(zip(a.params, b.params)):
-                self.var_def(pa, pb, f"{path}.params[{i}]")
+        with self.scope(), self.defining():
+            for x, y, p in self.pairs(a.params, b.params, f"{path}.params", "{} params vs {}"):
+                self.var_def(x, y, p)
             self.sinfo(a.ret_struct_info, b.ret_struct_info, f"{path}.ret_struct_info")
             self.value(a.attrs, b.attrs, f"{path}.attrs")
-            if a.is_pure != b.is_pure:
-                self.fail(f"{path}.is_pure", f"{a.is_pure} vs {b.is_pure}")
+            self.same_field(a, b, path, "is_pure")
             self.expr(a.body, b.body, f"{path}.body")
-        finally:
-            self.auto_define = saved
-        self.undo(mark)
 
     def var_def(self, a: rx.Var, b: rx.Var, path: str) -> None:
         if type(a) is not type(b):
@@ -262,14 +300,11 @@ class _Comparer:
         if isinstance(a, rx.Constant):
             return self.value(a.data, b.data, f"{path}.data")
         if isinstance(a, rx.Tuple):
-            if len(a.fields) != len(b.fields):
-                self.fail(path, f"tuple of {len(a.fields)} vs {len(b.fields)} fields")
-            for i, (x, y) in enumerate(zip(a.fields, b.fields)):
-                self.expr(x, y, f"{path}.fields[{i}]")
+            for x, y, p in self.pairs(a.fields, b.fields, path, "tuple of {} vs {} fields", "fields"):
+                self.expr(x, y, p)
             return
         if isinstance(a, rx.TupleGetItem):
-            if a.index != b.index:
-                self.fail(f"{path}.index", f"{a.index} vs {b.index}")
+            self.same_field(a, b, path, "index")
             return self.expr(a.tuple_value, b.tuple_value, f"{path}.tuple_value")
         if isinstance(a, rx.ShapeExpr):
             return self.dims(a.values, b.values, f"{path}.values")
@@ -289,23 +324,17 @@ class _Comparer:
             return self.value(a.global_symbol, b.global_symbol, f"{path}.global_symbol")
         if isinstance(a, rx.Call):
             self.expr(a.op, b.op, f"{path}.op")
-            if len(a.args) != len(b.args):
-                self.fail(f"{path}.args", f"{len(a.args)} args vs {len(b.args)}")
-            for i, (x, y) in enumerate(zip(a.args, b.args)):
-                self.expr(x, y, f"{path}.args[{i}]")
+            for x, y, p in self.pairs(a.args, b.args, f"{path}.args", "{} args vs {}"):
+                self.expr(x, y, p)
             self.value(a.attrs, b.attrs, f"{path}.attrs")
-            if len(a.sinfo_args) != len(b.sinfo_args):
-                self.fail(f"{path}.sinfo_args", f"{len(a.sinfo_args)} vs {len(b.sinfo_args)}")
-            for i, (x, y) in enumerate(zip(a.sinfo_args, b.sinfo_args)):
-                self.sinfo(x, y, f"{path}.sinfo_args[{i}]")
+            for x, y, p in self.pairs(a.sinfo_args, b.sinfo_args, f"{path}.sinfo_args", "{} vs {}"):
+                self.sinfo(x, y, p)
             if a.struct_info is not None and b.struct_info is not None:
                 self.sinfo(a.struct_info, b.struct_info, f"{path}.struct_info")
             return
         if isinstance(a, rx.SeqExpr):
-            if len(a.blocks) != len(b.blocks):
-                self.fail(f"{path}.blocks", f"{len(a.blocks)} blocks vs {len(b.blocks)}")
-            for i, (x, y) in enumerate(zip(a.blocks, b.blocks)):
-                self.block(x, y, f"{path}.blocks[{i}]")
+            for x, y, p in self.pairs(a.blocks, b.blocks, f"{path}.blocks", "{} blocks vs {}"):
+                self.block(x, y, p)
             return self.expr(a.body, b.body, f"{path}.body")
         self.fail(path, f"cannot compare {type(a).__name__}")
 
@@ -314,10 +343,7 @@ class _Comparer:
             kinds = ("DataflowBlock" if a.is_dataflow else "BindingBlock",
                      "DataflowBlock" if b.is_dataflow else "BindingBlock")
             self.fail(path, f"{kinds[0]} vs {kinds[1]}")
-        if len(a.bindings) != len(b.bindings):
-            self.fail(f"{path}.bindings", f"{len(a.bindings)} bindings vs {len(b.bindings)}")
-        for i, (x, y) in enumerate(zip(a.bindings, b.bindings)):
-            p = f"{path}.bindings[{i}]"
+        for x, y, p in self.pairs(a.bindings, b.bindings, f"{path}.bindings", "{} bindings vs {}"):
             self.expr(x.value, y.value, f"{p}.value")
             self.var_def(x.var, y.var, f"{p}.var")
 
@@ -351,18 +377,14 @@ class _Comparer:
                 self.dims(a.values, b.values, f"{path}.values")
             return
         if isinstance(a, TupleStructInfo):
-            if len(a.fields) != len(b.fields):
-                self.fail(path, f"tuple of {len(a.fields)} vs {len(b.fields)} fields")
-            for i, (x, y) in enumerate(zip(a.fields, b.fields)):
-                self.sinfo(x, y, f"{path}.fields[{i}]")
+            for x, y, p in self.pairs(a.fields, b.fields, path, "tuple of {} vs {} fields", "fields"):
+                self.sinfo(x, y, p)
             return
         self.fail(path, f"cannot compare struct info {type(a).__name__}")
 
     def dims(self, a, b, path: str) -> None:
-        if len(a) != len(b):
-            self.fail(path, f"{len(a)} dims vs {len(b)}")
-        for i, (x, y) in enumerate(zip(a, b)):
-            self.size(x, y, f"{path}[{i}]")
+        for x, y, p in self.pairs(a, b, path, "{} dims vs {}"):
+            self.size(x, y, p)
 
     def size(self, a, b, path: str) -> None:
         """A size-like integer (dim, extent, range bound): provable equality is enough."""
@@ -414,29 +436,21 @@ class _Comparer:
         if isinstance(a, E.StringImm):
             return self.value(a.value, b.value, path)
         if isinstance(a, E.BinaryOp):
-            self.prim(a.a, b.a, f"{path}.a")
-            return self.prim(a.b, b.b, f"{path}.b")
+            return self.prims(a, b, path, "a", "b")
         if isinstance(a, E.Not):
-            return self.prim(a.a, b.a, f"{path}.a")
+            return self.prims(a, b, path, "a")
         if isinstance(a, E.Select):
-            self.prim(a.condition, b.condition, f"{path}.condition")
-            self.prim(a.true_value, b.true_value, f"{path}.true_value")
-            return self.prim(a.false_value, b.false_value, f"{path}.false_value")
+            return self.prims(a, b, path, "condition", "true_value", "false_value")
         if isinstance(a, E.Cast):
-            return self.prim(a.value, b.value, f"{path}.value")
+            return self.prims(a, b, path, "value")
         if isinstance(a, E.Let):
-            self.prim(a.value, b.value, f"{path}.value")
-            mark = self.mark()
-            self.tir_var_def(a.var, b.var, f"{path}.var")
-            self.prim(a.body, b.body, f"{path}.body")
-            return self.undo(mark)
+            self.prims(a, b, path, "value")
+            return self.defines(a, b, path, "var", self.tir_var_def, self.prim)
         if isinstance(a, E.Call):
             if a.op != b.op:
                 self.fail(path, f"intrinsic T.{a.op} vs T.{b.op}")
-            if len(a.args) != len(b.args):
-                self.fail(path, f"{len(a.args)} args vs {len(b.args)}")
-            for i, (x, y) in enumerate(zip(a.args, b.args)):
-                self.prim(x, y, f"{path}.args[{i}]")
+            for x, y, p in self.pairs(a.args, b.args, path, "{} args vs {}", "args"):
+                self.prim(x, y, p)
             return
         if isinstance(a, tir.BufferLoad):
             self.buffer_use(a.buffer, b.buffer, f"{path}.buffer")
@@ -445,10 +459,8 @@ class _Comparer:
             self.fail(path, f"`{_short(a)}` vs `{_short(b)}`")
 
     def exprs(self, a, b, path: str) -> None:
-        if len(a) != len(b):
-            self.fail(path, f"{len(a)} vs {len(b)}")
-        for i, (x, y) in enumerate(zip(a, b)):
-            self.prim(x, y, f"{path}[{i}]")
+        for x, y, p in self.pairs(a, b, path, "{} vs {}"):
+            self.prim(x, y, p)
 
     # -- loop level -----------------------------------------------------------------------------
     def buffer_def(self, a: tir.Buffer, b: tir.Buffer, path: str) -> None:
@@ -463,19 +475,12 @@ class _Comparer:
         self.use(a, b, path)
 
     def prim_func(self, a: tir.PrimFunc, b: tir.PrimFunc, path: str) -> None:
-        if len(a.params) != len(b.params):
-            self.fail(f"{path}.params", f"{len(a.params)} params vs {len(b.params)}")
-        saved = self.auto_define
-        self.auto_define = True
-        mark = self.mark()  # what a function defines is local to it
-        try:
-            for i, (x, y) in enumerate(zip(a.params, b.params)):
-                self.buffer_def(x, y, f"{path}.params[{i}]")
-        finally:
-            self.auto_define = saved
-        self.value(a.attrs, b.attrs, f"{path}.attrs")
-        self.stmt(a.body, b.body, f"{path}.body")
-        self.undo(mark)
+        with self.scope():
+            with self.defining():
+                for x, y, p in self.pairs(a.params, b.params, f"{path}.params", "{} params vs {}"):
+                    self.buffer_def(x, y, p)
+            self.value(a.attrs, b.attrs, f"{path}.attrs")
+            self.stmt(a.body, b.body, f"{path}.body")
 
     def stmt(self, a: Any, b: Any, path: str) -> None:
         if isinstance(a, tir.SeqStmt) and len(a.seq) == 1:
@@ -488,45 +493,32 @@ class _Comparer:
             return
         self.check_type(a, b, path)
         if isinstance(a, tir.SeqStmt):
-            if len(a.seq) != len(b.seq):
-                self.fail(path, f"{len(a.seq)} statements vs {len(b.seq)}")
-            for i, (x, y) in enumerate(zip(a.seq, b.seq)):
-                self.stmt(x, y, f"{path}[{i}]")
+            for x, y, p in self.pairs(a.seq, b.seq, path, "{} statements vs {}"):
+                self.stmt(x, y, p)
             return
         if isinstance(a, tir.BufferStore):
             self.buffer_use(a.buffer, b.buffer, f"{path}.buffer")
             self.exprs(a.indices, b.indices, f"{path}.indices")
-            return self.prim(a.value, b.value, f"{path}.value")
+            return self.prims(a, b, path, "value")
         if isinstance(a, tir.For):
-            if a.kind != b.kind:
-                self.fail(f"{path}.kind", f"{a.kind} vs {b.kind}")
-            self.size(a.min, b.min, f"{path}.min")
-            self.size(a.extent, b.extent, f"{path}.extent")
+            self.same_field(a, b, path, "kind")
+            self.min_extent(a, b, path)
             self.value(a.annotations, b.annotations, f"{path}.annotations")
-            mark = self.mark()  # the loop variable is defined for the body only
-            self.tir_var_def(a.loop_var, b.loop_var, f"{path}.loop_var")
-            self.stmt(a.body, b.body, f"{path}.body")
-            return self.undo(mark)
+            return self.defines(a, b, path, "loop_var", self.tir_var_def)
         if isinstance(a, tir.IfThenElse):
-            self.prim(a.condition, b.condition, f"{path}.condition")
+            self.prims(a, b, path, "condition")
             self.stmt(a.then_case, b.then_case, f"{path}.then_case")
             return self.stmt(a.else_case, b.else_case, f"{path}.else_case")
         if isinstance(a, tir.LetStmt):
-            self.prim(a.value, b.value, f"{path}.value")
-            mark = self.mark()
-            self.tir_var_def(a.var, b.var, f"{path}.var")
-            self.stmt(a.body, b.body, f"{path}.body")
-            return self.undo(mark)
+            self.prims(a, b, path, "value")
+            return self.defines(a, b, path, "var", self.tir_var_def)
         if isinstance(a, tir.Evaluate):
-            return self.prim(a.value, b.value, f"{path}.value")
+            return self.prims(a, b, path, "value")
         if isinstance(a, tir.Allocate):
-            mark = self.mark()
-            self.buffer_def(a.buffer, b.buffer, f"{path}.buffer")
-            self.stmt(a.body, b.body, f"{path}.body")
-            return self.undo(mark)
+            return self.defines(a, b, path, "buffer", self.buffer_def)
         if isinstance(a, tir.BlockRealize):
             self.exprs(a.iter_values, b.iter_values, f"{path}.iter_values")
-            self.prim(a.predicate, b.predicate, f"{path}.predicate")
+            self.prims(a, b, path, "predicate")
             return self.stmt(a.block, b.block, f"{path}.block")
         if isinstance(a, tir.Block):
             return self.tir_block(a, b, path)
@@ -538,39 +530,25 @@ class _Comparer:
         self.bind(a, b, path)
 
     def tir_block(self, a: tir.Block, b: tir.Block, path: str) -> None:
-        mark = self.mark()  # iterators and allocations are local to the block
-        self._tir_block(a, b, path)
-        self.undo(mark)
-
-    def _tir_block(self, a: tir.Block, b: tir.Block, path: str) -> None:
         if a.name != b.name:
             self.fail(f"{path}.name", f'T.block("{a.name}") vs T.block("{b.name}")')
-        if len(a.iter_vars) != len(b.iter_vars):
-            self.fail(f"{path}.iter_vars", f"{len(a.iter_vars)} vs {len(b.iter_vars)}")
-        for i, (x, y) in enumerate(zip(a.iter_vars, b.iter_vars)):
-            p = f"{path}.iter_vars[{i}]"
-            if x.kind != y.kind:
-                self.fail(f"{p}.kind", f"{x.kind} vs {y.kind}")
-            self.size(x.dom.min, y.dom.min, f"{p}.dom.min")
-            self.size(x.dom.extent, y.dom.extent, f"{p}.dom.extent")
-            self.tir_var_def(x.var, y.var, f"{p}.var")
-        if len(a.alloc_buffers) != len(b.alloc_buffers):
-            self.fail(f"{path}.alloc_buffers", f"{len(a.alloc_buffers)} vs {len(b.alloc_buffers)}")
-        for i, (x, y) in enumerate(zip(a.alloc_buffers, b.alloc_buffers)):
-            self.buffer_def(x, y, f"{path}.alloc_buffers[{i}]")
-        for field in ("reads", "writes"):
-            ra, rb = getattr(a, field), getattr(b, field)
-            if len(ra) != len(rb):
-                self.fail(f"{path}.{field}", f"{len(ra)} regions vs {len(rb)}")
-            for i, (x, y) in enumerate(zip(ra, rb)):
-                p = f"{path}.{field}[{i}]"
-                self.buffer_use(x.buffer, y.buffer, f"{p}.buffer")
-                for j, (u, w) in enumerate(zip(x.region, y.region)):
-                    self.size(u.min, w.min, f"{p}.region[{j}].min")
-                    self.size(u.extent, w.extent, f"{p}.region[{j}].extent")
-        self.value(a.annotations, b.annotations, f"{path}.annotations")
-        self.stmt(a.init, b.init, f"{path}.init")
-        self.stmt(a.body, b.body, f"{path}.body")
+        with self.scope():  # iterators and allocations are local to the block
+            for x, y, p in self.pairs(a.iter_vars, b.iter_vars, f"{path}.iter_vars", "{} vs {}"):
+                self.same_field(x, y, p, "kind")
+                self.min_extent(x.dom, y.dom, f"{p}.dom")
+                self.tir_var_def(x.var, y.var, f"{p}.var")
+            allocs = f"{path}.alloc_buffers"
+            for x, y, p in self.pairs(a.alloc_buffers, b.alloc_buffers, allocs, "{} vs {}"):
+                self.buffer_def(x, y, p)
+            for field in ("reads", "writes"):
+                for x, y, p in self.pairs(getattr(a, field), getattr(b, field), f"{path}.{field}",
+                                          "{} regions vs {}"):
+                    self.buffer_use(x.buffer, y.buffer, f"{p}.buffer")
+                    for j, (u, w) in enumerate(zip(x.region, y.region)):
+                        self.min_extent(u, w, f"{p}.region[{j}]")
+            self.value(a.annotations, b.annotations, f"{path}.annotations")
+            self.stmt(a.init, b.init, f"{path}.init")
+            self.stmt(a.body, b.body, f"{path}.body")
 
 
 def _compare(lhs: Any, rhs: Any, map_free_vars: bool) -> _Mismatch | None:
