@@ -81,6 +81,10 @@ def _print_rx(e: rx.Expr) -> str:
 
 
 class _Comparer:
+    """Walks two objects in lockstep, mapping what they define to each other; the first difference
+    raises :class:`_Mismatch`. A pairwise walk (TVM's ``SEqualReducer``), which the one-tree
+    visitors of :mod:`builder.ir.functor` and :mod:`builder.ir.tir.functor` do not express."""
+
     def __init__(self, map_free_vars: bool) -> None:
         self.map_free_vars = map_free_vars
         self.l2r: dict[int, Any] = {}
