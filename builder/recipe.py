@@ -1,25 +1,36 @@
 """Recipe -> ``nn.Module`` tree + export spec, and the ``forward:`` expression language.
 
-The ``forward`` text of a recipe is Python syntax, parsed with :mod:`ast` and checked against a
-whitelist -- it is never evaluated by Python. Allowed:
+A recipe's ``model.layers`` (and each block's ``layers``) become the children of an ``nn.Module``; a
+layer entry whose ``type`` names a block of ``blocks:`` is an instance of that block (its own layers and
+forward); ``repeat: N`` makes an ``nn.ModuleList`` of N copies. Parameters are named from the module tree
+as PyTorch names them (``layers.0.self_attn.q_proj.weight``). Each function of ``functions:`` is a method
+of the model running its own ``forward:`` text (or the model's) on its inputs: tensors, symbolic ints
+(``nn.spec.Int``) and KV caches (``nn.spec.Object``).
+
+Every ``forward`` text is Python syntax, parsed with :mod:`ast` and checked against a whitelist -- it is
+never evaluated by Python. Allowed:
 
 - statements: ``name = expr``, ``a, b = expr`` (tuple unpacking), and a final ``return expr``
   (a value or a tuple of values);
-- expressions: names (function inputs, earlier assignments), calls of recipe layers
-  (``gate_proj(x)``) and of registered functional ops (``silu(x)``, ``softmax(x, axis=-1)``,
-  ``reshape(x, [1, -1])``, ``silu(x, name="gate")``: a ``name`` is the result's name hint in the
-  printed IR and must be an identifier, as TVM's name hints are), the arithmetic operators ``+ - * / @`` and unary ``-``, numeric
-  constants, tuple indexing with a constant (``parts[0]``), list / tuple literals of constants
-  as op arguments.
+- expressions: names (inputs, earlier assignments, and the symbolic dims of the inputs' shapes, such as
+  ``batch`` or ``seq``, whose values are symbolic ints), calls of layers (``gate_proj(x)``; a repeated
+  layer is a chain, ``layers(h, mask)``, or one copy, ``layers[0](h)``) and of the functional ops
+  (``silu(x)``, ``softmax(x, axis=-1)``, ``reshape(x, [batch, seq, 12, 32])``; ``build --list-ops``
+  lists them; ``name="gate"`` is the result's name hint in the printed IR, an identifier as TVM's name
+  hints are), the operators ``+ - * / @`` (and ``//``, ``%`` between symbolic ints), unary ``-``,
+  one comparison (``x > 0``: a boolean tensor), constants (numbers, strings, ``True`` / ``False`` /
+  ``None``), indexing of tuples with an integer (``parts[0]``), slicing of tensors (``h[:, -1, :]``,
+  ``x[..., 1:seq]``), and list / tuple literals as op arguments.
 
 Anything else (attribute access, comprehensions, lambdas, imports, ...) is a recipe error that
-cites ``file:line:column`` inside the ``forward`` block, as are unknown names, wrong op
+cites ``file:line:column`` inside the ``forward`` text, as are unknown names, wrong op
 arguments and shape/dtype mismatches found while tracing.
 
-Bounds (:mod:`schemas.limits`): the text is at most ``MAX_FORWARD_CHARS`` long, one expression nests at
+Bounds (:mod:`schemas.limits`): each text is at most ``MAX_FORWARD_CHARS`` long, one expression nests at
 most ``MAX_EXPRESSION_DEPTH`` deep (checked without recursion; the checker and the interpreter recurse
-only that deep, any number of statements run in a loop), integer constants fit int64, and no
-result with static sizes may take more than ``MAX_TENSOR_BYTES``.
+only that deep, any number of statements run in a loop), integer constants fit int64, no result with
+static sizes may take more than ``MAX_TENSOR_BYTES``, blocks may not contain themselves, and a recipe
+instantiates at most ``MAX_MODULES`` layers in all (counted before any is built).
 """
 from __future__ import annotations
 
@@ -27,32 +38,42 @@ import ast
 import difflib
 import inspect
 import math
+import operator
 from typing import Any, Callable
 
 from runtime.native import numpy_dtype
 from schemas import LAYER_TYPES, Recipe, RecipeError
 from schemas.errors import shorten
 from schemas.limits import MAX_EXPRESSION_DEPTH, MAX_FORWARD_CHARS, MAX_TENSOR_BYTES
-from schemas.models import is_identifier
+from schemas.models import BlockLayer, FunctionDef, IntInput, KVCacheInput, is_identifier
+from schemas.source import FieldPath
 
 from . import nn
-from .ops import recipe_ops
+from .ir import expr as E
 from .ir.printer import PRINTER_RESERVED
+from .ops import recipe_ops
 
-__all__ = ["instantiate", "RecipeModule", "FORWARD_OPS", "parse_forward"]
+__all__ = ["instantiate", "RecipeModule", "BlockModule", "FORWARD_OPS", "parse_forward", "MAX_MODULES"]
 
 #: functional ops callable from a recipe's ``forward`` text: the ``nn.op`` function of every op record
 #: marked ``in_recipes`` (:func:`builder.ops.recipe_ops`).
 FORWARD_OPS: dict[str, Callable] = {name: getattr(nn.op, name) for name in recipe_ops()}
 
-_BINOPS = {ast.Add: nn.op.add, ast.Sub: nn.op.subtract, ast.Mult: nn.op.multiply,
-           ast.Div: nn.op.divide, ast.MatMult: nn.op.matmul}
+MAX_MODULES = 100_000
+"""The most layers (module-tree nodes, repeats and nested blocks expanded) one recipe may instantiate."""
 
-_LAYER_CLASSES = {
-    "Linear": nn.Linear, "LayerNorm": nn.LayerNorm, "RMSNorm": nn.RMSNorm, "Conv1D": nn.Conv1D,
-    "Embedding": nn.Embedding, "ReLU": nn.ReLU, "SiLU": nn.SiLU, "GELU": nn.GELU,
-}
-assert set(_LAYER_CLASSES) == set(LAYER_TYPES), "every schema layer type needs a module class"
+_BINOPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
+           ast.MatMult: operator.matmul, ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod}
+_SYMBOLS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.MatMult: "@", ast.FloorDiv: "//",
+            ast.Mod: "%"}
+_COMPARE = {ast.Lt: "less", ast.LtE: "less_equal", ast.Gt: "greater", ast.GtE: "greater_equal",
+            ast.Eq: "equal", ast.NotEq: "not_equal"}
+
+
+def _layer_class(type_name: str) -> type[nn.Module]:
+    """The ``builder.nn`` module class of a built-in layer type (the schema's type names are the class names)."""
+    return getattr(nn, type_name)
+
 
 #: Names a layer, an input or a function may not take: attributes of nn.Module (a layer named
 #: ``named_parameters`` or ``__dict__`` would replace it) and ``forward``. Function names may not be
@@ -64,25 +85,30 @@ _RESERVED = set(dir(nn.Module)) | {"forward"}
 def _reserved(name: str) -> bool:
     return name in _RESERVED or (name.startswith("__") and name.endswith("__"))
 
-_FORWARD_PATH = ("model", "forward")
-
 
 class _ForwardError(Exception):
-    def __init__(self, node: ast.AST | None, message: str, line: int | None = None, col: int | None = None):
+    """A problem in forward text at ``line`` / ``col`` of the text at ``path`` (set by the interpreter
+    running that text when the raiser did not know it)."""
+
+    def __init__(self, node: ast.AST | None, message: str, line: int | None = None, col: int | None = None,
+                 path: FieldPath | None = None):
         super().__init__(message)
         self.message = message
         self.line = line if line is not None else getattr(node, "lineno", 1)
         self.col = col if col is not None else getattr(node, "col_offset", 0)
+        self.path = path
 
 
-def _error(recipe: Recipe, err: _ForwardError) -> RecipeError:
+def _error(recipe: Recipe, err: _ForwardError, default_path: FieldPath) -> RecipeError:
     from schemas import RecipeIssue
+    from schemas.source import format_path
 
     src = recipe.source
-    pos = src.text_position(_FORWARD_PATH, err.line, err.col)
+    path = err.path or default_path
+    pos = src.text_position(path, err.line, err.col)
     if pos is None:
-        pos = src.position(_FORWARD_PATH) or (None, None)
-    return RecipeError([RecipeIssue(src.file, pos[0], pos[1], "model.forward", err.message)])
+        pos = src.position(path) or (None, None)
+    return RecipeError([RecipeIssue(src.file, pos[0], pos[1], format_path(path), err.message)])
 
 
 def _suggest(name: str, candidates) -> str:
@@ -90,11 +116,12 @@ def _suggest(name: str, candidates) -> str:
     return f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
 
 
-def parse_forward(text: str, inputs: list[str], layers: list[str]) -> ast.Module:
+def parse_forward(text: str, inputs: list[str], layers: list[str], dims: set[str] | frozenset = frozenset()
+                  ) -> ast.Module:
     """Parse and statically check ``forward`` text. Raises ``_ForwardError`` with a position.
 
-    Checks: syntax, whitelisted node types, every name defined before use (inputs, assignments,
-    layers and ops only as callees), a final ``return``.
+    Checks: syntax, whitelisted node types, every name defined before use (``inputs``, assignments,
+    symbolic ``dims``, layers and ops only as callees), a final ``return``.
     """
     if len(text) > MAX_FORWARD_CHARS:
         raise _ForwardError(None, f"forward is {len(text):,} characters long, more than the "
@@ -110,24 +137,27 @@ def parse_forward(text: str, inputs: list[str], layers: list[str]) -> ast.Module
     if not tree.body or not isinstance(tree.body[-1], ast.Return):
         last = tree.body[-1] if tree.body else None
         raise _ForwardError(last, "forward must end with a `return` statement")
-    defined = set(inputs)
+    checker = _Checker(set(inputs) | set(dims), set(layers))
     for stmt in tree.body:
         if isinstance(stmt, ast.Assign):
             if len(stmt.targets) != 1:
                 raise _ForwardError(stmt, "chained assignment is not allowed in forward")
-            _check_expr(stmt.value, defined, layers)
+            checker.check(stmt.value)
             target = stmt.targets[0]
             names = target.elts if isinstance(target, ast.Tuple) else [target]
             for t in names:
                 if not isinstance(t, ast.Name):
                     raise _ForwardError(t, "only plain names can be assigned in forward")
-                defined.add(t.id)
+                if t.id in checker.layers or t.id in FORWARD_OPS:
+                    raise _ForwardError(t, f"'{t.id}' is a {'layer' if t.id in checker.layers else 'function'}; "
+                                           "assign to another name")
+                checker.defined.add(t.id)
         elif isinstance(stmt, ast.Return):
             if stmt is not tree.body[-1]:
                 raise _ForwardError(stmt, "`return` must be the last statement of forward")
             if stmt.value is None:
                 raise _ForwardError(stmt, "forward must return a value")
-            _check_expr(stmt.value, defined, layers)
+            checker.check(stmt.value)
             for part in stmt.value.elts if isinstance(stmt.value, (ast.Tuple, ast.List)) else [stmt.value]:
                 if isinstance(part, ast.Constant):
                     raise _ForwardError(part, f"forward returns the constant {part.value!r}; it must "
@@ -151,74 +181,138 @@ def _check_depth(tree: ast.AST) -> None:
         stack.extend((child, inner) for child in ast.iter_child_nodes(node))
 
 
-def _check_expr(node: ast.AST, defined: set[str], layers: list[str]) -> None:
-    if isinstance(node, ast.Name):
-        if node.id not in defined:
-            if node.id in layers or node.id in FORWARD_OPS:
-                raise _ForwardError(node, f"'{node.id}' is a {'layer' if node.id in layers else 'function'}; "
+class _Checker:
+    """The static whitelist of forward expressions (see the module docstring)."""
+
+    def __init__(self, defined: set[str], layers: set[str]) -> None:
+        self.defined = defined
+        self.layers = layers
+
+    def check(self, node: ast.AST) -> None:
+        method = getattr(self, "_" + type(node).__name__, None)
+        if method is None:
+            raise _ForwardError(node, f"{type(node).__name__} expressions are not allowed in forward")
+        method(node)
+
+    def _Name(self, node: ast.Name) -> None:
+        if node.id not in self.defined:
+            if node.id in self.layers or node.id in FORWARD_OPS:
+                raise _ForwardError(node, f"'{node.id}' is a {'layer' if node.id in self.layers else 'function'}; "
                                           f"call it: {node.id}(...)")
-            raise _ForwardError(node, f"unknown name '{node.id}'" + _suggest(node.id, defined | set(layers)))
-    elif isinstance(node, ast.Call):
-        if not isinstance(node.func, ast.Name):
+            raise _ForwardError(node, f"unknown name '{node.id}'" + _suggest(node.id, self.defined | self.layers))
+
+    def _Call(self, node: ast.Call) -> None:
+        func = node.func
+        if isinstance(func, ast.Subscript) and isinstance(func.value, ast.Name) and func.value.id in self.layers:
+            if not (isinstance(func.slice, ast.Constant) and type(func.slice.value) is int):
+                raise _ForwardError(func, f"a copy of '{func.value.id}' is chosen with an integer constant "
+                                          f"({func.value.id}[0](...))")
+        elif not isinstance(func, ast.Name):
             raise _ForwardError(node, "only layers and ops can be called (e.g. `gate_proj(x)`, `silu(x)`)")
-        name = node.func.id
-        if name not in layers and name not in FORWARD_OPS:
-            raise _ForwardError(node.func, f"unknown layer or op '{name}'"
-                                + _suggest(name, set(layers) | set(FORWARD_OPS)))
+        elif func.id not in self.layers and func.id not in FORWARD_OPS:
+            raise _ForwardError(func, f"unknown layer or op '{func.id}'"
+                                + _suggest(func.id, self.layers | set(FORWARD_OPS)))
         for arg in node.args:
             if isinstance(arg, ast.Starred):
                 raise _ForwardError(arg, "starred arguments are not allowed in forward")
-            _check_expr(arg, defined, layers)
+            self.check(arg)
         for kw in node.keywords:
             if kw.arg is None:
                 raise _ForwardError(kw.value, "**kwargs are not allowed in forward")
-            _check_expr(kw.value, defined, layers)
-    elif isinstance(node, ast.BinOp):
+            self.check(kw.value)
+
+    def _BinOp(self, node: ast.BinOp) -> None:
         if type(node.op) not in _BINOPS:
             raise _ForwardError(node, f"operator {type(node.op).__name__} is not allowed in forward "
-                                      "(use + - * / @)")
-        _check_expr(node.left, defined, layers)
-        _check_expr(node.right, defined, layers)
-    elif isinstance(node, ast.UnaryOp):
+                                      "(use + - * / @, and // % between symbolic ints)")
+        self.check(node.left)
+        self.check(node.right)
+
+    def _UnaryOp(self, node: ast.UnaryOp) -> None:
         if not isinstance(node.op, (ast.USub, ast.UAdd)):
             raise _ForwardError(node, f"unary {type(node.op).__name__} is not allowed in forward")
-        _check_expr(node.operand, defined, layers)
-    elif isinstance(node, ast.Constant):
-        if isinstance(node.value, bool) or not isinstance(node.value, (int, float, str)):
-            raise _ForwardError(node, f"constant {shorten(node.value)} is not allowed in forward")
-        if isinstance(node.value, int) and not -2 ** 63 <= node.value < 2 ** 63:
-            raise _ForwardError(node, f"an integer constant must fit int64, got {shorten(node.value)}")
-    elif isinstance(node, (ast.Tuple, ast.List)):
+        self.check(node.operand)
+
+    def _Compare(self, node: ast.Compare) -> None:
+        if len(node.ops) != 1:
+            raise _ForwardError(node, "only one comparison per expression (a < b, not a < b < c)")
+        if type(node.ops[0]) not in _COMPARE:
+            raise _ForwardError(node, f"comparison {type(node.ops[0]).__name__} is not allowed "
+                                      "(use < <= > >= == !=)")
+        self.check(node.left)
+        self.check(node.comparators[0])
+
+    def _Constant(self, node: ast.Constant) -> None:
+        value = node.value
+        if value is not None and value is not Ellipsis and not isinstance(value, (bool, int, float, str)):
+            raise _ForwardError(node, f"constant {shorten(value)} is not allowed in forward")
+        if type(value) is int and not -2 ** 63 <= value < 2 ** 63:
+            raise _ForwardError(node, f"an integer constant must fit int64, got {shorten(value)}")
+
+    def _Tuple(self, node: ast.Tuple | ast.List) -> None:
         for elt in node.elts:
-            _check_expr(elt, defined, layers)
-    elif isinstance(node, ast.Subscript):
-        if not isinstance(node.slice, ast.Constant) or not isinstance(node.slice.value, int):
-            raise _ForwardError(node, "only indexing with an integer constant is allowed (e.g. parts[0])")
-        _check_expr(node.value, defined, layers)
-    else:
-        raise _ForwardError(node, f"{type(node).__name__} expressions are not allowed in forward")
+            self.check(elt)
+
+    _List = _Tuple
+
+    def _Subscript(self, node: ast.Subscript) -> None:
+        self.check(node.value)
+        index = node.slice
+        for part in index.elts if isinstance(index, ast.Tuple) else [index]:
+            if isinstance(part, ast.Slice):
+                for bound in (part.lower, part.upper, part.step):
+                    if bound is not None:
+                        self.check(bound)
+            else:
+                self.check(part)
 
 
-class RecipeModule(nn.Module):
-    """The module a recipe describes: its layers as attributes, ``forward`` interpreting the
-    recipe's checked forward AST on ``nn.Tensor``\\ s."""
+class _Program:
+    """One checked forward text: its AST, where it is in the recipe (for errors), and its arguments."""
 
-    def __init__(self, recipe: Recipe, layers: dict[str, nn.Module], tree: ast.Module, input_names: list[str]):
+    def __init__(self, tree: ast.Module, path: FieldPath, inputs: list[str], optional: set[str] = frozenset()):
+        self.tree, self.path, self.inputs, self.optional = tree, path, list(inputs), set(optional)
+
+
+class BlockModule(nn.Module):
+    """An instance of a recipe block (or the model itself): its layers as attributes, ``forward``
+    interpreting the block's checked forward text on the arguments (bound by name as the block's
+    ``inputs`` say; an optional one is ``None`` when not passed)."""
+
+    def __init__(self, block_type: str, layers: dict[str, nn.Module], program: _Program | None) -> None:
         for name, layer in layers.items():
             self.__dict__[name] = layer
-        object.__setattr__(self, "_recipe_meta", (recipe, tree, tuple(input_names)))
+        object.__setattr__(self, "_recipe_block", (block_type, program))
 
-    def forward(self, *args):
-        """Run the recipe's forward on the inputs (positional, in the function spec's order)."""
-        recipe, tree, names = self.__dict__["_recipe_meta"]
-        env: dict[str, Any] = dict(zip(names, args))
+    def forward(self, *args, **kwargs):
+        """Run the block's forward; raises ``_ForwardError`` (a recipe error at the text) for bad
+        arguments or any problem while tracing."""
+        block_type, program = self.__dict__["_recipe_block"]
+        names = program.inputs
+        if len(args) > len(names):
+            raise TypeError(f"{block_type} takes {len(names)} arguments ({', '.join(names)}), got {len(args)}")
+        values = dict(zip(names, args))
+        for key, value in kwargs.items():
+            if key not in names:
+                raise TypeError(f"{block_type} has no argument '{key}'; arguments: {', '.join(names)}")
+            if key in values:
+                raise TypeError(f"{block_type} got argument '{key}' twice")
+            values[key] = value
+        missing = [n for n in names if n not in values and n not in program.optional]
+        if missing:
+            raise TypeError(f"{block_type} is missing argument{'s' if len(missing) > 1 else ''} "
+                            f"{', '.join(map(repr, missing))}")
+        return self._run(program, {n: values.get(n) for n in names})
+
+    def _run(self, program: _Program, env: dict[str, Any]):
+        _bind_dims(env)
         try:
-            for stmt in tree.body:
+            for stmt in program.tree.body:
                 if isinstance(stmt, ast.Return):
                     value = self._eval(stmt.value, env)
-                    if not _all_tensors(value):
-                        raise _ForwardError(stmt.value, f"forward returns {repr(value)[:60]} ({_describe(value)}); it "
-                                                        "must return tensors (or a tuple of tensors)")
+                    if not _all_outputs(value):
+                        raise _ForwardError(stmt.value, f"forward returns {repr(value)[:60]} ({_describe(value)}); "
+                                                        "it must return tensors (or a tuple of tensors)")
                     return value
                 value = self._eval(stmt.value, env)
                 target = stmt.targets[0]
@@ -231,56 +325,156 @@ class RecipeModule(nn.Module):
                 else:
                     env[target.id] = value
         except _ForwardError as err:
-            raise _error(recipe, err) from None
+            if err.path is None:
+                err.path = program.path
+            raise
         raise AssertionError("forward ends with return (checked at parse time)")
 
     def _eval(self, node: ast.AST, env: dict[str, Any]):
         if isinstance(node, ast.Name):
+            if node.id not in env:
+                raise _ForwardError(node, f"'{node.id}' is not defined here: it is a symbolic dim of a function "
+                                          "input, but none of this block's tensor arguments has it")
             return env[node.id]
         if isinstance(node, ast.Constant):
             return node.value
         if isinstance(node, (ast.Tuple, ast.List)):
-            return tuple(self._eval(e, env) for e in node.elts) if isinstance(node, ast.Tuple) else \
-                [self._eval(e, env) for e in node.elts]
+            values = [self._eval(e, env) for e in node.elts]
+            return tuple(values) if isinstance(node, ast.Tuple) else values
         if isinstance(node, ast.UnaryOp):
             value = self._eval(node.operand, env)
-            if not isinstance(value, (nn.Tensor, int, float)) or isinstance(value, bool):
+            if not _is_value(value):
                 raise _ForwardError(node, f"unary {'+' if isinstance(node.op, ast.UAdd) else '-'} needs a tensor "
                                           f"or a number, got {_describe(value)}")
             if isinstance(node.op, ast.UAdd):
                 return value
-            return -value if not isinstance(value, nn.Tensor) else self._apply(node, nn.op.negative, [value], {})
+            return self._apply(node, nn.op.negative, [value], {}) if isinstance(value, nn.Tensor) else -value
         if isinstance(node, ast.BinOp):
-            left, right = self._eval(node.left, env), self._eval(node.right, env)
-            return self._apply(node, _BINOPS[type(node.op)], [left, right], {})
+            return self._binop(node, self._eval(node.left, env), self._eval(node.right, env))
+        if isinstance(node, ast.Compare):
+            left, right = self._eval(node.left, env), self._eval(node.comparators[0], env)
+            if not isinstance(left, nn.Tensor) and not isinstance(right, nn.Tensor):
+                raise _ForwardError(node, "a comparison needs a tensor on one side (forward has no control flow)")
+            return self._apply(node, getattr(nn.op, _COMPARE[type(node.ops[0])]), [left, right], {})
         if isinstance(node, ast.Subscript):
-            value = self._eval(node.value, env)
-            try:
-                return value[node.slice.value]
-            except (TypeError, IndexError):
-                raise _ForwardError(node, f"cannot index {_describe(value)} with {node.slice.value}") from None
+            return self._subscript(node, env)
         if isinstance(node, ast.Call):
-            name = node.func.id
-            args = [self._eval(a, env) for a in node.args]
-            kwargs = {kw.arg: self._eval(kw.value, env) for kw in node.keywords}
-            layer = self.__dict__.get(name)
-            fn = layer if isinstance(layer, nn.Module) else FORWARD_OPS[name]
-            target = fn.forward if isinstance(fn, nn.Module) else fn
+            return self._call(node, env)
+        raise _ForwardError(node, f"{type(node).__name__} is not allowed")  # pragma: no cover
+
+    def _binop(self, node: ast.BinOp, left: Any, right: Any):
+        symbol = _SYMBOLS[type(node.op)]
+        for side in (left, right):
+            if not _is_value(side):
+                raise _ForwardError(node, f"operator {symbol} needs tensors or numbers, got {_describe(side)}")
+        if isinstance(left, nn.Tensor) or isinstance(right, nn.Tensor):
+            if isinstance(node.op, (ast.FloorDiv, ast.Mod)):
+                raise _ForwardError(node, f"operator {symbol} is for symbolic ints; on tensors use divide / ops")
+            if isinstance(node.op, ast.MatMult):
+                return self._apply(node, nn.op.matmul, [left, right], {})
+            fn = {ast.Add: nn.op.add, ast.Sub: nn.op.subtract, ast.Mult: nn.op.multiply,
+                  ast.Div: nn.op.divide}[type(node.op)]
+            if isinstance(left, nn.Tensor) and isinstance(right, nn.Tensor):
+                return self._apply(node, fn, [left, right], {})
+            return self._apply(node, _BINOPS[type(node.op)], [left, right], {}, symbol)
+        if isinstance(node.op, ast.MatMult):
+            raise _ForwardError(node, "operator @ needs tensors")
+        symbolic = isinstance(left, E.PrimExpr) or isinstance(right, E.PrimExpr)
+        if symbolic and isinstance(node.op, ast.Div):
+            raise _ForwardError(node, "use // to divide symbolic ints (/ is for tensors and numbers)")
+        if symbolic and (isinstance(left, float) or isinstance(right, float)):
+            raise _ForwardError(node, f"operator {symbol} mixes a symbolic int with a float")
+        try:
+            result = _BINOPS[type(node.op)](left, right)
+        except ZeroDivisionError:
+            raise _ForwardError(node, "division by zero") from None
+        except (TypeError, ValueError) as exc:
+            raise _ForwardError(node, f"operator {symbol}: {exc}") from None
+        if type(result) is int and not -2 ** 63 <= result < 2 ** 63:
+            raise _ForwardError(node, f"the integer {shorten(result)} does not fit int64")
+        return E.simplify(result) if isinstance(result, E.PrimExpr) else result
+
+    def _subscript(self, node: ast.Subscript, env: dict[str, Any]):
+        value = self._eval(node.value, env)
+        index = node.slice
+        if isinstance(value, (tuple, list)):
+            i = self._eval(index, env)
+            if type(i) is not int:
+                raise _ForwardError(node, f"a tuple is indexed with an integer constant (parts[0]), got {_describe(i)}")
             try:
-                bound = inspect.signature(target).bind(*args, **kwargs)
+                return value[i]
+            except IndexError:
+                raise _ForwardError(node, f"index {i} is out of range for {_describe(value)}") from None
+        if not isinstance(value, nn.Tensor):
+            raise _ForwardError(node, f"cannot index {_describe(value)}")
+        parts = []
+        for part in index.elts if isinstance(index, ast.Tuple) else [index]:
+            if isinstance(part, ast.Slice):
+                bounds = [None if b is None else self._eval(b, env) for b in (part.lower, part.upper, part.step)]
+                for b in bounds:
+                    if b is not None and not _is_int(b):
+                        raise _ForwardError(part, f"slice bounds are integers or symbolic ints, got {_describe(b)}")
+                parts.append(slice(*bounds))
+            else:
+                item = self._eval(part, env)
+                if item is not Ellipsis and not _is_int(item):
+                    raise _ForwardError(part, f"a tensor is indexed with integers, slices and ..., got {_describe(item)}")
+                parts.append(item)
+        key = tuple(parts) if isinstance(index, ast.Tuple) else parts[0]
+        return self._apply(node, operator.getitem, [value, key], {}, "indexing")
+
+    def _call(self, node: ast.Call, env: dict[str, Any]):
+        func = node.func
+        args = [self._eval(a, env) for a in node.args]
+        kwargs = {kw.arg: self._eval(kw.value, env) for kw in node.keywords}
+        if isinstance(func, ast.Subscript):
+            name = func.value.id
+            layer = self.__dict__[name]
+            if not isinstance(layer, nn.ModuleList):
+                raise _ForwardError(func, f"'{name}' is not repeated; call it: {name}(...)")
+            if not -len(layer) <= func.slice.value < len(layer):
+                raise _ForwardError(func, f"'{name}' has {len(layer)} copies; there is no {name}[{func.slice.value}]")
+            return self._call_layer(node, layer[func.slice.value], f"{name}[{func.slice.value}]", args, kwargs)
+        name = func.id
+        layer = self.__dict__.get(name)
+        if isinstance(layer, nn.ModuleList):
+            if not args:
+                raise _ForwardError(node, f"{name}(): a repeated layer is called as a chain on its first argument")
+            value = args[0]
+            for i, copy in enumerate(layer):
+                value = self._call_layer(node, copy, f"{name}[{i}]", [value, *args[1:]], kwargs)
+            return value
+        if isinstance(layer, nn.Module):
+            return self._call_layer(node, layer, name, args, kwargs)
+        fn = FORWARD_OPS[name]
+        try:
+            bound = inspect.signature(fn).bind(*args, **kwargs)
+        except TypeError as exc:
+            raise _ForwardError(node, f"{name}(): {exc}") from None
+        hint = bound.arguments.get("name")
+        if isinstance(hint, str) and not is_identifier(hint):   # non-strings: the op says so
+            raise _ForwardError(node, f"{name}(): name must be an identifier (letters, digits and '_', not "
+                                      f"starting with a digit, not a Python keyword), got {shorten(hint)}")
+        return self._apply(node, fn, args, kwargs, name)
+
+    def _call_layer(self, node: ast.Call, layer: nn.Module, name: str, args: list, kwargs: dict):
+        if not isinstance(layer, BlockModule) and not getattr(layer, "recipe_takes_any_arguments", False):
+            for arg in [*args, *kwargs.values()]:   # built-in layers take tensors only
+                if not isinstance(arg, nn.Tensor):
+                    raise _ForwardError(node, f"{name}() ({type(layer).__name__}) takes tensors, got {_describe(arg)}")
+        else:
+            for arg in [*args, *kwargs.values()]:
+                if not (_is_value(arg) or arg is None or isinstance(arg, nn.Object)):
+                    raise _ForwardError(node, f"{name}() takes tensors, symbolic ints, numbers, None or a KV "
+                                              f"cache, got {_describe(arg)}")
+        if isinstance(layer, BlockModule):
+            try:
+                result = layer(*args, **kwargs)
             except TypeError as exc:
                 raise _ForwardError(node, f"{name}(): {exc}") from None
-            hint = bound.arguments.get("name")
-            if isinstance(hint, str) and not is_identifier(hint):   # non-strings: the op says so
-                raise _ForwardError(node, f"{name}(): name must be an identifier (letters, digits and '_', not "
-                                          f"starting with a digit, not a Python keyword), got {shorten(hint)}")
-            if isinstance(fn, nn.Module):   # recipe layers take tensors only
-                for arg in [*args, *kwargs.values()]:
-                    if not isinstance(arg, nn.Tensor):
-                        raise _ForwardError(node, f"{name}() ({type(fn).__name__}) takes tensors, got "
-                                                  f"{_describe(arg)}")
-            return self._apply(node, fn, args, kwargs, name)
-        raise _ForwardError(node, f"{type(node).__name__} is not allowed")  # pragma: no cover
+            _check_result_size(node, result)
+            return result
+        return self._apply(node, layer, args, kwargs, name)
 
     @staticmethod
     def _apply(node: ast.AST, fn: Callable, args: list, kwargs: dict, name: str | None = None):
@@ -288,16 +482,62 @@ class RecipeModule(nn.Module):
         signature (the ops check their arguments' types themselves)."""
         target = fn.forward if isinstance(fn, nn.Module) else fn
         name = name or getattr(target, "__name__", "op")
-        try:
-            inspect.signature(target).bind(*args, **kwargs)
-        except TypeError as exc:
-            raise _ForwardError(node, f"{name}(): {exc}") from None
+        if target not in _OPERATORS:
+            try:
+                inspect.signature(target).bind(*args, **kwargs)
+            except TypeError as exc:
+                raise _ForwardError(node, f"{name}(): {exc}") from None
         try:
             result = fn(*args, **kwargs)
-        except (ValueError, TypeError) as exc:
-            raise _ForwardError(node, str(exc)) from None
+        except (ValueError, TypeError, IndexError) as exc:
+            raise _ForwardError(node, f"{name}: {exc}" if target in _OPERATORS else str(exc)) from None
         _check_result_size(node, result)
         return result
+
+
+#: Python operators applied to tensors (``x * 2``, ``h[:, -1]``): nn.Tensor implements them.
+_OPERATORS = frozenset(_BINOPS.values()) | {operator.getitem}
+
+
+class RecipeModule(BlockModule):
+    """The model a recipe describes: ``model.layers`` as attributes and one method per function of
+    ``functions:`` (``forward`` included), each running that function's forward text (or the model's)
+    on its inputs. Symbolic dims of the inputs (and ``{type: int}`` inputs) are values in the text."""
+
+    def __init__(self, recipe: Recipe, layers: dict[str, nn.Module], programs: dict[str, _Program]) -> None:
+        super().__init__("model", layers, None)
+        object.__setattr__(self, "_recipe_meta", (recipe, programs))
+        for fname, program in programs.items():
+            object.__setattr__(self, fname, self._method(fname, program))
+
+    def _method(self, fname: str, program: _Program) -> Callable:
+        def method(*args):
+            recipe, _ = self.__dict__["_recipe_meta"]
+            try:
+                return self._run(program, dict(zip(program.inputs, args)))
+            except _ForwardError as err:
+                raise _error(recipe, err, program.path) from None
+
+        method.__name__ = fname
+        return method
+
+
+def _bind_dims(env: dict[str, Any]) -> None:
+    """Make the symbolic dims of the tensor arguments in ``env`` values (``seq`` -> its tir Var), unless
+    a name is already taken by an argument."""
+    for value in list(env.values()):
+        if isinstance(value, nn.Tensor):
+            for d in value.shape:
+                if isinstance(d, E.Var) and d.name not in env:
+                    env[d.name] = d
+
+
+def _is_value(value: Any) -> bool:
+    return isinstance(value, (nn.Tensor, int, float, E.PrimExpr)) and not isinstance(value, bool)
+
+
+def _is_int(value: Any) -> bool:
+    return (type(value) is int) or (isinstance(value, E.PrimExpr) and E.is_int_dtype(value.dtype))
 
 
 def _check_result_size(node: ast.AST, value: Any) -> None:
@@ -315,69 +555,159 @@ def _check_result_size(node: ast.AST, value: Any) -> None:
                                           "2**62 any tensor may have")
 
 
-def _all_tensors(value: Any) -> bool:
+def _all_outputs(value: Any) -> bool:
     if isinstance(value, (tuple, list)):
-        return bool(value) and all(_all_tensors(v) for v in value)
+        return bool(value) and all(_all_outputs(v) for v in value)
     return isinstance(value, nn.Tensor)
 
 
 def _describe(value: Any) -> str:
     if isinstance(value, nn.Tensor):
         return repr(value)
+    if isinstance(value, E.PrimExpr):
+        return f"the symbolic int {value}"
+    if value is None:
+        return "None"
     return type(value).__name__
 
 
-def _make_layer(recipe: Recipe, name: str, cfg) -> nn.Module:
-    kwargs = cfg.model_dump(exclude={"type"})
-    cls = _LAYER_CLASSES[cfg.type]
-    try:
-        return cls(**kwargs)
-    except (ValueError, TypeError) as exc:
-        raise recipe.source.error(("model", "layers", name), f"{cfg.type}: {exc}") from None
+# --- instantiation ----------------------------------------------------------------------------------
+
+class _Builder:
+    """Builds the module tree of a recipe: built-in layers, block instances and repeats, with the
+    forward texts of the blocks parsed once per block type."""
+
+    def __init__(self, recipe: Recipe, dims: set[str]) -> None:
+        self.recipe = recipe
+        self.dims = dims
+        self.programs: dict[str, _Program] = {}
+
+    def layers(self, table: dict, path: FieldPath) -> dict[str, nn.Module]:
+        out: dict[str, nn.Module] = {}
+        for name, cfg in table.items():
+            where = path + (name,)
+            if _reserved(name):
+                raise self.recipe.source.error(where, f"layer name '{name}' is reserved (it is an nn.Module attribute)")
+            if name in FORWARD_OPS:
+                raise self.recipe.source.error(where, f"layer name '{name}' shadows the op of the same name in "
+                                                      "forward; rename the layer")
+            if cfg.repeat is None:
+                out[name] = self.layer(cfg, where)
+            else:
+                out[name] = nn.ModuleList([self.layer(cfg, where) for _ in range(cfg.repeat)])
+        return out
+
+    def layer(self, cfg, where: FieldPath) -> nn.Module:
+        if isinstance(cfg, BlockLayer):
+            block = self.recipe.blocks[cfg.type]
+            layers = self.layers(block.layers, ("blocks", cfg.type, "layers"))
+            return BlockModule(cfg.type, layers, self.program(cfg.type, list(layers)))
+        kwargs = cfg.model_dump(exclude={"type", "repeat"})
+        try:
+            return _layer_class(cfg.type)(**kwargs)
+        except (ValueError, TypeError) as exc:
+            raise self.recipe.source.error(where, f"{cfg.type}: {exc}") from None
+
+    def program(self, block_type: str, layer_names: list[str]) -> _Program:
+        if block_type not in self.programs:
+            block = self.recipe.blocks[block_type]
+            path = ("blocks", block_type, "forward")
+            for name in block.input_names:
+                if name in layer_names or name in FORWARD_OPS or _reserved(name):
+                    raise self.recipe.source.error(("blocks", block_type, "inputs"),
+                                                   f"input name '{name}' shadows a layer, an op or an nn.Module "
+                                                   "attribute of the same name")
+            if len(set(block.input_names)) != len(block.input_names):
+                raise self.recipe.source.error(("blocks", block_type, "inputs"), "input names must be distinct")
+            try:
+                tree = parse_forward(block.forward, block.input_names, layer_names, self.dims)
+            except _ForwardError as err:
+                raise _error(self.recipe, err, path) from None
+            self.programs[block_type] = _Program(tree, path, block.input_names, block.optional_inputs)
+        return self.programs[block_type]
+
+
+def _check_blocks(recipe: Recipe) -> None:
+    """Raise :class:`schemas.RecipeError` for a block that contains itself (directly or through other
+    blocks) and when the recipe would instantiate more than ``MAX_MODULES`` layers; counted with
+    memoised per-block sizes, before anything is built."""
+    sizes: dict[str, int] = {}
+    state: dict[str, str] = {}
+
+    def size(table: dict, path: FieldPath) -> int:
+        total = 0
+        for name, cfg in table.items():
+            one = 1
+            if isinstance(cfg, BlockLayer):
+                one += block_size(cfg.type, path + (name, "type"))
+            total += one * (cfg.repeat or 1) + (1 if cfg.repeat else 0)
+            if total > MAX_MODULES:
+                raise recipe.source.error(path + (name,), f"the recipe would build more than {MAX_MODULES:,} layers "
+                                                          "(repeats and nested blocks multiplied)")
+        return total
+
+    def block_size(block_type: str, where: FieldPath) -> int:
+        if state.get(block_type) == "open":
+            raise recipe.source.error(where, f"block '{block_type}' contains itself")
+        if block_type not in sizes:
+            state[block_type] = "open"
+            sizes[block_type] = size(recipe.blocks[block_type].layers, ("blocks", block_type, "layers"))
+            state[block_type] = "done"
+        return sizes[block_type]
+
+    size(recipe.model.layers, ("model", "layers"))
+    for name in recipe.blocks:
+        block_size(name, ("blocks", name))
+
+
+def _input_spec(value) -> Any:
+    if isinstance(value, IntInput):
+        return nn.spec.Int()
+    if isinstance(value, KVCacheInput):
+        return nn.spec.Object()
+    return nn.spec.Tensor(list(value.shape), value.dtype)
 
 
 def instantiate(recipe: Recipe) -> tuple[nn.Module, dict]:
     """Build the module tree and the export spec of ``recipe``.
 
-    Returns ``(module, spec)`` with ``spec = {function: {input: nn.spec.Tensor(shape, dtype)}}``.
-    The recipe's top-level ``dtype`` is applied afterwards by the transforms in
-    ``builder.quant``. Raises :class:`schemas.RecipeError` (file:line:col) for a layer name that
-    clashes with a Module attribute, and for any problem in the ``forward`` text.
+    Returns ``(module, spec)`` with ``spec = {function: {input: nn.spec.Tensor | Int | Object}}``;
+    ``module`` has one method per function. The recipe's top-level ``dtype`` is applied afterwards by
+    the transforms in ``builder.quant``. Raises :class:`schemas.RecipeError` (file:line:col) for a
+    layer name that clashes with a Module attribute or an op, an unknown block or a block containing
+    itself, too many layers, a function without a forward, and any problem in a ``forward`` text.
     """
-    layers: dict[str, nn.Module] = {}
-    for name, cfg in recipe.model.layers.items():
-        if _reserved(name):
-            raise recipe.source.error(("model", "layers", name),
-                                      f"layer name '{name}' is reserved (it is an nn.Module attribute)")
-        if name in FORWARD_OPS:
-            raise recipe.source.error(("model", "layers", name),
-                                      f"layer name '{name}' shadows the op of the same name in forward; "
-                                      "rename the layer")
-        layers[name] = _make_layer(recipe, name, cfg)
+    _check_blocks(recipe)
+    functions: dict[str, FunctionDef] = recipe.function_defs
+    dims = {str(d) for f in functions.values() for spec in f.inputs.values()
+            for d in getattr(spec, "shape", ()) if isinstance(d, str)}
+    dims |= {name for f in functions.values() for name, spec in f.inputs.items() if isinstance(spec, IntInput)}
+    builder = _Builder(recipe, dims)
+    layers = builder.layers(recipe.model.layers, ("model", "layers"))
     spec: dict[str, dict] = {}
-    input_names: list[str] | None = None
-    for fname, inputs in recipe.functions.items():
-        if (_reserved(fname) and fname != "forward") or fname in PRINTER_RESERVED:
+    programs: dict[str, _Program] = {}
+    for fname, fdef in functions.items():
+        if (_reserved(fname) and fname != "forward") or fname in PRINTER_RESERVED or fname in layers:
             raise recipe.source.error(("functions", fname),
-                                      f"function name '{fname}' is reserved (an nn.Module attribute or a name of the printed IR)")
-        names = list(inputs)
-        if input_names is not None and names != input_names:
-            raise recipe.source.error(("functions", fname),
-                                      f"every function shares the recipe's forward, so its inputs must be "
-                                      f"{input_names}; got {names}")
-        input_names = names
-        for iname in names:
+                                      f"function name '{fname}' is reserved (a layer, an nn.Module attribute or a "
+                                      "name of the printed IR)")
+        long_form = isinstance(recipe.functions[fname], FunctionDef)
+        for iname in fdef.inputs:
             if iname in layers or iname in FORWARD_OPS or _reserved(iname):
-                raise recipe.source.error(("functions", fname, iname),
+                raise recipe.source.error(("functions", fname) + (("inputs",) if long_form else ()) + (iname,),
                                           f"input name '{iname}' shadows a layer, an op or an nn.Module "
                                           "attribute of the same name")
-        spec[fname] = {iname: nn.spec.Tensor(list(s.shape), s.dtype) for iname, s in inputs.items()}
-    try:
-        tree = parse_forward(recipe.model.forward, input_names or [], list(layers))
-    except _ForwardError as err:
-        raise _error(recipe, err) from None
-    module = RecipeModule(recipe, layers, tree, input_names or [])
-    for fname in spec:
-        if fname != "forward":
-            setattr(module, fname, module.forward)
-    return module, spec
+        spec[fname] = {iname: _input_spec(s) for iname, s in fdef.inputs.items()}
+        text, path = fdef.forward, ("functions", fname, "forward")
+        if text is None:
+            text, path = recipe.model.forward, ("model", "forward")
+        if text is None:
+            raise recipe.source.error(("functions", fname), f"function '{fname}' has no forward, and the model has "
+                                                            "none to share: give it `forward:` text")
+        own_dims = {str(d) for s in fdef.inputs.values() for d in getattr(s, "shape", ()) if isinstance(d, str)}
+        try:
+            tree = parse_forward(text, list(fdef.inputs), list(layers), own_dims)
+        except _ForwardError as err:
+            raise _error(recipe, err, path) from None
+        programs[fname] = _Program(tree, path, list(fdef.inputs))
+    return RecipeModule(recipe, layers, programs), spec

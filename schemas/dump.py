@@ -24,5 +24,18 @@ _Dumper.add_representer(str, _str)
 def dump_recipe(recipe: Recipe) -> str:
     """``recipe`` (a :class:`~schemas.models.Recipe`) as YAML, fields in schema order; loading the text
     gives an equal recipe (unless a string held an escaped ``$${``, which shows unescaped)."""
-    return yaml.dump(recipe.model_dump(mode="json"), Dumper=_Dumper, sort_keys=False, allow_unicode=True,
-                     width=120)
+    return yaml.dump(_layers_first_type(recipe.model_dump(mode="json")), Dumper=_Dumper, sort_keys=False,
+                     allow_unicode=True, width=120)
+
+
+def _layers_first_type(value):
+    """Layer entries as people write them: ``type`` first, ``repeat`` last and only when set."""
+    if isinstance(value, list):
+        return [_layers_first_type(v) for v in value]
+    if not isinstance(value, dict):
+        return value
+    out = {k: _layers_first_type(v) for k, v in value.items()}
+    if "type" in out and "repeat" in out:
+        repeat = out.pop("repeat")
+        out = {"type": out.pop("type"), **out, **({"repeat": repeat} if repeat is not None else {})}
+    return out

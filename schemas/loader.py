@@ -12,7 +12,8 @@ from pydantic import BaseModel, ValidationError
 
 from .errors import RecipeError, RecipeIssue, override_label, shorten
 from .limits import MAX_DEPTH, MAX_RECIPE_BYTES, MAX_STRING_CHARS, MAX_VALUES, MAX_VARIABLE_CHAIN
-from .models import LAYER_TYPES, QUANTIZATION_KINDS, QUANTIZATION_PRESETS, InputSpec, ModelDef, Recipe, WeightsDef
+from .models import (LAYER_TYPES, QUANTIZATION_KINDS, QUANTIZATION_PRESETS, BlockDef, BlockLayer, FunctionDef, InputSpec,
+                     IntInput, KVCacheInput, ModelDef, Recipe, WeightsDef, _function_tag)
 from .source import FieldPath, IssueCollector, SourceMap, ValueBudget, format_path, list_index, parse_yaml
 
 _VARIABLE = re.compile(r"\$\$\{|\$\{([^}]*)\}")  # `$${` escapes a literal `${`
@@ -78,6 +79,7 @@ def load_recipe_text(text: str, filename: str = "<string>", overrides: Iterable[
     _apply_overrides(data, overrides, issues, budget)
     interpolator = _Interpolator(data, issues)
     interpolator.run()
+    _check_layer_types(data, issues)
     try:
         recipe = Recipe.model_validate(data)
     except ValidationError as exc:
@@ -86,6 +88,23 @@ def load_recipe_text(text: str, filename: str = "<string>", overrides: Iterable[
         raise RecipeError(sorted(issues.issues, key=lambda i: (i.line is not None, i.line or 0, i.column or 0)))
     recipe._source = source
     return recipe
+
+
+def _check_layer_types(data: dict, issues: IssueCollector) -> None:
+    """An issue at ``type`` for every layer entry whose type is neither built in nor a block of the recipe
+    (its other fields are then not checked: which model they belong to is unknown)."""
+    blocks = data.get("blocks") if isinstance(data.get("blocks"), dict) else {}
+    tables: list[tuple[FieldPath, Any]] = [(("model", "layers"), (data.get("model") or {}).get("layers")
+                                            if isinstance(data.get("model"), dict) else None)]
+    tables += [(("blocks", name, "layers"), b.get("layers")) for name, b in blocks.items() if isinstance(b, dict)]
+    for path, layers in tables:
+        for name, entry in (layers.items() if isinstance(layers, dict) else ()):
+            kind = entry.get("type") if isinstance(entry, dict) else None
+            if isinstance(kind, str) and kind not in LAYER_TYPES and kind not in blocks:
+                valid = _VALID_LAYER_TYPES + (f"; blocks: {', '.join(blocks)}" if blocks else "")
+                hint = _did_you_mean(kind, [*LAYER_TYPES, *blocks])
+                issues.add(path + (name, "type"), f"unknown layer type {shorten(kind)}{hint}; valid types: {valid}")
+                issues.mark(path + (name,))
 
 
 def _did_you_mean(word: Any, candidates: Iterable[Any]) -> str:
@@ -353,8 +372,11 @@ def _add_validation_issues(exc: ValidationError, data: dict, issues: IssueCollec
         elif kind == "union_tag_invalid":
             message = f"unknown layer type {shorten(error['ctx']['tag'])}; valid types: {_VALID_LAYER_TYPES}"
             path += ("type",)
-        elif kind == "union_tag_not_found":
+        elif kind in ("union_tag_not_found", "layer_type_missing"):
             message = f"missing required field 'type'; valid types: {_VALID_LAYER_TYPES}"
+        elif kind == "input_kind":
+            message = f"{error['msg']}, got type {shorten(_value_at(data, path).get('type'))}" \
+                if isinstance(_value_at(data, path), dict) else f"{error['msg']}, got {shorten(_value_at(data, path))}"
         elif kind == "quantization_kind":
             message, path = _quantization_kind_issue(data, path)
         else:
@@ -368,6 +390,10 @@ def _add_validation_issues(exc: ValidationError, data: dict, issues: IssueCollec
             found[path, message, at_key] = None
     for path, message, at_key in found:
         issues.add(path, message, at_key=at_key)
+
+
+#: Tags the models' callable discriminators put into pydantic error locations (not keys of the data).
+_UNION_TAGS = ("block", "tensor", "function", "inputs")
 
 
 def _data_path(data: Any, loc: tuple) -> tuple[FieldPath, tuple]:
@@ -384,12 +410,20 @@ def _data_path(data: Any, loc: tuple) -> tuple[FieldPath, tuple]:
             node = node[segment]
         elif isinstance(node, dict) and segment in (node.get("type"), node.get("kind")):
             continue
+        elif isinstance(node, dict) and segment in _UNION_TAGS:   # tags of callable discriminators
+            continue
         elif isinstance(node, str) and segment == "preset" and path == ["quantization"]:
             continue
         else:
             return tuple(path), tuple(loc[index:])
         path.append(segment)
     return tuple(path), ()
+
+
+def _value_at(data: Any, path: FieldPath) -> Any:
+    for segment in path:
+        data = data[segment]
+    return data
 
 
 def _unknown_field(data: dict, path: FieldPath) -> str:
@@ -412,9 +446,17 @@ def _model_at(path: FieldPath, value: Any) -> type[BaseModel] | None:
             return ModelDef
         case ("model", "layers", _):
             layer_type = value.get("type")
-            return LAYER_TYPES.get(layer_type) if isinstance(layer_type, str) else None
-        case ("functions", _, _):
-            return InputSpec
+            return LAYER_TYPES.get(layer_type, BlockLayer) if isinstance(layer_type, str) else None
+        case ("functions", _) if isinstance(value, dict) and _function_tag(value) == "function":
+            return FunctionDef
+        case ("functions", _, _) | ("functions", _, "inputs", _):
+            kind = value.get("type", "tensor")
+            return {"tensor": InputSpec, "int": IntInput, "kv_cache": KVCacheInput}.get(kind)
+        case ("blocks", _):
+            return BlockDef
+        case ("blocks", _, "layers", _):
+            layer_type = value.get("type")
+            return LAYER_TYPES.get(layer_type, BlockLayer) if isinstance(layer_type, str) else None
         case ("weights",):
             return WeightsDef
         case ("quantization",):

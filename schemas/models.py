@@ -98,7 +98,24 @@ class StrictModel(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
 
-class Linear(StrictModel):
+MAX_REPEAT = 4096
+"""The most copies one ``repeat:`` may make (a 4096-layer model is far beyond any real one)."""
+
+Repeat = Annotated[int, Field(ge=1, le=MAX_REPEAT)]
+"""``repeat:`` of a layer entry: how many copies its ``nn.ModuleList`` holds."""
+
+
+class LayerEntry(StrictModel):
+    """Fields every entry of ``layers:`` has besides its type's own: ``repeat: N`` makes an
+    ``nn.ModuleList`` of N independent copies (parameters ``name.0.*`` ... ``name.{N-1}.*``, as
+    PyTorch names them); ``forward:`` calls it as a chain (``h = layers(h, mask)``: each copy takes the
+    previous one's result as its first argument and the other arguments unchanged) or indexes one
+    copy (``layers[0](h)``)."""
+
+    repeat: Optional[Repeat] = None
+
+
+class Linear(LayerEntry):
     """Fully connected layer ``x @ weight.T + bias`` (``tvm.relax.frontend.nn.Linear``)."""
 
     type: Literal["Linear"] = "Linear"
@@ -115,7 +132,7 @@ NonNegative = Annotated[int, Field(ge=0, le=MAX_DIM)]
 Epsilon = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 
 
-class LayerNorm(StrictModel):
+class LayerNorm(LayerEntry):
     """Layer normalisation over the last axis (``tvm.relax.frontend.nn.LayerNorm``)."""
 
     type: Literal["LayerNorm"] = "LayerNorm"
@@ -125,7 +142,7 @@ class LayerNorm(StrictModel):
     dtype: Optional[DType] = None
 
 
-class RMSNorm(StrictModel):
+class RMSNorm(LayerEntry):
     """Root-mean-square normalisation (``tvm.relax.frontend.nn.RMSNorm``)."""
 
     type: Literal["RMSNorm"] = "RMSNorm"
@@ -136,7 +153,7 @@ class RMSNorm(StrictModel):
     dtype: Optional[DType] = None
 
 
-class Conv1D(StrictModel):
+class Conv1D(LayerEntry):
     """1-D convolution over ``(batch, channels, length)`` input (``tvm.relax.frontend.nn.Conv1D``)."""
 
     type: Literal["Conv1D"] = "Conv1D"
@@ -160,7 +177,7 @@ class Conv1D(StrictModel):
         return self
 
 
-class Embedding(StrictModel):
+class Embedding(LayerEntry):
     """Lookup table of ``num`` vectors of size ``dim`` (``tvm.relax.frontend.nn.Embedding``)."""
 
     type: Literal["Embedding"] = "Embedding"
@@ -169,48 +186,227 @@ class Embedding(StrictModel):
     dtype: Optional[DType] = None
 
 
-class ReLU(StrictModel):
+class ReLU(LayerEntry):
     """Rectified linear unit activation."""
 
     type: Literal["ReLU"] = "ReLU"
 
 
-class SiLU(StrictModel):
+class SiLU(LayerEntry):
     """Sigmoid linear unit activation ``x * sigmoid(x)``."""
 
     type: Literal["SiLU"] = "SiLU"
 
 
-class GELU(StrictModel):
+class GELU(LayerEntry):
     """Gaussian error linear unit activation."""
 
     type: Literal["GELU"] = "GELU"
 
 
+class ConvTranspose1D(LayerEntry):
+    """1-D transposed convolution over ``(batch, channels, length)`` input (``tvm.relax.frontend.nn.ConvTranspose1D``,
+    PyTorch ``nn.ConvTranspose1d``)."""
+
+    type: Literal["ConvTranspose1D"] = "ConvTranspose1D"
+    in_channels: Positive
+    out_channels: Positive
+    kernel_size: Positive
+    stride: Positive = 1
+    padding: NonNegative = 0
+    output_padding: NonNegative = 0
+    dilation: Positive = 1
+    groups: Positive = 1
+    bias: bool = True
+    dtype: Optional[DType] = None
+
+    @model_validator(mode="after")
+    def _groups_divide_channels(self) -> "ConvTranspose1D":
+        return Conv1D._groups_divide_channels(self)
+
+
+class GroupNorm(LayerEntry):
+    """Group normalisation over ``(batch, channels, ...)`` input (Wu & He 2018; PyTorch ``nn.GroupNorm``,
+    ``tvm.relax.frontend.nn.GroupNorm``)."""
+
+    type: Literal["GroupNorm"] = "GroupNorm"
+    num_groups: Positive
+    num_channels: Positive
+    eps: Epsilon = 1e-5
+    affine: bool = True
+    dtype: Optional[DType] = None
+
+    @model_validator(mode="after")
+    def _groups_divide_channels(self) -> "GroupNorm":
+        if self.num_channels % self.num_groups:
+            raise PydanticCustomError("group_norm", "num_channels ({c}) must be a multiple of num_groups ({g})",
+                                      {"c": self.num_channels, "g": self.num_groups})
+        return self
+
+
+class Attention(LayerEntry):
+    """Multi-head or grouped-query self-attention (``builder.nn.Attention``): ``q_proj`` / ``k_proj`` /
+    ``v_proj`` / ``o_proj`` Linear layers (HF Llama names), optional RoPE (``rope_theta``), causal or
+    bidirectional, an optional padding mask and KV cache at call time.
+
+    ``head_dim`` defaults to ``hidden_size // num_heads`` and ``num_kv_heads`` to ``num_heads``
+    (multi-head); fewer KV heads is GQA (Ainslie et al. 2023) and must divide ``num_heads``."""
+
+    type: Literal["Attention"] = "Attention"
+    hidden_size: Positive
+    num_heads: Positive
+    num_kv_heads: Optional[Positive] = None
+    head_dim: Optional[Positive] = None
+    bias: bool = False
+    out_bias: Optional[bool] = None
+    rope_theta: Optional[Annotated[float, Field(gt=0, allow_inf_nan=False)]] = None
+    causal: bool = False
+    dtype: Optional[DType] = None
+
+    @model_validator(mode="after")
+    def _check_heads(self) -> "Attention":
+        if self.head_dim is None and self.hidden_size % self.num_heads:
+            raise PydanticCustomError(
+                "attention_heads", "hidden_size ({h}) must be a multiple of num_heads ({n}), or set head_dim",
+                {"h": self.hidden_size, "n": self.num_heads})
+        kv = self.num_kv_heads if self.num_kv_heads is not None else self.num_heads
+        if self.num_heads % kv:
+            raise PydanticCustomError(
+                "attention_heads", "num_heads ({n}) must be a multiple of num_kv_heads ({kv}): each KV head "
+                "serves a whole group of query heads", {"n": self.num_heads, "kv": kv})
+        return self
+
+
+class BlockLayer(LayerEntry):
+    """A layer whose ``type`` names one of the recipe's ``blocks:``: an instance of that block (its own
+    layers and forward), optionally ``repeat``-ed."""
+
+    type: Identifier
+
+
 LAYER_TYPES: dict[str, type[StrictModel]] = {
-    cls.model_fields["type"].default: cls for cls in (Linear, LayerNorm, RMSNorm, Conv1D, Embedding, ReLU, SiLU, GELU)
+    cls.model_fields["type"].default: cls
+    for cls in (Linear, LayerNorm, RMSNorm, Conv1D, ConvTranspose1D, Embedding, GroupNorm, Attention, ReLU, SiLU, GELU)
 }
-"""Layer models by their ``type`` name."""
+"""Built-in layer models by their ``type`` name (any other ``type`` names a block of the recipe)."""
+
+
+def _layer_tag(value: Any) -> Optional[str]:
+    kind = value.get("type") if isinstance(value, dict) else getattr(value, "type", None)
+    if not isinstance(kind, str):
+        return None
+    return kind if kind in LAYER_TYPES else "block"
+
 
 LayerDef = Annotated[
-    Union[Linear, LayerNorm, RMSNorm, Conv1D, Embedding, ReLU, SiLU, GELU], Field(discriminator="type")
+    Union[tuple(Annotated[cls, Tag(name)] for name, cls in LAYER_TYPES.items()) + (Annotated[BlockLayer, Tag("block")],)],
+    Discriminator(_layer_tag, custom_error_type="layer_type_missing",
+                  custom_error_message="missing required field 'type'"),
 ]
-"""One layer of :attr:`ModelDef.layers`, chosen by its ``type`` key."""
+"""One entry of ``layers:``: a built-in layer chosen by its ``type`` key, or an instance of a block."""
+
+MAX_BLOCK_INPUTS = 64
+"""The most arguments a block's forward may take."""
+
+
+def _check_block_input(value: Any) -> Any:
+    name = value[:-5] if isinstance(value, str) and value.endswith("=None") else value
+    if not is_identifier(name):
+        raise PydanticCustomError(
+            "block_input", "a block input is a name, or `name=None` for an optional one, got {value}",
+            {"value": shorten(value)})
+    return value
+
+
+class BlockDef(StrictModel):
+    """A reusable block (a user-defined ``nn.Module`` class): the names of its forward's arguments
+    (``inputs``; ``name=None`` makes an argument optional, ``None`` when not passed), its layers (built-in
+    types or other blocks) and its ``forward:`` text. A layer entry ``{type: BlockName}`` instantiates it."""
+
+    inputs: Annotated[list[Annotated[str, AfterValidator(_check_block_input)]], Field(max_length=MAX_BLOCK_INPUTS)] = []
+    layers: dict[Identifier, LayerDef] = {}
+    forward: str
+
+    @property
+    def input_names(self) -> list[str]:
+        """The argument names, without the ``=None`` of optional ones."""
+        return [n[:-5] if n.endswith("=None") else n for n in self.inputs]
+
+    @property
+    def optional_inputs(self) -> set[str]:
+        """Names of the arguments that default to ``None``."""
+        return {n[:-5] for n in self.inputs if n.endswith("=None")}
 
 
 class ModelDef(StrictModel):
-    """The network: named layers (parameters) and the forward computation as Python-syntax text."""
+    """The network: named layers (parameters) and the forward computation as Python-syntax text
+    (optional when every function gives its own ``forward``)."""
 
     layers: dict[Identifier, LayerDef] = {}
-    forward: str
+    forward: Optional[str] = None
 
 
 class InputSpec(StrictModel):
     """One input tensor of an exported function: its shape (sizes or symbolic names, at most
-    :data:`~schemas.limits.MAX_NDIM` of them) and element type."""
+    :data:`~schemas.limits.MAX_NDIM` of them) and element type (``nn.spec.Tensor``)."""
 
+    type: Literal["tensor"] = "tensor"
     shape: Annotated[list[Dim], BeforeValidator(_check_ndim)]
     dtype: DType
+
+
+class IntInput(StrictModel):
+    """``{type: int}``: a symbolic integer input (``nn.spec.Int``), e.g. the number of tokens a KV cache
+    holds after a call; its name is usable as a value in ``forward:`` and as a dim."""
+
+    type: Literal["int"]
+
+
+class KVCacheInput(StrictModel):
+    """``{type: kv_cache}``: a KV cache object (``runtime`` KV cache, an ``R.Object`` input) that the
+    model's ``Attention`` layers append to and read from (prefill / decode)."""
+
+    type: Literal["kv_cache"]
+
+
+def _input_tag(value: Any) -> Optional[str]:
+    kind = value.get("type", "tensor") if isinstance(value, dict) else getattr(value, "type", None)
+    return kind if kind in ("tensor", "int", "kv_cache") else None
+
+
+InputDef = Annotated[
+    Union[Annotated[InputSpec, Tag("tensor")], Annotated[IntInput, Tag("int")], Annotated[KVCacheInput, Tag("kv_cache")]],
+    Discriminator(_input_tag, custom_error_type="input_kind",
+                  custom_error_message="an input is a tensor {shape, dtype}, {type: int} or {type: kv_cache}"),
+]
+"""One input of an exported function: a tensor, a symbolic int or a KV cache."""
+
+
+class FunctionDef(StrictModel):
+    """An exported function with its own inputs and, optionally, its own ``forward:`` text (else the
+    model's). All functions share the model's parameters."""
+
+    inputs: dict[Identifier, InputDef] = {}
+    forward: Optional[str] = None
+
+
+def _function_tag(value: Any) -> str:
+    if isinstance(value, FunctionDef):
+        return "function"
+    if isinstance(value, dict):
+        if isinstance(value.get("forward"), str):
+            return "function"
+        inputs = value.get("inputs")
+        if isinstance(inputs, dict) and not {"shape", "dtype", "type"} & set(inputs):
+            return "function"
+    return "inputs"
+
+
+FunctionEntry = Annotated[
+    Union[Annotated[FunctionDef, Tag("function")], Annotated[dict[Identifier, InputDef], Tag("inputs")]],
+    Discriminator(_function_tag),
+]
+"""A ``functions:`` entry: ``{inputs: {...}, forward: ...}``, or (short form) the inputs mapping alone."""
 
 
 # --- quantization ------------------------------------------------------------------------------------
@@ -434,14 +630,20 @@ class Recipe(StrictModel):
     name: str
     description: str = ""
     vars: dict[Identifier, Any] = {}
+    blocks: dict[Identifier, BlockDef] = {}
     model: ModelDef
-    functions: Annotated[dict[Identifier, dict[Identifier, InputSpec]], Field(min_length=1),
+    functions: Annotated[dict[Identifier, FunctionEntry], Field(min_length=1),
                          BeforeValidator(_check_function_count)]
     dtype: Optional[Literal["float16", "bfloat16", "float32", "float64"]] = None
     quantization: Quantization = "none"
     weights: Optional[WeightsDef] = None
 
     _source: Optional[SourceMap] = PrivateAttr(default=None)
+
+    @property
+    def function_defs(self) -> dict[str, FunctionDef]:
+        """Every function in the long form (a short-form entry is its inputs, with the model's forward)."""
+        return {name: f if isinstance(f, FunctionDef) else FunctionDef(inputs=f) for name, f in self.functions.items()}
 
     @property
     def quantization_spec(self) -> QuantizationSpec:

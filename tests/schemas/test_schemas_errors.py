@@ -4,7 +4,7 @@ import pytest
 
 from schemas import RecipeError, RecipeIssue, load_recipe, load_recipe_text
 
-VALID_TYPES = "Conv1D, Embedding, GELU, LayerNorm, Linear, ReLU, RMSNorm, SiLU"
+VALID_TYPES = "Attention, Conv1D, ConvTranspose1D, Embedding, GELU, GroupNorm, LayerNorm, Linear, ReLU, RMSNorm, SiLU"
 
 
 def issues_of(text, overrides=(), filename="r.yaml"):
@@ -69,7 +69,7 @@ def test_misspelled_key_gives_one_issue_at_the_key_with_a_suggestion(minimal_tex
 def test_unknown_top_level_key_lists_valid_fields(minimal_text):
     [issue] = issues_of(minimal_text + "colour: red\n")
     assert (issue.line, issue.column, issue.path) == (14, 1, "colour")
-    assert "valid fields: name, description, vars, model, functions" in issue.message
+    assert "valid fields: name, description, vars, blocks, model, functions" in issue.message
 
 
 @pytest.mark.parametrize("line, expected", [
@@ -90,7 +90,7 @@ def test_float_for_an_int_field_is_located_at_the_value(minimal_text):
 
 def test_unknown_layer_type_gives_one_issue_naming_valid_types(minimal_text):
     [issue] = issues_of(minimal_text.replace("type: Linear", "type: Linaer"))
-    assert str(issue) == f"r.yaml:5:13: model.layers.fc.type: unknown layer type 'Linaer'; valid types: {VALID_TYPES}"
+    assert str(issue) == f"r.yaml:5:13: model.layers.fc.type: unknown layer type 'Linaer'; did you mean 'Linear'?; valid types: {VALID_TYPES}"
 
 
 def test_missing_layer_type_gives_one_issue(minimal_text):

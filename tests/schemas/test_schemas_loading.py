@@ -129,9 +129,11 @@ def test_anchors_aliases_and_merge_keys(minimal_text):
 
 
 def test_every_layer_type_with_tvm_defaults():
-    assert set(LAYER_TYPES) == {"Linear", "LayerNorm", "RMSNorm", "Conv1D", "Embedding", "ReLU", "SiLU", "GELU"}
+    assert set(LAYER_TYPES) == {"Linear", "LayerNorm", "RMSNorm", "Conv1D", "ConvTranspose1D", "Embedding",
+                                "GroupNorm", "Attention", "ReLU", "SiLU", "GELU"}
     assert Linear(in_features=2, out_features="n").model_dump() == {
-        "type": "Linear", "in_features": 2, "out_features": "n", "bias": True, "dtype": None, "out_dtype": None}
+        "repeat": None, "type": "Linear", "in_features": 2, "out_features": "n", "bias": True, "dtype": None,
+        "out_dtype": None}
     assert LayerNorm(normalized_shape=8).eps == 1e-5 and LayerNorm(normalized_shape=8).elementwise_affine
     norm = RMSNorm(hidden_size=8)
     assert (norm.axes, norm.epsilon, norm.bias) == (-1, 1e-5, False)
