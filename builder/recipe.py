@@ -204,7 +204,7 @@ class _Checker:
     def _Call(self, node: ast.Call) -> None:
         func = node.func
         if isinstance(func, ast.Subscript) and isinstance(func.value, ast.Name) and func.value.id in self.layers:
-            if not (isinstance(func.slice, ast.Constant) and type(func.slice.value) is int):
+            if _const_int(func.slice) is None:
                 raise _ForwardError(func, f"a copy of '{func.value.id}' is chosen with an integer constant "
                                           f"({func.value.id}[0](...))")
         elif not isinstance(func, ast.Name):
@@ -432,9 +432,10 @@ class BlockModule(nn.Module):
             layer = self.__dict__[name]
             if not isinstance(layer, nn.ModuleList):
                 raise _ForwardError(func, f"'{name}' is not repeated; call it: {name}(...)")
-            if not -len(layer) <= func.slice.value < len(layer):
-                raise _ForwardError(func, f"'{name}' has {len(layer)} copies; there is no {name}[{func.slice.value}]")
-            return self._call_layer(node, layer[func.slice.value], f"{name}[{func.slice.value}]", args, kwargs)
+            index = _const_int(func.slice)
+            if not -len(layer) <= index < len(layer):
+                raise _ForwardError(func, f"'{name}' has {len(layer)} copies; there is no {name}[{index}]")
+            return self._call_layer(node, layer[index], f"{name}[{index}]", args, kwargs)
         name = func.id
         layer = self.__dict__.get(name)
         if isinstance(layer, nn.ModuleList):
@@ -520,6 +521,15 @@ class RecipeModule(BlockModule):
 
         method.__name__ = fname
         return method
+
+
+def _const_int(node: ast.AST) -> int | None:
+    """The value of an integer literal, ``-`` signs included (``layers[-1]``), else None."""
+    sign = 1
+    while isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+        sign = -sign if isinstance(node.op, ast.USub) else sign
+        node = node.operand
+    return sign * node.value if isinstance(node, ast.Constant) and type(node.value) is int else None
 
 
 def _bind_dims(env: dict[str, Any]) -> None:
