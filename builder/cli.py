@@ -3,7 +3,14 @@
     build RECIPE [KEY=VALUE ...] [--plain] [--no-ir] [--weights W.safetensors]
                  [--input X.npz] [--output Y.npz] [--function NAME] [--seed N]
                  [--save-params OUT.safetensors] [--bench [RUNS]] [--bench-dim NAME=VALUE]
-                 [--debug]
+                 [--text TEXT ... --tokenizer tokenizer.json] [--prompt-ids 1,2,3 --max-new-tokens N]
+                 [--validate] [--print-recipe] [--debug]
+    build --list-ops | --schema
+
+``--text`` runs the recipe's ``embed`` function on the tokenized texts (as sentence-transformers
+tokenizes: padded to the longest, truncated at 256 tokens) and prints the embeddings and their cosine
+similarities; ``--prompt-ids`` generates greedily with the recipe's ``prefill`` / ``decode`` over a KV
+cache and prints the new ids.
 
 ``quantization=q4f16_1`` (a preset) or ``quantization.group_size=64`` (a field of it) quantize the
 weights; a float ``--weights`` checkpoint is then quantized while it is loaded (with a progress
@@ -47,7 +54,7 @@ def _parser() -> argparse.ArgumentParser:
                     "CPU code, and optionally run it.",
         epilog="example: build recipes/llama_mlp.yaml dtype=float32 hidden_size=2048",
     )
-    p.add_argument("recipe", help="path to the recipe (YAML)")
+    p.add_argument("recipe", nargs="?", help="path to the recipe (YAML)")
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
                    help="override a var (bare key) or a dotted recipe field; values are YAML scalars")
     p.add_argument("--plain", action="store_true", help="print the IR without syntax highlighting")
@@ -74,6 +81,18 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--print-after", action="append", default=[], metavar="PASS",
                    help="print the IR after this compiler pass (repeatable; an unknown name lists them)")
     p.add_argument("--time-passes", action="store_true", help="print the time each compiler pass took")
+    p.add_argument("--text", action="append", default=None, metavar="TEXT",
+                   help="embed this text with the recipe's 'embed' function (repeatable; needs --tokenizer); "
+                        "prints the embeddings and their cosine similarities (--output saves them)")
+    p.add_argument("--tokenizer", metavar="tokenizer.json", help="tokenizer file (HF tokenizers JSON) for --text")
+    p.add_argument("--max-length", type=int, default=256, metavar="N",
+                   help="truncate --text at N tokens (default 256, sentence-transformers' max_seq_length)")
+    p.add_argument("--prompt-ids", metavar="IDS",
+                   help="generate from these token ids (comma-separated; ';' separates the rows of a batch) "
+                        "with the recipe's prefill / decode functions")
+    p.add_argument("--max-new-tokens", type=int, default=20, metavar="N", help="tokens to generate (default 20)")
+    p.add_argument("--list-ops", action="store_true", help="list the ops a recipe's forward may call and exit")
+    p.add_argument("--schema", action="store_true", help="print the JSON Schema of recipes (for editors) and exit")
     p.add_argument("--debug", action="store_true", help="show tracebacks")
     return p
 
@@ -86,7 +105,8 @@ def main(argv: list[str] | None = None) -> int:
             reconfigure(errors="backslashreplace")
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = _parser()
-    if not any(not a.startswith("-") for a in argv) and not {"-h", "--help"} & set(argv):
+    standalone = {"-h", "--help", "--list-ops", "--schema"}
+    if not any(not a.startswith("-") for a in argv) and not standalone & set(argv):
         parser.error("the following argument is required: recipe (build RECIPE.yaml [KEY=VALUE ...])")
     args = parser.parse_intermixed_args(_with_bench_count(argv))
     try:
@@ -119,6 +139,10 @@ def _printable(text: str) -> str:
 
 
 def _run(args: argparse.Namespace) -> int:
+    if args.list_ops or args.schema:
+        return _standalone(args)
+    if args.recipe is None:
+        raise ValueError("a recipe is required (build RECIPE.yaml [KEY=VALUE ...])")
     progress = _ConversionProgress()
     try:
         return _run_with(args, progress)
@@ -130,20 +154,26 @@ def _run_with(args: argparse.Namespace, progress: "_ConversionProgress") -> int:
     import numpy as np
     from rich.console import Console
     from rich.markup import escape
-    from rich.table import Table
-    from rich.text import Text
     from schemas.errors import printable
 
     from .pipeline import build
+    from .summary import function_table, module_tree, param_table
 
     out = Console(highlight=False, soft_wrap=True, emoji=False)
-    if args.input is None and args.output is not None:
-        raise ValueError("--output needs --input (the arrays to run the function on)")
+    if args.input is None and args.text is None and args.output is not None:
+        raise ValueError("--output needs --input (the arrays to run the function on) or --text")
     for flag, path in (("--input", args.input), ("--weights", args.weights)):
         if path is not None:
             _check_input_file(flag, path)
     if args.print_recipe or args.validate:
         return _check_only(args, out)
+    if args.text is not None and args.tokenizer is None:
+        raise ValueError("--text needs --tokenizer tokenizer.json (the recipe's tokenizer)")
+    if args.tokenizer is not None:
+        _check_input_file("--tokenizer", args.tokenizer)
+    prompt = _parse_prompt_ids(args.prompt_ids) if args.prompt_ids is not None else None
+    if args.text is not None and (args.input is not None or prompt is not None):
+        raise ValueError("--text, --input and --prompt-ids each run the model; give one of them")
     plain = True if args.plain else None
     instruments, timing = _pass_instruments(args, out, plain)
     model = build(args.recipe, args.overrides, weights=args.weights, seed=args.seed,
@@ -176,13 +206,10 @@ def _run_with(args: argparse.Namespace, progress: "_ConversionProgress") -> int:
         result_note = f"ran {fname} in {t_run * 1e3:.2f} ms -> {shapes}" + (
             f", written to {args.output}" if args.output else "")
 
-    table = Table(title=Text(printable(recipe.name)), show_header=True, header_style="bold")   # never markup
-    table.add_column("function")
-    table.add_column("inputs")
-    for fname, inputs in spec.items():
-        table.add_row(fname, escape(", ".join(f"{n}: [{', '.join(map(str, s.shape))}] {s.dtype}"
-                                              for n, s in inputs.items())))
-    out.print(table)
+    out.print(function_table(recipe.name, spec, model.ir))
+    if model.module is not None:
+        out.print(module_tree(model.module, recipe.name))
+    out.print(param_table(model.param_specs))
     if args.save_params is not None:
         model.save_params(args.save_params)
     progress.close()
@@ -203,8 +230,94 @@ def _run_with(args: argparse.Namespace, progress: "_ConversionProgress") -> int:
         out.print("passes: " + ", ".join(f"{name} {sec * 1e3:.1f} ms" for name, sec in timing.timings.items()))
     if result_note:
         out.print(escape(_printable(result_note)))
+    if args.text is not None:
+        _embed_texts(args, model, out)
+    if prompt is not None:
+        _generate(args, model, prompt, out)
     if args.bench is not None:
         out.print(escape(_printable(_bench(model, args.function or model.functions[0], args.bench, args.bench_dim))))
+    return 0
+
+
+def _parse_prompt_ids(text: str):
+    """``"1,2,3"`` -> int64 array (1, 3); ``"1,2;3,4"`` -> (2, 2). Raises ValueError for anything else
+    (rows of different lengths, non-integers, an empty prompt)."""
+    import numpy as np
+
+    rows = [r.strip() for r in text.split(";")]
+    try:
+        ids = [[int(t) for t in r.split(",")] for r in rows]
+    except ValueError:
+        raise ValueError(f"--prompt-ids expects comma-separated integers (';' between rows), got {text[:80]!r}") from None
+    if not ids or any(len(r) != len(ids[0]) for r in ids) or not ids[0]:
+        raise ValueError("--prompt-ids: every row needs the same number (>= 1) of ids")
+    if any(not 0 <= i < 2 ** 63 for r in ids for i in r):
+        raise ValueError("--prompt-ids: ids must be non-negative int64 values")
+    return np.array(ids, dtype=np.int64)
+
+
+def _embed_texts(args: argparse.Namespace, model, out) -> None:
+    """``--text``: tokenize as sentence-transformers does, run ``embed``, print the embeddings (first
+    values) and the cosine similarities; ``--output`` saves ``embeddings`` (and the token arrays)."""
+    import numpy as np
+    from rich.markup import escape
+
+    from .text import cosine_similarities, tokenize
+
+    if "embed" not in model.spec:
+        raise ValueError(f"--text runs the recipe's 'embed' function; the recipe exports {model.functions}")
+    tokens = tokenize(args.tokenizer, args.text, max_length=args.max_length)
+    names = list(model.spec["embed"])
+    missing = [n for n in names if n not in tokens]
+    if missing:
+        raise ValueError(f"embed takes {names}; the tokenizer gives {sorted(tokens)}")
+    t0 = time.perf_counter()
+    emb = np.asarray(model["embed"](*[tokens[n] for n in names]))
+    ms = (time.perf_counter() - t0) * 1e3
+    out.print(f"embed: {len(args.text)} text(s), {tokens[names[0]].shape[1]} tokens, {ms:.1f} ms -> "
+              f"{tuple(emb.shape)} {emb.dtype}")
+    for i, (text, row) in enumerate(zip(args.text, emb)):
+        head = ", ".join(f"{v:+.4f}" for v in row[:6])
+        out.print(escape(_printable(f"[{i}] {text[:60]!r}: [{head}, ...] |e| = {np.linalg.norm(row):.4f}")))
+    if len(args.text) > 1:
+        sims = cosine_similarities(emb)
+        out.print("cosine similarities:")
+        for i in range(len(sims)):
+            out.print(f"[{i}] " + " ".join(f"{v:+.4f}" for v in sims[i]))
+    if args.output is not None:
+        from runtime.files import atomic_write
+
+        atomic_write(args.output, lambda fh: np.savez(fh, embeddings=emb, **tokens))
+        out.print(escape(_printable(f"embeddings written to {args.output}")))
+
+
+def _generate(args: argparse.Namespace, model, prompt, out) -> None:
+    """``--prompt-ids``: greedy generation over a KV cache; prints the new ids, one row per prompt."""
+    t0 = time.perf_counter()
+    ids = model.generate(prompt, args.max_new_tokens)
+    sec = time.perf_counter() - t0
+    for row in ids:
+        out.print(",".join(str(int(i)) for i in row))
+    out.print(f"generated {ids.shape[1]} token(s) x {ids.shape[0]} in {sec * 1e3:.1f} ms "
+              f"({ids.size / sec:.1f} tokens/s)")
+
+
+def _standalone(args: argparse.Namespace) -> int:
+    """``--list-ops`` (a table of the ops recipes may call) and ``--schema`` (the JSON Schema of recipes)."""
+    from rich.console import Console
+
+    out = Console(highlight=False, soft_wrap=True, emoji=False)
+    if args.list_ops:
+        from .recipe import FORWARD_OPS
+        from .summary import ops_table
+
+        out.print(ops_table(FORWARD_OPS))
+    if args.schema:
+        import json
+
+        from schemas.json_schema import recipe_json_schema
+
+        out.print(json.dumps(recipe_json_schema(), indent=2), markup=False, highlight=False)
     return 0
 
 
@@ -410,11 +523,9 @@ def _flatten(value) -> list:
 
 
 def _bytes(n: int) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n} B"
+    from .summary import format_bytes
+
+    return format_bytes(n)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -39,6 +39,7 @@ from .ir import relax as rx
 from .ir.expr import is_float_dtype
 from .quant import GroupSizeError, QuantizeMapping, apply_transforms, describe, model_dtype, resolve
 from .recipe import instantiate
+from .summary import describe_input
 from .transform import PassInstrument
 
 __all__ = ["build", "CompiledModel", "export_recipe", "random_params", "bind_weights"]
@@ -67,6 +68,7 @@ class CompiledModel:
     _vm: VirtualMachine | None = None
     mapping: QuantizeMapping = field(default_factory=QuantizeMapping)
     progress: Progress | None = None
+    module: nn.Module | None = None
 
     @property
     def params(self) -> dict[str, np.ndarray]:
@@ -122,6 +124,32 @@ class CompiledModel:
     def __call__(self, *args: Any, **kwargs: Any):
         return self[self.functions[0]](*args, **kwargs)
 
+    def __getattr__(self, name: str):
+        """``m.embed(...)``: a function of the recipe as a method (``m["embed"](...)``)."""
+        spec = self.__dict__.get("spec")
+        if spec is not None and name in spec:
+            return self[name]
+        raise AttributeError(f"{type(self).__name__} has no attribute {name!r}"
+                             + (f"; the recipe exports {list(spec)}" if spec else ""))
+
+    def generate(self, prompt_ids, max_new_tokens: int, return_logits: bool = False):
+        """Greedy generation with the recipe's ``prefill`` and ``decode`` functions over a KV cache
+        (:func:`builder.generation.greedy_generate`): ``prompt_ids`` (batch, prompt_len) integers ->
+        the new ids (batch, max_new_tokens) int64 (and the logits each was chosen from, (batch,
+        max_new_tokens, vocab) float32, with ``return_logits``). Both functions take
+        ``(input_ids, cache, total_seq_len)`` and return logits (batch, seq, vocab) of which the last
+        position is used. Raises ValueError when the recipe lacks them or their inputs differ."""
+        from .generation import greedy_generate
+
+        for fname in ("prefill", "decode"):
+            kinds = [describe_input(s) for s in self.spec.get(fname, {}).values()]
+            if len(kinds) != 3 or kinds[1:] != ["kv_cache", "int"]:
+                raise ValueError(f"generate needs a function '{fname}(input_ids, cache: kv_cache, total_seq_len: "
+                                 f"int)'; the recipe exports {self.functions}"
+                                 + (f" and {fname} takes {list(self.spec[fname])}" if fname in self.spec else ""))
+        return greedy_generate(self["prefill"], self["decode"], prompt_ids, max_new_tokens,
+                               return_logits=return_logits)
+
     @property
     def num_params(self) -> int:
         """Number of parameter elements."""
@@ -176,6 +204,12 @@ def export_recipe(recipe: schemas.Recipe, mapping: QuantizeMapping | None = None
     (optional) receives the parameter mapping. Raises :class:`schemas.RecipeError` for recipe
     problems, ValueError for a layer that cannot be quantized.
     """
+    irmod, params, spec, _ = _export(recipe, mapping)
+    return irmod, params, spec
+
+
+def _export(recipe: schemas.Recipe, mapping: QuantizeMapping | None):
+    """:func:`export_recipe`, also returning the (transformed) module tree."""
     module, spec = instantiate(recipe)
     _check_fixed_sizes(recipe, module)
     _check_tensor_bytes(recipe, module, spec)
@@ -189,7 +223,7 @@ def export_recipe(recipe: schemas.Recipe, mapping: QuantizeMapping | None = None
         spec = {fname: {iname: _cast_input(t, dtype) for iname, t in inputs.items()}
                 for fname, inputs in spec.items()}
     irmod, params = module.export_tvm(spec)
-    return irmod, params, spec
+    return irmod, params, spec, module
 
 
 def _check_fixed_sizes(recipe: schemas.Recipe, module: nn.Module) -> None:
@@ -339,7 +373,7 @@ def build(recipe_path: str | Path, overrides: Sequence[str] = (), weights: str |
     t0 = time.perf_counter()
     recipe = schemas.load_recipe(recipe_path, overrides)
     mapping = QuantizeMapping()
-    irmod, params, spec = export_recipe(recipe, mapping)
+    irmod, params, spec, module = _export(recipe, mapping)
     timings["export"] = time.perf_counter() - t0
     if on_ir is not None:
         on_ir(irmod)
@@ -350,7 +384,8 @@ def build(recipe_path: str | Path, overrides: Sequence[str] = (), weights: str |
     t1 = time.perf_counter()
     exe = compile_module(irmod, instruments=instruments)
     timings["compile"] = time.perf_counter() - t1
-    return CompiledModel(recipe, irmod, specs, exe, spec, timings, seed, values, mapping=mapping, progress=progress)
+    return CompiledModel(recipe, irmod, specs, exe, spec, timings, seed, values, mapping=mapping, progress=progress,
+                         module=module)
 
 
 @dataclass
