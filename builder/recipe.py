@@ -55,9 +55,19 @@ from .ops import recipe_ops
 
 __all__ = ["instantiate", "RecipeModule", "BlockModule", "FORWARD_OPS", "parse_forward", "MAX_MODULES"]
 
+def size(x: nn.Tensor, axis: int):
+    """The size of ``x`` along ``axis`` (PyTorch's ``x.size(axis)``): an int, or a symbolic int for a
+    symbolic dim (usable in shapes, ``arange`` and arithmetic). Raises ValueError for an axis out of range."""
+    if not isinstance(x, nn.Tensor) or type(axis) is not int:
+        raise TypeError(f"size(x, axis) takes a tensor and an integer axis, got {_describe(x)}, {_describe(axis)}")
+    if not -x.ndim <= axis < x.ndim:
+        raise ValueError(f"size: axis {axis} is out of range for a {x.ndim}-D tensor")
+    return x.shape[axis]
+
+
 #: functional ops callable from a recipe's ``forward`` text: the ``nn.op`` function of every op record
-#: marked ``in_recipes`` (:func:`builder.ops.recipe_ops`).
-FORWARD_OPS: dict[str, Callable] = {name: getattr(nn.op, name) for name in recipe_ops()}
+#: marked ``in_recipes`` (:func:`builder.ops.recipe_ops`), and :func:`size`.
+FORWARD_OPS: dict[str, Callable] = {**{name: getattr(nn.op, name) for name in recipe_ops()}, "size": size}
 
 MAX_MODULES = 100_000
 """The most layers (module-tree nodes, repeats and nested blocks expanded) one recipe may instantiate."""
