@@ -233,26 +233,75 @@ def interpolate(x: Tensor, size: int | Sequence[int] | None = None,
                              extrapolation_value=0.0, out_dtype="void"), name)
 
 
+_CAUSAL_MASKS = ("TopLeft", "BottomRight")
+
+
+def _attention_bias(attn_mask: Tensor, query: Tensor) -> rx.Expr:
+    """``attn_mask`` as TVM's additive 4-D bias: a bool mask (True = attend) becomes 0 / -inf in
+    query's dtype, a float mask of query's dtype is used as it is; 1- to 3-D masks get leading 1s
+    (numpy / PyTorch broadcasting)."""
+    op = "scaled_dot_product_attention"
+    if attn_mask.ndim > 4 or attn_mask.ndim == 0:
+        raise ValueError(f"{op}: attn_mask must have 1 to 4 dims broadcastable to (batch, num_heads, "
+                         f"seq_q, seq_kv), got shape {tuple(str(d) for d in attn_mask.shape)}")
+    if attn_mask.dtype == "bool":
+        dt = query.dtype
+        bias: rx.Expr = op_call("where", [attn_mask._expr, rx.Constant(np.asarray(0.0), dt),
+                                          rx.Constant(np.asarray(-np.inf), dt)])
+    elif attn_mask.dtype == query.dtype:
+        bias = attn_mask._expr
+    else:
+        raise TypeError(f"{op}: attn_mask must be bool or have query's dtype {query.dtype}, got "
+                        f"{attn_mask.dtype}")
+    if attn_mask.ndim < 4:
+        bias = op_call("expand_dims", [bias], axis=list(range(4 - attn_mask.ndim)))
+    return bias
+
+
 def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor,
                                  attn_mask: Tensor | None = None, is_causal: bool | None = False,
                                  scale: float | None = None,
-                                 name: str = "scaled_dot_product_attention") -> Tensor:
+                                 name: str = "scaled_dot_product_attention", *,
+                                 causal_mask: str | None = None) -> Tensor:
     """Scaled dot-product attention (Vaswani et al. 2017) in TVM's layout, emitted as
-    ``R.nn.attention``::
+    ``R.nn.attention(q, k, v[, bias])``::
 
-        out[b, i, h, :] = sum_j softmax_j(scale * q[b, i, h, :] . k[b, j, h', :]) v[b, j, h', :]
+        s[b, h, i, j] = scale * q[b, i, h, :] . k[b, j, h', :] + mask[b, h, i, j]
+        out[b, i, h, :] = sum_j softmax_j(s[b, h, i, j]) v[b, j, h', :]
 
     ``query`` (B, S_q, H, D), ``key`` (B, S_kv, H_kv, D), ``value`` (B, S_kv, H_kv, D_v) ->
     (B, S_q, H, D_v); ``h' = h // (H / H_kv)`` (grouped-query attention when H_kv < H).
-    ``scale`` defaults to ``1 / sqrt(D)``; ``is_causal`` masks keys ``j > i`` (PyTorch's
-    ``is_causal``, TVM's ``causal_mask="TopLeft"``). Raises ValueError for
-    ``attn_mask``; ValueError / TypeError for mismatched shapes / dtypes.
+    ``scale`` defaults to ``1 / sqrt(D)``.
+
+    ``attn_mask`` follows ``torch.nn.functional.scaled_dot_product_attention``: its shape
+    broadcasts to (B, H, S_q, S_kv) (PyTorch's score layout, not the BSNH layout of q: a padding
+    mask is (B, 1, 1, S_kv); 1- to 3-D masks get leading 1s); a bool mask keeps the keys where it
+    is True (it becomes an additive 0 / -inf mask of query's dtype), a float mask of query's
+    dtype is added to the scores. A query row whose keys are all masked gives zeros, as PyTorch
+    >= 2.5 (``_safe_softmax`` in its math attention, pytorch/pytorch#131060; older PyTorch gave
+    NaN); a float mask using a finite lowest value instead of -inf does not count as masking.
+
+    ``is_causal`` masks keys ``j > i`` (PyTorch's ``is_causal``, TVM's
+    ``causal_mask="TopLeft"``); ``causal_mask`` names TVM's alignment instead: ``"TopLeft"`` or
+    ``"BottomRight"`` (key ``j`` is visible to query ``i`` when ``j <= i + S_kv - S_q``: new
+    queries attending to a cache of past and new keys). Both mask kinds may be combined with
+    ``attn_mask``. Raises ValueError for ``is_causal`` together with ``causal_mask``, an unknown
+    ``causal_mask``, a mask that does not broadcast, and mismatched shapes; TypeError for a mask
+    dtype other than bool or query's, and mismatched dtypes.
     """
+    op = "scaled_dot_product_attention"
+    if causal_mask is not None:
+        if is_causal:
+            raise ValueError(f"{op}: give either is_causal=True (top-left) or causal_mask, not both")
+        if causal_mask not in _CAUSAL_MASKS:
+            raise ValueError(f"{op}: causal_mask must be None, 'TopLeft' or 'BottomRight', got {causal_mask!r}")
+    elif is_causal:
+        causal_mask = "TopLeft"
+    args = [query._expr, key._expr, value._expr]
     if attn_mask is not None:
-        raise ValueError("scaled_dot_product_attention: attn_mask is not supported (as in TVM); use is_causal")
+        args.append(_attention_bias(attn_mask, query))
     sc = None if scale is None else E.FloatImm(float(scale), "float32")
-    return wrap_nested(op_call("nn.attention", [query._expr, key._expr, value._expr], scale=sc,
-                             causal_mask="TopLeft" if is_causal else None), name)
+    return wrap_nested(op_call("nn.attention", args, scale=sc, causal_mask=causal_mask), name)
 
 
 def get_timestep_embedding(x: Tensor, embedding_dim: int, flip_sin_to_cos: bool = False,
