@@ -5,10 +5,14 @@ specs) and ``Mutator``.
     from builder import nn
     irmod, params = nn.ReLU().export_tvm(spec={"forward": {"x": nn.spec.Tensor((3, 3), "float32")}})
 
+``Attention`` (``attention.py``: multi-head / grouped-query attention with rotary embeddings,
+padding masks and the runtime KV cache) is the layer of Llama / BERT models.
+
 ``print_`` and ``debug_func`` live with the IO effect in ``modules`` and are also reachable as
 ``nn.op.print_`` / ``nn.op.debug_func``, where TVM puts them.
 """
 from . import op, spec
+from .attention import Attention
 from .core import (
     Effect, Module, ModuleDict, ModuleList, Object, Parameter, Tensor, get_default_dtype,
     set_default_dtype, wrap_nested,
@@ -26,7 +30,7 @@ for _fn in (print_, debug_func):
         setattr(op, _fn.__name__, _fn)
 
 __all__ = [
-    "op", "spec", "modules", "Effect", "Module", "ModuleDict", "ModuleList", "Object", "Parameter",
+    "op", "spec", "modules", "Attention", "Effect", "Module", "ModuleDict", "ModuleList", "Object", "Parameter",
     "Tensor", "get_default_dtype", "set_default_dtype", "wrap_nested", "GELU", "Conv1D",
     "ConvTranspose1D", "Embedding", "IOEffect", "KVCache", "LayerNorm", "Linear", "ReLU", "RMSNorm",
     "SiLU", "Mutator", "print_", "debug_func",
