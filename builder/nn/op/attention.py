@@ -55,9 +55,9 @@ def rotary_embedding(x: Tensor, positions: Tensor, theta: float, name: str = "ro
 
     ``x`` (batch, seq, heads, head_dim) (BSNH, as the attention op), a float dtype; ``positions``
     an integer tensor (seq,) (shared by the batch) or (batch, seq). Returns a tensor of ``x``'s shape
-    and dtype. The angles, cos and sin are computed in float32 (float64 for a float64 ``x``), as HF
-    does, then cast to ``x``'s dtype. Built from astype, multiply, concat, cos, sin, split, negative,
-    reshape, add.
+    and dtype. ``inv_freq``, the angles, cos and sin are float32 whatever ``x``'s dtype (HF's
+    ``LlamaRotaryEmbedding.forward`` computes them in float32 with autocast off), then cast to
+    ``x``'s dtype. Built from astype, expand_dims, multiply, concat, cos, sin, split, negative, add.
 
     Raises TypeError for a non-float ``x`` or non-integer ``positions``; ValueError when ``x`` is not
     4-D, its head dim is not a static even int, ``positions`` is not 1-D / 2-D or its seq (or batch)
@@ -82,7 +82,7 @@ def rotary_embedding(x: Tensor, positions: Tensor, theta: float, name: str = "ro
     if positions.ndim == 2 and definitely_different(positions.shape[0], x.shape[0]):
         raise ValueError(f"rotary_embedding: positions {fmt_shape(positions.shape)} do not match the batch "
                          f"of x {fmt_shape(x.shape)}")
-    adt = "float64" if x.dtype == "float64" else "float32"
+    adt = "float32"
     inv_freq = rx.Constant(_rope_inv_freq(head_dim, theta, adt), adt)
     pos = op_call("expand_dims", [op_call("astype", [positions._expr], dtype=adt)], axis=[-1])
     freqs = wrap_nested(op_call("multiply", [pos, inv_freq]), f"{name}_freqs")          # (.., S, D/2)
