@@ -1,4 +1,4 @@
-"""Data movement, dtype and creation ops: astype, permute_dims, reshape, take, where, concat, split,
+"""Data movement, dtype and creation ops: astype, permute_dims, reshape, take, where, concat, split, strided_slice,
 expand_dims / squeeze, broadcast_to, repeat, pad, triu / tril, full / zeros / ones / empty, arange."""
 from __future__ import annotations
 
@@ -6,10 +6,11 @@ from ..ir import expr as E
 from ..ir import relax as rx
 from ..ir.block_builder import BlockBuilder
 from ..ir.op import OpPattern, register_op
+from ..ir.op.common import fmt_shape
 from ..ir.op.elementwise import infer_astype, infer_where
 from ..ir.op.manipulation import (infer_alloc_tensor, infer_arange, infer_broadcast_to, infer_concat,
     infer_expand_dims, infer_full, infer_pad, infer_permute_dims, infer_repeat, infer_reshape, infer_split,
-    infer_squeeze, infer_take, infer_trilu, infer_zeros_ones)
+    infer_squeeze, infer_strided_slice, infer_take, infer_trilu, infer_zeros_ones)
 from ..te import topi
 from ..te.call_te import call_te
 from .common import keep, localize_shape, out_sinfo, te_rule, tensor_fields
@@ -108,6 +109,22 @@ def _trilu(upper: bool):
     return rule
 
 
+def _strided_slice(bb: BlockBuilder, call: rx.Call) -> rx.Expr:
+    a = call.attrs
+    x = call.args[0]
+    bound = {id(d) for d in x.struct_info.shape if isinstance(d, E.Var)}
+    for v in list(a["begin"]) + list(a["end"]):
+        for var in E.free_vars(v) if isinstance(v, E.PrimExpr) else ():
+            if id(var) not in bound:
+                raise ValueError(f"R.strided_slice: the bound {v} uses '{var.name}', which is not a dim of the "
+                                 f"sliced tensor {fmt_shape(x.struct_info.shape)}; this runtime binds a "
+                                 "kernel's variables from its tensors' shapes")
+    new = call_te(bb, topi.strided_slice, (x,), {"axes": list(a["axes"]), "begin": list(a["begin"]),
+                                                 "end": list(a["end"]), "strides": a.get("strides")},
+                  "strided_slice")
+    return out_sinfo(new, call.struct_info)
+
+
 register_op("concat", infer_concat, ("axis",), pattern=INJECTIVE, legalize=_concat, frontend="concat",
             doc="Join tensors along ``axis``.")
 register_op("split", infer_split, ("indices_or_sections", "axis"), pattern=INJECTIVE, legalize=_split,
@@ -122,6 +139,9 @@ register_op("repeat", infer_repeat, ("repeats", "axis"), pattern=INJECTIVE, lega
             doc="Repeat each element ``repeats`` times along ``axis`` (``numpy.repeat``).")
 register_op("nn.pad", infer_pad, ("pad_width", "pad_value", "pad_mode"), pattern=INJECTIVE, legalize=_pad,
             frontend="pad", doc="Pad with a constant, by reflection or by replication.")
+register_op("strided_slice", infer_strided_slice, ("axes", "begin", "end", "strides", "assume_inbound"),
+            pattern=INJECTIVE, legalize=_strided_slice, frontend="strided_slice",
+            doc="``x[begin:end:stride]`` on some axes (numpy slicing; symbolic bounds assumed in range).")
 register_op("triu", infer_trilu, pattern=INJECTIVE, legalize=_trilu(True), frontend="triu",
             doc="The upper triangle (zeros below diagonal ``k``).")
 register_op("tril", infer_trilu, pattern=INJECTIVE, legalize=_trilu(False), frontend="tril",
