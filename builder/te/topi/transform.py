@@ -231,14 +231,16 @@ def split(x: Tensor, indices_or_sections, axis: int = 0) -> list[Tensor]:
 
 
 def strided_slice(x: Tensor, axes: Sequence[int], begin: Sequence, end: Sequence,
-                  strides: Sequence[int] | None = None) -> Tensor:
+                  strides: Sequence[int] | None = None, out_shape: Sequence | None = None) -> Tensor:
     """``x[..., begin:end:stride, ...]`` on each of ``axes`` (Python / numpy slicing, positive
     strides): ``out[..., i, ...] = x[..., start + i * stride, ...]`` with ``(start, length)``
     from :func:`builder.ir.op.slice_range` (static bounds on a static dim are clamped as numpy;
     otherwise bounds are assumed in range and each index read is checked when the code runs:
     :func:`checked_index`, an error instead of a read out of bounds). Bounds are ints or int
-    PrimExprs over the variables of ``x``'s shape. Raises ValueError for mismatched list lengths,
-    a repeated axis or a non-positive stride."""
+    PrimExprs over the variables of ``x``'s shape. ``out_shape`` (optional) is the output shape to
+    declare instead of the computed one (the graph's, with kernel-local variables: the
+    legalization passes it so that the kernel binds its variables from the output buffer).
+    Raises ValueError for mismatched list lengths, a repeated axis or a non-positive stride."""
     axes = [normalize_axis(a, x.ndim, "strided_slice") for a in axes]
     strides = [1] * len(axes) if strides is None else [int(s) for s in strides]
     if not (len(axes) == len(begin) == len(end) == len(strides)) or len(set(axes)) != len(axes):
@@ -252,6 +254,8 @@ def strided_slice(x: Tensor, axes: Sequence[int], begin: Sequence, end: Sequence
         plan[ax] = (E.convert(start).astype("int64") if not isinstance(start, int) else E.IntImm(start, "int64"),
                     st, checked)
         shape[ax] = E.convert(length)
+    if out_shape is not None:
+        shape = [E.convert(d) for d in out_shape]
 
     def f(*idx):
         src = list(idx)
