@@ -12,6 +12,15 @@ from ...ir import relax as rx
 from ..core import Tensor
 
 
+def recipe_function(fn):
+    """Mark a composite ``nn.op`` function (one without its own op record: ``chunk``,
+    ``normalize``, ...) as callable from recipes' ``forward:`` (listed by
+    :func:`builder.nn.op.recipe_functions`). Functions of op records are offered through the
+    record's ``in_recipes`` instead. Returns ``fn`` itself."""
+    fn.__recipe__ = True
+    return fn
+
+
 def op_call(name: str, args: Sequence[rx.Expr], **attrs) -> rx.Call:
     return rx.Call(rx.Op.get(name), args, attrs)
 
