@@ -18,8 +18,8 @@ from .core import (
     set_default_dtype, wrap_nested,
 )
 from .modules import (
-    GELU, Conv1D, ConvTranspose1D, Embedding, IOEffect, KVCache, LayerNorm, Linear, ReLU, RMSNorm,
-    SiLU, debug_func, print_,
+    GELU, Conv1D, ConvTranspose1D, Embedding, GroupNorm, IOEffect, KVCache, LayerNorm, Linear, ReLU,
+    RMSNorm, SiLU, debug_func, print_,
 )
 from .op import *  # noqa: F401,F403  (TVM exposes the functional ops as nn.relu, nn.silu, ...)
 from .visitor import Mutator
@@ -32,6 +32,6 @@ for _fn in (print_, debug_func):
 __all__ = [
     "op", "spec", "modules", "Attention", "Effect", "Module", "ModuleDict", "ModuleList", "Object", "Parameter",
     "Tensor", "get_default_dtype", "set_default_dtype", "wrap_nested", "GELU", "Conv1D",
-    "ConvTranspose1D", "Embedding", "IOEffect", "KVCache", "LayerNorm", "Linear", "ReLU", "RMSNorm",
+    "ConvTranspose1D", "Embedding", "GroupNorm", "IOEffect", "KVCache", "LayerNorm", "Linear", "ReLU", "RMSNorm",
     "SiLU", "Mutator", "print_", "debug_func",
 ] + [n for n in op.__all__ if n not in ("print_", "debug_func")]

@@ -11,8 +11,9 @@ from ...ir import expr as E
 from ...ir import relax as rx
 from ...ir.block_builder import BlockBuilder
 from ...ir.op import resolve_reshape
+from ...ir.op.common import fmt_shape
 from ..core import Tensor, get_default_dtype, wrap_nested
-from .common import int_list, op_call, pair
+from .common import int_list, op_call, pair, recipe_function
 
 
 def layer_norm(x: Tensor, normalized_shape: int | Sequence[int], weight: Tensor | None = None,
@@ -341,3 +342,74 @@ def get_timestep_embedding(x: Tensor, embedding_dim: int, flip_sin_to_cos: bool 
     if embedding_dim % 2 == 1:
         emb = op_call("nn.pad", [emb], pad_width=[0, 0, 0, 1], pad_mode="constant", pad_value=0.0)
     return wrap_nested(op_call("astype", [emb], dtype=get_default_dtype()), name)
+
+
+def _check_float(x: Tensor, opname: str, what: str = "x") -> None:
+    if not E.is_float_dtype(x.dtype):
+        raise TypeError(f"{opname}: {what} must be a floating-point tensor, got {x.dtype}")
+
+
+@recipe_function
+def normalize(x: Tensor, p: float = 2.0, axis: int = -1, eps: float = 1e-12, name: str = "normalize") -> Tensor:
+    """``x / max(||x||_p, eps)`` along ``axis`` (``torch.nn.functional.normalize``,
+    https://pytorch.org/docs/stable/generated/torch.nn.functional.normalize.html), composed of
+    ``abs`` / ``multiply`` / ``power``, ``sum`` (or ``max`` for ``p = inf``), ``sqrt``, ``maximum``
+    and ``divide`` (so it fuses)::
+
+        ||x||_p = (sum_axis |x|^p)^(1/p)          (p = 2: sqrt(sum x*x); p = 1: sum |x|; inf: max |x|)
+
+    ``x`` any float tensor -> same shape and dtype (16-bit floats: the sum accumulates in float32,
+    the rest is in ``x``'s dtype, as PyTorch). Raises TypeError for a non-float ``x`` or ``p``,
+    ValueError for ``p <= 0`` or an axis out of range.
+    """
+    _check_float(x, "normalize")
+    if isinstance(p, bool) or not isinstance(p, (int, float)):
+        raise TypeError(f"normalize: p must be a number, got {p!r}")
+    if not p > 0:
+        raise ValueError(f"normalize: p must be > 0, got {p}")
+    ax = [int(axis)]
+    dt = x.dtype
+    xe = x._expr
+    if p == 2:
+        norm = op_call("sqrt", [op_call("sum", [op_call("multiply", [xe, xe])], axis=ax, keepdims=True)])
+    elif p == 1:
+        norm = op_call("sum", [op_call("abs", [xe])], axis=ax, keepdims=True)
+    elif math.isinf(p):
+        norm = op_call("max", [op_call("abs", [xe])], axis=ax, keepdims=True)
+    else:
+        powered = op_call("power", [op_call("abs", [xe]), rx.const(float(p), dt)])
+        norm = op_call("power", [op_call("sum", [powered], axis=ax, keepdims=True), rx.const(1.0 / p, dt)])
+    denom = op_call("maximum", [norm, rx.const(float(eps), dt)])
+    return wrap_nested(op_call("divide", [xe, denom]), name)
+
+
+@recipe_function
+def mean_pooling(token_embeddings: Tensor, attention_mask: Tensor, name: str = "mean_pooling") -> Tensor:
+    """Mean of the token embeddings over the tokens the mask keeps (sentence-transformers'
+    ``mean_pooling``, https://www.sbert.net/examples/sentence_transformer/applications/computing-embeddings)::
+
+        out[b, :] = sum_s x[b, s, :] * m[b, s] / max(sum_s m[b, s], 1e-9)
+
+    ``token_embeddings`` (batch, seq, hidden) float; ``attention_mask`` (batch, seq) of bool, int
+    or float (converted to the embeddings' dtype) -> (batch, hidden). Composed of ``astype``,
+    ``expand_dims``, ``multiply``, ``sum``, ``maximum`` and ``divide``. A row whose mask is all
+    zeros gives zeros (0 / 1e-9; in float16, where 1e-9 is 0, NaN as in PyTorch). Raises
+    TypeError for non-float embeddings, ValueError for other ranks or mismatched (batch, seq).
+    """
+    op = "mean_pooling"
+    x, m = token_embeddings, attention_mask
+    _check_float(x, op, "token_embeddings")
+    if x.ndim != 3 or m.ndim != 2:
+        raise ValueError(f"{op}: token_embeddings must be (batch, seq, hidden) and attention_mask (batch, seq), "
+                         f"got shapes {fmt_shape(x.shape)} and {fmt_shape(m.shape)}")
+    for i, what in ((0, "batch"), (1, "seq")):
+        a, b = x.shape[i], m.shape[i]
+        if isinstance(a, int) and isinstance(b, int) and a != b:
+            raise ValueError(f"{op}: the {what} of token_embeddings {fmt_shape(x.shape)} is {a} but "
+                             f"that of attention_mask {fmt_shape(m.shape)} is {b}")
+    dt = x.dtype
+    mask = m._expr if m.dtype == dt else op_call("astype", [m._expr], dtype=dt)
+    mask = wrap_nested(op_call("expand_dims", [mask], axis=[-1]), name + "_mask")._expr   # read twice: bind once
+    summed = op_call("sum", [op_call("multiply", [x._expr, mask])], axis=[1], keepdims=False)
+    count = op_call("maximum", [op_call("sum", [mask], axis=[1], keepdims=False), rx.const(1e-9, dt)])
+    return wrap_nested(op_call("divide", [summed, count]), name)
