@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from .executable import Executable
+from .kv_cache import kv_cache_query_positions, kv_cache_update
 from .memory import check_allocation
 from .native import NativeLibrary, dim_to_str, eval_dim, numpy_dtype
 
@@ -252,6 +253,11 @@ _BUILTINS: dict[str, Any] = {
     "vm.builtin.attention_kv_cache_append": lambda cache, value: cache.append(value),
     "vm.builtin.attention_kv_cache_view": lambda cache, shape=None: cache.view(shape),
     "vm.builtin.invoke_debug_func": _invoke_debug_func,
+    # the batched, multi-layer cache (runtime.kv_cache.ContiguousKVCache, an R.Object argument):
+    # (cache, layer_id, k, v, total_seq_len) -> (k_all, v_all); (cache, layer_id, seq, total_seq_len)
+    # -> positions of the new tokens
+    "vm.builtin.kv_cache_update": kv_cache_update,
+    "vm.builtin.kv_cache_query_positions": kv_cache_query_positions,
     "effect.print": _effect_print,
 }
 

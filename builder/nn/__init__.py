@@ -5,17 +5,21 @@ specs) and ``Mutator``.
     from builder import nn
     irmod, params = nn.ReLU().export_tvm(spec={"forward": {"x": nn.spec.Tensor((3, 3), "float32")}})
 
+``Attention`` (``attention.py``: multi-head / grouped-query attention with rotary embeddings,
+padding masks and the runtime KV cache) is the layer of Llama / BERT models.
+
 ``print_`` and ``debug_func`` live with the IO effect in ``modules`` and are also reachable as
 ``nn.op.print_`` / ``nn.op.debug_func``, where TVM puts them.
 """
 from . import op, spec
+from .attention import Attention
 from .core import (
     Effect, Module, ModuleDict, ModuleList, Object, Parameter, Tensor, get_default_dtype,
     set_default_dtype, wrap_nested,
 )
 from .modules import (
-    GELU, Conv1D, ConvTranspose1D, Embedding, IOEffect, KVCache, LayerNorm, Linear, ReLU, RMSNorm,
-    SiLU, debug_func, print_,
+    GELU, Conv1D, ConvTranspose1D, Embedding, GroupNorm, IOEffect, KVCache, LayerNorm, Linear, ReLU,
+    RMSNorm, SiLU, debug_func, print_,
 )
 from .op import *  # noqa: F401,F403  (TVM exposes the functional ops as nn.relu, nn.silu, ...)
 from .visitor import Mutator
@@ -26,8 +30,8 @@ for _fn in (print_, debug_func):
         setattr(op, _fn.__name__, _fn)
 
 __all__ = [
-    "op", "spec", "modules", "Effect", "Module", "ModuleDict", "ModuleList", "Object", "Parameter",
+    "op", "spec", "modules", "Attention", "Effect", "Module", "ModuleDict", "ModuleList", "Object", "Parameter",
     "Tensor", "get_default_dtype", "set_default_dtype", "wrap_nested", "GELU", "Conv1D",
-    "ConvTranspose1D", "Embedding", "IOEffect", "KVCache", "LayerNorm", "Linear", "ReLU", "RMSNorm",
+    "ConvTranspose1D", "Embedding", "GroupNorm", "IOEffect", "KVCache", "LayerNorm", "Linear", "ReLU", "RMSNorm",
     "SiLU", "Mutator", "print_", "debug_func",
 ] + [n for n in op.__all__ if n not in ("print_", "debug_func")]

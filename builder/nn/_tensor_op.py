@@ -48,6 +48,20 @@ class _TensorOp:
     maximum = _binary("maximum")
     minimum = _binary("minimum")
 
+    def __getitem__(self, key):
+        """``x[key]``, numpy basic indexing: ints (the dim is removed; negative counts from the
+        end), symbolic int expressions (``x[:, seq - 1]``), slices ``start:stop:step`` with
+        positive steps and int / symbolic bounds, ``...`` and missing trailing dims. Emitted as
+        ``op.strided_slice`` (name ``strided_slice``) plus ``op.squeeze`` for int indices (see
+        :func:`builder.nn.op.strided_slice` for bounds on symbolic dims). Raises TypeError for
+        other index kinds (None, tensors) and ValueError for too many indices, a static int index
+        out of range, or a non-positive step."""
+        return _op().manipulation._tensor_getitem(self, key)
+
+    def __iter__(self):
+        """Refused (TypeError): a Tensor has no length to iterate over (index it, or ``split``)."""
+        raise TypeError("an nn.Tensor is not iterable; index it (x[i]) or use op.split / op.chunk")
+
     def __neg__(self):
         return _op().negative(self)
 

@@ -22,6 +22,7 @@ identity, so two distinct variables that share a name stay distinct (printed ``n
 """
 from __future__ import annotations
 
+import inspect
 import threading
 from typing import Any
 
@@ -192,7 +193,7 @@ class Exporter:
                     effect_vars = self._effect_inputs(mspec.effect_mode, effects)
                     param_vars = self._param_inputs(mspec.param_mode, params, canon)
                     values = [self._unpack_tuple_input(var, v) for var, v in zip(inputs, values)]
-                    out_expr = _to_expr(mspec.method(*values))
+                    out_expr = _to_expr(_call_method(mspec, values))
                     finals = [v for _, eff in effects for v in eff.finalize()]
                     if finals and mspec.effect_mode != "none":
                         out_expr = rx.Tuple([out_expr, rx.Tuple(finals)])
@@ -215,6 +216,27 @@ class Exporter:
             else:
                 out.append(self._unpack_tuple_input(item, v))
         return type(value.spec.elements)(out) if isinstance(value.spec.elements, (list, tuple)) else out
+
+
+def _call_method(mspec: _spec.MethodSpec, values: list):
+    """Call the method with the converted inputs: positionally while the spec's names follow the
+    method's parameters in order, then by keyword (a spec may skip parameters that have defaults:
+    ``forward(x, positions=None, attention_mask=None)`` exported with x and attention_mask)."""
+    method = mspec.method
+    try:
+        params = list(inspect.signature(method).parameters.values())
+    except (TypeError, ValueError):
+        return method(*values)
+    if any(p.kind == p.VAR_POSITIONAL for p in params):
+        return method(*values)
+    positional = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    args, kwargs = [], {}
+    for i, (name, value) in enumerate(zip(mspec.arg_names, values)):
+        if not kwargs and i < len(positional) and positional[i] == name:
+            args.append(value)
+        else:
+            kwargs[name] = value
+    return method(*args, **kwargs)
 
 
 class _TupleInput:

@@ -22,7 +22,7 @@ from ..ir.struct_info import ObjectStructInfo, TensorStructInfo
 from . import op
 from .core import Effect, Module, Parameter, Tensor, get_default_dtype
 
-__all__ = ["Linear", "LayerNorm", "RMSNorm", "Conv1D", "ConvTranspose1D", "Embedding", "ReLU", "SiLU",
+__all__ = ["Linear", "LayerNorm", "RMSNorm", "GroupNorm", "Conv1D", "ConvTranspose1D", "Embedding", "ReLU", "SiLU",
            "GELU", "IOEffect", "KVCache", "debug_func", "print_"]
 
 
@@ -264,6 +264,37 @@ class RMSNorm(Module):
         if self.bias is not None:
             out = op.add(out, self.bias)
         return out
+
+
+class GroupNorm(Module):
+    """Group normalization (Wu & He 2018; PyTorch ``nn.GroupNorm``, TVM's ``nn.GroupNorm``)::
+
+        y = (x - mean_g) / sqrt(var_g + eps) * weight[c] + bias[c]
+
+    with mean and biased variance over the channels of each of ``num_groups`` groups and every
+    dim after the first two. ``x`` (N, C, *) -> same shape; ``weight`` / ``bias`` (num_channels,)
+    when ``affine`` (else ones / zeros constants). Raises ValueError when ``num_channels`` is not
+    divisible by ``num_groups`` (or either is < 1).
+    """
+
+    def __init__(self, num_groups: int, num_channels: int, eps: float = 1e-5, affine: bool = True,
+                 dtype: str | None = None) -> None:
+        if num_groups < 1 or num_channels < 1 or num_channels % num_groups:
+            raise ValueError(f"GroupNorm: num_channels ({num_channels}) must be divisible by num_groups "
+                             f"({num_groups}), both >= 1")
+        self.num_groups = num_groups
+        self.num_channels = num_channels
+        self.eps = eps
+        if affine:
+            self.weight = Parameter((num_channels,), dtype)
+            self.bias = Parameter((num_channels,), dtype)
+        else:
+            self.weight = None
+            self.bias = None
+
+    def forward(self, x: Tensor) -> Tensor:
+        """x (N, num_channels, *) -> same shape."""
+        return op.group_norm(x, self.num_groups, self.weight, self.bias, eps=self.eps)
 
 
 class _Conv1DBase(Module):

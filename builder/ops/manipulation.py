@@ -1,4 +1,4 @@
-"""Data movement, dtype and creation ops: astype, permute_dims, reshape, take, where, concat, split,
+"""Data movement, dtype and creation ops: astype, permute_dims, reshape, take, where, concat, split, strided_slice,
 expand_dims / squeeze, broadcast_to, repeat, pad, triu / tril, full / zeros / ones / empty, arange."""
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from ..ir.op import OpPattern, register_op
 from ..ir.op.elementwise import infer_astype, infer_where
 from ..ir.op.manipulation import (infer_alloc_tensor, infer_arange, infer_broadcast_to, infer_concat,
     infer_expand_dims, infer_full, infer_pad, infer_permute_dims, infer_repeat, infer_reshape, infer_split,
-    infer_squeeze, infer_take, infer_trilu, infer_zeros_ones)
+    infer_squeeze, infer_strided_slice, infer_take, infer_trilu, infer_zeros_ones)
 from ..te import topi
 from ..te.call_te import call_te
 from .common import keep, localize_shape, out_sinfo, te_rule, tensor_fields
@@ -108,6 +108,65 @@ def _trilu(upper: bool):
     return rule
 
 
+def _solve_bounds(bounds: list, known: set, equations: list) -> list:
+    """``bounds`` (ints / PrimExprs) with every variable outside ``known`` rewritten through
+    ``equations`` (``(kernel_var, graph_dim)``: ``kernel_var == graph_dim``): a variable ``u`` with
+    ``graph_dim = u + r`` (``r`` free of ``u``, over known variables) becomes ``kernel_var - r``
+    (``graph_dim = r - u``: ``r - kernel_var``).
+    Returns the rewritten bounds; ValueError when a variable cannot be expressed."""
+    subst: dict = {}
+    progress = True
+    while progress:
+        progress = False
+        for var, dim in equations:
+            for u in E.free_vars(dim):
+                if id(u) in known or u in subst:
+                    continue
+                for sign in (1, -1):     # dim = u + rest, or dim = rest - u
+                    rest = E.simplify(dim - u if sign == 1 else dim + u)
+                    if any(w is u for w in E.free_vars(rest)) or \
+                            not all(id(w) in known or w in subst for w in E.free_vars(rest)):
+                        continue
+                    rest = E.substitute(rest, subst)
+                    subst[u] = E.simplify(var - rest if sign == 1 else rest - var)
+                    progress = True
+                    break
+    out = []
+    for b in bounds:
+        if isinstance(b, E.PrimExpr):
+            missing = [v for v in E.free_vars(b) if id(v) not in known and v not in subst]
+            if missing:
+                raise ValueError(f"R.strided_slice: the bound {b} uses '{missing[0].name}', which neither the "
+                                 "sliced tensor's shape nor the result's shape determines; this runtime binds a "
+                                 "kernel's variables from its tensors' shapes")
+            b = E.simplify(E.substitute(b, subst)) if subst else b
+        out.append(b)
+    return out
+
+
+def _strided_slice(bb: BlockBuilder, call: rx.Call) -> rx.Expr:
+    """``topi.strided_slice`` declaring the graph's output shape; bounds over variables that only
+    appear inside compound dims (``past`` of a dim ``past + seq``) are rewritten in the kernel's
+    own variables (:func:`_solve_bounds`)."""
+    a = call.attrs
+    x = call.args[0]
+    x_shape, o_shape = list(x.struct_info.shape), list(call.struct_info.shape)
+
+    def kernel(xt, axes, begin, end, strides):
+        known = {id(d) for d in list(xt.shape) + list(out_shape) if isinstance(d, E.Var)}
+        equations = [(kd, gd) for kd, gd in zip(list(xt.shape) + list(out_shape), x_shape + o_shape)
+                     if isinstance(kd, E.Var) and not isinstance(gd, (int, E.Var))]
+        begin, end = _solve_bounds(list(begin), known, equations), list(end)
+        end = [e if not isinstance(e, E.PrimExpr) or all(id(v) in known for v in E.free_vars(e))
+               else E.IntImm(0, "int64") for e in end]     # the declared output shape gives the length
+        return topi.strided_slice(xt, axes, begin, end, strides, out_shape=out_shape)
+
+    out_shape = localize_shape(o_shape)
+    new = call_te(bb, kernel, (x,), {"axes": list(a["axes"]), "begin": list(a["begin"]), "end": list(a["end"]),
+                                    "strides": a.get("strides")}, "strided_slice")
+    return out_sinfo(new, call.struct_info)
+
+
 register_op("concat", infer_concat, ("axis",), pattern=INJECTIVE, legalize=_concat, frontend="concat",
             doc="Join tensors along ``axis``.")
 register_op("split", infer_split, ("indices_or_sections", "axis"), pattern=INJECTIVE, legalize=_split,
@@ -122,6 +181,9 @@ register_op("repeat", infer_repeat, ("repeats", "axis"), pattern=INJECTIVE, lega
             doc="Repeat each element ``repeats`` times along ``axis`` (``numpy.repeat``).")
 register_op("nn.pad", infer_pad, ("pad_width", "pad_value", "pad_mode"), pattern=INJECTIVE, legalize=_pad,
             frontend="pad", doc="Pad with a constant, by reflection or by replication.")
+register_op("strided_slice", infer_strided_slice, ("axes", "begin", "end", "strides", "assume_inbound"),
+            pattern=INJECTIVE, legalize=_strided_slice, frontend="strided_slice",
+            doc="``x[begin:end:stride]`` on some axes (numpy slicing; symbolic bounds assumed in range).")
 register_op("triu", infer_trilu, pattern=INJECTIVE, legalize=_trilu(True), frontend="triu",
             doc="The upper triangle (zeros below diagonal ``k``).")
 register_op("tril", infer_trilu, pattern=INJECTIVE, legalize=_trilu(False), frontend="tril",
@@ -150,8 +212,9 @@ def _arange(bb: BlockBuilder, call: rx.Call) -> rx.Expr:
     start, end, step = (a.value for a in call.args)
     for v, what in ((start, "start"), (step, "step")):
         if not isinstance(v, (E.IntImm, E.FloatImm)):
-            raise ValueError(f"R.arange: a symbolic {what} ({v}) is not supported by this runtime; only the end "
-                             "may be symbolic")
+            raise ValueError(f"R.arange: a symbolic {what} ({v}) is not supported by this runtime (kernels get "
+                             "no scalar arguments); only the end may be symbolic. nn.op.arange emits a symbolic "
+                             "start as arange(0, length) * step + start")
     sinfo = call.struct_info
     (n,) = localize_shape(sinfo.shape)
     new = call_te(bb, topi.arange, (), {"start": start.value, "step": step.value, "dtype": sinfo.dtype,

@@ -94,4 +94,4 @@ register_op("image.resize2d", infer_resize2d, ("roi", "layout", "method", "coord
             frontend="interpolate", doc="Resize the two spatial dims (nearest or linear).")
 register_op("nn.attention", infer_attention, ("scale", "causal_mask"), pattern=OpPattern.OPAQUE,
             legalize=_attention, frontend="scaled_dot_product_attention",
-            doc="``softmax(q @ k^T * scale [+ causal mask]) @ v`` (BSNH layout).")
+            doc="``softmax(q @ k^T * scale [+ bias] [+ causal mask]) @ v`` (BSNH layout).")

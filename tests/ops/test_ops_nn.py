@@ -453,8 +453,109 @@ def test_sdpa_errors():
                k=([1, 4, 2, 8], "float32"))
     with pytest.raises(ValueError, match="query must be 4-D"):
         export(lambda q: op.scaled_dot_product_attention(q, q, q), q=([4, 2, 8], "float32"))
-    with pytest.raises(ValueError, match="attn_mask"):
-        export(lambda q: op.scaled_dot_product_attention(q, q, q, attn_mask=q), q=([1, 4, 2, 8], "float32"))
+    with pytest.raises(ValueError, match="attn_mask must have 1 to 4 dims"):
+        export(lambda q, m: op.scaled_dot_product_attention(q, q, q, attn_mask=m), q=([1, 4, 2, 8], "float32"),
+               m=([1, 1, 1, 4, 4], "bool"))
+    with pytest.raises(TypeError, match="attn_mask must be bool or have query's dtype float32, got int32"):
+        export(lambda q, m: op.scaled_dot_product_attention(q, q, q, attn_mask=m), q=([1, 4, 2, 8], "float32"),
+               m=([4, 4], "int32"))
+    with pytest.raises(ValueError, match=r"bias \(1, 1, 4, 5\) must be 4-D .* = \(1, 2, 4, 4\)"):
+        export(lambda q, m: op.scaled_dot_product_attention(q, q, q, attn_mask=m), q=([1, 4, 2, 8], "float32"),
+               m=([4, 5], "bool"))
+    with pytest.raises(ValueError, match="either is_causal=True"):
+        export(lambda q: op.scaled_dot_product_attention(q, q, q, is_causal=True, causal_mask="TopLeft"),
+               q=([1, 4, 2, 8], "float32"))
+    with pytest.raises(ValueError, match="causal_mask must be None, 'TopLeft' or 'BottomRight', got 'Lower'"):
+        export(lambda q: op.scaled_dot_product_attention(q, q, q, causal_mask="Lower"), q=([1, 4, 2, 8], "float32"))
+
+
+def masked_sdpa_ref(q, k, v, mask=None, causal=None, scale=None):
+    """torch.nn.functional.scaled_dot_product_attention (PyTorch >= 2.5 math backend) with an
+    attention mask broadcast to (B, H, Sq, Sk) (bool: True attends; float: added) and a causal
+    alignment ("TopLeft": j <= i, "BottomRight": j <= i + Sk - Sq); rows with every key masked
+    give 0 (``_safe_softmax``). Inputs (B, S, H, D), float64 throughout."""
+    q, k, v = (a.astype(np.float64).transpose(0, 2, 1, 3) for a in (q, k, v))
+    rep = q.shape[1] // k.shape[1]
+    k, v = np.repeat(k, rep, axis=1), np.repeat(v, rep, axis=1)
+    s = q @ k.transpose(0, 1, 3, 2) * (scale if scale is not None else 1 / math.sqrt(q.shape[-1]))
+    sq, sk = s.shape[-2:]
+    if mask is not None:
+        s = np.where(mask, s, -np.inf) if mask.dtype == bool else s + mask.astype(np.float64)
+    if causal is not None:
+        keep = np.arange(sk)[None, :] <= np.arange(sq)[:, None] + (sk - sq if causal == "BottomRight" else 0)
+        s = np.where(keep, s, -np.inf)
+    dead = np.isneginf(s).all(-1, keepdims=True)
+    m = np.where(dead, 0.0, s.max(-1, keepdims=True))
+    p = np.exp(s - m)
+    p = np.where(dead, 0.0, p / np.where(dead, 1.0, p.sum(-1, keepdims=True)))
+    return (p @ v).transpose(0, 2, 1, 3)
+
+
+def test_sdpa_mask_print_matches_tvm():
+    text = export(lambda q, m: op.scaled_dot_product_attention(q, q, q, attn_mask=m, causal_mask="BottomRight"),
+                  q=([1, 4, 2, 8], "float32"), m=([1, 2, 4, 4], "float32"))
+    has_line(text, 'scaled_dot_product_attention: R.Tensor((1, 4, 2, 8), dtype="float32") = '
+                   'R.nn.attention(q, q, q, m, scale=None, causal_mask="BottomRight")')
+    from builder.ir.parser import parse
+    assert parse(text).script() == text
+
+
+def test_sdpa_bool_padding_mask_symbolic():
+    f = jit(lambda q, k, v, m: op.scaled_dot_product_attention(q, k, v, attn_mask=m),
+            q=(["b", "s", 4, 8], "float32"), k=(["b", "s", 2, 8], "float32"),
+            v=(["b", "s", 2, 5], "float32"), m=(["b", 1, 1, "s"], "bool"))
+    for b, s in ((1, 1), (2, 6), (3, 9)):
+        q, k, v = rand(b, s, 4, 8), rand(b, s, 2, 8), rand(b, s, 2, 5)
+        m = RNG.random((b, 1, 1, s)) < 0.7
+        m[0, 0, 0, 0] = True
+        if b > 1:
+            m[1] = False       # a fully padded sequence: zeros, as PyTorch's _safe_softmax
+        close(f(q, k, v, m), masked_sdpa_ref(q, k, v, m))
+        if b > 1:
+            assert not np.asarray(f(q, k, v, m))[1].any()
+
+
+def test_sdpa_float_mask_2d_3d_with_causal():
+    f2 = jit(lambda q, k, v, m: op.scaled_dot_product_attention(q, k, v, attn_mask=m, is_causal=True),
+             q=([2, "s", 2, 4], "float32"), k=([2, "s", 2, 4], "float32"), v=([2, "s", 2, 3], "float32"),
+             m=(["s", "s"], "float32"))
+    f3 = jit(lambda q, k, v, m: op.scaled_dot_product_attention(q, k, v, attn_mask=m, scale=0.7),
+             q=([2, 5, 2, 4], "float32"), k=([2, 7, 2, 4], "float32"), v=([2, 7, 2, 3], "float32"),
+             m=([2, 5, 7], "float32"))
+    for s in (1, 5):
+        q, k, v, m = rand(2, s, 2, 4), rand(2, s, 2, 4), rand(2, s, 2, 3), rand(s, s)
+        close(f2(q, k, v, m), masked_sdpa_ref(q, k, v, m, causal="TopLeft"))
+    q, k, v, m = rand(2, 5, 2, 4), rand(2, 7, 2, 4), rand(2, 7, 2, 3), rand(2, 5, 7)
+    m[0, 1, :] = -np.inf            # a fully masked row of a float mask: zeros too
+    close(f3(q, k, v, m), masked_sdpa_ref(q, k, v, m, scale=0.7))
+
+
+def test_sdpa_bottom_right_kv_cache_gqa_mask():
+    f = jit(lambda q, k, v, m: op.scaled_dot_product_attention(q, k, v, attn_mask=m, causal_mask="BottomRight"),
+            q=(["b", "n", 6, 4], "float64"), k=(["b", "t", 2, 4], "float64"), v=(["b", "t", 2, 3], "float64"),
+            m=(["b", 6, "n", "t"], "bool"))
+    for b, n, t in ((1, 1, 4), (2, 3, 7), (1, 4, 4)):
+        q, k, v = rand(b, n, 6, 4, dtype="float64"), rand(b, t, 2, 4, dtype="float64"), rand(b, t, 2, 3, dtype="float64")
+        m = RNG.random((b, 6, n, t)) < 0.8
+        close(f(q, k, v, m), masked_sdpa_ref(q, k, v, m, causal="BottomRight"), rtol=1e-10, atol=1e-10)
+    # bottom-right without a mask, more queries than keys: the first Sq - Sk rows see no key -> 0
+    g = jit(lambda q, k, v: op.scaled_dot_product_attention(q, k, v, causal_mask="BottomRight"),
+            q=([1, "n", 2, 4], "float32"), k=([1, "t", 2, 4], "float32"), v=([1, "t", 2, 3], "float32"))
+    for n, t in ((3, 8), (5, 3)):
+        q, k, v = rand(1, n, 2, 4), rand(1, t, 2, 4), rand(1, t, 2, 3)
+        close(g(q, k, v), masked_sdpa_ref(q, k, v, causal="BottomRight"))
+
+
+def test_sdpa_float16_bool_mask():
+    f = jit(lambda q, k, v, m: op.scaled_dot_product_attention(q, k, v, attn_mask=m),
+            q=([1, 3, 2, 4], "float16"), k=([1, 5, 2, 4], "float16"), v=([1, 5, 2, 4], "float16"),
+            m=([3, 5], "bool"))
+    q, k, v = (rand(1, 3, 2, 4, dtype="float16"), rand(1, 5, 2, 4, dtype="float16"),
+               rand(1, 5, 2, 4, dtype="float16"))
+    m = np.array([[1, 0, 1, 0, 1], [0, 0, 0, 0, 0], [1, 1, 1, 1, 0]], bool)
+    y = f(q, k, v, m)
+    assert y.dtype == np.float16
+    close(y, masked_sdpa_ref(q, k, v, m), rtol=2e-3, atol=2e-3)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -328,3 +328,67 @@ def infer_alloc_tensor(call: Call) -> StructInfo:
         raise TypeError(f"R.builtin.alloc_tensor: argument 1 must be a dtype (R.dtype(...)), got "
                         f"{type(dtype).__name__}")
     return TensorStructInfo(shape, dtype.value)
+
+
+def _slice_bound(v, what: str, opname: str):
+    """A begin / end value: a Python int, or an int PrimExpr (an IntImm becomes its int)."""
+    if isinstance(v, E.IntImm) and E.is_int_dtype(v.dtype) and v.dtype != "bool":
+        return int(v.value)
+    if isinstance(v, bool) or not isinstance(v, (int, E.PrimExpr)):
+        raise TypeError(f"{opname}: {what} values must be ints or symbolic int expressions, got {v!r}")
+    if isinstance(v, E.PrimExpr) and (not E.is_int_dtype(v.dtype) or v.dtype == "bool"):
+        raise TypeError(f"{opname}: {what} value {v} must be an integer expression, got dtype {v.dtype}")
+    return v
+
+
+def slice_range(dim, begin, end, stride: int, opname: str = "strided_slice") -> tuple:
+    """``(start, length)`` of the slice ``begin:end:stride`` of a dim of extent ``dim``.
+
+    Static ``dim``, ``begin`` and ``end``: Python / numpy slicing (a negative bound counts from
+    the end, then both are clamped to ``[0, dim]``; ``length = max(0, ceil((end - begin) /
+    stride))``). Otherwise a negative static bound still counts from the end (``dim + k``) and
+    the bounds are *assumed* in range, ``0 <= begin <= end <= dim`` (TVM's ``assume_inbound``):
+    ``length = (end - begin + stride - 1) // stride``, a symbolic dim. The kernel checks every
+    index it reads against ``dim`` when bounds are symbolic (an error at run time, never a read
+    out of bounds), and the VM refuses a negative length. ``stride`` must be a positive int
+    (negative strides are not supported: ValueError).
+    """
+    if isinstance(stride, bool) or not isinstance(stride, int):
+        raise TypeError(f"{opname}: strides must be ints, got {stride!r}")
+    if stride <= 0:
+        raise ValueError(f"{opname}: strides must be positive (negative strides are not supported), got {stride}")
+    b, e = _slice_bound(begin, "begin", opname), _slice_bound(end, "end", opname)
+    n = dim if isinstance(dim, int) else None
+    if n is None and isinstance(dim, E.IntImm):
+        n = dim.value
+    if n is not None and isinstance(b, int) and isinstance(e, int):
+        b, e = (min(max(v + n if v < 0 else v, 0), n) for v in (b, e))
+        return b, max(0, -((b - e) // stride))
+    b, e = (E.simplify(E.convert(dim) + v) if isinstance(v, int) and v < 0 else v for v in (b, e))
+    span = E.convert(e) - b
+    length = span if stride == 1 else (span + (stride - 1)) // stride
+    start = b if isinstance(b, int) else normalize_dim(E.simplify(b))
+    return start, normalize_dim(E.simplify(length))
+
+
+def infer_strided_slice(call: Call) -> StructInfo:
+    """``R.strided_slice(x, axes=[...], begin=[...], end=[...], strides=[...], assume_inbound=b)``:
+    ``x`` with dim ``axes[k]`` replaced by the length of ``begin[k]:end[k]:strides[k]``
+    (:func:`slice_range`); ``strides`` None means 1."""
+    x = tensor_arg(call, 0, "data")
+    name = "R.strided_slice"
+    a = call.attrs
+    axes, begin, end = list(a.get("axes") or []), list(a.get("begin") or []), list(a.get("end") or [])
+    strides = a.get("strides")
+    strides = [1] * len(axes) if strides is None else list(strides)
+    strides = [s.value if isinstance(s, E.IntImm) else s for s in strides]
+    if not (len(axes) == len(begin) == len(end) == len(strides)):
+        raise ValueError(f"{name}: axes, begin, end and strides need one value each per sliced axis, got "
+                         f"{len(axes)}, {len(begin)}, {len(end)} and {len(strides)}")
+    norm = [norm_axis(ax, x.ndim, name) for ax in axes]
+    if len(set(norm)) != len(norm):
+        raise ValueError(f"{name}: repeated axis in {axes}")
+    shape = list(x.shape)
+    for ax, b, e, s in zip(norm, begin, end, strides):
+        shape[ax] = slice_range(x.shape[ax], b, e, s, name)[1]
+    return TensorStructInfo(shape, x.dtype)

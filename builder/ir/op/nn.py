@@ -221,6 +221,13 @@ def infer_resize2d(call: Call) -> StructInfo:
 
 
 def infer_attention(call: Call) -> StructInfo:
+    """``R.nn.attention(query, key, value[, bias], scale, causal_mask)``: (B, Sq, H, Dv).
+
+    ``bias`` (optional 4th argument, TVM's) has query's dtype and shape (B, H, Sq, Sk) where any
+    dim may be 1 (broadcast)."""
+    if len(call.args) not in (3, 4):
+        raise ValueError(f"R.nn.attention: takes query, key, value and an optional bias, got "
+                         f"{len(call.args)} arguments")
     q, k, v = tensor_arg(call, 0, "query"), tensor_arg(call, 1, "key"), tensor_arg(call, 2, "value")
     for t, what in ((q, "query"), (k, "key"), (v, "value")):
         if t.ndim != 4:
@@ -249,4 +256,12 @@ def infer_attention(call: Call) -> StructInfo:
     if mask not in (None, "TopLeft", "BottomRight"):
         raise ValueError(f"R.nn.attention: causal_mask must be None, 'TopLeft' or 'BottomRight', "
                          f"got {mask!r}")
+    if len(call.args) == 4:
+        bias = tensor_arg(call, 3, "bias")
+        check_same_dtype(call, q, bias, "query", "bias")
+        scores = (q.shape[0], q.shape[2], q.shape[1], k.shape[1])
+        if bias.ndim != 4 or any(static_int(bd) != 1 and definitely_different(bd, sd)
+                                 for bd, sd in zip(bias.shape, scores)):
+            raise ValueError(f"R.nn.attention: bias {fmt_shape(bias.shape)} must be 4-D (batch, "
+                             f"num_heads, seq_q, seq_kv) = {fmt_shape(scores)}, each dim equal or 1")
     return TensorStructInfo((q.shape[0], q.shape[1], q.shape[2], v.shape[3]), q.dtype)

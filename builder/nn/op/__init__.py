@@ -4,8 +4,9 @@ graph-level binding named by ``name`` (TVM's default hints: ``add``, ``mul``, ``
 There is one function per op record of the op library (:mod:`builder.ops`) that has a ``frontend``
 name, and no other list of ops: the elementwise and broadcast ones are made from their records
 (:mod:`.elementwise`), the others are written by family (:mod:`.manipulation`, :mod:`.creation`,
-:mod:`.reduction`, :mod:`.linear_algebra`, :mod:`.nn`, :mod:`.extern`, :mod:`.quantize`); a few
-helpers combine several ops (``chunk``, ``unsqueeze``, ``get_timestep_embedding``).
+:mod:`.reduction`, :mod:`.linear_algebra`, :mod:`.nn`, :mod:`.extern`, :mod:`.quantize`,
+:mod:`.attention`); a few helpers combine several ops (``chunk``, ``unsqueeze``,
+``get_timestep_embedding``, ``rotary_embedding``) or call a runtime builtin (``kv_cache_update``).
 
 Shapes and dtypes are checked when the op is emitted; a mismatch raises ValueError / TypeError
 naming both sides. Python scalars combine with tensors as constants of the tensor's dtype (a value the
@@ -20,10 +21,10 @@ from __future__ import annotations
 import inspect
 
 from ...ir.op import registered_ops
-from . import creation, elementwise, extern, linear_algebra, manipulation, nn, quantize, reduction
+from . import attention, creation, elementwise, extern, linear_algebra, manipulation, nn, quantize, reduction
 from .checks import checked
 
-_FAMILIES = (elementwise, linear_algebra, manipulation, creation, reduction, nn, extern, quantize)
+_FAMILIES = (elementwise, linear_algebra, manipulation, creation, reduction, nn, extern, quantize, attention)
 
 
 def _public(module) -> dict:

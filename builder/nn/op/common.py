@@ -12,18 +12,64 @@ from ...ir import relax as rx
 from ..core import Tensor
 
 
+def recipe_function(fn):
+    """Mark a composite ``nn.op`` function (one without its own op record: ``chunk``,
+    ``normalize``, ...) as callable from recipes' ``forward:`` (listed by
+    :func:`builder.nn.op.recipe_functions`). Functions of op records are offered through the
+    record's ``in_recipes`` instead. Returns ``fn`` itself."""
+    fn.__recipe__ = True
+    return fn
+
+
 def op_call(name: str, args: Sequence[rx.Expr], **attrs) -> rx.Call:
     return rx.Call(rx.Op.get(name), args, attrs)
 
 
 def binary_operands(a, b) -> tuple[rx.Expr, rx.Expr]:
+    """The two operands of a broadcast op as graph values: a Python / numpy number or an
+    ``IntImm`` / ``FloatImm`` becomes a 0-d constant of the other operand's dtype
+    (:func:`scalar_constant`), a symbolic int PrimExpr a 0-d tensor of that dtype
+    (:func:`symbolic_scalar`). Raises TypeError when neither operand is a Tensor."""
     if isinstance(a, Tensor) and isinstance(b, Tensor):
         return a._expr, b._expr
     if isinstance(a, Tensor):
-        return a._expr, scalar_constant(b, a.dtype)
+        return a._expr, scalar_operand(b, a.dtype)
     if isinstance(b, Tensor):
-        return scalar_constant(a, b.dtype), b._expr
+        return scalar_operand(a, b.dtype), b._expr
     raise TypeError(f"at least one operand must be a Tensor, got {type(a).__name__} and {type(b).__name__}")
+
+
+def scalar_operand(value, dtype: str) -> rx.Expr:
+    """A number (:func:`scalar_constant`) or a symbolic int PrimExpr (:func:`symbolic_scalar`) as a
+    0-d value of ``dtype``."""
+    if isinstance(value, (E.IntImm, E.FloatImm)):
+        value = bool(value.value) if value.dtype == "bool" else value.value
+    if isinstance(value, E.PrimExpr):
+        return symbolic_scalar(value, dtype)
+    return scalar_constant(value, dtype)
+
+
+def symbolic_scalar(value: E.PrimExpr, dtype: str = "int64") -> rx.Expr:
+    """A symbolic int expression of the shape variables (``total - seq``) as a 0-d tensor of
+    ``dtype`` (a conversion as ``astype`` does: float16 rounds beyond 2048).
+
+    The runtime passes kernels tensors only (no scalar arguments), so the value is read back from
+    a shape: the last element of ``arange(0, value + 1)`` (int64), sliced with a negative begin
+    that the kernel resolves from its input's own length, then reshaped to 0-d. That costs
+    ``value + 1`` int64 stores, negligible next to a layer. The value must be >= 0 when the code
+    runs (else the VM reports a negative dim or an index out of range). Raises TypeError for a
+    non-integer expression."""
+    if not isinstance(value, E.PrimExpr) or not E.is_int_dtype(value.dtype) or value.dtype == "bool":
+        raise TypeError(f"a symbolic scalar must be an integer PrimExpr, got {describe(value)}")
+    if isinstance(value, E.IntImm):
+        return scalar_constant(value.value, dtype)
+    value = value.astype("int64")
+    n = E.simplify(value + 1)
+    big = op_call("arange", [rx.PrimValue(0, "int64"), rx.PrimValue(n, "int64"), rx.PrimValue(1, "int64")],
+                  dtype="int64")
+    last = op_call("strided_slice", [big], axes=[0], begin=[-1], end=[n], strides=[1], assume_inbound=False)
+    out: rx.Expr = op_call("reshape", [last, rx.ShapeExpr([])])
+    return out if dtype == "int64" else op_call("astype", [out], dtype=dtype)
 
 
 def scalar_constant(value, dtype: str) -> rx.Constant:

@@ -124,3 +124,100 @@ def tril(x: Tensor, diagonal: int = 0, name: str = "tril") -> Tensor:
     """Lower triangle of the last two dims (``numpy.tril``): elements with ``j - i > diagonal``
     become 0: ``R.tril(x, R.prim_value(diagonal))``. Raises ValueError for ndim < 2."""
     return wrap_nested(op_call("tril", [x._expr, rx.PrimValue(diagonal, "int64")]), name)
+
+
+def _slice_value(v, what: str):
+    if isinstance(v, np.integer):
+        return int(v)
+    if isinstance(v, bool) or not isinstance(v, (int, E.PrimExpr)):
+        raise TypeError(f"strided_slice: {what} values must be ints or symbolic int expressions, got {describe(v)}")
+    return v
+
+
+def strided_slice(x: Tensor, axes: Sequence[int], begin: Sequence, end: Sequence,
+                  strides: Sequence[int] | None = None, name: str = "strided_slice") -> Tensor:
+    """``x[begin[k]:end[k]:strides[k]]`` along each ``axes[k]`` (TVM's ``R.strided_slice(x, axes,
+    begin, end, strides)``; Python / numpy slicing semantics).
+
+    ``x`` (any shape, any dtype) -> ``x``'s shape with each sliced dim replaced by its length.
+    ``begin`` / ``end`` are ints or symbolic int64 expressions of ``x``'s dims (``seq - 1``);
+    ``strides`` positive ints (default 1). A negative int counts from the end. With a static dim
+    and int bounds the bounds are clamped to ``[0, dim]`` as numpy does; otherwise they are
+    assumed in range (``0 <= begin <= end <= dim``, TVM's ``assume_inbound``): the length is
+    ``(end - begin + stride - 1) // stride`` and the compiled kernel checks each index it reads
+    (an out-of-range slice is an error when it runs, never a read out of bounds). Raises
+    TypeError for non-int values, ValueError for lists of different lengths, a repeated or
+    out-of-range axis, or a stride that is not positive (negative strides are not supported).
+    """
+    if isinstance(axes, (int, np.integer)):
+        axes, begin, end = [axes], [begin], [end]
+        strides = None if strides is None else [strides]
+    axes = [int(a) if isinstance(a, (int, np.integer)) and not isinstance(a, bool) else a for a in axes]
+    if not all(isinstance(a, int) and not isinstance(a, bool) for a in axes):
+        raise TypeError(f"strided_slice: axes must be ints, got {describe(list(axes))}")
+    begin = [_slice_value(v, "begin") for v in begin]
+    end = [_slice_value(v, "end") for v in end]
+    if strides is not None:
+        strides = [int(s) if isinstance(s, np.integer) else s for s in strides]
+        if not all(isinstance(s, int) and not isinstance(s, bool) for s in strides):
+            raise TypeError(f"strided_slice: strides must be ints, got {describe(list(strides))}")
+    else:
+        strides = [1] * len(axes)
+    return wrap_nested(op_call("strided_slice", [x._expr], axes=list(axes), begin=begin, end=end,
+                               strides=strides, assume_inbound=False), name)
+
+
+def _tensor_getitem(x: Tensor, key) -> Tensor:
+    """``x[key]`` (numpy basic indexing, :meth:`Tensor.__getitem__`)."""
+    key = key if isinstance(key, tuple) else (key,)
+    if sum(k is Ellipsis for k in key) > 1:
+        raise ValueError("Tensor indexing: at most one '...' is allowed")
+    n_index = sum(k is not Ellipsis for k in key)
+    if n_index > x.ndim:
+        raise ValueError(f"Tensor indexing: {n_index} indices for a tensor of {x.ndim} dims "
+                         f"{tuple(str(d) for d in x.shape)}")
+    if Ellipsis in key:
+        at = key.index(Ellipsis)
+        key = key[:at] + (slice(None),) * (x.ndim - n_index) + key[at + 1:]
+    key = key + (slice(None),) * (x.ndim - len(key))
+    axes, begin, end, strides, drop = [], [], [], [], []
+    for ax, k in enumerate(key):
+        dim = x.shape[ax]
+        if isinstance(k, np.integer):
+            k = int(k)
+        if isinstance(k, slice):
+            step = 1 if k.step is None else k.step
+            if isinstance(step, np.integer):
+                step = int(step)
+            if isinstance(step, bool) or not isinstance(step, int):
+                raise TypeError(f"Tensor indexing: a slice step must be an int, got {describe(step)}")
+            if step <= 0:
+                raise ValueError(f"Tensor indexing: slice steps must be positive (negative steps are not "
+                                 f"supported), got {step}")
+            if k.start is None and k.stop is None and step == 1:
+                continue
+            axes.append(ax)
+            begin.append(0 if k.start is None else _slice_value(k.start, "begin"))
+            end.append(dim if k.stop is None else _slice_value(k.stop, "end"))
+            strides.append(step)
+        elif isinstance(k, (int, E.PrimExpr)) and not isinstance(k, bool):
+            if isinstance(k, E.PrimExpr) and (not E.is_int_dtype(k.dtype) or k.dtype == "bool"):
+                raise TypeError(f"Tensor indexing: index {k} must be an integer expression, got {k.dtype}")
+            if isinstance(k, int) and isinstance(dim, int) and not -dim <= k < dim:
+                raise ValueError(f"Tensor indexing: index {k} is out of range for dim {ax} of size {dim}")
+            if isinstance(k, int) and k < 0:
+                k = dim + k if isinstance(dim, int) else E.simplify(E.convert(dim) + k)
+            axes.append(ax)
+            begin.append(k)
+            end.append(k + 1 if isinstance(k, int) else E.simplify(k + 1))
+            strides.append(1)
+            drop.append(ax)
+        else:
+            raise TypeError(f"Tensor indexing: indices must be ints, symbolic ints, slices or '...', got "
+                            f"{describe(k)} (None / tensor indices are not supported; use unsqueeze / take)")
+    if not axes:
+        return x
+    out = strided_slice(x, axes, begin, end, strides, name="strided_slice")
+    if drop:
+        out = squeeze(out, drop, name="squeeze")
+    return out

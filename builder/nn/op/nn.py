@@ -11,8 +11,9 @@ from ...ir import expr as E
 from ...ir import relax as rx
 from ...ir.block_builder import BlockBuilder
 from ...ir.op import resolve_reshape
+from ...ir.op.common import fmt_shape
 from ..core import Tensor, get_default_dtype, wrap_nested
-from .common import int_list, op_call, pair
+from .common import int_list, op_call, pair, recipe_function
 
 
 def layer_norm(x: Tensor, normalized_shape: int | Sequence[int], weight: Tensor | None = None,
@@ -233,26 +234,75 @@ def interpolate(x: Tensor, size: int | Sequence[int] | None = None,
                              extrapolation_value=0.0, out_dtype="void"), name)
 
 
+_CAUSAL_MASKS = ("TopLeft", "BottomRight")
+
+
+def _attention_bias(attn_mask: Tensor, query: Tensor) -> rx.Expr:
+    """``attn_mask`` as TVM's additive 4-D bias: a bool mask (True = attend) becomes 0 / -inf in
+    query's dtype, a float mask of query's dtype is used as it is; 1- to 3-D masks get leading 1s
+    (numpy / PyTorch broadcasting)."""
+    op = "scaled_dot_product_attention"
+    if attn_mask.ndim > 4 or attn_mask.ndim == 0:
+        raise ValueError(f"{op}: attn_mask must have 1 to 4 dims broadcastable to (batch, num_heads, "
+                         f"seq_q, seq_kv), got shape {tuple(str(d) for d in attn_mask.shape)}")
+    if attn_mask.dtype == "bool":
+        dt = query.dtype
+        bias: rx.Expr = op_call("where", [attn_mask._expr, rx.Constant(np.asarray(0.0), dt),
+                                          rx.Constant(np.asarray(-np.inf), dt)])
+    elif attn_mask.dtype == query.dtype:
+        bias = attn_mask._expr
+    else:
+        raise TypeError(f"{op}: attn_mask must be bool or have query's dtype {query.dtype}, got "
+                        f"{attn_mask.dtype}")
+    if attn_mask.ndim < 4:
+        bias = op_call("expand_dims", [bias], axis=list(range(4 - attn_mask.ndim)))
+    return bias
+
+
 def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor,
                                  attn_mask: Tensor | None = None, is_causal: bool | None = False,
                                  scale: float | None = None,
-                                 name: str = "scaled_dot_product_attention") -> Tensor:
+                                 name: str = "scaled_dot_product_attention", *,
+                                 causal_mask: str | None = None) -> Tensor:
     """Scaled dot-product attention (Vaswani et al. 2017) in TVM's layout, emitted as
-    ``R.nn.attention``::
+    ``R.nn.attention(q, k, v[, bias])``::
 
-        out[b, i, h, :] = sum_j softmax_j(scale * q[b, i, h, :] . k[b, j, h', :]) v[b, j, h', :]
+        s[b, h, i, j] = scale * q[b, i, h, :] . k[b, j, h', :] + mask[b, h, i, j]
+        out[b, i, h, :] = sum_j softmax_j(s[b, h, i, j]) v[b, j, h', :]
 
     ``query`` (B, S_q, H, D), ``key`` (B, S_kv, H_kv, D), ``value`` (B, S_kv, H_kv, D_v) ->
     (B, S_q, H, D_v); ``h' = h // (H / H_kv)`` (grouped-query attention when H_kv < H).
-    ``scale`` defaults to ``1 / sqrt(D)``; ``is_causal`` masks keys ``j > i`` (PyTorch's
-    ``is_causal``, TVM's ``causal_mask="TopLeft"``). Raises ValueError for
-    ``attn_mask``; ValueError / TypeError for mismatched shapes / dtypes.
+    ``scale`` defaults to ``1 / sqrt(D)``.
+
+    ``attn_mask`` follows ``torch.nn.functional.scaled_dot_product_attention``: its shape
+    broadcasts to (B, H, S_q, S_kv) (PyTorch's score layout, not the BSNH layout of q: a padding
+    mask is (B, 1, 1, S_kv); 1- to 3-D masks get leading 1s); a bool mask keeps the keys where it
+    is True (it becomes an additive 0 / -inf mask of query's dtype), a float mask of query's
+    dtype is added to the scores. A query row whose keys are all masked gives zeros, as PyTorch
+    >= 2.5 (``_safe_softmax`` in its math attention, pytorch/pytorch#131060; older PyTorch gave
+    NaN); a float mask using a finite lowest value instead of -inf does not count as masking.
+
+    ``is_causal`` masks keys ``j > i`` (PyTorch's ``is_causal``, TVM's
+    ``causal_mask="TopLeft"``); ``causal_mask`` names TVM's alignment instead: ``"TopLeft"`` or
+    ``"BottomRight"`` (key ``j`` is visible to query ``i`` when ``j <= i + S_kv - S_q``: new
+    queries attending to a cache of past and new keys). Both mask kinds may be combined with
+    ``attn_mask``. Raises ValueError for ``is_causal`` together with ``causal_mask``, an unknown
+    ``causal_mask``, a mask that does not broadcast, and mismatched shapes; TypeError for a mask
+    dtype other than bool or query's, and mismatched dtypes.
     """
+    op = "scaled_dot_product_attention"
+    if causal_mask is not None:
+        if is_causal:
+            raise ValueError(f"{op}: give either is_causal=True (top-left) or causal_mask, not both")
+        if causal_mask not in _CAUSAL_MASKS:
+            raise ValueError(f"{op}: causal_mask must be None, 'TopLeft' or 'BottomRight', got {causal_mask!r}")
+    elif is_causal:
+        causal_mask = "TopLeft"
+    args = [query._expr, key._expr, value._expr]
     if attn_mask is not None:
-        raise ValueError("scaled_dot_product_attention: attn_mask is not supported (as in TVM); use is_causal")
+        args.append(_attention_bias(attn_mask, query))
     sc = None if scale is None else E.FloatImm(float(scale), "float32")
-    return wrap_nested(op_call("nn.attention", [query._expr, key._expr, value._expr], scale=sc,
-                             causal_mask="TopLeft" if is_causal else None), name)
+    return wrap_nested(op_call("nn.attention", args, scale=sc, causal_mask=causal_mask), name)
 
 
 def get_timestep_embedding(x: Tensor, embedding_dim: int, flip_sin_to_cos: bool = False,
@@ -292,3 +342,74 @@ def get_timestep_embedding(x: Tensor, embedding_dim: int, flip_sin_to_cos: bool 
     if embedding_dim % 2 == 1:
         emb = op_call("nn.pad", [emb], pad_width=[0, 0, 0, 1], pad_mode="constant", pad_value=0.0)
     return wrap_nested(op_call("astype", [emb], dtype=get_default_dtype()), name)
+
+
+def _check_float(x: Tensor, opname: str, what: str = "x") -> None:
+    if not E.is_float_dtype(x.dtype):
+        raise TypeError(f"{opname}: {what} must be a floating-point tensor, got {x.dtype}")
+
+
+@recipe_function
+def normalize(x: Tensor, p: float = 2.0, axis: int = -1, eps: float = 1e-12, name: str = "normalize") -> Tensor:
+    """``x / max(||x||_p, eps)`` along ``axis`` (``torch.nn.functional.normalize``,
+    https://pytorch.org/docs/stable/generated/torch.nn.functional.normalize.html), composed of
+    ``abs`` / ``multiply`` / ``power``, ``sum`` (or ``max`` for ``p = inf``), ``sqrt``, ``maximum``
+    and ``divide`` (so it fuses)::
+
+        ||x||_p = (sum_axis |x|^p)^(1/p)          (p = 2: sqrt(sum x*x); p = 1: sum |x|; inf: max |x|)
+
+    ``x`` any float tensor -> same shape and dtype (16-bit floats: the sum accumulates in float32,
+    the rest is in ``x``'s dtype, as PyTorch). Raises TypeError for a non-float ``x`` or ``p``,
+    ValueError for ``p <= 0`` or an axis out of range.
+    """
+    _check_float(x, "normalize")
+    if isinstance(p, bool) or not isinstance(p, (int, float)):
+        raise TypeError(f"normalize: p must be a number, got {p!r}")
+    if not p > 0:
+        raise ValueError(f"normalize: p must be > 0, got {p}")
+    ax = [int(axis)]
+    dt = x.dtype
+    xe = x._expr
+    if p == 2:
+        norm = op_call("sqrt", [op_call("sum", [op_call("multiply", [xe, xe])], axis=ax, keepdims=True)])
+    elif p == 1:
+        norm = op_call("sum", [op_call("abs", [xe])], axis=ax, keepdims=True)
+    elif math.isinf(p):
+        norm = op_call("max", [op_call("abs", [xe])], axis=ax, keepdims=True)
+    else:
+        powered = op_call("power", [op_call("abs", [xe]), rx.const(float(p), dt)])
+        norm = op_call("power", [op_call("sum", [powered], axis=ax, keepdims=True), rx.const(1.0 / p, dt)])
+    denom = op_call("maximum", [norm, rx.const(float(eps), dt)])
+    return wrap_nested(op_call("divide", [xe, denom]), name)
+
+
+@recipe_function
+def mean_pooling(token_embeddings: Tensor, attention_mask: Tensor, name: str = "mean_pooling") -> Tensor:
+    """Mean of the token embeddings over the tokens the mask keeps (sentence-transformers'
+    ``mean_pooling``, https://www.sbert.net/examples/sentence_transformer/applications/computing-embeddings)::
+
+        out[b, :] = sum_s x[b, s, :] * m[b, s] / max(sum_s m[b, s], 1e-9)
+
+    ``token_embeddings`` (batch, seq, hidden) float; ``attention_mask`` (batch, seq) of bool, int
+    or float (converted to the embeddings' dtype) -> (batch, hidden). Composed of ``astype``,
+    ``expand_dims``, ``multiply``, ``sum``, ``maximum`` and ``divide``. A row whose mask is all
+    zeros gives zeros (0 / 1e-9; in float16, where 1e-9 is 0, NaN as in PyTorch). Raises
+    TypeError for non-float embeddings, ValueError for other ranks or mismatched (batch, seq).
+    """
+    op = "mean_pooling"
+    x, m = token_embeddings, attention_mask
+    _check_float(x, op, "token_embeddings")
+    if x.ndim != 3 or m.ndim != 2:
+        raise ValueError(f"{op}: token_embeddings must be (batch, seq, hidden) and attention_mask (batch, seq), "
+                         f"got shapes {fmt_shape(x.shape)} and {fmt_shape(m.shape)}")
+    for i, what in ((0, "batch"), (1, "seq")):
+        a, b = x.shape[i], m.shape[i]
+        if isinstance(a, int) and isinstance(b, int) and a != b:
+            raise ValueError(f"{op}: the {what} of token_embeddings {fmt_shape(x.shape)} is {a} but "
+                             f"that of attention_mask {fmt_shape(m.shape)} is {b}")
+    dt = x.dtype
+    mask = m._expr if m.dtype == dt else op_call("astype", [m._expr], dtype=dt)
+    mask = wrap_nested(op_call("expand_dims", [mask], axis=[-1]), name + "_mask")._expr   # read twice: bind once
+    summed = op_call("sum", [op_call("multiply", [x._expr, mask])], axis=[1], keepdims=False)
+    count = op_call("maximum", [op_call("sum", [mask], axis=[1], keepdims=False), rx.const(1e-9, dt)])
+    return wrap_nested(op_call("divide", [summed, count]), name)

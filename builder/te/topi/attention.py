@@ -15,20 +15,28 @@ from .common import cast_value, is_static_one, norm_acc_dtype, two_stage_compute
 __all__ = ["attention"]
 
 
-def attention(q: Tensor, k: Tensor, v: Tensor, scale: float | None = None,
+def attention(q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None = None, scale: float | None = None,
               causal_mask: str | None = None) -> Tensor:
     """Scaled dot-product attention in TVM's (batch, seq, heads, head_dim) layout
-    (Vaswani et al. 2017; ``torch.nn.functional.scaled_dot_product_attention``)::
+    (Vaswani et al. 2017; ``torch.nn.functional.scaled_dot_product_attention``; TVM's
+    ``R.nn.attention(query, key, value, bias, scale, causal_mask)``)::
 
-        s[b, h, i, j] = scale * sum_d q[b, i, h, d] * k[b, j, h', d]     (masked: lowest value)
+        s[b, h, i, j] = scale * sum_d q[b, i, h, d] * k[b, j, h', d] + bias[b, h, i, j]
+                        (causally masked: -inf)
         out[b, i, h, e] = sum_j exp(s - max_j s) * v[b, j, h', e] / sum_j exp(s - max_j s)
+                        (0 where every s[b, h, i, :] is -inf: the sum is 0)
 
     ``q`` (B, Sq, H, D), ``k`` (B, Sk, Hk, D), ``v`` (B, Sk, Hk, Dv); ``h' = h // (H / Hk)``
-    (grouped-query attention). ``scale`` defaults to ``1 / sqrt(D)``. ``causal_mask``:
-    ``"TopLeft"`` keeps ``j <= i`` (PyTorch's ``is_causal``), ``"BottomRight"`` keeps
-    ``j <= i + Sk - Sq``. Math in float32 (float64 for float64). Stages: ``T_attention_score``
-    (+ ``_acc``), ``T_attention_max``, ``T_attention_exp``, ``T_attention_sum``,
-    ``T_attention`` (+ ``_acc``). Raises ValueError for non-4-D inputs or an unknown mask.
+    (grouped-query attention). ``bias`` (optional, q's dtype) has shape (B, H, Sq, Sk) where any
+    dim may be 1 (broadcast); it is added in the math dtype, so ``-inf`` in it masks a key.
+    ``scale`` defaults to ``1 / sqrt(D)``. ``causal_mask``: ``"TopLeft"`` keeps ``j <= i``
+    (PyTorch's ``is_causal``), ``"BottomRight"`` keeps ``j <= i + Sk - Sq``. A row whose scores
+    are all ``-inf`` (every key masked) gives zeros, as PyTorch >= 2.5's ``_safe_softmax`` in
+    its math attention (pytorch/pytorch#131060), not NaN. Math in float32 (float64 for
+    float64). Stages: ``T_attention_score`` (+ ``_acc``), ``T_attention_max``,
+    ``T_attention_exp``, ``T_attention_sum``, ``T_attention`` (+ ``_acc``). Raises ValueError
+    for non-4-D inputs, a bias whose dims are neither 1 nor those of the scores, or an unknown
+    mask.
     """
     if q.ndim != 4 or k.ndim != 4 or v.ndim != 4:
         raise ValueError(f"attention: query, key and value must be 4-D (B, S, H, D), got "
@@ -38,6 +46,17 @@ def attention(q: Tensor, k: Tensor, v: Tensor, scale: float | None = None,
     acc = norm_acc_dtype(q.dtype)
     bsz, sq, heads, dim = q.shape
     sk, hk, dv = k.shape[1], k.shape[2], v.shape[3]
+    s_shape = (bsz, heads, sq, sk)
+    if bias is not None:
+        if bias.ndim != 4:
+            raise ValueError(f"attention: bias must be 4-D (B, H, Sq, Sk), got {fmt_shape(bias.shape)}")
+        for bd, sd in zip(bias.shape, s_shape):
+            if not is_static_one(bd) and static_int(bd) is not None and static_int(sd) is not None \
+                    and static_int(bd) != static_int(sd):
+                raise ValueError(f"attention: bias {fmt_shape(bias.shape)} does not broadcast to the "
+                                 f"scores {fmt_shape(s_shape)}")
+        b_one = [is_static_one(bd) and not is_static_one(sd) for bd, sd in zip(bias.shape, s_shape)]
+    neg_inf = E.const(float("-inf"), acc)
     rep = E.simplify(heads // hk)
     if scale is None:
         sd = static_int(dim)
@@ -56,13 +75,15 @@ def attention(q: Tensor, k: Tensor, v: Tensor, scale: float | None = None,
 
     def fmask(val, idx):
         val = val * sc
+        if bias is not None:
+            bidx = [E.IntImm(0, "int64") if one else x for one, x in zip(b_one, idx)]
+            val = val + cast_value(bias[tuple(bidx)], acc)
         if causal_mask is None:
             return val
         i, j = idx[2], idx[3]
         limit = i if causal_mask == "TopLeft" else E.simplify(i + (sk - sq))
-        return E.Select(E.LE(j, limit), val, tir.min_value(acc))
+        return E.Select(E.LE(j, limit), val, neg_inf)
 
-    s_shape = (bsz, heads, sq, sk)
     score = _te.compute(s_shape, fscore, name="T_attention_score")
 
     def masked(b, h, i, j):
@@ -89,6 +110,9 @@ def attention(q: Tensor, k: Tensor, v: Tensor, scale: float | None = None,
     def fnorm(val, idx):
         b, i, h = idx[0], idx[1], idx[2]
         out = val / total[b, h, i]
+        if bias is not None or causal_mask is not None:
+            # every key masked (-inf): exp(-inf - lowest) sums to 0 -> 0, as _safe_softmax
+            out = E.Select(E.EQ(total[b, h, i], E.const(0.0, acc)), E.const(0.0, acc), out)
         if static_int(sk) is None:   # no keys: zeros (PyTorch's math attention), not 0 / 0
             out = E.Select(E.GT(E.convert(sk).astype("int64"), E.IntImm(0, "int64")), out, E.convert(0.0, acc))
         return out

@@ -9,7 +9,7 @@ from typing import Sequence
 from ...ir import expr as E
 from ...ir import tir
 from ...ir.expr import PrimExpr
-from ...ir.op import arange_length, split_sizes
+from ...ir.op import arange_length, slice_range, split_sizes
 from ...ir.op.common import fmt_shape, static_int
 from .. import tensor as _te
 from ..tensor import Tensor
@@ -19,7 +19,7 @@ from .common import (
 
 __all__ = [
     "arange", "astype", "broadcast_to", "checked_index", "concat", "expand_dims", "full", "ones", "pad",
-    "permute_dims", "repeat", "reshape", "split", "squeeze", "take", "tril", "trilu", "triu", "zeros",
+    "permute_dims", "repeat", "reshape", "split", "squeeze", "strided_slice", "take", "tril", "trilu", "triu", "zeros",
 ]
 
 
@@ -228,6 +228,43 @@ def split(x: Tensor, indices_or_sections, axis: int = 0) -> list[Tensor]:
         outs.append(_te.compute(shape, f, name=f"T_split_{k}"))
         begin = E.simplify(begin + size)
     return outs
+
+
+def strided_slice(x: Tensor, axes: Sequence[int], begin: Sequence, end: Sequence,
+                  strides: Sequence[int] | None = None, out_shape: Sequence | None = None) -> Tensor:
+    """``x[..., begin:end:stride, ...]`` on each of ``axes`` (Python / numpy slicing, positive
+    strides): ``out[..., i, ...] = x[..., start + i * stride, ...]`` with ``(start, length)``
+    from :func:`builder.ir.op.slice_range` (static bounds on a static dim are clamped as numpy;
+    otherwise bounds are assumed in range and each index read is checked when the code runs:
+    :func:`checked_index`, an error instead of a read out of bounds). Bounds are ints or int
+    PrimExprs over the variables of ``x``'s shape. ``out_shape`` (optional) is the output shape to
+    declare instead of the computed one (the graph's, with kernel-local variables: the
+    legalization passes it so that the kernel binds its variables from the output buffer).
+    Raises ValueError for mismatched list lengths, a repeated axis or a non-positive stride."""
+    axes = [normalize_axis(a, x.ndim, "strided_slice") for a in axes]
+    strides = [1] * len(axes) if strides is None else [int(s) for s in strides]
+    if not (len(axes) == len(begin) == len(end) == len(strides)) or len(set(axes)) != len(axes):
+        raise ValueError(f"strided_slice: axes {axes} (distinct), begin {list(begin)}, end {list(end)} and "
+                         f"strides {strides} need one value each per axis")
+    shape = list(x.shape)
+    plan = {}
+    for ax, b, e, st in zip(axes, begin, end, strides):
+        start, length = slice_range(x.shape[ax], b, e, st)
+        checked = not (isinstance(start, int) and static_int(x.shape[ax]) is not None)
+        plan[ax] = (E.convert(start).astype("int64") if not isinstance(start, int) else E.IntImm(start, "int64"),
+                    st, checked)
+        shape[ax] = E.convert(length)
+    if out_shape is not None:
+        shape = [E.convert(d) for d in out_shape]
+
+    def f(*idx):
+        src = list(idx)
+        for ax, (start, st, checked) in plan.items():
+            j = E.simplify(start + (idx[ax] if st == 1 else idx[ax] * st))
+            src[ax] = checked_index(j, x.shape[ax]) if checked else j
+        return x[tuple(src)]
+
+    return _te.compute(shape, f, name="T_strided_slice")
 
 
 def expand_dims(x: Tensor, axis) -> Tensor:

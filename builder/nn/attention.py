@@ -1,0 +1,164 @@
+"""``Attention``: multi-head / grouped-query self-attention with optional rotary embeddings, padding
+masks and the runtime KV cache; the attention layer of Llama-style decoders and BERT-style encoders.
+
+Sources: scaled dot-product attention (Vaswani et al. 2017); grouped-query attention, several query
+heads sharing one key / value head (Ainslie et al. 2023); rotary position embeddings (Su et al. 2021,
+RoFormer) in HF transformers' Llama convention (``modeling_llama.rotate_half``); the parameter names
+and layouts of HF's ``LlamaAttention`` (``q_proj``, ``k_proj``, ``v_proj``, ``o_proj``, PyTorch
+``Linear`` weights (out_features, in_features)).
+
+With a cache (``spec.Object()`` input, at run time a ``runtime.ContiguousKVCache``) and
+``total_seq_len`` (``spec.Int()`` input), the new tokens' keys and values are appended to the cache
+under the layer's ``layer_id`` and the queries attend to every key held, causally aligned at the
+bottom right (query ``i`` of ``S_q`` new tokens sees key ``j`` of ``S_kv`` when
+``j <= i + S_kv - S_q``), so a prefill, a second prefill chunk and one-token decode steps all work.
+"""
+from __future__ import annotations
+
+import math
+
+from ..ir import expr as E
+from ..ir.op.common import fmt_shape
+from . import op
+from .core import Module, Object, Tensor
+from .modules import Linear
+
+__all__ = ["Attention"]
+
+
+def _positive_int(value, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ValueError(f"Attention: {what} must be a positive int, got {value!r}")
+    return value
+
+
+class Attention(Module):
+    """Multi-head (or grouped-query) self-attention, HF Llama's ``LlamaAttention`` layout::
+
+        q = x @ q_proj.T [+ b]  -> (B, S, H, D)      k, v = x @ {k,v}_proj.T [+ b] -> (B, S, H_kv, D)
+        q, k = rope(q, positions), rope(k, positions)                    (when rope_theta is set)
+        k, v = cache[layer_id] + (k, v)                                  (with a cache)
+        o[b, i, h] = sum_j softmax_j(q[b, i, h] . k[b, j, h'] / sqrt(D) + mask) v[b, j, h']
+        y = o.reshape(B, S, H * D) @ o_proj.T [+ b]                      (B, S, hidden)
+
+    with ``h' = h // (H / H_kv)`` (Ainslie et al. 2023).
+
+    ``Attention(hidden_size, num_heads, num_kv_heads=None, head_dim=None, bias=False, out_bias=None,
+    rope_theta=None, causal=False, dtype=None)``: ``num_kv_heads`` defaults to ``num_heads``
+    (multi-head attention) and must divide it; ``head_dim`` defaults to ``hidden_size //
+    num_heads``; ``bias`` gives ``q_proj`` / ``k_proj`` / ``v_proj`` biases, ``out_bias`` (default:
+    ``bias``) the bias of ``o_proj``; ``rope_theta`` (None: no position embedding) the base of the
+    rotary embeddings (10000 in Llama 2), which need an even ``head_dim``; ``causal``: each query sees
+    only keys at or before its position; ``dtype`` the parameters' dtype (default: the default dtype).
+
+    Children: ``q_proj`` Linear(hidden_size, num_heads * head_dim), ``k_proj`` / ``v_proj``
+    Linear(hidden_size, num_kv_heads * head_dim), ``o_proj`` Linear(num_heads * head_dim,
+    hidden_size); parameter names ``q_proj.weight`` (num_heads * head_dim, hidden_size), ...
+    ``layer_id`` (int or None, settable) names the layer in the KV cache.
+
+    Raises ValueError for non-positive sizes, ``num_heads`` not divisible by ``num_kv_heads``,
+    ``hidden_size`` not divisible by ``num_heads`` without ``head_dim``, an odd ``head_dim`` with
+    ``rope_theta``, or a ``rope_theta`` that is not a positive finite number.
+    """
+
+    def __init__(self, hidden_size: int, num_heads: int, num_kv_heads: int | None = None,
+                 head_dim: int | None = None, bias: bool = False, out_bias: bool | None = None,
+                 rope_theta: float | None = None, causal: bool = False, dtype: str | None = None) -> None:
+        hidden_size = _positive_int(hidden_size, "hidden_size")
+        num_heads = _positive_int(num_heads, "num_heads")
+        num_kv_heads = num_heads if num_kv_heads is None else _positive_int(num_kv_heads, "num_kv_heads")
+        if num_heads % num_kv_heads:
+            raise ValueError(f"Attention: num_heads ({num_heads}) must be a multiple of num_kv_heads "
+                             f"({num_kv_heads})")
+        if head_dim is None:
+            if hidden_size % num_heads:
+                raise ValueError(f"Attention: hidden_size ({hidden_size}) is not divisible by num_heads "
+                                 f"({num_heads}); give head_dim")
+            head_dim = hidden_size // num_heads
+        head_dim = _positive_int(head_dim, "head_dim")
+        if rope_theta is not None:
+            if (isinstance(rope_theta, bool) or not isinstance(rope_theta, (int, float))
+                    or not 0 < float(rope_theta) < math.inf):
+                raise ValueError(f"Attention: rope_theta must be a positive finite number or None, got {rope_theta!r}")
+            if head_dim % 2:
+                raise ValueError(f"Attention: rotary embeddings need an even head_dim, got {head_dim}")
+            rope_theta = float(rope_theta)
+        self.hidden_size = hidden_size
+        self.num_heads = num_heads
+        self.num_kv_heads = num_kv_heads
+        self.head_dim = head_dim
+        self.rope_theta = rope_theta
+        self.causal = bool(causal)
+        self.layer_id: int | None = None
+        self.q_proj = Linear(hidden_size, num_heads * head_dim, bias=bool(bias), dtype=dtype)
+        self.k_proj = Linear(hidden_size, num_kv_heads * head_dim, bias=bool(bias), dtype=dtype)
+        self.v_proj = Linear(hidden_size, num_kv_heads * head_dim, bias=bool(bias), dtype=dtype)
+        self.o_proj = Linear(num_heads * head_dim, hidden_size, bias=bool(bias if out_bias is None else out_bias),
+                             dtype=dtype)
+
+    def forward(self, x: Tensor, positions: Tensor | None = None, attention_mask: Tensor | None = None,
+                cache: Object | None = None, total_seq_len: int | E.PrimExpr | None = None) -> Tensor:
+        """x (batch, seq, hidden_size) float -> (batch, seq, hidden_size), x's dtype.
+
+        - ``positions``: integer (seq,) or (batch, seq), the positions of x's tokens for the rotary
+          embeddings; default ``arange(seq)`` without a cache, the positions after the tokens the
+          cache holds with one (``nn.op.kv_cache_query_positions``). Only with ``rope_theta``.
+        - ``attention_mask``: a padding mask, bool or integer (batch, seq_kv), true / nonzero where a
+          key may be attended to (HF's ``attention_mask``: 1 = token, 0 = padding), or a float
+          additive mask of x's dtype broadcastable to (batch, num_heads, seq, seq_kv) (0 = attend,
+          -inf = masked). ``seq_kv`` is ``seq``, or ``total_seq_len`` with a cache. Combined with the
+          causal mask when ``causal``. A query whose keys are all masked gives zeros.
+        - ``cache`` and ``total_seq_len`` (together): the runtime KV cache (an ``nn.Object``) and the
+          tokens it holds after this call (an int or int64 PrimExpr, e.g. a ``spec.Int`` input);
+          needs ``layer_id``. The causal mask is then aligned at the bottom right.
+
+        Raises ValueError for an x that is not 3-D or whose last dim is not hidden_size, ``positions``
+        without ``rope_theta``, a padding mask that is not 2-D, only one of ``cache`` /
+        ``total_seq_len``, or a cache without ``layer_id``; TypeError for a ``cache`` that is not an
+        ``nn.Object`` or a mask of another dtype (and what the ops raise for mismatched shapes).
+        """
+        if x.ndim != 3:
+            raise ValueError(f"Attention: x must be 3-D (batch, seq, hidden_size), got {fmt_shape(x.shape)}")
+        if isinstance(x.shape[2], int) and x.shape[2] != self.hidden_size:
+            raise ValueError(f"Attention: the last dim of x {fmt_shape(x.shape)} must be hidden_size "
+                             f"{self.hidden_size}")
+        if (cache is None) != (total_seq_len is None):
+            raise ValueError("Attention: give cache and total_seq_len together (the KV cache and the tokens it "
+                             "holds after this call), or neither")
+        if cache is not None:
+            if not isinstance(cache, Object):
+                raise TypeError(f"Attention: cache must be an nn.Object (a spec.Object() input), got "
+                                f"{type(cache).__name__}")
+            if isinstance(self.layer_id, bool) or not isinstance(self.layer_id, int) or self.layer_id < 0:
+                raise ValueError(f"Attention: using a KV cache needs the layer's layer_id (a non-negative int), "
+                                 f"got {self.layer_id!r}; number the attention layers of the model")
+        if positions is not None and self.rope_theta is None:
+            raise ValueError("Attention: positions are only used by rotary embeddings; this layer has no rope_theta")
+        batch, seq = x.shape[0], x.shape[1]
+        q = op.reshape(self.q_proj(x), [batch, seq, self.num_heads, self.head_dim])
+        k = op.reshape(self.k_proj(x), [batch, seq, self.num_kv_heads, self.head_dim])
+        v = op.reshape(self.v_proj(x), [batch, seq, self.num_kv_heads, self.head_dim])
+        if self.rope_theta is not None:
+            if positions is None:
+                positions = (op.arange(0, seq, dtype="int64") if cache is None else
+                             op.kv_cache_query_positions(cache, self.layer_id, seq, total_seq_len))
+            q = op.rotary_embedding(q, positions, self.rope_theta, name="q_rope")
+            k = op.rotary_embedding(k, positions, self.rope_theta, name="k_rope")
+        if cache is not None:
+            k, v = op.kv_cache_update(cache, self.layer_id, k, v, total_seq_len)
+        mask = None if attention_mask is None else self._mask(attention_mask)
+        causal = None if not self.causal else ("TopLeft" if cache is None else "BottomRight")
+        out = op.scaled_dot_product_attention(q, k, v, attn_mask=mask, causal_mask=causal)
+        return self.o_proj(op.reshape(out, [batch, seq, self.num_heads * self.head_dim]))
+
+    @staticmethod
+    def _mask(mask: Tensor) -> Tensor:
+        """A padding mask (bool / integer (batch, seq_kv)) as a bool (batch, 1, 1, seq_kv) mask; a float
+        mask is passed on as it is (the attention op checks its dtype and broadcasting)."""
+        if E.is_float_dtype(mask.dtype):
+            return mask
+        if mask.ndim != 2:
+            raise ValueError(f"Attention: a bool / integer attention_mask is a padding mask (batch, seq_kv), got "
+                             f"{fmt_shape(mask.shape)}")
+        keep = mask if mask.dtype == "bool" else op.not_equal(mask, 0)
+        return op.reshape(keep, [mask.shape[0], 1, 1, mask.shape[1]])

@@ -1,0 +1,196 @@
+"""Pieces of attention layers: rotary position embeddings built from other ops
+(``rotary_embedding``) and the calls of the runtime KV cache (``kv_cache_update``,
+``kv_cache_query_positions``; ``runtime.kv_cache``). The attention itself is
+``scaled_dot_product_attention`` (:mod:`.nn`); the layer that puts them together is
+:class:`builder.nn.attention.Attention`."""
+from __future__ import annotations
+
+import numpy as np
+
+from ...ir import expr as E
+from ...ir import relax as rx
+from ...ir.op.common import definitely_different, fmt_shape, static_int
+from ...ir.struct_info import TensorStructInfo, TupleStructInfo
+from ..core import Object, Tensor, wrap_nested
+from .common import op_call
+
+__all__ = ["rotary_embedding", "kv_cache_update", "kv_cache_query_positions"]
+
+#: The runtime builtins behind :func:`kv_cache_update` and :func:`kv_cache_query_positions`
+#: (``runtime.kv_cache``).
+KV_CACHE_UPDATE = "vm.builtin.kv_cache_update"
+KV_CACHE_QUERY_POSITIONS = "vm.builtin.kv_cache_query_positions"
+
+
+def _rope_inv_freq(head_dim: int, theta: float, dtype: str = "float32") -> np.ndarray:
+    """The inverse frequencies of rotary embeddings, (head_dim // 2,) of ``dtype``::
+
+        inv_freq[i] = 1 / theta ** (2 i / head_dim)
+
+    computed as HF transformers' ``_compute_default_rope_parameters`` does (float32: ``arange(0,
+    head_dim, 2)`` as float32, divided by ``head_dim``, ``theta ** that`` and its reciprocal in
+    float32); ``dtype="float64"`` computes in float64. Raises ValueError for an odd or non-positive
+    ``head_dim`` or a ``theta`` that is not a positive finite number.
+    """
+    if isinstance(head_dim, bool) or not isinstance(head_dim, (int, np.integer)) or head_dim <= 0 or head_dim % 2:
+        raise ValueError(f"rotary embedding: head_dim must be a positive even int, got {head_dim!r}")
+    if isinstance(theta, bool) or not isinstance(theta, (int, float, np.number)) or not 0 < float(theta) < np.inf:
+        raise ValueError(f"rotary embedding: theta must be a positive finite number, got {theta!r}")
+    if dtype not in ("float32", "float64"):
+        raise ValueError(f"rotary embedding: inv_freq is computed in float32 or float64, not {dtype}")
+    ft = np.dtype(dtype).type
+    exponent = np.arange(0, int(head_dim), 2, dtype=np.int64).astype(dtype) / ft(head_dim)
+    return (ft(1.0) / (ft(theta) ** exponent)).astype(dtype)
+
+
+def rotary_embedding(x: Tensor, positions: Tensor, theta: float, name: str = "rotary_embedding") -> Tensor:
+    """Rotary position embedding (Su et al. 2021, RoFormer) in HF transformers' Llama convention
+    (``modeling_llama.apply_rotary_pos_emb`` with ``rotate_half``: the two halves of the head dim
+    are the pairs rotated, not interleaved elements)::
+
+        inv_freq = 1 / theta ** (arange(0, D, 2) / D)                    (D / 2,)
+        angle[.., s, :] = concat(pos[.., s] * inv_freq, pos[.., s] * inv_freq)   (.., S, D)
+        rotate_half(x) = concat(-x[..., D/2:], x[..., :D/2])
+        out = x * cos(angle) + rotate_half(x) * sin(angle)
+
+    ``x`` (batch, seq, heads, head_dim) (BSNH, as the attention op), a float dtype; ``positions``
+    an integer tensor (seq,) (shared by the batch) or (batch, seq). Returns a tensor of ``x``'s shape
+    and dtype. ``inv_freq``, the angles, cos and sin are float32 whatever ``x``'s dtype (HF's
+    ``LlamaRotaryEmbedding.forward`` computes them in float32 with autocast off), then cast to
+    ``x``'s dtype. Built from astype, expand_dims, multiply, concat, cos, sin, split, negative, add.
+
+    Raises TypeError for a non-float ``x`` or non-integer ``positions``; ValueError when ``x`` is not
+    4-D, its head dim is not a static even int, ``positions`` is not 1-D / 2-D or its seq (or batch)
+    differs from ``x``'s, or ``theta`` is not a positive finite number.
+    """
+    if x.ndim != 4:
+        raise ValueError(f"rotary_embedding: x must be 4-D (batch, seq, heads, head_dim), got "
+                         f"{fmt_shape(x.shape)}")
+    if not E.is_float_dtype(x.dtype):
+        raise TypeError(f"rotary_embedding: x must be a float tensor, got {x.dtype}")
+    if not E.is_int_dtype(positions.dtype):
+        raise TypeError(f"rotary_embedding: positions must be an integer tensor, got {positions.dtype}")
+    if positions.ndim not in (1, 2):
+        raise ValueError(f"rotary_embedding: positions must be (seq,) or (batch, seq), got "
+                         f"{fmt_shape(positions.shape)}")
+    head_dim = static_int(x.shape[3])
+    if head_dim is None or head_dim % 2:
+        raise ValueError(f"rotary_embedding: the head dim of x {fmt_shape(x.shape)} must be a static even int")
+    if definitely_different(positions.shape[-1], x.shape[1]):
+        raise ValueError(f"rotary_embedding: positions {fmt_shape(positions.shape)} do not match the seq "
+                         f"of x {fmt_shape(x.shape)}")
+    if positions.ndim == 2 and definitely_different(positions.shape[0], x.shape[0]):
+        raise ValueError(f"rotary_embedding: positions {fmt_shape(positions.shape)} do not match the batch "
+                         f"of x {fmt_shape(x.shape)}")
+    adt = "float32"
+    inv_freq = rx.Constant(_rope_inv_freq(head_dim, theta, adt), adt)
+    pos = op_call("expand_dims", [op_call("astype", [positions._expr], dtype=adt)], axis=[-1])
+    freqs = wrap_nested(op_call("multiply", [pos, inv_freq]), f"{name}_freqs")          # (.., S, D/2)
+    angle = op_call("concat", [rx.Tuple([freqs._expr, freqs._expr])], axis=-1)         # (.., S, D)
+    angle = wrap_nested(op_call("expand_dims", [angle], axis=[-2]), f"{name}_angle")   # (.., S, 1, D)
+    cos = op_call("cos", [angle._expr])
+    sin = op_call("sin", [angle._expr])
+    if adt != x.dtype:
+        cos = op_call("astype", [cos], dtype=x.dtype)
+        sin = op_call("astype", [sin], dtype=x.dtype)
+    cos = wrap_nested(cos, f"{name}_cos")
+    sin = wrap_nested(sin, f"{name}_sin")
+    x1, x2 = wrap_nested(op_call("split", [x._expr], indices_or_sections=2, axis=3), f"{name}_half")
+    rotated = op_call("concat", [rx.Tuple([op_call("negative", [x2._expr]), x1._expr])], axis=3)
+    out = op_call("add", [op_call("multiply", [x._expr, cos._expr]), op_call("multiply", [rotated, sin._expr])])
+    return wrap_nested(out, name)
+
+
+def _cache_args(opname: str, cache, layer_id) -> None:
+    if not isinstance(cache, Object):
+        raise TypeError(f"{opname}: cache must be an nn.Object (a spec.Object() input), got "
+                        f"{type(cache).__name__}")
+    if isinstance(layer_id, bool) or not isinstance(layer_id, (int, np.integer)):
+        raise TypeError(f"{opname}: layer_id must be an int, got {type(layer_id).__name__}")
+    if layer_id < 0:
+        raise ValueError(f"{opname}: layer_id must be >= 0, got {layer_id}")
+
+
+def _int64(opname: str, what: str, value) -> E.PrimExpr:
+    """An int or integer PrimExpr argument as an int64 PrimExpr; TypeError / ValueError otherwise."""
+    if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+        if value < 0:
+            raise ValueError(f"{opname}: {what} must be >= 0, got {value}")
+        return E.IntImm(int(value), "int64")
+    if isinstance(value, E.PrimExpr) and E.is_int_dtype(value.dtype):
+        return value if value.dtype == "int64" else value.astype("int64")
+    raise TypeError(f"{opname}: {what} must be an int or an integer PrimExpr (a spec.Int input or a dim), "
+                    f"got {type(value).__name__}")
+
+
+def _packed(func: str, args: list, sinfo) -> rx.Call:
+    return rx.Call(rx.Op.get("call_pure_packed"), [rx.ExternFunc(func), *args], sinfo_args=[sinfo])
+
+
+def kv_cache_query_positions(cache: Object, layer_id: int, seq: int | E.PrimExpr, total_seq_len: int | E.PrimExpr,
+                             name: str = "positions") -> Tensor:
+    """The positions of ``seq`` new tokens in layer ``layer_id`` of the runtime KV cache: int64
+    (seq,), ``arange(held, total_seq_len)`` where ``held = total_seq_len - seq`` is what the layer
+    holds before the new tokens are appended (MLC-LLM's ``get_query_positions``)::
+
+        R.call_pure_packed("vm.builtin.kv_cache_query_positions", cache, R.prim_value(layer_id),
+                           R.prim_value(seq), R.prim_value(total_seq_len),
+                           sinfo_args=(R.Tensor((seq,), dtype="int64"),))
+
+    (``R.arange`` with a symbolic start is not supported by this runtime, so the positions come from
+    the cache.) At run time the cache raises ValueError (naming the layer) when it does not hold
+    ``total_seq_len - seq`` tokens. Raises TypeError / ValueError, as :func:`kv_cache_update`, for a
+    bad ``cache``, ``layer_id``, ``seq`` or ``total_seq_len``.
+    """
+    opname = "kv_cache_query_positions"
+    _cache_args(opname, cache, layer_id)
+    n = _int64(opname, "seq", seq)
+    total = _int64(opname, "total_seq_len", total_seq_len)
+    call = _packed(KV_CACHE_QUERY_POSITIONS, [cache._expr, rx.PrimValue(int(layer_id), "int64"),
+                                              rx.PrimValue(n, "int64"), rx.PrimValue(total, "int64")],
+                   TensorStructInfo((n,), "int64"))
+    return wrap_nested(call, name)
+
+
+def kv_cache_update(cache: Object, layer_id: int, k: Tensor, v: Tensor, total_seq_len: int | E.PrimExpr,
+                    name: str = "kv_cache") -> tuple[Tensor, Tensor]:
+    """Append the keys / values of new tokens to layer ``layer_id`` of the runtime KV cache and read
+    back every key and value it holds::
+
+        k_all, v_all = R.call_pure_packed("vm.builtin.kv_cache_update", cache, R.prim_value(layer_id),
+                                          k, v, R.prim_value(total_seq_len),
+                                          sinfo_args=(R.Tuple(R.Tensor((b, total_seq_len, h, d)),
+                                                              R.Tensor((b, total_seq_len, h, dv))),))
+
+    ``cache``: an ``nn.Object`` (a ``spec.Object()`` input; at run time a
+    ``runtime.ContiguousKVCache``); ``layer_id``: a non-negative int; ``k`` (batch, seq, kv_heads,
+    head_dim), ``v`` (batch, seq, kv_heads, head_dim_v) of one float dtype; ``total_seq_len``: the
+    tokens held after the append (an int or an int64 PrimExpr, typically a ``spec.Int`` input).
+    Returns ``(k_all, v_all)``, (batch, total_seq_len, kv_heads, head_dim[_v]). At run time the cache
+    raises ValueError (naming the layer) when the held tokens plus ``seq`` are not ``total_seq_len``,
+    or the shapes / dtype differ from what the layer holds.
+
+    Raises TypeError for a ``cache`` that is not an ``nn.Object``, a ``layer_id`` that is not an int,
+    a ``total_seq_len`` that is neither an int nor an integer PrimExpr, or ``k`` / ``v`` of different
+    or non-float dtypes; ValueError for a negative ``layer_id`` or ``total_seq_len``, ``k`` / ``v``
+    that are not 4-D or differ in batch, seq or heads.
+    """
+    _cache_args("kv_cache_update", cache, layer_id)
+    total = _int64("kv_cache_update", "total_seq_len", total_seq_len)
+    for t, what in ((k, "k"), (v, "v")):
+        if t.ndim != 4:
+            raise ValueError(f"kv_cache_update: {what} must be 4-D (batch, seq, kv_heads, head_dim), got "
+                             f"{fmt_shape(t.shape)}")
+    if k.dtype != v.dtype or not E.is_float_dtype(k.dtype):
+        raise TypeError(f"kv_cache_update: k and v must have one float dtype, got {k.dtype} and {v.dtype}")
+    for axis, what in ((0, "batch size"), (1, "sequence length"), (2, "number of heads")):
+        if definitely_different(k.shape[axis], v.shape[axis]):
+            raise ValueError(f"kv_cache_update: the {what} of k {fmt_shape(k.shape)} differs from that of v "
+                             f"{fmt_shape(v.shape)}")
+    b, _, heads, d = k.shape
+    sinfo = TupleStructInfo([TensorStructInfo((b, total, heads, d), k.dtype),
+                             TensorStructInfo((b, total, heads, v.shape[3]), v.dtype)])
+    call = _packed(KV_CACHE_UPDATE, [cache._expr, rx.PrimValue(int(layer_id), "int64"), k._expr, v._expr,
+                                     rx.PrimValue(total, "int64")], sinfo)
+    k_all, v_all = wrap_nested(call, name)
+    return k_all, v_all
