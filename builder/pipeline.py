@@ -420,10 +420,14 @@ def bind_weights(recipe: schemas.Recipe, param_specs: Sequence[tuple[str, tuple,
     """Parameter values from ``weights`` (or the recipe's ``weights.path``, relative to ``base``);
     None when there is no weights file (random weights are drawn later).
 
-    With a ``mapping`` (the recipe's transforms), a parameter missing from the file is computed
-    from its float source by the mapping's function (a float checkpoint is quantized / cast on
-    the fly); parameters present with the exact shape and dtype load directly. Raises
-    :class:`runtime.WeightsError` listing every problem.
+    Tensor names follow the recipe's ``weights`` rules (``prefix``, ``map`` with exact names,
+    ``{placeholder}`` patterns and prefix rules; ``ignore`` globs for tensors the model does not
+    need: :mod:`runtime.weights`). With a ``mapping`` (the recipe's transforms), a parameter missing
+    from the file is computed from its float source, found by the same rules, by the mapping's
+    function (a float checkpoint is quantized / cast on the fly); parameters present with the exact
+    shape and dtype load directly. Raises :class:`runtime.WeightsError` listing every problem
+    (ValueError for name rules the recipe validation let through: it checks them too); warns
+    :class:`runtime.weights.WeightsWarning` for an ``ignore`` glob that matches no tensor.
     """
     wdef = recipe.weights
     path = weights if weights is not None else (wdef.path if wdef and wdef.path else None)
@@ -436,7 +440,8 @@ def bind_weights(recipe: schemas.Recipe, param_specs: Sequence[tuple[str, tuple,
     conversions = mapping.conversions() if mapping is not None else None
     try:
         return load_params(path, expected, prefix=wdef.prefix if wdef else "",
-                           name_map=wdef.map if wdef else None, conversions=conversions, progress=progress)
+                           name_map=wdef.map if wdef else None, conversions=conversions, progress=progress,
+                           ignore=wdef.ignore if wdef else ())
     except WeightsError as err:
         meta = read_safetensors_metadata(path) if Path(path).is_file() else {}
         ours = describe(recipe.quantization)

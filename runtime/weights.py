@@ -1,11 +1,35 @@
 """Weights in and out of safetensors files, with name maps, conversion hooks and strict accounting.
 
-``load_params(path, expected, prefix="", name_map=None, conversions=None)`` reads the tensors a
-model expects: each parameter ``name`` is looked up in the file as ``name_map[name]`` if given,
-else ``prefix + name``. Loading is strict: every missing parameter, every unexpected tensor (a
-tensor under ``prefix`` that no parameter claims) and every shape or dtype mismatch is listed in
-one :class:`WeightsError`. Tensors outside ``prefix`` belong to other parts of a checkpoint and
-are ignored.
+``load_params(path, expected, prefix="", name_map=None, conversions=None, ignore=())`` reads the
+tensors a model expects. Each parameter ``name`` is looked up in the file under the name the
+``name_map`` rules give it (:class:`NameRules`), else ``prefix + name``. Loading is strict: every
+missing parameter, every unexpected tensor (a tensor under ``prefix`` that no parameter uses and no
+``ignore`` glob matches) and every shape or dtype mismatch is listed in one :class:`WeightsError`.
+Tensors outside ``prefix`` belong to other parts of a checkpoint and are not looked at.
+
+Name rules (``name_map``: our name -> the file's name):
+
+- an exact entry ``{"lm_head.weight": "model.embed_tokens.weight"}`` renames one parameter;
+- an entry may hold placeholders: ``{i}`` (any identifier in braces) matches one non-empty,
+  dot-free piece of a name (``0``, ``q_proj``), at most one per dot-separated segment
+  (``layer_{i}`` is fine, ``{a}{b}`` is not) and each at most once per side; both sides must use
+  the same placeholders;
+- an entry whose two sides end with ``"."`` is a *prefix* rule: ``{"layers.{i}.attn.":
+  "model.layers.{i}.self_attn."}`` renames every parameter starting with the left side (a whole
+  number of segments) and keeps the rest of its name; a prefix rule may map to ``""`` (strip it);
+- the most specific rule wins: the most literal characters on its left side (placeholders not
+  counted), a whole-name rule before a prefix rule of equal length; two rules equally specific
+  naming different tensors for one parameter are an error;
+- the file names a rule gives are complete (``prefix`` is not added to them); a rule that
+  matches no parameter is an error (a typo would otherwise leave its parameters on ``prefix``).
+
+``ignore`` holds :func:`fnmatch.fnmatchcase` globs over the file's tensor names (``pooler.*``:
+``*`` matches dots too): a tensor no parameter uses is an error unless one of them matches it.
+A glob that matches no tensor of the file is a :class:`WeightsWarning`, not an error: checkpoints
+of the same model differ in such leftovers (newer ``transformers`` no longer save
+``embeddings.position_ids``), and a misspelt glob hides nothing, since the tensor it meant is then
+reported as unexpected. Ignoring only excuses unused tensors: a tensor a parameter uses is loaded
+(and checked) whether a glob matches it or not.
 
 Conversions (the hook a recipe's quantization / dtype transform uses): ``conversions`` maps a
 *source* name (a floating-point tensor of the untransformed model, looked up by the same rule)
@@ -22,9 +46,12 @@ and ``BF16`` in files.
 from __future__ import annotations
 
 import difflib
+import fnmatch
 import json
 import os
+import re
 import struct
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
@@ -33,7 +60,9 @@ import numpy as np
 
 from .files import atomic_write, open_regular
 
-__all__ = ["WeightsError", "ParamConversion", "load_params", "save_params", "read_safetensors_header"]
+__all__ = ["WeightsError", "WeightsWarning", "ParamConversion", "NameRules", "load_params", "save_params",
+           "read_safetensors_header", "MAX_NAME_RULES", "MAX_PATTERN_RULES", "MAX_RULE_CHARS",
+           "MAX_IGNORE_PATTERNS", "MAX_IGNORE_CHARS"]
 
 
 class WeightsError(ValueError):
@@ -54,6 +83,260 @@ class ParamConversion:
     targets: tuple[str, ...]
     func: Callable[[np.ndarray], Sequence[np.ndarray]]
     shape: tuple
+
+
+class WeightsWarning(UserWarning):
+    """Something odd but harmless about a weights binding (an ``ignore`` glob that matches no tensor)."""
+
+
+MAX_NAME_RULES = 100_000
+"""The most entries a name map may have (exact renames of every parameter of a large model fit)."""
+
+MAX_PATTERN_RULES = 256
+"""The most name-map entries with placeholders or a trailing ``.`` (each is tried on every parameter)."""
+
+MAX_RULE_CHARS = 1024
+"""The longest side of a name-map entry, and the longest ``ignore`` glob (characters)."""
+
+MAX_IGNORE_PATTERNS = 256
+"""The most ``ignore`` globs."""
+
+MAX_IGNORE_CHARS = MAX_RULE_CHARS
+
+_PLACEHOLDER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+@dataclass(frozen=True)
+class _Pattern:
+    """One side of a name rule: dot-separated segments, each a literal string or ``(pre, name, post)``
+    (a placeholder between two literal pieces); ``prefix``: the text ended with ``.``."""
+
+    text: str
+    segments: tuple
+    prefix: bool
+
+    @property
+    def names(self) -> list[str]:
+        return [seg[1] for seg in self.segments if isinstance(seg, tuple)]
+
+    @property
+    def literal_chars(self) -> int:
+        return len(self.text) - sum(len(n) + 2 for n in self.names)
+
+    @property
+    def head(self) -> str:
+        """The literal text before the first placeholder (a quick filter)."""
+        return self.text.split("{", 1)[0]
+
+    def match(self, parts: Sequence[str]) -> dict[str, str] | None:
+        """Placeholder values when this (left) side matches the name split at dots (a prefix side:
+        its segments followed by at least one more), else None."""
+        n = len(self.segments)
+        if len(parts) <= n if self.prefix else len(parts) != n:
+            return None
+        values: dict[str, str] = {}
+        for seg, part in zip(self.segments, parts):
+            if isinstance(seg, str):
+                if seg != part:
+                    return None
+                continue
+            pre, name, post = seg
+            if len(part) <= len(pre) + len(post) or not part.startswith(pre) or not part.endswith(post):
+                return None
+            values[name] = part[len(pre):len(part) - len(post)]
+        return values
+
+    def fill(self, values: Mapping[str, str]) -> str:
+        """This (right) side with its placeholders replaced by ``values``."""
+        text = ".".join(seg if isinstance(seg, str) else seg[0] + values[seg[1]] + seg[2] for seg in self.segments)
+        return text + "." if self.prefix and self.segments else text
+
+
+def _parse_pattern(text: str, side: str) -> tuple[_Pattern | None, list[str]]:
+    """``text`` as a :class:`_Pattern`, or None and the problems (``side``: which side, for messages)."""
+    if not isinstance(text, str):
+        return None, [f"the {side} must be a string, got {type(text).__name__}"]
+    if len(text) > MAX_RULE_CHARS:
+        return None, [f"the {side} is {len(text)} characters long, more than the {MAX_RULE_CHARS} allowed"]
+    prefix = text.endswith(".")
+    body = text[:-1] if prefix else text
+    segments: list = []
+    problems: list[str] = []
+    seen: set[str] = set()
+    for seg in (body.split(".") if body or not prefix else []):
+        opens, closes = seg.count("{"), seg.count("}")
+        if not opens and not closes:
+            segments.append(seg)
+            continue
+        start, end = seg.find("{"), seg.find("}")
+        if opens != 1 or closes != 1 or end < start:
+            problems.append(f"the {side}'s segment {seg[:80]!r} must hold at most one placeholder '{{name}}' "
+                            "(braces are not allowed otherwise)")
+            continue
+        name = seg[start + 1:end]
+        if not _PLACEHOLDER.fullmatch(name):
+            problems.append(f"the {side}'s placeholder {{{name[:80]}}} is not a name (letters, digits and '_', "
+                            "not starting with a digit)")
+            continue
+        if name in seen:
+            problems.append(f"the {side} uses the placeholder {{{name}}} twice")
+            continue
+        seen.add(name)
+        segments.append((seg[:start], name, seg[end + 1:]))
+    return (None if problems else _Pattern(text, tuple(segments), prefix)), problems
+
+
+@dataclass(frozen=True)
+class _Rule:
+    left: _Pattern
+    right: _Pattern
+
+    @property
+    def exact(self) -> bool:
+        return not self.left.prefix and not self.left.names
+
+    @property
+    def rank(self) -> tuple[int, int]:
+        return (self.left.literal_chars, 0 if self.left.prefix else 1)
+
+
+def check_name_rule(ours: str, theirs: str) -> list[str]:
+    """The problems of the name-map entry ``ours -> theirs`` (empty when it is valid); the syntax is
+    the module docstring's."""
+    return _parse_rule(ours, theirs)[1]
+
+
+def _parse_rule(ours: str, theirs: str) -> tuple[_Rule | None, list[str]]:
+    left, problems = _parse_pattern(ours, "parameter side")
+    right, more = _parse_pattern(theirs, "file side")
+    problems += more
+    if left is None or right is None:
+        return None, problems
+    if not ours or ours == ".":
+        problems.append("the parameter side is empty (use 'prefix' to put a prefix before every name)")
+    if left.prefix != right.prefix and not (left.prefix and theirs == ""):
+        problems.append("a prefix rule ends with '.' on both sides (the file side may also be '' to strip the "
+                        "prefix); a whole-name rule on neither")
+    if sorted(left.names) != sorted(right.names):
+        problems.append(f"both sides must use the same placeholders: the parameter side has "
+                        f"{_names(left.names)}, the file side {_names(right.names)}")
+    return (None if problems else _Rule(left, right)), problems
+
+
+def _names(names: Sequence[str]) -> str:
+    return ", ".join("{" + n + "}" for n in sorted(names)) or "none"
+
+
+class NameRules:
+    """Our parameter names -> the file's tensor names, by a ``name_map`` (exact renames, placeholder
+    patterns and prefix rules, as the module docstring says) and a default ``prefix``.
+
+    Raises ValueError listing every invalid entry (or too many entries: :data:`MAX_NAME_RULES`,
+    :data:`MAX_PATTERN_RULES`; sides longer than :data:`MAX_RULE_CHARS`).
+    """
+
+    def __init__(self, name_map: Mapping[str, str] | None = None, prefix: str = "") -> None:
+        name_map = dict(name_map or {})
+        if not isinstance(prefix, str):
+            raise ValueError(f"the weights prefix must be a string, got {type(prefix).__name__}")
+        if len(name_map) > MAX_NAME_RULES:
+            raise ValueError(f"the name map has {len(name_map)} entries, more than the {MAX_NAME_RULES} allowed")
+        self.prefix = prefix
+        self.exact: dict[str, str] = {}
+        self.patterns: list[_Rule] = []
+        problems = []
+        for ours, theirs in name_map.items():
+            rule, bad = _parse_rule(ours, theirs)
+            problems += [f"name map entry {str(ours)[:80]!r}: {p}" for p in bad]
+            if rule is None:
+                continue
+            if rule.exact:
+                self.exact[ours] = theirs
+            else:
+                self.patterns.append(rule)
+        if len(self.patterns) > MAX_PATTERN_RULES:
+            problems.append(f"the name map has {len(self.patterns)} entries with placeholders or prefixes, more "
+                            f"than the {MAX_PATTERN_RULES} allowed")
+        if problems:
+            raise ValueError("invalid weights name map:\n" + "\n".join(f"  - {p}" for p in problems))
+        # most specific first; ties keep the map's order
+        self.patterns.sort(key=lambda r: r.rank, reverse=True)
+
+    def resolve(self, name: str) -> tuple[str, str | None, str | None]:
+        """``(file name, the rule's left side or None when ``prefix`` applied, problem or None)``:
+        the problem names two equally specific rules that give ``name`` different file names."""
+        if name in self.exact:
+            return self.exact[name], name, None
+        parts = None
+        found: tuple[str, _Rule] | None = None
+        for rule in self.patterns:
+            if found is not None and rule.rank < found[1].rank:
+                break
+            if not name.startswith(rule.left.head):
+                continue
+            if parts is None:
+                parts = name.split(".")
+            values = rule.left.match(parts)
+            if values is None:
+                continue
+            key = rule.right.fill(values)
+            if rule.left.prefix:
+                rest = ".".join(parts[len(rule.left.segments):])
+                key = key + rest
+            if found is None:
+                found = (key, rule)
+            elif key != found[0]:
+                return found[0], found[1].left.text, (
+                    f"parameter '{name}': the name map's entries '{found[1].left.text}' and '{rule.left.text}' "
+                    f"are equally specific and name different tensors ('{found[0]}', '{key}'); add an exact entry")
+        if found is not None:
+            return found[0], found[1].left.text, None
+        return self.prefix + name, None, None
+
+    def file_key(self, name: str) -> str:
+        """The tensor name of parameter ``name`` in the file. Raises ValueError when two equally
+        specific rules disagree."""
+        key, _, problem = self.resolve(name)
+        if problem:
+            raise ValueError(problem)
+        return key
+
+    def unused(self, names: Sequence[str]) -> list[str]:
+        """Problems for the entries that match none of ``names`` (exact ones with close matches)."""
+        names = list(names)
+        known = set(names)
+        problems = []
+        for ours in self.exact:
+            if ours not in known:
+                close = difflib.get_close_matches(ours, sorted(known), n=2) if len(known) <= 10_000 else []
+                problems.append(f"the name map's entry '{ours}' names no parameter of the model"
+                                + (f" (did you mean {' or '.join(repr(c) for c in close)}?)" if close else ""))
+        split = [n.split(".") for n in names]
+        for rule in self.patterns:
+            head = rule.left.head
+            if not any(n.startswith(head) and rule.left.match(parts) is not None for n, parts in zip(names, split)):
+                problems.append(f"the name map's rule '{rule.left.text}' matches no parameter of the model")
+        return problems
+
+
+def _ignore_globs(ignore: Sequence[str]) -> list[tuple[str, "re.Pattern[str]"]]:
+    """``ignore`` checked and compiled (fnmatch escapes everything but its wildcards). Raises ValueError."""
+    ignore = list(ignore or ())
+    problems = []
+    if len(ignore) > MAX_IGNORE_PATTERNS:
+        raise ValueError(f"{len(ignore)} ignore patterns, more than the {MAX_IGNORE_PATTERNS} allowed")
+    out = []
+    for glob in ignore:
+        if not isinstance(glob, str) or not glob:
+            problems.append(f"ignore pattern {glob!r} must be a non-empty string")
+        elif len(glob) > MAX_IGNORE_CHARS:
+            problems.append(f"ignore pattern {glob[:80]!r}... is {len(glob)} characters long, more than the "
+                            f"{MAX_IGNORE_CHARS} allowed")
+        else:
+            out.append((glob, re.compile(fnmatch.translate(glob))))
+    if problems:
+        raise ValueError("invalid weights ignore patterns:\n" + "\n".join(f"  - {p}" for p in problems))
+    return out
 
 
 _ST_DTYPES = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16", "I64": "int64",
@@ -174,37 +457,55 @@ def read_safetensors_metadata(path: str | Path) -> dict[str, str]:
 def load_params(path: str | Path, expected: Mapping[str, tuple[Sequence[int], str]], prefix: str = "",
                 name_map: Mapping[str, str] | None = None,
                 conversions: Mapping[str, ParamConversion] | None = None,
-                progress: Callable[[int, int, str], None] | None = None) -> dict[str, np.ndarray]:
+                progress: Callable[[int, int, str], None] | None = None,
+                ignore: Sequence[str] = ()) -> dict[str, np.ndarray]:
     """Load the parameters ``expected`` (name -> (shape, dtype)) from safetensors ``path``.
 
-    ``conversions``: source name -> :class:`ParamConversion` (see the module docstring); a
+    ``name_map`` (our name -> the file's name: exact entries, ``{placeholder}`` patterns, prefix
+    rules) and ``prefix`` say where each parameter is in the file; ``ignore`` lists globs of file
+    tensors that may stay unused (see the module docstring). ``conversions``: source name ->
+    :class:`ParamConversion` (see the module docstring), its source looked up by the same rules; a
     source must be a floating-point tensor of the conversion's shape (any float dtype).
     ``progress(done, total, source_name)`` is called with ``done=0`` before the first conversion and
     after each one.
 
-    Returns name -> numpy array (C-contiguous; loaded directly: the file's exact values).
-    Raises WeightsError listing every missing / unexpected / mismatched tensor, naming the
-    file's side and the parameter's side of each mismatch.
+    Returns name -> numpy array (C-contiguous; loaded directly: the file's exact values; floats of
+    another float dtype cast; converted ones as their conversion gives them).
+    Raises ValueError for an invalid ``name_map`` / ``ignore`` (before opening the file);
+    WeightsError listing every missing / unexpected / mismatched tensor, naming the file's side and
+    the parameter's side of each mismatch, every name-map entry that matches no parameter and every
+    parameter two rules disagree on. Warns :class:`WeightsWarning` for an ``ignore`` glob that
+    matches no tensor of the file.
     """
     path = str(path)
+    rules = NameRules(name_map, prefix)
+    globs = _ignore_globs(ignore)
     with _Checkpoint(path) as ckpt:
-        return _load(ckpt, expected, prefix, name_map, conversions, progress)
+        return _load(ckpt, expected, rules, globs, conversions, progress)
 
 
-def _load(ckpt: _Checkpoint, expected, prefix, name_map, conversions, progress) -> dict[str, np.ndarray]:
+def _load(ckpt: _Checkpoint, expected, rules: NameRules, globs, conversions, progress) -> dict[str, np.ndarray]:
     path, header = ckpt.path, ckpt.infos
-    name_map = dict(name_map or {})
+    prefix = rules.prefix
     conversions = dict(conversions or {})
     producer = {t: src for src, conv in conversions.items() for t in conv.targets}
 
-    def key_of(name: str) -> str:
-        return name_map.get(name, prefix + name)
-
     problems: list[str] = []
+    keys: dict[str, str] = {}
+    for name in [*expected, *conversions]:
+        if name not in keys:
+            keys[name], _, problem = rules.resolve(name)
+            if problem:
+                problems.append(problem)
+
+    def key_of(name: str) -> str:
+        return keys[name]
+
     direct: dict[str, str] = {}      # parameter -> file key
     cast: dict[str, str] = {}        # parameter -> file key of another float dtype
     convert: dict[str, str] = {}     # source name -> file key
     claimed: set[str] = set()
+    hints = 0
     for name, (shape, dtype) in expected.items():
         key = key_of(name)
         shape = tuple(int(d) for d in shape)
@@ -240,8 +541,13 @@ def _load(ckpt: _Checkpoint, expected, prefix, name_map, conversions, progress) 
             claimed.add(key)
             continue
         if info is None:
-            close = [k for k in header if k.endswith(name.split(".")[-1]) and k.startswith(prefix)][:3]
-            hint = f" (file has e.g. {', '.join(close)})" if close else ""
+            hint = ""
+            hints += 1
+            if hints <= 20:     # the nearest names with the same last segment (bounded work)
+                last = key.rsplit(".", 1)[-1]
+                pool = [k for k in header if k.rsplit(".", 1)[-1] == last][:5000]
+                close = difflib.get_close_matches(key, pool, n=2, cutoff=0.5)
+                hint = f" (the file has e.g. {', '.join(repr(c) for c in close)})" if close else ""
             also = f" or its source '{key_of(src)}' to convert from" if src is not None and src != name else ""
             problems.append(f"missing tensor '{key}'{also} for parameter '{name}'{hint}")
             continue
@@ -250,15 +556,19 @@ def _load(ckpt: _Checkpoint, expected, prefix, name_map, conversions, progress) 
             problems.append(f"'{key}' has shape {tuple(info['shape'])}, parameter '{name}' expects {shape}")
         if info["dtype"] != dtype:
             problems.append(f"'{key}' has dtype {info['dtype']}, parameter '{name}' expects {dtype}")
+    exact_keys = set(rules.exact.values())
+    matched = [False] * len(globs)
     for key in header:
-        if key.startswith(prefix) and key not in claimed and key not in name_map.values():
+        hits = [i for i, (_, rx) in enumerate(globs) if rx.match(key)]
+        for i in hits:
+            matched[i] = True
+        if key.startswith(prefix) and key not in claimed and key not in exact_keys and not hits:
             problems.append(f"unexpected tensor '{key}' (no parameter uses it)")
-    known = set(expected) | set(conversions)
-    for name in name_map:
-        if name not in known:
-            close = difflib.get_close_matches(name, sorted(known), n=2)
-            problems.append(f"the name map's entry '{name}' names no parameter of the model"
-                            + (f" (did you mean {' or '.join(repr(c) for c in close)}?)" if close else ""))
+    problems.extend(rules.unused(list(keys)))
+    for (glob, _), hit in zip(globs, matched):
+        if not hit:
+            warnings.warn(f"{path}: the ignore pattern '{glob}' matches no tensor of the file", WeightsWarning,
+                          stacklevel=3)
     if problems:
         raise WeightsError(path, problems)
 

@@ -45,3 +45,18 @@ MAX_NDIM = 32
 MAX_FUNCTIONS = 64
 """The most functions a recipe may export. Each one exports and compiles the recipe's whole ``forward``,
 so the work is this many times the forward's (a transformer exports a handful: forward, prefill, decode)."""
+
+MAX_WEIGHT_MAP_ENTRIES = 100_000
+"""The most entries ``weights.map`` may have (exact renames of every parameter of a large model fit);
+``runtime.weights.MAX_NAME_RULES`` is the same bound."""
+
+MAX_WEIGHT_PATTERN_ENTRIES = 256
+"""The most ``weights.map`` entries with placeholders or a trailing ``.`` (each is tried on every
+parameter); ``runtime.weights.MAX_PATTERN_RULES``."""
+
+MAX_WEIGHT_NAME_CHARS = 1024
+"""The longest side of a ``weights.map`` entry and the longest ``weights.ignore`` glob (characters);
+``runtime.weights.MAX_RULE_CHARS``."""
+
+MAX_WEIGHT_IGNORE = 256
+"""The most ``weights.ignore`` globs; ``runtime.weights.MAX_IGNORE_PATTERNS``."""

@@ -12,6 +12,7 @@ from pydantic_core import PydanticCustomError
 
 from .errors import shorten
 from .limits import MAX_DIM, MAX_FUNCTIONS, MAX_NDIM
+from .limits import MAX_WEIGHT_IGNORE, MAX_WEIGHT_MAP_ENTRIES, MAX_WEIGHT_NAME_CHARS, MAX_WEIGHT_PATTERN_ENTRIES
 from .source import SourceMap
 
 DType = Literal[
@@ -611,12 +612,126 @@ Quantization = Annotated[
 """:attr:`Recipe.quantization`: a preset name (``q4f16_1``) or a full spec mapping chosen by ``kind``."""
 
 
+_PLACEHOLDER_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _weight_name_side(text: str, side: str) -> tuple[list[str], list[str]]:
+    """The placeholder names of one side of a ``weights.map`` entry and its problems (the rules of
+    :class:`WeightsDef`; ``runtime.weights.NameRules`` applies them)."""
+    if len(text) > MAX_WEIGHT_NAME_CHARS:
+        return [], [f"the {side} is {len(text)} characters long, more than the {MAX_WEIGHT_NAME_CHARS} allowed"]
+    names: list[str] = []
+    problems: list[str] = []
+    body = text[:-1] if text.endswith(".") else text
+    for seg in body.split("."):
+        if "{" not in seg and "}" not in seg:
+            continue
+        start, end = seg.find("{"), seg.find("}")
+        if seg.count("{") != 1 or seg.count("}") != 1 or end < start:
+            problems.append(f"the {side}'s segment {shorten(seg)} must hold at most one placeholder '{{name}}' "
+                            "(braces are not allowed otherwise)")
+        elif not _PLACEHOLDER_NAME.fullmatch(seg[start + 1:end]):
+            problems.append(f"the {side}'s placeholder {shorten(seg[start:end + 1])} is not a name (letters, "
+                            "digits and '_', not starting with a digit)")
+        elif seg[start + 1:end] in names:
+            problems.append(f"the {side} uses the placeholder {seg[start:end + 1]} twice")
+        else:
+            names.append(seg[start + 1:end])
+    return names, problems
+
+
+def _check_weight_name_key(value: str) -> str:
+    problems = _weight_name_side(value, "parameter side")[1]
+    if value in ("", "."):
+        problems.append("the parameter side is empty (use 'prefix' to put a prefix before every name)")
+    if problems:
+        raise PydanticCustomError("weights_map", "{message}", {"message": "; ".join(problems)})
+    return value
+
+
+def _check_weight_name_value(value: str) -> str:
+    problems = _weight_name_side(value, "file side")[1]
+    if problems:
+        raise PydanticCustomError("weights_map", "{message}", {"message": "; ".join(problems)})
+    return value
+
+
+def _check_weight_map(value: Any) -> Any:
+    if isinstance(value, dict) and len(value) > MAX_WEIGHT_MAP_ENTRIES:
+        raise PydanticCustomError("weights_map", "weights.map may have at most {limit} entries, got {n}",
+                                  {"limit": MAX_WEIGHT_MAP_ENTRIES, "n": len(value)})
+    return value
+
+
+def _check_weight_rules(value: dict[str, str]) -> dict[str, str]:
+    problems = []
+    patterns = 0
+    for ours, theirs in value.items():
+        left, right = _weight_name_side(ours, "")[0], _weight_name_side(theirs, "")[0]
+        prefix = ours.endswith(".")
+        patterns += bool(left or prefix)
+        if prefix != theirs.endswith(".") and not (prefix and theirs == ""):
+            problems.append(f"entry {shorten(ours)}: a prefix rule ends with '.' on both sides (the file side may "
+                            "also be '' to strip the prefix), a whole-name rule on neither")
+        if sorted(left) != sorted(right):
+            problems.append(f"entry {shorten(ours)}: both sides must use the same placeholders, the parameter "
+                            f"side has {', '.join('{' + n + '}' for n in sorted(left)) or 'none'}, the file side "
+                            f"{', '.join('{' + n + '}' for n in sorted(right)) or 'none'}")
+    if patterns > MAX_WEIGHT_PATTERN_ENTRIES:
+        problems.append(f"weights.map may have at most {MAX_WEIGHT_PATTERN_ENTRIES} entries with placeholders or "
+                        f"a trailing '.', got {patterns}")
+    if problems:
+        raise PydanticCustomError("weights_map", "{message}", {"message": "; ".join(problems)})
+    return value
+
+
+def _check_ignore_glob(value: str) -> str:
+    if not value or len(value) > MAX_WEIGHT_NAME_CHARS:
+        raise PydanticCustomError("weights_ignore", "an ignore pattern must have 1 to {limit} characters, got {n}",
+                                  {"limit": MAX_WEIGHT_NAME_CHARS, "n": len(value)})
+    return value
+
+
+WeightName = Annotated[str, AfterValidator(_check_weight_name_key)]
+"""The parameter side of a ``weights.map`` entry: a name, a pattern with ``{placeholders}``, or a prefix (ends with ``.``)."""
+
+FileWeightName = Annotated[str, AfterValidator(_check_weight_name_value)]
+"""The file side of a ``weights.map`` entry, with the same placeholders as its parameter side."""
+
+
 class WeightsDef(StrictModel):
-    """Where the weights come from: a file, a name prefix in it, and renames (our name -> name in the file)."""
+    """Where the weights come from: a file, a name prefix in it, renames (our name -> name in the
+    file) and globs of file tensors the model does not need.
+
+    ``map`` entries (``runtime.weights`` says it in full):
+
+    - ``lm_head.weight: model.embed_tokens.weight`` renames one parameter;
+    - ``"layers.{i}.mlp.gate_proj.weight": "model.layers.{i}.mlp.gate_proj.weight"``: a placeholder
+      ``{name}`` matches one non-empty, dot-free piece of a name (``0``, ``q_proj``), at most one per
+      dot-separated segment (``layer_{i}``); both sides use the same placeholders;
+    - ``"layers.{i}.attn.": "model.layers.{i}.self_attn."``: both sides ending with ``.`` make a
+      prefix rule, renaming every parameter under the left side and keeping the rest of its name
+      (the right side may be ``""`` to strip it);
+    - the most specific entry wins (most literal characters on the left; a whole name before a
+      prefix); mapped names are complete (``prefix`` is not added); an entry that matches no
+      parameter is an error when the weights are bound.
+
+    ``ignore``: ``fnmatch`` globs over the file's tensor names (``pooler.*``, ``embeddings.position_ids``;
+    ``*`` matches dots too). A tensor under ``prefix`` that no parameter uses is an error unless one
+    matches it; a glob that matches no tensor is a warning (checkpoints of one model differ in such
+    leftovers). Ignoring never skips a tensor a parameter uses.
+
+    Raises (validation): a malformed placeholder, different placeholders on the two sides, a prefix
+    rule with one side not ending in ``.``; more than 100,000 entries, 256 pattern entries or 256
+    globs; a side or glob over 1,024 characters.
+    """
 
     path: Optional[str] = None
     prefix: str = ""
-    map: dict[str, str] = {}
+    map: Annotated[dict[WeightName, FileWeightName], BeforeValidator(_check_weight_map),
+                   AfterValidator(_check_weight_rules)] = {}
+    ignore: Annotated[list[Annotated[str, AfterValidator(_check_ignore_glob)]],
+                      Field(max_length=MAX_WEIGHT_IGNORE)] = []
 
 
 class Recipe(StrictModel):
