@@ -178,9 +178,11 @@ class CompiledModel:
     def file_keys(self) -> dict[str, str]:
         """Parameter name -> tensor name in a weights file, by the recipe's ``weights`` rule
         (``map`` entry, else ``prefix + name``)."""
+        from runtime.weights import NameRules
+
         w = self.recipe.weights
-        prefix, name_map = (w.prefix, w.map) if w else ("", {})
-        return {n: name_map.get(n, prefix + n) for n in self.param_names}
+        rules = NameRules(w.map, w.prefix) if w else NameRules()
+        return {n: rules.file_key(n) for n in self.param_names}
 
     def save_params(self, path: str | Path) -> None:
         """Write the (transformed) parameters to a safetensors file, under the recipe's file

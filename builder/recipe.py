@@ -51,7 +51,6 @@ from schemas.source import FieldPath
 from . import nn
 from .ir import expr as E
 from .ir.printer import PRINTER_RESERVED
-from .ops import recipe_ops
 
 __all__ = ["instantiate", "RecipeModule", "BlockModule", "FORWARD_OPS", "parse_forward", "MAX_MODULES"]
 
@@ -65,9 +64,10 @@ def size(x: nn.Tensor, axis: int):
     return x.shape[axis]
 
 
-#: functional ops callable from a recipe's ``forward`` text: the ``nn.op`` function of every op record
-#: marked ``in_recipes`` (:func:`builder.ops.recipe_ops`), and :func:`size`.
-FORWARD_OPS: dict[str, Callable] = {**{name: getattr(nn.op, name) for name in recipe_ops()}, "size": size}
+#: functional ops callable from a recipe's ``forward`` text: :func:`builder.nn.op.recipe_functions` (the
+#: ``nn.op`` function of every op record marked ``in_recipes`` and the composites marked
+#: ``@recipe_function``), and :func:`size`.
+FORWARD_OPS: dict[str, Callable] = {**nn.op.recipe_functions(), "size": size}
 
 MAX_MODULES = 100_000
 """The most layers (module-tree nodes, repeats and nested blocks expanded) one recipe may instantiate."""

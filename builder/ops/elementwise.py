@@ -16,10 +16,10 @@ ELEMWISE, BROADCAST = OpPattern.ELEMWISE, OpPattern.BROADCAST
 
 def _elementwise(name: str, infer, pattern: OpPattern, compute, frontend: str | None, doc: str,
                  intrinsic: str | None = None) -> None:
-    """A record whose legalization and fusion compute are the topi ``compute``; math and arithmetic
-    with a frontend are offered to recipes, comparisons (bool results) are not."""
+    """A record whose legalization and fusion compute are the topi ``compute``; every one with a
+    frontend is offered to recipes (comparisons too: their bool results feed ``where``)."""
     register_op(name, infer, pattern=pattern, compute=compute, legalize=te_rule(compute, name.split(".")[-1]),
-                intrinsic=intrinsic, frontend=frontend, in_recipes=frontend is not None and infer is not infer_compare,
+                intrinsic=intrinsic, frontend=frontend, in_recipes=frontend is not None,
                 doc=doc)
 
 

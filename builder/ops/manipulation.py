@@ -29,7 +29,7 @@ register_op("permute_dims", infer_permute_dims, ("axes",), pattern=INJECTIVE,
 register_op("reshape", infer_reshape, pattern=INJECTIVE, legalize=keep, frontend="reshape", in_recipes=True,
             doc="A view with another shape (row-major; no data moves: the VM reshapes).")
 register_op("take", infer_take, ("axis", "mode"), pattern=INJECTIVE,
-            legalize=te_rule(topi.take, "take", ("axis",)), frontend="take",
+            legalize=te_rule(topi.take, "take", ("axis",)), frontend="take", in_recipes=True,
             doc="Gather along ``axis`` by indices (``numpy.take``); an index out of range is an error.")
 
 
@@ -56,7 +56,7 @@ def _where_te(cond, a, b, dtype):
     return topi.where(cond, a, b)
 
 
-register_op("where", infer_where, pattern=OpPattern.BROADCAST, legalize=_where, frontend="where",
+register_op("where", infer_where, pattern=OpPattern.BROADCAST, legalize=_where, frontend="where", in_recipes=True,
             doc="``x1`` where ``condition`` else ``x2``, with broadcasting.")
 
 
@@ -167,26 +167,26 @@ def _strided_slice(bb: BlockBuilder, call: rx.Call) -> rx.Expr:
     return out_sinfo(new, call.struct_info)
 
 
-register_op("concat", infer_concat, ("axis",), pattern=INJECTIVE, legalize=_concat, frontend="concat",
+register_op("concat", infer_concat, ("axis",), pattern=INJECTIVE, legalize=_concat, frontend="concat", in_recipes=True,
             doc="Join tensors along ``axis``.")
 register_op("split", infer_split, ("indices_or_sections", "axis"), pattern=INJECTIVE, legalize=_split,
-            frontend="split", doc="Cut a tensor into pieces along ``axis`` (TVM's sizes rule).")
+            frontend="split", in_recipes=True, doc="Cut a tensor into pieces along ``axis`` (TVM's sizes rule).")
 register_op("expand_dims", infer_expand_dims, ("axis",), pattern=INJECTIVE, legalize=_as_reshape,
-            frontend="unsqueeze", doc="Insert dims of size 1.")
-register_op("squeeze", infer_squeeze, ("axis",), pattern=INJECTIVE, legalize=_as_reshape, frontend="squeeze",
+            frontend="unsqueeze", in_recipes=True, doc="Insert dims of size 1.")
+register_op("squeeze", infer_squeeze, ("axis",), pattern=INJECTIVE, legalize=_as_reshape, frontend="squeeze", in_recipes=True,
             doc="Drop dims of size 1.")
 register_op("broadcast_to", infer_broadcast_to, pattern=OpPattern.BROADCAST, legalize=_broadcast_to,
-            frontend="broadcast_to", doc="Broadcast to a shape (numpy rules).")
-register_op("repeat", infer_repeat, ("repeats", "axis"), pattern=INJECTIVE, legalize=_repeat, frontend="repeat",
+            frontend="broadcast_to", in_recipes=True, doc="Broadcast to a shape (numpy rules).")
+register_op("repeat", infer_repeat, ("repeats", "axis"), pattern=INJECTIVE, legalize=_repeat, frontend="repeat", in_recipes=True,
             doc="Repeat each element ``repeats`` times along ``axis`` (``numpy.repeat``).")
 register_op("nn.pad", infer_pad, ("pad_width", "pad_value", "pad_mode"), pattern=INJECTIVE, legalize=_pad,
-            frontend="pad", doc="Pad with a constant, by reflection or by replication.")
+            frontend="pad", in_recipes=True, doc="Pad with a constant, by reflection or by replication.")
 register_op("strided_slice", infer_strided_slice, ("axes", "begin", "end", "strides", "assume_inbound"),
-            pattern=INJECTIVE, legalize=_strided_slice, frontend="strided_slice",
+            pattern=INJECTIVE, legalize=_strided_slice, frontend="strided_slice", in_recipes=True,
             doc="``x[begin:end:stride]`` on some axes (numpy slicing; symbolic bounds assumed in range).")
-register_op("triu", infer_trilu, pattern=INJECTIVE, legalize=_trilu(True), frontend="triu",
+register_op("triu", infer_trilu, pattern=INJECTIVE, legalize=_trilu(True), frontend="triu", in_recipes=True,
             doc="The upper triangle (zeros below diagonal ``k``).")
-register_op("tril", infer_trilu, pattern=INJECTIVE, legalize=_trilu(False), frontend="tril",
+register_op("tril", infer_trilu, pattern=INJECTIVE, legalize=_trilu(False), frontend="tril", in_recipes=True,
             doc="The lower triangle.")
 
 
@@ -222,13 +222,13 @@ def _arange(bb: BlockBuilder, call: rx.Call) -> rx.Expr:
     return out_sinfo(new, sinfo)
 
 
-register_op("full", infer_full, ("dtype",), pattern=INJECTIVE, legalize=_creation("full"), frontend="full",
+register_op("full", infer_full, ("dtype",), pattern=INJECTIVE, legalize=_creation("full"), frontend="full", in_recipes=True,
             doc="A tensor filled with one value.")
-register_op("zeros", infer_zeros_ones, ("dtype",), pattern=INJECTIVE, legalize=_creation("zeros"), frontend="zeros",
+register_op("zeros", infer_zeros_ones, ("dtype",), pattern=INJECTIVE, legalize=_creation("zeros"), frontend="zeros", in_recipes=True,
             doc="A tensor of zeros.")
-register_op("ones", infer_zeros_ones, ("dtype",), pattern=INJECTIVE, legalize=_creation("ones"), frontend="ones",
+register_op("ones", infer_zeros_ones, ("dtype",), pattern=INJECTIVE, legalize=_creation("ones"), frontend="ones", in_recipes=True,
             doc="A tensor of ones.")
 register_op("builtin.alloc_tensor", infer_alloc_tensor, pattern=OpPattern.OPAQUE, legalize=_creation("empty"),
             frontend="empty", doc="A new tensor (filled with zeros here).")
-register_op("arange", infer_arange, ("dtype",), pattern=INJECTIVE, legalize=_arange, frontend="arange",
+register_op("arange", infer_arange, ("dtype",), pattern=INJECTIVE, legalize=_arange, frontend="arange", in_recipes=True,
             doc="``start, start + step, ...`` below ``end``.")

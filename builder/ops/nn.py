@@ -70,28 +70,28 @@ def _attention(bb: BlockBuilder, call: rx.Call) -> rx.Expr:
 register_op("matmul", infer_matmul, ("out_dtype",), pattern=FUSABLE, legalize=_matmul, frontend="matmul", in_recipes=True,
             doc="``numpy.matmul`` (batch dims broadcast); 16-bit floats accumulate in float32.")
 register_op("nn.layer_norm", infer_layer_norm, ("axes", "epsilon", "center", "scale"), pattern=OpPattern.OPAQUE,
-            legalize=te_rule(topi.layer_norm, "layer_norm", ("axes", "epsilon")), frontend="layer_norm",
+            legalize=te_rule(topi.layer_norm, "layer_norm", ("axes", "epsilon")), frontend="layer_norm", in_recipes=True,
             doc="Layer normalisation over ``axes`` (Ba et al. 2016).")
 register_op("nn.rms_norm", infer_rms_norm, ("axes", "epsilon"), pattern=OpPattern.OPAQUE,
-            legalize=te_rule(topi.rms_norm, "rms_norm", ("axes", "epsilon")), frontend="rms_norm",
+            legalize=te_rule(topi.rms_norm, "rms_norm", ("axes", "epsilon")), frontend="rms_norm", in_recipes=True,
             doc="Root-mean-square normalisation (Zhang & Sennrich 2019).")
 register_op("nn.conv1d", infer_conv1d, ("strides", "padding", "dilation", "groups", "data_layout", "kernel_layout",
                                          "out_layout", "out_dtype"), pattern=FUSABLE, legalize=_conv1d,
-            frontend="conv1d", doc="1-D convolution, NCW data, OIW weight.")
+            frontend="conv1d", in_recipes=True, doc="1-D convolution, NCW data, OIW weight.")
 register_op("nn.conv2d", infer_conv2d, ("strides", "padding", "dilation", "groups", "data_layout", "kernel_layout",
                                          "out_layout", "out_dtype"), pattern=FUSABLE, legalize=_conv2d,
-            frontend="conv2d", doc="2-D convolution, NCHW data, OIHW weight.")
+            frontend="conv2d", in_recipes=True, doc="2-D convolution, NCHW data, OIHW weight.")
 register_op("nn.conv1d_transpose", infer_conv1d_transpose,
             ("strides", "padding", "output_padding", "dilation", "groups", "data_layout", "kernel_layout",
-             "out_layout", "out_dtype"), pattern=FUSABLE, legalize=_conv1d_transpose, frontend="conv1d_transpose",
+             "out_layout", "out_dtype"), pattern=FUSABLE, legalize=_conv1d_transpose, frontend="conv1d_transpose", in_recipes=True,
             doc="1-D transposed convolution, NCW data, IOW weight.")
 register_op("nn.group_norm", infer_group_norm, ("num_groups", "channel_axis", "axes", "epsilon", "center", "scale"),
-            pattern=OpPattern.OPAQUE, legalize=_group_norm, frontend="group_norm",
+            pattern=OpPattern.OPAQUE, legalize=_group_norm, frontend="group_norm", in_recipes=True,
             doc="Group normalisation (Wu & He 2018).")
 register_op("image.resize2d", infer_resize2d, ("roi", "layout", "method", "coordinate_transformation_mode",
                                                 "rounding_method", "cubic_alpha", "cubic_exclude", "extrapolation_value",
                                                 "out_dtype"), pattern=OpPattern.INJECTIVE, legalize=_resize2d,
-            frontend="interpolate", doc="Resize the two spatial dims (nearest or linear).")
+            frontend="interpolate", in_recipes=True, doc="Resize the two spatial dims (nearest or linear).")
 register_op("nn.attention", infer_attention, ("scale", "causal_mask"), pattern=OpPattern.OPAQUE,
-            legalize=_attention, frontend="scaled_dot_product_attention",
+            legalize=_attention, frontend="scaled_dot_product_attention", in_recipes=True,
             doc="``softmax(q @ k^T * scale [+ bias] [+ causal mask]) @ v`` (BSNH layout).")

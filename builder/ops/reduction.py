@@ -34,14 +34,14 @@ def _cumsum(bb: BlockBuilder, call: rx.Call) -> rx.Expr:
 
 for _name, _doc in (("sum", "Sum"), ("mean", "Mean"), ("max", "Maximum"), ("min", "Minimum"), ("prod", "Product")):
     register_op(_name, infer_statistical, ("axis", "keepdims"), pattern=REDUCE,
-                legalize=_statistical(getattr(topi, _name), _name), frontend=_name,
+                legalize=_statistical(getattr(topi, _name), _name), frontend=_name, in_recipes=True,
                 doc=f"{_doc} over ``axis`` (all axes when None).")
 for _name in ("argmax", "argmin"):
     register_op(_name, infer_arg_reduce, ("axis", "keepdims"), pattern=REDUCE,
-                legalize=_statistical(getattr(topi, _name), _name), frontend=_name,
+                legalize=_statistical(getattr(topi, _name), _name), frontend=_name, in_recipes=True,
                 doc=f"Index of the first {_name[3:]}imum along ``axis`` (of the flattened tensor when None).")
 register_op("cumsum", infer_cumsum, ("axis", "dtype", "exclusive"), pattern=OpPattern.OPAQUE, legalize=_cumsum,
-            frontend="cumsum", doc="Running sum along ``axis``.")
+            frontend="cumsum", in_recipes=True, doc="Running sum along ``axis``.")
 register_op("nn.softmax", infer_softmax, ("axis",), pattern=OpPattern.OPAQUE,
             legalize=te_rule(topi.softmax, "softmax", ("axis",)), frontend="softmax", in_recipes=True,
             doc="``exp(x - max) / sum(exp(x - max))`` along ``axis``.")

@@ -6,7 +6,11 @@ name, and no other list of ops: the elementwise and broadcast ones are made from
 (:mod:`.elementwise`), the others are written by family (:mod:`.manipulation`, :mod:`.creation`,
 :mod:`.reduction`, :mod:`.linear_algebra`, :mod:`.nn`, :mod:`.extern`, :mod:`.quantize`,
 :mod:`.attention`); a few helpers combine several ops (``chunk``, ``unsqueeze``,
-``get_timestep_embedding``, ``rotary_embedding``) or call a runtime builtin (``kv_cache_update``).
+``get_timestep_embedding``, ``rotary_embedding``, ``normalize``, ``mean_pooling``) or call a runtime
+builtin (``kv_cache_update``).
+
+:func:`recipe_functions` lists what a recipe's ``forward:`` may call: the functions of the op records
+marked ``in_recipes`` and the composite functions marked with :func:`.common.recipe_function`.
 
 Shapes and dtypes are checked when the op is emitted; a mismatch raises ValueError / TypeError
 naming both sides. Python scalars combine with tensors as constants of the tensor's dtype (a value the
@@ -19,6 +23,7 @@ op and the parameter (:func:`.checks.checked`). A result may have at most
 from __future__ import annotations
 
 import inspect
+from typing import Callable
 
 from ...ir.op import registered_ops
 from . import attention, creation, elementwise, extern, linear_algebra, manipulation, nn, quantize, reduction
@@ -43,3 +48,26 @@ if _missing:   # a record names a frontend function nobody wrote (a bug in build
 globals().update({name: checked(fn) for name, fn in _functions.items()})
 __all__ = sorted(_functions)
 del _module, _missing
+
+
+def recipe_functions() -> dict[str, Callable]:
+    """Every function a recipe's ``forward:`` may call, by name, sorted: the ``nn.op`` functions of
+    the op records marked ``in_recipes`` and the composite functions marked with
+    :func:`.common.recipe_function` (``chunk``, ``normalize``, ``mean_pooling``, ...). Each is the
+    checked public function (``inspect.signature`` gives its parameters; the first line of its
+    docstring says what it does)."""
+    names = {op.frontend for op in registered_ops() if op.in_recipes}
+    names |= {name for name, fn in _functions.items() if getattr(fn, "__recipe__", False)}
+    return {name: globals()[name] for name in sorted(names)}
+
+
+def recipe_summary(fn: Callable) -> str:
+    """The first sentence of ``fn``'s docstring on one line (the first paragraph's lines joined,
+    cut after the first ``". "``): what ``build --list-ops`` can print next to the signature."""
+    para = inspect.cleandoc(fn.__doc__ or "").split("\n\n")[0]
+    text = " ".join(line.strip() for line in para.splitlines()).rstrip(":")
+    cut = text.find(". ")
+    return text if cut < 0 else text[:cut + 1]
+
+
+__all__ += ["recipe_functions", "recipe_summary"]

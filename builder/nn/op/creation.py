@@ -10,6 +10,7 @@ from ...ir import expr as E
 from ...ir import relax as rx
 from ...ir.op import arange_length
 from ...ir.relax import DataTypeImm
+from ...ir.struct_info import DTYPES
 from ..core import Tensor, wrap_nested
 from .common import describe, op_call, prim_value, shape_dims, symbolic_scalar
 
@@ -22,7 +23,9 @@ def full(shape: Sequence, fill_value, dtype: str = "float32", name: str = "full"
     ``IntImm`` (a constant of ``dtype``), a 0-d Tensor, or a symbolic int expression of the
     shape variables (``seq - 1``; a 0-d tensor made by
     :func:`~builder.nn.op.common.symbolic_scalar`, >= 0 when the code runs). Raises TypeError
-    for other fill values and ValueError for a negative static dim."""
+    for other fill values or an unknown dtype and ValueError for a negative static dim."""
+    if not isinstance(dtype, str) or dtype not in DTYPES:
+        raise TypeError(f"full: unknown dtype {describe(dtype)}; valid dtypes: {', '.join(DTYPES)}")
     if isinstance(fill_value, (E.IntImm, E.FloatImm)):
         fill = rx.const(fill_value.value, dtype)
     elif isinstance(fill_value, E.PrimExpr):

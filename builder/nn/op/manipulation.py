@@ -10,7 +10,7 @@ from ...ir import expr as E
 from ...ir import relax as rx
 from ...ir.op import resolve_reshape
 from ..core import Tensor, wrap_nested
-from .common import axis_list, check_ndim, describe, op_call, shape_dims, short
+from .common import axis_list, check_ndim, describe, op_call, recipe_function, shape_dims, short
 
 
 def permute_dims(x: Tensor, axes: Sequence[int] | None = None, name: str | None = None) -> Tensor:
@@ -71,6 +71,7 @@ def split(ary: Tensor, indices_or_sections: int | Sequence[int], axis: int = 0,
     return wrap_nested(op_call("split", [ary._expr], indices_or_sections=ios, axis=int(axis)), name)
 
 
+@recipe_function
 def chunk(x: Tensor, chunks: int, dim: int = 0, name: str = "chunk") -> tuple[Tensor, ...]:
     """``chunks`` pieces of ``x`` along ``dim``: ``R.split(x, indices_or_sections=chunks, axis=dim)``
     (each ``ceil(d / chunks)`` long, the last one shorter)."""

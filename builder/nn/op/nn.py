@@ -11,7 +11,7 @@ from ...ir import expr as E
 from ...ir import relax as rx
 from ...ir.block_builder import BlockBuilder
 from ...ir.op import resolve_reshape
-from ...ir.op.common import fmt_shape
+from ...ir.op.common import fmt_shape, norm_axis
 from ..core import Tensor, get_default_dtype, wrap_nested
 from .common import int_list, op_call, pair, recipe_function
 
@@ -50,11 +50,11 @@ def group_norm(x: Tensor, num_groups: int, weight: Tensor | None, bias: Tensor |
     with mean and biased variance over the channels of each of ``num_groups`` groups (along
     ``channel_axis``) and over ``axes`` (default: every dim after the first two). ``weight`` /
     ``bias`` have shape (C,); None means ones / zeros constants. Raises ValueError when C is not
-    divisible by ``num_groups``.
+    divisible by ``num_groups`` or ``channel_axis`` is out of range, TypeError for a non-int axis.
     """
     if axes is None:
         axes = list(range(2, x.ndim))
-    chans = [x.shape[channel_axis]]
+    chans = [x.shape[norm_axis(channel_axis, x.ndim, "group_norm")]]
     w = weight._expr if weight is not None else rx.Constant(np.ones(chans), x.dtype)
     b = bias._expr if bias is not None else rx.Constant(np.zeros(chans), x.dtype)
     return wrap_nested(op_call("nn.group_norm", [x._expr, w, b], num_groups=int(num_groups),
@@ -305,6 +305,7 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor,
     return wrap_nested(op_call("nn.attention", args, scale=sc, causal_mask=causal_mask), name)
 
 
+@recipe_function
 def get_timestep_embedding(x: Tensor, embedding_dim: int, flip_sin_to_cos: bool = False,
                            downscale_freq_shift: float = 1, scale: float = 1,
                            max_period: int = 10000,
