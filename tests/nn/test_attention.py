@@ -14,6 +14,7 @@ from safetensors.numpy import load_file
 from builder import compile as build
 from builder import nn
 from builder.generation import MAX_NEW_TOKENS, greedy_generate
+from builder.ir.parser import parse
 from builder.nn import spec
 from runtime import ContiguousKVCache, VirtualMachine
 
@@ -248,6 +249,7 @@ def test_export_text_of_the_cache_path():
     assert 'R.call_pure_packed("vm.builtin.kv_cache_query_positions", cache, R.prim_value(0), ' in text
     assert 'R.call_pure_packed("vm.builtin.kv_cache_update", cache, R.prim_value(0), ' in text
     assert 'causal_mask="BottomRight"' in text
+    assert parse(text).script() == text          # the printed module parses back
     assert [n for n, _ in params] == ["attn.q_proj.weight", "attn.k_proj.weight", "attn.v_proj.weight",
                                       "attn.o_proj.weight"]
 
