@@ -262,7 +262,7 @@ def _embed_texts(args: argparse.Namespace, model, out) -> None:
     import numpy as np
     from rich.markup import escape
 
-    from .text import cosine_similarities, tokenize
+    from .text import cosine_similarities, format_similarities, tokenize
 
     if "embed" not in model.spec:
         raise ValueError(f"--text runs the recipe's 'embed' function; the recipe exports {model.functions}")
@@ -280,10 +280,8 @@ def _embed_texts(args: argparse.Namespace, model, out) -> None:
         head = ", ".join(f"{v:+.4f}" for v in row[:6])
         out.print(escape(_printable(f"[{i}] {text[:60]!r}: [{head}, ...] |e| = {np.linalg.norm(row):.4f}")))
     if len(args.text) > 1:
-        sims = cosine_similarities(emb)
         out.print("cosine similarities:")
-        for i in range(len(sims)):
-            out.print(f"[{i}] " + " ".join(f"{v:+.4f}" for v in sims[i]))
+        out.print(escape(_printable(format_similarities(cosine_similarities(emb), args.text))))
     if args.output is not None:
         from runtime.files import atomic_write
 

@@ -268,7 +268,9 @@ def _check_tensor_bytes(recipe: schemas.Recipe, module: nn.Module, spec: dict) -
                                  f"than the 2**62 any tensor may have"))
     for fname, inputs in spec.items():
         for iname, t in inputs.items():
-            shape = getattr(t, "shape", None) or ()
+            if not isinstance(t, nn.spec.Tensor):
+                continue
+            shape = t.shape
             nbytes = math.prod(d for d in shape if isinstance(d, int)) * numpy_dtype(t.dtype).itemsize
             if nbytes > MAX_TENSOR_BYTES:
                 issues.append(_issue(recipe, f"functions.{fname}.{iname}.shape",

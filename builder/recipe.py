@@ -469,15 +469,13 @@ class BlockModule(nn.Module):
         return self._apply(node, fn, args, kwargs, name)
 
     def _call_layer(self, node: ast.Call, layer: nn.Module, name: str, args: list, kwargs: dict):
-        if not isinstance(layer, BlockModule) and not getattr(layer, "recipe_takes_any_arguments", False):
-            for arg in [*args, *kwargs.values()]:   # built-in layers take tensors only
-                if not isinstance(arg, nn.Tensor):
-                    raise _ForwardError(node, f"{name}() ({type(layer).__name__}) takes tensors, got {_describe(arg)}")
-        else:
-            for arg in [*args, *kwargs.values()]:
-                if not (_is_value(arg) or arg is None or isinstance(arg, nn.Object)):
-                    raise _ForwardError(node, f"{name}() takes tensors, symbolic ints, numbers, None or a KV "
-                                              f"cache, got {_describe(arg)}")
+        for arg in [*args, *kwargs.values()]:
+            if not (_is_value(arg) or arg is None or isinstance(arg, nn.Object)):
+                raise _ForwardError(node, f"{name}() takes tensors, symbolic ints, numbers, None or a KV "
+                                          f"cache, got {_describe(arg)}")
+        if not isinstance(layer, BlockModule) and not (args and isinstance(args[0], nn.Tensor)):
+            first = args[0] if args else next(iter(kwargs.values()), None)
+            raise _ForwardError(node, f"{name}() ({type(layer).__name__}) takes a tensor first, got {_describe(first)}")
         if isinstance(layer, BlockModule):
             try:
                 result = layer(*args, **kwargs)
@@ -730,4 +728,21 @@ def instantiate(recipe: Recipe) -> tuple[nn.Module, dict]:
         except _ForwardError as err:
             raise _error(recipe, err, path) from None
         programs[fname] = _Program(tree, path, list(fdef.inputs))
-    return RecipeModule(recipe, layers, programs), spec
+    module = RecipeModule(recipe, layers, programs)
+    _number_attention_layers(module)
+    return module, spec
+
+
+def _number_attention_layers(module: nn.Module) -> None:
+    """Give every ``nn.Attention`` its ``layer_id`` (0, 1, ... in module-tree order, as
+    ``named_parameters`` walks it): the KV cache keeps one store per id."""
+    count = 0
+    stack = [module]
+    while stack:
+        mod = stack.pop()
+        if isinstance(mod, nn.Attention):
+            mod.layer_id = count
+            count += 1
+        children = list(mod) if isinstance(mod, nn.ModuleList) else \
+            [v for v in mod.__dict__.values() if isinstance(v, nn.Module)]
+        stack.extend(reversed(children))

@@ -101,7 +101,7 @@ def param_table(param_specs: list[tuple[str, tuple, str]], title: str = "paramet
     table = Table(title=title, show_header=True, header_style="bold")
     for col, justify in (("name", "left"), ("shape", "left"), ("dtype", "left"), ("count", "right"),
                          ("bytes", "right")):
-        table.add_column(col, justify=justify)
+        table.add_column(col, justify=justify, overflow="fold")
     for key in order:
         pattern, shape, dtype = key
         idx = rows[key]
@@ -122,7 +122,7 @@ def ops_table(functions: dict[str, Callable]) -> Table:
     for name in sorted(functions):
         fn = functions[name]
         sig = _plain_signature(fn)
-        doc = (inspect.getdoc(fn) or "").strip().split("\n")[0]
+        doc = nn.op.recipe_summary(fn)
         table.add_row(Text(name), Text(sig), Text(doc))
     return table
 
