@@ -606,9 +606,6 @@ class _Builder:
             where = path + (name,)
             if _reserved(name):
                 raise self.recipe.source.error(where, f"layer name '{name}' is reserved (it is an nn.Module attribute)")
-            if name in FORWARD_OPS:
-                raise self.recipe.source.error(where, f"layer name '{name}' shadows the op of the same name in "
-                                                      "forward; rename the layer")
             if cfg.repeat is None:
                 out[name] = self.layer(cfg, where)
             else:

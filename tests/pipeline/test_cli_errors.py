@@ -33,8 +33,6 @@ def _line_col(text, needle):
      "relax.nn.softmax: axis must be an int, got 'a'"),
     ("return down_proj(silu(gate) * up)", "return down_proj(silu(gate) * up), 2.5", "2.5",
      "forward returns the constant 2.5"),
-    ("    down_proj: {type: Linear", "    silu: {type: SiLU}\n    down_proj: {type: Linear", "{type: SiLU}",
-     "layer name 'silu' shadows the op of the same name in forward"),
 ])
 def test_recipe_errors(run_cli, old, new, needle, message):
     assert old in SMALL

