@@ -469,13 +469,16 @@ class BlockModule(nn.Module):
         return self._apply(node, fn, args, kwargs, name)
 
     def _call_layer(self, node: ast.Call, layer: nn.Module, name: str, args: list, kwargs: dict):
-        for arg in [*args, *kwargs.values()]:
+        values = [*args, *kwargs.values()]
+        if not isinstance(layer, BlockModule):   # built-in layers: a tensor first, then tensors or settings
+            bad = next((a for a in values if not (_is_value(a) or a is None or isinstance(a, nn.Object))),
+                       None if args and isinstance(args[0], nn.Tensor) else (args or values or [None])[0])
+            if bad is not None or not args:
+                raise _ForwardError(node, f"{name}() ({type(layer).__name__}) takes tensors, got {_describe(bad)}")
+        for arg in values:
             if not (_is_value(arg) or arg is None or isinstance(arg, nn.Object)):
                 raise _ForwardError(node, f"{name}() takes tensors, symbolic ints, numbers, None or a KV "
                                           f"cache, got {_describe(arg)}")
-        if not isinstance(layer, BlockModule) and not (args and isinstance(args[0], nn.Tensor)):
-            first = args[0] if args else next(iter(kwargs.values()), None)
-            raise _ForwardError(node, f"{name}() ({type(layer).__name__}) takes a tensor first, got {_describe(first)}")
         if isinstance(layer, BlockModule):
             try:
                 result = layer(*args, **kwargs)

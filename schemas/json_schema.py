@@ -125,6 +125,11 @@ class _Walker:
         return out
 
 
+OPTIONAL_TAG = "x-optional-tag"
+"""Marks (in a model field's ``json_schema_extra``) a union tag that may be left out: the loader takes
+its default (an input without ``type`` is a tensor)."""
+
+
 def _require_tags(schema: dict) -> None:
     """In every ``oneOf`` / ``anyOf`` of ``$ref``s to object schemas that all have one ``const``
     property of the same name (a tag), make that property required in each of them."""
@@ -143,10 +148,13 @@ def _require_tags(schema: dict) -> None:
             for key in ("oneOf", "anyOf"):
                 objs = [target(alt) for alt in node.get(key, []) if target(alt) is not None]
                 if len(objs) >= 2:
-                    common = set.intersection(*(tags(o) for o in objs))
-                    for name in sorted(common):
-                        for obj in objs:
-                            if name not in obj.setdefault("required", []):
+                    shared = set.intersection(*(set(o.get("properties", {})) for o in objs))
+                    for name in sorted(shared):
+                        if sum(name in tags(o) for o in objs) < 2:
+                            continue
+                        for obj in objs:   # a tag the loader defaults when absent is marked OPTIONAL_TAG
+                            prop = obj["properties"][name]
+                            if not prop.get(OPTIONAL_TAG) and name not in obj.setdefault("required", []):
                                 obj["required"].append(name)
             for value in node.values():
                 visit(value)

@@ -205,6 +205,10 @@ class GELU(LayerEntry):
     type: Literal["GELU"] = "GELU"
 
 
+_BUILTIN_LAYER_NAMES = ("Linear", "LayerNorm", "RMSNorm", "Conv1D", "ConvTranspose1D", "Embedding", "GroupNorm",
+                        "Attention", "ReLU", "SiLU", "GELU")
+
+
 class ConvTranspose1D(LayerEntry):
     """1-D transposed convolution over ``(batch, channels, length)`` input (``tvm.relax.frontend.nn.ConvTranspose1D``,
     PyTorch ``nn.ConvTranspose1d``)."""
@@ -282,7 +286,7 @@ class BlockLayer(LayerEntry):
     """A layer whose ``type`` names one of the recipe's ``blocks:``: an instance of that block (its own
     layers and forward), optionally ``repeat``-ed."""
 
-    type: Identifier
+    type: Annotated[Identifier, Field(json_schema_extra={"not": {"enum": list(_BUILTIN_LAYER_NAMES)}})]
 
 
 LAYER_TYPES: dict[str, type[StrictModel]] = {
@@ -290,6 +294,7 @@ LAYER_TYPES: dict[str, type[StrictModel]] = {
     for cls in (Linear, LayerNorm, RMSNorm, Conv1D, ConvTranspose1D, Embedding, GroupNorm, Attention, ReLU, SiLU, GELU)
 }
 """Built-in layer models by their ``type`` name (any other ``type`` names a block of the recipe)."""
+assert tuple(LAYER_TYPES) == _BUILTIN_LAYER_NAMES, "a block's type may not be a built-in layer's"
 
 
 def _layer_tag(value: Any) -> Optional[str]:
@@ -351,7 +356,7 @@ class InputSpec(StrictModel):
     """One input tensor of an exported function: its shape (sizes or symbolic names, at most
     :data:`~schemas.limits.MAX_NDIM` of them) and element type (``nn.spec.Tensor``)."""
 
-    type: Literal["tensor"] = "tensor"
+    type: Annotated[Literal["tensor"], Field(json_schema_extra={"x-optional-tag": True})] = "tensor"
     shape: Annotated[list[Dim], BeforeValidator(_check_ndim)]
     dtype: DType
 
