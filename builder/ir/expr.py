@@ -58,6 +58,22 @@ def promote_dtype(a: str, b: str) -> str:
     return a if width.get(a, _bits(a)) >= width.get(b, _bits(b)) else b
 
 
+def _scalar_operands(method):
+    """An arithmetic / comparison dunder of PrimExpr that returns ``NotImplemented`` for an operand that is
+    not a scalar (an ``nn.Tensor``), so that Python asks the other operand (``n - x`` becomes
+    ``x.__rsub__(n)``)."""
+    import functools
+    import numbers
+
+    @functools.wraps(method)
+    def wrapper(self, other):
+        if not isinstance(other, (PrimExpr, numbers.Number)):
+            return NotImplemented
+        return method(self, other)
+
+    return wrapper
+
+
 class PrimExpr:
     """Base class of scalar expressions. ``dtype`` is the scalar type of the value."""
 
@@ -65,54 +81,70 @@ class PrimExpr:
     dtype: str
 
     # -- construction helpers -------------------------------------------------------------
+    @_scalar_operands
     def __add__(self, other: ExprLike) -> "PrimExpr":
         return _binary(Add, self, other)
 
+    @_scalar_operands
     def __radd__(self, other: ExprLike) -> "PrimExpr":
         return _binary(Add, other, self)
 
+    @_scalar_operands
     def __sub__(self, other: ExprLike) -> "PrimExpr":
         return _binary(Sub, self, other)
 
+    @_scalar_operands
     def __rsub__(self, other: ExprLike) -> "PrimExpr":
         return _binary(Sub, other, self)
 
+    @_scalar_operands
     def __mul__(self, other: ExprLike) -> "PrimExpr":
         return _binary(Mul, self, other)
 
+    @_scalar_operands
     def __rmul__(self, other: ExprLike) -> "PrimExpr":
         return _binary(Mul, other, self)
 
+    @_scalar_operands
     def __truediv__(self, other: ExprLike) -> "PrimExpr":
         return _binary(Div, self, other)
 
+    @_scalar_operands
     def __rtruediv__(self, other: ExprLike) -> "PrimExpr":
         return _binary(Div, other, self)
 
+    @_scalar_operands
     def __floordiv__(self, other: ExprLike) -> "PrimExpr":
         return _binary(FloorDiv, self, other)
 
+    @_scalar_operands
     def __rfloordiv__(self, other: ExprLike) -> "PrimExpr":
         return _binary(FloorDiv, other, self)
 
+    @_scalar_operands
     def __mod__(self, other: ExprLike) -> "PrimExpr":
         return _binary(FloorMod, self, other)
 
+    @_scalar_operands
     def __rmod__(self, other: ExprLike) -> "PrimExpr":
         return _binary(FloorMod, other, self)
 
     def __neg__(self) -> "PrimExpr":
         return _binary(Sub, const(0, self.dtype), self)
 
+    @_scalar_operands
     def __lt__(self, other: ExprLike) -> "PrimExpr":
         return _binary(LT, self, other)
 
+    @_scalar_operands
     def __le__(self, other: ExprLike) -> "PrimExpr":
         return _binary(LE, self, other)
 
+    @_scalar_operands
     def __gt__(self, other: ExprLike) -> "PrimExpr":
         return _binary(GT, self, other)
 
+    @_scalar_operands
     def __ge__(self, other: ExprLike) -> "PrimExpr":
         return _binary(GE, self, other)
 

@@ -184,3 +184,51 @@ def test_symbolic_int_arithmetic_rules():
     issue = _issue(SYMBOLIC.replace("    forward: |\n      y = reshape(fc(x)",
                                     "    forward: |\n      y = reshape(fc(z)"))
     assert "unknown name 'z'" in issue.message
+
+
+CONV = """\
+name: conv_layers
+model:
+  layers:
+    up: {type: ConvTranspose1D, in_channels: 4, out_channels: 6, kernel_size: 3, stride: 2, padding: 1, output_padding: 1}
+    norm: {type: GroupNorm, num_groups: 3, num_channels: 6, eps: 1e-5}
+functions:
+  forward:
+    inputs:
+      x: {shape: [batch, 4, length], dtype: float32}
+    forward: |
+      y = norm(up(x))
+      return y, length - y[:, :, 1:]
+"""
+
+
+def _conv_transpose1d(x, w, b, stride, pad, out_pad):
+    batch, _, n = x.shape
+    k = w.shape[2]
+    full = np.zeros((batch, w.shape[1], (n - 1) * stride + k))
+    for i in range(n):
+        full[:, :, i * stride:i * stride + k] += np.einsum("bc,cok->bok", x[:, :, i], w)
+    out_len = (n - 1) * stride - 2 * pad + k + out_pad
+    full = np.pad(full, ((0, 0), (0, 0), (0, out_pad)))
+    return full[:, :, pad:pad + out_len] + b[None, :, None]
+
+
+def _group_norm(x, groups, w, b, eps=1e-5):
+    g = x.reshape(x.shape[0], groups, -1)
+    g = (g - g.mean(-1, keepdims=True)) / np.sqrt(g.var(-1, keepdims=True) + eps)
+    return g.reshape(x.shape) * w[None, :, None] + b[None, :, None]
+
+
+@pytest.mark.parametrize("length", [5, 9])
+def test_conv_transpose_and_group_norm_layers_with_a_symbolic_length(tmp_path, length):
+    m = _build(tmp_path, CONV)
+    P = {k: v.astype(np.float64) for k, v in m.params.items()}
+    P["norm.weight"] = 1 + 10 * P["norm.weight"]
+    m._params = {k: v.astype(np.float32) for k, v in P.items()}
+    x = np.random.default_rng(length).standard_normal((2, 4, length)).astype(np.float32)
+    y, rest = m["forward"](x)
+    ref = _group_norm(_conv_transpose1d(x.astype(np.float64), P["up.weight"], P["up.bias"], 2, 1, 1), 3,
+                      P["norm.weight"], P["norm.bias"])
+    assert y.shape == (2, 6, 2 * length)
+    np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(rest, length - ref[:, :, 1:], rtol=1e-4, atol=1e-5)
