@@ -22,6 +22,7 @@ import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from collections.abc import Mapping
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -75,9 +76,9 @@ class CompiledModel:
         """Parameter values by name (the loaded weights, or seeded random ones: for a transformed
         recipe the untransformed model's random weights, converted by the mapping)."""
         if self._params is None:
-            _check_param_memory(self.recipe, self.param_specs, self.mapping, "random")
+            _check_param_memory(self.recipe, self.param_specs, self.mapping, "random", streamed=True)
             if self.mapping.param_map:
-                floats = random_params(self.mapping.float_specs, self.seed)
+                floats = _StreamedRandom(self.mapping.float_specs, self.seed)
                 self._params = self.mapping.apply(floats, self.param_specs, _started(self.progress,
                                                                                      self.mapping))
             else:
@@ -314,13 +315,16 @@ def _nbytes(specs: Sequence[tuple[str, Sequence, str]]) -> int:
     return sum(math.prod(shape) * numpy_dtype(dtype).itemsize for _, shape, dtype in specs)
 
 
-def _check_param_memory(recipe: schemas.Recipe, param_specs, mapping: QuantizeMapping | None, how: str) -> None:
+def _check_param_memory(recipe: schemas.Recipe, param_specs, mapping: QuantizeMapping | None, how: str,
+                        streamed: bool = False) -> None:
     """Raise :class:`runtime.memory.MemoryLimitError` before any parameter is allocated when the
-    parameters (plus, for a transformed recipe, the float values they are converted from, which
-    exist at the same time) need more memory than is available."""
+    parameters (plus, for a transformed recipe, the float values they are converted from: all of them,
+    or with ``streamed`` the largest one, as :class:`_StreamedRandom` draws them one at a time) need
+    more memory than is available."""
     need = _nbytes(param_specs)
     if mapping is not None and mapping.param_map:
-        need += _nbytes(mapping.float_specs)
+        need += (max((_nbytes([s]) for s in mapping.float_specs), default=0) * 2 if streamed
+                 else _nbytes(mapping.float_specs))
     check_allocation(need, f"the {how} parameters of '{recipe.name}' ({len(param_specs)} tensors)")
 
 
@@ -331,22 +335,52 @@ def _started(progress: Progress | None, mapping: QuantizeMapping) -> Progress | 
     return progress
 
 
+class _StreamedRandom(Mapping):
+    """``random_params(specs, seed)`` as a mapping that draws the tensors one at a time, in ``specs``
+    order, when they are asked for: a transformed (quantized) model's float weights are converted as
+    they are drawn instead of all existing at once (a 7B-shaped model's float32 weights alone would
+    take 27 GB). Each value is handed out once (then forgotten); values drawn past, on the way to a
+    later name, wait until asked for. The arrays equal :func:`random_params`'s."""
+
+    def __init__(self, specs: Sequence[tuple[str, Sequence, str]], seed: int) -> None:
+        self._specs = list(specs)
+        self._next = 0
+        self._rng = np.random.default_rng(seed)
+        self._waiting: dict[str, np.ndarray] = {}
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        while name not in self._waiting:
+            if self._next >= len(self._specs):
+                raise KeyError(name)
+            spec = self._specs[self._next]
+            self._next += 1
+            self._waiting[spec[0]] = _draw(self._rng, spec[1], spec[2])
+        return self._waiting.pop(name)
+
+    def __iter__(self):
+        return (name for name, _, _ in self._specs)
+
+    def __len__(self) -> int:
+        return len(self._specs)
+
+
+def _draw(rng: np.random.Generator, shape: Sequence, dtype: str) -> np.ndarray:
+    """One tensor of :func:`random_params` from ``rng``."""
+    np_dtype = numpy_dtype(dtype)
+    if dtype == "bfloat16":
+        return float32_to_bfloat16_bits(rng.standard_normal(shape, dtype=np.float32) * np.float32(0.02))
+    if np.issubdtype(np_dtype, np.floating):
+        return (rng.standard_normal(shape, dtype=np.float32) * np.float32(0.02)).astype(np_dtype)
+    return np.zeros(shape, dtype=np_dtype)
+
+
 def random_params(param_specs: Sequence[tuple[str, Sequence, str]], seed: int = 0) -> dict[str, np.ndarray]:
     """Seeded N(0, 0.02^2) values for ``(name, shape, dtype)`` specs (integers: zeros).
 
     bfloat16 values are returned as uint16 bit patterns (round to nearest even).
     """
     rng = np.random.default_rng(seed)
-    out = {}
-    for name, shape, dtype in param_specs:
-        np_dtype = numpy_dtype(dtype)
-        if dtype == "bfloat16":
-            out[name] = float32_to_bfloat16_bits(rng.standard_normal(shape, dtype=np.float32) * np.float32(0.02))
-        elif np.issubdtype(np_dtype, np.floating):
-            out[name] = (rng.standard_normal(shape, dtype=np.float32) * np.float32(0.02)).astype(np_dtype)
-        else:
-            out[name] = np.zeros(shape, dtype=np_dtype)
-    return out
+    return {name: _draw(rng, shape, dtype) for name, shape, dtype in param_specs}
 
 
 def _param_specs(params: Sequence[tuple[str, nn.Parameter]]) -> list[tuple[str, tuple, str]]:
