@@ -35,6 +35,7 @@ from ..ir import tir
 from ..ir.tir import PrimFunc
 from . import cache as _cache
 from .abi import dim_to_json, plan_signature
+from .accumulate import promote_accumulators
 from .dedup import KernelTwins
 from .llvm_emit import ModuleEmitter
 from .lower import is_lowered, lower
@@ -109,7 +110,7 @@ def emit_llvm_ir(prim_funcs: dict[str, PrimFunc], target: Target | None = None
             functions[name] = {**sig.metadata(extra),
                                "kernel": f"{family}/{ksimd.name}" + (f"+{variant}" if variant else "")}
             continue
-        lowered = func if is_lowered(func) else lower(schedule(func))
+        lowered = func if is_lowered(func) else promote_accumulators(lower(schedule(func)))
         sig = plan_signature(lowered, name)
         extra = emitter.add_function(name, lowered, sig)
         bodies[name] = (emitter.module.get_global(f"{name}.compute"), extra)
