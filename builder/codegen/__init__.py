@@ -11,8 +11,10 @@ Pipeline per function:
   -> plain loops) and emitted loop by loop (:mod:`builder.codegen.llvm_emit`; ``exp`` inlined as
   a polynomial so that loops vectorize; ``parallel`` loops outlined into thread-pool tasks);
 * :func:`builder.codegen.abi.plan_signature` (prologue checks and metadata) for both;
-* a function structurally equal to one emitted already (:mod:`.dedup`) gets only its entry, which
-  calls the twin's body: identical kernels are compiled once;
+* a function structurally equal to one emitted already (:mod:`.dedup`) becomes an alias of the
+  twin's entry (``@b = alias ... @a``): identical kernels are compiled once, and each keeps its own
+  metadata (parameter names in the error messages; the checks, being structurally the same, return
+  the same codes);
 * LLVM's new pass manager at ``-O3`` for the host target, ``TargetMachine.emit_object``, and
   the on-disk object cache (:mod:`.cache`, keyed by the IR's hash) around those two steps;
 * a manifest in the object (section ``.mb_manifest``: the cache key it was compiled from and
@@ -84,18 +86,18 @@ def emit_llvm_ir(prim_funcs: dict[str, PrimFunc], target: Target | None = None
     emitter = ModuleEmitter(target.triple, str(tm.target_data))
     functions: dict[str, dict] = {}
     twins = KernelTwins()
-    bodies: dict[str, tuple] = {}   # name -> (body function, its extra error messages)
+    extras: dict[str, list[str]] = {}   # name -> its body's extra error messages
+    aliases: list[tuple[str, str]] = []
     for name, func in prim_funcs.items():
         if not isinstance(func, PrimFunc):
             raise TypeError(f"'{name}' is not a PrimFunc")
         if not name.isidentifier():
             raise ValueError(f"function name {name!r} is not a valid symbol")
         twin = twins.find(func)
-        if twin is not None:   # an identical kernel is emitted already: this entry calls its body
-            body_fn, extra = bodies[twin]
+        if twin is not None:   # an identical kernel is emitted already: this symbol is its entry
             sig = plan_signature(func, name)
-            emitter.add_entry(name, body_fn, func, sig)
-            functions[name] = {**sig.metadata(extra), "kernel": functions[twin]["kernel"]}
+            functions[name] = {**sig.metadata(extras[twin]), "kernel": functions[twin]["kernel"]}
+            aliases.append((name, twin))
             continue
         twins.add(name, func)
         family, plan = plan_kernel(func, simd)
@@ -105,7 +107,7 @@ def emit_llvm_ir(prim_funcs: dict[str, PrimFunc], target: Target | None = None
             ksimd = getattr(plan, "simd", None) or simd   # a plan may ask for narrower vectors
             body_fn, extra = KERNEL_FAMILIES[family][1](emitter, name, func, sig, plan, ksimd)
             emitter.add_entry(name, body_fn, func, sig)
-            bodies[name] = (body_fn, extra)
+            extras[name] = extra
             variant = getattr(plan, "variant", "")
             functions[name] = {**sig.metadata(extra),
                                "kernel": f"{family}/{ksimd.name}" + (f"+{variant}" if variant else "")}
@@ -113,10 +115,13 @@ def emit_llvm_ir(prim_funcs: dict[str, PrimFunc], target: Target | None = None
         lowered = func if is_lowered(func) else promote_accumulators(lower(schedule(func)))
         sig = plan_signature(lowered, name)
         extra = emitter.add_function(name, lowered, sig)
-        bodies[name] = (emitter.module.get_global(f"{name}.compute"), extra)
+        extras[name] = extra
         functions[name] = sig.metadata(extra)
         functions[name]["kernel"] = "loops" if family is None else f"loops ({family}: {plan})"
-    return finalize_loop_metadata(str(emitter.module)), functions
+    text = finalize_loop_metadata(str(emitter.module))
+    if aliases:
+        text += "".join(f'\n@"{name}" = alias i32 (ptr, ptr), ptr @"{twin}"' for name, twin in aliases) + "\n"
+    return text, functions
 
 
 def build(prim_funcs: dict[str, PrimFunc], target: Target | None = None) -> CompiledLibrary:

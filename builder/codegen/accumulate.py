@@ -30,7 +30,7 @@ two passes choke on. So the innermost loop of a promoted reduction with a consta
 between :data:`MIN_KEPT_LOOP` and :data:`MAX_KEPT_LOOP` is annotated ``NO_UNROLL``
 (``llvm.loop.unroll.disable``, see :mod:`builder.codegen.llvm_emit`): LLVM vectorizes the
 reduction itself (``<8 x float>`` multiply-adds along ``d``) and unrolls the loop around it.
-Measured (Zen 2, 2 cores): the attention score alone 1.42 s of optimization -> 0.06 s; the whole
+Measured (2-core AMD EPYC): the attention score alone 1.42 s of optimization -> 0.06 s; the whole
 attention kernel of MiniLM (12 heads of 32) 2.6 s -> 0.42 s to compile, and as fast to run
 (8.2-8.6 ms -> 7.2-8.5 ms at 128 tokens).
 
