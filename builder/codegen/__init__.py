@@ -120,9 +120,10 @@ def _instructions(module, first: int) -> int:
 
 
 def emit_llvm_parts(prim_funcs: dict[str, PrimFunc], target: Target | None = None,
-                    max_parts: int = MAX_PARTS, progress: Progress | None = None) -> LlvmParts:
+                    max_parts: int | None = None, progress: Progress | None = None) -> LlvmParts:
     """Unoptimized LLVM IR and metadata for ``prim_funcs`` (symbol name -> PrimFunc), split into at
-    most ``max_parts`` modules that can be optimized and compiled independently.
+    most ``max_parts`` (default :data:`MAX_PARTS`) modules that can be optimized and compiled
+    independently.
 
     A function structurally equal to one emitted before (:class:`.dedup.KernelTwins`) is an alias of
     that one's entry, in the same module. The distinct kernels go, in order, each to the module with
@@ -135,6 +136,7 @@ def emit_llvm_parts(prim_funcs: dict[str, PrimFunc], target: Target | None = Non
     is not a PrimFunc.
     """
     t0 = time.perf_counter()
+    max_parts = MAX_PARTS if max_parts is None else max_parts
     target = target or Target.host()
     tm = target.target_machine()
     simd = SimdInfo.from_target(target.triple, target.features)
@@ -310,7 +312,7 @@ def build(prim_funcs: dict[str, PrimFunc], target: Target | None = None,
     """
     target = target or Target.host()
     init_llvm()
-    emitted = emit_llvm_parts(prim_funcs, target, progress=progress)
+    emitted = emit_llvm_parts(prim_funcs, target, max_parts=MAX_PARTS, progress=progress)
     texts, functions = emitted.texts, emitted.functions
     stats = {"kernels": len(functions), "distinct": emitted.distinct, "parts": len(texts),
              "emit_seconds": emitted.seconds, "optimize_seconds": 0.0, "codegen_seconds": 0.0,
