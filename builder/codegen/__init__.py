@@ -15,8 +15,11 @@ Pipeline per function:
   twin's entry (``@b = alias ... @a``): identical kernels are compiled once, and each keeps its own
   metadata (parameter names in the error messages; the checks, being structurally the same, return
   the same codes);
-* LLVM's new pass manager at ``-O3`` for the host target, ``TargetMachine.emit_object``, and
-  the on-disk object cache (:mod:`.cache`, keyed by the IR's hash) around those two steps;
+* reductions lowered to loops accumulate in a register (:mod:`.accumulate`);
+* the distinct kernels split into up to :data:`MAX_PARTS` LLVM modules, each run through LLVM's new
+  pass manager at ``-O3`` for the host target and ``TargetMachine.emit_object`` on its own thread,
+  the objects merged into one (:mod:`.objmerge`), and the on-disk object cache (:mod:`.cache`,
+  keyed by the IR's hash) around those steps;
 * a manifest in the object (section ``.mb_manifest``: the cache key it was compiled from and
   each kernel's signature, :func:`runtime.native.manifest_bytes`), which the loader and the cache
   check against the metadata before any byte of the object reaches LLVM.
