@@ -17,4 +17,4 @@ def build(recipe_path, overrides=(), weights=None, seed=0, **kwargs):
 
 # `builder.compile` is the function (TVM's name), not the submodule of the same name: binding
 # it here, after the submodule is first imported, keeps later imports from rebinding it.
-from .compile import compile  # noqa: E402,F401
+from .compile import BuildProgress, compile  # noqa: E402,F401

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import contextvars
 import time
-from typing import Any, Sequence
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -28,30 +29,99 @@ from .ir.verifier import verify
 from .ir.struct_info import (
     ObjectStructInfo, PrimStructInfo, ShapeStructInfo, TensorStructInfo, TupleStructInfo,
 )
-from .transform import PassContext, PassInstrument, VerifyAfter, default_pipeline
+from .transform import PassContext, PassInstrument, Sequential, VerifyAfter, default_pipeline
 
-__all__ = ["compile", "JitModule", "lower_to_bytecode"]
+__all__ = ["compile", "BuildProgress", "JitModule", "lower_to_bytecode"]
+
+
+@dataclass(frozen=True)
+class BuildProgress:
+    """One step of :func:`compile`, as its ``progress`` callback gets it.
+
+    ``phase``: ``"passes"`` (the graph-level pipeline), ``"kernels"`` (PrimFuncs scheduled, lowered
+    and emitted as LLVM IR, one step per function; a function structurally equal to an earlier one
+    only gets its metadata), ``"llvm"`` (LLVM optimization and object code, one step per module of
+    :func:`builder.codegen.build`; ``item == "cached"`` when the object came from the cache),
+    ``"bytecode"`` (VM bytecode), and ``"done"`` once at the end. ``done`` / ``total``: steps finished
+    / steps in this phase (``done == 0`` announces a phase). ``item``: what the step was (a pass name,
+    a kernel name, ``"part 1"``), or ``""``. ``elapsed``: seconds since :func:`compile` started.
+    """
+
+    phase: str
+    done: int
+    total: int
+    item: str
+    elapsed: float
 
 
 def compile(mod: rx.IRModule, target: codegen.Target | None = None,  # noqa: A001
-            instruments: Sequence[PassInstrument] = ()) -> Executable:
+            instruments: Sequence[PassInstrument] = (),
+            progress: Callable[[BuildProgress], None] | None = None) -> Executable:
     """Compile an exported (graph-level) IRModule to an :class:`runtime.Executable`: the default
     pipeline (:func:`builder.transform.default_pipeline`, the IR verified after every pass, plus the
-    given pass ``instruments``, e.g. ``PrintAfter(["fuse_ops"])``), code generation for the PrimFuncs,
-    and VM bytecode for the graph-level functions.
+    given pass ``instruments``, e.g. ``PrintAfter(["fuse_ops"])``), code generation for the PrimFuncs
+    (:func:`builder.codegen.build`: identical kernels compiled once, LLVM on several threads, the
+    object cache), and VM bytecode for the graph-level functions.
+
+    ``progress``, when given, is called on the calling thread with a :class:`BuildProgress` at the
+    start of each phase and after each step (each pass, each kernel, each LLVM module), so that a
+    caller can show a progress bar for builds that take a while; an exception it raises aborts the
+    build. The executable's ``build_stats`` says what the build did: ``kernels`` / ``distinct`` /
+    ``parts`` (see :class:`builder.codegen.CompiledLibrary`), ``cached``, and ``seconds`` per phase
+    (``passes``, ``kernels``, ``llvm``, ``bytecode``, ``total``).
 
     Raises ValueError for an op without a legalization or an unsupported value.
     """
     t0 = time.perf_counter()
-    with PassContext([VerifyAfter(), *instruments]):
-        legal = default_pipeline()(verify(mod))
+
+    def report(phase: str, done: int, total: int, item: str = "") -> None:
+        if progress is not None:
+            progress(BuildProgress(phase, done, total, item, time.perf_counter() - t0))
+
+    pipeline = default_pipeline()
+    extra: list[PassInstrument] = []
+    if progress is not None:
+        extra.append(_PassProgress(report, len(pipeline.names)))
+        report("passes", 0, len(pipeline.names))
+    with PassContext([VerifyAfter(), *instruments, *extra]):
+        legal = pipeline(verify(mod))
+    t_passes = time.perf_counter() - t0
     prim_funcs = {n: f for n, f in legal.functions.items() if not isinstance(f, rx.Function)}
-    lib = codegen.build(prim_funcs, target)
+    report("kernels", 0, len(prim_funcs))
+    lib = codegen.build(prim_funcs, target, progress=report if progress is not None else None)
+    t1 = time.perf_counter()
+    report("bytecode", 0, 1)
     functions, constants = lower_to_bytecode(legal)
+    report("bytecode", 1, 1)
     exe = Executable(functions, lib.functions, lib.object_code, constants, lib.target, lib.llvm_ir)
-    exe.compile_seconds = time.perf_counter() - t0
+    t2 = time.perf_counter()
+    exe.compile_seconds = t2 - t0
     exe.legalized = legal
+    stats = lib.stats
+    exe.build_stats = {"kernels": stats.get("kernels", len(lib.functions)),
+                       "distinct": stats.get("distinct", len(lib.functions)),
+                       "parts": stats.get("parts", 1), "cached": lib.cached,
+                       "seconds": {"passes": t_passes, "kernels": stats.get("emit_seconds", 0.0),
+                                   "llvm": stats.get("llvm_seconds", 0.0),
+                                   "llvm_optimize": stats.get("optimize_seconds", 0.0),
+                                   "llvm_codegen": stats.get("codegen_seconds", 0.0),
+                                   "codegen": t1 - t0 - t_passes, "bytecode": t2 - t1, "total": t2 - t0}}
+    report("done", 1, 1)
     return exe
+
+
+class _PassProgress(PassInstrument):
+    """Reports ``("passes", k, n, name)`` after each pass of the pipeline."""
+
+    def __init__(self, report: Callable, total: int) -> None:
+        self.report = report
+        self.total = total
+        self.done = 0
+
+    def run_after_pass(self, mod: rx.IRModule, pass_) -> None:
+        if not isinstance(pass_, Sequential):
+            self.done += 1
+            self.report("passes", min(self.done, self.total), self.total, pass_.name)
 
 
 def _sinfo_json(s) -> Any:

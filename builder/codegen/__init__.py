@@ -11,10 +11,15 @@ Pipeline per function:
   -> plain loops) and emitted loop by loop (:mod:`builder.codegen.llvm_emit`; ``exp`` inlined as
   a polynomial so that loops vectorize; ``parallel`` loops outlined into thread-pool tasks);
 * :func:`builder.codegen.abi.plan_signature` (prologue checks and metadata) for both;
-* a function structurally equal to one emitted already (:mod:`.dedup`) gets only its entry, which
-  calls the twin's body: identical kernels are compiled once;
-* LLVM's new pass manager at ``-O3`` for the host target, ``TargetMachine.emit_object``, and
-  the on-disk object cache (:mod:`.cache`, keyed by the IR's hash) around those two steps;
+* a function structurally equal to one emitted already (:mod:`.dedup`) becomes an alias of the
+  twin's entry (``@b = alias ... @a``): identical kernels are compiled once, and each keeps its own
+  metadata (parameter names in the error messages; the checks, being structurally the same, return
+  the same codes);
+* reductions lowered to loops accumulate in a register (:mod:`.accumulate`);
+* the distinct kernels split into up to :data:`MAX_PARTS` LLVM modules, each run through LLVM's new
+  pass manager at ``-O3`` for the host target and ``TargetMachine.emit_object`` on its own thread,
+  the objects merged into one (:mod:`.objmerge`), and the on-disk object cache (:mod:`.cache`,
+  keyed by the IR's hash) around those steps;
 * a manifest in the object (section ``.mb_manifest``: the cache key it was compiled from and
   each kernel's signature, :func:`runtime.native.manifest_bytes`), which the loader and the cache
   check against the metadata before any byte of the object reaches LLVM.
@@ -25,9 +30,16 @@ metadata records which path compiled it (``"kernel": "linear/avx2"`` or ``"loops
 """
 from __future__ import annotations
 
+import ctypes
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
+from typing import Callable
 
 import llvmlite.binding as llvm
+from llvmlite import ir
+from llvmlite.binding import ffi
 
 from runtime.native import MANIFEST_SECTION, manifest_bytes
 
@@ -35,16 +47,18 @@ from ..ir import tir
 from ..ir.tir import PrimFunc
 from . import cache as _cache
 from .abi import dim_to_json, plan_signature
+from .accumulate import promote_accumulators
 from .dedup import KernelTwins
 from .llvm_emit import ModuleEmitter
 from .lower import is_lowered, lower
+from .objmerge import merge_objects
 from .schedule import schedule
 from .kernels import KERNEL_FAMILIES, SimdInfo, plan_kernel
 from .kernels.simd import finalize_loop_metadata
 from .target import Target, init_llvm
 
 __all__ = ["Target", "CompiledLibrary", "build", "build_prim_func", "lower", "dim_to_json",
-           "emit_llvm_ir", "manifest_ir"]
+           "emit_llvm_ir", "emit_llvm_parts", "LlvmParts", "manifest_ir", "build_threads", "MAX_PARTS"]
 
 
 @dataclass
@@ -54,7 +68,11 @@ class CompiledLibrary:
     ``object_code``: relocatable object for the target (``TargetMachine.emit_object``);
     ``llvm_ir``: the optimized module as text; ``functions``: JSON-able metadata per symbol
     (see :mod:`builder.codegen.abi`); ``target``: :meth:`Target.to_dict`; ``cached``: True
-    when the object came from the on-disk cache (:mod:`builder.codegen.cache`).
+    when the object came from the on-disk cache (:mod:`builder.codegen.cache`); ``stats``: what
+    :func:`build` measured: ``kernels`` (functions), ``distinct`` (compiled; the others are aliases),
+    ``parts`` (LLVM modules), and seconds: ``emit_seconds`` (schedule, lower, LLVM IR emission in
+    Python), ``optimize_seconds`` / ``codegen_seconds`` (LLVM, summed over the parts),
+    ``llvm_seconds`` (wall time of the LLVM phase).
     """
 
     object_code: bytes
@@ -62,6 +80,7 @@ class CompiledLibrary:
     functions: dict[str, dict]
     target: dict = field(default_factory=dict)
     cached: bool = False
+    stats: dict = field(default_factory=dict)
 
     def load(self):
         """Load into this process: a :class:`runtime.native.NativeLibrary` (host target only)."""
@@ -70,88 +89,276 @@ class CompiledLibrary:
         return NativeLibrary(self.object_code, self.functions, self.target or None)
 
 
-def emit_llvm_ir(prim_funcs: dict[str, PrimFunc], target: Target | None = None
-                 ) -> tuple[str, dict[str, dict]]:
-    """Unoptimized LLVM IR text and metadata for ``prim_funcs`` (symbol name -> PrimFunc).
+#: Most LLVM modules the kernels of one build are split into (see :func:`emit_llvm_parts`). Fixed, not
+#: the number of cores, so that the object code (and the cache key) is the same on every machine
+#: and with any number of threads.
+MAX_PARTS = 4
+
+#: A build is split only when its distinct kernels add up to at least this many LLVM instructions
+#: (unoptimized); smaller ones are one module (a thread and an object merge cost more than they
+#: save there).
+MIN_SPLIT_INSTRUCTIONS = 4000
+
+#: ``progress(phase, done, total, item)``: see :func:`build`.
+Progress = Callable[[str, int, int, str], None]
+
+
+@dataclass
+class LlvmParts:
+    """What :func:`emit_llvm_parts` returns: ``texts``, the unoptimized LLVM IR of each module (part
+    0 first); ``functions``, the metadata of every kernel (symbol -> dict); ``distinct``, how many
+    kernels got code of their own (the others are aliases of a structurally equal one);
+    ``seconds``, Python time spent scheduling, lowering and emitting."""
+
+    texts: list[str]
+    functions: dict[str, dict]
+    distinct: int
+    seconds: float
+
+
+def _instructions(module, first: int) -> int:
+    """LLVM instructions in the functions of ``module`` from index ``first`` on."""
+    fns = [g for g in module.globals.values() if isinstance(g, ir.Function)]
+    return sum(len(b.instructions) for f in fns[first:] for b in f.blocks)
+
+
+def emit_llvm_parts(prim_funcs: dict[str, PrimFunc], target: Target | None = None,
+                    max_parts: int | None = None, progress: Progress | None = None) -> LlvmParts:
+    """Unoptimized LLVM IR and metadata for ``prim_funcs`` (symbol name -> PrimFunc), split into at
+    most ``max_parts`` (default :data:`MAX_PARTS`) modules that can be optimized and compiled
+    independently.
+
+    A function structurally equal to one emitted before (:class:`.dedup.KernelTwins`) is an alias of
+    that one's entry, in the same module. The distinct kernels go, in order, each to the module with
+    the fewest LLVM instructions so far (a deterministic balance: the same input always gives the same
+    modules); below :data:`MIN_SPLIT_INSTRUCTIONS` in all, everything is one module. ``progress``
+    is called as ``progress("kernels", done, total, name)`` after each function.
 
     Blocks are lowered first. Raises ValueError for unsupported dtypes / unbindable symbolic
-    vars, :class:`builder.ir.tir.VerifyError` for ill-formed functions.
+    vars, :class:`builder.ir.tir.VerifyError` for ill-formed functions, TypeError for a value that
+    is not a PrimFunc.
     """
+    t0 = time.perf_counter()
+    max_parts = MAX_PARTS if max_parts is None else max_parts
     target = target or Target.host()
     tm = target.target_machine()
     simd = SimdInfo.from_target(target.triple, target.features)
-    emitter = ModuleEmitter(target.triple, str(tm.target_data))
+    data_layout = str(tm.target_data)
+    emitters: list[ModuleEmitter] = []
+    loads: list[int] = []
+    home: dict[str, int] = {}           # distinct kernel -> the module holding it
     functions: dict[str, dict] = {}
     twins = KernelTwins()
-    bodies: dict[str, tuple] = {}   # name -> (body function, its extra error messages)
-    for name, func in prim_funcs.items():
+    extras: dict[str, list[str]] = {}   # name -> its body's extra error messages
+    aliases: list[tuple[str, str]] = []
+    total = len(prim_funcs)
+    for done, (name, func) in enumerate(prim_funcs.items(), start=1):
         if not isinstance(func, PrimFunc):
             raise TypeError(f"'{name}' is not a PrimFunc")
         if not name.isidentifier():
             raise ValueError(f"function name {name!r} is not a valid symbol")
         twin = twins.find(func)
-        if twin is not None:   # an identical kernel is emitted already: this entry calls its body
-            body_fn, extra = bodies[twin]
+        if twin is not None:   # an identical kernel is emitted already: this symbol is its entry
             sig = plan_signature(func, name)
-            emitter.add_entry(name, body_fn, func, sig)
-            functions[name] = {**sig.metadata(extra), "kernel": functions[twin]["kernel"]}
-            continue
-        twins.add(name, func)
-        family, plan = plan_kernel(func, simd)
-        if family is not None and not isinstance(plan, str):
-            tir.verify(func)
-            sig = plan_signature(func, name)
-            ksimd = getattr(plan, "simd", None) or simd   # a plan may ask for narrower vectors
-            body_fn, extra = KERNEL_FAMILIES[family][1](emitter, name, func, sig, plan, ksimd)
-            emitter.add_entry(name, body_fn, func, sig)
-            bodies[name] = (body_fn, extra)
-            variant = getattr(plan, "variant", "")
-            functions[name] = {**sig.metadata(extra),
-                               "kernel": f"{family}/{ksimd.name}" + (f"+{variant}" if variant else "")}
-            continue
-        lowered = func if is_lowered(func) else lower(schedule(func))
-        sig = plan_signature(lowered, name)
-        extra = emitter.add_function(name, lowered, sig)
-        bodies[name] = (emitter.module.get_global(f"{name}.compute"), extra)
-        functions[name] = sig.metadata(extra)
-        functions[name]["kernel"] = "loops" if family is None else f"loops ({family}: {plan})"
-    return finalize_loop_metadata(str(emitter.module)), functions
+            functions[name] = {**sig.metadata(extras[twin]), "kernel": functions[twin]["kernel"]}
+            aliases.append((name, twin))
+        else:
+            twins.add(name, func)
+            if len(emitters) < max(1, max_parts) and (not emitters or sum(loads) >= MIN_SPLIT_INSTRUCTIONS):
+                emitters.append(ModuleEmitter(target.triple, data_layout))
+                loads.append(0)
+            part = min(range(len(emitters)), key=lambda k: (loads[k], k))
+            emitter = emitters[part]
+            first = sum(1 for g in emitter.module.globals.values() if isinstance(g, ir.Function))
+            functions[name], extras[name] = _emit_kernel(emitter, name, func, simd)
+            loads[part] += _instructions(emitter.module, first)
+            home[name] = part
+        if progress is not None:
+            progress("kernels", done, total, name)
+    texts = [finalize_loop_metadata(str(e.module)) for e in emitters] or [""]
+    for name, twin in aliases:
+        texts[home[twin]] += f'\n@"{name}" = alias i32 (ptr, ptr), ptr @"{twin}"'
+    texts = [t + "\n" if aliases else t for t in texts]
+    return LlvmParts(texts, functions, len(home), time.perf_counter() - t0)
 
 
-def build(prim_funcs: dict[str, PrimFunc], target: Target | None = None) -> CompiledLibrary:
+def _emit_kernel(emitter: ModuleEmitter, name: str, func: PrimFunc, simd: SimdInfo
+                 ) -> tuple[dict, list[str]]:
+    """Emit one distinct kernel (entry and body) into ``emitter``; returns its metadata and the
+    body's extra error messages."""
+    family, plan = plan_kernel(func, simd)
+    if family is not None and not isinstance(plan, str):
+        tir.verify(func)
+        sig = plan_signature(func, name)
+        ksimd = getattr(plan, "simd", None) or simd   # a plan may ask for narrower vectors
+        body_fn, extra = KERNEL_FAMILIES[family][1](emitter, name, func, sig, plan, ksimd)
+        emitter.add_entry(name, body_fn, func, sig)
+        variant = getattr(plan, "variant", "")
+        return ({**sig.metadata(extra),
+                 "kernel": f"{family}/{ksimd.name}" + (f"+{variant}" if variant else "")}, extra)
+    lowered = func if is_lowered(func) else promote_accumulators(lower(schedule(func)))
+    sig = plan_signature(lowered, name)
+    extra = emitter.add_function(name, lowered, sig)
+    meta = sig.metadata(extra)
+    meta["kernel"] = "loops" if family is None else f"loops ({family}: {plan})"
+    return meta, extra
+
+
+def emit_llvm_ir(prim_funcs: dict[str, PrimFunc], target: Target | None = None
+                 ) -> tuple[str, dict[str, dict]]:
+    """Unoptimized LLVM IR text (one module) and metadata for ``prim_funcs`` (symbol name ->
+    PrimFunc): :func:`emit_llvm_parts` with one part.
+
+    Raises as :func:`emit_llvm_parts`.
+    """
+    parts = emit_llvm_parts(prim_funcs, target, max_parts=1)
+    return parts.texts[0], parts.functions
+
+
+def _raw(fn):
+    """The ctypes function behind an llvmlite binding function, without llvmlite's global lock
+    (``llvmlite.binding.ffi`` serializes every call through one RLock), or the locked wrapper when
+    llvmlite's internals differ. Only for calls on objects no other thread touches: a module of
+    its own LLVMContext, its own TargetMachine and pass builder."""
+    return getattr(fn, "_cfn", fn)
+
+
+class _Part:
+    """One LLVM module of a build on its way to object code: parsed (in its own LLVMContext) and set
+    up on the calling thread; :meth:`compile` optimizes and emits it, and may run on another."""
+
+    def __init__(self, text: str, target: Target) -> None:
+        self.context = llvm.create_context()
+        try:
+            self.module = llvm.parse_assembly(text, context=self.context)
+            self.module.verify()
+        except RuntimeError as err:  # pragma: no cover - generator bug
+            raise RuntimeError(f"generated LLVM IR is invalid: {err}\n{text}") from err
+        self.tm = target.target_machine()
+        self.module.triple = target.triple
+        self.module.data_layout = str(self.tm.target_data)
+        pto = llvm.create_pipeline_tuning_options(speed_level=target.opt_level)
+        if target.opt_level >= 2:
+            pto.loop_vectorization = True
+            pto.slp_vectorization = True
+            pto.loop_unrolling = True
+        self.pto = pto
+        self.pb = llvm.create_pass_builder(self.tm, pto)
+        self.mpm = self.pb.getModulePassManager()
+        # resolved here, on the calling thread (llvmlite fills its function table lazily)
+        self.run_passes = _raw(ffi.lib.LLVMPY_RunNewModulePassManager)
+        self.emit = _raw(ffi.lib.LLVMPY_TargetMachineEmitToMemory)
+        self.buffer_start = _raw(ffi.lib.LLVMPY_GetBufferStart)
+        self.buffer_size = _raw(ffi.lib.LLVMPY_GetBufferSize)
+        self.dispose_buffer = ffi.lib.LLVMPY_DisposeMemoryBuffer
+        self.object = b""
+        self.seconds = (0.0, 0.0)
+
+    def close(self) -> None:
+        """Free the module, then its context (in that order: a module outliving its context
+        crashes LLVM)."""
+        self.module.close()
+        self.context.close()
+
+    def compile(self) -> None:
+        """Optimize (new pass manager) and emit object code; sets ``object`` and ``seconds``
+        (optimize, codegen). Raises RuntimeError when LLVM cannot emit the object."""
+        t0 = time.perf_counter()
+        self.run_passes(self.mpm, self.module, self.pb)
+        t1 = time.perf_counter()
+        with ffi.OutputString() as err:
+            buf = self.emit(self.tm, self.module, 1, err)
+            if not buf:
+                raise RuntimeError(f"LLVM could not emit object code: {err}")
+        try:
+            self.object = ctypes.string_at(self.buffer_start(buf), self.buffer_size(buf))
+        finally:
+            self.dispose_buffer(buf)
+        self.seconds = (t1 - t0, time.perf_counter() - t1)
+
+
+def build_threads() -> int:
+    """Threads :func:`build` compiles on: ``$MB_BUILD_THREADS`` when set (>= 1), else the CPUs this
+    process may run on. Raises ValueError for a value that is not a positive integer."""
+    env = os.environ.get("MB_BUILD_THREADS", "").strip()
+    if env:
+        if not env.isdigit() or int(env) < 1:
+            raise ValueError(f"MB_BUILD_THREADS must be a positive integer, got {env!r}")
+        return int(env)
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):   # pragma: no cover - not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def build(prim_funcs: dict[str, PrimFunc], target: Target | None = None,
+          progress: Progress | None = None) -> CompiledLibrary:
     """Compile ``prim_funcs`` (symbol name -> PrimFunc) into one object file for ``target``
-    (default: the host), optimized with the new pass manager at ``speed_level=3``. The object
-    is looked up in / added to the on-disk cache (:mod:`builder.codegen.cache`) by the hash of
-    the generated IR and the target.
+    (default: the host), optimized with the new pass manager at ``speed_level=3``.
 
-    Raises ValueError / VerifyError as :func:`emit_llvm_ir`; RuntimeError if LLVM rejects the
+    The kernels are emitted as up to :data:`MAX_PARTS` LLVM modules (:func:`emit_llvm_parts`), each
+    optimized and compiled on its own thread (:func:`build_threads` at a time; llvmlite's calls are
+    ctypes calls that release the GIL, and each module has its own LLVMContext and TargetMachine),
+    and the objects are merged into one (:func:`.objmerge.merge_objects`). The parts depend only on
+    the input, never on the thread count, so the object's bytes do not either. The object is looked
+    up in / added to the on-disk cache (:mod:`builder.codegen.cache`) by the hash of the generated IR
+    and the target. ``stats`` on the result: kernel counts and seconds per phase.
+
+    ``progress``, when given, is called on this thread as ``progress(phase, done, total, item)``:
+    ``("kernels", k, n, name)`` after each of the ``n`` functions is emitted, then
+    ``("llvm", 0, parts, "")`` before LLVM starts and ``("llvm", k, parts, "part i")`` as each module
+    is compiled, or ``("llvm", 1, 1, "cached")`` on a cache hit. An exception it raises aborts the
+    build (after the running LLVM work ends).
+
+    Raises ValueError / VerifyError as :func:`emit_llvm_parts`; RuntimeError if LLVM rejects the
     generated IR (a code generator bug).
     """
     target = target or Target.host()
     init_llvm()
-    text, functions = emit_llvm_ir(prim_funcs, target)
-    key = _cache.cache_key(text, target.to_dict())
+    emitted = emit_llvm_parts(prim_funcs, target, max_parts=MAX_PARTS, progress=progress)
+    texts, functions = emitted.texts, emitted.functions
+    stats = {"kernels": len(functions), "distinct": emitted.distinct, "parts": len(texts),
+             "emit_seconds": emitted.seconds, "optimize_seconds": 0.0, "codegen_seconds": 0.0,
+             "llvm_seconds": 0.0}
+    source = texts[0] if len(texts) == 1 else "".join(f"; part {k}\n{t}" for k, t in enumerate(texts))
+    key = _cache.cache_key(source, target.to_dict())
     hit = _cache.load(key, functions)
     if hit is not None:
-        return CompiledLibrary(hit[0], hit[1], functions, target.to_dict(), cached=True)
-    tm = target.target_machine()
+        if progress is not None:
+            progress("llvm", 1, 1, "cached")
+        return CompiledLibrary(hit[0], hit[1], functions, target.to_dict(), cached=True, stats=stats)
+    t0 = time.perf_counter()
+    texts = [texts[0] + manifest_ir(key, functions), *texts[1:]]
+    parts: list[_Part] = []
     try:
-        mod = llvm.parse_assembly(text + manifest_ir(key, functions))
-        mod.verify()
-    except RuntimeError as err:  # pragma: no cover - generator bug
-        raise RuntimeError(f"generated LLVM IR is invalid: {err}\n{text}") from err
-    mod.triple = target.triple
-    mod.data_layout = str(tm.target_data)
-    pto = llvm.create_pipeline_tuning_options(speed_level=target.opt_level)
-    if target.opt_level >= 2:
-        pto.loop_vectorization = True
-        pto.slp_vectorization = True
-        pto.loop_unrolling = True
-    pb = llvm.create_pass_builder(tm, pto)
-    pb.getModulePassManager().run(mod, pb)
-    obj, optimized = tm.emit_object(mod), str(mod)
+        for t in texts:
+            parts.append(_Part(t, target))
+        if progress is not None:
+            progress("llvm", 0, len(parts), "")
+        threads = min(build_threads(), len(parts))
+        if threads == 1:
+            for k, part in enumerate(parts, start=1):
+                part.compile()
+                if progress is not None:
+                    progress("llvm", k, len(parts), f"part {k - 1}")
+        else:
+            with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="mb-llvm") as pool:
+                futures = {pool.submit(p.compile): k for k, p in enumerate(parts)}
+                for done, fut in enumerate(as_completed(futures), start=1):
+                    fut.result()
+                    if progress is not None:
+                        progress("llvm", done, len(parts), f"part {futures[fut]}")
+        obj = merge_objects([p.object for p in parts])
+        optimized = "".join(("" if len(parts) == 1 else f"; part {k}\n") + str(p.module)
+                            for k, p in enumerate(parts))
+    finally:
+        for p in parts:
+            p.close()
+    stats["optimize_seconds"] = sum(p.seconds[0] for p in parts)
+    stats["codegen_seconds"] = sum(p.seconds[1] for p in parts)
+    stats["llvm_seconds"] = time.perf_counter() - t0
     _cache.store(key, obj, optimized)
-    return CompiledLibrary(obj, optimized, functions, target.to_dict())
+    return CompiledLibrary(obj, optimized, functions, target.to_dict(), stats=stats)
 
 
 def manifest_ir(source: str, functions: dict[str, dict]) -> str:

@@ -1,16 +1,27 @@
 """Identical kernels compiled once: :class:`KernelTwins` finds, for a PrimFunc, a function emitted
 already that is structurally equal to it (:func:`builder.ir.structural_equal`: the same loops,
 expressions, dtypes, shapes up to the renaming of buffers and variables, and the same attributes but
-the symbol name). The code generator then emits only the new function's entry (its own argument
-checks and messages) and calls the twin's body, so a model whose layers repeat (12 identical
-attention blocks) pays LLVM for one body per distinct kernel.
+the symbol name). The code generator then emits the new function as an alias of the twin's entry
+(:func:`builder.codegen.emit_llvm_ir`), so a model whose layers repeat (32 identical decoder
+layers) pays LLVM for one copy of each distinct kernel.
+
+Candidates are found by :func:`structural_key`, a hash of the function's structure with every
+variable and buffer numbered by its first occurrence (names, and the symbol name, left out), and
+confirmed by :func:`builder.ir.structural_equal`: the key only has to agree on equal functions
+for the lookup to find them, and two functions share code only when the comparison says they
+are equal. A model with N identical layers therefore costs one key per kernel and one comparison
+per twin, not a comparison with every kernel seen before.
 """
 from __future__ import annotations
 
+import hashlib
+
+from ..ir import expr as E
+from ..ir import tir
 from ..ir.structural import structural_equal
 from ..ir.tir import PrimFunc
 
-__all__ = ["KernelTwins"]
+__all__ = ["KernelTwins", "structural_key"]
 
 
 def _anonymous(func: PrimFunc) -> PrimFunc:
@@ -19,25 +30,141 @@ def _anonymous(func: PrimFunc) -> PrimFunc:
     return PrimFunc(func.params, func.body, attrs, "kernel")
 
 
-def _fingerprint(func: PrimFunc) -> tuple:
-    """A cheap key that structurally equal functions share (parameter dtypes and ranks)."""
-    return tuple((p.dtype, len(p.shape)) for p in func.params)
+class _KeyWriter:
+    """Writes the tokens of a PrimFunc's structure; variables and buffers become ``v<k>`` /
+    ``b<k>`` by order of first occurrence."""
+
+    def __init__(self) -> None:
+        self.out: list[str] = []
+        self.ids: dict[int, str] = {}
+
+    def ref(self, obj, prefix: str) -> str:
+        name = self.ids.get(id(obj))
+        if name is None:
+            name = self.ids[id(obj)] = f"{prefix}{len(self.ids)}"
+        return name
+
+    def buffer(self, buf: tir.Buffer) -> None:
+        known = id(buf) in self.ids
+        self.out.append(self.ref(buf, "b"))
+        if not known:
+            self.out.append(buf.dtype)
+            for d in buf.shape:
+                self.expr(d)
+            self.out.append(";")
+
+    def expr(self, e) -> None:
+        out = self.out
+        if isinstance(e, E.Var):
+            out.append(self.ref(e, "v") + ":" + e.dtype)
+            return
+        if isinstance(e, (E.IntImm, E.FloatImm, E.StringImm)):
+            out.append(f"{type(e).__name__}:{e.dtype}:{e.value!r}")
+            return
+        if isinstance(e, tir.BufferLoad):
+            out.append("load(")
+            self.buffer(e.buffer)
+            for i in e.indices:
+                self.expr(i)
+            out.append(")")
+            return
+        if not isinstance(e, E.PrimExpr):
+            out.append(repr(e))
+            return
+        out.append(f"{type(e).__name__}:{e.dtype}")
+        if isinstance(e, E.Call):
+            out.append(str(getattr(e.op, "name", e.op)))
+        if isinstance(e, E.Let):
+            self.expr(e.var)
+        out.append("(")
+        for c in E._children(e):
+            self.expr(c)
+        out.append(")")
+
+    def stmt(self, s) -> None:
+        out = self.out
+        if s is None:
+            out.append("none")
+            return
+        out.append(type(s).__name__ + "{")
+        if isinstance(s, tir.Block):
+            out.append(s.name)
+            for iv in s.iter_vars:
+                out.append(iv.kind)
+                self.expr(iv.var)
+                self.expr(iv.dom.min)
+                self.expr(iv.dom.extent)
+            for buf in s.alloc_buffers:
+                self.buffer(buf)
+            for region in (*s.reads, *s.writes):
+                self.buffer(region.buffer)
+            out.append(repr(sorted(s.annotations.items())))
+            self.stmt(s.init)
+            self.stmt(s.body)
+        elif isinstance(s, tir.For):
+            out.append(s.kind)
+            self.expr(s.loop_var)
+            out.append(repr(sorted(s.annotations.items())))
+            self.expr(s.min)
+            self.expr(s.extent)
+            self.stmt(s.body)
+        elif isinstance(s, tir.Allocate):
+            self.buffer(s.buffer)
+            self.stmt(s.body)
+        elif isinstance(s, tir.BufferStore):
+            self.buffer(s.buffer)
+            for e in (*s.indices, s.value):
+                self.expr(e)
+        elif isinstance(s, tir.LetStmt):
+            self.expr(s.var)
+            self.expr(s.value)
+            self.stmt(s.body)
+        else:   # SeqStmt, IfThenElse, Evaluate, BlockRealize: expressions, then statements
+            for e in tir.stmt_exprs(s):
+                self.expr(e)
+            for c in tir.stmt_children(s):
+                self.stmt(c)
+        out.append("}")
+
+
+def structural_key(func: PrimFunc) -> str:
+    """A hex digest of ``func``'s structure, names aside: the parameters' dtypes and shapes, the
+    attributes but ``global_symbol``, and every statement and expression with variables and buffers
+    numbered by first occurrence. Functions that :func:`builder.ir.structural_equal` finds equal
+    because they were built the same way (the layers of a model) get the same key; a key is not a
+    proof of equality (:class:`KernelTwins` confirms with the comparison)."""
+    w = _KeyWriter()
+    for p in func.params:
+        w.buffer(p)
+    w.out.append(repr(sorted((k, repr(v)) for k, v in func.attrs.items() if k != "global_symbol")))
+    w.stmt(func.body)
+    return hashlib.blake2b("\x00".join(w.out).encode(), digest_size=16).hexdigest()
 
 
 class KernelTwins:
-    """The functions emitted so far, by fingerprint. ``find(func)`` returns the name of an emitted
-    function structurally equal to ``func`` (or None); ``add(name, func)`` records one."""
+    """The functions emitted so far, by :func:`structural_key`. ``find(func)`` returns the name of
+    an emitted function structurally equal to ``func`` (or None); ``add(name, func)`` records one.
+    The key of the last ``find`` is kept, so ``find`` then ``add`` of the same function hashes it
+    once."""
 
     def __init__(self) -> None:
-        self._seen: dict[tuple, list[tuple[str, PrimFunc]]] = {}
+        self._seen: dict[str, list[tuple[str, PrimFunc]]] = {}
+        self._last: tuple[PrimFunc, str] | None = None
+
+    def _key(self, func: PrimFunc) -> str:
+        if self._last is not None and self._last[0] is func:
+            return self._last[1]
+        key = structural_key(func)
+        self._last = (func, key)
+        return key
 
     def find(self, func: PrimFunc) -> str | None:
         anon = None
-        for name, other in self._seen.get(_fingerprint(func), ()):
+        for name, other in self._seen.get(self._key(func), ()):
             anon = anon or _anonymous(func)
             if structural_equal(anon, other, map_free_vars=True):
                 return name
         return None
 
     def add(self, name: str, func: PrimFunc) -> None:
-        self._seen.setdefault(_fingerprint(func), []).append((name, _anonymous(func)))
+        self._seen.setdefault(self._key(func), []).append((name, _anonymous(func)))

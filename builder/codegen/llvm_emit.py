@@ -32,10 +32,14 @@ from . import fastmath
 from .fastmath import FAST_MATH
 from .abi import Signature
 
-__all__ = ["FAST_MATH", "ModuleEmitter", "reg_type", "mem_type", "elem_bytes"]
+__all__ = ["FAST_MATH", "NO_UNROLL", "ModuleEmitter", "reg_type", "mem_type", "elem_bytes"]
 
 #: Static intermediate buffers up to this many bytes live on the stack.
 ALLOCA_LIMIT = 32 * 1024
+
+#: A serial ``For`` annotated ``{NO_UNROLL: True}`` gets ``llvm.loop.unroll.disable``: LLVM may
+#: vectorize it but not unroll it (see :mod:`builder.codegen.accumulate`).
+NO_UNROLL = "llvm.loop.unroll.disable"
 
 I1, I8, I16, I32, I64 = (ir.IntType(n) for n in (1, 8, 16, 32, 64))
 F16, F32, F64 = ir.HalfType(), ir.FloatType(), ir.DoubleType()
@@ -603,7 +607,11 @@ class _BodyEmitter(BufferExprEmitter):
         del self.env[f.loop_var]
         nxt = b.add(iv, ir.Constant(t, 1), flags=("nsw",))
         iv.add_incoming(nxt, b.block)
-        b.branch(header)
+        br = b.branch(header)
+        if f.annotations.get(NO_UNROLL):
+            from .kernels.simd import no_unroll_loop_metadata   # simd imports this module
+
+            br.set_metadata("llvm.loop", no_unroll_loop_metadata(self.mod.module))
         b.position_at_end(exit_)
 
     def _inner_work(self, s: Stmt) -> PrimExpr:

@@ -49,7 +49,8 @@ from llvmlite import ir
 
 from ..llvm_emit import F16, F32, I8, I16, I32, I64, PTR
 
-__all__ = ["SimdInfo", "KFunc", "BF16", "vec", "const_vec", "plain_loop_metadata", "finalize_loop_metadata"]
+__all__ = ["SimdInfo", "KFunc", "BF16", "vec", "const_vec", "plain_loop_metadata",
+           "no_unroll_loop_metadata", "finalize_loop_metadata"]
 
 _ORDER = ("scalar", "sse", "neon", "avx", "avx2", "avx512")
 _EMULABLE = ("avx512bf16", "vnni")
@@ -138,6 +139,7 @@ class SimdInfo:
 
 
 _PLAIN_TAG = "mb.plainloop."
+_NOUNROLL_TAG = "mb.nounrollloop."
 
 
 def plain_loop_metadata(module: ir.Module) -> ir.MDValue:
@@ -149,9 +151,20 @@ def plain_loop_metadata(module: ir.Module) -> ir.MDValue:
     return module.add_metadata([ir.MetaDataString(module, f"{_PLAIN_TAG}{k}")])
 
 
+def no_unroll_loop_metadata(module: ir.Module) -> ir.MDValue:
+    """A fresh placeholder loop ID (``!{!"mb.nounrollloop.<k>"}``) that
+    :func:`finalize_loop_metadata` turns into a loop ID with only the unroller disabled
+    (``llvm.loop.unroll.disable``): the loop vectorizer still vectorizes (and interleaves) it.
+    Used for the reduction loops of :mod:`builder.codegen.accumulate`."""
+    k = getattr(module, "_mb_nounroll_loops", 0)
+    module._mb_nounroll_loops = k + 1
+    return module.add_metadata([ir.MetaDataString(module, f"{_NOUNROLL_TAG}{k}")])
+
+
 def finalize_loop_metadata(text: str) -> str:
-    """Rewrite the placeholders of :func:`plain_loop_metadata` in module text ``text``."""
-    if _PLAIN_TAG not in text:
+    """Rewrite the placeholders of :func:`plain_loop_metadata` and
+    :func:`no_unroll_loop_metadata` in module text ``text``."""
+    if _PLAIN_TAG not in text and _NOUNROLL_TAG not in text:
         return text
     lines = text.split("\n")
     top = -1
@@ -166,6 +179,9 @@ def finalize_loop_metadata(text: str) -> str:
         if line.startswith("!") and f'!"{_PLAIN_TAG}' in line:
             ident = line.split(" ", 1)[0]
             line = f"{ident} = distinct !{{{ident}, {nv}, {nu}}}"
+        elif line.startswith("!") and f'!"{_NOUNROLL_TAG}' in line:
+            ident = line.split(" ", 1)[0]
+            line = f"{ident} = distinct !{{{ident}, {nu}}}"
         out.append(line)
     out.append(f'{nv} = !{{!"llvm.loop.vectorize.enable", i1 false}}')
     out.append(f'{nu} = !{{!"llvm.loop.unroll.disable"}}')
