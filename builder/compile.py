@@ -23,6 +23,7 @@ import numpy as np
 from runtime import Executable, VirtualMachine
 
 from . import codegen
+from .codegen.abi import kernel_symbols
 from .ir import expr as E
 from .ir import relax as rx
 from .ir.verifier import verify
@@ -87,11 +88,13 @@ def compile(mod: rx.IRModule, target: codegen.Target | None = None,  # noqa: A00
         legal = pipeline(verify(mod))
     t_passes = time.perf_counter() - t0
     prim_funcs = {n: f for n, f in legal.functions.items() if not isinstance(f, rx.Function)}
+    symbols = kernel_symbols(prim_funcs)   # a kernel named `exp` must not be the libm function
+    prim_funcs = {symbols[n]: f for n, f in prim_funcs.items()}
     report("kernels", 0, len(prim_funcs))
     lib = codegen.build(prim_funcs, target, progress=report if progress is not None else None)
     t1 = time.perf_counter()
     report("bytecode", 0, 1)
-    functions, constants = lower_to_bytecode(legal)
+    functions, constants = lower_to_bytecode(legal, symbols)
     report("bytecode", 1, 1)
     exe = Executable(functions, lib.functions, lib.object_code, constants, lib.target, lib.llvm_ir)
     t2 = time.perf_counter()
@@ -190,10 +193,12 @@ def _distinct_var_names(func: rx.Function) -> dict:
 
 
 class _FunctionLowering:
-    def __init__(self, func: rx.Function, name: str, constants: list[np.ndarray]) -> None:
+    def __init__(self, func: rx.Function, name: str, constants: list[np.ndarray],
+                 symbols: dict[str, str] | None = None) -> None:
         self.func = func
         self.name = name
         self.constants = constants
+        self.symbols = symbols or {}
         self.regs: dict[rx.Var, int] = {}
         self.instructions: list[list] = []
         self.next = 0
@@ -254,7 +259,8 @@ class _FunctionLowering:
                 outs = value.sinfo_args
                 out_regs = [self.new_reg() for _ in outs]
                 specs = [[s.dtype, [_dim(d) for d in s.shape]] for s in outs]
-                self.instructions.append(["call", gvar.name_hint, arg_regs, out_regs, specs])
+                self.instructions.append(["call", self.symbols.get(gvar.name_hint, gvar.name_hint), arg_regs,
+                                          out_regs, specs])
                 if len(outs) == 1:
                     self.regs[var] = out_regs[0]
                 else:
@@ -338,13 +344,15 @@ class _FunctionLowering:
         self.regs[var] = reg
 
 
-def lower_to_bytecode(mod: rx.IRModule) -> tuple[dict[str, dict], list[np.ndarray]]:
-    """Bytecode for every graph-level function of a legalized module, and the constant pool."""
+def lower_to_bytecode(mod: rx.IRModule, symbols: dict[str, str] | None = None
+                      ) -> tuple[dict[str, dict], list[np.ndarray]]:
+    """Bytecode for every graph-level function of a legalized module, and the constant pool.
+    ``symbols`` maps PrimFunc names to their object-code symbols (:func:`codegen.abi.kernel_symbols`)."""
     constants: list[np.ndarray] = []
     functions = {}
     for name, func in mod.functions.items():
         if isinstance(func, rx.Function):
-            functions[name] = _FunctionLowering(func, name, constants).lower()
+            functions[name] = _FunctionLowering(func, name, constants, symbols or {}).lower()
     return functions, constants
 
 

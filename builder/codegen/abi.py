@@ -26,11 +26,13 @@ floormod min max`` (see :func:`runtime.native.eval_dim`).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Iterable
 
 from ..ir import expr as E
 from ..ir.expr import PrimExpr, Var
 from ..ir.printer import print_prim_expr
 from ..ir.tir import Block, Buffer, BufferStore, PrimFunc, walk_stmt
+from ..ir.tir.intrinsics import INTRINSICS
 
 __all__ = ["SUPPORTED_DTYPES", "DimCheck", "Signature", "plan_signature", "dim_to_json"]
 
@@ -165,4 +167,33 @@ def _stored_buffers(func: PrimFunc) -> set[int]:
             out.update(id(r.buffer) for r in s.writes)
 
     walk_stmt(func.body, visit)
+    return out
+
+
+#: C library functions generated code may call: the libm functions behind the intrinsics (LLVM lowers
+#: ``llvm.exp.f64`` to a call of ``exp``, ``.f32`` to ``expf``), memory helpers LLVM emits, and the
+#: thread pool's entry points. A kernel whose symbol had one of these names would be called instead
+#: (a float64 ``exp`` kernel calling itself until the stack overflows).
+RESERVED_SYMBOLS: frozenset[str] = frozenset(
+    [name for i in INTRINSICS.values() if i.llvm for name in (i.llvm, i.llvm + "f")]
+    + [name for i in INTRINSICS.values() if i.libm for name in i.libm]
+    + ["memcpy", "memset", "memmove", "memcmp", "sincos", "sincosf", "exp10", "exp10f", "fmod", "fmodf",
+       "fma", "fmaf", "ldexp", "ldexpf", "frexp", "frexpf", "abort", "mb_parallel_for", "mb_num_threads"])
+
+
+def kernel_symbols(names: Iterable[str]) -> dict[str, str]:
+    """The object-code symbol of each kernel name: the name itself, or ``<name>_kernel`` (then
+    ``_kernel1``, ...) for a name in :data:`RESERVED_SYMBOLS`, never equal to another kernel's."""
+    names = list(names)
+    taken = set(names)
+    out = {}
+    for name in names:
+        symbol = name
+        if name in RESERVED_SYMBOLS:
+            symbol, i = f"{name}_kernel", 0
+            while symbol in taken:
+                i += 1
+                symbol = f"{name}_kernel{i}"
+            taken.add(symbol)
+        out[name] = symbol
     return out

@@ -232,3 +232,25 @@ def test_unresolved_external_symbol_is_an_error_not_a_crash():
     obj = tm.emit_object(mod)
     with pytest.raises(ValueError, match="no_such_symbol_in_this_process"):
         NativeLibrary(obj, meta)
+
+
+def test_kernels_named_like_libm_functions_do_not_call_themselves():
+    """A standalone float64 ``exp`` kernel lowers ``llvm.exp.f64`` to a call of libm's ``exp``; were the
+    kernel's own symbol ``exp``, it would call itself until the stack overflowed (a crash). Kernel symbols
+    avoid the C library's names (``exp_kernel``) and the bytecode calls them by that symbol."""
+    import numpy as np
+
+    from builder import nn
+    from builder.codegen.abi import RESERVED_SYMBOLS, kernel_symbols
+
+    class Scalars(nn.Module):
+        def forward(self, x):
+            return nn.op.exp(x), nn.op.sin(x), nn.op.cos(x), nn.op.tanh(x), nn.op.log(nn.op.exp(x))
+
+    f = Scalars().jit(spec={"forward": {"x": nn.spec.Tensor(["n"], "float64")}})
+    x = np.linspace(-2.0, 2.0, 7)
+    for got, want in zip(f["forward"](x), [np.exp(x), np.sin(x), np.cos(x), np.tanh(x), x]):
+        np.testing.assert_allclose(got, want, rtol=1e-13, atol=1e-14)
+    assert {"exp", "expf", "sin", "tanh", "tanhf", "memcpy"} <= RESERVED_SYMBOLS
+    assert kernel_symbols(["exp", "exp_kernel", "add"]) == {"exp": "exp_kernel1", "exp_kernel": "exp_kernel",
+                                                            "add": "add"}
