@@ -176,9 +176,13 @@ def _run_with(args: argparse.Namespace, progress: "_ConversionProgress") -> int:
         raise ValueError("--text, --input and --prompt-ids each run the model; give one of them")
     plain = True if args.plain else None
     instruments, timing = _pass_instruments(args, out, plain)
-    model = build(args.recipe, args.overrides, weights=args.weights, seed=args.seed,
-                  on_ir=None if args.no_ir else (lambda mod: mod.show(plain=plain)),
-                  progress=progress, instruments=instruments)
+    building = _BuildProgress()
+    try:
+        model = build(args.recipe, args.overrides, weights=args.weights, seed=args.seed,
+                      on_ir=None if args.no_ir else (lambda mod: mod.show(plain=plain)),
+                      progress=progress, instruments=instruments, build_progress=building)
+    finally:
+        building.close()
     recipe, spec, exe = model.recipe, model.spec, model.exe
     result_note = ""
     if args.input is not None:
@@ -225,7 +229,8 @@ def _run_with(args: argparse.Namespace, progress: "_ConversionProgress") -> int:
         out.print(f"saved parameters to {escape(printable(args.save_params))}")
     out.print(f"compile: export {model.timings['export'] * 1e3:.1f} ms, "
               f"native code {model.timings['compile'] * 1e3:.1f} ms "
-              f"({len(exe.kernels)} kernels for {exe.target.get('cpu', 'host')}: {_kernel_kinds(exe)})")
+              f"({len(exe.kernels)} kernels, {_distinct(exe)} for {exe.target.get('cpu', 'host')}: "
+              f"{_kernel_kinds(exe)})")
     if timing is not None:
         out.print("passes: " + ", ".join(f"{name} {sec * 1e3:.1f} ms" for name, sec in timing.timings.items()))
     if result_note:
@@ -376,6 +381,14 @@ def _check_input_file(flag: str, path: str) -> None:
         raise ValueError(f"{flag} {path} is {kind}, not a regular file")
 
 
+def _distinct(exe) -> str:
+    """``"50 distinct, compiled on 4 threads"`` / ``"cached"``: how much code generation the build did."""
+    stats = getattr(exe, "build_stats", None) or {}
+    if stats.get("cached"):
+        return f"{stats.get('distinct', len(exe.kernels))} distinct, object from the cache"
+    return f"{stats.get('distinct', len(exe.kernels))} distinct compiled"
+
+
 def _kernel_kinds(exe) -> str:
     """How the compiled functions were generated, counted: ``"2 linear/avx2, 1 loops"``
     (kernel family / vector unit + special instructions, or the generic loop code)."""
@@ -437,6 +450,46 @@ def _bench(model, fname: str, runs: int, dim_args: list[str]) -> str:
     args_text = ", ".join(f"{n}: {a.shape} {a.dtype}" for n, a in zip(model.spec[fname], inputs))
     return (f"bench {fname}({args_text}): median {np.median(ms):.3f} ms, min {ms.min():.3f} ms, "
             f"max {ms.max():.3f} ms over {runs} runs after 3 warm-up runs ({get_num_threads()} threads)")
+
+
+class _BuildProgress:
+    """``progress(step)`` of :func:`builder.compile`: a transient rich progress line on stderr (phase,
+    steps, the pass / kernel / LLVM module at hand, elapsed time) once the build has taken longer than
+    ``delay`` seconds; nothing for a quick or cached build."""
+
+    _PHASES = {"passes": "graph passes", "kernels": "kernels", "llvm": "LLVM (optimize + object code)",
+               "bytecode": "bytecode"}
+
+    def __init__(self, delay: float = 1.0) -> None:
+        self.delay = delay
+        self.bar = None
+        self.task = None
+
+    def __call__(self, step) -> None:
+        if step.phase == "done":
+            self.close()
+            return
+        if self.bar is None and step.elapsed > self.delay:
+            from rich.console import Console
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+            self.bar = Progress(TextColumn("building: {task.fields[phase]}"), BarColumn(), MofNCompleteColumn(),
+                                TimeElapsedColumn(), TextColumn("{task.description}"),
+                                console=Console(stderr=True), transient=True)
+            self.bar.start()
+            self.task = self.bar.add_task("", total=max(step.total, 1), phase="")
+        if self.bar is not None:
+            from rich.markup import escape
+
+            self.bar.update(self.task, completed=step.done, total=max(step.total, 1),
+                            description=escape(_printable(step.item[:60])),
+                            phase=self._PHASES.get(step.phase, step.phase))
+
+    def close(self) -> None:
+        """Remove the line (if shown)."""
+        if self.bar is not None:
+            self.bar.stop()
+            self.bar = None
 
 
 class _ConversionProgress:

@@ -395,7 +395,8 @@ def _param_specs(params: Sequence[tuple[str, nn.Parameter]]) -> list[tuple[str, 
 
 def build(recipe_path: str | Path, overrides: Sequence[str] = (), weights: str | Path | None = None,
           seed: int = 0, on_ir: Callable[[rx.IRModule], None] | None = None,
-          progress: Progress | None = None, instruments: Sequence[PassInstrument] = ()) -> CompiledModel:
+          progress: Progress | None = None, instruments: Sequence[PassInstrument] = (),
+          build_progress: Callable | None = None) -> CompiledModel:
     """Load ``recipe_path`` with ``overrides`` (``"KEY=VALUE"``), build and compile it.
 
     ``weights``: a safetensors file (default: the recipe's ``weights.path``, else random
@@ -420,7 +421,7 @@ def build(recipe_path: str | Path, overrides: Sequence[str] = (), weights: str |
     values = bind_weights(recipe, specs, weights, Path(recipe_path).parent, mapping, progress)
     timings["weights"] = time.perf_counter() - t1
     t1 = time.perf_counter()
-    exe = compile_module(irmod, instruments=instruments)
+    exe = compile_module(irmod, instruments=instruments, progress=build_progress)
     timings["compile"] = time.perf_counter() - t1
     return CompiledModel(recipe, irmod, specs, exe, spec, timings, seed, values, mapping=mapping, progress=progress,
                          module=module)

@@ -53,3 +53,24 @@ def test_validate_checks_recipe_export_and_weights(tmp_path, capsys):
     assert main([str(bad), "--validate"]) != 0          # the export finds gate_proj fed 688 features
     err = capsys.readouterr().err
     assert "688" in err and "256" in err
+
+
+def test_build_progress_appears_only_for_a_slow_build(capsys):
+    """The progress line of ``build`` (rich, on stderr, transient) starts once a build has taken more than
+    its delay and goes away at the end; a quick build shows nothing."""
+    from builder.cli import _BuildProgress
+    from builder.compile import BuildProgress
+
+    quick = _BuildProgress(delay=1.0)
+    for step in [BuildProgress("passes", 0, 4, "", 0.0), BuildProgress("kernels", 3, 10, "matmul", 0.5)]:
+        quick(step)
+    assert quick.bar is None
+    quick(BuildProgress("done", 1, 1, "", 0.6))
+    slow = _BuildProgress(delay=1.0)
+    slow(BuildProgress("kernels", 3, 10, "matmul", 0.5))
+    assert slow.bar is None
+    slow(BuildProgress("llvm", 1, 4, "part 1", 1.5))
+    assert slow.bar is not None and slow.bar.tasks[0].completed == 1 and slow.bar.tasks[0].total == 4
+    assert slow.bar.tasks[0].fields["phase"].startswith("LLVM")
+    slow(BuildProgress("done", 1, 1, "", 2.0))
+    assert slow.bar is None
