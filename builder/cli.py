@@ -229,8 +229,8 @@ def _run_with(args: argparse.Namespace, progress: "_ConversionProgress") -> int:
         out.print(f"saved parameters to {escape(printable(args.save_params))}")
     out.print(f"compile: export {model.timings['export'] * 1e3:.1f} ms, "
               f"native code {model.timings['compile'] * 1e3:.1f} ms "
-              f"({len(exe.kernels)} kernels, {_distinct(exe)} for {exe.target.get('cpu', 'host')}: "
-              f"{_kernel_kinds(exe)})")
+              f"({len(exe.kernels)} kernels for {exe.target.get('cpu', 'host')}: {_kernel_kinds(exe)}; "
+              f"{_distinct(exe)})")
     if timing is not None:
         out.print("passes: " + ", ".join(f"{name} {sec * 1e3:.1f} ms" for name, sec in timing.timings.items()))
     if result_note:

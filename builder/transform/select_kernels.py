@@ -40,13 +40,15 @@ def linear_kernel_call(bb: BlockBuilder, x: rx.Expr, tensors: list, weights: lis
     ``(x, *tensors)``, which the weights' and the epilogue's indices count). Raises ValueError /
     TypeError as the topi ops do."""
     spec: list = []
+    return call_te(bb, _linear_kernel, (x, *tensors),
+                   {"weights": tuple(weights), "epilogue": epilogue, "out_dtype": out_dtype, "spec": spec}, name,
+                   on_new=lambda func: func.attrs.__setitem__(KERNEL_ATTR, spec[0]))
 
-    def fused(xt, *ts):
-        return topi.linear_kernel(xt, *ts, weights=weights, epilogue=epilogue, out_dtype=out_dtype, spec=spec)
 
-    call = call_te(bb, fused, (x, *tensors), {}, name)
-    bb.get()[call.args[0].name_hint].attrs[KERNEL_ATTR] = spec[0]
-    return call
+def _linear_kernel(xt, *ts, weights, epilogue, out_dtype, spec):
+    """:func:`topi.linear_kernel` with ``weights`` as a tuple (a :func:`call_te` memo key)."""
+    del spec[:]   # the key saw an empty list; the spec of this build goes in
+    return topi.linear_kernel(xt, *ts, weights=list(weights), epilogue=epilogue, out_dtype=out_dtype, spec=spec)
 
 
 def _void(dtype) -> str | None:

@@ -154,17 +154,21 @@ def test_chapter_module_parses_back():
 
 def test_emit_te_names_placeholders_after_arguments_and_dedups():
     x = tensor("x", (4, 4))
+    w = tensor("w", (4, 2))
     bb = BlockBuilder()
-    with bb.function("main", [x]):
+    with bb.function("main", [x, w]):
         with bb.dataflow():
             y = bb.emit_te(te_matmul, x, x)          # same var twice: x, x_1
-            z = bb.emit_te(te_matmul, y, x)          # second PrimFunc from te_matmul: te_matmul1
-            gv = bb.emit_output(z)
+            z = bb.emit_te(te_matmul, y, x)          # the same computation: te_matmul again (TVM's add_func dedup)
+            u = bb.emit_te(te_matmul, z, w)          # other shapes: a second PrimFunc, te_matmul1
+            gv = bb.emit_output(u)
         bb.emit_func_output(gv)
     mod = bb.get()
     assert [b.name for b in mod["te_matmul"].params] == ["x", "x_1", "matmul"]
-    assert [b.name for b in mod["te_matmul1"].params] == ["lv", "x", "matmul"]
-    assert "R.call_tir(cls.te_matmul1, (lv, x), out_sinfo=" in mod.script()
+    assert [b.name for b in mod["te_matmul1"].params] == ["lv1", "w", "matmul"]
+    text = mod.script()
+    assert "R.call_tir(cls.te_matmul, (lv, x), out_sinfo=" in text and "cls.te_matmul1, (lv1, w)" in text
+    assert sorted(n for n, f in mod.functions.items() if n != "main") == ["te_matmul", "te_matmul1"]
 
 
 def test_emit_te_keeps_symbolic_dims_and_runs():
