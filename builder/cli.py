@@ -427,7 +427,8 @@ def _bench(model, fname: str, runs: int, dim_args: list[str]) -> str:
     for name, s in model.spec[fname].items():
         shape = getattr(s, "shape", None)
         if shape is None:
-            raise ValueError(f"--bench: input {name!r} of {fname} is not a tensor")
+            raise ValueError(f"--bench: input {name!r} of {fname} is not a tensor; --bench times functions of "
+                             "tensor inputs (for prefill / decode over a KV cache, --prompt-ids reports tokens/s)")
         shape = tuple(d if isinstance(d, int) else dims.get(str(d), 1) for d in shape)
         dtype = s.dtype
         if dtype == "bfloat16":
