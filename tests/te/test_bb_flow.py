@@ -289,3 +289,35 @@ def test_mlp_with_constant_weights_matches_numpy():
     img = np.random.default_rng(2).random((2, 784)).astype("float32")
     out = runtime.VirtualMachine(exe)["main"](img)
     np.testing.assert_allclose(out, _mlp_ref(img, *weights), rtol=1e-4, atol=1e-5)
+
+
+def test_emit_te_reuses_a_primfunc_only_for_the_same_computation():
+    """Reuse needs the same te function, the same other arguments and the same symbolic variables
+    (not only the same names): ``axis`` changes the softmax, and two ``n``\\ s are two variables."""
+    from builder.te import topi
+
+    n1, n2 = SymVar("n", "int64"), SymVar("n", "int64")
+    x, y = tensor("x", (n1, 8)), tensor("y", (n2, 8))
+    bb = BlockBuilder()
+    with bb.function("main", [x, y]):
+        with bb.dataflow():
+            a = bb.emit_te(topi.softmax, x, axis=-1)
+            b = bb.emit_te(topi.softmax, a, axis=-1)     # same computation as a's: reused
+            c = bb.emit_te(topi.softmax, b, axis=0)      # another axis: a new PrimFunc
+            d = bb.emit_te(topi.softmax, y, axis=-1)     # another variable n: a new PrimFunc
+            gv = bb.emit_output(rx.Tuple([c, d]))
+        bb.emit_func_output(gv)
+    mod = bb.get()
+    assert len([f for f in mod.functions.values() if not isinstance(f, rx.Function)]) == 3
+    vm = runtime.VirtualMachine(build(mod))
+    xv = np.random.default_rng(0).standard_normal((3, 8)).astype(np.float32)
+    yv = np.random.default_rng(1).standard_normal((5, 8)).astype(np.float32)
+
+    def softmax(v, axis):
+        e = np.exp(v - v.max(axis, keepdims=True))
+        return e / e.sum(axis, keepdims=True)
+
+    got_c, got_d = vm["main"](xv, yv)
+    want_c = softmax(softmax(softmax(xv.astype(np.float64), -1), -1), 0)
+    np.testing.assert_allclose(got_c, want_c, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(got_d, softmax(yv.astype(np.float64), -1), rtol=1e-5, atol=1e-6)
