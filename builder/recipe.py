@@ -42,7 +42,7 @@ import operator
 from typing import Any, Callable
 
 from runtime.native import numpy_dtype
-from schemas import LAYER_TYPES, Recipe, RecipeError
+from schemas import Recipe, RecipeError
 from schemas.errors import shorten
 from schemas.limits import MAX_EXPRESSION_DEPTH, MAX_FORWARD_CHARS, MAX_TENSOR_BYTES
 from schemas.models import BlockLayer, FunctionDef, IntInput, KVCacheInput, is_identifier

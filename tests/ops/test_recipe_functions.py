@@ -5,7 +5,6 @@ recipe arguments (numbers, strings, lists, tensors in the wrong places) with Val
 TypeError only."""
 import inspect
 
-import numpy as np
 import pytest
 
 from builder import nn
