@@ -209,25 +209,12 @@ _BUILTIN_LAYER_NAMES = ("Linear", "LayerNorm", "RMSNorm", "Conv1D", "ConvTranspo
                         "Attention", "ReLU", "SiLU", "GELU")
 
 
-class ConvTranspose1D(LayerEntry):
+class ConvTranspose1D(Conv1D):
     """1-D transposed convolution over ``(batch, channels, length)`` input (``tvm.relax.frontend.nn.ConvTranspose1D``,
-    PyTorch ``nn.ConvTranspose1d``)."""
+    PyTorch ``nn.ConvTranspose1d``): Conv1D's fields and ``output_padding``."""
 
     type: Literal["ConvTranspose1D"] = "ConvTranspose1D"
-    in_channels: Positive
-    out_channels: Positive
-    kernel_size: Positive
-    stride: Positive = 1
-    padding: NonNegative = 0
     output_padding: NonNegative = 0
-    dilation: Positive = 1
-    groups: Positive = 1
-    bias: bool = True
-    dtype: Optional[DType] = None
-
-    @model_validator(mode="after")
-    def _groups_divide_channels(self) -> "ConvTranspose1D":
-        return Conv1D._groups_divide_channels(self)
 
 
 class GroupNorm(LayerEntry):

@@ -1,35 +1,13 @@
 """``nn.op.normalize`` (torch.nn.functional.normalize), ``nn.op.mean_pooling`` (sentence-transformers'
 mean pooling) and ``nn.GroupNorm`` (issue 14), compiled with ``Module.jit`` and checked against
 float64 numpy references written here, with symbolic batch / sequence dims."""
-import inspect
 
 import numpy as np
 import pytest
 
 from builder import nn
 from builder.nn import op
-
-
-class Fn(nn.Module):
-    def __init__(self, fn, names):
-        def forward(*args):
-            return fn(*args)
-
-        forward.__signature__ = inspect.Signature(
-            [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD) for n in names])
-        self.forward = forward
-
-
-def spec_of(**inputs):
-    return {"forward": {k: nn.spec.Tensor(list(s), d) for k, (s, d) in inputs.items()}}
-
-
-def jit(fn, **inputs):
-    return Fn(fn, list(inputs)).jit(spec_of(**inputs))["forward"]
-
-
-def export(fn, **inputs) -> str:
-    return Fn(fn, list(inputs)).export_tvm(spec_of(**inputs))[0].script()
+from helpers.functional import export, jit
 
 
 def rand(*shape, dtype="float32", seed=0):

@@ -1,19 +1,19 @@
 """Neural-network functional ops (issue 3, part B) end to end: the printed IR line of each op as
 TVM spells it, struct-info errors, and ``Module.jit`` results against float64 numpy references
 written from the PyTorch / diffusers definitions, with symbolic dims bound to several sizes."""
-import inspect
 import math
 
 import numpy as np
 import pytest
 
 import runtime
-from builder import nn, te
+from builder import te
 from builder.ir.expr import Var
 from builder.nn import op
 from builder.nn.core import Tensor
 from builder.te import topi
 from builder.transform import LegalizeOps
+from helpers.functional import export, exported, jit
 
 RNG = np.random.default_rng(0)
 
@@ -24,36 +24,6 @@ def rand(*shape, dtype="float32"):
 
 def close(got, want, rtol=1e-5, atol=1e-5):
     np.testing.assert_allclose(np.asarray(got, np.float64), want, rtol=rtol, atol=atol)
-
-
-class Fn(nn.Module):
-    """A module whose ``forward(<names>)`` is ``fn(*inputs)`` (the signature names the spec's
-    inputs, as the exporter checks them)."""
-
-    def __init__(self, fn, names):
-        def forward(*args):
-            return fn(*args)
-
-        forward.__signature__ = inspect.Signature(
-            [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD) for n in names])
-        self.forward = forward
-
-
-def spec_of(**inputs):
-    return {"forward": {k: nn.spec.Tensor(list(s), d) for k, (s, d) in inputs.items()}}
-
-
-def exported(fn, **inputs):
-    mod, _ = Fn(fn, list(inputs)).export_tvm(spec_of(**inputs))
-    return mod
-
-
-def export(fn, **inputs) -> str:
-    return exported(fn, **inputs).script()
-
-
-def jit(fn, **inputs):
-    return Fn(fn, list(inputs)).jit(spec_of(**inputs))["forward"]
 
 
 def has_line(text: str, line: str) -> None:

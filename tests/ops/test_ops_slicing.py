@@ -1,38 +1,13 @@
 """``nn.op.strided_slice`` / ``R.strided_slice`` and ``nn.Tensor.__getitem__`` (issue 14): the
 printed binding, struct info with symbolic dims, and ``Module.jit`` results against numpy basic
 indexing in float64, with symbolic dims bound to several sizes."""
-import inspect
 
 import numpy as np
 import pytest
 
-from builder import nn
 from builder.ir.parser import parse
 from builder.nn import op
-
-
-class Fn(nn.Module):
-    """A module whose ``forward(<names>)`` is ``fn(*inputs)``."""
-
-    def __init__(self, fn, names):
-        def forward(*args):
-            return fn(*args)
-
-        forward.__signature__ = inspect.Signature(
-            [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD) for n in names])
-        self.forward = forward
-
-
-def spec_of(**inputs):
-    return {"forward": {k: nn.spec.Tensor(list(s), d) for k, (s, d) in inputs.items()}}
-
-
-def export(fn, **inputs) -> str:
-    return Fn(fn, list(inputs)).export_tvm(spec_of(**inputs))[0].script()
-
-
-def jit(fn, **inputs):
-    return Fn(fn, list(inputs)).jit(spec_of(**inputs))["forward"]
+from helpers.functional import export, jit
 
 
 def rand(*shape, dtype="float64", seed=0):

@@ -3,35 +3,12 @@
 ``Tensor`` arithmetic with Python numbers and symbolic int PrimExprs, against numpy in float64 with
 the symbolic dims bound to several sizes; strided slices whose bounds only appear inside compound
 dims."""
-import inspect
 
 import numpy as np
 import pytest
 
-from builder import nn
 from builder.nn import op
-
-
-class Fn(nn.Module):
-    def __init__(self, fn, names):
-        def forward(*args):
-            return fn(*args)
-
-        forward.__signature__ = inspect.Signature(
-            [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD) for n in names])
-        self.forward = forward
-
-
-def spec_of(**inputs):
-    return {"forward": {k: nn.spec.Tensor(list(s), d) for k, (s, d) in inputs.items()}}
-
-
-def jit(fn, **inputs):
-    return Fn(fn, list(inputs)).jit(spec_of(**inputs))["forward"]
-
-
-def export(fn, **inputs) -> str:
-    return Fn(fn, list(inputs)).export_tvm(spec_of(**inputs))[0].script()
+from helpers.functional import export, jit
 
 
 def close(got, want):
