@@ -44,7 +44,7 @@ from typing import Any, Callable
 from runtime.native import numpy_dtype
 from schemas import Recipe, RecipeError
 from schemas.errors import shorten
-from schemas.limits import MAX_EXPRESSION_DEPTH, MAX_FORWARD_CHARS, MAX_TENSOR_BYTES
+from schemas.limits import MAX_BLOCK_DEPTH, MAX_EXPRESSION_DEPTH, MAX_FORWARD_CHARS, MAX_MODULES, MAX_TENSOR_BYTES
 from schemas.models import BlockLayer, FunctionDef, IntInput, KVCacheInput, is_identifier
 from schemas.source import FieldPath
 
@@ -69,8 +69,6 @@ def size(x: nn.Tensor, axis: int):
 #: ``@recipe_function``), and :func:`size`.
 FORWARD_OPS: dict[str, Callable] = {**nn.op.recipe_functions(), "size": size}
 
-MAX_MODULES = 100_000
-"""The most layers (module-tree nodes, repeats and nested blocks expanded) one recipe may instantiate."""
 
 _BINOPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
            ast.MatMult: operator.matmul, ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod}
@@ -647,35 +645,38 @@ class _Builder:
 
 def _check_blocks(recipe: Recipe) -> None:
     """Raise :class:`schemas.RecipeError` for a block that contains itself (directly or through other
-    blocks) and when the recipe would instantiate more than ``MAX_MODULES`` layers; counted with
+    blocks), for blocks nested more than ``MAX_BLOCK_DEPTH`` deep, and when the recipe would instantiate
+    more than ``MAX_MODULES`` layers; counted with
     memoised per-block sizes, before anything is built."""
     sizes: dict[str, int] = {}
     state: dict[str, str] = {}
 
-    def size(table: dict, path: FieldPath) -> int:
+    def size(table: dict, path: FieldPath, depth: int) -> int:
         total = 0
         for name, cfg in table.items():
             one = 1
             if isinstance(cfg, BlockLayer):
-                one += block_size(cfg.type, path + (name, "type"))
+                one += block_size(cfg.type, path + (name, "type"), depth + 1)
             total += one * (cfg.repeat or 1) + (1 if cfg.repeat else 0)
             if total > MAX_MODULES:
                 raise recipe.source.error(path + (name,), f"the recipe would build more than {MAX_MODULES:,} layers "
                                                           "(repeats and nested blocks multiplied)")
         return total
 
-    def block_size(block_type: str, where: FieldPath) -> int:
+    def block_size(block_type: str, where: FieldPath, depth: int) -> int:
         if state.get(block_type) == "open":
             raise recipe.source.error(where, f"block '{block_type}' contains itself")
+        if depth > MAX_BLOCK_DEPTH:
+            raise recipe.source.error(where, f"blocks nest more than {MAX_BLOCK_DEPTH} deep")
         if block_type not in sizes:
             state[block_type] = "open"
-            sizes[block_type] = size(recipe.blocks[block_type].layers, ("blocks", block_type, "layers"))
+            sizes[block_type] = size(recipe.blocks[block_type].layers, ("blocks", block_type, "layers"), depth)
             state[block_type] = "done"
         return sizes[block_type]
 
-    size(recipe.model.layers, ("model", "layers"))
+    size(recipe.model.layers, ("model", "layers"), 0)
     for name in recipe.blocks:
-        block_size(name, ("blocks", name))
+        block_size(name, ("blocks", name), 1)
 
 
 def _input_spec(value) -> Any:

@@ -60,3 +60,10 @@ MAX_WEIGHT_NAME_CHARS = 1024
 
 MAX_WEIGHT_IGNORE = 256
 """The most ``weights.ignore`` globs; ``runtime.weights.MAX_IGNORE_PATTERNS``."""
+
+MAX_MODULES = 100_000
+"""The most layers (module-tree nodes, repeats and nested blocks expanded) one recipe may instantiate."""
+
+MAX_BLOCK_DEPTH = 32
+"""The deepest nesting of blocks inside blocks (a real model nests a handful: model > layers > attention);
+the interpreter recurses once per level when a forward calls into a block."""

@@ -232,3 +232,15 @@ def test_conv_transpose_and_group_norm_layers_with_a_symbolic_length(tmp_path, l
     assert y.shape == (2, 6, 2 * length)
     np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(rest, length - ref[:, :, 1:], rtol=1e-4, atol=1e-5)
+
+
+def test_blocks_nested_too_deep_are_refused_without_recursing_further():
+    n = 3000   # deeper than Python's recursion limit: must be a recipe error, not a RecursionError
+    lines = ["name: deep", "blocks:"]
+    for i in range(n):
+        inner = f"inner: {{type: B{i + 1}}}" if i < n - 1 else "inner: {type: Linear, in_features: 4, out_features: 4}"
+        lines += [f"  B{i}:", "    inputs: [x]", f"    layers: {{{inner}}}", "    forward: return inner(x)"]
+    lines += ["model:", "  layers: {b: {type: B0}}", "functions:", "  forward:",
+              "    inputs: {x: {shape: [2, 4], dtype: float32}}", "    forward: return b(x)"]
+    issue = _issue("\n".join(lines) + "\n")
+    assert "blocks nest more than 32 deep" in issue.message and issue.path.startswith("blocks.B")
