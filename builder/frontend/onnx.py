@@ -40,8 +40,9 @@ from __future__ import annotations
 import math
 import os
 import re
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -55,8 +56,15 @@ from ..nn import op
 from ..nn.core import Tensor, wrap_nested
 from ..nn.op.common import symbolic_scalar
 
-__all__ = ["from_onnx", "ONNXImportError", "UnsupportedOpsError", "SUPPORTED_OPS", "MAX_MODEL_BYTES",
-           "MAX_FOLD_ELEMENTS", "OPSETS"]
+__all__ = [
+    "MAX_FOLD_ELEMENTS",
+    "MAX_MODEL_BYTES",
+    "OPSETS",
+    "SUPPORTED_OPS",
+    "ONNXImportError",
+    "UnsupportedOpsError",
+    "from_onnx",
+]
 
 #: Largest accepted model, file or ModelProto: 2 GiB - 1, protobuf's own limit for one message.
 MAX_MODEL_BYTES = 2**31 - 1
@@ -1133,7 +1141,8 @@ def _flatten(im, node, ins, at):
     axis = int(at.get("axis", 1))
     if not -nd <= axis <= nd:
         raise ONNXImportError(f"axis {axis} out of range for a {nd}-d input")
-    axis %= nd + 1 if axis < 0 else nd + 1
+    if axis < 0:
+        axis += nd
     a, b = 1, 1
     for d in shape[:axis]:
         a = a * d
@@ -1284,8 +1293,7 @@ def _slice(im, node, ins, at):
             return _shape_value(np.asarray(x.vals[tuple(index)], dtype=object), x.dtype)
         return np.ascontiguousarray(x[tuple(index)])
     if any(st < 0 for st in steps):
-        if not static:
-            raise ONNXImportError("negative steps need static bounds and dims")
+        raise ONNXImportError("negative steps on computed tensors are not supported (only on constants)")
     t = im.tensor(x)
     begin, end, strides, out_axes = [], [], [], []
     for a, s, e, st in zip(axes, starts, ends, steps):
