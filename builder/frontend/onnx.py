@@ -1,0 +1,1443 @@
+"""Import an ONNX model as a graph-level IRModule (TVM's ``relax.frontend.onnx.from_onnx``), issue 16.
+
+``from_onnx(model_or_path, shape_dict=None, dtype_dict=None)`` returns an IRModule with one function,
+``main``, whose parameters are the graph's inputs (those that are not initializers) in the graph's
+order and whose result is the graph's output (a tuple for several outputs). Initializers and
+``Constant`` nodes become constants bound inside the module (``R.const``), so the module needs no
+weights at run time: ``runtime.VirtualMachine(builder.compile(mod))["main"](*inputs)``.
+
+Translation goes through the ``nn.op`` functions (the same ops a recipe emits), so the usual
+pipeline fuses the graph and picks the fast kernels: a ``MatMul`` / ``Gemm`` with a constant 2-D
+weight ``W (K, N)`` becomes ``matmul(x, permute_dims(W.T))`` with ``W.T`` a constant ``(N, K)``,
+which is exactly ``nn.Linear``'s pattern that ``SelectKernels`` maps to the linear kernels.
+
+Shape computations. Every value of the graph is one of three kinds while importing:
+
+- *static*: a numpy array known at import time (initializers, ``Constant`` nodes, and whatever
+  small computation only reads static values: constant folding, bounded by
+  :data:`MAX_FOLD_ELEMENTS` elements for ops whose result can be larger than their inputs);
+- *symbolic*: a small int64 array whose elements are ints or symbolic dims (``Shape`` of a tensor
+  with dynamic dims, and the ``Gather`` / ``Concat`` / ``Unsqueeze`` / arithmetic / ``Where`` ...
+  that exporters run on it). ``Reshape``, ``Expand``, ``ConstantOfShape``, ``Range`` and ``Slice``
+  read such values as symbolic shapes, as TVM's relax ONNX frontend does; a comparison of symbolic
+  dims is decided at import time when it can be (dims are never negative), otherwise the import
+  fails with ONNXImportError (never a guess);
+- *tensor*: a graph value (``nn.Tensor``). A symbolic value used as data becomes a tensor
+  through :func:`builder.nn.op.common.symbolic_scalar`.
+
+Limits and checks (an ONNX file is untrusted input): a file or ModelProto over
+:data:`MAX_MODEL_BYTES` is refused before it is parsed; ``onnx.checker.check_model`` runs before
+anything else reads the model; tensors stored as external data are refused (load the model with
+``onnx.load(path)`` yourself, which reads the external files, and pass the ModelProto); the default
+domain's opset must be in ``[13, 21]`` (:data:`OPSETS`); ops of other domains are unsupported.
+Unsupported ops are collected before anything is translated and reported in ONE
+:class:`UnsupportedOpsError` naming every op type and the nodes that use it.
+
+Supported ops: see :data:`SUPPORTED_OPS`.
+"""
+from __future__ import annotations
+
+import math
+import os
+import re
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..ir import arith
+from ..ir import expr as E
+from ..ir import relax as rx
+from ..ir.block_builder import BlockBuilder
+from ..ir.struct_info import DTYPES, TensorStructInfo
+from ..ir.verifier import verify
+from ..nn import op
+from ..nn.core import Tensor, wrap_nested
+from ..nn.op.common import symbolic_scalar
+
+__all__ = [
+    "MAX_FOLD_ELEMENTS",
+    "MAX_MODEL_BYTES",
+    "OPSETS",
+    "SUPPORTED_OPS",
+    "ONNXImportError",
+    "UnsupportedOpsError",
+    "from_onnx",
+]
+
+#: Largest accepted model, file or ModelProto: 2 GiB - 1, protobuf's own limit for one message.
+MAX_MODEL_BYTES = 2**31 - 1
+#: Constant folding of an op whose result may be larger than its inputs (Expand, ConstantOfShape,
+#: Range, broadcasting arithmetic, ...) stops at this many elements; a larger result is computed by
+#: the compiled graph instead.
+MAX_FOLD_ELEMENTS = 1 << 16
+#: Opsets of the default domain (``""`` / ``"ai.onnx"``) this importer follows.
+OPSETS = (13, 21)
+_BIG = 1 << 62   # ONNX Slice ends at or beyond this mean "to the end" (exporters write INT64_MAX)
+
+
+class ONNXImportError(ValueError):
+    """The model cannot be imported: a check failed, a node cannot be translated (the message names
+    the node and its op type), or a shape computation cannot be decided at import time."""
+
+
+class UnsupportedOpsError(ONNXImportError):
+    """The model uses op types this importer does not translate. ``missing`` maps each op type
+    (``domain:Op`` outside the default domain) to the names of the nodes that use it."""
+
+    def __init__(self, missing: dict[str, list[str]]) -> None:
+        self.missing = missing
+        parts = [f"{op_type} (nodes: {', '.join(nodes)})" for op_type, nodes in sorted(missing.items())]
+        super().__init__(f"from_onnx: {len(missing)} unsupported ONNX op type(s): " + "; ".join(parts))
+
+
+# ------------------------------------------------------------------------------------------------
+# Values
+# ------------------------------------------------------------------------------------------------
+
+class _Sym:
+    """A small integer array known up to symbolic dims: ``vals`` is a numpy object array of Python
+    ints and int64 PrimExprs (at least one PrimExpr), ``dtype`` its ONNX integer dtype."""
+
+    def __init__(self, vals: np.ndarray, dtype: str = "int64") -> None:
+        self.vals = vals
+        self.dtype = dtype
+
+    @property
+    def shape(self) -> tuple:
+        return self.vals.shape
+
+
+def _simp(e):
+    """A dim value in canonical form: a Python int, or a simplified PrimExpr that is not constant."""
+    if isinstance(e, (bool, np.bool_)):
+        return int(e)
+    if isinstance(e, (int, np.integer)):
+        return int(e)
+    if isinstance(e, E.PrimExpr):
+        e = E.simplify(e)
+        return int(e.value) if isinstance(e, E.IntImm) else e
+    raise ONNXImportError(f"not an integer shape value: {e!r}")
+
+
+def _shape_value(vals: np.ndarray, dtype: str = "int64"):
+    """An object array of dim values as a static array when every element is an int, else _Sym."""
+    if not isinstance(vals, np.ndarray):   # numpy returns a lone element for 0-d results
+        one = np.empty((), dtype=object)
+        one[()] = vals
+        vals = one
+    flat = [_simp(v) for v in vals.ravel()]
+    if all(isinstance(v, int) for v in flat):
+        return np.array(flat, dtype=dtype).reshape(vals.shape)
+    out = np.empty(len(flat), dtype=object)
+    out[:] = flat
+    return _Sym(out.reshape(vals.shape), dtype)
+
+
+def _objects(v) -> np.ndarray:
+    """A static integer array or a _Sym as an object array of ints / PrimExprs."""
+    if isinstance(v, _Sym):
+        return v.vals
+    out = np.empty(v.shape, dtype=object)
+    out.ravel()[:] = [int(x) for x in v.ravel()]
+    return out
+
+
+def _nonneg(e) -> bool:
+    """Whether the dim expression is provably >= 0 (shape variables are never negative)."""
+    if isinstance(e, int):
+        return e >= 0
+    if isinstance(e, E.IntImm):
+        return e.value >= 0
+    if isinstance(e, E.Var):
+        return True
+    if isinstance(e, (E.Add, E.Mul, E.FloorDiv, E.FloorMod, E.Max)):
+        return _nonneg(e.a) and _nonneg(e.b)
+    if isinstance(e, E.Min):
+        return _nonneg(e.a) or _nonneg(e.b)
+    return False
+
+
+def _sign(a, b, what: str) -> int:
+    """-1, 0 or 1 for ``a - b`` of dim values; ONNXImportError when it cannot be decided."""
+    d = _simp(a - b) if not (isinstance(a, int) and isinstance(b, int)) else a - b
+    if isinstance(d, int):
+        return (d > 0) - (d < 0)
+    if _nonneg(d) and _nonneg(_simp(d - 1)):
+        return 1
+    if _nonneg(_simp(-d)) and _nonneg(_simp(-d - 1)):
+        return -1
+    if _nonneg(d) and isinstance(b, int) and b < 0 or _nonneg(a) and isinstance(b, int) and b < 0:
+        return 1
+    if isinstance(a, int) and a < 0 and _nonneg(b):
+        return -1
+    raise ONNXImportError(f"{what}: cannot decide the comparison of symbolic dims {a} and {b} at import time")
+
+
+# ------------------------------------------------------------------------------------------------
+# Loading and checks
+# ------------------------------------------------------------------------------------------------
+
+def _onnx():
+    try:
+        import onnx
+    except ImportError as e:   # pragma: no cover - depends on the environment
+        raise ImportError("from_onnx needs the onnx package: pip install 'model-builder[onnx]' "
+                          "(or pip install onnx)") from e
+    return onnx
+
+
+def _load(model_or_path):
+    """The checked ModelProto of a path or a ModelProto (see the module docstring)."""
+    onnx = _onnx()
+    if isinstance(model_or_path, (str, os.PathLike)):
+        path = Path(model_or_path)
+        if not path.is_file():
+            raise FileNotFoundError(f"from_onnx: no ONNX file at {str(path)!r}")
+        size = path.stat().st_size
+        if size > MAX_MODEL_BYTES:
+            raise ONNXImportError(f"from_onnx: {path} is {size} bytes, more than the limit of "
+                                  f"{MAX_MODEL_BYTES} (MAX_MODEL_BYTES)")
+        try:
+            model = onnx.load(str(path), load_external_data=False)
+        except Exception as e:   # protobuf's DecodeError and friends
+            raise ONNXImportError(f"from_onnx: {path} is not a readable ONNX model: {e}") from e
+    elif isinstance(model_or_path, onnx.ModelProto):
+        model = model_or_path
+        size = model.ByteSize()
+        if size > MAX_MODEL_BYTES:
+            raise ONNXImportError(f"from_onnx: the model is {size} bytes, more than the limit of "
+                                  f"{MAX_MODEL_BYTES} (MAX_MODEL_BYTES)")
+    else:
+        raise TypeError(f"from_onnx: expected an onnx.ModelProto or a path, got {type(model_or_path).__name__}")
+    external = [t.name for t in _all_tensors(model.graph)
+                if t.data_location == onnx.TensorProto.EXTERNAL]
+    if external:
+        raise ONNXImportError(
+            f"from_onnx: tensors stored as external data are not supported ({', '.join(external[:5])}"
+            f"{', ...' if len(external) > 5 else ''}): load the model with onnx.load(path) (which reads the "
+            "external files) and pass the ModelProto, or save it with save_as_external_data=False")
+    try:
+        onnx.checker.check_model(model)
+    except Exception as e:
+        raise ONNXImportError(f"from_onnx: the model fails onnx.checker.check_model: {e}") from e
+    return model
+
+
+def _all_tensors(graph):
+    yield from graph.initializer
+    for node in graph.node:
+        for a in node.attribute:
+            if a.HasField("t"):
+                yield a.t
+            yield from a.tensors
+            if a.HasField("g"):
+                yield from _all_tensors(a.g)
+            for g in a.graphs:
+                yield from _all_tensors(g)
+
+
+def _opset(model) -> int:
+    versions = [o.version for o in model.opset_import if o.domain in ("", "ai.onnx")]
+    if not versions:
+        raise ONNXImportError("from_onnx: the model imports no opset of the default ONNX domain")
+    v = int(versions[0])
+    if not OPSETS[0] <= v <= OPSETS[1]:
+        raise ONNXImportError(f"from_onnx: opset {v} is not supported (opsets {OPSETS[0]} to {OPSETS[1]}); "
+                              "convert the model with onnx.version_converter.convert_version")
+    return v
+
+
+def _np_dtype_name(elem_type: int) -> str:
+    onnx = _onnx()
+    if elem_type == onnx.TensorProto.BFLOAT16:
+        raise ONNXImportError("from_onnx: bfloat16 ONNX tensors are not supported")
+    try:
+        name = str(np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem_type)))
+    except Exception as e:
+        raise ONNXImportError(f"from_onnx: unsupported ONNX element type {elem_type}") from e
+    if name not in DTYPES:
+        raise ONNXImportError(f"from_onnx: unsupported ONNX element type {name}")
+    return name
+
+
+def _to_array(tensor) -> np.ndarray:
+    onnx = _onnx()
+    _np_dtype_name(tensor.data_type)
+    arr = onnx.numpy_helper.to_array(tensor)
+    if arr.dtype.name not in DTYPES:
+        raise ONNXImportError(f"from_onnx: tensor {tensor.name!r} has the unsupported dtype {arr.dtype}")
+    return np.array(arr)   # writable, owned
+
+
+def _attrs(node) -> dict[str, Any]:
+    onnx = _onnx()
+    out = {}
+    for a in node.attribute:
+        if a.type == onnx.AttributeProto.TENSOR:
+            out[a.name] = _to_array(a.t)
+        elif a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS, onnx.AttributeProto.SPARSE_TENSOR,
+                        onnx.AttributeProto.SPARSE_TENSORS, onnx.AttributeProto.TENSORS):
+            out[a.name] = a   # kept as the proto; the converters that accept none of these refuse them
+        else:
+            v = onnx.helper.get_attribute_value(a)
+            out[a.name] = v.decode() if isinstance(v, bytes) else v
+    return out
+
+
+def _node_name(node, i: int) -> str:
+    return node.name or f"{node.op_type}_{i} (-> {', '.join(node.output)})"
+
+
+_IDENT = re.compile(r"[^0-9A-Za-z_]")
+
+
+# ------------------------------------------------------------------------------------------------
+# The importer
+# ------------------------------------------------------------------------------------------------
+
+class _Importer:
+    def __init__(self, model, opset: int) -> None:
+        self.model = model
+        self.opset = opset
+        self.env: dict[str, Any] = {}
+        self.dims: dict[str, E.Var] = {}
+        self.dim_names: set[str] = set()
+        self.const_cache: dict[int, tuple[np.ndarray, Tensor]] = {}
+        self.uses: dict[str, int] = {}
+        for n in model.graph.node:
+            for name in n.input:
+                self.uses[name] = self.uses.get(name, 0) + 1
+        for o in model.graph.output:
+            self.uses[o.name] = self.uses.get(o.name, 0) + 1
+        self.gelu_at, self.gelu_skip = _find_gelus(model.graph, self.uses)
+
+    # -- dims and inputs ---------------------------------------------------------------------------
+    def dim_var(self, key: str) -> E.Var:
+        if key not in self.dims:
+            name = _IDENT.sub("_", key) or "dim"
+            if name[0].isdigit():
+                name = "d_" + name
+            base, k = name, 1
+            while name in self.dim_names:
+                k += 1
+                name = f"{base}_{k}"
+            self.dim_names.add(name)
+            self.dims[key] = E.Var(name, "int64")
+        return self.dims[key]
+
+    def input_var(self, vi, shape_override, dtype_override) -> rx.Var:
+        onnx = _onnx()
+        t = vi.type
+        if not t.HasField("tensor_type"):
+            raise ONNXImportError(f"from_onnx: input {vi.name!r} is not a tensor (sequences, maps and "
+                                  "optionals are not supported)")
+        tt = t.tensor_type
+        dtype = dtype_override if dtype_override is not None else _np_dtype_name(tt.elem_type)
+        if dtype not in DTYPES:
+            raise ONNXImportError(f"from_onnx: dtype_dict[{vi.name!r}] = {dtype!r} is not a dtype ({', '.join(DTYPES)})")
+        if not tt.HasField("shape") and shape_override is None:
+            raise ONNXImportError(f"from_onnx: input {vi.name!r} has no shape (not even its rank); give it in "
+                                  "shape_dict")
+        model_dims = list(tt.shape.dim) if tt.HasField("shape") else []
+        if shape_override is not None:
+            if isinstance(shape_override, (str, bytes)) or not isinstance(shape_override, Sequence):
+                raise TypeError(f"from_onnx: shape_dict[{vi.name!r}] must be a list of dims")
+            if model_dims and len(shape_override) != len(model_dims):
+                raise ONNXImportError(f"from_onnx: shape_dict[{vi.name!r}] has {len(shape_override)} dims, the "
+                                      f"model's input has {len(model_dims)}")
+        n = len(shape_override) if shape_override is not None else len(model_dims)
+        shape = []
+        for i in range(n):
+            over = shape_override[i] if shape_override is not None else None
+            if over is not None:
+                if isinstance(over, bool) or not isinstance(over, (int, np.integer, str)):
+                    raise TypeError(f"from_onnx: shape_dict[{vi.name!r}][{i}] must be an int, a name or None, "
+                                    f"got {over!r}")
+                if isinstance(over, str):
+                    shape.append(self.dim_var(over))
+                elif int(over) < 0:
+                    raise ONNXImportError(f"from_onnx: shape_dict[{vi.name!r}][{i}] = {over} is negative")
+                else:
+                    shape.append(int(over))
+                continue
+            d = model_dims[i]
+            if d.HasField("dim_value") and d.dim_value >= 0:
+                shape.append(int(d.dim_value))
+            elif d.HasField("dim_param") and d.dim_param:
+                shape.append(self.dim_var(d.dim_param))
+            else:
+                shape.append(self.dim_var(f"{vi.name}_dim{i}"))
+        del onnx
+        return rx.Var(_IDENT.sub("_", vi.name) or "input", TensorStructInfo(shape, dtype))
+
+    # -- values ------------------------------------------------------------------------------------
+    def const(self, arr: np.ndarray) -> Tensor:
+        """A static array as a constant Tensor (one Constant per array object)."""
+        hit = self.const_cache.get(id(arr))
+        if hit is not None and hit[0] is arr:
+            return hit[1]
+        t = Tensor(_expr=rx.Constant(np.ascontiguousarray(arr)))
+        self.const_cache[id(arr)] = (arr, t)
+        return t
+
+    def tensor(self, v) -> Tensor:
+        """Any value as a Tensor: static -> constant, symbolic -> computed from the shape variables."""
+        if isinstance(v, Tensor):
+            return v
+        if isinstance(v, np.ndarray):
+            return self.const(v)
+        if isinstance(v, _Sym):
+            parts = []
+            for e in v.vals.ravel():
+                if isinstance(e, int):
+                    parts.append(rx.const(np.array([e], dtype=v.dtype)))
+                else:
+                    s = symbolic_scalar(e, v.dtype)
+                    parts.append(rx.Call(rx.Op.get("reshape"), [s, rx.ShapeExpr([1])], {}))
+            if v.vals.ndim == 0:
+                return wrap_nested(rx.Call(rx.Op.get("reshape"), [parts[0], rx.ShapeExpr([])], {}), "shape_value")
+            flat = parts[0] if len(parts) == 1 else rx.Call(rx.Op.get("concat"), [rx.Tuple(parts)], {"axis": 0})
+            return wrap_nested(rx.Call(rx.Op.get("reshape"), [flat, rx.ShapeExpr(list(v.vals.shape))], {}),
+                               "shape_value")
+        raise ONNXImportError(f"a value of type {type(v).__name__} cannot be used as a tensor")
+
+    @staticmethod
+    def shape_of(v) -> list:
+        if isinstance(v, Tensor):
+            return [_simp(d) for d in v.shape]
+        return list(v.shape)
+
+    @staticmethod
+    def dtype_of(v) -> str:
+        if isinstance(v, Tensor):
+            return v.dtype
+        if isinstance(v, _Sym):
+            return v.dtype
+        return str(v.dtype)
+
+    def shape_list(self, v, what: str) -> list:
+        """A 1-D shape-like value (static or symbolic) as a list of ints / PrimExprs."""
+        if isinstance(v, Tensor):
+            raise ONNXImportError(f"{what} is computed from tensor data, not from shapes; data-dependent "
+                                  "shapes are not supported")
+        if v is None:
+            raise ONNXImportError(f"{what} is missing")
+        return [_simp(e) for e in _objects(v).ravel()]
+
+    def static(self, v, what: str) -> np.ndarray:
+        if not isinstance(v, np.ndarray):
+            raise ONNXImportError(f"{what} must be a constant (known at import time)")
+        return v
+
+    def ints(self, v, what: str) -> list[int]:
+        return [int(x) for x in self.static(v, what).ravel()]
+
+    # -- the graph ---------------------------------------------------------------------------------
+    def run(self, shape_dict, dtype_dict) -> rx.IRModule:
+        graph = self.model.graph
+        init_names = {t.name for t in graph.initializer}
+        inputs = [vi for vi in graph.input if vi.name not in init_names]
+        known = {vi.name for vi in inputs}
+        for what, d in (("shape_dict", shape_dict), ("dtype_dict", dtype_dict)):
+            unknown = sorted(set(d or {}) - known)
+            if unknown:
+                raise ONNXImportError(f"from_onnx: {what} names {unknown}, which are not graph inputs "
+                                      f"({sorted(known)})")
+        for t in graph.initializer:
+            self.env[t.name] = _to_array(t)
+        bb = BlockBuilder()
+        params = [self.input_var(vi, (shape_dict or {}).get(vi.name), (dtype_dict or {}).get(vi.name))
+                  for vi in inputs]
+        with bb.function("main", attrs={"num_input": len(params)}):
+            with bb.dataflow():
+                for vi, p in zip(inputs, params):
+                    self.env[vi.name] = Tensor(_expr=p)
+                for i, node in enumerate(graph.node):
+                    if i not in self.gelu_skip:
+                        self.node(node, i)
+                outs = []
+                for o in graph.output:
+                    if o.name not in self.env:
+                        raise ONNXImportError(f"from_onnx: graph output {o.name!r} is computed by no node")
+                    outs.append(self.tensor(self.env[o.name])._expr)
+                gv = bb.emit_output(outs[0] if len(outs) == 1 else rx.Tuple(outs))
+            bb.emit_func_output(gv, params=params)
+        return verify(bb.get())
+
+    def node(self, node, i: int) -> None:
+        conv = _CONVERTERS[node.op_type]
+        ins = []
+        for name in ([] if i in self.gelu_at else node.input):
+            if name == "":
+                ins.append(None)
+            elif name not in self.env:
+                raise ONNXImportError(f"from_onnx: node {_node_name(node, i)!r} ({node.op_type}) reads {name!r}, "
+                                      "which no earlier node or input defines (nodes must be topologically sorted)")
+            else:
+                ins.append(self.env[name])
+        try:
+            if i in self.gelu_at:
+                x = self.env[self.gelu_at[i]]
+                outs = op.gelu(self.tensor(x))
+            else:
+                outs = conv(self, node, ins, _attrs(node))
+        except ONNXImportError as e:
+            raise ONNXImportError(f"from_onnx: node {_node_name(node, i)!r} ({node.op_type}): {e}") from e
+        except (ValueError, TypeError, NotImplementedError) as e:
+            raise ONNXImportError(f"from_onnx: node {_node_name(node, i)!r} ({node.op_type}) cannot be "
+                                  f"translated: {e}") from e
+        if not isinstance(outs, (list, tuple)):
+            outs = [outs]
+        for name, v in zip(node.output, outs):
+            if name:
+                self.env[name] = v
+        for name in node.output[len(outs):]:
+            if name:
+                self.env[name] = _Unavailable(node, name)
+
+
+def _scalar_is(v, target: float, rel: float = 1e-6) -> bool:
+    return (isinstance(v, np.ndarray) and v.dtype.kind == "f" and v.size == 1
+            and abs(float(v.ravel()[0]) - target) <= rel * abs(target))
+
+
+def _find_gelus(graph, uses: dict[str, int]) -> tuple[dict[int, str], set[int]]:
+    """Exact GELU chains as exporters write them: ``0.5 * (x * (1 + erf(x / sqrt(2))))`` (operands of
+    Mul / Add in either order; ``x * sqrt(1/2)`` for the division; also ``(0.5 * x) * (1 + ...)``),
+    every intermediate used once. Returns ({index of the last Mul: name of x}, {indices of the
+    other nodes of the chains}): the import emits one ``gelu(x)`` at the last Mul and skips the rest,
+    so the pipeline fuses GELU into the matmul's epilogue as it does for ``nn.gelu``."""
+    consts: dict[str, np.ndarray] = {}
+    for t in graph.initializer:
+        if t.data_type == 1 and math.prod(t.dims) == 1:
+            consts[t.name] = _to_array(t)
+    producer: dict[str, tuple[int, Any]] = {}
+    for i, n in enumerate(graph.node):
+        if n.op_type == "Constant" and n.domain in ("", "ai.onnx"):
+            at = _attrs(n)
+            v = at.get("value", np.array(at["value_float"], "float32") if "value_float" in at else None)
+            if isinstance(v, np.ndarray) and v.size == 1:
+                consts[n.output[0]] = v
+        for o in n.output:
+            producer[o] = (i, n)
+
+    def single(name, op_type):
+        hit = producer.get(name)
+        ok = hit is not None and uses.get(name, 0) == 1 and hit[1].op_type == op_type and hit[1].domain in ("", "ai.onnx")
+        return hit if ok else None
+
+    def other(n, value: float):
+        """The input name of binary node n beside the scalar constant ``value``, or None."""
+        if len(n.input) != 2:
+            return None
+        for i in (0, 1):
+            if _scalar_is(consts.get(n.input[i]), value):
+                return n.input[1 - i]
+        return None
+
+    def erf_branch(name, x):
+        """Nodes of ``1 + erf(x / sqrt 2)`` producing ``name`` for the given x, or None."""
+        add = single(name, "Add")
+        e_name = other(add[1], 1.0) if add else None
+        erf = single(e_name, "Erf") if e_name else None
+        if erf is None:
+            return None
+        div = single(erf[1].input[0], "Div")
+        if div is not None and div[1].input[0] == x and _scalar_is(consts.get(div[1].input[1]), math.sqrt(2.0)):
+            return [add[0], erf[0], div[0]]
+        mul = single(erf[1].input[0], "Mul")
+        if mul is not None and other(mul[1], math.sqrt(0.5)) == x:
+            return [add[0], erf[0], mul[0]]
+        return None
+
+    last: dict[int, str] = {}
+    skip: set[int] = set()
+    for i, n in enumerate(graph.node):
+        if n.op_type != "Mul" or n.domain not in ("", "ai.onnx") or len(n.input) != 2:
+            continue
+        found = None
+        rest = other(n, 0.5)
+        inner = single(rest, "Mul") if rest else None
+        if inner is not None:                       # 0.5 * (x * (1 + erf))
+            for j in (0, 1):
+                x = inner[1].input[j]
+                chain = erf_branch(inner[1].input[1 - j], x)
+                if chain:
+                    found = (x, chain + [inner[0]])
+                    break
+        else:                                       # (0.5 * x) * (1 + erf)
+            for j in (0, 1):
+                half = single(n.input[j], "Mul")
+                x = other(half[1], 0.5) if half else None
+                chain = erf_branch(n.input[1 - j], x) if x else None
+                if chain:
+                    found = (x, chain + [half[0]])
+                    break
+        if found:
+            last[i] = found[0]
+            skip.update(found[1])
+    return last, skip
+
+
+class _Unavailable:
+    """An optional output this importer does not compute; reading it fails with a clear error."""
+
+    def __init__(self, node, name: str) -> None:
+        self.node, self.name = node, name
+
+
+# ------------------------------------------------------------------------------------------------
+# Converters: fn(importer, node, inputs, attrs) -> output value(s)
+# ------------------------------------------------------------------------------------------------
+
+_CONVERTERS: dict[str, Callable] = {}
+
+
+def _register(*names: str):
+    def deco(fn):
+        for n in names:
+            _CONVERTERS[n] = fn
+        return fn
+    return deco
+
+
+def _check_inputs(ins: list, node) -> None:
+    for v in ins:
+        if isinstance(v, _Unavailable):
+            raise ONNXImportError(f"reads the optional output {v.name!r} of {v.node.op_type}, which is not "
+                                  "computed by this importer")
+
+
+def _fold_ok(*shapes) -> bool:
+    return all(isinstance(d, int) for s in shapes for d in s) and all(
+        math.prod(s) <= MAX_FOLD_ELEMENTS for s in shapes)
+
+
+# -- elementwise ---------------------------------------------------------------------------------
+
+_UNARY = {"Relu": op.relu, "Sigmoid": op.sigmoid, "Tanh": op.tanh, "Exp": op.exp, "Log": op.log,
+          "Sqrt": op.sqrt, "Erf": op.erf, "Neg": op.negative, "Abs": op.abs, "Sin": op.sin, "Cos": op.cos}
+_UNARY_NP = {"Relu": lambda x: np.maximum(x, 0).astype(x.dtype), "Sigmoid": None, "Tanh": np.tanh, "Exp": np.exp,
+             "Log": np.log, "Sqrt": np.sqrt, "Erf": None, "Neg": np.negative, "Abs": np.abs, "Sin": np.sin,
+             "Cos": np.cos}
+
+
+@_register(*_UNARY)
+def _unary(im: _Importer, node, ins, at):
+    _check_inputs(ins, node)
+    (x,) = ins
+    if isinstance(x, _Sym) and node.op_type in ("Neg", "Abs"):
+        f = (lambda e: -e) if node.op_type == "Neg" else (lambda e: e if _nonneg(e) else None)
+        vals = np.vectorize(f, otypes=[object])(x.vals)
+        if not any(v is None for v in vals.ravel()):
+            return _shape_value(vals, x.dtype)
+    if isinstance(x, np.ndarray) and _UNARY_NP[node.op_type] is not None and x.dtype.kind in "iu" \
+            and node.op_type in ("Neg", "Abs", "Relu"):
+        return _UNARY_NP[node.op_type](x).astype(x.dtype)
+    return _UNARY[node.op_type](im.tensor(x))
+
+
+@_register("Reciprocal")
+def _reciprocal(im, node, ins, at):
+    _check_inputs(ins, node)
+    x = im.tensor(ins[0])
+    return op.divide(im.const(np.ones((), dtype=x.dtype)), x)
+
+
+@_register("Gelu")
+def _gelu(im, node, ins, at):
+    _check_inputs(ins, node)
+    approx = at.get("approximate", "none")
+    if approx not in ("none", "tanh"):
+        raise ONNXImportError(f"unknown approximate={approx!r}")
+    return op.gelu(im.tensor(ins[0]), approximate=None if approx == "none" else "tanh")
+
+
+def _int_div(a, b):
+    if isinstance(a, int) and isinstance(b, int):
+        if b == 0:
+            raise ONNXImportError("integer division by zero in a shape computation")
+        q = abs(a) // abs(b)
+        return q if (a >= 0) == (b > 0) else -q
+    if _nonneg(a) and isinstance(b, int) and b > 0 or _nonneg(a) and _nonneg(b):
+        return E.FloorDiv(E.convert(a, "int64"), E.convert(b, "int64"))
+    raise ONNXImportError(f"cannot divide the symbolic dims {a} / {b} (the sign is unknown)")
+
+
+_SYM_BINARY = {"Add": lambda a, b: a + b, "Sub": lambda a, b: a - b, "Mul": lambda a, b: a * b, "Div": _int_div}
+_NP_BINARY = {"Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Div": None, "Pow": None,
+              "Max": np.maximum, "Min": np.minimum}
+_BINARY = {"Add": op.add, "Sub": op.subtract, "Mul": op.multiply, "Div": op.divide, "Pow": op.power,
+           "Max": op.maximum, "Min": op.minimum}
+
+
+@_register("Add", "Sub", "Mul", "Div", "Pow")
+def _binary(im: _Importer, node, ins, at):
+    _check_inputs(ins, node)
+    a, b = ins
+    kind = node.op_type
+    shape_like = lambda v: isinstance(v, _Sym) or isinstance(v, np.ndarray) and v.dtype.kind in "iu"
+    if kind in _SYM_BINARY and shape_like(a) and shape_like(b) and (isinstance(a, _Sym) or isinstance(b, _Sym)):
+        oa, ob = np.broadcast_arrays(_objects(a), _objects(b))
+        vals = np.empty(oa.shape, dtype=object)
+        vals.ravel()[:] = [_SYM_BINARY[kind](x, y) for x, y in zip(oa.ravel(), ob.ravel())]
+        return _shape_value(vals, im.dtype_of(a))
+    if isinstance(a, np.ndarray) and isinstance(b, np.ndarray) and _fold_ok(np.broadcast_shapes(a.shape, b.shape)):
+        if kind == "Div" and a.dtype.kind in "iu":
+            if np.any(b == 0):
+                raise ONNXImportError("integer division by zero in constants")
+            return np.array([_int_div(int(x), int(y)) for x, y in zip(*[t.ravel() for t in np.broadcast_arrays(a, b)])],
+                            dtype=a.dtype).reshape(np.broadcast_shapes(a.shape, b.shape))
+        if kind == "Div":
+            return np.divide(a, b).astype(a.dtype)
+        if kind == "Pow":
+            return np.power(a, b.astype(a.dtype)).astype(a.dtype)
+        return _NP_BINARY[kind](a, b).astype(a.dtype)
+    ta = im.tensor(a)
+    if kind == "Pow" and isinstance(b, np.ndarray) and str(b.dtype) != ta.dtype:
+        b = b.astype(ta.dtype)   # ONNX Pow allows an exponent of another type
+    tb = im.tensor(b)
+    if kind == "Pow" and isinstance(b, np.ndarray) and b.size == 1 and float(b.ravel()[0]) == 2.0:
+        return op.multiply(ta, ta)
+    return _BINARY[kind](ta, tb)
+
+
+@_register("Max", "Min")
+def _variadic(im, node, ins, at):
+    _check_inputs(ins, node)
+    if all(isinstance(v, np.ndarray) for v in ins) and _fold_ok(np.broadcast_shapes(*[v.shape for v in ins])):
+        out = ins[0]
+        for v in ins[1:]:
+            out = _NP_BINARY[node.op_type](out, v)
+        return out
+    out = im.tensor(ins[0])
+    for v in ins[1:]:
+        out = _BINARY[node.op_type](out, im.tensor(v))
+    return out
+
+
+_CMP = {"Equal": (op.equal, lambda s: s == 0), "Less": (op.less, lambda s: s < 0),
+        "LessOrEqual": (op.less_equal, lambda s: s <= 0), "Greater": (op.greater, lambda s: s > 0),
+        "GreaterOrEqual": (op.greater_equal, lambda s: s >= 0)}
+
+
+@_register(*_CMP)
+def _compare(im, node, ins, at):
+    _check_inputs(ins, node)
+    a, b = ins
+    fn, decide = _CMP[node.op_type]
+    if not isinstance(a, Tensor) and not isinstance(b, Tensor) and (isinstance(a, _Sym) or isinstance(b, _Sym)):
+        oa, ob = np.broadcast_arrays(_objects(a), _objects(b))
+        return np.array([decide(_sign(_simp(x), _simp(y), node.op_type)) for x, y in zip(oa.ravel(), ob.ravel())],
+                        dtype=bool).reshape(oa.shape)
+    if isinstance(a, np.ndarray) and isinstance(b, np.ndarray) and _fold_ok(np.broadcast_shapes(a.shape, b.shape)):
+        return {"Equal": np.equal, "Less": np.less, "LessOrEqual": np.less_equal, "Greater": np.greater,
+                "GreaterOrEqual": np.greater_equal}[node.op_type](a, b)
+    return fn(im.tensor(a), im.tensor(b))
+
+
+@_register("And", "Or", "Xor", "Not")
+def _logical(im, node, ins, at):
+    _check_inputs(ins, node)
+    if all(isinstance(v, np.ndarray) for v in ins) and _fold_ok(*[v.shape for v in ins]):
+        f = {"And": np.logical_and, "Or": np.logical_or, "Xor": np.logical_xor, "Not": np.logical_not}[node.op_type]
+        return f(*ins)
+    t = [im.tensor(v) for v in ins]
+    true, false = im.const(np.array(True)), im.const(np.array(False))
+    if node.op_type == "Not":
+        return op.where(t[0], false, true)
+    if node.op_type == "And":
+        return op.where(t[0], t[1], false)
+    if node.op_type == "Or":
+        return op.where(t[0], true, t[1])
+    return op.not_equal(t[0], t[1])
+
+
+@_register("IsNaN")
+def _isnan(im, node, ins, at):
+    _check_inputs(ins, node)
+    x = ins[0]
+    if isinstance(x, np.ndarray):
+        return np.isnan(x)
+    x = im.tensor(x)
+    if x.dtype not in ("float16", "float32", "float64"):
+        return im.const(np.zeros([int(d) for d in x.shape], dtype=bool)) if all(
+            isinstance(d, int) for d in x.shape) else op.not_equal(x, x)
+    return op.not_equal(x, x)   # NaN is the only value unequal to itself (no nnan fast-math in codegen)
+
+
+@_register("Where")
+def _where(im, node, ins, at):
+    _check_inputs(ins, node)
+    c, x, y = ins
+    if isinstance(c, np.ndarray) and not isinstance(x, Tensor) and not isinstance(y, Tensor) \
+            and _fold_ok(np.broadcast_shapes(c.shape, im.shape_of(x), im.shape_of(y))):
+        if isinstance(x, _Sym) or isinstance(y, _Sym):
+            vals = np.where(c, _objects(x), _objects(y))
+            return _shape_value(np.asarray(vals, dtype=object), im.dtype_of(x))
+        return np.where(c, x, y).astype(x.dtype)
+    return op.where(im.tensor(c), im.tensor(x), im.tensor(y))
+
+
+@_register("Cast")
+def _cast(im, node, ins, at):
+    _check_inputs(ins, node)
+    x = ins[0]
+    dtype = _np_dtype_name(int(at["to"]))
+    if isinstance(x, np.ndarray):
+        if x.dtype.kind == "f" and dtype != "bool" and np.dtype(dtype).kind in "iu":
+            return np.trunc(x).astype(dtype)
+        return x.astype(dtype)
+    if isinstance(x, _Sym) and np.dtype(dtype).kind in "iu":
+        return _Sym(x.vals, dtype)
+    t = im.tensor(x)
+    if t.dtype == dtype:
+        return t
+    return op.astype(t, dtype)
+
+
+@_register("Identity", "Dropout")
+def _identity(im, node, ins, at):
+    _check_inputs(ins, node)
+    x = ins[0]
+    if node.op_type == "Dropout":
+        if len(ins) > 2 and ins[2] is not None:
+            mode = ins[2]
+            if not isinstance(mode, np.ndarray) or bool(mode.ravel()[0]):
+                raise ONNXImportError("training_mode must be a constant false (inference only)")
+        if len(node.output) > 1 and node.output[1]:
+            shape = im.shape_of(x)
+            mask = (np.ones(shape, dtype=bool) if _fold_ok(shape)
+                    else op.full([d for d in shape], True, dtype="bool"))
+            return [x, mask]
+    return x
+
+
+# -- linear algebra --------------------------------------------------------------------------------
+
+def _linear(im: _Importer, x: Tensor, w_nk: np.ndarray) -> Tensor:
+    """``x @ w_nk.T`` as nn.Linear writes it: ``matmul(x, permute_dims(W))`` with ``W (N, K)`` constant."""
+    w = im.const(np.ascontiguousarray(w_nk))
+    return op.matmul(x, op.permute_dims(w))
+
+
+@_register("MatMul")
+def _matmul(im, node, ins, at):
+    _check_inputs(ins, node)
+    a, b = ins
+    if isinstance(b, np.ndarray) and b.ndim == 2 and b.dtype.kind == "f" and not isinstance(a, np.ndarray) \
+            and len(im.shape_of(a)) >= 2:
+        ta = im.tensor(a)
+        if ta.dtype == str(b.dtype):
+            return _linear(im, ta, b.T)
+    if isinstance(a, np.ndarray) and isinstance(b, np.ndarray) and a.ndim >= 1 and b.ndim >= 1 and \
+            _fold_ok(a.shape, b.shape) and a.size * b.size <= MAX_FOLD_ELEMENTS:
+        return np.matmul(a, b).astype(a.dtype)
+    return op.matmul(im.tensor(a), im.tensor(b))
+
+
+@_register("Gemm")
+def _gemm(im, node, ins, at):
+    _check_inputs(ins, node)
+    a, b = ins[0], ins[1]
+    c = ins[2] if len(ins) > 2 else None
+    alpha, beta = float(at.get("alpha", 1.0)), float(at.get("beta", 1.0))
+    ta = im.tensor(a)
+    if int(at.get("transA", 0)):
+        ta = op.permute_dims(ta, [1, 0])
+    if isinstance(b, np.ndarray) and b.ndim == 2 and b.dtype.kind == "f" and str(b.dtype) == ta.dtype:
+        w = b if int(at.get("transB", 0)) else b.T
+        if alpha != 1.0:
+            w = (w * np.asarray(alpha, dtype=b.dtype)).astype(b.dtype)
+        out = _linear(im, ta, w)
+    else:
+        tb = im.tensor(b)
+        if int(at.get("transB", 0)):
+            tb = op.permute_dims(tb, [1, 0])
+        out = op.matmul(ta, tb)
+        if alpha != 1.0:
+            out = op.multiply(out, im.const(np.asarray(alpha, dtype=out.dtype)))
+    if c is not None and beta != 0.0:
+        if isinstance(c, np.ndarray):
+            if beta != 1.0:
+                c = (c * np.asarray(beta, dtype=c.dtype)).astype(c.dtype)
+            out = op.add(out, im.const(c))
+        else:
+            tc = im.tensor(c)
+            if beta != 1.0:
+                tc = op.multiply(tc, im.const(np.asarray(beta, dtype=tc.dtype)))
+            out = op.add(out, tc)
+    return out
+
+
+# -- normalization and activations ---------------------------------------------------------------------
+
+@_register("Softmax")
+def _softmax(im, node, ins, at):
+    _check_inputs(ins, node)
+    return op.softmax(im.tensor(ins[0]), axis=int(at.get("axis", -1)))
+
+
+@_register("LayerNormalization")
+def _layer_norm(im, node, ins, at):
+    _check_inputs(ins, node)
+    if any(n for n in node.output[1:]):
+        raise ONNXImportError("the Mean / InvStdDev outputs are not supported (inference only)")
+    x = im.tensor(ins[0])
+    scale = ins[1]
+    bias = ins[2] if len(ins) > 2 else None
+    if int(at.get("stash_type", 1)) != 1:
+        raise ONNXImportError("stash_type other than 1 (float32 statistics) is not supported")
+    axis = int(at.get("axis", -1))
+    nd = len(x.shape)
+    if not -nd <= axis < nd:
+        raise ONNXImportError(f"axis {axis} is out of range for a {nd}-d input")
+    axis %= nd
+    norm = [_simp(d) for d in x.shape[axis:]]
+    if not all(isinstance(d, int) for d in norm):
+        raise ONNXImportError(f"the normalized dims {norm} must be static")
+
+    def full_shape(v, default):
+        if v is None:
+            return None if default is None else im.const(np.full(norm, default, dtype=x.dtype))
+        if isinstance(v, np.ndarray):
+            return im.const(np.ascontiguousarray(np.broadcast_to(v, norm)).astype(x.dtype))
+        t = im.tensor(v)
+        if [_simp(d) for d in t.shape] != norm:
+            t = op.broadcast_to(t, norm)
+        return t
+
+    return op.layer_norm(x, norm, full_shape(scale, 1.0), full_shape(bias, None), eps=float(at.get("epsilon", 1e-5)))
+
+
+_REDUCE = {"ReduceMean": (op.mean, np.mean), "ReduceSum": (op.sum, np.sum), "ReduceMax": (op.max, np.max),
+           "ReduceMin": (op.min, np.min)}
+
+
+@_register(*_REDUCE)
+def _reduce(im, node, ins, at):
+    _check_inputs(ins, node)
+    x = ins[0]
+    if "axes" in at:
+        axes = [int(a) for a in at["axes"]]
+    elif len(ins) > 1 and ins[1] is not None:
+        axes = im.ints(ins[1], "axes")
+    else:
+        axes = []
+    keep = bool(int(at.get("keepdims", 1)))
+    nd = len(im.shape_of(x))
+    if not axes:
+        if int(at.get("noop_with_empty_axes", 0)):
+            return x
+        axes = list(range(nd))
+    if any(not -nd <= a < nd for a in axes):
+        raise ONNXImportError(f"axes {axes} out of range for a {nd}-d input")
+    axes = sorted({a % nd for a in axes})
+    fn, npf = _REDUCE[node.op_type]
+    if isinstance(x, np.ndarray) and _fold_ok(x.shape):
+        return np.asarray(npf(x, axis=tuple(axes), keepdims=keep)).astype(x.dtype)
+    return fn(im.tensor(x), axis=axes, keepdims=keep)
+
+
+@_register("Conv")
+def _conv(im, node, ins, at):
+    _check_inputs(ins, node)
+    x, w = im.tensor(ins[0]), ins[1]
+    b = ins[2] if len(ins) > 2 else None
+    tw = im.tensor(w)
+    if len(x.shape) != 3 or len(tw.shape) != 3:
+        raise ONNXImportError(f"only 1-D convolution (3-d input and weight) is supported, got a "
+                              f"{len(x.shape)}-d input and a {len(tw.shape)}-d weight")
+    k = _simp(tw.shape[2])
+    if "kernel_shape" in at and [int(v) for v in at["kernel_shape"]] != [k]:
+        raise ONNXImportError(f"kernel_shape {at['kernel_shape']} does not match the weight's {k}")
+    stride = int((at.get("strides") or [1])[0])
+    dilation = int((at.get("dilations") or [1])[0])
+    auto = at.get("auto_pad", "NOTSET")
+    if auto in ("NOTSET", "VALID"):
+        pads = [int(p) for p in at.get("pads", [0, 0])] if auto == "NOTSET" else [0, 0]
+    elif auto in ("SAME_UPPER", "SAME_LOWER"):
+        length = _simp(x.shape[2])
+        if not isinstance(length, int):
+            raise ONNXImportError(f"auto_pad={auto} needs a static input length")
+        out = -(-length // stride)
+        total = max(0, (out - 1) * stride + (k - 1) * dilation + 1 - length)
+        lo = total // 2 if auto == "SAME_UPPER" else total - total // 2
+        pads = [lo, total - lo]
+    else:
+        raise ONNXImportError(f"unknown auto_pad {auto!r}")
+    if len(pads) != 2:
+        raise ONNXImportError(f"pads {pads} must have 2 values for a 1-D convolution")
+    tb = None if b is None else im.tensor(b)
+    return op.conv1d(x, tw, tb, stride=stride, padding=pads, dilation=dilation, groups=int(at.get("group", 1)))
+
+
+# -- shapes and data movement ------------------------------------------------------------------------------
+
+@_register("Constant")
+def _constant(im, node, ins, at):
+    if "value" in at and isinstance(at["value"], np.ndarray):
+        return at["value"]
+    for key, dtype in (("value_float", "float32"), ("value_int", "int64")):
+        if key in at:
+            return np.array(at[key], dtype=dtype)
+    for key, dtype in (("value_floats", "float32"), ("value_ints", "int64")):
+        if key in at:
+            return np.array(list(at[key]), dtype=dtype)
+    raise ONNXImportError(f"only dense tensor / float / int values are supported, got {sorted(at)}")
+
+
+@_register("Shape")
+def _shape(im, node, ins, at):
+    _check_inputs(ins, node)
+    dims = im.shape_of(ins[0])
+    n = len(dims)
+    start = int(at.get("start", 0))
+    end = int(at.get("end", n))
+    start, end = (max(0, min(n, s + n if s < 0 else s)) for s in (start, end))
+    vals = np.empty(max(0, end - start), dtype=object)
+    vals[:] = dims[start:end]
+    return _shape_value(vals)
+
+
+@_register("Size")
+def _size(im, node, ins, at):
+    _check_inputs(ins, node)
+    total = 1
+    for d in im.shape_of(ins[0]):
+        total = total * d
+    return _shape_value(np.array(_simp(total) if not isinstance(total, int) else total, dtype=object))
+
+
+@_register("ConstantOfShape")
+def _constant_of_shape(im, node, ins, at):
+    _check_inputs(ins, node)
+    value = at.get("value", np.zeros(1, dtype="float32"))
+    if not isinstance(value, np.ndarray) or value.size != 1:
+        raise ONNXImportError("value must be a one-element tensor")
+    shape = im.shape_list(ins[0], "the shape")
+    if any(isinstance(d, int) and d < 0 for d in shape):
+        raise ONNXImportError(f"negative dim in the shape {shape}")
+    if _fold_ok(shape):
+        return np.full(shape, value.ravel()[0], dtype=value.dtype)
+    fill = value.ravel()[0].item()
+    return op.full(shape, fill, dtype=str(value.dtype))
+
+
+@_register("Range")
+def _range(im, node, ins, at):
+    _check_inputs(ins, node)
+    vals = []
+    for v, what in zip(ins, ("start", "limit", "delta")):
+        if isinstance(v, Tensor):
+            raise ONNXImportError(f"{what} is computed from tensor data; only constant or shape-derived "
+                                  "bounds are supported")
+        vals.append(_objects(v).ravel()[0] if isinstance(v, _Sym) else v.ravel()[0])
+    dtype = im.dtype_of(ins[0])
+    if all(not isinstance(v, E.PrimExpr) for v in vals):
+        start, limit, delta = (v.item() if isinstance(v, np.generic) else v for v in vals)
+        if delta == 0:
+            raise ONNXImportError("delta must not be 0")
+        n = max(0, math.ceil((limit - start) / delta))
+        if n <= MAX_FOLD_ELEMENTS:
+            return (start + np.arange(n, dtype="float64" if np.dtype(dtype).kind == "f" else "int64") * delta
+                    ).astype(dtype)
+        return op.arange(start, limit, delta, dtype=dtype)
+    if np.dtype(dtype).kind not in "iu":
+        raise ONNXImportError("a symbolic Range needs integer bounds")
+    start, limit, delta = (_simp(v) for v in vals)
+    if not isinstance(delta, int) or delta == 0:
+        raise ONNXImportError(f"delta must be a constant non-zero integer, got {delta}")
+    return op.arange(start, limit, delta, dtype=dtype)
+
+
+def _reshape_dims(in_shape: list, target: list, allowzero: bool) -> list:
+    out = []
+    for i, d in enumerate(target):
+        if isinstance(d, int) and d == 0 and not allowzero:
+            if i >= len(in_shape):
+                raise ONNXImportError(f"shape {target}: a 0 at position {i} copies a dim the {len(in_shape)}-d "
+                                      "input does not have")
+            out.append(in_shape[i])
+        else:
+            out.append(d)
+    if sum(1 for d in out if isinstance(d, int) and d == -1) > 1:
+        raise ONNXImportError(f"shape {target} has more than one -1")
+    if any(isinstance(d, int) and d < -1 for d in out):
+        raise ONNXImportError(f"shape {target} has a negative dim")
+    if -1 in [d for d in out if isinstance(d, int)]:
+        out = [_infer_dim(in_shape, out, target) if isinstance(d, int) and d == -1 else d for d in out]
+    return [_simp(d) for d in out]
+
+
+def _factors(e) -> list:
+    """The factors of a product of dims (``batch * seq * 384`` -> ``[batch, seq, 384]``)."""
+    if isinstance(e, E.Mul):
+        return _factors(_simp(e.a)) + _factors(_simp(e.b))
+    return [e]
+
+
+def _infer_dim(in_shape: list, out: list, target: list):
+    """The dim a ``-1`` stands for: the input's element count over the other dims', with symbolic
+    factors cancelled (``batch * seq * 384 / (batch * seq * 32)`` is 12, not a floordiv)."""
+    total = [f for d in in_shape for f in _factors(_simp(d))]
+    known = [f for d in out if not (isinstance(d, int) and d == -1) for f in _factors(_simp(d))]
+    rest_known = []
+    for f in known:
+        if isinstance(f, int):
+            rest_known.append(f)
+            continue
+        for i, g in enumerate(total):
+            if not isinstance(g, int) and arith.prove_equal(f, g):
+                del total[i]
+                break
+        else:
+            rest_known.append(f)
+    n_total = math.prod(f for f in total if isinstance(f, int))
+    n_known = math.prod(f for f in rest_known if isinstance(f, int))
+    sym_total = [f for f in total if not isinstance(f, int)]
+    sym_known = [f for f in rest_known if not isinstance(f, int)]
+    if not sym_known:
+        if n_known == 0 or n_total % n_known:
+            raise ONNXImportError(f"cannot reshape {in_shape} to {target}")
+        missing = n_total // n_known
+        for f in sym_total:
+            missing = missing * f
+        return _simp(missing)
+    num, den = n_total, n_known
+    for f in sym_total:
+        num = num * f
+    for f in sym_known:
+        den = den * f
+    return _simp(E.FloorDiv(E.convert(num, "int64"), E.convert(den, "int64")))
+
+
+def _reshape_value(im, x, dims: list):
+    if isinstance(x, Tensor):
+        return op.reshape(x, dims)
+    if not all(isinstance(d, int) for d in dims):
+        return op.reshape(im.tensor(x), dims)
+    if isinstance(x, _Sym):
+        return _Sym(x.vals.reshape(dims), x.dtype)
+    return x.reshape(dims)
+
+
+@_register("Reshape")
+def _reshape(im, node, ins, at):
+    _check_inputs(ins, node)
+    x = ins[0]
+    dims = _reshape_dims(im.shape_of(x), im.shape_list(ins[1], "the target shape"), bool(int(at.get("allowzero", 0))))
+    return _reshape_value(im, x, dims)
+
+
+@_register("Flatten")
+def _flatten(im, node, ins, at):
+    _check_inputs(ins, node)
+    x = ins[0]
+    shape = im.shape_of(x)
+    nd = len(shape)
+    axis = int(at.get("axis", 1))
+    if not -nd <= axis <= nd:
+        raise ONNXImportError(f"axis {axis} out of range for a {nd}-d input")
+    if axis < 0:
+        axis += nd
+    a, b = 1, 1
+    for d in shape[:axis]:
+        a = a * d
+    for d in shape[axis:]:
+        b = b * d
+    return _reshape_value(im, x, [_simp(a), _simp(b)])
+
+
+def _axes_arg(im, node, ins, at, what="axes") -> list[int] | None:
+    if "axes" in at:
+        return [int(a) for a in at["axes"]]
+    if len(ins) > 1 and ins[1] is not None:
+        return im.ints(ins[1], what)
+    return None
+
+
+@_register("Unsqueeze")
+def _unsqueeze(im, node, ins, at):
+    _check_inputs(ins, node)
+    x = ins[0]
+    axes = _axes_arg(im, node, ins, at)
+    if axes is None:
+        raise ONNXImportError("axes are required")
+    shape = im.shape_of(x)
+    nd = len(shape) + len(axes)
+    norm = sorted({a % nd if -nd <= a < nd else -1 for a in axes})
+    if -1 in norm or len(norm) != len(axes):
+        raise ONNXImportError(f"axes {axes} are out of range or repeated for a {nd}-d result")
+    it = iter(shape)
+    dims = [1 if i in norm else next(it) for i in range(nd)]
+    return _reshape_value(im, x, dims)
+
+
+@_register("Squeeze")
+def _squeeze(im, node, ins, at):
+    _check_inputs(ins, node)
+    x = ins[0]
+    shape = im.shape_of(x)
+    nd = len(shape)
+    axes = _axes_arg(im, node, ins, at)
+    if axes is None:
+        if any(not isinstance(d, int) for d in shape):
+            raise ONNXImportError(f"Squeeze without axes on the symbolic shape {shape} is ambiguous")
+        axes = [i for i, d in enumerate(shape) if d == 1]
+    if any(not -nd <= a < nd for a in axes):
+        raise ONNXImportError(f"axes {axes} out of range for a {nd}-d input")
+    axes = {a % nd for a in axes}
+    for a in axes:
+        if not (isinstance(shape[a], int) and shape[a] == 1):
+            raise ONNXImportError(f"cannot squeeze axis {a} of size {shape[a]}")
+    return _reshape_value(im, x, [d for i, d in enumerate(shape) if i not in axes])
+
+
+@_register("Transpose")
+def _transpose(im, node, ins, at):
+    _check_inputs(ins, node)
+    x = ins[0]
+    nd = len(im.shape_of(x))
+    perm = [int(p) for p in at.get("perm", list(range(nd))[::-1])]
+    if sorted(perm) != list(range(nd)):
+        raise ONNXImportError(f"perm {perm} is not a permutation of {nd} axes")
+    if isinstance(x, np.ndarray):
+        return np.ascontiguousarray(np.transpose(x, perm))
+    if isinstance(x, _Sym):
+        return _Sym(np.transpose(x.vals, perm), x.dtype)
+    return op.permute_dims(x, perm)
+
+
+@_register("Concat")
+def _concat(im, node, ins, at):
+    _check_inputs(ins, node)
+    axis = int(at["axis"])
+    nd = len(im.shape_of(ins[0]))
+    if not -nd <= axis < nd:
+        raise ONNXImportError(f"axis {axis} out of range for {nd}-d inputs")
+    axis %= nd
+    if not any(isinstance(v, Tensor) for v in ins):
+        if any(isinstance(v, _Sym) for v in ins):
+            return _shape_value(np.concatenate([_objects(v) for v in ins], axis=axis), im.dtype_of(ins[0]))
+        return np.concatenate(ins, axis=axis)
+    parts = [v for v in ins if not (isinstance(v, np.ndarray) and v.shape[axis] == 0)]
+    if len(parts) == 1:
+        return im.tensor(parts[0])
+    return op.concat([im.tensor(v) for v in parts], dim=axis)
+
+
+@_register("Split")
+def _split(im, node, ins, at):
+    _check_inputs(ins, node)
+    x = ins[0]
+    shape = im.shape_of(x)
+    nd = len(shape)
+    axis = int(at.get("axis", 0))
+    if not -nd <= axis < nd:
+        raise ONNXImportError(f"axis {axis} out of range for a {nd}-d input")
+    axis %= nd
+    n = len(node.output)
+    if len(ins) > 1 and ins[1] is not None:
+        sizes = im.ints(ins[1], "split")
+    elif "split" in at:
+        sizes = [int(s) for s in at["split"]]
+    else:
+        dim = shape[axis]
+        if not isinstance(dim, int):
+            raise ONNXImportError(f"splitting the symbolic dim {dim} needs explicit sizes")
+        parts = int(at.get("num_outputs", n))
+        chunk = -(-dim // parts)
+        sizes = [min(chunk, dim - i * chunk) for i in range(parts)]
+    if len(sizes) != n or any(s < 0 for s in sizes):
+        raise ONNXImportError(f"split sizes {sizes} do not give the node's {n} outputs")
+    if isinstance(shape[axis], int) and sum(sizes) != shape[axis]:
+        raise ONNXImportError(f"split sizes {sizes} do not add up to the dim {shape[axis]}")
+    cuts = list(np.cumsum(sizes)[:-1])
+    if isinstance(x, np.ndarray):
+        return list(np.split(x, cuts, axis=axis))
+    if isinstance(x, _Sym):
+        return [_shape_value(p, x.dtype) for p in np.split(x.vals, cuts, axis=axis)]
+    if n == 1:
+        return [x]
+    return list(op.split(x, [int(c) for c in cuts], axis=axis))
+
+
+@_register("Slice")
+def _slice(im, node, ins, at):
+    _check_inputs(ins, node)
+    x = ins[0]
+    shape = im.shape_of(x)
+    nd = len(shape)
+    starts = im.shape_list(ins[1], "starts")
+    ends = im.shape_list(ins[2], "ends")
+    axes = im.ints(ins[3], "axes") if len(ins) > 3 and ins[3] is not None else list(range(len(starts)))
+    steps = im.ints(ins[4], "steps") if len(ins) > 4 and ins[4] is not None else [1] * len(starts)
+    if not len(starts) == len(ends) == len(axes) == len(steps):
+        raise ONNXImportError("starts, ends, axes and steps differ in length")
+    if any(not -nd <= a < nd for a in axes):
+        raise ONNXImportError(f"axes {axes} out of range for a {nd}-d input")
+    axes = [a % nd for a in axes]
+    if len(set(axes)) != len(axes):
+        raise ONNXImportError(f"repeated axes {axes}")
+    if any(s == 0 for s in steps):
+        raise ONNXImportError("a step of 0")
+    static = all(isinstance(v, int) for v in starts + ends) and all(isinstance(shape[a], int) for a in axes)
+    if static and not isinstance(x, Tensor):
+        index = [slice(None)] * nd
+        for a, s, e, st in zip(axes, starts, ends, steps):
+            index[a] = slice(s, e, st)
+        if isinstance(x, _Sym):
+            return _shape_value(np.asarray(x.vals[tuple(index)], dtype=object), x.dtype)
+        return np.ascontiguousarray(x[tuple(index)])
+    if any(st < 0 for st in steps):
+        raise ONNXImportError("negative steps on computed tensors are not supported (only on constants)")
+    t = im.tensor(x)
+    begin, end, strides, out_axes = [], [], [], []
+    for a, s, e, st in zip(axes, starts, ends, steps):
+        d = shape[a]
+        if isinstance(d, int) and isinstance(s, int) and isinstance(e, int):
+            s, e, st = slice(s, e, st).indices(d)
+            if st < 0:   # reverse: take the elements in ascending order, then flip with a gather
+                raise ONNXImportError("negative steps on tensors are not supported")
+            e = max(e, s)
+        else:
+            if st < 0:
+                raise ONNXImportError("negative steps with symbolic dims are not supported")
+            s = _clamp_sym(s, d)
+            e = _clamp_sym(e, d)
+        begin.append(s)
+        end.append(e)
+        strides.append(st)
+        out_axes.append(a)
+    return op.strided_slice(t, out_axes, begin, end, strides)
+
+
+def _clamp_sym(v, d):
+    """A Slice bound on a dim that is symbolic (or a symbolic bound): ``>= 2**62`` -> the dim, a
+    negative int counts from the end; the rest is assumed in range (checked when the code runs)."""
+    if isinstance(v, int):
+        if v >= _BIG:
+            return d
+        if v < 0:
+            if v <= -_BIG:
+                return 0
+            return _simp(d + v)
+    return v
+
+
+@_register("Gather")
+def _gather(im, node, ins, at):
+    _check_inputs(ins, node)
+    data, idx = ins
+    shape = im.shape_of(data)
+    nd = len(shape)
+    axis = int(at.get("axis", 0))
+    if not -nd <= axis < nd:
+        raise ONNXImportError(f"axis {axis} out of range for a {nd}-d input")
+    axis %= nd
+    dim = shape[axis]
+    if isinstance(idx, _Sym):
+        idx = im.tensor(idx)
+    if isinstance(idx, np.ndarray):
+        if idx.dtype.kind not in "iu":
+            raise ONNXImportError(f"indices must be integers, got {idx.dtype}")
+        if isinstance(dim, int):
+            if np.any((idx < -dim) | (idx >= dim)):
+                raise ONNXImportError(f"indices {idx.ravel()[:8].tolist()} out of range for a dim of {dim}")
+            idx = np.where(idx < 0, idx + dim, idx).astype(idx.dtype)
+            if not isinstance(data, Tensor) and _fold_ok(shape[:axis] + list(idx.shape) + shape[axis + 1:]):
+                if isinstance(data, _Sym):
+                    return _shape_value(np.take(data.vals, idx, axis=axis), data.dtype)
+                return np.take(data, idx, axis=axis)
+            return op.take(im.tensor(data), im.const(idx), axis=axis)
+        if np.any(idx < 0):
+            vals = np.empty(idx.shape, dtype=object)
+            vals.ravel()[:] = [int(i) if i >= 0 else _simp(dim + int(i)) for i in idx.ravel()]
+            return op.take(im.tensor(data), im.tensor(_shape_value(vals)), axis=axis)
+        return op.take(im.tensor(data), im.const(idx), axis=axis)
+    ti = im.tensor(idx)
+    if ti.dtype not in ("int32", "int64", "int16", "int8", "uint8", "uint16", "uint32", "uint64"):
+        raise ONNXImportError(f"indices must be integers, got {ti.dtype}")
+    if ti.dtype.startswith("int"):   # negative indices count from the end (an index out of range fails when run)
+        zero = im.const(np.zeros((), dtype=ti.dtype))
+        size = (im.const(np.array(dim, dtype=ti.dtype)) if isinstance(dim, int)
+                else wrap_nested(symbolic_scalar(dim, ti.dtype), "dim"))
+        ti = op.where(op.less(ti, zero), op.add(ti, size), ti)
+    return op.take(im.tensor(data), ti, axis=axis)
+
+
+@_register("Expand")
+def _expand(im, node, ins, at):
+    _check_inputs(ins, node)
+    x = ins[0]
+    target = im.shape_list(ins[1], "the shape")
+    xs = im.shape_of(x)
+    n = max(len(xs), len(target))
+    xs_p = [1] * (n - len(xs)) + xs
+    tg_p = [1] * (n - len(target)) + target
+    out = []
+    for a, b in zip(xs_p, tg_p):
+        if isinstance(b, int) and b == 1:
+            out.append(a)
+        elif isinstance(a, int) and a == 1:
+            out.append(b)
+        elif _sign(a, b, "Expand") == 0:
+            out.append(a)
+        else:
+            raise ONNXImportError(f"cannot broadcast the shape {xs} to {target}")
+    if not isinstance(x, Tensor) and _fold_ok(out):
+        if isinstance(x, _Sym):
+            return _Sym(np.broadcast_to(x.vals, out).copy(), x.dtype)
+        return np.ascontiguousarray(np.broadcast_to(x, out))
+    t = im.tensor(x)
+    if [_simp(d) for d in t.shape] == out:
+        return t
+    return op.broadcast_to(t, out)
+
+
+#: The ONNX op types (default domain) that :func:`from_onnx` translates.
+SUPPORTED_OPS = tuple(sorted(_CONVERTERS))
+
+
+# ------------------------------------------------------------------------------------------------
+# Entry point
+# ------------------------------------------------------------------------------------------------
+
+def from_onnx(model_or_path, shape_dict: Mapping[str, Sequence] | None = None,
+              dtype_dict: Mapping[str, str] | None = None) -> rx.IRModule:
+    """Translate an ONNX model into an IRModule whose ``main`` computes the graph.
+
+    ``model_or_path``: an ``onnx.ModelProto`` or the path of a ``.onnx`` file (at most
+    :data:`MAX_MODEL_BYTES`; checked with ``onnx.checker.check_model`` before use; tensors in
+    external data files are refused). Default-domain opsets 13 to 21.
+
+    ``main``'s parameters are the graph inputs that are not initializers, in the graph's order,
+    each ``R.Tensor(shape, dtype)``: a ``dim_value`` is a static dim, a ``dim_param`` a symbolic
+    int64 dim of that name (the same name is the same dim), an unnamed dim a new symbolic dim
+    ``<input>_dim<i>``. ``shape_dict`` ({input: [dim, ...]}) overrides dims: an int fixes one, a
+    string names a symbolic dim, ``None`` keeps the model's; ``dtype_dict`` ({input: dtype})
+    overrides dtypes (``"float32"``, ``"int64"``, ...). ``main`` returns the graph output (a tuple
+    of them when there are several); initializers and Constant nodes are constants in the module.
+
+    Raises :class:`UnsupportedOpsError` (one message naming every unsupported op type and its
+    nodes, found before anything is translated), :class:`ONNXImportError` for a model that fails
+    the checks or a node that cannot be translated (the message names the node), TypeError for
+    arguments of the wrong type, FileNotFoundError for a missing file and ImportError without the
+    ``onnx`` package.
+    """
+    model = _load(model_or_path)
+    opset = _opset(model)
+    missing: dict[str, list[str]] = {}
+    for i, node in enumerate(model.graph.node):
+        key = node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}:{node.op_type}"
+        if node.domain not in ("", "ai.onnx") or node.op_type not in _CONVERTERS:
+            missing.setdefault(key, []).append(_node_name(node, i))
+    if missing:
+        raise UnsupportedOpsError(missing)
+    for what, d in (("shape_dict", shape_dict), ("dtype_dict", dtype_dict)):
+        if d is not None and not isinstance(d, Mapping):
+            raise TypeError(f"from_onnx: {what} must be a mapping from input names, got {type(d).__name__}")
+    return _Importer(model, opset).run(shape_dict, dtype_dict)

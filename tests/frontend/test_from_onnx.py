@@ -1,0 +1,263 @@
+"""builder.frontend.onnx.from_onnx (issue 16): small onnx.helper graphs and the real MiniLM-L6 export,
+each checked against onnxruntime (float32), symbolic dims run at two sizes."""
+import warnings
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx", reason="from_onnx needs the onnx package (pip install onnx)")
+ort = pytest.importorskip("onnxruntime", reason="the reference results come from onnxruntime")
+
+from onnx import TensorProto, helper, numpy_helper
+
+import runtime
+from builder import compile as build
+from builder.frontend.onnx import ONNXImportError, UnsupportedOpsError, from_onnx
+
+F = TensorProto.FLOAT
+I64 = TensorProto.INT64
+RNG = np.random.default_rng(16)
+
+
+def make_model(nodes, inputs, outputs, inits=(), opset=17):
+    graph = helper.make_graph(nodes, "g", inputs, outputs, initializer=[numpy_helper.from_array(a, n) for n, a in inits])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    return model
+
+
+def run_both(model, feeds_list, tol=1e-5):
+    """Import once, compile once, run every feed against onnxruntime; returns the max error."""
+    vm = runtime.VirtualMachine(build(from_onnx(model)))
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    worst = 0.0
+    for feeds in feeds_list:
+        ref = sess.run(None, feeds)[0]
+        out = np.asarray(vm["main"](*feeds.values()))
+        assert out.shape == ref.shape and out.dtype == ref.dtype
+        err = float(np.abs(out.astype(np.float64) - ref).max()) if out.size else 0.0
+        assert err <= tol, err
+        worst = max(worst, err)
+    return worst
+
+
+def rand(*shape):
+    return RNG.standard_normal(shape).astype(np.float32)
+
+
+def test_mlp_matmul_add_relu_reaches_linear_kernel():
+    w1, b1, w2, b2 = rand(8, 16), rand(16), rand(16, 4), rand(4)
+    model = make_model(
+        [helper.make_node("MatMul", ["x", "w1"], ["h"]), helper.make_node("Add", ["h", "b1"], ["hb"]),
+         helper.make_node("Relu", ["hb"], ["r"]), helper.make_node("MatMul", ["r", "w2"], ["o"]),
+         helper.make_node("Add", ["o", "b2"], ["y"])],
+        [helper.make_tensor_value_info("x", F, ["batch", 8])], [helper.make_tensor_value_info("y", F, ["batch", 4])],
+        [("w1", w1), ("b1", b1), ("w2", w2), ("b2", b2)])
+    run_both(model, [{"x": rand(3, 8)}, {"x": rand(7, 8)}])
+    mod = from_onnx(model)
+    assert [p.name_hint for p in mod["main"].params] == ["x"]
+    kernels = build(mod).kernels
+    assert sum(k["kernel"].startswith("linear/") for k in kernels.values()) >= 2, kernels
+
+
+def test_gemm_trans_b_alpha_beta():
+    w, c = rand(5, 6), rand(5)
+    model = make_model([helper.make_node("Gemm", ["x", "w", "c"], ["y"], transB=1, alpha=0.5, beta=2.0)],
+                       [helper.make_tensor_value_info("x", F, ["n", 6])], [helper.make_tensor_value_info("y", F, ["n", 5])],
+                       [("w", w), ("c", c)])
+    run_both(model, [{"x": rand(2, 6)}, {"x": rand(9, 6)}])
+
+
+def test_layer_norm_softmax():
+    g, b = rand(6), rand(6)
+    model = make_model([helper.make_node("LayerNormalization", ["x", "g", "b"], ["n"], epsilon=1e-6),
+                        helper.make_node("Softmax", ["n"], ["y"], axis=-1)],
+                       [helper.make_tensor_value_info("x", F, ["b", "s", 6])],
+                       [helper.make_tensor_value_info("y", F, ["b", "s", 6])], [("g", g), ("b", b)])
+    run_both(model, [{"x": rand(2, 3, 6)}, {"x": rand(1, 5, 6)}])
+
+
+def test_reshape_transpose_dynamic_batch_with_shape_subgraph():
+    # heads split as exporters write it: Reshape(x, Concat(Shape(x)[0:2], [2, -1])) then Transpose
+    nodes = [helper.make_node("Shape", ["x"], ["s"]),
+             helper.make_node("Slice", ["s", "st", "en"], ["bs"]),
+             helper.make_node("Concat", ["bs", "tail"], ["shape"], axis=0),
+             helper.make_node("Reshape", ["x", "shape"], ["r"]),
+             helper.make_node("Transpose", ["r"], ["t"], perm=[0, 2, 1, 3]),
+             helper.make_node("Reshape", ["t", "flat"], ["y"])]
+    inits = [("st", np.array([0], np.int64)), ("en", np.array([2], np.int64)), ("tail", np.array([2, -1], np.int64)),
+             ("flat", np.array([0, -1], np.int64))]
+    model = make_model(nodes, [helper.make_tensor_value_info("x", F, ["batch", "seq", 8])],
+                       [helper.make_tensor_value_info("y", F, ["batch", "n"])], inits)
+    run_both(model, [{"x": rand(2, 3, 8)}, {"x": rand(4, 5, 8)}])
+    params = from_onnx(model)["main"].params
+    assert str(params[0].struct_info.shape[0]) == "batch"
+
+
+def test_gather_embedding_and_index():
+    table = rand(10, 4)
+    nodes = [helper.make_node("Gather", ["table", "ids"], ["e"]),
+             helper.make_node("Gather", ["e", "last"], ["y"], axis=1)]   # a negative scalar index
+    model = make_model(nodes, [helper.make_tensor_value_info("ids", I64, ["b", "s"])],
+                       [helper.make_tensor_value_info("y", F, ["b", 4])],
+                       [("table", table), ("last", np.array(-1, np.int64))])
+    run_both(model, [{"ids": RNG.integers(-10, 10, (2, 3))}, {"ids": RNG.integers(0, 10, (3, 6))}])
+
+
+def test_slice_and_where_and_expand():
+    nodes = [helper.make_node("Slice", ["x", "starts", "ends", "axes", "steps"], ["s"]),
+             helper.make_node("Greater", ["s", "zero"], ["c"]),
+             helper.make_node("Where", ["c", "s", "neg"], ["w"]),
+             helper.make_node("Shape", ["w"], ["ws"]),
+             helper.make_node("Expand", ["one", "ws"], ["ones"]),
+             helper.make_node("Add", ["w", "ones"], ["y"])]
+    inits = [("starts", np.array([1, 0], np.int64)), ("ends", np.array([np.iinfo(np.int64).max, -1], np.int64)),
+             ("axes", np.array([1, 2], np.int64)), ("steps", np.array([1, 2], np.int64)),
+             ("zero", np.array(0, np.float32)), ("neg", np.array([-1.0], np.float32)),
+             ("one", np.array([[1.0]], np.float32))]
+    model = make_model(nodes, [helper.make_tensor_value_info("x", F, ["b", "s", 7])],
+                       [helper.make_tensor_value_info("y", F, ["b", "s1", 3])], inits)
+    run_both(model, [{"x": rand(2, 4, 7)}, {"x": rand(3, 2, 7)}])
+
+
+def test_conv1d_gelu_reduce_mean_unsqueeze_squeeze():
+    w, b = rand(6, 3, 3), rand(6)
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1], strides=[2]),
+             helper.make_node("Gelu", ["c"], ["g"]),
+             helper.make_node("ReduceMean", ["g", "axes"], ["m"], keepdims=0),
+             helper.make_node("Unsqueeze", ["m", "ax0"], ["u"]),
+             helper.make_node("Squeeze", ["u", "ax0"], ["y"])]
+    model = make_model(nodes, [helper.make_tensor_value_info("x", F, ["b", 3, "l"])],
+                       [helper.make_tensor_value_info("y", F, ["b", 6])],
+                       [("w", w), ("b", b), ("axes", np.array([-1], np.int64)), ("ax0", np.array([0], np.int64))],
+                       opset=20)
+    run_both(model, [{"x": rand(2, 3, 9)}, {"x": rand(1, 3, 16)}])
+
+
+def test_range_constant_of_shape_cast_split_concat():
+    nodes = [helper.make_node("Shape", ["x"], ["s"]),
+             helper.make_node("Gather", ["s", "i1"], ["n"]),
+             helper.make_node("Range", ["z", "n", "o"], ["r"]),
+             helper.make_node("Cast", ["r"], ["rf"], to=F),
+             helper.make_node("Mul", ["x", "rf"], ["xm"]),
+             helper.make_node("ConstantOfShape", ["s"], ["ones"], value=helper.make_tensor("v", F, [1], [1.0])),
+             helper.make_node("Add", ["xm", "ones"], ["a"]),
+             helper.make_node("Split", ["a", "sp"], ["p", "q"], axis=0),
+             helper.make_node("Concat", ["q", "p"], ["y"], axis=0)]
+    inits = [("i1", np.array(1, np.int64)), ("z", np.array(0, np.int64)), ("o", np.array(1, np.int64)),
+             ("sp", np.array([1, 1], np.int64))]
+    model = make_model(nodes, [helper.make_tensor_value_info("x", F, [2, "n"])],
+                       [helper.make_tensor_value_info("y", F, [2, "n"])], inits)
+    run_both(model, [{"x": rand(2, 3)}, {"x": rand(2, 8)}])
+
+
+def test_unsupported_ops_one_message_with_every_node():
+    nodes = [helper.make_node("Hardmax", ["x"], ["h"], name="hard_1"),
+             helper.make_node("Einsum", ["h", "x"], ["e"], name="ein_a", equation="ij,ij->ij"),
+             helper.make_node("Einsum", ["e", "x"], ["e2"], name="ein_b", equation="ij,ij->ij"),
+             helper.make_node("Relu", ["e2"], ["y"])]
+    model = make_model(nodes, [helper.make_tensor_value_info("x", F, [2, 3])], [helper.make_tensor_value_info("y", F, [2, 3])])
+    with pytest.raises(UnsupportedOpsError) as info:
+        from_onnx(model)
+    msg = str(info.value)
+    for word in ("Hardmax", "hard_1", "Einsum", "ein_a", "ein_b"):
+        assert word in msg
+    assert "Relu" not in msg
+    assert info.value.missing == {"Einsum": ["ein_a", "ein_b"], "Hardmax": ["hard_1"]}
+
+
+def test_checks_opset_external_data_and_bad_files(tmp_path):
+    relu = [helper.make_node("Relu", ["x"], ["y"])]
+    io = ([helper.make_tensor_value_info("x", F, [2])], [helper.make_tensor_value_info("y", F, [2])])
+    with pytest.raises(ONNXImportError, match="opset 11"):
+        from_onnx(make_model(relu, *io, opset=11))
+    bad = tmp_path / "bad.onnx"
+    bad.write_bytes(b"\x00not a model")
+    with pytest.raises(ONNXImportError):
+        from_onnx(bad)
+    model = make_model([helper.make_node("Add", ["x", "w"], ["y"])], *io, inits=[("w", rand(2))])
+    onnx.save(model, tmp_path / "ext.onnx", save_as_external_data=True, all_tensors_to_one_file=True,
+              location="ext.bin", size_threshold=0)
+    with pytest.raises(ONNXImportError, match="external data"):
+        from_onnx(tmp_path / "ext.onnx")
+    # the same model read with its external data by onnx.load imports
+    run_both(onnx.load(tmp_path / "ext.onnx"), [{"x": rand(2)}])
+    with pytest.raises(ONNXImportError, match="shape_dict"):
+        from_onnx(make_model(relu, *io), shape_dict={"nope": [2]})
+
+
+def test_shape_dict_and_dtype_dict_override():
+    model = make_model([helper.make_node("Relu", ["x"], ["y"])], [helper.make_tensor_value_info("x", F, ["a", None])],
+                       [helper.make_tensor_value_info("y", F, ["a", None])])
+    main = from_onnx(model, shape_dict={"x": [4, "width"]})["main"]
+    shape = main.params[0].struct_info.shape
+    assert shape[0] == 4 and str(shape[1]) == "width"
+    main = from_onnx(model)["main"]
+    assert [str(d) for d in main.params[0].struct_info.shape] == ["a", "x_dim1"]
+    assert from_onnx(model, dtype_dict={"x": "float64"})["main"].params[0].struct_info.dtype == "float64"
+
+
+# -- the real MiniLM-L6 ------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def minilm_onnx(tmp_path_factory):
+    torch = pytest.importorskip("torch", reason="the MiniLM export needs torch")
+    transformers = pytest.importorskip("transformers", reason="the MiniLM export needs transformers")
+    try:
+        from builder.text import minilm_assets
+        folder = minilm_assets()
+    except (ModuleNotFoundError, FileNotFoundError) as e:
+        pytest.skip(f"MiniLM weights are not installed: {e}")
+    bert = transformers.BertModel.from_pretrained(str(folder)).eval()
+
+    class Wrapper(torch.nn.Module):
+        def __init__(self, m):
+            super().__init__()
+            self.m = m
+
+        def forward(self, input_ids, attention_mask, token_type_ids):
+            return self.m(input_ids=input_ids, attention_mask=attention_mask,
+                          token_type_ids=token_type_ids).last_hidden_state
+
+    path = tmp_path_factory.mktemp("minilm") / "minilm.onnx"
+    ids = torch.randint(0, 30522, (2, 7))
+    names = ["input_ids", "attention_mask", "token_type_ids"]
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")   # the TorchScript exporter's deprecation and tracer warnings
+        torch.onnx.export(Wrapper(bert), (ids, torch.ones_like(ids), torch.zeros_like(ids)), str(path),
+                          input_names=names, output_names=["last_hidden_state"], opset_version=17,
+                          dynamic_axes={n: {0: "batch", 1: "seq"} for n in names}, dynamo=False)
+    return path
+
+
+@pytest.fixture(scope="module")
+def minilm_compiled(minilm_onnx):
+    return build(from_onnx(minilm_onnx))
+
+
+def minilm_feeds(b, s, seed):
+    rng = np.random.default_rng(seed)
+    mask = np.ones((b, s), np.int64)
+    mask[0, s - 2:] = 0   # padding in the first row
+    return {"input_ids": rng.integers(0, 30522, (b, s)), "attention_mask": mask,
+            "token_type_ids": rng.integers(0, 2, (b, s))}
+
+
+def test_minilm_matches_onnxruntime_at_two_sizes(minilm_onnx, minilm_compiled):
+    vm = runtime.VirtualMachine(minilm_compiled)
+    sess = ort.InferenceSession(str(minilm_onnx), providers=["CPUExecutionProvider"])
+    for b, s, seed in ((2, 7, 0), (3, 16, 1)):
+        feeds = minilm_feeds(b, s, seed)
+        ref = sess.run(None, feeds)[0]
+        out = np.asarray(vm["main"](*feeds.values()))
+        assert out.shape == ref.shape == (b, s, 384)
+        assert np.abs(out - ref).max() <= 1e-4
+
+
+def test_minilm_matmuls_reach_linear_kernels(minilm_compiled):
+    kernels = {n: k["kernel"] for n, k in minilm_compiled.kernels.items()}
+    linear = {n: k for n, k in kernels.items() if k.startswith("linear/")}
+    # q/k/v (+bias), attention output (+bias+residual), intermediate (+bias+gelu), output (+bias+residual)
+    assert any("gelu" in n for n in linear), kernels
+    assert not [n for n, k in kernels.items() if n.startswith("fused_matmul") and not k.startswith("linear/")], kernels
