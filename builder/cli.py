@@ -54,7 +54,8 @@ def _parser() -> argparse.ArgumentParser:
                     "CPU code, and optionally run it.",
         epilog="example: build recipes/llama_mlp.yaml dtype=float32 hidden_size=2048",
     )
-    p.add_argument("recipe", nargs="?", help="path to the recipe (YAML)")
+    p.add_argument("recipe", nargs="?", help="path to the recipe (YAML), or a model file to import (.onnx, "
+                                             "a torch.export .pt2 archive)")
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
                    help="override a var (bare key) or a dotted recipe field; values are YAML scalars")
     p.add_argument("--plain", action="store_true", help="print the IR without syntax highlighting")
@@ -156,7 +157,7 @@ def _run_with(args: argparse.Namespace, progress: "_ConversionProgress") -> int:
     from rich.markup import escape
     from schemas.errors import printable
 
-    from .pipeline import build
+    from .pipeline import MODEL_FILE_SUFFIXES, build, build_model_file
     from .summary import function_table, module_tree, param_table
 
     out = Console(highlight=False, soft_wrap=True, emoji=False)
@@ -165,6 +166,8 @@ def _run_with(args: argparse.Namespace, progress: "_ConversionProgress") -> int:
     for flag, path in (("--input", args.input), ("--weights", args.weights)):
         if path is not None:
             _check_input_file(flag, path)
+    if (args.print_recipe or args.validate) and args.recipe.lower().endswith((".onnx", ".pt2")):
+        raise ValueError("--print-recipe and --validate are for recipes; build imports a model file directly")
     if args.print_recipe or args.validate:
         return _check_only(args, out)
     if args.text is not None and args.tokenizer is None:
@@ -177,10 +180,16 @@ def _run_with(args: argparse.Namespace, progress: "_ConversionProgress") -> int:
     plain = True if args.plain else None
     instruments, timing = _pass_instruments(args, out, plain)
     building = _BuildProgress()
+    show_ir = None if args.no_ir else (lambda mod: mod.show(plain=plain))
     try:
-        model = build(args.recipe, args.overrides, weights=args.weights, seed=args.seed,
-                      on_ir=None if args.no_ir else (lambda mod: mod.show(plain=plain)),
-                      progress=progress, instruments=instruments, build_progress=building)
+        if args.recipe.lower().endswith(MODEL_FILE_SUFFIXES):
+            if args.overrides or args.weights or args.text is not None or prompt is not None or args.save_params:
+                raise ValueError("a model file takes no KEY=VALUE overrides, --weights, --text, --prompt-ids or "
+                                 "--save-params (its weights are inside it)")
+            model = build_model_file(args.recipe, on_ir=show_ir, instruments=instruments, build_progress=building)
+        else:
+            model = build(args.recipe, args.overrides, weights=args.weights, seed=args.seed, on_ir=show_ir,
+                          progress=progress, instruments=instruments, build_progress=building)
     finally:
         building.close()
     recipe, spec, exe = model.recipe, model.spec, model.exe
@@ -213,12 +222,15 @@ def _run_with(args: argparse.Namespace, progress: "_ConversionProgress") -> int:
     out.print(function_table(recipe.name, spec, model.ir))
     if model.module is not None:
         out.print(module_tree(model.module, recipe.name))
-    out.print(param_table(model.param_specs))
+    if model.param_specs:
+        out.print(param_table(model.param_specs))
     if args.save_params is not None:
         model.save_params(args.save_params)
     progress.close()
     source = args.weights or (recipe.weights.path if recipe.weights and recipe.weights.path else None)
     origin = "from " + str(source) if source else f"random, seed {args.seed}"
+    if not model.param_specs and args.recipe.lower().endswith(MODEL_FILE_SUFFIXES):
+        origin = "the weights are constants inside the imported module"
     if model.transformed:
         before, after = model.source_param_bytes, model.param_bytes
         ratio = f", {before / after:.2f}x smaller" if after and before > after else ""

@@ -43,7 +43,8 @@ from .recipe import instantiate
 from .summary import describe_input
 from .transform import PassInstrument
 
-__all__ = ["build", "CompiledModel", "export_recipe", "random_params", "bind_weights"]
+__all__ = ["build", "build_model_file", "CompiledModel", "export_recipe", "random_params", "bind_weights",
+           "MODEL_FILE_SUFFIXES"]
 
 Progress = Callable[[int, int, str], None]
 """``progress(done, total, name)``: called with ``done=0`` before converting parameters and after each one."""
@@ -425,6 +426,49 @@ def build(recipe_path: str | Path, overrides: Sequence[str] = (), weights: str |
     timings["compile"] = time.perf_counter() - t1
     return CompiledModel(recipe, irmod, specs, exe, spec, timings, seed, values, mapping=mapping, progress=progress,
                          module=module)
+
+
+#: Model files ``build`` imports instead of a recipe, by suffix.
+MODEL_FILE_SUFFIXES = (".onnx", ".pt2")
+
+
+def build_model_file(path: str | Path, on_ir: Callable[[rx.IRModule], None] | None = None,
+                     instruments: Sequence[PassInstrument] = (), build_progress: Callable | None = None
+                     ) -> CompiledModel:
+    """Import a model file and compile it: an ONNX model (``.onnx``, :func:`builder.frontend.from_onnx`)
+    or a ``torch.export`` archive (``.pt2``, ``torch.export.load`` then
+    :func:`builder.frontend.from_exported_program`). The result is a :class:`CompiledModel` with one
+    function ``main`` whose inputs are the model's (weights are constants inside the module, so
+    ``params`` is empty). Raises ValueError for another suffix, and what the importer raises
+    (an error naming every unsupported op, ImportError without the optional extra)."""
+    path = Path(path)
+    suffix = path.suffix.lower()
+    t0 = time.perf_counter()
+    if suffix == ".onnx":
+        from .frontend.onnx import from_onnx
+
+        irmod = from_onnx(str(path))
+    elif suffix == ".pt2":
+        import torch   # the torch extra; torch.export.load reads the archive
+
+        from .frontend.exported_program import from_exported_program
+
+        irmod = from_exported_program(torch.export.load(str(path)))
+    else:
+        raise ValueError(f"{path}: not a recipe or a model file this build imports ({', '.join(MODEL_FILE_SUFFIXES)})")
+    export_s = time.perf_counter() - t0
+    if on_ir is not None:
+        on_ir(irmod)
+    t1 = time.perf_counter()
+    exe = compile_module(irmod, instruments=instruments, progress=build_progress)
+    main = irmod.functions["main"]
+    inputs = main.params[:main.num_input] if main.num_input is not None else main.params
+    spec = {"main": {p.name_hint: nn.spec.Tensor([d if isinstance(d, int) else str(d) for d in p.struct_info.shape],
+                                                 p.struct_info.dtype) for p in inputs}}
+    recipe = schemas.Recipe(name=path.name, description=f"imported from {path.name}",
+                            model=schemas.ModelDef(), functions={"main": {}})
+    return CompiledModel(recipe, irmod, [], exe, spec, {"export": export_s, "weights": 0.0,
+                                                        "compile": time.perf_counter() - t1}, 0, {})
 
 
 @dataclass
