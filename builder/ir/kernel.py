@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Union
 
-__all__ = ["DenseWeight", "GroupWeight", "Weight", "LinearKernelSpec", "EpilogueLinear", "EpilogueTensor",
+__all__ = ["DenseWeight", "GroupWeight", "Weight", "LinearKernelSpec", "AttentionKernelSpec", "EpilogueLinear", "EpilogueTensor",
            "EpilogueOp", "Epilogue", "KERNEL_ATTR", "spec_from_attr"]
 
 KERNEL_ATTR = "mb.kernel"
@@ -92,7 +92,32 @@ class EpilogueOp:
 Epilogue = Union[EpilogueLinear, EpilogueTensor, EpilogueOp]
 
 
-def spec_from_attr(value: dict) -> LinearKernelSpec:
+ATTENTION_CAUSAL = ("none", "TopLeft", "BottomRight")
+
+
+@dataclass(frozen=True)
+class AttentionKernelSpec:
+    """Scaled dot-product attention in the BSNH layout (:func:`builder.te.topi.attention`, put on
+    its PrimFunc when ``nn.attention`` is legalized): ``q`` (B, Sq, H, D), ``k`` (B, Sk, Hk, D),
+    ``v`` (B, Sk, Hk, Dv), an optional additive ``bias`` broadcastable to the scores (B, H, Sq, Sk)
+    and the output (B, Sq, H, Dv), as parameter indices (``bias`` -1 when absent).
+    ``bias_broadcast`` lists the dims of ``bias`` that are 1 where the scores' are not;
+    ``causal`` is ``"none"``, ``"TopLeft"`` (keys ``j <= i``) or ``"BottomRight"`` (``j <= i + Sk
+    - Sq``); ``group`` is ``H / Hk`` (grouped-query attention); ``scale`` multiplies ``q . k``."""
+
+    q: int
+    k: int
+    v: int
+    bias: int
+    out: int
+    causal: str
+    bias_broadcast: tuple
+    group: int
+    scale: float
+    kind: str = field(default="attention", init=False)
+
+
+def spec_from_attr(value: dict) -> "LinearKernelSpec | AttentionKernelSpec":
     """The kernel spec a printed ``"mb.kernel"`` attribute describes (the printer writes a spec as
     the dict of its fields, ``{"x": 0, "out": 3, "weights": [{"w": 1, "format": "dense"}], ...,
     "kind": "linear"}``). Raises ValueError for an unknown kind or format, a missing or extra
@@ -107,6 +132,8 @@ def spec_from_attr(value: dict) -> LinearKernelSpec:
             raise ValueError(f"{KERNEL_ATTR}: {cls.__name__} takes the fields {names}, got {sorted(d)}")
         return d
 
+    if isinstance(value, dict) and value.get("kind") == "attention":
+        return _attention_spec(fields(value, AttentionKernelSpec, "kind"))
     if not isinstance(value, dict) or value.get("kind") != "linear":
         raise ValueError(f"{KERNEL_ATTR}: unknown kernel kind {value.get('kind') if isinstance(value, dict) else value!r}")
     d = fields(value, LinearKernelSpec, "kind")
@@ -124,3 +151,21 @@ def spec_from_attr(value: dict) -> LinearKernelSpec:
             isinstance(a, str) for a in d["acc"]):
         raise ValueError(f"{KERNEL_ATTR}: x / out must be integers and acc block names")
     return LinearKernelSpec(d["x"], d["out"], tuple(weights), tuple(d["acc"]))
+
+
+def _attention_spec(d: dict) -> AttentionKernelSpec:
+    """An :class:`AttentionKernelSpec` from its printed fields; ValueError for a wrong type."""
+    def is_int(x) -> bool:
+        return isinstance(x, int) and not isinstance(x, bool)
+
+    if not all(is_int(d[k]) for k in ("q", "k", "v", "bias", "out", "group")):
+        raise ValueError(f"{KERNEL_ATTR}: attention q / k / v / bias / out / group must be integers, got {d}")
+    if d["causal"] not in ATTENTION_CAUSAL:
+        raise ValueError(f"{KERNEL_ATTR}: attention causal must be one of {ATTENTION_CAUSAL}, got {d['causal']!r}")
+    bb = d["bias_broadcast"]
+    if not isinstance(bb, (list, tuple)) or not all(is_int(x) and 0 <= x < 4 for x in bb):
+        raise ValueError(f"{KERNEL_ATTR}: attention bias_broadcast must list dims 0..3, got {bb!r}")
+    if not isinstance(d["scale"], (int, float)) or isinstance(d["scale"], bool):
+        raise ValueError(f"{KERNEL_ATTR}: attention scale must be a number, got {d['scale']!r}")
+    return AttentionKernelSpec(d["q"], d["k"], d["v"], d["bias"], d["out"], d["causal"], tuple(bb), d["group"],
+                               float(d["scale"]))

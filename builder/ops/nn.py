@@ -1,8 +1,13 @@
 """Neural-network ops: matmul, norms, convolutions, resize2d, attention."""
 from __future__ import annotations
 
+import math
+
 from ..ir import relax as rx
 from ..ir.block_builder import BlockBuilder
+from ..ir.kernel import KERNEL_ATTR, AttentionKernelSpec
+from ..ir.op.common import static_int
+from ..ir.struct_info import TensorStructInfo
 from ..ir.op import OpPattern, register_op
 from ..ir.op.nn import (infer_attention, infer_conv1d, infer_conv1d_transpose, infer_conv2d, infer_group_norm,
     infer_layer_norm, infer_matmul, infer_resize2d, infer_rms_norm)
@@ -61,10 +66,39 @@ def _resize2d(bb: BlockBuilder, call: rx.Call) -> rx.Expr:
 
 
 def _attention(bb: BlockBuilder, call: rx.Call) -> rx.Expr:
+    """The reference loops of :func:`builder.te.topi.attention`, marked with an
+    :class:`~builder.ir.kernel.AttentionKernelSpec` when the code generator's attention kernel may
+    take them (static heads and head dims): the spec is only a hint, the loops stay the semantics."""
     a = call.attrs
-    scale = a.get("scale")
-    return call_te(bb, topi.attention, call.args, {"scale": None if scale is None else float(scale),
-                                                   "causal_mask": a.get("causal_mask")}, "attention")
+    scale = None if a.get("scale") is None else float(a["scale"])
+    spec = attention_kernel_spec(call.args, scale, a.get("causal_mask"))
+    on_new = None if spec is None else (lambda func: func.attrs.__setitem__(KERNEL_ATTR, spec))
+    return call_te(bb, topi.attention, call.args, {"scale": scale, "causal_mask": a.get("causal_mask")},
+                   "attention", on_new=on_new)
+
+
+def attention_kernel_spec(args, scale: float | None, causal_mask: str | None) -> AttentionKernelSpec | None:
+    """The :class:`~builder.ir.kernel.AttentionKernelSpec` of ``nn.attention(q, k, v[, bias])`` (graph
+    values ``args``), or None when it cannot describe them: non-float32/16-bit dtypes, symbolic head
+    counts or head dims, or an unknown mask. Parameters of the PrimFunc are the arguments in order,
+    then the output."""
+    sis = [x.struct_info for x in args]
+    if len(sis) not in (3, 4) or not all(isinstance(si, TensorStructInfo) and si.ndim == 4 for si in sis):
+        return None
+    q, k, v = sis[:3]
+    if q.dtype not in ("float32", "float16", "bfloat16") or any(si.dtype != q.dtype for si in sis):
+        return None
+    heads, kv_heads, dim = static_int(q.shape[2]), static_int(k.shape[2]), static_int(q.shape[3])
+    if heads is None or kv_heads is None or dim is None or static_int(v.shape[3]) is None or not kv_heads \
+            or heads % kv_heads or dim <= 0 or causal_mask not in (None, "TopLeft", "BottomRight"):
+        return None
+    bcast: tuple = ()
+    if len(sis) == 4:
+        scores = (q.shape[0], q.shape[2], q.shape[1], k.shape[1])
+        bcast = tuple(d for d, (bd, sd) in enumerate(zip(sis[3].shape, scores))
+                      if static_int(bd) == 1 and static_int(sd) != 1)
+    return AttentionKernelSpec(0, 1, 2, 3 if len(sis) == 4 else -1, len(sis), causal_mask or "none", bcast,
+                               heads // kv_heads, 1.0 / math.sqrt(dim) if scale is None else scale)
 
 
 register_op("matmul", infer_matmul, ("out_dtype",), pattern=FUSABLE, legalize=_matmul, frontend="matmul", in_recipes=True,

@@ -33,6 +33,19 @@ def test_llama_logits_match_transformers(llama):
     logits = llama["forward"](ref["input_ids"])
     assert logits.shape == (1, 16, 1000)
     np.testing.assert_allclose(logits, ref["logits"], atol=1e-4, rtol=0)
+    _attention_kernel_chosen(llama)
+
+
+def _attention_kernel_chosen(m) -> None:
+    """Every ``nn.attention`` of ``m`` runs the attention kernel (issue 15) where the host has vectors."""
+    from builder.codegen import Target
+    from builder.codegen.kernels import SimdInfo
+
+    host = Target.host()
+    kinds = {k["kernel"] for n, k in m.exe.kernels.items() if "attention" in n}
+    assert kinds
+    if SimdInfo.from_target(host.triple, host.features).usable:
+        assert all(k.startswith("attention/") for k in kinds), kinds
 
 
 def test_llama_greedy_generation_over_the_kv_cache_matches_transformers(llama):
@@ -112,6 +125,7 @@ def test_minilm_matches_sentence_transformers(minilm):
     mask = ref["attention_mask"].astype(bool)
     assert hidden.shape == (8, 41, 384)
     np.testing.assert_allclose(hidden[mask], ref["last_hidden_state"][mask], atol=1e-5, rtol=0)
+    _attention_kernel_chosen(minilm)
     emb = minilm.embed(*inputs)
     cos = (emb * ref["sentence_embedding"]).sum(-1) / np.linalg.norm(emb, axis=-1) \
         / np.linalg.norm(ref["sentence_embedding"], axis=-1)

@@ -9,7 +9,8 @@ generic path compiles the PrimFunc's reference loops, so the attribute is only e
 performance hint. ``MB_KERNELS=0`` disables every emitter (for comparisons and debugging).
 
 Families: ``linear`` (:mod:`.linear`: GEMV / GEMM with in-register weight decoding and fused
-epilogues). Reusable pieces: :mod:`.simd` (ISA detection, IR helpers), :mod:`.decode` (weight
+epilogues), ``attention`` (:mod:`.attention`: scaled dot-product attention with an online softmax,
+FlashAttention-2's schedule). Reusable pieces: :mod:`.simd` (ISA detection, IR helpers), :mod:`.decode` (weight
 decoders: dense float32 / float16 / bfloat16, group-quantized).
 """
 from __future__ import annotations
@@ -18,14 +19,16 @@ import os
 from typing import Callable
 
 from ...ir.tir import PrimFunc
+from .attention import AttentionPlan, emit_attention, plan_attention
 from .linear import KERNEL_ATTR, TUNING, LinearPlan, emit_linear, plan_linear  # noqa: F401
 from .simd import SimdInfo
 
-__all__ = ["KERNEL_ATTR", "SimdInfo", "KERNEL_FAMILIES", "plan_kernel", "TUNING", "LinearPlan"]
+__all__ = ["KERNEL_ATTR", "SimdInfo", "KERNEL_FAMILIES", "plan_kernel", "TUNING", "LinearPlan", "AttentionPlan"]
 
 #: family -> (planner(func, simd) -> plan | reason, emitter(mod, name, func, sig, plan, simd)).
 KERNEL_FAMILIES: dict[str, tuple[Callable, Callable]] = {
     "linear": (plan_linear, emit_linear),
+    "attention": (plan_attention, emit_attention),
 }
 
 

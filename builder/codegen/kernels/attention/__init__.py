@@ -1,0 +1,43 @@
+"""Attention as one kernel: ``out = softmax(scale * q k^T + bias, causally masked) v`` per
+(batch, head, block of query rows), without the score matrix.
+
+A PrimFunc of :func:`builder.te.topi.attention` carries an
+:class:`~builder.ir.kernel.AttentionKernelSpec` (put on it when ``nn.attention`` is legalized,
+:func:`builder.ops.nn.attention_kernel_spec`); :func:`plan_attention` (:mod:`.plan`) checks it
+and :func:`emit_attention` (:mod:`.emitter`) writes the code. Shapes: ``q`` (B, Sq, H, D), ``k``
+(B, Sk, Hk, D), ``v`` (B, Sk, Hk, Dv), ``bias`` broadcastable to (B, H, Sq, Sk), ``out`` (B, Sq,
+H, Dv); B, Sq, Sk may be symbolic, H, Hk, D, Dv are static (any value: vector tails are scalar
+loops). float32 / float16 / bfloat16 tensors, float32 math (16-bit values are widened in
+registers as the linear kernels do, :meth:`~builder.codegen.kernels.simd.KFunc.widen`); float64
+stays on the reference loops.
+
+Schedule (FlashAttention-2, Dao 2023, on CPU; the online softmax of Milakov & Gimelshein 2018):
+
+* a *work unit* is (batch b, kv head, block of ``rows`` = 8 rows), a row being a (query i,
+  head h) pair ordered ``i * group + g`` so that the ``group = H / Hk`` query heads of a kv head
+  share every key and value they load (grouped-query attention; decode with Sq = 1 fills a
+  block with the group's heads). Units are split over ``mb_parallel_for`` tasks (8 per thread)
+  when the work is large enough;
+* per unit: the rows' queries, times ``scale``, are copied to float32 ``Qs``; the keys are
+  visited in blocks of ``KB = 4 * lanes`` up to the last key any row may see (causal masks end
+  the loop early). Each block is packed transposed into ``Kt[D][KB]`` (float32; L x L blocks
+  transposed in registers), so that the scores of two rows are ``2 x 4`` vector accumulators
+  of broadcast ``Qs[r][d]`` times ``Kt[d][:]`` (no horizontal sums);
+* scores get the bias (vector loads along keys, a broadcast for a broadcast key dim; the
+  block's last vector reads only keys < Sk) and the mask (``-inf`` past the row's causal limit
+  and past the block); the running max ``m``, ``alpha = exp(m_old - m_new)``, ``P = exp(s -
+  m_new)`` (:func:`~builder.codegen.fastmath.exp_f32`: Cody-Waite reduction and Cephes'
+  polynomial, within 2 ulp of the correctly rounded value for normal results, results below
+  2**-126 flushed to 0) and the running sum ``l = alpha l + sum P`` are updated per row;
+* the value product ``O = alpha O + P V`` runs over head_dim in passes of 4 vectors, two rows
+  at a time (8 accumulators), each value vector loaded once per pair of rows;
+* finally ``out = O / l``, 0 where ``l`` is 0 (every key masked, or Sk = 0), as the reference
+  (PyTorch >= 2.5's ``_safe_softmax``).
+
+The emulated vector widths (``MB_SIMD_SHAPE=avx512 / avx2 / sse``) generate the 16 / 8 / 4-lane
+code on any x86 host; the scalar target (``MB_SIMD=scalar``) keeps the reference loops.
+"""
+from .emitter import AttentionEmitter, emit_attention
+from .plan import ATTENTION_TUNING, STAGES, AttentionPlan, plan_attention
+
+__all__ = ["AttentionPlan", "plan_attention", "emit_attention", "AttentionEmitter", "ATTENTION_TUNING", "STAGES"]

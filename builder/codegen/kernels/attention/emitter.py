@@ -1,0 +1,416 @@
+"""The attention kernel's code (see the package docstring for the schedule): :class:`AttentionEmitter`
+writes ``<name>.compute`` (sizes, the work split over threads) and ``<name>.attn_task`` (one range of
+work units: row setup, K packing, scores, online softmax, value product, output)."""
+from __future__ import annotations
+
+from llvmlite import ir
+
+from ...fastmath import exp_f32
+from ...llvm_emit import F32, I32, I64, PTR, BufferExprEmitter, ModuleEmitter, mem_type, reg_type
+from ..simd import KFunc, SimdInfo, vec
+from .plan import ATTENTION_TUNING, AttentionPlan
+
+__all__ = ["AttentionEmitter", "emit_attention"]
+
+_EXTRA = ("B", "Sq", "Sk", "rows", "nrb", "units", "ntasks")
+
+
+class AttentionEmitter:
+    """Emits one attention kernel for ``plan`` with ``simd.lanes`` float32 lanes."""
+
+    def __init__(self, mod: ModuleEmitter, name: str, func, sig, plan: AttentionPlan, simd: SimdInfo) -> None:
+        self.mod, self.module, self.name = mod, mod.module, name
+        self.func, self.sig, self.plan, self.simd = func, sig, plan, simd
+        self.L = simd.lanes
+        self.MR = max(2, ATTENTION_TUNING["rows"])
+        self.KV = max(1, ATTENTION_TUNING["key_vectors"])
+        self.KB = self.KV * self.L
+        self.CU = max(1, ATTENTION_TUNING["value_vectors"])
+        self.rep = plan.spec.group
+        self.error_code = len(sig.checks) + 1
+        self.nparams = len(func.params)
+        self.ctx_t = ir.LiteralStructType([PTR] * self.nparams + [I64] * (len(sig.sym_vars) + len(_EXTRA)))
+        # workspace (float32): Kt[D][KB], Qs[MR][D], P[MR][KB], O[MR][Dv], m[MR], l[MR], alpha[MR]
+        D, Dv, MR, KB = plan.dim, plan.dim_v, self.MR, self.KB
+        sizes = [D * KB, MR * D, MR * KB, MR * Dv, MR, MR, MR]
+        offs, off = [], 0
+        for s in sizes:
+            offs.append(off)
+            off += -(-s // 16) * 16   # 64-byte aligned regions
+        self.ws_offsets = offs
+        self.ws_floats = off
+
+    # -- helpers
+    def _function(self, fname: str, ret: ir.Type, args: list[ir.Type]) -> ir.Function:
+        fn = ir.Function(self.module, ir.FunctionType(ret, args), name=fname)
+        fn.linkage = "internal"
+        fn.attributes.add("nounwind")
+        return fn
+
+    def _bind(self, kf: KFunc, ptrs, syms) -> BufferExprEmitter:
+        env = {}
+        for var, s in zip(self.sig.sym_vars, syms):
+            env[var] = s if reg_type(var.dtype) == I64 else kf.b.trunc(s, reg_type(var.dtype))
+        return BufferExprEmitter(self.mod, kf.b, env, {id(p): a for p, a in zip(self.func.params, ptrs)})
+
+    def _load_f32(self, kf: KFunc, ptr, idx, n: int) -> ir.Value:
+        """``n`` elements (1: a scalar) of the inputs' dtype at ``ptr[idx]``, as float32."""
+        dtype = self.plan.dtype
+        mt = mem_type(dtype)
+        b = kf.b
+        if n == 1:
+            raw = kf.load(mt, ptr, idx, align=2 if dtype != "float32" else 4)
+            if dtype == "float16":
+                return b.fpext(raw, F32)
+            if dtype == "bfloat16":
+                return b.bitcast(b.shl(b.zext(raw, I32), ir.Constant(I32, 16)), F32)
+            return raw
+        raw = kf.load(vec(mt, n), ptr, idx, align=2 if dtype != "float32" else 4)
+        return kf.widen(raw, dtype)
+
+    def _fcall(self, kf: KFunc, base: str, args: list) -> ir.Value:
+        return kf.b.call(kf.intrinsic(base, args[0].type, len(args)), args, fastmath=KFunc.FM)
+
+    def _exp(self, kf: KFunc, x: ir.Value) -> ir.Value:
+        """:func:`~builder.codegen.fastmath.exp_f32` (within 2 ulp for normal results)."""
+        class _Em:
+            b = kf.b
+
+            @staticmethod
+            def fcall(base, args):
+                return self._fcall(kf, base, args)
+
+        return exp_f32(_Em, x)
+
+    def _splat(self, kf: KFunc, v: ir.Value) -> ir.Value:
+        return kf.splat(v, self.L)
+
+    def _cvec(self, value: float) -> ir.Constant:
+        return ir.Constant(vec(F32, self.L), [value] * self.L)
+
+    # -- the compute function
+    def emit(self) -> list[str]:
+        plan, sig = self.plan, self.sig
+        task = self._emit_task()
+        body_fn = self._function(f"{self.name}.compute", I32, [PTR] * self.nparams + [I64] * len(sig.sym_vars))
+        for a in body_fn.args[:self.nparams]:
+            a.add_attribute("noalias")
+        kf = KFunc(self.module, body_fn)
+        b = kf.b
+        ptrs = list(body_fn.args[:self.nparams])
+        syms = list(body_fn.args[self.nparams:])
+        em = self._bind(kf, ptrs, syms)
+        B = em.typed(plan.q.shape[0], "int64")
+        Sq = em.typed(plan.q.shape[1], "int64")
+        Sk = em.typed(plan.k.shape[1], "int64")
+        rows = kf.mul(Sq, self.rep)
+        nrb = kf.sdiv(kf.add(rows, self.MR - 1), self.MR)
+        units = kf.mul(kf.mul(B, plan.kv_heads), nrb)
+        with kf.if_(b.icmp_signed("<=", units, kf.i64(0)), "empty"):
+            b.ret(ir.Constant(I32, 0))
+        nthreads = b.sext(b.call(kf.declare("mb_num_threads", I32, []), []), I64)
+        macs = kf.mul(kf.mul(kf.mul(B, plan.heads), kf.mul(Sq, kf.smax(Sk, 1))), plan.dim + plan.dim_v)
+        small = b.or_(kf.lt(macs, ATTENTION_TUNING["parallel_min_macs"]), b.icmp_signed("<=", nthreads, kf.i64(1)))
+        many = kf.smin(units, kf.mul(nthreads, ATTENTION_TUNING["tasks_per_thread"]))
+        ntasks = b.select(small, kf.i64(1), kf.smax(many, 1))
+        slot = kf.alloca(self.ctx_t, name="ctx")
+        values = list(ptrs) + list(syms) + [B, Sq, Sk, rows, nrb, units, ntasks]
+        for i, val in enumerate(values):
+            b.store(val, b.gep(slot, [ir.Constant(I32, 0), ir.Constant(I32, i)], inbounds=True))
+        rc_slot = kf.alloca(I32, name="rc")
+        par = kf.declare("mb_parallel_for", I32, [PTR, PTR, I64])
+        kf.if_else(b.icmp_signed("==", ntasks, kf.i64(1)),
+                   lambda: kf.b.store(kf.b.call(task, [slot, kf.i64(0)]), rc_slot),
+                   lambda: kf.b.store(kf.b.call(par, [task, slot, ntasks]), rc_slot), "split")
+        b.ret(b.load(rc_slot, typ=I32))
+        kf.finish()
+        self.body_fn = body_fn
+        return ["out of memory allocating an attention workspace"]
+
+    # -- one task: a range of work units (batch, kv head, block of MR rows)
+    def _emit_task(self) -> ir.Function:
+        plan = self.plan
+        fn = self._function(f"{self.name}.attn_task", I32, [PTR, I64])
+        kf = KFunc(self.module, fn)
+        b = kf.b
+        ctx, idx = fn.args
+        vals = []
+        for i, t in enumerate(self.ctx_t.elements):
+            p = b.gep(ctx, [ir.Constant(I32, 0), ir.Constant(I32, i)], inbounds=True, source_etype=self.ctx_t)
+            vals.append(b.load(p, typ=t))
+        ptrs = vals[:self.nparams]
+        syms = vals[self.nparams:self.nparams + len(self.sig.sym_vars)]
+        ex = dict(zip(_EXTRA, vals[self.nparams + len(self.sig.sym_vars):]))
+        em = self._bind(kf, ptrs, syms)
+        self.kf, self.em, self.ptrs, self.ex = kf, em, ptrs, ex
+        u0 = kf.sdiv(kf.mul(idx, ex["units"]), ex["ntasks"])
+        u1 = kf.sdiv(kf.mul(kf.add(idx, 1), ex["units"]), ex["ntasks"])
+        raw = b.call(kf.declare("malloc", PTR, [I64]), [kf.i64(4 * self.ws_floats + 63)])
+        with kf.if_(b.icmp_unsigned("==", raw, ir.Constant(PTR, None)), "oom"):
+            b.ret(ir.Constant(I32, self.error_code))
+        base = b.inttoptr(b.and_(kf.add(b.ptrtoint(raw, I64), 63), kf.i64(~63)), PTR)
+        self.Kt, self.Qs, self.P, self.O, self.Mx, self.Ls, self.Al = (
+            kf.gep(base, kf.i64(o), F32) for o in self.ws_offsets)
+        # bias strides (0 along broadcast dims)
+        if plan.bias is not None:
+            shape = [em.typed(d, "int64") for d in plan.bias.shape]
+            strides = [None] * 4
+            s = kf.i64(1)
+            for d in range(3, -1, -1):
+                strides[d] = kf.i64(0) if d in plan.spec.bias_broadcast else s
+                s = kf.mul(s, shape[d])
+            self.bias_strides = strides
+        with kf.loop(u0, u1, 1, "unit") as u:
+            self._unit(u)
+        b.call(kf.declare("free", ir.VoidType(), [PTR]), [raw])
+        b.ret(ir.Constant(I32, 0))
+        kf.finish()
+        return fn
+
+    def _row(self, r0, r):
+        """``(i, h)``: query position and head of row ``r`` of the unit starting at row ``r0``."""
+        kf = self.kf
+        gr = kf.add(r0, r)
+        if self.rep == 1:
+            return gr, self.kvh
+        i = kf.sdiv(gr, self.rep)
+        return i, kf.add(kf.mul(self.kvh, self.rep), kf.b.srem(gr, kf.i64(self.rep)))
+
+    def _key_end(self, i):
+        """One past the last key row ``i`` attends to (causal masks), clamped to ``[0, Sk]``."""
+        kf, Sk = self.kf, self.ex["Sk"]
+        causal = self.plan.spec.causal
+        if causal == "none":
+            return Sk
+        lim = kf.add(i, 1) if causal == "TopLeft" else kf.add(kf.sub(kf.add(i, 1), self.ex["Sq"]), Sk)
+        return kf.smax(kf.smin(lim, Sk), 0)
+
+    def _unit(self, u) -> None:
+        kf, b, plan, ex = self.kf, self.kf.b, self.plan, self.ex
+        D, Dv, L, MR = plan.dim, plan.dim_v, self.L, self.MR
+        nrb = ex["nrb"]
+        rb = b.srem(u, nrb)
+        bk = kf.sdiv(u, nrb)
+        self.kvh = b.srem(bk, kf.i64(plan.kv_heads))
+        self.bidx = kf.sdiv(bk, plan.kv_heads)
+        r0 = kf.mul(rb, MR)
+        nr = kf.smin(kf.i64(MR), kf.sub(ex["rows"], r0))
+        self.r0, self.nr = r0, nr
+        scale = ir.Constant(F32, plan.spec.scale)
+        qptr = self.ptrs[0]
+        H, Sq = plan.heads, ex["Sq"]
+        # rows: Qs = q * scale (float32), m = -inf, l = 0, O = 0
+        with kf.loop(0, nr, 1, "setup") as r:
+            i, h = self._row(r0, r)
+            qoff = kf.mul(kf.add(kf.mul(kf.add(kf.mul(self.bidx, Sq), i), H), h), D)
+            with kf.loop(0, D, 1, "qd", plain=False) as d:
+                v = b.fmul(self._load_f32(kf, qptr, kf.add(qoff, d), 1), scale, flags=KFunc.FM)
+                kf.store(v, self.Qs, kf.add(kf.mul(r, D), d), align=4)
+            kf.store(ir.Constant(F32, float("-inf")), self.Mx, r, align=4)
+            kf.store(ir.Constant(F32, 0.0), self.Ls, r, align=4)
+            with kf.loop(0, Dv, 1, "od", plain=False) as e:
+                kf.store(ir.Constant(F32, 0.0), self.O, kf.add(kf.mul(r, Dv), e), align=4)
+        i_last, _ = self._row(r0, kf.sub(nr, 1))
+        kend = self._key_end(i_last)
+        with kf.loop(0, kend, self.KB, "kblk") as j0:
+            kb = kf.smin(kf.i64(self.KB), kf.sub(kend, j0))
+            self._pack_keys(j0, kb)
+            with kf.loop(0, nr, 2, "srow") as ra:
+                rb_ = kf.smin(kf.add(ra, 1), kf.sub(nr, 1))
+                accs = self._scores(ra, rb_)
+                self._softmax(ra, accs[0], j0, kb)
+                with kf.if_(kf.lt(kf.add(ra, 1), nr), "second"):
+                    self._softmax(rb_, accs[1], j0, kb)
+            self._values(j0, kb)
+        self._finish_rows()
+
+    def _kv_offset(self, j, dim: int):
+        """Element offset of key / value row ``j`` of the unit's batch and kv head."""
+        kf = self.kf
+        return kf.mul(kf.add(kf.mul(kf.add(kf.mul(self.bidx, self.ex["Sk"]), j), self.plan.kv_heads), self.kvh),
+                      dim)
+
+    def _pack_keys(self, j0, kb) -> None:
+        """``Kt[d][jj] = k[b, j0 + jj, kvh, d]`` (float32) for ``jj < kb``, 0 for ``kb <= jj < KB``:
+        ``L x L`` blocks transposed in registers, scalar tails."""
+        kf, b, D, L, KB = self.kf, self.kf.b, self.plan.dim, self.L, self.KB
+        kptr = self.ptrs[1]
+        full = kf.sub(kb, b.srem(kb, kf.i64(L)))
+        dfull = D - D % L
+        with kf.loop(0, full, L, "pk") as jg:
+            offs = [self._kv_offset(kf.add(kf.add(j0, jg), t), D) for t in range(L)]
+            if dfull:
+                with kf.loop(0, dfull, L, "pd") as d:
+                    rows = [self._load_f32(kf, kptr, kf.add(o, d), L) for o in offs]
+                    for t, col in enumerate(kf.transpose(rows)):
+                        kf.store(col, self.Kt, kf.add(kf.mul(kf.add(d, t), KB), jg), align=4)
+            for dd in range(dfull, D):
+                for t in range(L):
+                    kf.store(self._load_f32(kf, kptr, kf.add(offs[t], dd), 1), self.Kt,
+                             kf.add(kf.i64(dd * KB), kf.add(jg, t)), align=4)
+        with kf.loop(full, kb, 1, "pkt") as jj:
+            off = self._kv_offset(kf.add(j0, jj), D)
+            with kf.loop(0, D, 1, "pdt") as d:
+                kf.store(self._load_f32(kf, kptr, kf.add(off, d), 1), self.Kt, kf.add(kf.mul(d, KB), jj), align=4)
+        with kf.loop(kb, KB, 1, "pkz") as jj:
+            with kf.loop(0, D, 1, "pdz") as d:
+                kf.store(ir.Constant(F32, 0.0), self.Kt, kf.add(kf.mul(d, KB), jj), align=4)
+
+    def _scores(self, ra, rb_) -> list[list[ir.Value]]:
+        """``sum_d Qs[r][d] * Kt[d][:]`` for rows ``ra`` and ``rb_``: ``KV`` vectors each."""
+        kf, b, D, L, KB = self.kf, self.kf.b, self.plan.dim, self.L, self.KB
+        vt = vec(F32, L)
+        slots = [[kf.alloca(vt, name="sacc") for _ in range(self.KV)] for _ in range(2)]
+        for row in slots:
+            for s in row:
+                b.store(kf.fzero(L), s)
+        qa, qb = kf.mul(ra, D), kf.mul(rb_, D)
+        with kf.loop(0, D, 1, "sd") as d:
+            xa = self._splat(kf, kf.load(F32, self.Qs, kf.add(qa, d), align=4))
+            xb = self._splat(kf, kf.load(F32, self.Qs, kf.add(qb, d), align=4))
+            krow = kf.mul(d, KB)
+            for t in range(self.KV):
+                kv = kf.load(vt, self.Kt, kf.add(krow, t * L), align=4)
+                b.store(kf.fma(xa, kv, b.load(slots[0][t], typ=vt)), slots[0][t])
+                b.store(kf.fma(xb, kv, b.load(slots[1][t], typ=vt)), slots[1][t])
+        return [[b.load(s, typ=vt) for s in row] for row in slots]
+
+    def _bias_vec(self, row_off, j, count) -> ir.Value:
+        """Bias for ``L`` keys from ``j`` (float32), reading only the first ``count`` (<= L)
+        of them when ``count < L`` (the rest 0)."""
+        kf, b, L = self.kf, self.kf.b, self.L
+        bptr = self.ptrs[3]
+        vt = vec(F32, L)
+        if 3 in self.plan.spec.bias_broadcast:
+            return self._splat(kf, self._load_f32(kf, bptr, row_off, 1))
+        off = kf.add(row_off, j)
+        slot = kf.alloca(vt, name="bvec")
+        tmp = kf.alloca(F32, L, name="btail", align=64)
+
+        def full():
+            kf.b.store(self._load_f32(kf, bptr, off, L), slot)
+
+        def tail():
+            for t in range(L):
+                kf.store(ir.Constant(F32, 0.0), tmp, kf.i64(t), align=4)
+            with kf.loop(0, count, 1, "bt") as t:
+                kf.store(self._load_f32(kf, bptr, kf.add(off, t), 1), tmp, t, align=4)
+            kf.b.store(kf.load(vt, tmp, None, align=4), slot)
+
+        kf.if_else(b.icmp_signed(">=", count, kf.i64(L)), full, tail, "bias")
+        return b.load(slot, typ=vt)
+
+    def _softmax(self, r, accs, j0, kb) -> None:
+        """Online softmax step (Milakov & Gimelshein 2018; FlashAttention-2, Dao 2023) of row
+        ``r`` for the key block ``[j0, j0 + kb)``: scores masked (bias, causal limit, block
+        end), ``m' = max(m, max_j s)``, ``alpha = exp(m - m')``, ``P = exp(s - m')``,
+        ``l' = alpha l + sum P``. A row with every score so far ``-inf`` uses ``m' = 0`` for the
+        exponentials, so that its ``P`` and ``alpha`` are 0 (never ``-inf - -inf``)."""
+        kf, b, L, plan = self.kf, self.kf.b, self.L, self.plan
+        i, h = self._row(self.r0, r)
+        lim = kf.smin(self._key_end(i), kf.add(j0, kb))   # keys j < lim count
+        iota = ir.Constant(vec(I32, L), list(range(L)))
+        neg_inf = self._cvec(float("-inf"))
+        if plan.bias is not None:
+            st = self.bias_strides
+            row_off = kf.add(kf.add(kf.mul(self.bidx, st[0]), kf.mul(h, st[1])), kf.mul(i, st[2]))
+        svals = []
+        for t, s in enumerate(accs):
+            jt = kf.add(j0, t * L)
+            if plan.bias is not None:
+                avail = kf.smax(kf.smin(kf.sub(kf.add(j0, kb), jt), L), 0)
+                s = b.fadd(s, self._bias_vec(row_off, jt, avail), flags=KFunc.FM)
+            n_ok = b.trunc(kf.smax(kf.smin(kf.sub(lim, jt), L), 0), I32)
+            valid = b.icmp_signed("<", iota, kf.splat(n_ok, L))
+            svals.append(b.select(valid, s, neg_inf))
+        mx = svals[0]
+        for s in svals[1:]:
+            mx = self._fcall(kf, "maxnum", [mx, s])
+        red = kf.declare(f"llvm.vector.reduce.fmax.v{L}f32", F32, [vec(F32, L)])
+        bmax = b.call(red, [mx])
+        m_old = kf.load(F32, self.Mx, r, align=4)
+        m_new = self._fcall(kf, "maxnum", [m_old, bmax])
+        m_use = b.select(b.fcmp_ordered("==", m_new, ir.Constant(F32, float("-inf"))), ir.Constant(F32, 0.0), m_new)
+        alpha = self._exp(kf, b.fsub(m_old, m_use, flags=KFunc.FM))
+        ms = self._splat(kf, m_use)
+        tot = None
+        for t, s in enumerate(svals):
+            p = self._exp(kf, b.fsub(s, ms, flags=KFunc.FM))
+            kf.store(p, self.P, kf.add(kf.mul(r, self.KB), t * L), align=4)
+            tot = p if tot is None else b.fadd(tot, p, flags=KFunc.FM)
+        l_old = kf.load(F32, self.Ls, r, align=4)
+        kf.store(kf.fma(l_old, alpha, kf.hsum(tot)), self.Ls, r, align=4)
+        kf.store(m_new, self.Mx, r, align=4)
+        kf.store(alpha, self.Al, r, align=4)
+
+    def _values(self, j0, kb) -> None:
+        """``O[r] = alpha[r] O[r] + sum_jj P[r][jj] v[b, j0 + jj, kvh, :]`` for the unit's rows:
+        ``CU`` vectors of head_dim at a time for two rows, a scalar loop over the tail."""
+        kf, b, Dv, L, KB = self.kf, self.kf.b, self.plan.dim_v, self.L, self.KB
+        vptr = self.ptrs[2]
+        vt = vec(F32, L)
+        nchunks = Dv // L
+        nr = self.nr
+        for c0 in range(0, nchunks, self.CU):
+            cs = range(c0, min(c0 + self.CU, nchunks))
+            with kf.loop(0, nr, 2, "vrow") as ra:
+                rb_ = kf.smin(kf.add(ra, 1), kf.sub(nr, 1))
+                slots = {}
+                for x, r in enumerate((ra, rb_)):
+                    al = self._splat(kf, kf.load(F32, self.Al, r, align=4))
+                    for c in cs:
+                        s = kf.alloca(vt, name="oacc")
+                        o = kf.load(vt, self.O, kf.add(kf.mul(r, Dv), c * L), align=4)
+                        b.store(b.fmul(o, al, flags=KFunc.FM), s)
+                        slots[x, c] = s
+                pa, pb = kf.mul(ra, KB), kf.mul(rb_, KB)
+                with kf.loop(0, kb, 1, "vj") as jj:
+                    voff = self._kv_offset(kf.add(j0, jj), Dv)
+                    xa = self._splat(kf, kf.load(F32, self.P, kf.add(pa, jj), align=4))
+                    xb = self._splat(kf, kf.load(F32, self.P, kf.add(pb, jj), align=4))
+                    for c in cs:
+                        vv = self._load_f32(kf, vptr, kf.add(voff, c * L), L)
+                        for x, px in ((0, xa), (1, xb)):
+                            s = slots[x, c]
+                            b.store(kf.fma(px, vv, b.load(s, typ=vt)), s)
+                for x, r in enumerate((ra, rb_)):
+                    for c in cs:
+                        kf.store(b.load(slots[x, c], typ=vt), self.O, kf.add(kf.mul(r, Dv), c * L), align=4)
+        if Dv % L:
+            with kf.loop(0, nr, 1, "vtr") as r:
+                al = kf.load(F32, self.Al, r, align=4)
+                with kf.loop(nchunks * L, Dv, 1, "vte") as e:
+                    oidx = kf.add(kf.mul(r, Dv), e)
+                    s = kf.alloca(F32, name="otail")
+                    b.store(b.fmul(kf.load(F32, self.O, oidx, align=4), al, flags=KFunc.FM), s)
+                    with kf.loop(0, kb, 1, "vtj") as jj:
+                        vv = self._load_f32(kf, vptr, kf.add(self._kv_offset(kf.add(j0, jj), Dv), e), 1)
+                        p = kf.load(F32, self.P, kf.add(kf.mul(r, KB), jj), align=4)
+                        b.store(kf.fma(p, vv, b.load(s, typ=F32)), s)
+                    kf.store(b.load(s, typ=F32), self.O, oidx, align=4)
+
+    def _finish_rows(self) -> None:
+        """``out[b, i, h, :] = O[r] / l[r]`` (0 where ``l`` is 0: every key masked, or no keys)."""
+        kf, b, plan = self.kf, self.kf.b, self.plan
+        Dv, em = plan.dim_v, self.em
+        optr = self.ptrs[-1]
+        with kf.loop(0, self.nr, 1, "fin") as r:
+            i, h = self._row(self.r0, r)
+            lsum = kf.load(F32, self.Ls, r, align=4)
+            inv = b.select(b.fcmp_ordered("==", lsum, ir.Constant(F32, 0.0)), ir.Constant(F32, 0.0),
+                           b.fdiv(ir.Constant(F32, 1.0), lsum))
+            ooff = kf.mul(kf.add(kf.mul(kf.add(kf.mul(self.bidx, self.ex["Sq"]), i), plan.heads), h), Dv)
+            with kf.loop(0, Dv, 1, "fe", plain=False) as e:
+                val = b.fmul(kf.load(F32, self.O, kf.add(kf.mul(r, Dv), e), align=4), inv, flags=KFunc.FM)
+                val = em.cast_value(val, "float32", plan.out_dtype)
+                em.store_value(plan.out, val, kf.gep(optr, kf.add(ooff, e), mem_type(plan.out_dtype)))
+
+
+def emit_attention(mod: ModuleEmitter, name: str, func, sig, plan: AttentionPlan,
+                   simd: SimdInfo) -> tuple[ir.Function, list[str]]:
+    """Emit ``<name>.compute`` and its task function for ``plan``; returns the body function (the
+    ABI entry calls it) and the extra error messages (codes after the signature checks)."""
+    em = AttentionEmitter(mod, name, func, sig, plan, simd)
+    extra = em.emit()
+    return em.body_fn, extra
+

@@ -1,0 +1,119 @@
+"""The attention kernel planner: :func:`plan_attention` checks a PrimFunc built by
+:func:`builder.te.topi.attention` against its :class:`~builder.ir.kernel.AttentionKernelSpec`
+(parameters, dtypes, static head counts and head dims, shapes that agree, the bias's broadcast
+dims, the reference stages) and returns an :class:`AttentionPlan`, or the reason the fast kernel
+does not apply (then the reference loops are compiled)."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ....ir import expr as E
+from ....ir import tir
+from ....ir.kernel import KERNEL_ATTR, AttentionKernelSpec
+from ....ir.op.common import static_int
+from ....ir.tir import BlockRealize, Buffer, PrimFunc
+from ..simd import SimdInfo
+
+__all__ = ["AttentionPlan", "plan_attention", "ATTENTION_TUNING", "STAGES"]
+
+#: The block names of :func:`builder.te.topi.attention` the kernel replaces.
+STAGES = ("T_attention_score", "T_attention_max", "T_attention_exp", "T_attention_sum", "T_attention")
+
+#: Tunables (read at code generation time).
+ATTENTION_TUNING = {
+    "rows": 8,                  # (query, head) rows per work unit (the score / value loops take them in pairs)
+    "key_vectors": 4,           # keys per block = key_vectors * lanes
+    "value_vectors": 4,         # head_dim vectors per pass of the value product
+    "parallel_min_macs": 1 << 17,
+    "tasks_per_thread": 8,
+    "max_head_dim": 1024,       # larger head dims stay on the loops (the code is unrolled per vector)
+}
+
+_FLOATS = ("float32", "float16", "bfloat16")
+
+
+@dataclass
+class AttentionPlan:
+    """A validated attention kernel: the spec, its buffers and static sizes (``heads`` H,
+    ``kv_heads`` Hk, ``dim`` D, ``dim_v`` Dv), the input and output dtypes."""
+
+    spec: AttentionKernelSpec
+    q: Buffer
+    k: Buffer
+    v: Buffer
+    bias: Buffer | None
+    out: Buffer
+    heads: int
+    kv_heads: int
+    dim: int
+    dim_v: int
+    dtype: str
+    out_dtype: str
+
+    def __str__(self) -> str:
+        return (f"attention H={self.heads} Hk={self.kv_heads} D={self.dim} Dv={self.dim_v} {self.dtype} "
+                f"causal={self.spec.causal} bias={'none' if self.bias is None else self.spec.bias_broadcast}")
+
+
+def _block_names(func: PrimFunc) -> set[str]:
+    names: set[str] = set()
+    tir.walk_stmt(func.body, lambda s: names.add(s.block.name) if isinstance(s, BlockRealize) else None)
+    return names
+
+
+def plan_attention(func: PrimFunc, simd: SimdInfo) -> AttentionPlan | str:
+    """An :class:`AttentionPlan` for ``func``, or a string saying why the kernel does not apply:
+    no vector unit, a spec that is not an :class:`AttentionKernelSpec`, parameters out of order,
+    dtypes other than float32 / float16 / bfloat16 (all the same), symbolic or unequal head
+    counts and dims, shapes the graph does not prove equal (batch, key length, ...), a bias dim
+    that neither equals the scores' dim nor is a broadcast 1, a non-finite scale, or a body
+    without the reference stages."""
+    spec = func.attrs.get(KERNEL_ATTR)
+    if not isinstance(spec, AttentionKernelSpec):
+        return f"not an attention spec: {type(spec).__name__}"
+    if not simd.usable:
+        return "no vector unit"
+    nparams = 5 if spec.bias >= 0 else 4
+    order = (spec.q, spec.k, spec.v) + ((spec.bias,) if spec.bias >= 0 else ()) + (spec.out,)
+    if len(func.params) != nparams or order != tuple(range(nparams)):
+        return f"parameters {order} do not match the function's {len(func.params)}"
+    q, k, v = func.params[:3]
+    bias = func.params[3] if spec.bias >= 0 else None
+    out = func.params[-1]
+    bufs = [q, k, v, out] + ([bias] if bias is not None else [])
+    if any(len(b.shape) != 4 for b in bufs):
+        return "query, key, value, bias and output must be 4-D"
+    if q.dtype not in _FLOATS or any(b.dtype != q.dtype for b in bufs):
+        return f"dtypes {[b.dtype for b in bufs]}: the kernel takes one of {_FLOATS} for every tensor"
+    heads, kv_heads, dim, dim_v = (static_int(q.shape[2]), static_int(k.shape[2]), static_int(q.shape[3]),
+                                   static_int(v.shape[3]))
+    if None in (heads, kv_heads, dim, dim_v):
+        return "symbolic head count or head dim"
+    if kv_heads <= 0 or dim <= 0 or dim_v <= 0 or heads != spec.group * kv_heads:
+        return f"H={heads}, Hk={kv_heads}, group {spec.group}: H must be group * Hk"
+    if max(dim, dim_v) > ATTENTION_TUNING["max_head_dim"]:
+        return f"head dim {max(dim, dim_v)} > {ATTENTION_TUNING['max_head_dim']}"
+    if static_int(k.shape[3]) != dim or static_int(v.shape[2]) != kv_heads or static_int(out.shape[2]) != heads \
+            or static_int(out.shape[3]) != dim_v:
+        return "key / value / output head counts or dims differ from the query's"
+    same = [(q.shape[0], k.shape[0], "batch of key"), (q.shape[0], v.shape[0], "batch of value"),
+            (q.shape[0], out.shape[0], "batch of output"), (k.shape[1], v.shape[1], "key length of value"),
+            (q.shape[1], out.shape[1], "query length of output")]
+    for a, b, what in same:
+        if not E.prove_equal(a, b):
+            return f"{what}: cannot prove {a} == {b}"
+    if bias is not None:
+        scores = (q.shape[0], q.shape[2], q.shape[1], k.shape[1])
+        for d, (bd, sd) in enumerate(zip(bias.shape, scores)):
+            if d in spec.bias_broadcast:
+                if static_int(bd) != 1:
+                    return f"bias dim {d} is {bd}, not the broadcast 1 of the spec"
+            elif not E.prove_equal(bd, sd) and not (static_int(bd) == 1 and static_int(sd) == 1):
+                return f"bias dim {d}: cannot prove {bd} == the scores' {sd}"
+    if not math.isfinite(spec.scale):
+        return f"scale {spec.scale} is not finite"
+    missing = set(STAGES) - _block_names(func)
+    if missing:
+        return f"not the reference attention stages (missing {sorted(missing)})"
+    return AttentionPlan(spec, q, k, v, bias, out, heads, kv_heads, dim, dim_v, q.dtype, out.dtype)
