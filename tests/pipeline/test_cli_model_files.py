@@ -1,0 +1,40 @@
+"""``build model.onnx``: an imported model goes through the same print / compile / run path as a recipe."""
+import numpy as np
+import pytest
+
+from builder.cli import main
+
+
+def _mlp_onnx(path):
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = np.random.default_rng(0).standard_normal((8, 4)).astype(np.float32)
+    b = np.random.default_rng(1).standard_normal(4).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "W"], ["h"]), helper.make_node("Add", ["h", "b"], ["hb"]),
+         helper.make_node("Relu", ["hb"], ["y"])], "mlp",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 4])],
+        [numpy_helper.from_array(w, "W"), numpy_helper.from_array(b, "b")])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    return w.astype(np.float64), b.astype(np.float64)
+
+
+def test_build_runs_an_onnx_file_on_npz_inputs(tmp_path, capsys):
+    w, b = _mlp_onnx(tmp_path / "mlp.onnx")
+    x = np.random.default_rng(2).standard_normal((5, 8)).astype(np.float32)
+    np.savez(tmp_path / "x.npz", x=x)
+    assert main([str(tmp_path / "mlp.onnx"), "--plain", "--input", str(tmp_path / "x.npz"),
+                 "--output", str(tmp_path / "y.npz")]) == 0
+    out = capsys.readouterr().out
+    assert "def main(x: R.Tensor((\"batch\", 8), dtype=\"float32\"))" in out and "linear/" in out
+    with np.load(tmp_path / "y.npz") as y:
+        np.testing.assert_allclose(y["output"], np.maximum(x @ w + b, 0), rtol=1e-5, atol=1e-6)
+
+
+def test_model_files_refuse_recipe_only_flags(tmp_path, capsys):
+    _mlp_onnx(tmp_path / "mlp.onnx")
+    assert main([str(tmp_path / "mlp.onnx"), "hidden=3", "--no-ir"]) == 1
+    assert "takes no KEY=VALUE overrides" in capsys.readouterr().err
+    assert main([str(tmp_path / "mlp.onnx"), "--print-recipe"]) == 1
