@@ -42,10 +42,13 @@ _FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)\n\s*(.*)')
 
 
 def node_location(node) -> str:
-    """Where a torch.fx node comes from: the last frame of its stack trace (``node.stack_trace`` or
-    ``node.meta["stack_trace"]``) as ``file:line in fn: code``, or "" when fx recorded none."""
+    """Where a torch.fx node comes from: the last frame outside torch of its stack trace
+    (``node.stack_trace`` or ``node.meta["stack_trace"]``) as ``file:line in fn: code``, or "" when fx
+    recorded none."""
     trace = getattr(node, "stack_trace", None) or getattr(node, "meta", {}).get("stack_trace") or ""
     frames = _FRAME.findall(trace)
+    own = [f for f in frames if not re.search(r"[/\\]torch[/\\]|<eval_with_key>", f[0])]
+    frames = own or frames       # the model's frames, not torch's tracing machinery
     if not frames:
         return ""
     path, line, fn, code = frames[-1]
@@ -56,7 +59,9 @@ def describe_node(node, what: str | None = None) -> str:
     """``node 'name' (op call_function, target aten.add.Tensor) at file:line in fn: code``."""
     target = what if what is not None else _target_name(node.target)
     loc = node_location(node)
-    return f"node '{node.name}' ({node.op} {target})" + (f" at {loc}" if loc else " (no source line recorded)")
+    return f"node '{node.name}' ({node.op} {target})" + (
+        f" at {loc}" if loc else " (no source line recorded: pass the nn.Module itself, or trace with "
+        "torch.fx.Tracer(record_stack_traces=True))")
 
 
 def _target_name(target) -> str:

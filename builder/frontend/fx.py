@@ -72,7 +72,8 @@ def from_fx(fx_module, input_shapes: Sequence[Sequence[int | str]], call_functio
     ``fx_module``: a ``torch.fx.GraphModule`` (``torch.fx.symbolic_trace(model)``); a plain
     ``torch.nn.Module`` is traced here (a ``torch.nn`` module itself, such as a
     ``TransformerEncoderLayer``, is traced as the only child of a wrapper, so it is translated by its
-    module map entry). Put the model in eval mode first: dropout is the identity here.
+    module map entry), recording stack traces so that errors name the model's source lines (a graph
+    from plain ``torch.fx.symbolic_trace`` has none). Put the model in eval mode first: dropout is the identity here.
     ``input_shapes``: one shape per placeholder, in order; ints or strings (symbolic dims: the same
     name is the same dim). ``input_dtypes``: one dtype per placeholder (``"float32"`` or
     ``torch.float32``), float32 by default. ``call_function_map`` / ``call_module_map``: user
@@ -191,7 +192,10 @@ def _trace(module):
                 return self.inner(*args)
 
         module = _Wrap(module)
-    return fx.symbolic_trace(module)
+    tracer = fx.Tracer()
+    tracer.record_stack_traces = True     # errors then name the model's source line
+    graph = tracer.trace(module)
+    return fx.GraphModule(tracer.root, graph, type(module).__name__)
 
 
 def _get_attr(t: GraphTranslator, gm, target: str):
