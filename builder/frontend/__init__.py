@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from .common import FrontendError, UnsupportedNodeError
 
-__all__ = ["from_fx", "from_exported_program", "from_onnx", "FrontendError", "UnsupportedNodeError"]
+__all__ = ["FrontendError", "UnsupportedNodeError", "from_exported_program", "from_fx", "from_onnx"]
 
 
 def from_fx(fx_module, input_shapes, call_function_map=None, call_module_map=None, input_dtypes=None):

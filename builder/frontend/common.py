@@ -15,7 +15,8 @@ from __future__ import annotations
 import math
 import operator
 import re
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -26,8 +27,15 @@ from ..ir.struct_info import DTYPES, TensorStructInfo, TupleStructInfo
 from ..nn import op
 from ..nn.core import Tensor
 
-__all__ = ["FrontendError", "UnsupportedNodeError", "GraphTranslator", "torch_dtype", "node_location",
-           "TORCH_OPS", "to_numpy"]
+__all__ = [
+    "TORCH_OPS",
+    "FrontendError",
+    "GraphTranslator",
+    "UnsupportedNodeError",
+    "node_location",
+    "to_numpy",
+    "torch_dtype",
+]
 
 
 class FrontendError(ValueError):
@@ -55,13 +63,16 @@ def node_location(node) -> str:
     return f"{path}:{line} in {fn}: {code.strip()}"
 
 
-def describe_node(node, what: str | None = None) -> str:
-    """``node 'name' (op call_function, target aten.add.Tensor) at file:line in fn: code``."""
+FX_TRACE_HINT = ("pass the nn.Module itself, or trace with torch.fx.Tracer(record_stack_traces=True)")
+
+
+def describe_node(node, what: str | None = None, hint: str = "") -> str:
+    """``node 'name' (call_function aten.add.Tensor) at file:line in fn: code``; without a recorded
+    source line, ``(no source line recorded[: hint])``."""
     target = what if what is not None else _target_name(node.target)
     loc = node_location(node)
     return f"node '{node.name}' ({node.op} {target})" + (
-        f" at {loc}" if loc else " (no source line recorded: pass the nn.Module itself, or trace with "
-        "torch.fx.Tracer(record_stack_traces=True))")
+        f" at {loc}" if loc else " (no source line recorded" + (f": {hint})" if hint else ")"))
 
 
 def _target_name(target) -> str:
@@ -121,6 +132,8 @@ class GraphTranslator:
         self._weight_data: dict[str, Callable[[], Any]] = {}
         self._dims: dict[str, E.Var] = {}
         self._perm: dict = {}     # permute result Var -> (source Tensor, axes)
+        self._bias: dict = {}     # (bool mask Var, dtype) -> its additive float form
+        self.trace_hint = ""       # how to get source lines into error messages
 
     # -- symbolic dims and weights ----------------------------------------------------------------
     def dim(self, name: str) -> E.Var:
@@ -170,7 +183,7 @@ class GraphTranslator:
         FrontendError (UnsupportedNodeError when something has no translation) naming the node, its
         op / target and its source line."""
         self.node = node
-        desc = describe_node(node, what)
+        desc = describe_node(node, what, self.trace_hint)
         try:
             args = self.value(node.args)
             kwargs = self.value(dict(node.kwargs))
@@ -179,11 +192,11 @@ class GraphTranslator:
             raise UnsupportedNodeError(f"{desc}: {e}") from e
         except FrontendError as e:
             raise FrontendError(f"{desc}: {e}") from e
-        except Exception as e:  # noqa: BLE001 - any failure is reported with the node it came from
+        except Exception as e:
             raise FrontendError(f"{desc}: {type(e).__name__}: {e}") from e
 
     def unsupported(self, node, what: str | None = None, hint: str = "") -> UnsupportedNodeError:
-        return UnsupportedNodeError(f"{describe_node(node, what)} has no translation" + (f" ({hint})" if hint else ""))
+        return UnsupportedNodeError(f"{describe_node(node, what, self.trace_hint)} has no translation" + (f" ({hint})" if hint else ""))
 
     def output_expr(self, out) -> rx.Expr:
         """The graph's result (a Tensor or a tuple of them) as one expression for ``emit_output``."""
@@ -217,6 +230,7 @@ class GraphTranslator:
         from ..ir.op import resolve_reshape
 
         shape = [int(d) if isinstance(d, (np.integer,)) else d for d in shape]
+        shape = _infer_minus_one(list(x.shape), shape)
         try:
             dims = resolve_reshape(tuple(x.shape), list(shape))
         except (ValueError, TypeError) as e:
@@ -224,6 +238,44 @@ class GraphTranslator:
         if len(dims) == x.ndim and all(E.prove_equal(a, b) for a, b in zip(dims, x.shape)):
             return x
         return op.reshape(x, dims)
+
+
+def _infer_minus_one(src: list, shape: list) -> list:
+    """``shape`` with its ``-1`` computed when symbolic dims cancel (``(b, s, 384) -> (b, s, -1, 32)``:
+    12); unchanged when it cannot be (the reshape rule then says why)."""
+    at = [i for i, d in enumerate(shape) if static(d) == -1]
+    if len(at) != 1:
+        return shape
+    rest = list(src)
+    known = 1
+    for i, d in enumerate(shape):
+        if i == at[0]:
+            continue
+        if static(d) is not None:
+            known *= static(d)
+            continue
+        for j, r in enumerate(rest):
+            if E.prove_equal(r, d):
+                del rest[j]
+                break
+        else:
+            return shape
+    total: Any = 1
+    for r in rest:
+        total = total * r
+    if static(total) is not None:
+        if known == 0 or static(total) % known:
+            return shape
+        value = static(total) // known
+    else:
+        from ..ir.arith import divide_exact
+
+        value = divide_exact(total, known)
+        if value is None:
+            return shape
+    out = list(shape)
+    out[at[0]] = value
+    return out
 
 
 def fmt(shape) -> str:
@@ -331,8 +383,8 @@ def to_tensor(v, dtype: str | None = None) -> Tensor:
     if is_tensor(v):
         return v if dtype is None else as_dtype(v, dtype)
     if isinstance(v, E.PrimExpr) and not isinstance(v, (E.IntImm, E.FloatImm)):
-        from ..nn.op.common import symbolic_scalar
         from ..nn.core import wrap_nested
+        from ..nn.op.common import symbolic_scalar
 
         return wrap_nested(symbolic_scalar(v, dtype or "int64"), "size")
     if isinstance(v, (E.IntImm, E.FloatImm)):
@@ -530,7 +582,7 @@ def minimum(t, a, b):
     return binary("minimum", a, b)
 
 
-def clamp(t, x, min=None, max=None):  # noqa: A002
+def clamp(t, x, min=None, max=None):
     if min is not None:
         x = binary("maximum", x, min)
     if max is not None:
@@ -560,7 +612,7 @@ def masked_fill(t, x, mask, value):
 def logical_and(t, a, b):
     if not is_tensor(a) and not is_tensor(b):
         return a and b
-    a, b = to_tensor(a, "bool") if not is_tensor(a) else as_dtype(a, "bool"), b
+    a = to_tensor(a, "bool") if not is_tensor(a) else as_dtype(a, "bool")
     return op.where(a, to_tensor(b, "bool") if not is_tensor(b) else as_dtype(b, "bool"), False)
 
 
@@ -724,7 +776,13 @@ def sdpa(t, q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
         raise UnsupportedNodeError(f"scaled_dot_product_attention on {q.ndim}-D tensors")
     perm = [0, 2, 1, 3]
     qb, kb, vb = t.permute(q, perm), t.permute(k, perm), t.permute(v, perm)
-    if attn_mask is not None and attn_mask.dtype != "bool" and attn_mask.dtype != q.dtype:
+    if attn_mask is not None and attn_mask.dtype == "bool":
+        # the additive form once per mask, not once per layer (every layer reads the same mask)
+        key = (attn_mask._expr, q.dtype)
+        if key not in t._bias:
+            t._bias[key] = op.where(attn_mask, to_tensor(0.0, q.dtype), float("-inf"))
+        attn_mask = t._bias[key]
+    elif attn_mask is not None and attn_mask.dtype != q.dtype:
         attn_mask = as_dtype(attn_mask, q.dtype)
     out = op.scaled_dot_product_attention(qb, kb, vb, attn_mask=attn_mask, is_causal=bool(is_causal),
                                           scale=None if scale is None else float(scale))
@@ -923,6 +981,20 @@ def select(t, x, dim, index):
         i = index
     y = op.strided_slice(x, [d], [i], [i + 1 if isinstance(i, int) else E.simplify(i + 1)], [1])
     return op.squeeze(y, [d])
+
+
+def diff(t, x, n=1, dim=-1, prepend=None, append=None):
+    """``torch.diff``: ``x[1:] - x[:-1]`` along ``dim``, ``n`` times, after concatenating ``prepend`` /
+    ``append``; bool tensors give ``!=`` as in PyTorch."""
+    d = norm_dim(dim, x.ndim)
+    parts = [v for v in (prepend, x, append) if v is not None]
+    if len(parts) > 1:
+        x = cat(t, parts, d)
+    for _ in range(int(n)):
+        hi = slice_(t, x, d, 1, None)
+        lo = slice_(t, x, d, 0, -1)
+        x = op.not_equal(hi, lo) if x.dtype == "bool" else op.subtract(hi, lo)
+    return x
 
 
 def narrow(t, x, dim, start, length):
@@ -1167,6 +1239,7 @@ TORCH_OPS: dict[str, Callable] = {
     "expand": expand, "expand_as": expand_as, "broadcast_to": broadcast_to,
     "cat": cat, "concat": cat, "stack": stack, "split": split, "split_with_sizes": split_with_sizes,
     "chunk": chunk, "unbind": unbind, "narrow": narrow, "select": select, "index_select": index_select,
+    "slice": slice_, "index": index, "diff": diff,
     "getitem": getitem, "size": size, "dim": dim_, "numel": numel,
     "arange": arange, "full": full, "ones": ones, "zeros": zeros, "full_like": full_like,
     "ones_like": ones_like, "zeros_like": zeros_like, "new_full": new_full, "new_ones": new_ones,

@@ -19,8 +19,8 @@ from __future__ import annotations
 import builtins
 import math
 import operator
-from collections.abc import Mapping
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from ..ir import relax as rx
 from ..ir.struct_info import TensorStructInfo
@@ -29,7 +29,7 @@ from ..nn.core import Tensor
 from . import common as C
 from .common import FrontendError, GraphTranslator, UnsupportedNodeError, torch_dtype
 
-__all__ = ["from_fx", "default_call_function_map", "default_call_method_map", "default_call_module_map"]
+__all__ = ["default_call_function_map", "default_call_method_map", "default_call_module_map", "from_fx"]
 
 
 class _NodeMap(Mapping):
@@ -116,6 +116,7 @@ def from_fx(fx_module, input_shapes: Sequence[Sequence[int | str]], call_functio
     named_modules = dict(fx_module.named_modules())
 
     t = GraphTranslator()
+    t.trace_hint = C.FX_TRACE_HINT
     for name, p in fx_module.named_parameters():
         t.add_weight(name, lambda p=p: p)
     for name, b in fx_module.named_buffers():
@@ -132,7 +133,8 @@ def from_fx(fx_module, input_shapes: Sequence[Sequence[int | str]], call_functio
                     params.append(var)
                     t.env[node] = Tensor(_expr=var)
                 elif node.op == "get_attr":
-                    t.env[node] = t.apply(node, lambda tt: _get_attr(tt, fx_module, node.target), "get_attr")
+                    t.env[node] = t.apply(node, lambda tt, target=node.target: _get_attr(tt, fx_module, target),
+                                         "get_attr")
                 elif node.op == "call_function":
                     if node.target in user_functions:
                         t.env[node] = t.apply(node, _user_function(user_functions[node.target]), None)
@@ -225,12 +227,6 @@ def _getattr(t, obj, name):
             return "cpu"
         raise UnsupportedNodeError(f"Tensor attribute '{name}'")
     return getattr(obj, name)
-
-
-def _float_scalar(fn):
-    def run(t, v):
-        return fn(t, v)
-    return run
 
 
 def default_call_function_map() -> dict:

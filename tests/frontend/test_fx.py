@@ -7,14 +7,13 @@ import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch", reason="the PyTorch frontend needs torch (pip install torch)")
-from torch import fx, nn  # noqa: E402
+from torch import fx, nn
 
-import runtime  # noqa: E402
-from builder import compile as build  # noqa: E402
-from builder.frontend import FrontendError, UnsupportedNodeError, from_fx  # noqa: E402
-from builder.ir import relax as rx  # noqa: E402
-
-from builder.te import topi  # noqa: E402
+import runtime
+from builder import compile as build
+from builder.frontend import FrontendError, UnsupportedNodeError, from_fx
+from builder.ir import relax as rx
+from builder.te import topi
 
 
 class MLP(nn.Module):
@@ -89,7 +88,7 @@ def test_course_matmul_relu_with_get_attr():
 
 
 def test_mlp_through_the_te_level_map(mlp):
-    model, gm, img, want = mlp
+    _, gm, img, want = mlp
     mod = from_fx(gm, input_shapes=[(1, 784)], call_function_map={},
                   call_module_map={nn.Linear: map_nn_linear, nn.ReLU: map_nn_relu})
     buf = io.StringIO()
@@ -106,7 +105,7 @@ def test_mlp_through_the_te_level_map(mlp):
 
 
 def test_mlp_through_the_op_level_map(mlp):
-    model, gm, img, want = mlp
+    _, gm, img, want = mlp
     mod = from_fx(gm, input_shapes=[(1, 784)],
                   call_module_map={nn.Linear: map_nn_linear_op, nn.ReLU: map_nn_relu_op})
     text = mod.script()
