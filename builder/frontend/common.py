@@ -1,0 +1,1280 @@
+"""What the PyTorch importers share: errors with the node's source line, dtype mapping, weights bound
+as named constants, symbolic dims, and the translations of torch semantics (``torch.add``,
+``aten.add.Tensor``, ``Tensor.add`` all mean the same) to our high-level ops (``builder.nn.op`` on
+``nn.Tensor`` wrappers, so matmuls keep the ``matmul(x, permute_dims(W))`` form that kernel selection
+turns into the linear kernels, and elementwise chains fuse).
+
+A translation is ``fn(t, *args, **kwargs)``: ``t`` the :class:`GraphTranslator` (BlockBuilder, the
+current node, weights), the node's arguments already translated: graph values are ``nn.Tensor``,
+sizes ``int`` or int64 ``PrimExpr`` (symbolic dims), lists / tuples element-wise, everything else
+(numbers, dtypes, strings, None) as torch gave it. It returns an ``nn.Tensor``, a tuple of them, or a
+size. torch is never imported here: dtypes are read by name (``torch.float32`` -> ``"float32"``).
+"""
+from __future__ import annotations
+
+import math
+import operator
+import re
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from ..ir import expr as E
+from ..ir import relax as rx
+from ..ir.block_builder import BlockBuilder
+from ..ir.struct_info import DTYPES, TensorStructInfo, TupleStructInfo
+from ..nn import op
+from ..nn.core import Tensor
+
+__all__ = [
+    "TORCH_OPS",
+    "FrontendError",
+    "GraphTranslator",
+    "UnsupportedNodeError",
+    "node_location",
+    "to_numpy",
+    "torch_dtype",
+]
+
+
+class FrontendError(ValueError):
+    """A node could not be translated (bad arguments, shapes the op rejects, an input missing)."""
+
+
+class UnsupportedNodeError(FrontendError, NotImplementedError):
+    """A node whose op / target / module has no translation (a NotImplementedError too)."""
+
+
+_FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)\n\s*(.*)')
+
+
+def node_location(node) -> str:
+    """Where a torch.fx node comes from: the last frame outside torch of its stack trace
+    (``node.stack_trace`` or ``node.meta["stack_trace"]``) as ``file:line in fn: code``, or "" when fx
+    recorded none."""
+    trace = getattr(node, "stack_trace", None) or getattr(node, "meta", {}).get("stack_trace") or ""
+    frames = _FRAME.findall(trace)
+    own = [f for f in frames if not re.search(r"[/\\]torch[/\\]|<eval_with_key>", f[0])]
+    frames = own or frames       # the model's frames, not torch's tracing machinery
+    if not frames:
+        return ""
+    path, line, fn, code = frames[-1]
+    return f"{path}:{line} in {fn}: {code.strip()}"
+
+
+FX_TRACE_HINT = ("pass the nn.Module itself, or trace with torch.fx.Tracer(record_stack_traces=True)")
+
+
+def describe_node(node, what: str | None = None, hint: str = "") -> str:
+    """``node 'name' (call_function aten.add.Tensor) at file:line in fn: code``; without a recorded
+    source line, ``(no source line recorded[: hint])``."""
+    target = what if what is not None else _target_name(node.target)
+    loc = node_location(node)
+    return f"node '{node.name}' ({node.op} {target})" + (
+        f" at {loc}" if loc else " (no source line recorded" + (f": {hint})" if hint else ")"))
+
+
+def _target_name(target) -> str:
+    if isinstance(target, str):
+        return target
+    name = getattr(target, "__qualname__", None) or getattr(target, "__name__", None)
+    mod = getattr(target, "__module__", None)
+    if name and mod and not str(target).startswith("aten."):
+        return f"{mod}.{name}"
+    return str(target)
+
+
+_TORCH_DTYPES = {"float": "float32", "double": "float64", "half": "float16", "long": "int64", "int": "int32",
+                 "short": "int16", "uint8": "uint8", "bool": "bool", "bfloat16": "bfloat16"}
+
+
+def torch_dtype(dtype) -> str:
+    """Our dtype name for a ``torch.dtype`` (or a dtype string): ``torch.float32`` -> ``"float32"``.
+    Raises FrontendError for a dtype we do not have (complex, float8, ...)."""
+    name = str(dtype).removeprefix("torch.")
+    name = _TORCH_DTYPES.get(name, name)
+    if name not in DTYPES:
+        raise FrontendError(f"dtype {dtype} has no equivalent here (supported: {', '.join(DTYPES)})")
+    return name
+
+
+def to_numpy(value) -> tuple[np.ndarray, str]:
+    """A torch tensor's data as a numpy array and our dtype name (bfloat16 is given as float32
+    values, which :class:`builder.ir.relax.Constant` rounds back to bfloat16 bits)."""
+    value = value.detach().cpu()
+    dtype = torch_dtype(value.dtype)
+    if dtype == "bfloat16":
+        return value.float().numpy(), dtype
+    return value.contiguous().numpy(), dtype
+
+
+def _identifier(name: str) -> str:
+    out = re.sub(r"\W", "_", name)
+    return out if out and not out[0].isdigit() else "w_" + out
+
+
+def is_node(v) -> bool:
+    """A torch.fx Node (checked by class name: torch is not imported here)."""
+    return type(v).__name__ == "Node" and hasattr(v, "op") and hasattr(v, "target")
+
+
+class GraphTranslator:
+    """Translation state of one graph: the BlockBuilder, the values of the nodes done so far
+    (``env``), the weights bound as named constants, the symbolic dims by name and the permutations
+    emitted (so that ``permute(permute(x))`` folds)."""
+
+    def __init__(self) -> None:
+        self.bb = BlockBuilder()
+        self.env: dict = {}
+        self.node = None
+        self._weights: dict[str, Tensor] = {}
+        self._weight_data: dict[str, Callable[[], Any]] = {}
+        self._dims: dict[str, E.Var] = {}
+        self._perm: dict = {}     # permute result Var -> (source Tensor, axes)
+        self._bias: dict = {}     # (bool mask Var, dtype) -> its additive float form
+        self.trace_hint = ""       # how to get source lines into error messages
+
+    # -- symbolic dims and weights ----------------------------------------------------------------
+    def dim(self, name: str) -> E.Var:
+        """The int64 symbolic dim ``name`` (one variable per name in the graph)."""
+        if name not in self._dims:
+            if not name.isidentifier():
+                raise FrontendError(f"a symbolic dim name must be an identifier, got {name!r}")
+            self._dims[name] = E.Var(name, "int64")
+        return self._dims[name]
+
+    def add_weight(self, name: str, get: Callable[[], Any]) -> None:
+        """Declare a weight (``get()`` returns its torch tensor); it is bound on first use."""
+        self._weight_data[name] = get
+
+    def weight(self, name: str, value=None) -> Tensor:
+        """The weight ``name`` (a PyTorch dotted name) as a constant bound once in ``main`` under the
+        name with ``.`` -> ``_``; ``value`` is its torch tensor (else the one declared with
+        :meth:`add_weight`). Raises FrontendError for an unknown name."""
+        if name not in self._weights:
+            if value is None:
+                if name not in self._weight_data:
+                    raise FrontendError(f"unknown weight '{name}'")
+                value = self._weight_data[name]()
+            arr, dtype = to_numpy(value)
+            var = self.bb.emit(rx.Constant(arr, dtype), _identifier(name))
+            self._weights[name] = Tensor(_expr=var)
+        return self._weights[name]
+
+    # -- running nodes ----------------------------------------------------------------------------
+    def value(self, a):
+        """An fx argument translated: nodes by their values, containers element-wise."""
+        if is_node(a):
+            if a not in self.env:
+                raise FrontendError(f"node '{a.name}' is used before it is defined")
+            return self.env[a]
+        if isinstance(a, (list, tuple)):
+            vals = [self.value(v) for v in a]
+            return tuple(vals) if isinstance(a, tuple) and type(a) is tuple else vals
+        if isinstance(a, dict):
+            return {k: self.value(v) for k, v in a.items()}
+        if isinstance(a, slice):
+            return slice(self.value(a.start), self.value(a.stop), self.value(a.step))
+        return a
+
+    def apply(self, node, fn: Callable, what: str | None = None, extra: tuple = ()):
+        """Run the translation ``fn(self, *extra, *args, **kwargs)`` of ``node``; every failure becomes a
+        FrontendError (UnsupportedNodeError when something has no translation) naming the node, its
+        op / target and its source line."""
+        self.node = node
+        desc = describe_node(node, what, self.trace_hint)
+        try:
+            args = self.value(node.args)
+            kwargs = self.value(dict(node.kwargs))
+            return check_result(fn(self, *extra, *args, **kwargs), desc)
+        except UnsupportedNodeError as e:
+            raise UnsupportedNodeError(f"{desc}: {e}") from e
+        except FrontendError as e:
+            raise FrontendError(f"{desc}: {e}") from e
+        except Exception as e:
+            raise FrontendError(f"{desc}: {type(e).__name__}: {e}") from e
+
+    def unsupported(self, node, what: str | None = None, hint: str = "") -> UnsupportedNodeError:
+        return UnsupportedNodeError(f"{describe_node(node, what, self.trace_hint)} has no translation" + (f" ({hint})" if hint else ""))
+
+    def output_expr(self, out) -> rx.Expr:
+        """The graph's result (a Tensor or a tuple of them) as one expression for ``emit_output``."""
+        if is_tensor(out):
+            return out._expr
+        if isinstance(out, (tuple, list)):
+            return rx.Tuple([self.output_expr(f) for f in out])
+        raise FrontendError(f"the graph returns {type(out).__name__} {out!r}; only tensors (and tuples of "
+                            "them) can be returned")
+
+    # -- graph values -----------------------------------------------------------------------------
+    def permute(self, x: Tensor, axes: Sequence[int]) -> Tensor:
+        """``permute_dims(x, axes)``, composed with a permutation that produced ``x`` (identity: the
+        source itself), so that the (B, S, H, D) <-> (B, H, S, D) round trips of attention vanish."""
+        axes = [int(a) % x.ndim for a in axes] if x.ndim else []
+        if axes == list(range(x.ndim)):
+            return x
+        src = self._perm.get(x._expr)
+        if src is not None:
+            base, first = src
+            composed = [first[a] for a in axes]
+            if composed == list(range(base.ndim)):
+                return base
+            x, axes = base, composed
+        out = op.permute_dims(x, list(axes))
+        self._perm[out._expr] = (x, list(axes))
+        return out
+
+    def reshape(self, x: Tensor, shape: Sequence) -> Tensor:
+        """``reshape(x, shape)`` (one ``-1``); ``x`` itself when the shape does not change."""
+        from ..ir.op import resolve_reshape
+
+        shape = [int(d) if isinstance(d, (np.integer,)) else d for d in shape]
+        shape = _infer_minus_one(list(x.shape), shape)
+        try:
+            dims = resolve_reshape(tuple(x.shape), list(shape))
+        except (ValueError, TypeError) as e:
+            raise FrontendError(f"reshape {fmt(x.shape)} -> {fmt(shape)}: {e}") from None
+        if len(dims) == x.ndim and all(E.prove_equal(a, b) for a, b in zip(dims, x.shape)):
+            return x
+        return op.reshape(x, dims)
+
+
+def _infer_minus_one(src: list, shape: list) -> list:
+    """``shape`` with its ``-1`` computed when symbolic dims cancel (``(b, s, 384) -> (b, s, -1, 32)``:
+    12); unchanged when it cannot be (the reshape rule then says why)."""
+    at = [i for i, d in enumerate(shape) if static(d) == -1]
+    if len(at) != 1:
+        return shape
+    rest = list(src)
+    known = 1
+    for i, d in enumerate(shape):
+        if i == at[0]:
+            continue
+        if static(d) is not None:
+            known *= static(d)
+            continue
+        for j, r in enumerate(rest):
+            if E.prove_equal(r, d):
+                del rest[j]
+                break
+        else:
+            return shape
+    total: Any = 1
+    for r in rest:
+        total = total * r
+    if static(total) is not None:
+        if known == 0 or static(total) % known:
+            return shape
+        value = static(total) // known
+    else:
+        from ..ir.arith import divide_exact
+
+        value = divide_exact(total, known)
+        if value is None:
+            return shape
+    out = list(shape)
+    out[at[0]] = value
+    return out
+
+
+def fmt(shape) -> str:
+    return "(" + ", ".join(str(d) for d in shape) + ")"
+
+
+# -- helpers ------------------------------------------------------------------------------------
+
+_BIG = 2 ** 62
+
+
+def is_tensor(v) -> bool:
+    return isinstance(v, Tensor)
+
+
+def is_size(v) -> bool:
+    return (isinstance(v, (int, np.integer, E.PrimExpr)) and not isinstance(v, bool)) or (
+        isinstance(v, E.PrimExpr))
+
+
+def is_float(dtype: str) -> bool:
+    return dtype.startswith(("float", "bfloat"))
+
+
+def norm_dim(d: int, ndim: int) -> int:
+    if not isinstance(d, (int, np.integer)) or isinstance(d, bool):
+        raise FrontendError(f"a dim must be an int, got {d!r}")
+    d = int(d)
+    if not -max(ndim, 1) <= d < max(ndim, 1):
+        raise FrontendError(f"dim {d} is out of range for a tensor of {ndim} dims")
+    return d % max(ndim, 1)
+
+
+def sizes(args) -> list:
+    """``f(a, b)`` / ``f((a, b))`` / ``f([a, b])`` alike (torch's ``*size`` arguments)."""
+    if len(args) == 1 and isinstance(args[0], (list, tuple)):
+        return list(args[0])
+    return list(args)
+
+
+def static(d) -> int | None:
+    if isinstance(d, (int, np.integer)):
+        return int(d)
+    if isinstance(d, E.IntImm):
+        return d.value
+    return None
+
+
+def _promote(a: str, b: str) -> str:
+    if a == b:
+        return a
+    if is_float(a) != is_float(b):
+        return a if is_float(a) else b
+    if a == "bool":
+        return b
+    if b == "bool":
+        return a
+    return E.promote_dtype(a, b)
+
+
+def _scalar_dtype(v) -> str:
+    if isinstance(v, bool):
+        return "bool"
+    if isinstance(v, float):
+        return "float32"
+    return "int64"
+
+
+def as_dtype(x: Tensor, dtype: str) -> Tensor:
+    return x if x.dtype == dtype else op.astype(x, dtype)
+
+
+def binary(name: str, a, b):
+    """A broadcast op with torch's type promotion: tensors of different dtypes meet at the wider
+    (float over int over bool); a float number with an int / bool tensor makes it float32; two
+    numbers / sizes are computed in Python (symbolic sizes stay PrimExprs)."""
+    if not is_tensor(a) and not is_tensor(b):
+        return _PY_BINARY[name](a, b)
+    if is_tensor(a) and is_tensor(b):
+        dt = _promote(a.dtype, b.dtype)
+        a, b = as_dtype(a, dt), as_dtype(b, dt)
+    else:
+        t, s = (a, b) if is_tensor(a) else (b, a)
+        if isinstance(s, E.PrimExpr) and not isinstance(s, (E.IntImm, E.FloatImm)):
+            want = t.dtype if t.dtype != "bool" else "int64"
+        else:
+            sd = _scalar_dtype(s.value if isinstance(s, (E.IntImm, E.FloatImm)) else s)
+            want = _promote(t.dtype, sd) if not (is_float(t.dtype) or t.dtype == sd) else t.dtype
+            if t.dtype.startswith(("int", "uint")) and sd == "int64":
+                want = t.dtype
+        if want != t.dtype:
+            t = op.astype(t, want)
+        a, b = (t, b) if is_tensor(a) else (a, t)
+    return getattr(op, name)(a, b)
+
+
+_PY_BINARY = {"add": operator.add, "subtract": operator.sub, "multiply": operator.mul,
+              "divide": operator.truediv, "power": operator.pow, "maximum": max, "minimum": min,
+              "equal": operator.eq, "not_equal": operator.ne, "less": operator.lt,
+              "less_equal": operator.le, "greater": operator.gt, "greater_equal": operator.ge}
+
+
+def to_tensor(v, dtype: str | None = None) -> Tensor:
+    """A tensor operand: a Tensor as it is, a number / size as a 0-d constant."""
+    if is_tensor(v):
+        return v if dtype is None else as_dtype(v, dtype)
+    if isinstance(v, E.PrimExpr) and not isinstance(v, (E.IntImm, E.FloatImm)):
+        from ..nn.core import wrap_nested
+        from ..nn.op.common import symbolic_scalar
+
+        return wrap_nested(symbolic_scalar(v, dtype or "int64"), "size")
+    if isinstance(v, (E.IntImm, E.FloatImm)):
+        v = v.value
+    return Tensor(_expr=rx.Constant(np.asarray(v), dtype or _scalar_dtype(v)))
+
+
+# -- translations of torch semantics --------------------------------------------------------------
+
+def add(t, a, b, alpha=1):
+    if alpha != 1:
+        b = binary("multiply", b, alpha)
+    return binary("add", a, b)
+
+
+def sub(t, a, b, alpha=1):
+    if alpha != 1:
+        b = binary("multiply", b, alpha)
+    return binary("subtract", a, b)
+
+
+def rsub(t, a, b, alpha=1):
+    return sub(t, b, a, alpha)
+
+
+def mul(t, a, b):
+    return binary("multiply", a, b)
+
+
+def div(t, a, b, rounding_mode=None):
+    if not is_tensor(a) and not is_tensor(b):
+        if rounding_mode == "floor":
+            return a // b
+        if rounding_mode == "trunc":
+            return int(a / b)
+        return a / b
+    if rounding_mode is not None:
+        x = div(t, a, b)
+        if not is_float(x.dtype):
+            raise FrontendError(f"division with rounding_mode={rounding_mode!r} of integer tensors is not "
+                                "supported")
+        raise UnsupportedNodeError(f"division with rounding_mode={rounding_mode!r} (no floor / trunc op)")
+    for v in (a, b):
+        if is_tensor(v) and not is_float(v.dtype):
+            if is_tensor(a):
+                a = as_dtype(a, "float32") if not is_float(a.dtype) else a
+            if is_tensor(b):
+                b = as_dtype(b, "float32") if not is_float(b.dtype) else b
+    return binary("divide", a, b)
+
+
+def floordiv(t, a, b):
+    if not is_tensor(a) and not is_tensor(b):
+        return a // b
+    raise UnsupportedNodeError("floor division of tensors (no floor_divide op)")
+
+
+def mod(t, a, b):
+    if not is_tensor(a) and not is_tensor(b):
+        return a % b
+    raise UnsupportedNodeError("remainder of tensors (no mod op)")
+
+
+def pow_(t, a, b):
+    if is_tensor(a) and not is_tensor(b):
+        if b == 1:
+            return a
+        if b == 2:
+            return op.multiply(a, a)
+        if b == 0.5:
+            return op.sqrt(a)
+        if b == -0.5:
+            return op.rsqrt(a)
+        if not is_float(a.dtype):
+            a = as_dtype(a, "float32")
+    if is_tensor(b) and not is_tensor(a):
+        a = to_tensor(float(a), b.dtype)
+    return binary("power", a, b)
+
+
+def neg(t, x):
+    return -x if not is_tensor(x) else op.negative(x)
+
+
+def _unary(name: str, float_only: bool = True):
+    def fn(t, x, *args, **kwargs):
+        if float_only and not is_float(x.dtype):
+            x = as_dtype(x, "float32")
+        return getattr(op, name)(x)
+    fn.__name__ = name
+    return fn
+
+
+def relu(t, x, inplace=False):
+    return op.relu(x)
+
+
+def gelu(t, x, approximate="none"):
+    return op.gelu(x, approximate=None if approximate == "none" else approximate)
+
+
+def silu(t, x, inplace=False):
+    return op.silu(x)
+
+
+def identity(t, x, *args, **kwargs):
+    return x
+
+
+def dropout(t, x, p=0.5, train=False, inplace=False):
+    return x
+
+
+def softmax(t, x, dim=None, dtype=None, _stacklevel=3, half_to_float=False):
+    if dtype is not None:
+        x = as_dtype(x, torch_dtype(dtype))
+    return op.softmax(x, axis=-1 if dim is None else dim)
+
+
+def aten_softmax(t, x, dim, half_to_float=False):
+    return op.softmax(x, axis=dim)
+
+
+def log_softmax(t, x, dim=None, dtype=None, _stacklevel=3):
+    if dtype is not None:
+        x = as_dtype(x, torch_dtype(dtype))
+    d = -1 if dim is None else dim
+    m = op.max(x, axis=d, keepdims=True)
+    s = op.subtract(x, m)
+    return op.subtract(s, op.log(op.sum(op.exp(s), axis=d, keepdims=True)))
+
+
+def _axes(x: Tensor, dim):
+    if dim is None or (isinstance(dim, (list, tuple)) and len(dim) == 0):
+        return None
+    if isinstance(dim, (list, tuple)):
+        return [norm_dim(d, x.ndim) for d in dim]
+    return [norm_dim(dim, x.ndim)]
+
+
+def _reduce(name: str):
+    def fn(t, x, dim=None, keepdim=False, *, dtype=None, out=None):
+        if dtype is not None:
+            x = as_dtype(x, torch_dtype(dtype))
+        if name == "mean" and not is_float(x.dtype):
+            raise FrontendError(f"mean of a {x.dtype} tensor (torch requires a float dtype)")
+        if name == "sum" and x.dtype in ("bool", "int32", "int16", "int8", "uint8"):
+            x = as_dtype(x, "int64")
+        return getattr(op, name)(x, axis=_axes(x, dim), keepdims=bool(keepdim))
+    fn.__name__ = name
+    return fn
+
+
+def amax(t, x, dim=(), keepdim=False):
+    return op.max(x, axis=_axes(x, dim), keepdims=bool(keepdim))
+
+
+def amin(t, x, dim=(), keepdim=False):
+    return op.min(x, axis=_axes(x, dim), keepdims=bool(keepdim))
+
+
+def var(t, x, dim=None, unbiased=None, keepdim=False, *, correction=None):
+    if correction is None:
+        correction = 1 if unbiased in (None, True) else 0
+    axes = _axes(x, dim)
+    m = op.mean(x, axis=axes, keepdims=True)
+    d = op.subtract(x, m)
+    v = op.mean(op.multiply(d, d), axis=axes, keepdims=bool(keepdim))
+    if correction:
+        n = 1
+        for a in (axes if axes is not None else range(x.ndim)):
+            n = n * x.shape[a]
+        if static(n) is None:
+            raise FrontendError("var / std with a correction over symbolic dims is not supported")
+        v = op.multiply(v, float(static(n)) / max(static(n) - correction, 1))
+    return v
+
+
+def std(t, x, dim=None, unbiased=None, keepdim=False, *, correction=None):
+    return op.sqrt(var(t, x, dim, unbiased, keepdim, correction=correction))
+
+
+def compare(name: str):
+    def fn(t, a, b):
+        return binary(name, a, b)
+    fn.__name__ = name
+    return fn
+
+
+def maximum(t, a, b):
+    return binary("maximum", a, b)
+
+
+def minimum(t, a, b):
+    return binary("minimum", a, b)
+
+
+def clamp(t, x, min=None, max=None):
+    if min is not None:
+        x = binary("maximum", x, min)
+    if max is not None:
+        x = binary("minimum", x, max)
+    return x
+
+
+def where(t, cond, a=None, b=None):
+    if a is None:
+        raise UnsupportedNodeError("torch.where(cond) with one argument (a data-dependent shape)")
+    if is_tensor(a) and is_tensor(b):
+        dt = _promote(a.dtype, b.dtype)
+        a, b = as_dtype(a, dt), as_dtype(b, dt)
+    elif not is_tensor(a) and not is_tensor(b):
+        a = to_tensor(a, "float32" if isinstance(a, float) or isinstance(b, float) else None)
+    return op.where(cond, a, b)
+
+
+def masked_fill(t, x, mask, value):
+    if is_tensor(value):
+        value = as_dtype(value, x.dtype)
+    elif not is_float(x.dtype) and isinstance(value, float):
+        value = int(value)
+    return op.where(mask, value, x)
+
+
+def logical_and(t, a, b):
+    if not is_tensor(a) and not is_tensor(b):
+        return a and b
+    a = to_tensor(a, "bool") if not is_tensor(a) else as_dtype(a, "bool")
+    return op.where(a, to_tensor(b, "bool") if not is_tensor(b) else as_dtype(b, "bool"), False)
+
+
+def logical_or(t, a, b):
+    if not is_tensor(a) and not is_tensor(b):
+        return a or b
+    a = to_tensor(a, "bool") if not is_tensor(a) else as_dtype(a, "bool")
+    return op.where(a, True, to_tensor(b, "bool") if not is_tensor(b) else as_dtype(b, "bool"))
+
+
+def bitwise_and(t, a, b):
+    if (is_tensor(a) and a.dtype != "bool") or (is_tensor(b) and b.dtype != "bool"):
+        raise UnsupportedNodeError("bitwise and of integer tensors (only bool tensors)")
+    return logical_and(t, a, b)
+
+
+def bitwise_or(t, a, b):
+    if (is_tensor(a) and a.dtype != "bool") or (is_tensor(b) and b.dtype != "bool"):
+        raise UnsupportedNodeError("bitwise or of integer tensors (only bool tensors)")
+    return logical_or(t, a, b)
+
+
+def logical_not(t, x):
+    return op.equal(as_dtype(x, "bool"), False)
+
+
+def bitwise_not(t, x):
+    if x.dtype != "bool":
+        raise UnsupportedNodeError("bitwise not of an integer tensor (only bool tensors)")
+    return logical_not(t, x)
+
+
+# matmuls: the linear form matmul(x, permute_dims(W)) for weights, plain matmul otherwise
+
+def linear(t, x, w, b=None):
+    y = op.matmul(x, t.permute(w, [1, 0]))
+    return y if b is None else op.add(y, b)
+
+
+def matmul(t, a, b):
+    if a.ndim == 1 and b.ndim == 1:
+        return op.sum(op.multiply(a, b))
+    if a.ndim == 1:
+        return op.squeeze(op.matmul(op.unsqueeze(a, 0), b), -2)
+    if b.ndim == 1:
+        return op.squeeze(op.matmul(a, op.unsqueeze(b, 1)), -1)
+    return op.matmul(a, b)
+
+
+def addmm(t, bias, a, b, beta=1, alpha=1):
+    y = op.matmul(a, b)
+    if alpha != 1:
+        y = op.multiply(y, alpha)
+    if beta == 0:
+        return y
+    return op.add(y, bias if beta == 1 else op.multiply(bias, beta))
+
+
+def baddbmm(t, bias, a, b, beta=1, alpha=1):
+    return addmm(t, bias, a, b, beta, alpha)
+
+
+def embedding(t, ids, weight, padding_idx=None, max_norm=None, norm_type=2.0, scale_grad_by_freq=False,
+              sparse=False):
+    """``F.embedding(ids, weight)``: a gather of rows (``padding_idx`` only matters for training)."""
+    if max_norm is not None:
+        raise UnsupportedNodeError("embedding with max_norm (renormalizes the weight in place)")
+    ids = as_dtype(ids, "int64") if ids.dtype not in ("int32", "int64") else ids
+    if ids.ndim == 1:
+        return op.take(weight, ids, axis=0)
+    flat = t.reshape(ids, [-1])
+    return t.reshape(op.take(weight, flat, axis=0), [*ids.shape, weight.shape[1]])
+
+
+def aten_embedding(t, weight, ids, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
+    return embedding(t, ids, weight)
+
+
+def layer_norm(t, x, normalized_shape, weight=None, bias=None, eps=1e-5, cudnn_enable=None):
+    return op.layer_norm(x, list(normalized_shape), weight, bias, eps=float(eps))
+
+
+def native_layer_norm(t, x, normalized_shape, weight, bias, eps):
+    """``aten.native_layer_norm``: (out, mean, rstd); only ``out`` may be used."""
+    return (layer_norm(t, x, normalized_shape, weight, bias, eps), _Unavailable("native_layer_norm mean"),
+            _Unavailable("native_layer_norm rstd"))
+
+
+class _Unavailable:
+    """A result a translation does not compute (layer norm's saved statistics); using it is an error."""
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+
+
+def rms_norm(t, x, normalized_shape, weight=None, eps=None):
+    axes = list(range(-len(normalized_shape), 0))
+    if eps is None:
+        eps = float(np.finfo(np.float32).eps)
+    if weight is None:
+        weight = op.ones(list(normalized_shape), dtype=x.dtype)
+    return op.rms_norm(x, weight, axes, epsilon=float(eps))
+
+
+def group_norm(t, x, num_groups, weight=None, bias=None, eps=1e-5, cudnn_enabled=None):
+    return op.group_norm(x, int(num_groups), weight, bias, eps=float(eps))
+
+
+def _conv_padding(padding, weight, dilation, stride, n: int):
+    if isinstance(padding, str):
+        if padding == "valid":
+            return [0] * (2 * n)
+        if padding == "same":
+            out = []
+            dil = dilation if isinstance(dilation, (list, tuple)) else [dilation] * n
+            for i in range(n):
+                total = int(dil[i]) * (static(weight.shape[2 + i]) - 1)
+                out.append((total // 2, total - total // 2))
+            return [p[0] for p in out] + [p[1] for p in out]
+        raise FrontendError(f"unknown conv padding {padding!r}")
+    pads = list(padding) if isinstance(padding, (list, tuple)) else [padding] * n
+    if len(pads) == 1:
+        pads = pads * n
+    return pads + pads    # (begin..., end...)
+
+
+def conv1d(t, x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+    pads = _conv_padding(padding, weight, dilation, stride, 1)
+    return op.conv1d(x, weight, bias, stride=_first(stride), padding=pads, dilation=_first(dilation),
+                     groups=int(groups))
+
+
+def conv2d(t, x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+    pads = _conv_padding(padding, weight, dilation, stride, 2)
+    return op.conv2d(x, weight, bias, stride=stride, padding=pads, dilation=dilation, groups=int(groups))
+
+
+def _first(v):
+    return int(v[0]) if isinstance(v, (list, tuple)) else int(v)
+
+
+def convolution(t, x, weight, bias, stride, padding, dilation, transposed, output_padding, groups):
+    if transposed:
+        raise UnsupportedNodeError("transposed aten.convolution")
+    if x.ndim == 3:
+        return conv1d(t, x, weight, bias, stride, padding, dilation, groups)
+    if x.ndim == 4:
+        return conv2d(t, x, weight, bias, stride, padding, dilation, groups)
+    raise UnsupportedNodeError(f"aten.convolution of a {x.ndim}-D input")
+
+
+def sdpa(t, q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+    """``F.scaled_dot_product_attention`` on (B, H, S, D) (or (N, S, D)): our attention op works in
+    (B, S, H, D), so q / k / v are permuted (a permute that undoes the model's own transpose folds
+    away) and the result permuted back."""
+    if q.ndim == 3:
+        q3, k3, v3 = (op.unsqueeze(a, 1) for a in (q, k, v))
+        mask = attn_mask if attn_mask is None or attn_mask.ndim < 3 else op.unsqueeze(attn_mask, 1)
+        return op.squeeze(sdpa(t, q3, k3, v3, mask, dropout_p, is_causal, scale, enable_gqa), 1)
+    if q.ndim != 4:
+        raise UnsupportedNodeError(f"scaled_dot_product_attention on {q.ndim}-D tensors")
+    perm = [0, 2, 1, 3]
+    qb, kb, vb = t.permute(q, perm), t.permute(k, perm), t.permute(v, perm)
+    if attn_mask is not None and attn_mask.dtype == "bool":
+        # the additive form once per mask, not once per layer (every layer reads the same mask)
+        key = (attn_mask._expr, q.dtype)
+        if key not in t._bias:
+            t._bias[key] = op.where(attn_mask, to_tensor(0.0, q.dtype), float("-inf"))
+        attn_mask = t._bias[key]
+    elif attn_mask is not None and attn_mask.dtype != q.dtype:
+        attn_mask = as_dtype(attn_mask, q.dtype)
+    out = op.scaled_dot_product_attention(qb, kb, vb, attn_mask=attn_mask, is_causal=bool(is_causal),
+                                          scale=None if scale is None else float(scale))
+    return t.permute(out, perm)
+
+
+def cumsum(t, x, dim, dtype=None):
+    if dtype is not None:
+        x = as_dtype(x, torch_dtype(dtype))
+    elif x.dtype in ("bool", "int32", "int16", "int8", "uint8"):
+        x = as_dtype(x, "int64")
+    return op.cumsum(x, axis=norm_dim(dim, x.ndim))
+
+
+# -- layout ---------------------------------------------------------------------------------------
+
+def view(t, x, *shape):
+    shape = sizes(shape)
+    if len(shape) == 1 and isinstance(shape[0], str):
+        raise UnsupportedNodeError("view(dtype)")
+    return t.reshape(x, shape)
+
+
+def reshape(t, x, *shape):
+    return t.reshape(x, sizes(shape))
+
+
+def permute(t, x, *dims):
+    return t.permute(x, [norm_dim(d, x.ndim) for d in sizes(dims)])
+
+
+def transpose(t, x, dim0, dim1):
+    axes = list(range(x.ndim))
+    a, b = norm_dim(dim0, x.ndim), norm_dim(dim1, x.ndim)
+    axes[a], axes[b] = axes[b], axes[a]
+    return t.permute(x, axes)
+
+
+def t_(t, x):
+    return x if x.ndim < 2 else transpose(t, x, 0, 1)
+
+
+def unsqueeze(t, x, dim):
+    return op.unsqueeze(x, norm_dim(dim, x.ndim + 1))
+
+
+def squeeze(t, x, dim=None):
+    if dim is None:
+        axes = [i for i, d in enumerate(x.shape) if static(d) == 1]
+    else:
+        axes = [norm_dim(d, x.ndim) for d in (dim if isinstance(dim, (list, tuple)) else [dim])]
+        axes = [a for a in axes if static(x.shape[a]) == 1]   # torch leaves a non-1 dim alone
+    return x if not axes else op.squeeze(x, axes)
+
+
+def flatten(t, x, start_dim=0, end_dim=-1):
+    if x.ndim == 0:
+        return t.reshape(x, [1])
+    s, e = norm_dim(start_dim, x.ndim), norm_dim(end_dim, x.ndim)
+    if s == e:
+        return x
+    n = 1
+    for d in x.shape[s:e + 1]:
+        n = n * d
+    return t.reshape(x, [*x.shape[:s], E.simplify(n) if isinstance(n, E.PrimExpr) else n, *x.shape[e + 1:]])
+
+
+def unflatten(t, x, dim, sizes_):
+    d = norm_dim(dim, x.ndim)
+    return t.reshape(x, [*x.shape[:d], *sizes_, *x.shape[d + 1:]])
+
+
+def expand(t, x, *shape, implicit=False):
+    shape = sizes(shape)
+    lead = len(shape) - x.ndim
+    if lead < 0:
+        raise FrontendError(f"expand: {len(shape)} sizes for a tensor of {x.ndim} dims")
+    out = []
+    for i, s in enumerate(shape):
+        if static(s) == -1:
+            if i < lead:
+                raise FrontendError("expand: -1 is not allowed for a new leading dim")
+            out.append(x.shape[i - lead])
+        else:
+            out.append(s)
+    if len(out) == x.ndim and all(E.prove_equal(a, b) for a, b in zip(out, x.shape)):
+        return x
+    return op.broadcast_to(x, out)
+
+
+def expand_as(t, x, other):
+    return expand(t, x, other.shape)
+
+
+def broadcast_to(t, x, shape):
+    return expand(t, x, shape)
+
+
+def cat(t, tensors, dim=0):
+    tensors = [v for v in tensors if not (is_tensor(v) and v.ndim == 1 and static(v.shape[0]) == 0)]
+    if len(tensors) == 1:
+        return tensors[0]
+    dt = tensors[0].dtype
+    for v in tensors[1:]:
+        dt = _promote(dt, v.dtype)
+    tensors = [as_dtype(v, dt) for v in tensors]
+    return op.concat(tensors, dim=norm_dim(dim, tensors[0].ndim))
+
+
+def stack(t, tensors, dim=0):
+    d = norm_dim(dim, tensors[0].ndim + 1)
+    return cat(t, [op.unsqueeze(v, d) for v in tensors], d)
+
+
+def _split_indices(total, sections: list[int]) -> list[int]:
+    idx, at = [], 0
+    for s in sections[:-1]:
+        at += int(s)
+        idx.append(at)
+    return idx
+
+
+def split(t, x, split_size_or_sections, dim=0):
+    """``torch.split``: an int is the size of each piece (the last one smaller), a list the sizes."""
+    d = norm_dim(dim, x.ndim)
+    n = static(x.shape[d])
+    if isinstance(split_size_or_sections, (list, tuple)):
+        secs = [int(s) for s in split_size_or_sections]
+        if len(secs) == 1:
+            return (x,)
+        return tuple(op.split(x, _split_indices(n, secs), axis=d))
+    size = int(split_size_or_sections)
+    if n is None:
+        raise FrontendError(f"split into pieces of {size} along a symbolic dim {x.shape[d]}")
+    if size >= n:
+        return (x,)
+    return tuple(op.split(x, list(range(size, n, size)), axis=d))
+
+
+def split_with_sizes(t, x, split_sizes, dim=0):
+    return split(t, x, list(split_sizes), dim)
+
+
+def chunk(t, x, chunks, dim=0):
+    d = norm_dim(dim, x.ndim)
+    n = static(x.shape[d])
+    if n is None:
+        return tuple(op.chunk(x, int(chunks), d))
+    size = -(-n // int(chunks))
+    return split(t, x, size, d)
+
+
+def unbind(t, x, dim=0):
+    d = norm_dim(dim, x.ndim)
+    n = static(x.shape[d])
+    if n is None:
+        raise FrontendError(f"unbind along a symbolic dim {x.shape[d]}")
+    return tuple(select(t, x, d, i) for i in range(n))
+
+
+def slice_(t, x, dim=0, start=None, end=None, step=1):
+    """``x[start:end:step]`` along ``dim`` (torch semantics: bounds clamp, huge ``end`` = the end)."""
+    d = norm_dim(dim, x.ndim)
+    size = x.shape[d]
+    step = 1 if step is None else int(step)
+    if step <= 0:
+        raise FrontendError(f"slice step must be positive, got {step}")
+
+    def bound(v, default):
+        if v is None:
+            return default
+        s = static(v)
+        if s is None:
+            return v
+        if s >= _BIG or (static(size) is not None and s >= static(size)):
+            return size
+        if s < 0:
+            if static(size) is not None:
+                return max(static(size) + s, 0)
+            return E.simplify(E.convert(size) + s)
+        return s
+
+    b, e = bound(start, 0), bound(end, size)
+    if static(b) == 0 and E.prove_equal(e, size) and step == 1:
+        return x
+    return op.strided_slice(x, [d], [b], [e], [step])
+
+
+def select(t, x, dim, index):
+    d = norm_dim(dim, x.ndim)
+    size = x.shape[d]
+    i = static(index)
+    if i is not None and i < 0:
+        i = static(size) + i if static(size) is not None else E.simplify(E.convert(size) + i)
+    elif i is None:
+        i = index
+    y = op.strided_slice(x, [d], [i], [i + 1 if isinstance(i, int) else E.simplify(i + 1)], [1])
+    return op.squeeze(y, [d])
+
+
+def diff(t, x, n=1, dim=-1, prepend=None, append=None):
+    """``torch.diff``: ``x[1:] - x[:-1]`` along ``dim``, ``n`` times, after concatenating ``prepend`` /
+    ``append``; bool tensors give ``!=`` as in PyTorch."""
+    d = norm_dim(dim, x.ndim)
+    parts = [v for v in (prepend, x, append) if v is not None]
+    if len(parts) > 1:
+        x = cat(t, parts, d)
+    for _ in range(int(n)):
+        hi = slice_(t, x, d, 1, None)
+        lo = slice_(t, x, d, 0, -1)
+        x = op.not_equal(hi, lo) if x.dtype == "bool" else op.subtract(hi, lo)
+    return x
+
+
+def narrow(t, x, dim, start, length):
+    return slice_(t, x, dim, start, start + length)
+
+
+def take_along(t, x, axis: int, idx: Tensor) -> Tensor:
+    """``x`` indexed by the int tensor ``idx`` along ``axis`` (result dims: x's before, idx's, x's
+    after); negative indices count from the end."""
+    if idx.dtype == "bool":
+        raise UnsupportedNodeError("boolean mask indexing (a data-dependent shape)")
+    idx = as_dtype(idx, "int64")
+    idx = op.where(op.less(idx, 0), op.add(idx, to_tensor(x.shape[axis], "int64")), idx)
+    if idx.ndim == 1:
+        return op.take(x, idx, axis=axis)
+    flat = op.take(x, t.reshape(idx, [-1]), axis=axis)
+    return t.reshape(flat, [*x.shape[:axis], *idx.shape, *x.shape[axis + 1:]])
+
+
+def index_select(t, x, dim, index):
+    return take_along(t, x, norm_dim(dim, x.ndim), index)
+
+
+def index(t, x, indices):
+    """``aten.index.Tensor``: ``x[i0, i1, ...]`` with index tensors (None skips a dim). Adjacent
+    index tensors broadcast together and select one element of the merged dims."""
+    pos = [i for i, v in enumerate(indices) if v is not None]
+    if not pos:
+        return x
+    if pos != list(range(pos[0], pos[-1] + 1)):
+        raise UnsupportedNodeError("index tensors separated by full slices")
+    a = pos[0]
+    tensors = [indices[i] for i in pos]
+    if len(tensors) == 1:
+        return take_along(t, x, a, tensors[0])
+    linear = None
+    merged = 1
+    for i, idx in zip(pos, tensors):
+        if not is_tensor(idx) or idx.dtype == "bool":
+            raise UnsupportedNodeError("boolean mask indexing (a data-dependent shape)")
+        idx = as_dtype(idx, "int64")
+        idx = op.where(op.less(idx, 0), op.add(idx, to_tensor(x.shape[i], "int64")), idx)
+        linear = idx if linear is None else op.add(op.multiply(linear, to_tensor(x.shape[i], "int64")), idx)
+        merged = merged * x.shape[i]
+    merged = E.simplify(merged) if isinstance(merged, E.PrimExpr) else merged
+    flat = t.reshape(x, [*x.shape[:a], merged, *x.shape[pos[-1] + 1:]])
+    return take_along(t, flat, a, linear)
+
+
+def getitem(t, x, key):
+    """``x[key]``: Python indexing of a tuple / list / size list, or tensor indexing with ints,
+    slices, None, ``...`` and one int index tensor."""
+    if not is_tensor(x):
+        if isinstance(x, _Unavailable):
+            raise UnsupportedNodeError(f"the {x.what} output is not computed")
+        got = x[key]
+        if isinstance(got, _Unavailable):
+            raise UnsupportedNodeError(f"the {got.what} output is not computed")
+        return got
+    key = key if isinstance(key, tuple) else (key,)
+    n_real = sum(1 for k in key if k is not None and k is not Ellipsis)
+    if Ellipsis in key:
+        at = key.index(Ellipsis)
+        key = key[:at] + (slice(None),) * (x.ndim - n_real) + key[at + 1:]
+    if n_real > x.ndim:
+        raise FrontendError(f"{n_real} indices for a tensor of {x.ndim} dims")
+    ax = 0
+    tensors = 0
+    for k in key:
+        if k is None:
+            x = op.unsqueeze(x, ax)
+            ax += 1
+        elif isinstance(k, slice):
+            x = slice_(t, x, ax, k.start, k.stop, k.step)
+            ax += 1
+        elif is_tensor(k):
+            tensors += 1
+            if tensors > 1:
+                raise UnsupportedNodeError("indexing with more than one index tensor")
+            x = take_along(t, x, ax, k)
+            ax += k.ndim
+        elif is_size(k):
+            x = select(t, x, ax, k)
+        else:
+            raise UnsupportedNodeError(f"index {k!r} of type {type(k).__name__}")
+    return x
+
+
+def size(t, x, dim=None):
+    if dim is None:
+        return list(x.shape)
+    return x.shape[norm_dim(dim, x.ndim)]
+
+
+def dim_(t, x):
+    return x.ndim
+
+
+def numel(t, x):
+    n = 1
+    for d in x.shape:
+        n = n * d
+    return E.simplify(n) if isinstance(n, E.PrimExpr) else n
+
+
+# -- creation -------------------------------------------------------------------------------------
+
+def _dtype_or(dtype, default: str) -> str:
+    return default if dtype is None else torch_dtype(dtype)
+
+
+def arange(t, start, end=None, step=1, *, dtype=None, layout=None, device=None, pin_memory=None,
+           requires_grad=False, out=None):
+    if end is None:
+        start, end = 0, start
+    nums = [v for v in (start, end, step) if not isinstance(v, E.PrimExpr)]
+    default = "float32" if any(isinstance(v, float) for v in nums) else "int64"
+    return op.arange(start, end, step, dtype=_dtype_or(dtype, default))
+
+
+def full(t, size_, fill_value, *, dtype=None, layout=None, device=None, pin_memory=None, requires_grad=False,
+         out=None):
+    default = "bool" if isinstance(fill_value, bool) else ("float32" if isinstance(fill_value, float) else
+                                                           "int64")
+    if not isinstance(fill_value, bool) and isinstance(fill_value, int) and dtype is None:
+        default = "int64"
+    dt = _dtype_or(dtype, default)
+    if is_tensor(fill_value):
+        return op.broadcast_to(as_dtype(fill_value, dt), list(size_))
+    return op.full(list(size_), fill_value, dtype=dt)
+
+
+def ones(t, *size_, dtype=None, layout=None, device=None, pin_memory=None, requires_grad=False, out=None):
+    return op.ones(sizes(size_), dtype=_dtype_or(dtype, "float32"))
+
+
+def zeros(t, *size_, dtype=None, layout=None, device=None, pin_memory=None, requires_grad=False, out=None):
+    return op.zeros(sizes(size_), dtype=_dtype_or(dtype, "float32"))
+
+
+def full_like(t, x, fill_value, *, dtype=None, **_):
+    return op.full(list(x.shape), fill_value, dtype=_dtype_or(dtype, x.dtype))
+
+
+def ones_like(t, x, *, dtype=None, **_):
+    return op.ones(list(x.shape), dtype=_dtype_or(dtype, x.dtype))
+
+
+def zeros_like(t, x, *, dtype=None, **_):
+    return op.zeros(list(x.shape), dtype=_dtype_or(dtype, x.dtype))
+
+
+def new_full(t, x, size_, fill_value, *, dtype=None, **_):
+    return op.full(list(size_), fill_value, dtype=_dtype_or(dtype, x.dtype))
+
+
+def new_ones(t, x, *size_, dtype=None, **_):
+    return op.ones(sizes(size_), dtype=_dtype_or(dtype, x.dtype))
+
+
+def new_zeros(t, x, *size_, dtype=None, **_):
+    return op.zeros(sizes(size_), dtype=_dtype_or(dtype, x.dtype))
+
+
+def tril(t, x, diagonal=0):
+    return op.tril(x, int(diagonal))
+
+
+def triu(t, x, diagonal=0):
+    return op.triu(x, int(diagonal))
+
+
+# -- conversions ----------------------------------------------------------------------------------
+
+def _is_dtype(v) -> bool:
+    return type(v).__name__ == "dtype" and str(v).startswith("torch.")
+
+
+def to(t, x, *args, dtype=None, **kwargs):
+    """``x.to(dtype)`` / ``x.to(device)`` / ``x.to(other)`` / ``x.to(device, dtype)``: only the dtype
+    matters here (one device)."""
+    for a in args:
+        if _is_dtype(a):
+            dtype = a
+        elif is_tensor(a):
+            dtype = a.dtype
+    if dtype is None:
+        return x
+    return as_dtype(x, dtype if isinstance(dtype, str) and dtype in DTYPES else torch_dtype(dtype))
+
+
+def type_as(t, x, other):
+    return as_dtype(x, other.dtype)
+
+
+def _cast(dtype: str):
+    def fn(t, x, *args, **kwargs):
+        return as_dtype(x, dtype)
+    fn.__name__ = dtype
+    return fn
+
+
+def pad(t, x, pad_, mode="constant", value=None):
+    """``F.pad``: ``pad_`` is (last dim's before, after, the one before's, ...)."""
+    pairs = [(pad_[i], pad_[i + 1]) for i in range(0, len(pad_), 2)]
+    width = [0] * (2 * x.ndim)
+    for k, (b, a) in enumerate(pairs):
+        ax = x.ndim - 1 - k
+        width[2 * ax], width[2 * ax + 1] = int(b), int(a)
+    modes = {"constant": "constant", "replicate": "edge", "reflect": "reflect"}
+    if mode not in modes:
+        raise UnsupportedNodeError(f"pad mode {mode!r}")
+    return op.pad(x, width, mode=modes[mode], value=0.0 if value is None else float(value))
+
+
+def contiguous(t, x, *args, **kwargs):
+    return x
+
+
+# The torch-semantics translations by name; the fx and ATen maps point their targets at these.
+TORCH_OPS: dict[str, Callable] = {
+    "add": add, "sub": sub, "rsub": rsub, "mul": mul, "div": div, "floordiv": floordiv, "mod": mod,
+    "pow": pow_, "neg": neg,
+    "exp": _unary("exp"), "log": _unary("log"), "sqrt": _unary("sqrt"), "rsqrt": _unary("rsqrt"),
+    "tanh": _unary("tanh"), "sigmoid": _unary("sigmoid"), "erf": _unary("erf"), "sin": _unary("sin"),
+    "cos": _unary("cos"), "abs": _unary("abs", float_only=False),
+    "relu": relu, "gelu": gelu, "silu": silu, "dropout": dropout, "identity": identity,
+    "softmax": softmax, "log_softmax": log_softmax,
+    "mean": _reduce("mean"), "sum": _reduce("sum"), "prod": _reduce("prod"), "amax": amax, "amin": amin,
+    "var": var, "std": std,
+    "eq": compare("equal"), "ne": compare("not_equal"), "lt": compare("less"), "le": compare("less_equal"),
+    "gt": compare("greater"), "ge": compare("greater_equal"),
+    "maximum": maximum, "minimum": minimum, "clamp": clamp,
+    "where": where, "masked_fill": masked_fill,
+    "logical_and": logical_and, "logical_or": logical_or, "logical_not": logical_not,
+    "bitwise_and": bitwise_and, "bitwise_or": bitwise_or, "bitwise_not": bitwise_not,
+    "linear": linear, "matmul": matmul, "mm": matmul, "bmm": matmul, "addmm": addmm, "baddbmm": baddbmm,
+    "embedding": embedding, "layer_norm": layer_norm, "rms_norm": rms_norm, "group_norm": group_norm,
+    "conv1d": conv1d, "conv2d": conv2d, "scaled_dot_product_attention": sdpa, "cumsum": cumsum,
+    "view": view, "reshape": reshape, "permute": permute, "transpose": transpose, "t": t_,
+    "unsqueeze": unsqueeze, "squeeze": squeeze, "flatten": flatten, "unflatten": unflatten,
+    "expand": expand, "expand_as": expand_as, "broadcast_to": broadcast_to,
+    "cat": cat, "concat": cat, "stack": stack, "split": split, "split_with_sizes": split_with_sizes,
+    "chunk": chunk, "unbind": unbind, "narrow": narrow, "select": select, "index_select": index_select,
+    "slice": slice_, "index": index, "diff": diff,
+    "getitem": getitem, "size": size, "dim": dim_, "numel": numel,
+    "arange": arange, "full": full, "ones": ones, "zeros": zeros, "full_like": full_like,
+    "ones_like": ones_like, "zeros_like": zeros_like, "new_full": new_full, "new_ones": new_ones,
+    "new_zeros": new_zeros, "tril": tril, "triu": triu,
+    "to": to, "type_as": type_as, "float": _cast("float32"), "half": _cast("float16"),
+    "bfloat16": _cast("bfloat16"), "double": _cast("float64"), "int": _cast("int32"), "long": _cast("int64"),
+    "bool": _cast("bool"), "contiguous": contiguous, "clone": contiguous, "detach": contiguous,
+    "pad": pad,
+}
+
+
+def scalar_math(name: str) -> Callable:
+    """``math.sqrt`` & co. on a static size (a symbolic one has no value at import time)."""
+    fn = getattr(math, name)
+
+    def run(t, v):
+        s = static(v) if not isinstance(v, float) else v
+        if s is None:
+            raise UnsupportedNodeError(f"math.{name} of the symbolic size {v}")
+        return fn(s)
+    return run
+
+
+def check_result(value, node_desc: str):
+    """The value a translation returned, checked: Tensors, sizes, numbers, or (nested) tuples /
+    lists of them."""
+    if isinstance(value, (Tensor, int, float, bool, E.PrimExpr, _Unavailable)) or value is None:
+        return value
+    if isinstance(value, (tuple, list)):
+        return type(value)(check_result(v, node_desc) for v in value)
+    if isinstance(value, rx.Expr):
+        sinfo = value.struct_info
+        if isinstance(sinfo, (TensorStructInfo, TupleStructInfo)):
+            from ..nn.core import wrap_nested
+
+            return wrap_nested(value, "lv") if not isinstance(value, rx.Var) or isinstance(
+                sinfo, TupleStructInfo) else Tensor(_expr=value)
+    raise FrontendError(f"{node_desc}: the translation returned {type(value).__name__}, not a tensor value")

@@ -1,0 +1,499 @@
+"""``from_fx``: a ``torch.fx.GraphModule`` -> an IRModule (the MLC course's "Integration with Machine
+Learning Frameworks", TVM's ``relax.frontend.torch.from_fx``).
+
+The graph's nodes are translated in order: ``placeholder`` -> an input of ``main`` (shape from
+``input_shapes``, a string dim is a symbolic dim of that name, one variable per name), ``get_attr``
+-> the attribute's tensor bound as a named constant (``self.weight`` -> ``weight``), ``call_function``
+/ ``call_method`` / ``call_module`` -> the translation of the target (the user's maps first, then
+the defaults of this module), ``output`` -> ``main``'s result. Module parameters are bound as named
+constants too (``linear0.weight`` -> ``linear0_weight``), so ``main`` takes the traced inputs only.
+
+User maps have the course's signatures: ``call_function_map[target](bb, node_map, node)`` and
+``call_module_map[module_type](bb, node_map, node, module)``; ``node_map[n]`` is the graph-level value
+(an ``rx.Expr``) of node ``n``; the function returns the graph-level value of ``node`` (from
+``bb.emit_te`` / ``bb.emit`` or an ``rx.Expr`` to bind). A ``call_method`` node is looked up in
+``call_function_map`` by its method name (``"view"``).
+"""
+from __future__ import annotations
+
+import builtins
+import math
+import operator
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from ..ir import relax as rx
+from ..ir.struct_info import TensorStructInfo
+from ..nn import op
+from ..nn.core import Tensor
+from . import common as C
+from .common import FrontendError, GraphTranslator, UnsupportedNodeError, torch_dtype
+
+__all__ = ["default_call_function_map", "default_call_method_map", "default_call_module_map", "from_fx"]
+
+
+class _NodeMap(Mapping):
+    """``node -> rx.Expr`` view of the translated values for user maps (the course's ``node_map``)."""
+
+    def __init__(self, env: dict) -> None:
+        self._env = env
+
+    def __getitem__(self, node):
+        v = self._env[node]
+        if isinstance(v, Tensor):
+            return v._expr
+        if isinstance(v, tuple) and all(isinstance(f, Tensor) for f in v):
+            return tuple(f._expr for f in v)
+        return v
+
+    def __iter__(self):
+        return iter(self._env)
+
+    def __len__(self) -> int:
+        return len(self._env)
+
+
+def _user_function(fn: Callable) -> Callable:
+    def run(t: GraphTranslator, *_args, **_kwargs):
+        return fn(t.bb, _NodeMap(t.env), t.node)
+    return run
+
+
+def _user_module(fn: Callable, module) -> Callable:
+    def run(t: GraphTranslator, *_args, **_kwargs):
+        return fn(t.bb, _NodeMap(t.env), t.node, module)
+    return run
+
+
+def from_fx(fx_module, input_shapes: Sequence[Sequence[int | str]], call_function_map: dict | None = None,
+            call_module_map: dict | None = None, input_dtypes: Sequence | None = None) -> rx.IRModule:
+    """Translate ``fx_module`` into an IRModule with one function ``main``.
+
+    ``fx_module``: a ``torch.fx.GraphModule`` (``torch.fx.symbolic_trace(model)``); a plain
+    ``torch.nn.Module`` is traced here (a ``torch.nn`` module itself, such as a
+    ``TransformerEncoderLayer``, is traced as the only child of a wrapper, so it is translated by its
+    module map entry), recording stack traces so that errors name the model's source lines (a graph
+    from plain ``torch.fx.symbolic_trace`` has none). Put the model in eval mode first: dropout is the identity here.
+    ``input_shapes``: one shape per placeholder, in order; ints or strings (symbolic dims: the same
+    name is the same dim). ``input_dtypes``: one dtype per placeholder (``"float32"`` or
+    ``torch.float32``), float32 by default. ``call_function_map`` / ``call_module_map``: user
+    translations (the course's signatures, see the module docstring); they take precedence over the
+    default maps (:func:`default_call_function_map`, :func:`default_call_method_map`,
+    :func:`default_call_module_map`).
+
+    Returns an IRModule whose ``main(*inputs)`` returns the graph's output (a tensor or a tuple of
+    tensors), with the weights bound inside as named constants.
+
+    Raises :class:`~builder.frontend.UnsupportedNodeError` for a node without a translation and
+    :class:`~builder.frontend.FrontendError` for one whose translation fails (both name the node,
+    its op / target and its Python source line), FrontendError when the number of input shapes /
+    dtypes does not match the placeholders.
+    """
+    import torch
+    from torch import fx
+
+    if not isinstance(fx_module, fx.GraphModule):
+        if not isinstance(fx_module, torch.nn.Module):
+            raise TypeError(f"from_fx: expected a torch.fx.GraphModule or torch.nn.Module, got "
+                            f"{type(fx_module).__name__}")
+        fx_module = _trace(fx_module)
+    placeholders = [n for n in fx_module.graph.nodes if n.op == "placeholder"]
+    input_shapes = list(input_shapes)
+    if len(input_shapes) != len(placeholders):
+        raise FrontendError(f"from_fx: {len(input_shapes)} input shapes for {len(placeholders)} placeholders "
+                            f"({', '.join(n.name for n in placeholders)})")
+    if input_dtypes is None:
+        input_dtypes = ["float32"] * len(placeholders)
+    input_dtypes = [torch_dtype(d) for d in input_dtypes]
+    if len(input_dtypes) != len(placeholders):
+        raise FrontendError(f"from_fx: {len(input_dtypes)} input dtypes for {len(placeholders)} placeholders")
+
+    user_functions = dict(call_function_map or {})
+    user_modules = dict(call_module_map or {})
+    functions = default_call_function_map()
+    methods = default_call_method_map()
+    modules = default_call_module_map()
+    named_modules = dict(fx_module.named_modules())
+
+    t = GraphTranslator()
+    t.trace_hint = C.FX_TRACE_HINT
+    for name, p in fx_module.named_parameters():
+        t.add_weight(name, lambda p=p: p)
+    for name, b in fx_module.named_buffers():
+        t.add_weight(name, lambda b=b: b)
+    params: list[rx.Var] = []
+    out = None
+    with t.bb.function("main"):
+        with t.bb.dataflow():
+            for node in fx_module.graph.nodes:
+                if node.op == "placeholder":
+                    i = len(params)
+                    shape = [t.dim(d) if isinstance(d, str) else int(d) for d in input_shapes[i]]
+                    var = rx.Var(node.target, TensorStructInfo(shape, input_dtypes[i]))
+                    params.append(var)
+                    t.env[node] = Tensor(_expr=var)
+                elif node.op == "get_attr":
+                    t.env[node] = t.apply(node, lambda tt, target=node.target: _get_attr(tt, fx_module, target),
+                                         "get_attr")
+                elif node.op == "call_function":
+                    if node.target in user_functions:
+                        t.env[node] = t.apply(node, _user_function(user_functions[node.target]), None)
+                        continue
+                    fn = functions.get(node.target)
+                    if fn is None:
+                        raise t.unsupported(node, hint="add it to call_function_map")
+                    t.env[node] = t.apply(node, fn)
+                elif node.op == "call_method":
+                    if node.target in user_functions:
+                        t.env[node] = t.apply(node, _user_function(user_functions[node.target]), None)
+                        continue
+                    fn = methods.get(node.target)
+                    if fn is None:
+                        raise t.unsupported(node, f"Tensor.{node.target}",
+                                            hint="add the method name to call_function_map")
+                    t.env[node] = t.apply(node, fn, f"Tensor.{node.target}")
+                elif node.op == "call_module":
+                    module = named_modules[node.target]
+                    what = f"{type(module).__module__}.{type(module).__name__}"
+                    user = _lookup_type(user_modules, type(module))
+                    if user is not None:
+                        t.env[node] = t.apply(node, _user_module(user, module), what)
+                        continue
+                    fn = _lookup_type(modules, type(module))
+                    if fn is None:
+                        raise t.unsupported(node, what, hint="add its type to call_module_map")
+                    t.env[node] = t.apply(node, fn, what, extra=(module, node.target))
+                elif node.op == "output":
+                    out = t.value(node.args[0])
+                else:
+                    raise t.unsupported(node)
+            gv = t.bb.emit_output(t.output_expr(out))
+        t.bb.emit_func_output(gv, params=params)
+    return t.bb.get()
+
+
+def _lookup_type(table: dict, cls: type):
+    for base in cls.__mro__:
+        if base in table:
+            return table[base]
+    return None
+
+
+def _trace(module):
+    import torch
+    from torch import fx
+
+    tracer = fx.Tracer()
+    if tracer.is_leaf_module(module, ""):
+        class _Wrap(torch.nn.Module):
+            def __init__(self, inner):
+                super().__init__()
+                self.inner = inner
+
+            def forward(self, *args):
+                return self.inner(*args)
+
+        module = _Wrap(module)
+    tracer = fx.Tracer()
+    tracer.record_stack_traces = True     # errors then name the model's source line
+    graph = tracer.trace(module)
+    return fx.GraphModule(tracer.root, graph, type(module).__name__)
+
+
+def _get_attr(t: GraphTranslator, gm, target: str):
+    obj = gm
+    for i, atom in enumerate(target.split(".")):
+        if not hasattr(obj, atom):
+            raise FrontendError(f"the module has no attribute '{'.'.join(target.split('.')[:i + 1])}'")
+        obj = getattr(obj, atom)
+    if type(obj).__name__ in ("Tensor", "Parameter") or hasattr(obj, "detach"):
+        return t.weight(target, obj)
+    return obj
+
+
+# -- default maps -----------------------------------------------------------------------------------
+
+def _getattr(t, obj, name):
+    if isinstance(obj, Tensor):
+        if name == "shape":
+            return list(obj.shape)
+        if name == "dtype":
+            return obj.dtype
+        if name == "ndim":
+            return obj.ndim
+        if name == "T":
+            return C.t_(t, obj)
+        if name == "device":
+            return "cpu"
+        raise UnsupportedNodeError(f"Tensor attribute '{name}'")
+    return getattr(obj, name)
+
+
+def default_call_function_map() -> dict:
+    """The default translations of ``call_function`` targets (torch functions, ``torch.nn.functional``,
+    Python operators, ``math``), each ``fn(t, *args, **kwargs)`` (see :mod:`builder.frontend.common`)."""
+    import torch
+    import torch.nn.functional as F
+
+    o = C.TORCH_OPS
+    m: dict[Any, Callable] = {
+        operator.add: o["add"], operator.sub: o["sub"], operator.mul: o["mul"], operator.truediv: o["div"],
+        operator.floordiv: o["floordiv"], operator.mod: o["mod"], operator.pow: o["pow"], operator.neg: o["neg"],
+        operator.matmul: o["matmul"], operator.getitem: o["getitem"], operator.eq: o["eq"], operator.ne: o["ne"],
+        operator.lt: o["lt"], operator.le: o["le"], operator.gt: o["gt"], operator.ge: o["ge"],
+        operator.and_: o["bitwise_and"], operator.or_: o["bitwise_or"], operator.invert: o["bitwise_not"],
+        operator.iadd: o["add"], operator.imul: o["mul"],
+        builtins.getattr: _getattr,
+        math.sqrt: C.scalar_math("sqrt"), math.log: C.scalar_math("log"), math.exp: C.scalar_math("exp"),
+        F.linear: o["linear"], F.embedding: o["embedding"], F.layer_norm: o["layer_norm"],
+        F.group_norm: o["group_norm"], F.conv1d: o["conv1d"], F.conv2d: o["conv2d"],
+        F.relu: o["relu"], F.gelu: o["gelu"], F.silu: o["silu"], F.dropout: o["dropout"],
+        F.softmax: o["softmax"], F.log_softmax: o["log_softmax"], F.pad: o["pad"],
+        F.scaled_dot_product_attention: o["scaled_dot_product_attention"],
+        F.sigmoid: o["sigmoid"], F.tanh: o["tanh"],
+        torch.sigmoid: o["sigmoid"], torch.tanh: o["tanh"], torch.relu: o["relu"],
+    }
+    if hasattr(F, "rms_norm"):
+        m[F.rms_norm] = o["rms_norm"]
+    for name in ("add", "sub", "mul", "div", "pow", "neg", "exp", "log", "sqrt", "rsqrt", "erf", "sin", "cos",
+                 "abs", "softmax", "log_softmax", "mean", "sum", "prod", "amax", "amin", "var", "std", "eq", "ne",
+                 "lt", "le", "gt", "ge", "maximum", "minimum", "clamp", "where", "masked_fill", "logical_and",
+                 "logical_or", "logical_not", "bitwise_and", "bitwise_or", "bitwise_not", "matmul", "mm", "bmm",
+                 "addmm", "baddbmm", "embedding", "layer_norm", "group_norm", "conv1d", "conv2d", "cumsum",
+                 "reshape", "permute", "transpose", "t", "unsqueeze", "squeeze", "flatten", "unflatten",
+                 "broadcast_to", "cat", "concat", "stack", "split", "chunk", "unbind", "narrow", "select",
+                 "index_select", "numel", "arange", "full", "ones", "zeros", "full_like", "ones_like",
+                 "zeros_like", "tril", "triu", "dropout", "rsub"):
+        fn = getattr(torch, name, None)
+        if fn is not None:
+            m[fn] = o[name]
+    m[torch.true_divide] = o["div"]
+    m[torch.clip] = o["clamp"]
+    m[torch.nn.functional.silu] = o["silu"]
+    return m
+
+
+def default_call_method_map() -> dict:
+    """The default translations of ``call_method`` targets (``Tensor`` method names)."""
+    o = C.TORCH_OPS
+    m = {name: o[name] for name in (
+        "add", "sub", "mul", "div", "pow", "neg", "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "erf",
+        "sin", "cos", "abs", "relu", "softmax", "log_softmax", "mean", "sum", "prod", "amax", "amin", "var",
+        "std", "eq", "ne", "lt", "le", "gt", "ge", "maximum", "minimum", "clamp", "masked_fill",
+        "logical_and", "logical_or", "logical_not", "bitwise_and", "bitwise_or", "bitwise_not",
+        "matmul", "mm", "bmm", "view", "reshape", "permute", "transpose", "t", "unsqueeze", "squeeze",
+        "flatten", "unflatten", "expand", "expand_as", "split", "chunk", "unbind", "narrow", "select",
+        "index_select", "size", "dim", "numel", "new_full", "new_ones", "new_zeros", "tril", "triu",
+        "to", "type_as", "float", "half", "bfloat16", "double", "int", "long", "bool", "contiguous",
+        "clone", "detach", "cumsum")}
+    m.update({"__getitem__": o["getitem"], "masked_fill_": o["masked_fill"], "add_": o["add"],
+              "mul_": o["mul"], "clamp_min": lambda t, x, v: C.clamp(t, x, min=v),
+              "clamp_max": lambda t, x, v: C.clamp(t, x, max=v), "type": _method_type,
+              "repeat": _repeat, "where": lambda t, x, cond, other: C.where(t, cond, x, other)})
+    return m
+
+
+def _method_type(t, x, dtype=None, *args, **kwargs):
+    if dtype is None:
+        raise UnsupportedNodeError("Tensor.type() without a dtype (returns a string)")
+    return C.as_dtype(x, torch_dtype(dtype))
+
+
+def _repeat(t, x, *reps):
+    reps = C.sizes(reps)
+    if len(reps) < x.ndim:
+        raise FrontendError(f"repeat: {len(reps)} repeats for a tensor of {x.ndim} dims")
+    x = t.reshape(x, [1] * (len(reps) - x.ndim) + list(x.shape))
+    for ax, r in enumerate(reps):
+        if C.static(r) != 1:
+            if C.static(x.shape[ax]) == 1:
+                shape = list(x.shape)
+                shape[ax] = r
+                x = op.broadcast_to(x, shape)
+            else:
+                x = op.concat([x] * int(r), dim=ax)
+    return x
+
+
+# module translations: fn(t, module, path, *args, **kwargs)
+
+def _w(t, module, path: str, name: str):
+    value = getattr(module, name, None)
+    if value is None:
+        return None
+    return t.weight(f"{path}.{name}" if path else name, value)
+
+
+def _linear_module(t, m, path, x):
+    return C.linear(t, x, _w(t, m, path, "weight"), _w(t, m, path, "bias"))
+
+
+def _embedding_module(t, m, path, ids):
+    if m.max_norm is not None:
+        raise UnsupportedNodeError("Embedding with max_norm")
+    return C.embedding(t, ids, _w(t, m, path, "weight"))
+
+
+def _layer_norm_module(t, m, path, x):
+    return C.layer_norm(t, x, list(m.normalized_shape), _w(t, m, path, "weight"), _w(t, m, path, "bias"), m.eps)
+
+
+def _rms_norm_module(t, m, path, x):
+    return C.rms_norm(t, x, list(m.normalized_shape), _w(t, m, path, "weight"), m.eps)
+
+
+def _group_norm_module(t, m, path, x):
+    return C.group_norm(t, x, m.num_groups, _w(t, m, path, "weight"), _w(t, m, path, "bias"), m.eps)
+
+
+def _conv_module(fn):
+    def run(t, m, path, x):
+        if m.padding_mode != "zeros":
+            raise UnsupportedNodeError(f"padding_mode={m.padding_mode!r}")
+        return fn(t, x, _w(t, m, path, "weight"), _w(t, m, path, "bias"), m.stride, m.padding, m.dilation, m.groups)
+    return run
+
+
+def _simple(fn: Callable, **attrs: Callable):
+    def run(t, m, path, x, *args):
+        return fn(t, x, **{k: get(m) for k, get in attrs.items()})
+    return run
+
+
+def _flatten_module(t, m, path, x):
+    return C.flatten(t, x, m.start_dim, m.end_dim)
+
+
+def _additive_mask(mask: Tensor | None, dtype: str) -> Tensor | None:
+    """An attention mask of ``torch.nn.MultiheadAttention`` (bool: True = masked out; float: added)
+    as a float mask to add to the scores."""
+    if mask is None:
+        return None
+    if mask.dtype == "bool":
+        return op.where(mask, float("-inf"), C.to_tensor(0.0, dtype))
+    return C.as_dtype(mask, dtype)
+
+
+def multi_head_attention(t, m, path, query, key, value, key_padding_mask=None, need_weights=True,
+                         attn_mask=None, average_attn_weights=True, is_causal=False):
+    """``torch.nn.MultiheadAttention.forward`` (eval): in-projections (the packed ``in_proj_weight``
+    split into q / k / v constants), heads, attention with ``attn_mask`` ((L, S) or (N*H, L, S); bool
+    True = masked out, or float added) and ``key_padding_mask`` ((N, S)), the out-projection. With
+    ``need_weights`` the attention is written out (matmul, softmax) to return the weights (averaged
+    over heads with ``average_attn_weights``); else one attention op. Returns ``(out, weights or None)``.
+    Raises UnsupportedNodeError for ``bias_k`` / ``bias_v`` / ``add_zero_attn``."""
+    if m.bias_k is not None or m.bias_v is not None or m.add_zero_attn:
+        raise UnsupportedNodeError("MultiheadAttention with bias_k / bias_v / add_zero_attn")
+    if not m.batch_first:
+        query, key, value = (C.transpose(t, v, 0, 1) for v in (query, key, value))
+    e, h = m.embed_dim, m.num_heads
+    d = e // h
+    p = f"{path}." if path else ""
+    if m._qkv_same_embed_dim:
+        w = m.in_proj_weight
+        ws = [t.weight(f"{p}in_proj_weight.{c}", w[i * e:(i + 1) * e]) for i, c in enumerate("qkv")]
+    else:
+        ws = [_w(t, m, path, f"{c}_proj_weight") for c in "qkv"]
+    if m.in_proj_bias is not None:
+        bs = [t.weight(f"{p}in_proj_bias.{c}", m.in_proj_bias[i * e:(i + 1) * e]) for i, c in enumerate("qkv")]
+    else:
+        bs = [None] * 3
+    n, lq, lk = query.shape[0], query.shape[1], key.shape[1]
+    q = t.reshape(C.linear(t, query, ws[0], bs[0]), [n, lq, h, d])
+    k = t.reshape(C.linear(t, key, ws[1], bs[1]), [n, lk, h, d])
+    v = t.reshape(C.linear(t, value, ws[2], bs[2]), [n, lk, h, d])
+    mask = _additive_mask(attn_mask, query.dtype)
+    if mask is not None:
+        mask = t.reshape(mask, [n, h, lq, lk]) if mask.ndim == 3 else mask
+    kpm = _additive_mask(key_padding_mask, query.dtype)
+    if kpm is not None:
+        kpm = t.reshape(kpm, [n, 1, 1, lk])
+        mask = kpm if mask is None else op.add(mask, kpm)
+    if is_causal and mask is None:
+        raise FrontendError("MultiheadAttention: is_causal needs attn_mask (as in PyTorch)")
+    weights = None
+    if need_weights:
+        qh, kh, vh = t.permute(q, [0, 2, 1, 3]), t.permute(k, [0, 2, 3, 1]), t.permute(v, [0, 2, 1, 3])
+        scores = op.multiply(op.matmul(qh, kh), 1.0 / (d ** 0.5))
+        if mask is not None:
+            scores = op.add(scores, mask)
+        probs = op.softmax(scores, axis=-1)
+        o = t.permute(op.matmul(probs, vh), [0, 2, 1, 3])
+        weights = op.mean(probs, axis=[1]) if average_attn_weights else probs
+    else:
+        o = op.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    out = C.linear(t, t.reshape(o, [n, lq, e]), _w(t, m.out_proj, f"{p}out_proj", "weight"),
+                   _w(t, m.out_proj, f"{p}out_proj", "bias"))
+    if not m.batch_first:
+        out = C.transpose(t, out, 0, 1)
+    return out, weights
+
+
+def _activation(t, act, path: str, x):
+    import torch.nn.functional as F
+
+    if isinstance(act, str):
+        act = {"relu": F.relu, "gelu": F.gelu}[act]
+    if act is F.relu:
+        return op.relu(x)
+    if act is F.gelu:
+        return op.gelu(x)
+    fn = _lookup_type(default_call_module_map(), type(act))
+    if fn is None:
+        raise UnsupportedNodeError(f"activation {act!r}")
+    return fn(t, act, path, x)
+
+
+def transformer_encoder_layer(t, m, path, src, src_mask=None, src_key_padding_mask=None, is_causal=False):
+    """``torch.nn.TransformerEncoderLayer.forward`` (eval; ``norm_first`` either way) from its pieces:
+    :func:`multi_head_attention`, the two Linear layers with the activation, the two LayerNorms."""
+    p = f"{path}." if path else ""
+
+    def sa(x):
+        return multi_head_attention(t, m.self_attn, f"{p}self_attn", x, x, x, key_padding_mask=src_key_padding_mask,
+                                    need_weights=False, attn_mask=src_mask)[0]
+
+    def ff(x):
+        h = _activation(t, m.activation, f"{p}activation", _linear_module(t, m.linear1, f"{p}linear1", x))
+        return _linear_module(t, m.linear2, f"{p}linear2", h)
+
+    x = src
+    if m.norm_first:
+        x = op.add(x, sa(_layer_norm_module(t, m.norm1, f"{p}norm1", x)))
+        x = op.add(x, ff(_layer_norm_module(t, m.norm2, f"{p}norm2", x)))
+    else:
+        x = _layer_norm_module(t, m.norm1, f"{p}norm1", op.add(x, sa(x)))
+        x = _layer_norm_module(t, m.norm2, f"{p}norm2", op.add(x, ff(x)))
+    return x
+
+
+def transformer_encoder(t, m, path, src, mask=None, src_key_padding_mask=None, is_causal=None):
+    """``torch.nn.TransformerEncoder.forward`` (eval): its layers, then ``norm`` if any."""
+    p = f"{path}." if path else ""
+    x = src
+    for i, layer in enumerate(m.layers):
+        x = transformer_encoder_layer(t, layer, f"{p}layers.{i}", x, mask, src_key_padding_mask)
+    if m.norm is not None:
+        x = _layer_norm_module(t, m.norm, f"{p}norm", x)
+    return x
+
+
+def default_call_module_map() -> dict:
+    """The default translations of ``torch.nn`` modules, by type (subclasses match too)."""
+    import torch.nn as tnn
+
+    o = C.TORCH_OPS
+    m = {
+        tnn.Linear: _linear_module, tnn.Embedding: _embedding_module, tnn.LayerNorm: _layer_norm_module,
+        tnn.GroupNorm: _group_norm_module, tnn.Conv1d: _conv_module(C.conv1d), tnn.Conv2d: _conv_module(C.conv2d),
+        tnn.ReLU: _simple(o["relu"]), tnn.SiLU: _simple(o["silu"]), tnn.Tanh: _simple(o["tanh"]),
+        tnn.Sigmoid: _simple(o["sigmoid"]), tnn.GELU: _simple(o["gelu"], approximate=lambda mod: mod.approximate),
+        tnn.Softmax: _simple(o["softmax"], dim=lambda mod: mod.dim),
+        tnn.LogSoftmax: _simple(o["log_softmax"], dim=lambda mod: mod.dim),
+        tnn.Dropout: _simple(o["identity"]), tnn.Identity: _simple(o["identity"]),
+        tnn.Flatten: _flatten_module, tnn.MultiheadAttention: multi_head_attention,
+        tnn.TransformerEncoderLayer: transformer_encoder_layer, tnn.TransformerEncoder: transformer_encoder,
+    }
+    if hasattr(tnn, "RMSNorm"):
+        m[tnn.RMSNorm] = _rms_norm_module
+    return m
