@@ -5,7 +5,7 @@
 Performance Convolutional Neural Networks for Document Processing", 2006; PyTorch's CPU slow path and
 onnxruntime's ``Conv`` do the same)::
 
-    col = conv1d_im2col(x)                         (N * W_out, C, K), zero padding inline
+    col = conv1d_im2col(x)                         (N, W_out, C, K), zero padding inline
     y_nwc = matmul(reshape(col, (N, W_out, C * K)), permute_dims(reshape(w, (O, C * K))))
     y = permute_dims(y_nwc, [0, 2, 1])             (N, O, W_out), NCW as the op says
 

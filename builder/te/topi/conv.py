@@ -255,8 +255,8 @@ def conv1d_im2col(x: Tensor, kernel_size: int, strides=1, padding=0, dilation=1,
     GEMM (the lowering of Chellapilla et al., "High Performance Convolutional Neural Networks for
     Document Processing", 2006; what PyTorch's CPU slow path and onnxruntime do)::
 
-        col[n * W_out + t, c, k] = x_pad[n, c, t*stride + k*dilation]      (zero in the padding)
-        conv1d(x, w)[n, o, t] = sum_{c, k} col[n * W_out + t, c, k] * w[o, c, k]
+        col[n, t, c, k] = x_pad[n, c, t*stride + k*dilation]      (zero in the padding)
+        conv1d(x, w)[n, o, t] = sum_{c, k} col[n, t, c, k] * w[o, c, k]
 
     so ``reshape(col, (N, W_out, C*K)) @ reshape(w, (O, C*K)).T`` is the convolution in NWC
     layout, with the weight used as stored (OIW, no copy). ``x`` is ``(N, C, W)`` (``layout``
@@ -283,16 +283,14 @@ def conv1d_im2col(x: Tensor, kernel_size: int, strides=1, padding=0, dilation=1,
         n, width, c = x.shape
     out_w = conv_out_dim(width, k, s, lo, hi, d)
     checks = _span_checks(width, k, lo, hi, d, "conv1d_im2col")
-    rows = E.simplify(E.convert(n) * out_w)
 
-    def fbody(r, cc, kk):
-        nn, t = (r // out_w, r % out_w) if static_int(n) != 1 else (E.IntImm(0, "int64"), r)
+    def fbody(nn, t, cc, kk):
         pos = E.simplify(t * s + kk * d - lo)
         v = x[nn, cc, pos] if layout == "NCW" else x[nn, pos, cc]
         conds = _in_bounds(pos, width, lo > 0, hi > 0)
         return tir.if_then_else(tir.all(*conds), v, E.const(0, x.dtype)) if conds else v
 
-    return _te.compute((rows, c, E.IntImm(k, "int64")), fbody, name="conv1d_im2col", attrs=checks)
+    return _te.compute((n, out_w, c, E.IntImm(k, "int64")), fbody, name="conv1d_im2col", attrs=checks)
 
 
 def conv1d_transpose_col2im(cols: Tensor, out_channels, kernel_size: int, out_width, strides=1, padding=0,
