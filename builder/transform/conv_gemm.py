@@ -25,7 +25,9 @@ and activation stay the GEMM's epilogue; ``permute_dims(v, [0, 2, 1])`` of a val
 twin is the twin; a following convolution reads its input's twin (``conv1d_im2col`` reads NWC as
 well as NCW). Whisper's stem (``gelu(conv1)``, ``gelu(conv2)``, then ``permute_dims(.., [0, 2, 1])``)
 so becomes two fused GEMM kernels and two im2col copies, with no transpose at all. Pending
-transposes nothing uses are removed (dead code elimination).
+transposes nothing uses are removed (dead code elimination). A pointwise convolution (kernel 1,
+stride 1, no padding) of an input with an NWC twin needs no columns at all: the twin is the GEMM's
+input.
 
 **ConvTranspose1D** (``R.nn.conv1d_transpose``, groups 1): a GEMM producing the columns, then the
 overlap-add (col2im; Caffe's ``Deconvolution``, PyTorch's ``slow_conv_transpose1d``)::
@@ -149,15 +151,18 @@ class _Rewriter:
         a = call.attrs
         n, _, out_w = _tensor(call).shape
         src, layout = (self.twin[x], "NWC") if x in self.twin else (x, "NCW")
-        try:
-            col = call_te(self.bb, topi.conv1d_im2col, (src,),
-                          {"kernel_size": k, "strides": tuple(a.get("strides", (1,))),
-                           "padding": tuple(a.get("padding", (0,))), "dilation": tuple(a.get("dilation", (1,))),
-                           "layout": layout}, "conv1d_im2col")
-        except ValueError:
-            return False   # the loops raise the same error where the shapes allow it
-        col = self.emit(col, "conv_col")
-        col = self.emit(_op("reshape", [col, rx.ShapeExpr([n, out_w, c * k])]), "conv_col")
+        strides, padding = [int(v) for v in a.get("strides", (1,))], [int(v) for v in a.get("padding", (0,))]
+        if k == 1 and layout == "NWC" and set(strides) == {1} and set(padding) == {0}:
+            col = src   # a pointwise convolution of channels-last data: the data are the columns
+        else:
+            try:
+                col = call_te(self.bb, topi.conv1d_im2col, (src,),
+                              {"kernel_size": k, "strides": tuple(strides), "padding": tuple(padding),
+                               "dilation": tuple(a.get("dilation", (1,))), "layout": layout}, "conv1d_im2col")
+            except ValueError:
+                return False   # the loops raise the same error where the shapes allow it
+            col = self.emit(col, "conv_col")
+            col = self.emit(_op("reshape", [col, rx.ShapeExpr([n, out_w, c * k])]), "conv_col")
         w2 = self.emit(_op("reshape", [w, rx.ShapeExpr([ws.shape[0], c * k])]), "conv_weight")
         wt = self.emit(_op("permute_dims", [w2], axes=[1, 0]), "conv_weight_t")
         y = self.emit(_op("matmul", [col, wt], out_dtype=a.get("out_dtype", "void")), "conv_nwc")

@@ -216,3 +216,14 @@ def test_conv_after_conv_transpose():
     w1, w2, x = rand(4, 6, 4), rand(3, 6, 3), rand(2, 4, 7)
     want = conv1d_ref(gelu_ref(conv_transpose1d_ref(x, w1, None, 2, (1, 1), 1)), w2, None, 1, (1, 1))
     np.testing.assert_allclose(f(x, w1, w2), want, rtol=1e-4, atol=1e-4)
+
+
+def test_pointwise_conv_after_conv_reads_the_gemm_output_directly():
+    """Kernel 1, stride 1, no padding after a GEMM-lowered conv: no im2col copy for the second."""
+    f, kernels = compile_fn(lambda x, w1, w2: op.conv1d(op.conv1d(x, w1, padding=1), w2),
+                            x=(["n", 4, "l"], "float32"), w1=([6, 4, 3], "float32"), w2=([5, 6, 1], "float32"))
+    fam = families(kernels)
+    assert sum(n.startswith("conv1d_im2col") for n in fam) == 1 and sum(v.startswith("linear") for v in fam.values()) == 2, fam
+    w1, w2, x = rand(6, 4, 3), rand(5, 6, 1), rand(2, 4, 10)
+    want = conv1d_ref(conv1d_ref(x, w1, None, 1, (1, 1)), w2)
+    np.testing.assert_allclose(f(x, w1, w2), want, rtol=1e-4, atol=1e-4)
