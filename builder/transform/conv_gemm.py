@@ -147,7 +147,7 @@ class _Rewriter:
         got = _conv_operands(call)
         if got is None:
             return False
-        x, w, xs, ws, c, k = got
+        x, w, _, ws, c, k = got
         a = call.attrs
         n, _, out_w = _tensor(call).shape
         src, layout = (self.twin[x], "NWC") if x in self.twin else (x, "NCW")

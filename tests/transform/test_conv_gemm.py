@@ -6,9 +6,9 @@ from math import erf
 
 import numpy as np
 import pytest
+from helpers.functional import Fn, spec_of
 
 from builder.nn import op
-from helpers.functional import Fn, spec_of
 
 RNG = np.random.default_rng(15)
 
@@ -60,7 +60,7 @@ def families(kernels) -> dict:
 
 
 def tol(dtype):
-    return dict(rtol=1e-4, atol=1e-4) if dtype == "float32" else dict(rtol=2e-2, atol=2e-2)
+    return {"rtol": 1e-4, "atol": 1e-4} if dtype == "float32" else {"rtol": 2e-2, "atol": 2e-2}
 
 
 def assert_gemm(kernels, prefix="conv1d_im2col"):

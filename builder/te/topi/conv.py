@@ -14,7 +14,7 @@ from .. import tensor as _te
 from ..tensor import Tensor
 from .common import accumulator_dtype, cast_value, output_dtype, two_stage_compute
 
-__all__ = ["conv1d", "conv1d_transpose", "conv2d", "conv1d_im2col", "conv1d_transpose_col2im"]
+__all__ = ["conv1d", "conv1d_im2col", "conv1d_transpose", "conv1d_transpose_col2im", "conv2d"]
 
 
 def _one(v, what: str) -> int:
