@@ -227,3 +227,21 @@ def test_pointwise_conv_after_conv_reads_the_gemm_output_directly():
     w1, w2, x = rand(6, 4, 3), rand(5, 6, 1), rand(2, 4, 10)
     want = conv1d_ref(conv1d_ref(x, w1, None, 1, (1, 1)), w2)
     np.testing.assert_allclose(f(x, w1, w2), want, rtol=1e-4, atol=1e-4)
+
+
+def test_bfloat16_conv_and_conv_transpose_on_the_gemm_path():
+    """bfloat16 data (passed as their bits: numpy has no such dtype) take the GEMM path too."""
+    from runtime.native import bfloat16_bits_to_float32 as b2f
+    from runtime.native import float32_to_bfloat16_bits as f2b
+
+    def fn(x, w, wt):
+        return op.conv1d(x, w, stride=2, padding=1), op.conv1d_transpose(x, wt, stride=2, padding=1)
+
+    f, kernels = compile_fn(fn, x=(["n", 6, "l"], "bfloat16"), w=([4, 6, 3], "bfloat16"), wt=([6, 4, 3], "bfloat16"))
+    assert_gemm(kernels)
+    assert any(n.startswith("conv1d_transpose_col2im") for n in kernels)
+    x, w, wt = f2b(rand(2, 6, 11)), f2b(rand(4, 6, 3)), f2b(rand(6, 4, 3))
+    y, yt = (b2f(v) for v in f(x, w, wt))
+    xf, wf, wtf = (b2f(v).astype(np.float64) for v in (x, w, wt))
+    np.testing.assert_allclose(y, conv1d_ref(xf, wf, None, 2, (1, 1)), rtol=2e-2, atol=3e-2)
+    np.testing.assert_allclose(yt, conv_transpose1d_ref(xf, wtf, None, 2, (1, 1)), rtol=2e-2, atol=3e-2)
