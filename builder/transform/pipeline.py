@@ -3,6 +3,8 @@
 Graph level, on the exported IRModule (``builder.compile`` runs it, then generates code for the
 PrimFuncs it produced):
 
+0. ``conv_to_gemm`` (:class:`ConvToGemm`): Conv1D / ConvTranspose1D with groups 1 become an im2col
+   copy (col2im overlap-add) around a matmul, which the next pass gives to the GEMM kernels;
 1. ``select_kernels`` (:class:`SelectKernels`): every matmul with its elementwise epilogue, and every
    quantized gather, becomes its fast kernel (GEMV / GEMM, fused dequantization);
 2. ``fuse_ops`` (:class:`FuseOps`): remaining elementwise chains become one kernel each;
@@ -15,6 +17,7 @@ the VM allocates each call's outputs and drops them when no register holds them.
 """
 from __future__ import annotations
 
+from .conv_gemm import ConvToGemm
 from .dce import DeadCodeElimination
 from .fuse_ops import FuseOps
 from .legalize import LegalizeOps
@@ -26,7 +29,7 @@ __all__ = ["default_pipeline", "PASS_NAMES"]
 
 def default_pipeline() -> Sequential:
     """The passes ``builder.compile`` runs, in order (see the module docstring)."""
-    return Sequential([SelectKernels(), FuseOps(), LegalizeOps(), DeadCodeElimination()], name="default_pipeline")
+    return Sequential([ConvToGemm(), SelectKernels(), FuseOps(), LegalizeOps(), DeadCodeElimination()], name="default_pipeline")
 
 
 PASS_NAMES = tuple(default_pipeline().names)

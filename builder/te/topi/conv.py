@@ -14,7 +14,7 @@ from .. import tensor as _te
 from ..tensor import Tensor
 from .common import accumulator_dtype, cast_value, output_dtype, two_stage_compute
 
-__all__ = ["conv1d", "conv1d_transpose", "conv2d"]
+__all__ = ["conv1d", "conv1d_im2col", "conv1d_transpose", "conv1d_transpose_col2im", "conv2d"]
 
 
 def _one(v, what: str) -> int:
@@ -36,6 +36,39 @@ def _int_list(v, n: int, what: str, opname: str) -> list[int]:
     if len(vals) != n:
         raise ValueError(f"{opname}: {what} must have {n} values, got {v!r}")
     return vals
+
+
+def _conv1d_params(strides, padding, dilation, opname: str = "conv1d") -> tuple[int, int, int, int]:
+    """``(stride, pad_lo, pad_hi, dilation)`` of a 1-D convolution from its attributes: ``strides`` /
+    ``dilation`` an int or a 1-tuple, ``padding`` an int, ``(p,)`` or ``(lo, hi)``. Raises ValueError
+    for other forms, a stride or dilation below 1 or a negative padding."""
+    s = _one(strides, "strides")
+    d = _one(dilation, "dilation")
+    if isinstance(padding, (list, tuple)):
+        if len(padding) == 1:
+            lo = hi = int(padding[0])
+        elif len(padding) == 2:
+            lo, hi = int(padding[0]), int(padding[1])
+        else:
+            raise ValueError(f"{opname}: padding must be p, (p,) or (lo, hi), got {padding!r}")
+    else:
+        lo = hi = int(padding)
+    if s < 1 or d < 1 or lo < 0 or hi < 0:
+        raise ValueError(f"{opname}: invalid strides={strides} dilation={dilation} padding={padding}")
+    return s, lo, hi, d
+
+
+def _span_checks(width, k, lo: int, hi: int, d: int, opname: str) -> dict | None:
+    """The dilated kernel must fit in the padded input (PyTorch raises "Kernel size can't be greater
+    than actual input size"): raises ValueError here when both are static, else returns the
+    ``mb.assert_le`` attribute that checks it when the code runs (None when nothing is left to check)."""
+    span, padded = E.simplify(E.convert(k - 1) * d + 1), E.simplify(E.convert(width) + (lo + hi))
+    if isinstance(span, E.IntImm) and isinstance(padded, E.IntImm):
+        if span.value > padded.value:
+            raise ValueError(f"{opname}: the input of length {width} (padded to {padded.value}) is shorter than "
+                             f"the dilated kernel ({span.value} = dilation {d} x (kernel {k} - 1) + 1)")
+        return None
+    return {"mb.assert_le": [(span, padded, "the padded input is shorter than the dilated kernel")]}
 
 
 def _in_bounds(pos: PrimExpr, size: PrimExpr, check_lo: bool, check_hi: bool) -> list[PrimExpr]:
@@ -65,21 +98,10 @@ def conv1d(x: Tensor, w: Tensor, strides=1, padding=0, dilation=1, groups: int =
     if x.ndim != 3 or w.ndim != 3:
         raise ValueError(f"conv1d: data and weight must be 3-D (NCW / OIW), got "
                          f"{fmt_shape(x.shape)} and {fmt_shape(w.shape)}")
-    s = _one(strides, "strides")
-    d = _one(dilation, "dilation")
-    if isinstance(padding, (list, tuple)):
-        if len(padding) == 1:
-            lo = hi = int(padding[0])
-        elif len(padding) == 2:
-            lo, hi = int(padding[0]), int(padding[1])
-        else:
-            raise ValueError(f"conv1d: padding must be p, (p,) or (lo, hi), got {padding!r}")
-    else:
-        lo = hi = int(padding)
+    s, lo, hi, d = _conv1d_params(strides, padding, dilation)
     g = int(groups)
-    if s < 1 or d < 1 or g < 1 or lo < 0 or hi < 0:
-        raise ValueError(f"conv1d: invalid strides={strides} dilation={dilation} groups={groups} "
-                         f"padding={padding}")
+    if g < 1:
+        raise ValueError(f"conv1d: invalid groups={groups}")
     n, c, width = x.shape
     o, cg, k = w.shape
     sc, scg, so = static_int(c), static_int(cg), static_int(o)
@@ -89,17 +111,7 @@ def conv1d(x: Tensor, w: Tensor, strides=1, padding=0, dilation=1, groups: int =
     if so is not None and so % g:
         raise ValueError(f"conv1d: {so} output channels are not divisible by groups={g}")
     out_w = conv_out_dim(width, k, s, lo, hi, d)
-    # the dilated kernel must fit in the padded input (PyTorch raises "Kernel size can't be
-    # greater than actual input size"): checked here when static, when the code runs otherwise
-    span, padded = E.simplify(E.convert(k - 1) * d + 1), E.simplify(E.convert(width) + (lo + hi))
-    checks = None
-    if isinstance(span, E.IntImm) and isinstance(padded, E.IntImm):
-        if span.value > padded.value:
-            raise ValueError(f"conv1d: the input of length {width} (padded to {padded.value}) is shorter than "
-                             f"the dilated kernel ({span.value} = dilation {d} x (kernel {k} - 1) + 1)")
-    else:
-        checks = {"mb.assert_le": [(span, padded, "the padded input is shorter than the dilated "
-                                                  "kernel")]}
+    checks = _span_checks(width, k, lo, hi, d, "conv1d")
     in_dtype = promote_dtype(x.dtype, w.dtype)
     odt = output_dtype(in_dtype, out_dtype)
     acc = accumulator_dtype(in_dtype, odt)
@@ -235,3 +247,95 @@ def conv1d_transpose(x: Tensor, w: Tensor, strides=1, padding=0, output_padding=
         return _te.sum(tir.if_then_else(tir.all(*conds), v, E.const(0, acc)), axis=[rc, rk])
 
     return two_stage_compute((n, out_c, out_w), fbody, acc, odt, "conv1d_transpose_ncw")
+
+
+def conv1d_im2col(x: Tensor, kernel_size: int, strides=1, padding=0, dilation=1,
+                  layout: str = "NCW") -> Tensor:
+    """The columns (im2col) of a 1-D convolution with groups 1, so that the convolution is one
+    GEMM (the lowering of Chellapilla et al., "High Performance Convolutional Neural Networks for
+    Document Processing", 2006; what PyTorch's CPU slow path and onnxruntime do)::
+
+        col[n, t, c, k] = x_pad[n, c, t*stride + k*dilation]      (zero in the padding)
+        conv1d(x, w)[n, o, t] = sum_{c, k} col[n, t, c, k] * w[o, c, k]
+
+    so ``reshape(col, (N, W_out, C*K)) @ reshape(w, (O, C*K)).T`` is the convolution in NWC
+    layout, with the weight used as stored (OIW, no copy). ``x`` is ``(N, C, W)`` (``layout``
+    ``"NCW"``) or ``(N, W, C)`` (``"NWC"``, read as its transpose: the output of a previous
+    GEMM-lowered convolution needs no transpose); any dtype, copied unchanged. The rows are one
+    flattened ``N * W_out`` axis, so the copy runs in parallel for batch 1 too. ``W_out`` and the
+    attributes are as :func:`conv1d`'s (padding ``p``, ``(p,)`` or ``(lo, hi)``).
+
+    Returns a ``(N * W_out, C, K)`` tensor. Raises ValueError for a non-3-D ``x``, a bad layout,
+    ``kernel_size`` below 1, invalid attributes, or a dilated kernel longer than the padded
+    input (checked when the code runs for a symbolic length).
+    """
+    if x.ndim != 3:
+        raise ValueError(f"conv1d_im2col: data must be 3-D, got {fmt_shape(x.shape)}")
+    if layout not in ("NCW", "NWC"):
+        raise ValueError(f"conv1d_im2col: layout must be NCW or NWC, got {layout!r}")
+    k = int(kernel_size)
+    if k < 1:
+        raise ValueError(f"conv1d_im2col: kernel_size must be at least 1, got {kernel_size}")
+    s, lo, hi, d = _conv1d_params(strides, padding, dilation, "conv1d_im2col")
+    if layout == "NCW":
+        n, c, width = x.shape
+    else:
+        n, width, c = x.shape
+    out_w = conv_out_dim(width, k, s, lo, hi, d)
+    checks = _span_checks(width, k, lo, hi, d, "conv1d_im2col")
+
+    def fbody(nn, t, cc, kk):
+        pos = E.simplify(t * s + kk * d - lo)
+        v = x[nn, cc, pos] if layout == "NCW" else x[nn, pos, cc]
+        conds = _in_bounds(pos, width, lo > 0, hi > 0)
+        return tir.if_then_else(tir.all(*conds), v, E.const(0, x.dtype)) if conds else v
+
+    return _te.compute((n, out_w, c, E.IntImm(k, "int64")), fbody, name="conv1d_im2col", attrs=checks)
+
+
+def conv1d_transpose_col2im(cols: Tensor, out_channels, kernel_size: int, out_width, strides=1, padding=0,
+                            dilation=1, out_dtype: str | None = None) -> Tensor:
+    """The overlap-add (col2im) that finishes a 1-D transposed convolution computed as a GEMM
+    (groups 1; the lowering of Caffe's ``Deconvolution`` layer and PyTorch's CPU
+    ``slow_conv_transpose``): with ``cols[n, q, o*K + k] = sum_c x[n, c, q] * w[c, o, k]``
+    (``x @ reshape(w, (C, O*K))``, shape ``(N, W, O*K)``)::
+
+        out[n, o, t] = sum_k cols[n, q, o*K + k]   where t + lo - k*dilation = q*stride, 0 <= q < W
+
+    which is :func:`conv1d_transpose` (``W_out = out_width``, output padding included, the
+    attributes as there). ``cols`` is float32 (the GEMM's accumulator precision) or the data's
+    dtype; the sum runs in float32 for 16-bit floats and is converted to ``out_dtype`` (default
+    ``cols``' dtype) at the end. The rows are one flattened ``N * O`` axis (parallel for batch 1).
+
+    Returns ``(N * O, W_out)``: reshape it to ``(N, O, W_out)``. Raises ValueError for a
+    non-3-D ``cols``, a last dim that is not ``O * K`` or invalid attributes.
+    """
+    if cols.ndim != 3:
+        raise ValueError(f"conv1d_transpose_col2im: cols must be 3-D (N, W, O*K), got {fmt_shape(cols.shape)}")
+    k = int(kernel_size)
+    s, lo, _, d = _conv1d_params(strides, padding, dilation, "conv1d_transpose_col2im")
+    n, width, ok = cols.shape
+    o = E.convert(out_channels)
+    sok, so = static_int(ok), static_int(o)
+    if k < 1 or (sok is not None and so is not None and sok != so * k):
+        raise ValueError(f"conv1d_transpose_col2im: cols {fmt_shape(cols.shape)} do not hold "
+                         f"{out_channels} channels x kernel {kernel_size}")
+    odt = output_dtype(cols.dtype, out_dtype)
+    acc = "float32" if cols.dtype in ("float16", "bfloat16", "float32") else cols.dtype
+    rows = E.simplify(E.convert(n) * o)
+
+    def fbody(r, t):
+        nn, oc = (r // o, r % o) if static_int(n) != 1 else (E.IntImm(0, "int64"), r)
+        total = None
+        for kk in range(k):   # K terms, unrolled: the taps that land on t
+            num = E.simplify(t + (lo - kk * d))
+            if s == 1:
+                q, conds = num, [E.GE(num, E.IntImm(0, "int64")), E.LT(num, width)]
+            else:
+                q = num // s
+                conds = [E.GE(num, E.IntImm(0, "int64")), E.EQ(num % s, E.IntImm(0, "int64")), E.LT(q, width)]
+            v = tir.if_then_else(tir.all(*conds), cast_value(cols[nn, q, oc * k + kk], acc), E.const(0, acc))
+            total = v if total is None else total + v
+        return cast_value(total, odt)
+
+    return _te.compute((rows, E.convert(out_width)), fbody, name="conv1d_transpose_col2im")

@@ -1,0 +1,166 @@
+"""Time the Whisper stem (Conv1D 80 -> 384, kernel 3, padding 1, + GELU; Conv1D 384 -> 384, kernel 3,
+stride 2, + GELU; batch 1, 3000 frames) and the whole ``recipes/whisper_tiny_encoder.yaml`` forward,
+with the Conv1D GEMM lowering (:class:`builder.transform.ConvToGemm`, issue 15) and without it (the
+reference loops of ``topi.conv1d``), interleaved run by run in one process.
+
+    python benchmarks/bench_conv.py              # stem and encoder
+    python benchmarks/bench_conv.py --stem       # the stem only
+    python benchmarks/bench_conv.py --kernels    # also the time of each kernel of the stem
+
+Reported per row: median and best of ``--runs`` runs (ms) and the stem's GFLOP/s (2 * MACs of the
+two convolutions: 1.88 GFLOP), against the float32 FMA peak given by ``--peak`` (GFLOP/s; 200 =
+2 Zen 3 cores x 2 FMA ports x 8 lanes x 2 x ~3.1 GHz, as ``benchmarks/bench_mlp.py`` measures it).
+On a shared machine take the best-of column (the median includes other processes' load).
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import platform
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import builder
+from builder.transform import ConvToGemm, Sequential
+
+_compile = sys.modules["builder.compile"]   # the module (builder.compile is also the function)
+
+STEM = """\
+name: whisper_stem
+model:
+  layers:
+    conv1: {type: Conv1D, in_channels: 80, out_channels: 384, kernel_size: 3, padding: 1}
+    conv2: {type: Conv1D, in_channels: 384, out_channels: 384, kernel_size: 3, stride: 2, padding: 1}
+functions:
+  forward:
+    inputs:
+      input_features: {shape: [batch, 80, frames], dtype: float32}
+    forward: |
+      x = gelu(conv1(input_features))
+      return permute_dims(gelu(conv2(x)), [0, 2, 1])
+"""
+STEM_FLOPS = 2 * 384 * 80 * 3 * 3000 + 2 * 384 * 384 * 3 * 1500
+
+
+def cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def build(path: Path, gemm: bool):
+    """The recipe compiled with the default pipeline, or without :class:`ConvToGemm`."""
+    original = _compile.default_pipeline
+    if not gemm:
+        def without():
+            p = original()
+            return Sequential([q for q in p.passes if not isinstance(q, ConvToGemm)], name=p.name)
+        _compile.default_pipeline = without
+    try:
+        return builder.build(path)
+    finally:
+        _compile.default_pipeline = original
+
+
+def kernel_times(m, x, runs: int) -> list[tuple[str, str, float]]:
+    """``(kernel, family, median ms)`` of each kernel the forward calls, by wrapping the library's call."""
+    from runtime import vm
+
+    times = collections.defaultdict(list)
+    original = vm.VirtualMachine._run
+
+    def run(self, name, fn, args):
+        real = self.lib.call
+
+        def call(kernel, a):
+            t = time.perf_counter()
+            real(kernel, a)
+            times[kernel].append(time.perf_counter() - t)
+
+        self.lib.call = call
+        try:
+            return original(self, name, fn, args)
+        finally:
+            self.lib.call = real
+
+    vm.VirtualMachine._run = run
+    try:
+        for _ in range(runs):
+            m["forward"](x)
+    finally:
+        vm.VirtualMachine._run = original
+    return [(k, m.exe.kernels.get(k, {}).get("kernel", "?"), float(np.median(v)) * 1e3) for k, v in times.items()]
+
+
+def numpy_gemms(runs: int) -> float:
+    """Best time (ms) of the stem's two GEMMs in numpy on columns made beforehand (no im2col, bias
+    or GELU): a calibration of the machine's current speed, not the same work."""
+    rng = np.random.default_rng(1)
+    a1 = rng.standard_normal((3000, 240), dtype=np.float32)
+    a2 = rng.standard_normal((1500, 1152), dtype=np.float32)
+    w1 = rng.standard_normal((384, 240), dtype=np.float32)
+    w2 = rng.standard_normal((384, 1152), dtype=np.float32)
+    best = float("inf")
+    for _ in range(runs):
+        t = time.perf_counter()
+        a1 @ w1.T
+        a2 @ w2.T
+        best = min(best, time.perf_counter() - t)
+    return best * 1e3
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--stem", action="store_true", help="the stem only")
+    ap.add_argument("--kernels", action="store_true", help="per-kernel times of the stem")
+    ap.add_argument("--runs", type=int, default=10)
+    ap.add_argument("--peak", type=float, default=200.0, help="float32 FMA peak, GFLOP/s")
+    args = ap.parse_args()
+    print(f"CPU: {cpu_name()}; batch 1, 3000 frames, float32")
+    x = np.random.default_rng(0).standard_normal((1, 80, 3000)).astype(np.float32)
+    with tempfile.TemporaryDirectory() as tmp:
+        stem = Path(tmp) / "whisper_stem.yaml"
+        stem.write_text(STEM)
+        cases = [("stem", stem)] + ([] if args.stem else [("encoder", ROOT / "recipes" / "whisper_tiny_encoder.yaml")])
+        for label, path in cases:
+            models = {"loops": build(path, False), "gemm": build(path, True)}
+            for m in models.values():
+                m["forward"](x)
+            np.testing.assert_allclose(models["gemm"]["forward"](x), models["loops"]["forward"](x),
+                                       rtol=1e-3, atol=1e-3)
+            runs = {k: [] for k in models}
+            for i in range(args.runs):
+                for k, m in models.items():
+                    if k == "loops" and i >= max(2, args.runs // 4):
+                        continue   # the loops take seconds: fewer runs
+                    t = time.perf_counter()
+                    m["forward"](x)
+                    runs[k].append(time.perf_counter() - t)
+            for k, ts in runs.items():
+                med, best = float(np.median(ts)) * 1e3, min(ts) * 1e3
+                extra = ""
+                if label == "stem":
+                    extra = (f"  {STEM_FLOPS / best / 1e6:6.1f} GFLOP/s best "
+                             f"({STEM_FLOPS / best / 1e6 / args.peak:.0%} of {args.peak:.0f})")
+                print(f"{label:8s} {k:6s} median {med:9.2f} ms  best {best:9.2f} ms{extra}")
+            if label == "stem":
+                print(f"{label:8s} numpy  best {numpy_gemms(args.runs):9.2f} ms  (its two GEMMs alone, OpenBLAS "
+                      "sgemm: how fast this machine is now)")
+            if label == "stem" and args.kernels:
+                for name, fam, ms in kernel_times(models["gemm"], x, args.runs):
+                    print(f"    {name:28s} {fam:14s} {ms:7.2f} ms")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,274 @@
+"""ConvToGemm: 1-D convolutions become GEMMs that kernel selection gives to the linear kernels
+(issue 15), before :class:`~builder.transform.SelectKernels` runs.
+
+**Conv1D** (``R.nn.conv1d``, groups 1): the explicit im2col lowering (Chellapilla et al., "High
+Performance Convolutional Neural Networks for Document Processing", 2006; PyTorch's CPU slow path and
+onnxruntime's ``Conv`` do the same)::
+
+    col = conv1d_im2col(x)                         (N, W_out, C, K), zero padding inline
+    y_nwc = matmul(reshape(col, (N, W_out, C * K)), permute_dims(reshape(w, (O, C * K))))
+    y = permute_dims(y_nwc, [0, 2, 1])             (N, O, W_out), NCW as the op says
+
+The weight is used as stored (OIW reshaped, no copy per call) and the GEMM is one large product
+(M = N * W_out rows, K = C * K_w, N = O), which the float GEMM runs within about 10% of OpenBLAS's
+sgemm on Whisper's stem (``benchmarks/bench_conv.py``). The columns cost ``K_w`` times the input in
+memory and one copy pass (Whisper's stem: 0.55 ms of copying into a warm buffer, 4.5 ms with the
+page faults of the VM's freshly allocated outputs, against 30 ms of GEMM). The alternative without
+them, one GEMM per tap on strided slices summed (``y = sum_k W[:, :, k] @ x_pad[..., k*d :: s]``),
+copies the slices anyway (the graph has no strided views), writes ``K_w`` outputs and cannot fuse
+an epilogue into a sum of GEMMs: more memory traffic for the same arithmetic. A truly im2col-free
+GEMM (rows of the padded NWC input at a row stride of ``stride * C``) needs a strided-``x`` variant
+of the linear kernels.
+
+**Layouts.** The GEMM computes in NWC; NCW is restored by a transpose only where something needs
+it. A transpose ``y = permute_dims(y_nwc, [0, 2, 1])`` that this pass introduced is *pending*: an
+elementwise / broadcast op (a fusable record: ``add`` of the bias reshaped to ``(1, O, 1)``,
+``gelu``, ...) with a single-use pending operand is computed in NWC instead, when every other
+operand has a twin or is 0-d or a broadcast whose transpose is a reshape (``(1, O, 1) -> (1, 1, O)``;
+a full NCW operand is not transposed for it), so the bias and activation stay the GEMM's epilogue; ``permute_dims(v, [0, 2, 1])`` of a value with a known
+twin is the twin; a following convolution reads its input's twin (``conv1d_im2col`` reads NWC as
+well as NCW). Whisper's stem (``gelu(conv1)``, ``gelu(conv2)``, then ``permute_dims(.., [0, 2, 1])``)
+so becomes two fused GEMM kernels and two im2col copies, with no transpose at all. Pending
+transposes nothing uses are removed (dead code elimination). A pointwise convolution (kernel 1,
+stride 1, no padding) of an input with an NWC twin needs no columns at all: the twin is the GEMM's
+input.
+
+**ConvTranspose1D** (``R.nn.conv1d_transpose``, groups 1): a GEMM producing the columns, then the
+overlap-add (col2im; Caffe's ``Deconvolution``, PyTorch's ``slow_conv_transpose1d``)::
+
+    cols = matmul(permute_dims(x, [0, 2, 1]), permute_dims(transpose(reshape(w, (C, O * K)))))
+    y = reshape(conv1d_transpose_col2im(cols), (N, O, W_out))
+
+(``cols`` in float32 for 16-bit data, so that the taps are summed before the one rounding, as the
+reference loops do). The transposes of ``x`` (unless it has a twin) and of the weight are copies
+of an operand, small next to the GEMM.
+
+Left to the generic loops (``topi.conv1d`` / ``conv1d_transpose``): groups > 1, dtypes other than
+float32 / float16 / bfloat16, an ``out_dtype`` other than the data's or float32, operands without a
+static channel count or kernel size, and calls outside dataflow blocks.
+"""
+from __future__ import annotations
+
+from collections import Counter
+
+from ..ir import expr as E
+from ..ir import relax as rx
+from ..ir.block_builder import BlockBuilder
+from ..ir.op.common import static_int
+from ..ir.struct_info import TensorStructInfo
+from ..te import topi
+from ..te.call_te import call_te
+from .dce import dead_code_elimination
+from .pass_infra import FunctionPass
+from .patterns import FLOATS, fusable
+
+__all__ = ["ConvToGemm"]
+
+_SWAP = [0, 2, 1]
+
+
+def _op(name: str, args, **attrs) -> rx.Call:
+    return rx.Call(rx.Op.get(name), list(args), attrs)
+
+
+def _tensor(e: rx.Expr) -> TensorStructInfo | None:
+    s = getattr(e, "struct_info", None)
+    return s if isinstance(s, TensorStructInfo) and s.shape is not None else None
+
+
+def _is_swap(call: rx.Call) -> bool:
+    """``permute_dims(v, [0, 2, 1])`` of a 3-D ``v`` (axes also as negative numbers)."""
+    s = _tensor(call.args[0])
+    axes = call.attrs.get("axes")
+    return s is not None and s.ndim == 3 and axes is not None and [int(a) % 3 for a in axes] == _SWAP
+
+
+def _void(dtype) -> str | None:
+    return None if dtype in (None, "", "void") else dtype
+
+
+def _conv_operands(call: rx.Call):
+    """``(x, w, xs, ws, C, K)`` of a convolution call the GEMM lowering takes, else None."""
+    x, w = call.args
+    xs, ws, out = _tensor(x), _tensor(w), _tensor(call)
+    if xs is None or ws is None or out is None or xs.ndim != 3 or ws.ndim != 3:
+        return None
+    if xs.dtype not in FLOATS or ws.dtype != xs.dtype or int(call.attrs.get("groups", 1)) != 1:
+        return None
+    if _void(call.attrs.get("out_dtype")) not in (None, xs.dtype, "float32"):
+        return None
+    c, k = static_int(ws.shape[1] if call.op.name == "relax.nn.conv1d" else ws.shape[0]), static_int(ws.shape[2])
+    if c is None or k is None:
+        return None
+    return x, w, xs, ws, c, k
+
+
+class _Rewriter:
+    """The rewrite of one dataflow block (see the module docstring): ``bindings`` is the new block,
+    ``twin[v]`` a variable holding ``permute_dims(v, [0, 2, 1])`` (both ways), ``pending`` the NCW
+    values that are a transpose this pass added."""
+
+    def __init__(self, bb: BlockBuilder, uses: Counter, vmap: dict) -> None:
+        self.bb, self.uses, self.vmap = bb, uses, vmap
+        self.bindings: list[rx.VarBinding] = []
+        self.twin: dict[rx.Var, rx.Expr] = {}
+        self.pending: set[rx.Var] = set()
+
+    def emit(self, value: rx.Expr, name: str) -> rx.DataflowVar:
+        var = rx.DataflowVar(name, value.struct_info)
+        self.bindings.append(rx.VarBinding(var, value))
+        return var
+
+    def bind(self, var: rx.Var, value: rx.Expr) -> None:
+        self.bindings.append(rx.VarBinding(var, value))
+
+    def bind_pending(self, var: rx.Var, nwc: rx.Var) -> None:
+        """``var = permute_dims(nwc, [0, 2, 1])``, a pending transpose."""
+        self.bind(var, _op("permute_dims", [nwc], axes=list(_SWAP)))
+        self.twin[var], self.twin[nwc] = nwc, var
+        self.pending.add(var)
+
+    def binding(self, b: rx.VarBinding) -> None:
+        value = rx.substitute_vars(b.value, self.vmap)
+        call = value if isinstance(value, rx.Call) and isinstance(value.op, rx.Op) else None
+        done = False
+        if call is not None:
+            name = call.op.name
+            if name == "relax.nn.conv1d":
+                done = self.conv1d(b.var, call)
+            elif name == "relax.nn.conv1d_transpose":
+                done = self.conv1d_transpose(b.var, call)
+            elif name == "relax.permute_dims" and _is_swap(call):
+                done = self.swap(b.var, call)
+            elif fusable(call.op):
+                done = self.elementwise(b.var, call)
+        if not done:
+            self.bind(b.var, value)
+
+    # -- the rewrites: each returns whether it bound ``var``
+
+    def conv1d(self, var: rx.Var, call: rx.Call) -> bool:
+        got = _conv_operands(call)
+        if got is None:
+            return False
+        x, w, _, ws, c, k = got
+        a = call.attrs
+        n, _, out_w = _tensor(call).shape
+        src, layout = (self.twin[x], "NWC") if x in self.twin else (x, "NCW")
+        strides, padding = [int(v) for v in a.get("strides", (1,))], [int(v) for v in a.get("padding", (0,))]
+        if k == 1 and layout == "NWC" and set(strides) == {1} and set(padding) == {0}:
+            col = src   # a pointwise convolution of channels-last data: the data are the columns
+        else:
+            try:
+                col = call_te(self.bb, topi.conv1d_im2col, (src,),
+                              {"kernel_size": k, "strides": tuple(strides), "padding": tuple(padding),
+                               "dilation": tuple(a.get("dilation", (1,))), "layout": layout}, "conv1d_im2col")
+            except ValueError:
+                return False   # the loops raise the same error where the shapes allow it
+            col = self.emit(col, "conv_col")
+            col = self.emit(_op("reshape", [col, rx.ShapeExpr([n, out_w, c * k])]), "conv_col")
+        w2 = self.emit(_op("reshape", [w, rx.ShapeExpr([ws.shape[0], c * k])]), "conv_weight")
+        wt = self.emit(_op("permute_dims", [w2], axes=[1, 0]), "conv_weight_t")
+        y = self.emit(_op("matmul", [col, wt], out_dtype=a.get("out_dtype", "void")), "conv_nwc")
+        self.bind_pending(var, y)
+        return True
+
+    def conv1d_transpose(self, var: rx.Var, call: rx.Call) -> bool:
+        got = _conv_operands(call)
+        if got is None:
+            return False
+        x, w, xs, ws, c, k = got
+        a = call.attrs
+        n, o, out_w = _tensor(call).shape
+        og = ws.shape[1]
+        odt = _void(a.get("out_dtype")) or xs.dtype
+        if x in self.twin:
+            src = self.twin[x]
+        else:
+            src = self.emit(_op("permute_dims", [x], axes=list(_SWAP)), "deconv_x_nwc")
+        w2 = self.emit(_op("reshape", [w, rx.ShapeExpr([c, og * k])]), "deconv_weight")
+        wt = self.emit(_op("permute_dims", [w2], axes=[1, 0]), "deconv_weight_t")   # (O*K, C): a copy
+        wtt = self.emit(_op("permute_dims", [wt], axes=[1, 0]), "deconv_weight")
+        cols = self.emit(_op("matmul", [src, wtt], out_dtype="float32"), "deconv_cols")
+        try:
+            out = call_te(self.bb, topi.conv1d_transpose_col2im, (cols,),
+                          {"out_channels": og, "kernel_size": k, "out_width": out_w,
+                           "strides": tuple(a.get("strides", (1,))), "padding": tuple(a.get("padding", (0, 0))),
+                           "dilation": tuple(a.get("dilation", (1,))), "out_dtype": odt},
+                          "conv1d_transpose_col2im")
+        except ValueError:
+            return False
+        out = self.emit(out, "deconv_rows")
+        self.bind(var, _op("reshape", [out, rx.ShapeExpr([n, o, out_w])]))
+        return True
+
+    def swap(self, var: rx.Var, call: rx.Call) -> bool:
+        x = call.args[0]
+        if x in self.twin:
+            t = self.twin[x]
+            if isinstance(var, rx.DataflowVar):
+                self.vmap[var] = t
+            else:
+                self.bind(var, t)
+            return True
+        self.bind(var, call)
+        self.twin[var], self.twin[x] = x, var
+        return True
+
+    def elementwise(self, var: rx.Var, call: rx.Call) -> bool:
+        """An elementwise / broadcast op over a single-use pending value, computed in NWC."""
+        out = _tensor(var)
+        if out is None or out.ndim != 3 or not any(a in self.pending and self.uses[a] == 1 for a in call.args):
+            return False
+        args = []
+        for a in call.args:
+            s = _tensor(a)
+            if s is None or s.ndim > 3:
+                return False
+            if a in self.twin:
+                args.append(self.twin[a])
+            elif s.ndim == 0:
+                args.append(a)
+            else:
+                shape = [E.IntImm(1, "int64")] * (3 - s.ndim) + list(s.shape)
+                if static_int(shape[1]) != 1 and static_int(shape[2]) != 1:
+                    return False   # a real transpose of another operand: not worth it
+                args.append(self.emit(_op("reshape", [a, rx.ShapeExpr([shape[0], shape[2], shape[1]])]),
+                                      "nwc_operand"))
+        nwc = self.emit(rx.Call(call.op, args, call.attrs), f"{var.name_hint}_nwc")
+        self.bind_pending(var, nwc)
+        return True
+
+
+class ConvToGemm(FunctionPass):
+    """Pass: see the module docstring. ``ConvToGemm()(mod)``; unused bindings are removed after it."""
+
+    name = "conv_to_gemm"
+
+    def transform_module(self, mod: rx.IRModule) -> rx.IRModule:
+        return dead_code_elimination(super().transform_module(mod))
+
+    def transform_function(self, bb: BlockBuilder, func: rx.Function, name: str) -> rx.Function:
+        uses: Counter = Counter()
+        convs = False
+        for block in func.body.blocks:
+            for b in block.bindings:
+                uses.update(rx.used_vars(b.value))
+                convs |= (isinstance(b.value, rx.Call) and isinstance(b.value.op, rx.Op)
+                          and b.value.op.name in ("relax.nn.conv1d", "relax.nn.conv1d_transpose"))
+        if not convs:
+            return func
+        uses.update(rx.used_vars(func.body.body))
+        vmap: dict = {}
+        blocks = []
+        for block in func.body.blocks:
+            if not block.is_dataflow:
+                blocks.append(type(block)([rx.VarBinding(b.var, rx.substitute_vars(b.value, vmap))
+                                           for b in block.bindings]))
+                continue
+            rw = _Rewriter(bb, uses, vmap)
+            for b in block.bindings:
+                rw.binding(b)
+            blocks.append(type(block)(rw.bindings))
+        body = rx.SeqExpr(blocks, rx.substitute_vars(func.body.body, vmap))
+        return rx.Function(func.params, body, func.ret_struct_info, func.attrs, func.is_pure, name=name)

@@ -1,0 +1,247 @@
+"""ConvToGemm (issue 15): Conv1D as im2col + a linear-kernel GEMM, ConvTranspose1D as a GEMM + col2im,
+against float64 numpy references written here; that the fast path is the one compiled (the kernel
+families in ``exe.kernels``), that the bias / GELU stay the GEMM's epilogue, that chained convolutions
+need no transposes, and the fallbacks (groups > 1, float64) to the reference loops."""
+from math import erf
+
+import numpy as np
+import pytest
+from helpers.functional import Fn, spec_of
+
+from builder.nn import op
+
+RNG = np.random.default_rng(15)
+
+
+def rand(*shape, dtype="float32"):
+    return RNG.standard_normal(shape).astype(dtype)
+
+
+def conv1d_ref(x, w, b=None, stride=1, pad=(0, 0), dil=1):
+    """``torch.nn.functional.conv1d`` (groups 1) in float64: a sum over the taps of shifted, strided
+    windows of the zero-padded input."""
+    x, w = x.astype(np.float64), w.astype(np.float64)
+    xp = np.pad(x, ((0, 0), (0, 0), tuple(pad)))
+    k = w.shape[2]
+    wo = (xp.shape[2] - dil * (k - 1) - 1) // stride + 1
+    out = np.zeros((x.shape[0], w.shape[0], wo))
+    for kk in range(k):
+        win = xp[:, :, kk * dil: kk * dil + stride * (wo - 1) + 1: stride]      # (N, C, W_out)
+        out += np.einsum("nct,oc->not", win, w[:, :, kk])
+    return out if b is None else out + b.astype(np.float64)[None, :, None]
+
+
+def conv_transpose1d_ref(x, w, b=None, stride=1, pad=(0, 0), out_pad=0, dil=1):
+    """``torch.nn.functional.conv_transpose1d`` (groups 1) in float64 as a scatter: input element
+    ``i`` adds ``x[:, c, i] * w[c, :, k]`` at ``i*stride + k*dil``; the padding is then cropped."""
+    x, w = x.astype(np.float64), w.astype(np.float64)
+    n, _, width = x.shape
+    _, o, k = w.shape
+    full = (width - 1) * stride + dil * (k - 1) + 1 + out_pad
+    out = np.zeros((n, o, full))
+    for kk in range(k):
+        for i in range(width):
+            out[:, :, i * stride + kk * dil] += x[:, :, i] @ w[:, :, kk]
+    out = out[:, :, pad[0]:full - pad[1]]
+    return out if b is None else out + b.astype(np.float64)[None, :, None]
+
+
+gelu_ref = np.vectorize(lambda v: 0.5 * v * (1 + erf(v / np.sqrt(2))))
+
+
+def compile_fn(fn, **inputs):
+    """``fn`` compiled for ``inputs`` (``name=(shape, dtype)``): ``(callable, exe.kernels)``."""
+    m = Fn(fn, list(inputs)).jit(spec_of(**inputs))
+    return m["forward"], m.exe.kernels
+
+
+def families(kernels) -> dict:
+    return {name: k["kernel"] for name, k in kernels.items()}
+
+
+def tol(dtype):
+    return {"rtol": 1e-4, "atol": 1e-4} if dtype == "float32" else {"rtol": 2e-2, "atol": 2e-2}
+
+
+def assert_gemm(kernels, prefix="conv1d_im2col"):
+    fam = families(kernels)
+    assert any(n.startswith(prefix) for n in fam), fam
+    assert any(f.startswith("linear") for f in fam.values()), fam
+    assert not any(n in ("conv1d", "conv1d_transpose") or n.startswith(("conv1d_transpose1", "conv1d1"))
+                   for n in fam), fam   # the reference loops are gone
+
+
+# --- Conv1D ---------------------------------------------------------------------------------------
+
+CONV_CASES = [   # kernel, stride, padding, dilation
+    (1, 1, 0, 1), (3, 1, 1, 1), (3, 2, 1, 1), (5, 1, 2, 1), (3, 1, 2, 2), (5, 2, (2, 1), 2), (3, 2, 0, 1),
+    (5, 3, 1, 2)]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+@pytest.mark.parametrize("k,stride,pad,dil", CONV_CASES)
+def test_conv1d_gemm_matches_float64_symbolic(k, stride, pad, dil, dtype):
+    f, kernels = compile_fn(lambda x, w, b: op.conv1d(x, w, b, stride=stride, padding=pad, dilation=dil),
+                            x=(["n", 6, "l"], dtype), w=([10, 6, k], dtype), b=([10], dtype))
+    assert_gemm(kernels)
+    lohi = pad if isinstance(pad, tuple) else (pad, pad)
+    w, b = rand(10, 6, k, dtype=dtype), rand(10, dtype=dtype)
+    for n, length in ((1, 13), (2, 30), (3, dil * (k - 1) + 1 - sum(lohi))):
+        x = rand(n, 6, length, dtype=dtype)
+        y = f(x, w, b)
+        assert y.dtype == np.dtype(dtype)
+        np.testing.assert_allclose(y, conv1d_ref(x, w, b, stride, lohi, dil), **tol(dtype))
+
+
+def test_conv1d_bias_gelu_is_the_gemm_epilogue_and_chains_need_no_transpose():
+    """Whisper's stem: gelu(conv1(x)), gelu(conv2(.)) with stride 2, then (N, W, C): two fused GEMM
+    kernels and two im2col copies, nothing else (no transpose, no separate bias / GELU kernel)."""
+    def stem(x, w1, b1, w2, b2):
+        h = op.gelu(op.conv1d(x, w1, b1, padding=1))
+        return op.permute_dims(op.gelu(op.conv1d(h, w2, b2, stride=2, padding=1)), [0, 2, 1])
+
+    f, kernels = compile_fn(stem, x=(["n", 8, "l"], "float32"), w1=([16, 8, 3], "float32"),
+                            b1=([16], "float32"), w2=([16, 16, 3], "float32"), b2=([16], "float32"))
+    fam = families(kernels)
+    assert len(fam) == 4, fam
+    assert sorted(n for n, f in fam.items() if f.startswith("linear")) == ["fused_matmul_add_gelu",
+                                                                            "fused_matmul_add_gelu1"], fam
+    assert sorted(n for n, f in fam.items() if f == "loops") == ["conv1d_im2col", "conv1d_im2col1"], fam
+    w1, b1, w2, b2 = rand(16, 8, 3), rand(16), rand(16, 16, 3), rand(16)
+    for n, length in ((1, 21), (2, 8)):
+        x = rand(n, 8, length)
+        h = gelu_ref(conv1d_ref(x, w1, b1, 1, (1, 1)))
+        want = gelu_ref(conv1d_ref(h, w2, b2, 2, (1, 1))).transpose(0, 2, 1)
+        np.testing.assert_allclose(f(x, w1, b1, w2, b2), want, rtol=1e-4, atol=1e-4)
+
+
+def test_conv1d_outputs_used_in_ncw_and_twice():
+    """A pending transpose that is used twice, and an NCW consumer that is not elementwise (a sum over
+    the length), get the NCW value."""
+    def fn(x, w, b):
+        y = op.conv1d(x, w, b, padding=1)
+        return op.sum(op.gelu(y) * y, axis=[2])
+
+    f, kernels = compile_fn(fn, x=(["n", 4, "l"], "float32"), w=([6, 4, 3], "float32"), b=([6], "float32"))
+    assert_gemm(kernels)
+    w, b = rand(6, 4, 3), rand(6)
+    x = rand(2, 4, 11)
+    y = conv1d_ref(x, w, b, 1, (1, 1))
+    np.testing.assert_allclose(f(x, w, b), (gelu_ref(y) * y).sum(2), rtol=1e-4, atol=1e-4)
+
+
+def test_conv1d_reads_channels_last_input_through_its_transpose():
+    """Channels last in and out, ``permute_dims(conv1d(permute_dims(x_nwc)))``: the columns read
+    ``x_nwc`` and the GEMM's NWC result is the output (no transpose kernel)."""
+    def fn(x, w):
+        return op.permute_dims(op.conv1d(op.permute_dims(x, [0, 2, 1]), w, stride=2, padding=2), [0, 2, 1])
+
+    f, kernels = compile_fn(fn, x=(["n", "l", 5], "float32"), w=([7, 5, 3], "float32"))
+    assert_gemm(kernels)
+    assert not any("transpose" in n or "permute" in n for n in kernels), families(kernels)
+    w, x = rand(7, 5, 3), rand(2, 12, 5)
+    want = conv1d_ref(x.transpose(0, 2, 1), w, None, 2, (2, 2)).transpose(0, 2, 1)
+    np.testing.assert_allclose(f(x, w), want, rtol=1e-4, atol=1e-4)
+
+
+def test_conv1d_residual_with_a_full_tensor_keeps_ncw():
+    """``conv1d(x) + x`` (the other operand a full NCW tensor): not computed in NWC, still right."""
+    f, kernels = compile_fn(lambda x, w: op.conv1d(x, w, padding=1) + x, x=(["n", 4, "l"], "float32"),
+                            w=([4, 4, 3], "float32"))
+    assert_gemm(kernels)
+    w, x = rand(4, 4, 3), rand(2, 4, 9)
+    np.testing.assert_allclose(f(x, w), conv1d_ref(x, w, None, 1, (1, 1)) + x, rtol=1e-4, atol=1e-4)
+
+
+def test_conv1d_groups_and_float64_fall_back_to_the_loops():
+    f, kernels = compile_fn(lambda x, w: op.conv1d(x, w, padding=1, groups=2), x=(["n", 4, "l"], "float32"),
+                            w=([6, 2, 3], "float32"))
+    assert families(kernels) == {"conv1d": "loops"}
+    w, x = rand(6, 2, 3), rand(2, 4, 9)
+    want = np.concatenate([conv1d_ref(x[:, :2], w[:3], None, 1, (1, 1)),
+                           conv1d_ref(x[:, 2:], w[3:], None, 1, (1, 1))], axis=1)
+    np.testing.assert_allclose(f(x, w), want, rtol=1e-5, atol=1e-5)
+    f, kernels = compile_fn(lambda x, w: op.conv1d(x, w), x=([1, 3, 8], "float64"), w=([2, 3, 3], "float64"))
+    assert families(kernels) == {"conv1d": "loops"}
+
+
+def test_conv1d_symbolic_length_too_short_is_an_error():
+    f, _ = compile_fn(lambda x, w: op.conv1d(x, w, dilation=2), x=([1, 2, "l"], "float32"), w=([3, 2, 3], "float32"))
+    with pytest.raises(Exception, match="shorter than the dilated kernel"):
+        f(rand(1, 2, 4), rand(3, 2, 3))
+
+
+# --- ConvTranspose1D ------------------------------------------------------------------------------
+
+DECONV_CASES = [   # kernel, stride, padding, output_padding, dilation
+    (3, 1, (0, 0), 0, 1), (4, 2, (1, 1), 1, 1), (3, 3, (2, 0), 2, 2), (1, 2, (0, 0), 1, 1), (5, 2, (2, 2), 0, 1)]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+@pytest.mark.parametrize("k,stride,pad,out_pad,dil", DECONV_CASES)
+def test_conv1d_transpose_gemm_matches_float64_symbolic(k, stride, pad, out_pad, dil, dtype):
+    f, kernels = compile_fn(lambda x, w, b: op.conv1d_transpose(x, w, b, stride=stride, padding=pad,
+                                                                 output_padding=out_pad, dilation=dil),
+                            x=(["n", 6, "l"], dtype), w=([6, 5, k], dtype), b=([5], dtype))
+    assert_gemm(kernels, "conv1d_transpose_col2im")
+    w, b = rand(6, 5, k, dtype=dtype), rand(5, dtype=dtype)
+    for n, length in ((1, 7), (2, 16), (1, 1)):
+        x = rand(n, 6, length, dtype=dtype)
+        want = conv_transpose1d_ref(x, w, b, stride, pad, out_pad, dil)
+        if want.shape[2] < 1:
+            continue
+        y = f(x, w, b)
+        assert y.dtype == np.dtype(dtype)
+        np.testing.assert_allclose(y, want, **tol(dtype))
+
+
+def test_conv1d_transpose_groups_fall_back_to_the_loops():
+    f, kernels = compile_fn(lambda x, w: op.conv1d_transpose(x, w, stride=2, groups=2),
+                            x=(["n", 4, "l"], "float32"), w=([4, 3, 3], "float32"))
+    assert families(kernels) == {"conv1d_transpose": "loops"}
+    w, x = rand(4, 3, 3), rand(2, 4, 5)
+    want = np.concatenate([conv_transpose1d_ref(x[:, :2], w[:2], None, 2),
+                           conv_transpose1d_ref(x[:, 2:], w[2:], None, 2)], axis=1)
+    np.testing.assert_allclose(f(x, w), want, rtol=1e-5, atol=1e-5)
+
+
+def test_conv_after_conv_transpose():
+    """A decoder-like chain: ConvTranspose1D (stride 2) then Conv1D, both on the GEMM path."""
+    def fn(x, w1, w2):
+        return op.conv1d(op.gelu(op.conv1d_transpose(x, w1, stride=2, padding=1, output_padding=1)), w2, padding=1)
+
+    f, kernels = compile_fn(fn, x=(["n", 4, "l"], "float32"), w1=([4, 6, 4], "float32"), w2=([3, 6, 3], "float32"))
+    assert_gemm(kernels)
+    assert any(n.startswith("conv1d_transpose_col2im") for n in kernels)
+    w1, w2, x = rand(4, 6, 4), rand(3, 6, 3), rand(2, 4, 7)
+    want = conv1d_ref(gelu_ref(conv_transpose1d_ref(x, w1, None, 2, (1, 1), 1)), w2, None, 1, (1, 1))
+    np.testing.assert_allclose(f(x, w1, w2), want, rtol=1e-4, atol=1e-4)
+
+
+def test_pointwise_conv_after_conv_reads_the_gemm_output_directly():
+    """Kernel 1, stride 1, no padding after a GEMM-lowered conv: no im2col copy for the second."""
+    f, kernels = compile_fn(lambda x, w1, w2: op.conv1d(op.conv1d(x, w1, padding=1), w2),
+                            x=(["n", 4, "l"], "float32"), w1=([6, 4, 3], "float32"), w2=([5, 6, 1], "float32"))
+    fam = families(kernels)
+    assert sum(n.startswith("conv1d_im2col") for n in fam) == 1 and sum(v.startswith("linear") for v in fam.values()) == 2, fam
+    w1, w2, x = rand(6, 4, 3), rand(5, 6, 1), rand(2, 4, 10)
+    want = conv1d_ref(conv1d_ref(x, w1, None, 1, (1, 1)), w2)
+    np.testing.assert_allclose(f(x, w1, w2), want, rtol=1e-4, atol=1e-4)
+
+
+def test_bfloat16_conv_and_conv_transpose_on_the_gemm_path():
+    """bfloat16 data (passed as their bits: numpy has no such dtype) take the GEMM path too."""
+    from runtime.native import bfloat16_bits_to_float32 as b2f
+    from runtime.native import float32_to_bfloat16_bits as f2b
+
+    def fn(x, w, wt):
+        return op.conv1d(x, w, stride=2, padding=1), op.conv1d_transpose(x, wt, stride=2, padding=1)
+
+    f, kernels = compile_fn(fn, x=(["n", 6, "l"], "bfloat16"), w=([4, 6, 3], "bfloat16"), wt=([6, 4, 3], "bfloat16"))
+    assert_gemm(kernels)
+    assert any(n.startswith("conv1d_transpose_col2im") for n in kernels)
+    x, w, wt = f2b(rand(2, 6, 11)), f2b(rand(4, 6, 3)), f2b(rand(6, 4, 3))
+    y, yt = (b2f(v) for v in f(x, w, wt))
+    xf, wf, wtf = (b2f(v).astype(np.float64) for v in (x, w, wt))
+    np.testing.assert_allclose(y, conv1d_ref(xf, wf, None, 2, (1, 1)), rtol=2e-2, atol=3e-2)
+    np.testing.assert_allclose(yt, conv_transpose1d_ref(xf, wtf, None, 2, (1, 1)), rtol=2e-2, atol=3e-2)
