@@ -472,13 +472,17 @@ class LlamaCppPython:
         llm.eval([int(t) for t in prompt])
         t1 = time.perf_counter()
         toks = []
-        tok = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+        tok = int(np.argmax(self._last_logits()))
         for _ in range(n_new - 1):
             toks.append(tok)
             llm.eval([tok])
-            tok = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+            tok = int(np.argmax(self._last_logits()))
         t2 = time.perf_counter()
         return {"prefill": t1 - t0, "decode": (t2 - t1) / (n_new - 1), "wall": t2 - t0, "tokens": toks}
+
+    def _last_logits(self) -> np.ndarray:
+        """The last evaluated token's logits (``Llama.scores`` is only filled with ``logits_all``)."""
+        return np.ctypeslib.as_array(self.llm._ctx.get_logits(), shape=(self.llm.n_vocab(),))
 
     def close(self) -> None:
         self.llm.close()
