@@ -179,11 +179,20 @@ def print_struct_info(sinfo: StructInfo, names: _Names | None = None, quoted: bo
     raise TypeError(f"cannot print struct info {sinfo!r}")
 
 
+INLINE_CONSTANT_ELEMENTS = 64
+"""Constants with more elements print as ``metadata["relax.expr.Constant"][i]`` (as TVM prints every
+non-scalar constant) unless ``show_meta=True``: an imported model's weights would otherwise print as
+millions of numbers."""
+
+METADATA_OMITTED = "# Metadata omitted. Use show_meta=True in script() method to show it."
+
+
 class _FunctionPrinter:
-    def __init__(self, func: rx.Function, name: str) -> None:
+    def __init__(self, func: rx.Function, name: str, meta: list | None = None) -> None:
         self.func = func
         self.name = name
         self.names = _Names()
+        self.meta = meta   # None: every constant inline; a list: large constants go there
 
     def var(self, v: rx.Var) -> str:
         return self.names.get(v, v.name_hint)
@@ -207,6 +216,9 @@ class _FunctionPrinter:
             return "R.shape([" + ", ".join(_dim(d, self.names, False) for d in e.values) + "])"
         if isinstance(e, rx.Constant):
             vals = e.values()
+            if self.meta is not None and vals.size > INLINE_CONSTANT_ELEMENTS:
+                self.meta.append(e)
+                return f'metadata["relax.expr.Constant"][{len(self.meta) - 1}]'
             if vals.ndim == 0:
                 return f'R.const({format_attr(vals.item())}, "{e.dtype}")'
             return f'R.const({format_attr(vals.tolist())}, "{e.dtype}")'
@@ -293,9 +305,11 @@ class _FunctionPrinter:
         return f"{name}: {self.sinfo(b.var.struct_info)} = {self.expr(b.value, top=True)}"
 
 
-def print_function(func: rx.Function, name: str = "main") -> str:
-    """One graph-level function as TVMScript (without the module header)."""
-    return "\n".join(_FunctionPrinter(func, name).lines())
+def print_function(func: rx.Function, name: str = "main", meta: list | None = None) -> str:
+    """One graph-level function as TVMScript (without the module header). With a ``meta`` list,
+    constants of more than :data:`INLINE_CONSTANT_ELEMENTS` elements are appended to it and print as
+    ``metadata["relax.expr.Constant"][i]``; without, every constant prints inline."""
+    return "\n".join(_FunctionPrinter(func, name, meta).lines())
 
 
 def _uses_tir(mod: rx.IRModule) -> bool:
@@ -310,11 +324,13 @@ def _uses_tir(mod: rx.IRModule) -> bool:
     return False
 
 
-def print_irmodule(mod: rx.IRModule) -> str:
+def print_irmodule(mod: rx.IRModule, show_meta: bool = False) -> str:
     """A whole module in the seed's TVMScript style (``@I.ir_module class Module:``).
 
     The ``tir as T`` import line is present only when the module uses symbolic shape variables
-    or contains PrimFuncs; functions print in insertion order, separated by a blank line.
+    or contains PrimFuncs; functions print in insertion order, separated by a blank line. Constants of
+    more than :data:`INLINE_CONSTANT_ELEMENTS` elements print as ``metadata[...]`` references followed
+    by TVM's "Metadata omitted" line, unless ``show_meta`` (then the text parses back).
     """
     from .tir import PrimFunc
 
@@ -323,15 +339,18 @@ def print_irmodule(mod: rx.IRModule) -> str:
         lines.append("# from tvm.script import tir as T")
     lines += ["# from tvm.script import relax as R", "", "@I.ir_module", "class Module:"]
     chunks = []
+    meta: list | None = None if show_meta else []
     for name, func in mod.functions.items():
         if isinstance(func, rx.Function):
-            text = print_function(func, name)
+            text = print_function(func, name, meta)
         elif isinstance(func, PrimFunc):
             text = func.script(name=name)  # the def line names the module's key
         else:
             text = func.script() if hasattr(func, "script") else str(func)
         chunks.append("\n".join("    " + ln if ln else "" for ln in text.split("\n")))
     lines.append("\n\n".join(chunks))
+    if meta:
+        lines += ["", METADATA_OMITTED]
     return "\n".join(lines) + "\n"
 
 

@@ -369,17 +369,18 @@ class IRModule:
         self[name]
         return GlobalVar(name)
 
-    def script(self) -> str:
-        """The module as TVMScript text (see ``builder.ir.printer``)."""
+    def script(self, show_meta: bool = False) -> str:
+        """The module as TVMScript text (see ``builder.ir.printer``); large constants print as
+        ``metadata[...]`` references unless ``show_meta`` (as TVM's ``script(show_meta=...)``)."""
         from .printer import print_irmodule
 
-        return print_irmodule(self)
+        return print_irmodule(self, show_meta=show_meta)
 
-    def show(self, plain: bool | None = None, file=None) -> None:
+    def show(self, plain: bool | None = None, file=None, show_meta: bool = False) -> None:
         """Print ``script()``: syntax-highlighted with rich on a terminal, plain otherwise."""
         from .printer import show_text
 
-        show_text(self.script(), plain=plain, file=file)
+        show_text(self.script(show_meta=show_meta), plain=plain, file=file)
 
     def __str__(self) -> str:
         return self.script()

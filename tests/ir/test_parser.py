@@ -410,3 +410,32 @@ def f(A: T.Buffer[(4,), "float32"]) -> None:
          .replace("A[vi] =", "A[vi, vi] ="), r"buffer 'A' has 1 dims but the store has 2 indices", line=7)
     _err(prim.replace("T.serial(4)", "T.magic(4)"), r"expected T.grid / T.serial", line=4, column=14)
     _err(prim.replace("A: T.Buffer", "A: T.Tensor"), r"expected T.Buffer", line=2)
+
+
+def test_large_constants_print_as_metadata_unless_show_meta():
+    """As TVM (and the MLC course) print them: ``metadata["relax.expr.Constant"][i]`` and the
+    "Metadata omitted" line; ``script(show_meta=True)`` prints the values and parses back."""
+    import numpy as np
+
+    from builder.ir import BlockBuilder, TensorStructInfo, Var, assert_structural_equal, parse
+    from builder.ir import relax as rx
+    from builder.ir.printer import METADATA_OMITTED
+
+    x = Var("x", TensorStructInfo((100,), "float32"))
+    big = rx.Constant(np.arange(100, dtype=np.float32))
+    small = rx.Constant(np.arange(3, dtype=np.float32))
+    bb = BlockBuilder()
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            y = bb.emit(rx.Call(rx.Op.get("add"), [x, big]))
+            gv = bb.emit_output(rx.Call(rx.Op.get("multiply"), [y, rx.Constant(np.float32(2.0))]))
+        bb.emit_func_output(gv)
+    mod = bb.get()
+    text = mod.script()
+    assert 'R.add(x, metadata["relax.expr.Constant"][0])' in text and text.rstrip().endswith(METADATA_OMITTED)
+    with pytest.raises(Exception, match="show_meta=True"):
+        parse(text)
+    full = mod.script(show_meta=True)
+    assert "metadata" not in full and "R.add(x, R.const([0" in full
+    assert_structural_equal(parse(full), mod)
+    assert small.values().size <= 64

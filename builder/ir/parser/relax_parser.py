@@ -249,6 +249,10 @@ class _RelaxFunctionParser:
                 return self.vars[node.id]
             if node.id in self.sym:
                 raise self.src.error(node, f"'{node.id}' is a symbolic variable, not a value")
+            if node.id == "metadata":
+                raise self.src.error(node, "the text refers to constants it does not contain (printed as "
+                                           "metadata[...]); print the module with script(show_meta=True) to "
+                                           "parse it back")
             raise self.src.error(node, f"undefined variable '{node.id}'")
         if isinstance(node, ast.Tuple):
             return rx.Tuple([self.expr(e) for e in node.elts])
