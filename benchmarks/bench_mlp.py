@@ -408,7 +408,6 @@ def ort_session(kind: str, wg, wu, wd, threads: int = 2):
     activations, 4 = int8 activations; :func:`quantize_nbits`). ``threads`` intra-op threads,
     spinning off (``session.intra_op.allow_spinning=0``). Returns ``(session, weight bytes,
     dequantized (wg, wu, wd) for the check)``."""
-    import onnx
     import onnxruntime as ort
     from onnx import TensorProto, helper, numpy_helper
 
