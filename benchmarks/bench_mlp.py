@@ -2,7 +2,7 @@
 float32 in the same process, and against the memory floor.
 
     python benchmarks/bench_mlp.py            # every dtype / preset, batch 1, 8, 32, 128
-    python benchmarks/bench_mlp.py --quick    # float32 and one quantized preset, batch 1 and 128
+    python benchmarks/bench_mlp.py --quick    # float32, q4f16_1 and q4f16_1+a8, batch 1 and 128
     python benchmarks/bench_mlp.py --markdown # also print the table as Markdown
 
 For each weight format (``dtype=float32``, ``float16``, ``bfloat16``; the quantization presets
@@ -19,6 +19,17 @@ peaks (float32 FMA, int8 ``vpmaddubsw``) on 1 and 2 threads (:func:`compute_peak
 a target (the issue's ratios) say whether it is met and, when not, why in measured numbers. ``ours
 alone`` is the median of the same number of runs of ours by itself, before the interleaved
 runs and 0.3 s after the last numpy call (see below).
+
+The floor's bandwidth is the best of many streaming-read variants (``benchmarks/floor.py``:
+256 / 512-bit loads, 1 / 4 / 8 accumulators, software prefetch, 1 and 2 threads, huge and
+4 KiB pages, numpy's reductions and GEMV, our row-sum kernel); each variant's GB/s is printed.
+
+onnxruntime anchors (issue 15; skipped with a note when onnx / onnxruntime are missing or
+``--no-ort``): the same LlamaMLP weights as an ONNX graph with float32 ``MatMul`` (against
+``float32``) or com.microsoft ``MatMulNBits`` (int4, block 32, symmetric, ORT's default zero
+point 8; against ``q4*`` with ``accuracy_level`` 0 and ``q4*+a8`` with 4 = int8 activations),
+2 intra-op threads, spinning off, checked against numpy on the same (dequantized) weights, then
+timed interleaved with ours and numpy; ``ours/ORT`` is the ratio of medians.
 
 OpenBLAS is steered by environment variables on these machines (``OPENBLAS_CORETYPE``,
 ``OPENBLAS_L2_SIZE``); they are removed before numpy is imported, so numpy runs the kernels
@@ -63,8 +74,9 @@ from pathlib import Path  # noqa: E402
 import numpy as np  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+for _p in (ROOT, ROOT / "benchmarks"):
+    if str(_p) not in sys.path:
+        sys.path.insert(0, str(_p))
 
 RECIPE = ROOT / "recipes" / "llama_mlp.yaml"
 HIDDEN, INTER = 4096, 11008
@@ -162,49 +174,45 @@ def machine_info() -> str:
             f"{pool_size()} threads; load average {', '.join(f'{x:.2f}' for x in load)}")
 
 
-def read_bandwidth(nbytes: int = 1 << 29, repeats: int = 5) -> tuple[float, str]:
-    """Read bandwidth in GB/s: the best of ``repeats`` streaming reads of a ``nbytes`` float32
-    array, by a row-sum kernel that this project compiles (vectorized, rows split over the
-    thread pool) on one thread and on all, by numpy's ``add.reduce`` and by numpy's
-    matrix-vector product (OpenBLAS's streaming GEMV). Returns the largest (the floor's
-    bandwidth) and a description of all."""
+def read_bandwidth(nbytes: int = 1 << 29, repeats: int = 5) -> tuple[float, str, dict]:
+    """Read bandwidth in GB/s, the floor no program here beats: the best of the streaming-read
+    variants of :func:`floor.probe` (JIT sum kernels: 256-bit / 512-bit loads, 1, 4 or 8
+    accumulators, with and without software prefetch, 1 thread and one per core, on a numpy
+    buffer, an ``MADV_HUGEPAGE`` and an ``MADV_NOHUGEPAGE`` mmap buffer; numpy's ``add.reduce``
+    and matrix @ vector) and of a row-sum kernel this project compiles (vectorized, rows split
+    over the thread pool) on one thread and on all, over ``nbytes``, best of ``repeats`` round
+    robin. Returns the largest (the floor's bandwidth), a description and ``{variant: GB/s}``."""
     from builder import te
     from builder.codegen import build
     from runtime.threadpool import pool_size, set_num_threads
 
+    from floor import probe  # benchmarks/floor.py
+
     cols = 4096
-    rows = nbytes // (4 * cols)
-    a = np.ones((rows, cols), dtype=np.float32)
-    out = np.empty(rows, dtype=np.float32)
+    out = np.empty(nbytes // (4 * cols), dtype=np.float32)
     x = te.placeholder((te.var("rows"), cols), "float32", name="x")
     k = te.reduce_axis((0, cols), name="k")
     s = te.compute((x.shape[0],), lambda i: te.sum(x[i, k], axis=k), name="s")
     rowsum = build({"rowsum": te.create_prim_func([x, s])}).load()["rowsum"]
-    results = {}
-    old = set_num_threads(1)
-    try:
-        for nthreads in sorted({1, pool_size()}):
-            set_num_threads(nthreads)
-            best = float("inf")
-            for _ in range(repeats):
-                t0 = time.perf_counter()
-                rowsum(a, out)
-                best = min(best, time.perf_counter() - t0)
-            results[f"row-sum kernel, {nthreads} thread{'s' if nthreads > 1 else ''}"] = a.nbytes / best / 1e9
-    finally:
-        set_num_threads(old)
-    v = np.ones(cols, dtype=np.float32)
-    for label, fn in (("numpy add.reduce", lambda: np.add.reduce(a, axis=None)),
-                      ("numpy matrix @ vector", lambda: a @ v)):
-        best = float("inf")
-        for _ in range(repeats):
-            t0 = time.perf_counter()
-            fn()
-            best = min(best, time.perf_counter() - t0)
-        results[label] = a.nbytes / best / 1e9
-    bw = max(results.values())
-    desc = ", ".join(f"{k}: {v:.1f} GB/s" for k, v in results.items())
-    return bw, f"best streaming read of {nbytes >> 20} MiB ({desc})"
+
+    def ours(nthreads):
+        def run(m):
+            old = set_num_threads(nthreads)
+            try:
+                rowsum(m, out[:m.shape[0]])
+            finally:
+                set_num_threads(old)
+        return run
+
+    extra = {f"our row-sum kernel, {n} thread{'s' if n > 1 else ''}": ours(n) for n in sorted({1, pool_size()})}
+    results, notes = probe(nbytes, repeats, threads=pool_size(), extra=extra)
+    best = max(results, key=results.get)
+    bw = results[best]
+    lines = [f"streaming read of {nbytes >> 20} MiB, best of {repeats} rounds (round robin):"]
+    lines += [f"  {v:6.1f} GB/s {'<- floor ' if k == best else '         '}{k}"
+              for k, v in sorted(results.items(), key=lambda kv: -kv[1])]
+    lines += [f"  note: {n}" for n in notes]
+    return bw, "\n".join(lines), results
 
 
 def _chain_loop_ir(name: str, ret: str, vty: str, init: str, step, combine: str, chains: int) -> str:
@@ -369,6 +377,125 @@ def numpy_mlp(x, wg, wu, wd):
     return (g / (np.float32(1) + np.exp(-g)) * u) @ wd.T
 
 
+#: format -> the onnxruntime graph it is put against (:func:`ort_session`)
+ORT_FOR = {"float32": "float32", "q4f16_1": "nbits0", "q4f32_1": "nbits0",
+           "q4f16_1+a8": "nbits4", "q4f32_1+a8": "nbits4"}
+ORT_LABEL = {"float32": "MatMul float32", "nbits0": "MatMulNBits int4 b32, accuracy_level 0",
+             "nbits4": "MatMulNBits int4 b32, accuracy_level 4 (int8 activations)"}
+
+
+def quantize_nbits(w: np.ndarray, block: int = 32) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """4-bit symmetric group quantization of ``w`` (N, K) in onnxruntime's MatMulNBits layout
+    (com.microsoft MatMulNBits spec): ``B`` uint8 (N, K / block, block / 2), value ``2j`` of a
+    block in the low nibble of byte ``j`` and ``2j + 1`` in the high one; ``scales`` float32 (N *
+    K / block), ``scale = max|w| / 7`` per block like MLC's q4f16_1; no ``zero_points`` input, so
+    ORT uses its default 8 (``w = (q - 8) * scale``, q in 1..15). Returns ``(B, scales, the
+    dequantized w)``."""
+    n, k = w.shape
+    g = w.reshape(n, k // block, block)
+    scale = np.abs(g).max(axis=2, keepdims=True) / np.float32(7)
+    scale = np.where(scale == 0, np.float32(1), scale).astype(np.float32)
+    q = (np.clip(np.rint(g / scale), -8, 7) + 8).astype(np.uint8)
+    packed = (q[..., 0::2] | (q[..., 1::2] << 4)).astype(np.uint8)
+    deq = ((q.astype(np.float32) - 8) * scale).reshape(n, k)
+    return np.ascontiguousarray(packed), scale.reshape(-1).copy(), deq
+
+
+def ort_session(kind: str, wg, wu, wd, threads: int = 2):
+    """An onnxruntime session of LlamaMLP ``y = (silu(x @ Wg.T) * (x @ Wu.T)) @ Wd.T`` built
+    with onnx.helper: ``kind`` ``float32`` (MatMul with the transposed float32 weights) or
+    ``nbits0`` / ``nbits4`` (com.microsoft MatMulNBits, int4, block 32, accuracy_level 0 = float
+    activations, 4 = int8 activations; :func:`quantize_nbits`). ``threads`` intra-op threads,
+    spinning off (``session.intra_op.allow_spinning=0``). Returns ``(session, weight bytes,
+    dequantized (wg, wu, wd) for the check)``."""
+    import onnxruntime as ort
+    from onnx import TensorProto, helper, numpy_helper
+
+    inits, nodes, nbytes, deq = [], [], 0, []
+    for name, w in (("gate", wg), ("up", wu), ("down", wd)):
+        n, k = w.shape
+        if kind == "float32":
+            wt = np.ascontiguousarray(w.T)
+            inits.append(numpy_helper.from_array(wt, f"{name}_w"))
+            nbytes += wt.nbytes
+            deq.append(w)
+            nodes.append(lambda i, o, name=name: helper.make_node("MatMul", [i, f"{name}_w"], [o]))
+        else:
+            b, sc, dw = quantize_nbits(w)
+            inits += [numpy_helper.from_array(b, f"{name}_b"), numpy_helper.from_array(sc, f"{name}_s")]
+            nbytes += b.nbytes + sc.nbytes
+            deq.append(dw)
+            nodes.append(lambda i, o, name=name, n=n, k=k: helper.make_node(
+                "MatMulNBits", [i, f"{name}_b", f"{name}_s"], [o], domain="com.microsoft", K=k, N=n,
+                bits=4, block_size=32, accuracy_level=4 if kind == "nbits4" else 0))
+    graph = helper.make_graph(
+        [nodes[0]("x", "g"), nodes[1]("x", "u"), helper.make_node("Sigmoid", ["g"], ["sg"]),
+         helper.make_node("Mul", ["g", "sg"], ["silu"]), helper.make_node("Mul", ["silu", "u"], ["h"]),
+         nodes[2]("h", "y")],
+        "llama_mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", HIDDEN])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", HIDDEN])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                    helper.make_opsetid("com.microsoft", 1)])
+    model.ir_version = 8
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = threads
+    opts.inter_op_num_threads = 1
+    opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    sess = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+    del model, graph, inits
+    return sess, nbytes, deq
+
+
+def ort_anchor(kind: str, wg, wu, wd, rng, cache: dict, notes: list):
+    """The checked onnxruntime session for ``kind`` (cached in ``cache``), or None with a note
+    when onnxruntime / onnx are missing or the output does not match numpy on the same
+    (dequantized) weights. Returns ``(run(x) -> y, weight bytes)``."""
+    if kind in cache:
+        return cache[kind]
+    try:
+        import onnx  # noqa: F401
+        import onnxruntime as ort
+    except ImportError as err:
+        notes.append(f"onnxruntime anchors skipped: {err}")
+        print(notes[-1])
+        cache[kind] = None
+        return None
+    try:
+        t0 = time.perf_counter()
+        sess, nbytes, (dg, du, dd) = ort_session(kind, wg, wu, wd)
+        x = rng.standard_normal((4, HIDDEN), dtype=np.float32)
+        y = sess.run(None, {"x": x})[0]
+        ref = numpy_mlp(x, dg, du, dd)
+        err = float(np.abs(y - ref).max() / np.abs(ref).max())
+        tol = 5e-2 if kind == "nbits4" else 2e-3
+        print(f"onnxruntime {ort.__version__} {ORT_LABEL[kind]}: built in {time.perf_counter() - t0:.1f} s, "
+              f"weights {nbytes / 1e6:.0f} MB, max error vs numpy on the same weights "
+              f"{err:.1e} of max|y| (limit {tol:.0e})")
+        if not err <= tol:
+            raise ValueError(f"output differs from numpy: {err:.2e} > {tol:.0e}")
+    except Exception as err:  # noqa: BLE001 - an anchor that fails is reported and skipped
+        notes.append(f"onnxruntime {kind}: skipped: {type(err).__name__}: {str(err).splitlines()[0][:200]}")
+        print(notes[-1])
+        cache[kind] = None
+        return None
+    cache[kind] = (lambda x: sess.run(None, {"x": x}), nbytes)
+    return cache[kind]
+
+
+def time_interleaved(fns, runs: int, warmup: int) -> list[list]:
+    """Each of ``fns`` timed ``runs`` times, interleaved run by run (after ``warmup`` rounds)."""
+    for _ in range(warmup):
+        for f in fns:
+            f()
+    out = [[] for _ in fns]
+    for _ in range(runs):
+        for f, t in zip(fns, out):
+            t0 = time.perf_counter()
+            f()
+            t.append(time.perf_counter() - t0)
+    return out
+
+
 def time_alone(ours, runs: int, warmup: int, settle: float = 0.3) -> list:
     """``ours`` timed on its own, after ``settle`` seconds without numpy calls (OpenBLAS's idle
     threads spin for about 0.1 s after each call, on the cores our pool uses)."""
@@ -408,12 +535,13 @@ def main(argv=None) -> int:
     p.add_argument("--runs", type=int, default=None, help="timed runs per row (default 15, quick 10)")
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--markdown", action="store_true", help="also print the table as Markdown")
+    p.add_argument("--no-ort", action="store_true", help="skip the onnxruntime anchors")
     p.add_argument("--openblas-thread-timeout", default="4", metavar="N|default",
                    help="OPENBLAS_THREAD_TIMEOUT=N: log2 of the cycles OpenBLAS's idle threads spin "
                         "before they sleep (default here 4; 'default' leaves OpenBLAS's 28, about "
                         "0.1 s; a value already in the environment wins). See the module docstring")
     args = p.parse_args(argv)
-    formats = args.formats or (["float32", "q4f16_1"] if args.quick else list(FORMATS))
+    formats = args.formats or (["float32", "q4f16_1", "q4f16_1+a8"] if args.quick else list(FORMATS))
     batches = args.batches or ([1, 128] if args.quick else [1, 8, 32, 128])
     runs = args.runs or (10 if args.quick else 15)
     unknown = [f for f in formats if f not in FORMATS]
@@ -429,8 +557,8 @@ def main(argv=None) -> int:
           f"MB_POOL_SPIN={os.environ.get('MB_POOL_SPIN', 'unset (20000)')}, "
           f"MB_POOL_YIELD={os.environ.get('MB_POOL_YIELD', 'unset (2000)')}")
     rng = np.random.default_rng(0)
-    bw, bw_desc = read_bandwidth()
-    print(f"memory floor bandwidth: {bw:.1f} GB/s, {bw_desc}")
+    bw, bw_desc, bw_all = read_bandwidth()
+    print(f"memory floor bandwidth: {bw:.1f} GB/s\n{bw_desc}")
     peak, peak_desc = compute_peak()
     print(f"compute peak: {peak_desc}")
     from builder.codegen import Target
@@ -447,6 +575,7 @@ def main(argv=None) -> int:
     np_bytes = wg.nbytes + wu.nbytes + wd.nbytes
     rows = []
     notes = []
+    ort_cache: dict = {}
     presets = set(getattr(schemas, "QUANTIZATION_PRESETS", {}) or {})
     for fmt in formats:
         overrides = FORMATS[fmt]
@@ -475,7 +604,13 @@ def main(argv=None) -> int:
             x = make_input(batch, dtype, rng)
             xf = rng.standard_normal((batch, HIDDEN), dtype=np.float32)
             alone = time_alone(lambda: fwd(x), runs, args.warmup)
-            t_ours, t_ref = time_pair(lambda: fwd(x), lambda: numpy_mlp(xf, wg, wu, wd), runs, args.warmup)
+            anchor = ort_anchor(ORT_FOR[fmt], wg, wu, wd, rng, ort_cache, notes) if (
+                fmt in ORT_FOR and not args.no_ort) else None
+            fns = [lambda: fwd(x), lambda: numpy_mlp(xf, wg, wu, wd)]
+            if anchor:
+                fns.append(lambda: anchor[0](xf))
+            times = time_interleaved(fns, runs, args.warmup)
+            t_ours, t_ref = times[0], times[1]
             ours, ref = float(np.median(t_ours)), float(np.median(t_ref))
             flops = 2.0 * batch * 3 * HIDDEN * INTER
             floor = wbytes / (bw * 1e9)
@@ -486,7 +621,11 @@ def main(argv=None) -> int:
                    "floor_ms": floor * 1e3, "floor_frac": floor / ours, "bytes": wbytes,
                    "target": target_for(fmt, batch, kernels, host_simd.native("avx512bf16")),
                    "alone_ms": float(np.median(alone)) * 1e3,
-                   "weights": 3 * HIDDEN * INTER, "kernels": kernels}
+                   "weights": 3 * HIDDEN * INTER, "kernels": kernels, "ort_ms": None, "ort_gbs": None}
+            if anchor:
+                ort_s = float(np.median(times[2]))
+                row.update(ort_ms=ort_s * 1e3, ort_ratio=ours / ort_s, ort_gbs=anchor[1] / ort_s / 1e9,
+                           ort_kind=ORT_FOR[fmt])
             row["verdict"] = verdict(row, bw, peak)
             rows.append(row)
             print(format_row(row))
@@ -494,6 +633,8 @@ def main(argv=None) -> int:
         gc.collect()
     print()
     print(table(rows, bw))
+    print()
+    print(anchor_summary(rows, bw, bw_all))
     for n in notes:
         print("note:", n)
     if args.markdown:
@@ -579,18 +720,42 @@ def verdict(row, bw: float, peak: dict | None = None) -> str:
 def format_row(r) -> str:
     return (f"  batch {r['batch']:>4}: ours {r['ours_ms']:8.2f} ms (min {r['min_ms']:.2f}, max {r['max_ms']:.2f}) "
             f"numpy {r['numpy_ms']:8.2f} ms  ratio {r['ratio']:5.2f}  {achieved(r):>12}  "
-            f"floor {r['floor_ms']:6.2f} ms ({r['floor_frac']:.0%})  {r['verdict']}")
+            f"floor {r['floor_ms']:6.2f} ms ({r['floor_frac']:.0%})"
+            + (f"  ORT {r['ort_ms']:8.2f} ms ours/ORT {r['ort_ratio']:5.2f}" if r.get("ort_ms") else "")
+            + f"  {r['verdict']}")
 
 
 _HEAD = ["format", "batch", "ours ms", "numpy ms", "ratio", "achieved", "floor ms", "of floor", "target",
-         "ours alone ms"]
+         "ours alone ms", "ORT ms", "ours/ORT"]
 
 
 def _cells(r) -> list[str]:
     return [r["format"], str(r["batch"]), f"{r['ours_ms']:.2f}", f"{r['numpy_ms']:.2f}", f"{r['ratio']:.2f}",
             achieved(r), f"{r['floor_ms']:.2f}", f"{r['floor_frac']:.0%}",
             "" if r["target"] is None else (f"<= {r['target']}: " + ("met" if r["ratio"] <= r["target"] else "MISSED")),
-            f"{r['alone_ms']:.2f}"]
+            f"{r['alone_ms']:.2f}", f"{r['ort_ms']:.2f}" if r.get("ort_ms") else "",
+            f"{r['ort_ratio']:.2f}" if r.get("ort_ms") else ""]
+
+
+def anchor_summary(rows, bw: float, bw_all: dict) -> str:
+    """What each program achieved as GB/s of the weight bytes it reads (batch <= 8; its own
+    format's bytes: numpy float32, onnxruntime float32 or packed int4 + scales, ours the
+    recipe's parameters) beside the floor, and the ratios ours / onnxruntime."""
+    lines = [f"floor {bw:.1f} GB/s ({max(bw_all, key=bw_all.get)}); anchors as GB/s of the weight bytes each reads:"]
+    for r in rows:
+        if r["batch"] > 8:
+            continue
+        parts = [f"ours {r['gbs']:.1f} ({r['gbs'] / bw:.0%})", f"numpy {r['np_gbs']:.1f} ({r['np_gbs'] / bw:.0%})"]
+        if r.get("ort_gbs"):
+            parts.append(f"onnxruntime {ORT_LABEL[r['ort_kind']]} {r['ort_gbs']:.1f} ({r['ort_gbs'] / bw:.0%})")
+        lines.append(f"  {r['format']} batch {r['batch']}: " + ", ".join(parts))
+    with_ort = [r for r in rows if r.get("ort_ms")]
+    if with_ort:
+        lines.append("ours / onnxruntime (medians, interleaved with numpy):")
+        for r in with_ort:
+            lines.append(f"  {r['format']} batch {r['batch']} vs {ORT_LABEL[r['ort_kind']]}: "
+                         f"{r['ours_ms']:.2f} / {r['ort_ms']:.2f} ms = {r['ort_ratio']:.2f}")
+    return "\n".join(lines)
 
 
 def table(rows, bw: float) -> str:
