@@ -18,7 +18,6 @@ import argparse
 import json
 import math
 import os
-import platform
 import sys
 import tempfile
 import time
@@ -30,6 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from host import cpu_name  # noqa: E402  (benchmarks/host.py)
 from builder import te  # noqa: E402
 from builder.codegen import build  # noqa: E402
 from builder.ir.kernel import KERNEL_ATTR, AttentionKernelSpec  # noqa: E402
@@ -59,14 +59,7 @@ def attention_func(H: int, Hk: int, D: int, causal, bias, spec: bool):
     return f
 
 
-def _cpu() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+_cpu = cpu_name   # benchmarks/host.py
 
 
 def _median_us(fns, args, out, calls: int) -> list[float]:

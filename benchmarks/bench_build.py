@@ -44,6 +44,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 import builder  # noqa: E402
+from host import cpu_name  # noqa: E402  (benchmarks/host.py)
 from builder.transform import PassTiming  # noqa: E402
 
 
@@ -130,12 +131,7 @@ def main(argv: list[str] | None = None) -> None:
     from builder.codegen import build_threads
 
     names = args.models or (list(QUICK) if args.quick else list(MODELS))
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), cpu)
-    except OSError:
-        pass
+    cpu = cpu_name()
     print(f"CPU: {cpu}, {os.cpu_count()} logical CPUs; LLVM threads: {build_threads()}; "
           f"python {platform.python_version()}")
     rows = []

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import platform
 import sys
 import tempfile
 import time
@@ -27,6 +26,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from host import cpu_name  # noqa: E402  (benchmarks/host.py)
 import builder
 from builder.transform import ConvToGemm, Sequential
 
@@ -49,14 +49,6 @@ functions:
 STEM_FLOPS = 2 * 384 * 80 * 3 * 3000 + 2 * 384 * 384 * 3 * 1500
 
 
-def cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def build(path: Path, gemm: bool):

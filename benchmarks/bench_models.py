@@ -58,6 +58,7 @@ import traceback  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
+from host import cpu_name  # noqa: E402  (benchmarks/host.py)
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
@@ -76,14 +77,6 @@ LLAMA_FORMATS = {"float32": "F32", "q4f16_1": "Q4_0", "q8f32_1": "Q8_0"}
 
 # -- helpers ---------------------------------------------------------------------------------------
 
-def cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def machine_info() -> str:
