@@ -47,7 +47,7 @@ from dataclasses import dataclass, replace
 
 from llvmlite import ir
 
-from ..llvm_emit import F16, F32, I8, I16, I32, I64, PTR
+from ..llvm_emit import F16, F32, I8, I16, I32, I64, PTR, BufferExprEmitter, reg_type
 
 __all__ = ["SimdInfo", "KFunc", "BF16", "vec", "const_vec", "plain_loop_metadata",
            "no_unroll_loop_metadata", "finalize_loop_metadata"]
@@ -197,6 +197,23 @@ class _BFloat16Type(ir.Type):
 
 
 BF16 = _BFloat16Type()
+
+
+def internal_function(module: ir.Module, name: str, ret: ir.Type, args: list[ir.Type]) -> ir.Function:
+    """A new ``internal``, ``nounwind`` function of a kernel (its body, tasks, helpers)."""
+    fn = ir.Function(module, ir.FunctionType(ret, args), name=name)
+    fn.linkage = "internal"
+    fn.attributes.add("nounwind")
+    return fn
+
+
+def bind_params(mod, kf: "KFunc", sig, func, ptrs, syms) -> BufferExprEmitter:
+    """An expression emitter for ``func``'s loads inside ``kf``: the symbolic vars of ``sig`` bound to
+    the values ``syms`` (int64, truncated to narrower var types) and the params to the pointers ``ptrs``."""
+    env = {}
+    for var, s in zip(sig.sym_vars, syms):
+        env[var] = s if reg_type(var.dtype) == I64 else kf.b.trunc(s, reg_type(var.dtype))
+    return BufferExprEmitter(mod, kf.b, env, {id(p): a for p, a in zip(func.params, ptrs)})
 
 
 def vec(t: ir.Type, n: int) -> ir.VectorType:

@@ -6,8 +6,8 @@ from __future__ import annotations
 from llvmlite import ir
 
 from ...fastmath import exp_f32
-from ...llvm_emit import F32, I32, I64, PTR, BufferExprEmitter, ModuleEmitter, mem_type, reg_type
-from ..simd import KFunc, SimdInfo, vec
+from ...llvm_emit import F32, I32, I64, PTR, BufferExprEmitter, ModuleEmitter, mem_type
+from ..simd import KFunc, SimdInfo, bind_params, internal_function, vec
 from .plan import ATTENTION_TUNING, AttentionPlan
 
 __all__ = ["AttentionEmitter", "emit_attention"]
@@ -42,16 +42,10 @@ class AttentionEmitter:
 
     # -- helpers
     def _function(self, fname: str, ret: ir.Type, args: list[ir.Type]) -> ir.Function:
-        fn = ir.Function(self.module, ir.FunctionType(ret, args), name=fname)
-        fn.linkage = "internal"
-        fn.attributes.add("nounwind")
-        return fn
+        return internal_function(self.module, fname, ret, args)
 
     def _bind(self, kf: KFunc, ptrs, syms) -> BufferExprEmitter:
-        env = {}
-        for var, s in zip(self.sig.sym_vars, syms):
-            env[var] = s if reg_type(var.dtype) == I64 else kf.b.trunc(s, reg_type(var.dtype))
-        return BufferExprEmitter(self.mod, kf.b, env, {id(p): a for p, a in zip(self.func.params, ptrs)})
+        return bind_params(self.mod, kf, self.sig, self.func, ptrs, syms)
 
     def _load_f32(self, kf: KFunc, ptr, idx, n: int) -> ir.Value:
         """``n`` elements (1: a scalar) of the inputs' dtype at ``ptr[idx]``, as float32."""
@@ -187,7 +181,7 @@ class AttentionEmitter:
 
     def _unit(self, u) -> None:
         kf, b, plan, ex = self.kf, self.kf.b, self.plan, self.ex
-        D, Dv, L, MR = plan.dim, plan.dim_v, self.L, self.MR
+        D, Dv, MR = plan.dim, plan.dim_v, self.MR
         nrb = ex["nrb"]
         rb = b.srem(u, nrb)
         bk = kf.sdiv(u, nrb)

@@ -10,9 +10,9 @@ from llvmlite import ir
 
 from ....ir import expr as E
 from ....ir.tir import PrimFunc
-from ...llvm_emit import F32, I32, I64, PTR, BufferExprEmitter, ModuleEmitter, mem_type, reg_type
+from ...llvm_emit import F32, I32, I64, PTR, BufferExprEmitter, ModuleEmitter, mem_type
 from ..decode import DenseDecoder, GroupQuantDecoder
-from ..simd import KFunc, SimdInfo, vec
+from ..simd import KFunc, SimdInfo, bind_params, internal_function, vec
 from .plan import TUNING, LinearPlan
 from .int8_rows import int8_gemv_supported
 from .gemv import GemvFloat
@@ -160,17 +160,10 @@ class LinearEmitter(GemvFloat, Bf16Dot, GemvInt8, GemmFloat, GemmInt8):
         self.ctx = _Ctx(len(func.params), len(sig.sym_vars), extra)
 
     def _function(self, fname: str, ret: ir.Type, args: list[ir.Type]) -> ir.Function:
-        fn = ir.Function(self.module, ir.FunctionType(ret, args), name=fname)
-        fn.linkage = "internal"
-        fn.attributes.add("nounwind")
-        return fn
+        return internal_function(self.module, fname, ret, args)
 
     def _bind(self, kf: KFunc, ptrs, syms) -> BufferExprEmitter:
-        env = {}
-        for v, s in zip(self.sig.sym_vars, syms):
-            env[v] = s if reg_type(v.dtype) == I64 else kf.b.trunc(s, reg_type(v.dtype))
-        em = BufferExprEmitter(self.mod, kf.b, env, {id(p): a for p, a in zip(self.func.params, ptrs)})
-        return em
+        return bind_params(self.mod, kf, self.sig, self.func, ptrs, syms)
 
     def _weight_args(self, st: "_State", w: int) -> list:
         """``[ptr0, ptr1, ld0, ld1]`` of weight ``w`` in a function with the context loaded:
