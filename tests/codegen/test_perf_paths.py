@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -1023,3 +1024,29 @@ def test_legalize_alone_uses_the_matmul_kernels():
         lib = codegen.build(prims)
         (meta,) = lib.functions.values()
         assert meta["kernel"].startswith("linear/") == HOST_SIMD.usable, meta["kernel"]
+
+
+@pytest.mark.parametrize("N", [4, 7, 21, 40])
+def test_gelu_epilogue_vectorized_gemv_and_gemm(N):
+    """Issue 15: the epilogue's ``erf`` runs in vectors on GEMV tiles (4 outputs per call, below
+    the 8 lanes: LLVM's 4-wide remainder loop) and GEMM panels, with tails (``N`` not a multiple of
+    4 / 16) and a symbolic batch; checked against a float64 reference."""
+    from math import erf, sqrt
+    K = 37
+    epi = ("gelu", ("add", ("linear", 0), ("tensor", 1)))
+    f, _ = _linear_func(K, N, "float32", "float32", epi, extra=[("bias", (N,), "float32")])
+    lib = build({"f": f})
+    if HOST_SIMD.usable:
+        body = re.search(r"^define [^\n]*@f\.epi\(.*?^}$", lib.llvm_ir, re.S | re.M).group(0)
+        assert "fmuladd.v4f32" in body and f"fmuladd.v{HOST_SIMD.lanes}f32" in body
+    fn = lib.load()["f"]
+    rng = np.random.default_rng(N)
+    w = rng.standard_normal((N, K), dtype=np.float32) * 0.3
+    bias = rng.standard_normal(N).astype(np.float32)
+    for M in (1, 3, 24, 31):   # GEMV (M <= gemv_max_rows) and GEMM
+        x = rng.standard_normal((M, K), dtype=np.float32)
+        y = np.empty((M, N), np.float32)
+        fn(x, w, bias, y)
+        h = x.astype(np.float64) @ w.T.astype(np.float64) + bias
+        ref = 0.5 * h * (1 + np.vectorize(erf)(h / sqrt(2)))
+        np.testing.assert_allclose(y, ref, rtol=2e-5, atol=2e-5 * np.sqrt(K))

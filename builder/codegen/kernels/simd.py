@@ -140,6 +140,7 @@ class SimdInfo:
 
 _PLAIN_TAG = "mb.plainloop."
 _NOUNROLL_TAG = "mb.nounrollloop."
+_INTERLEAVE_TAG = "mb.interleaveloop."
 
 
 def plain_loop_metadata(module: ir.Module) -> ir.MDValue:
@@ -161,10 +162,19 @@ def no_unroll_loop_metadata(module: ir.Module) -> ir.MDValue:
     return module.add_metadata([ir.MetaDataString(module, f"{_NOUNROLL_TAG}{k}")])
 
 
+def interleave_loop_metadata(module: ir.Module, count: int) -> ir.MDValue:
+    """A fresh placeholder loop ID that :func:`finalize_loop_metadata` turns into a loop ID
+    asking the loop vectorizer to interleave ``count`` vector iterations
+    (``llvm.loop.interleave.count``: independent dependency chains per iteration)."""
+    k = getattr(module, "_mb_interleave_loops", 0)
+    module._mb_interleave_loops = k + 1
+    return module.add_metadata([ir.MetaDataString(module, f"{_INTERLEAVE_TAG}{count}.{k}")])
+
+
 def finalize_loop_metadata(text: str) -> str:
     """Rewrite the placeholders of :func:`plain_loop_metadata` and
     :func:`no_unroll_loop_metadata` in module text ``text``."""
-    if _PLAIN_TAG not in text and _NOUNROLL_TAG not in text:
+    if _PLAIN_TAG not in text and _NOUNROLL_TAG not in text and _INTERLEAVE_TAG not in text:
         return text
     lines = text.split("\n")
     top = -1
@@ -182,6 +192,10 @@ def finalize_loop_metadata(text: str) -> str:
         elif line.startswith("!") and f'!"{_NOUNROLL_TAG}' in line:
             ident = line.split(" ", 1)[0]
             line = f"{ident} = distinct !{{{ident}, {nu}}}"
+        elif line.startswith("!") and f'!"{_INTERLEAVE_TAG}' in line:
+            ident = line.split(" ", 1)[0]
+            count = int(line.split(_INTERLEAVE_TAG, 1)[1].split(".", 1)[0])
+            line = f'{ident} = distinct !{{{ident}, !{{!"llvm.loop.interleave.count", i32 {count}}}}}'
         out.append(line)
     out.append(f'{nv} = !{{!"llvm.loop.vectorize.enable", i1 false}}')
     out.append(f'{nu} = !{{!"llvm.loop.unroll.disable"}}')
@@ -382,13 +396,14 @@ class KFunc:
 
     # -- control flow
     @contextmanager
-    def loop(self, lo, hi, step: int = 1, name: str = "i", plain: bool = True):
+    def loop(self, lo, hi, step: int = 1, name: str = "i", plain: bool = True, interleave: int = 0):
         """``for iv in range(lo, hi, step)`` (i64; ``step > 0``); yields ``iv``.
 
         ``plain`` loops carry loop metadata that turns LLVM's loop vectorizer and unroller off
         (see :func:`finalize_loop_metadata`): kernel loops are vectorized by construction, and
         letting LLVM also vectorize their scalar tails only multiplies code size and compile
-        time. ``plain=False`` leaves a loop to LLVM (epilogues, conversions)."""
+        time. ``plain=False`` leaves a loop to LLVM (epilogues, conversions); ``interleave > 0``
+        then asks its vectorizer for that many interleaved vector iterations."""
         b = self.b
         lo = lo if isinstance(lo, ir.Value) else self.i64(lo)
         hi = hi if isinstance(hi, ir.Value) else self.i64(hi)
@@ -408,6 +423,8 @@ class KFunc:
         br = b.branch(header)
         if plain:
             br.set_metadata("llvm.loop", plain_loop_metadata(self.module))
+        elif interleave:
+            br.set_metadata("llvm.loop", interleave_loop_metadata(self.module, interleave))
         b.position_at_end(exit_)
 
     @contextmanager

@@ -42,6 +42,7 @@ TUNING = {
     "kc_i8": 1024,               # its packed panel columns (NRI bytes each)
     "qu_i8": 2,                  # its k-quads per inner loop iteration
     "nv_i8": 2,                  # its weight rows per panel / 8 (int32 vectors per row of x)
+    "epi_interleave": 2,         # epilogue loop: vector iterations interleaved by LLVM (adds a 4-wide remainder loop)
     "gemm_bf16dot": 1,           # bfloat16 x and weights on AVX512-BF16: vdpbf16ps GEMV / GEMM (0: float32)
 }
 
