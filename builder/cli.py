@@ -54,8 +54,7 @@ def _parser() -> argparse.ArgumentParser:
                     "CPU code, and optionally run it.",
         epilog="example: build recipes/llama_mlp.yaml dtype=float32 hidden_size=2048",
     )
-    p.add_argument("recipe", nargs="?", help="path to the recipe (YAML), or a model file to import (.onnx, "
-                                             "a torch.export .pt2 archive)")
+    p.add_argument("recipe", nargs="?", help="path to the recipe (YAML), or an ONNX model (.onnx) to import")
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
                    help="override a var (bare key) or a dotted recipe field; values are YAML scalars")
     p.add_argument("--plain", action="store_true", help="print the IR without syntax highlighting")
@@ -166,7 +165,11 @@ def _run_with(args: argparse.Namespace, progress: "_ConversionProgress") -> int:
     for flag, path in (("--input", args.input), ("--weights", args.weights)):
         if path is not None:
             _check_input_file(flag, path)
-    if (args.print_recipe or args.validate) and args.recipe.lower().endswith((".onnx", ".pt2")):
+    if args.recipe.lower().endswith((".pt2", ".pt", ".pth")):
+        raise ValueError(f"{args.recipe}: PyTorch files are not loaded (torch's loaders may unpickle, which runs code "
+                         "the file's author chose); export to ONNX, or import the model from Python with "
+                         "builder.frontend.from_exported_program(torch.export.export(...))")
+    if (args.print_recipe or args.validate) and args.recipe.lower().endswith(".onnx"):
         raise ValueError("--print-recipe and --validate are for recipes; build imports a model file directly")
     if args.print_recipe or args.validate:
         return _check_only(args, out)

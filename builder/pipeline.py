@@ -428,16 +428,17 @@ def build(recipe_path: str | Path, overrides: Sequence[str] = (), weights: str |
                          module=module)
 
 
-#: Model files ``build`` imports instead of a recipe, by suffix.
-MODEL_FILE_SUFFIXES = (".onnx", ".pt2")
+#: Model files ``build`` imports instead of a recipe, by suffix. Not ``.pt2``: ``torch.export.load`` falls
+#: back to unpickling (``torch.load(weights_only=False)``), which runs code the file's author chose; a
+#: ``torch.export`` program goes through :func:`builder.frontend.from_exported_program` from Python.
+MODEL_FILE_SUFFIXES = (".onnx",)
 
 
 def build_model_file(path: str | Path, on_ir: Callable[[rx.IRModule], None] | None = None,
                      instruments: Sequence[PassInstrument] = (), build_progress: Callable | None = None
                      ) -> CompiledModel:
-    """Import a model file and compile it: an ONNX model (``.onnx``, :func:`builder.frontend.from_onnx`)
-    or a ``torch.export`` archive (``.pt2``, ``torch.export.load`` then
-    :func:`builder.frontend.from_exported_program`). The result is a :class:`CompiledModel` with one
+    """Import a model file and compile it: an ONNX model (``.onnx``, :func:`builder.frontend.from_onnx`,
+    which checks and bounds the file before use). The result is a :class:`CompiledModel` with one
     function ``main`` whose inputs are the model's (weights are constants inside the module, so
     ``params`` is empty). Raises ValueError for another suffix, and what the importer raises
     (an error naming every unsupported op, ImportError without the optional extra)."""
@@ -448,12 +449,6 @@ def build_model_file(path: str | Path, on_ir: Callable[[rx.IRModule], None] | No
         from .frontend.onnx import from_onnx
 
         irmod = from_onnx(str(path))
-    elif suffix == ".pt2":
-        import torch   # the torch extra; torch.export.load reads the archive
-
-        from .frontend.exported_program import from_exported_program
-
-        irmod = from_exported_program(torch.export.load(str(path)))
     else:
         raise ValueError(f"{path}: not a recipe or a model file this build imports ({', '.join(MODEL_FILE_SUFFIXES)})")
     export_s = time.perf_counter() - t0
