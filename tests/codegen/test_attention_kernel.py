@@ -8,7 +8,6 @@ with the spec, the kernel chosen) and the spec's print / parse round trip."""
 from __future__ import annotations
 
 import math
-import os
 
 import numpy as np
 import pytest
@@ -28,15 +27,7 @@ HOST_SIMD = SimdInfo.from_target(HOST.triple, HOST.features)
 RNG = np.random.default_rng(15)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _private_cache(tmp_path_factory):
-    old = os.environ.get("MB_CACHE_DIR")
-    os.environ["MB_CACHE_DIR"] = str(tmp_path_factory.mktemp("objcache"))
-    yield
-    if old is None:
-        os.environ.pop("MB_CACHE_DIR", None)
-    else:
-        os.environ["MB_CACHE_DIR"] = old
+pytestmark = pytest.mark.usefixtures("private_object_cache")   # tests/codegen/conftest.py
 
 
 #: bias shapes by name, in terms of (B, H, Sq, Sk)

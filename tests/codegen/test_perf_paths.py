@@ -32,15 +32,7 @@ HOST = Target.host()
 HOST_SIMD = SimdInfo.from_target(HOST.triple, HOST.features)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _private_cache(tmp_path_factory):
-    old = os.environ.get("MB_CACHE_DIR")
-    os.environ["MB_CACHE_DIR"] = str(tmp_path_factory.mktemp("objcache"))
-    yield
-    if old is None:
-        os.environ.pop("MB_CACHE_DIR", None)
-    else:
-        os.environ["MB_CACHE_DIR"] = old
+pytestmark = pytest.mark.usefixtures("private_object_cache")   # tests/codegen/conftest.py
 
 
 def _as_f32(a: np.ndarray, dtype: str) -> np.ndarray:
