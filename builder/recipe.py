@@ -469,10 +469,15 @@ class BlockModule(nn.Module):
     def _call_layer(self, node: ast.Call, layer: nn.Module, name: str, args: list, kwargs: dict):
         values = [*args, *kwargs.values()]
         if not isinstance(layer, BlockModule):   # built-in layers: a tensor first, then tensors or settings
-            bad = next((a for a in values if not (_is_value(a) or a is None or isinstance(a, nn.Object))),
-                       None if args and isinstance(args[0], nn.Tensor) else (args or values or [None])[0])
-            if bad is not None or not args:
-                raise _ForwardError(node, f"{name}() ({type(layer).__name__}) takes tensors, got {_describe(bad)}")
+            try:
+                bound = inspect.signature(layer.forward).bind(*args, **kwargs)
+            except TypeError as exc:
+                raise _ForwardError(node, f"{name}(): {exc}") from None
+            first = next(iter(bound.arguments.values()))
+            bad = [a for a in values if not (_is_value(a) or a is None or isinstance(a, nn.Object))]
+            if bad or not isinstance(first, nn.Tensor):
+                raise _ForwardError(node, f"{name}() ({type(layer).__name__}) takes tensors, got "
+                                          f"{_describe(bad[0] if bad else first)}")
         for arg in values:
             if not (_is_value(arg) or arg is None or isinstance(arg, nn.Object)):
                 raise _ForwardError(node, f"{name}() takes tensors, symbolic ints, numbers, None or a KV "

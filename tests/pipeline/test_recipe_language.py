@@ -244,3 +244,13 @@ def test_blocks_nested_too_deep_are_refused_without_recursing_further():
               "    inputs: {x: {shape: [2, 4], dtype: float32}}", "    forward: return b(x)"]
     issue = _issue("\n".join(lines) + "\n")
     assert "blocks nest more than 32 deep" in issue.message and issue.path.startswith("blocks.B")
+
+
+def test_a_built_in_layer_takes_its_tensor_by_keyword_too(tmp_path):
+    m = _build(tmp_path, SYMBOLIC.replace("y = fc(x)\n      return where", "y = fc(x=x)\n      return where"))
+    w = m.params["fc.weight"].astype(np.float64)
+    x = np.random.default_rng(4).standard_normal((3, 4)).astype(np.float32)
+    y = x @ w.T
+    np.testing.assert_allclose(m["masked"](x), np.where(y > 0, y, y * 0.5), rtol=1e-5, atol=1e-6)
+    issue = _issue(SYMBOLIC.replace("y = fc(x)\n      return where", "y = fc(x=3)\n      return where"))
+    assert "fc() (Linear) takes tensors, got int" in issue.message
