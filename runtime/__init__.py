@@ -1,6 +1,7 @@
 """Load and run compiled models without the compiler: ``Executable``, ``VirtualMachine`` and
 safetensors weights, and the KV cache of autoregressive decoding
 (``ContiguousKVCache``). Imports numpy, llvmlite and safetensors only (never ``builder``)."""
+from . import distributed  # noqa: F401  (registers the collectives' VM externs; mpi4py is imported on use)
 from .executable import Executable
 from .kv_cache import ContiguousKVCache
 from .vm import VirtualMachine, register_extern

@@ -42,6 +42,12 @@ and converted. A floating-point parameter found with the expected shape but anot
 round-to-nearest-even, as ``torch.Tensor.to`` / MLC's weight conversion do. Integer tensors
 must match exactly. bfloat16 tensors are uint16 bit patterns in memory (numpy has no bfloat16)
 and ``BF16`` in files.
+
+Shards (tensor parallelism): ``shards`` maps a parameter or conversion-source name to a
+:class:`TensorShard`; the file holds the full tensor and only this worker's slice is read from it
+(contiguous runs read one by one, so a worker's memory holds its shard, never the whole tensor),
+then cast or converted like any other tensor: a quantized tensor-parallel model quantizes each
+worker's shard.
 """
 from __future__ import annotations
 
@@ -60,7 +66,7 @@ import numpy as np
 
 from .files import atomic_write, open_regular
 
-__all__ = ["WeightsError", "WeightsWarning", "ParamConversion", "NameRules", "load_params", "save_params",
+__all__ = ["WeightsError", "WeightsWarning", "ParamConversion", "TensorShard", "NameRules", "load_params", "save_params",
            "read_safetensors_header", "MAX_NAME_RULES", "MAX_PATTERN_RULES", "MAX_RULE_CHARS",
            "MAX_IGNORE_PATTERNS", "MAX_IGNORE_CHARS"]
 
@@ -83,6 +89,41 @@ class ParamConversion:
     targets: tuple[str, ...]
     func: Callable[[np.ndarray], Sequence[np.ndarray]]
     shape: tuple
+
+
+@dataclass(frozen=True)
+class TensorShard:
+    """Part ``index`` of ``count`` equal, contiguous slices of a tensor along axis ``dim``: a worker's
+    piece of a tensor-parallel parameter (rows of a column-parallel weight: ``dim=0``; columns of a
+    row-parallel one: ``dim=1``). Raises ValueError for ``count < 1``, ``index`` outside
+    ``[0, count)`` or a negative ``dim``."""
+
+    dim: int
+    index: int
+    count: int
+
+    def __post_init__(self) -> None:
+        if self.count < 1 or not 0 <= self.index < self.count or self.dim < 0:
+            raise ValueError(f"invalid shard {self.index} of {self.count} along dim {self.dim}")
+
+    def full_shape(self, shape: Sequence[int]) -> tuple[int, ...]:
+        """The whole tensor's shape, given the shard's ``shape``. Raises ValueError when ``dim`` is not
+        an axis of it."""
+        shape = tuple(int(d) for d in shape)
+        if self.dim >= len(shape):
+            raise ValueError(f"shard dim {self.dim} is not an axis of shape {shape}")
+        return shape[:self.dim] + (shape[self.dim] * self.count,) + shape[self.dim + 1:]
+
+    def take(self, full: np.ndarray) -> np.ndarray:
+        """This shard of the whole tensor ``full``, as a new C-contiguous array. Raises ValueError when
+        ``full``'s axis ``dim`` does not split into ``count`` equal parts."""
+        if self.dim >= full.ndim or full.shape[self.dim] % self.count:
+            raise ValueError(f"a tensor of shape {full.shape} does not split into {self.count} parts along "
+                             f"dim {self.dim}")
+        size = full.shape[self.dim] // self.count
+        index = [slice(None)] * full.ndim
+        index[self.dim] = slice(self.index * size, (self.index + 1) * size)
+        return np.ascontiguousarray(full[tuple(index)])
 
 
 class WeightsWarning(UserWarning):
@@ -403,15 +444,43 @@ class _Checkpoint:
                                            f"{nbytes} bytes at {start}: it changed while it was read"])
         return data
 
-    def read(self, name: str) -> np.ndarray:
-        """Tensor ``name`` as a new C-contiguous array (bfloat16 as uint16 bits)."""
+    def read(self, name: str, shard: TensorShard | None = None) -> np.ndarray:
+        """Tensor ``name`` (or only its ``shard``) as a new C-contiguous array (bfloat16 as uint16 bits)."""
         info = self.infos[name]
         start, nbytes = self._offsets.get(name, (0, None))
         if nbytes is None:
             raise WeightsError(self.path, [f"'{name}' has dtype {info['dtype']}, which cannot be read"])
         dtype = np.dtype(np.uint16 if info["dtype"] == "bfloat16" else info["dtype"])
+        if shard is not None:
+            return self._read_shard(start, info["shape"], dtype, shard)
         return np.frombuffer(self._read(start, nbytes), dtype=dtype.newbyteorder("<")).astype(
             dtype, copy=True).reshape(info["shape"])
+
+    _SHARD_BLOCK_BYTES = 16 << 20
+
+    def _read_shard(self, start: int, shape: Sequence[int], dtype: np.dtype, shard: TensorShard) -> np.ndarray:
+        """``shard`` of the row-major tensor of ``shape`` at byte ``start``: ``outer = prod(shape[:dim])``
+        runs of ``run`` contiguous bytes, one every ``stride`` bytes. Short runs are read in blocks of
+        whole strides of at most 16 MiB (then sliced), long ones one by one: memory stays bounded by the
+        shard plus one block."""
+        shape = [int(d) for d in shape]
+        local = shape[shard.dim] // shard.count
+        inner = int(np.prod(shape[shard.dim + 1:], dtype=np.int64)) * dtype.itemsize
+        outer = int(np.prod(shape[:shard.dim], dtype=np.int64))
+        run, stride = local * inner, shape[shard.dim] * inner
+        first = start + shard.index * run
+        out = np.empty(outer * run, dtype=np.uint8)
+        rows = max(1, min(outer, self._SHARD_BLOCK_BYTES // max(stride, 1))) if run * 4 < stride else 1
+        for i in range(0, outer, rows):
+            n = min(rows, outer - i)
+            if n == 1:
+                out[i * run:(i + 1) * run] = np.frombuffer(self._read(first + i * stride, run), np.uint8)
+            else:
+                block = np.frombuffer(self._read(first + i * stride, (n - 1) * stride + run), np.uint8)
+                out[i * run:(i + n) * run] = np.lib.stride_tricks.as_strided(
+                    block, (n, run), (stride, 1)).reshape(-1)
+        local_shape = shape[:shard.dim] + [local] + shape[shard.dim + 1:]
+        return out.view(dtype.newbyteorder("<")).astype(dtype, copy=False).reshape(local_shape)
 
     def close(self) -> None:
         """Close the file."""
@@ -458,7 +527,8 @@ def load_params(path: str | Path, expected: Mapping[str, tuple[Sequence[int], st
                 name_map: Mapping[str, str] | None = None,
                 conversions: Mapping[str, ParamConversion] | None = None,
                 progress: Callable[[int, int, str], None] | None = None,
-                ignore: Sequence[str] = ()) -> dict[str, np.ndarray]:
+                ignore: Sequence[str] = (), shards: Mapping[str, TensorShard] | None = None
+                ) -> dict[str, np.ndarray]:
     """Load the parameters ``expected`` (name -> (shape, dtype)) from safetensors ``path``.
 
     ``name_map`` (our name -> the file's name: exact entries, ``{placeholder}`` patterns, prefix
@@ -467,7 +537,9 @@ def load_params(path: str | Path, expected: Mapping[str, tuple[Sequence[int], st
     :class:`ParamConversion` (see the module docstring), its source looked up by the same rules; a
     source must be a floating-point tensor of the conversion's shape (any float dtype).
     ``progress(done, total, source_name)`` is called with ``done=0`` before the first conversion and
-    after each one.
+    after each one. ``shards``: parameter or conversion-source name -> :class:`TensorShard`: the file
+    holds the whole tensor (its shape is the expected one with the shard's axis ``count`` times longer)
+    and only the shard is read.
 
     Returns name -> numpy array (C-contiguous; loaded directly: the file's exact values; floats of
     another float dtype cast; converted ones as their conversion gives them).
@@ -481,13 +553,20 @@ def load_params(path: str | Path, expected: Mapping[str, tuple[Sequence[int], st
     rules = NameRules(name_map, prefix)
     globs = _ignore_globs(ignore)
     with _Checkpoint(path) as ckpt:
-        return _load(ckpt, expected, rules, globs, conversions, progress)
+        return _load(ckpt, expected, rules, globs, conversions, progress, dict(shards or {}))
 
 
-def _load(ckpt: _Checkpoint, expected, rules: NameRules, globs, conversions, progress) -> dict[str, np.ndarray]:
+def _load(ckpt: _Checkpoint, expected, rules: NameRules, globs, conversions, progress,
+          shards: dict[str, TensorShard]) -> dict[str, np.ndarray]:
     path, header = ckpt.path, ckpt.infos
     prefix = rules.prefix
     conversions = dict(conversions or {})
+
+    def file_shape(name: str, shape) -> tuple:
+        """The shape tensor ``name`` has in the file: the whole tensor of a shard."""
+        shape = tuple(int(d) for d in shape)
+        return shards[name].full_shape(shape) if name in shards else shape
+
     producer = {t: src for src, conv in conversions.items() for t in conv.targets}
 
     problems: list[str] = []
@@ -508,7 +587,7 @@ def _load(ckpt: _Checkpoint, expected, rules: NameRules, globs, conversions, pro
     hints = 0
     for name, (shape, dtype) in expected.items():
         key = key_of(name)
-        shape = tuple(int(d) for d in shape)
+        shape = file_shape(name, shape)
         info = header.get(key)
         if info is not None and tuple(info["shape"]) == shape and info["dtype"] == dtype:
             direct[name] = key
@@ -523,7 +602,7 @@ def _load(ckpt: _Checkpoint, expected, rules: NameRules, globs, conversions, pro
                 claimed.add(key)
             if src in convert:
                 continue
-            want = tuple(conversions[src].shape)
+            want = file_shape(src, conversions[src].shape)
             bad = []
             if tuple(sinfo["shape"]) != want:
                 bad.append(f"'{skey}' has shape {tuple(sinfo['shape'])}, parameter '{src}' (converted into "
@@ -576,15 +655,15 @@ def _load(ckpt: _Checkpoint, expected, rules: NameRules, globs, conversions, pro
     read = ckpt.read
     for name, key in direct.items():
         if producer.get(name) not in convert:
-            out[name] = read(key)
+            out[name] = read(key, shards.get(name))
     for name, key in cast.items():
-        out[name] = _cast_float(read(key), header[key]["dtype"], expected[name][1])
+        out[name] = _cast_float(read(key, shards.get(name)), header[key]["dtype"], expected[name][1])
     total = len(convert)
     if progress is not None and total:
         progress(0, total, next(iter(convert)))
     for done, (src, skey) in enumerate(convert.items(), start=1):
         conv = conversions[src]
-        arrays = list(conv.func(_float32(read(skey), header[skey]["dtype"])))
+        arrays = list(conv.func(_float32(read(skey, shards.get(src)), header[skey]["dtype"])))
         problems.extend(_check_converted(src, conv.targets, arrays, expected))
         out.update(zip(conv.targets, arrays))
         if progress is not None:
