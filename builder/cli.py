@@ -119,14 +119,36 @@ def main(argv: list[str] | None = None) -> int:
         from rich.console import Console
 
         err = Console(stderr=True, highlight=False, soft_wrap=True, emoji=False)
+        rank = _worker_prefix()
         if isinstance(exc, RecipeError):
-            err.print(f"[bold red]error:[/] recipe has {len(exc.issues)} problem(s):", markup=True)
+            err.print(f"{rank}[bold red]error:[/] recipe has {len(exc.issues)} problem(s):", markup=True)
             for issue in exc.issues:
                 err.print(str(issue), markup=False)
-            return 2
-        err.print(f"[bold red]error:[/] {type(exc).__name__}: ", markup=True, end="")
+            return _end_workers(2)
+        err.print(f"{rank}[bold red]error:[/] {type(exc).__name__}: ", markup=True, end="")
         err.print(_printable(str(exc)), markup=False)
-        return 1
+        return _end_workers(1)
+
+
+def _worker_prefix() -> str:
+    """``"rank R: "`` in a process of a multi-rank launch (mpirun / torchrun), else ``""``."""
+    from runtime.distributed import launcher_rank
+
+    rank = launcher_rank()
+    return "" if rank is None else f"rank {rank}: "
+
+
+def _end_workers(code: int) -> int:
+    """``code``; in a tensor-parallel run, first end every other rank (``WorkerGroup.abort``): they would
+    otherwise wait for this one in their next collective until its timeout."""
+    from runtime.distributed import current_group
+
+    group = current_group()
+    if group is not None and group.size > 1:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        group.abort(code)
+    return code
 
 
 def _printable(text: str) -> str:
@@ -159,7 +181,11 @@ def _run_with(args: argparse.Namespace, progress: "_ConversionProgress") -> int:
     from .pipeline import MODEL_FILE_SUFFIXES, build, build_model_file
     from .summary import function_table, module_tree, param_table
 
-    out = Console(highlight=False, soft_wrap=True, emoji=False)
+    from runtime.distributed import launcher_rank
+
+    # one report for a tensor-parallel run: rank 0 prints, the other ranks compute silently (errors still show)
+    quiet = launcher_rank() not in (None, 0)
+    out = Console(highlight=False, soft_wrap=True, emoji=False, quiet=quiet)
     if args.input is None and args.text is None and args.output is not None:
         raise ValueError("--output needs --input (the arrays to run the function on) or --text")
     for flag, path in (("--input", args.input), ("--weights", args.weights)):
@@ -238,6 +264,8 @@ def _run_with(args: argparse.Namespace, progress: "_ConversionProgress") -> int:
         before, after = model.source_param_bytes, model.param_bytes
         ratio = f", {before / after:.2f}x smaller" if after and before > after else ""
         origin += f"; {_bytes(before)} before {model.quantization}{ratio}"
+    if model.group is not None:
+        origin += f"; rank {model.rank}'s shards of {model.recipe.tensor_parallel_shards}"
     out.print(f"parameters: {len(model.param_specs)} tensors, {model.num_params:,} elements, "
               f"{_bytes(model.param_bytes)} ({escape(printable(origin))})")
     if args.save_params is not None:
@@ -468,6 +496,16 @@ def _bench(model, fname: str, runs: int, dim_args: list[str]) -> str:
             f"max {ms.max():.3f} ms over {runs} runs after 3 warm-up runs ({get_num_threads()} threads)")
 
 
+def _progress_console():
+    """The stderr console of progress lines: silent on ranks other than 0 of a tensor-parallel launch (one
+    line for the run, not one per rank)."""
+    from rich.console import Console
+
+    from runtime.distributed import launcher_rank
+
+    return Console(stderr=True, quiet=launcher_rank() not in (None, 0))
+
+
 class _BuildProgress:
     """``progress(step)`` of :func:`builder.compile`: a transient rich progress line on stderr (phase,
     steps, the pass / kernel / LLVM module at hand, elapsed time) once the build has taken longer than
@@ -486,12 +524,11 @@ class _BuildProgress:
             self.close()
             return
         if self.bar is None and step.elapsed > self.delay:
-            from rich.console import Console
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
             self.bar = Progress(TextColumn("building: {task.fields[phase]}"), BarColumn(), MofNCompleteColumn(),
                                 TimeElapsedColumn(), TextColumn("{task.description}"),
-                                console=Console(stderr=True), transient=True)
+                                console=_progress_console(), transient=True)
             self.bar.start()
             self.task = self.bar.add_task("", total=max(step.total, 1), phase="")
         if self.bar is not None:
@@ -526,12 +563,11 @@ class _ConversionProgress:
             if done == 0:
                 return
         if self.bar is None and now - self.start > self.delay and done < total:
-            from rich.console import Console
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
             self.bar = Progress(TextColumn("converting parameters"), BarColumn(), MofNCompleteColumn(),
                                 TimeElapsedColumn(), TextColumn("{task.description}"),
-                                console=Console(stderr=True), transient=True)
+                                console=_progress_console(), transient=True)
             self.bar.start()
             self.task = self.bar.add_task(name, total=total)
         if self.bar is not None:

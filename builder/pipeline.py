@@ -31,7 +31,7 @@ import schemas
 from runtime import Executable, VirtualMachine, load_params
 from runtime.memory import check_allocation
 from runtime.native import float32_to_bfloat16_bits, numpy_dtype
-from runtime.weights import WeightsError, read_safetensors_metadata
+from runtime.weights import TensorShard, WeightsError, read_safetensors_metadata
 from runtime.weights import save_params as _save_params
 
 from . import nn
@@ -44,7 +44,7 @@ from .summary import describe_input
 from .transform import PassInstrument
 
 __all__ = ["build", "build_model_file", "CompiledModel", "export_recipe", "random_params", "bind_weights",
-           "MODEL_FILE_SUFFIXES"]
+           "worker_shards", "MODEL_FILE_SUFFIXES"]
 
 Progress = Callable[[int, int, str], None]
 """``progress(done, total, name)``: called with ``done=0`` before converting parameters and after each one."""
@@ -71,20 +71,28 @@ class CompiledModel:
     mapping: QuantizeMapping = field(default_factory=QuantizeMapping)
     progress: Progress | None = None
     module: nn.Module | None = None
+    shards: dict[str, TensorShard] = field(default_factory=dict)
+    group: Any = None
 
     @property
     def params(self) -> dict[str, np.ndarray]:
         """Parameter values by name (the loaded weights, or seeded random ones: for a transformed
-        recipe the untransformed model's random weights, converted by the mapping)."""
+        recipe the untransformed model's random weights, converted by the mapping; a tensor-parallel
+        worker draws the whole tensors, as one process would, and keeps its shards)."""
         if self._params is None:
             _check_param_memory(self.recipe, self.param_specs, self.mapping, "random", streamed=True)
             if self.mapping.param_map:
-                floats = _StreamedRandom(self.mapping.float_specs, self.seed)
+                floats = _StreamedRandom(self.mapping.float_specs, self.seed, self.shards)
                 self._params = self.mapping.apply(floats, self.param_specs, _started(self.progress,
                                                                                      self.mapping))
             else:
-                self._params = random_params(self.param_specs, self.seed)
+                self._params = random_params(self.param_specs, self.seed, self.shards)
         return self._params
+
+    @property
+    def rank(self) -> int:
+        """This worker's index among ``recipe.tensor_parallel_shards`` (0 for a single process)."""
+        return 0 if self.group is None else self.group.rank
 
     @property
     def param_names(self) -> list[str]:
@@ -189,7 +197,12 @@ class CompiledModel:
     def save_params(self, path: str | Path) -> None:
         """Write the (transformed) parameters to a safetensors file, under the recipe's file
         names (:meth:`file_keys`), so that building the same recipe with ``weights=path`` loads
-        them directly without converting. The header records the recipe and its quantization."""
+        them directly without converting. The header records the recipe and its quantization. Raises
+        ValueError for a tensor-parallel worker (its parameters are shards of the file's tensors)."""
+        if self.shards:
+            raise ValueError("save_params: this tensor-parallel worker holds shards of the parameters, which "
+                             "would be saved under the whole tensors' names; save them from a single process "
+                             "(tensor_parallel_shards=1)")
         keys = self.file_keys()
         dtypes = {keys[n]: d for n, _, d in self.param_specs}
         _save_params(path, {keys[n]: self.params[n] for n in self.param_names},
@@ -208,16 +221,18 @@ def export_recipe(recipe: schemas.Recipe, mapping: QuantizeMapping | None = None
     (optional) receives the parameter mapping. Raises :class:`schemas.RecipeError` for recipe
     problems, ValueError for a layer that cannot be quantized.
     """
-    irmod, params, spec, _ = _export(recipe, mapping)
+    irmod, params, spec, _, _ = _export(recipe, mapping)
     return irmod, params, spec
 
 
 def _export(recipe: schemas.Recipe, mapping: QuantizeMapping | None):
-    """:func:`export_recipe`, also returning the (transformed) module tree."""
+    """:func:`export_recipe`, also returning the (transformed) module tree and the shard strategies
+    of the untransformed model's parameters (name -> ``ShardSingleDim``; empty for one shard)."""
     module, spec = instantiate(recipe)
     _check_fixed_sizes(recipe, module)
     _check_tensor_bytes(recipe, module, spec)
     _check_exclude(recipe, module)
+    strategies = nn.tensor_parallel.param_shards(module)
     try:
         module = apply_transforms(module, recipe, mapping)
     except GroupSizeError as exc:
@@ -227,7 +242,13 @@ def _export(recipe: schemas.Recipe, mapping: QuantizeMapping | None):
         spec = {fname: {iname: _cast_input(t, dtype) for iname, t in inputs.items()}
                 for fname, inputs in spec.items()}
     irmod, params = module.export_tvm(spec)
-    return irmod, params, spec, module
+    return irmod, params, spec, module, strategies
+
+
+def worker_shards(strategies: Mapping[str, Any], rank: int) -> dict[str, TensorShard]:
+    """Worker ``rank``'s :class:`runtime.weights.TensorShard` of each sharded parameter (``strategies``:
+    name -> ``ShardSingleDim`` as :func:`builder.nn.tensor_parallel.param_shards` gives them)."""
+    return {name: TensorShard(s.dim, rank, s.shards) for name, s in strategies.items()}
 
 
 def _check_fixed_sizes(recipe: schemas.Recipe, module: nn.Module) -> None:
@@ -343,8 +364,10 @@ class _StreamedRandom(Mapping):
     take 27 GB). Each value is handed out once (then forgotten); values drawn past, on the way to a
     later name, wait until asked for. The arrays equal :func:`random_params`'s."""
 
-    def __init__(self, specs: Sequence[tuple[str, Sequence, str]], seed: int) -> None:
+    def __init__(self, specs: Sequence[tuple[str, Sequence, str]], seed: int,
+                 shards: Mapping[str, TensorShard] | None = None) -> None:
         self._specs = list(specs)
+        self._shards = dict(shards or {})
         self._next = 0
         self._rng = np.random.default_rng(seed)
         self._waiting: dict[str, np.ndarray] = {}
@@ -355,7 +378,7 @@ class _StreamedRandom(Mapping):
                 raise KeyError(name)
             spec = self._specs[self._next]
             self._next += 1
-            self._waiting[spec[0]] = _draw(self._rng, spec[1], spec[2])
+            self._waiting[spec[0]] = _draw(self._rng, *spec, self._shards)
         return self._waiting.pop(name)
 
     def __iter__(self):
@@ -365,8 +388,13 @@ class _StreamedRandom(Mapping):
         return len(self._specs)
 
 
-def _draw(rng: np.random.Generator, shape: Sequence, dtype: str) -> np.ndarray:
-    """One tensor of :func:`random_params` from ``rng``."""
+def _draw(rng: np.random.Generator, name: str, shape: Sequence, dtype: str,
+          shards: Mapping[str, TensorShard] | None = None) -> np.ndarray:
+    """One tensor of :func:`random_params` from ``rng``: for a sharded name, the whole tensor is drawn
+    (the same numbers one process draws) and the shard kept."""
+    shard = (shards or {}).get(name)
+    if shard is not None:
+        return shard.take(_draw(rng, name, shard.full_shape(shape), dtype))
     np_dtype = numpy_dtype(dtype)
     if dtype == "bfloat16":
         return float32_to_bfloat16_bits(rng.standard_normal(shape, dtype=np.float32) * np.float32(0.02))
@@ -375,13 +403,16 @@ def _draw(rng: np.random.Generator, shape: Sequence, dtype: str) -> np.ndarray:
     return np.zeros(shape, dtype=np_dtype)
 
 
-def random_params(param_specs: Sequence[tuple[str, Sequence, str]], seed: int = 0) -> dict[str, np.ndarray]:
+def random_params(param_specs: Sequence[tuple[str, Sequence, str]], seed: int = 0,
+                  shards: Mapping[str, TensorShard] | None = None) -> dict[str, np.ndarray]:
     """Seeded N(0, 0.02^2) values for ``(name, shape, dtype)`` specs (integers: zeros).
 
-    bfloat16 values are returned as uint16 bit patterns (round to nearest even).
+    bfloat16 values are returned as uint16 bit patterns (round to nearest even). ``shards`` (name ->
+    :class:`runtime.weights.TensorShard`): the spec's shape is the shard's; the whole tensor is drawn
+    and the shard returned, so every worker's pieces put together equal one process's values.
     """
     rng = np.random.default_rng(seed)
-    return {name: _draw(rng, shape, dtype) for name, shape, dtype in param_specs}
+    return {name: _draw(rng, name, shape, dtype, shards) for name, shape, dtype in param_specs}
 
 
 def _param_specs(params: Sequence[tuple[str, nn.Parameter]]) -> list[tuple[str, tuple, str]]:
@@ -413,19 +444,46 @@ def build(recipe_path: str | Path, overrides: Sequence[str] = (), weights: str |
     t0 = time.perf_counter()
     recipe = schemas.load_recipe(recipe_path, overrides)
     mapping = QuantizeMapping()
-    irmod, params, spec, module = _export(recipe, mapping)
+    irmod, params, spec, module, strategies = _export(recipe, mapping)
     timings["export"] = time.perf_counter() - t0
+    group = _worker_group(recipe, irmod, seed)
+    shards = worker_shards(strategies, 0 if group is None else group.rank)
     if on_ir is not None:
         on_ir(irmod)
     specs = _param_specs(params)
     t1 = time.perf_counter()
-    values = bind_weights(recipe, specs, weights, Path(recipe_path).parent, mapping, progress)
+    values = bind_weights(recipe, specs, weights, Path(recipe_path).parent, mapping, progress, shards)
     timings["weights"] = time.perf_counter() - t1
     t1 = time.perf_counter()
-    exe = compile_module(irmod, instruments=instruments, progress=build_progress)
+    if group is None or group.rank == 0:
+        exe = compile_module(irmod, instruments=instruments, progress=build_progress)
+    if group is not None and group.size > 1:    # every rank's IR is the same: rank 0 compiles it for all
+        data = group.broadcast_bytes(exe.save() if group.rank == 0 else None)
+        if group.rank != 0:
+            exe = Executable.load(data)
     timings["compile"] = time.perf_counter() - t1
     return CompiledModel(recipe, irmod, specs, exe, spec, timings, seed, values, mapping=mapping, progress=progress,
-                         module=module)
+                         module=module, shards=shards, group=group)
+
+
+def _worker_group(recipe: schemas.Recipe, irmod: rx.IRModule, seed: int):
+    """The worker group of a tensor-parallel recipe (None for one shard): joins the launcher's ranks
+    (:func:`runtime.distributed.init`, which raises when their number is not ``tensor_parallel_shards``)
+    and checks that every rank builds the same model (recipe after overrides, the exported IR's
+    parameters, the seed of random weights), so a rank started with other overrides ends every rank with
+    an error naming it instead of computing garbage or waiting forever."""
+    if recipe.tensor_parallel_shards == 1:
+        return None
+    import hashlib
+
+    from runtime import distributed
+
+    group = distributed.init(recipe.tensor_parallel_shards)
+    what = recipe.model_dump_json(exclude={"weights"}) + repr(seed) + repr(
+        [(p.name_hint, p.struct_info) for f in irmod.functions.values() if isinstance(f, rx.Function)
+         for p in f.params])
+    distributed.check_same(group, "the model (recipe, overrides, seed)", hashlib.sha256(what.encode()).digest())
+    return group
 
 
 #: Model files ``build`` imports instead of a recipe, by suffix. Not ``.pt2``: ``torch.export.load`` falls
@@ -486,15 +544,17 @@ def validate(recipe_path: str | Path, overrides: Sequence[str] = (), weights: st
     :class:`runtime.WeightsError` as :func:`build` does; no code is generated."""
     recipe = schemas.load_recipe(recipe_path, overrides)
     mapping = QuantizeMapping()
-    _, params, spec = export_recipe(recipe, mapping)
+    _, params, spec, _, strategies = _export(recipe, mapping)
     specs = _param_specs(params)
-    values = bind_weights(recipe, specs, weights, Path(recipe_path).parent, mapping)
+    values = bind_weights(recipe, specs, weights, Path(recipe_path).parent, mapping,
+                          shards=worker_shards(strategies, 0))
     return Validation(recipe, spec, specs, values is not None)
 
 
 def bind_weights(recipe: schemas.Recipe, param_specs: Sequence[tuple[str, tuple, str]],
                  weights: str | Path | None, base: Path, mapping: QuantizeMapping | None = None,
-                 progress: Progress | None = None) -> dict[str, np.ndarray] | None:
+                 progress: Progress | None = None, shards: Mapping[str, TensorShard] | None = None
+                 ) -> dict[str, np.ndarray] | None:
     """Parameter values from ``weights`` (or the recipe's ``weights.path``, relative to ``base``);
     None when there is no weights file (random weights are drawn later).
 
@@ -503,7 +563,9 @@ def bind_weights(recipe: schemas.Recipe, param_specs: Sequence[tuple[str, tuple,
     need: :mod:`runtime.weights`). With a ``mapping`` (the recipe's transforms), a parameter missing
     from the file is computed from its float source, found by the same rules, by the mapping's
     function (a float checkpoint is quantized / cast on the fly); parameters present with the exact
-    shape and dtype load directly. Raises :class:`runtime.WeightsError` listing every problem
+    shape and dtype load directly. ``shards`` (name -> :class:`runtime.weights.TensorShard`, a
+    tensor-parallel worker's): the file holds whole tensors and only the shards are read (and
+    converted). Raises :class:`runtime.WeightsError` listing every problem
     (ValueError for name rules the recipe validation let through: it checks them too); warns
     :class:`runtime.weights.WeightsWarning` for an ``ignore`` glob that matches no tensor.
     """
@@ -519,7 +581,7 @@ def bind_weights(recipe: schemas.Recipe, param_specs: Sequence[tuple[str, tuple,
     try:
         return load_params(path, expected, prefix=wdef.prefix if wdef else "",
                            name_map=wdef.map if wdef else None, conversions=conversions, progress=progress,
-                           ignore=wdef.ignore if wdef else ())
+                           ignore=wdef.ignore if wdef else (), shards=shards)
     except WeightsError as err:
         meta = read_safetensors_metadata(path) if Path(path).is_file() else {}
         ours = describe(recipe.quantization)

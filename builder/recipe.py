@@ -49,6 +49,7 @@ from schemas.models import BlockLayer, FunctionDef, IntInput, KVCacheInput, is_i
 from schemas.source import FieldPath
 
 from . import nn
+from .nn.tensor_parallel import ShardError
 from .ir import expr as E
 from .ir.printer import PRINTER_RESERVED
 
@@ -528,6 +529,9 @@ class RecipeModule(BlockModule):
     def _method(self, fname: str, program: _Program) -> Callable:
         def method(*args):
             recipe, _ = self.__dict__["_recipe_meta"]
+            if recipe.tensor_parallel_shards > 1:   # every worker computes on worker 0's inputs (MLC-LLM)
+                args = tuple(nn.op.ccl_broadcast_from_worker0(a, name=f"{n}_bcast") if isinstance(a, nn.Tensor)
+                             else a for n, a in zip(program.inputs, args))
             try:
                 return self._run(program, dict(zip(program.inputs, args)))
             except _ForwardError as err:
@@ -624,8 +628,14 @@ class _Builder:
             layers = self.layers(block.layers, ("blocks", cfg.type, "layers"))
             return BlockModule(cfg.type, layers, self.program(cfg.type, list(layers)))
         kwargs = cfg.model_dump(exclude={"type", "repeat"})
+        shards = self.recipe.tensor_parallel_shards
+        if cfg.type == "Attention" or (cfg.type == "Linear" and cfg.tensor_parallel is not None):
+            kwargs["tensor_parallel_shards"] = shards
         try:
             return _layer_class(cfg.type)(**kwargs)
+        except ShardError as exc:
+            raise self.recipe.source.error(where + (exc.field,), f"{cfg.type}: {exc} (tensor_parallel_shards="
+                                                                 f"{shards})") from None
         except (ValueError, TypeError) as exc:
             raise self.recipe.source.error(where, f"{cfg.type}: {exc}") from None
 

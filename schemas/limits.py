@@ -67,3 +67,7 @@ MAX_MODULES = 100_000
 MAX_BLOCK_DEPTH = 32
 """The deepest nesting of blocks inside blocks (a real model nests a handful: model > layers > attention);
 the interpreter recurses once per level when a forward calls into a block."""
+
+MAX_TENSOR_PARALLEL_SHARDS = 1024
+"""The most workers ``tensor_parallel_shards`` may split a model across (every rank builds the same module
+tree, so the bound only keeps shard arithmetic sane)."""

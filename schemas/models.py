@@ -11,7 +11,7 @@ from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Di
 from pydantic_core import PydanticCustomError
 
 from .errors import shorten
-from .limits import MAX_DIM, MAX_FUNCTIONS, MAX_NDIM
+from .limits import MAX_DIM, MAX_FUNCTIONS, MAX_NDIM, MAX_TENSOR_PARALLEL_SHARDS
 from .limits import MAX_WEIGHT_IGNORE, MAX_WEIGHT_MAP_ENTRIES, MAX_WEIGHT_NAME_CHARS, MAX_WEIGHT_PATTERN_ENTRIES
 from .source import SourceMap
 
@@ -125,6 +125,12 @@ class Linear(LayerEntry):
     bias: bool = True
     dtype: Optional[DType] = None
     out_dtype: Optional[DType] = None
+    tensor_parallel: Optional[Literal["column", "row"]] = None
+    """How the layer splits when the recipe sets ``tensor_parallel_shards: N`` (Megatron-LM, Shoeybi et al.
+    2019): ``column`` splits ``out_features`` (each worker computes a slice of the outputs: q/k/v, gate /
+    up projections), ``row`` splits ``in_features`` and sums the workers' partial products with
+    ``ccl_allreduce`` (o_proj, down_proj; takes a column-split input). Unset: every worker holds the whole
+    layer (replicated)."""
 
 
 #: Sizes and settings that must be >= 1 / >= 0, and a norm's epsilon (finite, >= 0).
@@ -254,6 +260,9 @@ class Attention(LayerEntry):
     rope_theta: Optional[Annotated[float, Field(gt=0, allow_inf_nan=False)]] = None
     causal: bool = False
     dtype: Optional[DType] = None
+    tensor_parallel: bool = True
+    """With ``tensor_parallel_shards: N``, split the heads across the workers (``q/k/v_proj`` by columns,
+    ``o_proj`` by rows + ``ccl_allreduce``); ``false`` keeps the whole layer on every worker."""
 
     @model_validator(mode="after")
     def _check_heads(self) -> "Attention":
@@ -744,6 +753,11 @@ class Recipe(StrictModel):
     dtype: Optional[Literal["float16", "bfloat16", "float32", "float64"]] = None
     quantization: Quantization = "none"
     weights: Optional[WeightsDef] = None
+    tensor_parallel_shards: Annotated[int, Field(ge=1, le=MAX_TENSOR_PARALLEL_SHARDS)] = 1
+    """Workers (ranks) the model is split across, tensor-parallel (Megatron-LM style; MLC-LLM's
+    ``tensor_parallel_shards``): attention heads and the layers marked ``tensor_parallel: column / row``
+    split, everything else (embeddings, norms, ``lm_head``) is replicated. Above 1 the build runs under a
+    launcher (``mpirun -n N build ...``), one process per shard."""
 
     _source: Optional[SourceMap] = PrivateAttr(default=None)
 

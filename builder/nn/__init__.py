@@ -23,14 +23,14 @@ from .modules import (
 )
 from .op import *  # noqa: F401,F403  (TVM exposes the functional ops as nn.relu, nn.silu, ...)
 from .visitor import Mutator
-from . import modules
+from . import modules, tensor_parallel
 
 for _fn in (print_, debug_func):
     if not hasattr(op, _fn.__name__):
         setattr(op, _fn.__name__, _fn)
 
 __all__ = [
-    "op", "spec", "modules", "Attention", "Effect", "Module", "ModuleDict", "ModuleList", "Object", "Parameter",
+    "op", "spec", "modules", "tensor_parallel", "Attention", "Effect", "Module", "ModuleDict", "ModuleList", "Object", "Parameter",
     "Tensor", "get_default_dtype", "set_default_dtype", "wrap_nested", "GELU", "Conv1D",
     "ConvTranspose1D", "Embedding", "GroupNorm", "IOEffect", "KVCache", "LayerNorm", "Linear", "ReLU", "RMSNorm",
     "SiLU", "Mutator", "print_", "debug_func",

@@ -20,6 +20,7 @@ import math
 from ..ir import expr as E
 from ..ir.op.common import fmt_shape
 from . import op
+from . import tensor_parallel as tp
 from .core import Module, Object, Tensor
 from .modules import Linear
 
@@ -56,14 +57,22 @@ class Attention(Module):
     hidden_size); parameter names ``q_proj.weight`` (num_heads * head_dim, hidden_size), ...
     ``layer_id`` (int or None, settable) names the layer in the KV cache.
 
+    Tensor parallelism (``tensor_parallel_shards=N > 1``, :mod:`builder.nn.tensor_parallel`): this
+    worker keeps ``local_num_heads = num_heads / N`` query heads and ``local_num_kv_heads = num_kv_heads
+    / N`` KV heads (worker ``r`` the ``r``-th contiguous block of each, so every GQA group stays on one
+    worker), ``q/k/v_proj`` column-parallel and ``o_proj`` row-parallel (its partial products
+    all-reduced). ``num_heads`` / ``num_kv_heads`` stay the model's totals.
+
     Raises ValueError for non-positive sizes, ``num_heads`` not divisible by ``num_kv_heads``,
     ``hidden_size`` not divisible by ``num_heads`` without ``head_dim``, an odd ``head_dim`` with
-    ``rope_theta``, or a ``rope_theta`` that is not a positive finite number.
+    ``rope_theta``, or a ``rope_theta`` that is not a positive finite number;
+    :class:`~builder.nn.tensor_parallel.ShardError` when the heads or KV heads do not divide by the shards.
     """
 
     def __init__(self, hidden_size: int, num_heads: int, num_kv_heads: int | None = None,
                  head_dim: int | None = None, bias: bool = False, out_bias: bool | None = None,
-                 rope_theta: float | None = None, causal: bool = False, dtype: str | None = None) -> None:
+                 rope_theta: float | None = None, causal: bool = False, dtype: str | None = None,
+                 tensor_parallel_shards: int = 1, tensor_parallel: bool = True) -> None:
         hidden_size = _positive_int(hidden_size, "hidden_size")
         num_heads = _positive_int(num_heads, "num_heads")
         num_kv_heads = num_heads if num_kv_heads is None else _positive_int(num_kv_heads, "num_kv_heads")
@@ -90,11 +99,18 @@ class Attention(Module):
         self.rope_theta = rope_theta
         self.causal = bool(causal)
         self.layer_id: int | None = None
-        self.q_proj = Linear(hidden_size, num_heads * head_dim, bias=bool(bias), dtype=dtype)
-        self.k_proj = Linear(hidden_size, num_kv_heads * head_dim, bias=bool(bias), dtype=dtype)
-        self.v_proj = Linear(hidden_size, num_kv_heads * head_dim, bias=bool(bias), dtype=dtype)
+        shards = tp.check_shards(tensor_parallel_shards) if tensor_parallel else 1
+        self.local_num_heads = tp.split_size(num_heads, shards, "num_heads", "attention splits its heads across "
+                                                                             "the workers")
+        self.local_num_kv_heads = tp.split_size(num_kv_heads, shards, "num_kv_heads",
+                                                f"each worker needs whole KV heads, and a group of "
+                                                f"{num_heads // num_kv_heads} query heads shares one (GQA)")
+        cols = dict(tensor_parallel="column", tensor_parallel_shards=shards)
+        self.q_proj = Linear(hidden_size, num_heads * head_dim, bias=bool(bias), dtype=dtype, **cols)
+        self.k_proj = Linear(hidden_size, num_kv_heads * head_dim, bias=bool(bias), dtype=dtype, **cols)
+        self.v_proj = Linear(hidden_size, num_kv_heads * head_dim, bias=bool(bias), dtype=dtype, **cols)
         self.o_proj = Linear(num_heads * head_dim, hidden_size, bias=bool(bias if out_bias is None else out_bias),
-                             dtype=dtype)
+                             dtype=dtype, tensor_parallel="row", tensor_parallel_shards=shards)
 
     def forward(self, x: Tensor, positions: Tensor | None = None, attention_mask: Tensor | None = None,
                 cache: Object | None = None, total_seq_len: int | E.PrimExpr | None = None) -> Tensor:
@@ -135,9 +151,10 @@ class Attention(Module):
         if positions is not None and self.rope_theta is None:
             raise ValueError("Attention: positions are only used by rotary embeddings; this layer has no rope_theta")
         batch, seq = x.shape[0], x.shape[1]
-        q = op.reshape(self.q_proj(x), [batch, seq, self.num_heads, self.head_dim])
-        k = op.reshape(self.k_proj(x), [batch, seq, self.num_kv_heads, self.head_dim])
-        v = op.reshape(self.v_proj(x), [batch, seq, self.num_kv_heads, self.head_dim])
+        heads, kv_heads = self.local_num_heads, self.local_num_kv_heads
+        q = op.reshape(self.q_proj(x), [batch, seq, heads, self.head_dim])
+        k = op.reshape(self.k_proj(x), [batch, seq, kv_heads, self.head_dim])
+        v = op.reshape(self.v_proj(x), [batch, seq, kv_heads, self.head_dim])
         if self.rope_theta is not None:
             if positions is None:
                 positions = (op.arange(0, seq, dtype="int64") if cache is None else
@@ -149,7 +166,7 @@ class Attention(Module):
         mask = None if attention_mask is None else self._mask(attention_mask)
         causal = None if not self.causal else ("TopLeft" if cache is None else "BottomRight")
         out = op.scaled_dot_product_attention(q, k, v, attn_mask=mask, causal_mask=causal)
-        return self.o_proj(op.reshape(out, [batch, seq, self.num_heads * self.head_dim]))
+        return self.o_proj(op.reshape(out, [batch, seq, heads * self.head_dim]))
 
     @staticmethod
     def _mask(mask: Tensor) -> Tensor:

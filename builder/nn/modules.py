@@ -20,6 +20,7 @@ from ..ir import relax as rx
 from ..ir.block_builder import BlockBuilder
 from ..ir.struct_info import ObjectStructInfo, TensorStructInfo
 from . import op
+from . import tensor_parallel as tp
 from .core import Effect, Module, Parameter, Tensor, get_default_dtype
 
 __all__ = ["Linear", "LayerNorm", "RMSNorm", "GroupNorm", "Conv1D", "ConvTranspose1D", "Embedding", "ReLU", "SiLU",
@@ -201,19 +202,46 @@ class Linear(Module):
 
     ``out_dtype`` sets the matmul result dtype (and the bias dtype). Features may be symbolic
     (a string). Source: PyTorch ``nn.Linear``; TVM ``nn.Linear`` for ``out_dtype``.
+
+    Tensor parallelism (:mod:`builder.nn.tensor_parallel`, Megatron-LM): with
+    ``tensor_parallel_shards=N > 1`` and ``tensor_parallel="column"`` this worker's layer keeps
+    ``out_features / N`` outputs (weight and bias sharded along dim 0); with ``"row"`` it keeps
+    ``in_features / N`` inputs (weight sharded along dim 1), takes the matching slice of its input and
+    all-reduces the partial products (``ccl_allreduce(sum)``) before adding the whole bias. The
+    attributes ``in_features`` / ``out_features`` are this worker's sizes. Raises
+    :class:`~builder.nn.tensor_parallel.ShardError` for a split size that does not divide, ValueError
+    for an unknown ``tensor_parallel``.
     """
 
     def __init__(self, in_features: int | str | E.PrimExpr, out_features: int | str | E.PrimExpr,
-                 bias: bool = True, dtype: str | None = None, out_dtype: str | None = None) -> None:
+                 bias: bool = True, dtype: str | None = None, out_dtype: str | None = None,
+                 tensor_parallel: str | None = None, tensor_parallel_shards: int = 1) -> None:
+        shards = tp.check_shards(tensor_parallel_shards)
+        if tensor_parallel not in (None, *tp.TENSOR_PARALLEL_KINDS):
+            raise ValueError(f"Linear: tensor_parallel must be 'column', 'row' or None, got {tensor_parallel!r}")
+        if tensor_parallel == "column":
+            out_features = tp.split_size(out_features, shards, "out_features", "a column-parallel Linear splits "
+                                                                               "its outputs")
+        elif tensor_parallel == "row":
+            in_features = tp.split_size(in_features, shards, "in_features", "a row-parallel Linear splits its "
+                                                                             "inputs")
         self.in_features = in_features
         self.out_features = out_features
         self.out_dtype = out_dtype
+        self.tensor_parallel = tensor_parallel if shards > 1 else None
+        self.tensor_parallel_shards = shards
         self.weight = Parameter((out_features, in_features), dtype)
         self.bias = Parameter((out_features,), dtype if out_dtype is None else out_dtype) if bias else None
+        if self.tensor_parallel == "column":
+            tp.shard_parameter(self.weight, 0, shards)
+            tp.shard_parameter(self.bias, 0, shards)
+        elif self.tensor_parallel == "row":
+            tp.shard_parameter(self.weight, 1, shards)
 
     def forward(self, x: Tensor) -> Tensor:
         """x (..., in_features) -> (..., out_features)."""
         x = op.matmul(x, op.permute_dims(self.weight), out_dtype=self.out_dtype)
+        x = tp.reduce_partial_sums(x, self)
         if self.bias is not None:
             x = x + self.bias
         return x

@@ -13,10 +13,20 @@ from .common import keep
 OPAQUE = OpPattern.OPAQUE
 
 
-def _needs_workers(bb: BlockBuilder, call: rx.Call) -> rx.Expr:
-    raise ValueError(f"R.{call.op.name[len('relax.'):]} is a collective communication op: it needs a "
-                     "multi-worker (disco / CCL) runtime, which this single-process runtime does not provide; "
-                     "export the model without it to compile here")
+#: The runtime functions the collectives legalize to (TVM's names; ``runtime/distributed.py`` registers them).
+CCL_EXTERNS = {"relax.ccl.allreduce": "runtime.disco.allreduce",
+               "relax.ccl.broadcast_from_worker0": "runtime.disco.broadcast_from_worker0"}
+
+
+def _legalize_ccl(bb: BlockBuilder, call: rx.Call) -> rx.Expr:
+    """``R.ccl.allreduce(x, op_type)`` -> ``R.call_dps_packed("runtime.disco.allreduce", (x, "sum"),
+    out_sinfo=x)``, ``R.ccl.broadcast_from_worker0(x)`` -> ``R.call_dps_packed(
+    "runtime.disco.broadcast_from_worker0", (x,), out_sinfo=x)`` (as TVM's LegalizeOps): the VM calls the
+    worker group's collective with the output buffer it allocated."""
+    x = call.args[0]
+    args = [x] + ([rx.StringImm(call.attrs["op_type"])] if call.op.name == "relax.ccl.allreduce" else [])
+    return rx.Call(rx.Op.get("call_dps_packed"), [rx.ExternFunc(CCL_EXTERNS[call.op.name]), rx.Tuple(args)],
+                   sinfo_args=[call.struct_info])
 
 
 register_op("call_tir", infer_call_tir, pattern=OPAQUE, legalize=keep, doc="Call a loop-level function (DPS).")
@@ -28,7 +38,7 @@ register_op("call_pure_packed", infer_packed, pattern=OPAQUE, legalize=keep,
             doc="Call a pure runtime builtin (the VM runs it).")
 register_op("call_inplace_packed", infer_packed, ("inplace_indices",), pattern=OPAQUE, legalize=keep,
             doc="Call a runtime builtin that updates arguments in place (the KV cache).")
-register_op("ccl.allreduce", infer_ccl_allreduce, ("op_type",), pattern=OPAQUE, legalize=_needs_workers,
+register_op("ccl.allreduce", infer_ccl_allreduce, ("op_type",), pattern=OPAQUE, legalize=_legalize_ccl,
             frontend="ccl_allreduce", doc="All-reduce across workers.")
-register_op("ccl.broadcast_from_worker0", infer_unary, pattern=OPAQUE, legalize=_needs_workers,
+register_op("ccl.broadcast_from_worker0", infer_unary, pattern=OPAQUE, legalize=_legalize_ccl,
             frontend="ccl_broadcast_from_worker0", doc="Broadcast worker 0's tensor to every worker.")

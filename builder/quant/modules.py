@@ -15,6 +15,7 @@ from __future__ import annotations
 from .. import nn
 from ..ir.expr import is_float_dtype
 from ..nn import op
+from ..nn.tensor_parallel import reduce_partial_sums
 from .config import QuantizedSpec, QuantLayout
 
 __all__ = ["QuantizedLinear", "QuantizedEmbedding"]
@@ -40,6 +41,8 @@ class QuantizedLinear(nn.Module):
         self.in_features = in_features
         self.out_features = out_features
         self.out_dtype = out_dtype
+        self.tensor_parallel: str | None = None     # set by from_linear: a row-parallel layer all-reduces
+        self.tensor_parallel_shards = 1
         self.layout = QuantLayout.of(spec, in_features)
         self.q_weight = nn.Parameter(self.layout.q_weight_shape(out_features), self.layout.storage_dtype)
         self.q_scale = nn.Parameter(self.layout.q_scale_shape(out_features), self.layout.model_dtype)
@@ -51,6 +54,8 @@ class QuantizedLinear(nn.Module):
         attrs of the bias kept)."""
         out_features, in_features = src.weight.shape
         new = QuantizedLinear(in_features, out_features, spec, bias=src.bias is not None, out_dtype=src.out_dtype)
+        new.tensor_parallel = src.tensor_parallel
+        new.tensor_parallel_shards = src.tensor_parallel_shards
         if src.bias is not None:
             new.bias.attrs = src.bias.attrs
         return new
@@ -59,6 +64,7 @@ class QuantizedLinear(nn.Module):
         """x (..., in_features) -> (..., out_features)."""
         w = op.group_dequantize(self.q_weight, self.q_scale, name="dequantize", **self.layout.op_attrs)
         x = op.matmul(x, op.permute_dims(w), out_dtype=self.out_dtype)
+        x = reduce_partial_sums(x, self)
         if self.bias is not None:
             x = x + self.bias
         return x

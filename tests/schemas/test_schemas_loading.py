@@ -133,7 +133,7 @@ def test_every_layer_type_with_tvm_defaults():
                                 "GroupNorm", "Attention", "ReLU", "SiLU", "GELU"}
     assert Linear(in_features=2, out_features="n").model_dump() == {
         "repeat": None, "type": "Linear", "in_features": 2, "out_features": "n", "bias": True, "dtype": None,
-        "out_dtype": None}
+        "out_dtype": None, "tensor_parallel": None}
     assert LayerNorm(normalized_shape=8).eps == 1e-5 and LayerNorm(normalized_shape=8).elementwise_affine
     norm = RMSNorm(hidden_size=8)
     assert (norm.axes, norm.epsilon, norm.bias) == (-1, 1e-5, False)
