@@ -11,6 +11,9 @@
 """
 from __future__ import annotations
 
+import os
+import socket
+import subprocess
 import sys
 from pathlib import Path
 
@@ -118,3 +121,25 @@ def test_more_shards_than_ranks_is_an_error_with_the_launch_command(capsys):
     code = main([str(RECIPES / "llama.yaml"), "--no-ir", "tensor_parallel_shards=2"])
     err = capsys.readouterr().err
     assert code == 1 and "mpirun -n 2" in err, err
+
+
+def test_torchrun_gloo_runs_the_same_model(capsys):
+    """The other engine behind the same WorkerGroup: torch.distributed / gloo under torchrun."""
+    pytest.importorskip("torch.distributed")
+    torchrun = Path(sys.executable).parent / "torchrun"
+    if not torchrun.exists():
+        pytest.skip("torchrun is not installed")
+    args = [str(RECIPES / "llama.yaml"), "--no-ir", "--weights", LLAMA_W, "--prompt-ids", "1,2,3",
+            "--max-new-tokens", "6"]
+    assert main(args) == 0
+    ids_line = next(ln for ln in capsys.readouterr().out.split("\n") if ln.count(",") == 5)
+    with socket.socket() as s:      # a free loopback port for the rendezvous
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "MB_CCL_TIMEOUT": "60", "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([str(torchrun), "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
+                           "--master-port", str(port), "--no-python",
+                           str(Path(sys.executable).parent / "build"), *args, "tensor_parallel_shards=2"],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert proc.stdout.splitlines().count(ids_line) == 1, proc.stdout
