@@ -30,7 +30,7 @@ import numpy as np
 import schemas
 from runtime import Executable, VirtualMachine, load_params
 from runtime.memory import check_allocation
-from runtime.native import float32_to_bfloat16_bits, numpy_dtype
+from runtime.native import bfloat16_bits_to_float32, float32_to_bfloat16_bits, numpy_dtype
 from runtime.weights import TensorShard, WeightsError, read_safetensors_metadata
 from runtime.weights import save_params as _save_params
 
@@ -157,8 +157,16 @@ class CompiledModel:
                 raise ValueError(f"generate needs a function '{fname}(input_ids, cache: kv_cache, total_seq_len: "
                                  f"int)'; the recipe exports {self.functions}"
                                  + (f" and {fname} takes {list(self.spec[fname])}" if fname in self.spec else ""))
-        return greedy_generate(self["prefill"], self["decode"], prompt_ids, max_new_tokens,
-                               return_logits=return_logits)
+        return greedy_generate(self._float_outputs("prefill"), self._float_outputs("decode"), prompt_ids,
+                               max_new_tokens, return_logits=return_logits)
+
+    def _float_outputs(self, name: str):
+        """Function ``name``, its bfloat16 result (uint16 bits: numpy has no bfloat16) widened to float32."""
+        fn = self[name]
+        ret = getattr(self.ir.functions.get(name), "ret_struct_info", None)
+        if getattr(ret, "dtype", None) != "bfloat16":
+            return fn
+        return lambda *args: bfloat16_bits_to_float32(fn(*args))
 
     @property
     def num_params(self) -> int:

@@ -208,3 +208,13 @@ def test_every_shipped_recipe_builds(name):
     small = {"llama_mlp.yaml": ["hidden_size=64", "intermediate_size=128"]}.get(name, [])
     m = builder.build(RECIPES / name, small)
     assert m.functions and m.exe.kernels
+
+
+def test_llama_bfloat16_generates_from_float_logits(llama):
+    """A bfloat16 model returns its logits as uint16 bits (numpy has no bfloat16): generate widens them;
+    the first tokens agree with float32 (bfloat16 rounding changes later ones)."""
+    m = builder.build(RECIPES / "llama.yaml", overrides=("dtype=bfloat16",), weights=DATA / "llama_causal_lm.safetensors")
+    prompt = np.array([[1, 5, 9]], dtype=np.int64)
+    ids, logits = m.generate(prompt, 3, return_logits=True)
+    assert logits.dtype == np.float32 and np.isfinite(logits).all()
+    np.testing.assert_array_equal(ids[:, :2], llama.generate(prompt, 2))
