@@ -10,7 +10,6 @@ it returns a value of the same type.
 """
 from __future__ import annotations
 
-import math
 
 from llvmlite import ir
 
@@ -50,11 +49,19 @@ def _horner(em, coeffs, v: ir.Value) -> ir.Value:
     return p
 
 
-def exp_f32(em, x: ir.Value) -> ir.Value:
+def _below(b, x: ir.Value, hi: float) -> ir.Value:
+    """``min(x, hi)`` that keeps a NaN ``x`` (one ``vminps``: ``x > hi ? hi : x``; ``minnum`` would
+    drop the NaN and cost a compare and a blend more)."""
+    return b.select(b.fcmp_ordered(">", x, _splat(x.type, hi)), _splat(x.type, hi), x)
+
+
+def exp_f32(em, x: ir.Value, bounded: bool = False) -> ir.Value:
     """``exp(x)`` within 2 ulp of the correctly rounded value for normal results: Cody-Waite range
     reduction ``x = n ln2 + r`` (``|r| <= ln2 / 2``), Cephes' degree-6 polynomial for ``exp(r)``
     (S. Moshier, Cephes ``expf.c``), and ``2**n`` built in the exponent bits. Results below 2**-126
-    flush to 0; ``x > 88.72`` gives ``inf``; NaN propagates."""
+    flush to 0; ``x > 88.72`` gives ``inf`` (the clamp at 89 overflows the last multiply); NaN
+    propagates (through the arithmetic: the clamps keep it). ``bounded``: the caller guarantees
+    ``-87.3 <= x <= 88.7`` or NaN (``erf``'s exponent), so no clamp or flush is emitted."""
     b = em.b
     t = x.type
     vec = isinstance(t, ir.VectorType)
@@ -66,7 +73,10 @@ def exp_f32(em, x: ir.Value) -> ir.Value:
     def ci(v: int) -> ir.Value:
         return ir.Constant(it, [v] * t.count) if vec else ir.Constant(it, v)
 
-    xc = em.fcall("minnum", [em.fcall("maxnum", [x, c(-87.33654)]), c(88.72283)])
+    if bounded:
+        xc = x
+    else:
+        xc = _below(b, b.select(b.fcmp_ordered("<", x, c(-87.33654)), c(-87.33654), x), 89.0)
     n = em.fcall("roundeven", [b.fmul(xc, c(1.44269504088896341), flags=_FM)])
     r = b.fsub(xc, b.fmul(n, c(0.693359375), flags=_FM), flags=_FM)
     r = b.fsub(r, b.fmul(n, c(-2.12194440e-4), flags=_FM), flags=_FM)
@@ -74,16 +84,17 @@ def exp_f32(em, x: ir.Value) -> ir.Value:
                      1.9875691500e-4), r)
     rr = b.fmul(r, r, flags=_FM)
     y = b.fadd(em.fcall("fmuladd", [p, rr, r]), c(1.0), flags=_FM)
-    # n is in [-126, 128]: scale by 2**(n/2) twice so that n = 128 does not overflow the exponent
-    # field before the final multiply
-    ni = b.fptosi(n, it)
+    # n is in [-126, 129]: scale by 2**(n/2) twice so that n = 128 does not overflow the exponent
+    # field before the final multiply. n is integral: adding 1.5 * 2**23 puts it in the low mantissa
+    # bits exactly (no fptosi, whose NaN result would be poison: a NaN x stays NaN through y)
+    ni = b.sub(b.bitcast(b.fadd(n, c(12582912.0)), it), ci(0x4B400000))
     h = b.ashr(ni, ci(1))
     s1 = b.bitcast(b.shl(b.add(h, ci(127)), ci(23)), t)
     s2 = b.bitcast(b.shl(b.add(b.sub(ni, h), ci(127)), ci(23)), t)
     y = b.fmul(b.fmul(y, s1, flags=_FM), s2, flags=_FM)
-    y = b.select(b.fcmp_ordered(">", x, c(88.72283)), c(math.inf), y)
-    y = b.select(b.fcmp_ordered("<", x, c(-87.33654)), c(0.0), y)
-    return b.select(b.fcmp_unordered("uno", x, x), x, y)
+    if bounded:
+        return y
+    return b.select(b.fcmp_ordered("<", x, c(-87.33654)), c(0.0), y)
 
 
 def erf_f32(em, x: ir.Value) -> ir.Value:
@@ -101,11 +112,10 @@ def erf_f32(em, x: ir.Value) -> ir.Value:
     t = x.type
     a = em.fcall("fabs", [x])
     small = b.fmul(a, _horner(em, ERF_SMALL_COEFFS, b.fmul(a, a, flags=_FM)), flags=_FM)
-    ac = em.fcall("minnum", [a, _splat(t, 4.0)])
-    arg = em.fcall("fmuladd", [b.fneg(ac), ac, _horner(em, ERF_LARGE_COEFFS, ac)])
-    large = b.fsub(_splat(t, 1.0), exp_f32(em, arg), flags=_FM)
-    y = em.fcall("copysign", [b.select(b.fcmp_ordered("<", a, _splat(t, ERF_SMALL)), small, large), x])
-    return b.select(b.fcmp_unordered("uno", x, x), x, y)
+    ac = _below(b, a, 4.0)                  # a NaN stays NaN through every step below
+    arg = em.fcall("fmuladd", [b.fneg(ac), ac, _horner(em, ERF_LARGE_COEFFS, ac)])   # in [-16, 0]
+    large = b.fsub(_splat(t, 1.0), exp_f32(em, arg, bounded=True), flags=_FM)
+    return em.fcall("copysign", [b.select(b.fcmp_ordered("<", a, _splat(t, ERF_SMALL)), small, large), x])
 
 
 def erf(em, x: ir.Value) -> ir.Value:

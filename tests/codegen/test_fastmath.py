@@ -26,7 +26,21 @@ def erf_lib():
     for dtype in ("float32", "float16"):
         x = te.placeholder((n,), dtype, name="x")
         fs[f"erf_{dtype}"] = te.create_prim_func([x, te.compute((n,), lambda i: te.erf(x[i]), name="y")])
+    x = te.placeholder((n,), "float32", name="x")
+    fs["exp_float32"] = te.create_prim_func([x, te.compute((n,), lambda i: te.exp(x[i]), name="y")])
     return build(fs)
+
+
+def test_exp_float32_within_2_ulp_and_its_special_values(erf_lib):
+    x = np.concatenate([np.linspace(-87.3, 88.72, 400_001), np.linspace(-1, 1, 10_001)]).astype(np.float32)
+    y = np.empty_like(x)
+    erf_lib.load().call("exp_float32", [x, y])
+    assert _ulps(y, np.exp(x.astype(np.float64)), np.float32).max() <= 2.0
+    s = np.array([np.inf, -np.inf, np.nan, 88.73, 1e30, -87.4, -1e30, 0.0], np.float32)
+    got = np.empty_like(s)
+    erf_lib.load().call("exp_float32", [s, got])
+    assert got[0] == np.inf and got[1] == 0.0 and np.isnan(got[2]) and got[3] == np.inf and got[4] == np.inf
+    assert got[5] == 0.0 and got[6] == 0.0 and got[7] == 1.0
 
 
 def _erf(lib, x):
