@@ -72,7 +72,7 @@ TINYLLAMA = dict(hidden_size=2048, intermediate_size=5632, num_heads=32, num_kv_
                  num_layers=22, vocab_size=32000)
 RMS_EPS, ROPE_THETA = 1e-5, 10000.0
 #: our quantization preset -> the llama.cpp GGUF type of the same bits per weight
-LLAMA_FORMATS = {"float32": "F32", "q4f16_1": "Q4_0", "q8f32_1": "Q8_0"}
+LLAMA_FORMATS = {"float32": "F32", "q4f16_1": "Q4_0", "q4f16_1+a8": "Q4_0", "q8f32_1": "Q8_0"}
 
 
 # -- helpers ---------------------------------------------------------------------------------------
@@ -309,7 +309,9 @@ def minilm_onnx(st_model, enc):
 
 def llama_overrides(fmt: str) -> list[str]:
     out = [f"{k}={v}" for k, v in TINYLLAMA.items()] + [f"rms_norm_eps={RMS_EPS}", f"rope_theta={ROPE_THETA}"]
-    return out + ([f"quantization={fmt}"] if fmt != "float32" else [])
+    preset = fmt.removesuffix("+a8")
+    return out + ([f"quantization={preset}"] if preset != "float32" else []) + (
+        ["quantization.activation_quantization=int8"] if fmt.endswith("+a8") else [])
 
 
 def torch_llama(params: dict):

@@ -238,7 +238,7 @@ def _run_with(args: argparse.Namespace, progress: "_ConversionProgress") -> int:
         result = model[fname](*[arrays[n] for n in names])
         t_run = time.perf_counter() - t2
         outputs = _flatten(result)
-        if args.output is not None:
+        if args.output is not None and not quiet:     # one file per run: rank 0 writes it
             from runtime.files import atomic_write
 
             keys = ["output"] if len(outputs) == 1 else [f"output{i}" for i in range(len(outputs))]
@@ -310,6 +310,8 @@ def _embed_texts(args: argparse.Namespace, model, out) -> None:
     import numpy as np
     from rich.markup import escape
 
+    from runtime.distributed import launcher_rank
+
     from .text import cosine_similarities, format_similarities, tokenize
 
     if "embed" not in model.spec:
@@ -330,7 +332,7 @@ def _embed_texts(args: argparse.Namespace, model, out) -> None:
     if len(args.text) > 1:
         out.print("cosine similarities:")
         out.print(escape(_printable(format_similarities(cosine_similarities(emb), args.text))))
-    if args.output is not None:
+    if args.output is not None and launcher_rank() in (None, 0):
         from runtime.files import atomic_write
 
         atomic_write(args.output, lambda fh: np.savez(fh, embeddings=emb, **tokens))
