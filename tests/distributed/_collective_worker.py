@@ -3,6 +3,7 @@ collectives on rank-dependent data and writes what it received to ``OUT/rank{R}.
 
     python tests/distributed/_collective_worker.py OUT collectives   # every collective, every dtype
     python tests/distributed/_collective_worker.py OUT raise         # rank 1 raises: the hook ends all ranks
+    python tests/distributed/_collective_worker.py OUT exit-early    # rank 1 leaves (exit 0): rank 0 times out
 """
 from __future__ import annotations
 
@@ -82,6 +83,14 @@ def main(out: str, case: str) -> None:
         x = np.zeros(4, np.float32)
         group.allreduce(x, np.empty_like(x))     # waits for rank 1, which never comes
         print("rank 0 was not ended", flush=True)
+    elif case == "exit-early":
+        if group.rank == 1:
+            return                               # a normal exit (code 0): Open MPI does not end rank 0
+        x = np.zeros(4, np.float32)
+        group.allreduce(x, np.empty_like(x))     # CollectiveTimeout after MB_CCL_TIMEOUT, then the hook aborts
+        print("rank 0 did not time out", flush=True)
+    else:
+        raise SystemExit(f"unknown case {case!r}")
 
 
 if __name__ == "__main__":

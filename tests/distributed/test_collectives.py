@@ -3,7 +3,12 @@ references of the same rank-dependent data; the VM externs the compiled IR calls
 the failure paths (an uncaught exception ends every rank, a lone process asking for 2 shards)."""
 from __future__ import annotations
 
+import os
+import socket
+import subprocess
 import sys
+import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -11,7 +16,9 @@ import pytest
 from runtime import distributed
 
 from ._collective_worker import DTYPES, data
-from .conftest import mpirun
+from .conftest import ROOT, mpirun
+
+pytestmark = pytest.mark.distributed
 
 WORKER = [sys.executable, "tests/distributed/_collective_worker.py"]
 
@@ -21,11 +28,33 @@ def _as_float(a: np.ndarray, dtype: str) -> np.ndarray:
         a.astype(np.float64)
 
 
-@pytest.fixture(scope="module")
-def ranks(tmp_path_factory):
-    out = tmp_path_factory.mktemp("collectives")
-    proc = mpirun(*[[*WORKER, str(out), "collectives"]] * 2, timeout=120)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+def torchrun(*args: str, ccl_timeout: float = 30, timeout: float = 120) -> subprocess.CompletedProcess:
+    """``torchrun --nproc-per-node 2 args`` on a free loopback port (the gloo engine); skips without torch."""
+    launcher = Path(sys.executable).parent / "torchrun"
+    if not launcher.exists():
+        pytest.skip("torchrun is not installed")
+    pytest.importorskip("torch.distributed")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "MB_CCL_TIMEOUT": str(ccl_timeout), "PYTHONPATH": str(ROOT)}
+    argv = [str(launcher), "--nproc-per-node", "2", "--master-addr", "127.0.0.1", "--master-port", str(port),
+            *args]
+    try:
+        return subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"torchrun did not finish in {timeout} s (a hang):\n{exc.stdout}\n{exc.stderr}")
+
+
+@pytest.fixture(scope="module", params=["mpi", "gloo"])
+def ranks(request, tmp_path_factory):
+    """What each of 2 ranks received, under mpirun (MPIGroup) and under torchrun (TorchGlooGroup)."""
+    out = tmp_path_factory.mktemp(f"collectives_{request.param}")
+    if request.param == "mpi":
+        proc = mpirun(*[[*WORKER, str(out), "collectives"]] * 2, timeout=120)
+    else:
+        proc = torchrun(*WORKER[1:], str(out), "collectives")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return [dict(np.load(out / f"rank{r}.npz")) for r in range(2)]
 
 
@@ -66,6 +95,25 @@ def test_an_uncaught_exception_on_one_rank_ends_every_rank_at_once(tmp_path):
     assert "rank 0 was not ended" not in text
 
 
+def test_a_rank_that_exits_early_makes_the_other_time_out(tmp_path):
+    t0 = time.perf_counter()
+    proc = mpirun(*[[*WORKER, str(tmp_path), "exit-early"]] * 2, ccl_timeout=2, timeout=60)
+    assert proc.returncode != 0
+    text = proc.stdout + proc.stderr
+    assert "rank 0: Traceback" in text and "CollectiveTimeout: allreduce on rank 0 of 2 waited 2 s" in text, \
+        text[-2000:]
+    assert "a rank died or finished early" in text and "rank 0 did not time out" not in text
+    assert time.perf_counter() - t0 < 30
+
+
+def test_under_torchrun_a_rank_that_exits_early_ends_the_other(tmp_path):
+    proc = torchrun(*WORKER[1:], str(tmp_path), "exit-early", ccl_timeout=2, timeout=90)
+    assert proc.returncode != 0
+    text = proc.stdout + proc.stderr
+    assert "allreduce on rank 0 of 2" in text and "finished early" in text, text[-3000:]
+    assert "rank 0 did not time out" not in text
+
+
 def test_size_checks_without_a_launcher(monkeypatch):
     for var in ("OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "PMI_SIZE", "PMI_RANK", "PMIX_RANK", "RANK",
                 "WORLD_SIZE"):
@@ -81,6 +129,19 @@ def test_size_checks_without_a_launcher(monkeypatch):
         distributed.init(2)
     with pytest.raises(ValueError, match="backend"):
         distributed.init(4, backend="nccl")
+
+
+def test_the_engine_follows_the_launcher(monkeypatch):
+    for var in ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "TORCHELASTIC_RUN_ID", "WORLD_SIZE", "MASTER_ADDR"):
+        monkeypatch.delenv(var, raising=False)
+    assert not distributed._under_torchrun()
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    assert distributed._under_torchrun()                    # torch.distributed's env:// launch
+    monkeypatch.setenv("OMPI_COMM_WORLD_SIZE", "2")
+    assert not distributed._under_torchrun()                # mpirun wins over a stray WORLD_SIZE
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "x")
+    assert distributed._under_torchrun()
 
 
 def test_externs_without_a_group_say_how_to_get_one():
@@ -111,3 +172,6 @@ def test_bfloat16_narrowing_rounds_to_nearest_even():
     bits = np.array([0x3F808000, 0x3F818000, 0x3F808001, 0x3F807FFF], dtype=np.uint32)   # ties, above, below
     got = _narrow(bits.view(np.float32), "bfloat16")
     assert list(got) == [0x3F80, 0x3F82, 0x3F81, 0x3F80]
+    special = np.array([0x7FFFFFFF, 0xFFFFFFFF, 0x7F800001, 0x7F800000, 0xFF800000, 0x7F7FFFFF], dtype=np.uint32)
+    got = _narrow(special.view(np.float32), "bfloat16")     # NaNs stay NaN (sign kept), inf stays, max rounds up
+    assert list(got) == [0x7FFF, 0xFFFF, 0x7FC0, 0x7F80, 0xFF80, 0x7F80]
