@@ -1,11 +1,11 @@
 """Load and run compiled models without the compiler: ``Executable``, ``VirtualMachine`` and
 safetensors weights, and the KV cache of autoregressive decoding
 (``ContiguousKVCache``). Imports numpy, llvmlite and safetensors only (never ``builder``)."""
-from . import distributed  # noqa: F401  (registers the collectives' VM externs; mpi4py is imported on use)
+from . import distributed  # registers the collectives' VM externs (mpi4py is imported on use)
 from .executable import Executable
 from .kv_cache import ContiguousKVCache
 from .vm import VirtualMachine, register_extern
 from .weights import WeightsError, load_params, save_params
 
-__all__ = ["ContiguousKVCache", "Executable", "VirtualMachine", "WeightsError", "load_params", "register_extern",
-           "save_params"]
+__all__ = ["ContiguousKVCache", "Executable", "VirtualMachine", "WeightsError", "distributed", "load_params",
+           "register_extern", "save_params"]
