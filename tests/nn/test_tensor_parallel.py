@@ -232,3 +232,23 @@ def test_workers_column_row_pair_sums_to_the_unsplit_mlp(tmp_path):
         g, u, d = (p[k].astype(np.float64) for k in "gud")
         total += (silu(x @ g.T) * (x @ u.T)) @ d.T
     np.testing.assert_allclose(total, whole, rtol=1e-6, atol=1e-6)
+
+
+def test_validate_checks_a_checkpoint_against_a_worker_s_shards(tmp_path):
+    """``build --validate tensor_parallel_shards=2`` needs no launcher: it binds rank 0's shards of the file;
+    a file whose split tensors are too small for the whole shapes is refused, naming them."""
+    from builder.pipeline import validate
+
+    weights = ROOT / "tests" / "data" / "llama_causal_lm.safetensors"
+    report = validate(RECIPES / "llama.yaml", ("tensor_parallel_shards=2",), weights=weights)
+    assert report.weights_checked
+    shapes = {n: s for n, s, _ in report.param_specs}
+    assert shapes["model.layers.0.mlp.up_proj.weight"] == (344, 256)
+    strategies = _exported("llama.yaml", "tensor_parallel_shards=2")[3]
+    halves = load_params(weights, {n: (s, "float32") for n, s, _ in report.param_specs},
+                         shards=worker_shards(strategies, 0))
+    small = tmp_path / "shard0.safetensors"      # a rank's shards saved as if they were the whole model
+    save_params(small, halves)
+    with pytest.raises(WeightsError, match=r"'model.layers.0.mlp.up_proj.weight' has shape \(344, 256\), "
+                                           r"parameter 'model.layers.0.mlp.up_proj.weight' expects \(688, 256\)"):
+        validate(RECIPES / "llama.yaml", ("tensor_parallel_shards=2",), weights=small)
