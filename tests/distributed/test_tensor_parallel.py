@@ -32,6 +32,8 @@ LLAMA_W = str(DATA / "llama_causal_lm.safetensors")
 WORKER = [sys.executable, "tests/distributed/_tp_worker.py"]
 PROMPT = np.array([[1, 5, 9, 2], [7, 3, 3, 8]], dtype=np.int64)
 
+pytestmark = pytest.mark.distributed
+
 
 def _ranks(tmp_path: Path, case: str, weights: str, *overrides: str, n: int = 2, timeout: float = 180):
     proc = mpirun(*[[*WORKER, str(tmp_path), case, weights, *overrides, f"tensor_parallel_shards={n}"]] * n,
