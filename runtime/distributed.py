@@ -24,6 +24,7 @@ group is created, so ``import runtime`` works without it.
 """
 from __future__ import annotations
 
+import atexit
 import os
 import sys
 import time
@@ -309,6 +310,9 @@ class TorchGlooGroup(WorkerGroup):
         if not dist.is_initialized():
             seconds = limit if limit != float("inf") else 365 * 86400
             dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=seconds))
+            # tear gloo down before the interpreter ends: its threads still running at exit abort the
+            # process ("terminate called without an active exception", SIGABRT), seen under load
+            atexit.register(_destroy_process_group, dist)
         super().__init__(dist.get_rank(), dist.get_world_size(), limit)
         R = dist.ReduceOp
         self._ops = {"sum": R.SUM, "avg": R.SUM, "prod": R.PRODUCT, "min": R.MIN, "max": R.MAX}
@@ -439,6 +443,15 @@ def _install_excepthook(group: WorkerGroup) -> None:
         group.abort(1)
 
     sys.excepthook = hook
+
+
+def _destroy_process_group(dist) -> None:
+    """``dist.destroy_process_group()`` at exit, quietly (a group already gone or broken is fine then)."""
+    try:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+    except Exception:  # noqa: BLE001 - nothing to report at exit
+        pass
 
 
 def _import_mpi():
