@@ -338,15 +338,18 @@ def test_gemm_prefetches_the_next_weight_block(fmt, monkeypatch):
     (72, 8, "uint32", "float32", "float32"),
     (96, 32, "uint32", "float32", "float32"),     # one step, 32 float columns
 ])
-@pytest.mark.parametrize("vnni", [False, True])
-def test_int8_activation_gemv(K, gs, storage, sdt, xdt, vnni, monkeypatch):
+@pytest.mark.parametrize("vnni,chains", [(False, 2), (True, 2), (False, 1), (False, 3)])
+def test_int8_activation_gemv(K, gs, storage, sdt, xdt, vnni, chains, monkeypatch):
     """``activation: int8`` weights: batches up to 32 quantize x per group and use integer dot
     products; the result matches a float64 emulation of that quantization (odd and even
     batches, tiles of 4 weight rows and a partial one, a group of zeros included). Larger
     batches take the int8 GEMM, which quantizes the same columns. ``vnni``: the ``vpdpbusd``
-    kernels of AVX-VNNI hosts (emulated where the host lacks it, ``MB_SIMD_EMULATE``)."""
+    kernels of AVX-VNNI hosts (emulated where the host lacks it, ``MB_SIMD_EMULATE``).
+    ``chains``: accumulator chains per weight row (``gemv_acc_i8``; steps that do not divide
+    by it, 65 with 3 chains, end with a partial round)."""
     if vnni:
         monkeypatch.setenv("MB_SIMD_EMULATE", "vnni")
+    monkeypatch.setitem(TUNING, "gemv_acc_i8", chains)
     lib = None
     for M in (1, 3, 4, 9, 32, 33):
         f, odt, X, Q, S, _ = _quant_case(M, 13, K, 4, gs, 7, storage, sdt, xdt, seed=M + K,
