@@ -40,6 +40,20 @@ def _prim_key(v) -> tuple:
     return (repr(v), getattr(v, "dtype", None), tuple(id(x) for x in E.free_vars(v)))
 
 
+def _attr_key(v):
+    """A hashable key of an attribute value (arrays by their bytes: a numpy repr elides elements)."""
+    if isinstance(v, np.ndarray):
+        data = np.ascontiguousarray(v)
+        return ("array", str(data.dtype), data.shape, hashlib.sha1(data.tobytes()).hexdigest())
+    if isinstance(v, (list, tuple)):
+        return (type(v).__name__, tuple(_attr_key(x) for x in v))
+    if isinstance(v, dict):
+        return ("dict", tuple(sorted((k, _attr_key(x)) for k, x in v.items())))
+    if isinstance(v, E.PrimExpr):
+        return _prim_key(v)
+    return (type(v).__name__, repr(v))
+
+
 def _arg_key(a):
     """A hashable key of argument ``a`` (None when it cannot be compared cheaply)."""
     if isinstance(a, rx.Var):
@@ -72,11 +86,10 @@ def _binding_key(value):
     if any(a is None for a in args):
         return None
     try:
-        attrs = repr(sorted(value.attrs.items()))
-        sinfo = repr(value.sinfo_args)
+        attrs = tuple(sorted((k, _attr_key(v)) for k, v in value.attrs.items()))
     except TypeError:   # attributes without an order: leave the call alone
         return None
-    return (op.name, args, attrs, sinfo)
+    return (op.name, args, attrs, repr(value.sinfo_args))
 
 
 class _Eliminator(ExprMutator):
