@@ -9,7 +9,7 @@ tensors). At TinyLlama's shape that is about 220 of the 600 kernel calls of one 
 times each); after this pass they run once per step.
 
 What counts as equal: the same op record, arguments that are the same variables (after earlier
-eliminations), constants with equal dtype, shape and bytes, equal prim values, shapes and strings,
+eliminations), constants with equal dtype, shape and bytes (the same constant object above 64 KiB), equal prim values, shapes and strings,
 and equal attributes and ``sinfo_args``. Only graph-level op calls whose record is pure take part,
 and never the runtime's calls (``call_tir``, ``call_pure_packed``, ``call_dps_packed``, ...,
 collectives): a packed function such as ``vm.builtin.kv_cache_update`` is marked pure but writes
@@ -33,6 +33,10 @@ __all__ = ["EliminateCommonSubexpr", "eliminate_common_subexpr"]
 #: Op records that never merge: calls into the runtime and collectives (effects the graph does
 #: not show).
 _OPAQUE_PREFIXES = ("relax.call_", "relax.ccl.", "relax.null_value")
+
+#: Constants up to this size compare by value (dtype, shape, bytes); larger ones (the weights an
+#: importer binds as constants) by identity, so the pass never hashes a model's weights.
+_HASHED_CONSTANT_BYTES = 1 << 16
 
 
 def _prim_key(v) -> tuple:
@@ -59,6 +63,8 @@ def _arg_key(a):
     if isinstance(a, rx.Var):
         return ("var", id(a))
     if isinstance(a, rx.Constant):
+        if a.data.nbytes > _HASHED_CONSTANT_BYTES:   # an imported model's weights: by identity
+            return ("const-id", id(a))
         data = np.ascontiguousarray(a.data)
         return ("const", a.dtype, data.shape, hashlib.sha1(data.tobytes()).hexdigest())
     if isinstance(a, rx.PrimValue):
