@@ -1,11 +1,12 @@
 """Passes over IRModules, as named objects run by a :class:`Sequential` with instruments
 (:mod:`.pass_infra`); the default pipeline is declared in :mod:`.pipeline`.
 
-``ConvToGemm`` (1-D convolutions -> im2col + matmul), ``SelectKernels`` (matmuls and quantized gathers -> fast kernels), ``FuseOps`` (elementwise chains ->
+``EliminateCommonSubexpr`` (repeated pure op calls bound once), ``ConvToGemm`` (1-D convolutions -> im2col + matmul), ``SelectKernels`` (matmuls and quantized gathers -> fast kernels), ``FuseOps`` (elementwise chains ->
 one kernel), ``LegalizeOps`` (ops -> call_tir of PrimFuncs), ``DeadCodeElimination`` and
 ``LiftTransformParams`` (weight preprocessing -> ``transform_params``).
 """
 from .conv_gemm import ConvToGemm
+from .cse import EliminateCommonSubexpr, eliminate_common_subexpr
 from .dce import DeadCodeElimination, dead_code_elimination
 from .fuse_ops import FuseOps
 from .legalize import LegalizeOps
@@ -15,6 +16,6 @@ from .pass_infra import (FunctionPass, Pass, PassContext, PassInstrument, PassTi
 from .pipeline import PASS_NAMES, default_pipeline
 from .select_kernels import SelectKernels
 
-__all__ = ["ConvToGemm", "SelectKernels", "FuseOps", "LegalizeOps", "DeadCodeElimination", "LiftTransformParams",
+__all__ = ["EliminateCommonSubexpr", "eliminate_common_subexpr", "ConvToGemm", "SelectKernels", "FuseOps", "LegalizeOps", "DeadCodeElimination", "LiftTransformParams",
            "dead_code_elimination", "Pass", "FunctionPass", "Sequential", "PassContext", "PassInstrument",
            "VerifyAfter", "PassTiming", "PrintAfter", "default_pipeline", "PASS_NAMES"]

@@ -3,13 +3,15 @@
 Graph level, on the exported IRModule (``builder.compile`` runs it, then generates code for the
 PrimFuncs it produced):
 
-0. ``conv_to_gemm`` (:class:`ConvToGemm`): Conv1D / ConvTranspose1D with groups 1 become an im2col
+0. ``eliminate_common_subexpr`` (:class:`EliminateCommonSubexpr`): a pure op call repeated on the
+   same arguments is bound once (the rotary tables every layer of a Llama recomputes);
+1. ``conv_to_gemm`` (:class:`ConvToGemm`): Conv1D / ConvTranspose1D with groups 1 become an im2col
    copy (col2im overlap-add) around a matmul, which the next pass gives to the GEMM kernels;
-1. ``select_kernels`` (:class:`SelectKernels`): every matmul with its elementwise epilogue, and every
+2. ``select_kernels`` (:class:`SelectKernels`): every matmul with its elementwise epilogue, and every
    quantized gather, becomes its fast kernel (GEMV / GEMM, fused dequantization);
-2. ``fuse_ops`` (:class:`FuseOps`): remaining elementwise chains become one kernel each;
-3. ``legalize_ops`` (:class:`LegalizeOps`): every other op becomes the loop-level code of its record;
-4. ``dead_code_elimination``: unused bindings and PrimFuncs go.
+3. ``fuse_ops`` (:class:`FuseOps`): remaining elementwise chains become one kernel each;
+4. ``legalize_ops`` (:class:`LegalizeOps`): every other op becomes the loop-level code of its record;
+5. ``dead_code_elimination``: unused bindings and PrimFuncs go.
 
 ``LiftTransformParams`` is not in it: weights are transformed when they are loaded (the recipe's
 quantization mapping), not by a function of the compiled model. There is no memory planning pass:
@@ -18,6 +20,7 @@ the VM allocates each call's outputs and drops them when no register holds them.
 from __future__ import annotations
 
 from .conv_gemm import ConvToGemm
+from .cse import EliminateCommonSubexpr
 from .dce import DeadCodeElimination
 from .fuse_ops import FuseOps
 from .legalize import LegalizeOps
@@ -29,7 +32,7 @@ __all__ = ["default_pipeline", "PASS_NAMES"]
 
 def default_pipeline() -> Sequential:
     """The passes ``builder.compile`` runs, in order (see the module docstring)."""
-    return Sequential([ConvToGemm(), SelectKernels(), FuseOps(), LegalizeOps(), DeadCodeElimination()], name="default_pipeline")
+    return Sequential([EliminateCommonSubexpr(), ConvToGemm(), SelectKernels(), FuseOps(), LegalizeOps(), DeadCodeElimination()], name="default_pipeline")
 
 
 PASS_NAMES = tuple(default_pipeline().names)

@@ -339,14 +339,17 @@ def test_gemm_prefetches_the_next_weight_block(fmt, monkeypatch):
     (96, 32, "uint32", "float32", "float32"),     # one step, 32 float columns
 ])
 @pytest.mark.parametrize("vnni", [False, True])
-def test_int8_activation_gemv(K, gs, storage, sdt, xdt, vnni, monkeypatch):
+def test_int8_activation_gemv(K, gs, storage, sdt, xdt, vnni, monkeypatch, chains=None):
     """``activation: int8`` weights: batches up to 32 quantize x per group and use integer dot
     products; the result matches a float64 emulation of that quantization (odd and even
     batches, tiles of 4 weight rows and a partial one, a group of zeros included). Larger
     batches take the int8 GEMM, which quantizes the same columns. ``vnni``: the ``vpdpbusd``
-    kernels of AVX-VNNI hosts (emulated where the host lacks it, ``MB_SIMD_EMULATE``)."""
+    kernels of AVX-VNNI hosts (emulated where the host lacks it, ``MB_SIMD_EMULATE``).
+    ``chains``: accumulator chains per weight row (``gemv_acc_i8``, default when None)."""
     if vnni:
         monkeypatch.setenv("MB_SIMD_EMULATE", "vnni")
+    if chains is not None:
+        monkeypatch.setitem(TUNING, "gemv_acc_i8", chains)
     lib = None
     for M in (1, 3, 4, 9, 32, 33):
         f, odt, X, Q, S, _ = _quant_case(M, 13, K, 4, gs, 7, storage, sdt, xdt, seed=M + K,
@@ -359,6 +362,18 @@ def test_int8_activation_gemv(K, gs, storage, sdt, xdt, vnni, monkeypatch):
         rel = _run_int8_case(lib, X, Q, S, 13, K, gs, storage, sdt, xdt, odt)
         if K >= 128:
             assert 1e-3 < rel < 2e-2, rel   # really the int8 path: about 0.5% from the float result
+
+
+@pytest.mark.skipif(not HOST_SIMD.int8_dot, reason="int8 GEMV needs AVX2")
+@pytest.mark.parametrize("chains", [1, 3])
+@pytest.mark.parametrize("K,gs,storage,sdt,xdt", [
+    (4192, 32, "uint32", "float16", "float32"),   # 65 steps: 3 chains end with a partial round
+    (200, 16, "uint16", "float32", "float16"),    # 3 steps
+])
+def test_int8_activation_gemv_chains(K, gs, storage, sdt, xdt, chains, monkeypatch):
+    """The int8 GEMV with 1 or 3 accumulator chains per weight row (``gemv_acc_i8``; the default
+    2 is the test above): the same float64 emulation of the quantization."""
+    test_int8_activation_gemv(K, gs, storage, sdt, xdt, False, monkeypatch, chains=chains)
 
 
 def _check_int8_kernel(kernel: str, gs: int, vnni: bool) -> None:

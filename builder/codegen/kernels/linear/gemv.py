@@ -107,7 +107,12 @@ class GemvFloat:
         return fn
 
     def _gemv_micro_q(self, kf, dec, rows, xf, xq, xs, K, m0, t: int, rc: int, res) -> None:
-        """GEMV tile over packed 4/8-bit rows (:meth:`GroupQuantDecoder.fast_chunk`)."""
+        """GEMV tile over packed 4/8-bit rows (:meth:`GroupQuantDecoder.fast_chunk`):
+        ``res[m * rc + r] = sum_k x[m, k] W[r, k]`` for the ``rc`` weight rows and ``t`` input rows
+        from ``m0``. The rows are read one after the other, each over all its groups (a tile's rows
+        are adjacent, so a task reads one sequential stream; interleaving the four rows group by
+        group made each tile four short streams: a TinyLlama-shaped gate / up GEMV read 10.4 GB/s
+        that way, 15.4 this way, same process)."""
         b = kf.b
         L = self.lanes
         vt = vec(F32, L)
@@ -123,41 +128,40 @@ class GemvFloat:
         xrows = [kf.gep(xq, kf.mul(m, K), F32) for m in ms]
         srows = [kf.gep(xs, kf.mul(m, G), F32) for m in ms]
         pf = TUNING["prefetch_q"]
-        with kf.loop(0, G, 1, "qg") as g:
-            k0 = kf.mul(g, gs)
-            if pf:
-                byte = kf.add(kf.b.lshr(k0, kf.i64(1)) if dec.bits == 4 else k0, pf)
-                for r in range(rc):
+        # the rows one after the other (adjacent in memory: one sequential stream per task, see
+        # GemvInt8._gemv_micro_i8), each over all its groups
+        for r in range(rc):
+            with kf.loop(0, G, 1, "qg") as g:
+                k0 = kf.mul(g, gs)
+                if pf:
+                    byte = kf.add(kf.b.lshr(k0, kf.i64(1)) if dec.bits == 4 else k0, pf)
                     kf.prefetch(kf.gep(rows[r][0], byte, I8))
-            # partial sums per (row, input row): ``gemv_parts_q`` chains each (more chains are
-            # shorter, but with 8 rows and 16 registers they spill)
-            P = max(1, min(TUNING["gemv_parts_q"], gs // L))
-            parts = [[[None] * P for _ in range(t)] for _ in range(rc)]
-            nv = 0
-            for c in range(0, gs, chunk):
-                kc = kf.add(k0, c) if c else k0
-                xv = [[kf.load(vt, xr, kf.add(kc, p * L) if p else kc, align=4)
-                       for p in range(chunk // L)] for xr in xrows]
-                for r in range(rc):
+                # partial sums per (row, input row): ``gemv_parts_q`` chains each (more chains are
+                # shorter, but with 8 rows and 16 registers they spill)
+                P = max(1, min(TUNING["gemv_parts_q"], gs // L))
+                parts = [[None] * P for _ in range(t)]
+                nv = 0
+                for c in range(0, gs, chunk):
+                    kc = kf.add(k0, c) if c else k0
+                    xv = [[kf.load(vt, xr, kf.add(kc, p * L) if p else kc, align=4)
+                           for p in range(chunk // L)] for xr in xrows]
                     vals = dec.fast_chunk(kf, rows[r], kc)
                     for i in range(t):
                         for p, v in enumerate(vals):
                             q = (nv + p) % P
-                            prev = parts[r][i][q]
-                            parts[r][i][q] = b.fmul(xv[i][p], v, flags=KFunc.FM) if prev is None \
+                            prev = parts[i][q]
+                            parts[i][q] = b.fmul(xv[i][p], v, flags=KFunc.FM) if prev is None \
                                 else kf.fma(xv[i][p], v, prev)
-                nv += len(xv[0]) if xv else 0
-            gacc = [[None] * t for _ in range(rc)]
-            for r in range(rc):
+                    nv += len(xv[0]) if xv else 0
+                gacc = [None] * t
                 for i in range(t):
-                    g_sum = parts[r][i][0]
-                    for extra_part in parts[r][i][1:]:
+                    g_sum = parts[i][0]
+                    for extra_part in parts[i][1:]:
                         g_sum = b.fadd(g_sum, extra_part, flags=KFunc.FM)
-                    gacc[r][i] = g_sum
-            for r in range(rc):
+                    gacc[i] = g_sum
                 sv = dec.scale_splat(kf, rows[r], g)
                 for i in range(t):
-                    b.store(kf.fma(gacc[r][i], sv, b.load(accs[r][i], typ=vt)), accs[r][i])
+                    b.store(kf.fma(gacc[i], sv, b.load(accs[r][i], typ=vt)), accs[r][i])
         # zero-point term: sum_g scale[n, g] * xs[m, g], a short vector dot per row
         if dec.zero_point:
             gv = kf.sub(G, b.srem(G, kf.i64(L)))

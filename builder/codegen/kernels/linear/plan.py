@@ -27,6 +27,7 @@ TUNING = {
     "gemv_max_rows_qi": 32,      # M <= this: int8-activation GEMV (when every weight takes it)
     "gemv_max_rows_qig": 8,      # the same when the larger M take the int8 GEMM
     "gemv_rows_x_i8": 0,         # input rows per int8 GEMV tile (0: 2, 4 with 32 registers)
+    "gemv_acc_i8": 2,            # accumulator chains per weight row and input row in the int8 GEMV
     "gemv_rows": 4,              # R: weight rows per GEMV tile
     "gemv_rows_q": 4,            # the same for packed 4 / 8-bit weights (8 spills with 16 registers)
     "kc_bytes": 0,               # packed panel KC x NR float32 bytes (0: 16 KiB, 32 KiB with 32 registers)
