@@ -18,7 +18,7 @@ import pytest
 from builder import te
 from builder.codegen import Target, build
 from builder.codegen.kernels import SimdInfo
-from builder.codegen.kernels.linear import TUNING
+from builder.codegen.kernels.linear import TUNING, Int8Rows
 from builder.codegen.lower import lower
 from builder.codegen.schedule import schedule
 from builder.ir.kernel import KERNEL_ATTR, DenseWeight, EpilogueLinear, EpilogueOp, EpilogueTensor, GroupWeight
@@ -337,15 +337,18 @@ def test_gemm_prefetches_the_next_weight_block(fmt, monkeypatch):
     (200, 16, "uint16", "float32", "float16"),    # 4 groups per step, 8-column tail
     (72, 8, "uint32", "float32", "float32"),
     (96, 32, "uint32", "float32", "float32"),     # one step, 32 float columns
+    (384, 32, "uint32", "float16", "float32"),    # 16 lanes: 3 steps of 128 columns, 4 groups each
+    (1280, 256, "uint8", "float32", "float32"),   # 16 lanes: groups span two 128-column steps
 ])
 @pytest.mark.parametrize("vnni", [False, True])
-def test_int8_activation_gemv(K, gs, storage, sdt, xdt, vnni, monkeypatch, chains=None):
+def test_int8_activation_gemv(K, gs, storage, sdt, xdt, vnni, monkeypatch, chains=None, target=None):
     """``activation: int8`` weights: batches up to 32 quantize x per group and use integer dot
     products; the result matches a float64 emulation of that quantization (odd and even
     batches, tiles of 4 weight rows and a partial one, a group of zeros included). Larger
     batches take the int8 GEMM, which quantizes the same columns. ``vnni``: the ``vpdpbusd``
     kernels of AVX-VNNI hosts (emulated where the host lacks it, ``MB_SIMD_EMULATE``).
-    ``chains``: accumulator chains per weight row (``gemv_acc_i8``, default when None)."""
+    ``chains``: accumulator chains per weight row (``gemv_acc_i8``, default when None);
+    ``target``: build for it instead of the host."""
     if vnni:
         monkeypatch.setenv("MB_SIMD_EMULATE", "vnni")
     if chains is not None:
@@ -357,8 +360,9 @@ def test_int8_activation_gemv(K, gs, storage, sdt, xdt, vnni, monkeypatch, chain
         if M >= 3:
             X[1, :gs] = 0    # a group of zeros: d = 0, contributes nothing
         if lib is None:
-            kernel, lib = _build(f)
-            _check_int8_kernel(kernel, gs, vnni)
+            kernel, lib = _build(f, target)
+            if target is None:
+                _check_int8_kernel(kernel, gs, vnni)
         rel = _run_int8_case(lib, X, Q, S, 13, K, gs, storage, sdt, xdt, odt)
         if K >= 128:
             assert 1e-3 < rel < 2e-2, rel   # really the int8 path: about 0.5% from the float result
@@ -374,6 +378,39 @@ def test_int8_activation_gemv_chains(K, gs, storage, sdt, xdt, chains, monkeypat
     """The int8 GEMV with 1 or 3 accumulator chains per weight row (``gemv_acc_i8``; the default
     2 is the test above): the same float64 emulation of the quantization."""
     test_int8_activation_gemv(K, gs, storage, sdt, xdt, False, monkeypatch, chains=chains)
+
+
+@pytest.mark.skipif(not HOST_SIMD.int8_dot or "+fma" not in HOST.features, reason="int8 GEMV needs AVX2")
+@pytest.mark.parametrize("vnni", [False, True])
+@pytest.mark.parametrize("K,gs,storage,sdt,xdt", [
+    (640, 64, "uint8", "float32", "float32"),
+    (384, 32, "uint32", "float16", "float32"),
+    (1280, 256, "uint16", "bfloat16", "bfloat16"),
+])
+def test_int8_activation_gemv_wide_steps_on_avx2(K, gs, storage, sdt, xdt, vnni, monkeypatch):
+    """The 512-bit int8 GEMV (128-column steps, 16 int32 lanes) built for an AVX2 target with
+    the 16-lane kernel shape (``MB_SIMD_SHAPE=avx512``): each 512-bit integer multiply-add is
+    two 256-bit ones (:meth:`KFunc.by_256`), so the layout and the lane tables of AVX-512 hosts
+    are checked on any AVX2 host; the same float64 emulation of the quantization."""
+    monkeypatch.setenv("MB_SIMD_SHAPE", "avx512")
+    target = _x86_target("haswell", "+avx2,+fma,+f16c,+avx")
+    simd = SimdInfo.from_target(target.triple, target.features)
+    assert simd.lanes == 16 and not simd.int8_512
+    assert Int8Rows.for_lanes(K, gs, simd.lanes).step == 128
+    test_int8_activation_gemv(K, gs, storage, sdt, xdt, vnni, monkeypatch, target=target)
+
+
+def test_int8_rows_step_choice():
+    """128-column steps only where they quantize the columns 64-column steps do (the int8 GEMM
+    and the other batch sizes then compute the same); the tables follow the step."""
+    assert Int8Rows.for_lanes(4096, 32, 16).step == 128
+    assert Int8Rows.for_lanes(4096, 32, 8).step == 64
+    assert Int8Rows.for_lanes(4192, 32, 16).step == 64     # 65 steps of 64: 4160 columns
+    assert Int8Rows.for_lanes(1280, 256, 16).columns == Int8Rows(1280, 256).columns == 1280
+    wide = Int8Rows(4096, 32, 128)
+    assert (wide.steps, wide.lanes, wide.groups) == (32, 16, 128)
+    assert (wide.xsv_off, wide.xsum_off, wide.d_off) == (4096, 4096 + 2048, 4096 + 4096)
+    assert wide.row_bytes % 64 == 0 and wide.row_bytes >= wide.sum_off + 4 * wide.groups
 
 
 def _check_int8_kernel(kernel: str, gs: int, vnni: bool) -> None:

@@ -43,27 +43,67 @@ def _natives(feature_flag: bool) -> list[bool]:
     return [False, True] if feature_flag else [False]
 
 
+def _u8s8_cases() -> list:
+    """(bytes, native vpdpbusd, zmm instructions) the host can run: 32 and 64 bytes, emulated
+    and native, 64 bytes as one zmm instruction or two ymm ones."""
+    out = []
+    for native in _natives(HOST_SIMD.vnni and HOST_SIMD.native("vnni")):
+        out += [(32, native, False), (64, native, False)]
+        if native and HOST_SIMD.vnni_512 or not native and HOST_SIMD.int8_512:
+            out.append((64, native, True))
+    return out
+
+
 @pytest.mark.skipif(not HOST_SIMD.int8_dot, reason="the emulation uses AVX2's vpmaddwd")
-@pytest.mark.parametrize("native", _natives(HOST_SIMD.vnni and HOST_SIMD.native("vnni")))
-def test_dot_u8s8_matches_numpy(native):
+@pytest.mark.parametrize("n,native,zmm", _u8s8_cases())
+def test_dot_u8s8_matches_numpy(n, native, zmm):
     """``acc + sum of four u8 x s8 products`` per int32 lane, over the whole byte ranges
-    (255 x -128 included), exactly."""
+    (255 x -128 included), exactly; 64-byte operands as one 512-bit instruction or two halves."""
     def body(kf, out, a, w):
-        acc = kf.load(vec(I32, 8), out, None, align=4)
-        av = kf.load(vec(I8, 32), a, None, align=1)
-        wv = kf.load(vec(I8, 32), w, None, align=1)
-        kf.store(kf.dot_u8s8(acc, av, wv, native), out, None, align=4)
+        acc = kf.load(vec(I32, n // 4), out, None, align=4)
+        av = kf.load(vec(I8, n), a, None, align=1)
+        wv = kf.load(vec(I8, n), w, None, align=1)
+        kf.store(kf.dot_u8s8(acc, av, wv, native, zmm), out, None, align=4)
 
     engine, f = _jit(body, 3)
-    rng = np.random.default_rng(0)
+    rng = np.random.default_rng(n)
     for trial in range(20):
-        a = rng.integers(0, 256, 32, dtype=np.uint8)
-        w = rng.integers(-128, 128, 32, dtype=np.int8)
+        a = rng.integers(0, 256, n, dtype=np.uint8)
+        w = rng.integers(-128, 128, n, dtype=np.int8)
         if trial == 0:
             a[:], w[:] = 255, -128
-        acc = rng.integers(-(1 << 20), 1 << 20, 8, dtype=np.int32)
-        want = acc.astype(np.int64) + (a.astype(np.int64) * w.astype(np.int64)).reshape(8, 4).sum(1)
+        acc = rng.integers(-(1 << 20), 1 << 20, n // 4, dtype=np.int32)
+        want = acc.astype(np.int64) + (a.astype(np.int64) * w.astype(np.int64)).reshape(n // 4, 4).sum(1)
         out = acc.copy()
+        f(_ptr(out), _ptr(a), _ptr(w))
+        np.testing.assert_array_equal(out, want)
+    del engine
+
+
+@pytest.mark.skipif(not HOST_SIMD.int8_dot, reason="AVX2's vpmaddubsw")
+@pytest.mark.parametrize("n,zmm", [(32, False), (64, False)] + ([(64, True)] if HOST_SIMD.int8_512 else []))
+def test_maddubs_and_madd_wd_match_numpy(n, zmm):
+    """``vpmaddubsw`` (u8 x s8 pairs, saturated to int16) then ``vpmaddwd`` by ones: pair sums
+    per int16 lane (saturation at 255 x 127 x 2 included) and their pairwise int32 sums."""
+    def body(kf, out, a, w):
+        av = kf.load(vec(I8, n), a, None, align=1)
+        wv = kf.load(vec(I8, n), w, None, align=1)
+        p = kf.maddubs(av, wv, zmm)
+        ones = kf.b.bitcast(kf.load(vec(I8, n), a, None, align=1), p.type)
+        ones = kf.b.and_(ones, ir.Constant(p.type, [0] * (n // 2)))
+        ones = kf.b.add(ones, ir.Constant(p.type, [1] * (n // 2)))
+        kf.store(kf.madd_wd(p, ones, zmm), out, None, align=4)
+
+    engine, f = _jit(body, 3)
+    rng = np.random.default_rng(n + zmm)
+    for trial in range(10):
+        a = rng.integers(0, 256, n, dtype=np.uint8)
+        w = rng.integers(-128, 128, n, dtype=np.int8)
+        if trial == 0:
+            a[:], w[:] = 255, 127     # 2 * 255 * 127 saturates to 32767 per pair
+        pairs = np.clip((a.astype(np.int64) * w.astype(np.int64)).reshape(-1, 2).sum(1), -32768, 32767)
+        want = pairs.reshape(-1, 2).sum(1)
+        out = np.zeros(n // 4, np.int32)
         f(_ptr(out), _ptr(a), _ptr(w))
         np.testing.assert_array_equal(out, want)
     del engine

@@ -70,7 +70,7 @@ def test_minilm_heads_split_on_two_ranks(tmp_path):
     hidden, embedding = one["forward"](*inputs), one.embed(*inputs)
     for r in _ranks(tmp_path, "minilm", weights):
         # the workers sum each layer's attention and MLP output in another order: float32 rounding, relative
-        np.testing.assert_allclose(r["hidden"], hidden, atol=1e-5, rtol=1e-5)
+        np.testing.assert_allclose(r["hidden"], hidden, atol=5e-5, rtol=5e-5)
         np.testing.assert_allclose(r["embedding"], embedding, atol=1e-6, rtol=0)
 
 

@@ -20,14 +20,16 @@ testing the fallbacks on a bigger machine; ``MB_SIMD_SHAPE`` (``avx512``, ``avx2
 ``neon``) forces the kernels' vector shape (lanes, register budget) whatever the target, so the
 16-lane AVX-512 kernels can be run and checked on an AVX2 host (LLVM splits the vectors). 16-bit float weights are widened in registers:
 ``fpext <N x half>`` (one ``vcvtph2ps`` with F16C; a libgcc call per element without) and a
-shift for bfloat16. ``int8_dot`` marks hosts with AVX2 integer multiply-adds (the
-int8-activation GEMV uses them on 256-bit vectors, also on AVX-512 hosts). ``avx512bf16`` marks
+shift for bfloat16. ``int8_dot`` marks hosts with AVX2 integer multiply-adds; the
+int8-activation GEMV uses them on the kernels' vector width: 512 bits with the 16-lane shape
+(``int8_512``: the target's own AVX512BW ``vpmaddubsw`` / ``vpmaddwd`` on zmm; without it, as
+under ``MB_SIMD_SHAPE=avx512`` on an AVX2 host, each 512-bit operation is two 256-bit ones). ``avx512bf16`` marks
 hosts with ``vdpbf16ps`` (bfloat16 pair dot products into float32, :meth:`KFunc.dot_bf16`):
 the GEMV and GEMM of bfloat16 activations and weights use it.
 
 ``vnni`` marks hosts with ``vpdpbusd`` on 256-bit vectors (AVX-VNNI, or AVX512-VNNI with
 AVX512VL): the int8-activation GEMV and GEMM use it in place of ``vpmaddubsw`` + ``vpmaddwd``
-(:meth:`KFunc.dot_u8s8`).
+(:meth:`KFunc.dot_u8s8`); ``vnni_512``: on zmm too (AVX512-VNNI).
 
 ``MB_SIMD_EMULATE=avx512bf16,vnni`` (testing hook) turns such an instruction on for a host
 that lacks it, emitted as other IR of the same arithmetic (:attr:`SimdInfo.emulated`), so the
@@ -68,6 +70,8 @@ class SimdInfo:
     int8_dot: bool = False    # AVX2 integer multiply-adds (vpmaddubsw / vpmaddwd on 256 bits)
     emulated: frozenset = frozenset()   # features emitted as generic IR (MB_SIMD_EMULATE)
     vnni: bool = False        # vpdpbusd on 256 bits (AVX-VNNI, or AVX512-VNNI with AVX512VL)
+    int8_512: bool = False    # the target's own 512-bit integer multiply-adds (AVX512BW)
+    vnni_512: bool = False    # the target's own 512-bit vpdpbusd (AVX512-VNNI)
 
     def native(self, feature: str) -> bool:
         """True when ``feature`` (e.g. ``"avx512bf16"``) is emitted as its instruction rather
@@ -105,7 +109,8 @@ class SimdInfo:
             i8 = "avx2" in feats
             vnni = i8 and ("avxvnni" in feats or {"avx512vnni", "avx512vl"} <= feats)
             if "avx512f" in feats and "avx512bw" in feats and "avx512vl" in feats:
-                info = cls("avx512", 16, 32, "f16c" in feats, "avx512bf16" in feats, i8, vnni=vnni)
+                info = cls("avx512", 16, 32, "f16c" in feats, "avx512bf16" in feats, i8, vnni=vnni,
+                           int8_512=True, vnni_512=vnni and "avx512vnni" in feats)
             elif "avx2" in feats and "fma" in feats:
                 info = cls("avx2", 8, 16, "f16c" in feats, int8_dot=i8, vnni=vnni)
             elif "avx" in feats:
@@ -125,7 +130,8 @@ class SimdInfo:
             if shape not in shapes:
                 raise ValueError(f"MB_SIMD_SHAPE must be one of {', '.join(shapes)}, got {shape!r}")
             name, lanes, regs = shapes[shape]
-            return cls(name, lanes, regs, info.f16c, info.avx512bf16, info.int8_dot, vnni=info.vnni)
+            return cls(name, lanes, regs, info.f16c, info.avx512bf16, info.int8_dot, vnni=info.vnni,
+                       int8_512=info.int8_512, vnni_512=info.vnni_512)
         cap = os.environ.get("MB_SIMD", "").strip().lower()
         if cap:
             if cap not in _ORDER:
@@ -327,26 +333,79 @@ class KFunc:
 
         return self.fma(lo(a), lo(w), self.fma(hi(a), hi(w), acc))
 
-    def dot_u8s8(self, acc: ir.Value, a: ir.Value, w: ir.Value, native: bool) -> ir.Value:
-        """``acc[i] + sum_{j<4} a[4i+j] * w[4i+j]`` with ``acc`` ``<8 x i32>``, ``a`` ``<32 x i8>``
-        read as unsigned and ``w`` ``<32 x i8>`` as signed bytes, in exact int32 arithmetic
-        (wrapping on overflow). ``native``: ``vpdpbusd`` (``llvm.x86.avx512.vpdpbusd.256``,
-        AVX-VNNI / AVX512-VNNI; Intel SDM, no saturation); otherwise the same sums with AVX2's
-        ``vpmaddwd`` on the even and the odd bytes widened to int16 (products of at most
-        ``255 * 128`` in magnitude: exact)."""
+    def by_256(self, op, *vals: ir.Value) -> ir.Value:
+        """``op`` (a function of 256-bit vectors returning one) applied to each 256-bit slice of
+        ``vals`` (vectors of one bit width, a multiple of 256), the results concatenated: a
+        512-bit integer operation on a target without its zmm form (LLVM joins nothing; two
+        instructions)."""
         b = self.b
-        i8v, i16v, i32v = vec(I8, 32), vec(I16, 16), vec(I32, 8)
+        bits = vals[0].type.count * vals[0].type.element.width
+        if bits == 256:
+            return op(*vals)
+        parts = []
+        for p in range(bits // 256):
+            sl = []
+            for v in vals:
+                n = v.type.count * 256 // bits
+                sl.append(b.shuffle_vector(v, ir.Constant(v.type, ir.Undefined),
+                                           ir.Constant(vec(I32, n), list(range(p * n, p * n + n)))))
+            parts.append(op(*sl))
+        while len(parts) > 1:
+            joined = []
+            for a, c in zip(parts[::2], parts[1::2]):
+                n = a.type.count
+                joined.append(b.shuffle_vector(a, c, ir.Constant(vec(I32, 2 * n), list(range(2 * n)))))
+            parts = joined
+        return parts[0]
+
+    def maddubs(self, a: ir.Value, w: ir.Value, zmm: bool) -> ir.Value:
+        """``vpmaddubsw``: ``a[2i] * w[2i] + a[2i+1] * w[2i+1]`` per int16 lane, ``a`` read as
+        unsigned and ``w`` as signed bytes, saturated to int16 (``<32 x i8>`` or ``<64 x i8>``
+        in, half as many ``i16`` out). ``zmm``: a 64-byte operand is one AVX512BW instruction,
+        otherwise two AVX2 ones."""
+        n = a.type.count
+        if n == 64 and zmm:
+            fn = self.declare("llvm.x86.avx512.pmaddubs.w.512", vec(I16, 32), [a.type, a.type])
+            return self.b.call(fn, [a, w])
+        fn = self.declare("llvm.x86.avx2.pmadd.ub.sw", vec(I16, 16), [vec(I8, 32), vec(I8, 32)])
+        return self.by_256(lambda x, y: self.b.call(fn, [x, y]), a, w)
+
+    def madd_wd(self, a: ir.Value, w: ir.Value, zmm: bool) -> ir.Value:
+        """``vpmaddwd``: ``a[2i] * w[2i] + a[2i+1] * w[2i+1]`` per int32 lane of int16 pairs
+        (``<16 x i16>`` or ``<32 x i16>``). ``zmm`` as :meth:`maddubs`."""
+        n = a.type.count
+        if n == 32 and zmm:
+            fn = self.declare("llvm.x86.avx512.pmaddw.d.512", vec(I32, 16), [a.type, a.type])
+            return self.b.call(fn, [a, w])
+        fn = self.declare("llvm.x86.avx2.pmadd.wd", vec(I32, 8), [vec(I16, 16), vec(I16, 16)])
+        return self.by_256(lambda x, y: self.b.call(fn, [x, y]), a, w)
+
+    def dot_u8s8(self, acc: ir.Value, a: ir.Value, w: ir.Value, native: bool,
+                 zmm: bool = False) -> ir.Value:
+        """``acc[i] + sum_{j<4} a[4i+j] * w[4i+j]`` with ``acc`` ``<8 x i32>`` (``<16 x i32>``),
+        ``a`` ``<32 x i8>`` (``<64 x i8>``) read as unsigned and ``w`` as signed bytes, in exact
+        int32 arithmetic (wrapping on overflow). ``native``: ``vpdpbusd``
+        (``llvm.x86.avx512.vpdpbusd.256``, AVX-VNNI / AVX512-VNNI; Intel SDM, no saturation;
+        ``.512`` when ``zmm``, AVX512-VNNI, else two 256-bit ones for 64 bytes); otherwise the
+        same sums with AVX2's ``vpmaddwd`` on the even and the odd bytes widened to int16
+        (products of at most ``255 * 128`` in magnitude: exact)."""
+        b = self.b
+        n = a.type.count
         if native:
+            if n == 64 and zmm:
+                fn = self.declare("llvm.x86.avx512.vpdpbusd.512", acc.type, [acc.type, a.type, a.type])
+                return b.call(fn, [acc, a, w])
+            i8v, i32v = vec(I8, 32), vec(I32, 8)
             fn = self.declare("llvm.x86.avx512.vpdpbusd.256", i32v, [i32v, i8v, i8v])
-            return b.call(fn, [acc, a, w])
-        maddwd = self.declare("llvm.x86.avx2.pmadd.wd", i32v, [i16v, i16v])
-        eight = ir.Constant(i16v, [8] * 16)
+            return self.by_256(lambda c, x, y: b.call(fn, [c, x, y]), acc, a, w)
+        i16v = vec(I16, n // 2)
+        eight = ir.Constant(i16v, [8] * (n // 2))
         a16, w16 = b.bitcast(a, i16v), b.bitcast(w, i16v)
-        a_even = b.and_(a16, ir.Constant(i16v, [255] * 16))
+        a_even = b.and_(a16, ir.Constant(i16v, [255] * (n // 2)))
         a_odd = b.lshr(a16, eight)
         w_even = b.ashr(b.shl(w16, eight), eight)
         w_odd = b.ashr(w16, eight)
-        return b.add(acc, b.add(b.call(maddwd, [a_even, w_even]), b.call(maddwd, [a_odd, w_odd])))
+        return b.add(acc, b.add(self.madd_wd(a_even, w_even, zmm), self.madd_wd(a_odd, w_odd, zmm)))
 
     def hsum(self, v: ir.Value) -> ir.Value:
         """Sum of the lanes of a float vector (reassociated)."""

@@ -13,7 +13,6 @@ from ...llvm_emit import F32, I8, I64, PTR
 from ..decode import DenseDecoder
 from ..simd import KFunc, vec
 from .plan import TUNING
-from .int8_rows import Int8Rows
 
 __all__ = ["GemvFloat"]
 
@@ -81,7 +80,7 @@ class GemvFloat:
         dec = self._decoder(w, p0, p1, ld0, ld1)
         rows = [dec.row(kf, kf.add(n0, r) if r else n0) for r in range(rc)]
         if w in self.qint:
-            lay = Int8Rows(self.K_static, self.qint[w])
+            lay = self._int8_rows(self.qint[w])
 
             def micro(m0, t):
                 self._gemv_micro_i8(kf, dec, rows, xf, xq, lay, K, m0, t, rc, res)

@@ -20,13 +20,19 @@ __all__ = ["GemvInt8"]
 class GemvInt8:
     """The int8-activation GEMV family (4-bit weights whose graph allows ``activation_quantization=int8``):"""
 
+    def _int8_rows(self, gs: int) -> Int8Rows:
+        """The :class:`Int8Rows` layout of this kernel's GEMV for groups of ``gs`` (128-column
+        steps with 16-lane vectors where they quantize the same columns, see
+        :meth:`Int8Rows.for_lanes`)."""
+        return Int8Rows.for_lanes(self.K_static, gs, self.lanes if TUNING["gemv_wide_i8"] else 8)
+
     def _prepare_int8_x(self, kf: KFunc, xf, M, K) -> list:
         """For each group size of :attr:`ikeys`: a buffer (NULL unless ``M`` takes the GEMV, or
         the layout of :meth:`_fill_int8_gemm_x` when it takes the int8 GEMM) holding, per row of x, the layout of :class:`Int8Rows`: x quantized to int8 per group
-        (``d = max|x| / 127``, ``q = rint(x * 127 / max|x|)`` clamped to +-127), each 64-column
-        step in the decoder's lane order (even columns, then odd), and per step and per 32-bit
-        lane of the step's dot product the group's ``d`` and ``sum q`` (the latter only in the
-        group's first lane, for the zero point). A NaN or infinity in a group makes its ``d``
+        (``d = max|x| / 127``, ``q = rint(x * 127 / max|x|)`` clamped to +-127), each 64- or
+        128-column step in the decoder's lane order (even columns, then odd), and per step and
+        per 32-bit lane of the step's dot product the group's ``d`` and ``sum q`` (the latter
+        only in the group's first lane, for the zero point). A NaN or infinity in a group makes its ``d``
         NaN, so that the outputs of that row are NaN as with float activations."""
         out = []
         b = kf.b
@@ -34,7 +40,7 @@ class GemvInt8:
         small = b.icmp_signed("<=", M, kf.i64(self.MG))
         f8, i8x8 = vec(F32, 8), vec(I32, 8)
         for gs in self.ikeys:
-            lay = Int8Rows(self.K_static, gs)
+            lay = self._int8_rows(gs)
             slot = kf.alloca(PTR, name="xi")
             b.store(ir.Constant(PTR, None), slot)
 
@@ -50,8 +56,9 @@ class GemvInt8:
                 radd = kf.declare("llvm.vector.reduce.add.v8i32", I32, [i8x8])
                 rint8 = kf.declare("llvm.rint.v8f32", f8, [f8])
                 fadd8 = kf.declare("llvm.vector.reduce.fadd.v8f32", F32, [F32, f8])
-                f64v, i64v = vec(F32, 64), vec(I32, 64)
-                rint64 = kf.declare("llvm.rint.v64f32", f64v, [f64v])
+                S, NL = lay.step, lay.lanes
+                fSv, iSv = vec(F32, S), vec(I32, S)
+                rintS = kf.declare(f"llvm.rint.v{S}f32", fSv, [fSv])
 
                 def clamp(v):   # +-127; a NaN becomes a number (maxnum / minnum drop NaNs)
                     n = v.type.count
@@ -87,34 +94,34 @@ class GemvInt8:
                         kf.store(d, dptr, g, align=4)
                         kf.store(inv, iptr, g, align=4)
                         kf.store(b.call(radd, [qs]), sptr, g, align=4)
-                    # pass 2, per 64-column step: the permuted int8 values and the lane tables
-                    ng = max(1, 64 // gs)
+                    # pass 2, per step of S columns: the permuted int8 values and the lane tables
+                    ng = max(1, S // gs)
                     with kf.loop(0, lay.steps, 1, "is") as st:
-                        x64 = kf.load(f64v, xrow, kf.mul(st, 64), align=4)
-                        g0 = kf.sdiv(kf.mul(st, 64), gs)
+                        xS = kf.load(fSv, xrow, kf.mul(st, S), align=4)
+                        g0 = kf.sdiv(kf.mul(st, S), gs)
                         iv = kf.load(vec(F32, ng), iptr, g0, align=4)
                         invs = b.shuffle_vector(iv, ir.Constant(iv.type, ir.Undefined),
-                                                ir.Constant(vec(I32, 64), [j // gs if gs < 64 else 0
-                                                                           for j in range(64)]))
-                        q = b.trunc(b.fptosi(b.call(rint64, [clamp(b.fmul(x64, invs))]), i64v),
-                                    vec(I8, 64))
-                        perm = [2 * j for j in range(32)] + [2 * j + 1 for j in range(32)]
+                                                ir.Constant(vec(I32, S), [j // gs if gs < S else 0
+                                                                          for j in range(S)]))
+                        q = b.trunc(b.fptosi(b.call(rintS, [clamp(b.fmul(xS, invs))]), iSv),
+                                    vec(I8, S))
+                        perm = [2 * j for j in range(S // 2)] + [2 * j + 1 for j in range(S // 2)]
                         q = b.shuffle_vector(q, ir.Constant(q.type, ir.Undefined),
-                                             ir.Constant(vec(I32, 64), perm))
-                        kf.store(q, row, kf.mul(st, 64), align=1)
-                        lane_g = [(8 * i) // gs if gs < 64 else 0 for i in range(8)]
+                                             ir.Constant(vec(I32, S), perm))
+                        kf.store(q, row, kf.mul(st, S), align=1)
+                        lane_g = [(8 * i) // gs if gs < S else 0 for i in range(NL)]
                         dv = kf.load(vec(F32, ng), dptr, g0, align=4)
                         dl = b.shuffle_vector(dv, ir.Constant(dv.type, ir.Undefined),
-                                              ir.Constant(vec(I32, 8), lane_g))
-                        kf.store(dl, kf.gep(row, kf.i64(lay.xsv_off), I8), kf.mul(st, 8), align=4)
+                                              ir.Constant(vec(I32, NL), lane_g))
+                        kf.store(dl, kf.gep(row, kf.i64(lay.xsv_off), I8), kf.mul(st, NL), align=4)
                         sv = kf.load(vec(I32, ng), sptr, g0, align=4)
-                        first = [lane_g[i] if (8 * i) % gs == 0 else ng for i in range(8)]
+                        first = [lane_g[i] if (8 * i) % gs == 0 else ng for i in range(NL)]
                         sl = b.shuffle_vector(sv, ir.Constant(sv.type, [0] * ng),
-                                              ir.Constant(vec(I32, 8), first))
-                        if gs > 64:  # a group spans several steps: only its first one counts
-                            starts = b.icmp_signed("==", b.srem(kf.mul(st, 64), kf.i64(gs)), kf.i64(0))
-                            sl = b.select(starts, sl, ir.Constant(i8x8, [0] * 8))
-                        kf.store(sl, kf.gep(row, kf.i64(lay.xsum_off), I8), kf.mul(st, 8), align=4)
+                                              ir.Constant(vec(I32, NL), first))
+                        if gs > S:  # a group spans several steps: only its first one counts
+                            starts = b.icmp_signed("==", b.srem(kf.mul(st, S), kf.i64(gs)), kf.i64(0))
+                            sl = b.select(starts, sl, ir.Constant(vec(I32, NL), [0] * NL))
+                        kf.store(sl, kf.gep(row, kf.i64(lay.xsum_off), I8), kf.mul(st, NL), align=4)
 
             if self.i8gemm:
                 kf.if_else(small, fill, lambda gs=gs, slot=slot: self._fill_int8_gemm_x(
@@ -128,12 +135,13 @@ class GemvInt8:
     def _gemv_micro_i8(self, kf, dec, rows, xf, xi, lay: "Int8Rows", K, m0, t: int, rc: int,
                        res) -> None:
         """``res[m * rc + r] = sum_k x[m, k] W[r, k]`` for the ``rc`` weight rows and the ``t``
-        input rows from ``m0``, with int8 x: per 64-column step, each weight row is loaded and
-        unpacked once (nibbles 0..15, unsigned) and, per input row, two ``vpmaddubsw`` with the
-        int8 values (no saturation: 2 * 15 * 127 < 2**15), the even- and odd-column halves
-        added, ``vpmaddwd`` by ones into eight int32 partial dots of 8 columns each, minus
+        input rows from ``m0``, with int8 x: per step (:class:`Int8Rows`: 64 columns in 256-bit
+        vectors, 128 in 512-bit ones), each weight row is loaded and unpacked once (nibbles
+        0..15, unsigned) and, per input row, two ``vpmaddubsw`` with the int8 values (no
+        saturation: 2 * 15 * 127 < 2**15), the even- and odd-column halves added, ``vpmaddwd``
+        by ones into int32 partial dots of 8 columns each (8 or 16 lanes), minus
         ``zero_point * sum q`` of those columns, converted to float and accumulated with
-        ``scale * d`` per lane. Columns past the last whole step: float x and
+        ``scale * d`` per lane. With VNNI two ``vpdpbusd`` do the multiply-adds. Columns past the last whole step: float x and
         :meth:`GroupQuantDecoder.scalar`.
 
         The weight rows are read one after the other (row ``r`` to its end, then row ``r + 1``),
@@ -144,16 +152,15 @@ class GemvInt8:
         ``gemv_acc_i8`` accumulator chains per input row (consecutive steps alternate), so the
         float adds of one row do not wait on each other."""
         b = kf.b
-        gs = lay.group_size
-        i8v, i16v, i32v, f8 = vec(I8, 32), vec(I16, 16), vec(I32, 8), vec(F32, 8)
-        maddubs = kf.declare("llvm.x86.avx2.pmadd.ub.sw", i16v, [i8v, i8v])
-        maddwd = kf.declare("llvm.x86.avx2.pmadd.wd", i32v, [i16v, i16v])
-        ones = ir.Constant(i16v, [1] * 16)
-        low = ir.Constant(i8v, [15] * 32)
-        four = ir.Constant(i8v, [4] * 32)
-        zpv = ir.Constant(i32v, [dec.zero_point] * 8)
-        ng = max(1, 64 // gs)
-        lane_g = ir.Constant(vec(I32, 8), [(8 * i) // gs if gs < 64 else 0 for i in range(8)])
+        gs, S, NL = lay.group_size, lay.step, lay.lanes
+        i8v, i16v, i32v, f8 = vec(I8, S // 2), vec(I16, S // 4), vec(I32, NL), vec(F32, NL)
+        zmm = self.simd.int8_512
+        ones = ir.Constant(i16v, [1] * (S // 4))
+        low = ir.Constant(i8v, [15] * (S // 2))
+        four = ir.Constant(i8v, [4] * (S // 2))
+        zpv = ir.Constant(i32v, [dec.zero_point] * NL)
+        ng = max(1, S // gs)
+        lane_g = ir.Constant(vec(I32, NL), [(8 * i) // gs if gs < S else 0 for i in range(NL)])
         ms = [kf.add(m0, i) if i else m0 for i in range(t)]
         xrows = [kf.gep(xi, kf.mul(m, lay.row_bytes), I8) for m in ms]
         st_t = dec.st
@@ -163,9 +170,11 @@ class GemvInt8:
 
         def step(r, s, accs_u) -> None:
             """Step ``s`` (an i64 value) of weight row ``r`` into ``accs_u[i]`` per input row."""
-            xo = kf.mul(s, 64)
-            lo8 = kf.mul(s, 8)
-            wv = kf.load(i8v, kf.gep(rows[r][0], kf.mul(s, 32), I8), None, align=1)
+            xo = kf.mul(s, S)
+            lo8 = kf.mul(s, NL)
+            if TUNING["prefetch_q"]:
+                kf.prefetch(kf.gep(rows[r][0], kf.add(kf.mul(s, S // 2), TUNING["prefetch_q"]), I8))
+            wv = kf.load(i8v, kf.gep(rows[r][0], kf.mul(s, S // 2), I8), None, align=1)
             lo = b.and_(wv, low)
             hi = b.lshr(wv, four)
             raw = kf.load(vec(st_t, ng), rows[r][1], kf.sdiv(xo, gs), align=4 if st_t == F32 else 2)
@@ -173,15 +182,16 @@ class GemvInt8:
                           dec.scale_dtype)
             for i, xr in enumerate(xrows):
                 xlo = kf.load(i8v, xr, xo, align=1)
-                xhi = kf.load(i8v, xr, kf.add(xo, 32), align=1)
+                xhi = kf.load(i8v, xr, kf.add(xo, S // 2), align=1)
                 xsv = kf.load(f8, kf.gep(xr, kf.i64(lay.xsv_off), I8), lo8, align=4)
                 zc = b.mul(kf.load(i32v, kf.gep(xr, kf.i64(lay.xsum_off), I8), lo8, align=4), zpv)
                 if self.vnni:   # the same sums of four byte products per int32 lane
                     native = self.simd.native("vnni")
-                    dot = kf.dot_u8s8(kf.dot_u8s8(b.neg(zc), lo, xlo, native), hi, xhi, native)
+                    wide = self.simd.vnni_512 if native else zmm
+                    dot = kf.dot_u8s8(kf.dot_u8s8(b.neg(zc), lo, xlo, native, wide), hi, xhi, native, wide)
                 else:
-                    p = b.add(b.call(maddubs, [lo, xlo]), b.call(maddubs, [hi, xhi]))
-                    dot = b.sub(b.call(maddwd, [p, ones]), zc)
+                    p = b.add(kf.maddubs(lo, xlo, zmm), kf.maddubs(hi, xhi, zmm))
+                    dot = b.sub(kf.madd_wd(p, ones, zmm), zc)
                 b.store(kf.fma(b.sitofp(dot, f8), b.fmul(sc, xsv, flags=KFunc.FM),
                                b.load(accs_u[i], typ=f8)), accs_u[i])
 
@@ -189,7 +199,7 @@ class GemvInt8:
             accs = [[kf.alloca(f8, name="iacc") for _ in range(t)] for _ in range(U)]
             for u in range(U):
                 for i in range(t):
-                    b.store(kf.fzero(8), accs[u][i])
+                    b.store(kf.fzero(NL), accs[u][i])
             whole = steps - steps % U
             with kf.loop(0, whole, U, "ks") as s:
                 for u in range(U):
@@ -201,7 +211,7 @@ class GemvInt8:
                 for u in range(1, U):
                     v = b.fadd(v, b.load(accs[u][i], typ=f8), flags=KFunc.FM)
                 b.store(kf.hsum(v), sums[r][i])
-        with kf.loop(lay.steps * 64, K, 1, "it") as k:
+        with kf.loop(lay.columns, K, 1, "it") as k:
             xv = [kf.load(F32, xf, kf.add(kf.mul(m, K), k), align=4) for m in ms]
             for r in range(rc):
                 wk = dec.scalar(kf, rows[r], k)

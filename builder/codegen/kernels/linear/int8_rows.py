@@ -23,57 +23,81 @@ def int8_gemv_supported(storage: str, bits: int, group_size: int, k: int) -> boo
 @dataclass(frozen=True)
 class Int8Rows:
     """Byte layout of one row of x in the int8-activation buffer (``k`` columns, groups of
-    ``group_size``): ``steps`` = whole 64-column steps inside whole groups; int8 values
-    (``steps * 64`` bytes, each step even columns then odd), ``xsv`` (``steps * 8`` float32:
-    per step and 32-bit lane, the group's ``d``), ``xsum`` (``steps * 8`` int32: the group's
-    ``sum q`` in its first lane, else 0), then per covered group ``d``, ``1/d`` (float32) and
-    ``sum q`` (int32)."""
+    ``group_size``, steps of ``step`` = 64 columns for 256-bit kernels or 128 for 512-bit ones):
+    ``steps`` = whole steps inside whole groups; int8 values (``steps * step`` bytes, each step
+    even columns then odd), ``xsv`` (``steps * lanes`` float32: per step and 32-bit lane of the
+    dot product, the group's ``d``), ``xsum`` (``steps * lanes`` int32: the group's ``sum q`` in
+    its first lane, else 0), then per covered group ``d``, ``1/d`` (float32) and ``sum q``
+    (int32)."""
 
     k: int
     group_size: int
+    step: int = 64
+
+    @classmethod
+    def for_lanes(cls, k: int, group_size: int, lanes: int) -> "Int8Rows":
+        """The layout of a kernel with ``lanes`` float32 lanes: 128-column steps (one 512-bit
+        vector of nibbles per step) for 16 lanes when they quantize the same columns as 64-column
+        steps (so every batch size and the int8 GEMM compute the same), else 64-column steps."""
+        if lanes >= 16:
+            wide = cls(k, group_size, 128)
+            if wide.columns == cls(k, group_size).columns:
+                return wide
+        return cls(k, group_size)
+
+    @property
+    def lanes(self) -> int:
+        """int32 lanes of one step's dot product (``step / 8``: 8 columns per lane)."""
+        return self.step // 8
 
     @property
     def steps(self) -> int:
-        """Whole 64-column steps inside whole groups (``(k // group_size) * group_size // 64``)."""
-        return (self.k // self.group_size) * self.group_size // 64
+        """Whole steps inside whole groups (``(k // group_size) * group_size // step``)."""
+        return (self.k // self.group_size) * self.group_size // self.step
 
     @property
     def columns(self) -> int:
-        """Columns quantized to int8 (``steps * 64``); the rest of a row stays float."""
-        return self.steps * 64
+        """Columns quantized to int8 (``steps * step``); the rest of a row stays float."""
+        return self.steps * self.step
 
     @property
     def groups(self) -> int:
-        """Groups the steps cover (``steps * 64 // group_size``)."""
-        return self.steps * 64 // self.group_size
+        """Groups the steps cover (``columns // group_size``)."""
+        return self.columns // self.group_size
 
     @property
     def xsv_off(self) -> int:
-        """Byte offset of the per-lane ``d`` table (float32, ``steps * 8``)."""
-        return self.steps * 64
+        """Byte offset of the per-lane ``d`` table (float32, ``steps * lanes``)."""
+        return self.columns
 
     @property
     def xsum_off(self) -> int:
-        """Byte offset of the per-lane ``sum q`` table (int32, ``steps * 8``)."""
-        return self.steps * 96
+        """Byte offset of the per-lane ``sum q`` table (int32, ``steps * lanes``)."""
+        return self.columns + 4 * self.steps * self.lanes
 
     @property
     def d_off(self) -> int:
         """Byte offset of the per-group ``d`` (float32, padded by one vector)."""
-        return self.steps * 128
+        return self.columns + 8 * self.steps * self.lanes
+
+    @property
+    def _pad(self) -> int:
+        """Bytes after each per-group table: one step's worth of groups, so that a vector load
+        of a step's groups never reads past the table."""
+        return 4 * max(1, self.step // self.group_size)
 
     @property
     def inv_off(self) -> int:
         """Byte offset of the per-group ``127 / max|x|`` (float32)."""
-        return self.d_off + 4 * self.groups + 4 * max(1, 64 // self.group_size)
+        return self.d_off + 4 * self.groups + self._pad
 
     @property
     def sum_off(self) -> int:
         """Byte offset of the per-group ``sum q`` (int32)."""
-        return self.inv_off + 4 * self.groups + 4 * max(1, 64 // self.group_size)
+        return self.inv_off + 4 * self.groups + self._pad
 
     @property
     def row_bytes(self) -> int:
         """Bytes per row of x, rounded up to 64."""
-        end = self.sum_off + 4 * self.groups + 4 * max(1, 64 // self.group_size)
+        end = self.sum_off + 4 * self.groups + self._pad
         return -(-end // 64) * 64

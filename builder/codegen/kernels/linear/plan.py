@@ -28,6 +28,7 @@ TUNING = {
     "gemv_max_rows_qig": 8,      # the same when the larger M take the int8 GEMM
     "gemv_rows_x_i8": 0,         # input rows per int8 GEMV tile (0: 2, 4 with 32 registers)
     "gemv_acc_i8": 2,            # accumulator chains per weight row and input row in the int8 GEMV
+    "gemv_wide_i8": 1,           # int8 GEMV with 16 lanes: 128-column steps in 512-bit vectors (0: 64 in 256-bit)
     "gemv_rows": 4,              # R: weight rows per GEMV tile
     "gemv_rows_q": 4,            # the same for packed 4 / 8-bit weights (8 spills with 16 registers)
     "kc_bytes": 0,               # packed panel KC x NR float32 bytes (0: 16 KiB, 32 KiB with 32 registers)
@@ -36,7 +37,7 @@ TUNING = {
     "tasks_per_thread": 16,
     "prefetch": 0,               # GEMV software prefetch distance in bytes (0: off)
     "prefetch_gemm": 1,          # GEMM: prefetch the next weight block during the micro-kernels
-    "prefetch_q": 0,             # the same for packed quantized rows
+    "prefetch_q": 1024,          # the same for packed 4 / 8-bit rows, int8 GEMV included (0: off)
     "gemv_parts_q": 1,           # partial-sum chains per (row, input row) in a 4/8-bit group
     "gemm_i8": 1,                # int8-activation GEMM for M > gemv_max_rows_qig (0: float GEMM above gemv_max_rows_qi)
     "mr_i8": 0,                  # its micro-kernel rows (0: 3, 6 with 32 registers)
