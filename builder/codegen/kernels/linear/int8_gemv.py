@@ -30,9 +30,9 @@ class GemvInt8:
         """For each group size of :attr:`ikeys`: a buffer (NULL unless ``M`` takes the GEMV, or
         the layout of :meth:`_fill_int8_gemm_x` when it takes the int8 GEMM) holding, per row of x, the layout of :class:`Int8Rows`: x quantized to int8 per group
         (``d = max|x| / 127``, ``q = rint(x * 127 / max|x|)`` clamped to +-127), each 64- or
-        128-column step in the decoder's lane order (even columns, then odd), and per step and
-        per 32-bit lane of the step's dot product the group's ``d`` and ``sum q`` (the latter
-        only in the group's first lane, for the zero point). A NaN or infinity in a group makes its ``d``
+        128-column step in the decoder's lane order (even columns, then odd), per step and
+        per 32-bit lane of the step's dot product the group's ``d``, and per group ``d * sum q``
+        (for the zero point). A NaN or infinity in a group makes its ``d``
         NaN, so that the outputs of that row are NaN as with float activations."""
         out = []
         b = kf.b
@@ -71,8 +71,8 @@ class GemvInt8:
                     row = kf.gep(buf, kf.mul(m, lay.row_bytes), I8)
                     dptr = kf.gep(row, kf.i64(lay.d_off), I8)
                     iptr = kf.gep(row, kf.i64(lay.inv_off), I8)
-                    sptr = kf.gep(row, kf.i64(lay.sum_off), I8)
-                    # pass 1, per group: d, 1/d and sum q
+                    sptr = kf.gep(row, kf.i64(lay.dsum_off), I8)
+                    # pass 1, per group: d, 1/d and d * sum q
                     with kf.loop(0, lay.groups, 1, "ig") as g:
                         base = kf.gep(xrow, kf.mul(g, gs), F32)
                         amax = ir.Constant(f8, [0.0] * 8)
@@ -93,7 +93,7 @@ class GemvInt8:
                             qs = b.add(qs, b.fptosi(b.call(rint8, [clamp(b.fmul(v, invv))]), i8x8))
                         kf.store(d, dptr, g, align=4)
                         kf.store(inv, iptr, g, align=4)
-                        kf.store(b.call(radd, [qs]), sptr, g, align=4)
+                        kf.store(b.fmul(d, b.sitofp(b.call(radd, [qs]), F32)), sptr, g, align=4)
                     # pass 2, per step of S columns: the permuted int8 values and the lane tables
                     ng = max(1, S // gs)
                     with kf.loop(0, lay.steps, 1, "is") as st:
@@ -114,14 +114,6 @@ class GemvInt8:
                         dl = b.shuffle_vector(dv, ir.Constant(dv.type, ir.Undefined),
                                               ir.Constant(vec(I32, NL), lane_g))
                         kf.store(dl, kf.gep(row, kf.i64(lay.xsv_off), I8), kf.mul(st, NL), align=4)
-                        sv = kf.load(vec(I32, ng), sptr, g0, align=4)
-                        first = [lane_g[i] if (8 * i) % gs == 0 else ng for i in range(NL)]
-                        sl = b.shuffle_vector(sv, ir.Constant(sv.type, [0] * ng),
-                                              ir.Constant(vec(I32, NL), first))
-                        if gs > S:  # a group spans several steps: only its first one counts
-                            starts = b.icmp_signed("==", b.srem(kf.mul(st, S), kf.i64(gs)), kf.i64(0))
-                            sl = b.select(starts, sl, ir.Constant(vec(I32, NL), [0] * NL))
-                        kf.store(sl, kf.gep(row, kf.i64(lay.xsum_off), I8), kf.mul(st, NL), align=4)
 
             if self.i8gemm:
                 kf.if_else(small, fill, lambda gs=gs, slot=slot: self._fill_int8_gemm_x(
@@ -139,10 +131,12 @@ class GemvInt8:
         vectors, 128 in 512-bit ones), each weight row is loaded and unpacked once (nibbles
         0..15, unsigned) and, per input row, two ``vpmaddubsw`` with the int8 values (no
         saturation: 2 * 15 * 127 < 2**15), the even- and odd-column halves added, ``vpmaddwd``
-        by ones into int32 partial dots of 8 columns each (8 or 16 lanes), minus
-        ``zero_point * sum q`` of those columns, converted to float and accumulated with
-        ``scale * d`` per lane. With VNNI two ``vpdpbusd`` do the multiply-adds. Columns past the last whole step: float x and
-        :meth:`GroupQuantDecoder.scalar`.
+        by ones into int32 partial dots of 8 columns each (8 or 16 lanes), converted to float
+        and accumulated with ``scale * d`` per lane. With VNNI two ``vpdpbusd`` do the
+        multiply-adds. The zero point is one short dot per weight row and input row after the
+        steps: ``- zero_point * sum_g scale[g] * (d * sum q)[g]`` (the per-group table of
+        :class:`Int8Rows`), instead of an integer correction per step. Columns past the last
+        whole step: float x and :meth:`GroupQuantDecoder.scalar`.
 
         The weight rows are read one after the other (row ``r`` to its end, then row ``r + 1``),
         not interleaved step by step: the rows of a tile are adjacent in memory, so the tile is
@@ -158,7 +152,6 @@ class GemvInt8:
         ones = ir.Constant(i16v, [1] * (S // 4))
         low = ir.Constant(i8v, [15] * (S // 2))
         four = ir.Constant(i8v, [4] * (S // 2))
-        zpv = ir.Constant(i32v, [dec.zero_point] * NL)
         ng = max(1, S // gs)
         lane_g = ir.Constant(vec(I32, NL), [(8 * i) // gs if gs < S else 0 for i in range(NL)])
         ms = [kf.add(m0, i) if i else m0 for i in range(t)]
@@ -184,14 +177,14 @@ class GemvInt8:
                 xlo = kf.load(i8v, xr, xo, align=1)
                 xhi = kf.load(i8v, xr, kf.add(xo, S // 2), align=1)
                 xsv = kf.load(f8, kf.gep(xr, kf.i64(lay.xsv_off), I8), lo8, align=4)
-                zc = b.mul(kf.load(i32v, kf.gep(xr, kf.i64(lay.xsum_off), I8), lo8, align=4), zpv)
                 if self.vnni:   # the same sums of four byte products per int32 lane
                     native = self.simd.native("vnni")
                     wide = self.simd.vnni_512 if native else zmm
-                    dot = kf.dot_u8s8(kf.dot_u8s8(b.neg(zc), lo, xlo, native, wide), hi, xhi, native, wide)
+                    dot = kf.dot_u8s8(kf.dot_u8s8(ir.Constant(i32v, [0] * NL), lo, xlo, native, wide),
+                                      hi, xhi, native, wide)
                 else:
                     p = b.add(kf.maddubs(lo, xlo, zmm), kf.maddubs(hi, xhi, zmm))
-                    dot = b.sub(kf.madd_wd(p, ones, zmm), zc)
+                    dot = kf.madd_wd(p, ones, zmm)
                 b.store(kf.fma(b.sitofp(dot, f8), b.fmul(sc, xsv, flags=KFunc.FM),
                                b.load(accs_u[i], typ=f8)), accs_u[i])
 
@@ -206,11 +199,32 @@ class GemvInt8:
                     step(r, kf.add(s, u) if u else s, accs[u])
             for u in range(steps % U):
                 step(r, kf.i64(whole + u), accs[u])
+            if dec.zero_point:   # sum_g scale[g] * (d * sum q)[g], NL groups at a time
+                zp = ir.Constant(f8, [-float(dec.zero_point)] * NL)
+                cacc = [kf.alloca(f8, name="izc") for _ in range(t)]
+                for i in range(t):
+                    b.store(kf.fzero(NL), cacc[i])
+                gv = lay.groups - lay.groups % NL
+                with kf.loop(0, gv, NL, "iz") as g:
+                    sv = kf.widen(kf.load(vec(st_t, NL), rows[r][1], g, align=4 if st_t == F32 else 2),
+                                  dec.scale_dtype)
+                    for i, xr in enumerate(xrows):
+                        dsv = kf.load(f8, kf.gep(xr, kf.i64(lay.dsum_off), I8), g, align=4)
+                        b.store(kf.fma(sv, dsv, b.load(cacc[i], typ=f8)), cacc[i])
+                for i in range(t):
+                    b.store(kf.fma(b.load(cacc[i], typ=f8), zp, b.load(accs[0][i], typ=f8)), accs[0][i])
             for i in range(t):
                 v = b.load(accs[0][i], typ=f8)
                 for u in range(1, U):
                     v = b.fadd(v, b.load(accs[u][i], typ=f8), flags=KFunc.FM)
                 b.store(kf.hsum(v), sums[r][i])
+                if dec.zero_point and lay.groups % NL:
+                    with kf.loop(lay.groups - lay.groups % NL, lay.groups, 1, "izt") as g:
+                        sc1 = dec.scale_value(kf, rows[r], g)
+                        ds1 = kf.load(F32, kf.gep(xrows[i], kf.i64(lay.dsum_off), I8), g, align=4)
+                        b.store(kf.fma(b.fmul(sc1, ds1, flags=KFunc.FM),
+                                       ir.Constant(F32, -float(dec.zero_point)),
+                                       b.load(sums[r][i], typ=F32)), sums[r][i])
         with kf.loop(lay.columns, K, 1, "it") as k:
             xv = [kf.load(F32, xf, kf.add(kf.mul(m, K), k), align=4) for m in ms]
             for r in range(rc):

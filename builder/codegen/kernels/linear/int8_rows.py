@@ -26,9 +26,8 @@ class Int8Rows:
     ``group_size``, steps of ``step`` = 64 columns for 256-bit kernels or 128 for 512-bit ones):
     ``steps`` = whole steps inside whole groups; int8 values (``steps * step`` bytes, each step
     even columns then odd), ``xsv`` (``steps * lanes`` float32: per step and 32-bit lane of the
-    dot product, the group's ``d``), ``xsum`` (``steps * lanes`` int32: the group's ``sum q`` in
-    its first lane, else 0), then per covered group ``d``, ``1/d`` (float32) and ``sum q``
-    (int32)."""
+    dot product, the group's ``d``), then per covered group ``d``, ``1/d`` and ``d * sum q``
+    (float32; the last for the weights' zero point)."""
 
     k: int
     group_size: int
@@ -71,14 +70,9 @@ class Int8Rows:
         return self.columns
 
     @property
-    def xsum_off(self) -> int:
-        """Byte offset of the per-lane ``sum q`` table (int32, ``steps * lanes``)."""
-        return self.columns + 4 * self.steps * self.lanes
-
-    @property
     def d_off(self) -> int:
         """Byte offset of the per-group ``d`` (float32, padded by one vector)."""
-        return self.columns + 8 * self.steps * self.lanes
+        return self.columns + 4 * self.steps * self.lanes
 
     @property
     def _pad(self) -> int:
@@ -92,12 +86,12 @@ class Int8Rows:
         return self.d_off + 4 * self.groups + self._pad
 
     @property
-    def sum_off(self) -> int:
-        """Byte offset of the per-group ``sum q`` (int32)."""
+    def dsum_off(self) -> int:
+        """Byte offset of the per-group ``d * sum q`` (float32)."""
         return self.inv_off + 4 * self.groups + self._pad
 
     @property
     def row_bytes(self) -> int:
         """Bytes per row of x, rounded up to 64."""
-        end = self.sum_off + 4 * self.groups + self._pad
+        end = self.dsum_off + 4 * self.groups + self._pad
         return -(-end // 64) * 64
