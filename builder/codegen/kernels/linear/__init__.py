@@ -29,10 +29,12 @@ Generated code (:func:`emit_linear`), for the host's widest vectors (:class:`Sim
 * **int8-activation GEMV** for 4-bit weights whose graph says ``activation_quantization=int8``
   (``M <= gemv_max_rows_qi`` = 32, hosts with AVX2; see :class:`schemas.GroupQuantization`): x
   is quantized once per call to int8 per group (:class:`Int8Rows`), then per 64-column step
-  and weight row one 32-byte load and, per input row (2 at a time, 4 with 32 registers), two
-  ``vpmaddubsw`` (nibbles x int8) and one ``vpmaddwd`` give eight int32 partial dots that are
-  converted and accumulated with ``scale * d`` per lane -- about half the instructions per
-  weight of the float path (:meth:`~.emitter.LinearEmitter._gemv_micro_i8`); from ``M >
+  (128 columns in 512-bit vectors with the 16-lane shape) and weight row one 32-byte (64-byte)
+  load and, per input row (2 at a time, 4 with 32 registers), two ``vpmaddubsw`` (nibbles x
+  int8) and one ``vpmaddwd`` give eight (sixteen) int32 partial dots that are converted and
+  accumulated with ``scale * d`` per lane, the weights' zero point once per row as a short dot
+  of the scales with the per-group ``d * sum q`` -- about half the instructions per weight of
+  the float path (:meth:`~.emitter.LinearEmitter._gemv_micro_i8`); from ``M >
   gemv_max_rows_qig`` (8) the **int8 GEMM**: x quantized the same way into a plain int8 copy,
   each panel of ``NRI`` (16) weight rows unpacked once per block of ``KCI`` columns into bytes in k-quad
   order (32 bytes = 4 columns of 8 rows), and a 3-row micro-kernel (6 with 32 registers) that
@@ -41,8 +43,7 @@ Generated code (:func:`emit_linear`), for the host's widest vectors (:class:`Sim
   per group (:meth:`~.emitter.LinearEmitter._i8_micro_fn`); the columns the GEMV keeps float are added
   in float (:meth:`~.emitter.LinearEmitter._i8_tail_fn`), so every batch size computes the same. On
   CPUs with VNNI (plan variant ``vnni``) one ``vpdpbusd`` replaces each ``vpmaddubsw`` /
-  ``vpmaddwd`` pair: the GEMV's two nibble halves go into one int32 sum seeded with
-  ``-zero_point * sum q``, the GEMM's micro-kernel accumulates int32 directly (no int16
+  ``vpmaddwd`` pair: the GEMV's two nibble halves go into one int32 sum, the GEMM's micro-kernel accumulates int32 directly (no int16
   partial sums) -- the same exact integer sums;
 * **GEMM** (larger ``M``): BLIS-style. For each panel of ``NR`` weight rows (2 vectors, 4 with
   32 registers) and each block of ``KC`` columns, the decoder unpacks the panel transposed into

@@ -26,6 +26,41 @@ class GemvInt8:
         :meth:`Int8Rows.for_lanes`)."""
         return Int8Rows.for_lanes(self.K_static, gs, self.lanes if TUNING["gemv_wide_i8"] else 8)
 
+    def _int8_row_sums(self, kf, dec, row, xrows, lay: "Int8Rows", accs, sums) -> None:
+        """``sums[i] = hsum(sum_u accs[u][i]) - zero_point * sum_g scale[g] * (d * sum q)[g]``
+        for one weight ``row`` and each input row ``xrows[i]`` of the int8 GEMV (the zero-point
+        term ``lanes`` groups at a time, then the groups left one by one)."""
+        b = kf.b
+        NL, st_t = lay.lanes, dec.st
+        f8 = vec(F32, NL)
+        t = len(xrows)
+        if dec.zero_point:
+            zp = ir.Constant(f8, [-float(dec.zero_point)] * NL)
+            cacc = [kf.alloca(f8, name="izc") for _ in range(t)]
+            for i in range(t):
+                b.store(kf.fzero(NL), cacc[i])
+            gv = lay.groups - lay.groups % NL
+            with kf.loop(0, gv, NL, "iz") as g:
+                sv = kf.widen(kf.load(vec(st_t, NL), row[1], g, align=4 if st_t == F32 else 2),
+                              dec.scale_dtype)
+                for i, xr in enumerate(xrows):
+                    dsv = kf.load(f8, kf.gep(xr, kf.i64(lay.dsum_off), I8), g, align=4)
+                    b.store(kf.fma(sv, dsv, b.load(cacc[i], typ=f8)), cacc[i])
+            for i in range(t):
+                b.store(kf.fma(b.load(cacc[i], typ=f8), zp, b.load(accs[0][i], typ=f8)), accs[0][i])
+        for i in range(t):
+            v = b.load(accs[0][i], typ=f8)
+            for a in accs[1:]:
+                v = b.fadd(v, b.load(a[i], typ=f8), flags=KFunc.FM)
+            b.store(kf.hsum(v), sums[i])
+            if dec.zero_point and lay.groups % NL:
+                with kf.loop(lay.groups - lay.groups % NL, lay.groups, 1, "izt") as g:
+                    sc1 = dec.scale_value(kf, row, g)
+                    ds1 = kf.load(F32, kf.gep(xrows[i], kf.i64(lay.dsum_off), I8), g, align=4)
+                    b.store(kf.fma(b.fmul(sc1, ds1, flags=KFunc.FM),
+                                   ir.Constant(F32, -float(dec.zero_point)),
+                                   b.load(sums[i], typ=F32)), sums[i])
+
     def _prepare_int8_x(self, kf: KFunc, xf, M, K) -> list:
         """For each group size of :attr:`ikeys`: a buffer (NULL unless ``M`` takes the GEMV, or
         the layout of :meth:`_fill_int8_gemm_x` when it takes the int8 GEMM) holding, per row of x, the layout of :class:`Int8Rows`: x quantized to int8 per group
@@ -161,70 +196,57 @@ class GemvInt8:
         U = max(1, min(TUNING["gemv_acc_i8"], steps))
         sums = [[kf.alloca(F32, name="is") for _ in range(t)] for _ in range(rc)]
 
-        def step(r, s, accs_u) -> None:
-            """Step ``s`` (an i64 value) of weight row ``r`` into ``accs_u[i]`` per input row."""
+        # weight rows per step loop: one (a sequential stream per task) for a single input row;
+        # with several input rows, ``gemv_rows_step_i8`` rows share each load of x
+        P = max(1, min(rc, TUNING["gemv_rows_step_i8"] if t > 1 else 1))
+        if P > 1 and P * t * U > self.simd.registers // 2:
+            U = 1
+
+        def step(rs, s, accs_u) -> None:
+            """Step ``s`` (an i64 value) of weight rows ``rs`` into ``accs_u[j][i]`` per row
+            ``rs[j]`` and input row ``i``."""
             xo = kf.mul(s, S)
             lo8 = kf.mul(s, NL)
-            if TUNING["prefetch_q"]:
-                kf.prefetch(kf.gep(rows[r][0], kf.add(kf.mul(s, S // 2), TUNING["prefetch_q"]), I8))
-            wv = kf.load(i8v, kf.gep(rows[r][0], kf.mul(s, S // 2), I8), None, align=1)
-            lo = b.and_(wv, low)
-            hi = b.lshr(wv, four)
-            raw = kf.load(vec(st_t, ng), rows[r][1], kf.sdiv(xo, gs), align=4 if st_t == F32 else 2)
-            sc = kf.widen(b.shuffle_vector(raw, ir.Constant(raw.type, ir.Undefined), lane_g),
-                          dec.scale_dtype)
+            ws = []
+            for r in rs:
+                if TUNING["prefetch_q"]:
+                    kf.prefetch(kf.gep(rows[r][0], kf.add(kf.mul(s, S // 2), TUNING["prefetch_q"]), I8))
+                wv = kf.load(i8v, kf.gep(rows[r][0], kf.mul(s, S // 2), I8), None, align=1)
+                raw = kf.load(vec(st_t, ng), rows[r][1], kf.sdiv(xo, gs), align=4 if st_t == F32 else 2)
+                sc = kf.widen(b.shuffle_vector(raw, ir.Constant(raw.type, ir.Undefined), lane_g),
+                              dec.scale_dtype)
+                ws.append((b.and_(wv, low), b.lshr(wv, four), sc))
             for i, xr in enumerate(xrows):
                 xlo = kf.load(i8v, xr, xo, align=1)
                 xhi = kf.load(i8v, xr, kf.add(xo, S // 2), align=1)
                 xsv = kf.load(f8, kf.gep(xr, kf.i64(lay.xsv_off), I8), lo8, align=4)
-                if self.vnni:   # the same sums of four byte products per int32 lane
-                    native = self.simd.native("vnni")
-                    wide = self.simd.vnni_512 if native else zmm
-                    dot = kf.dot_u8s8(kf.dot_u8s8(ir.Constant(i32v, [0] * NL), lo, xlo, native, wide),
-                                      hi, xhi, native, wide)
-                else:
-                    p = b.add(kf.maddubs(lo, xlo, zmm), kf.maddubs(hi, xhi, zmm))
-                    dot = kf.madd_wd(p, ones, zmm)
-                b.store(kf.fma(b.sitofp(dot, f8), b.fmul(sc, xsv, flags=KFunc.FM),
-                               b.load(accs_u[i], typ=f8)), accs_u[i])
+                for j, (lo, hi, sc) in enumerate(ws):
+                    if self.vnni:   # the same sums of four byte products per int32 lane
+                        native = self.simd.native("vnni")
+                        wide = self.simd.vnni_512 if native else zmm
+                        dot = kf.dot_u8s8(kf.dot_u8s8(ir.Constant(i32v, [0] * NL), lo, xlo, native, wide),
+                                          hi, xhi, native, wide)
+                    else:
+                        p = b.add(kf.maddubs(lo, xlo, zmm), kf.maddubs(hi, xhi, zmm))
+                        dot = kf.madd_wd(p, ones, zmm)
+                    b.store(kf.fma(b.sitofp(dot, f8), b.fmul(sc, xsv, flags=KFunc.FM),
+                                   b.load(accs_u[j][i], typ=f8)), accs_u[j][i])
 
-        for r in range(rc):
-            accs = [[kf.alloca(f8, name="iacc") for _ in range(t)] for _ in range(U)]
+        for r0 in range(0, rc, P):
+            rs = list(range(r0, min(rc, r0 + P)))
+            accs = [[[kf.alloca(f8, name="iacc") for _ in range(t)] for _ in rs] for _ in range(U)]
             for u in range(U):
-                for i in range(t):
-                    b.store(kf.fzero(NL), accs[u][i])
+                for j in range(len(rs)):
+                    for i in range(t):
+                        b.store(kf.fzero(NL), accs[u][j][i])
             whole = steps - steps % U
             with kf.loop(0, whole, U, "ks") as s:
                 for u in range(U):
-                    step(r, kf.add(s, u) if u else s, accs[u])
+                    step(rs, kf.add(s, u) if u else s, accs[u])
             for u in range(steps % U):
-                step(r, kf.i64(whole + u), accs[u])
-            if dec.zero_point:   # sum_g scale[g] * (d * sum q)[g], NL groups at a time
-                zp = ir.Constant(f8, [-float(dec.zero_point)] * NL)
-                cacc = [kf.alloca(f8, name="izc") for _ in range(t)]
-                for i in range(t):
-                    b.store(kf.fzero(NL), cacc[i])
-                gv = lay.groups - lay.groups % NL
-                with kf.loop(0, gv, NL, "iz") as g:
-                    sv = kf.widen(kf.load(vec(st_t, NL), rows[r][1], g, align=4 if st_t == F32 else 2),
-                                  dec.scale_dtype)
-                    for i, xr in enumerate(xrows):
-                        dsv = kf.load(f8, kf.gep(xr, kf.i64(lay.dsum_off), I8), g, align=4)
-                        b.store(kf.fma(sv, dsv, b.load(cacc[i], typ=f8)), cacc[i])
-                for i in range(t):
-                    b.store(kf.fma(b.load(cacc[i], typ=f8), zp, b.load(accs[0][i], typ=f8)), accs[0][i])
-            for i in range(t):
-                v = b.load(accs[0][i], typ=f8)
-                for u in range(1, U):
-                    v = b.fadd(v, b.load(accs[u][i], typ=f8), flags=KFunc.FM)
-                b.store(kf.hsum(v), sums[r][i])
-                if dec.zero_point and lay.groups % NL:
-                    with kf.loop(lay.groups - lay.groups % NL, lay.groups, 1, "izt") as g:
-                        sc1 = dec.scale_value(kf, rows[r], g)
-                        ds1 = kf.load(F32, kf.gep(xrows[i], kf.i64(lay.dsum_off), I8), g, align=4)
-                        b.store(kf.fma(b.fmul(sc1, ds1, flags=KFunc.FM),
-                                       ir.Constant(F32, -float(dec.zero_point)),
-                                       b.load(sums[r][i], typ=F32)), sums[r][i])
+                step(rs, kf.i64(whole + u), accs[u])
+            for j, r in enumerate(rs):
+                self._int8_row_sums(kf, dec, rows[r], xrows, lay, [a[j] for a in accs], sums[r])
         with kf.loop(lay.columns, K, 1, "it") as k:
             xv = [kf.load(F32, xf, kf.add(kf.mul(m, K), k), align=4) for m in ms]
             for r in range(rc):

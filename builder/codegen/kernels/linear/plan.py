@@ -28,6 +28,7 @@ TUNING = {
     "gemv_max_rows_qig": 8,      # the same when the larger M take the int8 GEMM
     "gemv_rows_x_i8": 0,         # input rows per int8 GEMV tile (0: 2, 4 with 32 registers)
     "gemv_acc_i8": 2,            # accumulator chains per weight row and input row in the int8 GEMV
+    "gemv_rows_step_i8": 1,      # int8 GEMV, 2+ input rows: weight rows sharing each load of x (1: one stream per task)
     "gemv_wide_i8": 1,           # int8 GEMV with 16 lanes: 128-column steps in 512-bit vectors (0: 64 in 256-bit)
     "gemv_rows": 4,              # R: weight rows per GEMV tile
     "gemv_rows_q": 4,            # the same for packed 4 / 8-bit weights (8 spills with 16 registers)
