@@ -97,8 +97,14 @@ def _build(f, target=None):
 # dense GEMV / GEMM
 
 
+@pytest.mark.parametrize("short_k", [None, 0])
 @pytest.mark.parametrize("N,K", [(37, 45), (16, 64), (1, 7), (9, 300)])
-def test_linear_f32_shapes(N, K):
+def test_linear_f32_shapes(N, K, short_k, monkeypatch):
+    """Float32 GEMV and GEMM tiles and remainders against numpy; ``short_k=0`` turns off the
+    rule that sends more than 8 rows of short (K <= 512) rows to the GEMM, so the GEMV's
+    9-24-row tiles are checked on these K too."""
+    if short_k is not None:
+        monkeypatch.setitem(TUNING, "gemv_short_k", short_k)
     f, _ = _linear_func(K, N, "float32", "float32", ("linear", 0))
     kernel, lib = _build(f)
     assert kernel.startswith("linear/") == HOST_SIMD.usable

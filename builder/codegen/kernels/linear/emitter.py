@@ -125,6 +125,10 @@ class LinearEmitter(GemvFloat, Bf16Dot, GemvInt8, GemmFloat, GemmInt8):
                     self.qkeys.append(key)
                 self.qfast[w] = key
         self.K_static = k_static.value if isinstance(k_static, E.IntImm) else None
+        if self.K_static is not None and self.K_static <= TUNING["gemv_short_k"]:
+            # short rows: the GEMV's per-(row, input row) reductions and epilogue calls weigh
+            # more than the GEMM's panel packing (MiniLM's K = 384 / 1536 at 12 tokens)
+            self.MG = min(self.MG, TUNING["gemv_max_rows_short_k"])
         # bfloat16 activations and weights on AVX512-BF16: GEMV and GEMM multiply pairs of
         # columns with vdpbf16ps, the GEMM's panels hold the weights' 32-bit words as they are
         self.bf16dot = plan.variant == "bf16dot"

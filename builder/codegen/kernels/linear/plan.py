@@ -23,6 +23,8 @@ __all__ = ["TUNING", "WeightPlan", "LinearPlan", "plan_linear"]
 #: Tunables (read at code generation time).
 TUNING = {
     "gemv_max_rows": 24,         # M <= this: GEMV path (float weights)
+    "gemv_short_k": 512,         # K <= this (static): the GEMV takes at most gemv_max_rows_short_k rows
+    "gemv_max_rows_short_k": 8,
     "gemv_max_rows_q": 4,        # the same with quantized weights
     "gemv_max_rows_qi": 32,      # M <= this: int8-activation GEMV (when every weight takes it)
     "gemv_max_rows_qig": 8,      # the same when the larger M take the int8 GEMM
