@@ -9,7 +9,7 @@ from ..ir.kernel import KERNEL_ATTR, AttentionKernelSpec
 from ..ir.op.common import static_int
 from ..ir.struct_info import TensorStructInfo
 from ..ir.op import OpPattern, register_op
-from ..ir.op.nn import (infer_attention, infer_conv1d, infer_conv1d_transpose, infer_conv2d, infer_group_norm,
+from ..ir.op.nn import (infer_attention, infer_rope, infer_conv1d, infer_conv1d_transpose, infer_conv2d, infer_group_norm,
     infer_layer_norm, infer_matmul, infer_resize2d, infer_rms_norm)
 from ..te import topi
 from ..te.call_te import call_te
@@ -126,6 +126,8 @@ register_op("image.resize2d", infer_resize2d, ("roi", "layout", "method", "coord
                                                 "rounding_method", "cubic_alpha", "cubic_exclude", "extrapolation_value",
                                                 "out_dtype"), pattern=OpPattern.INJECTIVE, legalize=_resize2d,
             frontend="interpolate", in_recipes=True, doc="Resize the two spatial dims (nearest or linear).")
+register_op("nn.rope", infer_rope, pattern=OpPattern.INJECTIVE, legalize=te_rule(topi.rope, "rope"),
+            doc="Rotary position embedding of one tensor: ``x * cos + rotate_half(x) * sin`` (HF Llama).")
 register_op("nn.attention", infer_attention, ("scale", "causal_mask"), pattern=OpPattern.OPAQUE,
             legalize=_attention, frontend="scaled_dot_product_attention", in_recipes=True,
             doc="``softmax(q @ k^T * scale [+ bias] [+ causal mask]) @ v`` (BSNH layout).")

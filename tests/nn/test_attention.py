@@ -14,6 +14,7 @@ from safetensors.numpy import load_file
 from builder import compile as build
 from builder import nn
 from builder.generation import MAX_NEW_TOKENS, greedy_generate
+from builder.ir import relax as rx
 from builder.ir.parser import parse
 from builder.nn import spec
 from runtime import ContiguousKVCache, VirtualMachine
@@ -153,6 +154,60 @@ def test_rope_alone_is_hf_rotate_half_and_keeps_float32_angles():
     rotated = np.concatenate([-x32[..., 4:], x32[..., :4]], -1)
     want = x32 * np.cos(ang).astype("float32") + rotated * np.sin(ang).astype("float32")
     np.testing.assert_allclose(g["forward"](x32, pos), want, rtol=2e-6, atol=2e-6)
+
+
+def test_rope_rotation_is_one_kernel_with_the_ops_roundings():
+    """``R.nn.rope`` (the rotation) is one kernel, printed and parsed back; in float16 it rounds
+    where the ops it stands for round (x * cos, rotate_half(x) * sin and their sum, each to float16);
+    positions (batch, seq) broadcast per batch row; the table ops stay separate kernels."""
+    from builder.ir import print_irmodule
+    from builder.transform import default_pipeline
+
+    class Rope(nn.Module):
+        def forward(self, x, positions):
+            return nn.op.rotary_embedding(x, positions, 10000.0)
+
+    sp = {"forward": {"x": spec.Tensor(["b", "seq", 3, 8], "float16"),
+                      "positions": spec.Tensor(["b", "seq"], "int64")}}
+    mod, _ = Rope().export_tvm(spec=sp)
+    text = mod.script()
+    assert "R.nn.rope(x, " in text and "R.split" not in text and "R.negative" not in text
+    assert print_irmodule(parse(text)) == text
+    kernels = [n for n, f in default_pipeline()(mod).functions.items() if not isinstance(f, rx.Function)]
+    assert sum(1 for n in kernels if "rope" in n) == 1, kernels
+    x = x_of(2, 5, 3, 8).astype(np.float16)
+    pos = np.array([[0, 1, 2, 3, 4], [9, 10, 11, 12, 40]], dtype=np.int64)
+    f32 = np.float32
+    inv = f32(1) / f32(10000.0) ** (np.arange(0, 8, 2).astype(f32) / f32(8))
+    ang = pos.astype(f32)[..., None] * inv
+    ang = np.concatenate([ang, ang], -1)[:, :, None, :]
+    cos, sin = np.cos(ang).astype(np.float16), np.sin(ang).astype(np.float16)
+    rotated = np.concatenate([-x[..., 4:], x[..., :4]], -1)
+    want = (x * cos).astype(np.float16) + (rotated * sin).astype(np.float16)    # numpy rounds each op
+    got = Rope().jit(spec=sp)["forward"](x, pos)
+    assert got.dtype == np.float16
+    np.testing.assert_allclose(got.astype(f32), want.astype(f32), rtol=1e-3, atol=1e-3)
+
+
+def test_rope_op_checks_its_arguments():
+    from builder.ir.struct_info import TensorStructInfo
+
+    def call(xs, cs, ss, dt="float32", cdt="float32"):
+        x = rx.Var("x", TensorStructInfo(xs, dt))
+        return rx.Call(rx.Op.get("nn.rope"), [x, rx.Var("c", TensorStructInfo(cs, cdt)),
+                                              rx.Var("s", TensorStructInfo(ss, cdt))])
+
+    assert [int(d) for d in call((2, 5, 3, 8), (5, 1, 8), (5, 1, 8)).struct_info.shape] == [2, 5, 3, 8]
+    with pytest.raises(ValueError, match="last dim of x .* must be a static even int"):
+        call((2, 5, 3, 7), (5, 1, 7), (5, 1, 7))
+    with pytest.raises(ValueError, match=r"shapes \(2, 5, 3, 8\) and \(6, 1, 8\) do not broadcast"):
+        call((2, 5, 3, 8), (6, 1, 8), (5, 1, 8))
+    with pytest.raises(ValueError, match="sin .* does not broadcast to x"):
+        call((2, 5, 3, 8), (5, 1, 8), (2, 2, 5, 3, 8))
+    with pytest.raises(TypeError, match="x must be a float tensor"):
+        call((2, 5, 3, 8), (5, 1, 8), (5, 1, 8), dt="int32", cdt="int32")
+    with pytest.raises(TypeError):
+        call((2, 5, 3, 8), (5, 1, 8), (5, 1, 8), cdt="float16")
 
 
 @pytest.mark.parametrize("mask_dtype", ["bool", "int64", "int32"])

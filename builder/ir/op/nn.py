@@ -265,3 +265,24 @@ def infer_attention(call: Call) -> StructInfo:
             raise ValueError(f"R.nn.attention: bias {fmt_shape(bias.shape)} must be 4-D (batch, "
                              f"num_heads, seq_q, seq_kv) = {fmt_shape(scores)}, each dim equal or 1")
     return TensorStructInfo((q.shape[0], q.shape[1], q.shape[2], v.shape[3]), q.dtype)
+
+
+def infer_rope(call: Call) -> StructInfo:
+    """``R.nn.rope(x, cos, sin)``: x's struct info. ``x`` (..., head_dim) float with a static even
+    head dim; ``cos`` / ``sin`` of x's dtype, broadcasting to x's shape (numpy rules)."""
+    if len(call.args) != 3:
+        raise ValueError(f"R.nn.rope: takes x, cos and sin, got {len(call.args)} arguments")
+    x, cos, sin = tensor_arg(call, 0, "x"), tensor_arg(call, 1, "cos"), tensor_arg(call, 2, "sin")
+    if not E.is_float_dtype(x.dtype):
+        raise TypeError(f"R.nn.rope: x must be a float tensor, got {x.dtype}")
+    check_same_dtype(call, x, cos, "x", "cos")
+    check_same_dtype(call, x, sin, "x", "sin")
+    d = static_int(x.shape[-1]) if x.ndim else None
+    if d is None or d % 2:
+        raise ValueError(f"R.nn.rope: the last dim of x {fmt_shape(x.shape)} must be a static even int")
+    for t, what in ((cos, "cos"), (sin, "sin")):
+        out = broadcast_shapes(x.shape, t.shape, "R.nn.rope")
+        if len(out) != x.ndim or any(definitely_different(a, b) for a, b in zip(out, x.shape)):
+            raise ValueError(f"R.nn.rope: {what} {fmt_shape(t.shape)} does not broadcast to x "
+                             f"{fmt_shape(x.shape)}")
+    return TensorStructInfo(x.shape, x.dtype)

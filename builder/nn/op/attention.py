@@ -57,7 +57,8 @@ def rotary_embedding(x: Tensor, positions: Tensor, theta: float, name: str = "ro
     an integer tensor (seq,) (shared by the batch) or (batch, seq). Returns a tensor of ``x``'s shape
     and dtype. ``inv_freq``, the angles, cos and sin are float32 whatever ``x``'s dtype (HF's
     ``LlamaRotaryEmbedding.forward`` computes them in float32 with autocast off), then cast to
-    ``x``'s dtype. Built from astype, expand_dims, multiply, concat, cos, sin, split, negative, add.
+    ``x``'s dtype. Built from astype, expand_dims, multiply, concat, cos, sin (the tables, shared by every
+    layer after ``eliminate_common_subexpr``) and ``R.nn.rope`` (the rotation: one kernel).
 
     Raises TypeError for a non-float ``x`` or non-integer ``positions``; ValueError when ``x`` is not
     4-D, its head dim is not a static even int, ``positions`` is not 1-D / 2-D or its seq (or batch)
@@ -95,10 +96,7 @@ def rotary_embedding(x: Tensor, positions: Tensor, theta: float, name: str = "ro
         sin = op_call("astype", [sin], dtype=x.dtype)
     cos = wrap_nested(cos, f"{name}_cos")
     sin = wrap_nested(sin, f"{name}_sin")
-    x1, x2 = wrap_nested(op_call("split", [x._expr], indices_or_sections=2, axis=3), f"{name}_half")
-    rotated = op_call("concat", [rx.Tuple([op_call("negative", [x2._expr]), x1._expr])], axis=3)
-    out = op_call("add", [op_call("multiply", [x._expr, cos._expr]), op_call("multiply", [rotated, sin._expr])])
-    return wrap_nested(out, name)
+    return wrap_nested(op_call("nn.rope", [x._expr, cos._expr, sin._expr]), name)
 
 
 def _cache_args(opname: str, cache, layer_id) -> None:

@@ -1,5 +1,5 @@
 """``attention``: scaled dot-product attention (``softmax(q @ k.T * scale + mask) @ v``) over
-(batch, seq, heads, dim) tensors.
+(batch, seq, heads, dim) tensors; ``rope``: the rotary position embedding's rotation of one tensor.
 """
 from __future__ import annotations
 
@@ -10,9 +10,29 @@ from ...ir import tir
 from ...ir.op.common import fmt_shape, static_int
 from .. import tensor as _te
 from ..tensor import Tensor
+from .broadcast import add, multiply
 from .common import cast_value, is_static_one, norm_acc_dtype, two_stage_compute
+from .elementwise import negative
+from .fusion import inline_injective
+from .transform import concat, split
 
-__all__ = ["attention"]
+__all__ = ["attention", "rope"]
+
+
+def rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """Rotary position embedding applied to ``x`` (Su et al. 2021, RoFormer; HF transformers'
+    ``modeling_llama.apply_rotary_pos_emb`` for one tensor, ``rotate_half`` convention)::
+
+        rotate_half(x) = concat(-x[..., D/2:], x[..., :D/2])
+        out = x * cos + rotate_half(x) * sin
+
+    ``x`` (..., D) with a static even ``D``; ``cos`` / ``sin`` of ``x``'s dtype broadcasting to its
+    shape. One loop nest: the split / negative / concat / multiply / add computes inlined
+    (:func:`inline_injective`), so the result, float16 / bfloat16 roundings of the intermediates
+    included, is that of those ops one by one."""
+    x1, x2 = split(x, 2, axis=x.ndim - 1)
+    rotated = concat([negative(x2), x1], axis=x.ndim - 1)
+    return inline_injective(add(multiply(x, cos), multiply(rotated, sin)))
 
 
 def attention(q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None = None, scale: float | None = None,
