@@ -13,6 +13,7 @@ before touching memory), so a wrong input is an exception, never a crash.
 from __future__ import annotations
 
 import math
+import operator
 from typing import Any
 
 import numpy as np
@@ -122,17 +123,6 @@ def _alloc(func: str, callee: str, dims: list, dtype: str, env: dict) -> np.ndar
     if nbytes > _CHECKED_ALLOCATION:
         check_allocation(nbytes, f"{func}: the output of '{callee}' of shape {tuple(shape)} {dtype}")
     return np.empty(shape, dtype=np_dtype)
-
-
-def _alloc_outputs(func: str, callee: str, out_regs: list, out_specs: list, regs: list,
-                   env: dict) -> list[np.ndarray]:
-    """The output buffers of a call (one per ``(dtype, dims)`` of ``out_specs``, by :func:`_alloc`),
-    stored in their registers ``out_regs`` of ``regs`` and returned in order."""
-    outs = []
-    for reg, (dtype, dims) in zip(out_regs, out_specs):
-        regs[reg] = _alloc(func, callee, dims, dtype, env)
-        outs.append(regs[reg])
-    return outs
 
 
 #: Output buffers above this many bytes are checked against the memory available before allocating.
@@ -273,6 +263,200 @@ def _shape_text(dims: list) -> str:
     return "(" + ", ".join(dim_to_str(d) for d in dims) + ("," if len(dims) == 1 else "") + ")"
 
 
+class _Plan:
+    """A function's bytecode resolved once for the VM to run many times (per VM and function).
+
+    ``steps``: one callable ``step(regs, values, env)`` per instruction up to the first ``ret``
+    (the instructions after it never run); ``ret``: the register returned (None when the bytecode
+    has no ``ret``). A kernel call holds its kernel's prepared entry (:meth:`NativeLibrary.entry`),
+    its registers and its outputs' dtypes; an output shape whose dims are all ints is a tuple made
+    once. ``values`` (:meth:`dim_values`, once per run) holds the function's int dims, then its
+    distinct symbolic dims evaluated, so a shape with symbolic dims is one ``itemgetter`` over it.
+    An output shape that may be negative or larger than ``_CHECKED_ALLOCATION`` bytes is allocated
+    by :func:`_alloc`, which raises ValueError / MemoryLimitError as it always did.
+    ``param_checks``: per parameter ``(numpy dtype, shape)`` when it is a tensor of static shape
+    (not bfloat16, whose bits may come as int16), so that a matching argument passes
+    :meth:`VirtualMachine._check_inputs` with one comparison; None otherwise (the full check).
+    """
+
+    def __init__(self, name: str, fn: dict, lib: NativeLibrary, constants: list) -> None:
+        self.fn = fn
+        self.name = name
+        self.param_checks = [self._param_check(p) for p in fn["params"]]
+        body, self.ret = [], None
+        for ins in fn["instructions"]:
+            if isinstance(ins, list) and ins and ins[0] == "ret":
+                self.ret = ins[1]
+                break
+            body.append(ins)
+        # every dim of the body, ints first, then the distinct symbolic trees in order of first use
+        consts: dict[int, None] = {}
+        trees: dict[str, Any] = {}
+        for dims in self._dim_lists(body):
+            for d in dims:
+                if type(d) is int:
+                    consts.setdefault(d)
+                else:
+                    trees.setdefault(repr(d), d)
+        self._consts = list(consts)
+        self._trees = list(trees.values())
+        self._slot = {repr(d): i for i, d in enumerate(self._consts)}   # repr: 3 and True differ
+        self._slot.update((key, len(self._consts) + j) for j, key in enumerate(trees))
+        self.steps = [self._step(ins, lib, constants) for ins in body]
+
+    @staticmethod
+    def _param_check(p: dict):
+        if (p.get("kind") != "tensor" or p.get("dtype") == "bfloat16"
+                or not all(type(d) is int for d in p.get("shape", ()))):
+            return None
+        return numpy_dtype(p["dtype"]), tuple(p["shape"])
+
+    @staticmethod
+    def _dim_lists(body: list):
+        """Every list of dims the instructions of ``body`` evaluate at run time (outputs, reshapes)."""
+        for ins in body:
+            op = ins[0] if isinstance(ins, list) and ins else None
+            if op in ("call", "call_extern") and len(ins) == 5:
+                for spec in ins[4]:
+                    yield spec[1]
+            elif op == "reshape" and len(ins) == 4:
+                yield ins[3]
+
+    def dim_values(self, env: dict) -> list:
+        """The function's int dims, then each symbolic dim evaluated in ``env`` (in order of first
+        use: an unbound var or a division by zero raises, before any instruction runs, what
+        :func:`runtime.native.eval_dim` raises: KeyError, ZeroDivisionError, ValueError)."""
+        return self._consts + [eval_dim(t, env) for t in self._trees]
+
+    def _shape(self, dims: list):
+        """``(shape, None)`` when every dim is an int, else ``(None, getter)``: ``getter(values)`` is
+        the shape tuple."""
+        if all(type(d) is int for d in dims):
+            return tuple(dims), None
+        idx = [self._slot[repr(d)] for d in dims]
+        if len(idx) == 1:
+            i = idx[0]
+            return None, lambda values: (values[i],)
+        return None, operator.itemgetter(*idx)
+
+    def _allocator(self, callee: str, specs: list):
+        """``alloc(values, env) -> [array, ...]``: the output buffers of a call (``specs``: its
+        ``[dtype, dims]`` list), uninitialized."""
+        name = self.name
+        outputs = []
+        for dtype, dims in specs:
+            np_dtype = numpy_dtype(dtype)
+            shape, getter = self._shape(dims)
+            if shape is not None and (min(shape, default=0) < 0
+                                      or math.prod(shape) * np_dtype.itemsize > _CHECKED_ALLOCATION):
+                getter = (lambda shape: lambda values: shape)(shape)   # checked on every run
+                shape = None
+            outputs.append((np_dtype, np_dtype.itemsize, shape, getter, dtype, dims))
+
+        def alloc(values, env):
+            outs = []
+            for np_dtype, itemsize, shape, getter, dtype, dims in outputs:
+                if shape is None:
+                    shape = getter(values)
+                    if min(shape, default=0) < 0 or math.prod(shape) * itemsize > _CHECKED_ALLOCATION:
+                        outs.append(_alloc(name, callee, dims, dtype, env))
+                        continue
+                outs.append(np.empty(shape, np_dtype))
+            return outs
+
+        return alloc
+
+    # -- steps -------------------------------------------------------------------------------------
+    def _step(self, ins: Any, lib: NativeLibrary, constants: list):
+        name = self.name
+        op = ins[0] if isinstance(ins, list) and ins else None
+        if op == "call":
+            _, kernel, arg_regs, out_regs, out_specs = ins
+            alloc = self._allocator(kernel, out_specs)
+            try:
+                entry = lib.entry(kernel)
+            except KeyError:
+                entry = None
+            n_in = len(arg_regs)
+            if entry is None or entry.nparams != n_in + len(out_regs):
+                def step(regs, values, env):   # the library refuses it (KeyError / ValueError)
+                    outs = alloc(values, env)
+                    lib.call(kernel, [regs[r] for r in arg_regs] + outs)
+                return step
+            outs_to_regs = list(enumerate(out_regs))
+
+            def step(regs, values, env):
+                outs = alloc(values, env)
+                for j, r in outs_to_regs:
+                    regs[r] = outs[j]
+                lib.invoke(entry, [regs[r] for r in arg_regs] + outs, n_in)
+            return step
+        if op == "call_extern":
+            _, ext_name, arg_specs, out_regs, out_specs = ins
+            alloc = self._allocator(ext_name, out_specs)
+
+            def step(regs, values, env):
+                outs = alloc(values, env)
+                for r, o in zip(out_regs, outs):
+                    regs[r] = o
+                _call_extern(name, ext_name, [_extern_arg(s, regs, env) for s in arg_specs], outs)
+            return step
+        if op == "call_builtin":
+            _, dst, builtin, arg_specs = ins
+
+            def step(regs, values, env):
+                regs[dst] = _call_builtin(name, builtin, [_extern_arg(a, regs, env) for a in arg_specs])
+            return step
+        if op == "reshape":
+            _, dst, src, dims = ins
+            static, getter = self._shape(dims)
+
+            def step(regs, values, env):
+                a = regs[src]
+                shape = static if getter is None else getter(values)
+                if math.prod(shape) != a.size or min(shape, default=0) < 0:
+                    target = _shape_text(dims)
+                    raise ValueError(f"{name}: cannot reshape a tensor of shape {tuple(a.shape)} "
+                                     f"({a.size} elements) to {tuple(shape)}"
+                                     + (f" = {target}" if target != str(tuple(shape)) else ""))
+                regs[dst] = a.reshape(shape)
+            return step
+        if op == "tuple":
+            _, dst, srcs = ins
+
+            def step(regs, values, env):
+                regs[dst] = tuple(regs[r] for r in srcs)
+            return step
+        if op == "get_item":
+            _, dst, src, index = ins
+
+            def step(regs, values, env):
+                regs[dst] = regs[src][index]
+            return step
+        if op == "null":
+            dst = ins[1]
+
+            def step(regs, values, env):
+                regs[dst] = None
+            return step
+        if op == "const":
+            _, dst, index = ins
+
+            def step(regs, values, env):
+                regs[dst] = constants[index]
+            return step
+        if op == "move":
+            _, dst, src = ins
+
+            def step(regs, values, env):
+                regs[dst] = regs[src]
+            return step
+
+        def step(regs, values, env):
+            raise ValueError(f"{name}: unknown instruction {op!r} (executable from a newer compiler?)")
+        return step
+
+
 class VirtualMachine:
     """Interpreter of an Executable's bytecode; kernels run as native code.
 
@@ -285,6 +469,7 @@ class VirtualMachine:
         self.exe = exe
         self.lib = NativeLibrary(exe.object_code, exe.kernels, exe.target or None)
         self._inputs: dict[str, tuple] = {}
+        self._plans: dict[str, _Plan] = {}
 
     def __getitem__(self, name: str):
         fn = self.exe._function(name)
@@ -325,6 +510,8 @@ class VirtualMachine:
     @staticmethod
     def _collect(name: str, fn: dict, args: tuple, kwargs: dict) -> tuple:
         params = fn["params"]
+        if not kwargs and len(args) == len(params):
+            return tuple(args)
         names = [p["name"] for p in params]
         values: list[Any] = list(args)
         if len(values) > len(params):
@@ -342,10 +529,14 @@ class VirtualMachine:
             raise TypeError(f"{name}() missing arguments: {', '.join(missing)}")
         return tuple(values)
 
-    def _check_inputs(self, name: str, fn: dict, args: tuple) -> dict[str, int]:
+    def _check_inputs(self, name: str, fn: dict, plan: "_Plan", args: tuple) -> dict[str, int]:
         env: dict[str, int] = {}
         checked: list = []
-        for i, (p, a) in enumerate(zip(fn["params"], args)):
+        for i, (p, a, fast) in enumerate(zip(fn["params"], args, plan.param_checks)):
+            # a tensor of static shape that is exactly right needs nothing more (the common case:
+            # weights); anything else, e.g. a symbolic dim or a mismatch, takes the full check
+            if fast is not None and a.__class__ is np.ndarray and a.dtype is fast[0] and a.shape == fast[1]:
+                continue
             _bind_arg(f"{name}: argument '{p['name']}' (#{i})", p, a, env, checked)
         for where, dims, shape in checked:
             for d, tree in enumerate(dims):
@@ -355,49 +546,24 @@ class VirtualMachine:
                                      f"(dim {d} must be {expected})")
         return env
 
+    def _plan(self, name: str, fn: dict) -> "_Plan":
+        plan = self._plans.get(name)
+        if plan is None or plan.fn is not fn:
+            plan = self._plans[name] = _Plan(name, fn, self.lib, self.exe.constants)
+        return plan
+
     def _run(self, name: str, fn: dict, args: tuple) -> Any:
-        env = self._check_inputs(name, fn, args)
+        plan = self._plan(name, fn)
+        env = self._check_inputs(name, fn, plan, args)
         regs: list[Any] = [None] * fn["num_registers"]
         for i, a in enumerate(args):
-            regs[i] = _contiguous(a)
-        lib = self.lib
-        for ins in fn["instructions"]:
-            op = ins[0]
-            if op == "call":
-                _, kernel, arg_regs, out_regs, out_specs = ins
-                outs = _alloc_outputs(name, kernel, out_regs, out_specs, regs, env)
-                lib.call(kernel, [regs[r] for r in arg_regs] + outs)
-            elif op == "call_extern":
-                _, ext_name, arg_specs, out_regs, out_specs = ins
-                outs = _alloc_outputs(name, ext_name, out_regs, out_specs, regs, env)
-                _call_extern(name, ext_name, [_extern_arg(s, regs, env) for s in arg_specs], outs)
-            elif op == "call_builtin":
-                _, dst, builtin, arg_specs = ins
-                regs[dst] = _call_builtin(name, builtin, [_extern_arg(a, regs, env) for a in arg_specs])
-            elif op == "reshape":
-                src = regs[ins[2]]
-                shape = [eval_dim(t, env) for t in ins[3]]
-                if math.prod(shape) != src.size or min(shape, default=0) < 0:
-                    target = _shape_text(ins[3])
-                    raise ValueError(f"{name}: cannot reshape a tensor of shape {tuple(src.shape)} "
-                                     f"({src.size} elements) to {tuple(shape)}"
-                                     + (f" = {target}" if target != str(tuple(shape)) else ""))
-                regs[ins[1]] = src.reshape(shape)
-            elif op == "tuple":
-                regs[ins[1]] = tuple(regs[r] for r in ins[2])
-            elif op == "get_item":
-                regs[ins[1]] = regs[ins[2]][ins[3]]
-            elif op == "null":
-                regs[ins[1]] = None
-            elif op == "const":
-                regs[ins[1]] = self.exe.constants[ins[2]]
-            elif op == "move":
-                regs[ins[1]] = regs[ins[2]]
-            elif op == "ret":
-                return regs[ins[1]]
-            else:
-                raise ValueError(f"{name}: unknown instruction {op!r} (executable from a newer compiler?)")
-        raise ValueError(f"{name}: bytecode ended without ret")
+            regs[i] = a if a.__class__ is np.ndarray and a.flags.c_contiguous else _contiguous(a)
+        values = plan.dim_values(env)
+        for step in plan.steps:
+            step(regs, values, env)
+        if plan.ret is None:
+            raise ValueError(f"{name}: bytecode ended without ret")
+        return regs[plan.ret]
 
 
 _MISSING = object()
