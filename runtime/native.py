@@ -234,7 +234,7 @@ _FUNC_TYPE = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_void_p)
 class _Entry:
     """Prebuilt per-function call state."""
 
-    __slots__ = ("name", "cfunc", "dtypes", "dtype_names", "param_names", "ndims", "nparams",
+    __slots__ = ("name", "cfunc", "dtypes", "arg_checks", "dtype_names", "param_names", "ndims", "nparams",
                  "pack_ptrs", "pack_shapes", "errors", "error_params", "meta", "accept_bf16_bits",
                  "written")
 
@@ -257,6 +257,7 @@ class _Entry:
         self.accept_bf16_bits = [p["dtype"] == "bfloat16" for p in params]
         self.param_names = [p["name"] for p in params]
         self.written = [bool(p.get("written", False)) for p in params]
+        self.arg_checks = list(zip(self.dtypes, [len(p["shape"]) for p in params], self.written))
         self.ndims = [len(p["shape"]) for p in params]
         self.nparams = len(params)
         # the two argument arrays, packed as bytes (several times cheaper than building ctypes arrays;
@@ -355,23 +356,24 @@ class NativeLibrary:
         their addresses and shapes are read. The kernel checks every dim of every array natively;
         a mismatch raises ValueError as in :meth:`call`.
         """
-        # fast path: exact ndarray of the declared dtype and ndim, C-contiguous (the VM's case);
-        # anything else goes through _checked_args for the precise error or bf16 views
+        # fast path: exact ndarray of the declared dtype and ndim whose buffer ctypes can take (which
+        # it refuses unless the array is C-contiguous and writeable); anything else goes through
+        # _checked_args for the precise error, bf16 views and read-only inputs
         addrs = []
         dims: list = []
-        for a, dt, nd, out, _ in zip(arrays, entry.dtypes, entry.ndims, entry.written, range(n_checked)):
-            if (a.__class__ is not np.ndarray or a.dtype is not dt and a.dtype != dt
-                    or a.ndim != nd or not a.flags.c_contiguous):
-                addrs, dims = self._checked_args(entry, arrays)
+        for a, (dt, nd, out) in zip(arrays, entry.arg_checks[:n_checked]):
+            if a.__class__ is not np.ndarray or a.dtype is not dt and a.dtype != dt or a.ndim != nd:
                 break
             try:
                 addrs.append(_addressof(_c_char.from_buffer(a)))
-            except (TypeError, ValueError, BufferError):   # read-only or empty
-                if out and not a.flags.writeable:
-                    addrs, dims = self._checked_args(entry, arrays)
+            except (TypeError, ValueError, BufferError):   # read-only, empty or not C-contiguous
+                flags = a.flags
+                if not flags.c_contiguous or out and not flags.writeable:
                     break
                 addrs.append(a.ctypes.data)
-            dims.extend(a.shape)
+            dims += a.shape
+        if len(addrs) < n_checked:
+            addrs, dims = self._checked_args(entry, arrays)
         else:
             for i in range(n_checked, len(arrays)):   # the caller's fresh buffers
                 a = arrays[i]
@@ -379,7 +381,7 @@ class NativeLibrary:
                     addrs.append(_addressof(_c_char.from_buffer(a)))
                 except (TypeError, ValueError, BufferError):   # empty
                     addrs.append(a.ctypes.data)
-                dims.extend(a.shape)
+                dims += a.shape
         rc = entry.cfunc(entry.pack_ptrs(*addrs), entry.pack_shapes(*dims))
         if rc:
             raise ValueError(self._error_text(entry, rc, arrays))

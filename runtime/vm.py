@@ -264,20 +264,27 @@ def _shape_text(dims: list) -> str:
 
 
 class _Plan:
-    """A function's bytecode resolved once for the VM to run many times (per VM and function).
+    """A function's bytecode resolved once, for the VM to run many times (one per VM and function).
 
-    ``steps``: one callable ``step(regs, values, env)`` per instruction up to the first ``ret``
-    (the instructions after it never run); ``ret``: the register returned (None when the bytecode
-    has no ``ret``). A kernel call holds its kernel's prepared entry (:meth:`NativeLibrary.entry`),
-    its registers and its outputs' dtypes; an output shape whose dims are all ints is a tuple made
-    once. ``values`` (:meth:`dim_values`, once per run) holds the function's int dims, then its
-    distinct symbolic dims evaluated, so a shape with symbolic dims is one ``itemgetter`` over it.
-    An output shape that may be negative or larger than ``_CHECKED_ALLOCATION`` bytes is allocated
-    by :func:`_alloc`, which raises ValueError / MemoryLimitError as it always did.
+    ``steps``: one callable ``step(regs, table, env)`` per instruction up to the first ``ret`` (the
+    instructions after it never run); ``ret``: the register returned (None when the bytecode has no
+    ``ret``). A kernel call holds its kernel's prepared entry (:meth:`NativeLibrary.entry`), its
+    registers and its outputs' dtypes; an output or reshape shape whose dims are all ints is a tuple
+    made once. The shapes with symbolic dims are looked up in ``table`` (:meth:`shape_table`, once
+    per run), which is built from the distinct symbolic dims evaluated in ``env`` and cached by their
+    values: the shapes that depend on the same symbolic dims form a group, and a group is computed
+    again only when one of its dims changed (in decoding, the shapes of ``batch`` stay and those of
+    ``total_seq_len`` are recomputed). An output shape that is negative or larger than
+    ``_CHECKED_ALLOCATION`` bytes is allocated by :func:`_alloc`, which raises ValueError /
+    MemoryLimitError as before; a reshape checks its element count on every run.
+
     ``param_checks``: per parameter ``(numpy dtype, shape)`` when it is a tensor of static shape
     (not bfloat16, whose bits may come as int16), so that a matching argument passes
     :meth:`VirtualMachine._check_inputs` with one comparison; None otherwise (the full check).
     """
+
+    #: Entries of one group's cache of shapes before it is cleared.
+    CACHE_ENTRIES = 64
 
     def __init__(self, name: str, fn: dict, lib: NativeLibrary, constants: list) -> None:
         self.fn = fn
@@ -289,20 +296,31 @@ class _Plan:
                 self.ret = ins[1]
                 break
             body.append(ins)
-        # every dim of the body, ints first, then the distinct symbolic trees in order of first use
-        consts: dict[int, None] = {}
-        trees: dict[str, Any] = {}
-        for dims in self._dim_lists(body):
-            for d in dims:
-                if type(d) is int:
-                    consts.setdefault(d)
-                else:
-                    trees.setdefault(repr(d), d)
-        self._consts = list(consts)
-        self._trees = list(trees.values())
-        self._slot = {repr(d): i for i, d in enumerate(self._consts)}   # repr: 3 and True differ
-        self._slot.update((key, len(self._consts) + j) for j, key in enumerate(trees))
-        self.steps = [self._step(ins, lib, constants) for ins in body]
+        # the distinct symbolic trees, in order of first use; every shape with one of them gets a
+        # place in the table, grouped by the trees it uses
+        trees: dict[str, int] = {}
+        self._trees: list = []
+        groups: dict[tuple, list] = {}
+        for pos, ins in enumerate(body):
+            for j, (dims, itemsize) in enumerate(self._shapes_of(ins)):
+                if all(type(d) is int for d in dims):
+                    continue
+                deps = set()
+                for d in dims:
+                    if type(d) is not int and repr(d) not in trees:
+                        trees[repr(d)] = len(self._trees)
+                        self._trees.append(d)
+                    if type(d) is not int:
+                        deps.add(trees[repr(d)])
+                groups.setdefault(tuple(sorted(deps)), []).append(((pos, j), dims, itemsize))
+        self._index: dict[tuple, int] = {}
+        self._groups = []
+        for deps, items in groups.items():
+            for k, (key, _, _) in enumerate(items):
+                self._index[key] = len(self._index)
+            self._groups.append((operator.itemgetter(*deps), [(self._getter(dims, trees), itemsize)
+                                                             for _, dims, itemsize in items], {}))
+        self.steps = [self._step(pos, ins, lib, constants) for pos, ins in enumerate(body)]
 
     @staticmethod
     def _param_check(p: dict):
@@ -312,91 +330,119 @@ class _Plan:
         return numpy_dtype(p["dtype"]), tuple(p["shape"])
 
     @staticmethod
-    def _dim_lists(body: list):
-        """Every list of dims the instructions of ``body`` evaluate at run time (outputs, reshapes)."""
-        for ins in body:
-            op = ins[0] if isinstance(ins, list) and ins else None
-            if op in ("call", "call_extern") and len(ins) == 5:
-                for spec in ins[4]:
-                    yield spec[1]
-            elif op == "reshape" and len(ins) == 4:
-                yield ins[3]
+    def _shapes_of(ins: Any) -> list:
+        """``(dims, itemsize)`` of every shape instruction ``ins`` makes at run time: its outputs
+        (``call`` / ``call_extern``), or its target with itemsize None (``reshape``)."""
+        op = ins[0] if isinstance(ins, list) and ins else None
+        if op in ("call", "call_extern") and len(ins) == 5:
+            return [(dims, numpy_dtype(dtype).itemsize) for dtype, dims in ins[4]]
+        if op == "reshape" and len(ins) == 4:
+            return [(ins[3], None)]
+        return []
 
-    def dim_values(self, env: dict) -> list:
-        """The function's int dims, then each symbolic dim evaluated in ``env`` (in order of first
-        use: an unbound var or a division by zero raises, before any instruction runs, what
+    @staticmethod
+    def _getter(dims: list, trees: dict):
+        """``getter(values) -> shape tuple``, ``values`` the symbolic trees' values."""
+        parts = [(type(d) is not int, trees[repr(d)] if type(d) is not int else d) for d in dims]
+        return lambda values: tuple([values[v] if symbolic else v for symbolic, v in parts])
+
+    def shape_table(self, env: dict) -> list:
+        """Every shape with symbolic dims for a run with ``env``: for an output, its shape tuple, or
+        None when it must be allocated by :func:`_alloc` (negative or large); for a reshape, ``(shape,
+        elements)``, elements -1 when a dim is negative. Each symbolic dim is evaluated first (an
+        unbound var or a division by zero raises, before any instruction runs, what
         :func:`runtime.native.eval_dim` raises: KeyError, ZeroDivisionError, ValueError)."""
-        return self._consts + [eval_dim(t, env) for t in self._trees]
-
-    def _shape(self, dims: list):
-        """``(shape, None)`` when every dim is an int, else ``(None, getter)``: ``getter(values)`` is
-        the shape tuple."""
-        if all(type(d) is int for d in dims):
-            return tuple(dims), None
-        idx = [self._slot[repr(d)] for d in dims]
-        if len(idx) == 1:
-            i = idx[0]
-            return None, lambda values: (values[i],)
-        return None, operator.itemgetter(*idx)
-
-    def _allocator(self, callee: str, specs: list):
-        """``alloc(values, env) -> [array, ...]``: the output buffers of a call (``specs``: its
-        ``[dtype, dims]`` list), uninitialized."""
-        name = self.name
-        outputs = []
-        for dtype, dims in specs:
-            np_dtype = numpy_dtype(dtype)
-            shape, getter = self._shape(dims)
-            if shape is not None and (min(shape, default=0) < 0
-                                      or math.prod(shape) * np_dtype.itemsize > _CHECKED_ALLOCATION):
-                getter = (lambda shape: lambda values: shape)(shape)   # checked on every run
-                shape = None
-            outputs.append((np_dtype, np_dtype.itemsize, shape, getter, dtype, dims))
-
-        def alloc(values, env):
-            outs = []
-            for np_dtype, itemsize, shape, getter, dtype, dims in outputs:
-                if shape is None:
+        values = [eval_dim(t, env) for t in self._trees]
+        table: list = []
+        for deps, items, cache in self._groups:
+            key = deps(values)
+            shapes = cache.get(key)
+            if shapes is None:
+                shapes = []
+                for getter, itemsize in items:
                     shape = getter(values)
-                    if min(shape, default=0) < 0 or math.prod(shape) * itemsize > _CHECKED_ALLOCATION:
-                        outs.append(_alloc(name, callee, dims, dtype, env))
-                        continue
-                outs.append(np.empty(shape, np_dtype))
+                    negative = min(shape, default=0) < 0
+                    if itemsize is None:
+                        shapes.append((shape, -1 if negative else math.prod(shape)))
+                    else:
+                        shapes.append(None if negative or math.prod(shape) * itemsize > _CHECKED_ALLOCATION
+                                      else shape)
+                if len(cache) >= self.CACHE_ENTRIES:
+                    cache.clear()
+                cache[key] = shapes
+            table += shapes
+        return table
+
+    def _output(self, pos: int, j: int, dtype: str, dims: list) -> tuple:
+        """``(numpy dtype, static shape or None, table index or None, dtype, dims)`` of output ``j``
+        of the call at ``pos``; neither a static shape nor an index: :func:`_alloc` on every run."""
+        np_dtype = numpy_dtype(dtype)
+        static = tuple(dims) if all(type(d) is int for d in dims) else None
+        if static is not None and (min(static, default=0) < 0
+                                   or math.prod(static) * np_dtype.itemsize > _CHECKED_ALLOCATION):
+            static = None
+        return np_dtype, static, self._index.get((pos, j)), dtype, dims
+
+    def _allocator(self, pos: int, callee: str, specs: list):
+        """``alloc(table, env) -> [array, ...]``: the output buffers of the call at ``pos`` of the
+        body (``specs``: its ``[dtype, dims]`` list), uninitialized."""
+        name = self.name
+        outputs = [self._output(pos, j, dtype, dims) for j, (dtype, dims) in enumerate(specs)]
+
+        def alloc(table, env):
+            outs = []
+            for np_dtype, shape, k, dtype, dims in outputs:
+                if k is not None:
+                    shape = table[k]
+                outs.append(_alloc(name, callee, dims, dtype, env) if shape is None
+                            else np.empty(shape, np_dtype))
             return outs
 
         return alloc
 
     # -- steps -------------------------------------------------------------------------------------
-    def _step(self, ins: Any, lib: NativeLibrary, constants: list):
+    def _step(self, pos: int, ins: Any, lib: NativeLibrary, constants: list):
         name = self.name
         op = ins[0] if isinstance(ins, list) and ins else None
         if op == "call":
             _, kernel, arg_regs, out_regs, out_specs = ins
-            alloc = self._allocator(kernel, out_specs)
+            alloc = self._allocator(pos, kernel, out_specs)
             try:
                 entry = lib.entry(kernel)
             except KeyError:
                 entry = None
             n_in = len(arg_regs)
             if entry is None or entry.nparams != n_in + len(out_regs):
-                def step(regs, values, env):   # the library refuses it (KeyError / ValueError)
-                    outs = alloc(values, env)
+                def step(regs, table, env):   # the library refuses it (KeyError / ValueError)
+                    outs = alloc(table, env)
                     lib.call(kernel, [regs[r] for r in arg_regs] + outs)
+                return step
+            if len(out_regs) == 1:   # the common case, without the loops
+                np_dtype, static, k, dtype, dims = self._output(pos, 0, *out_specs[0])
+                out_reg = out_regs[0]
+
+                def step(regs, table, env):
+                    shape = static if k is None else table[k]
+                    out = regs[out_reg] = (np.empty(shape, np_dtype) if shape is not None
+                                           else _alloc(name, kernel, dims, dtype, env))
+                    arrays = [regs[r] for r in arg_regs]
+                    arrays.append(out)
+                    lib.invoke(entry, arrays, n_in)
                 return step
             outs_to_regs = list(enumerate(out_regs))
 
-            def step(regs, values, env):
-                outs = alloc(values, env)
+            def step(regs, table, env):
+                outs = alloc(table, env)
                 for j, r in outs_to_regs:
                     regs[r] = outs[j]
                 lib.invoke(entry, [regs[r] for r in arg_regs] + outs, n_in)
             return step
         if op == "call_extern":
             _, ext_name, arg_specs, out_regs, out_specs = ins
-            alloc = self._allocator(ext_name, out_specs)
+            alloc = self._allocator(pos, ext_name, out_specs)
 
-            def step(regs, values, env):
-                outs = alloc(values, env)
+            def step(regs, table, env):
+                outs = alloc(table, env)
                 for r, o in zip(out_regs, outs):
                     regs[r] = o
                 _call_extern(name, ext_name, [_extern_arg(s, regs, env) for s in arg_specs], outs)
@@ -404,17 +450,21 @@ class _Plan:
         if op == "call_builtin":
             _, dst, builtin, arg_specs = ins
 
-            def step(regs, values, env):
+            def step(regs, table, env):
                 regs[dst] = _call_builtin(name, builtin, [_extern_arg(a, regs, env) for a in arg_specs])
             return step
         if op == "reshape":
             _, dst, src, dims = ins
-            static, getter = self._shape(dims)
+            if all(type(d) is int for d in dims):
+                static = (tuple(dims), -1 if min(dims, default=0) < 0 else math.prod(dims))
+                k = None
+            else:
+                static, k = None, self._index[(pos, 0)]
 
-            def step(regs, values, env):
+            def step(regs, table, env):
                 a = regs[src]
-                shape = static if getter is None else getter(values)
-                if math.prod(shape) != a.size or min(shape, default=0) < 0:
+                shape, size = static if k is None else table[k]
+                if size != a.size:
                     target = _shape_text(dims)
                     raise ValueError(f"{name}: cannot reshape a tensor of shape {tuple(a.shape)} "
                                      f"({a.size} elements) to {tuple(shape)}"
@@ -424,35 +474,35 @@ class _Plan:
         if op == "tuple":
             _, dst, srcs = ins
 
-            def step(regs, values, env):
+            def step(regs, table, env):
                 regs[dst] = tuple(regs[r] for r in srcs)
             return step
         if op == "get_item":
             _, dst, src, index = ins
 
-            def step(regs, values, env):
+            def step(regs, table, env):
                 regs[dst] = regs[src][index]
             return step
         if op == "null":
             dst = ins[1]
 
-            def step(regs, values, env):
+            def step(regs, table, env):
                 regs[dst] = None
             return step
         if op == "const":
             _, dst, index = ins
 
-            def step(regs, values, env):
+            def step(regs, table, env):
                 regs[dst] = constants[index]
             return step
         if op == "move":
             _, dst, src = ins
 
-            def step(regs, values, env):
+            def step(regs, table, env):
                 regs[dst] = regs[src]
             return step
 
-        def step(regs, values, env):
+        def step(regs, table, env):
             raise ValueError(f"{name}: unknown instruction {op!r} (executable from a newer compiler?)")
         return step
 
@@ -558,9 +608,9 @@ class VirtualMachine:
         regs: list[Any] = [None] * fn["num_registers"]
         for i, a in enumerate(args):
             regs[i] = a if a.__class__ is np.ndarray and a.flags.c_contiguous else _contiguous(a)
-        values = plan.dim_values(env)
+        table = plan.shape_table(env)
         for step in plan.steps:
-            step(regs, values, env)
+            step(regs, table, env)
         if plan.ret is None:
             raise ValueError(f"{name}: bytecode ended without ret")
         return regs[plan.ret]
