@@ -9,6 +9,9 @@ a numpy array of the declared dtype and ndim, static dims must match, and each s
 (``batch_size``) must have one value across all arguments. A mismatch raises ValueError naming
 the argument and both sides. The kernels check again natively (their ABI returns an error code
 before touching memory), so a wrong input is an exception, never a crash.
+
+A function's bytecode is resolved on its first run into a plan (``_Plan``: one prepared step per
+instruction, shapes with symbolic dims looked up per run), which the VM keeps for that function.
 """
 from __future__ import annotations
 
@@ -511,6 +514,8 @@ class VirtualMachine:
     """Interpreter of an Executable's bytecode; kernels run as native code.
 
     ``VirtualMachine(exe, device="cpu")``. Raises ValueError for a device other than "cpu".
+    A function is planned on its first run; replacing ``exe.functions[name]`` makes a new plan, but a
+    function dict edited in place after its first run is not seen.
     """
 
     def __init__(self, exe: Executable, device: Any = "cpu") -> None:
