@@ -124,7 +124,7 @@ def median(values) -> float:
 
 
 def profile_calls(model, fn) -> tuple[float, dict[str, float]]:
-    """Run ``fn()`` with every native kernel call (``vm.lib.call``) and extern call (KV cache, ...)
+    """Run ``fn()`` with every native kernel call (``vm.lib.invoke``) and extern call (KV cache, ...)
     of ``model``'s VM timed; returns (wall seconds, {kernel group: seconds}); a group is the kernel
     name without its trailing digits (``fused_matmul_add_add3`` -> ``fused_matmul_add_add``), with
     the kernel family (``linear/avx2``, ``loops``) it ran; ``extern:NAME`` for externs."""
@@ -133,13 +133,17 @@ def profile_calls(model, fn) -> tuple[float, dict[str, float]]:
     lib = model.vm.lib
     fams = {name: meta.get("kernel", "?") for name, meta in model.exe.kernels.items()}
     acc: dict[str, float] = {}
-    orig_call, orig_ext = lib.call, rvm._call_extern
+    orig_invoke, orig_ext = lib.invoke, rvm._call_extern
+    keys: dict[str, str] = {}
 
-    def call(name, arrays):
+    def invoke(entry, arrays, n_checked):
         t0 = time.perf_counter()
-        orig_call(name, arrays)
-        key = f"{re.sub(r'[0-9]+$', '', name)} [{fams.get(name, '?')}]"
-        acc[key] = acc.get(key, 0.0) + time.perf_counter() - t0
+        orig_invoke(entry, arrays, n_checked)
+        t1 = time.perf_counter()
+        key = keys.get(entry.name)
+        if key is None:
+            key = keys[entry.name] = f"{re.sub(r'[0-9]+$', '', entry.name)} [{fams.get(entry.name, '?')}]"
+        acc[key] = acc.get(key, 0.0) + t1 - t0
 
     def ext(func_name, ext_name, args, outs):
         t0 = time.perf_counter()
@@ -147,13 +151,13 @@ def profile_calls(model, fn) -> tuple[float, dict[str, float]]:
         key = f"extern:{ext_name}"
         acc[key] = acc.get(key, 0.0) + time.perf_counter() - t0
 
-    lib.call, rvm._call_extern = call, ext
+    lib.invoke, rvm._call_extern = invoke, ext
     try:
         t0 = time.perf_counter()
         fn()
         wall = time.perf_counter() - t0
     finally:
-        del lib.call
+        del lib.invoke
         rvm._call_extern = orig_ext
     return wall, acc
 

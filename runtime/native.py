@@ -27,6 +27,7 @@ import ctypes
 import functools
 import hashlib
 import json
+import struct
 from typing import Sequence
 
 import llvmlite.binding as llvm
@@ -223,14 +224,18 @@ def _data_pointer(a: np.ndarray) -> int:
 _addressof = ctypes.addressof
 _c_char = ctypes.c_char
 
+def _eight_zero_bytes(*_) -> bytes:
+    return bytes(8)
+
+
 _FUNC_TYPE = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_void_p)
 
 
 class _Entry:
     """Prebuilt per-function call state."""
 
-    __slots__ = ("name", "cfunc", "dtypes", "dtype_names", "param_names", "ndims", "nparams",
-                 "ptr_type", "shape_type", "errors", "error_params", "meta", "accept_bf16_bits",
+    __slots__ = ("name", "cfunc", "dtypes", "arg_checks", "dtype_names", "param_names", "ndims", "nparams",
+                 "pack_ptrs", "pack_shapes", "errors", "error_params", "meta", "accept_bf16_bits",
                  "written")
 
     def __init__(self, name: str, cfunc, meta: dict) -> None:
@@ -252,10 +257,13 @@ class _Entry:
         self.accept_bf16_bits = [p["dtype"] == "bfloat16" for p in params]
         self.param_names = [p["name"] for p in params]
         self.written = [bool(p.get("written", False)) for p in params]
+        self.arg_checks = list(zip(self.dtypes, [len(p["shape"]) for p in params], self.written))
         self.ndims = [len(p["shape"]) for p in params]
         self.nparams = len(params)
-        self.ptr_type = ctypes.c_void_p * max(self.nparams, 1)
-        self.shape_type = ctypes.c_int64 * max(sum(self.ndims), 1)
+        # the two argument arrays, packed as bytes (several times cheaper than building ctypes arrays;
+        # the kernel only reads them); never empty, so that the kernel always gets valid pointers
+        self.pack_ptrs = struct.Struct(f"={self.nparams}Q").pack if self.nparams else _eight_zero_bytes
+        self.pack_shapes = struct.Struct(f"={sum(self.ndims)}q").pack if sum(self.ndims) else _eight_zero_bytes
         self.errors = [str(e) for e in errors]
         self.error_params = meta.get("error_params", [-1] * len(self.errors))
         if not isinstance(self.error_params, list) or not all(
@@ -323,30 +331,58 @@ class NativeLibrary:
         ``ValueError(f"{name}: {message}, got shape {shape}")``. Raises KeyError for an unknown
         function.
         """
-        entry = self._entries.get(name)
-        if entry is None:
-            raise KeyError(f"no function '{name}' in this library")
+        entry = self.entry(name)
         if len(arrays) != entry.nparams:
             raise ValueError(f"{name}: expected {entry.nparams} arrays "
                              f"({', '.join(entry.param_names)}), got {len(arrays)}")
-        # fast path: exact ndarray of the declared dtype and ndim, C-contiguous (the VM's case);
-        # anything else goes through _checked_args for the precise error or bf16 views
+        self.invoke(entry, arrays, len(arrays))
+
+    def entry(self, name: str) -> _Entry:
+        """The prepared call state of kernel ``name`` (for :meth:`invoke`); KeyError when the library
+        has no such kernel."""
+        entry = self._entries.get(name)
+        if entry is None:
+            raise KeyError(f"no function '{name}' in this library")
+        return entry
+
+    def invoke(self, entry: _Entry, arrays: Sequence[np.ndarray], n_checked: int) -> None:
+        """Run the kernel of ``entry`` (from :meth:`entry`) on ``arrays``: exactly ``entry.nparams``
+        arrays, inputs then outputs (the caller guarantees the count).
+
+        The first ``n_checked`` arrays are checked as :meth:`call` checks them. The rest must be
+        buffers the caller has just allocated itself with ``np.empty`` of the kernel's dtypes and
+        ranks (C-contiguous, writeable, owned by the caller), as the VM does for a ``call``'s outputs
+        (their dtypes and ranks are checked against the kernel when the bytecode is loaded): only
+        their addresses and shapes are read. The kernel checks every dim of every array natively;
+        a mismatch raises ValueError as in :meth:`call`.
+        """
+        # fast path: exact ndarray of the declared dtype and ndim whose buffer ctypes can take (which
+        # it refuses unless the array is C-contiguous and writeable); anything else goes through
+        # _checked_args for the precise error, bf16 views and read-only inputs
         addrs = []
         dims: list = []
-        for a, dt, nd, out in zip(arrays, entry.dtypes, entry.ndims, entry.written):
-            if (a.__class__ is not np.ndarray or a.dtype is not dt and a.dtype != dt
-                    or a.ndim != nd or not a.flags.c_contiguous):
-                addrs, dims = self._checked_args(entry, arrays)
+        for a, (dt, nd, out) in zip(arrays, entry.arg_checks[:n_checked]):
+            if a.__class__ is not np.ndarray or a.dtype is not dt and a.dtype != dt or a.ndim != nd:
                 break
             try:
                 addrs.append(_addressof(_c_char.from_buffer(a)))
-            except (TypeError, ValueError, BufferError):   # read-only or empty
-                if out and not a.flags.writeable:
-                    addrs, dims = self._checked_args(entry, arrays)
+            except (TypeError, ValueError, BufferError):   # read-only, empty or not C-contiguous
+                flags = a.flags
+                if not flags.c_contiguous or out and not flags.writeable:
                     break
                 addrs.append(a.ctypes.data)
-            dims.extend(a.shape)
-        rc = entry.cfunc(entry.ptr_type(*addrs), entry.shape_type(*dims))
+            dims += a.shape
+        if len(addrs) < n_checked:
+            addrs, dims = self._checked_args(entry, arrays)
+        else:
+            for i in range(n_checked, len(arrays)):   # the caller's fresh buffers
+                a = arrays[i]
+                try:
+                    addrs.append(_addressof(_c_char.from_buffer(a)))
+                except (TypeError, ValueError, BufferError):   # empty
+                    addrs.append(a.ctypes.data)
+                dims += a.shape
+        rc = entry.cfunc(entry.pack_ptrs(*addrs), entry.pack_shapes(*dims))
         if rc:
             raise ValueError(self._error_text(entry, rc, arrays))
 

@@ -9,10 +9,14 @@ a numpy array of the declared dtype and ndim, static dims must match, and each s
 (``batch_size``) must have one value across all arguments. A mismatch raises ValueError naming
 the argument and both sides. The kernels check again natively (their ABI returns an error code
 before touching memory), so a wrong input is an exception, never a crash.
+
+A function's bytecode is resolved on its first run into a plan (``_Plan``: one prepared step per
+instruction, shapes with symbolic dims looked up per run), which the VM keeps for that function.
 """
 from __future__ import annotations
 
 import math
+import operator
 from typing import Any
 
 import numpy as np
@@ -122,17 +126,6 @@ def _alloc(func: str, callee: str, dims: list, dtype: str, env: dict) -> np.ndar
     if nbytes > _CHECKED_ALLOCATION:
         check_allocation(nbytes, f"{func}: the output of '{callee}' of shape {tuple(shape)} {dtype}")
     return np.empty(shape, dtype=np_dtype)
-
-
-def _alloc_outputs(func: str, callee: str, out_regs: list, out_specs: list, regs: list,
-                   env: dict) -> list[np.ndarray]:
-    """The output buffers of a call (one per ``(dtype, dims)`` of ``out_specs``, by :func:`_alloc`),
-    stored in their registers ``out_regs`` of ``regs`` and returned in order."""
-    outs = []
-    for reg, (dtype, dims) in zip(out_regs, out_specs):
-        regs[reg] = _alloc(func, callee, dims, dtype, env)
-        outs.append(regs[reg])
-    return outs
 
 
 #: Output buffers above this many bytes are checked against the memory available before allocating.
@@ -273,10 +266,256 @@ def _shape_text(dims: list) -> str:
     return "(" + ", ".join(dim_to_str(d) for d in dims) + ("," if len(dims) == 1 else "") + ")"
 
 
+class _Plan:
+    """A function's bytecode resolved once, for the VM to run many times (one per VM and function).
+
+    ``steps``: one callable ``step(regs, table, env)`` per instruction up to the first ``ret`` (the
+    instructions after it never run); ``ret``: the register returned (None when the bytecode has no
+    ``ret``). A kernel call holds its kernel's prepared entry (:meth:`NativeLibrary.entry`), its
+    registers and its outputs' dtypes; an output or reshape shape whose dims are all ints is a tuple
+    made once. The shapes with symbolic dims are looked up in ``table`` (:meth:`shape_table`, once
+    per run), which is built from the distinct symbolic dims evaluated in ``env`` and cached by their
+    values: the shapes that depend on the same symbolic dims form a group, and a group is computed
+    again only when one of its dims changed (in decoding, the shapes of ``batch`` stay and those of
+    ``total_seq_len`` are recomputed). An output shape that is negative or larger than
+    ``_CHECKED_ALLOCATION`` bytes is allocated by :func:`_alloc`, which raises ValueError /
+    MemoryLimitError as before; a reshape checks its element count on every run.
+
+    ``param_checks``: per parameter ``(numpy dtype, shape)`` when it is a tensor of static shape
+    (not bfloat16, whose bits may come as int16), so that a matching argument passes
+    :meth:`VirtualMachine._check_inputs` with one comparison; None otherwise (the full check).
+    """
+
+    #: Entries of one group's cache of shapes before it is cleared.
+    CACHE_ENTRIES = 64
+
+    def __init__(self, name: str, fn: dict, lib: NativeLibrary, constants: list) -> None:
+        self.fn = fn
+        self.name = name
+        self.param_checks = [self._param_check(p) for p in fn["params"]]
+        body, self.ret = [], None
+        for ins in fn["instructions"]:
+            if isinstance(ins, list) and ins and ins[0] == "ret":
+                self.ret = ins[1]
+                break
+            body.append(ins)
+        # the distinct symbolic trees, in order of first use; every shape with one of them gets a
+        # place in the table, grouped by the trees it uses
+        trees: dict[str, int] = {}
+        self._trees: list = []
+        groups: dict[tuple, list] = {}
+        for pos, ins in enumerate(body):
+            for j, (dims, itemsize) in enumerate(self._shapes_of(ins)):
+                if all(type(d) is int for d in dims):
+                    continue
+                deps = set()
+                for d in dims:
+                    if type(d) is not int and repr(d) not in trees:
+                        trees[repr(d)] = len(self._trees)
+                        self._trees.append(d)
+                    if type(d) is not int:
+                        deps.add(trees[repr(d)])
+                groups.setdefault(tuple(sorted(deps)), []).append(((pos, j), dims, itemsize))
+        self._index: dict[tuple, int] = {}
+        self._groups = []
+        for deps, items in groups.items():
+            for k, (key, _, _) in enumerate(items):
+                self._index[key] = len(self._index)
+            self._groups.append((operator.itemgetter(*deps), [(self._getter(dims, trees), itemsize)
+                                                             for _, dims, itemsize in items], {}))
+        self.steps = [self._step(pos, ins, lib, constants) for pos, ins in enumerate(body)]
+
+    @staticmethod
+    def _param_check(p: dict):
+        if (p.get("kind") != "tensor" or p.get("dtype") == "bfloat16"
+                or not all(type(d) is int for d in p.get("shape", ()))):
+            return None
+        return numpy_dtype(p["dtype"]), tuple(p["shape"])
+
+    @staticmethod
+    def _shapes_of(ins: Any) -> list:
+        """``(dims, itemsize)`` of every shape instruction ``ins`` makes at run time: its outputs
+        (``call`` / ``call_extern``), or its target with itemsize None (``reshape``)."""
+        op = ins[0] if isinstance(ins, list) and ins else None
+        if op in ("call", "call_extern") and len(ins) == 5:
+            return [(dims, numpy_dtype(dtype).itemsize) for dtype, dims in ins[4]]
+        if op == "reshape" and len(ins) == 4:
+            return [(ins[3], None)]
+        return []
+
+    @staticmethod
+    def _getter(dims: list, trees: dict):
+        """``getter(values) -> shape tuple``, ``values`` the symbolic trees' values."""
+        parts = [(type(d) is not int, trees[repr(d)] if type(d) is not int else d) for d in dims]
+        return lambda values: tuple([values[v] if symbolic else v for symbolic, v in parts])
+
+    def shape_table(self, env: dict) -> list:
+        """Every shape with symbolic dims for a run with ``env``: for an output, its shape tuple, or
+        None when it must be allocated by :func:`_alloc` (negative or large); for a reshape, ``(shape,
+        elements)``, elements -1 when a dim is negative. Each symbolic dim is evaluated first (an
+        unbound var or a division by zero raises, before any instruction runs, what
+        :func:`runtime.native.eval_dim` raises: KeyError, ZeroDivisionError, ValueError)."""
+        values = [eval_dim(t, env) for t in self._trees]
+        table: list = []
+        for deps, items, cache in self._groups:
+            key = deps(values)
+            shapes = cache.get(key)
+            if shapes is None:
+                shapes = []
+                for getter, itemsize in items:
+                    shape = getter(values)
+                    negative = min(shape, default=0) < 0
+                    if itemsize is None:
+                        shapes.append((shape, -1 if negative else math.prod(shape)))
+                    else:
+                        shapes.append(None if negative or math.prod(shape) * itemsize > _CHECKED_ALLOCATION
+                                      else shape)
+                if len(cache) >= self.CACHE_ENTRIES:
+                    cache.clear()
+                cache[key] = shapes
+            table += shapes
+        return table
+
+    def _output(self, pos: int, j: int, dtype: str, dims: list) -> tuple:
+        """``(numpy dtype, static shape or None, table index or None, dtype, dims)`` of output ``j``
+        of the call at ``pos``; neither a static shape nor an index: :func:`_alloc` on every run."""
+        np_dtype = numpy_dtype(dtype)
+        static = tuple(dims) if all(type(d) is int for d in dims) else None
+        if static is not None and (min(static, default=0) < 0
+                                   or math.prod(static) * np_dtype.itemsize > _CHECKED_ALLOCATION):
+            static = None
+        return np_dtype, static, self._index.get((pos, j)), dtype, dims
+
+    def _allocator(self, pos: int, callee: str, specs: list):
+        """``alloc(table, env) -> [array, ...]``: the output buffers of the call at ``pos`` of the
+        body (``specs``: its ``[dtype, dims]`` list), uninitialized."""
+        name = self.name
+        outputs = [self._output(pos, j, dtype, dims) for j, (dtype, dims) in enumerate(specs)]
+
+        def alloc(table, env):
+            outs = []
+            for np_dtype, shape, k, dtype, dims in outputs:
+                if k is not None:
+                    shape = table[k]
+                outs.append(_alloc(name, callee, dims, dtype, env) if shape is None
+                            else np.empty(shape, np_dtype))
+            return outs
+
+        return alloc
+
+    # -- steps -------------------------------------------------------------------------------------
+    def _step(self, pos: int, ins: Any, lib: NativeLibrary, constants: list):
+        name = self.name
+        op = ins[0] if isinstance(ins, list) and ins else None
+        if op == "call":
+            _, kernel, arg_regs, out_regs, out_specs = ins
+            alloc = self._allocator(pos, kernel, out_specs)
+            try:
+                entry = lib.entry(kernel)
+            except KeyError:
+                entry = None
+            n_in = len(arg_regs)
+            if entry is None or entry.nparams != n_in + len(out_regs):
+                def step(regs, table, env):   # the library refuses it (KeyError / ValueError)
+                    outs = alloc(table, env)
+                    lib.call(kernel, [regs[r] for r in arg_regs] + outs)
+                return step
+            if len(out_regs) == 1:   # the common case, without the loops
+                np_dtype, static, k, dtype, dims = self._output(pos, 0, *out_specs[0])
+                out_reg = out_regs[0]
+
+                def step(regs, table, env):
+                    shape = static if k is None else table[k]
+                    out = regs[out_reg] = (np.empty(shape, np_dtype) if shape is not None
+                                           else _alloc(name, kernel, dims, dtype, env))
+                    arrays = [regs[r] for r in arg_regs]
+                    arrays.append(out)
+                    lib.invoke(entry, arrays, n_in)
+                return step
+            outs_to_regs = list(enumerate(out_regs))
+
+            def step(regs, table, env):
+                outs = alloc(table, env)
+                for j, r in outs_to_regs:
+                    regs[r] = outs[j]
+                lib.invoke(entry, [regs[r] for r in arg_regs] + outs, n_in)
+            return step
+        if op == "call_extern":
+            _, ext_name, arg_specs, out_regs, out_specs = ins
+            alloc = self._allocator(pos, ext_name, out_specs)
+
+            def step(regs, table, env):
+                outs = alloc(table, env)
+                for r, o in zip(out_regs, outs):
+                    regs[r] = o
+                _call_extern(name, ext_name, [_extern_arg(s, regs, env) for s in arg_specs], outs)
+            return step
+        if op == "call_builtin":
+            _, dst, builtin, arg_specs = ins
+
+            def step(regs, table, env):
+                regs[dst] = _call_builtin(name, builtin, [_extern_arg(a, regs, env) for a in arg_specs])
+            return step
+        if op == "reshape":
+            _, dst, src, dims = ins
+            if all(type(d) is int for d in dims):
+                static = (tuple(dims), -1 if min(dims, default=0) < 0 else math.prod(dims))
+                k = None
+            else:
+                static, k = None, self._index[(pos, 0)]
+
+            def step(regs, table, env):
+                a = regs[src]
+                shape, size = static if k is None else table[k]
+                if size != a.size:
+                    target = _shape_text(dims)
+                    raise ValueError(f"{name}: cannot reshape a tensor of shape {tuple(a.shape)} "
+                                     f"({a.size} elements) to {tuple(shape)}"
+                                     + (f" = {target}" if target != str(tuple(shape)) else ""))
+                regs[dst] = a.reshape(shape)
+            return step
+        if op == "tuple":
+            _, dst, srcs = ins
+
+            def step(regs, table, env):
+                regs[dst] = tuple(regs[r] for r in srcs)
+            return step
+        if op == "get_item":
+            _, dst, src, index = ins
+
+            def step(regs, table, env):
+                regs[dst] = regs[src][index]
+            return step
+        if op == "null":
+            dst = ins[1]
+
+            def step(regs, table, env):
+                regs[dst] = None
+            return step
+        if op == "const":
+            _, dst, index = ins
+
+            def step(regs, table, env):
+                regs[dst] = constants[index]
+            return step
+        if op == "move":
+            _, dst, src = ins
+
+            def step(regs, table, env):
+                regs[dst] = regs[src]
+            return step
+
+        def step(regs, table, env):
+            raise ValueError(f"{name}: unknown instruction {op!r} (executable from a newer compiler?)")
+        return step
+
+
 class VirtualMachine:
     """Interpreter of an Executable's bytecode; kernels run as native code.
 
     ``VirtualMachine(exe, device="cpu")``. Raises ValueError for a device other than "cpu".
+    A function is planned on its first run; replacing ``exe.functions[name]`` makes a new plan, but a
+    function dict edited in place after its first run is not seen.
     """
 
     def __init__(self, exe: Executable, device: Any = "cpu") -> None:
@@ -285,6 +524,7 @@ class VirtualMachine:
         self.exe = exe
         self.lib = NativeLibrary(exe.object_code, exe.kernels, exe.target or None)
         self._inputs: dict[str, tuple] = {}
+        self._plans: dict[str, _Plan] = {}
 
     def __getitem__(self, name: str):
         fn = self.exe._function(name)
@@ -325,6 +565,8 @@ class VirtualMachine:
     @staticmethod
     def _collect(name: str, fn: dict, args: tuple, kwargs: dict) -> tuple:
         params = fn["params"]
+        if not kwargs and len(args) == len(params):
+            return tuple(args)
         names = [p["name"] for p in params]
         values: list[Any] = list(args)
         if len(values) > len(params):
@@ -342,10 +584,14 @@ class VirtualMachine:
             raise TypeError(f"{name}() missing arguments: {', '.join(missing)}")
         return tuple(values)
 
-    def _check_inputs(self, name: str, fn: dict, args: tuple) -> dict[str, int]:
+    def _check_inputs(self, name: str, fn: dict, plan: "_Plan", args: tuple) -> dict[str, int]:
         env: dict[str, int] = {}
         checked: list = []
-        for i, (p, a) in enumerate(zip(fn["params"], args)):
+        for i, (p, a, fast) in enumerate(zip(fn["params"], args, plan.param_checks)):
+            # a tensor of static shape that is exactly right needs nothing more (the common case:
+            # weights); anything else, e.g. a symbolic dim or a mismatch, takes the full check
+            if fast is not None and a.__class__ is np.ndarray and a.dtype is fast[0] and a.shape == fast[1]:
+                continue
             _bind_arg(f"{name}: argument '{p['name']}' (#{i})", p, a, env, checked)
         for where, dims, shape in checked:
             for d, tree in enumerate(dims):
@@ -355,49 +601,24 @@ class VirtualMachine:
                                      f"(dim {d} must be {expected})")
         return env
 
+    def _plan(self, name: str, fn: dict) -> "_Plan":
+        plan = self._plans.get(name)
+        if plan is None or plan.fn is not fn:
+            plan = self._plans[name] = _Plan(name, fn, self.lib, self.exe.constants)
+        return plan
+
     def _run(self, name: str, fn: dict, args: tuple) -> Any:
-        env = self._check_inputs(name, fn, args)
+        plan = self._plan(name, fn)
+        env = self._check_inputs(name, fn, plan, args)
         regs: list[Any] = [None] * fn["num_registers"]
         for i, a in enumerate(args):
-            regs[i] = _contiguous(a)
-        lib = self.lib
-        for ins in fn["instructions"]:
-            op = ins[0]
-            if op == "call":
-                _, kernel, arg_regs, out_regs, out_specs = ins
-                outs = _alloc_outputs(name, kernel, out_regs, out_specs, regs, env)
-                lib.call(kernel, [regs[r] for r in arg_regs] + outs)
-            elif op == "call_extern":
-                _, ext_name, arg_specs, out_regs, out_specs = ins
-                outs = _alloc_outputs(name, ext_name, out_regs, out_specs, regs, env)
-                _call_extern(name, ext_name, [_extern_arg(s, regs, env) for s in arg_specs], outs)
-            elif op == "call_builtin":
-                _, dst, builtin, arg_specs = ins
-                regs[dst] = _call_builtin(name, builtin, [_extern_arg(a, regs, env) for a in arg_specs])
-            elif op == "reshape":
-                src = regs[ins[2]]
-                shape = [eval_dim(t, env) for t in ins[3]]
-                if math.prod(shape) != src.size or min(shape, default=0) < 0:
-                    target = _shape_text(ins[3])
-                    raise ValueError(f"{name}: cannot reshape a tensor of shape {tuple(src.shape)} "
-                                     f"({src.size} elements) to {tuple(shape)}"
-                                     + (f" = {target}" if target != str(tuple(shape)) else ""))
-                regs[ins[1]] = src.reshape(shape)
-            elif op == "tuple":
-                regs[ins[1]] = tuple(regs[r] for r in ins[2])
-            elif op == "get_item":
-                regs[ins[1]] = regs[ins[2]][ins[3]]
-            elif op == "null":
-                regs[ins[1]] = None
-            elif op == "const":
-                regs[ins[1]] = self.exe.constants[ins[2]]
-            elif op == "move":
-                regs[ins[1]] = regs[ins[2]]
-            elif op == "ret":
-                return regs[ins[1]]
-            else:
-                raise ValueError(f"{name}: unknown instruction {op!r} (executable from a newer compiler?)")
-        raise ValueError(f"{name}: bytecode ended without ret")
+            regs[i] = a if a.__class__ is np.ndarray and a.flags.c_contiguous else _contiguous(a)
+        table = plan.shape_table(env)
+        for step in plan.steps:
+            step(regs, table, env)
+        if plan.ret is None:
+            raise ValueError(f"{name}: bytecode ended without ret")
+        return regs[plan.ret]
 
 
 _MISSING = object()
