@@ -336,8 +336,8 @@ class KFunc:
     def by_256(self, op, *vals: ir.Value) -> ir.Value:
         """``op`` (a function of 256-bit vectors returning one) applied to each 256-bit slice of
         ``vals`` (vectors of one bit width, a multiple of 256), the results concatenated: a
-        512-bit integer operation on a target without its zmm form (LLVM joins nothing; two
-        instructions)."""
+        512-bit integer operation on a target without its zmm form becomes two 256-bit
+        instructions."""
         b = self.b
         bits = vals[0].type.count * vals[0].type.element.width
         if bits == 256:
