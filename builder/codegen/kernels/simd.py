@@ -358,27 +358,30 @@ class KFunc:
             parts = joined
         return parts[0]
 
+    def _pair_madd(self, a: ir.Value, w: ir.Value, zmm: bool, name512: str, name256: str,
+                   out: ir.Type) -> ir.Value:
+        """A pairwise multiply-add intrinsic of 256-bit operands (``name256``, results of element
+        type ``out``) on ``a`` / ``w`` of 256 or 512 bits: one ``name512`` instruction for 512
+        bits when ``zmm``, else :meth:`by_256`."""
+        bits = a.type.count * a.type.element.width
+        if bits == 512 and zmm:
+            fn = self.declare(name512, vec(out, 512 // out.width), [a.type, a.type])
+            return self.b.call(fn, [a, w])
+        half = vec(a.type.element, 256 // a.type.element.width)
+        fn = self.declare(name256, vec(out, 256 // out.width), [half, half])
+        return self.by_256(lambda x, y: self.b.call(fn, [x, y]), a, w)
+
     def maddubs(self, a: ir.Value, w: ir.Value, zmm: bool) -> ir.Value:
         """``vpmaddubsw``: ``a[2i] * w[2i] + a[2i+1] * w[2i+1]`` per int16 lane, ``a`` read as
         unsigned and ``w`` as signed bytes, saturated to int16 (``<32 x i8>`` or ``<64 x i8>``
         in, half as many ``i16`` out). ``zmm``: a 64-byte operand is one AVX512BW instruction,
         otherwise two AVX2 ones."""
-        n = a.type.count
-        if n == 64 and zmm:
-            fn = self.declare("llvm.x86.avx512.pmaddubs.w.512", vec(I16, 32), [a.type, a.type])
-            return self.b.call(fn, [a, w])
-        fn = self.declare("llvm.x86.avx2.pmadd.ub.sw", vec(I16, 16), [vec(I8, 32), vec(I8, 32)])
-        return self.by_256(lambda x, y: self.b.call(fn, [x, y]), a, w)
+        return self._pair_madd(a, w, zmm, "llvm.x86.avx512.pmaddubs.w.512", "llvm.x86.avx2.pmadd.ub.sw", I16)
 
     def madd_wd(self, a: ir.Value, w: ir.Value, zmm: bool) -> ir.Value:
         """``vpmaddwd``: ``a[2i] * w[2i] + a[2i+1] * w[2i+1]`` per int32 lane of int16 pairs
         (``<16 x i16>`` or ``<32 x i16>``). ``zmm`` as :meth:`maddubs`."""
-        n = a.type.count
-        if n == 32 and zmm:
-            fn = self.declare("llvm.x86.avx512.pmaddw.d.512", vec(I32, 16), [a.type, a.type])
-            return self.b.call(fn, [a, w])
-        fn = self.declare("llvm.x86.avx2.pmadd.wd", vec(I32, 8), [vec(I16, 16), vec(I16, 16)])
-        return self.by_256(lambda x, y: self.b.call(fn, [x, y]), a, w)
+        return self._pair_madd(a, w, zmm, "llvm.x86.avx512.pmaddw.d.512", "llvm.x86.avx2.pmadd.wd", I32)
 
     def dot_u8s8(self, acc: ir.Value, a: ir.Value, w: ir.Value, native: bool,
                  zmm: bool = False) -> ir.Value:
