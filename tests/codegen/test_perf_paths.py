@@ -419,6 +419,15 @@ def test_int8_rows_step_choice():
     assert wide.row_bytes % 64 == 0 and wide.row_bytes >= wide.dsum_off + 4 * wide.groups
 
 
+@pytest.mark.skipif(not HOST_SIMD.int8_dot, reason="int8 GEMV needs AVX2")
+@pytest.mark.parametrize("rows", [2, 3])
+def test_int8_activation_gemv_rows_sharing_x(rows, monkeypatch):
+    """``gemv_rows_step_i8``: 2 or 3 weight rows per step loop sharing each load of x (3 leaves a
+    tile of 4 rows with a 1-row group): the same float64 emulation of the quantization."""
+    monkeypatch.setitem(TUNING, "gemv_rows_step_i8", rows)
+    test_int8_activation_gemv(640, 64, "uint8", "float32", "float32", False, monkeypatch)
+
+
 def _check_int8_kernel(kernel: str, gs: int, vnni: bool) -> None:
     """The built ``kernel`` label is the int8-activation kernel (with ``+vnni`` where the host
     has VNNI or it is emulated), planned for 8 float32 lanes where the host's vectors are wider

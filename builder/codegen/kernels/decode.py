@@ -291,6 +291,37 @@ class GroupQuantDecoder:
         raw = kf.load(vec(self.st, self.lanes), row[1], g, align=4 if self.st == F32 else 2)
         return kf.widen(raw, self.scale_dtype)
 
+    def scale_dot(self, kf: KFunc, rows: list, tables: list, groups: ir.Value) -> list[list[ir.Value]]:
+        """``out[r][i] = sum_{g < groups} scale_r[g] * tables[i][g]`` (float32) for each weight row
+        of ``rows`` (from :meth:`row`) and each float32 per-group table pointer of ``tables``: the
+        zero-point term of the GEMVs (the table holds per-group sums of x, float or int8-quantized).
+        Vectors of :attr:`lanes` groups, then the groups left one by one; each table vector is
+        loaded once for all rows."""
+        b = kf.b
+        L = self.lanes
+        vt = vec(F32, L)
+        gv = kf.sub(groups, b.srem(groups, kf.i64(L)))
+        cacc = [[kf.alloca(vt, name="qc") for _ in tables] for _ in rows]
+        corr = [[kf.alloca(F32, name="qcorr") for _ in tables] for _ in rows]
+        for accs in cacc:
+            for a in accs:
+                b.store(kf.fzero(L), a)
+        with kf.loop(0, gv, L, "qz") as g:
+            tv = [kf.load(vt, tb, g, align=4) for tb in tables]
+            for row, accs in zip(rows, cacc):
+                sv = self.scale_vec(kf, row, g)
+                for a, x in zip(accs, tv):
+                    b.store(kf.fma(sv, x, b.load(a, typ=vt)), a)
+        for accs, outs in zip(cacc, corr):
+            for a, o in zip(accs, outs):
+                b.store(kf.hsum(b.load(a, typ=vt)), o)
+        with kf.loop(gv, groups, 1, "qzt") as g:
+            for row, outs in zip(rows, corr):
+                sc = self.scale_value(kf, row, g)
+                for o, tb in zip(outs, tables):
+                    b.store(kf.fma(sc, kf.load(F32, tb, g, align=4), b.load(o, typ=F32)), o)
+        return [[b.load(o, typ=F32) for o in outs] for outs in corr]
+
     def prefetch(self, kf: KFunc, row, k_lo, k_hi) -> None:
         """Prefetch (into L2) the packed words and the scales of columns ``[k_lo, k_hi)`` of
         ``row`` (``k_lo`` a multiple of the group size)."""

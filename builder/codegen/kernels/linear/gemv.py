@@ -163,26 +163,9 @@ class GemvFloat:
                     b.store(kf.fma(gacc[i], sv, b.load(accs[r][i], typ=vt)), accs[r][i])
         # zero-point term: sum_g scale[n, g] * xs[m, g], a short vector dot per row
         if dec.zero_point:
-            gv = kf.sub(G, b.srem(G, kf.i64(L)))
-            cacc = [[kf.alloca(vt, name="qc") for _ in range(t)] for _ in range(rc)]
-            for r in range(rc):
-                for i in range(t):
-                    b.store(kf.fzero(L), cacc[r][i])
-            with kf.loop(0, gv, L, "qz") as g:
-                xsv = [kf.load(vt, sr, g, align=4) for sr in srows]
-                for r in range(rc):
-                    sv = dec.scale_vec(kf, rows[r], g)
-                    for i in range(t):
-                        b.store(kf.fma(sv, xsv[i], b.load(cacc[r][i], typ=vt)), cacc[r][i])
-            for r in range(rc):
-                for i in range(t):
-                    b.store(kf.hsum(b.load(cacc[r][i], typ=vt)), corr[r][i])
-            with kf.loop(gv, G, 1, "qzt") as g:
-                for r in range(rc):
-                    sc = dec.scale_value(kf, rows[r], g)
-                    for i in range(t):
-                        xsum = kf.load(F32, srows[i], g, align=4)
-                        b.store(kf.fma(sc, xsum, b.load(corr[r][i], typ=F32)), corr[r][i])
+            for r, vals in enumerate(dec.scale_dot(kf, rows, srows, G)):
+                for i, v in enumerate(vals):
+                    b.store(v, corr[r][i])
         zp = ir.Constant(F32, float(-dec.zero_point))
         sums = [[kf.alloca(F32, name="qs") for _ in range(t)] for _ in range(rc)]
         for r in range(rc):

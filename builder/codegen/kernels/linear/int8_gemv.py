@@ -29,37 +29,21 @@ class GemvInt8:
     def _int8_row_sums(self, kf, dec, row, xrows, lay: "Int8Rows", accs, sums) -> None:
         """``sums[i] = hsum(sum_u accs[u][i]) - zero_point * sum_g scale[g] * (d * sum q)[g]``
         for one weight ``row`` and each input row ``xrows[i]`` of the int8 GEMV (the zero-point
-        term ``lanes`` groups at a time, then the groups left one by one)."""
+        term by :meth:`GroupQuantDecoder.scale_dot` over the per-group table of :class:`Int8Rows`)."""
         b = kf.b
-        NL, st_t = lay.lanes, dec.st
-        f8 = vec(F32, NL)
-        t = len(xrows)
+        f8 = vec(F32, lay.lanes)
+        corr = None
         if dec.zero_point:
-            zp = ir.Constant(f8, [-float(dec.zero_point)] * NL)
-            cacc = [kf.alloca(f8, name="izc") for _ in range(t)]
-            for i in range(t):
-                b.store(kf.fzero(NL), cacc[i])
-            gv = lay.groups - lay.groups % NL
-            with kf.loop(0, gv, NL, "iz") as g:
-                sv = kf.widen(kf.load(vec(st_t, NL), row[1], g, align=4 if st_t == F32 else 2),
-                              dec.scale_dtype)
-                for i, xr in enumerate(xrows):
-                    dsv = kf.load(f8, kf.gep(xr, kf.i64(lay.dsum_off), I8), g, align=4)
-                    b.store(kf.fma(sv, dsv, b.load(cacc[i], typ=f8)), cacc[i])
-            for i in range(t):
-                b.store(kf.fma(b.load(cacc[i], typ=f8), zp, b.load(accs[0][i], typ=f8)), accs[0][i])
-        for i in range(t):
+            tables = [kf.gep(xr, kf.i64(lay.dsum_off), I8) for xr in xrows]
+            corr = dec.scale_dot(kf, [row], tables, kf.i64(lay.groups))[0]
+        for i in range(len(xrows)):
             v = b.load(accs[0][i], typ=f8)
             for a in accs[1:]:
                 v = b.fadd(v, b.load(a[i], typ=f8), flags=KFunc.FM)
-            b.store(kf.hsum(v), sums[i])
-            if dec.zero_point and lay.groups % NL:
-                with kf.loop(lay.groups - lay.groups % NL, lay.groups, 1, "izt") as g:
-                    sc1 = dec.scale_value(kf, row, g)
-                    ds1 = kf.load(F32, kf.gep(xrows[i], kf.i64(lay.dsum_off), I8), g, align=4)
-                    b.store(kf.fma(b.fmul(sc1, ds1, flags=KFunc.FM),
-                                   ir.Constant(F32, -float(dec.zero_point)),
-                                   b.load(sums[i], typ=F32)), sums[i])
+            v = kf.hsum(v)
+            if corr is not None:
+                v = kf.fma(corr[i], ir.Constant(F32, -float(dec.zero_point)), v)
+            b.store(v, sums[i])
 
     def _prepare_int8_x(self, kf: KFunc, xf, M, K) -> list:
         """For each group size of :attr:`ikeys`: a buffer (NULL unless ``M`` takes the GEMV, or
