@@ -12,6 +12,9 @@ before touching memory), so a wrong input is an exception, never a crash.
 
 A function's bytecode is resolved on its first run into a plan (``_Plan``: one prepared step per
 instruction, shapes with symbolic dims looked up per run), which the VM keeps for that function.
+Large outputs come from the VM's :class:`~runtime.memory.BufferPool` (``vm.pool``), and the plan drops
+each register that may hold one after its last use, so the buffers of one call serve the next (and
+the later steps of the same call) instead of faulting in fresh pages.
 """
 from __future__ import annotations
 
@@ -23,7 +26,7 @@ import numpy as np
 
 from .executable import Executable
 from .kv_cache import kv_cache_query_positions, kv_cache_update
-from .memory import check_allocation
+from .memory import BufferPool, check_allocation
 from .native import NativeLibrary, dim_to_str, eval_dim, numpy_dtype
 
 __all__ = ["VirtualMachine", "register_extern", "AttentionKVCache"]
@@ -111,8 +114,8 @@ def _bind_arg(where: str, p: dict, a: Any, env: dict, checked: list) -> None:
     checked.append((where, p["shape"], a.shape))
 
 
-def _alloc(func: str, callee: str, dims: list, dtype: str, env: dict) -> np.ndarray:
-    """The output buffer of a call: ``dims`` evaluated in ``env``. Raises ValueError naming the
+def _alloc(func: str, callee: str, dims: list, dtype: str, env: dict, pool: BufferPool) -> np.ndarray:
+    """The output buffer of a call: ``dims`` evaluated in ``env``, from ``pool``. Raises ValueError naming the
     function, the callee and the shape when a dim comes out negative (the inputs are too small
     for the op, e.g. a convolution window wider than its padded input), and
     :class:`runtime.memory.MemoryLimitError` when the buffer is larger than the memory available."""
@@ -125,7 +128,7 @@ def _alloc(func: str, callee: str, dims: list, dtype: str, env: dict) -> np.ndar
     nbytes = math.prod(shape) * np_dtype.itemsize
     if nbytes > _CHECKED_ALLOCATION:
         check_allocation(nbytes, f"{func}: the output of '{callee}' of shape {tuple(shape)} {dtype}")
-    return np.empty(shape, dtype=np_dtype)
+    return pool.empty(tuple(shape), np_dtype)
 
 
 #: Output buffers above this many bytes are checked against the memory available before allocating.
@@ -281,6 +284,12 @@ class _Plan:
     ``_CHECKED_ALLOCATION`` bytes is allocated by :func:`_alloc`, which raises ValueError /
     MemoryLimitError as before; a reshape checks its element count on every run.
 
+    Outputs of at least ``pool.min_bytes`` (or of a symbolic shape) come from ``pool``
+    (:meth:`BufferPool.empty`), the others from ``np.empty``. ``kills``: after the steps that read a
+    register for the last time, a step sets it to None when it may hold a pooled buffer (a large or
+    symbolic output, or a reshape / tuple / item / move / builtin result of one), so that the buffer
+    is free for the following steps once no other array views it (the register returned is kept).
+
     ``param_checks``: per parameter ``(numpy dtype, shape)`` when it is a tensor of static shape
     (not bfloat16, whose bits may come as int16), so that a matching argument passes
     :meth:`VirtualMachine._check_inputs` with one comparison; None otherwise (the full check).
@@ -289,9 +298,10 @@ class _Plan:
     #: Entries of one group's cache of shapes before it is cleared.
     CACHE_ENTRIES = 64
 
-    def __init__(self, name: str, fn: dict, lib: NativeLibrary, constants: list) -> None:
+    def __init__(self, name: str, fn: dict, lib: NativeLibrary, constants: list, pool: BufferPool) -> None:
         self.fn = fn
         self.name = name
+        self.pool = pool
         self.param_checks = [self._param_check(p) for p in fn["params"]]
         body, self.ret = [], None
         for ins in fn["instructions"]:
@@ -323,7 +333,70 @@ class _Plan:
                 self._index[key] = len(self._index)
             self._groups.append((operator.itemgetter(*deps), [(self._getter(dims, trees), itemsize)
                                                              for _, dims, itemsize in items], {}))
-        self.steps = [self._step(pos, ins, lib, constants) for pos, ins in enumerate(body)]
+        steps = [self._step(pos, ins, lib, constants) for pos, ins in enumerate(body)]
+        self.kills = self._kills(body, pool.min_bytes)
+        self.steps = []
+        for pos, step in enumerate(steps):
+            self.steps.append(step)
+            if pos in self.kills:
+                self.steps.append(self._kill_step(self.kills[pos]))
+
+    @staticmethod
+    def _reads(ins: Any) -> list:
+        """The registers instruction ``ins`` reads."""
+        op = ins[0] if isinstance(ins, list) and ins else None
+        try:
+            if op == "call":
+                return list(ins[2])
+            if op == "call_extern":
+                return [v for kind, v in ins[2] if kind == "reg"]
+            if op == "call_builtin":
+                return [v for kind, v in ins[3] if kind == "reg"]
+            if op in ("reshape", "get_item", "move"):
+                return [ins[2]]
+            if op == "tuple":
+                return list(ins[2])
+        except (TypeError, ValueError, IndexError):
+            pass   # a malformed instruction: its step raises when it runs
+        return []
+
+    def _kills(self, body: list, min_bytes: int) -> dict[int, list]:
+        """``{position: [register, ...]}``: the registers that may hold a pooled buffer, at the
+        position of their last read (the returned register never)."""
+        pooled: set = set()
+        last: dict = {}
+        for pos, ins in enumerate(body):
+            op = ins[0] if isinstance(ins, list) and ins else None
+            reads = self._reads(ins)
+            for r in reads:
+                if type(r) is int:
+                    last[r] = pos
+            if op in ("call", "call_extern") and len(ins) == 5:
+                for r, (dims, itemsize) in zip(ins[3], self._shapes_of(ins)):
+                    if not all(type(d) is int for d in dims) or math.prod(dims) * itemsize >= min_bytes:
+                        pooled.add(r)
+            elif op in ("reshape", "get_item", "move", "tuple", "call_builtin") and len(ins) > 1:
+                if any(r in pooled for r in reads if type(r) is int):
+                    pooled.add(ins[1])
+        kills: dict[int, list] = {}
+        for r in sorted(pooled, key=repr):
+            if r != self.ret and r in last:
+                kills.setdefault(last[r], []).append(r)
+        return kills
+
+    @staticmethod
+    def _kill_step(regs_to_clear: list):
+        if len(regs_to_clear) == 1:
+            r = regs_to_clear[0]
+
+            def step(regs, table, env):
+                regs[r] = None
+            return step
+
+        def step(regs, table, env):
+            for r in regs_to_clear:
+                regs[r] = None
+        return step
 
     @staticmethod
     def _param_check(p: dict):
@@ -389,7 +462,7 @@ class _Plan:
     def _allocator(self, pos: int, callee: str, specs: list):
         """``alloc(table, env) -> [array, ...]``: the output buffers of the call at ``pos`` of the
         body (``specs``: its ``[dtype, dims]`` list), uninitialized."""
-        name = self.name
+        name, pool = self.name, self.pool
         outputs = [self._output(pos, j, dtype, dims) for j, (dtype, dims) in enumerate(specs)]
 
         def alloc(table, env):
@@ -397,15 +470,15 @@ class _Plan:
             for np_dtype, shape, k, dtype, dims in outputs:
                 if k is not None:
                     shape = table[k]
-                outs.append(_alloc(name, callee, dims, dtype, env) if shape is None
-                            else np.empty(shape, np_dtype))
+                outs.append(_alloc(name, callee, dims, dtype, env, pool) if shape is None
+                            else pool.empty(shape, np_dtype))
             return outs
 
         return alloc
 
     # -- steps -------------------------------------------------------------------------------------
     def _step(self, pos: int, ins: Any, lib: NativeLibrary, constants: list):
-        name = self.name
+        name, pool = self.name, self.pool
         op = ins[0] if isinstance(ins, list) and ins else None
         if op == "call":
             _, kernel, arg_regs, out_regs, out_specs = ins
@@ -423,11 +496,14 @@ class _Plan:
             if len(out_regs) == 1:   # the common case, without the loops
                 np_dtype, static, k, dtype, dims = self._output(pos, 0, *out_specs[0])
                 out_reg = out_regs[0]
+                # small static outputs skip the pool's size test
+                empty = (np.empty if k is None and static is not None
+                         and math.prod(static) * np_dtype.itemsize < pool.min_bytes else pool.empty)
 
                 def step(regs, table, env):
                     shape = static if k is None else table[k]
-                    out = regs[out_reg] = (np.empty(shape, np_dtype) if shape is not None
-                                           else _alloc(name, kernel, dims, dtype, env))
+                    out = regs[out_reg] = (empty(shape, np_dtype) if shape is not None
+                                           else _alloc(name, kernel, dims, dtype, env, pool))
                     arrays = [regs[r] for r in arg_regs]
                     arrays.append(out)
                     lib.invoke(entry, arrays, n_in)
@@ -525,6 +601,8 @@ class VirtualMachine:
         self.lib = NativeLibrary(exe.object_code, exe.kernels, exe.target or None)
         self._inputs: dict[str, tuple] = {}
         self._plans: dict[str, _Plan] = {}
+        #: the large output buffers, reused across calls (:class:`runtime.memory.BufferPool`)
+        self.pool = BufferPool()
 
     def __getitem__(self, name: str):
         fn = self.exe._function(name)
@@ -604,7 +682,7 @@ class VirtualMachine:
     def _plan(self, name: str, fn: dict) -> "_Plan":
         plan = self._plans.get(name)
         if plan is None or plan.fn is not fn:
-            plan = self._plans[name] = _Plan(name, fn, self.lib, self.exe.constants)
+            plan = self._plans[name] = _Plan(name, fn, self.lib, self.exe.constants, self.pool)
         return plan
 
     def _run(self, name: str, fn: dict, args: tuple) -> Any:

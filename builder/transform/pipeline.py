@@ -15,7 +15,8 @@ PrimFuncs it produced):
 
 ``LiftTransformParams`` is not in it: weights are transformed when they are loaded (the recipe's
 quantization mapping), not by a function of the compiled model. There is no memory planning pass:
-the VM allocates each call's outputs and drops them when no register holds them.
+the VM takes each large output from its buffer pool and frees the buffer for reuse once no register
+or array views it (``runtime.memory.BufferPool``; the plan drops registers after their last use).
 """
 from __future__ import annotations
 
