@@ -18,7 +18,7 @@ Generated code (:func:`emit_linear`), for the host's widest vectors (:class:`Sim
 
 * ``x`` (``M = prod(leading dims)`` rows of ``K``) is used in place when float32, else widened
   once into a float32 scratch;
-* **GEMV** (``M <= gemv_max_rows``: 24 with float weights, 4 with packed ones): tiles of
+* **GEMV** (``M <= gemv_max_rows``: 24 with float weights, 4 with packed ones, 8 with 32 registers): tiles of
   ``R`` weight rows (4, packed ones too); each tile streams its rows once per group of ``MT`` input
   rows (``MT`` and the unroll ``U`` chosen so that the accumulators fit the register file),
   decoding weights in registers; vector accumulators are summed horizontally, the scalar tail
@@ -35,9 +35,10 @@ Generated code (:func:`emit_linear`), for the host's widest vectors (:class:`Sim
   accumulated with ``scale * d`` per lane, the weights' zero point once per row as a short dot
   of the scales with the per-group ``d * sum q`` -- about half the instructions per weight of
   the float path (:meth:`~.emitter.LinearEmitter._gemv_micro_i8`); from ``M >
-  gemv_max_rows_qig`` (8) the **int8 GEMM**: x quantized the same way into a plain int8 copy,
-  each panel of ``NRI`` (16) weight rows unpacked once per block of ``KCI`` columns into bytes in k-quad
-  order (32 bytes = 4 columns of 8 rows), and a 3-row micro-kernel (6 with 32 registers) that
+  gemv_max_rows_qig`` (8, 6 with 32 registers) the **int8 GEMM**: x quantized the same way into a
+  plain int8 copy, each panel of ``NRI`` (16) weight rows unpacked once per block of ``KCI`` columns
+  into bytes in k-quad order (32 bytes = 4 columns of 8 rows; the rows' next bytes prefetched,
+  ``prefetch_i8pack``; the scales of a full panel gathered into one vector per group), and a 3-row micro-kernel (6 with 32 registers) that
   per 4 columns broadcasts 4 int8 values of a row and runs one ``vpmaddubsw`` per 8 weight
   rows, adds those in int16 over 32 columns, widens with ``vpmaddwd`` and applies ``scale * d``
   per group (:meth:`~.emitter.LinearEmitter._i8_micro_fn`); the columns the GEMV keeps float are added

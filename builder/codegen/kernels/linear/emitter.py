@@ -148,11 +148,11 @@ class LinearEmitter(GemvFloat, Bf16Dot, GemvInt8, GemmFloat, GemmInt8):
             # panel: the crossover comes earlier than for float weights
             groups = [w for w, d in enumerate(plan.weights) if d.format == "group"]
             if self.i8gemm:
-                self.MG = TUNING["gemv_max_rows_qig"]
+                self.MG = TUNING["gemv_max_rows_qig"] or (6 if regs >= 32 else 8)
             elif all(w in self.qint for w in groups):
                 self.MG = TUNING["gemv_max_rows_qi"]
             else:
-                self.MG = min(self.MG, TUNING["gemv_max_rows_q"])
+                self.MG = min(self.MG, TUNING["gemv_max_rows_q"] or (8 if regs >= 32 else 4))
         self.MRI = TUNING["mr_i8"] or (6 if regs >= 32 else 3)
         step_i = max([64] + list(self.qint.values()))
         self.KCI = max(step_i, TUNING["kc_i8"] - TUNING["kc_i8"] % step_i)

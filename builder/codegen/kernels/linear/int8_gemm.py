@@ -105,6 +105,8 @@ class GemmInt8:
                     byte = b.lshr(kf.add(kb, c), kf.i64(1))
                     halves = ([], [])
                     for row in rows:
+                        if TUNING["prefetch_i8pack"]:
+                            kf.prefetch(kf.gep(row, kf.add(byte, TUNING["prefetch_i8pack"]), I8))
                         raw = kf.load(i8v, kf.gep(row, byte, I8), None, align=1)
                         lo = b.and_(raw, ir.Constant(i8v, [15] * 32))
                         hi = b.lshr(raw, ir.Constant(i8v, [4] * 32))
@@ -137,15 +139,33 @@ class GemmInt8:
             fast()
             quads(b.lshr(cv, kf.i64(2)))
 
-        kf.if_else(b.icmp_signed("==", nr_eff, kf.i64(NR)), full_panel, lambda: quads(kf.i64(0)), "ip")
+        full = b.icmp_signed("==", nr_eff, kf.i64(NR))
+        kf.if_else(full, full_panel, lambda: quads(kf.i64(0)), "ip")
         g0 = kf.sdiv(kb, gs)
         last = kf.sub(nr_eff, 1)
-        with kf.loop(0, kf.sdiv(kc, gs), 1, "ps") as g:
-            with kf.loop(0, NR, 1, "psr") as r:
-                row = dec.row(kf, kf.add(n0, kf.smin(r, last)))
-                s = dec.scale_value(kf, row, kf.add(g0, g))
-                s = b.select(kf.lt(r, nr_eff), s, ir.Constant(F32, 0.0))
-                kf.store(s, sp, kf.add(kf.mul(g, NR), r), align=4)
+        ngroups = kf.sdiv(kc, gs)
+
+        def scales_full():
+            # per group, the NRI rows' scales in one vector, widened once (one scalar conversion
+            # and store per scale cost as much as unpacking the panel's nibbles)
+            srows = [dec.row(kf, kf.add(n0, r) if r else n0)[1] for r in range(NR)]
+            salign = 4 if dec.st == F32 else 2
+            with kf.loop(0, ngroups, 1, "ps") as g:
+                gi = kf.add(g0, g)
+                v = ir.Constant(vec(dec.st, NR), ir.Undefined)
+                for r, srow in enumerate(srows):
+                    v = b.insert_element(v, kf.load(dec.st, srow, gi, align=salign), ir.Constant(I32, r))
+                kf.store(kf.widen(v, dec.scale_dtype), sp, kf.mul(g, NR), align=4)
+
+        def scales_partial():
+            with kf.loop(0, ngroups, 1, "ps") as g:
+                with kf.loop(0, NR, 1, "psr") as r:
+                    row = dec.row(kf, kf.add(n0, kf.smin(r, last)))
+                    s = dec.scale_value(kf, row, kf.add(g0, g))
+                    s = b.select(kf.lt(r, nr_eff), s, ir.Constant(F32, 0.0))
+                    kf.store(s, sp, kf.add(kf.mul(g, NR), r), align=4)
+
+        kf.if_else(full, scales_full, scales_partial, "ips")
         b.ret_void()
         kf.finish()
         return fn

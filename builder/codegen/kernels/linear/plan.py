@@ -25,9 +25,9 @@ TUNING = {
     "gemv_max_rows": 24,         # M <= this: GEMV path (float weights)
     "gemv_short_k": 512,         # K <= this (static): the GEMV takes at most gemv_max_rows_short_k rows
     "gemv_max_rows_short_k": 8,
-    "gemv_max_rows_q": 4,        # the same with quantized weights
+    "gemv_max_rows_q": 0,        # the same with quantized weights (0: 4, 8 with 32 registers)
     "gemv_max_rows_qi": 32,      # M <= this: int8-activation GEMV (when every weight takes it)
-    "gemv_max_rows_qig": 8,      # the same when the larger M take the int8 GEMM
+    "gemv_max_rows_qig": 0,      # the same when the larger M take the int8 GEMM (0: 8, 6 with 32 registers)
     "gemv_rows_x_i8": 0,         # input rows per int8 GEMV tile (0: 2, 4 with 32 registers)
     "gemv_acc_i8": 2,            # accumulator chains per weight row and input row in the int8 GEMV
     "gemv_rows_step_i8": 1,      # int8 GEMV, 2+ input rows: weight rows sharing each load of x (1: one stream per task)
@@ -45,6 +45,7 @@ TUNING = {
     "gemm_i8": 1,                # int8-activation GEMM for M > gemv_max_rows_qig (0: float GEMM above gemv_max_rows_qi)
     "mr_i8": 0,                  # its micro-kernel rows (0: 3, 6 with 32 registers)
     "kc_i8": 1024,               # its packed panel columns (NRI bytes each)
+    "prefetch_i8pack": 256,      # its packing: prefetch distance in bytes along each weight row (0: off)
     "qu_i8": 2,                  # its k-quads per inner loop iteration
     "nv_i8": 2,                  # its weight rows per panel / 8 (int32 vectors per row of x)
     "epi_interleave": 2,         # epilogue loop: vector iterations interleaved by LLVM (adds a 4-wide remainder loop)
