@@ -49,9 +49,8 @@ class GemvInt8:
         """For each group size of :attr:`ikeys`: a buffer (NULL unless ``M`` takes the GEMV, or
         the layout of :meth:`_fill_int8_gemm_x` when it takes the int8 GEMM) holding, per row of x, the layout of :class:`Int8Rows`: x quantized to int8 per group
         (``d = max|x| / 127``, ``q = rint(x * 127 / max|x|)`` clamped to +-127), each 64- or
-        128-column step in the decoder's lane order (even columns, then odd), per step and
-        per 32-bit lane of the step's dot product the group's ``d``, and per group ``d * sum q``
-        (for the zero point). A NaN or infinity in a group makes its ``d``
+        128-column step in the decoder's lane order (even columns, then odd), and per group
+        ``d``, ``1/d`` and ``d * sum q`` (the last for the zero point). A NaN or infinity in a group makes its ``d``
         NaN, so that the outputs of that row are NaN as with float activations."""
         out = []
         b = kf.b
@@ -75,7 +74,7 @@ class GemvInt8:
                 radd = kf.declare("llvm.vector.reduce.add.v8i32", I32, [i8x8])
                 rint8 = kf.declare("llvm.rint.v8f32", f8, [f8])
                 fadd8 = kf.declare("llvm.vector.reduce.fadd.v8f32", F32, [F32, f8])
-                S, NL = lay.step, lay.lanes
+                S = lay.step
                 fSv, iSv = vec(F32, S), vec(I32, S)
                 rintS = kf.declare(f"llvm.rint.v{S}f32", fSv, [fSv])
 
@@ -128,11 +127,6 @@ class GemvInt8:
                         q = b.shuffle_vector(q, ir.Constant(q.type, ir.Undefined),
                                              ir.Constant(vec(I32, S), perm))
                         kf.store(q, row, kf.mul(st, S), align=1)
-                        lane_g = [(8 * i) // gs if gs < S else 0 for i in range(NL)]
-                        dv = kf.load(vec(F32, ng), dptr, g0, align=4)
-                        dl = b.shuffle_vector(dv, ir.Constant(dv.type, ir.Undefined),
-                                              ir.Constant(vec(I32, NL), lane_g))
-                        kf.store(dl, kf.gep(row, kf.i64(lay.xsv_off), I8), kf.mul(st, NL), align=4)
 
             if self.i8gemm:
                 kf.if_else(small, fill, lambda gs=gs, slot=slot: self._fill_int8_gemm_x(
@@ -190,20 +184,18 @@ class GemvInt8:
             """Step ``s`` (an i64 value) of weight rows ``rs`` into ``accs_u[j][i]`` per row
             ``rs[j]`` and input row ``i``."""
             xo = kf.mul(s, S)
-            lo8 = kf.mul(s, NL)
             ws = []
             for r in rs:
                 if TUNING["prefetch_q"]:
                     kf.prefetch(kf.gep(rows[r][0], kf.add(kf.mul(s, S // 2), TUNING["prefetch_q"]), I8))
                 wv = kf.load(i8v, kf.gep(rows[r][0], kf.mul(s, S // 2), I8), None, align=1)
                 raw = kf.load(vec(st_t, ng), rows[r][1], kf.sdiv(xo, gs), align=4 if st_t == F32 else 2)
-                sc = kf.widen(b.shuffle_vector(raw, ir.Constant(raw.type, ir.Undefined), lane_g),
-                              dec.scale_dtype)
+                sc = kf.widen(raw, dec.scale_dtype)   # per group of the step
                 ws.append((b.and_(wv, low), b.lshr(wv, four), sc))
             for i, xr in enumerate(xrows):
                 xlo = kf.load(i8v, xr, xo, align=1)
                 xhi = kf.load(i8v, xr, kf.add(xo, S // 2), align=1)
-                xsv = kf.load(f8, kf.gep(xr, kf.i64(lay.xsv_off), I8), lo8, align=4)
+                xd = kf.load(vec(F32, ng), kf.gep(xr, kf.i64(lay.d_off), I8), kf.sdiv(xo, gs), align=4)
                 for j, (lo, hi, sc) in enumerate(ws):
                     if self.vnni:   # the same sums of four byte products per int32 lane
                         native = self.simd.native("vnni")
@@ -213,7 +205,10 @@ class GemvInt8:
                     else:
                         p = b.add(kf.maddubs(lo, xlo, zmm), kf.maddubs(hi, xhi, zmm))
                         dot = kf.madd_wd(p, ones, zmm)
-                    b.store(kf.fma(b.sitofp(dot, f8), b.fmul(sc, xsv, flags=KFunc.FM),
+                    # scale * d per group, then spread over the group's lanes
+                    sd = b.fmul(sc, xd, flags=KFunc.FM)
+                    prod = b.shuffle_vector(sd, ir.Constant(sd.type, ir.Undefined), lane_g)
+                    b.store(kf.fma(b.sitofp(dot, f8), prod,
                                    b.load(accs_u[j][i], typ=f8)), accs_u[j][i])
 
         for r0 in range(0, rc, P):
