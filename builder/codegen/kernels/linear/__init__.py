@@ -35,7 +35,7 @@ Generated code (:func:`emit_linear`), for the host's widest vectors (:class:`Sim
   accumulated with ``scale * d`` per lane, the weights' zero point once per row as a short dot
   of the scales with the per-group ``d * sum q`` -- about half the instructions per weight of
   the float path (:meth:`~.emitter.LinearEmitter._gemv_micro_i8`); from ``M >
-  gemv_max_rows_qig`` (8, 6 with 32 registers) the **int8 GEMM**: x quantized the same way into a
+  gemv_max_rows_qig`` (8) the **int8 GEMM**: x quantized the same way into a
   plain int8 copy, each panel of ``NRI`` (16) weight rows unpacked once per block of ``KCI`` columns
   into bytes in k-quad order (32 bytes = 4 columns of 8 rows; the rows' next bytes prefetched,
   ``prefetch_i8pack``; the scales of a full panel gathered into one vector per group), and a 3-row micro-kernel (6 with 32 registers) that

@@ -148,7 +148,7 @@ class LinearEmitter(GemvFloat, Bf16Dot, GemvInt8, GemmFloat, GemmInt8):
             # panel: the crossover comes earlier than for float weights
             groups = [w for w, d in enumerate(plan.weights) if d.format == "group"]
             if self.i8gemm:
-                self.MG = TUNING["gemv_max_rows_qig"] or (6 if regs >= 32 else 8)
+                self.MG = TUNING["gemv_max_rows_qig"]
             elif all(w in self.qint for w in groups):
                 self.MG = TUNING["gemv_max_rows_qi"]
             else:

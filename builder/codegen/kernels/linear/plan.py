@@ -27,7 +27,7 @@ TUNING = {
     "gemv_max_rows_short_k": 8,
     "gemv_max_rows_q": 0,        # the same with quantized weights (0: 4, 8 with 32 registers)
     "gemv_max_rows_qi": 32,      # M <= this: int8-activation GEMV (when every weight takes it)
-    "gemv_max_rows_qig": 0,      # the same when the larger M take the int8 GEMM (0: 8, 6 with 32 registers)
+    "gemv_max_rows_qig": 8,      # the same when the larger M take the int8 GEMM
     "gemv_rows_x_i8": 0,         # input rows per int8 GEMV tile (0: 2, 4 with 32 registers)
     "gemv_acc_i8": 2,            # accumulator chains per weight row and input row in the int8 GEMV
     "gemv_rows_step_i8": 1,      # int8 GEMV, 2+ input rows: weight rows sharing each load of x (1: one stream per task)
