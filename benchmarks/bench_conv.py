@@ -8,8 +8,9 @@ reference loops of ``topi.conv1d``), interleaved run by run in one process.
     python benchmarks/bench_conv.py --kernels    # also the time of each kernel of the stem
 
 Reported per row: median and best of ``--runs`` runs (ms) and the stem's GFLOP/s (2 * MACs of the
-two convolutions: 1.88 GFLOP), against the float32 FMA peak given by ``--peak`` (GFLOP/s; 200 =
-2 Zen 3 cores x 2 FMA ports x 8 lanes x 2 x ~3.1 GHz, as ``benchmarks/bench_mlp.py`` measures it).
+two convolutions: 1.88 GFLOP), against the float32 FMA peak measured in the same run on all the
+pool's threads (``bench_mlp.compute_peak``: independent FMA chains; e.g. 200 GFLOP/s = 2 Zen 3
+cores x 2 FMA ports x 8 lanes x 2 x ~3.1 GHz), or the one given by ``--peak`` (GFLOP/s).
 On a shared machine take the best-of column (the median includes other processes' load).
 """
 from __future__ import annotations
@@ -117,9 +118,16 @@ def main() -> None:
     ap.add_argument("--stem", action="store_true", help="the stem only")
     ap.add_argument("--kernels", action="store_true", help="per-kernel times of the stem")
     ap.add_argument("--runs", type=int, default=10)
-    ap.add_argument("--peak", type=float, default=200.0, help="float32 FMA peak, GFLOP/s")
+    ap.add_argument("--peak", type=float, default=None,
+                    help="float32 FMA peak, GFLOP/s (default: measured now, all threads)")
     args = ap.parse_args()
     print(f"CPU: {cpu_name()}; batch 1, 3000 frames, float32")
+    if args.peak is None:
+        from bench_mlp import compute_peak   # benchmarks/bench_mlp.py
+
+        peaks, desc = compute_peak()
+        args.peak = max(peaks["fma_gflops"].values())
+        print(f"peak: {desc}")
     x = np.random.default_rng(0).standard_normal((1, 80, 3000)).astype(np.float32)
     with tempfile.TemporaryDirectory() as tmp:
         stem = Path(tmp) / "whisper_stem.yaml"

@@ -153,19 +153,22 @@ class BufferPool:
         while self._free_bytes > self.max_free_bytes and self._free_order:
             self._drop(self._free_order[0])
 
+    @staticmethod
+    def _remove(items: list, buf: np.ndarray) -> None:
+        """Remove ``buf`` from ``items`` by identity (``list.remove`` would compare arrays)."""
+        for i, b in enumerate(items):
+            if b is buf:
+                del items[i]
+                return
+
     def _drop(self, buf: np.ndarray) -> None:
+        """Take the free buffer ``buf`` out of the free lists."""
         cap = buf.size - self.ALIGN
         bucket = self._free[cap]
-        for i, b in enumerate(bucket):
-            if b is buf:
-                del bucket[i]
-                break
+        self._remove(bucket, buf)
         if not bucket:
             del self._free[cap]
-        for i, b in enumerate(self._free_order):
-            if b is buf:
-                del self._free_order[i]
-                break
+        self._remove(self._free_order, buf)
         self._free_bytes -= cap
 
     def clear(self) -> None:
@@ -186,14 +189,8 @@ class BufferPool:
         cap = self.capacity(nbytes)
         bucket = self._free.get(cap)
         if bucket:
-            buf = bucket.pop()
-            if not bucket:
-                del self._free[cap]
-            for i, b in enumerate(self._free_order):
-                if b is buf:
-                    del self._free_order[i]
-                    break
-            self._free_bytes -= cap
+            buf = bucket[-1]
+            self._drop(buf)
         else:
             if cap > (1 << 26):
                 self.clear()
