@@ -532,7 +532,8 @@ def bench_llama(args, rows: list, notes: list) -> None:
                 llama_cpp_kinds.append("llama-cpp-python")
             except Exception as err:  # noqa: BLE001
                 skip(notes, "Llama llama.cpp (llama-cpp-python)", f"{err} (CMAKE_ARGS=\"-DGGML_NATIVE=ON\" "
-                     "pip install llama-cpp-python: a build from source, 20 minutes on 2 cores)")
+                     "pip install llama-cpp-python: a build from source, 5 minutes on 2 cores with llama.cpp's "
+                     "tools off, see benchmarks/README.md)")
     llama_cpp_ok = bool(llama_cpp_kinds)
     if llama_cpp_ok:
         for fmt in formats:
