@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import resource
 import sys
+import threading
 
 import numpy as np
 
@@ -96,7 +97,8 @@ class BufferPool:
       dropped first. Buffers below ``min_bytes`` (128 KiB, glibc's default mmap threshold, below
       which malloc already reuses memory) are not pooled: :meth:`empty` returns ``np.empty``.
 
-    Not thread-safe: one pool per :class:`runtime.VirtualMachine`. Raises
+    One pool per :class:`runtime.VirtualMachine`; a lock keeps the free lists consistent when
+    several Python threads call the same VM (a buffer is handed out once either way). Raises
     :class:`MemoryLimitError` (via :func:`check_allocation`) for a new buffer of more than 64 MiB
     that does not fit in the memory available, after dropping the free buffers.
     """
@@ -111,6 +113,7 @@ class BufferPool:
         self._free_order: list[np.ndarray] = []          # the free buffers, oldest first
         self._free_bytes = 0
         self._in_use: list[np.ndarray] = []
+        self._lock = threading.Lock()
         # the count of a buffer that only the pool's list holds
         self._unreferenced = self._refs([np.empty(1, np.uint8)], 0)
 
@@ -137,6 +140,10 @@ class BufferPool:
 
     def collect(self) -> None:
         """Move every handed-out buffer that no array references any more to the free lists."""
+        with self._lock:
+            self._collect()
+
+    def _collect(self) -> None:
         in_use, kept = self._in_use, []
         for i in range(len(in_use)):
             if self._refs(in_use, i) == self._unreferenced:
@@ -173,6 +180,10 @@ class BufferPool:
 
     def clear(self) -> None:
         """Drop every free buffer (the ones in use stay theirs)."""
+        with self._lock:
+            self._clear()
+
+    def _clear(self) -> None:
         self._free.clear()
         self._free_order.clear()
         self._free_bytes = 0
@@ -185,17 +196,18 @@ class BufferPool:
             nbytes *= d
         if nbytes < self.min_bytes:
             return np.empty(shape, dtype)
-        self.collect()
         cap = self.capacity(nbytes)
-        bucket = self._free.get(cap)
-        if bucket:
-            buf = bucket[-1]
-            self._drop(buf)
-        else:
-            if cap > (1 << 26):
-                self.clear()
-                check_allocation(cap, f"a buffer of shape {tuple(shape)} {dtype}")
-            buf = np.empty(cap + self.ALIGN, np.uint8)
-        self._in_use.append(buf)
+        with self._lock:
+            self._collect()
+            bucket = self._free.get(cap)
+            if bucket:
+                buf = bucket[-1]
+                self._drop(buf)
+            else:
+                if cap > (1 << 26):
+                    self._clear()
+                    check_allocation(cap, f"a buffer of shape {tuple(shape)} {dtype}")
+                buf = np.empty(cap + self.ALIGN, np.uint8)
+            self._in_use.append(buf)
         off = -buf.ctypes.data % self.ALIGN
         return buf[off:off + nbytes].view(dtype).reshape(shape)

@@ -150,3 +150,30 @@ def test_one_call_reuses_the_buffers_of_dead_intermediates(chain_exe):
     ry, rx_ = chain_ref(a)
     np.testing.assert_allclose(y, ry, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(x, rx_, rtol=1e-5, atol=1e-5)
+
+
+def test_threads_sharing_a_vm_never_share_a_buffer(chain_exe):
+    """Two Python threads calling one VM (one pool): every result is its own input's."""
+    import threading
+
+    vm = VirtualMachine(chain_exe)
+    errors = []
+
+    def worker(seed):
+        rng = np.random.default_rng(seed)
+        try:
+            for _ in range(40):
+                a = rng.standard_normal((int(rng.integers(250, 320)), 512)).astype("float32")
+                y, x = vm["main"](a)
+                ry, rx_ = chain_ref(a)
+                np.testing.assert_allclose(y, ry, rtol=1e-5, atol=1e-5)
+                np.testing.assert_allclose(x, rx_, rtol=1e-5, atol=1e-5)
+        except Exception as err:  # noqa: BLE001 - reported below
+            errors.append(err)
+
+    threads = [threading.Thread(target=worker, args=(s,)) for s in (11, 12)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[0]
