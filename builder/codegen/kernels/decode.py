@@ -83,7 +83,11 @@ class DenseDecoder:
         raw = kf.load(vec(self.mt, self.lanes), row, k, align=self.esize)
         return kf.widen(raw, self.dtype)
 
-    def vectors(self, kf: KFunc, rows: list, k_lo, k_hi, unroll: int, body, prefetch: int = 0) -> None:
+    def vectors(self, kf: KFunc, rows: list, k_lo, k_hi, unroll: int, body, prefetch: int = 0,
+                locality: int = 3) -> None:
+        """``body(k, u, [vector of each row at k])`` for ``k`` in ``[k_lo, k_hi)`` by ``lanes * unroll``
+        (then single vectors to the last whole one); with ``prefetch`` (bytes), each step first
+        prefetches every row that far ahead with ``llvm.prefetch`` ``locality`` (3 = L1, 2 = L2)."""
         step = self.lanes * unroll
         span = kf.sub(k_hi, k_lo)
         main_end = kf.add(k_lo, kf.sub(span, kf.b.srem(span, kf.i64(step))))
@@ -91,7 +95,7 @@ class DenseDecoder:
             if prefetch:
                 ahead = kf.add(k, prefetch // self.esize)
                 for r in rows:
-                    kf.prefetch(kf.gep(r, ahead, self.mt))
+                    kf.prefetch(kf.gep(r, ahead, self.mt), locality)
             for u in range(unroll):
                 kk = kf.add(k, u * self.lanes) if u else k
                 body(kk, u, [self.load_vec(kf, r, kk) for r in rows])

@@ -134,7 +134,7 @@ class GemvFloat:
                 k0 = kf.mul(g, gs)
                 if pf:
                     byte = kf.add(kf.b.lshr(k0, kf.i64(1)) if dec.bits == 4 else k0, pf)
-                    kf.prefetch(kf.gep(rows[r][0], byte, I8))
+                    kf.prefetch(kf.gep(rows[r][0], byte, I8), TUNING["prefetch_locality"])
                 # partial sums per (row, input row): ``gemv_parts_q`` chains each (more chains are
                 # shorter, but with 8 rows and 16 registers they spill)
                 P = max(1, min(TUNING["gemv_parts_q"], gs // L))
@@ -238,7 +238,8 @@ class GemvFloat:
                     kf.b.store(kf.fma(xs[i], wvecs[r], kf.b.load(a, typ=vt)), a)
 
         if isinstance(dec, DenseDecoder) and TUNING["prefetch"]:
-            dec.vectors(kf, rows, kf.i64(0), kv, U, body, prefetch=TUNING["prefetch"])
+            dec.vectors(kf, rows, kf.i64(0), kv, U, body, prefetch=TUNING["prefetch"],
+                        locality=TUNING["prefetch_locality"])
         else:
             dec.vectors(kf, rows, kf.i64(0), kv, U, body)
         self._gemv_finish(kf, dec, rows, accs, lambda i, k: kf.load(F32, xrows[i], k, align=4),

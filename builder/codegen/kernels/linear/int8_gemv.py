@@ -187,7 +187,7 @@ class GemvInt8:
             ws = []
             for r in rs:
                 if TUNING["prefetch_q"]:
-                    kf.prefetch(kf.gep(rows[r][0], kf.add(kf.mul(s, S // 2), TUNING["prefetch_q"]), I8))
+                    kf.prefetch(kf.gep(rows[r][0], kf.add(kf.mul(s, S // 2), TUNING["prefetch_q"]), I8), TUNING["prefetch_locality"])
                 wv = kf.load(i8v, kf.gep(rows[r][0], kf.mul(s, S // 2), I8), None, align=1)
                 raw = kf.load(vec(st_t, ng), rows[r][1], kf.sdiv(xo, gs), align=4 if st_t == F32 else 2)
                 sc = kf.widen(raw, dec.scale_dtype)   # per group of the step

@@ -38,9 +38,10 @@ TUNING = {
     "mr": 6,                     # GEMM micro-kernel rows
     "parallel_min_macs": 1 << 18,
     "tasks_per_thread": 16,
-    "prefetch": 0,               # GEMV software prefetch distance in bytes (0: off)
+    "prefetch": 4096,            # GEMV software prefetch distance in bytes (0: off)
     "prefetch_gemm": 1,          # GEMM: prefetch the next weight block during the micro-kernels
-    "prefetch_q": 1024,          # the same for packed 4 / 8-bit rows, int8 GEMV included (0: off)
+    "prefetch_q": 4096,          # the same for packed 4 / 8-bit rows, int8 GEMV included (0: off)
+    "prefetch_locality": 2,      # llvm.prefetch locality of those: 2 = into L2 (prefetcht1), 3 = L1 (prefetcht0)
     "gemv_parts_q": 1,           # partial-sum chains per (row, input row) in a 4/8-bit group
     "gemm_i8": 1,                # int8-activation GEMM for M > gemv_max_rows_qig (0: float GEMM above gemv_max_rows_qi)
     "mr_i8": 0,                  # its micro-kernel rows (0: 3, 6 with 32 registers)
