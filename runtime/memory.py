@@ -16,7 +16,11 @@ import threading
 
 import numpy as np
 
-__all__ = ["BufferPool", "MemoryLimitError", "available_memory", "check_allocation"]
+__all__ = ["BufferPool", "CHECKED_ALLOCATION", "MemoryLimitError", "available_memory", "check_allocation"]
+
+#: Buffers above this many bytes are checked against the memory available before they are allocated
+#: (the VM's outputs, the pool's new buffers).
+CHECKED_ALLOCATION = 1 << 26
 
 
 class MemoryLimitError(MemoryError):
@@ -204,7 +208,7 @@ class BufferPool:
                 buf = bucket[-1]
                 self._drop(buf)
             else:
-                if cap > (1 << 26):
+                if cap > CHECKED_ALLOCATION:
                     self._clear()
                     check_allocation(cap, f"a buffer of shape {tuple(shape)} {dtype}")
                 buf = np.empty(cap + self.ALIGN, np.uint8)

@@ -350,8 +350,9 @@ class NativeLibrary:
         arrays, inputs then outputs (the caller guarantees the count).
 
         The first ``n_checked`` arrays are checked as :meth:`call` checks them. The rest must be
-        buffers the caller has just allocated itself with ``np.empty`` of the kernel's dtypes and
-        ranks (C-contiguous, writeable, owned by the caller), as the VM does for a ``call``'s outputs
+        buffers the caller has just allocated itself of the kernel's dtypes and ranks (``np.empty`` or
+        :meth:`runtime.memory.BufferPool.empty`: C-contiguous, writeable, viewed by nothing else, so
+        never an input), as the VM does for a ``call``'s outputs
         (their dtypes and ranks are checked against the kernel when the bytecode is loaded): only
         their addresses and shapes are read. The kernel checks every dim of every array natively;
         a mismatch raises ValueError as in :meth:`call`.

@@ -26,7 +26,7 @@ import numpy as np
 
 from .executable import Executable
 from .kv_cache import kv_cache_query_positions, kv_cache_update
-from .memory import BufferPool, check_allocation
+from .memory import CHECKED_ALLOCATION, BufferPool, check_allocation
 from .native import NativeLibrary, dim_to_str, eval_dim, numpy_dtype
 
 __all__ = ["VirtualMachine", "register_extern", "AttentionKVCache"]
@@ -131,8 +131,9 @@ def _alloc(func: str, callee: str, dims: list, dtype: str, env: dict, pool: Buff
     return pool.empty(tuple(shape), np_dtype)
 
 
-#: Output buffers above this many bytes are checked against the memory available before allocating.
-_CHECKED_ALLOCATION = 1 << 26
+#: Output buffers above this many bytes are checked against the memory available before allocating
+#: (a module global, so that tests can lower it).
+_CHECKED_ALLOCATION = CHECKED_ALLOCATION
 
 
 def _contiguous(a: Any) -> Any:
