@@ -49,11 +49,27 @@ def host_target_machine(triple: str, cpu: str, features: str, opt: int = 3) -> "
     2 GB from the code, RuntimeDyld aborts the process (``isInt<32>(RealOffset)``). PIC with the large
     code model reaches data through GOT-relative relocations (``R_X86_64_GOTOFF64``, ``GOTPC64``) that
     need a GOT the MCJIT loader builds only partially; the object is loaded once, in this process, so
-    position independence buys nothing. Raises RuntimeError for a triple LLVM does not know.
+    position independence buys nothing.
+
+    With ``+avx512f`` in ``features`` the CPU's tuning flag ``prefer-256-bit`` is turned off: LLVM sets
+    it for Intel's AVX-512 cores (``skylake-avx512`` to ``sapphirerapids``, and ``rocketlake``, the
+    name LLVM gives some virtualized Xeons), and its loop vectorizer then makes 256-bit loops of the
+    epilogues and elementwise kernels while the hand-written kernels (:class:`~builder.codegen.kernels.simd.SimdInfo`,
+    16 lanes from ``avx512f``) already run on zmm registers. Raises RuntimeError for a triple LLVM
+    does not know.
     """
     init_llvm()
     target = llvm.Target.from_triple(triple)
-    return target.create_target_machine(cpu=cpu, features=features, opt=opt, reloc="static", codemodel="large")
+    return target.create_target_machine(cpu=cpu, features=_vector_width_features(features), opt=opt,
+                                        reloc="static", codemodel="large")
+
+
+def _vector_width_features(features: str) -> str:
+    """``features`` with ``-prefer-256-bit`` appended when it enables AVX-512 (see
+    :func:`host_target_machine`)."""
+    if "avx512f" in _plus_features(features) and "prefer-256-bit" not in features:
+        return f"{features},-prefer-256-bit" if features else "-prefer-256-bit"
+    return features
 
 
 def _plus_features(features: str) -> set[str]:

@@ -1085,6 +1085,20 @@ def test_legalize_alone_uses_the_matmul_kernels():
         assert meta["kernel"].startswith("linear/") == HOST_SIMD.usable, meta["kernel"]
 
 
+@pytest.mark.parametrize("cpu", ["sapphirerapids", "rocketlake", "znver4"])
+def test_vectorized_loops_use_zmm_on_every_avx512_cpu(cpu):
+    """LLVM tunes Intel's AVX-512 cores (and ``rocketlake``, as it names some virtualized Xeons) to
+    prefer 256-bit vectors; the target machine turns that off, so an elementwise loop (here a GELU
+    epilogue, 40 outputs) is vectorized on zmm as the hand-written kernels are, whichever CPU."""
+    if not HOST.triple.startswith("x86_64"):
+        pytest.skip("x86-64 only")
+    epi = ("gelu", ("add", ("linear", 0), ("tensor", 1)))
+    f, _ = _linear_func(37, 40, "float32", "float32", epi, extra=[("bias", (40,), "float32")])
+    t = Target(HOST.triple, cpu, "+avx512f,+avx512bw,+avx512vl,+avx512dq,+avx2,+fma,+f16c")
+    body = re.search(r"^define [^\n]*@f\.epi\(.*?^}$", build({"f": f}, t).llvm_ir, re.S | re.M).group(0)
+    assert "fmuladd.v16f32" in body and "fmuladd.v8f32" not in body
+
+
 @pytest.mark.parametrize("N", [4, 7, 21, 40])
 def test_gelu_epilogue_vectorized_gemv_and_gemm(N):
     """Issue 15: the epilogue's ``erf`` runs in vectors on GEMV tiles (4 outputs per call, below
