@@ -527,8 +527,15 @@ def bench_llama(args, rows: list, notes: list) -> None:
             try:
                 import llama_cpp
 
-                print(f"  llama.cpp via llama-cpp-python {llama_cpp.__version__}: "
-                      f"{llama_cpp.llama_print_system_info().decode().strip()}", flush=True)
+                info = llama_cpp.llama_print_system_info().decode().strip()
+                print(f"  llama.cpp via llama-cpp-python {llama_cpp.__version__}: {info}", flush=True)
+                if "AMX_INT8 = 1" in info and not args.llama_cpp_amx:
+                    raise RuntimeError(
+                        "built with llama.cpp's AMX backend, whose Q4_0 path crashed the process here "
+                        "(segfault in the first decode after the AMX repack, Intel Xeon with AMX, 0.3.36; "
+                        "llama.cpp issue 20824); rebuild with CMAKE_ARGS adding \"-DGGML_AMX_TILE=OFF "
+                        "-DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF\" (AVX-512 / VNNI and the CPU repack stay), "
+                        "or pass --llama-cpp-amx to try it anyway")
                 llama_cpp_kinds.append("llama-cpp-python")
             except Exception as err:  # noqa: BLE001
                 skip(notes, "Llama llama.cpp (llama-cpp-python)", f"{err} (CMAKE_ARGS=\"-DGGML_NATIVE=ON\" "
@@ -742,6 +749,9 @@ def main(argv=None) -> int:
     p.add_argument("--skip-llama", action="store_true")
     p.add_argument("--no-torch", action="store_true", help="no torch anchor for the Llama")
     p.add_argument("--no-llama-cpp", action="store_true", help="no llama.cpp anchor")
+    p.add_argument("--llama-cpp-amx", action="store_true",
+                   help="time a llama-cpp-python built with llama.cpp's AMX backend (skipped by default: its "
+                        "Q4_0 path segfaulted on an AMX Xeon)")
     args = p.parse_args(argv)
     args.runs_minilm = args.runs or (10 if args.quick else 30)
     args.runs_llama = args.llama_runs
