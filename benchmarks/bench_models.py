@@ -533,9 +533,9 @@ def bench_llama(args, rows: list, notes: list) -> None:
                     raise RuntimeError(
                         "built with llama.cpp's AMX backend, whose Q4_0 path crashed the process here "
                         "(segfault in the first decode after the AMX repack, Intel Xeon with AMX, 0.3.36; "
-                        "llama.cpp issue 20824); rebuild with CMAKE_ARGS adding \"-DGGML_AMX_TILE=OFF "
-                        "-DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF\" (AVX-512 / VNNI and the CPU repack stay), "
-                        "or pass --llama-cpp-amx to try it anyway")
+                        "llama.cpp issue 20824); rebuild it with GGML_NATIVE=OFF and the ISA named (the AMX "
+                        "line of benchmarks/README.md: AVX-512 / VNNI and the CPU repack stay), or pass "
+                        "--llama-cpp-amx to try it anyway")
                 llama_cpp_kinds.append("llama-cpp-python")
             except Exception as err:  # noqa: BLE001
                 skip(notes, "Llama llama.cpp (llama-cpp-python)", f"{err} (CMAKE_ARGS=\"-DGGML_NATIVE=ON\" "
