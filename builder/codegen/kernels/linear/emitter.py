@@ -98,7 +98,7 @@ class LinearEmitter(GemvFloat, Bf16Dot, GemvInt8, GemmFloat, GemmInt8):
         for w in plan.weights:
             if w.format == "group" and w.group_size <= 256:
                 step = max(step, w.group_size)
-        kc_bytes = TUNING["kc_bytes"] or (16384 if regs < 32 else 32768)
+        kc_bytes = TUNING["kc_bytes"] or (16384 if regs < 32 else 65536)
         kc = max(32, kc_bytes // (4 * self.NR))
         self.KC = max(step, kc - kc % step)
         # GEMV weights read through GroupQuantDecoder.fast_chunk: one permuted copy of x and

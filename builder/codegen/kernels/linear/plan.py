@@ -34,7 +34,7 @@ TUNING = {
     "gemv_wide_i8": 1,           # int8 GEMV with 16 lanes: 128-column steps in 512-bit vectors (0: 64 in 256-bit)
     "gemv_rows": 4,              # R: weight rows per GEMV tile
     "gemv_rows_q": 4,            # the same for packed 4 / 8-bit weights (8 spills with 16 registers)
-    "kc_bytes": 0,               # packed panel KC x NR float32 bytes (0: 16 KiB, 32 KiB with 32 registers)
+    "kc_bytes": 0,               # packed panel KC x NR float32 bytes (0: 16 KiB, 64 KiB with 32 registers)
     "mr": 6,                     # GEMM micro-kernel rows
     "parallel_min_macs": 1 << 18,
     "tasks_per_thread": 16,
