@@ -604,6 +604,10 @@ def test_avx512_code_generation(monkeypatch):
     for hook in ("MB_SIMD_EMULATE", "MB_SIMD_SHAPE", "MB_SIMD"):   # the targets' own features
         monkeypatch.delenv(hook, raising=False)
     assert SimdInfo.from_target(t.triple, t.features).lanes == 16
+    # the GEMM takes vdpbf16ps on AMD's cores (sse4a in the features), not on Intel's (below)
+    assert SimdInfo.from_target(t.triple, t.features + ",+sse4a").bf16dot_gemm
+    assert not SimdInfo.from_target(t.triple, t.features).bf16dot_gemm
+    monkeypatch.setitem(TUNING, "gemm_bf16dot", 2)   # as on an AMD host (this host may lack sse4a)
     f, _ = _linear_func(100, 70, "float32", "bfloat16", ("multiply", ("silu", ("linear", 0)), ("linear", 1)),
                         nweights=2)
     fq, odt, X, Q, S, ref = _quant_case(9, 70, 160, 4, 32, 7, "uint32", "float16", "float16")
@@ -616,6 +620,14 @@ def test_avx512_code_generation(monkeypatch):
     # selected the instruction for the target)
     assert lib.functions["b"]["kernel"] == "linear/avx512+bf16dot"
     assert "@llvm.x86.avx512bf16.dpbf16ps.512" in lib.llvm_ir
+    assert "mb.micro_bf16.v16x4.t" in lib.llvm_ir
+    # an Intel AVX512-BF16 core (no sse4a): vdpbf16ps in the GEMV only, the GEMM on float32
+    monkeypatch.setitem(TUNING, "gemm_bf16dot", 1)
+    intel = _x86_target("sapphirerapids", "+avx512f,+avx512bw,+avx512vl,+avx512dq,+avx512bf16,+avx2,+fma,+f16c,+avx")
+    lib_i = build({"b": fb}, intel)
+    assert lib_i.functions["b"]["kernel"] == "linear/avx512+bf16gemv"
+    assert "@llvm.x86.avx512bf16.dpbf16ps.512" in lib_i.llvm_ir
+    assert "mb.micro.v16x4.t" in lib_i.llvm_ir and "mb.micro_bf16" not in lib_i.llvm_ir
     no_bf16 = _x86_target("skylake-avx512", "+avx512f,+avx512bw,+avx512vl,+avx512dq,+avx2,+fma,+f16c,+avx")
     fi = _quant_case(40, 70, 320, 4, 32, 7, "uint32", "float32", "float32", activation="int8")[0]
     lib2 = build({"b": fb, "i": fi}, no_bf16)
@@ -963,23 +975,27 @@ def test_other_vector_shapes_run_correctly(shape, monkeypatch):
         np.testing.assert_allclose(y, ref, rtol=2e-5, atol=2e-5 * np.abs(ref).max())
 
 
+@pytest.mark.parametrize("gemm", [1, 2])
 @pytest.mark.parametrize("shape", ["avx512", "avx2"])
-def test_bf16_dot_product_kernels(shape, monkeypatch):
+def test_bf16_dot_product_kernels(shape, gemm, monkeypatch):
     """bfloat16 x and weights on AVX512-BF16 (``vdpbf16ps``): the GEMV and GEMM that multiply
     pairs of columns, emulated with the same arithmetic in generic IR (``MB_SIMD_EMULATE``) so
     they run here; batch 1 to 37 (GEMV tiles, GEMM tiles and their remainders), several column
     blocks and a partial one (K = 546), a panel remainder (N = 70), a column tail past the last
     full vector pair, the gated epilogue, bfloat16 output and symbolic batch. Odd K keeps the
-    float32 kernels."""
+    float32 kernels. ``gemm_bf16dot`` 2 puts the GEMM on vdpbf16ps too; 1 leaves it to the CPU
+    (``+bf16gemv``: the GEMM widens x and the weights to float32, as on Intel's cores)."""
     monkeypatch.setenv("MB_SIMD_SHAPE", shape)
     monkeypatch.setenv("MB_SIMD_EMULATE", "avx512bf16")
+    monkeypatch.setitem(TUNING, "gemm_bf16dot", gemm)
+    tag = "+bf16dot" if gemm == 2 or SimdInfo.from_target(HOST.triple, HOST.features).bf16dot_gemm else "+bf16gemv"
     N, K = 70, 546
     epi = ("multiply", ("silu", ("linear", 0)), ("linear", 1))
     rng = np.random.default_rng(11)
     for odt in ("float32", "bfloat16"):
         f, _ = _linear_func(K, N, "bfloat16", "bfloat16", epi, nweights=2, out_dtype=odt)
         kernel, lib = _build(f)
-        assert kernel == f"linear/{shape}+bf16dot"
+        assert kernel == f"linear/{shape}{tag}"
         w0, w1 = (float32_to_bfloat16_bits(rng.standard_normal((N, K), dtype=np.float32)) for _ in range(2))
         wf0, wf1 = (bfloat16_bits_to_float32(w).astype(np.float64) for w in (w0, w1))
         for M in (1, 3, 8, 25, 31, 37):
@@ -993,7 +1009,7 @@ def test_bf16_dot_product_kernels(shape, monkeypatch):
     for k in (10, 33):   # shorter than one vector pair; odd K (no vdpbf16ps: float32 kernels)
         f, _ = _linear_func(k, 9, "bfloat16", "bfloat16", ("linear", 0), out_dtype="float32")
         kernel, lib = _build(f)
-        assert kernel == f"linear/{shape}" + ("+bf16dot" if k % 2 == 0 else "")
+        assert kernel == f"linear/{shape}" + (tag if k % 2 == 0 else "")
         for M in (2, 30):
             x = float32_to_bfloat16_bits(rng.standard_normal((M, k), dtype=np.float32))
             w = float32_to_bfloat16_bits(rng.standard_normal((9, k), dtype=np.float32))
@@ -1007,7 +1023,7 @@ def test_bf16_dot_product_kernels(shape, monkeypatch):
                         extra=[("bias", (20,), "float32"), ("resid", ("lead", "lead", 20), "float32")],
                         lead=("a", "b"), out_dtype="float32")
     kernel, lib = _build(f)
-    assert kernel == f"linear/{shape}+bf16dot"
+    assert kernel == f"linear/{shape}{tag}"
     for a, bdim in ((1, 1), (2, 3), (5, 7)):   # GEMV and GEMM
         x = float32_to_bfloat16_bits(rng.standard_normal((a, bdim, 64), dtype=np.float32))
         w = float32_to_bfloat16_bits(rng.standard_normal((20, 64), dtype=np.float32))
@@ -1029,7 +1045,8 @@ def test_bf16_recipe_takes_the_dot_product_kernels(monkeypatch):
     monkeypatch.setenv("MB_SIMD_EMULATE", "avx512bf16")
     m = builder.build(ROOT / "recipes" / "llama_mlp.yaml",
                       ["dtype=bfloat16", "hidden_size=72", "intermediate_size=200"])
-    assert {meta["kernel"] for meta in m.exe.kernels.values()} == {f"linear/{HOST_SIMD.name}+bf16dot"}
+    tag = "+bf16dot" if SimdInfo.from_target(HOST.triple, HOST.features).bf16dot_gemm else "+bf16gemv"
+    assert {meta["kernel"] for meta in m.exe.kernels.values()} == {f"linear/{HOST_SIMD.name}{tag}"}
     wg, wu, wd = (bfloat16_bits_to_float32(m.params[n]).astype(np.float64) for n in m.param_names)
     for b in (1, 30):
         x = float32_to_bfloat16_bits(np.random.default_rng(b).standard_normal((b, 72), dtype=np.float32))

@@ -25,7 +25,12 @@ int8-activation GEMV uses them on the kernels' vector width: 512 bits with the 1
 (``int8_512``: the target's own AVX512BW ``vpmaddubsw`` / ``vpmaddwd`` on zmm; without it, as
 under ``MB_SIMD_SHAPE=avx512`` on an AVX2 host, each 512-bit operation is two 256-bit ones). ``avx512bf16`` marks
 hosts with ``vdpbf16ps`` (bfloat16 pair dot products into float32, :meth:`KFunc.dot_bf16`):
-the GEMV and GEMM of bfloat16 activations and weights use it.
+the GEMV of bfloat16 activations and weights uses it, and the GEMM where ``bf16dot_gemm``: a
+core that issues it at least at the rate of its float32 FMAs. AMD's Zen 4 / 5 do (an AMD target
+is told by ``sse4a`` in its features); Intel's AVX-512 cores run it at half the FMA rate
+(measured by ``benchmarks/bench_mlp.py``'s peak probe on a Xeon with AMX, 2 cores: 245 GFLOP/s
+against 492 for the FMAs), where the float32 GEMM on widened weights was faster (LlamaMLP bfloat16
+batch 128: 101 against 162 ms); the memory-bound GEMV gains there too (8.6 against 9.5 ms).
 
 ``vnni`` marks hosts with ``vpdpbusd`` on 256-bit vectors (AVX-VNNI, or AVX512-VNNI with
 AVX512VL): the int8-activation GEMV and GEMM use it in place of ``vpmaddubsw`` + ``vpmaddwd``
@@ -72,6 +77,7 @@ class SimdInfo:
     vnni: bool = False        # vpdpbusd on 256 bits (AVX-VNNI, or AVX512-VNNI with AVX512VL)
     int8_512: bool = False    # the target's own 512-bit integer multiply-adds (AVX512BW)
     vnni_512: bool = False    # the target's own 512-bit vpdpbusd (AVX512-VNNI)
+    bf16dot_gemm: bool = False  # vdpbf16ps at least at the FMAs' rate: the GEMM uses it too (AMD)
 
     def native(self, feature: str) -> bool:
         """True when ``feature`` (e.g. ``"avx512bf16"``) is emitted as its instruction rather
@@ -110,7 +116,8 @@ class SimdInfo:
             vnni = i8 and ("avxvnni" in feats or {"avx512vnni", "avx512vl"} <= feats)
             if "avx512f" in feats and "avx512bw" in feats and "avx512vl" in feats:
                 info = cls("avx512", 16, 32, "f16c" in feats, "avx512bf16" in feats, i8, vnni=vnni,
-                           int8_512=True, vnni_512=vnni and "avx512vnni" in feats)
+                           int8_512=True, vnni_512=vnni and "avx512vnni" in feats,
+                           bf16dot_gemm="avx512bf16" in feats and "sse4a" in feats)
             elif "avx2" in feats and "fma" in feats:
                 info = cls("avx2", 8, 16, "f16c" in feats, int8_dot=i8, vnni=vnni)
             elif "avx" in feats:
@@ -131,7 +138,7 @@ class SimdInfo:
                 raise ValueError(f"MB_SIMD_SHAPE must be one of {', '.join(shapes)}, got {shape!r}")
             name, lanes, regs = shapes[shape]
             return cls(name, lanes, regs, info.f16c, info.avx512bf16, info.int8_dot, vnni=info.vnni,
-                       int8_512=info.int8_512, vnni_512=info.vnni_512)
+                       int8_512=info.int8_512, vnni_512=info.vnni_512, bf16dot_gemm=info.bf16dot_gemm)
         cap = os.environ.get("MB_SIMD", "").strip().lower()
         if cap:
             if cap not in _ORDER:

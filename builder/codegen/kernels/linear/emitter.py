@@ -131,7 +131,8 @@ class LinearEmitter(GemvFloat, Bf16Dot, GemvInt8, GemmFloat, GemmInt8):
             self.MG = min(self.MG, TUNING["gemv_max_rows_short_k"])
         # bfloat16 activations and weights on AVX512-BF16: GEMV and GEMM multiply pairs of
         # columns with vdpbf16ps, the GEMM's panels hold the weights' 32-bit words as they are
-        self.bf16dot = plan.variant == "bf16dot"
+        self.bf16dot = plan.variant in ("bf16dot", "bf16gemv")   # the GEMV multiplies with vdpbf16ps
+        self.bf16dot_gemm = plan.variant == "bf16dot"             # and the GEMM
         # int8 activations on a CPU with VNNI: vpdpbusd replaces vpmaddubsw + vpmaddwd
         self.vnni = plan.variant == "vnni"
         self.vnni_tag = (".vnni" + ("" if simd.native("vnni") else "_emulated")) if self.vnni else ""
@@ -249,7 +250,7 @@ class LinearEmitter(GemvFloat, Bf16Dot, GemvInt8, GemmFloat, GemmInt8):
         for a in body_fn.args[:nparams]:
             a.add_attribute("noalias")
         self.epi_fn = self._emit_epilogue()
-        micro = self._micro_bf16_fn if self.bf16dot else self._micro_fn
+        micro = self._micro_bf16_fn if self.bf16dot_gemm else self._micro_fn
         self.micro_fns = {} if self.i8gemm else {t: micro(t) for t in range(1, self.MR + 1)}
         gemv = self._emit_task("gemv")
         gemm = self._emit_task("gemm")
@@ -270,31 +271,44 @@ class LinearEmitter(GemvFloat, Bf16Dot, GemvInt8, GemmFloat, GemmInt8):
             b.ret(ir.Constant(I32, 0))
         # float32 view of x
         xptr = ptrs[plan.x]
-        if x.dtype == "float32" or self.bf16dot:   # the bfloat16 GEMV / GEMM read x as it is
+        use_gemv = b.icmp_signed("<=", M, kf.i64(self.MG))
+        if x.dtype == "float32" or self.bf16dot_gemm:   # the bfloat16 GEMV / GEMM read x as it is
             xf = xptr
             scratch = None
         else:
-            malloc = kf.declare("malloc", PTR, [I64])
-            total = kf.mul(M, K)
-            scratch = b.call(malloc, [kf.smax(kf.mul(total, 4), 1)])
-            with kf.if_(b.icmp_unsigned("==", scratch, ir.Constant(PTR, None)), "oom"):
-                b.ret(ir.Constant(I32, self.error_code))
-            mt = mem_type(x.dtype)
-            with kf.loop(0, total, 1, "cv", plain=False) as i:
-                raw = kf.load(mt, xptr, i, align=2)
-                if x.dtype == "float16":
-                    v = b.fpext(raw, F32)
-                else:
-                    v = b.bitcast(b.shl(b.zext(raw, I32), ir.Constant(I32, 16)), F32)
-                kf.store(v, scratch, i, align=4)
-            xf = scratch
+            slot = kf.alloca(PTR, name="xf")
+            b.store(ir.Constant(PTR, None), slot)
+
+            def widen():
+                bb = kf.b
+                malloc = kf.declare("malloc", PTR, [I64])
+                total = kf.mul(M, K)
+                buf = bb.call(malloc, [kf.smax(kf.mul(total, 4), 1)])
+                with kf.if_(bb.icmp_unsigned("==", buf, ir.Constant(PTR, None)), "oom"):
+                    bb.ret(ir.Constant(I32, self.error_code))
+                bb.store(buf, slot)
+                mt = mem_type(x.dtype)
+                with kf.loop(0, total, 1, "cv", plain=False) as i:
+                    raw = kf.load(mt, xptr, i, align=2)
+                    if x.dtype == "float16":
+                        v = bb.fpext(raw, F32)
+                    else:
+                        v = bb.bitcast(bb.shl(bb.zext(raw, I32), ir.Constant(I32, 16)), F32)
+                    kf.store(v, buf, i, align=4)
+
+            if self.bf16dot:   # the GEMV reads the bfloat16 x as it is; only the GEMM widens it
+                with kf.if_(b.not_(use_gemv), "widen"):
+                    widen()
+            else:
+                widen()
+            scratch = b.load(slot, typ=PTR)
+            xf = b.select(b.icmp_unsigned("==", scratch, ir.Constant(PTR, None)), xptr, scratch)
         qbufs = self._prepare_quant_x(kf, xf, M, K)
         ibufs = self._prepare_int8_x(kf, xf, M, K)
         # split the work
         nthreads = b.sext(b.call(kf.declare("mb_num_threads", I32, []), []), I64)
         macs = kf.mul(kf.mul(M, N), kf.smax(K, 1))
         small = b.or_(kf.lt(macs, TUNING["parallel_min_macs"]), b.icmp_signed("<=", nthreads, kf.i64(1)))
-        use_gemv = b.icmp_signed("<=", M, kf.i64(self.MG))
         units = b.select(use_gemv, kf.sdiv(kf.add(N, self.R - 1), self.R),
                          kf.sdiv(kf.add(N, self.gemm_nr - 1), self.gemm_nr))
         many = kf.smin(units, kf.mul(nthreads, TUNING["tasks_per_thread"]))

@@ -136,7 +136,7 @@ class GemmFloat:
         raw, bp = self._workspace(kf, nbytes)
         cs = kf.gep(bp, kf.i64(KC * NR), F32)
         micro = self.micro_fns
-        bf = self.bf16dot
+        bf = self.bf16dot_gemm
         # a block of KB columns fills the KC x NR panel: KC float32 columns, or KC words of
         # two bfloat16 columns each for the vdpbf16ps micro-kernel
         KB = 2 * KC if bf else KC

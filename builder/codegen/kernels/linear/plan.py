@@ -50,7 +50,8 @@ TUNING = {
     "qu_i8": 2,                  # its k-quads per inner loop iteration
     "nv_i8": 2,                  # its weight rows per panel / 8 (int32 vectors per row of x)
     "epi_interleave": 2,         # epilogue loop: vector iterations interleaved by LLVM (adds a 4-wide remainder loop)
-    "gemm_bf16dot": 1,           # bfloat16 x and weights on AVX512-BF16: vdpbf16ps GEMV / GEMM (0: float32)
+    "gemm_bf16dot": 1,           # bfloat16 x and weights on AVX512-BF16: vdpbf16ps GEMV, and GEMM where
+                                 # SimdInfo.bf16dot_gemm (0: float32 both; 2: GEMM too on any such CPU)
 }
 
 
@@ -173,8 +174,10 @@ def plan_linear(func: PrimFunc, simd: SimdInfo) -> LinearPlan | str:
     """Validate ``func`` against its ``mb.kernel`` description; returns the plan or a reason
     (a string) why the fast kernel does not apply. The plan's ``variant`` names a special
     instruction path the kernel takes (``"bf16dot"``: bfloat16 ``x`` and weights, an even
-    static ``K`` and ``vdpbf16ps``; ``"vnni"``: int8-activation weights and ``vpdpbusd``),
-    shown in the built function's ``kernel`` label.
+    static ``K`` and ``vdpbf16ps`` in the GEMV and GEMM; ``"bf16gemv"``: in the GEMV only, the
+    GEMM multiplies widened float32 (:attr:`SimdInfo.bf16dot_gemm`, ``gemm_bf16dot``);
+    ``"vnni"``: int8-activation weights and ``vpdpbusd``), shown in the built function's
+    ``kernel`` label.
 
     A function the target's vectors are too wide for (groups of 8 columns with 16 float32
     lanes) is planned for narrower x86 vectors (8, then 4 lanes; ``plan.simd``), which the
@@ -194,7 +197,8 @@ def plan_linear(func: PrimFunc, simd: SimdInfo) -> LinearPlan | str:
         if (simd.avx512bf16 and TUNING["gemm_bf16dot"] and plan.params[plan.x].dtype == "bfloat16"
                 and isinstance(k, E.IntImm) and k.value % 2 == 0
                 and all(d.format == "dense" and d.dtype == "bfloat16" for d in plan.weights)):
-            plan.variant = "bf16dot"
+            gemm = TUNING["gemm_bf16dot"] >= 2 or simd.bf16dot_gemm
+            plan.variant = "bf16dot" if gemm else "bf16gemv"
         elif simd.vnni and isinstance(k, E.IntImm) and any(
                 d.format == "group" and d.activation == "int8"
                 and int8_gemv_supported(d.storage, d.bits, d.group_size, k.value)
