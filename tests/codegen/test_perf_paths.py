@@ -335,6 +335,39 @@ def test_gemm_prefetches_the_next_weight_block(fmt, monkeypatch):
             np.testing.assert_allclose(y, ref, rtol=2e-5, atol=2e-5 * np.abs(ref).max())
 
 
+@pytest.mark.parametrize("wdt", ["float32", "float16"])
+def test_gemv_prefetches_every_line_it_reads(wdt):
+    """The dense GEMV's loop prefetches, ``prefetch`` bytes ahead, each 64-byte line of each
+    weight row its step reads (a step of 4 vectors reads 2-4 lines per row; one prefetch per step
+    left half to three quarters of the lines to the hardware: float16 LlamaMLP batch 1 9.8 ->
+    8.4 ms on an Intel Xeon); checked in the row-dot helper's IR, then the results."""
+    from builder.codegen import emit_llvm_ir
+
+    if not HOST_SIMD.usable:
+        pytest.skip("no vector unit")
+    N, K = 9, 1000
+    f, _ = _linear_func(K, N, "float32", wdt, ("linear", 0))
+    text, _ = emit_llvm_ir({"f": f})
+    L, esize, R = HOST_SIMD.lanes, (4 if wdt == "float32" else 2), TUNING["gemv_rows"]
+    dot = re.search(r'^define [^\n]*@"mb\.dot\.[^"]*\.mt(\d+)\.r%d"\(.*?^}$' % R, text, re.S | re.M)
+    expected = 0
+    for t in range(1, int(dot.group(1)) + 1):   # the helper's tiles of t input rows, unroll U (its rule)
+        U = 1
+        while U < 4 and R * t * U * 2 <= max(HOST_SIMD.registers - 6, 4):
+            U *= 2
+        expected += R * max(1, L * U * esize // 64)
+    assert dot.group(0).count("@\"llvm.prefetch.p0\"(") == expected
+    _, lib = _build(f)
+    rng = np.random.default_rng(3)
+    for M in (1, 2, 5):
+        x = rng.standard_normal((M, K), dtype=np.float32)
+        w = rng.standard_normal((N, K), dtype=np.float32).astype(wdt)
+        y = np.empty((M, N), np.float32)
+        lib["f"](x, w, y)
+        np.testing.assert_allclose(y, x.astype(np.float64) @ w.astype(np.float64).T, rtol=2e-5,
+                                   atol=2e-5 * np.sqrt(K))
+
+
 @pytest.mark.skipif(not HOST_SIMD.int8_dot, reason="int8 GEMV needs AVX2")
 @pytest.mark.parametrize("K,gs,storage,sdt,xdt", [
     (4192, 32, "uint32", "float16", "float32"),   # 65 steps: one 32-column float tail

@@ -87,15 +87,19 @@ class DenseDecoder:
                 locality: int = 3) -> None:
         """``body(k, u, [vector of each row at k])`` for ``k`` in ``[k_lo, k_hi)`` by ``lanes * unroll``
         (then single vectors to the last whole one); with ``prefetch`` (bytes), each step first
-        prefetches every row that far ahead with ``llvm.prefetch`` ``locality`` (3 = L1, 2 = L2)."""
+        prefetches that far ahead every 64-byte line of each row the step reads, with
+        ``llvm.prefetch`` ``locality`` (3 = L1, 2 = L2)."""
         step = self.lanes * unroll
         span = kf.sub(k_hi, k_lo)
         main_end = kf.add(k_lo, kf.sub(span, kf.b.srem(span, kf.i64(step))))
+        lines = max(1, step * self.esize // 64)
         with kf.loop(k_lo, main_end, step, "kv") as k:
             if prefetch:
                 ahead = kf.add(k, prefetch // self.esize)
                 for r in rows:
-                    kf.prefetch(kf.gep(r, ahead, self.mt), locality)
+                    for j in range(lines):
+                        kf.prefetch(kf.gep(r, kf.add(ahead, j * 64 // self.esize) if j else ahead, self.mt),
+                                    locality)
             for u in range(unroll):
                 kk = kf.add(k, u * self.lanes) if u else k
                 body(kk, u, [self.load_vec(kf, r, kk) for r in rows])
