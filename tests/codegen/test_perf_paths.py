@@ -368,6 +368,29 @@ def test_gemv_prefetches_every_line_it_reads(wdt):
                                    atol=2e-5 * np.sqrt(K))
 
 
+@pytest.mark.parametrize("bits,gs,storage,zp,per_line", [(4, 32, "uint32", 7, 4), (8, 32, "uint32", 127, 2),
+                                                       (4, 128, "uint32", 7, 1)])
+def test_packed_gemv_prefetches_once_per_line(bits, gs, storage, zp, per_line):
+    """The packed-weight GEMV prefetches a row's next lines from every ``64 / group bytes``-th
+    group only (a 4-bit group of 32 is a quarter line), so one prefetch per line; results
+    unchanged (K with a partial last line and a float tail)."""
+    from builder.codegen import emit_llvm_ir
+
+    if not HOST_SIMD.usable:
+        pytest.skip("no vector unit")
+    N, K = 11, 8 * gs + 8
+    f = _quant_case(1, N, K, bits, gs, zp, storage, "float16", "float32")[0]
+    text, _ = emit_llvm_ir({"f": f})
+    dots = re.findall(r'^define [^\n]*@"mb\.dot\.[^"]*\.q"\(.*?^}$', text, re.S | re.M)
+    assert dots and all(("qpf.then" in d) == (per_line > 1) for d in dots)
+    _, lib = _build(f)
+    for M in (1, 3):
+        _, _, X, Q, S, ref = _quant_case(M, N, K, bits, gs, zp, storage, "float16", "float32", M)
+        y = np.empty((M, N), np.float32)
+        lib["f"](X, Q, S, y)
+        np.testing.assert_allclose(y, ref, rtol=2e-5, atol=2e-5 * np.abs(ref).max())
+
+
 @pytest.mark.skipif(not HOST_SIMD.int8_dot, reason="int8 GEMV needs AVX2")
 @pytest.mark.parametrize("K,gs,storage,sdt,xdt", [
     (4192, 32, "uint32", "float16", "float32"),   # 65 steps: one 32-column float tail
