@@ -30,7 +30,8 @@ core that issues it at least at the rate of its float32 FMAs. AMD's Zen 4 / 5 do
 is told by ``sse4a`` in its features); Intel's AVX-512 cores run it at half the FMA rate
 (measured by ``benchmarks/bench_mlp.py``'s peak probe on a Xeon with AMX, 2 cores: 245 GFLOP/s
 against 492 for the FMAs), where the float32 GEMM on widened weights was faster (LlamaMLP bfloat16
-batch 128: 101 against 162 ms); the memory-bound GEMV gains there too (8.6 against 9.5 ms).
+batch 128: 101 against 162 ms); the memory-bound GEMV keeps it (batch 1 as fast as the float32
+path with the same prefetch there, 8.8 ms; 8.6 against 9.5 before the dense GEMV prefetched every line).
 
 ``vnni`` marks hosts with ``vpdpbusd`` on 256-bit vectors (AVX-VNNI, or AVX512-VNNI with
 AVX512VL): the int8-activation GEMV and GEMM use it in place of ``vpmaddubsw`` + ``vpmaddwd``
