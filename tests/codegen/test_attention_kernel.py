@@ -169,14 +169,29 @@ def test_fully_masked_rows_give_zeros_as_the_loops():
 @pytest.mark.parametrize("shape", ["avx512", "avx2", "sse"])
 def test_every_vector_width(shape, monkeypatch):
     """The 16-, 8- and 4-lane kernels (``MB_SIMD_SHAPE``: LLVM splits or widens the vectors for
-    this host) compute the same: GQA, bias, both causal alignments, tails in D and Sk."""
+    this host) compute the same: GQA, bias, both causal alignments, tails in D and Sk, and
+    units whose keys fit one vector (the one-vector key blocks: Sk 3 and 6, and the first rows of
+    a TopLeft-causal prefill)."""
     monkeypatch.setenv("MB_SIMD_SHAPE", shape)
     for causal, bias, dtype in (("BottomRight", "pad", "float32"), ("TopLeft", "full", "float32"),
                                 (None, "row", "float16")):
         kernel, fn = _build(_func(8, 2, 48, 40, dtype, causal, bias))
         assert kernel == f"attention/{shape}"
-        for b, sq, sk in ((1, 1, 37), (3, 5, 67), (2, 19, 19)):
+        for b, sq, sk in ((1, 1, 37), (3, 5, 67), (2, 19, 19), (2, 6, 6), (1, 2, 3)):
             _check(fn, _inputs(b, sq, sk, 8, 2, 48, 40, dtype, bias, masked=0.1), 8, 40, dtype, causal)
+
+
+@needs_vectors
+def test_short_key_ranges_take_one_vector_blocks():
+    """A unit whose keys fit one vector (Sk <= lanes, or the first rows of a causal prefill) runs
+    key blocks of one vector, not ``key_vectors`` (the masked vectors cost MiniLM's 12-token
+    attention 40%): both loops are in the code, chosen per unit at run time."""
+    from builder.codegen import emit_llvm_ir
+    from builder.codegen.kernels.attention import ATTENTION_TUNING
+
+    text, _ = emit_llvm_ir({"f": _func(4, 4, 32, 32, "float32", "TopLeft", "pad")})
+    assert ("keys.then" in text) == (ATTENTION_TUNING["key_vectors"] > 1)
+    assert text.count('"kblk') >= (2 if ATTENTION_TUNING["key_vectors"] > 1 else 1)
 
 
 def test_scalar_target_keeps_the_reference_loops(monkeypatch):
