@@ -368,6 +368,23 @@ def test_gemv_prefetches_every_line_it_reads(wdt):
                                    atol=2e-5 * np.sqrt(K))
 
 
+@pytest.mark.parametrize("chains", [1, 2, 4])
+def test_packed_gemv_accumulator_chains(chains, monkeypatch):
+    """The packed-weight float GEMV spreads its groups over ``gemv_chains_q`` accumulators per
+    (weight row, input row): group counts that are not a multiple of the chains (7 and 13 groups
+    of 32, a 5-column float tail), 1 to 8 input rows, 4- and 8-bit weights, all give the
+    float64 reference."""
+    monkeypatch.setitem(TUNING, "gemv_chains_q", chains)
+    for bits, storage, zp, K in ((4, "uint32", 7, 7 * 32 + 5), (8, "uint32", 127, 13 * 32)):
+        f = _quant_case(1, 21, K, bits, 32, zp, storage, "float16", "float32")[0]
+        _, lib = _build(f)
+        for M in (1, 3, 8):
+            _, _, X, Q, S, ref = _quant_case(M, 21, K, bits, 32, zp, storage, "float16", "float32", M)
+            y = np.empty((M, 21), np.float32)
+            lib["f"](X, Q, S, y)
+            np.testing.assert_allclose(y, ref, rtol=2e-5, atol=2e-5 * np.abs(ref).max())
+
+
 @pytest.mark.parametrize("bits,gs,storage,zp,per_line", [(4, 32, "uint32", 7, 4), (8, 32, "uint32", 127, 2),
                                                        (4, 128, "uint32", 7, 1)])
 def test_packed_gemv_prefetches_once_per_line(bits, gs, storage, zp, per_line):

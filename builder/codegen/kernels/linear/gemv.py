@@ -127,51 +127,73 @@ class GemvFloat:
         xrows = [kf.gep(xq, kf.mul(m, K), F32) for m in ms]
         srows = [kf.gep(xs, kf.mul(m, G), F32) for m in ms]
         pf = TUNING["prefetch_q"]
+        # ``A`` accumulators per (row, input row), taken by the groups in turn: with one, its FMA
+        # per group (4 cycles of latency for a group of 32 weights, about 8 instructions) bounded
+        # the loop
+        A = max(1, TUNING["gemv_chains_q"])
+        chains = [accs] + [[[kf.alloca(vt, name="qacc") for _ in range(t)] for _ in range(rc)]
+                           for _ in range(A - 1)]
+
+        def group(r, g, acc):
+            k0 = kf.mul(g, gs)
+            if pf:
+                byte = kf.add(kf.b.lshr(k0, kf.i64(1)) if dec.bits == 4 else k0, pf)
+                # one prefetch per 64-byte line of the row, from every per_line-th group (the
+                # addresses advance a line per prefetch, aligned or not): a 4-bit group of 32
+                # is 16 bytes, and a prefetch per group was 4 per line in an instruction-bound
+                # loop (Intel Xeon, LlamaMLP batch 1: q4f16_1 3.93 -> 3.78 ms, q8f32_1 5.55 -> 5.19)
+                gbytes = gs * dec.bits // 8
+                per_line = 64 // gbytes if 0 < gbytes < 64 and 64 % gbytes == 0 else 1
+                if per_line > 1:
+                    first = kf.b.icmp_unsigned("==", kf.b.and_(g, kf.i64(per_line - 1)), kf.i64(0))
+                    with kf.if_(first, "qpf"):
+                        kf.prefetch(kf.gep(rows[r][0], byte, I8), TUNING["prefetch_locality"])
+                else:
+                    kf.prefetch(kf.gep(rows[r][0], byte, I8), TUNING["prefetch_locality"])
+            # partial sums per (row, input row): ``gemv_parts_q`` chains each (more chains are
+            # shorter, but with 8 rows and 16 registers they spill)
+            P = max(1, min(TUNING["gemv_parts_q"], gs // L))
+            parts = [[None] * P for _ in range(t)]
+            nv = 0
+            for c in range(0, gs, chunk):
+                kc = kf.add(k0, c) if c else k0
+                xv = [[kf.load(vt, xr, kf.add(kc, p * L) if p else kc, align=4)
+                       for p in range(chunk // L)] for xr in xrows]
+                vals = dec.fast_chunk(kf, rows[r], kc)
+                for i in range(t):
+                    for p, v in enumerate(vals):
+                        q = (nv + p) % P
+                        prev = parts[i][q]
+                        parts[i][q] = b.fmul(xv[i][p], v, flags=KFunc.FM) if prev is None \
+                            else kf.fma(xv[i][p], v, prev)
+                nv += len(xv[0]) if xv else 0
+            gacc = [None] * t
+            for i in range(t):
+                g_sum = parts[i][0]
+                for extra_part in parts[i][1:]:
+                    g_sum = b.fadd(g_sum, extra_part, flags=KFunc.FM)
+                gacc[i] = g_sum
+            sv = dec.scale_splat(kf, rows[r], g)
+            for i in range(t):
+                b.store(kf.fma(gacc[i], sv, b.load(acc[r][i], typ=vt)), acc[r][i])
+
         # the rows one after the other (adjacent in memory: one sequential stream per task, see
         # GemvInt8._gemv_micro_i8), each over all its groups
         for r in range(rc):
-            with kf.loop(0, G, 1, "qg") as g:
-                k0 = kf.mul(g, gs)
-                if pf:
-                    byte = kf.add(kf.b.lshr(k0, kf.i64(1)) if dec.bits == 4 else k0, pf)
-                    # one prefetch per 64-byte line of the row, from every per_line-th group (the
-                    # addresses advance a line per prefetch, aligned or not): a 4-bit group of 32
-                    # is 16 bytes, and a prefetch per group was 4 per line in an instruction-bound
-                    # loop (Intel Xeon, LlamaMLP batch 1: q4f16_1 3.93 -> 3.78 ms, q8f32_1 5.55 -> 5.19)
-                    gbytes = gs * dec.bits // 8
-                    per_line = 64 // gbytes if 0 < gbytes < 64 and 64 % gbytes == 0 else 1
-                    if per_line > 1:
-                        first = kf.b.icmp_unsigned("==", kf.b.and_(g, kf.i64(per_line - 1)), kf.i64(0))
-                        with kf.if_(first, "qpf"):
-                            kf.prefetch(kf.gep(rows[r][0], byte, I8), TUNING["prefetch_locality"])
-                    else:
-                        kf.prefetch(kf.gep(rows[r][0], byte, I8), TUNING["prefetch_locality"])
-                # partial sums per (row, input row): ``gemv_parts_q`` chains each (more chains are
-                # shorter, but with 8 rows and 16 registers they spill)
-                P = max(1, min(TUNING["gemv_parts_q"], gs // L))
-                parts = [[None] * P for _ in range(t)]
-                nv = 0
-                for c in range(0, gs, chunk):
-                    kc = kf.add(k0, c) if c else k0
-                    xv = [[kf.load(vt, xr, kf.add(kc, p * L) if p else kc, align=4)
-                           for p in range(chunk // L)] for xr in xrows]
-                    vals = dec.fast_chunk(kf, rows[r], kc)
+            for extra in chains[1:]:   # zeroed per row: only the current row's extra chains live
+                for i in range(t):
+                    b.store(kf.fzero(L), extra[r][i])
+            g_main = kf.sub(G, b.srem(G, kf.i64(A))) if A > 1 else G
+            with kf.loop(0, g_main, A, "qg") as g0:
+                for a in range(A):
+                    group(r, kf.add(g0, a) if a else g0, chains[a])
+            if A > 1:
+                with kf.loop(g_main, G, 1, "qgt") as g:
+                    group(r, g, accs)
+                for extra in chains[1:]:
                     for i in range(t):
-                        for p, v in enumerate(vals):
-                            q = (nv + p) % P
-                            prev = parts[i][q]
-                            parts[i][q] = b.fmul(xv[i][p], v, flags=KFunc.FM) if prev is None \
-                                else kf.fma(xv[i][p], v, prev)
-                    nv += len(xv[0]) if xv else 0
-                gacc = [None] * t
-                for i in range(t):
-                    g_sum = parts[i][0]
-                    for extra_part in parts[i][1:]:
-                        g_sum = b.fadd(g_sum, extra_part, flags=KFunc.FM)
-                    gacc[i] = g_sum
-                sv = dec.scale_splat(kf, rows[r], g)
-                for i in range(t):
-                    b.store(kf.fma(gacc[i], sv, b.load(accs[r][i], typ=vt)), accs[r][i])
+                        b.store(b.fadd(b.load(accs[r][i], typ=vt), b.load(extra[r][i], typ=vt),
+                                       flags=KFunc.FM), accs[r][i])
         # zero-point term: sum_g scale[n, g] * xs[m, g], a short vector dot per row
         if dec.zero_point:
             for r, vals in enumerate(dec.scale_dot(kf, rows, srows, G)):

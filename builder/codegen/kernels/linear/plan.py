@@ -43,6 +43,7 @@ TUNING = {
     "prefetch_q": 4096,          # the same for packed 4 / 8-bit rows, int8 GEMV included (0: off)
     "prefetch_locality": 2,      # llvm.prefetch locality of those: 2 = into L2 (prefetcht1), 3 = L1 (prefetcht0)
     "gemv_parts_q": 1,           # partial-sum chains per (row, input row) in a 4/8-bit group
+    "gemv_chains_q": 4,          # accumulators per (row, input row) across 4/8-bit groups, taken in turn
     "gemm_i8": 1,                # int8-activation GEMM for M > gemv_max_rows_qig (0: float GEMM above gemv_max_rows_qi)
     "mr_i8": 0,                  # its micro-kernel rows (0: 3, 6 with 32 registers)
     "kc_i8": 1024,               # its packed panel columns (NRI bytes each)
