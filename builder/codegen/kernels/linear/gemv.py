@@ -140,8 +140,8 @@ class GemvFloat:
                 byte = kf.add(kf.b.lshr(k0, kf.i64(1)) if dec.bits == 4 else k0, pf)
                 # one prefetch per 64-byte line of the row, from every per_line-th group (the
                 # addresses advance a line per prefetch, aligned or not): a 4-bit group of 32
-                # is 16 bytes, and a prefetch per group was 4 per line in an instruction-bound
-                # loop (Intel Xeon, LlamaMLP batch 1: q4f16_1 3.93 -> 3.78 ms, q8f32_1 5.55 -> 5.19)
+                # is 16 bytes, and a prefetch per group was 4 per line (Intel Xeon, LlamaMLP
+                # batch 1 from DRAM: q8f32_1 6.66 -> 6.35 ms, q4f16_1 unchanged at 4.3)
                 gbytes = gs * dec.bits // 8
                 per_line = 64 // gbytes if 0 < gbytes < 64 and 64 % gbytes == 0 else 1
                 if per_line > 1:
