@@ -992,6 +992,25 @@ def test_benchmark_peak_and_target_with_avx512bf16():
     assert lines[1] == "0.5 0.8 0.55"
 
 
+def test_benchmark_cache_sweep_sizes_from_the_l3(tmp_path):
+    """``benchmarks/host.l3_bytes`` reads the L3 size from Linux's cache directory (``480M``,
+    ``32768K``), skipping the other levels; bench_mlp's "alone" runs sweep twice that, at most
+    1 GiB."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import host
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    for i, (level, size) in enumerate((("1", "48K"), ("2", "2048K"), ("3", "480M"))):
+        d = tmp_path / f"index{i}"
+        d.mkdir()
+        (d / "level").write_text(level + "\n")
+        (d / "size").write_text(size + "\n")
+    assert host.l3_bytes(tmp_path) == 480 << 20
+    (tmp_path / "index2" / "size").write_text("32768K\n")
+    assert host.l3_bytes(tmp_path) == 32 << 20
+
+
 def test_runtime_benchmark_measures_the_issue_limits():
     """``benchmarks/bench_runtime.py`` measures the tiny-call cost, the RMSNorm on 1 vs all
     threads and the recipe's cold / cached build (it checks the kernels' results itself);
