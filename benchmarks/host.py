@@ -1,4 +1,5 @@
 """What the benchmarks say about the machine they ran on (imported by the scripts beside it)."""
+import os
 import platform
 from pathlib import Path
 
@@ -26,7 +27,6 @@ def l3_bytes(base: Path = Path("/sys/devices/system/cpu/cpu0/cache")) -> int:
     except (OSError, ValueError):
         pass
     try:
-        import os
         return max(0, int(os.sysconf("SC_LEVEL3_CACHE_SIZE")))
     except (ValueError, OSError, AttributeError):
         return 0

@@ -22,8 +22,8 @@ Schedule (FlashAttention-2, Dao 2023, on CPU; the online softmax of Milakov & Gi
   visited in blocks of ``KB = 4 * lanes`` up to the last key any row may see (causal masks end
   the loop early), or of one vector when that is at most ``lanes`` keys (MiniLM's 12-token
   sentences, the first rows of a causal prefill: 16 lanes, 12 heads x 12 tokens 37 -> 22 us on
-  an Intel Xeon; 2-4 vectors per block stayed faster from Sk = 41 on). Each block is packed transposed into ``Kt[D][KB]`` (float32; L x L blocks
-  transposed in registers), so that the scores of two rows are ``2 x 4`` vector accumulators
+  an Intel Xeon; 2-4 vectors per block stayed faster from Sk = 41 on). Each block is packed
+  transposed into ``Kt[D][KB]`` (float32; L x L blocks transposed in registers), so that the scores of two rows are ``2 x 4`` vector accumulators
   of broadcast ``Qs[r][d]`` times ``Kt[d][:]`` (no horizontal sums);
 * scores get the bias (vector loads along keys, a broadcast for a broadcast key dim; the
   block's last vector reads only keys < Sk) and the mask (``-inf`` past the row's causal limit

@@ -129,8 +129,8 @@ class LinearEmitter(GemvFloat, Bf16Dot, GemvInt8, GemmFloat, GemmInt8):
             # short rows: the GEMV's per-(row, input row) reductions and epilogue calls weigh
             # more than the GEMM's panel packing (MiniLM's K = 384 / 1536 at 12 tokens)
             self.MG = min(self.MG, TUNING["gemv_max_rows_short_k"])
-        # bfloat16 activations and weights on AVX512-BF16: GEMV and GEMM multiply pairs of
-        # columns with vdpbf16ps, the GEMM's panels hold the weights' 32-bit words as they are
+        # bfloat16 activations and weights on AVX512-BF16: the GEMV (and, variant bf16dot, the GEMM)
+        # multiply pairs of columns with vdpbf16ps; that GEMM's panels hold the weights' 32-bit words
         self.bf16dot = plan.variant in ("bf16dot", "bf16gemv")   # the GEMV multiplies with vdpbf16ps
         self.bf16dot_gemm = plan.variant == "bf16dot"             # and the GEMM
         # int8 activations on a CPU with VNNI: vpdpbusd replaces vpmaddubsw + vpmaddwd
