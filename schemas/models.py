@@ -446,7 +446,10 @@ class GroupQuantization(StrictModel):
     ``group_size`` inputs (``d = max|x| / 127``, ``x_q = round(x / d)``; the columns past
     whole 64-column steps of whole groups stay float), integer dot products per group, then
     ``scale * d * (sum x_q * q - zero_point * sum x_q)`` -- llama.cpp's Q4_0 x Q8_0 and
-    onnxruntime MatMulNBits ``accuracy_level=4``. It adds about 0.5% relative error (far below
+    onnxruntime MatMulNBits ``accuracy_level=4``. A Linear's 4-bit weights in ``uint32`` words are
+    then stored in tiles of 16 rows (``q_weight`` (out / 16, words, 16), ``q_scale`` (out / 16,
+    groups, 16), each tile transposed; ``out`` a multiple of 16) for the row-tiled int8 kernel,
+    as llama.cpp repacks ``Q4_0`` at load time. It adds about 0.5% relative error (far below
     4-bit weight error), reads the weights about 1.5x as fast at batch 1 and about doubles the
     large-batch throughput on AVX2 (``vpmaddubsw``); ``none`` (the
     default, MLC-LLM's semantics) keeps float activations. Hosts without AVX2 and 8-bit weights

@@ -14,7 +14,7 @@ block's scalar expression.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, field
 from typing import Union
 
 __all__ = ["DenseWeight", "GroupWeight", "Weight", "LinearKernelSpec", "AttentionKernelSpec", "EpilogueLinear", "EpilogueTensor",
@@ -35,8 +35,9 @@ class DenseWeight:
 @dataclass(frozen=True)
 class GroupWeight:
     """A group-quantized weight (``R.group_dequantize`` of ``q`` and ``scale``; see
-    :mod:`builder.ir.op.quantize` for the layout) with its integer attributes and the activation
-    quantization it allows (``"none"`` or ``"int8"``)."""
+    :mod:`builder.ir.op.quantize` for the layout) with its integer attributes, the activation
+    quantization it allows (``"none"`` or ``"int8"``) and its ``row_tile`` (0: rows as they are,
+    else 3-D tiles of that many rows)."""
 
     q: int
     scale: int
@@ -45,6 +46,7 @@ class GroupWeight:
     zero_point: int
     in_features: int
     activation: str = "none"
+    row_tile: int = 0
     format: str = field(default="group", init=False)
 
 
@@ -128,7 +130,8 @@ def spec_from_attr(value: dict) -> "LinearKernelSpec | AttentionKernelSpec":
         d = dict(d)
         d.pop(tag, None)
         names = [f for f in cls.__dataclass_fields__ if f != tag]
-        if set(d) != set(names):
+        optional = {f for f in names if cls.__dataclass_fields__[f].default is not MISSING}
+        if not set(names) - optional <= set(d) <= set(names):
             raise ValueError(f"{KERNEL_ATTR}: {cls.__name__} takes the fields {names}, got {sorted(d)}")
         return d
 

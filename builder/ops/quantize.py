@@ -17,10 +17,11 @@ __all__ = ["quant_attrs"]
 
 
 def quant_attrs(call: rx.Call) -> dict:
-    """The integer attributes of a ``group_dequantize`` call: bits, group_size, zero_point, in_features."""
+    """The integer attributes of a ``group_dequantize`` call: bits, group_size, zero_point,
+    in_features, row_tile (0 when absent)."""
     a = call.attrs
     return {"bits": int(a["bits"]), "group_size": int(a["group_size"]), "zero_point": int(a["zero_point"]),
-            "in_features": int(a["in_features"])}
+            "in_features": int(a["in_features"]), "row_tile": int(a.get("row_tile", 0))}
 
 
 def _group_dequantize(bb: BlockBuilder, call: rx.Call) -> rx.Expr:
@@ -28,6 +29,6 @@ def _group_dequantize(bb: BlockBuilder, call: rx.Call) -> rx.Expr:
 
 
 register_op("group_dequantize", infer_group_dequantize,
-            ("bits", "group_size", "zero_point", "in_features", "activation_quantization"),
+            ("bits", "group_size", "zero_point", "in_features", "activation_quantization", "row_tile"),
             pattern=OpPattern.INJECTIVE, legalize=_group_dequantize, frontend="group_dequantize",
             doc="``(value - zero_point) * scale`` of packed group-quantized weights.")

@@ -18,8 +18,12 @@ from schemas import (
 __all__ = [
     "GroupQuantization", "PerChannelQuantization", "NoQuantization", "QuantizationSpec", "PRESETS", "KINDS",
     "STORAGE_BITS", "register_preset", "resolve", "preset_name", "describe", "QuantLayout", "is_quantizing",
-    "GroupSizeError",
+    "GroupSizeError", "ROW_TILE",
 ]
+
+
+ROW_TILE = 16
+"""Rows per tile of a row-tiled weight (one 512-bit vector of 4-byte words; two 256-bit ones)."""
 
 
 class GroupSizeError(ValueError):
@@ -85,7 +89,11 @@ class QuantLayout:
     (rows, words) of ``storage_dtype`` and ``q_scale`` (rows, num_groups) of ``model_dtype``.
     ``zero_point`` is the stored value of 0 (``max_int`` for group, 0 for per-channel).
     ``activation_quantization`` is the spec's (``"none"`` or ``"int8"``, see
-    :class:`schemas.GroupQuantization`).
+    :class:`schemas.GroupQuantization`). ``row_tile`` (0: none): the weight is stored in tiles of
+    that many rows, each transposed (:func:`~builder.quant.packing.tile_rows`): ``q_weight``
+    (rows / T, words, T), ``q_scale`` (rows / T, num_groups, T) -- chosen by :meth:`of` for 4-bit
+    weights in uint32 words with int8 activations whose rows fill whole tiles of :data:`ROW_TILE`,
+    the layout of the row-tiled int8 kernel (every weight row of a tile in one vector lane).
     """
 
     in_features: int
@@ -97,11 +105,13 @@ class QuantLayout:
     max_int: int
     zero_point: int
     activation_quantization: str = "none"
+    row_tile: int = 0
 
     @staticmethod
-    def of(spec: QuantizedSpec, in_features: int) -> "QuantLayout":
-        """The layout of a weight with ``in_features`` columns. Raises ValueError for a
-        non-positive or non-integer ``in_features`` (a symbolic size cannot be grouped),
+    def of(spec: QuantizedSpec, in_features: int, rows=None) -> "QuantLayout":
+        """The layout of a weight with ``in_features`` columns and ``rows`` rows (given for a
+        Linear's weight, which may then be row-tiled; an Embedding's never is). Raises ValueError
+        for a non-positive or non-integer ``in_features`` (a symbolic size cannot be grouped),
         :class:`GroupSizeError` for a ``group_size`` larger than ``in_features``."""
         if not isinstance(in_features, int) or isinstance(in_features, bool) or in_features <= 0:
             raise ValueError(f"cannot quantize a weight with in_features={in_features!r}: group "
@@ -110,9 +120,11 @@ class QuantLayout:
         if group_size > in_features:
             raise GroupSizeError(f"group_size {group_size} is larger than the weight's {in_features} input "
                                  "features")
+        act = getattr(spec, "activation_quantization", "none")
+        tiled = (act == "int8" and spec.bits == 4 and spec.storage_dtype == "uint32"
+                 and isinstance(rows, int) and not isinstance(rows, bool) and rows > 0 and rows % ROW_TILE == 0)
         return QuantLayout(in_features, spec.bits, group_size, spec.elements_per_word, spec.storage_dtype,
-                           spec.model_dtype, spec.max_int, spec.zero_point,
-                           getattr(spec, "activation_quantization", "none"))
+                           spec.model_dtype, spec.max_int, spec.zero_point, act, ROW_TILE if tiled else 0)
 
     @property
     def num_groups(self) -> int:
@@ -130,11 +142,15 @@ class QuantLayout:
         return self.padded_in // self.elements_per_word
 
     def q_weight_shape(self, rows) -> tuple:
-        """``(rows, words)``."""
+        """``(rows, words)``; ``(rows / row_tile, words, row_tile)`` when tiled."""
+        if self.row_tile:
+            return (rows // self.row_tile, self.words, self.row_tile)
         return (rows, self.words)
 
     def q_scale_shape(self, rows) -> tuple:
-        """``(rows, num_groups)``."""
+        """``(rows, num_groups)``; ``(rows / row_tile, num_groups, row_tile)`` when tiled."""
+        if self.row_tile:
+            return (rows // self.row_tile, self.num_groups, self.row_tile)
         return (rows, self.num_groups)
 
     @property
@@ -145,4 +161,6 @@ class QuantLayout:
                  "in_features": self.in_features}
         if self.activation_quantization != "none":
             attrs["activation_quantization"] = self.activation_quantization
+        if self.row_tile:
+            attrs["row_tile"] = self.row_tile
         return attrs

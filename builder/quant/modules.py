@@ -31,7 +31,8 @@ class QuantizedLinear(nn.Module):
     """``y = x @ dequantize(q_weight, q_scale).T + bias`` for a quantizing spec.
 
     ``q_weight`` (out_features, words) of the storage dtype, ``q_scale`` (out_features,
-    num_groups) and ``bias`` (out_features,) of the model dtype (the bias in ``out_dtype`` when
+    num_groups) -- in row tiles (:class:`~builder.quant.config.QuantLayout` ``row_tile``) for 4-bit
+    weights with int8 activations -- and ``bias`` (out_features,) of the model dtype (the bias in ``out_dtype`` when
     given), ``in_features`` fixed (it decides the groups; padded to whole groups). ``x`` is
     (..., in_features) in the model dtype. Raises ValueError for a symbolic ``in_features``.
     """
@@ -43,7 +44,7 @@ class QuantizedLinear(nn.Module):
         self.out_dtype = out_dtype
         self.tensor_parallel: str | None = None     # set by from_linear: a row-parallel layer all-reduces
         self.tensor_parallel_shards = 1
-        self.layout = QuantLayout.of(spec, in_features)
+        self.layout = QuantLayout.of(spec, in_features, out_features)
         self.q_weight = nn.Parameter(self.layout.q_weight_shape(out_features), self.layout.storage_dtype)
         self.q_scale = nn.Parameter(self.layout.q_scale_shape(out_features), self.layout.model_dtype)
         self.bias = nn.Parameter((out_features,), out_dtype or self.layout.model_dtype) if bias else None

@@ -13,7 +13,10 @@ Formulas (MLC-LLM's group quantization, NK layout; per-channel is one group per 
   storage; a group whose scale is 0 (all zero) stores ``zero_point``;
 * packing: value ``i`` of a word sits in bits ``[i*bits, (i+1)*bits)`` (the first value in the
   lowest bits), ``elements_per_word = storage bits / bits`` values per word;
-* dequantization: ``(q - zero_point) * scale``, exact in float32.
+* dequantization: ``(q - zero_point) * scale``, exact in float32;
+* row tiles (``layout.row_tile = T``, 4-bit weights with int8 activations): ``q_weight`` and
+  ``q_scale`` as (rows / T, words | groups, T), each tile of ``T`` rows transposed
+  (:func:`tile_rows`; see :mod:`builder.ir.op.quantize`).
 """
 from __future__ import annotations
 
@@ -24,7 +27,7 @@ from runtime.native import bfloat16_bits_to_float32, float32_to_bfloat16_bits
 from .config import QuantLayout
 
 __all__ = ["pack_bits", "unpack_bits", "quantize_weight", "dequantize_weight", "to_float32", "from_float32",
-           "cast_array"]
+           "cast_array", "tile_rows", "untile_rows"]
 
 _FLOATS = ("float16", "bfloat16", "float32", "float64")
 
@@ -100,10 +103,31 @@ def unpack_bits(words: np.ndarray, bits: int) -> np.ndarray:
     return vals.reshape(*words.shape[:-1], words.shape[-1] * per_word).astype(np.int64)
 
 
+def tile_rows(a: np.ndarray, row_tile: int) -> np.ndarray:
+    """``a`` (rows, cols) -- packed words or scales -- in the ``row_tile`` layout: (rows / T, cols,
+    T), each tile of ``T`` rows transposed (a new C-contiguous array; ``a`` itself for 0).
+    Raises ValueError when ``rows`` is not a multiple of ``T``."""
+    if not row_tile:
+        return a
+    rows, cols = a.shape
+    if rows % row_tile:
+        raise ValueError(f"{rows} rows do not fill whole tiles of {row_tile}")
+    return np.ascontiguousarray(a.reshape(rows // row_tile, row_tile, cols).transpose(0, 2, 1))
+
+
+def untile_rows(a: np.ndarray) -> np.ndarray:
+    """The inverse of :func:`tile_rows`: (rows / T, cols, T) -> (rows, cols); 2-D arrays as they are."""
+    if a.ndim == 2:
+        return a
+    tiles, cols, t = a.shape
+    return np.ascontiguousarray(a.transpose(0, 2, 1).reshape(tiles * t, cols))
+
+
 def quantize_weight(w: np.ndarray, layout: QuantLayout, dtype: str | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Quantize a (rows, in_features) float weight: returns ``(q_weight, q_scale)`` with shapes
     ``(rows, layout.words)`` in the storage dtype and ``(rows, layout.num_groups)`` in the model
-    dtype (bfloat16 as uint16 bits). ``dtype`` names bfloat16 input bits (see :func:`to_float32`).
+    dtype (bfloat16 as uint16 bits); with ``layout.row_tile`` in tiles of that many rows
+    (:func:`tile_rows`: ``layout.q_weight_shape(rows)`` / ``q_scale_shape(rows)``). ``dtype`` names bfloat16 input bits (see :func:`to_float32`).
     Works on blocks of rows, so temporaries stay small.
 
     Raises ValueError for a weight of another width, or one whose scales are not finite in the
@@ -138,12 +162,13 @@ def quantize_weight(w: np.ndarray, layout: QuantLayout, dtype: str | None = None
         q_weight[r0:r0 + step] = pack_bits(q.astype(small).reshape(chunk.shape[0], layout.padded_in),
                                            layout.bits, layout.storage_dtype)
         q_scale[r0:r0 + step] = scale
-    return q_weight, q_scale
+    return tile_rows(q_weight, layout.row_tile), tile_rows(q_scale, layout.row_tile)
 
 
 def dequantize_weight(q_weight: np.ndarray, q_scale: np.ndarray, layout: QuantLayout) -> np.ndarray:
     """The float32 weight (rows, in_features) that ``(q_weight, q_scale)`` stand for:
-    ``(q - zero_point) * scale`` (exact in float32), padding columns dropped."""
+    ``(q - zero_point) * scale`` (exact in float32), padding columns dropped (row tiles undone)."""
+    q_weight, q_scale = untile_rows(q_weight), untile_rows(q_scale)
     q = unpack_bits(q_weight, layout.bits)
     s32 = to_float32(q_scale, layout.model_dtype)
     vals = (q - layout.zero_point).astype(np.float32)

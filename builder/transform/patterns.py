@@ -86,7 +86,8 @@ def linear_weight(bindings: dict, b: rx.Expr, tensors: list, offset: int = 1):
         q, s = dq.args
         at = dq.attrs
         return GroupWeight(index(q), index(s), int(at["bits"]), int(at["group_size"]), int(at["zero_point"]),
-                           int(at["in_features"]), str(at.get("activation_quantization", "none")))
+                           int(at["in_features"]), str(at.get("activation_quantization", "none")),
+                           int(at.get("row_tile", 0)))
     if wsi.dtype not in FLOATS:
         return None
     return DenseWeight(index(w))

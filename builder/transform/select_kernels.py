@@ -126,7 +126,7 @@ def _dequantize_matmul_kernel(bb: BlockBuilder, a: rx.Expr, tensors: list, weigh
     so that they compile to the quantized GEMV / GEMM."""
     q, s = tensors[weight.q - 1], tensors[weight.scale - 1]
     attrs = {"bits": weight.bits, "group_size": weight.group_size, "zero_point": weight.zero_point,
-             "in_features": weight.in_features}
+             "in_features": weight.in_features, "row_tile": weight.row_tile}
     call = call_te(bb, topi.dequantize_linear, (a, q, s), {**attrs, "out_dtype": out_dtype}, "dequantize_matmul")
     func = bb.get()[call.args[0].name_hint]
     reductions = []
@@ -135,6 +135,6 @@ def _dequantize_matmul_kernel(bb: BlockBuilder, a: rx.Expr, tensors: list, weigh
     if len(reductions) == 1:
         func.attrs[KERNEL_ATTR] = LinearKernelSpec(0, 3, (GroupWeight(1, 2, weight.bits, weight.group_size,
                                                                       weight.zero_point, weight.in_features,
-                                                                      weight.activation),),
+                                                                      weight.activation, weight.row_tile),),
                                                    tuple(reductions))
     return call

@@ -218,15 +218,23 @@ def test_shape_mismatch_is_an_error_not_a_crash():
 # quantized weights
 
 
-def _quant_case(M, N, K, bits, gs, zp, storage, sdt, xdt, seed=0, func=True, activation="none"):
+def _quant_case(M, N, K, bits, gs, zp, storage, sdt, xdt, seed=0, func=True, activation="none", row_tile=0):
+    """A quantized linear kernel and its data: ``(func, out dtype, X, Q, S, reference)``; with
+    ``row_tile`` the kernel reads Q and S in tiles of that many rows, and they are returned as
+    row-major 2-D arrays (:func:`tile_rows` makes the kernel's input)."""
     per_word = {"uint32": 32, "uint16": 16, "uint8": 8, "int8": 8}[storage] // bits
     groups = -(-K // gs)
     words = groups * gs // per_word
     x = te.placeholder((te.var("b"), K), xdt, name="x")
-    q = te.placeholder((N, words), storage, name="q")
-    s = te.placeholder((N, groups), sdt, name="s")
+    if row_tile:
+        q = te.placeholder((N // row_tile, words, row_tile), storage, name="q")
+        s = te.placeholder((N // row_tile, groups, row_tile), sdt, name="s")
+    else:
+        q = te.placeholder((N, words), storage, name="q")
+        s = te.placeholder((N, groups), sdt, name="s")
     spec = []
-    out = topi.linear_kernel(x, q, s, weights=[GroupWeight(1, 2, bits, gs, zp, K, activation)], spec=spec)
+    out = topi.linear_kernel(x, q, s, weights=[GroupWeight(1, 2, bits, gs, zp, K, activation, row_tile)],
+                             spec=spec)
     f = te.create_prim_func([x, q, s, out])
     f.attrs[KERNEL_ATTR] = spec[0]
     rng = np.random.default_rng(seed)
@@ -596,6 +604,113 @@ def test_int8_activation_falls_back_to_float_without_avx2(monkeypatch):
     y = np.empty((2, 11), np.float32)
     lib["f"](X, Q, S, y)
     f2, _, _, _, _, exact = _quant_case(2, 11, 256, 4, 32, 7, "uint32", "float32", "float32", seed=5)
+    np.testing.assert_allclose(y, exact, rtol=2e-5, atol=2e-5 * np.abs(exact).max())
+
+
+# ---------------------------------------------------------------------------------------------
+# row-tiled 4-bit weights with int8 activations (builder/codegen/kernels/linear/int8_tiles.py)
+
+
+def _tiled(a: np.ndarray) -> np.ndarray:
+    from builder.quant.packing import tile_rows
+
+    return tile_rows(a, 16)
+
+
+@pytest.mark.skipif(not HOST_SIMD.int8_dot, reason="the row-tiled int8 kernel needs AVX2")
+@pytest.mark.parametrize("K,gs,sdt,xdt", [
+    (4192, 32, "float16", "float32"),    # 131 groups: a 32-column float tail
+    (640, 64, "float32", "float32"),
+    (640, 128, "bfloat16", "bfloat16"),  # groups span two 64-column steps
+    (200, 16, "float32", "float16"),     # 4 groups per step, 8-column tail
+    (72, 8, "float32", "float32"),
+    (96, 32, "float32", "float32"),      # one step, 32 float columns
+    (1280, 256, "float16", "float32"),
+])
+@pytest.mark.parametrize("vnni", [False, True])
+def test_row_tiled_int8_kernel(K, gs, sdt, xdt, vnni, monkeypatch, target=None, label=True):
+    """``row_tile=16`` weights with int8 activations run the row-tiled kernel at every batch
+    size (blocks of 4 / 8 input rows and their remainders, three tiles): the same float64
+    emulation of the quantization as the row-major int8 kernels (a group of zeros included), and
+    really the int8 path (about 0.5% from the float result). ``vnni``: ``vpdpbusd`` (emulated
+    where the host lacks it); ``target``: build for it instead of the host."""
+    if vnni:
+        monkeypatch.setenv("MB_SIMD_EMULATE", "vnni")
+    lib = None
+    N = 48
+    for M in (1, 3, 8, 9, 17):
+        f, odt, X, Q, S, _ = _quant_case(M, N, K, 4, gs, 7, "uint32", sdt, xdt, seed=M + K, activation="int8",
+                                         row_tile=16)
+        if M >= 3:
+            X[1, :gs] = 0
+        if lib is None:
+            kernel, lib = _build(f, target)
+            if label:
+                assert kernel == f"linear/{HOST_SIMD.name}" + ("+vnni" if vnni or HOST_SIMD.vnni else "") + "+tiles"
+        y = np.empty((M, N), _np_dtype(odt))
+        lib["f"](X, _tiled(Q), _tiled(S), y)
+        xf = _as_f32(X, xdt)
+        W = _int4_weights(Q, S, "uint32", sdt, gs, K)
+        want = _int8_activation_reference(xf, W, gs)
+        tol = _tol(odt) if odt != "float32" else 2e-5
+        np.testing.assert_allclose(_as_f32(y, odt), want, rtol=tol, atol=tol * np.abs(want).max())
+        exact = xf.astype(np.float64) @ W.T.astype(np.float64)
+        rel = float(np.linalg.norm(_as_f32(y, odt) - exact) / np.linalg.norm(exact))
+        if K >= 128:
+            assert 1e-3 < rel < 2e-2, rel
+
+
+@pytest.mark.skipif(not HOST_SIMD.int8_dot or "+fma" not in HOST.features, reason="needs AVX2")
+@pytest.mark.parametrize("shape", ["avx2", "avx512"])
+@pytest.mark.parametrize("vnni", [False, True])
+@pytest.mark.parametrize("K,gs,sdt,xdt", [(640, 32, "float16", "float32"), (200, 16, "bfloat16", "bfloat16")])
+def test_row_tiled_int8_kernel_on_avx2(K, gs, sdt, xdt, vnni, shape, monkeypatch):
+    """The row-tiled kernel built for an AVX2 target without VNNI (``vpmaddubsw`` pairs summed in
+    int16 over 4 words, then ``vpmaddwd``; or ``vpdpbusd`` emulated): tiles as two vectors of 8
+    rows (``avx2``) or one 16-lane vector split into 256-bit halves (``MB_SIMD_SHAPE=avx512``)."""
+    if shape == "avx512":
+        monkeypatch.setenv("MB_SIMD_SHAPE", "avx512")
+    target = _x86_target("haswell", "+avx2,+fma,+f16c,+avx")
+    simd = SimdInfo.from_target(target.triple, target.features)
+    assert simd.int8_dot and not simd.vnni and not simd.int8_512
+    test_row_tiled_int8_kernel(K, gs, sdt, xdt, vnni, monkeypatch, target=target, label=False)
+
+
+@pytest.mark.skipif(not HOST_SIMD.int8_dot, reason="the row-tiled int8 kernel needs AVX2")
+def test_row_tiled_int8_kernel_nan_and_block_size(monkeypatch):
+    """A NaN in a row of x makes that row's outputs NaN and leaves the other rows exact; blocks of
+    3 input rows (``tile_rows_x_i8``) give the same outputs as the default blocks."""
+    f, odt, X, Q, S, ref = _quant_case(7, 32, 256, 4, 32, 7, "uint32", "float32", "float32", seed=3,
+                                       activation="int8", row_tile=16)
+    _, lib = _build(f)
+    y = np.empty((7, 32), np.float32)
+    lib["f"](X, _tiled(Q), _tiled(S), y)
+    monkeypatch.setitem(TUNING, "tile_rows_x_i8", 3)
+    f3, *_ = _quant_case(7, 32, 256, 4, 32, 7, "uint32", "float32", "float32", seed=3, activation="int8",
+                         row_tile=16)
+    _, lib3 = _build(f3)
+    y3 = np.empty((7, 32), np.float32)
+    lib3["f"](X, _tiled(Q), _tiled(S), y3)
+    np.testing.assert_allclose(y3, y, rtol=1e-6, atol=1e-6 * np.abs(y).max())
+    np.testing.assert_allclose(y, ref, rtol=2e-5, atol=2e-5 * np.abs(ref).max())
+    X[2, 100] = np.nan
+    lib["f"](X, _tiled(Q), _tiled(S), y)
+    assert np.isnan(y[2]).all() and not np.isnan(np.delete(y, 2, axis=0)).any()
+
+
+def test_row_tiled_weights_without_avx2_run_the_loops(monkeypatch):
+    """Without AVX2 (``MB_SIMD=avx``) row-tiled weights run the generic loops, which read the
+    tiles: exact float results (float activations, as every int8-activation weight there)."""
+    monkeypatch.delenv("MB_SIMD_SHAPE", raising=False)
+    monkeypatch.setenv("MB_SIMD", "avx")
+    f, odt, X, Q, S, _ = _quant_case(3, 32, 96, 4, 32, 7, "uint32", "float16", "float32", seed=9,
+                                     activation="int8", row_tile=16)
+    kernel, lib = _build(f)
+    assert kernel.startswith("loops (linear: row-tiled weights need AVX2"), kernel
+    y = np.empty((3, 32), np.float32)
+    lib["f"](X, _tiled(Q), _tiled(S), y)
+    W = _int4_weights(Q, S, "uint32", "float16", 32, 96)
+    exact = _as_f32(X, "float32").astype(np.float64) @ W.T.astype(np.float64)
     np.testing.assert_allclose(y, exact, rtol=2e-5, atol=2e-5 * np.abs(exact).max())
 
 

@@ -198,3 +198,82 @@ def test_graph_op_checks_the_layout():
     with pytest.raises(ValueError, match=r"q_weight \(6, 4\) has 4 words per row, but in_features=40 padded to "
                                          r"groups of 16 needs 6"):
         Bad().export_tvm({"forward": {"x": nn.spec.Tensor([1], "float32")}})
+
+
+class TiledDequant(nn.Module):
+    """``group_dequantize`` of row-tiled parameters, consumed by a gather and by an add (neither is
+    the row-tiled matmul kernel: the generic loops read the tiles)."""
+
+    def __init__(self, q_shape=(2, 6, 16), s_shape=(2, 3, 16)):
+        self.q = nn.Parameter(q_shape, "uint32")
+        self.s = nn.Parameter(s_shape, "float32")
+
+    def forward(self, x, ids):
+        w = nn.op.group_dequantize(self.q, self.s, bits=4, group_size=16, zero_point=7, in_features=40,
+                                   activation_quantization="int8", row_tile=16)
+        return nn.op.add(w, x), nn.op.take(w, ids, axis=0)
+
+
+def test_row_tiled_dequantize_and_gather():
+    """``row_tile=16``: the struct info has the rows of all tiles (2 x 16), printing and parsing
+    keep the attribute, and the unfused dequantize and the quantized gather read word ``w`` of row
+    ``n`` at ``[n // 16, w, n % 16]`` (numpy's dequantization of the row-major words as reference)."""
+    from builder.ir.parser import parse
+    from builder.quant import QuantLayout
+    from builder.quant.packing import tile_rows
+
+    irmod, _ = TiledDequant().export_tvm({"forward": {"x": nn.spec.Tensor([32, 40], "float32"),
+                                                      "ids": nn.spec.Tensor([3], "int32")}})
+    text = irmod.script()
+    assert 'in_features=40, activation_quantization="int8", row_tile=16)' in text
+    assert 'R.Tensor((32, 40), dtype="float32") = R.group_dequantize' in text
+    assert parse(text).script() == text
+    exe = compile_module(irmod)
+    rng = np.random.default_rng(5)
+    q = rng.integers(0, 2 ** 32, (32, 6), dtype=np.uint64).astype(np.uint32)
+    s = rng.random((32, 3)).astype(np.float32)
+    want = dequantize_weight(q, s, QuantLayout(40, 4, 16, 8, "uint32", "float32", 7, 7))
+    ids = np.array([0, 17, 31], np.int32)
+    y, rows = VirtualMachine(exe)["forward"](np.zeros((32, 40), np.float32), ids, tile_rows(q, 16), tile_rows(s, 16))
+    np.testing.assert_array_equal(y, want)
+    np.testing.assert_array_equal(rows, want[ids])
+
+
+@pytest.mark.parametrize("q_shape,s_shape,match", [
+    ((32, 6), (32, 3), r"with row_tile=16 q_weight and q_scale must be 3-D tiles"),
+    ((2, 6, 8), (2, 3, 8), r"must end in tiles of 16 rows"),
+    ((2, 5, 16), (2, 3, 16), r"has 5 words per row, but in_features=40 padded to groups of 16 needs 6"),
+    ((2, 6, 16), (3, 3, 16), r"have different numbers of rows"),
+])
+def test_row_tiled_layout_is_checked(q_shape, s_shape, match):
+    with pytest.raises(ValueError, match=match):
+        TiledDequant(q_shape, s_shape).export_tvm({"forward": {"x": nn.spec.Tensor([32, 40], "float32"),
+                                                               "ids": nn.spec.Tensor([3], "int32")}})
+
+
+def test_row_tile_must_be_a_known_size():
+    class Bad(nn.Module):
+        def __init__(self):
+            self.q = nn.Parameter((4, 6, 8), "uint32")
+            self.s = nn.Parameter((4, 3, 8), "float32")
+
+        def forward(self, x):
+            return nn.op.group_dequantize(self.q, self.s, bits=4, group_size=16, zero_point=7, in_features=40,
+                                          row_tile=8)
+
+    with pytest.raises(ValueError, match=r"row_tile must be one of \(0, 16\), got 8"):
+        Bad().export_tvm({"forward": {"x": nn.spec.Tensor([1], "float32")}})
+
+
+def test_kernel_spec_reads_group_weights_with_and_without_row_tile():
+    """A printed ``mb.kernel`` group weight names ``row_tile``; one printed before it existed (no
+    such field) reads as the row layout, and a misspelt field is still refused."""
+    from builder.ir.kernel import GroupWeight, spec_from_attr
+
+    base = {"x": 0, "out": 3, "acc": ["acc"], "kind": "linear"}
+    w = {"q": 1, "scale": 2, "bits": 4, "group_size": 32, "zero_point": 7, "in_features": 64,
+         "activation": "int8", "format": "group"}
+    assert spec_from_attr({**base, "weights": [w]}).weights == (GroupWeight(1, 2, 4, 32, 7, 64, "int8", 0),)
+    assert spec_from_attr({**base, "weights": [{**w, "row_tile": 16}]}).weights[0].row_tile == 16
+    with pytest.raises(ValueError, match="takes the fields"):
+        spec_from_attr({**base, "weights": [{**w, "row_tiles": 16}]})

@@ -147,3 +147,36 @@ def test_bfloat16_bits_helpers():
     assert as_bfloat16_bits(bits.view(np.int16)).dtype == np.uint16
     with pytest.raises(TypeError, match="got dtype float32"):
         as_bfloat16_bits(x)
+
+
+def test_row_tiles_of_int8_activation_weights():
+    """4-bit weights in uint32 words with int8 activations whose rows fill tiles of 16 are stored
+    row-tiled: (rows / 16, words | groups, 16), word ``w`` of row ``n`` at ``[n // 16, w, n % 16]``;
+    other weights (float activations, 8 bits, uint8 words, rows not a multiple of 16, an
+    Embedding's table: no rows given) keep the row layout. Quantizing to tiles is the row-major
+    quantization tiled, and dequantizes to the same weight."""
+    from builder.quant.packing import tile_rows, untile_rows
+
+    a8 = GroupQuantization(activation_quantization="int8")
+    assert QuantLayout.of(a8, 64, 48).row_tile == 16
+    for spec, rows in ((a8, 40), (a8, None), (GroupQuantization(), 48), (GroupQuantization(bits=8,
+                       activation_quantization="int8"), 48),
+                       (GroupQuantization(storage_dtype="uint8", activation_quantization="int8"), 48)):
+        assert QuantLayout.of(spec, 64, rows).row_tile == 0, (spec, rows)
+    layout = QuantLayout.of(a8, 100, 32)
+    assert layout.q_weight_shape(32) == (2, 16, 16) and layout.q_scale_shape(32) == (2, 4, 16)
+    assert layout.op_attrs["row_tile"] == 16 and "row_tile" not in QuantLayout.of(a8, 100).op_attrs
+    w = np.random.default_rng(4).standard_normal((32, 100)).astype(np.float32)
+    q, s = quantize_weight(w, layout)
+    plain = QuantLayout.of(a8, 100)
+    q0, s0 = quantize_weight(w, plain)
+    assert q.shape == (2, 16, 16) and s.shape == (2, 4, 16) and q.flags.c_contiguous
+    for n in (0, 5, 17, 31):
+        for word in (0, 3, 15):
+            assert q[n // 16, word, n % 16] == q0[n, word]
+        assert s[n // 16, 2, n % 16] == s0[n, 2]
+    np.testing.assert_array_equal(untile_rows(q), q0)
+    np.testing.assert_array_equal(tile_rows(q0, 16), q)
+    np.testing.assert_array_equal(dequantize_weight(q, s, layout), dequantize_weight(q0, s0, plain))
+    with pytest.raises(ValueError, match="20 rows do not fill whole tiles of 16"):
+        tile_rows(np.zeros((20, 4), np.uint32), 16)

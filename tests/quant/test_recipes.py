@@ -198,7 +198,9 @@ def test_int8_activations_through_a_recipe(capsys):
     plain = build(SMALL, ["quantization=q4f32_1"], weights=WEIGHTS)
     m = build(SMALL, ["quantization=q4f32_1", "quantization.activation_quantization=int8"], weights=WEIGHTS)
     text = m.ir.script()
-    assert 'in_features=256, activation_quantization="int8")' in text
+    # 4-bit weights with int8 activations are stored in tiles of 16 rows (the row-tiled kernel)
+    assert 'in_features=256, activation_quantization="int8", row_tile=16)' in text
+    assert "R.Tensor((43, 32, 16), dtype=\"uint32\")" in text   # gate_proj: 688 rows in 43 tiles
     assert parse(text).script() == text
     y, y_plain = m(x), plain(x)
     assert np.linalg.norm(y - y_float) / np.linalg.norm(y_float) < 0.20
@@ -206,6 +208,8 @@ def test_int8_activations_through_a_recipe(capsys):
     rel = np.linalg.norm(y - y_plain) / np.linalg.norm(y_plain)
     if SimdInfo.from_target(host.triple, host.features).int8_dot:
         assert 1e-4 < rel < 0.02, rel   # the int8 path ran: close to, not equal to, the float one
+        kernels = {meta["kernel"] for meta in m.exe.kernels.values()}
+        assert any(k.endswith("+tiles") for k in kernels), kernels   # gate / up and down, row-tiled
     else:
         assert rel < 1e-5, rel
     # a batch of 40 takes the GEMM (int8 for gate / up, whose K = 256 is whole 64-column

@@ -22,7 +22,7 @@ from ...ir.tir import BufferLoad as _BufferLoad, ExprMutator, expr_children
 from .. import tensor as _te
 from ..tensor import ComputeOp as _ComputeOp, Reduce as _Reduce, Tensor
 from .linear_algebra import linear
-from .quantize import dequant_value
+from .quantize import dequant_value, weight_rows
 
 __all__ = ["inline_injective", "linear_kernel", "replay"]
 
@@ -181,10 +181,10 @@ def _linear_weight(w, inputs: Sequence[Tensor]) -> Tensor:
     if isinstance(w, _kernel.DenseWeight):
         return inputs[w.w]
     q, s = inputs[w.q], inputs[w.scale]
-    bits, gs, zp, kin = w.bits, w.group_size, w.zero_point, w.in_features
-    per_word = check_packed_layout(q, s, bits, gs, kin, "linear_kernel")
-    return _te.compute((q.shape[0], E.IntImm(kin, "int64")),
-                       lambda n, k: dequant_value(q, s, n, k, bits, per_word, gs, zp),
+    bits, gs, zp, kin, tile = w.bits, w.group_size, w.zero_point, w.in_features, w.row_tile
+    per_word = check_packed_layout(q, s, bits, gs, kin, "linear_kernel", tile)
+    return _te.compute((weight_rows(q, tile), E.IntImm(kin, "int64")),
+                       lambda n, k: dequant_value(q, s, n, k, bits, per_word, gs, zp, row_tile=tile),
                        name="T_dequantize")
 
 

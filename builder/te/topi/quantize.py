@@ -5,7 +5,9 @@ group per row): ``q`` (rows, words) packs ``per_word = storage bits // bits`` va
 element ``i`` of a word in bits ``[i * bits, (i + 1) * bits)``; ``s`` (rows, groups) holds one
 scale per ``group_size`` columns. Column ``k`` of row ``n`` dequantizes to
 ``(unpack(q[n, k // per_word], k % per_word) - zero_point) * s[n, k // group_size]``, computed
-in float32 (exact: a small integer times a 16-bit float). The fused kernels read ``q`` and
+in float32 (exact: a small integer times a 16-bit float). With ``row_tile = T`` both are stored
+in tiles of ``T`` rows, (rows / T, words | groups, T): word ``w`` of row ``n`` is
+``q[n // T, w, n % T]``, its scale ``s[n // T, g, n % T]``. The fused kernels read ``q`` and
 ``s`` directly inside their reduction / gather, so no float copy of the weight exists.
 """
 from __future__ import annotations
@@ -35,39 +37,50 @@ def _word_divisor(r: PrimExpr, bits: int, per_word: int, dtype: str, lo: int = 0
 
 
 def dequant_value(q: Tensor, s: Tensor, row: PrimExpr, k: PrimExpr, bits: int, per_word: int,
-                   group_size: int, zero_point: int, split: tuple | None = None) -> PrimExpr:
+                  group_size: int, zero_point: int, split: tuple | None = None, row_tile: int = 0) -> PrimExpr:
     """The float32 value of column ``k`` of row ``row`` (see the module docstring). ``split``
     ``(word, r)`` gives ``k // per_word`` and ``k % per_word`` as separate loop variables (then
     ``r`` runs over a constant range that LLVM unrolls, and every shift becomes a constant)."""
+    def at(t: Tensor, col: PrimExpr) -> PrimExpr:
+        if row_tile:
+            return t[row // row_tile, col, row % row_tile]
+        return t[row, col]
+
     if per_word > 1:
         word_index, r = split if split is not None else (k // per_word, k % per_word)
-        word = q[row, word_index]
+        word = at(q, word_index)
         value = (word // _word_divisor(r, bits, per_word, q.dtype)) % E.const(1 << bits, q.dtype)
     else:
-        value = q[row, k]
+        value = at(q, k)
     value = value.astype("int32")
     if zero_point:
         value = value - E.const(zero_point, "int32")
-    return value.astype("float32") * upcast(s[row, k // group_size])
+    return value.astype("float32") * upcast(at(s, k // group_size))
+
+
+def weight_rows(q: Tensor, row_tile: int) -> PrimExpr:
+    """The rows of a packed weight ``q`` (2-D, or 3-D tiles of ``row_tile`` rows)."""
+    return q.shape[0] * row_tile if row_tile else q.shape[0]
 
 
 def group_dequantize(q: Tensor, s: Tensor, bits: int, group_size: int, zero_point: int,
-                     in_features: int) -> Tensor:
+                     in_features: int, row_tile: int = 0) -> Tensor:
     """The dequantized weight ``(rows, in_features)`` in the scale dtype (``T_dequantize``), for
     a ``group_dequantize`` that no matmul / take consumes directly (then it is a real buffer).
 
     Raises TypeError / ValueError when the layout does not fit (words or groups per row,
     storage dtype, group size).
     """
-    per_word = check_packed_layout(q, s, bits, group_size, in_features, "group_dequantize")
+    per_word = check_packed_layout(q, s, bits, group_size, in_features, "group_dequantize", row_tile)
     return _te.compute(
-        (q.shape[0], E.IntImm(in_features, "int64")),
-        lambda n, k: cast_value(dequant_value(q, s, n, k, bits, per_word, group_size, zero_point), s.dtype),
+        (weight_rows(q, row_tile), E.IntImm(in_features, "int64")),
+        lambda n, k: cast_value(dequant_value(q, s, n, k, bits, per_word, group_size, zero_point,
+                                              row_tile=row_tile), s.dtype),
         name="T_dequantize")
 
 
 def dequantize_linear(x: Tensor, q: Tensor, s: Tensor, bits: int, group_size: int, zero_point: int,
-                      in_features: int, out_dtype: str | None = None) -> Tensor:
+                      in_features: int, out_dtype: str | None = None, row_tile: int = 0) -> Tensor:
     """``x @ dequantize(q, s).T`` in one kernel (``dequantize_NT_matmul``): the fused form of
     ``matmul(x, permute_dims(group_dequantize(q, s)))``. Each weight is unpacked and scaled in
     registers inside the reduction over ``k < in_features`` (padding columns are never read);
@@ -78,7 +91,7 @@ def dequantize_linear(x: Tensor, q: Tensor, s: Tensor, bits: int, group_size: in
     ``x.dtype``), accumulated in float32 (float64 never: the weights are at most 16-bit floats
     times small integers). Raises ValueError / TypeError for mismatched shapes or dtypes.
     """
-    per_word = check_packed_layout(q, s, bits, group_size, in_features, "dequantize_linear")
+    per_word = check_packed_layout(q, s, bits, group_size, in_features, "dequantize_linear", row_tile)
     if x.ndim == 0:
         raise ValueError("dequantize_linear: input must have ndim >= 1")
     kx = static_int(x.shape[-1])
@@ -89,7 +102,7 @@ def dequantize_linear(x: Tensor, q: Tensor, s: Tensor, bits: int, group_size: in
         raise TypeError(f"dequantize_linear: input dtype {x.dtype} differs from scale dtype {s.dtype}")
     odt = output_dtype(x.dtype, out_dtype)
     acc = "float64" if x.dtype == "float64" else "float32"
-    shape = list(x.shape[:-1]) + [q.shape[0]]
+    shape = list(x.shape[:-1]) + [weight_rows(q, row_tile)]
 
     def fbody(*idx):
         if per_word > 1 and in_features % per_word == 0:
@@ -100,14 +113,14 @@ def dequantize_linear(x: Tensor, q: Tensor, s: Tensor, bits: int, group_size: in
         else:
             kk = _te.reduce_axis((0, E.IntImm(in_features, "int64")), name="k")
             k, axes, split = kk.var, kk, None
-        w = dequant_value(q, s, idx[-1], k, bits, per_word, group_size, zero_point, split)
+        w = dequant_value(q, s, idx[-1], k, bits, per_word, group_size, zero_point, split, row_tile)
         return _te.sum(cast_value(x[tuple(idx[:-1]) + (k,)], acc) * cast_value(w, acc), axis=axes)
 
     return two_stage_compute(shape, fbody, acc, odt, "dequantize_NT_matmul")
 
 
 def dequantize_take(q: Tensor, s: Tensor, indices: Tensor, bits: int, group_size: int,
-                    zero_point: int, in_features: int) -> Tensor:
+                    zero_point: int, in_features: int, row_tile: int = 0) -> Tensor:
     """Rows ``indices`` of ``dequantize(q, s)`` (``T_dequantize_take``): the fused form of
     ``take(group_dequantize(q, s), indices, axis=0)``, unpacking only the gathered rows.
 
@@ -115,13 +128,14 @@ def dequantize_take(q: Tensor, s: Tensor, indices: Tensor, bits: int, group_size
     an error when the code runs (as for ``take``, :func:`checked_index`). Raises TypeError for
     non-integer indices.
     """
-    per_word = check_packed_layout(q, s, bits, group_size, in_features, "dequantize_take")
+    per_word = check_packed_layout(q, s, bits, group_size, in_features, "dequantize_take", row_tile)
     if not E.is_int_dtype(indices.dtype) or indices.dtype == "bool":
         raise TypeError(f"dequantize_take: indices must be integers, got {indices.dtype}")
     ni = indices.ndim
 
     def f(*idx):
-        row = checked_index(indices[tuple(idx[:ni])].astype("int64"), q.shape[0])
-        return cast_value(dequant_value(q, s, row, idx[ni], bits, per_word, group_size, zero_point), s.dtype)
+        row = checked_index(indices[tuple(idx[:ni])].astype("int64"), weight_rows(q, row_tile))
+        return cast_value(dequant_value(q, s, row, idx[ni], bits, per_word, group_size, zero_point,
+                                        row_tile=row_tile), s.dtype)
 
     return _te.compute(list(indices.shape) + [E.IntImm(in_features, "int64")], f, name="T_dequantize_take")

@@ -20,6 +20,7 @@ from .bf16 import Bf16Dot
 from .int8_gemv import GemvInt8
 from .gemm import GemmFloat
 from .int8_gemm import GemmInt8
+from .int8_tiles import TILE_ROWS, GemvInt8Tiles
 
 __all__ = ["LinearEmitter", "emit_linear"]
 
@@ -70,7 +71,7 @@ class _State:
     extra: dict = field(default_factory=dict)
 
 
-class LinearEmitter(GemvFloat, Bf16Dot, GemvInt8, GemmFloat, GemmInt8):
+class LinearEmitter(GemvFloat, Bf16Dot, GemvInt8, GemvInt8Tiles, GemmFloat, GemmInt8):
     """Emits one linear kernel (see the package docstring); the family mixins add the GEMV / GEMM
     code paths."""
 
@@ -110,6 +111,8 @@ class LinearEmitter(GemvFloat, Bf16Dot, GemvInt8, GemmFloat, GemmInt8):
         self.ikeys: list[int] = []
         self.qint: dict[int, int] = {}
         k_static = E.simplify(plan.params[plan.x].shape[-1])
+        # row-tiled 4-bit weights (``row_tile``): the row-tiled int8 kernel (:mod:`.int8_tiles`)
+        self.tiled = any(d.format == "group" and d.row_tile for d in plan.weights)
         for w, d in enumerate(plan.weights):
             if (d.format == "group" and d.activation == "int8" and simd.int8_dot
                     and isinstance(k_static, E.IntImm)
@@ -134,7 +137,7 @@ class LinearEmitter(GemvFloat, Bf16Dot, GemvInt8, GemmFloat, GemmInt8):
         self.bf16dot = plan.variant in ("bf16dot", "bf16gemv")   # the GEMV multiplies with vdpbf16ps
         self.bf16dot_gemm = plan.variant == "bf16dot"             # and the GEMM
         # int8 activations on a CPU with VNNI: vpdpbusd replaces vpmaddubsw + vpmaddwd
-        self.vnni = plan.variant == "vnni"
+        self.vnni = "vnni" in plan.variant.split("+")
         self.vnni_tag = (".vnni" + ("" if simd.native("vnni") else "_emulated")) if self.vnni else ""
         if self.qfast or self.qint:
             self.R = TUNING["gemv_rows_q"]
@@ -143,8 +146,11 @@ class LinearEmitter(GemvFloat, Bf16Dot, GemvInt8, GemmFloat, GemmInt8):
         self.MTi = TUNING["gemv_rows_x_i8"] or (4 if regs >= 32 else 2)
         # int8-activation GEMM when every weight takes the int8 path: it quantizes the same
         # columns as the GEMV (the rest stay float), so every batch size computes the same
-        self.i8gemm = bool(TUNING["gemm_i8"]) and len(self.qint) == self.nw
-        if any(w.format == "group" for w in plan.weights):
+        self.i8gemm = bool(TUNING["gemm_i8"]) and len(self.qint) == self.nw and not self.tiled
+        if self.tiled:
+            # row-tiled weights (the planner took them only for this kernel): every M
+            self.R, self.MG = TILE_ROWS, 1 << 40
+        elif any(w.format == "group" for w in plan.weights):
             # GEMV re-decodes a tile's packed weights for every MT rows of x, GEMM once per
             # panel: the crossover comes earlier than for float weights
             groups = [w for w, d in enumerate(plan.weights) if d.format == "group"]
@@ -251,9 +257,9 @@ class LinearEmitter(GemvFloat, Bf16Dot, GemvInt8, GemmFloat, GemmInt8):
             a.add_attribute("noalias")
         self.epi_fn = self._emit_epilogue()
         micro = self._micro_bf16_fn if self.bf16dot_gemm else self._micro_fn
-        self.micro_fns = {} if self.i8gemm else {t: micro(t) for t in range(1, self.MR + 1)}
+        self.micro_fns = {} if self.i8gemm or self.tiled else {t: micro(t) for t in range(1, self.MR + 1)}
         gemv = self._emit_task("gemv")
-        gemm = self._emit_task("gemm")
+        gemm = gemv if self.tiled else self._emit_task("gemm")
         kf = KFunc(self.module, body_fn)
         b = kf.b
         ptrs = list(body_fn.args[:nparams])
@@ -439,7 +445,7 @@ class LinearEmitter(GemvFloat, Bf16Dot, GemvInt8, GemmFloat, GemmInt8):
         u0 = b.sdiv(kf.mul(idx, st.units), st.ntasks)
         u1 = b.sdiv(kf.mul(kf.add(idx, 1), st.units), st.ntasks)
         if kind == "gemv":
-            self._gemv(kf, st, u0, u1)
+            (self._tiles if self.tiled else self._gemv)(kf, st, u0, u1)
             b.ret(ir.Constant(I32, 0))
         else:
             self._gemm(kf, st, u0, u1)

@@ -23,7 +23,9 @@ class GemvInt8:
     def _int8_rows(self, gs: int) -> Int8Rows:
         """The :class:`Int8Rows` layout of this kernel's GEMV for groups of ``gs`` (128-column
         steps with 16-lane vectors where they quantize the same columns, see
-        :meth:`Int8Rows.for_lanes`)."""
+        :meth:`Int8Rows.for_lanes`; 64-column steps for the row-tiled kernel)."""
+        if self.tiled:   # the row-tiled kernel reads 64-column steps whatever the vector width
+            return Int8Rows(self.K_static, gs)
         return Int8Rows.for_lanes(self.K_static, gs, self.lanes if TUNING["gemv_wide_i8"] else 8)
 
     def _int8_row_sums(self, kf, dec, row, xrows, lay: "Int8Rows", accs, sums) -> None:

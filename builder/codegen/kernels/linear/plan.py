@@ -32,6 +32,7 @@ TUNING = {
     "gemv_acc_i8": 2,            # accumulator chains per weight row and input row in the int8 GEMV
     "gemv_rows_step_i8": 1,      # int8 GEMV, 2+ input rows: weight rows sharing each load of x (1: one stream per task)
     "gemv_wide_i8": 1,           # int8 GEMV with 16 lanes: 128-column steps in 512-bit vectors (0: 64 in 256-bit)
+    "tile_rows_x_i8": 0,         # row-tiled int8 kernel: input rows per block (0: 4, 8 with 32 registers)
     "gemv_rows": 4,              # R: weight rows per GEMV tile
     "gemv_rows_q": 4,            # the same for packed 4 / 8-bit weights (8 spills with 16 registers)
     "kc_bytes": 0,               # packed panel KC x NR float32 bytes (0: 16 KiB, 64 KiB with 32 registers)
@@ -75,7 +76,7 @@ class WeightPlan:
     """One weight of a planned kernel: the spec's fields (:class:`~builder.ir.kernel.DenseWeight`:
     ``format="dense"``, parameter ``w``; :class:`~builder.ir.kernel.GroupWeight`: ``format="group"``,
     parameters ``q`` / ``scale``, ``bits``, ``group_size``, ``zero_point``, ``in_features``,
-    ``activation``) and what the planner read from the buffers: the dense weight's ``dtype``, the
+    ``activation``, ``row_tile``) and what the planner read from the buffers: the dense weight's ``dtype``, the
     packed words' ``storage`` dtype and the ``scale_dtype``, and ``reads`` (the ids of the weight's
     buffers, which its accumulator block may read besides x)."""
 
@@ -88,6 +89,7 @@ class WeightPlan:
     zero_point: int = 0
     in_features: int = 0
     activation: str = "none"
+    row_tile: int = 0
     dtype: str = ""
     storage: str = ""
     scale_dtype: str = ""
@@ -171,14 +173,29 @@ def _same_dims(a, b) -> bool:
     return len(a) == len(b) and all(E.prove_equal(x, y) for x, y in zip(a, b))
 
 
+def _tiled_unsupported(storage: str, bits: int, group_size: int, tile: int, activation: str, k: int,
+                       simd: SimdInfo) -> str:
+    """Why the row-tiled int8 kernel (:mod:`.int8_tiles`) cannot run a row-tiled weight, or ``""``:
+    it takes 4-bit values in uint32 words, tiles of 16 rows, int8 activations, groups that
+    :func:`int8_gemv_supported` takes, on a host with AVX2 integer multiply-adds (elsewhere the
+    generic loops read the tiles)."""
+    if storage != "uint32" or bits != 4 or tile != 16 or activation != "int8":
+        return f"row-tiled {storage} bits={bits} row_tile={tile} activation={activation}"
+    if not simd.int8_dot:
+        return f"row-tiled weights need AVX2 integer multiply-adds ({simd.name})"
+    if not int8_gemv_supported(storage, bits, group_size, k):
+        return f"row-tiled group_size={group_size} with in_features={k}"
+    return ""
+
+
 def plan_linear(func: PrimFunc, simd: SimdInfo) -> LinearPlan | str:
     """Validate ``func`` against its ``mb.kernel`` description; returns the plan or a reason
     (a string) why the fast kernel does not apply. The plan's ``variant`` names a special
     instruction path the kernel takes (``"bf16dot"``: bfloat16 ``x`` and weights, an even
     static ``K`` and ``vdpbf16ps`` in the GEMV and GEMM; ``"bf16gemv"``: in the GEMV only, the
     GEMM multiplies widened float32 (:attr:`SimdInfo.bf16dot_gemm`, ``gemm_bf16dot``);
-    ``"vnni"``: int8-activation weights and ``vpdpbusd``), shown in the built function's
-    ``kernel`` label.
+    ``"vnni"``: int8-activation weights and ``vpdpbusd``; ``"tiles"`` added: row-tiled weights and
+    the row-tiled int8 kernel), shown in the built function's ``kernel`` label.
 
     A function the target's vectors are too wide for (groups of 8 columns with 16 float32
     lanes) is planned for narrower x86 vectors (8, then 4 lanes; ``plan.simd``), which the
@@ -205,6 +222,8 @@ def plan_linear(func: PrimFunc, simd: SimdInfo) -> LinearPlan | str:
                 and int8_gemv_supported(d.storage, d.bits, d.group_size, k.value)
                 for d in plan.weights):
             plan.variant = "vnni"
+        if any(d.format == "group" and d.row_tile for d in plan.weights):
+            plan.variant = "+".join(filter(None, [plan.variant, "tiles"]))
     return plan
 
 
@@ -238,19 +257,27 @@ def _plan_linear(func: PrimFunc, simd: SimdInfo) -> LinearPlan | str:
             w.dtype, w.reads = wb.dtype, {id(wb)}
         elif w.format == "group":
             q, s = params[w.q], params[w.scale]
-            if q.ndim != 2 or s.ndim != 2 or q.dtype not in QUANT_STORAGE_BITS:
+            tile = int(w.row_tile)
+            if q.ndim != (3 if tile else 2) or s.ndim != q.ndim or q.dtype not in QUANT_STORAGE_BITS:
                 return "quantized weight layout"
             if s.dtype not in ("float32", "float16", "bfloat16"):
                 return f"scale dtype {s.dtype}"
             bits, gs, zp = int(w.bits), int(w.group_size), int(w.zero_point)
-            if not GroupQuantDecoder.supported(q.dtype, bits, gs, simd.lanes):
-                return f"quantized format {q.dtype} bits={bits} group_size={gs}"
-            per_word = QUANT_STORAGE_BITS[q.dtype] // bits
-            if not (E.prove_equal(q.shape[0], n_dim) and E.prove_equal(s.shape[0], n_dim)):
-                return "quantized weight rows"
             kk = E.simplify(k_dim)
             if not isinstance(kk, E.IntImm):
                 return "quantized weights need a static in_features"
+            if tile:
+                why = _tiled_unsupported(q.dtype, bits, gs, tile, w.activation, kk.value, simd)
+                if why:
+                    return why
+                if not (E.prove_equal(q.shape[0] * tile, n_dim) and E.prove_equal(s.shape[0] * tile, n_dim)
+                        and E.prove_equal(q.shape[2], tile) and E.prove_equal(s.shape[2], tile)):
+                    return "row-tiled weight rows"
+            elif not GroupQuantDecoder.supported(q.dtype, bits, gs, simd.lanes):
+                return f"quantized format {q.dtype} bits={bits} group_size={gs}"
+            elif not (E.prove_equal(q.shape[0], n_dim) and E.prove_equal(s.shape[0], n_dim)):
+                return "quantized weight rows"
+            per_word = QUANT_STORAGE_BITS[q.dtype] // bits
             groups = -(-kk.value // gs)
             if not (E.prove_equal(s.shape[1], groups)
                     and E.prove_equal(q.shape[1], groups * gs // per_word)):
@@ -259,6 +286,8 @@ def _plan_linear(func: PrimFunc, simd: SimdInfo) -> LinearPlan | str:
             w.storage, w.scale_dtype, w.reads = q.dtype, s.dtype, {id(q), id(s)}
         else:
             return f"weight format {w.format!r}"
+    if len({w.format == "group" and w.row_tile > 0 for w in weights}) > 1:
+        return "row-tiled and other weights in one kernel"
     blocks = {b.name: b for b in _blocks(func)}
     if "root" in blocks:
         del blocks["root"]
