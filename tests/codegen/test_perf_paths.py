@@ -679,7 +679,8 @@ def test_row_tiled_int8_kernel_on_avx2(K, gs, sdt, xdt, vnni, shape, monkeypatch
 @pytest.mark.skipif(not HOST_SIMD.int8_dot, reason="the row-tiled int8 kernel needs AVX2")
 def test_row_tiled_int8_kernel_nan_and_block_size(monkeypatch):
     """A NaN in a row of x makes that row's outputs NaN and leaves the other rows exact; blocks of
-    3 input rows (``tile_rows_x_i8``) give the same outputs as the default blocks."""
+    3 input rows (``tile_rows_x_i8``) and tiles as two 8-lane vectors (``tile_lanes_i8``) give the
+    same outputs as the defaults."""
     f, odt, X, Q, S, ref = _quant_case(7, 32, 256, 4, 32, 7, "uint32", "float32", "float32", seed=3,
                                        activation="int8", row_tile=16)
     _, lib = _build(f)
@@ -692,6 +693,13 @@ def test_row_tiled_int8_kernel_nan_and_block_size(monkeypatch):
     y3 = np.empty((7, 32), np.float32)
     lib3["f"](X, _tiled(Q), _tiled(S), y3)
     np.testing.assert_allclose(y3, y, rtol=1e-6, atol=1e-6 * np.abs(y).max())
+    monkeypatch.setitem(TUNING, "tile_lanes_i8", 8)
+    f8, *_ = _quant_case(7, 32, 256, 4, 32, 7, "uint32", "float32", "float32", seed=3, activation="int8",
+                         row_tile=16)
+    _, lib8 = _build(f8)
+    y8 = np.empty((7, 32), np.float32)
+    lib8["f"](X, _tiled(Q), _tiled(S), y8)
+    np.testing.assert_allclose(y8, y, rtol=1e-6, atol=1e-6 * np.abs(y).max())
     np.testing.assert_allclose(y, ref, rtol=2e-5, atol=2e-5 * np.abs(ref).max())
     X[2, 100] = np.nan
     lib["f"](X, _tiled(Q), _tiled(S), y)

@@ -46,7 +46,7 @@ class GemvInt8Tiles:
         """``(NL, MB)``: int32 lanes per vector (16 with the 16-lane shape, else 8: a tile is
         ``16 / NL`` vectors) and input rows per block (``tile_rows_x_i8``; 0: 8 with 32
         registers, 4 with 16)."""
-        nl = 16 if self.lanes >= 16 else 8
+        nl = 16 if self.lanes >= 16 and TUNING["tile_lanes_i8"] != 8 else 8
         mb = TUNING["tile_rows_x_i8"] or (8 if self.simd.registers >= 32 else 4)
         return nl, max(1, mb)
 
@@ -112,7 +112,7 @@ class GemvInt8Tiles:
         T, gs, zp = TILE_ROWS, d.group_size, d.zero_point
         i8v, i32v, f32v = vec(I8, 4 * NL), vec(I32, NL), vec(F32, NL)
         st_t = {"float32": F32, "float16": ir.HalfType()}.get(d.scale_dtype, I16)
-        zmm = self.simd.int8_512
+        zmm = self.simd.int8_512 and NL == 16
         low = ir.Constant(i8v, [15] * (4 * NL))
         four = ir.Constant(i8v, [4] * (4 * NL))
         ones = ir.Constant(vec(I16, 2 * NL), [1] * (2 * NL))
@@ -148,7 +148,7 @@ class GemvInt8Tiles:
                     for i, xr in enumerate(xrows):
                         xlo, xhi = xbcast(xr, xo), xbcast(xr, kf.add(xo, S // 2))
                         if self.vnni:
-                            wide = self.simd.vnni_512 if native else zmm
+                            wide = (self.simd.vnni_512 and NL == 16) if native else zmm
                             iacc[i] = kf.dot_u8s8(kf.dot_u8s8(iacc[i], lo, xlo, native, wide), hi, xhi, native, wide)
                         else:
                             p = b.add(kf.maddubs(lo, xlo, zmm), kf.maddubs(hi, xhi, zmm))
