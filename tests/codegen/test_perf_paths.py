@@ -706,6 +706,44 @@ def test_row_tiled_int8_kernel_nan_and_block_size(monkeypatch):
     assert np.isnan(y[2]).all() and not np.isnan(np.delete(y, 2, axis=0)).any()
 
 
+@pytest.mark.skipif(not HOST_SIMD.int8_dot, reason="the row-tiled int8 kernel needs AVX2")
+@pytest.mark.parametrize("zp", [0, 8])
+def test_row_tiled_int8_kernel_zero_points(zp):
+    """Other zero points than q4's 7: none (the integer sums start at 0) and 8 (ORT's MatMulNBits
+    default); the float64 emulation of the quantization with ``(q - zero_point) * scale``."""
+    for M in (1, 9):
+        f, odt, X, Q, S, ref = _quant_case(M, 32, 320, 4, 32, zp, "uint32", "float32", "float32", seed=M,
+                                           activation="int8", row_tile=16)
+        kernel, lib = _build(f)
+        assert kernel.endswith("+tiles")
+        y = np.empty((M, 32), np.float32)
+        lib["f"](X, _tiled(Q), _tiled(S), y)
+        np.testing.assert_allclose(y, ref, rtol=2e-5, atol=2e-5 * np.abs(ref).max())
+
+
+def test_row_tiled_weights_of_one_kernel_share_the_zero_point():
+    """Two row-tiled weights in one kernel (gate / up) share x's int32 table of ``-zero_point *
+    sum q``: weights with different zero points are left to the generic loops, with the reason."""
+    from builder.codegen.kernels.linear import plan_linear
+
+    x = te.placeholder((te.var("b"), 64), "float32", name="x")
+    ts = [te.placeholder(shape, dt, name=n) for n, shape, dt in (
+        ("q0", (2, 8, 16), "uint32"), ("s0", (2, 2, 16), "float32"), ("q1", (2, 8, 16), "uint32"),
+        ("s1", (2, 2, 16), "float32"))]
+    for zps, ok in (((7, 7), True), ((7, 8), False)):
+        spec = []
+        out = topi.linear_kernel(x, *ts, weights=[GroupWeight(1, 2, 4, 32, zps[0], 64, "int8", 16),
+                                                  GroupWeight(3, 4, 4, 32, zps[1], 64, "int8", 16)],
+                                 epilogue=_epilogue(("multiply", ("linear", 0), ("linear", 1))), spec=spec)
+        f = te.create_prim_func([x, *ts, out])
+        f.attrs[KERNEL_ATTR] = spec[0]
+        plan = plan_linear(f, SimdInfo("avx2", 8, 16, int8_dot=True))
+        if ok:
+            assert not isinstance(plan, str) and plan.variant == "tiles", plan
+        else:
+            assert plan == "row-tiled weights with different zero points in one kernel"
+
+
 def test_row_tiled_weights_without_avx2_run_the_loops(monkeypatch):
     """Without AVX2 (``MB_SIMD=avx``) row-tiled weights run the generic loops, which read the
     tiles: exact float results (float activations, as every int8-activation weight there)."""

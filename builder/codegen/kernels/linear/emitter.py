@@ -113,6 +113,7 @@ class LinearEmitter(GemvFloat, Bf16Dot, GemvInt8, GemvInt8Tiles, GemmFloat, Gemm
         k_static = E.simplify(plan.params[plan.x].shape[-1])
         # row-tiled 4-bit weights (``row_tile``): the row-tiled int8 kernel (:mod:`.int8_tiles`)
         self.tiled = any(d.format == "group" and d.row_tile for d in plan.weights)
+        self.tile_zero_point = plan.weights[0].zero_point if self.tiled else 0   # the planner: one for all
         for w, d in enumerate(plan.weights):
             if (d.format == "group" and d.activation == "int8" and simd.int8_dot
                     and isinstance(k_static, E.IntImm)

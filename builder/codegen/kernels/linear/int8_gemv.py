@@ -52,7 +52,8 @@ class GemvInt8:
         the layout of :meth:`_fill_int8_gemm_x` when it takes the int8 GEMM) holding, per row of x, the layout of :class:`Int8Rows`: x quantized to int8 per group
         (``d = max|x| / 127``, ``q = rint(x * 127 / max|x|)`` clamped to +-127), each 64- or
         128-column step in the decoder's lane order (even columns, then odd), and per group
-        ``d``, ``1/d`` and ``d * sum q`` (the last for the zero point). A NaN or infinity in a group makes its ``d``
+        ``d``, ``1/d`` and ``d * sum q`` (the last for the zero point; for the row-tiled kernel
+        also ``-zero_point * sum q`` in int32). A NaN or infinity in a group makes its ``d``
         NaN, so that the outputs of that row are NaN as with float activations."""
         out = []
         b = kf.b
@@ -71,7 +72,6 @@ class GemvInt8:
                     b.ret(ir.Constant(I32, self.error_code))
                 b.store(buf, slot)
                 fabs = kf.declare("llvm.fabs.v8f32", f8, [f8])
-                fmax = kf.declare("llvm.maxnum.v8f32", f8, [f8, f8])
                 rmax = kf.declare("llvm.vector.reduce.fmax.v8f32", F32, [f8])
                 radd = kf.declare("llvm.vector.reduce.add.v8i32", I32, [i8x8])
                 rint8 = kf.declare("llvm.rint.v8f32", f8, [f8])
@@ -80,18 +80,18 @@ class GemvInt8:
                 fSv, iSv = vec(F32, S), vec(I32, S)
                 rintS = kf.declare(f"llvm.rint.v{S}f32", fSv, [fSv])
 
-                def clamp(v):   # +-127; a NaN becomes a number (maxnum / minnum drop NaNs)
-                    n = v.type.count
-                    lo_, hi_ = (kf.declare(f"llvm.{op}.v{n}f32", v.type, [v.type, v.type])
-                                for op in ("maxnum", "minnum"))
-                    return b.call(hi_, [b.call(lo_, [v, ir.Constant(v.type, [-127.0] * n)]),
-                                        ir.Constant(v.type, [127.0] * n)])
+                def clamp(v):   # +-127, a NaN becomes -127 (one vmaxps / vminps each: plain compares
+                    n = v.type.count  # and selects, where maxnum / minnum add NaN fix-ups)
+                    lo_, hi_ = ir.Constant(v.type, [-127.0] * n), ir.Constant(v.type, [127.0] * n)
+                    v = b.select(b.fcmp_unordered("<", v, lo_), lo_, v)
+                    return b.select(b.fcmp_ordered(">", v, hi_), hi_, v)
                 with kf.loop(0, M, 1, "im") as m:
                     xrow = kf.gep(xf, kf.mul(m, K), F32)
                     row = kf.gep(buf, kf.mul(m, lay.row_bytes), I8)
                     dptr = kf.gep(row, kf.i64(lay.d_off), I8)
                     iptr = kf.gep(row, kf.i64(lay.inv_off), I8)
                     sptr = kf.gep(row, kf.i64(lay.dsum_off), I8)
+                    zptr = kf.gep(row, kf.i64(lay.zsum_off), I8)
                     # pass 1, per group: d, 1/d and d * sum q
                     with kf.loop(0, lay.groups, 1, "ig") as g:
                         base = kf.gep(xrow, kf.mul(g, gs), F32)
@@ -99,9 +99,10 @@ class GemvInt8:
                         bad = ir.Constant(f8, [0.0] * 8)   # x * 0: NaN where x is NaN or inf
                         for j in range(0, gs, 8):
                             v = kf.load(f8, base, kf.i64(j), align=4)
-                            amax = b.call(fmax, [amax, b.call(fabs, [v])])
+                            av = b.call(fabs, [v])   # NaNs dropped (``bad`` keeps them)
+                            amax = b.select(b.fcmp_ordered(">", av, amax), av, amax)
                             bad = b.fadd(bad, b.fmul(v, ir.Constant(f8, [0.0] * 8)))
-                        a = b.call(rmax, [amax])
+                        a = b.call(rmax, [amax], fastmath=("nnan",))
                         d = b.fadd(b.fdiv(a, ir.Constant(F32, 127.0)),
                                    b.call(fadd8, [ir.Constant(F32, 0.0), bad]))
                         pos = b.fcmp_ordered(">", a, ir.Constant(F32, 0.0))
@@ -113,7 +114,10 @@ class GemvInt8:
                             qs = b.add(qs, b.fptosi(b.call(rint8, [clamp(b.fmul(v, invv))]), i8x8))
                         kf.store(d, dptr, g, align=4)
                         kf.store(inv, iptr, g, align=4)
-                        kf.store(b.fmul(d, b.sitofp(b.call(radd, [qs]), F32)), sptr, g, align=4)
+                        qsum = b.call(radd, [qs])
+                        kf.store(b.fmul(d, b.sitofp(qsum, F32)), sptr, g, align=4)
+                        if self.tiled:
+                            kf.store(b.mul(qsum, ir.Constant(I32, -self.tile_zero_point)), zptr, g, align=4)
                     # pass 2, per step of S columns: the permuted int8 values and the lane tables
                     ng = max(1, S // gs)
                     with kf.loop(0, lay.steps, 1, "is") as st:

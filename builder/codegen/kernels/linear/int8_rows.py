@@ -26,7 +26,7 @@ class Int8Rows:
     ``group_size``, steps of ``step`` = 64 columns for 256-bit kernels or 128 for 512-bit ones):
     ``steps`` = whole steps inside whole groups; int8 values (``steps * step`` bytes, each step
     even columns then odd), then per covered group ``d``, ``1/d`` and ``d * sum q`` (float32; the
-    last for the weights' zero point). The GEMV multiplies a step's weight scales by its groups'
+    last for the weights' zero point) and ``-zero_point * sum q`` (int32, for the row-tiled kernel). The GEMV multiplies a step's weight scales by its groups'
     ``d`` and spreads the products over the dot product's lanes (a per-lane copy of ``d`` was as
     many bytes per step as the weights and made the GEMV read x at up to 3 bytes per weight byte:
     K = 11008 rows streamed 19 GB/s with it, 22 without, Zen 4)."""
@@ -88,7 +88,13 @@ class Int8Rows:
         return self.inv_off + 4 * self.groups + self._pad
 
     @property
+    def zsum_off(self) -> int:
+        """Byte offset of the per-group ``-zero_point * sum q`` (int32; filled for the row-tiled
+        kernel, whose integer sums start there)."""
+        return self.dsum_off + 4 * self.groups + self._pad
+
+    @property
     def row_bytes(self) -> int:
         """Bytes per row of x, rounded up to 64."""
-        end = self.dsum_off + 4 * self.groups + self._pad
+        end = self.zsum_off + 4 * self.groups + self._pad
         return -(-end // 64) * 64

@@ -9,12 +9,12 @@ and onnxruntime's MatMulNBits packed panels lay them out. Per 8 columns the low 
 (even columns) and the high nibbles (odd columns) are multiplied with 4 int8 values of x broadcast
 to every lane: one ``vpdpbusd`` each (VNNI), or ``vpmaddubsw`` pairs summed in int16 over up to 4
 such steps (at most ``8 * 2 * 15 * 127 = 30480``: no saturation) and widened once with
-``vpmaddwd``. The int32 sums leave the integers once per group and input row: ``acc +=
-float(isum) * scale * d - zero_point * scale * (d * sum q)`` with the 16 rows' scales (stored
-transposed, one vector per group; ``d * sum q`` from x's per-group table, an FMA with a broadcast
-operand: 2% faster at batch 8 than starting the integer sums at ``-zero_point * sum q``) -- 8
-integer dot instructions and 4 float ones per 512 products, where the row-major GEMV needs 2 and 3
-per 128 (its lanes hold 8 columns of one row, so every step needs its own scales). Weights are decoded once per
+``vpmaddwd``. The int32 sums of a group start at ``-zero_point * sum q`` (x's per-group table,
+one broadcast load) and leave the integers once per group and input row: ``acc += float(isum) *
+scale * d`` with the 16 rows' scales (stored transposed, one vector per group) -- 8 integer dot
+instructions and 3 float ones per 512 products, where the row-major GEMV needs 2 and 3 per 128
+(its lanes hold 8 columns of one row, so every step needs its own scales). (The zero point as a
+float FMA of ``scale * (d * sum q)`` per group and row: LlamaMLP q4f16_1+a8 batch 128 2% slower.) Weights are decoded once per
 vector and block of ``MB`` input rows (8 with 32 registers, 4 with 16), so batch 2-8 read and
 decode the weights once; larger batches loop over blocks of ``MB`` rows inside each tile, whose
 words stay in L1 / L2 -- no per-call packing (the row-major int8 GEMM unpacked every panel per
@@ -134,7 +134,11 @@ class GemvInt8Tiles:
                 g = kf.add(kf.mul(blk, B // gs), gi)
                 sc = kf.widen(kf.load(vec(st_t, NL), kf.gep(s, kf.mul(g, T * (4 if st_t == F32 else 2)), I8),
                                       None, align=2), d.scale_dtype)
-                iacc = [ir.Constant(i32v, [0] * NL)] * t
+                if zp:   # the zero point: the integer sums start at -zero_point * sum q (x's table)
+                    iacc = [kf.splat(kf.load(I32, kf.gep(xr, kf.add(kf.mul(g, 4), lay.zsum_off), I8), None,
+                                             align=4), NL) for xr in xrows]
+                else:
+                    iacc = [ir.Constant(i32v, [0] * NL)] * t
                 p16 = [None] * t
                 for c in range(gs // 8):
                     off = gi * gs + 8 * c              # column of this word, from k0
@@ -157,16 +161,10 @@ class GemvInt8Tiles:
                         for i in range(t):
                             iacc[i] = b.add(iacc[i], kf.madd_wd(p16[i], ones, zmm))
                             p16[i] = None
-                if zp:   # the zero point: - zero_point * scale * (d * sum q), x's per-group table
-                    scz = b.fmul(sc, ir.Constant(f32v, [float(-zp)] * NL), flags=KFunc.FM)
                 for i, xr in enumerate(xrows):
                     dv = kf.load(F32, kf.gep(xr, kf.add(kf.mul(g, 4), lay.d_off), I8), None, align=4)
                     prod = b.fmul(sc, kf.splat(dv, NL), flags=KFunc.FM)
-                    acc = b.load(facc[i], typ=f32v)
-                    if zp:
-                        ds = kf.load(F32, kf.gep(xr, kf.add(kf.mul(g, 4), lay.dsum_off), I8), None, align=4)
-                        acc = kf.fma(scz, kf.splat(ds, NL), acc)
-                    b.store(kf.fma(b.sitofp(iacc[i], f32v), prod, acc), facc[i])
+                    b.store(kf.fma(b.sitofp(iacc[i], f32v), prod, b.load(facc[i], typ=f32v)), facc[i])
         outs = [kf.gep(res, kf.i64(i * T), F32) if i else res for i in range(t)]
         for i in range(t):
             kf.store(b.load(facc[i], typ=f32v), outs[i], None, align=4)

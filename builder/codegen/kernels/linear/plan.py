@@ -290,6 +290,8 @@ def _plan_linear(func: PrimFunc, simd: SimdInfo) -> LinearPlan | str:
             return f"weight format {w.format!r}"
     if len({w.format == "group" and w.row_tile > 0 for w in weights}) > 1:
         return "row-tiled and other weights in one kernel"
+    if len({w.zero_point for w in weights if w.format == "group" and w.row_tile}) > 1:
+        return "row-tiled weights with different zero points in one kernel"
     blocks = {b.name: b for b in _blocks(func)}
     if "root" in blocks:
         del blocks["root"]
