@@ -438,18 +438,18 @@ class GroupQuantization(StrictModel):
     ``clamp(round(w / scale) + max_int, 0, 2 * max_int)``, ``elements_per_word`` values packed into one
     ``storage_dtype`` word (element ``i`` in bits ``[i*bits, (i+1)*bits)``), and dequantized as
     ``(q - max_int) * scale``. Parameters ``q_weight`` (out, padded_in / elements_per_word) and
-    ``q_scale`` (out, padded_in / group_size) in ``model_dtype``: the NK layout. ``exclude`` lists
-    module-path globs (``lm_head``, ``*.norm*``) kept in ``model_dtype``.
+    ``q_scale`` (out, padded_in / group_size) in ``model_dtype``: the NK layout; a Linear's 4-bit
+    weights in ``uint32`` words with ``out`` a multiple of 16 are stored in tiles of 16 rows
+    instead (``q_weight`` (out / 16, words, 16), ``q_scale`` (out / 16, groups, 16), each tile
+    transposed) for the row-tiled kernels, as llama.cpp repacks ``Q4_0`` at load time. ``exclude``
+    lists module-path globs (``lm_head``, ``*.norm*``) kept in ``model_dtype``.
 
     ``activation_quantization: int8`` lets the matmul kernels of 4-bit weights quantize the
     activations too, at every batch size (integer GEMV and GEMM): symmetric int8 per group of
     ``group_size`` inputs (``d = max|x| / 127``, ``x_q = round(x / d)``; the columns past
     whole 64-column steps of whole groups stay float), integer dot products per group, then
     ``scale * d * (sum x_q * q - zero_point * sum x_q)`` -- llama.cpp's Q4_0 x Q8_0 and
-    onnxruntime MatMulNBits ``accuracy_level=4``. A Linear's 4-bit weights in ``uint32`` words are
-    then stored in tiles of 16 rows (``q_weight`` (out / 16, words, 16), ``q_scale`` (out / 16,
-    groups, 16), each tile transposed; ``out`` a multiple of 16) for the row-tiled int8 kernel,
-    as llama.cpp repacks ``Q4_0`` at load time. It adds about 0.5% relative error (far below
+    onnxruntime MatMulNBits ``accuracy_level=4``. It adds about 0.5% relative error (far below
     4-bit weight error), reads the weights about 1.5x as fast at batch 1 and about doubles the
     large-batch throughput on AVX2 (``vpmaddubsw``); ``none`` (the
     default, MLC-LLM's semantics) keeps float activations. Hosts without AVX2 and 8-bit weights

@@ -92,8 +92,8 @@ class QuantLayout:
     :class:`schemas.GroupQuantization`). ``row_tile`` (0: none): the weight is stored in tiles of
     that many rows, each transposed (:func:`~builder.quant.packing.tile_rows`): ``q_weight``
     (rows / T, words, T), ``q_scale`` (rows / T, num_groups, T) -- chosen by :meth:`of` for 4-bit
-    weights in uint32 words with int8 activations whose rows fill whole tiles of :data:`ROW_TILE`,
-    the layout of the row-tiled int8 kernel (every weight row of a tile in one vector lane).
+    weights in uint32 words whose rows fill whole tiles of :data:`ROW_TILE`, the layout of the
+    row-tiled kernels (every weight row of a tile in one vector lane).
     """
 
     in_features: int
@@ -121,7 +121,7 @@ class QuantLayout:
             raise GroupSizeError(f"group_size {group_size} is larger than the weight's {in_features} input "
                                  "features")
         act = getattr(spec, "activation_quantization", "none")
-        tiled = (act == "int8" and spec.bits == 4 and spec.storage_dtype == "uint32"
+        tiled = (spec.bits == 4 and spec.storage_dtype == "uint32" and group_size % 8 == 0
                  and isinstance(rows, int) and not isinstance(rows, bool) and rows > 0 and rows % ROW_TILE == 0)
         return QuantLayout(in_features, spec.bits, group_size, spec.elements_per_word, spec.storage_dtype,
                            spec.model_dtype, spec.max_int, spec.zero_point, act, ROW_TILE if tiled else 0)

@@ -676,6 +676,36 @@ def test_row_tiled_int8_kernel_on_avx2(K, gs, sdt, xdt, vnni, shape, monkeypatch
     test_row_tiled_int8_kernel(K, gs, sdt, xdt, vnni, monkeypatch, target=target, label=False)
 
 
+@pytest.mark.parametrize("K,gs,sdt,xdt", [
+    (4192, 32, "float16", "float32"),
+    (640, 128, "bfloat16", "bfloat16"),
+    (200, 16, "float32", "float16"),
+    (100, 32, "float32", "float32"),     # a partial last group (and word)
+    (72, 8, "float16", "float32"),
+])
+@pytest.mark.parametrize("cap", [None, "avx2", "sse"])
+def test_row_tiled_float_kernel(K, gs, sdt, xdt, cap, monkeypatch):
+    """Row-tiled 4-bit weights with float activations: the float tiles up to ``tile_max_rows``
+    input rows (blocks and their remainders), the float GEMM on panels packed from the tiles
+    above; exact float results against float64 (a partial last group included), on the host's
+    vectors and on 8 and 4 lanes (``MB_SIMD``; 2 and 4 vectors per tile)."""
+    if cap is not None:
+        monkeypatch.delenv("MB_SIMD_SHAPE", raising=False)
+        monkeypatch.setenv("MB_SIMD", cap)
+    simd = SimdInfo.from_target(HOST.triple, HOST.features)
+    lib = None
+    N = 48
+    for M in (1, 3, 8, 9, 16, 17, 40):
+        f, odt, X, Q, S, ref = _quant_case(M, N, K, 4, gs, 7, "uint32", sdt, xdt, seed=M + K, row_tile=16)
+        if lib is None:
+            kernel, lib = _build(f)
+            assert kernel == (f"linear/{simd.name}+tiles" if simd.usable else kernel), kernel
+        y = np.empty((M, N), _np_dtype(odt))
+        lib["f"](X, _tiled(Q), _tiled(S), y)
+        tol = _tol(odt, xdt)
+        np.testing.assert_allclose(_as_f32(y, odt), ref, rtol=tol, atol=tol * np.abs(ref).max())
+
+
 @pytest.mark.skipif(not HOST_SIMD.int8_dot, reason="the row-tiled int8 kernel needs AVX2")
 def test_row_tiled_int8_kernel_nan_and_block_size(monkeypatch):
     """A NaN in a row of x makes that row's outputs NaN and leaves the other rows exact; blocks of
@@ -741,23 +771,28 @@ def test_row_tiled_weights_of_one_kernel_share_the_zero_point():
         if ok:
             assert not isinstance(plan, str) and plan.variant == "tiles", plan
         else:
-            assert plan == "row-tiled weights with different zero points in one kernel"
+            assert plan == "row-tiled weights with different zero points, group sizes or activations in one kernel"
 
 
-def test_row_tiled_weights_without_avx2_run_the_loops(monkeypatch):
-    """Without AVX2 (``MB_SIMD=avx``) row-tiled weights run the generic loops, which read the
-    tiles: exact float results (float activations, as every int8-activation weight there)."""
+@pytest.mark.parametrize("cap,kernel", [("avx", "linear/avx+tiles"), ("scalar", "loops (linear: no vector unit")])
+def test_row_tiled_int8_weights_without_avx2(cap, kernel, monkeypatch):
+    """Without AVX2 (``MB_SIMD=avx``) row-tiled weights with int8 activations run the float tiles
+    (float activations, as every int8-activation weight there), without vectors the generic loops,
+    which read the tiles too: exact float results, at batch sizes of both paths."""
     monkeypatch.delenv("MB_SIMD_SHAPE", raising=False)
-    monkeypatch.setenv("MB_SIMD", "avx")
-    f, odt, X, Q, S, _ = _quant_case(3, 32, 96, 4, 32, 7, "uint32", "float16", "float32", seed=9,
-                                     activation="int8", row_tile=16)
-    kernel, lib = _build(f)
-    assert kernel.startswith("loops (linear: row-tiled weights need AVX2"), kernel
-    y = np.empty((3, 32), np.float32)
-    lib["f"](X, _tiled(Q), _tiled(S), y)
-    W = _int4_weights(Q, S, "uint32", "float16", 32, 96)
-    exact = _as_f32(X, "float32").astype(np.float64) @ W.T.astype(np.float64)
-    np.testing.assert_allclose(y, exact, rtol=2e-5, atol=2e-5 * np.abs(exact).max())
+    monkeypatch.setenv("MB_SIMD", cap)
+    lib = None
+    for M in (3, 20):
+        f, odt, X, Q, S, _ = _quant_case(M, 32, 100, 4, 32, 7, "uint32", "float16", "float32", seed=9 + M,
+                                         activation="int8", row_tile=16)
+        if lib is None:
+            label, lib = _build(f)
+            assert label.startswith(kernel), label
+        y = np.empty((M, 32), np.float32)
+        lib["f"](X, _tiled(Q), _tiled(S), y)
+        W = _int4_weights(Q, S, "uint32", "float16", 32, 100)
+        exact = _as_f32(X, "float32").astype(np.float64) @ W.T.astype(np.float64)
+        np.testing.assert_allclose(y, exact, rtol=2e-5, atol=2e-5 * np.abs(exact).max())
 
 
 # ---------------------------------------------------------------------------------------------

@@ -149,17 +149,18 @@ def test_bfloat16_bits_helpers():
         as_bfloat16_bits(x)
 
 
-def test_row_tiles_of_int8_activation_weights():
-    """4-bit weights in uint32 words with int8 activations whose rows fill tiles of 16 are stored
-    row-tiled: (rows / 16, words | groups, 16), word ``w`` of row ``n`` at ``[n // 16, w, n % 16]``;
-    other weights (float activations, 8 bits, uint8 words, rows not a multiple of 16, an
+def test_row_tiles_of_4_bit_weights():
+    """A Linear's 4-bit weights in uint32 words whose rows fill tiles of 16 are stored row-tiled,
+    with float or int8 activations: (rows / 16, words | groups, 16), word ``w`` of row ``n`` at
+    ``[n // 16, w, n % 16]``; other weights (8 bits, uint8 words, rows not a multiple of 16, an
     Embedding's table: no rows given) keep the row layout. Quantizing to tiles is the row-major
     quantization tiled, and dequantizes to the same weight."""
     from builder.quant.packing import tile_rows, untile_rows
 
     a8 = GroupQuantization(activation_quantization="int8")
     assert QuantLayout.of(a8, 64, 48).row_tile == 16
-    for spec, rows in ((a8, 40), (a8, None), (GroupQuantization(), 48), (GroupQuantization(bits=8,
+    assert QuantLayout.of(GroupQuantization(), 64, 48).row_tile == 16
+    for spec, rows in ((a8, 40), (a8, None), (GroupQuantization(), 40), (GroupQuantization(bits=8,
                        activation_quantization="int8"), 48),
                        (GroupQuantization(storage_dtype="uint8", activation_quantization="int8"), 48)):
         assert QuantLayout.of(spec, 64, rows).row_tile == 0, (spec, rows)

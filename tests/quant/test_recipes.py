@@ -104,13 +104,13 @@ def test_default_size_q4f16_1_prints_a_readable_ir(capsys, tmp_path):
     assert main([DEFAULT, "quantization=q4f16_1", "--plain"]) == 0
     out = capsys.readouterr().out
     assert ('def forward(x: R.Tensor(("batch_size", 4096), dtype="float16"), '
-            'gate_proj_q_weight: R.Tensor((11008, 512), dtype="uint32"), '
-            'gate_proj_q_scale: R.Tensor((11008, 128), dtype="float16"),') in out
-    assert ('down_proj_q_weight: R.Tensor((4096, 1376), dtype="uint32"), '
-            'down_proj_q_scale: R.Tensor((4096, 344), dtype="float16")') in out
+            'gate_proj_q_weight: R.Tensor((688, 512, 16), dtype="uint32"), '
+            'gate_proj_q_scale: R.Tensor((688, 128, 16), dtype="float16"),') in out   # tiles of 16 rows
+    assert ('down_proj_q_weight: R.Tensor((256, 1376, 16), dtype="uint32"), '
+            'down_proj_q_scale: R.Tensor((256, 344, 16), dtype="float16")') in out
     lines = [line.strip() for line in out.splitlines()]
     assert ('dequantize: R.Tensor((11008, 4096), dtype="float16") = R.group_dequantize(gate_proj_q_weight, '
-            'gate_proj_q_scale, bits=4, group_size=32, zero_point=7, in_features=4096)') in lines
+            'gate_proj_q_scale, bits=4, group_size=32, zero_point=7, in_features=4096, row_tile=16)') in lines
     assert 'permute_dims: R.Tensor((4096, 11008), dtype="float16") = R.permute_dims(dequantize, axes=None)' in lines
     assert ('matmul: R.Tensor((batch_size, 11008), dtype="float16") = R.matmul(x, permute_dims, '
             'out_dtype="void")') in lines
@@ -121,7 +121,7 @@ def test_default_size_q4f16_1_prints_a_readable_ir(capsys, tmp_path):
 def test_group_size_override_reaches_the_ir(exported):
     m = exported(DEFAULT, ["quantization=q4f16_1", "quantization.group_size=64", *TINY])
     assert "group_size=64" in m.ir.script()
-    assert dict((n, s) for n, s, _ in m.param_specs)["down_proj.q_scale"] == (64, 2)  # 96 -> 2 groups of 64
+    assert dict((n, s) for n, s, _ in m.param_specs)["down_proj.q_scale"] == (4, 2, 16)  # 96 -> 2 groups of 64
     from builder.quant import describe
     assert describe(m.recipe.quantization) == "group(bits=4, group_size=64, model_dtype=float16)"
 

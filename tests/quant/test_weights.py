@@ -35,7 +35,8 @@ def test_float_checkpoint_is_quantized_on_load_and_saved_params_load_back_direct
         np.testing.assert_array_equal(m.params[f"{layer}.q_scale"], q_scale)
     m.save_params(tmp_path / "q.safetensors")
     header = read_safetensors_header(tmp_path / "q.safetensors")
-    assert header["down_proj.q_weight"] == {"dtype": "uint32", "shape": [256, 88]}  # 688 -> 704 padded / 8
+    # 688 -> 704 padded / 8 words, 256 rows in tiles of 16
+    assert header["down_proj.q_weight"] == {"dtype": "uint32", "shape": [16, 88, 16]}
     assert read_safetensors_metadata(tmp_path / "q.safetensors")["quantization"] == "q4f32_1"
 
     again = Calls()
@@ -119,7 +120,7 @@ def test_params_saved_with_another_quantization_are_explained(tmp_path, exported
     with pytest.raises(WeightsError) as info:
         exported(SMALL, ["quantization=q8f32_1"]).load(tmp_path / "q.safetensors")
     text = str(info.value)
-    assert "'gate_proj.q_weight' has shape (688, 32), parameter 'gate_proj.q_weight' expects (688, 64)" in text
+    assert "'gate_proj.q_weight' has shape (43, 32, 16), parameter 'gate_proj.q_weight' expects (688, 64)" in text
     assert "saved by recipe 'llama_mlp_small' with quantization 'q4f32_1', this recipe uses 'q8f32_1'" in text
 
 

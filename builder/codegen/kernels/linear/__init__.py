@@ -11,7 +11,7 @@ params (bias, residual, ...). :func:`plan_linear` (:mod:`.plan`) checks that str
 
 Files: :mod:`.plan` (the planner and :data:`TUNING`), :mod:`.emitter` (the driver,
 :func:`emit_linear`), and one file per kernel family, each a mixin of the emitter: :mod:`.gemv`
-(float / packed-weight GEMV), :mod:`.int8_gemv`, :mod:`.int8_tiles` (row-tiled 4-bit weights),
+(float / packed-weight GEMV), :mod:`.int8_gemv`, :mod:`.tiles` (row-tiled 4-bit weights),
 :mod:`.bf16` (``vdpbf16ps`` GEMV and GEMM), :mod:`.gemm` (float GEMM), :mod:`.int8_gemm`;
 :mod:`.int8_rows` (the int8 layout of x).
 
@@ -54,14 +54,17 @@ Generated code (:func:`emit_linear`), for the host's widest vectors (:class:`Sim
   CPUs with VNNI (plan variant ``vnni``) one ``vpdpbusd`` replaces each ``vpmaddubsw`` /
   ``vpmaddwd`` pair: the GEMV's two nibble halves go into one int32 sum, the GEMM's micro-kernel accumulates int32 directly (no int16
   partial sums) -- the same exact integer sums;
-* **row-tiled int8 kernel** (plan variant ``tiles``) for every ``M`` where the weights are
-  stored in tiles of 16 rows (``row_tile=16``: what the quantization gives 4-bit weights with int8
-  activations whose rows fill whole tiles, :class:`~builder.quant.config.QuantLayout`): one
-  vector holds 8 columns of 16 rows, one row per lane, so ``vpdpbusd`` (or ``vpmaddubsw``) runs
-  against 4 int8 values of x broadcast, the integer sums leave once per group, and the weights
-  are decoded once per block of 8 input rows (4 with 16 registers) -- see :mod:`.int8_tiles`.
-  LlamaMLP q4f16_1+a8 on an Intel Xeon with AMX (2 cores), against the row-major int8 GEMV /
-  GEMM in the same session: batch 1 2.86 -> 2.69 ms, batch 8 9.49 -> 4.69, batch 128 76 -> 56;
+* **row-tiled kernels** (plan variant ``tiles``) where the weights are stored in tiles of 16
+  rows (``row_tile=16``: what the quantization gives 4-bit weights in uint32 words whose rows fill
+  whole tiles, :class:`~builder.quant.config.QuantLayout`): one vector holds 8 columns of 16
+  rows, one row per lane. With int8 activations for every ``M``: ``vpdpbusd`` (or
+  ``vpmaddubsw``) against 4 int8 values of x broadcast, the integer sums leave once per group;
+  with float activations up to ``tile_max_rows`` (16) rows: per column one shift, mask and
+  conversion for 16 rows and an FMA per input row, and above it the float GEMM on panels packed
+  from the tiles. The weights are decoded once per block of 8 input rows (4 with 16 registers) --
+  see :mod:`.tiles`. LlamaMLP on an Intel Xeon with AMX (2 cores), against the row-major kernels
+  in the same session: q4f16_1+a8 batch 1 2.86 -> 2.69 ms, batch 8 9.49 -> 4.69, batch 128 76
+  -> 56; q4f16_1 batch 1 5.39 -> 4.78, batch 8 27.2 -> 10.5;
 * **GEMM** (larger ``M``): BLIS-style. For each panel of ``NR`` weight rows (2 vectors, 4 with
   32 registers) and each block of ``KC`` columns, the decoder unpacks the panel transposed into
   a float32 buffer ``Bp[k][NR]`` (in-register VLxVL transposes; ``kc_bytes``: 16 KiB, 64 KiB

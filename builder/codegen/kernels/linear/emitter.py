@@ -20,7 +20,7 @@ from .bf16 import Bf16Dot
 from .int8_gemv import GemvInt8
 from .gemm import GemmFloat
 from .int8_gemm import GemmInt8
-from .int8_tiles import TILE_ROWS, GemvInt8Tiles
+from .tiles import TILE_ROWS, GemvTiles
 
 __all__ = ["LinearEmitter", "emit_linear"]
 
@@ -71,7 +71,7 @@ class _State:
     extra: dict = field(default_factory=dict)
 
 
-class LinearEmitter(GemvFloat, Bf16Dot, GemvInt8, GemvInt8Tiles, GemmFloat, GemmInt8):
+class LinearEmitter(GemvFloat, Bf16Dot, GemvInt8, GemvTiles, GemmFloat, GemmInt8):
     """Emits one linear kernel (see the package docstring); the family mixins add the GEMV / GEMM
     code paths."""
 
@@ -111,10 +111,14 @@ class LinearEmitter(GemvFloat, Bf16Dot, GemvInt8, GemvInt8Tiles, GemmFloat, Gemm
         self.ikeys: list[int] = []
         self.qint: dict[int, int] = {}
         k_static = E.simplify(plan.params[plan.x].shape[-1])
-        # row-tiled 4-bit weights (``row_tile``): the row-tiled int8 kernel (:mod:`.int8_tiles`)
+        # row-tiled 4-bit weights (``row_tile``): the row-tiled kernels (:mod:`.tiles`), with int8
+        # activations where the int8 GEMV would take them, else float ones
         self.tiled = any(d.format == "group" and d.row_tile for d in plan.weights)
         self.tile_zero_point = plan.weights[0].zero_point if self.tiled else 0   # the planner: one for all
         for w, d in enumerate(plan.weights):
+            if self.tiled and not (d.activation == "int8" and simd.int8_dot and isinstance(k_static, E.IntImm)
+                                   and int8_gemv_supported(d.storage, d.bits, d.group_size, k_static.value)):
+                continue
             if (d.format == "group" and d.activation == "int8" and simd.int8_dot
                     and isinstance(k_static, E.IntImm)
                     and int8_gemv_supported(d.storage, d.bits, d.group_size, k_static.value)):
@@ -148,9 +152,12 @@ class LinearEmitter(GemvFloat, Bf16Dot, GemvInt8, GemvInt8Tiles, GemmFloat, Gemm
         # int8-activation GEMM when every weight takes the int8 path: it quantizes the same
         # columns as the GEMV (the rest stay float), so every batch size computes the same
         self.i8gemm = bool(TUNING["gemm_i8"]) and len(self.qint) == self.nw and not self.tiled
+        self.tile_int8 = self.tiled and len(self.qint) == self.nw
         if self.tiled:
-            # row-tiled weights (the planner took them only for this kernel): every M
-            self.R, self.MG = TILE_ROWS, 1 << 40
+            # row-tiled weights: the tiles for every M with int8 activations, else up to
+            # ``tile_max_rows`` rows and the float GEMM (panels packed from the tiles) above
+            self.R = TILE_ROWS
+            self.MG = 1 << 40 if self.tile_int8 else TUNING["tile_max_rows"]
         elif any(w.format == "group" for w in plan.weights):
             # GEMV re-decodes a tile's packed weights for every MT rows of x, GEMM once per
             # panel: the crossover comes earlier than for float weights
@@ -168,7 +175,7 @@ class LinearEmitter(GemvFloat, Bf16Dot, GemvInt8, GemvInt8Tiles, GemmFloat, Gemm
         self.gemm_nr = self.NRI if self.i8gemm else self.NR
         extra = ["M", "N", "K", "ntasks", "units"]
         extra += [f"xq{i}" for i in range(len(self.qkeys))] + [f"xs{i}" for i in range(len(self.qkeys))]
-        extra += [f"xi{i}" for i in range(len(self.ikeys))]
+        extra += [f"xi{i}" for i in range(len(self.ikeys))] + (["xts"] if self.tiled and not self.tile_int8 else [])
         self.ctx = _Ctx(len(func.params), len(sig.sym_vars), extra)
 
     def _function(self, fname: str, ret: ir.Type, args: list[ir.Type]) -> ir.Function:
@@ -258,9 +265,9 @@ class LinearEmitter(GemvFloat, Bf16Dot, GemvInt8, GemvInt8Tiles, GemmFloat, Gemm
             a.add_attribute("noalias")
         self.epi_fn = self._emit_epilogue()
         micro = self._micro_bf16_fn if self.bf16dot_gemm else self._micro_fn
-        self.micro_fns = {} if self.i8gemm or self.tiled else {t: micro(t) for t in range(1, self.MR + 1)}
+        self.micro_fns = {} if self.i8gemm or self.tile_int8 else {t: micro(t) for t in range(1, self.MR + 1)}
         gemv = self._emit_task("gemv")
-        gemm = gemv if self.tiled else self._emit_task("gemm")
+        gemm = gemv if self.tile_int8 else self._emit_task("gemm")
         kf = KFunc(self.module, body_fn)
         b = kf.b
         ptrs = list(body_fn.args[:nparams])
@@ -312,6 +319,7 @@ class LinearEmitter(GemvFloat, Bf16Dot, GemvInt8, GemvInt8Tiles, GemmFloat, Gemm
             xf = b.select(b.icmp_unsigned("==", scratch, ir.Constant(PTR, None)), xptr, scratch)
         qbufs = self._prepare_quant_x(kf, xf, M, K)
         ibufs = self._prepare_int8_x(kf, xf, M, K)
+        tsums = self._prepare_tile_sums(kf, xf, M, K)
         # split the work
         nthreads = b.sext(b.call(kf.declare("mb_num_threads", I32, []), []), I64)
         macs = kf.mul(kf.mul(M, N), kf.smax(K, 1))
@@ -327,6 +335,8 @@ class LinearEmitter(GemvFloat, Bf16Dot, GemvInt8, GemvInt8Tiles, GemmFloat, Gemm
             values[f"xs{i}"] = b.ptrtoint(xs, I64)
         for i, xi in enumerate(ibufs):
             values[f"xi{i}"] = b.ptrtoint(xi, I64)
+        if tsums is not None:
+            values["xts"] = b.ptrtoint(tsums, I64)
         self.ctx.store(kf, slot, ptrs, syms, xf, values)
         task = b.select(use_gemv, gemv, gemm)
         par = kf.declare("mb_parallel_for", I32, [PTR, PTR, I64])
@@ -344,7 +354,7 @@ class LinearEmitter(GemvFloat, Bf16Dot, GemvInt8, GemvInt8Tiles, GemmFloat, Gemm
         free = kf.declare("free", ir.VoidType(), [PTR])
         if scratch is not None:
             b.call(free, [scratch])
-        for xq in [q for q, _ in qbufs] + ibufs:
+        for xq in [q for q, _ in qbufs] + ibufs + ([tsums] if tsums is not None else []):
             b.call(free, [xq])  # free(NULL) is a no-op
         b.ret(rc)
         kf.finish()

@@ -140,14 +140,14 @@ class GemmFloat:
         # a block of KB columns fills the KC x NR panel: KC float32 columns, or KC words of
         # two bfloat16 columns each for the vdpbf16ps micro-kernel
         KB = 2 * KC if bf else KC
-        packs = [self._pack_fn(w, words=bf) for w in range(self.nw)]
+        packs = [self._pack_tiles_fn(w) if self.tiled else self._pack_fn(w, words=bf) for w in range(self.nw)]
         wargs = [self._weight_args(st, w) for w in range(self.nw)]
         pargs = [[a[0], a[1], kf.sdiv(a[2], 2), a[3]] for a in wargs] if bf else wargs
         xt = I16 if bf else F32   # x: bfloat16 as it is, or float32
         full_m = kf.sub(M, b.srem(M, kf.i64(MR)))
         rem = b.srem(M, kf.i64(MR))
         ntiles = kf.sdiv(full_m, MR)
-        decs = [self._decoder(w, *wargs[w]) for w in range(self.nw)]
+        decs = [None if self.tiled else self._decoder(w, *wargs[w]) for w in range(self.nw)]
         with kf.loop(u0, u1, 1, "panel") as p:
             n0 = kf.mul(p, NR)
             nr_eff = kf.smin(kf.sub(N, n0), NR)
@@ -175,13 +175,14 @@ class GemmFloat:
                     with kf.loop(0, full_m, MR, "mt") as m0:
                         xp = kf.gep(st.xf, kf.add(kf.mul(m0, K), kb), xt)
                         b.call(micro[MR], [bp, xp, K, kcm, kf.gep(csw, kf.mul(m0, NR), F32), first])
-                        with kf.if_(pvalid, "pfn"):
-                            j = kf.sdiv(m0, MR)
-                            cnt = kf.sdiv(kf.smax(kf.add(kf.sub(kf.i64(NR - 1), j), ntiles), 0), ntiles)
-                            with kf.loop(0, cnt, 1, "pfr") as i:
-                                r = kf.add(j, kf.mul(i, ntiles))
-                                decs[w].prefetch(kf, decs[w].row(kf, kf.smin(kf.add(pn0, r), kf.sub(N, 1))),
-                                                 pk, pkend)
+                        if decs[w] is not None:   # (row tiles: the hardware prefetcher follows them)
+                            with kf.if_(pvalid, "pfn"):
+                                j = kf.sdiv(m0, MR)
+                                cnt = kf.sdiv(kf.smax(kf.add(kf.sub(kf.i64(NR - 1), j), ntiles), 0), ntiles)
+                                with kf.loop(0, cnt, 1, "pfr") as i:
+                                    r = kf.add(j, kf.mul(i, ntiles))
+                                    decs[w].prefetch(kf, decs[w].row(kf, kf.smin(kf.add(pn0, r),
+                                                                                  kf.sub(N, 1))), pk, pkend)
                     xp = kf.gep(st.xf, kf.add(kf.mul(full_m, K), kb), xt)
                     csr = kf.gep(csw, kf.mul(full_m, NR), F32)
                     kf.switch_const(rem, {t: (lambda t=t: b.call(micro[t], [bp, xp, K, kcm, csr, first]))

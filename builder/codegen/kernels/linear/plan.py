@@ -35,6 +35,8 @@ TUNING = {
     "tile_lanes_i8": 0,          # row-tiled int8 kernel: int32 lanes per vector (0: 16 with 16 float lanes, else 8;
                                  # 8 on an AVX-512 Xeon: LlamaMLP q4f16_1+a8 batch 8 3.8 -> 5.9 ms)
     "tile_rows_x_i8": 0,         # row-tiled int8 kernel: input rows per block (0: 4, 8 with 32 registers)
+    "tile_rows_x": 0,            # the same for the float-activation tiles
+    "tile_max_rows": 16,         # M <= this: float-activation tiles, else the float GEMM
     "gemv_rows": 4,              # R: weight rows per GEMV tile
     "gemv_rows_q": 4,            # the same for packed 4 / 8-bit weights (8 spills with 16 registers)
     "kc_bytes": 0,               # packed panel KC x NR float32 bytes (0: 16 KiB, 64 KiB with 32 registers)
@@ -175,18 +177,13 @@ def _same_dims(a, b) -> bool:
     return len(a) == len(b) and all(E.prove_equal(x, y) for x, y in zip(a, b))
 
 
-def _tiled_unsupported(storage: str, bits: int, group_size: int, tile: int, activation: str, k: int,
-                       simd: SimdInfo) -> str:
-    """Why the row-tiled int8 kernel (:mod:`.int8_tiles`) cannot run a row-tiled weight, or ``""``:
-    it takes 4-bit values in uint32 words, tiles of 16 rows, int8 activations, groups that
-    :func:`int8_gemv_supported` takes, on a host with AVX2 integer multiply-adds (elsewhere the
-    generic loops read the tiles)."""
-    if storage != "uint32" or bits != 4 or tile != 16 or activation != "int8":
-        return f"row-tiled {storage} bits={bits} row_tile={tile} activation={activation}"
-    if not simd.int8_dot:
-        return f"row-tiled weights need AVX2 integer multiply-adds ({simd.name})"
-    if not int8_gemv_supported(storage, bits, group_size, k):
-        return f"row-tiled group_size={group_size} with in_features={k}"
+def _tiled_unsupported(storage: str, bits: int, group_size: int, tile: int) -> str:
+    """Why the row-tiled kernels (:mod:`.tiles`) cannot run a row-tiled weight, or ``""``: they
+    take 4-bit values in uint32 words in tiles of 16 rows, groups of whole words (elsewhere the
+    generic loops read the tiles). With int8 activations they multiply in int8 where the int8 GEMV
+    would (AVX2, :func:`int8_gemv_supported`), else in float32 as the other kernels do."""
+    if storage != "uint32" or bits != 4 or tile != 16 or group_size % 8:
+        return f"row-tiled {storage} bits={bits} row_tile={tile} group_size={group_size}"
     return ""
 
 
@@ -269,7 +266,7 @@ def _plan_linear(func: PrimFunc, simd: SimdInfo) -> LinearPlan | str:
             if not isinstance(kk, E.IntImm):
                 return "quantized weights need a static in_features"
             if tile:
-                why = _tiled_unsupported(q.dtype, bits, gs, tile, w.activation, kk.value, simd)
+                why = _tiled_unsupported(q.dtype, bits, gs, tile)
                 if why:
                     return why
                 if not (E.prove_equal(q.shape[0] * tile, n_dim) and E.prove_equal(s.shape[0] * tile, n_dim)
@@ -290,8 +287,8 @@ def _plan_linear(func: PrimFunc, simd: SimdInfo) -> LinearPlan | str:
             return f"weight format {w.format!r}"
     if len({w.format == "group" and w.row_tile > 0 for w in weights}) > 1:
         return "row-tiled and other weights in one kernel"
-    if len({w.zero_point for w in weights if w.format == "group" and w.row_tile}) > 1:
-        return "row-tiled weights with different zero points in one kernel"
+    if len({(w.zero_point, w.group_size, w.activation) for w in weights if w.format == "group" and w.row_tile}) > 1:
+        return "row-tiled weights with different zero points, group sizes or activations in one kernel"
     blocks = {b.name: b for b in _blocks(func)}
     if "root" in blocks:
         del blocks["root"]

@@ -1,0 +1,392 @@
+"""The row-tiled kernels: 4-bit weights stored in tiles of 16 rows (``row_tile=16``,
+:mod:`builder.ir.op.quantize`; what the quantization gives every 4-bit Linear weight in uint32
+words whose rows fill whole tiles).
+
+A tile's packed words are stored word-major: word ``w`` (columns ``8w .. 8w+7``) of its 16 rows
+side by side, 64 bytes, so one 512-bit load (two 256-bit ones, four 128-bit ones) holds 8 columns
+of 16 rows, one row per 32-bit lane -- rows in lanes, as llama.cpp's repacked ``Q4_0`` blocks
+(``block_q4_0x8``) and onnxruntime's MatMulNBits packed panels lay them out. The weights of a
+tile are one sequential stream, decoded once per vector and block of ``MB`` input rows (8 with 32
+registers, 4 with 16): batch 2-8 read and decode the weights once, larger batches loop over
+blocks of ``MB`` rows inside each tile, whose words stay in L1 / L2 -- no per-call packing.
+
+**int8 activations** (:meth:`GemvTiles._tile_fn_i8`, every batch size; where the int8 GEMV would
+run: AVX2, :func:`~.int8_rows.int8_gemv_supported`): x quantized once per call to int8 per group
+(:class:`~.int8_rows.Int8Rows`). Per 8 columns the low nibbles (even columns) and the high
+nibbles (odd columns) are multiplied with 4 int8 values of x broadcast to every lane: one
+``vpdpbusd`` each (VNNI), or ``vpmaddubsw`` pairs summed in int16 over up to 4 such steps (at
+most ``8 * 2 * 15 * 127 = 30480``: no saturation) and widened once with ``vpmaddwd``. The int32
+sums of a group start at ``-zero_point * sum q`` (x's per-group table, one broadcast load) and
+leave the integers once per group and input row: ``acc += float(isum) * scale * d`` with the 16
+rows' scales (stored transposed, one vector per group) -- 8 integer dot instructions and 3 float
+ones per 512 products, where the row-major GEMV needs 2 and 3 per 128 (its lanes hold 8 columns
+of one row, so every step needs its own scales). (The zero point as a float FMA of ``scale * (d *
+sum q)`` per group and row: LlamaMLP q4f16_1+a8 batch 128 2% slower.) The result is the same as
+the row-major int8 GEMV / GEMM's: the same columns are quantized (whole 64-column steps inside
+whole groups) and the same integer sums formed; the columns past them stay float (``x *
+dequantized weight``, scalar, :meth:`GemvTiles._tile_tail`).
+
+**float activations** (:meth:`GemvTiles._tile_fn_f32`, up to ``tile_max_rows`` input rows): per
+column a shift and mask of the words gives the 16 rows' values, converted once and multiplied
+with x's value broadcast for each input row (an FMA per row and 16 weights); per group ``acc +=
+scale * (sum - zero_point * sum x)``. Above ``tile_max_rows`` the float GEMM runs on panels
+packed from the tiles (:meth:`GemvTiles._pack_tiles_fn`: a word of a tile is already a row of
+the panel, no transposes). Intel Xeon with AMX, 2 cores, LlamaMLP q4f16_1 against the row-major
+kernels in the same session: batch 1 5.39 -> 4.78 ms, batch 8 27.2 -> 10.5, batch 128 about the
+same (133 ms with the tiles packed, 167 with the tiles at every batch size).
+
+A mixin of :class:`~.emitter.LinearEmitter`."""
+from __future__ import annotations
+
+from math import gcd
+
+from llvmlite import ir
+
+from ...llvm_emit import F32, I8, I16, I32, I64, PTR
+from ..simd import KFunc, vec
+from .plan import TUNING
+
+__all__ = ["GemvTiles", "TILE_ROWS"]
+
+#: Rows per tile (the ``row_tile`` the kernels read).
+TILE_ROWS = 16
+
+
+class GemvTiles:
+    """The row-tiled kernel family (see the module docstring): :meth:`_tiles` drives it, a helper
+    per weight, vector and block size does the work (:meth:`_tile_fn_i8` with int8 activations,
+    :meth:`_tile_fn_f32` with float ones)."""
+
+    def _tile_shape(self) -> tuple[int, int]:
+        """``(NL, MB)``: 32-bit lanes per vector (a tile is ``16 / NL`` vectors) and input rows per
+        block. int8 activations: 16 lanes with the 16-lane shape, else 8 (``tile_lanes_i8``);
+        ``tile_rows_x_i8`` rows (0: 8 with 32 registers, 4 with 16). Float activations: the
+        kernel's float32 lanes (at most 16); ``tile_rows_x`` rows (0: the same)."""
+        regs = self.simd.registers
+        if self.tile_int8:
+            nl = 16 if self.lanes >= 16 and TUNING["tile_lanes_i8"] != 8 else 8
+            mb = TUNING["tile_rows_x_i8"] or (8 if regs >= 32 else 4)
+        else:
+            nl = min(16, self.lanes)
+            mb = TUNING["tile_rows_x"] or (8 if regs >= 32 else 4)
+        return nl, max(1, mb)
+
+    def _prepare_tile_sums(self, kf: KFunc, xf, M, K):
+        """For the float-activation tiles: a buffer of ``xs[m, g]``, the sum of x over each whole
+        group (float32, ``M x K // group_size``; the weights' zero point is applied through it),
+        or None for the other kernels."""
+        if not self.tiled or self.tile_int8:
+            return None
+        b = kf.b
+        gs = self.plan.weights[0].group_size
+        G = self.K_static // gs
+        slot = kf.alloca(PTR, name="xts")
+        b.store(ir.Constant(PTR, None), slot)
+        with kf.if_(b.icmp_signed("<=", M, kf.i64(self.MG)), "tsum"):
+            self._fill_tile_sums(kf, xf, M, K, gs, G, slot)
+        return b.load(slot, typ=PTR)
+
+    def _fill_tile_sums(self, kf: KFunc, xf, M, K, gs: int, G: int, slot) -> None:
+        b = kf.b
+        buf = b.call(kf.declare("malloc", PTR, [I64]), [kf.smax(kf.mul(M, 4 * G), 4)])
+        with kf.if_(b.icmp_unsigned("==", buf, ir.Constant(PTR, None)), "oomt"):
+            b.ret(ir.Constant(I32, self.error_code))
+        b.store(buf, slot)
+        L = max(1, min(8, gs))
+        with kf.loop(0, M, 1, "tm") as m:
+            row = kf.gep(xf, kf.mul(m, K), F32)
+            with kf.loop(0, G, 1, "tg") as g:
+                base = kf.gep(row, kf.mul(g, gs), F32)
+                acc = kf.fzero(L)
+                for j in range(0, gs - gs % L, L):
+                    acc = b.fadd(acc, kf.load(vec(F32, L) if L > 1 else F32, base, kf.i64(j), align=4),
+                                 flags=KFunc.FM)
+                s = kf.hsum(acc) if L > 1 else acc
+                for j in range(gs - gs % L, gs):
+                    s = b.fadd(s, kf.load(F32, base, kf.i64(j), align=4), flags=KFunc.FM)
+                kf.store(s, buf, kf.add(kf.mul(m, G), g), align=4)
+
+    def _pack_tiles_fn(self, w: int) -> ir.Function:
+        """The GEMM's panel packing (:meth:`_pack_fn`'s signature and result, ``bp[kk][j] =
+        W[n0 + j, kb + kk]``, zero for ``j >= nr_eff``) for a row-tiled weight: a tile's word of
+        8 columns is already one vector of 16 rows, so each column is a shift and mask, a
+        conversion and ``(q - zero_point) * scale`` stored as a row of the panel, no transposes."""
+        d = self.plan.weights[w]
+        L, NR = self.lanes, self.NR
+        T = TILE_ROWS
+        RG = min(T, NR)            # panel rows per part: a whole tile, or part of one (NR = 8 with SSE)
+        NL = min(16, L, RG)
+        key = f"mb.pack.tiles.{self._fmt_key(w)}.v{L}x{self.NV}"
+        fn, kf = self._new_helper(key, [PTR, PTR, I64, I64, I64, I64, I64, I64, I64, PTR])
+        if kf is None:
+            return fn
+        q, s, words, groups, K, n0, nr_eff, kb, kc, bp = fn.args
+        b = kf.b
+        gs, zp = d.group_size, d.zero_point
+        st_t = {"float32": F32, "float16": ir.HalfType()}.get(d.scale_dtype, I16)
+        bpe = 4 if st_t == F32 else 2
+        i32v, f32v = vec(I32, NL), vec(F32, NL)
+        low = ir.Constant(i32v, [15] * NL)
+        whole = kf.sdiv(kc, 8)                    # kb is a multiple of 8 (KC is)
+        w0 = kf.sdiv(kb, 8)
+        for ti in range(NR // RG):
+            def real(ti=ti):
+                first_row = kf.add(n0, ti * RG)
+                tile = kf.sdiv(first_row, T)
+                lane0 = b.srem(first_row, kf.i64(T))
+                qt = kf.gep(q, kf.add(kf.mul(tile, kf.mul(words, 4 * T)), kf.mul(lane0, 4)), I8)
+                stl = kf.gep(s, kf.add(kf.mul(tile, kf.mul(groups, bpe * T)), kf.mul(lane0, bpe)), I8)
+                with kf.loop(0, whole, 1, "pw") as wd:
+                    word = kf.add(w0, wd)
+                    g = kf.sdiv(kf.mul(word, 8), gs)
+                    for h in range(RG // NL):
+                        sc = kf.widen(kf.load(vec(st_t, NL), kf.gep(stl, kf.mul(kf.add(kf.mul(g, T), h * NL), bpe), I8),
+                                              None, align=2), d.scale_dtype)
+                        off = b.fmul(sc, ir.Constant(f32v, [float(-zp)] * NL))
+                        wv = kf.load(i32v, kf.gep(qt, kf.add(kf.mul(word, 4 * T), 4 * NL * h), I8), None, align=4)
+                        for j in range(8):
+                            v = wv if j == 0 else b.lshr(wv, ir.Constant(i32v, [4 * j] * NL))
+                            f = b.sitofp(v if j == 7 else b.and_(v, low), f32v)
+                            row = kf.add(kf.mul(wd, 8), j)
+                            kf.store(kf.fma(f, sc, off), bp, kf.add(kf.mul(row, NR), ti * RG + h * NL),
+                                     align=min(64, 4 * NL))
+                with kf.loop(kf.mul(whole, 8), kc, 1, "pt") as kk:   # a last partial word
+                    k = kf.add(kb, kk)
+                    wbase = kf.gep(qt, kf.mul(kf.sdiv(k, 8), 4 * T), I8)
+                    shift = b.trunc(kf.mul(b.srem(k, kf.i64(8)), 4), I32)
+                    sp = kf.gep(stl, kf.mul(kf.sdiv(k, gs), T * bpe), I8)
+                    for r in range(RG):
+                        wr = kf.load(I32, kf.gep(wbase, kf.i64(4 * r), I8), None, align=4)
+                        nib = b.and_(b.lshr(wr, shift), ir.Constant(I32, 15))
+                        sv = kf.load(st_t, kf.gep(sp, kf.i64(r * bpe), I8), None, align=2)
+                        scale = b.extract_element(kf.widen(_one(b, sv), d.scale_dtype), ir.Constant(I32, 0))
+                        kf.store(b.fmul(b.sitofp(b.sub(nib, ir.Constant(I32, zp)), F32), scale), bp,
+                                 kf.add(kf.mul(kk, NR), ti * RG + r), align=4)
+
+            def zero(ti=ti):
+                with kf.loop(0, kc, 1, "pz") as kk:
+                    for h in range(RG // NL):
+                        kf.store(kf.fzero(NL), bp, kf.add(kf.mul(kk, NR), ti * RG + h * NL), align=min(64, 4 * NL))
+
+            kf.if_else(kf.lt(kf.i64(ti * RG), nr_eff), real, zero, f"pt{ti}")
+        b.ret_void()
+        kf.finish()
+        return fn
+
+    def _tiles(self, kf: KFunc, st, u0, u1) -> None:
+        """Tiles ``u0 .. u1`` of 16 weight rows: per tile and block of ``MB`` input rows, the
+        tile helper per weight and vector (:meth:`_tile_fn`), then the epilogue of each input row."""
+        b = kf.b
+        T = TILE_ROWS
+        NL, MB = self._tile_shape()
+        res = kf.alloca(F32, self.nw * MB * T, name="res", align=64)
+        resw = [kf.gep(res, kf.i64(w * MB * T), F32) if w else res for w in range(self.nw)]
+        ctx = st.fn.args[0]
+        wargs = [self._weight_args(st, w) for w in range(self.nw)]
+        if self.tile_int8:
+            xaux = [b.inttoptr(st.extra[f"xi{self.ikeys.index(self.qint[w])}"], PTR) for w in range(self.nw)]
+            aux_row = [self._int8_rows(self.qint[w]).row_bytes for w in range(self.nw)]
+        else:
+            xaux = [b.inttoptr(st.extra["xts"], PTR)] * self.nw
+            aux_row = [4 * (self.K_static // self.plan.weights[w].group_size) for w in range(self.nw)]
+        fns = {(w, t, h): self._tile_fn(w, t, h == 0) for w in range(self.nw) for t in range(1, MB + 1)
+               for h in range(T // NL)}
+        sbytes = [{"float32": 4}.get(self.plan.weights[w].scale_dtype, 2) for w in range(self.nw)]
+        with kf.loop(u0, u1, 1, "tile") as tile:
+            n0 = kf.mul(tile, T)
+            qt, stl = [], []
+            for w in range(self.nw):
+                q, s, words, groups = wargs[w]
+                qt.append(kf.gep(q, kf.mul(tile, kf.mul(words, 4 * T)), I8))
+                stl.append(kf.gep(s, kf.mul(tile, kf.mul(groups, sbytes[w] * T)), I8))
+            with kf.loop(0, st.M, MB, "mb") as m0:
+                t_eff = kf.smin(kf.sub(st.M, m0), MB)
+
+                def block(t: int) -> None:
+                    for w in range(self.nw):
+                        xa = kf.gep(xaux[w], kf.mul(m0, aux_row[w]), I8)
+                        xf = kf.gep(st.xf, kf.mul(m0, st.K), F32)
+                        for h in range(T // NL):
+                            kf.b.call(fns[(w, t, h)], [kf.gep(qt[w], kf.i64(4 * NL * h), I8),
+                                                       kf.gep(stl[w], kf.i64(sbytes[w] * NL * h), I8),
+                                                       xa, xf, kf.gep(resw[w], kf.i64(NL * h), F32)])
+
+                kf.switch_const(t_eff, {t: (lambda t=t: block(t)) for t in range(1, MB + 1)}, "tb")
+                with kf.loop(0, t_eff, 1, "te") as i:
+                    accs = [kf.gep(resw[w], kf.mul(i, T), F32) for w in range(self.nw)]
+                    accs += [accs[0]] * (2 - self.nw)
+                    b.call(self.epi_fn, [ctx, kf.add(m0, i), n0, kf.i64(T)] + accs)
+
+    def _tile_fn(self, w: int, t: int, first: bool) -> ir.Function:
+        """``void tile(ptr q, ptr s, ptr xa, ptr xf, ptr res)``: ``res[i * 16 + r] = sum_k x[i, k]
+        W[r, k]`` for the ``NL`` rows of one vector of a tile (``q`` / ``s``: that vector's first
+        word / scale in the tile) and ``t`` input rows (``xa``: their :class:`Int8Rows` with int8
+        activations, their per-group sums of x with float ones; ``xf``: their float32 values).
+        ``first``: the tile's first vector, which prefetches the tile's lines ``prefetch_q`` bytes
+        ahead. Shared by every kernel of the module with this format, ``K`` and ``t``."""
+        return (self._tile_fn_i8 if self.tile_int8 else self._tile_fn_f32)(w, t, first)
+
+    def _tile_tail(self, kf: KFunc, d, q, s, xf, outs, NL: int, t: int, k_from: int) -> None:
+        """Columns ``k_from .. K`` of the vector's ``NL`` rows, scalar: float x times the
+        dequantized weight, added to ``outs[i][r]``."""
+        b = kf.b
+        T, K, gs, zp = TILE_ROWS, self.K_static, d.group_size, d.zero_point
+        st_t = {"float32": F32, "float16": ir.HalfType()}.get(d.scale_dtype, I16)
+        bpe = 4 if st_t == F32 else 2
+        with kf.loop(k_from, K, 1, "tk") as k:
+            wbase = kf.gep(q, kf.mul(kf.sdiv(k, 8), 4 * T), I8)
+            shift = b.trunc(kf.mul(b.srem(k, kf.i64(8)), 4), I32)
+            sp = kf.gep(s, kf.mul(kf.sdiv(k, gs), T * bpe), I8)
+            xv = [kf.load(F32, kf.gep(xf, kf.add(k, i * K) if i else k, F32), None, align=4) for i in range(t)]
+            for r in range(NL):
+                wr = kf.load(I32, kf.gep(wbase, kf.i64(4 * r), I8), None, align=4)
+                nib = b.and_(b.lshr(wr, shift), ir.Constant(I32, 15))
+                sv = kf.load(st_t, kf.gep(sp, kf.i64(r * bpe), I8), None, align=2)
+                scale = b.extract_element(kf.widen(_one(b, sv), d.scale_dtype), ir.Constant(I32, 0))
+                wval = b.fmul(b.sitofp(b.sub(nib, ir.Constant(I32, zp)), F32), scale)
+                for i in range(t):
+                    p = kf.gep(outs[i], kf.i64(r), F32)
+                    b.store(kf.fma(xv[i], wval, b.load(p, typ=F32)), p)
+
+    def _tile_fn_f32(self, w: int, t: int, first: bool) -> ir.Function:
+        """The float-activation tile helper (:meth:`_tile_fn`): per group and word of 8 columns,
+        each column's nibbles of the ``NL`` rows (one shift and mask of the 32-bit words) converted
+        to float once and multiplied with x's value of that column, broadcast, for each of the
+        ``t`` input rows (FMAs into a per-group sum); per group and row ``acc += scale *
+        (sum - zero_point * xs)``. The columns of a last partial group: :meth:`_tile_tail`."""
+        d = self.plan.weights[w]
+        NL, _ = self._tile_shape()
+        K = self.K_static
+        key = f"mb.tile.{self._fmt_key(w)}.k{K}.v{NL}.t{t}{'.pf' if first else ''}.f32"
+        fn, kf = self._new_helper(key, [PTR] * 5)
+        if kf is None:
+            return fn
+        q, s, xs, xf, res = fn.args
+        b = kf.b
+        T, gs, zp = TILE_ROWS, d.group_size, d.zero_point
+        G = K // gs
+        i32v, f32v = vec(I32, NL), vec(F32, NL)
+        st_t = {"float32": F32, "float16": ir.HalfType()}.get(d.scale_dtype, I16)
+        low = ir.Constant(i32v, [15] * NL)
+        facc = [kf.alloca(f32v, name="tacc") for _ in range(t)]
+        for a in facc:
+            b.store(kf.fzero(NL), a)
+        pf = TUNING["prefetch_q"] if first else 0
+        xrows = [kf.gep(xf, kf.i64(i * K), F32) if i else xf for i in range(t)]
+        with kf.loop(0, G, 1, "tg") as g:
+            sc = kf.widen(kf.load(vec(st_t, NL), kf.gep(s, kf.mul(g, T * (4 if st_t == F32 else 2)), I8),
+                                  None, align=2), d.scale_dtype)
+            gacc = [kf.fzero(NL)] * t
+            for c in range(gs // 8):
+                word = kf.add(kf.mul(g, gs // 8), c)
+                wp = kf.gep(q, kf.mul(word, 4 * T), I8)
+                if pf:
+                    kf.prefetch(kf.gep(wp, kf.i64(pf), I8), TUNING["prefetch_locality"])
+                wv = kf.load(i32v, wp, None, align=4)
+                k = kf.add(kf.mul(g, gs), 8 * c)
+                for j in range(8):
+                    v = wv if j == 0 else b.lshr(wv, ir.Constant(i32v, [4 * j] * NL))
+                    f = b.sitofp(v if j == 7 else b.and_(v, low), f32v)
+                    for i in range(t):
+                        xv = kf.load(F32, kf.gep(xrows[i], kf.add(k, j), F32), None, align=4)
+                        gacc[i] = kf.fma(f, kf.splat(xv, NL), gacc[i])
+            for i in range(t):
+                part = gacc[i]
+                if zp:
+                    xsv = kf.load(F32, kf.gep(xs, kf.add(kf.mul(g, 4), i * 4 * G), I8), None, align=4)
+                    part = kf.fma(kf.splat(xsv, NL), ir.Constant(f32v, [float(-zp)] * NL), part)
+                b.store(kf.fma(sc, part, b.load(facc[i], typ=f32v)), facc[i])
+        outs = [kf.gep(res, kf.i64(i * T), F32) if i else res for i in range(t)]
+        for i in range(t):
+            kf.store(b.load(facc[i], typ=f32v), outs[i], None, align=4)
+        if G * gs < K:
+            self._tile_tail(kf, d, q, s, xf, outs, NL, t, G * gs)
+        b.ret_void()
+        kf.finish()
+        return fn
+
+    def _tile_fn_i8(self, w: int, t: int, first: bool) -> ir.Function:
+        """The int8-activation tile helper (:meth:`_tile_fn`; see the module docstring); the
+        columns past the int8 ones stay float (:meth:`_tile_tail`)."""
+        d = self.plan.weights[w]
+        NL, _ = self._tile_shape()
+        K = self.K_static
+        lay = self._int8_rows(d.group_size)
+        native = self.simd.native("vnni")
+        key = (f"mb.tile.{self._fmt_key(w)}.k{K}.v{NL}.t{t}{'.pf' if first else ''}"
+               f"{self.vnni_tag}{'.zmm' if self.simd.int8_512 else ''}")
+        fn, kf = self._new_helper(key, [PTR] * 5)
+        if kf is None:
+            return fn
+        q, s, xi, xf, res = fn.args
+        b = kf.b
+        T, gs, zp = TILE_ROWS, d.group_size, d.zero_point
+        i8v, i32v, f32v = vec(I8, 4 * NL), vec(I32, NL), vec(F32, NL)
+        st_t = {"float32": F32, "float16": ir.HalfType()}.get(d.scale_dtype, I16)
+        zmm = self.simd.int8_512 and NL == 16
+        low = ir.Constant(i8v, [15] * (4 * NL))
+        four = ir.Constant(i8v, [4] * (4 * NL))
+        ones = ir.Constant(vec(I16, 2 * NL), [1] * (2 * NL))
+        S = lay.step                            # 64: x's int8 values even columns, then odd, per step
+        B = gs * S // gcd(gs, S)                # columns per loop iteration: whole groups and steps
+        xrows = [kf.gep(xi, kf.i64(i * lay.row_bytes), I8) if i else xi for i in range(t)]
+        facc = [kf.alloca(f32v, name="tacc") for _ in range(t)]
+        for a in facc:
+            b.store(kf.fzero(NL), a)
+        pf = TUNING["prefetch_q"] if first else 0
+
+        def xbcast(xr, off):
+            v = kf.load(I32, kf.gep(xr, off, I8), None, align=1)
+            return b.bitcast(kf.splat(v, NL), i8v)
+
+        with kf.loop(0, lay.columns // B, 1, "tb") as blk:
+            k0 = kf.mul(blk, B)
+            for gi in range(B // gs):
+                g = kf.add(kf.mul(blk, B // gs), gi)
+                sc = kf.widen(kf.load(vec(st_t, NL), kf.gep(s, kf.mul(g, T * (4 if st_t == F32 else 2)), I8),
+                                      None, align=2), d.scale_dtype)
+                if zp:   # the zero point: the integer sums start at -zero_point * sum q (x's table)
+                    iacc = [kf.splat(kf.load(I32, kf.gep(xr, kf.add(kf.mul(g, 4), lay.zsum_off), I8), None,
+                                             align=4), NL) for xr in xrows]
+                else:
+                    iacc = [ir.Constant(i32v, [0] * NL)] * t
+                p16 = [None] * t
+                for c in range(gs // 8):
+                    off = gi * gs + 8 * c              # column of this word, from k0
+                    word = kf.add(kf.sdiv(k0, 8), off // 8)
+                    wp = kf.gep(q, kf.mul(word, 4 * T), I8)
+                    if pf:
+                        kf.prefetch(kf.gep(wp, kf.i64(pf), I8), TUNING["prefetch_locality"])
+                    wv = kf.load(i8v, wp, None, align=1)
+                    lo, hi = b.and_(wv, low), b.lshr(wv, four)
+                    xo = kf.add(k0, (off // S) * S + (off % S) // 2)
+                    for i, xr in enumerate(xrows):
+                        xlo, xhi = xbcast(xr, xo), xbcast(xr, kf.add(xo, S // 2))
+                        if self.vnni:
+                            wide = (self.simd.vnni_512 and NL == 16) if native else zmm
+                            iacc[i] = kf.dot_u8s8(kf.dot_u8s8(iacc[i], lo, xlo, native, wide), hi, xhi, native, wide)
+                        else:
+                            p = b.add(kf.maddubs(lo, xlo, zmm), kf.maddubs(hi, xhi, zmm))
+                            p16[i] = p if p16[i] is None else b.add(p16[i], p)
+                    if not self.vnni and (c % 4 == 3 or c == gs // 8 - 1):
+                        for i in range(t):
+                            iacc[i] = b.add(iacc[i], kf.madd_wd(p16[i], ones, zmm))
+                            p16[i] = None
+                for i, xr in enumerate(xrows):
+                    dv = kf.load(F32, kf.gep(xr, kf.add(kf.mul(g, 4), lay.d_off), I8), None, align=4)
+                    prod = b.fmul(sc, kf.splat(dv, NL), flags=KFunc.FM)
+                    b.store(kf.fma(b.sitofp(iacc[i], f32v), prod, b.load(facc[i], typ=f32v)), facc[i])
+        outs = [kf.gep(res, kf.i64(i * T), F32) if i else res for i in range(t)]
+        for i in range(t):
+            kf.store(b.load(facc[i], typ=f32v), outs[i], None, align=4)
+        if lay.columns < K:
+            self._tile_tail(kf, d, q, s, xf, outs, NL, t, lay.columns)
+        b.ret_void()
+        kf.finish()
+        return fn
+
+
+def _one(b: ir.IRBuilder, v: ir.Value) -> ir.Value:
+    """A scalar as a one-element vector (for :meth:`KFunc.widen`)."""
+    t = ir.VectorType(v.type, 1)
+    return b.insert_element(ir.Constant(t, ir.Undefined), v, ir.Constant(I32, 0))
