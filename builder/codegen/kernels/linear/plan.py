@@ -194,7 +194,7 @@ def plan_linear(func: PrimFunc, simd: SimdInfo) -> LinearPlan | str:
     static ``K`` and ``vdpbf16ps`` in the GEMV and GEMM; ``"bf16gemv"``: in the GEMV only, the
     GEMM multiplies widened float32 (:attr:`SimdInfo.bf16dot_gemm`, ``gemm_bf16dot``);
     ``"vnni"``: int8-activation weights and ``vpdpbusd``; ``"tiles"`` added: row-tiled weights and
-    the row-tiled int8 kernel), shown in the built function's ``kernel`` label.
+    the row-tiled kernels of :mod:`.tiles`), shown in the built function's ``kernel`` label.
 
     A function the target's vectors are too wide for (groups of 8 columns with 16 float32
     lanes) is planned for narrower x86 vectors (8, then 4 lanes; ``plan.simd``), which the

@@ -87,6 +87,7 @@ class GemvTiles:
         return b.load(slot, typ=PTR)
 
     def _fill_tile_sums(self, kf: KFunc, xf, M, K, gs: int, G: int, slot) -> None:
+        """Allocate and fill :meth:`_prepare_tile_sums`' buffer (its pointer stored in ``slot``)."""
         b = kf.b
         buf = b.call(kf.declare("malloc", PTR, [I64]), [kf.smax(kf.mul(M, 4 * G), 4)])
         with kf.if_(b.icmp_unsigned("==", buf, ir.Constant(PTR, None)), "oomt"):
@@ -151,16 +152,8 @@ class GemvTiles:
                             kf.store(kf.fma(f, sc, off), bp, kf.add(kf.mul(row, NR), ti * RG + h * NL),
                                      align=min(64, 4 * NL))
                 with kf.loop(kf.mul(whole, 8), kc, 1, "pt") as kk:   # a last partial word
-                    k = kf.add(kb, kk)
-                    wbase = kf.gep(qt, kf.mul(kf.sdiv(k, 8), 4 * T), I8)
-                    shift = b.trunc(kf.mul(b.srem(k, kf.i64(8)), 4), I32)
-                    sp = kf.gep(stl, kf.mul(kf.sdiv(k, gs), T * bpe), I8)
                     for r in range(RG):
-                        wr = kf.load(I32, kf.gep(wbase, kf.i64(4 * r), I8), None, align=4)
-                        nib = b.and_(b.lshr(wr, shift), ir.Constant(I32, 15))
-                        sv = kf.load(st_t, kf.gep(sp, kf.i64(r * bpe), I8), None, align=2)
-                        scale = b.extract_element(kf.widen(_one(b, sv), d.scale_dtype), ir.Constant(I32, 0))
-                        kf.store(b.fmul(b.sitofp(b.sub(nib, ir.Constant(I32, zp)), F32), scale), bp,
+                        kf.store(self._tile_weight(kf, d, qt, stl, kf.add(kb, kk), r), bp,
                                  kf.add(kf.mul(kk, NR), ti * RG + r), align=4)
 
             def zero(ti=ti):
@@ -226,24 +219,30 @@ class GemvTiles:
         ahead. Shared by every kernel of the module with this format, ``K`` and ``t``."""
         return (self._tile_fn_i8 if self.tile_int8 else self._tile_fn_f32)(w, t, first)
 
+    @staticmethod
+    def _tile_weight(kf: KFunc, d, q, s, k, r: int):
+        """The float32 weight of column ``k`` (i64) of lane ``r`` of a tile (``q`` / ``s``: the
+        tile's, or a part's, first word and scale): ``(q - zero_point) * scale``, scalar."""
+        b = kf.b
+        st_t = {"float32": F32, "float16": ir.HalfType()}.get(d.scale_dtype, I16)
+        bpe = 4 if st_t == F32 else 2
+        word = kf.load(I32, kf.gep(q, kf.add(kf.mul(kf.sdiv(k, 8), 4 * TILE_ROWS), 4 * r), I8), None, align=4)
+        shift = b.trunc(kf.mul(b.srem(k, kf.i64(8)), 4), I32)
+        nib = b.and_(b.lshr(word, shift), ir.Constant(I32, 15))
+        sv = kf.load(st_t, kf.gep(s, kf.add(kf.mul(kf.sdiv(k, d.group_size), TILE_ROWS * bpe), r * bpe), I8),
+                     None, align=2)
+        scale = b.extract_element(kf.widen(_one(b, sv), d.scale_dtype), ir.Constant(I32, 0))
+        return b.fmul(b.sitofp(b.sub(nib, ir.Constant(I32, d.zero_point)), F32), scale)
+
     def _tile_tail(self, kf: KFunc, d, q, s, xf, outs, NL: int, t: int, k_from: int) -> None:
         """Columns ``k_from .. K`` of the vector's ``NL`` rows, scalar: float x times the
         dequantized weight, added to ``outs[i][r]``."""
         b = kf.b
-        T, K, gs, zp = TILE_ROWS, self.K_static, d.group_size, d.zero_point
-        st_t = {"float32": F32, "float16": ir.HalfType()}.get(d.scale_dtype, I16)
-        bpe = 4 if st_t == F32 else 2
+        K = self.K_static
         with kf.loop(k_from, K, 1, "tk") as k:
-            wbase = kf.gep(q, kf.mul(kf.sdiv(k, 8), 4 * T), I8)
-            shift = b.trunc(kf.mul(b.srem(k, kf.i64(8)), 4), I32)
-            sp = kf.gep(s, kf.mul(kf.sdiv(k, gs), T * bpe), I8)
             xv = [kf.load(F32, kf.gep(xf, kf.add(k, i * K) if i else k, F32), None, align=4) for i in range(t)]
             for r in range(NL):
-                wr = kf.load(I32, kf.gep(wbase, kf.i64(4 * r), I8), None, align=4)
-                nib = b.and_(b.lshr(wr, shift), ir.Constant(I32, 15))
-                sv = kf.load(st_t, kf.gep(sp, kf.i64(r * bpe), I8), None, align=2)
-                scale = b.extract_element(kf.widen(_one(b, sv), d.scale_dtype), ir.Constant(I32, 0))
-                wval = b.fmul(b.sitofp(b.sub(nib, ir.Constant(I32, zp)), F32), scale)
+                wval = self._tile_weight(kf, d, q, s, k, r)
                 for i in range(t):
                     p = kf.gep(outs[i], kf.i64(r), F32)
                     b.store(kf.fma(xv[i], wval, b.load(p, typ=F32)), p)
