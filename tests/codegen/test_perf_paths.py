@@ -711,28 +711,21 @@ def test_row_tiled_int8_kernel_nan_and_block_size(monkeypatch):
     """A NaN in a row of x makes that row's outputs NaN and leaves the other rows exact; blocks of
     3 input rows (``tile_rows_x_i8``) and tiles as two 8-lane vectors (``tile_lanes_i8``) give the
     same outputs as the defaults."""
-    f, odt, X, Q, S, ref = _quant_case(7, 32, 256, 4, 32, 7, "uint32", "float32", "float32", seed=3,
-                                       activation="int8", row_tile=16)
-    _, lib = _build(f)
-    y = np.empty((7, 32), np.float32)
-    lib["f"](X, _tiled(Q), _tiled(S), y)
-    monkeypatch.setitem(TUNING, "tile_rows_x_i8", 3)
-    f3, *_ = _quant_case(7, 32, 256, 4, 32, 7, "uint32", "float32", "float32", seed=3, activation="int8",
-                         row_tile=16)
-    _, lib3 = _build(f3)
-    y3 = np.empty((7, 32), np.float32)
-    lib3["f"](X, _tiled(Q), _tiled(S), y3)
-    np.testing.assert_allclose(y3, y, rtol=1e-6, atol=1e-6 * np.abs(y).max())
-    monkeypatch.setitem(TUNING, "tile_lanes_i8", 8)
-    f8, *_ = _quant_case(7, 32, 256, 4, 32, 7, "uint32", "float32", "float32", seed=3, activation="int8",
-                         row_tile=16)
-    _, lib8 = _build(f8)
-    y8 = np.empty((7, 32), np.float32)
-    lib8["f"](X, _tiled(Q), _tiled(S), y8)
-    np.testing.assert_allclose(y8, y, rtol=1e-6, atol=1e-6 * np.abs(y).max())
+    libs, outs = [], []
+    for key, value in ((None, None), ("tile_rows_x_i8", 3), ("tile_lanes_i8", 8)):
+        if key is not None:
+            monkeypatch.setitem(TUNING, key, value)
+        f, odt, X, Q, S, ref = _quant_case(7, 32, 256, 4, 32, 7, "uint32", "float32", "float32", seed=3,
+                                           activation="int8", row_tile=16)
+        libs.append(_build(f)[1])
+        outs.append(np.empty((7, 32), np.float32))
+        libs[-1]["f"](X, _tiled(Q), _tiled(S), outs[-1])
+    y = outs[0]
+    for other in outs[1:]:
+        np.testing.assert_allclose(other, y, rtol=1e-6, atol=1e-6 * np.abs(y).max())
     np.testing.assert_allclose(y, ref, rtol=2e-5, atol=2e-5 * np.abs(ref).max())
     X[2, 100] = np.nan
-    lib["f"](X, _tiled(Q), _tiled(S), y)
+    libs[0]["f"](X, _tiled(Q), _tiled(S), y)
     assert np.isnan(y[2]).all() and not np.isnan(np.delete(y, 2, axis=0)).any()
 
 

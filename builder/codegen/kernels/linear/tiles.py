@@ -124,8 +124,7 @@ class GemvTiles:
         q, s, words, groups, K, n0, nr_eff, kb, kc, bp = fn.args
         b = kf.b
         gs, zp = d.group_size, d.zero_point
-        st_t = {"float32": F32, "float16": ir.HalfType()}.get(d.scale_dtype, I16)
-        bpe = 4 if st_t == F32 else 2
+        st_t, bpe = _scale_type(d.scale_dtype)
         i32v, f32v = vec(I32, NL), vec(F32, NL)
         low = ir.Constant(i32v, [15] * NL)
         whole = kf.sdiv(kc, 8)                    # kb is a multiple of 8 (KC is)
@@ -184,7 +183,7 @@ class GemvTiles:
             aux_row = [4 * (self.K_static // self.plan.weights[w].group_size) for w in range(self.nw)]
         fns = {(w, t, h): self._tile_fn(w, t, h == 0) for w in range(self.nw) for t in range(1, MB + 1)
                for h in range(T // NL)}
-        sbytes = [{"float32": 4}.get(self.plan.weights[w].scale_dtype, 2) for w in range(self.nw)]
+        sbytes = [_scale_type(self.plan.weights[w].scale_dtype)[1] for w in range(self.nw)]
         with kf.loop(u0, u1, 1, "tile") as tile:
             n0 = kf.mul(tile, T)
             qt, stl = [], []
@@ -224,8 +223,7 @@ class GemvTiles:
         """The float32 weight of column ``k`` (i64) of lane ``r`` of a tile (``q`` / ``s``: the
         tile's, or a part's, first word and scale): ``(q - zero_point) * scale``, scalar."""
         b = kf.b
-        st_t = {"float32": F32, "float16": ir.HalfType()}.get(d.scale_dtype, I16)
-        bpe = 4 if st_t == F32 else 2
+        st_t, bpe = _scale_type(d.scale_dtype)
         word = kf.load(I32, kf.gep(q, kf.add(kf.mul(kf.sdiv(k, 8), 4 * TILE_ROWS), 4 * r), I8), None, align=4)
         shift = b.trunc(kf.mul(b.srem(k, kf.i64(8)), 4), I32)
         nib = b.and_(b.lshr(word, shift), ir.Constant(I32, 15))
@@ -265,7 +263,7 @@ class GemvTiles:
         T, gs, zp = TILE_ROWS, d.group_size, d.zero_point
         G = K // gs
         i32v, f32v = vec(I32, NL), vec(F32, NL)
-        st_t = {"float32": F32, "float16": ir.HalfType()}.get(d.scale_dtype, I16)
+        st_t, bpe = _scale_type(d.scale_dtype)
         low = ir.Constant(i32v, [15] * NL)
         facc = [kf.alloca(f32v, name="tacc") for _ in range(t)]
         for a in facc:
@@ -273,7 +271,7 @@ class GemvTiles:
         pf = TUNING["prefetch_q"] if first else 0
         xrows = [kf.gep(xf, kf.i64(i * K), F32) if i else xf for i in range(t)]
         with kf.loop(0, G, 1, "tg") as g:
-            sc = kf.widen(kf.load(vec(st_t, NL), kf.gep(s, kf.mul(g, T * (4 if st_t == F32 else 2)), I8),
+            sc = kf.widen(kf.load(vec(st_t, NL), kf.gep(s, kf.mul(g, T * bpe), I8),
                                   None, align=2), d.scale_dtype)
             gacc = [kf.fzero(NL)] * t
             for c in range(gs // 8):
@@ -321,7 +319,7 @@ class GemvTiles:
         b = kf.b
         T, gs, zp = TILE_ROWS, d.group_size, d.zero_point
         i8v, i32v, f32v = vec(I8, 4 * NL), vec(I32, NL), vec(F32, NL)
-        st_t = {"float32": F32, "float16": ir.HalfType()}.get(d.scale_dtype, I16)
+        st_t, bpe = _scale_type(d.scale_dtype)
         zmm = self.simd.int8_512 and NL == 16
         low = ir.Constant(i8v, [15] * (4 * NL))
         four = ir.Constant(i8v, [4] * (4 * NL))
@@ -342,7 +340,7 @@ class GemvTiles:
             k0 = kf.mul(blk, B)
             for gi in range(B // gs):
                 g = kf.add(kf.mul(blk, B // gs), gi)
-                sc = kf.widen(kf.load(vec(st_t, NL), kf.gep(s, kf.mul(g, T * (4 if st_t == F32 else 2)), I8),
+                sc = kf.widen(kf.load(vec(st_t, NL), kf.gep(s, kf.mul(g, T * bpe), I8),
                                       None, align=2), d.scale_dtype)
                 if zp:   # the zero point: the integer sums start at -zero_point * sum q (x's table)
                     iacc = [kf.splat(kf.load(I32, kf.gep(xr, kf.add(kf.mul(g, 4), lay.zsum_off), I8), None,
@@ -383,6 +381,11 @@ class GemvTiles:
         b.ret_void()
         kf.finish()
         return fn
+
+
+def _scale_type(dtype: str) -> tuple[ir.Type, int]:
+    """The memory type of a scale of ``dtype`` (bfloat16 as 16-bit integers) and its bytes."""
+    return {"float32": (F32, 4), "float16": (ir.HalfType(), 2)}.get(dtype, (I16, 2))
 
 
 def _one(b: ir.IRBuilder, v: ir.Value) -> ir.Value:
