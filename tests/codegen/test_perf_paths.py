@@ -683,13 +683,16 @@ def test_row_tiled_int8_kernel_on_avx2(K, gs, sdt, xdt, vnni, shape, monkeypatch
     (100, 32, "float32", "float32"),     # a partial last group (and word)
     (72, 8, "float16", "float32"),
 ])
-@pytest.mark.parametrize("cap", [None, "avx2", "sse"])
+@pytest.mark.parametrize("cap", [None, "no-permps", "avx2", "sse"])
 def test_row_tiled_float_kernel(K, gs, sdt, xdt, cap, monkeypatch):
     """Row-tiled 4-bit weights with float activations: the float tiles up to ``tile_max_rows``
     input rows (blocks and their remainders), the float GEMM on panels packed from the tiles
     above; exact float results against float64 (a partial last group included), on the host's
-    vectors and on 8 and 4 lanes (``MB_SIMD``; 2 and 4 vectors per tile)."""
-    if cap is not None:
+    vectors (on AVX-512 hosts with and without the ``vpermps`` decoding, ``tile_permps``) and on
+    8 and 4 lanes (``MB_SIMD``; 2 and 4 vectors per tile)."""
+    if cap == "no-permps":
+        monkeypatch.setitem(TUNING, "tile_permps", 0)
+    elif cap is not None:
         monkeypatch.delenv("MB_SIMD_SHAPE", raising=False)
         monkeypatch.setenv("MB_SIMD", cap)
     simd = SimdInfo.from_target(HOST.triple, HOST.features)
@@ -704,6 +707,22 @@ def test_row_tiled_float_kernel(K, gs, sdt, xdt, cap, monkeypatch):
         lib["f"](X, _tiled(Q), _tiled(S), y)
         tol = _tol(odt, xdt)
         np.testing.assert_allclose(_as_f32(y, odt), ref, rtol=tol, atol=tol * np.abs(ref).max())
+
+
+def test_row_tiled_float_kernel_decodes_with_vpermps_on_avx512():
+    """On an AVX-512 target (any host: only the IR is built) the float tiles decode each column
+    with one ``vpermps`` of the 16-entry table ``q - zero_point``; on an AVX2 one with a mask and
+    a conversion."""
+    from builder.codegen import emit_llvm_ir
+
+    if not HOST.triple.startswith("x86_64"):
+        pytest.skip("x86-64 only")
+    f, *_ = _quant_case(2, 32, 256, 4, 32, 7, "uint32", "float16", "float32", row_tile=16)
+    for cpu, feats, want in (("znver4", "+avx512f,+avx512bw,+avx512vl,+avx2,+fma,+f16c", True),
+                             ("haswell", "+avx2,+fma,+f16c,+avx", False)):
+        text, meta = emit_llvm_ir({"f": f}, _x86_target(cpu, feats))
+        assert meta["f"]["kernel"].endswith("+tiles")
+        assert ("llvm.x86.avx512.permvar.sf.512" in text) == want, cpu
 
 
 @pytest.mark.skipif(not HOST_SIMD.int8_dot, reason="the row-tiled int8 kernel needs AVX2")
