@@ -728,11 +728,12 @@ def test_row_tiled_float_kernel_decodes_with_vpermps_on_avx512():
 @pytest.mark.skipif(not HOST_SIMD.int8_dot, reason="the row-tiled int8 kernel needs AVX2")
 def test_row_tiled_int8_kernel_nan_and_block_size(monkeypatch):
     """A NaN in a row of x makes that row's outputs NaN and leaves the other rows exact; blocks of
-    3 input rows (``tile_rows_x_i8``) and tiles as two 8-lane vectors (``tile_lanes_i8``) give the
-    same outputs as the defaults."""
+    3 input rows (``tile_rows_x_i8``), tiles as two 8-lane vectors (``tile_lanes_i8``) and x
+    quantized by every thread however small (``xprep_min_values``) give the same outputs as the
+    defaults."""
     libs, outs = [], []
-    for key, value in ((None, None), ("tile_rows_x_i8", 3), ("tile_lanes_i8", 8)):
-        if key is not None:
+    for tune in ({}, {"tile_rows_x_i8": 3}, {"tile_lanes_i8": 8}, {"xprep_min_values": 1, "parallel_min_macs": 0}):
+        for key, value in tune.items():
             monkeypatch.setitem(TUNING, key, value)
         f, odt, X, Q, S, ref = _quant_case(7, 32, 256, 4, 32, 7, "uint32", "float32", "float32", seed=3,
                                            activation="int8", row_tile=16)

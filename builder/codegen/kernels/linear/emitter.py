@@ -176,6 +176,7 @@ class LinearEmitter(GemvFloat, Bf16Dot, GemvInt8, GemvTiles, GemmFloat, GemmInt8
         extra = ["M", "N", "K", "ntasks", "units"]
         extra += [f"xq{i}" for i in range(len(self.qkeys))] + [f"xs{i}" for i in range(len(self.qkeys))]
         extra += [f"xi{i}" for i in range(len(self.ikeys))] + (["xts"] if self.tiled and not self.tile_int8 else [])
+        extra += ["xtasks"] if self.tile_int8 else []
         self.ctx = _Ctx(len(func.params), len(sig.sym_vars), extra)
 
     def _function(self, fname: str, ret: ir.Type, args: list[ir.Type]) -> ir.Function:
@@ -337,10 +338,20 @@ class LinearEmitter(GemvFloat, Bf16Dot, GemvInt8, GemvTiles, GemmFloat, GemmInt8
             values[f"xi{i}"] = b.ptrtoint(xi, I64)
         if tsums is not None:
             values["xts"] = b.ptrtoint(tsums, I64)
+        if self.tile_int8:
+            few = b.or_(small, kf.lt(kf.mul(M, K), TUNING["xprep_min_values"]))
+            values["xtasks"] = b.select(few, kf.i64(1), kf.smin(kf.smax(M, 1), nthreads))
         self.ctx.store(kf, slot, ptrs, syms, xf, values)
         task = b.select(use_gemv, gemv, gemm)
         par = kf.declare("mb_parallel_for", I32, [PTR, PTR, I64])
         rc_slot = kf.alloca(I32, name="rc")
+        if self.tile_int8 and ibufs:
+            # x quantized to int8 by all threads, each its share of the rows, before the tiles
+            # (on one thread below ``xprep_min_values`` values of x: a round of the pool costs more)
+            xprep = self._int8_x_task()
+            xtasks = values["xtasks"]
+            kf.if_else(b.icmp_signed("==", xtasks, kf.i64(1)), lambda: kf.b.call(xprep, [slot, kf.i64(0)]),
+                       lambda: kf.b.call(par, [xprep, slot, xtasks]), "xprep")
 
         def serial():
             kf.if_else(use_gemv, lambda: kf.b.store(kf.b.call(gemv, [slot, kf.i64(0)]), rc_slot),

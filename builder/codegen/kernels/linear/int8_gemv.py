@@ -59,7 +59,6 @@ class GemvInt8:
         b = kf.b
         malloc = kf.declare("malloc", PTR, [I64])
         small = b.icmp_signed("<=", M, kf.i64(self.MG))
-        f8, i8x8 = vec(F32, 8), vec(I32, 8)
         for gs in self.ikeys:
             lay = self._int8_rows(gs)
             slot = kf.alloca(PTR, name="xi")
@@ -71,68 +70,8 @@ class GemvInt8:
                 with kf.if_(b.icmp_unsigned("==", buf, ir.Constant(PTR, None)), "oomi"):
                     b.ret(ir.Constant(I32, self.error_code))
                 b.store(buf, slot)
-                fabs = kf.declare("llvm.fabs.v8f32", f8, [f8])
-                rmax = kf.declare("llvm.vector.reduce.fmax.v8f32", F32, [f8])
-                radd = kf.declare("llvm.vector.reduce.add.v8i32", I32, [i8x8])
-                rint8 = kf.declare("llvm.rint.v8f32", f8, [f8])
-                fadd8 = kf.declare("llvm.vector.reduce.fadd.v8f32", F32, [F32, f8])
-                S = lay.step
-                fSv, iSv = vec(F32, S), vec(I32, S)
-                rintS = kf.declare(f"llvm.rint.v{S}f32", fSv, [fSv])
-
-                def clamp(v):   # +-127, a NaN becomes -127 (one vmaxps / vminps each: plain compares
-                    n = v.type.count  # and selects, where maxnum / minnum add NaN fix-ups)
-                    lo_, hi_ = ir.Constant(v.type, [-127.0] * n), ir.Constant(v.type, [127.0] * n)
-                    v = b.select(b.fcmp_unordered("<", v, lo_), lo_, v)
-                    return b.select(b.fcmp_ordered(">", v, hi_), hi_, v)
-                with kf.loop(0, M, 1, "im") as m:
-                    xrow = kf.gep(xf, kf.mul(m, K), F32)
-                    row = kf.gep(buf, kf.mul(m, lay.row_bytes), I8)
-                    dptr = kf.gep(row, kf.i64(lay.d_off), I8)
-                    iptr = kf.gep(row, kf.i64(lay.inv_off), I8)
-                    sptr = kf.gep(row, kf.i64(lay.dsum_off), I8)
-                    zptr = kf.gep(row, kf.i64(lay.zsum_off), I8)
-                    # pass 1, per group: d, 1/d and d * sum q
-                    with kf.loop(0, lay.groups, 1, "ig") as g:
-                        base = kf.gep(xrow, kf.mul(g, gs), F32)
-                        amax = ir.Constant(f8, [0.0] * 8)
-                        bad = ir.Constant(f8, [0.0] * 8)   # x * 0: NaN where x is NaN or inf
-                        for j in range(0, gs, 8):
-                            v = kf.load(f8, base, kf.i64(j), align=4)
-                            av = b.call(fabs, [v])   # NaNs dropped (``bad`` keeps them)
-                            amax = b.select(b.fcmp_ordered(">", av, amax), av, amax)
-                            bad = b.fadd(bad, b.fmul(v, ir.Constant(f8, [0.0] * 8)))
-                        a = b.call(rmax, [amax], fastmath=("nnan",))
-                        d = b.fadd(b.fdiv(a, ir.Constant(F32, 127.0)),
-                                   b.call(fadd8, [ir.Constant(F32, 0.0), bad]))
-                        pos = b.fcmp_ordered(">", a, ir.Constant(F32, 0.0))
-                        inv = b.select(pos, b.fdiv(ir.Constant(F32, 127.0), a), ir.Constant(F32, 0.0))
-                        invv = kf.splat(inv, 8)
-                        qs = ir.Constant(i8x8, [0] * 8)
-                        for j in range(0, gs, 8):
-                            v = kf.load(f8, base, kf.i64(j), align=4)
-                            qs = b.add(qs, b.fptosi(b.call(rint8, [clamp(b.fmul(v, invv))]), i8x8))
-                        kf.store(d, dptr, g, align=4)
-                        kf.store(inv, iptr, g, align=4)
-                        qsum = b.call(radd, [qs])
-                        kf.store(b.fmul(d, b.sitofp(qsum, F32)), sptr, g, align=4)
-                        if self.tiled:
-                            kf.store(b.mul(qsum, ir.Constant(I32, -self.tile_zero_point)), zptr, g, align=4)
-                    # pass 2, per step of S columns: the permuted int8 values and the lane tables
-                    ng = max(1, S // gs)
-                    with kf.loop(0, lay.steps, 1, "is") as st:
-                        xS = kf.load(fSv, xrow, kf.mul(st, S), align=4)
-                        g0 = kf.sdiv(kf.mul(st, S), gs)
-                        iv = kf.load(vec(F32, ng), iptr, g0, align=4)
-                        invs = b.shuffle_vector(iv, ir.Constant(iv.type, ir.Undefined),
-                                                ir.Constant(vec(I32, S), [j // gs if gs < S else 0
-                                                                          for j in range(S)]))
-                        q = b.trunc(b.fptosi(b.call(rintS, [clamp(b.fmul(xS, invs))]), iSv),
-                                    vec(I8, S))
-                        perm = [2 * j for j in range(S // 2)] + [2 * j + 1 for j in range(S // 2)]
-                        q = b.shuffle_vector(q, ir.Constant(q.type, ir.Undefined),
-                                             ir.Constant(vec(I32, S), perm))
-                        kf.store(q, row, kf.mul(st, S), align=1)
+                if not self.tile_int8:   # the row-tiled kernel fills it in parallel (_int8_x_task)
+                    self._fill_int8_rows(kf, xf, K, buf, lay, gs, kf.i64(0), M)
 
             if self.i8gemm:
                 kf.if_else(small, fill, lambda gs=gs, slot=slot: self._fill_int8_gemm_x(
@@ -142,6 +81,91 @@ class GemvInt8:
                     fill()
             out.append(b.load(slot, typ=PTR))
         return out
+
+    def _int8_x_task(self) -> ir.Function:
+        """``i32 xprep(ptr ctx, i64 idx)``: task ``idx`` of the context's ``xtasks`` fills its
+        share of the rows of every :class:`Int8Rows` buffer of the context (the row-tiled kernel's
+        x, quantized on all threads before the tiles run)."""
+        kf, st = self._open("xprep", I32, [I64], inline=True)
+        b = kf.b
+        idx, n = st.args[0], st.extra["xtasks"]
+        m_lo = b.sdiv(kf.mul(idx, st.M), n)
+        m_hi = b.sdiv(kf.mul(kf.add(idx, 1), st.M), n)
+        for i, gs in enumerate(self.ikeys):
+            buf = b.inttoptr(st.extra[f"xi{i}"], PTR)
+            self._fill_int8_rows(kf, st.xf, st.K, buf, self._int8_rows(gs), gs, m_lo, m_hi)
+        b.ret(ir.Constant(I32, 0))
+        kf.finish()
+        return st.fn
+
+    def _fill_int8_rows(self, kf: KFunc, xf, K, buf, lay: "Int8Rows", gs: int, m_lo, m_hi) -> None:
+        """Rows ``m_lo .. m_hi`` of x into ``buf`` in the layout of :class:`Int8Rows` (see
+        :meth:`_prepare_int8_x`)."""
+        b = kf.b
+        f8, i8x8 = vec(F32, 8), vec(I32, 8)
+        fabs = kf.declare("llvm.fabs.v8f32", f8, [f8])
+        rmax = kf.declare("llvm.vector.reduce.fmax.v8f32", F32, [f8])
+        radd = kf.declare("llvm.vector.reduce.add.v8i32", I32, [i8x8])
+        rint8 = kf.declare("llvm.rint.v8f32", f8, [f8])
+        fadd8 = kf.declare("llvm.vector.reduce.fadd.v8f32", F32, [F32, f8])
+        S = lay.step
+        fSv, iSv = vec(F32, S), vec(I32, S)
+        rintS = kf.declare(f"llvm.rint.v{S}f32", fSv, [fSv])
+
+        def clamp(v):   # +-127, a NaN becomes -127 (one vmaxps / vminps each: plain compares
+            n = v.type.count  # and selects, where maxnum / minnum add NaN fix-ups)
+            lo_, hi_ = ir.Constant(v.type, [-127.0] * n), ir.Constant(v.type, [127.0] * n)
+            v = b.select(b.fcmp_unordered("<", v, lo_), lo_, v)
+            return b.select(b.fcmp_ordered(">", v, hi_), hi_, v)
+        with kf.loop(m_lo, m_hi, 1, "im") as m:
+            xrow = kf.gep(xf, kf.mul(m, K), F32)
+            row = kf.gep(buf, kf.mul(m, lay.row_bytes), I8)
+            dptr = kf.gep(row, kf.i64(lay.d_off), I8)
+            iptr = kf.gep(row, kf.i64(lay.inv_off), I8)
+            sptr = kf.gep(row, kf.i64(lay.dsum_off), I8)
+            zptr = kf.gep(row, kf.i64(lay.zsum_off), I8)
+            # pass 1, per group: d, 1/d and d * sum q
+            with kf.loop(0, lay.groups, 1, "ig") as g:
+                base = kf.gep(xrow, kf.mul(g, gs), F32)
+                amax = ir.Constant(f8, [0.0] * 8)
+                bad = ir.Constant(f8, [0.0] * 8)   # x * 0: NaN where x is NaN or inf
+                for j in range(0, gs, 8):
+                    v = kf.load(f8, base, kf.i64(j), align=4)
+                    av = b.call(fabs, [v])   # NaNs dropped (``bad`` keeps them)
+                    amax = b.select(b.fcmp_ordered(">", av, amax), av, amax)
+                    bad = b.fadd(bad, b.fmul(v, ir.Constant(f8, [0.0] * 8)))
+                a = b.call(rmax, [amax], fastmath=("nnan",))
+                d = b.fadd(b.fdiv(a, ir.Constant(F32, 127.0)),
+                           b.call(fadd8, [ir.Constant(F32, 0.0), bad]))
+                pos = b.fcmp_ordered(">", a, ir.Constant(F32, 0.0))
+                inv = b.select(pos, b.fdiv(ir.Constant(F32, 127.0), a), ir.Constant(F32, 0.0))
+                invv = kf.splat(inv, 8)
+                qs = ir.Constant(i8x8, [0] * 8)
+                for j in range(0, gs, 8):
+                    v = kf.load(f8, base, kf.i64(j), align=4)
+                    qs = b.add(qs, b.fptosi(b.call(rint8, [clamp(b.fmul(v, invv))]), i8x8))
+                kf.store(d, dptr, g, align=4)
+                kf.store(inv, iptr, g, align=4)
+                qsum = b.call(radd, [qs])
+                kf.store(b.fmul(d, b.sitofp(qsum, F32)), sptr, g, align=4)
+                if self.tiled:
+                    kf.store(b.mul(qsum, ir.Constant(I32, -self.tile_zero_point)), zptr, g, align=4)
+            # pass 2, per step of S columns: the permuted int8 values and the lane tables
+            ng = max(1, S // gs)
+            with kf.loop(0, lay.steps, 1, "is") as st:
+                xS = kf.load(fSv, xrow, kf.mul(st, S), align=4)
+                g0 = kf.sdiv(kf.mul(st, S), gs)
+                iv = kf.load(vec(F32, ng), iptr, g0, align=4)
+                invs = b.shuffle_vector(iv, ir.Constant(iv.type, ir.Undefined),
+                                        ir.Constant(vec(I32, S), [j // gs if gs < S else 0
+                                                                  for j in range(S)]))
+                q = b.trunc(b.fptosi(b.call(rintS, [clamp(b.fmul(xS, invs))]), iSv),
+                            vec(I8, S))
+                perm = [2 * j for j in range(S // 2)] + [2 * j + 1 for j in range(S // 2)]
+                q = b.shuffle_vector(q, ir.Constant(q.type, ir.Undefined),
+                                     ir.Constant(vec(I32, S), perm))
+                kf.store(q, row, kf.mul(st, S), align=1)
+
 
     def _gemv_micro_i8(self, kf, dec, rows, xf, xi, lay: "Int8Rows", K, m0, t: int, rc: int,
                        res) -> None:
