@@ -589,7 +589,8 @@ def bind_weights(recipe: schemas.Recipe, param_specs: Sequence[tuple[str, tuple,
     try:
         return load_params(path, expected, prefix=wdef.prefix if wdef else "",
                            name_map=wdef.map if wdef else None, conversions=conversions, progress=progress,
-                           ignore=wdef.ignore if wdef else (), shards=shards)
+                           ignore=wdef.ignore if wdef else (), shards=shards,
+                           row_tiles=mapping.row_tiles if mapping is not None else None)
     except WeightsError as err:
         meta = read_safetensors_metadata(path) if Path(path).is_file() else {}
         ours = describe(recipe.quantization)

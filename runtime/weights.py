@@ -67,6 +67,7 @@ import numpy as np
 from .files import atomic_write, open_regular
 
 __all__ = ["WeightsError", "WeightsWarning", "ParamConversion", "TensorShard", "NameRules", "load_params", "save_params",
+           "tile_rows", "untile_rows",
            "read_safetensors_header", "MAX_NAME_RULES", "MAX_PATTERN_RULES", "MAX_RULE_CHARS",
            "MAX_IGNORE_PATTERNS", "MAX_IGNORE_CHARS"]
 
@@ -89,6 +90,27 @@ class ParamConversion:
     targets: tuple[str, ...]
     func: Callable[[np.ndarray], Sequence[np.ndarray]]
     shape: tuple
+
+
+def tile_rows(a: np.ndarray, row_tile: int) -> np.ndarray:
+    """``a`` (rows, cols) -- packed words or scales of a quantized weight -- in the ``row_tile``
+    layout: (rows / T, cols, T), each tile of ``T`` rows transposed (a new C-contiguous array; ``a``
+    itself for 0).
+    Raises ValueError when ``rows`` is not a multiple of ``T``."""
+    if not row_tile:
+        return a
+    rows, cols = a.shape
+    if rows % row_tile:
+        raise ValueError(f"{rows} rows do not fill whole tiles of {row_tile}")
+    return np.ascontiguousarray(a.reshape(rows // row_tile, row_tile, cols).transpose(0, 2, 1))
+
+
+def untile_rows(a: np.ndarray) -> np.ndarray:
+    """The inverse of :func:`tile_rows`: (rows / T, cols, T) -> (rows, cols); 2-D arrays as they are."""
+    if a.ndim == 2:
+        return a
+    tiles, cols, t = a.shape
+    return np.ascontiguousarray(a.transpose(0, 2, 1).reshape(tiles * t, cols))
 
 
 @dataclass(frozen=True)
@@ -527,8 +549,8 @@ def load_params(path: str | Path, expected: Mapping[str, tuple[Sequence[int], st
                 name_map: Mapping[str, str] | None = None,
                 conversions: Mapping[str, ParamConversion] | None = None,
                 progress: Callable[[int, int, str], None] | None = None,
-                ignore: Sequence[str] = (), shards: Mapping[str, TensorShard] | None = None
-                ) -> dict[str, np.ndarray]:
+                ignore: Sequence[str] = (), shards: Mapping[str, TensorShard] | None = None,
+                row_tiles: Mapping[str, int] | None = None) -> dict[str, np.ndarray]:
     """Load the parameters ``expected`` (name -> (shape, dtype)) from safetensors ``path``.
 
     ``name_map`` (our name -> the file's name: exact entries, ``{placeholder}`` patterns, prefix
@@ -539,7 +561,10 @@ def load_params(path: str | Path, expected: Mapping[str, tuple[Sequence[int], st
     ``progress(done, total, source_name)`` is called with ``done=0`` before the first conversion and
     after each one. ``shards``: parameter or conversion-source name -> :class:`TensorShard`: the file
     holds the whole tensor (its shape is the expected one with the shard's axis ``count`` times longer)
-    and only the shard is read.
+    and only the shard is read. ``row_tiles``: parameter name -> ``T`` for the packed words and
+    scales of quantized weights stored in row tiles ((rows / T, cols, T), :func:`tile_rows`): the
+    file may hold them as (rows, cols) in the same dtype (a checkpoint in MLC-LLM's layout, or
+    parameters saved before the tiles), tiled when read.
 
     Returns name -> numpy array (C-contiguous; loaded directly: the file's exact values; floats of
     another float dtype cast; converted ones as their conversion gives them).
@@ -553,11 +578,12 @@ def load_params(path: str | Path, expected: Mapping[str, tuple[Sequence[int], st
     rules = NameRules(name_map, prefix)
     globs = _ignore_globs(ignore)
     with _Checkpoint(path) as ckpt:
-        return _load(ckpt, expected, rules, globs, conversions, progress, dict(shards or {}))
+        return _load(ckpt, expected, rules, globs, conversions, progress, dict(shards or {}),
+                     dict(row_tiles or {}))
 
 
 def _load(ckpt: _Checkpoint, expected, rules: NameRules, globs, conversions, progress,
-          shards: dict[str, TensorShard]) -> dict[str, np.ndarray]:
+          shards: dict[str, TensorShard], row_tiles: dict[str, int]) -> dict[str, np.ndarray]:
     path, header = ckpt.path, ckpt.infos
     prefix = rules.prefix
     conversions = dict(conversions or {})
@@ -581,6 +607,7 @@ def _load(ckpt: _Checkpoint, expected, rules: NameRules, globs, conversions, pro
         return keys[name]
 
     direct: dict[str, str] = {}      # parameter -> file key
+    tiled: dict[str, str] = {}       # parameter -> file key of its rows, to be tiled (row_tiles)
     cast: dict[str, str] = {}        # parameter -> file key of another float dtype
     convert: dict[str, str] = {}     # source name -> file key
     claimed: set[str] = set()
@@ -591,6 +618,12 @@ def _load(ckpt: _Checkpoint, expected, rules: NameRules, globs, conversions, pro
         info = header.get(key)
         if info is not None and tuple(info["shape"]) == shape and info["dtype"] == dtype:
             direct[name] = key
+            claimed.add(key)
+            continue
+        tile = row_tiles.get(name, 0)
+        if (tile and info is not None and len(shape) == 3 and shape[2] == tile and info["dtype"] == dtype
+                and tuple(info["shape"]) == (shape[0] * tile, shape[1])):
+            tiled[name] = key
             claimed.add(key)
             continue
         src = producer.get(name)
@@ -656,6 +689,8 @@ def _load(ckpt: _Checkpoint, expected, rules: NameRules, globs, conversions, pro
     for name, key in direct.items():
         if producer.get(name) not in convert:
             out[name] = read(key, shards.get(name))
+    for name, key in tiled.items():
+        out[name] = tile_rows(read(key, shards.get(name)), row_tiles[name])
     for name, key in cast.items():
         out[name] = _cast_float(read(key, shards.get(name)), header[key]["dtype"], expected[name][1])
     total = len(convert)

@@ -31,13 +31,15 @@ class QuantizeMapping:
 
     ``source_specs``: float name -> (shape, dtype) in the model before the transforms (the
     checkpoint's layout); ``float_specs``: every parameter of that model, in order, as
-    ``(name, shape, dtype)``.
+    ``(name, shape, dtype)``; ``row_tiles``: transformed parameter name -> ``T`` for the packed
+    words and scales stored in row tiles (a file may hold them row-major: :func:`runtime.load_params`).
     """
 
     param_map: dict[str, list[str]] = field(default_factory=dict)
     map_func: dict[str, MapFunc] = field(default_factory=dict)
     source_specs: dict[str, tuple[tuple, str]] = field(default_factory=dict)
     float_specs: list[tuple[str, tuple, str]] = field(default_factory=list)
+    row_tiles: dict[str, int] = field(default_factory=dict)
 
     def add(self, name: str, new_names: Sequence[str], func: MapFunc, shape: Sequence, dtype: str) -> None:
         """Map float parameter ``name`` (``shape``; ``dtype`` before any transform, taken from

@@ -23,6 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from runtime.native import bfloat16_bits_to_float32, float32_to_bfloat16_bits
+from runtime.weights import tile_rows, untile_rows
 
 from .config import QuantLayout
 
@@ -101,26 +102,6 @@ def unpack_bits(words: np.ndarray, bits: int) -> np.ndarray:
     shifts = np.arange(per_word, dtype=np.uint64) * np.uint64(bits)
     vals = (words.astype(np.uint64)[..., None] >> shifts) & np.uint64((1 << bits) - 1)
     return vals.reshape(*words.shape[:-1], words.shape[-1] * per_word).astype(np.int64)
-
-
-def tile_rows(a: np.ndarray, row_tile: int) -> np.ndarray:
-    """``a`` (rows, cols) -- packed words or scales -- in the ``row_tile`` layout: (rows / T, cols,
-    T), each tile of ``T`` rows transposed (a new C-contiguous array; ``a`` itself for 0).
-    Raises ValueError when ``rows`` is not a multiple of ``T``."""
-    if not row_tile:
-        return a
-    rows, cols = a.shape
-    if rows % row_tile:
-        raise ValueError(f"{rows} rows do not fill whole tiles of {row_tile}")
-    return np.ascontiguousarray(a.reshape(rows // row_tile, row_tile, cols).transpose(0, 2, 1))
-
-
-def untile_rows(a: np.ndarray) -> np.ndarray:
-    """The inverse of :func:`tile_rows`: (rows / T, cols, T) -> (rows, cols); 2-D arrays as they are."""
-    if a.ndim == 2:
-        return a
-    tiles, cols, t = a.shape
-    return np.ascontiguousarray(a.transpose(0, 2, 1).reshape(tiles * t, cols))
 
 
 def quantize_weight(w: np.ndarray, layout: QuantLayout, dtype: str | None = None) -> tuple[np.ndarray, np.ndarray]:

@@ -70,6 +70,9 @@ class QuantizeMutator(nn.Mutator):
             prefix = f"{name}." if name else ""
             self.mapping.add(f"{prefix}weight", [f"{prefix}q_weight", f"{prefix}q_scale"],
                              quantize_func(new.layout), tuple(weight.shape), weight.dtype)
+            if new.layout.row_tile:
+                for part in ("q_weight", "q_scale"):
+                    self.mapping.row_tiles[f"{prefix}{part}"] = new.layout.row_tile
         self.quantized.append(name)
         return new
 
