@@ -15,15 +15,13 @@ from schemas import (
     PerChannelQuantization, QuantizationSpec, register_quantization_preset, resolve_quantization,
 )
 
+from ..ir.op.quantize import ROW_TILE
+
 __all__ = [
     "GroupQuantization", "PerChannelQuantization", "NoQuantization", "QuantizationSpec", "PRESETS", "KINDS",
     "STORAGE_BITS", "register_preset", "resolve", "preset_name", "describe", "QuantLayout", "is_quantizing",
     "GroupSizeError", "ROW_TILE",
 ]
-
-
-ROW_TILE = 16
-"""Rows per tile of a row-tiled weight (one 512-bit vector of 4-byte words; two 256-bit ones)."""
 
 
 class GroupSizeError(ValueError):
@@ -90,7 +88,7 @@ class QuantLayout:
     ``zero_point`` is the stored value of 0 (``max_int`` for group, 0 for per-channel).
     ``activation_quantization`` is the spec's (``"none"`` or ``"int8"``, see
     :class:`schemas.GroupQuantization`). ``row_tile`` (0: none): the weight is stored in tiles of
-    that many rows, each transposed (:func:`~builder.quant.packing.tile_rows`): ``q_weight``
+    that many rows, each transposed (:func:`runtime.weights.tile_rows`): ``q_weight``
     (rows / T, words, T), ``q_scale`` (rows / T, num_groups, T) -- chosen by :meth:`of` for 4-bit
     weights in uint32 words whose rows fill whole tiles of :data:`ROW_TILE`, the layout of the
     row-tiled kernels (every weight row of a tile in one vector lane).

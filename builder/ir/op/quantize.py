@@ -11,7 +11,7 @@ the case ``group_size == in_features`` with int8 storage and zero point 0.
 transposed: ``q_weight`` (rows / T, words, T) and ``q_scale`` (rows / T, groups, T), so word ``w`` of
 row ``n`` is ``q_weight[n // T, w, n % T]`` (the 4-byte words of ``T`` rows side by side: one vector
 holds ``T`` rows, as llama.cpp's repacked ``Q4_0`` blocks interleave rows). The values inside a
-word keep their order. :func:`builder.quant.packing.tile_rows` converts the row layout to it.
+word keep their order. :func:`runtime.weights.tile_rows` converts the row layout to it.
 """
 from __future__ import annotations
 
@@ -25,8 +25,11 @@ from .common import definitely_different, fmt_shape, tensor_arg
 QUANT_STORAGE_BITS = {"uint8": 8, "uint16": 16, "uint32": 32, "int8": 8}
 
 
+#: Rows per tile of a row-tiled weight (one 512-bit vector of 4-byte words; two 256-bit ones).
+ROW_TILE = 16
+
 #: Row tiles a ``row_tile`` attribute may name (0: the plain row layout).
-ROW_TILES = (0, 16)
+ROW_TILES = (0, ROW_TILE)
 
 
 def check_packed_layout(q, s, bits: int, group_size: int, in_features: int, name: str,

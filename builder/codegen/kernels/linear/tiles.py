@@ -42,10 +42,9 @@ same (133 ms with the tiles packed, 167 with the tiles at every batch size).
 A mixin of :class:`~.emitter.LinearEmitter`."""
 from __future__ import annotations
 
-from math import gcd
-
 from llvmlite import ir
 
+from ....ir.op.quantize import ROW_TILE
 from ...llvm_emit import F32, I8, I16, I32, I64, PTR
 from ..simd import KFunc, vec
 from .plan import TUNING
@@ -53,7 +52,7 @@ from .plan import TUNING
 __all__ = ["GemvTiles", "TILE_ROWS"]
 
 #: Rows per tile (the ``row_tile`` the kernels read).
-TILE_ROWS = 16
+TILE_ROWS = ROW_TILE
 
 
 class GemvTiles:
@@ -194,8 +193,18 @@ class GemvTiles:
         else:
             xaux = [b.inttoptr(st.extra["xts"], PTR)] * self.nw
             aux_row = [4 * (self.K_static // self.plan.weights[w].group_size) for w in range(self.nw)]
-        fns = {(w, t, h): self._tile_fn(w, t, h == 0) for w in range(self.nw) for t in range(1, MB + 1)
+        # helpers for 1-4 rows and for a whole block; other remainders take two calls (7 = 4 + 3):
+        # a helper per row count doubled the compile time of a q4 model (Llama recipe 3.7 -> 6.5 s)
+        sizes = sorted(set(range(1, min(4, MB) + 1)) | {MB})
+        fns = {(w, t, h): self._tile_fn(w, t, h == 0) for w in range(self.nw) for t in sizes
                for h in range(T // NL)}
+
+        def parts(t: int) -> list[int]:
+            out = []
+            while t:
+                out.append(max(s for s in sizes if s <= t))
+                t -= out[-1]
+            return out
         sbytes = [_scale_type(self.plan.weights[w].scale_dtype)[1] for w in range(self.nw)]
         with kf.loop(u0, u1, 1, "tile") as tile:
             n0 = kf.mul(tile, T)
@@ -208,13 +217,17 @@ class GemvTiles:
                 t_eff = kf.smin(kf.sub(st.M, m0), MB)
 
                 def block(t: int) -> None:
-                    for w in range(self.nw):
-                        xa = kf.gep(xaux[w], kf.mul(m0, aux_row[w]), I8)
-                        xf = kf.gep(st.xf, kf.mul(m0, st.K), F32)
-                        for h in range(T // NL):
-                            kf.b.call(fns[(w, t, h)], [kf.gep(qt[w], kf.i64(4 * NL * h), I8),
-                                                       kf.gep(stl[w], kf.i64(sbytes[w] * NL * h), I8),
-                                                       xa, xf, kf.gep(resw[w], kf.i64(NL * h), F32)])
+                    r0 = 0
+                    for part in parts(t):
+                        m = kf.add(m0, r0) if r0 else m0
+                        for w in range(self.nw):
+                            xa = kf.gep(xaux[w], kf.mul(m, aux_row[w]), I8)
+                            xf = kf.gep(st.xf, kf.mul(m, st.K), F32)
+                            for h in range(T // NL):
+                                kf.b.call(fns[(w, part, h)], [
+                                    kf.gep(qt[w], kf.i64(4 * NL * h), I8), kf.gep(stl[w], kf.i64(sbytes[w] * NL * h), I8),
+                                    xa, xf, kf.gep(resw[w], kf.i64(r0 * T + NL * h), F32)])
+                        r0 += part
 
                 kf.switch_const(t_eff, {t: (lambda t=t: block(t)) for t in range(1, MB + 1)}, "tb")
                 with kf.loop(0, t_eff, 1, "te") as i:
@@ -290,14 +303,19 @@ class GemvTiles:
         with kf.loop(0, G, 1, "tg") as g:
             sc = kf.widen(kf.load(vec(st_t, NL), kf.gep(s, kf.mul(g, T * bpe), I8),
                                   None, align=2), d.scale_dtype)
-            gacc = [kf.fzero(NL)] * t
-            for c in range(gs // 8):
+            gslot = [kf.alloca(f32v, name="gacc") for _ in range(t)]
+            for a in gslot:
+                b.store(kf.fzero(NL), a)
+            # the words of a group in a loop (unrolled, the float helpers were the larger part of a
+            # q4 model's compile time)
+            with kf.loop(0, gs // 8, 1, "tc") as c:
                 word = kf.add(kf.mul(g, gs // 8), c)
                 wp = kf.gep(q, kf.mul(word, 4 * T), I8)
                 if pf:
                     kf.prefetch(kf.gep(wp, kf.i64(pf), I8), TUNING["prefetch_locality"])
                 wv = kf.load(i32v, wp, None, align=4)
-                k = kf.add(kf.mul(g, gs), 8 * c)
+                k = kf.mul(word, 8)
+                gacc = [b.load(a, typ=f32v) for a in gslot]
                 for j in range(8):
                     v = wv if j == 0 else b.lshr(wv, ir.Constant(i32v, [4 * j] * NL))
                     if permps:   # vpermps reads the low 4 bits of each lane: table[q] = q - zero_point
@@ -307,6 +325,9 @@ class GemvTiles:
                     for i in range(t):
                         xv = kf.load(F32, kf.gep(xrows[i], kf.add(k, j), F32), None, align=4)
                         gacc[i] = kf.fma(f, kf.splat(xv, NL), gacc[i])
+                for a, v in zip(gslot, gacc):
+                    b.store(v, a)
+            gacc = [b.load(a, typ=f32v) for a in gslot]
             for i in range(t):
                 part = gacc[i]
                 if zp and not permps:
@@ -345,7 +366,7 @@ class GemvTiles:
         four = ir.Constant(i8v, [4] * (4 * NL))
         ones = ir.Constant(vec(I16, 2 * NL), [1] * (2 * NL))
         S = lay.step                            # 64: x's int8 values even columns, then odd, per step
-        B = gs * S // gcd(gs, S)                # columns per loop iteration: whole groups and steps
+        B = gs                                  # columns per loop iteration: one group
         xrows = [kf.gep(xi, kf.i64(i * lay.row_bytes), I8) if i else xi for i in range(t)]
         facc = [kf.alloca(f32v, name="tacc") for _ in range(t)]
         for a in facc:
@@ -376,7 +397,8 @@ class GemvTiles:
                         kf.prefetch(kf.gep(wp, kf.i64(pf), I8), TUNING["prefetch_locality"])
                     wv = kf.load(i8v, wp, None, align=1)
                     lo, hi = b.and_(wv, low), b.lshr(wv, four)
-                    xo = kf.add(k0, (off // S) * S + (off % S) // 2)
+                    kk = kf.add(k0, off)               # x's byte: its step, then half the column in it
+                    xo = kf.add(b.and_(kk, kf.i64(-S)), b.lshr(b.and_(kk, kf.i64(S - 1)), kf.i64(1)))
                     for i, xr in enumerate(xrows):
                         xlo, xhi = xbcast(xr, xo), xbcast(xr, kf.add(xo, S // 2))
                         if self.vnni:
