@@ -7,8 +7,9 @@ side by side, 64 bytes, so one 512-bit load (two 256-bit ones, four 128-bit ones
 of 16 rows, one row per 32-bit lane -- rows in lanes, as llama.cpp's repacked ``Q4_0`` blocks
 (``block_q4_0x8``) and onnxruntime's MatMulNBits packed panels lay them out. The weights of a
 tile are one sequential stream, decoded once per vector and block of ``MB`` input rows (8 with 32
-registers, 4 with 16): batch 2-8 read and decode the weights once, larger batches loop over
-blocks of ``MB`` rows inside each tile, whose words stay in L1 / L2 -- no per-call packing.
+registers, 4 with 16; a helper per row count 1-4 and ``MB``, so 7 rows are 4 + 3): batch 2-8 read
+and decode the weights once, larger batches loop over blocks of ``MB`` rows inside each tile,
+whose words stay in L1 / L2 -- no per-call packing.
 
 **int8 activations** (:meth:`GemvTiles._tile_fn_i8`, every batch size; where the int8 GEMV would
 run: AVX2, :func:`~.int8_rows.int8_gemv_supported`): x quantized once per call to int8 per group
