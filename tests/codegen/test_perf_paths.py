@@ -725,6 +725,27 @@ def test_row_tiled_float_kernel_decodes_with_vpermps_on_avx512():
         assert ("llvm.x86.avx512.permvar.sf.512" in text) == want, cpu
 
 
+def test_row_tiled_int8_kernel_prefetches_weights_and_scales(monkeypatch):
+    """The int8 tiles prefetch each 64-byte word of the weights (``prefetch_q``) and, once per group,
+    the scales' stream (``prefetch_scales``): built for a Zen 4 target, the tile helper holds one
+    prefetch more with the scales' on."""
+    from builder.codegen import emit_llvm_ir
+
+    if not HOST.triple.startswith("x86_64"):
+        pytest.skip("x86-64 only")
+    target = _x86_target("znver4", "+avx512f,+avx512bw,+avx512vl,+avx512vnni,+avx2,+fma,+f16c")
+    counts = []
+    for dist in (0, 2048):
+        monkeypatch.setitem(TUNING, "prefetch_scales", dist)
+        f, *_ = _quant_case(2, 32, 256, 4, 32, 7, "uint32", "float16", "float32", activation="int8", row_tile=16)
+        text, meta = emit_llvm_ir({"f": f}, target)
+        assert meta["f"]["kernel"] == "linear/avx512+vnni+tiles"
+        helper = text[text.index('define internal void @"mb.tile.'):]
+        helper = helper[:helper.index("\n}")]
+        counts.append(helper.count('call void @"llvm.prefetch'))
+    assert counts[0] == 4 and counts[1] == 5, counts   # 4 words of 64 bytes per group of 32 columns
+
+
 @pytest.mark.skipif(not HOST_SIMD.int8_dot, reason="the row-tiled int8 kernel needs AVX2")
 def test_row_tiled_int8_kernel_nan_and_block_size(monkeypatch):
     """A NaN in a row of x makes that row's outputs NaN and leaves the other rows exact; blocks of

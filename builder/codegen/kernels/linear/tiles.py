@@ -382,6 +382,9 @@ class GemvTiles:
             k0 = kf.mul(blk, B)
             for gi in range(B // gs):
                 g = kf.add(kf.mul(blk, B // gs), gi)
+                if pf and TUNING["prefetch_scales"]:   # the tile's scales, a stream of their own
+                    kf.prefetch(kf.gep(s, kf.add(kf.mul(g, T * bpe), TUNING["prefetch_scales"]), I8),
+                                TUNING["prefetch_locality"])
                 sc = kf.widen(kf.load(vec(st_t, NL), kf.gep(s, kf.mul(g, T * bpe), I8),
                                       None, align=2), d.scale_dtype)
                 if zp:   # the zero point: the integer sums start at -zero_point * sum q (x's table)
