@@ -608,7 +608,7 @@ def test_int8_activation_falls_back_to_float_without_avx2(monkeypatch):
 
 
 # ---------------------------------------------------------------------------------------------
-# row-tiled 4-bit weights with int8 activations (builder/codegen/kernels/linear/int8_tiles.py)
+# row-tiled 4-bit weights (builder/codegen/kernels/linear/tiles.py)
 
 
 def _tiled(a: np.ndarray) -> np.ndarray:
