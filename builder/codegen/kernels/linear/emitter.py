@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from llvmlite import ir
 
 from ....ir import expr as E
+from ....ir.op.quantize import ROW_TILE
 from ....ir.tir import PrimFunc
 from ...llvm_emit import F32, I32, I64, PTR, BufferExprEmitter, ModuleEmitter, mem_type
 from ..decode import DenseDecoder, GroupQuantDecoder
@@ -20,7 +21,7 @@ from .bf16 import Bf16Dot
 from .int8_gemv import GemvInt8
 from .gemm import GemmFloat
 from .int8_gemm import GemmInt8
-from .tiles import TILE_ROWS, GemvTiles
+from .tiles import GemvTiles
 
 __all__ = ["LinearEmitter", "emit_linear"]
 
@@ -156,7 +157,7 @@ class LinearEmitter(GemvFloat, Bf16Dot, GemvInt8, GemvTiles, GemmFloat, GemmInt8
         if self.tiled:
             # row-tiled weights: the tiles for every M with int8 activations, else up to
             # ``tile_max_rows`` rows and the float GEMM (panels packed from the tiles) above
-            self.R = TILE_ROWS
+            self.R = ROW_TILE
             self.MG = 1 << 40 if self.tile_int8 else TUNING["tile_max_rows"]
         elif any(w.format == "group" for w in plan.weights):
             # GEMV re-decodes a tile's packed weights for every MT rows of x, GEMM once per

@@ -46,14 +46,12 @@ from __future__ import annotations
 from llvmlite import ir
 
 from ....ir.op.quantize import ROW_TILE
-from ...llvm_emit import F32, I8, I16, I32, I64, PTR
+from ...llvm_emit import F32, I8, I16, I32, I64, PTR, elem_bytes, mem_type
+from ..decode import scalar_to_f32
 from ..simd import KFunc, vec
 from .plan import TUNING
 
-__all__ = ["GemvTiles", "TILE_ROWS"]
-
-#: Rows per tile (the ``row_tile`` the kernels read).
-TILE_ROWS = ROW_TILE
+__all__ = ["GemvTiles"]
 
 
 class GemvTiles:
@@ -127,7 +125,7 @@ class GemvTiles:
         conversion and ``(q - zero_point) * scale`` stored as a row of the panel, no transposes."""
         d = self.plan.weights[w]
         L, NR = self.lanes, self.NR
-        T = TILE_ROWS
+        T = ROW_TILE
         RG = min(T, NR)            # panel rows per part: a whole tile, or part of one (NR = 8 with SSE)
         NL = min(16, L, RG)
         key = f"mb.pack.tiles.{self._fmt_key(w)}.v{L}x{self.NV}"
@@ -137,7 +135,7 @@ class GemvTiles:
         q, s, words, groups, K, n0, nr_eff, kb, kc, bp = fn.args
         b = kf.b
         gs, zp = d.group_size, d.zero_point
-        st_t, bpe = _scale_type(d.scale_dtype)
+        st_t, bpe = mem_type(d.scale_dtype), elem_bytes(d.scale_dtype)
         i32v, f32v = vec(I32, NL), vec(F32, NL)
         low = ir.Constant(i32v, [15] * NL)
         whole = kf.sdiv(kc, 8)                    # kb is a multiple of 8 (KC is)
@@ -182,7 +180,7 @@ class GemvTiles:
         """Tiles ``u0 .. u1`` of 16 weight rows: per tile and block of ``MB`` input rows, the
         tile helper per weight and vector (:meth:`_tile_fn`), then the epilogue of each input row."""
         b = kf.b
-        T = TILE_ROWS
+        T = ROW_TILE
         NL, MB = self._tile_shape()
         res = kf.alloca(F32, self.nw * MB * T, name="res", align=64)
         resw = [kf.gep(res, kf.i64(w * MB * T), F32) if w else res for w in range(self.nw)]
@@ -206,7 +204,7 @@ class GemvTiles:
                 out.append(max(s for s in sizes if s <= t))
                 t -= out[-1]
             return out
-        sbytes = [_scale_type(self.plan.weights[w].scale_dtype)[1] for w in range(self.nw)]
+        sbytes = [elem_bytes(self.plan.weights[w].scale_dtype) for w in range(self.nw)]
         with kf.loop(u0, u1, 1, "tile") as tile:
             n0 = kf.mul(tile, T)
             qt, stl = [], []
@@ -250,13 +248,13 @@ class GemvTiles:
         """The float32 weight of column ``k`` (i64) of lane ``r`` of a tile (``q`` / ``s``: the
         tile's, or a part's, first word and scale): ``(q - zero_point) * scale``, scalar."""
         b = kf.b
-        st_t, bpe = _scale_type(d.scale_dtype)
-        word = kf.load(I32, kf.gep(q, kf.add(kf.mul(kf.sdiv(k, 8), 4 * TILE_ROWS), 4 * r), I8), None, align=4)
+        st_t, bpe = mem_type(d.scale_dtype), elem_bytes(d.scale_dtype)
+        word = kf.load(I32, kf.gep(q, kf.add(kf.mul(kf.sdiv(k, 8), 4 * ROW_TILE), 4 * r), I8), None, align=4)
         shift = b.trunc(kf.mul(b.srem(k, kf.i64(8)), 4), I32)
         nib = b.and_(b.lshr(word, shift), ir.Constant(I32, 15))
-        sv = kf.load(st_t, kf.gep(s, kf.add(kf.mul(kf.sdiv(k, d.group_size), TILE_ROWS * bpe), r * bpe), I8),
+        sv = kf.load(st_t, kf.gep(s, kf.add(kf.mul(kf.sdiv(k, d.group_size), ROW_TILE * bpe), r * bpe), I8),
                      None, align=2)
-        scale = b.extract_element(kf.widen(_one(b, sv), d.scale_dtype), ir.Constant(I32, 0))
+        scale = scalar_to_f32(kf, sv, d.scale_dtype)
         return b.fmul(b.sitofp(b.sub(nib, ir.Constant(I32, d.zero_point)), F32), scale)
 
     def _tile_tail(self, kf: KFunc, d, q, s, xf, outs, NL: int, t: int, k_from: int) -> None:
@@ -287,10 +285,10 @@ class GemvTiles:
             return fn
         q, s, xs, xf, res = fn.args
         b = kf.b
-        T, gs, zp = TILE_ROWS, d.group_size, d.zero_point
+        T, gs, zp = ROW_TILE, d.group_size, d.zero_point
         G = K // gs
         i32v, f32v = vec(I32, NL), vec(F32, NL)
-        st_t, bpe = _scale_type(d.scale_dtype)
+        st_t, bpe = mem_type(d.scale_dtype), elem_bytes(d.scale_dtype)
         low = ir.Constant(i32v, [15] * NL)
         facc = [kf.alloca(f32v, name="tacc") for _ in range(t)]
         for a in facc:
@@ -359,9 +357,9 @@ class GemvTiles:
             return fn
         q, s, xi, xf, res = fn.args
         b = kf.b
-        T, gs, zp = TILE_ROWS, d.group_size, d.zero_point
+        T, gs, zp = ROW_TILE, d.group_size, d.zero_point
         i8v, i32v, f32v = vec(I8, 4 * NL), vec(I32, NL), vec(F32, NL)
-        st_t, bpe = _scale_type(d.scale_dtype)
+        st_t, bpe = mem_type(d.scale_dtype), elem_bytes(d.scale_dtype)
         zmm = self.simd.int8_512 and NL == 16
         low = ir.Constant(i8v, [15] * (4 * NL))
         four = ir.Constant(i8v, [4] * (4 * NL))
@@ -427,14 +425,3 @@ class GemvTiles:
         b.ret_void()
         kf.finish()
         return fn
-
-
-def _scale_type(dtype: str) -> tuple[ir.Type, int]:
-    """The memory type of a scale of ``dtype`` (bfloat16 as 16-bit integers) and its bytes."""
-    return {"float32": (F32, 4), "float16": (ir.HalfType(), 2)}.get(dtype, (I16, 2))
-
-
-def _one(b: ir.IRBuilder, v: ir.Value) -> ir.Value:
-    """A scalar as a one-element vector (for :meth:`KFunc.widen`)."""
-    t = ir.VectorType(v.type, 1)
-    return b.insert_element(ir.Constant(t, ir.Undefined), v, ir.Constant(I32, 0))
