@@ -123,7 +123,6 @@ class GemvInt8:
             dptr = kf.gep(row, kf.i64(lay.d_off), I8)
             iptr = kf.gep(row, kf.i64(lay.inv_off), I8)
             sptr = kf.gep(row, kf.i64(lay.dsum_off), I8)
-            zptr = kf.gep(row, kf.i64(lay.zsum_off), I8)
             # pass 1, per group: d, 1/d and d * sum q
             with kf.loop(0, lay.groups, 1, "ig") as g:
                 base = kf.gep(xrow, kf.mul(g, gs), F32)
@@ -149,7 +148,8 @@ class GemvInt8:
                 qsum = b.call(radd, [qs])
                 kf.store(b.fmul(d, b.sitofp(qsum, F32)), sptr, g, align=4)
                 if self.tiled:
-                    kf.store(b.mul(qsum, ir.Constant(I32, -self.tile_zero_point)), zptr, g, align=4)
+                    kf.store(b.mul(qsum, ir.Constant(I32, -self.tile_zero_point)),
+                             kf.gep(row, kf.i64(lay.zsum_off), I8), g, align=4)
             # pass 2, per step of S columns: the permuted int8 values and the lane tables
             ng = max(1, S // gs)
             with kf.loop(0, lay.steps, 1, "is") as st:
