@@ -438,8 +438,8 @@ class GroupQuantization(StrictModel):
     ``clamp(round(w / scale) + max_int, 0, 2 * max_int)``, ``elements_per_word`` values packed into one
     ``storage_dtype`` word (element ``i`` in bits ``[i*bits, (i+1)*bits)``), and dequantized as
     ``(q - max_int) * scale``. Parameters ``q_weight`` (out, padded_in / elements_per_word) and
-    ``q_scale`` (out, padded_in / group_size) in ``model_dtype``: the NK layout; a Linear's 4-bit
-    weights in ``uint32`` words with ``out`` a multiple of 16 are stored in tiles of 16 rows
+    ``q_scale`` (out, padded_in / group_size) in ``model_dtype``: the NK layout; a Linear's weights
+    in ``uint32`` words with ``out`` a multiple of 16 are stored in tiles of 16 rows
     instead (``q_weight`` (out / 16, words, 16), ``q_scale`` (out / 16, groups, 16), each tile
     transposed) for the row-tiled kernels, as llama.cpp repacks ``Q4_0`` at load time. ``exclude``
     lists module-path globs (``lm_head``, ``*.norm*``) kept in ``model_dtype``.

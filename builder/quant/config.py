@@ -89,8 +89,8 @@ class QuantLayout:
     ``activation_quantization`` is the spec's (``"none"`` or ``"int8"``, see
     :class:`schemas.GroupQuantization`). ``row_tile`` (0: none): the weight is stored in tiles of
     that many rows, each transposed (:func:`runtime.weights.tile_rows`): ``q_weight``
-    (rows / T, words, T), ``q_scale`` (rows / T, num_groups, T) -- chosen by :meth:`of` for 4-bit
-    weights in uint32 words whose rows fill whole tiles of :data:`ROW_TILE`, the layout of the
+    (rows / T, words, T), ``q_scale`` (rows / T, num_groups, T) -- chosen by :meth:`of` for 4- and
+    8-bit weights in uint32 words whose rows fill whole tiles of :data:`ROW_TILE`, the layout of the
     row-tiled kernels (every weight row of a tile in one vector lane).
     """
 
@@ -119,7 +119,7 @@ class QuantLayout:
             raise GroupSizeError(f"group_size {group_size} is larger than the weight's {in_features} input "
                                  "features")
         act = getattr(spec, "activation_quantization", "none")
-        tiled = (spec.bits == 4 and spec.storage_dtype == "uint32" and group_size % 8 == 0
+        tiled = (spec.bits in (4, 8) and spec.storage_dtype == "uint32" and group_size % spec.elements_per_word == 0
                  and isinstance(rows, int) and not isinstance(rows, bool) and rows > 0 and rows % ROW_TILE == 0)
         return QuantLayout(in_features, spec.bits, group_size, spec.elements_per_word, spec.storage_dtype,
                            spec.model_dtype, spec.max_int, spec.zero_point, act, ROW_TILE if tiled else 0)

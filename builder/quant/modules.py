@@ -31,8 +31,8 @@ class QuantizedLinear(nn.Module):
     """``y = x @ dequantize(q_weight, q_scale).T + bias`` for a quantizing spec.
 
     ``q_weight`` (out_features, words) of the storage dtype, ``q_scale`` (out_features,
-    num_groups) -- in row tiles (:class:`~builder.quant.config.QuantLayout` ``row_tile``) for 4-bit
-    weights in uint32 words whose rows fill whole tiles -- and ``bias`` (out_features,) of the model dtype (the bias in ``out_dtype`` when
+    num_groups) -- in row tiles (:class:`~builder.quant.config.QuantLayout` ``row_tile``) for 4- and
+    8-bit weights in uint32 words whose rows fill whole tiles -- and ``bias`` (out_features,) of the model dtype (the bias in ``out_dtype`` when
     given), ``in_features`` fixed (it decides the groups; padded to whole groups). ``x`` is
     (..., in_features) in the model dtype. Raises ValueError for a symbolic ``in_features``.
     """

@@ -14,7 +14,7 @@ Formulas (MLC-LLM's group quantization, NK layout; per-channel is one group per 
 * packing: value ``i`` of a word sits in bits ``[i*bits, (i+1)*bits)`` (the first value in the
   lowest bits), ``elements_per_word = storage bits / bits`` values per word;
 * dequantization: ``(q - zero_point) * scale``, exact in float32;
-* row tiles (``layout.row_tile = T``, 4-bit weights in uint32 words): ``q_weight`` and
+* row tiles (``layout.row_tile = T``, 4- and 8-bit weights in uint32 words): ``q_weight`` and
   ``q_scale`` as (rows / T, words | groups, T), each tile of ``T`` rows transposed
   (:func:`tile_rows`; see :mod:`builder.ir.op.quantize`).
 """

@@ -684,12 +684,16 @@ def test_row_tiled_int8_kernel_on_avx2(K, gs, sdt, xdt, vnni, shape, monkeypatch
     (72, 8, "float16", "float32"),
 ])
 @pytest.mark.parametrize("cap", [None, "no-permps", "avx2", "sse"])
-def test_row_tiled_float_kernel(K, gs, sdt, xdt, cap, monkeypatch):
-    """Row-tiled 4-bit weights with float activations: the float tiles up to ``tile_max_rows``
-    input rows (blocks and their remainders), the float GEMM on panels packed from the tiles
-    above; exact float results against float64 (a partial last group included), on the host's
-    vectors (on AVX-512 hosts with and without the ``vpermps`` decoding, ``tile_permps``) and on
-    8 and 4 lanes (``MB_SIMD``; 2 and 4 vectors per tile)."""
+@pytest.mark.parametrize("bits", [4, 8])
+def test_row_tiled_float_kernel(K, gs, sdt, xdt, cap, bits, monkeypatch):
+    """Row-tiled 4- and 8-bit weights with float activations: the float tiles up to
+    ``tile_max_rows`` input rows (blocks and their remainders), the float GEMM on panels packed
+    from the tiles above; exact float results against float64 (a partial last group included), on
+    the host's vectors (on AVX-512 hosts with and without the ``vpermps`` decoding of 4-bit values,
+    ``tile_permps``) and on 8 and 4 lanes (``MB_SIMD``; 2 and 4 vectors per tile). The zero point is
+    the presets' ``max_int`` (7, 127)."""
+    if bits == 8 and cap == "no-permps":
+        pytest.skip("vpermps decodes 4-bit values only")
     if cap == "no-permps":
         monkeypatch.setitem(TUNING, "tile_permps", 0)
     elif cap is not None:
@@ -699,7 +703,8 @@ def test_row_tiled_float_kernel(K, gs, sdt, xdt, cap, monkeypatch):
     lib = None
     N = 48
     for M in (1, 3, 8, 9, 16, 17, 40):
-        f, odt, X, Q, S, ref = _quant_case(M, N, K, 4, gs, 7, "uint32", sdt, xdt, seed=M + K, row_tile=16)
+        f, odt, X, Q, S, ref = _quant_case(M, N, K, bits, gs, 2 ** (bits - 1) - 1, "uint32", sdt, xdt,
+                                           seed=M + K, row_tile=16)
         if lib is None:
             kernel, lib = _build(f)
             assert kernel == (f"linear/{simd.name}+tiles" if simd.usable else kernel), kernel
@@ -787,17 +792,19 @@ def test_row_tiled_int8_kernel_zero_points(zp):
 
 def test_row_tiled_weights_of_one_kernel_share_the_zero_point():
     """Two row-tiled weights in one kernel (gate / up) share x's int32 table of ``-zero_point *
-    sum q``: weights with different zero points are left to the generic loops, with the reason."""
+    sum q`` and one decoding: weights with different zero points or bits are left to the generic
+    loops, with the reason."""
     from builder.codegen.kernels.linear import plan_linear
 
     x = te.placeholder((te.var("b"), 64), "float32", name="x")
-    ts = [te.placeholder(shape, dt, name=n) for n, shape, dt in (
-        ("q0", (2, 8, 16), "uint32"), ("s0", (2, 2, 16), "float32"), ("q1", (2, 8, 16), "uint32"),
-        ("s1", (2, 2, 16), "float32"))]
-    for zps, ok in (((7, 7), True), ((7, 8), False)):
+    for (b0, z0), (b1, z1), ok in (((4, 7), (4, 7), True), ((4, 7), (4, 8), False), ((4, 7), (8, 7), False),
+                                   ((8, 127), (8, 127), True)):
+        ts = [te.placeholder(shape, dt, name=n) for n, shape, dt in (
+            ("q0", (2, 64 * b0 // 32, 16), "uint32"), ("s0", (2, 2, 16), "float32"),
+            ("q1", (2, 64 * b1 // 32, 16), "uint32"), ("s1", (2, 2, 16), "float32"))]
         spec = []
-        out = topi.linear_kernel(x, *ts, weights=[GroupWeight(1, 2, 4, 32, zps[0], 64, "int8", 16),
-                                                  GroupWeight(3, 4, 4, 32, zps[1], 64, "int8", 16)],
+        out = topi.linear_kernel(x, *ts, weights=[GroupWeight(1, 2, b0, 32, z0, 64, "int8", 16),
+                                                  GroupWeight(3, 4, b1, 32, z1, 64, "int8", 16)],
                                  epilogue=_epilogue(("multiply", ("linear", 0), ("linear", 1))), spec=spec)
         f = te.create_prim_func([x, *ts, out])
         f.attrs[KERNEL_ATTR] = spec[0]
@@ -805,7 +812,8 @@ def test_row_tiled_weights_of_one_kernel_share_the_zero_point():
         if ok:
             assert not isinstance(plan, str) and plan.variant == "tiles", plan
         else:
-            assert plan == "row-tiled weights with different zero points, group sizes or activations in one kernel"
+            assert plan == ("row-tiled weights with different bits, zero points, group sizes or activations in "
+                            "one kernel")
 
 
 @pytest.mark.parametrize("cap,kernel", [("avx", "linear/avx+tiles"), ("scalar", "loops (linear: no vector unit")])

@@ -149,31 +149,34 @@ def test_bfloat16_bits_helpers():
         as_bfloat16_bits(x)
 
 
-def test_row_tiles_of_4_bit_weights():
-    """A Linear's 4-bit weights in uint32 words whose rows fill tiles of 16 are stored row-tiled,
-    with float or int8 activations: (rows / 16, words | groups, 16), word ``w`` of row ``n`` at
-    ``[n // 16, w, n % 16]``; other weights (8 bits, uint8 words, rows not a multiple of 16, an
-    Embedding's table: no rows given) keep the row layout. Quantizing to tiles is the row-major
-    quantization tiled, and dequantizes to the same weight."""
+@pytest.mark.parametrize("bits", [4, 8])
+def test_row_tiles_of_4_and_8_bit_weights(bits):
+    """A Linear's 4- and 8-bit weights in uint32 words whose rows fill tiles of 16 are stored
+    row-tiled, with float or int8 activations: (rows / 16, words | groups, 16), word ``w`` of row
+    ``n`` at ``[n // 16, w, n % 16]``; other weights (uint8 / uint16 words, rows not a multiple of
+    16, an Embedding's table: no rows given) keep the row layout. Quantizing to tiles is the
+    row-major quantization tiled, and dequantizes to the same weight."""
     from builder.quant.packing import tile_rows, untile_rows
 
-    a8 = GroupQuantization(activation_quantization="int8")
+    a8 = GroupQuantization(bits=bits, activation_quantization="int8")
     assert QuantLayout.of(a8, 64, 48).row_tile == 16
-    assert QuantLayout.of(GroupQuantization(), 64, 48).row_tile == 16
-    for spec, rows in ((a8, 40), (a8, None), (GroupQuantization(), 40), (GroupQuantization(bits=8,
-                       activation_quantization="int8"), 48),
-                       (GroupQuantization(storage_dtype="uint8", activation_quantization="int8"), 48)):
+    assert QuantLayout.of(GroupQuantization(bits=bits), 64, 48).row_tile == 16
+    for spec, rows in ((a8, 40), (a8, None), (GroupQuantization(bits=bits), 40),
+                       (GroupQuantization(bits=bits, storage_dtype="uint16"), 48),
+                       (GroupQuantization(bits=bits, storage_dtype="uint8", activation_quantization="int8"), 48)):
         assert QuantLayout.of(spec, 64, rows).row_tile == 0, (spec, rows)
     layout = QuantLayout.of(a8, 100, 32)
-    assert layout.q_weight_shape(32) == (2, 16, 16) and layout.q_scale_shape(32) == (2, 4, 16)
+    words = layout.words
+    assert words == 128 // (32 // bits)
+    assert layout.q_weight_shape(32) == (2, words, 16) and layout.q_scale_shape(32) == (2, 4, 16)
     assert layout.op_attrs["row_tile"] == 16 and "row_tile" not in QuantLayout.of(a8, 100).op_attrs
     w = np.random.default_rng(4).standard_normal((32, 100)).astype(np.float32)
     q, s = quantize_weight(w, layout)
     plain = QuantLayout.of(a8, 100)
     q0, s0 = quantize_weight(w, plain)
-    assert q.shape == (2, 16, 16) and s.shape == (2, 4, 16) and q.flags.c_contiguous
+    assert q.shape == (2, words, 16) and s.shape == (2, 4, 16) and q.flags.c_contiguous
     for n in (0, 5, 17, 31):
-        for word in (0, 3, 15):
+        for word in (0, 3, words - 1):
             assert q[n // 16, word, n % 16] == q0[n, word]
         assert s[n // 16, 2, n % 16] == s0[n, 2]
     np.testing.assert_array_equal(untile_rows(q), q0)

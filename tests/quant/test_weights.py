@@ -120,7 +120,7 @@ def test_params_saved_with_another_quantization_are_explained(tmp_path, exported
     with pytest.raises(WeightsError) as info:
         exported(SMALL, ["quantization=q8f32_1"]).load(tmp_path / "q.safetensors")
     text = str(info.value)
-    assert "'gate_proj.q_weight' has shape (43, 32, 16), parameter 'gate_proj.q_weight' expects (688, 64)" in text
+    assert "'gate_proj.q_weight' has shape (43, 32, 16), parameter 'gate_proj.q_weight' expects (43, 64, 16)" in text
     assert "saved by recipe 'llama_mlp_small' with quantization 'q4f32_1', this recipe uses 'q8f32_1'" in text
 
 
@@ -149,25 +149,26 @@ def test_progress_bar_appears_only_after_a_moment():
     assert p.bar is None  # done: removed
 
 
-def test_row_major_q4_params_are_tiled_on_load(tmp_path):
-    """Parameters of 4-bit weights saved row-major (MLC-LLM's layout, and this project's before the
-    row tiles) load into a model whose q_weight / q_scale are row-tiled: each tiled when read, the
-    same arrays as quantizing the float checkpoint; a row-major tensor of another shape is still
-    refused with both sides named."""
+@pytest.mark.parametrize("preset,words", [("q4f32_1", 88), ("q8f32_1", 176)])
+def test_row_major_params_are_tiled_on_load(tmp_path, preset, words):
+    """Parameters of 4- and 8-bit weights saved row-major (MLC-LLM's layout, and this project's
+    before the row tiles) load into a model whose q_weight / q_scale are row-tiled: each tiled
+    when read, the same arrays as quantizing the float checkpoint; a row-major tensor of another
+    shape is still refused with both sides named."""
     from builder.quant.packing import untile_rows
 
-    m = build(SMALL, ["quantization=q4f32_1"], weights=WEIGHTS)
+    m = build(SMALL, [f"quantization={preset}"], weights=WEIGHTS)
     assert m.mapping.row_tiles["gate_proj.q_weight"] == 16 and m.params["gate_proj.q_weight"].ndim == 3
     rows = {name: untile_rows(a) for name, a in m.params.items()}
     save_file(rows, str(tmp_path / "rows.safetensors"))
     calls = Calls()
-    m2 = build(SMALL, ["quantization=q4f32_1"], weights=tmp_path / "rows.safetensors", progress=calls)
+    m2 = build(SMALL, [f"quantization={preset}"], weights=tmp_path / "rows.safetensors", progress=calls)
     assert calls == []   # loaded, not converted from floats
     for name, a in m.params.items():
         np.testing.assert_array_equal(m2.params[name], a)
     rows["down_proj.q_weight"] = rows["down_proj.q_weight"][:, :80].copy()
     save_file(rows, str(tmp_path / "bad.safetensors"))
     with pytest.raises(WeightsError) as info:
-        build(SMALL, ["quantization=q4f32_1"], weights=tmp_path / "bad.safetensors")
-    assert "'down_proj.q_weight' has shape (256, 80), parameter 'down_proj.q_weight' expects (16, 88, 16)" in str(
-        info.value)
+        build(SMALL, [f"quantization={preset}"], weights=tmp_path / "bad.safetensors")
+    assert (f"'down_proj.q_weight' has shape (256, 80), parameter 'down_proj.q_weight' expects (16, {words}, 16)"
+            in str(info.value))

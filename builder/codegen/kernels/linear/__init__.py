@@ -11,7 +11,7 @@ params (bias, residual, ...). :func:`plan_linear` (:mod:`.plan`) checks that str
 
 Files: :mod:`.plan` (the planner and :data:`TUNING`), :mod:`.emitter` (the driver,
 :func:`emit_linear`), and one file per kernel family, each a mixin of the emitter: :mod:`.gemv`
-(float / packed-weight GEMV), :mod:`.int8_gemv`, :mod:`.tiles` (row-tiled 4-bit weights),
+(float / packed-weight GEMV), :mod:`.int8_gemv`, :mod:`.tiles` (row-tiled 4- and 8-bit weights),
 :mod:`.bf16` (``vdpbf16ps`` GEMV and GEMM), :mod:`.gemm` (float GEMM), :mod:`.int8_gemm`;
 :mod:`.int8_rows` (the int8 layout of x).
 
@@ -55,9 +55,9 @@ Generated code (:func:`emit_linear`), for the host's widest vectors (:class:`Sim
   ``vpmaddwd`` pair: the GEMV's two nibble halves go into one int32 sum, the GEMM's micro-kernel accumulates int32 directly (no int16
   partial sums) -- the same exact integer sums;
 * **row-tiled kernels** (plan variant ``tiles``) where the weights are stored in tiles of 16
-  rows (``row_tile=16``: what the quantization gives 4-bit weights in uint32 words whose rows fill
-  whole tiles, :class:`~builder.quant.config.QuantLayout`): one vector holds 8 columns of 16
-  rows, one row per lane. With int8 activations for every ``M``: ``vpdpbusd`` (or
+  rows (``row_tile=16``: what the quantization gives 4- and 8-bit weights in uint32 words whose rows
+  fill whole tiles, :class:`~builder.quant.config.QuantLayout`): one vector holds 8 (4-bit) or 4
+  (8-bit) columns of 16 rows, one row per lane. With int8 activations for every ``M``: ``vpdpbusd`` (or
   ``vpmaddubsw``) against 4 int8 values of x broadcast, the integer sums leave once per group;
   with float activations up to ``tile_max_rows`` (16) rows: per column one shift, mask and
   conversion for 16 rows and an FMA per input row, and above it the float GEMM on panels packed

@@ -40,6 +40,8 @@ TUNING = {
     "prefetch_scales": 2048,     # row-tiled int8 kernel: the scales' prefetch distance in bytes (0: off;
                                  # LlamaMLP q4f16_1+a8 batch 8 4.83-4.92 -> 4.59-4.72 ms from DRAM, Xeon)
     "tile_permps": 1,            # float tiles on AVX-512: decode with vpermps (0: mask and conversion)
+    "tile_chains_f32": 4,        # float tiles: FMA chains per group over the input rows of a block (4: 4 for
+                                 # 1 row, 2 for 2; LlamaMLP q4f16_1 batch 1 4.04 -> 3.63 ms, Xeon)
     "tile_max_rows": 16,         # M <= this: float-activation tiles, else the float GEMM
     "gemv_rows": 4,              # R: weight rows per GEMV tile
     "gemv_rows_q": 4,            # the same for packed 4 / 8-bit weights (8 spills with 16 registers)
@@ -183,10 +185,10 @@ def _same_dims(a, b) -> bool:
 
 def _tiled_unsupported(storage: str, bits: int, group_size: int, tile: int) -> str:
     """Why the row-tiled kernels (:mod:`.tiles`) cannot run a row-tiled weight, or ``""``: they
-    take 4-bit values in uint32 words in tiles of 16 rows, groups of whole words (elsewhere the
-    generic loops read the tiles). With int8 activations they multiply in int8 where the int8 GEMV
-    would (AVX2, :func:`int8_gemv_supported`), else in float32 as the other kernels do."""
-    if storage != "uint32" or bits != 4 or tile != 16 or group_size % 8:
+    take 4- and 8-bit values in uint32 words in tiles of 16 rows, groups of whole words (elsewhere
+    the generic loops read the tiles). With int8 activations they multiply in int8 where the int8
+    GEMV would (AVX2, 4-bit: :func:`int8_gemv_supported`), else in float32 as the other kernels do."""
+    if storage != "uint32" or bits not in (4, 8) or tile != 16 or group_size % (32 // bits):
         return f"row-tiled {storage} bits={bits} row_tile={tile} group_size={group_size}"
     return ""
 
@@ -291,8 +293,9 @@ def _plan_linear(func: PrimFunc, simd: SimdInfo) -> LinearPlan | str:
             return f"weight format {w.format!r}"
     if len({w.format == "group" and w.row_tile > 0 for w in weights}) > 1:
         return "row-tiled and other weights in one kernel"
-    if len({(w.zero_point, w.group_size, w.activation) for w in weights if w.format == "group" and w.row_tile}) > 1:
-        return "row-tiled weights with different zero points, group sizes or activations in one kernel"
+    if len({(w.bits, w.zero_point, w.group_size, w.activation)
+            for w in weights if w.format == "group" and w.row_tile}) > 1:
+        return "row-tiled weights with different bits, zero points, group sizes or activations in one kernel"
     blocks = {b.name: b for b in _blocks(func)}
     if "root" in blocks:
         del blocks["root"]

@@ -1,18 +1,18 @@
-"""The row-tiled kernels: 4-bit weights stored in tiles of 16 rows (``row_tile=16``,
-:mod:`builder.ir.op.quantize`; what the quantization gives every 4-bit Linear weight in uint32
-words whose rows fill whole tiles).
+"""The row-tiled kernels: 4- and 8-bit weights stored in tiles of 16 rows (``row_tile=16``,
+:mod:`builder.ir.op.quantize`; what the quantization gives every 4- and 8-bit Linear weight in
+uint32 words whose rows fill whole tiles).
 
-A tile's packed words are stored word-major: word ``w`` (columns ``8w .. 8w+7``) of its 16 rows
-side by side, 64 bytes, so one 512-bit load (two 256-bit ones, four 128-bit ones) holds 8 columns
-of 16 rows, one row per 32-bit lane -- rows in lanes, as llama.cpp's repacked ``Q4_0`` blocks
+A tile's packed words are stored word-major: word ``w`` (columns ``8w .. 8w+7`` with 4 bits,
+``4w .. 4w+3`` with 8) of its 16 rows side by side, 64 bytes, so one 512-bit load (two 256-bit
+ones, four 128-bit ones) holds 8 (4) columns of 16 rows, one row per 32-bit lane -- rows in lanes, as llama.cpp's repacked ``Q4_0`` blocks
 (``block_q4_0x8``) and onnxruntime's MatMulNBits packed panels lay them out. The weights of a
 tile are one sequential stream, decoded once per vector and block of ``MB`` input rows (8 with 32
 registers, 4 with 16; a helper per row count 1-4 and ``MB``, so 7 rows are 4 + 3): batch 2-8 read
 and decode the weights once, larger batches loop over blocks of ``MB`` rows inside each tile,
 whose words stay in L1 / L2 -- no per-call packing.
 
-**int8 activations** (:meth:`GemvTiles._tile_fn_i8`, every batch size; where the int8 GEMV would
-run: AVX2, :func:`~.int8_rows.int8_gemv_supported`): x quantized once per call to int8 per group
+**int8 activations** (:meth:`GemvTiles._tile_fn_i8`, 4-bit weights, every batch size; where the
+int8 GEMV would run: AVX2, :func:`~.int8_rows.int8_gemv_supported`): x quantized once per call to int8 per group
 (:class:`~.int8_rows.Int8Rows`), each thread its share of the rows when x has at least
 ``xprep_min_values`` values (TinyLlama q4f16_1+a8 prefill 416 -> 403 ms on the Xeon). Per 8 columns the low nibbles (even columns) and the high
 nibbles (odd columns) are multiplied with 4 int8 values of x broadcast to every lane: one
@@ -29,10 +29,16 @@ whole groups) and the same integer sums formed; the columns past them stay float
 dequantized weight``, scalar, :meth:`GemvTiles._tile_tail`).
 
 **float activations** (:meth:`GemvTiles._tile_fn_f32`, up to ``tile_max_rows`` input rows): per
-column a shift of the words and, on AVX-512, one ``vpermps`` of the 16-entry table ``q -
-zero_point`` by each lane's low 4 bits give the 16 rows' values as floats (elsewhere a mask and
-a conversion, and the zero point through per-group sums of x), multiplied with x's value
-broadcast for each input row (an FMA per row and 16 weights); per group ``acc += scale * sum``.
+column of 4-bit weights a shift of the words and, on AVX-512, one ``vpermps`` of the 16-entry
+table ``q - zero_point`` by each lane's low 4 bits give the 16 rows' values as floats (elsewhere
+a mask and a conversion, and the zero point through per-group sums of x); per column of 8-bit
+weights one byte shuffle (``vpshufb``; a mask or a shift for the first and last byte) and a
+conversion, the zero point through the sums of x. Each column's values are multiplied with x's
+value broadcast for each input row (an FMA per row and 16 weights), into ``tile_chains_f32``
+partial sums per group over the rows of a block (4 for one row: one chain's FMA latency bounded
+it; LlamaMLP q4f16_1 batch 1 4.04 -> 3.63 ms from DRAM on the Xeon); per group ``acc += scale *
+sum``. (LlamaMLP q8f32_1 on the Xeon against its row-major packed GEMV, interleaved: batch 1 6.15
+-> 5.3-5.8 ms, batch 8 19.9 -> 10.8.)
 (``vpermps`` against mask and conversion, Intel Xeon, LlamaMLP q4f16_1: batch 1 3.45 -> 3.02 ms
 with the weights in L3, 4.5 -> 4.3 from DRAM; batch 8 9.84 -> 9.04.) Above ``tile_max_rows`` the float GEMM runs on panels
 packed from the tiles (:meth:`GemvTiles._pack_tiles_fn`: a word of a tile is already a row of
@@ -73,12 +79,32 @@ class GemvTiles:
             mb = TUNING["tile_rows_x"] or (8 if regs >= 32 else 4)
         return nl, max(1, mb)
 
+    @staticmethod
+    def _tile_column(kf: KFunc, wv, j: int, bits: int, nl: int, masked: bool = True):
+        """Column ``j`` of a tile vector's 32-bit words (``nl`` lanes, one weight row each): the
+        unsigned ``bits``-bit value ``(word >> bits * j) & (2**bits - 1)`` per lane (int32).
+        8-bit values are one byte shuffle (``vpshufb``: byte ``j`` of each lane, zeros above) where
+        a shift and a mask would be two instructions; ``masked=False`` leaves the bits above the
+        value (for ``vpermps``, which reads a lane's low 4 bits only)."""
+        b = kf.b
+        i32v = vec(I32, nl)
+        per_word = 32 // bits
+        if j == per_word - 1:
+            return b.lshr(wv, ir.Constant(i32v, [bits * j] * nl))
+        if bits == 8 and j:
+            i8v = vec(I8, 4 * nl)
+            zeros = ir.Constant(i8v, [0] * (4 * nl))
+            idx = [4 * lane + j if byte == 0 else 4 * nl for lane in range(nl) for byte in range(4)]
+            return b.bitcast(b.shuffle_vector(b.bitcast(wv, i8v), zeros, ir.Constant(vec(I32, 4 * nl), idx)), i32v)
+        v = wv if j == 0 else b.lshr(wv, ir.Constant(i32v, [bits * j] * nl))
+        return b.and_(v, ir.Constant(i32v, [(1 << bits) - 1] * nl)) if masked else v
+
     def _tile_permps(self) -> bool:
         """Whether the float tiles decode with ``vpermps`` (16 lanes, the target's own AVX-512):
         one permute of a 16-entry table ``q - zero_point`` by each lane's low 4 bits replaces the
         mask and the conversion (and the zero point's sums of x)."""
-        return (not self.tile_int8 and self._tile_shape()[0] == 16 and self.simd.int8_512
-                and bool(TUNING["tile_permps"]))
+        return (not self.tile_int8 and self.plan.weights[0].bits == 4 and self._tile_shape()[0] == 16
+                and self.simd.int8_512 and bool(TUNING["tile_permps"]))
 
     def _prepare_tile_sums(self, kf: KFunc, xf, M, K):
         """For the float-activation tiles: a buffer of ``xs[m, g]``, the sum of x over each whole
@@ -121,8 +147,9 @@ class GemvTiles:
     def _pack_tiles_fn(self, w: int) -> ir.Function:
         """The GEMM's panel packing (:meth:`_pack_fn`'s signature and result, ``bp[kk][j] =
         W[n0 + j, kb + kk]``, zero for ``j >= nr_eff``) for a row-tiled weight: a tile's word of
-        8 columns is already one vector of 16 rows, so each column is a shift and mask, a
-        conversion and ``(q - zero_point) * scale`` stored as a row of the panel, no transposes."""
+        ``32 / bits`` columns is already one vector of 16 rows, so each column is a shift and mask
+        (:meth:`_tile_column`), a conversion and ``(q - zero_point) * scale`` stored as a row of the
+        panel, no transposes."""
         d = self.plan.weights[w]
         L, NR = self.lanes, self.NR
         T = ROW_TILE
@@ -137,9 +164,9 @@ class GemvTiles:
         gs, zp = d.group_size, d.zero_point
         st_t, bpe = mem_type(d.scale_dtype), elem_bytes(d.scale_dtype)
         i32v, f32v = vec(I32, NL), vec(F32, NL)
-        low = ir.Constant(i32v, [15] * NL)
-        whole = kf.sdiv(kc, 8)                    # kb is a multiple of 8 (KC is)
-        w0 = kf.sdiv(kb, 8)
+        cw = 32 // d.bits                         # columns per word
+        whole = kf.sdiv(kc, cw)                   # kb is a multiple of 8 (KC is)
+        w0 = kf.sdiv(kb, cw)
         for ti in range(NR // RG):
             def real(ti=ti):
                 first_row = kf.add(n0, ti * RG)
@@ -149,19 +176,18 @@ class GemvTiles:
                 stl = kf.gep(s, kf.add(kf.mul(tile, kf.mul(groups, bpe * T)), kf.mul(lane0, bpe)), I8)
                 with kf.loop(0, whole, 1, "pw") as wd:
                     word = kf.add(w0, wd)
-                    g = kf.sdiv(kf.mul(word, 8), gs)
+                    g = kf.sdiv(kf.mul(word, cw), gs)
                     for h in range(RG // NL):
                         sc = kf.widen(kf.load(vec(st_t, NL), kf.gep(stl, kf.mul(kf.add(kf.mul(g, T), h * NL), bpe), I8),
                                               None, align=2), d.scale_dtype)
                         off = b.fmul(sc, ir.Constant(f32v, [float(-zp)] * NL))
                         wv = kf.load(i32v, kf.gep(qt, kf.add(kf.mul(word, 4 * T), 4 * NL * h), I8), None, align=4)
-                        for j in range(8):
-                            v = wv if j == 0 else b.lshr(wv, ir.Constant(i32v, [4 * j] * NL))
-                            f = b.sitofp(v if j == 7 else b.and_(v, low), f32v)
-                            row = kf.add(kf.mul(wd, 8), j)
+                        for j in range(cw):
+                            f = b.sitofp(self._tile_column(kf, wv, j, d.bits, NL), f32v)
+                            row = kf.add(kf.mul(wd, cw), j)
                             kf.store(kf.fma(f, sc, off), bp, kf.add(kf.mul(row, NR), ti * RG + h * NL),
                                      align=min(64, 4 * NL))
-                with kf.loop(kf.mul(whole, 8), kc, 1, "pt") as kk:   # a last partial word
+                with kf.loop(kf.mul(whole, cw), kc, 1, "pt") as kk:   # a last partial word
                     for r in range(RG):
                         kf.store(self._tile_weight(kf, d, qt, stl, kf.add(kb, kk), r), bp,
                                  kf.add(kf.mul(kk, NR), ti * RG + r), align=4)
@@ -249,9 +275,10 @@ class GemvTiles:
         tile's, or a part's, first word and scale): ``(q - zero_point) * scale``, scalar."""
         b = kf.b
         st_t, bpe = mem_type(d.scale_dtype), elem_bytes(d.scale_dtype)
-        word = kf.load(I32, kf.gep(q, kf.add(kf.mul(kf.sdiv(k, 8), 4 * ROW_TILE), 4 * r), I8), None, align=4)
-        shift = b.trunc(kf.mul(b.srem(k, kf.i64(8)), 4), I32)
-        nib = b.and_(b.lshr(word, shift), ir.Constant(I32, 15))
+        cw = 32 // d.bits
+        word = kf.load(I32, kf.gep(q, kf.add(kf.mul(kf.sdiv(k, cw), 4 * ROW_TILE), 4 * r), I8), None, align=4)
+        shift = b.trunc(kf.mul(b.srem(k, kf.i64(cw)), d.bits), I32)
+        nib = b.and_(b.lshr(word, shift), ir.Constant(I32, (1 << d.bits) - 1))
         sv = kf.load(st_t, kf.gep(s, kf.add(kf.mul(kf.sdiv(k, d.group_size), ROW_TILE * bpe), r * bpe), I8),
                      None, align=2)
         scale = scalar_to_f32(kf, sv, d.scale_dtype)
@@ -271,10 +298,11 @@ class GemvTiles:
                     b.store(kf.fma(xv[i], wval, b.load(p, typ=F32)), p)
 
     def _tile_fn_f32(self, w: int, t: int, first: bool) -> ir.Function:
-        """The float-activation tile helper (:meth:`_tile_fn`): per group and word of 8 columns,
-        each column's nibbles of the ``NL`` rows (one shift and mask of the 32-bit words) converted
-        to float once and multiplied with x's value of that column, broadcast, for each of the
-        ``t`` input rows (FMAs into a per-group sum); per group and row ``acc += scale *
+        """The float-activation tile helper (:meth:`_tile_fn`): per group and word of ``32 /
+        bits`` columns, each column's values of the ``NL`` rows (:meth:`_tile_column`, or
+        ``vpermps``) converted to float once and multiplied with x's value of that column,
+        broadcast, for each of the ``t`` input rows (FMAs into ``tile_chains_f32 / t`` partial
+        sums per group and row, column ``j`` into sum ``j % C``); per group and row ``acc += scale *
         (sum - zero_point * xs)``. The columns of a last partial group: :meth:`_tile_tail`."""
         d = self.plan.weights[w]
         NL, _ = self._tile_shape()
@@ -289,7 +317,7 @@ class GemvTiles:
         G = K // gs
         i32v, f32v = vec(I32, NL), vec(F32, NL)
         st_t, bpe = mem_type(d.scale_dtype), elem_bytes(d.scale_dtype)
-        low = ir.Constant(i32v, [15] * NL)
+        cw = 32 // d.bits                       # columns per word
         facc = [kf.alloca(f32v, name="tacc") for _ in range(t)]
         for a in facc:
             b.store(kf.fzero(NL), a)
@@ -300,33 +328,46 @@ class GemvTiles:
             vperm = kf.declare("llvm.x86.avx512.permvar.sf.512", f32v, [f32v, i32v])
             table = ir.Constant(f32v, [float(v - zp) for v in range(16)])
         with kf.loop(0, G, 1, "tg") as g:
+            if pf and TUNING["prefetch_scales"]:   # the tile's scales, a stream of their own
+                kf.prefetch(kf.gep(s, kf.add(kf.mul(g, T * bpe), TUNING["prefetch_scales"]), I8),
+                            TUNING["prefetch_locality"])
             sc = kf.widen(kf.load(vec(st_t, NL), kf.gep(s, kf.mul(g, T * bpe), I8),
                                   None, align=2), d.scale_dtype)
-            gslot = [kf.alloca(f32v, name="gacc") for _ in range(t)]
-            for a in gslot:
-                b.store(kf.fzero(NL), a)
+            # C partial sums per input row (column j into sum j % C): independent FMA chains
+            C = max(1, min(cw, TUNING["tile_chains_f32"] // t))
+            gslot = [[kf.alloca(f32v, name="gacc") for _ in range(C)] for _ in range(t)]
+            for row in gslot:
+                for a in row:
+                    b.store(kf.fzero(NL), a)
             # the words of a group in a loop (unrolled, the float helpers were the larger part of a
             # q4 model's compile time)
-            with kf.loop(0, gs // 8, 1, "tc") as c:
-                word = kf.add(kf.mul(g, gs // 8), c)
+            with kf.loop(0, gs // cw, 1, "tc") as c:
+                word = kf.add(kf.mul(g, gs // cw), c)
                 wp = kf.gep(q, kf.mul(word, 4 * T), I8)
                 if pf:
                     kf.prefetch(kf.gep(wp, kf.i64(pf), I8), TUNING["prefetch_locality"])
                 wv = kf.load(i32v, wp, None, align=4)
-                k = kf.mul(word, 8)
-                gacc = [b.load(a, typ=f32v) for a in gslot]
-                for j in range(8):
-                    v = wv if j == 0 else b.lshr(wv, ir.Constant(i32v, [4 * j] * NL))
+                k = kf.mul(word, cw)
+                gacc = [[b.load(a, typ=f32v) for a in row] for row in gslot]
+                for j in range(cw):
+                    v = self._tile_column(kf, wv, j, d.bits, NL, masked=not permps)
                     if permps:   # vpermps reads the low 4 bits of each lane: table[q] = q - zero_point
                         f = b.call(vperm, [table, v])
                     else:
-                        f = b.sitofp(v if j == 7 else b.and_(v, low), f32v)
+                        f = b.sitofp(v, f32v)
                     for i in range(t):
                         xv = kf.load(F32, kf.gep(xrows[i], kf.add(k, j), F32), None, align=4)
-                        gacc[i] = kf.fma(f, kf.splat(xv, NL), gacc[i])
-                for a, v in zip(gslot, gacc):
-                    b.store(v, a)
-            gacc = [b.load(a, typ=f32v) for a in gslot]
+                        gacc[i][j % C] = kf.fma(f, kf.splat(xv, NL), gacc[i][j % C])
+                for row, vals in zip(gslot, gacc):
+                    for a, v in zip(row, vals):
+                        b.store(v, a)
+            gacc = []
+            for row in gslot:
+                vals = [b.load(a, typ=f32v) for a in row]
+                while len(vals) > 1:
+                    vals = [b.fadd(vals[c], vals[c + 1], flags=KFunc.FM) if c + 1 < len(vals) else vals[c]
+                            for c in range(0, len(vals), 2)]
+                gacc.append(vals[0])
             for i in range(t):
                 part = gacc[i]
                 if zp and not permps:
