@@ -24,8 +24,10 @@ as in the interleaved runs (an Intel Xeon's 480 MiB L3 held the 76 MB of 4-bit w
 "alone" read them at 136% of the DRAM floor).
 
 The floor's bandwidth is the best of many streaming-read variants (``benchmarks/floor.py``:
-256 / 512-bit loads, 1 / 4 / 8 accumulators, software prefetch, 1 and 2 threads, huge and
-4 KiB pages, numpy's reductions and GEMV, our row-sum kernel); each variant's GB/s is printed.
+256 / 512-bit loads, 1 / 4 / 8 accumulators, software prefetch 1 KiB ahead into L1 or 4 KiB
+ahead into L2, 1 and 2 threads, huge and 4 KiB pages, numpy's reductions and GEMV, our row-sum
+kernel, the read with 0-24 FMAs per line); each variant's GB/s is printed, and the read while
+computing on its own line: how much of the floor a kernel that decodes its weights can read.
 
 onnxruntime anchors (issue 15; skipped with a note when onnx / onnxruntime are missing or
 ``--no-ort``): the same LlamaMLP weights as an ONNX graph with float32 ``MatMul`` (against
@@ -180,7 +182,8 @@ def machine_info() -> str:
 def read_bandwidth(nbytes: int = 1 << 29, repeats: int = 5) -> tuple[float, str, dict]:
     """Read bandwidth in GB/s, the floor no program here beats: the best of the streaming-read
     variants of :func:`floor.probe` (JIT sum kernels: 256-bit / 512-bit loads, 1, 4 or 8
-    accumulators, with and without software prefetch, 1 thread and one per core, on a numpy
+    accumulators, with and without software prefetch, 1 thread and one per core, the read with
+    0-24 FMAs per line on one thread per core, on a numpy
     buffer, an ``MADV_HUGEPAGE`` and an ``MADV_NOHUGEPAGE`` mmap buffer; numpy's ``add.reduce``
     and matrix @ vector) and of a row-sum kernel this project compiles (vectorized, rows split
     over the thread pool) on one thread and on all, over ``nbytes``, best of ``repeats`` round
@@ -575,6 +578,12 @@ def main(argv=None) -> int:
     rng = np.random.default_rng(0)
     bw, bw_desc, bw_all = read_bandwidth()
     print(f"memory floor bandwidth: {bw:.1f} GB/s\n{bw_desc}")
+    from floor import LOADED_FMAS, loaded_label  # benchmarks/floor.py
+    from runtime.threadpool import pool_size
+
+    loaded = {k: bw_all[loaded_label(k, pool_size())] for k in LOADED_FMAS}
+    print("read while computing (vector FMAs per 64-byte line, one thread per core): "
+          + ", ".join(f"{k}: {v:.1f} GB/s ({v / bw:.0%})" for k, v in loaded.items()))
     sweep, sweep_bytes = cache_sweep()
     print(f"ours alone: each run after a {sweep_bytes / 2**20:.0f} MiB read (twice the L3 size) evicts the caches")
     peak, peak_desc = compute_peak()

@@ -18,6 +18,10 @@ returns each one's GB/s; the best is the floor a memory-bound kernel is held to.
 * anchors from other programs: numpy's ``add.reduce`` and numpy's matrix @ vector (OpenBLAS's
   GEMV), on the same buffers.
 
+* the same read with 0-24 vector FMAs per line (:func:`loaded_ir`, one thread per core), which
+  measures how the read falls when the cores also compute: the bound of a GEMV that decodes
+  its weights.
+
 The caller (``bench_mlp.py``) adds its own row-sum kernel built by this project's compiler.
 """
 from __future__ import annotations
@@ -33,11 +37,11 @@ import numpy as np
 LINE = 64
 
 
-def sum_ir(name: str, lanes: int, accs: int, prefetch: int) -> str:
+def sum_ir(name: str, lanes: int, accs: int, prefetch: int, locality: int = 3) -> str:
     """LLVM IR of ``float name(ptr p, i64 n)``: the sum of ``n`` float32 values at ``p`` (``n``
     a multiple of ``lanes * accs``) with ``accs`` independent ``<lanes x float>`` accumulators
-    and, when ``prefetch`` > 0, one ``llvm.prefetch`` (read, no temporal locality hint beyond
-    the default 3, data cache) per 64-byte line, ``prefetch`` bytes ahead of the loads. All lanes
+    and, when ``prefetch`` > 0, one ``llvm.prefetch`` (read, temporal ``locality`` 3: into L1,
+    2: into L2; data cache) per 64-byte line, ``prefetch`` bytes ahead of the loads. All lanes
     are added at the end so no load is dead."""
     vty = f"<{lanes} x float>"
     step = lanes * accs
@@ -53,7 +57,7 @@ def sum_ir(name: str, lanes: int, accs: int, prefetch: int) -> str:
         for k in range(max(1, step * 4 // LINE)):
             lines += [f"  %fo{k} = add i64 %i, {(prefetch + k * LINE) // 4}",
                       f"  %f{k} = getelementptr float, ptr %p, i64 %fo{k}",
-                      f"  call void @llvm.prefetch.p0(ptr %f{k}, i32 0, i32 3, i32 1)"]
+                      f"  call void @llvm.prefetch.p0(ptr %f{k}, i32 0, i32 {locality}, i32 1)"]
     lines += [f"  %i1 = add i64 %i, {step}", "  %more = icmp ult i64 %i1, %n",
               "  br i1 %more, label %loop, label %exit", "exit:"]
     prev = "%b0"
@@ -67,14 +71,67 @@ def sum_ir(name: str, lanes: int, accs: int, prefetch: int) -> str:
     return "\n".join(lines) + "\n"
 
 
-def kernel_variants(avx512: bool) -> list[tuple[str, int, int, int]]:
-    """``(label, lanes, accumulators, prefetch bytes)`` of the JIT kernels :func:`probe` times."""
+def loaded_ir(name: str, lanes: int, fmas: int, prefetch: int) -> str:
+    """LLVM IR of ``float name(ptr p, i64 n)``: a streaming read of ``n`` float32 values (``n`` a
+    multiple of 16) that also does ``fmas`` vector FMAs of the loaded values per 64-byte line,
+    spread over 8 independent accumulators (no chain's latency bounds it), with one
+    ``llvm.prefetch`` per line ``prefetch`` bytes ahead (0: none): the read rate of a kernel whose
+    core is busy for ``fmas / 2`` cycles per line (two FMA pipes). :func:`probe` times them on
+    one thread per core: they take part in the floor (with few FMAs they read as fast as the
+    plain sums), and say how much of it a kernel busy for some cycles per line can read (a
+    decoding GEMV is: on the Xeon of issue 15 the read fell from 36-40 GB/s at 4 FMAs per line
+    to 28-31 at 16 and 23-24 at 24, where the FMAs alone would run at 80 GB/s)."""
+    vty = f"<{lanes} x float>"
+    per_line = LINE // (4 * lanes)              # loads per line (1 with 512-bit vectors, 2 with 256)
+    chains = 8
+    lines = [f"define float @{name}(ptr %p, i64 %n) {{", "entry:", "  br label %loop", "loop:",
+             "  %i = phi i64 [0, %entry], [%i1, %loop]"]
+    lines += [f"  %a{j} = phi {vty} [zeroinitializer, %entry], [%z{j}, %loop]" for j in range(chains)]
+    cur = {j: f"%a{j}" for j in range(chains)}
+    vals = []
+    for h in range(per_line):
+        lines += [f"  %o{h} = add i64 %i, {h * lanes}", f"  %q{h} = getelementptr float, ptr %p, i64 %o{h}",
+                  f"  %v{h} = load {vty}, ptr %q{h}, align 4"]
+        vals.append(f"%v{h}")
+    if prefetch:
+        lines += [f"  %fo = add i64 %i, {prefetch // 4}", "  %f = getelementptr float, ptr %p, i64 %fo",
+                  "  call void @llvm.prefetch.p0(ptr %f, i32 0, i32 2, i32 1)"]
+    for w in range(max(fmas, per_line)):     # every load feeds at least one operation
+        j, v = w % chains, vals[w % per_line]
+        op = (f"call {vty} @llvm.fma.v{lanes}f32({vty} {v}, {vty} {v}, {vty} {cur[j]})" if fmas
+              else f"fadd {vty} {cur[j]}, {v}")
+        lines.append(f"  %e{w} = {op}")
+        cur[j] = f"%e{w}"
+    lines += [f"  %z{j} = fadd {vty} {cur[j]}, zeroinitializer" for j in range(chains)]
+    lines += [f"  %i1 = add i64 %i, {LINE // 4}", "  %more = icmp ult i64 %i1, %n",
+              "  br i1 %more, label %loop, label %exit", "exit:"]
+    prev = "%z0"
+    for j in range(1, chains):
+        lines.append(f"  %s{j} = fadd {vty} {prev}, %z{j}")
+        prev = f"%s{j}"
+    lines += [f"  %r = extractelement {vty} {prev}, i32 0", "  ret float %r", "}"]
+    return "\n".join(lines) + "\n"
+
+
+#: FMAs per 64-byte line of the "read while computing" variants (:func:`loaded_ir`).
+LOADED_FMAS = (0, 4, 8, 12, 16, 24)
+
+
+def loaded_label(fmas: int, threads: int) -> str:
+    """The :func:`probe` label of the read with ``fmas`` FMAs per line on ``threads`` threads."""
+    return f"read + {fmas} FMAs per line, prefetch 4096 B into L2, {threads} thread{'s' if threads > 1 else ''}"
+
+
+def kernel_variants(avx512: bool) -> list[tuple[str, int, int, int, int]]:
+    """``(label, lanes, accumulators, prefetch bytes, prefetch locality)`` of the JIT kernels
+    :func:`probe` times: no prefetch, 1 KiB ahead into L1 and 4 KiB ahead into L2 (the kernels'
+    distance; on the Xeon of issue 15 it read 38-40 GB/s where the others' best was 36-37)."""
     widths = [(8, "256-bit")] + ([(16, "512-bit")] if avx512 else [])
     out = []
     for lanes, wname in widths:
         for accs in (1, 4, 8):
-            for pf in (0, 1024):
-                out.append((f"{wname} x{accs} acc{', prefetch ' + str(pf) + ' B' if pf else ''}", lanes, accs, pf))
+            for pf, loc, how in ((0, 3, ""), (1024, 3, ", prefetch 1024 B"), (4096, 2, ", prefetch 4096 B into L2")):
+                out.append((f"{wname} x{accs} acc{how}", lanes, accs, pf, loc))
     return out
 
 
@@ -160,14 +217,18 @@ def probe(nbytes: int = 1 << 29, repeats: int = 5, threads: int | None = None,
     target = Target.host()
     feats = {f[1:] for f in target.features.split(",") if f.startswith("+")}
     variants = kernel_variants("avx512f" in feats)
-    text = "declare void @llvm.prefetch.p0(ptr, i32, i32, i32)\n" + "".join(
-        sum_ir(f"sum{i}", lanes, accs, pf) for i, (_, lanes, accs, pf) in enumerate(variants))
+    wide = 16 if "avx512f" in feats else 8
+    vt = f"<{wide} x float>"
+    text = (f"declare void @llvm.prefetch.p0(ptr, i32, i32, i32)\ndeclare {vt} @llvm.fma.v{wide}f32({vt}, {vt}, {vt})\n"
+            + "".join(sum_ir(f"sum{i}", lanes, accs, pf, loc) for i, (_, lanes, accs, pf, loc) in enumerate(variants))
+            + "".join(loaded_ir(f"load{k}", wide, k, 4096) for k in LOADED_FMAS))
     mod = llvm.parse_assembly(text)
     mod.verify()
     engine = llvm.create_mcjit_compiler(mod, target.target_machine())
     engine.finalize_object()
     proto = ctypes.CFUNCTYPE(ctypes.c_float, ctypes.c_void_p, ctypes.c_int64)
     fns = [proto(engine.get_function_address(f"sum{i}")) for i in range(len(variants))]
+    loaded = {k: proto(engine.get_function_address(f"load{k}")) for k in LOADED_FMAS}
 
     plain = np.ones(nbytes // 4, dtype=np.float32)
     kb = _anon_huge_kb(plain.ctypes.data, plain.nbytes)
@@ -183,10 +244,13 @@ def probe(nbytes: int = 1 << 29, repeats: int = 5, threads: int | None = None,
     v = np.ones(cols, dtype=np.float32)
     runs: list[tuple[str, object, int]] = []   # (label, callable, bytes read)
     for bname, a, _ in buffers:
-        for (label, lanes, accs, _pf), fn in zip(variants, fns):
+        for (label, lanes, accs, _pf, _loc), fn in zip(variants, fns):
             for nt in sorted({1, threads}):
                 runs.append((f"sum {label}, {nt} thread{'s' if nt > 1 else ''}{bname}",
                              _threaded(fn, a, nt, lanes * accs), a.nbytes))
+        if not bname:   # the read while computing, on the plain buffer
+            runs += [(loaded_label(k, threads), _threaded(fn, a, threads, LINE // 4), a.nbytes)
+                     for k, fn in loaded.items()]
         m = a.reshape(-1, cols)
         runs.append((f"numpy add.reduce{bname}", lambda a=a: np.add.reduce(a), a.nbytes))
         runs.append((f"numpy matrix @ vector{bname}", lambda m=m: m @ v, a.nbytes))
@@ -215,3 +279,5 @@ if __name__ == "__main__":
         print(f"{val:6.1f} GB/s  {k}")
     for n in notes:
         print(n)
+    print("read while computing (FMAs per 64-byte line): "
+          + ", ".join(f"{k}: {res[loaded_label(k, os.cpu_count() or 1)]:.1f} GB/s" for k in LOADED_FMAS))

@@ -37,7 +37,7 @@ TUNING = {
     "tile_rows_x_i8": 0,         # row-tiled int8 kernel: input rows per block (0: 4, 8 with 32 registers)
     "tile_rows_x": 0,            # the same for the float-activation tiles
     "xprep_min_values": 1 << 16,  # row-tiled int8 kernel: x quantized on all threads from this many values
-    "prefetch_scales": 2048,     # row-tiled int8 kernel: the scales' prefetch distance in bytes (0: off;
+    "prefetch_scales": 2048,     # row-tiled kernels: the scales' prefetch distance in bytes (0: off;
                                  # LlamaMLP q4f16_1+a8 batch 8 4.83-4.92 -> 4.59-4.72 ms from DRAM, Xeon)
     "tile_permps": 1,            # float tiles on AVX-512: decode with vpermps (0: mask and conversion)
     "tile_chains_f32": 4,        # float tiles: FMA chains per group over the input rows of a block (4: 4 for

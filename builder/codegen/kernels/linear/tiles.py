@@ -260,6 +260,14 @@ class GemvTiles:
                     accs += [accs[0]] * (2 - self.nw)
                     b.call(self.epi_fn, [ctx, kf.add(m0, i), n0, kf.i64(T)] + accs)
 
+    @staticmethod
+    def _prefetch_scales(kf: KFunc, s, g, bpe: int) -> None:
+        """Prefetch the tile's scales (a stream of their own) ``prefetch_scales`` bytes past group
+        ``g``'s (``bpe`` bytes per scale; 0: off), once per group by the tile's first vector."""
+        if TUNING["prefetch_scales"]:
+            kf.prefetch(kf.gep(s, kf.add(kf.mul(g, ROW_TILE * bpe), TUNING["prefetch_scales"]), I8),
+                        TUNING["prefetch_locality"])
+
     def _tile_fn(self, w: int, t: int, first: bool) -> ir.Function:
         """``void tile(ptr q, ptr s, ptr xa, ptr xf, ptr res)``: ``res[i * 16 + r] = sum_k x[i, k]
         W[r, k]`` for the ``NL`` rows of one vector of a tile (``q`` / ``s``: that vector's first
@@ -328,9 +336,8 @@ class GemvTiles:
             vperm = kf.declare("llvm.x86.avx512.permvar.sf.512", f32v, [f32v, i32v])
             table = ir.Constant(f32v, [float(v - zp) for v in range(16)])
         with kf.loop(0, G, 1, "tg") as g:
-            if pf and TUNING["prefetch_scales"]:   # the tile's scales, a stream of their own
-                kf.prefetch(kf.gep(s, kf.add(kf.mul(g, T * bpe), TUNING["prefetch_scales"]), I8),
-                            TUNING["prefetch_locality"])
+            if pf:
+                self._prefetch_scales(kf, s, g, bpe)
             sc = kf.widen(kf.load(vec(st_t, NL), kf.gep(s, kf.mul(g, T * bpe), I8),
                                   None, align=2), d.scale_dtype)
             # C partial sums per input row (column j into sum j % C): independent FMA chains
@@ -421,9 +428,8 @@ class GemvTiles:
             k0 = kf.mul(blk, B)
             for gi in range(B // gs):
                 g = kf.add(kf.mul(blk, B // gs), gi)
-                if pf and TUNING["prefetch_scales"]:   # the tile's scales, a stream of their own
-                    kf.prefetch(kf.gep(s, kf.add(kf.mul(g, T * bpe), TUNING["prefetch_scales"]), I8),
-                                TUNING["prefetch_locality"])
+                if pf:
+                    self._prefetch_scales(kf, s, g, bpe)
                 sc = kf.widen(kf.load(vec(st_t, NL), kf.gep(s, kf.mul(g, T * bpe), I8),
                                       None, align=2), d.scale_dtype)
                 if zp:   # the zero point: the integer sums start at -zero_point * sum q (x's table)
