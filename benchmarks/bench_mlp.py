@@ -103,6 +103,7 @@ FORMATS = {
     # schemas.GroupQuantization.activation_quantization): llama.cpp / onnxruntime accuracy_level=4
     "q4f16_1+a8": ["dtype=float16", "quantization=q4f16_1", "quantization.activation_quantization=int8"],
     "q4f32_1+a8": ["dtype=float32", "quantization=q4f32_1", "quantization.activation_quantization=int8"],
+    "q8f32_1+a8": ["dtype=float32", "quantization=q8f32_1", "quantization.activation_quantization=int8"],
 }
 
 #: (format, batch) -> target ratio ours / numpy float32 (from the issue)

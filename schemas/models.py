@@ -444,16 +444,17 @@ class GroupQuantization(StrictModel):
     transposed) for the row-tiled kernels, as llama.cpp repacks ``Q4_0`` at load time. ``exclude``
     lists module-path globs (``lm_head``, ``*.norm*``) kept in ``model_dtype``.
 
-    ``activation_quantization: int8`` lets the matmul kernels of 4-bit weights quantize the
-    activations too, at every batch size (integer GEMV and GEMM): symmetric int8 per group of
+    ``activation_quantization: int8`` lets the matmul kernels of 4-bit weights (and of 8-bit
+    ones stored in row tiles: a Linear's weights in uint32 words whose rows fill tiles of 16)
+    quantize the activations too, at every batch size (integer GEMV and GEMM): symmetric int8 per group of
     ``group_size`` inputs (``d = max|x| / 127``, ``x_q = round(x / d)``; the columns past
     whole 64-column steps of whole groups stay float), integer dot products per group, then
     ``scale * d * (sum x_q * q - zero_point * sum x_q)`` -- llama.cpp's Q4_0 x Q8_0 and
     onnxruntime MatMulNBits ``accuracy_level=4``. It adds about 0.5% relative error (far below
     4-bit weight error), reads the weights about 1.5x as fast at batch 1 and about doubles the
     large-batch throughput on AVX2 (``vpmaddubsw``); ``none`` (the
-    default, MLC-LLM's semantics) keeps float activations. Hosts without AVX2 and 8-bit weights
-    always use float activations.
+    default, MLC-LLM's semantics) keeps float activations. Hosts without AVX2 and other 8-bit
+    weights (uint8 / uint16 words, rows not a multiple of 16) always use float activations.
 
     Raises (validation): ``group_size`` not positive (or above 2**40) or not divisible by ``elements_per_word``.
     """

@@ -532,12 +532,14 @@ def _run_int8_case(lib, X, Q, S, N, K, gs, storage, sdt, xdt, odt) -> float:
     return float(np.linalg.norm(_as_f32(y, odt) - exact) / np.linalg.norm(exact))
 
 
-def _int4_weights(Q: np.ndarray, S: np.ndarray, storage: str, sdt: str, gs: int, K: int) -> np.ndarray:
-    """Dequantized float32 ``W[n, k] = (q - 7) * scale`` of 4-bit words (as the tests' cases)."""
-    per_word = {"uint32": 8, "uint16": 4, "uint8": 2}[storage]
-    vals = np.stack([(Q.astype(np.uint64) >> np.uint64(4 * j)) & np.uint64(15) for j in range(per_word)],
+def _int4_weights(Q: np.ndarray, S: np.ndarray, storage: str, sdt: str, gs: int, K: int, bits: int = 4) -> np.ndarray:
+    """Dequantized float32 ``W[n, k] = (q - zero_point) * scale`` of 4-bit (8-bit) words with the
+    tests' zero points 7 (127)."""
+    per_word = {"uint32": 32, "uint16": 16, "uint8": 8}[storage] // bits
+    vals = np.stack([(Q.astype(np.uint64) >> np.uint64(bits * j)) & np.uint64(2 ** bits - 1) for j in range(per_word)],
                     axis=-1).reshape(Q.shape[0], -1)
-    return ((vals.astype(np.float32) - 7) * np.repeat(_as_f32(S, sdt), gs, axis=1))[:, :K]
+    zp = 2 ** (bits - 1) - 1
+    return ((vals.astype(np.float32) - zp) * np.repeat(_as_f32(S, sdt), gs, axis=1))[:, :K]
 
 
 @pytest.mark.skipif(not HOST_SIMD.int8_dot, reason="int8 GEMM needs AVX2")
@@ -628,19 +630,22 @@ def _tiled(a: np.ndarray) -> np.ndarray:
     (1280, 256, "float16", "float32"),
 ])
 @pytest.mark.parametrize("vnni", [False, True])
-def test_row_tiled_int8_kernel(K, gs, sdt, xdt, vnni, monkeypatch, target=None, label=True):
-    """``row_tile=16`` weights with int8 activations run the row-tiled kernel at every batch
-    size (blocks of 4 / 8 input rows and their remainders, three tiles): the same float64
-    emulation of the quantization as the row-major int8 kernels (a group of zeros included), and
-    really the int8 path (about 0.5% from the float result). ``vnni``: ``vpdpbusd`` (emulated
-    where the host lacks it); ``target``: build for it instead of the host."""
+@pytest.mark.parametrize("bits", [4, 8])
+def test_row_tiled_int8_kernel(K, gs, sdt, xdt, vnni, bits, monkeypatch, target=None, label=True):
+    """``row_tile=16`` 4- and 8-bit weights with int8 activations run the row-tiled kernel at
+    every batch size (blocks of 4 / 8 input rows and their remainders, three tiles): the same
+    float64 emulation of the quantization as the row-major int8 kernels (a group of zeros
+    included; every byte value 0-255 of the 8-bit words), and really the int8 path (about 0.5%
+    from the float result). ``vnni``: ``vpdpbusd`` (emulated where the host lacks it; without
+    it 8-bit weights take its exact int16 emulation); ``target``: build for it instead of the
+    host."""
     if vnni:
         monkeypatch.setenv("MB_SIMD_EMULATE", "vnni")
     lib = None
     N = 48
     for M in (1, 3, 8, 9, 17):
-        f, odt, X, Q, S, _ = _quant_case(M, N, K, 4, gs, 7, "uint32", sdt, xdt, seed=M + K, activation="int8",
-                                         row_tile=16)
+        f, odt, X, Q, S, _ = _quant_case(M, N, K, bits, gs, 2 ** (bits - 1) - 1, "uint32", sdt, xdt, seed=M + K,
+                                         activation="int8", row_tile=16)
         if M >= 3:
             X[1, :gs] = 0
         if lib is None:
@@ -650,7 +655,7 @@ def test_row_tiled_int8_kernel(K, gs, sdt, xdt, vnni, monkeypatch, target=None, 
         y = np.empty((M, N), _np_dtype(odt))
         lib["f"](X, _tiled(Q), _tiled(S), y)
         xf = _as_f32(X, xdt)
-        W = _int4_weights(Q, S, "uint32", sdt, gs, K)
+        W = _int4_weights(Q, S, "uint32", sdt, gs, K, bits)
         want = _int8_activation_reference(xf, W, gs)
         tol = _tol(odt) if odt != "float32" else 2e-5
         np.testing.assert_allclose(_as_f32(y, odt), want, rtol=tol, atol=tol * np.abs(want).max())
@@ -664,7 +669,8 @@ def test_row_tiled_int8_kernel(K, gs, sdt, xdt, vnni, monkeypatch, target=None, 
 @pytest.mark.parametrize("shape", ["avx2", "avx512"])
 @pytest.mark.parametrize("vnni", [False, True])
 @pytest.mark.parametrize("K,gs,sdt,xdt", [(640, 32, "float16", "float32"), (200, 16, "bfloat16", "bfloat16")])
-def test_row_tiled_int8_kernel_on_avx2(K, gs, sdt, xdt, vnni, shape, monkeypatch):
+@pytest.mark.parametrize("bits", [4, 8])
+def test_row_tiled_int8_kernel_on_avx2(K, gs, sdt, xdt, vnni, shape, bits, monkeypatch):
     """The row-tiled kernel built for an AVX2 target without VNNI (``vpmaddubsw`` pairs summed in
     int16 over 4 words, then ``vpmaddwd``; or ``vpdpbusd`` emulated): tiles as two vectors of 8
     rows (``avx2``) or one 16-lane vector split into 256-bit halves (``MB_SIMD_SHAPE=avx512``)."""
@@ -673,7 +679,7 @@ def test_row_tiled_int8_kernel_on_avx2(K, gs, sdt, xdt, vnni, shape, monkeypatch
     target = _x86_target("haswell", "+avx2,+fma,+f16c,+avx")
     simd = SimdInfo.from_target(target.triple, target.features)
     assert simd.int8_dot and not simd.vnni and not simd.int8_512
-    test_row_tiled_int8_kernel(K, gs, sdt, xdt, vnni, monkeypatch, target=target, label=False)
+    test_row_tiled_int8_kernel(K, gs, sdt, xdt, vnni, bits, monkeypatch, target=target, label=False)
 
 
 @pytest.mark.parametrize("K,gs,sdt,xdt", [

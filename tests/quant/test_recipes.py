@@ -185,22 +185,23 @@ def test_quantized_ir_round_trips_through_the_parser(exported):
     assert parse(text).script() == text
 
 
-def test_int8_activations_through_a_recipe(capsys):
-    """``quantization.activation_quantization=int8`` reaches the IR (printed, parsed back), keeps
-    the reference layer's error (within 2% of the float-activation model's output) and is
-    rejected with the field's name when misspelt."""
+@pytest.mark.parametrize("preset,words", [("q4f32_1", 32), ("q8f32_1", 64)])
+def test_int8_activations_through_a_recipe(capsys, preset, words):
+    """``quantization.activation_quantization=int8`` with 4- and 8-bit weights reaches the IR
+    (printed, parsed back), keeps the reference layer's error (within 2% of the float-activation
+    model's output) and is rejected with the field's name when misspelt."""
     from builder.ir.parser import parse
     from builder.codegen.kernels import SimdInfo
     from builder.codegen.target import Target
 
     ref = np.load(DATA / "llama_mlp_layer0.npz")
     x, y_float = ref["x"], ref["y"].astype(np.float64)
-    plain = build(SMALL, ["quantization=q4f32_1"], weights=WEIGHTS)
-    m = build(SMALL, ["quantization=q4f32_1", "quantization.activation_quantization=int8"], weights=WEIGHTS)
+    plain = build(SMALL, [f"quantization={preset}"], weights=WEIGHTS)
+    m = build(SMALL, [f"quantization={preset}", "quantization.activation_quantization=int8"], weights=WEIGHTS)
     text = m.ir.script()
-    # 4-bit weights with int8 activations are stored in tiles of 16 rows (the row-tiled kernel)
+    # weights with int8 activations are stored in tiles of 16 rows (the row-tiled kernel)
     assert 'in_features=256, activation_quantization="int8", row_tile=16)' in text
-    assert "R.Tensor((43, 32, 16), dtype=\"uint32\")" in text   # gate_proj: 688 rows in 43 tiles
+    assert f"R.Tensor((43, {words}, 16), dtype=\"uint32\")" in text   # gate_proj: 688 rows in 43 tiles
     assert parse(text).script() == text
     y, y_plain = m(x), plain(x)
     assert np.linalg.norm(y - y_float) / np.linalg.norm(y_float) < 0.20
@@ -212,8 +213,8 @@ def test_int8_activations_through_a_recipe(capsys):
         assert any(k.endswith("+tiles") for k in kernels), kernels   # gate / up and down, row-tiled
     else:
         assert rel < 1e-5, rel
-    # a batch of 40 takes the GEMM (int8 for gate / up, whose K = 256 is whole 64-column
-    # steps; float for down, K = 688): the rows of x give the same outputs as in a batch of 3
+    # a batch of 40 (the int8 tiles at every batch size): the rows of x give the same outputs as
+    # in a batch of 3
     big = np.concatenate([x, np.random.default_rng(0).standard_normal((37, x.shape[1])).astype(x.dtype)])
     y_big = m(big)
     np.testing.assert_allclose(y_big[:3], y, rtol=1e-4, atol=1e-5 * np.abs(y).max())

@@ -112,17 +112,16 @@ class LinearEmitter(GemvFloat, Bf16Dot, GemvInt8, GemvTiles, GemmFloat, GemmInt8
         self.ikeys: list[int] = []
         self.qint: dict[int, int] = {}
         k_static = E.simplify(plan.params[plan.x].shape[-1])
-        # row-tiled 4-bit weights (``row_tile``): the row-tiled kernels (:mod:`.tiles`), with int8
-        # activations where the int8 GEMV would take them, else float ones
+        # row-tiled 4- and 8-bit weights (``row_tile``): the row-tiled kernels (:mod:`.tiles`), with
+        # int8 activations where int8_gemv_supported takes them, else float ones
         self.tiled = any(d.format == "group" and d.row_tile for d in plan.weights)
         self.tile_zero_point = plan.weights[0].zero_point if self.tiled else 0   # the planner: one for all
         for w, d in enumerate(plan.weights):
-            if self.tiled and not (d.activation == "int8" and simd.int8_dot and isinstance(k_static, E.IntImm)
-                                   and int8_gemv_supported(d.storage, d.bits, d.group_size, k_static.value)):
+            int8 = (d.format == "group" and d.activation == "int8" and simd.int8_dot and isinstance(k_static, E.IntImm)
+                    and int8_gemv_supported(d.storage, d.bits, d.group_size, k_static.value, d.row_tile))
+            if self.tiled and not int8:
                 continue
-            if (d.format == "group" and d.activation == "int8" and simd.int8_dot
-                    and isinstance(k_static, E.IntImm)
-                    and int8_gemv_supported(d.storage, d.bits, d.group_size, k_static.value)):
+            if int8:
                 if d.group_size not in self.ikeys:
                     self.ikeys.append(d.group_size)
                 self.qint[w] = d.group_size

@@ -1,4 +1,5 @@
-"""The int8-activation GEMV family (4-bit weights whose graph allows ``activation_quantization=int8``):
+"""The int8-activation GEMV family (4-bit weights whose graph allows ``activation_quantization=int8``;
+8-bit ones only in the row-tiled kernel, :mod:`.tiles`, which shares the quantization of x here):
 x quantized once per call into :class:`~.int8_rows.Int8Rows`, then ``vpmaddubsw`` / ``vpmaddwd``
 (or VNNI ``vpdpbusd``) integer dots per group.
 
@@ -24,8 +25,9 @@ class GemvInt8:
         """The :class:`Int8Rows` layout of this kernel's GEMV for groups of ``gs`` (128-column
         steps with 16-lane vectors where they quantize the same columns, see
         :meth:`Int8Rows.for_lanes`; 64-column steps for the row-tiled kernel)."""
-        if self.tiled:   # the row-tiled kernel reads 64-column steps whatever the vector width
-            return Int8Rows(self.K_static, gs)
+        if self.tiled:   # the row-tiled kernel reads 64-column steps whatever the vector width,
+            # in column order for 8-bit weights (4 columns per 32-bit word, one vpdpbusd)
+            return Int8Rows(self.K_static, gs, natural=self.plan.weights[0].bits == 8)
         return Int8Rows.for_lanes(self.K_static, gs, self.lanes if TUNING["gemv_wide_i8"] else 8)
 
     def _int8_row_sums(self, kf, dec, row, xrows, lay: "Int8Rows", accs, sums) -> None:
@@ -51,7 +53,8 @@ class GemvInt8:
         """For each group size of :attr:`ikeys`: a buffer (NULL unless ``M`` takes the GEMV, or
         the layout of :meth:`_fill_int8_gemm_x` when it takes the int8 GEMM) holding, per row of x, the layout of :class:`Int8Rows`: x quantized to int8 per group
         (``d = max|x| / 127``, ``q = rint(x * 127 / max|x|)`` clamped to +-127), each 64- or
-        128-column step in the decoder's lane order (even columns, then odd), and per group
+        128-column step in the decoder's lane order (even columns, then odd; in column order
+        for 8-bit row tiles), and per group
         ``d``, ``1/d`` and ``d * sum q`` (the last for the zero point; for the row-tiled kernel
         also ``-zero_point * sum q`` in int32). A NaN or infinity in a group makes its ``d``
         NaN, so that the outputs of that row are NaN as with float activations."""
@@ -161,9 +164,10 @@ class GemvInt8:
                                                                   for j in range(S)]))
                 q = b.trunc(b.fptosi(b.call(rintS, [clamp(b.fmul(xS, invs))]), iSv),
                             vec(I8, S))
-                perm = [2 * j for j in range(S // 2)] + [2 * j + 1 for j in range(S // 2)]
-                q = b.shuffle_vector(q, ir.Constant(q.type, ir.Undefined),
-                                     ir.Constant(vec(I32, S), perm))
+                if not lay.natural:   # even columns, then odd (the 4-bit kernels' nibble halves)
+                    perm = [2 * j for j in range(S // 2)] + [2 * j + 1 for j in range(S // 2)]
+                    q = b.shuffle_vector(q, ir.Constant(q.type, ir.Undefined),
+                                         ir.Constant(vec(I32, S), perm))
                 kf.store(q, row, kf.mul(st, S), align=1)
 
 

@@ -9,11 +9,15 @@ from dataclasses import dataclass
 __all__ = ["Int8Rows", "int8_gemv_supported"]
 
 
-def int8_gemv_supported(storage: str, bits: int, group_size: int, k: int) -> bool:
-    """Whether the int8-activation GEMV applies: 4-bit values in unsigned words, groups that
-    tile 64-column steps (``group_size`` a multiple of 8 dividing 64, or a multiple of 64 up to
-    256) and at least one whole step of ``k`` columns."""
-    if storage not in ("uint8", "uint16", "uint32") or bits != 4 or group_size % 8 or group_size > 256:
+def int8_gemv_supported(storage: str, bits: int, group_size: int, k: int, row_tile: int = 0) -> bool:
+    """Whether the int8-activation kernels apply: 4-bit values in unsigned words (any layout), or
+    8-bit values in row tiles of uint32 words (``row_tile``: the row-tiled kernel only), groups
+    that tile 64-column steps (``group_size`` a multiple of 8 (4 with 8 bits) dividing 64, or a
+    multiple of 64 up to 256) and at least one whole step of ``k`` columns."""
+    if bits == 8 and row_tile and storage == "uint32":
+        if group_size % 4 or group_size > 256:
+            return False
+    elif storage not in ("uint8", "uint16", "uint32") or bits != 4 or group_size % 8 or group_size > 256:
         return False
     if 64 % group_size and group_size % 64:
         return False
@@ -25,7 +29,8 @@ class Int8Rows:
     """Byte layout of one row of x in the int8-activation buffer (``k`` columns, groups of
     ``group_size``, steps of ``step`` = 64 columns for 256-bit kernels or 128 for 512-bit ones):
     ``steps`` = whole steps inside whole groups; int8 values (``steps * step`` bytes, each step
-    even columns then odd), then per covered group ``d``, ``1/d`` and ``d * sum q`` (float32; the
+    even columns then odd -- the 4-bit kernels' low and high nibbles --, or in column order with
+    ``natural``, for 8-bit weights), then per covered group ``d``, ``1/d`` and ``d * sum q`` (float32; the
     last for the weights' zero point) and ``-zero_point * sum q`` (int32, for the row-tiled kernel). The GEMV multiplies a step's weight scales by its groups'
     ``d`` and spreads the products over the dot product's lanes (a per-lane copy of ``d`` was as
     many bytes per step as the weights and made the GEMV read x at up to 3 bytes per weight byte:
@@ -34,6 +39,7 @@ class Int8Rows:
     k: int
     group_size: int
     step: int = 64
+    natural: bool = False
 
     @classmethod
     def for_lanes(cls, k: int, group_size: int, lanes: int) -> "Int8Rows":

@@ -186,8 +186,8 @@ def _same_dims(a, b) -> bool:
 def _tiled_unsupported(storage: str, bits: int, group_size: int, tile: int) -> str:
     """Why the row-tiled kernels (:mod:`.tiles`) cannot run a row-tiled weight, or ``""``: they
     take 4- and 8-bit values in uint32 words in tiles of 16 rows, groups of whole words (elsewhere
-    the generic loops read the tiles). With int8 activations they multiply in int8 where the int8
-    GEMV would (AVX2, 4-bit: :func:`int8_gemv_supported`), else in float32 as the other kernels do."""
+    the generic loops read the tiles). With int8 activations they multiply in int8 on AVX2
+    (:func:`int8_gemv_supported`), else in float32 as the other kernels do."""
     if storage != "uint32" or bits not in (4, 8) or tile != 16 or group_size % (32 // bits):
         return f"row-tiled {storage} bits={bits} row_tile={tile} group_size={group_size}"
     return ""
@@ -224,7 +224,7 @@ def plan_linear(func: PrimFunc, simd: SimdInfo) -> LinearPlan | str:
             plan.variant = "bf16dot" if gemm else "bf16gemv"
         elif simd.vnni and isinstance(k, E.IntImm) and any(
                 d.format == "group" and d.activation == "int8"
-                and int8_gemv_supported(d.storage, d.bits, d.group_size, k.value)
+                and int8_gemv_supported(d.storage, d.bits, d.group_size, k.value, d.row_tile)
                 for d in plan.weights):
             plan.variant = "vnni"
         if any(d.format == "group" and d.row_tile for d in plan.weights):
