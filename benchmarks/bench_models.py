@@ -17,7 +17,8 @@ Cases:
 - ``recipes/llama.yaml`` at TinyLlama-1.1B's shape (hidden 2048, intermediate 5632, 32 heads, 4 KV
   heads, head_dim 64, 22 layers, vocab 32000) with seeded random weights: ``prefill`` of a
   128-token prompt (ms) and ``decode`` (ms per token, the mean over 32 tokens after that prompt, over
-  ``runtime.ContiguousKVCache``), float32 and quantized (``q4f16_1``, ``q8f32_1``), against
+  ``runtime.ContiguousKVCache``), float32 and quantized (``q4f16_1``, ``q8f32_1``, each also with
+  int8 activations, ``+a8``), against
   transformers' ``LlamaForCausalLM`` of the same shape holding the same arrays (float32,
   ``use_cache``; ``logits_to_keep=1`` in the prefill, as ours computes the last position's logits only)
   and llama.cpp (the prebuilt ``xllamacpp`` wheel: its server API in process, 2 threads) on a GGUF
@@ -72,7 +73,7 @@ TINYLLAMA = dict(hidden_size=2048, intermediate_size=5632, num_heads=32, num_kv_
                  num_layers=22, vocab_size=32000)
 RMS_EPS, ROPE_THETA = 1e-5, 10000.0
 #: our quantization preset -> the llama.cpp GGUF type of the same bits per weight
-LLAMA_FORMATS = {"float32": "F32", "q4f16_1": "Q4_0", "q4f16_1+a8": "Q4_0", "q8f32_1": "Q8_0"}
+LLAMA_FORMATS = {"float32": "F32", "q4f16_1": "Q4_0", "q4f16_1+a8": "Q4_0", "q8f32_1": "Q8_0", "q8f32_1+a8": "Q8_0"}
 
 
 # -- helpers ---------------------------------------------------------------------------------------
