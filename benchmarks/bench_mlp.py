@@ -23,8 +23,8 @@ L3 size (up to 1 GiB; :func:`cache_sweep`), so that weights smaller than the L3 
 as in the interleaved runs (an Intel Xeon's 480 MiB L3 held the 76 MB of 4-bit weights:
 "alone" read them at 136% of the DRAM floor); the sweep runs on every thread, as the kernels
 before a layer's do in a model. ``read alone ms`` is the row-sum kernel reading as many bytes
-as the weights, timed the same way (:func:`same_size_read`), and in brackets its share of ours
-alone: how close a kernel comes to a plain read of its weights from DRAM, start of a call
+as the weights, timed the same way, run by run in turn with ours alone (:func:`same_size_read`),
+and in brackets its share of ours alone: how close a kernel comes to a plain read of its weights from DRAM, start of a call
 included (the floor column holds it to the steady rate of a 512 MiB read).
 
 The floor's bandwidth is the best of many streaming-read variants (``benchmarks/floor.py``:
@@ -534,32 +534,35 @@ def cache_sweep() -> tuple:
     return (lambda: rowsum(buf, out)), buf.nbytes
 
 
-def same_size_read(buf: np.ndarray, nbytes: int, runs: int, warmup: int, sweep) -> float:
-    """Seconds (median of ``runs``) the row-sum kernel takes to read the first ``nbytes`` of
-    ``buf`` (a float32 ``(rows, 4096)`` matrix) after each ``sweep()``, timed as "ours alone" is:
-    the read of the weights' bytes from DRAM with the start of a call included (for the tens of
-    MB of a LlamaMLP, about 0.3 ms more than the steady rate of the floor's 512 MiB reads)."""
+def same_size_read(buf: np.ndarray, nbytes: int):
+    """``(read, scale)``: ``read()`` runs the row-sum kernel over the first ``nbytes`` of ``buf``
+    (a float32 ``(rows, 4096)`` matrix; whole rows, ``scale`` = ``nbytes`` / the bytes read), the
+    plain read of as many bytes as a format's weights, which :func:`time_alone` times beside ours:
+    from DRAM with the start of a call included (for the tens of MB of a LlamaMLP, about 0.3 ms
+    more than the steady rate of the floor's 512 MiB reads)."""
     rowsum = rowsum_kernel(buf.shape[1])
     part = buf[:max(1, nbytes // (4 * buf.shape[1]))]
     out = np.empty(part.shape[0], dtype=np.float32)
-    return float(np.median(time_alone(lambda: rowsum(part, out), runs, warmup, settle=0.0, sweep=sweep))) * (
-        nbytes / part.nbytes)
+    return (lambda: rowsum(part, out)), nbytes / part.nbytes
 
 
-def time_alone(ours, runs: int, warmup: int, settle: float = 0.3, sweep=None) -> list:
-    """``ours`` timed on its own, after ``settle`` seconds without numpy calls (OpenBLAS's idle
-    threads spin for about 0.1 s after each call, on the cores our pool uses); ``sweep()``
-    (:func:`cache_sweep`) runs before each timed call, untimed."""
+def time_alone(fns, runs: int, warmup: int, settle: float = 0.3, sweep=None) -> list[list]:
+    """Each of ``fns`` timed without numpy calls (after ``settle`` seconds: OpenBLAS's idle
+    threads spin for about 0.1 s after each call, on the cores our pool uses), run by run in
+    turn; ``sweep()`` (:func:`cache_sweep`) runs before each timed call, untimed. Returns the
+    times of each."""
     time.sleep(settle)
     for _ in range(warmup):
-        ours()
-    out = []
+        for fn in fns:
+            fn()
+    out = [[] for _ in fns]
     for _ in range(runs):
-        if sweep is not None:
-            sweep()
-        t0 = time.perf_counter()
-        ours()
-        out.append(time.perf_counter() - t0)
+        for fn, ts in zip(fns, out):
+            if sweep is not None:
+                sweep()
+            t0 = time.perf_counter()
+            fn()
+            ts.append(time.perf_counter() - t0)
     return out
 
 
@@ -659,14 +662,14 @@ def main(argv=None) -> int:
         wbytes = weight_bytes(model)
         dtype = model.spec["forward"]["x"].dtype
         fwd = model["forward"]
-        read_s = same_size_read(read_buf, wbytes, runs, args.warmup, sweep)
+        read, read_scale = same_size_read(read_buf, wbytes)
         print(f"\n{fmt}: built in {build_s * 1e3:.0f} ms (export {model.timings['export'] * 1e3:.0f} ms, "
-              f"compile {model.timings['compile'] * 1e3:.0f} ms), weights {wbytes / 1e6:.0f} MB "
-              f"(read alone by the row sum in {read_s * 1e3:.2f} ms), kernels {', '.join(kernels)}")
+              f"compile {model.timings['compile'] * 1e3:.0f} ms), weights {wbytes / 1e6:.0f} MB, "
+              f"kernels {', '.join(kernels)}")
         for batch in batches:
             x = make_input(batch, dtype, rng)
             xf = rng.standard_normal((batch, HIDDEN), dtype=np.float32)
-            alone = time_alone(lambda: fwd(x), runs, args.warmup, sweep=sweep)
+            alone, read_t = time_alone([lambda: fwd(x), read], runs, args.warmup, sweep=sweep)
             anchor = ort_anchor(ORT_FOR[fmt], wg, wu, wd, rng, ort_cache, notes) if (
                 fmt in ORT_FOR and not args.no_ort) else None
             fns = [lambda: fwd(x), lambda: numpy_mlp(xf, wg, wu, wd)]
@@ -683,7 +686,8 @@ def main(argv=None) -> int:
                    "gflops": flops / ours / 1e9, "np_gflops": flops / ref / 1e9,
                    "floor_ms": floor * 1e3, "floor_frac": floor / ours, "bytes": wbytes,
                    "target": target_for(fmt, batch, kernels, host_simd.native("avx512bf16")),
-                   "alone_ms": float(np.median(alone)) * 1e3, "read_ms": read_s * 1e3,
+                   "alone_ms": float(np.median(alone)) * 1e3,
+                   "read_ms": float(np.median(read_t)) * read_scale * 1e3,
                    "weights": 3 * HIDDEN * INTER, "kernels": kernels, "ort_ms": None, "ort_gbs": None}
             if anchor:
                 ort_s = float(np.median(times[2]))
