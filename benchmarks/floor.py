@@ -37,6 +37,18 @@ import numpy as np
 LINE = 64
 
 
+def _close_loop(vty: str, step: int, accs: list[str]) -> tuple[list[str], str]:
+    """The probes' loop back edge (``%i`` up by ``step`` while below ``%n``) and, after it, the
+    sum of the ``vty`` accumulators ``accs``: ``(IR lines, the sum's name)``."""
+    lines = [f"  %i1 = add i64 %i, {step}", "  %more = icmp ult i64 %i1, %n",
+             "  br i1 %more, label %loop, label %exit", "exit:"]
+    prev = accs[0]
+    for j, a in enumerate(accs[1:], 1):
+        lines.append(f"  %s{j} = fadd {vty} {prev}, {a}")
+        prev = f"%s{j}"
+    return lines, prev
+
+
 def sum_ir(name: str, lanes: int, accs: int, prefetch: int, locality: int = 3) -> str:
     """LLVM IR of ``float name(ptr p, i64 n)``: the sum of ``n`` float32 values at ``p`` (``n``
     a multiple of ``lanes * accs``) with ``accs`` independent ``<lanes x float>`` accumulators
@@ -58,12 +70,8 @@ def sum_ir(name: str, lanes: int, accs: int, prefetch: int, locality: int = 3) -
             lines += [f"  %fo{k} = add i64 %i, {(prefetch + k * LINE) // 4}",
                       f"  %f{k} = getelementptr float, ptr %p, i64 %fo{k}",
                       f"  call void @llvm.prefetch.p0(ptr %f{k}, i32 0, i32 {locality}, i32 1)"]
-    lines += [f"  %i1 = add i64 %i, {step}", "  %more = icmp ult i64 %i1, %n",
-              "  br i1 %more, label %loop, label %exit", "exit:"]
-    prev = "%b0"
-    for j in range(1, accs):
-        lines.append(f"  %s{j} = fadd {vty} {prev}, %b{j}")
-        prev = f"%s{j}"
+    tail, prev = _close_loop(vty, step, [f"%b{j}" for j in range(accs)])
+    lines += tail
     lines.append(f"  %e0 = extractelement {vty} {prev}, i32 0")
     for k in range(1, lanes):
         lines += [f"  %x{k} = extractelement {vty} {prev}, i32 {k}", f"  %e{k} = fadd float %e{k - 1}, %x{k}"]
@@ -103,12 +111,8 @@ def loaded_ir(name: str, lanes: int, fmas: int, prefetch: int) -> str:
         lines.append(f"  %e{w} = {op}")
         cur[j] = f"%e{w}"
     lines += [f"  %z{j} = fadd {vty} {cur[j]}, zeroinitializer" for j in range(chains)]
-    lines += [f"  %i1 = add i64 %i, {LINE // 4}", "  %more = icmp ult i64 %i1, %n",
-              "  br i1 %more, label %loop, label %exit", "exit:"]
-    prev = "%z0"
-    for j in range(1, chains):
-        lines.append(f"  %s{j} = fadd {vty} {prev}, %z{j}")
-        prev = f"%s{j}"
+    tail, prev = _close_loop(vty, LINE // 4, [f"%z{j}" for j in range(chains)])
+    lines += tail
     lines += [f"  %r = extractelement {vty} {prev}, i32 0", "  ret float %r", "}"]
     return "\n".join(lines) + "\n"
 
