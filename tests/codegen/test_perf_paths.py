@@ -524,7 +524,7 @@ def _run_int8_case(lib, X, Q, S, N, K, gs, storage, sdt, xdt, odt) -> float:
     y = np.empty((X.shape[0], N), _np_dtype(odt))
     lib["f"](X, Q, S, y)
     xf = _as_f32(X, xdt)
-    W = _int4_weights(Q, S, storage, sdt, gs, K)
+    W = _group_weights(Q, S, storage, sdt, gs, K)
     want = _int8_activation_reference(xf, W, gs)
     tol = _tol(odt) if odt != "float32" else 2e-5
     np.testing.assert_allclose(_as_f32(y, odt), want, rtol=tol, atol=tol * np.abs(want).max())
@@ -532,7 +532,7 @@ def _run_int8_case(lib, X, Q, S, N, K, gs, storage, sdt, xdt, odt) -> float:
     return float(np.linalg.norm(_as_f32(y, odt) - exact) / np.linalg.norm(exact))
 
 
-def _int4_weights(Q: np.ndarray, S: np.ndarray, storage: str, sdt: str, gs: int, K: int, bits: int = 4) -> np.ndarray:
+def _group_weights(Q: np.ndarray, S: np.ndarray, storage: str, sdt: str, gs: int, K: int, bits: int = 4) -> np.ndarray:
     """Dequantized float32 ``W[n, k] = (q - zero_point) * scale`` of 4-bit (8-bit) words with the
     tests' zero points 7 (127)."""
     per_word = {"uint32": 32, "uint16": 16, "uint8": 8}[storage] // bits
@@ -655,7 +655,7 @@ def test_row_tiled_int8_kernel(K, gs, sdt, xdt, vnni, bits, monkeypatch, target=
         y = np.empty((M, N), _np_dtype(odt))
         lib["f"](X, _tiled(Q), _tiled(S), y)
         xf = _as_f32(X, xdt)
-        W = _int4_weights(Q, S, "uint32", sdt, gs, K, bits)
+        W = _group_weights(Q, S, "uint32", sdt, gs, K, bits)
         want = _int8_activation_reference(xf, W, gs)
         tol = _tol(odt) if odt != "float32" else 2e-5
         np.testing.assert_allclose(_as_f32(y, odt), want, rtol=tol, atol=tol * np.abs(want).max())
@@ -671,9 +671,10 @@ def test_row_tiled_int8_kernel(K, gs, sdt, xdt, vnni, bits, monkeypatch, target=
 @pytest.mark.parametrize("K,gs,sdt,xdt", [(640, 32, "float16", "float32"), (200, 16, "bfloat16", "bfloat16")])
 @pytest.mark.parametrize("bits", [4, 8])
 def test_row_tiled_int8_kernel_on_avx2(K, gs, sdt, xdt, vnni, shape, bits, monkeypatch):
-    """The row-tiled kernel built for an AVX2 target without VNNI (``vpmaddubsw`` pairs summed in
-    int16 over 4 words, then ``vpmaddwd``; or ``vpdpbusd`` emulated): tiles as two vectors of 8
-    rows (``avx2``) or one 16-lane vector split into 256-bit halves (``MB_SIMD_SHAPE=avx512``)."""
+    """The row-tiled kernel built for an AVX2 target without VNNI (4-bit weights: ``vpmaddubsw``
+    pairs summed in int16 over 4 words, then ``vpmaddwd``; 8-bit ones: ``vpdpbusd``'s exact
+    emulation; or ``vpdpbusd`` emulated): tiles as two vectors of 8 rows (``avx2``) or one
+    16-lane vector split into 256-bit halves (``MB_SIMD_SHAPE=avx512``)."""
     if shape == "avx512":
         monkeypatch.setenv("MB_SIMD_SHAPE", "avx512")
     target = _x86_target("haswell", "+avx2,+fma,+f16c,+avx")
@@ -838,7 +839,7 @@ def test_row_tiled_int8_weights_without_avx2(cap, kernel, monkeypatch):
             assert label.startswith(kernel), label
         y = np.empty((M, 32), np.float32)
         lib["f"](X, _tiled(Q), _tiled(S), y)
-        W = _int4_weights(Q, S, "uint32", "float16", 32, 100)
+        W = _group_weights(Q, S, "uint32", "float16", 32, 100)
         exact = _as_f32(X, "float32").astype(np.float64) @ W.T.astype(np.float64)
         np.testing.assert_allclose(y, exact, rtol=2e-5, atol=2e-5 * np.abs(exact).max())
 

@@ -30,11 +30,12 @@ class Int8Rows:
     ``group_size``, steps of ``step`` = 64 columns for 256-bit kernels or 128 for 512-bit ones):
     ``steps`` = whole steps inside whole groups; int8 values (``steps * step`` bytes, each step
     even columns then odd -- the 4-bit kernels' low and high nibbles --, or in column order with
-    ``natural``, for 8-bit weights), then per covered group ``d``, ``1/d`` and ``d * sum q`` (float32; the
-    last for the weights' zero point) and ``-zero_point * sum q`` (int32, for the row-tiled kernel). The GEMV multiplies a step's weight scales by its groups'
-    ``d`` and spreads the products over the dot product's lanes (a per-lane copy of ``d`` was as
-    many bytes per step as the weights and made the GEMV read x at up to 3 bytes per weight byte:
-    K = 11008 rows streamed 19 GB/s with it, 22 without, Zen 4)."""
+    ``natural``, for 8-bit weights), then per covered group ``d``, ``1/d`` and ``d * sum q``
+    (float32; the last for the weights' zero point) and ``-zero_point * sum q`` (int32, for the
+    row-tiled kernel). The GEMV multiplies a step's weight scales by its groups' ``d`` and spreads
+    the products over the dot product's lanes (a per-lane copy of ``d`` was as many bytes per
+    step as the weights and made the GEMV read x at up to 3 bytes per weight byte: K = 11008 rows
+    streamed 19 GB/s with it, 22 without, Zen 4)."""
 
     k: int
     group_size: int

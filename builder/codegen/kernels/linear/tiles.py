@@ -4,8 +4,9 @@ uint32 words whose rows fill whole tiles).
 
 A tile's packed words are stored word-major: word ``w`` (columns ``8w .. 8w+7`` with 4 bits,
 ``4w .. 4w+3`` with 8) of its 16 rows side by side, 64 bytes, so one 512-bit load (two 256-bit
-ones, four 128-bit ones) holds 8 (4) columns of 16 rows, one row per 32-bit lane -- rows in lanes, as llama.cpp's repacked ``Q4_0`` blocks
-(``block_q4_0x8``) and onnxruntime's MatMulNBits packed panels lay them out. The weights of a
+ones, four 128-bit ones) holds 8 (4) columns of 16 rows, one row per 32-bit lane -- rows in
+lanes, as llama.cpp's repacked ``Q4_0`` blocks (``block_q4_0x8``) and onnxruntime's MatMulNBits
+packed panels lay them out. The weights of a
 tile are one sequential stream, decoded once per vector and block of ``MB`` input rows (8 with 32
 registers, 4 with 16; a helper per row count 1-4 and ``MB``, so 7 rows are 4 + 3): batch 2-8 read
 and decode the weights once, larger batches loop over blocks of ``MB`` rows inside each tile,
