@@ -797,6 +797,26 @@ def test_row_tiled_int8_kernel_zero_points(zp):
         np.testing.assert_allclose(y, ref, rtol=2e-5, atol=2e-5 * np.abs(ref).max())
 
 
+@pytest.mark.skipif(not HOST_SIMD.usable, reason="needs the vector kernels")
+def test_row_tiled_8_bit_int8_activations_need_groups_of_8():
+    """8-bit row tiles with ``activation_quantization=int8`` and groups of 4 (x's quantization
+    reads 8 values at a time) run the float tiles: float results, no ``vnni`` variant."""
+    from builder.codegen.kernels.linear import int8_gemv_supported
+
+    assert int8_gemv_supported("uint32", 8, 32, 256, row_tile=16)
+    assert not int8_gemv_supported("uint32", 8, 4, 256, row_tile=16)
+    assert not int8_gemv_supported("uint32", 8, 32, 256)          # row-major 8-bit: float activations
+    f, odt, X, Q, S, _ = _quant_case(3, 32, 72, 8, 4, 127, "uint32", "float32", "float32", activation="int8",
+                                     row_tile=16)
+    kernel, lib = _build(f)
+    assert kernel == f"linear/{HOST_SIMD.name}+tiles", kernel
+    y = np.empty((3, 32), np.float32)
+    lib["f"](X, _tiled(Q), _tiled(S), y)
+    W = _group_weights(Q, S, "uint32", "float32", 4, 72, 8)
+    ref = X.astype(np.float64) @ W.T.astype(np.float64)
+    np.testing.assert_allclose(y, ref, rtol=2e-5, atol=2e-5 * np.abs(ref).max())
+
+
 def test_row_tiled_weights_of_one_kernel_share_the_zero_point():
     """Two row-tiled weights in one kernel (gate / up) share x's int32 table of ``-zero_point *
     sum q`` and one decoding: weights with different zero points or bits are left to the generic

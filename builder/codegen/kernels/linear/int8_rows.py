@@ -12,12 +12,13 @@ __all__ = ["Int8Rows", "int8_gemv_supported"]
 def int8_gemv_supported(storage: str, bits: int, group_size: int, k: int, row_tile: int = 0) -> bool:
     """Whether the int8-activation kernels apply: 4-bit values in unsigned words (any layout), or
     8-bit values in row tiles of uint32 words (``row_tile``: the row-tiled kernel only), groups
-    that tile 64-column steps (``group_size`` a multiple of 8 (4 with 8 bits) dividing 64, or a
-    multiple of 64 up to 256) and at least one whole step of ``k`` columns."""
-    if bits == 8 and row_tile and storage == "uint32":
-        if group_size % 4 or group_size > 256:
-            return False
-    elif storage not in ("uint8", "uint16", "uint32") or bits != 4 or group_size % 8 or group_size > 256:
+    that tile 64-column steps (``group_size`` a multiple of 8 dividing 64, or a multiple of 64 up
+    to 256: x's quantization reads 8 values at a time) and at least one whole step of ``k``
+    columns."""
+    if not (storage == "uint32" and bits == 8 and row_tile) and (
+            storage not in ("uint8", "uint16", "uint32") or bits != 4):
+        return False
+    if group_size % 8 or group_size > 256:
         return False
     if 64 % group_size and group_size % 64:
         return False
