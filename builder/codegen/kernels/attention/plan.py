@@ -22,7 +22,9 @@ STAGES = ("T_attention_score", "T_attention_max", "T_attention_exp", "T_attentio
 
 #: Tunables (read at code generation time).
 ATTENTION_TUNING = {
-    "rows": 8,                  # (query, head) rows per work unit (the score / value loops take them in pairs)
+    "rows": 32,                 # (query, head) rows per work unit (the score / value loops take them in pairs;
+                                # each unit packs its key blocks once: 8 -> 32 rows, Xeon, TinyLlama prefill
+                                # attention 896 -> 691 us, MiniLM 8 x 41 421 -> 342 us, decode unchanged)
     "key_vectors": 4,           # keys per block = key_vectors * lanes
     "value_vectors": 4,         # head_dim vectors per pass of the value product
     "parallel_min_macs": 1 << 17,
