@@ -170,6 +170,12 @@ class GemvInt8:
                     qs = b.add(qs, b.fptosi(b.call(rint8, [clamp(b.fmul(v, invv))]), i8x8))
                 return qs
 
+            def scales(a, bad):   # d = max|x| / 127 (+ NaN for NaN / inf), inv = 127 / max|x| or 0
+                const = (lambda v: ir.Constant(f8, [v] * 8)) if a.type == f8 else (lambda v: ir.Constant(F32, v))
+                d = b.fadd(b.fdiv(a, const(127.0)), bad)
+                pos = b.fcmp_ordered(">", a, const(0.0))
+                return d, b.select(pos, b.fdiv(const(127.0), a), const(0.0))
+
             def store_tables(g, d, inv, qsum, n):   # n = 1: scalars of group g; 8: groups g .. g + 7
                 kf.store(d, dptr, g, align=4)
                 kf.store(inv, iptr, g, align=4)
@@ -185,10 +191,7 @@ class GemvInt8:
             with kf.loop(0, g8, 8, "ig8") as g0:
                 stats = [group_stats(kf.gep(xrow, kf.mul(kf.add(g0, i), gs), F32)) for i in range(8)]
                 a = _reduce8(b, [st[0] for st in stats], lambda x, y: b.select(b.fcmp_ordered(">", x, y), x, y))
-                bad = _reduce8(b, [st[1] for st in stats], lambda x, y: b.fadd(x, y))
-                d = b.fadd(b.fdiv(a, ir.Constant(f8, [127.0] * 8)), bad)
-                pos = b.fcmp_ordered(">", a, ir.Constant(f8, [0.0] * 8))
-                inv = b.select(pos, b.fdiv(ir.Constant(f8, [127.0] * 8), a), ir.Constant(f8, [0.0] * 8))
+                d, inv = scales(a, _reduce8(b, [st[1] for st in stats], lambda x, y: b.fadd(x, y)))
                 qs = [group_qsum(kf.gep(xrow, kf.mul(kf.add(g0, i), gs), F32),
                                  b.shuffle_vector(inv, ir.Constant(f8, ir.Undefined), ir.Constant(i8x8, [i] * 8)))
                       for i in range(8)]
@@ -197,11 +200,8 @@ class GemvInt8:
             with kf.loop(g8, lay.groups, 1, "ig") as g:
                 base = kf.gep(xrow, kf.mul(g, gs), F32)
                 amax, bad = group_stats(base)
-                a = b.call(rmax, [amax], fastmath=("nnan",))
-                d = b.fadd(b.fdiv(a, ir.Constant(F32, 127.0)),
-                           b.call(fadd8, [ir.Constant(F32, 0.0), bad]))
-                pos = b.fcmp_ordered(">", a, ir.Constant(F32, 0.0))
-                inv = b.select(pos, b.fdiv(ir.Constant(F32, 127.0), a), ir.Constant(F32, 0.0))
+                d, inv = scales(b.call(rmax, [amax], fastmath=("nnan",)),
+                                 b.call(fadd8, [ir.Constant(F32, 0.0), bad]))
                 store_tables(g, d, inv, b.call(radd, [group_qsum(base, kf.splat(inv, 8))]), 1)
             # pass 2, per step of S columns: the permuted int8 values and the lane tables
             ng = max(1, S // gs)
