@@ -32,7 +32,10 @@ dequantized weight``, scalar, :meth:`GemvTiles._tile_tail`).
 **float activations** (:meth:`GemvTiles._tile_fn_f32`, up to ``tile_max_rows`` input rows): per
 column of 4-bit weights a shift of the words and, on AVX-512, one ``vpermps`` of the 16-entry
 table ``q - zero_point`` by each lane's low 4 bits give the 16 rows' values as floats (elsewhere
-a mask and a conversion, and the zero point through per-group sums of x); per column of 8-bit
+the word's nibbles split once into the bytes of two vectors, then per column one byte shuffle and
+a conversion, the zero point through per-group sums of x: LlamaMLP q4f16_1 batch 1 with the AVX2
+kernels 4.85 -> 4.51 ms, SSE 7.91 -> 7.06, against a shift, a mask and a conversion per column,
+Xeon); per column of 8-bit
 weights one byte shuffle (``vpshufb``; a mask or a shift for the first and last byte) and a
 conversion, the zero point through the sums of x. Each column's values are multiplied with x's
 value broadcast for each input row (an FMA per row and 16 weights), into ``tile_chains_f32``
@@ -316,8 +319,8 @@ class GemvTiles:
 
     def _tile_fn_f32(self, w: int, t: int, first: bool) -> ir.Function:
         """The float-activation tile helper (:meth:`_tile_fn`): per group and word of ``32 /
-        bits`` columns, each column's values of the ``NL`` rows (:meth:`_tile_column`, or
-        ``vpermps``) converted to float once and multiplied with x's value of that column,
+        bits`` columns, each column's values of the ``NL`` rows (:meth:`_tile_column`; 4-bit
+        words first split into two vectors of bytes; or ``vpermps``) converted to float once and multiplied with x's value of that column,
         broadcast, for each of the ``t`` input rows (FMAs into ``tile_chains_f32 / t`` partial
         sums per group and row, column ``j`` into sum ``j % C``); per group and row ``acc += scale *
         (sum - zero_point * xs)``. The columns of a last partial group: :meth:`_tile_tail`."""
@@ -365,8 +368,15 @@ class GemvTiles:
                 wv = kf.load(i32v, wp, None, align=4)
                 k = kf.mul(word, cw)
                 gacc = [[b.load(a, typ=f32v) for a in row] for row in gslot]
+                split = d.bits == 4 and not permps
+                if split:   # the nibbles into the bytes of two vectors: a column is then one byte shuffle
+                    m0f = ir.Constant(i32v, [0x0F0F0F0F] * NL)
+                    halves = (b.and_(wv, m0f), b.and_(b.lshr(wv, ir.Constant(i32v, [4] * NL)), m0f))
                 for j in range(cw):
-                    v = self._tile_column(kf, wv, j, d.bits, NL, masked=not permps)
+                    if split:   # even columns in the low nibbles, odd ones in the high
+                        v = self._tile_column(kf, halves[j % 2], j // 2, 8, NL)
+                    else:
+                        v = self._tile_column(kf, wv, j, d.bits, NL, masked=not permps)
                     if permps:   # vpermps reads the low 4 bits of each lane: table[q] = q - zero_point
                         f = b.call(vperm, [table, v])
                     else:
