@@ -111,6 +111,21 @@ class GemvTiles:
         v = wv if j == 0 else b.lshr(wv, ir.Constant(i32v, [bits * j] * nl))
         return b.and_(v, ir.Constant(i32v, [(1 << bits) - 1] * nl)) if masked else v
 
+    @classmethod
+    def _tile_columns(cls, kf: KFunc, wv, bits: int, nl: int) -> list:
+        """Every column of a tile vector's 32-bit words as :meth:`_tile_column` gives it (int32,
+        unsigned values). 4-bit words are first split into two vectors of bytes (low nibbles: the
+        even columns, high: the odd ones), so that each column is then one byte shuffle where it
+        was a shift and a mask (LlamaMLP q4f16_1 batch 1 with the AVX2 kernels 4.85 -> 4.51 ms,
+        SSE 7.91 -> 7.06, Xeon)."""
+        if bits != 4:
+            return [cls._tile_column(kf, wv, j, bits, nl) for j in range(32 // bits)]
+        b = kf.b
+        i32v = vec(I32, nl)
+        m0f = ir.Constant(i32v, [0x0F0F0F0F] * nl)
+        halves = (b.and_(wv, m0f), b.and_(b.lshr(wv, ir.Constant(i32v, [4] * nl)), m0f))
+        return [cls._tile_column(kf, halves[j % 2], j // 2, 8, nl) for j in range(8)]
+
     def _tile_permps(self) -> bool:
         """Whether the float tiles decode with ``vpermps`` (16 lanes, the target's own AVX-512):
         one permute of a 16-entry table ``q - zero_point`` by each lane's low 4 bits replaces the
@@ -159,8 +174,8 @@ class GemvTiles:
     def _pack_tiles_fn(self, w: int) -> ir.Function:
         """The GEMM's panel packing (:meth:`_pack_fn`'s signature and result, ``bp[kk][j] =
         W[n0 + j, kb + kk]``, zero for ``j >= nr_eff``) for a row-tiled weight: a tile's word of
-        ``32 / bits`` columns is already one vector of 16 rows, so each column is a shift and mask
-        (:meth:`_tile_column`), a conversion and ``(q - zero_point) * scale`` stored as a row of the
+        ``32 / bits`` columns is already one vector of 16 rows, so each column is a byte shuffle
+        (:meth:`_tile_columns`), a conversion and ``(q - zero_point) * scale`` stored as a row of the
         panel, no transposes."""
         d = self.plan.weights[w]
         L, NR = self.lanes, self.NR
@@ -194,8 +209,8 @@ class GemvTiles:
                                               None, align=2), d.scale_dtype)
                         off = b.fmul(sc, ir.Constant(f32v, [float(-zp)] * NL))
                         wv = kf.load(i32v, kf.gep(qt, kf.add(kf.mul(word, 4 * T), 4 * NL * h), I8), None, align=4)
-                        for j in range(cw):
-                            f = b.sitofp(self._tile_column(kf, wv, j, d.bits, NL), f32v)
+                        for j, col in enumerate(self._tile_columns(kf, wv, d.bits, NL)):
+                            f = b.sitofp(col, f32v)
                             row = kf.add(kf.mul(wd, cw), j)
                             kf.store(kf.fma(f, sc, off), bp, kf.add(kf.mul(row, NR), ti * RG + h * NL),
                                      align=min(64, 4 * NL))
@@ -319,8 +334,8 @@ class GemvTiles:
 
     def _tile_fn_f32(self, w: int, t: int, first: bool) -> ir.Function:
         """The float-activation tile helper (:meth:`_tile_fn`): per group and word of ``32 /
-        bits`` columns, each column's values of the ``NL`` rows (:meth:`_tile_column`; 4-bit
-        words first split into two vectors of bytes; or ``vpermps``) converted to float once and multiplied with x's value of that column,
+        bits`` columns, each column's values of the ``NL`` rows (:meth:`_tile_columns`, or
+        ``vpermps``) converted to float once and multiplied with x's value of that column,
         broadcast, for each of the ``t`` input rows (FMAs into ``tile_chains_f32 / t`` partial
         sums per group and row, column ``j`` into sum ``j % C``); per group and row ``acc += scale *
         (sum - zero_point * xs)``. The columns of a last partial group: :meth:`_tile_tail`."""
@@ -368,19 +383,12 @@ class GemvTiles:
                 wv = kf.load(i32v, wp, None, align=4)
                 k = kf.mul(word, cw)
                 gacc = [[b.load(a, typ=f32v) for a in row] for row in gslot]
-                split = d.bits == 4 and not permps
-                if split:   # the nibbles into the bytes of two vectors: a column is then one byte shuffle
-                    m0f = ir.Constant(i32v, [0x0F0F0F0F] * NL)
-                    halves = (b.and_(wv, m0f), b.and_(b.lshr(wv, ir.Constant(i32v, [4] * NL)), m0f))
+                cols = None if permps else self._tile_columns(kf, wv, d.bits, NL)
                 for j in range(cw):
-                    if split:   # even columns in the low nibbles, odd ones in the high
-                        v = self._tile_column(kf, halves[j % 2], j // 2, 8, NL)
-                    else:
-                        v = self._tile_column(kf, wv, j, d.bits, NL, masked=not permps)
                     if permps:   # vpermps reads the low 4 bits of each lane: table[q] = q - zero_point
-                        f = b.call(vperm, [table, v])
+                        f = b.call(vperm, [table, self._tile_column(kf, wv, j, d.bits, NL, masked=False)])
                     else:
-                        f = b.sitofp(v, f32v)
+                        f = b.sitofp(cols[j], f32v)
                     for i in range(t):
                         xv = kf.load(F32, kf.gep(xrows[i], kf.add(k, j), F32), None, align=4)
                         gacc[i][j % C] = kf.fma(f, kf.splat(xv, NL), gacc[i][j % C])
