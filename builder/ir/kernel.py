@@ -18,17 +18,27 @@ from dataclasses import MISSING, dataclass, field
 from typing import Union
 
 __all__ = ["DenseWeight", "GroupWeight", "Weight", "LinearKernelSpec", "AttentionKernelSpec", "EpilogueLinear", "EpilogueTensor",
-           "EpilogueOp", "Epilogue", "KERNEL_ATTR", "spec_from_attr"]
+           "EpilogueOp", "Epilogue", "KERNEL_ATTR", "WEIGHT_TRANSFORM_ATTR", "spec_from_attr"]
 
 KERNEL_ATTR = "mb.kernel"
 """The PrimFunc attribute that holds a kernel spec."""
 
+WEIGHT_TRANSFORM_ATTR = "mb.weight_transform"
+"""The PrimFunc attribute (True) of a kernel that computes from model weights only, a layout
+transform (:class:`builder.transform.TileWeights`): its executable metadata says
+``weight_transform``, and the VM may keep its results across calls while the same read-only
+arrays are passed (:class:`runtime.vm.VirtualMachine`)."""
+
 
 @dataclass(frozen=True)
 class DenseWeight:
-    """A float weight ``(out, in)`` (float32 / float16 / bfloat16) at parameter ``w``."""
+    """A float weight (float32 / float16 / bfloat16) at parameter ``w``: ``(out, in)``, or with
+    ``row_tile = T`` (16) stored in tiles of ``T`` rows, ``(out / T, in, T)`` with ``W[n, k]`` at
+    ``[n // T, k, n % T]`` (the layout :class:`builder.transform.SelectKernels` gives a model's
+    float weights, :func:`runtime.weights.tile_rows`)."""
 
     w: int
+    row_tile: int = 0
     format: str = field(default="dense", init=False)
 
 

@@ -179,7 +179,11 @@ def _linear_weight(w, inputs: Sequence[Tensor]) -> Tensor:
     """The (out, in) weight of a :class:`~builder.ir.kernel.DenseWeight` / ``GroupWeight`` as a te
     tensor: a dense input, or the float32 dequantization (an injective stage that gets inlined)."""
     if isinstance(w, _kernel.DenseWeight):
-        return inputs[w.w]
+        t = inputs[w.w]
+        if not w.row_tile:
+            return t
+        T = w.row_tile
+        return _te.compute((t.shape[0] * T, t.shape[1]), lambda n, k: t[n // T, k, n % T], name="T_untile")
     q, s = inputs[w.q], inputs[w.scale]
     bits, gs, zp, kin, tile = w.bits, w.group_size, w.zero_point, w.in_features, w.row_tile
     per_word = check_packed_layout(q, s, bits, gs, kin, "linear_kernel", tile)

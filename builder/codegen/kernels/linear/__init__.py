@@ -64,7 +64,11 @@ Generated code (:func:`emit_linear`), for the host's widest vectors (:class:`Sim
   from the tiles. The weights are decoded once per block of 8 input rows (4 with 16 registers) --
   see :mod:`.tiles`. LlamaMLP on an Intel Xeon with AMX (2 cores), against the row-major kernels
   in the same session: q4f16_1+a8 batch 1 2.86 -> 2.69 ms, batch 8 9.49 -> 4.69, batch 128 76
-  -> 56; q4f16_1 batch 1 5.39 -> 4.78, batch 8 27.2 -> 10.5;
+  -> 56; q4f16_1 batch 1 5.39 -> 4.78, batch 8 27.2 -> 10.5. Float weights in tiles of 16 rows
+  (``DenseWeight.row_tile``, the layout :class:`~builder.transform.TileWeights` gives a model's
+  float weights): a column of a tile is one load, multiplied with x broadcast per input row, two
+  tiles per broadcast -- a GEMM micro-kernel whose panel is the tiles themselves -- up to
+  ``tile_max_rows_dense`` (32) rows, the float GEMM on panels copied from the tiles above;
 * **GEMM** (larger ``M``): BLIS-style. For each panel of ``NR`` weight rows (2 vectors, 4 with
   32 registers) and each block of ``KC`` columns, the decoder unpacks the panel transposed into
   a float32 buffer ``Bp[k][NR]`` (in-register VLxVL transposes; ``kc_bytes``: 16 KiB, 64 KiB

@@ -114,7 +114,9 @@ class LinearEmitter(GemvFloat, Bf16Dot, GemvInt8, GemvTiles, GemmFloat, GemmInt8
         k_static = E.simplify(plan.params[plan.x].shape[-1])
         # row-tiled 4- and 8-bit weights (``row_tile``): the row-tiled kernels (:mod:`.tiles`), with
         # int8 activations where int8_gemv_supported takes them, else float ones
-        self.tiled = any(d.format == "group" and d.row_tile for d in plan.weights)
+        self.tiled = any(d.row_tile for d in plan.weights)
+        # float weights in row tiles (``DenseWeight.row_tile``): the same tiles, a column is a load
+        self.tiled_dense = self.tiled and plan.weights[0].format == "dense"   # the planner: all or none
         self.tile_zero_point = plan.weights[0].zero_point if self.tiled else 0   # the planner: one for all
         for w, d in enumerate(plan.weights):
             int8 = (d.format == "group" and d.activation == "int8" and simd.int8_dot and isinstance(k_static, E.IntImm)
@@ -156,8 +158,10 @@ class LinearEmitter(GemvFloat, Bf16Dot, GemvInt8, GemvTiles, GemmFloat, GemmInt8
         if self.tiled:
             # row-tiled weights: the tiles for every M with int8 activations, else up to
             # ``tile_max_rows`` rows and the float GEMM (panels packed from the tiles) above
-            self.R = ROW_TILE
-            self.MG = 1 << 40 if self.tile_int8 else TUNING["tile_max_rows"]
+            # (a unit of work: a tile, or for float weights the tiles of one helper call)
+            self.R = ROW_TILE * (self._dense_tile_shape()[2] if self.tiled_dense else 1)
+            self.MG = (1 << 40 if self.tile_int8 else
+                       TUNING["tile_max_rows_dense"] if self.tiled_dense else TUNING["tile_max_rows"])
         elif any(w.format == "group" for w in plan.weights):
             # GEMV re-decodes a tile's packed weights for every MT rows of x, GEMM once per
             # panel: the crossover comes earlier than for float weights
@@ -175,7 +179,8 @@ class LinearEmitter(GemvFloat, Bf16Dot, GemvInt8, GemvTiles, GemmFloat, GemmInt8
         self.gemm_nr = self.NRI if self.i8gemm else self.NR
         extra = ["M", "N", "K", "ntasks", "units"]
         extra += [f"xq{i}" for i in range(len(self.qkeys))] + [f"xs{i}" for i in range(len(self.qkeys))]
-        extra += [f"xi{i}" for i in range(len(self.ikeys))] + (["xts"] if self.tiled and not self.tile_int8 else [])
+        extra += [f"xi{i}" for i in range(len(self.ikeys))]
+        extra += ["xts"] if self.tiled and not self.tile_int8 and not self.tiled_dense else []
         extra += ["xtasks"] if self.tile_int8 else []
         self.ctx = _Ctx(len(func.params), len(sig.sym_vars), extra)
 
@@ -190,7 +195,7 @@ class LinearEmitter(GemvFloat, Bf16Dot, GemvInt8, GemvTiles, GemmFloat, GemmInt8
         the weight (or packed words and scales) and their row lengths."""
         kf, em, ptrs = st.kf, st.em, st.ptrs
         desc, params = self.plan.weights[w], self.plan.params
-        if desc.format == "dense":
+        if desc.format == "dense":   # ld: the row length (K, also for row tiles: (N / 16, K, 16))
             wb = params[desc.w]
             return [ptrs[desc.w], ir.Constant(PTR, None), em.typed(wb.shape[1], "int64"), kf.i64(0)]
         q, s = params[desc.q], params[desc.scale]
@@ -200,7 +205,7 @@ class LinearEmitter(GemvFloat, Bf16Dot, GemvInt8, GemvTiles, GemmFloat, GemmInt8
     def _fmt_key(self, w: int) -> str:
         d = self.plan.weights[w]
         if d.format == "dense":
-            return f"dense_{d.dtype}"
+            return f"dense_{d.dtype}" + (f"_t{d.row_tile}" if d.row_tile else "")
         return (f"q{d.bits}_{d.storage}_{d.scale_dtype}_g{d.group_size}"
                 f"_z{d.zero_point}".replace("-", "m"))
 
@@ -327,7 +332,8 @@ class LinearEmitter(GemvFloat, Bf16Dot, GemvInt8, GemvTiles, GemmFloat, GemmInt8
         small = b.or_(kf.lt(macs, TUNING["parallel_min_macs"]), b.icmp_signed("<=", nthreads, kf.i64(1)))
         units = b.select(use_gemv, kf.sdiv(kf.add(N, self.R - 1), self.R),
                          kf.sdiv(kf.add(N, self.gemm_nr - 1), self.gemm_nr))
-        many = kf.smin(units, kf.mul(nthreads, TUNING["tasks_per_thread"]))
+        tpt = TUNING["tasks_per_thread_dense_tiles"] if self.tiled_dense else TUNING["tasks_per_thread"]
+        many = kf.smin(units, kf.mul(nthreads, tpt))
         ntasks = b.select(small, kf.i64(1), kf.smax(many, 1))
         slot = kf.alloca(self.ctx.type, name="ctx")
         values = {"M": M, "N": N, "K": K, "ntasks": ntasks, "units": units}
@@ -467,7 +473,7 @@ class LinearEmitter(GemvFloat, Bf16Dot, GemvInt8, GemvTiles, GemmFloat, GemmInt8
         u0 = b.sdiv(kf.mul(idx, st.units), st.ntasks)
         u1 = b.sdiv(kf.mul(kf.add(idx, 1), st.units), st.ntasks)
         if kind == "gemv":
-            (self._tiles if self.tiled else self._gemv)(kf, st, u0, u1)
+            (self._tiles_dense if self.tiled_dense else self._tiles if self.tiled else self._gemv)(kf, st, u0, u1)
             b.ret(ir.Constant(I32, 0))
         else:
             self._gemm(kf, st, u0, u1)

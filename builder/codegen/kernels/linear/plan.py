@@ -12,7 +12,7 @@ from ....ir import tir
 from ....ir.expr import PrimExpr, Var
 from ....ir.kernel import KERNEL_ATTR, LinearKernelSpec
 from ....ir.tir import Block, BlockRealize, Buffer, BufferLoad, BufferStore, PrimFunc
-from ....ir.op.quantize import QUANT_STORAGE_BITS
+from ....ir.op.quantize import QUANT_STORAGE_BITS, ROW_TILE
 from ..decode import GroupQuantDecoder
 from ..simd import SimdInfo
 from .int8_rows import int8_gemv_supported
@@ -43,12 +43,20 @@ TUNING = {
     "tile_chains_f32": 4,        # float tiles: FMA chains per group over the input rows of a block (4: 4 for
                                  # 1 row, 2 for 2; LlamaMLP q4f16_1 batch 1 4.04 -> 3.63 ms, Xeon)
     "tile_max_rows": 16,         # M <= this: float-activation tiles, else the float GEMM
+    "tile_max_rows_dense": 32,   # the same for float weights in row tiles
+    "tile_rows_x_dense": 0,      # their input rows per block (0: 12 with 32 registers, 4 with 16)
+    "tile_chains_dense": 1,      # their FMA chains over the input rows of a block (8: 8 for 1 row, 4 for 2, ...;
+                                 # 1: a row's sum in column order whatever the block, tile pairing or M, as the
+                                 # GEMM sums it: tensor-parallel shards and every batch size compute a row alike;
+                                 # 8 was within the noise from DRAM and 5-20% faster with the weights in L2)
     "gemv_rows": 4,              # R: weight rows per GEMV tile
     "gemv_rows_q": 4,            # the same for packed 4 / 8-bit weights (8 spills with 16 registers)
     "kc_bytes": 0,               # packed panel KC x NR float32 bytes (0: 16 KiB, 64 KiB with 32 registers)
     "mr": 6,                     # GEMM micro-kernel rows
     "parallel_min_macs": 1 << 18,
     "tasks_per_thread": 16,
+    "tasks_per_thread_dense_tiles": 4,   # the same for float weights in row tiles (MiniLM's 384 -> 1536
+                                 # matmul at 12 rows 51-54 -> 40-43 us with 4 against 16, Xeon)
     "prefetch": 4096,            # GEMV software prefetch distance in bytes (0: off)
     "prefetch_gemm": 1,          # GEMM: prefetch the next weight block during the micro-kernels
     "prefetch_q": 4096,          # the same for packed 4 / 8-bit rows, int8 GEMV included (0: off)
@@ -219,7 +227,7 @@ def plan_linear(func: PrimFunc, simd: SimdInfo) -> LinearPlan | str:
         k = E.simplify(plan.params[plan.x].shape[-1])
         if (simd.avx512bf16 and TUNING["gemm_bf16dot"] and plan.params[plan.x].dtype == "bfloat16"
                 and isinstance(k, E.IntImm) and k.value % 2 == 0
-                and all(d.format == "dense" and d.dtype == "bfloat16" for d in plan.weights)):
+                and all(d.format == "dense" and d.dtype == "bfloat16" and not d.row_tile for d in plan.weights)):
             gemm = TUNING["gemm_bf16dot"] >= 2 or simd.bf16dot_gemm
             plan.variant = "bf16dot" if gemm else "bf16gemv"
         elif simd.vnni and isinstance(k, E.IntImm) and any(
@@ -227,7 +235,7 @@ def plan_linear(func: PrimFunc, simd: SimdInfo) -> LinearPlan | str:
                 and int8_gemv_supported(d.storage, d.bits, d.group_size, k.value, d.row_tile)
                 for d in plan.weights):
             plan.variant = "vnni"
-        if any(d.format == "group" and d.row_tile for d in plan.weights):
+        if any(d.row_tile for d in plan.weights):
             plan.variant = "+".join(filter(None, [plan.variant, "tiles"]))
     return plan
 
@@ -255,9 +263,13 @@ def _plan_linear(func: PrimFunc, simd: SimdInfo) -> LinearPlan | str:
     for w in weights:
         if w.format == "dense":
             wb = params[w.w]
-            if wb.ndim != 2 or wb.dtype not in ("float32", "float16", "bfloat16"):
+            tile = int(w.row_tile)
+            if wb.ndim != (3 if tile else 2) or wb.dtype not in ("float32", "float16", "bfloat16"):
                 return f"dense weight {wb.name} {wb.dtype} {wb.ndim}-D"
-            if not _same_dims(wb.shape, (n_dim, k_dim)):
+            if tile != 0 and tile != ROW_TILE:
+                return f"dense weight {wb.name} row_tile={tile}"
+            if not (_same_dims(wb.shape, (n_dim, k_dim)) if not tile else
+                    E.prove_equal(wb.shape[0] * tile, n_dim) and _same_dims(wb.shape[1:], (k_dim, tile))):
                 return f"weight {wb.name} shape"
             w.dtype, w.reads = wb.dtype, {id(wb)}
         elif w.format == "group":
@@ -291,7 +303,7 @@ def _plan_linear(func: PrimFunc, simd: SimdInfo) -> LinearPlan | str:
             w.storage, w.scale_dtype, w.reads = q.dtype, s.dtype, {id(q), id(s)}
         else:
             return f"weight format {w.format!r}"
-    if len({w.format == "group" and w.row_tile > 0 for w in weights}) > 1:
+    if len({(w.format, w.row_tile > 0) for w in weights}) > 1 and any(w.row_tile for w in weights):
         return "row-tiled and other weights in one kernel"
     if len({(w.bits, w.zero_point, w.group_size, w.activation)
             for w in weights if w.format == "group" and w.row_tile}) > 1:

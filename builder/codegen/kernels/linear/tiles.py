@@ -1,6 +1,6 @@
 """The row-tiled kernels: 4- and 8-bit weights stored in tiles of 16 rows (``row_tile=16``,
 :mod:`builder.ir.op.quantize`; what the quantization gives every 4- and 8-bit Linear weight in
-uint32 words whose rows fill whole tiles).
+uint32 words whose rows fill whole tiles), and float weights in tiles of 16 rows (below).
 
 A tile's packed words are stored word-major: word ``w`` (columns ``8w .. 8w+7`` with 4 bits,
 ``4w .. 4w+3`` with 8) of its 16 rows side by side, 64 bytes, so one 512-bit load (two 256-bit
@@ -49,6 +49,18 @@ packed from the tiles (:meth:`GemvTiles._pack_tiles_fn`: a word of a tile is alr
 the panel, no transposes). Intel Xeon with AMX, 2 cores, LlamaMLP q4f16_1 against the row-major
 kernels in the same session: batch 1 5.39 -> 4.78 ms, batch 8 27.2 -> 10.5, batch 128 about the
 same (133 ms with the tiles packed, 167 with the tiles at every batch size).
+
+**float weights** (``DenseWeight.row_tile``; :meth:`GemvTiles._tiles_dense`,
+:meth:`GemvTiles._tile_fn_dense`; :class:`~builder.transform.TileWeights` gives a model's float
+Linear weights this layout, ``(out / 16, in, 16)``): a column of 16 rows is one load (widened from
+float16 / bfloat16), multiplied with x's value broadcast for each input row of a block (12 rows
+with 32 registers, 4 with 16), two tiles per helper call with 32 registers, so that one broadcast
+serves two FMAs (with one tile, 13 loads per 12 FMAs: the load ports, not the FMAs, bounded it).
+No horizontal sums and no per-call packing, where the row-major GEMV ends every dot product with one
+and the GEMM packed the weights on every call. MiniLM's matmuls at 12 tokens (weights in cache, Intel
+Xeon): 384 -> 1536 101 -> 42 us, 1536 -> 384 85 -> 43, 384 -> 384 23 -> 14; the model at batch 1 x
+12 2.81 -> 2.08 ms. Above ``tile_max_rows_dense`` rows the float GEMM runs on panels copied from the
+tiles (:meth:`GemvTiles._pack_dense_tiles_fn`: a panel row is a row of consecutive tiles).
 
 8-bit weights with int8 activations: a word is 4 columns of each row, so one ``vpdpbusd`` per
 word and input row against x's 4 int8 values broadcast (x in column order, :class:`~.int8_rows.Int8Rows`
@@ -137,7 +149,7 @@ class GemvTiles:
         """For the float-activation tiles: a buffer of ``xs[m, g]``, the sum of x over each whole
         group (float32, ``M x K // group_size``; the weights' zero point is applied through it;
         NULL where :meth:`_tile_permps` applies it in the table), or None for the other kernels."""
-        if not self.tiled or self.tile_int8:
+        if not self.tiled or self.tile_int8 or self.tiled_dense:
             return None
         if self._tile_permps():
             return ir.Constant(PTR, None)
@@ -413,6 +425,178 @@ class GemvTiles:
             kf.store(b.load(facc[i], typ=f32v), outs[i], None, align=4)
         if G * gs < K:
             self._tile_tail(kf, d, q, s, xf, outs, NL, t, G * gs)
+        b.ret_void()
+        kf.finish()
+        return fn
+
+    def _dense_tile_shape(self) -> tuple[int, int, int]:
+        """``(NL, MB, P)`` of the float weights in row tiles: float32 lanes per vector, input rows
+        per block (``tile_rows_x_dense``; 0: 12 with 32 registers, 4 with 16) and tiles per helper
+        call (2 with 32 registers: each broadcast of x serves two vectors of weights, where with one
+        the broadcasts and the weight load outnumbered the FMAs on the two load ports)."""
+        regs = self.simd.registers
+        mb = TUNING["tile_rows_x_dense"] or (12 if regs >= 32 else 4)
+        return min(16, self.lanes), max(1, mb), (2 if regs >= 32 else 1)
+
+    def _tiles_dense(self, kf: KFunc, st, u0, u1) -> None:
+        """Tiles ``u0 .. u1`` of 16 rows of float weights (``DenseWeight.row_tile``): per ``P``
+        tiles and block of ``MB`` input rows one helper call per weight (:meth:`_tile_fn_dense`; a
+        last single tile by itself), then the epilogue of each input row."""
+        b = kf.b
+        T = ROW_TILE
+        NL, MB, P = self._dense_tile_shape()
+        res = kf.alloca(F32, self.nw * MB * P * T, name="res", align=64)
+        resw = [kf.gep(res, kf.i64(w * MB * P * T), F32) if w else res for w in range(self.nw)]
+        ctx = st.fn.args[0]
+        wargs = [self._weight_args(st, w) for w in range(self.nw)]
+        sizes = sorted(set(range(1, min(4, MB) + 1)) | {min(8, MB), MB})
+        fns = {(w, t, p): self._tile_fn_dense(w, t, p) for w in range(self.nw) for t in sizes
+               for p in sorted({1, P})}
+        ebytes = [elem_bytes(d.dtype) for d in self.plan.weights]
+
+        def parts(t: int) -> list[int]:
+            out = []
+            while t:
+                out.append(max(s for s in sizes if s <= t))
+                t -= out[-1]
+            return out
+
+        def group(tile, p: int) -> None:
+            n0 = kf.mul(tile, T)
+            qt = [kf.gep(wargs[w][0], kf.mul(tile, kf.mul(wargs[w][2], ebytes[w] * T)), I8) for w in range(self.nw)]
+            with kf.loop(0, st.M, MB, "mb") as m0:
+                t_eff = kf.smin(kf.sub(st.M, m0), MB)
+
+                def block(t: int) -> None:
+                    r0 = 0
+                    for part in parts(t):
+                        m = kf.add(m0, r0) if r0 else m0
+                        for w in range(self.nw):
+                            kf.b.call(fns[(w, part, p)], [qt[w], wargs[w][2], kf.gep(st.xf, kf.mul(m, st.K), F32),
+                                                          kf.gep(resw[w], kf.i64(r0 * P * T), F32)])
+                        r0 += part
+
+                kf.switch_const(t_eff, {t: (lambda t=t: block(t)) for t in range(1, MB + 1)}, "tb")
+                with kf.loop(0, t_eff, 1, "te") as i:
+                    accs = [kf.gep(resw[w], kf.mul(i, P * T), F32) for w in range(self.nw)]
+                    accs += [accs[0]] * (2 - self.nw)
+                    b.call(self.epi_fn, [ctx, kf.add(m0, i), n0, kf.i64(p * T)] + accs)
+
+        tiles = kf.sdiv(st.N, T)
+        with kf.loop(u0, u1, 1, "unit") as u:   # a unit: P tiles, the last one perhaps fewer
+            tile = kf.mul(u, P)
+            if P == 1:
+                group(tile, 1)
+            else:
+                kf.if_else(kf.lt(kf.add(tile, P - 1), tiles), lambda: group(tile, P),
+                           lambda: group(tile, 1), "pair")
+
+    def _tile_fn_dense(self, w: int, t: int, p: int) -> ir.Function:
+        """``void tile(ptr q, i64 K, ptr xf, ptr res)``: ``res[i * P * 16 + r] = sum_k x[i, k]
+        W[r, k]`` for the ``16 p`` rows of ``p`` consecutive tiles of float weights at ``q`` and
+        ``t`` input rows of ``xf`` (float32, rows of ``K``; ``P``: :meth:`_dense_tile_shape`).
+        Per column the tiles' rows are ``16 p / NL`` vector loads (widened from float16 /
+        bfloat16), each multiplied with x's value broadcast for every input row: FMAs into
+        ``tile_chains_dense`` chains in all (column ``k`` into chain ``k % C``) -- a GEMM
+        micro-kernel whose panel is the tiles themselves, with no horizontal sums. Shared by every
+        kernel of the module with this weight dtype and ``K``."""
+        d = self.plan.weights[w]
+        NL, _, P = self._dense_tile_shape()
+        K = self.K_static
+        T = ROW_TILE
+        key = f"mb.tile.{self._fmt_key(w)}.k{K}.v{NL}.t{t}.p{p}x{P}"
+        fn, kf = self._new_helper(key, [PTR, I64, PTR, PTR])
+        if kf is None:
+            return fn
+        q, _k, xf, res = fn.args
+        b = kf.b
+        f32v, wt = vec(F32, NL), vec(mem_type(d.dtype), NL)
+        eb = elem_bytes(d.dtype)
+        V = p * T // NL                          # weight vectors per column
+        C = max(1, TUNING["tile_chains_dense"] // (t * V))
+        U = C if K >= C else 1                   # columns per loop iteration
+        pf = TUNING["prefetch"]
+        xrows = [kf.gep(xf, kf.i64(i * K), F32) if i else xf for i in range(t)]
+        slots = [[[kf.alloca(f32v, name="dacc") for _ in range(C)] for _ in range(V)] for _ in range(t)]
+        for row in slots:
+            for vs in row:
+                for a in vs:
+                    b.store(kf.fzero(NL), a)
+        # vector v: tile v // (16 / NL) of the call, lanes NL * (v % (16 / NL)) on
+        offs = [(v // (T // NL)) * K * T * eb + (v % (T // NL)) * NL * eb for v in range(V)]
+
+        def columns(k0, count: int) -> None:
+            accs = [[[b.load(a, typ=f32v) for a in vs] for vs in row] for row in slots]
+            for j in range(count):
+                k = kf.add(k0, j) if j else k0
+                col = kf.gep(q, kf.mul(k, eb * T), I8)
+                wv = []
+                for v in range(V):
+                    wp = kf.gep(col, kf.i64(offs[v]), I8) if offs[v] else col
+                    if pf and (offs[v] % 64 == 0) and (j * eb * T) % 64 == 0:
+                        kf.prefetch(kf.gep(wp, kf.i64(pf), I8), TUNING["prefetch_locality"])
+                    wv.append(kf.widen(kf.load(wt, wp, None, align=eb), d.dtype))
+                for i in range(t):
+                    xv = kf.splat(kf.load(F32, kf.gep(xrows[i], k, F32), None, align=4), NL)
+                    for v in range(V):
+                        accs[i][v][j % C] = kf.fma(wv[v], xv, accs[i][v][j % C])
+            for row, vals in zip(slots, accs):
+                for vs, vv in zip(row, vals):
+                    for a, val in zip(vs, vv):
+                        b.store(val, a)
+
+        whole = K - K % U
+        with kf.loop(0, whole, U, "dk") as k0:
+            columns(k0, U)
+        for k in range(whole, K):
+            columns(kf.i64(k), 1)
+        for i in range(t):
+            for v in range(V):
+                vals = [b.load(a, typ=f32v) for a in slots[i][v]]
+                while len(vals) > 1:
+                    vals = [b.fadd(vals[c], vals[c + 1], flags=KFunc.FM) if c + 1 < len(vals) else vals[c]
+                            for c in range(0, len(vals), 2)]
+                kf.store(vals[0], res, kf.i64(i * P * T + v * NL), align=4)
+        b.ret_void()
+        kf.finish()
+        return fn
+
+    def _pack_dense_tiles_fn(self, w: int) -> ir.Function:
+        """The GEMM's panel packing (:meth:`_pack_fn`'s signature and result, ``bp[kk][j] =
+        W[n0 + j, kb + kk]``, zero for ``j >= nr_eff``) for float weights in row tiles: row ``kk``
+        of the panel is row ``kb + kk`` of ``NR / 16`` consecutive tiles (a copy, widened to
+        float32), no transposes."""
+        d = self.plan.weights[w]
+        L, NR = self.lanes, self.NR
+        T = ROW_TILE
+        RG = min(T, NR)            # panel rows per part: a whole tile, or part of one (NR = 8 with SSE)
+        NL = min(16, L, RG)
+        key = f"mb.pack.tiles.{self._fmt_key(w)}.v{L}x{self.NV}"
+        fn, kf = self._new_helper(key, [PTR, PTR, I64, I64, I64, I64, I64, I64, I64, PTR])
+        if kf is None:
+            return fn
+        q, _s, K, _ld1, _K, n0, nr_eff, kb, kc, bp = fn.args
+        b = kf.b
+        eb = elem_bytes(d.dtype)
+        wt = vec(mem_type(d.dtype), NL)
+        for ti in range(NR // RG):
+            def real(ti=ti):
+                first_row = kf.add(n0, ti * RG)
+                tile = kf.sdiv(first_row, T)
+                lane0 = b.srem(first_row, kf.i64(T))
+                base = kf.gep(q, kf.mul(kf.add(kf.mul(tile, kf.mul(K, T)), kf.add(kf.mul(kb, T), lane0)), eb), I8)
+                with kf.loop(0, kc, 1, "pk") as kk:
+                    src = kf.gep(base, kf.mul(kk, eb * T), I8)
+                    for h in range(RG // NL):
+                        v = kf.widen(kf.load(wt, kf.gep(src, kf.i64(h * NL * eb), I8), None, align=eb), d.dtype)
+                        kf.store(v, bp, kf.add(kf.mul(kk, NR), ti * RG + h * NL), align=min(64, 4 * NL))
+
+            def zero(ti=ti):
+                with kf.loop(0, kc, 1, "pz") as kk:
+                    for h in range(RG // NL):
+                        kf.store(kf.fzero(NL), bp, kf.add(kf.mul(kk, NR), ti * RG + h * NL), align=min(64, 4 * NL))
+
+            kf.if_else(kf.lt(kf.i64(ti * RG), nr_eff), real, zero, f"pt{ti}")
         b.ret_void()
         kf.finish()
         return fn

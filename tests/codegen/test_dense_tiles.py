@@ -1,0 +1,113 @@
+"""Float weights in row tiles (``DenseWeight.row_tile``, issue 15): the dense tile helpers up to
+``tile_max_rows_dense`` input rows (blocks of ``tile_rows_x_dense``, their remainders, pairs of
+tiles and a last single tile), the float GEMM on panels copied from the tiles above, with every
+float weight dtype, odd ``K``, one and two weights with an epilogue, on the host's vectors and on 8
+and 4 lanes (``MB_SIMD``), against float64 numpy."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from builder import te
+from builder.codegen import Target, build
+from builder.codegen.kernels import SimdInfo
+from builder.codegen.kernels.linear import TUNING
+from builder.ir.kernel import KERNEL_ATTR, DenseWeight, EpilogueLinear, EpilogueOp
+from builder.ops import frontend_ops
+from builder.te import topi
+from runtime.native import bfloat16_bits_to_float32, float32_to_bfloat16_bits
+from runtime.weights import tile_rows
+
+HOST = Target.host()
+
+
+def _weights(rng, N: int, K: int, dtype: str):
+    """(the stored weight, its float64 values)."""
+    w = rng.standard_normal((N, K)).astype(np.float32)
+    if dtype == "bfloat16":
+        bits = float32_to_bfloat16_bits(w)
+        return bits, bfloat16_bits_to_float32(bits).astype(np.float64)
+    stored = w.astype(dtype)
+    return stored, stored.astype(np.float64)
+
+
+def _kernel(K: int, N: int, wdt: str, nweights: int):
+    """x (b, K) float32; weights tiled (N / 16, K, 16); one weight: ``x @ W.T``, two: ``silu(x @ W0.T) *
+    (x @ W1.T)`` (LLaMA's gated MLP)."""
+    x = te.placeholder((te.var("b"), K), "float32", name="x")
+    ws = [te.placeholder((N // 16, K, 16), wdt, name=f"w{i}") for i in range(nweights)]
+    epi = EpilogueLinear(0)
+    if nweights == 2:
+        ops = frontend_ops()
+        epi = EpilogueOp(ops["multiply"].name, (EpilogueOp(ops["silu"].name, (EpilogueLinear(0),)), EpilogueLinear(1)))
+    spec: list = []
+    out = topi.linear_kernel(x, *ws, weights=[DenseWeight(i + 1, row_tile=16) for i in range(nweights)],
+                             epilogue=epi, spec=spec)
+    f = te.create_prim_func([x, *ws, out])
+    f.attrs[KERNEL_ATTR] = spec[0]
+    return f
+
+
+@pytest.mark.parametrize("K,N,wdt,nweights", [
+    (384, 48, "float32", 1),     # 3 tiles: a pair and a last single one
+    (7, 32, "float32", 1),       # K below the helper's unrolled columns
+    (101, 80, "float16", 1),
+    (64, 32, "bfloat16", 2),
+    (45, 16, "float32", 2),
+])
+@pytest.mark.parametrize("cap", [None, "avx2", "sse"])
+def test_dense_row_tiles(K, N, wdt, nweights, cap, monkeypatch):
+    if not HOST.triple.startswith("x86_64") and cap is not None:
+        pytest.skip("x86 vector shapes")
+    if cap is not None:
+        monkeypatch.delenv("MB_SIMD_SHAPE", raising=False)
+        monkeypatch.setenv("MB_SIMD", cap)
+    simd = SimdInfo.from_target(HOST.triple, HOST.features)
+    lib = build({"f": _kernel(K, N, wdt, nweights)})
+    kernel = lib.functions["f"]["kernel"]
+    assert kernel == (f"linear/{simd.name}+tiles" if simd.usable else kernel), kernel
+    fn = lib.load()["f"]
+    rng = np.random.default_rng(K + N)
+    stored, w64 = zip(*(_weights(rng, N, K, wdt) for _ in range(nweights)))
+    tiles = [tile_rows(w, 16) for w in stored]
+    for M in (1, 2, 5, 8, 12, 13, 31, 32, 33, 40):
+        x = rng.standard_normal((M, K)).astype(np.float32)
+        y = np.empty((M, N), np.float32)
+        fn(x, *tiles, y)
+        lin = [x.astype(np.float64) @ w.T for w in w64]
+        ref = lin[0] if nweights == 1 else lin[0] / (1 + np.exp(-lin[0])) * lin[1]
+        np.testing.assert_allclose(y, ref, rtol=2e-5, atol=2e-5 * np.abs(ref).max(), err_msg=f"M={M}")
+
+
+@pytest.mark.parametrize("rows_x,chains,tpt", [(1, 1, 1), (5, 3, 16), (16, 8, 4)])
+def test_dense_row_tiles_tunables(rows_x, chains, tpt, monkeypatch):
+    """Other blocks of input rows, FMA chain counts and task counts compute the same."""
+    monkeypatch.setitem(TUNING, "tile_rows_x_dense", rows_x)
+    monkeypatch.setitem(TUNING, "tile_chains_dense", chains)
+    monkeypatch.setitem(TUNING, "tasks_per_thread_dense_tiles", tpt)
+    K, N = 200, 96
+    fn = build({"f": _kernel(K, N, "float32", 1)}).load()["f"]
+    rng = np.random.default_rng(1)
+    w = rng.standard_normal((N, K)).astype(np.float32)
+    for M in (1, 6, 17, 35):
+        x = rng.standard_normal((M, K)).astype(np.float32)
+        y = np.empty((M, N), np.float32)
+        fn(x, tile_rows(w, 16), y)
+        ref = x.astype(np.float64) @ w.T.astype(np.float64)
+        np.testing.assert_allclose(y, ref, rtol=2e-5, atol=2e-5 * np.abs(ref).max())
+
+
+def test_dense_row_tiles_refuse_a_wrong_layout():
+    """The planner takes only tiles of 16 rows whose shape matches the output."""
+    from builder.codegen.kernels.linear import plan_linear
+
+    simd = SimdInfo("avx2", 8, 16, int8_dot=True)
+    f = _kernel(64, 32, "float32", 1)
+    assert not isinstance(plan_linear(f, simd), str)
+    x = te.placeholder((te.var("b"), 64), "float32", name="x")
+    w = te.placeholder((2, 64, 16), "float32", name="w")
+    spec: list = []
+    out = topi.linear_kernel(x, w, weights=[DenseWeight(1, row_tile=8)], spec=spec)
+    g = te.create_prim_func([x, w, out])
+    g.attrs[KERNEL_ATTR] = spec[0]
+    assert "row_tile=8" in plan_linear(g, simd)
