@@ -435,12 +435,15 @@ def _distinct(exe) -> str:
 
 
 def _kernel_kinds(exe) -> str:
-    """How the compiled functions were generated, counted: ``"2 linear/avx2, 1 loops"``
-    (kernel family / vector unit + special instructions, or the generic loop code)."""
+    """How the compiled functions were generated, counted: ``"2 linear/avx2+tiles, 1 loops, 2 weight
+    transforms"`` (kernel family / vector unit + special instructions, the generic loop code, or
+    the weight transforms the VM runs once, :class:`builder.transform.TileWeights`)."""
     from collections import Counter
 
-    kinds = Counter(str(meta.get("kernel", "loops")).split(" (")[0] for meta in exe.kernels.values())
-    return ", ".join(f"{n} {kind}" for kind, n in sorted(kinds.items())) or "nothing to compute"
+    kinds = Counter("weight transform" if meta.get("weight_transform") else str(meta.get("kernel", "loops")).split(" (")[0]
+                    for meta in exe.kernels.values())
+    return ", ".join(f"{n} {kind}" + ("s" if kind == "weight transform" and n > 1 else "")
+                     for kind, n in sorted(kinds.items())) or "nothing to compute"
 
 
 def _bench(model, fname: str, runs: int, dim_args: list[str]) -> str:

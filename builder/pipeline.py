@@ -55,7 +55,9 @@ class CompiledModel:
     """A built recipe: ``ir`` (IRModule), ``params`` (name -> array), ``exe`` and ``vm``.
 
     ``m["forward"](x)`` runs a function on numpy inputs with the bound parameters; ``m(x)`` runs
-    the first function. ``spec`` is the recipe's input spec per function. Random weights (no
+    the first function. The parameter arrays become read-only when a function is taken: the VM
+    keeps what it derives from them (the row tiles of float weights); to change a weight, assign a
+    new array (``m.params[name] = a``) and take the function again. ``spec`` is the recipe's input spec per function. Random weights (no
     weights file) are drawn on first use of ``params``.
     """
 
@@ -116,6 +118,9 @@ class CompiledModel:
             raise KeyError(f"no function '{name}'; the recipe exports {self.functions}")
         fn = self.vm[name]
         weights = [self.params[n] for n in self.param_names]
+        for w in weights:   # the VM keeps row tiles of read-only weights (runtime.vm: weight transforms)
+            if isinstance(w, np.ndarray):
+                w.flags.writeable = False
         inputs = list(self.spec[name])
 
         def call(*args: Any, **kwargs: Any):

@@ -59,7 +59,9 @@ class Executable:
 
     ``functions``: name -> {"params": [...], "num_input": int, "instructions": [...],
     "num_registers": int, "ret": struct-info JSON}. ``kernels``: name -> ABI metadata from the
-    code generator. ``object_code``: the relocatable object file for ``target``.
+    code generator (``"kernel"``: how it was generated; ``"weight_transform": true``: a layout
+    transform of model weights whose results the VM may keep). ``object_code``: the relocatable
+    object file for ``target``.
     """
 
     def __init__(self, functions: dict[str, dict], kernels: dict[str, dict], object_code: bytes,

@@ -12,6 +12,10 @@ before touching memory), so a wrong input is an exception, never a crash.
 
 A function's bytecode is resolved on its first run into a plan (``_Plan``: one prepared step per
 instruction, shapes with symbolic dims looked up per run), which the VM keeps for that function.
+A call of a kernel whose metadata says ``weight_transform`` (the row tiles of a float weight,
+:class:`builder.transform.TileWeights`) on model parameters only is run once for the arrays passed:
+its outputs are kept (``vm.kept``, shared by the functions) while the same read-only arrays come
+again, and computed afresh for another or a writable array (which may change between calls).
 Large outputs come from the VM's :class:`~runtime.memory.BufferPool` (``vm.pool``), and the plan drops
 each register that may hold one after its last use, so the buffers of one call serve the next (and
 the later steps of the same call) instead of faulting in fresh pages.
@@ -299,10 +303,13 @@ class _Plan:
     #: Entries of one group's cache of shapes before it is cleared.
     CACHE_ENTRIES = 64
 
-    def __init__(self, name: str, fn: dict, lib: NativeLibrary, constants: list, pool: BufferPool) -> None:
+    def __init__(self, name: str, fn: dict, lib: NativeLibrary, constants: list, pool: BufferPool,
+                 kernels: dict | None = None, kept: dict | None = None) -> None:
         self.fn = fn
         self.name = name
         self.pool = pool
+        self.kernels = kernels or {}
+        self.kept = {} if kept is None else kept
         self.param_checks = [self._param_check(p) for p in fn["params"]]
         body, self.ret = [], None
         for ins in fn["instructions"]:
@@ -478,6 +485,53 @@ class _Plan:
         return alloc
 
     # -- steps -------------------------------------------------------------------------------------
+    def _keeps(self, kernel: str, arg_regs: list, out_specs: list) -> bool:
+        """Whether a call's results may be kept across runs: a ``weight_transform`` kernel (a
+        layout transform of model weights, :class:`builder.transform.TileWeights`) whose arguments
+        are all model parameters (after ``num_input``) and whose outputs have static shapes."""
+        meta = self.kernels.get(kernel)
+        nparams = len(self.fn["params"])
+        num_input = self.fn.get("num_input", nparams)
+        return (isinstance(meta, dict) and meta.get("weight_transform") is True and bool(arg_regs)
+                and all(type(r) is int and num_input <= r < nparams for r in arg_regs)
+                and all(all(type(d) is int and d >= 0 for d in dims) for _, dims in out_specs))
+
+    def _kept_step(self, kernel: str, entry, arg_regs: list, out_regs: list, out_specs: list,
+                   lib: NativeLibrary):
+        """A weight transform's step (:meth:`_keeps`): its outputs are computed once for the
+        arrays passed and kept (``kept``, shared by the VM's functions: prefill and decode tile a
+        weight once) while the same arrays come again, if they are read-only (a writable array may
+        change between calls: its transform runs on every call). The kept outputs are read-only
+        arrays of their own (not the pool's). One entry per call site: other arrays replace it."""
+        name, kept = self.name, self.kept
+        shapes = [(numpy_dtype(dtype), tuple(dims), dtype) for dtype, dims in out_specs]
+        n_in = len(arg_regs)
+        last: list = [None]
+
+        def step(regs, table, env):
+            srcs = [regs[r] for r in arg_regs]
+            key = (kernel, tuple(map(id, srcs)))
+            hit = kept.get(key)
+            if hit is not None and all(a is b for a, b in zip(hit[0], srcs)):
+                outs = hit[1]
+            else:
+                outs = []
+                for np_dtype, shape, dtype in shapes:
+                    nbytes = math.prod(shape) * np_dtype.itemsize
+                    if nbytes > _CHECKED_ALLOCATION:
+                        check_allocation(nbytes, f"{name}: the output of '{kernel}' of shape {shape} {dtype}")
+                    outs.append(np.empty(shape, np_dtype))
+                lib.invoke(entry, srcs + outs, n_in)
+                if all(a.__class__ is np.ndarray and not a.flags.writeable for a in srcs):
+                    for o in outs:
+                        o.flags.writeable = False
+                    if last[0] is not None and last[0] != key:
+                        kept.pop(last[0], None)
+                    kept[key], last[0] = (tuple(srcs), outs), key
+            for r, o in zip(out_regs, outs):
+                regs[r] = o
+        return step
+
     def _step(self, pos: int, ins: Any, lib: NativeLibrary, constants: list):
         name, pool = self.name, self.pool
         op = ins[0] if isinstance(ins, list) and ins else None
@@ -494,6 +548,8 @@ class _Plan:
                     outs = alloc(table, env)
                     lib.call(kernel, [regs[r] for r in arg_regs] + outs)
                 return step
+            if self._keeps(kernel, arg_regs, out_specs):
+                return self._kept_step(kernel, entry, arg_regs, out_regs, out_specs, lib)
             if len(out_regs) == 1:   # the common case, without the loops
                 np_dtype, static, k, dtype, dims = self._output(pos, 0, *out_specs[0])
                 out_reg = out_regs[0]
@@ -604,6 +660,9 @@ class VirtualMachine:
         self._plans: dict[str, _Plan] = {}
         #: the large output buffers, reused across calls (:class:`runtime.memory.BufferPool`)
         self.pool = BufferPool()
+        #: the results of weight transforms (row tiles of the float weights), kept while the same
+        #: read-only weight arrays are passed: (kernel, ids of the arrays) -> (arrays, outputs)
+        self.kept: dict = {}
 
     def __getitem__(self, name: str):
         fn = self.exe._function(name)
@@ -683,7 +742,8 @@ class VirtualMachine:
     def _plan(self, name: str, fn: dict) -> "_Plan":
         plan = self._plans.get(name)
         if plan is None or plan.fn is not fn:
-            plan = self._plans[name] = _Plan(name, fn, self.lib, self.exe.constants, self.pool)
+            plan = self._plans[name] = _Plan(name, fn, self.lib, self.exe.constants, self.pool,
+                                             self.exe.kernels, self.kept)
         return plan
 
     def _run(self, name: str, fn: dict, args: tuple) -> Any:

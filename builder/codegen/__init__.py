@@ -44,6 +44,7 @@ from llvmlite.binding import ffi
 from runtime.native import MANIFEST_SECTION, manifest_bytes
 
 from ..ir import tir
+from ..ir.kernel import WEIGHT_TRANSFORM_ATTR
 from ..ir.tir import PrimFunc
 from . import cache as _cache
 from .abi import dim_to_json, plan_signature
@@ -175,6 +176,9 @@ def emit_llvm_parts(prim_funcs: dict[str, PrimFunc], target: Target | None = Non
             home[name] = part
         if progress is not None:
             progress("kernels", done, total, name)
+    for name, func in prim_funcs.items():
+        if func.attrs.get(WEIGHT_TRANSFORM_ATTR):   # the VM may keep its results (runtime.vm)
+            functions[name]["weight_transform"] = True
     texts = [finalize_loop_metadata(str(e.module)) for e in emitters] or [""]
     for name, twin in aliases:
         texts[home[twin]] += f'\n@"{name}" = alias i32 (ptr, ptr), ptr @"{twin}"'

@@ -9,12 +9,15 @@ PrimFuncs it produced):
    copy (col2im overlap-add) around a matmul, which the next pass gives to the GEMM kernels;
 2. ``select_kernels`` (:class:`SelectKernels`): every matmul with its elementwise epilogue, and every
    quantized gather, becomes its fast kernel (GEMV / GEMM, fused dequantization);
-3. ``fuse_ops`` (:class:`FuseOps`): remaining elementwise chains become one kernel each;
-4. ``legalize_ops`` (:class:`LegalizeOps`): every other op becomes the loop-level code of its record;
-5. ``dead_code_elimination``: unused bindings and PrimFuncs go.
+3. ``tile_weights`` (:class:`TileWeights`): the matmul kernels read a model's float weights in row
+   tiles, made once by a weight transform the VM keeps (:mod:`builder.transform.tile_weights`);
+4. ``fuse_ops`` (:class:`FuseOps`): remaining elementwise chains become one kernel each;
+5. ``legalize_ops`` (:class:`LegalizeOps`): every other op becomes the loop-level code of its record;
+6. ``dead_code_elimination``: unused bindings and PrimFuncs go.
 
 ``LiftTransformParams`` is not in it: weights are transformed when they are loaded (the recipe's
-quantization mapping), not by a function of the compiled model. There is no memory planning pass:
+quantization mapping), and the row tiles of ``tile_weights`` by the VM on first use (kept while the
+same read-only arrays are passed), so the compiled functions take the model's parameters. There is no memory planning pass:
 the VM takes each large output from its buffer pool and frees the buffer for reuse once no register
 or array views it (``runtime.memory.BufferPool``; the plan drops registers after their last use).
 """
@@ -27,13 +30,14 @@ from .fuse_ops import FuseOps
 from .legalize import LegalizeOps
 from .pass_infra import Sequential
 from .select_kernels import SelectKernels
+from .tile_weights import TileWeights
 
 __all__ = ["default_pipeline", "PASS_NAMES"]
 
 
 def default_pipeline() -> Sequential:
     """The passes ``builder.compile`` runs, in order (see the module docstring)."""
-    return Sequential([EliminateCommonSubexpr(), ConvToGemm(), SelectKernels(), FuseOps(), LegalizeOps(), DeadCodeElimination()], name="default_pipeline")
+    return Sequential([EliminateCommonSubexpr(), ConvToGemm(), SelectKernels(), TileWeights(), FuseOps(), LegalizeOps(), DeadCodeElimination()], name="default_pipeline")
 
 
 PASS_NAMES = tuple(default_pipeline().names)

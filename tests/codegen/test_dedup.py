@@ -57,7 +57,10 @@ def test_repeated_layers_compile_one_kernel_each_kind():
         p.data = (rng.standard_normal(p.shape) * 0.2).astype(np.float32)
     irmod, _ = net.export_tvm(spec)
     exe = builder.compile(irmod)
-    assert len(exe.kernels) == 2 and len(_bodies(exe.llvm_ir)) == 2      # 5 identical layers share one, + the head
+    # 5 identical layers share one, + the head, + the weight transform of the layers' (32, 32)
+    # weights into row tiles (the head's 8 rows stay row-major)
+    assert len(exe.kernels) == 3 and len(_bodies(exe.llvm_ir)) == 2      # (the transform: parallel loops)
+    assert [n for n, m in exe.kernels.items() if m.get("weight_transform")] == ["tile_rows"]
     x = rng.standard_normal((4, 32)).astype(np.float32)
     got = net.jit(spec)["forward"](x)
     h = x.astype(np.float64)

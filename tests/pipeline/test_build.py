@@ -25,14 +25,14 @@ def test_default_recipe_prints_reference_ir(capsys):
     golden = (DATA / "ir" / "llama_mlp_fp16_dynamic.txt").read_text()
     assert out.startswith(golden)
     assert "135,266,304 elements" in out
-    # how each function was generated: both fused matmuls take the linear kernels (or, on a
-    # CPU without vectors, the loops)
+    # how each function was generated: both fused matmuls take the linear kernels on weights in
+    # row tiles (or, on a CPU without vectors, the loops), made by one weight transform per shape
     from builder.codegen import Target
     from builder.codegen.kernels import SimdInfo
 
     simd = SimdInfo.from_target(Target.host().triple, Target.host().features)
-    want = f"2 kernels for {Target.host().cpu}: " + (f"2 linear/{simd.name}" if simd.usable else "2 loops")
-    assert want in out
+    want = f"4 kernels for {Target.host().cpu}: " + (f"2 linear/{simd.name}+tiles" if simd.usable else "2 loops")
+    assert want + ", 2 weight transforms" in out
 
 
 def test_overrides_change_printed_shapes_and_dtypes(capsys):

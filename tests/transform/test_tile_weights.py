@@ -1,0 +1,121 @@
+"""TileWeights (issue 15): a model's float Linear weights read in row tiles made once by a weight
+transform the VM keeps; which weights it takes, and the VM's keeping rules (read-only arrays only,
+the same arrays, a replaced array computed afresh), against float64 numpy."""
+import numpy as np
+import pytest
+
+import builder
+from builder import nn
+from builder.nn import spec
+from builder.transform import SelectKernels, TileWeights
+from runtime import VirtualMachine
+
+
+class _MLP(nn.Module):
+    def __init__(self, dtype: str = "float32"):
+        self.up = nn.Linear(40, 48, bias=True, dtype=dtype)      # 48 rows: three tiles
+        self.down = nn.Linear(48, 20, bias=False, dtype=dtype)   # 20 rows: left row-major
+
+    def forward(self, x):
+        return self.down(nn.op.silu(self.up(x)))
+
+
+SPEC = {"forward": {"x": spec.Tensor(["n", 40], "float32")}}
+
+
+def _model(seed: int = 0):
+    net = _MLP()
+    rng = np.random.default_rng(seed)
+    params = {}
+    for name, p in net.named_parameters():
+        params[name] = rng.standard_normal([int(d) for d in p.shape]).astype(np.float32) * 0.2
+    mod, named = net.export_tvm(SPEC)
+    return mod, [params[n] for n, _ in named], params
+
+
+def _reference(x, p):
+    h = x.astype(np.float64) @ p["up.weight"].T.astype(np.float64) + p["up.bias"]
+    h = h / (1 + np.exp(-h))
+    return h @ p["down.weight"].T.astype(np.float64)
+
+
+def _read_only(arrays):
+    for a in arrays:
+        a.flags.writeable = False
+    return arrays
+
+
+def test_the_pass_tiles_model_weights_of_whole_tiles_only():
+    mod, _, _ = _model()
+    out = TileWeights()(SelectKernels()(mod))
+    text = out.script()
+    assert text.count("tile_rows") >= 2          # the PrimFunc and one call
+    fn = out["forward"]
+    tiled = [b for blk in fn.body.blocks for b in blk.bindings if b.var.name_hint.endswith("_tiled")]
+    assert [b.var.name_hint for b in tiled] == ["up_weight_tiled"]
+    assert [int(d) for d in tiled[0].var.struct_info.shape] == [3, 40, 16]
+
+
+def test_weights_that_are_inputs_stay_row_major():
+    """A function whose weight is an input (``num_input`` counts it) is not rewritten."""
+    mod, _, _ = _model()
+    fn = mod["forward"]
+    fn.attrs["num_input"] = len(fn.params)
+    out = TileWeights()(SelectKernels()(mod))
+    assert "tile_rows" not in out.script()
+
+
+def test_tiled_kernels_compute_the_model_and_the_tiles_are_kept():
+    mod, weights, params = _model()
+    exe = builder.compile(mod)
+    kinds = {name: meta.get("kernel", "") for name, meta in exe.kernels.items()}
+    assert any(k.endswith("+tiles") for k in kinds.values()), kinds
+    assert [n for n, m in exe.kernels.items() if m.get("weight_transform")] == ["tile_rows"]
+    vm = VirtualMachine(exe)
+    rng = np.random.default_rng(1)
+    weights = _read_only(weights)
+    x = rng.standard_normal((13, 40)).astype(np.float32)
+    y = vm["forward"](x, *weights)
+    np.testing.assert_allclose(y, _reference(x, params), rtol=1e-5, atol=1e-5)
+    assert len(vm.kept) == 1
+    (srcs, outs), = vm.kept.values()
+    assert srcs[0] is weights[0] and not outs[0].flags.writeable
+    np.testing.assert_array_equal(outs[0], weights[0].reshape(3, 16, 40).transpose(0, 2, 1))
+    for m in (1, 5, 40):    # the GEMV-like tiles, their remainders and the GEMM: the same tiles
+        x = rng.standard_normal((m, 40)).astype(np.float32)
+        np.testing.assert_allclose(vm["forward"](x, *weights), _reference(x, params), rtol=1e-5, atol=1e-5)
+    assert len(vm.kept) == 1 and next(iter(vm.kept.values()))[1][0] is outs[0]
+
+
+def test_writable_or_replaced_weights_are_transformed_again():
+    mod, weights, params = _model()
+    vm = VirtualMachine(builder.compile(mod))
+    x = np.random.default_rng(2).standard_normal((4, 40)).astype(np.float32)
+    np.testing.assert_allclose(vm["forward"](x, *weights), _reference(x, params), rtol=1e-5, atol=1e-5)
+    assert not vm.kept                       # writable: may change between calls
+    weights[0][:] *= -1.0                    # changed in place: the next call sees it
+    params = {**params, "up.weight": weights[0]}
+    np.testing.assert_allclose(vm["forward"](x, *weights), _reference(x, params), rtol=1e-5, atol=1e-5)
+    _read_only(weights)
+    vm["forward"](x, *weights)
+    first = next(iter(vm.kept.values()))[1][0]
+    other = _read_only([np.ascontiguousarray(weights[0][::-1])])[0]   # another array, other values
+    params = {**params, "up.weight": other}
+    y = vm["forward"](x, other, *weights[1:])
+    np.testing.assert_allclose(y, _reference(x, params), rtol=1e-5, atol=1e-5)
+    assert len(vm.kept) == 1 and next(iter(vm.kept.values()))[1][0] is not first
+
+
+def test_built_recipes_make_their_weights_read_only():
+    """A built model's parameters become read-only when a function is taken (the VM keeps their
+    tiles); assigning a new array changes the weight."""
+    m = builder.build("recipes/llama_mlp.yaml", ["hidden_size=64", "intermediate_size=96", "dtype=float32"])
+    fn = m["forward"]
+    name = next(n for n in m.param_names if n.endswith("weight"))
+    assert not m.params[name].flags.writeable
+    with pytest.raises(ValueError):
+        m.params[name][0, 0] = 1.0
+    x = np.random.default_rng(3).standard_normal((2, 64)).astype(np.float32)
+    before = fn(x)
+    m.params[name] = np.zeros_like(m.params[name])
+    assert not np.allclose(m["forward"](x), before)
