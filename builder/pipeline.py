@@ -55,8 +55,8 @@ class CompiledModel:
     """A built recipe: ``ir`` (IRModule), ``params`` (name -> array), ``exe`` and ``vm``.
 
     ``m["forward"](x)`` runs a function on numpy inputs with the bound parameters; ``m(x)`` runs
-    the first function. The parameter arrays become read-only when a function is taken: the VM
-    keeps what it derives from them (the row tiles of float weights); to change a weight, assign a
+    the first function. The float weights the kernels read in row tiles become read-only arrays
+    when a function is taken: the VM keeps their tiles (``runtime.vm``); to change one, assign a
     new array (``m.params[name] = a``) and take the function again. ``spec`` is the recipe's input spec per function. Random weights (no
     weights file) are drawn on first use of ``params``.
     """
@@ -118,10 +118,10 @@ class CompiledModel:
             raise KeyError(f"no function '{name}'; the recipe exports {self.functions}")
         fn = self.vm[name]
         weights = [self.params[n] for n in self.param_names]
-        for w in weights:   # the VM keeps row tiles of read-only weights (runtime.vm: weight transforms)
-            if isinstance(w, np.ndarray):
-                w.flags.writeable = False
         inputs = list(self.spec[name])
+        for i in self.vm.transformed_params(name):   # the VM keeps row tiles of read-only weights
+            if i >= len(inputs) and isinstance(weights[i - len(inputs)], np.ndarray):
+                weights[i - len(inputs)].flags.writeable = False
 
         def call(*args: Any, **kwargs: Any):
             values = list(args)

@@ -501,8 +501,9 @@ class _Plan:
         """A weight transform's step (:meth:`_keeps`): its outputs are computed once for the
         arrays passed and kept (``kept``, shared by the VM's functions: prefill and decode tile a
         weight once) while the same arrays come again, if they are read-only (a writable array may
-        change between calls: its transform runs on every call). The kept outputs are read-only
-        arrays of their own (not the pool's). One entry per call site: other arrays replace it."""
+        change between calls: its transform runs on every call). The kept outputs are arrays of
+        their own (not the pool's), which only kernels read. One entry per call site: other arrays
+        replace it."""
         name, kept = self.name, self.kept
         shapes = [(numpy_dtype(dtype), tuple(dims), dtype) for dtype, dims in out_specs]
         n_in = len(arg_regs)
@@ -523,8 +524,6 @@ class _Plan:
                     outs.append(np.empty(shape, np_dtype))
                 lib.invoke(entry, srcs + outs, n_in)
                 if all(a.__class__ is np.ndarray and not a.flags.writeable for a in srcs):
-                    for o in outs:
-                        o.flags.writeable = False
                     if last[0] is not None and last[0] != key:
                         kept.pop(last[0], None)
                     kept[key], last[0] = (tuple(srcs), outs), key
@@ -672,6 +671,21 @@ class VirtualMachine:
 
         call.__name__ = name
         return call
+
+    def transformed_params(self, name: str) -> list[int]:
+        """The positions of function ``name``'s parameters that weight transforms read (the float
+        weights tiled by :class:`builder.transform.TileWeights`): passed as read-only arrays, their
+        transforms are computed once and kept (see the module docstring). KeyError for an unknown
+        function."""
+        fn = self.exe._function(name)
+        nparams = len(fn["params"])
+        out: set = set()
+        for ins in fn["instructions"]:
+            if (isinstance(ins, list) and len(ins) == 5 and ins[0] == "call"
+                    and isinstance(self.exe.kernels.get(ins[1]), dict)
+                    and self.exe.kernels[ins[1]].get("weight_transform") is True):
+                out.update(r for r in ins[2] if type(r) is int and r < nparams)
+        return sorted(out)
 
     def invoke(self, name: str, *args: Any, **kwargs: Any) -> Any:
         """Run function ``name`` and return its result (TVM's ``invoke``): on ``args`` /
