@@ -485,50 +485,50 @@ class _Plan:
         return alloc
 
     # -- steps -------------------------------------------------------------------------------------
-    def _keeps(self, kernel: str, arg_regs: list, out_specs: list) -> bool:
-        """Whether a call's results may be kept across runs: a ``weight_transform`` kernel (a
-        layout transform of model weights, :class:`builder.transform.TileWeights`) whose arguments
-        are all model parameters (after ``num_input``) and whose outputs have static shapes."""
+    def _keeps(self, kernel: str, arg_regs: list, out_regs: list, out_specs: list) -> bool:
+        """Whether a call's result may be kept across runs: a ``weight_transform`` kernel (a layout
+        transform of a model weight, :class:`builder.transform.TileWeights`) of one argument, a
+        model parameter (after ``num_input``), and one output of a static shape."""
         meta = self.kernels.get(kernel)
         nparams = len(self.fn["params"])
         num_input = self.fn.get("num_input", nparams)
-        return (isinstance(meta, dict) and meta.get("weight_transform") is True and bool(arg_regs)
-                and all(type(r) is int and num_input <= r < nparams for r in arg_regs)
-                and all(all(type(d) is int and d >= 0 for d in dims) for _, dims in out_specs))
+        return (isinstance(meta, dict) and meta.get("weight_transform") is True
+                and len(arg_regs) == 1 and type(arg_regs[0]) is int and num_input <= arg_regs[0] < nparams
+                and len(out_regs) == 1 and all(type(d) is int and d >= 0 for d in out_specs[0][1]))
 
-    def _kept_step(self, kernel: str, entry, arg_regs: list, out_regs: list, out_specs: list,
-                   lib: NativeLibrary):
-        """A weight transform's step (:meth:`_keeps`): its outputs are computed once for the
-        arrays passed and kept (``kept``, shared by the VM's functions: prefill and decode tile a
-        weight once) while the same arrays come again, if they are read-only (a writable array may
-        change between calls: its transform runs on every call). The kept outputs are arrays of
-        their own (not the pool's), which only kernels read. One entry per call site: other arrays
-        replace it."""
+    def _kept_step(self, kernel: str, entry, arg: int, out: int, out_spec: list, lib: NativeLibrary):
+        """A weight transform's step (:meth:`_keeps`): its output is computed once for the array
+        passed and kept (``kept``, shared by the VM's functions: prefill and decode tile a weight
+        once) while the same array comes again, if it is read-only (a writable array may change
+        between calls: its transform runs on every call). A kept output is an array of its own (not
+        the pool's), which only kernels read. One entry per call site: another array replaces it."""
         name, kept = self.name, self.kept
-        shapes = [(numpy_dtype(dtype), tuple(dims), dtype) for dtype, dims in out_specs]
-        n_in = len(arg_regs)
-        last: list = [None]
+        dtype, dims = out_spec
+        np_dtype, shape = numpy_dtype(dtype), tuple(dims)
+        nbytes = math.prod(shape) * np_dtype.itemsize
+        mine: list = [None, None, None]     # this site's entry: key, array, output
+
+        def compute(a):
+            key = (kernel, id(a))
+            hit = kept.get(key)
+            if hit is not None and hit[0] is a and not a.flags.writeable:
+                result = hit[1]
+            else:
+                if nbytes > _CHECKED_ALLOCATION:
+                    check_allocation(nbytes, f"{name}: the output of '{kernel}' of shape {shape} {dtype}")
+                result = np.empty(shape, np_dtype)
+                lib.invoke(entry, [a, result], 1)
+                if a.__class__ is not np.ndarray or a.flags.writeable:
+                    return result
+                if mine[0] is not None and mine[0] != key:
+                    kept.pop(mine[0], None)
+                kept[key] = (a, result)
+            mine[:] = [key, a, result]
+            return result
 
         def step(regs, table, env):
-            srcs = [regs[r] for r in arg_regs]
-            key = (kernel, tuple(map(id, srcs)))
-            hit = kept.get(key)
-            if hit is not None and all(a is b for a, b in zip(hit[0], srcs)):
-                outs = hit[1]
-            else:
-                outs = []
-                for np_dtype, shape, dtype in shapes:
-                    nbytes = math.prod(shape) * np_dtype.itemsize
-                    if nbytes > _CHECKED_ALLOCATION:
-                        check_allocation(nbytes, f"{name}: the output of '{kernel}' of shape {shape} {dtype}")
-                    outs.append(np.empty(shape, np_dtype))
-                lib.invoke(entry, srcs + outs, n_in)
-                if all(a.__class__ is np.ndarray and not a.flags.writeable for a in srcs):
-                    if last[0] is not None and last[0] != key:
-                        kept.pop(last[0], None)
-                    kept[key], last[0] = (tuple(srcs), outs), key
-            for r, o in zip(out_regs, outs):
-                regs[r] = o
+            a = regs[arg]
+            regs[out] = mine[2] if a is mine[1] and not a.flags.writeable else compute(a)
         return step
 
     def _step(self, pos: int, ins: Any, lib: NativeLibrary, constants: list):
@@ -547,8 +547,8 @@ class _Plan:
                     outs = alloc(table, env)
                     lib.call(kernel, [regs[r] for r in arg_regs] + outs)
                 return step
-            if self._keeps(kernel, arg_regs, out_specs):
-                return self._kept_step(kernel, entry, arg_regs, out_regs, out_specs, lib)
+            if self._keeps(kernel, arg_regs, out_regs, out_specs):
+                return self._kept_step(kernel, entry, arg_regs[0], out_regs[0], out_specs[0], lib)
             if len(out_regs) == 1:   # the common case, without the loops
                 np_dtype, static, k, dtype, dims = self._output(pos, 0, *out_specs[0])
                 out_reg = out_regs[0]
@@ -660,7 +660,7 @@ class VirtualMachine:
         #: the large output buffers, reused across calls (:class:`runtime.memory.BufferPool`)
         self.pool = BufferPool()
         #: the results of weight transforms (row tiles of the float weights), kept while the same
-        #: read-only weight arrays are passed: (kernel, ids of the arrays) -> (arrays, outputs)
+        #: read-only weight arrays are passed: (kernel, id of the array) -> (array, output)
         self.kept: dict = {}
 
     def __getitem__(self, name: str):

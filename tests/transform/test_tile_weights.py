@@ -78,14 +78,14 @@ def test_tiled_kernels_compute_the_model_and_the_tiles_are_kept():
     y = vm["forward"](x, *weights)
     np.testing.assert_allclose(y, _reference(x, params), rtol=1e-5, atol=1e-5)
     assert len(vm.kept) == 1
-    (srcs, outs), = vm.kept.values()
-    assert srcs[0] is weights[0]
+    (src, tiles), = vm.kept.values()
+    assert src is weights[0]
     assert vm.transformed_params("forward") == [1]      # up.weight (after x): what the transform reads
-    np.testing.assert_array_equal(outs[0], weights[0].reshape(3, 16, 40).transpose(0, 2, 1))
+    np.testing.assert_array_equal(tiles, weights[0].reshape(3, 16, 40).transpose(0, 2, 1))
     for m in (1, 5, 40):    # the GEMV-like tiles, their remainders and the GEMM: the same tiles
         x = rng.standard_normal((m, 40)).astype(np.float32)
         np.testing.assert_allclose(vm["forward"](x, *weights), _reference(x, params), rtol=1e-5, atol=1e-5)
-    assert len(vm.kept) == 1 and next(iter(vm.kept.values()))[1][0] is outs[0]
+    assert len(vm.kept) == 1 and next(iter(vm.kept.values()))[1] is tiles
 
 
 def test_writable_or_replaced_weights_are_transformed_again():
@@ -99,12 +99,35 @@ def test_writable_or_replaced_weights_are_transformed_again():
     np.testing.assert_allclose(vm["forward"](x, *weights), _reference(x, params), rtol=1e-5, atol=1e-5)
     _read_only(weights)
     vm["forward"](x, *weights)
-    first = next(iter(vm.kept.values()))[1][0]
+    first = next(iter(vm.kept.values()))[1]
     other = _read_only([np.ascontiguousarray(weights[0][::-1])])[0]   # another array, other values
     params = {**params, "up.weight": other}
     y = vm["forward"](x, other, *weights[1:])
     np.testing.assert_allclose(y, _reference(x, params), rtol=1e-5, atol=1e-5)
-    assert len(vm.kept) == 1 and next(iter(vm.kept.values()))[1][0] is not first
+    assert len(vm.kept) == 1 and next(iter(vm.kept.values()))[1] is not first
+    other.flags.writeable = True             # made writable again and changed: computed afresh
+    other[:] = 0.5
+    params = {**params, "up.weight": other}
+    np.testing.assert_allclose(vm["forward"](x, other, *weights[1:]), _reference(x, params), rtol=1e-5, atol=1e-5)
+
+
+class _TwoFunctions(_MLP):
+    def prefill(self, x):
+        return self.forward(x)
+
+
+def test_functions_share_the_kept_tiles():
+    """Two functions over the same weights (prefill and decode) tile each weight once."""
+    net = _TwoFunctions()
+    mod, named = net.export_tvm({"forward": SPEC["forward"], "prefill": SPEC["forward"]})
+    rng = np.random.default_rng(4)
+    params = {n: (rng.standard_normal([int(d) for d in p.shape]) * 0.2).astype(np.float32) for n, p in named}
+    weights = _read_only([params[n] for n, _ in named])
+    vm = VirtualMachine(builder.compile(mod))
+    x = rng.standard_normal((3, 40)).astype(np.float32)
+    for fname in ("forward", "prefill", "forward"):
+        np.testing.assert_allclose(vm[fname](x, *weights), _reference(x, params), rtol=1e-5, atol=1e-5)
+    assert len(vm.kept) == 1
 
 
 def test_built_recipes_make_their_weights_read_only():
