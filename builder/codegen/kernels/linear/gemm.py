@@ -140,8 +140,7 @@ class GemmFloat:
         # a block of KB columns fills the KC x NR panel: KC float32 columns, or KC words of
         # two bfloat16 columns each for the vdpbf16ps micro-kernel
         KB = 2 * KC if bf else KC
-        packs = [(self._pack_dense_tiles_fn(w) if self.tiled_dense else self._pack_tiles_fn(w)) if self.tiled
-                 else self._pack_fn(w, words=bf) for w in range(self.nw)]
+        packs = [self._pack_tiles_fn(w) if self.tiled else self._pack_fn(w, words=bf) for w in range(self.nw)]
         wargs = [self._weight_args(st, w) for w in range(self.nw)]
         pargs = [[a[0], a[1], kf.sdiv(a[2], 2), a[3]] for a in wargs] if bf else wargs
         xt = I16 if bf else F32   # x: bfloat16 as it is, or float32

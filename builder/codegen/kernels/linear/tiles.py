@@ -60,7 +60,7 @@ No horizontal sums and no per-call packing, where the row-major GEMV ends every 
 and the GEMM packed the weights on every call. MiniLM's matmuls at 12 tokens (weights in cache, Intel
 Xeon): 384 -> 1536 101 -> 42 us, 1536 -> 384 85 -> 43, 384 -> 384 23 -> 14; the model at batch 1 x
 12 2.81 -> 2.08 ms. Above ``tile_max_rows_dense`` rows the float GEMM runs on panels copied from the
-tiles (:meth:`GemvTiles._pack_dense_tiles_fn`: a panel row is a row of consecutive tiles).
+tiles (:meth:`GemvTiles._pack_tiles_fn`: a panel row is a row of consecutive tiles).
 
 8-bit weights with int8 activations: a word is 4 columns of each row, so one ``vpdpbusd`` per
 word and input row against x's 4 int8 values broadcast (x in column order, :class:`~.int8_rows.Int8Rows`
@@ -185,51 +185,25 @@ class GemvTiles:
 
     def _pack_tiles_fn(self, w: int) -> ir.Function:
         """The GEMM's panel packing (:meth:`_pack_fn`'s signature and result, ``bp[kk][j] =
-        W[n0 + j, kb + kk]``, zero for ``j >= nr_eff``) for a row-tiled weight: a tile's word of
-        ``32 / bits`` columns is already one vector of 16 rows, so each column is a byte shuffle
-        (:meth:`_tile_columns`), a conversion and ``(q - zero_point) * scale`` stored as a row of the
-        panel, no transposes."""
+        W[n0 + j, kb + kk]``, zero for ``j >= nr_eff``) for a row-tiled weight: a tile's column of
+        16 rows is already a row of the panel, no transposes (:meth:`_pack_words` for packed words,
+        :meth:`_pack_floats` for float weights), per part of ``RG`` rows (a whole tile, or part of
+        one: NR = 8 with SSE)."""
         d = self.plan.weights[w]
         L, NR = self.lanes, self.NR
         T = ROW_TILE
-        RG = min(T, NR)            # panel rows per part: a whole tile, or part of one (NR = 8 with SSE)
+        RG = min(T, NR)
         NL = min(16, L, RG)
         key = f"mb.pack.tiles.{self._fmt_key(w)}.v{L}x{self.NV}"
         fn, kf = self._new_helper(key, [PTR, PTR, I64, I64, I64, I64, I64, I64, I64, PTR])
         if kf is None:
             return fn
-        q, s, words, groups, K, n0, nr_eff, kb, kc, bp = fn.args
-        b = kf.b
-        gs, zp = d.group_size, d.zero_point
-        st_t, bpe = mem_type(d.scale_dtype), elem_bytes(d.scale_dtype)
-        i32v, f32v = vec(I32, NL), vec(F32, NL)
-        cw = 32 // d.bits                         # columns per word
-        whole = kf.sdiv(kc, cw)                   # kb is a multiple of 8 (KC is)
-        w0 = kf.sdiv(kb, cw)
+        n0, nr_eff, kc, bp = fn.args[5], fn.args[6], fn.args[8], fn.args[9]
+        part = self._pack_floats if d.format == "dense" else self._pack_words
         for ti in range(NR // RG):
             def real(ti=ti):
                 first_row = kf.add(n0, ti * RG)
-                tile = kf.sdiv(first_row, T)
-                lane0 = b.srem(first_row, kf.i64(T))
-                qt = kf.gep(q, kf.add(kf.mul(tile, kf.mul(words, 4 * T)), kf.mul(lane0, 4)), I8)
-                stl = kf.gep(s, kf.add(kf.mul(tile, kf.mul(groups, bpe * T)), kf.mul(lane0, bpe)), I8)
-                with kf.loop(0, whole, 1, "pw") as wd:
-                    word = kf.add(w0, wd)
-                    g = kf.sdiv(kf.mul(word, cw), gs)
-                    for h in range(RG // NL):
-                        sc = kf.widen(kf.load(vec(st_t, NL), kf.gep(stl, kf.mul(kf.add(kf.mul(g, T), h * NL), bpe), I8),
-                                              None, align=2), d.scale_dtype)
-                        off = b.fmul(sc, ir.Constant(f32v, [float(-zp)] * NL))
-                        wv = kf.load(i32v, kf.gep(qt, kf.add(kf.mul(word, 4 * T), 4 * NL * h), I8), None, align=4)
-                        for j, col in enumerate(self._tile_columns(kf, wv, d.bits, NL)):
-                            f = b.sitofp(col, f32v)
-                            row = kf.add(kf.mul(wd, cw), j)
-                            kf.store(kf.fma(f, sc, off), bp, kf.add(kf.mul(row, NR), ti * RG + h * NL),
-                                     align=min(64, 4 * NL))
-                with kf.loop(kf.mul(whole, cw), kc, 1, "pt") as kk:   # a last partial word
-                    for r in range(RG):
-                        kf.store(self._tile_weight(kf, d, qt, stl, kf.add(kb, kk), r), bp,
-                                 kf.add(kf.mul(kk, NR), ti * RG + r), align=4)
+                part(kf, d, fn.args, kf.sdiv(first_row, T), kf.b.srem(first_row, kf.i64(T)), ti * RG, RG, NL)
 
             def zero(ti=ti):
                 with kf.loop(0, kc, 1, "pz") as kk:
@@ -237,9 +211,53 @@ class GemvTiles:
                         kf.store(kf.fzero(NL), bp, kf.add(kf.mul(kk, NR), ti * RG + h * NL), align=min(64, 4 * NL))
 
             kf.if_else(kf.lt(kf.i64(ti * RG), nr_eff), real, zero, f"pt{ti}")
-        b.ret_void()
+        kf.b.ret_void()
         kf.finish()
         return fn
+
+    def _pack_words(self, kf: KFunc, d, args, tile, lane0, col0: int, RG: int, NL: int) -> None:
+        """Panel columns ``col0 .. col0 + RG`` from rows ``lane0 ..`` of ``tile`` of packed words:
+        each column of a word (:meth:`_tile_columns`) converted and ``(q - zero_point) * scale``."""
+        q, s, words, groups, K, n0, nr_eff, kb, kc, bp = args
+        b, NR, T = kf.b, self.NR, ROW_TILE
+        gs, zp = d.group_size, d.zero_point
+        st_t, bpe = mem_type(d.scale_dtype), elem_bytes(d.scale_dtype)
+        i32v, f32v = vec(I32, NL), vec(F32, NL)
+        cw = 32 // d.bits                         # columns per word
+        whole = kf.sdiv(kc, cw)                   # kb is a multiple of 8 (KC is)
+        w0 = kf.sdiv(kb, cw)
+        qt = kf.gep(q, kf.add(kf.mul(tile, kf.mul(words, 4 * T)), kf.mul(lane0, 4)), I8)
+        stl = kf.gep(s, kf.add(kf.mul(tile, kf.mul(groups, bpe * T)), kf.mul(lane0, bpe)), I8)
+        with kf.loop(0, whole, 1, "pw") as wd:
+            word = kf.add(w0, wd)
+            g = kf.sdiv(kf.mul(word, cw), gs)
+            for h in range(RG // NL):
+                sc = kf.widen(kf.load(vec(st_t, NL), kf.gep(stl, kf.mul(kf.add(kf.mul(g, T), h * NL), bpe), I8),
+                                      None, align=2), d.scale_dtype)
+                off = b.fmul(sc, ir.Constant(f32v, [float(-zp)] * NL))
+                wv = kf.load(i32v, kf.gep(qt, kf.add(kf.mul(word, 4 * T), 4 * NL * h), I8), None, align=4)
+                for j, col in enumerate(self._tile_columns(kf, wv, d.bits, NL)):
+                    f = b.sitofp(col, f32v)
+                    row = kf.add(kf.mul(wd, cw), j)
+                    kf.store(kf.fma(f, sc, off), bp, kf.add(kf.mul(row, NR), col0 + h * NL), align=min(64, 4 * NL))
+        with kf.loop(kf.mul(whole, cw), kc, 1, "pt") as kk:   # a last partial word
+            for r in range(RG):
+                kf.store(self._tile_weight(kf, d, qt, stl, kf.add(kb, kk), r), bp,
+                         kf.add(kf.mul(kk, NR), col0 + r), align=4)
+
+    def _pack_floats(self, kf: KFunc, d, args, tile, lane0, col0: int, RG: int, NL: int) -> None:
+        """Panel columns ``col0 .. col0 + RG`` from rows ``lane0 ..`` of ``tile`` of float weights:
+        row ``kk`` of the panel is row ``kb + kk`` of the tile (a copy, widened to float32)."""
+        q, _s, K, _ld1, _K, n0, nr_eff, kb, kc, bp = args
+        NR, T = self.NR, ROW_TILE
+        eb = elem_bytes(d.dtype)
+        wt = vec(mem_type(d.dtype), NL)
+        base = kf.gep(q, kf.mul(kf.add(kf.mul(tile, kf.mul(K, T)), kf.add(kf.mul(kb, T), lane0)), eb), I8)
+        with kf.loop(0, kc, 1, "pk") as kk:
+            src = kf.gep(base, kf.mul(kk, eb * T), I8)
+            for h in range(RG // NL):
+                v = kf.widen(kf.load(wt, kf.gep(src, kf.i64(h * NL * eb), I8), None, align=eb), d.dtype)
+                kf.store(v, bp, kf.add(kf.mul(kk, NR), col0 + h * NL), align=min(64, 4 * NL))
 
     def _tiles(self, kf: KFunc, st, u0, u1) -> None:
         """Tiles ``u0 .. u1`` of 16 weight rows: per tile and block of ``MB`` input rows, the
@@ -249,7 +267,6 @@ class GemvTiles:
         NL, MB = self._tile_shape()
         res = kf.alloca(F32, self.nw * MB * T, name="res", align=64)
         resw = [kf.gep(res, kf.i64(w * MB * T), F32) if w else res for w in range(self.nw)]
-        ctx = st.fn.args[0]
         wargs = [self._weight_args(st, w) for w in range(self.nw)]
         if self.tile_int8:
             xaux = [b.inttoptr(st.extra[f"xi{self.ikeys.index(self.qint[w])}"], PTR) for w in range(self.nw)]
@@ -263,41 +280,53 @@ class GemvTiles:
         fns = {(w, t, h): self._tile_fn(w, t, h == 0) for w in range(self.nw) for t in sizes
                for h in range(T // NL)}
 
+        sbytes = [elem_bytes(self.plan.weights[w].scale_dtype) for w in range(self.nw)]
+        with kf.loop(u0, u1, 1, "tile") as tile:
+            qt, stl = [], []
+            for w in range(self.nw):
+                q, s, words, groups = wargs[w]
+                qt.append(kf.gep(q, kf.mul(tile, kf.mul(words, 4 * T)), I8))
+                stl.append(kf.gep(s, kf.mul(tile, kf.mul(groups, sbytes[w] * T)), I8))
+
+            def run(m, part: int, r0: int) -> None:
+                for w in range(self.nw):
+                    xa = kf.gep(xaux[w], kf.mul(m, aux_row[w]), I8)
+                    xf = kf.gep(st.xf, kf.mul(m, st.K), F32)
+                    for h in range(T // NL):
+                        kf.b.call(fns[(w, part, h)], [
+                            kf.gep(qt[w], kf.i64(4 * NL * h), I8), kf.gep(stl[w], kf.i64(sbytes[w] * NL * h), I8),
+                            xa, xf, kf.gep(resw[w], kf.i64(r0 * T + NL * h), F32)])
+
+            self._row_blocks(kf, st, MB, sizes, run, kf.mul(tile, T), T, T, resw)
+
+    def _row_blocks(self, kf: KFunc, st, MB: int, sizes: list[int], run, n0, count: int, stride: int,
+                    resw: list) -> None:
+        """The input rows in blocks of ``MB``: per block ``run(m, part, r0)`` for each part of the
+        block's rows (a helper for each of ``sizes``; other counts are sums, 7 = 4 + 3), which leaves
+        row ``r0 + i`` of the part at ``resw[w] + (r0 + i) * stride``; then the epilogue of each
+        row (outputs ``n0 .. n0 + count``)."""
         def parts(t: int) -> list[int]:
             out = []
             while t:
                 out.append(max(s for s in sizes if s <= t))
                 t -= out[-1]
             return out
-        sbytes = [elem_bytes(self.plan.weights[w].scale_dtype) for w in range(self.nw)]
-        with kf.loop(u0, u1, 1, "tile") as tile:
-            n0 = kf.mul(tile, T)
-            qt, stl = [], []
-            for w in range(self.nw):
-                q, s, words, groups = wargs[w]
-                qt.append(kf.gep(q, kf.mul(tile, kf.mul(words, 4 * T)), I8))
-                stl.append(kf.gep(s, kf.mul(tile, kf.mul(groups, sbytes[w] * T)), I8))
-            with kf.loop(0, st.M, MB, "mb") as m0:
-                t_eff = kf.smin(kf.sub(st.M, m0), MB)
 
-                def block(t: int) -> None:
-                    r0 = 0
-                    for part in parts(t):
-                        m = kf.add(m0, r0) if r0 else m0
-                        for w in range(self.nw):
-                            xa = kf.gep(xaux[w], kf.mul(m, aux_row[w]), I8)
-                            xf = kf.gep(st.xf, kf.mul(m, st.K), F32)
-                            for h in range(T // NL):
-                                kf.b.call(fns[(w, part, h)], [
-                                    kf.gep(qt[w], kf.i64(4 * NL * h), I8), kf.gep(stl[w], kf.i64(sbytes[w] * NL * h), I8),
-                                    xa, xf, kf.gep(resw[w], kf.i64(r0 * T + NL * h), F32)])
-                        r0 += part
+        b = kf.b
+        with kf.loop(0, st.M, MB, "mb") as m0:
+            t_eff = kf.smin(kf.sub(st.M, m0), MB)
 
-                kf.switch_const(t_eff, {t: (lambda t=t: block(t)) for t in range(1, MB + 1)}, "tb")
-                with kf.loop(0, t_eff, 1, "te") as i:
-                    accs = [kf.gep(resw[w], kf.mul(i, T), F32) for w in range(self.nw)]
-                    accs += [accs[0]] * (2 - self.nw)
-                    b.call(self.epi_fn, [ctx, kf.add(m0, i), n0, kf.i64(T)] + accs)
+            def block(t: int) -> None:
+                r0 = 0
+                for part in parts(t):
+                    run(kf.add(m0, r0) if r0 else m0, part, r0)
+                    r0 += part
+
+            kf.switch_const(t_eff, {t: (lambda t=t: block(t)) for t in range(1, MB + 1)}, "tb")
+            with kf.loop(0, t_eff, 1, "te") as i:
+                accs = [kf.gep(resw[w], kf.mul(i, stride), F32) for w in range(self.nw)]
+                accs += [accs[0]] * (2 - self.nw)
+                b.call(self.epi_fn, [st.fn.args[0], kf.add(m0, i), n0, kf.i64(count)] + accs)
 
     @staticmethod
     def _prefetch_scales(kf: KFunc, s, g, bpe: int) -> None:
@@ -445,45 +474,25 @@ class GemvTiles:
         """Tiles ``u0 .. u1`` of 16 rows of float weights (``DenseWeight.row_tile``): per ``P``
         tiles and block of ``MB`` input rows one helper call per weight (:meth:`_tile_fn_dense`; a
         last single tile by itself), then the epilogue of each input row."""
-        b = kf.b
         T = ROW_TILE
         NL, MB, P = self._dense_tile_shape()
         res = kf.alloca(F32, self.nw * MB * P * T, name="res", align=64)
         resw = [kf.gep(res, kf.i64(w * MB * P * T), F32) if w else res for w in range(self.nw)]
-        ctx = st.fn.args[0]
         wargs = [self._weight_args(st, w) for w in range(self.nw)]
         sizes = sorted(set(range(1, min(4, MB) + 1)) | {min(8, MB), MB})
         fns = {(w, t, p): self._tile_fn_dense(w, t, p) for w in range(self.nw) for t in sizes
                for p in sorted({1, P})}
         ebytes = [elem_bytes(d.dtype) for d in self.plan.weights]
 
-        def parts(t: int) -> list[int]:
-            out = []
-            while t:
-                out.append(max(s for s in sizes if s <= t))
-                t -= out[-1]
-            return out
-
         def group(tile, p: int) -> None:
-            n0 = kf.mul(tile, T)
             qt = [kf.gep(wargs[w][0], kf.mul(tile, kf.mul(wargs[w][2], ebytes[w] * T)), I8) for w in range(self.nw)]
-            with kf.loop(0, st.M, MB, "mb") as m0:
-                t_eff = kf.smin(kf.sub(st.M, m0), MB)
 
-                def block(t: int) -> None:
-                    r0 = 0
-                    for part in parts(t):
-                        m = kf.add(m0, r0) if r0 else m0
-                        for w in range(self.nw):
-                            kf.b.call(fns[(w, part, p)], [qt[w], wargs[w][2], kf.gep(st.xf, kf.mul(m, st.K), F32),
-                                                          kf.gep(resw[w], kf.i64(r0 * P * T), F32)])
-                        r0 += part
+            def run(m, part: int, r0: int) -> None:
+                for w in range(self.nw):
+                    kf.b.call(fns[(w, part, p)], [qt[w], wargs[w][2], kf.gep(st.xf, kf.mul(m, st.K), F32),
+                                                  kf.gep(resw[w], kf.i64(r0 * P * T), F32)])
 
-                kf.switch_const(t_eff, {t: (lambda t=t: block(t)) for t in range(1, MB + 1)}, "tb")
-                with kf.loop(0, t_eff, 1, "te") as i:
-                    accs = [kf.gep(resw[w], kf.mul(i, P * T), F32) for w in range(self.nw)]
-                    accs += [accs[0]] * (2 - self.nw)
-                    b.call(self.epi_fn, [ctx, kf.add(m0, i), n0, kf.i64(p * T)] + accs)
+            self._row_blocks(kf, st, MB, sizes, run, kf.mul(tile, T), p * T, P * T, resw)
 
         tiles = kf.sdiv(st.N, T)
         with kf.loop(u0, u1, 1, "unit") as u:   # a unit: P tiles, the last one perhaps fewer
@@ -560,46 +569,6 @@ class GemvTiles:
                     vals = [b.fadd(vals[c], vals[c + 1], flags=KFunc.FM) if c + 1 < len(vals) else vals[c]
                             for c in range(0, len(vals), 2)]
                 kf.store(vals[0], res, kf.i64(i * P * T + v * NL), align=4)
-        b.ret_void()
-        kf.finish()
-        return fn
-
-    def _pack_dense_tiles_fn(self, w: int) -> ir.Function:
-        """The GEMM's panel packing (:meth:`_pack_fn`'s signature and result, ``bp[kk][j] =
-        W[n0 + j, kb + kk]``, zero for ``j >= nr_eff``) for float weights in row tiles: row ``kk``
-        of the panel is row ``kb + kk`` of ``NR / 16`` consecutive tiles (a copy, widened to
-        float32), no transposes."""
-        d = self.plan.weights[w]
-        L, NR = self.lanes, self.NR
-        T = ROW_TILE
-        RG = min(T, NR)            # panel rows per part: a whole tile, or part of one (NR = 8 with SSE)
-        NL = min(16, L, RG)
-        key = f"mb.pack.tiles.{self._fmt_key(w)}.v{L}x{self.NV}"
-        fn, kf = self._new_helper(key, [PTR, PTR, I64, I64, I64, I64, I64, I64, I64, PTR])
-        if kf is None:
-            return fn
-        q, _s, K, _ld1, _K, n0, nr_eff, kb, kc, bp = fn.args
-        b = kf.b
-        eb = elem_bytes(d.dtype)
-        wt = vec(mem_type(d.dtype), NL)
-        for ti in range(NR // RG):
-            def real(ti=ti):
-                first_row = kf.add(n0, ti * RG)
-                tile = kf.sdiv(first_row, T)
-                lane0 = b.srem(first_row, kf.i64(T))
-                base = kf.gep(q, kf.mul(kf.add(kf.mul(tile, kf.mul(K, T)), kf.add(kf.mul(kb, T), lane0)), eb), I8)
-                with kf.loop(0, kc, 1, "pk") as kk:
-                    src = kf.gep(base, kf.mul(kk, eb * T), I8)
-                    for h in range(RG // NL):
-                        v = kf.widen(kf.load(wt, kf.gep(src, kf.i64(h * NL * eb), I8), None, align=eb), d.dtype)
-                        kf.store(v, bp, kf.add(kf.mul(kk, NR), ti * RG + h * NL), align=min(64, 4 * NL))
-
-            def zero(ti=ti):
-                with kf.loop(0, kc, 1, "pz") as kk:
-                    for h in range(RG // NL):
-                        kf.store(kf.fzero(NL), bp, kf.add(kf.mul(kk, NR), ti * RG + h * NL), align=min(64, 4 * NL))
-
-            kf.if_else(kf.lt(kf.i64(ti * RG), nr_eff), real, zero, f"pt{ti}")
         b.ret_void()
         kf.finish()
         return fn
