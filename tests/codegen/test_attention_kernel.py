@@ -182,6 +182,21 @@ def test_every_vector_width(shape, monkeypatch):
 
 
 @needs_vectors
+@pytest.mark.parametrize("rows,pass_rows", [(5, 3), (64, 1), (12, 6), (64, 4)])
+def test_work_unit_and_pass_sizes(rows, pass_rows, monkeypatch):
+    """Other rows per work unit and per pass of the score / value loops compute the same (a last
+    pass past the unit's rows repeats its last row without applying it twice)."""
+    from builder.codegen.kernels.attention import ATTENTION_TUNING
+
+    monkeypatch.setitem(ATTENTION_TUNING, "rows", rows)
+    monkeypatch.setitem(ATTENTION_TUNING, "pass_rows", pass_rows)
+    kernel, fn = _build(_func(6, 2, 32, 24, "float32", "TopLeft", "pad"))
+    assert kernel.startswith("attention/")
+    for b, sq, sk in ((1, 1, 37), (2, 7, 7), (1, 23, 23)):
+        _check(fn, _inputs(b, sq, sk, 6, 2, 32, 24, "float32", "pad", masked=0.1), 6, 24, "float32", "TopLeft")
+
+
+@needs_vectors
 def test_short_key_ranges_take_one_vector_blocks():
     """A unit whose keys fit one vector (Sk <= lanes, or the first rows of a causal prefill) runs
     key blocks of one vector, not ``key_vectors`` (the masked vectors cost MiniLM's 12-token

@@ -13,29 +13,35 @@ stays on the reference loops.
 
 Schedule (FlashAttention-2, Dao 2023, on CPU; the online softmax of Milakov & Gimelshein 2018):
 
-* a *work unit* is (batch b, kv head, block of ``rows`` = 32 rows), a row being a (query i,
+* a *work unit* is (batch b, kv head, block of ``rows`` = 64 rows), a row being a (query i,
   head h) pair ordered ``i * group + g`` so that the ``group = H / Hk`` query heads of a kv head
   share every key and value they load (grouped-query attention; decode with Sq = 1 fills a
   block with the group's heads). Units are split over ``mb_parallel_for`` tasks (8 per thread)
   when the work is large enough. Every unit packs the key blocks it visits, so more rows per
   unit pack them fewer times (Intel Xeon, 2 threads, 8 -> 32 rows: TinyLlama-shaped prefill of
   128 tokens 896 -> 691 us, Llama D = 128 1828 -> 1554, MiniLM 8 x 41 421 -> 342, 1 x 12 22.7
-  -> 19.9; decode unchanged; 64 rows: D = 128 slower again, its workspace past L1);
+  -> 19.9; decode unchanged; 32 -> 64 rows once the loops took 4 rows per pass: Whisper-shaped
+  16.3-17.1 -> 15.3-15.4 ms, TinyLlama 478-501 -> 442-454 us);
 * per unit: the rows' queries, times ``scale``, are copied to float32 ``Qs``; the keys are
   visited in blocks of ``KB = 4 * lanes`` up to the last key any row may see (causal masks end
   the loop early), or of one vector when that is at most ``lanes`` keys (MiniLM's 12-token
   sentences, the first rows of a causal prefill: 16 lanes, 12 heads x 12 tokens 37 -> 22 us on
   an Intel Xeon; 2-4 vectors per block stayed faster from Sk = 41 on). Each block is packed
-  transposed into ``Kt[D][KB]`` (float32; L x L blocks transposed in registers), so that the scores of two rows are ``2 x 4`` vector accumulators
-  of broadcast ``Qs[r][d]`` times ``Kt[d][:]`` (no horizontal sums);
+  transposed into ``Kt[D][KB]`` (float32; L x L blocks transposed in registers), so that the scores
+  of ``pass_rows`` rows (4 with 32 registers, 2 with 16) are ``4 x 4`` vector accumulators of
+  broadcast ``Qs[r][d]`` times ``Kt[d][:]`` (no horizontal sums; 2 rows per pass left the FMAs one
+  chain each of latency: Whisper-shaped 18.5 -> 15.9 ms, Llama D = 128 1226 -> 1136 us);
 * scores get the bias (vector loads along keys, a broadcast for a broadcast key dim; the
   block's last vector reads only keys < Sk) and the mask (``-inf`` past the row's causal limit
-  and past the block); the running max ``m``, ``alpha = exp(m_old - m_new)``, ``P = exp(s -
+  and past the block); the running max ``m`` (``a > b ? a : b``, one ``vmaxps``, and a halving
+  reduction: ``llvm.maxnum`` and its reduction, scalarized for NaN semantics, took 16 extracts and
+  compares per row and block: Whisper-shaped 22.2 -> 18.5 ms, Llama D = 128 prefill 1578 -> 1226
+  us), ``alpha = exp(m_old - m_new)``, ``P = exp(s -
   m_new)`` (:func:`~builder.codegen.fastmath.exp_f32`: Cody-Waite reduction and Cephes'
   polynomial, within 2 ulp of the correctly rounded value for normal results, results below
   2**-126 flushed to 0) and the running sum ``l = alpha l + sum P`` are updated per row;
-* the value product ``O = alpha O + P V`` runs over head_dim in passes of 4 vectors, two rows
-  at a time (8 accumulators), each value vector loaded once per pair of rows;
+* the value product ``O = alpha O + P V`` runs over head_dim in passes of 4 vectors, ``pass_rows``
+  rows at a time (16 accumulators), each value vector loaded once per pass;
 * finally ``out = O / l``, 0 where ``l`` is 0 (every key masked, or Sk = 0), as the reference
   (PyTorch >= 2.5's ``_safe_softmax``).
 

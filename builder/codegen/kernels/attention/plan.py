@@ -22,11 +22,13 @@ STAGES = ("T_attention_score", "T_attention_max", "T_attention_exp", "T_attentio
 
 #: Tunables (read at code generation time).
 ATTENTION_TUNING = {
-    "rows": 32,                 # (query, head) rows per work unit (the score / value loops take them in pairs;
-                                # each unit packs its key blocks once: 8 -> 32 rows, Xeon, TinyLlama prefill
-                                # attention 896 -> 691 us, MiniLM 8 x 41 421 -> 342 us, decode unchanged)
+    "rows": 64,                 # (query, head) rows per work unit (each unit packs its key blocks once: 8 -> 32
+                                # rows, Xeon, TinyLlama prefill attention 896 -> 691 us, MiniLM 8 x 41 421 -> 342;
+                                # 32 -> 64 with 4 rows per pass: Whisper-shaped 16.3-17.1 -> 15.3-15.4 ms,
+                                # TinyLlama 478-501 -> 442-454 us, MiniLM 8 x 41 248-263 -> 227-240)
     "key_vectors": 4,           # keys per block = key_vectors * lanes
     "value_vectors": 4,         # head_dim vectors per pass of the value product
+    "pass_rows": 0,             # rows per pass of the score and value loops (0: 4 with 32 registers, 2 with 16)
     "parallel_min_macs": 1 << 17,
     "tasks_per_thread": 8,
     "max_head_dim": 1024,       # larger head dims stay on the loops (the code is unrolled per vector)
