@@ -57,8 +57,8 @@ class CompiledModel:
     ``m["forward"](x)`` runs a function on numpy inputs with the bound parameters; ``m(x)`` runs
     the first function. The float weights the kernels read in row tiles become read-only arrays
     when a function is taken: the VM keeps their tiles (``runtime.vm``); to change one, assign a
-    new array (``m.params[name] = a``) and take the function again. ``spec`` is the recipe's input spec per function. Random weights (no
-    weights file) are drawn on first use of ``params``.
+    new array (``m.params[name] = a``) and take the function again. ``spec`` is the recipe's input
+    spec per function. Random weights (no weights file) are drawn on first use of ``params``.
     """
 
     recipe: schemas.Recipe

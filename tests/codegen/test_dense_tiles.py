@@ -111,3 +111,22 @@ def test_dense_row_tiles_refuse_a_wrong_layout():
     g = te.create_prim_func([x, w, out])
     g.attrs[KERNEL_ATTR] = spec[0]
     assert "row_tile=8" in plan_linear(g, simd)
+
+
+@pytest.mark.parametrize("wdt", ["float32", "float16"])
+def test_a_row_computes_the_same_at_every_batch_size(wdt):
+    """Each output is its row's sum in column order (``tile_chains_dense`` 1) in the tiles and in
+    the GEMM on their panels alike: a row of x gives the same bits alone, in a block of 12, in a
+    partial block and above ``tile_max_rows_dense`` (prefill and decode, tensor-parallel shards)."""
+    K, N = 300, 80
+    fn = build({"f": _kernel(K, N, wdt, 1)}).load()["f"]
+    rng = np.random.default_rng(5)
+    w, _ = _weights(rng, N, K, wdt)
+    tiles = tile_rows(w, 16)
+    x = rng.standard_normal((40, K)).astype(np.float32)
+    full = np.empty((40, N), np.float32)
+    fn(x, tiles, full)
+    for m in (1, 5, 12, 13, 33):
+        part = np.empty((m, N), np.float32)
+        fn(np.ascontiguousarray(x[40 - m:]), tiles, part)
+        np.testing.assert_array_equal(part, full[40 - m:], err_msg=f"M={m}")
