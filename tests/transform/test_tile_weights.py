@@ -6,6 +6,7 @@ import pytest
 
 import builder
 from builder import nn
+from builder.ir.parser import parse
 from builder.nn import spec
 from builder.transform import SelectKernels, TileWeights
 from runtime import VirtualMachine
@@ -54,6 +55,8 @@ def test_the_pass_tiles_model_weights_of_whole_tiles_only():
     tiled = [b for blk in fn.body.blocks for b in blk.bindings if b.var.name_hint.endswith("_tiled")]
     assert [b.var.name_hint for b in tiled] == ["up_weight_tiled"]
     assert [int(d) for d in tiled[0].var.struct_info.shape] == [3, 40, 16]
+    back = parse(text)                           # the tiled spec and the transform's attribute print and parse
+    assert back.script() == text and back["tile_rows"].attrs["mb.weight_transform"] is True
 
 
 def test_weights_that_are_inputs_stay_row_major():
