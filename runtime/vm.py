@@ -662,6 +662,7 @@ class VirtualMachine:
         #: the results of weight transforms (row tiles of the float weights), kept while the same
         #: read-only weight arrays are passed: (kernel, id of the array) -> (array, output)
         self.kept: dict = {}
+        self._transformed: dict[str, tuple] = {}   # function -> (its dict, transformed_params)
 
     def __getitem__(self, name: str):
         fn = self.exe._function(name)
@@ -678,6 +679,9 @@ class VirtualMachine:
         transforms are computed once and kept (see the module docstring). KeyError for an unknown
         function."""
         fn = self.exe._function(name)
+        known = self._transformed.get(name)
+        if known is not None and known[0] is fn:
+            return list(known[1])
         nparams = len(fn["params"])
         out: set = set()
         for ins in fn["instructions"]:
@@ -685,6 +689,7 @@ class VirtualMachine:
                     and isinstance(self.exe.kernels.get(ins[1]), dict)
                     and self.exe.kernels[ins[1]].get("weight_transform") is True):
                 out.update(r for r in ins[2] if type(r) is int and r < nparams)
+        self._transformed[name] = (fn, sorted(out))
         return sorted(out)
 
     def invoke(self, name: str, *args: Any, **kwargs: Any) -> Any:
