@@ -1,5 +1,5 @@
 """Float weights in row tiles (``DenseWeight.row_tile``, issue 15): the dense tile helpers up to
-``tile_max_rows_dense`` input rows (blocks of ``tile_rows_x_dense``, their remainders, pairs of
+``tile_max_rows_dense`` input rows (or more while x is small: ``tile_dense_x_bytes``) (blocks of ``tile_rows_x_dense``, their remainders, pairs of
 tiles and a last single tile), the float GEMM on panels copied from the tiles above, with every
 float weight dtype, odd ``K``, one and two weights with an epilogue, on the host's vectors and on 8
 and 4 lanes (``MB_SIMD``), against float64 numpy."""
@@ -56,9 +56,13 @@ def _kernel(K: int, N: int, wdt: str, nweights: int):
     (45, 16, "float32", 2),
 ])
 @pytest.mark.parametrize("cap", [None, "avx2", "sse"])
-def test_dense_row_tiles(K, N, wdt, nweights, cap, monkeypatch):
+@pytest.mark.parametrize("x_bytes", [None, 0])
+def test_dense_row_tiles(K, N, wdt, nweights, cap, x_bytes, monkeypatch):
+    """(``x_bytes`` 0: the GEMM above ``tile_max_rows_dense`` rows, else the tiles for these small x.)"""
     if not HOST.triple.startswith("x86_64") and cap is not None:
         pytest.skip("x86 vector shapes")
+    if x_bytes is not None:
+        monkeypatch.setitem(TUNING, "tile_dense_x_bytes", x_bytes)
     if cap is not None:
         monkeypatch.delenv("MB_SIMD_SHAPE", raising=False)
         monkeypatch.setenv("MB_SIMD", cap)
@@ -114,11 +118,12 @@ def test_dense_row_tiles_refuse_a_wrong_layout():
 
 
 @pytest.mark.parametrize("wdt", ["float32", "float16"])
-def test_a_row_computes_the_same_at_every_batch_size(wdt):
+def test_a_row_computes_the_same_at_every_batch_size(wdt, monkeypatch):
     """Each output is its row's sum in column order (``tile_chains_dense`` 1) in the tiles and in
     the GEMM on their panels alike: a row of x gives the same bits alone, in a block of 12, in a
     partial block and above ``tile_max_rows_dense`` (prefill and decode, tensor-parallel shards)."""
     K, N = 300, 80
+    monkeypatch.setitem(TUNING, "tile_dense_x_bytes", 0)   # the GEMM from 33 rows
     fn = build({"f": _kernel(K, N, wdt, 1)}).load()["f"]
     rng = np.random.default_rng(5)
     w, _ = _weights(rng, N, K, wdt)

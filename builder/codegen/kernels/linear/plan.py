@@ -43,7 +43,8 @@ TUNING = {
     "tile_chains_f32": 4,        # float tiles: FMA chains per group over the input rows of a block (4: 4 for
                                  # 1 row, 2 for 2; LlamaMLP q4f16_1 batch 1 4.04 -> 3.63 ms, Xeon)
     "tile_max_rows": 16,         # M <= this: float-activation tiles, else the float GEMM
-    "tile_max_rows_dense": 32,   # the same for float weights in row tiles
+    "tile_max_rows_dense": 32,   # the same for float weights in row tiles,
+    "tile_dense_x_bytes": 1 << 20,   # or more rows while x (M x K float32) is at most this many bytes
     "tile_rows_x_dense": 0,      # their input rows per block (0: 12 with 32 registers, 8 with 16 (4 with SSE))
     "tile_chains_dense": 1,      # their FMA chains over the input rows of a block (8: 8 for 1 row, 4 for 2, ...;
                                  # 1: a row's sum in column order whatever the block, tile pairing or M, as the

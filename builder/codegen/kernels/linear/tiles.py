@@ -470,6 +470,18 @@ class GemvTiles:
         mb = TUNING["tile_rows_x_dense"] or (12 if regs >= 32 else max(1, 16 * nl // ROW_TILE))
         return nl, max(1, mb), (2 if regs >= 32 else 1)
 
+    def _dense_tile_max_rows(self) -> int:
+        """The most input rows the float tiles take (the float GEMM above): ``tile_max_rows_dense``,
+        or more while x is at most ``tile_dense_x_bytes`` (each pair of tiles reads all of x: from
+        L2 it beats the GEMM's packed panels, from L3 not). Intel Xeon, 2 threads, against the GEMM
+        on panels copied from the tiles: 2048 x 2048 at 48 / 64 / 128 rows (x 0.4 / 0.5 / 1 MB)
+        1395 -> 1080, 1732 -> 1527, 3110 -> 3010 us (with the AVX2 kernels 10-14% faster too);
+        384 x 1536 at 328 rows (x 2 MB) 1058 -> 1285 us, 384 x 1152 at 1500 (6.9 MB) 3983 -> 4327."""
+        rows = TUNING["tile_max_rows_dense"]
+        if self.K_static:
+            rows = max(rows, TUNING["tile_dense_x_bytes"] // (4 * self.K_static))
+        return rows
+
     def _tiles_dense(self, kf: KFunc, st, u0, u1) -> None:
         """Tiles ``u0 .. u1`` of 16 rows of float weights (``DenseWeight.row_tile``): per ``P``
         tiles and block of ``MB`` input rows one helper call per weight (:meth:`_tile_fn_dense`; a
