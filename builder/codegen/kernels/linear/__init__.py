@@ -59,7 +59,7 @@ Generated code (:func:`emit_linear`), for the host's widest vectors (:class:`Sim
   fill whole tiles, :class:`~builder.quant.config.QuantLayout`): one vector holds 8 (4-bit) or 4
   (8-bit) columns of 16 rows, one row per lane. With int8 activations for every ``M``: ``vpdpbusd`` (or
   ``vpmaddubsw``) against 4 int8 values of x broadcast, the integer sums leave once per group;
-  with float activations up to ``tile_max_rows`` (16) rows: per column one shift, mask and
+  with float activations up to ``tile_max_rows`` (32 rows with 32 registers, 16 with 16): per column one shift, mask and
   conversion for 16 rows and an FMA per input row, and above it the float GEMM on panels packed
   from the tiles. The weights are decoded once per block of 8 input rows (4 with 16 registers) --
   see :mod:`.tiles`. LlamaMLP on an Intel Xeon with AMX (2 cores), against the row-major kernels

@@ -161,7 +161,8 @@ class LinearEmitter(GemvFloat, Bf16Dot, GemvInt8, GemvTiles, GemmFloat, GemmInt8
             # (a unit of work: a tile, or for float weights the tiles of one helper call)
             self.R = ROW_TILE * (self._dense_tile_shape()[2] if self.tiled_dense else 1)
             self.MG = (1 << 40 if self.tile_int8 else
-                       self._dense_tile_max_rows() if self.tiled_dense else TUNING["tile_max_rows"])
+                       self._dense_tile_max_rows() if self.tiled_dense
+                       else TUNING["tile_max_rows"] or (32 if regs >= 32 else 16))
         elif any(w.format == "group" for w in plan.weights):
             # GEMV re-decodes a tile's packed weights for every MT rows of x, GEMM once per
             # panel: the crossover comes earlier than for float weights

@@ -42,7 +42,9 @@ TUNING = {
     "tile_permps": 1,            # float tiles on AVX-512: decode with vpermps (0: mask and conversion)
     "tile_chains_f32": 4,        # float tiles: FMA chains per group over the input rows of a block (4: 4 for
                                  # 1 row, 2 for 2; LlamaMLP q4f16_1 batch 1 4.04 -> 3.63 ms, Xeon)
-    "tile_max_rows": 16,         # M <= this: float-activation tiles, else the float GEMM
+    "tile_max_rows": 0,          # M <= this: float-activation tiles, else the float GEMM (0: 32 with 32
+                                 # registers, 16 with 16; Xeon, q4 2048 x 2048 at 24 / 32 rows 857 -> 711,
+                                 # 1117 -> 979 us with 32; with the AVX2 kernels the GEMM stays 25% faster there)
     "tile_max_rows_dense": 32,   # the same for float weights in row tiles,
     "tile_dense_x_bytes": 1 << 20,   # or more rows while x (M x K float32) is at most this many bytes
     "tile_rows_x_dense": 0,      # their input rows per block (0: 12 with 32 registers, 8 with 16 (4 with SSE))
