@@ -55,13 +55,15 @@ def _below(b, x: ir.Value, hi: float) -> ir.Value:
     return b.select(b.fcmp_ordered(">", x, _splat(x.type, hi)), _splat(x.type, hi), x)
 
 
-def exp_f32(em, x: ir.Value, bounded: bool = False) -> ir.Value:
+def exp_f32(em, x: ir.Value, bounded: bool = False, nonpositive: bool = False) -> ir.Value:
     """``exp(x)`` within 2 ulp of the correctly rounded value for normal results: Cody-Waite range
     reduction ``x = n ln2 + r`` (``|r| <= ln2 / 2``), Cephes' degree-6 polynomial for ``exp(r)``
     (S. Moshier, Cephes ``expf.c``), and ``2**n`` built in the exponent bits. Results below 2**-126
     flush to 0; ``x > 88.72`` gives ``inf`` (the clamp at 89 overflows the last multiply); NaN
     propagates (through the arithmetic: the clamps keep it). ``bounded``: the caller guarantees
-    ``-87.3 <= x <= 88.7`` or NaN (``erf``'s exponent), so no clamp or flush is emitted."""
+    ``-87.3 <= x <= 88.7`` or NaN (``erf``'s exponent), so no clamp or flush is emitted.
+    ``nonpositive``: the caller guarantees ``x <= 0``, ``-inf`` or NaN (a softmax's ``s - max``), so
+    no upper clamp and ``2**n`` (``n`` in [-126, 0]) in one multiply, where ``n = 128`` needs two."""
     b = em.b
     t = x.type
     vec = isinstance(t, ir.VectorType)
@@ -75,6 +77,8 @@ def exp_f32(em, x: ir.Value, bounded: bool = False) -> ir.Value:
 
     if bounded:
         xc = x
+    elif nonpositive:
+        xc = b.select(b.fcmp_ordered("<", x, c(-87.33654)), c(-87.33654), x)
     else:
         xc = _below(b, b.select(b.fcmp_ordered("<", x, c(-87.33654)), c(-87.33654), x), 89.0)
     n = em.fcall("roundeven", [b.fmul(xc, c(1.44269504088896341), flags=_FM)])
@@ -88,10 +92,13 @@ def exp_f32(em, x: ir.Value, bounded: bool = False) -> ir.Value:
     # field before the final multiply. n is integral: adding 1.5 * 2**23 puts it in the low mantissa
     # bits exactly (no fptosi, whose NaN result would be poison: a NaN x stays NaN through y)
     ni = b.sub(b.bitcast(b.fadd(n, c(12582912.0)), it), ci(0x4B400000))
-    h = b.ashr(ni, ci(1))
-    s1 = b.bitcast(b.shl(b.add(h, ci(127)), ci(23)), t)
-    s2 = b.bitcast(b.shl(b.add(b.sub(ni, h), ci(127)), ci(23)), t)
-    y = b.fmul(b.fmul(y, s1, flags=_FM), s2, flags=_FM)
+    if nonpositive:
+        y = b.fmul(y, b.bitcast(b.shl(b.add(ni, ci(127)), ci(23)), t), flags=_FM)
+    else:
+        h = b.ashr(ni, ci(1))
+        s1 = b.bitcast(b.shl(b.add(h, ci(127)), ci(23)), t)
+        s2 = b.bitcast(b.shl(b.add(b.sub(ni, h), ci(127)), ci(23)), t)
+        y = b.fmul(b.fmul(y, s1, flags=_FM), s2, flags=_FM)
     if bounded:
         return y
     return b.select(b.fcmp_ordered("<", x, c(-87.33654)), c(0.0), y)

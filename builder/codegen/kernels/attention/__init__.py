@@ -39,7 +39,9 @@ Schedule (FlashAttention-2, Dao 2023, on CPU; the online softmax of Milakov & Gi
   us), ``alpha = exp(m_old - m_new)``, ``P = exp(s -
   m_new)`` (:func:`~builder.codegen.fastmath.exp_f32`: Cody-Waite reduction and Cephes'
   polynomial, within 2 ulp of the correctly rounded value for normal results, results below
-  2**-126 flushed to 0) and the running sum ``l = alpha l + sum P`` are updated per row;
+  2**-126 flushed to 0; its arguments are never positive, so no upper clamp and ``2**n`` in one
+  multiply: Whisper-shaped 14.5-15.4 -> 14.1-14.8 ms, TinyLlama prefill 459-496 -> 440-473 us,
+  interleaved in one process) and the running sum ``l = alpha l + sum P`` are updated per row;
 * the value product ``O = alpha O + P V`` runs over head_dim in passes of 4 vectors, ``pass_rows``
   rows at a time (16 accumulators), each value vector loaded once per pass;
 * finally ``out = O / l``, 0 where ``l`` is 0 (every key masked, or Sk = 0), as the reference

@@ -68,7 +68,8 @@ class AttentionEmitter:
         return kf.b.call(kf.intrinsic(base, args[0].type, len(args)), args, fastmath=KFunc.FM)
 
     def _exp(self, kf: KFunc, x: ir.Value) -> ir.Value:
-        """:func:`~builder.codegen.fastmath.exp_f32` (within 2 ulp for normal results)."""
+        """:func:`~builder.codegen.fastmath.exp_f32` (within 2 ulp for normal results) of an
+        argument ``<= 0`` (``s - max`` and ``max_old - max_new``), ``-inf`` or NaN."""
         class _Em:
             b = kf.b
 
@@ -76,7 +77,7 @@ class AttentionEmitter:
             def fcall(base, args):
                 return self._fcall(kf, base, args)
 
-        return exp_f32(_Em, x)
+        return exp_f32(_Em, x, nonpositive=True)
 
     def _max(self, a: ir.Value, c: ir.Value) -> ir.Value:
         """``a > c ? a : c`` (one ``vmaxps``; a NaN score gives NaN or is passed over, and its own
