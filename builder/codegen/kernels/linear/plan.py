@@ -58,8 +58,9 @@ TUNING = {
     "mr": 6,                     # GEMM micro-kernel rows
     "parallel_min_macs": 1 << 18,
     "tasks_per_thread": 16,
-    "tasks_per_thread_dense_tiles": 4,   # the same for float weights in row tiles (MiniLM's 384 -> 1536
-                                 # matmul at 12 rows 51-54 -> 40-43 us with 4 against 16, Xeon)
+    "tasks_per_thread_dense_tiles": 2,   # the same for float weights in row tiles (MiniLM's 384 -> 1536
+                                 # matmul at 12 rows 51-54 -> 40-43 us with 4 against 16; 1536 -> 384 50.9 ->
+                                 # 43.4-44.2, 384 -> 384 16.3-16.9 -> 14.7 with 2 against 4, interleaved, Xeon)
     "prefetch": 4096,            # GEMV software prefetch distance in bytes (0: off)
     "prefetch_gemm": 1,          # GEMM: prefetch the next weight block during the micro-kernels
     "prefetch_q": 4096,          # the same for packed 4 / 8-bit rows, int8 GEMV included (0: off)
