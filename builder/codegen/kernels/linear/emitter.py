@@ -333,7 +333,8 @@ class LinearEmitter(GemvFloat, Bf16Dot, GemvInt8, GemvTiles, GemmFloat, GemmInt8
         small = b.or_(kf.lt(macs, TUNING["parallel_min_macs"]), b.icmp_signed("<=", nthreads, kf.i64(1)))
         units = b.select(use_gemv, kf.sdiv(kf.add(N, self.R - 1), self.R),
                          kf.sdiv(kf.add(N, self.gemm_nr - 1), self.gemm_nr))
-        tpt = TUNING["tasks_per_thread_dense_tiles"] if self.tiled_dense else TUNING["tasks_per_thread"]
+        tpt = TUNING["tasks_per_thread_dense_tiles" if self.tiled_dense else "tasks_per_thread_tiles" if self.tiled
+                     else "tasks_per_thread"]
         many = kf.smin(units, kf.mul(nthreads, tpt))
         ntasks = b.select(small, kf.i64(1), kf.smax(many, 1))
         slot = kf.alloca(self.ctx.type, name="ctx")
