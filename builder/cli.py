@@ -440,8 +440,8 @@ def _kernel_kinds(exe) -> str:
     the weight transforms the VM runs once, :class:`builder.transform.TileWeights`)."""
     from collections import Counter
 
-    kinds = Counter("weight transform" if meta.get("weight_transform") else str(meta.get("kernel", "loops")).split(" (")[0]
-                    for meta in exe.kernels.values())
+    kinds = Counter("weight transform" if meta.get("weight_transform")
+                    else str(meta.get("kernel", "loops")).split(" (")[0] for meta in exe.kernels.values())
     return ", ".join(f"{n} {kind}" + ("s" if kind == "weight transform" and n > 1 else "")
                      for kind, n in sorted(kinds.items())) or "nothing to compute"
 

@@ -41,7 +41,9 @@ _FLOATS = ("float32", "float16", "bfloat16")
 
 
 def tile_rows(w, row_tile: int = ROW_TILE):
-    """te: ``w`` (out, in) -> (out / T, in, T), ``[t, k, r] = w[T t + r, k]`` (``out`` a multiple of ``T``)."""
+    """te: ``w`` (out, in), any dtype -> the same values and dtype as (out / T, in, T), ``[t, k, r] =
+    w[T t + r, k]`` (:func:`runtime.weights.tile_rows` in numpy). ``out`` must be a multiple of ``T``
+    (:class:`TileWeights` checks it; other rows would be dropped)."""
     n, k = w.shape
     return compute((E.simplify(n // row_tile), k, row_tile),
                    lambda t, c, r: w[t * row_tile + r, c], name="T_tile_rows")

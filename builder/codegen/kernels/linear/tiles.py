@@ -218,7 +218,7 @@ class GemvTiles:
     def _pack_words(self, kf: KFunc, d, args, tile, lane0, col0: int, RG: int, NL: int) -> None:
         """Panel columns ``col0 .. col0 + RG`` from rows ``lane0 ..`` of ``tile`` of packed words:
         each column of a word (:meth:`_tile_columns`) converted and ``(q - zero_point) * scale``."""
-        q, s, words, groups, K, n0, nr_eff, kb, kc, bp = args
+        q, s, words, groups, kb, kc, bp = args[0], args[1], args[2], args[3], args[7], args[8], args[9]
         b, NR, T = kf.b, self.NR, ROW_TILE
         gs, zp = d.group_size, d.zero_point
         st_t, bpe = mem_type(d.scale_dtype), elem_bytes(d.scale_dtype)
@@ -248,7 +248,7 @@ class GemvTiles:
     def _pack_floats(self, kf: KFunc, d, args, tile, lane0, col0: int, RG: int, NL: int) -> None:
         """Panel columns ``col0 .. col0 + RG`` from rows ``lane0 ..`` of ``tile`` of float weights:
         row ``kk`` of the panel is row ``kb + kk`` of the tile (a copy, widened to float32)."""
-        q, _s, K, _ld1, _K, n0, nr_eff, kb, kc, bp = args
+        q, K, kb, kc, bp = args[0], args[2], args[7], args[8], args[9]   # (K: the tiles' row length)
         NR, T = self.NR, ROW_TILE
         eb = elem_bytes(d.dtype)
         wt = vec(mem_type(d.dtype), NL)
@@ -460,9 +460,10 @@ class GemvTiles:
 
     def _dense_tile_shape(self) -> tuple[int, int, int]:
         """``(NL, MB, P)`` of the float weights in row tiles: float32 lanes per vector, input rows
-        per block (``tile_rows_x_dense``; 0: 12 with 32 registers, 8 with 16 and 8 lanes, 4 with 4) and tiles per helper
-        call (2 with 32 registers: each broadcast of x serves two vectors of weights, where with one
-        the broadcasts and the weight load outnumbered the FMAs on the two load ports)."""
+        per block (``tile_rows_x_dense``; 0: 12 with 32 registers, 8 with 16 and 8 lanes, 4 with 4)
+        and tiles per helper call (2 with 32 registers: each broadcast of x serves two vectors of
+        weights, where with one the broadcasts and the weight load outnumbered the FMAs on the two
+        load ports)."""
         regs = self.simd.registers
         nl = min(16, self.lanes)
         # 16 registers: 16 accumulators (8 rows of a tile of two 8-lane vectors, 4 of four 4-lane ones;
@@ -501,7 +502,7 @@ class GemvTiles:
 
             def run(m, part: int, r0: int) -> None:
                 for w in range(self.nw):
-                    kf.b.call(fns[(w, part, p)], [qt[w], wargs[w][2], kf.gep(st.xf, kf.mul(m, st.K), F32),
+                    kf.b.call(fns[(w, part, p)], [qt[w], kf.gep(st.xf, kf.mul(m, st.K), F32),
                                                   kf.gep(resw[w], kf.i64(r0 * P * T), F32)])
 
             self._row_blocks(kf, st, MB, sizes, run, kf.mul(tile, T), p * T, P * T, resw)
@@ -516,7 +517,7 @@ class GemvTiles:
                            lambda: group(tile, 1), "pair")
 
     def _tile_fn_dense(self, w: int, t: int, p: int) -> ir.Function:
-        """``void tile(ptr q, i64 K, ptr xf, ptr res)``: ``res[i * P * 16 + r] = sum_k x[i, k]
+        """``void tile(ptr q, ptr xf, ptr res)``: ``res[i * P * 16 + r] = sum_k x[i, k]
         W[r, k]`` for the ``16 p`` rows of ``p`` consecutive tiles of float weights at ``q`` and
         ``t`` input rows of ``xf`` (float32, rows of ``K``; ``P``: :meth:`_dense_tile_shape`).
         Per column the tiles' rows are ``16 p / NL`` vector loads (widened from float16 /
@@ -529,10 +530,10 @@ class GemvTiles:
         K = self.K_static
         T = ROW_TILE
         key = f"mb.tile.{self._fmt_key(w)}.k{K}.v{NL}.t{t}.p{p}x{P}"
-        fn, kf = self._new_helper(key, [PTR, I64, PTR, PTR])
+        fn, kf = self._new_helper(key, [PTR, PTR, PTR])
         if kf is None:
             return fn
-        q, _k, xf, res = fn.args
+        q, xf, res = fn.args
         b = kf.b
         f32v, wt = vec(F32, NL), vec(mem_type(d.dtype), NL)
         eb = elem_bytes(d.dtype)
