@@ -147,6 +147,39 @@ def test_gated_mlp_epilogue_and_bias_residual():
         _check_gated(lib, M, N, K)
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+def test_gemm_epilogue_runs_per_row_block_after_the_last_k_block(threads, monkeypatch):
+    """The GEMM runs each row block's epilogue right after its micro-kernel in the last block of
+    ``K`` of the last weight: with 4 blocks of 32 columns, two weights (the gated form, the first
+    weight's sums complete before the second's last block), a partial last panel and every row
+    remainder of the micro-kernel, each output is the float64 reference's."""
+    monkeypatch.setitem(TUNING, "gemv_max_rows", 0)     # the GEMM from one row
+    monkeypatch.setitem(TUNING, "gemv_short_k", 0)
+    monkeypatch.setitem(TUNING, "kc_bytes", 4 * 32 * (64 if HOST_SIMD.registers >= 32 else 16))   # KC = 32
+    N, K = 70, 100
+    epi = ("add", ("multiply", ("silu", ("add", ("linear", 0), ("tensor", 2))), ("linear", 1)),
+           ("tensor", 3))
+    f, _ = _linear_func(K, N, "float32", "float32", epi, nweights=2,
+                        extra=[("bias", (N,), "float32"), ("resid", ("lead", N), "float32")])
+    kernel, lib = _build(f)
+    assert kernel.startswith("linear/") == HOST_SIMD.usable
+    old = threadpool.set_num_threads(threads)
+    try:
+        for M in (1, 5, 6, 7, 13, 50):
+            rng = np.random.default_rng(M)
+            x = rng.standard_normal((M, K), dtype=np.float32)
+            w0, w1 = (rng.standard_normal((N, K), dtype=np.float32) for _ in range(2))
+            b = rng.standard_normal(N, dtype=np.float32)
+            r = rng.standard_normal((M, N), dtype=np.float32)
+            y = np.full((M, N), np.nan, np.float32)
+            lib["f"](x, w0, w1, b, r, y)
+            x64 = x.astype(np.float64)
+            ref = _silu(x64 @ w0.T.astype(np.float64) + b) * (x64 @ w1.T.astype(np.float64)) + r
+            np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-4)
+    finally:
+        threadpool.set_num_threads(old)
+
+
 def _check_gated(lib, M, N, K):
     rng = np.random.default_rng(M)
     x = rng.standard_normal((M, K), dtype=np.float32)

@@ -172,9 +172,15 @@ class GemmFloat:
                     pn0 = b.select(last, kf.add(n0, NR), n0)
                     pkend = kf.smin(kf.add(pk, KB), K)
                     pvalid = b.and_(kf.lt(pn0, N), ir.Constant(I1, int(bool(TUNING["prefetch_gemm"]))))
+                    # after the last block of the last weight, each row block's epilogue right
+                    # after its micro-kernel, while its accumulators are in L1 (a pass over the
+                    # panel's M x NR accumulators after the loop read them back from L2 or L3)
+                    done = last if w == self.nw - 1 else ir.Constant(I1, 0)
                     with kf.loop(0, full_m, MR, "mt") as m0:
                         xp = kf.gep(st.xf, kf.add(kf.mul(m0, K), kb), xt)
                         b.call(micro[MR], [bp, xp, K, kcm, kf.gep(csw, kf.mul(m0, NR), F32), first])
+                        with kf.if_(done, "epi"):
+                            self._panel_epilogue(kf, ctx, cs, M, NR, n0, nr_eff, (m0, kf.i64(MR)))
                         if decs[w] is not None:   # (row tiles: the hardware prefetcher follows them)
                             with kf.if_(pvalid, "pfn"):
                                 j = kf.sdiv(m0, MR)
@@ -187,6 +193,9 @@ class GemmFloat:
                     csr = kf.gep(csw, kf.mul(full_m, NR), F32)
                     kf.switch_const(rem, {t: (lambda t=t: b.call(micro[t], [bp, xp, K, kcm, csr, first]))
                                           for t in range(1, MR)}, f"mr{w}")
-            self._panel_epilogue(kf, ctx, cs, M, NR, n0, nr_eff)
+                    with kf.if_(done, "epr"):
+                        self._panel_epilogue(kf, ctx, cs, M, NR, n0, nr_eff, (full_m, rem))
+            with kf.if_(b.icmp_signed("==", K, kf.i64(0)), "k0e"):   # no block ran: the zeros' epilogue
+                self._panel_epilogue(kf, ctx, cs, M, NR, n0, nr_eff)
         b.call(free, [raw])
         b.ret(ir.Constant(I32, 0))
