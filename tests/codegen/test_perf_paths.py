@@ -134,14 +134,18 @@ def test_linear_low_precision(xdt, wdt):
         np.testing.assert_allclose(_as_f32(y, odt), ref, rtol=_tol(odt), atol=_tol(odt) * np.sqrt(K))
 
 
-def test_gated_mlp_epilogue_and_bias_residual():
-    N, K = 23, 40
-    # silu(x @ w0.T + b) * (x @ w1.T) + r
+def _gated_linear(K, N):
+    """``silu(x @ w0.T + b) * (x @ w1.T) + r``: ``(kernel family, loaded library)``."""
     epi = ("add", ("multiply", ("silu", ("add", ("linear", 0), ("tensor", 2))), ("linear", 1)),
            ("tensor", 3))
     f, _ = _linear_func(K, N, "float32", "float32", epi, nweights=2,
                         extra=[("bias", (N,), "float32"), ("resid", ("lead", N), "float32")])
-    kernel, lib = _build(f)
+    return _build(f)
+
+
+def test_gated_mlp_epilogue_and_bias_residual():
+    N, K = 23, 40
+    kernel, lib = _gated_linear(K, N)
     assert kernel.startswith("linear/") == HOST_SIMD.usable
     for M in (1, 4, 10):
         _check_gated(lib, M, N, K)
@@ -157,25 +161,12 @@ def test_gemm_epilogue_runs_per_row_block_after_the_last_k_block(threads, monkey
     monkeypatch.setitem(TUNING, "gemv_short_k", 0)
     monkeypatch.setitem(TUNING, "kc_bytes", 4 * 32 * (64 if HOST_SIMD.registers >= 32 else 16))   # KC = 32
     N, K = 70, 100
-    epi = ("add", ("multiply", ("silu", ("add", ("linear", 0), ("tensor", 2))), ("linear", 1)),
-           ("tensor", 3))
-    f, _ = _linear_func(K, N, "float32", "float32", epi, nweights=2,
-                        extra=[("bias", (N,), "float32"), ("resid", ("lead", N), "float32")])
-    kernel, lib = _build(f)
+    kernel, lib = _gated_linear(K, N)
     assert kernel.startswith("linear/") == HOST_SIMD.usable
     old = threadpool.set_num_threads(threads)
     try:
         for M in (1, 5, 6, 7, 13, 50):
-            rng = np.random.default_rng(M)
-            x = rng.standard_normal((M, K), dtype=np.float32)
-            w0, w1 = (rng.standard_normal((N, K), dtype=np.float32) for _ in range(2))
-            b = rng.standard_normal(N, dtype=np.float32)
-            r = rng.standard_normal((M, N), dtype=np.float32)
-            y = np.full((M, N), np.nan, np.float32)
-            lib["f"](x, w0, w1, b, r, y)
-            x64 = x.astype(np.float64)
-            ref = _silu(x64 @ w0.T.astype(np.float64) + b) * (x64 @ w1.T.astype(np.float64)) + r
-            np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-4)
+            _check_gated(lib, M, N, K)
     finally:
         threadpool.set_num_threads(old)
 
@@ -186,9 +177,10 @@ def _check_gated(lib, M, N, K):
     w0, w1 = (rng.standard_normal((N, K), dtype=np.float32) for _ in range(2))
     b = rng.standard_normal(N, dtype=np.float32)
     r = rng.standard_normal((M, N), dtype=np.float32)
-    y = np.empty((M, N), np.float32)
+    y = np.full((M, N), np.nan, np.float32)
     lib["f"](x, w0, w1, b, r, y)
-    ref = _silu(x @ w0.T + b) * (x @ w1.T) + r
+    x64 = x.astype(np.float64)
+    ref = _silu(x64 @ w0.T.astype(np.float64) + b) * (x64 @ w1.T.astype(np.float64)) + r
     np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-4)
 
 
@@ -197,11 +189,7 @@ def test_single_output_column_with_broadcast_epilogue():
     rather than at the column iterator (numpy broadcasting of an extent-1 dim); the kernel
     still applies, GEMV and GEMM, with bias, residual and the gated form."""
     K = 37
-    epi = ("add", ("multiply", ("silu", ("add", ("linear", 0), ("tensor", 2))), ("linear", 1)),
-           ("tensor", 3))
-    f, _ = _linear_func(K, 1, "float32", "float32", epi, nweights=2,
-                        extra=[("bias", (1,), "float32"), ("resid", ("lead", 1), "float32")])
-    kernel, lib = _build(f)
+    kernel, lib = _gated_linear(K, 1)
     assert kernel.startswith("linear/") == HOST_SIMD.usable
     for M in (1, 5, 30, 41):
         _check_gated(lib, M, 1, K)
