@@ -80,11 +80,12 @@ Generated code (:func:`emit_linear`), for the host's widest vectors (:class:`Sim
   ``Bp``, accumulating into a per-panel ``M x NR`` buffer; in the last block (of the last weight)
   each row block's epilogue runs right after its micro-kernel, its accumulators still in L1 (a pass
   over the buffer after the panel read them back from L2 or L3: Xeon, 2 threads, 3000 x 240 x 384
-  1880 -> 1586 us, 328 x 384 x 384 281 -> 247, 1500 x 384 x 1536 5872 -> 5424). Remainder rows (``M % MR``) use smaller micro-kernels, remainder columns a
-  zero-padded panel. While a block's micro-kernels run, each issues L2 prefetches for part of
-  the next block's weight rows (``prefetch_gemm``), so the unpacking does not wait on memory
-  (measured: the unpacking alone read float32 weights at single-core DRAM speed, 9% of a
-  batch-128 layer's time; with the prefetch the layer runs 2-5% faster);
+  1880 -> 1586 us, 328 x 384 x 384 281 -> 247, 1500 x 384 x 1536 5872 -> 5424). Remainder rows
+  (``M % MR``) use smaller micro-kernels, remainder columns a zero-padded panel. While a block's
+  micro-kernels run, each issues L2 prefetches for part of the next block's weight rows
+  (``prefetch_gemm``), so the unpacking does not wait on memory (measured: the unpacking alone
+  read float32 weights at single-core DRAM speed, 9% of a batch-128 layer's time; with the
+  prefetch the layer runs 2-5% faster);
 * **bfloat16 dot products** (plan variant ``bf16dot``: bfloat16 ``x`` and weights, even static
   ``K``, a CPU with AVX512-BF16): the GEMV reads ``x`` and each weight row as vectors of 32-bit
   words (two columns each) and runs one ``vdpbf16ps`` per (weight row, input row) and

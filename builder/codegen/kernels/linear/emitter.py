@@ -335,9 +335,9 @@ class LinearEmitter(GemvFloat, Bf16Dot, GemvInt8, GemvTiles, GemmFloat, GemmInt8
                          kf.sdiv(kf.add(N, self.gemm_nr - 1), self.gemm_nr))
         # the row-tiled kernels' own task counts where they run (use_gemv), the GEMM's elsewhere
         # (its panels on the tiles' counts: MiniLM's 1536 -> 384 at 328 rows 28% slower, 6 panels in 4 tasks)
-        tpt = TUNING["tasks_per_thread_dense_tiles" if self.tiled_dense else "tasks_per_thread_tiles" if self.tiled
-                     else "tasks_per_thread"]
-        tpt = b.select(use_gemv, kf.i64(tpt), kf.i64(TUNING["tasks_per_thread"]))
+        tiles_tpt = TUNING["tasks_per_thread_dense_tiles" if self.tiled_dense else "tasks_per_thread_tiles" if self.tiled
+                           else "tasks_per_thread"]
+        tpt = b.select(use_gemv, kf.i64(tiles_tpt), kf.i64(TUNING["tasks_per_thread"]))
         many = kf.smin(units, kf.mul(nthreads, tpt))
         ntasks = b.select(small, kf.i64(1), kf.smax(many, 1))
         slot = kf.alloca(self.ctx.type, name="ctx")
