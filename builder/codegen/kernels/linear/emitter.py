@@ -450,23 +450,29 @@ class LinearEmitter(GemvFloat, Bf16Dot, GemvInt8, GemvTiles, GemmFloat, GemmInt8
         return kf, st
 
     def _emit_epilogue(self) -> ir.Function:
-        """``void epi(ctx, i64 m, i64 n0, i64 count, ptr acc0, ptr acc1)``: outputs
-        ``out[m, n0:n0+count]`` from float32 accumulators ``acc_w[0:count]``.
+        """``void epi(ctx, i64 m0, i64 rows, i64 n0, i64 count, ptr acc0, ptr acc1, i64 stride)``:
+        outputs ``out[m0 + r, n0:n0+count]`` for ``r < rows`` from float32 accumulators
+        ``acc_w[r * stride : r * stride + count]``.
 
-        The loop is left to LLVM's loop vectorizer with ``TUNING["epi_interleave"]`` vector
+        Per row the loop is left to LLVM's loop vectorizer with ``TUNING["epi_interleave"]`` vector
         iterations interleaved: with AVX2 that is 16 outputs per iteration (two independent chains
         of the ``erf`` / ``exp`` polynomials, which are latency-bound) and LLVM's epilogue
         vectorization adds a 4-wide loop for the rest. Without it the GEMV tiles (``count =
         gemv_rows = 4`` < the 8 lanes) ran the expression scalar, about 14 ns per GELU output
-        (issue 15); with it about 5.5."""
-        kf, st = self._open("epi", ir.VoidType(), [I64, I64, I64, PTR, PTR])
-        m, n0, count, a0, a1 = st.args
+        (issue 15); with it about 5.5. The rows of a block come in one call, so the core overlaps
+        one row's polynomial chains with the next's (a call per row of 64 GELU outputs ran them
+        at about half the rate of a long elementwise loop)."""
+        kf, st = self._open("epi", ir.VoidType(), [I64, I64, I64, I64, PTR, PTR, I64])
+        m0, rows, n0, count, a0, a1, stride = st.args
         for a in (a0, a1):
             a.add_attribute("noalias")
-        row_off = self._epilogue_row(kf, st.em, m, st.N)
-        with kf.loop(0, count, 1, "j", plain=False, interleave=TUNING["epi_interleave"]) as j:
-            accs = [kf.load(F32, a, j, align=4) for a in (a0, a1)[:self.nw]]
-            self._epilogue_store(kf, st.em, st.ptrs[self.plan.out], row_off, kf.add(n0, j), accs)
+        with kf.loop(0, rows, 1, "r") as r:
+            row_off = self._epilogue_row(kf, st.em, kf.add(m0, r), st.N)
+            base = kf.mul(r, stride)
+            ra = [kf.gep(a, base, F32) for a in (a0, a1)[:self.nw]]
+            with kf.loop(0, count, 1, "j", plain=False, interleave=TUNING["epi_interleave"]) as j:
+                accs = [kf.load(F32, a, j, align=4) for a in ra]
+                self._epilogue_store(kf, st.em, st.ptrs[self.plan.out], row_off, kf.add(n0, j), accs)
         kf.b.ret_void()
         kf.finish()
         return st.fn
@@ -499,13 +505,10 @@ class LinearEmitter(GemvFloat, Bf16Dot, GemvInt8, GemvTiles, GemmFloat, GemmInt8
         """The epilogue of a panel: ``out[m, n0:n0+nr_eff]`` from the per-weight ``M x NR`` float32
         accumulators at ``cs``, for the rows ``lo <= m < lo + count`` of ``rows = (lo, count)``
         (i64 values; None: all ``M``)."""
-        b = kf.b
         lo, count = rows if rows is not None else (kf.i64(0), M)
-        with kf.loop(lo, kf.add(lo, count), 1, "me") as m:
-            accs = [kf.gep(cs, kf.add(kf.mul(m, NR), kf.mul(kf.mul(M, NR), w)), F32)
-                    for w in range(self.nw)]
-            accs += [accs[0]] * (2 - self.nw)
-            b.call(self.epi_fn, [ctx, m, n0, nr_eff] + accs)
+        accs = [kf.gep(cs, kf.add(kf.mul(lo, NR), kf.mul(kf.mul(M, NR), w)), F32) for w in range(self.nw)]
+        accs += [accs[0]] * (2 - self.nw)
+        kf.b.call(self.epi_fn, [ctx, lo, count, n0, nr_eff] + accs + [kf.i64(NR)])
 
 
 def emit_linear(mod: ModuleEmitter, name: str, func: PrimFunc, sig, plan: LinearPlan,

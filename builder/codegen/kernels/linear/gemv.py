@@ -42,10 +42,8 @@ class GemvFloat:
             for w in range(self.nw):
                 xq, xs = qx.get(w, (null, null))
                 b.call(dots[(w, rc)], wargs[w] + [st.xf, xq, xs, st.M, st.K, n0, resw[w]])
-            with kf.loop(0, st.M, 1, "me") as m:
-                accs = [kf.gep(resw[w], kf.mul(m, rc), F32) for w in range(self.nw)]
-                accs += [accs[0]] * (2 - self.nw)
-                b.call(epi, [ctx, m, n0, kf.i64(rc)] + accs)
+            accs = resw + [resw[0]] * (2 - self.nw)
+            b.call(epi, [ctx, kf.i64(0), st.M, n0, kf.i64(rc)] + accs + [kf.i64(rc)])
 
         with kf.loop(u0, u1, 1, "tile") as t:
             n0 = kf.mul(t, R)

@@ -323,10 +323,8 @@ class GemvTiles:
                     r0 += part
 
             kf.switch_const(t_eff, {t: (lambda t=t: block(t)) for t in range(1, MB + 1)}, "tb")
-            with kf.loop(0, t_eff, 1, "te") as i:
-                accs = [kf.gep(resw[w], kf.mul(i, stride), F32) for w in range(self.nw)]
-                accs += [accs[0]] * (2 - self.nw)
-                b.call(self.epi_fn, [st.fn.args[0], kf.add(m0, i), n0, kf.i64(count)] + accs)
+            accs = resw + [resw[0]] * (2 - self.nw)
+            b.call(self.epi_fn, [st.fn.args[0], m0, t_eff, n0, kf.i64(count)] + accs + [kf.i64(stride)])
 
     @staticmethod
     def _prefetch_scales(kf: KFunc, s, g, bpe: int) -> None:
