@@ -106,8 +106,8 @@ Generated code (:func:`emit_linear`), for the host's widest vectors (:class:`Sim
   LLVM's work (and the build time) small.
 
 Epilogues are the reference block's expression (the accumulators substituted), emitted in one
-out-of-line function per kernel that writes a run of outputs of a row (LLVM vectorizes it;
-``exp`` is inlined as a polynomial). :data:`TUNING` holds the tunables (``MB_TUNE`` overrides).
+out-of-line function per kernel that writes a run of outputs in each row of a block of rows
+(LLVM vectorizes each row's run; ``exp`` and ``erf`` are inlined as polynomials). :data:`TUNING` holds the tunables (``MB_TUNE`` overrides).
 """
 from ....ir.kernel import KERNEL_ATTR
 from .emitter import LinearEmitter, emit_linear
