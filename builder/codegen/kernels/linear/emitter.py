@@ -11,7 +11,7 @@ from llvmlite import ir
 from ....ir import expr as E
 from ....ir.op.quantize import ROW_TILE
 from ....ir.tir import PrimFunc
-from ...llvm_emit import F32, I32, I64, PTR, BufferExprEmitter, ModuleEmitter, mem_type
+from ...llvm_emit import F32, I1, I32, I64, PTR, BufferExprEmitter, ModuleEmitter, mem_type
 from ..decode import DenseDecoder, GroupQuantDecoder
 from ..simd import KFunc, SimdInfo, bind_params, internal_function, vec
 from .plan import TUNING, LinearPlan
@@ -333,11 +333,13 @@ class LinearEmitter(GemvFloat, Bf16Dot, GemvInt8, GemvTiles, GemmFloat, GemmInt8
         small = b.or_(kf.lt(macs, TUNING["parallel_min_macs"]), b.icmp_signed("<=", nthreads, kf.i64(1)))
         units = b.select(use_gemv, kf.sdiv(kf.add(N, self.R - 1), self.R),
                          kf.sdiv(kf.add(N, self.gemm_nr - 1), self.gemm_nr))
-        # the row-tiled kernels' own task counts where they run (use_gemv), the GEMM's elsewhere
-        # (its panels on the tiles' counts: MiniLM's 1536 -> 384 at 328 rows 28% slower, 6 panels in 4 tasks)
+        # the row-tiled kernels' own task counts where they run (use_gemv; int8 tiles: every M), the
+        # GEMM's elsewhere (its panels on the tiles' counts: MiniLM's 1536 -> 384 at 328 rows 28% slower,
+        # 6 panels in 4 tasks)
         tiles_tpt = TUNING["tasks_per_thread_dense_tiles" if self.tiled_dense else "tasks_per_thread_tiles" if self.tiled
                            else "tasks_per_thread"]
-        tpt = b.select(use_gemv, kf.i64(tiles_tpt), kf.i64(TUNING["tasks_per_thread"]))
+        tiles_run = ir.Constant(I1, 1) if self.tile_int8 else use_gemv
+        tpt = b.select(tiles_run, kf.i64(tiles_tpt), kf.i64(TUNING["tasks_per_thread"]))
         many = kf.smin(units, kf.mul(nthreads, tpt))
         ntasks = b.select(small, kf.i64(1), kf.smax(many, 1))
         slot = kf.alloca(self.ctx.type, name="ctx")
