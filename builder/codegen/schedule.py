@@ -13,7 +13,9 @@
   iteration ``i`` of the first;
 * **parallel outer loops** (:func:`mark_parallel`) -- the outermost loop of every top-level nest
   becomes ``parallel`` when its variable is bound only to spatial (``S``) block iterators, which
-  TensorIR defines as independent. The code generator splits such a loop over the thread pool
+  TensorIR defines as independent; two such loops perfectly nested above a loop are fused into
+  one first (batch x rows: a batch of 1 left its rows on one thread; Whisper-tiny's LayerNorm over
+  1 x 1500 x 384, 9 calls: 2.1-2.3 -> 0.96-0.98 ms on an Intel Xeon, 2 threads). The code generator splits such a loop over the thread pool
   only when the nest has at least :data:`PARALLEL_MIN_ELEMENTS` innermost iterations
   (decided at run time, so a 4096-wide norm on one row never pays for a parallel region).
 
@@ -210,8 +212,39 @@ def _spatial_only(loop: For) -> bool:
     return ok[0] and seen[0]
 
 
+def _has_loop(s: Stmt) -> bool:
+    """True when ``s`` is or holds a loop (through sequences, lets and allocations)."""
+    if isinstance(s, For):
+        return True
+    if isinstance(s, SeqStmt):
+        return any(_has_loop(c) for c in s.seq)
+    if isinstance(s, (LetStmt, Allocate)):
+        return _has_loop(s.body)
+    return False
+
+
+def _fused_pair(s: For) -> For | None:
+    """``for a in [0, A): for b in [0, B): body`` -> ``for f in [0, A * B): let a = f // B;
+    let b = f % B; body`` (int64 ``f``), where both loops are serial, start at 0, are spatial
+    only and ``body`` still holds a loop (so ``f`` counts rows, not the elements of a vectorized
+    innermost loop); else None. A norm or softmax over (batch 1, 1500 rows) then splits its 1500
+    rows over the threads, where the batch loop alone gave one thread all of them."""
+    inner = s.body
+    if not (isinstance(inner, For) and inner.kind == "serial" and _spatial_only(inner) and _has_loop(inner.body)):
+        return None
+    if not all(isinstance(m, E.IntImm) and m.value == 0 for m in (s.min, inner.min)):
+        return None
+    a, b = s.loop_var, inner.loop_var
+    f = Var(f"{a.name}_{b.name}_fused", "int64")
+    ext_b = inner.extent.astype("int64")
+    body = LetStmt(b, (f % ext_b).astype(b.dtype), inner.body)
+    body = LetStmt(a, (f // ext_b).astype(a.dtype), body)
+    return For(f, E.IntImm(0, "int64"), s.extent.astype("int64") * ext_b, "parallel", body, s.annotations)
+
+
 def mark_parallel(func: PrimFunc) -> PrimFunc:
-    """Turn the outermost loop of each top-level nest ``parallel`` where legal."""
+    """Turn the outermost loop of each top-level nest ``parallel`` where legal; two perfectly
+    nested outer loops over rows are fused first (:func:`_fused_pair`)."""
     root = _root(func)
     if root is None:
         return func
@@ -221,7 +254,7 @@ def mark_parallel(func: PrimFunc) -> PrimFunc:
     changed = False
     for s in stmts:
         if isinstance(s, For) and s.kind == "serial" and _spatial_only(s):
-            s = For(s.loop_var, s.min, s.extent, "parallel", s.body, s.annotations)
+            s = _fused_pair(s) or For(s.loop_var, s.min, s.extent, "parallel", s.body, s.annotations)
             changed = True
         out.append(s)
     if not changed:

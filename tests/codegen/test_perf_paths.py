@@ -1087,6 +1087,43 @@ def test_norm_and_softmax_make_one_pass_per_row():
     assert lower(schedule(g)).script().count("for i0 in T.parallel(n)") == 1
 
 
+def test_batch_and_row_loops_are_fused_into_one_parallel_loop():
+    """A norm over (batch, rows, C) splits batch x rows over the threads (a batch of 1 gave one
+    thread every row: Whisper's LayerNorm over 1 x 1500 x 384); an elementwise nest keeps its
+    innermost loop (vectorized) and fuses the two above it; the values match numpy for a batch
+    of 1 and of 3, on one thread and on all."""
+    b, s = te.var("b"), te.var("s")
+    x = te.placeholder((b, s, 96), "float32", name="x")
+    w = te.placeholder((96,), "float32", name="w")
+    bias = te.placeholder((96,), "float32", name="bias")
+    f = te.create_prim_func([x, w, bias, topi.layer_norm(x, w, bias, [-1], 1e-5)])
+    g = te.create_prim_func([x, topi.gelu(x)])
+    for fn in (f, g):
+        text = lower(schedule(fn)).script()
+        assert text.count("for i0_i1_fused in T.parallel(b * s)") == 1, text
+        assert "for i2 in T.serial(96)" in text, text
+    n = te.var("n")
+    x2 = te.placeholder((n, 96), "float32", name="x2")   # one row loop: nothing to fuse
+    assert "for i0 in T.parallel(n)" in lower(schedule(te.create_prim_func([x2, topi.gelu(x2)]))).script()
+    lib = build({"ln": f}).load()
+    rng = np.random.default_rng(0)
+    W, B = rng.standard_normal(96, dtype=np.float32), rng.standard_normal(96, dtype=np.float32)
+    old = threadpool.get_num_threads()
+    try:
+        for nt in sorted({1, threadpool.pool_size()}):
+            threadpool.set_num_threads(nt)
+            for shape in [(1, 1500, 96), (3, 7, 96), (1, 0, 96)]:
+                X = rng.standard_normal(shape, dtype=np.float32)
+                y = np.full_like(X, np.nan)
+                lib["ln"](X, W, B, y)
+                x64 = X.astype(np.float64)
+                mean = x64.mean(-1, keepdims=True)
+                ref = (x64 - mean) / np.sqrt(((x64 - mean) ** 2).mean(-1, keepdims=True) + 1e-5) * W + B
+                np.testing.assert_allclose(y, ref, rtol=1e-5, atol=1e-5)
+    finally:
+        threadpool.set_num_threads(old)
+
+
 @pytest.mark.parametrize("rows", [1, 3, 200])
 def test_parallel_rows_match_numpy_with_any_thread_count(rows):
     n = te.var("n")
