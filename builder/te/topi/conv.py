@@ -261,11 +261,12 @@ def conv1d_im2col(x: Tensor, kernel_size: int, strides=1, padding=0, dilation=1,
     so ``reshape(col, (N, W_out, C*K)) @ reshape(w, (O, C*K)).T`` is the convolution in NWC
     layout, with the weight used as stored (OIW, no copy). ``x`` is ``(N, C, W)`` (``layout``
     ``"NCW"``) or ``(N, W, C)`` (``"NWC"``, read as its transpose: the output of a previous
-    GEMM-lowered convolution needs no transpose); any dtype, copied unchanged. The rows are one
-    flattened ``N * W_out`` axis, so the copy runs in parallel for batch 1 too. ``W_out`` and the
-    attributes are as :func:`conv1d`'s (padding ``p``, ``(p,)`` or ``(lo, hi)``).
+    GEMM-lowered convolution needs no transpose); any dtype, copied unchanged. The schedule fuses
+    the batch and row loops into one parallel loop (:func:`builder.codegen.schedule.mark_parallel`),
+    so the copy runs in parallel for batch 1 too. ``W_out`` and the attributes are as
+    :func:`conv1d`'s (padding ``p``, ``(p,)`` or ``(lo, hi)``).
 
-    Returns a ``(N * W_out, C, K)`` tensor. Raises ValueError for a non-3-D ``x``, a bad layout,
+    Returns a ``(N, W_out, C, K)`` tensor. Raises ValueError for a non-3-D ``x``, a bad layout,
     ``kernel_size`` below 1, invalid attributes, or a dilated kernel longer than the padded
     input (checked when the code runs for a symbolic length).
     """
