@@ -15,9 +15,10 @@
   becomes ``parallel`` when its variable is bound only to spatial (``S``) block iterators, which
   TensorIR defines as independent; two such loops perfectly nested above a loop are fused into
   one first (batch x rows: a batch of 1 left its rows on one thread; Whisper-tiny's LayerNorm over
-  1 x 1500 x 384, 9 calls: 2.1-2.3 -> 0.96-0.98 ms on an Intel Xeon, 2 threads). The code generator splits such a loop over the thread pool
-  only when the nest has at least :data:`PARALLEL_MIN_ELEMENTS` innermost iterations
-  (decided at run time, so a 4096-wide norm on one row never pays for a parallel region).
+  1 x 1500 x 384, 9 calls: 2.1-2.3 -> 0.96-0.98 ms on an Intel Xeon, 2 threads). The code
+  generator splits such a loop over the thread pool only when the nest has at least
+  :data:`PARALLEL_MIN_ELEMENTS` innermost iterations (decided at run time, so a 4096-wide norm
+  on one row never pays for a parallel region).
 
 Both return new statements; functions without blocks are returned unchanged.
 """
