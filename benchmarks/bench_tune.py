@@ -1,8 +1,11 @@
-"""A/B of code-generation tunables in one process (issue 15): the Llama recipe at TinyLlama shape
-(random weights) built once per variant of the kernels' tunables, then prefill and decode timed with
-the variants' calls interleaved, in the given order and again in reverse.
+"""A/B of code-generation tunables in one process (issue 15): a model built once per variant of the
+kernels' tunables, then timed with the variants' calls interleaved, in the given order and again in
+reverse. Models (``--model``): the Llama recipe at TinyLlama shape (random weights; prefill and decode,
+the default), MiniLM-L6 on its real weights (batch 1 x 12 and 8 x 41 tokens), the Whisper-tiny encoder
+(random weights, 3000 frames).
 
     python benchmarks/bench_tune.py "" "tasks_per_thread_tiles=16" --format q4f16_1
+    python benchmarks/bench_tune.py "" "tile_dense_x_bytes=0" --model minilm
 
 A variant is ``KEY=VALUE,...`` over :data:`builder.codegen.kernels.linear.TUNING`, and
 ``attention.KEY=VALUE`` over :data:`builder.codegen.kernels.attention.ATTENTION_TUNING` (``""``: the
@@ -52,15 +55,16 @@ def parse_variant(text: str) -> dict[str, tuple[dict, int]]:
     return out
 
 
-def build_variant(variant: dict, fmt: str, cache_dir: str):
-    """The Llama recipe built with ``variant``'s tunables set (restored afterwards)."""
+def build_variant(variant: dict, build, cache_dir: str):
+    """``build()`` (a model) with ``variant``'s tunables set (restored afterwards), under its own
+    object cache ``cache_dir``."""
     saved = {k: table[k] for k, (table, _) in variant.items()}
     old_cache = os.environ.get("MB_CACHE_DIR")
     os.environ["MB_CACHE_DIR"] = cache_dir
     try:
         for key, (table, value) in variant.items():
             table[key] = value
-        return builder.build(bench_models.LLAMA_RECIPE, bench_models.llama_overrides(fmt))
+        return build()
     finally:
         for key, (table, _) in variant.items():
             table[key] = saved[key]
@@ -68,6 +72,58 @@ def build_variant(variant: dict, fmt: str, cache_dir: str):
             os.environ.pop("MB_CACHE_DIR", None)
         else:
             os.environ["MB_CACHE_DIR"] = old_cache
+
+
+def calls_interleaved(calls: list, rounds: int) -> list[list[float]]:
+    """Per zero-argument callable (in order): the times of ``rounds`` calls, the callables' calls
+    interleaved (seconds); one untimed call each first."""
+    for c in calls:
+        c()
+    times: list[list[float]] = [[] for _ in calls]
+    for _ in range(rounds):
+        for c, t in zip(calls, times):
+            t0 = time.perf_counter()
+            c()
+            t.append(time.perf_counter() - t0)
+    return times
+
+
+def minilm_case():
+    """``(build, cases)``: MiniLM-L6 on its weights, and per case name a function from a model to a
+    zero-argument call of its ``embed`` on that case's tokens (batch 1 x 12 and 8 x 41)."""
+    import json
+
+    from builder.text import minilm_assets, tokenize
+
+    assets = minilm_assets()
+    sentences = json.loads(bench_models.SENTENCES.read_text())["A"]
+    feeds = {}
+    for name, texts in (("batch 1 x 12", sentences[:1]), ("batch 8 x 41", sentences)):
+        enc = tokenize(assets, texts)
+        feeds[name] = [np.ascontiguousarray(enc[k]) for k in ("input_ids", "attention_mask", "token_type_ids")]
+
+    def build():
+        return builder.build(bench_models.MINILM_RECIPE, weights=assets / "model.safetensors")
+
+    def case(f):
+        def call(m):
+            embed = m["embed"]
+            return lambda: embed(*f)
+        return call
+
+    return build, {name: case(f) for name, f in feeds.items()}
+
+
+def whisper_case():
+    """``(build, cases)``: the Whisper-tiny encoder recipe (random weights) on 3000 frames of random
+    log-mel features."""
+    x = np.random.default_rng(0).standard_normal((1, 80, 3000)).astype(np.float32)
+
+    def call(m):
+        fn = m[m.functions[0]]
+        return lambda: fn(x)
+
+    return (lambda: builder.build(bench_models.ROOT / "recipes" / "whisper_tiny_encoder.yaml")), {"forward": call}
 
 
 def interleaved(models: list, prompt_len: int, prefills: int, steps: int, seed: int = 1) -> tuple[list, list]:
@@ -102,21 +158,36 @@ def interleaved(models: list, prompt_len: int, prefills: int, steps: int, seed: 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("variants", nargs="+", help='"KEY=VALUE,..." per variant ("" for the defaults)')
-    ap.add_argument("--format", default="q4f16_1+a8", choices=list(bench_models.LLAMA_FORMATS))
-    ap.add_argument("--prompt", type=int, default=128, help="prefill tokens")
-    ap.add_argument("--prefills", type=int, default=4, help="prefill rounds per order (0: none)")
-    ap.add_argument("--steps", type=int, default=48, help="decode steps per order (the first 4 not counted)")
+    ap.add_argument("--model", default="llama", choices=["llama", "minilm", "whisper"])
+    ap.add_argument("--format", default="q4f16_1+a8", choices=list(bench_models.LLAMA_FORMATS),
+                    help="Llama weight format")
+    ap.add_argument("--prompt", type=int, default=128, help="Llama prefill tokens")
+    ap.add_argument("--prefills", type=int, default=4, help="Llama prefill rounds per order (0: none)")
+    ap.add_argument("--steps", type=int, default=48, help="Llama decode steps per order (the first 4 not counted)")
+    ap.add_argument("--rounds", type=int, default=10, help="MiniLM / Whisper calls per variant and order")
     ns = ap.parse_args(argv)
     variants = [parse_variant(v) for v in ns.variants]
     root = tempfile.mkdtemp(prefix="mb-bench-tune-")
-    models = [build_variant(v, ns.format, os.path.join(root, str(i))) for i, v in enumerate(variants)]
-    print(f"TinyLlama-shape Llama, {ns.format}; variants: " + "; ".join(f"[{i}] {v or 'defaults'}"
-                                                                 for i, v in enumerate(ns.variants)))
+    if ns.model == "llama":
+        build, title = (lambda: builder.build(bench_models.LLAMA_RECIPE, bench_models.llama_overrides(ns.format))), \
+            f"TinyLlama-shape Llama, {ns.format}"
+        cases = None
+    else:
+        build, cases = minilm_case() if ns.model == "minilm" else whisper_case()
+        title = "MiniLM-L6" if ns.model == "minilm" else "Whisper-tiny encoder, 3000 frames"
+    models = [build_variant(v, build, os.path.join(root, str(i))) for i, v in enumerate(variants)]
+    print(f"{title}; variants: " + "; ".join(f"[{i}] {v or 'defaults'}" for i, v in enumerate(ns.variants)))
     for label, order in (("in order", list(range(len(models)))), ("reversed", list(range(len(models)))[::-1])):
-        pre, dec = interleaved([models[i] for i in order], ns.prompt, ns.prefills, ns.steps + 4)
-        for i, p, d in sorted(zip(order, pre, dec)):
-            prefill = f"prefill {np.median(p) * 1e3:8.1f} ms" if p else ""
-            print(f"  {label:9s} [{i}] {prefill}  decode {np.median(d[4:]) * 1e3:7.2f} ms/token")
+        if cases is None:
+            pre, dec = interleaved([models[i] for i in order], ns.prompt, ns.prefills, ns.steps + 4)
+            for i, p, d in sorted(zip(order, pre, dec)):
+                prefill = f"prefill {np.median(p) * 1e3:8.1f} ms" if p else ""
+                print(f"  {label:9s} [{i}] {prefill}  decode {np.median(d[4:]) * 1e3:7.2f} ms/token")
+            continue
+        for name, make in cases.items():
+            times = calls_interleaved([make(models[i]) for i in order], ns.rounds)
+            for i, t in sorted(zip(order, times)):
+                print(f"  {label:9s} [{i}] {name} {np.median(t) * 1e3:8.2f} ms")
 
 
 if __name__ == "__main__":
