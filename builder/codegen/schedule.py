@@ -213,25 +213,34 @@ def _spatial_only(loop: For) -> bool:
     return ok[0] and seen[0]
 
 
-def _has_loop(s: Stmt) -> bool:
-    """True when ``s`` is or holds a loop (through sequences, lets and allocations)."""
+#: Innermost iterations per row below which :func:`_fused_pair` leaves two loops alone: the fused
+#: loop divides its index by the inner extent once per row (an i64 division, 15-90 cycles).
+FUSE_MIN_ROW_WORK = 32
+
+
+def _row_work(s: Stmt) -> int:
+    """Innermost iterations of one execution of ``s``, a symbolic extent counted as
+    :data:`FUSE_MIN_ROW_WORK` (large enough); 0 when ``s`` holds no loop."""
     if isinstance(s, For):
-        return True
+        ext = s.extent.value if isinstance(s.extent, E.IntImm) else FUSE_MIN_ROW_WORK
+        return ext * max(1, _row_work(s.body))
     if isinstance(s, SeqStmt):
-        return any(_has_loop(c) for c in s.seq)
+        return sum(_row_work(c) for c in s.seq)
     if isinstance(s, (LetStmt, Allocate)):
-        return _has_loop(s.body)
-    return False
+        return _row_work(s.body)
+    return 0
 
 
 def _fused_pair(s: For) -> For | None:
     """``for a in [0, A): for b in [0, B): body`` -> ``for f in [0, A * B): let a = f // B;
     let b = f % B; body`` (int64 ``f``), where both loops are serial, start at 0, are spatial
-    only and ``body`` still holds a loop (so ``f`` counts rows, not the elements of a vectorized
-    innermost loop); else None. A norm or softmax over (batch 1, 1500 rows) then splits its 1500
-    rows over the threads, where the batch loop alone gave one thread all of them."""
+    only and ``body`` is loops of at least :data:`FUSE_MIN_ROW_WORK` innermost iterations (so
+    ``f`` counts rows, not the elements of a vectorized innermost loop, and the division per row
+    is small against the row); else None. A norm or softmax over (batch 1, 1500 rows) then splits
+    its 1500 rows over the threads, where the batch loop alone gave one thread all of them."""
     inner = s.body
-    if not (isinstance(inner, For) and inner.kind == "serial" and _spatial_only(inner) and _has_loop(inner.body)):
+    if not (isinstance(inner, For) and inner.kind == "serial" and _spatial_only(inner)
+            and _row_work(inner.body) >= FUSE_MIN_ROW_WORK):
         return None
     if not all(isinstance(m, E.IntImm) and m.value == 0 for m in (s.min, inner.min)):
         return None

@@ -1090,8 +1090,8 @@ def test_norm_and_softmax_make_one_pass_per_row():
 def test_batch_and_row_loops_are_fused_into_one_parallel_loop():
     """A norm over (batch, rows, C) splits batch x rows over the threads (a batch of 1 gave one
     thread every row: Whisper's LayerNorm over 1 x 1500 x 384); an elementwise nest keeps its
-    innermost loop (vectorized) and fuses the two above it; the values match numpy for a batch
-    of 1 and of 3, on one thread and on all."""
+    innermost loop (vectorized) and fuses the two above it, unless its rows are shorter than
+    FUSE_MIN_ROW_WORK; the values match numpy for a batch of 1 and of 3, on one thread and on all."""
     b, s = te.var("b"), te.var("s")
     x = te.placeholder((b, s, 96), "float32", name="x")
     w = te.placeholder((96,), "float32", name="w")
@@ -1105,6 +1105,8 @@ def test_batch_and_row_loops_are_fused_into_one_parallel_loop():
     n = te.var("n")
     x2 = te.placeholder((n, 96), "float32", name="x2")   # one row loop: nothing to fuse
     assert "for i0 in T.parallel(n)" in lower(schedule(te.create_prim_func([x2, topi.gelu(x2)]))).script()
+    x3 = te.placeholder((b, s, 2), "float32", name="x3")   # rows of 2: a division per row would cost more
+    assert "for i0 in T.parallel(b)" in lower(schedule(te.create_prim_func([x3, topi.gelu(x3)]))).script()
     lib = build({"ln": f}).load()
     rng = np.random.default_rng(0)
     W, B = rng.standard_normal(96, dtype=np.float32), rng.standard_normal(96, dtype=np.float32)
