@@ -29,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import numpy as np  # noqa: E402
 
 import bench_models  # noqa: E402
+from bench_mlp import time_interleaved  # noqa: E402
 import builder  # noqa: E402
 from builder.codegen.kernels.attention import ATTENTION_TUNING  # noqa: E402
 from builder.codegen.kernels.linear import TUNING  # noqa: E402
@@ -72,20 +73,6 @@ def build_variant(variant: dict, build, cache_dir: str):
             os.environ.pop("MB_CACHE_DIR", None)
         else:
             os.environ["MB_CACHE_DIR"] = old_cache
-
-
-def calls_interleaved(calls: list, rounds: int) -> list[list[float]]:
-    """Per zero-argument callable (in order): the times of ``rounds`` calls, the callables' calls
-    interleaved (seconds); one untimed call each first."""
-    for c in calls:
-        c()
-    times: list[list[float]] = [[] for _ in calls]
-    for _ in range(rounds):
-        for c, t in zip(calls, times):
-            t0 = time.perf_counter()
-            c()
-            t.append(time.perf_counter() - t0)
-    return times
 
 
 def minilm_case():
@@ -185,7 +172,7 @@ def main(argv=None) -> None:
                 print(f"  {label:9s} [{i}] {prefill}  decode {np.median(d[4:]) * 1e3:7.2f} ms/token")
             continue
         for name, make in cases.items():
-            times = calls_interleaved([make(models[i]) for i in order], ns.rounds)
+            times = time_interleaved([make(models[i]) for i in order], ns.rounds, 1)
             for i, t in sorted(zip(order, times)):
                 print(f"  {label:9s} [{i}] {name} {np.median(t) * 1e3:8.2f} ms")
 
