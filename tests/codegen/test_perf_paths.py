@@ -171,6 +171,29 @@ def test_gemm_epilogue_runs_per_row_block_after_the_last_k_block(threads, monkey
         threadpool.set_num_threads(old)
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+def test_gemm_row_chunks_each_through_every_panel(threads, monkeypatch):
+    """x larger than ``gemm_chunk_bytes`` runs the GEMM in row chunks (a task per chunk, through
+    every panel; its accumulators and epilogue rows offset by the chunk's first row): 2 chunks of
+    at least 128 rows for M = 257 / 300 / 311 with 64000-byte chunks of 100 columns, 4 for M =
+    1000 with 120000, the last chunk shorter and every kind of micro-kernel remainder in it,
+    4 blocks of K, two weights, a bias and a residual: each output is the float64 reference's."""
+    monkeypatch.setitem(TUNING, "gemv_max_rows", 0)
+    monkeypatch.setitem(TUNING, "gemv_short_k", 0)
+    monkeypatch.setitem(TUNING, "kc_bytes", 4 * 32 * (64 if HOST_SIMD.registers >= 32 else 16))   # KC = 32
+    N, K = 70, 100
+    libs = {}
+    for chunk in (64000, 120000):
+        monkeypatch.setitem(TUNING, "gemm_chunk_bytes", chunk)
+        libs[chunk] = _gated_linear(K, N)[1]
+    old = threadpool.set_num_threads(threads)
+    try:
+        for chunk, M in ((64000, 257), (64000, 300), (64000, 311), (120000, 1000)):
+            _check_gated(libs[chunk], M, N, K)
+    finally:
+        threadpool.set_num_threads(old)
+
+
 def _check_gated(lib, M, N, K):
     rng = np.random.default_rng(M)
     x = rng.standard_normal((M, K), dtype=np.float32)

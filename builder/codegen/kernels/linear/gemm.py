@@ -124,14 +124,22 @@ class GemmFloat:
         return fn
 
     def _gemm(self, kf, st, u0, u1) -> None:
+        """Units ``[u0, u1)`` of the float GEMM: unit ``u`` is the panel ``u % P`` (``P`` panels of
+        ``NR`` outputs) of the row chunk ``u // P`` (``st.extra["mc"]`` rows each, see
+        :meth:`~.emitter.LinearEmitter._gemm_chunk_rows`; one chunk of all ``M`` rows unless x is
+        larger than the chunk size). Per panel and block of ``KB`` columns the weights are packed,
+        then the ``MR``-row micro-kernels run down the chunk's rows, accumulating in ``cs``
+        (``mc x NR`` float32 per weight); the last block runs each row block's epilogue."""
         if self.i8gemm:
             return self._gemm_i8(kf, st, u0, u1)
         b = kf.b
         NR, KC, MR = self.NR, self.KC, self.MR
         M, N, K = st.M, st.N, st.K
+        mc = st.extra.get("mc", M)   # (float weights only; else one chunk)
+        npanels = kf.sdiv(kf.add(N, NR - 1), NR)
         ctx = st.fn.args[0]
         free = kf.declare("free", ir.VoidType(), [PTR])
-        cs_floats = kf.mul(kf.mul(M, NR), self.nw)
+        cs_floats = kf.mul(kf.mul(mc, NR), self.nw)
         nbytes = kf.add(kf.mul(kf.add(cs_floats, KC * NR), 4), 128)
         raw, bp = self._workspace(kf, nbytes)
         cs = kf.gep(bp, kf.i64(KC * NR), F32)
@@ -144,18 +152,24 @@ class GemmFloat:
         wargs = [self._weight_args(st, w) for w in range(self.nw)]
         pargs = [[a[0], a[1], kf.sdiv(a[2], 2), a[3]] for a in wargs] if bf else wargs
         xt = I16 if bf else F32   # x: bfloat16 as it is, or float32
-        full_m = kf.sub(M, b.srem(M, kf.i64(MR)))
-        rem = b.srem(M, kf.i64(MR))
-        ntiles = kf.sdiv(full_m, MR)
         decs = [None if self.tiled else self._decoder(w, *wargs[w]) for w in range(self.nw)]
-        with kf.loop(u0, u1, 1, "panel") as p:
+        with kf.loop(u0, u1, 1, "unit") as u:
+            chunk = kf.sdiv(u, npanels)
+            p = kf.sub(u, kf.mul(chunk, npanels))
+            mlo = kf.mul(chunk, mc)
+            Mc = kf.smin(kf.sub(M, mlo), mc)   # the chunk's rows
+            xc = kf.gep(st.xf, kf.mul(mlo, K), xt)
+            full_m = kf.sub(Mc, b.srem(Mc, kf.i64(MR)))
+            rem = b.srem(Mc, kf.i64(MR))
+            ntiles = kf.sdiv(full_m, MR)
             n0 = kf.mul(p, NR)
             nr_eff = kf.smin(kf.sub(N, n0), NR)
+            chunk_cs = kf.mul(kf.mul(Mc, NR), self.nw)
             with kf.if_(b.icmp_signed("==", K, kf.i64(0)), "k0"):
-                with kf.loop(0, cs_floats, 1, "z") as i:
+                with kf.loop(0, chunk_cs, 1, "z") as i:
                     kf.store(ir.Constant(F32, 0.0), cs, i, align=4)
             for w in range(self.nw):
-                csw = kf.gep(cs, kf.mul(kf.mul(M, NR), w), F32) if w else cs
+                csw = kf.gep(cs, kf.mul(kf.mul(Mc, NR), w), F32) if w else cs
                 with kf.loop(0, K, KB, "kb") as kb:
                     kc = kf.smin(kf.sub(K, kb), KB)
                     if bf:   # K is even: so are kb and kc
@@ -177,10 +191,10 @@ class GemmFloat:
                     # panel's M x NR accumulators after the loop read them back from L2 or L3)
                     done = last if w == self.nw - 1 else ir.Constant(I1, 0)
                     with kf.loop(0, full_m, MR, "mt") as m0:
-                        xp = kf.gep(st.xf, kf.add(kf.mul(m0, K), kb), xt)
+                        xp = kf.gep(xc, kf.add(kf.mul(m0, K), kb), xt)
                         b.call(micro[MR], [bp, xp, K, kcm, kf.gep(csw, kf.mul(m0, NR), F32), first])
                         with kf.if_(done, "epi"):
-                            self._panel_epilogue(kf, ctx, cs, M, NR, n0, nr_eff, (m0, kf.i64(MR)))
+                            self._panel_epilogue(kf, ctx, cs, Mc, NR, n0, nr_eff, (m0, kf.i64(MR)), mlo)
                         if decs[w] is not None:   # (row tiles: the hardware prefetcher follows them)
                             with kf.if_(pvalid, "pfn"):
                                 j = kf.sdiv(m0, MR)
@@ -189,13 +203,13 @@ class GemmFloat:
                                     r = kf.add(j, kf.mul(i, ntiles))
                                     decs[w].prefetch(kf, decs[w].row(kf, kf.smin(kf.add(pn0, r),
                                                                                   kf.sub(N, 1))), pk, pkend)
-                    xp = kf.gep(st.xf, kf.add(kf.mul(full_m, K), kb), xt)
+                    xp = kf.gep(xc, kf.add(kf.mul(full_m, K), kb), xt)
                     csr = kf.gep(csw, kf.mul(full_m, NR), F32)
                     kf.switch_const(rem, {t: (lambda t=t: b.call(micro[t], [bp, xp, K, kcm, csr, first]))
                                           for t in range(1, MR)}, f"mr{w}")
                     with kf.if_(done, "epr"):
-                        self._panel_epilogue(kf, ctx, cs, M, NR, n0, nr_eff, (full_m, rem))
+                        self._panel_epilogue(kf, ctx, cs, Mc, NR, n0, nr_eff, (full_m, rem), mlo)
             with kf.if_(b.icmp_signed("==", K, kf.i64(0)), "k0e"):   # no block ran: the zeros' epilogue
-                self._panel_epilogue(kf, ctx, cs, M, NR, n0, nr_eff)
+                self._panel_epilogue(kf, ctx, cs, Mc, NR, n0, nr_eff, None, mlo)
         b.call(free, [raw])
         b.ret(ir.Constant(I32, 0))
