@@ -404,19 +404,18 @@ class LinearEmitter(GemvFloat, Bf16Dot, GemvInt8, GemvTiles, GemmFloat, GemmInt8
         one chunk through every panel: its x stays in the core's L2 from panel to panel, where
         tasks of whole panels read all of x from L3 for each (the BLIS loop order, with each
         chunk packing its own weight panels). One chunk (``chunks = 1``) when x fits, the option
-        is 0, or a chunk would have fewer than ``2 * NR * we / xe`` rows (``we`` / ``xe``: bytes per
-        weight / x element): below that the weights' reads for every chunk (``chunks x N x K x
-        we``) outweigh the reads of x they save (``N / NR`` panels each reading ``M x K x xe``)
-        (TinyLlama's 5632 -> 2048 float32 matmul at 128 rows in four chunks of 32 made its
-        prefill 13% slower, Xeon)."""
+        is 0, or a chunk would have fewer than ``TUNING["gemm_chunk_min_rows"]`` rows: each chunk
+        reads all the weights again to pack its panels, which outweighs the reads of x it saves
+        (``N / NR`` panels each reading ``M x K``) for short chunks of large weights (TinyLlama's
+        5632 -> 2048 float32 matmul at 128 rows in four chunks of 32 rows: 7% slower with the
+        AVX2 kernels, the model's prefill 13% slower with the AVX-512 ones, Xeon)."""
         b = kf.b
         limit = TUNING["gemm_chunk_bytes"]
         MR = self.MR
         if not limit:
             return M, kf.i64(1)
         elem = 2 if self.bf16dot_gemm else 4
-        wbytes = max(E._bits(self.plan.params[d.w].dtype) // 8 for d in self.plan.weights)
-        min_rows = max(4 * MR, 2 * self.NR * wbytes // elem)
+        min_rows = max(MR, TUNING["gemm_chunk_min_rows"])
         xbytes = kf.mul(kf.mul(M, K), elem)
         want = kf.sdiv(kf.add(xbytes, limit - 1), limit)
         nt = kf.smax(nthreads, 1)
