@@ -194,6 +194,37 @@ def test_gemm_row_chunks_each_through_every_panel(threads, monkeypatch):
         threadpool.set_num_threads(old)
 
 
+@pytest.mark.parametrize("xdt,wdt,bf16dot", [("float32", "float16", 1), ("bfloat16", "bfloat16", 2)])
+def test_gemm_row_chunks_low_precision(xdt, wdt, bf16dot, monkeypatch):
+    """The row chunks with 16-bit weights (converted when packed) and with bfloat16 x and weights
+    (the vdpbf16ps GEMM where the host has AVX512-BF16: x's chunk offsets in 16-bit elements),
+    a residual added by row: 2 chunks of 150 rows at M = 300 and M = 299 (the last one 149 rows),
+    against float64 on the rounded inputs."""
+    monkeypatch.setitem(TUNING, "gemv_max_rows", 0)
+    monkeypatch.setitem(TUNING, "gemv_short_k", 0)
+    monkeypatch.setitem(TUNING, "gemm_bf16dot", bf16dot)
+    N, K = 70, 100
+    monkeypatch.setitem(TUNING, "gemm_chunk_bytes", 150 * K * (2 if xdt == "bfloat16" else 4))
+    f, odt = _linear_func(K, N, xdt, wdt, ("add", ("linear", 0), ("tensor", 1)),
+                          extra=[("resid", ("lead", N), "float32")])
+    lib = _build(f)[1]
+    for threads in (1, 2):
+        old = threadpool.set_num_threads(threads)
+        try:
+            for M in (300, 299):
+                rng = np.random.default_rng(M)
+                x = _from_f32(rng.standard_normal((M, K), dtype=np.float32), xdt)
+                w = _from_f32(rng.standard_normal((N, K), dtype=np.float32), wdt)
+                r = rng.standard_normal((M, N), dtype=np.float32)
+                y = np.empty((M, N), _np_dtype(odt))
+                lib["f"](x, w, r, y)
+                ref = _as_f32(x, xdt).astype(np.float64) @ _as_f32(w, wdt).T.astype(np.float64) + r
+                tol = _tol(xdt, wdt, odt)
+                np.testing.assert_allclose(_as_f32(y, odt), ref, rtol=tol, atol=tol * np.sqrt(K))
+        finally:
+            threadpool.set_num_threads(old)
+
+
 def _check_gated(lib, M, N, K):
     rng = np.random.default_rng(M)
     x = rng.standard_normal((M, K), dtype=np.float32)
