@@ -1,6 +1,6 @@
-"""Vectorizable float32 ``erf`` (builder/codegen/fastmath.py) and ``erf`` end to end as one op record:
-``nn.op.erf``, ``erf`` in a recipe's ``forward:``, and exact GELU in vector code, each against
-``math.erf`` in float64."""
+"""Vectorizable float32 ``erf``, ``exp`` and ``tanh`` (builder/codegen/fastmath.py) and ``erf`` / ``tanh``
+end to end as op records: ``nn.op.erf``, ``erf`` in a recipe's ``forward:``, exact and tanh-approximated
+GELU in vector code, each against ``math.erf`` / ``numpy.tanh`` in float64."""
 import math
 
 import numpy as np
@@ -26,6 +26,7 @@ def erf_lib():
     for dtype in ("float32", "float16"):
         x = te.placeholder((n,), dtype, name="x")
         fs[f"erf_{dtype}"] = te.create_prim_func([x, te.compute((n,), lambda i: te.erf(x[i]), name="y")])
+        fs[f"tanh_{dtype}"] = te.create_prim_func([x, te.compute((n,), lambda i: te.tanh(x[i]), name="y")])
     x = te.placeholder((n,), "float32", name="x")
     fs["exp_float32"] = te.create_prim_func([x, te.compute((n,), lambda i: te.exp(x[i]), name="y")])
     return build(fs)
@@ -78,6 +79,54 @@ def test_erf_loop_is_vector_code(erf_lib):
     text = erf_lib.llvm_ir
     assert "erff" not in text
     assert "@llvm.copysign.v" in text     # the sign copy of a vector of floats
+
+
+def _tanh(lib, x):
+    y = np.empty_like(x)
+    lib.load().call(f"tanh_{x.dtype}", [x, y])
+    return y
+
+
+def test_tanh_float32_within_2_ulp_everywhere(erf_lib):
+    """Both branches (the odd polynomial below 0.625, ``1 - 2 / (exp(2a) + 1)`` above), the tiny
+    inputs returned as they are (denormals included), and the saturation to +-1 (float32 ``tanh``
+    is 1 from 9.011 on: a clamp at 9 would give 0.99999994 there)."""
+    tiny = np.geomspace(1e-45, 1.0, 4000)
+    x = np.concatenate([np.linspace(-12, 12, 1_200_001), tiny, -tiny,
+                        [0.0, 0.625, -0.625, 9.0, 9.02, 2.0 ** -12, 1e30]]).astype(np.float32)
+    got = _tanh(erf_lib, x)
+    assert _ulps(got, np.tanh(x.astype(np.float64)), np.float32).max() <= 2.0
+    assert np.all(np.sign(got) == np.sign(x)) and np.all(np.abs(got) <= 1.0)
+
+
+def test_tanh_special_values_and_float16(erf_lib):
+    s = np.array([np.inf, -np.inf, np.nan, 0.0, -0.0, 1e-45, 20.0, -20.0], np.float32)
+    got = _tanh(erf_lib, s)
+    assert got[0] == 1.0 and got[1] == -1.0 and np.isnan(got[2]) and got[3] == 0.0
+    assert np.signbit(got[4]) and got[5] == np.float32(1e-45) and got[6] == 1.0 and got[7] == -1.0
+    x = np.linspace(-6, 6, 20_001).astype(np.float16)
+    assert _ulps(_tanh(erf_lib, x), np.tanh(x.astype(np.float64)), np.float16).max() <= 1.0
+    assert "tanhf" not in erf_lib.llvm_ir   # vector code, no libm call per element
+
+
+class _GeluTanh(nn.Module):
+    def forward(self, x):
+        return nn.op.gelu(x, approximate="tanh"), nn.op.tanh(x)
+
+
+def test_tanh_gelu_uses_the_vector_tanh():
+    """``gelu(x, approximate="tanh")`` (Hendrycks & Gimpel 2016: ``0.5 x (1 + tanh(sqrt(2 / pi) (x +
+    0.044715 x**3)))``) and ``tanh`` in a model: no ``tanhf`` call, values of the float64 formula."""
+    spec = {"forward": {"x": nn.spec.Tensor(["n", 37], "float32")}}
+    irmod, _ = _GeluTanh().export_tvm(spec)
+    exe = builder.compile(irmod)
+    assert "tanhf" not in exe.llvm_ir
+    x = np.random.default_rng(1).standard_normal((5, 37)).astype(np.float32) * 3
+    gelu, th = _GeluTanh().jit(spec)["forward"](x)
+    xd = x.astype(np.float64)
+    want = 0.5 * xd * (1 + np.tanh(math.sqrt(2 / math.pi) * (xd + 0.044715 * xd ** 3)))
+    np.testing.assert_allclose(th, np.tanh(xd), rtol=3e-7, atol=1e-8)
+    np.testing.assert_allclose(gelu, want, rtol=2e-6, atol=1e-7)
 
 
 class _Gelu(nn.Module):

@@ -20,10 +20,11 @@ __all__ = [
 class Intrinsic:
     """A scalar call op of loop-level code (``E.Call(dtype, name, args)``) and its lowering, the first
     that is set of: ``emit``, the name of a function of :mod:`builder.codegen.fastmath` that writes it
-    as plain arithmetic (vectorizable) for every float type; ``llvm``, the LLVM intrinsic
+    as plain arithmetic (vectorizable; float64 may call ``libm``); ``llvm``, the LLVM intrinsic
     ``llvm.<llvm>.<type>`` (its vector forms exist); ``libm``, the C library's (float32, float64)
     functions, one call per element (float16 through float32). None set: the code generator emits
-    it by hand (``if_then_else``: a branch)."""
+    it by hand (``if_then_else``: a branch). ``libm`` names are reserved: no kernel symbol takes them
+    (:data:`builder.codegen.abi.RESERVED_SYMBOLS`)."""
 
     name: str
     num_args: int = 1
@@ -36,8 +37,8 @@ class Intrinsic:
 INTRINSICS: dict[str, Intrinsic] = {i.name: i for i in (
     Intrinsic("exp", llvm="exp"), Intrinsic("exp2", llvm="exp2"), Intrinsic("log", llvm="log"),
     Intrinsic("log2", llvm="log2"), Intrinsic("log10", llvm="log10"), Intrinsic("sqrt", llvm="sqrt"),
-    Intrinsic("rsqrt", emit="rsqrt"), Intrinsic("tanh", libm=("tanhf", "tanh")), Intrinsic("sigmoid", emit="sigmoid"),
-    Intrinsic("erf", emit="erf"), Intrinsic("fabs", llvm="fabs"), Intrinsic("floor", llvm="floor"),
+    Intrinsic("rsqrt", emit="rsqrt"), Intrinsic("tanh", emit="tanh", libm=("tanhf", "tanh")), Intrinsic("sigmoid", emit="sigmoid"),
+    Intrinsic("erf", emit="erf", libm=("erff", "erf")), Intrinsic("fabs", llvm="fabs"), Intrinsic("floor", llvm="floor"),
     Intrinsic("ceil", llvm="ceil"), Intrinsic("round", llvm="roundeven"), Intrinsic("trunc", llvm="trunc"),
     Intrinsic("pow", 2, llvm="pow"), Intrinsic("sin", llvm="sin"), Intrinsic("cos", llvm="cos"),
     Intrinsic("if_then_else", 3),
