@@ -182,12 +182,17 @@ def test_every_vector_width(shape, monkeypatch):
 
 
 @needs_vectors
-@pytest.mark.parametrize("rows,pass_rows", [(5, 3), (64, 1), (12, 6), (64, 4)])
-def test_work_unit_and_pass_sizes(rows, pass_rows, monkeypatch):
+@pytest.mark.parametrize("rows,pass_rows,shape", [(5, 3, None), (64, 1, None), (12, 6, None), (64, 4, None),
+                                                (24, 8, "sse")])
+def test_work_unit_and_pass_sizes(rows, pass_rows, shape, monkeypatch):
     """Other rows per work unit and per pass of the score / value loops compute the same (a last
-    pass past the unit's rows repeats its last row without applying it twice)."""
+    pass past the unit's rows repeats its last row without applying it twice; the pass's maxima
+    and sums reduced together, padded to a power of two of rows, or one row at a time where a
+    pass has more rows than a vector has lanes: 8 rows of 4 lanes)."""
     from builder.codegen.kernels.attention import ATTENTION_TUNING
 
+    if shape:
+        monkeypatch.setenv("MB_SIMD_SHAPE", shape)
     monkeypatch.setitem(ATTENTION_TUNING, "rows", rows)
     monkeypatch.setitem(ATTENTION_TUNING, "pass_rows", pass_rows)
     kernel, fn = _build(_func(6, 2, 32, 24, "float32", "TopLeft", "pad"))
