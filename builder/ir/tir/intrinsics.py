@@ -37,8 +37,9 @@ class Intrinsic:
 INTRINSICS: dict[str, Intrinsic] = {i.name: i for i in (
     Intrinsic("exp", llvm="exp"), Intrinsic("exp2", llvm="exp2"), Intrinsic("log", llvm="log"),
     Intrinsic("log2", llvm="log2"), Intrinsic("log10", llvm="log10"), Intrinsic("sqrt", llvm="sqrt"),
-    Intrinsic("rsqrt", emit="rsqrt"), Intrinsic("tanh", emit="tanh", libm=("tanhf", "tanh")), Intrinsic("sigmoid", emit="sigmoid"),
-    Intrinsic("erf", emit="erf", libm=("erff", "erf")), Intrinsic("fabs", llvm="fabs"), Intrinsic("floor", llvm="floor"),
+    Intrinsic("rsqrt", emit="rsqrt"), Intrinsic("tanh", emit="tanh", libm=("tanhf", "tanh")),
+    Intrinsic("sigmoid", emit="sigmoid"), Intrinsic("erf", emit="erf", libm=("erff", "erf")),
+    Intrinsic("fabs", llvm="fabs"), Intrinsic("floor", llvm="floor"),
     Intrinsic("ceil", llvm="ceil"), Intrinsic("round", llvm="roundeven"), Intrinsic("trunc", llvm="trunc"),
     Intrinsic("pow", 2, llvm="pow"), Intrinsic("sin", llvm="sin"), Intrinsic("cos", llvm="cos"),
     Intrinsic("if_then_else", 3),
