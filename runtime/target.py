@@ -1,5 +1,6 @@
 """The host as a compilation target: LLVM's initialization, the one TargetMachine all our native code is
-generated and loaded with, and the check that code made elsewhere can run here.
+generated and loaded with, the check that code made elsewhere can run here, and the host's cache sizes
+(which size the kernels' blocks).
 
 Imports only llvmlite and the standard library (the thread pool and the object loader both need it).
 """
@@ -7,11 +8,13 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import os
 import threading
+from pathlib import Path
 
 import llvmlite.binding as llvm
 
-__all__ = ["init_llvm", "host_target_machine", "check_target"]
+__all__ = ["init_llvm", "host_target_machine", "check_target", "host_cache_bytes"]
 
 _LLVM_LOCK = threading.Lock()
 _LLVM_READY = False
@@ -94,3 +97,26 @@ def check_target(target: dict) -> None:
         raise ValueError(f"the executable was compiled for a CPU with {', '.join(missing)} "
                          f"({target.get('cpu', '?')}), which this host ({llvm.get_host_cpu_name()}) lacks: "
                          "rebuild it here")
+
+
+def host_cache_bytes(level: int, base: Path = Path("/sys/devices/system/cpu/cpu0/cache")) -> int:
+    """The size in bytes of the first CPU's level-``level`` data or unified cache (per core for the
+    L1 / L2 of an x86 core, the whole L3), from Linux's cache directory ``base`` (``index*/level``,
+    ``type`` and ``size`` such as ``2048K`` / ``480M``), else ``sysconf`` where Python knows the name;
+    0 when unknown (another OS, a VM that hides its caches)."""
+    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    try:
+        for idx in sorted(base.glob("index*")):
+            if (idx / "level").read_text().strip() != str(level):
+                continue
+            kind = idx / "type"
+            if kind.exists() and kind.read_text().strip() == "Instruction":
+                continue
+            text = (idx / "size").read_text().strip().upper()
+            return int(text[:-1]) * units[text[-1]] if text[-1] in units else int(text)
+    except (OSError, ValueError):
+        pass
+    try:
+        return max(0, int(os.sysconf(f"SC_LEVEL{level}_{'D' if level == 1 else ''}CACHE_SIZE")))
+    except (ValueError, OSError, AttributeError):
+        return 0

@@ -1382,22 +1382,31 @@ def test_benchmark_peak_and_target_with_avx512bf16(own_features):
 
 
 def test_benchmark_cache_sweep_sizes_from_the_l3(tmp_path):
-    """``benchmarks/host.l3_bytes`` reads the L3 size from Linux's cache directory (``480M``,
-    ``32768K``), skipping the other levels; bench_mlp's "alone" runs sweep twice that, at most
-    1 GiB."""
+    """``runtime.target.host_cache_bytes`` (and ``benchmarks/host.l3_bytes``) read a cache level's size
+    from Linux's cache directory (``480M``, ``32768K``), skipping the other levels and the L1
+    instruction cache; 0 for a level it does not list (where ``sysconf`` does not know either);
+    bench_mlp's "alone" runs sweep twice the L3, at most 1 GiB."""
+    from runtime.target import host_cache_bytes
+
     sys.path.insert(0, str(ROOT / "benchmarks"))
     try:
         import host
     finally:
         sys.path.remove(str(ROOT / "benchmarks"))
-    for i, (level, size) in enumerate((("1", "48K"), ("2", "2048K"), ("3", "480M"))):
+    for i, (level, kind, size) in enumerate((("1", "Instruction", "32K"), ("1", "Data", "48K"),
+                                             ("2", "Unified", "2048K"), ("3", "Unified", "480M"))):
         d = tmp_path / f"index{i}"
         d.mkdir()
         (d / "level").write_text(level + "\n")
+        (d / "type").write_text(kind + "\n")
         (d / "size").write_text(size + "\n")
     assert host.l3_bytes(tmp_path) == 480 << 20
-    (tmp_path / "index2" / "size").write_text("32768K\n")
+    assert host_cache_bytes(1, tmp_path) == 48 << 10 and host_cache_bytes(2, tmp_path) == 2 << 20
+    (tmp_path / "index3" / "size").write_text("32768K\n")
     assert host.l3_bytes(tmp_path) == 32 << 20
+    empty = tmp_path / "none"
+    empty.mkdir()
+    assert host_cache_bytes(4, empty) == 0
 
 
 def test_runtime_benchmark_measures_the_issue_limits():

@@ -404,7 +404,7 @@ class LinearEmitter(GemvFloat, Bf16Dot, GemvInt8, GemvTiles, GemmFloat, GemmInt8
         one chunk through every panel: its x stays in the core's L2 from panel to panel, where
         tasks of whole panels read all of x from L3 for each (the BLIS loop order, with each
         chunk packing its own weight panels). One chunk (``chunks = 1``) when x fits, the option
-        is 0, or a chunk would have fewer than ``TUNING["gemm_chunk_min_rows"]`` rows: each chunk
+        is 0 or less, or a chunk would have fewer than ``TUNING["gemm_chunk_min_rows"]`` rows: each chunk
         reads all the weights again to pack its panels, which outweighs the reads of x it saves
         (``N / NR`` panels each reading ``M x K``) for short chunks of large weights (TinyLlama's
         5632 -> 2048 float32 matmul at 128 rows in four chunks of 32 rows: 7% slower with the
@@ -412,7 +412,7 @@ class LinearEmitter(GemvFloat, Bf16Dot, GemvInt8, GemvTiles, GemmFloat, GemmInt8
         b = kf.b
         limit = TUNING["gemm_chunk_bytes"]
         MR = self.MR
-        if not limit:
+        if limit <= 0:
             return M, kf.i64(1)
         elem = 2 if self.bf16dot_gemm else 4
         min_rows = max(MR, TUNING["gemm_chunk_min_rows"])

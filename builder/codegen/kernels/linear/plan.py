@@ -7,6 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 
+from runtime.target import host_cache_bytes
+
 from ....ir import expr as E
 from ....ir import tir
 from ....ir.expr import PrimExpr, Var
@@ -19,6 +21,9 @@ from .int8_rows import int8_gemv_supported
 
 __all__ = ["TUNING", "WeightPlan", "LinearPlan", "plan_linear"]
 
+#: The float GEMM's default row chunk of x: half the host's L2 per core (beside the chunk, the L2 holds
+#: the packed weight panel and the chunk's accumulators), 1 MiB where the L2 is unknown.
+_GEMM_CHUNK = host_cache_bytes(2) // 2 or 1 << 20
 
 #: Tunables (read at code generation time).
 TUNING = {
@@ -56,9 +61,10 @@ TUNING = {
     "gemv_rows_q": 4,            # the same for packed 4 / 8-bit weights (8 spills with 16 registers)
     "kc_bytes": 0,               # packed panel KC x NR float32 bytes (0: 16 KiB, 64 KiB with 32 registers)
     "mr": 6,                     # GEMM micro-kernel rows
-    "gemm_chunk_bytes": 1 << 20,  # GEMM: x in chunks of rows of at most this many bytes, a task per chunk (0: off;
-                                 # Whisper-tiny encoder 144 -> 133 ms, 384 x 240 -> 384 at 3000 rows 1745 -> 1611 us,
-                                 # 2 threads, Xeon; 3321 -> 2640 us with the AVX2 kernels)
+    "gemm_chunk_bytes": _GEMM_CHUNK,  # GEMM: x in chunks of rows of at most this many bytes, a task per chunk (0:
+                                 # off; half the host's L2 per core, 1 MiB where unknown: Whisper-tiny encoder 144 ->
+                                 # 133 ms, 384 x 240 -> 384 at 3000 rows 1745 -> 1611 us, 2 threads, Xeon (L2 2 MiB);
+                                 # 3321 -> 2640 us with the AVX2 kernels)
     "gemm_chunk_min_rows": 128,  # ... unless a chunk would have fewer rows than this
     "parallel_min_macs": 1 << 18,
     "tasks_per_thread": 16,
