@@ -150,15 +150,21 @@ def erf_f32(em, x: ir.Value) -> ir.Value:
     return em.fcall("copysign", [b.select(b.fcmp_ordered("<", a, _splat(t, ERF_SMALL)), small, large), x])
 
 
+def _in_float32(em, x: ir.Value, name: str, f32) -> ir.Value:
+    """The intrinsic ``name`` of ``x``: ``f32(em, x)`` for float32 and float16 (computed in float32),
+    the C library's function (``INTRINSICS[name].libm``) for float64."""
+    b = em.b
+    if x.type == ir.DoubleType():
+        return em.libm_call(INTRINSICS[name].libm, x)
+    half = x.type == ir.HalfType()
+    y = f32(em, b.fpext(x, ir.FloatType()) if half else x)
+    return b.fptrunc(y, ir.HalfType()) if half else y
+
+
 def erf(em, x: ir.Value) -> ir.Value:
     """The ``erf`` intrinsic: :func:`erf_f32` for float32 and float16 (computed in float32), the C
     library's ``erf`` for float64."""
-    b = em.b
-    if x.type == ir.DoubleType():
-        return em.libm_call(INTRINSICS["erf"].libm, x)
-    half = x.type == ir.HalfType()
-    y = erf_f32(em, b.fpext(x, ir.FloatType()) if half else x)
-    return b.fptrunc(y, ir.HalfType()) if half else y
+    return _in_float32(em, x, "erf", erf_f32)
 
 
 def tanh_f32(em, x: ir.Value) -> ir.Value:
@@ -192,12 +198,7 @@ def tanh_f32(em, x: ir.Value) -> ir.Value:
 def tanh(em, x: ir.Value) -> ir.Value:
     """The ``tanh`` intrinsic: :func:`tanh_f32` for float32 and float16 (computed in float32), the C
     library's ``tanh`` for float64."""
-    b = em.b
-    if x.type == ir.DoubleType():
-        return em.libm_call(INTRINSICS["tanh"].libm, x)
-    half = x.type == ir.HalfType()
-    y = tanh_f32(em, b.fpext(x, ir.FloatType()) if half else x)
-    return b.fptrunc(y, ir.HalfType()) if half else y
+    return _in_float32(em, x, "tanh", tanh_f32)
 
 
 def rsqrt(em, x: ir.Value) -> ir.Value:
