@@ -97,9 +97,11 @@ class AttentionEmitter:
         n = 1
         while n < len(vs):
             n *= 2
+        if n > L:   # more rows than lanes: one row at a time
+            return [self._reduce_rows([v], op)[0] for v in vs]
         cur = list(vs) + [vs[-1]] * (n - len(vs))   # a power of two of rows (copies of the last)
         seg = L
-        while len(cur) > 1 and seg > 1:
+        while len(cur) > 1:
             half = seg // 2
             lo = [k * seg + t for k in range(L // seg) for t in range(half)]
             hi = [k * seg + half + t for k in range(L // seg) for t in range(half)]
@@ -108,8 +110,6 @@ class AttentionEmitter:
             cur = [op(b.shuffle_vector(cur[i], cur[i + 1], lo_idx), b.shuffle_vector(cur[i], cur[i + 1], hi_idx))
                    for i in range(0, len(cur), 2)]
             seg = half
-        if len(cur) > 1:   # more rows than lanes: the rest one at a time
-            return [self._reduce_rows([v], op)[0] for v in vs]
         v = cur[0]
         width = seg
         while width > 1:   # within each segment: swap its halves and combine
