@@ -12,6 +12,10 @@ two convolutions: 1.88 GFLOP), against the float32 FMA peak measured in the same
 pool's threads (``bench_mlp.compute_peak``: independent FMA chains; e.g. 200 GFLOP/s = 2 Zen 3
 cores x 2 FMA ports x 8 lanes x 2 x ~3.1 GHz), or the one given by ``--peak`` (GFLOP/s).
 On a shared machine take the best-of column (the median includes other processes' load).
+
+The encoder is also timed against HF transformers' ``WhisperEncoder`` (torch, SDPA attention, the pool's
+thread count) on the same weights when torch and transformers are installed (``--no-torch``: not), its
+output checked against ours first.
 """
 from __future__ import annotations
 
@@ -30,6 +34,7 @@ sys.path.insert(0, str(ROOT))
 from host import cpu_name  # noqa: E402  (benchmarks/host.py)
 import builder
 from builder.transform import ConvToGemm, Sequential
+from runtime.threadpool import get_num_threads
 
 _compile = sys.modules["builder.compile"]   # the module (builder.compile is also the function)
 
@@ -96,6 +101,36 @@ def kernel_times(m, x, runs: int) -> list[tuple[str, str, float]]:
     return [(k, m.exe.kernels.get(k, {}).get("kernel", "?"), float(np.median(v)) * 1e3) for k, v in times.items()]
 
 
+def torch_encoder(m, threads: int):
+    """HF transformers' ``WhisperEncoder`` with ``m``'s weights (the recipe's file names are HF's), as a
+    callable ``f(x: np.ndarray) -> np.ndarray``; None (with the reason printed) when torch or
+    transformers is missing."""
+    try:
+        import torch
+        from transformers import WhisperConfig
+        from transformers.models.whisper.modeling_whisper import WhisperEncoder
+    except ImportError as err:
+        print(f"torch anchor skipped: {err}")
+        return None
+    torch.set_num_threads(threads)
+    v = m.recipe.vars
+    cfg = WhisperConfig(num_mel_bins=v["num_mel_bins"], d_model=v["d_model"], encoder_layers=v["encoder_layers"],
+                        encoder_attention_heads=v["encoder_attention_heads"], encoder_ffn_dim=v["encoder_ffn_dim"],
+                        max_source_positions=1500, attn_implementation="sdpa")
+    enc = WhisperEncoder(cfg).eval()
+    keys = m.file_keys()
+    missing, unexpected = enc.load_state_dict({keys[n]: torch.from_numpy(np.array(a)) for n, a in m.params.items()},
+                                              strict=False)
+    if unexpected or set(missing) != {"embed_positions.weight"}:
+        raise ValueError(f"the HF encoder did not take the weights: missing {missing}, unexpected {unexpected}")
+    print(f"torch {torch.__version__} ({torch.get_num_threads()} threads): transformers WhisperEncoder, SDPA")
+
+    def run(x):
+        with torch.inference_mode():
+            return enc(torch.from_numpy(x)).last_hidden_state.numpy()
+    return run
+
+
 def numpy_gemms(runs: int) -> float:
     """Best time (ms) of the stem's two GEMMs in numpy on columns made beforehand (no im2col, bias
     or GELU): a calibration of the machine's current speed, not the same work."""
@@ -118,6 +153,7 @@ def main() -> None:
     ap.add_argument("--stem", action="store_true", help="the stem only")
     ap.add_argument("--kernels", action="store_true", help="per-kernel times of the stem")
     ap.add_argument("--runs", type=int, default=10)
+    ap.add_argument("--no-torch", action="store_true", help="no torch anchor for the encoder")
     ap.add_argument("--peak", type=float, default=None,
                     help="float32 FMA peak, GFLOP/s (default: measured now, all threads)")
     args = ap.parse_args()
@@ -135,17 +171,21 @@ def main() -> None:
         cases = [("stem", stem)] + ([] if args.stem else [("encoder", ROOT / "recipes" / "whisper_tiny_encoder.yaml")])
         for label, path in cases:
             models = {"loops": build(path, False), "gemm": build(path, True)}
-            for m in models.values():
-                m["forward"](x)
-            np.testing.assert_allclose(models["gemm"]["forward"](x), models["loops"]["forward"](x),
-                                       rtol=1e-3, atol=1e-3)
-            runs = {k: [] for k in models}
+            fns = {k: m["forward"] for k, m in models.items()}
+            for f in fns.values():
+                f(x)
+            np.testing.assert_allclose(fns["gemm"](x), fns["loops"](x), rtol=1e-3, atol=1e-3)
+            anchor = None if label != "encoder" or args.no_torch else torch_encoder(models["gemm"], get_num_threads())
+            if anchor is not None:
+                np.testing.assert_allclose(anchor(x), fns["gemm"](x), rtol=1e-3, atol=1e-3)
+                fns["torch"] = anchor
+            runs = {k: [] for k in fns}
             for i in range(args.runs):
-                for k, m in models.items():
+                for k, f in fns.items():
                     if k == "loops" and i >= max(2, args.runs // 4):
                         continue   # the loops take seconds: fewer runs
                     t = time.perf_counter()
-                    m["forward"](x)
+                    f(x)
                     runs[k].append(time.perf_counter() - t)
             for k, ts in runs.items():
                 med, best = float(np.median(ts)) * 1e3, min(ts) * 1e3
@@ -153,6 +193,8 @@ def main() -> None:
                 if label == "stem":
                     extra = (f"  {STEM_FLOPS / best / 1e6:6.1f} GFLOP/s best "
                              f"({STEM_FLOPS / best / 1e6 / args.peak:.0%} of {args.peak:.0f})")
+                if k != "gemm" and "gemm" in runs:
+                    extra += f"  ours (gemm) / {k}: {np.median(runs['gemm']) * 1e3 / med:.2f} (medians)"
                 print(f"{label:8s} {k:6s} median {med:9.2f} ms  best {best:9.2f} ms{extra}")
             if label == "stem":
                 print(f"{label:8s} numpy  best {numpy_gemms(args.runs):9.2f} ms  (its two GEMMs alone, OpenBLAS "

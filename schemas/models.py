@@ -256,7 +256,11 @@ class Attention(LayerEntry):
     num_kv_heads: Optional[Positive] = None
     head_dim: Optional[Positive] = None
     bias: bool = False
+    """Biases on ``q_proj`` / ``k_proj`` / ``v_proj`` (and ``o_proj`` unless ``out_bias`` says otherwise)."""
     out_bias: Optional[bool] = None
+    """The bias of ``o_proj`` (default: ``bias``)."""
+    key_bias: Optional[bool] = None
+    """The bias of ``k_proj`` (default: ``bias``; false in Whisper, whose ``k_proj`` alone has none)."""
     rope_theta: Optional[Annotated[float, Field(gt=0, allow_inf_nan=False)]] = None
     causal: bool = False
     dtype: Optional[DType] = None

