@@ -151,6 +151,44 @@ def test_minilm_cli_text_tokenizes_as_sentence_transformers(tmp_path, capsys):
     np.testing.assert_allclose(emb, ref["sentence_embedding"], atol=1e-5, rtol=0)
 
 
+@pytest.mark.parametrize("masked_lm", [False, True])
+def test_minilm_recipe_loads_other_bert_checkpoints(masked_lm, tmp_path):
+    """A randomly initialised HF BERT of other sizes (2 layers, hidden 48, 4 heads) saved with safetensors:
+    a ``BertModel``'s file as it is, a ``BertForMaskedLM``'s (encoder under ``bert.``, an MLM head beside
+    it) with ``weights_prefix=bert.``; ``forward`` matches HF's last hidden state with padding."""
+    torch = pytest.importorskip("torch", reason="the HF reference needs torch")
+    transformers = pytest.importorskip("transformers", reason="the HF reference needs transformers")
+    from safetensors.torch import save_file
+
+    torch.manual_seed(7)
+    cfg = transformers.BertConfig(vocab_size=97, hidden_size=48, num_hidden_layers=2, num_attention_heads=4,
+                                  intermediate_size=80, max_position_embeddings=40, hidden_act="gelu",
+                                  layer_norm_eps=1e-12, attn_implementation="eager")
+    hf = (transformers.BertForMaskedLM(cfg) if masked_lm else transformers.BertModel(cfg, add_pooling_layer=True))
+    hf = hf.eval()
+    bert = hf.bert if masked_lm else hf
+    with torch.no_grad():
+        for name, p in bert.named_parameters():
+            if "LayerNorm" in name:
+                p.add_(0.5 * torch.randn_like(p))
+    path = tmp_path / "bert.safetensors"
+    save_file({k: v.clone().contiguous() for k, v in hf.state_dict().items()}, str(path))   # tied: copies
+    ids = torch.randint(0, 97, (3, 11))
+    mask = torch.ones(3, 11, dtype=torch.int64)
+    mask[1, 7:] = 0
+    mask[2, 2:] = 0
+    types = torch.zeros(3, 11, dtype=torch.int64)
+    types[:, 5:] = 1
+    with torch.no_grad():
+        ref = bert(input_ids=ids, attention_mask=mask, token_type_ids=types).last_hidden_state.numpy()
+    overrides = ["vocab_size=97", "hidden_size=48", "num_layers=2", "num_heads=4", "intermediate_size=80",
+                 "max_position_embeddings=40"] + (["weights_prefix=bert."] if masked_lm else [])
+    m = builder.build(RECIPES / "minilm_l6.yaml", overrides, weights=path)
+    out = m["forward"](ids.numpy(), mask.numpy(), types.numpy())
+    keep = mask.numpy().astype(bool)   # padded positions are whatever each model computes there
+    np.testing.assert_allclose(out[keep], ref[keep], atol=2e-5, rtol=1e-5)
+
+
 # --- Whisper encoder -------------------------------------------------------------------------------
 
 def _layer_norm(x, w, b, eps=1e-5):
