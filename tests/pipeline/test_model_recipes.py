@@ -76,6 +76,46 @@ def test_llama_chunked_prefill_equals_one_prefill(llama):
                                llama["decode"](nxt, one, prompt.shape[1] + 1), atol=1e-5, rtol=0)
 
 
+def test_llama_recipe_loads_hf_checkpoints_with_biases_and_tied_embeddings(tmp_path):
+    """A randomly initialised HF ``LlamaForCausalLM`` of another shape (GQA 3:1, head_dim 24, biases on the
+    attention and MLP projections, tied embeddings: no ``lm_head.weight`` in the file) loads with
+    ``attention_bias`` / ``mlp_bias`` and a ``weights`` map naming the tied tensor; ``forward`` and
+    prefill + decode over the KV cache match HF's logits."""
+    torch = pytest.importorskip("torch", reason="the HF reference needs torch")
+    transformers = pytest.importorskip("transformers", reason="the HF reference needs transformers")
+    from safetensors.torch import save_file
+
+    from runtime import ContiguousKVCache
+
+    torch.manual_seed(11)
+    cfg = transformers.LlamaConfig(vocab_size=61, hidden_size=48, intermediate_size=72, num_hidden_layers=2,
+                                   num_attention_heads=6, num_key_value_heads=2, head_dim=24, rope_theta=500.0,
+                                   rms_norm_eps=1e-6, attention_bias=True, mlp_bias=True, tie_word_embeddings=True,
+                                   attn_implementation="eager")
+    hf = transformers.LlamaForCausalLM(cfg).eval()
+    with torch.no_grad():
+        for name, p in hf.named_parameters():
+            if "norm" in name or name.endswith("bias"):
+                p.add_(0.3 * torch.randn_like(p))
+    path = tmp_path / "llama.safetensors"
+    save_file({k: v.contiguous() for k, v in hf.state_dict().items() if k != "lm_head.weight"}, str(path))
+    ids = torch.randint(0, 61, (2, 9))
+    with torch.no_grad():
+        ref = hf(ids).logits.numpy()
+    m = builder.build(RECIPES / "llama.yaml", ["vocab_size=61", "hidden_size=48", "intermediate_size=72",
+                                               "num_layers=2", "num_heads=6", "num_kv_heads=2", "head_dim=24",
+                                               "rope_theta=500.0", "rms_norm_eps=1e-6", "attention_bias=true",
+                                               "mlp_bias=true",
+                                               "weights={map: {lm_head.weight: model.embed_tokens.weight}}"],
+                      weights=path)
+    np.testing.assert_allclose(m["forward"](ids.numpy()), ref, atol=3e-5, rtol=1e-5)
+    cache = ContiguousKVCache()
+    np.testing.assert_allclose(m["prefill"](ids.numpy()[:, :6], cache, 6)[:, 0], ref[:, 5], atol=3e-5, rtol=1e-5)
+    for t in range(6, 9):
+        np.testing.assert_allclose(m["decode"](ids.numpy()[:, t:t + 1], cache, t + 1)[:, 0], ref[:, t],
+                                   atol=3e-5, rtol=1e-5)
+
+
 def test_llama_cli_generates_the_reference_ids(capsys):
     ref = np.load(DATA / "llama_generate.npz")
     prompt = ";".join(",".join(map(str, row)) for row in ref["prompt_ids"])
