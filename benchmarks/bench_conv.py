@@ -87,10 +87,12 @@ def kernel_times(m, x, runs: int) -> list[tuple[str, str, float]]:
             times[entry.name].append(time.perf_counter() - t)
 
         self.lib.invoke = invoke
+        self.kernel_runs = False   # each call through lib.invoke
         try:
             return original(self, name, fn, args)
         finally:
             del self.lib.invoke
+            self.kernel_runs = True
 
     vm.VirtualMachine._run = run
     try:

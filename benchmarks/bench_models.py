@@ -125,8 +125,8 @@ def median(values) -> float:
 
 
 def profile_calls(model, fn) -> tuple[float, dict[str, float]]:
-    """Run ``fn()`` with every native kernel call (``vm.lib.invoke``) and extern call (KV cache, ...)
-    of ``model``'s VM timed; returns (wall seconds, {kernel group: seconds}); a group is the kernel
+    """Run ``fn()`` with every native kernel call (``vm.lib.invoke``, one by one: ``vm.kernel_runs`` off, so
+    the wall time includes the VM's call-by-call cost) and extern call (KV cache, ...) of ``model``'s VM timed; returns (wall seconds, {kernel group: seconds}); a group is the kernel
     name without its trailing digits (``fused_matmul_add_add3`` -> ``fused_matmul_add_add``), with
     the kernel family (``linear/avx2``, ``loops``) it ran; ``extern:NAME`` for externs."""
     import runtime.vm as rvm
@@ -153,6 +153,7 @@ def profile_calls(model, fn) -> tuple[float, dict[str, float]]:
         acc[key] = acc.get(key, 0.0) + time.perf_counter() - t0
 
     lib.invoke, rvm._call_extern = invoke, ext
+    model.vm.kernel_runs = False   # every kernel call through lib.invoke (runtime.kernel_runs runs them natively)
     try:
         t0 = time.perf_counter()
         fn()
@@ -160,6 +161,7 @@ def profile_calls(model, fn) -> tuple[float, dict[str, float]]:
     finally:
         del lib.invoke
         rvm._call_extern = orig_ext
+        model.vm.kernel_runs = True
     return wall, acc
 
 

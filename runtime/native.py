@@ -385,7 +385,7 @@ class NativeLibrary:
                 dims += a.shape
         rc = entry.cfunc(entry.pack_ptrs(*addrs), entry.pack_shapes(*dims))
         if rc:
-            raise ValueError(self._error_text(entry, rc, arrays))
+            raise ValueError(self.error_text(entry, rc, arrays))
 
     @staticmethod
     def _checked_args(entry: _Entry, arrays) -> tuple[list, list]:
@@ -417,7 +417,9 @@ class NativeLibrary:
         return addrs, dims
 
     @staticmethod
-    def _error_text(entry: _Entry, rc: int, arrays) -> str:
+    def error_text(entry: _Entry, rc: int, arrays) -> str:
+        """The message of kernel ``entry``'s nonzero return code ``rc`` for ``arrays`` (anything with a
+        ``shape`` per parameter): its error text, with the shape of the parameter the error names."""
         if not 1 <= rc <= len(entry.errors):
             return f"{entry.name}: failed with unknown error code {rc}"
         msg = entry.errors[rc - 1]

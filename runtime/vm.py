@@ -19,16 +19,25 @@ again, and computed afresh for another or a writable array (which may change bet
 Large outputs come from the VM's :class:`~runtime.memory.BufferPool` (``vm.pool``), and the plan drops
 each register that may hold one after its last use, so the buffers of one call serve the next (and
 the later steps of the same call) instead of faulting in fresh pages.
+
+Each stretch of two or more kernel calls between other instructions (builtins, externs, tuples) runs
+as one native call (:mod:`runtime.kernel_runs`): its argument tables are laid out once per set of symbolic
+dims, its intermediates live in an arena placed by their lifetimes, and only the arrays that come from
+outside are checked per run (a parameter once per array object). Whatever that path cannot take it
+leaves to the instructions' own steps, which raise the precise errors; ``vm.kernel_runs = False`` runs
+every call through :meth:`NativeLibrary.invoke` (for profilers that time each call).
 """
 from __future__ import annotations
 
 import math
 import operator
+import threading
 from typing import Any
 
 import numpy as np
 
 from .executable import Executable
+from .kernel_runs import Arena, KernelRun
 from .kv_cache import kv_cache_query_positions, kv_cache_update
 from .memory import CHECKED_ALLOCATION, BufferPool, check_allocation
 from .native import NativeLibrary, dim_to_str, eval_dim, numpy_dtype
@@ -348,6 +357,132 @@ class _Plan:
             self.steps.append(step)
             if pos in self.kills:
                 self.steps.append(self._kill_step(self.kills[pos]))
+        #: the same body with its stretches of kernel calls as :class:`runtime.kernel_runs.KernelRun` steps
+        #: (None: no stretch worth one); one run at a time uses them (``lock``: a second thread running
+        #: the function meanwhile takes ``steps``), since their intermediates live in one ``arena``
+        self.lock = threading.Lock()
+        self.arena = Arena()
+        self.fast_steps = self._fast_steps(body, steps, lib)
+
+    @staticmethod
+    def _writes(ins: Any) -> list | None:
+        """The registers instruction ``ins`` writes; None when it is malformed."""
+        op = ins[0] if isinstance(ins, list) and ins else None
+        try:
+            if op in ("call", "call_extern"):
+                return list(ins[3])
+            if op in ("call_builtin", "reshape", "get_item", "move", "tuple", "const", "null"):
+                return [ins[1]]
+        except (TypeError, IndexError):
+            return None
+        return []
+
+    @staticmethod
+    def _env_vars(dims: list, out: set) -> None:
+        """Add the names of the symbolic vars in the dim trees ``dims`` to ``out``."""
+        for d in dims:
+            if isinstance(d, list):
+                if len(d) == 2 and d[0] == "var" and isinstance(d[1], str):
+                    out.add(d[1])
+                else:
+                    _Plan._env_vars(d[1:], out)
+
+    def _fast_steps(self, body: list, steps: list, lib: NativeLibrary) -> list | None:
+        """``steps`` (one per instruction of ``body``) with the constants and kept weight transforms first
+        (they read only parameters), and each stretch of two or more kernel calls (with the reshapes
+        between them) as one :class:`~runtime.kernel_runs.KernelRun` step that falls back to its
+        instructions' own steps. None when the body writes a register twice or a parameter (not SSA), or
+        has no such stretch."""
+        nparams = len(self.fn["params"])
+        written: set = set()
+        for ins in body:
+            regs = self._writes(ins)
+            if regs is None or any(type(r) is not int or r < nparams or r in written for r in regs):
+                return None
+            written.update(regs)
+        kind = []
+        for pos, ins in enumerate(body):
+            op = ins[0] if isinstance(ins, list) and ins else None
+            k = "other"
+            if op == "const":
+                k = "hoist"
+            elif op == "reshape" and len(ins) == 4 and type(ins[2]) is int:
+                k = "reshape"
+            elif op == "call" and len(ins) == 5 and isinstance(ins[1], str) and ins[1] in lib:
+                _, kernel, arg_regs, out_regs, out_specs = ins
+                entry = lib.entry(kernel)
+                if entry.nparams != len(arg_regs) + len(out_regs):
+                    k = "other"
+                elif self._keeps(kernel, arg_regs, out_regs, out_specs):
+                    k = "hoist"
+                elif all(o[1] is not None or o[2] is not None
+                         for o in (self._output(pos, j, *spec) for j, spec in enumerate(out_specs))):
+                    k = "call"
+            kind.append(k)
+        reads_at: list = [set(r for r in self._reads(ins) if type(r) is int) for ins in body]
+        order = [pos for pos in range(len(body)) if kind[pos] == "hoist"]
+        order += [pos for pos in range(len(body)) if kind[pos] != "hoist"]
+        out: list = []
+        any_run = False
+        i = 0
+        while i < len(order):
+            j = i
+            while j < len(order) and kind[order[j]] in ("call", "reshape"):
+                j += 1
+            stretch = order[i:j]
+            if sum(kind[pos] == "call" for pos in stretch) >= 2:
+                out.append(self._run_step(body, stretch, reads_at, steps, lib))
+                any_run = True
+                i = j
+                continue
+            for pos in order[i:max(j, i + 1)]:
+                out.append(steps[pos])
+                if pos in self.kills:
+                    out.append(self._kill_step(self.kills[pos]))
+            i = max(j, i + 1)
+        return out if any_run else None
+
+    def _run_step(self, body: list, stretch: list, reads_at: list, steps: list, lib: NativeLibrary):
+        """The step of the stretch of kernel calls and reshapes at positions ``stretch``."""
+        inside = set(stretch)
+        items, defined, env_vars, kills, slow = [], set(), set(), [], []
+        for pos in stretch:
+            ins = body[pos]
+            if ins[0] == "call":
+                _, kernel, arg_regs, out_regs, out_specs = ins
+                outputs = []
+                for j, (dtype, dims) in enumerate(out_specs):
+                    np_dtype, static, k, _, _ = self._output(pos, j, dtype, dims)
+                    pooled = not (k is None and static is not None
+                                  and math.prod(static) * np_dtype.itemsize < self.pool.min_bytes)
+                    outputs.append((np_dtype, static, k, pooled))
+                    self._env_vars(dims, env_vars)
+                items.append(("call", lib.entry(kernel), list(arg_regs), list(out_regs), outputs))
+                defined.update(out_regs)
+            else:
+                _, dst, src, dims = ins
+                if all(type(d) is int for d in dims):
+                    static, k = (tuple(dims), -1 if min(dims, default=0) < 0 else math.prod(dims)), None
+                else:
+                    static, k = None, self._index[(pos, 0)]
+                self._env_vars(dims, env_vars)
+                items.append(("reshape", dst, src, static, k))
+                defined.add(dst)
+            kills += self.kills.get(pos, [])
+            slow.append(steps[pos])
+            if pos in self.kills:
+                slow.append(self._kill_step(self.kills[pos]))
+        escapes = {r for r in defined if r == self.ret
+                   or any(r in reads_at[pos] for pos in range(len(body)) if pos not in inside)}
+        run = KernelRun(self.name, items, escapes, len(self.fn["params"]), sorted(env_vars), kills, self.pool,
+                        self.arena, lib.error_text)
+
+        def step(regs, table, env):
+            if not run.run(regs, table, env):
+                for s in slow:
+                    s(regs, table, env)
+        step.kernel_run = run
+        return step
 
     @staticmethod
     def _reads(ins: Any) -> list:
@@ -663,6 +798,9 @@ class VirtualMachine:
         #: read-only weight arrays are passed: (kernel, id of the array) -> (array, output)
         self.kept: dict = {}
         self._transformed: dict[str, tuple] = {}   # function -> (its dict, transformed_params)
+        #: run stretches of kernel calls with one native call each (:mod:`runtime.kernel_runs`); False:
+        #: every kernel call goes through ``lib.invoke`` (what profilers that wrap it need)
+        self.kernel_runs = True
 
     def __getitem__(self, name: str):
         fn = self.exe._function(name)
@@ -772,8 +910,15 @@ class VirtualMachine:
         for i, a in enumerate(args):
             regs[i] = a if a.__class__ is np.ndarray and a.flags.c_contiguous else _contiguous(a)
         table = plan.shape_table(env)
-        for step in plan.steps:
-            step(regs, table, env)
+        if self.kernel_runs and plan.fast_steps is not None and plan.lock.acquire(blocking=False):
+            try:
+                for step in plan.fast_steps:
+                    step(regs, table, env)
+            finally:
+                plan.lock.release()
+        else:
+            for step in plan.steps:
+                step(regs, table, env)
         if plan.ret is None:
             raise ValueError(f"{name}: bytecode ended without ret")
         return regs[plan.ret]
