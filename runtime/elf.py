@@ -180,6 +180,8 @@ def read_object(data: bytes) -> ElfObject:
         if s.flags & ~_SECTION_FLAGS:
             _fail(f"section {s.name!r} has flags {s.flags:#x} (thread-local, grouped or compressed data), which "
                   "object code of ours never has")
+        if s.type == SHT_STRTAB and (s.size == 0 or data[s.offset + s.size - 1] != 0):
+            _fail(f"string table {s.name!r} is empty or does not end with a NUL byte")   # LLVM aborts on it
 
     symbols: list[tuple[str, int, int]] = []
     symtab_index = None

@@ -223,6 +223,9 @@ _DAMAGED_OBJECTS = textwrap.dedent("""
         if sh_type == 4 and size:
             cases[f"relocation symbol of section {k}"] = patch(off + 8, "<Q", (1 << 40) | 1)
             cases[f"relocation offset of section {k}"] = patch(off, "<Q", 1 << 40)
+        if sh_type == 3 and size:   # a string table whose last NUL is gone, or that is empty (LLVM aborts)
+            cases[f"string table {k} not NUL-terminated"] = patch(off + size - 1, "<B", 0x41)
+            cases[f"string table {k} empty"] = patch(shoff + 64 * k + 0x20, "<Q", 0)
         if sh_type == 2 and size > 24:
             cases[f"symbol name of section {k}"] = patch(off + 24, "<I", 1 << 30)
             cases[f"symbol section of section {k}"] = patch(off + 24 + 6, "<H", 4000)
@@ -254,6 +257,8 @@ def test_damaged_object_code_with_a_recomputed_digest_never_reaches_llvm(tiny, t
         assert what.startswith("ValueError: "), (name, what)
     assert "does not exist" in results["shstrndx 2049"]
     assert "x86-64" in results["machine aarch64"]
+    strtabs = [what for name, what in results.items() if name.startswith("string table")]
+    assert len(strtabs) >= 2 and any("does not end with a NUL byte" in what for what in strtabs)
 
 
 def test_executable_save_is_atomic(tiny, tmp_path):
