@@ -156,12 +156,15 @@ class KernelRun:
         defs: dict = {}
         first: dict = {}              # root -> the call that writes it
         last: dict = {}               # root -> the last call that reads it
+        later = {r for it in items for r in (it[3] if it[0] == "call" else [it[1]])}   # defined here
         call_no = -1
         for it in items:
             if it[0] == "call":
                 call_no += 1
                 _, entry, arg_regs, out_regs, outputs = it
                 for r in arg_regs:
+                    if r in later and r not in defs:
+                        self.usable = False   # read before it is written (damaged bytecode): the steps refuse it
                     if r in defs and defs[r][1] != "ext":
                         last[defs[r][0]] = call_no
                 for r, (dt, static, index, pooled) in zip(out_regs, outputs):
@@ -169,6 +172,8 @@ class KernelRun:
                     first[r] = call_no
             else:
                 _, dst, src, static, index = it
+                if src in later and src not in defs:
+                    self.usable = False
                 if src in defs and defs[src][1] != "ext":
                     root = defs[src][0]
                     defs[dst] = [root, "view", defs[root][2], static, index, False]
@@ -318,7 +323,7 @@ class KernelRun:
         code = run_kernels()(self.desc_addr, self.n)
         if code:
             i, rc = (code >> 32) - 1, code & 0xFFFFFFFF
-            entry, (_p0, d) = self.calls[i][1], self.regions[i]
+            entry, d = self.calls[i][1], self.regions[i][1]
             arrays = []
             for nd in entry.ndims:
                 arrays.append(SimpleNamespace(shape=tuple(dims[d:d + nd])))

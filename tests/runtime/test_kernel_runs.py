@@ -182,8 +182,9 @@ def test_a_parameter_array_replaced_or_changed_in_place_is_seen(chain):
 
 
 def test_a_damaged_stretch_never_takes_the_fast_path(chain, monkeypatch):
-    """A kernel that expects another dtype than the buffer a previous call of the stretch wrote (what a
-    damaged executable could say) leaves the stretch to the steps, which refuse it."""
+    """A kernel that expects another dtype than the buffer a previous call of the stretch wrote, or reads a
+    buffer before the call that writes it (what a damaged executable could say), leaves the stretch to
+    the steps, which refuse it."""
     f, _ = chain
     run = max(_runs(f), key=lambda r: r.n)
     assert run.usable
@@ -195,3 +196,6 @@ def test_a_damaged_stretch_never_takes_the_fast_path(chain, monkeypatch):
     damaged = KernelRun("forward", items, set(), run.nparams, run.env_vars, [], run.pool, run.arena,
                         run.error_text)
     assert not damaged.usable and damaged.run([None] * 64, [], {}) is False
+    backwards = KernelRun("forward", list(reversed(run.calls)), set(), run.nparams, run.env_vars, [], run.pool,
+                          run.arena, run.error_text)   # a call reads what a later one writes
+    assert not backwards.usable
