@@ -133,8 +133,9 @@ class KernelRun:
     outputs)`` (``entry``: the kernel's :class:`runtime.native._Entry`; ``outputs``: per output ``(numpy
     dtype, static shape or None, table index or None, whether it comes from the pool)``) or ``("reshape",
     dst, src, static (shape, elements) or None, table index or None)``; ``escapes``: the registers it
-    defines that are read after it or returned; ``nparams``: the function's parameter count (a
-    parameter's array is checked once per object); ``env_vars``: the symbolic dims its shapes depend on;
+    defines that are read after it or returned; ``stable``: the registers whose arrays are checked
+    once per array object (the parameters, constants and kept weight transforms: never pool buffers, which
+    a reference held here would keep from reuse); ``env_vars``: the symbolic dims its shapes depend on;
     ``kills``: registers to drop after it (their last reader is in it); ``pool``: the VM's
     :class:`runtime.memory.BufferPool`; ``arena``: the function's :class:`Arena`; ``error_text``:
     ``(entry, rc, arrays) -> str`` for a kernel's nonzero return code.
@@ -143,10 +144,10 @@ class KernelRun:
     ``usable`` is False when they always must (calls that disagree about a buffer's dtype or rank).
     """
 
-    def __init__(self, name: str, items: list, escapes: set, nparams: int, env_vars: list, kills: list,
+    def __init__(self, name: str, items: list, escapes: set, stable: set, env_vars: list, kills: list,
                  pool: Any, arena: Arena, error_text: Callable) -> None:
         self.name, self.pool, self.arena, self.error_text = name, pool, arena, error_text
-        self.nparams, self.env_vars, self.kills = nparams, list(env_vars), list(kills)
+        self.stable, self.env_vars, self.kills = frozenset(stable), list(env_vars), list(kills)
         self.calls = [it for it in items if it[0] == "call"]
         self.n = len(self.calls)
         self.usable = True
@@ -225,7 +226,7 @@ class KernelRun:
                     self.usable = False   # the stretch disagrees with a kernel: its steps raise
                 self.inner_slots.append((pi, di, r, info[0]))
         self.externals = [(r, root, dt, nd, places) for (r, root, dt, nd), places in ext.items()]
-        self.cached: list = [None] * len(self.externals)   # a parameter's (array, shape) in the tables
+        self.cached: list = [None] * len(self.externals)   # a stable array's (array, shape) in the tables
         self.key: tuple | None = None
         self.generation = -1
         self.shapes: dict = {}
@@ -296,10 +297,10 @@ class KernelRun:
                 return False
         elif self.generation != self.arena.generation:
             self._write_inner()
-        ptrs, dims, nparams, cached = self.ptrs, self.dims, self.nparams, self.cached
+        ptrs, dims, stable, cached = self.ptrs, self.dims, self.stable, self.cached
         for k, (r, root, dt, nd, places) in enumerate(self.externals):
             a = regs[root]
-            if root < nparams:
+            if root in stable:
                 hit = cached[k]
                 if hit is not None and hit[0] is a and hit[1] == a.shape:
                     continue
@@ -313,7 +314,7 @@ class KernelRun:
                 ptrs[pi] = addr
                 for q, v in enumerate(shape):
                     dims[di + q] = v
-            if root < nparams:
+            if root in stable:
                 cached[k] = (a, a.shape)
         made = {r: empty(shape, dt) for r, dt, shape, empty in self.out_allocs}
         if made:

@@ -421,6 +421,7 @@ class _Plan:
             kind.append(k)
         reads_at: list = [set(r for r in self._reads(ins) if type(r) is int) for ins in body]
         order = [pos for pos in range(len(body)) if kind[pos] == "hoist"]
+        stable = set(range(nparams)).union(*(self._writes(body[pos]) for pos in order))
         order += [pos for pos in range(len(body)) if kind[pos] != "hoist"]
         out: list = []
         any_run = False
@@ -431,7 +432,7 @@ class _Plan:
                 j += 1
             stretch = order[i:j]
             if sum(kind[pos] == "call" for pos in stretch) >= 2:
-                out.append(self._run_step(body, stretch, reads_at, steps, lib))
+                out.append(self._run_step(body, stretch, reads_at, steps, lib, stable))
                 any_run = True
                 i = j
                 continue
@@ -442,8 +443,9 @@ class _Plan:
             i = max(j, i + 1)
         return out if any_run else None
 
-    def _run_step(self, body: list, stretch: list, reads_at: list, steps: list, lib: NativeLibrary):
-        """The step of the stretch of kernel calls and reshapes at positions ``stretch``."""
+    def _run_step(self, body: list, stretch: list, reads_at: list, steps: list, lib: NativeLibrary, stable: set):
+        """The step of the stretch of kernel calls and reshapes at positions ``stretch`` (``stable``: the
+        registers of parameters, constants and kept weight transforms)."""
         inside = set(stretch)
         items, defined, env_vars, kills, slow = [], set(), set(), [], []
         for pos in stretch:
@@ -474,7 +476,7 @@ class _Plan:
                 slow.append(self._kill_step(self.kills[pos]))
         escapes = {r for r in defined if r == self.ret
                    or any(r in reads_at[pos] for pos in range(len(body)) if pos not in inside)}
-        run = KernelRun(self.name, items, escapes, len(self.fn["params"]), sorted(env_vars), kills, self.pool,
+        run = KernelRun(self.name, items, escapes, stable, sorted(env_vars), kills, self.pool,
                         self.arena, lib.error_text)
 
         def step(regs, table, env):

@@ -193,9 +193,9 @@ def test_a_damaged_stretch_never_takes_the_fast_path(chain, monkeypatch):
     items = []
     for it in (("call", c[1], c[2], c[3], [(np.dtype("float64"),) + o[1:] for o in c[4]]) for c in run.calls):
         items.append(it)
-    damaged = KernelRun("forward", items, set(), run.nparams, run.env_vars, [], run.pool, run.arena,
+    damaged = KernelRun("forward", items, set(), run.stable, run.env_vars, [], run.pool, run.arena,
                         run.error_text)
     assert not damaged.usable and damaged.run([None] * 64, [], {}) is False
-    backwards = KernelRun("forward", list(reversed(run.calls)), set(), run.nparams, run.env_vars, [], run.pool,
+    backwards = KernelRun("forward", list(reversed(run.calls)), set(), run.stable, run.env_vars, [], run.pool,
                           run.arena, run.error_text)   # a call reads what a later one writes
     assert not backwards.usable
