@@ -172,8 +172,9 @@ def judge_cli(result: dict, limits: Limits, recipe_path: str | None = None) -> l
         return []
     lines = [ln for ln in err.split("\n") if ln.strip()]   # not splitlines: user text may hold \x1c-\x1e
     if rc == 2:
-        if lines and lines[0].startswith("usage: build") and lines[-1].startswith("build: error: "):
-            return []   # argparse's usage error: an argument that starts with '-' is an option
+        if lines and lines[0].startswith("usage: build") and any(ln.startswith("build: error: ") for ln in lines):
+            return []   # argparse's usage error: an argument that starts with '-' is an option (its text,
+            #             quoted in the error line, may hold newlines)
         if not lines or not lines[0].startswith("error: recipe has"):
             return [f"exit 2 without the recipe-problem header: {err[-500:]!r}"]
         bad = [ln for ln in lines[1:] if not _ISSUE_AT.match(ln)
