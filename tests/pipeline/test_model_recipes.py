@@ -19,6 +19,7 @@ import pytest
 
 import builder
 from builder.cli import main
+from runtime.native import bfloat16_bits_to_float32, float32_to_bfloat16_bits
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "tests" / "data"
@@ -251,17 +252,14 @@ def _conv1d(x, w, b, stride, pad):
 def _whisper_reference(x, P, heads=6, layers=4):
     h = _gelu(_conv1d(x, P["conv1.weight"], P["conv1.bias"], 1, 1))
     h = _gelu(_conv1d(h, P["conv2.weight"], P["conv2.bias"], 2, 1)).transpose(0, 2, 1)
-    n, d = h.shape[1], h.shape[2]
-    inc = np.log(10000.0) / (d // 2 - 1)
-    t = np.arange(n)[:, None] * np.exp(-inc * np.arange(d // 2))[None, :]
-    h = h + np.concatenate([np.sin(t), np.cos(t)], axis=1)
+    h = h + P["embed_positions.weight"][:h.shape[1]]
     for i in range(layers):
         p = lambda k: P[f"layers.{i}.{k}"]   # noqa: E731
         a = _layer_norm(h, p("self_attn_layer_norm.weight"), p("self_attn_layer_norm.bias"))
         q, k, v = (a @ p(f"self_attn.{n}_proj.weight").T + P.get(f"layers.{i}.self_attn.{n}_proj.bias", 0.0)
                    for n in "qkv")
         split = lambda t: t.reshape(t.shape[0], t.shape[1], heads, -1).transpose(0, 2, 1, 3)   # noqa: E731
-        s = split(q) @ split(k).transpose(0, 1, 3, 2) / np.sqrt(d // heads)
+        s = split(q) @ split(k).transpose(0, 1, 3, 2) / np.sqrt(h.shape[2] // heads)
         s = np.exp(s - s.max(-1, keepdims=True))
         o = (s / s.sum(-1, keepdims=True)) @ split(v)
         o = o.transpose(0, 2, 1, 3).reshape(h.shape)
@@ -318,9 +316,29 @@ def test_whisper_encoder_loads_hf_checkpoints(whole, tmp_path):
     with torch.no_grad():
         ref = encoder(x).last_hidden_state.numpy()
     overrides = ["num_mel_bins=16", "d_model=64", "encoder_layers=2", "encoder_attention_heads=4",
-                 "encoder_ffn_dim=96"] + (["weights_prefix=model.encoder."] if whole else [])
+                 "encoder_ffn_dim=96", "max_source_positions=25"] + (["weights_prefix=model.encoder."] if whole else [])
     m = builder.build(RECIPES / "whisper_tiny_encoder.yaml", overrides, weights=path)
     np.testing.assert_allclose(m["forward"](x.numpy()), ref, atol=2e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("overrides,tol", [(["dtype=float16"], 5e-3), (["dtype=bfloat16"], 3e-2),
+                                           (["quantization=q4f16_1"], 1.5e-1)])
+def test_whisper_encoder_in_16_bits_and_quantized(overrides, tol, tmp_path):
+    """The recipe in float16 / bfloat16 and q4f16_1 (weights, input and the position table all in the
+    model's dtype) runs on the float32 model's weights and stays near its output (relative to its largest
+    value: the precision of the format)."""
+    small = ["num_mel_bins=16", "d_model=64", "encoder_layers=2", "encoder_attention_heads=4", "encoder_ffn_dim=96"]
+    ref_model = builder.build(RECIPES / "whisper_tiny_encoder.yaml", small, seed=4)
+    path = tmp_path / "w.safetensors"
+    ref_model.save_params(path)
+    x = np.random.default_rng(2).standard_normal((2, 16, 41)).astype(np.float32)
+    ref = ref_model["forward"](x)
+    m = builder.build(RECIPES / "whisper_tiny_encoder.yaml", small + overrides, weights=path)
+    dtype = {"dtype=bfloat16": "bfloat16"}.get(overrides[0], "float16")   # q4f16_1: float16 activations
+    y = m["forward"](float32_to_bfloat16_bits(x) if dtype == "bfloat16" else x.astype(np.float16))
+    y = bfloat16_bits_to_float32(y) if dtype == "bfloat16" else y.astype(np.float32)
+    assert y.shape == ref.shape and np.isfinite(y).all()
+    assert np.abs(y - ref).max() <= tol * np.abs(ref).max()
 
 
 @pytest.mark.parametrize("name", sorted(p.name for p in RECIPES.glob("*.yaml")))
