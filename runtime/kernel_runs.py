@@ -210,7 +210,7 @@ class KernelRun:
             self.desc[3 * i + 2] = base_d + 8 * d0
         self.desc_addr = ctypes.addressof(self.desc)
         # what each slot holds; the buffers made here checked against the kernels once
-        self.inner_slots: list = []   # (ptr index, dims index, reg, root): buffers made here, their views
+        self.inner_slots: list = []   # (ptr index, dims index, reg, root, ndim): buffers made here, their views
         ext: dict = {}                # (reg, root, dtype, ndim) -> [(ptr index, dims index), ...]
         for i, j, r, pi, di, nd in slots:
             entry = self.calls[i][1]
@@ -224,7 +224,7 @@ class KernelRun:
                 if defs[info[0]][2] != entry.dtypes[j] or (static is not None and len(static[0] if info[1] == "view"
                                                                                       else static) != nd):
                     self.usable = False   # the stretch disagrees with a kernel: its steps raise
-                self.inner_slots.append((pi, di, r, info[0]))
+                self.inner_slots.append((pi, di, r, info[0], nd))
         self.externals = [(r, root, dt, nd, places) for (r, root, dt, nd), places in ext.items()]
         self.cached: list = [None] * len(self.externals)   # a stable array's (array, shape) in the tables
         self.key: tuple | None = None
@@ -247,6 +247,8 @@ class KernelRun:
                 if size < 0 or (kind == "view" and size != math.prod(shapes[root])):
                     return False
             shapes[r] = shape
+        if any(len(shapes[r]) != nd for _pi, _di, r, _root, nd in self.inner_slots):
+            return False              # a rank the kernel does not take (damaged bytecode): its steps raise
         offsets: dict = {}            # first fit by lifetime
         live: list = []               # (offset, bytes, last reader)
         total = Arena.ALIGN
@@ -276,7 +278,7 @@ class KernelRun:
 
     def _write_inner(self) -> None:
         ptrs, dims, base = self.ptrs, self.dims, self.arena.base
-        for pi, di, r, root in self.inner_slots:
+        for pi, di, r, root, _nd in self.inner_slots:
             if root in self.offsets:
                 ptrs[pi] = base + self.offsets[root]
             for k, v in enumerate(self.shapes[r]):
@@ -318,7 +320,7 @@ class KernelRun:
                 cached[k] = (a, a.shape)
         made = {r: empty(shape, dt) for r, dt, shape, empty in self.out_allocs}
         if made:
-            for pi, _di, _r, root in self.inner_slots:
+            for pi, _di, _r, root, _nd in self.inner_slots:
                 if root in made:
                     ptrs[pi] = _address(made[root])
         code = run_kernels()(self.desc_addr, self.n)
