@@ -419,7 +419,11 @@ class _Plan:
                          for o in (self._output(pos, j, *spec) for j, spec in enumerate(out_specs))):
                     k = "call"
             kind.append(k)
-        reads_at: list = [set(r for r in self._reads(ins) if type(r) is int) for ins in body]
+        readers: dict = {}            # register -> the positions that read it
+        for pos, ins in enumerate(body):
+            for r in self._reads(ins):
+                if type(r) is int:
+                    readers.setdefault(r, []).append(pos)
         order = [pos for pos in range(len(body)) if kind[pos] == "hoist"]
         stable = set(range(nparams)).union(*(self._writes(body[pos]) for pos in order))
         order += [pos for pos in range(len(body)) if kind[pos] != "hoist"]
@@ -432,7 +436,7 @@ class _Plan:
                 j += 1
             stretch = order[i:j]
             if sum(kind[pos] == "call" for pos in stretch) >= 2:
-                out.append(self._run_step(body, stretch, reads_at, steps, lib, stable))
+                out.append(self._run_step(body, stretch, readers, steps, lib, stable))
                 any_run = True
                 i = j
                 continue
@@ -443,9 +447,10 @@ class _Plan:
             i = max(j, i + 1)
         return out if any_run else None
 
-    def _run_step(self, body: list, stretch: list, reads_at: list, steps: list, lib: NativeLibrary, stable: set):
-        """The step of the stretch of kernel calls and reshapes at positions ``stretch`` (``stable``: the
-        registers of parameters, constants and kept weight transforms)."""
+    def _run_step(self, body: list, stretch: list, readers: dict, steps: list, lib: NativeLibrary, stable: set):
+        """The step of the stretch of kernel calls and reshapes at positions ``stretch`` (``readers``: register
+        -> positions reading it; ``stable``: the registers of parameters, constants and kept weight
+        transforms)."""
         inside = set(stretch)
         items, defined, env_vars, kills, slow = [], set(), set(), [], []
         for pos in stretch:
@@ -474,8 +479,7 @@ class _Plan:
             slow.append(steps[pos])
             if pos in self.kills:
                 slow.append(self._kill_step(self.kills[pos]))
-        escapes = {r for r in defined if r == self.ret
-                   or any(r in reads_at[pos] for pos in range(len(body)) if pos not in inside)}
+        escapes = {r for r in defined if r == self.ret or any(pos not in inside for pos in readers.get(r, ()))}
         run = KernelRun(self.name, items, escapes, stable, sorted(env_vars), kills, self.pool,
                         self.arena, lib.error_text)
 
