@@ -181,7 +181,7 @@ def test_a_parameter_array_replaced_or_changed_in_place_is_seen(chain):
         g(x, y, w2, v.astype("float64"))
 
 
-def test_a_damaged_stretch_never_takes_the_fast_path(chain, monkeypatch):
+def test_a_damaged_stretch_never_takes_the_fast_path(chain):
     """A kernel that expects another dtype than the buffer a previous call of the stretch wrote, or reads a
     buffer before the call that writes it (what a damaged executable could say), leaves the stretch to
     the steps, which refuse it."""
@@ -190,9 +190,7 @@ def test_a_damaged_stretch_never_takes_the_fast_path(chain, monkeypatch):
     assert run.usable
     from runtime.kernel_runs import KernelRun
 
-    items = []
-    for it in (("call", c[1], c[2], c[3], [(np.dtype("float64"),) + o[1:] for o in c[4]]) for c in run.calls):
-        items.append(it)
+    items = [("call", c[1], c[2], c[3], [(np.dtype("float64"),) + o[1:] for o in c[4]]) for c in run.calls]
     damaged = KernelRun("forward", items, set(), run.stable, run.env_vars, [], run.pool, run.arena,
                         run.error_text)
     assert not damaged.usable and damaged.run([None] * 64, [], {}) is False
