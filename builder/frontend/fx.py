@@ -92,13 +92,13 @@ def from_fx(fx_module, input_shapes: Sequence[Sequence[int | str]], call_functio
     import torch
     from torch import fx
 
+    input_shapes = list(input_shapes)
     if not isinstance(fx_module, fx.GraphModule):
         if not isinstance(fx_module, torch.nn.Module):
             raise TypeError(f"from_fx: expected a torch.fx.GraphModule or torch.nn.Module, got "
                             f"{type(fx_module).__name__}")
-        fx_module = _trace(fx_module)
+        fx_module = _trace(fx_module, len(input_shapes))
     placeholders = [n for n in fx_module.graph.nodes if n.op == "placeholder"]
-    input_shapes = list(input_shapes)
     if len(input_shapes) != len(placeholders):
         raise FrontendError(f"from_fx: {len(input_shapes)} input shapes for {len(placeholders)} placeholders "
                             f"({', '.join(n.name for n in placeholders)})")
@@ -179,21 +179,33 @@ def _lookup_type(table: dict, cls: type):
     return None
 
 
-def _trace(module):
+#: A wrapper's ``forward`` per number of inputs: torch.fx makes one placeholder per named parameter (a
+#: ``*args`` would be one placeholder holding a tuple, which the inner call cannot unpack).
+_WRAPPER_FORWARDS = (
+    lambda self, a: self.inner(a),
+    lambda self, a, b: self.inner(a, b),
+    lambda self, a, b, c: self.inner(a, b, c),
+    lambda self, a, b, c, d: self.inner(a, b, c, d),
+    lambda self, a, b, c, d, e: self.inner(a, b, c, d, e),
+    lambda self, a, b, c, d, e, f: self.inner(a, b, c, d, e, f),
+)
+
+
+def _trace(module, num_inputs: int):
+    """``module`` traced by torch.fx into a GraphModule; a ``torch.nn`` module itself (a leaf for fx) is
+    wrapped first, its ``num_inputs`` inputs passed positionally. Raises FrontendError for a leaf with more
+    inputs than :data:`_WRAPPER_FORWARDS` covers."""
     import torch
     from torch import fx
 
     tracer = fx.Tracer()
     if tracer.is_leaf_module(module, ""):
-        class _Wrap(torch.nn.Module):
-            def __init__(self, inner):
-                super().__init__()
-                self.inner = inner
-
-            def forward(self, *args):
-                return self.inner(*args)
-
-        module = _Wrap(module)
+        if not 1 <= num_inputs <= len(_WRAPPER_FORWARDS):
+            raise FrontendError(f"from_fx: a bare {type(module).__name__} with {num_inputs} inputs: wrap it in a "
+                                "module of your own (1 to 6 inputs are wrapped here)")
+        wrapper = type("_Wrap", (torch.nn.Module,), {"forward": _WRAPPER_FORWARDS[num_inputs - 1]})()
+        wrapper.inner = module
+        module = wrapper
     tracer = fx.Tracer()
     tracer.record_stack_traces = True     # errors then name the model's source line
     graph = tracer.trace(module)

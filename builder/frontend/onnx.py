@@ -378,7 +378,7 @@ class _Importer:
         hit = self.const_cache.get(id(arr))
         if hit is not None and hit[0] is arr:
             return hit[1]
-        t = Tensor(_expr=rx.Constant(np.ascontiguousarray(arr)))
+        t = Tensor(_expr=rx.Constant(np.ascontiguousarray(arr).reshape(np.shape(arr))))   # keeps 0-d arrays 0-d
         self.const_cache[id(arr)] = (arr, t)
         return t
 
@@ -491,8 +491,8 @@ class _Importer:
         if not isinstance(outs, (list, tuple)):
             outs = [outs]
         for name, v in zip(node.output, outs):
-            if name:
-                self.env[name] = v
+            if name:   # numpy folds of 0-d arrays give numpy scalars: kept as 0-d arrays
+                self.env[name] = np.asarray(v) if isinstance(v, np.generic) else v
         for name in node.output[len(outs):]:
             if name:
                 self.env[name] = _Unavailable(node, name)

@@ -105,6 +105,23 @@ def test_gather_embedding_and_index():
     run_both(model, [{"ids": RNG.integers(-10, 10, (2, 3))}, {"ids": RNG.integers(0, 10, (3, 6))}])
 
 
+@pytest.mark.parametrize("scalar_input", [False, True])
+def test_scalars_stay_0d(scalar_input):
+    """A 0-d index drops the gathered axis (``x[:, 0]`` as exporters write it: Gather with a scalar), 0-d
+    constants stay 0-d, and numpy folds of 0-d integer constants (Abs, Neg, Cast) stay tensors."""
+    nodes = [helper.make_node("Gather", ["x", "i"], ["g"], axis=1),                 # (3, 5)
+             helper.make_node("Abs", ["k"], ["ak"]), helper.make_node("Neg", ["ak"], ["nk"]),
+             helper.make_node("Cast", ["nk"], ["fk"], to=F),                       # -2.0, 0-d
+             helper.make_node("Mul", ["g", "fk"], ["y"])]
+    inits = [("k", np.array(-2, np.int64))] + ([] if scalar_input else [("i", np.array(0, np.int64))])
+    inputs = [helper.make_tensor_value_info("x", F, [3, 4, 5])]
+    if scalar_input:
+        inputs.append(helper.make_tensor_value_info("i", I64, []))
+    model = make_model(nodes, inputs, [helper.make_tensor_value_info("y", F, [3, 5])], inits)
+    feeds = [{"x": rand(3, 4, 5)} | ({"i": np.array(2, np.int64)} if scalar_input else {})]
+    run_both(model, feeds)
+
+
 def test_slice_and_where_and_expand():
     nodes = [helper.make_node("Slice", ["x", "starts", "ends", "axes", "steps"], ["s"]),
              helper.make_node("Greater", ["s", "zero"], ["c"]),

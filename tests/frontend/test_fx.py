@@ -163,6 +163,23 @@ def test_transformer_encoder_layer_with_symbolic_batch_and_sequence(norm_first, 
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
+def test_a_bare_torch_nn_module_is_wrapped_and_traced():
+    """``from_fx(nn.Linear(...))`` and a bare ``TransformerEncoderLayer``: the module is traced as the only
+    child of a wrapper taking its inputs positionally, and translated by its module map entry."""
+    torch.manual_seed(4)
+    lin = nn.Linear(4, 3).eval()
+    x = torch.randn(5, 4)
+    with torch.no_grad():
+        np.testing.assert_allclose(_run(from_fx(lin, [("n", 4)]), x.numpy()), lin(x).numpy(), rtol=1e-5, atol=1e-6)
+    layer = nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0, batch_first=True).eval()
+    x = torch.randn(2, 5, 8)
+    with torch.no_grad():
+        np.testing.assert_allclose(_run(from_fx(layer, [(2, "seq", 8)]), x.numpy()), layer(x).numpy(),
+                                   rtol=1e-4, atol=1e-5)
+    with pytest.raises(FrontendError, match="wrap it"):
+        from_fx(nn.Bilinear(2, 2, 1), [])
+
+
 def test_multihead_attention_returns_averaged_weights():
     torch.manual_seed(3)
     mha = nn.MultiheadAttention(32, 4).eval()     # sequence-first, need_weights=True by default
