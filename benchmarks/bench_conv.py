@@ -118,7 +118,7 @@ def torch_encoder(m, threads: int):
     v = m.recipe.vars
     cfg = WhisperConfig(num_mel_bins=v["num_mel_bins"], d_model=v["d_model"], encoder_layers=v["encoder_layers"],
                         encoder_attention_heads=v["encoder_attention_heads"], encoder_ffn_dim=v["encoder_ffn_dim"],
-                        max_source_positions=1500, attn_implementation="sdpa")
+                        max_source_positions=v["max_source_positions"], attn_implementation="sdpa")
     enc = WhisperEncoder(cfg).eval()
     keys = m.file_keys()
     missing, unexpected = enc.load_state_dict({keys[n]: torch.from_numpy(np.array(a)) for n, a in m.params.items()},

@@ -73,8 +73,8 @@ class Attention(Module):
 
     def __init__(self, hidden_size: int, num_heads: int, num_kv_heads: int | None = None,
                  head_dim: int | None = None, bias: bool = False, out_bias: bool | None = None,
-                 key_bias: bool | None = None, rope_theta: float | None = None, causal: bool = False, dtype: str | None = None,
-                 tensor_parallel_shards: int = 1, tensor_parallel: bool = True) -> None:
+                 key_bias: bool | None = None, rope_theta: float | None = None, causal: bool = False,
+                 dtype: str | None = None, tensor_parallel_shards: int = 1, tensor_parallel: bool = True) -> None:
         hidden_size = _positive_int(hidden_size, "hidden_size")
         num_heads = _positive_int(num_heads, "num_heads")
         num_kv_heads = num_heads if num_kv_heads is None else _positive_int(num_kv_heads, "num_kv_heads")
