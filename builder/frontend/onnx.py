@@ -880,6 +880,43 @@ def _softmax(im, node, ins, at):
     return op.softmax(im.tensor(ins[0]), axis=int(at.get("axis", -1)))
 
 
+@_register("LogSoftmax")
+def _log_softmax(im, node, ins, at):
+    """``x - max - log(sum(exp(x - max)))`` along ``axis`` (opset 13; the max keeps it finite where the
+    softmax itself would underflow to 0, as onnxruntime's and PyTorch's kernels do)."""
+    _check_inputs(ins, node)
+    x = im.tensor(ins[0])
+    nd = len(x.shape)
+    axis = int(at.get("axis", -1))
+    if not -nd <= axis < nd:
+        raise ONNXImportError(f"axis {axis} is out of range for a {nd}-d input")
+    shifted = op.subtract(x, op.max(x, axis=axis, keepdims=True))
+    return op.subtract(shifted, op.log(op.sum(op.exp(shifted), axis=axis, keepdims=True)))
+
+
+@_register("Clip")
+def _clip(im, node, ins, at):
+    """``min(max(x, lo), hi)``, the bounds optional scalar inputs (opset 11 on); with ``lo > hi`` every value
+    is ``hi``, as ONNX specifies."""
+    _check_inputs(ins, node)
+    x = ins[0]
+    lo = ins[1] if len(ins) > 1 else None
+    hi = ins[2] if len(ins) > 2 else None
+    t = im.tensor(x)
+    for bound, fn in ((lo, op.maximum), (hi, op.minimum)):
+        if bound is None:
+            continue
+        if isinstance(bound, np.ndarray):
+            if bound.size != 1:
+                raise ONNXImportError(f"a Clip bound must be a scalar, got shape {bound.shape}")
+            bound = bound.reshape(()).astype(t.dtype)
+        b = im.tensor(bound)
+        if b.dtype != t.dtype or len(b.shape) not in (0, 1):
+            raise ONNXImportError(f"a Clip bound must be a scalar of the input's dtype {t.dtype}")
+        t = fn(t, b)
+    return t
+
+
 @_register("LayerNormalization")
 def _layer_norm(im, node, ins, at):
     _check_inputs(ins, node)

@@ -105,6 +105,28 @@ def test_gather_embedding_and_index():
     run_both(model, [{"ids": RNG.integers(-10, 10, (2, 3))}, {"ids": RNG.integers(0, 10, (3, 6))}])
 
 
+@pytest.mark.parametrize("axis", [-1, 0, 1])
+def test_log_softmax_stays_finite(axis):
+    """LogSoftmax along each axis, with values far apart (softmax underflows to 0 where log(softmax) would be
+    -inf), on a symbolic batch at two sizes."""
+    model = make_model([helper.make_node("LogSoftmax", ["x"], ["y"], axis=axis)],
+                       [helper.make_tensor_value_info("x", F, ["b", 6])],
+                       [helper.make_tensor_value_info("y", F, ["b", 6])])
+    x1, x2 = rand(3, 6) * 50, rand(5, 6)
+    x1[0, 0] = -200.0
+    run_both(model, [{"x": x1}, {"x": x2}], tol=1e-4)
+
+
+@pytest.mark.parametrize("bounds", [("lo", "hi"), ("lo", ""), ("", "hi"), ("hi", "lo")])
+def test_clip_with_optional_bounds(bounds):
+    """Clip with both bounds, one (an empty input name for the other), and lo > hi (every value is hi)."""
+    inits = [("lo", np.array(-0.5, np.float32)), ("hi", np.array(0.75, np.float32))]
+    model = make_model([helper.make_node("Clip", ["x", *bounds], ["y"])],
+                       [helper.make_tensor_value_info("x", F, ["n", 4])],
+                       [helper.make_tensor_value_info("y", F, ["n", 4])], inits)
+    run_both(model, [{"x": rand(3, 4)}, {"x": rand(1, 4)}])
+
+
 @pytest.mark.parametrize("scalar_input", [False, True])
 def test_scalars_stay_0d(scalar_input):
     """A 0-d index drops the gathered axis (``x[:, 0]`` as exporters write it: Gather with a scalar), 0-d
