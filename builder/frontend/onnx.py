@@ -894,6 +894,34 @@ def _log_softmax(im, node, ins, at):
     return op.subtract(shifted, op.log(op.sum(op.exp(shifted), axis=axis, keepdims=True)))
 
 
+@_register("Pad")
+def _pad(im, node, ins, at):
+    """``Pad`` (opset 13 on: ``pads`` input, all begins then all ends, optional ``constant_value`` and, from
+    opset 18, ``axes``) in ``constant``, ``reflect`` or ``edge`` mode. Raises ONNXImportError for ``wrap``,
+    negative pads (cropping) or a computed pad value."""
+    _check_inputs(ins, node)
+    x = im.tensor(ins[0])
+    nd = len(x.shape)
+    mode = at.get("mode", "constant")
+    if mode not in ("constant", "reflect", "edge"):
+        raise ONNXImportError(f"mode {mode!r} is not supported (constant, reflect, edge)")
+    pads = im.ints(ins[1], "pads")
+    axes = im.ints(ins[3], "axes") if len(ins) > 3 and ins[3] is not None else list(range(nd))
+    if any(not -nd <= a < nd for a in axes) or len({a % nd for a in axes}) != len(axes):
+        raise ONNXImportError(f"axes {axes} are out of range or repeated for a {nd}-d input")
+    if len(pads) != 2 * len(axes):
+        raise ONNXImportError(f"{len(pads)} pads for {len(axes)} axes (need 2 per axis)")
+    if any(p < 0 for p in pads):
+        raise ONNXImportError(f"negative pads {pads} (cropping) are not supported")
+    width = [0] * (2 * nd)
+    for i, a in enumerate(axes):
+        width[2 * (a % nd)], width[2 * (a % nd) + 1] = pads[i], pads[i + len(axes)]
+    value = ins[2] if len(ins) > 2 and ins[2] is not None else np.zeros(())
+    if not isinstance(value, np.ndarray) or value.size > 1:
+        raise ONNXImportError("constant_value must be a constant scalar")
+    return op.pad(x, width, mode=mode, value=float(value.ravel()[0]) if value.size else 0.0)
+
+
 @_register("Clip")
 def _clip(im, node, ins, at):
     """``min(max(x, lo), hi)``, the bounds optional scalar inputs (opset 11 on); with ``lo > hi`` every value

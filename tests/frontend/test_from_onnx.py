@@ -127,6 +127,20 @@ def test_clip_with_optional_bounds(bounds):
     run_both(model, [{"x": rand(3, 4)}, {"x": rand(1, 4)}])
 
 
+@pytest.mark.parametrize("mode,axes", [("constant", None), ("reflect", None), ("edge", [1, -1])])
+def test_pad_modes_and_axes(mode, axes):
+    """Pad with begins / ends per axis (all begins first), a constant value, reflect and edge modes, and the
+    opset-18 axes input, on a symbolic batch."""
+    pads = np.array([0, 1, 2, 0, 2, 1] if axes is None else [1, 2, 2, 1], np.int64)
+    ins = ["x", "pads", "cv"] + (["axes"] if axes is not None else [])
+    inits = [("pads", pads), ("cv", np.array(1.5, np.float32))] + (
+        [("axes", np.array(axes, np.int64))] if axes is not None else [])
+    model = make_model([helper.make_node("Pad", ins, ["y"], mode=mode)],
+                       [helper.make_tensor_value_info("x", F, ["b", 4, 5])],
+                       [helper.make_tensor_value_info("y", F, ["b", 7, 8])], inits, opset=18)
+    run_both(model, [{"x": rand(2, 4, 5)}, {"x": rand(1, 4, 5)}])
+
+
 @pytest.mark.parametrize("scalar_input", [False, True])
 def test_scalars_stay_0d(scalar_input):
     """A 0-d index drops the gathered axis (``x[:, 0]`` as exporters write it: Gather with a scalar), 0-d
