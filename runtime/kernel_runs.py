@@ -32,6 +32,7 @@ import llvmlite.binding as llvm
 import numpy as np
 
 from .memory import MemoryLimitError, check_allocation
+from .native import _data_pointer
 from .target import host_target_machine, init_llvm
 
 __all__ = ["KernelRun", "run_kernels"]
@@ -117,13 +118,6 @@ class Arena:
         self.base = self.buf.ctypes.data + (-self.buf.ctypes.data % self.ALIGN)
         self.size = size
         self.generation += 1
-
-
-def _address(a: np.ndarray) -> int:
-    try:
-        return ctypes.addressof(ctypes.c_char.from_buffer(a))
-    except (TypeError, ValueError, BufferError):   # empty or read-only
-        return a.ctypes.data
 
 
 class KernelRun:
@@ -226,6 +220,8 @@ class KernelRun:
                     self.usable = False   # the stretch disagrees with a kernel: its steps raise
                 self.inner_slots.append((pi, di, r, info[0], nd))
         self.externals = [(r, root, dt, nd, places) for (r, root, dt, nd), places in ext.items()]
+        #: the pointer slots of the arrays that leave the stretch (made afresh each run): (ptr index, root)
+        self.out_slots = [(pi, root) for pi, _di, _r, root, _nd in self.inner_slots if defs[root][1] == "out"]
         self.cached: list = [None] * len(self.externals)   # a stable array's (array, shape) in the tables
         self.key: tuple | None = None
         self.generation = -1
@@ -311,7 +307,7 @@ class KernelRun:
             shape = a.shape if r == root else self.shapes[r]
             if len(shape) != nd or (r != root and math.prod(shape) != a.size):
                 return False
-            addr = _address(a)
+            addr = _data_pointer(a)
             for pi, di in places:
                 ptrs[pi] = addr
                 for q, v in enumerate(shape):
@@ -319,10 +315,8 @@ class KernelRun:
             if root in stable:
                 cached[k] = (a, a.shape)
         made = {r: empty(shape, dt) for r, dt, shape, empty in self.out_allocs}
-        if made:
-            for pi, _di, _r, root, _nd in self.inner_slots:
-                if root in made:
-                    ptrs[pi] = _address(made[root])
+        for pi, root in self.out_slots:
+            ptrs[pi] = _data_pointer(made[root])
         code = run_kernels()(self.desc_addr, self.n)
         if code:
             i, rc = (code >> 32) - 1, code & 0xFFFFFFFF
