@@ -490,6 +490,31 @@ def silu(t, x, inplace=False):
     return op.silu(x)
 
 
+def hardtanh(t, x, min_val=-1.0, max_val=1.0, inplace=False):
+    """``F.hardtanh``: ``clamp(x, min_val, max_val)``."""
+    return clamp(t, x, min_val, max_val)
+
+
+def relu6(t, x, inplace=False):
+    """``F.relu6``: ``clamp(x, 0, 6)``."""
+    return clamp(t, x, 0.0, 6.0)
+
+
+def hardsigmoid(t, x, inplace=False):
+    """``F.hardsigmoid``: ``clamp(x / 6 + 1 / 2, 0, 1)`` (PyTorch's definition)."""
+    return clamp(t, binary("add", binary("divide", x, 6.0), 0.5), 0.0, 1.0)
+
+
+def hardswish(t, x, inplace=False):
+    """``F.hardswish``: ``x * hardsigmoid(x)`` (Howard et al. 2019, MobileNetV3)."""
+    return binary("multiply", x, hardsigmoid(t, x))
+
+
+def leaky_relu(t, x, negative_slope=0.01, inplace=False):
+    """``F.leaky_relu``: ``x`` where ``x > 0``, else ``negative_slope * x``."""
+    return where(t, binary("greater", x, 0.0), x, binary("multiply", x, float(negative_slope)))
+
+
 def identity(t, x, *args, **kwargs):
     return x
 
@@ -762,6 +787,90 @@ def convolution(t, x, weight, bias, stride, padding, dilation, transposed, outpu
     if x.ndim == 4:
         return conv2d(t, x, weight, bias, stride, padding, dilation, groups)
     raise UnsupportedNodeError(f"aten.convolution of a {x.ndim}-D input")
+
+
+def _spatial(x: Tensor, nsp: int, fn: Callable, what: str) -> Tensor:
+    """``fn`` on ``x`` (N, C, *spatial) with ``nsp`` spatial dims; torch's unbatched (C, *spatial)
+    form goes through a batch of one."""
+    if x.ndim == nsp + 1:
+        return op.squeeze(fn(op.unsqueeze(x, 0)), [0])
+    if x.ndim != nsp + 2:
+        raise FrontendError(f"{what} needs a {nsp + 1}-D or {nsp + 2}-D input, got {x.ndim}-D")
+    return fn(x)
+
+
+def _stride(stride):
+    return None if stride is None or (isinstance(stride, (list, tuple)) and not stride) else stride
+
+
+def max_pool(nsp: int) -> Callable:
+    """``F.max_pool{nsp}d`` / ``aten.max_pool{nsp}d`` (and ``_with_indices``, whose indices are not
+    computed)."""
+    fn = op.max_pool1d if nsp == 1 else op.max_pool2d
+
+    def run(t, x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False):
+        if return_indices:
+            raise UnsupportedNodeError("max pooling with return_indices")
+        return _spatial(x, nsp, lambda v: fn(v, kernel_size, _stride(stride), padding, dilation, bool(ceil_mode)),
+                        f"max_pool{nsp}d")
+    return run
+
+
+def max_pool_with_indices(nsp: int) -> Callable:
+    pool = max_pool(nsp)
+
+    def run(t, x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False):
+        return pool(t, x, kernel_size, stride, padding, dilation, ceil_mode), _Unavailable("max pooling indices")
+    return run
+
+
+def avg_pool(nsp: int) -> Callable:
+    """``F.avg_pool{nsp}d`` / ``aten.avg_pool{nsp}d``."""
+    fn = op.avg_pool1d if nsp == 1 else op.avg_pool2d
+
+    def run(t, x, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True,
+            divisor_override=None):
+        if divisor_override is not None:
+            raise UnsupportedNodeError("avg_pool with divisor_override")
+        return _spatial(x, nsp, lambda v: fn(v, kernel_size, _stride(stride), padding, bool(ceil_mode),
+                                              bool(count_include_pad)), f"avg_pool{nsp}d")
+    return run
+
+
+def adaptive_avg_pool(nsp: int) -> Callable:
+    """``F.adaptive_avg_pool{nsp}d`` / ``aten.adaptive_avg_pool{nsp}d`` / ``aten._adaptive_avg_pool2d``."""
+    fn = op.adaptive_avg_pool1d if nsp == 1 else op.adaptive_avg_pool2d
+
+    def run(t, x, output_size):
+        sizes = list(output_size) if isinstance(output_size, (list, tuple)) else [output_size] * nsp
+        sizes = [None if s is None else static(s) for s in sizes]
+        return _spatial(x, nsp, lambda v: fn(v, sizes), f"adaptive_avg_pool{nsp}d")
+    return run
+
+
+def batch_norm(t, x, running_mean, running_var, weight=None, bias=None, training=False, momentum=0.1, eps=1e-5):
+    """``F.batch_norm`` with running statistics (eval mode; :func:`builder.nn.op.batch_norm`)."""
+    if training:
+        raise UnsupportedNodeError("batch_norm in training mode (batch statistics); call model.eval() first")
+    if running_mean is None or running_var is None:
+        raise UnsupportedNodeError("batch_norm without running statistics (track_running_stats=False)")
+    return op.batch_norm(x, running_mean, running_var, weight, bias, axis=1 if x.ndim > 1 else 0, eps=float(eps))
+
+
+def aten_batch_norm(t, x, weight, bias, running_mean, running_var, training, momentum, eps, cudnn_enabled=None):
+    """``aten.batch_norm`` (its own argument order)."""
+    return batch_norm(t, x, running_mean, running_var, weight, bias, training, momentum, eps)
+
+
+def aten_native_batch_norm(t, x, weight, bias, running_mean, running_var, training, momentum, eps):
+    """``aten.native_batch_norm``: (out, save_mean, save_invstd); only ``out`` may be used."""
+    return (batch_norm(t, x, running_mean, running_var, weight, bias, training, momentum, eps),
+            _Unavailable("batch_norm save_mean"), _Unavailable("batch_norm save_invstd"))
+
+
+def aten_batch_norm_no_training(t, x, weight, bias, running_mean, running_var, momentum, eps):
+    """``aten._native_batch_norm_legit_no_training`` (what torch.export writes for an eval-mode BatchNorm)."""
+    return aten_native_batch_norm(t, x, weight, bias, running_mean, running_var, False, momentum, eps)
 
 
 def sdpa(t, q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
@@ -1222,6 +1331,8 @@ TORCH_OPS: dict[str, Callable] = {
     "tanh": _unary("tanh"), "sigmoid": _unary("sigmoid"), "erf": _unary("erf"), "sin": _unary("sin"),
     "cos": _unary("cos"), "abs": _unary("abs", float_only=False),
     "relu": relu, "gelu": gelu, "silu": silu, "dropout": dropout, "identity": identity,
+    "hardtanh": hardtanh, "relu6": relu6, "hardsigmoid": hardsigmoid, "hardswish": hardswish,
+    "leaky_relu": leaky_relu,
     "softmax": softmax, "log_softmax": log_softmax,
     "mean": _reduce("mean"), "sum": _reduce("sum"), "prod": _reduce("prod"), "amax": amax, "amin": amin,
     "var": var, "std": std,
@@ -1234,6 +1345,9 @@ TORCH_OPS: dict[str, Callable] = {
     "linear": linear, "matmul": matmul, "mm": matmul, "bmm": matmul, "addmm": addmm, "baddbmm": baddbmm,
     "embedding": embedding, "layer_norm": layer_norm, "rms_norm": rms_norm, "group_norm": group_norm,
     "conv1d": conv1d, "conv2d": conv2d, "scaled_dot_product_attention": sdpa, "cumsum": cumsum,
+    "max_pool1d": max_pool(1), "max_pool2d": max_pool(2), "avg_pool1d": avg_pool(1), "avg_pool2d": avg_pool(2),
+    "adaptive_avg_pool1d": adaptive_avg_pool(1), "adaptive_avg_pool2d": adaptive_avg_pool(2),
+    "batch_norm": batch_norm,
     "view": view, "reshape": reshape, "permute": permute, "transpose": transpose, "t": t_,
     "unsqueeze": unsqueeze, "squeeze": squeeze, "flatten": flatten, "unflatten": unflatten,
     "expand": expand, "expand_as": expand_as, "broadcast_to": broadcast_to,

@@ -62,6 +62,10 @@ ATEN_OPS: dict[str, Callable] = {
     "lift_fresh_copy": C.contiguous, "scalar_tensor": _scalar_tensor, "full": _full,
     "native_dropout": _native_dropout, "convolution": C.convolution, "__and__": C.bitwise_and,
     "__or__": C.bitwise_or, "index": C.index,
+    "max_pool1d_with_indices": C.max_pool_with_indices(1), "max_pool2d_with_indices": C.max_pool_with_indices(2),
+    "_adaptive_avg_pool2d": C.adaptive_avg_pool(2), "batch_norm": C.aten_batch_norm,
+    "native_batch_norm": C.aten_native_batch_norm,
+    "_native_batch_norm_legit_no_training": C.aten_batch_norm_no_training,
     "_assert_tensor_metadata": _skip, "_assert_scalar": _skip, "sym_constrain_range_for_size": _skip,
     "sym_constrain_range": _skip, "_assert_async": _skip,
 }

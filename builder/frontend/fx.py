@@ -65,6 +65,17 @@ def _user_module(fn: Callable, module) -> Callable:
     return run
 
 
+def _shape_dtype_pair(entry):
+    """``(shape, dtype)`` when ``entry`` is TVM's input-info pair (a sequence of dims and a dtype name
+    or ``torch.dtype``), else None."""
+    if not isinstance(entry, (list, tuple)) or len(entry) != 2 or not isinstance(entry[0], (list, tuple)):
+        return None
+    dtype = entry[1]
+    if isinstance(dtype, str) or type(dtype).__name__ == "dtype":
+        return list(entry[0]), dtype
+    return None
+
+
 def from_fx(fx_module, input_shapes: Sequence[Sequence[int | str]], call_function_map: dict | None = None,
             call_module_map: dict | None = None, input_dtypes: Sequence | None = None) -> rx.IRModule:
     """Translate ``fx_module`` into an IRModule with one function ``main``.
@@ -76,7 +87,8 @@ def from_fx(fx_module, input_shapes: Sequence[Sequence[int | str]], call_functio
     from plain ``torch.fx.symbolic_trace`` has none). Put the model in eval mode first: dropout is the identity here.
     ``input_shapes``: one shape per placeholder, in order; ints or strings (symbolic dims: the same
     name is the same dim). ``input_dtypes``: one dtype per placeholder (``"float32"`` or
-    ``torch.float32``), float32 by default. ``call_function_map`` / ``call_module_map``: user
+    ``torch.float32``), float32 by default. TVM's form, one ``(shape, dtype)`` pair per placeholder
+    (``from_fx(gm, [((1, 3, 224, 224), "float32")])``), is accepted too (without ``input_dtypes``). ``call_function_map`` / ``call_module_map``: user
     translations (the course's signatures, see the module docstring); they take precedence over the
     default maps (:func:`default_call_function_map`, :func:`default_call_method_map`,
     :func:`default_call_module_map`).
@@ -93,6 +105,11 @@ def from_fx(fx_module, input_shapes: Sequence[Sequence[int | str]], call_functio
     from torch import fx
 
     input_shapes = list(input_shapes)
+    pairs = [_shape_dtype_pair(s) for s in input_shapes]
+    if input_shapes and all(p is not None for p in pairs):
+        if input_dtypes is not None:
+            raise FrontendError("from_fx: give either (shape, dtype) pairs or input_shapes with input_dtypes")
+        input_shapes, input_dtypes = [p[0] for p in pairs], [p[1] for p in pairs]
     if not isinstance(fx_module, fx.GraphModule):
         if not isinstance(fx_module, torch.nn.Module):
             raise TypeError(f"from_fx: expected a torch.fx.GraphModule or torch.nn.Module, got "
@@ -259,6 +276,11 @@ def default_call_function_map() -> dict:
         math.sqrt: C.scalar_math("sqrt"), math.log: C.scalar_math("log"), math.exp: C.scalar_math("exp"),
         F.linear: o["linear"], F.embedding: o["embedding"], F.layer_norm: o["layer_norm"],
         F.group_norm: o["group_norm"], F.conv1d: o["conv1d"], F.conv2d: o["conv2d"],
+        F.max_pool1d: o["max_pool1d"], F.max_pool2d: o["max_pool2d"], F.avg_pool1d: o["avg_pool1d"],
+        F.avg_pool2d: o["avg_pool2d"], F.adaptive_avg_pool1d: o["adaptive_avg_pool1d"],
+        F.adaptive_avg_pool2d: o["adaptive_avg_pool2d"], F.batch_norm: o["batch_norm"],
+        F.hardtanh: o["hardtanh"], F.relu6: o["relu6"], F.hardsigmoid: o["hardsigmoid"],
+        F.hardswish: o["hardswish"], F.leaky_relu: o["leaky_relu"],
         F.relu: o["relu"], F.gelu: o["gelu"], F.silu: o["silu"], F.dropout: o["dropout"],
         F.softmax: o["softmax"], F.log_softmax: o["log_softmax"], F.pad: o["pad"],
         F.scaled_dot_product_attention: o["scaled_dot_product_attention"],
@@ -364,6 +386,40 @@ def _conv_module(fn):
             raise UnsupportedNodeError(f"padding_mode={m.padding_mode!r}")
         return fn(t, x, _w(t, m, path, "weight"), _w(t, m, path, "bias"), m.stride, m.padding, m.dilation, m.groups)
     return run
+
+
+def _max_pool_module(nsp: int):
+    fn = C.max_pool(nsp)
+
+    def run(t, m, path, x):
+        return fn(t, x, m.kernel_size, m.stride, m.padding, m.dilation, m.ceil_mode, m.return_indices)
+    return run
+
+
+def _avg_pool_module(nsp: int):
+    fn = C.avg_pool(nsp)
+
+    def run(t, m, path, x):
+        return fn(t, x, m.kernel_size, m.stride, m.padding, m.ceil_mode, m.count_include_pad,
+                  getattr(m, "divisor_override", None))
+    return run
+
+
+def _adaptive_avg_pool_module(nsp: int):
+    fn = C.adaptive_avg_pool(nsp)
+
+    def run(t, m, path, x):
+        return fn(t, x, m.output_size)
+    return run
+
+
+def _batch_norm_module(t, m, path, x):
+    """``torch.nn.BatchNorm1d / 2d`` in eval mode (running statistics)."""
+    if m.training:
+        raise UnsupportedNodeError(f"{type(m).__name__} in training mode (batch statistics); call model.eval() "
+                                   "first")
+    return C.batch_norm(t, x, _w(t, m, path, "running_mean"), _w(t, m, path, "running_var"), _w(t, m, path, "weight"),
+                        _w(t, m, path, "bias"), False, m.momentum, m.eps)
 
 
 def _simple(fn: Callable, **attrs: Callable):
@@ -504,6 +560,13 @@ def default_call_module_map() -> dict:
         tnn.LogSoftmax: _simple(o["log_softmax"], dim=lambda mod: mod.dim),
         tnn.Dropout: _simple(o["identity"]), tnn.Identity: _simple(o["identity"]),
         tnn.Flatten: _flatten_module, tnn.MultiheadAttention: multi_head_attention,
+        tnn.MaxPool1d: _max_pool_module(1), tnn.MaxPool2d: _max_pool_module(2), tnn.AvgPool1d: _avg_pool_module(1),
+        tnn.AvgPool2d: _avg_pool_module(2), tnn.AdaptiveAvgPool1d: _adaptive_avg_pool_module(1),
+        tnn.AdaptiveAvgPool2d: _adaptive_avg_pool_module(2), tnn.BatchNorm1d: _batch_norm_module,
+        tnn.BatchNorm2d: _batch_norm_module, tnn.ReLU6: _simple(o["relu6"]),
+        tnn.Hardtanh: _simple(o["hardtanh"], min_val=lambda m: m.min_val, max_val=lambda m: m.max_val),
+        tnn.Hardsigmoid: _simple(o["hardsigmoid"]), tnn.Hardswish: _simple(o["hardswish"]),
+        tnn.LeakyReLU: _simple(o["leaky_relu"], negative_slope=lambda m: m.negative_slope),
         tnn.TransformerEncoderLayer: transformer_encoder_layer, tnn.TransformerEncoder: transformer_encoder,
     }
     if hasattr(tnn, "RMSNorm"):

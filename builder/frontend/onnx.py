@@ -54,7 +54,7 @@ from ..ir.struct_info import DTYPES, TensorStructInfo
 from ..ir.verifier import verify
 from ..nn import op
 from ..nn.core import Tensor, wrap_nested
-from ..nn.op.common import symbolic_scalar
+from ..nn.op.common import op_call, symbolic_scalar
 
 __all__ = [
     "MAX_FOLD_ELEMENTS",
@@ -1006,37 +1006,124 @@ def _reduce(im, node, ins, at):
     return fn(im.tensor(x), axis=axes, keepdims=keep)
 
 
+def _spatial_pads(x, kernel: list[int], strides: list[int], dilations: list[int], at: dict, what: str) -> list[int]:
+    """ONNX ``pads`` (``[begin..., end...]``, TVM's order too) of a convolution / pooling node over the
+    spatial dims of ``x`` (N, C, *spatial), from ``pads`` or ``auto_pad`` (``SAME_UPPER`` puts the odd
+    pad at the end, ``SAME_LOWER`` at the beginning; both need static lengths)."""
+    nsp = len(kernel)
+    auto = at.get("auto_pad", "NOTSET")
+    if isinstance(auto, bytes):
+        auto = auto.decode()
+    if auto == "NOTSET":
+        pads = [int(p) for p in at.get("pads", [0] * (2 * nsp))]
+    elif auto == "VALID":
+        pads = [0] * (2 * nsp)
+    elif auto in ("SAME_UPPER", "SAME_LOWER"):
+        lo, hi = [], []
+        for i in range(nsp):
+            length = _simp(x.shape[2 + i])
+            if not isinstance(length, int):
+                raise ONNXImportError(f"{what}: auto_pad={auto} needs static input lengths")
+            out = -(-length // strides[i])
+            total = max(0, (out - 1) * strides[i] + (kernel[i] - 1) * dilations[i] + 1 - length)
+            first = total // 2 if auto == "SAME_UPPER" else total - total // 2
+            lo.append(first)
+            hi.append(total - first)
+        pads = lo + hi
+    else:
+        raise ONNXImportError(f"{what}: unknown auto_pad {auto!r}")
+    if len(pads) != 2 * nsp or min(pads, default=0) < 0:
+        raise ONNXImportError(f"{what}: pads {pads} must be {2 * nsp} non-negative values")
+    return pads
+
+
+def _window(at: dict, nsp: int, what: str, kernel: list[int] | None = None):
+    """``(kernel, strides, dilations)`` of a convolution / pooling node with ``nsp`` spatial dims."""
+    if kernel is None:
+        if "kernel_shape" not in at:
+            raise ONNXImportError(f"{what}: kernel_shape is required")
+        kernel = [int(v) for v in at["kernel_shape"]]
+    elif "kernel_shape" in at and [int(v) for v in at["kernel_shape"]] != kernel:
+        raise ONNXImportError(f"{what}: kernel_shape {list(at['kernel_shape'])} does not match the weight's {kernel}")
+    strides = [int(v) for v in at.get("strides") or [1] * nsp]
+    dilations = [int(v) for v in at.get("dilations") or [1] * nsp]
+    if len(kernel) != nsp or len(strides) != nsp or len(dilations) != nsp:
+        raise ONNXImportError(f"{what}: kernel_shape / strides / dilations need {nsp} values, got {kernel}, "
+                              f"{strides}, {dilations}")
+    return kernel, strides, dilations
+
+
 @_register("Conv")
 def _conv(im, node, ins, at):
     _check_inputs(ins, node)
     x, w = im.tensor(ins[0]), ins[1]
     b = ins[2] if len(ins) > 2 else None
     tw = im.tensor(w)
-    if len(x.shape) != 3 or len(tw.shape) != 3:
-        raise ONNXImportError(f"only 1-D convolution (3-d input and weight) is supported, got a "
+    if len(x.shape) not in (3, 4) or len(tw.shape) != len(x.shape):
+        raise ONNXImportError(f"only 1-D and 2-D convolutions (3-d or 4-d input and weight) are supported, got a "
                               f"{len(x.shape)}-d input and a {len(tw.shape)}-d weight")
-    k = _simp(tw.shape[2])
-    if "kernel_shape" in at and [int(v) for v in at["kernel_shape"]] != [k]:
-        raise ONNXImportError(f"kernel_shape {at['kernel_shape']} does not match the weight's {k}")
-    stride = int((at.get("strides") or [1])[0])
-    dilation = int((at.get("dilations") or [1])[0])
-    auto = at.get("auto_pad", "NOTSET")
-    if auto in ("NOTSET", "VALID"):
-        pads = [int(p) for p in at.get("pads", [0, 0])] if auto == "NOTSET" else [0, 0]
-    elif auto in ("SAME_UPPER", "SAME_LOWER"):
-        length = _simp(x.shape[2])
-        if not isinstance(length, int):
-            raise ONNXImportError(f"auto_pad={auto} needs a static input length")
-        out = -(-length // stride)
-        total = max(0, (out - 1) * stride + (k - 1) * dilation + 1 - length)
-        lo = total // 2 if auto == "SAME_UPPER" else total - total // 2
-        pads = [lo, total - lo]
-    else:
-        raise ONNXImportError(f"unknown auto_pad {auto!r}")
-    if len(pads) != 2:
-        raise ONNXImportError(f"pads {pads} must have 2 values for a 1-D convolution")
+    nsp = len(x.shape) - 2
+    ks = [_simp(d) for d in tw.shape[2:]]
+    if not all(isinstance(k, int) for k in ks):
+        raise ONNXImportError(f"the kernel size {ks} must be static")
+    ks, strides, dilations = _window(at, nsp, "Conv", ks)
+    pads = _spatial_pads(x, ks, strides, dilations, at, "Conv")
     tb = None if b is None else im.tensor(b)
-    return op.conv1d(x, tw, tb, stride=stride, padding=pads, dilation=dilation, groups=int(at.get("group", 1)))
+    groups = int(at.get("group", 1))
+    if nsp == 1:
+        return op.conv1d(x, tw, tb, stride=strides[0], padding=pads, dilation=dilations[0], groups=groups)
+    return op.conv2d(x, tw, tb, stride=strides, padding=pads, dilation=dilations, groups=groups)
+
+
+@_register("MaxPool", "AveragePool")
+def _pool(im, node, ins, at):
+    _check_inputs(ins, node)
+    if any(n for n in node.output[1:]):
+        raise ONNXImportError("the Indices output of MaxPool is not supported")
+    x = im.tensor(ins[0])
+    nsp = len(x.shape) - 2
+    if nsp not in (1, 2):
+        raise ONNXImportError(f"only 1-D and 2-D pooling (3-d or 4-d input) is supported, got a {len(x.shape)}-d input")
+    if int(at.get("storage_order", 0)) != 0:
+        raise ONNXImportError("storage_order=1 (column major) is not supported")
+    ks, strides, dilations = _window(at, nsp, node.op_type)
+    pads = _spatial_pads(x, ks, strides, dilations, at, node.op_type)
+    ceil = bool(int(at.get("ceil_mode", 0)))
+    kind = "max" if node.op_type == "MaxPool" else "avg"
+    name = f"nn.{kind}_pool{nsp}d"
+    layout = "NCW" if nsp == 1 else "NCHW"
+    return wrap_nested(op_call(name, [x._expr], pool_size=ks, strides=strides, padding=pads, dilation=dilations,
+                               ceil_mode=ceil, count_include_pad=bool(int(at.get("count_include_pad", 0))),
+                               layout=layout, out_layout=layout), kind + "_pool")
+
+
+@_register("GlobalAveragePool", "GlobalMaxPool")
+def _global_pool(im, node, ins, at):
+    _check_inputs(ins, node)
+    x = im.tensor(ins[0])
+    if len(x.shape) < 3:
+        raise ONNXImportError(f"{node.op_type} needs an (N, C, *spatial) input, got a {len(x.shape)}-d one")
+    fn = op.mean if node.op_type == "GlobalAveragePool" else op.max
+    return fn(x, axis=list(range(2, len(x.shape))), keepdims=True)
+
+
+@_register("BatchNormalization")
+def _batch_norm(im, node, ins, at):
+    _check_inputs(ins, node)
+    if int(at.get("training_mode", 0)) or any(n for n in node.output[1:]):
+        raise ONNXImportError("BatchNormalization in training mode (running statistics outputs) is not supported")
+    if len(ins) != 5 or any(v is None for v in ins):
+        raise ONNXImportError("BatchNormalization needs its five inputs X, scale, B, input_mean, input_var")
+    x = im.tensor(ins[0])
+    if len(x.shape) < 2:
+        raise ONNXImportError(f"BatchNormalization needs an (N, C, ...) input, got a {len(x.shape)}-d one")
+    stats = []
+    for v in ins[1:]:
+        if isinstance(v, np.ndarray):
+            v = v.astype(x.dtype)
+        stats.append(im.tensor(v))
+    scale, bias, mean, var = stats
+    return op.batch_norm(x, mean, var, scale, bias, axis=1, eps=float(at.get("epsilon", 1e-5)))
 
 
 # -- shapes and data movement ------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Neural-network ops: matmul, norms, convolutions, resize2d, attention."""
+"""Neural-network ops: matmul, norms, convolutions, pooling, resize2d, attention."""
 from __future__ import annotations
 
 import math
@@ -9,8 +9,8 @@ from ..ir.kernel import KERNEL_ATTR, AttentionKernelSpec
 from ..ir.op.common import static_int
 from ..ir.struct_info import TensorStructInfo
 from ..ir.op import OpPattern, register_op
-from ..ir.op.nn import (infer_attention, infer_rope, infer_conv1d, infer_conv1d_transpose, infer_conv2d, infer_group_norm,
-    infer_layer_norm, infer_matmul, infer_resize2d, infer_rms_norm)
+from ..ir.op.nn import (infer_adaptive_pool, infer_attention, infer_rope, infer_conv1d, infer_conv1d_transpose,
+    infer_conv2d, infer_group_norm, infer_layer_norm, infer_matmul, infer_pool, infer_resize2d, infer_rms_norm)
 from ..te import topi
 from ..te.call_te import call_te
 from .common import te_rule, void_none
@@ -42,6 +42,23 @@ def _conv1d_transpose(bb: BlockBuilder, call: rx.Call) -> rx.Expr:
         "strides": a["strides"], "padding": a["padding"], "output_padding": a["output_padding"],
         "dilation": a["dilation"], "groups": a["groups"], "out_dtype": void_none(a.get("out_dtype"))},
         "conv1d_transpose")
+
+
+def _pool(bb: BlockBuilder, call: rx.Call) -> rx.Expr:
+    a = call.attrs
+    kind = "max" if "max_pool" in call.op.name else "avg"
+    attrs = {"kind": kind, "pool_size": a["pool_size"], "strides": a["strides"], "padding": a["padding"],
+             "dilation": a["dilation"], "ceil_mode": bool(a.get("ceil_mode", False))}
+    if kind == "avg":
+        attrs["count_include_pad"] = bool(a.get("count_include_pad", True))
+    return call_te(bb, topi.pool, (call.args[0],), attrs, f"{kind}_pool")
+
+
+def _adaptive_avg_pool(bb: BlockBuilder, call: rx.Call) -> rx.Expr:
+    sizes = call.attrs.get("output_size")
+    nsp = call.args[0].struct_info.ndim - 2
+    sizes = [None] * nsp if sizes is None else list(sizes)
+    return call_te(bb, topi.adaptive_avg_pool, (call.args[0],), {"output_size": sizes}, "adaptive_avg_pool")
 
 
 def _group_norm(bb: BlockBuilder, call: rx.Call) -> rx.Expr:
@@ -119,6 +136,20 @@ register_op("nn.conv1d_transpose", infer_conv1d_transpose,
             ("strides", "padding", "output_padding", "dilation", "groups", "data_layout", "kernel_layout",
              "out_layout", "out_dtype"), pattern=FUSABLE, legalize=_conv1d_transpose, frontend="conv1d_transpose", in_recipes=True,
             doc="1-D transposed convolution, NCW data, IOW weight.")
+_POOL_ATTRS = ("pool_size", "strides", "padding", "dilation", "ceil_mode", "count_include_pad", "layout",
+               "out_layout")
+for _n in (1, 2):
+    _lay = "NCW" if _n == 1 else "NCHW"
+    register_op(f"nn.max_pool{_n}d", infer_pool, _POOL_ATTRS, pattern=OpPattern.OUT_ELEMWISE_FUSABLE, legalize=_pool,
+                frontend=f"max_pool{_n}d", in_recipes=True,
+                doc=f"{_n}-D max pooling, {_lay} data (``torch.nn.MaxPool{_n}d``).")
+    register_op(f"nn.avg_pool{_n}d", infer_pool, _POOL_ATTRS, pattern=OpPattern.OUT_ELEMWISE_FUSABLE, legalize=_pool,
+                frontend=f"avg_pool{_n}d", in_recipes=True,
+                doc=f"{_n}-D average pooling, {_lay} data (``torch.nn.AvgPool{_n}d``).")
+    register_op(f"nn.adaptive_avg_pool{_n}d", infer_adaptive_pool, ("output_size", "layout", "out_layout"),
+                pattern=OpPattern.OUT_ELEMWISE_FUSABLE, legalize=_adaptive_avg_pool,
+                frontend=f"adaptive_avg_pool{_n}d", in_recipes=True,
+                doc=f"{_n}-D adaptive average pooling, {_lay} data (``torch.nn.AdaptiveAvgPool{_n}d``).")
 register_op("nn.group_norm", infer_group_norm, ("num_groups", "channel_axis", "axes", "epsilon", "center", "scale"),
             pattern=OpPattern.OPAQUE, legalize=_group_norm, frontend="group_norm", in_recipes=True,
             doc="Group normalisation (Wu & He 2018).")

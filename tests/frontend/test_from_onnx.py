@@ -314,3 +314,39 @@ def test_minilm_matmuls_reach_linear_kernels(minilm_compiled):
     # q/k/v (+bias), attention output (+bias+residual), intermediate (+bias+gelu), output (+bias+residual)
     assert any("gelu" in n for n in linear), kernels
     assert not [n for n, k in kernels.items() if n.startswith("fused_matmul") and not k.startswith("linear/")], kernels
+
+
+@pytest.mark.parametrize("op_type,attrs,shape", [
+    ("MaxPool", dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 0, 1, 2]), [None, 3, 11, 9]),
+    ("MaxPool", dict(kernel_shape=[2, 3], strides=[2, 1], dilations=[2, 1], ceil_mode=1), [2, 3, 11, 9]),
+    ("MaxPool", dict(kernel_shape=[3], auto_pad="SAME_UPPER", strides=[2]), [2, 4, 10]),
+    ("AveragePool", dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]), [None, 3, 11, 9]),
+    ("AveragePool", dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1], count_include_pad=1), [None, 3, 11, 9]),
+    ("AveragePool", dict(kernel_shape=[3, 2], strides=[2, 2], pads=[1, 0, 1, 1], ceil_mode=1), [2, 3, 12, 9]),
+    ("AveragePool", dict(kernel_shape=[4], strides=[3], auto_pad="SAME_LOWER"), [2, 4, 10]),
+    ("GlobalAveragePool", {}, [None, 5, 6, 7]),
+    ("GlobalMaxPool", {}, [None, 5, 6]),
+])
+def test_pooling_matches_onnxruntime(op_type, attrs, shape):
+    """MaxPool / AveragePool (asymmetric pads, ceil_mode, dilations, auto_pad, count_include_pad both ways)
+    and the global pools, on a symbolic batch where the shape allows."""
+    dims = ["n" if d is None else d for d in shape]
+    model = make_model([helper.make_node(op_type, ["x"], ["y"], **attrs)],
+                       [helper.make_tensor_value_info("x", F, dims)],
+                       [helper.make_tensor_value_info("y", F, [f"o{i}" for i in range(len(shape))])], opset=19)
+    sizes = [[2 if d is None else d for d in shape], [1 if d is None else d for d in shape]]
+    run_both(model, [{"x": rand(*s)} for s in sizes])
+
+
+@pytest.mark.parametrize("attrs", [dict(pads=[1, 0, 2, 1], strides=[2, 1]), dict(auto_pad="SAME_UPPER"), dict(pads=[2, 1, 0, 1], dilations=[2, 1]),
+                                   dict(auto_pad="SAME_LOWER", strides=[2, 2], group=2)])
+def test_conv2d_and_batch_norm_match_onnxruntime(attrs):
+    groups = attrs.get("group", 1)
+    w, b = rand(6, 4 // groups, 3, 2), rand(6)
+    stats = [("s", rand(6)), ("bb", rand(6)), ("m", rand(6)), ("v", np.abs(rand(6)) + 0.5)]
+    model = make_model([helper.make_node("Conv", ["x", "w", "b"], ["c"], **attrs),
+                        helper.make_node("BatchNormalization", ["c", "s", "bb", "m", "v"], ["y"], epsilon=1e-3)],
+                       [helper.make_tensor_value_info("x", F, [2, 4, 9, 8])],
+                       [helper.make_tensor_value_info("y", F, ["a", "b", "c", "d"])],
+                       [("w", w), ("b", b), *stats])
+    run_both(model, [{"x": rand(2, 4, 9, 8)}], tol=3e-5)

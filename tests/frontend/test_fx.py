@@ -276,14 +276,15 @@ def test_an_unsupported_module_and_a_failing_translation_are_clear_errors():
     class M(nn.Module):
         def __init__(self):
             super().__init__()
-            self.pool = nn.MaxPool1d(2)
+            self.shuffle = nn.PixelShuffle(2)
             self.lin = nn.Linear(4, 3)
 
         def forward(self, x):
-            return self.pool(x)
+            return self.shuffle(x)
 
-    with pytest.raises(UnsupportedNodeError, match=r"node 'pool' \(call_module torch.nn.modules.pooling.MaxPool1d\)"):
-        from_fx(fx.symbolic_trace(M()), [(1, 4, 6)])
+    with pytest.raises(UnsupportedNodeError,
+                       match=r"node 'shuffle' \(call_module torch.nn.modules.pixelshuffle.PixelShuffle\)"):
+        from_fx(fx.symbolic_trace(M()), [(1, 4, 6, 6)])
 
     class Bad(nn.Module):
         def __init__(self):

@@ -130,6 +130,87 @@ def infer_conv2d(call: Call) -> StructInfo:
     return TensorStructInfo((n, o, oh, ow), x.dtype if out_dtype in ("void", None) else out_dtype)
 
 
+def pool_out_dim(size, kernel: int, stride: int, pad_lo: int, pad_hi: int, dilation: int, ceil_mode: bool):
+    """Output length of a pooling window (PyTorch's ``pooling_output_shape``, ATen
+    ``Pool.h``)::
+
+        out = floor_or_ceil((size + pad_lo + pad_hi - dilation*(kernel-1) - 1) / stride) + 1
+        with ceil_mode, minus one when the last window would start at or past size + pad_lo
+
+    Raises ValueError for ``ceil_mode`` on a symbolic size (the correction is data dependent)."""
+    span = dilation * (kernel - 1) + 1
+    if static_int(size) is not None:
+        size = static_int(size)
+        num = size + pad_lo + pad_hi - span
+        out = (num + (stride - 1 if ceil_mode else 0)) // stride + 1
+        if ceil_mode and (out - 1) * stride >= size + pad_lo:
+            out -= 1
+        return out
+    if ceil_mode:
+        raise ValueError(f"pooling with ceil_mode needs a static input size, got {size}")
+    return E.simplify((E.convert(size) + (pad_lo + pad_hi - span)) // stride + 1)
+
+
+def _pool_layout(call: Call) -> tuple[TensorStructInfo, int]:
+    """The data of a pooling call and its spatial rank, after checking its layout attributes (NCW /
+    NCHW only, as the data's rank says)."""
+    x = tensor_arg(call, 0, "data")
+    a = call.attrs
+    op = call.op.name.removeprefix("relax.")
+    nsp = 1 if op.endswith("1d") else 2
+    layout = "NCW" if nsp == 1 else "NCHW"
+    name = "R." + op
+    if a.get("layout", layout) != layout or a.get("out_layout", layout) not in (layout, None):
+        raise ValueError(f"{name}: only layout='{layout}' is supported, got layout={a.get('layout')!r} "
+                         f"out_layout={a.get('out_layout')!r}")
+    if x.ndim != nsp + 2:
+        raise ValueError(f"{name}: data must be {nsp + 2}-D ({layout}), got {fmt_shape(x.shape)}")
+    return x, nsp
+
+
+def infer_pool(call: Call) -> StructInfo:
+    """``R.nn.max_pool1d / 2d``, ``R.nn.avg_pool1d / 2d``: (N, C, *spatial) -> (N, C, *out) with
+    :func:`pool_out_dim` per spatial dim; ``padding`` is TVM's ``(lo..., hi...)``."""
+    x, nsp = _pool_layout(call)
+    a = call.attrs
+    name = "R." + call.op.name.removeprefix("relax.")
+    ks, ss, ds, pads = (list(a[k]) for k in ("pool_size", "strides", "dilation", "padding"))
+    if len(ks) != nsp or len(ss) != nsp or len(ds) != nsp or len(pads) != 2 * nsp:
+        raise ValueError(f"{name}: pool_size / strides / dilation need {nsp} values and padding {2 * nsp}, got "
+                         f"{ks}, {ss}, {ds}, {pads}")
+    if min(ks + ss + ds) < 1 or min(pads) < 0:
+        raise ValueError(f"{name}: invalid pool_size={ks} strides={ss} dilation={ds} padding={pads}")
+    if "avg" in name and not E.is_float_dtype(x.dtype):
+        raise TypeError(f"{name}: average pooling needs a float dtype, got {x.dtype}")
+    outs = [pool_out_dim(L, k, s, pads[i], pads[nsp + i], d, bool(a.get("ceil_mode", False)))
+            for i, (L, k, s, d) in enumerate(zip(x.shape[2:], ks, ss, ds))]
+    for o in outs:
+        check_positive_out(call, o, "size", x)
+    out_dtype = a.get("out_dtype", "void")
+    return TensorStructInfo((*x.shape[:2], *outs), x.dtype if out_dtype in ("void", None) else out_dtype)
+
+
+def infer_adaptive_pool(call: Call) -> StructInfo:
+    """``R.nn.adaptive_avg_pool1d / 2d``: (N, C, *spatial) -> (N, C, *output_size) (a ``None``
+    size keeps the input's dim)."""
+    x, nsp = _pool_layout(call)
+    name = "R." + call.op.name.removeprefix("relax.")
+    sizes = call.attrs.get("output_size")
+    sizes = list(x.shape[2:]) if sizes is None else list(sizes)
+    if len(sizes) == 1:
+        sizes = sizes * nsp
+    if len(sizes) != nsp:
+        raise ValueError(f"{name}: output_size needs {nsp} values, got {sizes}")
+    if not E.is_float_dtype(x.dtype):
+        raise TypeError(f"{name}: average pooling needs a float dtype, got {x.dtype}")
+    outs = [L if o is None else o for L, o in zip(x.shape[2:], sizes)]
+    for o in outs:
+        if static_int(o) is not None and static_int(o) < 1:
+            raise ValueError(f"{name}: output_size must be >= 1, got {sizes}")
+    out_dtype = call.attrs.get("out_dtype", "void")
+    return TensorStructInfo((*x.shape[:2], *outs), x.dtype if out_dtype in ("void", None) else out_dtype)
+
+
 def conv_transpose_out_dim(size, kernel, stride: int, pad_lo: int, pad_hi: int, dilation: int,
                            output_padding: int):
     """Output length of a transposed convolution (PyTorch ``ConvTranspose1d`` docs):

@@ -1,4 +1,4 @@
-"""Neural-network ops: normalizations, softmax, convolutions, interpolation, attention, timestep
+"""Neural-network ops: normalizations, softmax, convolutions, pooling, interpolation, attention, timestep
 embeddings."""
 from __future__ import annotations
 
@@ -164,6 +164,103 @@ def conv2d(x: Tensor, weight: Tensor, bias: Tensor | None = None,
         shape = resolve_reshape(tuple(bias.shape), [1, -1, 1, 1])
         out = op_call("add", [out, op_call("reshape", [bias._expr, rx.ShapeExpr(shape)])])
     return wrap_nested(out, name)
+
+
+def _pool_padding(padding, nsp: int, opname: str) -> list[int]:
+    """TVM's pooling padding ``(lo..., hi...)`` from an int, one int per spatial dim (both sides,
+    PyTorch) or ``2 * nsp`` ints (ONNX's ``pads`` order, the same)."""
+    if isinstance(padding, (int, np.integer)) and not isinstance(padding, bool):
+        return [int(padding)] * (2 * nsp)
+    vals = list(padding)
+    if len(vals) == 2 * nsp:
+        return int_list(vals, 2 * nsp, "padding", opname)
+    return int_list(vals, nsp, "padding", opname) * 2
+
+
+def _pool(kind: str, nsp: int, x: Tensor, kernel_size, stride, padding, dilation, ceil_mode: bool,
+          count_include_pad: bool, name: str) -> Tensor:
+    opname = f"{kind}_pool{nsp}d"
+    if x.ndim != nsp + 2:
+        raise ValueError(f"{opname}: input must be {nsp + 2}-D (N, C, {'L' if nsp == 1 else 'H, W'}), got "
+                         f"{fmt_shape(x.shape)}")
+    ks = int_list(kernel_size, nsp, "kernel_size", opname)
+    ss = ks if stride is None or (isinstance(stride, (list, tuple)) and not stride) \
+        else int_list(stride, nsp, "stride", opname)
+    attrs = {"pool_size": ks, "strides": ss, "padding": _pool_padding(padding, nsp, opname),
+             "dilation": int_list(dilation, nsp, "dilation", opname), "ceil_mode": bool(ceil_mode),
+             "count_include_pad": bool(count_include_pad), "layout": "NCW" if nsp == 1 else "NCHW",
+             "out_layout": "NCW" if nsp == 1 else "NCHW"}
+    return wrap_nested(op_call(f"nn.{opname}", [x._expr], **attrs), name)
+
+
+def max_pool1d(x: Tensor, kernel_size: int | Sequence[int], stride: int | Sequence[int] | None = None,
+               padding: int | Sequence[int] = 0, dilation: int | Sequence[int] = 1, ceil_mode: bool = False,
+               name: str = "max_pool1d") -> Tensor:
+    """1-D max pooling of ``x`` (N, C, L) (``torch.nn.functional.max_pool1d``): the maximum of each
+    window of ``kernel_size`` taps ``dilation`` apart, every ``stride`` (default ``kernel_size``)
+    positions; ``padding`` positions on each side (or ``(lo, hi)``) are never the maximum.
+    ``oL = floor_or_ceil((L + lo + hi - dilation * (kernel_size - 1) - 1) / stride) + 1``
+    (:func:`builder.ir.op.pool_out_dim`). Raises ValueError for bad sizes or an empty output."""
+    return _pool("max", 1, x, kernel_size, stride, padding, dilation, ceil_mode, True, name)
+
+
+def max_pool2d(x: Tensor, kernel_size: int | Sequence[int], stride: int | Sequence[int] | None = None,
+               padding: int | Sequence[int] = 0, dilation: int | Sequence[int] = 1, ceil_mode: bool = False,
+               name: str = "max_pool2d") -> Tensor:
+    """2-D max pooling of ``x`` (N, C, H, W) (``torch.nn.functional.max_pool2d``): as
+    :func:`max_pool1d` per spatial dim; sizes are an int or ``(h, w)``, ``padding`` an int,
+    ``(pH, pW)`` or ``(top, left, bottom, right)``. Raises ValueError for bad sizes or an empty
+    output."""
+    return _pool("max", 2, x, kernel_size, stride, padding, dilation, ceil_mode, True, name)
+
+
+def avg_pool1d(x: Tensor, kernel_size: int | Sequence[int], stride: int | Sequence[int] | None = None,
+               padding: int | Sequence[int] = 0, ceil_mode: bool = False, count_include_pad: bool = True,
+               name: str = "avg_pool1d") -> Tensor:
+    """1-D average pooling of float ``x`` (N, C, L) (``torch.nn.functional.avg_pool1d``): each
+    window's sum divided by its taps inside the padded input (``count_include_pad``, PyTorch's
+    default) or inside the data (:func:`builder.te.topi.pool`). Output length as
+    :func:`max_pool1d`. Raises ValueError / TypeError for bad sizes or a non-float dtype."""
+    return _pool("avg", 1, x, kernel_size, stride, padding, 1, ceil_mode, count_include_pad, name)
+
+
+def avg_pool2d(x: Tensor, kernel_size: int | Sequence[int], stride: int | Sequence[int] | None = None,
+               padding: int | Sequence[int] = 0, ceil_mode: bool = False, count_include_pad: bool = True,
+               name: str = "avg_pool2d") -> Tensor:
+    """2-D average pooling of float ``x`` (N, C, H, W) (``torch.nn.functional.avg_pool2d``), as
+    :func:`avg_pool1d` per spatial dim. Raises ValueError / TypeError for bad sizes or a non-float
+    dtype."""
+    return _pool("avg", 2, x, kernel_size, stride, padding, 1, ceil_mode, count_include_pad, name)
+
+
+def _adaptive(nsp: int, x: Tensor, output_size, name: str) -> Tensor:
+    opname = f"adaptive_avg_pool{nsp}d"
+    if x.ndim != nsp + 2:
+        raise ValueError(f"{opname}: input must be {nsp + 2}-D, got {fmt_shape(x.shape)}")
+    sizes = list(output_size) if isinstance(output_size, (list, tuple)) else [output_size] * nsp
+    if len(sizes) != nsp or not all(s is None or (isinstance(s, (int, np.integer)) and not isinstance(s, bool))
+                                    for s in sizes):
+        raise ValueError(f"{opname}: output_size must be an int or {nsp} ints (None keeps a dim), got "
+                         f"{output_size!r}")
+    layout = "NCW" if nsp == 1 else "NCHW"
+    return wrap_nested(op_call(f"nn.{opname}", [x._expr], output_size=[None if s is None else int(s) for s in sizes],
+                               layout=layout, out_layout=layout), name)
+
+
+def adaptive_avg_pool1d(x: Tensor, output_size: int | Sequence[int], name: str = "adaptive_avg_pool1d") -> Tensor:
+    """Adaptive average pooling of float ``x`` (N, C, L) to (N, C, output_size)
+    (``torch.nn.functional.adaptive_avg_pool1d``; windows ``[floor(i*L/O), ceil((i+1)*L/O))``,
+    :func:`builder.te.topi.adaptive_avg_pool`). Raises ValueError / TypeError for a bad size or a
+    non-float dtype."""
+    return _adaptive(1, x, output_size, name)
+
+
+def adaptive_avg_pool2d(x: Tensor, output_size: int | Sequence[int | None],
+                        name: str = "adaptive_avg_pool2d") -> Tensor:
+    """Adaptive average pooling of float ``x`` (N, C, H, W) to (N, C, oH, oW)
+    (``torch.nn.functional.adaptive_avg_pool2d``; ``output_size`` an int or ``(oH, oW)``, None
+    keeps that dim). Raises ValueError / TypeError for a bad size or a non-float dtype."""
+    return _adaptive(2, x, output_size, name)
 
 
 def _scaled_dim(d, factor: float):
@@ -382,6 +479,45 @@ def normalize(x: Tensor, p: float = 2.0, axis: int = -1, eps: float = 1e-12, nam
         norm = op_call("power", [op_call("sum", [powered], axis=ax, keepdims=True), rx.const(1.0 / p, dt)])
     denom = op_call("maximum", [norm, rx.const(float(eps), dt)])
     return wrap_nested(op_call("divide", [xe, denom]), name)
+
+
+@recipe_function
+def batch_norm(x: Tensor, running_mean: Tensor, running_var: Tensor, weight: Tensor | None = None,
+               bias: Tensor | None = None, axis: int = 1, eps: float = 1e-5, name: str = "batch_norm") -> Tensor:
+    """Batch normalization with running statistics (inference; Ioffe & Szegedy 2015,
+    ``torch.nn.BatchNorm2d`` in eval mode, ONNX ``BatchNormalization`` with ``training_mode=0``)::
+
+        y = (x - running_mean) * (weight / sqrt(running_var + eps)) + bias      along ``axis``
+
+    ``x`` float (N, C, ...) (``axis`` the channel dim, default 1), the others (C,) of the same
+    dtype; missing ``weight`` / ``bias`` are 1 / 0. Emitted as reshapes to (1, C, 1, ...) and
+    elementwise ops, so it fuses into the producer's or the consumer's loop. Raises TypeError for a
+    non-float ``x``, ValueError for an axis out of range or statistics that are not (C,).
+    """
+    _check_float(x, "batch_norm")
+    ax = norm_axis(int(axis), x.ndim, "batch_norm")
+    c = x.shape[ax]
+    shape = [1] * x.ndim
+    shape[ax] = c
+
+    def per_channel(v: Tensor | None, what: str):
+        if v is None:
+            return None
+        if v.ndim != 1 or (isinstance(v.shape[0], int) and isinstance(c, int) and v.shape[0] != c):
+            raise ValueError(f"batch_norm: {what} must have shape ({c},), got {fmt_shape(v.shape)}")
+        if v.dtype != x.dtype:
+            raise TypeError(f"batch_norm: {what} dtype {v.dtype} differs from x's {x.dtype}")
+        return op_call("reshape", [v._expr, rx.ShapeExpr(shape)])
+
+    mean, var = per_channel(running_mean, "running_mean"), per_channel(running_var, "running_var")
+    w, b = per_channel(weight, "weight"), per_channel(bias, "bias")
+    scale = op_call("rsqrt", [op_call("add", [var, rx.const(float(eps), x.dtype)])])
+    if w is not None:
+        scale = op_call("multiply", [scale, w])
+    out = op_call("multiply", [op_call("subtract", [x._expr, mean]), scale])
+    if b is not None:
+        out = op_call("add", [out, b])
+    return wrap_nested(out, name)
 
 
 @recipe_function

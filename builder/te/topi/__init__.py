@@ -1,6 +1,6 @@
 """Tensor-expression definitions of the graph-level operators (our TOPI), one module per
 family as TVM's topi is: :mod:`.elementwise`, :mod:`.broadcast`, :mod:`.transform`,
-:mod:`.linear_algebra`, :mod:`.reduction`, :mod:`.norm`, :mod:`.conv`, :mod:`.resize`,
+:mod:`.linear_algebra`, :mod:`.reduction`, :mod:`.norm`, :mod:`.conv`, :mod:`.pool`, :mod:`.resize`,
 :mod:`.attention`, :mod:`.quantize`, and :mod:`.fusion` (the fused-kernel builders); shared helpers
 in :mod:`.common`. ``from builder.te import topi; topi.silu(x)`` reaches every family's functions.
 
@@ -22,12 +22,12 @@ Conventions
 * Compute names follow TVM's TOPI (``T_add``, ``T_transpose``, ``T_softmax_norm``, ``matmul``,
   ``conv1d_ncw``, ...); accumulators feeding a cast stage are named ``<name>_acc``.
 """
-from . import (attention, broadcast, common, conv, elementwise, fusion, linear_algebra, norm, quantize, reduction,
-               resize, transform)
+from . import (attention, broadcast, common, conv, elementwise, fusion, linear_algebra, norm, pool, quantize,
+               reduction, resize, transform)
 
 # captured before the star imports below rebind a family's name to a function of the same name
-_FAMILIES = (attention, broadcast, common, conv, elementwise, fusion, linear_algebra, norm, quantize, reduction,
-             resize, transform)
+_FAMILIES = (attention, broadcast, common, conv, elementwise, fusion, linear_algebra, norm, pool, quantize,
+             reduction, resize, transform)
 
 from .attention import *  # noqa: F401,F403
 from .broadcast import *  # noqa: F401,F403
@@ -37,6 +37,7 @@ from .elementwise import *  # noqa: F401,F403
 from .fusion import *  # noqa: F401,F403
 from .linear_algebra import *  # noqa: F401,F403
 from .norm import *  # noqa: F401,F403
+from .pool import *  # noqa: F401,F403
 from .quantize import *  # noqa: F401,F403
 from .reduction import *  # noqa: F401,F403
 from .resize import *  # noqa: F401,F403
