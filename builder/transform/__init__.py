@@ -1,7 +1,7 @@
 """Passes over IRModules, as named objects run by a :class:`Sequential` with instruments
 (:mod:`.pass_infra`); the default pipeline is declared in :mod:`.pipeline`.
 
-``EliminateCommonSubexpr`` (repeated pure op calls bound once), ``ConvToGemm`` (1-D convolutions -> im2col + matmul), ``SelectKernels`` (matmuls and quantized gathers -> fast kernels), ``TileWeights`` (float weights read in row
+``EliminateCommonSubexpr`` (repeated pure op calls bound once), ``ConvToGemm`` (1-D / 2-D convolutions -> im2col + matmul), ``SelectKernels`` (matmuls and quantized gathers -> fast kernels), ``TileWeights`` (float weights read in row
 tiles), ``FuseOps`` (elementwise chains ->
 one kernel), ``LegalizeOps`` (ops -> call_tir of PrimFuncs), ``DeadCodeElimination`` and
 ``LiftTransformParams`` (weight preprocessing -> ``transform_params``).

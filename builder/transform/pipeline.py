@@ -5,7 +5,7 @@ PrimFuncs it produced):
 
 0. ``eliminate_common_subexpr`` (:class:`EliminateCommonSubexpr`): a pure op call repeated on the
    same arguments is bound once (the rotary tables every layer of a Llama recomputes);
-1. ``conv_to_gemm`` (:class:`ConvToGemm`): Conv1D / ConvTranspose1D with groups 1 become an im2col
+1. ``conv_to_gemm`` (:class:`ConvToGemm`): Conv1D / Conv2D / ConvTranspose1D with groups 1 become an im2col
    copy (col2im overlap-add) around a matmul, which the next pass gives to the GEMM kernels;
 2. ``select_kernels`` (:class:`SelectKernels`): every matmul with its elementwise epilogue, and every
    quantized gather, becomes its fast kernel (GEMV / GEMM, fused dequantization);

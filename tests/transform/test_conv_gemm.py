@@ -245,3 +245,80 @@ def test_bfloat16_conv_and_conv_transpose_on_the_gemm_path():
     xf, wf, wtf = (b2f(v).astype(np.float64) for v in (x, w, wt))
     np.testing.assert_allclose(y, conv1d_ref(xf, wf, None, 2, (1, 1)), rtol=2e-2, atol=3e-2)
     np.testing.assert_allclose(yt, conv_transpose1d_ref(xf, wtf, None, 2, (1, 1)), rtol=2e-2, atol=3e-2)
+
+
+# --- Conv2D ---------------------------------------------------------------------------------------
+
+def conv2d_ref(x, w, b=None, stride=(1, 1), pad=(0, 0, 0, 0), dil=(1, 1)):
+    """``torch.nn.functional.conv2d`` (groups 1) in float64; ``pad`` = (top, left, bottom, right)."""
+    x, w = x.astype(np.float64), w.astype(np.float64)
+    xp = np.pad(x, ((0, 0), (0, 0), (pad[0], pad[2]), (pad[1], pad[3])))
+    _, _, kh, kw = w.shape
+    oh = (xp.shape[2] - dil[0] * (kh - 1) - 1) // stride[0] + 1
+    ow = (xp.shape[3] - dil[1] * (kw - 1) - 1) // stride[1] + 1
+    out = np.zeros((x.shape[0], w.shape[0], oh, ow))
+    for ky in range(kh):
+        for kx in range(kw):
+            win = xp[:, :, ky * dil[0]: ky * dil[0] + stride[0] * (oh - 1) + 1: stride[0],
+                     kx * dil[1]: kx * dil[1] + stride[1] * (ow - 1) + 1: stride[1]]
+            out += np.einsum("nchw,oc->nohw", win, w[:, :, ky, kx])
+    return out if b is None else out + b.astype(np.float64)[None, :, None, None]
+
+
+@pytest.mark.parametrize("k, stride, pad, dil", [
+    ((1, 1), (1, 1), (0, 0, 0, 0), (1, 1)), ((3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),
+    ((3, 2), (2, 1), (0, 1, 2, 0), (1, 2)), ((5, 5), (2, 2), (2, 2, 2, 2), (1, 1))])
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_conv2d_gemm_matches_float64_symbolic(k, stride, pad, dil, dtype):
+    f, kernels = compile_fn(lambda x, w, b: op.conv2d(x, w, b, stride=stride, padding=list(pad), dilation=dil),
+                            x=(["n", 5, "h", "w"], dtype), w=([7, 5, *k], dtype), b=([7], dtype))
+    assert_gemm(kernels, "conv2d_im2col")
+    assert "conv2d" not in families(kernels)
+    w, b = rand(7, 5, *k, dtype=dtype), rand(7, dtype=dtype)
+    for n, h, wd in ((1, 9, 11), (2, 14, 6)):
+        x = rand(n, 5, h, wd, dtype=dtype)
+        y = f(x, w, b)
+        assert y.dtype == np.dtype(dtype)
+        np.testing.assert_allclose(y, conv2d_ref(x, w, b, stride, pad, dil), **tol(dtype))
+
+
+def test_conv2d_chain_stays_channels_last():
+    """A ResNet-style chain, conv -> scale / shift per channel -> relu -> 1x1 conv -> strided conv: the
+    per-channel ops are the GEMMs' epilogues, the 1x1 conv reads the previous GEMM's output as its
+    columns, and no transpose runs until the end."""
+    def fn(x, w1, s, t, w2, w3):
+        h = op.relu(op.conv2d(x, w1, padding=1) * op.reshape(s, [1, 8, 1, 1]) + op.reshape(t, [1, 8, 1, 1]))
+        h = op.relu(op.conv2d(h, w2))
+        return op.conv2d(h, w3, stride=2, padding=1)
+
+    f, kernels = compile_fn(fn, x=(["n", 3, 12, 12], "float32"), w1=([8, 3, 3, 3], "float32"), s=([8], "float32"),
+                            t=([8], "float32"), w2=([6, 8, 1, 1], "float32"), w3=([4, 6, 3, 3], "float32"))
+    fam = families(kernels)
+    assert sum(f_.startswith("linear") for f_ in fam.values()) == 3, fam
+    assert sorted(n for n in fam if n.startswith("conv2d_im2col")) == ["conv2d_im2col", "conv2d_im2col1"], fam
+    assert sum("transpose" in n or "permute" in n for n in fam) == 1, fam     # the output's NCHW
+    w1, s, t, w2, w3 = rand(8, 3, 3, 3), rand(8), rand(8), rand(6, 8, 1, 1), rand(4, 6, 3, 3)
+    x = rand(2, 3, 12, 12)
+    h = np.maximum(conv2d_ref(x, w1, None, (1, 1), (1,) * 4) * s[None, :, None, None] + t[None, :, None, None], 0)
+    h = np.maximum(conv2d_ref(h, w2), 0)
+    np.testing.assert_allclose(f(x, w1, s, t, w2, w3), conv2d_ref(h, w3, None, (2, 2), (1,) * 4), rtol=1e-4, atol=1e-4)
+
+
+def test_conv2d_residual_pooling_and_groups():
+    """A residual add of the block input (a full NCHW tensor), max pooling between convolutions (an NCHW
+    consumer) and a grouped convolution (the reference loops) give the right values."""
+    def fn(x, w1, w2, wg):
+        h = op.conv2d(x, w1, padding=1) + x
+        h = op.max_pool2d(h, 2)
+        return op.conv2d(op.conv2d(h, w2, padding=1), wg, groups=2)
+
+    f, kernels = compile_fn(fn, x=(["n", 4, "h", "w"], "float32"), w1=([4, 4, 3, 3], "float32"),
+                            w2=([6, 4, 3, 3], "float32"), wg=([4, 3, 1, 1], "float32"))
+    assert "conv2d" in families(kernels)      # the grouped one
+    w1, w2, wg = rand(4, 4, 3, 3), rand(6, 4, 3, 3), rand(4, 3, 1, 1)
+    x = rand(2, 4, 8, 10)
+    h = conv2d_ref(x, w1, None, (1, 1), (1,) * 4) + x
+    h = h.reshape(2, 4, 4, 2, 5, 2).max(axis=(3, 5))
+    h = conv2d_ref(h, w2, None, (1, 1), (1,) * 4)
+    want = np.concatenate([conv2d_ref(h[:, :3], wg[:2]), conv2d_ref(h[:, 3:], wg[2:])], axis=1)
+    np.testing.assert_allclose(f(x, w1, w2, wg), want, rtol=1e-4, atol=1e-4)

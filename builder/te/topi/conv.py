@@ -14,7 +14,7 @@ from .. import tensor as _te
 from ..tensor import Tensor
 from .common import accumulator_dtype, cast_value, output_dtype, two_stage_compute
 
-__all__ = ["conv1d", "conv1d_im2col", "conv1d_transpose", "conv1d_transpose_col2im", "conv2d"]
+__all__ = ["conv1d", "conv1d_im2col", "conv1d_transpose", "conv1d_transpose_col2im", "conv2d", "conv2d_im2col"]
 
 
 def _one(v, what: str) -> int:
@@ -292,6 +292,60 @@ def conv1d_im2col(x: Tensor, kernel_size: int, strides=1, padding=0, dilation=1,
         return tir.if_then_else(tir.all(*conds), v, E.const(0, x.dtype)) if conds else v
 
     return _te.compute((n, out_w, c, E.IntImm(k, "int64")), fbody, name="conv1d_im2col", attrs=checks)
+
+
+def conv2d_im2col(x: Tensor, kernel_size, strides=1, padding=0, dilation=1, layout: str = "NCHW") -> Tensor:
+    """The columns (im2col) of a 2-D convolution with groups 1 (as :func:`conv1d_im2col`, per spatial
+    dim; Chellapilla et al. 2006)::
+
+        col[n, y, x, c, ky, kx] = x_pad[n, c, y*sH + ky*dH, x*sW + kx*dW]      (zero in the padding)
+        conv2d(x, w)[n, o, y, x] = sum_{c, ky, kx} col[n, y, x, c, ky, kx] * w[o, c, ky, kx]
+
+    so ``reshape(col, (N, oH*oW, C*kH*kW)) @ reshape(w, (O, C*kH*kW)).T`` is the convolution in NHWC
+    layout with the weight as stored (OIHW). ``x`` is ``(N, C, H, W)`` (``layout`` ``"NCHW"``) or
+    ``(N, H, W, C)`` (``"NHWC"``, the output of a previous GEMM-lowered convolution, read without a
+    transpose); any dtype, copied unchanged. ``kernel_size`` / ``strides`` / ``dilation``: an int or
+    ``(h, w)``; ``padding``: an int, ``(pH, pW)`` or ``(top, left, bottom, right)``. Output dims as
+    :func:`conv2d`'s.
+
+    Returns a ``(N, oH, oW, C, kH, kW)`` tensor. Raises ValueError for a non-4-D ``x``, a bad layout,
+    invalid attributes, or a dilated kernel larger than the padded input (checked when the code runs
+    for symbolic sizes).
+    """
+    if x.ndim != 4:
+        raise ValueError(f"conv2d_im2col: data must be 4-D, got {fmt_shape(x.shape)}")
+    if layout not in ("NCHW", "NHWC"):
+        raise ValueError(f"conv2d_im2col: layout must be NCHW or NHWC, got {layout!r}")
+    kh, kw = _int_list(kernel_size, 2, "kernel_size", "conv2d_im2col")
+    sh, sw = _int_list(strides, 2, "strides", "conv2d_im2col")
+    dh, dw = _int_list(dilation, 2, "dilation", "conv2d_im2col")
+    pads = list(padding) if isinstance(padding, (list, tuple)) else [padding]
+    if len(pads) == 2:
+        pads = pads * 2
+    pt, pl, pb, pr = _int_list(pads, 4, "padding", "conv2d_im2col")
+    if builtins.min(kh, kw, sh, sw, dh, dw) < 1 or builtins.min(pt, pl, pb, pr) < 0:
+        raise ValueError(f"conv2d_im2col: invalid kernel_size={kernel_size} strides={strides} "
+                         f"dilation={dilation} padding={padding}")
+    if layout == "NCHW":
+        n, c, h, wd = x.shape
+    else:
+        n, h, wd, c = x.shape
+    oh, ow = conv_out_dim(h, kh, sh, pt, pb, dh), conv_out_dim(wd, kw, sw, pl, pr, dw)
+    checks: dict = {}
+    for size, k, lo, hi, d in ((h, kh, pt, pb, dh), (wd, kw, pl, pr, dw)):
+        got = _span_checks(size, k, lo, hi, d, "conv2d_im2col")
+        if got:
+            checks.setdefault("mb.assert_le", []).extend(got["mb.assert_le"])
+
+    def fbody(nn, yy, xx, cc, ky, kx):
+        py = E.simplify(yy * sh + ky * dh - pt)
+        px = E.simplify(xx * sw + kx * dw - pl)
+        v = x[nn, cc, py, px] if layout == "NCHW" else x[nn, py, px, cc]
+        conds = _in_bounds(py, h, pt > 0, pb > 0) + _in_bounds(px, wd, pl > 0, pr > 0)
+        return tir.if_then_else(tir.all(*conds), v, E.const(0, x.dtype)) if conds else v
+
+    return _te.compute((n, oh, ow, c, E.IntImm(kh, "int64"), E.IntImm(kw, "int64")), fbody,
+                       name="conv2d_im2col", attrs=checks or None)
 
 
 def conv1d_transpose_col2im(cols: Tensor, out_channels, kernel_size: int, out_width, strides=1, padding=0,
