@@ -421,12 +421,13 @@ def div(t, a, b, rounding_mode=None):
         if rounding_mode == "trunc":
             return int(a / b)
         return a / b
+    if rounding_mode == "floor":
+        return binary("floor_divide", a, b)
+    if rounding_mode == "trunc":       # integer tensors: C-style division truncates already
+        q = binary("divide", a, b)
+        return op.trunc(q) if is_float(q.dtype) else q
     if rounding_mode is not None:
-        x = div(t, a, b)
-        if not is_float(x.dtype):
-            raise FrontendError(f"division with rounding_mode={rounding_mode!r} of integer tensors is not "
-                                "supported")
-        raise UnsupportedNodeError(f"division with rounding_mode={rounding_mode!r} (no floor / trunc op)")
+        raise UnsupportedNodeError(f"division with rounding_mode={rounding_mode!r}")
     for v in (a, b):
         if is_tensor(v) and not is_float(v.dtype):
             if is_tensor(a):
@@ -437,15 +438,18 @@ def div(t, a, b, rounding_mode=None):
 
 
 def floordiv(t, a, b):
+    """``a // b`` / ``torch.floor_divide`` (floor division, torch's since 1.13): sizes in Python,
+    tensors through ``floor_divide``."""
     if not is_tensor(a) and not is_tensor(b):
         return a // b
-    raise UnsupportedNodeError("floor division of tensors (no floor_divide op)")
+    return binary("floor_divide", a, b)
 
 
 def mod(t, a, b):
+    """``a % b`` / ``torch.remainder``: the sign of ``b`` (``floor_mod``); sizes in Python."""
     if not is_tensor(a) and not is_tensor(b):
         return a % b
-    raise UnsupportedNodeError("remainder of tensors (no mod op)")
+    return binary("floor_mod", a, b)
 
 
 def pow_(t, a, b):
@@ -569,6 +573,67 @@ def amax(t, x, dim=(), keepdim=False):
 
 def amin(t, x, dim=(), keepdim=False):
     return op.min(x, axis=_axes(x, dim), keepdims=bool(keepdim))
+
+
+class ValuesIndices(tuple):
+    """``(values, indices)`` with torch's named-tuple fields (``torch.return_types.max`` & co.)."""
+
+    @property
+    def values(self):
+        return self[0]
+
+    @property
+    def indices(self):
+        return self[1]
+
+
+def _max_min(kind: str) -> Callable:
+    """``torch.max`` / ``torch.min`` (and the Tensor methods): of the whole tensor; along ``dim``,
+    the named tuple ``(values, indices)`` (indices int64, the first extreme on ties); of two tensors,
+    elementwise."""
+    reduce_, arg, pair_ = (op.max, op.argmax, "maximum") if kind == "max" else (op.min, op.argmin, "minimum")
+
+    def run(t, x, dim=None, keepdim=False):
+        if is_tensor(dim):
+            return binary(pair_, x, dim)
+        if dim is None:
+            return reduce_(x)
+        axis = norm_dim(dim, x.ndim)
+        return ValuesIndices((reduce_(x, axis=[axis], keepdims=bool(keepdim)),
+                              arg(x, axis=axis, keepdims=bool(keepdim))))
+    run.__name__ = kind
+    return run
+
+
+def _arg(kind: str) -> Callable:
+    """``torch.argmax`` / ``argmin``: along ``dim`` or of the flattened tensor."""
+    fn = op.argmax if kind == "argmax" else op.argmin
+
+    def run(t, x, dim=None, keepdim=False):
+        if dim is None:
+            out = fn(x)
+            return op.reshape(out, [1] * x.ndim) if keepdim else out
+        return fn(x, axis=norm_dim(dim, x.ndim), keepdims=bool(keepdim))
+    run.__name__ = kind
+    return run
+
+
+def _round(t, x, decimals=0):
+    """``torch.round``: halves to even; with ``decimals``, ``round(x * 10**d) / 10**d`` as torch."""
+    if not decimals:
+        return op.round(x)
+    scale = 10.0 ** int(decimals)
+    return binary("divide", op.round(binary("multiply", x, scale)), scale)
+
+
+def _float_unary(name: str) -> Callable:
+    """A rounding op that torch applies to floats (integers pass through unchanged)."""
+    fn = getattr(op, name)
+
+    def run(t, x):
+        return fn(x)
+    run.__name__ = name
+    return run
 
 
 def var(t, x, dim=None, unbiased=None, keepdim=False, *, correction=None):
@@ -982,6 +1047,30 @@ def expand(t, x, *shape, implicit=False):
     return op.broadcast_to(x, out)
 
 
+def tile(t, x, *reps):
+    """``Tensor.repeat(*sizes)`` / ``torch.tile`` (``numpy.tile``; :func:`builder.nn.op.tile`)."""
+    reps = [static(r) for r in sizes(reps)]
+    if any(r is None for r in reps):
+        raise FrontendError(f"repeat: the repeats must be static ints, got {reps}")
+    return op.tile(x, reps)
+
+
+def repeat_interleave(t, x, repeats, dim=None, *, output_size=None):
+    """``torch.repeat_interleave`` with an int ``repeats`` (``numpy.repeat``)."""
+    r = static(repeats) if not is_tensor(repeats) else None
+    if r is None:
+        raise UnsupportedNodeError("repeat_interleave with tensor repeats (a data-dependent shape)")
+    return op.repeat(x, r, axis=None if dim is None else norm_dim(dim, x.ndim))
+
+
+def clamp_min(t, x, min):
+    return clamp(t, x, min, None)
+
+
+def clamp_max(t, x, max):
+    return clamp(t, x, None, max)
+
+
 def expand_as(t, x, other):
     return expand(t, x, other.shape)
 
@@ -1335,10 +1424,13 @@ TORCH_OPS: dict[str, Callable] = {
     "leaky_relu": leaky_relu,
     "softmax": softmax, "log_softmax": log_softmax,
     "mean": _reduce("mean"), "sum": _reduce("sum"), "prod": _reduce("prod"), "amax": amax, "amin": amin,
+    "max": _max_min("max"), "min": _max_min("min"), "argmax": _arg("argmax"), "argmin": _arg("argmin"),
+    "floor": _float_unary("floor"), "ceil": _float_unary("ceil"), "trunc": _float_unary("trunc"),
+    "sign": _float_unary("sign"), "round": _round, "floor_divide": floordiv, "remainder": mod,
     "var": var, "std": std,
     "eq": compare("equal"), "ne": compare("not_equal"), "lt": compare("less"), "le": compare("less_equal"),
     "gt": compare("greater"), "ge": compare("greater_equal"),
-    "maximum": maximum, "minimum": minimum, "clamp": clamp,
+    "maximum": maximum, "minimum": minimum, "clamp": clamp, "clamp_min": clamp_min, "clamp_max": clamp_max,
     "where": where, "masked_fill": masked_fill,
     "logical_and": logical_and, "logical_or": logical_or, "logical_not": logical_not,
     "bitwise_and": bitwise_and, "bitwise_or": bitwise_or, "bitwise_not": bitwise_not,
@@ -1350,7 +1442,8 @@ TORCH_OPS: dict[str, Callable] = {
     "batch_norm": batch_norm,
     "view": view, "reshape": reshape, "permute": permute, "transpose": transpose, "t": t_,
     "unsqueeze": unsqueeze, "squeeze": squeeze, "flatten": flatten, "unflatten": unflatten,
-    "expand": expand, "expand_as": expand_as, "broadcast_to": broadcast_to,
+    "expand": expand, "expand_as": expand_as, "broadcast_to": broadcast_to, "repeat": tile, "tile": tile,
+    "repeat_interleave": repeat_interleave,
     "cat": cat, "concat": cat, "stack": stack, "split": split, "split_with_sizes": split_with_sizes,
     "chunk": chunk, "unbind": unbind, "narrow": narrow, "select": select, "index_select": index_select,
     "slice": slice_, "index": index, "diff": diff,

@@ -66,6 +66,7 @@ ATEN_OPS: dict[str, Callable] = {
     "_adaptive_avg_pool2d": C.adaptive_avg_pool(2), "batch_norm": C.aten_batch_norm,
     "native_batch_norm": C.aten_native_batch_norm,
     "_native_batch_norm_legit_no_training": C.aten_batch_norm_no_training,
+    "mT": lambda t, x: C.transpose(t, x, -2, -1),
     "_assert_tensor_metadata": _skip, "_assert_scalar": _skip, "sym_constrain_range_for_size": _skip,
     "sym_constrain_range": _skip, "_assert_async": _skip,
 }

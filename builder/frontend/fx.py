@@ -252,6 +252,8 @@ def _getattr(t, obj, name):
             return obj.ndim
         if name == "T":
             return C.t_(t, obj)
+        if name == "mT":
+            return C.transpose(t, obj, -2, -1)
         if name == "device":
             return "cpu"
         raise UnsupportedNodeError(f"Tensor attribute '{name}'")
@@ -297,7 +299,9 @@ def default_call_function_map() -> dict:
                  "reshape", "permute", "transpose", "t", "unsqueeze", "squeeze", "flatten", "unflatten",
                  "broadcast_to", "cat", "concat", "stack", "split", "chunk", "unbind", "narrow", "select",
                  "index_select", "numel", "arange", "full", "ones", "zeros", "full_like", "ones_like",
-                 "zeros_like", "tril", "triu", "dropout", "rsub"):
+                 "zeros_like", "tril", "triu", "dropout", "rsub", "max", "min", "argmax", "argmin", "floor", "ceil",
+                 "round", "trunc", "sign", "floor_divide", "remainder", "tile", "repeat_interleave", "clamp_min",
+                 "clamp_max"):
         fn = getattr(torch, name, None)
         if fn is not None:
             m[fn] = o[name]
@@ -319,11 +323,11 @@ def default_call_method_map() -> dict:
         "flatten", "unflatten", "expand", "expand_as", "split", "chunk", "unbind", "narrow", "select",
         "index_select", "size", "dim", "numel", "new_full", "new_ones", "new_zeros", "tril", "triu",
         "to", "type_as", "float", "half", "bfloat16", "double", "int", "long", "bool", "contiguous",
-        "clone", "detach", "cumsum")}
+        "clone", "detach", "cumsum", "max", "min", "argmax", "argmin", "floor", "ceil", "round", "trunc", "sign",
+        "floor_divide", "remainder", "repeat", "tile", "repeat_interleave", "clamp_min", "clamp_max")}
     m.update({"__getitem__": o["getitem"], "masked_fill_": o["masked_fill"], "add_": o["add"],
-              "mul_": o["mul"], "clamp_min": lambda t, x, v: C.clamp(t, x, min=v),
-              "clamp_max": lambda t, x, v: C.clamp(t, x, max=v), "type": _method_type,
-              "repeat": _repeat, "where": lambda t, x, cond, other: C.where(t, cond, x, other)})
+              "mul_": o["mul"], "type": _method_type,
+              "where": lambda t, x, cond, other: C.where(t, cond, x, other)})
     return m
 
 
@@ -331,22 +335,6 @@ def _method_type(t, x, dtype=None, *args, **kwargs):
     if dtype is None:
         raise UnsupportedNodeError("Tensor.type() without a dtype (returns a string)")
     return C.as_dtype(x, torch_dtype(dtype))
-
-
-def _repeat(t, x, *reps):
-    reps = C.sizes(reps)
-    if len(reps) < x.ndim:
-        raise FrontendError(f"repeat: {len(reps)} repeats for a tensor of {x.ndim} dims")
-    x = t.reshape(x, [1] * (len(reps) - x.ndim) + list(x.shape))
-    for ax, r in enumerate(reps):
-        if C.static(r) != 1:
-            if C.static(x.shape[ax]) == 1:
-                shape = list(x.shape)
-                shape[ax] = r
-                x = op.broadcast_to(x, shape)
-            else:
-                x = op.concat([x] * int(r), dim=ax)
-    return x
 
 
 # module translations: fn(t, module, path, *args, **kwargs)

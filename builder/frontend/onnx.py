@@ -618,10 +618,11 @@ def _fold_ok(*shapes) -> bool:
 # -- elementwise ---------------------------------------------------------------------------------
 
 _UNARY = {"Relu": op.relu, "Sigmoid": op.sigmoid, "Tanh": op.tanh, "Exp": op.exp, "Log": op.log,
-          "Sqrt": op.sqrt, "Erf": op.erf, "Neg": op.negative, "Abs": op.abs, "Sin": op.sin, "Cos": op.cos}
+          "Sqrt": op.sqrt, "Erf": op.erf, "Neg": op.negative, "Abs": op.abs, "Sin": op.sin, "Cos": op.cos,
+          "Floor": op.floor, "Ceil": op.ceil, "Round": op.round, "Sign": op.sign}
 _UNARY_NP = {"Relu": lambda x: np.maximum(x, 0).astype(x.dtype), "Sigmoid": None, "Tanh": np.tanh, "Exp": np.exp,
              "Log": np.log, "Sqrt": np.sqrt, "Erf": None, "Neg": np.negative, "Abs": np.abs, "Sin": np.sin,
-             "Cos": np.cos}
+             "Cos": np.cos, "Floor": np.floor, "Ceil": np.ceil, "Round": np.round, "Sign": np.sign}
 
 
 @_register(*_UNARY)
@@ -634,7 +635,7 @@ def _unary(im: _Importer, node, ins, at):
         if not any(v is None for v in vals.ravel()):
             return _shape_value(vals, x.dtype)
     if isinstance(x, np.ndarray) and _UNARY_NP[node.op_type] is not None and x.dtype.kind in "iu" \
-            and node.op_type in ("Neg", "Abs", "Relu"):
+            and node.op_type in ("Neg", "Abs", "Relu", "Sign"):
         return _UNARY_NP[node.op_type](x).astype(x.dtype)
     return _UNARY[node.op_type](im.tensor(x))
 
@@ -702,6 +703,45 @@ def _binary(im: _Importer, node, ins, at):
     if kind == "Pow" and isinstance(b, np.ndarray) and b.size == 1 and float(b.ravel()[0]) == 2.0:
         return op.multiply(ta, ta)
     return _BINARY[kind](ta, tb)
+
+
+@_register("Mod")
+def _mod(im, node, ins, at):
+    """``Mod``: ``fmod=0`` the sign of the divisor (integers; ``floor_mod``), ``fmod=1`` the sign of the
+    dividend (C's ``fmod``: ``a - trunc(a / b) * b``)."""
+    _check_inputs(ins, node)
+    a, b = im.tensor(ins[0]), im.tensor(ins[1])
+    if int(at.get("fmod", 0)):
+        if a.dtype.startswith(("int", "uint")):
+            return op.subtract(a, op.multiply(op.divide(a, b), b))      # integer divide truncates
+        return op.subtract(a, op.multiply(op.trunc(op.divide(a, b)), b))
+    if E.is_float_dtype(a.dtype):
+        raise ONNXImportError("Mod of floats needs fmod=1 (the ONNX spec)")
+    return op.floor_mod(a, b)
+
+
+@_register("ArgMax", "ArgMin")
+def _argmax(im, node, ins, at):
+    _check_inputs(ins, node)
+    x = im.tensor(ins[0])
+    nd = len(x.shape)
+    axis = int(at.get("axis", 0))
+    if not -nd <= axis < nd:
+        raise ONNXImportError(f"axis {axis} is out of range for a {nd}-d input")
+    if int(at.get("select_last_index", 0)):
+        raise ONNXImportError("select_last_index=1 is not supported (the first extreme is taken)")
+    fn = op.argmax if node.op_type == "ArgMax" else op.argmin
+    return fn(x, axis=axis % nd, keepdims=bool(int(at.get("keepdims", 1))))
+
+
+@_register("Tile")
+def _tile(im, node, ins, at):
+    _check_inputs(ins, node)
+    x = im.tensor(ins[0])
+    reps = im.ints(ins[1], "repeats")
+    if len(reps) != len(x.shape) or any(r < 0 for r in reps):
+        raise ONNXImportError(f"Tile needs one non-negative repeat per dim ({len(x.shape)}), got {reps}")
+    return op.tile(x, reps)
 
 
 @_register("Max", "Min")

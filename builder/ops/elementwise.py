@@ -45,6 +45,12 @@ _elementwise("erf", infer_unary_float, ELEMWISE, topi.erf, "erf",
              "Gauss error function ``2 / sqrt(pi) * integral from 0 to x of exp(-t**2) dt``.", "erf")
 _elementwise("negative", infer_unary, ELEMWISE, topi.negative, "negative", "``-x``.")
 _elementwise("abs", infer_unary, ELEMWISE, topi.abs, "abs", "``|x|`` (elementwise absolute value).")
+_elementwise("floor", infer_unary, ELEMWISE, topi.floor, "floor", "The largest integer <= x (integers unchanged).")
+_elementwise("ceil", infer_unary, ELEMWISE, topi.ceil, "ceil", "The smallest integer >= x (integers unchanged).")
+_elementwise("round", infer_unary, ELEMWISE, topi.round, "round",
+             "To the nearest integer, halves to even (``torch.round``; integers unchanged).")
+_elementwise("trunc", infer_unary, ELEMWISE, topi.trunc, "trunc", "Toward zero (integers unchanged).")
+_elementwise("sign", infer_unary, ELEMWISE, topi.sign, "sign", "-1, 0 or 1 (NaN stays NaN).")
 
 # binary arithmetic (numpy broadcasting; a Python scalar operand becomes a constant of the tensor's dtype)
 _elementwise("add", infer_binary, BROADCAST, topi.add, "add", "``a + b``.")
@@ -53,6 +59,10 @@ _elementwise("multiply", infer_binary, BROADCAST, topi.multiply, "multiply", "``
 _elementwise("divide", infer_binary, BROADCAST, topi.divide, "divide", "``a / b``.")
 _elementwise("maximum", infer_binary, BROADCAST, topi.maximum, "maximum", "Elementwise maximum (NaN propagates).")
 _elementwise("minimum", infer_binary, BROADCAST, topi.minimum, "minimum", "Elementwise minimum (NaN propagates).")
+_elementwise("floor_divide", infer_binary, BROADCAST, topi.floor_divide, "floor_divide",
+             "``floor(a / b)`` (``a // b``; integers: ``x // 0 == 0``).")
+_elementwise("floor_mod", infer_binary, BROADCAST, topi.floor_mod, "floor_mod",
+             "``a - floor(a / b) * b``, the sign of ``b`` (``torch.remainder``; integers: ``x % 0 == 0``).")
 _elementwise("power", infer_binary, BROADCAST, topi.power, "power", "``a ** b``.")
 
 # comparisons (bool results)

@@ -15,7 +15,7 @@ from .common import (
 )
 
 __all__ = [
-    "add", "broadcast_binary", "divide", "equal", "floor_divide", "greater", "greater_equal", "less",
+    "add", "broadcast_binary", "divide", "equal", "floor_divide", "floor_mod", "greater", "greater_equal", "less",
     "less_equal", "maximum", "minimum", "multiply", "not_equal", "power", "subtract", "where",
 ]
 
@@ -116,6 +116,17 @@ def floor_divide(a: Operand, b: Operand) -> Tensor:
         return _int_div(E.FloorDiv, x, y)
 
     return broadcast_binary(a, b, f, "T_floor_divide")
+
+
+def floor_mod(a: Operand, b: Operand) -> Tensor:
+    """``a % b`` with broadcasting, the sign of ``b`` (``numpy.mod``, ``torch.remainder``): ``a -
+    floor(a / b) * b`` for floats; for integers floor modulo with ``x % 0 == 0`` (numpy's result)."""
+    def f(x, y):
+        if E.is_float_dtype(x.dtype):
+            return x - tir.floor(x / y) * y
+        return _int_div(E.FloorMod, x, y)
+
+    return broadcast_binary(a, b, f, "T_floor_mod")
 
 
 def maximum(a: Operand, b: Operand) -> Tensor:

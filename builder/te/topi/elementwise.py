@@ -14,8 +14,8 @@ from ..tensor import Tensor
 from .common import cast_value, upcast
 
 __all__ = [
-    "abs", "cos", "erf", "exp", "gelu", "gelu_tanh", "log", "negative", "relu", "rsqrt", "sigmoid", "silu",
-    "sin", "sqrt", "tanh", "unary",
+    "abs", "ceil", "cos", "erf", "exp", "floor", "gelu", "gelu_tanh", "log", "negative", "relu", "round", "rsqrt",
+    "sigmoid", "sign", "silu", "sin", "sqrt", "tanh", "trunc", "unary",
 ]
 
 
@@ -124,3 +124,31 @@ def negative(x: Tensor) -> Tensor:
 def abs(x: Tensor) -> Tensor:  # noqa: A001 - op name
     """``|x|`` (``numpy.abs``); unsigned ints and bools are returned unchanged (copied)."""
     return unary(x, tir.abs, "T_abs")
+
+
+def _rounding(fn: Callable[[PrimExpr], PrimExpr], name: str):
+    def run(x: Tensor) -> Tensor:
+        return unary(x, lambda v: fn(v) if E.is_float_dtype(v.dtype) else v, name)
+    return run
+
+
+floor = _rounding(tir.floor, "T_floor")
+floor.__doc__ = "``numpy.floor``: the largest integer <= x (integers unchanged)."
+ceil = _rounding(tir.ceil, "T_ceil")
+ceil.__doc__ = "``numpy.ceil``: the smallest integer >= x (integers unchanged)."
+round = _rounding(tir.round, "T_round")  # noqa: A001 - op name
+round.__doc__ = "``numpy.round`` / ``torch.round``: to the nearest integer, halves to even (integers unchanged)."
+trunc = _rounding(tir.trunc, "T_trunc")
+trunc.__doc__ = "``numpy.trunc``: toward zero (integers unchanged)."
+
+
+def sign(x: Tensor) -> Tensor:
+    """``numpy.sign``: -1, 0 or 1 in ``x``'s dtype (NaN stays NaN, -0.0 gives 0); booleans unchanged."""
+    def f(v):
+        if v.dtype == "bool":
+            return v
+        zero = E.const(0, v.dtype)
+        neg = E.const(-1, v.dtype) if v.dtype.startswith(("int", "float")) else zero
+        return E.Select(E.GT(v, zero), E.const(1, v.dtype), E.Select(E.LT(v, zero), neg, v))
+
+    return unary(x, f, "T_sign")

@@ -1,0 +1,91 @@
+"""Torch ops that models use around their layers -- max / min along a dim (values and indices), argmax,
+rounding, floor division and remainder of tensors, ``div`` with a rounding mode, ``Tensor.repeat`` /
+``torch.tile``, ``repeat_interleave``, ``clamp_min`` -- through torch.fx and torch.export against eager
+PyTorch, and the ONNX ops of the same family against onnxruntime."""
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch", reason="the PyTorch frontend needs torch (pip install torch)")
+from torch import nn
+
+import runtime
+from builder import compile as build
+from builder.frontend import from_exported_program, from_fx
+
+
+class Ops(nn.Module):
+    def forward(self, x, k):
+        vals, idx = torch.max(x, dim=1)
+        mn = x.min(dim=-1, keepdim=True).values
+        am = torch.argmax(x, dim=2) + x.argmin(dim=2) * 10 + torch.argmax(x)
+        r = torch.round(x * 3) + torch.floor(x) - torch.ceil(x) + torch.trunc(x * 2) + torch.sign(x)
+        d = torch.div(x, 0.7, rounding_mode="floor") + torch.div(x, -0.3, rounding_mode="trunc")
+        q = k // 3 + k % 4 + torch.remainder(k, -5) + torch.floor_divide(k, -2)
+        t = x.repeat(2, 1, 3) + torch.tile(x, (2, 1, 3))
+        ri = torch.repeat_interleave(k, 2, dim=1)
+        return (vals, idx, mn, am, r, d, q, t, ri, torch.clamp_min(x, 0.1), torch.max(x), torch.min(x, k.float()), x.mT)
+
+
+def _inputs():
+    rng = np.random.default_rng(0)
+    x = rng.uniform(-3, 3, (2, 4, 5)).astype(np.float32)
+    x[0, 0, 0] = 0.5 / 3      # a half after the scaling: round half to even
+    k = rng.integers(-20, 20, (2, 4, 5)).astype(np.int64)
+    return x, k
+
+
+def _check(mod, x, k):
+    got = runtime.VirtualMachine(build(mod))["main"](x, k)
+    with torch.no_grad():
+        want = Ops()(torch.from_numpy(x), torch.from_numpy(k))
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        w = w.numpy()
+        assert g.shape == w.shape and g.dtype == w.dtype, (g.shape, w.shape, g.dtype, w.dtype)
+        np.testing.assert_allclose(g, w, rtol=1e-6, atol=1e-6)
+
+
+def test_extra_ops_through_fx():
+    x, k = _inputs()
+    _check(from_fx(torch.fx.symbolic_trace(Ops()), [((2, 4, 5), "float32"), ((2, 4, 5), "int64")]), x, k)
+
+
+def test_extra_ops_through_export():
+    x, k = _inputs()
+    _check(from_exported_program(torch.export.export(Ops(), (torch.from_numpy(x), torch.from_numpy(k)))), x, k)
+
+
+def test_onnx_rounding_mod_argmax_tile():
+    onnx = pytest.importorskip("onnx")
+    ort = pytest.importorskip("onnxruntime")
+    from onnx import TensorProto, helper, numpy_helper
+
+    from builder.frontend import from_onnx
+
+    F, I64 = TensorProto.FLOAT, TensorProto.INT64
+    nodes = [helper.make_node("Floor", ["x"], ["f"]), helper.make_node("Ceil", ["x"], ["c"]),
+             helper.make_node("Round", ["x"], ["r"]), helper.make_node("Sign", ["x"], ["s"]),
+             helper.make_node("Mod", ["x", "d"], ["fm"], fmod=1), helper.make_node("Mod", ["k", "e"], ["im"]),
+             helper.make_node("ArgMax", ["x"], ["am"], axis=1), helper.make_node("ArgMin", ["x"], ["an"], axis=-1,
+                                                                                keepdims=0),
+             helper.make_node("Tile", ["x", "reps"], ["t"])]
+    outs = [("f", F, ["n", 4]), ("c", F, ["n", 4]), ("r", F, ["n", 4]), ("s", F, ["n", 4]), ("fm", F, ["n", 4]),
+            ("im", I64, ["n", 4]), ("am", I64, ["n", 1]), ("an", I64, ["n"]), ("t", F, ["m", 8])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", F, ["n", 4]),
+                                           helper.make_tensor_value_info("k", I64, ["n", 4])],
+                              [helper.make_tensor_value_info(n, t, s) for n, t, s in outs],
+                              initializer=[numpy_helper.from_array(np.array([0.7, -1.5, 2.0, 0.3], np.float32), "d"),
+                                           numpy_helper.from_array(np.array([3, -4, 5, 7], np.int64), "e"),
+                                           numpy_helper.from_array(np.array([3, 2], np.int64), "reps")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    vm = runtime.VirtualMachine(build(from_onnx(model)))
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(1)
+    for n in (1, 3):
+        x = rng.uniform(-4, 4, (n, 4)).astype(np.float32)
+        x[0, 0] = 2.5
+        k = rng.integers(-30, 30, (n, 4)).astype(np.int64)
+        for g, w in zip(vm["main"](x, k), sess.run(None, {"x": x, "k": k})):
+            assert g.shape == w.shape and g.dtype == w.dtype
+            np.testing.assert_allclose(g, w, rtol=1e-6, atol=1e-6)
