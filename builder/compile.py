@@ -5,8 +5,9 @@ legalization, dead-code elimination; each op call becomes ``R.call_tir`` of a Pr
 :func:`builder.codegen.build` (all PrimFuncs into one object file for the host CPU, cached on disk by
 content) -> one bytecode function per graph-level function (see ``runtime/executable.py`` for the
 instruction set). Calls of runtime builtins (``R.call_pure_packed`` / ``R.call_inplace_packed``: the KV
-cache's ``vm.builtin.attention_kv_cache_*``, ``vm.builtin.invoke_debug_func`` of ``print_``) stay as
-they are and become ``["call_builtin", dst, name, [arg specs]]``, run by ``runtime/vm.py``.
+cache's ``vm.builtin.attention_kv_cache_*``, ``vm.builtin.invoke_debug_func`` of ``print_``,
+``vm.builtin.prim_value_to_tensor`` of a symbolic int used as a tensor) stay as they are and become
+``["call_builtin", dst, name, [arg specs]]``, run by ``runtime/vm.py``.
 
 :class:`JitModule` is what ``nn.Module.jit`` returns: the executable loaded in a VM with the
 module's bound parameters and its effects' state, called with the user inputs only.

@@ -27,6 +27,7 @@ import ctypes
 import functools
 import hashlib
 import json
+import re
 import struct
 from typing import Sequence
 
@@ -271,6 +272,34 @@ class _Entry:
             raise ValueError(f"kernel '{name}': malformed metadata (error_params)")
 
 
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _dim_values(entry: _Entry, msg: str, arrays) -> dict[str, tuple[int, int, str]]:
+    """``{var: (value, dim, param name)}`` for each symbolic dim of kernel ``entry`` that ``msg``
+    names as a word and that is a whole dim of a parameter (``["var", name]`` in its shape), valued
+    from the first such parameter's array in ``arrays``; in the order ``msg`` names them. Empty
+    when there is none (or ``arrays`` does not fit the parameters)."""
+    named = list(dict.fromkeys(_IDENTIFIER.findall(msg)))
+    if not named:
+        return {}
+    where: dict[str, tuple[int, int]] = {}
+    for i, p in enumerate(entry.meta.get("params", ())):
+        for d, tree in enumerate(p.get("shape", ())):
+            if isinstance(tree, list) and len(tree) == 2 and tree[0] == "var" and isinstance(tree[1], str):
+                where.setdefault(tree[1], (i, d))
+    out: dict[str, tuple[int, int, str]] = {}
+    for name in named:
+        if name not in where:
+            continue
+        i, d = where[name]
+        shape = getattr(arrays[i], "shape", None) if i < len(arrays) else None
+        if shape is None or d >= len(shape):
+            continue
+        out[name] = (int(shape[d]), d, entry.param_names[i])
+    return out
+
+
 class NativeLibrary:
     """Native kernels loaded from object code into an llvmlite MCJIT engine.
 
@@ -419,11 +448,23 @@ class NativeLibrary:
     @staticmethod
     def error_text(entry: _Entry, rc: int, arrays) -> str:
         """The message of kernel ``entry``'s nonzero return code ``rc`` for ``arrays`` (anything with a
-        ``shape`` per parameter): its error text, with the shape of the parameter the error names."""
+        ``shape`` per parameter): its error text, with the shape of the parameter the error names, and
+        the value of each of the kernel's symbolic dims that the text names (:func:`_dim_values`)::
+
+            pad: index out of range: expected 0 <= index < v0, where v0 = 2 (dim 0 of argument 'x')
+
+        A kernel's dims are its own variables (``v0`` where the call's dim was an expression such as
+        ``p + q``; shared kernels serve several call sites), so the text alone cannot say what they
+        were; their values, read from the arrays, can."""
         if not 1 <= rc <= len(entry.errors):
             return f"{entry.name}: failed with unknown error code {rc}"
         msg = entry.errors[rc - 1]
         p = entry.error_params[rc - 1] if rc - 1 < len(entry.error_params) else -1
+        text = f"{entry.name}: {msg}"
         if 0 <= p < len(arrays):
-            return f"{entry.name}: {msg}, got shape {tuple(arrays[p].shape)}"
-        return f"{entry.name}: {msg}"
+            text += f", got shape {tuple(arrays[p].shape)}"
+        values = _dim_values(entry, msg, arrays)
+        if values:
+            text += ", where " + ", ".join(f"{v} = {n} (dim {d} of argument '{where}')"
+                                           for v, (n, d, where) in values.items())
+        return text

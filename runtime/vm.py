@@ -256,6 +256,19 @@ def _effect_print(io: Any, array: np.ndarray) -> None:
     return None
 
 
+def _prim_value_to_tensor(value: Any) -> np.ndarray:
+    """The VM builtin ``vm.builtin.prim_value_to_tensor``: ``value`` (an int, what a ``["dim", tree]``
+    argument evaluates to: a symbolic int of the bound dims, e.g. ``total_seq_len - seq``) as a 0-d
+    int64 array, which kernels can read (they get tensors only; ``builder.nn.op.common.symbolic_scalar``
+    emits it). Any int64 value, negative ones included. Raises TypeError for anything but an int
+    (a malformed executable), ValueError for an int outside int64."""
+    if not isinstance(value, (int, np.integer)) or isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"prim_value_to_tensor: expected an int, got {type(value).__name__}")
+    if not -(1 << 63) <= int(value) < (1 << 63):
+        raise ValueError(f"prim_value_to_tensor: {int(value)} does not fit int64")
+    return np.array(int(value), dtype=np.int64)
+
+
 _DEBUG_FUNCS: dict[str, Any] = {"vm.builtin.debug_print": _debug_print}
 
 _BUILTINS: dict[str, Any] = {
@@ -268,6 +281,8 @@ _BUILTINS: dict[str, Any] = {
     # -> positions of the new tokens
     "vm.builtin.kv_cache_update": kv_cache_update,
     "vm.builtin.kv_cache_query_positions": kv_cache_query_positions,
+    # a symbolic int (a ["dim", tree] argument) -> 0-d int64 array, for kernels (tensors only)
+    "vm.builtin.prim_value_to_tensor": _prim_value_to_tensor,
     "effect.print": _effect_print,
 }
 

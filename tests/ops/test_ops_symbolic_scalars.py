@@ -1,14 +1,16 @@
 """Symbolic ints in creation ops and tensor arithmetic (issue 14): ``arange`` with a symbolic start,
 ``full`` with symbolic dims and fill values, ``zeros`` / ``ones`` with symbolic shapes, and
 ``Tensor`` arithmetic with Python numbers and symbolic int PrimExprs, against numpy in float64 with
-the symbolic dims bound to several sizes; strided slices whose bounds only appear inside compound
-dims."""
+the symbolic dims bound to several sizes, negative values included (a symbolic int becomes a 0-d
+tensor through the VM builtin ``vm.builtin.prim_value_to_tensor``, in O(1)); strided slices whose
+bounds only appear inside compound dims."""
 
 import numpy as np
 import pytest
 
+from builder import nn
 from builder.nn import op
-from helpers.functional import export, jit
+from helpers.functional import Fn, export, jit, spec_of
 
 
 def close(got, want):
@@ -110,3 +112,57 @@ def test_strided_slice_bound_inside_a_compound_dim():
         p = np.random.default_rng(past).standard_normal((2, past)).astype("float32")
         q = np.random.default_rng(seq).standard_normal((2, seq)).astype("float32")
         close(f(p, q), np.concatenate([p, q], 1)[:, past:])
+
+
+def jit_int(fn, int_name: str, **inputs):
+    """``fn`` compiled for the tensor ``inputs`` (``name=(shape, dtype)``) then an int input
+    ``int_name`` (``spec.Int``, as a recipe's ``total_seq_len``): the JitModule."""
+    spec = spec_of(**inputs)
+    spec["forward"][int_name] = nn.spec.Int()
+    return Fn(fn, [*inputs, int_name]).jit(spec)
+
+
+def test_arange_from_an_int_input_below_zero_matches_numpy():
+    """``arange(total - seq, total)`` (the positions of a prefill, ``total`` a ``spec.Int``): numpy's
+    values for every ``total``, also below ``seq`` (a negative start), where the start used to be read
+    from a sliced ``arange(0, total - seq + 1)`` that failed with "strided_slice: index out of range:
+    expected 0 <= index < v0"; with a step, and cast to float32."""
+    m = jit_int(lambda x, total: (op.arange(total - x.shape[1], total, dtype="int64"),
+                                  op.arange(total - 2 * x.shape[1], total, 2, dtype="float32")),
+                "total", x=([1, "seq"], "int64"))
+    for total, seq in ((5, 3), (3, 3), (2, 3), (0, 3), (0, 1), (9, 1), (1, 4)):
+        pos, even = m["forward"](np.zeros((1, seq), "int64"), total)
+        assert pos.dtype == np.int64 and even.dtype == np.float32
+        np.testing.assert_array_equal(pos, np.arange(total - seq, total))
+        np.testing.assert_array_equal(even, np.arange(total - 2 * seq, total, 2, dtype=np.float32))
+
+
+def test_symbolic_start_costs_no_work_in_the_stop():
+    """The start of ``arange(total - seq, total)`` comes from the VM builtin
+    ``vm.builtin.prim_value_to_tensor`` (O(1)), so no kernel's output depends on ``total``: a decode
+    step does O(seq) work for its positions, not O(total_seq_len)."""
+    m = jit_int(lambda x, total: op.arange(total - x.shape[1], total, dtype="int64"), "total",
+                x=([1, "seq"], "int64"))
+    fn = m.exe.functions["forward"]
+    builtins = [i for i in fn["instructions"] if i[0] == "call_builtin"]
+    assert [b[2] for b in builtins] == ["vm.builtin.prim_value_to_tensor"], builtins
+    assert builtins[0][3] == [["dim", ["sub", ["var", "total"], ["var", "seq"]]]], builtins
+    outputs = [spec for i in fn["instructions"] if i[0] == "call" for spec in i[4]]
+    assert outputs and all("total" not in repr(dims) for _, dims in outputs), outputs
+    text = m.ir.script()
+    assert 'R.call_pure_packed("vm.builtin.prim_value_to_tensor"' in text, text
+    assert "strided_slice" not in text, text
+
+
+def test_negative_symbolic_scalars_in_arithmetic_and_full():
+    """Symbolic ints that come out negative when the code runs (``n - 5`` for n < 5) are their
+    values, in tensor arithmetic and as ``full``'s fill value, as in numpy."""
+    f = jit(lambda x: (x * (x.shape[1] - 5), op.full([x.shape[1]], x.shape[1] - 3, "int64"),
+                       op.subtract(x.shape[1] - 4, x)), x=([2, "n"], "float32"))
+    for n in (1, 3, 7):
+        x = np.random.default_rng(n).standard_normal((2, n)).astype("float32")
+        scaled, filled, diff = f(x)
+        close(scaled, x.astype(np.float64) * (n - 5))
+        assert filled.dtype == np.int64
+        np.testing.assert_array_equal(filled, np.full((n,), n - 3))
+        close(diff, (n - 4) - x.astype(np.float64))

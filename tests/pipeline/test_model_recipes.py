@@ -77,6 +77,39 @@ def test_llama_chunked_prefill_equals_one_prefill(llama):
                                llama["decode"](nxt, one, prompt.shape[1] + 1), atol=1e-5, rtol=0)
 
 
+def test_llama_prefill_and_decode_refuse_a_total_seq_len_that_does_not_count_the_tokens(llama):
+    """``total_seq_len`` counts the tokens the cache holds after the call, so a prefill of ``seq`` tokens
+    needs ``total_seq_len >= seq``. One below (the positions ``arange(total_seq_len - seq, total_seq_len)``
+    start below 0) is an error naming ``total_seq_len`` and the token counts, not a compiler temporary
+    ("strided_slice: index out of range: expected 0 <= index < v0" before); the cache is left as it was,
+    and the correct calls that follow give the forward logits. The positions' start is a builtin's
+    0-d tensor (``vm.builtin.prim_value_to_tensor``): no kernel of prefill / decode is sized by
+    ``total_seq_len - seq``, so a decode step's positions cost O(1), not O(total_seq_len)."""
+    from runtime import ContiguousKVCache
+
+    ids = np.array([[3, 1, 4, 1, 5]], np.int64)
+    cache = ContiguousKVCache()
+    for total in (4, 1, 0):
+        with pytest.raises(ValueError, match=r"layer 0: the layer holds 0 tokens, 5 are appended, so it would "
+                                             rf"hold 5, but total_seq_len is {total}$") as info:
+            llama["prefill"](ids, cache, total)
+        assert "v0" not in str(info.value) and "index out of range" not in str(info.value)
+    assert cache.seq_len == 0
+    full = llama["forward"](ids)
+    np.testing.assert_allclose(llama["prefill"](ids[:, :4], cache, 4)[:, 0], full[:, 3], atol=1e-4, rtol=0)
+    for total in (4, 0, 6):
+        with pytest.raises(ValueError, match=rf"the layer holds 4 tokens, 1 are appended, so it would hold 5, "
+                                             rf"but total_seq_len is {total}$"):
+            llama["decode"](ids[:, 4:], cache, total)
+    np.testing.assert_allclose(llama["decode"](ids[:, 4:], cache, 5)[:, 0], full[:, 4], atol=1e-4, rtol=0)
+    for name in ("prefill", "decode"):
+        ins = llama.exe.functions[name]["instructions"]
+        starts = [i for i in ins if i[0] == "call_builtin" and i[2] == "vm.builtin.prim_value_to_tensor"]
+        assert len(starts) == 1, name
+        sized = [spec for i in ins if i[0] == "call" for spec in i[4] if "sub" in repr(spec)]
+        assert not sized, (name, sized)
+
+
 def test_llama_recipe_loads_hf_checkpoints_with_biases_and_tied_embeddings(tmp_path):
     """A randomly initialised HF ``LlamaForCausalLM`` of another shape (GQA 3:1, head_dim 24, biases on the
     attention and MLP projections, tied embeddings: no ``lm_head.weight`` in the file) loads with

@@ -232,3 +232,46 @@ print("ok")
     assert out.returncode == 0, out.stderr
     assert out.stdout.split("\n")[:2] == ["['x', 'fc1_weight', 'fc1_bias', 'fc2_weight']", "ok"]
     np.testing.assert_allclose(np.load(tmp_path / "out.npy"), reference(x, data), rtol=1e-5, atol=1e-5)
+
+
+def test_prim_value_to_tensor_builtin():
+    """``vm.builtin.prim_value_to_tensor`` (what ``symbolic_scalar`` calls with a ``["dim", tree]``
+    argument): an int as a 0-d int64 array, negative ones included; anything else is refused."""
+    from runtime.vm import _BUILTINS
+
+    fn = _BUILTINS["vm.builtin.prim_value_to_tensor"]
+    for v in (0, 7, -3, np.int64(5), 2**63 - 1, -(2**63)):
+        out = fn(v)
+        assert out.shape == () and out.dtype == np.int64 and int(out) == int(v)
+    for bad in ("3", 2.0, True, None, np.zeros(())):
+        with pytest.raises(TypeError, match="prim_value_to_tensor: expected an int"):
+            fn(bad)
+    for big in (2**63, -(2**63) - 1):
+        with pytest.raises(ValueError, match="does not fit int64"):
+            fn(big)
+
+
+@pytest.mark.parametrize("kernel_runs", [True, False])
+def test_kernel_errors_give_the_values_of_the_dims_they_name(kernel_runs):
+    """A kernel's run-time check names the kernel's own dims (``n``, or ``v0`` where the call's dim
+    was an expression such as ``p + q``); the error gives each one's value and the argument dim it
+    is, on both paths (stretches of kernel calls run natively, and call by call)."""
+    from builder.nn import op
+    from helpers.functional import Fn, spec_of
+
+    def compiled(fn, **inputs):
+        m = Fn(fn, list(inputs)).jit(spec_of(**inputs))
+        m.vm.kernel_runs = kernel_runs
+        return m["forward"]
+
+    pad = compiled(lambda x: op.pad(x, [2, 1, 0, 0], mode="reflect"), x=(("n", 5), "float32"))
+    both = compiled(lambda a, b: op.pad(op.concat([op.exp(a), op.exp(b)], dim=0), [2, 1, 0, 0], mode="reflect"),
+                    a=(["p", 5], "float32"), b=(["q", 5], "float32"))
+    x = np.ones((4, 5), "float32")
+    np.testing.assert_allclose(pad(x), np.pad(x, [(2, 1), (0, 0)], mode="reflect"))
+    with pytest.raises(ValueError, match=r"pad: index out of range: expected 0 <= index < n, "
+                                         r"where n = 2 \(dim 0 of argument 'x'\)"):
+        pad(np.ones((2, 5), "float32"))
+    with pytest.raises(ValueError, match=r"pad: index out of range: expected 0 <= index < (\w+), "
+                                         r"where \1 = 2 \(dim 0 of argument '\w+'\)"):
+        both(np.ones((1, 5), "float32"), np.ones((1, 5), "float32"))

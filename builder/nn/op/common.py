@@ -9,6 +9,7 @@ from schemas.limits import MAX_NDIM
 
 from ...ir import expr as E
 from ...ir import relax as rx
+from ...ir.struct_info import TensorStructInfo
 from ..core import Tensor
 
 
@@ -49,26 +50,35 @@ def scalar_operand(value, dtype: str) -> rx.Expr:
     return scalar_constant(value, dtype)
 
 
+#: The VM builtin that :func:`symbolic_scalar` calls: ``(value: int) -> int64 0-d array``
+#: (``runtime.vm``), the role of TVM Relax's ``R.shape_to_tensor`` for one int.
+PRIM_VALUE_TO_TENSOR = "vm.builtin.prim_value_to_tensor"
+
+
 def symbolic_scalar(value: E.PrimExpr, dtype: str = "int64") -> rx.Expr:
     """A symbolic int expression of the shape variables (``total - seq``) as a 0-d tensor of
     ``dtype`` (a conversion as ``astype`` does: float16 rounds beyond 2048).
 
-    The runtime passes kernels tensors only (no scalar arguments), so the value is read back from
-    a shape: the last element of ``arange(0, value + 1)`` (int64), sliced with a negative begin
-    that the kernel resolves from its input's own length, then reshaped to 0-d. That costs
-    ``value + 1`` int64 stores, negligible next to a layer. The value must be >= 0 when the code
-    runs (else the VM reports a negative dim or an index out of range). Raises TypeError for a
-    non-integer expression."""
+    The runtime passes kernels tensors only (no scalar arguments), so the value is made by the VM,
+    which evaluates it from the symbolic dims it has bound::
+
+        R.call_pure_packed("vm.builtin.prim_value_to_tensor", R.prim_value(value),
+                           sinfo_args=(R.Tensor((), dtype="int64"),))
+
+    then ``astype`` for another ``dtype``: O(1) work per call, whatever the value, and any int64
+    value, negative ones included (``total - seq`` < 0 is the number it is, as in numpy). A static
+    value (an ``IntImm``) is a constant instead (:func:`scalar_constant`). Raises TypeError for a
+    non-integer expression; ValueError, from :func:`scalar_constant`, for a static value ``dtype``
+    cannot hold.
+    """
     if not isinstance(value, E.PrimExpr) or not E.is_int_dtype(value.dtype) or value.dtype == "bool":
         raise TypeError(f"a symbolic scalar must be an integer PrimExpr, got {describe(value)}")
+    value = E.simplify(value.astype("int64"))
     if isinstance(value, E.IntImm):
         return scalar_constant(value.value, dtype)
-    value = value.astype("int64")
-    n = E.simplify(value + 1)
-    big = op_call("arange", [rx.PrimValue(0, "int64"), rx.PrimValue(n, "int64"), rx.PrimValue(1, "int64")],
-                  dtype="int64")
-    last = op_call("strided_slice", [big], axes=[0], begin=[-1], end=[n], strides=[1], assume_inbound=False)
-    out: rx.Expr = op_call("reshape", [last, rx.ShapeExpr([])])
+    out: rx.Expr = rx.Call(rx.Op.get("call_pure_packed"),
+                           [rx.ExternFunc(PRIM_VALUE_TO_TENSOR), rx.PrimValue(value, "int64")],
+                           sinfo_args=[TensorStructInfo((), "int64")])
     return out if dtype == "int64" else op_call("astype", [out], dtype=dtype)
 
 

@@ -22,7 +22,7 @@ def full(shape: Sequence, fill_value, dtype: str = "float32", name: str = "full"
     ``shape``: ints and symbolic int64 dims. ``fill_value``: a Python number, a ``FloatImm`` /
     ``IntImm`` (a constant of ``dtype``), a 0-d Tensor, or a symbolic int expression of the
     shape variables (``seq - 1``; a 0-d tensor made by
-    :func:`~builder.nn.op.common.symbolic_scalar`, >= 0 when the code runs). Raises TypeError
+    :func:`~builder.nn.op.common.symbolic_scalar`; any int64 value). Raises TypeError
     for other fill values or an unknown dtype and ValueError for a negative static dim."""
     if not isinstance(dtype, str) or dtype not in DTYPES:
         raise TypeError(f"full: unknown dtype {describe(dtype)}; valid dtypes: {', '.join(DTYPES)}")
@@ -73,10 +73,14 @@ def arange(start, end=None, step=1, dtype: str | None = "float32", name: str = "
     ``end`` may be a symbolic int64 expression of the shape variables. A symbolic ``start``
     (``arange(total - seq, total)``, positions of new tokens after a cache) needs integer bounds
     and a static int ``step``; it is emitted as ``arange(0, length) * step + start`` in int64
-    (then ``astype``), ``start`` being a 0-d tensor made by
-    :func:`~builder.nn.op.common.symbolic_scalar` (the runtime passes kernels tensors only), so
-    ``start >= 0`` is assumed and checked when the code runs. Raises ValueError for a zero step,
-    a symbolic step, or a symbolic start with a float bound; TypeError for non-number bounds.
+    (then ``astype``), ``start`` being a 0-d int64 tensor that the VM makes from the symbolic
+    dims it has bound (:func:`~builder.nn.op.common.symbolic_scalar`: the runtime passes kernels
+    tensors only), so a step costs O(length), not O(start), and a negative ``start`` gives
+    negative values, as ``numpy.arange`` does. Returns a 1-D tensor of ``dtype``, length
+    ``max(0, ceil((end - start) / step))`` (symbolic: ``(end - start + step - 1) // step``, a
+    negative value of which is a ValueError from the VM when the code runs). Raises ValueError for
+    a zero step, a symbolic step, or a symbolic start with a float bound; TypeError for
+    non-number bounds.
     """
     if end is None:
         start, end = 0, start
