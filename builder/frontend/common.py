@@ -938,6 +938,53 @@ def aten_batch_norm_no_training(t, x, weight, bias, running_mean, running_var, m
     return aten_native_batch_norm(t, x, weight, bias, running_mean, running_var, False, momentum, eps)
 
 
+def interpolate(t, x, size=None, scale_factor=None, mode="nearest", align_corners=None,
+                recompute_scale_factor=None, antialias=False):
+    """``F.interpolate`` / ``nn.Upsample`` on NCHW data (:func:`builder.nn.op.interpolate`): nearest,
+    nearest-exact, bilinear. A ``scale_factor`` must give whole output sizes (PyTorch then maps
+    coordinates by the factor, which equals the in / out ratio used here)."""
+    if antialias:
+        raise UnsupportedNodeError("interpolate with antialias=True")
+    if x.ndim != 4:
+        raise UnsupportedNodeError(f"interpolate of a {x.ndim}-D input (NCHW only)")
+    if mode not in ("nearest", "nearest-exact", "bilinear"):
+        raise UnsupportedNodeError(f"interpolate mode {mode!r}")
+    if size is not None:
+        size = [static(v) if static(v) is not None else v for v in (size if isinstance(size, (list, tuple)) else
+                                                                  [size, size])]
+        return op.interpolate(x, size=size, mode=mode, align_corners=align_corners)
+    factors = list(scale_factor) if isinstance(scale_factor, (list, tuple)) else [scale_factor] * 2
+    out = []
+    for d, f in zip(x.shape[2:], factors):
+        f = float(f)
+        sd = static(d)
+        if sd is not None:
+            if not float(sd * f).is_integer():
+                raise UnsupportedNodeError(f"interpolate with scale_factor {f} of a dim of {sd} (a fractional "
+                                           "output size); give size= instead")
+            out.append(int(sd * f))
+        elif f.is_integer():
+            out.append(E.simplify(d * int(f)))
+        else:
+            raise UnsupportedNodeError(f"interpolate of the symbolic dim {d} by {f}")
+    return op.interpolate(x, size=out, mode=mode, align_corners=align_corners)
+
+
+def upsample(mode: str, with_corners: bool) -> Callable:
+    """``aten.upsample_nearest2d`` / ``upsample_bilinear2d`` / ``_upsample_nearest_exact2d`` (and their
+    ``.vec`` overloads: ``output_size`` or ``scale_factors``)."""
+    def run(t, x, output_size, *rest):
+        rest = list(rest)
+        corners = rest.pop(0) if with_corners and rest else None
+        if output_size is not None and (not isinstance(output_size, (list, tuple)) or len(output_size)):
+            return interpolate(t, x, size=list(output_size), mode=mode, align_corners=corners)
+        factors = rest[0] if rest else None
+        if factors is None:
+            raise FrontendError("upsample without output_size or scale_factors")
+        return interpolate(t, x, scale_factor=list(factors), mode=mode, align_corners=corners)
+    return run
+
+
 def sdpa(t, q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
     """``F.scaled_dot_product_attention`` on (B, H, S, D) (or (N, S, D)): our attention op works in
     (B, S, H, D), so q / k / v are permuted (a permute that undoes the model's own transpose folds
@@ -1439,7 +1486,7 @@ TORCH_OPS: dict[str, Callable] = {
     "conv1d": conv1d, "conv2d": conv2d, "scaled_dot_product_attention": sdpa, "cumsum": cumsum,
     "max_pool1d": max_pool(1), "max_pool2d": max_pool(2), "avg_pool1d": avg_pool(1), "avg_pool2d": avg_pool(2),
     "adaptive_avg_pool1d": adaptive_avg_pool(1), "adaptive_avg_pool2d": adaptive_avg_pool(2),
-    "batch_norm": batch_norm,
+    "batch_norm": batch_norm, "interpolate": interpolate,
     "view": view, "reshape": reshape, "permute": permute, "transpose": transpose, "t": t_,
     "unsqueeze": unsqueeze, "squeeze": squeeze, "flatten": flatten, "unflatten": unflatten,
     "expand": expand, "expand_as": expand_as, "broadcast_to": broadcast_to, "repeat": tile, "tile": tile,

@@ -1137,6 +1137,67 @@ def _pool(im, node, ins, at):
                                layout=layout, out_layout=layout), kind + "_pool")
 
 
+_RESIZE_ROUNDING = {"round_prefer_floor": "round_prefer_floor", "round_prefer_ceil": "round_prefer_ceil",
+                    "floor": "floor", "ceil": "ceil"}
+
+
+@_register("Resize", "Upsample")
+def _resize(im, node, ins, at):
+    """``Resize`` (opsets 11+; ``Upsample`` is its older scales-only form) of NCHW data in nearest or
+    linear mode (:func:`builder.nn.op.interpolate`): output ``sizes``, or ``scales`` of 1 on N and C
+    that give whole sizes (coordinates then follow the in / out ratio, which equals ``1 / scale``)."""
+    _check_inputs(ins, node)
+    x = im.tensor(ins[0])
+    if len(x.shape) != 4:
+        raise ONNXImportError(f"only 4-d (NCHW) inputs are supported, got a {len(x.shape)}-d one")
+    text = lambda k, d: at.get(k, d).decode() if isinstance(at.get(k, d), bytes) else at.get(k, d)
+    mode, coord = text("mode", "nearest"), text("coordinate_transformation_mode", "half_pixel")
+    if node.op_type == "Upsample":
+        coord = "asymmetric"
+    nearest = text("nearest_mode", "round_prefer_floor")
+    if mode not in ("nearest", "linear"):
+        raise ONNXImportError(f"mode {mode!r} is not supported (nearest, linear)")
+    if int(at.get("antialias", 0)) or int(at.get("exclude_outside", 0)):
+        raise ONNXImportError("antialias / exclude_outside are not supported")
+    if coord not in ("asymmetric", "half_pixel", "pytorch_half_pixel", "align_corners"):
+        raise ONNXImportError(f"coordinate_transformation_mode {coord!r} is not supported")
+    if mode == "nearest" and nearest not in _RESIZE_ROUNDING:
+        raise ONNXImportError(f"nearest_mode {nearest!r} is not supported")
+    if "axes" in at:
+        raise ONNXImportError("the axes attribute is not supported")
+    opt = lambda i: ins[i] if len(ins) > i and ins[i] is not None else None
+    scales, sizes = (opt(1), None) if node.op_type == "Upsample" else (opt(2), opt(3))
+    if sizes is not None and not (isinstance(sizes, np.ndarray) and sizes.size == 0):
+        out = im.shape_list(sizes, "sizes")
+        if len(out) != 4:
+            raise ONNXImportError(f"sizes {out} must have 4 values")
+        for d, o in zip(x.shape[:2], out[:2]):
+            if isinstance(_simp(d), int) and isinstance(o, int) and _simp(d) != o:
+                raise ONNXImportError(f"sizes {out} may not change N or C of {[_simp(v) for v in x.shape]}")
+        hw = out[2:]
+    elif scales is not None:
+        sc = [float(v) for v in np.asarray(im.static(scales, "scales")).ravel()]
+        if len(sc) != 4 or sc[0] != 1.0 or sc[1] != 1.0:
+            raise ONNXImportError(f"scales {sc} must have 4 values with 1 for N and C")
+        hw = []
+        for d, f in zip(x.shape[2:], sc[2:]):
+            sd = _simp(d)
+            if isinstance(sd, int):
+                if not float(sd * f).is_integer():
+                    raise ONNXImportError(f"scale {f} of a dim of {sd} gives a fractional size; use sizes")
+                hw.append(int(sd * f))
+            elif f.is_integer():
+                hw.append(E.simplify(E.convert(d) * int(f)))
+            else:
+                raise ONNXImportError(f"a fractional scale {f} of the symbolic dim {d}")
+    else:
+        raise ONNXImportError("Resize needs scales or sizes")
+    if mode == "nearest":
+        return op.interpolate(x, size=hw, mode="nearest", coordinate_transformation_mode=coord,
+                              rounding_method=_RESIZE_ROUNDING[nearest])
+    return op.interpolate(x, size=hw, mode="bilinear", coordinate_transformation_mode=coord)
+
+
 @_register("GlobalAveragePool", "GlobalMaxPool")
 def _global_pool(im, node, ins, at):
     _check_inputs(ins, node)

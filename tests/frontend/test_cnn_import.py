@@ -150,3 +150,32 @@ def test_resnet_from_onnx_matches_onnxruntime(resnet):
     for n in (1, 2):
         x = rng.standard_normal((n, 3, 32, 32)).astype(np.float32)
         np.testing.assert_allclose(vm["main"](x), sess.run(None, {"x": x})[0], rtol=1e-4, atol=1e-4)
+
+
+class Upsampler(nn.Module):
+    """The decoder side of a U-Net: nearest / bilinear upsampling by factor and to a size."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, padding=1)
+        self.up = nn.Upsample(scale_factor=2, mode="bilinear", align_corners=False)
+        self.up_corners = nn.Upsample(size=(9, 7), mode="bilinear", align_corners=True)
+
+    def forward(self, x):
+        y = F.interpolate(self.conv(x), scale_factor=2, mode="nearest")
+        z = self.up(x)
+        w = F.interpolate(x, size=(7, 11), mode="nearest-exact")
+        return y, z, self.up_corners(x), w
+
+
+def test_upsampling_from_fx_and_export():
+    torch.manual_seed(3)
+    model = Upsampler().eval()
+    x = np.random.default_rng(5).standard_normal((2, 3, 5, 6)).astype(np.float32)
+    with torch.no_grad():
+        want = [v.numpy() for v in model(torch.from_numpy(x))]
+    for mod in (from_fx(torch.fx.symbolic_trace(model), [((2, 3, 5, 6), "float32")]),
+                from_exported_program(torch.export.export(model, (torch.from_numpy(x),)))):
+        got = _run(mod, x)
+        for g, w in zip(got, want):
+            np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)

@@ -350,3 +350,25 @@ def test_conv2d_and_batch_norm_match_onnxruntime(attrs):
                        [helper.make_tensor_value_info("y", F, ["a", "b", "c", "d"])],
                        [("w", w), ("b", b), *stats])
     run_both(model, [{"x": rand(2, 4, 9, 8)}], tol=3e-5)
+
+
+@pytest.mark.parametrize("attrs,how", [
+    (dict(mode="nearest"), "scales"),
+    (dict(mode="nearest", coordinate_transformation_mode="asymmetric", nearest_mode="floor"), "scales"),
+    (dict(mode="nearest", nearest_mode="round_prefer_ceil"), "sizes"),
+    (dict(mode="linear"), "sizes"),
+    (dict(mode="linear", coordinate_transformation_mode="align_corners"), "sizes"),
+    (dict(mode="linear", coordinate_transformation_mode="pytorch_half_pixel"), "scales"),
+    (dict(mode="linear", coordinate_transformation_mode="asymmetric"), "sizes"),
+])
+def test_resize_matches_onnxruntime(attrs, how):
+    """Resize up and down, nearest (the nearest modes) and linear (the coordinate modes), by scales or
+    sizes, on a symbolic batch."""
+    if how == "scales":
+        ins, inits, out = ["x", "", "sc"], [("sc", np.array([1, 1, 2, 3], np.float32))], ["n", 3, 10, 12]
+    else:
+        ins, inits, out = ["x", "", "", "sz"], [("sz", np.array([2, 3, 7, 3], np.int64))], ["n", 3, 7, 3]
+    model = make_model([helper.make_node("Resize", ins, ["y"], **attrs)],
+                       [helper.make_tensor_value_info("x", F, ["n", 3, 5, 4])],
+                       [helper.make_tensor_value_info("y", F, out)], inits, opset=18)
+    run_both(model, [{"x": rand(2, 3, 5, 4)}] + ([{"x": rand(1, 3, 5, 4)}] if how == "scales" else []))

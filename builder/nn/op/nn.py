@@ -277,7 +277,8 @@ def _scaled_dim(d, factor: float):
 def interpolate(x: Tensor, size: int | Sequence[int] | None = None,
                 scale_factor: float | Sequence[float] | None = None, mode: str = "nearest",
                 align_corners: bool | None = None, recompute_scale_factor: bool | None = None,
-                antialias: bool | None = None, name: str = "interpolate") -> Tensor:
+                antialias: bool | None = None, coordinate_transformation_mode: str | None = None,
+                rounding_method: str | None = None, name: str = "interpolate") -> Tensor:
     """Resize the two spatial dims of an NCHW tensor (``torch.nn.functional.interpolate``),
     emitted as ``R.image.resize2d``.
 
@@ -290,7 +291,13 @@ def interpolate(x: Tensor, size: int | Sequence[int] | None = None,
     * ``"linear"`` / ``"bilinear"``: ``half_pixel`` coordinates (``align_corners=False``, the
       default) or ``align_corners``, with edge clamping, as PyTorch.
 
-    Coordinates use the in / out size ratio (as PyTorch with ``size=`` or an exact factor).
+    * ``"nearest-exact"``: ``src = floor((dst + 0.5) * in / out)`` (``half_pixel`` coordinates,
+      rounding ``round_prefer_ceil``; PyTorch's and scikit-image's nearest).
+
+    ``coordinate_transformation_mode`` / ``rounding_method`` override the mode's (ONNX ``Resize``'s
+    names: ``asymmetric``, ``half_pixel``, ``pytorch_half_pixel``, ``align_corners``; ``round``,
+    ``floor``, ``ceil``, ``round_prefer_floor``, ``round_prefer_ceil``). Coordinates use the in / out
+    size ratio (as PyTorch with ``size=`` or an exact factor).
     Raises ValueError for other modes, both / neither of size and scale_factor, or
     ``align_corners`` with nearest; ValueError for ``recompute_scale_factor`` /
     ``antialias``.
@@ -315,15 +322,28 @@ def interpolate(x: Tensor, size: int | Sequence[int] | None = None,
             raise ValueError(f"interpolate: scale_factor must be a number or 2 numbers, got "
                              f"{scale_factor!r}")
         out = [_scaled_dim(d, f) for d, f in zip(x.shape[2:], factors)]
-    if mode == "nearest":
+    if mode in ("nearest", "nearest-exact"):
         if align_corners is not None:
             raise ValueError("interpolate: align_corners can only be set with the linear modes")
-        method, coord, rounding = "nearest_neighbor", "asymmetric", "floor"
+        method, coord, rounding = ("nearest_neighbor", "asymmetric", "floor") if mode == "nearest" else (
+            "nearest_neighbor", "half_pixel", "round_prefer_ceil")
     elif mode in ("linear", "bilinear"):
         method, rounding = "linear", "round"
         coord = "align_corners" if align_corners else "half_pixel"
     else:
-        raise ValueError(f"interpolate: mode must be 'nearest', 'linear' or 'bilinear', got {mode!r}")
+        raise ValueError(f"interpolate: mode must be 'nearest', 'nearest-exact', 'linear' or 'bilinear', got "
+                         f"{mode!r}")
+    coords = ("asymmetric", "half_pixel", "pytorch_half_pixel", "align_corners")
+    roundings = ("round", "floor", "ceil", "round_prefer_floor", "round_prefer_ceil")
+    if coordinate_transformation_mode is not None:
+        if coordinate_transformation_mode not in coords:
+            raise ValueError(f"interpolate: coordinate_transformation_mode must be one of {coords}, got "
+                             f"{coordinate_transformation_mode!r}")
+        coord = coordinate_transformation_mode
+    if rounding_method is not None:
+        if rounding_method not in roundings:
+            raise ValueError(f"interpolate: rounding_method must be one of {roundings}, got {rounding_method!r}")
+        rounding = rounding_method
     roi = [E.FloatImm(0.0, "float32")] * 4
     return wrap_nested(op_call("image.resize2d", [x._expr, rx.ShapeExpr(out)], roi=roi,
                              layout="NCHW", method=method, coordinate_transformation_mode=coord,

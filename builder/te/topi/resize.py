@@ -36,7 +36,9 @@ def resize2d(x: Tensor, size, layout: str = "NCHW", method: str = "linear",
     ``r = in / out``, the source coordinate of output index ``i`` is
 
     * ``asymmetric``: ``i * r``;  ``half_pixel``: ``(i + 0.5) * r - 0.5``;
-    * ``align_corners``: ``i * (in - 1) / (out - 1)`` (0 when ``out == 1``).
+    * ``align_corners``: ``i * (in - 1) / (out - 1)`` (0 when ``out == 1``);
+    * ``pytorch_half_pixel``: ``half_pixel``, but 0 when ``out == 1`` (what ``torch.onnx`` writes for
+      PyTorch's linear modes).
 
     ``nearest_neighbor`` reads the pixel at the rounded coordinate (``rounding_method``; the
     asymmetric / floor case is the exact integer ``(i * in) // out``, PyTorch's nearest).
@@ -50,9 +52,9 @@ def resize2d(x: Tensor, size, layout: str = "NCHW", method: str = "linear",
     if method not in ("nearest_neighbor", "linear"):
         raise ValueError(f"resize2d: method {method!r} is not supported (nearest_neighbor, linear)")
     mode = coordinate_transformation_mode
-    if mode not in ("asymmetric", "half_pixel", "align_corners"):
+    if mode not in ("asymmetric", "half_pixel", "align_corners", "pytorch_half_pixel"):
         raise ValueError(f"resize2d: coordinate_transformation_mode {mode!r} is not supported "
-                         "(asymmetric, half_pixel, align_corners)")
+                         "(asymmetric, half_pixel, align_corners, pytorch_half_pixel)")
     if x.ndim != 4:
         raise ValueError(f"resize2d: data must be 4-D, got {fmt_shape(x.shape)}")
     oh, ow = [E.convert(s).astype("int64") for s in size]
@@ -74,7 +76,10 @@ def resize2d(x: Tensor, size, layout: str = "NCHW", method: str = "linear",
         ratio = fl(n_in) / fl(n_out)
         if mode == "asymmetric":
             return fl(i) * ratio
-        return (fl(i) + 0.5) * ratio - 0.5
+        half = (fl(i) + 0.5) * ratio - 0.5
+        if mode == "pytorch_half_pixel":
+            return E.Select(E.GT(E.convert(n_out), E.IntImm(1, "int64")), half, E.const(0.0, cd))
+        return half
 
     def clamp(i, n_in) -> PrimExpr:
         return tir.minimum(tir.maximum(i, zero), n_in - 1)
@@ -95,7 +100,7 @@ def resize2d(x: Tensor, size, layout: str = "NCHW", method: str = "linear",
     else:
         def coord(i, n_in, n_out):
             c = src(i, n_in, n_out)
-            if mode == "half_pixel":
+            if mode in ("half_pixel", "pytorch_half_pixel"):
                 c = tir.maximum(c, E.const(0.0, cd))
             c0 = tir.floor(c)
             i0 = c0.astype("int64")
