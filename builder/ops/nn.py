@@ -48,7 +48,7 @@ def _pool(bb: BlockBuilder, call: rx.Call) -> rx.Expr:
     a = call.attrs
     kind = "max" if "max_pool" in call.op.name else "avg"
     attrs = {"kind": kind, "pool_size": a["pool_size"], "strides": a["strides"], "padding": a["padding"],
-             "dilation": a["dilation"], "ceil_mode": bool(a.get("ceil_mode", False))}
+             "dilation": a["dilation"], "ceil_mode": bool(a.get("ceil_mode", False)), "layout": a.get("layout")}
     if kind == "avg":
         attrs["count_include_pad"] = bool(a.get("count_include_pad", True))
     return call_te(bb, topi.pool, (call.args[0],), attrs, f"{kind}_pool")
@@ -58,7 +58,8 @@ def _adaptive_avg_pool(bb: BlockBuilder, call: rx.Call) -> rx.Expr:
     sizes = call.attrs.get("output_size")
     nsp = call.args[0].struct_info.ndim - 2
     sizes = [None] * nsp if sizes is None else list(sizes)
-    return call_te(bb, topi.adaptive_avg_pool, (call.args[0],), {"output_size": sizes}, "adaptive_avg_pool")
+    return call_te(bb, topi.adaptive_avg_pool, (call.args[0],), {"output_size": sizes, "layout": call.attrs.get("layout")},
+                   "adaptive_avg_pool")
 
 
 def _group_norm(bb: BlockBuilder, call: rx.Call) -> rx.Expr:

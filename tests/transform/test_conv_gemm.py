@@ -322,3 +322,30 @@ def test_conv2d_residual_pooling_and_groups():
     h = conv2d_ref(h, w2, None, (1, 1), (1,) * 4)
     want = np.concatenate([conv2d_ref(h[:, :3], wg[:2]), conv2d_ref(h[:, 3:], wg[2:])], axis=1)
     np.testing.assert_allclose(f(x, w1, w2, wg), want, rtol=1e-4, atol=1e-4)
+
+
+def test_pooling_between_convolutions_stays_channels_last():
+    """conv -> relu -> max pool -> conv + the pooled value -> adaptive average pool: the pools read the
+    GEMMs' NHWC outputs (``layout="NHWC"``), so only the result is transposed back."""
+    def fn(x, w1, w2):
+        h = op.max_pool2d(op.relu(op.conv2d(x, w1, stride=2, padding=1)), 3, stride=2, padding=1)
+        h = op.relu(op.conv2d(h, w2, padding=1) + h)
+        return op.adaptive_avg_pool2d(h, (2, 3))
+
+    f, kernels = compile_fn(fn, x=(["n", 3, "h", "w"], "float32"), w1=([6, 3, 3, 3], "float32"),
+                            w2=([6, 6, 3, 3], "float32"))
+    fam = families(kernels)
+    assert sum(f_.startswith("linear") for f_ in fam.values()) == 2, fam
+    assert sum("transpose" in n or "permute" in n for n in fam) == 1, fam
+    w1, w2 = rand(6, 3, 3, 3), rand(6, 6, 3, 3)
+    for n, h, w in ((1, 16, 20), (2, 11, 13)):
+        x = rand(n, 3, h, w)
+        a = np.maximum(conv2d_ref(x, w1, None, (2, 2), (1,) * 4), 0)
+        ap = np.pad(a, ((0, 0), (0, 0), (1, 1), (1, 1)), constant_values=-np.inf)
+        oh, ow = (a.shape[2] - 1) // 2 + 1, (a.shape[3] - 1) // 2 + 1
+        p = np.stack([np.stack([ap[:, :, 2 * i:2 * i + 3, 2 * j:2 * j + 3].max(axis=(2, 3)) for j in range(ow)], -1)
+                      for i in range(oh)], -2)
+        hh = np.maximum(conv2d_ref(p, w2, None, (1, 1), (1,) * 4) + p, 0)
+        want = np.stack([np.stack([hh[:, :, (i * oh) // 2: -(-(i + 1) * oh // 2), (j * ow) // 3: -(-(j + 1) * ow // 3)]
+                                   .mean(axis=(2, 3)) for j in range(3)], -1) for i in range(2)], -2)
+        np.testing.assert_allclose(f(x, w1, w2), want, rtol=1e-4, atol=1e-4)

@@ -151,27 +151,36 @@ def pool_out_dim(size, kernel: int, stride: int, pad_lo: int, pad_hi: int, dilat
     return E.simplify((E.convert(size) + (pad_lo + pad_hi - span)) // stride + 1)
 
 
-def _pool_layout(call: Call) -> tuple[TensorStructInfo, int]:
-    """The data of a pooling call and its spatial rank, after checking its layout attributes (NCW /
-    NCHW only, as the data's rank says)."""
+def _pool_layout(call: Call) -> tuple[TensorStructInfo, int, list[int]]:
+    """The data of a pooling call, its spatial rank and spatial axes, after checking its layout
+    attributes: channels first (NCW / NCHW, the default) or channels last (NWC / NHWC: what a
+    GEMM-lowered convolution produces), ``out_layout`` the same."""
     x = tensor_arg(call, 0, "data")
     a = call.attrs
     op = call.op.name.removeprefix("relax.")
     nsp = 1 if op.endswith("1d") else 2
-    layout = "NCW" if nsp == 1 else "NCHW"
+    first, last = ("NCW", "NWC") if nsp == 1 else ("NCHW", "NHWC")
     name = "R." + op
-    if a.get("layout", layout) != layout or a.get("out_layout", layout) not in (layout, None):
-        raise ValueError(f"{name}: only layout='{layout}' is supported, got layout={a.get('layout')!r} "
-                         f"out_layout={a.get('out_layout')!r}")
+    layout = a.get("layout") or first
+    if layout not in (first, last) or a.get("out_layout") not in (layout, None):
+        raise ValueError(f"{name}: layout must be '{first}' or '{last}' with out_layout the same, got "
+                         f"layout={a.get('layout')!r} out_layout={a.get('out_layout')!r}")
     if x.ndim != nsp + 2:
         raise ValueError(f"{name}: data must be {nsp + 2}-D ({layout}), got {fmt_shape(x.shape)}")
-    return x, nsp
+    return x, nsp, list(range(2, nsp + 2)) if layout == first else list(range(1, nsp + 1))
+
+
+def _with_dims(x: TensorStructInfo, axes: list[int], dims: list) -> list:
+    shape = list(x.shape)
+    for a, d in zip(axes, dims):
+        shape[a] = d
+    return shape
 
 
 def infer_pool(call: Call) -> StructInfo:
-    """``R.nn.max_pool1d / 2d``, ``R.nn.avg_pool1d / 2d``: (N, C, *spatial) -> (N, C, *out) with
-    :func:`pool_out_dim` per spatial dim; ``padding`` is TVM's ``(lo..., hi...)``."""
-    x, nsp = _pool_layout(call)
+    """``R.nn.max_pool1d / 2d``, ``R.nn.avg_pool1d / 2d``: the spatial dims of the layout become
+    :func:`pool_out_dim` each; ``padding`` is TVM's ``(lo..., hi...)``."""
+    x, nsp, axes = _pool_layout(call)
     a = call.attrs
     name = "R." + call.op.name.removeprefix("relax.")
     ks, ss, ds, pads = (list(a[k]) for k in ("pool_size", "strides", "dilation", "padding"))
@@ -182,33 +191,33 @@ def infer_pool(call: Call) -> StructInfo:
         raise ValueError(f"{name}: invalid pool_size={ks} strides={ss} dilation={ds} padding={pads}")
     if "avg" in name and not E.is_float_dtype(x.dtype):
         raise TypeError(f"{name}: average pooling needs a float dtype, got {x.dtype}")
-    outs = [pool_out_dim(L, k, s, pads[i], pads[nsp + i], d, bool(a.get("ceil_mode", False)))
-            for i, (L, k, s, d) in enumerate(zip(x.shape[2:], ks, ss, ds))]
+    outs = [pool_out_dim(x.shape[ax], k, s, pads[i], pads[nsp + i], d, bool(a.get("ceil_mode", False)))
+            for i, (ax, k, s, d) in enumerate(zip(axes, ks, ss, ds))]
     for o in outs:
         check_positive_out(call, o, "size", x)
     out_dtype = a.get("out_dtype", "void")
-    return TensorStructInfo((*x.shape[:2], *outs), x.dtype if out_dtype in ("void", None) else out_dtype)
+    return TensorStructInfo(_with_dims(x, axes, outs), x.dtype if out_dtype in ("void", None) else out_dtype)
 
 
 def infer_adaptive_pool(call: Call) -> StructInfo:
-    """``R.nn.adaptive_avg_pool1d / 2d``: (N, C, *spatial) -> (N, C, *output_size) (a ``None``
-    size keeps the input's dim)."""
-    x, nsp = _pool_layout(call)
+    """``R.nn.adaptive_avg_pool1d / 2d``: the spatial dims become ``output_size`` (a ``None`` size
+    keeps the input's dim)."""
+    x, nsp, axes = _pool_layout(call)
     name = "R." + call.op.name.removeprefix("relax.")
     sizes = call.attrs.get("output_size")
-    sizes = list(x.shape[2:]) if sizes is None else list(sizes)
+    sizes = [x.shape[a] for a in axes] if sizes is None else list(sizes)
     if len(sizes) == 1:
         sizes = sizes * nsp
     if len(sizes) != nsp:
         raise ValueError(f"{name}: output_size needs {nsp} values, got {sizes}")
     if not E.is_float_dtype(x.dtype):
         raise TypeError(f"{name}: average pooling needs a float dtype, got {x.dtype}")
-    outs = [L if o is None else o for L, o in zip(x.shape[2:], sizes)]
+    outs = [x.shape[a] if o is None else o for a, o in zip(axes, sizes)]
     for o in outs:
         if static_int(o) is not None and static_int(o) < 1:
             raise ValueError(f"{name}: output_size must be >= 1, got {sizes}")
     out_dtype = call.attrs.get("out_dtype", "void")
-    return TensorStructInfo((*x.shape[:2], *outs), x.dtype if out_dtype in ("void", None) else out_dtype)
+    return TensorStructInfo(_with_dims(x, axes, outs), x.dtype if out_dtype in ("void", None) else out_dtype)
 
 
 def conv_transpose_out_dim(size, kernel, stride: int, pad_lo: int, pad_hi: int, dilation: int,

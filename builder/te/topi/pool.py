@@ -48,8 +48,20 @@ def _taps(start: PrimExpr, lo, hi, k: int, d: int) -> PrimExpr:
     return tir.maximum(last - first, E.IntImm(0, _I64))
 
 
+def _spatial_axes(x: Tensor, layout: str | None, opname: str) -> list[int]:
+    """The spatial axes of ``x`` in ``layout`` (channels first ``NCW`` / ``NCHW`` / ``NCDHW``, the
+    default, or channels last ``NWC`` / ``NHWC`` / ``NDHWC``)."""
+    nsp = x.ndim - 2
+    first, last = "NC" + "DHW"[3 - nsp:], "N" + "DHW"[3 - nsp:] + "C"
+    if layout in (None, first):
+        return list(range(2, x.ndim))
+    if layout == last:
+        return list(range(1, x.ndim - 1))
+    raise ValueError(f"{opname}: layout must be {first} or {last} for a {x.ndim}-D input, got {layout!r}")
+
+
 def pool(x: Tensor, kind: str, pool_size, strides=None, padding=0, dilation=1, ceil_mode: bool = False,
-         count_include_pad: bool = True, out_dtype: str | None = None) -> Tensor:
+         count_include_pad: bool = True, out_dtype: str | None = None, layout: str | None = None) -> Tensor:
     """Max (``kind="max"``) or average (``kind="avg"``) pooling of ``x`` (N, C, *spatial), 1-3
     spatial dims, with PyTorch's semantics
     (https://pytorch.org/docs/stable/generated/torch.nn.MaxPool2d.html, ``AvgPool2d``)::
@@ -65,8 +77,9 @@ def pool(x: Tensor, kind: str, pool_size, strides=None, padding=0, dilation=1, c
 
     ``pool_size`` / ``strides`` (default: ``pool_size``) / ``dilation``: an int or one per spatial
     dim; ``padding``: an int, one per spatial dim (both sides), or ``(lo..., hi...)`` (TVM's
-    order, 2 per dim). Average pooling accumulates 16-bit floats in float32 and divides there.
-    Raises ValueError for a kind other than max / avg, average pooling of a non-float dtype, bad
+    order, 2 per dim). ``layout``: channels first (default) or last (``NHWC``: the spatial dims are
+    1..n, what a GEMM-lowered convolution produces). Average pooling accumulates 16-bit floats in
+    float32 and divides there. Raises ValueError for a bad layout, a kind other than max / avg, average pooling of a non-float dtype, bad
     sizes, or an output dim below 1.
     """
     if kind not in ("max", "avg"):
@@ -88,19 +101,32 @@ def pool(x: Tensor, kind: str, pool_size, strides=None, padding=0, dilation=1, c
     if builtins.min(ks + ss + ds) < 1 or builtins.min(pads) < 0:
         raise ValueError(f"{opname}: invalid pool_size={pool_size} strides={strides} dilation={dilation} "
                          f"padding={padding}")
-    spatial = list(x.shape[2:])
+    axes_sp = _spatial_axes(x, layout, opname)
+    spatial = [x.shape[a] for a in axes_sp]
     outs = [pool_out_dim(L, k, s, pl, ph, d, ceil_mode) for L, k, s, pl, ph, d in zip(spatial, ks, ss, lo, hi, ds)]
     for o in outs:
         so = static_int(o)
         if so is not None and so < 1:
             raise ValueError(f"{opname}: the output of {fmt_shape(x.shape)} would have a dim of {so}; "
                              f"the window {ks} (dilation {ds}) is larger than the padded input")
-    shape = (x.shape[0], x.shape[1], *outs)
+    shape = list(x.shape)
+    for a, o in zip(axes_sp, outs):
+        shape[a] = o
+
+    def at(idx, pos):
+        full = list(idx)
+        for a, p in zip(axes_sp, pos):
+            full[a] = p
+        return x[tuple(full)]
+
+    def sp(idx):
+        return [idx[a] for a in axes_sp]
+
     # positions past the data's end are possible with padding on the high side or a ceil_mode window
     check_hi = [ph > 0 or ceil_mode for ph in hi]
 
     def taps(idx, rs):
-        starts = [E.simplify(o * s - pl) for o, s, pl in zip(idx[2:], ss, lo)]
+        starts = [E.simplify(o * s - pl) for o, s, pl in zip(sp(idx), ss, lo)]
         pos = [E.simplify(st + (r.var * d if d != 1 else r.var)) for st, r, d in zip(starts, rs, ds)]
         conds = []
         for p, L, pl, ch in zip(pos, spatial, lo, check_hi):
@@ -119,7 +145,7 @@ def pool(x: Tensor, kind: str, pool_size, strides=None, padding=0, dilation=1, c
         def fmax(*idx):
             rs = axes()
             pos, conds = taps(idx, rs)
-            v = upcast(x[(idx[0], idx[1], *pos)])
+            v = upcast(at(idx, pos))
             if conds:
                 v = tir.if_then_else(tir.all(*conds), v, tir.min_value(v.dtype))
             return _te.max(v, axis=rs)
@@ -133,14 +159,14 @@ def pool(x: Tensor, kind: str, pool_size, strides=None, padding=0, dilation=1, c
     def fsum(*idx):
         rs = axes()
         pos, conds = taps(idx, rs)
-        v = cast_value(x[(idx[0], idx[1], *pos)], acc)
+        v = cast_value(at(idx, pos), acc)
         if conds:
             v = tir.if_then_else(tir.all(*conds), v, E.const(0, acc))
         return _te.sum(v, axis=rs)
 
     def fdiv(v, idx):
         count = None
-        for o, L, k, s, d, pl, ph in zip(idx[2:], spatial, ks, ss, ds, lo, hi):
+        for o, L, k, s, d, pl, ph in zip(sp(idx), spatial, ks, ss, ds, lo, hi):
             start = E.simplify(o * s - pl)
             lo_b, hi_b = (-pl, E.simplify(E.convert(L) + ph)) if count_include_pad else (0, L)
             n = _taps(start, lo_b, hi_b, k, d)
@@ -181,7 +207,8 @@ def _rank(x: Tensor, n: int, opname: str) -> None:
         raise ValueError(f"{opname}: data must be {n}-D, got {fmt_shape(x.shape)}")
 
 
-def adaptive_avg_pool(x: Tensor, output_size: Sequence, out_dtype: str | None = None) -> Tensor:
+def adaptive_avg_pool(x: Tensor, output_size: Sequence, out_dtype: str | None = None,
+                      layout: str | None = None) -> Tensor:
     """Adaptive average pooling of ``x`` (N, C, *spatial) to ``output_size`` (one static size per
     spatial dim; ``None`` keeps that dim), PyTorch's windows
     (https://pytorch.org/docs/stable/generated/torch.nn.AdaptiveAvgPool2d.html, ATen's
@@ -191,8 +218,8 @@ def adaptive_avg_pool(x: Tensor, output_size: Sequence, out_dtype: str | None = 
         out[n, c, o] = mean of x[n, c, start .. end)
 
     The reduction runs over the longest window (static input dims: the exact maximum; symbolic
-    ones: ``ceil(L / O) + 1``) with the taps past ``end`` skipped. 16-bit floats accumulate in
-    float32. Raises ValueError for a non-float dtype, a wrong number of sizes or a size below 1.
+    ones: ``ceil(L / O) + 1``) with the taps past ``end`` skipped. ``layout`` as :func:`pool`'s.
+    16-bit floats accumulate in float32. Raises ValueError for a bad layout, a non-float dtype, a wrong number of sizes or a size below 1.
     """
     nsp = x.ndim - 2
     opname = f"adaptive_avg_pool{nsp}d"
@@ -205,7 +232,8 @@ def adaptive_avg_pool(x: Tensor, output_size: Sequence, out_dtype: str | None = 
         sizes = sizes * nsp
     if len(sizes) != nsp:
         raise ValueError(f"{opname}: output_size must have {nsp} values, got {output_size!r}")
-    spatial = list(x.shape[2:])
+    axes_sp = _spatial_axes(x, layout, opname)
+    spatial = [x.shape[a] for a in axes_sp]
     outs = []
     for L, o in zip(spatial, sizes):
         if o is None:
@@ -225,11 +253,13 @@ def adaptive_avg_pool(x: Tensor, output_size: Sequence, out_dtype: str | None = 
             windows.append(1)
     odt = output_dtype(x.dtype, out_dtype)
     acc = accumulator_dtype(x.dtype, odt)
-    shape = (x.shape[0], x.shape[1], *outs)
+    shape = list(x.shape)
+    for a, o in zip(axes_sp, outs):
+        shape[a] = o
 
     def bounds(idx):
         out = []
-        for o, L, O in zip(idx[2:], spatial, outs):
+        for o, L, O in zip([idx[a] for a in axes_sp], spatial, outs):
             L = E.convert(L)
             out.append((E.simplify(o * L // O), E.simplify((o * L + L + O - 1) // O)))
         return out
@@ -239,7 +269,10 @@ def adaptive_avg_pool(x: Tensor, output_size: Sequence, out_dtype: str | None = 
         bs = bounds(idx)
         pos = [E.simplify(st + r.var) for (st, _), r in zip(bs, rs)]
         conds = [E.LT(p, en) for p, (_, en), w in zip(pos, bs, windows) if static_int(w) != 1]
-        v = cast_value(x[(idx[0], idx[1], *pos)], acc)
+        full = list(idx)
+        for a, p in zip(axes_sp, pos):
+            full[a] = p
+        v = cast_value(x[tuple(full)], acc)
         if conds:
             v = tir.if_then_else(tir.all(*conds), v, E.const(0, acc))
         return _te.sum(v, axis=rs)
