@@ -64,6 +64,8 @@ from __future__ import annotations
 
 from collections import Counter
 
+import numpy as np
+
 from ..ir import expr as E
 from ..ir import relax as rx
 from ..ir.block_builder import BlockBuilder
@@ -141,6 +143,7 @@ class _Rewriter:
         self.last: dict[rx.Var, rx.Expr] = {}
         self.first: dict[rx.Var, rx.Expr] = {}
         self.pending: set[rx.Var] = set()
+        self.consts: dict[rx.Var, rx.Constant] = {}
 
     def emit(self, value: rx.Expr, name: str) -> rx.DataflowVar:
         var = rx.DataflowVar(name, value.struct_info)
@@ -165,6 +168,8 @@ class _Rewriter:
 
     def binding(self, b: rx.VarBinding) -> None:
         value = rx.substitute_vars(b.value, self.vmap)
+        if isinstance(value, rx.Constant):
+            self.consts[b.var] = value
         call = value if isinstance(value, rx.Call) and isinstance(value.op, rx.Op) else None
         done = False
         if call is not None:
@@ -251,18 +256,28 @@ class _Rewriter:
         n, _, oh, ow = _tensor(call).shape
         src, layout = (self.last[x], "NHWC") if x in self.last else (x, "NCHW")
         strides, padding = [int(v) for v in a.get("strides", (1, 1))], [int(v) for v in a.get("padding", (0,) * 4)]
+        o, k = ws.shape[0], c * kh * kw
+        wc = w if isinstance(w, rx.Constant) else self.consts.get(w)
+        # NHWC data and a constant weight: columns with the channels innermost (each tap one contiguous
+        # copy), the weight reordered to (O, kH, kW, C) here, once
+        order = "HWC" if layout == "NHWC" and wc is not None and (kh, kw) != (1, 1) else "CHW"
         if (kh, kw) == (1, 1) and layout == "NHWC" and set(strides) == {1} and set(padding) == {0}:
             col = src
         else:
             try:
                 col = call_te(self.bb, topi.conv2d_im2col, (src,),
                               {"kernel_size": (kh, kw), "strides": tuple(strides), "padding": tuple(padding),
-                               "dilation": tuple(a.get("dilation", (1, 1))), "layout": layout}, "conv2d_im2col")
+                               "dilation": tuple(a.get("dilation", (1, 1))), "layout": layout, "col_order": order},
+                              "conv2d_im2col")
             except ValueError:
                 return False   # the loops raise the same error where the shapes allow it
             col = self.emit(col, "conv_col")
-            col = self.emit(_op("reshape", [col, rx.ShapeExpr([n, oh, ow, c * kh * kw])]), "conv_col")
-        w2 = self.emit(_op("reshape", [w, rx.ShapeExpr([ws.shape[0], c * kh * kw])]), "conv_weight")
+            col = self.emit(_op("reshape", [col, rx.ShapeExpr([n, oh, ow, k])]), "conv_col")
+        if order == "HWC":
+            data = np.ascontiguousarray(wc.data.transpose(0, 2, 3, 1)).reshape(wc.data.shape[0], k)
+            w2 = self.emit(rx.Constant(data, wc.dtype), "conv_weight_hwc")
+        else:
+            w2 = self.emit(_op("reshape", [w, rx.ShapeExpr([o, k])]), "conv_weight")
         wt = self.emit(_op("permute_dims", [w2], axes=[1, 0]), "conv_weight_t")
         # (N, oH, oW, C*kH*kW) @ (C*kH*kW, O): the GEMM's rows are the batch dims flattened, and its
         # output is NHWC as it is, so an epilogue fuses into it

@@ -294,7 +294,8 @@ def conv1d_im2col(x: Tensor, kernel_size: int, strides=1, padding=0, dilation=1,
     return _te.compute((n, out_w, c, E.IntImm(k, "int64")), fbody, name="conv1d_im2col", attrs=checks)
 
 
-def conv2d_im2col(x: Tensor, kernel_size, strides=1, padding=0, dilation=1, layout: str = "NCHW") -> Tensor:
+def conv2d_im2col(x: Tensor, kernel_size, strides=1, padding=0, dilation=1, layout: str = "NCHW",
+                  col_order: str = "CHW") -> Tensor:
     """The columns (im2col) of a 2-D convolution with groups 1 (as :func:`conv1d_im2col`, per spatial
     dim; Chellapilla et al. 2006)::
 
@@ -306,9 +307,12 @@ def conv2d_im2col(x: Tensor, kernel_size, strides=1, padding=0, dilation=1, layo
     ``(N, H, W, C)`` (``"NHWC"``, the output of a previous GEMM-lowered convolution, read without a
     transpose); any dtype, copied unchanged. ``kernel_size`` / ``strides`` / ``dilation``: an int or
     ``(h, w)``; ``padding``: an int, ``(pH, pW)`` or ``(top, left, bottom, right)``. Output dims as
-    :func:`conv2d`'s.
+    :func:`conv2d`'s. ``col_order="HWC"`` puts the channels innermost, ``(N, oH, oW, kH, kW, C)``: from
+    NHWC data each tap is one contiguous run of C values (a vector copy; the weight must then be
+    ``(O, kH, kW, C)``).
 
-    Returns a ``(N, oH, oW, C, kH, kW)`` tensor. Raises ValueError for a non-4-D ``x``, a bad layout,
+    Returns a ``(N, oH, oW, C, kH, kW)`` tensor (``"HWC"``: ``(N, oH, oW, kH, kW, C)``). Raises
+    ValueError for a non-4-D ``x``, a bad layout or column order,
     invalid attributes, or a dilated kernel larger than the padded input (checked when the code runs
     for symbolic sizes).
     """
@@ -316,6 +320,8 @@ def conv2d_im2col(x: Tensor, kernel_size, strides=1, padding=0, dilation=1, layo
         raise ValueError(f"conv2d_im2col: data must be 4-D, got {fmt_shape(x.shape)}")
     if layout not in ("NCHW", "NHWC"):
         raise ValueError(f"conv2d_im2col: layout must be NCHW or NHWC, got {layout!r}")
+    if col_order not in ("CHW", "HWC"):
+        raise ValueError(f"conv2d_im2col: col_order must be CHW or HWC, got {col_order!r}")
     kh, kw = _int_list(kernel_size, 2, "kernel_size", "conv2d_im2col")
     sh, sw = _int_list(strides, 2, "strides", "conv2d_im2col")
     dh, dw = _int_list(dilation, 2, "dilation", "conv2d_im2col")
@@ -337,15 +343,18 @@ def conv2d_im2col(x: Tensor, kernel_size, strides=1, padding=0, dilation=1, layo
         if got:
             checks.setdefault("mb.assert_le", []).extend(got["mb.assert_le"])
 
-    def fbody(nn, yy, xx, cc, ky, kx):
+    def tap(nn, yy, xx, cc, ky, kx):
         py = E.simplify(yy * sh + ky * dh - pt)
         px = E.simplify(xx * sw + kx * dw - pl)
         v = x[nn, cc, py, px] if layout == "NCHW" else x[nn, py, px, cc]
         conds = _in_bounds(py, h, pt > 0, pb > 0) + _in_bounds(px, wd, pl > 0, pr > 0)
         return tir.if_then_else(tir.all(*conds), v, E.const(0, x.dtype)) if conds else v
 
-    return _te.compute((n, oh, ow, c, E.IntImm(kh, "int64"), E.IntImm(kw, "int64")), fbody,
-                       name="conv2d_im2col", attrs=checks or None)
+    kh_, kw_ = E.IntImm(kh, "int64"), E.IntImm(kw, "int64")
+    if col_order == "HWC":
+        return _te.compute((n, oh, ow, kh_, kw_, c), lambda nn, yy, xx, ky, kx, cc: tap(nn, yy, xx, cc, ky, kx),
+                           name="conv2d_im2col", attrs=checks or None)
+    return _te.compute((n, oh, ow, c, kh_, kw_), tap, name="conv2d_im2col", attrs=checks or None)
 
 
 def conv1d_transpose_col2im(cols: Tensor, out_channels, kernel_size: int, out_width, strides=1, padding=0,
