@@ -161,3 +161,31 @@ def test_avg_pool_of_ints_is_refused():
 def test_ceil_mode_needs_static_sizes():
     with pytest.raises(ValueError, match="ceil_mode needs a static input size"):
         export(lambda x: op.max_pool2d(x, 2, ceil_mode=True), x=([1, 2, "h", 4], "float32"))
+
+
+@pytest.mark.parametrize("shape", [[1, 2, 6, 5], [1, 2, "h", "w"]])
+def test_a_window_far_larger_than_the_input_costs_what_the_input_holds(shape):
+    """A recipe may ask for any window: 2**40 taps with 2**39 padding on each side of a 6 x 5 input is one
+    output per channel, the max / mean over the input, computed over the taps inside the data only (the
+    loop over every tap would never end)."""
+    big, pad = 2 ** 40, 2 ** 39
+    f = jit(lambda x: (op.max_pool2d(x, big, stride=big, padding=pad),
+                       op.avg_pool2d(x, big, stride=big, padding=pad, count_include_pad=False)),
+            x=(shape, "float32"))
+    x = rand(1, 2, 6, 5)
+    mx, av = f(x)
+    assert mx.shape == av.shape == (1, 2, 1, 1)
+    close(mx, x.max(axis=(2, 3), keepdims=True))
+    close(av, x.astype(np.float64).mean(axis=(2, 3), keepdims=True))
+
+
+def test_clipped_windows_match_the_reference():
+    """Windows of 20 taps (clipped to the taps inside the data) over symbolic lengths, with padding and
+    strides, against the window-by-window reference."""
+    f = jit(lambda x: (op.max_pool1d(x, 20, stride=3, padding=10), op.avg_pool1d(x, 20, stride=3, padding=10)),
+            x=([2, 3, "l"], "float32"))
+    for L in (5, 23):
+        x = rand(2, 3, L)
+        mx, av = f(x)
+        close(mx, pool_ref(x, "max", (20,), (3,), (10,), (10,), (1,)))
+        close(av, pool_ref(x, "avg", (20,), (3,), (10,), (10,), (1,)))

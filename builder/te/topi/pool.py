@@ -25,6 +25,9 @@ __all__ = ["pool", "max_pool1d", "max_pool2d", "avg_pool1d", "avg_pool2d", "adap
            "adaptive_avg_pool1d", "adaptive_avg_pool2d"]
 
 _I64 = "int64"
+_MAX_UNCLIPPED_TAPS = 16
+"""A window dim of at most this many taps over a symbolic input length loops over all of them; a longer
+one only over the taps that can land in the data (``min(k, ceil(L / d))``)."""
 
 
 def _ints(v, n: int, what: str, opname: str) -> list[int]:
@@ -124,20 +127,39 @@ def pool(x: Tensor, kind: str, pool_size, strides=None, padding=0, dilation=1, c
 
     # positions past the data's end are possible with padding on the high side or a ceil_mode window
     check_hi = [ph > 0 or ceil_mode for ph in hi]
+    # the taps of a window that can land in the data: at most ceil(L / d) of them, so a window far larger
+    # than the input (an attribute, untrusted in a recipe) costs what the input holds, not k; a clipped
+    # dim starts its taps at the first one inside the data. Static small windows keep extent k.
+    extents, clipped = [], []
+    for L, k, d in zip(spatial, ks, ds):
+        sl = static_int(L)
+        if sl is not None:
+            ext = builtins.min(k, -(-sl // d))
+        elif k > _MAX_UNCLIPPED_TAPS:
+            ext = tir.minimum(E.IntImm(k, _I64), _ceil_div(E.convert(L), d))
+        else:
+            ext = k
+        extents.append(ext)
+        clipped.append(static_int(ext) != k)
 
     def taps(idx, rs):
         starts = [E.simplify(o * s - pl) for o, s, pl in zip(sp(idx), ss, lo)]
-        pos = [E.simplify(st + (r.var * d if d != 1 else r.var)) for st, r, d in zip(starts, rs, ds)]
-        conds = []
-        for p, L, pl, ch in zip(pos, spatial, lo, check_hi):
+        conds, pos = [], []
+        for st, r, d, L, k, pl, ch, cl in zip(starts, rs, ds, spatial, ks, lo, check_hi, clipped):
+            tap = r.var
+            if cl:
+                tap = E.simplify(tir.maximum(_ceil_div(-st, d), E.IntImm(0, _I64)) + r.var)
+                conds.append(E.LT(tap, E.IntImm(k, _I64)))
+            p = E.simplify(st + (tap * d if d != 1 else tap))
+            pos.append(p)
             if pl > 0:
                 conds.append(E.GE(p, E.IntImm(0, _I64)))
-            if ch:
+            if ch or cl:
                 conds.append(E.LT(p, E.convert(L)))
         return pos, conds
 
     def axes():
-        return [_te.reduce_axis((0, k), name=f"r{i}") for i, k in enumerate(ks)]
+        return [_te.reduce_axis((0, e), name=f"r{i}") for i, e in enumerate(extents)]
 
     if kind == "max":
         odt = output_dtype(x.dtype, out_dtype)
