@@ -179,3 +179,54 @@ def test_upsampling_from_fx_and_export():
         got = _run(mod, x)
         for g, w in zip(got, want):
             np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
+
+
+class SqueezeExcite(nn.Module):
+    def __init__(self, c, r=4):
+        super().__init__()
+        self.pool = nn.AdaptiveAvgPool2d(1)
+        self.fc1, self.fc2 = nn.Conv2d(c, c // r, 1), nn.Conv2d(c // r, c, 1)
+
+    def forward(self, x):
+        return x * F.hardsigmoid(self.fc2(F.relu(self.fc1(self.pool(x)))))
+
+
+class InvertedResidual(nn.Module):
+    """MobileNetV3's block: 1x1 expansion, depthwise k x k (groups = channels), squeeze-and-excite,
+    1x1 projection, hardswish, a residual when the shape allows."""
+
+    def __init__(self, cin, exp, cout, k, s):
+        super().__init__()
+        self.expand = nn.Sequential(nn.Conv2d(cin, exp, 1, bias=False), nn.BatchNorm2d(exp), nn.Hardswish())
+        self.dw = nn.Sequential(nn.Conv2d(exp, exp, k, s, k // 2, groups=exp, bias=False), nn.BatchNorm2d(exp),
+                                nn.Hardswish())
+        self.se = SqueezeExcite(exp)
+        self.project = nn.Sequential(nn.Conv2d(exp, cout, 1, bias=False), nn.BatchNorm2d(cout))
+        self.res = s == 1 and cin == cout
+
+    def forward(self, x):
+        y = self.project(self.se(self.dw(self.expand(x))))
+        return x + y if self.res else y
+
+
+def test_mobilenet_v3_style_blocks_match_pytorch():
+    """Depthwise convolutions (the reference loops), squeeze-and-excite (adaptive pooling, a per-channel
+    product with the GEMM-lowered convolutions' NHWC values), hardswish / hardsigmoid; BatchNorm statistics
+    calibrated on data so that activations keep their scale."""
+    torch.manual_seed(4)
+    model = nn.Sequential(nn.Conv2d(3, 16, 3, 2, 1, bias=False), nn.BatchNorm2d(16), nn.Hardswish(),
+                          InvertedResidual(16, 64, 24, 3, 2), InvertedResidual(24, 72, 24, 3, 1),
+                          InvertedResidual(24, 96, 40, 5, 2), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(40, 10))
+    for m in model.modules():
+        if isinstance(m, nn.BatchNorm2d):
+            m.momentum = None
+    model.train()
+    with torch.no_grad():
+        for _ in range(2):
+            model(torch.randn(8, 3, 48, 48))
+    model.eval()
+    x = np.random.default_rng(6).standard_normal((2, 3, 48, 48)).astype(np.float32)
+    want = _torch(model, x)
+    assert np.abs(want[0] - want[1]).max() > 1e-2        # the features carry the input
+    got = _run(from_fx(torch.fx.symbolic_trace(model), [(["n", 3, 48, 48], "float32")]), x)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
