@@ -495,28 +495,63 @@ def silu(t, x, inplace=False):
 
 
 def hardtanh(t, x, min_val=-1.0, max_val=1.0, inplace=False):
-    """``F.hardtanh``: ``clamp(x, min_val, max_val)``."""
-    return clamp(t, x, min_val, max_val)
+    return op.hardtanh(x, float(min_val), float(max_val))
 
 
 def relu6(t, x, inplace=False):
-    """``F.relu6``: ``clamp(x, 0, 6)``."""
-    return clamp(t, x, 0.0, 6.0)
+    return op.hardtanh(x, 0.0, 6.0)
 
 
 def hardsigmoid(t, x, inplace=False):
-    """``F.hardsigmoid``: ``clamp(x / 6 + 1 / 2, 0, 1)`` (PyTorch's definition)."""
-    return clamp(t, binary("add", binary("divide", x, 6.0), 0.5), 0.0, 1.0)
+    return op.hardsigmoid(x)
 
 
 def hardswish(t, x, inplace=False):
-    """``F.hardswish``: ``x * hardsigmoid(x)`` (Howard et al. 2019, MobileNetV3)."""
-    return binary("multiply", x, hardsigmoid(t, x))
+    return op.hardswish(x)
 
 
 def leaky_relu(t, x, negative_slope=0.01, inplace=False):
-    """``F.leaky_relu``: ``x`` where ``x > 0``, else ``negative_slope * x``."""
-    return where(t, binary("greater", x, 0.0), x, binary("multiply", x, float(negative_slope)))
+    return op.leaky_relu(x, float(negative_slope))
+
+
+def elu(t, x, alpha=1.0, inplace=False):
+    return op.elu(x, float(alpha))
+
+
+def selu(t, x, inplace=False):
+    return op.elu(x, 1.6732632423543772, 1.0507009873554805)
+
+
+def celu(t, x, alpha=1.0, inplace=False):
+    """``max(0, x) + min(0, alpha * (exp(x / alpha) - 1))`` = ``elu(x / alpha) * alpha`` where negative."""
+    a = float(alpha)
+    return op.where(op.greater(x, 0.0), x, op.multiply(op.elu(op.divide(x, a)), a))
+
+
+def softplus(t, x, beta=1.0, threshold=20.0):
+    return op.softplus(x, float(beta), float(threshold))
+
+
+def softsign(t, x):
+    return op.softsign(x)
+
+
+def mish(t, x, inplace=False):
+    return op.mish(x)
+
+
+def prelu(t, x, weight):
+    """``F.prelu``: ``x`` where ``x >= 0``, else ``weight * x``; a (C,) weight applies along dim 1."""
+    w = weight
+    if w.ndim == 1 and x.ndim >= 2 and static(w.shape[0]) != 1:
+        w = op.reshape(w, [1, w.shape[0]] + [1] * (x.ndim - 2))
+    return op.where(op.greater_equal(x, 0.0), x, binary("multiply", x, w))
+
+
+def glu(t, x, dim=-1):
+    """``F.glu``: the first half of ``dim`` times the sigmoid of the second."""
+    a, b = op.chunk(x, 2, dim=norm_dim(dim, x.ndim))
+    return op.multiply(a, op.sigmoid(b))
 
 
 def identity(t, x, *args, **kwargs):
@@ -1468,7 +1503,8 @@ TORCH_OPS: dict[str, Callable] = {
     "cos": _unary("cos"), "abs": _unary("abs", float_only=False),
     "relu": relu, "gelu": gelu, "silu": silu, "dropout": dropout, "identity": identity,
     "hardtanh": hardtanh, "relu6": relu6, "hardsigmoid": hardsigmoid, "hardswish": hardswish,
-    "leaky_relu": leaky_relu,
+    "leaky_relu": leaky_relu, "elu": elu, "selu": selu, "celu": celu, "softplus": softplus, "softsign": softsign,
+    "mish": mish, "prelu": prelu, "glu": glu,
     "softmax": softmax, "log_softmax": log_softmax,
     "mean": _reduce("mean"), "sum": _reduce("sum"), "prod": _reduce("prod"), "amax": amax, "amin": amin,
     "max": _max_min("max"), "min": _max_min("min"), "argmax": _arg("argmax"), "argmin": _arg("argmin"),

@@ -283,6 +283,8 @@ def default_call_function_map() -> dict:
         F.adaptive_avg_pool2d: o["adaptive_avg_pool2d"], F.batch_norm: o["batch_norm"],
         F.hardtanh: o["hardtanh"], F.relu6: o["relu6"], F.hardsigmoid: o["hardsigmoid"],
         F.hardswish: o["hardswish"], F.leaky_relu: o["leaky_relu"], F.interpolate: o["interpolate"],
+        F.elu: o["elu"], F.selu: o["selu"], F.celu: o["celu"], F.softplus: o["softplus"], F.softsign: o["softsign"],
+        F.mish: o["mish"], F.prelu: o["prelu"], F.glu: o["glu"],
         F.relu: o["relu"], F.gelu: o["gelu"], F.silu: o["silu"], F.dropout: o["dropout"],
         F.softmax: o["softmax"], F.log_softmax: o["log_softmax"], F.pad: o["pad"],
         F.scaled_dot_product_attention: o["scaled_dot_product_attention"],
@@ -557,6 +559,11 @@ def default_call_module_map() -> dict:
         tnn.Hardtanh: _simple(o["hardtanh"], min_val=lambda m: m.min_val, max_val=lambda m: m.max_val),
         tnn.Hardsigmoid: _simple(o["hardsigmoid"]), tnn.Hardswish: _simple(o["hardswish"]),
         tnn.LeakyReLU: _simple(o["leaky_relu"], negative_slope=lambda m: m.negative_slope),
+        tnn.ELU: _simple(o["elu"], alpha=lambda m: m.alpha), tnn.SELU: _simple(o["selu"]),
+        tnn.CELU: _simple(o["celu"], alpha=lambda m: m.alpha), tnn.Mish: _simple(o["mish"]),
+        tnn.Softplus: _simple(o["softplus"], beta=lambda m: m.beta, threshold=lambda m: m.threshold),
+        tnn.Softsign: _simple(o["softsign"]), tnn.GLU: _simple(o["glu"], dim=lambda m: m.dim),
+        tnn.PReLU: lambda t, m, path, x: C.prelu(t, x, _w(t, m, path, "weight")),
         tnn.TransformerEncoderLayer: transformer_encoder_layer, tnn.TransformerEncoder: transformer_encoder,
     }
     if hasattr(tnn, "RMSNorm"):

@@ -640,6 +640,41 @@ def _unary(im: _Importer, node, ins, at):
     return _UNARY[node.op_type](im.tensor(x))
 
 
+@_register("HardSigmoid", "HardSwish", "LeakyRelu", "Elu", "Selu", "Celu", "Softplus", "Softsign", "Mish")
+def _activation(im, node, ins, at):
+    """The ONNX activations with attributes (their spec defaults), as :mod:`builder.nn.op`'s composites."""
+    _check_inputs(ins, node)
+    x = im.tensor(ins[0])
+    kind = node.op_type
+    if kind == "HardSigmoid":
+        return op.hardsigmoid(x, float(at.get("alpha", 0.2)), float(at.get("beta", 0.5)))
+    if kind == "HardSwish":
+        return op.hardswish(x)
+    if kind == "LeakyRelu":
+        return op.leaky_relu(x, float(at.get("alpha", 0.01)))
+    if kind == "Elu":
+        return op.elu(x, float(at.get("alpha", 1.0)))
+    if kind == "Selu":
+        return op.elu(x, float(at.get("alpha", 1.67326319217681884765625)), float(at.get("gamma", 1.05070102214813232421875)))
+    if kind == "Celu":
+        a = float(at.get("alpha", 1.0))
+        return op.where(op.greater(x, 0.0), x, op.multiply(op.elu(op.divide(x, a)), a))
+    if kind == "Softplus":
+        return op.softplus(x, 1.0, float("inf"))
+    if kind == "Softsign":
+        return op.softsign(x)
+    return op.mish(x)
+
+
+@_register("PRelu")
+def _prelu(im, node, ins, at):
+    """``PRelu``: ``x`` where ``x >= 0``, else ``slope * x`` (``slope`` broadcast to ``x``)."""
+    _check_inputs(ins, node)
+    x = im.tensor(ins[0])
+    slope = ins[1].astype(x.dtype) if isinstance(ins[1], np.ndarray) else ins[1]
+    return op.where(op.greater_equal(x, 0.0), x, op.multiply(x, im.tensor(slope)))
+
+
 @_register("Reciprocal")
 def _reciprocal(im, node, ins, at):
     _check_inputs(ins, node)

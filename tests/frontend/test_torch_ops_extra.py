@@ -89,3 +89,57 @@ def test_onnx_rounding_mod_argmax_tile():
         for g, w in zip(vm["main"](x, k), sess.run(None, {"x": x, "k": k})):
             assert g.shape == w.shape and g.dtype == w.dtype
             np.testing.assert_allclose(g, w, rtol=1e-6, atol=1e-6)
+
+
+class Activations(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.prelu = nn.PReLU(4)
+        with torch.no_grad():
+            self.prelu.weight.copy_(torch.tensor([0.1, -0.3, 0.5, 2.0]))
+        self.acts = nn.ModuleList([nn.ELU(0.7), nn.SELU(), nn.CELU(1.3), nn.Softplus(2.0, 5.0), nn.Softsign(),
+                                   nn.Mish(), nn.Hardswish(), nn.Hardsigmoid(), nn.LeakyReLU(0.2),
+                                   nn.Hardtanh(-0.5, 2.0), nn.ReLU6(), nn.GLU(1)])
+
+    def forward(self, x):
+        return tuple(a(x) for a in self.acts) + (self.prelu(x), torch.nn.functional.softplus(x * 30))
+
+
+def test_activations_match_pytorch():
+    x = np.random.default_rng(3).uniform(-8, 8, (3, 4, 6)).astype(np.float32)
+    model = Activations().eval()
+    with torch.no_grad():
+        want = [v.numpy() for v in model(torch.from_numpy(x))]
+    for mod in (from_fx(torch.fx.symbolic_trace(model), [((3, 4, 6), "float32")]),
+                from_exported_program(torch.export.export(model, (torch.from_numpy(x),)))):
+        got = runtime.VirtualMachine(build(mod))["main"](x)
+        for g, w in zip(got, want):
+            np.testing.assert_allclose(g, w, rtol=1e-5, atol=2e-6)
+
+
+def test_onnx_activations_match_onnxruntime():
+    onnx = pytest.importorskip("onnx")
+    ort = pytest.importorskip("onnxruntime")
+    from onnx import TensorProto, helper, numpy_helper
+
+    from builder.frontend import from_onnx
+
+    F = TensorProto.FLOAT
+    specs = [("HardSigmoid", {}), ("HardSigmoid", dict(alpha=0.3, beta=0.4)), ("HardSwish", {}),
+             ("LeakyRelu", dict(alpha=0.1)), ("Elu", dict(alpha=0.5)), ("Selu", {}), ("Celu", dict(alpha=2.0)),
+             ("Softplus", {}), ("Softsign", {}), ("PRelu", {})]
+    nodes, outs = [], []
+    for i, (kind, attrs) in enumerate(specs):
+        ins = ["x", "slope"] if kind == "PRelu" else ["x"]
+        nodes.append(helper.make_node(kind, ins, [f"y{i}"], **attrs))
+        outs.append(helper.make_tensor_value_info(f"y{i}", F, ["n", 4]))
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", F, ["n", 4])], outs,
+                              initializer=[numpy_helper.from_array(np.array([0.1, -0.2, 0.3, 1.5], np.float32),
+                                                                   "slope")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 8
+    vm = runtime.VirtualMachine(build(from_onnx(model)))
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    x = np.random.default_rng(2).uniform(-6, 6, (5, 4)).astype(np.float32)
+    for g, w in zip(vm["main"](x), sess.run(None, {"x": x})):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=2e-6)

@@ -501,6 +501,86 @@ def normalize(x: Tensor, p: float = 2.0, axis: int = -1, eps: float = 1e-12, nam
     return wrap_nested(op_call("divide", [xe, denom]), name)
 
 
+def _scalar(x: Tensor, v: float) -> rx.Expr:
+    return rx.const(float(v), x.dtype)
+
+
+def _clip(x: Tensor, lo: float | None, hi: float | None) -> rx.Expr:
+    e = x._expr
+    if lo is not None:
+        e = op_call("maximum", [e, _scalar(x, lo)])
+    if hi is not None:
+        e = op_call("minimum", [e, _scalar(x, hi)])
+    return e
+
+
+def hardtanh(x: Tensor, min_val: float = -1.0, max_val: float = 1.0, name: str = "hardtanh") -> Tensor:
+    """``clip(x, min_val, max_val)`` (``torch.nn.functional.hardtanh``; ``relu6`` is ``(0, 6)``). Raises
+    TypeError for a non-float ``x``."""
+    _check_float(x, "hardtanh")
+    return wrap_nested(_clip(x, min_val, max_val), name)
+
+
+def hardsigmoid(x: Tensor, alpha: float = 1.0 / 6.0, beta: float = 0.5, name: str = "hardsigmoid") -> Tensor:
+    """``clip(alpha * x + beta, 0, 1)``: PyTorch's defaults (``alpha = 1/6``, Howard et al. 2019); ONNX's
+    ``HardSigmoid`` defaults are ``alpha = 0.2``. Raises TypeError for a non-float ``x``."""
+    _check_float(x, "hardsigmoid")
+    lin = op_call("add", [op_call("multiply", [x._expr, _scalar(x, alpha)]), _scalar(x, beta)])
+    return wrap_nested(_clip(Tensor(_expr=lin), 0.0, 1.0), name)
+
+
+def hardswish(x: Tensor, name: str = "hardswish") -> Tensor:
+    """``x * hardsigmoid(x)`` (MobileNetV3, Howard et al. 2019). Raises TypeError for a non-float ``x``."""
+    return wrap_nested(op_call("multiply", [x._expr, hardsigmoid(x)._expr]), name)
+
+
+def leaky_relu(x: Tensor, negative_slope: float = 0.01, name: str = "leaky_relu") -> Tensor:
+    """``x`` where ``x > 0``, else ``negative_slope * x`` (NaN stays NaN). Raises TypeError for a
+    non-float ``x``."""
+    _check_float(x, "leaky_relu")
+    pos = op_call("greater", [x._expr, _scalar(x, 0.0)])
+    return wrap_nested(op_call("where", [pos, x._expr, op_call("multiply", [x._expr, _scalar(x, negative_slope)])]),
+                       name)
+
+
+def elu(x: Tensor, alpha: float = 1.0, scale: float = 1.0, name: str = "elu") -> Tensor:
+    """``scale * (x if x > 0 else alpha * (exp(x) - 1))`` (Clevert et al. 2016; SELU is ``alpha =
+    1.6732632423543772``, ``scale = 1.0507009873554805``, Klambauer et al. 2017). ``exp(x) - 1`` is not
+    ``expm1``: for |x| < 1e-4 the absolute error is about 1e-7. Raises TypeError for a non-float ``x``."""
+    _check_float(x, "elu")
+    pos = op_call("greater", [x._expr, _scalar(x, 0.0)])
+    neg = op_call("multiply", [op_call("subtract", [op_call("exp", [x._expr]), _scalar(x, 1.0)]), _scalar(x, alpha)])
+    out = op_call("where", [pos, x._expr, neg])
+    if scale != 1.0:
+        out = op_call("multiply", [out, _scalar(x, scale)])
+    return wrap_nested(out, name)
+
+
+def softplus(x: Tensor, beta: float = 1.0, threshold: float = 20.0, name: str = "softplus") -> Tensor:
+    """``log(1 + exp(beta * x)) / beta``, and ``x`` where ``beta * x > threshold`` (PyTorch's; ONNX's
+    ``Softplus`` is beta 1 with no threshold, the same values to float32 precision). Raises TypeError for a
+    non-float ``x``."""
+    _check_float(x, "softplus")
+    bx = op_call("multiply", [x._expr, _scalar(x, beta)]) if beta != 1.0 else x._expr
+    soft = op_call("log", [op_call("add", [op_call("exp", [bx]), _scalar(x, 1.0)])])
+    if beta != 1.0:
+        soft = op_call("divide", [soft, _scalar(x, beta)])
+    big = op_call("greater", [bx, _scalar(x, threshold)])
+    return wrap_nested(op_call("where", [big, x._expr, soft]), name)
+
+
+def softsign(x: Tensor, name: str = "softsign") -> Tensor:
+    """``x / (1 + |x|)``. Raises TypeError for a non-float ``x``."""
+    _check_float(x, "softsign")
+    return wrap_nested(op_call("divide", [x._expr, op_call("add", [op_call("abs", [x._expr]), _scalar(x, 1.0)])]),
+                       name)
+
+
+def mish(x: Tensor, name: str = "mish") -> Tensor:
+    """``x * tanh(softplus(x))`` (Misra 2019). Raises TypeError for a non-float ``x``."""
+    return wrap_nested(op_call("multiply", [x._expr, op_call("tanh", [softplus(x)._expr])]), name)
+
+
 @recipe_function
 def batch_norm(x: Tensor, running_mean: Tensor, running_var: Tensor, weight: Tensor | None = None,
                bias: Tensor | None = None, axis: int = 1, eps: float = 1e-5, name: str = "batch_norm") -> Tensor:
