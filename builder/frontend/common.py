@@ -1020,6 +1020,36 @@ def upsample(mode: str, with_corners: bool) -> Callable:
     return run
 
 
+def instance_norm(t, x, running_mean=None, running_var=None, weight=None, bias=None, use_input_stats=True,
+                  momentum=0.1, eps=1e-5, cudnn_enabled=None):
+    """``F.instance_norm`` / ``nn.InstanceNorm1d / 2d``: each (sample, channel) over its spatial dims (group
+    norm with one channel per group); with ``use_input_stats=False``, the running statistics (batch norm)."""
+    if not use_input_stats:
+        return batch_norm(t, x, running_mean, running_var, weight, bias, False, momentum, eps)
+    c = static(x.shape[1]) if x.ndim >= 3 else None
+    if c is None:
+        raise UnsupportedNodeError("instance_norm needs an (N, C, ...) input with a static channel count")
+    return op.group_norm(x, c, weight, bias, eps=float(eps))
+
+
+def pixel_shuffle(t, x, upscale_factor):
+    """``F.pixel_shuffle``: (N, C*r*r, H, W) -> (N, C, H*r, W*r) (ONNX DepthToSpace in CRD mode)."""
+    r = int(upscale_factor)
+    n, c, h, w = x.shape
+    cr = E.simplify(E.convert(c) // (r * r))
+    y = op.permute_dims(op.reshape(x, [n, cr, r, r, h, w]), [0, 1, 4, 2, 5, 3])
+    return op.reshape(y, [n, cr, E.simplify(E.convert(h) * r), E.simplify(E.convert(w) * r)])
+
+
+def pixel_unshuffle(t, x, downscale_factor):
+    """``F.pixel_unshuffle``: (N, C, H*r, W*r) -> (N, C*r*r, H, W)."""
+    r = int(downscale_factor)
+    n, c, h, w = x.shape
+    hr, wr = E.simplify(E.convert(h) // r), E.simplify(E.convert(w) // r)
+    y = op.permute_dims(op.reshape(x, [n, c, hr, r, wr, r]), [0, 1, 3, 5, 2, 4])
+    return op.reshape(y, [n, E.simplify(E.convert(c) * (r * r)), hr, wr])
+
+
 def sdpa(t, q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
     """``F.scaled_dot_product_attention`` on (B, H, S, D) (or (N, S, D)): our attention op works in
     (B, S, H, D), so q / k / v are permuted (a permute that undoes the model's own transpose folds
@@ -1522,7 +1552,8 @@ TORCH_OPS: dict[str, Callable] = {
     "conv1d": conv1d, "conv2d": conv2d, "scaled_dot_product_attention": sdpa, "cumsum": cumsum,
     "max_pool1d": max_pool(1), "max_pool2d": max_pool(2), "avg_pool1d": avg_pool(1), "avg_pool2d": avg_pool(2),
     "adaptive_avg_pool1d": adaptive_avg_pool(1), "adaptive_avg_pool2d": adaptive_avg_pool(2),
-    "batch_norm": batch_norm, "interpolate": interpolate,
+    "batch_norm": batch_norm, "interpolate": interpolate, "instance_norm": instance_norm,
+    "pixel_shuffle": pixel_shuffle, "pixel_unshuffle": pixel_unshuffle,
     "view": view, "reshape": reshape, "permute": permute, "transpose": transpose, "t": t_,
     "unsqueeze": unsqueeze, "squeeze": squeeze, "flatten": flatten, "unflatten": unflatten,
     "expand": expand, "expand_as": expand_as, "broadcast_to": broadcast_to, "repeat": tile, "tile": tile,

@@ -284,7 +284,8 @@ def default_call_function_map() -> dict:
         F.hardtanh: o["hardtanh"], F.relu6: o["relu6"], F.hardsigmoid: o["hardsigmoid"],
         F.hardswish: o["hardswish"], F.leaky_relu: o["leaky_relu"], F.interpolate: o["interpolate"],
         F.elu: o["elu"], F.selu: o["selu"], F.celu: o["celu"], F.softplus: o["softplus"], F.softsign: o["softsign"],
-        F.mish: o["mish"], F.prelu: o["prelu"], F.glu: o["glu"],
+        F.mish: o["mish"], F.prelu: o["prelu"], F.glu: o["glu"], F.instance_norm: o["instance_norm"],
+        F.pixel_shuffle: o["pixel_shuffle"], F.pixel_unshuffle: o["pixel_unshuffle"],
         F.relu: o["relu"], F.gelu: o["gelu"], F.silu: o["silu"], F.dropout: o["dropout"],
         F.softmax: o["softmax"], F.log_softmax: o["log_softmax"], F.pad: o["pad"],
         F.scaled_dot_product_attention: o["scaled_dot_product_attention"],
@@ -410,6 +411,13 @@ def _batch_norm_module(t, m, path, x):
                                    "first")
     return C.batch_norm(t, x, _w(t, m, path, "running_mean"), _w(t, m, path, "running_var"), _w(t, m, path, "weight"),
                         _w(t, m, path, "bias"), False, m.momentum, m.eps)
+
+
+def _instance_norm_module(t, m, path, x):
+    """``nn.InstanceNorm1d / 2d`` (instance statistics unless it tracks running ones and is in eval mode)."""
+    use_running = m.track_running_stats and not m.training
+    return C.instance_norm(t, x, _w(t, m, path, "running_mean"), _w(t, m, path, "running_var"),
+                           _w(t, m, path, "weight"), _w(t, m, path, "bias"), not use_running, m.momentum, m.eps)
 
 
 def _simple(fn: Callable, **attrs: Callable):
@@ -564,6 +572,9 @@ def default_call_module_map() -> dict:
         tnn.Softplus: _simple(o["softplus"], beta=lambda m: m.beta, threshold=lambda m: m.threshold),
         tnn.Softsign: _simple(o["softsign"]), tnn.GLU: _simple(o["glu"], dim=lambda m: m.dim),
         tnn.PReLU: lambda t, m, path, x: C.prelu(t, x, _w(t, m, path, "weight")),
+        tnn.InstanceNorm1d: _instance_norm_module, tnn.InstanceNorm2d: _instance_norm_module,
+        tnn.PixelShuffle: lambda t, m, path, x: C.pixel_shuffle(t, x, m.upscale_factor),
+        tnn.PixelUnshuffle: lambda t, m, path, x: C.pixel_unshuffle(t, x, m.downscale_factor),
         tnn.TransformerEncoderLayer: transformer_encoder_layer, tnn.TransformerEncoder: transformer_encoder,
     }
     if hasattr(tnn, "RMSNorm"):

@@ -779,6 +779,80 @@ def _tile(im, node, ins, at):
     return op.tile(x, reps)
 
 
+@_register("Sum", "Mean")
+def _sum_mean(im, node, ins, at):
+    """Variadic ``Sum`` / ``Mean`` with numpy broadcasting."""
+    _check_inputs(ins, node)
+    out = im.tensor(ins[0])
+    for v in ins[1:]:
+        out = op.add(out, im.tensor(v))
+    return op.divide(out, float(len(ins))) if node.op_type == "Mean" and len(ins) > 1 else out
+
+
+@_register("CumSum")
+def _cumsum(im, node, ins, at):
+    _check_inputs(ins, node)
+    x = im.tensor(ins[0])
+    (axis,) = im.ints(ins[1], "axis")
+    nd = len(x.shape)
+    if not -nd <= axis < nd:
+        raise ONNXImportError(f"axis {axis} is out of range for a {nd}-d input")
+    if int(at.get("reverse", 0)):
+        raise ONNXImportError("CumSum with reverse=1 is not supported")
+    return op.cumsum(x, axis=axis % nd, exclusive=bool(int(at.get("exclusive", 0))) or None)
+
+
+@_register("InstanceNormalization")
+def _instance_norm(im, node, ins, at):
+    """``InstanceNormalization``: each (sample, channel) normalized over its spatial dims (group norm with
+    one channel per group), then ``scale[c]`` and ``B[c]``."""
+    _check_inputs(ins, node)
+    x = im.tensor(ins[0])
+    if len(x.shape) < 3:
+        raise ONNXImportError(f"InstanceNormalization needs an (N, C, ...) input, got a {len(x.shape)}-d one")
+    c = _simp(x.shape[1])
+    if not isinstance(c, int):
+        raise ONNXImportError("InstanceNormalization needs a static channel count")
+    scale, bias = (im.tensor(v.astype(x.dtype) if isinstance(v, np.ndarray) else v) for v in ins[1:3])
+    return op.group_norm(x, c, scale, bias, eps=float(at.get("epsilon", 1e-5)))
+
+
+@_register("Trilu")
+def _trilu(im, node, ins, at):
+    _check_inputs(ins, node)
+    x = im.tensor(ins[0])
+    k = im.ints(ins[1], "k")[0] if len(ins) > 1 and ins[1] is not None else 0
+    return (op.triu if int(at.get("upper", 1)) else op.tril)(x, k)
+
+
+@_register("DepthToSpace", "SpaceToDepth")
+def _depth_space(im, node, ins, at):
+    """``DepthToSpace`` (modes DCR, the default, and CRD = ``torch.nn.PixelShuffle``) and ``SpaceToDepth``
+    (DCR order) of NCHW data: reshapes around one transpose."""
+    _check_inputs(ins, node)
+    x = im.tensor(ins[0])
+    if len(x.shape) != 4:
+        raise ONNXImportError(f"{node.op_type} needs a 4-d (NCHW) input, got a {len(x.shape)}-d one")
+    b = int(at.get("blocksize", 0))
+    if b < 1:
+        raise ONNXImportError(f"blocksize must be >= 1, got {b}")
+    n, c, h, w = x.shape
+    if node.op_type == "SpaceToDepth":
+        t = op.reshape(x, [n, c, E.simplify(E.convert(h) // b), b, E.simplify(E.convert(w) // b), b])
+        t = op.permute_dims(t, [0, 3, 5, 1, 2, 4])
+        return op.reshape(t, [n, c * b * b if isinstance(c, int) else E.simplify(c * (b * b)), t.shape[4], t.shape[5]])
+    mode = at.get("mode", "DCR")
+    mode = mode.decode() if isinstance(mode, bytes) else mode
+    cb = E.simplify(E.convert(c) // (b * b))
+    if mode == "DCR":
+        t = op.permute_dims(op.reshape(x, [n, b, b, cb, h, w]), [0, 3, 4, 1, 5, 2])
+    elif mode == "CRD":
+        t = op.permute_dims(op.reshape(x, [n, cb, b, b, h, w]), [0, 1, 4, 2, 5, 3])
+    else:
+        raise ONNXImportError(f"unknown DepthToSpace mode {mode!r}")
+    return op.reshape(t, [n, cb, E.simplify(E.convert(h) * b), E.simplify(E.convert(w) * b)])
+
+
 @_register("Max", "Min")
 def _variadic(im, node, ins, at):
     _check_inputs(ins, node)
@@ -1053,7 +1127,23 @@ def _layer_norm(im, node, ins, at):
 
 
 _REDUCE = {"ReduceMean": (op.mean, np.mean), "ReduceSum": (op.sum, np.sum), "ReduceMax": (op.max, np.max),
-           "ReduceMin": (op.min, np.min)}
+           "ReduceMin": (op.min, np.min), "ReduceProd": (op.prod, np.prod),
+           "ReduceSumSquare": (lambda x, axis, keepdims: op.sum(op.multiply(x, x), axis=axis, keepdims=keepdims),
+                               lambda x, axis, keepdims: np.sum(x * x, axis=axis, keepdims=keepdims)),
+           "ReduceL1": (lambda x, axis, keepdims: op.sum(op.abs(x), axis=axis, keepdims=keepdims),
+                        lambda x, axis, keepdims: np.sum(np.abs(x), axis=axis, keepdims=keepdims)),
+           "ReduceL2": (lambda x, axis, keepdims: op.sqrt(op.sum(op.multiply(x, x), axis=axis, keepdims=keepdims)),
+                        lambda x, axis, keepdims: np.sqrt(np.sum(x * x, axis=axis, keepdims=keepdims))),
+           "ReduceLogSumExp": (lambda x, axis, keepdims: _logsumexp(x, axis, keepdims),
+                               lambda x, axis, keepdims: np.log(np.sum(np.exp(x), axis=axis, keepdims=keepdims)))}
+
+
+def _logsumexp(x, axis, keepdims):
+    """``log(sum(exp(x)))`` shifted by the max (finite where exp overflows)."""
+    m = op.max(x, axis=axis, keepdims=True)
+    s = op.log(op.sum(op.exp(op.subtract(x, m)), axis=axis, keepdims=True))
+    out = op.add(s, m)
+    return out if keepdims else op.squeeze(out, axis)
 
 
 @_register(*_REDUCE)
@@ -1148,6 +1238,26 @@ def _conv(im, node, ins, at):
     if nsp == 1:
         return op.conv1d(x, tw, tb, stride=strides[0], padding=pads, dilation=dilations[0], groups=groups)
     return op.conv2d(x, tw, tb, stride=strides, padding=pads, dilation=dilations, groups=groups)
+
+
+@_register("ConvTranspose")
+def _conv_transpose(im, node, ins, at):
+    """1-D ``ConvTranspose`` (weight ``(C, O / group, k)``), explicit pads and ``output_padding``."""
+    _check_inputs(ins, node)
+    x, w = im.tensor(ins[0]), im.tensor(ins[1])
+    b = im.tensor(ins[2]) if len(ins) > 2 and ins[2] is not None else None
+    if len(x.shape) != 3 or len(w.shape) != 3:
+        raise ONNXImportError(f"only 1-D transposed convolutions (3-d input and weight) are supported, got a "
+                              f"{len(x.shape)}-d input")
+    auto = at.get("auto_pad", "NOTSET")
+    if (auto.decode() if isinstance(auto, bytes) else auto) != "NOTSET" or "output_shape" in at:
+        raise ONNXImportError("ConvTranspose with auto_pad or output_shape is not supported (give pads)")
+    k = _simp(w.shape[2])
+    ks, strides, dilations = _window(at, 1, "ConvTranspose", [k])
+    pads = [int(p) for p in at.get("pads", [0, 0])]
+    out_pad = [int(p) for p in at.get("output_padding", [0])]
+    return op.conv1d_transpose(x, w, b, stride=strides[0], padding=pads, output_padding=out_pad[0],
+                               dilation=dilations[0], groups=int(at.get("group", 1)))
 
 
 @_register("MaxPool", "AveragePool")

@@ -372,3 +372,46 @@ def test_resize_matches_onnxruntime(attrs, how):
                        [helper.make_tensor_value_info("x", F, ["n", 3, 5, 4])],
                        [helper.make_tensor_value_info("y", F, out)], inits, opset=18)
     run_both(model, [{"x": rand(2, 3, 5, 4)}] + ([{"x": rand(1, 3, 5, 4)}] if how == "scales" else []))
+
+
+@pytest.mark.parametrize("op_type,attrs,extra,shape", [
+    ("ReduceProd", dict(axes=[1], keepdims=0), [], ["n", 4, 3]),
+    ("ReduceL1", dict(axes=[-1]), [], ["n", 4, 3]),
+    ("ReduceL2", dict(axes=[1, 2], keepdims=0), [], ["n", 4, 3]),
+    ("ReduceSumSquare", dict(axes=[0]), [], ["n", 4, 3]),
+    ("ReduceLogSumExp", dict(axes=[2], keepdims=0), [], ["n", 4, 3]),
+    ("CumSum", {}, [("ax", np.array(1, np.int64))], ["n", 4, 3]),
+    ("CumSum", dict(exclusive=1), [("ax", np.array(-1, np.int64))], ["n", 4, 3]),
+    ("Trilu", dict(upper=0), [("k", np.array(1, np.int64))], ["n", 4, 3]),
+    ("Trilu", {}, [("k", np.array(-1, np.int64))], ["n", 4, 3]),
+    ("DepthToSpace", dict(blocksize=2), [], ["n", 8, 3, 5]),
+    ("DepthToSpace", dict(blocksize=2, mode="CRD"), [], ["n", 8, 3, 5]),
+    ("SpaceToDepth", dict(blocksize=2), [], ["n", 3, 4, 6]),
+    ("InstanceNormalization", dict(epsilon=1e-3), [("sc", None), ("bi", None)], ["n", 4, 5, 3]),
+    ("Sum", {}, [("s2", None)], ["n", 4, 3]),
+    ("Mean", {}, [("s2", None)], ["n", 4, 3]),
+])
+def test_more_ops_match_onnxruntime(op_type, attrs, extra, shape):
+    """Reductions (Prod, L1, L2, SumSquare, LogSumExp), CumSum, Trilu, DepthToSpace / SpaceToDepth,
+    InstanceNormalization and the variadic Sum / Mean, on a symbolic batch."""
+    inits = []
+    for name, value in extra:
+        if value is None:
+            value = rand(4) if op_type == "InstanceNormalization" else rand(4, 3)
+        inits.append((name, value))
+    model = make_model([helper.make_node(op_type, ["x"] + [n for n, _ in extra], ["y"], **attrs)],
+                       [helper.make_tensor_value_info("x", F, shape)],
+                       [helper.make_tensor_value_info("y", F, [f"o{i}" for i in range(
+                           {"ReduceProd": 2, "ReduceL2": 1, "ReduceLogSumExp": 2}.get(op_type, len(shape)))])],
+                       inits, opset=17)
+    sizes = [[2 if d == "n" else d for d in shape], [1 if d == "n" else d for d in shape]]
+    run_both(model, [{"x": rand(*s)} for s in sizes], tol=2e-5)
+
+
+def test_conv_transpose_1d_matches_onnxruntime():
+    w, b = rand(4, 3, 5), rand(6)
+    model = make_model([helper.make_node("ConvTranspose", ["x", "w", "b"], ["y"], strides=[2], pads=[1, 2],
+                                         output_padding=[1], dilations=[2], group=2)],
+                       [helper.make_tensor_value_info("x", F, ["n", 4, 7])],
+                       [helper.make_tensor_value_info("y", F, ["n", 6, "l"])], [("w", w), ("b", b)])
+    run_both(model, [{"x": rand(2, 4, 7)}, {"x": rand(1, 4, 7)}], tol=2e-5)

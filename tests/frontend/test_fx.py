@@ -276,15 +276,14 @@ def test_an_unsupported_module_and_a_failing_translation_are_clear_errors():
     class M(nn.Module):
         def __init__(self):
             super().__init__()
-            self.shuffle = nn.PixelShuffle(2)
+            self.rnn = nn.GRU(6, 4, batch_first=True)
             self.lin = nn.Linear(4, 3)
 
         def forward(self, x):
-            return self.shuffle(x)
+            return self.rnn(x)
 
-    with pytest.raises(UnsupportedNodeError,
-                       match=r"node 'shuffle' \(call_module torch.nn.modules.pixelshuffle.PixelShuffle\)"):
-        from_fx(fx.symbolic_trace(M()), [(1, 4, 6, 6)])
+    with pytest.raises(UnsupportedNodeError, match=r"node 'rnn' \(call_module torch.nn.modules.rnn.GRU\)"):
+        from_fx(fx.symbolic_trace(M()), [(1, 4, 6)])
 
     class Bad(nn.Module):
         def __init__(self):

@@ -143,3 +143,30 @@ def test_onnx_activations_match_onnxruntime():
     x = np.random.default_rng(2).uniform(-6, 6, (5, 4)).astype(np.float32)
     for g, w in zip(vm["main"](x), sess.run(None, {"x": x})):
         np.testing.assert_allclose(g, w, rtol=1e-5, atol=2e-6)
+
+
+class NormShuffle(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.inorm = nn.InstanceNorm2d(8, affine=True)
+        self.inorm1d = nn.InstanceNorm1d(8)
+        with torch.no_grad():
+            self.inorm.weight.copy_(torch.linspace(0.5, 2.0, 8))
+            self.inorm.bias.copy_(torch.linspace(-1.0, 1.0, 8))
+        self.shuffle, self.unshuffle = nn.PixelShuffle(2), nn.PixelUnshuffle(2)
+
+    def forward(self, x):
+        y = self.inorm(x)
+        return self.shuffle(y), self.unshuffle(x), self.inorm1d(x.flatten(2))
+
+
+def test_instance_norm_and_pixel_shuffle_match_pytorch():
+    x = np.random.default_rng(4).standard_normal((2, 8, 4, 6)).astype(np.float32) * 3 + 1
+    model = NormShuffle().eval()
+    with torch.no_grad():
+        want = [v.numpy() for v in model(torch.from_numpy(x))]
+    for mod in (from_fx(torch.fx.symbolic_trace(model), [((2, 8, 4, 6), "float32")]),
+                from_exported_program(torch.export.export(model, (torch.from_numpy(x),)))):
+        got = runtime.VirtualMachine(build(mod))["main"](x)
+        for g, w in zip(got, want):
+            np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
