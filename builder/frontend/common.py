@@ -119,6 +119,36 @@ def is_node(v) -> bool:
     return type(v).__name__ == "Node" and hasattr(v, "op") and hasattr(v, "target")
 
 
+def inplace_base(name: str) -> str | None:
+    """``"add"`` for the in-place ``"add_"`` (PyTorch's naming), None for other names (dunders too)."""
+    if len(name) > 1 and name.endswith("_") and not name.endswith("__") and not name.startswith("_"):
+        return name[:-1]
+    return None
+
+
+def gather(t, x, dim, index, *, sparse_grad=False):
+    """``torch.gather`` (:func:`builder.nn.op.gather_elements`)."""
+    return op.gather_elements(x, index, axis=norm_dim(dim, x.ndim))
+
+
+def weight_norm(t, v, g, dim=0):
+    """``torch._weight_norm`` (Salimans & Kingma 2016; ``nn.utils.weight_norm``): ``v * g / ||v||`` with the
+    norm over every dim but ``dim`` (all of them for ``dim=-1``), ``g`` shaped to broadcast."""
+    if dim is None or int(dim) == -1:
+        axes = list(range(v.ndim))
+    else:
+        d = norm_dim(dim, v.ndim)
+        axes = [a for a in range(v.ndim) if a != d]
+    norm = op.sqrt(op.sum(op.multiply(v, v), axis=axes, keepdims=True))
+    return op.multiply(v, op.divide(g, norm))
+
+
+def copy_(t, dst, src, non_blocking=False):
+    """``Tensor.copy_`` / ``aten.copy_``: ``src`` broadcast to ``dst``'s shape, in ``dst``'s dtype."""
+    src = to_tensor(src, dst.dtype)
+    return op.broadcast_to(src, list(dst.shape)) if list(src.shape) != list(dst.shape) else src
+
+
 class GraphTranslator:
     """Translation state of one graph: the BlockBuilder, the values of the nodes done so far
     (``env``), the weights bound as named constants, the symbolic dims by name and the permutations
@@ -133,6 +163,7 @@ class GraphTranslator:
         self._dims: dict[str, E.Var] = {}
         self._perm: dict = {}     # permute result Var -> (source Tensor, axes)
         self._bias: dict = {}     # (bool mask Var, dtype) -> its additive float form
+        self._aliases: dict = {}  # node -> the set of nodes that are the same tensor (in-place ops)
         self.trace_hint = ""       # how to get source lines into error messages
 
     # -- symbolic dims and weights ----------------------------------------------------------------
@@ -194,6 +225,20 @@ class GraphTranslator:
             raise FrontendError(f"{desc}: {e}") from e
         except Exception as e:
             raise FrontendError(f"{desc}: {type(e).__name__}: {e}") from e
+
+    def rebind_inplace(self, node, value) -> None:
+        """After an in-place op (``add_``, ``x += y`` as ``aten.add_``), later uses of its first
+        argument see the result: every node that is that tensor (the argument, earlier in-place
+        results on it: ``z.mul_(x).add_(1)`` mutates ``z`` twice) is bound to ``value``, and the op's
+        own node joins them."""
+        first = node.args[0] if node.args else None
+        if not is_node(first) or not isinstance(value, Tensor):
+            return
+        group = self._aliases.setdefault(first, {first})
+        group.add(node)
+        self._aliases[node] = group
+        for n in group:
+            self.env[n] = value
 
     def unsupported(self, node, what: str | None = None, hint: str = "") -> UnsupportedNodeError:
         return UnsupportedNodeError(f"{describe_node(node, what, self.trace_hint)} has no translation" + (f" ({hint})" if hint else ""))
@@ -1553,7 +1598,9 @@ TORCH_OPS: dict[str, Callable] = {
     "max_pool1d": max_pool(1), "max_pool2d": max_pool(2), "avg_pool1d": avg_pool(1), "avg_pool2d": avg_pool(2),
     "adaptive_avg_pool1d": adaptive_avg_pool(1), "adaptive_avg_pool2d": adaptive_avg_pool(2),
     "batch_norm": batch_norm, "interpolate": interpolate, "instance_norm": instance_norm,
-    "pixel_shuffle": pixel_shuffle, "pixel_unshuffle": pixel_unshuffle,
+    "pixel_shuffle": pixel_shuffle, "pixel_unshuffle": pixel_unshuffle, "gather": gather,
+    "_weight_norm": weight_norm,
+    "take_along_dim": lambda t, x, indices, dim=None: gather(t, x, dim, indices),
     "view": view, "reshape": reshape, "permute": permute, "transpose": transpose, "t": t_,
     "unsqueeze": unsqueeze, "squeeze": squeeze, "flatten": flatten, "unflatten": unflatten,
     "expand": expand, "expand_as": expand_as, "broadcast_to": broadcast_to, "repeat": tile, "tile": tile,

@@ -66,7 +66,7 @@ ATEN_OPS: dict[str, Callable] = {
     "_adaptive_avg_pool2d": C.adaptive_avg_pool(2), "batch_norm": C.aten_batch_norm,
     "native_batch_norm": C.aten_native_batch_norm,
     "_native_batch_norm_legit_no_training": C.aten_batch_norm_no_training,
-    "mT": lambda t, x: C.transpose(t, x, -2, -1),
+    "mT": lambda t, x: C.transpose(t, x, -2, -1), "copy_": C.copy_,
     "instance_norm": lambda t, x, w, b, rm, rv, use_input_stats, momentum, eps, cudnn=None: C.instance_norm(
         t, x, rm, rv, w, b, use_input_stats, momentum, eps),
     "upsample_nearest2d": C.upsample("nearest", False), "_upsample_nearest_exact2d": C.upsample("nearest-exact", False),
@@ -214,8 +214,11 @@ def from_exported_program(exported_program, *, run_decompositions: bool = False)
                     if fn is None:
                         raise t.unsupported(node, what)
                     _resolve_lazy(t, node)
-                    value = t.apply(node, fn, what)
-                    t.env[node] = _match_dtype(value, node)
+                    value = _match_dtype(t.apply(node, fn, what), node)
+                    t.env[node] = value
+                    name = _packet(node.target)
+                    if name is not None and (name == "copy_" or C.inplace_base(name)):
+                        t.rebind_inplace(node, value)
                 elif node.op == "output":
                     outs = t.value(node.args[0])
                     outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
@@ -251,7 +254,10 @@ def _translation(node) -> tuple[Callable | None, str]:
     name = _packet(target)
     if name is None:
         return None, C._target_name(target)
-    return ATEN_OPS.get(name), str(target)
+    fn = ATEN_OPS.get(name)
+    if fn is None and C.inplace_base(name):
+        fn = ATEN_OPS.get(C.inplace_base(name))     # add_ -> add; the caller rebinds the argument
+    return fn, str(target)
 
 
 def _match_dtype(value, node):

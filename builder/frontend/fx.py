@@ -160,15 +160,22 @@ def from_fx(fx_module, input_shapes: Sequence[Sequence[int | str]], call_functio
                     if fn is None:
                         raise t.unsupported(node, hint="add it to call_function_map")
                     t.env[node] = t.apply(node, fn)
+                    if node.target in _INPLACE_OPERATORS:
+                        t.rebind_inplace(node, t.env[node])      # x += y mutates x for its other users
                 elif node.op == "call_method":
                     if node.target in user_functions:
                         t.env[node] = t.apply(node, _user_function(user_functions[node.target]), None)
                         continue
                     fn = methods.get(node.target)
+                    base = C.inplace_base(node.target)
+                    if fn is None and base is not None:
+                        fn = methods.get(base)      # x.mul_(y) as x.mul(y), then x is the result
                     if fn is None:
                         raise t.unsupported(node, f"Tensor.{node.target}",
                                             hint="add the method name to call_function_map")
                     t.env[node] = t.apply(node, fn, f"Tensor.{node.target}")
+                    if base is not None:
+                        t.rebind_inplace(node, t.env[node])
                 elif node.op == "call_module":
                     module = named_modules[node.target]
                     what = f"{type(module).__module__}.{type(module).__name__}"
@@ -260,6 +267,9 @@ def _getattr(t, obj, name):
     return getattr(obj, name)
 
 
+_INPLACE_OPERATORS = (operator.iadd, operator.imul, operator.isub, operator.itruediv)
+
+
 def default_call_function_map() -> dict:
     """The default translations of ``call_function`` targets (torch functions, ``torch.nn.functional``,
     Python operators, ``math``), each ``fn(t, *args, **kwargs)`` (see :mod:`builder.frontend.common`)."""
@@ -273,7 +283,7 @@ def default_call_function_map() -> dict:
         operator.matmul: o["matmul"], operator.getitem: o["getitem"], operator.eq: o["eq"], operator.ne: o["ne"],
         operator.lt: o["lt"], operator.le: o["le"], operator.gt: o["gt"], operator.ge: o["ge"],
         operator.and_: o["bitwise_and"], operator.or_: o["bitwise_or"], operator.invert: o["bitwise_not"],
-        operator.iadd: o["add"], operator.imul: o["mul"],
+        operator.iadd: o["add"], operator.imul: o["mul"], operator.isub: o["sub"], operator.itruediv: o["div"],
         builtins.getattr: _getattr,
         math.sqrt: C.scalar_math("sqrt"), math.log: C.scalar_math("log"), math.exp: C.scalar_math("exp"),
         F.linear: o["linear"], F.embedding: o["embedding"], F.layer_norm: o["layer_norm"],
@@ -304,7 +314,7 @@ def default_call_function_map() -> dict:
                  "index_select", "numel", "arange", "full", "ones", "zeros", "full_like", "ones_like",
                  "zeros_like", "tril", "triu", "dropout", "rsub", "max", "min", "argmax", "argmin", "floor", "ceil",
                  "round", "trunc", "sign", "floor_divide", "remainder", "tile", "repeat_interleave", "clamp_min",
-                 "clamp_max"):
+                 "clamp_max", "gather", "take_along_dim"):
         fn = getattr(torch, name, None)
         if fn is not None:
             m[fn] = o[name]
@@ -327,9 +337,9 @@ def default_call_method_map() -> dict:
         "index_select", "size", "dim", "numel", "new_full", "new_ones", "new_zeros", "tril", "triu",
         "to", "type_as", "float", "half", "bfloat16", "double", "int", "long", "bool", "contiguous",
         "clone", "detach", "cumsum", "max", "min", "argmax", "argmin", "floor", "ceil", "round", "trunc", "sign",
-        "floor_divide", "remainder", "repeat", "tile", "repeat_interleave", "clamp_min", "clamp_max")}
-    m.update({"__getitem__": o["getitem"], "masked_fill_": o["masked_fill"], "add_": o["add"],
-              "mul_": o["mul"], "type": _method_type,
+        "floor_divide", "remainder", "repeat", "tile", "repeat_interleave", "clamp_min", "clamp_max", "gather",
+        "take_along_dim")}
+    m.update({"__getitem__": o["getitem"], "type": _method_type, "copy_": C.copy_,
               "where": lambda t, x, cond, other: C.where(t, cond, x, other)})
     return m
 

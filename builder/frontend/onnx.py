@@ -769,6 +769,13 @@ def _argmax(im, node, ins, at):
     return fn(x, axis=axis % nd, keepdims=bool(int(at.get("keepdims", 1))))
 
 
+@_register("GatherElements")
+def _gather_elements(im, node, ins, at):
+    _check_inputs(ins, node)
+    x, idx = im.tensor(ins[0]), im.tensor(ins[1])
+    return op.gather_elements(x, idx, axis=int(at.get("axis", 0)))
+
+
 @_register("Tile")
 def _tile(im, node, ins, at):
     _check_inputs(ins, node)

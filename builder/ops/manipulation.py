@@ -8,7 +8,7 @@ from ..ir.block_builder import BlockBuilder
 from ..ir.op import OpPattern, register_op
 from ..ir.op.elementwise import infer_astype, infer_where
 from ..ir.op.manipulation import (infer_alloc_tensor, infer_arange, infer_broadcast_to, infer_concat,
-    infer_expand_dims, infer_full, infer_pad, infer_permute_dims, infer_repeat, infer_reshape, infer_split,
+    infer_expand_dims, infer_full, infer_gather_elements, infer_pad, infer_permute_dims, infer_repeat, infer_reshape, infer_split,
     infer_squeeze, infer_strided_slice, infer_take, infer_trilu, infer_zeros_ones)
 from ..te import topi
 from ..te.call_te import call_te
@@ -31,6 +31,10 @@ register_op("reshape", infer_reshape, pattern=INJECTIVE, legalize=keep, frontend
 register_op("take", infer_take, ("axis", "mode"), pattern=INJECTIVE,
             legalize=te_rule(topi.take, "take", ("axis",)), frontend="take", in_recipes=True,
             doc="Gather along ``axis`` by indices (``numpy.take``); an index out of range is an error.")
+register_op("gather_elements", infer_gather_elements, ("axis",), pattern=INJECTIVE,
+            legalize=te_rule(topi.gather_elements, "gather_elements", ("axis",)), frontend="gather_elements",
+            doc="``out[i...] = data[i with i[axis] = indices[i...]]`` (``torch.gather``, ONNX ``GatherElements``); "
+                "an index out of range is an error.")
 
 
 def _where(bb: BlockBuilder, call: rx.Call) -> rx.Expr:

@@ -8,7 +8,7 @@ from typing import Sequence
 from .. import expr as E
 from ..relax import Call, DataTypeImm, ShapeExpr
 from ..struct_info import StructInfo, TensorStructInfo, TupleStructInfo, dims_equal, normalize_dim
-from .common import (attr_axes, definitely_different, fmt_shape, init_dtype, norm_axis, prim_arg,
+from .common import (attr_axes, definitely_different, fmt_shape, init_dtype, norm_axis, prim_arg, static_int,
     product, shape_arg, sum_dims, tensor_arg)
 
 
@@ -84,6 +84,24 @@ def infer_take(call: Call) -> StructInfo:
         raise TypeError(f"R.take: indices must be integers, got {idx.dtype}")
     axis = norm_axis(call.attrs.get("axis", 0), x.ndim, "R.take")
     return TensorStructInfo(x.shape[:axis] + idx.shape + x.shape[axis + 1:], x.dtype)
+
+
+def infer_gather_elements(call: Call) -> StructInfo:
+    """``R.gather_elements(data, indices, axis)``: the indices' shape and the data's dtype; the ranks
+    equal and, for dims other than ``axis``, the indices' no larger than the data's (when static)."""
+    x, idx = tensor_arg(call, 0, "data"), tensor_arg(call, 1, "indices")
+    if not E.is_int_dtype(idx.dtype) or idx.dtype == "bool":
+        raise TypeError(f"R.gather_elements: indices must be integers, got {idx.dtype}")
+    if idx.ndim != x.ndim:
+        raise ValueError(f"R.gather_elements: data {fmt_shape(x.shape)} and indices {fmt_shape(idx.shape)} need the "
+                         "same rank")
+    axis = norm_axis(call.attrs.get("axis", 0), x.ndim, "R.gather_elements")
+    for d, (a, b) in enumerate(zip(idx.shape, x.shape)):
+        sa, sb = static_int(a), static_int(b)
+        if d != axis and sa is not None and sb is not None and sa > sb:
+            raise ValueError(f"R.gather_elements: indices {fmt_shape(idx.shape)} are larger than data "
+                             f"{fmt_shape(x.shape)} in dim {d}")
+    return TensorStructInfo(idx.shape, x.dtype)
 
 
 def infer_concat(call: Call) -> StructInfo:

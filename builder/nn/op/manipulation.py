@@ -47,6 +47,15 @@ def take(x: Tensor, indices: Tensor, axis: int | None = None, name: str = "take"
                              mode="fast"), name)
 
 
+def gather_elements(x: Tensor, indices: Tensor, axis: int = 0, name: str = "gather_elements") -> Tensor:
+    """``out[i...] = x[i with i[axis] = indices[i...]]`` (``torch.gather``, ONNX ``GatherElements``,
+    ``numpy.take_along_axis``): the indices' shape, ``x``'s dtype; negative indices count from the end,
+    an index out of range is an error when the code runs. Raises TypeError for non-integer indices,
+    ValueError for differing ranks or an index dim larger than ``x``'s: ``R.gather_elements(x, indices,
+    axis=a)``."""
+    return wrap_nested(op_call("gather_elements", [x._expr, indices._expr], axis=int(axis)), name)
+
+
 def concat(x: Sequence[Tensor], dim: int, name: str = "concat") -> Tensor:
     """Concatenate tensors along ``dim`` (``numpy.concatenate``): ``R.concat((a, b), axis=dim)``.
 

@@ -18,7 +18,8 @@ from .common import (
 )
 
 __all__ = [
-    "arange", "astype", "broadcast_to", "checked_index", "concat", "expand_dims", "full", "ones", "pad",
+    "arange", "astype", "broadcast_to", "checked_index", "concat", "expand_dims", "full", "gather_elements", "ones",
+    "pad",
     "permute_dims", "repeat", "reshape", "split", "squeeze", "strided_slice", "take", "tril", "trilu", "triu", "zeros",
 ]
 
@@ -156,6 +157,35 @@ def take(x: Tensor, indices: Tensor, axis: int = 0, mode: str = "fast") -> Tenso
         return x[tuple(idx[:ax]) + (j,) + tuple(idx[ax + ni:])]
 
     return _te.compute(shape, f, name="T_take")
+
+
+def gather_elements(x: Tensor, indices: Tensor, axis: int = 0) -> Tensor:
+    """``out[i...] = x[i with i[axis] replaced by indices[i...]]`` (``torch.gather``, ONNX
+    ``GatherElements``, ``numpy.take_along_axis``): the output has the indices' shape. A negative
+    index counts from the end (ONNX); an index outside ``[-dim, dim)``, and an index dim larger than
+    the data's (symbolic ones), is an error when the code runs (:func:`checked_index`), never a read
+    out of bounds. Raises TypeError for non-integer indices, ValueError for differing ranks."""
+    if not E.is_int_dtype(indices.dtype) or indices.dtype == "bool":
+        raise TypeError(f"gather_elements: indices must be integers, got {indices.dtype}")
+    if indices.ndim != x.ndim:
+        raise ValueError(f"gather_elements: data and indices need the same rank, got {x.ndim} and {indices.ndim}")
+    ax = normalize_axis(axis, x.ndim, "gather_elements")
+    dim = x.shape[ax]
+
+    def f(*idx):
+        j = indices[idx].astype("int64")
+        j = checked_index(E.Select(E.LT(j, E.IntImm(0, "int64")), j + E.convert(dim).astype("int64"), j), dim)
+        at = []
+        for d, i in enumerate(idx):
+            if d == ax:
+                at.append(j)
+            elif E.prove_equal(indices.shape[d], x.shape[d]):
+                at.append(i)
+            else:       # torch.gather allows a smaller index dim; a larger symbolic one is caught here
+                at.append(checked_index(i, x.shape[d]))
+        return x[tuple(at)]
+
+    return _te.compute(indices.shape, f, name="T_gather_elements")
 
 
 def _sum_exprs(dims) -> PrimExpr:
