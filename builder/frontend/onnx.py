@@ -745,7 +745,21 @@ def _mod(im, node, ins, at):
     """``Mod``: ``fmod=0`` the sign of the divisor (integers; ``floor_mod``), ``fmod=1`` the sign of the
     dividend (C's ``fmod``: ``a - trunc(a / b) * b``)."""
     _check_inputs(ins, node)
-    a, b = im.tensor(ins[0]), im.tensor(ins[1])
+    a, b = ins
+    shape_like = lambda v: isinstance(v, _Sym) or isinstance(v, np.ndarray) and v.dtype.kind in "iu"
+    if shape_like(a) and shape_like(b) and (isinstance(a, _Sym) or isinstance(b, _Sym)):
+        # shape arithmetic ((w - h % w) % w: padding to a multiple): dims are never negative, so
+        # floor and C modulo agree
+        oa, ob = np.broadcast_arrays(_objects(a), _objects(b))
+        vals = np.empty(oa.shape, dtype=object)
+        vals.ravel()[:] = [_mod_value(x, y) for x, y in zip(oa.ravel(), ob.ravel())]
+        return _shape_value(vals, im.dtype_of(a))
+    if isinstance(a, np.ndarray) and isinstance(b, np.ndarray) and a.dtype.kind in "iu" and b.dtype.kind in "iu" \
+            and _fold_ok(np.broadcast_shapes(a.shape, b.shape)):
+        if np.any(b == 0):
+            raise ONNXImportError("integer modulo by zero in constants")
+        return (np.fmod(a, b) if int(at.get("fmod", 0)) else np.mod(a, b)).astype(a.dtype)
+    a, b = im.tensor(a), im.tensor(b)
     if int(at.get("fmod", 0)):
         if a.dtype.startswith(("int", "uint")):
             return op.subtract(a, op.multiply(op.divide(a, b), b))      # integer divide truncates
@@ -753,6 +767,15 @@ def _mod(im, node, ins, at):
     if E.is_float_dtype(a.dtype):
         raise ONNXImportError("Mod of floats needs fmod=1 (the ONNX spec)")
     return op.floor_mod(a, b)
+
+
+def _mod_value(x, y):
+    """``x % y`` of two shape values (ints or int64 expressions of the symbolic dims)."""
+    if isinstance(x, int) and isinstance(y, int):
+        if y == 0:
+            raise ONNXImportError("modulo by zero in shape arithmetic")
+        return x % y
+    return E.simplify(E.convert(x) % E.convert(y))
 
 
 @_register("ArgMax", "ArgMin")
@@ -780,8 +803,8 @@ def _gather_elements(im, node, ins, at):
 def _tile(im, node, ins, at):
     _check_inputs(ins, node)
     x = im.tensor(ins[0])
-    reps = im.ints(ins[1], "repeats")
-    if len(reps) != len(x.shape) or any(r < 0 for r in reps):
+    reps = im.shape_list(ins[1], "repeats")
+    if len(reps) != len(x.shape) or any(isinstance(r, int) and r < 0 for r in reps):
         raise ONNXImportError(f"Tile needs one non-negative repeat per dim ({len(x.shape)}), got {reps}")
     return op.tile(x, reps)
 
@@ -1061,7 +1084,9 @@ def _pad(im, node, ins, at):
     mode = at.get("mode", "constant")
     if mode not in ("constant", "reflect", "edge"):
         raise ONNXImportError(f"mode {mode!r} is not supported (constant, reflect, edge)")
-    pads = im.ints(ins[1], "pads")
+    pads = im.shape_list(ins[1], "pads")       # constants, or shape arithmetic that folds to ints
+    if not all(isinstance(p, int) for p in pads):
+        raise ONNXImportError(f"pads {pads} must be known at import time (they depend on symbolic dims)")
     axes = im.ints(ins[3], "axes") if len(ins) > 3 and ins[3] is not None else list(range(nd))
     if any(not -nd <= a < nd for a in axes) or len({a % nd for a in axes}) != len(axes):
         raise ONNXImportError(f"axes {axes} are out of range or repeated for a {nd}-d input")
@@ -1697,27 +1722,35 @@ def _slice(im, node, ins, at):
         if isinstance(x, _Sym):
             return _shape_value(np.asarray(x.vals[tuple(index)], dtype=object), x.dtype)
         return np.ascontiguousarray(x[tuple(index)])
-    if any(st < 0 for st in steps):
-        raise ONNXImportError("negative steps on computed tensors are not supported (only on constants)")
     t = im.tensor(x)
     begin, end, strides, out_axes = [], [], [], []
     for a, s, e, st in zip(axes, starts, ends, steps):
         d = shape[a]
+        if st < 0:      # a gather of the indices in their (descending) order
+            t = op.take(t, _reversed_indices(im, d, s, e, st), axis=a)
+            continue
         if isinstance(d, int) and isinstance(s, int) and isinstance(e, int):
             s, e, st = slice(s, e, st).indices(d)
-            if st < 0:   # reverse: take the elements in ascending order, then flip with a gather
-                raise ONNXImportError("negative steps on tensors are not supported")
             e = max(e, s)
         else:
-            if st < 0:
-                raise ONNXImportError("negative steps with symbolic dims are not supported")
             s = _clamp_sym(s, d)
             e = _clamp_sym(e, d)
         begin.append(s)
         end.append(e)
         strides.append(st)
         out_axes.append(a)
-    return op.strided_slice(t, out_axes, begin, end, strides)
+    return op.strided_slice(t, out_axes, begin, end, strides) if out_axes else t
+
+
+def _reversed_indices(im, d, s, e, st) -> Tensor:
+    """The int64 indices a Slice with a negative step reads, in order: a constant for a static dim and
+    bounds (Python's slicing rules), ``arange(d - 1, -1, -1)`` for the whole of a symbolic dim reversed
+    (``starts=-1`` or above ``d``, ``ends`` at or below ``-d - 1``: ``x[::-1]`` as exporters write it)."""
+    if isinstance(d, int) and isinstance(s, int) and isinstance(e, int):
+        return im.const(np.arange(*slice(s, e, st).indices(d), dtype=np.int64))
+    if st == -1 and isinstance(s, int) and isinstance(e, int) and (s == -1 or s >= _BIG) and e <= -_BIG:
+        return op.arange(E.simplify(E.convert(d) - 1), -1, -1, dtype="int64")
+    raise ONNXImportError("a negative step on a symbolic dim is supported only to reverse the whole dim")
 
 
 def _clamp_sym(v, d):

@@ -415,3 +415,41 @@ def test_conv_transpose_1d_matches_onnxruntime():
                        [helper.make_tensor_value_info("x", F, ["n", 4, 7])],
                        [helper.make_tensor_value_info("y", F, ["n", 6, "l"])], [("w", w), ("b", b)])
     run_both(model, [{"x": rand(2, 4, 7)}, {"x": rand(1, 4, 7)}], tol=2e-5)
+
+
+def test_reversing_slices_symbolic_tile_and_computed_pads():
+    """Slices with negative steps on a computed tensor (a static dim in part, a symbolic dim whole), Tile by
+    a computed (symbolic) repeat, and Pad to a multiple of 4 with pads from shape arithmetic (Mod): what
+    exporters write for ``x.flip``, ``expand``-like tiling and Swin's window padding."""
+    big = np.iinfo(np.int64).max
+    c = lambda name, v: (name, np.array(v, np.int64))
+    nodes = [helper.make_node("Relu", ["x"], ["r"]),
+             helper.make_node("Slice", ["r", "m1", "mbig", "ax1", "m1"], ["flip1"]),
+             helper.make_node("Slice", ["r", "m1", "mbig", "ax0", "m1"], ["flip0"]),
+             helper.make_node("Slice", ["r", "s4", "z", "ax2", "m2"], ["part"]),
+             helper.make_node("Shape", ["x"], ["shp"]),
+             helper.make_node("Slice", ["shp", "z", "one", "z"], ["n"]),
+             helper.make_node("Concat", ["one", "n", "one"], ["reps"], axis=0),
+             helper.make_node("Tile", ["r", "reps"], ["tiled"]),
+             helper.make_node("Gather", ["shp", "two"], ["w"], axis=0),
+             helper.make_node("Mod", ["w", "four"], ["wm"]), helper.make_node("Sub", ["four", "wm"], ["d"]),
+             helper.make_node("Mod", ["d", "four"], ["padw"]),
+             helper.make_node("Concat", ["zeros5", "padw"], ["pads"], axis=0),
+             helper.make_node("Pad", ["r", "pads"], ["padded"])]
+    inits = [c("m1", [-1]), c("mbig", [-big]), c("ax1", [1]), c("ax0", [0]), c("s4", [4]), c("z", [0]), c("ax2", [2]),
+             c("m2", [-2]), c("one", [1]), c("two", [2]), c("four", 4), c("zeros5", [0] * 5)]
+    outs = [("flip1", ["n", 5, 6]), ("flip0", ["n", 5, 6]), ("part", ["n", 5, 2]), ("tiled", ["n", "t", 6]),
+            ("padded", ["n", 5, 8])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", F, ["n", 5, 6])],
+                              [helper.make_tensor_value_info(name, F, shape) for name, shape in outs],
+                              initializer=[numpy_helper.from_array(a, n) for n, a in inits])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    vm = runtime.VirtualMachine(build(from_onnx(model)))
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    for n in (1, 3):
+        x = rand(n, 5, 6)
+        for g, w in zip(vm["main"](x), sess.run(None, {"x": x})):
+            assert g.shape == w.shape
+            np.testing.assert_array_equal(g, w)

@@ -118,20 +118,24 @@ def tile(x: Tensor, repeats: Sequence[int], name: str = "tile") -> Tensor:
     """``x`` repeated as a block ``repeats[i]`` times along each dim (``numpy.tile``, ``torch.tile``,
     TVM's ``R.tile``); more repeats than dims add leading dims, fewer are padded with ones on the left.
     Composed of a reshape to ``(1, d0, 1, d1, ...)``, a broadcast to ``(r0, d0, r1, d1, ...)`` and a
-    reshape to ``(r0 * d0, r1 * d1, ...)``, so symbolic dims work and the copy is one fused loop.
-    Raises ValueError for a repeat that is not a non-negative int."""
+    reshape to ``(r0 * d0, r1 * d1, ...)``, so symbolic dims and repeats (int64 expressions of the
+    symbolic dims: ONNX ``Tile`` of a computed shape) work and the copy is one fused loop. Raises
+    ValueError for a repeat that is not a non-negative int or an int64 expression."""
     reps = list(repeats) if isinstance(repeats, (list, tuple)) else [repeats]
-    if not all(isinstance(r, (int, np.integer)) and not isinstance(r, bool) and r >= 0 for r in reps):
-        raise ValueError(f"tile: repeats must be non-negative ints, got {repeats!r}")
-    reps = [int(r) for r in reps]
+    ok = [(isinstance(r, (int, np.integer)) and not isinstance(r, bool) and r >= 0)
+          or (isinstance(r, E.PrimExpr) and r.dtype == "int64") for r in reps]
+    if not all(ok):
+        raise ValueError(f"tile: repeats must be non-negative ints or int64 expressions, got {repeats!r}")
+    reps = [int(r) if isinstance(r, (int, np.integer)) else r for r in reps]
     if len(reps) < x.ndim:
         reps = [1] * (x.ndim - len(reps)) + reps
     dims = [1] * (len(reps) - x.ndim) + list(x.shape)
-    if all(r == 1 for r in reps):
+    if all(isinstance(r, int) and r == 1 for r in reps):
         return reshape(x, dims, name) if len(dims) != x.ndim else x
     inter = [d for dim in dims for d in (1, dim)]
     wide = [d for r, dim in zip(reps, dims) for d in (r, dim)]
-    out = [r * dim if isinstance(dim, int) else E.simplify(dim * r) for r, dim in zip(reps, dims)]
+    out = [r * dim if isinstance(dim, int) and isinstance(r, int) else E.simplify(E.convert(dim) * r)
+           for r, dim in zip(reps, dims)]
     return reshape(broadcast_to(reshape(x, inter), wide), out, name)
 
 
