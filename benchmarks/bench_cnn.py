@@ -33,6 +33,7 @@ import numpy as np  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench_mlp import time_interleaved  # noqa: E402
 from host import cpu_name  # noqa: E402  (benchmarks/host.py)
 
 
@@ -85,20 +86,6 @@ def resnet18(classes: int = 1000):
             m.running_mean.copy_(torch.randn(m.num_features, generator=g) * 0.1)
             m.running_var.copy_(torch.rand(m.num_features, generator=g) + 0.5)
     return model.eval()
-
-
-def timed(fns, runs: int, warmup: int = 2) -> list[list[float]]:
-    """Each of ``fns`` run ``warmup`` times, then ``runs`` rounds of one call each, in turn."""
-    for _ in range(warmup):
-        for fn in fns:
-            fn()
-    out = [[] for _ in fns]
-    for _ in range(runs):
-        for fn, ts in zip(fns, out):
-            t0 = time.perf_counter()
-            fn()
-            ts.append(time.perf_counter() - t0)
-    return out
 
 
 def kernel_profile(vm, exe, call, runs: int) -> list[tuple[str, float]]:
@@ -175,7 +162,7 @@ def main(argv=None) -> int:
             with torch.no_grad():
                 model(xt)
 
-        t_ours, t_torch = timed([ours, theirs], args.runs)
+        t_ours, t_torch = time_interleaved([ours, theirs], args.runs, 2)
         mo, mt = float(np.median(t_ours)), float(np.median(t_torch))
         rows.append((b, mo, min(t_ours), mt, min(t_torch)))
         if args.kernels:

@@ -13,6 +13,19 @@ from builder import compile as build
 from builder.frontend import from_exported_program, from_fx
 
 
+def _onnx_vm_and_session(graph, opset: int):
+    """The ONNX graph as a model of ``opset``: our VM of it and an onnxruntime session."""
+    import onnxruntime as ort
+    from onnx import helper
+
+    from builder.frontend import from_onnx
+
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 8
+    return (runtime.VirtualMachine(build(from_onnx(model))),
+            ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]))
+
+
 class Ops(nn.Module):
     def forward(self, x, k):
         vals, idx = torch.max(x, dim=1)
@@ -56,11 +69,9 @@ def test_extra_ops_through_export():
 
 
 def test_onnx_rounding_mod_argmax_tile():
-    onnx = pytest.importorskip("onnx")
-    ort = pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnx")
+    pytest.importorskip("onnxruntime")
     from onnx import TensorProto, helper, numpy_helper
-
-    from builder.frontend import from_onnx
 
     F, I64 = TensorProto.FLOAT, TensorProto.INT64
     nodes = [helper.make_node("Floor", ["x"], ["f"]), helper.make_node("Ceil", ["x"], ["c"]),
@@ -77,10 +88,7 @@ def test_onnx_rounding_mod_argmax_tile():
                               initializer=[numpy_helper.from_array(np.array([0.7, -1.5, 2.0, 0.3], np.float32), "d"),
                                            numpy_helper.from_array(np.array([3, -4, 5, 7], np.int64), "e"),
                                            numpy_helper.from_array(np.array([3, 2], np.int64), "reps")])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    vm = runtime.VirtualMachine(build(from_onnx(model)))
-    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    vm, sess = _onnx_vm_and_session(graph, 17)
     rng = np.random.default_rng(1)
     for n in (1, 3):
         x = rng.uniform(-4, 4, (n, 4)).astype(np.float32)
@@ -118,11 +126,9 @@ def test_activations_match_pytorch():
 
 
 def test_onnx_activations_match_onnxruntime():
-    onnx = pytest.importorskip("onnx")
-    ort = pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnx")
+    pytest.importorskip("onnxruntime")
     from onnx import TensorProto, helper, numpy_helper
-
-    from builder.frontend import from_onnx
 
     F = TensorProto.FLOAT
     specs = [("HardSigmoid", {}), ("HardSigmoid", dict(alpha=0.3, beta=0.4)), ("HardSwish", {}),
@@ -136,10 +142,7 @@ def test_onnx_activations_match_onnxruntime():
     graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", F, ["n", 4])], outs,
                               initializer=[numpy_helper.from_array(np.array([0.1, -0.2, 0.3, 1.5], np.float32),
                                                                    "slope")])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
-    model.ir_version = 8
-    vm = runtime.VirtualMachine(build(from_onnx(model)))
-    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    vm, sess = _onnx_vm_and_session(graph, 18)
     x = np.random.default_rng(2).uniform(-6, 6, (5, 4)).astype(np.float32)
     for g, w in zip(vm["main"](x), sess.run(None, {"x": x})):
         np.testing.assert_allclose(g, w, rtol=1e-5, atol=2e-6)
@@ -226,20 +229,15 @@ def test_gather_matches_pytorch_and_out_of_range_is_an_error():
 
 
 def test_onnx_gather_elements_negative_indices():
-    onnx = pytest.importorskip("onnx")
-    ort = pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnx")
+    pytest.importorskip("onnxruntime")
     from onnx import TensorProto, helper
-
-    from builder.frontend import from_onnx
 
     graph = helper.make_graph([helper.make_node("GatherElements", ["x", "i"], ["y"], axis=0)], "g",
                               [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, "m"]),
                                helper.make_tensor_value_info("i", TensorProto.INT64, [3, "m"])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, "m"])])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    vm = runtime.VirtualMachine(build(from_onnx(model)))
-    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    vm, sess = _onnx_vm_and_session(graph, 17)
     rng = np.random.default_rng(10)
     for m in (2, 5):
         x = rng.standard_normal((4, m)).astype(np.float32)

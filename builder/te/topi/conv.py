@@ -58,6 +58,21 @@ def _conv1d_params(strides, padding, dilation, opname: str = "conv1d") -> tuple[
     return s, lo, hi, d
 
 
+def _conv2d_params(strides, padding, dilation, opname: str) -> tuple[list[int], list[int], list[int]]:
+    """``((sH, sW), (dH, dW), (top, left, bottom, right))`` of a 2-D convolution from its attributes:
+    ``strides`` / ``dilation`` an int or ``(h, w)``, ``padding`` an int, ``(pH, pW)`` or 4 ints. Raises
+    ValueError for other forms, a stride or dilation below 1 or a negative padding."""
+    ss = _int_list(strides, 2, "strides", opname)
+    ds = _int_list(dilation, 2, "dilation", opname)
+    pads = list(padding) if isinstance(padding, (list, tuple)) else [padding]
+    if len(pads) == 2:
+        pads = pads * 2
+    ps = _int_list(pads, 4, "padding", opname)
+    if builtins.min(ss + ds) < 1 or builtins.min(ps) < 0:
+        raise ValueError(f"{opname}: invalid strides={strides} dilation={dilation} padding={padding}")
+    return ss, ds, ps
+
+
 def _span_checks(width, k, lo: int, hi: int, d: int, opname: str) -> dict | None:
     """The dilated kernel must fit in the padded input (PyTorch raises "Kernel size can't be greater
     than actual input size"): raises ValueError here when both are static, else returns the
@@ -148,16 +163,10 @@ def conv2d(x: Tensor, w: Tensor, strides=1, padding=0, dilation=1, groups: int =
     if x.ndim != 4 or w.ndim != 4:
         raise ValueError(f"conv2d: data and weight must be 4-D (NCHW / OIHW), got "
                          f"{fmt_shape(x.shape)} and {fmt_shape(w.shape)}")
-    sh, sw = _int_list(strides, 2, "strides", "conv2d")
-    dh, dw = _int_list(dilation, 2, "dilation", "conv2d")
-    pads = list(padding) if isinstance(padding, (list, tuple)) else [padding]
-    if len(pads) == 2:
-        pads = pads * 2
-    pt, pl, pb, pr = _int_list(pads, 4, "padding", "conv2d")
+    (sh, sw), (dh, dw), (pt, pl, pb, pr) = _conv2d_params(strides, padding, dilation, "conv2d")
     g = int(groups)
-    if builtins.min(sh, sw, dh, dw, g) < 1 or builtins.min(pt, pl, pb, pr) < 0:
-        raise ValueError(f"conv2d: invalid strides={strides} dilation={dilation} groups={groups} "
-                         f"padding={padding}")
+    if g < 1:
+        raise ValueError(f"conv2d: invalid groups={groups}")
     n, c, h, wd = x.shape
     o, cg, kh, kw = w.shape
     sc, scg, so = static_int(c), static_int(cg), static_int(o)
@@ -323,15 +332,9 @@ def conv2d_im2col(x: Tensor, kernel_size, strides=1, padding=0, dilation=1, layo
     if col_order not in ("CHW", "HWC"):
         raise ValueError(f"conv2d_im2col: col_order must be CHW or HWC, got {col_order!r}")
     kh, kw = _int_list(kernel_size, 2, "kernel_size", "conv2d_im2col")
-    sh, sw = _int_list(strides, 2, "strides", "conv2d_im2col")
-    dh, dw = _int_list(dilation, 2, "dilation", "conv2d_im2col")
-    pads = list(padding) if isinstance(padding, (list, tuple)) else [padding]
-    if len(pads) == 2:
-        pads = pads * 2
-    pt, pl, pb, pr = _int_list(pads, 4, "padding", "conv2d_im2col")
-    if builtins.min(kh, kw, sh, sw, dh, dw) < 1 or builtins.min(pt, pl, pb, pr) < 0:
-        raise ValueError(f"conv2d_im2col: invalid kernel_size={kernel_size} strides={strides} "
-                         f"dilation={dilation} padding={padding}")
+    if builtins.min(kh, kw) < 1:
+        raise ValueError(f"conv2d_im2col: invalid kernel_size={kernel_size}")
+    (sh, sw), (dh, dw), (pt, pl, pb, pr) = _conv2d_params(strides, padding, dilation, "conv2d_im2col")
     if layout == "NCHW":
         n, c, h, wd = x.shape
     else:
