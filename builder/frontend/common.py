@@ -164,6 +164,7 @@ class GraphTranslator:
         self._perm: dict = {}     # permute result Var -> (source Tensor, axes)
         self._bias: dict = {}     # (bool mask Var, dtype) -> its additive float form
         self._aliases: dict = {}  # node -> the set of nodes that are the same tensor (in-place ops)
+        self._views: dict = {}    # node -> (the node it views, ("slice" | "select", ...))
         self.trace_hint = ""       # how to get source lines into error messages
 
     # -- symbolic dims and weights ----------------------------------------------------------------
@@ -226,19 +227,35 @@ class GraphTranslator:
         except Exception as e:
             raise FrontendError(f"{desc}: {type(e).__name__}: {e}") from e
 
+    def record_view(self, node, view: tuple) -> None:
+        """``node`` is a view of its first argument (``("slice", dim, start, end, step)`` or
+        ``("select", dim, index)``): an in-place op on it writes through to that tensor."""
+        base = node.args[0] if node.args else None
+        if is_node(base):
+            self._views[node] = (base, view)
+
     def rebind_inplace(self, node, value) -> None:
-        """After an in-place op (``add_``, ``x += y`` as ``aten.add_``), later uses of its first
-        argument see the result: every node that is that tensor (the argument, earlier in-place
-        results on it: ``z.mul_(x).add_(1)`` mutates ``z`` twice) is bound to ``value``, and the op's
-        own node joins them."""
+        """After an in-place op (``add_``, ``x += y`` as ``aten.add_``, ``x[:, 0] = v``), later uses of
+        its first argument see the result: every node that is that tensor (the argument, earlier
+        in-place results on it: ``z.mul_(x).add_(1)`` mutates ``z`` twice) is bound to ``value``, the
+        op's own node joins them, and when the argument is a view (:meth:`record_view`) the tensor it
+        views is rebound to itself with the region replaced (:func:`scatter_view`), up the chain."""
         first = node.args[0] if node.args else None
-        if not is_node(first) or not isinstance(value, Tensor):
-            return
-        group = self._aliases.setdefault(first, {first})
-        group.add(node)
-        self._aliases[node] = group
+        if is_node(first) and isinstance(value, Tensor):
+            self._assign(first, value, node)
+
+    def _assign(self, target, value, extra=None) -> None:
+        group = self._aliases.setdefault(target, {target})
+        if extra is not None:
+            group.add(extra)
+            self._aliases[extra] = group
         for n in group:
             self.env[n] = value
+        for n in list(group):
+            if n in self._views:
+                base, view = self._views[n]
+                self._assign(base, scatter_view(self, self.env[base], view, value))
+                break
 
     def unsupported(self, node, what: str | None = None, hint: str = "") -> UnsupportedNodeError:
         return UnsupportedNodeError(f"{describe_node(node, what, self.trace_hint)} has no translation" + (f" ({hint})" if hint else ""))
@@ -1298,13 +1315,11 @@ def unbind(t, x, dim=0):
     return tuple(select(t, x, d, i) for i in range(n))
 
 
-def slice_(t, x, dim=0, start=None, end=None, step=1):
-    """``x[start:end:step]`` along ``dim`` (torch semantics: bounds clamp, huge ``end`` = the end)."""
+def _slice_bounds(x, dim, start, end):
+    """``(dim, begin, end)`` of ``x[start:end]`` along ``dim`` with torch's rules: bounds clamp to the
+    size, a huge ``end`` is the end, a negative bound counts from the end (symbolic sizes too)."""
     d = norm_dim(dim, x.ndim)
     size = x.shape[d]
-    step = 1 if step is None else int(step)
-    if step <= 0:
-        raise FrontendError(f"slice step must be positive, got {step}")
 
     def bound(v, default):
         if v is None:
@@ -1320,10 +1335,82 @@ def slice_(t, x, dim=0, start=None, end=None, step=1):
             return E.simplify(E.convert(size) + s)
         return s
 
-    b, e = bound(start, 0), bound(end, size)
-    if static(b) == 0 and E.prove_equal(e, size) and step == 1:
+    return d, bound(start, 0), bound(end, size)
+
+
+def slice_(t, x, dim=0, start=None, end=None, step=1):
+    """``x[start:end:step]`` along ``dim`` (torch semantics: bounds clamp, huge ``end`` = the end)."""
+    step = 1 if step is None else int(step)
+    if step <= 0:
+        raise FrontendError(f"slice step must be positive, got {step}")
+    d, b, e = _slice_bounds(x, dim, start, end)
+    if static(b) == 0 and E.prove_equal(e, x.shape[d]) and step == 1:
         return x
     return op.strided_slice(x, [d], [b], [e], [step])
+
+
+def scatter_view(t, base, view: tuple, value) -> Tensor:
+    """``base`` with the region of ``view`` replaced by ``value`` (broadcast to the region, in ``base``'s
+    dtype): what an in-place op on a view (``x[:, 1:] = y``, ``x[:, 0].fill_(v)``) does to the tensor
+    it views. ``view`` is ``("slice", dim, start, end, step)`` (step 1) or ``("select", dim, index)``.
+    Emitted as a concatenation of ``base``'s parts before and after the region around ``value``.
+    Raises UnsupportedNodeError for a strided slice."""
+    kind, dim = view[0], view[1]
+    if kind == "slice":
+        step = 1 if view[4] is None else static(view[4])
+        if step != 1:
+            raise UnsupportedNodeError(f"assignment into a slice with step {view[4]}")
+        d, b, e = _slice_bounds(base, dim, view[2], view[3])
+        region = slice_(t, base, d, b, e)
+    else:
+        d = norm_dim(dim, base.ndim)
+        i = static(view[2])
+        if i is None:
+            raise UnsupportedNodeError("assignment at a symbolic index")
+        if i < 0:
+            if static(base.shape[d]) is None:
+                raise UnsupportedNodeError("assignment at a negative index of a symbolic dim")
+            i += static(base.shape[d])
+        b, e = i, i + 1
+        region = op.strided_slice(base, [d], [b], [e], [1])
+    value = to_tensor(value, base.dtype)
+    if kind == "select":
+        value = op.unsqueeze(value, d) if value.ndim >= region.ndim - 1 and value.ndim else value
+    value = op.broadcast_to(value, list(region.shape)) if list(value.shape) != list(region.shape) else value
+    parts = []
+    if static(b) != 0:
+        parts.append(slice_(t, base, d, 0, b))
+    parts.append(value)
+    if not E.prove_equal(e, base.shape[d]):
+        parts.append(slice_(t, base, d, e, None))
+    return parts[0] if len(parts) == 1 else op.concat(parts, dim=d)
+
+
+def key_view(ndim: int, key) -> tuple | None:
+    """The view (:func:`scatter_view`'s form) that ``x[key]`` is for an ``ndim``-d ``x``, when ``key`` is
+    full slices and one int or slice of one dim (``...`` allowed); else None."""
+    key = key if isinstance(key, tuple) else (key,)
+    if sum(k is Ellipsis for k in key) > 1 or any(k is None for k in key):
+        return None
+    if any(k is Ellipsis for k in key):
+        i = key.index(Ellipsis)
+        key = key[:i] + (slice(None),) * (ndim - len(key) + 1) + key[i + 1:]
+    picked = [(d, k) for d, k in enumerate(key) if not (isinstance(k, slice) and k == slice(None))]
+    if len(picked) != 1 or len(key) > ndim:
+        return None
+    d, k = picked[0]
+    if isinstance(k, slice):
+        return ("slice", d, k.start, k.stop, k.step)
+    if isinstance(k, (int, E.PrimExpr)) and not isinstance(k, bool):
+        return ("select", d, k)
+    return None
+
+
+def fill(t, x, value):
+    """``Tensor.fill_`` / ``aten.fill``: ``value`` (a number or a 0-d tensor) everywhere in ``x``'s shape
+    and dtype."""
+    v = to_tensor(value, x.dtype)
+    return op.broadcast_to(v, list(x.shape)) if list(v.shape) != list(x.shape) else v
 
 
 def select(t, x, dim, index):
@@ -1611,7 +1698,7 @@ TORCH_OPS: dict[str, Callable] = {
     "getitem": getitem, "size": size, "dim": dim_, "numel": numel,
     "arange": arange, "full": full, "ones": ones, "zeros": zeros, "full_like": full_like,
     "ones_like": ones_like, "zeros_like": zeros_like, "new_full": new_full, "new_ones": new_ones,
-    "new_zeros": new_zeros, "tril": tril, "triu": triu,
+    "new_zeros": new_zeros, "tril": tril, "triu": triu, "fill": fill,
     "to": to, "type_as": type_as, "float": _cast("float32"), "half": _cast("float16"),
     "bfloat16": _cast("bfloat16"), "double": _cast("float64"), "int": _cast("int32"), "long": _cast("int64"),
     "bool": _cast("bool"), "contiguous": contiguous, "clone": contiguous, "detach": contiguous,

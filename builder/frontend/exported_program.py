@@ -83,6 +83,14 @@ _PY_OPS: dict[Any, Callable] = {
 }
 
 
+# ATen views an in-place op may write through: packet name -> the view's description from its arguments
+_VIEWS = {
+    "slice": lambda dim=0, start=None, end=None, step=1: ("slice", dim, start, end, step),
+    "select": lambda dim, index: ("select", dim, index),
+    "narrow": lambda dim, start, length: ("slice", dim, start, start + length, 1),
+}
+
+
 def _packet(target) -> str | None:
     name = getattr(target, "_overloadpacket", None)
     if name is not None:
@@ -217,7 +225,9 @@ def from_exported_program(exported_program, *, run_decompositions: bool = False)
                     value = _match_dtype(t.apply(node, fn, what), node)
                     t.env[node] = value
                     name = _packet(node.target)
-                    if name is not None and (name == "copy_" or C.inplace_base(name)):
+                    if name in _VIEWS:
+                        t.record_view(node, _VIEWS[name](*node.args[1:]))
+                    elif name is not None and (name == "copy_" or C.inplace_base(name)):
                         t.rebind_inplace(node, value)
                 elif node.op == "output":
                     outs = t.value(node.args[0])

@@ -160,6 +160,11 @@ def from_fx(fx_module, input_shapes: Sequence[Sequence[int | str]], call_functio
                     if fn is None:
                         raise t.unsupported(node, hint="add it to call_function_map")
                     t.env[node] = t.apply(node, fn)
+                    if node.target is operator.getitem and isinstance(t.env[node], Tensor):
+                        base = t.env.get(node.args[0])
+                        view = C.key_view(base.ndim, t.value(node.args[1])) if isinstance(base, Tensor) else None
+                        if view is not None:
+                            t.record_view(node, view)       # x[:, 0].fill_(v) writes through to x
                     if node.target in _INPLACE_OPERATORS:
                         t.rebind_inplace(node, t.env[node])      # x += y mutates x for its other users
                 elif node.op == "call_method":
@@ -337,7 +342,7 @@ def default_call_method_map() -> dict:
         "index_select", "size", "dim", "numel", "new_full", "new_ones", "new_zeros", "tril", "triu",
         "to", "type_as", "float", "half", "bfloat16", "double", "int", "long", "bool", "contiguous",
         "clone", "detach", "cumsum", "max", "min", "argmax", "argmin", "floor", "ceil", "round", "trunc", "sign",
-        "floor_divide", "remainder", "repeat", "tile", "repeat_interleave", "clamp_min", "clamp_max", "gather",
+        "floor_divide", "remainder", "repeat", "tile", "repeat_interleave", "clamp_min", "clamp_max", "gather", "fill",
         "take_along_dim")}
     m.update({"__getitem__": o["getitem"], "type": _method_type, "copy_": C.copy_,
               "where": lambda t, x, cond, other: C.where(t, cond, x, other)})

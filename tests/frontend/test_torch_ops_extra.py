@@ -243,3 +243,50 @@ def test_onnx_gather_elements_negative_indices():
         x = rng.standard_normal((4, m)).astype(np.float32)
         i = rng.integers(-4, 4, (3, m)).astype(np.int64)
         np.testing.assert_array_equal(vm["main"](x, i), sess.run(None, {"x": x, "i": i})[0])
+
+
+class ShiftRight(nn.Module):
+    """BART / T5's ``shift_tokens_right`` and mask edits: assignments into slices and rows of a tensor,
+    ``fill_`` on a view, ``masked_fill_``."""
+
+    def forward(self, ids, h):
+        shifted = ids.new_zeros(ids.shape)
+        shifted[:, 1:] = ids[:, :-1].clone()
+        shifted[:, 0] = 2
+        shifted.masked_fill_(shifted == 7, 1)
+        g = h.clone()
+        g[..., -1] = 0.5
+        g[:, 1:3] *= 2.0
+        g[:, 0].fill_(-1.0)
+        return shifted, g
+
+
+def test_assignment_into_views_matches_pytorch():
+    rng = np.random.default_rng(11)
+    ids = rng.integers(0, 10, (2, 6)).astype(np.int64)
+    h = rng.standard_normal((2, 4, 3)).astype(np.float32)
+    with torch.no_grad():
+        want = [v.numpy() for v in ShiftRight()(torch.from_numpy(ids), torch.from_numpy(h))]
+    ep = torch.export.export(ShiftRight(), (torch.from_numpy(ids), torch.from_numpy(h)))
+    for g, w in zip(runtime.VirtualMachine(build(from_exported_program(ep)))["main"](ids, h), want):
+        np.testing.assert_array_equal(g, w)
+
+
+class ViewEdits(nn.Module):
+    """In-place methods on views, which torch.fx can trace (it cannot trace ``x[...] = v``)."""
+
+    def forward(self, h):
+        g = h.clone()
+        g[:, 0].fill_(-1.0)
+        g[:, 1:3].mul_(2.0)
+        g[..., -1:].add_(g[..., :1])
+        return g
+
+
+def test_in_place_methods_on_views_through_fx():
+    h = np.random.default_rng(12).standard_normal((2, 4, 3)).astype(np.float32)
+    with torch.no_grad():
+        want = ViewEdits()(torch.from_numpy(h)).numpy()
+    for mod in (from_fx(torch.fx.symbolic_trace(ViewEdits()), [((2, 4, 3), "float32")]),
+                from_exported_program(torch.export.export(ViewEdits(), (torch.from_numpy(h),)))):
+        np.testing.assert_array_equal(runtime.VirtualMachine(build(mod))["main"](h), want)
