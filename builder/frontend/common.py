@@ -585,9 +585,7 @@ def selu(t, x, inplace=False):
 
 
 def celu(t, x, alpha=1.0, inplace=False):
-    """``max(0, x) + min(0, alpha * (exp(x / alpha) - 1))`` = ``elu(x / alpha) * alpha`` where negative."""
-    a = float(alpha)
-    return op.where(op.greater(x, 0.0), x, op.multiply(op.elu(op.divide(x, a)), a))
+    return op.celu(x, float(alpha))
 
 
 def softplus(t, x, beta=1.0, threshold=20.0):

@@ -657,8 +657,7 @@ def _activation(im, node, ins, at):
     if kind == "Selu":
         return op.elu(x, float(at.get("alpha", 1.67326319217681884765625)), float(at.get("gamma", 1.05070102214813232421875)))
     if kind == "Celu":
-        a = float(at.get("alpha", 1.0))
-        return op.where(op.greater(x, 0.0), x, op.multiply(op.elu(op.divide(x, a)), a))
+        return op.celu(x, float(at.get("alpha", 1.0)))
     if kind == "Softplus":
         return op.softplus(x, 1.0, float("inf"))
     if kind == "Softsign":

@@ -556,6 +556,18 @@ def elu(x: Tensor, alpha: float = 1.0, scale: float = 1.0, name: str = "elu") ->
     return wrap_nested(out, name)
 
 
+def celu(x: Tensor, alpha: float = 1.0, name: str = "celu") -> Tensor:
+    """``max(0, x) + min(0, alpha * (exp(x / alpha) - 1))`` (Barron 2017): :func:`elu` of ``x / alpha`` times
+    ``alpha`` where ``x <= 0``. Raises TypeError for a non-float ``x``, ValueError for ``alpha == 0``."""
+    _check_float(x, "celu")
+    if float(alpha) == 0.0:
+        raise ValueError("celu: alpha must not be 0")
+    neg = op_call("multiply", [elu(Tensor(_expr=op_call("divide", [x._expr, _scalar(x, alpha)])))._expr,
+                               _scalar(x, alpha)])
+    pos = op_call("greater", [x._expr, _scalar(x, 0.0)])
+    return wrap_nested(op_call("where", [pos, x._expr, neg]), name)
+
+
 def softplus(x: Tensor, beta: float = 1.0, threshold: float = 20.0, name: str = "softplus") -> Tensor:
     """``log(1 + exp(beta * x)) / beta``, and ``x`` where ``beta * x > threshold`` (PyTorch's; ONNX's
     ``Softplus`` is beta 1 with no threshold, the same values to float32 precision). Raises TypeError for a
