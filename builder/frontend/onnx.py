@@ -1221,16 +1221,37 @@ def _spatial_pads(x, kernel: list[int], strides: list[int], dilations: list[int]
             if not isinstance(length, int):
                 raise ONNXImportError(f"{what}: auto_pad={auto} needs static input lengths")
             out = -(-length // strides[i])
-            total = max(0, (out - 1) * strides[i] + (kernel[i] - 1) * dilations[i] + 1 - length)
-            first = total // 2 if auto == "SAME_UPPER" else total - total // 2
+            # the spec's formula, not clamped at 0: a kernel shorter than the stride gives negative pads,
+            # which crop the input (onnxruntime's windows); :func:`_crop_negative_pads` applies them
+            total = (out - 1) * strides[i] + (kernel[i] - 1) * dilations[i] + 1 - length
+            half = total if auto == "SAME_UPPER" else total + 1
+            first = half // 2 if half >= 0 else -(-half // 2)      # C's division, as onnxruntime's
             lo.append(first)
             hi.append(total - first)
         pads = lo + hi
     else:
         raise ONNXImportError(f"{what}: unknown auto_pad {auto!r}")
-    if len(pads) != 2 * nsp or min(pads, default=0) < 0:
+    if len(pads) != 2 * nsp or (auto == "NOTSET" and min(pads, default=0) < 0):
         raise ONNXImportError(f"{what}: pads {pads} must be {2 * nsp} non-negative values")
     return pads
+
+
+def _crop_negative_pads(x: Tensor, pads: list[int]) -> tuple[Tensor, list[int]]:
+    """``x`` with its spatial dims cropped where ``pads`` (ONNX order) are negative, and the pads with
+    those set to 0: a negative pad (``auto_pad`` SAME with a kernel shorter than the stride) starts or
+    ends the windows inside the input."""
+    nsp = len(pads) // 2
+    if min(pads, default=0) >= 0:
+        return x, pads
+    axes, begin, end = [], [], []
+    for i in range(nsp):
+        lo, hi = pads[i], pads[nsp + i]
+        if lo < 0 or hi < 0:
+            d = x.shape[2 + i]
+            axes.append(2 + i)
+            begin.append(max(0, -lo))
+            end.append(E.simplify(E.convert(d) + min(0, hi)))
+    return op.strided_slice(x, axes, begin, end, [1] * len(axes)), [max(0, p) for p in pads]
 
 
 def _window(at: dict, nsp: int, what: str, kernel: list[int] | None = None):
@@ -1263,7 +1284,7 @@ def _conv(im, node, ins, at):
     if not all(isinstance(k, int) for k in ks):
         raise ONNXImportError(f"the kernel size {ks} must be static")
     ks, strides, dilations = _window(at, nsp, "Conv", ks)
-    pads = _spatial_pads(x, ks, strides, dilations, at, "Conv")
+    x, pads = _crop_negative_pads(x, _spatial_pads(x, ks, strides, dilations, at, "Conv"))
     tb = None if b is None else im.tensor(b)
     groups = int(at.get("group", 1))
     if nsp == 1:
@@ -1303,7 +1324,7 @@ def _pool(im, node, ins, at):
     if int(at.get("storage_order", 0)) != 0:
         raise ONNXImportError("storage_order=1 (column major) is not supported")
     ks, strides, dilations = _window(at, nsp, node.op_type)
-    pads = _spatial_pads(x, ks, strides, dilations, at, node.op_type)
+    x, pads = _crop_negative_pads(x, _spatial_pads(x, ks, strides, dilations, at, node.op_type))
     ceil = bool(int(at.get("ceil_mode", 0)))
     kind = "max" if node.op_type == "MaxPool" else "avg"
     name = f"nn.{kind}_pool{nsp}d"

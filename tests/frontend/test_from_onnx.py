@@ -324,12 +324,15 @@ def test_minilm_matmuls_reach_linear_kernels(minilm_compiled):
     ("AveragePool", dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1], count_include_pad=1), [None, 3, 11, 9]),
     ("AveragePool", dict(kernel_shape=[3, 2], strides=[2, 2], pads=[1, 0, 1, 1], ceil_mode=1), [2, 3, 12, 9]),
     ("AveragePool", dict(kernel_shape=[4], strides=[3], auto_pad="SAME_LOWER"), [2, 4, 10]),
+    ("AveragePool", dict(kernel_shape=[1, 2], strides=[3, 3], auto_pad="SAME_UPPER", count_include_pad=1), [2, 2, 10, 8]),
+    ("MaxPool", dict(kernel_shape=[2, 1], strides=[3, 2], auto_pad="SAME_LOWER"), [2, 2, 9, 9]),
     ("GlobalAveragePool", {}, [None, 5, 6, 7]),
     ("GlobalMaxPool", {}, [None, 5, 6]),
 ])
 def test_pooling_matches_onnxruntime(op_type, attrs, shape):
     """MaxPool / AveragePool (asymmetric pads, ceil_mode, dilations, auto_pad, count_include_pad both ways)
-    and the global pools, on a symbolic batch where the shape allows."""
+    and the global pools, on a symbolic batch where the shape allows. SAME padding with a kernel shorter than
+    the stride has negative pads (the spec's formula, onnxruntime's windows): the input is cropped."""
     dims = ["n" if d is None else d for d in shape]
     model = make_model([helper.make_node(op_type, ["x"], ["y"], **attrs)],
                        [helper.make_tensor_value_info("x", F, dims)],
@@ -339,7 +342,8 @@ def test_pooling_matches_onnxruntime(op_type, attrs, shape):
 
 
 @pytest.mark.parametrize("attrs", [dict(pads=[1, 0, 2, 1], strides=[2, 1]), dict(auto_pad="SAME_UPPER"), dict(pads=[2, 1, 0, 1], dilations=[2, 1]),
-                                   dict(auto_pad="SAME_LOWER", strides=[2, 2], group=2)])
+                                   dict(auto_pad="SAME_LOWER", strides=[2, 2], group=2),
+                                   dict(auto_pad="SAME_UPPER", strides=[4, 3])])
 def test_conv2d_and_batch_norm_match_onnxruntime(attrs):
     groups = attrs.get("group", 1)
     w, b = rand(6, 4 // groups, 3, 2), rand(6)
