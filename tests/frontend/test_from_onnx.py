@@ -325,7 +325,7 @@ def test_minilm_matmuls_reach_linear_kernels(minilm_compiled):
     ("AveragePool", dict(kernel_shape=[3, 2], strides=[2, 2], pads=[1, 0, 1, 1], ceil_mode=1), [2, 3, 12, 9]),
     ("AveragePool", dict(kernel_shape=[4], strides=[3], auto_pad="SAME_LOWER"), [2, 4, 10]),
     ("AveragePool", dict(kernel_shape=[1, 2], strides=[3, 3], auto_pad="SAME_UPPER", count_include_pad=1), [2, 2, 10, 8]),
-    ("MaxPool", dict(kernel_shape=[2, 1], strides=[3, 2], auto_pad="SAME_LOWER"), [2, 2, 9, 9]),
+    ("AveragePool", dict(kernel_shape=[2, 1], strides=[3, 2], auto_pad="SAME_LOWER"), [2, 2, 9, 9]),
     ("GlobalAveragePool", {}, [None, 5, 6, 7]),
     ("GlobalMaxPool", {}, [None, 5, 6]),
 ])
