@@ -290,3 +290,25 @@ def test_in_place_methods_on_views_through_fx():
     for mod in (from_fx(torch.fx.symbolic_trace(ViewEdits()), [((2, 4, 3), "float32")]),
                 from_exported_program(torch.export.export(ViewEdits(), (torch.from_numpy(h),)))):
         np.testing.assert_array_equal(runtime.VirtualMachine(build(mod))["main"](h), want)
+
+
+class Deconv(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.up = nn.ConvTranspose1d(4, 3, 4, stride=2, padding=1, output_padding=1, dilation=1)
+        self.w = nn.Parameter(torch.randn(3, 2, 3))
+
+    def forward(self, x):
+        y = self.up(x)
+        return nn.functional.conv_transpose1d(y, self.w, stride=3, padding=2, output_padding=1, dilation=2)
+
+
+def test_conv_transpose1d_matches_pytorch():
+    torch.manual_seed(5)
+    model = Deconv().eval()
+    x = np.random.default_rng(13).standard_normal((2, 4, 9)).astype(np.float32)
+    with torch.no_grad():
+        want = model(torch.from_numpy(x)).numpy()
+    for mod in (from_fx(torch.fx.symbolic_trace(model), [((2, 4, 9), "float32")]),
+                from_exported_program(torch.export.export(model, (torch.from_numpy(x),)))):
+        np.testing.assert_allclose(runtime.VirtualMachine(build(mod))["main"](x), want, rtol=1e-5, atol=1e-5)
