@@ -143,6 +143,13 @@ def weight_norm(t, v, g, dim=0):
     return op.multiply(v, op.divide(g, norm))
 
 
+def einsum(t, equation, *operands):
+    """``torch.einsum(equation, *operands)`` (or a list of operands): :func:`builder.nn.op.einsum`."""
+    if len(operands) == 1 and isinstance(operands[0], (list, tuple)):
+        operands = tuple(operands[0])
+    return op.einsum(equation, list(operands))
+
+
 def copy_(t, dst, src, non_blocking=False):
     """``Tensor.copy_`` / ``aten.copy_``: ``src`` broadcast to ``dst``'s shape, in ``dst``'s dtype."""
     src = to_tensor(src, dst.dtype)
@@ -1693,7 +1700,7 @@ TORCH_OPS: dict[str, Callable] = {
     "adaptive_avg_pool1d": adaptive_avg_pool(1), "adaptive_avg_pool2d": adaptive_avg_pool(2),
     "batch_norm": batch_norm, "interpolate": interpolate, "instance_norm": instance_norm,
     "pixel_shuffle": pixel_shuffle, "pixel_unshuffle": pixel_unshuffle, "gather": gather,
-    "_weight_norm": weight_norm,
+    "_weight_norm": weight_norm, "einsum": einsum,
     "take_along_dim": lambda t, x, indices, dim=None: gather(t, x, dim, indices),
     "view": view, "reshape": reshape, "permute": permute, "transpose": transpose, "t": t_,
     "unsqueeze": unsqueeze, "squeeze": squeeze, "flatten": flatten, "unflatten": unflatten,

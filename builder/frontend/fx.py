@@ -321,7 +321,7 @@ def default_call_function_map() -> dict:
                  "index_select", "numel", "arange", "full", "ones", "zeros", "full_like", "ones_like",
                  "zeros_like", "tril", "triu", "dropout", "rsub", "max", "min", "argmax", "argmin", "floor", "ceil",
                  "round", "trunc", "sign", "floor_divide", "remainder", "tile", "repeat_interleave", "clamp_min",
-                 "clamp_max", "gather", "take_along_dim"):
+                 "clamp_max", "gather", "take_along_dim", "einsum"):
         fn = getattr(torch, name, None)
         if fn is not None:
             m[fn] = o[name]

@@ -798,6 +798,17 @@ def _gather_elements(im, node, ins, at):
     return op.gather_elements(x, idx, axis=int(at.get("axis", 0)))
 
 
+@_register("Einsum")
+def _einsum(im, node, ins, at):
+    _check_inputs(ins, node)
+    eq = at.get("equation", "")
+    eq = eq.decode() if isinstance(eq, bytes) else eq
+    try:
+        return op.einsum(eq, [im.tensor(v) for v in ins])
+    except ValueError as e:
+        raise ONNXImportError(str(e)) from e
+
+
 @_register("Tile")
 def _tile(im, node, ins, at):
     _check_inputs(ins, node)

@@ -312,3 +312,56 @@ def test_conv_transpose1d_matches_pytorch():
     for mod in (from_fx(torch.fx.symbolic_trace(model), [((2, 4, 9), "float32")]),
                 from_exported_program(torch.export.export(model, (torch.from_numpy(x),)))):
         np.testing.assert_allclose(runtime.VirtualMachine(build(mod))["main"](x), want, rtol=1e-5, atol=1e-5)
+
+
+EINSUMS = [("bij,bjk->bik", [(2, 3, 4), (2, 4, 5)]), ("bhid,bhjd->bhij", [(2, 3, 5, 4), (2, 3, 6, 4)]),
+           ("ij,jk", [(3, 4), (4, 2)]), ("i,j->ij", [(3,), (4,)]), ("bi,bi->b", [(3, 4), (3, 4)]),
+           ("...ij,...jk->...ik", [(2, 3, 4, 5), (2, 3, 5, 2)]), ("ij->ji", [(3, 4)]), ("ijk->i", [(2, 3, 4)]),
+           ("bn,anm,bm->ba", None), ("ik,jkl->ijl", [(2, 3), (4, 3, 5)]), ("bij,jk->bki", [(2, 3, 4), (4, 5)])]
+
+
+@pytest.mark.parametrize("eq, shapes", [e for e in EINSUMS if e[1] is not None])
+def test_einsum_matches_numpy_through_fx_and_export(eq, shapes):
+    rng = np.random.default_rng(14)
+    xs = [rng.standard_normal(s).astype(np.float32) for s in shapes]
+
+    class E1(nn.Module):
+        def forward(self, a):
+            return torch.einsum(eq, a)
+
+    class E2(nn.Module):
+        def forward(self, a, b):
+            return torch.einsum(eq, a, b)
+
+    model = (E1 if len(xs) == 1 else E2)()
+    want = np.einsum(eq, *[x.astype(np.float64) for x in xs])
+    ep = torch.export.export(model, tuple(torch.from_numpy(x) for x in xs))
+    for mod in (from_exported_program(ep), from_fx(torch.fx.symbolic_trace(model), [(s, "float32") for s in shapes])):
+        got = runtime.VirtualMachine(build(mod))["main"](*xs)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_einsum_errors_and_onnx():
+    from builder.nn import op as nnop
+    from builder.nn.core import Tensor
+    from builder.ir import relax as rx
+    from builder.ir.struct_info import TensorStructInfo
+
+    v = lambda *s: Tensor(_expr=rx.Var("v", TensorStructInfo(s, "float32")))
+    with pytest.raises(ValueError, match="one or two operands"):
+        nnop.einsum("bn,anm,bm->ba", [v(2, 3), v(4, 3, 5), v(2, 5)])
+    with pytest.raises(ValueError, match="diagonals"):
+        nnop.einsum("ii->i", [v(3, 3)])
+    pytest.importorskip("onnx")
+    pytest.importorskip("onnxruntime")
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph([helper.make_node("Einsum", ["a", "b"], ["y"], equation="bhid,bhjd->bhij")], "g",
+                              [helper.make_tensor_value_info("a", TensorProto.FLOAT, ["n", 2, 5, 4]),
+                               helper.make_tensor_value_info("b", TensorProto.FLOAT, ["n", 2, 6, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 2, 5, 6])])
+    vm, sess = _onnx_vm_and_session(graph, 17)
+    rng = np.random.default_rng(15)
+    for n in (1, 3):
+        a, b = rng.standard_normal((n, 2, 5, 4)).astype(np.float32), rng.standard_normal((n, 2, 6, 4)).astype(np.float32)
+        np.testing.assert_allclose(vm["main"](a, b), sess.run(None, {"a": a, "b": b})[0], rtol=1e-5, atol=1e-5)
