@@ -29,7 +29,8 @@ Limits and checks (an ONNX file is untrusted input): a file or ModelProto over
 :data:`MAX_MODEL_BYTES` is refused before it is parsed; ``onnx.checker.check_model`` runs before
 anything else reads the model; tensors stored as external data are refused (load the model with
 ``onnx.load(path)`` yourself, which reads the external files, and pass the ModelProto); the default
-domain's opset must be in ``[13, 21]`` (:data:`OPSETS`); ops of other domains are unsupported.
+domain's opset must be in ``[13, 21]`` (:data:`OPSETS`); of other domains only onnxruntime's
+``com.microsoft:MatMulNBits`` (4-bit weights, kept 4-bit) is supported.
 Unsupported ops are collected before anything is translated and reported in ONE
 :class:`UnsupportedOpsError` naming every op type and the nodes that use it.
 
@@ -467,7 +468,7 @@ class _Importer:
         return verify(bb.get())
 
     def node(self, node, i: int) -> None:
-        conv = _CONVERTERS[node.op_type]
+        conv = _CONVERTERS[_op_key(node)]
         ins = []
         for name in ([] if i in self.gelu_at else node.input):
             if name == "":
@@ -593,6 +594,12 @@ class _Unavailable:
 # ------------------------------------------------------------------------------------------------
 
 _CONVERTERS: dict[str, Callable] = {}
+
+
+def _op_key(node) -> str:
+    """A node's converter key: its op type in the default domain, ``domain:op`` elsewhere
+    (``com.microsoft:MatMulNBits``)."""
+    return node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}:{node.op_type}"
 
 
 def _register(*names: str):
@@ -1437,6 +1444,68 @@ def _batch_norm(im, node, ins, at):
 
 # -- shapes and data movement ------------------------------------------------------------------------------
 
+@_register("com.microsoft:MatMulNBits")
+def _matmul_nbits(im, node, ins, at):
+    """onnxruntime's ``MatMulNBits`` (com.microsoft; 4-bit weights in blocks along K): ``y = A @ B^T``
+    with ``B`` (N, K / block, block / 2) uint8, value ``2j`` of a block in the low nibble of byte ``j``,
+    dequantized ``(q - zero_point) * scale``. Without ``zero_points`` (ORT's default 8) the bytes of a row
+    read as little-endian uint32 words are exactly :func:`builder.nn.op.group_dequantize`'s packing, so
+    the weight stays 4-bit (``bits=4, group_size=block, zero_point=8``, row tiles when N allows) and
+    runs on the quantized kernels; ``accuracy_level`` 4 (int8 activations in ORT) maps to
+    ``activation_quantization="int8"``. Per-block ``zero_points`` are dequantized here to a float
+    weight (exact). ``g_idx`` is not supported."""
+    _check_inputs(ins, node)
+    from runtime.weights import tile_rows
+
+    from ..ir.op.quantize import ROW_TILE
+
+    x = im.tensor(ins[0])
+    b = im.static(ins[1], "B")
+    scales = im.static(ins[2], "scales")
+    zp = ins[3] if len(ins) > 3 else None
+    if len(ins) > 4 and ins[4] is not None:
+        raise ONNXImportError("MatMulNBits with g_idx is not supported")
+    bias = ins[5] if len(ins) > 5 else None
+    k, n = int(at.get("K", 0)), int(at.get("N", 0))
+    bits, block = int(at.get("bits", 4)), int(at.get("block_size", 0))
+    if bits != 4:
+        raise ONNXImportError(f"MatMulNBits with bits={bits} is not supported (4 only)")
+    if block < 16 or block & (block - 1):
+        raise ONNXImportError(f"block_size must be a power of 2 >= 16, got {block}")
+    nblocks = -(-k // block)
+    if b.dtype != np.uint8 or b.size != n * nblocks * block // 2 or scales.size != n * nblocks:
+        raise ONNXImportError(f"B {b.shape} {b.dtype} / scales {scales.shape} do not fit K={k}, N={n}, "
+                              f"block_size={block}")
+    if _simp(x.shape[-1]) != k and isinstance(_simp(x.shape[-1]), int):
+        raise ONNXImportError(f"A's last dim {_simp(x.shape[-1])} is not K={k}")
+    dt = x.dtype
+    scale = scales.reshape(n, nblocks).astype(dt)
+    if zp is None:
+        words = np.ascontiguousarray(b.reshape(n, nblocks * block // 2)).view(np.uint32)
+        tile = ROW_TILE if n % ROW_TILE == 0 else 0
+        level = int(at.get("accuracy_level", 0))
+        w = op.group_dequantize(im.const(tile_rows(words, tile)), im.const(tile_rows(scale, tile)), bits=4,
+                                group_size=block, zero_point=8, in_features=k,
+                                activation_quantization="int8" if level == 4 else "none", row_tile=tile)
+    else:
+        zps = im.static(zp, "zero_points")
+        if zps.dtype == np.uint8 and zps.size == n * (-(-nblocks // 2)):
+            zb = zps.reshape(n, -1)
+            zvals = np.stack([zb & 0xF, zb >> 4], axis=-1).reshape(n, -1)[:, :nblocks].astype(np.float32)
+        elif zps.size == n * nblocks:
+            zvals = zps.reshape(n, nblocks).astype(np.float32)
+        else:
+            raise ONNXImportError(f"zero_points {zps.shape} {zps.dtype} do not fit N={n} and {nblocks} blocks")
+        q = b.reshape(n, nblocks, block // 2)
+        vals = np.stack([q & 0xF, q >> 4], axis=-1).reshape(n, nblocks, block).astype(np.float32)
+        deq = (vals - zvals[..., None]) * scales.reshape(n, nblocks, 1).astype(np.float32)
+        w = im.const(np.ascontiguousarray(deq.reshape(n, nblocks * block)[:, :k]).astype(dt))
+    y = op.matmul(x, op.permute_dims(w, [1, 0]))
+    if bias is not None:
+        y = op.add(y, im.tensor(bias.astype(dt) if isinstance(bias, np.ndarray) else bias))
+    return y
+
+
 @_register("Constant")
 def _constant(im, node, ins, at):
     if "value" in at and isinstance(at["value"], np.ndarray):
@@ -1867,7 +1936,7 @@ def _expand(im, node, ins, at):
     return op.broadcast_to(t, out)
 
 
-#: The ONNX op types (default domain) that :func:`from_onnx` translates.
+#: The ONNX op types that :func:`from_onnx` translates (default domain; others as ``domain:Op``).
 SUPPORTED_OPS = tuple(sorted(_CONVERTERS))
 
 
@@ -1901,8 +1970,8 @@ def from_onnx(model_or_path, shape_dict: Mapping[str, Sequence] | None = None,
     opset = _opset(model)
     missing: dict[str, list[str]] = {}
     for i, node in enumerate(model.graph.node):
-        key = node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}:{node.op_type}"
-        if node.domain not in ("", "ai.onnx") or node.op_type not in _CONVERTERS:
+        key = _op_key(node)
+        if key not in _CONVERTERS:
             missing.setdefault(key, []).append(_node_name(node, i))
     if missing:
         raise UnsupportedOpsError(missing)

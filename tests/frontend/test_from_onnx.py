@@ -457,3 +457,54 @@ def test_reversing_slices_symbolic_tile_and_computed_pads():
         for g, w in zip(vm["main"](x), sess.run(None, {"x": x})):
             assert g.shape == w.shape
             np.testing.assert_array_equal(g, w)
+
+
+def _nbits(w: np.ndarray, block: int, zero_points: bool):
+    """``w`` (N, K) quantized to 4 bits per block in MatMulNBits' layout (low nibble first); symmetric with
+    ORT's default zero point 8, or asymmetric with packed per-block zero points."""
+    n, k = w.shape
+    g = w.reshape(n, k // block, block)
+    if zero_points:
+        lo, hi = g.min(axis=2, keepdims=True), g.max(axis=2, keepdims=True)
+        scale = np.maximum(hi - lo, 1e-6) / 15
+        zp = np.clip(np.rint(-lo / scale), 0, 15).astype(np.uint8)
+        q = np.clip(np.rint(g / scale) + zp, 0, 15).astype(np.uint8)
+        zpad = np.concatenate([zp[..., 0], np.zeros((n, zp.shape[1] % 2), np.uint8)], axis=1)
+        packed_zp = (zpad[:, 0::2] | (zpad[:, 1::2] << 4)).reshape(-1)
+    else:
+        scale = np.abs(g).max(axis=2, keepdims=True) / 7
+        q = (np.clip(np.rint(g / scale), -8, 7) + 8).astype(np.uint8)
+        packed_zp = None
+    packed = (q[..., 0::2] | (q[..., 1::2] << 4)).astype(np.uint8)
+    return packed, scale.reshape(-1).astype(np.float32), packed_zp
+
+
+@pytest.mark.parametrize("n, zero_points, level", [(48, False, 0), (20, False, 0), (32, True, 0), (48, False, 4)])
+def test_matmul_nbits_matches_onnxruntime(n, zero_points, level):
+    """onnxruntime's MatMulNBits: symmetric weights stay 4-bit (row tiles when N allows) and run on the
+    quantized kernels; per-block zero points are dequantized to float; accuracy_level 4 is int8
+    activations on both sides (compared loosely: each side rounds its own way)."""
+    k, block = 96, 32
+    w = rand(n, k)
+    packed, scales, zp = _nbits(w, block, zero_points)
+    inits = [("B", packed), ("s", scales), ("bias", rand(n))] + ([("zp", zp)] if zero_points else [])
+    ins = ["x", "B", "s", "zp" if zero_points else "", "", "bias"]
+    node = helper.make_node("MatMulNBits", ins, ["y"], domain="com.microsoft", K=k, N=n, bits=4, block_size=block,
+                            accuracy_level=level)
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", F, ["b", k])],
+                              [helper.make_tensor_value_info("y", F, ["b", n])],
+                              initializer=[numpy_helper.from_array(a, name) for name, a in inits])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
+    model.ir_version = 8
+    exe = build(from_onnx(model))
+    # the linear kernel reads the packed 4-bit words itself (no float weight is made)
+    packed_params = [p["dtype"] for k_ in exe.kernels.values() if k_["kernel"].startswith("linear")
+                     for p in k_["params"] if p["dtype"] == "uint32"]
+    assert bool(packed_params) != zero_points, exe.kernels
+    vm = runtime.VirtualMachine(exe)
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    for b in (1, 5):
+        x = rand(b, k)
+        want = sess.run(None, {"x": x})[0]
+        tol = 3e-2 * float(np.abs(want).max()) if level == 4 else 2e-4
+        np.testing.assert_allclose(vm["main"](x), want, rtol=0, atol=tol)
