@@ -212,10 +212,14 @@ def _run_with(args: argparse.Namespace, progress: "_ConversionProgress") -> int:
     show_ir = None if args.no_ir else (lambda mod: mod.show(plain=plain))
     try:
         if args.recipe.lower().endswith(MODEL_FILE_SUFFIXES):
-            if args.overrides or args.weights or args.text is not None or prompt is not None or args.save_params:
-                raise ValueError("a model file takes no KEY=VALUE overrides, --weights, --text, --prompt-ids or "
-                                 "--save-params (its weights are inside it)")
-            model = build_model_file(args.recipe, on_ir=show_ir, instruments=instruments, build_progress=building)
+            quant = [o.partition("=")[2] for o in args.overrides if o.partition("=")[0] == "quantization"]
+            others = [o for o in args.overrides if o.partition("=")[0] != "quantization"]
+            if others or len(quant) > 1 or args.weights or args.text is not None or prompt is not None \
+                    or args.save_params:
+                raise ValueError("a model file takes no KEY=VALUE overrides but one quantization=PRESET, no --weights, "
+                                 "--text, --prompt-ids or --save-params (its weights are inside it)")
+            model = build_model_file(args.recipe, on_ir=show_ir, instruments=instruments, build_progress=building,
+                                     quantization=quant[0] if quant else None)
         else:
             model = build(args.recipe, args.overrides, weights=args.weights, seed=args.seed, on_ir=show_ir,
                           progress=progress, instruments=instruments, build_progress=building)

@@ -506,13 +506,15 @@ MODEL_FILE_SUFFIXES = (".onnx",)
 
 
 def build_model_file(path: str | Path, on_ir: Callable[[rx.IRModule], None] | None = None,
-                     instruments: Sequence[PassInstrument] = (), build_progress: Callable | None = None
-                     ) -> CompiledModel:
+                     instruments: Sequence[PassInstrument] = (), build_progress: Callable | None = None,
+                     quantization: str | None = None) -> CompiledModel:
     """Import a model file and compile it: an ONNX model (``.onnx``, :func:`builder.frontend.from_onnx`,
     which checks and bounds the file before use). The result is a :class:`CompiledModel` with one
     function ``main`` whose inputs are the model's (weights are constants inside the module, so
-    ``params`` is empty). Raises ValueError for another suffix, and what the importer raises
-    (an error naming every unsupported op, ImportError without the optional extra)."""
+    ``params`` is empty). ``quantization`` (a preset such as ``"q4f16_1"``) quantizes the constant Linear
+    weights (:func:`builder.quant.quantize_constants`). Raises ValueError for another suffix or an
+    unknown preset, and what the importer raises (an error naming every unsupported op, ImportError
+    without the optional extra)."""
     path = Path(path)
     suffix = path.suffix.lower()
     t0 = time.perf_counter()
@@ -520,6 +522,10 @@ def build_model_file(path: str | Path, on_ir: Callable[[rx.IRModule], None] | No
         from .frontend.onnx import from_onnx
 
         irmod = from_onnx(str(path))
+        if quantization is not None:
+            from .quant import quantize_constants
+
+            irmod = quantize_constants(irmod, quantization)
     else:
         raise ValueError(f"{path}: not a recipe or a model file this build imports ({', '.join(MODEL_FILE_SUFFIXES)})")
     export_s = time.perf_counter() - t0

@@ -10,12 +10,14 @@ quantization (``quantization:`` a preset name such as ``q4f16_1`` or a full spec
 Pieces: :mod:`.config` (specs, presets, :class:`QuantLayout`), :mod:`.packing` (numpy
 quantize / pack / dequantize), :mod:`.modules` (QuantizedLinear / QuantizedEmbedding),
 :mod:`.quantize` (the Mutators), :mod:`.mapping` (the parameter mapping), :mod:`.dtype` (the
-cast and :func:`apply_transforms`).
+cast and :func:`apply_transforms`), :mod:`.constants` (:func:`quantize_constants`: the constant weights of an
+imported module).
 """
 from .config import (
     KINDS, PRESETS, GroupQuantization, GroupSizeError, NoQuantization, PerChannelQuantization, QuantizationSpec, QuantLayout,
     describe, is_quantizing, preset_name, register_preset, resolve,
 )
+from .constants import quantize_constants
 from .dtype import DTypeCast, apply_transforms, model_dtype
 from .mapping import QuantizeMapping
 from .modules import QuantizedEmbedding, QuantizedLinear
@@ -23,6 +25,7 @@ from .packing import cast_array, dequantize_weight, from_float32, pack_bits, qua
 from .quantize import GroupQuantizeMutator, PerChannelQuantizeMutator, QuantizeMutator, quantize_mutator
 
 __all__ = [
+    "quantize_constants",
     "KINDS", "PRESETS", "GroupQuantization", "GroupSizeError", "NoQuantization", "PerChannelQuantization", "QuantizationSpec",
     "QuantLayout", "describe", "is_quantizing", "preset_name", "register_preset", "resolve", "DTypeCast",
     "apply_transforms", "model_dtype", "QuantizeMapping", "QuantizedEmbedding", "QuantizedLinear", "cast_array",
