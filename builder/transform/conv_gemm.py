@@ -26,6 +26,10 @@ of the linear kernels.
     y_nhwc = matmul(reshape(col, (N, oH, oW, C*kH*kW)), permute_dims(reshape(w, (O, C*kH*kW))))
     y = permute_dims(y_nhwc, [0, 3, 1, 2])         (N, O, oH, oW)
 
+A depthwise Conv2D (groups = channels; MobileNet's) is no GEMM but runs channels last too
+(:func:`builder.te.topi.depthwise_conv2d_nhwc`, the channel loop innermost: 144 channels at 56 x 56,
+3 x 3: 0.49 -> 0.13 ms, against torch's 0.29), on the NHWC twin of its input.
+
 Pooling (``max_pool``, ``avg_pool``, ``adaptive_avg_pool``) of a value with a channels-last twin pools
 the twin (``layout="NHWC"`` / ``"NWC"``), so a ResNet's stem, pooling and residual blocks stay channels
 last. A ResNet layer (64 -> 64 channels, 3 x 3, 56 x 56) went from 84 ms in the reference loops to 1.2 ms
@@ -246,11 +250,41 @@ class _Rewriter:
         self.bind(var, _op("reshape", [out, rx.ShapeExpr([n, o, out_w])]))
         return True
 
+    def depthwise(self, var: rx.Var, call: rx.Call) -> bool:
+        """A depthwise ``conv2d`` (groups = in = out channels) computed channels last
+        (:func:`builder.te.topi.depthwise_conv2d_nhwc`: the channel loop innermost) on the input's NHWC
+        twin (or a transpose of it), then a pending transpose to NCHW."""
+        x, w = call.args
+        xs, ws, out = _tensor(x), _tensor(w), _tensor(call)
+        if xs is None or ws is None or out is None or xs.ndim != 4 or ws.ndim != 4:
+            return False
+        c, g = static_int(xs.shape[1]), int(call.attrs.get("groups", 1))
+        ks = [static_int(d) for d in ws.shape[2:]]
+        if c is None or g != c or g == 1 or static_int(ws.shape[0]) != c or static_int(ws.shape[1]) != 1 \
+                or None in ks or xs.dtype not in FLOATS or ws.dtype != xs.dtype \
+                or _void(call.attrs.get("out_dtype")) not in (None, xs.dtype):
+            return False
+        a = call.attrs
+        src = self.last[x] if x in self.last else self.emit(_op("permute_dims", [x], axes=list(_TO_LAST[4])),
+                                                             "conv_x_nhwc")
+        w2 = self.emit(_op("reshape", [w, rx.ShapeExpr([c, ks[0] * ks[1]])]), "dw_weight")
+        wt = self.emit(_op("permute_dims", [w2], axes=[1, 0]), "dw_weight_t")
+        try:
+            y = call_te(self.bb, topi.depthwise_conv2d_nhwc, (src, wt),
+                        {"kernel_size": tuple(ks), "strides": tuple(a.get("strides", (1, 1))),
+                         "padding": tuple(a.get("padding", (0,) * 4)), "dilation": tuple(a.get("dilation", (1, 1)))},
+                        "depthwise_conv2d_nhwc")
+        except ValueError:
+            return False
+        self.bind_pending(var, self.emit(y, "conv_nhwc"))
+        return True
+
     def conv2d(self, var: rx.Var, call: rx.Call) -> bool:
-        """``conv2d`` (groups 1) as im2col + one GEMM in NHWC, then a pending transpose to NCHW."""
+        """``conv2d`` (groups 1) as im2col + one GEMM in NHWC, then a pending transpose to NCHW; a
+        depthwise one channels last (:meth:`depthwise`)."""
         got = _conv_operands(call)
         if got is None:
-            return False
+            return self.depthwise(var, call)
         x, w, _, ws, c, (kh, kw) = got
         a = call.attrs
         n, _, oh, ow = _tensor(call).shape

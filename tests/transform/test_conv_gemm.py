@@ -314,7 +314,7 @@ def test_conv2d_residual_pooling_and_groups():
 
     f, kernels = compile_fn(fn, x=(["n", 4, "h", "w"], "float32"), w1=([4, 4, 3, 3], "float32"),
                             w2=([6, 4, 3, 3], "float32"), wg=([4, 3, 1, 1], "float32"))
-    assert "conv2d" in families(kernels)      # the grouped one
+    assert "conv2d" in families(kernels)      # the grouped one (not depthwise)
     w1, w2, wg = rand(4, 4, 3, 3), rand(6, 4, 3, 3), rand(4, 3, 1, 1)
     x = rand(2, 4, 8, 10)
     h = conv2d_ref(x, w1, None, (1, 1), (1,) * 4) + x
@@ -349,3 +349,26 @@ def test_pooling_between_convolutions_stays_channels_last():
         want = np.stack([np.stack([hh[:, :, (i * oh) // 2: -(-(i + 1) * oh // 2), (j * ow) // 3: -(-(j + 1) * ow // 3)]
                                    .mean(axis=(2, 3)) for j in range(3)], -1) for i in range(2)], -2)
         np.testing.assert_allclose(f(x, w1, w2), want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("k, stride, pad, dil, dtype", [
+    ((3, 3), (1, 1), (1, 1, 1, 1), (1, 1), "float32"), ((5, 3), (2, 1), (2, 0, 1, 1), (1, 2), "float32"),
+    ((3, 3), (2, 2), (1, 1, 1, 1), (1, 1), "float16")])
+def test_depthwise_conv2d_runs_channels_last(k, stride, pad, dil, dtype):
+    """A depthwise convolution (groups = channels) after a GEMM-lowered one reads its NHWC output and runs
+    channels last (the depthwise kernel, not the reference loops), with its bias and ReLU fused after it."""
+    def fn(x, w1, wd, b):
+        h = op.conv2d(x, w1, padding=1)
+        return op.relu(op.conv2d(h, wd, b, stride=stride, padding=list(pad), dilation=dil, groups=8))
+
+    f, kernels = compile_fn(fn, x=(["n", 3, "h", "w"], dtype), w1=([8, 3, 3, 3], dtype), wd=([8, 1, *k], dtype),
+                            b=([8], dtype))
+    fam = families(kernels)
+    assert any(n.startswith("depthwise_conv2d_nhwc") for n in fam) and "conv2d" not in fam, fam
+    w1, wd, b = rand(8, 3, 3, 3, dtype=dtype), rand(8, 1, *k, dtype=dtype), rand(8, dtype=dtype)
+    for n, h, w in ((1, 12, 9), (2, 7, 16)):
+        x = rand(n, 3, h, w, dtype=dtype)
+        a = conv2d_ref(x, w1, None, (1, 1), (1,) * 4)
+        want = np.concatenate([conv2d_ref(a[:, c:c + 1], wd[c:c + 1], b[c:c + 1], stride, pad, dil) for c in range(8)],
+                              axis=1)
+        np.testing.assert_allclose(f(x, w1, wd, b), np.maximum(want, 0), **tol(dtype))

@@ -14,7 +14,8 @@ from .. import tensor as _te
 from ..tensor import Tensor
 from .common import accumulator_dtype, cast_value, output_dtype, two_stage_compute
 
-__all__ = ["conv1d", "conv1d_im2col", "conv1d_transpose", "conv1d_transpose_col2im", "conv2d", "conv2d_im2col"]
+__all__ = ["conv1d", "conv1d_im2col", "conv1d_transpose", "conv1d_transpose_col2im", "conv2d", "conv2d_im2col",
+           "depthwise_conv2d_nhwc"]
 
 
 def _one(v, what: str) -> int:
@@ -358,6 +359,46 @@ def conv2d_im2col(x: Tensor, kernel_size, strides=1, padding=0, dilation=1, layo
         return _te.compute((n, oh, ow, kh_, kw_, c), lambda nn, yy, xx, ky, kx, cc: tap(nn, yy, xx, cc, ky, kx),
                            name="conv2d_im2col", attrs=checks or None)
     return _te.compute((n, oh, ow, c, kh_, kw_), tap, name="conv2d_im2col", attrs=checks or None)
+
+
+def depthwise_conv2d_nhwc(x: Tensor, w: Tensor, kernel_size, strides=1, padding=0, dilation=1,
+                          out_dtype: str | None = None) -> Tensor:
+    """Depthwise 2-D convolution (``groups = channels``, one filter per channel; MobileNet's) on
+    channels-last data::
+
+        out[n, y, x, c] = sum_{ky, kx} x_pad[n, y*sH + ky*dH, x*sW + kx*dW, c] * w[ky * kW + kx, c]
+
+    ``x`` (N, H, W, C), ``w`` (kH * kW, C) (the OIHW weight (C, 1, kH, kW) reshaped and transposed, so
+    that both read C contiguous values per tap: the loop over channels is innermost and vectorizes).
+    Zero padding is read inline; 16-bit floats accumulate in float32. Attributes as :func:`conv2d`'s.
+    Returns (N, oH, oW, C). Raises ValueError for operands of the wrong rank, a weight that does not
+    fit, or invalid attributes."""
+    if x.ndim != 4 or w.ndim != 2:
+        raise ValueError(f"depthwise_conv2d_nhwc: data must be 4-D (NHWC) and weight 2-D (taps, C), got "
+                         f"{fmt_shape(x.shape)} and {fmt_shape(w.shape)}")
+    kh, kw = _int_list(kernel_size, 2, "kernel_size", "depthwise_conv2d_nhwc")
+    (sh, sw), (dh, dw), (pt, pl, pb, pr) = _conv2d_params(strides, padding, dilation, "depthwise_conv2d_nhwc")
+    n, h, wd, c = x.shape
+    if static_int(w.shape[0]) not in (None, kh * kw) or static_int(c) != static_int(w.shape[1]):
+        raise ValueError(f"depthwise_conv2d_nhwc: weight {fmt_shape(w.shape)} does not fit {kh} x {kw} taps of "
+                         f"{fmt_shape(x.shape)}")
+    oh, ow = conv_out_dim(h, kh, sh, pt, pb, dh), conv_out_dim(wd, kw, sw, pl, pr, dw)
+    in_dtype = promote_dtype(x.dtype, w.dtype)
+    odt = output_dtype(in_dtype, out_dtype)
+    acc = accumulator_dtype(in_dtype, odt)
+
+    def fbody(nn, yy, xx, cc):
+        ry = _te.reduce_axis((0, kh), name="ry")
+        rx = _te.reduce_axis((0, kw), name="rx")
+        py = E.simplify((yy * sh if sh != 1 else yy) + (ry.var * dh if dh != 1 else ry.var) - pt)
+        px = E.simplify((xx * sw if sw != 1 else xx) + (rx.var * dw if dw != 1 else rx.var) - pl)
+        v = cast_value(x[nn, py, px, cc], acc)
+        conds = _in_bounds(py, h, pt > 0, pb > 0) + _in_bounds(px, wd, pl > 0, pr > 0)
+        if conds:
+            v = tir.if_then_else(tir.all(*conds), v, E.const(0, acc))
+        return _te.sum(v * cast_value(w[ry.var * kw + rx.var, cc], acc), axis=[ry, rx])
+
+    return two_stage_compute((n, oh, ow, c), fbody, acc, odt, "depthwise_conv2d_nhwc")
 
 
 def conv1d_transpose_col2im(cols: Tensor, out_channels, kernel_size: int, out_width, strides=1, padding=0,
