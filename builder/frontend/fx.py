@@ -88,7 +88,8 @@ def from_fx(fx_module, input_shapes: Sequence[Sequence[int | str]], call_functio
     ``input_shapes``: one shape per placeholder, in order; ints or strings (symbolic dims: the same
     name is the same dim). ``input_dtypes``: one dtype per placeholder (``"float32"`` or
     ``torch.float32``), float32 by default. TVM's form, one ``(shape, dtype)`` pair per placeholder
-    (``from_fx(gm, [((1, 3, 224, 224), "float32")])``), is accepted too (without ``input_dtypes``). ``call_function_map`` / ``call_module_map``: user
+    (``from_fx(gm, [((1, 3, 224, 224), "float32")])``), is accepted too (without ``input_dtypes``).
+    ``call_function_map`` / ``call_module_map``: user
     translations (the course's signatures, see the module docstring); they take precedence over the
     default maps (:func:`default_call_function_map`, :func:`default_call_method_map`,
     :func:`default_call_module_map`).

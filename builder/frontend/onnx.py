@@ -662,7 +662,8 @@ def _activation(im, node, ins, at):
     if kind == "Elu":
         return op.elu(x, float(at.get("alpha", 1.0)))
     if kind == "Selu":
-        return op.elu(x, float(at.get("alpha", 1.67326319217681884765625)), float(at.get("gamma", 1.05070102214813232421875)))
+        return op.elu(x, float(at.get("alpha", 1.67326319217681884765625)),
+                      float(at.get("gamma", 1.05070102214813232421875)))
     if kind == "Celu":
         return op.celu(x, float(at.get("alpha", 1.0)))
     if kind == "Softplus":

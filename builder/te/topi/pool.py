@@ -82,8 +82,10 @@ def pool(x: Tensor, kind: str, pool_size, strides=None, padding=0, dilation=1, c
     dim; ``padding``: an int, one per spatial dim (both sides), or ``(lo..., hi...)`` (TVM's
     order, 2 per dim). ``layout``: channels first (default) or last (``NHWC``: the spatial dims are
     1..n, what a GEMM-lowered convolution produces). Average pooling accumulates 16-bit floats in
-    float32 and divides there. Raises ValueError for a bad layout, a kind other than max / avg, average pooling of a non-float dtype, bad
-    sizes, or an output dim below 1.
+    float32 and divides there. A window dim longer than the input loops over the taps that can land in
+    the data only (``min(k, ceil(L / d))``; see :data:`_MAX_UNCLIPPED_TAPS`). Raises ValueError for a
+    bad layout, a kind other than max / avg, average pooling of a non-float dtype, bad sizes, or an
+    output dim below 1.
     """
     if kind not in ("max", "avg"):
         raise ValueError(f"pool: kind must be 'max' or 'avg', got {kind!r}")
@@ -241,7 +243,8 @@ def adaptive_avg_pool(x: Tensor, output_size: Sequence, out_dtype: str | None = 
 
     The reduction runs over the longest window (static input dims: the exact maximum; symbolic
     ones: ``ceil(L / O) + 1``) with the taps past ``end`` skipped. ``layout`` as :func:`pool`'s.
-    16-bit floats accumulate in float32. Raises ValueError for a bad layout, a non-float dtype, a wrong number of sizes or a size below 1.
+    16-bit floats accumulate in float32. Raises ValueError for a bad layout, a non-float dtype, a wrong
+    number of sizes or a size below 1.
     """
     nsp = x.ndim - 2
     opname = f"adaptive_avg_pool{nsp}d"
