@@ -230,3 +230,14 @@ def test_mobilenet_v3_style_blocks_match_pytorch():
     assert np.abs(want[0] - want[1]).max() > 1e-2        # the features carry the input
     got = _run(from_fx(torch.fx.symbolic_trace(model), [(["n", 3, 48, 48], "float32")]), x)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_grouped_convolutions_with_constant_weights():
+    """ResNeXt-style grouped 3 x 3 convolutions between 1 x 1 ones, weights bound as constants (each group's
+    slice of the weight made at build time): deep groups on per-group GEMMs, shallow ones in the loops."""
+    torch.manual_seed(7)
+    model = nn.Sequential(nn.Conv2d(8, 32, 1), nn.ReLU(), nn.Conv2d(32, 32, 3, padding=1, groups=4), nn.ReLU(),
+                          nn.Conv2d(32, 32, 3, padding=1, groups=8, bias=False), nn.Conv2d(32, 8, 1)).eval()
+    x = np.random.default_rng(8).standard_normal((2, 8, 10, 12)).astype(np.float32)
+    got = _run(from_fx(torch.fx.symbolic_trace(model), [(["n", 8, 10, 12], "float32")]), x)
+    np.testing.assert_allclose(got, _torch(model, x), rtol=1e-4, atol=1e-4)

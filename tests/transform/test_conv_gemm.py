@@ -372,3 +372,24 @@ def test_depthwise_conv2d_runs_channels_last(k, stride, pad, dil, dtype):
         want = np.concatenate([conv2d_ref(a[:, c:c + 1], wd[c:c + 1], b[c:c + 1], stride, pad, dil) for c in range(8)],
                               axis=1)
         np.testing.assert_allclose(f(x, w1, wd, b), np.maximum(want, 0), **tol(dtype))
+
+
+@pytest.mark.parametrize("groups, cin", [(2, 16), (4, 32), (8, 32)])
+def test_grouped_conv2d_one_gemm_per_group(groups, cin):
+    """A grouped convolution whose groups are deep enough (C / groups x 3 x 3 >= 64) runs one GEMM per
+    group (GEMM kernels, no reference-loop conv2d); shallow groups (4 channels x 3 x 3) keep the loops."""
+    def fn(x, w):
+        return op.relu(op.conv2d(x, w, padding=1, stride=2 if groups == 4 else 1, groups=groups))
+
+    f, kernels = compile_fn(fn, x=(["n", cin, "h", "w"], "float32"), w=([16, cin // groups, 3, 3], "float32"))
+    fam = families(kernels)
+    deep = (cin // groups) * 9 >= 64
+    assert ("conv2d" in fam) != deep and any(v.startswith("linear") for v in fam.values()) == deep, fam
+    w = rand(16, cin // groups, 3, 3)
+    for n, h, wd in ((1, 9, 8), (2, 6, 11)):
+        x = rand(n, cin, h, wd)
+        og, cg = 16 // groups, cin // groups
+        s = (2, 2) if groups == 4 else (1, 1)
+        want = np.concatenate([conv2d_ref(x[:, i * cg:(i + 1) * cg], w[i * og:(i + 1) * og], None, s, (1,) * 4)
+                               for i in range(groups)], axis=1)
+        np.testing.assert_allclose(f(x, w), np.maximum(want, 0), rtol=1e-4, atol=1e-4)
