@@ -952,11 +952,19 @@ def conv_transpose1d(t, x, weight, bias=None, stride=1, padding=0, output_paddin
                                output_padding=_first(output_padding), dilation=_first(dilation), groups=int(groups))
 
 
+def conv_transpose2d(t, x, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1):
+    """``F.conv_transpose2d`` (:func:`builder.nn.op.conv2d_transpose`, IOHW weight)."""
+    return op.conv2d_transpose(x, weight, bias, stride=stride, padding=padding, output_padding=output_padding,
+                               dilation=dilation, groups=int(groups))
+
+
 def convolution(t, x, weight, bias, stride, padding, dilation, transposed, output_padding, groups):
     if transposed:
         if x.ndim == 3:
             return conv_transpose1d(t, x, weight, bias, stride, padding, output_padding, groups, dilation)
-        raise UnsupportedNodeError(f"transposed aten.convolution of a {x.ndim}-D input (1-D only)")
+        if x.ndim == 4:
+            return conv_transpose2d(t, x, weight, bias, stride, padding, output_padding, groups, dilation)
+        raise UnsupportedNodeError(f"transposed aten.convolution of a {x.ndim}-D input")
     if x.ndim == 3:
         return conv1d(t, x, weight, bias, stride, padding, dilation, groups)
     if x.ndim == 4:
@@ -1694,7 +1702,8 @@ TORCH_OPS: dict[str, Callable] = {
     "bitwise_and": bitwise_and, "bitwise_or": bitwise_or, "bitwise_not": bitwise_not,
     "linear": linear, "matmul": matmul, "mm": matmul, "bmm": matmul, "addmm": addmm, "baddbmm": baddbmm,
     "embedding": embedding, "layer_norm": layer_norm, "rms_norm": rms_norm, "group_norm": group_norm,
-    "conv1d": conv1d, "conv2d": conv2d, "conv_transpose1d": conv_transpose1d, "scaled_dot_product_attention": sdpa,
+    "conv1d": conv1d, "conv2d": conv2d, "conv_transpose1d": conv_transpose1d, "conv_transpose2d": conv_transpose2d,
+    "scaled_dot_product_attention": sdpa,
     "cumsum": cumsum,
     "max_pool1d": max_pool(1), "max_pool2d": max_pool(2), "avg_pool1d": avg_pool(1), "avg_pool2d": avg_pool(2),
     "adaptive_avg_pool1d": adaptive_avg_pool(1), "adaptive_avg_pool2d": adaptive_avg_pool(2),

@@ -294,7 +294,7 @@ def default_call_function_map() -> dict:
         math.sqrt: C.scalar_math("sqrt"), math.log: C.scalar_math("log"), math.exp: C.scalar_math("exp"),
         F.linear: o["linear"], F.embedding: o["embedding"], F.layer_norm: o["layer_norm"],
         F.group_norm: o["group_norm"], F.conv1d: o["conv1d"], F.conv2d: o["conv2d"],
-        F.conv_transpose1d: o["conv_transpose1d"],
+        F.conv_transpose1d: o["conv_transpose1d"], F.conv_transpose2d: o["conv_transpose2d"],
         F.max_pool1d: o["max_pool1d"], F.max_pool2d: o["max_pool2d"], F.avg_pool1d: o["avg_pool1d"],
         F.avg_pool2d: o["avg_pool2d"], F.adaptive_avg_pool1d: o["adaptive_avg_pool1d"],
         F.adaptive_avg_pool2d: o["adaptive_avg_pool2d"], F.batch_norm: o["batch_norm"],
@@ -316,7 +316,7 @@ def default_call_function_map() -> dict:
                  "lt", "le", "gt", "ge", "maximum", "minimum", "clamp", "where", "masked_fill", "logical_and",
                  "logical_or", "logical_not", "bitwise_and", "bitwise_or", "bitwise_not", "matmul", "mm", "bmm",
                  "addmm", "baddbmm", "embedding", "layer_norm", "group_norm", "conv1d", "conv2d", "conv_transpose1d",
-                 "cumsum",
+                 "conv_transpose2d", "cumsum",
                  "reshape", "permute", "transpose", "t", "unsqueeze", "squeeze", "flatten", "unflatten",
                  "broadcast_to", "cat", "concat", "stack", "split", "chunk", "unbind", "narrow", "select",
                  "index_select", "numel", "arange", "full", "ones", "zeros", "full_like", "ones_like",
@@ -438,11 +438,13 @@ def _instance_norm_module(t, m, path, x):
                            _w(t, m, path, "weight"), _w(t, m, path, "bias"), not use_running, m.momentum, m.eps)
 
 
-def _conv_transpose_module(t, m, path, x, output_size=None):
-    if m.padding_mode != "zeros" or output_size is not None:
-        raise UnsupportedNodeError("ConvTranspose1d with padding_mode other than zeros or an output_size")
-    return C.conv_transpose1d(t, x, _w(t, m, path, "weight"), _w(t, m, path, "bias"), m.stride, m.padding,
-                              m.output_padding, m.groups, m.dilation)
+def _conv_transpose_module(fn):
+    def run(t, m, path, x, output_size=None):
+        if m.padding_mode != "zeros" or output_size is not None:
+            raise UnsupportedNodeError(f"{type(m).__name__} with padding_mode other than zeros or an output_size")
+        return fn(t, x, _w(t, m, path, "weight"), _w(t, m, path, "bias"), m.stride, m.padding, m.output_padding,
+                  m.groups, m.dilation)
+    return run
 
 
 def _simple(fn: Callable, **attrs: Callable):
@@ -577,7 +579,8 @@ def default_call_module_map() -> dict:
     m = {
         tnn.Linear: _linear_module, tnn.Embedding: _embedding_module, tnn.LayerNorm: _layer_norm_module,
         tnn.GroupNorm: _group_norm_module, tnn.Conv1d: _conv_module(C.conv1d), tnn.Conv2d: _conv_module(C.conv2d),
-        tnn.ConvTranspose1d: _conv_transpose_module,
+        tnn.ConvTranspose1d: _conv_transpose_module(C.conv_transpose1d),
+        tnn.ConvTranspose2d: _conv_transpose_module(C.conv_transpose2d),
         tnn.ReLU: _simple(o["relu"]), tnn.SiLU: _simple(o["silu"]), tnn.Tanh: _simple(o["tanh"]),
         tnn.Sigmoid: _simple(o["sigmoid"]), tnn.GELU: _simple(o["gelu"], approximate=lambda mod: mod.approximate),
         tnn.Softmax: _simple(o["softmax"], dim=lambda mod: mod.dim),

@@ -1313,22 +1313,27 @@ def _conv(im, node, ins, at):
 
 @_register("ConvTranspose")
 def _conv_transpose(im, node, ins, at):
-    """1-D ``ConvTranspose`` (weight ``(C, O / group, k)``), explicit pads and ``output_padding``."""
+    """1-D and 2-D ``ConvTranspose`` (weight ``(C, O / group, *k)``), explicit pads and ``output_padding``."""
     _check_inputs(ins, node)
     x, w = im.tensor(ins[0]), im.tensor(ins[1])
     b = im.tensor(ins[2]) if len(ins) > 2 and ins[2] is not None else None
-    if len(x.shape) != 3 or len(w.shape) != 3:
-        raise ONNXImportError(f"only 1-D transposed convolutions (3-d input and weight) are supported, got a "
-                              f"{len(x.shape)}-d input")
+    if len(x.shape) not in (3, 4) or len(w.shape) != len(x.shape):
+        raise ONNXImportError(f"only 1-D and 2-D transposed convolutions are supported, got a {len(x.shape)}-d input")
+    nsp = len(x.shape) - 2
     auto = at.get("auto_pad", "NOTSET")
     if (auto.decode() if isinstance(auto, bytes) else auto) != "NOTSET" or "output_shape" in at:
         raise ONNXImportError("ConvTranspose with auto_pad or output_shape is not supported (give pads)")
-    k = _simp(w.shape[2])
-    ks, strides, dilations = _window(at, 1, "ConvTranspose", [k])
-    pads = [int(p) for p in at.get("pads", [0, 0])]
-    out_pad = [int(p) for p in at.get("output_padding", [0])]
-    return op.conv1d_transpose(x, w, b, stride=strides[0], padding=pads, output_padding=out_pad[0],
-                               dilation=dilations[0], groups=int(at.get("group", 1)))
+    ks = [_simp(d) for d in w.shape[2:]]
+    ks, strides, dilations = _window(at, nsp, "ConvTranspose", ks)
+    pads = [int(p) for p in at.get("pads", [0] * (2 * nsp))]
+    out_pad = [int(p) for p in at.get("output_padding", [0] * nsp)]
+    if len(pads) != 2 * nsp or len(out_pad) != nsp:
+        raise ONNXImportError(f"pads {pads} / output_padding {out_pad} do not fit {nsp} spatial dims")
+    if nsp == 1:
+        return op.conv1d_transpose(x, w, b, stride=strides[0], padding=pads, output_padding=out_pad[0],
+                                   dilation=dilations[0], groups=int(at.get("group", 1)))
+    return op.conv2d_transpose(x, w, b, stride=strides, padding=pads, output_padding=out_pad, dilation=dilations,
+                               groups=int(at.get("group", 1)))
 
 
 @_register("MaxPool", "AveragePool")

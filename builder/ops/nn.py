@@ -10,6 +10,7 @@ from ..ir.op.common import static_int
 from ..ir.struct_info import TensorStructInfo
 from ..ir.op import OpPattern, register_op
 from ..ir.op.nn import (infer_adaptive_pool, infer_attention, infer_rope, infer_conv1d, infer_conv1d_transpose,
+    infer_conv2d_transpose,
     infer_conv2d, infer_group_norm, infer_layer_norm, infer_matmul, infer_pool, infer_resize2d, infer_rms_norm)
 from ..te import topi
 from ..te.call_te import call_te
@@ -60,6 +61,14 @@ def _adaptive_avg_pool(bb: BlockBuilder, call: rx.Call) -> rx.Expr:
     sizes = [None] * nsp if sizes is None else list(sizes)
     return call_te(bb, topi.adaptive_avg_pool, (call.args[0],), {"output_size": sizes, "layout": call.attrs.get("layout")},
                    "adaptive_avg_pool")
+
+
+def _conv2d_transpose(bb: BlockBuilder, call: rx.Call) -> rx.Expr:
+    a = call.attrs
+    return call_te(bb, topi.conv2d_transpose, call.args, {
+        "strides": a["strides"], "padding": a["padding"], "output_padding": a["output_padding"],
+        "dilation": a["dilation"], "groups": a["groups"], "out_dtype": void_none(a.get("out_dtype"))},
+        "conv2d_transpose")
 
 
 def _group_norm(bb: BlockBuilder, call: rx.Call) -> rx.Expr:
@@ -151,6 +160,10 @@ for _n in (1, 2):
                 pattern=OpPattern.OUT_ELEMWISE_FUSABLE, legalize=_adaptive_avg_pool,
                 frontend=f"adaptive_avg_pool{_n}d", in_recipes=True,
                 doc=f"{_n}-D adaptive average pooling, {_lay} data (``torch.nn.AdaptiveAvgPool{_n}d``).")
+register_op("nn.conv2d_transpose", infer_conv2d_transpose,
+            ("strides", "padding", "output_padding", "dilation", "groups", "data_layout", "kernel_layout",
+             "out_layout", "out_dtype"), pattern=FUSABLE, legalize=_conv2d_transpose, frontend="conv2d_transpose",
+            in_recipes=True, doc="2-D transposed convolution, NCHW data, IOHW weight.")
 register_op("nn.group_norm", infer_group_norm, ("num_groups", "channel_axis", "axes", "epsilon", "center", "scale"),
             pattern=OpPattern.OPAQUE, legalize=_group_norm, frontend="group_norm", in_recipes=True,
             doc="Group normalisation (Wu & He 2018).")

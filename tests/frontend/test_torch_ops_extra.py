@@ -365,3 +365,39 @@ def test_einsum_errors_and_onnx():
     for n in (1, 3):
         a, b = rng.standard_normal((n, 2, 5, 4)).astype(np.float32), rng.standard_normal((n, 2, 6, 4)).astype(np.float32)
         np.testing.assert_allclose(vm["main"](a, b), sess.run(None, {"a": a, "b": b})[0], rtol=1e-5, atol=1e-5)
+
+
+class Deconv2d(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.up = nn.ConvTranspose2d(4, 6, 3, stride=2, padding=1, output_padding=1)
+        self.w = nn.Parameter(torch.randn(6, 2, 2, 3))
+
+    def forward(self, x):
+        return nn.functional.conv_transpose2d(self.up(x), self.w, stride=(1, 2), padding=(1, 0), groups=3,
+                                              dilation=(2, 1))
+
+
+def test_conv_transpose2d_matches_pytorch_and_onnxruntime():
+    torch.manual_seed(6)
+    model = Deconv2d().eval()
+    x = np.random.default_rng(16).standard_normal((2, 4, 5, 6)).astype(np.float32)
+    with torch.no_grad():
+        want = model(torch.from_numpy(x)).numpy()
+    for mod in (from_fx(torch.fx.symbolic_trace(model), [((2, 4, 5, 6), "float32")]),
+                from_exported_program(torch.export.export(model, (torch.from_numpy(x),)))):
+        np.testing.assert_allclose(runtime.VirtualMachine(build(mod))["main"](x), want, rtol=1e-4, atol=1e-4)
+    pytest.importorskip("onnx")
+    ort = pytest.importorskip("onnxruntime")
+    import io
+
+    import onnx
+
+    from builder.frontend import from_onnx
+
+    buf = io.BytesIO()
+    torch.onnx.export(model, (torch.from_numpy(x),), buf, input_names=["x"], output_names=["y"], opset_version=17,
+                      dynamo=False)
+    ref = ort.InferenceSession(buf.getvalue(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    got = runtime.VirtualMachine(build(from_onnx(onnx.load_from_string(buf.getvalue()))))["main"](x)
+    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)

@@ -721,3 +721,50 @@ def test_ccl_print_verify_and_legalize():
              '"runtime.disco.broadcast_from_worker0", (ccl_allreduce,), out_sinfo=R.Tensor((n, 4), dtype="float16"))')
     with pytest.raises(ValueError, match="op_type must be one of sum, prod, min, max, avg, got 'mean'"):
         export(lambda x: op.ccl_allreduce(x, "mean"), x=([4], "float32"))
+
+
+def conv_transpose2d_ref(x, w, b=None, stride=(1, 1), pad=(0, 0, 0, 0), out_pad=(0, 0), dil=(1, 1), groups=1):
+    """``torch.nn.functional.conv_transpose2d`` in float64 as a scatter: input pixel (i, j) adds
+    ``x * w[c, o, ky, kx]`` at ``(i*sH + ky*dH, j*sW + kx*dW)``; then the padding is cropped."""
+    x, w = x.astype(np.float64), w.astype(np.float64)
+    n, c, h, wd = x.shape
+    _, og, kh, kw = w.shape
+    cg = c // groups
+    fh = (h - 1) * stride[0] + dil[0] * (kh - 1) + 1 + out_pad[0]
+    fw = (wd - 1) * stride[1] + dil[1] * (kw - 1) + 1 + out_pad[1]
+    out = np.zeros((n, og * groups, fh, fw))
+    for g in range(groups):
+        for ky in range(kh):
+            for kx in range(kw):
+                contrib = np.einsum("nchw,co->nohw", x[:, g * cg:(g + 1) * cg], w[g * cg:(g + 1) * cg, :, ky, kx])
+                y0, x0 = ky * dil[0], kx * dil[1]
+                out[:, g * og:(g + 1) * og, y0:y0 + stride[0] * (h - 1) + 1:stride[0],
+                    x0:x0 + stride[1] * (wd - 1) + 1:stride[1]] += contrib
+    out = out[:, :, pad[0]:fh - pad[2], pad[1]:fw - pad[3]]
+    return out if b is None else out + b.astype(np.float64)[None, :, None, None]
+
+
+@pytest.mark.parametrize("kw", [
+    dict(stride=2, padding=1, output_padding=1),
+    dict(stride=(2, 3), padding=(0, 1, 1, 2), dilation=(1, 2), groups=2),
+    dict(stride=1, padding=0),
+])
+def test_conv2d_transpose_numeric_symbolic(kw):
+    groups = kw.get("groups", 1)
+    f = jit(lambda x, w, b: op.conv2d_transpose(x, w, b, **kw), x=(["n", 4, "h", "w"], "float32"),
+            w=([4, 6 // groups, 3, 2], "float32"), b=([6], "float32"))
+    w, b = rand(4, 6 // groups, 3, 2), rand(6)
+    p = kw.get("padding", 0)
+    pad = [p] * 4 if isinstance(p, int) else list(p)
+    stride = tuple(np.broadcast_to(kw.get("stride", 1), 2))
+    dil = tuple(np.broadcast_to(kw.get("dilation", 1), 2))
+    opad = tuple(np.broadcast_to(kw.get("output_padding", 0), 2))
+    for n, h, wd in ((1, 5, 4), (2, 3, 7)):
+        x = rand(n, 4, h, wd)
+        close(f(x, w, b), conv_transpose2d_ref(x, w, b, stride, pad, opad, dil, groups), atol=3e-5)
+
+
+def test_conv2d_transpose_checks_output_padding():
+    with pytest.raises(ValueError, match="output_padding"):
+        export(lambda x, w: op.conv2d_transpose(x, w, stride=2, output_padding=2), x=([1, 4, 5, 5], "float32"),
+               w=([4, 2, 3, 3], "float32"))

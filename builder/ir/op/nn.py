@@ -256,6 +256,35 @@ def infer_conv1d_transpose(call: Call) -> StructInfo:
     return TensorStructInfo((n, out_c, out_w), x.dtype if out_dtype in ("void", None) else out_dtype)
 
 
+def infer_conv2d_transpose(call: Call) -> StructInfo:
+    """``R.nn.conv2d_transpose``: NCHW data, IOHW weight (in, out / groups, kH, kW), TVM's 4-value padding
+    (top, left, bottom, right) and 2-value output_padding."""
+    x, w = _conv_operands(call, ("NCHW", "IOHW", "NCHW"))
+    a = call.attrs
+    groups = a["groups"]
+    n, c, h, wd = x.shape
+    ci, og, kh, kw = w.shape
+    if definitely_different(c, ci):
+        raise ValueError(f"R.nn.conv2d_transpose: data {fmt_shape(x.shape)} has {c} channels but weight "
+                         f"{fmt_shape(w.shape)} (in, out / groups, kH, kW) expects {ci}")
+    sc = static_int(c)
+    if sc is not None and sc % groups:
+        raise ValueError(f"R.nn.conv2d_transpose: {sc} input channels of data {fmt_shape(x.shape)} are not "
+                         f"divisible by groups={groups}")
+    s, d, op_, p = a["strides"], a["dilation"], a["output_padding"], a["padding"]
+    for i in range(2):
+        if not (op_[i] < s[i] or op_[i] < d[i]):
+            raise ValueError(f"R.nn.conv2d_transpose: output_padding {op_} must be smaller than the stride {s} "
+                             f"or the dilation {d}")
+    oh = conv_transpose_out_dim(h, kh, s[0], p[0], p[2], d[0], op_[0])
+    ow = conv_transpose_out_dim(wd, kw, s[1], p[1], p[3], d[1], op_[1])
+    check_positive_out(call, oh, "height", x)
+    check_positive_out(call, ow, "width", x)
+    out_c = normalize_dim(E.simplify(E.convert(og) * groups)) if not isinstance(og, int) else og * groups
+    out_dtype = a.get("out_dtype", "void")
+    return TensorStructInfo((n, out_c, oh, ow), x.dtype if out_dtype in ("void", None) else out_dtype)
+
+
 def infer_group_norm(call: Call) -> StructInfo:
     x = tensor_arg(call, 0, "data")
     if not E.is_float_dtype(x.dtype):

@@ -114,6 +114,35 @@ def conv1d_transpose(x: Tensor, weight: Tensor, bias: Tensor | None = None,
     return wrap_nested(out, name)
 
 
+def conv2d_transpose(x: Tensor, weight: Tensor, bias: Tensor | None = None,
+                     stride: int | Sequence[int] = 1, padding: int | Sequence[int] = 0,
+                     output_padding: int | Sequence[int] = 0, dilation: int | Sequence[int] = 1,
+                     groups: int = 1, name: str = "conv2d_transpose") -> Tensor:
+    """2-D transposed convolution, NCHW data and IOHW weight (``torch.nn.ConvTranspose2d``,
+    https://pytorch.org/docs/stable/generated/torch.nn.ConvTranspose2d.html)::
+
+        oH = (H - 1) * sH - top - bottom + dH * (kH - 1) + output_padding_h + 1     (likewise oW)
+
+    ``x`` (N, C, H, W), ``weight`` (C, O / groups, kH, kW) -> (N, O, oH, oW). ``padding``: an int,
+    ``(pH, pW)`` or ``(top, left, bottom, right)``; ``stride`` / ``output_padding`` / ``dilation``: an
+    int or ``(h, w)``. ``bias`` (O,) is added through a reshape to (1, O, 1, 1). Raises ValueError for
+    mismatched channels, a non-divisible ``groups`` or an ``output_padding`` not smaller than the
+    stride or the dilation.
+    """
+    op = "conv2d_transpose"
+    pads = list(padding) if isinstance(padding, (list, tuple)) else [padding]
+    pads = pads * 2 if len(pads) == 2 else pads
+    out: rx.Expr = op_call("nn.conv2d_transpose", [x._expr, weight._expr],
+                           strides=int_list(stride, 2, "stride", op), padding=int_list(pads, 4, "padding", op),
+                           output_padding=int_list(output_padding, 2, "output_padding", op),
+                           dilation=int_list(dilation, 2, "dilation", op), groups=int(groups),
+                           data_layout="NCHW", kernel_layout="IOHW", out_layout="NCHW", out_dtype="void")
+    if bias is not None:
+        shape = resolve_reshape(tuple(bias.shape), [1, -1, 1, 1])
+        out = op_call("add", [out, op_call("reshape", [bias._expr, rx.ShapeExpr(shape)])])
+    return wrap_nested(out, name)
+
+
 def _conv2d_padding(padding, weight: Tensor, dilation: list[int], strides: list[int]) -> list[int]:
     """TVM's 4-value padding ``[top, left, bottom, right]`` from an int, ``(pH, pW)``, 4 ints, or
     PyTorch's ``"valid"`` / ``"same"`` (stride 1; the odd extra pad goes bottom / right)."""

@@ -15,7 +15,7 @@ from ..tensor import Tensor
 from .common import accumulator_dtype, cast_value, output_dtype, two_stage_compute
 
 __all__ = ["conv1d", "conv1d_im2col", "conv1d_transpose", "conv1d_transpose_col2im", "conv2d", "conv2d_im2col",
-           "depthwise_conv2d_nhwc"]
+           "conv2d_transpose", "depthwise_conv2d_nhwc"]
 
 
 def _one(v, what: str) -> int:
@@ -257,6 +257,64 @@ def conv1d_transpose(x: Tensor, w: Tensor, strides=1, padding=0, output_padding=
         return _te.sum(tir.if_then_else(tir.all(*conds), v, E.const(0, acc)), axis=[rc, rk])
 
     return two_stage_compute((n, out_c, out_w), fbody, acc, odt, "conv1d_transpose_ncw")
+
+
+def conv2d_transpose(x: Tensor, w: Tensor, strides=1, padding=0, output_padding=0, dilation=1,
+                     groups: int = 1, out_dtype: str | None = None) -> Tensor:
+    """2-D transposed convolution, NCHW data and IOHW weight (``torch.nn.ConvTranspose2d``,
+    https://pytorch.org/docs/stable/generated/torch.nn.ConvTranspose2d.html): :func:`conv1d_transpose`'s
+    gather over the input per spatial dim::
+
+        out[n, g*Og + o, y, x] = sum_{c, ky, kx} x[n, g*Cg + c, qy, qx] * w[g*Cg + c, o, ky, kx]
+            where y + top - ky*dH = qy*sH, x + left - kx*dW = qx*sW, 0 <= qy < H, 0 <= qx < W
+        oH = (H - 1)*sH - top - bottom + dH*(kH - 1) + output_padding_h + 1      (likewise oW)
+
+    ``padding``: an int, ``(pH, pW)`` or ``(top, left, bottom, right)``; ``strides`` / ``dilation`` /
+    ``output_padding``: an int or ``(h, w)``. Precision as :func:`conv2d`. Raises ValueError for non-4-D
+    operands, mismatched channels or invalid attributes."""
+    if x.ndim != 4 or w.ndim != 4:
+        raise ValueError(f"conv2d_transpose: data and weight must be 4-D (NCHW / IOHW), got "
+                         f"{fmt_shape(x.shape)} and {fmt_shape(w.shape)}")
+    (sh, sw), (dh, dw), (pt, pl, pb, pr) = _conv2d_params(strides, padding, dilation, "conv2d_transpose")
+    oph, opw = _int_list(output_padding, 2, "output_padding", "conv2d_transpose")
+    g = int(groups)
+    if g < 1 or builtins.min(oph, opw) < 0:
+        raise ValueError(f"conv2d_transpose: invalid groups={groups} output_padding={output_padding}")
+    n, c, h, wd = x.shape
+    ci, og, kh, kw = w.shape
+    sc, sci = static_int(c), static_int(ci)
+    if sc is not None and sci is not None and sc != sci:
+        raise ValueError(f"conv2d_transpose: data {fmt_shape(x.shape)} has {sc} channels but weight "
+                         f"{fmt_shape(w.shape)} expects {sci}")
+    if sc is not None and sc % g:
+        raise ValueError(f"conv2d_transpose: {sc} input channels are not divisible by groups={g}")
+    cg = E.simplify(c // g) if g > 1 else c
+    out_c = E.simplify(og * g)
+    oh = E.simplify((h - 1) * sh + (kh - 1) * dh + (oph + 1 - pt - pb))
+    ow = E.simplify((wd - 1) * sw + (kw - 1) * dw + (opw + 1 - pl - pr))
+    in_dtype = promote_dtype(x.dtype, w.dtype)
+    odt = output_dtype(in_dtype, out_dtype)
+    acc = accumulator_dtype(in_dtype, odt)
+
+    def source(t, lo, r, d, s, size):
+        num = E.simplify(t + lo - (r * d if d != 1 else r))
+        if s == 1:
+            return num, [E.GE(num, E.IntImm(0, "int64")), E.LT(num, size)]
+        q = num // s
+        return q, [E.GE(num, E.IntImm(0, "int64")), E.EQ(num % s, E.IntImm(0, "int64")), E.LT(q, size)]
+
+    def fbody(nn, oc, yy, xx):
+        rc = _te.reduce_axis((0, cg), name="rc")
+        ry = _te.reduce_axis((0, kh), name="ry")
+        rx = _te.reduce_axis((0, kw), name="rx")
+        qy, cy = source(yy, pt, ry.var, dh, sh, h)
+        qx, cx = source(xx, pl, rx.var, dw, sw, wd)
+        chan = rc.var if g == 1 else (oc // og) * cg + rc.var
+        oc_l = oc if g == 1 else oc % og
+        v = cast_value(x[nn, chan, qy, qx], acc) * cast_value(w[chan, oc_l, ry.var, rx.var], acc)
+        return _te.sum(tir.if_then_else(tir.all(*(cy + cx)), v, E.const(0, acc)), axis=[rc, ry, rx])
+
+    return two_stage_compute((n, out_c, oh, ow), fbody, acc, odt, "conv2d_transpose_nchw")
 
 
 def conv1d_im2col(x: Tensor, kernel_size: int, strides=1, padding=0, dilation=1,
