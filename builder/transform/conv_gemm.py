@@ -51,8 +51,10 @@ transposes nothing uses are removed (dead code elimination). A pointwise convolu
 stride 1, no padding) of an input with an NWC twin needs no columns at all: the twin is the GEMM's
 input.
 
-**ConvTranspose1D** (``R.nn.conv1d_transpose``, groups 1): a GEMM producing the columns, then the
-overlap-add (col2im; Caffe's ``Deconvolution``, PyTorch's ``slow_conv_transpose1d``)::
+**ConvTranspose1D / 2D** (``R.nn.conv1d_transpose`` / ``conv2d_transpose``, groups 1): a GEMM producing
+the columns, then the overlap-add (col2im; Caffe's ``Deconvolution``, PyTorch's ``slow_conv_transpose1d``;
+2-D: the NHWC input times ``(C, O*kH*kW)``, :func:`builder.te.topi.conv2d_transpose_col2im`; 64 -> 32
+channels, 4 x 4 stride 2 at 32 x 32: 31.7 ms in the loops -> 1.1 ms, torch 0.39; Intel Xeon)::
 
     cols = matmul(permute_dims(x, [0, 2, 1]), permute_dims(transpose(reshape(w, (C, O * K)))))
     y = reshape(conv1d_transpose_col2im(cols), (N, O, W_out))
@@ -128,14 +130,14 @@ def _conv_operands(call: rx.Call):
     kernel's taps: ``kW`` or ``(kH, kW)``)."""
     x, w = call.args
     xs, ws, out = _tensor(x), _tensor(w), _tensor(call)
-    nd = 4 if call.op.name == "relax.nn.conv2d" else 3
+    nd = 4 if call.op.name in ("relax.nn.conv2d", "relax.nn.conv2d_transpose") else 3
     if xs is None or ws is None or out is None or xs.ndim != nd or ws.ndim != nd:
         return None
     if xs.dtype not in FLOATS or ws.dtype != xs.dtype or int(call.attrs.get("groups", 1)) != 1:
         return None
     if _void(call.attrs.get("out_dtype")) not in (None, xs.dtype, "float32"):
         return None
-    c = static_int(ws.shape[0] if call.op.name == "relax.nn.conv1d_transpose" else ws.shape[1])
+    c = static_int(ws.shape[0] if call.op.name.endswith("_transpose") else ws.shape[1])
     ks = [static_int(d) for d in ws.shape[2:]]
     if c is None or any(k is None for k in ks):
         return None
@@ -191,6 +193,8 @@ class _Rewriter:
                 done = self.conv2d(b.var, call)
             elif name == "relax.nn.conv1d_transpose":
                 done = self.conv1d_transpose(b.var, call)
+            elif name == "relax.nn.conv2d_transpose":
+                done = self.conv2d_transpose(b.var, call)
             elif name in _POOLS:
                 done = self.pool(b.var, call)
             elif name == "relax.permute_dims" and _layout_swap(call):
@@ -386,6 +390,41 @@ class _Rewriter:
         self.bind_pending(var, cl)
         return True
 
+    def conv2d_transpose(self, var: rx.Var, call: rx.Call) -> bool:
+        """``conv2d_transpose`` (groups 1) as a GEMM of the NHWC input with the weight (C, O*kH*kW) into
+        float32 columns, then the overlap-add (:func:`builder.te.topi.conv2d_transpose_col2im`) into NCHW
+        (ConvTranspose1D's lowering per spatial dim; a constant weight's transpose is made at build
+        time)."""
+        got = _conv_operands(call)
+        if got is None:
+            return False
+        x, w, xs, ws, c, (kh, kw) = got
+        a = call.attrs
+        n, o, oh, ow = _tensor(call).shape
+        og = ws.shape[1]
+        odt = _void(a.get("out_dtype")) or xs.dtype
+        src = self.last[x] if x in self.last else self.emit(_op("permute_dims", [x], axes=list(_TO_LAST[4])),
+                                                             "deconv_x_nhwc")
+        wc = w if isinstance(w, rx.Constant) else self.consts.get(w)
+        if wc is not None:     # (O*kH*kW, C): the linear kernels' weight, made once
+            data = np.ascontiguousarray(wc.data.reshape(c, -1).T)
+            wt = self.emit(rx.Constant(data, wc.dtype), "deconv_weight_t")
+        else:
+            w2 = self.emit(_op("reshape", [w, rx.ShapeExpr([c, og * kh * kw])]), "deconv_weight")
+            wt = self.emit(_op("permute_dims", [w2], axes=[1, 0]), "deconv_weight_t")   # (O*K, C): a copy
+        wtt = self.emit(_op("permute_dims", [wt], axes=[1, 0]), "deconv_weight")
+        cols = self.emit(_op("matmul", [src, wtt], out_dtype="float32"), "deconv_cols")
+        try:
+            out = call_te(self.bb, topi.conv2d_transpose_col2im, (cols,),
+                          {"out_channels": og, "kernel_size": (kh, kw), "out_size": (oh, ow),
+                           "strides": tuple(a.get("strides", (1, 1))), "padding": tuple(a.get("padding", (0,) * 4)),
+                           "dilation": tuple(a.get("dilation", (1, 1))), "out_dtype": odt},
+                          "conv2d_transpose_col2im")
+        except ValueError:
+            return False
+        self.bind(var, out)
+        return True
+
     def swap(self, var: rx.Var, call: rx.Call) -> bool:
         """``permute_dims`` between channels-first and channels-last: the known other form, or a
         transpose whose result and operand are recorded as each other's forms."""
@@ -448,7 +487,8 @@ class ConvToGemm(FunctionPass):
             for b in block.bindings:
                 uses.update(rx.used_vars(b.value))
                 convs |= (isinstance(b.value, rx.Call) and isinstance(b.value.op, rx.Op)
-                          and b.value.op.name in ("relax.nn.conv1d", "relax.nn.conv2d", "relax.nn.conv1d_transpose"))
+                          and b.value.op.name in ("relax.nn.conv1d", "relax.nn.conv2d", "relax.nn.conv1d_transpose",
+                                                  "relax.nn.conv2d_transpose"))
         if not convs:
             return func
         uses.update(rx.used_vars(func.body.body))

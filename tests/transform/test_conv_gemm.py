@@ -6,6 +6,7 @@ from math import erf
 
 import numpy as np
 import pytest
+from helpers.conv_refs import conv2d_ref, conv_transpose2d_ref
 from helpers.functional import Fn, spec_of
 
 from builder.nn import op
@@ -249,22 +250,6 @@ def test_bfloat16_conv_and_conv_transpose_on_the_gemm_path():
 
 # --- Conv2D ---------------------------------------------------------------------------------------
 
-def conv2d_ref(x, w, b=None, stride=(1, 1), pad=(0, 0, 0, 0), dil=(1, 1)):
-    """``torch.nn.functional.conv2d`` (groups 1) in float64; ``pad`` = (top, left, bottom, right)."""
-    x, w = x.astype(np.float64), w.astype(np.float64)
-    xp = np.pad(x, ((0, 0), (0, 0), (pad[0], pad[2]), (pad[1], pad[3])))
-    _, _, kh, kw = w.shape
-    oh = (xp.shape[2] - dil[0] * (kh - 1) - 1) // stride[0] + 1
-    ow = (xp.shape[3] - dil[1] * (kw - 1) - 1) // stride[1] + 1
-    out = np.zeros((x.shape[0], w.shape[0], oh, ow))
-    for ky in range(kh):
-        for kx in range(kw):
-            win = xp[:, :, ky * dil[0]: ky * dil[0] + stride[0] * (oh - 1) + 1: stride[0],
-                     kx * dil[1]: kx * dil[1] + stride[1] * (ow - 1) + 1: stride[1]]
-            out += np.einsum("nchw,oc->nohw", win, w[:, :, ky, kx])
-    return out if b is None else out + b.astype(np.float64)[None, :, None, None]
-
-
 @pytest.mark.parametrize("k, stride, pad, dil", [
     ((1, 1), (1, 1), (0, 0, 0, 0), (1, 1)), ((3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),
     ((3, 2), (2, 1), (0, 1, 2, 0), (1, 2)), ((5, 5), (2, 2), (2, 2, 2, 2), (1, 1))])
@@ -393,3 +378,22 @@ def test_grouped_conv2d_one_gemm_per_group(groups, cin):
         want = np.concatenate([conv2d_ref(x[:, i * cg:(i + 1) * cg], w[i * og:(i + 1) * og], None, s, (1,) * 4)
                                for i in range(groups)], axis=1)
         np.testing.assert_allclose(f(x, w), np.maximum(want, 0), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("stride, pad, out_pad, dil", [((2, 2), (1, 1, 1, 1), (0, 0), (1, 1)),
+                                                      ((2, 3), (0, 1, 2, 0), (1, 2), (1, 1)),
+                                                      ((1, 1), (1, 0, 1, 0), (0, 0), (2, 1))])
+def test_conv2d_transpose_gemm_matches_float64_symbolic(stride, pad, out_pad, dil):
+    """ConvTranspose2D as a GEMM of the NHWC input into float32 columns and the 2-D overlap-add, on symbolic
+    sizes; the bias add stays a separate op."""
+    f, kernels = compile_fn(lambda x, w, b: op.conv2d_transpose(x, w, b, stride=stride, padding=list(pad),
+                                                                output_padding=out_pad, dilation=dil),
+                            x=(["n", 5, "h", "w"], "float32"), w=([5, 3, 3, 4], "float32"), b=([3], "float32"))
+    fam = families(kernels)
+    assert any(n.startswith("conv2d_transpose_col2im") for n in fam) and "conv2d_transpose" not in fam, fam
+    assert any(v.startswith("linear") for v in fam.values()), fam
+    w, b = rand(5, 3, 3, 4), rand(3)
+    for n, h, wd in ((1, 4, 6), (2, 7, 3)):
+        x = rand(n, 5, h, wd)
+        np.testing.assert_allclose(f(x, w, b), conv_transpose2d_ref(x, w, b, stride, pad, out_pad, dil),
+                                   rtol=1e-4, atol=1e-4)

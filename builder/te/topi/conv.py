@@ -15,7 +15,7 @@ from ..tensor import Tensor
 from .common import accumulator_dtype, cast_value, output_dtype, two_stage_compute
 
 __all__ = ["conv1d", "conv1d_im2col", "conv1d_transpose", "conv1d_transpose_col2im", "conv2d", "conv2d_im2col",
-           "conv2d_transpose", "depthwise_conv2d_nhwc"]
+           "conv2d_transpose", "conv2d_transpose_col2im", "depthwise_conv2d_nhwc"]
 
 
 def _one(v, what: str) -> int:
@@ -457,6 +457,54 @@ def depthwise_conv2d_nhwc(x: Tensor, w: Tensor, kernel_size, strides=1, padding=
         return _te.sum(v * cast_value(w[ry.var * kw + rx.var, cc], acc), axis=[ry, rx])
 
     return two_stage_compute((n, oh, ow, c), fbody, acc, odt, "depthwise_conv2d_nhwc")
+
+
+def conv2d_transpose_col2im(cols: Tensor, out_channels, kernel_size, out_size, strides=1, padding=0, dilation=1,
+                            out_dtype: str | None = None) -> Tensor:
+    """The overlap-add (col2im) that finishes a 2-D transposed convolution computed as a GEMM (groups 1;
+    :func:`conv1d_transpose_col2im` per spatial dim): with ``cols[n, qy, qx, (o*kH + ky)*kW + kx] =
+    sum_c x[n, c, qy, qx] * w[c, o, ky, kx]`` (``x_nhwc @ reshape(w, (C, O*kH*kW))``)::
+
+        out[n, o, y, x] = sum_{ky, kx} cols[n, qy, qx, (o*kH + ky)*kW + kx]
+            where y + top - ky*dH = qy*sH, x + left - kx*dW = qx*sW, inside the input
+
+    which is :func:`conv2d_transpose` (``out_size`` = ``(oH, oW)``, output padding included). ``cols``
+    float32 or the data's dtype; 16-bit floats sum in float32, converted to ``out_dtype`` (default ``cols``'
+    dtype) at the end. Returns (N, O, oH, oW). Raises ValueError for a non-4-D ``cols``, a last dim that is
+    not ``O * kH * kW`` or invalid attributes."""
+    if cols.ndim != 4:
+        raise ValueError(f"conv2d_transpose_col2im: cols must be 4-D (N, H, W, O*kH*kW), got {fmt_shape(cols.shape)}")
+    kh, kw = _int_list(kernel_size, 2, "kernel_size", "conv2d_transpose_col2im")
+    (sh, sw), (dh, dw), (pt, pl, _, _) = _conv2d_params(strides, padding, dilation, "conv2d_transpose_col2im")
+    n, h, wd, ok = cols.shape
+    o = E.convert(out_channels)
+    sok, so = static_int(ok), static_int(o)
+    if builtins.min(kh, kw) < 1 or (sok is not None and so is not None and sok != so * kh * kw):
+        raise ValueError(f"conv2d_transpose_col2im: cols {fmt_shape(cols.shape)} do not hold {out_channels} "
+                         f"channels x kernel {kernel_size}")
+    odt = output_dtype(cols.dtype, out_dtype)
+    acc = "float32" if cols.dtype in ("float16", "bfloat16", "float32") else cols.dtype
+    oh, ow = (E.convert(v) for v in out_size)
+
+    def source(t, lo, k, d, s, size):
+        num = E.simplify(t + (lo - k * d))
+        if s == 1:
+            return num, [E.GE(num, E.IntImm(0, "int64")), E.LT(num, size)]
+        q = num // s
+        return q, [E.GE(num, E.IntImm(0, "int64")), E.EQ(num % s, E.IntImm(0, "int64")), E.LT(q, size)]
+
+    def fbody(nn, oc, yy, xx):
+        total = None
+        for ky in range(kh):      # kH x kW terms, unrolled: the taps that land on (y, x)
+            qy, cy = source(yy, pt, ky, dh, sh, h)
+            for kx in range(kw):
+                qx, cx = source(xx, pl, kx, dw, sw, wd)
+                v = tir.if_then_else(tir.all(*(cy + cx)), cast_value(cols[nn, qy, qx, (oc * kh + ky) * kw + kx], acc),
+                                     E.const(0, acc))
+                total = v if total is None else total + v
+        return cast_value(total, odt)
+
+    return _te.compute((n, o, oh, ow), fbody, name="conv2d_transpose_col2im")
 
 
 def conv1d_transpose_col2im(cols: Tensor, out_channels, kernel_size: int, out_width, strides=1, padding=0,
