@@ -135,6 +135,7 @@ def test_batch_norm_in_training_mode_is_refused(resnet):
     resnet.eval()
 
 
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")     # torch.onnx's TorchScript exporter
 def test_resnet_from_onnx_matches_onnxruntime(resnet):
     onnx = pytest.importorskip("onnx")
     ort = pytest.importorskip("onnxruntime")

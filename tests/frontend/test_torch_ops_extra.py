@@ -378,6 +378,7 @@ class Deconv2d(nn.Module):
                                               dilation=(2, 1))
 
 
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")     # torch.onnx's TorchScript exporter
 def test_conv_transpose2d_matches_pytorch_and_onnxruntime():
     torch.manual_seed(6)
     model = Deconv2d().eval()
