@@ -952,6 +952,20 @@ def _logical(im, node, ins, at):
     return op.not_equal(t[0], t[1])
 
 
+@_register("IsInf")
+def _isinf(im, node, ins, at):
+    """``IsInf`` (``detect_positive`` / ``detect_negative``, both on by default); integers are never inf."""
+    _check_inputs(ins, node)
+    x = im.tensor(ins[0])
+    pos, neg = int(at.get("detect_positive", 1)), int(at.get("detect_negative", 1))
+    if not E.is_float_dtype(x.dtype) or not (pos or neg):
+        return op.not_equal(x, x) if not E.is_float_dtype(x.dtype) else op.less(x, float("-inf"))   # all False
+    big = op.greater(op.abs(x), float(np.finfo(np.float32).max) if x.dtype != "float64" else float(np.finfo(np.float64).max))
+    if pos and neg:
+        return big
+    return op.where(big, op.greater(x, 0.0) if pos else op.less(x, 0.0), big)
+
+
 @_register("IsNaN")
 def _isnan(im, node, ins, at):
     _check_inputs(ins, node)
@@ -978,11 +992,13 @@ def _where(im, node, ins, at):
     return op.where(im.tensor(c), im.tensor(x), im.tensor(y))
 
 
-@_register("Cast")
+@_register("Cast", "CastLike")
 def _cast(im, node, ins, at):
+    """``Cast`` to ``to``; ``CastLike`` to the dtype of its second input (opset 15+, what torch's exporters
+    write for a scalar's promotion)."""
     _check_inputs(ins, node)
     x = ins[0]
-    dtype = _np_dtype_name(int(at["to"]))
+    dtype = im.dtype_of(ins[1]) if node.op_type == "CastLike" else _np_dtype_name(int(at["to"]))
     if isinstance(x, np.ndarray):
         if x.dtype.kind == "f" and dtype != "bool" and np.dtype(dtype).kind in "iu":
             return np.trunc(x).astype(dtype)
@@ -1142,6 +1158,21 @@ def _clip(im, node, ins, at):
             raise ONNXImportError(f"a Clip bound must be a scalar of the input's dtype {t.dtype}")
         t = fn(t, b)
     return t
+
+
+@_register("GroupNormalization")
+def _group_norm_onnx(im, node, ins, at):
+    """``GroupNormalization`` (opset 21: ``scale`` / ``bias`` per channel; the per-group form of opset 18 is
+    deprecated and refused by the checker) as :func:`builder.nn.op.group_norm`."""
+    _check_inputs(ins, node)
+    x = im.tensor(ins[0])
+    if len(x.shape) < 3 or not isinstance(_simp(x.shape[1]), int):
+        raise ONNXImportError("GroupNormalization needs an (N, C, ...) input with a static channel count")
+    c, g = _simp(x.shape[1]), int(at.get("num_groups", 0))
+    if g < 1 or c % g:
+        raise ONNXImportError(f"num_groups={g} does not divide the {c} channels")
+    scale, bias = (im.tensor(v.astype(x.dtype) if isinstance(v, np.ndarray) else v) for v in ins[1:3])
+    return op.group_norm(x, g, scale, bias, eps=float(at.get("epsilon", 1e-5)))
 
 
 @_register("LayerNormalization")

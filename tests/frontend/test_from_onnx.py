@@ -508,3 +508,29 @@ def test_matmul_nbits_matches_onnxruntime(n, zero_points, level):
         want = sess.run(None, {"x": x})[0]
         tol = 3e-2 * float(np.abs(want).max()) if level == 4 else 2e-4
         np.testing.assert_allclose(vm["main"](x), want, rtol=0, atol=tol)
+
+
+def test_group_normalization_castlike_isinf():
+    """GroupNormalization (opset 21, per-channel scale / bias), CastLike and IsInf (both signs, positive
+    only) against onnxruntime."""
+    g, opset = 2, 21
+    scale, bias = rand(6), rand(6)
+    nodes = [helper.make_node("GroupNormalization", ["x", "sc", "bi"], ["gn"], num_groups=g, epsilon=1e-3),
+             helper.make_node("CastLike", ["k", "x"], ["kf"]), helper.make_node("Mul", ["gn", "kf"], ["y"]),
+             helper.make_node("IsInf", ["z"], ["inf"]), helper.make_node("IsInf", ["z"], ["pinf"], detect_negative=0)]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", F, ["n", 6, 5]),
+                                           helper.make_tensor_value_info("z", F, [4])],
+                              [helper.make_tensor_value_info("y", F, ["n", 6, 5]),
+                               helper.make_tensor_value_info("inf", TensorProto.BOOL, [4]),
+                               helper.make_tensor_value_info("pinf", TensorProto.BOOL, [4])],
+                              initializer=[numpy_helper.from_array(scale, "sc"), numpy_helper.from_array(bias, "bi"),
+                                           numpy_helper.from_array(np.array(3, np.int64), "k")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 10 if opset == 21 else 8
+    vm = runtime.VirtualMachine(build(from_onnx(model)))
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    z = np.array([np.inf, -np.inf, 1.0, np.nan], np.float32)
+    for n in (1, 3):
+        x = rand(n, 6, 5)
+        for got, want in zip(vm["main"](x, z), sess.run(None, {"x": x, "z": z})):
+            np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
