@@ -150,6 +150,224 @@ def einsum(t, equation, *operands):
     return op.einsum(equation, list(operands))
 
 
+# -- compositions of the op records (torch semantics); no record of their own --------------------------
+_LN2 = math.log(2.0)
+
+
+def flip(t, x, dims):
+    return op.flip(x, [norm_dim(d, x.ndim) for d in (dims if isinstance(dims, (list, tuple)) else [dims])])
+
+
+def roll(t, x, shifts, dims=None):
+    """``torch.roll``: elements shifted along ``dims`` (static shifts; the flattened tensor without dims)."""
+    shifts = list(shifts) if isinstance(shifts, (list, tuple)) else [shifts]
+    if dims is None or (isinstance(dims, (list, tuple)) and not dims):
+        flat = op.reshape(x, [-1])
+        return op.reshape(roll(t, flat, shifts[0], 0), list(x.shape))
+    dims = list(dims) if isinstance(dims, (list, tuple)) else [dims]
+    for s_, d in zip(shifts, dims):
+        d = norm_dim(d, x.ndim)
+        size, s_ = static(x.shape[d]), static(s_)
+        if s_ is None:
+            raise UnsupportedNodeError("roll by a symbolic shift")
+        if size is not None:
+            s_ %= size
+            if s_ == 0:
+                continue
+            x = op.concat([slice_(t, x, d, size - s_, None), slice_(t, x, d, 0, size - s_)], dim=d)
+        elif s_ != 0:       # a symbolic size: the last s (first -s) elements first, negative bounds from the end
+            x = op.concat([slice_(t, x, d, -s_, None), slice_(t, x, d, 0, -s_)], dim=d)
+    return x
+
+
+def logsumexp(t, x, dim, keepdim=False):
+    return op.logsumexp(x, _axes(x, dim), bool(keepdim))
+
+
+def vector_norm(t, x, ord=2, dim=None, keepdim=False, *, dtype=None):
+    """``torch.linalg.vector_norm`` (``ord`` 2, 1, inf, -inf, 0 or any other number)."""
+    axes = _axes(x, dim)
+    a = op.abs(x)
+    o = float(ord)
+    if o == 2:
+        return op.sqrt(op.sum(op.multiply(x, x), axis=axes, keepdims=bool(keepdim)))
+    if o == 1:
+        return op.sum(a, axis=axes, keepdims=bool(keepdim))
+    if math.isinf(o):
+        return (op.max if o > 0 else op.min)(a, axis=axes, keepdims=bool(keepdim))
+    if o == 0:
+        return op.sum(as_dtype(op.not_equal(x, 0.0), x.dtype), axis=axes, keepdims=bool(keepdim))
+    return op.power(op.sum(op.power(a, o), axis=axes, keepdims=bool(keepdim)), 1.0 / o)
+
+
+def outer(t, a, b):
+    return binary("multiply", op.unsqueeze(a, 1), op.unsqueeze(b, 0))
+
+
+def addcmul(t, x, t1, t2, *, value=1):
+    return binary("add", x, binary("multiply", binary("multiply", t1, t2), value))
+
+
+def addcdiv(t, x, t1, t2, *, value=1):
+    return binary("add", x, binary("multiply", binary("divide", t1, t2), value))
+
+
+def lerp(t, start, end, weight):
+    """``torch.lerp``: ``start + weight * (end - start)``."""
+    return binary("add", start, binary("multiply", binary("subtract", end, start), weight))
+
+
+def square(t, x):
+    return binary("multiply", x, x)
+
+
+def reciprocal(t, x):
+    return binary("divide", 1.0, x if is_float(x.dtype) else as_dtype(x, "float32"))
+
+
+def log1p(t, x):
+    """``log(1 + x)`` (not a dedicated log1p: for |x| < 1e-7 the result is x's float32 rounding of 1 + x)."""
+    return op.log(binary("add", x, 1.0))
+
+
+def expm1(t, x):
+    """``exp(x) - 1`` (not a dedicated expm1: absolute error about 1e-7 near 0)."""
+    return binary("subtract", op.exp(x), 1.0)
+
+
+def log2(t, x):
+    return binary("divide", op.log(x), _LN2)
+
+
+def exp2(t, x):
+    return op.exp(binary("multiply", x, _LN2))
+
+
+def sinh(t, x):
+    return binary("multiply", binary("subtract", op.exp(x), op.exp(op.negative(x))), 0.5)
+
+
+def cosh(t, x):
+    return binary("multiply", binary("add", op.exp(x), op.exp(op.negative(x))), 0.5)
+
+
+def isnan(t, x):
+    return op.not_equal(x, x)
+
+
+def isinf(t, x):
+    return op.equal(op.abs(x), float("inf")) if is_float(x.dtype) else op.not_equal(x, x)
+
+
+def isfinite(t, x):
+    return op.less(op.abs(x), float("inf")) if is_float(x.dtype) else op.equal(x, x)
+
+
+def nan_to_num(t, x, nan=0.0, posinf=None, neginf=None):
+    """``torch.nan_to_num``: NaN -> ``nan``, +-inf -> ``posinf`` / ``neginf`` (default: the dtype's
+    largest / lowest finite values)."""
+    if not is_float(x.dtype):
+        return x
+    info = np.finfo(np.float16 if x.dtype == "float16" else np.float64 if x.dtype == "float64" else np.float32)
+    hi = float(info.max) if posinf is None else float(posinf)
+    lo = float(info.min) if neginf is None else float(neginf)
+    y = op.where(op.equal(x, float("inf")), hi, x)
+    y = op.where(op.equal(x, float("-inf")), lo, y)
+    return op.where(op.not_equal(x, x), float(nan), y)
+
+
+def _any_all(kind: str):
+    def run(t, x, dim=None, keepdim=False):
+        v = as_dtype(x if x.dtype == "bool" else op.not_equal(x, 0), "int32")
+        r = (op.max if kind == "any" else op.min)(v, axis=_axes(x, dim), keepdims=bool(keepdim))
+        return op.not_equal(r, 0)
+    run.__name__ = kind
+    return run
+
+
+def std_mean(t, x, dim=None, unbiased=None, keepdim=False, *, correction=None):
+    return std(t, x, dim, unbiased, keepdim, correction=correction), _reduce("mean")(t, x, dim, keepdim)
+
+
+def var_mean(t, x, dim=None, unbiased=None, keepdim=False, *, correction=None):
+    return var(t, x, dim, unbiased, keepdim, correction=correction), _reduce("mean")(t, x, dim, keepdim)
+
+
+def cosine_similarity(t, x1, x2, dim=1, eps=1e-8):
+    """``F.cosine_similarity``: ``sum(x1 * x2) / max(||x1|| * ||x2||, eps)`` along ``dim``."""
+    d = norm_dim(dim, max(x1.ndim, x2.ndim))
+    dot = op.sum(binary("multiply", x1, x2), axis=[d])
+    n1 = op.sum(op.multiply(x1, x1), axis=[norm_dim(dim, x1.ndim)])
+    n2 = op.sum(op.multiply(x2, x2), axis=[norm_dim(dim, x2.ndim)])
+    return binary("divide", dot, op.maximum(op.sqrt(binary("multiply", n1, n2)), to_tensor(float(eps), dot.dtype)))
+
+
+def cdist(t, x1, x2, p=2.0, compute_mode=None):
+    """``torch.cdist`` (p = 2: Euclidean; 1; inf; other p) of (..., P, M) and (..., R, M) -> (..., P, R),
+    by broadcasting the differences (P x R x M values)."""
+    diff = op.abs(binary("subtract", op.unsqueeze(x1, x1.ndim - 1), op.unsqueeze(x2, x2.ndim - 2)))
+    return vector_norm(t, diff, p, -1, False)
+
+
+def log_sigmoid(t, x):
+    """``F.logsigmoid``: ``min(x, 0) - log(1 + exp(-|x|))`` (no overflow)."""
+    return binary("subtract", op.minimum(x, to_tensor(0.0, x.dtype)), op.log(binary("add", op.exp(op.negative(op.abs(x))), 1.0)))
+
+
+def rrelu(t, x, lower=1.0 / 8, upper=1.0 / 3, training=False, inplace=False):
+    """``F.rrelu`` in eval mode: a leaky ReLU with the mean slope ``(lower + upper) / 2``."""
+    if training:
+        raise UnsupportedNodeError("rrelu in training mode (random slopes)")
+    return op.leaky_relu(x, (float(lower) + float(upper)) / 2)
+
+
+def one_hot(t, x, num_classes=-1):
+    """``F.one_hot`` with a given ``num_classes`` (int64 result)."""
+    if int(num_classes) < 1:
+        raise UnsupportedNodeError("one_hot without num_classes (the size would depend on the data)")
+    classes = op.arange(0, int(num_classes), 1, dtype=x.dtype)
+    return as_dtype(op.equal(op.unsqueeze(x, x.ndim), classes), "int64")
+
+
+def bucketize(t, x, boundaries, *, out_int32=False, right=False):
+    """``torch.bucketize``: per value, how many boundaries are below it (``<=`` with ``right``)."""
+    cmp = op.greater_equal if right else op.greater
+    hits = as_dtype(cmp(op.unsqueeze(x, x.ndim), boundaries), "int32" if out_int32 else "int64")
+    return op.sum(hits, axis=[x.ndim])
+
+
+def normalize(t, x, p=2.0, dim=1, eps=1e-12, out=None):
+    """``F.normalize`` (:func:`builder.nn.op.normalize`)."""
+    return op.normalize(x, float(p), norm_dim(dim, x.ndim), float(eps))
+
+
+def softmin(t, x, dim=None, _stacklevel=3, dtype=None):
+    return softmax(t, op.negative(x), dim if dim is not None else -1, dtype)
+
+
+def tanhshrink(t, x):
+    return binary("subtract", x, op.tanh(x))
+
+
+def new_tensor(t, x, data, *, dtype=None, **_):
+    """``Tensor.new_tensor(data)``: a constant of ``data`` in ``x``'s dtype (or ``dtype``)."""
+    return to_tensor(np.asarray(data), _dtype_or(dtype, x.dtype))
+
+
+def hardshrink(t, x, lambd=0.5):
+    return op.where(op.greater(op.abs(x), float(lambd)), x, to_tensor(0.0, x.dtype))
+
+
+def softshrink(t, x, lambd=0.5):
+    l_ = float(lambd)
+    return op.where(op.greater(x, l_), binary("subtract", x, l_),
+                    op.where(op.less(x, -l_), binary("add", x, l_), to_tensor(0.0, x.dtype)))
+
+
+def threshold(t, x, threshold_, value, inplace=False):
+    return op.where(op.greater(x, float(threshold_)), x, to_tensor(float(value), x.dtype))
+
+
 def copy_(t, dst, src, non_blocking=False):
     """``Tensor.copy_`` / ``aten.copy_``: ``src`` broadcast to ``dst``'s shape, in ``dst``'s dtype."""
     src = to_tensor(src, dst.dtype)
@@ -1709,7 +1927,15 @@ TORCH_OPS: dict[str, Callable] = {
     "adaptive_avg_pool1d": adaptive_avg_pool(1), "adaptive_avg_pool2d": adaptive_avg_pool(2),
     "batch_norm": batch_norm, "interpolate": interpolate, "instance_norm": instance_norm,
     "pixel_shuffle": pixel_shuffle, "pixel_unshuffle": pixel_unshuffle, "gather": gather,
-    "_weight_norm": weight_norm, "einsum": einsum,
+    "_weight_norm": weight_norm, "einsum": einsum, "flip": flip, "roll": roll, "logsumexp": logsumexp,
+    "linalg_vector_norm": vector_norm, "outer": outer, "ger": outer, "addcmul": addcmul, "addcdiv": addcdiv, "lerp": lerp,
+    "square": square, "reciprocal": reciprocal, "log1p": log1p, "expm1": expm1, "log2": log2, "exp2": exp2,
+    "sinh": sinh, "cosh": cosh, "isnan": isnan, "isinf": isinf, "isfinite": isfinite, "nan_to_num": nan_to_num,
+    "any": _any_all("any"), "all": _any_all("all"), "std_mean": std_mean, "var_mean": var_mean,
+    "cosine_similarity": cosine_similarity, "cdist": cdist, "log_sigmoid": log_sigmoid, "logsigmoid": log_sigmoid,
+    "rrelu": rrelu, "one_hot": one_hot, "bucketize": bucketize, "hardshrink": hardshrink, "softshrink": softshrink,
+    "threshold": threshold, "sgn": _float_unary("sign"), "normalize": normalize, "softmin": softmin,
+    "tanhshrink": tanhshrink, "new_tensor": new_tensor,
     "take_along_dim": lambda t, x, indices, dim=None: gather(t, x, dim, indices),
     "view": view, "reshape": reshape, "permute": permute, "transpose": transpose, "t": t_,
     "unsqueeze": unsqueeze, "squeeze": squeeze, "flatten": flatten, "unflatten": unflatten,

@@ -303,6 +303,10 @@ def default_call_function_map() -> dict:
         F.elu: o["elu"], F.selu: o["selu"], F.celu: o["celu"], F.softplus: o["softplus"], F.softsign: o["softsign"],
         F.mish: o["mish"], F.prelu: o["prelu"], F.glu: o["glu"], F.instance_norm: o["instance_norm"],
         F.pixel_shuffle: o["pixel_shuffle"], F.pixel_unshuffle: o["pixel_unshuffle"],
+        F.cosine_similarity: o["cosine_similarity"], F.logsigmoid: o["log_sigmoid"], F.one_hot: o["one_hot"],
+        F.hardshrink: o["hardshrink"], F.softshrink: o["softshrink"], F.threshold: o["threshold"], F.rrelu: o["rrelu"],
+        torch.linalg.vector_norm: o["linalg_vector_norm"], F.normalize: o["normalize"], F.softmin: o["softmin"],
+        F.tanhshrink: o["tanhshrink"],
         F.relu: o["relu"], F.gelu: o["gelu"], F.silu: o["silu"], F.dropout: o["dropout"],
         F.softmax: o["softmax"], F.log_softmax: o["log_softmax"], F.pad: o["pad"],
         F.scaled_dot_product_attention: o["scaled_dot_product_attention"],
@@ -322,7 +326,10 @@ def default_call_function_map() -> dict:
                  "index_select", "numel", "arange", "full", "ones", "zeros", "full_like", "ones_like",
                  "zeros_like", "tril", "triu", "dropout", "rsub", "max", "min", "argmax", "argmin", "floor", "ceil",
                  "round", "trunc", "sign", "floor_divide", "remainder", "tile", "repeat_interleave", "clamp_min",
-                 "clamp_max", "gather", "take_along_dim", "einsum"):
+                 "clamp_max", "gather", "take_along_dim", "einsum", "flip", "roll", "logsumexp", "outer", "ger",
+                 "addcmul", "addcdiv", "lerp", "square", "reciprocal", "log1p", "expm1", "log2", "exp2", "sinh",
+                 "cosh", "isnan", "isinf", "isfinite", "nan_to_num", "any", "all", "std_mean", "var_mean",
+                 "cosine_similarity", "cdist", "bucketize", "sgn"):
         fn = getattr(torch, name, None)
         if fn is not None:
             m[fn] = o[name]
@@ -346,7 +353,9 @@ def default_call_method_map() -> dict:
         "to", "type_as", "float", "half", "bfloat16", "double", "int", "long", "bool", "contiguous",
         "clone", "detach", "cumsum", "max", "min", "argmax", "argmin", "floor", "ceil", "round", "trunc", "sign",
         "floor_divide", "remainder", "repeat", "tile", "repeat_interleave", "clamp_min", "clamp_max", "gather", "fill",
-        "take_along_dim")}
+        "take_along_dim", "flip", "roll", "logsumexp", "outer", "addcmul", "addcdiv", "lerp", "square", "reciprocal",
+        "log1p", "expm1", "log2", "exp2", "sinh", "cosh", "isnan", "isinf", "isfinite", "nan_to_num", "any", "all",
+        "sgn", "new_tensor")}
     m.update({"__getitem__": o["getitem"], "type": _method_type, "copy_": C.copy_,
               "where": lambda t, x, cond, other: C.where(t, cond, x, other)})
     return m

@@ -1215,16 +1215,8 @@ _REDUCE = {"ReduceMean": (op.mean, np.mean), "ReduceSum": (op.sum, np.sum), "Red
                         lambda x, axis, keepdims: np.sum(np.abs(x), axis=axis, keepdims=keepdims)),
            "ReduceL2": (lambda x, axis, keepdims: op.sqrt(op.sum(op.multiply(x, x), axis=axis, keepdims=keepdims)),
                         lambda x, axis, keepdims: np.sqrt(np.sum(x * x, axis=axis, keepdims=keepdims))),
-           "ReduceLogSumExp": (lambda x, axis, keepdims: _logsumexp(x, axis, keepdims),
+           "ReduceLogSumExp": (lambda x, axis, keepdims: op.logsumexp(x, axis, keepdims),
                                lambda x, axis, keepdims: np.log(np.sum(np.exp(x), axis=axis, keepdims=keepdims)))}
-
-
-def _logsumexp(x, axis, keepdims):
-    """``log(sum(exp(x)))`` shifted by the max (finite where exp overflows)."""
-    m = op.max(x, axis=axis, keepdims=True)
-    s = op.log(op.sum(op.exp(op.subtract(x, m)), axis=axis, keepdims=True))
-    out = op.add(s, m)
-    return out if keepdims else op.squeeze(out, axis)
 
 
 @_register(*_REDUCE)

@@ -114,6 +114,24 @@ def repeat(x: Tensor, repeats: int, axis: int | None = None, name: str = "repeat
                              axis=None if axis is None else int(axis)), name)
 
 
+def flip(x: Tensor, axis: int | Sequence[int], name: str = "flip") -> Tensor:
+    """``x`` reversed along ``axis`` (``numpy.flip`` / ``torch.flip``, TVM's ``R.flip``): per axis a
+    ``take`` of the indices ``d - 1 .. 0`` (``arange``, so symbolic dims work). Raises ValueError for an
+    axis out of range."""
+    from .creation import arange
+
+    axes = [axis] if isinstance(axis, (int, np.integer)) else list(axis)
+    out = x
+    for a in axes:
+        a = int(a) % x.ndim if -x.ndim <= int(a) < x.ndim else None
+        if a is None:
+            raise ValueError(f"flip: axis {axis} is out of range for a {x.ndim}-D tensor")
+        d = x.shape[a]
+        idx = arange(d - 1 if isinstance(d, int) else E.simplify(d - 1), -1, -1, dtype="int64")
+        out = take(out, idx, axis=a, name=name)
+    return out
+
+
 def tile(x: Tensor, repeats: Sequence[int], name: str = "tile") -> Tensor:
     """``x`` repeated as a block ``repeats[i]`` times along each dim (``numpy.tile``, ``torch.tile``,
     TVM's ``R.tile``); more repeats than dims add leading dims, fewer are padded with ones on the left.

@@ -1,5 +1,5 @@
 """Reductions along axes: ``sum``, ``mean``, ``max``, ``min`` (``prod``), ``argmax``, ``argmin``,
-``cumsum``."""
+``cumsum``, and the composite ``logsumexp``."""
 from __future__ import annotations
 
 from typing import Sequence
@@ -74,3 +74,16 @@ def cumsum(data: Tensor, axis: int | None = None, dtype: str | None = None,
         raise TypeError(f"cumsum: unknown dtype '{dtype}'; valid dtypes: {', '.join(DTYPES)}")
     return wrap_nested(op_call("cumsum", [data._expr], axis=None if axis is None else int(axis),
                              dtype=dtype or "void", exclusive=exclusive), name)
+
+
+def logsumexp(x: Tensor, axis: int | Sequence[int], keepdims: bool = False, name: str = "logsumexp") -> Tensor:
+    """``log(sum(exp(x), axis))`` shifted by the maximum (``torch.logsumexp``, ONNX ``ReduceLogSumExp``):
+    ``m + log(sum(exp(x - m)))`` with ``m = max(x, axis)``, finite where ``exp`` overflows (all ``-inf``
+    gives NaN, as ``m - m``). Float ``x``; raises ValueError for an axis out of range."""
+    m = max(x, axis=axis, keepdims=True)
+    shifted = wrap_nested(op_call("subtract", [x._expr, m._expr]), "shifted")
+    s = sum(wrap_nested(op_call("exp", [shifted._expr]), "exp"), axis=axis, keepdims=True)
+    out = wrap_nested(op_call("add", [op_call("log", [s._expr]), m._expr]), name)
+    if keepdims:
+        return out
+    return wrap_nested(op_call("squeeze", [out._expr], axis=axis_list(axis)), name)
