@@ -37,12 +37,12 @@ def _conv2d(bb: BlockBuilder, call: rx.Call) -> rx.Expr:
         "out_dtype": void_none(a.get("out_dtype"))}, "conv2d")
 
 
-def _conv1d_transpose(bb: BlockBuilder, call: rx.Call) -> rx.Expr:
+def _conv_transpose(bb: BlockBuilder, call: rx.Call) -> rx.Expr:
     a = call.attrs
-    return call_te(bb, topi.conv1d_transpose, call.args, {
+    name = call.op.name.removeprefix("relax.nn.")
+    return call_te(bb, getattr(topi, name), call.args, {
         "strides": a["strides"], "padding": a["padding"], "output_padding": a["output_padding"],
-        "dilation": a["dilation"], "groups": a["groups"], "out_dtype": void_none(a.get("out_dtype"))},
-        "conv1d_transpose")
+        "dilation": a["dilation"], "groups": a["groups"], "out_dtype": void_none(a.get("out_dtype"))}, name)
 
 
 def _pool(bb: BlockBuilder, call: rx.Call) -> rx.Expr:
@@ -61,14 +61,6 @@ def _adaptive_avg_pool(bb: BlockBuilder, call: rx.Call) -> rx.Expr:
     sizes = [None] * nsp if sizes is None else list(sizes)
     return call_te(bb, topi.adaptive_avg_pool, (call.args[0],), {"output_size": sizes, "layout": call.attrs.get("layout")},
                    "adaptive_avg_pool")
-
-
-def _conv2d_transpose(bb: BlockBuilder, call: rx.Call) -> rx.Expr:
-    a = call.attrs
-    return call_te(bb, topi.conv2d_transpose, call.args, {
-        "strides": a["strides"], "padding": a["padding"], "output_padding": a["output_padding"],
-        "dilation": a["dilation"], "groups": a["groups"], "out_dtype": void_none(a.get("out_dtype"))},
-        "conv2d_transpose")
 
 
 def _group_norm(bb: BlockBuilder, call: rx.Call) -> rx.Expr:
@@ -144,7 +136,7 @@ register_op("nn.conv2d", infer_conv2d, ("strides", "padding", "dilation", "group
             frontend="conv2d", in_recipes=True, doc="2-D convolution, NCHW data, OIHW weight.")
 register_op("nn.conv1d_transpose", infer_conv1d_transpose,
             ("strides", "padding", "output_padding", "dilation", "groups", "data_layout", "kernel_layout",
-             "out_layout", "out_dtype"), pattern=FUSABLE, legalize=_conv1d_transpose, frontend="conv1d_transpose", in_recipes=True,
+             "out_layout", "out_dtype"), pattern=FUSABLE, legalize=_conv_transpose, frontend="conv1d_transpose", in_recipes=True,
             doc="1-D transposed convolution, NCW data, IOW weight.")
 _POOL_ATTRS = ("pool_size", "strides", "padding", "dilation", "ceil_mode", "count_include_pad", "layout",
                "out_layout")
@@ -162,7 +154,7 @@ for _n in (1, 2):
                 doc=f"{_n}-D adaptive average pooling, {_lay} data (``torch.nn.AdaptiveAvgPool{_n}d``).")
 register_op("nn.conv2d_transpose", infer_conv2d_transpose,
             ("strides", "padding", "output_padding", "dilation", "groups", "data_layout", "kernel_layout",
-             "out_layout", "out_dtype"), pattern=FUSABLE, legalize=_conv2d_transpose, frontend="conv2d_transpose",
+             "out_layout", "out_dtype"), pattern=FUSABLE, legalize=_conv_transpose, frontend="conv2d_transpose",
             in_recipes=True, doc="2-D transposed convolution, NCHW data, IOHW weight.")
 register_op("nn.group_norm", infer_group_norm, ("num_groups", "channel_axis", "axes", "epsilon", "center", "scale"),
             pattern=OpPattern.OPAQUE, legalize=_group_norm, frontend="group_norm", in_recipes=True,

@@ -232,26 +232,34 @@ def conv_transpose_out_dim(size, kernel, stride: int, pad_lo: int, pad_hi: int, 
     return normalize_dim(E.simplify(e))
 
 
+def _transpose_out_channels(call: Call, x: TensorStructInfo, w: TensorStructInfo):
+    """The output channels ``O / groups * groups`` of a transposed convolution, after checking the data's
+    channels against the weight's (in, out / groups, ...) and ``groups``."""
+    name = "R." + call.op.name.removeprefix("relax.")
+    groups = call.attrs["groups"]
+    c, ci, og = x.shape[1], w.shape[0], w.shape[1]
+    if definitely_different(c, ci):
+        raise ValueError(f"{name}: data {fmt_shape(x.shape)} has {c} channels but weight {fmt_shape(w.shape)} "
+                         f"(in, out / groups, ...) expects {ci}")
+    sc = static_int(c)
+    if sc is not None and sc % groups:
+        raise ValueError(f"{name}: {sc} input channels of data {fmt_shape(x.shape)} are not divisible by "
+                         f"groups={groups}")
+    return normalize_dim(E.simplify(E.convert(og) * groups)) if not isinstance(og, int) else og * groups
+
+
 def infer_conv1d_transpose(call: Call) -> StructInfo:
     x, w = _conv_operands(call, ("NCW", "IOW", "NCW"))
     a = call.attrs
-    groups = a["groups"]
-    n, c, width = x.shape
-    ci, og, k = w.shape
-    if definitely_different(c, ci):
-        raise ValueError(f"R.nn.conv1d_transpose: data {fmt_shape(x.shape)} has {c} channels but "
-                         f"weight {fmt_shape(w.shape)} (in, out / groups, k) expects {ci}")
-    sc = static_int(c)
-    if sc is not None and sc % groups:
-        raise ValueError(f"R.nn.conv1d_transpose: {sc} input channels of data "
-                         f"{fmt_shape(x.shape)} are not divisible by groups={groups}")
+    n, width = x.shape[0], x.shape[2]
+    k = w.shape[2]
+    out_c = _transpose_out_channels(call, x, w)
     (s,), (d,), (op_,) = a["strides"], a["dilation"], a["output_padding"]
     if not (op_ < s or op_ < d):
         raise ValueError(f"R.nn.conv1d_transpose: output_padding {op_} must be smaller than the "
                          f"stride {s} or the dilation {d}")
     out_w = conv_transpose_out_dim(width, k, s, a["padding"][0], a["padding"][1], d, op_)
     check_positive_out(call, out_w, "width", x)
-    out_c = normalize_dim(E.simplify(E.convert(og) * groups)) if not isinstance(og, int) else og * groups
     out_dtype = a.get("out_dtype", "void")
     return TensorStructInfo((n, out_c, out_w), x.dtype if out_dtype in ("void", None) else out_dtype)
 
@@ -261,16 +269,9 @@ def infer_conv2d_transpose(call: Call) -> StructInfo:
     (top, left, bottom, right) and 2-value output_padding."""
     x, w = _conv_operands(call, ("NCHW", "IOHW", "NCHW"))
     a = call.attrs
-    groups = a["groups"]
-    n, c, h, wd = x.shape
-    ci, og, kh, kw = w.shape
-    if definitely_different(c, ci):
-        raise ValueError(f"R.nn.conv2d_transpose: data {fmt_shape(x.shape)} has {c} channels but weight "
-                         f"{fmt_shape(w.shape)} (in, out / groups, kH, kW) expects {ci}")
-    sc = static_int(c)
-    if sc is not None and sc % groups:
-        raise ValueError(f"R.nn.conv2d_transpose: {sc} input channels of data {fmt_shape(x.shape)} are not "
-                         f"divisible by groups={groups}")
+    n, _, h, wd = x.shape
+    kh, kw = w.shape[2:]
+    out_c = _transpose_out_channels(call, x, w)
     s, d, op_, p = a["strides"], a["dilation"], a["output_padding"], a["padding"]
     for i in range(2):
         if not (op_[i] < s[i] or op_[i] < d[i]):
@@ -280,7 +281,6 @@ def infer_conv2d_transpose(call: Call) -> StructInfo:
     ow = conv_transpose_out_dim(wd, kw, s[1], p[1], p[3], d[1], op_[1])
     check_positive_out(call, oh, "height", x)
     check_positive_out(call, ow, "width", x)
-    out_c = normalize_dim(E.simplify(E.convert(og) * groups)) if not isinstance(og, int) else og * groups
     out_dtype = a.get("out_dtype", "void")
     return TensorStructInfo((n, out_c, oh, ow), x.dtype if out_dtype in ("void", None) else out_dtype)
 

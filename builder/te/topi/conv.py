@@ -74,6 +74,19 @@ def _conv2d_params(strides, padding, dilation, opname: str) -> tuple[list[int], 
     return ss, ds, ps
 
 
+def _transpose_channels(x: Tensor, w: Tensor, g: int, opname: str):
+    """``(C / groups, O)`` of a transposed convolution (data (N, C, ...), weight (C, O / groups, ...)),
+    after checking that the channels match and divide by ``groups`` (ValueError otherwise)."""
+    c, ci, og = x.shape[1], w.shape[0], w.shape[1]
+    sc, sci = static_int(c), static_int(ci)
+    if sc is not None and sci is not None and sc != sci:
+        raise ValueError(f"{opname}: data {fmt_shape(x.shape)} has {sc} channels but weight "
+                         f"{fmt_shape(w.shape)} expects {sci}")
+    if sc is not None and sc % g:
+        raise ValueError(f"{opname}: {sc} input channels are not divisible by groups={g}")
+    return (E.simplify(c // g) if g > 1 else c), E.simplify(og * g)
+
+
 def _span_checks(width, k, lo: int, hi: int, d: int, opname: str) -> dict | None:
     """The dilated kernel must fit in the padded input (PyTorch raises "Kernel size can't be greater
     than actual input size"): raises ValueError here when both are static, else returns the
@@ -226,15 +239,8 @@ def conv1d_transpose(x: Tensor, w: Tensor, strides=1, padding=0, output_padding=
         raise ValueError(f"conv1d_transpose: invalid strides={strides} dilation={dilation} "
                          f"groups={groups} padding={padding} output_padding={output_padding}")
     n, c, width = x.shape
-    ci, og, k = w.shape
-    sc, sci = static_int(c), static_int(ci)
-    if sc is not None and sci is not None and sc != sci:
-        raise ValueError(f"conv1d_transpose: data {fmt_shape(x.shape)} has {sc} channels but "
-                         f"weight {fmt_shape(w.shape)} expects {sci}")
-    if sc is not None and sc % g:
-        raise ValueError(f"conv1d_transpose: {sc} input channels are not divisible by groups={g}")
-    cg = E.simplify(c // g) if g > 1 else c
-    out_c = E.simplify(og * g)
+    _, og, k = w.shape
+    cg, out_c = _transpose_channels(x, w, g, "conv1d_transpose")
     out_w = E.simplify((width - 1) * s + (k - 1) * d + (opad + 1 - lo - hi))
     in_dtype = promote_dtype(x.dtype, w.dtype)
     odt = output_dtype(in_dtype, out_dtype)
@@ -281,15 +287,8 @@ def conv2d_transpose(x: Tensor, w: Tensor, strides=1, padding=0, output_padding=
     if g < 1 or builtins.min(oph, opw) < 0:
         raise ValueError(f"conv2d_transpose: invalid groups={groups} output_padding={output_padding}")
     n, c, h, wd = x.shape
-    ci, og, kh, kw = w.shape
-    sc, sci = static_int(c), static_int(ci)
-    if sc is not None and sci is not None and sc != sci:
-        raise ValueError(f"conv2d_transpose: data {fmt_shape(x.shape)} has {sc} channels but weight "
-                         f"{fmt_shape(w.shape)} expects {sci}")
-    if sc is not None and sc % g:
-        raise ValueError(f"conv2d_transpose: {sc} input channels are not divisible by groups={g}")
-    cg = E.simplify(c // g) if g > 1 else c
-    out_c = E.simplify(og * g)
+    _, og, kh, kw = w.shape
+    cg, out_c = _transpose_channels(x, w, g, "conv2d_transpose")
     oh = E.simplify((h - 1) * sh + (kh - 1) * dh + (oph + 1 - pt - pb))
     ow = E.simplify((wd - 1) * sw + (kw - 1) * dw + (opw + 1 - pl - pr))
     in_dtype = promote_dtype(x.dtype, w.dtype)
