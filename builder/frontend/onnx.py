@@ -799,6 +799,57 @@ def _argmax(im, node, ins, at):
     return fn(x, axis=axis % nd, keepdims=bool(int(at.get("keepdims", 1))))
 
 
+@_register("LpNormalization")
+def _lp_normalization(im, node, ins, at):
+    """``LpNormalization``: ``x / ||x||_p`` along ``axis`` (p 1 or 2; :func:`builder.nn.op.normalize` with a
+    zero norm guarded by the smallest normal float instead of a division by 0)."""
+    _check_inputs(ins, node)
+    x = im.tensor(ins[0])
+    p = int(at.get("p", 2))
+    if p not in (1, 2):
+        raise ONNXImportError(f"LpNormalization with p={p} (1 or 2)")
+    return op.normalize(x, float(p), int(at.get("axis", -1)), eps=float(np.finfo(np.float32).tiny))
+
+
+@_register("Hardmax")
+def _hardmax(im, node, ins, at):
+    """``Hardmax``: 1 at the first maximum along ``axis``, 0 elsewhere, in the input's dtype."""
+    _check_inputs(ins, node)
+    x = im.tensor(ins[0])
+    nd = len(x.shape)
+    axis = int(at.get("axis", -1))
+    if not -nd <= axis < nd:
+        raise ONNXImportError(f"axis {axis} is out of range for a {nd}-d input")
+    axis %= nd
+    d = _simp(x.shape[axis])
+    idx = op.argmax(x, axis=axis, keepdims=True)
+    pos = op.arange(0, d, 1, dtype="int64")
+    pos = op.reshape(pos, [d if i == axis else 1 for i in range(nd)])
+    return op.astype(op.equal(idx, pos), x.dtype)
+
+
+@_register("OneHot")
+def _one_hot(im, node, ins, at):
+    """``OneHot(indices, depth, values)``: ``values[1]`` where the (wrapped, for negative) index equals the
+    position along the new ``axis``, ``values[0]`` elsewhere; ``depth`` must be known at import time."""
+    _check_inputs(ins, node)
+    idx = im.tensor(ins[0])
+    depth = int(np.asarray(im.static(ins[1], "depth")).ravel()[0])
+    vals = im.static(ins[2], "values").ravel()
+    if depth < 1 or vals.size != 2:
+        raise ONNXImportError(f"OneHot needs depth >= 1 and two values, got depth {depth}, {vals.size} values")
+    nd = len(idx.shape) + 1
+    axis = int(at.get("axis", -1))
+    if not -nd <= axis < nd:
+        raise ONNXImportError(f"axis {axis} is out of range for a {nd}-d output")
+    axis %= nd
+    idx = op.astype(idx, "int64") if idx.dtype != "int64" else idx
+    idx = op.where(op.less(idx, 0), op.add(idx, im.const(np.array(depth, np.int64))), idx)
+    pos = op.reshape(op.arange(0, depth, 1, dtype="int64"), [depth if i == axis else 1 for i in range(nd)])
+    hit = op.equal(op.unsqueeze(idx, axis), pos)
+    return op.where(hit, im.const(vals[1:2].reshape(())), im.const(vals[0:1].reshape(())))
+
+
 @_register("GatherElements")
 def _gather_elements(im, node, ins, at):
     _check_inputs(ins, node)

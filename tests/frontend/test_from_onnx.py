@@ -206,18 +206,18 @@ def test_range_constant_of_shape_cast_split_concat():
 
 
 def test_unsupported_ops_one_message_with_every_node():
-    nodes = [helper.make_node("Hardmax", ["x"], ["h"], name="hard_1"),
-             helper.make_node("LpNormalization", ["h"], ["e"], name="ein_a"),
-             helper.make_node("LpNormalization", ["e"], ["e2"], name="ein_b"),
+    nodes = [helper.make_node("Shrink", ["x"], ["h"], name="hard_1"),
+             helper.make_node("Tan", ["h"], ["e"], name="ein_a"),
+             helper.make_node("Tan", ["e"], ["e2"], name="ein_b"),
              helper.make_node("Relu", ["e2"], ["y"])]
     model = make_model(nodes, [helper.make_tensor_value_info("x", F, [2, 3])], [helper.make_tensor_value_info("y", F, [2, 3])])
     with pytest.raises(UnsupportedOpsError) as info:
         from_onnx(model)
     msg = str(info.value)
-    for word in ("Hardmax", "hard_1", "LpNormalization", "ein_a", "ein_b"):
+    for word in ("Shrink", "hard_1", "Tan", "ein_a", "ein_b"):
         assert word in msg
     assert "Relu" not in msg
-    assert info.value.missing == {"LpNormalization": ["ein_a", "ein_b"], "Hardmax": ["hard_1"]}
+    assert info.value.missing == {"Tan": ["ein_a", "ein_b"], "Shrink": ["hard_1"]}
 
 
 def test_checks_opset_external_data_and_bad_files(tmp_path):
@@ -534,3 +534,28 @@ def test_group_normalization_castlike_isinf():
         x = rand(n, 6, 5)
         for got, want in zip(vm["main"](x, z), sess.run(None, {"x": x, "z": z})):
             np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_lp_normalization_hardmax_one_hot():
+    """LpNormalization (p 1 and 2), Hardmax (ties: the first maximum) and OneHot (negative indices wrap,
+    an inner axis) against onnxruntime."""
+    nodes = [helper.make_node("LpNormalization", ["x"], ["l2"], axis=1, p=2),
+             helper.make_node("LpNormalization", ["x"], ["l1"], axis=-1, p=1),
+             helper.make_node("Hardmax", ["x"], ["hm"], axis=1),
+             helper.make_node("OneHot", ["i", "depth", "vals"], ["oh"], axis=1)]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", F, ["n", 4, 3]),
+                                           helper.make_tensor_value_info("i", I64, ["n", 2])],
+                              [helper.make_tensor_value_info(n_, F, s_) for n_, s_ in
+                               (("l2", ["n", 4, 3]), ("l1", ["n", 4, 3]), ("hm", ["n", 4, 3]), ("oh", ["n", 5, 2]))],
+                              initializer=[numpy_helper.from_array(np.array(5, np.int64), "depth"),
+                                           numpy_helper.from_array(np.array([-1.0, 2.5], np.float32), "vals")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    vm = runtime.VirtualMachine(build(from_onnx(model)))
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    for n in (1, 3):
+        x = rand(n, 4, 3)
+        x[0, 1, 0] = x[0, 2, 0] = 9.0          # a tie: the first maximum wins
+        i = RNG.integers(-5, 5, (n, 2)).astype(np.int64)
+        for got, want in zip(vm["main"](x, i), sess.run(None, {"x": x, "i": i})):
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
