@@ -799,6 +799,14 @@ def _argmax(im, node, ins, at):
     return fn(x, axis=axis % nd, keepdims=bool(int(at.get("keepdims", 1))))
 
 
+def _axis_attr(at: dict, nd: int, default: int = -1) -> int:
+    """A node's ``axis`` attribute normalized into ``[0, nd)``; ONNXImportError when out of range."""
+    axis = int(at.get("axis", default))
+    if not -nd <= axis < nd:
+        raise ONNXImportError(f"axis {axis} is out of range for a {nd}-d input")
+    return axis % nd
+
+
 @_register("LpNormalization")
 def _lp_normalization(im, node, ins, at):
     """``LpNormalization``: ``x / ||x||_p`` along ``axis`` (p 1 or 2; :func:`builder.nn.op.normalize` with a
@@ -817,10 +825,7 @@ def _hardmax(im, node, ins, at):
     _check_inputs(ins, node)
     x = im.tensor(ins[0])
     nd = len(x.shape)
-    axis = int(at.get("axis", -1))
-    if not -nd <= axis < nd:
-        raise ONNXImportError(f"axis {axis} is out of range for a {nd}-d input")
-    axis %= nd
+    axis = _axis_attr(at, nd)
     d = _simp(x.shape[axis])
     idx = op.argmax(x, axis=axis, keepdims=True)
     pos = op.arange(0, d, 1, dtype="int64")
@@ -1150,10 +1155,7 @@ def _log_softmax(im, node, ins, at):
     softmax itself would underflow to 0, as onnxruntime's and PyTorch's kernels do)."""
     _check_inputs(ins, node)
     x = im.tensor(ins[0])
-    nd = len(x.shape)
-    axis = int(at.get("axis", -1))
-    if not -nd <= axis < nd:
-        raise ONNXImportError(f"axis {axis} is out of range for a {nd}-d input")
+    axis = _axis_attr(at, len(x.shape))
     shifted = op.subtract(x, op.max(x, axis=axis, keepdims=True))
     return op.subtract(shifted, op.log(op.sum(op.exp(shifted), axis=axis, keepdims=True)))
 
