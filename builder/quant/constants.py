@@ -14,7 +14,6 @@ model stores float32 scales. The spec's ``exclude`` globs name recipe modules an
 """
 from __future__ import annotations
 
-from collections import Counter
 from typing import Union
 
 import numpy as np
@@ -48,19 +47,17 @@ def quantize_constants(mod: rx.IRModule, quantization: Union[str, QuantizationSp
 
 def _rewrite(func: rx.Function, spec) -> rx.Function:
     consts: dict = {}
-    uses: Counter = Counter()
     for block in func.body.blocks:
         for b in block.bindings:
-            uses.update(rx.used_vars(b.value))
             if isinstance(b.value, rx.Constant):
                 consts[b.var] = b.value
-    uses.update(rx.used_vars(func.body.body))
     transposes: dict = {}       # var of permute_dims(W, [1, 0]) -> W's constant
-    done: dict = {}             # (id of the constant, scale dtype) -> the dequantize expression
     changed = False
     blocks = []
     for block in func.body.blocks:
         bindings = []
+        done: dict = {}         # (id of the constant, scale dtype) -> the var of its transposed dequantize
+        new_var = rx.DataflowVar if block.is_dataflow else rx.Var
         for b in block.bindings:
             value = b.value
             if _is_op(value, "relax.permute_dims"):
@@ -79,10 +76,10 @@ def _rewrite(func: rx.Function, spec) -> rx.Function:
                         dq = _dequantize(w, spec, xs.dtype)
                         done[key] = None
                         if dq is not None:
-                            var = rx.DataflowVar("dequantize", dq.struct_info)
+                            var = new_var("dequantize", dq.struct_info)
                             bindings.append(rx.VarBinding(var, dq))
                             wt = rx.Call(rx.Op.get("permute_dims"), [var], {"axes": [1, 0]})
-                            done[key] = rx.DataflowVar("permute_dims", wt.struct_info)
+                            done[key] = new_var("permute_dims", wt.struct_info)
                             bindings.append(rx.VarBinding(done[key], wt))
                     if done[key] is not None:
                         value = rx.Call(value.op, [x, done[key]], value.attrs)
