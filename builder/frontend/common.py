@@ -1252,7 +1252,7 @@ def adaptive_avg_pool(nsp: int) -> Callable:
 def batch_norm(t, x, running_mean, running_var, weight=None, bias=None, training=False, momentum=0.1, eps=1e-5):
     """``F.batch_norm`` with running statistics (eval mode; :func:`builder.nn.op.batch_norm`)."""
     if training:
-        raise UnsupportedNodeError("batch_norm in training mode (batch statistics); call model.eval() first")
+        raise UnsupportedNodeError("batch_norm in training mode (batch statistics); put the model in inference mode (Module.eval) first")
     if running_mean is None or running_var is None:
         raise UnsupportedNodeError("batch_norm without running statistics (track_running_stats=False)")
     return op.batch_norm(x, running_mean, running_var, weight, bias, axis=1 if x.ndim > 1 else 0, eps=float(eps))

@@ -434,8 +434,8 @@ def _adaptive_avg_pool_module(nsp: int):
 def _batch_norm_module(t, m, path, x):
     """``torch.nn.BatchNorm1d / 2d`` in eval mode (running statistics)."""
     if m.training:
-        raise UnsupportedNodeError(f"{type(m).__name__} in training mode (batch statistics); call model.eval() "
-                                   "first")
+        raise UnsupportedNodeError(f"{type(m).__name__} in training mode (batch statistics); put the model in "
+                                   "inference mode (Module.eval) first")
     return C.batch_norm(t, x, _w(t, m, path, "running_mean"), _w(t, m, path, "running_var"), _w(t, m, path, "weight"),
                         _w(t, m, path, "bias"), False, m.momentum, m.eps)
 
