@@ -860,10 +860,7 @@ def aten_softmax(t, x, dim, half_to_float=False):
 def log_softmax(t, x, dim=None, dtype=None, _stacklevel=3):
     if dtype is not None:
         x = as_dtype(x, torch_dtype(dtype))
-    d = -1 if dim is None else dim
-    m = op.max(x, axis=d, keepdims=True)
-    s = op.subtract(x, m)
-    return op.subtract(s, op.log(op.sum(op.exp(s), axis=d, keepdims=True)))
+    return op.log_softmax(x, axis=-1 if dim is None else dim)
 
 
 def _axes(x: Tensor, dim):

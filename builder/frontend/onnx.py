@@ -1155,9 +1155,7 @@ def _log_softmax(im, node, ins, at):
     softmax itself would underflow to 0, as onnxruntime's and PyTorch's kernels do)."""
     _check_inputs(ins, node)
     x = im.tensor(ins[0])
-    axis = _axis_attr(at, len(x.shape))
-    shifted = op.subtract(x, op.max(x, axis=axis, keepdims=True))
-    return op.subtract(shifted, op.log(op.sum(op.exp(shifted), axis=axis, keepdims=True)))
+    return op.log_softmax(x, axis=_axis_attr(at, len(x.shape)))
 
 
 @_register("Pad")
@@ -1908,8 +1906,13 @@ def _slice(im, node, ins, at):
     begin, end, strides, out_axes = [], [], [], []
     for a, s, e, st in zip(axes, starts, ends, steps):
         d = shape[a]
-        if st < 0:      # a gather of the indices in their (descending) order
-            t = op.take(t, _reversed_indices(im, d, s, e, st), axis=a)
+        if st < 0:      # a gather of the indices in their (descending) order, or the whole dim reversed
+            if isinstance(d, int) and isinstance(s, int) and isinstance(e, int):
+                t = op.take(t, im.const(np.arange(*slice(s, e, st).indices(d), dtype=np.int64)), axis=a)
+            elif st == -1 and isinstance(s, int) and isinstance(e, int) and (s == -1 or s >= _BIG) and e <= -_BIG:
+                t = op.flip(t, a)       # x[::-1] of a symbolic dim, as exporters write it
+            else:
+                raise ONNXImportError("a negative step on a symbolic dim is supported only to reverse the whole dim")
             continue
         if isinstance(d, int) and isinstance(s, int) and isinstance(e, int):
             s, e, st = slice(s, e, st).indices(d)
@@ -1922,17 +1925,6 @@ def _slice(im, node, ins, at):
         strides.append(st)
         out_axes.append(a)
     return op.strided_slice(t, out_axes, begin, end, strides) if out_axes else t
-
-
-def _reversed_indices(im, d, s, e, st) -> Tensor:
-    """The int64 indices a Slice with a negative step reads, in order: a constant for a static dim and
-    bounds (Python's slicing rules), ``arange(d - 1, -1, -1)`` for the whole of a symbolic dim reversed
-    (``starts=-1`` or above ``d``, ``ends`` at or below ``-d - 1``: ``x[::-1]`` as exporters write it)."""
-    if isinstance(d, int) and isinstance(s, int) and isinstance(e, int):
-        return im.const(np.arange(*slice(s, e, st).indices(d), dtype=np.int64))
-    if st == -1 and isinstance(s, int) and isinstance(e, int) and (s == -1 or s >= _BIG) and e <= -_BIG:
-        return op.arange(E.simplify(E.convert(d) - 1), -1, -1, dtype="int64")
-    raise ONNXImportError("a negative step on a symbolic dim is supported only to reverse the whole dim")
 
 
 def _clamp_sym(v, d):

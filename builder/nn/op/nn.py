@@ -67,6 +67,15 @@ def softmax(x: Tensor, axis: int = -1, name: str = "softmax") -> Tensor:
     return wrap_nested(op_call("nn.softmax", [x._expr], axis=axis), name)
 
 
+def log_softmax(x: Tensor, axis: int = -1, name: str = "log_softmax") -> Tensor:
+    """``log(softmax(x))`` along ``axis`` as ``x - logsumexp(x)`` (:func:`~builder.nn.op.logsumexp`,
+    max-shifted: finite where the softmax itself underflows to 0, as PyTorch's and onnxruntime's
+    kernels are). Float ``x`` -> same shape and dtype. Raises ValueError for an axis out of range."""
+    from .reduction import logsumexp
+
+    return wrap_nested(op_call("subtract", [x._expr, logsumexp(x, axis, keepdims=True)._expr]), name)
+
+
 def conv1d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride: int | Sequence[int] = 1,
            padding: int | Sequence[int] = 0, dilation: int | Sequence[int] = 1, groups: int = 1,
            name: str = "conv1d") -> Tensor:
