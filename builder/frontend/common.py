@@ -23,6 +23,7 @@ import numpy as np
 from ..ir import expr as E
 from ..ir import relax as rx
 from ..ir.block_builder import BlockBuilder
+from ..ir.op import exact_scaled_size
 from ..ir.struct_info import DTYPES, TensorStructInfo, TupleStructInfo
 from ..nn import op
 from ..nn.core import Tensor
@@ -1287,19 +1288,10 @@ def interpolate(t, x, size=None, scale_factor=None, mode="nearest", align_corner
                                                                   [size, size])]
         return op.interpolate(x, size=size, mode=mode, align_corners=align_corners)
     factors = list(scale_factor) if isinstance(scale_factor, (list, tuple)) else [scale_factor] * 2
-    out = []
-    for d, f in zip(x.shape[2:], factors):
-        f = float(f)
-        sd = static(d)
-        if sd is not None:
-            if not float(sd * f).is_integer():
-                raise UnsupportedNodeError(f"interpolate with scale_factor {f} of a dim of {sd} (a fractional "
-                                           "output size); give size= instead")
-            out.append(int(sd * f))
-        elif f.is_integer():
-            out.append(E.simplify(d * int(f)))
-        else:
-            raise UnsupportedNodeError(f"interpolate of the symbolic dim {d} by {f}")
+    try:
+        out = [exact_scaled_size(d, f) for d, f in zip(x.shape[2:], factors)]
+    except ValueError as e:
+        raise UnsupportedNodeError(f"interpolate: {e}") from e
     return op.interpolate(x, size=out, mode=mode, align_corners=align_corners)
 
 

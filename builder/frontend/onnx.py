@@ -51,6 +51,7 @@ from ..ir import arith
 from ..ir import expr as E
 from ..ir import relax as rx
 from ..ir.block_builder import BlockBuilder
+from ..ir.op import exact_scaled_size
 from ..ir.struct_info import DTYPES, TensorStructInfo
 from ..ir.verifier import verify
 from ..nn import op
@@ -1474,17 +1475,10 @@ def _resize(im, node, ins, at):
         sc = [float(v) for v in np.asarray(im.static(scales, "scales")).ravel()]
         if len(sc) != 4 or sc[0] != 1.0 or sc[1] != 1.0:
             raise ONNXImportError(f"scales {sc} must have 4 values with 1 for N and C")
-        hw = []
-        for d, f in zip(x.shape[2:], sc[2:]):
-            sd = _simp(d)
-            if isinstance(sd, int):
-                if not float(sd * f).is_integer():
-                    raise ONNXImportError(f"scale {f} of a dim of {sd} gives a fractional size; use sizes")
-                hw.append(int(sd * f))
-            elif f.is_integer():
-                hw.append(E.simplify(E.convert(d) * int(f)))
-            else:
-                raise ONNXImportError(f"a fractional scale {f} of the symbolic dim {d}")
+        try:
+            hw = [exact_scaled_size(d, f) for d, f in zip(x.shape[2:], sc[2:])]
+        except ValueError as e:
+            raise ONNXImportError(str(e)) from e
     else:
         raise ONNXImportError("Resize needs scales or sizes")
     if mode == "nearest":

@@ -11,8 +11,8 @@ broadcast numpy-style and require equal dtypes; ``matmul`` follows ``numpy.matmu
 """
 from .elementwise import broadcast_shapes
 from .manipulation import arange_length, resolve_reshape, slice_range, split_sizes
-from .nn import conv_out_dim, conv_transpose_out_dim, pool_out_dim
+from .nn import conv_out_dim, conv_transpose_out_dim, exact_scaled_size, pool_out_dim
 from .registry import OpPattern, register_op, registered_ops
 
 __all__ = ["OpPattern", "register_op", "registered_ops", "broadcast_shapes", "arange_length", "resolve_reshape",
-           "slice_range", "split_sizes", "conv_out_dim", "conv_transpose_out_dim", "pool_out_dim"]
+           "slice_range", "split_sizes", "conv_out_dim", "conv_transpose_out_dim", "exact_scaled_size", "pool_out_dim"]

@@ -130,6 +130,23 @@ def infer_conv2d(call: Call) -> StructInfo:
     return TensorStructInfo((n, o, oh, ow), x.dtype if out_dtype in ("void", None) else out_dtype)
 
 
+def exact_scaled_size(size, factor: float):
+    """``size * factor`` when it is a whole number (a static size) or the factor is an integer (a symbolic
+    size): the output size of an upsampling by a scale factor whose coordinates map by the factor, as
+    PyTorch's ``interpolate(scale_factor=...)`` and ONNX ``Resize(scales=...)`` do, equal to the in / out
+    ratio :func:`builder.nn.op.interpolate` uses only then. Raises ValueError otherwise (a fractional
+    output size: give the size instead)."""
+    f = float(factor)
+    s = static_int(size)
+    if s is not None:
+        if not float(s * f).is_integer():
+            raise ValueError(f"a scale of {f} of a dim of {s} gives a fractional size; give the output size instead")
+        return int(s * f)
+    if f.is_integer():
+        return E.simplify(E.convert(size) * int(f))
+    raise ValueError(f"a fractional scale {f} of the symbolic dim {size}; give the output size instead")
+
+
 def pool_out_dim(size, kernel: int, stride: int, pad_lo: int, pad_hi: int, dilation: int, ceil_mode: bool):
     """Output length of a pooling window (PyTorch's ``pooling_output_shape``, ATen
     ``Pool.h``)::
