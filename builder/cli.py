@@ -17,6 +17,9 @@ weights; a float ``--weights`` checkpoint is then quantized while it is loaded (
 bar on stderr when that takes more than a moment), and ``--save-params`` writes the quantized
 parameters, which load back directly.
 
+``matmul_precision=high`` (or ``medium``; the recipe field, PyTorch's names) lets float32 matmuls run
+on AMX tiles with bfloat16 products where the CPU has them.
+
 ``--bench`` times the compiled function on random inputs (median, min, max).
 
 Exit codes: 0 success; 2 a recipe or usage error (printed as ``file:line:col: field: message``);
@@ -212,14 +215,18 @@ def _run_with(args: argparse.Namespace, progress: "_ConversionProgress") -> int:
     show_ir = None if args.no_ir else (lambda mod: mod.show(plain=plain))
     try:
         if args.recipe.lower().endswith(MODEL_FILE_SUFFIXES):
-            quant = [o.partition("=")[2] for o in args.overrides if o.partition("=")[0] == "quantization"]
-            others = [o for o in args.overrides if o.partition("=")[0] != "quantization"]
-            if others or len(quant) > 1 or args.weights or args.text is not None or prompt is not None \
-                    or args.save_params:
-                raise ValueError("a model file takes no KEY=VALUE overrides but one quantization=PRESET, no --weights, "
-                                 "--text, --prompt-ids or --save-params (its weights are inside it)")
+            keys = ("quantization", "matmul_precision")
+            given = [o.partition("=") for o in args.overrides]
+            quant = [v for k, _, v in given if k == "quantization"]
+            prec = [v for k, _, v in given if k == "matmul_precision"]
+            if any(k not in keys for k, _, _ in given) or len(quant) > 1 or len(prec) > 1 or args.weights \
+                    or args.text is not None or prompt is not None or args.save_params:
+                raise ValueError("a model file takes no KEY=VALUE overrides but one quantization=PRESET and one "
+                                 "matmul_precision=highest|high|medium, no --weights, --text, --prompt-ids or "
+                                 "--save-params (its weights are inside it)")
             model = build_model_file(args.recipe, on_ir=show_ir, instruments=instruments, build_progress=building,
-                                     quantization=quant[0] if quant else None)
+                                     quantization=quant[0] if quant else None,
+                                     matmul_precision=prec[0] if prec else "highest")
         else:
             model = build(args.recipe, args.overrides, weights=args.weights, seed=args.seed, on_ir=show_ir,
                           progress=progress, instruments=instruments, build_progress=building)

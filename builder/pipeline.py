@@ -35,6 +35,7 @@ from runtime.weights import TensorShard, WeightsError, read_safetensors_metadata
 from runtime.weights import save_params as _save_params
 
 from . import nn
+from .codegen import Target
 from .compile import compile as compile_module
 from .ir import relax as rx
 from .ir.expr import is_float_dtype
@@ -469,7 +470,8 @@ def build(recipe_path: str | Path, overrides: Sequence[str] = (), weights: str |
     timings["weights"] = time.perf_counter() - t1
     t1 = time.perf_counter()
     if group is None or group.rank == 0:
-        exe = compile_module(irmod, instruments=instruments, progress=build_progress)
+        exe = compile_module(irmod, Target.host(recipe.matmul_precision), instruments=instruments,
+                             progress=build_progress)
     if group is not None and group.size > 1:    # every rank's IR is the same: rank 0 compiles it for all
         data = group.broadcast_bytes(exe.save() if group.rank == 0 else None)
         if group.rank != 0:
@@ -507,14 +509,15 @@ MODEL_FILE_SUFFIXES = (".onnx",)
 
 def build_model_file(path: str | Path, on_ir: Callable[[rx.IRModule], None] | None = None,
                      instruments: Sequence[PassInstrument] = (), build_progress: Callable | None = None,
-                     quantization: str | None = None) -> CompiledModel:
+                     quantization: str | None = None, matmul_precision: str = "highest") -> CompiledModel:
     """Import a model file and compile it: an ONNX model (``.onnx``, :func:`builder.frontend.from_onnx`,
     which checks and bounds the file before use). The result is a :class:`CompiledModel` with one
     function ``main`` whose inputs are the model's (weights are constants inside the module, so
     ``params`` is empty). ``quantization`` (a preset such as ``"q4f16_1"``) quantizes the constant Linear
-    weights (:func:`builder.quant.quantize_constants`). Raises ValueError for another suffix or an
-    unknown preset, and what the importer raises (an error naming every unsupported op, ImportError
-    without the optional extra)."""
+    weights (:func:`builder.quant.quantize_constants`); ``matmul_precision`` is the recipe field's
+    (:attr:`schemas.Recipe.matmul_precision`). Raises ValueError for another suffix, an unknown preset or
+    precision, and what the importer raises (an error naming every unsupported op, ImportError without the
+    optional extra)."""
     path = Path(path)
     suffix = path.suffix.lower()
     t0 = time.perf_counter()
@@ -532,13 +535,13 @@ def build_model_file(path: str | Path, on_ir: Callable[[rx.IRModule], None] | No
     if on_ir is not None:
         on_ir(irmod)
     t1 = time.perf_counter()
-    exe = compile_module(irmod, instruments=instruments, progress=build_progress)
+    exe = compile_module(irmod, Target.host(matmul_precision), instruments=instruments, progress=build_progress)
     main = irmod.functions["main"]
     inputs = main.params[:main.num_input] if main.num_input is not None else main.params
     spec = {"main": {p.name_hint: nn.spec.Tensor([d if isinstance(d, int) else str(d) for d in p.struct_info.shape],
                                                  p.struct_info.dtype) for p in inputs}}
     recipe = schemas.Recipe(name=path.name, description=f"imported from {path.name}",
-                            model=schemas.ModelDef(), functions={"main": {}})
+                            model=schemas.ModelDef(), functions={"main": {}}, matmul_precision=matmul_precision)
     return CompiledModel(recipe, irmod, [], exe, spec, {"export": export_s, "weights": 0.0,
                                                         "compile": time.perf_counter() - t1}, 0, {})
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import llvmlite.binding as llvm
 
-__all__ = ["init_llvm", "host_target_machine", "check_target", "host_cache_bytes"]
+__all__ = ["init_llvm", "host_target_machine", "check_target", "host_cache_bytes", "amx_permitted"]
 
 _LLVM_LOCK = threading.Lock()
 _LLVM_READY = False
@@ -81,8 +81,9 @@ def _plus_features(features: str) -> set[str]:
 
 def check_target(target: dict) -> None:
     """Raise ValueError when native code made for ``target`` (``{"triple", "cpu", "features"}``, as
-    an Executable records it) cannot run on this host: another triple, or CPU features (``+avx512f``)
-    the host lacks. The message names both sides and says to rebuild."""
+    an Executable records it) cannot run on this host: another triple, CPU features (``+avx512f``)
+    the host lacks, or kernels that run AMX tiles (``"amx": true``) where :func:`amx_permitted` says
+    no. The message names both sides and says to rebuild."""
     init_llvm()
     if not isinstance(target, dict) or not isinstance(target.get("triple"), str) \
             or not isinstance(target.get("features", ""), str):
@@ -97,6 +98,44 @@ def check_target(target: dict) -> None:
         raise ValueError(f"the executable was compiled for a CPU with {', '.join(missing)} "
                          f"({target.get('cpu', '?')}), which this host ({llvm.get_host_cpu_name()}) lacks: "
                          "rebuild it here")
+    if target.get("amx") and not amx_permitted():
+        raise ValueError("the executable's kernels use AMX tiles, which this host's CPU or operating system does "
+                         "not grant this process: rebuild it here")
+
+
+_AMX_LOCK = threading.Lock()
+_AMX: bool | None = None
+
+
+def amx_permitted() -> bool:
+    """True when this process may run Intel AMX tile instructions: the CPU has them (``amx-tile`` and
+    ``amx-bf16`` in LLVM's host features) and Linux granted the tile data state to the process.
+
+    Linux (5.16 and later) leaves AMX's 8 KiB register state off until a process asks for it with
+    ``arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)`` (``0x1023``, feature 18; the kernel's
+    ``Documentation/arch/x86/xstate.rst``); a tile instruction without it is a SIGILL. Asked once per
+    process; the answer is cached. False on other CPUs, OSes and architectures, or when the request
+    fails (an older kernel, a sandbox that filters the call)."""
+    global _AMX
+    with _AMX_LOCK:
+        if _AMX is None:
+            _AMX = _request_amx()
+        return _AMX
+
+
+def _request_amx() -> bool:
+    init_llvm()
+    if not {"amx-tile", "amx-bf16"} <= _plus_features(llvm.get_host_cpu_features().flatten()):
+        return False
+    if not llvm.get_process_triple().startswith(("x86_64", "amd64")) or not os.uname().sysname == "Linux":
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        sys_arch_prctl, arch_req_xcomp_perm, xfeature_xtiledata = 158, 0x1023, 18
+        return libc.syscall(ctypes.c_long(sys_arch_prctl), ctypes.c_long(arch_req_xcomp_perm),
+                            ctypes.c_ulong(xfeature_xtiledata)) == 0
+    except (OSError, AttributeError):
+        return False
 
 
 def host_cache_bytes(level: int, base: Path = Path("/sys/devices/system/cpu/cpu0/cache")) -> int:

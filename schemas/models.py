@@ -761,6 +761,14 @@ class Recipe(StrictModel):
     dtype: Optional[Literal["float16", "bfloat16", "float32", "float64"]] = None
     quantization: Quantization = "none"
     weights: Optional[WeightsDef] = None
+    matmul_precision: Literal["highest", "high", "medium"] = "highest"
+    """The internal precision float32 matmuls may use (PyTorch's ``torch.set_float32_matmul_precision``):
+    ``highest`` multiplies in float32; ``high`` lets the GEMM take each float32 operand as the sum of two
+    bfloat16 numbers (three bfloat16 products, about 16 significant bits; relative error of a sum about
+    5e-6 against 1e-7), ``medium`` as one bfloat16 (about 1e-2). Only CPUs with Intel AMX tiles run those
+    faster; elsewhere every setting computes in float32. Row counts at the GEMV's (small batches, decode)
+    stay float32 whatever the setting. bfloat16 weights with bfloat16 activations run on the tiles at every
+    setting (their products are exact)."""
     tensor_parallel_shards: Annotated[int, Field(ge=1, le=MAX_TENSOR_PARALLEL_SHARDS)] = 1
     """Workers (ranks) the model is split across, tensor-parallel (Megatron-LM style; MLC-LLM's
     ``tensor_parallel_shards``): attention heads and the layers marked ``tensor_parallel: column / row``

@@ -143,7 +143,7 @@ def emit_llvm_parts(prim_funcs: dict[str, PrimFunc], target: Target | None = Non
     max_parts = MAX_PARTS if max_parts is None else max_parts
     target = target or Target.host()
     tm = target.target_machine()
-    simd = SimdInfo.from_target(target.triple, target.features)
+    simd = SimdInfo.from_target(target.triple, target.features, target.matmul_precision)
     data_layout = str(tm.target_data)
     emitters: list[ModuleEmitter] = []
     loads: list[int] = []
@@ -325,12 +325,15 @@ def build(prim_funcs: dict[str, PrimFunc], target: Target | None = None,
              "emit_seconds": emitted.seconds, "optimize_seconds": 0.0, "codegen_seconds": 0.0,
              "llvm_seconds": 0.0}
     source = texts[0] if len(texts) == 1 else "".join(f"; part {k}\n{t}" for k, t in enumerate(texts))
-    key = _cache.cache_key(source, target.to_dict())
+    tdict = target.to_dict()
+    if any(p.startswith("amx") for meta in functions.values() for p in str(meta.get("kernel", "")).split("+")):
+        tdict["amx"] = True   # the loader asks the OS for the tile state (runtime.target.check_target)
+    key = _cache.cache_key(source, tdict)
     hit = _cache.load(key, functions)
     if hit is not None:
         if progress is not None:
             progress("llvm", 1, 1, "cached")
-        return CompiledLibrary(hit[0], hit[1], functions, target.to_dict(), cached=True, stats=stats)
+        return CompiledLibrary(hit[0], hit[1], functions, tdict, cached=True, stats=stats)
     t0 = time.perf_counter()
     texts = [texts[0] + manifest_ir(key, functions), *texts[1:]]
     parts: list[_Part] = []
@@ -362,7 +365,7 @@ def build(prim_funcs: dict[str, PrimFunc], target: Target | None = None,
     stats["codegen_seconds"] = sum(p.seconds[1] for p in parts)
     stats["llvm_seconds"] = time.perf_counter() - t0
     _cache.store(key, obj, optimized)
-    return CompiledLibrary(obj, optimized, functions, target.to_dict(), stats=stats)
+    return CompiledLibrary(obj, optimized, functions, tdict, stats=stats)
 
 
 def manifest_ir(source: str, functions: dict[str, dict]) -> str:

@@ -7,25 +7,42 @@ import llvmlite.binding as llvm
 
 from runtime.target import host_target_machine, init_llvm
 
-__all__ = ["Target", "init_llvm"]
+__all__ = ["Target", "init_llvm", "MATMUL_PRECISIONS"]
+
+MATMUL_PRECISIONS = ("highest", "high", "medium")
+"""The internal precision of float32 matmuls a build may use (PyTorch's
+``torch.set_float32_matmul_precision``): ``highest`` float32 products; ``high`` each float32 operand
+as the sum of two bfloat16 numbers (about 16 significant bits, three bfloat16 products per multiply);
+``medium`` bfloat16 operands (8 bits). The kernels that honour it: the GEMM on AMX tiles
+(:mod:`builder.codegen.kernels.linear.amx`); without AMX every setting computes in float32."""
 
 
 @dataclass(frozen=True)
 class Target:
     """An LLVM target: ``triple`` (e.g. ``x86_64-unknown-linux-gnu``), ``cpu`` (e.g. ``znver3``),
-    ``features`` (``+avx2,+fma,...``) and the optimization level (0-3)."""
+    ``features`` (``+avx2,+fma,...``), the optimization level (0-3) and the float32 matmul precision
+    the kernels may use (one of :data:`MATMUL_PRECISIONS`, like TVM's ``-fast-math`` flags of an
+    ``llvm`` target a code-generation option).
+
+    Raises ValueError for an unknown ``matmul_precision``."""
 
     triple: str
     cpu: str
     features: str
     opt_level: int = 3
+    matmul_precision: str = "highest"
+
+    def __post_init__(self) -> None:
+        if self.matmul_precision not in MATMUL_PRECISIONS:
+            raise ValueError(f"matmul_precision must be one of {', '.join(MATMUL_PRECISIONS)}, "
+                             f"got {self.matmul_precision!r}")
 
     @classmethod
-    def host(cls) -> "Target":
+    def host(cls, matmul_precision: str = "highest") -> "Target":
         """The machine this process runs on (process triple, host CPU name and features)."""
         init_llvm()
         return cls(llvm.get_process_triple(), llvm.get_host_cpu_name(),
-                   llvm.get_host_cpu_features().flatten())
+                   llvm.get_host_cpu_features().flatten(), matmul_precision=matmul_precision)
 
     def target_machine(self) -> "llvm.TargetMachine":
         """An llvmlite TargetMachine for this target: large code model, static relocations (why:
@@ -38,4 +55,4 @@ class Target:
     def to_dict(self) -> dict:
         """JSON-able description."""
         return {"triple": self.triple, "cpu": self.cpu, "features": self.features,
-                "opt_level": self.opt_level}
+                "opt_level": self.opt_level, "matmul_precision": self.matmul_precision}

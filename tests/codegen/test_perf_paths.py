@@ -21,11 +21,15 @@ from builder.codegen.kernels import SimdInfo
 from builder.codegen.kernels.linear import TUNING, Int8Rows
 from builder.codegen.lower import lower
 from builder.codegen.schedule import schedule
-from builder.ir.kernel import KERNEL_ATTR, DenseWeight, EpilogueLinear, EpilogueOp, EpilogueTensor, GroupWeight
-from builder.ops import frontend_ops
+from builder.ir.kernel import KERNEL_ATTR, GroupWeight
 from builder.te import topi
 from runtime import threadpool
 from runtime.native import bfloat16_bits_to_float32, float32_to_bfloat16_bits
+
+from helpers.linear_kernels import check_gated as _check_gated
+from helpers.linear_kernels import epilogue as _epilogue
+from helpers.linear_kernels import linear_func as _linear_func
+from helpers.linear_kernels import silu as _silu
 
 ROOT = Path(__file__).resolve().parents[2]
 HOST = Target.host()
@@ -53,39 +57,6 @@ def _tol(*dtypes) -> float:
     if "float16" in dtypes:
         return 4e-3
     return 2e-5
-
-
-def _silu(v):
-    return v / (1 + np.exp(-v))
-
-
-def _epilogue(tree):
-    """An epilogue tree from a nested tuple: ``("linear", k)``, ``("tensor", i)`` (the i-th tensor after
-    x), ``(frontend_op_name, *children)``."""
-    kind = tree[0]
-    if kind == "linear":
-        return EpilogueLinear(tree[1])
-    if kind == "tensor":
-        return EpilogueTensor(tree[1] + 1)
-    return EpilogueOp(frontend_ops()[kind].name, tuple(_epilogue(t) for t in tree[1:]))
-
-
-def _linear_func(K, N, xdt, wdt, epilogue, nweights=1, extra=(), lead=("b",), out_dtype=None):
-    """A linear_kernel PrimFunc: x (*lead, K), weights (N, K), extra tensors by name; ``epilogue`` as
-    :func:`_epilogue` reads it."""
-    shape = [te.var(d) if isinstance(d, str) else d for d in lead]
-    x = te.placeholder(shape + [K], xdt, name="x")
-    ws = [te.placeholder((N, K), wdt, name=f"w{i}") for i in range(nweights)]
-    ex = []
-    for name, eshape, edt in extra:
-        eshape = [shape[i] if s == "lead" else s for i, s in enumerate(eshape)] if eshape else eshape
-        ex.append(te.placeholder(eshape, edt, name=name))
-    spec = []
-    out = topi.linear_kernel(x, *ws, *ex, weights=[DenseWeight(i + 1) for i in range(nweights)],
-                             epilogue=_epilogue(epilogue), out_dtype=out_dtype, spec=spec)
-    f = te.create_prim_func([x, *ws, *ex, out])
-    f.attrs[KERNEL_ATTR] = spec[0]
-    return f, out.dtype
 
 
 def _build(f, target=None):
@@ -223,19 +194,6 @@ def test_gemm_row_chunks_low_precision(xdt, wdt, bf16dot, monkeypatch):
                 np.testing.assert_allclose(_as_f32(y, odt), ref, rtol=tol, atol=tol * np.sqrt(K))
         finally:
             threadpool.set_num_threads(old)
-
-
-def _check_gated(lib, M, N, K):
-    rng = np.random.default_rng(M)
-    x = rng.standard_normal((M, K), dtype=np.float32)
-    w0, w1 = (rng.standard_normal((N, K), dtype=np.float32) for _ in range(2))
-    b = rng.standard_normal(N, dtype=np.float32)
-    r = rng.standard_normal((M, N), dtype=np.float32)
-    y = np.full((M, N), np.nan, np.float32)
-    lib["f"](x, w0, w1, b, r, y)
-    x64 = x.astype(np.float64)
-    ref = _silu(x64 @ w0.T.astype(np.float64) + b) * (x64 @ w1.T.astype(np.float64)) + r
-    np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-4)
 
 
 def test_single_output_column_with_broadcast_epilogue():
@@ -1529,13 +1487,15 @@ def test_bf16_dot_product_kernels(shape, gemm, monkeypatch):
 def test_bf16_recipe_takes_the_dot_product_kernels(monkeypatch):
     """``build recipes/llama_mlp.yaml dtype=bfloat16`` on an AVX512-BF16 CPU (emulated here):
     both fused matmuls take the vdpbf16ps kernels and the MLP matches a float64 reference of
-    the same bfloat16 values (the intermediate is rounded to bfloat16 once, as the graph says)."""
+    the same bfloat16 values (the intermediate is rounded to bfloat16 once, as the graph says); on a
+    host with AMX tiles the GEMM runs on them (``+amx``)."""
     import builder
 
     monkeypatch.setenv("MB_SIMD_EMULATE", "avx512bf16")
     m = builder.build(ROOT / "recipes" / "llama_mlp.yaml",
                       ["dtype=bfloat16", "hidden_size=72", "intermediate_size=200"])
-    tag = "+bf16dot" if SimdInfo.from_target(HOST.triple, HOST.features).bf16dot_gemm else "+bf16gemv"
+    simd = SimdInfo.from_target(HOST.triple, HOST.features)
+    tag = ("+bf16dot" if simd.bf16dot_gemm else "+bf16gemv") + ("+amx" if simd.amx else "")
     assert {meta["kernel"] for meta in m.exe.kernels.values()} == {f"linear/{HOST_SIMD.name}{tag}"}
     wg, wu, wd = (bfloat16_bits_to_float32(m.params[n]).astype(np.float64) for n in m.param_names)
     for b in (1, 30):
@@ -1560,8 +1520,8 @@ def test_simd_emulate_hook(monkeypatch):
         assert info.native("avx512bf16") == plain.avx512bf16
     if plain.int8_dot:
         assert info.vnni and info.native("vnni") == plain.vnni
-    monkeypatch.setenv("MB_SIMD_EMULATE", "amx")
-    with pytest.raises(ValueError, match="MB_SIMD_EMULATE: unknown feature.*amx"):
+    monkeypatch.setenv("MB_SIMD_EMULATE", "sme")
+    with pytest.raises(ValueError, match="MB_SIMD_EMULATE: unknown feature.*sme"):
         SimdInfo.from_target(HOST.triple, HOST.features)
 
 

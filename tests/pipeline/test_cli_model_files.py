@@ -45,3 +45,22 @@ def test_a_torch_export_archive_is_not_loaded(tmp_path, capsys):
     (tmp_path / "model.pt2").write_bytes(b"PK\x03\x04 not really")
     assert main([str(tmp_path / "model.pt2"), "--no-ir"]) == 1
     assert "model.pt2" in capsys.readouterr().err
+
+
+def test_an_onnx_file_at_high_matmul_precision(tmp_path, capsys, monkeypatch):
+    """``build model.onnx matmul_precision=high``: the float32 GEMM on AMX tiles (emulated, so any host
+    runs it) within bf16x3's error of float64; an unknown precision or a second one is refused."""
+    monkeypatch.setenv("MB_SIMD_SHAPE", "avx512")
+    monkeypatch.setenv("MB_SIMD_EMULATE", "amx")
+    w, b = _mlp_onnx(tmp_path / "mlp.onnx")
+    x = np.random.default_rng(2).standard_normal((40, 8)).astype(np.float32)
+    np.savez(tmp_path / "x.npz", x=x)
+    assert main([str(tmp_path / "mlp.onnx"), "matmul_precision=high", "--no-ir", "--input", str(tmp_path / "x.npz"),
+                 "--output", str(tmp_path / "y.npz")]) == 0
+    assert "linear/avx512+amx3" in capsys.readouterr().out
+    with np.load(tmp_path / "y.npz") as y:
+        ref = np.maximum(x.astype(np.float64) @ w + b, 0)
+        np.testing.assert_allclose(y["output"], ref, rtol=0, atol=2e-5 * np.abs(ref).max())
+    assert main([str(tmp_path / "mlp.onnx"), "matmul_precision=low", "--no-ir"]) == 1
+    assert "matmul_precision must be one of" in capsys.readouterr().err
+    assert main([str(tmp_path / "mlp.onnx"), "matmul_precision=high", "matmul_precision=medium", "--no-ir"]) == 1

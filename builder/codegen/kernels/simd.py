@@ -37,7 +37,11 @@ path with the same prefetch there, 8.8 ms; 8.6 against 9.5 before the dense GEMV
 AVX512VL): the int8-activation GEMV and GEMM use it in place of ``vpmaddubsw`` + ``vpmaddwd``
 (:meth:`KFunc.dot_u8s8`); ``vnni_512``: on zmm too (AVX512-VNNI).
 
-``MB_SIMD_EMULATE=avx512bf16,vnni`` (testing hook) turns such an instruction on for a host
+``amx`` marks a host with AMX-BF16 tiles that this process may use (the OS grants the tile state:
+:func:`runtime.target.amx_permitted`), in the target's own 16-lane shape: the GEMM of bfloat16 models, and
+of float32 ones at a ``matmul_precision`` below ``highest``, runs on them (:mod:`.linear.amx`).
+
+``MB_SIMD_EMULATE=avx512bf16,vnni,amx`` (testing hook) turns such an instruction on for a host
 that lacks it, emitted as other IR of the same arithmetic (:attr:`SimdInfo.emulated`), so the
 kernels built around it run and are checked on any machine; :func:`builder.codegen.emit_llvm_ir` for a
 ``Target`` that has the feature (``cpu="znver5"``) shows the real instruction being selected.
@@ -55,13 +59,15 @@ from dataclasses import dataclass, replace
 
 from llvmlite import ir
 
+from runtime.target import amx_permitted
+
 from ..llvm_emit import F16, F32, I8, I16, I32, I64, PTR, BufferExprEmitter, reg_type
 
 __all__ = ["SimdInfo", "KFunc", "BF16", "vec", "const_vec", "plain_loop_metadata",
            "no_unroll_loop_metadata", "finalize_loop_metadata"]
 
 _ORDER = ("scalar", "sse", "neon", "avx", "avx2", "avx512")
-_EMULABLE = ("avx512bf16", "vnni")
+_EMULABLE = ("avx512bf16", "vnni", "amx")
 
 
 @dataclass(frozen=True)
@@ -79,6 +85,8 @@ class SimdInfo:
     int8_512: bool = False    # the target's own 512-bit integer multiply-adds (AVX512BW)
     vnni_512: bool = False    # the target's own 512-bit vpdpbusd (AVX512-VNNI)
     bf16dot_gemm: bool = False  # vdpbf16ps at least at the FMAs' rate: the GEMM uses it too (AMD)
+    amx: bool = False         # AMX-BF16 tiles the process may use (runtime.target.amx_permitted)
+    matmul_precision: str = "highest"   # the target's float32 matmul precision (codegen.target)
 
     def native(self, feature: str) -> bool:
         """True when ``feature`` (e.g. ``"avx512bf16"``) is emitted as its instruction rather
@@ -91,12 +99,19 @@ class SimdInfo:
         return self.lanes >= 4
 
     @classmethod
-    def from_target(cls, triple: str, features: str) -> "SimdInfo":
+    def from_target(cls, triple: str, features: str, matmul_precision: str = "highest") -> "SimdInfo":
         """Decide from an LLVM triple and feature string (``+a,-b,...``), then apply the
         environment's testing hooks (``MB_SIMD_SHAPE``, ``MB_SIMD``, ``MB_SIMD_EMULATE``).
+        ``matmul_precision`` is the target's (:data:`builder.codegen.target.MATMUL_PRECISIONS`).
+        AMX counts only where the 16-lane shape is the target's own and this process may run tiles
+        (:func:`runtime.target.amx_permitted`).
 
         Raises ValueError for an unknown value of one of those variables."""
-        info = cls._from_target(triple, features)
+        info = replace(cls._from_target(triple, features), matmul_precision=matmul_precision)
+        feats = {f[1:] for f in features.split(",") if f.startswith("+")}
+        if ({"amx-tile", "amx-bf16"} <= feats and info.name == "avx512" and not os.environ.get("MB_SIMD_SHAPE")
+                and amx_permitted()):
+            info = replace(info, amx=True)
         emulate = {f.strip().lower() for f in os.environ.get("MB_SIMD_EMULATE", "").split(",") if f.strip()}
         unknown = emulate - set(_EMULABLE)
         if unknown:
@@ -106,6 +121,8 @@ class SimdInfo:
             info = replace(info, avx512bf16=True, emulated=info.emulated | {"avx512bf16"})
         if "vnni" in emulate and info.int8_dot and not info.vnni:
             info = replace(info, vnni=True, emulated=info.emulated | {"vnni"})
+        if "amx" in emulate and info.lanes == 16 and not info.amx:
+            info = replace(info, amx=True, emulated=info.emulated | {"amx"})
         return info
 
     @classmethod

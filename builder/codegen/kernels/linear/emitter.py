@@ -20,6 +20,7 @@ from .gemv import GemvFloat
 from .bf16 import Bf16Dot
 from .int8_gemv import GemvInt8
 from .gemm import GemmFloat
+from .amx import AMX_ROWS, GemmAmx
 from .int8_gemm import GemmInt8
 from .tiles import GemvTiles
 
@@ -72,7 +73,7 @@ class _State:
     extra: dict = field(default_factory=dict)
 
 
-class LinearEmitter(GemvFloat, Bf16Dot, GemvInt8, GemvTiles, GemmFloat, GemmInt8):
+class LinearEmitter(GemvFloat, Bf16Dot, GemvInt8, GemvTiles, GemmFloat, GemmInt8, GemmAmx):
     """Emits one linear kernel (see the package docstring); the family mixins add the GEMV / GEMM
     code paths."""
 
@@ -182,7 +183,13 @@ class LinearEmitter(GemvFloat, Bf16Dot, GemvInt8, GemvTiles, GemmFloat, GemmInt8
         # packs its own panels, and decoding 4-bit ones per chunk cost more than the chunks saved
         # (q4 2048 x 5632 at 128 rows 7.8 -> 9.9 ms in four chunks, Xeon)
         self.row_chunks = not self.i8gemm and all(d.format == "dense" for d in plan.weights)
+        # the GEMM on AMX tiles (:mod:`.amx`): bfloat16 products (1) or the bf16x3 split (3)
+        parts = plan.variant.split("+")
+        self.amx_split = 3 if "amx3" in parts else 1 if "amx" in parts else 0
+        if self.amx_split and not self.tile_int8:
+            self.MG = min(self.MG, TUNING["amx_min_rows"] - 1)
         extra = ["M", "N", "K", "ntasks", "units"] + (["mc"] if self.row_chunks else [])
+        extra += ["xa", "xtasks_amx"] if self.amx_split else []
         extra += [f"xq{i}" for i in range(len(self.qkeys))] + [f"xs{i}" for i in range(len(self.qkeys))]
         extra += [f"xi{i}" for i in range(len(self.ikeys))]
         extra += ["xts"] if self.tiled and not self.tile_int8 and not self.tiled_dense else []
@@ -276,7 +283,8 @@ class LinearEmitter(GemvFloat, Bf16Dot, GemvInt8, GemvTiles, GemmFloat, GemmInt8
             a.add_attribute("noalias")
         self.epi_fn = self._emit_epilogue()
         micro = self._micro_bf16_fn if self.bf16dot_gemm else self._micro_fn
-        self.micro_fns = {} if self.i8gemm or self.tile_int8 else {t: micro(t) for t in range(1, self.MR + 1)}
+        self.micro_fns = ({} if self.i8gemm or self.tile_int8 or self.amx_split else
+                          {t: micro(t) for t in range(1, self.MR + 1)})
         gemv = self._emit_task("gemv")
         gemm = gemv if self.tile_int8 else self._emit_task("gemm")
         kf = KFunc(self.module, body_fn)
@@ -331,6 +339,7 @@ class LinearEmitter(GemvFloat, Bf16Dot, GemvInt8, GemvTiles, GemmFloat, GemmInt8
         qbufs = self._prepare_quant_x(kf, xf, M, K)
         ibufs = self._prepare_int8_x(kf, xf, M, K)
         tsums = self._prepare_tile_sums(kf, xf, M, K)
+        xamx = self._prepare_amx_x(kf, use_gemv, M, K)
         # split the work
         nthreads = b.sext(b.call(kf.declare("mb_num_threads", I32, []), []), I64)
         macs = kf.mul(kf.mul(M, N), kf.smax(K, 1))
@@ -363,6 +372,10 @@ class LinearEmitter(GemvFloat, Bf16Dot, GemvInt8, GemvTiles, GemmFloat, GemmInt8
             values[f"xi{i}"] = b.ptrtoint(xi, I64)
         if tsums is not None:
             values["xts"] = b.ptrtoint(tsums, I64)
+        if xamx is not None:
+            values["xa"] = b.ptrtoint(xamx[1], I64)
+            few = b.or_(small, kf.lt(kf.mul(M, K), TUNING["xprep_min_values"]))
+            values["xtasks_amx"] = b.select(few, kf.i64(1), nthreads)
         if self.tile_int8:
             few = b.or_(small, kf.lt(kf.mul(M, K), TUNING["xprep_min_values"]))
             values["xtasks"] = b.select(few, kf.i64(1), kf.smin(kf.smax(M, 1), nthreads))
@@ -377,6 +390,14 @@ class LinearEmitter(GemvFloat, Bf16Dot, GemvInt8, GemvTiles, GemmFloat, GemmInt8
             xtasks = values["xtasks"]
             kf.if_else(b.icmp_signed("==", xtasks, kf.i64(1)), lambda: kf.b.call(xprep, [slot, kf.i64(0)]),
                        lambda: kf.b.call(par, [xprep, slot, xtasks]), "xprep")
+        if xamx is not None:
+            # x as the AMX kernel's bfloat16 rows, by all threads, before the GEMM
+            xprep_amx = self._amx_x_task()
+            xtasks = values["xtasks_amx"]
+            with kf.if_(b.not_(use_gemv), "xamx"):
+                kf.if_else(kf.b.icmp_signed("==", xtasks, kf.i64(1)),
+                           lambda: kf.b.call(xprep_amx, [slot, kf.i64(0)]),
+                           lambda: kf.b.call(par, [xprep_amx, slot, xtasks]), "xprepa")
 
         def serial():
             kf.if_else(use_gemv, lambda: kf.b.store(kf.b.call(gemv, [slot, kf.i64(0)]), rc_slot),
@@ -390,12 +411,33 @@ class LinearEmitter(GemvFloat, Bf16Dot, GemvInt8, GemvTiles, GemmFloat, GemmInt8
         free = kf.declare("free", ir.VoidType(), [PTR])
         if scratch is not None:
             b.call(free, [scratch])
-        for xq in [q for q, _ in qbufs] + ibufs + ([tsums] if tsums is not None else []):
+        for xq in [q for q, _ in qbufs] + ibufs + ([tsums] if tsums is not None else []) + (
+                [xamx[0]] if xamx is not None else []):
             b.call(free, [xq])  # free(NULL) is a no-op
         b.ret(rc)
         kf.finish()
         self.body_fn = body_fn
         return ["out of memory allocating a matmul workspace"]
+
+    def _prepare_amx_x(self, kf: KFunc, use_gemv, M, K):
+        """The AMX GEMM's ``A'`` buffer (:mod:`.amx`; its rows are written by the ``xprep_amx``
+        tasks): ``(raw, aligned)`` pointers, NULL when the GEMV runs; None without AMX."""
+        if not self.amx_split:
+            return None
+        b = kf.b
+        slot = kf.alloca(PTR, name="xa")
+        b.store(ir.Constant(PTR, None), slot)
+
+        def alloc():
+            mpad = kf.mul(kf.sdiv(kf.add(M, AMX_ROWS - 1), AMX_ROWS), AMX_ROWS)
+            raw, _ = self._workspace(kf, kf.add(kf.mul(mpad, self._amx_row_bytes(kf, K)), 64))
+            kf.b.store(raw, slot)
+
+        with kf.if_(b.not_(use_gemv), "xaalloc"):
+            alloc()
+        raw = b.load(slot, typ=PTR)
+        aligned = b.inttoptr(b.and_(kf.add(b.ptrtoint(raw, I64), 63), kf.i64(~63)), PTR)
+        return raw, aligned
 
     def _gemm_chunk_rows(self, kf: KFunc, M, K, nthreads) -> tuple:
         """``(mc, chunks)`` (i64 values): the float GEMM's rows in ``chunks`` chunks of ``mc`` rows
@@ -411,7 +453,7 @@ class LinearEmitter(GemvFloat, Bf16Dot, GemvInt8, GemvTiles, GemmFloat, GemmInt8
         AVX2 kernels, the model's prefill 13% slower with the AVX-512 ones, Xeon)."""
         b = kf.b
         limit = TUNING["gemm_chunk_bytes"]
-        MR = self.MR
+        MR = AMX_ROWS if self.amx_split else self.MR
         if limit <= 0:
             return M, kf.i64(1)
         elem = 2 if self.bf16dot_gemm else 4

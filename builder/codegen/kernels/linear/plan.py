@@ -86,6 +86,8 @@ TUNING = {
     "qu_i8": 2,                  # its k-quads per inner loop iteration
     "nv_i8": 2,                  # its weight rows per panel / 8 (int32 vectors per row of x)
     "epi_interleave": 2,         # epilogue loop: vector iterations interleaved by LLVM (adds a 4-wide remainder loop)
+    "kc_amx": 128,               # AMX GEMM: columns of x per packed weight block (a multiple of 32)
+    "amx_min_rows": 32,          # AMX GEMM from this many rows of x (the GEMV / row tiles below)
     "gemm_bf16dot": 1,           # bfloat16 x and weights on AVX512-BF16: vdpbf16ps GEMV, and GEMM where
                                  # SimdInfo.bf16dot_gemm (0: float32 both; 2: GEMM too on any such CPU)
 }
@@ -224,7 +226,9 @@ def plan_linear(func: PrimFunc, simd: SimdInfo) -> LinearPlan | str:
     static ``K`` and ``vdpbf16ps`` in the GEMV and GEMM; ``"bf16gemv"``: in the GEMV only, the
     GEMM multiplies widened float32 (:attr:`SimdInfo.bf16dot_gemm`, ``gemm_bf16dot``);
     ``"vnni"``: int8-activation weights and ``vpdpbusd``; ``"tiles"`` added: row-tiled weights and
-    the row-tiled kernels of :mod:`.tiles`), shown in the built function's ``kernel`` label.
+    the row-tiled kernels of :mod:`.tiles`; ``"amx"`` / ``"amx3"`` added: the GEMM on AMX tiles with
+    bfloat16 products or the bf16x3 split, :func:`_amx_split`), shown in the built function's
+    ``kernel`` label.
 
     A function the target's vectors are too wide for (groups of 8 columns with 16 float32
     lanes) is planned for narrower x86 vectors (8, then 4 lanes; ``plan.simd``), which the
@@ -253,7 +257,28 @@ def plan_linear(func: PrimFunc, simd: SimdInfo) -> LinearPlan | str:
             plan.variant = "vnni"
         if any(d.row_tile for d in plan.weights):
             plan.variant = "+".join(filter(None, [plan.variant, "tiles"]))
+        split = _amx_split(plan, simd, k)
+        if split:
+            plan.variant = "+".join(filter(None, [plan.variant, "amx" if split == 1 else "amx3"]))
     return plan
+
+
+def _amx_split(plan: LinearPlan, simd: SimdInfo, k) -> int:
+    """The GEMM on AMX tiles (:mod:`.amx`) for ``plan``: 1 (bfloat16 products), 3 (the bf16x3
+    split) or 0 (not taken). Taken on a host with AMX (:attr:`SimdInfo.amx`) in the 16-lane shape
+    when no weight takes the int8-activation kernels: with 1 for bfloat16 x and bfloat16 weights (its
+    products are exact, whatever the precision), else as the target's matmul precision says
+    (``high`` 3, ``medium`` 1, ``highest`` 0)."""
+    if not simd.amx or simd.lanes != 16 or simd.registers < 32:
+        return 0
+    kk = k.value if isinstance(k, E.IntImm) else None
+    if any(d.format == "group" and d.activation == "int8" and simd.int8_dot and kk is not None
+           and int8_gemv_supported(d.storage, d.bits, d.group_size, kk, d.row_tile) for d in plan.weights):
+        return 0
+    if plan.params[plan.x].dtype == "bfloat16" and all(d.format == "dense" and d.dtype == "bfloat16"
+                                                       for d in plan.weights):
+        return 1
+    return {"high": 3, "medium": 1}.get(simd.matmul_precision, 0)
 
 
 def _plan_linear(func: PrimFunc, simd: SimdInfo) -> LinearPlan | str:

@@ -1,0 +1,161 @@
+"""The GEMM on AMX tiles (``builder.codegen.kernels.linear.amx``): bfloat16 products of bfloat16 models,
+float32 matmuls at PyTorch's ``high`` (bf16x3) and ``medium`` precisions, against float64 numpy. Every
+case runs on any host through ``MB_SIMD_EMULATE=amx`` (the micro-kernel as float32 loops over the same
+tiles, with the 16-lane kernel shape); on a host whose OS grants the tiles the native kernels run too."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from builder.codegen import Target, build
+from builder.codegen.kernels import SimdInfo
+from builder.codegen.kernels.linear import TUNING
+from runtime import Executable, VirtualMachine, threadpool
+from runtime import target as runtime_target
+from runtime.native import bfloat16_bits_to_float32, float32_to_bfloat16_bits
+
+from helpers.linear_kernels import check_gated as _check_gated
+from helpers.linear_kernels import linear_func as _linear_func
+
+HOST = Target.host()
+NATIVE = runtime_target.amx_permitted()
+
+pytestmark = pytest.mark.usefixtures("private_object_cache")   # tests/codegen/conftest.py
+
+
+@pytest.fixture(params=["emulated"] + (["native"] if NATIVE else []))
+def amx(request, monkeypatch):
+    """The kernels' AMX: ``emulated`` (any host) or ``native`` (a host with AMX tiles)."""
+    if request.param == "emulated":
+        monkeypatch.setenv("MB_SIMD_SHAPE", "avx512")
+        monkeypatch.setenv("MB_SIMD_EMULATE", "amx")
+        return "avx512"
+    monkeypatch.delenv("MB_SIMD_SHAPE", raising=False)
+    monkeypatch.delenv("MB_SIMD_EMULATE", raising=False)
+    return "avx512"
+
+
+def _lib(f, precision: str):
+    lib = build({"f": f}, Target.host(matmul_precision=precision))
+    return lib.functions["f"]["kernel"], lib.target.get("amx", False), lib.load()
+
+
+def _rel_err(y, ref) -> float:
+    return float(np.abs(y - ref).max() / np.abs(ref).max())
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_float32_high_and_medium_precision(amx, threads, monkeypatch):
+    """float32 x and weights: ``high`` (bf16x3) within 2e-5 of float64 relative to the largest output
+    (float32's own GEMM is within about 1e-6), ``medium`` (bfloat16 operands) within 2e-2 and at least 30
+    times less accurate than ``high``; rows that are not multiples of the 32 of a micro-kernel call, a
+    partial panel (N = 70), K = 100 (three blocks of 32 columns and a partial tile, ``kc_amx`` 32);
+    ``highest`` keeps the float32 kernels."""
+    monkeypatch.setitem(TUNING, "kc_amx", 32)
+    N, K = 70, 100
+    f, _ = _linear_func(K, N, "float32", "float32", ("linear", 0))
+    libs = {p: _lib(f, p) for p in ("highest", "high", "medium")}
+    assert libs["high"][0] == f"linear/{amx}+amx3" and libs["high"][1] is True
+    assert libs["medium"][0] == f"linear/{amx}+amx" and libs["medium"][1] is True
+    assert "amx" not in libs["highest"][0] and libs["highest"][1] is False
+    old = threadpool.set_num_threads(threads)
+    try:
+        for M in (32, 33, 57, 64, 95):
+            rng = np.random.default_rng(M)
+            x = rng.standard_normal((M, K), dtype=np.float32)
+            w = rng.standard_normal((N, K), dtype=np.float32)
+            ref = x.astype(np.float64) @ w.T.astype(np.float64)
+            errs = {}
+            for p, (_, _, lib) in libs.items():
+                y = np.full((M, N), np.nan, np.float32)
+                lib["f"](x, w, y)
+                errs[p] = _rel_err(y, ref)
+            assert errs["highest"] < 2e-6
+            assert errs["high"] < 2e-5
+            assert errs["medium"] < 2e-2
+            assert errs["high"] * 30 < errs["medium"]
+    finally:
+        threadpool.set_num_threads(old)
+
+
+def test_gated_epilogue_two_weights_and_row_chunks(amx, monkeypatch):
+    """Two weights (SwiGLU's gate and up), a bias and a residual in the epilogue, at ``high``; and x
+    larger than ``gemm_chunk_bytes``, which splits the rows into chunks (multiples of 32 rows, the
+    last one shorter) that each run through every panel."""
+    monkeypatch.setitem(TUNING, "gemm_chunk_bytes", 64000)
+    epi = ("add", ("multiply", ("silu", ("add", ("linear", 0), ("tensor", 2))), ("linear", 1)), ("tensor", 3))
+    N, K = 70, 100
+    f, _ = _linear_func(K, N, "float32", "float32", epi, nweights=2,
+                        extra=[("bias", (N,), "float32"), ("resid", ("lead", N), "float32")])
+    kernel, _, lib = _lib(f, "high")
+    assert kernel.endswith("+amx3")
+    for M in (1, 40, 300, 311):   # 1: the GEMV (float32); 300 / 311: two chunks
+        _check_gated(lib, M, N, K, of_max=2e-5)
+
+
+def test_bfloat16_model_runs_on_tiles_at_every_precision(amx):
+    """bfloat16 x and weights take the tiles at ``highest`` too (products of two bfloat16 are exact
+    in float32): within float32 summation error of the float64 product of the same bfloat16 values,
+    the GEMV's rows (8) and the GEMM's (33, 64) alike; odd K (a column past the last pair)."""
+    N, K = 70, 131
+    f, _ = _linear_func(K, N, "bfloat16", "bfloat16", ("linear", 0), out_dtype="float32")
+    kernel, _, lib = _lib(f, "highest")
+    assert kernel.endswith("+amx")
+    rng = np.random.default_rng(3)
+    for M in (8, 33, 64):
+        x = float32_to_bfloat16_bits(rng.standard_normal((M, K), dtype=np.float32))
+        w = float32_to_bfloat16_bits(rng.standard_normal((N, K), dtype=np.float32))
+        ref = bfloat16_bits_to_float32(x).astype(np.float64) @ bfloat16_bits_to_float32(w).T.astype(np.float64)
+        y = np.empty((M, N), np.float32)
+        lib["f"](x, w, y)
+        assert _rel_err(y, ref) < 2e-6
+
+
+def test_recipe_quantized_and_tiled_weights_at_high_precision(amx):
+    """A whole recipe (LlamaMLP, SwiGLU) at ``matmul_precision=high``: row-tiled float32 weights and
+    4-bit group-quantized ones (decoded into the panels) run on the tiles above the GEMV's rows, and
+    the outputs match the ``highest`` build within bf16x3's error; the saved executable records the
+    tiles and loads back to the same results."""
+    from builder import build as build_recipe
+
+    for quant in ("none", "q4f32_1"):
+        over = ["hidden_size=64", "intermediate_size=96", "dtype=float32", f"quantization={quant}"]
+        ref_model = build_recipe("recipes/llama_mlp.yaml", over)
+        model = build_recipe("recipes/llama_mlp.yaml", over + ["matmul_precision=high"])
+        kernels = {meta["kernel"] for meta in model.exe.kernels.values()}
+        assert any(k.endswith("+amx3") for k in kernels), kernels
+        x = np.random.default_rng(0).standard_normal((40, 64), dtype=np.float32)
+        ref = ref_model(x)
+        y = model(x)
+        assert _rel_err(y, ref) < 5e-5
+        # saved and loaded, the executable says it runs tiles and computes the same
+        exe = Executable.load(model.exe.save())
+        assert exe.target["amx"] is True and exe.target["matmul_precision"] == "high"
+        args = [x] + [model.params[n] for n in model.param_names]
+        np.testing.assert_array_equal(VirtualMachine(exe)["forward"](*args), y)
+
+
+def test_precision_is_validated_and_recorded():
+    """An unknown precision is a ValueError (a recipe error at the recipe level); the target's
+    dict records the precision; an executable whose kernels use the tiles does not load where the
+    OS does not grant them."""
+    import schemas
+
+    with pytest.raises(ValueError, match="matmul_precision must be one of"):
+        Target.host(matmul_precision="low")
+    assert Target.host("high").to_dict()["matmul_precision"] == "high"
+    with pytest.raises(schemas.RecipeError, match="matmul_precision"):
+        schemas.load_recipe("recipes/llama_mlp.yaml", ["matmul_precision=low"])
+    info = SimdInfo.from_target(HOST.triple, HOST.features, "medium")
+    assert info.matmul_precision == "medium"
+
+
+def test_executable_with_tiles_refused_without_the_os_grant(monkeypatch):
+    from runtime.target import check_target
+
+    target = {**HOST.to_dict(), "amx": True}
+    monkeypatch.setattr(runtime_target, "_AMX", False)
+    with pytest.raises(ValueError, match="AMX tiles"):
+        check_target(target)
+    monkeypatch.setattr(runtime_target, "_AMX", True)
+    check_target(target)
