@@ -74,6 +74,13 @@ TINYLLAMA = dict(hidden_size=2048, intermediate_size=5632, num_heads=32, num_kv_
 RMS_EPS, ROPE_THETA = 1e-5, 10000.0
 #: our quantization preset -> the llama.cpp GGUF type of the same bits per weight
 LLAMA_FORMATS = {"float32": "F32", "q4f16_1": "Q4_0", "q4f16_1+a8": "Q4_0", "q8f32_1": "Q8_0", "q8f32_1+a8": "Q8_0"}
+"""Our formats and the llama.cpp type each is compared with. ``FORMAT@high`` / ``FORMAT@medium`` builds the
+format at that ``matmul_precision`` (the GEMMs on AMX tiles where the CPU has them)."""
+
+
+def llama_qtype(fmt: str) -> str:
+    """The llama.cpp type of one of our formats (``@precision`` ignored)."""
+    return LLAMA_FORMATS[fmt.partition("@")[0]]
 
 
 # -- helpers ---------------------------------------------------------------------------------------
@@ -332,9 +339,11 @@ def minilm_onnx(st_model, enc):
 
 def llama_overrides(fmt: str) -> list[str]:
     out = [f"{k}={v}" for k, v in TINYLLAMA.items()] + [f"rms_norm_eps={RMS_EPS}", f"rope_theta={ROPE_THETA}"]
+    fmt, _, precision = fmt.partition("@")
     preset = fmt.removesuffix("+a8")
     return out + ([f"quantization={preset}"] if preset != "float32" else []) + (
-        ["quantization.activation_quantization=int8"] if fmt.endswith("+a8") else [])
+        ["quantization.activation_quantization=int8"] if fmt.endswith("+a8") else []) + (
+        [f"matmul_precision={precision}"] if precision else [])
 
 
 def torch_llama(params: dict):
@@ -563,8 +572,11 @@ def bench_llama(args, rows: list, notes: list) -> None:
     llama_cpp_ok = bool(llama_cpp_kinds)
     if llama_cpp_ok:
         for fmt in formats:
-            qtype = LLAMA_FORMATS[fmt]
+            qtype = llama_qtype(fmt)
             path = gguf_dir / f"tinyllama-random-{qtype}.gguf"
+            if path in ggufs.values():   # the same type at another precision
+                ggufs[fmt] = path
+                continue
             t2 = time.perf_counter()
             try:
                 write_gguf(path, fparams, qtype)
@@ -619,7 +631,7 @@ def bench_llama(args, rows: list, notes: list) -> None:
         ours_logits = prefill(prompt, ContiguousKVCache(), prompt_len)[0, -1]
         agree = {}
         tmodel = None
-        if fmt == "float32" and not args.no_torch:
+        if fmt.startswith("float32") and not args.no_torch:
             try:
                 import torch
 
@@ -667,17 +679,17 @@ def bench_llama(args, rows: list, notes: list) -> None:
                 n = min(len(got["tokens"]), n_new)
                 same = sum(a == b for a, b in zip(first["tokens"][:n], got["tokens"][:n]))
                 agree[aname] = f"{same}/{n_new} tokens"
-                print(f"  {ANCHOR_LABEL[aname]} {LLAMA_FORMATS[fmt]}: loaded in {time.perf_counter() - t2:.1f} s; "
+                print(f"  {ANCHOR_LABEL[aname]} {llama_qtype(fmt)}: loaded in {time.perf_counter() - t2:.1f} s; "
                       f"greedy tokens agree {same}/{n_new} ({len(got['tokens'])} tokens read back)", flush=True)
                 fns[aname] = lambda c=srv: c.run(prompt[0], n_new + 1)
             except Exception as err:  # noqa: BLE001
                 traceback.print_exc()
-                skip(notes, f"Llama {ANCHOR_LABEL[aname]} {LLAMA_FORMATS[fmt]}", err)
+                skip(notes, f"Llama {ANCHOR_LABEL[aname]} {llama_qtype(fmt)}", err)
         times = rounds(fns, args.runs_llama, 0)
         ours = times["ours"]
         for aname in [a for a in fns if a != "ours"]:
             theirs = times[aname]
-            label = ANCHOR_LABEL[aname] + (" float32" if aname == "torch" else f" {LLAMA_FORMATS[fmt]}")
+            label = ANCHOR_LABEL[aname] + (" float32" if aname == "torch" else f" {llama_qtype(fmt)}")
             for phase, case in (("prefill", f"prefill {prompt_len} tokens"),
                                 ("decode", f"decode, per token ({n_new} after {prompt_len})")):
                 o = median([r[phase] for r in ours]) * 1e3
@@ -758,7 +770,8 @@ def main(argv=None) -> int:
     p.add_argument("--llama-runs", type=int, default=3, help="Llama rounds (prefill + decode each; default 3)")
     p.add_argument("--warmup", type=int, default=3, help="MiniLM warm-up rounds")
     p.add_argument("--llama-formats", nargs="*", default=None,
-                   help=f"subset of {list(LLAMA_FORMATS)} (default: all)")
+                   help=f"subset of {list(LLAMA_FORMATS)}, each optionally at a matmul precision: float32@high, "
+                        "q4f16_1@medium (default: the formats at the default precision)")
     p.add_argument("--prompt", type=int, default=128, help="Llama prompt tokens (default 128)")
     p.add_argument("--decode-tokens", type=int, default=32, help="Llama decode steps timed (default 32)")
     p.add_argument("--profile", action="store_true",
@@ -779,9 +792,10 @@ def main(argv=None) -> int:
     args.runs_minilm = args.runs or (10 if args.quick else 30)
     args.runs_llama = args.llama_runs
     args.llama_formats = args.llama_formats or list(LLAMA_FORMATS)
-    bad = [f for f in args.llama_formats if f not in LLAMA_FORMATS]
+    bad = [f for f in args.llama_formats if f.partition("@")[0] not in LLAMA_FORMATS
+           or f.partition("@")[2] not in ("", "high", "medium")]
     if bad:
-        p.error(f"unknown formats {bad}; choose from {list(LLAMA_FORMATS)}")
+        p.error(f"unknown formats {bad}; choose from {list(LLAMA_FORMATS)}, each optionally with @high or @medium")
 
     from runtime.threadpool import get_num_threads
 

@@ -8,7 +8,7 @@ oneDNN's and llama.cpp's AMX kernels):
 * **x** becomes ``A'``, one row of ``Kp`` bfloat16 per row of x (``Kp = split * K`` rounded up to the
   32 columns of a tile, zero beyond; rows up to a multiple of 32, zero), by all threads before the
   GEMM (:meth:`GemmAmx._amx_x_task`);
-* the **weights** are packed per panel of ``NR`` (64) outputs and block of ``kc_amx`` columns as
+* the **weights** are packed per panel of ``NR`` (64) outputs and block of columns (``B'`` tiles of about ``amx_b_bytes``) as
   the float GEMM packs them (:meth:`~.gemm.GemmFloat._pack_fn`, :meth:`~.tiles.GemvTiles._pack_tiles_fn`:
   float32, 16-bit, row-tiled or group-quantized weights alike), then turned into ``B'`` tiles
   (:meth:`GemmAmx._amx_pack_b_fn`): per 16 outputs and 32 columns of ``B'`` one 1 KiB tile in the
@@ -306,7 +306,7 @@ class GemmAmx:
     def _gemm_amx(self, kf, st, u0, u1) -> None:
         """Units ``[u0, u1)`` of the GEMM on AMX tiles, in the float GEMM's units (a panel of ``NR``
         outputs of a row chunk, :meth:`~.gemm.GemmFloat._gemm`): per weight and block of
-        ``kc_amx`` columns the panel is packed in float32, turned into ``B'`` tiles, and the
+        columns (its ``B'`` about ``amx_b_bytes``) the panel is packed in float32, turned into ``B'`` tiles, and the
         micro-kernel runs down the chunk's rows 32 at a time (two calls per 64 outputs) into the
         ``cs`` accumulators (rows to a multiple of 32); the last block runs each row block's
         epilogue. A block's ``B'`` tiles stay in L1 while the row blocks use them: micro-kernel calls
@@ -316,7 +316,7 @@ class GemmAmx:
         NR = self.NR
         G = NR // 16
         split = self.amx_split
-        KB = max(32, TUNING["kc_amx"] - TUNING["kc_amx"] % 32)
+        KB = max(32, TUNING["amx_b_bytes"] // (2 * split * NR) // 32 * 32)   # B' of a block: about amx_b_bytes
         steps_max = -(-split * KB // 32)
         M, N, K = st.M, st.N, st.K
         mc = st.extra.get("mc", M)

@@ -4,6 +4,7 @@ the shared pieces (task context, epilogue, workspaces, helper cache); the kernel
 mixins, one per file: :mod:`.gemv`, :mod:`.int8_gemv`, :mod:`.bf16`, :mod:`.gemm`, :mod:`.int8_gemm`."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from llvmlite import ir
@@ -186,8 +187,10 @@ class LinearEmitter(GemvFloat, Bf16Dot, GemvInt8, GemvTiles, GemmFloat, GemmInt8
         # the GEMM on AMX tiles (:mod:`.amx`): bfloat16 products (1) or the bf16x3 split (3)
         parts = plan.variant.split("+")
         self.amx_split = 3 if "amx3" in parts else 1 if "amx" in parts else 0
-        if self.amx_split and not self.tile_int8:
-            self.MG = min(self.MG, TUNING["amx_min_rows"] - 1)
+        # from how many rows: below, the FMA kernels (the GEMV / row tiles, then the float GEMM)
+        self.amx_rows = TUNING["amx3_min_rows" if self.amx_split == 3 else "amx_min_rows"]
+        if self.amx_split:
+            self.MG = min(self.MG, self.amx_rows - 1)
         extra = ["M", "N", "K", "ntasks", "units"] + (["mc"] if self.row_chunks else [])
         extra += ["xa", "xtasks_amx"] if self.amx_split else []
         extra += [f"xq{i}" for i in range(len(self.qkeys))] + [f"xs{i}" for i in range(len(self.qkeys))]
@@ -283,10 +286,10 @@ class LinearEmitter(GemvFloat, Bf16Dot, GemvInt8, GemvTiles, GemmFloat, GemmInt8
             a.add_attribute("noalias")
         self.epi_fn = self._emit_epilogue()
         micro = self._micro_bf16_fn if self.bf16dot_gemm else self._micro_fn
-        self.micro_fns = ({} if self.i8gemm or self.tile_int8 or self.amx_split else
-                          {t: micro(t) for t in range(1, self.MR + 1)})
+        self.micro_fns = {} if self.i8gemm or self.tile_int8 else {t: micro(t) for t in range(1, self.MR + 1)}
         gemv = self._emit_task("gemv")
         gemm = gemv if self.tile_int8 else self._emit_task("gemm")
+        gemm_amx = self._emit_task("gemm_amx") if self.amx_split else None
         kf = KFunc(self.module, body_fn)
         b = kf.b
         ptrs = list(body_fn.args[:nparams])
@@ -305,6 +308,7 @@ class LinearEmitter(GemvFloat, Bf16Dot, GemvInt8, GemvTiles, GemmFloat, GemmInt8
         # float32 view of x
         xptr = ptrs[plan.x]
         use_gemv = b.icmp_signed("<=", M, kf.i64(self.MG))
+        use_amx = b.icmp_signed(">=", M, kf.i64(self.amx_rows)) if self.amx_split else ir.Constant(I1, 0)
         if x.dtype == "float32" or self.bf16dot_gemm:   # the bfloat16 GEMV / GEMM read x as it is
             xf = xptr
             scratch = None
@@ -339,7 +343,7 @@ class LinearEmitter(GemvFloat, Bf16Dot, GemvInt8, GemvTiles, GemmFloat, GemmInt8
         qbufs = self._prepare_quant_x(kf, xf, M, K)
         ibufs = self._prepare_int8_x(kf, xf, M, K)
         tsums = self._prepare_tile_sums(kf, xf, M, K)
-        xamx = self._prepare_amx_x(kf, use_gemv, M, K)
+        xamx = self._prepare_amx_x(kf, use_amx, M, K)
         # split the work
         nthreads = b.sext(b.call(kf.declare("mb_num_threads", I32, []), []), I64)
         macs = kf.mul(kf.mul(M, N), kf.smax(K, 1))
@@ -380,7 +384,7 @@ class LinearEmitter(GemvFloat, Bf16Dot, GemvInt8, GemvTiles, GemmFloat, GemmInt8
             few = b.or_(small, kf.lt(kf.mul(M, K), TUNING["xprep_min_values"]))
             values["xtasks"] = b.select(few, kf.i64(1), kf.smin(kf.smax(M, 1), nthreads))
         self.ctx.store(kf, slot, ptrs, syms, xf, values)
-        task = b.select(use_gemv, gemv, gemm)
+        task = b.select(use_gemv, gemv, gemm if gemm_amx is None else b.select(use_amx, gemm_amx, gemm))
         par = kf.declare("mb_parallel_for", I32, [PTR, PTR, I64])
         rc_slot = kf.alloca(I32, name="rc")
         if self.tile_int8 and ibufs:
@@ -394,14 +398,17 @@ class LinearEmitter(GemvFloat, Bf16Dot, GemvInt8, GemvTiles, GemmFloat, GemmInt8
             # x as the AMX kernel's bfloat16 rows, by all threads, before the GEMM
             xprep_amx = self._amx_x_task()
             xtasks = values["xtasks_amx"]
-            with kf.if_(b.not_(use_gemv), "xamx"):
+            with kf.if_(use_amx, "xamx"):
                 kf.if_else(kf.b.icmp_signed("==", xtasks, kf.i64(1)),
                            lambda: kf.b.call(xprep_amx, [slot, kf.i64(0)]),
                            lambda: kf.b.call(par, [xprep_amx, slot, xtasks]), "xprepa")
 
+        def run(fn):
+            return lambda: kf.b.store(kf.b.call(fn, [slot, kf.i64(0)]), rc_slot)
+
         def serial():
-            kf.if_else(use_gemv, lambda: kf.b.store(kf.b.call(gemv, [slot, kf.i64(0)]), rc_slot),
-                       lambda: kf.b.store(kf.b.call(gemm, [slot, kf.i64(0)]), rc_slot), "path")
+            big = run(gemm) if gemm_amx is None else (lambda: kf.if_else(use_amx, run(gemm_amx), run(gemm), "amx"))
+            kf.if_else(use_gemv, run(gemv), big, "path")
 
         def parallel():
             kf.b.store(kf.b.call(par, [task, slot, ntasks]), rc_slot)
@@ -419,9 +426,9 @@ class LinearEmitter(GemvFloat, Bf16Dot, GemvInt8, GemvTiles, GemmFloat, GemmInt8
         self.body_fn = body_fn
         return ["out of memory allocating a matmul workspace"]
 
-    def _prepare_amx_x(self, kf: KFunc, use_gemv, M, K):
+    def _prepare_amx_x(self, kf: KFunc, use_amx, M, K):
         """The AMX GEMM's ``A'`` buffer (:mod:`.amx`; its rows are written by the ``xprep_amx``
-        tasks): ``(raw, aligned)`` pointers, NULL when the GEMV runs; None without AMX."""
+        tasks): ``(raw, aligned)`` pointers, NULL unless ``use_amx``; None without AMX."""
         if not self.amx_split:
             return None
         b = kf.b
@@ -433,7 +440,7 @@ class LinearEmitter(GemvFloat, Bf16Dot, GemvInt8, GemvTiles, GemmFloat, GemmInt8
             raw, _ = self._workspace(kf, kf.add(kf.mul(mpad, self._amx_row_bytes(kf, K)), 64))
             kf.b.store(raw, slot)
 
-        with kf.if_(b.not_(use_gemv), "xaalloc"):
+        with kf.if_(use_amx, "xaalloc"):
             alloc()
         raw = b.load(slot, typ=PTR)
         aligned = b.inttoptr(b.and_(kf.add(b.ptrtoint(raw, I64), 63), kf.i64(~63)), PTR)
@@ -453,7 +460,7 @@ class LinearEmitter(GemvFloat, Bf16Dot, GemvInt8, GemvTiles, GemmFloat, GemmInt8
         AVX2 kernels, the model's prefill 13% slower with the AVX-512 ones, Xeon)."""
         b = kf.b
         limit = TUNING["gemm_chunk_bytes"]
-        MR = AMX_ROWS if self.amx_split else self.MR
+        MR = math.lcm(self.MR, AMX_ROWS) if self.amx_split else self.MR   # whole micro-kernels of both GEMMs
         if limit <= 0:
             return M, kf.i64(1)
         elem = 2 if self.bf16dot_gemm else 4
@@ -572,6 +579,8 @@ class LinearEmitter(GemvFloat, Bf16Dot, GemvInt8, GemvTiles, GemmFloat, GemmInt8
         if kind == "gemv":
             (self._tiles_dense if self.tiled_dense else self._tiles if self.tiled else self._gemv)(kf, st, u0, u1)
             b.ret(ir.Constant(I32, 0))
+        elif kind == "gemm_amx":
+            self._gemm_amx(kf, st, u0, u1)
         else:
             self._gemm(kf, st, u0, u1)
         kf.finish()

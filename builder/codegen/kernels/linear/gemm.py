@@ -132,8 +132,6 @@ class GemmFloat:
         (``mc x NR`` float32 per weight); the last block runs each row block's epilogue."""
         if self.i8gemm:
             return self._gemm_i8(kf, st, u0, u1)
-        if self.amx_split:
-            return self._gemm_amx(kf, st, u0, u1)
         b = kf.b
         NR, KC, MR = self.NR, self.KC, self.MR
         M, N, K = st.M, st.N, st.K

@@ -86,8 +86,13 @@ TUNING = {
     "qu_i8": 2,                  # its k-quads per inner loop iteration
     "nv_i8": 2,                  # its weight rows per panel / 8 (int32 vectors per row of x)
     "epi_interleave": 2,         # epilogue loop: vector iterations interleaved by LLVM (adds a 4-wide remainder loop)
-    "kc_amx": 128,               # AMX GEMM: columns of x per packed weight block (a multiple of 32)
-    "amx_min_rows": 32,          # AMX GEMM from this many rows of x (the GEMV / row tiles below)
+    "amx_b_bytes": 24576,        # AMX GEMM: bytes of a panel's bfloat16 weight tiles per block of columns (the block:
+                                 # a multiple of 32 columns; 192 with bfloat16 products, 64 with bf16x3; Xeon, 2
+                                 # threads, 328 x 1536 -> 384 at medium 477 -> 409 us against 128 columns)
+    "amx_min_rows": 16,          # AMX GEMM with bfloat16 products from this many rows of x (the FMA kernels below;
+                                 # Xeon, 2 threads, 384 -> 1536 at 16 rows 145 -> 138 us, 24: 168 -> 140)
+    "amx3_min_rows": 64,         # the same with the bf16x3 split (its packing costs three times as much: 48 rows
+                                 # 258 -> 279 us, 64: 310 -> 240)
     "gemm_bf16dot": 1,           # bfloat16 x and weights on AVX512-BF16: vdpbf16ps GEMV, and GEMM where
                                  # SimdInfo.bf16dot_gemm (0: float32 both; 2: GEMM too on any such CPU)
 }
