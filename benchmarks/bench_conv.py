@@ -57,8 +57,8 @@ STEM_FLOPS = 2 * 384 * 80 * 3 * 3000 + 2 * 384 * 384 * 3 * 1500
 
 
 
-def build(path: Path, gemm: bool):
-    """The recipe compiled with the default pipeline, or without :class:`ConvToGemm`."""
+def build(path: Path, gemm: bool, overrides=()):
+    """The recipe (with ``overrides``) compiled with the default pipeline, or without :class:`ConvToGemm`."""
     original = _compile.default_pipeline
     if not gemm:
         def without():
@@ -66,7 +66,7 @@ def build(path: Path, gemm: bool):
             return Sequential([q for q in p.passes if not isinstance(q, ConvToGemm)], name=p.name)
         _compile.default_pipeline = without
     try:
-        return builder.build(path)
+        return builder.build(path, list(overrides))
     finally:
         _compile.default_pipeline = original
 
@@ -156,6 +156,8 @@ def main() -> None:
     ap.add_argument("--kernels", action="store_true", help="per-kernel times of the stem")
     ap.add_argument("--runs", type=int, default=10)
     ap.add_argument("--no-torch", action="store_true", help="no torch anchor for the encoder")
+    ap.add_argument("--matmul-precision", nargs="+", default=[], choices=["high", "medium"],
+                    help="also time ours at these matmul precisions (the GEMMs on AMX tiles where the CPU has them)")
     ap.add_argument("--peak", type=float, default=None,
                     help="float32 FMA peak, GFLOP/s (default: measured now, all threads)")
     args = ap.parse_args()
@@ -173,10 +175,16 @@ def main() -> None:
         cases = [("stem", stem)] + ([] if args.stem else [("encoder", ROOT / "recipes" / "whisper_tiny_encoder.yaml")])
         for label, path in cases:
             models = {"loops": build(path, False), "gemm": build(path, True)}
+            for prec in args.matmul_precision:
+                models[f"gemm@{prec}"] = build(path, True, [f"matmul_precision={prec}"])
             fns = {k: m["forward"] for k, m in models.items()}
             for f in fns.values():
                 f(x)
-            np.testing.assert_allclose(fns["gemm"](x), fns["loops"](x), rtol=1e-3, atol=1e-3)
+            ref = fns["loops"](x)
+            for k in fns:
+                if k.startswith("gemm"):   # medium: bfloat16 products, about 1e-2 of the largest output
+                    tol = 3e-2 * float(np.abs(ref).max()) if k.endswith("@medium") else 1e-3
+                    np.testing.assert_allclose(fns[k](x), ref, rtol=1e-3, atol=tol)
             anchor = None if label != "encoder" or args.no_torch else torch_encoder(models["gemm"], get_num_threads())
             if anchor is not None:
                 np.testing.assert_allclose(anchor(x), fns["gemm"](x), rtol=1e-3, atol=1e-3)
@@ -197,7 +205,7 @@ def main() -> None:
                              f"({STEM_FLOPS / best / 1e6 / args.peak:.0%} of {args.peak:.0f})")
                 if k != "gemm" and "gemm" in runs:
                     extra += f"  ours (gemm) / {k}: {np.median(runs['gemm']) * 1e3 / med:.2f} (medians)"
-                print(f"{label:8s} {k:6s} median {med:9.2f} ms  best {best:9.2f} ms{extra}")
+                print(f"{label:8s} {k:11s} median {med:9.2f} ms  best {best:9.2f} ms{extra}")
             if label == "stem":
                 print(f"{label:8s} numpy  best {numpy_gemms(args.runs):9.2f} ms  (its two GEMMs alone, OpenBLAS "
                       "sgemm: how fast this machine is now)")
