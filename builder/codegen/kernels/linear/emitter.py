@@ -1,7 +1,7 @@
 """The linear kernel driver: :class:`LinearEmitter` writes the body function (x widened to float32
 once when needed, the prepared copies of x, the work split over threads, GEMV or GEMM by ``M``) and
 the shared pieces (task context, epilogue, workspaces, helper cache); the kernel families are its
-mixins, one per file: :mod:`.gemv`, :mod:`.int8_gemv`, :mod:`.bf16`, :mod:`.gemm`, :mod:`.int8_gemm`."""
+mixins, one per file: :mod:`.gemv`, :mod:`.int8_gemv`, :mod:`.bf16`, :mod:`.gemm`, :mod:`.int8_gemm`, :mod:`.amx`."""
 from __future__ import annotations
 
 import math
