@@ -8,9 +8,10 @@ oneDNN's and llama.cpp's AMX kernels):
 * **x** becomes ``A'``, one row of ``Kp`` bfloat16 per row of x (``Kp = split * K`` rounded up to the
   32 columns of a tile, zero beyond; rows up to a multiple of 32, zero), by all threads before the
   GEMM (:meth:`GemmAmx._amx_x_task`);
-* the **weights** are packed per panel of ``NR`` (64) outputs and block of columns (``B'`` tiles of about ``amx_b_bytes``) as
-  the float GEMM packs them (:meth:`~.gemm.GemmFloat._pack_fn`, :meth:`~.tiles.GemvTiles._pack_tiles_fn`:
-  float32, 16-bit, row-tiled or group-quantized weights alike), then turned into ``B'`` tiles
+* the **weights** are packed per panel of ``NR`` (64) outputs and block of columns (``B'`` tiles of
+  about ``amx_b_bytes``) as the float GEMM packs them (:meth:`~.gemm.GemmFloat._pack_fn`,
+  :meth:`~.tiles.GemvTiles._pack_tiles_fn`: float32, 16-bit, row-tiled or group-quantized weights
+  alike), then turned into ``B'`` tiles
   (:meth:`GemmAmx._amx_pack_b_fn`): per 16 outputs and 32 columns of ``B'`` one 1 KiB tile in the
   pair-interleaved ("VNNI") order ``tdpbf16ps`` reads, row ``r`` holding columns ``2r, 2r + 1`` of
   the 16 outputs;
@@ -34,8 +35,15 @@ product about 4e-6 (float32 8e-7).
 The tile configuration (palette 1, eight tiles of 16 rows x 64 bytes) is loaded once per task
 (``ldtilecfg`` costs about 0.17 us: a third of a 12-step micro-kernel call when each call loaded it)
 and the tile state released at the end of the task (``tilerelease``), so no tile state lives between
-kernel calls. ``MB_SIMD_EMULATE=amx`` emits the
-micro-kernel as float32 loops over the same tiles, which any host runs (tests).
+kernel calls. ``MB_SIMD_EMULATE=amx`` emits the micro-kernel as float32 loops over the same tiles,
+which any host runs (tests).
+
+The emitter takes this GEMM from ``amx_min_rows`` (16) rows of x with ``split`` 1 and from
+``amx3_min_rows`` (64) with ``split`` 3, the FMA kernels below. In a GEMM of 328 x 384 -> 1536 + GELU at
+``split`` 3 (Xeon, 2 threads, 790-880 us against 1353 in float32) the micro-kernels took about 456 us,
+the exact-GELU epilogue 150, x's split 15, the packing the rest; the micro-kernel is bound by its tile
+loads (4 KiB per four ``tdpbf16ps``: 35-43 ns per step from L2, 26 from L1, against 21 ns of
+``tdpbf16ps``).
 
 A mixin of :class:`~.emitter.LinearEmitter`: its methods use the emitter's state (plan, tile sizes,
 shared-helper cache)."""
