@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from builder.codegen import Target, build
+from builder.codegen import Target, build, emit_llvm_ir
 from builder.codegen.kernels import SimdInfo
 from builder.codegen.kernels.linear import TUNING
 from runtime import Executable, VirtualMachine, threadpool
@@ -28,7 +28,7 @@ def amx(request, monkeypatch):
     """The kernels' AMX: ``emulated`` (any host) or ``native`` (a host with AMX tiles)."""
     if request.param == "emulated":
         monkeypatch.setenv("MB_SIMD_SHAPE", "avx512")
-        monkeypatch.setenv("MB_SIMD_EMULATE", "amx")
+        monkeypatch.setenv("MB_SIMD_EMULATE", "amx,avx512bf16")   # (bfloat16 GEMVs on hosts without it)
         return "avx512"
     monkeypatch.delenv("MB_SIMD_SHAPE", raising=False)
     monkeypatch.delenv("MB_SIMD_EMULATE", raising=False)
@@ -94,22 +94,34 @@ def test_gated_epilogue_two_weights_and_row_chunks(amx, monkeypatch):
         _check_gated(lib, M, N, K, of_max=2e-5)
 
 
-def test_bfloat16_model_runs_on_tiles_at_every_precision(amx):
+@pytest.mark.parametrize("K", [131, 64, 130, 200])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_bfloat16_model_runs_on_tiles_at_every_precision(amx, K, threads):
     """bfloat16 x and weights take the tiles at ``highest`` too (products of two bfloat16 are exact
     in float32): within float32 summation error of the float64 product of the same bfloat16 values,
-    the GEMV's rows (8) and the GEMM's (33, 64) alike; odd K (a column past the last pair)."""
-    N, K = 70, 131
+    the GEMV's rows (8) and the tiles' (16, 33, 64) alike. Odd K (a column past the last pair) goes
+    through the float32 panels; even K reads the weights' 32-bit words and x's rows as they are (64:
+    whole tiles; 130: a partial last tile; 200: a block of 192 columns and one of 8)."""
+    N = 70
     f, _ = _linear_func(K, N, "bfloat16", "bfloat16", ("linear", 0), out_dtype="float32")
     kernel, _, lib = _lib(f, "highest")
     assert kernel.endswith("+amx")
+    if K % 2 == 0 and SimdInfo.from_target(HOST.triple, HOST.features).native("avx512bf16") and \
+            SimdInfo.from_target(HOST.triple, HOST.features).avx512bf16:
+        # the rows below the tiles keep the vdpbf16ps GEMV of the variant the tiles were added to
+        assert "dpbf16ps" in emit_llvm_ir({"f": f}, Target.host())[0]
     rng = np.random.default_rng(3)
-    for M in (8, 33, 64):
-        x = float32_to_bfloat16_bits(rng.standard_normal((M, K), dtype=np.float32))
-        w = float32_to_bfloat16_bits(rng.standard_normal((N, K), dtype=np.float32))
-        ref = bfloat16_bits_to_float32(x).astype(np.float64) @ bfloat16_bits_to_float32(w).T.astype(np.float64)
-        y = np.empty((M, N), np.float32)
-        lib["f"](x, w, y)
-        assert _rel_err(y, ref) < 2e-6
+    old = threadpool.set_num_threads(threads)
+    try:
+        for M in (8, 16, 33, 64):
+            x = float32_to_bfloat16_bits(rng.standard_normal((M, K), dtype=np.float32))
+            w = float32_to_bfloat16_bits(rng.standard_normal((N, K), dtype=np.float32))
+            ref = bfloat16_bits_to_float32(x).astype(np.float64) @ bfloat16_bits_to_float32(w).T.astype(np.float64)
+            y = np.full((M, N), np.nan, np.float32)
+            lib["f"](x, w, y)
+            assert _rel_err(y, ref) < 2e-6
+    finally:
+        threadpool.set_num_threads(old)
 
 
 def test_recipe_quantized_and_tiled_weights_at_high_precision(amx):

@@ -143,10 +143,11 @@ class LinearEmitter(GemvFloat, Bf16Dot, GemvInt8, GemvTiles, GemmFloat, GemmInt8
             self.MG = min(self.MG, TUNING["gemv_max_rows_short_k"])
         # bfloat16 activations and weights on AVX512-BF16: the GEMV (and, variant bf16dot, the GEMM)
         # multiply pairs of columns with vdpbf16ps; that GEMM's panels hold the weights' 32-bit words
-        self.bf16dot = plan.variant in ("bf16dot", "bf16gemv")   # the GEMV multiplies with vdpbf16ps
-        self.bf16dot_gemm = plan.variant == "bf16dot"             # and the GEMM
+        variant = set(plan.variant.split("+"))
+        self.bf16dot = bool(variant & {"bf16dot", "bf16gemv"})   # the GEMV multiplies with vdpbf16ps
+        self.bf16dot_gemm = "bf16dot" in variant                 # and the GEMM
         # int8 activations on a CPU with VNNI: vpdpbusd replaces vpmaddubsw + vpmaddwd
-        self.vnni = "vnni" in plan.variant.split("+")
+        self.vnni = "vnni" in variant
         self.vnni_tag = (".vnni" + ("" if simd.native("vnni") else "_emulated")) if self.vnni else ""
         if self.qfast or self.qint:
             self.R = TUNING["gemv_rows_q"]
@@ -185,12 +186,14 @@ class LinearEmitter(GemvFloat, Bf16Dot, GemvInt8, GemvTiles, GemmFloat, GemmInt8
         # (q4 2048 x 5632 at 128 rows 7.8 -> 9.9 ms in four chunks, Xeon)
         self.row_chunks = not self.i8gemm and all(d.format == "dense" for d in plan.weights)
         # the GEMM on AMX tiles (:mod:`.amx`): bfloat16 products (1) or the bf16x3 split (3)
-        parts = plan.variant.split("+")
-        self.amx_split = 3 if "amx3" in parts else 1 if "amx" in parts else 0
+        self.amx_split = 3 if "amx3" in variant else 1 if "amx" in variant else 0
         # from how many rows: below, the FMA kernels (the GEMV / row tiles, then the float GEMM)
         self.amx_rows = TUNING["amx3_min_rows" if self.amx_split == 3 else "amx_min_rows"]
         if self.amx_split:
             self.MG = min(self.MG, self.amx_rows - 1)
+        # bfloat16 x and weights with an even static K (the vdpbf16ps variants): the tiles read the
+        # weights' 32-bit words (pairs of columns) and x's rows as they are, no float32 round trip
+        self.amx_words = self.amx_split == 1 and self.bf16dot and not self.tiled
         extra = ["M", "N", "K", "ntasks", "units"] + (["mc"] if self.row_chunks else [])
         extra += ["xa", "xtasks_amx"] if self.amx_split else []
         extra += [f"xq{i}" for i in range(len(self.qkeys))] + [f"xs{i}" for i in range(len(self.qkeys))]
@@ -309,6 +312,8 @@ class LinearEmitter(GemvFloat, Bf16Dot, GemvInt8, GemvTiles, GemmFloat, GemmInt8
         xptr = ptrs[plan.x]
         use_gemv = b.icmp_signed("<=", M, kf.i64(self.MG))
         use_amx = b.icmp_signed(">=", M, kf.i64(self.amx_rows)) if self.amx_split else ir.Constant(I1, 0)
+        # x in float32 for the float GEMM (and the tiles but from bfloat16 x, which they read as it is)
+        fma_gemm = b.not_(b.or_(use_gemv, use_amx)) if self.amx_words else b.not_(use_gemv)
         if x.dtype == "float32" or self.bf16dot_gemm:   # the bfloat16 GEMV / GEMM read x as it is
             xf = xptr
             scratch = None
@@ -334,7 +339,7 @@ class LinearEmitter(GemvFloat, Bf16Dot, GemvInt8, GemvTiles, GemmFloat, GemmInt8
                     kf.store(v, buf, i, align=4)
 
             if self.bf16dot:   # the GEMV reads the bfloat16 x as it is; only the GEMM widens it
-                with kf.if_(b.not_(use_gemv), "widen"):
+                with kf.if_(fma_gemm, "widen"):
                     widen()
             else:
                 widen()
