@@ -763,6 +763,8 @@ def markdown(rows, notes) -> str:
 
 
 def main(argv=None) -> int:
+    from builder.codegen.target import MATMUL_PRECISIONS
+
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="MiniLM-L6 only, fewer runs")
     p.add_argument("--markdown", action="store_true", help="also print the table as Markdown")
@@ -778,7 +780,7 @@ def main(argv=None) -> int:
                    help="after timing, time each kernel of ours (by name, with its family) for one prefill, "
                         "8 decode steps and 10 MiniLM calls")
     p.add_argument("--skip-minilm", action="store_true")
-    p.add_argument("--matmul-precision", nargs="+", default=["highest"], choices=["highest", "high", "medium"],
+    p.add_argument("--matmul-precision", nargs="+", default=["highest"], choices=list(MATMUL_PRECISIONS),
                    help="MiniLM: build ours at each of these (the recipe field; AMX hosts run high / medium on "
                         "bfloat16 tiles), timed interleaved with the anchors; medium adds torch with oneDNN's "
                         "bfloat16 float32 matmuls (default: highest)")

@@ -417,6 +417,11 @@ FunctionEntry = Annotated[
 
 # --- quantization ------------------------------------------------------------------------------------
 
+MatmulPrecision = Literal["highest", "high", "medium"]
+"""The internal precision of float32 matmuls a build may use, PyTorch's ``torch.set_float32_matmul_precision``
+names: ``highest`` float32 products; ``high`` each float32 operand as the sum of two bfloat16 numbers (about 16
+significant bits, three bfloat16 products per multiply); ``medium`` bfloat16 operands (8 bits)."""
+
 FloatDType = Literal["float16", "bfloat16", "float32"]
 """A model (activation / scale) dtype of a quantization spec."""
 
@@ -761,7 +766,7 @@ class Recipe(StrictModel):
     dtype: Optional[Literal["float16", "bfloat16", "float32", "float64"]] = None
     quantization: Quantization = "none"
     weights: Optional[WeightsDef] = None
-    matmul_precision: Literal["highest", "high", "medium"] = "highest"
+    matmul_precision: MatmulPrecision = "highest"
     """The internal precision float32 matmuls may use (PyTorch's ``torch.set_float32_matmul_precision``):
     ``highest`` multiplies in float32; ``high`` lets the GEMM take each float32 operand as the sum of two
     bfloat16 numbers (three bfloat16 products, about 16 significant bits; relative error of a sum about

@@ -2,19 +2,19 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import get_args
 
 import llvmlite.binding as llvm
 
 from runtime.target import host_target_machine, init_llvm
+from schemas.models import MatmulPrecision
 
 __all__ = ["Target", "init_llvm", "MATMUL_PRECISIONS"]
 
-MATMUL_PRECISIONS = ("highest", "high", "medium")
-"""The internal precision of float32 matmuls a build may use (PyTorch's
-``torch.set_float32_matmul_precision``): ``highest`` float32 products; ``high`` each float32 operand
-as the sum of two bfloat16 numbers (about 16 significant bits, three bfloat16 products per multiply);
-``medium`` bfloat16 operands (8 bits). The kernels that honour it: the GEMM on AMX tiles
-(:mod:`builder.codegen.kernels.linear.amx`); without AMX every setting computes in float32."""
+MATMUL_PRECISIONS = get_args(MatmulPrecision)
+"""The float32 matmul precisions (:data:`schemas.models.MatmulPrecision`). The kernels that honour them:
+the GEMM on AMX tiles (:mod:`builder.codegen.kernels.linear.amx`); without AMX every setting computes
+in float32."""
 
 
 @dataclass(frozen=True)

@@ -265,9 +265,10 @@ class GemmAmx:
 
     def _amx_x_task(self) -> ir.Function:
         """``i32 xprep_amx(ptr ctx, i64 idx)``: task ``idx`` of the context's ``xtasks_amx`` writes
-        its share of the rows of ``A'`` (``xa``) from the float32 x: per 16 columns one load, the
-        bfloat16 split and (``split`` 3) one three-way interleave ``hi, lo, hi``; the columns
-        past ``split * K`` and the rows past ``M`` (to a multiple of 32) zero."""
+        its share of the rows of ``A'`` (``xa``): from the float32 view of x per 16 columns one load,
+        the bfloat16 split and (``split`` 3) one three-way interleave ``hi, lo, hi``; bfloat16 x on
+        the words path (``amx_words``) row by row as it is. The columns past ``split * K`` and the
+        rows past ``M`` (to a multiple of 32) are zero."""
         kf, st = self._open("xprep_amx", I32, [I64], inline=True)
         b = kf.b
         split = self.amx_split
@@ -326,9 +327,10 @@ class GemmAmx:
 
     def _gemm_amx(self, kf, st, u0, u1) -> None:
         """Units ``[u0, u1)`` of the GEMM on AMX tiles, in the float GEMM's units (a panel of ``NR``
-        outputs of a row chunk, :meth:`~.gemm.GemmFloat._gemm`): per weight and block of
-        columns (its ``B'`` about ``amx_b_bytes``) the panel is packed in float32, turned into ``B'`` tiles, and the
-        micro-kernel runs down the chunk's rows 32 at a time (two calls per 64 outputs) into the
+        outputs of a row chunk, :meth:`~.gemm.GemmFloat._gemm`): per weight and block of columns (its
+        ``B'`` about ``amx_b_bytes``) the panel is packed in float32 and turned into ``B'`` tiles (or,
+        bfloat16 weights, packed as 32-bit words, which are the tiles), and the micro-kernel runs
+        down the chunk's rows 32 at a time (two calls per 64 outputs) into the
         ``cs`` accumulators (rows to a multiple of 32); the last block runs each row block's
         epilogue. A block's ``B'`` tiles stay in L1 while the row blocks use them: micro-kernel calls
         over all of K (the accumulators in tiles from the first column to the last, ``B'`` streamed
