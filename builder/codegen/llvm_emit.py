@@ -32,7 +32,7 @@ from . import fastmath
 from .fastmath import FAST_MATH
 from .abi import Signature
 
-__all__ = ["FAST_MATH", "NO_UNROLL", "ModuleEmitter", "reg_type", "mem_type", "elem_bytes"]
+__all__ = ["FAST_MATH", "NO_UNROLL", "ModuleEmitter", "reg_type", "mem_type", "elem_bytes", "round_to_bf16_bits"]
 
 #: Static intermediate buffers up to this many bytes live on the stack.
 ALLOCA_LIMIT = 32 * 1024
@@ -431,18 +431,28 @@ class _ExprEmitter:
 
     def float_to_bf16_bits(self, v: ir.Value) -> ir.Value:
         """Round a ``float`` to the nearest-even bfloat16 and return its ``i16`` bits."""
-        b = self.b
-        bits = b.bitcast(v, I32)
-        lsb = b.and_(b.lshr(bits, ir.Constant(I32, 16)), ir.Constant(I32, 1))
-        rounded = b.add(b.add(bits, ir.Constant(I32, 0x7FFF)), lsb)
-        hi = b.trunc(b.lshr(rounded, ir.Constant(I32, 16)), I16)
-        is_nan = b.fcmp_unordered("uno", v, v)
-        return b.select(is_nan, ir.Constant(I16, 0x7FC0), hi)
+        return round_to_bf16_bits(self.b, v)
 
     def bf16_bits_to_float(self, v: ir.Value) -> ir.Value:
         """Widen bfloat16 ``i16`` bits to a ``float``."""
         b = self.b
         return b.bitcast(b.shl(b.zext(v, I32), ir.Constant(I32, 16)), F32)
+
+
+def round_to_bf16_bits(b: ir.IRBuilder, v: ir.Value) -> ir.Value:
+    """Round ``float`` (or ``<n x float>``) ``v`` to the nearest-even bfloat16 and return its ``i16``
+    (``<n x i16>``) bits: add ``0x7FFF`` plus the lowest kept bit, keep the upper 16 bits (PyTorch's
+    ``round_to_nearest_even`` in ``c10/util/BFloat16.h``); a NaN becomes the quiet NaN ``0x7FC0``."""
+    n = v.type.count if isinstance(v.type, ir.VectorType) else 0
+
+    def c(t, value):
+        return ir.Constant(ir.VectorType(t, n), [value] * n) if n else ir.Constant(t, value)
+
+    bits = b.bitcast(v, ir.VectorType(I32, n) if n else I32)
+    lsb = b.and_(b.lshr(bits, c(I32, 16)), c(I32, 1))
+    rounded = b.add(b.add(bits, c(I32, 0x7FFF)), lsb)
+    hi = b.trunc(b.lshr(rounded, c(I32, 16)), ir.VectorType(I16, n) if n else I16)
+    return b.select(b.fcmp_unordered("uno", v, v), c(I16, 0x7FC0), hi)
 
 
 def _fbits(t: ir.Type) -> int:

@@ -55,7 +55,8 @@ from __future__ import annotations
 
 from llvmlite import ir
 
-from ...llvm_emit import F32, I1, I8, I16, I32, I64, PTR
+from ...llvm_emit import F32, I1, I8, I16, I32, I64, PTR, round_to_bf16_bits
+from ..decode import scalar_to_f32
 from ..simd import vec
 from .plan import TUNING
 
@@ -160,12 +161,6 @@ class GemmAmx:
         L = 16
         vt = vec(F32, L)
 
-        def widen(bits):   # <L x i16> bfloat16 -> float32
-            return b.bitcast(b.shl(b.zext(bits, vec(I32, L)), ir.Constant(vec(I32, L), [16] * L)), vt)
-
-        def widen1(bits):
-            return b.bitcast(b.shl(b.zext(bits, I32), ir.Constant(I32, 16)), F32)
-
         with kf.loop(0, AMX_ROWS, 1, "ei") as i:
             crow = kf.gep(c, kf.mul(i, ldc), I8)
             arow = kf.gep(a, kf.mul(i, lda), I8)
@@ -176,12 +171,12 @@ class GemmAmx:
                 with kf.loop(0, steps, 1, "es") as s:
                     with kf.loop(0, 16, 1, "er") as r:
                         k2 = kf.add(kf.mul(s, 32), kf.mul(r, 2))
-                        x0 = kf.splat(widen1(kf.load(I16, arow, k2, align=2)), L)
-                        x1 = kf.splat(widen1(kf.load(I16, arow, kf.add(k2, 1), align=2)), L)
+                        x0 = kf.splat(scalar_to_f32(kf, kf.load(I16, arow, k2, align=2), "bfloat16"), L)
+                        x1 = kf.splat(scalar_to_f32(kf, kf.load(I16, arow, kf.add(k2, 1), align=2), "bfloat16"), L)
                         tile_row = kf.gep(bg, kf.add(kf.mul(s, bstep), kf.mul(r, ldb)), I8)
                         pairs = b.load(tile_row, typ=vec(I16, 2 * L), align=2)
-                        w0 = widen(b.shuffle_vector(pairs, pairs, ir.Constant(vec(I32, L), list(range(0, 2 * L, 2)))))
-                        w1 = widen(b.shuffle_vector(pairs, pairs, ir.Constant(vec(I32, L), list(range(1, 2 * L, 2)))))
+                        half = [ir.Constant(vec(I32, L), list(range(e, 2 * L, 2))) for e in (0, 1)]
+                        w0, w1 = (kf.widen(b.shuffle_vector(pairs, pairs, m), "bfloat16") for m in half)
                         s2 = b.fadd(b.fmul(x0, w0), b.fmul(x1, w1))
                         b.store(b.fadd(b.load(acc, typ=vt), s2), acc)
                 b.store(b.load(acc, typ=vt), cp, align=4)
@@ -191,23 +186,12 @@ class GemmAmx:
 
     def _amx_bf16(self, kf, v):
         """``<16 x float>`` -> ``(hi, lo)`` ``<16 x i16>`` bfloat16 bits: ``hi`` the nearest-even
-        rounding of ``v`` and ``lo`` that of ``v - hi`` (exact in float32); NaN stays a NaN."""
+        rounding of ``v`` (:func:`~builder.codegen.llvm_emit.round_to_bf16_bits`) and ``lo`` that of
+        ``v - hi`` (exact in float32; zero where that is not a number: ``inf - inf``); NaN stays a NaN."""
         b = kf.b
-        L = 16
-        it = vec(I32, L)
-
-        def rne(x):
-            bits = b.bitcast(x, it)
-            lsb = b.and_(b.lshr(bits, ir.Constant(it, [16] * L)), ir.Constant(it, [1] * L))
-            r = b.add(b.add(bits, ir.Constant(it, [0x7FFF] * L)), lsb)
-            r = b.select(b.fcmp_unordered("uno", x, x), ir.Constant(it, [0x7FC00000] * L), r)
-            return b.and_(r, ir.Constant(it, [-65536] * L))   # the bfloat16 as float32 bits
-
-        h = rne(v)
-        d = b.fsub(v, b.bitcast(h, vec(F32, L)))
-        lo = rne(b.select(b.fcmp_ordered("ord", d, d), d, kf.fzero(L)))   # inf - inf: no low part
-        sh = ir.Constant(it, [16] * L)
-        return (b.trunc(b.lshr(h, sh), vec(I16, L)), b.trunc(b.lshr(lo, sh), vec(I16, L)))
+        h = round_to_bf16_bits(b, v)
+        d = b.fsub(v, kf.widen(h, "bfloat16"))
+        return h, round_to_bf16_bits(b, b.select(b.fcmp_ordered("ord", d, d), d, kf.fzero(16)))
 
     @staticmethod
     def _interleave(b, x, y) -> ir.Value:
