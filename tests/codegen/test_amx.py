@@ -164,6 +164,8 @@ def test_precision_is_validated_and_recorded():
 
 
 def test_executable_with_tiles_refused_without_the_os_grant(monkeypatch):
+    """``check_target`` of an executable whose kernels run tiles: refused (ValueError naming AMX) where
+    the OS did not grant the tile state, accepted where it did."""
     from runtime.target import check_target
 
     target = {**HOST.to_dict(), "amx": True}

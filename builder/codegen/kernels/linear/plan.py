@@ -255,10 +255,7 @@ def plan_linear(func: PrimFunc, simd: SimdInfo) -> LinearPlan | str:
                 and all(d.format == "dense" and d.dtype == "bfloat16" and not d.row_tile for d in plan.weights)):
             gemm = TUNING["gemm_bf16dot"] >= 2 or simd.bf16dot_gemm
             plan.variant = "bf16dot" if gemm else "bf16gemv"
-        elif simd.vnni and isinstance(k, E.IntImm) and any(
-                d.format == "group" and d.activation == "int8"
-                and int8_gemv_supported(d.storage, d.bits, d.group_size, k.value, d.row_tile)
-                for d in plan.weights):
+        elif simd.vnni and _int8_activations(plan, k):
             plan.variant = "vnni"
         if any(d.row_tile for d in plan.weights):
             plan.variant = "+".join(filter(None, [plan.variant, "tiles"]))
@@ -266,6 +263,15 @@ def plan_linear(func: PrimFunc, simd: SimdInfo) -> LinearPlan | str:
         if split:
             plan.variant = "+".join(filter(None, [plan.variant, "amx" if split == 1 else "amx3"]))
     return plan
+
+
+def _int8_activations(plan: LinearPlan, k) -> bool:
+    """True when a weight of ``plan`` takes the int8-activation kernels (on a CPU with AVX2 integer
+    multiply-adds): 4- / 8-bit weights whose graph allows int8 activations, in a layout
+    :func:`int8_gemv_supported` takes, with a static K (``k``, simplified)."""
+    return isinstance(k, E.IntImm) and any(
+        d.format == "group" and d.activation == "int8"
+        and int8_gemv_supported(d.storage, d.bits, d.group_size, k.value, d.row_tile) for d in plan.weights)
 
 
 def _amx_split(plan: LinearPlan, simd: SimdInfo, k) -> int:
@@ -276,9 +282,7 @@ def _amx_split(plan: LinearPlan, simd: SimdInfo, k) -> int:
     (``high`` 3, ``medium`` 1, ``highest`` 0)."""
     if not simd.amx or simd.lanes != 16 or simd.registers < 32:
         return 0
-    kk = k.value if isinstance(k, E.IntImm) else None
-    if any(d.format == "group" and d.activation == "int8" and simd.int8_dot and kk is not None
-           and int8_gemv_supported(d.storage, d.bits, d.group_size, kk, d.row_tile) for d in plan.weights):
+    if simd.int8_dot and _int8_activations(plan, k):
         return 0
     if plan.params[plan.x].dtype == "bfloat16" and all(d.format == "dense" and d.dtype == "bfloat16"
                                                        for d in plan.weights):
