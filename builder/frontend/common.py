@@ -1275,13 +1275,13 @@ def aten_batch_norm_no_training(t, x, weight, bias, running_mean, running_var, m
 def interpolate(t, x, size=None, scale_factor=None, mode="nearest", align_corners=None,
                 recompute_scale_factor=None, antialias=False):
     """``F.interpolate`` / ``nn.Upsample`` on NCHW data (:func:`builder.nn.op.interpolate`): nearest,
-    nearest-exact, bilinear. A ``scale_factor`` must give whole output sizes (PyTorch then maps
+    nearest-exact, bilinear, bicubic. A ``scale_factor`` must give whole output sizes (PyTorch then maps
     coordinates by the factor, which equals the in / out ratio used here)."""
     if antialias:
         raise UnsupportedNodeError("interpolate with antialias=True")
     if x.ndim != 4:
         raise UnsupportedNodeError(f"interpolate of a {x.ndim}-D input (NCHW only)")
-    if mode not in ("nearest", "nearest-exact", "bilinear"):
+    if mode not in ("nearest", "nearest-exact", "bilinear", "bicubic"):
         raise UnsupportedNodeError(f"interpolate mode {mode!r}")
     if size is not None:
         size = [static(v) if static(v) is not None else v for v in (size if isinstance(size, (list, tuple)) else
@@ -1296,7 +1296,7 @@ def interpolate(t, x, size=None, scale_factor=None, mode="nearest", align_corner
 
 
 def upsample(mode: str, with_corners: bool) -> Callable:
-    """``aten.upsample_nearest2d`` / ``upsample_bilinear2d`` / ``_upsample_nearest_exact2d`` (and their
+    """``aten.upsample_nearest2d`` / ``upsample_bilinear2d`` / ``upsample_bicubic2d`` / ``_upsample_nearest_exact2d`` (and their
     ``.vec`` overloads: ``output_size`` or ``scale_factors``)."""
     def run(t, x, output_size, *rest):
         rest = list(rest)
@@ -1399,6 +1399,12 @@ def transpose(t, x, dim0, dim1):
 
 def t_(t, x):
     return x if x.ndim < 2 else transpose(t, x, 0, 1)
+
+
+def numpy_t(t, x):
+    """``Tensor.T`` (``aten.numpy_T``): every dim reversed, as numpy's ``.T`` (for 2-d the same as
+    ``t()``)."""
+    return x if x.ndim < 2 else t.permute(x, list(range(x.ndim))[::-1])
 
 
 def unsqueeze(t, x, dim):
@@ -1927,6 +1933,7 @@ TORCH_OPS: dict[str, Callable] = {
     "tanhshrink": tanhshrink, "new_tensor": new_tensor,
     "take_along_dim": lambda t, x, indices, dim=None: gather(t, x, dim, indices),
     "view": view, "reshape": reshape, "permute": permute, "transpose": transpose, "t": t_,
+    "numpy_T": numpy_t,
     "unsqueeze": unsqueeze, "squeeze": squeeze, "flatten": flatten, "unflatten": unflatten,
     "expand": expand, "expand_as": expand_as, "broadcast_to": broadcast_to, "repeat": tile, "tile": tile,
     "repeat_interleave": repeat_interleave,

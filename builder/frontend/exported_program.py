@@ -67,10 +67,11 @@ ATEN_OPS: dict[str, Callable] = {
     "native_batch_norm": C.aten_native_batch_norm,
     "_native_batch_norm_legit_no_training": C.aten_batch_norm_no_training,
     "mT": lambda t, x: C.transpose(t, x, -2, -1), "copy_": C.copy_,
+    "mH": lambda t, x: C.transpose(t, x, -2, -1),   # (real tensors: the conjugate transpose is the transpose)
     "instance_norm": lambda t, x, w, b, rm, rv, use_input_stats, momentum, eps, cudnn=None: C.instance_norm(
         t, x, rm, rv, w, b, use_input_stats, momentum, eps),
     "upsample_nearest2d": C.upsample("nearest", False), "_upsample_nearest_exact2d": C.upsample("nearest-exact", False),
-    "upsample_bilinear2d": C.upsample("bilinear", True),
+    "upsample_bilinear2d": C.upsample("bilinear", True), "upsample_bicubic2d": C.upsample("bicubic", True),
     "_assert_tensor_metadata": _skip, "_assert_scalar": _skip, "sym_constrain_range_for_size": _skip,
     "sym_constrain_range": _skip, "_assert_async": _skip,
 }

@@ -264,8 +264,8 @@ def _getattr(t, obj, name):
         if name == "ndim":
             return obj.ndim
         if name == "T":
-            return C.t_(t, obj)
-        if name == "mT":
+            return C.numpy_t(t, obj)
+        if name in ("mT", "mH"):   # (real tensors: the conjugate transpose is the transpose)
             return C.transpose(t, obj, -2, -1)
         if name == "device":
             return "cpu"

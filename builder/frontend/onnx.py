@@ -1162,8 +1162,9 @@ def _log_softmax(im, node, ins, at):
 @_register("Pad")
 def _pad(im, node, ins, at):
     """``Pad`` (opset 13 on: ``pads`` input, all begins then all ends, optional ``constant_value`` and, from
-    opset 18, ``axes``) in ``constant``, ``reflect`` or ``edge`` mode. Raises ONNXImportError for ``wrap``,
-    negative pads (cropping) or a computed pad value."""
+    opset 18, ``axes``) in ``constant``, ``reflect`` or ``edge`` mode; negative pads crop first
+    (:func:`builder.nn.op.pad`, as onnxruntime does). Raises ONNXImportError for ``wrap`` or a computed
+    pad value."""
     _check_inputs(ins, node)
     x = im.tensor(ins[0])
     nd = len(x.shape)
@@ -1178,8 +1179,6 @@ def _pad(im, node, ins, at):
         raise ONNXImportError(f"axes {axes} are out of range or repeated for a {nd}-d input")
     if len(pads) != 2 * len(axes):
         raise ONNXImportError(f"{len(pads)} pads for {len(axes)} axes (need 2 per axis)")
-    if any(p < 0 for p in pads):
-        raise ONNXImportError(f"negative pads {pads} (cropping) are not supported")
     width = [0] * (2 * nd)
     for i, a in enumerate(axes):
         width[2 * (a % nd)], width[2 * (a % nd) + 1] = pads[i], pads[i + len(axes)]
@@ -1439,9 +1438,10 @@ _RESIZE_ROUNDING = {"round_prefer_floor": "round_prefer_floor", "round_prefer_ce
 
 @_register("Resize", "Upsample")
 def _resize(im, node, ins, at):
-    """``Resize`` (opsets 11+; ``Upsample`` is its older scales-only form) of NCHW data in nearest or
-    linear mode (:func:`builder.nn.op.interpolate`): output ``sizes``, or ``scales`` of 1 on N and C
-    that give whole sizes (coordinates then follow the in / out ratio, which equals ``1 / scale``)."""
+    """``Resize`` (opsets 11+; ``Upsample`` is its older scales-only form) of NCHW data in nearest,
+    linear or cubic mode (``cubic_coeff_a``, ``exclude_outside``; :func:`builder.nn.op.interpolate`): output
+    ``sizes``, or ``scales`` of 1 on N and C that give whole sizes (coordinates then follow the in / out
+    ratio, which equals ``1 / scale``)."""
     _check_inputs(ins, node)
     x = im.tensor(ins[0])
     if len(x.shape) != 4:
@@ -1451,10 +1451,12 @@ def _resize(im, node, ins, at):
     if node.op_type == "Upsample":
         coord = "asymmetric"
     nearest = text("nearest_mode", "round_prefer_floor")
-    if mode not in ("nearest", "linear"):
-        raise ONNXImportError(f"mode {mode!r} is not supported (nearest, linear)")
-    if int(at.get("antialias", 0)) or int(at.get("exclude_outside", 0)):
-        raise ONNXImportError("antialias / exclude_outside are not supported")
+    if mode not in ("nearest", "linear", "cubic"):
+        raise ONNXImportError(f"mode {mode!r} is not supported (nearest, linear, cubic)")
+    if int(at.get("antialias", 0)):
+        raise ONNXImportError("antialias is not supported")
+    if int(at.get("exclude_outside", 0)) and mode != "cubic":
+        raise ONNXImportError("exclude_outside is supported in cubic mode only")
     if coord not in ("asymmetric", "half_pixel", "pytorch_half_pixel", "align_corners"):
         raise ONNXImportError(f"coordinate_transformation_mode {coord!r} is not supported")
     if mode == "nearest" and nearest not in _RESIZE_ROUNDING:
@@ -1484,6 +1486,10 @@ def _resize(im, node, ins, at):
     if mode == "nearest":
         return op.interpolate(x, size=hw, mode="nearest", coordinate_transformation_mode=coord,
                               rounding_method=_RESIZE_ROUNDING[nearest])
+    if mode == "cubic":
+        return op.interpolate(x, size=hw, mode="bicubic", coordinate_transformation_mode=coord,
+                              cubic_alpha=float(at.get("cubic_coeff_a", -0.75)),
+                              cubic_exclude=bool(int(at.get("exclude_outside", 0))))
     return op.interpolate(x, size=hw, mode="bilinear", coordinate_transformation_mode=coord)
 
 

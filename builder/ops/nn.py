@@ -74,13 +74,11 @@ def _group_norm(bb: BlockBuilder, call: rx.Call) -> rx.Expr:
 
 def _resize2d(bb: BlockBuilder, call: rx.Call) -> rx.Expr:
     a = call.attrs
-    if a.get("method") not in ("nearest_neighbor", "linear"):
-        raise ValueError(f"R.image.resize2d: method {a.get('method')!r} has no legalization on this runtime "
-                         "(nearest_neighbor and linear are supported)")
     return call_te(bb, topi.resize2d, (call.args[0],), {
         "size": list(call.args[1].values), "layout": a.get("layout", "NCHW"), "method": a["method"],
         "coordinate_transformation_mode": a.get("coordinate_transformation_mode", "half_pixel"),
-        "rounding_method": a.get("rounding_method", "round"), "out_dtype": void_none(a.get("out_dtype"))},
+        "rounding_method": a.get("rounding_method", "round"), "cubic_alpha": float(a.get("cubic_alpha", -0.5)),
+        "cubic_exclude": int(a.get("cubic_exclude", 0)), "out_dtype": void_none(a.get("out_dtype"))},
         "resize2d")
 
 
@@ -162,7 +160,7 @@ register_op("nn.group_norm", infer_group_norm, ("num_groups", "channel_axis", "a
 register_op("image.resize2d", infer_resize2d, ("roi", "layout", "method", "coordinate_transformation_mode",
                                                 "rounding_method", "cubic_alpha", "cubic_exclude", "extrapolation_value",
                                                 "out_dtype"), pattern=OpPattern.INJECTIVE, legalize=_resize2d,
-            frontend="interpolate", in_recipes=True, doc="Resize the two spatial dims (nearest or linear).")
+            frontend="interpolate", in_recipes=True, doc="Resize the two spatial dims (nearest, linear or cubic).")
 register_op("nn.rope", infer_rope, pattern=OpPattern.INJECTIVE, legalize=te_rule(topi.rope, "rope"),
             doc="Rotary position embedding of one tensor: ``x * cos + rotate_half(x) * sin`` (HF Llama).")
 register_op("nn.attention", infer_attention, ("scale", "causal_mask"), pattern=OpPattern.OPAQUE,

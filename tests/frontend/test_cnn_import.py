@@ -154,7 +154,8 @@ def test_resnet_from_onnx_matches_onnxruntime(resnet):
 
 
 class Upsampler(nn.Module):
-    """The decoder side of a U-Net: nearest / bilinear upsampling by factor and to a size."""
+    """The decoder side of a U-Net: nearest / bilinear upsampling by factor and to a size; bicubic
+    resizing (a ViT's position embeddings at another image size)."""
 
     def __init__(self):
         super().__init__()
@@ -166,7 +167,9 @@ class Upsampler(nn.Module):
         y = F.interpolate(self.conv(x), scale_factor=2, mode="nearest")
         z = self.up(x)
         w = F.interpolate(x, size=(7, 11), mode="nearest-exact")
-        return y, z, self.up_corners(x), w
+        c = F.interpolate(x, size=(4, 9), mode="bicubic") + F.interpolate(x, scale_factor=2, mode="bicubic",
+                                                                          align_corners=True)[:, :, :4, :9]
+        return y, z, self.up_corners(x), w, c
 
 
 def test_upsampling_from_fx_and_export():

@@ -141,6 +141,16 @@ def test_pad_modes_and_axes(mode, axes):
     run_both(model, [{"x": rand(2, 4, 5)}, {"x": rand(1, 4, 5)}])
 
 
+@pytest.mark.parametrize("mode", ["constant", "reflect", "edge"])
+def test_pad_negative_pads_crop(mode):
+    """Negative pads remove elements (onnxruntime crops first, then pads), mixed with positive ones."""
+    model = make_model([helper.make_node("Pad", ["x", "pads"], ["y"], mode=mode)],
+                       [helper.make_tensor_value_info("x", F, ["b", 4, 6])],
+                       [helper.make_tensor_value_info("y", F, ["b", 4, 5])],
+                       [("pads", np.array([0, -1, 2, 0, 1, -3], np.int64))], opset=18)
+    run_both(model, [{"x": rand(2, 4, 6)}, {"x": rand(1, 4, 6)}])
+
+
 @pytest.mark.parametrize("scalar_input", [False, True])
 def test_scalars_stay_0d(scalar_input):
     """A 0-d index drops the gathered axis (``x[:, 0]`` as exporters write it: Gather with a scalar), 0-d
@@ -364,10 +374,14 @@ def test_conv2d_and_batch_norm_match_onnxruntime(attrs):
     (dict(mode="linear", coordinate_transformation_mode="align_corners"), "sizes"),
     (dict(mode="linear", coordinate_transformation_mode="pytorch_half_pixel"), "scales"),
     (dict(mode="linear", coordinate_transformation_mode="asymmetric"), "sizes"),
+    (dict(mode="cubic"), "scales"),
+    (dict(mode="cubic", coordinate_transformation_mode="align_corners"), "sizes"),
+    (dict(mode="cubic", cubic_coeff_a=-0.5, exclude_outside=1), "sizes"),
+    (dict(mode="cubic", coordinate_transformation_mode="asymmetric", exclude_outside=1), "scales"),
 ])
 def test_resize_matches_onnxruntime(attrs, how):
-    """Resize up and down, nearest (the nearest modes) and linear (the coordinate modes), by scales or
-    sizes, on a symbolic batch."""
+    """Resize up and down, nearest (the nearest modes), linear (the coordinate modes) and cubic (its kernel's
+    a, exclude_outside), by scales or sizes, on a symbolic batch."""
     if how == "scales":
         ins, inits, out = ["x", "", "sc"], [("sc", np.array([1, 1, 2, 3], np.float32))], ["n", 3, 10, 12]
     else:

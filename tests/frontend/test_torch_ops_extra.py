@@ -1,6 +1,7 @@
 """Torch ops that models use around their layers -- max / min along a dim (values and indices), argmax,
 rounding, floor division and remainder of tensors, ``div`` with a rounding mode, ``Tensor.repeat`` /
-``torch.tile``, ``repeat_interleave``, ``clamp_min`` -- through torch.fx and torch.export against eager
+``torch.tile``, ``repeat_interleave``, ``clamp_min``, ``.T`` / ``.mT`` / ``.mH``, ``F.pad`` with negative
+widths -- through torch.fx and torch.export against eager
 PyTorch, and the ONNX ops of the same family against onnxruntime."""
 import numpy as np
 import pytest
@@ -36,7 +37,9 @@ class Ops(nn.Module):
         q = k // 3 + k % 4 + torch.remainder(k, -5) + torch.floor_divide(k, -2)
         t = x.repeat(2, 1, 3) + torch.tile(x, (2, 1, 3))
         ri = torch.repeat_interleave(k, 2, dim=1)
-        return (vals, idx, mn, am, r, d, q, t, ri, torch.clamp_min(x, 0.1), torch.max(x), torch.min(x, k.float()), x.mT)
+        crop = nn.functional.pad(x, (1, -2, -1, 0), value=0.5)   # negative widths crop (RWKV's time shift)
+        return (vals, idx, mn, am, r, d, q, t, ri, torch.clamp_min(x, 0.1), torch.max(x), torch.min(x, k.float()), x.mT,
+                x.T, x.mH, crop)
 
 
 def _inputs():

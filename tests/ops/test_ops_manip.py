@@ -182,6 +182,26 @@ def test_pad(mode):
         close(f(x), want, "float16")
 
 
+@pytest.mark.parametrize("mode", ["constant", "edge", "reflect"])
+def test_negative_pad_crops_first(mode):
+    """Negative widths crop that side before the positive ones pad (torch's ``F.pad``, onnxruntime's
+    ``Pad``), on a symbolic and a static axis; a crop larger than a static dim is refused when the
+    graph is built, on a symbolic dim when the function runs."""
+    f = jit(lambda x: op.pad(x, [-1, 2, 1, -3], mode=mode, value=-2.0), x=(("n", 6), "float32"))
+    for n in (4, 7):   # (reflect: the cropped axis needs 3 rows to pad 2)
+        x = rand((n, 6), seed=n)
+        crop = x[1:, :3]
+        want = (np.pad(crop, [(0, 2), (1, 0)], mode="constant", constant_values=-2.0)
+                if mode == "constant" else np.pad(crop, [(0, 2), (1, 0)], mode=mode))
+        close(f(x), want)
+    g = jit(lambda x: op.pad(x, [-2, -1, 0, 0]), x=(("n", 2), "float32"))
+    close(g(rand((5, 2), seed=5)), rand((5, 2), seed=5)[2:4])
+    with pytest.raises(ValueError):
+        g(rand((2, 2), seed=2))
+    with pytest.raises(ValueError, match="remove 7 elements from axis 1 of length 6"):
+        jit(lambda x: op.pad(x, [0, 0, -4, -3]), x=(("n", 6), "float32"))
+
+
 def test_reflect_pad_of_a_too_small_symbolic_dim_is_an_error():
     """A static dim smaller than the reflect pad is refused when the graph is built; a symbolic
     one when the function runs: an error, never a read out of bounds."""

@@ -79,11 +79,40 @@ def _src_linear(out, n_in, align):
     return i0, i1, src - i0
 
 
+def _cubic_ref(x, size, align, a=-0.75):
+    """Bicubic resizing in float64, one axis at a time: Keys' cubic convolution kernel (a = -0.75 as
+    PyTorch) over the 4 taps around the unclamped source coordinate, edge pixels repeated."""
+    def kernel(d):
+        d = np.abs(d)
+        return np.where(d <= 1, ((a + 2) * d - (a + 3)) * d * d + 1,
+                        np.where(d < 2, a * d ** 3 - 5 * a * d ** 2 + 8 * a * d - 4 * a, 0.0))
+
+    def along(v, axis, out):
+        n = v.shape[axis]
+        i = np.arange(out, dtype=np.float64)
+        if align:
+            src = i * ((n - 1) / (out - 1)) if out > 1 else np.zeros(out)
+        else:
+            src = (i + 0.5) * (n / out) - 0.5
+        base = np.floor(src).astype(np.int64)
+        res = 0.0
+        for k in range(-1, 3):
+            taps = np.take(v, np.clip(base + k, 0, n - 1), axis=axis)
+            shape = [1] * v.ndim
+            shape[axis] = out
+            res = res + taps * kernel(src - (base + k)).reshape(shape)
+        return res
+
+    return along(along(x, 2, size[0]), 3, size[1])
+
+
 def interpolate_ref(x, size, mode, align_corners=False):
-    """torch.nn.functional.interpolate(x, size) for 'nearest' and 'bilinear'."""
+    """torch.nn.functional.interpolate(x, size) for 'nearest', 'bilinear' and 'bicubic'."""
     x = x.astype(np.float64)
     h, w = x.shape[2:]
     oh, ow = size
+    if mode == "bicubic":
+        return _cubic_ref(x, size, align_corners)
     if mode == "nearest":
         iy = np.minimum(np.floor(np.arange(oh) * (h / oh)).astype(np.int64), h - 1)
         ix = np.minimum(np.floor(np.arange(ow) * (w / ow)).astype(np.int64), w - 1)
@@ -314,7 +343,8 @@ def test_interpolate_print():
                    'out_dtype="void")')
 
 
-@pytest.mark.parametrize("mode,align", [("nearest", None), ("bilinear", False), ("bilinear", True)])
+@pytest.mark.parametrize("mode,align", [("nearest", None), ("bilinear", False), ("bilinear", True),
+                                        ("bicubic", False), ("bicubic", True)])
 def test_interpolate_numeric_size(mode, align):
     f = jit(lambda x: op.interpolate(x, size=(7, 12), mode=mode, align_corners=align),
             x=(["n", 2, "h", "w"], "float32"))
@@ -333,11 +363,43 @@ def test_interpolate_numeric_scale_factor_symbolic(mode):
         close(y, interpolate_ref(x, (2 * h, 3 * w), mode))
 
 
+def test_interpolate_bicubic_attrs_and_exclude_outside():
+    """bicubic prints method="cubic" with its kernel's a (-0.75 as PyTorch unless given); with
+    cubic_exclude the taps past the border weigh 0 and the rest are renormalized (ONNX's
+    exclude_outside), which a constant image keeps constant where edge repetition would too."""
+    text = export(lambda x: op.interpolate(x, size=[6, 6], mode="bicubic"), x=([1, 1, 4, 4], "float32"))
+    assert ('method="cubic", coordinate_transformation_mode="half_pixel", rounding_method="round", '
+            'cubic_alpha=-0.75, cubic_exclude=0') in text, text
+    f = jit(lambda x: op.interpolate(x, size=(7, 3), mode="bicubic", cubic_alpha=-0.5, cubic_exclude=True),
+            x=([1, 1, 5, 4], "float32"))
+    x = rand(1, 1, 5, 4)
+    got = f(x)
+
+    def excl(v, axis, out, a=-0.5):   # float64: outside taps dropped, weights renormalized
+        n = v.shape[axis]
+        src = (np.arange(out) + 0.5) * (n / out) - 0.5
+        base = np.floor(src).astype(np.int64)
+        num, den = 0.0, 0.0
+        for k in range(-1, 3):
+            j = base + k
+            d = np.abs(src - j)
+            wk = np.where(d <= 1, ((a + 2) * d - (a + 3)) * d * d + 1, a * d ** 3 - 5 * a * d ** 2 + 8 * a * d - 4 * a)
+            wk = np.where((j >= 0) & (j < n), wk, 0.0)
+            shape = [1] * v.ndim
+            shape[axis] = out
+            num = num + np.take(v, np.clip(j, 0, n - 1), axis=axis) * wk.reshape(shape)
+            den = den + wk.reshape(shape)
+        return num / den
+
+    close(got, excl(excl(x.astype(np.float64), 2, 7), 3, 3))
+    assert not np.allclose(got, _cubic_ref(x.astype(np.float64), (7, 3), False, a=-0.5), atol=1e-4)
+
+
 def test_interpolate_errors():
     with pytest.raises(ValueError, match="exactly one of size and scale_factor"):
         export(lambda x: op.interpolate(x), x=([1, 2, 4, 4], "float32"))
     with pytest.raises(ValueError, match="mode must be"):
-        export(lambda x: op.interpolate(x, size=8, mode="bicubic"), x=([1, 2, 4, 4], "float32"))
+        export(lambda x: op.interpolate(x, size=8, mode="area"), x=([1, 2, 4, 4], "float32"))
     with pytest.raises(ValueError, match="align_corners can only be set"):
         export(lambda x: op.interpolate(x, size=8, align_corners=True), x=([1, 2, 4, 4], "float32"))
     with pytest.raises(ValueError, match="non-integer factor 1.5"):

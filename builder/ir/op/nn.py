@@ -324,7 +324,7 @@ def infer_group_norm(call: Call) -> StructInfo:
     return TensorStructInfo(x.shape, x.dtype)
 
 
-RESIZE_METHODS = ("nearest_neighbor", "linear")
+RESIZE_METHODS = ("nearest_neighbor", "linear", "cubic")
 
 
 RESIZE_COORDINATE_MODES = ("half_pixel", "align_corners", "asymmetric")
@@ -345,7 +345,7 @@ def infer_resize2d(call: Call) -> StructInfo:
         raise ValueError(f"R.image.resize2d: layout must be 'NCHW' or 'NHWC', got {layout!r}")
     if x.ndim != 4:
         raise ValueError(f"R.image.resize2d: data must be 4-D ({layout}), got {fmt_shape(x.shape)}")
-    if a.get("method") not in RESIZE_METHODS + ("cubic",):
+    if a.get("method") not in RESIZE_METHODS:
         raise ValueError(f"R.image.resize2d: unknown method {a.get('method')!r}")
     oh, ow = size.values
     if layout == "NCHW":

@@ -162,8 +162,31 @@ def pad(x: Tensor, pad: Sequence[int], mode: str = "constant", value: float = 0.
     """Pad ``x``; ``pad`` is ``[before_0, after_0, before_1, after_1, ...]`` from axis 0 (TVM's
     order, unlike ``torch.nn.functional.pad``). ``mode``: ``"constant"`` (fill ``value``),
     ``"edge"`` (repeat the border element) or ``"reflect"`` (mirror without the border, as
-    ``numpy.pad``): ``R.nn.pad(x, pad_width=[...], pad_value=v, pad_mode=mode)``."""
-    return wrap_nested(op_call("nn.pad", [x._expr], pad_width=[int(p) for p in pad],
+    ``numpy.pad``): ``R.nn.pad(x, pad_width=[...], pad_value=v, pad_mode=mode)``.
+
+    A negative width removes that many elements from that side (``torch.nn.functional.pad`` and
+    ONNX ``Pad``, as onnxruntime runs it: the crop happens first, a ``strided_slice``, then the
+    positive widths pad what is left, in every mode). Raises ValueError when a crop removes more
+    than a static dim holds (a symbolic dim is checked when the slice runs)."""
+    pad = [int(p) for p in pad]
+    if any(p < 0 for p in pad):
+        axes, begin, end = [], [], []
+        for a in range(min(len(pad) // 2, x.ndim)):
+            lo, hi = max(0, -pad[2 * a]), max(0, -pad[2 * a + 1])
+            if not lo and not hi:
+                continue
+            dim = x.shape[a]
+            if isinstance(dim, int) and lo + hi > dim:
+                raise ValueError(f"pad: negative widths remove {lo + hi} elements from axis {a} of "
+                                 f"length {dim}")
+            axes.append(a)
+            begin.append(lo)
+            end.append(dim - hi)
+        x = strided_slice(x, axes, begin, end, name=f"{name}_crop")
+        pad = [max(0, p) for p in pad]
+        if not any(pad):
+            return x
+    return wrap_nested(op_call("nn.pad", [x._expr], pad_width=pad,
                              pad_value=float(value), pad_mode=mode), name)
 
 

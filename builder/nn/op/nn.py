@@ -316,7 +316,8 @@ def interpolate(x: Tensor, size: int | Sequence[int] | None = None,
                 scale_factor: float | Sequence[float] | None = None, mode: str = "nearest",
                 align_corners: bool | None = None, recompute_scale_factor: bool | None = None,
                 antialias: bool | None = None, coordinate_transformation_mode: str | None = None,
-                rounding_method: str | None = None, name: str = "interpolate") -> Tensor:
+                rounding_method: str | None = None, cubic_alpha: float = -0.75, cubic_exclude: bool = False,
+                name: str = "interpolate") -> Tensor:
     """Resize the two spatial dims of an NCHW tensor (``torch.nn.functional.interpolate``),
     emitted as ``R.image.resize2d``.
 
@@ -328,6 +329,11 @@ def interpolate(x: Tensor, size: int | Sequence[int] | None = None,
       when upsampling);
     * ``"linear"`` / ``"bilinear"``: ``half_pixel`` coordinates (``align_corners=False``, the
       default) or ``align_corners``, with edge clamping, as PyTorch.
+
+    * ``"bicubic"``: the same coordinates, the 4 x 4 neighbours weighed by the cubic convolution
+      kernel with ``a = cubic_alpha`` (Keys 1981; -0.75 as PyTorch and ONNX ``Resize``), edge pixels
+      repeated past the border; ``cubic_exclude``: taps outside the image weigh 0 and the others are
+      renormalized (ONNX ``exclude_outside``).
 
     * ``"nearest-exact"``: ``src = floor((dst + 0.5) * in / out)`` (``half_pixel`` coordinates,
       rounding ``round_prefer_ceil``; PyTorch's and scikit-image's nearest).
@@ -365,11 +371,12 @@ def interpolate(x: Tensor, size: int | Sequence[int] | None = None,
             raise ValueError("interpolate: align_corners can only be set with the linear modes")
         method, coord, rounding = ("nearest_neighbor", "asymmetric", "floor") if mode == "nearest" else (
             "nearest_neighbor", "half_pixel", "round_prefer_ceil")
-    elif mode in ("linear", "bilinear"):
-        method, rounding = "linear", "round"
+    elif mode in ("linear", "bilinear", "bicubic"):
+        method, rounding = "cubic" if mode == "bicubic" else "linear", "round"
         coord = "align_corners" if align_corners else "half_pixel"
     else:
-        raise ValueError(f"interpolate: mode must be 'nearest', 'nearest-exact', 'linear' or 'bilinear', got "
+        raise ValueError(f"interpolate: mode must be 'nearest', 'nearest-exact', 'linear', 'bilinear' or "
+                         f"'bicubic', got "
                          f"{mode!r}")
     coords = ("asymmetric", "half_pixel", "pytorch_half_pixel", "align_corners")
     roundings = ("round", "floor", "ceil", "round_prefer_floor", "round_prefer_ceil")
@@ -385,7 +392,9 @@ def interpolate(x: Tensor, size: int | Sequence[int] | None = None,
     roi = [E.FloatImm(0.0, "float32")] * 4
     return wrap_nested(op_call("image.resize2d", [x._expr, rx.ShapeExpr(out)], roi=roi,
                              layout="NCHW", method=method, coordinate_transformation_mode=coord,
-                             rounding_method=rounding, cubic_alpha=-0.5, cubic_exclude=0,
+                             rounding_method=rounding,
+                             cubic_alpha=float(cubic_alpha) if method == "cubic" else -0.5,   # (TVM's default)
+                             cubic_exclude=int(bool(cubic_exclude)) if method == "cubic" else 0,
                              extrapolation_value=0.0, out_dtype="void"), name)
 
 

@@ -1,4 +1,4 @@
-"""``resize2d``: nearest / linear resizing of the two spatial dims (``torch.nn.functional.interpolate``).
+"""``resize2d``: nearest / linear / cubic resizing of the two spatial dims (``torch.nn.functional.interpolate``).
 """
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from .. import tensor as _te
 from ..tensor import Tensor
 from .common import cast_value, output_dtype
 
-__all__ = ["resize2d"]
+__all__ = ["cubic_weights", "resize2d"]
 
 
 def _round_index(v: PrimExpr, rounding: str) -> PrimExpr:
@@ -28,9 +28,26 @@ def _round_index(v: PrimExpr, rounding: str) -> PrimExpr:
     raise ValueError(f"resize2d: unknown rounding_method {rounding!r}")
 
 
+def cubic_weights(t: PrimExpr, alpha: float) -> list[PrimExpr]:
+    """The four weights of the cubic convolution kernel (Keys, "Cubic convolution interpolation for
+    digital image processing", IEEE TASSP 1981) for the taps at offsets -1, 0, 1, 2 from the floor of
+    a source coordinate whose fraction is ``t`` (in [0, 1)); ``alpha`` is the kernel's ``a`` (PyTorch
+    and ONNX use -0.75, TVM's default -0.5). ``W(d) = ((a + 2)|d| - (a + 3))|d|^2 + 1`` for ``|d| <= 1``,
+    ``a|d|^3 - 5a|d|^2 + 8a|d| - 4a`` for ``1 < |d| < 2``; the four sum to 1."""
+    a = alpha
+
+    def near(d):   # |d| <= 1
+        return ((a + 2.0) * d - (a + 3.0)) * d * d + 1.0
+
+    def far(d):    # 1 < |d| < 2
+        return ((a * d - 5.0 * a) * d + 8.0 * a) * d - 4.0 * a
+
+    return [far(t + 1.0), near(t), near(1.0 - t), far(2.0 - t)]
+
+
 def resize2d(x: Tensor, size, layout: str = "NCHW", method: str = "linear",
              coordinate_transformation_mode: str = "half_pixel", rounding_method: str = "round",
-             out_dtype: str | None = None) -> Tensor:
+             cubic_alpha: float = -0.75, cubic_exclude: int = 0, out_dtype: str | None = None) -> Tensor:
     """Resize the spatial dims (``size`` = (oH, oW)) of an NCHW / NHWC image (ONNX ``Resize``
     semantics, https://onnx.ai/onnx/operators/onnx__Resize.html). Per axis, with
     ``r = in / out``, the source coordinate of output index ``i`` is
@@ -43,14 +60,18 @@ def resize2d(x: Tensor, size, layout: str = "NCHW", method: str = "linear",
     ``nearest_neighbor`` reads the pixel at the rounded coordinate (``rounding_method``; the
     asymmetric / floor case is the exact integer ``(i * in) // out``, PyTorch's nearest).
     ``linear`` interpolates the 2 x 2 neighbours of the coordinate (clamped to >= 0 for
-    half_pixel, as PyTorch) with indices clamped to the image. Coordinates and weights are
+    half_pixel, as PyTorch) with indices clamped to the image. ``cubic`` weighs the 4 x 4 neighbours
+    (offsets -1 .. 2 from the floor of the unclamped coordinate) with :func:`cubic_weights` of
+    ``cubic_alpha``, reading clamped indices (edge replication: PyTorch's bicubic, ONNX's reference);
+    with ``cubic_exclude`` the taps outside the image get weight 0 and the rest are renormalized (ONNX
+    ``exclude_outside``). Coordinates and weights are
     float32 (float64 for float64 data); the result is converted to ``out_dtype`` (default: the
     input dtype). Raises ValueError for other layouts, methods or modes.
     """
     if layout not in ("NCHW", "NHWC"):
         raise ValueError(f"resize2d: layout must be 'NCHW' or 'NHWC', got {layout!r}")
-    if method not in ("nearest_neighbor", "linear"):
-        raise ValueError(f"resize2d: method {method!r} is not supported (nearest_neighbor, linear)")
+    if method not in ("nearest_neighbor", "linear", "cubic"):
+        raise ValueError(f"resize2d: method {method!r} is not supported (nearest_neighbor, linear, cubic)")
     mode = coordinate_transformation_mode
     if mode not in ("asymmetric", "half_pixel", "align_corners", "pytorch_half_pixel"):
         raise ValueError(f"resize2d: coordinate_transformation_mode {mode!r} is not supported "
@@ -97,6 +118,31 @@ def resize2d(x: Tensor, size, layout: str = "NCHW", method: str = "linear",
 
         def f(*idx):
             return cast_value(load(idx, nearest(idx[ha], in_h, oh), nearest(idx[wa], in_w, ow)), odt)
+    elif method == "cubic":
+        def taps(i, n_in, n_out):
+            c = src(i, n_in, n_out)
+            c0 = tir.floor(c)
+            i0 = c0.astype("int64")
+            ws = cubic_weights(c - c0, float(cubic_alpha))
+            idx = [i0 + (k - 1) for k in range(4)]
+            if cubic_exclude:
+                inside = [E.And(E.GE(j, zero), E.LT(j, n_in)) for j in idx]
+                ws = [E.Select(ok, w, E.const(0.0, cd)) for ok, w in zip(inside, ws)]
+                total = ws[0] + ws[1] + ws[2] + ws[3]
+                ws = [w / total for w in ws]
+            return [clamp(j, n_in) for j in idx], ws
+
+        def f(*idx):
+            ys, wy = taps(idx[ha], in_h, oh)
+            xs, wx = taps(idx[wa], in_w, ow)
+            acc = None
+            for yi, w_y in zip(ys, wy):
+                row = None
+                for xi, w_x in zip(xs, wx):
+                    term = load(idx, yi, xi) * w_x
+                    row = term if row is None else row + term
+                acc = row * w_y if acc is None else acc + row * w_y
+            return cast_value(acc, odt)
     else:
         def coord(i, n_in, n_out):
             c = src(i, n_in, n_out)
