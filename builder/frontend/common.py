@@ -132,6 +132,26 @@ def gather(t, x, dim, index, *, sparse_grad=False):
     return op.gather_elements(x, index, axis=norm_dim(dim, x.ndim))
 
 
+_TORCH_SCATTER = {None: "update", "add": "add", "multiply": "mul", "sum": "add", "prod": "mul", "amax": "max",
+                  "amin": "min"}
+
+
+def scatter(t, x, dim, index, src=None, value=None, *, reduce=None, include_self=True):
+    """``Tensor.scatter`` (a ``src`` tensor or a scalar ``value``; ``reduce`` "add" / "multiply"),
+    ``scatter_add`` and ``scatter_reduce`` ("sum", "prod", "amax", "amin"; ``include_self=True``):
+    :func:`builder.nn.op.scatter_elements` (duplicates apply in index order). A scalar becomes updates of
+    the index's shape. Raises UnsupportedNodeError for "mean" or ``include_self=False``."""
+    if not include_self:
+        raise UnsupportedNodeError("scatter_reduce with include_self=False")
+    if reduce not in _TORCH_SCATTER:
+        raise UnsupportedNodeError(f"scatter reduce={reduce!r}")
+    upd = src if src is not None else value
+    if not is_tensor(upd):
+        upd = op.broadcast_to(to_tensor(upd, x.dtype), list(index.shape))
+    return op.scatter_elements(x, index, as_dtype(upd, x.dtype), axis=norm_dim(dim, x.ndim),
+                               reduction=_TORCH_SCATTER[reduce])
+
+
 def weight_norm(t, v, g, dim=0):
     """``torch._weight_norm`` (Salimans & Kingma 2016; ``nn.utils.weight_norm``): ``v * g / ||v||`` with the
     norm over every dim but ``dim`` (all of them for ``dim=-1``), ``g`` shaped to broadcast."""
@@ -1922,6 +1942,10 @@ TORCH_OPS: dict[str, Callable] = {
     "adaptive_avg_pool1d": adaptive_avg_pool(1), "adaptive_avg_pool2d": adaptive_avg_pool(2),
     "batch_norm": batch_norm, "interpolate": interpolate, "instance_norm": instance_norm,
     "pixel_shuffle": pixel_shuffle, "pixel_unshuffle": pixel_unshuffle, "gather": gather,
+    "scatter": scatter,
+    "scatter_add": lambda t, x, dim, index, src: scatter(t, x, dim, index, src, reduce="add"),
+    "scatter_reduce": lambda t, x, dim, index, src, reduce, *, include_self=True: scatter(
+        t, x, dim, index, src, reduce=reduce, include_self=include_self),
     "_weight_norm": weight_norm, "einsum": einsum, "flip": flip, "roll": roll, "logsumexp": logsumexp,
     "linalg_vector_norm": vector_norm, "outer": outer, "ger": outer, "addcmul": addcmul, "addcdiv": addcdiv, "lerp": lerp,
     "square": square, "reciprocal": reciprocal, "log1p": log1p, "expm1": expm1, "log2": log2, "exp2": exp2,

@@ -642,8 +642,9 @@ def _unary(im: _Importer, node, ins, at):
         vals = np.vectorize(f, otypes=[object])(x.vals)
         if not any(v is None for v in vals.ravel()):
             return _shape_value(vals, x.dtype)
-    if isinstance(x, np.ndarray) and _UNARY_NP[node.op_type] is not None and x.dtype.kind in "iu" \
-            and node.op_type in ("Neg", "Abs", "Relu", "Sign"):
+    # exact on every dtype, so folded (shape arithmetic such as ``ceil(h / p) * p`` written in float)
+    if isinstance(x, np.ndarray) and node.op_type in ("Neg", "Abs", "Relu", "Sign", "Floor", "Ceil", "Round") \
+            and (x.dtype.kind in "iu" or (x.dtype.kind == "f" and _fold_ok(x.shape))):
         return _UNARY_NP[node.op_type](x).astype(x.dtype)
     return _UNARY[node.op_type](im.tensor(x))
 
@@ -861,6 +862,36 @@ def _gather_elements(im, node, ins, at):
     _check_inputs(ins, node)
     x, idx = im.tensor(ins[0]), im.tensor(ins[1])
     return op.gather_elements(x, idx, axis=int(at.get("axis", 0)))
+
+
+_SCATTER_REDUCTION = {"none": "update", "add": "add", "mul": "mul", "max": "max", "min": "min"}
+
+
+def _scatter_reduction(at) -> str:
+    r = at.get("reduction", "none")
+    r = r.decode() if isinstance(r, bytes) else r
+    if r not in _SCATTER_REDUCTION:
+        raise ONNXImportError(f"reduction {r!r} is not one of {sorted(_SCATTER_REDUCTION)}")
+    return _SCATTER_REDUCTION[r]
+
+
+@_register("ScatterElements", "Scatter")
+def _scatter_elements(im, node, ins, at):
+    """``ScatterElements`` (``Scatter``: its opset 9-10 name) with its ``reduction`` (opset 16 / 18):
+    :func:`builder.nn.op.scatter_elements`; duplicates apply in order, as onnxruntime does."""
+    _check_inputs(ins, node)
+    x, idx, upd = (im.tensor(v) for v in ins[:3])
+    return op.scatter_elements(x, idx, upd, axis=int(at.get("axis", 0)),
+                               reduction=_scatter_reduction(at))
+
+
+@_register("ScatterND")
+def _scatter_nd(im, node, ins, at):
+    """``ScatterND`` with its ``reduction`` (opset 16 / 18): :func:`builder.nn.op.scatter_nd` (what exporters
+    write for an assignment into a slice)."""
+    _check_inputs(ins, node)
+    x, idx, upd = (im.tensor(v) for v in ins[:3])
+    return op.scatter_nd(x, idx, upd, reduction=_scatter_reduction(at))
 
 
 @_register("Einsum")

@@ -1,4 +1,5 @@
-"""Data movement, dtype and creation ops: astype, permute_dims, reshape, take, where, concat, split, strided_slice,
+"""Data movement, dtype and creation ops: astype, permute_dims, reshape, take, gather / scatter, where, concat, split,
+strided_slice,
 expand_dims / squeeze, broadcast_to, repeat, pad, triu / tril, full / zeros / ones / empty, arange."""
 from __future__ import annotations
 
@@ -8,9 +9,10 @@ from ..ir.block_builder import BlockBuilder
 from ..ir.op import OpPattern, register_op
 from ..ir.op.elementwise import infer_astype, infer_where
 from ..ir.op.manipulation import (infer_alloc_tensor, infer_arange, infer_broadcast_to, infer_concat,
-    infer_expand_dims, infer_full, infer_gather_elements, infer_pad, infer_permute_dims, infer_repeat, infer_reshape, infer_split,
+    infer_expand_dims, infer_full, infer_gather_elements, infer_pad, infer_permute_dims, infer_repeat, infer_reshape,
+    infer_scatter_elements, infer_scatter_nd, infer_split,
     infer_squeeze, infer_strided_slice, infer_take, infer_trilu, infer_zeros_ones)
-from ..te import topi
+from ..te import placeholder, topi
 from ..te.call_te import call_te
 from .common import keep, localize_shape, out_sinfo, te_rule, tensor_fields
 
@@ -35,6 +37,35 @@ register_op("gather_elements", infer_gather_elements, ("axis",), pattern=INJECTI
             legalize=te_rule(topi.gather_elements, "gather_elements", ("axis",)), frontend="gather_elements",
             doc="``out[i...] = data[i with i[axis] = indices[i...]]`` (``torch.gather``, ONNX ``GatherElements``); "
                 "an index out of range is an error.")
+
+
+def _scatter(kind: str):
+    """The legalization of ``scatter_elements`` / ``scatter_nd``: a call_tir of the loops of
+    :mod:`builder.te.topi.scatter` (a copy of the data, then the updates in order)."""
+    def rule(bb: BlockBuilder, call: rx.Call) -> rx.Expr:
+        phs = []
+        for arg, label in zip(call.args, ("data", "indices", "updates")):
+            si = arg.struct_info
+            phs.append(placeholder(localize_shape(si.shape), si.dtype, name=label))
+        a = call.attrs
+        if kind == "scatter_elements":
+            func = topi.scatter_elements_prim_func(*phs, int(a.get("axis", 0)), a.get("reduction", "update"))
+        else:
+            func = topi.scatter_nd_prim_func(*phs, a.get("reduction", "update"))
+        gvar = bb.add_func(func, kind)
+        return rx.Call(rx.Op.get("call_tir"), [gvar, rx.Tuple(list(call.args))], sinfo_args=[call.struct_info])
+
+    return rule
+
+
+register_op("scatter_elements", infer_scatter_elements, ("axis", "reduction"), pattern=OpPattern.OPAQUE,
+            legalize=_scatter("scatter_elements"), frontend="scatter_elements", in_recipes=True,
+            doc="``out = data``, then ``out[i with i[axis] = indices[i]] (reduction)= updates[i]`` for every ``i`` in "
+                "order (``torch.Tensor.scatter``, ONNX ``ScatterElements``); an index out of range is an error.")
+register_op("scatter_nd", infer_scatter_nd, ("reduction",), pattern=OpPattern.OPAQUE,
+            legalize=_scatter("scatter_nd"), frontend="scatter_nd", in_recipes=True,
+            doc="``out = data``, then ``out[indices[j]] (reduction)= updates[j]`` for every ``j`` in order (ONNX "
+                "``ScatterND``); an index out of range is an error.")
 
 
 def _where(bb: BlockBuilder, call: rx.Call) -> rx.Expr:

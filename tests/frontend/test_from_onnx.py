@@ -151,6 +151,51 @@ def test_pad_negative_pads_crop(mode):
     run_both(model, [{"x": rand(2, 4, 6)}, {"x": rand(1, 4, 6)}])
 
 
+@pytest.mark.parametrize("reduction", ["none", "add", "mul", "max", "min"])
+def test_scatter_elements_and_scatter_nd_match_onnxruntime(reduction):
+    """ScatterElements (negative indices, indices smaller than the data) and ScatterND (rows into the first
+    dim, and full 2-d index rows as exporters write ``x[:, 0] = v``) with each reduction (opset 18). The
+    reductions get a duplicate index row (applied in order); "none" does not (ONNX leaves duplicates
+    undefined there)."""
+    ie = np.array([[1, -1, 0], [3, 2, -4]], np.int64)
+    nd1 = np.array([[2], [-2]] if reduction != "none" else [[2], [-3]], np.int64)
+    nd2 = np.array([[[0, 0]], [[1, 0]]], np.int64)
+    nodes = [helper.make_node("ScatterElements", ["x", "ie", "ue"], ["a"], axis=1, reduction=reduction),
+             helper.make_node("ScatterND", ["x", "nd1", "u1"], ["b"], reduction=reduction),
+             helper.make_node("ScatterND", ["x", "nd2", "u2"], ["c"], reduction=reduction)]
+    model = make_model(nodes, [helper.make_tensor_value_info("x", F, [4, 4, 5]),
+                               helper.make_tensor_value_info("ue", F, [2, 3, 5]),
+                               helper.make_tensor_value_info("u1", F, [2, 4, 5]),
+                               helper.make_tensor_value_info("u2", F, [2, 1, 5])],
+                       [helper.make_tensor_value_info(n, F, [4, 4, 5]) for n in "abc"],
+                       [("ie", np.broadcast_to(ie[:, :, None], (2, 3, 5)).copy()), ("nd1", nd1), ("nd2", nd2)],
+                       opset=18)
+    feeds = {"x": rand(4, 4, 5), "ue": rand(2, 3, 5), "u1": rand(2, 4, 5), "u2": rand(2, 1, 5)}
+    got = runtime.VirtualMachine(build(from_onnx(model)))["main"](*feeds.values())
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-6, atol=1e-6)
+
+
+def test_float_shape_arithmetic_folds():
+    """A reshape target computed in float from constants, as a legacy export writes MobileViT's
+    ``int(math.ceil(h / p) * p)`` (Ceil, Mul, Cast, Div folded at import time: exact on floats)."""
+    c = lambda name, v: helper.make_node("Constant", [], [name], value=numpy_helper.from_array(v, name))
+    nodes = [c("h", np.array(1.5, np.float32)), c("two", np.array(2.0, np.float32)),
+             helper.make_node("Ceil", ["h"], ["ch"]), helper.make_node("Mul", ["ch", "two"], ["m"]),
+             helper.make_node("Cast", ["m"], ["mi"], to=TensorProto.INT64),
+             helper.make_node("Round", ["two"], ["r"]), helper.make_node("Cast", ["r"], ["ri"], to=TensorProto.INT64),
+             helper.make_node("Div", ["mi", "ri"], ["half"]),
+             helper.make_node("Mul", ["half", "ri"], ["cols"]),
+             helper.make_node("Unsqueeze", ["cols", "ax"], ["cols1"]),
+             helper.make_node("Concat", ["neg", "cols1"], ["shape"], axis=0),
+             helper.make_node("Reshape", ["x", "shape"], ["y"])]
+    model = make_model(nodes, [helper.make_tensor_value_info("x", F, ["n", 8])],
+                       [helper.make_tensor_value_info("y", F, ["m", 4])],
+                       [("ax", np.array([0], np.int64)), ("neg", np.array([-1], np.int64))], opset=17)
+    run_both(model, [{"x": rand(2, 8)}, {"x": rand(1, 8)}])
+
+
 @pytest.mark.parametrize("scalar_input", [False, True])
 def test_scalars_stay_0d(scalar_input):
     """A 0-d index drops the gathered axis (``x[:, 0]`` as exporters write it: Gather with a scalar), 0-d

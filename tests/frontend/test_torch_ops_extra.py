@@ -405,3 +405,30 @@ def test_conv_transpose2d_matches_pytorch_and_onnxruntime():
     ref = ort.InferenceSession(buf.getvalue(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     got = runtime.VirtualMachine(build(from_onnx(onnx.load_from_string(buf.getvalue()))))["main"](x)
     np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
+
+
+class Scatters(nn.Module):
+    def forward(self, x, i, s):
+        e = x.clone()
+        e.scatter_(1, i, s, reduce="multiply")
+        return (x.scatter(1, i, s), x.scatter(0, i, 2.5), torch.scatter_add(x, 1, i, s),
+                x.scatter_reduce(1, i, s, "amax"), e, x.scatter_reduce(0, i, s, "prod"),
+                x.scatter_reduce(1, i, s, "amin"))
+
+
+@pytest.mark.filterwarnings("ignore:The reduce argument of torch.scatter")
+def test_scatter_family_matches_pytorch():
+    """``scatter`` with a tensor and a scalar, ``scatter_`` with ``reduce``, ``scatter_add``,
+    ``scatter_reduce`` (sum / prod / amax / amin), with repeated indices and an index smaller than the
+    source, through torch.fx and torch.export."""
+    g = torch.Generator().manual_seed(4)
+    x, i, s = torch.randn(4, 5, generator=g), torch.randint(0, 4, (3, 2), generator=g), torch.randn(3, 4, generator=g)
+    i[1, 1] = i[1, 0]   # a repeated index within a row
+    model = Scatters()
+    want = [w.numpy() for w in model(x, i, s)]
+    shapes = [((4, 5), "float32"), ((3, 2), "int64"), ((3, 4), "float32")]
+    for mod in (from_fx(torch.fx.symbolic_trace(model), shapes),
+                from_exported_program(torch.export.export(model, (x, i, s)))):
+        got = runtime.VirtualMachine(build(mod))["main"](x.numpy(), i.numpy(), s.numpy())
+        for gv, wv in zip(got, want):
+            np.testing.assert_allclose(gv, wv, rtol=1e-6, atol=1e-6)

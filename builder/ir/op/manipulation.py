@@ -1,5 +1,6 @@
-"""Struct-info inference of data-movement and creation ops: permute_dims, reshape, take, concat, split,
-expand_dims, squeeze, broadcast_to, repeat, pad, triu / tril, full / zeros / ones, arange, alloc_tensor."""
+"""Struct-info inference of data-movement and creation ops: permute_dims, reshape, take, gather / scatter,
+concat, split, expand_dims, squeeze, broadcast_to, repeat, pad, triu / tril, full / zeros / ones, arange,
+alloc_tensor."""
 from __future__ import annotations
 
 import math
@@ -102,6 +103,61 @@ def infer_gather_elements(call: Call) -> StructInfo:
             raise ValueError(f"R.gather_elements: indices {fmt_shape(idx.shape)} are larger than data "
                              f"{fmt_shape(x.shape)} in dim {d}")
     return TensorStructInfo(idx.shape, x.dtype)
+
+
+#: How a scatter's update combines with the element it lands on (ONNX's ``reduction`` attribute; ``update``
+#: is its ``none``, TVM's name).
+SCATTER_REDUCTIONS = ("update", "add", "mul", "max", "min")
+
+
+def _scatter_args(call: Call):
+    x, idx, upd = (tensor_arg(call, i, n) for i, n in enumerate(("data", "indices", "updates")))
+    name = call.op.name
+    if not E.is_int_dtype(idx.dtype) or idx.dtype == "bool":
+        raise TypeError(f"{name}: indices must be integers, got {idx.dtype}")
+    if upd.dtype != x.dtype:
+        raise TypeError(f"{name}: updates must have the data's dtype {x.dtype}, got {upd.dtype}")
+    reduction = call.attrs.get("reduction", "update")
+    if reduction not in SCATTER_REDUCTIONS:
+        raise ValueError(f"{name}: reduction must be one of {SCATTER_REDUCTIONS}, got {reduction!r}")
+    return x, idx, upd
+
+
+def _no_larger(name: str, what, a, b, dims) -> None:
+    for d in dims:
+        sa, sb = static_int(a.shape[d]), static_int(b.shape[d])
+        if sa is not None and sb is not None and sa > sb:
+            raise ValueError(f"{name}: {what} {fmt_shape(a.shape)} larger than {fmt_shape(b.shape)} in dim {d}")
+
+
+def infer_scatter_elements(call: Call) -> StructInfo:
+    """``R.scatter_elements(data, indices, updates, axis, reduction)``: the data's shape and dtype. The three
+    have the same rank; the indices are no larger than the updates in any dim, nor than the data outside
+    ``axis`` (when static)."""
+    x, idx, upd = _scatter_args(call)
+    if not (x.ndim == idx.ndim == upd.ndim):
+        raise ValueError(f"R.scatter_elements: data {fmt_shape(x.shape)}, indices {fmt_shape(idx.shape)} and "
+                         f"updates {fmt_shape(upd.shape)} need the same rank")
+    axis = norm_axis(call.attrs.get("axis", 0), x.ndim, "R.scatter_elements")
+    _no_larger("R.scatter_elements", "indices", idx, upd, range(x.ndim))
+    _no_larger("R.scatter_elements", "indices", idx, x, [d for d in range(x.ndim) if d != axis])
+    return TensorStructInfo(x.shape, x.dtype)
+
+
+def infer_scatter_nd(call: Call) -> StructInfo:
+    """``R.scatter_nd(data, indices, updates, reduction)`` (ONNX ``ScatterND``): the data's shape and dtype.
+    ``indices`` is ``(*J, q)`` with a static ``1 <= q <= data.ndim``; ``updates`` is ``(*J, *data.shape[q:])``
+    (checked where static)."""
+    x, idx, upd = _scatter_args(call)
+    q = static_int(idx.shape[-1]) if idx.ndim else None
+    if q is None or not 1 <= q <= x.ndim:
+        raise ValueError(f"R.scatter_nd: the indices {fmt_shape(idx.shape)} need a static last dim in "
+                         f"[1, {x.ndim}]")
+    want = list(idx.shape[:-1]) + list(x.shape[q:])
+    if upd.ndim != len(want) or any(definitely_different(a, b) for a, b in zip(upd.shape, want)):
+        raise ValueError(f"R.scatter_nd: updates {fmt_shape(upd.shape)} must have shape {fmt_shape(want)} "
+                         f"(indices' leading dims, then the data's past the first {q})")
+    return TensorStructInfo(x.shape, x.dtype)
 
 
 def infer_concat(call: Call) -> StructInfo:

@@ -56,6 +56,33 @@ def gather_elements(x: Tensor, indices: Tensor, axis: int = 0, name: str = "gath
     return wrap_nested(op_call("gather_elements", [x._expr, indices._expr], axis=int(axis)), name)
 
 
+def scatter_elements(x: Tensor, indices: Tensor, updates: Tensor, axis: int = 0, reduction: str = "update",
+                     name: str = "scatter_elements") -> Tensor:
+    """``x`` with ``out[i with i[axis] = indices[i]] = updates[i]`` for every position ``i`` of
+    ``indices``, in row-major order (``torch.Tensor.scatter``, ONNX ``ScatterElements``; TVM's
+    ``R.scatter_elements(x, indices, updates, axis=a, reduction=r)``). ``reduction``: ``"update"``
+    (the last write wins), ``"add"``, ``"mul"``, ``"max"``, ``"min"`` combine with the element.
+
+    ``x``, ``indices`` (integers) and ``updates`` (``x``'s dtype) have the same rank; the indices may
+    be smaller than ``updates`` and, outside ``axis``, than ``x``. Negative indices count from the
+    end; one out of range is an error when the code runs. Raises TypeError / ValueError for dtypes,
+    ranks, sizes or a reduction that do not fit."""
+    return wrap_nested(op_call("scatter_elements", [x._expr, indices._expr, updates._expr], axis=int(axis),
+                               reduction=str(reduction)), name)
+
+
+def scatter_nd(x: Tensor, indices: Tensor, updates: Tensor, reduction: str = "update",
+               name: str = "scatter_nd") -> Tensor:
+    """``x`` with the slices ``out[indices[j]] = updates[j]`` for every ``j`` in row-major order (ONNX
+    ``ScatterND``, TVM's ``R.scatter_nd(x, indices, updates, reduction=r)``): ``indices`` is ``(*J, q)``
+    with a static ``q <= x.ndim`` (each row an index into ``x``'s first ``q`` dims), ``updates`` is
+    ``(*J, *x.shape[q:])``. ``reduction`` as in :func:`scatter_elements`; negative indices count from the
+    end, one out of range is an error when the code runs. Raises TypeError / ValueError for dtypes or
+    shapes that do not fit."""
+    return wrap_nested(op_call("scatter_nd", [x._expr, indices._expr, updates._expr],
+                               reduction=str(reduction)), name)
+
+
 def concat(x: Sequence[Tensor], dim: int, name: str = "concat") -> Tensor:
     """Concatenate tensors along ``dim`` (``numpy.concatenate``): ``R.concat((a, b), axis=dim)``.
 
