@@ -943,6 +943,29 @@ def _max_min(kind: str) -> Callable:
     return run
 
 
+def sort(t, x, dim=-1, descending=False, *, stable=None):
+    """``torch.sort`` (also the ``stable=`` overload): ``(values, indices)``, indices int64. Ours is always
+    stable (equal values keep their order), which ``stable=False`` allows; NaN sorts as the largest, as
+    in PyTorch."""
+    axis = norm_dim(dim, x.ndim)
+    order = op.argsort(x, axis=axis, descending=bool(descending), dtype="int64")
+    return ValuesIndices((op.gather_elements(x, order, axis=axis), order))
+
+
+def argsort(t, x, dim=-1, descending=False, *, stable=None):
+    """``torch.argsort``: int64 positions, stable (see :func:`sort`)."""
+    return op.argsort(x, axis=norm_dim(dim, x.ndim), descending=bool(descending), dtype="int64")
+
+
+def topk(t, x, k, dim=-1, largest=True, sorted=True):  # noqa: A002 - torch's name
+    """``torch.topk``: ``(values, indices)``, indices int64, always sorted (``sorted=False`` allows any
+    order); ties give the lower position first."""
+    kk = static(k)
+    if kk is None:
+        raise UnsupportedNodeError("topk with a k computed at run time")
+    return ValuesIndices(op.topk(x, kk, axis=norm_dim(dim, x.ndim), largest=bool(largest), dtype="int64"))
+
+
 def _arg(kind: str) -> Callable:
     """``torch.argmax`` / ``argmin``: along ``dim`` or of the flattened tensor."""
     fn = op.argmax if kind == "argmax" else op.argmin
@@ -1942,7 +1965,8 @@ TORCH_OPS: dict[str, Callable] = {
     "adaptive_avg_pool1d": adaptive_avg_pool(1), "adaptive_avg_pool2d": adaptive_avg_pool(2),
     "batch_norm": batch_norm, "interpolate": interpolate, "instance_norm": instance_norm,
     "pixel_shuffle": pixel_shuffle, "pixel_unshuffle": pixel_unshuffle, "gather": gather,
-    "scatter": scatter,
+    "scatter": scatter, "sort": sort, "argsort": argsort, "topk": topk,
+    "msort": lambda t, x: sort(t, x, 0)[0],
     "scatter_add": lambda t, x, dim, index, src: scatter(t, x, dim, index, src, reduce="add"),
     "scatter_reduce": lambda t, x, dim, index, src, reduce, *, include_self=True: scatter(
         t, x, dim, index, src, reduce=reduce, include_self=include_self),

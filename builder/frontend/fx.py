@@ -329,7 +329,8 @@ def default_call_function_map() -> dict:
                  "clamp_max", "gather", "take_along_dim", "einsum", "flip", "roll", "logsumexp", "outer", "ger",
                  "addcmul", "addcdiv", "lerp", "square", "reciprocal", "log1p", "expm1", "log2", "exp2", "sinh",
                  "cosh", "isnan", "isinf", "isfinite", "nan_to_num", "any", "all", "std_mean", "var_mean",
-                 "cosine_similarity", "cdist", "bucketize", "sgn", "scatter", "scatter_add", "scatter_reduce"):
+                 "cosine_similarity", "cdist", "bucketize", "sgn", "scatter", "scatter_add", "scatter_reduce", "sort",
+                 "argsort", "topk", "msort"):
         fn = getattr(torch, name, None)
         if fn is not None:
             m[fn] = o[name]
@@ -355,7 +356,7 @@ def default_call_method_map() -> dict:
         "floor_divide", "remainder", "repeat", "tile", "repeat_interleave", "clamp_min", "clamp_max", "gather", "fill",
         "take_along_dim", "flip", "roll", "logsumexp", "outer", "addcmul", "addcdiv", "lerp", "square", "reciprocal",
         "log1p", "expm1", "log2", "exp2", "sinh", "cosh", "isnan", "isinf", "isfinite", "nan_to_num", "any", "all",
-        "sgn", "new_tensor", "scatter", "scatter_add", "scatter_reduce")}
+        "sgn", "new_tensor", "scatter", "scatter_add", "scatter_reduce", "sort", "argsort", "topk", "msort")}
     m.update({"__getitem__": o["getitem"], "type": _method_type, "copy_": C.copy_,
               "where": lambda t, x, cond, other: C.where(t, cond, x, other)})
     return m

@@ -864,6 +864,19 @@ def _gather_elements(im, node, ins, at):
     return op.gather_elements(x, idx, axis=int(at.get("axis", 0)))
 
 
+@_register("TopK")
+def _topk(im, node, ins, at):
+    """``TopK``: the ``K`` (a constant, or shape arithmetic that folds to an int) largest / smallest values
+    along ``axis`` and their int64 positions, sorted, ties by the lower position (:func:`builder.nn.op.topk`;
+    ``sorted=0`` allows any order, so sorted is right too)."""
+    _check_inputs(ins, node)
+    x = im.tensor(ins[0])
+    k = im.shape_list(ins[1], "K")
+    if len(k) != 1 or not isinstance(k[0], int):
+        raise ONNXImportError(f"K must be one int known at import time, got {k}")
+    return op.topk(x, k[0], axis=int(at.get("axis", -1)), largest=bool(int(at.get("largest", 1))), dtype="int64")
+
+
 _SCATTER_REDUCTION = {"none": "update", "add": "add", "mul": "mul", "max": "max", "min": "min"}
 
 

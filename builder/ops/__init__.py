@@ -5,7 +5,7 @@ kind, legalization (a topi compute through ``call_te``), fusion compute, scalar 
 name. Importing this package registers every op; ``builder`` imports it first. Adding an op is adding a
 record here (see ``docs/ARCHITECTURE.md``).
 """
-from . import elementwise, manipulation, nn, quantize, reduction, runtime  # noqa: F401 - registers the ops
+from . import elementwise, manipulation, nn, quantize, reduction, runtime, sorting  # noqa: F401 - registers the ops
 from ..ir.relax import Op
 
 __all__ = ["frontend_ops", "recipe_ops"]

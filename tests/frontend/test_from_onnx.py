@@ -196,6 +196,25 @@ def test_float_shape_arithmetic_folds():
     run_both(model, [{"x": rand(2, 8)}, {"x": rand(1, 8)}])
 
 
+@pytest.mark.parametrize("largest,axis", [(1, -1), (0, 1), (1, 0)])
+def test_topk_matches_onnxruntime(largest, axis):
+    """TopK (K an initializer) with ties (the lower index first, as the spec and onnxruntime order them),
+    values and int64 indices, on a symbolic batch."""
+    model = make_model([helper.make_node("TopK", ["x", "k"], ["v", "i"], axis=axis, largest=largest)],
+                       [helper.make_tensor_value_info("x", F, ["n", 7, 5])],
+                       [helper.make_tensor_value_info("v", F, ["n", "a", "b"]),
+                        helper.make_tensor_value_info("i", I64, ["n", "a", "b"])],
+                       [("k", np.array([2], np.int64))])
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    vm = runtime.VirtualMachine(build(from_onnx(model)))
+    rng = np.random.default_rng(6)
+    for n in (2, 3):
+        x = rng.integers(-2, 3, (n, 7, 5)).astype(np.float32)
+        for g, w in zip(vm["main"](x), sess.run(None, {"x": x})):
+            assert g.dtype == w.dtype
+            np.testing.assert_array_equal(g, w)
+
+
 @pytest.mark.parametrize("scalar_input", [False, True])
 def test_scalars_stay_0d(scalar_input):
     """A 0-d index drops the gathered axis (``x[:, 0]`` as exporters write it: Gather with a scalar), 0-d

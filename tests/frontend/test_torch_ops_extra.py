@@ -432,3 +432,28 @@ def test_scatter_family_matches_pytorch():
         got = runtime.VirtualMachine(build(mod))["main"](x.numpy(), i.numpy(), s.numpy())
         for gv, wv in zip(got, want):
             np.testing.assert_allclose(gv, wv, rtol=1e-6, atol=1e-6)
+
+
+class Sorting(nn.Module):
+    def forward(self, x, y):
+        v, i = torch.sort(x, dim=1, descending=True, stable=True)
+        tv, ti = torch.topk(y, 3, dim=-1)
+        sv, si = y.topk(2, dim=0, largest=False)
+        return v, i, torch.argsort(x, dim=0, stable=True), x.sort(0).values, torch.msort(x), tv, ti, sv, si
+
+
+def test_sort_argsort_topk_match_pytorch():
+    """``torch.sort`` / ``argsort`` with ``stable=True`` on data full of ties (the order PyTorch promises),
+    ``topk`` largest and smallest on distinct values (PyTorch leaves the order of tied ones open),
+    through torch.fx and torch.export; indices int64."""
+    g = torch.Generator().manual_seed(5)
+    x = torch.randint(-3, 4, (5, 6), generator=g).float()
+    y = torch.randn(5, 6, generator=g)
+    model = Sorting()
+    want = [w.numpy() for w in model(x, y)]
+    for mod in (from_fx(torch.fx.symbolic_trace(model), [((5, 6), "float32")] * 2),
+                from_exported_program(torch.export.export(model, (x, y)))):
+        got = runtime.VirtualMachine(build(mod))["main"](x.numpy(), y.numpy())
+        for gv, wv in zip(got, want):
+            assert gv.dtype == wv.dtype
+            np.testing.assert_array_equal(gv, wv)

@@ -26,10 +26,11 @@ import inspect
 from typing import Callable
 
 from ...ir.op import registered_ops
-from . import attention, creation, elementwise, extern, linear_algebra, manipulation, nn, quantize, reduction
+from . import attention, creation, elementwise, extern, linear_algebra, manipulation, nn, quantize, reduction, sorting
 from .checks import checked
 
-_FAMILIES = (elementwise, linear_algebra, manipulation, creation, reduction, nn, extern, quantize, attention)
+_FAMILIES = (elementwise, linear_algebra, manipulation, creation, reduction, nn, extern, quantize, attention,
+             sorting)
 
 
 def _public(module) -> dict:
