@@ -74,7 +74,8 @@ OPS = ["add", "subtract", "multiply", "divide", "maximum", "minimum", "power", "
        "reshape", "astype", "relu", "silu", "gelu", "sigmoid", "tanh", "exp", "log", "sqrt", "rsqrt", "sin",
        "cos", "negative", "softmax", "erf", "sum", "mean", "take", "concat", "where", "max_pool1d", "max_pool2d",
        "avg_pool2d", "adaptive_avg_pool2d", "batch_norm", "floor_divide", "floor_mod", "round", "sign",
-       "interpolate", "conv2d_transpose", "print", "open",
+       "interpolate", "conv2d_transpose", "sort", "argsort", "topk", "scatter_elements", "scatter_nd", "pad",
+       "print", "open",
        "__import__", "eval", "getattr", "type"]
 FIELD_NAMES = ["type", "in_features", "out_features", "bias", "dtype", "out_dtype", "normalized_shape", "eps",
                "hidden_size", "axes", "epsilon", "in_channels", "out_channels", "kernel_size", "stride",
