@@ -1546,6 +1546,44 @@ def stack(t, tensors, dim=0):
     return cat(t, [op.unsqueeze(v, d) for v in tensors], d)
 
 
+def unfold(t, x, kernel_size, dilation=1, padding=0, stride=1):
+    """``F.unfold`` / ``nn.Unfold`` / ``aten.im2col`` of an (N, C, H, W) input: (N, C * kH * kW, oH * oW),
+    the sliding blocks as columns (channel slowest, then the kernel's rows and columns), from one strided
+    slice of the zero-padded input per kernel position. Raises UnsupportedNodeError for a non-4-d input."""
+    if x.ndim != 4:
+        raise UnsupportedNodeError(f"unfold of a {x.ndim}-d input (N, C, H, W only)")
+    two = lambda v: [int(v)] * 2 if isinstance(v, int) else [int(a) for a in v]  # noqa: E731
+    (kh, kw), (dh, dw), (ph, pw), (sh, sw) = (two(v) for v in (kernel_size, dilation, padding, stride))
+    xp = op.pad(x, [0, 0, 0, 0, ph, ph, pw, pw]) if ph or pw else x
+    h, w = xp.shape[2], xp.shape[3]
+    oh = (h - dh * (kh - 1) - 1) // sh + 1
+    ow = (w - dw * (kw - 1) - 1) // sw + 1
+    cols = []
+    for i in range(kh):
+        for j in range(kw):
+            cols.append(op.unsqueeze(op.strided_slice(
+                xp, [2, 3], [i * dh, j * dw], [i * dh + (oh - 1) * sh + 1, j * dw + (ow - 1) * sw + 1], [sh, sw]), 2))
+    col = cols[0] if len(cols) == 1 else op.concat(cols, 2)          # (N, C, kH * kW, oH, oW)
+    return op.reshape(col, [x.shape[0], x.shape[1] * kh * kw, oh * ow])
+
+
+def unfold_windows(t, x, dimension, size, step):
+    """``Tensor.unfold(dimension, size, step)`` (``aten.unfold``): the windows of ``size`` elements every
+    ``step`` along ``dimension`` -- that dim becomes the window count ``(L - size) // step + 1`` and a last
+    dim of ``size`` is added -- as one gather by the index grid ``arange(n) * step + arange(size)``."""
+    d = norm_dim(dimension, x.ndim)
+    size, step = int(size), int(step)
+    if size < 0 or step <= 0:
+        raise UnsupportedNodeError(f"Tensor.unfold with size {size}, step {step}")
+    n = (x.shape[d] - size) // step + 1
+    start = op.multiply(op.unsqueeze(op.arange(0, n, 1, dtype="int64"), 1), to_tensor(step, "int64"))
+    grid = op.add(start, op.unsqueeze(op.arange(0, size, 1, dtype="int64"), 0))           # (n, size)
+    win = op.take(x, grid, axis=d)                                       # (..., n, size, ...)
+    axes = list(range(x.ndim + 1))
+    axes.append(axes.pop(d + 1))
+    return win if d == x.ndim - 1 else t.permute(win, axes)
+
+
 def _split_indices(total, sections: list[int]) -> list[int]:
     idx, at = [], 0
     for s in sections[:-1]:
@@ -1996,7 +2034,21 @@ TORCH_OPS: dict[str, Callable] = {
     "bfloat16": _cast("bfloat16"), "double": _cast("float64"), "int": _cast("int32"), "long": _cast("int64"),
     "bool": _cast("bool"), "contiguous": contiguous, "clone": contiguous, "detach": contiguous,
     "pad": pad,
+    "view_as": lambda t, x, other: reshape(t, x, list(other.shape)),
+    "reshape_as": lambda t, x, other: reshape(t, x, list(other.shape)),
+    # uninitialized memory in PyTorch: zeros are one of its values
+    "empty": lambda t, *size_, **kw: zeros(t, *size_, **{k: v for k, v in kw.items() if k != "memory_format"}),
+    "empty_like": lambda t, x, **kw: zeros_like(t, x, **{k: v for k, v in kw.items() if k != "memory_format"}),
+    "new_empty": lambda t, x, *size_, **kw: new_zeros(t, x, *size_, **kw),
+    "zero": lambda t, x: zeros_like(t, x),
+    "im2col": unfold, "unfold": unfold_windows,   # (F.unfold is aten.im2col; aten.unfold is Tensor.unfold)
 }
+# torch's other names of the same functions (torch.multiply is torch.mul, ...)
+TORCH_OPS.update({alias: TORCH_OPS[name] for alias, name in (
+    ("multiply", "mul"), ("subtract", "sub"), ("divide", "div"), ("true_divide", "div"), ("greater", "gt"),
+    ("greater_equal", "ge"), ("less", "lt"), ("less_equal", "le"), ("not_equal", "ne"), ("absolute", "abs"),
+    ("negative", "neg"), ("clip", "clamp"), ("fix", "trunc"), ("swapaxes", "transpose"), ("swapdims", "transpose"),
+    ("concatenate", "cat"))})
 
 
 def scalar_math(name: str) -> Callable:

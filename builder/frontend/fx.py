@@ -308,7 +308,7 @@ def default_call_function_map() -> dict:
         torch.linalg.vector_norm: o["linalg_vector_norm"], F.normalize: o["normalize"], F.softmin: o["softmin"],
         F.tanhshrink: o["tanhshrink"],
         F.relu: o["relu"], F.gelu: o["gelu"], F.silu: o["silu"], F.dropout: o["dropout"],
-        F.softmax: o["softmax"], F.log_softmax: o["log_softmax"], F.pad: o["pad"],
+        F.softmax: o["softmax"], F.log_softmax: o["log_softmax"], F.pad: o["pad"], F.unfold: o["im2col"],
         F.scaled_dot_product_attention: o["scaled_dot_product_attention"],
         F.sigmoid: o["sigmoid"], F.tanh: o["tanh"],
         torch.sigmoid: o["sigmoid"], torch.tanh: o["tanh"], torch.relu: o["relu"],
@@ -330,7 +330,9 @@ def default_call_function_map() -> dict:
                  "addcmul", "addcdiv", "lerp", "square", "reciprocal", "log1p", "expm1", "log2", "exp2", "sinh",
                  "cosh", "isnan", "isinf", "isfinite", "nan_to_num", "any", "all", "std_mean", "var_mean",
                  "cosine_similarity", "cdist", "bucketize", "sgn", "scatter", "scatter_add", "scatter_reduce", "sort",
-                 "argsort", "topk", "msort"):
+                 "argsort", "topk", "msort", "multiply", "subtract", "divide", "greater", "greater_equal", "less",
+                 "less_equal", "not_equal", "absolute", "negative", "fix", "swapaxes", "swapdims", "concatenate",
+                 "empty", "empty_like"):
         fn = getattr(torch, name, None)
         if fn is not None:
             m[fn] = o[name]
@@ -356,7 +358,10 @@ def default_call_method_map() -> dict:
         "floor_divide", "remainder", "repeat", "tile", "repeat_interleave", "clamp_min", "clamp_max", "gather", "fill",
         "take_along_dim", "flip", "roll", "logsumexp", "outer", "addcmul", "addcdiv", "lerp", "square", "reciprocal",
         "log1p", "expm1", "log2", "exp2", "sinh", "cosh", "isnan", "isinf", "isfinite", "nan_to_num", "any", "all",
-        "sgn", "new_tensor", "scatter", "scatter_add", "scatter_reduce", "sort", "argsort", "topk", "msort")}
+        "sgn", "new_tensor", "scatter", "scatter_add", "scatter_reduce", "sort", "argsort", "topk", "msort",
+        "view_as", "reshape_as", "new_empty", "zero", "unfold", "multiply", "subtract", "divide", "true_divide", "greater",
+        "greater_equal", "less", "less_equal", "not_equal", "absolute", "negative", "clip", "fix", "swapaxes",
+        "swapdims")}
     m.update({"__getitem__": o["getitem"], "type": _method_type, "copy_": C.copy_,
               "where": lambda t, x, cond, other: C.where(t, cond, x, other)})
     return m
@@ -602,6 +607,7 @@ def default_call_module_map() -> dict:
         tnn.AdaptiveAvgPool2d: _adaptive_avg_pool_module(2), tnn.BatchNorm1d: _batch_norm_module,
         tnn.BatchNorm2d: _batch_norm_module,
         tnn.Upsample: lambda t, m, path, x: C.interpolate(t, x, m.size, m.scale_factor, m.mode, m.align_corners),
+        tnn.Unfold: lambda t, m, path, x: C.unfold(t, x, m.kernel_size, m.dilation, m.padding, m.stride),
         tnn.ReLU6: _simple(o["relu6"]),
         tnn.Hardtanh: _simple(o["hardtanh"], min_val=lambda m: m.min_val, max_val=lambda m: m.max_val),
         tnn.Hardsigmoid: _simple(o["hardsigmoid"]), tnn.Hardswish: _simple(o["hardswish"]),

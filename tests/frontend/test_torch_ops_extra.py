@@ -457,3 +457,49 @@ def test_sort_argsort_topk_match_pytorch():
         for gv, wv in zip(got, want):
             assert gv.dtype == wv.dtype
             np.testing.assert_array_equal(gv, wv)
+
+
+class Aliases(nn.Module):
+    def forward(self, x, y):
+        a = torch.multiply(x, y) + torch.subtract(x, y) * torch.divide(x, y + 3.0)
+        b = torch.greater(x, y).float() + x.less_equal(y).float() + torch.not_equal(x, y).float()
+        c = torch.swapaxes(x, 0, 1).reshape_as(y) + x.view_as(y) + torch.absolute(x).negative().clip(-1.0, 0.5)
+        e = torch.empty(2, 3).fill_(1.5) + torch.empty_like(x).zero_() + x.new_empty(2, 3).fill_(0.25)
+        return a, b, c, e, torch.concatenate([x, y]).fix()
+
+
+def test_torch_aliases_and_empty_match_pytorch():
+    """torch's second names (multiply, subtract, divide, greater, ..., swapaxes, concatenate, fix),
+    ``view_as`` / ``reshape_as``, and ``empty`` / ``empty_like`` / ``new_empty`` filled before use, through
+    torch.fx and torch.export."""
+    g = torch.Generator().manual_seed(7)
+    x, y = torch.randn(2, 3, generator=g), torch.randn(2, 3, generator=g)
+    model = Aliases()
+    want = [w.numpy() for w in model(x, y)]
+    for mod in (from_fx(torch.fx.symbolic_trace(model), [((2, 3), "float32")] * 2),
+                from_exported_program(torch.export.export(model, (x, y)))):
+        got = runtime.VirtualMachine(build(mod))["main"](x.numpy(), y.numpy())
+        for gv, wv in zip(got, want):
+            np.testing.assert_allclose(gv, wv, rtol=1e-6, atol=1e-6)
+
+
+class Unfolds(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.unfold = nn.Unfold((2, 3), dilation=(1, 2), padding=1, stride=(2, 1))
+
+    def forward(self, x):
+        return self.unfold(x), nn.functional.unfold(x, (9, 1), padding=(4, 0)), x.unfold(2, 3, 2)
+
+
+def test_unfold_matches_pytorch():
+    """``F.unfold`` / ``nn.Unfold`` (``aten.im2col``: dilation, padding, stride; ConvBERT's 9 x 1 columns)
+    and ``Tensor.unfold`` (a sliding window on one dim) are told apart, through torch.fx and torch.export."""
+    x = torch.randn(2, 3, 7, 6, generator=torch.Generator().manual_seed(8))
+    model = Unfolds()
+    want = [w.numpy() for w in model(x)]
+    for mod in (from_fx(torch.fx.symbolic_trace(model), [((2, 3, 7, 6), "float32")]),
+                from_exported_program(torch.export.export(model, (x,)))):
+        got = runtime.VirtualMachine(build(mod))["main"](x.numpy())
+        for gv, wv in zip(got, want):
+            np.testing.assert_allclose(gv, wv, rtol=1e-6, atol=1e-6)
