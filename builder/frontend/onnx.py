@@ -30,7 +30,7 @@ Limits and checks (an ONNX file is untrusted input): a file or ModelProto over
 anything else reads the model; tensors stored as external data are refused (load the model with
 ``onnx.load(path)`` yourself, which reads the external files, and pass the ModelProto); the default
 domain's opset must be in ``[13, 21]`` (:data:`OPSETS`); of other domains only onnxruntime's
-``com.microsoft:MatMulNBits`` (4-bit weights, kept 4-bit) is supported.
+``com.microsoft:MatMulNBits`` (4-bit weights, kept 4-bit) and ``com.microsoft:QGemm`` are supported.
 Unsupported ops are collected before anything is translated and reported in ONE
 :class:`UnsupportedOpsError` naming every op type and the nodes that use it.
 
@@ -877,6 +877,203 @@ def _topk(im, node, ins, at):
     return op.topk(x, k[0], axis=int(at.get("axis", -1)), largest=bool(int(at.get("largest", 1))), dtype="int64")
 
 
+# -- quantization (ONNX's linear quantization: ``x = (q - zero_point) * scale``) -------------------------------
+
+_QRANGE = {"uint8": (0, 255), "int8": (-128, 127), "uint16": (0, 65535), "int16": (-32768, 32767),
+           "int32": (-2 ** 31, 2 ** 31 - 1)}
+
+
+def _q_param(v, axis: int, ndim: int):
+    """A scale / zero point shaped to broadcast against an ``ndim``-d value: a scalar (per tensor) as it is,
+    a 1-d one (per ``axis``) with ones elsewhere."""
+    shape = list(np.shape(v)) if isinstance(v, np.ndarray) else list(v.shape)
+    if len(shape) == 0 or (len(shape) == 1 and shape[0] == 1):
+        return v.reshape(()) if isinstance(v, np.ndarray) else op.reshape(v, [])
+    if len(shape) != 1:
+        raise ONNXImportError(f"a scale / zero point of shape {shape}: blocked quantization is not supported")
+    target = [1] * ndim
+    target[axis % ndim] = shape[0]
+    return v.reshape(target) if isinstance(v, np.ndarray) else op.reshape(v, target)
+
+
+def _dequantize(im, x, scale, zero_point, axis: int):
+    """``(x - zero_point) * scale`` in the scale's dtype; folded when every operand is static (a quantized
+    weight becomes a float constant, which the linear kernels then take)."""
+    nd = len(im.shape_of(x))
+    sc = _q_param(scale, axis, nd)
+    zp = None if zero_point is None else _q_param(zero_point, axis, nd)
+    out_dt = str(scale.dtype) if isinstance(scale, np.ndarray) else scale.dtype
+    if all(isinstance(v, np.ndarray) or v is None for v in (x, sc, zp)):
+        q = x.astype(np.float64) - (0.0 if zp is None else zp.astype(np.float64))
+        return (q * sc.astype(np.float64)).astype(out_dt)
+    q = op.astype(im.tensor(x), out_dt)
+    if zp is not None:
+        q = op.subtract(q, op.astype(im.tensor(zp), out_dt))
+    return op.multiply(q, im.tensor(sc) if not isinstance(sc, np.ndarray) else im.const(sc.astype(out_dt)))
+
+
+def _quantize(im, x, scale, zero_point, axis: int, dtype: str):
+    """``saturate(round_half_even(x / scale) + zero_point)`` as ``dtype`` (ONNX ``QuantizeLinear``)."""
+    if dtype not in _QRANGE:
+        raise ONNXImportError(f"quantizing to {dtype} is not supported (uint8, int8, uint16, int16, int32)")
+    lo, hi = _QRANGE[dtype]
+    t = im.tensor(x)
+    nd = len(t.shape)
+    sc = im.tensor(_q_param(scale, axis, nd))
+    q = op.round(op.divide(t, op.astype(sc, t.dtype) if sc.dtype != t.dtype else sc))
+    if zero_point is not None:
+        q = op.add(q, op.astype(im.tensor(_q_param(zero_point, axis, nd)), t.dtype))
+    return op.astype(op.minimum(op.maximum(q, float(lo)), float(hi)), dtype)
+
+
+@_register("DequantizeLinear")
+def _dequantize_linear(im, node, ins, at):
+    """``DequantizeLinear``: per tensor or per ``axis`` (a 1-d scale); ``block_size`` (opset 21) is refused."""
+    _check_inputs(ins, node)
+    if int(at.get("block_size", 0)):
+        raise ONNXImportError("blocked dequantization (block_size) is not supported")
+    zp = ins[2] if len(ins) > 2 and ins[2] is not None else None
+    return _dequantize(im, ins[0], ins[1], zp, int(at.get("axis", 1)))
+
+
+@_register("QuantizeLinear")
+def _quantize_linear(im, node, ins, at):
+    """``QuantizeLinear`` to the zero point's dtype (uint8 without one, or ``output_dtype``), per tensor or per
+    ``axis``; the rounding is half to even and the result saturates, as the spec says."""
+    _check_inputs(ins, node)
+    if int(at.get("block_size", 0)):
+        raise ONNXImportError("blocked quantization (block_size) is not supported")
+    zp = ins[2] if len(ins) > 2 and ins[2] is not None else None
+    dtype = im.dtype_of(zp) if zp is not None else (
+        _np_dtype_name(int(at["output_dtype"])) if int(at.get("output_dtype", 0)) else "uint8")
+    return _quantize(im, ins[0], ins[1], zp, int(at.get("axis", 1)), dtype)
+
+
+@_register("DynamicQuantizeLinear")
+def _dynamic_quantize_linear(im, node, ins, at):
+    """``DynamicQuantizeLinear`` (what onnxruntime's dynamic quantization puts before each ``MatMulInteger``):
+    ``scale = (max(0, max x) - min(0, min x)) / 255``, ``zero_point = saturate(round(-min(0, min x) /
+    scale))``, ``y = saturate(round(x / scale) + zero_point)``, all uint8 (an all-zero ``x`` has scale 0 and
+    quantizes to 0)."""
+    _check_inputs(ins, node)
+    x = im.tensor(ins[0])
+    lo = op.minimum(op.min(x), 0.0)
+    hi = op.maximum(op.max(x), 0.0)
+    scale = op.divide(op.subtract(hi, lo), 255.0)
+    safe = op.where(op.equal(scale, 0.0), im.const(np.ones((), np.float32)), scale)
+    zp = op.minimum(op.maximum(op.round(op.divide(op.negative(lo), safe)), 0.0), 255.0)
+    y = op.minimum(op.maximum(op.add(op.round(op.divide(x, safe)), zp), 0.0), 255.0)
+    return op.astype(y, "uint8"), scale, op.astype(zp, "uint8")
+
+
+def _integer_operand(im, v, zp):
+    """``v - zp`` as float32 (exact for 8-bit values): a folded constant when both are static."""
+    if isinstance(v, np.ndarray) and (zp is None or isinstance(zp, np.ndarray)):
+        return (v.astype(np.float64) - (0 if zp is None else zp.astype(np.float64))).astype(np.float32)
+    t = op.astype(im.tensor(v), "float32")
+    return t if zp is None else op.subtract(t, op.astype(im.tensor(zp), "float32"))
+
+
+def _zero_point_of(v, which: str, ndim: int):
+    if v is None:
+        return None
+    if isinstance(v, np.ndarray) and v.size > 1:
+        if v.ndim != 1 or which == "a":
+            raise ONNXImportError(f"a per-row zero point of {which} is not supported")
+        return v.reshape([1] * (ndim - 1) + [v.size])   # per output column of b
+    return v.reshape(()) if isinstance(v, np.ndarray) else op.reshape(v, [])
+
+
+@_register("MatMulInteger")
+def _matmul_integer(im, node, ins, at):
+    """``MatMulInteger``: ``(A - a_zero_point) @ (B - b_zero_point)`` as int32. The 8-bit operands minus their
+    zero points are exact in float32 and the product runs on the float kernels (a constant ``B`` is the
+    linear kernels' weight); sums beyond 2**24 round as float32 does before the conversion to int32 (a
+    relative error of about 6e-8, far below the quantization's own)."""
+    _check_inputs(ins, node)
+    a, b = ins[0], ins[1]
+    nb = len(im.shape_of(b))
+    a_zp = _zero_point_of(ins[2] if len(ins) > 2 else None, "a", 1)
+    b_zp = _zero_point_of(ins[3] if len(ins) > 3 else None, "b", nb)
+    fa, fb = _integer_operand(im, a, a_zp), _integer_operand(im, b, b_zp)
+    product = _matmul_operands(im, fa, fb)
+    return op.astype(op.round(product), "int32")
+
+
+@_register("QLinearMatMul")
+def _qlinear_matmul(im, node, ins, at):
+    """``QLinearMatMul``: ``quantize(dequantize(a) @ dequantize(b), y_scale, y_zero_point)`` in float32 (a
+    constant ``b`` folds to a float weight for the linear kernels); the integer product onnxruntime rounds
+    once agrees within one step of the output's quantization where a value lands on a rounding tie."""
+    _check_inputs(ins, node)
+    a, a_s, a_zp, b, b_s, b_zp, y_s, y_zp = ins[:8]
+    fa = _dequantize(im, a, a_s, a_zp, 1)
+    fb = _dequantize(im, b, b_s, b_zp, -1)
+    return _quantize(im, _matmul_operands(im, fa, fb), y_s, y_zp, 1, im.dtype_of(y_zp))
+
+
+@_register("QLinearConv")
+def _qlinear_conv(im, node, ins, at):
+    """``QLinearConv``: the float ``Conv`` of the dequantized input and weight (per output channel scales
+    allowed) plus the int32 bias at scale ``x_scale * w_scale``, quantized to ``y_zero_point``'s dtype."""
+    _check_inputs(ins, node)
+    x, x_s, x_zp, w, w_s, w_zp, y_s, y_zp = ins[:8]
+    fx = _dequantize(im, x, x_s, x_zp, 1)
+    fw = _dequantize(im, w, w_s, w_zp, 0)
+    conv_ins = [fx, fw]
+    if len(ins) > 8 and ins[8] is not None:
+        xs = x_s if isinstance(x_s, np.ndarray) else None
+        ws = w_s if isinstance(w_s, np.ndarray) else None
+        if xs is None or ws is None:
+            raise ONNXImportError("a bias needs constant x_scale and w_scale")
+        conv_ins.append(_dequantize(im, ins[8], (xs.astype(np.float64) * ws.astype(np.float64)).astype(xs.dtype)
+                                    .reshape(-1), None, 0))
+    y = _CONVERTERS["Conv"](im, node, conv_ins, at)
+    return _quantize(im, y, y_s, y_zp, 1, im.dtype_of(y_zp))
+
+
+@_register("com.microsoft:QGemm")
+def _qgemm(im, node, ins, at):
+    """onnxruntime's ``QGemm`` (com.microsoft; what its static quantization writes for ``Gemm`` in the
+    QOperator format): ``alpha * dequantize(A) @ dequantize(B) + C * a_scale * b_scale`` (``transA`` /
+    ``transB``), quantized by ``y_scale`` / ``y_zero_point`` when given, else float."""
+    _check_inputs(ins, node)
+    opt = lambda i: ins[i] if len(ins) > i and ins[i] is not None else None  # noqa: E731
+    a, a_s, a_zp, b, b_s, b_zp = ins[:6]
+    c, y_s, y_zp = opt(6), opt(7), opt(8)
+    fa = _dequantize(im, a, a_s, a_zp, 1)
+    if int(at.get("transA", 0)):
+        fa = op.permute_dims(im.tensor(fa), [1, 0]) if not isinstance(fa, np.ndarray) else fa.T
+    trans_b = int(at.get("transB", 0))
+    fb = _dequantize(im, b, b_s, b_zp, 0 if trans_b else 1)
+    if trans_b:
+        fb = fb.T if isinstance(fb, np.ndarray) else op.permute_dims(fb, [1, 0])
+    alpha = float(at.get("alpha", 1.0))
+    if alpha != 1.0:
+        fb = (fb * np.float32(alpha)).astype(fb.dtype) if isinstance(fb, np.ndarray) else op.multiply(fb, alpha)
+    y = _matmul_operands(im, fa, fb)
+    if c is not None:
+        if not (isinstance(a_s, np.ndarray) and isinstance(b_s, np.ndarray)):
+            raise ONNXImportError("a bias needs constant a_scale and b_scale")
+        bias_scale = (a_s.astype(np.float64) * b_s.astype(np.float64) * alpha).astype(np.float32).reshape(-1)
+        y = op.add(im.tensor(y), im.tensor(_dequantize(im, c, bias_scale, None, -1)))
+    return y if y_s is None else _quantize(im, y, y_s, y_zp, 1, im.dtype_of(y_zp) if y_zp is not None else "uint8")
+
+
+@_register("ConvInteger")
+def _conv_integer(im, node, ins, at):
+    """``ConvInteger``: ``Conv(x - x_zero_point, w - w_zero_point)`` as int32, computed in float32 (exact for
+    8-bit operands up to sums of 2**24, then float32's rounding) on the float convolution kernels."""
+    _check_inputs(ins, node)
+    x, w = ins[0], ins[1]
+    x_zp = _zero_point_of(ins[2] if len(ins) > 2 else None, "a", 1)
+    w_zp = ins[3] if len(ins) > 3 else None
+    if isinstance(w_zp, np.ndarray) and w_zp.size > 1:
+        w_zp = w_zp.reshape([-1] + [1] * (len(im.shape_of(w)) - 1))
+    y = _CONVERTERS["Conv"](im, node, [_integer_operand(im, x, x_zp), _integer_operand(im, w, w_zp)], at)
+    return op.astype(op.round(y), "int32")
+
+
 _SCATTER_REDUCTION = {"none": "update", "add": "add", "mul": "mul", "max": "max", "min": "min"}
 
 
@@ -1140,7 +1337,12 @@ def _linear(im: _Importer, x: Tensor, w_nk: np.ndarray) -> Tensor:
 @_register("MatMul")
 def _matmul(im, node, ins, at):
     _check_inputs(ins, node)
-    a, b = ins
+    return _matmul_operands(im, *ins)
+
+
+def _matmul_operands(im, a, b):
+    """``a @ b`` (numpy's matmul) of two importer values: a constant 2-d float ``b`` is a linear layer's
+    weight (the linear kernels), two small constants fold."""
     if isinstance(b, np.ndarray) and b.ndim == 2 and b.dtype.kind == "f" and not isinstance(a, np.ndarray) \
             and len(im.shape_of(a)) >= 2:
         ta = im.tensor(a)
