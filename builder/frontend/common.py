@@ -272,6 +272,33 @@ def cosh(t, x):
     return binary("multiply", binary("add", op.exp(x), op.exp(op.negative(x))), 0.5)
 
 
+def asinh(t, x):
+    """``asinh(x) = sign(x) * log(|x| + sqrt(x**2 + 1))`` (odd, so the log's argument stays >= 1)."""
+    ax = op.abs(x)
+    return op.multiply(op.sign(x), op.log(binary("add", ax, op.sqrt(binary("add", op.multiply(ax, ax), 1.0)))))
+
+
+def acosh(t, x):
+    """``acosh(x) = log(x + sqrt(x**2 - 1))``, NaN below 1."""
+    return op.log(binary("add", x, op.sqrt(binary("subtract", op.multiply(x, x), 1.0))))
+
+
+def atanh(t, x):
+    """``atanh(x) = 0.5 * log((1 + x) / (1 - x))``, +-inf at +-1, NaN beyond."""
+    return binary("multiply", op.log(binary("divide", binary("add", x, 1.0), binary("subtract", 1.0, x))), 0.5)
+
+
+def atan2(t, y, x):
+    """``torch.atan2`` / ``numpy.arctan2``: the angle of (x, y) in ``[-pi, pi]``: ``atan(y / x)``, plus or minus
+    pi where ``x < 0`` (the sign of ``y``), ``+-pi/2`` on the ``y`` axis, 0 at the origin."""
+    y, x = to_tensor(y), to_tensor(x)
+    base = op.atan(binary("divide", y, x))
+    half = binary("multiply", op.sign(y), math.pi / 2)
+    pi = op.where(op.less(y, 0.0), to_tensor(-math.pi, base.dtype), to_tensor(math.pi, base.dtype))
+    left = binary("add", base, pi)
+    return op.where(op.greater(x, 0.0), base, op.where(op.less(x, 0.0), left, half))
+
+
 def isnan(t, x):
     return op.not_equal(x, x)
 
@@ -1977,7 +2004,8 @@ TORCH_OPS: dict[str, Callable] = {
     "pow": pow_, "neg": neg,
     "exp": _unary("exp"), "log": _unary("log"), "sqrt": _unary("sqrt"), "rsqrt": _unary("rsqrt"),
     "tanh": _unary("tanh"), "sigmoid": _unary("sigmoid"), "erf": _unary("erf"), "sin": _unary("sin"),
-    "cos": _unary("cos"), "abs": _unary("abs", float_only=False),
+    "cos": _unary("cos"), "abs": _unary("abs", float_only=False), "tan": _unary("tan"), "atan": _unary("atan"),
+    "asin": _unary("asin"), "acos": _unary("acos"), "asinh": asinh, "acosh": acosh, "atanh": atanh, "atan2": atan2,
     "relu": relu, "gelu": gelu, "silu": silu, "dropout": dropout, "identity": identity,
     "hardtanh": hardtanh, "relu6": relu6, "hardsigmoid": hardsigmoid, "hardswish": hardswish,
     "leaky_relu": leaky_relu, "elu": elu, "selu": selu, "celu": celu, "softplus": softplus, "softsign": softsign,
@@ -2048,7 +2076,8 @@ TORCH_OPS.update({alias: TORCH_OPS[name] for alias, name in (
     ("multiply", "mul"), ("subtract", "sub"), ("divide", "div"), ("true_divide", "div"), ("greater", "gt"),
     ("greater_equal", "ge"), ("less", "lt"), ("less_equal", "le"), ("not_equal", "ne"), ("absolute", "abs"),
     ("negative", "neg"), ("clip", "clamp"), ("fix", "trunc"), ("swapaxes", "transpose"), ("swapdims", "transpose"),
-    ("concatenate", "cat"))})
+    ("concatenate", "cat"), ("arctan", "atan"), ("arcsin", "asin"), ("arccos", "acos"), ("arcsinh", "asinh"),
+    ("arccosh", "acosh"), ("arctanh", "atanh"), ("arctan2", "atan2"))})
 
 
 def scalar_math(name: str) -> Callable:

@@ -332,7 +332,8 @@ def default_call_function_map() -> dict:
                  "cosine_similarity", "cdist", "bucketize", "sgn", "scatter", "scatter_add", "scatter_reduce", "sort",
                  "argsort", "topk", "msort", "multiply", "subtract", "divide", "greater", "greater_equal", "less",
                  "less_equal", "not_equal", "absolute", "negative", "fix", "swapaxes", "swapdims", "concatenate",
-                 "empty", "empty_like"):
+                 "empty", "empty_like", "tan", "atan", "asin", "acos", "asinh", "acosh", "atanh", "atan2", "arctan",
+                 "arcsin", "arccos", "arcsinh", "arccosh", "arctanh", "arctan2"):
         fn = getattr(torch, name, None)
         if fn is not None:
             m[fn] = o[name]
@@ -361,7 +362,8 @@ def default_call_method_map() -> dict:
         "sgn", "new_tensor", "scatter", "scatter_add", "scatter_reduce", "sort", "argsort", "topk", "msort",
         "view_as", "reshape_as", "new_empty", "zero", "unfold", "multiply", "subtract", "divide", "true_divide", "greater",
         "greater_equal", "less", "less_equal", "not_equal", "absolute", "negative", "clip", "fix", "swapaxes",
-        "swapdims")}
+        "swapdims", "tan", "atan", "asin", "acos", "asinh", "acosh", "atanh", "atan2", "arctan", "arcsin", "arccos",
+        "arcsinh", "arccosh", "arctanh", "arctan2")}
     m.update({"__getitem__": o["getitem"], "type": _method_type, "copy_": C.copy_,
               "where": lambda t, x, cond, other: C.where(t, cond, x, other)})
     return m

@@ -57,6 +57,7 @@ from ..ir.verifier import verify
 from ..nn import op
 from ..nn.core import Tensor, wrap_nested
 from ..nn.op.common import op_call, symbolic_scalar
+from .common import acosh, asinh, atanh, cosh, sinh   # (torch-free compositions shared with the torch importers)
 
 __all__ = [
     "MAX_FOLD_ELEMENTS",
@@ -627,10 +628,12 @@ def _fold_ok(*shapes) -> bool:
 
 _UNARY = {"Relu": op.relu, "Sigmoid": op.sigmoid, "Tanh": op.tanh, "Exp": op.exp, "Log": op.log,
           "Sqrt": op.sqrt, "Erf": op.erf, "Neg": op.negative, "Abs": op.abs, "Sin": op.sin, "Cos": op.cos,
-          "Floor": op.floor, "Ceil": op.ceil, "Round": op.round, "Sign": op.sign}
+          "Floor": op.floor, "Ceil": op.ceil, "Round": op.round, "Sign": op.sign, "Tan": op.tan, "Atan": op.atan,
+          "Asin": op.asin, "Acos": op.acos}
 _UNARY_NP = {"Relu": lambda x: np.maximum(x, 0).astype(x.dtype), "Sigmoid": None, "Tanh": np.tanh, "Exp": np.exp,
              "Log": np.log, "Sqrt": np.sqrt, "Erf": None, "Neg": np.negative, "Abs": np.abs, "Sin": np.sin,
-             "Cos": np.cos, "Floor": np.floor, "Ceil": np.ceil, "Round": np.round, "Sign": np.sign}
+             "Cos": np.cos, "Floor": np.floor, "Ceil": np.ceil, "Round": np.round, "Sign": np.sign, "Tan": np.tan,
+             "Atan": np.arctan, "Asin": np.arcsin, "Acos": np.arccos}
 
 
 @_register(*_UNARY)
@@ -647,6 +650,17 @@ def _unary(im: _Importer, node, ins, at):
             and (x.dtype.kind in "iu" or (x.dtype.kind == "f" and _fold_ok(x.shape))):
         return _UNARY_NP[node.op_type](x).astype(x.dtype)
     return _UNARY[node.op_type](im.tensor(x))
+
+
+_HYPERBOLIC = {"Sinh": sinh, "Cosh": cosh, "Asinh": asinh, "Acosh": acosh, "Atanh": atanh}
+
+
+@_register(*_HYPERBOLIC)
+def _hyperbolic(im, node, ins, at):
+    """The hyperbolic functions and their inverses as compositions of exp / log / sqrt (the torch
+    translations': :func:`builder.frontend.common.asinh` ...)."""
+    _check_inputs(ins, node)
+    return _HYPERBOLIC[node.op_type](None, im.tensor(ins[0]))
 
 
 @_register("HardSigmoid", "HardSwish", "LeakyRelu", "Elu", "Selu", "Celu", "Softplus", "Softsign", "Mish")

@@ -41,6 +41,10 @@ _elementwise("tanh", infer_unary_float, ELEMWISE, topi.tanh, "tanh", "Hyperbolic
 _elementwise("sigmoid", infer_unary_float, ELEMWISE, topi.sigmoid, "sigmoid", "``1 / (1 + exp(-x))``.", "sigmoid")
 _elementwise("sin", infer_unary_float, ELEMWISE, topi.sin, "sin", "Sine.", "sin")
 _elementwise("cos", infer_unary_float, ELEMWISE, topi.cos, "cos", "Cosine.", "cos")
+_elementwise("tan", infer_unary_float, ELEMWISE, topi.tan, "tan", "Tangent.", "tan")
+_elementwise("atan", infer_unary_float, ELEMWISE, topi.atan, "atan", "Arc tangent, in [-pi/2, pi/2].", "atan")
+_elementwise("asin", infer_unary_float, ELEMWISE, topi.asin, "asin", "Arc sine, in [-pi/2, pi/2].", "asin")
+_elementwise("acos", infer_unary_float, ELEMWISE, topi.acos, "acos", "Arc cosine, in [0, pi].", "acos")
 _elementwise("erf", infer_unary_float, ELEMWISE, topi.erf, "erf",
              "Gauss error function ``2 / sqrt(pi) * integral from 0 to x of exp(-t**2) dt``.", "erf")
 _elementwise("negative", infer_unary, ELEMWISE, topi.negative, "negative", "``-x``.")

@@ -94,7 +94,8 @@ def test_every_scalar_intrinsic_compiles():
     ref = {"exp": np.exp, "exp2": np.exp2, "log": np.log, "log2": np.log2, "log10": np.log10, "sqrt": np.sqrt,
            "rsqrt": lambda v: 1 / np.sqrt(v), "tanh": np.tanh, "sigmoid": lambda v: 1 / (1 + np.exp(-v)),
            "erf": np.vectorize(math.erf), "fabs": np.abs, "floor": np.floor, "ceil": np.ceil,
-           "round": np.round, "trunc": np.trunc, "sin": np.sin, "cos": np.cos}
+           "round": np.round, "trunc": np.trunc, "sin": np.sin, "cos": np.cos, "tan": np.tan, "atan": np.arctan,
+           "asin": np.arcsin, "acos": np.arccos}   # (asin / acos: NaN past 1 on both sides)
     unary = sorted(n for n, intr in tir.INTRINSICS.items() if intr.num_args == 1)
     assert set(unary) == set(ref)
     funcs = {}

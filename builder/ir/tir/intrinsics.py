@@ -11,7 +11,8 @@ from ..expr import PrimExpr
 
 __all__ = [
     "Intrinsic", "INTRINSICS", "exp", "exp2", "log", "log2", "log10", "sqrt", "rsqrt", "tanh", "sigmoid", "erf",
-    "abs", "floor", "ceil", "round", "trunc", "power", "sin", "cos", "if_then_else", "equal", "not_equal",
+    "abs", "floor", "ceil", "round", "trunc", "power", "sin", "cos", "tan", "atan", "asin", "acos", "if_then_else",
+    "equal", "not_equal",
     "maximum", "minimum", "max_value", "min_value", "all", "any",
 ]
 
@@ -42,6 +43,8 @@ INTRINSICS: dict[str, Intrinsic] = {i.name: i for i in (
     Intrinsic("fabs", llvm="fabs"), Intrinsic("floor", llvm="floor"),
     Intrinsic("ceil", llvm="ceil"), Intrinsic("round", llvm="roundeven"), Intrinsic("trunc", llvm="trunc"),
     Intrinsic("pow", 2, llvm="pow"), Intrinsic("sin", llvm="sin"), Intrinsic("cos", llvm="cos"),
+    Intrinsic("tan", libm=("tanf", "tan")), Intrinsic("atan", libm=("atanf", "atan")),
+    Intrinsic("asin", libm=("asinf", "asin")), Intrinsic("acos", libm=("acosf", "acos")),
     Intrinsic("if_then_else", 3),
 )}
 
@@ -80,6 +83,10 @@ round = _unary("round")  # noqa: A001 - TVM's name
 trunc = _unary("trunc")
 sin = _unary("sin")
 cos = _unary("cos")
+tan = _unary("tan")
+atan = _unary("atan")
+asin = _unary("asin")
+acos = _unary("acos")
 
 
 def abs(x) -> PrimExpr:  # noqa: A001 - TVM's name

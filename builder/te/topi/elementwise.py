@@ -15,7 +15,7 @@ from .common import cast_value, upcast
 
 __all__ = [
     "abs", "ceil", "cos", "erf", "exp", "floor", "gelu", "gelu_tanh", "log", "negative", "relu", "round", "rsqrt",
-    "sigmoid", "sign", "silu", "sin", "sqrt", "tanh", "trunc", "unary",
+    "sigmoid", "sign", "silu", "sin", "sqrt", "tanh", "trunc", "unary", "tan", "atan", "asin", "acos",
 ]
 
 
@@ -103,6 +103,26 @@ def sin(x: Tensor) -> Tensor:
 def cos(x: Tensor) -> Tensor:
     """Cosine (``numpy.cos``)."""
     return unary(x, tir.cos, "T_cos")
+
+
+def tan(x: Tensor) -> Tensor:
+    """Tangent (``numpy.tan``; the C library's ``tanf`` / ``tan`` per element)."""
+    return unary(x, tir.tan, "T_tan")
+
+
+def atan(x: Tensor) -> Tensor:
+    """Arc tangent in ``[-pi/2, pi/2]`` (``numpy.arctan``; the C library's ``atanf`` / ``atan``)."""
+    return unary(x, tir.atan, "T_atan")
+
+
+def asin(x: Tensor) -> Tensor:
+    """Arc sine in ``[-pi/2, pi/2]``, NaN outside ``[-1, 1]`` (``numpy.arcsin``; ``asinf`` / ``asin``)."""
+    return unary(x, tir.asin, "T_asin")
+
+
+def acos(x: Tensor) -> Tensor:
+    """Arc cosine in ``[0, pi]``, NaN outside ``[-1, 1]`` (``numpy.arccos``; ``acosf`` / ``acos``)."""
+    return unary(x, tir.acos, "T_acos")
 
 
 def erf(x: Tensor) -> Tensor:
