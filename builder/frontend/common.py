@@ -23,7 +23,7 @@ import numpy as np
 from ..ir import expr as E
 from ..ir import relax as rx
 from ..ir.block_builder import BlockBuilder
-from ..ir.op import exact_scaled_size
+from ..ir.op import broadcast_shapes, exact_scaled_size
 from ..ir.struct_info import DTYPES, TensorStructInfo, TupleStructInfo
 from ..nn import op
 from ..nn.core import Tensor
@@ -1828,6 +1828,124 @@ def index(t, x, indices):
     return take_along(t, flat, a, linear)
 
 
+def index_put(t, x, indices, values, accumulate=False):
+    """``aten.index_put`` (``x[i0, i1, ...] = values``, ``+=`` with ``accumulate``): a bool mask (one, covering
+    the leading dims it indexes) writes ``values`` where it is true (a broadcast value); int index tensors
+    (None skips a dim) broadcast together and become one :func:`builder.nn.op.scatter_nd` over the dims they
+    index, moved to the front. Raises UnsupportedNodeError for a mask with a tensor of values picked in mask
+    order (a data-dependent count)."""
+    pos = [i for i, v in enumerate(indices) if v is not None]
+    if not pos:
+        return copy_(t, x, values) if not accumulate else binary("add", x, values)
+    tensors = [indices[i] for i in pos]
+    if any(idx.dtype == "bool" for idx in tensors):
+        if len(tensors) != 1:
+            raise UnsupportedNodeError("index_put with a bool mask and other indices")
+        mask, a = tensors[0], pos[0]
+        v = to_tensor(values, x.dtype)
+        if v.ndim > 1 or (v.ndim == 1 and static(v.shape[0]) != 1):
+            raise UnsupportedNodeError("index_put of a tensor of values at a bool mask (a data-dependent count)")
+        m = t.reshape(mask, [1] * a + list(mask.shape) + [1] * (x.ndim - a - mask.ndim))
+        v = t.reshape(v, [])
+        return op.where(m, binary("add", x, v) if accumulate else op.broadcast_to(v, list(x.shape)), x)
+    others = [d for d in range(x.ndim) if d not in pos]
+    perm = pos + others
+    front = t.permute(x, perm) if perm != list(range(x.ndim)) else x
+    idx = [as_dtype(i, "int64") for i in tensors]
+    shape = list(idx[0].shape)
+    for i in idx[1:]:
+        shape = list(broadcast_shapes(tuple(shape), tuple(i.shape), "index_put"))
+    grid = op.concat([op.unsqueeze(op.broadcast_to(i, shape), len(shape)) for i in idx], len(shape))   # (*J, q)
+    rest = [front.shape[d] for d in range(len(pos), x.ndim)]
+    nj = len(shape)
+    values = to_tensor(values, x.dtype)
+    if pos == list(range(pos[0], pos[-1] + 1)) and pos[0] > 0:
+        # ``values`` is laid out as ``x[..., idx, ...]`` is: the index dims where the indexed ones were
+        a = pos[0]
+        upd = op.broadcast_to(values, rest[:a] + shape + rest[a:])
+        upd = t.permute(upd, list(range(a, a + nj)) + list(range(a)) + list(range(a + nj, nj + len(rest))))
+    else:
+        upd = op.broadcast_to(values, shape + rest)
+    out = op.scatter_nd(front, grid, upd, reduction="add" if accumulate else "update")
+    if perm == list(range(x.ndim)):
+        return out
+    return t.permute(out, [perm.index(d) for d in range(x.ndim)])
+
+
+def slice_scatter(t, x, src, dim=0, start=None, end=None, step=1):
+    """``torch.slice_scatter`` / ``aten.slice_scatter``: ``x`` with ``x[start:end:step]`` along ``dim``
+    replaced by ``src``: pieces concatenated for ``step`` 1, else one :func:`builder.nn.op.scatter_elements`."""
+    d = norm_dim(dim, x.ndim)
+    n = x.shape[d]
+    lo = 0 if start is None else start
+    hi = n if end is None or (isinstance(end, int) and isinstance(n, int) and end > n) else end
+    if isinstance(lo, int) and lo < 0:
+        lo += n
+    if isinstance(hi, int) and hi < 0:
+        hi += n
+    src = as_dtype(src, x.dtype)
+    if int(step) == 1:
+        parts = []
+        if not (isinstance(lo, int) and lo == 0):
+            parts.append(op.strided_slice(x, [d], [0], [lo]))
+        parts.append(src)
+        if not (isinstance(hi, int) and isinstance(n, int) and hi >= n):
+            parts.append(op.strided_slice(x, [d], [hi], [n]))
+        return parts[0] if len(parts) == 1 else op.concat(parts, d)
+    pos = op.add(op.multiply(op.arange(0, src.shape[d], 1, dtype="int64"), to_tensor(int(step), "int64")),
+                 to_tensor(lo, "int64"))
+    pos = t.reshape(pos, [1] * d + [src.shape[d]] + [1] * (x.ndim - d - 1))
+    return op.scatter_elements(x, op.broadcast_to(pos, list(src.shape)), src, axis=d)
+
+
+def select_scatter(t, x, src, dim, index):
+    """``torch.select_scatter``: ``x`` with ``x.select(dim, index)`` replaced by ``src``."""
+    d = norm_dim(dim, x.ndim)
+    i = index + x.shape[d] if isinstance(index, int) and index < 0 else index
+    return slice_scatter(t, x, op.unsqueeze(to_tensor(src, x.dtype), d), d, i, i + 1, 1)
+
+
+def diagonal(t, x, offset=0, dim1=0, dim2=1):
+    """``torch.diagonal``: the (``offset``) diagonal of dims ``dim1`` / ``dim2`` as a last dim, the other dims
+    kept in order; static sizes of those two dims. One gather from the flattened pair."""
+    a, b = norm_dim(dim1, x.ndim), norm_dim(dim2, x.ndim)
+    n1, n2 = static(x.shape[a]), static(x.shape[b])
+    if n1 is None or n2 is None:
+        raise UnsupportedNodeError("diagonal of symbolic dims")
+    off = int(offset)
+    length = max(0, min(n1, n2 - off) if off >= 0 else min(n1 + off, n2))
+    rows = np.arange(length) + max(0, -off)
+    flat_idx = rows * n2 + rows + off
+    rest = [d for d in range(x.ndim) if d not in (a, b)]
+    moved = t.permute(x, rest + [a, b])
+    flat = t.reshape(moved, [x.shape[d] for d in rest] + [n1 * n2])
+    return op.take(flat, to_tensor(flat_idx.astype(np.int64), "int64"), axis=len(rest))
+
+
+def fmod(t, a, b):
+    """``torch.fmod``: the C remainder, with the sign of the dividend (``floor_mod`` has the divisor's)."""
+    if not is_tensor(a) and not is_tensor(b):
+        return math.fmod(a, b)
+    r = binary("floor_mod", a, b)
+    a_t = to_tensor(a, r.dtype)
+    b_t = to_tensor(b, r.dtype)
+    zero = to_tensor(0, r.dtype)
+    wrong = op.where(op.not_equal(r, zero), op.not_equal(op.less(r, zero), op.less(a_t, zero)), False)
+    return op.where(wrong, binary("subtract", r, b_t), r)
+
+
+def logical_xor(t, a, b):
+    a = to_tensor(a, "bool") if not is_tensor(a) else as_dtype(a, "bool")
+    b = to_tensor(b, "bool") if not is_tensor(b) else as_dtype(b, "bool")
+    return op.not_equal(a, b)
+
+
+def bitwise_xor(t, a, b):
+    if (is_tensor(a) and a.dtype != "bool") or (is_tensor(b) and b.dtype != "bool"):
+        raise UnsupportedNodeError("bitwise xor of integer tensors (only bool tensors)")
+    return logical_xor(t, a, b)
+
+
 def getitem(t, x, key):
     """``x[key]``: Python indexing of a tuple / list / size list, or tensor indexing with ints,
     slices, None, ``...`` and one int index tensor."""
@@ -2070,6 +2188,19 @@ TORCH_OPS: dict[str, Callable] = {
     "new_empty": lambda t, x, *size_, **kw: new_zeros(t, x, *size_, **kw),
     "zero": lambda t, x: zeros_like(t, x),
     "im2col": unfold, "unfold": unfold_windows,   # (F.unfold is aten.im2col; aten.unfold is Tensor.unfold)
+    "index_put": index_put, "slice_scatter": slice_scatter, "select_scatter": select_scatter, "diagonal": diagonal,
+    "fmod": fmod, "logical_xor": logical_xor, "bitwise_xor": bitwise_xor, "__xor__": bitwise_xor,
+    "log10": lambda t, x: binary("divide", op.log(x), math.log(10.0)),
+    "constant_pad_nd": lambda t, x, pad_, value=0: pad(t, x, pad_, "constant", value),
+    "reflection_pad1d": lambda t, x, p: pad(t, x, p, "reflect"), "reflection_pad2d": lambda t, x, p: pad(t, x, p, "reflect"),
+    "reflection_pad3d": lambda t, x, p: pad(t, x, p, "reflect"),
+    "replication_pad1d": lambda t, x, p: pad(t, x, p, "replicate"),
+    "replication_pad2d": lambda t, x, p: pad(t, x, p, "replicate"),
+    "replication_pad3d": lambda t, x, p: pad(t, x, p, "replicate"),
+    "native_group_norm": lambda t, x, w, b, n, c, hw, group, eps: (
+        group_norm(t, x, group, w, b, eps), _Unavailable("native_group_norm mean"),
+        _Unavailable("native_group_norm rstd")),
+    "copy": lambda t, x, src, non_blocking=False: copy_(t, x, src),
 }
 # torch's other names of the same functions (torch.multiply is torch.mul, ...)
 TORCH_OPS.update({alias: TORCH_OPS[name] for alias, name in (

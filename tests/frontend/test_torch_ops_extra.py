@@ -540,3 +540,43 @@ def test_onnx_trigonometric_and_hyperbolic_match_onnxruntime():
     x[0] += 1.5    # past 1: NaN for asin / acos / atanh, as onnxruntime gives
     for g, w in zip(vm["main"](x), sess.run(None, {"x": x})):
         np.testing.assert_allclose(g, w, rtol=2e-6, atol=2e-6)
+
+
+class CoreAten(nn.Module):
+    def forward(self, x, i, m):
+        a = x.clone()
+        a[i] = 2.0
+        b = x.clone()
+        b[:, i] = torch.arange(12.0).reshape(4, 3)
+        c = x.clone()
+        c[i, i] += 1.5
+        d = x.clone()
+        d[m] = -1.0
+        y = torch.zeros(3, 4, 5)
+        y[1:, :, i[:2]] = 7.0
+        return (a, b, c, d, y, torch.slice_scatter(x, torch.zeros(4, 2), 1, 1, 5, 2),
+                torch.slice_scatter(x, torch.zeros(2, 6), 0, 1, 3), torch.select_scatter(x, torch.full((6,), 3.0), 0, -1),
+                torch.diagonal(x, 1), torch.diagonal(x.reshape(2, 2, 6), -1, 2, 1),
+                torch.fmod(x * 5, 1.5), torch.fmod(torch.arange(-7, 5).reshape(2, 6), 3),
+                torch.logical_xor(x > 0, m), torch.log10(x.abs() + 1),
+                nn.functional.pad(x.reshape(1, 4, 6), (2, 1), mode="reflect"),
+                nn.functional.pad(x.reshape(1, 1, 4, 6), (1, 2, 2, 0), mode="replicate"))
+
+
+@pytest.mark.parametrize("decompose", [False, True])
+def test_index_put_scatters_and_core_aten_ops_match_pytorch(decompose):
+    """Assignments through index tensors (in front, after a slice, two broadcast together with ``+=``, a bool
+    mask, into a slice of a view), slice / select scatters, diagonals, fmod of floats and ints, logical xor,
+    log10, reflect / replicate padding -- as torch.export gives them and after ``run_decompositions()`` (the
+    core ATen opset: index_put, slice_scatter, constant_pad_nd, reflection_pad1d, ...)."""
+    g = torch.Generator().manual_seed(11)
+    x, m = torch.randn(4, 6, generator=g), torch.randn(4, 6, generator=g) > 0
+    i = torch.tensor([0, 2, 1])
+    model = CoreAten()
+    want = model(x, i, m)
+    ep = torch.export.export(model, (x, i, m))
+    got = runtime.VirtualMachine(build(from_exported_program(ep.run_decompositions() if decompose else ep)))["main"](
+        x.numpy(), i.numpy(), m.numpy())
+    for gv, wv in zip(got, want):
+        assert gv.dtype == wv.numpy().dtype
+        np.testing.assert_allclose(gv, wv.numpy(), rtol=1e-6, atol=1e-6)
