@@ -1092,6 +1092,132 @@ def _conv_integer(im, node, ins, at):
     return op.astype(op.round(y), "int32")
 
 
+@_register("GatherND")
+def _gather_nd(im, node, ins, at):
+    """``GatherND``: each row of ``indices`` (``(..., q)``) picks a slice of ``data`` by its first
+    ``batch_dims + q`` coordinates (the batch ones from the row's own position): one ``take`` from the data
+    with those dims flattened, at the row's linear index (negative indices count from the end; one out of
+    range is an error when run)."""
+    _check_inputs(ins, node)
+    x, idx = im.tensor(ins[0]), im.tensor(ins[1])
+    b = int(at.get("batch_dims", 0))
+    q = _simp(idx.shape[-1]) if len(idx.shape) else None
+    if not isinstance(q, int) or b < 0 or b + q > len(x.shape) or b >= len(idx.shape):
+        raise ONNXImportError(f"indices {list(idx.shape)} with batch_dims {b} do not fit data {list(x.shape)}")
+    lead = list(idx.shape[:-1])
+    idx = op.astype(idx, "int64") if idx.dtype != "int64" else idx
+    linear = None
+    for j in range(b + q):
+        dim = op.astype(symbolic_scalar(x.shape[j]), "int64") if not isinstance(_simp(x.shape[j]), int) else \
+            im.const(np.array(_simp(x.shape[j]), np.int64))
+        if j < b:   # the row's own batch coordinate
+            c = op.reshape(op.arange(0, x.shape[j], 1, dtype="int64"), [1] * j + [x.shape[j]] + [1] * (len(lead) - j - 1))
+        else:
+            c = op.squeeze(op.strided_slice(idx, [len(lead)], [j - b], [j - b + 1]), [len(lead)])
+            c = op.where(op.less(c, im.const(np.zeros((), np.int64))), op.add(c, dim), c)
+        linear = c if linear is None else op.add(op.multiply(linear, dim), c)
+    size = x.shape[0]
+    for d in x.shape[1:b + q]:
+        size = size * d
+    flat = op.reshape(x, [E.simplify(size) if isinstance(size, E.PrimExpr) else size] + list(x.shape[b + q:]))
+    return op.take(flat, op.broadcast_to(linear, lead), axis=0)
+
+
+@_register("LRN")
+def _lrn(im, node, ins, at):
+    """``LRN`` (AlexNet's local response normalization, Krizhevsky et al. 2012): ``x / (bias + alpha / size *
+    sum of x**2 over the channels c - (size - 1) // 2 .. c + size // 2) ** beta``, the sum as ``size``
+    shifted slices of the zero-padded squares."""
+    _check_inputs(ins, node)
+    x = im.tensor(ins[0])
+    size = int(at["size"])
+    if size < 1 or len(x.shape) < 3:
+        raise ONNXImportError(f"LRN needs size >= 1 and an (N, C, ...) input, got size {size}, {len(x.shape)}-d")
+    alpha, beta, bias = float(at.get("alpha", 1e-4)), float(at.get("beta", 0.75)), float(at.get("bias", 1.0))
+    lo, hi = (size - 1) // 2, size // 2
+    sq = op.multiply(x, x)
+    padded = op.pad(sq, [0, 0, lo, hi] + [0, 0] * (len(x.shape) - 2))
+    total = None
+    for k in range(size):
+        part = op.strided_slice(padded, [1], [k], [k + x.shape[1]])
+        total = part if total is None else op.add(total, part)
+    denom = op.power(op.add(op.multiply(total, alpha / size), bias), beta)
+    return op.divide(x, denom)
+
+
+@_register("MeanVarianceNormalization")
+def _mvn(im, node, ins, at):
+    """``MeanVarianceNormalization`` (the spec's function): ``(x - mean) / (sqrt(E[x**2] - mean**2) + 1e-9)``
+    over ``axes`` (default 0, 2, 3)."""
+    _check_inputs(ins, node)
+    x = im.tensor(ins[0])
+    nd = len(x.shape)
+    axes = [int(a) % nd for a in at.get("axes", [0, 2, 3])]
+    mean = op.mean(x, axis=axes, keepdims=True)
+    var = op.subtract(op.mean(op.multiply(x, x), axis=axes, keepdims=True), op.multiply(mean, mean))
+    return op.divide(op.subtract(x, mean), op.add(op.sqrt(var), 1e-9))
+
+
+@_register("Shrink", "ThresholdedRelu")
+def _shrink(im, node, ins, at):
+    """``Shrink``: ``x + bias`` below ``-lambd``, ``x - bias`` above ``lambd``, else 0; ``ThresholdedRelu``:
+    ``x`` above ``alpha``, else 0."""
+    _check_inputs(ins, node)
+    x = im.tensor(ins[0])
+    zero = im.const(np.zeros((), x.dtype))
+    if node.op_type == "ThresholdedRelu":
+        return op.where(op.greater(x, float(at.get("alpha", 1.0))), x, zero)
+    lambd, bias = float(at.get("lambd", 0.5)), float(at.get("bias", 0.0))
+    return op.where(op.less(x, -lambd), op.add(x, bias), op.where(op.greater(x, lambd), op.subtract(x, bias), zero))
+
+
+@_register("EyeLike")
+def _eye_like(im, node, ins, at):
+    """``EyeLike``: ones on the ``k``-th diagonal of a 2-d shape like the input's, in ``dtype`` (default the
+    input's)."""
+    _check_inputs(ins, node)
+    x = ins[0]
+    shape = im.shape_of(x)
+    if len(shape) != 2:
+        raise ONNXImportError(f"EyeLike needs a 2-d input, got {len(shape)}-d")
+    dtype = _np_dtype_name(int(at["dtype"])) if "dtype" in at else im.dtype_of(x)
+    k = int(at.get("k", 0))
+    rows, cols = (_simp(d) for d in shape)
+    if isinstance(rows, int) and isinstance(cols, int):
+        return np.eye(rows, cols, k, dtype=dtype)
+    r = op.unsqueeze(op.arange(0, shape[0], 1, dtype="int64"), 1)
+    c = op.unsqueeze(op.arange(0, shape[1], 1, dtype="int64"), 0)
+    return op.astype(op.equal(op.subtract(c, r), im.const(np.array(k, np.int64))), dtype)
+
+
+@_register("GlobalLpPool")
+def _global_lp_pool(im, node, ins, at):
+    """``GlobalLpPool``: ``(sum over the spatial dims of |x| ** p) ** (1 / p)``, kept as dims of 1."""
+    _check_inputs(ins, node)
+    x = im.tensor(ins[0])
+    p = int(at.get("p", 2))
+    axes = list(range(2, len(x.shape)))
+    if p == 2:
+        return op.sqrt(op.sum(op.multiply(x, x), axis=axes, keepdims=True))
+    return op.power(op.sum(op.power(op.abs(x), float(p)), axis=axes, keepdims=True), 1.0 / p)
+
+
+@_register("ReverseSequence")
+def _reverse_sequence(im, node, ins, at):
+    """``ReverseSequence``: along ``time_axis`` the first ``sequence_lens[b]`` elements of each batch entry
+    reversed, the rest kept: one ``gather_elements`` at ``L - 1 - t`` where ``t < L``."""
+    _check_inputs(ins, node)
+    x, lens = im.tensor(ins[0]), im.tensor(ins[1])
+    ta, ba = int(at.get("time_axis", 0)), int(at.get("batch_axis", 1))
+    if {ta, ba} != {0, 1}:
+        raise ONNXImportError(f"time_axis / batch_axis must be 0 and 1, got {ta}, {ba}")
+    nd = len(x.shape)
+    t = op.reshape(op.arange(0, x.shape[ta], 1, dtype="int64"), [x.shape[ta] if d == ta else 1 for d in range(nd)])
+    n = op.reshape(op.astype(lens, "int64"), [x.shape[ba] if d == ba else 1 for d in range(nd)])
+    src = op.where(op.less(t, n), op.subtract(op.subtract(n, im.const(np.array(1, np.int64))), t), t)
+    return op.gather_elements(x, op.broadcast_to(src, list(x.shape)), axis=ta)
+
+
 _SCATTER_REDUCTION = {"none": "update", "add": "add", "mul": "mul", "max": "max", "min": "min"}
 
 
@@ -1669,7 +1795,9 @@ _REDUCE = {"ReduceMean": (op.mean, np.mean), "ReduceSum": (op.sum, np.sum), "Red
            "ReduceL2": (lambda x, axis, keepdims: op.sqrt(op.sum(op.multiply(x, x), axis=axis, keepdims=keepdims)),
                         lambda x, axis, keepdims: np.sqrt(np.sum(x * x, axis=axis, keepdims=keepdims))),
            "ReduceLogSumExp": (lambda x, axis, keepdims: op.logsumexp(x, axis, keepdims),
-                               lambda x, axis, keepdims: np.log(np.sum(np.exp(x), axis=axis, keepdims=keepdims)))}
+                               lambda x, axis, keepdims: np.log(np.sum(np.exp(x), axis=axis, keepdims=keepdims))),
+           "ReduceLogSum": (lambda x, axis, keepdims: op.log(op.sum(x, axis=axis, keepdims=keepdims)),
+                            lambda x, axis, keepdims: np.log(np.sum(x, axis=axis, keepdims=keepdims)))}
 
 
 @_register(*_REDUCE)

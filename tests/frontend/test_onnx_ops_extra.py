@@ -1,7 +1,9 @@
 """The ops of ONNX opsets 23 / 24 that transformer exports use -- RMSNormalization, RotaryEmbedding (3-d and
 4-d, halves and interleaved pairs, partial rotation, with and without position ids), Attention (3-d with
 GQA heads, bool and additive masks, a past key / value cache with its present outputs and the causal
-mask aligned to it), Swish -- against onnxruntime, on symbolic dims where the op allows."""
+mask aligned to it), Swish -- and older ops classic models use (GatherND, LRN, MeanVarianceNormalization,
+Shrink, ThresholdedRelu, GlobalLpPool, ReduceLogSum, EyeLike, ReverseSequence), against onnxruntime, on
+symbolic dims where the op allows."""
 import numpy as np
 import pytest
 
@@ -127,3 +129,47 @@ def test_attention_refusals_and_opset_bound():
     too_new = model_of([helper.make_node("Relu", ["x"], ["y"])], [vi("x", [2])], [vi("y", [2])], 25)
     with pytest.raises(ONNXImportError, match="opset 25 is not supported"):
         from_onnx(too_new)
+
+
+# -- older ops that classic and exported models use ------------------------------------------------------
+
+
+@pytest.mark.parametrize("batch_dims,q", [(0, 2), (1, 2), (2, 2), (0, 1)])
+def test_gather_nd(batch_dims, q):
+    """GatherND with batch dims and index rows of 1 or 2 coordinates, negative ones included."""
+    data = randn(2, 3, 4, 5)
+    lead = [2, 3][:batch_dims] + [4]
+    dims = data.shape[batch_dims:batch_dims + q]
+    idx = np.stack([rng.integers(-d, d, lead) for d in dims], axis=-1).astype(np.int64)
+    out = lead + list(data.shape[batch_dims + q:])
+    model = model_of([helper.make_node("GatherND", ["d", "i"], ["y"], batch_dims=batch_dims)],
+                     [vi("d", [2, 3, 4, 5]), vi("i", list(idx.shape), I64)], [vi("y", out)], 17)
+    check(model, [{"d": data, "i": idx}])
+
+
+def test_classic_normalizations_and_activations():
+    """LRN (odd and size-1 windows), MeanVarianceNormalization, Shrink, ThresholdedRelu, GlobalLpPool (p 2
+    and 3), ReduceLogSum."""
+    nodes = [helper.make_node("LRN", ["x"], ["lrn5"], size=5, alpha=0.01, beta=0.6, bias=1.5),
+             helper.make_node("LRN", ["x"], ["lrn1"], size=1),
+             helper.make_node("MeanVarianceNormalization", ["x"], ["mvn"]),
+             helper.make_node("Shrink", ["x"], ["shrink"], lambd=0.7, bias=0.2),
+             helper.make_node("ThresholdedRelu", ["x"], ["trelu"], alpha=0.3),
+             helper.make_node("GlobalLpPool", ["x"], ["lp3"], p=3), helper.make_node("GlobalLpPool", ["x"], ["lp2"]),
+             helper.make_node("Abs", ["x"], ["ax"]), helper.make_node("ReduceLogSum", ["ax"], ["rls"], axes=[1, 2])]
+    shapes = {"lp3": ["n", 7, 1, 1], "lp2": ["n", 7, 1, 1], "rls": ["n", 1, 1, 4]}
+    names = ["lrn5", "lrn1", "mvn", "shrink", "trelu", "lp3", "lp2", "rls"]
+    model = model_of(nodes, [vi("x", ["n", 7, 4, 4])], [vi(o, shapes.get(o, ["n", 7, 4, 4])) for o in names], 17)
+    check(model, [{"x": randn(2, 7, 4, 4)}, {"x": randn(1, 7, 4, 4)}], tol=3e-6)
+
+
+def test_eye_like_and_reverse_sequence():
+    nodes = [helper.make_node("EyeLike", ["e"], ["eye"], k=1),
+             helper.make_node("EyeLike", ["e"], ["eye_int"], k=-2, dtype=TensorProto.INT32),
+             helper.make_node("ReverseSequence", ["s", "lens"], ["rev_t0"], time_axis=0, batch_axis=1),
+             helper.make_node("ReverseSequence", ["s2", "lens"], ["rev_t1"], time_axis=1, batch_axis=0)]
+    model = model_of(nodes, [vi("e", ["a", "b"]), vi("s", [5, 3, 2]), vi("s2", [3, 5, 2]), vi("lens", [3], I64)],
+                     [vi("eye", ["a", "b"]), vi("eye_int", ["a", "b"], TensorProto.INT32), vi("rev_t0", [5, 3, 2]),
+                      vi("rev_t1", [3, 5, 2])], 17)
+    check(model, [{"e": randn(3, 5), "s": randn(5, 3, 2), "s2": randn(3, 5, 2), "lens": np.array([5, 1, 3], np.int64)},
+                  {"e": randn(4, 2), "s": randn(5, 3, 2), "s2": randn(3, 5, 2), "lens": np.array([0, 5, 2], np.int64)}])
