@@ -1946,6 +1946,59 @@ def bitwise_xor(t, a, b):
     return logical_xor(t, a, b)
 
 
+#: torch's gate order -> ONNX's (rows of the weights, in blocks of H): LSTM i f g o -> i o f c; GRU r z n -> z r h
+_TORCH_GATES = {"lstm": [0, 3, 1, 2], "gru": [1, 0, 2], "rnn": [0]}
+
+
+def _onnx_gates(w: Tensor, cell: str, hidden: int) -> Tensor:
+    order = _TORCH_GATES[cell]
+    if order == list(range(len(order))):
+        return w
+    return op.concat([op.strided_slice(w, [0], [g * hidden], [(g + 1) * hidden]) for g in order], 0)
+
+
+def recurrent(cell: str) -> Callable:
+    """``aten.lstm.input`` / ``aten.gru.input`` / ``aten.rnn_tanh.input`` (``nn.LSTM`` / ``GRU`` / ``RNN``):
+    every layer and direction as :func:`builder.nn.op.recurrent_layer` with torch's gates reordered to ONNX's
+    (a GRU's reset gate applied after its recurrent product: ``linear_before_reset``). Returns ``(output,
+    h_n[, c_n])``. Raises UnsupportedNodeError for dropout while training, ``proj_size``."""
+    def run(t, x, hx, params, has_biases, num_layers, dropout, train, bidirectional, batch_first):
+        if train and float(dropout):
+            raise UnsupportedNodeError(f"{cell} with dropout while training")
+        dirs = 2 if bidirectional else 1
+        per = 4 if has_biases else 2
+        if len(params) != per * dirs * int(num_layers):
+            raise UnsupportedNodeError(f"{cell} with {len(params)} weights (proj_size is not supported)")
+        h0 = hx[0] if cell == "lstm" else hx
+        c0 = hx[1] if cell == "lstm" else None
+        seq = t.permute(x, [1, 0, 2]) if batch_first else x           # (S, B, I)
+        hidden = static(h0.shape[2])
+        h_n, c_n = [], []
+        for layer in range(int(num_layers)):
+            outs = []
+            for d in range(dirs):
+                k = layer * dirs + d
+                w_ih, w_hh, *bias = params[per * k: per * (k + 1)]
+                state = lambda v: op.squeeze(op.strided_slice(v, [0], [k], [k + 1]), [0])  # noqa: E731
+                res = op.recurrent_layer(
+                    seq, _onnx_gates(w_ih, cell, hidden), _onnx_gates(w_hh, cell, hidden),
+                    _onnx_gates(bias[0], cell, hidden) if bias else None,
+                    _onnx_gates(bias[1], cell, hidden) if bias else None, state(h0),
+                    state(c0) if c0 is not None else None, cell=cell, reverse=bool(d), linear_before_reset=True)
+                outs.append(res[0])
+                h_n.append(op.unsqueeze(res[1], 0))
+                if cell == "lstm":
+                    c_n.append(op.unsqueeze(res[2], 0))
+            seq = outs[0] if dirs == 1 else op.concat(outs, 2)        # (S, B, dirs * H)
+        out = t.permute(seq, [1, 0, 2]) if batch_first else seq
+        h = h_n[0] if len(h_n) == 1 else op.concat(h_n, 0)
+        if cell != "lstm":
+            return out, h
+        return out, h, c_n[0] if len(c_n) == 1 else op.concat(c_n, 0)
+    run.__name__ = cell
+    return run
+
+
 def getitem(t, x, key):
     """``x[key]``: Python indexing of a tuple / list / size list, or tensor indexing with ints,
     slices, None, ``...`` and one int index tensor."""
@@ -2188,6 +2241,7 @@ TORCH_OPS: dict[str, Callable] = {
     "new_empty": lambda t, x, *size_, **kw: new_zeros(t, x, *size_, **kw),
     "zero": lambda t, x: zeros_like(t, x),
     "im2col": unfold, "unfold": unfold_windows,   # (F.unfold is aten.im2col; aten.unfold is Tensor.unfold)
+    "lstm": recurrent("lstm"), "gru": recurrent("gru"), "rnn_tanh": recurrent("rnn"),
     "index_put": index_put, "slice_scatter": slice_scatter, "select_scatter": select_scatter, "diagonal": diagonal,
     "fmod": fmod, "logical_xor": logical_xor, "bitwise_xor": bitwise_xor, "__xor__": bitwise_xor,
     "log10": lambda t, x: binary("divide", op.log(x), math.log(10.0)),

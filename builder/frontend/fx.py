@@ -388,6 +388,29 @@ def _linear_module(t, m, path, x):
     return C.linear(t, x, _w(t, m, path, "weight"), _w(t, m, path, "bias"))
 
 
+def _recurrent_module(cell: str):
+    """``nn.LSTM`` / ``GRU`` / ``RNN`` (tanh) called as a module: :func:`builder.frontend.common.recurrent` with
+    the module's flat weights and a zero initial state unless one is passed; ``(output, h_n)`` or, for the
+    LSTM, ``(output, (h_n, c_n))`` as PyTorch returns them."""
+    run = C.recurrent(cell)
+
+    def translate(t, m, path, x, hx=None):
+        if getattr(m, "proj_size", 0) or getattr(m, "nonlinearity", "tanh") != "tanh":
+            raise UnsupportedNodeError(f"{type(m).__name__} with proj_size or a relu nonlinearity")
+        dirs = 2 if m.bidirectional else 1
+        batch = x.shape[0] if m.batch_first else x.shape[1]
+        if x.ndim != 3:
+            raise UnsupportedNodeError(f"{type(m).__name__} of an unbatched ({x.ndim}-d) input")
+        if hx is None:
+            zero = op.zeros([m.num_layers * dirs, batch, m.hidden_size], dtype=x.dtype)
+            hx = (zero, zero) if cell == "lstm" else zero
+        params = [_w(t, m, path, name) for name in m._flat_weights_names]
+        out = run(t, x, list(hx) if cell == "lstm" else hx, params, m.bias, m.num_layers, m.dropout, m.training,
+                  m.bidirectional, m.batch_first)
+        return (out[0], (out[1], out[2])) if cell == "lstm" else out
+    return translate
+
+
 def _embedding_module(t, m, path, ids):
     if m.max_norm is not None:
         raise UnsupportedNodeError("Embedding with max_norm")
@@ -595,6 +618,7 @@ def default_call_module_map() -> dict:
     o = C.TORCH_OPS
     m = {
         tnn.Linear: _linear_module, tnn.Embedding: _embedding_module, tnn.LayerNorm: _layer_norm_module,
+        tnn.LSTM: _recurrent_module("lstm"), tnn.GRU: _recurrent_module("gru"), tnn.RNN: _recurrent_module("rnn"),
         tnn.GroupNorm: _group_norm_module, tnn.Conv1d: _conv_module(C.conv1d), tnn.Conv2d: _conv_module(C.conv2d),
         tnn.ConvTranspose1d: _conv_transpose_module(C.conv_transpose1d),
         tnn.ConvTranspose2d: _conv_transpose_module(C.conv_transpose2d),

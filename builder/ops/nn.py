@@ -1,4 +1,4 @@
-"""Neural-network ops: matmul, norms, convolutions, pooling, resize2d, attention."""
+"""Neural-network ops: matmul, norms, convolutions, pooling, resize2d, attention, recurrent layers."""
 from __future__ import annotations
 
 import math
@@ -11,10 +11,11 @@ from ..ir.struct_info import TensorStructInfo
 from ..ir.op import OpPattern, register_op
 from ..ir.op.nn import (infer_adaptive_pool, infer_attention, infer_rope, infer_conv1d, infer_conv1d_transpose,
     infer_conv2d_transpose,
-    infer_conv2d, infer_group_norm, infer_layer_norm, infer_matmul, infer_pool, infer_resize2d, infer_rms_norm)
-from ..te import topi
+    infer_conv2d, infer_group_norm, infer_layer_norm, infer_matmul, infer_pool, infer_resize2d, infer_rms_norm,
+    infer_rnn)
+from ..te import placeholder, topi
 from ..te.call_te import call_te
-from .common import te_rule, void_none
+from .common import localize_shape, te_rule, void_none
 
 FUSABLE = OpPattern.OUT_ELEMWISE_FUSABLE
 
@@ -161,6 +162,21 @@ register_op("image.resize2d", infer_resize2d, ("roi", "layout", "method", "coord
                                                 "rounding_method", "cubic_alpha", "cubic_exclude", "extrapolation_value",
                                                 "out_dtype"), pattern=OpPattern.INJECTIVE, legalize=_resize2d,
             frontend="interpolate", in_recipes=True, doc="Resize the two spatial dims (nearest, linear or cubic).")
+def _rnn(bb: BlockBuilder, call: rx.Call) -> rx.Expr:
+    """The loops of :func:`builder.te.topi.rnn_prim_func` as one call_tir with two or three outputs."""
+    names = ("xw", "r", "rb", "h0", "c0")
+    phs = [placeholder(localize_shape(a.struct_info.shape), a.struct_info.dtype, name=n)
+           for a, n in zip(call.args, names)]
+    at = call.attrs
+    func = topi.rnn_prim_func(*phs[:4], phs[4] if len(phs) > 4 else None, cell=at.get("cell", "lstm"),
+                              reverse=bool(at.get("reverse")), linear_before_reset=bool(at.get("linear_before_reset")))
+    gvar = bb.add_func(func, at.get("cell", "lstm"))
+    return rx.Call(rx.Op.get("call_tir"), [gvar, rx.Tuple(list(call.args))], sinfo_args=list(call.struct_info.fields))
+
+
+register_op("nn.rnn", infer_rnn, ("cell", "reverse", "linear_before_reset"), pattern=OpPattern.OPAQUE, legalize=_rnn,
+            frontend="rnn_recurrence", in_recipes=True,
+            doc="One direction of an LSTM / GRU / RNN over projected inputs (the recurrence, serial over time).")
 register_op("nn.rope", infer_rope, pattern=OpPattern.INJECTIVE, legalize=te_rule(topi.rope, "rope"),
             doc="Rotary position embedding of one tensor: ``x * cos + rotate_half(x) * sin`` (HF Llama).")
 register_op("nn.attention", infer_attention, ("scale", "causal_mask"), pattern=OpPattern.OPAQUE,

@@ -2,8 +2,8 @@
 4-d, halves and interleaved pairs, partial rotation, with and without position ids), Attention (3-d with
 GQA heads, bool and additive masks, a past key / value cache with its present outputs and the causal
 mask aligned to it), Swish -- and older ops classic models use (GatherND, LRN, MeanVarianceNormalization,
-Shrink, ThresholdedRelu, GlobalLpPool, ReduceLogSum, EyeLike, ReverseSequence), against onnxruntime, on
-symbolic dims where the op allows."""
+Shrink, ThresholdedRelu, GlobalLpPool, ReduceLogSum, EyeLike, ReverseSequence, LSTM / GRU / RNN), against
+onnxruntime, on symbolic dims where the op allows."""
 import numpy as np
 import pytest
 
@@ -173,3 +173,30 @@ def test_eye_like_and_reverse_sequence():
                       vi("rev_t1", [3, 5, 2])], 17)
     check(model, [{"e": randn(3, 5), "s": randn(5, 3, 2), "s2": randn(3, 5, 2), "lens": np.array([5, 1, 3], np.int64)},
                   {"e": randn(4, 2), "s": randn(5, 3, 2), "s2": randn(3, 5, 2), "lens": np.array([0, 5, 2], np.int64)}])
+
+
+@pytest.mark.parametrize("kind,attrs", [("LSTM", {}), ("LSTM", {"direction": "bidirectional"}),
+                                        ("GRU", {"direction": "reverse"}), ("GRU", {"linear_before_reset": 1}),
+                                        ("RNN", {"direction": "bidirectional"})])
+def test_recurrent_layers(kind, attrs):
+    """LSTM / GRU / RNN (forward, reverse, bidirectional; GRU's linear_before_reset) with biases and initial
+    states: Y, Y_h (and Y_c) on a symbolic sequence length."""
+    gates = {"LSTM": 4, "GRU": 3, "RNN": 1}[kind]
+    dirs = 2 if attrs.get("direction") == "bidirectional" else 1
+    hid, feat, batch = 4, 3, 2
+    inits = [("W", randn(dirs, gates * hid, feat) * 0.5), ("R", randn(dirs, gates * hid, hid) * 0.5),
+             ("B", randn(dirs, 2 * gates * hid))]
+    lstm = kind == "LSTM"
+    node = helper.make_node(kind, ["x", "W", "R", "B", "", "h0"] + (["c0"] if lstm else []),
+                            ["y", "yh"] + (["yc"] if lstm else []), hidden_size=hid, **attrs)
+    state = [dirs, batch, hid]
+    model = model_of([node], [vi("x", ["s", batch, feat]), vi("h0", state)] + ([vi("c0", state)] if lstm else []),
+                     [vi("y", ["s", dirs, batch, hid]), vi("yh", state)] + ([vi("yc", state)] if lstm else []), 14,
+                     inits)
+    feeds = []
+    for s in (1, 5):
+        f = {"x": randn(s, batch, feat), "h0": randn(*state)}
+        if lstm:
+            f["c0"] = randn(*state)
+        feeds.append(f)
+    check(model, feeds, tol=2e-6)

@@ -580,3 +580,39 @@ def test_index_put_scatters_and_core_aten_ops_match_pytorch(decompose):
     for gv, wv in zip(got, want):
         assert gv.dtype == wv.numpy().dtype
         np.testing.assert_allclose(gv, wv.numpy(), rtol=1e-6, atol=1e-6)
+
+
+class Recurrent(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lstm = nn.LSTM(3, 4, num_layers=2, bidirectional=True, batch_first=True)
+        self.gru = nn.GRU(3, 5, num_layers=2)
+        self.rnn = nn.RNN(3, 4, bidirectional=True)
+        self.plain = nn.LSTM(3, 4, bias=False)
+
+    def forward(self, x):
+        a, (h, c) = self.lstm(x)
+        b, hb = self.gru(x)
+        r, hr = self.rnn(x)
+        e, _ = self.plain(x, (torch.ones(1, 5, 4), torch.zeros(1, 5, 4)))
+        return a, h, c, b, hb, r, hr, e
+
+
+@pytest.mark.parametrize("how", ["fx", "export", "decomposed"])
+def test_lstm_gru_rnn_match_pytorch(how):
+    """nn.LSTM (2 layers, bidirectional, batch first), nn.GRU (2 layers), nn.RNN (bidirectional) and an
+    LSTM without biases from a given state: outputs and final states, through torch.fx (module calls),
+    torch.export (aten.lstm / gru / rnn_tanh) and the decomposed program."""
+    torch.manual_seed(0)
+    model = Recurrent().eval()
+    x = torch.randn(2, 5, 3)
+    with torch.no_grad():
+        want = [w.numpy() for w in model(x)]
+    if how == "fx":
+        mod = from_fx(torch.fx.symbolic_trace(model), [((2, 5, 3), "float32")])
+    else:
+        ep = torch.export.export(model, (x,))
+        mod = from_exported_program(ep.run_decompositions() if how == "decomposed" else ep)
+    got = runtime.VirtualMachine(build(mod))["main"](x.numpy())
+    for gv, wv in zip(got, want):
+        np.testing.assert_allclose(gv, wv, rtol=1e-5, atol=1e-6)

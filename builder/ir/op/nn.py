@@ -5,7 +5,7 @@ from typing import Sequence
 
 from .. import expr as E
 from ..relax import Call, ShapeExpr
-from ..struct_info import StructInfo, TensorStructInfo, normalize_dim
+from ..struct_info import StructInfo, TensorStructInfo, TupleStructInfo, normalize_dim
 from .common import (check_positive_out, check_same_dtype, definitely_different, fmt_shape, norm_axis,
     static_int, tensor_arg)
 from .elementwise import broadcast_shapes
@@ -422,3 +422,44 @@ def infer_rope(call: Call) -> StructInfo:
             raise ValueError(f"R.nn.rope: {what} {fmt_shape(t.shape)} does not broadcast to x "
                              f"{fmt_shape(x.shape)}")
     return TensorStructInfo(x.shape, x.dtype)
+
+
+#: Recurrent cells (``R.nn.rnn``'s ``cell``) -> gates per hidden unit, in ONNX's order: LSTM i, o, f, c; GRU
+#: z, r, h; RNN one.
+RNN_CELLS = {"lstm": 4, "gru": 3, "rnn": 1}
+
+
+def infer_rnn(call: Call) -> StructInfo:
+    """``R.nn.rnn(xw, r, rb, h0[, c0], cell, reverse, linear_before_reset)``: one direction of a recurrent
+    layer (:func:`builder.te.topi.rnn_prim_func`): ``xw`` (S, B, G * H) the projected inputs, ``r`` (G * H, H),
+    ``rb`` (G * H,), ``h0`` / ``c0`` (B, H) -> the tuple (y (S, B, H), h (B, H)[, c (B, H)]); G = 4 (lstm), 3
+    (gru), 1 (rnn)."""
+    cell = call.attrs.get("cell", "lstm")
+    if cell not in RNN_CELLS:
+        raise ValueError(f"R.nn.rnn: cell must be one of {sorted(RNN_CELLS)}, got {cell!r}")
+    n_in = 5 if cell == "lstm" else 4
+    if len(call.args) != n_in:
+        raise ValueError(f"R.nn.rnn: a {cell} takes {n_in} inputs, got {len(call.args)}")
+    xw, r, rb, h0 = (tensor_arg(call, i, n) for i, n in enumerate(("xw", "r", "rb", "h0")))
+    ranks = {"xw": (xw, 3), "r": (r, 2), "rb": (rb, 1), "h0": (h0, 2)}
+    if cell == "lstm":
+        ranks["c0"] = (tensor_arg(call, 4, "c0"), 2)
+    for what, (t, n) in ranks.items():
+        if t.ndim != n:
+            raise ValueError(f"R.nn.rnn: {what} must be {n}-d, got {fmt_shape(t.shape)}")
+        if t.dtype != xw.dtype or not E.is_float_dtype(t.dtype):
+            raise TypeError(f"R.nn.rnn: {what} must be a float tensor of xw's dtype {xw.dtype}, got {t.dtype}")
+    hidden, gates = h0.shape[1], RNN_CELLS[cell]
+    want = {"xw": [xw.shape[1], hidden * gates], "r": [hidden * gates, hidden], "rb": [hidden * gates],
+            "h0": [xw.shape[1], hidden]}
+    got = {"xw": xw.shape[1:], "r": r.shape, "rb": rb.shape, "h0": h0.shape}
+    if cell == "lstm":
+        want["c0"], got["c0"] = [xw.shape[1], hidden], ranks["c0"][0].shape
+    for what in want:
+        if any(definitely_different(a, E.simplify(E.convert(b)) if not isinstance(b, int) else b)
+               for a, b in zip(got[what], want[what])):
+            raise ValueError(f"R.nn.rnn: {what} {fmt_shape(got[what])} does not fit {gates} gates of {hidden} "
+                             f"hidden units (want {fmt_shape(want[what])})")
+    y = TensorStructInfo([xw.shape[0], xw.shape[1], hidden], xw.dtype)
+    state = TensorStructInfo([xw.shape[1], hidden], xw.dtype)
+    return TupleStructInfo([y, state] + ([state] if cell == "lstm" else []))

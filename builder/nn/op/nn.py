@@ -13,6 +13,9 @@ from ...ir.block_builder import BlockBuilder
 from ...ir.op import resolve_reshape
 from ...ir.op.common import fmt_shape, norm_axis
 from ..core import Tensor, get_default_dtype, wrap_nested
+from .creation import zeros
+from .linear_algebra import matmul
+from .manipulation import permute_dims
 from .common import int_list, op_call, pair, recipe_function
 
 
@@ -709,3 +712,33 @@ def mean_pooling(token_embeddings: Tensor, attention_mask: Tensor, name: str = "
     summed = op_call("sum", [op_call("multiply", [x._expr, mask])], axis=[1], keepdims=False)
     count = op_call("maximum", [op_call("sum", [mask], axis=[1], keepdims=False), rx.const(1e-9, dt)])
     return wrap_nested(op_call("divide", [summed, count]), name)
+
+
+def rnn_recurrence(xw: Tensor, r: Tensor, rb: Tensor, h0: Tensor, c0: Tensor | None = None, cell: str = "lstm",
+                   reverse: bool = False, linear_before_reset: bool = False, name: str = "rnn"):
+    """One direction of a recurrent layer over inputs already projected (``xw = x @ W^T + W_bias``, (S, B,
+    G * H)): ``R.nn.rnn(xw, r, rb, h0[, c0], cell=..., reverse=..., linear_before_reset=...)``, the tuple
+    ``(y (S, B, H), h_last (B, H)[, c_last (B, H)])``. ``cell`` ``"lstm"`` (G = 4, gates i, o, f, c, needs
+    ``c0``), ``"gru"`` (G = 3, z, r, h; ``linear_before_reset`` as PyTorch's GRU) or ``"rnn"`` (G = 1, tanh);
+    ``r`` (G * H, H) and ``rb`` (G * H,) the recurrent weight and bias in that gate order (ONNX's); ``reverse``
+    runs from the last step to the first (``y`` stays in input order). Formulas and sources:
+    :mod:`builder.te.topi.recurrent`. Raises ValueError / TypeError for shapes or dtypes that do not fit."""
+    args = [xw._expr, r._expr, rb._expr, h0._expr] + ([c0._expr] if c0 is not None else [])
+    return wrap_nested(op_call("nn.rnn", args, cell=cell, reverse=bool(reverse),
+                               linear_before_reset=bool(linear_before_reset)), name)
+
+
+def recurrent_layer(x: Tensor, w: Tensor, r: Tensor, wb: Tensor | None, rb: Tensor | None, h0: Tensor,
+                    c0: Tensor | None = None, cell: str = "lstm", reverse: bool = False,
+                    linear_before_reset: bool = False, name: str = "recurrent"):
+    """One direction of an LSTM / GRU / RNN layer: the input projection ``x @ w^T + wb`` of every step as one
+    matmul (``x`` (S, B, I), ``w`` (G * H, I): the linear kernels), then :func:`rnn_recurrence` (``r`` (G * H,
+    H), ``rb`` (G * H,); a missing bias is zeros). Gates in ONNX's order (see :func:`rnn_recurrence`).
+    Returns ``(y (S, B, H), h_last (B, H)[, c_last (B, H)])``."""
+    xw = matmul(x, permute_dims(w, [1, 0]))
+    if wb is not None:
+        xw = xw + wb
+    if rb is None:
+        rb = zeros([r.shape[0]], dtype=r.dtype)
+    return rnn_recurrence(xw, r, rb, h0, c0, cell=cell, reverse=reverse, linear_before_reset=linear_before_reset,
+                          name=name)

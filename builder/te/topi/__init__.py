@@ -1,7 +1,7 @@
 """Tensor-expression definitions of the graph-level operators (our TOPI), one module per
 family as TVM's topi is: :mod:`.elementwise`, :mod:`.broadcast`, :mod:`.transform`,
 :mod:`.linear_algebra`, :mod:`.reduction`, :mod:`.norm`, :mod:`.conv`, :mod:`.pool`, :mod:`.resize`,
-:mod:`.attention`, :mod:`.quantize`, :mod:`.scatter`, :mod:`.sort`, and :mod:`.fusion` (the fused-kernel builders); shared helpers
+:mod:`.attention`, :mod:`.quantize`, :mod:`.scatter`, :mod:`.sort`, :mod:`.recurrent`, and :mod:`.fusion` (the fused-kernel builders); shared helpers
 in :mod:`.common`. ``from builder.te import topi; topi.silu(x)`` reaches every family's functions.
 
 Each function takes :class:`~builder.te.tensor.Tensor`\\ s plus Python attributes and returns the
@@ -23,11 +23,11 @@ Conventions
   ``conv1d_ncw``, ...); accumulators feeding a cast stage are named ``<name>_acc``.
 """
 from . import (attention, broadcast, common, conv, elementwise, fusion, linear_algebra, norm, pool, quantize,
-               reduction, resize, scatter, sort, transform)
+               recurrent, reduction, resize, scatter, sort, transform)
 
 # captured before the star imports below rebind a family's name to a function of the same name
 _FAMILIES = (attention, broadcast, common, conv, elementwise, fusion, linear_algebra, norm, pool, quantize,
-             reduction, resize, scatter, sort, transform)
+             recurrent, reduction, resize, scatter, sort, transform)
 
 from .attention import *  # noqa: F401,F403
 from .broadcast import *  # noqa: F401,F403
@@ -39,6 +39,7 @@ from .linear_algebra import *  # noqa: F401,F403
 from .norm import *  # noqa: F401,F403
 from .pool import *  # noqa: F401,F403
 from .quantize import *  # noqa: F401,F403
+from .recurrent import *  # noqa: F401,F403
 from .reduction import *  # noqa: F401,F403
 from .resize import *  # noqa: F401,F403
 from .scatter import *  # noqa: F401,F403
