@@ -1123,6 +1123,10 @@ def _gather_nd(im, node, ins, at):
     return op.take(flat, op.broadcast_to(linear, lead), axis=0)
 
 
+#: The widest LRN window (channels summed per output) translated as shifted slices.
+_LRN_MAX_SLICES = 1024
+
+
 @_register("LRN")
 def _lrn(im, node, ins, at):
     """``LRN`` (AlexNet's local response normalization, Krizhevsky et al. 2012): ``x / (bias + alpha / size *
@@ -1135,10 +1139,17 @@ def _lrn(im, node, ins, at):
         raise ONNXImportError(f"LRN needs size >= 1 and an (N, C, ...) input, got size {size}, {len(x.shape)}-d")
     alpha, beta, bias = float(at.get("alpha", 1e-4)), float(at.get("beta", 0.75)), float(at.get("bias", 1.0))
     lo, hi = (size - 1) // 2, size // 2
+    channels = _simp(x.shape[1])
+    if isinstance(channels, int):   # a window past every channel adds zeros only: at most 2C - 1 slices
+        lo, hi = min(lo, channels - 1), min(hi, channels - 1)
+    elif size > _LRN_MAX_SLICES:
+        raise ONNXImportError(f"LRN of size {size} over a symbolic channel count (at most {_LRN_MAX_SLICES})")
+    if lo + hi + 1 > _LRN_MAX_SLICES:
+        raise ONNXImportError(f"LRN window of {lo + hi + 1} channels (at most {_LRN_MAX_SLICES})")
     sq = op.multiply(x, x)
     padded = op.pad(sq, [0, 0, lo, hi] + [0, 0] * (len(x.shape) - 2))
     total = None
-    for k in range(size):
+    for k in range(lo + hi + 1):
         part = op.strided_slice(padded, [1], [k], [k + x.shape[1]])
         total = part if total is None else op.add(total, part)
     denom = op.power(op.add(op.multiply(total, alpha / size), bias), beta)
@@ -1183,7 +1194,7 @@ def _eye_like(im, node, ins, at):
     dtype = _np_dtype_name(int(at["dtype"])) if "dtype" in at else im.dtype_of(x)
     k = int(at.get("k", 0))
     rows, cols = (_simp(d) for d in shape)
-    if isinstance(rows, int) and isinstance(cols, int):
+    if isinstance(rows, int) and isinstance(cols, int) and _fold_ok([rows, cols]):
         return np.eye(rows, cols, k, dtype=dtype)
     r = op.unsqueeze(op.arange(0, shape[0], 1, dtype="int64"), 1)
     c = op.unsqueeze(op.arange(0, shape[1], 1, dtype="int64"), 0)
