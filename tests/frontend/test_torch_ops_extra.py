@@ -61,11 +61,13 @@ def _check(mod, x, k):
         np.testing.assert_allclose(g, w, rtol=1e-6, atol=1e-6)
 
 
+@pytest.mark.filterwarnings("ignore:The use of `x.T` on tensors")   # (x.T of 3-d: deliberate)
 def test_extra_ops_through_fx():
     x, k = _inputs()
     _check(from_fx(torch.fx.symbolic_trace(Ops()), [((2, 4, 5), "float32"), ((2, 4, 5), "int64")]), x, k)
 
 
+@pytest.mark.filterwarnings("ignore:The use of `x.T` on tensors")   # (x.T of 3-d: deliberate)
 def test_extra_ops_through_export():
     x, k = _inputs()
     _check(from_exported_program(torch.export.export(Ops(), (torch.from_numpy(x), torch.from_numpy(k)))), x, k)
