@@ -854,16 +854,21 @@ def _one_hot(im, node, ins, at):
     """``OneHot(indices, depth, values)``: ``values[1]`` where the (wrapped, for negative) index equals the
     position along the new ``axis``, ``values[0]`` elsewhere; ``depth`` must be known at import time."""
     _check_inputs(ins, node)
-    idx = im.tensor(ins[0])
     depth = int(np.asarray(im.static(ins[1], "depth")).ravel()[0])
     vals = im.static(ins[2], "values").ravel()
     if depth < 1 or vals.size != 2:
         raise ONNXImportError(f"OneHot needs depth >= 1 and two values, got depth {depth}, {vals.size} values")
-    nd = len(idx.shape) + 1
+    nd = len(im.shape_of(ins[0])) + 1
     axis = int(at.get("axis", -1))
     if not -nd <= axis < nd:
         raise ONNXImportError(f"axis {axis} is out of range for a {nd}-d output")
     axis %= nd
+    if isinstance(ins[0], np.ndarray) and _fold_ok(list(ins[0].shape) + [depth]):   # (shape arithmetic: folded)
+        i = ins[0].astype(np.int64)
+        i = np.where(i < 0, i + depth, i)
+        pos = np.arange(depth).reshape([depth if d == axis else 1 for d in range(nd)])
+        return np.where(np.expand_dims(i, axis) == pos, vals[1], vals[0]).astype(vals.dtype)
+    idx = im.tensor(ins[0])
     idx = op.astype(idx, "int64") if idx.dtype != "int64" else idx
     idx = op.where(op.less(idx, 0), op.add(idx, im.const(np.array(depth, np.int64))), idx)
     pos = op.reshape(op.arange(0, depth, 1, dtype="int64"), [depth if i == axis else 1 for i in range(nd)])

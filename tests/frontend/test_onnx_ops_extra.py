@@ -200,3 +200,15 @@ def test_recurrent_layers(kind, attrs):
             f["c0"] = randn(*state)
         feeds.append(f)
     check(model, feeds, tol=2e-6)
+
+
+def test_one_hot_of_constants_folds_into_shape_arithmetic():
+    """A Tile whose repeats come from OneHot of constants (CANINE's legacy export: ``repeat`` of one dim):
+    the OneHot folds at import time, so the repeats stay static."""
+    c = lambda name, v: helper.make_node("Constant", [], [name], value=numpy_helper.from_array(v, name))  # noqa: E731
+    nodes = [c("i", np.array([1], np.int64)), c("depth", np.array(3, np.int64)), c("vals", np.array([1, 4], np.int64)),
+             helper.make_node("OneHot", ["i", "depth", "vals"], ["oh"]),
+             c("shape", np.array([3], np.int64)), helper.make_node("Reshape", ["oh", "shape"], ["reps"]),
+             helper.make_node("Tile", ["x", "reps"], ["y"])]
+    model = model_of(nodes, [vi("x", ["n", 2, 5])], [vi("y", ["n", 8, 5])], 17)
+    check(model, [{"x": randn(2, 2, 5)}, {"x": randn(1, 2, 5)}])
