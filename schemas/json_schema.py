@@ -53,10 +53,11 @@ _STRING_CONSTRAINTS = ("pattern", "minLength", "maxLength", "format", "enum")
 
 def _takes_interpolation(node: Any) -> bool:
     """Whether ``node`` expects a value that a ``${var}`` string would not satisfy and may stand for:
-    a number, integer, boolean, enumerated value or constrained string (not a tag ``const``)."""
+    a number, integer, boolean, enumerated value, constrained string (not a tag ``const``) or a
+    model's object (a ``$ref``: a var may hold a whole mapping, as ``rope_scaling: ${rope_scaling}``)."""
     if not isinstance(node, dict) or "const" in node:
         return False
-    if "enum" in node:
+    if "enum" in node or "$ref" in node:
         return True
     kind = node.get("type")
     kinds = kind if isinstance(kind, list) else [kind]

@@ -242,6 +242,32 @@ class GroupNorm(LayerEntry):
         return self
 
 
+class RopeScaling(StrictModel):
+    """A scaling of the rotary embeddings' frequencies, in HF transformers' ``rope_parameters`` keys:
+    ``linear`` (position interpolation: every frequency divided by ``factor``) or ``llama3`` (Llama 3.1 /
+    3.2: long wavelengths divided by ``factor``, short ones kept, the ones between interpolated; needs the
+    three other fields). Formulas: ``builder.nn.op.rope_scaled_inv_freq``."""
+
+    rope_type: Literal["linear", "llama3"]
+    factor: Annotated[float, Field(gt=0, allow_inf_nan=False)]
+    low_freq_factor: Optional[Annotated[float, Field(gt=0, allow_inf_nan=False)]] = None
+    high_freq_factor: Optional[Annotated[float, Field(gt=0, allow_inf_nan=False)]] = None
+    original_max_position_embeddings: Optional[Positive] = None
+
+    @model_validator(mode="after")
+    def _check_llama3(self) -> "RopeScaling":
+        if self.rope_type == "llama3":
+            missing = [k for k in ("low_freq_factor", "high_freq_factor", "original_max_position_embeddings")
+                       if getattr(self, k) is None]
+            if missing:
+                raise PydanticCustomError("rope_scaling", "llama3 scaling needs {missing}",
+                                          {"missing": ", ".join(missing)})
+            if not self.high_freq_factor > self.low_freq_factor:
+                raise PydanticCustomError("rope_scaling", "high_freq_factor ({h}) must exceed low_freq_factor ({lo})",
+                                          {"h": self.high_freq_factor, "lo": self.low_freq_factor})
+        return self
+
+
 class Attention(LayerEntry):
     """Multi-head or grouped-query self-attention (``builder.nn.Attention``): ``q_proj`` / ``k_proj`` /
     ``v_proj`` / ``o_proj`` Linear layers (HF Llama names), optional RoPE (``rope_theta``), causal or
@@ -262,6 +288,8 @@ class Attention(LayerEntry):
     key_bias: Optional[bool] = None
     """The bias of ``k_proj`` (default: ``bias``; false in Whisper, whose ``k_proj`` alone has none)."""
     rope_theta: Optional[Annotated[float, Field(gt=0, allow_inf_nan=False)]] = None
+    rope_scaling: Optional[RopeScaling] = None
+    """A scaling of the rotary frequencies (Llama 3.1 / 3.2's ``llama3``, ``linear``); needs ``rope_theta``."""
     causal: bool = False
     dtype: Optional[DType] = None
     tensor_parallel: bool = True
@@ -270,6 +298,8 @@ class Attention(LayerEntry):
 
     @model_validator(mode="after")
     def _check_heads(self) -> "Attention":
+        if self.rope_scaling is not None and self.rope_theta is None:
+            raise PydanticCustomError("rope_scaling", "rope_scaling needs rope_theta (rotary embeddings)", {})
         if self.head_dim is None and self.hidden_size % self.num_heads:
             raise PydanticCustomError(
                 "attention_heads", "hidden_size ({h}) must be a multiple of num_heads ({n}), or set head_dim",

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from ..ir import expr as E
 from ..ir.op.common import fmt_shape
 from . import op
@@ -52,7 +54,9 @@ class Attention(Module):
     Whisper, whose ``k_proj`` alone has none: a bias on the keys adds the same score to every key of a
     query, which the softmax cancels); ``rope_theta`` (None: no position embedding) the base of the
     rotary embeddings (10000 in Llama 2), which need an even ``head_dim``; ``causal``: each query sees
-    only keys at or before its position; ``dtype`` the parameters' dtype (default: the default dtype).
+    only keys at or before its position; ``dtype`` the parameters' dtype (default: the default dtype);
+    ``rope_scaling`` a RoPE frequency scaling in HF's keys (``rope_type`` ``linear`` or ``llama3``, ...:
+    :func:`builder.nn.op.rope_scaled_inv_freq`; Llama 3.1 / 3.2 checkpoints).
 
     Children: ``q_proj`` Linear(hidden_size, num_heads * head_dim), ``k_proj`` / ``v_proj``
     Linear(hidden_size, num_kv_heads * head_dim), ``o_proj`` Linear(num_heads * head_dim,
@@ -74,7 +78,8 @@ class Attention(Module):
     def __init__(self, hidden_size: int, num_heads: int, num_kv_heads: int | None = None,
                  head_dim: int | None = None, bias: bool = False, out_bias: bool | None = None,
                  key_bias: bool | None = None, rope_theta: float | None = None, causal: bool = False,
-                 dtype: str | None = None, tensor_parallel_shards: int = 1, tensor_parallel: bool = True) -> None:
+                 dtype: str | None = None, tensor_parallel_shards: int = 1, tensor_parallel: bool = True,
+                 rope_scaling: dict | None = None) -> None:
         hidden_size = _positive_int(hidden_size, "hidden_size")
         num_heads = _positive_int(num_heads, "num_heads")
         num_kv_heads = num_heads if num_kv_heads is None else _positive_int(num_kv_heads, "num_kv_heads")
@@ -94,6 +99,12 @@ class Attention(Module):
             if head_dim % 2:
                 raise ValueError(f"Attention: rotary embeddings need an even head_dim, got {head_dim}")
             rope_theta = float(rope_theta)
+        if rope_scaling is not None:
+            if rope_theta is None:
+                raise ValueError("Attention: rope_scaling needs rope_theta")
+            rope_scaling = dict(rope_scaling)
+            op.rope_scaled_inv_freq(np.ones(1, np.float32), rope_scaling)   # checks it (ValueError)
+        self.rope_scaling = rope_scaling
         self.hidden_size = hidden_size
         self.num_heads = num_heads
         self.num_kv_heads = num_kv_heads
@@ -162,8 +173,8 @@ class Attention(Module):
             if positions is None:
                 positions = (op.arange(0, seq, dtype="int64") if cache is None else
                              op.kv_cache_query_positions(cache, self.layer_id, seq, total_seq_len))
-            q = op.rotary_embedding(q, positions, self.rope_theta, name="q_rope")
-            k = op.rotary_embedding(k, positions, self.rope_theta, name="k_rope")
+            q = op.rotary_embedding(q, positions, self.rope_theta, name="q_rope", scaling=self.rope_scaling)
+            k = op.rotary_embedding(k, positions, self.rope_theta, name="k_rope", scaling=self.rope_scaling)
         if cache is not None:
             k, v = op.kv_cache_update(cache, self.layer_id, k, v, total_seq_len)
         mask = None if attention_mask is None else self._mask(attention_mask)

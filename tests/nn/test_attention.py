@@ -561,3 +561,28 @@ def test_greedy_generate_validates_its_arguments():
         greedy_generate(lambda i, c, n: np.full((1, 2, 3), np.nan, "float32"), step, prompt, 2)
     with pytest.raises(ValueError, match="must return float logits"):
         greedy_generate(lambda i, c, n: np.zeros((1, 2, 3), "int64"), step, prompt, 2)
+
+
+def test_rope_scaled_inv_freq_follows_the_formulas():
+    """llama3 scaling against the formula in float64 (long wavelengths / factor, short ones kept, the rest
+    interpolated), linear scaling, and the errors of bad scalings."""
+    from builder.nn import op
+
+    inv = (1.0 / 500.0 ** (np.arange(0, 64, 2) / 64)).astype(np.float32)
+    sc = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+          "original_max_position_embeddings": 64}
+    got = op.rope_scaled_inv_freq(inv, sc)
+    w = 2 * np.pi / inv.astype(np.float64)
+    s = (64 / w - 1.0) / 3.0
+    want = np.where(w > 64, inv / 8.0, np.where(w < 16, inv, (1 - s) * inv / 8.0 + s * inv))
+    assert (w > 64).any() and (w < 16).any() and ((w >= 16) & (w <= 64)).any()
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+    np.testing.assert_allclose(op.rope_scaled_inv_freq(inv, {"rope_type": "linear", "factor": 4.0}), inv / 4, rtol=1e-7)
+    for bad, msg in (({"rope_type": "yarn", "factor": 2.0}, "rope_type must be one of"),
+                     ({"rope_type": "llama3", "factor": 2.0}, "needs"),
+                     ({"rope_type": "linear", "factor": -1.0}, "positive finite"),
+                     ({**sc, "high_freq_factor": 0.5}, "must exceed")):
+        with pytest.raises(ValueError, match=msg):
+            op.rope_scaled_inv_freq(inv, bad)
+    with pytest.raises(ValueError, match="rope_scaling needs rope_theta"):
+        nn.Attention(16, 2, rope_scaling={"rope_type": "linear", "factor": 2.0})

@@ -390,3 +390,46 @@ def test_llama_bfloat16_generates_from_float_logits(llama):
     ids, logits = m.generate(prompt, 3, return_logits=True)
     assert logits.dtype == np.float32 and np.isfinite(logits).all()
     np.testing.assert_array_equal(ids[:, :2], llama.generate(prompt, 2))
+
+
+@pytest.mark.parametrize("rope", [
+    {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+     "original_max_position_embeddings": 16},
+    {"rope_type": "linear", "factor": 2.5}])
+def test_llama_recipe_rope_scaling_matches_hf(tmp_path, rope):
+    """``rope_scaling`` (Llama 3.1 / 3.2's ``llama3``: a short original context so that the long, short and
+    interpolated wavelengths all occur; ``linear``) gives HF's logits over 40 positions, and the same
+    weights without it do not."""
+    torch = pytest.importorskip("torch", reason="the HF reference needs torch")
+    transformers = pytest.importorskip("transformers", reason="the HF reference needs transformers")
+    from safetensors.torch import save_file
+
+    torch.manual_seed(3)
+    cfg = transformers.LlamaConfig(vocab_size=61, hidden_size=48, intermediate_size=72, num_hidden_layers=1,
+                                   num_attention_heads=6, num_key_value_heads=2, head_dim=24, rms_norm_eps=1e-6,
+                                   rope_parameters={"rope_theta": 500.0, **rope}, attn_implementation="eager")
+    hf = transformers.LlamaForCausalLM(cfg).eval()
+    path = tmp_path / "llama.safetensors"
+    save_file({k: v.contiguous() for k, v in hf.state_dict().items()}, str(path))
+    ids = torch.randint(0, 61, (1, 40))
+    with torch.no_grad():
+        ref = hf(ids).logits.numpy()
+    base = ["vocab_size=61", "hidden_size=48", "intermediate_size=72", "num_layers=1", "num_heads=6", "num_kv_heads=2",
+            "head_dim=24", "rope_theta=500.0", "rms_norm_eps=1e-6"]
+    scaling = "rope_scaling={" + ", ".join(f"{k}: {v}" for k, v in rope.items()) + "}"
+    got = builder.build(RECIPES / "llama.yaml", base + [scaling], weights=path)["forward"](ids.numpy())
+    np.testing.assert_allclose(got, ref, atol=3e-5, rtol=1e-5)
+    plain = builder.build(RECIPES / "llama.yaml", base, weights=path)["forward"](ids.numpy())
+    assert np.abs(plain - ref).max() > 1e-3
+
+
+def test_llama_recipe_rope_scaling_errors(run_cli):
+    """A llama3 scaling without its fields, an unknown rope_type: recipe errors at the layer's line (exit 2)."""
+    text = (RECIPES / "llama.yaml").read_text()
+    line = next(i for i, s in enumerate(text.splitlines(), 1) if "rope_scaling: ${rope_scaling}" in s)
+    for override, message in (("rope_scaling={rope_type: llama3, factor: 8}",
+                               "llama3 scaling needs low_freq_factor, high_freq_factor, original_max_position_embeddings"),
+                              ("rope_scaling={rope_type: yarn, factor: 8}", "Input should be 'linear' or 'llama3'")):
+        rc, err, _, path = run_cli(text, override)
+        assert rc == 2
+        assert f"{path}:{line}:" in err and message in err, err

@@ -65,6 +65,9 @@ def test_structure_numbers_booleans_and_enums_take_interpolation():
     # strings stay strings; the quantization union has a plain-string alternative (a preset name)
     assert schema["properties"]["name"] == {"title": "Name", "type": "string"}
     assert schema["properties"]["quantization"]["oneOf"][0] == {"type": "string"}
+    # a nested model (the rope scaling of Llama 3) takes a var holding the whole mapping, or null
+    scaling = defs["Attention"]["properties"]["rope_scaling"]["anyOf"]
+    assert {"$ref": "#/$defs/RopeScaling"} in scaling and INTERP in scaling and {"type": "null"} in scaling
 
 
 def test_shipped_recipes_validate(validator, llama_mlp_text, minimal_text):

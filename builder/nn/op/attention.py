@@ -14,7 +14,7 @@ from ...ir.struct_info import TensorStructInfo, TupleStructInfo
 from ..core import Object, Tensor, wrap_nested
 from .common import op_call
 
-__all__ = ["rotary_embedding", "kv_cache_update", "kv_cache_query_positions"]
+__all__ = ["rotary_embedding", "rope_scaled_inv_freq", "kv_cache_update", "kv_cache_query_positions"]
 
 #: The runtime builtins behind :func:`kv_cache_update` and :func:`kv_cache_query_positions`
 #: (``runtime.kv_cache``).
@@ -22,15 +22,64 @@ KV_CACHE_UPDATE = "vm.builtin.kv_cache_update"
 KV_CACHE_QUERY_POSITIONS = "vm.builtin.kv_cache_query_positions"
 
 
-def _rope_inv_freq(head_dim: int, theta: float, dtype: str = "float32") -> np.ndarray:
+#: RoPE scalings (HF transformers' ``rope_type``) :func:`rope_scaled_inv_freq` applies, with the keys each needs.
+ROPE_SCALINGS = {"linear": ("factor",),
+                 "llama3": ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")}
+
+
+def rope_scaled_inv_freq(inv_freq: np.ndarray, scaling: dict | None) -> np.ndarray:
+    """``inv_freq`` (the default rotary inverse frequencies) under a RoPE ``scaling`` (None: unchanged), in
+    ``inv_freq``'s dtype and operation order as HF transformers' ``modeling_rope_utils`` computes them:
+
+    * ``linear`` (``_compute_linear_scaling_rope_parameters``; Chen et al. 2023, position interpolation):
+      ``inv_freq / factor``;
+    * ``llama3`` (``_compute_llama3_parameters``; Meta's Llama 3.1): with ``wavelen = 2 pi / inv_freq``,
+      low / high frequency wavelengths ``original_max_position_embeddings / low_freq_factor`` / ``/
+      high_freq_factor``: long waves (``> low``) divided by ``factor``, short ones (``< high``) kept, the
+      ones between interpolated with ``s = (original / wavelen - low_freq_factor) / (high_freq_factor -
+      low_freq_factor)``: ``(1 - s) * inv / factor + s * inv``.
+
+    Raises ValueError for another ``rope_type``, a missing key, or factors that are not positive finite
+    numbers (``high_freq_factor`` above ``low_freq_factor``)."""
+    if scaling is None:
+        return inv_freq
+    kind = scaling.get("rope_type")
+    if kind not in ROPE_SCALINGS:
+        raise ValueError(f"rotary embedding: rope_type must be one of {sorted(ROPE_SCALINGS)}, got {kind!r}")
+    missing = [k for k in ROPE_SCALINGS[kind] if scaling.get(k) is None]
+    if missing:
+        raise ValueError(f"rotary embedding: {kind} scaling needs {missing}")
+    vals = {k: scaling[k] for k in ROPE_SCALINGS[kind]}
+    for k, v in vals.items():
+        if isinstance(v, bool) or not isinstance(v, (int, float, np.number)) or not 0 < float(v) < np.inf:
+            raise ValueError(f"rotary embedding: {k} must be a positive finite number, got {v!r}")
+    ft = inv_freq.dtype.type
+    factor = ft(vals["factor"])
+    if kind == "linear":
+        return (inv_freq / factor).astype(inv_freq.dtype)
+    low, high = float(vals["low_freq_factor"]), float(vals["high_freq_factor"])
+    if not high > low:
+        raise ValueError(f"rotary embedding: high_freq_factor ({high}) must exceed low_freq_factor ({low})")
+    old = float(vals["original_max_position_embeddings"])
+    low_wavelen, high_wavelen = ft(old / low), ft(old / high)
+    wavelen = ft(2 * np.pi) / inv_freq
+    scaled = np.where(wavelen > low_wavelen, inv_freq / factor, inv_freq).astype(inv_freq.dtype)
+    smooth = ((ft(old) / wavelen - ft(low)) / ft(high - low)).astype(inv_freq.dtype)
+    smoothed = ((ft(1) - smooth) * scaled / factor + smooth * scaled).astype(inv_freq.dtype)
+    medium = ~(wavelen < high_wavelen) & ~(wavelen > low_wavelen)
+    return np.where(medium, smoothed, scaled).astype(inv_freq.dtype)
+
+
+def _rope_inv_freq(head_dim: int, theta: float, dtype: str = "float32", scaling: dict | None = None) -> np.ndarray:
     """The inverse frequencies of rotary embeddings, (head_dim // 2,) of ``dtype``::
 
         inv_freq[i] = 1 / theta ** (2 i / head_dim)
 
     computed as HF transformers' ``_compute_default_rope_parameters`` does (float32: ``arange(0,
     head_dim, 2)`` as float32, divided by ``head_dim``, ``theta ** that`` and its reciprocal in
-    float32); ``dtype="float64"`` computes in float64. Raises ValueError for an odd or non-positive
-    ``head_dim`` or a ``theta`` that is not a positive finite number.
+    float32), then ``scaling`` (:func:`rope_scaled_inv_freq`); ``dtype="float64"`` computes in float64.
+    Raises ValueError for an odd or non-positive ``head_dim``, a ``theta`` that is not a positive finite
+    number, or a bad ``scaling``.
     """
     if isinstance(head_dim, bool) or not isinstance(head_dim, (int, np.integer)) or head_dim <= 0 or head_dim % 2:
         raise ValueError(f"rotary embedding: head_dim must be a positive even int, got {head_dim!r}")
@@ -40,10 +89,11 @@ def _rope_inv_freq(head_dim: int, theta: float, dtype: str = "float32") -> np.nd
         raise ValueError(f"rotary embedding: inv_freq is computed in float32 or float64, not {dtype}")
     ft = np.dtype(dtype).type
     exponent = np.arange(0, int(head_dim), 2, dtype=np.int64).astype(dtype) / ft(head_dim)
-    return (ft(1.0) / (ft(theta) ** exponent)).astype(dtype)
+    return rope_scaled_inv_freq((ft(1.0) / (ft(theta) ** exponent)).astype(dtype), scaling)
 
 
-def rotary_embedding(x: Tensor, positions: Tensor, theta: float, name: str = "rotary_embedding") -> Tensor:
+def rotary_embedding(x: Tensor, positions: Tensor, theta: float, name: str = "rotary_embedding",
+                     scaling: dict | None = None) -> Tensor:
     """Rotary position embedding (Su et al. 2021, RoFormer) in HF transformers' Llama convention
     (``modeling_llama.apply_rotary_pos_emb`` with ``rotate_half``: the two halves of the head dim
     are the pairs rotated, not interleaved elements)::
@@ -63,6 +113,11 @@ def rotary_embedding(x: Tensor, positions: Tensor, theta: float, name: str = "ro
     Raises TypeError for a non-float ``x`` or non-integer ``positions``; ValueError when ``x`` is not
     4-D, its head dim is not a static even int, ``positions`` is not 1-D / 2-D or its seq (or batch)
     differs from ``x``'s, or ``theta`` is not a positive finite number.
+
+    ``scaling``: a RoPE scaling of the frequencies, HF's ``rope_parameters`` / ``rope_scaling`` keys
+    (``{"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+    "original_max_position_embeddings": 8192}`` for Llama 3.1 / 3.2, or ``linear``; see
+    :func:`rope_scaled_inv_freq`).
     """
     if x.ndim != 4:
         raise ValueError(f"rotary_embedding: x must be 4-D (batch, seq, heads, head_dim), got "
@@ -84,7 +139,7 @@ def rotary_embedding(x: Tensor, positions: Tensor, theta: float, name: str = "ro
         raise ValueError(f"rotary_embedding: positions {fmt_shape(positions.shape)} do not match the batch "
                          f"of x {fmt_shape(x.shape)}")
     adt = "float32"
-    inv_freq = rx.Constant(_rope_inv_freq(head_dim, theta, adt), adt)
+    inv_freq = rx.Constant(_rope_inv_freq(head_dim, theta, adt, scaling), adt)
     pos = op_call("expand_dims", [op_call("astype", [positions._expr], dtype=adt)], axis=[-1])
     freqs = wrap_nested(op_call("multiply", [pos, inv_freq]), f"{name}_freqs")          # (.., S, D/2)
     angle = op_call("concat", [rx.Tuple([freqs._expr, freqs._expr])], axis=-1)         # (.., S, D)
