@@ -276,13 +276,13 @@ def test_an_unsupported_module_and_a_failing_translation_are_clear_errors():
     class M(nn.Module):
         def __init__(self):
             super().__init__()
-            self.rnn = nn.GRU(6, 4, batch_first=True)
+            self.pool = nn.LPPool1d(2, 3)
             self.lin = nn.Linear(4, 3)
 
         def forward(self, x):
-            return self.rnn(x)
+            return self.pool(x)
 
-    with pytest.raises(UnsupportedNodeError, match=r"node 'rnn' \(call_module torch.nn.modules.rnn.GRU\)"):
+    with pytest.raises(UnsupportedNodeError, match=r"node 'pool' \(call_module torch.nn.modules.pooling.LPPool1d\)"):
         from_fx(fx.symbolic_trace(M()), [(1, 4, 6)])
 
     class Bad(nn.Module):
