@@ -1709,6 +1709,14 @@ def _layer_norm(im, node, ins, at):
     x = im.tensor(ins[0])
     scale = ins[1]
     bias = ins[2] if len(ins) > 2 else None
+    _, norm = _normalized_dims(x, at)
+    return op.layer_norm(x, norm, _norm_param(im, scale, norm, x.dtype, 1.0), _norm_param(im, bias, norm, x.dtype, None),
+                         eps=float(at.get("epsilon", 1e-5)))
+
+
+def _normalized_dims(x, at) -> tuple[int, list[int]]:
+    """LayerNormalization's / RMSNormalization's ``axis`` (non-negative) and the static dims it normalizes
+    over (``axis`` to the end); float32 statistics only (``stash_type`` 1)."""
     if int(at.get("stash_type", 1)) != 1:
         raise ONNXImportError("stash_type other than 1 (float32 statistics) is not supported")
     axis = int(at.get("axis", -1))
@@ -1719,8 +1727,7 @@ def _layer_norm(im, node, ins, at):
     norm = [_simp(d) for d in x.shape[axis:]]
     if not all(isinstance(d, int) for d in norm):
         raise ONNXImportError(f"the normalized dims {norm} must be static")
-    return op.layer_norm(x, norm, _norm_param(im, scale, norm, x.dtype, 1.0), _norm_param(im, bias, norm, x.dtype, None),
-                         eps=float(at.get("epsilon", 1e-5)))
+    return axis, norm
 
 
 def _norm_param(im, v, norm: list, dtype: str, default):
@@ -1742,17 +1749,8 @@ def _rms_norm(im, node, ins, at):
     statistics (``stash_type`` 1)."""
     _check_inputs(ins, node)
     x = im.tensor(ins[0])
-    if int(at.get("stash_type", 1)) != 1:
-        raise ONNXImportError("stash_type other than 1 (float32 statistics) is not supported")
-    nd = len(x.shape)
-    axis = int(at.get("axis", -1))
-    if not -nd <= axis < nd:
-        raise ONNXImportError(f"axis {axis} is out of range for a {nd}-d input")
-    axis %= nd
-    norm = [_simp(d) for d in x.shape[axis:]]
-    if not all(isinstance(d, int) for d in norm):
-        raise ONNXImportError(f"the normalized dims {norm} must be static")
-    return op.rms_norm(x, _norm_param(im, ins[1], norm, x.dtype, 1.0), list(range(axis, nd)),
+    axis, norm = _normalized_dims(x, at)
+    return op.rms_norm(x, _norm_param(im, ins[1], norm, x.dtype, 1.0), list(range(axis, len(x.shape))),
                        float(at.get("epsilon", 1e-5)))
 
 

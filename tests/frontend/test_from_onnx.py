@@ -13,18 +13,11 @@ from onnx import TensorProto, helper, numpy_helper
 import runtime
 from builder import compile as build
 from builder.frontend.onnx import ONNXImportError, UnsupportedOpsError, from_onnx
+from helpers.onnx_models import make_model
 
 F = TensorProto.FLOAT
 I64 = TensorProto.INT64
 RNG = np.random.default_rng(16)
-
-
-def make_model(nodes, inputs, outputs, inits=(), opset=17):
-    graph = helper.make_graph(nodes, "g", inputs, outputs, initializer=[numpy_helper.from_array(a, n) for n, a in inits])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-    model.ir_version = 8
-    onnx.checker.check_model(model)
-    return model
 
 
 def run_both(model, feeds_list, tol=1e-5):

@@ -11,9 +11,8 @@ onnx = pytest.importorskip("onnx", reason="from_onnx needs the onnx package (pip
 ort = pytest.importorskip("onnxruntime", reason="the reference results come from onnxruntime")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
-import runtime  # noqa: E402
-from builder import compile as build  # noqa: E402
 from builder.frontend.onnx import ONNXImportError, from_onnx  # noqa: E402
+from helpers.onnx_models import check_against_onnxruntime, make_model  # noqa: E402
 
 F, B, I64 = TensorProto.FLOAT, TensorProto.BOOL, TensorProto.INT64
 
@@ -23,24 +22,11 @@ def vi(name, shape, t=F):
 
 
 def model_of(nodes, inputs, outputs, opset, inits=()):
-    graph = helper.make_graph(nodes, "g", inputs, outputs, initializer=[numpy_helper.from_array(a, n) for n, a in inits])
-    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-    m.ir_version = 10
-    onnx.checker.check_model(m)
-    return m
+    return make_model(nodes, inputs, outputs, inits, opset=opset, ir_version=10)
 
 
 def check(model, feeds_list, tol=2e-6):
-    vm = runtime.VirtualMachine(build(from_onnx(model)))
-    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    for feeds in feeds_list:
-        got = vm["main"](*feeds.values())
-        got = list(got) if isinstance(got, (list, tuple)) else [got]
-        want = sess.run(None, feeds)
-        assert len(got) == len(want)
-        for g, w in zip(got, want):
-            assert g.shape == w.shape
-            np.testing.assert_allclose(g, w, rtol=tol, atol=tol)
+    check_against_onnxruntime(model, feeds_list, tol)
 
 
 rng = np.random.default_rng(0)

@@ -8,30 +8,18 @@ import pytest
 
 onnx = pytest.importorskip("onnx", reason="from_onnx needs the onnx package (pip install onnx)")
 ort = pytest.importorskip("onnxruntime", reason="the reference results come from onnxruntime")
-from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+from onnx import TensorProto, helper  # noqa: E402
 
-import runtime  # noqa: E402
-from builder import compile as build  # noqa: E402
-from builder.frontend.onnx import from_onnx  # noqa: E402
+from helpers.onnx_models import make_model, outputs_of_both  # noqa: E402
 
 F, U8, I8, I32 = TensorProto.FLOAT, TensorProto.UINT8, TensorProto.INT8, TensorProto.INT32
 
 
 def model_of(nodes, inputs, outputs, inits=(), opset=19):
-    graph = helper.make_graph(nodes, "g", inputs, outputs,
-                              initializer=[numpy_helper.from_array(a, n) for n, a in inits])
-    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-    m.ir_version = 9
-    onnx.checker.check_model(m)
-    return m
+    return make_model(nodes, inputs, outputs, inits, opset=opset, ir_version=9)
 
 
-def both(model, feeds):
-    got = runtime.VirtualMachine(build(from_onnx(model)))["main"](*feeds.values())
-    got = list(got) if isinstance(got, (list, tuple)) else [got]
-    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
-    assert len(got) == len(want)
-    return [np.asarray(g) for g in got], want
+both = outputs_of_both
 
 
 @pytest.mark.parametrize("qtype", [U8, I8])

@@ -27,6 +27,30 @@ def _onnx_vm_and_session(graph, opset: int):
             ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]))
 
 
+def _against_pytorch(model, args, paths=("fx", "export"), tol=1e-6, exact=False):
+    """``model`` (eval) on the tensors ``args`` through each import path -- ``fx`` (symbolic_trace, static
+    shapes), ``export`` (torch.export), ``decomposed`` (its ``run_decompositions()``) -- against eager
+    PyTorch: every output, same dtype, equal (``exact``) or within ``tol``."""
+    with torch.no_grad():
+        want = model(*args)
+    want = [w.numpy() for w in (want if isinstance(want, (tuple, list)) else [want])]
+    for path in paths:
+        if path == "fx":
+            mod = from_fx(torch.fx.symbolic_trace(model), [(tuple(a.shape), str(a.dtype).split(".")[-1]) for a in args])
+        else:
+            ep = torch.export.export(model, tuple(args))
+            mod = from_exported_program(ep.run_decompositions() if path == "decomposed" else ep)
+        got = runtime.VirtualMachine(build(mod))["main"](*[a.numpy() for a in args])
+        got = got if isinstance(got, (tuple, list)) else [got]
+        assert len(got) == len(want), path
+        for g, w in zip(got, want):
+            assert g.dtype == w.dtype, (path, g.dtype, w.dtype)
+            if exact:
+                np.testing.assert_array_equal(g, w, err_msg=path)
+            else:
+                np.testing.assert_allclose(g, w, rtol=tol, atol=tol, err_msg=path)
+
+
 class Ops(nn.Module):
     def forward(self, x, k):
         vals, idx = torch.max(x, dim=1)
@@ -426,14 +450,7 @@ def test_scatter_family_matches_pytorch():
     g = torch.Generator().manual_seed(4)
     x, i, s = torch.randn(4, 5, generator=g), torch.randint(0, 4, (3, 2), generator=g), torch.randn(3, 4, generator=g)
     i[1, 1] = i[1, 0]   # a repeated index within a row
-    model = Scatters()
-    want = [w.numpy() for w in model(x, i, s)]
-    shapes = [((4, 5), "float32"), ((3, 2), "int64"), ((3, 4), "float32")]
-    for mod in (from_fx(torch.fx.symbolic_trace(model), shapes),
-                from_exported_program(torch.export.export(model, (x, i, s)))):
-        got = runtime.VirtualMachine(build(mod))["main"](x.numpy(), i.numpy(), s.numpy())
-        for gv, wv in zip(got, want):
-            np.testing.assert_allclose(gv, wv, rtol=1e-6, atol=1e-6)
+    _against_pytorch(Scatters(), [x, i, s])
 
 
 class Sorting(nn.Module):
@@ -450,15 +467,7 @@ def test_sort_argsort_topk_match_pytorch():
     through torch.fx and torch.export; indices int64."""
     g = torch.Generator().manual_seed(5)
     x = torch.randint(-3, 4, (5, 6), generator=g).float()
-    y = torch.randn(5, 6, generator=g)
-    model = Sorting()
-    want = [w.numpy() for w in model(x, y)]
-    for mod in (from_fx(torch.fx.symbolic_trace(model), [((5, 6), "float32")] * 2),
-                from_exported_program(torch.export.export(model, (x, y)))):
-        got = runtime.VirtualMachine(build(mod))["main"](x.numpy(), y.numpy())
-        for gv, wv in zip(got, want):
-            assert gv.dtype == wv.dtype
-            np.testing.assert_array_equal(gv, wv)
+    _against_pytorch(Sorting(), [x, torch.randn(5, 6, generator=g)], exact=True)
 
 
 class Aliases(nn.Module):
@@ -475,14 +484,7 @@ def test_torch_aliases_and_empty_match_pytorch():
     ``view_as`` / ``reshape_as``, and ``empty`` / ``empty_like`` / ``new_empty`` filled before use, through
     torch.fx and torch.export."""
     g = torch.Generator().manual_seed(7)
-    x, y = torch.randn(2, 3, generator=g), torch.randn(2, 3, generator=g)
-    model = Aliases()
-    want = [w.numpy() for w in model(x, y)]
-    for mod in (from_fx(torch.fx.symbolic_trace(model), [((2, 3), "float32")] * 2),
-                from_exported_program(torch.export.export(model, (x, y)))):
-        got = runtime.VirtualMachine(build(mod))["main"](x.numpy(), y.numpy())
-        for gv, wv in zip(got, want):
-            np.testing.assert_allclose(gv, wv, rtol=1e-6, atol=1e-6)
+    _against_pytorch(Aliases(), [torch.randn(2, 3, generator=g), torch.randn(2, 3, generator=g)])
 
 
 class Unfolds(nn.Module):
@@ -497,14 +499,7 @@ class Unfolds(nn.Module):
 def test_unfold_matches_pytorch():
     """``F.unfold`` / ``nn.Unfold`` (``aten.im2col``: dilation, padding, stride; ConvBERT's 9 x 1 columns)
     and ``Tensor.unfold`` (a sliding window on one dim) are told apart, through torch.fx and torch.export."""
-    x = torch.randn(2, 3, 7, 6, generator=torch.Generator().manual_seed(8))
-    model = Unfolds()
-    want = [w.numpy() for w in model(x)]
-    for mod in (from_fx(torch.fx.symbolic_trace(model), [((2, 3, 7, 6), "float32")]),
-                from_exported_program(torch.export.export(model, (x,)))):
-        got = runtime.VirtualMachine(build(mod))["main"](x.numpy())
-        for gv, wv in zip(got, want):
-            np.testing.assert_allclose(gv, wv, rtol=1e-6, atol=1e-6)
+    _against_pytorch(Unfolds(), [torch.randn(2, 3, 7, 6, generator=torch.Generator().manual_seed(8))])
 
 
 class Trig(nn.Module):
@@ -521,13 +516,7 @@ def test_inverse_trigonometric_and_hyperbolic_match_pytorch():
     x, y = torch.randn(4, 5, generator=g) * 2, torch.randn(4, 5, generator=g)
     x[0, :4] = torch.tensor([0.0, 0.0, -1.0, -2.0])
     y[0, :4] = torch.tensor([0.0, 1.5, 0.0, -0.5])
-    model = Trig()
-    want = [w.numpy() for w in model(x, y)]
-    for mod in (from_fx(torch.fx.symbolic_trace(model), [((4, 5), "float32")] * 2),
-                from_exported_program(torch.export.export(model, (x, y)))):
-        got = runtime.VirtualMachine(build(mod))["main"](x.numpy(), y.numpy())
-        for gv, wv in zip(got, want):
-            np.testing.assert_allclose(gv, wv, rtol=2e-6, atol=2e-6)
+    _against_pytorch(Trig(), [x, y], tol=2e-6)
 
 
 def test_onnx_trigonometric_and_hyperbolic_match_onnxruntime():
@@ -573,15 +562,7 @@ def test_index_put_scatters_and_core_aten_ops_match_pytorch(decompose):
     core ATen opset: index_put, slice_scatter, constant_pad_nd, reflection_pad1d, ...)."""
     g = torch.Generator().manual_seed(11)
     x, m = torch.randn(4, 6, generator=g), torch.randn(4, 6, generator=g) > 0
-    i = torch.tensor([0, 2, 1])
-    model = CoreAten()
-    want = model(x, i, m)
-    ep = torch.export.export(model, (x, i, m))
-    got = runtime.VirtualMachine(build(from_exported_program(ep.run_decompositions() if decompose else ep)))["main"](
-        x.numpy(), i.numpy(), m.numpy())
-    for gv, wv in zip(got, want):
-        assert gv.dtype == wv.numpy().dtype
-        np.testing.assert_allclose(gv, wv.numpy(), rtol=1e-6, atol=1e-6)
+    _against_pytorch(CoreAten(), [x, torch.tensor([0, 2, 1]), m], paths=["decomposed" if decompose else "export"])
 
 
 class Recurrent(nn.Module):
@@ -600,21 +581,11 @@ class Recurrent(nn.Module):
         return a, h, c, b, hb, r, hr, e
 
 
+@pytest.mark.filterwarnings("ignore:The tensor attributes self")   # (torch.export about nn.RNNBase's _flat_weights)
 @pytest.mark.parametrize("how", ["fx", "export", "decomposed"])
 def test_lstm_gru_rnn_match_pytorch(how):
     """nn.LSTM (2 layers, bidirectional, batch first), nn.GRU (2 layers), nn.RNN (bidirectional) and an
     LSTM without biases from a given state: outputs and final states, through torch.fx (module calls),
     torch.export (aten.lstm / gru / rnn_tanh) and the decomposed program."""
     torch.manual_seed(0)
-    model = Recurrent().eval()
-    x = torch.randn(2, 5, 3)
-    with torch.no_grad():
-        want = [w.numpy() for w in model(x)]
-    if how == "fx":
-        mod = from_fx(torch.fx.symbolic_trace(model), [((2, 5, 3), "float32")])
-    else:
-        ep = torch.export.export(model, (x,))
-        mod = from_exported_program(ep.run_decompositions() if how == "decomposed" else ep)
-    got = runtime.VirtualMachine(build(mod))["main"](x.numpy())
-    for gv, wv in zip(got, want):
-        np.testing.assert_allclose(gv, wv, rtol=1e-5, atol=1e-6)
+    _against_pytorch(Recurrent().eval(), [torch.randn(2, 5, 3)], paths=[how], tol=1e-5)
