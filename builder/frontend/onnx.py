@@ -29,7 +29,8 @@ Limits and checks (an ONNX file is untrusted input): a file or ModelProto over
 :data:`MAX_MODEL_BYTES` is refused before it is parsed; ``onnx.checker.check_model`` runs before
 anything else reads the model; tensors stored as external data are refused (load the model with
 ``onnx.load(path)`` yourself, which reads the external files, and pass the ModelProto); the default
-domain's opset must be in ``[13, 24]`` (:data:`OPSETS`); of other domains only onnxruntime's
+domain's opset must be in ``[13, 24]`` (:data:`OPSETS`; opsets 7 to 12 are converted to 13 first by
+``onnx.version_converter``); of other domains only onnxruntime's
 ``com.microsoft:MatMulNBits`` (4-bit weights, kept 4-bit) and ``com.microsoft:QGemm`` are supported.
 Unsupported ops are collected before anything is translated and reported in ONE
 :class:`UnsupportedOpsError` naming every op type and the nodes that use it.
@@ -63,6 +64,7 @@ __all__ = [
     "MAX_FOLD_ELEMENTS",
     "MAX_MODEL_BYTES",
     "OPSETS",
+    "OLDEST_CONVERTED_OPSET",
     "SUPPORTED_OPS",
     "ONNXImportError",
     "UnsupportedOpsError",
@@ -241,15 +243,38 @@ def _all_tensors(graph):
                 yield from _all_tensors(g)
 
 
+#: The oldest default-domain opset converted (to ``OPSETS[0]``, by ``onnx.version_converter``) before import.
+OLDEST_CONVERTED_OPSET = 7
+
+
 def _opset(model) -> int:
     versions = [o.version for o in model.opset_import if o.domain in ("", "ai.onnx")]
     if not versions:
         raise ONNXImportError("from_onnx: the model imports no opset of the default ONNX domain")
     v = int(versions[0])
     if not OPSETS[0] <= v <= OPSETS[1]:
-        raise ONNXImportError(f"from_onnx: opset {v} is not supported (opsets {OPSETS[0]} to {OPSETS[1]}); "
-                              "convert the model with onnx.version_converter.convert_version")
+        raise ONNXImportError(f"from_onnx: opset {v} is not supported (opsets {OPSETS[0]} to {OPSETS[1]}, and "
+                              f"{OLDEST_CONVERTED_OPSET} to {OPSETS[0] - 1} converted)")
     return v
+
+
+def _upgraded(model):
+    """``model`` itself, or, for a default-domain opset in ``[OLDEST_CONVERTED_OPSET, OPSETS[0])`` (the ONNX
+    model zoo's ResNet / BERT-SQuAD era), the model converted to ``OPSETS[0]`` by ONNX's own
+    ``version_converter`` and checked again. Raises ONNXImportError when the converter cannot convert it."""
+    onnx = _onnx()
+    versions = [int(o.version) for o in model.opset_import if o.domain in ("", "ai.onnx")]
+    if not versions or not OLDEST_CONVERTED_OPSET <= versions[0] < OPSETS[0]:
+        return model
+    from onnx import version_converter
+
+    try:
+        upgraded = version_converter.convert_version(model, OPSETS[0])
+        onnx.checker.check_model(upgraded)
+    except Exception as e:
+        raise ONNXImportError(f"from_onnx: opset {versions[0]} could not be converted to {OPSETS[0]} by "
+                              f"onnx.version_converter: {str(e).splitlines()[0] if str(e) else type(e).__name__}") from e
+    return upgraded
 
 
 def _np_dtype_name(elem_type: int) -> str:
@@ -2637,7 +2662,8 @@ def from_onnx(model_or_path, shape_dict: Mapping[str, Sequence] | None = None,
 
     ``model_or_path``: an ``onnx.ModelProto`` or the path of a ``.onnx`` file (at most
     :data:`MAX_MODEL_BYTES`; checked with ``onnx.checker.check_model`` before use; tensors in
-    external data files are refused). Default-domain opsets 13 to 24.
+    external data files are refused). Default-domain opsets 13 to 24 (7 to 12 converted to 13 by
+    ``onnx.version_converter``).
 
     ``main``'s parameters are the graph inputs that are not initializers, in the graph's order,
     each ``R.Tensor(shape, dtype)``: a ``dim_value`` is a static dim, a ``dim_param`` a symbolic
@@ -2653,7 +2679,7 @@ def from_onnx(model_or_path, shape_dict: Mapping[str, Sequence] | None = None,
     arguments of the wrong type, FileNotFoundError for a missing file and ImportError without the
     ``onnx`` package.
     """
-    model = _load(model_or_path)
+    model = _upgraded(_load(model_or_path))
     opset = _opset(model)
     missing: dict[str, list[str]] = {}
     for i, node in enumerate(model.graph.node):
