@@ -31,7 +31,8 @@ anything else reads the model; tensors stored as external data are refused (load
 ``onnx.load(path)`` yourself, which reads the external files, and pass the ModelProto); the default
 domain's opset must be in ``[13, 24]`` (:data:`OPSETS`; opsets 7 to 12 are converted to 13 first by
 ``onnx.version_converter``); of other domains only onnxruntime's
-``com.microsoft:MatMulNBits`` (4-bit weights, kept 4-bit) and ``com.microsoft:QGemm`` are supported.
+``com.microsoft:MatMulNBits`` (4-bit weights, kept 4-bit), ``QGemm``, and the fused GELUs and skip layer
+norms of onnxruntime's transformer optimizer are supported.
 Unsupported ops are collected before anything is translated and reported in ONE
 :class:`UnsupportedOpsError` naming every op type and the nodes that use it.
 
@@ -2158,6 +2159,51 @@ def _batch_norm(im, node, ins, at):
         stats.append(im.tensor(v))
     scale, bias, mean, var = stats
     return op.batch_norm(x, mean, var, scale, bias, axis=1, eps=float(at.get("epsilon", 1e-5)))
+
+
+# -- onnxruntime's fused transformer ops (com.microsoft; what onnxruntime.transformers' optimizer writes) -----
+
+def _add_bias(im, x: Tensor, b) -> Tensor:
+    return x if b is None else op.add(x, im.tensor(b.astype(x.dtype) if isinstance(b, np.ndarray) else b))
+
+
+@_register("com.microsoft:Gelu", "com.microsoft:BiasGelu", "com.microsoft:FastGelu", "com.microsoft:QuickGelu")
+def _ms_gelu(im, node, ins, at):
+    """onnxruntime's GELUs: ``Gelu`` (exact), ``BiasGelu`` (exact, of ``A + B``), ``FastGelu`` (the tanh
+    approximation, of ``X + bias``), ``QuickGelu`` (``x * sigmoid(alpha x)``, alpha 1.702 by default)."""
+    _check_inputs(ins, node)
+    x = _add_bias(im, im.tensor(ins[0]), ins[1] if len(ins) > 1 and ins[1] is not None else None)
+    if node.op_type == "QuickGelu":
+        return op.multiply(x, op.sigmoid(op.multiply(x, float(at.get("alpha", 1.702)))))
+    return op.gelu(x, approximate="tanh" if node.op_type == "FastGelu" else None)
+
+
+@_register("com.microsoft:SkipLayerNormalization", "com.microsoft:SkipSimplifiedLayerNormalization")
+def _skip_layer_norm(im, node, ins, at):
+    """onnxruntime's ``SkipLayerNormalization`` (``LayerNorm(input + skip + bias)`` over the last dim, gamma,
+    optional beta) and ``SkipSimplifiedLayerNormalization`` (the RMS norm, gamma only); outputs the
+    normalized value and, when asked (output 3), the sum ``input + skip + bias``. Raises ONNXImportError for
+    the mean / inverse-deviation outputs."""
+    _check_inputs(ins, node)
+    simplified = node.op_type == "SkipSimplifiedLayerNormalization"
+    opt = lambda i: ins[i] if len(ins) > i and ins[i] is not None else None  # noqa: E731
+    x = op.add(im.tensor(ins[0]), im.tensor(ins[1]))
+    gamma, beta = ins[2], None if simplified else opt(3)
+    x = _add_bias(im, x, opt(3) if simplified else opt(4))
+    if any(node.output[1:3]):
+        raise ONNXImportError("the mean / inverse standard deviation outputs are not supported")
+    eps = float(at.get("epsilon", 1e-12 if not simplified else 1e-6))
+    norm = [_simp(x.shape[-1])]
+    if not isinstance(norm[0], int):
+        raise ONNXImportError(f"the normalized dim {norm[0]} must be static")
+    if simplified:
+        y = op.rms_norm(x, _norm_param(im, gamma, norm, x.dtype, 1.0), [len(x.shape) - 1], eps)
+    else:
+        y = op.layer_norm(x, norm, _norm_param(im, gamma, norm, x.dtype, 1.0), _norm_param(im, beta, norm, x.dtype, None),
+                          eps=eps)
+    if len(node.output) > 3 and node.output[3]:
+        return y, _Unavailable(node, "mean"), _Unavailable(node, "inv_std_var"), x
+    return y
 
 
 # -- shapes and data movement ------------------------------------------------------------------------------

@@ -198,3 +198,23 @@ def test_one_hot_of_constants_folds_into_shape_arithmetic():
              helper.make_node("Tile", ["x", "reps"], ["y"])]
     model = model_of(nodes, [vi("x", ["n", 2, 5])], [vi("y", ["n", 8, 5])], 17)
     check(model, [{"x": randn(2, 2, 5)}, {"x": randn(1, 2, 5)}])
+
+
+def test_onnxruntime_fused_transformer_ops():
+    """com.microsoft Gelu / BiasGelu / FastGelu (with and without a bias) / QuickGelu, SkipLayerNormalization
+    (with beta and bias, and the input + skip + bias sum as output 3; with gamma only) and
+    SkipSimplifiedLayerNormalization, on a symbolic batch."""
+    def ms(*args, **kw):
+        return helper.make_node(*args, domain="com.microsoft", **kw)
+
+    nodes = [ms("Gelu", ["x"], ["g"]), ms("BiasGelu", ["x", "b"], ["bg"]), ms("FastGelu", ["x", "b"], ["fg"]),
+             ms("FastGelu", ["x"], ["fg2"]), ms("QuickGelu", ["x"], ["qg"], alpha=1.5),
+             ms("SkipLayerNormalization", ["x", "s", "gamma", "beta", "b"], ["sl", "", "", "sum"], epsilon=1e-5),
+             ms("SkipLayerNormalization", ["x", "s", "gamma"], ["sl2"]),
+             ms("SkipSimplifiedLayerNormalization", ["x", "s", "gamma", "b"], ["ssl", "", "", "sum2"], epsilon=1e-6)]
+    outs = ["g", "bg", "fg", "fg2", "qg", "sl", "sum", "sl2", "ssl", "sum2"]
+    graph = helper.make_graph(nodes, "g", [vi("x", ["n", 3, 8]), vi("s", ["n", 3, 8])], [vi(o, ["n", 3, 8]) for o in outs],
+                              initializer=[numpy_helper.from_array(randn(8), n) for n in ("b", "gamma", "beta")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
+    model.ir_version = 8
+    check(model, [{"x": randn(2, 3, 8), "s": randn(2, 3, 8)}, {"x": randn(1, 3, 8), "s": randn(1, 3, 8)}], tol=3e-6)

@@ -1,4 +1,4 @@
-"""Quantized ONNX models against onnxruntime: the linear-quantization ops one by one (QuantizeLinear,
+"""Quantized and onnxruntime-optimized ONNX models against onnxruntime: the linear-quantization ops one by one (QuantizeLinear,
 DequantizeLinear per tensor and per axis, DynamicQuantizeLinear, MatMulInteger, ConvInteger,
 QLinearMatMul, QLinearConv) and whole models as onnxruntime's own quantizers write them -- dynamic
 (DynamicQuantizeLinear + MatMulInteger, what ``quantize_dynamic`` makes of a transformer) and static, in
@@ -146,39 +146,26 @@ def test_statically_quantized_cnn(cnn_path, tmp_path, fmt, per_channel, act):
 
 
 @pytest.mark.filterwarnings("ignore")
-def test_dynamically_quantized_bert(tmp_path):
+def test_dynamically_quantized_bert(tiny_bert_onnx, tmp_path, bert_feeds):
     """A BERT quantized by ``quantize_dynamic`` (int8 weights: DynamicQuantizeLinear, MatMulInteger, the
     embeddings through DequantizeLinear) with a padding mask, against onnxruntime."""
-    torch = pytest.importorskip("torch", reason="the float model is exported from torch")
-    transformers = pytest.importorskip("transformers", reason="the BERT comes from transformers")
-    import contextlib
-    import io
-
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    torch.manual_seed(0)
-    bert = transformers.BertModel(transformers.BertConfig(num_hidden_layers=2, hidden_size=32, num_attention_heads=4,
-                                                          intermediate_size=64, vocab_size=100)).eval()
-
-    class Wrap(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.m = bert
-
-        def forward(self, ids, mask):
-            return self.m(input_ids=ids, attention_mask=mask).last_hidden_state
-
-    ids = torch.randint(3, 100, (2, 7))
-    mask = torch.ones(2, 7, dtype=torch.long)
-    src, dst = tmp_path / "bert.onnx", tmp_path / "bert_q.onnx"
-    with contextlib.redirect_stderr(io.StringIO()):
-        torch.onnx.export(Wrap(), (ids, mask), str(src), dynamo=False, opset_version=17, input_names=["ids", "mask"],
-                          output_names=["y"], dynamic_axes={"ids": {0: "b", 1: "s"}, "mask": {0: "b", 1: "s"}})
-    quantize_dynamic(str(src), str(dst), weight_type=QuantType.QInt8)
+    dst = tmp_path / "bert_q.onnx"
+    quantize_dynamic(str(tiny_bert_onnx), str(dst), weight_type=QuantType.QInt8)
     model = onnx.load(str(dst))
     assert {"DynamicQuantizeLinear", "MatMulInteger"} <= {n.op_type for n in model.graph.node}
-    ids = np.random.default_rng(4).integers(3, 100, (3, 9)).astype(np.int64)
-    mask = np.ones((3, 9), np.int64)
-    mask[1, 6:] = 0
-    (got,), (want,) = both(model, {"ids": ids, "mask": mask})
+    (got,), (want,) = both(model, bert_feeds)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.filterwarnings("ignore")
+def test_bert_fused_by_onnxruntimes_optimizer(tiny_bert_onnx, bert_feeds):
+    """The same BERT after onnxruntime.transformers' optimizer (com.microsoft SkipLayerNormalization and
+    BiasGelu fused in), against onnxruntime."""
+    from onnxruntime.transformers import optimizer
+
+    model = optimizer.optimize_model(str(tiny_bert_onnx), model_type="bert", num_heads=4, hidden_size=32).model
+    assert {"SkipLayerNormalization", "BiasGelu"} <= {n.op_type for n in model.graph.node}
+    (got,), (want,) = both(model, bert_feeds)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=2e-6)

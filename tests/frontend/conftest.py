@@ -1,0 +1,41 @@
+"""Fixtures the importer tests share."""
+import contextlib
+import io
+
+import numpy as np
+import pytest
+
+
+@pytest.fixture(scope="session")
+def tiny_bert_onnx(tmp_path_factory):
+    """A tiny random HF BERT (2 layers, hidden 32, 4 heads; ``ids``, ``mask`` -> ``y`` the last hidden state,
+    symbolic batch and sequence) exported by torch's TorchScript ONNX exporter at opset 17: the path."""
+    torch = pytest.importorskip("torch", reason="the model is exported from torch")
+    transformers = pytest.importorskip("transformers", reason="the BERT comes from transformers")
+    torch.manual_seed(0)
+    bert = transformers.BertModel(transformers.BertConfig(num_hidden_layers=2, hidden_size=32, num_attention_heads=4,
+                                                          intermediate_size=64, vocab_size=100)).eval()
+
+    class Wrap(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.m = bert
+
+        def forward(self, ids, mask):
+            return self.m(input_ids=ids, attention_mask=mask).last_hidden_state
+
+    path = tmp_path_factory.mktemp("bert") / "bert.onnx"
+    ids, mask = torch.randint(3, 100, (2, 7)), torch.ones(2, 7, dtype=torch.long)
+    with contextlib.redirect_stderr(io.StringIO()):
+        torch.onnx.export(Wrap(), (ids, mask), str(path), dynamo=False, opset_version=17, input_names=["ids", "mask"],
+                          output_names=["y"], dynamic_axes={"ids": {0: "b", 1: "s"}, "mask": {0: "b", 1: "s"}})
+    return path
+
+
+@pytest.fixture
+def bert_feeds():
+    """Token ids and a padding mask (the second sentence shorter) for :func:`tiny_bert_onnx`."""
+    ids = np.random.default_rng(4).integers(3, 100, (3, 9)).astype(np.int64)
+    mask = np.ones((3, 9), np.int64)
+    mask[1, 6:] = 0
+    return {"ids": ids, "mask": mask}
