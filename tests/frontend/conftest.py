@@ -8,34 +8,39 @@ import pytest
 
 @pytest.fixture(scope="session")
 def tiny_bert_onnx(tmp_path_factory):
-    """A tiny random HF BERT (2 layers, hidden 32, 4 heads; ``ids``, ``mask`` -> ``y`` the last hidden state,
-    symbolic batch and sequence) exported by torch's TorchScript ONNX exporter at opset 17: the path."""
+    """A tiny random HF BERT (2 layers, hidden 64, 4 heads, eager attention; ``input_ids``, ``attention_mask``,
+    ``token_type_ids`` -> ``y`` the last hidden state, symbolic batch and sequence) exported by torch's
+    TorchScript ONNX exporter at opset 17: the path. (onnxruntime's optimizer fuses this one fully: Attention,
+    EmbedLayerNormalization.)"""
     torch = pytest.importorskip("torch", reason="the model is exported from torch")
     transformers = pytest.importorskip("transformers", reason="the BERT comes from transformers")
     torch.manual_seed(0)
-    bert = transformers.BertModel(transformers.BertConfig(num_hidden_layers=2, hidden_size=32, num_attention_heads=4,
-                                                          intermediate_size=64, vocab_size=100)).eval()
+    bert = transformers.BertModel(transformers.BertConfig(num_hidden_layers=2, hidden_size=64, num_attention_heads=4,
+                                                          intermediate_size=128, vocab_size=100,
+                                                          attn_implementation="eager")).eval()
 
     class Wrap(torch.nn.Module):
         def __init__(self):
             super().__init__()
             self.m = bert
 
-        def forward(self, ids, mask):
-            return self.m(input_ids=ids, attention_mask=mask).last_hidden_state
+        def forward(self, ids, mask, types):
+            return self.m(input_ids=ids, attention_mask=mask, token_type_ids=types).last_hidden_state
 
     path = tmp_path_factory.mktemp("bert") / "bert.onnx"
     ids, mask = torch.randint(3, 100, (2, 7)), torch.ones(2, 7, dtype=torch.long)
+    names = ["input_ids", "attention_mask", "token_type_ids"]
     with contextlib.redirect_stderr(io.StringIO()):
-        torch.onnx.export(Wrap(), (ids, mask), str(path), dynamo=False, opset_version=17, input_names=["ids", "mask"],
-                          output_names=["y"], dynamic_axes={"ids": {0: "b", 1: "s"}, "mask": {0: "b", 1: "s"}})
+        torch.onnx.export(Wrap(), (ids, mask, torch.zeros_like(ids)), str(path), dynamo=False, opset_version=17,
+                          input_names=names, output_names=["y"], dynamic_axes={n: {0: "b", 1: "s"} for n in names})
     return path
 
 
 @pytest.fixture
 def bert_feeds():
-    """Token ids and a padding mask (the second sentence shorter) for :func:`tiny_bert_onnx`."""
-    ids = np.random.default_rng(4).integers(3, 100, (3, 9)).astype(np.int64)
+    """Token ids, a padding mask (the second sentence shorter) and token types for :func:`tiny_bert_onnx`."""
+    rng = np.random.default_rng(4)
+    ids = rng.integers(3, 100, (3, 9)).astype(np.int64)
     mask = np.ones((3, 9), np.int64)
     mask[1, 6:] = 0
-    return {"ids": ids, "mask": mask}
+    return {"input_ids": ids, "attention_mask": mask, "token_type_ids": (rng.random((3, 9)) > 0.5).astype(np.int64)}

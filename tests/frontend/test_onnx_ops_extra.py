@@ -218,3 +218,30 @@ def test_onnxruntime_fused_transformer_ops():
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
     model.ir_version = 8
     check(model, [{"x": randn(2, 3, 8), "s": randn(2, 3, 8)}, {"x": randn(1, 3, 8), "s": randn(1, 3, 8)}], tol=3e-6)
+
+
+@pytest.mark.parametrize("mask,attrs", [("lengths", {}), ("raw", {}), ("raw3", {"scale": 0.3}), (None, {"unidirectional": 1}),
+                                        ("bias", {})])
+def test_onnxruntime_fused_attention(mask, attrs):
+    """com.microsoft Attention: packed q / k / v projection with bias, 4 heads, a mask index of right-padded
+    lengths, a raw 2-d or 3-d 0 / 1 mask, causal (unidirectional), an additive attention bias."""
+    ins = ["x", "w", "b"] + {"lengths": ["m"], "raw": ["m"], "raw3": ["m"], None: [], "bias": ["", "", "ab"]}[mask]
+    node = helper.make_node("Attention", ins, ["y"], domain="com.microsoft", num_heads=4, **attrs)
+    shapes = {"lengths": ([2], TensorProto.INT32), "raw": ([2, 5], TensorProto.INT32),
+              "raw3": ([2, 5, 5], TensorProto.INT32), "bias": ([1, 4, 5, 5], F)}
+    inputs = [vi("x", [2, 5, 16])] + ([vi("m" if mask != "bias" else "ab", *shapes[mask])] if mask else [])
+    graph = helper.make_graph([node], "g", inputs, [vi("y", [2, 5, 16])],
+                              initializer=[numpy_helper.from_array(randn(16, 48) * 0.3, "w"),
+                                           numpy_helper.from_array(randn(48), "b")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
+    model.ir_version = 8
+    feeds = {"x": randn(2, 5, 16)}
+    if mask == "lengths":
+        feeds["m"] = np.array([5, 3], np.int32)
+    elif mask in ("raw", "raw3"):
+        m = (rng.random(shapes[mask][0]) > 0.3).astype(np.int32)
+        m[..., 0] = 1
+        feeds["m"] = m
+    elif mask == "bias":
+        feeds["ab"] = randn(1, 4, 5, 5)
+    check(model, [feeds], tol=3e-6)

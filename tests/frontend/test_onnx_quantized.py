@@ -161,11 +161,12 @@ def test_dynamically_quantized_bert(tiny_bert_onnx, tmp_path, bert_feeds):
 
 @pytest.mark.filterwarnings("ignore")
 def test_bert_fused_by_onnxruntimes_optimizer(tiny_bert_onnx, bert_feeds):
-    """The same BERT after onnxruntime.transformers' optimizer (com.microsoft SkipLayerNormalization and
-    BiasGelu fused in), against onnxruntime."""
+    """The same BERT after onnxruntime.transformers' optimizer (com.microsoft EmbedLayerNormalization with its
+    mask index, Attention, SkipLayerNormalization, BiasGelu fused in), against onnxruntime."""
     from onnxruntime.transformers import optimizer
 
-    model = optimizer.optimize_model(str(tiny_bert_onnx), model_type="bert", num_heads=4, hidden_size=32).model
-    assert {"SkipLayerNormalization", "BiasGelu"} <= {n.op_type for n in model.graph.node}
+    model = optimizer.optimize_model(str(tiny_bert_onnx), model_type="bert", num_heads=4, hidden_size=64).model
+    fused = {"EmbedLayerNormalization", "Attention", "SkipLayerNormalization", "BiasGelu"}
+    assert fused <= {n.op_type for n in model.graph.node}
     (got,), (want,) = both(model, bert_feeds)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=2e-6)
