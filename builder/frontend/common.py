@@ -1947,7 +1947,7 @@ def bitwise_xor(t, a, b):
 
 
 #: torch's gate order -> ONNX's (rows of the weights, in blocks of H): LSTM i f g o -> i o f c; GRU r z n -> z r h
-_TORCH_GATES = {"lstm": [0, 3, 1, 2], "gru": [1, 0, 2], "rnn": [0]}
+_TORCH_GATES = {"lstm": [0, 3, 1, 2], "gru": [1, 0, 2], "rnn": [0], "rnn_relu": [0]}
 
 
 def _onnx_gates(w: Tensor, cell: str, hidden: int) -> Tensor:
@@ -1958,7 +1958,8 @@ def _onnx_gates(w: Tensor, cell: str, hidden: int) -> Tensor:
 
 
 def recurrent(cell: str) -> Callable:
-    """``aten.lstm.input`` / ``aten.gru.input`` / ``aten.rnn_tanh.input`` (``nn.LSTM`` / ``GRU`` / ``RNN``):
+    """``aten.lstm.input`` / ``aten.gru.input`` / ``aten.rnn_tanh.input`` / ``aten.rnn_relu.input`` (``nn.LSTM`` /
+    ``GRU`` / ``RNN``):
     every layer and direction as :func:`builder.nn.op.recurrent_layer` with torch's gates reordered to ONNX's
     (a GRU's reset gate applied after its recurrent product: ``linear_before_reset``). Returns ``(output,
     h_n[, c_n])``. Raises UnsupportedNodeError for dropout while training, ``proj_size``."""
@@ -2241,7 +2242,7 @@ TORCH_OPS: dict[str, Callable] = {
     "new_empty": lambda t, x, *size_, **kw: new_zeros(t, x, *size_, **kw),
     "zero": lambda t, x: zeros_like(t, x),
     "im2col": unfold, "unfold": unfold_windows,   # (F.unfold is aten.im2col; aten.unfold is Tensor.unfold)
-    "lstm": recurrent("lstm"), "gru": recurrent("gru"), "rnn_tanh": recurrent("rnn"),
+    "lstm": recurrent("lstm"), "gru": recurrent("gru"), "rnn_tanh": recurrent("rnn"), "rnn_relu": recurrent("rnn_relu"),
     "index_put": index_put, "slice_scatter": slice_scatter, "select_scatter": select_scatter, "diagonal": diagonal,
     "fmod": fmod, "logical_xor": logical_xor, "bitwise_xor": bitwise_xor, "__xor__": bitwise_xor,
     "log10": lambda t, x: binary("divide", op.log(x), math.log(10.0)),

@@ -389,14 +389,13 @@ def _linear_module(t, m, path, x):
 
 
 def _recurrent_module(cell: str):
-    """``nn.LSTM`` / ``GRU`` / ``RNN`` (tanh) called as a module: :func:`builder.frontend.common.recurrent` with
+    """``nn.LSTM`` / ``GRU`` / ``RNN`` (tanh or relu) called as a module: :func:`builder.frontend.common.recurrent` with
     the module's flat weights and a zero initial state unless one is passed; ``(output, h_n)`` or, for the
     LSTM, ``(output, (h_n, c_n))`` as PyTorch returns them."""
-    run = C.recurrent(cell)
-
     def translate(t, m, path, x, hx=None):
-        if getattr(m, "proj_size", 0) or getattr(m, "nonlinearity", "tanh") != "tanh":
-            raise UnsupportedNodeError(f"{type(m).__name__} with proj_size or a relu nonlinearity")
+        if getattr(m, "proj_size", 0):
+            raise UnsupportedNodeError(f"{type(m).__name__} with proj_size")
+        run = C.recurrent("rnn_relu") if getattr(m, "nonlinearity", "tanh") == "relu" else C.recurrent(cell)
         dirs = 2 if m.bidirectional else 1
         batch = x.shape[0] if m.batch_first else x.shape[1]
         if x.ndim != 3:

@@ -1267,7 +1267,8 @@ _RNN_DEFAULT_ACTIVATIONS = {"LSTM": ["Sigmoid", "Tanh", "Tanh"], "GRU": ["Sigmoi
 def _recurrent(im, node, ins, at):
     """``LSTM`` / ``GRU`` / ``RNN`` (forward, reverse or bidirectional; ``layout`` 0 or 1): per direction the
     input projection as one matmul and the recurrence as one kernel (:func:`builder.nn.op.recurrent_layer`;
-    ONNX's gate order, GRU's ``linear_before_reset``). Raises ONNXImportError for other activations,
+    ONNX's gate order, GRU's ``linear_before_reset``; RNN with Relu activations). Raises ONNXImportError for
+    other activations,
     ``clip``, ``input_forget``, peepholes, and ``sequence_lens`` other than the full length."""
     _check_inputs(ins, node)
     kind = node.op_type
@@ -1278,8 +1279,9 @@ def _recurrent(im, node, ins, at):
     dirs = {"forward": [False], "reverse": [True], "bidirectional": [False, True]}.get(direction)
     if dirs is None:
         raise ONNXImportError(f"unknown direction {direction!r}")
-    if acts and [a.lower() for a in acts] != [a.lower() for a in _RNN_DEFAULT_ACTIVATIONS[kind] * len(dirs)]:
-        raise ONNXImportError(f"activations {acts} are not supported (only the defaults)")
+    relu = kind == "RNN" and acts and all(a.lower() == "relu" for a in acts)
+    if acts and not relu and [a.lower() for a in acts] != [a.lower() for a in _RNN_DEFAULT_ACTIVATIONS[kind] * len(dirs)]:
+        raise ONNXImportError(f"activations {acts} are not supported (the defaults, or Relu for RNN)")
     if "clip" in at or int(at.get("input_forget", 0)) or opt(7) is not None:
         raise ONNXImportError("clip, input_forget and peepholes are not supported")
     x = im.tensor(ins[0])
@@ -1291,8 +1293,8 @@ def _recurrent(im, node, ins, at):
         full = _simp(x.shape[0])
         if not (isinstance(lens, np.ndarray) and isinstance(full, int) and (lens == full).all()):
             raise ONNXImportError("sequence_lens shorter than the sequence are not supported")
-    cell = kind.lower()
-    gates = {"lstm": 4, "gru": 3, "rnn": 1}[cell]
+    cell = "rnn_relu" if relu else kind.lower()
+    gates = {"lstm": 4, "gru": 3, "rnn": 1, "rnn_relu": 1}[cell]
     H = int(at["hidden_size"])
     w, r, b = ins[1], ins[2], opt(3)
     h0, c0 = opt(5), opt(6)

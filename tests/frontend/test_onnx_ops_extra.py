@@ -163,7 +163,8 @@ def test_eye_like_and_reverse_sequence():
 
 @pytest.mark.parametrize("kind,attrs", [("LSTM", {}), ("LSTM", {"direction": "bidirectional"}),
                                         ("GRU", {"direction": "reverse"}), ("GRU", {"linear_before_reset": 1}),
-                                        ("RNN", {"direction": "bidirectional"})])
+                                        ("RNN", {"direction": "bidirectional"}),
+                                        ("RNN", {"activations": ["Relu"]})])
 def test_recurrent_layers(kind, attrs):
     """LSTM / GRU / RNN (forward, reverse, bidirectional; GRU's linear_before_reset) with biases and initial
     states: Y, Y_h (and Y_c) on a symbolic sequence length."""

@@ -571,20 +571,22 @@ class Recurrent(nn.Module):
         self.lstm = nn.LSTM(3, 4, num_layers=2, bidirectional=True, batch_first=True)
         self.gru = nn.GRU(3, 5, num_layers=2)
         self.rnn = nn.RNN(3, 4, bidirectional=True)
+        self.relu = nn.RNN(3, 4, nonlinearity="relu", batch_first=True)
         self.plain = nn.LSTM(3, 4, bias=False)
 
     def forward(self, x):
         a, (h, c) = self.lstm(x)
         b, hb = self.gru(x)
         r, hr = self.rnn(x)
+        q, hq = self.relu(x)
         e, _ = self.plain(x, (torch.ones(1, 5, 4), torch.zeros(1, 5, 4)))
-        return a, h, c, b, hb, r, hr, e
+        return a, h, c, b, hb, r, hr, q, hq, e
 
 
 @pytest.mark.filterwarnings("ignore:The tensor attributes self")   # (torch.export about nn.RNNBase's _flat_weights)
 @pytest.mark.parametrize("how", ["fx", "export", "decomposed"])
 def test_lstm_gru_rnn_match_pytorch(how):
-    """nn.LSTM (2 layers, bidirectional, batch first), nn.GRU (2 layers), nn.RNN (bidirectional) and an
+    """nn.LSTM (2 layers, bidirectional, batch first), nn.GRU (2 layers), nn.RNN (bidirectional; relu) and an
     LSTM without biases from a given state: outputs and final states, through torch.fx (module calls),
     torch.export (aten.lstm / gru / rnn_tanh) and the decomposed program."""
     torch.manual_seed(0)

@@ -7,7 +7,7 @@ import pytest
 from builder.nn import op
 from helpers.functional import export, jit
 
-GATES = {"lstm": 4, "gru": 3, "rnn": 1}
+GATES = {"lstm": 4, "gru": 3, "rnn": 1, "rnn_relu": 1}
 
 
 def sigmoid(v):
@@ -34,13 +34,15 @@ def reference(cell, xw, r, rb, h0, c0, reverse, lbr):
             else:
                 n = np.tanh(part(x, 2) + (rr * h) @ r[2 * H:].T + rb[2 * H:])
             h = (1 - z) * n + z * h
+        elif cell == "rnn_relu":
+            h = np.maximum(x + hr, 0.0)
         else:
             h = np.tanh(x + hr)
         ys[t] = h
     return [ys, h] + ([c] if cell == "lstm" else [])
 
 
-@pytest.mark.parametrize("cell,lbr", [("lstm", False), ("gru", False), ("gru", True), ("rnn", False)])
+@pytest.mark.parametrize("cell,lbr", [("lstm", False), ("gru", False), ("gru", True), ("rnn", False), ("rnn_relu", False)])
 @pytest.mark.parametrize("reverse", [False, True])
 def test_recurrence_matches_numpy(cell, lbr, reverse):
     H, G = 4, GATES[cell]

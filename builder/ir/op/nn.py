@@ -425,8 +425,8 @@ def infer_rope(call: Call) -> StructInfo:
 
 
 #: Recurrent cells (``R.nn.rnn``'s ``cell``) -> gates per hidden unit, in ONNX's order: LSTM i, o, f, c; GRU
-#: z, r, h; RNN one.
-RNN_CELLS = {"lstm": 4, "gru": 3, "rnn": 1}
+#: z, r, h; RNN one (tanh; ``rnn_relu``: ReLU).
+RNN_CELLS = {"lstm": 4, "gru": 3, "rnn": 1, "rnn_relu": 1}
 
 
 def infer_rnn(call: Call) -> StructInfo:

@@ -719,7 +719,8 @@ def rnn_recurrence(xw: Tensor, r: Tensor, rb: Tensor, h0: Tensor, c0: Tensor | N
     """One direction of a recurrent layer over inputs already projected (``xw = x @ W^T + W_bias``, (S, B,
     G * H)): ``R.nn.rnn(xw, r, rb, h0[, c0], cell=..., reverse=..., linear_before_reset=...)``, the tuple
     ``(y (S, B, H), h_last (B, H)[, c_last (B, H)])``. ``cell`` ``"lstm"`` (G = 4, gates i, o, f, c, needs
-    ``c0``), ``"gru"`` (G = 3, z, r, h; ``linear_before_reset`` as PyTorch's GRU) or ``"rnn"`` (G = 1, tanh);
+    ``c0``), ``"gru"`` (G = 3, z, r, h; ``linear_before_reset`` as PyTorch's GRU), ``"rnn"`` (G = 1, tanh) or
+    ``"rnn_relu"`` (G = 1, ReLU);
     ``r`` (G * H, H) and ``rb`` (G * H,) the recurrent weight and bias in that gate order (ONNX's); ``reverse``
     runs from the last step to the first (``y`` stays in input order). Formulas and sources:
     :mod:`builder.te.topi.recurrent`. Raises ValueError / TypeError for shapes or dtypes that do not fit."""

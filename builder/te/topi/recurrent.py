@@ -12,7 +12,7 @@ f, c`` (Hochreiter & Schmidhuber 1997, with the forget gate of Gers et al. 2000)
     GRU   z, r = sigmoid(...);  h~ = tanh(xw_h + r * (h R_h^T + rb_h))   (linear_before_reset, PyTorch's)
                                 h~ = tanh(xw_h + (r * h) R_h^T + rb_h)   (ONNX's default)
           h' = (1 - z) * h~ + z * h
-    RNN   h' = tanh(xw + h R^T + rb)
+    RNN   h' = tanh(xw + h R^T + rb)        (rnn_relu: max(0, ...))
 
 Sums run in float32 (float64 for float64 data). Shapes: ``xw`` (S, B, G * H), ``r`` (G * H, H), ``rb``
 (G * H,), ``h0`` / ``c0`` (B, H); outputs ``y`` (S, B, H) (each step's hidden state, in input order when
@@ -53,6 +53,7 @@ def rnn_prim_func(xw: Tensor, r: Tensor, rb: Tensor, h0: Tensor, c0: Tensor | No
     b, j, k, t, g = (E.Var(v, "int64") for v in ("b", "j", "k", "t", "g"))
     tt = E.Var("tt", "int64")
     one_c = E.const(1.0, cd)
+    zero = E.const(0.0, cd)
 
     def ld(buf, *idx):
         return tir.BufferLoad(buf, list(idx))
@@ -94,6 +95,8 @@ def rnn_prim_func(xw: Tensor, r: Tensor, rb: Tensor, h0: Tensor, c0: Tensor | No
             stmts.append(matvec(rh, 2 * H, H))
             cand = tir.tanh(x_at(2) + hr_at(2))
         update = tir.BufferStore(h, (one_c - z_g) * cand + z_g * ld(h, b, j), [b, j])
+    elif cell == "rnn_relu":
+        update = tir.BufferStore(h, tir.maximum(x_at(0) + hr_at(0), zero), [b, j])
     else:
         update = tir.BufferStore(h, tir.tanh(x_at(0) + hr_at(0)), [b, j])
     stmts.append(tir.For(b, 0, B, "serial", tir.For(j, 0, H, "serial", tir.SeqStmt([
