@@ -1,14 +1,15 @@
-"""Time the Whisper stem (Conv1D 80 -> 384, kernel 3, padding 1, + GELU; Conv1D 384 -> 384, kernel 3,
-stride 2, + GELU; batch 1, 3000 frames) and the whole ``recipes/whisper_tiny_encoder.yaml`` forward,
+"""Time the issue's Conv1D row by itself (80 -> 384, kernel 3, padding 1; batch 1, 3000 frames), the Whisper
+stem (that Conv1D + GELU; Conv1D 384 -> 384, kernel 3, stride 2, + GELU) and the whole
+``recipes/whisper_tiny_encoder.yaml`` forward,
 with the Conv1D GEMM lowering (:class:`builder.transform.ConvToGemm`, issue 15) and without it (the
 reference loops of ``topi.conv1d``), interleaved run by run in one process.
 
     python benchmarks/bench_conv.py              # stem and encoder
-    python benchmarks/bench_conv.py --stem       # the stem only
+    python benchmarks/bench_conv.py --stem       # the Conv1D and the stem only
     python benchmarks/bench_conv.py --kernels    # also the time of each kernel of the stem
 
-Reported per row: median and best of ``--runs`` runs (ms) and the stem's GFLOP/s (2 * MACs of the
-two convolutions: 1.88 GFLOP), against the float32 FMA peak measured in the same run on all the
+Reported per row: median and best of ``--runs`` runs (ms) and, for the Conv1D and the stem, GFLOP/s (2 * MACs
+of the convolutions: 0.553 and 1.88 GFLOP), against the float32 FMA peak measured in the same run on all the
 pool's threads (``bench_mlp.compute_peak``: independent FMA chains; e.g. 200 GFLOP/s = 2 Zen 3
 cores x 2 FMA ports x 8 lanes x 2 x ~3.1 GHz), or the one given by ``--peak`` (GFLOP/s).
 On a shared machine take the best-of column (the median includes other processes' load).
@@ -53,6 +54,20 @@ functions:
       return permute_dims(gelu(conv2(x)), [0, 2, 1])
 """
 STEM_FLOPS = 2 * 384 * 80 * 3 * 3000 + 2 * 384 * 384 * 3 * 1500
+# the issue's row by itself: "Conv1D 80 -> 384, k3, 3000 frames" (no activation; channels-first output)
+CONV1 = """\
+name: whisper_conv1
+model:
+  layers:
+    conv1: {type: Conv1D, in_channels: 80, out_channels: 384, kernel_size: 3, padding: 1}
+functions:
+  forward:
+    inputs:
+      input_features: {shape: [batch, 80, frames], dtype: float32}
+    forward: |
+      return conv1(input_features)
+"""
+FLOPS = {"conv1": 2 * 384 * 80 * 3 * 3000, "stem": STEM_FLOPS}
 
 
 
@@ -152,7 +167,7 @@ def numpy_gemms(runs: int) -> float:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--stem", action="store_true", help="the stem only")
+    ap.add_argument("--stem", action="store_true", help="the Conv1D and the stem only (no encoder)")
     ap.add_argument("--kernels", action="store_true", help="per-kernel times of the stem")
     ap.add_argument("--runs", type=int, default=10)
     ap.add_argument("--no-torch", action="store_true", help="no torch anchor for the encoder")
@@ -172,7 +187,10 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         stem = Path(tmp) / "whisper_stem.yaml"
         stem.write_text(STEM)
-        cases = [("stem", stem)] + ([] if args.stem else [("encoder", ROOT / "recipes" / "whisper_tiny_encoder.yaml")])
+        conv1 = Path(tmp) / "whisper_conv1.yaml"
+        conv1.write_text(CONV1)
+        cases = [("conv1", conv1), ("stem", stem)] + (
+            [] if args.stem else [("encoder", ROOT / "recipes" / "whisper_tiny_encoder.yaml")])
         for label, path in cases:
             models = {"loops": build(path, False), "gemm": build(path, True)}
             for prec in args.matmul_precision:
@@ -200,9 +218,10 @@ def main() -> None:
             for k, ts in runs.items():
                 med, best = float(np.median(ts)) * 1e3, min(ts) * 1e3
                 extra = ""
-                if label == "stem":
-                    extra = (f"  {STEM_FLOPS / best / 1e6:6.1f} GFLOP/s best "
-                             f"({STEM_FLOPS / best / 1e6 / args.peak:.0%} of {args.peak:.0f})")
+                if label in FLOPS:
+                    extra = (f"  {FLOPS[label] / best / 1e6:6.1f} GFLOP/s best, {FLOPS[label] / med / 1e6:6.1f} median "
+                             f"({FLOPS[label] / best / 1e6 / args.peak:.0%} / "
+                             f"{FLOPS[label] / med / 1e6 / args.peak:.0%} of {args.peak:.0f})")
                 if k != "gemm" and "gemm" in runs:
                     extra += f"  ours (gemm) / {k}: {np.median(runs['gemm']) * 1e3 / med:.2f} (medians)"
                 print(f"{label:8s} {k:11s} median {med:9.2f} ms  best {best:9.2f} ms{extra}")
