@@ -30,7 +30,7 @@ from ..ir.expr import PrimExpr, Var
 from ..ir.tir import (Allocate, Block, BlockRealize, BufferStore, Evaluate, For,
                       IfThenElse, LetStmt, PrimFunc, SeqStmt, Stmt)
 
-__all__ = ["schedule", "fuse_rows", "mark_parallel", "PARALLEL_MIN_ELEMENTS"]
+__all__ = ["schedule", "fuse_rows", "mark_parallel", "tile_transposes", "PARALLEL_MIN_ELEMENTS", "TRANSPOSE_TILE"]
 
 #: Innermost iterations below which a parallel loop runs on the calling thread.
 PARALLEL_MIN_ELEMENTS = 1 << 15
@@ -272,10 +272,95 @@ def mark_parallel(func: PrimFunc) -> PrimFunc:
     return _with_root_body(func, root, SeqStmt.flatten(out))
 
 
+#: The side of the square tiles :func:`tile_transposes` walks (elements): 16 float32 = one 64-byte line.
+TRANSPOSE_TILE = 16
+
+
+def _transpose_nest(s: Stmt):
+    """``(loops, realize, src_last_level)`` when ``s`` is a perfect nest of serial loops from 0 whose
+    innermost block copies one buffer into another with its dims permuted (``out[i0, .., in] =
+    x[perm(i0, .., in)]``, maybe converted), every iterator spatial and bound to its loop's variable, and
+    the source's last index is not the innermost loop (a transpose: one side strided); else None."""
+    loops = []
+    while isinstance(s, For):
+        if s.kind != "serial" or not (isinstance(s.min, E.IntImm) and s.min.value == 0):
+            return None
+        loops.append(s)
+        s = s.body
+    if len(loops) < 2 or not isinstance(s, BlockRealize):
+        return None
+    blk = s.block
+    lvars = [f.loop_var for f in loops]
+    if (blk.init is not None or blk.alloc_buffers or len(blk.iter_vars) != len(loops)
+            or not (isinstance(s.predicate, E.IntImm) and s.predicate.value == 1)
+            or any(iv.kind != "S" for iv in blk.iter_vars)
+            or any(not (val is lv) for val, lv in zip(s.iter_values, lvars))):
+        return None
+    st = blk.body
+    if not isinstance(st, BufferStore):
+        return None
+    value = st.value.value if isinstance(st.value, E.Cast) else st.value
+    ivars = [iv.var for iv in blk.iter_vars]
+    if not isinstance(value, tir.BufferLoad) or value.buffer is st.buffer:
+        return None
+    if len(st.indices) != len(ivars) or not all(a is b for a, b in zip(st.indices, ivars)):
+        return None
+    src = list(value.indices)
+    if len(src) != len(ivars) or not all(any(i is v for v in ivars) for i in src) or \
+            len({id(i) for i in src}) != len(src):
+        return None
+    level = next(k for k, v in enumerate(ivars) if v is src[-1])
+    if level == len(loops) - 1:
+        return None   # the last dims agree: rows are copied contiguously already
+    return loops, s, level
+
+
+def tile_transposes(func: PrimFunc) -> PrimFunc:
+    """Walk the top-level nests that transpose (:func:`_transpose_nest`) in square tiles of
+    :data:`TRANSPOSE_TILE` over the two dims that are innermost on either side -- the output's last dim
+    and the dim the source's last index runs over -- so that each tile reads and writes whole cache lines
+    (a column-by-column walk touched one line per element on the strided side). The tiles of the
+    source's dim are the outer loop, marked ``parallel`` (the copy writes each element once); the other
+    dims keep their order; a predicate masks the tiles past the end. An NWC -> NCW transpose of 3000 x
+    384 float32 took 0.83 ms in the plain nest (Intel Xeon, 2 threads)."""
+    root = _root(func)
+    if root is None:
+        return func
+    body = root.block.body
+    stmts = list(body.seq) if isinstance(body, SeqStmt) else [body]
+    out, changed = [], False
+    T = TRANSPOSE_TILE
+    for st in stmts:
+        found = _transpose_nest(st)
+        if found is None:
+            out.append(st)
+            continue
+        loops, realize, p = found
+        last = len(loops) - 1
+        ext_p, ext_l = loops[p].extent.astype("int64"), loops[last].extent.astype("int64")
+        po, pi, lo, li = (Var(f"{loops[k].loop_var.name}_{t}", "int64")
+                          for k, t in ((p, "o"), (p, "i"), (last, "o"), (last, "i")))
+        vp, vl = po * T + pi, lo * T + li
+        values = list(realize.iter_values)
+        values[p], values[last] = vp.astype(loops[p].loop_var.dtype), vl.astype(loops[last].loop_var.dtype)
+        pred = E.And(E.LT(vp, ext_p), E.LT(vl, ext_l))
+        nest: Stmt = For(lo, 0, (ext_l + (T - 1)) // T, "serial", For(pi, 0, T, "serial", For(
+            li, 0, T, "serial", BlockRealize(values, pred, realize.block))))
+        for k in reversed(range(len(loops))):
+            if k not in (p, last):
+                f = loops[k]
+                nest = For(f.loop_var, f.min, f.extent, "serial", nest, f.annotations)
+        out.append(For(po, 0, (ext_p + (T - 1)) // T, "parallel", nest))
+        changed = True
+    if not changed:
+        return func
+    return _with_root_body(func, root, SeqStmt.flatten(out))
+
+
 def schedule(func: PrimFunc) -> PrimFunc:
-    """:func:`fuse_rows` then :func:`mark_parallel`; a function that fails verification after
-    a rewrite (it should not) is returned unchanged."""
-    out = mark_parallel(fuse_rows(func))
+    """:func:`fuse_rows`, :func:`tile_transposes` then :func:`mark_parallel`; a function that fails
+    verification after a rewrite (it should not) is returned unchanged."""
+    out = mark_parallel(tile_transposes(fuse_rows(func)))
     if out is func:
         return func
     try:

@@ -1109,6 +1109,39 @@ def test_norm_and_softmax_make_one_pass_per_row():
     assert lower(schedule(g)).script().count("for i0 in T.parallel(n)") == 1
 
 
+@pytest.mark.parametrize("shape,axes,dtype", [
+    ((1, 37, 50), (0, 2, 1), "float32"),       # NWC -> NCW, tails of both tiles
+    ((2, 3, 20, 17), (0, 2, 3, 1), "float32"),  # NCHW -> NHWC
+    ((2, 5, 18, 33), (0, 3, 1, 2), "float16"),  # NHWC -> NCHW: a dim between the two tiled ones
+    ((33, 18), (1, 0), "int64"),
+    ((3, 16, 32), (2, 1, 0), "float32"),        # exact tiles
+])
+def test_transposes_walk_tiles_and_match_numpy(shape, axes, dtype):
+    """A permute whose innermost dim differs on the two sides runs in 16 x 16 tiles (the source's tiles
+    outermost and parallel, a predicate past the ends); the result is numpy's transpose for odd sizes,
+    16-bit and integer dtypes, symbolic dims, on one thread and on all. A permute keeping the last dim is
+    left as it was (its rows are contiguous copies)."""
+    names = [te.var(f"d{i}") for i in range(len(shape))]
+    x = te.placeholder(names, dtype, name="x")
+    f = te.create_prim_func([x, topi.permute_dims(x, list(axes))])
+    text = lower(schedule(f)).script()
+    assert "_o in T.parallel(" in text and "16, 16):" in text and "_i < " in text, text   # tiles, masked ends
+    keep = te.placeholder((te.var("a"), te.var("b"), 8), "float32", name="k")
+    assert "_o in T.parallel(" not in lower(schedule(te.create_prim_func([keep, topi.permute_dims(keep, [1, 0, 2])]))).script()
+    lib = build({"t": f}).load()
+    rng = np.random.default_rng(1)
+    X = (rng.standard_normal(shape) * 100).astype(dtype)
+    old = threadpool.get_num_threads()
+    try:
+        for nt in sorted({1, threadpool.pool_size()}):
+            threadpool.set_num_threads(nt)
+            y = np.zeros(tuple(shape[a] for a in axes), dtype)
+            lib["t"](X, y)
+            np.testing.assert_array_equal(y, np.transpose(X, axes))
+    finally:
+        threadpool.set_num_threads(old)
+
+
 def test_batch_and_row_loops_are_fused_into_one_parallel_loop():
     """A norm over (batch, rows, C) splits batch x rows over the threads (a batch of 1 gave one
     thread every row: Whisper's LayerNorm over 1 x 1500 x 384); an elementwise nest keeps its
