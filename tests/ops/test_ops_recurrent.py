@@ -75,3 +75,16 @@ def test_recurrence_shape_checks():
     with pytest.raises(ValueError, match="cell must be one of"):
         export(lambda x, r, b, h: op.rnn_recurrence(x, r, b, h, cell="mgu"), x=([2, 1, 4], "float32"),
                r=([4, 4], "float32"), b=([4], "float32"), h=([1, 4], "float32"))
+
+
+def test_recurrence_checks_symbolic_shapes_when_it_runs():
+    """Weights whose sizes are symbolic cannot be checked when the graph is built: a recurrent weight with
+    too few rows (or columns) is an error when the function runs, never a read past it."""
+    f = jit(lambda x, r, b, h: op.rnn_recurrence(x, r, b, h, cell="rnn"), x=([2, 1, 4], "float32"),
+            r=(["g", "k"], "float32"), b=([4], "float32"), h=([1, 4], "float32"))
+    xw, rb, h0 = np.zeros((2, 1, 4), np.float32), np.zeros(4, np.float32), np.zeros((1, 4), np.float32)
+    y, h = f(xw, np.eye(4, dtype=np.float32), rb, h0)
+    np.testing.assert_allclose(y, 0.0)
+    for bad in (np.zeros((3, 4), np.float32), np.zeros((4, 2), np.float32)):
+        with pytest.raises(ValueError, match="do not fit the hidden size"):
+            f(xw, bad, rb, h0)

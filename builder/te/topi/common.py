@@ -13,6 +13,7 @@ import builtins
 from typing import Callable, Sequence, Union
 
 from ...ir import expr as E
+from ...ir import tir
 from ...ir.expr import PrimExpr
 from ...ir.op.common import fmt_shape, static_int
 from .. import tensor as _te
@@ -206,3 +207,18 @@ def norm_acc_dtype(dtype: str) -> str:
 def zero_index() -> PrimExpr:
     """The int64 constant 0 (an index or offset)."""
     return E.IntImm(0, "int64")
+
+
+def assert_dims_le(pairs, what: str) -> list:
+    """Statements for the top of a hand-written PrimFunc (scatters, recurrences): for each ``(a, b)`` of
+    ``pairs`` (dims) a check that ``a <= b`` when the code runs (``T.evaluate(T.assert_le(a, b, what))``:
+    the function returns the error ``what`` instead of reading or writing out of bounds), unless it is
+    known statically."""
+    out = []
+    for a, b in pairs:
+        sa, sb = static_int(a), static_int(b)
+        if (sa is not None and sb is not None and sa <= sb) or E.prove_equal(E.convert(a), E.convert(b)):
+            continue
+        out.append(tir.Evaluate(E.Call("int64", "assert_le", [E.convert(a).astype("int64"),
+                                                              E.convert(b).astype("int64"), E.StringImm(what)])))
+    return out

@@ -24,7 +24,7 @@ from ...ir import expr as E
 from ...ir import tir
 from ...ir.op.nn import RNN_CELLS
 from ..tensor import Tensor
-from .common import cast_value, compute_dtype
+from .common import assert_dims_le, cast_value, compute_dtype
 
 __all__ = ["rnn_prim_func"]
 
@@ -110,7 +110,13 @@ def rnn_prim_func(xw: Tensor, r: Tensor, rb: Tensor, h0: Tensor, c0: Tensor | No
                                                                                        [b, j]))))
         fini.append(tir.For(b, 0, B, "serial", tir.For(j, 0, H, "serial", tir.BufferStore(
             c_out, cast_value(ld(c, b, j), dt), [b, j]))))
-    body: tir.Stmt = tir.SeqStmt(init + [tir.For(t, 0, S, "serial", step)] + fini)
+    # every read within its buffer whatever the shapes (symbolic dims the graph could not relate)
+    G = H * gates
+    pairs = [(G, xw.shape[2]), (G, r.shape[0]), (H, r.shape[1]), (G, rb.shape[0]), (B, h0.shape[0])]
+    if c0 is not None:
+        pairs += [(B, c0.shape[0]), (H, c0.shape[1])]
+    checks = assert_dims_le(pairs, "rnn: the weights, bias or states do not fit the hidden size")
+    body: tir.Stmt = tir.SeqStmt(checks + init + [tir.For(t, 0, S, "serial", step)] + fini)
     for buf in (rh, hr, c, h):
         if buf is not None:
             body = tir.Allocate(buf, body)

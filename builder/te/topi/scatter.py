@@ -18,7 +18,7 @@ from ...ir.expr import PrimExpr
 from ...ir.op.common import static_int
 from ...ir.op.manipulation import SCATTER_REDUCTIONS
 from ..tensor import Tensor
-from .common import cast_value, compute_dtype, normalize_axis
+from .common import assert_dims_le, cast_value, compute_dtype, normalize_axis
 from .transform import checked_index
 
 __all__ = ["scatter_elements_prim_func", "scatter_nd_prim_func"]
@@ -43,19 +43,6 @@ def _reduce(reduction: str, old: PrimExpr, new: PrimExpr) -> PrimExpr:
     if reduction == "min":
         return tir.minimum(old, new)
     raise ValueError(f"scatter: reduction must be one of {SCATTER_REDUCTIONS}, got {reduction!r}")
-
-
-def _assert_le(pairs, what: str) -> list[tir.Stmt]:
-    """Checks run before the loops that each ``(a, b)`` of ``pairs`` has ``a <= b`` (dims), unless known:
-    an error naming ``what`` instead of a read or write out of bounds."""
-    out = []
-    for a, b in pairs:
-        sa, sb = static_int(a), static_int(b)
-        if (sa is not None and sb is not None and sa <= sb) or E.prove_equal(E.convert(a), E.convert(b)):
-            continue
-        out.append(tir.Evaluate(E.Call("int64", "assert_le", [E.convert(a).astype("int64"),
-                                                              E.convert(b).astype("int64"), E.StringImm(what)])))
-    return out
 
 
 def _wrapped(j: PrimExpr, dim) -> PrimExpr:
@@ -95,9 +82,9 @@ def scatter_elements_prim_func(x: Tensor, indices: Tensor, updates: Tensor, axis
     ax = normalize_axis(axis, x.ndim, "scatter_elements")
     out = tir.Buffer("T_scatter_elements", x.shape, x.dtype)
 
-    checks = _assert_le([(indices.shape[d], updates.shape[d]) for d in range(x.ndim)],
+    checks = assert_dims_le([(indices.shape[d], updates.shape[d]) for d in range(x.ndim)],
                         "scatter_elements: the indices are larger than the updates")
-    checks += _assert_le([(indices.shape[d], x.shape[d]) for d in range(x.ndim) if d != ax],
+    checks += assert_dims_le([(indices.shape[d], x.shape[d]) for d in range(x.ndim) if d != ax],
                          "scatter_elements: the indices are larger than the data")
 
     def body(iv):
@@ -127,7 +114,7 @@ def scatter_nd_prim_func(x: Tensor, indices: Tensor, updates: Tensor, reduction:
     out = tir.Buffer("T_scatter_nd", x.shape, x.dtype)
 
     want = list(indices.shape[:-1]) + list(x.shape[q:])   # the updates' shape, both ways
-    checks = _assert_le(list(zip(updates.shape, want)) + list(zip(want, updates.shape)),
+    checks = assert_dims_le(list(zip(updates.shape, want)) + list(zip(want, updates.shape)),
                         "scatter_nd: the updates' shape is not the indices' leading dims then the data's last")
 
     def body(iv):   # iv runs over the updates' shape
