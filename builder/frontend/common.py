@@ -891,7 +891,8 @@ def identity(t, x, *args, **kwargs):
     return x
 
 
-def dropout(t, x, p=0.5, train=False, inplace=False):
+def dropout(t, x, p=0.5, train=False, inplace=False, *, training=None):
+    """Dropout of every kind at inference: the identity (``train`` / ``training`` are not followed)."""
     return x
 
 
@@ -1399,6 +1400,82 @@ def pixel_shuffle(t, x, upscale_factor):
     cr = E.simplify(E.convert(c) // (r * r))
     y = op.permute_dims(op.reshape(x, [n, cr, r, r, h, w]), [0, 1, 4, 2, 5, 3])
     return op.reshape(y, [n, cr, E.simplify(E.convert(h) * r), E.simplify(E.convert(w) * r)])
+
+
+def channel_shuffle(t, x, groups):
+    """``F.channel_shuffle`` / ``nn.ChannelShuffle`` (ShuffleNet, Zhang et al. 2018): (N, g * c, ...) viewed as
+    (N, g, c, ...), the two channel dims swapped, flattened back."""
+    g = int(groups)
+    n, ch = x.shape[0], x.shape[1]
+    per = E.simplify(E.convert(ch) // g)
+    rest = list(x.shape[2:])
+    y = op.reshape(x, [n, g, per] + rest)
+    y = op.permute_dims(y, [0, 2, 1] + list(range(3, 3 + len(rest))))
+    return op.reshape(y, [n, ch] + rest)
+
+
+def pairwise_distance(t, x1, x2, p=2.0, eps=1e-6, keepdim=False):
+    """``F.pairwise_distance``: the ``p``-norm of ``x1 - x2 + eps`` over the last dim."""
+    d = binary("add", binary("subtract", x1, x2), float(eps))
+    return vector_norm(t, d, p, [-1], keepdim)
+
+
+def broadcast_tensors(t, *tensors):
+    """``torch.broadcast_tensors``: every tensor broadcast to their common (numpy) shape."""
+    tensors = list(tensors[0]) if len(tensors) == 1 and isinstance(tensors[0], (list, tuple)) else list(tensors)
+    shape = tuple(tensors[0].shape)
+    for x in tensors[1:]:
+        shape = broadcast_shapes(shape, tuple(x.shape), "broadcast_tensors")
+    return [x if list(x.shape) == list(shape) else op.broadcast_to(x, list(shape)) for x in tensors]
+
+
+#: ATen's loss reductions by number (``at::Reduction``).
+ATEN_REDUCTIONS = {0: "none", 1: "mean", 2: "sum"}
+
+
+def aten_regression_loss(kind: str) -> Callable:
+    """The ATen form of :func:`regression_loss`: ``(self, target, reduction=1[, beta / delta])`` with the
+    reduction as ATen's number."""
+    run = regression_loss(kind)
+
+    def aten(t, x, target, reduction=1, limit=1.0):
+        extra = {"beta": limit} if kind == "smooth_l1_loss" else {"delta": limit} if kind == "huber_loss" else {}
+        return run(t, x, target, reduction=ATEN_REDUCTIONS[int(reduction)], **extra)
+    aten.__name__ = kind
+    return aten
+
+
+def _reduced(t, loss, reduction):
+    if reduction == "mean":
+        return op.mean(loss)
+    if reduction == "sum":
+        return op.sum(loss)
+    if reduction == "none":
+        return loss
+    raise UnsupportedNodeError(f"loss reduction {reduction!r}")
+
+
+def regression_loss(kind: str) -> Callable:
+    """``F.mse_loss`` / ``l1_loss`` / ``smooth_l1_loss`` (``beta``) / ``huber_loss`` (``delta``) of ``input`` and
+    ``target``, reduced by ``reduction`` (mean / sum / none), as PyTorch defines them."""
+    def run(t, x, target, size_average=None, reduce=None, reduction="mean", beta=1.0, delta=1.0, weight=None):
+        if size_average is not None or reduce is not None or weight is not None:
+            raise UnsupportedNodeError(f"{kind} with the legacy size_average / reduce or a weight")
+        d = binary("subtract", x, target)
+        a = op.abs(d)
+        if kind == "mse_loss":
+            loss = op.multiply(d, d)
+        elif kind == "l1_loss":
+            loss = a
+        else:
+            lim = float(beta if kind == "smooth_l1_loss" else delta)
+            quad = binary("multiply", op.multiply(d, d), 0.5 / lim if kind == "smooth_l1_loss" else 0.5)
+            lin = binary("subtract", a, 0.5 * lim) if kind == "smooth_l1_loss" else \
+                binary("multiply", binary("subtract", a, 0.5 * lim), lim)
+            loss = op.where(op.less(a, lim), quad, lin)
+        return _reduced(t, loss, reduction)
+    run.__name__ = kind
+    return run
 
 
 def pixel_unshuffle(t, x, downscale_factor):
@@ -2241,6 +2318,11 @@ TORCH_OPS: dict[str, Callable] = {
     "empty_like": lambda t, x, **kw: zeros_like(t, x, **{k: v for k, v in kw.items() if k != "memory_format"}),
     "new_empty": lambda t, x, *size_, **kw: new_zeros(t, x, *size_, **kw),
     "zero": lambda t, x: zeros_like(t, x),
+    "channel_shuffle": channel_shuffle, "native_channel_shuffle": channel_shuffle,
+    "feature_dropout": dropout, "alpha_dropout": dropout, "feature_alpha_dropout": dropout,
+    "pairwise_distance": pairwise_distance, "broadcast_tensors": broadcast_tensors,
+    "mse_loss": regression_loss("mse_loss"), "l1_loss": regression_loss("l1_loss"),
+    "smooth_l1_loss": regression_loss("smooth_l1_loss"), "huber_loss": regression_loss("huber_loss"),
     "im2col": unfold, "unfold": unfold_windows,   # (F.unfold is aten.im2col; aten.unfold is Tensor.unfold)
     "lstm": recurrent("lstm"), "gru": recurrent("gru"), "rnn_tanh": recurrent("rnn"), "rnn_relu": recurrent("rnn_relu"),
     "index_put": index_put, "slice_scatter": slice_scatter, "select_scatter": select_scatter, "diagonal": diagonal,

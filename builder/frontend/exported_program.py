@@ -68,6 +68,7 @@ ATEN_OPS: dict[str, Callable] = {
     "_native_batch_norm_legit_no_training": C.aten_batch_norm_no_training,
     "mT": lambda t, x: C.transpose(t, x, -2, -1), "copy_": C.copy_,
     "mH": lambda t, x: C.transpose(t, x, -2, -1),   # (real tensors: the conjugate transpose is the transpose)
+    **{k: C.aten_regression_loss(k) for k in ("mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss")},
     "instance_norm": lambda t, x, w, b, rm, rv, use_input_stats, momentum, eps, cudnn=None: C.instance_norm(
         t, x, rm, rv, w, b, use_input_stats, momentum, eps),
     "upsample_nearest2d": C.upsample("nearest", False), "_upsample_nearest_exact2d": C.upsample("nearest-exact", False),

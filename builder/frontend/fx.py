@@ -311,6 +311,19 @@ def default_call_function_map() -> dict:
         F.softmax: o["softmax"], F.log_softmax: o["log_softmax"], F.pad: o["pad"], F.unfold: o["im2col"],
         F.scaled_dot_product_attention: o["scaled_dot_product_attention"],
         F.sigmoid: o["sigmoid"], F.tanh: o["tanh"],
+        # eval-mode dropouts are the identity; the in-place activations compute what the others do
+        F.dropout1d: o["dropout"], F.dropout2d: o["dropout"], F.dropout3d: o["dropout"], F.alpha_dropout: o["dropout"],
+        F.feature_alpha_dropout: o["dropout"], F.relu_: o["relu"], F.elu_: o["elu"], F.leaky_relu_: o["leaky_relu"],
+        F.hardtanh_: o["hardtanh"], F.selu_: o["selu"], F.celu_: o["celu"], F.threshold_: o["threshold"],
+        F.rrelu_: o["rrelu"],
+        # the deprecated upsample functions: interpolate (upsample_bilinear with align_corners=True, as PyTorch)
+        F.upsample: o["interpolate"], F.upsample_nearest: lambda t, x, size=None, scale_factor=None: o["interpolate"](
+            t, x, size, scale_factor, "nearest"),
+        F.upsample_bilinear: lambda t, x, size=None, scale_factor=None: o["interpolate"](
+            t, x, size, scale_factor, "bilinear", True),
+        F.channel_shuffle: o["channel_shuffle"], F.native_channel_shuffle: o["channel_shuffle"],
+        F.pairwise_distance: o["pairwise_distance"], F.mse_loss: o["mse_loss"], F.l1_loss: o["l1_loss"],
+        F.smooth_l1_loss: o["smooth_l1_loss"], F.huber_loss: o["huber_loss"],
         torch.sigmoid: o["sigmoid"], torch.tanh: o["tanh"], torch.relu: o["relu"],
     }
     if hasattr(F, "rms_norm"):
@@ -644,6 +657,9 @@ def default_call_module_map() -> dict:
         tnn.PReLU: lambda t, m, path, x: C.prelu(t, x, _w(t, m, path, "weight")),
         tnn.InstanceNorm1d: _instance_norm_module, tnn.InstanceNorm2d: _instance_norm_module,
         tnn.PixelShuffle: lambda t, m, path, x: C.pixel_shuffle(t, x, m.upscale_factor),
+        tnn.ChannelShuffle: lambda t, m, path, x: C.channel_shuffle(t, x, m.groups),
+        tnn.Dropout1d: _simple(o["identity"]), tnn.Dropout2d: _simple(o["identity"]),
+        tnn.Dropout3d: _simple(o["identity"]), tnn.AlphaDropout: _simple(o["identity"]),
         tnn.PixelUnshuffle: lambda t, m, path, x: C.pixel_unshuffle(t, x, m.downscale_factor),
         tnn.TransformerEncoderLayer: transformer_encoder_layer, tnn.TransformerEncoder: transformer_encoder,
     }

@@ -591,3 +591,30 @@ def test_lstm_gru_rnn_match_pytorch(how):
     torch.export (aten.lstm / gru / rnn_tanh) and the decomposed program."""
     torch.manual_seed(0)
     _against_pytorch(Recurrent().eval(), [torch.randn(2, 5, 3)], paths=[how], tol=1e-5)
+
+
+class Functional(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.shuffle = nn.ChannelShuffle(3)
+        self.drop = nn.Dropout2d(0.3)
+
+    def forward(self, x, y):
+        F = nn.functional
+        a = F.relu_(x.clone()) + F.leaky_relu_(x.clone(), 0.2) + F.hardtanh_(x.clone()) + F.elu_(x.clone())
+        b = self.shuffle(self.drop(x)) + F.channel_shuffle(x, 2) + F.dropout1d(x[0], training=False)
+        up = F.upsample_nearest(x, scale_factor=2) + F.upsample_bilinear(x, size=(8, 10)) + F.upsample(
+            x, scale_factor=2, mode="bilinear")
+        losses = torch.stack([F.mse_loss(x, y), F.l1_loss(x, y, reduction="sum"), F.smooth_l1_loss(x, y, beta=0.5),
+                              F.huber_loss(x, y, delta=0.7)])
+        return a, b, up, losses, F.mse_loss(x, y, reduction="none"), F.pairwise_distance(x[0, 0], y[0, 0])
+
+
+@pytest.mark.filterwarnings("ignore:`nn.functional.upsample")   # (deprecated in PyTorch: deliberately used)
+def test_functional_extras_match_pytorch():
+    """Eval-mode dropouts (identity), in-place activations, channel shuffle (module and function), the
+    deprecated upsample functions, regression losses with each reduction, pairwise distance -- through
+    torch.fx and torch.export."""
+    g = torch.Generator().manual_seed(12)
+    x, y = torch.randn(2, 6, 4, 5, generator=g), torch.randn(2, 6, 4, 5, generator=g)
+    _against_pytorch(Functional().eval(), [x, y], tol=2e-6)
