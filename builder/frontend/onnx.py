@@ -656,10 +656,10 @@ _UNARY = {"Relu": op.relu, "Sigmoid": op.sigmoid, "Tanh": op.tanh, "Exp": op.exp
           "Sqrt": op.sqrt, "Erf": op.erf, "Neg": op.negative, "Abs": op.abs, "Sin": op.sin, "Cos": op.cos,
           "Floor": op.floor, "Ceil": op.ceil, "Round": op.round, "Sign": op.sign, "Tan": op.tan, "Atan": op.atan,
           "Asin": op.asin, "Acos": op.acos}
-_UNARY_NP = {"Relu": lambda x: np.maximum(x, 0).astype(x.dtype), "Sigmoid": None, "Tanh": np.tanh, "Exp": np.exp,
-             "Log": np.log, "Sqrt": np.sqrt, "Erf": None, "Neg": np.negative, "Abs": np.abs, "Sin": np.sin,
-             "Cos": np.cos, "Floor": np.floor, "Ceil": np.ceil, "Round": np.round, "Sign": np.sign, "Tan": np.tan,
-             "Atan": np.arctan, "Asin": np.arcsin, "Acos": np.arccos}
+#: The unary ops that are exact on every dtype, folded when their input is a constant (shape arithmetic
+#: such as ``ceil(h / p) * p`` written in float): their numpy forms.
+_UNARY_EXACT_NP = {"Relu": lambda x: np.maximum(x, 0).astype(x.dtype), "Neg": np.negative, "Abs": np.abs,
+                   "Sign": np.sign, "Floor": np.floor, "Ceil": np.ceil, "Round": np.round}
 
 
 @_register(*_UNARY)
@@ -671,10 +671,9 @@ def _unary(im: _Importer, node, ins, at):
         vals = np.vectorize(f, otypes=[object])(x.vals)
         if not any(v is None for v in vals.ravel()):
             return _shape_value(vals, x.dtype)
-    # exact on every dtype, so folded (shape arithmetic such as ``ceil(h / p) * p`` written in float)
-    if isinstance(x, np.ndarray) and node.op_type in ("Neg", "Abs", "Relu", "Sign", "Floor", "Ceil", "Round") \
+    if isinstance(x, np.ndarray) and node.op_type in _UNARY_EXACT_NP \
             and (x.dtype.kind in "iu" or (x.dtype.kind == "f" and _fold_ok(x.shape))):
-        return _UNARY_NP[node.op_type](x).astype(x.dtype)
+        return _UNARY_EXACT_NP[node.op_type](x).astype(x.dtype)
     return _UNARY[node.op_type](im.tensor(x))
 
 

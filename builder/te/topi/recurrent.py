@@ -117,7 +117,8 @@ def rnn_prim_func(xw: Tensor, r: Tensor, rb: Tensor, h0: Tensor, c0: Tensor | No
         pairs += [(B, c0.shape[0]), (H, c0.shape[1])]
     checks = assert_dims_le(pairs, "rnn: the weights, bias or states do not fit the hidden size")
     body: tir.Stmt = tir.SeqStmt(checks + init + [tir.For(t, 0, S, "serial", step)] + fini)
-    for buf in (rh, hr, c, h):
+    needs_rh = cell == "gru" and not linear_before_reset
+    for buf in (rh if needs_rh else None, hr, c, h):
         if buf is not None:
             body = tir.Allocate(buf, body)
     params = [xw.buffer, r.buffer, rb.buffer, h0.buffer] + ([c0.buffer] if c0 is not None else [])
