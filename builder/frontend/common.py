@@ -2012,12 +2012,15 @@ def fmod(t, a, b):
 
 
 def logical_xor(t, a, b):
+    """``torch.logical_xor``: bool, true where exactly one operand is nonzero (numbers broadcast)."""
     a = to_tensor(a, "bool") if not is_tensor(a) else as_dtype(a, "bool")
     b = to_tensor(b, "bool") if not is_tensor(b) else as_dtype(b, "bool")
     return op.not_equal(a, b)
 
 
 def bitwise_xor(t, a, b):
+    """``torch.bitwise_xor`` / ``^`` of bool tensors (:func:`logical_xor`). Raises UnsupportedNodeError for
+    integer tensors."""
     if (is_tensor(a) and a.dtype != "bool") or (is_tensor(b) and b.dtype != "bool"):
         raise UnsupportedNodeError("bitwise xor of integer tensors (only bool tensors)")
     return logical_xor(t, a, b)
