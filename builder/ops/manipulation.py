@@ -25,7 +25,12 @@ def _astype(x, dtype):
 
 register_op("astype", infer_astype, ("dtype",), pattern=OpPattern.ELEMWISE, compute=_astype,
             legalize=te_rule(topi.astype, "cast", ("dtype",)), frontend="astype", in_recipes=True, doc="Convert to ``dtype``.")
-register_op("permute_dims", infer_permute_dims, ("axes",), pattern=INJECTIVE,
+def _permute_dims(x, axes=None):
+    return topi.permute_dims(x, None if axes is None else list(axes))
+
+
+# (the compute: kernel selection folds a transpose of a matmul's result into the kernel's store)
+register_op("permute_dims", infer_permute_dims, ("axes",), pattern=INJECTIVE, compute=_permute_dims,
             legalize=te_rule(topi.permute_dims, "transpose", ("axes",)), frontend="permute_dims", in_recipes=True,
             doc="Permute the dims (``numpy.transpose``).")
 register_op("reshape", infer_reshape, pattern=INJECTIVE, legalize=keep, frontend="reshape", in_recipes=True,

@@ -47,7 +47,9 @@ a full NCW operand is not transposed for it), so the bias and activation stay th
 twin is the twin; a following convolution reads its input's twin (``conv1d_im2col`` reads NWC as
 well as NCW). Whisper's stem (``gelu(conv1)``, ``gelu(conv2)``, then ``permute_dims(.., [0, 2, 1])``)
 so becomes two fused GEMM kernels and two im2col copies, with no transpose at all. Pending
-transposes nothing uses are removed (dead code elimination). A pointwise convolution (kernel 1,
+transposes nothing uses are removed (dead code elimination); one that stays (the NCW result is
+returned, or read by an op that is not elementwise) is folded into the GEMM's store by kernel
+selection (:class:`~builder.transform.SelectKernels`), so it costs no pass of its own. A pointwise convolution (kernel 1,
 stride 1, no padding) of an input with an NWC twin needs no columns at all: the twin is the GEMM's
 input.
 

@@ -9,7 +9,8 @@ A tree node is an :class:`~builder.ir.kernel.EpilogueOp` (a registered op whose 
 :class:`~builder.ir.kernel.EpilogueTensor` (any other tensor that broadcasts to the result without
 changing it). Inner values must be dataflow bindings used exactly once and of the result's shape
 (only leaves broadcast), so no value is computed twice; a path holds at most ``max_fuse_depth`` ops
-(TVM's ``max_fuse_depth``), so a kernel's expression stays bounded.
+(TVM's ``max_fuse_depth``), so a kernel's expression stays bounded. With matmul leaves the root may
+also be a ``permute_dims`` of such a tree: the kernel stores its outputs transposed.
 """
 from __future__ import annotations
 
@@ -164,9 +165,30 @@ class FusionMatcher:
         sinfo = var.struct_info
         if not isinstance(sinfo, TensorStructInfo) or sinfo.dtype not in FLOATS or sinfo.shape is None:
             return None
+        if self.linear and call.op.name == "relax.permute_dims":
+            return self._transposed(call)
         m = Match(list(sinfo.shape), offset=1 if self.linear else 0)
         m.tree = self._node(var, m, root=True, depth=0)
         return None if m.tree is None or isinstance(m.tree, EpilogueTensor) else m
+
+    def _transposed(self, call: rx.Call) -> Match | None:
+        """``permute_dims(t)`` of a single-use tree ``t`` with matmul leaves (kernel selection only):
+        the tree with the transpose as its root, which the kernel applies as it stores its outputs
+        (a Conv1D's NCW result straight from its NWC GEMM, no transpose pass), else None."""
+        inner = call.args[0]
+        s = inner.struct_info
+        if (not self._inner_ok(inner) or not isinstance(s, TensorStructInfo) or s.shape is None
+                or s.dtype not in FLOATS):
+            return None
+        axes = call.attrs.get("axes")
+        axes = tuple(range(s.ndim))[::-1] if axes is None else tuple(int(a) % s.ndim for a in axes)
+        m = Match(list(s.shape), offset=1)
+        node = self._node(inner, m, root=False, depth=1)
+        if node is None or not m.weights:
+            return None
+        m.ops.append("permute_dims")
+        m.tree = EpilogueOp(call.op.name, (node,), (("axes", axes),))
+        return m
 
     def _inner_ok(self, var: rx.Expr) -> bool:
         return isinstance(var, rx.Var) and self.uses[var] == 1 and var in self.dataflow

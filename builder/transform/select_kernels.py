@@ -7,7 +7,10 @@
    :class:`~builder.transform.patterns.FusionMatcher`, becomes one ``R.call_tir`` of
    :func:`builder.te.topi.linear_kernel` with a :class:`~builder.ir.kernel.LinearKernelSpec`, which
    the code generator compiles to a GEMV / GEMM with the epilogue applied per output tile
-   (``silu(x @ Wg.T) * (x @ Wu.T)``, LLaMA's gated MLP, streams both weights in one pass).
+   (``silu(x @ Wg.T) * (x @ Wu.T)``, LLaMA's gated MLP, streams both weights in one pass). A
+   ``permute_dims`` of such a tree is part of it: the kernel stores each output at its transposed
+   place (a Conv1D's NCW result from its NWC GEMM, :class:`~builder.transform.ConvToGemm`, without
+   a transpose pass over it).
 2. **a matmul left alone** (outside a dataflow block, or one the kernel does not take): a quantized
    weight becomes the fused ``dequantize_linear`` loops (also marked for the quantized GEMV / GEMM),
    a transposed 2-D weight the ``linear`` loops (the transpose is never materialized); any other

@@ -174,3 +174,35 @@ def test_executable_with_tiles_refused_without_the_os_grant(monkeypatch):
         check_target(target)
     monkeypatch.setattr(runtime_target, "_AMX", True)
     check_target(target)
+
+
+def test_transposed_store_on_tiles(amx):
+    """A transposed output (``permute_dims(x @ W.T + b)``, out (N, M), folded into the kernel's store)
+    at ``high`` and ``medium``: each 16-row tile's epilogue stores runs of rows; M up to 200 with
+    partial last tiles, N = 70 (a partial panel); the rows below ``amx3_min_rows`` on the float32 kernels."""
+    from builder import te
+    from builder.ir.kernel import KERNEL_ATTR, DenseWeight, EpilogueLinear, EpilogueOp, EpilogueTensor
+    from builder.te import topi
+
+    N, K = 70, 100
+    x = te.placeholder([te.var("m"), K], "float32", name="x")
+    w = te.placeholder((N, K), "float32", name="w0")
+    bias = te.placeholder((N,), "float32", name="bias")
+    tree = EpilogueOp("relax.permute_dims", (EpilogueOp("relax.add", (EpilogueLinear(0), EpilogueTensor(2))),),
+                      (("axes", (1, 0)),))
+    spec: list = []
+    out = topi.linear_kernel(x, w, bias, weights=[DenseWeight(1)], epilogue=tree, spec=spec)
+    f = te.create_prim_func([x, w, bias, out])
+    f.attrs[KERNEL_ATTR] = spec[0]
+    for precision, tol in (("high", 2e-5), ("medium", 2e-2)):
+        kernel, _, lib = _lib(f, precision)
+        assert "+amx" in kernel, kernel
+        for M in (17, 64, 95, 200):
+            rng = np.random.default_rng(M)
+            xa = rng.standard_normal((M, K), dtype=np.float32)
+            wa = rng.standard_normal((N, K), dtype=np.float32)
+            ba = rng.standard_normal(N, dtype=np.float32)
+            y = np.full((N, M), np.nan, np.float32)
+            lib["f"](xa, wa, ba, y)
+            ref = (xa.astype(np.float64) @ wa.T.astype(np.float64) + ba).T
+            assert _rel_err(y, ref) < tol, (precision, M)

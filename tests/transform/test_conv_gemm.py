@@ -85,6 +85,9 @@ def test_conv1d_gemm_matches_float64_symbolic(k, stride, pad, dil, dtype):
     f, kernels = compile_fn(lambda x, w, b: op.conv1d(x, w, b, stride=stride, padding=pad, dilation=dil),
                             x=(["n", 6, "l"], dtype), w=([10, 6, k], dtype), b=([10], dtype))
     assert_gemm(kernels)
+    # the NCW result is the GEMM's transposed store, no transpose pass
+    assert "fused_matmul_add_permute_dims" in kernels and not any(n.startswith("transpose") for n in kernels), \
+        families(kernels)
     lohi = pad if isinstance(pad, tuple) else (pad, pad)
     w, b = rand(10, 6, k, dtype=dtype), rand(10, dtype=dtype)
     for n, length in ((1, 13), (2, 30), (3, dil * (k - 1) + 1 - sum(lohi))):

@@ -483,14 +483,16 @@ class KFunc:
 
     # -- control flow
     @contextmanager
-    def loop(self, lo, hi, step: int = 1, name: str = "i", plain: bool = True, interleave: int = 0):
+    def loop(self, lo, hi, step: int = 1, name: str = "i", plain: bool = True, interleave: int = 0,
+             unroll: bool = True):
         """``for iv in range(lo, hi, step)`` (i64; ``step > 0``); yields ``iv``.
 
         ``plain`` loops carry loop metadata that turns LLVM's loop vectorizer and unroller off
         (see :func:`finalize_loop_metadata`): kernel loops are vectorized by construction, and
         letting LLVM also vectorize their scalar tails only multiplies code size and compile
         time. ``plain=False`` leaves a loop to LLVM (epilogues, conversions); ``interleave > 0``
-        then asks its vectorizer for that many interleaved vector iterations."""
+        then asks its vectorizer for that many interleaved vector iterations, ``unroll=False`` keeps
+        the unroller off it (a short constant trip count is vectorized, not unrolled into scalars)."""
         b = self.b
         lo = lo if isinstance(lo, ir.Value) else self.i64(lo)
         hi = hi if isinstance(hi, ir.Value) else self.i64(hi)
@@ -510,6 +512,8 @@ class KFunc:
         br = b.branch(header)
         if plain:
             br.set_metadata("llvm.loop", plain_loop_metadata(self.module))
+        elif not unroll:
+            br.set_metadata("llvm.loop", no_unroll_loop_metadata(self.module))
         elif interleave:
             br.set_metadata("llvm.loop", interleave_loop_metadata(self.module, interleave))
         b.position_at_end(exit_)

@@ -45,7 +45,8 @@ def register_op(name: str, infer: Callable, attrs: Sequence[str] = (), *, patter
     ``infer(call) -> StructInfo`` raises ValueError / TypeError naming the op; ``attrs`` is the printed
     attribute order; ``legalize(bb, call) -> Expr`` lowers a call (None: the op has no loop-level code
     here; LegalizeOps says so); ``compute(*te_tensors)`` is the topi compute of an elementwise op, which
-    fusion replays; ``intrinsic`` names the scalar intrinsic of a math op (:mod:`builder.ir.tir.intrinsics`);
+    fusion replays (also of ``permute_dims``, which kernel selection folds into a matmul's store);
+    ``intrinsic`` names the scalar intrinsic of a math op (:mod:`builder.ir.tir.intrinsics`);
     ``frontend`` the name of its ``nn.op`` function; ``in_recipes`` whether a recipe's ``forward:`` may
     call that function (recipes are untrusted input: an op is offered there once its argument checks
     and bounds are known to hold for any arguments).

@@ -5,6 +5,7 @@ A mixin of :class:`~.emitter.LinearEmitter`: its methods use the emitter's state
 shared-helper cache)."""
 from __future__ import annotations
 
+import math
 
 from llvmlite import ir
 
@@ -134,6 +135,7 @@ class GemmFloat:
             return self._gemm_i8(kf, st, u0, u1)
         b = kf.b
         NR, KC, MR = self.NR, self.KC, self.MR
+        G = math.lcm(MR, self.lanes)
         M, N, K = st.M, st.N, st.K
         mc = st.extra.get("mc", M)   # (float weights only; else one chunk)
         npanels = kf.sdiv(kf.add(N, NR - 1), NR)
@@ -189,12 +191,19 @@ class GemmFloat:
                     # after the last block of the last weight, each row block's epilogue right
                     # after its micro-kernel, while its accumulators are in L1 (a pass over the
                     # panel's M x NR accumulators after the loop read them back from L2 or L3)
+                    # (a transposed output with rows contiguous: after every G rows, the G rows' epilogue,
+                    # G a multiple of the vector lanes, which it transposes in blocks; the rest below)
                     done = last if w == self.nw - 1 else ir.Constant(I1, 0)
                     with kf.loop(0, full_m, MR, "mt") as m0:
                         xp = kf.gep(xc, kf.add(kf.mul(m0, K), kb), xt)
                         b.call(micro[MR], [bp, xp, K, kcm, kf.gep(csw, kf.mul(m0, NR), F32), first])
-                        with kf.if_(done, "epi"):
-                            self._panel_epilogue(kf, ctx, cs, Mc, NR, n0, nr_eff, (m0, kf.i64(MR)), mlo)
+                        if self.rows_contiguous:
+                            end = kf.add(m0, MR)
+                            with kf.if_(b.and_(done, b.icmp_signed("==", b.srem(end, kf.i64(G)), kf.i64(0))), "epi"):
+                                self._panel_epilogue(kf, ctx, cs, Mc, NR, n0, nr_eff, (kf.sub(end, G), kf.i64(G)), mlo)
+                        else:
+                            with kf.if_(done, "epi"):
+                                self._panel_epilogue(kf, ctx, cs, Mc, NR, n0, nr_eff, (m0, kf.i64(MR)), mlo)
                         if decs[w] is not None:   # (row tiles: the hardware prefetcher follows them)
                             with kf.if_(pvalid, "pfn"):
                                 j = kf.sdiv(m0, MR)
@@ -207,9 +216,15 @@ class GemmFloat:
                     csr = kf.gep(csw, kf.mul(full_m, NR), F32)
                     kf.switch_const(rem, {t: (lambda t=t: b.call(micro[t], [bp, xp, K, kcm, csr, first]))
                                           for t in range(1, MR)}, f"mr{w}")
-                    with kf.if_(done, "epr"):
-                        self._panel_epilogue(kf, ctx, cs, Mc, NR, n0, nr_eff, (full_m, rem), mlo)
-            with kf.if_(b.icmp_signed("==", K, kf.i64(0)), "k0e"):   # no block ran: the zeros' epilogue
-                self._panel_epilogue(kf, ctx, cs, Mc, NR, n0, nr_eff, None, mlo)
+                    if not self.rows_contiguous:
+                        with kf.if_(done, "epr"):
+                            self._panel_epilogue(kf, ctx, cs, Mc, NR, n0, nr_eff, (full_m, rem), mlo)
+            if self.rows_contiguous:   # the rows past whole groups of G (all of them when K is 0)
+                start = b.select(b.icmp_signed("==", K, kf.i64(0)), kf.i64(0),
+                                 kf.mul(kf.sdiv(full_m, G), G))
+                self._panel_epilogue(kf, ctx, cs, Mc, NR, n0, nr_eff, (start, kf.sub(Mc, start)), mlo)
+            else:
+                with kf.if_(b.icmp_signed("==", K, kf.i64(0)), "k0e"):   # no block ran: the zeros' epilogue
+                    self._panel_epilogue(kf, ctx, cs, Mc, NR, n0, nr_eff, None, mlo)
         b.call(free, [raw])
         b.ret(ir.Constant(I32, 0))

@@ -144,7 +144,10 @@ class WeightPlan:
 
 @dataclass
 class LinearPlan:
-    """A validated ``linear`` kernel: param indices, the weights' plans, the epilogue."""
+    """A validated ``linear`` kernel: param indices, the weights' plans, the epilogue. ``lead_vars`` /
+    ``n_var`` are the output block's iter vars that index the products' leading dims and their
+    last (N) dim: the output's own order, or permuted where the output is a transpose of the
+    products (``transposed``; a ``permute_dims`` folded into the kernel's store)."""
 
     x: int
     out: int
@@ -154,6 +157,9 @@ class LinearPlan:
     n_var: Var
     value: PrimExpr
     params: list[Buffer] = field(default_factory=list)
+    acc_shape: list = field(default_factory=list)   # the products: (x's leading dims, N)
+    transposed: bool = False   # the output is a transpose of acc_shape (stored at its own strides)
+    out_vars: list = field(default_factory=list)   # the output block's iter vars, in the output's order
     variant: str = ""
     simd: SimdInfo | None = None   # set when planned for narrower vectors than the target's
 
@@ -307,9 +313,24 @@ def _plan_linear(func: PrimFunc, simd: SimdInfo) -> LinearPlan | str:
         return "one or two weights with one accumulator each"
     if x.dtype not in ("float32", "float16", "bfloat16"):
         return f"input dtype {x.dtype}"
-    if x.ndim < 1 or out.ndim != x.ndim or not _same_dims(x.shape[:-1], out.shape[:-1]):
+    if x.ndim < 1 or out.ndim != x.ndim:
         return "input / output shapes"
-    n_dim, k_dim = out.shape[-1], x.shape[-1]
+    blocks = {b.name: b for b in _blocks(func)}
+    if "root" in blocks:
+        del blocks["root"]
+    acc_blocks = []
+    for name in acc_names:
+        blk = blocks.get(name)
+        if blk is None or blk.init is None or len(blk.writes) != 1:
+            return f"accumulator block {name!r}"
+        abuf = blk.writes[0].buffer
+        # the accumulators: (x's leading dims, N) in float32; the output is that or a transpose of it
+        if (abuf.dtype != "float32" or abuf.ndim != x.ndim or not _same_dims(abuf.shape[:-1], x.shape[:-1])
+                or not _same_dims(abuf.shape, acc_blocks[0].writes[0].buffer.shape if acc_blocks else abuf.shape)):
+            return f"accumulator {abuf.name} must be float32 of x's leading dims and N"
+        acc_blocks.append(blk)
+    acc_shape = list(acc_blocks[0].writes[0].buffer.shape)
+    n_dim, k_dim = acc_shape[-1], x.shape[-1]
     for w in weights:
         if w.format == "dense":
             wb = params[w.w]
@@ -358,18 +379,6 @@ def _plan_linear(func: PrimFunc, simd: SimdInfo) -> LinearPlan | str:
     if len({(w.bits, w.zero_point, w.group_size, w.activation)
             for w in weights if w.format == "group" and w.row_tile}) > 1:
         return "row-tiled weights with different bits, zero points, group sizes or activations in one kernel"
-    blocks = {b.name: b for b in _blocks(func)}
-    if "root" in blocks:
-        del blocks["root"]
-    acc_blocks = []
-    for name in acc_names:
-        blk = blocks.get(name)
-        if blk is None or blk.init is None or len(blk.writes) != 1:
-            return f"accumulator block {name!r}"
-        abuf = blk.writes[0].buffer
-        if abuf.dtype != "float32" or not _same_dims(abuf.shape, out.shape):
-            return f"accumulator {abuf.name} must be float32 of the output shape"
-        acc_blocks.append(blk)
     for blk, w in zip(acc_blocks, weights):
         abuf = blk.writes[0].buffer
         reads = {id(ld.buffer) for ld in _stmt_loads(blk.body)} - {id(abuf)}
@@ -387,10 +396,10 @@ def _plan_linear(func: PrimFunc, simd: SimdInfo) -> LinearPlan | str:
         if len(weights) != 1 or out.dtype != "float32":
             return "an accumulating output block needs one float32 weight"
         spatial = [iv.var for iv in ob.iter_vars if iv.kind == "S"]
-        if len(spatial) != out.ndim:
+        if len(spatial) != out.ndim or not _same_dims(acc_shape, out.shape):
             return "output block iterators"
         return LinearPlan(spec.x, spec.out, weights, acc_vars, spatial[:-1], spatial[-1],
-                          acc_vars[0], params)
+                          acc_vars[0], params, acc_shape=acc_shape)
     store = ob.body
     if (not isinstance(store, BufferStore) or store.buffer is not out or ob.init is not None
             or len(ivars) != out.ndim or any(iv.kind != "S" for iv in ob.iter_vars)
@@ -398,6 +407,9 @@ def _plan_linear(func: PrimFunc, simd: SimdInfo) -> LinearPlan | str:
         return "output block is not out[i, ..., n] = f(...)"
     param_ids = {id(p) for p in params} - {id(out)}
     bad: list[str] = []
+    # the accumulators' element of output element ivars: acc[ivars[perm[0]], ..., ivars[perm[-1]]]
+    # (perm the identity, or the permutation of a transposed store)
+    perms: set = set()
 
     def same_element(i: PrimExpr, v: Var, dim: PrimExpr) -> bool:
         # a broadcast reads a dim of extent 1 at 0 (topi's numpy-style broadcasting)
@@ -406,12 +418,30 @@ def _plan_linear(func: PrimFunc, simd: SimdInfo) -> LinearPlan | str:
         d = E.simplify(dim)
         return isinstance(d, E.IntImm) and d.value == 1 and isinstance(i, E.IntImm) and i.value == 0
 
+    def acc_perm(idx) -> tuple | None:
+        if len(idx) != len(ivars):
+            return None
+        if all(same_element(i, v, d) for i, v, d in zip(idx, ivars, out.shape)):
+            return tuple(range(len(ivars)))
+        pos = [next((k for k, v in enumerate(ivars) if i is v), None) for i in idx]
+        # a dim of extent 1 may be read at 0: it pairs with an unused output dim of extent 1
+        free = [k for k in range(len(ivars)) if k not in pos and same_element(E.IntImm(0, "int64"), ivars[k],
+                                                                                 out.shape[k])]
+        for d, i in enumerate(idx):
+            if pos[d] is None and free and same_element(i, None, acc_shape[d]):
+                pos[d] = free.pop(0)
+        if None in pos or sorted(pos) != list(range(len(ivars))):
+            return None
+        return tuple(pos)
+
     def sub(ld: BufferLoad) -> PrimExpr:
         for buf, var in zip(acc_bufs, acc_vars):
             if ld.buffer is buf:
-                if len(ld.indices) != len(ivars) or not all(
-                        same_element(i, v, d) for i, v, d in zip(ld.indices, ivars, out.shape)):
+                perm = acc_perm(ld.indices)
+                if perm is None:
                     bad.append(f"{buf.name} read at another element")
+                else:
+                    perms.add(perm)
                 return var
         if id(ld.buffer) not in param_ids:
             bad.append(f"reads intermediate {ld.buffer.name}")
@@ -422,9 +452,15 @@ def _plan_linear(func: PrimFunc, simd: SimdInfo) -> LinearPlan | str:
     value = _map_loads(store.value, sub)
     if bad:
         return "epilogue " + bad[0]
+    if len(perms) > 1:
+        return "epilogue reads the accumulators transposed in different ways"
+    perm = perms.pop() if perms else tuple(range(len(ivars)))
+    if not all(E.prove_equal(acc_shape[d], out.shape[p]) for d, p in enumerate(perm)):
+        return "output shape is not the accumulators' (or their transpose)"
     allowed = set(ivars)
     if any(v not in allowed and v not in func.sym_vars for v in E.free_vars(value)
            if not any(v is a for a in acc_vars)):
         return "epilogue uses unknown variables"
-    return LinearPlan(spec.x, spec.out, weights, acc_vars, ivars[:-1], ivars[-1], value,
-                      params)
+    lead = [ivars[p] for p in perm]
+    return LinearPlan(spec.x, spec.out, weights, acc_vars, lead[:-1], lead[-1], value, params,
+                      acc_shape=acc_shape, transposed=perm != tuple(range(len(ivars))), out_vars=ivars)
