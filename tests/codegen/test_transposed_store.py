@@ -159,3 +159,29 @@ def test_transposed_store_with_no_products_and_no_rows():
             y = np.full((6, M), 7.0, np.float32)
             fn(np.zeros((M, K), np.float32), np.ones((6, K), np.float32), b, y)
             np.testing.assert_array_equal(y, np.broadcast_to(b[:, None], (6, M)))
+
+
+def test_transposed_store_of_a_linear_with_row_tiled_weights():
+    """An ``nn.Linear`` whose float weight is a model parameter (read in row tiles, TileWeights) with a
+    transposed result: the row tiles' GEMV rows and the GEMM's, against float64 numpy."""
+    class Net(nn.Module):
+        def __init__(self):
+            self.fc = nn.Linear(40, 48, bias=True)
+
+        def forward(self, x):
+            return op.permute_dims(op.gelu(self.fc(x)), [0, 2, 1])
+
+    net = Net()
+    w, b = rand(48, 40), rand(48)
+    net.fc.weight.data, net.fc.bias.data = w, b
+    m = net.jit({"forward": {"x": nn.spec.Tensor([2, "m", 40], "float32")}})
+    fam = {k: v["kernel"] for k, v in m.exe.kernels.items()}
+    assert any(v.startswith("linear/") and "tiles" in v for v in fam.values()), fam
+    assert not any(k.startswith("transpose") for k in fam), fam
+    from math import erf
+
+    gelu = np.vectorize(lambda v: 0.5 * v * (1 + erf(v / np.sqrt(2))))
+    for rows in (1, 9, 100):
+        x = rand(2, rows, 40)
+        want = gelu(x.astype(np.float64) @ w.T.astype(np.float64) + b).transpose(0, 2, 1)
+        np.testing.assert_allclose(m["forward"](x), want, rtol=1e-4, atol=1e-4)

@@ -21,7 +21,8 @@ from ...ir.relax import Op
 from ...ir.tir import BufferLoad as _BufferLoad, ExprMutator, expr_children
 from .. import tensor as _te
 from ..tensor import ComputeOp as _ComputeOp, Reduce as _Reduce, Tensor
-from .linear_algebra import linear
+from .linear_algebra import linear, matmul
+from .transform import permute_dims
 from .quantize import dequant_value, weight_rows
 
 __all__ = ["inline_injective", "linear_kernel", "replay"]
@@ -224,8 +225,14 @@ def linear_kernel(x: Tensor, *tensors: Tensor, weights: Sequence, epilogue=_kern
     inputs = (x, *tensors)
     lin = []
     for w in weights:
-        wt = _linear_weight(w, inputs)
         odt = out_dtype
+        if isinstance(w, _kernel.DenseWeight) and w.batched:
+            t = inputs[w.w]
+            if w.batched == 1:   # (*B, out, in): the matmul of x and its transpose (inlined: read as stored)
+                t = permute_dims(t, list(range(t.ndim - 2)) + [t.ndim - 1, t.ndim - 2])
+            lin.append(matmul(x, t, out_dtype=odt))
+            continue
+        wt = _linear_weight(w, inputs)
         if odt is None and isinstance(w, _kernel.GroupWeight):
             # the graph's dtype: that of x @ dequantize(q, s).T with the weight in the scale dtype
             odt = promote_dtype(x.dtype, inputs[w.scale].dtype)

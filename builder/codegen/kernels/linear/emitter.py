@@ -199,7 +199,13 @@ class LinearEmitter(GemvFloat, Bf16Dot, GemvInt8, GemvTiles, GemmFloat, GemmInt8
         # bfloat16 x and weights with an even static K (the vdpbf16ps variants): the tiles read the
         # weights' 32-bit words (pairs of columns) and x's rows as they are, no float32 round trip
         self.amx_words = self.amx_split == 1 and self.bf16dot and not self.tiled
+        # a batched weight (one matrix per batch of x's rows, DenseWeight.batched): the float GEMM for
+        # every M, its row chunks within one batch, the batch's matrix packed by each chunk
+        self.batched = plan.weights[0].batched if plan.weights[0].format == "dense" else 0
+        if self.batched:
+            self.MG = 0
         extra = ["M", "N", "K", "ntasks", "units"] + (["mc"] if self.row_chunks else [])
+        extra += ["mb", "cpb"] if self.batched else []
         extra += ["xa", "xtasks_amx"] if self.amx_split else []
         extra += [f"xq{i}" for i in range(len(self.qkeys))] + [f"xs{i}" for i in range(len(self.qkeys))]
         extra += [f"xi{i}" for i in range(len(self.ikeys))]
@@ -220,7 +226,8 @@ class LinearEmitter(GemvFloat, Bf16Dot, GemvInt8, GemvTiles, GemmFloat, GemmInt8
         desc, params = self.plan.weights[w], self.plan.params
         if desc.format == "dense":   # ld: the row length (K, also for row tiles: (N / 16, K, 16))
             wb = params[desc.w]
-            return [ptrs[desc.w], ir.Constant(PTR, None), em.typed(wb.shape[1], "int64"), kf.i64(0)]
+            ld = wb.shape[-1] if desc.batched else wb.shape[1]   # (batched: K, or N for (*B, K, N))
+            return [ptrs[desc.w], ir.Constant(PTR, None), em.typed(ld, "int64"), kf.i64(0)]
         q, s = params[desc.q], params[desc.scale]
         return [ptrs[desc.q], ptrs[desc.scale], em.typed(q.shape[1], "int64"),
                 em.typed(s.shape[1], "int64")]
@@ -383,7 +390,15 @@ class LinearEmitter(GemvFloat, Bf16Dot, GemvInt8, GemvTiles, GemmFloat, GemmInt8
         many = kf.smin(units, kf.mul(nthreads, tpt))
         ntasks = b.select(small, kf.i64(1), kf.smax(many, 1))
         values = {"M": M, "N": N, "K": K}
-        if self.row_chunks:
+        if self.batched:
+            # chunks of one batch's rows (``mb`` each): ``cpb`` per batch, a task per chunk
+            mb = em.typed(x.shape[-2], "int64")
+            mc, cpb = self._gemm_chunk_rows(kf, mb, K, nthreads)
+            chunks = kf.mul(b.sdiv(M, mb), cpb)   # (M > 0: mb > 0)
+            units = kf.mul(chunks, units)
+            ntasks = b.select(small, kf.i64(1), kf.smax(kf.smin(units, kf.mul(nthreads, tpt)), 1))
+            values.update(mc=mc, mb=mb, cpb=cpb)
+        elif self.row_chunks:
             # the GEMM in row chunks: a task is one chunk's rows through every panel
             mc, nch = self._gemm_chunk_rows(kf, M, K, nthreads)
             chunked = b.and_(b.not_(use_gemv), b.icmp_signed(">", nch, kf.i64(1)))

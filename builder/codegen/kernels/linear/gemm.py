@@ -9,7 +9,7 @@ import math
 
 from llvmlite import ir
 
-from ...llvm_emit import F32, I1, I16, I32, I64, PTR
+from ...llvm_emit import F32, I1, I16, I32, I64, PTR, mem_type
 from ..decode import DenseDecoder, GroupQuantDecoder
 from ..simd import vec
 from .plan import TUNING
@@ -124,6 +124,40 @@ class GemmFloat:
         kf.finish()
         return fn
 
+    def _pack_kn_fn(self) -> ir.Function:
+        """``void pack(ptr w0, ptr w1, i64 ld0, i64 ld1, i64 K, i64 n0, i64 nr_eff, i64 kb, i64 kc,
+        ptr bp)`` (:meth:`_pack_fn`'s signature) for a float32 weight stored ``(K, N)`` (row length
+        ``ld0 = N``; a batched matmul's right operand as it is): ``bp[kk][j] = W[kb + kk, n0 + j]``,
+        zero for ``j >= nr_eff``: a row of the panel is a copy, no transpose."""
+        key = f"mb.pack.kn_float32.v{self.lanes}x{self.NV}"
+        fn, kf = self._new_helper(key, [PTR, PTR, I64, I64, I64, I64, I64, I64, I64, PTR])
+        if kf is None:
+            return fn
+        p0, _, ld0, _, _, n0, nr_eff, kb, kc, bp = fn.args
+        b = kf.b
+        L, NV, NR = self.lanes, self.NV, self.NR
+        vt = vec(F32, L)
+
+        def full():
+            with kf.loop(0, kc, 1, "pk") as kk:
+                src = kf.gep(p0, kf.add(kf.mul(kf.add(kb, kk), ld0), n0), F32)
+                for v in range(NV):
+                    kf.store(kf.load(vt, src, kf.i64(v * L), align=4), bp, kf.add(kf.mul(kk, NR), v * L),
+                             align=min(64, 4 * L))
+
+        def part():
+            with kf.loop(0, kc, 1, "pk") as kk:
+                src = kf.gep(p0, kf.add(kf.mul(kf.add(kb, kk), ld0), n0), F32)
+                with kf.loop(0, nr_eff, 1, "pj") as j:
+                    kf.store(kf.load(F32, src, j, align=4), bp, kf.add(kf.mul(kk, NR), j), align=4)
+                with kf.loop(nr_eff, NR, 1, "pz") as j:
+                    kf.store(ir.Constant(F32, 0.0), bp, kf.add(kf.mul(kk, NR), j), align=4)
+
+        kf.if_else(b.icmp_signed("==", nr_eff, kf.i64(NR)), full, part, "pack")
+        b.ret_void()
+        kf.finish()
+        return fn
+
     def _gemm(self, kf, st, u0, u1) -> None:
         """Units ``[u0, u1)`` of the float GEMM: unit ``u`` is the panel ``u % P`` (``P`` panels of
         ``NR`` outputs) of the row chunk ``u // P`` (``st.extra["mc"]`` rows each, see
@@ -150,16 +184,29 @@ class GemmFloat:
         # a block of KB columns fills the KC x NR panel: KC float32 columns, or KC words of
         # two bfloat16 columns each for the vdpbf16ps micro-kernel
         KB = 2 * KC if bf else KC
-        packs = [self._pack_tiles_fn(w) if self.tiled else self._pack_fn(w, words=bf) for w in range(self.nw)]
+        packs = [self._pack_tiles_fn(w) if self.tiled else self._pack_kn_fn() if self.batched == 2
+                 else self._pack_fn(w, words=bf) for w in range(self.nw)]
         wargs = [self._weight_args(st, w) for w in range(self.nw)]
         pargs = [[a[0], a[1], kf.sdiv(a[2], 2), a[3]] for a in wargs] if bf else wargs
         xt = I16 if bf else F32   # x: bfloat16 as it is, or float32
-        decs = [None if self.tiled else self._decoder(w, *wargs[w]) for w in range(self.nw)]
+        # (the next block's prefetch: not for batched weights, whose matrix changes from chunk to chunk)
+        decs = [None if self.tiled or self.batched else self._decoder(w, *wargs[w]) for w in range(self.nw)]
         with kf.loop(u0, u1, 1, "unit") as u:
             chunk = kf.sdiv(u, npanels)
             p = kf.sub(u, kf.mul(chunk, npanels))
-            mlo = kf.mul(chunk, mc)
-            Mc = kf.smin(kf.sub(M, mlo), mc)   # the chunk's rows
+            if self.batched:   # chunk ``lc`` of batch ``bi``, whose matrix is the weight's ``bi``-th
+                mb, cpb = st.extra["mb"], st.extra["cpb"]
+                bi = kf.sdiv(chunk, cpb)
+                lo = kf.mul(kf.sub(chunk, kf.mul(bi, cpb)), mc)
+                mlo = kf.add(kf.mul(bi, mb), lo)
+                Mc = kf.smin(kf.sub(mb, lo), mc)
+                wb = self.plan.params[self.plan.weights[0].w]
+                off = kf.mul(bi, kf.mul(N, K))
+                wargs = [[kf.gep(a[0], off, mem_type(wb.dtype))] + a[1:] for a in wargs]
+                pargs = wargs
+            else:
+                mlo = kf.mul(chunk, mc)
+                Mc = kf.smin(kf.sub(M, mlo), mc)   # the chunk's rows
             xc = kf.gep(st.xf, kf.mul(mlo, K), xt)
             full_m = kf.sub(Mc, b.srem(Mc, kf.i64(MR)))
             rem = b.srem(Mc, kf.i64(MR))

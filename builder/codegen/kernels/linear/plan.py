@@ -131,6 +131,7 @@ class WeightPlan:
     in_features: int = 0
     activation: str = "none"
     row_tile: int = 0
+    batched: int = 0
     dtype: str = ""
     storage: str = ""
     scale_dtype: str = ""
@@ -254,7 +255,7 @@ def plan_linear(func: PrimFunc, simd: SimdInfo) -> LinearPlan | str:
             if isinstance(retry, LinearPlan):
                 retry.simd, simd, plan = narrow, narrow, retry
                 break
-    if isinstance(plan, LinearPlan):
+    if isinstance(plan, LinearPlan) and not any(d.batched for d in plan.weights):
         k = E.simplify(plan.params[plan.x].shape[-1])
         if (simd.avx512bf16 and TUNING["gemm_bf16dot"] and plan.params[plan.x].dtype == "bfloat16"
                 and isinstance(k, E.IntImm) and k.value % 2 == 0
@@ -332,7 +333,18 @@ def _plan_linear(func: PrimFunc, simd: SimdInfo) -> LinearPlan | str:
     acc_shape = list(acc_blocks[0].writes[0].buffer.shape)
     n_dim, k_dim = acc_shape[-1], x.shape[-1]
     for w in weights:
-        if w.format == "dense":
+        if w.format == "dense" and w.batched:
+            # one matrix per batch (a batched matmul of two activations): the float GEMM alone
+            wb = params[w.w]
+            if w.batched not in (1, 2) or w.row_tile or len(weights) != 1 or x.ndim < 3 or wb.ndim != x.ndim:
+                return f"batched weight {wb.name} {wb.ndim}-D"
+            if wb.dtype not in (("float32", "float16", "bfloat16") if w.batched == 1 else ("float32",)):
+                return f"batched weight {wb.name} {wb.dtype}"
+            want = (n_dim, k_dim) if w.batched == 1 else (k_dim, n_dim)
+            if not (_same_dims(wb.shape[:-2], x.shape[:-2]) and _same_dims(wb.shape[-2:], want)):
+                return f"batched weight {wb.name} shape"
+            w.dtype, w.reads = wb.dtype, {id(wb)}
+        elif w.format == "dense":
             wb = params[w.w]
             tile = int(w.row_tile)
             if wb.ndim != (3 if tile else 2) or wb.dtype not in ("float32", "float16", "bfloat16"):

@@ -1,0 +1,124 @@
+"""Batched matmuls of two activations (attention's ``q @ k.T`` and ``p @ v``, ``torch.bmm``) on the float
+GEMM (issue 15: "batched matmul of attention shapes"): a linear kernel whose weight is one matrix per
+batch (``DenseWeight.batched``), read as stored, ``(*B, N, K)`` behind a transpose or ``(*B, K, N)``;
+against float64 numpy over symbolic batch and row counts, row / panel tails, row chunks inside a batch,
+16-bit data, the emulated vector widths, and the cases left to the loops (broadcast batch dims, K dims
+the shapes cannot prove equal)."""
+import numpy as np
+import pytest
+from helpers.functional import Fn, spec_of
+
+from builder.codegen.kernels.linear import TUNING
+from builder.nn import op
+
+RNG = np.random.default_rng(31)
+
+
+def rand(*shape, dtype="float32"):
+    return RNG.standard_normal(shape).astype(dtype)
+
+
+def compiled(fn, **inputs):
+    m = Fn(fn, list(inputs)).jit(spec_of(**inputs))
+    return m["forward"], {name: k["kernel"] for name, k in m.exe.kernels.items()}
+
+
+def swap(t):
+    return np.swapaxes(t, -1, -2)
+
+
+@pytest.mark.parametrize("transposed", [False, True])
+def test_attention_shaped_products_match_float64(transposed):
+    """``a @ b`` with ``b`` as stored (``p @ v``) or ``a @ permute_dims(t)`` (``q @ k.T``), 4-D with
+    symbolic batch and rows: 1 row per batch (decode), 7, 41 (MiniLM), 130; N = 37 (a panel tail)."""
+    if transposed:
+        fn = lambda a, t: op.matmul(a, op.permute_dims(t, [0, 1, 3, 2]))   # noqa: E731
+        f, fam = compiled(fn, a=(["b", 3, "m", 45], "float32"), t=(["b", 3, 37, 45], "float32"))
+    else:
+        f, fam = compiled(lambda a, t: op.matmul(a, t), a=(["b", 3, "m", 45], "float32"),
+                          t=(["b", 3, 45, 37], "float32"))
+    assert list(fam) == ["matmul"] and fam["matmul"].startswith("linear/"), fam
+    for bsz, m in ((1, 1), (2, 7), (2, 41), (1, 130)):
+        a = rand(bsz, 3, m, 45)
+        t = rand(bsz, 3, 37, 45) if transposed else rand(bsz, 3, 45, 37)
+        want = a.astype(np.float64) @ (swap(t) if transposed else t).astype(np.float64)
+        np.testing.assert_allclose(f(a, t), want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_row_chunks_inside_each_batch(threads, monkeypatch):
+    """Rows split into chunks (small ``gemm_chunk_bytes``) that never cross a batch: each packs its own
+    batch's matrix; 3-D (``torch.bmm``), several chunks per batch and a short last one."""
+    from runtime import threadpool
+
+    monkeypatch.setitem(TUNING, "gemm_chunk_bytes", 4096)
+    monkeypatch.setitem(TUNING, "gemm_chunk_min_rows", 6)
+    f, fam = compiled(lambda a, t: op.matmul(a, t), a=(["b", "m", 32], "float32"), t=(["b", 32, 70], "float32"))
+    assert fam["matmul"].startswith("linear/"), fam
+    old = threadpool.set_num_threads(threads)
+    try:
+        for bsz, m in ((3, 100), (2, 37), (5, 6)):
+            a, t = rand(bsz, m, 32), rand(bsz, 32, 70)
+            np.testing.assert_allclose(f(a, t), a.astype(np.float64) @ t, rtol=1e-4, atol=1e-4)
+    finally:
+        threadpool.set_num_threads(old)
+
+
+def test_16_bit_operands():
+    """float16 ``q @ k.T`` runs on the kernel (the weight rows converted as the panels are packed);
+    float16 ``p @ v`` (``(K, N)`` panels copy float32 only) stays in the loops, with the same values."""
+    f, fam = compiled(lambda a, t: op.matmul(a, op.permute_dims(t, [0, 2, 1])),
+                      a=(["b", "m", 40], "float16"), t=(["b", 24, 40], "float16"))
+    assert fam["matmul"].startswith("linear/"), fam
+    g, gam = compiled(lambda a, t: op.matmul(a, t), a=(["b", "m", 40], "float16"), t=(["b", 40, 24], "float16"))
+    assert gam["matmul"].startswith("loops"), gam
+    for bsz, m in ((1, 3), (2, 50)):
+        a, t = rand(bsz, m, 40, dtype="float16"), rand(bsz, 24, 40, dtype="float16")
+        want = a.astype(np.float64) @ swap(t).astype(np.float64)
+        np.testing.assert_allclose(f(a, t).astype(np.float64), want, rtol=2e-2, atol=2e-2)
+        np.testing.assert_allclose(g(a, np.ascontiguousarray(swap(t))).astype(np.float64), want, rtol=2e-2, atol=2e-2)
+
+
+@pytest.mark.parametrize("shape", ["avx2", "sse", "avx512"])
+def test_every_vector_width(shape, monkeypatch):
+    monkeypatch.setenv("MB_SIMD_SHAPE", shape)
+    f, fam = compiled(lambda a, t: op.matmul(a, t), a=(["b", "m", 19], "float32"), t=(["b", 19, 29], "float32"))
+    assert fam == {"matmul": f"linear/{shape}"}, fam
+    for bsz, m in ((1, 1), (3, 17), (2, 64)):
+        a, t = rand(bsz, m, 19), rand(bsz, 19, 29)
+        np.testing.assert_allclose(f(a, t), a.astype(np.float64) @ t, rtol=1e-4, atol=1e-4)
+
+
+def test_broadcast_batches_and_unproven_k_stay_in_the_loops():
+    """Batch dims that broadcast (``(2, 3, m, K) @ (1, 3, K, N)``) and K dims the shapes cannot prove
+    equal are the loops' (numpy's values; a K mismatch is an error, not a read past the end)."""
+    f, fam = compiled(lambda a, t: op.matmul(a, t), a=([2, 3, "m", 8], "float32"), t=([1, 3, 8, 5], "float32"))
+    assert fam["matmul"] == "loops", fam
+    a, t = rand(2, 3, 4, 8), rand(1, 3, 8, 5)
+    np.testing.assert_allclose(f(a, t), a.astype(np.float64) @ t, rtol=1e-5, atol=1e-5)
+    g, gam = compiled(lambda a, t: op.matmul(a, t), a=(["b", "m", "k"], "float32"), t=(["b", "j", 6], "float32"))
+    assert not gam["matmul"].startswith("linear/"), gam
+    a, t = rand(2, 3, 7), rand(2, 7, 6)
+    np.testing.assert_allclose(g(a, t), a.astype(np.float64) @ t, rtol=1e-5, atol=1e-5)
+    with pytest.raises(Exception):
+        g(rand(2, 3, 7), rand(2, 5, 6))
+
+
+def test_scaled_masked_scores_are_one_kernel():
+    """HF's eager attention scores, ``(q @ k.T) * scale + mask`` with a (B, 1, 1, S) padding mask: the
+    scale and the mask are the batched GEMM's epilogue (one kernel), then the softmax and ``p @ v``."""
+    def attn(q, k, v, mask):
+        s = op.matmul(q, op.permute_dims(k, [0, 1, 3, 2])) * 0.125 + mask
+        return op.matmul(op.softmax(s, axis=-1), v)
+
+    f, fam = compiled(attn, q=(["b", 2, "s", 16], "float32"), k=(["b", 2, "s", 16], "float32"),
+                      v=(["b", 2, "s", 16], "float32"), mask=(["b", 1, 1, "s"], "float32"))
+    linear = sorted(n for n, k in fam.items() if k.startswith("linear/"))
+    assert linear == ["fused_matmul_multiply_add", "matmul"], fam
+    for bsz, s in ((1, 1), (2, 9), (1, 70)):
+        q, k, v = rand(bsz, 2, s, 16), rand(bsz, 2, s, 16), rand(bsz, 2, s, 16)
+        mask = np.where(RNG.random((bsz, 1, 1, s)) < 0.2, -1e4, 0.0).astype(np.float32)
+        sc = q.astype(np.float64) @ swap(k) * 0.125 + mask
+        p = np.exp(sc - sc.max(-1, keepdims=True))
+        p /= p.sum(-1, keepdims=True)
+        np.testing.assert_allclose(f(q, k, v, mask), p @ v, rtol=1e-4, atol=1e-4)
