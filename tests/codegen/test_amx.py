@@ -16,6 +16,7 @@ from runtime.native import bfloat16_bits_to_float32, float32_to_bfloat16_bits
 
 from helpers.linear_kernels import check_gated as _check_gated
 from helpers.linear_kernels import linear_func as _linear_func
+from helpers.linear_kernels import transposed_bias_func
 
 HOST = Target.host()
 NATIVE = runtime_target.amx_permitted()
@@ -180,20 +181,8 @@ def test_transposed_store_on_tiles(amx):
     """A transposed output (``permute_dims(x @ W.T + b)``, out (N, M), folded into the kernel's store)
     at ``high`` and ``medium``: each 16-row tile's epilogue stores runs of rows; M up to 200 with
     partial last tiles, N = 70 (a partial panel); the rows below ``amx3_min_rows`` on the float32 kernels."""
-    from builder import te
-    from builder.ir.kernel import KERNEL_ATTR, DenseWeight, EpilogueLinear, EpilogueOp, EpilogueTensor
-    from builder.te import topi
-
     N, K = 70, 100
-    x = te.placeholder([te.var("m"), K], "float32", name="x")
-    w = te.placeholder((N, K), "float32", name="w0")
-    bias = te.placeholder((N,), "float32", name="bias")
-    tree = EpilogueOp("relax.permute_dims", (EpilogueOp("relax.add", (EpilogueLinear(0), EpilogueTensor(2))),),
-                      (("axes", (1, 0)),))
-    spec: list = []
-    out = topi.linear_kernel(x, w, bias, weights=[DenseWeight(1)], epilogue=tree, spec=spec)
-    f = te.create_prim_func([x, w, bias, out])
-    f.attrs[KERNEL_ATTR] = spec[0]
+    f = transposed_bias_func(K, N)
     for precision, tol in (("high", 2e-5), ("medium", 2e-2)):
         kernel, _, lib = _lib(f, precision)
         assert "+amx" in kernel, kernel

@@ -6,7 +6,7 @@ against float64 numpy over symbolic batch and row counts, row / panel tails, row
 the shapes cannot prove equal)."""
 import numpy as np
 import pytest
-from helpers.functional import Fn, spec_of
+from helpers.functional import jit_kernels as compiled
 
 from builder.codegen.kernels.linear import TUNING
 from builder.nn import op
@@ -16,11 +16,6 @@ RNG = np.random.default_rng(31)
 
 def rand(*shape, dtype="float32"):
     return RNG.standard_normal(shape).astype(dtype)
-
-
-def compiled(fn, **inputs):
-    m = Fn(fn, list(inputs)).jit(spec_of(**inputs))
-    return m["forward"], {name: k["kernel"] for name, k in m.exe.kernels.items()}
 
 
 def swap(t):

@@ -5,7 +5,8 @@ GEMV and GEMM paths, with symbolic dims, 16-bit data, two weights, quantized wei
 vector widths."""
 import numpy as np
 import pytest
-from helpers.functional import Fn, spec_of
+from helpers.functional import jit_kernels as compiled
+from helpers.linear_kernels import transposed_bias_func
 
 from builder import nn
 from builder.nn import op
@@ -15,12 +16,6 @@ RNG = np.random.default_rng(27)
 
 def rand(*shape, dtype="float32"):
     return RNG.standard_normal(shape).astype(dtype)
-
-
-def compiled(fn, **inputs):
-    """``(callable, {kernel name: family})`` of ``fn`` compiled for ``inputs`` (``name=(shape, dtype)``)."""
-    m = Fn(fn, list(inputs)).jit(spec_of(**inputs))
-    return m["forward"], {name: k["kernel"] for name, k in m.exe.kernels.items()}
 
 
 def assert_one_linear_kernel(fam: dict, name: str):
@@ -137,21 +132,10 @@ def test_transposed_quantized_linear_matches_the_dequantized_weights(bits, group
 
 def test_transposed_store_with_no_products_and_no_rows():
     """K = 0 (every product 0: the output is the bias, transposed; GEMV and GEMM row counts) and M = 0."""
-    from builder import codegen, te
-    from builder.ir.kernel import KERNEL_ATTR, DenseWeight, EpilogueLinear, EpilogueOp, EpilogueTensor
-    from builder.te import topi
+    from builder import codegen
 
     for K in (0, 9):
-        x = te.placeholder([te.var("m"), K], "float32", name="x")
-        w = te.placeholder((6, K), "float32", name="w0")
-        bias = te.placeholder((6,), "float32", name="bias")
-        tree = EpilogueOp("relax.permute_dims", (EpilogueOp("relax.add", (EpilogueLinear(0), EpilogueTensor(2))),),
-                          (("axes", (1, 0)),))
-        spec: list = []
-        out = topi.linear_kernel(x, w, bias, weights=[DenseWeight(1)], epilogue=tree, spec=spec)
-        f = te.create_prim_func([x, w, bias, out])
-        f.attrs[KERNEL_ATTR] = spec[0]
-        lib = codegen.build({"f": f})
+        lib = codegen.build({"f": transposed_bias_func(K, 6)})
         assert lib.functions["f"]["kernel"].startswith("linear/")
         fn = lib.load()["f"]
         b = np.arange(6, dtype=np.float32)

@@ -22,6 +22,13 @@ def spec_of(**inputs):
     return {"forward": {k: nn.spec.Tensor(list(s), d) for k, (s, d) in inputs.items()}}
 
 
+def jit_kernels(fn, **inputs):
+    """``(callable, {kernel name: kernel family})`` of ``fn`` compiled for ``inputs`` (``name=(shape,
+    dtype)``): the families say which kernels (``linear/avx512``, ``loops``) the build chose."""
+    m = Fn(fn, list(inputs)).jit(spec_of(**inputs))
+    return m["forward"], {name: k["kernel"] for name, k in m.exe.kernels.items()}
+
+
 def jit(fn, **inputs):
     """``fn`` compiled for ``inputs`` (``name=(shape, dtype)``), callable on numpy arrays."""
     return Fn(fn, list(inputs)).jit(spec_of(**inputs))["forward"]

@@ -9,7 +9,7 @@ from builder.ir.kernel import KERNEL_ATTR, DenseWeight, EpilogueLinear, Epilogue
 from builder.ops import frontend_ops
 from builder.te import topi
 
-__all__ = ["silu", "epilogue", "linear_func", "check_gated"]
+__all__ = ["silu", "epilogue", "linear_func", "transposed_bias_func", "check_gated"]
 
 
 def silu(v):
@@ -44,6 +44,21 @@ def linear_func(K, N, xdt, wdt, tree, nweights=1, extra=(), lead=("b",), out_dty
     f = te.create_prim_func([x, *ws, *ex, out])
     f.attrs[KERNEL_ATTR] = spec[0]
     return f, out.dtype
+
+
+def transposed_bias_func(K, N):
+    """The linear kernel of ``permute_dims(x @ w0.T + bias, [1, 0])`` (x ``(m, K)``, symbolic ``m``; the
+    output ``(N, m)``: a transpose folded into the kernel's store), as kernel selection builds it."""
+    x = te.placeholder([te.var("m"), K], "float32", name="x")
+    w = te.placeholder((N, K), "float32", name="w0")
+    bias = te.placeholder((N,), "float32", name="bias")
+    tree = EpilogueOp("relax.permute_dims", (EpilogueOp("relax.add", (EpilogueLinear(0), EpilogueTensor(2))),),
+                      (("axes", (1, 0)),))
+    spec: list = []
+    out = topi.linear_kernel(x, w, bias, weights=[DenseWeight(1)], epilogue=tree, spec=spec)
+    f = te.create_prim_func([x, w, bias, out])
+    f.attrs[KERNEL_ATTR] = spec[0]
+    return f
 
 
 def check_gated(lib, M, N, K, of_max: float = 0.0):
