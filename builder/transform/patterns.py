@@ -209,12 +209,19 @@ class FusionMatcher:
         if (not self._inner_ok(inner) or not isinstance(s, TensorStructInfo) or s.shape is None
                 or s.dtype not in FLOATS):
             return None
+        skipped = []
+        through = self.call(inner)   # a reshape to the same shape (ONNX exports have them): looked through
+        if (through is not None and through.op.name == "relax.reshape" and self._inner_ok(through.args[0])
+                and isinstance(through.args[0].struct_info, TensorStructInfo)
+                and _same_shape(through.args[0].struct_info.shape or (), s.shape)):
+            skipped, inner = [inner], through.args[0]
         axes = call.attrs.get("axes")
         axes = tuple(range(s.ndim))[::-1] if axes is None else tuple(int(a) % s.ndim for a in axes)
         m = Match(list(s.shape), offset=1)
         node = self._node(inner, m, root=False, depth=1)
         if node is None or not m.weights:
             return None
+        m.consumed.extend(skipped)
         m.ops.append("permute_dims")
         m.tree = EpilogueOp(call.op.name, (node,), (("axes", axes),))
         return m

@@ -169,3 +169,18 @@ def test_transposed_store_of_a_linear_with_row_tiled_weights():
         x = rand(2, rows, 40)
         want = gelu(x.astype(np.float64) @ w.T.astype(np.float64) + b).transpose(0, 2, 1)
         np.testing.assert_allclose(m["forward"](x), want, rtol=1e-4, atol=1e-4)
+
+
+def test_a_reshape_to_the_same_shape_is_looked_through():
+    """ONNX exports put ``Reshape`` to the same shape between attention's ``p @ v`` and its transpose:
+    the batched matmul, the no-op reshape and the transpose are one kernel."""
+    def fn(p, v):
+        y = op.matmul(p, v)
+        return op.permute_dims(op.reshape(y, y.shape), [0, 2, 1, 3])
+
+    f, fam = compiled(fn, p=(["b", 3, "s", "s"], "float32"), v=(["b", 3, "s", 8], "float32"))
+    assert fam == {"fused_matmul_permute_dims": fam.get("fused_matmul_permute_dims")}, fam
+    assert fam["fused_matmul_permute_dims"].startswith("linear/"), fam
+    for b, s in ((1, 1), (2, 13)):
+        p, v = rand(b, 3, s, s), rand(b, 3, s, 8)
+        np.testing.assert_allclose(f(p, v), (p.astype(np.float64) @ v).transpose(0, 2, 1, 3), rtol=1e-4, atol=1e-4)
