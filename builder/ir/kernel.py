@@ -35,13 +35,15 @@ class DenseWeight:
     """A float weight (float32 / float16 / bfloat16) at parameter ``w``: ``(out, in)``, or with
     ``row_tile = T`` (16) stored in tiles of ``T`` rows, ``(out / T, in, T)`` with ``W[n, k]`` at
     ``[n // T, k, n % T]`` (the layout :class:`builder.transform.SelectKernels` gives a model's
-    float weights, :func:`runtime.weights.tile_rows`). ``batched`` (a batched matmul of two
-    activations, ``x`` ``(*B, M, in)``): 1, one ``(out, in)`` matrix per batch, ``(*B, out, in)``
-    (``q @ k.T`` with ``k`` as stored); 2, ``(*B, in, out)`` (``p @ v``); 0, one weight for all rows."""
+    float weights, :func:`runtime.weights.tile_rows`). ``kn = 1``: stored ``(in, out)``, the
+    right operand of ``x @ W`` as it is (ONNX MatMul's ``B``, GPT-2's ``Conv1D``); ``batched = 1``:
+    one matrix per batch of ``x`` ``(*B, M, in)`` (a matmul of two activations), ``(*B, out, in)``
+    (``q @ k.T`` with ``k`` as stored) or with ``kn`` ``(*B, in, out)`` (``p @ v``)."""
 
     w: int
     row_tile: int = 0
     batched: int = 0
+    kn: int = 0
     format: str = field(default="dense", init=False)
 
 

@@ -5,8 +5,8 @@ binding, with matmul leaves where kernel selection asks for them) and their shar
 A tree node is an :class:`~builder.ir.kernel.EpilogueOp` (a registered op whose pattern is
 ``ELEMWISE`` or ``BROADCAST`` and that has a fusion ``compute``), an
 :class:`~builder.ir.kernel.EpilogueLinear` (``matmul(x, permute_dims(W))`` with a 2-D float ``W`` or
-``W = group_dequantize(q, s)``, all with the same ``x``: at most two; or a matmul of two activations,
-its weight one matrix per batch, :func:`batched_weight`, the only one) or an
+``W = group_dequantize(q, s)``, all with the same ``x``: at most two; or a weight read as stored,
+``(in, out)`` or one matrix per batch of two activations, :func:`stored_weight`, the only one) or an
 :class:`~builder.ir.kernel.EpilogueTensor` (any other tensor that broadcasts to the result without
 changing it). Inner values must be dataflow bindings used exactly once and of the result's shape
 (only leaves broadcast), so no value is computed twice; a path holds at most ``max_fuse_depth`` ops
@@ -27,7 +27,7 @@ from ..ir.struct_info import TensorStructInfo
 from .dce import dead_code_elimination
 from .pass_infra import FunctionPass
 
-__all__ = ["FusionPass", "Match", "FusionMatcher", "fusable", "linear_weight", "batched_weight", "kernel_name",
+__all__ = ["FusionPass", "Match", "FusionMatcher", "fusable", "linear_weight", "stored_weight", "kernel_name",
            "rewrite_bindings", "MAX_FUSE_DEPTH", "FLOATS"]
 
 #: The default bound on the ops along one path of a fused group.
@@ -95,32 +95,41 @@ def linear_weight(bindings: dict, b: rx.Expr, tensors: list, offset: int = 1):
     return DenseWeight(index(w))
 
 
-def batched_weight(bindings: dict, a: rx.Expr, b: rx.Expr, tensors: list, offset: int = 1):
-    """The weight of ``matmul(a, b)`` of two activations as one matrix per batch (a batched matmul:
-    attention's ``q @ k.T`` and ``p @ v``, ``torch.bmm``): a :class:`DenseWeight` with ``batched`` 1
-    when ``b = permute_dims(t)`` swaps the last two dims of ``t`` ``(*B, N, K)`` (read as stored), else
-    2 (``b`` ``(*B, K, N)`` as it is); its index as :func:`linear_weight` counts. ``a`` ``(*B, M, K)``
-    and ``b`` must be of one float dtype, at least 3-D, with batch dims and ``K`` the shapes prove
-    equal (no broadcast). None otherwise."""
+def stored_weight(bindings: dict, a: rx.Expr, b: rx.Expr, tensors: list, offset: int = 1):
+    """The weight of ``matmul(a, b)`` read as stored, where :func:`linear_weight` finds no ``(out, in)``
+    matrix: a :class:`DenseWeight` (its index as :func:`linear_weight` counts) that is
+
+    - one matrix per batch (``batched``; a matmul of two activations: attention's ``q @ k.T`` and
+      ``p @ v``, ``torch.bmm``) when ``a`` ``(*B, M, K)`` and ``b`` have the same rank (at least 3), one
+      float dtype and batch dims and ``K`` the shapes prove equal (no broadcast): ``b =
+      permute_dims(t)`` swapping the last two dims of ``t`` ``(*B, N, K)`` reads ``t`` (``kn = 0``), any
+      other ``b`` is read ``(*B, K, N)`` (``kn = 1``);
+    - or a 2-D float ``b`` ``(K, N)`` read as it is (``kn = 1``: ONNX MatMul's ``B``, GPT-2's
+      ``Conv1D`` weights, ``x @ W`` in a recipe) with ``K`` provably ``a``'s last dim.
+
+    None otherwise (the ``R.matmul`` loops)."""
     asi, bsi = a.struct_info, b.struct_info
     if not (isinstance(asi, TensorStructInfo) and isinstance(bsi, TensorStructInfo) and asi.shape is not None
-            and bsi.shape is not None and asi.ndim >= 3 and bsi.ndim == asi.ndim and asi.dtype in FLOATS
-            and bsi.dtype == asi.dtype):
+            and bsi.shape is not None and asi.ndim >= 1 and asi.dtype in FLOATS and bsi.dtype == asi.dtype):
         return None
     nd = asi.ndim
-    if not _same_shape(list(asi.shape)[:-2] + [asi.shape[-1]], list(bsi.shape)[:-2] + [bsi.shape[-2]]):
+    if bsi.ndim == 2 and E.prove_equal(asi.shape[-1], bsi.shape[0]):
+        src, batched, kn = b, 0, 1
+    elif nd >= 3 and bsi.ndim == nd and _same_shape(list(asi.shape)[:-2] + [asi.shape[-1]],
+                                                     list(bsi.shape)[:-2] + [bsi.shape[-2]]):
+        src, batched, kn = b, 1, 1
+        perm = bindings.get(b) if isinstance(b, rx.Var) else None
+        if (isinstance(perm, rx.Call) and isinstance(perm.op, rx.Op) and perm.op.name == "relax.permute_dims"
+                and perm.attrs.get("axes") is not None
+                and [int(x) % nd for x in perm.attrs["axes"]] == list(range(nd - 2)) + [nd - 1, nd - 2]):
+            src, kn = perm.args[0], 0
+    else:
         return None
-    src, kind = b, 2
-    perm = bindings.get(b) if isinstance(b, rx.Var) else None
-    if (isinstance(perm, rx.Call) and isinstance(perm.op, rx.Op) and perm.op.name == "relax.permute_dims"
-            and perm.attrs.get("axes") is not None
-            and [int(x) % nd for x in perm.attrs["axes"]] == list(range(nd - 2)) + [nd - 1, nd - 2]):
-        src, kind = perm.args[0], 1
     for i, u in enumerate(tensors):
         if u is src:
-            return DenseWeight(i + offset, batched=kind)
+            return DenseWeight(i + offset, batched=batched, kn=kn)
     tensors.append(src)
-    return DenseWeight(len(tensors) - 1 + offset, batched=kind)
+    return DenseWeight(len(tensors) - 1 + offset, batched=batched, kn=kn)
 
 
 @dataclass
@@ -273,9 +282,9 @@ class FusionMatcher:
             return None
         tensors: list = list(m.tensors)
         weight = linear_weight(self.defs, b, tensors, m.offset)
-        if weight is None and not m.weights:   # (a batched weight is its kernel's only one)
-            weight = batched_weight(self.defs, a, b, tensors, m.offset)
-        if weight is None or any(getattr(w, "batched", 0) for w in m.weights):
+        if weight is None and not m.weights:   # (a weight read as stored is its kernel's only one)
+            weight = stored_weight(self.defs, a, b, tensors, m.offset)
+        if weight is None or any(getattr(w, "batched", 0) or getattr(w, "kn", 0) for w in m.weights):
             return None
         m.tensors[:] = tensors
         m.x = a

@@ -11,8 +11,9 @@
    ``permute_dims`` of such a tree is part of it: the kernel stores each output at its transposed
    place (a Conv1D's NCW result from its NWC GEMM, :class:`~builder.transform.ConvToGemm`, without
    a transpose pass over it).
-   A matmul of two activations (``q @ k.T``, ``p @ v``, ``torch.bmm``: same batch dims, no broadcast)
-   is a linear kernel too, its weight one matrix per batch (:func:`~.patterns.batched_weight`).
+   ``x @ W`` with ``W`` stored ``(in, out)`` and a matmul of two activations (``q @ k.T``, ``p @ v``,
+   ``torch.bmm``: same batch dims, no broadcast) are linear kernels too, their weight read as stored
+   (:func:`~.patterns.stored_weight`).
 2. **a matmul left alone** (outside a dataflow block, or one the kernel does not take): a quantized
    weight becomes the fused ``dequantize_linear`` loops (also marked for the quantized GEMV / GEMM),
    a transposed 2-D weight the ``linear`` loops (the transpose is never materialized); any other
@@ -33,7 +34,7 @@ from ..ir.struct_info import TensorStructInfo
 from ..ops.quantize import quant_attrs
 from ..te import topi
 from ..te.call_te import call_te
-from .patterns import FLOATS, FusionMatcher, FusionPass, Match, batched_weight, kernel_name, linear_weight
+from .patterns import FLOATS, FusionMatcher, FusionPass, Match, kernel_name, linear_weight, stored_weight
 
 __all__ = ["SelectKernels", "linear_kernel_call"]
 
@@ -99,8 +100,8 @@ class SelectKernels(FusionPass):
         out_dtype = _void(call.attrs.get("out_dtype"))
         tensors: list = []
         weight = linear_weight(defs, b, tensors)
-        if weight is None:   # two activations (q @ k.T, p @ v): one matrix per batch, else the loops
-            weight = batched_weight(defs, a, b, tensors)
+        if weight is None:   # x @ W with W (in, out), two activations (q @ k.T, p @ v), else the loops
+            weight = stored_weight(defs, a, b, tensors)
             try:
                 return None if weight is None else linear_kernel_call(bb, a, tensors, [weight], out_dtype=out_dtype,
                                                                       name="matmul")

@@ -138,7 +138,8 @@ class TileWeights(Pass):
         spec = func.attrs.get(KERNEL_ATTR) if isinstance(func, tir.PrimFunc) else None
         if not isinstance(spec, LinearKernelSpec) or not isinstance(args, rx.Tuple):
             return value
-        dense = [w.w for w in spec.weights if isinstance(w, DenseWeight) and not w.row_tile and not w.batched]
+        dense = [w.w for w in spec.weights if isinstance(w, DenseWeight) and not w.row_tile and not w.batched
+                 and not w.kn]
         if not dense or len(dense) != len(spec.weights) or not all(
                 0 <= i < len(args.fields) and _tileable(args.fields[i], model) for i in dense):
             return value

@@ -1,9 +1,10 @@
-"""Batched matmuls of two activations (attention's ``q @ k.T`` and ``p @ v``, ``torch.bmm``) on the float
-GEMM (issue 15: "batched matmul of attention shapes"): a linear kernel whose weight is one matrix per
-batch (``DenseWeight.batched``), read as stored, ``(*B, N, K)`` behind a transpose or ``(*B, K, N)``;
-against float64 numpy over symbolic batch and row counts, row / panel tails, row chunks inside a batch,
-16-bit data, the emulated vector widths, and the cases left to the loops (broadcast batch dims, K dims
-the shapes cannot prove equal)."""
+"""Matmuls whose right operand the linear kernels read as stored (``patterns.stored_weight``): batched
+matmuls of two activations (attention's ``q @ k.T`` and ``p @ v``, ``torch.bmm``; issue 15: "batched
+matmul of attention shapes"), one matrix per batch (``DenseWeight.batched``), ``(*B, N, K)`` behind a
+transpose or ``(*B, K, N)``; and ``x @ W`` with ``W`` stored ``(in, out)`` (``DenseWeight.kn``: ONNX
+MatMul's ``B``, GPT-2's ``Conv1D``). Against float64 numpy over symbolic batch and row counts, row /
+panel tails, row chunks inside a batch, 16-bit data, the emulated vector widths, and the cases left to
+the loops (broadcast batch dims, K dims the shapes cannot prove equal)."""
 import numpy as np
 import pytest
 from helpers.functional import jit_kernels as compiled
@@ -117,3 +118,31 @@ def test_scaled_masked_scores_are_one_kernel():
         p = np.exp(sc - sc.max(-1, keepdims=True))
         p /= p.sum(-1, keepdims=True)
         np.testing.assert_allclose(f(q, k, v, mask), p @ v, rtol=1e-4, atol=1e-4)
+
+
+def test_a_weight_stored_in_out():
+    """``gelu(x @ W + b)`` with ``W`` ``(in, out)`` as it is: one GEMM kernel with the epilogue, for 1 row
+    (decode), 5 and 100 rows, 2-D and 3-D ``x``, N = 40 (a panel tail); a 1-D ``x`` is a row (numpy's
+    rule); float16 ``W`` stays in the loops, with the same values."""
+    from math import erf
+
+    gelu = np.vectorize(lambda v: 0.5 * v * (1 + erf(v / np.sqrt(2))))
+    f, fam = compiled(lambda x, w, b: op.gelu(op.matmul(x, w) + b), x=([2, "n", 64], "float32"),
+                      w=([64, 40], "float32"), b=([40], "float32"))
+    assert fam == {"fused_matmul_add_gelu": fam.get("fused_matmul_add_gelu")}, fam
+    assert fam["fused_matmul_add_gelu"].startswith("linear/"), fam
+    w, b = rand(64, 40), rand(40)
+    for n in (1, 5, 100):
+        x = rand(2, n, 64)
+        np.testing.assert_allclose(f(x, w, b), gelu(x.astype(np.float64) @ w + b), rtol=1e-4, atol=1e-4)
+    g, gam = compiled(lambda x, w: op.matmul(x, w), x=([64], "float32"), w=([64, 40], "float32"))
+    assert gam["matmul"].startswith("linear/"), gam
+    x = rand(64)
+    y = g(x, w)
+    assert y.shape == (40,)
+    np.testing.assert_allclose(y, x.astype(np.float64) @ w, rtol=1e-4, atol=1e-4)
+    h, ham = compiled(lambda x, w: op.matmul(x, w), x=(["n", 64], "float16"), w=([64, 40], "float16"))
+    assert ham["matmul"].startswith("loops"), ham
+    x = rand(3, 64, dtype="float16")
+    np.testing.assert_allclose(h(x, w.astype("float16")).astype(np.float64),
+                               x.astype(np.float64) @ w.astype("float16").astype(np.float64), rtol=2e-2, atol=2e-2)

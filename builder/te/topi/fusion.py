@@ -226,9 +226,9 @@ def linear_kernel(x: Tensor, *tensors: Tensor, weights: Sequence, epilogue=_kern
     lin = []
     for w in weights:
         odt = out_dtype
-        if isinstance(w, _kernel.DenseWeight) and w.batched:
+        if isinstance(w, _kernel.DenseWeight) and (w.batched or w.kn):
             t = inputs[w.w]
-            if w.batched == 1:   # (*B, out, in): the matmul of x and its transpose (inlined: read as stored)
+            if not w.kn:   # (*B, out, in): the matmul of x and its transpose (inlined: read as stored)
                 t = permute_dims(t, list(range(t.ndim - 2)) + [t.ndim - 1, t.ndim - 2])
             lin.append(matmul(x, t, out_dtype=odt))
             continue

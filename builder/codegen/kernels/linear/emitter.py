@@ -202,7 +202,9 @@ class LinearEmitter(GemvFloat, Bf16Dot, GemvInt8, GemvTiles, GemmFloat, GemmInt8
         # a batched weight (one matrix per batch of x's rows, DenseWeight.batched): the float GEMM for
         # every M, its row chunks within one batch, the batch's matrix packed by each chunk
         self.batched = plan.weights[0].batched if plan.weights[0].format == "dense" else 0
-        if self.batched:
+        # a weight stored (K, N) (DenseWeight.kn): the float GEMM for every M, panels copied row by row
+        self.kn = plan.weights[0].kn if plan.weights[0].format == "dense" else 0
+        if self.batched or self.kn:
             self.MG = 0
         extra = ["M", "N", "K", "ntasks", "units"] + (["mc"] if self.row_chunks else [])
         extra += ["mb", "cpb"] if self.batched else []
@@ -226,7 +228,7 @@ class LinearEmitter(GemvFloat, Bf16Dot, GemvInt8, GemvTiles, GemmFloat, GemmInt8
         desc, params = self.plan.weights[w], self.plan.params
         if desc.format == "dense":   # ld: the row length (K, also for row tiles: (N / 16, K, 16))
             wb = params[desc.w]
-            ld = wb.shape[-1] if desc.batched else wb.shape[1]   # (batched: K, or N for (*B, K, N))
+            ld = wb.shape[-1] if desc.batched or desc.kn else wb.shape[1]   # (K, or N when stored (.., K, N))
             return [ptrs[desc.w], ir.Constant(PTR, None), em.typed(ld, "int64"), kf.i64(0)]
         q, s = params[desc.q], params[desc.scale]
         return [ptrs[desc.q], ptrs[desc.scale], em.typed(q.shape[1], "int64"),

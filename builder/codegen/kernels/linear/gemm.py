@@ -127,7 +127,7 @@ class GemmFloat:
     def _pack_kn_fn(self) -> ir.Function:
         """``void pack(ptr w0, ptr w1, i64 ld0, i64 ld1, i64 K, i64 n0, i64 nr_eff, i64 kb, i64 kc,
         ptr bp)`` (:meth:`_pack_fn`'s signature) for a float32 weight stored ``(K, N)`` (row length
-        ``ld0 = N``; a batched matmul's right operand as it is): ``bp[kk][j] = W[kb + kk, n0 + j]``,
+        ``ld0 = N``; ``x @ W``'s right operand as it is): ``bp[kk][j] = W[kb + kk, n0 + j]``,
         zero for ``j >= nr_eff``: a row of the panel is a copy, no transpose."""
         key = f"mb.pack.kn_float32.v{self.lanes}x{self.NV}"
         fn, kf = self._new_helper(key, [PTR, PTR, I64, I64, I64, I64, I64, I64, I64, PTR])
@@ -184,7 +184,7 @@ class GemmFloat:
         # a block of KB columns fills the KC x NR panel: KC float32 columns, or KC words of
         # two bfloat16 columns each for the vdpbf16ps micro-kernel
         KB = 2 * KC if bf else KC
-        packs = [self._pack_tiles_fn(w) if self.tiled else self._pack_kn_fn() if self.batched == 2
+        packs = [self._pack_tiles_fn(w) if self.tiled else self._pack_kn_fn() if self.kn
                  else self._pack_fn(w, words=bf) for w in range(self.nw)]
         wargs = [self._weight_args(st, w) for w in range(self.nw)]
         pargs = [[a[0], a[1], kf.sdiv(a[2], 2), a[3]] for a in wargs] if bf else wargs

@@ -132,6 +132,7 @@ class WeightPlan:
     activation: str = "none"
     row_tile: int = 0
     batched: int = 0
+    kn: int = 0
     dtype: str = ""
     storage: str = ""
     scale_dtype: str = ""
@@ -255,7 +256,7 @@ def plan_linear(func: PrimFunc, simd: SimdInfo) -> LinearPlan | str:
             if isinstance(retry, LinearPlan):
                 retry.simd, simd, plan = narrow, narrow, retry
                 break
-    if isinstance(plan, LinearPlan) and not any(d.batched for d in plan.weights):
+    if isinstance(plan, LinearPlan) and not any(d.batched or d.kn for d in plan.weights):
         k = E.simplify(plan.params[plan.x].shape[-1])
         if (simd.avx512bf16 and TUNING["gemm_bf16dot"] and plan.params[plan.x].dtype == "bfloat16"
                 and isinstance(k, E.IntImm) and k.value % 2 == 0
@@ -333,16 +334,19 @@ def _plan_linear(func: PrimFunc, simd: SimdInfo) -> LinearPlan | str:
     acc_shape = list(acc_blocks[0].writes[0].buffer.shape)
     n_dim, k_dim = acc_shape[-1], x.shape[-1]
     for w in weights:
-        if w.format == "dense" and w.batched:
-            # one matrix per batch (a batched matmul of two activations): the float GEMM alone
+        if w.format == "dense" and (w.batched or w.kn):
+            # one matrix per batch (a matmul of two activations) or a weight stored (in, out): the
+            # float GEMM alone, (in, out) panels copied from float32 rows
             wb = params[w.w]
-            if w.batched not in (1, 2) or w.row_tile or len(weights) != 1 or x.ndim < 3 or wb.ndim != x.ndim:
-                return f"batched weight {wb.name} {wb.ndim}-D"
-            if wb.dtype not in (("float32", "float16", "bfloat16") if w.batched == 1 else ("float32",)):
-                return f"batched weight {wb.name} {wb.dtype}"
-            want = (n_dim, k_dim) if w.batched == 1 else (k_dim, n_dim)
-            if not (_same_dims(wb.shape[:-2], x.shape[:-2]) and _same_dims(wb.shape[-2:], want)):
-                return f"batched weight {wb.name} shape"
+            lead = x.ndim - 2 if w.batched else 0
+            if (w.batched not in (0, 1) or w.kn not in (0, 1) or w.row_tile or len(weights) != 1
+                    or lead < 0 or (w.batched and lead < 1) or wb.ndim != lead + 2):
+                return f"weight {wb.name} {wb.ndim}-D (batched={w.batched}, kn={w.kn})"
+            if wb.dtype not in (("float32",) if w.kn else ("float32", "float16", "bfloat16")):
+                return f"weight {wb.name} {wb.dtype} (kn={w.kn})"
+            want = (k_dim, n_dim) if w.kn else (n_dim, k_dim)
+            if not (_same_dims(wb.shape[:lead], x.shape[:lead]) and _same_dims(wb.shape[lead:], want)):
+                return f"weight {wb.name} shape"
             w.dtype, w.reads = wb.dtype, {id(wb)}
         elif w.format == "dense":
             wb = params[w.w]
