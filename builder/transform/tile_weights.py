@@ -18,6 +18,9 @@ passed (:class:`runtime.vm.VirtualMachine`), so the copy is made once per weight
 the parameters, the checkpoint and the saved files keep the (out, in) layout. MiniLM's 384 -> 1536
 matmul at 12 tokens: 101 -> 42 us, 1536 -> 384 85 -> 43 us (Intel Xeon, weights in cache).
 
+A weight stored (in, out) (``DenseWeight.kn``, ``x @ W``: GPT-2's ``Conv1D``) gets the same tiles of
+its transpose (:func:`tile_rows_kn`), so it runs on the row-tiled GEMV as well.
+
 Left as they are: weights that are not model parameters (a reshaped Conv1D weight, a computed
 matrix), symbolic or non-multiple-of-16 ``out``, and kernels whose weights are not all tileable
 (the kernel reads all its weights in one layout).
@@ -35,7 +38,7 @@ from ..te import compute
 from ..te.call_te import call_te
 from .pass_infra import Pass
 
-__all__ = ["TileWeights", "WEIGHT_TRANSFORM_ATTR", "tile_rows"]
+__all__ = ["TileWeights", "WEIGHT_TRANSFORM_ATTR", "tile_rows", "tile_rows_kn"]
 
 _FLOATS = ("float32", "float16", "bfloat16")
 
@@ -49,32 +52,43 @@ def tile_rows(w, row_tile: int = ROW_TILE):
                    lambda t, c, r: w[t * row_tile + r, c], name="T_tile_rows")
 
 
+def tile_rows_kn(w, row_tile: int = ROW_TILE):
+    """te: ``w`` stored (in, out) (``DenseWeight.kn``: ``x @ w``) -> the row tiles of its transpose,
+    (out / T, in, T) with ``[t, k, r] = w[k, T t + r]``: the layout :func:`tile_rows` gives an (out, in)
+    weight, so the kernels read both alike. ``out`` must be a multiple of ``T``."""
+    k, n = w.shape
+    return compute((E.simplify(n // row_tile), k, row_tile),
+                   lambda t, c, r: w[c, t * row_tile + r], name="T_tile_rows_kn")
+
+
 def _static(d) -> int | None:
     d = E.simplify(d)
     return d.value if isinstance(d, E.IntImm) else None
 
 
-def _tileable(e: rx.Expr, model: set) -> bool:
+def _tileable(e: rx.Expr, model: set, kn: bool = False) -> bool:
     si = e.struct_info if isinstance(e, rx.Var) else None
     if not (e in model and isinstance(si, TensorStructInfo) and si.ndim == 2 and si.dtype in _FLOATS):
         return False
     n, k = (_static(d) for d in si.shape)
+    if kn:
+        n, k = k, n
     return n is not None and k is not None and n > 0 and n % ROW_TILE == 0
 
 
 class _Retile(tir.StmtExprMutator):
-    """Loads of the weight buffers ``W[n, k]`` -> ``W_tiled[n // T, k, n % T]``; their read regions
-    the whole tiled buffer."""
+    """Loads of the weight buffers ``W[n, k]`` (``W[k, n]`` for those in ``kn``) -> ``W_tiled[n // T, k,
+    n % T]``; their read regions the whole tiled buffer."""
 
-    def __init__(self, buffers: dict) -> None:
-        self.buffers = buffers
+    def __init__(self, buffers: dict, kn: set = frozenset()) -> None:
+        self.buffers, self.kn = buffers, kn
 
     def visit_buffer_load(self, e: tir.BufferLoad):
         new = self.buffers.get(e.buffer)
         idx = [self.visit_expr(i) for i in e.indices]
         if new is None:
             return e if all(x is y for x, y in zip(idx, e.indices)) else tir.BufferLoad(e.buffer, idx)
-        n, k = idx
+        n, k = idx[::-1] if e.buffer in self.kn else idx
         return tir.BufferLoad(new, [E.FloorDiv(n, E.IntImm(ROW_TILE, n.dtype), n.dtype), k,
                                     E.FloorMod(n, E.IntImm(ROW_TILE, n.dtype), n.dtype)])
 
@@ -86,13 +100,17 @@ class _Retile(tir.StmtExprMutator):
 
 
 def _tiled_kernel(func: tir.PrimFunc, spec: LinearKernelSpec, idxs: list[int]) -> tir.PrimFunc:
-    """``func`` reading its parameters ``idxs`` (float weights (out, in)) in row tiles."""
-    buffers = {}
+    """``func`` reading its parameters ``idxs`` (float weights (out, in), or (in, out) where the spec
+    says ``kn``) in row tiles."""
+    buffers, kn = {}, set()
+    kn_idx = {w.w for w in spec.weights if isinstance(w, DenseWeight) and w.kn}
     for i in idxs:
         old = func.params[i]
-        buffers[old] = tir.Buffer(old.name, (E.simplify(old.shape[0] // ROW_TILE), old.shape[1], ROW_TILE),
-                                  old.dtype)
-    body = _Retile(buffers).visit_stmt(func.body)
+        n, k = (old.shape[1], old.shape[0]) if i in kn_idx else (old.shape[0], old.shape[1])
+        buffers[old] = tir.Buffer(old.name, (E.simplify(n // ROW_TILE), k, ROW_TILE), old.dtype)
+        if i in kn_idx:
+            kn.add(old)
+    body = _Retile(buffers, kn).visit_stmt(func.body)
     weights = tuple(DenseWeight(w.w, row_tile=ROW_TILE) if isinstance(w, DenseWeight) else w for w in spec.weights)
     params = [buffers.get(p, p) for p in func.params]
     attrs = {**func.attrs, KERNEL_ATTR: LinearKernelSpec(spec.x, spec.out, weights, spec.acc)}
@@ -117,7 +135,7 @@ class TileWeights(Pass):
         model = set(func.params[func.num_input:])
         blocks, changed = [], False
         for block in func.body.blocks:
-            tiled: dict = {}        # weight -> its tiled var, per block (a dataflow var is local to it)
+            tiled: dict = {}        # (weight, kn) -> its tiled var, per block (a dataflow var is local to it)
             bindings = []
             for b in block.bindings:
                 new = self._binding(bb, mod, b.value, model, tiled, bindings, block.is_dataflow, kernels)
@@ -138,10 +156,10 @@ class TileWeights(Pass):
         spec = func.attrs.get(KERNEL_ATTR) if isinstance(func, tir.PrimFunc) else None
         if not isinstance(spec, LinearKernelSpec) or not isinstance(args, rx.Tuple):
             return value
-        dense = [w.w for w in spec.weights if isinstance(w, DenseWeight) and not w.row_tile and not w.batched
-                 and not w.kn]
+        dense = [w.w for w in spec.weights if isinstance(w, DenseWeight) and not w.row_tile and not w.batched]
+        kn = {w.w for w in spec.weights if isinstance(w, DenseWeight) and w.kn}
         if not dense or len(dense) != len(spec.weights) or not all(
-                0 <= i < len(args.fields) and _tileable(args.fields[i], model) for i in dense):
+                0 <= i < len(args.fields) and _tileable(args.fields[i], model, i in kn) for i in dense):
             return value
         key = (gvar.name_hint, tuple(dense))
         if key not in kernels:
@@ -149,11 +167,12 @@ class TileWeights(Pass):
         fields = list(args.fields)
         for i in dense:
             w = fields[i]
-            if w not in tiled:
-                call = call_te(bb, tile_rows, (w,), {}, "tile_rows",
+            if (w, i in kn) not in tiled:
+                call = call_te(bb, tile_rows_kn if i in kn else tile_rows, (w,), {},
+                               "tile_rows_kn" if i in kn else "tile_rows",
                                on_new=lambda f: f.attrs.__setitem__(WEIGHT_TRANSFORM_ATTR, True))
                 var = (rx.DataflowVar if dataflow else rx.Var)(f"{w.name_hint}_tiled", call.struct_info)
                 bindings.append(rx.VarBinding(var, call))
-                tiled[w] = var
-            fields[i] = tiled[w]
+                tiled[(w, i in kn)] = var
+            fields[i] = tiled[(w, i in kn)]
         return rx.Call(value.op, [kernels[key], rx.Tuple(fields)], value.attrs, value.sinfo_args, value.struct_info)

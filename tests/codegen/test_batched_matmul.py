@@ -146,3 +146,28 @@ def test_a_weight_stored_in_out():
     x = rand(3, 64, dtype="float16")
     np.testing.assert_allclose(h(x, w.astype("float16")).astype(np.float64),
                                x.astype(np.float64) @ w.astype("float16").astype(np.float64), rtol=2e-2, atol=2e-2)
+
+
+def test_a_model_weight_stored_in_out_is_read_in_row_tiles():
+    """A model parameter stored (in, out) (GPT-2's ``Conv1D``): TileWeights gives the kernel the row tiles
+    of its transpose once, so 1 row runs on the row-tiled GEMV and 100 on the GEMM, both exact to
+    float64 numpy."""
+    from builder import nn
+
+    class Conv1DLike(nn.Module):
+        def __init__(self):
+            self.weight = nn.Parameter((48, 32), "float32")
+            self.bias = nn.Parameter((32,), "float32")
+
+        def forward(self, x):
+            return op.matmul(x, self.weight) + self.bias
+
+    net = Conv1DLike()
+    w, b = rand(48, 32), rand(32)
+    net.weight.data, net.bias.data = w, b
+    m = net.jit({"forward": {"x": nn.spec.Tensor([1, "n", 48], "float32")}})
+    fam = {k: v["kernel"] for k, v in m.exe.kernels.items()}
+    assert any(v.startswith("linear/") and "tiles" in v for v in fam.values()), fam
+    for n in (1, 9, 100):
+        x = rand(1, n, 48)
+        np.testing.assert_allclose(m["forward"](x), x.astype(np.float64) @ w + b, rtol=1e-4, atol=1e-4)
