@@ -126,30 +126,32 @@ class GemmFloat:
 
     def _pack_kn_fn(self) -> ir.Function:
         """``void pack(ptr w0, ptr w1, i64 ld0, i64 ld1, i64 K, i64 n0, i64 nr_eff, i64 kb, i64 kc,
-        ptr bp)`` (:meth:`_pack_fn`'s signature) for a float32 weight stored ``(K, N)`` (row length
-        ``ld0 = N``; ``x @ W``'s right operand as it is): ``bp[kk][j] = W[kb + kk, n0 + j]``,
-        zero for ``j >= nr_eff``: a row of the panel is a copy, no transpose."""
-        key = f"mb.pack.kn_float32.v{self.lanes}x{self.NV}"
+        ptr bp)`` (:meth:`_pack_fn`'s signature) for a float weight stored ``(K, N)`` (row length
+        ``ld0 = N``; ``x @ W``'s right operand as it is): ``bp[kk][j] = W[kb + kk, n0 + j]`` in
+        float32, zero for ``j >= nr_eff``: a row of the panel is a copy (16-bit weights widened), no
+        transpose."""
+        dtype = self.plan.weights[0].dtype
+        key = f"mb.pack.kn_{dtype}.v{self.lanes}x{self.NV}"
         fn, kf = self._new_helper(key, [PTR, PTR, I64, I64, I64, I64, I64, I64, I64, PTR])
         if kf is None:
             return fn
         p0, _, ld0, _, _, n0, nr_eff, kb, kc, bp = fn.args
         b = kf.b
         L, NV, NR = self.lanes, self.NV, self.NR
-        vt = vec(F32, L)
+        dec = DenseDecoder(p0, dtype, ld0, L)   # its rows: the K rows of W, N long
 
         def full():
             with kf.loop(0, kc, 1, "pk") as kk:
-                src = kf.gep(p0, kf.add(kf.mul(kf.add(kb, kk), ld0), n0), F32)
+                row = dec.row(kf, kf.add(kb, kk))
                 for v in range(NV):
-                    kf.store(kf.load(vt, src, kf.i64(v * L), align=4), bp, kf.add(kf.mul(kk, NR), v * L),
+                    kf.store(dec.load_vec(kf, row, kf.add(n0, v * L)), bp, kf.add(kf.mul(kk, NR), v * L),
                              align=min(64, 4 * L))
 
         def part():
             with kf.loop(0, kc, 1, "pk") as kk:
-                src = kf.gep(p0, kf.add(kf.mul(kf.add(kb, kk), ld0), n0), F32)
+                row = dec.row(kf, kf.add(kb, kk))
                 with kf.loop(0, nr_eff, 1, "pj") as j:
-                    kf.store(kf.load(F32, src, j, align=4), bp, kf.add(kf.mul(kk, NR), j), align=4)
+                    kf.store(dec.scalar(kf, row, kf.add(n0, j)), bp, kf.add(kf.mul(kk, NR), j), align=4)
                 with kf.loop(nr_eff, NR, 1, "pz") as j:
                     kf.store(ir.Constant(F32, 0.0), bp, kf.add(kf.mul(kk, NR), j), align=4)
 

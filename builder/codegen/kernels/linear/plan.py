@@ -336,14 +336,14 @@ def _plan_linear(func: PrimFunc, simd: SimdInfo) -> LinearPlan | str:
     for w in weights:
         if w.format == "dense" and (w.batched or w.kn):
             # one matrix per batch (a matmul of two activations) or a weight stored (in, out): the
-            # float GEMM alone, (in, out) panels copied from float32 rows
+            # float GEMM alone, (in, out) panels copied row by row
             wb = params[w.w]
             lead = x.ndim - 2 if w.batched else 0
             if (w.batched not in (0, 1) or w.kn not in (0, 1) or w.row_tile or len(weights) != 1
                     or lead < 0 or (w.batched and lead < 1) or wb.ndim != lead + 2):
                 return f"weight {wb.name} {wb.ndim}-D (batched={w.batched}, kn={w.kn})"
-            if wb.dtype not in (("float32",) if w.kn else ("float32", "float16", "bfloat16")):
-                return f"weight {wb.name} {wb.dtype} (kn={w.kn})"
+            if wb.dtype not in ("float32", "float16", "bfloat16"):
+                return f"weight {wb.name} {wb.dtype}"
             want = (k_dim, n_dim) if w.kn else (n_dim, k_dim)
             if not (_same_dims(wb.shape[:lead], x.shape[:lead]) and _same_dims(wb.shape[lead:], want)):
                 return f"weight {wb.name} shape"
