@@ -19,7 +19,7 @@ the parameters, the checkpoint and the saved files keep the (out, in) layout. Mi
 matmul at 12 tokens: 101 -> 42 us, 1536 -> 384 85 -> 43 us (Intel Xeon, weights in cache).
 
 A weight stored (in, out) (``DenseWeight.kn``, ``x @ W``: GPT-2's ``Conv1D``) gets the same tiles of
-its transpose (:func:`tile_rows_kn`), so it runs on the row-tiled GEMV as well.
+its transpose (:func:`tile_rows` with ``kn``), so it runs on the row-tiled GEMV as well.
 
 Left as they are: weights that are not model parameters (a reshaped Conv1D weight, a computed
 matrix), symbolic or non-multiple-of-16 ``out``, and kernels whose weights are not all tileable
@@ -38,27 +38,21 @@ from ..te import compute
 from ..te.call_te import call_te
 from .pass_infra import Pass
 
-__all__ = ["TileWeights", "WEIGHT_TRANSFORM_ATTR", "tile_rows", "tile_rows_kn"]
+__all__ = ["TileWeights", "WEIGHT_TRANSFORM_ATTR", "tile_rows"]
 
 _FLOATS = ("float32", "float16", "bfloat16")
 
 
-def tile_rows(w, row_tile: int = ROW_TILE):
+def tile_rows(w, row_tile: int = ROW_TILE, kn: bool = False):
     """te: ``w`` (out, in), any dtype -> the same values and dtype as (out / T, in, T), ``[t, k, r] =
-    w[T t + r, k]`` (:func:`runtime.weights.tile_rows` in numpy). ``out`` must be a multiple of ``T``
-    (:class:`TileWeights` checks it; other rows would be dropped)."""
-    n, k = w.shape
+    w[T t + r, k]`` (:func:`runtime.weights.tile_rows` in numpy). ``kn``: ``w`` is stored (in, out)
+    (``DenseWeight.kn``, ``x @ w``) and the tiles are those of its transpose, ``[t, k, r] = w[k, T t +
+    r]``, so the kernels read both alike. ``out`` must be a multiple of ``T`` (:class:`TileWeights`
+    checks it; other rows would be dropped)."""
+    n, k = w.shape[::-1] if kn else w.shape
     return compute((E.simplify(n // row_tile), k, row_tile),
-                   lambda t, c, r: w[t * row_tile + r, c], name="T_tile_rows")
-
-
-def tile_rows_kn(w, row_tile: int = ROW_TILE):
-    """te: ``w`` stored (in, out) (``DenseWeight.kn``: ``x @ w``) -> the row tiles of its transpose,
-    (out / T, in, T) with ``[t, k, r] = w[k, T t + r]``: the layout :func:`tile_rows` gives an (out, in)
-    weight, so the kernels read both alike. ``out`` must be a multiple of ``T``."""
-    k, n = w.shape
-    return compute((E.simplify(n // row_tile), k, row_tile),
-                   lambda t, c, r: w[c, t * row_tile + r], name="T_tile_rows_kn")
+                   (lambda t, c, r: w[c, t * row_tile + r]) if kn else (lambda t, c, r: w[t * row_tile + r, c]),
+                   name="T_tile_rows")
 
 
 def _static(d) -> int | None:
@@ -168,8 +162,7 @@ class TileWeights(Pass):
         for i in dense:
             w = fields[i]
             if (w, i in kn) not in tiled:
-                call = call_te(bb, tile_rows_kn if i in kn else tile_rows, (w,), {},
-                               "tile_rows_kn" if i in kn else "tile_rows",
+                call = call_te(bb, tile_rows, (w,), {"kn": i in kn}, "tile_rows",
                                on_new=lambda f: f.attrs.__setitem__(WEIGHT_TRANSFORM_ATTR, True))
                 var = (rx.DataflowVar if dataflow else rx.Var)(f"{w.name_hint}_tiled", call.struct_info)
                 bindings.append(rx.VarBinding(var, call))

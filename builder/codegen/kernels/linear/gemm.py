@@ -204,8 +204,7 @@ class GemmFloat:
                 Mc = kf.smin(kf.sub(mb, lo), mc)
                 wb = self.plan.params[self.plan.weights[0].w]
                 off = kf.mul(bi, kf.mul(N, K))
-                wargs = [[kf.gep(a[0], off, mem_type(wb.dtype))] + a[1:] for a in wargs]
-                pargs = wargs
+                wargs = [[kf.gep(a[0], off, mem_type(wb.dtype))] + a[1:] for a in wargs]   # (no bf16 pairs here)
             else:
                 mlo = kf.mul(chunk, mc)
                 Mc = kf.smin(kf.sub(M, mlo), mc)   # the chunk's rows
