@@ -1,7 +1,8 @@
 """Passes over IRModules, as named objects run by a :class:`Sequential` with instruments
 (:mod:`.pass_infra`); the default pipeline is declared in :mod:`.pipeline`.
 
-``EliminateCommonSubexpr`` (repeated pure op calls bound once), ``ConvToGemm`` (1-D / 2-D convolutions -> im2col + matmul), ``SelectKernels`` (matmuls and quantized gathers -> fast kernels), ``TileWeights`` (float weights read in row
+``EliminateCommonSubexpr`` (repeated pure op calls bound once), ``RewriteAttention`` (attention written out
+as matmuls and a softmax -> one attention op), ``ConvToGemm`` (1-D / 2-D convolutions -> im2col + matmul), ``SelectKernels`` (matmuls and quantized gathers -> fast kernels), ``TileWeights`` (float weights read in row
 tiles), ``FuseOps`` (elementwise chains ->
 one kernel), ``LegalizeOps`` (ops -> call_tir of PrimFuncs), ``DeadCodeElimination`` and
 ``LiftTransformParams`` (weight preprocessing -> ``transform_params``).
@@ -15,9 +16,10 @@ from .lift_transform_params import LiftTransformParams
 from .pass_infra import (FunctionPass, Pass, PassContext, PassInstrument, PassTiming, PrintAfter, Sequential,
     VerifyAfter)
 from .pipeline import PASS_NAMES, default_pipeline
+from .rewrite_attention import RewriteAttention
 from .select_kernels import SelectKernels
 from .tile_weights import TileWeights
 
-__all__ = ["EliminateCommonSubexpr", "eliminate_common_subexpr", "ConvToGemm", "SelectKernels", "TileWeights", "FuseOps", "LegalizeOps", "DeadCodeElimination", "LiftTransformParams",
+__all__ = ["EliminateCommonSubexpr", "eliminate_common_subexpr", "RewriteAttention", "ConvToGemm", "SelectKernels", "TileWeights", "FuseOps", "LegalizeOps", "DeadCodeElimination", "LiftTransformParams",
            "dead_code_elimination", "Pass", "FunctionPass", "Sequential", "PassContext", "PassInstrument",
            "VerifyAfter", "PassTiming", "PrintAfter", "default_pipeline", "PASS_NAMES"]

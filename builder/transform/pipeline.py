@@ -5,15 +5,18 @@ PrimFuncs it produced):
 
 0. ``eliminate_common_subexpr`` (:class:`EliminateCommonSubexpr`): a pure op call repeated on the
    same arguments is bound once (the rotary tables every layer of a Llama recomputes);
-1. ``conv_to_gemm`` (:class:`ConvToGemm`): Conv1D / Conv2D / ConvTranspose1D with groups 1 become an im2col
+1. ``rewrite_attention`` (:class:`RewriteAttention`): attention written out (``softmax(q @ k.T * c + mask) @ v``:
+   imported models, ONNX exports) becomes one attention op, whose kernel never stores the scores; a transpose of
+   a transpose is composed into one;
+2. ``conv_to_gemm`` (:class:`ConvToGemm`): Conv1D / Conv2D / ConvTranspose1D with groups 1 become an im2col
    copy (col2im overlap-add) around a matmul, which the next pass gives to the GEMM kernels;
-2. ``select_kernels`` (:class:`SelectKernels`): every matmul with its elementwise epilogue, and every
+3. ``select_kernels`` (:class:`SelectKernels`): every matmul with its elementwise epilogue, and every
    quantized gather, becomes its fast kernel (GEMV / GEMM, fused dequantization);
-3. ``tile_weights`` (:class:`TileWeights`): the matmul kernels read a model's float weights in row
+4. ``tile_weights`` (:class:`TileWeights`): the matmul kernels read a model's float weights in row
    tiles, made once by a weight transform the VM keeps (:mod:`builder.transform.tile_weights`);
-4. ``fuse_ops`` (:class:`FuseOps`): remaining elementwise chains become one kernel each;
-5. ``legalize_ops`` (:class:`LegalizeOps`): every other op becomes the loop-level code of its record;
-6. ``dead_code_elimination``: unused bindings and PrimFuncs go.
+5. ``fuse_ops`` (:class:`FuseOps`): remaining elementwise chains become one kernel each;
+6. ``legalize_ops`` (:class:`LegalizeOps`): every other op becomes the loop-level code of its record;
+7. ``dead_code_elimination``: unused bindings and PrimFuncs go.
 
 ``LiftTransformParams`` is not in it: weights are transformed when they are loaded (the recipe's
 quantization mapping), and the row tiles of ``tile_weights`` by the VM on first use (kept while the
@@ -29,6 +32,7 @@ from .dce import DeadCodeElimination
 from .fuse_ops import FuseOps
 from .legalize import LegalizeOps
 from .pass_infra import Sequential
+from .rewrite_attention import RewriteAttention
 from .select_kernels import SelectKernels
 from .tile_weights import TileWeights
 
@@ -37,7 +41,7 @@ __all__ = ["default_pipeline", "PASS_NAMES"]
 
 def default_pipeline() -> Sequential:
     """The passes ``builder.compile`` runs, in order (see the module docstring)."""
-    return Sequential([EliminateCommonSubexpr(), ConvToGemm(), SelectKernels(), TileWeights(), FuseOps(), LegalizeOps(), DeadCodeElimination()], name="default_pipeline")
+    return Sequential([EliminateCommonSubexpr(), RewriteAttention(), ConvToGemm(), SelectKernels(), TileWeights(), FuseOps(), LegalizeOps(), DeadCodeElimination()], name="default_pipeline")
 
 
 PASS_NAMES = tuple(default_pipeline().names)

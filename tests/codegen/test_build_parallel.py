@@ -160,7 +160,7 @@ def test_progress_reports_every_phase_in_order(fresh_cache):
     assert all(e.total == len(exe.kernels) for e in kernels)
     assert {e.item for e in kernels[1:]} == set(exe.kernels)
     passes = [e.item for e in events if e.phase == "passes" and e.done]
-    assert passes == ["eliminate_common_subexpr", "conv_to_gemm", "select_kernels", "tile_weights", "fuse_ops", "legalize_ops", "dead_code_elimination"]
+    assert passes == ["eliminate_common_subexpr", "rewrite_attention", "conv_to_gemm", "select_kernels", "tile_weights", "fuse_ops", "legalize_ops", "dead_code_elimination"]
     llvm = [e for e in events if e.phase == "llvm"]
     assert llvm[-1].done == llvm[-1].total == exe.build_stats["parts"]
     assert all(a.elapsed <= b.elapsed for a, b in zip(events, events[1:]))

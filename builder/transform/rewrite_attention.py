@@ -1,0 +1,260 @@
+"""RewriteAttention: attention written out as matmuls and a softmax becomes one ``R.nn.attention``
+(graph level, before :class:`~builder.transform.SelectKernels`; the rewrite TVM's
+``relax.backend.patterns.make_attention_rewrite_pattern`` / ``rewrite_attention`` does for its
+fused attention kernels).
+
+Imported models spell attention out: HF's eager attention, every ONNX export of it, ``torch.bmm``
+code. On (B, H, S, D) operands, with ``q`` (B, H, Sq, D), ``kt`` (B, Hk, D, Sk), ``v`` (B, Hk, Sk, Dv)::
+
+    s = matmul(q, kt)                       (optionally q and kt each a scalar multiple)
+    s = multiply(s, c) | divide(s, c)       (optional; c a float scalar constant)
+    s = add(s, mask)                        (optional; mask broadcasting to (B, H, Sq, Sk))
+    p = softmax(s, axis=-1)
+    o = matmul(p, v)
+
+becomes, in the attention op's (B, S, H, D) layout::
+
+    a = R.nn.attention(permute_dims(q, [0, 2, 1, 3]), permute_dims(kt, [0, 3, 1, 2]),
+                       permute_dims(v, [0, 2, 1, 3]), mask, scale=c)
+    o = permute_dims(a, [0, 2, 1, 3])
+
+which the attention kernel computes per head and row block without the (B, H, Sq, Sk) scores (the
+FlashAttention-2 schedule, :mod:`builder.codegen.kernels.attention`). The intermediates ``s`` and
+``p`` must have no other use; ``Hk`` is ``H`` or 1 (the matmul's broadcast: multi-query attention).
+
+A ``permute_dims`` of a ``permute_dims`` is composed into one (none when the two cancel), here and
+anywhere in the function: the head splits (``permute_dims(reshape(x, (B, S, H, D)), [0, 2, 1, 3])``)
+and the merge after ``o`` cancel against the layout permutes above, so no transpose is left.
+
+Semantics: the result is that of the written-out graph up to rounding (the scores are summed and
+the softmax taken in float32 for 16-bit data, where the graph rounded each intermediate), except
+for a query row whose every key is masked with ``-inf``: the graph gives NaN there (softmax of all
+``-inf``), the attention op zeros (PyTorch's ``_safe_softmax``). Finite masks (HF's
+``finfo.min``, every ONNX export of it) are unaffected.
+"""
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+
+from ..ir import expr as E
+from ..ir import relax as rx
+from ..ir.block_builder import BlockBuilder
+from ..ir.op.common import static_int
+from ..ir.struct_info import TensorStructInfo
+from .dce import dead_code_elimination
+from .pass_infra import FunctionPass
+from .patterns import FLOATS
+
+__all__ = ["RewriteAttention"]
+
+_HEADS = [0, 2, 1, 3]     # (B, H, S, D) <-> (B, S, H, D): its own inverse
+_KEY = [0, 3, 1, 2]       # (B, H, D, S) -> (B, S, H, D)
+
+
+def _op(name: str, args, **attrs) -> rx.Call:
+    return rx.Call(rx.Op.get(name), list(args), attrs)
+
+
+def _tensor(e: rx.Expr) -> TensorStructInfo | None:
+    s = getattr(e, "struct_info", None)
+    return s if isinstance(s, TensorStructInfo) and s.shape is not None else None
+
+
+def _axes(call: rx.Call, ndim: int) -> list[int]:
+    axes = call.attrs.get("axes")
+    return list(range(ndim))[::-1] if axes is None else [int(a) % ndim for a in axes]
+
+
+class _Rewriter:
+    """The rewrite of one function's dataflow blocks (see the module docstring): ``defs`` maps every
+    variable to its (rewritten) value, ``uses`` counts the uses in the input function, ``vmap`` the
+    dataflow variables replaced by another variable."""
+
+    def __init__(self, func: rx.Function) -> None:
+        self.defs: dict[rx.Var, rx.Expr] = {}
+        self.uses: Counter = Counter()
+        for block in func.body.blocks:
+            for b in block.bindings:
+                self.uses.update(rx.used_vars(b.value))
+        self.uses.update(rx.used_vars(func.body.body))
+        self.vmap: dict = {}
+        self.bindings: list[rx.VarBinding] = []
+        self.rewrites = 0
+
+    def call(self, e: rx.Expr, name: str) -> rx.Call | None:
+        v = self.defs.get(e) if isinstance(e, rx.Var) else None
+        ok = isinstance(v, rx.Call) and isinstance(v.op, rx.Op) and v.op.name == "relax." + name
+        return v if ok else None
+
+    def single(self, e: rx.Expr, name: str) -> rx.Call | None:
+        """The ``name`` call bound to ``e`` when ``e`` is a dataflow variable used once, else None."""
+        return self.call(e, name) if isinstance(e, rx.DataflowVar) and self.uses[e] == 1 else None
+
+    def scalar(self, e: rx.Expr) -> float | None:
+        """The value of a float constant holding one number (bound to ``e`` or ``e`` itself), else None."""
+        c = self.defs.get(e) if isinstance(e, rx.Var) else e
+        if not isinstance(c, rx.Constant) or c.dtype not in FLOATS or c.data.size != 1:
+            return None
+        v = float(np.asarray(c.values(), dtype=np.float64).reshape(()))
+        return v if np.isfinite(v) else None
+
+    def scaled(self, e: rx.Expr) -> tuple[rx.Expr, float] | None:
+        """``(t, c)`` when ``e`` is ``multiply(t, c)`` / ``multiply(c, t)`` / ``divide(t, c)`` of a scalar
+        constant ``c`` (``1 / c`` for the divide) used only here, the tensor ``t`` of ``e``'s shape."""
+        for name in ("multiply", "divide"):
+            call = self.single(e, name)
+            if call is None:
+                continue
+            a, b = call.args
+            order = [(a, b)] if name == "divide" else [(a, b), (b, a)]
+            for t, c in order:
+                v = self.scalar(c)
+                ts, es = _tensor(t), _tensor(e)
+                if v is None or ts is None or es is None or ts.ndim != es.ndim or ts.dtype != es.dtype:
+                    continue
+                if name == "divide":
+                    if v == 0.0:
+                        continue
+                    v = 1.0 / v
+                return t, v
+        return None
+
+    def emit(self, value: rx.Expr, name: str) -> rx.DataflowVar:
+        var = rx.DataflowVar(name, value.struct_info)
+        self.bind(var, value)
+        return var
+
+    def bind(self, var: rx.Var, value: rx.Expr) -> None:
+        self.defs[var] = value
+        self.bindings.append(rx.VarBinding(var, value))
+
+    def permuted(self, x: rx.Expr, axes: list[int]) -> rx.Expr:
+        """``permute_dims(x, axes)`` composed with a ``permute_dims`` bound to ``x``: the call (not yet
+        bound), or the variable it would copy when the permutation is the identity."""
+        inner = self.call(x, "permute_dims")
+        if inner is not None:
+            axes = [_axes(inner, len(axes))[a] for a in axes]
+            x = inner.args[0]
+        if axes == list(range(len(axes))):
+            return x
+        return _op("permute_dims", [x], axes=axes)
+
+    def operand(self, x: rx.Expr, axes: list[int], name: str) -> rx.Expr:
+        """:meth:`permuted`, bound to a new variable when it is a call."""
+        got = self.permuted(x, axes)
+        return self.emit(got, name) if isinstance(got, rx.Call) else got
+
+    def binding(self, b: rx.VarBinding, dataflow: bool) -> None:
+        value = rx.substitute_vars(b.value, self.vmap)
+        call = value if isinstance(value, rx.Call) and isinstance(value.op, rx.Op) else None
+        if dataflow and call is not None:
+            if call.op.name == "relax.matmul" and self.attention(b.var, call):
+                return
+            if call.op.name == "relax.permute_dims" and self.call(call.args[0], "permute_dims") is not None:
+                s = _tensor(b.var)
+                if s is not None:
+                    got = self.permuted(call.args[0], _axes(call, s.ndim))
+                    if isinstance(b.var, rx.DataflowVar) and not isinstance(got, rx.Call):
+                        self.vmap[b.var] = got
+                    else:
+                        self.bind(b.var, got)
+                    return
+        self.bind(b.var, value)
+
+    def attention(self, var: rx.Var, call: rx.Call) -> bool:
+        """``var = matmul(softmax(...), v)`` of the pattern in the module docstring -> bound to the
+        attention op's result transposed back; whether it was."""
+        if call.attrs.get("out_dtype") not in (None, "void", ""):
+            return False
+        p, v = call.args
+        sm = self.single(p, "nn.softmax")
+        ps, vs, os_ = _tensor(p), _tensor(v), _tensor(var)
+        if sm is None or ps is None or vs is None or os_ is None or ps.ndim != 4 or vs.ndim != 4:
+            return False
+        if int(sm.attrs.get("axis", -1)) % 4 != 3:
+            return False
+        s = sm.args[0]
+        mask = None
+        add = self.single(s, "add")
+        if add is not None:
+            for t, m in (add.args, add.args[::-1]):
+                ts, ms = _tensor(t), _tensor(m)
+                if ts is not None and ms is not None and _same(ts.shape, ps.shape) and ms.ndim <= 4:
+                    s, mask = t, m
+                    break
+            else:
+                return False
+        scale = 1.0
+        got = self.scaled(s)
+        if got is not None:
+            s, scale = got
+        mm = self.single(s, "matmul")
+        if mm is None or mm.attrs.get("out_dtype") not in (None, "void", ""):
+            return False
+        q, kt = mm.args
+        for side in (0, 1):
+            got = self.scaled(q if side == 0 else kt)
+            if got is not None:
+                if side == 0:
+                    q = got[0]
+                else:
+                    kt = got[0]
+                scale *= got[1]
+        qs, ks = _tensor(q), _tensor(kt)
+        if qs is None or ks is None or qs.ndim != 4 or ks.ndim != 4:
+            return False
+        dt = qs.dtype
+        if dt not in FLOATS or {ks.dtype, vs.dtype, ps.dtype, os_.dtype} != {dt}:
+            return False
+        B, H, Sq, D = qs.shape
+        Bk, Hk, Dk, Sk = ks.shape
+        if not (E.prove_equal(B, Bk) and E.prove_equal(B, vs.shape[0]) and E.prove_equal(D, Dk)
+                and E.prove_equal(Hk, vs.shape[1]) and E.prove_equal(Sk, vs.shape[2])
+                and (E.prove_equal(H, Hk) or static_int(Hk) == 1)):
+            return False
+        scores = [B, H, Sq, Sk]
+        if mask is not None:
+            ms = _tensor(mask)
+            shape = [E.IntImm(1, "int64")] * (4 - ms.ndim) + list(ms.shape)
+            if ms.dtype != dt or not all(static_int(d) == 1 or E.prove_equal(d, sd) for d, sd in zip(shape, scores)):
+                return False
+            if ms.ndim != 4:
+                mask = self.emit(_op("reshape", [mask, rx.ShapeExpr(shape)]), "attn_bias")
+        name = var.name_hint
+        args = [self.operand(q, _HEADS, f"{name}_q"), self.operand(kt, _KEY, f"{name}_k"),
+                self.operand(v, _HEADS, f"{name}_v")] + ([mask] if mask is not None else [])
+        a = self.emit(_op("nn.attention", args, scale=E.FloatImm(scale, "float32"), causal_mask=None),
+                      f"{name}_attention")
+        self.bind(var, _op("permute_dims", [a], axes=list(_HEADS)))
+        self.rewrites += 1
+        return True
+
+
+def _same(a, b) -> bool:
+    return len(a) == len(b) and all(E.prove_equal(x, y) for x, y in zip(a, b))
+
+
+class RewriteAttention(FunctionPass):
+    """Pass: see the module docstring. ``RewriteAttention()(mod)``; unused bindings are removed after it."""
+
+    name = "rewrite_attention"
+
+    def transform_module(self, mod: rx.IRModule) -> rx.IRModule:
+        return dead_code_elimination(super().transform_module(mod))
+
+    def transform_function(self, bb: BlockBuilder, func: rx.Function, name: str) -> rx.Function:
+        if not any(isinstance(b.value, rx.Call) and isinstance(b.value.op, rx.Op)
+                   and b.value.op.name in ("relax.nn.softmax", "relax.permute_dims")
+                   for block in func.body.blocks for b in block.bindings):
+            return func
+        rw = _Rewriter(func)
+        blocks = []
+        for block in func.body.blocks:
+            rw.bindings = []
+            for b in block.bindings:
+                rw.binding(b, block.is_dataflow)
+            blocks.append(type(block)(rw.bindings))
+        body = rx.SeqExpr(blocks, rx.substitute_vars(func.body.body, rw.vmap))
+        return rx.Function(func.params, body, func.ret_struct_info, func.attrs, func.is_pure, name=name)
