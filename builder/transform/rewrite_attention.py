@@ -163,6 +163,24 @@ class _Rewriter:
                     return
         self.bind(b.var, value)
 
+    def scores(self, s: rx.Expr, shape) -> tuple[rx.Call, rx.Expr | None, float] | None:
+        """``(matmul(q, kt), mask, c)`` when the softmax's input ``s`` is ``matmul(q, kt)``, scaled by ``c``
+        (1 when not) and plus ``mask`` (None when not; either side of the add), each intermediate used
+        once; None otherwise."""
+        add = self.single(s, "add")
+        tries = [(s, None)] if add is None else [(t, m) for t, m in (add.args, add.args[::-1])]
+        for t, mask in tries:
+            if mask is not None:
+                ts, ms = _tensor(t), _tensor(mask)
+                if ts is None or ms is None or not _same(ts.shape, shape) or ms.ndim > 4:
+                    continue
+            got = self.scaled(t)
+            t, scale = got if got is not None else (t, 1.0)
+            mm = self.single(t, "matmul")
+            if mm is not None and mm.attrs.get("out_dtype") in (None, "void", ""):
+                return mm, mask, scale
+        return None
+
     def attention(self, var: rx.Var, call: rx.Call) -> bool:
         """``var = matmul(softmax(...), v)`` of the pattern in the module docstring -> bound to the
         attention op's result transposed back; whether it was."""
@@ -176,23 +194,10 @@ class _Rewriter:
         if int(sm.attrs.get("axis", -1)) % 4 != 3:
             return False
         s = sm.args[0]
-        mask = None
-        add = self.single(s, "add")
-        if add is not None:
-            for t, m in (add.args, add.args[::-1]):
-                ts, ms = _tensor(t), _tensor(m)
-                if ts is not None and ms is not None and _same(ts.shape, ps.shape) and ms.ndim <= 4:
-                    s, mask = t, m
-                    break
-            else:
-                return False
-        scale = 1.0
-        got = self.scaled(s)
-        if got is not None:
-            s, scale = got
-        mm = self.single(s, "matmul")
-        if mm is None or mm.attrs.get("out_dtype") not in (None, "void", ""):
+        scores = self.scores(s, ps.shape)
+        if scores is None:
             return False
+        mm, mask, scale = scores
         q, kt = mm.args
         for side in (0, 1):
             got = self.scaled(q if side == 0 else kt)
@@ -214,11 +219,11 @@ class _Rewriter:
                 and E.prove_equal(Hk, vs.shape[1]) and E.prove_equal(Sk, vs.shape[2])
                 and (E.prove_equal(H, Hk) or static_int(Hk) == 1)):
             return False
-        scores = [B, H, Sq, Sk]
+        score_shape = [B, H, Sq, Sk]
         if mask is not None:
             ms = _tensor(mask)
             shape = [E.IntImm(1, "int64")] * (4 - ms.ndim) + list(ms.shape)
-            if ms.dtype != dt or not all(static_int(d) == 1 or E.prove_equal(d, sd) for d, sd in zip(shape, scores)):
+            if ms.dtype != dt or not all(static_int(d) == 1 or E.prove_equal(d, sd) for d, sd in zip(shape, score_shape)):
                 return False
             if ms.ndim != 4:
                 mask = self.emit(_op("reshape", [mask, rx.ShapeExpr(shape)]), "attn_bias")

@@ -68,11 +68,12 @@ def test_eager_attention_becomes_one_kernel_without_transposes():
         np.testing.assert_allclose(f(xq, xk, xv, mask), want, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("form", ["divide", "scaled_operands", "no_scale", "mask_first", "mask_2d"])
+@pytest.mark.parametrize("form", ["divide", "scaled_operands", "no_scale", "mask_first", "mask_2d", "full_mask_first"])
 def test_scale_and_mask_forms(form):
     """The scale as a divide, as scalar multiples of q and k (torch's decomposed SDPA), absent (1); the
-    mask added from the left or 2-D (S, S) (broadcast): one attention kernel, numpy's values."""
-    mshape = [S, S] if form == "mask_2d" else [B, 1, S, S]
+    mask added from the left (also one of the scores' full shape) or 2-D (S, S) (broadcast): one
+    attention kernel, numpy's values."""
+    mshape = {"mask_2d": [S, S], "full_mask_first": [B, H, S, S]}.get(form, [B, 1, S, S])
 
     def fn(q, k, v, mask):
         if form == "scaled_operands":
@@ -83,7 +84,7 @@ def test_scale_and_mask_forms(form):
                 s = s / 4.0
             elif form != "no_scale":
                 s = s * 0.125
-        s = mask + s if form == "mask_first" else s + mask
+        s = mask + s if form in ("mask_first", "full_mask_first") else s + mask
         return op.matmul(op.softmax(s, axis=3), v)
 
     t = ([B, H, S, D], "float32")
