@@ -223,7 +223,8 @@ class _Rewriter:
         if mask is not None:
             ms = _tensor(mask)
             shape = [E.IntImm(1, "int64")] * (4 - ms.ndim) + list(ms.shape)
-            if ms.dtype != dt or not all(static_int(d) == 1 or E.prove_equal(d, sd) for d, sd in zip(shape, score_shape)):
+            if ms.dtype != dt or not all(static_int(d) == 1 or E.prove_equal(d, sd)
+                                         for d, sd in zip(shape, score_shape)):
                 return False
             if ms.ndim != 4:
                 mask = self.emit(_op("reshape", [mask, rx.ShapeExpr(shape)]), "attn_bias")
