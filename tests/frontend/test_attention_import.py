@@ -1,0 +1,74 @@
+"""Attention written out by the models we import (HF eager attention exported to ONNX, HF GPT-2 / Llama
+eager through ``torch.export``) runs as one attention kernel per layer (``RewriteAttention``): no softmax
+or score kernels left, the values of onnxruntime / PyTorch."""
+import numpy as np
+import pytest
+
+import runtime
+from builder import compile as build
+
+onnx = pytest.importorskip("onnx")
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+
+def families(exe) -> dict:
+    return {name: k["kernel"] for name, k in exe.kernels.items()}
+
+
+def assert_attention_kernels(exe, layers: int) -> None:
+    fam = families(exe)
+    att = [n for n, k in fam.items() if k.startswith("attention/")]
+    assert att and not any(n.startswith("softmax") for n in fam), fam
+    # one attention kernel per layer (identical layers share a kernel: count the calls' names instead)
+    assert len(att) <= layers, fam
+
+
+@pytest.mark.filterwarnings("ignore")
+def test_onnx_bert_eager_attention_is_one_kernel(tiny_bert_onnx, bert_feeds):
+    """The tiny BERT (eager attention, a padding mask) exported to ONNX: an attention kernel, no softmax
+    kernel; onnxruntime's hidden states."""
+    import onnxruntime as ort
+
+    from builder.frontend import from_onnx
+
+    exe = build(from_onnx(str(tiny_bert_onnx)))
+    assert_attention_kernels(exe, 2)
+    vm = runtime.VirtualMachine(exe)
+    got = vm["main"](*bert_feeds.values())
+    want = ort.InferenceSession(str(tiny_bert_onnx)).run(None, bert_feeds)[0]
+    np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=2e-6)
+
+
+@pytest.mark.filterwarnings("ignore")
+@pytest.mark.parametrize("arch", ["gpt2", "llama"])
+def test_torch_export_eager_attention_is_one_kernel(arch):
+    """HF GPT-2 (causal mask as an additive mask) and Llama (RoPE, GQA repeated to every head) with eager
+    attention through ``torch.export``: an attention kernel, no softmax kernel; PyTorch's logits."""
+    from builder.frontend import from_exported_program
+
+    torch.manual_seed(1)
+    if arch == "gpt2":
+        cfg = transformers.GPT2Config(n_embd=64, n_head=4, n_layer=2, vocab_size=97, attn_implementation="eager")
+        model = transformers.GPT2LMHeadModel(cfg).eval()
+    else:
+        cfg = transformers.LlamaConfig(hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
+                                       intermediate_size=96, num_hidden_layers=2, vocab_size=97,
+                                       attn_implementation="eager")
+        model = transformers.LlamaForCausalLM(cfg).eval()
+
+    class Logits(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.m = model
+
+        def forward(self, ids):
+            return self.m(input_ids=ids, use_cache=False).logits
+
+    ids = torch.randint(0, 97, (2, 11))
+    exe = build(from_exported_program(torch.export.export(Logits(), (ids,))))
+    assert_attention_kernels(exe, 2)
+    got = runtime.VirtualMachine(exe)["main"](ids.numpy())
+    with torch.no_grad():
+        want = Logits()(ids).numpy()
+    np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=1e-5)
