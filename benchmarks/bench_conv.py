@@ -16,16 +16,21 @@ On a shared machine take the best-of column (the median includes other processes
 
 The encoder is also timed against HF transformers' ``WhisperEncoder`` (torch, SDPA attention, the pool's
 thread count) on the same weights when torch and transformers are installed (``--no-torch``: not), its
-output checked against ours first.
+output checked against ours first. ``GOMP_SPINCOUNT=100000`` is set before torch is imported (as in
+``bench_models.py``): its OpenMP threads would otherwise spin long after each call on the cores our next run
+needs.
 """
 from __future__ import annotations
 
 import argparse
 import collections
+import os
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+os.environ.setdefault("GOMP_SPINCOUNT", "100000")
 
 import numpy as np
 

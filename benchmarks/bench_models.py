@@ -34,7 +34,11 @@ faster). An anchor that is not installed or fails is skipped with the reason pri
 
 As in ``bench_mlp.py``, ``OPENBLAS_CORETYPE`` / ``OPENBLAS_L2_SIZE`` are removed before numpy is
 imported and ``OPENBLAS_THREAD_TIMEOUT=4`` is set (numpy is not timed here, but its idle threads would
-otherwise poll on the cores our pool uses).
+otherwise poll on the cores our pool uses), and ``GOMP_SPINCOUNT=100000`` before torch is imported: with
+libgomp's default (300000 spins) torch's OpenMP threads spin long after each call and slow whatever runs
+next (HF BERT 8 x 41 run right after torch eager took 2.5 ms more than with its turn elsewhere; Xeon, 2
+threads), while ``OMP_WAIT_POLICY=PASSIVE`` (no spinning at all) made torch itself 31 -> 44 ms. With 100000
+neither: torch 32-33 ms, the run after it as fast as elsewhere.
 """
 from __future__ import annotations
 
@@ -44,6 +48,7 @@ import sys
 for _var in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE"):
     os.environ.pop(_var, None)
 os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
+os.environ.setdefault("GOMP_SPINCOUNT", "100000")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")           # the models come from local files only
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -803,7 +808,8 @@ def main(argv=None) -> int:
 
     print(machine_info())
     print(f"threads: ours {get_num_threads()} (MB_NUM_THREADS={os.environ.get('MB_NUM_THREADS', 'unset')}), "
-          f"anchors {THREADS}; OPENBLAS_THREAD_TIMEOUT={os.environ.get('OPENBLAS_THREAD_TIMEOUT')}", flush=True)
+          f"anchors {THREADS}; OPENBLAS_THREAD_TIMEOUT={os.environ.get('OPENBLAS_THREAD_TIMEOUT')}, "
+          f"GOMP_SPINCOUNT={os.environ.get('GOMP_SPINCOUNT')}", flush=True)
     rows: list = []
     notes: list = []
     if not args.skip_minilm:
