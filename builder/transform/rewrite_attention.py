@@ -9,7 +9,7 @@ code. On (B, H, S, D) operands, with ``q`` (B, H, Sq, D), ``kt`` (B, Hk, D, Sk),
     s = matmul(q, kt)                       (optionally q and kt each a scalar multiple)
     s = multiply(s, c) | divide(s, c)       (optional; c a float scalar constant)
     s = add(s, mask)                        (optional; mask broadcasting to (B, H, Sq, Sk))
-    p = softmax(s, axis=-1)
+    p = softmax(s, axis=-1)                 (optionally where(isnan(p), 0, p): torch's ONNX export of SDPA)
     o = matmul(p, v)
 
 becomes, in the attention op's (B, S, H, D) layout::
@@ -22,8 +22,8 @@ which the attention kernel computes per head and row block without the (B, H, Sq
 FlashAttention-2 schedule, :mod:`builder.codegen.kernels.attention`). The intermediates ``s`` and
 ``p`` must have no other use; ``Hk`` is ``H`` or 1 (the matmul's broadcast: multi-query attention).
 
-A ``permute_dims`` of a ``permute_dims`` is composed into one (none when the two cancel), here and
-anywhere in the function: the head splits (``permute_dims(reshape(x, (B, S, H, D)), [0, 2, 1, 3])``)
+A ``permute_dims`` of a ``permute_dims`` (also through a ``reshape`` to the same shape) is composed into
+one (none when the two cancel), here and anywhere in the function: the head splits (``permute_dims(reshape(x, (B, S, H, D)), [0, 2, 1, 3])``)
 and the merge after ``o`` cancel against the layout permutes above, so no transpose is left.
 
 Semantics: the result is that of the written-out graph up to rounding (the scores are summed and
@@ -133,13 +133,22 @@ class _Rewriter:
     def permuted(self, x: rx.Expr, axes: list[int]) -> rx.Expr:
         """``permute_dims(x, axes)`` composed with a ``permute_dims`` bound to ``x``: the call (not yet
         bound), or the variable it would copy when the permutation is the identity."""
-        inner = self.call(x, "permute_dims")
+        inner = self.call(self.through_reshape(x), "permute_dims")
         if inner is not None:
             axes = [_axes(inner, len(axes))[a] for a in axes]
             x = inner.args[0]
         if axes == list(range(len(axes))):
             return x
         return _op("permute_dims", [x], axes=axes)
+
+    def through_reshape(self, x: rx.Expr) -> rx.Expr:
+        """``y`` when ``x`` is ``reshape(y)`` to ``y``'s own shape (ONNX exports have them), else ``x``."""
+        r = self.call(x, "reshape")
+        if r is not None:
+            xs, ys = _tensor(x), _tensor(r.args[0])
+            if xs is not None and ys is not None and _same(xs.shape, ys.shape):
+                return r.args[0]
+        return x
 
     def operand(self, x: rx.Expr, axes: list[int], name: str) -> rx.Expr:
         """:meth:`permuted`, bound to a new variable when it is a call."""
@@ -152,7 +161,8 @@ class _Rewriter:
         if dataflow and call is not None:
             if call.op.name == "relax.matmul" and self.attention(b.var, call):
                 return
-            if call.op.name == "relax.permute_dims" and self.call(call.args[0], "permute_dims") is not None:
+            if (call.op.name == "relax.permute_dims"
+                    and self.call(self.through_reshape(call.args[0]), "permute_dims") is not None):
                 s = _tensor(b.var)
                 if s is not None:
                     got = self.permuted(call.args[0], _axes(call, s.ndim))
@@ -162,6 +172,20 @@ class _Rewriter:
                         self.bind(b.var, got)
                     return
         self.bind(b.var, value)
+
+    def nan_to_zero(self, e: rx.Expr) -> rx.Call | None:
+        """The softmax call of ``e = where(not_equal(p, p), 0, p)``, ``p = softmax(...)`` (NaN -> 0:
+        torch's ONNX export of ``scaled_dot_product_attention``, whose fully masked rows are zeros, as the
+        attention op's), ``p`` used by these alone; None otherwise."""
+        w = self.single(e, "where")
+        if w is None:
+            return None
+        cond, zero, p = w.args
+        test = self.single(cond, "not_equal")
+        if (test is None or not (test.args[0] is p and test.args[1] is p) or self.scalar(zero) != 0.0
+                or not isinstance(p, rx.DataflowVar) or self.uses[p] != 3):
+            return None
+        return self.call(p, "nn.softmax")
 
     def scores(self, s: rx.Expr, shape) -> tuple[rx.Call, rx.Expr | None, float] | None:
         """``(matmul(q, kt), mask, c)`` when the softmax's input ``s`` is ``matmul(q, kt)``, scaled by ``c``
@@ -187,7 +211,7 @@ class _Rewriter:
         if call.attrs.get("out_dtype") not in (None, "void", ""):
             return False
         p, v = call.args
-        sm = self.single(p, "nn.softmax")
+        sm = self.single(p, "nn.softmax") or self.nan_to_zero(p)
         ps, vs, os_ = _tensor(p), _tensor(v), _tensor(var)
         if sm is None or ps is None or vs is None or os_ is None or ps.ndim != 4 or vs.ndim != 4:
             return False

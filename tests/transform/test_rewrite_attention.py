@@ -189,3 +189,33 @@ def test_transpose_of_a_transpose_is_composed():
     x = rand(3, 4, 5)
     np.testing.assert_array_equal(f(x), x + 1.0)
     np.testing.assert_array_equal(g(x), x.transpose(1, 2, 0).transpose(1, 0, 2))
+
+
+def test_sdpa_as_torch_exports_it_to_onnx():
+    """torch's ONNX export of ``scaled_dot_product_attention``: q and k.T each times ``sqrt(scale)``, an
+    additive -inf mask, ``where(isnan(p), 0, p)`` after the softmax (imported as ``p != p``), then a
+    reshape to the same shape before the head merge: one attention kernel, no transposes; a fully
+    masked row is zeros in both."""
+    def fn(xq, xk, xv, mask):
+        s = op.matmul(heads(xq) * 0.5, op.permute_dims(heads(xk), [0, 1, 3, 2]) * 0.5) + mask
+        p = op.softmax(s, axis=-1)
+        o = op.matmul(op.where(op.not_equal(p, p), 0.0, p), heads(xv))
+        o = op.reshape(o, [o.shape[0], H, o.shape[2], D])
+        return op.reshape(op.permute_dims(o, [0, 2, 1, 3]), [o.shape[0], o.shape[2], H * D])
+
+    spec = dict(xq=(["b", "s", H * D], "float32"), xk=(["b", "s", H * D], "float32"),
+                xv=(["b", "s", H * D], "float32"), mask=(["b", 1, "s", "s"], "float32"))
+    f, fam = jit_kernels(fn, **spec)
+    assert [k.split("/")[0] for k in fam.values()] == ["attention"], fam
+    xq, xk, xv = rand(B, S, H * D), rand(B, S, H * D), rand(B, S, H * D)
+    mask = np.zeros((B, 1, S, S), np.float32)
+    mask[1, 0, 3] = -np.inf                      # query 3 of the second sequence sees no key
+    mask[0, 0, :, 5:] = -np.inf
+    got = f(xq, xk, xv, mask)
+    m = mask.astype(np.float64)
+    m[1, 0, 3] = 0.0                             # (numpy's softmax of an all -inf row is NaN: compare the rest)
+    want = np_attention(np_heads(xq), np_heads(xk), np_heads(xv), 0.25, m)
+    assert np.all(got[1, 3] == 0)
+    keep = np.ones((B, S), bool)
+    keep[1, 3] = False
+    np.testing.assert_allclose(got[keep], want[keep], rtol=1e-5, atol=1e-5)
