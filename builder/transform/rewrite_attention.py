@@ -187,6 +187,26 @@ class _Rewriter:
             return None
         return self.call(p, "nn.softmax")
 
+    def unrepeat(self, x: rx.Expr) -> tuple[rx.Expr, int] | None:
+        """``(t, n)`` when ``x`` (B, Hk * n, S, D) is ``t`` (B, Hk, S, D) with each head repeated ``n``
+        times in a row (HF's ``repeat_kv``: ``reshape(broadcast_to(expand_dims(t, 2), (B, Hk, n, S, D)))``),
+        the attention op's grouped-query heads; None otherwise."""
+        r = self.call(x, "reshape")
+        b = self.call(r.args[0], "broadcast_to") if r is not None else None
+        e = self.call(b.args[0], "expand_dims") if b is not None else None
+        if e is None or [int(a) for a in (e.attrs.get("axis") or [])] not in ([2], [-3]):
+            return None
+        t = e.args[0]
+        xs, bs, ts = _tensor(x), _tensor(r.args[0]), _tensor(t)
+        if xs is None or bs is None or ts is None or xs.ndim != 4 or ts.ndim != 4 or bs.ndim != 5:
+            return None
+        n = static_int(bs.shape[2])
+        if (n is None or n < 1 or not _same([bs.shape[i] for i in (0, 1, 3, 4)], ts.shape)
+                or not _same([xs.shape[0], xs.shape[2], xs.shape[3]], [ts.shape[0], ts.shape[2], ts.shape[3]])
+                or not E.prove_equal(xs.shape[1], ts.shape[1] * n)):
+            return None
+        return t, n
+
     def scores(self, s: rx.Expr, shape) -> tuple[rx.Call, rx.Expr | None, float] | None:
         """``(matmul(q, kt), mask, c)`` when the softmax's input ``s`` is ``matmul(q, kt)``, scaled by ``c``
         (1 when not) and plus ``mask`` (None when not; either side of the add), each intermediate used
@@ -253,8 +273,16 @@ class _Rewriter:
             if ms.ndim != 4:
                 mask = self.emit(_op("reshape", [mask, rx.ShapeExpr(shape)]), "attn_bias")
         name = var.name_hint
-        args = [self.operand(q, _HEADS, f"{name}_q"), self.operand(kt, _KEY, f"{name}_k"),
-                self.operand(v, _HEADS, f"{name}_v")] + ([mask] if mask is not None else [])
+        k, v4 = (kt, _KEY), (v, _HEADS)
+        if static_int(Hk) != 1:
+            # keys and values repeated over the heads (GQA written out): the attention op reads them once
+            inner = self.call(kt, "permute_dims")
+            k4 = inner.args[0] if inner is not None and _axes(inner, 4) == [0, 1, 3, 2] else None
+            kr, vr = (self.unrepeat(k4) if k4 is not None else None), self.unrepeat(v)
+            if kr is not None and vr is not None and kr[1] == vr[1]:
+                k, v4 = (kr[0], _HEADS), (vr[0], _HEADS)
+        args = [self.operand(q, _HEADS, f"{name}_q"), self.operand(*k, f"{name}_k"),
+                self.operand(*v4, f"{name}_v")] + ([mask] if mask is not None else [])
         a = self.emit(_op("nn.attention", args, scale=E.FloatImm(scale, "float32"), causal_mask=None),
                       f"{name}_attention")
         self.bind(var, _op("permute_dims", [a], axes=list(_HEADS)))

@@ -219,3 +219,30 @@ def test_sdpa_as_torch_exports_it_to_onnx():
     keep = np.ones((B, S), bool)
     keep[1, 3] = False
     np.testing.assert_allclose(got[keep], want[keep], rtol=1e-5, atol=1e-5)
+
+
+def test_keys_repeated_over_heads_are_read_once():
+    """GQA written out (HF's ``repeat_kv``: ``reshape(broadcast_to(expand_dims(k, 2), (B, Hk, n, S, D)))``
+    for keys and values): the attention op gets the Hk heads themselves (no repeated copy is made, no
+    transpose is left); numpy's values with head ``h`` reading key head ``h // n``."""
+    hk, n = 2, 3
+
+    def rep(t):
+        e = op.broadcast_to(op.unsqueeze(t, 2), [t.shape[0], hk, n, t.shape[2], D])
+        return op.reshape(e, [t.shape[0], hk * n, t.shape[2], D])
+
+    def fn(xq, xk, xv):
+        k, v = rep(heads(xk, hk)), rep(heads(xv, hk))
+        p = op.softmax(op.matmul(heads(xq, hk * n), op.permute_dims(k, [0, 1, 3, 2])) * 0.3, axis=-1)
+        o = op.matmul(p, v)
+        return op.reshape(op.permute_dims(o, [0, 2, 1, 3]), [o.shape[0], o.shape[2], hk * n * D])
+
+    spec = dict(xq=(["b", "s", hk * n * D], "float32"), xk=(["b", "s", hk * D], "float32"),
+                xv=(["b", "s", hk * D], "float32"))
+    text = RewriteAttention()(exported(fn, **spec)).script()
+    assert "R.nn.attention" in text and "broadcast_to" not in text, text
+    f, fam = jit_kernels(fn, **spec)
+    assert [k.split("/")[0] for k in fam.values()] == ["attention"], fam
+    xq, xk, xv = rand(B, S, hk * n * D), rand(B, S, hk * D), rand(B, S, hk * D)
+    kk, vv = (np.repeat(np_heads(t, hk), n, axis=1) for t in (xk, xv))
+    np.testing.assert_allclose(f(xq, xk, xv), np_attention(np_heads(xq, hk * n), kk, vv, 0.3), rtol=1e-5, atol=1e-5)
