@@ -10,7 +10,8 @@ writes ``scaled_dot_product_attention`` out too), ``torch.matmul`` code. On (B, 
     s = matmul(q, kt)                       (optionally q and kt each a scalar multiple)
     s = multiply(s, c) | divide(s, c)       (optional; c a float scalar constant)
     s = add(s, mask)                        (optional, either side; mask broadcasting to (B, H, Sq, Sk))
-    p = softmax(s, axis=-1)                 (optionally where(p != p, 0, p): torch's ONNX export of SDPA)
+    p = softmax(s, axis=-1)                 (optionally where(p != p, 0, p): torch's ONNX export of SDPA;
+                                             optionally in float32: astype(softmax(astype(s, f32)), dtype))
     o = matmul(p, v)
 
 becomes, in the attention op's (B, S, H, D) layout::
@@ -181,6 +182,23 @@ class _Rewriter:
                     return
         self.bind(b.var, value)
 
+    def softmax_of(self, p: rx.Expr) -> tuple[rx.Call, rx.Expr] | None:
+        """``(softmax call, its input before a float cast)`` when ``p`` is the softmax (or
+        :meth:`nan_to_zero` of it), optionally taken in another float dtype: ``astype(softmax(astype(s,
+        float32)), dtype)`` (HF's eager attention of 16-bit models); None otherwise."""
+        cast = self.single(p, "astype")
+        inner = cast.args[0] if cast is not None and _tensor(cast.args[0]) is not None else p
+        if cast is not None and _tensor(inner).dtype not in FLOATS:
+            return None
+        sm = self.single(inner, "nn.softmax") or self.nan_to_zero(inner)
+        if sm is None:
+            return None
+        s = sm.args[0]
+        up = self.single(s, "astype")
+        if up is not None and _tensor(up.args[0]) is not None and _tensor(up.args[0]).dtype in FLOATS:
+            s = up.args[0]
+        return sm, s
+
     def nan_to_zero(self, e: rx.Expr) -> rx.Call | None:
         """The softmax call of ``e = where(not_equal(p, p), 0, p)``, ``p = softmax(...)`` (NaN -> 0:
         torch's ONNX export of ``scaled_dot_product_attention``, whose fully masked rows are zeros, as the
@@ -239,13 +257,13 @@ class _Rewriter:
         if call.attrs.get("out_dtype") not in (None, "void", ""):
             return False
         p, v = call.args
-        sm = self.single(p, "nn.softmax") or self.nan_to_zero(p)
+        got = self.softmax_of(p)
         ps, vs, os_ = _tensor(p), _tensor(v), _tensor(var)
-        if sm is None or ps is None or vs is None or os_ is None or ps.ndim != 4 or vs.ndim != 4:
+        if got is None or ps is None or vs is None or os_ is None or ps.ndim != 4 or vs.ndim != 4:
             return False
+        sm, s = got
         if int(sm.attrs.get("axis", -1)) % 4 != 3:
             return False
-        s = sm.args[0]
         scores = self.scores(s, ps.shape)
         if scores is None:
             return False

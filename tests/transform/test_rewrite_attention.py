@@ -246,3 +246,20 @@ def test_keys_repeated_over_heads_are_read_once():
     xq, xk, xv = rand(B, S, hk * n * D), rand(B, S, hk * D), rand(B, S, hk * D)
     kk, vv = (np.repeat(np_heads(t, hk), n, axis=1) for t in (xk, xv))
     np.testing.assert_allclose(f(xq, xk, xv), np_attention(np_heads(xq, hk * n), kk, vv, 0.3), rtol=1e-5, atol=1e-5)
+
+
+def test_softmax_taken_in_float32_for_16_bit_scores():
+    """HF's eager attention of a float16 model, ``softmax(s, dtype=float32).to(float16)``
+    (``astype(softmax(astype(s, float32)), float16)``): one attention kernel, within float16 rounding."""
+    def fn(q, k, v):
+        s = op.matmul(q, op.permute_dims(k, [0, 1, 3, 2])) * 0.35
+        p = op.astype(op.softmax(op.astype(s, "float32"), axis=-1), "float16")
+        return op.matmul(p, v)
+
+    t = ([B, H, S, D], "float16")
+    f, fam = jit_kernels(fn, q=t, k=t, v=t)
+    assert one_attention(fam), fam
+    q, k, v = (rand(B, H, S, D, dtype="float16") for _ in range(3))
+    want = np_attention(*(a.astype(np.float64) for a in (q, k, v)), 0.35)
+    got = np.asarray(f(q, k, v), dtype=np.float64).transpose(0, 2, 1, 3).reshape(B, S, -1)
+    np.testing.assert_allclose(got, want, rtol=2e-2, atol=2e-2)
