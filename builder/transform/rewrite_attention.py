@@ -4,8 +4,9 @@
 fused attention kernels).
 
 Imported models spell attention out: HF's eager attention, every ONNX export of it (torch's exporter
-writes ``scaled_dot_product_attention`` out too), ``torch.matmul`` code. On (B, H, S, D) operands, with
-``q`` (B, H, Sq, D), ``kt`` (B, Hk, D, Sk), ``v`` (B, Hk, Sk, Dv)::
+writes ``scaled_dot_product_attention`` out too), ``torch.matmul`` / ``torch.bmm`` code. On (B, H, S, D)
+operands, with ``q`` (B, H, Sq, D), ``kt`` (B, Hk, D, Sk), ``v`` (B, Hk, Sk, Dv) (or 3-D, batch and heads in
+one dim: the op's one head, each operand reshaped)::
 
     s = matmul(q, kt)                       (optionally q and kt each a scalar multiple)
     s = multiply(s, c) | divide(s, c)       (optional; c a float scalar constant)
@@ -253,16 +254,17 @@ class _Rewriter:
 
     def attention(self, var: rx.Var, call: rx.Call) -> bool:
         """``var = matmul(softmax(...), v)`` of the pattern in the module docstring -> bound to the
-        attention op's result transposed back; whether it was."""
+        attention op's result transposed (4-D) or reshaped (3-D) back; whether it was."""
         if call.attrs.get("out_dtype") not in (None, "void", ""):
             return False
         p, v = call.args
         got = self.softmax_of(p)
         ps, vs, os_ = _tensor(p), _tensor(v), _tensor(var)
-        if got is None or ps is None or vs is None or os_ is None or ps.ndim != 4 or vs.ndim != 4:
+        if got is None or ps is None or vs is None or os_ is None or ps.ndim not in (3, 4) or vs.ndim != ps.ndim:
             return False
+        nd = ps.ndim
         sm, s = got
-        if int(sm.attrs.get("axis", -1)) % 4 != 3:
+        if int(sm.attrs.get("axis", -1)) % nd != nd - 1:
             return False
         scores = self.scores(s, ps.shape)
         if scores is None:
@@ -278,40 +280,54 @@ class _Rewriter:
                     kt = got[0]
                 scale *= got[1]
         qs, ks = _tensor(q), _tensor(kt)
-        if qs is None or ks is None or qs.ndim != 4 or ks.ndim != 4:
+        if qs is None or ks is None or qs.ndim != nd or ks.ndim != nd:
             return False
         dt = qs.dtype
         if dt not in FLOATS or {ks.dtype, vs.dtype, ps.dtype, os_.dtype} != {dt}:
             return False
-        B, H, Sq, D = qs.shape
-        Bk, Hk, Dk, Sk = ks.shape
-        if not (E.prove_equal(B, Bk) and E.prove_equal(B, vs.shape[0]) and E.prove_equal(D, Dk)
-                and E.prove_equal(Hk, vs.shape[1]) and E.prove_equal(Sk, vs.shape[2])
+        one = E.IntImm(1, "int64")
+        # 3-D (torch.bmm over batch x heads): one head
+        B, H, Sq, D = qs.shape if nd == 4 else (qs.shape[0], one, qs.shape[1], qs.shape[2])
+        Bk, Hk, Dk, Sk = ks.shape if nd == 4 else (ks.shape[0], one, ks.shape[1], ks.shape[2])
+        Bv, Hv, Sv, Dv = vs.shape if nd == 4 else (vs.shape[0], one, vs.shape[1], vs.shape[2])
+        if not (E.prove_equal(B, Bk) and E.prove_equal(B, Bv) and E.prove_equal(D, Dk)
+                and E.prove_equal(Hk, Hv) and E.prove_equal(Sk, Sv)
                 and (E.prove_equal(H, Hk) or static_int(Hk) == 1)):
             return False
         score_shape = [B, H, Sq, Sk]
         if mask is not None:
             ms = _tensor(mask)
-            shape = [E.IntImm(1, "int64")] * (4 - ms.ndim) + list(ms.shape)
+            shape = [one] * (nd - ms.ndim) + list(ms.shape)
+            if nd == 3:
+                shape.insert(1, one)
             if ms.dtype != dt or not all(static_int(d) == 1 or E.prove_equal(d, sd)
                                          for d, sd in zip(shape, score_shape)):
                 return False
             if ms.ndim != 4:
                 mask = self.emit(_op("reshape", [mask, rx.ShapeExpr(shape)]), "attn_bias")
         name = var.name_hint
-        k, v4 = (kt, _KEY), (v, _HEADS)
-        if static_int(Hk) != 1:
-            # keys and values repeated over the heads (GQA written out): the attention op reads them once
-            inner = self.call(kt, "permute_dims")
-            k4 = inner.args[0] if inner is not None and _axes(inner, 4) == [0, 1, 3, 2] else None
-            kr, vr = (self.unrepeat(k4) if k4 is not None else None), self.unrepeat(v)
-            if kr is not None and vr is not None and kr[1] == vr[1]:
-                k, v4 = (kr[0], _HEADS), (vr[0], _HEADS)
-        args = [self.operand(q, _HEADS, f"{name}_q"), self.operand(*k, f"{name}_k"),
-                self.operand(*v4, f"{name}_v")] + ([mask] if mask is not None else [])
-        a = self.emit(_op("nn.attention", args, scale=E.FloatImm(scale, "float32"), causal_mask=None),
-                      f"{name}_attention")
-        self.bind(var, _op("permute_dims", [a], axes=list(_HEADS)))
+        if nd == 3:
+            kk = self.operand(kt, [0, 2, 1], f"{name}_kn")
+            args = [self.emit(_op("reshape", [x, rx.ShapeExpr(dims)]), f"{name}_{what}")
+                    for x, dims, what in ((q, [B, Sq, one, D], "q"), (kk, [B, Sk, one, D], "k"),
+                                          (v, [B, Sk, one, Dv], "v"))]
+        else:
+            k, v4 = (kt, _KEY), (v, _HEADS)
+            if static_int(Hk) != 1:
+                # keys and values repeated over the heads (GQA written out): the attention op reads them once
+                inner = self.call(kt, "permute_dims")
+                k4 = inner.args[0] if inner is not None and _axes(inner, 4) == [0, 1, 3, 2] else None
+                kr, vr = (self.unrepeat(k4) if k4 is not None else None), self.unrepeat(v)
+                if kr is not None and vr is not None and kr[1] == vr[1]:
+                    k, v4 = (kr[0], _HEADS), (vr[0], _HEADS)
+            args = [self.operand(q, _HEADS, f"{name}_q"), self.operand(*k, f"{name}_k"),
+                    self.operand(*v4, f"{name}_v")]
+        a = self.emit(_op("nn.attention", args + ([mask] if mask is not None else []),
+                          scale=E.FloatImm(scale, "float32"), causal_mask=None), f"{name}_attention")
+        if nd == 3:
+            self.bind(var, _op("reshape", [a, rx.ShapeExpr([B, Sq, Dv])]))
+        else:
+            self.bind(var, _op("permute_dims", [a], axes=list(_HEADS)))
         return True
 
 

@@ -263,3 +263,28 @@ def test_softmax_taken_in_float32_for_16_bit_scores():
     want = np_attention(*(a.astype(np.float64) for a in (q, k, v)), 0.35)
     got = np.asarray(f(q, k, v), dtype=np.float64).transpose(0, 2, 1, 3).reshape(B, S, -1)
     np.testing.assert_allclose(got, want, rtol=2e-2, atol=2e-2)
+
+
+@pytest.mark.parametrize("mask_dims", [0, 2, 3])
+def test_3d_batched_attention(mask_dims):
+    """``torch.bmm`` attention over (batch x heads, S, D) operands, keys transposed, a scale, no mask or a
+    (S, S) / (N, S, S) mask: one attention kernel (the op's one head, operands reshaped, not copied)."""
+    n = B * H
+    mshape = {2: [S, S], 3: [n, S, S]}.get(mask_dims)
+
+    def fn(q, k, v, *mask):
+        s = op.matmul(q, op.permute_dims(k, [0, 2, 1])) * 0.3
+        if mask:
+            s = s + mask[0]
+        return op.matmul(op.softmax(s, axis=-1), v)
+
+    t = ([n, S if mshape else "s", D], "float32")
+    spec = dict(q=t, k=t, v=t, **({"mask": (mshape, "float32")} if mshape else {}))
+    f, fam = jit_kernels(fn, **spec)
+    assert [k.split("/")[0] for k in fam.values()] == ["attention"], fam
+    q, k, v = rand(n, S, D), rand(n, S, D), rand(n, S, D)
+    mask = [rand(*mshape)] if mshape else []
+    sc = q.astype(np.float64) @ np.swapaxes(k, -1, -2) * 0.3 + (mask[0] if mask else 0.0)
+    pr = np.exp(sc - sc.max(-1, keepdims=True))
+    want = (pr / pr.sum(-1, keepdims=True)) @ v
+    np.testing.assert_allclose(f(q, k, v, *mask), want, rtol=1e-5, atol=1e-5)
