@@ -13,7 +13,9 @@ Cases:
   ``tests/data/minilm_sentences_A.json``) and batch 8 x 41 tokens (its 8 sentences, padded to the
   longest by :func:`builder.text.tokenize`), against sentence-transformers' model of the same files
   (torch, float32, ``torch.set_num_threads(2)``, called on the same token ids) and onnxruntime (that
-  model exported with ``torch.onnx.export``; 2 intra-op threads, sequential execution, no spinning).
+  model exported with ``torch.onnx.export``; 2 intra-op threads, sequential execution, no spinning); also
+  that ONNX file imported by ``builder.frontend.from_onnx`` and compiled by us (format ``float32
+  (from_onnx)``: the importer's path through the same kernels, against the same anchors).
 - ``recipes/llama.yaml`` at TinyLlama-1.1B's shape (hidden 2048, intermediate 5632, 32 heads, 4 KV
   heads, head_dim 64, 22 layers, vocab 32000) with seeded random weights: ``prefill`` of a
   128-token prompt (ms) and ``decode`` (ms per token, the mean over 32 tokens after that prompt, over
@@ -228,9 +230,23 @@ def bench_minilm(args, rows: list, notes: list) -> None:
         skip(notes, "MiniLM-L6 torch (sentence-transformers)", err)
     if torch_model is not None:
         try:
-            anchors["onnxruntime"] = minilm_onnx(torch_model, encs["b8x41"])
+            anchors["onnxruntime"], onnx_path = minilm_onnx(torch_model, encs["b8x41"])
         except Exception as err:  # noqa: BLE001
             skip(notes, "MiniLM-L6 onnxruntime", err)
+        else:
+            try:   # the same ONNX file imported (builder.frontend.from_onnx) and compiled by us
+                import runtime
+                from builder.frontend import from_onnx
+
+                t0 = time.perf_counter()
+                exe = builder.compile(from_onnx(str(onnx_path)))
+                main = runtime.VirtualMachine(exe)["main"]
+                ours["from_onnx"] = (None, lambda *a, f=main: np.asarray(f(*a)),
+                                     sorted({k.get("kernel", "?") for k in exe.kernels.values()}))
+                print(f"  ours from the ONNX file (from_onnx): compiled in {time.perf_counter() - t0:.1f} s, "
+                      f"kernels {', '.join(ours['from_onnx'][2])}", flush=True)
+            except Exception as err:  # noqa: BLE001 - reported and skipped
+                skip(notes, "MiniLM-L6 imported from ONNX", err)
     else:
         skip(notes, "MiniLM-L6 onnxruntime", "the ONNX file is exported from the torch model, which did not load")
 
@@ -337,7 +353,7 @@ def minilm_onnx(st_model, enc):
     sess = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
     print(f"  onnxruntime {ort.__version__}: {how}, opset 17, {path.stat().st_size / 1e6:.0f} MB, "
           f"{THREADS} intra-op threads, sequential, no spinning", flush=True)
-    return sess
+    return sess, path
 
 
 # -- Llama -----------------------------------------------------------------------------------------
