@@ -146,3 +146,44 @@ def test_built_recipes_make_their_weights_read_only():
     before = fn(x)
     m.params[name] = np.zeros_like(m.params[name])
     assert not np.allclose(m["forward"](x), before)
+
+
+def test_constant_weights_of_imported_models_are_tiled_at_build_time():
+    """Weights that are constants (a torch model through ``from_exported_program``, its parameters bound as
+    named constants): tiled in numpy when the module is built, no weight transform left; the 48-row
+    Linear on the row tiles, the 20-row one row-major; PyTorch's values."""
+    torch = pytest.importorskip("torch")
+    from builder.frontend import from_exported_program
+
+    torch.manual_seed(3)
+    model = torch.nn.Sequential(torch.nn.Linear(40, 48), torch.nn.SiLU(), torch.nn.Linear(48, 20, bias=False)).eval()
+    x = torch.randn(5, 40)
+    mod = TileWeights()(SelectKernels()(from_exported_program(torch.export.export(model, (x,)))))
+    text = mod.script()
+    assert "tile_rows" not in text                       # no transform at run time: the constant is tiled
+    consts = [c for c in _constants(mod["main"]) if c.data.ndim == 3]
+    assert [c.data.shape for c in consts] == [(3, 40, 16)]
+    w = model[0].weight.detach().numpy()
+    np.testing.assert_array_equal(consts[0].data, w.reshape(3, 16, 40).transpose(0, 2, 1))
+    exe = builder.compile(from_exported_program(torch.export.export(model, (x,))))
+    fams = sorted(k["kernel"] for k in exe.kernels.values())
+    assert any(f.endswith("+tiles") for f in fams), fams
+    xs = torch.randn(5, 40)
+    with torch.no_grad():
+        want = model(xs).numpy()
+    np.testing.assert_allclose(np.asarray(VirtualMachine(exe)["main"](xs.numpy())), want, rtol=1e-5, atol=1e-5)
+
+
+def _constants(fn):
+    from builder.ir import relax as rx
+
+    out = []
+    for blk in fn.body.blocks:
+        for b in blk.bindings:
+            v = b.value
+            if isinstance(v, rx.Constant):
+                out.append(v)
+            elif isinstance(v, rx.Call):
+                args = v.args[1].fields if len(v.args) > 1 and isinstance(v.args[1], rx.Tuple) else v.args
+                out.extend(a for a in args if isinstance(a, rx.Constant))
+    return out
