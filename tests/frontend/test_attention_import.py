@@ -75,36 +75,15 @@ def test_torch_export_eager_attention_is_one_kernel(arch):
 
 
 @pytest.mark.filterwarnings("ignore")
-def test_onnx_bert_sdpa_attention_is_one_kernel(tmp_path, bert_feeds):
-    """A BERT with PyTorch's ``scaled_dot_product_attention`` (HF's default) exported to ONNX, which
-    writes it out (q and k scaled by ``sqrt(scale)`` each, ``where(isnan(p), 0, p)``): an attention
-    kernel, no softmax and no transpose kernels; onnxruntime's hidden states."""
-    import contextlib
-    import io
-
+def test_onnx_bert_sdpa_attention_is_one_kernel(tiny_bert_onnx_of, bert_feeds):
+    """The tiny BERT with PyTorch's ``scaled_dot_product_attention`` (HF's default) exported to ONNX, which
+    writes it out (q and k scaled by ``sqrt(scale)`` each, ``where(isnan(p), 0, p)``): an attention kernel, no
+    softmax and no transpose kernels; onnxruntime's hidden states."""
     import onnxruntime as ort
 
     from builder.frontend import from_onnx
 
-    torch.manual_seed(2)
-    bert = transformers.BertModel(transformers.BertConfig(num_hidden_layers=2, hidden_size=64, num_attention_heads=4,
-                                                          intermediate_size=128, vocab_size=100,
-                                                          attn_implementation="sdpa")).eval()
-
-    class Wrap(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.m = bert
-
-        def forward(self, ids, mask, types):
-            return self.m(input_ids=ids, attention_mask=mask, token_type_ids=types).last_hidden_state
-
-    path = tmp_path / "bert_sdpa.onnx"
-    names = list(bert_feeds)
-    sample = tuple(torch.from_numpy(bert_feeds[n]) for n in names)
-    with contextlib.redirect_stderr(io.StringIO()):
-        torch.onnx.export(Wrap(), sample, str(path), dynamo=False, opset_version=17, input_names=names,
-                          output_names=["y"], dynamic_axes={n: {0: "b", 1: "s"} for n in names})
+    path = tiny_bert_onnx_of("sdpa")
     exe = build(from_onnx(str(path)))
     assert_attention_kernels(exe, 2)
     assert not any(n.startswith("transpose") for n in families(exe)), families(exe)

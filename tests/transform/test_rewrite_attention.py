@@ -28,13 +28,16 @@ def np_heads(t, h=H):
     return t.astype(np.float64).reshape(t.shape[0], t.shape[1], h, D).transpose(0, 2, 1, 3)
 
 
+def np_softmax(s, axis=-1):
+    p = np.exp(s - s.max(axis, keepdims=True))
+    return p / p.sum(axis, keepdims=True)
+
+
 def np_attention(q, k, v, scale, mask=None):
     s = q @ np.swapaxes(k, -1, -2) * scale
     if mask is not None:
         s = s + mask
-    p = np.exp(s - s.max(-1, keepdims=True))
-    p /= p.sum(-1, keepdims=True)
-    o = p @ v
+    o = np_softmax(s) @ v
     return o.transpose(0, 2, 1, 3).reshape(o.shape[0], o.shape[2], -1)
 
 
@@ -106,16 +109,19 @@ def test_multi_query_keys_broadcast_over_heads():
     assert one_attention(fam), fam
     q, k, v = rand(B, 4, S, D), rand(B, 1, S, D), rand(B, 1, S, 5)
     s = q.astype(np.float64) @ np.swapaxes(k, -1, -2) * 0.3
-    p = np.exp(s - s.max(-1, keepdims=True))
-    want = (p / p.sum(-1, keepdims=True)) @ v
-    np.testing.assert_allclose(f(q, k, v), want, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(f(q, k, v), np_softmax(s) @ v, rtol=1e-5, atol=1e-5)
 
 
-def test_16_bit_attention_within_rounding():
+@pytest.mark.parametrize("float32_softmax", [False, True])
+def test_16_bit_attention_within_rounding(float32_softmax):
     """float16 operands: one attention kernel (float32 sums and softmax), within float16 rounding of
-    float64 numpy."""
+    float64 numpy; also with the softmax taken in float32 as HF's eager attention of 16-bit models does
+    (``softmax(s, dtype=float32).to(float16)``: ``astype(softmax(astype(s, float32)), float16)``)."""
     def fn(q, k, v):
-        return op.matmul(op.softmax(op.matmul(q, op.permute_dims(k, [0, 1, 3, 2])) * 0.35, axis=-1), v)
+        s = op.matmul(q, op.permute_dims(k, [0, 1, 3, 2])) * 0.35
+        p = (op.astype(op.softmax(op.astype(s, "float32"), axis=-1), "float16") if float32_softmax
+             else op.softmax(s, axis=-1))
+        return op.matmul(p, v)
 
     t = ([B, H, S, D], "float16")
     f, fam = jit_kernels(fn, q=t, k=t, v=t)
@@ -148,8 +154,7 @@ def test_forms_left_as_written(form):
     s = q.astype(np.float64) @ np.swapaxes(k, -1, -2)
     s = (s + mask) * 0.5 if form == "mask_before_scale" else s * 0.5 + mask
     ax = 2 if form == "softmax_axis_2" else -1
-    p = np.exp(s - s.max(ax, keepdims=True))
-    want = (p / p.sum(ax, keepdims=True)) @ v
+    want = np_softmax(s, ax) @ v
     got = f(q, k, v, mask)
     if form == "scores_used_twice":
         np.testing.assert_allclose(got[1], s, rtol=1e-5, atol=1e-5)
@@ -171,8 +176,7 @@ def test_fully_masked_row_gives_zeros():
     got = f(q, k, v, mask)
     assert np.all(got[0, 0, 2] == 0)
     s = q.astype(np.float64) @ np.swapaxes(k, -1, -2)
-    p = np.exp(s - s.max(-1, keepdims=True))
-    want = (p / p.sum(-1, keepdims=True)) @ v
+    want = np_softmax(s) @ v
     rows = [0, 1, 3]
     np.testing.assert_allclose(got[0, 0, rows], want[0, 0, rows], rtol=1e-5, atol=1e-5)
 
@@ -248,23 +252,6 @@ def test_keys_repeated_over_heads_are_read_once():
     np.testing.assert_allclose(f(xq, xk, xv), np_attention(np_heads(xq, hk * n), kk, vv, 0.3), rtol=1e-5, atol=1e-5)
 
 
-def test_softmax_taken_in_float32_for_16_bit_scores():
-    """HF's eager attention of a float16 model, ``softmax(s, dtype=float32).to(float16)``
-    (``astype(softmax(astype(s, float32)), float16)``): one attention kernel, within float16 rounding."""
-    def fn(q, k, v):
-        s = op.matmul(q, op.permute_dims(k, [0, 1, 3, 2])) * 0.35
-        p = op.astype(op.softmax(op.astype(s, "float32"), axis=-1), "float16")
-        return op.matmul(p, v)
-
-    t = ([B, H, S, D], "float16")
-    f, fam = jit_kernels(fn, q=t, k=t, v=t)
-    assert one_attention(fam), fam
-    q, k, v = (rand(B, H, S, D, dtype="float16") for _ in range(3))
-    want = np_attention(*(a.astype(np.float64) for a in (q, k, v)), 0.35)
-    got = np.asarray(f(q, k, v), dtype=np.float64).transpose(0, 2, 1, 3).reshape(B, S, -1)
-    np.testing.assert_allclose(got, want, rtol=2e-2, atol=2e-2)
-
-
 @pytest.mark.parametrize("mask_dims", [0, 2, 3])
 def test_3d_batched_attention(mask_dims):
     """``torch.bmm`` attention over (batch x heads, S, D) operands, keys transposed, a scale, no mask or a
@@ -285,6 +272,5 @@ def test_3d_batched_attention(mask_dims):
     q, k, v = rand(n, S, D), rand(n, S, D), rand(n, S, D)
     mask = [rand(*mshape)] if mshape else []
     sc = q.astype(np.float64) @ np.swapaxes(k, -1, -2) * 0.3 + (mask[0] if mask else 0.0)
-    pr = np.exp(sc - sc.max(-1, keepdims=True))
-    want = (pr / pr.sum(-1, keepdims=True)) @ v
+    want = np_softmax(sc) @ v
     np.testing.assert_allclose(f(q, k, v, *mask), want, rtol=1e-5, atol=1e-5)
