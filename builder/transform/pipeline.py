@@ -13,7 +13,8 @@ PrimFuncs it produced):
 3. ``select_kernels`` (:class:`SelectKernels`): every matmul with its elementwise epilogue, and every
    quantized gather, becomes its fast kernel (GEMV / GEMM, fused dequantization);
 4. ``tile_weights`` (:class:`TileWeights`): the matmul kernels read a model's float weights in row
-   tiles, made once by a weight transform the VM keeps (:mod:`builder.transform.tile_weights`);
+   tiles, made once by a weight transform the VM keeps (constant weights of imported models: at build
+   time) (:mod:`builder.transform.tile_weights`);
 5. ``fuse_ops`` (:class:`FuseOps`): remaining elementwise chains become one kernel each;
 6. ``legalize_ops`` (:class:`LegalizeOps`): every other op becomes the loop-level code of its record;
 7. ``dead_code_elimination``: unused bindings and PrimFuncs go.
