@@ -79,12 +79,11 @@ from ..ir import expr as E
 from ..ir import relax as rx
 from ..ir.block_builder import BlockBuilder
 from ..ir.op.common import static_int
-from ..ir.struct_info import TensorStructInfo
 from ..te import topi
 from ..te.call_te import call_te
 from .dce import dead_code_elimination
 from .pass_infra import FunctionPass
-from .patterns import FLOATS, fusable
+from .patterns import FLOATS, call_op, fusable, tensor_sinfo, void_dtype
 
 __all__ = ["ConvToGemm"]
 
@@ -103,19 +102,10 @@ _MAX_GEMM_GROUPS = 64
 _MIN_GROUP_DEPTH = 64
 
 
-def _op(name: str, args, **attrs) -> rx.Call:
-    return rx.Call(rx.Op.get(name), list(args), attrs)
-
-
-def _tensor(e: rx.Expr) -> TensorStructInfo | None:
-    s = getattr(e, "struct_info", None)
-    return s if isinstance(s, TensorStructInfo) and s.shape is not None else None
-
-
 def _layout_swap(call: rx.Call) -> str | None:
     """``"last"`` for ``permute_dims(v, _TO_LAST[ndim])`` of a 3-D / 4-D ``v`` (axes also as negative
     numbers), ``"first"`` for ``_TO_FIRST``, else None (3-D: the swap is both; ``"last"`` is said)."""
-    s = _tensor(call.args[0])
+    s = tensor_sinfo(call.args[0])
     axes = call.attrs.get("axes")
     if s is None or s.ndim not in _TO_LAST or axes is None:
         return None
@@ -123,21 +113,17 @@ def _layout_swap(call: rx.Call) -> str | None:
     return "last" if axes == _TO_LAST[s.ndim] else "first" if axes == _TO_FIRST[s.ndim] else None
 
 
-def _void(dtype) -> str | None:
-    return None if dtype in (None, "", "void") else dtype
-
-
 def _conv_operands(call: rx.Call):
     """``(x, w, xs, ws, C, K)`` of a convolution call the GEMM lowering takes, else None (``K`` the
     kernel's taps: ``kW`` or ``(kH, kW)``)."""
     x, w = call.args
-    xs, ws, out = _tensor(x), _tensor(w), _tensor(call)
+    xs, ws, out = tensor_sinfo(x), tensor_sinfo(w), tensor_sinfo(call)
     nd = 4 if call.op.name in ("relax.nn.conv2d", "relax.nn.conv2d_transpose") else 3
     if xs is None or ws is None or out is None or xs.ndim != nd or ws.ndim != nd:
         return None
     if xs.dtype not in FLOATS or ws.dtype != xs.dtype or int(call.attrs.get("groups", 1)) != 1:
         return None
-    if _void(call.attrs.get("out_dtype")) not in (None, xs.dtype, "float32"):
+    if void_dtype(call.attrs.get("out_dtype")) not in (None, xs.dtype, "float32"):
         return None
     c = static_int(ws.shape[0] if call.op.name.endswith("_transpose") else ws.shape[1])
     ks = [static_int(d) for d in ws.shape[2:]]
@@ -172,12 +158,12 @@ class _Rewriter:
         """Record that ``cl`` is the channels-last form of the channels-first ``cf`` (3-D: the swap is its
         own inverse, so each is also the other's transpose the other way)."""
         self.last[cf], self.first[cl] = cl, cf
-        if _tensor(cl).ndim == 3:
+        if tensor_sinfo(cl).ndim == 3:
             self.last[cl], self.first[cf] = cf, cl
 
     def bind_pending(self, var: rx.Var, cl: rx.Var) -> None:
         """``var = permute_dims(cl, _TO_FIRST)``, a pending transpose of the channels-last ``cl``."""
-        self.bind(var, _op("permute_dims", [cl], axes=list(_TO_FIRST[_tensor(cl).ndim])))
+        self.bind(var, call_op("permute_dims", [cl], axes=list(_TO_FIRST[tensor_sinfo(cl).ndim])))
         self.pair(var, cl)
         self.pending.add(var)
 
@@ -214,7 +200,7 @@ class _Rewriter:
             return False
         x, w, _, ws, c, k = got
         a = call.attrs
-        n, _, out_w = _tensor(call).shape
+        n, _, out_w = tensor_sinfo(call).shape
         src, layout = (self.last[x], "NWC") if x in self.last else (x, "NCW")
         strides, padding = [int(v) for v in a.get("strides", (1,))], [int(v) for v in a.get("padding", (0,))]
         if k == 1 and layout == "NWC" and set(strides) == {1} and set(padding) == {0}:
@@ -227,10 +213,10 @@ class _Rewriter:
             except ValueError:
                 return False   # the loops raise the same error where the shapes allow it
             col = self.emit(col, "conv_col")
-            col = self.emit(_op("reshape", [col, rx.ShapeExpr([n, out_w, c * k])]), "conv_col")
-        w2 = self.emit(_op("reshape", [w, rx.ShapeExpr([ws.shape[0], c * k])]), "conv_weight")
-        wt = self.emit(_op("permute_dims", [w2], axes=[1, 0]), "conv_weight_t")
-        y = self.emit(_op("matmul", [col, wt], out_dtype=a.get("out_dtype", "void")), "conv_nwc")
+            col = self.emit(call_op("reshape", [col, rx.ShapeExpr([n, out_w, c * k])]), "conv_col")
+        w2 = self.emit(call_op("reshape", [w, rx.ShapeExpr([ws.shape[0], c * k])]), "conv_weight")
+        wt = self.emit(call_op("permute_dims", [w2], axes=[1, 0]), "conv_weight_t")
+        y = self.emit(call_op("matmul", [col, wt], out_dtype=a.get("out_dtype", "void")), "conv_nwc")
         self.bind_pending(var, y)
         return True
 
@@ -240,17 +226,17 @@ class _Rewriter:
             return False
         x, w, xs, ws, c, k = got
         a = call.attrs
-        n, o, out_w = _tensor(call).shape
+        n, o, out_w = tensor_sinfo(call).shape
         og = ws.shape[1]
-        odt = _void(a.get("out_dtype")) or xs.dtype
+        odt = void_dtype(a.get("out_dtype")) or xs.dtype
         if x in self.last:
             src = self.last[x]
         else:
-            src = self.emit(_op("permute_dims", [x], axes=list(_SWAP)), "deconv_x_nwc")
-        w2 = self.emit(_op("reshape", [w, rx.ShapeExpr([c, og * k])]), "deconv_weight")
-        wt = self.emit(_op("permute_dims", [w2], axes=[1, 0]), "deconv_weight_t")   # (O*K, C): a copy
-        wtt = self.emit(_op("permute_dims", [wt], axes=[1, 0]), "deconv_weight")
-        cols = self.emit(_op("matmul", [src, wtt], out_dtype="float32"), "deconv_cols")
+            src = self.emit(call_op("permute_dims", [x], axes=list(_SWAP)), "deconv_x_nwc")
+        w2 = self.emit(call_op("reshape", [w, rx.ShapeExpr([c, og * k])]), "deconv_weight")
+        wt = self.emit(call_op("permute_dims", [w2], axes=[1, 0]), "deconv_weight_t")   # (O*K, C): a copy
+        wtt = self.emit(call_op("permute_dims", [wt], axes=[1, 0]), "deconv_weight")
+        cols = self.emit(call_op("matmul", [src, wtt], out_dtype="float32"), "deconv_cols")
         try:
             out = call_te(self.bb, topi.conv1d_transpose_col2im, (cols,),
                           {"out_channels": og, "kernel_size": k, "out_width": out_w,
@@ -260,7 +246,7 @@ class _Rewriter:
         except ValueError:
             return False
         out = self.emit(out, "deconv_rows")
-        self.bind(var, _op("reshape", [out, rx.ShapeExpr([n, o, out_w])]))
+        self.bind(var, call_op("reshape", [out, rx.ShapeExpr([n, o, out_w])]))
         return True
 
     def depthwise(self, var: rx.Var, call: rx.Call) -> bool:
@@ -268,20 +254,20 @@ class _Rewriter:
         (:func:`builder.te.topi.depthwise_conv2d_nhwc`: the channel loop innermost) on the input's NHWC
         twin (or a transpose of it), then a pending transpose to NCHW."""
         x, w = call.args
-        xs, ws, out = _tensor(x), _tensor(w), _tensor(call)
+        xs, ws, out = tensor_sinfo(x), tensor_sinfo(w), tensor_sinfo(call)
         if xs is None or ws is None or out is None or xs.ndim != 4 or ws.ndim != 4:
             return False
         c, g = static_int(xs.shape[1]), int(call.attrs.get("groups", 1))
         ks = [static_int(d) for d in ws.shape[2:]]
         if c is None or g != c or g == 1 or static_int(ws.shape[0]) != c or static_int(ws.shape[1]) != 1 \
                 or None in ks or xs.dtype not in FLOATS or ws.dtype != xs.dtype \
-                or _void(call.attrs.get("out_dtype")) not in (None, xs.dtype):
+                or void_dtype(call.attrs.get("out_dtype")) not in (None, xs.dtype):
             return False
         a = call.attrs
-        src = self.last[x] if x in self.last else self.emit(_op("permute_dims", [x], axes=list(_TO_LAST[4])),
+        src = self.last[x] if x in self.last else self.emit(call_op("permute_dims", [x], axes=list(_TO_LAST[4])),
                                                              "conv_x_nhwc")
-        w2 = self.emit(_op("reshape", [w, rx.ShapeExpr([c, ks[0] * ks[1]])]), "dw_weight")
-        wt = self.emit(_op("permute_dims", [w2], axes=[1, 0]), "dw_weight_t")
+        w2 = self.emit(call_op("reshape", [w, rx.ShapeExpr([c, ks[0] * ks[1]])]), "dw_weight")
+        wt = self.emit(call_op("permute_dims", [w2], axes=[1, 0]), "dw_weight_t")
         try:
             y = call_te(self.bb, topi.depthwise_conv2d_nhwc, (src, wt),
                         {"kernel_size": tuple(ks), "strides": tuple(a.get("strides", (1, 1))),
@@ -300,7 +286,7 @@ class _Rewriter:
         if got is None:
             return self.depthwise(var, call) or self.grouped(var, call)
         x, w, _, ws, c, (kh, kw) = got
-        n, _, oh, ow = _tensor(call).shape
+        n, _, oh, ow = tensor_sinfo(call).shape
         src, layout = (self.last[x], "NHWC") if x in self.last else (x, "NCHW")
         wc = w if isinstance(w, rx.Constant) else self.consts.get(w)
         y = self._gemm_conv2d(src, layout, w, wc, c, kh, kw, call.attrs, n, oh, ow, ws.shape[0])
@@ -329,16 +315,16 @@ class _Rewriter:
             except ValueError:
                 return None
             col = self.emit(col, "conv_col")
-            col = self.emit(_op("reshape", [col, rx.ShapeExpr([n, oh, ow, k])]), "conv_col")
+            col = self.emit(call_op("reshape", [col, rx.ShapeExpr([n, oh, ow, k])]), "conv_col")
         if order == "HWC":
             data = np.ascontiguousarray(wc.data.transpose(0, 2, 3, 1)).reshape(wc.data.shape[0], k)
             w2 = self.emit(rx.Constant(data, wc.dtype), "conv_weight_hwc")
         else:
-            w2 = self.emit(_op("reshape", [w, rx.ShapeExpr([o, k])]), "conv_weight")
-        wt = self.emit(_op("permute_dims", [w2], axes=[1, 0]), "conv_weight_t")
+            w2 = self.emit(call_op("reshape", [w, rx.ShapeExpr([o, k])]), "conv_weight")
+        wt = self.emit(call_op("permute_dims", [w2], axes=[1, 0]), "conv_weight_t")
         # (N, oH, oW, C*kH*kW) @ (C*kH*kW, O): the GEMM's rows are the batch dims flattened, and its
         # output is NHWC as it is, so an epilogue fuses into it
-        return self.emit(_op("matmul", [col, wt], out_dtype=a.get("out_dtype", "void")), "conv_nhwc")
+        return self.emit(call_op("matmul", [col, wt], out_dtype=a.get("out_dtype", "void")), "conv_nhwc")
 
     def grouped(self, var: rx.Var, call: rx.Call) -> bool:
         """A grouped ``conv2d`` (1 < groups <= :data:`_MAX_GEMM_GROUPS`, not depthwise, a per-group depth of
@@ -346,14 +332,14 @@ class _Rewriter:
         slice of the input, of the weight: of a constant at build time), the results concatenated
         channels last."""
         x, w = call.args
-        xs, ws, out = _tensor(x), _tensor(w), _tensor(call)
+        xs, ws, out = tensor_sinfo(x), tensor_sinfo(w), tensor_sinfo(call)
         g = int(call.attrs.get("groups", 1))
         if xs is None or ws is None or out is None or xs.ndim != 4 or ws.ndim != 4 or not 1 < g <= _MAX_GEMM_GROUPS:
             return False
         cg, o = static_int(ws.shape[1]), static_int(ws.shape[0])
         kh, kw = (static_int(d) for d in ws.shape[2:])
         if None in (cg, o, kh, kw) or o % g or xs.dtype not in FLOATS or ws.dtype != xs.dtype \
-                or _void(call.attrs.get("out_dtype")) not in (None, xs.dtype, "float32") \
+                or void_dtype(call.attrs.get("out_dtype")) not in (None, xs.dtype, "float32") \
                 or cg * kh * kw < _MIN_GROUP_DEPTH:
             return False
         og = o // g
@@ -363,20 +349,20 @@ class _Rewriter:
         wc = w if isinstance(w, rx.Constant) else self.consts.get(w)
         parts = []
         for i in range(g):
-            xg = self.emit(_op("strided_slice", [src], axes=[axis], begin=[i * cg], end=[(i + 1) * cg], strides=[1],
+            xg = self.emit(call_op("strided_slice", [src], axes=[axis], begin=[i * cg], end=[(i + 1) * cg], strides=[1],
                                assume_inbound=True), "conv_group_x")
             if wc is not None:
                 wcg = rx.Constant(np.ascontiguousarray(wc.data[i * og:(i + 1) * og]), wc.dtype)
                 wg = self.emit(wcg, "conv_group_weight")
             else:
                 wcg = None
-                wg = self.emit(_op("strided_slice", [w], axes=[0], begin=[i * og], end=[(i + 1) * og], strides=[1],
+                wg = self.emit(call_op("strided_slice", [w], axes=[0], begin=[i * og], end=[(i + 1) * og], strides=[1],
                                    assume_inbound=True), "conv_group_weight")
             y = self._gemm_conv2d(xg, layout, wg, wcg, cg, kh, kw, call.attrs, n, oh, ow, og)
             if y is None:
                 return False
             parts.append(y)
-        y = self.emit(_op("concat", [rx.Tuple(parts)], axis=3), "conv_nhwc")
+        y = self.emit(call_op("concat", [rx.Tuple(parts)], axis=3), "conv_nhwc")
         self.bind_pending(var, y)
         return True
 
@@ -386,7 +372,7 @@ class _Rewriter:
         x = call.args[0]
         if x not in self.last or call.attrs.get("layout") in _LAST_LAYOUT.values():
             return False
-        layout = _LAST_LAYOUT[_tensor(x).ndim]
+        layout = _LAST_LAYOUT[tensor_sinfo(x).ndim]
         cl = self.emit(rx.Call(call.op, [self.last[x]], {**call.attrs, "layout": layout, "out_layout": layout}),
                        f"{var.name_hint}_nwc")
         self.bind_pending(var, cl)
@@ -402,20 +388,20 @@ class _Rewriter:
             return False
         x, w, xs, ws, c, (kh, kw) = got
         a = call.attrs
-        n, o, oh, ow = _tensor(call).shape
+        n, o, oh, ow = tensor_sinfo(call).shape
         og = ws.shape[1]
-        odt = _void(a.get("out_dtype")) or xs.dtype
-        src = self.last[x] if x in self.last else self.emit(_op("permute_dims", [x], axes=list(_TO_LAST[4])),
+        odt = void_dtype(a.get("out_dtype")) or xs.dtype
+        src = self.last[x] if x in self.last else self.emit(call_op("permute_dims", [x], axes=list(_TO_LAST[4])),
                                                              "deconv_x_nhwc")
         wc = w if isinstance(w, rx.Constant) else self.consts.get(w)
         if wc is not None:     # (O*kH*kW, C): the linear kernels' weight, made once
             data = np.ascontiguousarray(wc.data.reshape(c, -1).T)
             wt = self.emit(rx.Constant(data, wc.dtype), "deconv_weight_t")
         else:
-            w2 = self.emit(_op("reshape", [w, rx.ShapeExpr([c, og * kh * kw])]), "deconv_weight")
-            wt = self.emit(_op("permute_dims", [w2], axes=[1, 0]), "deconv_weight_t")   # (O*K, C): a copy
-        wtt = self.emit(_op("permute_dims", [wt], axes=[1, 0]), "deconv_weight")
-        cols = self.emit(_op("matmul", [src, wtt], out_dtype="float32"), "deconv_cols")
+            w2 = self.emit(call_op("reshape", [w, rx.ShapeExpr([c, og * kh * kw])]), "deconv_weight")
+            wt = self.emit(call_op("permute_dims", [w2], axes=[1, 0]), "deconv_weight_t")   # (O*K, C): a copy
+        wtt = self.emit(call_op("permute_dims", [wt], axes=[1, 0]), "deconv_weight")
+        cols = self.emit(call_op("matmul", [src, wtt], out_dtype="float32"), "deconv_cols")
         try:
             out = call_te(self.bb, topi.conv2d_transpose_col2im, (cols,),
                           {"out_channels": og, "kernel_size": (kh, kw), "out_size": (oh, ow),
@@ -448,7 +434,7 @@ class _Rewriter:
 
     def elementwise(self, var: rx.Var, call: rx.Call) -> bool:
         """An elementwise / broadcast op over a single-use pending value, computed channels-last."""
-        out = _tensor(var)
+        out = tensor_sinfo(var)
         if out is None or out.ndim not in _TO_LAST or not any(
                 a in self.pending and self.uses[a] == 1 for a in call.args):
             return False
@@ -456,7 +442,7 @@ class _Rewriter:
         perm = _TO_LAST[nd]
         args = []
         for a in call.args:
-            s = _tensor(a)
+            s = tensor_sinfo(a)
             if s is None or s.ndim > nd:
                 return False
             if a in self.last:
@@ -468,7 +454,7 @@ class _Rewriter:
                 moved = [i for i in perm if static_int(shape[i]) != 1]
                 if moved != sorted(moved):
                     return False   # a real transpose of another operand: not worth it
-                args.append(self.emit(_op("reshape", [a, rx.ShapeExpr([shape[i] for i in perm])]), "nwc_operand"))
+                args.append(self.emit(call_op("reshape", [a, rx.ShapeExpr([shape[i] for i in perm])]), "nwc_operand"))
         cl = self.emit(rx.Call(call.op, args, call.attrs), f"{var.name_hint}_nwc")
         self.bind_pending(var, cl)
         return True

@@ -28,7 +28,8 @@ from .dce import dead_code_elimination
 from .pass_infra import FunctionPass
 
 __all__ = ["FusionPass", "Match", "FusionMatcher", "fusable", "linear_weight", "stored_weight", "kernel_name",
-           "rewrite_bindings", "MAX_FUSE_DEPTH", "FLOATS"]
+           "rewrite_bindings", "MAX_FUSE_DEPTH", "FLOATS", "void_dtype", "same_shape", "tensor_sinfo", "call_op",
+           "permute_axes"]
 
 #: The default bound on the ops along one path of a fused group.
 MAX_FUSE_DEPTH = 32
@@ -36,12 +37,31 @@ MAX_FUSE_DEPTH = 32
 FLOATS = ("float16", "bfloat16", "float32")
 
 
-def _void(dtype) -> str | None:
+def void_dtype(dtype) -> str | None:
+    """An ``out_dtype`` attribute as a dtype, None for unset (``None``, ``""``, ``"void"``)."""
     return None if dtype in (None, "", "void") else dtype
 
 
-def _same_shape(a, b) -> bool:
+def same_shape(a, b) -> bool:
+    """Whether shapes ``a`` and ``b`` have the same rank and dims the simplifier proves equal."""
     return len(a) == len(b) and all(E.prove_equal(x, y) for x, y in zip(a, b))
+
+
+def tensor_sinfo(e: rx.Expr) -> TensorStructInfo | None:
+    """``e``'s tensor struct info when it has a known shape, else None."""
+    s = getattr(e, "struct_info", None)
+    return s if isinstance(s, TensorStructInfo) and s.shape is not None else None
+
+
+def call_op(name: str, args, **attrs) -> rx.Call:
+    """A call of the registered op ``name`` (its struct info inferred); raises as the op's inference does."""
+    return rx.Call(rx.Op.get(name), list(args), attrs)
+
+
+def permute_axes(call: rx.Call, ndim: int) -> list[int]:
+    """The axes of a ``permute_dims`` call on an ``ndim``-D tensor, non-negative (``axes=None``: reversed)."""
+    axes = call.attrs.get("axes")
+    return list(range(ndim))[::-1] if axes is None else [int(a) % ndim for a in axes]
 
 
 def _broadcasts_into(shape, into) -> bool:
@@ -115,7 +135,7 @@ def stored_weight(bindings: dict, a: rx.Expr, b: rx.Expr, tensors: list, offset:
     nd = asi.ndim
     if bsi.ndim == 2 and E.prove_equal(asi.shape[-1], bsi.shape[0]):
         src, batched, kn = b, 0, 1
-    elif nd >= 3 and bsi.ndim == nd and _same_shape(list(asi.shape)[:-2] + [asi.shape[-1]],
+    elif nd >= 3 and bsi.ndim == nd and same_shape(list(asi.shape)[:-2] + [asi.shape[-1]],
                                                      list(bsi.shape)[:-2] + [bsi.shape[-2]]):
         src, batched, kn = b, 1, 1
         perm = bindings.get(b) if isinstance(b, rx.Var) else None
@@ -222,10 +242,9 @@ class FusionMatcher:
         through = self.call(inner)   # a reshape to the same shape (ONNX exports have them): looked through
         if (through is not None and through.op.name == "relax.reshape" and self._inner_ok(through.args[0])
                 and isinstance(through.args[0].struct_info, TensorStructInfo)
-                and _same_shape(through.args[0].struct_info.shape or (), s.shape)):
+                and same_shape(through.args[0].struct_info.shape or (), s.shape)):
             skipped, inner = [inner], through.args[0]
-        axes = call.attrs.get("axes")
-        axes = tuple(range(s.ndim))[::-1] if axes is None else tuple(int(a) % s.ndim for a in axes)
+        axes = tuple(permute_axes(call, s.ndim))
         m = Match(list(s.shape), offset=1)
         node = self._node(inner, m, root=False, depth=1)
         if node is None or not m.weights:
@@ -241,7 +260,7 @@ class FusionMatcher:
     def _node(self, e: rx.Expr, m: Match, root: bool, depth: int):
         call = self.call(e)
         if (call is not None and (root or self._inner_ok(e)) and depth < self.max_fuse_depth
-                and isinstance(e.struct_info, TensorStructInfo) and _same_shape(e.struct_info.shape or (), m.root_shape)):
+                and isinstance(e.struct_info, TensorStructInfo) and same_shape(e.struct_info.shape or (), m.root_shape)):
             if call.op.name == "relax.matmul":
                 leaf = self._linear_leaf(call, m)
                 if leaf is not None:
@@ -277,7 +296,7 @@ class FusionMatcher:
             return None
         if m.x is not None and m.x is not a:
             return None
-        out_dtype = _void(call.attrs.get("out_dtype"))
+        out_dtype = void_dtype(call.attrs.get("out_dtype"))
         if m.weights and out_dtype != m.out_dtype:
             return None
         tensors: list = list(m.tensors)

@@ -53,29 +53,14 @@ from ..ir import expr as E
 from ..ir import relax as rx
 from ..ir.block_builder import BlockBuilder
 from ..ir.op.common import static_int
-from ..ir.struct_info import TensorStructInfo
 from .dce import dead_code_elimination
 from .pass_infra import FunctionPass
-from .patterns import FLOATS
+from .patterns import FLOATS, call_op, permute_axes, same_shape, tensor_sinfo, void_dtype
 
 __all__ = ["RewriteAttention"]
 
 _HEADS = [0, 2, 1, 3]     # (B, H, S, D) <-> (B, S, H, D): its own inverse
 _KEY = [0, 3, 1, 2]       # (B, H, D, S) -> (B, S, H, D)
-
-
-def _op(name: str, args, **attrs) -> rx.Call:
-    return rx.Call(rx.Op.get(name), list(args), attrs)
-
-
-def _tensor(e: rx.Expr) -> TensorStructInfo | None:
-    s = getattr(e, "struct_info", None)
-    return s if isinstance(s, TensorStructInfo) and s.shape is not None else None
-
-
-def _axes(call: rx.Call, ndim: int) -> list[int]:
-    axes = call.attrs.get("axes")
-    return list(range(ndim))[::-1] if axes is None else [int(a) % ndim for a in axes]
 
 
 class _Rewriter:
@@ -121,7 +106,7 @@ class _Rewriter:
             order = [(a, b)] if name == "divide" else [(a, b), (b, a)]
             for t, c in order:
                 v = self.scalar(c)
-                ts, es = _tensor(t), _tensor(e)
+                ts, es = tensor_sinfo(t), tensor_sinfo(e)
                 if v is None or ts is None or es is None or ts.ndim != es.ndim or ts.dtype != es.dtype:
                     continue
                 if name == "divide":
@@ -145,18 +130,18 @@ class _Rewriter:
         bound), or the variable it would copy when the permutation is the identity."""
         inner = self.call(self.through_reshape(x), "permute_dims")
         if inner is not None:
-            axes = [_axes(inner, len(axes))[a] for a in axes]
+            axes = [permute_axes(inner, len(axes))[a] for a in axes]
             x = inner.args[0]
         if axes == list(range(len(axes))):
             return x
-        return _op("permute_dims", [x], axes=axes)
+        return call_op("permute_dims", [x], axes=axes)
 
     def through_reshape(self, x: rx.Expr) -> rx.Expr:
         """``y`` when ``x`` is ``reshape(y)`` to ``y``'s own shape (ONNX exports have them), else ``x``."""
         r = self.call(x, "reshape")
         if r is not None:
-            xs, ys = _tensor(x), _tensor(r.args[0])
-            if xs is not None and ys is not None and _same(xs.shape, ys.shape):
+            xs, ys = tensor_sinfo(x), tensor_sinfo(r.args[0])
+            if xs is not None and ys is not None and same_shape(xs.shape, ys.shape):
                 return r.args[0]
         return x
 
@@ -173,9 +158,9 @@ class _Rewriter:
                 return
             if (call.op.name == "relax.permute_dims"
                     and self.call(self.through_reshape(call.args[0]), "permute_dims") is not None):
-                s = _tensor(b.var)
+                s = tensor_sinfo(b.var)
                 if s is not None:
-                    got = self.permuted(call.args[0], _axes(call, s.ndim))
+                    got = self.permuted(call.args[0], permute_axes(call, s.ndim))
                     if isinstance(b.var, rx.DataflowVar) and not isinstance(got, rx.Call):
                         self.vmap[b.var] = got
                     else:
@@ -188,15 +173,15 @@ class _Rewriter:
         :meth:`nan_to_zero` of it), optionally taken in another float dtype: ``astype(softmax(astype(s,
         float32)), dtype)`` (HF's eager attention of 16-bit models); None otherwise."""
         cast = self.single(p, "astype")
-        inner = cast.args[0] if cast is not None and _tensor(cast.args[0]) is not None else p
-        if cast is not None and _tensor(inner).dtype not in FLOATS:
+        inner = cast.args[0] if cast is not None and tensor_sinfo(cast.args[0]) is not None else p
+        if cast is not None and tensor_sinfo(inner).dtype not in FLOATS:
             return None
         sm = self.single(inner, "nn.softmax") or self.nan_to_zero(inner)
         if sm is None:
             return None
         s = sm.args[0]
         up = self.single(s, "astype")
-        if up is not None and _tensor(up.args[0]) is not None and _tensor(up.args[0]).dtype in FLOATS:
+        if up is not None and tensor_sinfo(up.args[0]) is not None and tensor_sinfo(up.args[0]).dtype in FLOATS:
             s = up.args[0]
         return sm, s
 
@@ -224,12 +209,12 @@ class _Rewriter:
         if e is None or [int(a) for a in (e.attrs.get("axis") or [])] not in ([2], [-3]):
             return None
         t = e.args[0]
-        xs, bs, ts = _tensor(x), _tensor(r.args[0]), _tensor(t)
+        xs, bs, ts = tensor_sinfo(x), tensor_sinfo(r.args[0]), tensor_sinfo(t)
         if xs is None or bs is None or ts is None or xs.ndim != 4 or ts.ndim != 4 or bs.ndim != 5:
             return None
         n = static_int(bs.shape[2])
-        if (n is None or n < 1 or not _same([bs.shape[i] for i in (0, 1, 3, 4)], ts.shape)
-                or not _same([xs.shape[0], xs.shape[2], xs.shape[3]], [ts.shape[0], ts.shape[2], ts.shape[3]])
+        if (n is None or n < 1 or not same_shape([bs.shape[i] for i in (0, 1, 3, 4)], ts.shape)
+                or not same_shape([xs.shape[0], xs.shape[2], xs.shape[3]], [ts.shape[0], ts.shape[2], ts.shape[3]])
                 or not E.prove_equal(xs.shape[1], ts.shape[1] * n)):
             return None
         return t, n
@@ -242,24 +227,24 @@ class _Rewriter:
         tries = [(s, None)] if add is None else [(t, m) for t, m in (add.args, add.args[::-1])]
         for t, mask in tries:
             if mask is not None:
-                ts, ms = _tensor(t), _tensor(mask)
-                if ts is None or ms is None or not _same(ts.shape, shape) or ms.ndim > 4:
+                ts, ms = tensor_sinfo(t), tensor_sinfo(mask)
+                if ts is None or ms is None or not same_shape(ts.shape, shape) or ms.ndim > 4:
                     continue
             got = self.scaled(t)
             t, scale = got if got is not None else (t, 1.0)
             mm = self.single(t, "matmul")
-            if mm is not None and mm.attrs.get("out_dtype") in (None, "void", ""):
+            if mm is not None and void_dtype(mm.attrs.get("out_dtype")) is None:
                 return mm, mask, scale
         return None
 
     def attention(self, var: rx.Var, call: rx.Call) -> bool:
         """``var = matmul(softmax(...), v)`` of the pattern in the module docstring -> bound to the
         attention op's result transposed (4-D) or reshaped (3-D) back; whether it was."""
-        if call.attrs.get("out_dtype") not in (None, "void", ""):
+        if void_dtype(call.attrs.get("out_dtype")) is not None:
             return False
         p, v = call.args
         got = self.softmax_of(p)
-        ps, vs, os_ = _tensor(p), _tensor(v), _tensor(var)
+        ps, vs, os_ = tensor_sinfo(p), tensor_sinfo(v), tensor_sinfo(var)
         if got is None or ps is None or vs is None or os_ is None or ps.ndim not in (3, 4) or vs.ndim != ps.ndim:
             return False
         nd = ps.ndim
@@ -279,7 +264,7 @@ class _Rewriter:
                 else:
                     kt = got[0]
                 scale *= got[1]
-        qs, ks = _tensor(q), _tensor(kt)
+        qs, ks = tensor_sinfo(q), tensor_sinfo(kt)
         if qs is None or ks is None or qs.ndim != nd or ks.ndim != nd:
             return False
         dt = qs.dtype
@@ -296,7 +281,7 @@ class _Rewriter:
             return False
         score_shape = [B, H, Sq, Sk]
         if mask is not None:
-            ms = _tensor(mask)
+            ms = tensor_sinfo(mask)
             shape = [one] * (nd - ms.ndim) + list(ms.shape)
             if nd == 3:
                 shape.insert(1, one)
@@ -304,11 +289,11 @@ class _Rewriter:
                                          for d, sd in zip(shape, score_shape)):
                 return False
             if ms.ndim != 4:
-                mask = self.emit(_op("reshape", [mask, rx.ShapeExpr(shape)]), "attn_bias")
+                mask = self.emit(call_op("reshape", [mask, rx.ShapeExpr(shape)]), "attn_bias")
         name = var.name_hint
         if nd == 3:
             kk = self.operand(kt, [0, 2, 1], f"{name}_kn")
-            args = [self.emit(_op("reshape", [x, rx.ShapeExpr(dims)]), f"{name}_{what}")
+            args = [self.emit(call_op("reshape", [x, rx.ShapeExpr(dims)]), f"{name}_{what}")
                     for x, dims, what in ((q, [B, Sq, one, D], "q"), (kk, [B, Sk, one, D], "k"),
                                           (v, [B, Sk, one, Dv], "v"))]
         else:
@@ -316,23 +301,19 @@ class _Rewriter:
             if static_int(Hk) != 1:
                 # keys and values repeated over the heads (GQA written out): the attention op reads them once
                 inner = self.call(kt, "permute_dims")
-                k4 = inner.args[0] if inner is not None and _axes(inner, 4) == [0, 1, 3, 2] else None
+                k4 = inner.args[0] if inner is not None and permute_axes(inner, 4) == [0, 1, 3, 2] else None
                 kr, vr = (self.unrepeat(k4) if k4 is not None else None), self.unrepeat(v)
                 if kr is not None and vr is not None and kr[1] == vr[1]:
                     k, v4 = (kr[0], _HEADS), (vr[0], _HEADS)
             args = [self.operand(q, _HEADS, f"{name}_q"), self.operand(*k, f"{name}_k"),
                     self.operand(*v4, f"{name}_v")]
-        a = self.emit(_op("nn.attention", args + ([mask] if mask is not None else []),
+        a = self.emit(call_op("nn.attention", args + ([mask] if mask is not None else []),
                           scale=E.FloatImm(scale, "float32"), causal_mask=None), f"{name}_attention")
         if nd == 3:
-            self.bind(var, _op("reshape", [a, rx.ShapeExpr([B, Sq, Dv])]))
+            self.bind(var, call_op("reshape", [a, rx.ShapeExpr([B, Sq, Dv])]))
         else:
-            self.bind(var, _op("permute_dims", [a], axes=list(_HEADS)))
+            self.bind(var, call_op("permute_dims", [a], axes=list(_HEADS)))
         return True
-
-
-def _same(a, b) -> bool:
-    return len(a) == len(b) and all(E.prove_equal(x, y) for x, y in zip(a, b))
 
 
 class RewriteAttention(FunctionPass):

@@ -34,7 +34,8 @@ from ..ir.struct_info import TensorStructInfo
 from ..ops.quantize import quant_attrs
 from ..te import topi
 from ..te.call_te import call_te
-from .patterns import FLOATS, FusionMatcher, FusionPass, Match, kernel_name, linear_weight, stored_weight
+from .patterns import (FLOATS, FusionMatcher, FusionPass, Match, kernel_name, linear_weight, stored_weight,
+                       void_dtype)
 
 __all__ = ["SelectKernels", "linear_kernel_call"]
 
@@ -55,10 +56,6 @@ def _linear_kernel(xt, *ts, weights, epilogue, out_dtype, spec):
     """:func:`topi.linear_kernel` with ``weights`` as a tuple (a :func:`call_te` memo key)."""
     del spec[:]   # the key saw an empty list; the spec of this build goes in
     return topi.linear_kernel(xt, *ts, weights=list(weights), epilogue=epilogue, out_dtype=out_dtype, spec=spec)
-
-
-def _void(dtype) -> str | None:
-    return None if dtype in ("void", None, "") else dtype
 
 
 class SelectKernels(FusionPass):
@@ -97,7 +94,7 @@ class SelectKernels(FusionPass):
     def _matmul(bb: BlockBuilder, call: rx.Call, defs: dict) -> rx.Expr | None:
         a, b = call.args
         asi = a.struct_info
-        out_dtype = _void(call.attrs.get("out_dtype"))
+        out_dtype = void_dtype(call.attrs.get("out_dtype"))
         tensors: list = []
         weight = linear_weight(defs, b, tensors)
         if weight is None:   # x @ W with W (in, out), two activations (q @ k.T, p @ v), else the loops
