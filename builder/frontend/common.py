@@ -2234,13 +2234,14 @@ def _cast(dtype: str):
 
 
 def pad(t, x, pad_, mode="constant", value=None):
-    """``F.pad``: ``pad_`` is (last dim's before, after, the one before's, ...)."""
+    """``F.pad``: ``pad_`` is (last dim's before, after, the one before's, ...); modes ``constant``,
+    ``replicate``, ``reflect`` and ``circular`` (numpy's ``wrap``)."""
     pairs = [(pad_[i], pad_[i + 1]) for i in range(0, len(pad_), 2)]
     width = [0] * (2 * x.ndim)
     for k, (b, a) in enumerate(pairs):
         ax = x.ndim - 1 - k
         width[2 * ax], width[2 * ax + 1] = int(b), int(a)
-    modes = {"constant": "constant", "replicate": "edge", "reflect": "reflect"}
+    modes = {"constant": "constant", "replicate": "edge", "reflect": "reflect", "circular": "wrap"}
     if mode not in modes:
         raise UnsupportedNodeError(f"pad mode {mode!r}")
     return op.pad(x, width, mode=modes[mode], value=0.0 if value is None else float(value))
@@ -2337,6 +2338,7 @@ TORCH_OPS: dict[str, Callable] = {
     "replication_pad1d": lambda t, x, p: pad(t, x, p, "replicate"),
     "replication_pad2d": lambda t, x, p: pad(t, x, p, "replicate"),
     "replication_pad3d": lambda t, x, p: pad(t, x, p, "replicate"),
+    "_pad_circular": lambda t, x, p: pad(t, x, p, "circular"),
     "native_group_norm": lambda t, x, w, b, n, c, hw, group, eps: (
         group_norm(t, x, group, w, b, eps), _Unavailable("native_group_norm mean"),
         _Unavailable("native_group_norm rstd")),

@@ -1664,15 +1664,15 @@ def _log_softmax(im, node, ins, at):
 @_register("Pad")
 def _pad(im, node, ins, at):
     """``Pad`` (opset 13 on: ``pads`` input, all begins then all ends, optional ``constant_value`` and, from
-    opset 18, ``axes``) in ``constant``, ``reflect`` or ``edge`` mode; negative pads crop first
-    (:func:`builder.nn.op.pad`, as onnxruntime does). Raises ONNXImportError for ``wrap`` or a computed
-    pad value."""
+    opset 18, ``axes``) in ``constant``, ``reflect``, ``edge`` or (opset 19) ``wrap`` mode; negative pads
+    crop first (:func:`builder.nn.op.pad`, as onnxruntime does). Raises ONNXImportError for another mode or
+    a computed pad value."""
     _check_inputs(ins, node)
     x = im.tensor(ins[0])
     nd = len(x.shape)
     mode = at.get("mode", "constant")
-    if mode not in ("constant", "reflect", "edge"):
-        raise ONNXImportError(f"mode {mode!r} is not supported (constant, reflect, edge)")
+    if mode not in ("constant", "reflect", "edge", "wrap"):
+        raise ONNXImportError(f"mode {mode!r} is not supported (constant, reflect, edge, wrap)")
     pads = im.shape_list(ins[1], "pads")       # constants, or shape arithmetic that folds to ints
     if not all(isinstance(p, int) for p in pads):
         raise ONNXImportError(f"pads {pads} must be known at import time (they depend on symbolic dims)")

@@ -134,6 +134,16 @@ def test_pad_modes_and_axes(mode, axes):
     run_both(model, [{"x": rand(2, 4, 5)}, {"x": rand(1, 4, 5)}])
 
 
+def test_pad_wrap_mode():
+    """Pad's ``wrap`` mode (opset 19: periodic, PyTorch's ``circular``) on the last two axes, a negative pad
+    cropping first."""
+    model = make_model([helper.make_node("Pad", ["x", "pads"], ["y"], mode="wrap")],
+                       [helper.make_tensor_value_info("x", F, ["b", 4, 5])],
+                       [helper.make_tensor_value_info("y", F, ["b", 6, 7])],
+                       [("pads", np.array([0, 2, 1, 0, 0, 1], np.int64))], opset=19)
+    run_both(model, [{"x": rand(2, 4, 5)}, {"x": rand(1, 4, 5)}])
+
+
 @pytest.mark.parametrize("mode", ["constant", "reflect", "edge"])
 def test_pad_negative_pads_crop(mode):
     """Negative pads remove elements (onnxruntime crops first, then pads), mixed with positive ones."""

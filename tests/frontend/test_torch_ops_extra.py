@@ -551,14 +551,15 @@ class CoreAten(nn.Module):
                 torch.fmod(x * 5, 1.5), torch.fmod(torch.arange(-7, 5).reshape(2, 6), 3),
                 torch.logical_xor(x > 0, m), torch.log10(x.abs() + 1),
                 nn.functional.pad(x.reshape(1, 4, 6), (2, 1), mode="reflect"),
-                nn.functional.pad(x.reshape(1, 1, 4, 6), (1, 2, 2, 0), mode="replicate"))
+                nn.functional.pad(x.reshape(1, 1, 4, 6), (1, 2, 2, 0), mode="replicate"),
+                nn.functional.pad(x.reshape(1, 1, 4, 6), (2, 3, 1, 0), mode="circular"))
 
 
 @pytest.mark.parametrize("decompose", [False, True])
 def test_index_put_scatters_and_core_aten_ops_match_pytorch(decompose):
     """Assignments through index tensors (in front, after a slice, two broadcast together with ``+=``, a bool
     mask, into a slice of a view), slice / select scatters, diagonals, fmod of floats and ints, logical xor,
-    log10, reflect / replicate padding -- as torch.export gives them and after ``run_decompositions()`` (the
+    log10, reflect / replicate / circular padding -- as torch.export gives them and after ``run_decompositions()`` (the
     core ATen opset: index_put, slice_scatter, constant_pad_nd, reflection_pad1d, ...)."""
     g = torch.Generator().manual_seed(11)
     x, m = torch.randn(4, 6, generator=g), torch.randn(4, 6, generator=g) > 0

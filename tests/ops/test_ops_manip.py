@@ -172,7 +172,7 @@ def test_expand_squeeze_broadcast_repeat():
         close(rf, np.repeat(x, 2))
 
 
-@pytest.mark.parametrize("mode", ["constant", "edge", "reflect"])
+@pytest.mark.parametrize("mode", ["constant", "edge", "reflect", "wrap"])
 def test_pad(mode):
     f = jit(lambda x: op.pad(x, [1, 2, 0, 3], mode=mode, value=1.5), x=(("n", 5), "float16"))
     for n in (3, 4, 13):
@@ -215,6 +215,20 @@ def test_reflect_pad_of_a_too_small_symbolic_dim_is_an_error():
     close(g(rand((4, 5), seed=4)), np.pad(rand((4, 5), seed=4), [(0, 3), (0, 0)], mode="reflect"))
     with pytest.raises(ValueError, match="index out of range"):
         g(rand((3, 5), seed=3))
+
+
+def test_wrap_pad_of_any_width_and_an_empty_symbolic_dim():
+    """``wrap`` (PyTorch's ``circular``) continues periodically for pads wider than the dim, as numpy's
+    ``wrap``; a symbolic dim that is 0 when the function runs is an error (never a division by zero), a
+    static empty one is refused when the graph is built."""
+    f = jit(lambda x: op.pad(x, [5, 7, 2, 1], mode="wrap"), x=(("n", 3), "float32"))
+    for n in (1, 2, 5):
+        x = rand((n, 3), seed=n)
+        close(f(x), np.pad(x, [(5, 7), (2, 1)], mode="wrap"))
+    with pytest.raises(ValueError, match="index out of range"):
+        f(np.zeros((0, 3), np.float32))
+    with pytest.raises(ValueError, match="wrap padding of the empty dim 1"):
+        jit(lambda x: op.pad(x, [0, 0, 1, 0], mode="wrap"), x=(("n", 0), "float32"))
 
 
 def test_take_out_of_range_is_an_error():

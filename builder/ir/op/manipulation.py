@@ -308,7 +308,7 @@ def infer_repeat(call: Call) -> StructInfo:
     return TensorStructInfo(shape, x.dtype)
 
 
-PAD_MODES = ("constant", "edge", "reflect")
+PAD_MODES = ("constant", "edge", "reflect", "wrap")
 
 
 def infer_pad(call: Call) -> StructInfo:
@@ -328,8 +328,8 @@ def infer_pad(call: Call) -> StructInfo:
         if mode == "reflect" and isinstance(d, int) and (lo > d - 1 or hi > d - 1):
             raise ValueError(f"R.nn.pad: reflect padding ({lo}, {hi}) of dim {i} must be smaller "
                              f"than its size {d} (input {fmt_shape(x.shape)})")
-        if mode == "edge" and isinstance(d, int) and d == 0 and (lo or hi):
-            raise ValueError(f"R.nn.pad: edge padding of the empty dim {i}")
+        if mode in ("edge", "wrap") and isinstance(d, int) and d == 0 and (lo or hi):
+            raise ValueError(f"R.nn.pad: {mode} padding of the empty dim {i}")
         shape.append(d + lo + hi if isinstance(d, int) else normalize_dim(E.simplify(d + (lo + hi))))
     return TensorStructInfo(shape, x.dtype)
 

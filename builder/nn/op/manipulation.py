@@ -188,8 +188,9 @@ def pad(x: Tensor, pad: Sequence[int], mode: str = "constant", value: float = 0.
         name: str = "pad") -> Tensor:
     """Pad ``x``; ``pad`` is ``[before_0, after_0, before_1, after_1, ...]`` from axis 0 (TVM's
     order, unlike ``torch.nn.functional.pad``). ``mode``: ``"constant"`` (fill ``value``),
-    ``"edge"`` (repeat the border element) or ``"reflect"`` (mirror without the border, as
-    ``numpy.pad``): ``R.nn.pad(x, pad_width=[...], pad_value=v, pad_mode=mode)``.
+    ``"edge"`` (repeat the border element), ``"reflect"`` (mirror without the border) or ``"wrap"``
+    (periodic: PyTorch's ``"circular"``), as ``numpy.pad``: ``R.nn.pad(x, pad_width=[...], pad_value=v,
+    pad_mode=mode)``.
 
     A negative width removes that many elements from that side (``torch.nn.functional.pad`` and
     ONNX ``Pad``, as onnxruntime runs it: the crop happens first, a ``strided_slice``, then the

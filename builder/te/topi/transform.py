@@ -389,8 +389,10 @@ def pad(x: Tensor, pad_before: Sequence[int], pad_after: Sequence[int] | None = 
     is never read out of range); ``"edge"`` repeats the border element (the index is clamped);
     ``"reflect"`` mirrors without repeating the border (``-p`` below 0, ``2(d-1) - p`` above;
     pads must be smaller than the dim: for a symbolic dim the mirrored index is checked when the
-    code runs, :func:`checked_index`). Raises ValueError for a wrong number of pads, a negative
-    pad or an unknown mode.
+    code runs, :func:`checked_index`); ``"wrap"`` continues periodically (``p mod d``: numpy's
+    ``"wrap"``, PyTorch's ``"circular"``, ONNX ``Pad``'s ``"wrap"``; any pad size; a symbolic dim
+    that is 0 when the code runs is an error there, never a division by zero). Raises ValueError
+    for a wrong number of pads, a negative pad or an unknown mode.
     """
     nd = x.ndim
     lo = [int(p) for p in pad_before]
@@ -400,8 +402,8 @@ def pad(x: Tensor, pad_before: Sequence[int], pad_after: Sequence[int] | None = 
                          f"{lo} and {hi}")
     if builtins.any(p < 0 for p in lo + hi):
         raise ValueError(f"pad: pads must be >= 0, got {lo} and {hi}")
-    if mode not in ("constant", "edge", "reflect"):
-        raise ValueError(f"pad: unknown mode {mode!r} (constant, edge, reflect)")
+    if mode not in ("constant", "edge", "reflect", "wrap"):
+        raise ValueError(f"pad: unknown mode {mode!r} (constant, edge, reflect, wrap)")
     shape = [E.simplify(s + (a + b)) if (a or b) else s for s, a, b in zip(x.shape, lo, hi)]
 
     def f(*idx):
@@ -420,6 +422,12 @@ def pad(x: Tensor, pad_before: Sequence[int], pad_after: Sequence[int] | None = 
                 src.append(p)
             elif mode == "edge":
                 src.append(tir.minimum(tir.maximum(p, zero_index()), dim - 1))
+            elif mode == "wrap":
+                if isinstance(E.simplify(dim), E.IntImm):   # a static dim: nonzero (checked at build time)
+                    src.append(E.FloorMod(p, dim))
+                else:   # modulo at least 1, then the index checked against the dim (0: an error)
+                    src.append(checked_index(E.FloorMod(p, tir.maximum(E.convert(dim).astype("int64"),
+                                                                         E.IntImm(1, "int64"))), dim))
             else:
                 top = dim - 1
                 if isinstance(E.simplify(dim), E.IntImm):   # pads < dim checked at build time
