@@ -1,4 +1,4 @@
-"""Reductions: sum / mean / max / min / prod, argmax / argmin, cumsum, softmax."""
+"""Reductions: sum / mean / max / min / prod, argmax / argmin, cumsum / cumprod, softmax."""
 from __future__ import annotations
 
 from ..ir import relax as rx
@@ -21,15 +21,18 @@ def _statistical(fn, name: str):
     return rule
 
 
-def _cumsum(bb: BlockBuilder, call: rx.Call) -> rx.Expr:
-    x = call.args[0]
-    sinfo = x.struct_info
-    ph = placeholder(localize_shape(sinfo.shape), sinfo.dtype, name=x.name_hint if isinstance(x, rx.Var) else "data")
-    dtype = call.attrs.get("dtype")
-    func = topi.cumsum_prim_func(ph, call.attrs.get("axis"), None if dtype in (None, "void") else dtype,
-                                 bool(call.attrs.get("exclusive")))
-    gvar = bb.add_func(func, "cumsum")
-    return rx.Call(rx.Op.get("call_tir"), [gvar, rx.Tuple([x])], sinfo_args=[call.struct_info])
+def _scan(kind: str):
+    """The legalization of ``R.cum<kind>``: :func:`builder.te.topi.scan_prim_func` as a ``call_tir``."""
+    def rule(bb: BlockBuilder, call: rx.Call) -> rx.Expr:
+        x = call.args[0]
+        sinfo = x.struct_info
+        ph = placeholder(localize_shape(sinfo.shape), sinfo.dtype, name=x.name_hint if isinstance(x, rx.Var) else "data")
+        dtype = call.attrs.get("dtype")
+        func = topi.scan_prim_func(ph, call.attrs.get("axis"), None if dtype in (None, "void") else dtype,
+                                   bool(call.attrs.get("exclusive")), kind)
+        gvar = bb.add_func(func, f"cum{kind}")
+        return rx.Call(rx.Op.get("call_tir"), [gvar, rx.Tuple([x])], sinfo_args=[call.struct_info])
+    return rule
 
 
 for _name, _doc in (("sum", "Sum"), ("mean", "Mean"), ("max", "Maximum"), ("min", "Minimum"), ("prod", "Product")):
@@ -40,8 +43,9 @@ for _name in ("argmax", "argmin"):
     register_op(_name, infer_arg_reduce, ("axis", "keepdims"), pattern=REDUCE,
                 legalize=_statistical(getattr(topi, _name), _name), frontend=_name, in_recipes=True,
                 doc=f"Index of the first {_name[3:]}imum along ``axis`` (of the flattened tensor when None).")
-register_op("cumsum", infer_cumsum, ("axis", "dtype", "exclusive"), pattern=OpPattern.OPAQUE, legalize=_cumsum,
-            frontend="cumsum", in_recipes=True, doc="Running sum along ``axis``.")
+for _kind, _doc in (("sum", "sum"), ("prod", "product")):
+    register_op(f"cum{_kind}", infer_cumsum, ("axis", "dtype", "exclusive"), pattern=OpPattern.OPAQUE,
+                legalize=_scan(_kind), frontend=f"cum{_kind}", in_recipes=True, doc=f"Running {_doc} along ``axis``.")
 register_op("nn.softmax", infer_softmax, ("axis",), pattern=OpPattern.OPAQUE,
             legalize=te_rule(topi.softmax, "softmax", ("axis",)), frontend="softmax", in_recipes=True,
             doc="``exp(x - max) / sum(exp(x - max))`` along ``axis``.")

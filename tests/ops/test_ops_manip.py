@@ -459,6 +459,27 @@ def test_cumsum_int():
     np.testing.assert_array_equal(f(x), np.cumsum(x, dtype=np.int64))
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_cumprod(dtype):
+    """Running products (values near 1 so that 40 factors stay in range) along each axis, exclusive (a leading 1),
+    flattened, into float32, and of integers into int64; against float64 / int64 numpy."""
+    f = jit(lambda x: (op.cumprod(x, axis=1), op.cumprod(x, axis=0, exclusive=True), op.cumprod(x),
+                       op.cumprod(x, axis=-1, dtype="float32")),
+            x=(("n", 40), dtype))
+    for n in SIZES:
+        x = (1 + 0.05 * rand((n, 40), dtype, n)).astype(dtype)
+        x64 = x.astype(np.float64)
+        c1, c0, cf, c32 = f(x)
+        close(c1, np.cumprod(x64, 1).astype(dtype), dtype)
+        close(c0, (np.cumprod(x64, 0) / x64).astype(dtype), dtype)
+        close(cf, np.cumprod(x64).astype(dtype), dtype)
+        assert c32.dtype == np.float32
+        close(c32, np.cumprod(x64, -1), "float16" if dtype == "float16" else "float32")
+    g = jit(lambda x: op.cumprod(x, axis=0, dtype="int64"), x=(("n",), "int32"))
+    k = np.array([3, -2, 5, 0, 7], dtype=np.int32)
+    np.testing.assert_array_equal(g(k), np.cumprod(k, dtype=np.int64))
+
+
 # ---------------------------------------------------------------------------------------------
 # errors name both sides
 

@@ -64,16 +64,29 @@ def argmin(x: Tensor, axis: int | None = None, keepdims: bool = False, name: str
                              keepdims=bool(keepdims)), name)
 
 
+def _scan(kind: str, data: Tensor, axis, dtype, exclusive, name: str) -> Tensor:
+    if dtype is not None and dtype not in DTYPES:
+        raise TypeError(f"cum{kind}: unknown dtype '{dtype}'; valid dtypes: {', '.join(DTYPES)}")
+    return wrap_nested(op_call(f"cum{kind}", [data._expr], axis=None if axis is None else int(axis),
+                               dtype=dtype or "void", exclusive=exclusive), name)
+
+
 def cumsum(data: Tensor, axis: int | None = None, dtype: str | None = None,
            exclusive: bool | None = None, name: str = "cumsum") -> Tensor:
     """Inclusive cumulative sum along ``axis`` (``numpy.cumsum``; ``axis=None`` flattens;
     ``exclusive=True`` starts from 0 and leaves out the current element). ``dtype`` (default:
     the input's) is the result and accumulator dtype; 16-bit floats accumulate in float32:
-    ``R.cumsum(x, axis=a, dtype="void", exclusive=None)``."""
-    if dtype is not None and dtype not in DTYPES:
-        raise TypeError(f"cumsum: unknown dtype '{dtype}'; valid dtypes: {', '.join(DTYPES)}")
-    return wrap_nested(op_call("cumsum", [data._expr], axis=None if axis is None else int(axis),
-                             dtype=dtype or "void", exclusive=exclusive), name)
+    ``R.cumsum(x, axis=a, dtype="void", exclusive=None)``. Raises TypeError for an unknown dtype."""
+    return _scan("sum", data, axis, dtype, exclusive, name)
+
+
+def cumprod(data: Tensor, axis: int | None = None, dtype: str | None = None,
+            exclusive: bool | None = None, name: str = "cumprod") -> Tensor:
+    """Inclusive cumulative product along ``axis`` (``numpy.cumprod``, ``torch.cumprod``; ``axis=None``
+    flattens; ``exclusive=True`` starts from 1 and leaves out the current element), accumulated as
+    :func:`cumsum`: ``R.cumprod(x, axis=a, dtype="void", exclusive=None)``. Raises TypeError for an
+    unknown dtype."""
+    return _scan("prod", data, axis, dtype, exclusive, name)
 
 
 def logsumexp(x: Tensor, axis: int | Sequence[int], keepdims: bool = False, name: str = "logsumexp") -> Tensor:

@@ -14,7 +14,7 @@ from .common import (
     two_stage_compute, zero_index,
 )
 
-__all__ = ["argmax", "argmin", "cumsum_prim_func", "max", "mean", "min", "prod", "sum"]
+__all__ = ["argmax", "argmin", "max", "mean", "min", "prod", "scan_prim_func", "sum"]
 
 
 def _reduce(x: Tensor, axis, keepdims: bool, reducer, name: str, acc_dtype: str,
@@ -107,28 +107,33 @@ def argmin(x: Tensor, axis: int | None = None, keepdims: bool = False) -> Tensor
     return _arg_reduce(x, axis, keepdims, False)
 
 
-def cumsum_prim_func(x: Tensor, axis: int | None = None, dtype: str | None = None,
-                     exclusive: bool = False, name: str = "cumsum") -> tir.PrimFunc:
-    """A PrimFunc ``(x, T_cumsum)`` computing the cumulative sum of placeholder ``x`` along
-    ``axis`` (``numpy.cumsum``; ``axis=None`` scans the flattened tensor into a 1-D result).
+def scan_prim_func(x: Tensor, axis: int | None = None, dtype: str | None = None,
+                   exclusive: bool = False, kind: str = "sum", name: str | None = None) -> tir.PrimFunc:
+    """A PrimFunc ``(x, T_cum<kind>)`` computing the cumulative sum (``kind="sum"``, ``numpy.cumsum``) or
+    product (``"prod"``, ``numpy.cumprod``) of placeholder ``x`` along ``axis`` (``axis=None`` scans the
+    flattened tensor into a 1-D result).
 
     A scan is not a tensor expression, so the loops are written directly (already lowered,
-    as TVM's ``topi.cumsum`` builds them with the IR builder): for every position outside
-    ``axis`` a running sum in a one-element accumulator (float32 for 16-bit floats, else the
-    result dtype) walks the axis serially and stores ``acc`` after adding the element
-    (``exclusive=True``: before). ``dtype`` (default ``x.dtype``) is the result dtype.
+    as TVM's ``topi.cumsum`` / ``topi.cumprod`` build them with the IR builder): for every position
+    outside ``axis`` a running sum / product in a one-element accumulator (float32 for 16-bit floats,
+    else the result dtype; starting at 0 / 1) walks the axis serially and stores ``acc`` after
+    combining the element (``exclusive=True``: before). ``dtype`` (default ``x.dtype``) is the result
+    dtype. Raises ValueError for another ``kind``.
     """
+    if kind not in ("sum", "prod"):
+        raise ValueError(f"scan: kind must be 'sum' or 'prod', got {kind!r}")
+    name = name or f"cum{kind}"
     odt = dtype if dtype not in (None, "void") else x.dtype
     acc_dt = compute_dtype(odt) if odt != "bool" else "int64"
     nd = x.ndim
     total = shape_product(x.shape)
     if axis is None:
-        out = tir.Buffer("T_cumsum", [total], odt)
+        out = tir.Buffer(f"T_cum{kind}", [total], odt)
         outer_dims: list[int] = []
         scan_dims = list(range(nd))
     else:
-        ax = normalize_axis(axis, nd, "cumsum")
-        out = tir.Buffer("T_cumsum", x.shape, odt)
+        ax = normalize_axis(axis, nd, name)
+        out = tir.Buffer(f"T_cum{kind}", x.shape, odt)
         outer_dims = [d for d in range(nd) if d != ax]
         scan_dims = [ax]
     acc = tir.Buffer("acc", [1], acc_dt)
@@ -146,11 +151,11 @@ def cumsum_prim_func(x: Tensor, axis: int | None = None, dtype: str | None = Non
     v = cast_value(x.buffer[tuple(ivars)], acc_dt)
     cur = tir.BufferLoad(acc, [zero_i])
     store_out = tir.BufferStore(out, cast_value(cur, odt), out_index())
-    add = tir.BufferStore(acc, cur + v, [zero_i])
+    add = tir.BufferStore(acc, cur + v if kind == "sum" else cur * v, [zero_i])
     body: tir.Stmt = tir.SeqStmt([store_out, add] if exclusive else [add, store_out])
     for d in reversed(scan_dims):
         body = tir.For(ivars[d], 0, x.shape[d], "serial", body)
-    body = tir.SeqStmt([tir.BufferStore(acc, E.const(0, acc_dt), [zero_i]), body])
+    body = tir.SeqStmt([tir.BufferStore(acc, E.const(0 if kind == "sum" else 1, acc_dt), [zero_i]), body])
     for d in reversed(outer_dims):
         body = tir.For(ivars[d], 0, x.shape[d], "serial", body)
     func = tir.PrimFunc([x.buffer, out], tir.Allocate(acc, body),
