@@ -473,7 +473,10 @@ class GraphTranslator:
         if is_node(a):
             if a not in self.env:
                 raise FrontendError(f"node '{a.name}' is used before it is defined")
-            return self.env[a]
+            v = self.env[a]
+            if isinstance(v, _Unavailable):   # (an unused one, a dead getitem of it, is no error)
+                raise UnsupportedNodeError(f"the {v.what} output is not computed")
+            return v
         if isinstance(a, (list, tuple)):
             vals = [self.value(v) for v in a]
             return tuple(vals) if isinstance(a, tuple) and type(a) is tuple else vals
@@ -1181,7 +1184,8 @@ def native_layer_norm(t, x, normalized_shape, weight, bias, eps):
 
 
 class _Unavailable:
-    """A result a translation does not compute (layer norm's saved statistics); using it is an error."""
+    """A result a translation does not compute (layer norm's saved statistics); a node that uses it is an error
+    (:meth:`GraphTranslator.value`), selecting it from its tuple is not."""
 
     def __init__(self, what: str) -> None:
         self.what = what
@@ -1316,6 +1320,99 @@ def adaptive_avg_pool(nsp: int) -> Callable:
         sizes = [None if s is None else static(s) for s in sizes]
         return _spatial(x, nsp, lambda v: fn(v, sizes), f"adaptive_avg_pool{nsp}d")
     return run
+
+
+#: The most windows an adaptive max pooling of a size that the output size does not divide is written out with
+#: (one slice and reduction per output position of that dim).
+MAX_ADAPTIVE_WINDOWS = 256
+
+
+def _adaptive_max_axis(x: Tensor, axis: int, out, what: str) -> Tensor:
+    """Max pooling of ``axis`` of ``x`` to ``out`` positions over PyTorch's adaptive windows ``[floor(i * L /
+    out), ceil((i + 1) * L / out))``: the identity for ``out == L``, a max over the axis for ``out == 1``, a
+    reshape to ``(out, L / out)`` and a max over the inner dim where ``out`` divides ``L``, else one max per
+    window (at most :data:`MAX_ADAPTIVE_WINDOWS`), concatenated."""
+    length = static(x.shape[axis])
+    if out is None or (length is not None and out == length):
+        return x
+    if out == 1:
+        return op.max(x, axis=axis, keepdims=True)
+    if length is None:
+        raise UnsupportedNodeError(f"{what} of the symbolic size {x.shape[axis]} to {out} > 1 positions")
+    if length % out == 0:
+        shape = list(x.shape)
+        y = op.reshape(x, shape[:axis] + [out, length // out] + shape[axis + 1:])
+        return op.max(y, axis=axis + 1)
+    if out > MAX_ADAPTIVE_WINDOWS:
+        raise UnsupportedNodeError(f"{what} to {out} positions from {length} (which it does not divide; at most "
+                                   f"{MAX_ADAPTIVE_WINDOWS})")
+    parts = [op.max(op.strided_slice(x, [axis], [i * length // out], [-(-(i + 1) * length // out)]),
+                    axis=axis, keepdims=True) for i in range(out)]
+    return op.concat(parts, dim=axis)
+
+
+def adaptive_max_pool(nsp: int) -> Callable:
+    """``F.adaptive_max_pool{nsp}d`` / ``aten.adaptive_max_pool{nsp}d`` (values; the indices are not computed):
+    the maximum over each of PyTorch's adaptive windows, one spatial dim at a time (a maximum over a
+    rectangle is the maximum of the maxima of its rows), see :func:`_adaptive_max_axis`. ``output_size``
+    static ints (``None`` keeps a dim)."""
+    what = f"adaptive_max_pool{nsp}d"
+
+    def pool(x, sizes):
+        for k, o in enumerate(sizes):
+            x = _adaptive_max_axis(x, 2 + k, o, what)
+        return x
+
+    def run(t, x, output_size, return_indices=False):
+        if return_indices:
+            raise UnsupportedNodeError(f"{what} with return_indices")
+        sizes = list(output_size) if isinstance(output_size, (list, tuple)) else [output_size] * nsp
+        sizes = [None if o is None else static(o) for o in sizes]
+        if len(sizes) != nsp or any(o is not None and (not isinstance(o, int) or o < 1) for o in sizes):
+            raise UnsupportedNodeError(f"{what} to output size {output_size!r}")
+        return _spatial(x, nsp, lambda v: pool(v, sizes), what)
+    return run
+
+
+def aten_adaptive_max_pool(nsp: int) -> Callable:
+    """``aten.adaptive_max_pool{nsp}d``: (values, indices); only the values may be used."""
+    run = adaptive_max_pool(nsp)
+    return lambda t, x, output_size: (run(t, x, output_size), _Unavailable("adaptive max pooling indices"))
+
+
+def meshgrid(t, *tensors, indexing=None):
+    """``torch.meshgrid``: N 1-D (or 0-D) tensors give N tensors of their sizes' grid; ``indexing="ij"``
+    (PyTorch's default) puts input ``i`` along output dim ``i``, ``"xy"`` swaps the first two (numpy's
+    default)."""
+    ts = list(tensors[0]) if len(tensors) == 1 and isinstance(tensors[0], (list, tuple)) else list(tensors)
+    indexing = indexing or "ij"
+    if indexing not in ("ij", "xy"):
+        raise UnsupportedNodeError(f"meshgrid indexing {indexing!r} (ij or xy)")
+    ts = [op.reshape(x, [1]) if x.ndim == 0 else x for x in ts]
+    if not ts or any(x.ndim != 1 for x in ts):
+        raise UnsupportedNodeError("meshgrid of tensors that are not 1-D")
+    order = list(range(len(ts)))     # output dim d varies along input order[d]
+    if indexing == "xy" and len(ts) > 1:
+        order[0], order[1] = 1, 0
+    shape = [ts[i].shape[0] for i in order]
+    out = []
+    for i, x in enumerate(ts):
+        view = [1] * len(ts)
+        view[order.index(i)] = x.shape[0]
+        out.append(op.broadcast_to(op.reshape(x, view), shape))
+    return out
+
+
+def bilinear(t, x1, x2, weight, bias=None):
+    """``F.bilinear`` / ``nn.Bilinear``: ``y[..., o] = sum_ij x1[..., i] W[o, i, j] x2[..., j] + b[o]``, as one
+    matmul of ``x1`` with ``W`` laid out ``(i, o * j)``, a product with ``x2`` and a sum over ``j``."""
+    if weight.ndim != 3 or x1.ndim < 1 or x2.ndim < 1:
+        raise UnsupportedNodeError("bilinear needs a 3-D weight and inputs of at least 1 dim")
+    o, i, j = weight.shape
+    w = op.reshape(op.permute_dims(weight, [1, 0, 2]), [i, E.simplify(E.convert(o) * j)])
+    y = op.reshape(op.matmul(x1, w), list(x1.shape[:-1]) + [o, j])
+    y = op.sum(op.multiply(y, op.unsqueeze(x2, -2)), axis=-1)
+    return y if bias is None else op.add(y, bias)
 
 
 def batch_norm(t, x, running_mean, running_var, weight=None, bias=None, training=False, momentum=0.1, eps=1e-5):
@@ -1512,12 +1609,22 @@ def sdpa(t, q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
     return t.permute(out, perm)
 
 
-def cumsum(t, x, dim, dtype=None):
-    if dtype is not None:
-        x = as_dtype(x, torch_dtype(dtype))
-    elif x.dtype in ("bool", "int32", "int16", "int8", "uint8"):
-        x = as_dtype(x, "int64")
-    return op.cumsum(x, axis=norm_dim(dim, x.ndim))
+def _cumulative(kind: str) -> Callable:
+    """``torch.cumsum`` / ``torch.cumprod``: integers and bools accumulate in int64 unless a ``dtype`` is
+    given, as PyTorch does."""
+    fn = getattr(op, f"cum{kind}")
+
+    def run(t, x, dim, dtype=None):
+        if dtype is not None:
+            x = as_dtype(x, torch_dtype(dtype))
+        elif x.dtype in ("bool", "int32", "int16", "int8", "uint8"):
+            x = as_dtype(x, "int64")
+        return fn(x, axis=norm_dim(dim, x.ndim))
+    run.__name__ = f"cum{kind}"
+    return run
+
+
+cumsum = _cumulative("sum")
 
 
 # -- layout ---------------------------------------------------------------------------------------
@@ -2084,12 +2191,7 @@ def getitem(t, x, key):
     """``x[key]``: Python indexing of a tuple / list / size list, or tensor indexing with ints,
     slices, None, ``...`` and one int index tensor."""
     if not is_tensor(x):
-        if isinstance(x, _Unavailable):
-            raise UnsupportedNodeError(f"the {x.what} output is not computed")
-        got = x[key]
-        if isinstance(got, _Unavailable):
-            raise UnsupportedNodeError(f"the {got.what} output is not computed")
-        return got
+        return x[key]    # (an _Unavailable element is an error where a node uses it: GraphTranslator.value)
     key = key if isinstance(key, tuple) else (key,)
     n_real = sum(1 for k in key if k is not None and k is not Ellipsis)
     if Ellipsis in key:
@@ -2279,9 +2381,11 @@ TORCH_OPS: dict[str, Callable] = {
     "embedding": embedding, "layer_norm": layer_norm, "rms_norm": rms_norm, "group_norm": group_norm,
     "conv1d": conv1d, "conv2d": conv2d, "conv_transpose1d": conv_transpose1d, "conv_transpose2d": conv_transpose2d,
     "scaled_dot_product_attention": sdpa,
-    "cumsum": cumsum,
+    "cumsum": cumsum, "cumprod": _cumulative("prod"),
     "max_pool1d": max_pool(1), "max_pool2d": max_pool(2), "avg_pool1d": avg_pool(1), "avg_pool2d": avg_pool(2),
     "adaptive_avg_pool1d": adaptive_avg_pool(1), "adaptive_avg_pool2d": adaptive_avg_pool(2),
+    "adaptive_max_pool1d": adaptive_max_pool(1), "adaptive_max_pool2d": adaptive_max_pool(2),
+    "meshgrid": meshgrid, "bilinear": bilinear, "frac": lambda t, x: op.subtract(x, op.trunc(x)),
     "batch_norm": batch_norm, "interpolate": interpolate, "instance_norm": instance_norm,
     "pixel_shuffle": pixel_shuffle, "pixel_unshuffle": pixel_unshuffle, "gather": gather,
     "scatter": scatter, "sort": sort, "argsort": argsort, "topk": topk,

@@ -23,7 +23,7 @@ from ..ir import relax as rx
 from ..ir.struct_info import TensorStructInfo
 from ..nn.core import Tensor
 from . import common as C
-from .common import FrontendError, GraphTranslator, torch_dtype
+from .common import FrontendError, GraphTranslator, UnsupportedNodeError, torch_dtype
 
 __all__ = ["ATEN_OPS", "from_exported_program"]
 
@@ -64,6 +64,7 @@ ATEN_OPS: dict[str, Callable] = {
     "__or__": C.bitwise_or, "index": C.index,
     "max_pool1d_with_indices": C.max_pool_with_indices(1), "max_pool2d_with_indices": C.max_pool_with_indices(2),
     "_adaptive_avg_pool2d": C.adaptive_avg_pool(2), "batch_norm": C.aten_batch_norm,
+    "adaptive_max_pool1d": C.aten_adaptive_max_pool(1), "adaptive_max_pool2d": C.aten_adaptive_max_pool(2),
     "native_batch_norm": C.aten_native_batch_norm,
     "_native_batch_norm_legit_no_training": C.aten_batch_norm_no_training,
     "mT": lambda t, x: C.transpose(t, x, -2, -1), "copy_": C.copy_,
@@ -165,9 +166,13 @@ def from_exported_program(exported_program, *, run_decompositions: bool = False)
 
     ``run_decompositions``: decompose to core ATen first (``ep.run_decompositions()``; the default
     keeps the higher-level ops export gives, ``aten.linear`` / ``aten.layer_norm`` /
-    ``aten.scaled_dot_product_attention``, which map to our fused ops directly).
+    ``aten.scaled_dot_product_attention``, which map to our fused ops directly). Either way an ATen op
+    without a translation of its own is decomposed by PyTorch's decomposition for it, and a submodule
+    called through ``wrap_with_set_grad_enabled`` (a ``@torch.no_grad()`` forward) is inlined
+    (:func:`_decompose_what_we_lack`).
 
-    Raises :class:`~builder.frontend.UnsupportedNodeError` for an ATen op without a translation and
+    Raises :class:`~builder.frontend.UnsupportedNodeError` for an ATen op without a translation (nor a
+    decomposition into ops that have one) and
     :class:`~builder.frontend.FrontendError` for a node whose translation fails (both name the node,
     its target and its Python source line), FrontendError for a non-tensor user input or an output
     that mutates a buffer, TypeError for something that is not an ExportedProgram.
@@ -177,8 +182,44 @@ def from_exported_program(exported_program, *, run_decompositions: bool = False)
     ep = exported_program
     if not isinstance(ep, torch.export.ExportedProgram):
         raise TypeError(f"from_exported_program: expected a torch.export.ExportedProgram, got {type(ep).__name__}")
-    if run_decompositions:
-        ep = ep.run_decompositions()
+    original = ep
+    ep = ep.run_decompositions() if run_decompositions else _decompose_what_we_lack(ep)
+    refused: set = set()
+    while True:
+        try:
+            return _translate_program(ep)
+        except _Refused as r:    # a translation refused these arguments: PyTorch's decomposition, once per op
+            if r.target in refused:
+                raise r.error from None
+            refused.add(r.target)
+            ep = ep.run_decompositions({r.target: r.decomposition})
+        except FrontendError:
+            if ep is original or run_decompositions:
+                raise
+            # what decomposing the ops we lack gave cannot be translated either: the error about the program as
+            # exported names what the user wrote (the op without a translation) rather than its decomposition
+            try:
+                _translate_program(original)
+            except _Refused as r:
+                raise r.error from None
+            raise
+
+
+class _Refused(Exception):
+    """A translation refused a node (UnsupportedNodeError) whose ATen op PyTorch can decompose."""
+
+    def __init__(self, target, decomposition, error: UnsupportedNodeError) -> None:
+        super().__init__(str(target))
+        self.target = target
+        self.decomposition = decomposition
+        self.error = error
+
+
+def _translate_program(ep) -> rx.IRModule:
+    """The body of :func:`from_exported_program` on a prepared program. Raises :class:`_Refused` when a
+    translation raises UnsupportedNodeError for an op with a PyTorch decomposition not yet applied."""
+    import torch
+
     sig = ep.graph_signature
     kinds = {spec.arg.name: spec for spec in sig.input_specs}
     bad_out = [s for s in sig.output_specs if s.kind.name not in ("USER_OUTPUT",)]
@@ -224,7 +265,14 @@ def from_exported_program(exported_program, *, run_decompositions: bool = False)
                     if fn is None:
                         raise t.unsupported(node, what)
                     _resolve_lazy(t, node)
-                    value = _match_dtype(t.apply(node, fn, what), node)
+                    try:
+                        value = _match_dtype(t.apply(node, fn, what), node)
+                    except UnsupportedNodeError as err:
+                        if isinstance(node.target, torch._ops.OpOverload):
+                            table = torch.export.default_decompositions()
+                            if node.target in table:
+                                raise _Refused(node.target, table[node.target], err) from None
+                        raise
                     t.env[node] = value
                     name = _packet(node.target)
                     if name in _VIEWS:
@@ -242,6 +290,40 @@ def from_exported_program(exported_program, *, run_decompositions: bool = False)
             gv = t.bb.emit_output(t.output_expr(out))
         t.bb.emit_func_output(gv, params=params)
     return t.bb.get()
+
+
+#: Rounds of :func:`_decompose_what_we_lack` (a decomposition may give ops that need one in turn).
+MAX_DECOMPOSITION_ROUNDS = 4
+
+
+def _decompose_what_we_lack(ep):
+    """``ep`` with the ATen ops that have no translation here replaced by PyTorch's decompositions of them
+    (``torch.export.default_decompositions()``, only those ops: ``ep.run_decompositions(table)`` keeps every
+    other op as export gave it), repeated while the decompositions bring new such ops (at most
+    :data:`MAX_DECOMPOSITION_ROUNDS`); a graph with submodules (``get_attr``: ``wrap_with_set_grad_enabled``
+    around a ``@torch.no_grad()`` forward) goes through ``run_decompositions`` too, which inlines them.
+    Ops PyTorch cannot decompose stay, and translating them raises as before."""
+    import torch
+
+    tried: set = set()
+    for _ in range(MAX_DECOMPOSITION_ROUNDS):
+        nodes = list(ep.graph.nodes)
+        lacking = {n.target for n in nodes if n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload)
+                   and _translation(n)[0] is None} - tried
+        submodules = any(n.op == "get_attr" and isinstance(getattr(ep.graph_module, str(n.target), None),
+                                                            torch.fx.GraphModule) for n in nodes)
+        if not lacking and not submodules:
+            return ep
+        table = torch.export.default_decompositions()
+        chosen = {op: table[op] for op in lacking if op in table}
+        if not chosen and not submodules:
+            return ep
+        tried |= lacking
+        before = [(n.op, n.target) for n in nodes]
+        ep = ep.run_decompositions(chosen)
+        if [(n.op, n.target) for n in ep.graph.nodes] == before:
+            return ep
+    return ep
 
 
 class _Lazy:

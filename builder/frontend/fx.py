@@ -298,6 +298,8 @@ def default_call_function_map() -> dict:
         F.max_pool1d: o["max_pool1d"], F.max_pool2d: o["max_pool2d"], F.avg_pool1d: o["avg_pool1d"],
         F.avg_pool2d: o["avg_pool2d"], F.adaptive_avg_pool1d: o["adaptive_avg_pool1d"],
         F.adaptive_avg_pool2d: o["adaptive_avg_pool2d"], F.batch_norm: o["batch_norm"],
+        F.adaptive_max_pool1d: o["adaptive_max_pool1d"], F.adaptive_max_pool2d: o["adaptive_max_pool2d"],
+        F.bilinear: o["bilinear"], torch.meshgrid: o["meshgrid"], torch.frac: o["frac"],
         F.hardtanh: o["hardtanh"], F.relu6: o["relu6"], F.hardsigmoid: o["hardsigmoid"],
         F.hardswish: o["hardswish"], F.leaky_relu: o["leaky_relu"], F.interpolate: o["interpolate"],
         F.elu: o["elu"], F.selu: o["selu"], F.celu: o["celu"], F.softplus: o["softplus"], F.softsign: o["softsign"],
@@ -333,7 +335,7 @@ def default_call_function_map() -> dict:
                  "lt", "le", "gt", "ge", "maximum", "minimum", "clamp", "where", "masked_fill", "logical_and",
                  "logical_or", "logical_not", "bitwise_and", "bitwise_or", "bitwise_not", "matmul", "mm", "bmm",
                  "addmm", "baddbmm", "embedding", "layer_norm", "group_norm", "conv1d", "conv2d", "conv_transpose1d",
-                 "conv_transpose2d", "cumsum",
+                 "conv_transpose2d", "cumsum", "cumprod",
                  "reshape", "permute", "transpose", "t", "unsqueeze", "squeeze", "flatten", "unflatten",
                  "broadcast_to", "cat", "concat", "stack", "split", "chunk", "unbind", "narrow", "select",
                  "index_select", "numel", "arange", "full", "ones", "zeros", "full_like", "ones_like",
@@ -368,7 +370,7 @@ def default_call_method_map() -> dict:
         "flatten", "unflatten", "expand", "expand_as", "split", "chunk", "unbind", "narrow", "select",
         "index_select", "size", "dim", "numel", "new_full", "new_ones", "new_zeros", "tril", "triu",
         "to", "type_as", "float", "half", "bfloat16", "double", "int", "long", "bool", "contiguous",
-        "clone", "detach", "cumsum", "max", "min", "argmax", "argmin", "floor", "ceil", "round", "trunc", "sign",
+        "clone", "detach", "cumsum", "cumprod", "max", "min", "argmax", "argmin", "floor", "ceil", "round", "trunc", "sign",
         "floor_divide", "remainder", "repeat", "tile", "repeat_interleave", "clamp_min", "clamp_max", "gather", "fill",
         "take_along_dim", "flip", "roll", "logsumexp", "outer", "addcmul", "addcdiv", "lerp", "square", "reciprocal",
         "log1p", "expm1", "log2", "exp2", "sinh", "cosh", "isnan", "isinf", "isfinite", "nan_to_num", "any", "all",
@@ -376,7 +378,7 @@ def default_call_method_map() -> dict:
         "view_as", "reshape_as", "new_empty", "zero", "unfold", "multiply", "subtract", "divide", "true_divide", "greater",
         "greater_equal", "less", "less_equal", "not_equal", "absolute", "negative", "clip", "fix", "swapaxes",
         "swapdims", "tan", "atan", "asin", "acos", "asinh", "acosh", "atanh", "atan2", "arctan", "arcsin", "arccos",
-        "arcsinh", "arccosh", "arctanh", "arctan2")}
+        "arcsinh", "arccosh", "arctanh", "arctan2", "frac")}
     m.update({"__getitem__": o["getitem"], "type": _method_type, "copy_": C.copy_,
               "where": lambda t, x, cond, other: C.where(t, cond, x, other)})
     return m
@@ -643,6 +645,9 @@ def default_call_module_map() -> dict:
         tnn.MaxPool1d: _max_pool_module(1), tnn.MaxPool2d: _max_pool_module(2), tnn.AvgPool1d: _avg_pool_module(1),
         tnn.AvgPool2d: _avg_pool_module(2), tnn.AdaptiveAvgPool1d: _adaptive_avg_pool_module(1),
         tnn.AdaptiveAvgPool2d: _adaptive_avg_pool_module(2), tnn.BatchNorm1d: _batch_norm_module,
+        tnn.AdaptiveMaxPool1d: lambda t, m, path, x: C.adaptive_max_pool(1)(t, x, m.output_size, m.return_indices),
+        tnn.AdaptiveMaxPool2d: lambda t, m, path, x: C.adaptive_max_pool(2)(t, x, m.output_size, m.return_indices),
+        tnn.Bilinear: lambda t, m, path, x1, x2: C.bilinear(t, x1, x2, _w(t, m, path, "weight"), _w(t, m, path, "bias")),
         tnn.BatchNorm2d: _batch_norm_module,
         tnn.Upsample: lambda t, m, path, x: C.interpolate(t, x, m.size, m.scale_factor, m.mode, m.align_corners),
         tnn.Unfold: lambda t, m, path, x: C.unfold(t, x, m.kernel_size, m.dilation, m.padding, m.stride),

@@ -2078,14 +2078,18 @@ _RESIZE_ROUNDING = {"round_prefer_floor": "round_prefer_floor", "round_prefer_ce
 
 @_register("Resize", "Upsample")
 def _resize(im, node, ins, at):
-    """``Resize`` (opsets 11+; ``Upsample`` is its older scales-only form) of NCHW data in nearest,
-    linear or cubic mode (``cubic_coeff_a``, ``exclude_outside``; :func:`builder.nn.op.interpolate`): output
-    ``sizes``, or ``scales`` of 1 on N and C that give whole sizes (coordinates then follow the in / out
-    ratio, which equals ``1 / scale``)."""
+    """``Resize`` (opsets 11+; ``Upsample`` is its older scales-only form) of NCHW data, or NCW data as NCHW with
+    H = 1 (which every mode and coordinate transformation maps onto itself), in nearest, linear or cubic mode
+    (``cubic_coeff_a``, ``exclude_outside``; :func:`builder.nn.op.interpolate`): output ``sizes``, or ``scales``
+    of 1 on N and C that give whole sizes (coordinates then follow the in / out ratio, which equals ``1 /
+    scale``)."""
     _check_inputs(ins, node)
     x = im.tensor(ins[0])
-    if len(x.shape) != 4:
-        raise ONNXImportError(f"only 4-d (NCHW) inputs are supported, got a {len(x.shape)}-d one")
+    nd = len(x.shape)
+    if nd not in (3, 4):
+        raise ONNXImportError(f"only 3-d (NCW) and 4-d (NCHW) inputs are supported, got a {nd}-d one")
+    if nd == 3:
+        x = op.unsqueeze(x, 2)
     text = lambda k, d: at.get(k, d).decode() if isinstance(at.get(k, d), bytes) else at.get(k, d)
     mode, coord = text("mode", "nearest"), text("coordinate_transformation_mode", "half_pixel")
     if node.op_type == "Upsample":
@@ -2107,16 +2111,18 @@ def _resize(im, node, ins, at):
     scales, sizes = (opt(1), None) if node.op_type == "Upsample" else (opt(2), opt(3))
     if sizes is not None and not (isinstance(sizes, np.ndarray) and sizes.size == 0):
         out = im.shape_list(sizes, "sizes")
-        if len(out) != 4:
-            raise ONNXImportError(f"sizes {out} must have 4 values")
+        if len(out) != nd:
+            raise ONNXImportError(f"sizes {out} must have {nd} values")
+        out = out[:2] + [1] + out[2:] if nd == 3 else out
         for d, o in zip(x.shape[:2], out[:2]):
             if isinstance(_simp(d), int) and isinstance(o, int) and _simp(d) != o:
                 raise ONNXImportError(f"sizes {out} may not change N or C of {[_simp(v) for v in x.shape]}")
         hw = out[2:]
     elif scales is not None:
         sc = [float(v) for v in np.asarray(im.static(scales, "scales")).ravel()]
-        if len(sc) != 4 or sc[0] != 1.0 or sc[1] != 1.0:
-            raise ONNXImportError(f"scales {sc} must have 4 values with 1 for N and C")
+        if len(sc) != nd or sc[0] != 1.0 or sc[1] != 1.0:
+            raise ONNXImportError(f"scales {sc} must have {nd} values with 1 for N and C")
+        sc = sc[:2] + [1.0] + sc[2:] if nd == 3 else sc
         try:
             hw = [exact_scaled_size(d, f) for d, f in zip(x.shape[2:], sc[2:])]
         except ValueError as e:
@@ -2124,13 +2130,15 @@ def _resize(im, node, ins, at):
     else:
         raise ONNXImportError("Resize needs scales or sizes")
     if mode == "nearest":
-        return op.interpolate(x, size=hw, mode="nearest", coordinate_transformation_mode=coord,
-                              rounding_method=_RESIZE_ROUNDING[nearest])
-    if mode == "cubic":
-        return op.interpolate(x, size=hw, mode="bicubic", coordinate_transformation_mode=coord,
-                              cubic_alpha=float(at.get("cubic_coeff_a", -0.75)),
-                              cubic_exclude=bool(int(at.get("exclude_outside", 0))))
-    return op.interpolate(x, size=hw, mode="bilinear", coordinate_transformation_mode=coord)
+        y = op.interpolate(x, size=hw, mode="nearest", coordinate_transformation_mode=coord,
+                           rounding_method=_RESIZE_ROUNDING[nearest])
+    elif mode == "cubic":
+        y = op.interpolate(x, size=hw, mode="bicubic", coordinate_transformation_mode=coord,
+                           cubic_alpha=float(at.get("cubic_coeff_a", -0.75)),
+                           cubic_exclude=bool(int(at.get("exclude_outside", 0))))
+    else:
+        y = op.interpolate(x, size=hw, mode="bilinear", coordinate_transformation_mode=coord)
+    return op.squeeze(y, [2]) if nd == 3 else y
 
 
 @_register("GlobalAveragePool", "GlobalMaxPool")

@@ -480,6 +480,25 @@ def test_resize_matches_onnxruntime(attrs, how):
     run_both(model, [{"x": rand(2, 3, 5, 4)}] + ([{"x": rand(1, 3, 5, 4)}] if how == "scales" else []))
 
 
+@pytest.mark.parametrize("attrs,how", [
+    (dict(mode="linear"), "scales"),
+    (dict(mode="linear", coordinate_transformation_mode="align_corners"), "sizes"),
+    (dict(mode="nearest", coordinate_transformation_mode="asymmetric", nearest_mode="floor"), "sizes"),
+    (dict(mode="nearest", nearest_mode="round_prefer_ceil"), "scales"),
+])
+def test_resize_of_ncw_data_matches_onnxruntime(attrs, how):
+    """Resize of 3-d (N, C, W) data (PyTorch's linear interpolation of sequences exports as this), up by scales
+    and down by sizes, on a symbolic batch."""
+    if how == "scales":
+        ins, inits, out = ["x", "", "sc"], [("sc", np.array([1, 1, 2.5], np.float32))], ["n", 3, 15]
+    else:
+        ins, inits, out = ["x", "", "", "sz"], [("sz", np.array([2, 3, 4], np.int64))], ["n", 3, 4]
+    model = make_model([helper.make_node("Resize", ins, ["y"], **attrs)],
+                       [helper.make_tensor_value_info("x", F, ["n", 3, 6])],
+                       [helper.make_tensor_value_info("y", F, out)], inits, opset=18)
+    run_both(model, [{"x": rand(2, 3, 6)}] + ([{"x": rand(1, 3, 6)}] if how == "scales" else []))
+
+
 @pytest.mark.parametrize("op_type,attrs,extra,shape", [
     ("ReduceProd", dict(axes=[1], keepdims=0), [], ["n", 4, 3]),
     ("ReduceL1", dict(axes=[-1]), [], ["n", 4, 3]),

@@ -619,3 +619,88 @@ def test_functional_extras_match_pytorch():
     g = torch.Generator().manual_seed(12)
     x, y = torch.randn(2, 6, 4, 5, generator=g), torch.randn(2, 6, 4, 5, generator=g)
     _against_pytorch(Functional().eval(), [x, y], tol=2e-6)
+
+
+class GridsAndPools(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.bilinear = nn.Bilinear(5, 3, 4)
+        self.amax = nn.AdaptiveMaxPool2d((3, None))
+        self.amax1 = nn.AdaptiveMaxPool1d(2)
+
+    def forward(self, x, k):
+        F = nn.functional
+        gi, gj = torch.meshgrid(x[0, 0, :, 0], x[0, 0, 0, :3], indexing="ij")
+        xi, xj = torch.meshgrid(x[0, 0, :, 0], x[0, 0, 0, :3], indexing="xy")
+        return (gi * 2 + gj, xi - xj, torch.frac(x * 3.3), torch.cumprod(x, 3), torch.cumprod(k, 1),
+                self.bilinear(x[..., :5], x[..., 1:4]), self.amax(x), self.amax1(x[0]),
+                F.adaptive_max_pool2d(x, (2, 5)), F.adaptive_max_pool2d(x, 1), F.adaptive_max_pool2d(x, (4, 2)))
+
+
+def test_meshgrid_frac_cumprod_bilinear_adaptive_max_pool_match_pytorch():
+    """``torch.meshgrid`` (ij and xy), ``frac``, ``cumprod`` (float; int64 from an int32 input, as PyTorch
+    promotes), ``nn.Bilinear``, adaptive max pooling to sizes that divide the input (a reshape), that do not
+    (PyTorch's overlapping windows: 7 -> 3, 5 -> 2), to 1 and keeping a dim -- through torch.fx and
+    torch.export."""
+    g = torch.Generator().manual_seed(13)
+    x = torch.randn(2, 3, 7, 5, generator=g)
+    k = torch.randint(-3, 4, (2, 5), generator=g, dtype=torch.int32)
+    _against_pytorch(GridsAndPools().eval(), [x, k], tol=2e-6)
+
+
+class _NoGradInside(nn.Module):
+    """A model whose positional part runs under ``@torch.no_grad()`` (torch.export wraps it in a
+    ``wrap_with_set_grad_enabled`` submodule, as HF Speech2Text's sinusoidal positions)."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(6, 6)
+
+    @torch.no_grad()
+    def positions(self, x):
+        return torch.sin(x * 0.5) + 1.0
+
+    def forward(self, x):
+        return self.lin(x) + self.positions(x)
+
+
+class _Decomposable(nn.Module):
+    """Ops translated through PyTorch's decompositions: ``F.fold`` (aten.col2im), linear interpolation of a
+    3-D input (aten.upsample_linear1d), an LSTM with ``proj_size`` (aten.lstm, whose translation refuses the
+    projection)."""
+
+    def __init__(self):
+        super().__init__()
+        self.lstm = nn.LSTM(4, 6, proj_size=3, batch_first=True)
+
+    def forward(self, x, seq):
+        F = nn.functional
+        folded = F.fold(x, output_size=(4, 5), kernel_size=(2, 2))
+        up = F.interpolate(seq, size=11, mode="linear", align_corners=False)
+        return folded, up, self.lstm(seq.transpose(1, 2))[0]
+
+
+def test_no_grad_submodules_are_inlined_and_missing_ops_decomposed():
+    """torch.export programs: a ``@torch.no_grad()`` forward (a ``wrap_with_set_grad_enabled`` submodule) is
+    inlined; ATen ops without a translation of their own (col2im, upsample_linear1d) and one whose translation
+    refuses its arguments (an LSTM with ``proj_size``) go through PyTorch's decomposition of just those ops;
+    against eager PyTorch."""
+    torch.manual_seed(0)
+    _against_pytorch(_NoGradInside().eval(), [torch.randn(2, 6)], paths=["export"])
+    g = torch.Generator().manual_seed(14)
+    _against_pytorch(_Decomposable().eval(), [torch.randn(2, 12, 12, generator=g), torch.randn(2, 4, 7, generator=g)],
+                     paths=["export"], tol=2e-6)
+
+
+def test_an_op_without_translation_or_decomposition_names_itself():
+    """``median`` along a dim has neither a translation nor a PyTorch decomposition: the import fails with an
+    UnsupportedNodeError naming the op and the source line."""
+    from builder.frontend import UnsupportedNodeError
+
+    class Median(nn.Module):
+        def forward(self, x):
+            return x.median(-1).values
+
+    ep = torch.export.export(Median(), (torch.randn(3, 4),))
+    with pytest.raises(UnsupportedNodeError, match=r"aten\.median\.dim.*has no translation"):
+        from_exported_program(ep)
