@@ -997,6 +997,42 @@ def topk(t, x, k, dim=-1, largest=True, sorted=True):  # noqa: A002 - torch's na
     return ValuesIndices(op.topk(x, kk, axis=norm_dim(dim, x.ndim), largest=bool(largest), dtype="int64"))
 
 
+def kthvalue(t, x, k, dim=-1, keepdim=False):
+    """``torch.kthvalue``: ``(values, indices)`` of the ``k``-th smallest element along ``dim`` (1-based; NaN
+    counts as the largest), the last of the ``k`` smallest (:func:`builder.nn.op.topk`; with ties the index is
+    one of the tied positions, which PyTorch leaves unspecified too). ``k`` static."""
+    kk = static(k)
+    if kk is None:
+        raise UnsupportedNodeError("kthvalue with a k computed at run time")
+    axis = norm_dim(dim, x.ndim) if x.ndim else 0
+    x1 = op.reshape(x, [1]) if x.ndim == 0 else x
+    vals, idx = op.topk(x1, kk, axis=axis, largest=False, dtype="int64")
+    pick = lambda v: op.strided_slice(v, [axis], [kk - 1], [kk])
+    vals, idx = pick(vals), pick(idx)
+    if not keepdim or x.ndim == 0:
+        vals, idx = op.squeeze(vals, [axis]), op.squeeze(idx, [axis])
+    return ValuesIndices((vals, idx))
+
+
+def median(t, x, dim=None, keepdim=False):
+    """``torch.median``: the lower median (the ``(n + 1) // 2``-th smallest) along ``dim``, ``(values, indices)``,
+    or of all elements (a 0-d value) without ``dim``; a slice holding a NaN gives NaN and the position of its
+    first NaN, as PyTorch. The reduced size must be static (:func:`kthvalue`)."""
+    if dim is None:
+        return median(t, op.reshape(x, [-1]), 0)[0]
+    axis = norm_dim(dim, x.ndim) if x.ndim else 0
+    n = static(x.shape[axis]) if x.ndim else 1
+    if n is None:
+        raise UnsupportedNodeError(f"median over the symbolic size {x.shape[axis]}")
+    vals, idx = kthvalue(t, x, (n + 1) // 2, dim, keepdim)
+    if x.dtype not in ("float32", "float16", "bfloat16", "float64"):
+        return ValuesIndices((vals, idx))
+    nan = op.astype(op.not_equal(x, x), "int32")
+    has = op.max(nan, axis=[axis], keepdims=bool(keepdim))         # (where casts it to bool)
+    first = op.argmax(nan, axis=axis, keepdims=bool(keepdim))
+    return ValuesIndices((op.where(has, float("nan"), vals), op.where(has, first, idx)))
+
+
 def _arg(kind: str) -> Callable:
     """``torch.argmax`` / ``argmin``: along ``dim`` or of the flattened tensor."""
     fn = op.argmax if kind == "argmax" else op.argmin
@@ -2385,7 +2421,7 @@ TORCH_OPS: dict[str, Callable] = {
     "max_pool1d": max_pool(1), "max_pool2d": max_pool(2), "avg_pool1d": avg_pool(1), "avg_pool2d": avg_pool(2),
     "adaptive_avg_pool1d": adaptive_avg_pool(1), "adaptive_avg_pool2d": adaptive_avg_pool(2),
     "adaptive_max_pool1d": adaptive_max_pool(1), "adaptive_max_pool2d": adaptive_max_pool(2),
-    "meshgrid": meshgrid, "bilinear": bilinear, "frac": lambda t, x: op.subtract(x, op.trunc(x)),
+    "meshgrid": meshgrid, "bilinear": bilinear, "kthvalue": kthvalue, "median": median, "frac": lambda t, x: op.subtract(x, op.trunc(x)),
     "batch_norm": batch_norm, "interpolate": interpolate, "instance_norm": instance_norm,
     "pixel_shuffle": pixel_shuffle, "pixel_unshuffle": pixel_unshuffle, "gather": gather,
     "scatter": scatter, "sort": sort, "argsort": argsort, "topk": topk,

@@ -300,6 +300,7 @@ def default_call_function_map() -> dict:
         F.adaptive_avg_pool2d: o["adaptive_avg_pool2d"], F.batch_norm: o["batch_norm"],
         F.adaptive_max_pool1d: o["adaptive_max_pool1d"], F.adaptive_max_pool2d: o["adaptive_max_pool2d"],
         F.bilinear: o["bilinear"], torch.meshgrid: o["meshgrid"], torch.frac: o["frac"],
+        torch.kthvalue: o["kthvalue"], torch.median: o["median"],
         F.hardtanh: o["hardtanh"], F.relu6: o["relu6"], F.hardsigmoid: o["hardsigmoid"],
         F.hardswish: o["hardswish"], F.leaky_relu: o["leaky_relu"], F.interpolate: o["interpolate"],
         F.elu: o["elu"], F.selu: o["selu"], F.celu: o["celu"], F.softplus: o["softplus"], F.softsign: o["softsign"],
@@ -378,7 +379,7 @@ def default_call_method_map() -> dict:
         "view_as", "reshape_as", "new_empty", "zero", "unfold", "multiply", "subtract", "divide", "true_divide", "greater",
         "greater_equal", "less", "less_equal", "not_equal", "absolute", "negative", "clip", "fix", "swapaxes",
         "swapdims", "tan", "atan", "asin", "acos", "asinh", "acosh", "atanh", "atan2", "arctan", "arcsin", "arccos",
-        "arcsinh", "arccosh", "arctanh", "arctan2", "frac")}
+        "arcsinh", "arccosh", "arctanh", "arctan2", "frac", "kthvalue", "median")}
     m.update({"__getitem__": o["getitem"], "type": _method_type, "copy_": C.copy_,
               "where": lambda t, x, cond, other: C.where(t, cond, x, other)})
     return m

@@ -109,6 +109,8 @@ def test_llama_causal_lm_matches_pytorch_at_two_sizes(llama):
 
 
 def test_an_unsupported_aten_op_names_the_node_and_the_source_line():
+    """``linalg_inv`` has no translation; PyTorch's decomposition of it cannot be translated either: the error
+    names the op as exported, its node and its source line."""
     class M(torch.nn.Module):
         def forward(self, x):
             return torch.linalg.inv(x)

@@ -692,15 +692,17 @@ def test_no_grad_submodules_are_inlined_and_missing_ops_decomposed():
                      paths=["export"], tol=2e-6)
 
 
-def test_an_op_without_translation_or_decomposition_names_itself():
-    """``median`` along a dim has neither a translation nor a PyTorch decomposition: the import fails with an
-    UnsupportedNodeError naming the op and the source line."""
-    from builder.frontend import UnsupportedNodeError
+class OrderStatistics(nn.Module):
+    def forward(self, x):
+        med = x.median(-1)
+        kth = torch.kthvalue(x, 3, dim=1, keepdim=True)
+        return med.values, med.indices, kth.values, kth.indices, torch.median(x), x[0].median(0, keepdim=True).values
 
-    class Median(nn.Module):
-        def forward(self, x):
-            return x.median(-1).values
 
-    ep = torch.export.export(Median(), (torch.randn(3, 4),))
-    with pytest.raises(UnsupportedNodeError, match=r"aten\.median\.dim.*has no translation"):
-        from_exported_program(ep)
+def test_median_and_kthvalue_match_pytorch():
+    """``median`` (the lower median; along a dim with indices, of everything, keepdim) and ``kthvalue`` on
+    distinct values, and a row holding a NaN (NaN and the NaN's position, as PyTorch) -- through torch.fx and
+    torch.export."""
+    x = torch.randperm(60, generator=torch.Generator().manual_seed(15)).float().reshape(3, 4, 5) / 7
+    x[1, 2, 3] = float("nan")
+    _against_pytorch(OrderStatistics(), [x], exact=True)
