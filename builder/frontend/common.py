@@ -2510,6 +2510,10 @@ def check_result(value, node_desc: str):
     lists of them."""
     if isinstance(value, (Tensor, int, float, bool, E.PrimExpr, _Unavailable)) or value is None:
         return value
+    from .complex import ComplexTensor   # (that module imports this one)
+
+    if isinstance(value, ComplexTensor):
+        return value
     if isinstance(value, (tuple, list)):
         return type(value)(check_result(v, node_desc) for v in value)
     if isinstance(value, rx.Expr):

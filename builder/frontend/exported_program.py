@@ -24,6 +24,7 @@ from ..ir.struct_info import TensorStructInfo
 from ..nn.core import Tensor
 from . import common as C
 from .common import FrontendError, GraphTranslator, UnsupportedNodeError, torch_dtype
+from .complex import COMPLEX_OPS, ComplexTensor, is_complex_dtype
 
 __all__ = ["ATEN_OPS", "from_exported_program"]
 
@@ -247,6 +248,9 @@ def _translate_program(ep) -> rx.IRModule:
                         if not hasattr(val, "shape"):
                             raise FrontendError(f"{C.describe_node(node)}: user input {val!r} is not a tensor "
                                                 "(only tensor inputs are supported)")
+                        if is_complex_dtype(val.dtype):
+                            raise UnsupportedNodeError(f"{C.describe_node(node)}: complex inputs are not supported "
+                                                       "(pass torch.view_as_real(z) and view it as complex inside)")
                         shape = _dims(t, val.shape, names)
                         var = rx.Var(node.name, TensorStructInfo(shape, torch_dtype(val.dtype)))
                         params.append(var)
@@ -282,6 +286,9 @@ def _translate_program(ep) -> rx.IRModule:
                 elif node.op == "output":
                     outs = t.value(node.args[0])
                     outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
+                    if any(isinstance(o, ComplexTensor) for o in outs):
+                        raise UnsupportedNodeError("complex program outputs are not supported (return "
+                                                   "torch.view_as_real(z) instead)")
                     out = outs[0] if len(outs) == 1 else tuple(outs)
                 elif node.op == "get_attr":
                     raise t.unsupported(node, hint="submodules (control flow) are not supported")
@@ -335,10 +342,21 @@ class _Lazy:
 
 
 def _resolve_lazy(t: GraphTranslator, node) -> None:
+    import torch
+
     for a in node.all_input_nodes:
         v = t.env.get(a)
         if isinstance(v, _Lazy):
-            t.env[a] = t.weight(v.name, v.value)
+            if v.value.is_complex():    # bound as its real view (builder.frontend.complex)
+                t.env[a] = ComplexTensor(t.weight(v.name, torch.view_as_real(v.value.detach()).contiguous()))
+            else:
+                t.env[a] = t.weight(v.name, v.value)
+
+
+def _complex_node(node) -> bool:
+    """Whether ``node`` makes or reads a complex tensor (its ``meta["val"]`` or an input's is complex)."""
+    vals = [node.meta.get("val")] + [a.meta.get("val") for a in node.all_input_nodes]
+    return any(is_complex_dtype(getattr(v, "dtype", None)) for v in vals)
 
 
 def _translation(node) -> tuple[Callable | None, str]:
@@ -348,6 +366,9 @@ def _translation(node) -> tuple[Callable | None, str]:
     name = _packet(target)
     if name is None:
         return None, C._target_name(target)
+    if _complex_node(node):      # complex values, carried as their real pairs (builder.frontend.complex)
+        base = name if name in COMPLEX_OPS else C.inplace_base(name)
+        return COMPLEX_OPS.get(base or name), f"{target} (complex)"
     fn = ATEN_OPS.get(name)
     if fn is None and C.inplace_base(name):
         fn = ATEN_OPS.get(C.inplace_base(name))     # add_ -> add; the caller rebinds the argument
@@ -357,6 +378,11 @@ def _translation(node) -> tuple[Callable | None, str]:
 def _match_dtype(value, node):
     """Cast a tensor result to the dtype of the node's ``meta["val"]`` (PyTorch's type promotion)."""
     val = node.meta.get("val")
+    if isinstance(value, ComplexTensor):
+        if not is_complex_dtype(getattr(val, "dtype", None)) or value.ndim != len(val.shape):
+            raise FrontendError(f"{C.describe_node(node)}: translated to a complex value of {value.ndim} dims, "
+                                f"PyTorch has {getattr(val, 'dtype', None)} {list(getattr(val, 'shape', []))}")
+        return value
     if isinstance(value, Tensor) and hasattr(val, "dtype") and hasattr(val, "shape"):
         try:
             want = torch_dtype(val.dtype)
