@@ -27,8 +27,9 @@ Shape computations. Every value of the graph is one of three kinds while importi
 
 Limits and checks (an ONNX file is untrusted input): a file or ModelProto over
 :data:`MAX_MODEL_BYTES` is refused before it is parsed; ``onnx.checker.check_model`` runs before
-anything else reads the model; tensors stored as external data are refused (load the model with
-``onnx.load(path)`` yourself, which reads the external files, and pass the ModelProto); the default
+anything else reads the model; tensors stored as external data (what ``torch.onnx.export`` writes by
+default) are read from the model's folder when a path is given, each location, region and size checked
+(:func:`_read_external_data`), and refused in a ModelProto (no folder to resolve them in); the default
 domain's opset must be in ``[13, 24]`` (:data:`OPSETS`; opsets 7 to 12 are converted to 13 first by
 ``onnx.version_converter``); of other domains only onnxruntime's
 ``com.microsoft:MatMulNBits`` (4-bit weights, kept 4-bit), ``QGemm``, and the fused GELUs and skip layer
@@ -219,16 +220,88 @@ def _load(model_or_path):
         raise TypeError(f"from_onnx: expected an onnx.ModelProto or a path, got {type(model_or_path).__name__}")
     external = [t.name for t in _all_tensors(model.graph)
                 if t.data_location == onnx.TensorProto.EXTERNAL]
-    if external:
+    if external and not isinstance(model_or_path, (str, os.PathLike)):
         raise ONNXImportError(
-            f"from_onnx: tensors stored as external data are not supported ({', '.join(external[:5])}"
-            f"{', ...' if len(external) > 5 else ''}): load the model with onnx.load(path) (which reads the "
-            "external files) and pass the ModelProto, or save it with save_as_external_data=False")
+            f"from_onnx: tensors stored as external data ({', '.join(external[:5])}"
+            f"{', ...' if len(external) > 5 else ''}) in a ModelProto: pass the model's path instead (its "
+            "external files are read from its folder), or load them with onnx.load(path)")
     try:
-        onnx.checker.check_model(model)
+        # with external data, the checker needs the file's folder to find the data files
+        onnx.checker.check_model(str(model_or_path) if external else model)
     except Exception as e:
         raise ONNXImportError(f"from_onnx: the model fails onnx.checker.check_model: {e}") from e
+    if external:
+        _read_external_data(model, Path(model_or_path).parent)
     return model
+
+
+def _external_nbytes(tensor, count: int) -> int:
+    """Bytes of ``count`` elements of an ONNX tensor's data type as raw data (4-bit types two per byte)."""
+    onnx = _onnx()
+    from onnx.helper import tensor_dtype_to_np_dtype
+
+    T = onnx.TensorProto
+    if tensor.data_type in (T.INT4, T.UINT4, getattr(T, "FLOAT4E2M1", -1)):
+        return (count + 1) // 2
+    if tensor.data_type in (T.STRING, T.UNDEFINED):
+        raise ONNXImportError(f"from_onnx: external data of tensor '{tensor.name}' has data type "
+                              f"{tensor.data_type}, which has no raw byte layout")
+    try:
+        return tensor_dtype_to_np_dtype(tensor.data_type).itemsize * count
+    except Exception as e:   # an unknown data type number
+        raise ONNXImportError(f"from_onnx: tensor '{tensor.name}' has the unknown data type {tensor.data_type}") from e
+
+
+def _read_external_data(model, folder: Path) -> None:
+    """Read every tensor stored as external data into its ``raw_data`` (ONNX's external data: ``location``
+    relative to the model's folder, ``offset`` and ``length`` in bytes), after checking it as untrusted
+    input: the location is a relative path inside ``folder`` (no ``..``, no absolute path, no symlink out of
+    it) naming a regular file; the region lies within the file and holds exactly the bytes the tensor's dims
+    and data type need; all regions together hold no more bytes than the distinct files do (no region
+    read twice to multiply memory). Raises ONNXImportError naming the tensor otherwise."""
+    from pathlib import PurePosixPath
+
+    onnx = _onnx()
+    root = folder.resolve()
+    sizes: dict[Path, int] = {}
+    total = 0
+    for t in _all_tensors(model.graph):
+        if t.data_location != onnx.TensorProto.EXTERNAL:
+            continue
+        info = {e.key: e.value for e in t.external_data}
+        where = f"from_onnx: external data of tensor '{t.name}'"
+        loc = info.get("location", "")
+        rel = PurePosixPath(loc.replace("\\", "/"))
+        if not loc or rel.is_absolute() or ".." in rel.parts or ":" in loc or "\0" in loc:
+            raise ONNXImportError(f"{where}: location {loc!r} is not a relative path inside the model's folder")
+        target = (root / rel).resolve()
+        if root not in target.parents or not target.is_file():
+            raise ONNXImportError(f"{where}: {loc!r} is not a regular file inside {str(root)!r}")
+        if target not in sizes:
+            sizes[target] = target.stat().st_size
+        size = sizes[target]
+        try:
+            offset = int(info.get("offset", "0"))
+            length = int(info["length"]) if "length" in info else size - offset
+        except ValueError as e:
+            raise ONNXImportError(f"{where}: offset / length are not integers") from e
+        if any(d < 0 for d in t.dims):
+            raise ONNXImportError(f"{where}: negative dims {list(t.dims)}")
+        need = _external_nbytes(t, math.prod(t.dims))
+        if offset < 0 or length != need or offset + length > size:
+            raise ONNXImportError(f"{where}: bytes [{offset}, {offset + length}) of {loc!r} ({size} bytes) for "
+                                  f"{need} bytes of data (dims {list(t.dims)})")
+        total += length
+        if total > sum(sizes.values()):
+            raise ONNXImportError(f"{where}: the external regions read more bytes ({total}) than the files hold")
+        with open(target, "rb") as fh:
+            fh.seek(offset)
+            data = fh.read(length)
+        if len(data) != length:
+            raise ONNXImportError(f"{where}: {loc!r} ended early")
+        t.raw_data = data
+        del t.external_data[:]
+        t.data_location = onnx.TensorProto.DEFAULT
 
 
 def _all_tensors(graph):
@@ -2800,8 +2873,9 @@ def from_onnx(model_or_path, shape_dict: Mapping[str, Sequence] | None = None,
     """Translate an ONNX model into an IRModule whose ``main`` computes the graph.
 
     ``model_or_path``: an ``onnx.ModelProto`` or the path of a ``.onnx`` file (at most
-    :data:`MAX_MODEL_BYTES`; checked with ``onnx.checker.check_model`` before use; tensors in
-    external data files are refused). Default-domain opsets 13 to 24 (7 to 12 converted to 13 by
+    :data:`MAX_MODEL_BYTES`; checked with ``onnx.checker.check_model`` before use; tensors in external
+    data files are read from the file's folder, checked, and refused in a ModelProto). Default-domain
+    opsets 13 to 24 (7 to 12 converted to 13 by
     ``onnx.version_converter``).
 
     ``main``'s parameters are the graph inputs that are not initializers, in the graph's order,

@@ -318,7 +318,7 @@ def test_older_opsets_are_converted(opset):
     run_both(model, [{"x": rand(2, 3, 4, 4)}])
 
 
-def test_checks_opset_external_data_and_bad_files(tmp_path):
+def test_checks_opset_and_bad_files(tmp_path):
     relu = [helper.make_node("Relu", ["x"], ["y"])]
     io = ([helper.make_tensor_value_info("x", F, [2])], [helper.make_tensor_value_info("y", F, [2])])
     with pytest.raises(ONNXImportError, match="opset 6 is not supported"):
@@ -327,15 +327,88 @@ def test_checks_opset_external_data_and_bad_files(tmp_path):
     bad.write_bytes(b"\x00not a model")
     with pytest.raises(ONNXImportError):
         from_onnx(bad)
-    model = make_model([helper.make_node("Add", ["x", "w"], ["y"])], *io, inits=[("w", rand(2))])
-    onnx.save(model, tmp_path / "ext.onnx", save_as_external_data=True, all_tensors_to_one_file=True,
-              location="ext.bin", size_threshold=0)
-    with pytest.raises(ONNXImportError, match="external data"):
-        from_onnx(tmp_path / "ext.onnx")
-    # the same model read with its external data by onnx.load imports
-    run_both(onnx.load(tmp_path / "ext.onnx"), [{"x": rand(2)}])
     with pytest.raises(ONNXImportError, match="shape_dict"):
         from_onnx(make_model(relu, *io), shape_dict={"nope": [2]})
+
+
+def _external_model(tmp_path, n=3):
+    """An Add of ``n`` initializers saved with every weight in ``w.bin`` (ONNX external data, as
+    ``torch.onnx.export`` writes by default); returns (path, the initializer values)."""
+    ws = [rand(4) + i for i in range(n)]
+    names = [f"w{i}" for i in range(n)]
+    nodes, prev = [], "x"
+    for i, nm in enumerate(names):
+        nodes.append(helper.make_node("Add", [prev, nm], [f"s{i}"]))
+        prev = f"s{i}"
+    nodes.append(helper.make_node("Identity", [prev], ["y"]))
+    model = make_model(nodes, [helper.make_tensor_value_info("x", F, [4])], [helper.make_tensor_value_info("y", F, [4])],
+                       inits=list(zip(names, ws)))
+    onnx.save(model, tmp_path / "m.onnx", save_as_external_data=True, all_tensors_to_one_file=True,
+              location="w.bin", size_threshold=0)
+    return tmp_path / "m.onnx", ws
+
+
+def test_external_data_is_read_from_the_model_folder(tmp_path):
+    """A model whose weights are external data (``w.bin`` beside it) imports from its path, the weights read
+    from that file; the same model as a ModelProto still referring to the file is refused (no folder)."""
+    path, ws = _external_model(tmp_path)
+    x = rand(4)
+    got = runtime.VirtualMachine(build(from_onnx(path)))["main"](x)
+    np.testing.assert_allclose(got, x + sum(ws), rtol=1e-6)
+    run_both(onnx.load(path), [{"x": x}])
+    with pytest.raises(ONNXImportError, match="pass the model's path"):
+        from_onnx(onnx.load(path, load_external_data=False))
+
+
+@pytest.mark.parametrize("damage,match", [
+    (lambda info, p: info.update(location="../w.bin"), "not a relative path inside|outside the directory"),
+    (lambda info, p: info.update(location=str(p.parent / "w.bin")), "not a relative path inside|absolute path"),
+    (lambda info, p: info.update(location="missing.bin"), "not a regular file|check_model"),
+    (lambda info, p: info.update(length="8"), "for 16 bytes of data"),
+    (lambda info, p: info.update(offset="40"), r"bytes \[40, 56\)"),
+    (lambda info, p: info.update(offset="-4"), "bytes|check_model"),
+    (lambda info, p: info.update(offset="x"), "not integers|check_model"),
+])
+def test_damaged_external_data_is_refused(tmp_path, damage, match):
+    """External data locations leaving the model's folder (``..``, an absolute path), missing files, regions
+    of the wrong size or outside the file, a bad offset: ONNXImportError naming the tensor, nothing read."""
+    path, _ = _external_model(tmp_path)
+    model = onnx.load(path, load_external_data=False)
+    t = model.graph.initializer[1]
+    info = {e.key: e.value for e in t.external_data}
+    damage(info, path)
+    del t.external_data[:]
+    for k, v in info.items():
+        t.external_data.add(key=k, value=v)
+    onnx.save(model, path)
+    with pytest.raises(ONNXImportError, match=match):
+        from_onnx(path)
+
+
+def test_external_data_regions_cannot_multiply_memory(tmp_path):
+    """Every tensor pointing at the same 16 bytes of a 16-byte file: together the regions would read three times
+    what the file holds, which is refused (a small file cannot make the import allocate many times its size);
+    a data file that is a symlink leaving the folder is refused too."""
+    path, _ = _external_model(tmp_path, n=3)
+    model = onnx.load(path, load_external_data=False)
+    for t in model.graph.initializer:
+        for e in t.external_data:
+            if e.key == "offset":
+                e.value = "0"
+    onnx.save(model, path)
+    data = tmp_path / "w.bin"
+    data.write_bytes(data.read_bytes()[:16])
+    with pytest.raises(ONNXImportError, match="read more bytes"):
+        from_onnx(path)
+    sub = tmp_path / "sub"
+    sub.mkdir()
+    path2, _ = _external_model(sub, n=1)
+    outside = tmp_path / "outside.bin"
+    outside.write_bytes((sub / "w.bin").read_bytes())
+    (sub / "w.bin").unlink()
+    (sub / "w.bin").symlink_to(outside)
+    with pytest.raises(ONNXImportError, match="not a regular file inside|symbolic link"):
+        from_onnx(path2)
 
 
 def test_shape_dict_and_dtype_dict_override():
