@@ -346,7 +346,8 @@ def test_conv_transpose1d_matches_pytorch():
 EINSUMS = [("bij,bjk->bik", [(2, 3, 4), (2, 4, 5)]), ("bhid,bhjd->bhij", [(2, 3, 5, 4), (2, 3, 6, 4)]),
            ("ij,jk", [(3, 4), (4, 2)]), ("i,j->ij", [(3,), (4,)]), ("bi,bi->b", [(3, 4), (3, 4)]),
            ("...ij,...jk->...ik", [(2, 3, 4, 5), (2, 3, 5, 2)]), ("ij->ji", [(3, 4)]), ("ijk->i", [(2, 3, 4)]),
-           ("bn,anm,bm->ba", None), ("ik,jkl->ijl", [(2, 3), (4, 3, 5)]), ("bij,jk->bki", [(2, 3, 4), (4, 5)])]
+           ("bn,anm,bm->ba", None), ("ik,jkl->ijl", [(2, 3), (4, 3, 5)]), ("bij,jk->bki", [(2, 3, 4), (4, 5)]),
+           ("ii->", [(4, 4)]), ("ii->i", [(3, 3)]), ("bii,bj->bij", [(2, 3, 3), (2, 4)]), ("iji->j", [(3, 2, 3)])]
 
 
 @pytest.mark.parametrize("eq, shapes", [e for e in EINSUMS if e[1] is not None])
@@ -373,14 +374,17 @@ def test_einsum_matches_numpy_through_fx_and_export(eq, shapes):
 def test_einsum_errors_and_onnx():
     from builder.nn import op as nnop
     from builder.nn.core import Tensor
+    from builder.ir import expr as E
     from builder.ir import relax as rx
     from builder.ir.struct_info import TensorStructInfo
 
     v = lambda *s: Tensor(_expr=rx.Var("v", TensorStructInfo(s, "float32")))
     with pytest.raises(ValueError, match="one or two operands"):
         nnop.einsum("bn,anm,bm->ba", [v(2, 3), v(4, 3, 5), v(2, 5)])
-    with pytest.raises(ValueError, match="diagonals"):
-        nnop.einsum("ii->i", [v(3, 3)])
+    with pytest.raises(ValueError, match="sizes 3 and 4"):
+        nnop.einsum("ii->i", [v(3, 4)])
+    with pytest.raises(ValueError, match="diagonals need static sizes"):
+        nnop.einsum("ii->i", [Tensor(_expr=rx.Var("v", TensorStructInfo([E.Var("n", "int64")] * 2, "float32")))])
     pytest.importorskip("onnx")
     pytest.importorskip("onnxruntime")
     from onnx import TensorProto, helper

@@ -16,6 +16,25 @@ def matmul(a: Tensor, b: Tensor, out_dtype: str | None = None, name: str = "matm
     return wrap_nested(op_call("matmul", [a._expr, b._expr], out_dtype=out_dtype or "void"), name)
 
 
+def _diagonal(x: Tensor, i: int, j: int) -> Tensor:
+    """The diagonal of dims ``i`` < ``j`` of ``x`` (equal static sizes ``n``) as its last dim, the other dims
+    in order: the two dims moved last and flattened, then positions ``k * (n + 1)`` taken."""
+    import numpy as np
+
+    from ...ir import relax as rx
+    from .manipulation import permute_dims, reshape, take
+
+    n, m = x.shape[i], x.shape[j]
+    if not isinstance(n, int) or not isinstance(m, int):
+        raise ValueError(f"einsum: a repeated label over the symbolic sizes {n} and {m} (diagonals need static sizes)")
+    if n != m:
+        raise ValueError(f"einsum: a repeated label has sizes {n} and {m}")
+    rest = [d for d in range(x.ndim) if d not in (i, j)]
+    flat = reshape(permute_dims(x, rest + [i, j]), [x.shape[d] for d in rest] + [n * n])
+    positions = Tensor(_expr=rx.Constant(np.arange(n, dtype=np.int64) * (n + 1), "int64"))
+    return take(flat, positions, axis=len(rest))
+
+
 def einsum(subscripts: str, operands: Sequence[Tensor], name: str = "einsum") -> Tensor:
     """Einstein summation (``numpy.einsum`` / ``torch.einsum`` / ONNX ``Einsum``) of one or two operands,
     lowered to the ops kernel selection knows: labels in one operand only and not in the output are
@@ -27,8 +46,9 @@ def einsum(subscripts: str, operands: Sequence[Tensor], name: str = "einsum") ->
 
     ``subscripts``: ``"bij,bjk->bik"`` (explicit output) or without ``->`` (the output is the labels
     seen once, sorted, as numpy does); ``...`` for leading broadcast dims of the same rank in each
-    operand. Raises ValueError for more than two operands, a label repeated within one operand
-    (diagonals), differing sizes of a label, or an output label no operand has."""
+    operand; a label repeated within one operand takes the diagonal of its dims first (``"ii->"``, the
+    trace; ``"bii->bi"``; static sizes). Raises ValueError for more than two operands, differing sizes of a
+    label, a repeated label over symbolic sizes, or an output label no operand has."""
     import numpy as np
 
     from .manipulation import permute_dims, reshape
@@ -61,8 +81,13 @@ def einsum(subscripts: str, operands: Sequence[Tensor], name: str = "einsum") ->
     for sub, x in zip(ins, operands):
         if len(sub) != x.ndim:
             raise ValueError(f"einsum: {sub!r} has {len(sub)} labels for a {x.ndim}-D operand")
-        if len(set(sub)) != len(sub):
-            raise ValueError(f"einsum: a label repeated in {sub!r} (diagonals) is not supported")
+    for k, (sub, x) in enumerate(zip(ins, operands)):
+        while len(set(sub)) != len(sub):      # a repeated label: the diagonal of its two dims
+            c = next(c for c in sub if sub.count(c) > 1)
+            i, j = sub.index(c), sub.index(c, sub.index(c) + 1)
+            x = _diagonal(x, i, j)
+            sub = "".join(l for m, l in enumerate(sub) if m not in (i, j)) + c
+        ins[k], operands[k] = sub, x
     sizes: dict = {}
     for sub, x in zip(ins, operands):
         for c, d in zip(sub, x.shape):
