@@ -1211,8 +1211,8 @@ def _gather_nd(im, node, ins, at):
     idx = op.astype(idx, "int64") if idx.dtype != "int64" else idx
     linear = None
     for j in range(b + q):
-        dim = op.astype(symbolic_scalar(x.shape[j]), "int64") if not isinstance(_simp(x.shape[j]), int) else \
-            im.const(np.array(_simp(x.shape[j]), np.int64))
+        dim = wrap_nested(symbolic_scalar(x.shape[j], "int64"), "dim") if not isinstance(_simp(x.shape[j]), int) \
+            else im.const(np.array(_simp(x.shape[j]), np.int64))
         if j < b:   # the row's own batch coordinate
             c = op.reshape(op.arange(0, x.shape[j], 1, dtype="int64"), [1] * j + [x.shape[j]] + [1] * (len(lead) - j - 1))
         else:

@@ -133,6 +133,18 @@ def test_gather_nd(batch_dims, q):
     check(model, [{"d": data, "i": idx}])
 
 
+def test_gather_nd_of_symbolic_dims():
+    """GatherND over data whose indexed dims are symbolic (what torch's ONNX exporter writes for a dynamic
+    batch / sequence around the attention mask): the dims come from the shapes at run time, at two sizes."""
+    model = model_of([helper.make_node("GatherND", ["d", "i"], ["y"], batch_dims=1)],
+                     [vi("d", ["b", "s", 4]), vi("i", ["b", 3, 1], I64)], [vi("y", ["b", 3, 4])], 18)
+    feeds = []
+    for b, s_ in ((2, 5), (3, 9)):
+        idx = rng.integers(-s_, s_, (b, 3, 1)).astype(np.int64)
+        feeds.append({"d": randn(b, s_, 4), "i": idx})
+    check(model, feeds)
+
+
 def test_classic_normalizations_and_activations():
     """LRN (odd and size-1 windows), MeanVarianceNormalization, Shrink, ThresholdedRelu, GlobalLpPool (p 2
     and 3), ReduceLogSum."""
