@@ -407,6 +407,9 @@ class _Importer:
         self.dims: dict[str, E.Var] = {}
         self.dim_names: set[str] = set()
         self.const_cache: dict[int, tuple[np.ndarray, Tensor]] = {}
+        #: tensors that are a symbolic integer cast to float (id -> (tensor, the integer value)): a Range can
+        #: still take them as a bound (``torch.arange(x.shape[1], dtype=torch.float32)`` exports that way)
+        self.float_of_sym: dict[int, tuple[Tensor, _Sym]] = {}
         self.uses: dict[str, int] = {}
         for n in model.graph.node:
             for name in n.input:
@@ -1466,15 +1469,23 @@ def _sum_mean(im, node, ins, at):
 
 @_register("CumSum")
 def _cumsum(im, node, ins, at):
+    """``CumSum`` along a constant axis (``exclusive``: the sum before each element); of a constant, folded
+    (a ``Range`` bound may come from it: torch's ``repeat_interleave`` with constant repeats)."""
     _check_inputs(ins, node)
-    x = im.tensor(ins[0])
     (axis,) = im.ints(ins[1], "axis")
-    nd = len(x.shape)
+    nd = len(im.shape_of(ins[0]))
     if not -nd <= axis < nd:
         raise ONNXImportError(f"axis {axis} is out of range for a {nd}-d input")
     if int(at.get("reverse", 0)):
         raise ONNXImportError("CumSum with reverse=1 is not supported")
-    return op.cumsum(x, axis=axis % nd, exclusive=bool(int(at.get("exclusive", 0))) or None)
+    exclusive = bool(int(at.get("exclusive", 0)))
+    if isinstance(ins[0], np.ndarray) and ins[0].dtype.kind in "iuf":
+        x = np.moveaxis(ins[0], axis % nd, -1)
+        c = np.cumsum(x, axis=-1, dtype=x.dtype)
+        if exclusive:    # the sums before each element, as the scan adds them (not c - x)
+            c = np.concatenate([np.zeros_like(x[..., :1]), c[..., :-1]], axis=-1)[..., :x.shape[-1]]
+        return np.ascontiguousarray(np.moveaxis(c, -1, axis % nd))
+    return op.cumsum(im.tensor(ins[0]), axis=axis % nd, exclusive=exclusive or None)
 
 
 @_register("InstanceNormalization")
@@ -1633,9 +1644,10 @@ def _cast(im, node, ins, at):
     if isinstance(x, _Sym) and np.dtype(dtype).kind in "iu":
         return _Sym(x.vals, dtype)
     t = im.tensor(x)
-    if t.dtype == dtype:
-        return t
-    return op.astype(t, dtype)
+    out = t if t.dtype == dtype else op.astype(t, dtype)
+    if isinstance(x, _Sym) and np.dtype(dtype).kind == "f" and x.vals.size == 1:
+        im.float_of_sym[id(out)] = (out, x)
+    return out
 
 
 @_register("Identity", "Dropout")
@@ -2490,12 +2502,14 @@ def _constant_of_shape(im, node, ins, at):
 def _range(im, node, ins, at):
     _check_inputs(ins, node)
     vals = []
+    dtype = im.dtype_of(ins[0])
     for v, what in zip(ins, ("start", "limit", "delta")):
+        if isinstance(v, Tensor) and id(v) in im.float_of_sym:    # a symbolic integer cast to float
+            v = im.float_of_sym[id(v)][1]
         if isinstance(v, Tensor):
             raise ONNXImportError(f"{what} is computed from tensor data; only constant or shape-derived "
                                   "bounds are supported")
         vals.append(_objects(v).ravel()[0] if isinstance(v, _Sym) else v.ravel()[0])
-    dtype = im.dtype_of(ins[0])
     if all(not isinstance(v, E.PrimExpr) for v in vals):
         start, limit, delta = (v.item() if isinstance(v, np.generic) else v for v in vals)
         if delta == 0:
@@ -2505,11 +2519,18 @@ def _range(im, node, ins, at):
             return (start + np.arange(n, dtype="float64" if np.dtype(dtype).kind == "f" else "int64") * delta
                     ).astype(dtype)
         return op.arange(start, limit, delta, dtype=dtype)
-    if np.dtype(dtype).kind not in "iu":
+    as_int = [v.item() if isinstance(v, np.generic) else v for v in vals]
+    if np.dtype(dtype).kind == "f":   # float bounds around a symbolic one: whole numbers only, counted in int64
+        if any(isinstance(v, float) and not v.is_integer() for v in as_int):
+            raise ONNXImportError(f"a symbolic Range with the fractional float bounds {as_int}")
+        as_int = [int(v) if isinstance(v, float) else v for v in as_int]
+    elif np.dtype(dtype).kind not in "iu":
         raise ONNXImportError("a symbolic Range needs integer bounds")
-    start, limit, delta = (_simp(v) for v in vals)
+    start, limit, delta = (_simp(v) for v in as_int)
     if not isinstance(delta, int) or delta == 0:
         raise ONNXImportError(f"delta must be a constant non-zero integer, got {delta}")
+    if np.dtype(dtype).kind == "f":
+        return op.astype(op.arange(start, limit, delta, dtype="int64"), dtype)
     return op.arange(start, limit, delta, dtype=dtype)
 
 

@@ -282,6 +282,32 @@ def test_range_constant_of_shape_cast_split_concat():
     run_both(model, [{"x": rand(2, 3)}, {"x": rand(2, 8)}])
 
 
+def test_float_range_to_a_symbolic_dim_and_folded_cumsum():
+    """``torch.arange(x.shape[1], dtype=torch.float32)`` as torch's ONNX exporter writes it (Range over float
+    bounds, the limit a symbolic dim cast to float), at two lengths; a Range whose limit is the last running
+    sum of constant repeats (``repeat_interleave``: CumSum of a constant is folded), exclusive too."""
+    nodes = [helper.make_node("Shape", ["x"], ["s"], start=1, end=2),
+             helper.make_node("Squeeze", ["s"], ["n"]),
+             helper.make_node("Cast", ["n"], ["nf"], to=F),
+             helper.make_node("Range", ["zf", "nf", "of"], ["r"]),
+             helper.make_node("Add", ["x", "r"], ["y"])]
+    model = make_model(nodes, [helper.make_tensor_value_info("x", F, [2, "t"])],
+                       [helper.make_tensor_value_info("y", F, [2, "t"])],
+                       [("zf", np.array(0.0, np.float32)), ("of", np.array(1.0, np.float32))], opset=18)
+    run_both(model, [{"x": rand(2, 5)}, {"x": rand(2, 9)}])
+    nodes = [helper.make_node("CumSum", ["rep", "ax"], ["cs"]),
+             helper.make_node("CumSum", ["rep", "ax"], ["ex"], exclusive=1),
+             helper.make_node("Gather", ["cs", "last"], ["lim"], axis=0),
+             helper.make_node("Gather", ["ex", "last"], ["lim2"], axis=0),
+             helper.make_node("Range", ["lim2", "lim", "one"], ["r"]),
+             helper.make_node("Cast", ["r"], ["rf"], to=F),
+             helper.make_node("Add", ["x", "rf"], ["y"])]
+    model = make_model(nodes, [helper.make_tensor_value_info("x", F, [3])], [helper.make_tensor_value_info("y", F, [3])],
+                       [("rep", np.array([1, 2, 0, 3], np.int64)), ("ax", np.array(0, np.int64)),
+                        ("last", np.array(-1, np.int64)), ("one", np.array(1, np.int64))], opset=18)
+    run_both(model, [{"x": rand(3)}])
+
+
 def test_unsupported_ops_one_message_with_every_node():
     nodes = [helper.make_node("Bernoulli", ["x"], ["h"], name="hard_1"),
              helper.make_node("Det", ["h"], ["e"], name="ein_a"),
