@@ -506,6 +506,9 @@ class _Importer:
             flat = parts[0] if len(parts) == 1 else rx.Call(rx.Op.get("concat"), [rx.Tuple(parts)], {"axis": 0})
             return wrap_nested(rx.Call(rx.Op.get("reshape"), [flat, rx.ShapeExpr(list(v.vals.shape))], {}),
                                "shape_value")
+        if isinstance(v, _Sequence):
+            raise ONNXImportError("a sequence cannot be used as a tensor (sequences are supported as "
+                                  "SplitToSequence / SequenceConstruct ... SequenceAt / ConcatFromSequence)")
         raise ONNXImportError(f"a value of type {type(v).__name__} cannot be used as a tensor")
 
     @staticmethod
@@ -2744,6 +2747,130 @@ def _split(im, node, ins, at):
     if n == 1:
         return [x]
     return list(op.split(x, [int(c) for c in cuts], axis=axis))
+
+
+class _Sequence:
+    """An ONNX sequence known at import time: a Python list of values (tensors, constants, shape values)
+    whose length is static (what exporters make with ``SplitToSequence`` / ``SequenceConstruct``)."""
+
+    def __init__(self, items: list) -> None:
+        self.items = list(items)
+
+    shape = ()   # (not a tensor: ``tensor()`` refuses it with a clear message)
+
+
+def _seq(v, what: str) -> list:
+    if not isinstance(v, _Sequence):
+        raise ONNXImportError(f"{what} is not a sequence")
+    return v.items
+
+
+def _position(im, v, n: int, what: str, end_ok: bool = False) -> int:
+    (pos,) = im.ints(v, what)
+    if not -n <= pos < n + int(end_ok):
+        raise ONNXImportError(f"{what} {pos} is out of range for a sequence of {n}")
+    return pos % (n + int(end_ok)) if pos < 0 else pos
+
+
+@_register("SplitToSequence")
+def _split_to_sequence(im, node, ins, at):
+    """``SplitToSequence``: ``split`` a scalar (chunks of that size, the last smaller), a 1-D list of sizes, or
+    absent (pieces of 1, the split dim dropped when ``keepdims=0``); static sizes."""
+    _check_inputs(ins, node)
+    x = ins[0]
+    shape = im.shape_of(x)
+    nd = len(shape)
+    axis = int(at.get("axis", 0))
+    if not -nd <= axis < nd:
+        raise ONNXImportError(f"axis {axis} out of range for a {nd}-d input")
+    axis %= nd
+    dim = shape[axis]
+    split = ins[1] if len(ins) > 1 else None
+    squeeze = False
+    if split is None:
+        if not isinstance(dim, int):
+            raise ONNXImportError(f"splitting the symbolic dim {dim} into pieces of 1")
+        sizes, squeeze = [1] * dim, not int(at.get("keepdims", 1))
+    else:
+        vals = im.ints(split, "split")
+        if im.static(split, "split").ndim == 0:
+            if not isinstance(dim, int) or vals[0] < 1:
+                raise ONNXImportError(f"chunks of {vals[0]} of the dim {dim}")
+            sizes = [min(vals[0], dim - i) for i in range(0, dim, vals[0])]
+        else:
+            sizes = vals
+    if any(v < 0 for v in sizes) or (isinstance(dim, int) and sum(sizes) != dim):
+        raise ONNXImportError(f"split sizes {sizes} do not add up to the dim {dim}")
+    cuts = [int(c) for c in np.cumsum(sizes)[:-1]]
+    if isinstance(x, np.ndarray):
+        parts = list(np.split(x, cuts, axis=axis))
+    else:
+        t = im.tensor(x)
+        parts = [t] if len(sizes) == 1 else list(op.split(t, cuts, axis=axis))
+    if squeeze:
+        parts = [p.squeeze(axis) if isinstance(p, np.ndarray) else op.squeeze(p, [axis]) for p in parts]
+    return _Sequence(parts)
+
+
+@_register("SequenceConstruct")
+def _sequence_construct(im, node, ins, at):
+    _check_inputs(ins, node)
+    return _Sequence(ins)
+
+
+@_register("SequenceEmpty")
+def _sequence_empty(im, node, ins, at):
+    return _Sequence([])
+
+
+@_register("SequenceAt")
+def _sequence_at(im, node, ins, at):
+    """``SequenceAt`` at a constant position (negative counts from the end)."""
+    _check_inputs(ins, node)
+    items = _seq(ins[0], "input")
+    return items[_position(im, ins[1], len(items), "position")]
+
+
+@_register("SequenceLength")
+def _sequence_length(im, node, ins, at):
+    _check_inputs(ins, node)
+    return np.array(len(_seq(ins[0], "input")), np.int64)
+
+
+@_register("SequenceInsert", "SequenceErase")
+def _sequence_insert_erase(im, node, ins, at):
+    """``SequenceInsert`` (at the end, or a constant position) / ``SequenceErase`` (the last, or a constant
+    position): a new sequence."""
+    _check_inputs(ins, node)
+    items = list(_seq(ins[0], "input"))
+    if node.op_type == "SequenceInsert":
+        pos = _position(im, ins[2], len(items), "position", end_ok=True) if len(ins) > 2 and ins[2] is not None \
+            else len(items)
+        items.insert(pos, ins[1])
+    else:
+        if not items:
+            raise ONNXImportError("SequenceErase of an empty sequence")
+        pos = _position(im, ins[1], len(items), "position") if len(ins) > 1 and ins[1] is not None else -1
+        del items[pos]
+    return _Sequence(items)
+
+
+@_register("ConcatFromSequence")
+def _concat_from_sequence(im, node, ins, at):
+    """``ConcatFromSequence``: the elements concatenated along ``axis`` (``new_axis=1``: stacked there)."""
+    _check_inputs(ins, node)
+    items = _seq(ins[0], "input")
+    if not items:
+        raise ONNXImportError("ConcatFromSequence of an empty sequence")
+    ts = [im.tensor(v) for v in items]
+    nd = len(ts[0].shape) + int(at.get("new_axis", 0))
+    axis = int(at["axis"])
+    if not -nd <= axis < nd:
+        raise ONNXImportError(f"axis {axis} out of range")
+    axis %= nd
+    if int(at.get("new_axis", 0)):
+        ts = [op.unsqueeze(t, axis) for t in ts]
+    return ts[0] if len(ts) == 1 else op.concat(ts, dim=axis)
 
 
 @_register("Slice")

@@ -258,3 +258,32 @@ def test_onnxruntime_fused_attention(mask, attrs):
     elif mask == "bias":
         feeds["ab"] = randn(1, 4, 5, 5)
     check(model, [feeds], tol=3e-6)
+
+
+def test_sequences_of_static_length():
+    """What torch's ONNX exporter writes without its optimizer (``split`` as SplitToSequence + SequenceAt) and
+    the other sequence ops: SplitToSequence by a chunk size, by sizes and into squeezed pieces of 1, SequenceAt
+    (a negative position too), SequenceLength, SequenceConstruct / Insert / Erase, ConcatFromSequence
+    (concatenating and stacking) -- against onnxruntime, on a symbolic batch."""
+    nodes = [helper.make_node("SplitToSequence", ["x", "four"], ["s1"], axis=1),
+             helper.make_node("SequenceAt", ["s1", "m2"], ["a"]),
+             helper.make_node("SequenceAt", ["s1", "zero"], ["b"]),
+             helper.make_node("SplitToSequence", ["x", "sizes"], ["s2"], axis=1),
+             helper.make_node("SequenceAt", ["s2", "one"], ["c"]),
+             helper.make_node("SplitToSequence", ["x"], ["s3"], axis=1, keepdims=0),
+             helper.make_node("SequenceLength", ["s3"], ["n"]),
+             helper.make_node("SequenceAt", ["s3", "m1"], ["d"]),
+             helper.make_node("SequenceConstruct", ["a", "b"], ["s4"]),
+             helper.make_node("SequenceInsert", ["s4", "a", "zero"], ["s5"]),
+             helper.make_node("SequenceErase", ["s5", "one"], ["s6"]),
+             helper.make_node("ConcatFromSequence", ["s6"], ["cat"], axis=1),
+             helper.make_node("ConcatFromSequence", ["s6"], ["stk"], axis=0, new_axis=1),
+             helper.make_node("Mul", ["a", "c"], ["ac"]),
+             helper.make_node("Cast", ["n"], ["nf"], to=TensorProto.FLOAT),
+             helper.make_node("Add", ["d", "nf"], ["dn"])]
+    inits = [("four", np.array(4, np.int64)), ("m1", np.array(-1, np.int64)), ("m2", np.array(-2, np.int64)),
+             ("zero", np.array(0, np.int64)),
+             ("one", np.array(1, np.int64)), ("sizes", np.array([2, 4, 4], np.int64))]
+    model = model_of(nodes, [vi("x", ["b", 10])], [vi("ac", ["b", 4]), vi("dn", ["b"]), vi("cat", ["b", 8]),
+                                                  vi("stk", [2, "b", 4])], 18, inits)
+    check(model, [{"x": randn(2, 10)}, {"x": randn(3, 10)}])
