@@ -90,3 +90,42 @@ def test_onnx_bert_sdpa_attention_is_one_kernel(tiny_bert_onnx_of, bert_feeds):
     got = runtime.VirtualMachine(exe)["main"](*bert_feeds.values())
     want = ort.InferenceSession(str(path)).run(None, bert_feeds)[0]
     np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=2e-6)
+
+
+@pytest.mark.filterwarnings("ignore")
+def test_torch_default_onnx_export_with_dynamic_shapes(tmp_path):
+    """A tiny HF Llama exported by torch's default ONNX exporter (``dynamo=True``, the torch.export-based one:
+    its weights in an external data file beside the model, the attention mask gathered with GatherND over the
+    symbolic batch and sequence) imports from its path; PyTorch's logits at two batch x sequence sizes, the
+    first row left-padded (the logits of its padded positions are left out)."""
+    pytest.importorskip("onnxscript", reason="torch's default ONNX exporter needs onnxscript")
+    from builder.frontend import from_onnx
+
+    torch.manual_seed(2)
+    cfg = transformers.LlamaConfig(hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
+                                   intermediate_size=96, num_hidden_layers=2, vocab_size=97)
+    model = transformers.LlamaForCausalLM(cfg).eval()
+
+    class Logits(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.m = model
+
+        def forward(self, ids, mask):
+            return self.m(input_ids=ids, attention_mask=mask, use_cache=False).logits
+
+    ids, mask = torch.randint(0, 97, (2, 7)), torch.ones(2, 7, dtype=torch.int64)
+    batch, seq = torch.export.Dim("batch", min=1, max=8), torch.export.Dim("seq", min=2, max=64)
+    path = tmp_path / "llama.onnx"
+    torch.onnx.export(Logits(), (ids, mask), str(path), dynamo=True, input_names=["ids", "mask"],
+                      dynamic_shapes={"ids": {0: batch, 1: seq}, "mask": {0: batch, 1: seq}})
+    main = runtime.VirtualMachine(build(from_onnx(path)))["main"]
+    for b, s in ((2, 7), (3, 12)):
+        ids = torch.randint(0, 97, (b, s))
+        mask = torch.ones(b, s, dtype=torch.int64)
+        mask[0, : s // 3] = 0        # left padding in the first row
+        with torch.no_grad():
+            want = Logits()(ids, mask).numpy()
+        got = np.asarray(main(ids.numpy(), mask.numpy()))
+        real = mask.numpy().astype(bool)     # (a padded query sees no key: its logits are no one's to compare)
+        np.testing.assert_allclose(got[real], want[real], rtol=1e-4, atol=1e-4)
