@@ -238,8 +238,8 @@ class _Rewriter:
         wtt = self.emit(call_op("permute_dims", [wt], axes=[1, 0]), "deconv_weight")
         cols = self.emit(call_op("matmul", [src, wtt], out_dtype="float32"), "deconv_cols")
         try:
-            out = call_te(self.bb, topi.conv1d_transpose_col2im, (cols,),
-                          {"out_channels": og, "kernel_size": k, "out_width": out_w,
+            out = call_te(self.bb, topi.conv1d_transpose_col2im, (cols,),    # (the output width from the input's)
+                          {"out_channels": og, "kernel_size": k, "output_padding": int(tuple(a.get("output_padding", (0,)))[0]),
                            "strides": tuple(a.get("strides", (1,))), "padding": tuple(a.get("padding", (0, 0))),
                            "dilation": tuple(a.get("dilation", (1,))), "out_dtype": odt},
                           "conv1d_transpose_col2im")
@@ -403,8 +403,9 @@ class _Rewriter:
         wtt = self.emit(call_op("permute_dims", [wt], axes=[1, 0]), "deconv_weight")
         cols = self.emit(call_op("matmul", [src, wtt], out_dtype="float32"), "deconv_cols")
         try:
-            out = call_te(self.bb, topi.conv2d_transpose_col2im, (cols,),
-                          {"out_channels": og, "kernel_size": (kh, kw), "out_size": (oh, ow),
+            out = call_te(self.bb, topi.conv2d_transpose_col2im, (cols,),    # (the output size from the input's)
+                          {"out_channels": og, "kernel_size": (kh, kw),
+                           "output_padding": tuple(a.get("output_padding", (0, 0))),
                            "strides": tuple(a.get("strides", (1, 1))), "padding": tuple(a.get("padding", (0,) * 4)),
                            "dilation": tuple(a.get("dilation", (1, 1))), "out_dtype": odt},
                           "conv2d_transpose_col2im")

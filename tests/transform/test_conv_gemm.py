@@ -222,6 +222,34 @@ def test_conv_after_conv_transpose():
     np.testing.assert_allclose(f(x, w1, w2), want, rtol=1e-4, atol=1e-4)
 
 
+def test_conv_transpose_of_a_strided_conv_on_symbolic_sizes():
+    """An encoder-decoder pair on a symbolic length (U-Net / codec style): a stride-2 Conv1D, whose output length
+    is ``(l - 1) // 2 + 1``, then a stride-2 ConvTranspose1D; the same in 2-D on symbolic H and W. The overlap-add
+    kernel's output size follows from its input's (which it binds), not from the graph's ``l``."""
+    def fn1(x, w1, w2):
+        return op.conv1d_transpose(op.conv1d(x, w1, stride=2, padding=1), w2, stride=2, padding=1, output_padding=1)
+
+    f, kernels = compile_fn(fn1, x=(["n", 4, "l"], "float32"), w1=([6, 4, 3], "float32"), w2=([6, 4, 4], "float32"))
+    assert any(n.startswith("conv1d_transpose_col2im") for n in kernels)
+    w1, w2 = rand(6, 4, 3), rand(6, 4, 4)
+    for n, length in ((2, 20), (1, 33), (1, 1)):
+        x = rand(n, 4, length)
+        want = conv_transpose1d_ref(conv1d_ref(x, w1, None, 2, (1, 1)), w2, None, 2, (1, 1), 1)
+        np.testing.assert_allclose(f(x, w1, w2), want, rtol=1e-4, atol=1e-4)
+
+    def fn2(x, w1, w2):
+        return op.conv2d_transpose(op.conv2d(x, w1, stride=2, padding=1), w2, stride=2, padding=1)
+
+    f, kernels = compile_fn(fn2, x=(["n", 3, "h", "w"], "float32"), w1=([5, 3, 3, 3], "float32"),
+                            w2=([5, 3, 4, 4], "float32"))
+    assert any(n.startswith("conv2d_transpose_col2im") for n in kernels)
+    w1, w2 = rand(5, 3, 3, 3), rand(5, 3, 4, 4)
+    for n, h, wd in ((1, 8, 11), (2, 5, 6)):
+        x = rand(n, 3, h, wd)
+        want = conv_transpose2d_ref(conv2d_ref(x, w1, None, (2, 2), (1, 1, 1, 1)), w2, None, (2, 2), (1, 1, 1, 1))
+        np.testing.assert_allclose(f(x, w1, w2), want, rtol=1e-4, atol=1e-4)
+
+
 def test_pointwise_conv_after_conv_reads_the_gemm_output_directly():
     """Kernel 1, stride 1, no padding after a GEMM-lowered conv: no im2col copy for the second."""
     f, kernels = compile_fn(lambda x, w1, w2: op.conv1d(op.conv1d(x, w1, padding=1), w2),

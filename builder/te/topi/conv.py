@@ -458,8 +458,8 @@ def depthwise_conv2d_nhwc(x: Tensor, w: Tensor, kernel_size, strides=1, padding=
     return two_stage_compute((n, oh, ow, c), fbody, acc, odt, "depthwise_conv2d_nhwc")
 
 
-def conv2d_transpose_col2im(cols: Tensor, out_channels, kernel_size, out_size, strides=1, padding=0, dilation=1,
-                            out_dtype: str | None = None) -> Tensor:
+def conv2d_transpose_col2im(cols: Tensor, out_channels, kernel_size, out_size=None, strides=1, padding=0, dilation=1,
+                            out_dtype: str | None = None, output_padding=(0, 0)) -> Tensor:
     """The overlap-add (col2im) that finishes a 2-D transposed convolution computed as a GEMM (groups 1;
     :func:`conv1d_transpose_col2im` per spatial dim): with ``cols[n, qy, qx, (o*kH + ky)*kW + kx] =
     sum_c x[n, c, qy, qx] * w[c, o, ky, kx]`` (``x_nhwc @ reshape(w, (C, O*kH*kW))``)::
@@ -467,14 +467,16 @@ def conv2d_transpose_col2im(cols: Tensor, out_channels, kernel_size, out_size, s
         out[n, o, y, x] = sum_{ky, kx} cols[n, qy, qx, (o*kH + ky)*kW + kx]
             where y + top - ky*dH = qy*sH, x + left - kx*dW = qx*sW, inside the input
 
-    which is :func:`conv2d_transpose` (``out_size`` = ``(oH, oW)``, output padding included). ``cols``
+    which is :func:`conv2d_transpose` (``out_size`` = ``(oH, oW)``, output padding included; None: from the
+    input size, ``(H - 1) * s - pads + d * (k - 1) + output_padding + 1`` per dim, so that a kernel whose
+    input size is an expression of the graph's dims still binds its output's from its input). ``cols``
     float32 or the data's dtype; 16-bit floats sum in float32, converted to ``out_dtype`` (default ``cols``'
     dtype) at the end. Returns (N, O, oH, oW). Raises ValueError for a non-4-D ``cols``, a last dim that is
     not ``O * kH * kW`` or invalid attributes."""
     if cols.ndim != 4:
         raise ValueError(f"conv2d_transpose_col2im: cols must be 4-D (N, H, W, O*kH*kW), got {fmt_shape(cols.shape)}")
     kh, kw = _int_list(kernel_size, 2, "kernel_size", "conv2d_transpose_col2im")
-    (sh, sw), (dh, dw), (pt, pl, _, _) = _conv2d_params(strides, padding, dilation, "conv2d_transpose_col2im")
+    (sh, sw), (dh, dw), (pt, pl, pb, pr) = _conv2d_params(strides, padding, dilation, "conv2d_transpose_col2im")
     n, h, wd, ok = cols.shape
     o = E.convert(out_channels)
     sok, so = static_int(ok), static_int(o)
@@ -483,6 +485,10 @@ def conv2d_transpose_col2im(cols: Tensor, out_channels, kernel_size, out_size, s
                          f"channels x kernel {kernel_size}")
     odt = output_dtype(cols.dtype, out_dtype)
     acc = "float32" if cols.dtype in ("float16", "bfloat16", "float32") else cols.dtype
+    if out_size is None:
+        oph, opw = _int_list(output_padding, 2, "output_padding", "conv2d_transpose_col2im")
+        out_size = (E.simplify((E.convert(h) - 1) * sh + (dh * (kh - 1) + oph + 1 - pt - pb)),
+                    E.simplify((E.convert(wd) - 1) * sw + (dw * (kw - 1) + opw + 1 - pl - pr)))
     oh, ow = (E.convert(v) for v in out_size)
 
     def source(t, lo, k, d, s, size):
@@ -506,8 +512,8 @@ def conv2d_transpose_col2im(cols: Tensor, out_channels, kernel_size, out_size, s
     return _te.compute((n, o, oh, ow), fbody, name="conv2d_transpose_col2im")
 
 
-def conv1d_transpose_col2im(cols: Tensor, out_channels, kernel_size: int, out_width, strides=1, padding=0,
-                            dilation=1, out_dtype: str | None = None) -> Tensor:
+def conv1d_transpose_col2im(cols: Tensor, out_channels, kernel_size: int, out_width=None, strides=1, padding=0,
+                            dilation=1, out_dtype: str | None = None, output_padding: int = 0) -> Tensor:
     """The overlap-add (col2im) that finishes a 1-D transposed convolution computed as a GEMM
     (groups 1; the lowering of Caffe's ``Deconvolution`` layer and PyTorch's CPU
     ``slow_conv_transpose``): with ``cols[n, q, o*K + k] = sum_c x[n, c, q] * w[c, o, k]``
@@ -516,7 +522,8 @@ def conv1d_transpose_col2im(cols: Tensor, out_channels, kernel_size: int, out_wi
         out[n, o, t] = sum_k cols[n, q, o*K + k]   where t + lo - k*dilation = q*stride, 0 <= q < W
 
     which is :func:`conv1d_transpose` (``W_out = out_width``, output padding included, the
-    attributes as there). ``cols`` is float32 (the GEMM's accumulator precision) or the data's
+    attributes as there; None: ``(W - 1) * stride - pads + dilation * (K - 1) + output_padding + 1``, in
+    terms of the input's width, which the kernel binds from its input). ``cols`` is float32 (the GEMM's accumulator precision) or the data's
     dtype; the sum runs in float32 for 16-bit floats and is converted to ``out_dtype`` (default
     ``cols``' dtype) at the end. The rows are one flattened ``N * O`` axis (parallel for batch 1).
 
@@ -526,8 +533,10 @@ def conv1d_transpose_col2im(cols: Tensor, out_channels, kernel_size: int, out_wi
     if cols.ndim != 3:
         raise ValueError(f"conv1d_transpose_col2im: cols must be 3-D (N, W, O*K), got {fmt_shape(cols.shape)}")
     k = int(kernel_size)
-    s, lo, _, d = _conv1d_params(strides, padding, dilation, "conv1d_transpose_col2im")
+    s, lo, hi, d = _conv1d_params(strides, padding, dilation, "conv1d_transpose_col2im")
     n, width, ok = cols.shape
+    if out_width is None:
+        out_width = E.simplify((E.convert(width) - 1) * s + (d * (k - 1) + int(output_padding) + 1 - lo - hi))
     o = E.convert(out_channels)
     sok, so = static_int(ok), static_int(o)
     if k < 1 or (sok is not None and so is not None and sok != so * k):
