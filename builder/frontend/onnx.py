@@ -596,6 +596,11 @@ class _Importer:
         except (ValueError, TypeError, NotImplementedError) as e:
             raise ONNXImportError(f"from_onnx: node {_node_name(node, i)!r} ({node.op_type}) cannot be "
                                   f"translated: {e}") from e
+        except (MemoryError, RecursionError):
+            raise
+        except Exception as e:   # a malformed node (a required input left empty, ranks that do not fit)
+            raise ONNXImportError(f"from_onnx: node {_node_name(node, i)!r} ({node.op_type}) cannot be "
+                                  f"translated: {type(e).__name__}: {e}") from e
         if not isinstance(outs, (list, tuple)):
             outs = [outs]
         for name, v in zip(node.output, outs):

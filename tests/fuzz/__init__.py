@@ -1,5 +1,5 @@
 """Fuzzers for everything untrusted that the project reads: recipes, ``KEY=VALUE`` overrides, safetensors
-weights and saved executables.
+weights, saved executables and ONNX models.
 
 Every case runs in a separate worker process (:mod:`tests.fuzz.worker`) under a timeout and an
 address-space limit, and is judged by :mod:`tests.fuzz.harness`. The test suite runs a small,

@@ -1,4 +1,4 @@
-"""Long fuzzing runs: ``python -m tests.fuzz --minutes 10 [--kinds recipe,override,weights,exe,resaved]``.
+"""Long fuzzing runs: ``python -m tests.fuzz --minutes 10 [--kinds recipe,override,weights,exe,resaved,onnx]``.
 
 Runs the fuzzers of :mod:`tests.fuzz.test_fuzz` round-robin with fresh random cases until the time is
 up, never stopping at a problem, then prints the figures: cases per kind, outcomes, the largest peak
@@ -39,20 +39,25 @@ def _targets(fz: Fuzzing) -> dict:
         changed, call = data.draw(S.resaved_damage(fz.load_good_exe))
         fz.exe(changed, exact=False, call=call)
 
+    def onnx(case):
+        fz.onnx(*case)
+
     return {"recipe": (recipe, S.recipe_mutants()), "override": (override, S.overrides()),
-            "weights": (weights, st.data()), "exe": (exe, st.data()), "resaved": (resaved, st.data())}
+            "weights": (weights, st.data()), "exe": (exe, st.data()), "resaved": (resaved, st.data()),
+            "onnx": (onnx, S.damaged_onnx())}
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the exit status."""
     p = argparse.ArgumentParser(prog="python -m tests.fuzz", description=__doc__.splitlines()[0])
     p.add_argument("--minutes", type=float, default=10.0, help="how long to run (default 10)")
-    p.add_argument("--kinds", default="recipe,override,weights,exe,resaved", help="comma-separated fuzzers")
+    p.add_argument("--kinds", default="recipe,override,weights,exe,resaved,onnx", help="comma-separated fuzzers")
     p.add_argument("--batch", type=int, default=20, help="cases per fuzzer before moving to the next")
     p.add_argument("--report", metavar="FILE", help="also write the figures and problems as JSON")
+    p.add_argument("--keep", metavar="DIR", help="copy the input file of every case with a problem into DIR")
     args = p.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="mb-fuzz-") as tmp:
-        fz = Fuzzing(Path(tmp))
+        fz = Fuzzing(Path(tmp), keep=args.keep)
         targets = _targets(fz)
         kinds = [k.strip() for k in args.kinds.split(",") if k.strip()]
         unknown = [k for k in kinds if k not in targets]

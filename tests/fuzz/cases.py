@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .harness import STATS, Limits, Worker, judge_cli, judge_exe, judge_weights
+from .harness import STATS, Limits, Worker, judge_cli, judge_exe, judge_onnx, judge_weights
 from .strategies import SEEDS
 from .worker import digest
 
@@ -29,8 +29,9 @@ def _outcome_name(result: dict) -> str:
 class Fuzzing:
     """Runs fuzz cases of every kind (see the module docstring); each method returns the problems."""
 
-    def __init__(self, tmp: Path, limits: Limits | None = None) -> None:
+    def __init__(self, tmp: Path, limits: Limits | None = None, keep: Path | None = None) -> None:
         self.tmp = Path(tmp)
+        self.keep = Path(keep) if keep else None    # where the files of cases with problems are copied
         self.limits = limits or Limits()
         self.worker = Worker(self.tmp, self.limits)
         self.counter = itertools.count()
@@ -55,6 +56,11 @@ class Fuzzing:
         problems = judge(result)
         STATS.record(kind, _outcome_name(result), problems, result.get("peak_kib", -1),
                      time.perf_counter() - t0, case)
+        if problems and self.keep is not None and "path" in case:
+            import shutil
+
+            self.keep.mkdir(parents=True, exist_ok=True)
+            shutil.copy(case["path"], self.keep)
         return problems
 
     # -- recipes ------------------------------------------------------------------------------------
@@ -123,3 +129,10 @@ class Fuzzing:
         path = self._file(".mbexe", data)
         case = {"kind": "exe", "path": str(path), "inputs": str(inputs), "function": "forward", "call": call}
         return self._run("exe", case, lambda r: judge_exe(r, self.limits, reference, exact))
+
+    # -- ONNX models --------------------------------------------------------------------------------
+    def onnx(self, seed: str, data: bytes) -> list[str]:
+        """Import, compile and run the damaged ONNX model ``data`` (made from seed ``seed``)."""
+        path = self._file(".onnx", data)
+        return self._run("onnx", {"kind": "onnx", "path": str(path), "seed": seed},
+                         lambda r: judge_onnx(r, self.limits))

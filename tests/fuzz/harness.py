@@ -14,7 +14,10 @@ turn a result into a list of problems (empty when the case behaved):
   with ``WeightsError`` (always refused when the library refuses it; a valid file holding bfloat16,
   which the library's numpy backend cannot return, is judged on validity only);
 - a damaged executable must be refused with a ``ValueError`` (or a subclass) or compute exactly
-  what the undamaged one computes.
+  what the undamaged one computes;
+- a damaged ONNX model must be refused with an exception that is not an internal Python error
+  (``ONNXImportError``, ``ValueError``, ...), or import, compile and run; its import and compile within
+  the memory budget (its run: within the address-space limit, see :func:`judge_onnx`).
 
 :class:`Stats` counts cases and outcomes for the figures of a long run (``python -m tests.fuzz``).
 """
@@ -224,4 +227,22 @@ def judge_exe(result: dict, limits: Limits, reference: str, exact: bool) -> list
         return []
     if exact and ours["ok"] != reference:
         return ["a damaged executable ran and computed a different result"]
+    return []
+
+
+def judge_onnx(result: dict, limits: Limits) -> list[str]:
+    """Problems of one damaged ONNX model (see the module docstring). The memory budget holds for the import and
+    the compile (``build_peak_kib``); running the model may take what its own shapes ask for (a valid model
+    whose convolution pads a dim by a million does), which the worker's address-space limit bounds and the
+    runtime refuses beyond with MemoryLimitError."""
+    run_limits = Limits(limits.timeout_s, limits.address_space // 1024, limits.address_space)
+    problems = _common(result, run_limits)
+    if problems:
+        return problems
+    if result.get("build_peak_kib", 0) > limits.memory_kib:
+        return [f"peak memory of the import and compile {result['build_peak_kib'] / 1024:.0f} MiB > budget "
+                f"{limits.memory_kib / 1024:.0f} MiB"]
+    ours = result["ours"]
+    if "error" in ours and (ours["error"] in INTERNAL_ERRORS or not ours["error"].endswith("Error")):
+        return [f"{ours['error']} instead of a clean refusal: {ours['message'][:300]}\n{ours.get('trace', '')[-1200:]}"]
     return []

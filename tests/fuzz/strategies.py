@@ -1,10 +1,12 @@
-"""Hypothesis strategies for the fuzzers: recipe mutants, overrides, damaged safetensors and executables.
+"""Hypothesis strategies for the fuzzers: recipe mutants, overrides, damaged safetensors, executables and
+ONNX models.
 
 Each strategy starts from something valid (a seed recipe, a good file) and damages it the way users
 and attackers do: odd values in every field, deleted and invented keys, generated ``forward`` programs
 (including deep nesting and long chains), YAML alias and ``${var}`` bombs, byte flips, truncation,
 headers with bad offsets / dtypes / shapes, executables whose bytecode, kernel metadata, target or
-object code were changed and saved again with valid checksums.
+object code were changed and saved again with valid checksums, ONNX models with extreme shape values,
+damaged initializers and attributes, swapped ops, dangling inputs and external data pointing anywhere.
 """
 from __future__ import annotations
 
@@ -461,3 +463,144 @@ def resaved_damage(draw, exe_loader):
         exe.object_code = bytes(obj)
         return exe.save(), False
     return exe.save(), True
+
+
+# --- ONNX models (from_onnx reads untrusted files) ----------------------------------------------------------
+
+def onnx_seeds() -> dict:
+    """Small valid ONNX models (serialized) covering the converters whose inputs size what they allocate:
+    shape arithmetic into Reshape / Expand / ConstantOfShape / Range / Tile / Pad / Resize / Slice, and a
+    matmul / conv / normalization body. Built with ``onnx.helper`` (imported here: only the ONNX fuzzer
+    needs onnx)."""
+    import numpy as np
+    from onnx import TensorProto as T
+    from onnx import helper as h
+    from onnx import numpy_helper as nh
+
+    def model(nodes, ins, outs, inits, opset=18):
+        g = h.make_graph(nodes, "g", ins, outs, [nh.from_array(np.asarray(v), k) for k, v in inits.items()])
+        m = h.make_model(g, opset_imports=[h.make_opsetid("", opset)])
+        m.ir_version = 9
+        return m.SerializeToString()
+
+    rng = np.random.default_rng(0)
+    f32 = lambda *s: rng.standard_normal(s).astype(np.float32)
+    i64 = lambda *v: np.array(v, np.int64)
+    x = h.make_tensor_value_info("x", T.FLOAT, ["n", 8])
+    y = lambda rank: h.make_tensor_value_info("y", T.FLOAT, [f"o{i}" for i in range(rank)])
+    shapes = model([
+        h.make_node("Shape", ["x"], ["s"]), h.make_node("Gather", ["s", "zero"], ["n"]),
+        h.make_node("Unsqueeze", ["n", "zero1"], ["n1"]), h.make_node("Concat", ["n1", "four"], ["shp"], axis=0),
+        h.make_node("MatMul", ["x", "w"], ["mm"]), h.make_node("Add", ["mm", "b"], ["a"]),
+        h.make_node("Reshape", ["a", "shp"], ["r"]), h.make_node("Expand", ["r", "exp"], ["e"]),
+        h.make_node("ConstantOfShape", ["cshape"], ["c"], value=h.make_tensor("v", T.FLOAT, [1], [0.5])),
+        h.make_node("Range", ["zero", "lim", "one"], ["rg"]), h.make_node("Cast", ["rg"], ["rgf"], to=T.FLOAT),
+        h.make_node("Tile", ["e", "reps"], ["t"]), h.make_node("Pad", ["t", "pads"], ["p"], mode="constant"),
+        h.make_node("Slice", ["p", "st", "en", "ax"], ["sl"]), h.make_node("Add", ["sl", "rgf"], ["sr"]),
+        h.make_node("Add", ["sr", "c"], ["y"])],
+        [x], [y(3)], {"zero": np.int64(0), "zero1": i64(0), "four": i64(4), "w": f32(8, 4), "b": f32(4), "exp": i64(2, 1, 4),
+                   "cshape": i64(4), "lim": np.int64(4), "one": np.int64(1), "reps": i64(1, 1, 2), "pads": i64(0, 0, 1, 0, 0, 1),
+                   "st": i64(0), "en": i64(4), "ax": i64(2)})
+    img = h.make_tensor_value_info("x", T.FLOAT, ["n", 3, 8, 8])
+    conv = model([
+        h.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1], strides=[2, 2]),
+        h.make_node("BatchNormalization", ["c", "g", "bb", "m", "v"], ["bn"]), h.make_node("Relu", ["bn"], ["r"]),
+        h.make_node("Resize", ["r", "", "sc"], ["rs"], mode="linear"),
+        h.make_node("ConvTranspose", ["rs", "wt"], ["ct"], strides=[2, 2], pads=[1, 1, 1, 1]),
+        h.make_node("GlobalAveragePool", ["ct"], ["gp"]), h.make_node("Flatten", ["gp"], ["fl"]),
+        h.make_node("Softmax", ["fl"], ["y"], axis=-1)],
+        [img], [y(2)], {"w": f32(4, 3, 3, 3), "b": f32(4), "g": f32(4), "bb": f32(4), "m": f32(4),
+                     "v": np.abs(f32(4)) + 1, "sc": np.array([1, 1, 2, 2], np.float32), "wt": f32(4, 2, 4, 4)})
+    seq = h.make_tensor_value_info("x", T.FLOAT, ["n", "t", 6])
+    attn = model([
+        h.make_node("MatMul", ["x", "wq"], ["q"]), h.make_node("Transpose", ["x"], ["xt"], perm=[0, 2, 1]),
+        h.make_node("MatMul", ["q", "xt"], ["s"]), h.make_node("Mul", ["s", "scale"], ["ss"]),
+        h.make_node("Softmax", ["ss"], ["p"], axis=-1), h.make_node("MatMul", ["p", "x"], ["o"]),
+        h.make_node("LayerNormalization", ["o", "g", "bb"], ["ln"], axis=-1),
+        h.make_node("CumSum", ["ln", "ax"], ["cs"]), h.make_node("Split", ["cs", "sp"], ["s1", "s2"], axis=2),
+        h.make_node("Concat", ["s2", "s1"], ["cat"], axis=2), h.make_node("Einsum", ["cat", "wq"], ["y"], equation="btd,de->bte")],
+        [seq], [y(3)], {"wq": f32(6, 6), "scale": np.array(0.4, np.float32), "g": f32(6), "bb": f32(6),
+                     "ax": np.int64(1), "sp": i64(2, 4)})
+    return {"shapes": shapes, "conv": conv, "attn": attn}
+
+
+_ONNX_SEEDS: dict = {}
+
+#: Integer values that stress allocation sizes and index arithmetic.
+_BIG_INTS = [0, 1, -1, 2, 3, -2, 7, 255, 65535, 1 << 20, 1 << 31, (1 << 31) - 1, 1 << 40, (1 << 62), -(1 << 62),
+             (1 << 63) - 1, -(1 << 63)]
+
+
+@st.composite
+def damaged_onnx(draw) -> tuple[str, bytes]:
+    """``(seed name, model bytes)``: a seed model (:func:`onnx_seeds`) with 1-3 structural damages -- an
+    initializer's values or dims replaced by extreme ints, its raw bytes truncated or grown, an attribute's
+    ints / floats changed, an op type swapped, an input renamed, a value_info dim made huge or negative,
+    external data pointing elsewhere -- or raw byte damage of the serialized file."""
+    import numpy as np
+    import onnx
+
+    if not _ONNX_SEEDS:
+        _ONNX_SEEDS.update(onnx_seeds())
+    name = draw(st.sampled_from(sorted(_ONNX_SEEDS)))
+    good = _ONNX_SEEDS[name]
+    if draw(st.integers(0, 5)) == 0:
+        return name, draw(raw_damage(good))
+    m = onnx.ModelProto()
+    m.ParseFromString(good)
+    g = m.graph
+    for _ in range(draw(st.integers(1, 3))):
+        what = draw(st.sampled_from(["init_values", "init_dims", "init_bytes", "attr", "op_type", "input",
+                                     "dim", "external"]))
+        if what.startswith("init") and g.initializer:
+            t = g.initializer[draw(st.integers(0, len(g.initializer) - 1))]
+            if what == "init_values" and t.data_type == onnx.TensorProto.INT64:
+                n = min(64, max(1, int(np.prod(t.dims, dtype=object)) if len(t.dims) else 1))
+                vals = draw(st.lists(st.sampled_from(_BIG_INTS), min_size=n, max_size=n))
+                t.raw_data = np.array(vals, dtype=np.int64).tobytes()
+            elif what == "init_dims":
+                dims = draw(st.lists(st.sampled_from(_BIG_INTS + [4, 8]), min_size=0, max_size=4))
+                del t.dims[:]
+                t.dims.extend(dims)
+            else:
+                raw = t.raw_data
+                t.raw_data = raw[:draw(st.integers(0, len(raw)))] if draw(st.booleans()) else raw + bytes(
+                    draw(st.integers(1, 64)))
+        elif what == "attr":
+            nodes = [n for n in g.node if n.attribute]
+            if nodes:
+                a = draw(st.sampled_from(nodes)).attribute
+                at = a[draw(st.integers(0, len(a) - 1))]
+                if at.ints:
+                    at.ints[draw(st.integers(0, len(at.ints) - 1))] = draw(st.sampled_from(_BIG_INTS))
+                elif at.type == onnx.AttributeProto.INT:
+                    at.i = draw(st.sampled_from(_BIG_INTS))
+                elif at.type == onnx.AttributeProto.FLOAT:
+                    at.f = draw(st.sampled_from([float("nan"), float("inf"), -1.0, 0.0, 1e30]))
+        elif what == "op_type":
+            node = g.node[draw(st.integers(0, len(g.node) - 1))]
+            node.op_type = draw(st.sampled_from(["Reshape", "Expand", "Tile", "Range", "ConstantOfShape", "Pad",
+                                                 "Resize", "Gather", "Slice", "Concat", "MatMul", "Conv", "Split",
+                                                 "Einsum", "CumSum", "Identity", "NoSuchOp"]))
+        elif what == "input":
+            node = g.node[draw(st.integers(0, len(g.node) - 1))]
+            if node.input:
+                names = [v for n in g.node for v in n.output] + [t.name for t in g.initializer] + ["", "nope"]
+                node.input[draw(st.integers(0, len(node.input) - 1))] = draw(st.sampled_from(names))
+        elif what == "dim":
+            dims = g.input[0].type.tensor_type.shape.dim
+            d = dims[draw(st.integers(0, len(dims) - 1))]
+            choice = draw(st.sampled_from(_BIG_INTS + ["n", "m", ""]))
+            if isinstance(choice, str):
+                d.dim_param = choice
+            else:
+                d.dim_value = max(min(choice, (1 << 63) - 1), -(1 << 63))
+        elif what == "external" and g.initializer:
+            t = g.initializer[draw(st.integers(0, len(g.initializer) - 1))]
+            t.data_location = onnx.TensorProto.EXTERNAL
+            del t.external_data[:]
+            for k, v in (("location", draw(st.sampled_from(["w.bin", "../w.bin", "/etc/passwd", "case.onnx", ""]))),
+                         ("offset", str(draw(st.sampled_from(_BIG_INTS)))),
+                         ("length", str(draw(st.sampled_from(_BIG_INTS))))):
+                t.external_data.add(key=k, value=v)
+    return name, m.SerializeToString()

@@ -66,3 +66,11 @@ def test_changed_and_resaved_executable(fz, data):
     changed, call = data.draw(S.resaved_damage(fz.load_good_exe))
     problems = fz.exe(changed, exact=False, call=call)
     assert not problems, problems
+
+
+@_budget(30)
+@given(case=S.damaged_onnx())
+def test_damaged_onnx_models(fz, case):
+    pytest.importorskip("onnx")
+    problems = fz.onnx(*case)
+    assert not problems, problems

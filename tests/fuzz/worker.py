@@ -15,6 +15,8 @@ Case kinds:
 - ``{"kind": "exe", "path": P, "inputs": NPZ, "function": F, "call": bool}``: ``Executable.load``,
   ``VirtualMachine`` and (unless ``call`` is false) one call on the arrays of the ``.npz`` (in its
   order); result ``ours`` as above.
+- ``{"kind": "onnx", "path": P}``: ``from_onnx``, ``compile`` and one call of ``main``
+  (:func:`_onnx`); result ``ours`` as above.
 
 Run as ``python -m tests.fuzz.worker`` from the repository root.
 """
@@ -151,7 +153,44 @@ def _exe(case: dict) -> dict:
     return {"ours": _outcome(run)}
 
 
-_KINDS = {"cli": _cli, "weights": _weights, "exe": _exe}
+#: The most elements of an input array the ONNX fuzzer passes to a model it built.
+MAX_ONNX_INPUT = 1 << 20
+
+
+def _onnx(case: dict) -> dict:
+    """``from_onnx`` of a damaged model file, then compile it and call ``main`` on ones of the declared input
+    shapes (symbolic dims 2; a compound dim or an input over :data:`MAX_ONNX_INPUT` elements: built only).
+    ``build_peak_kib``: the peak resident memory up to the end of the compile (the run may need what the
+    model's own shapes ask for, which the runtime checks against the memory it has)."""
+    import math
+
+    import numpy as np
+
+    build_peak = [-1]
+
+    def run():
+        import builder
+        from builder.frontend import from_onnx
+        from builder.ir import expr as E
+        from runtime import VirtualMachine
+
+        mod = from_onnx(case["path"])
+        exe = builder.compile(mod)
+        build_peak[0] = _peak_kib()
+        args = []
+        for p in mod["main"].params:
+            sinfo = p.struct_info
+            shape = [d if isinstance(d, int) else 2 if isinstance(d, E.Var) else None for d in sinfo.shape]
+            if None in shape or math.prod(shape) > MAX_ONNX_INPUT or sinfo.dtype == "bfloat16":
+                return "built"
+            args.append(np.ones(shape, dtype=sinfo.dtype))
+        return digest(VirtualMachine(exe)["main"](*args))
+
+    ours = _outcome(run)
+    return {"ours": ours, "build_peak_kib": build_peak[0] if build_peak[0] >= 0 else _peak_kib()}
+
+
+_KINDS = {"cli": _cli, "weights": _weights, "exe": _exe, "onnx": _onnx}
 
 
 def main() -> None:
