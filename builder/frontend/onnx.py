@@ -2718,16 +2718,40 @@ def _concat(im, node, ins, at):
     return op.concat([im.tensor(v) for v in parts], dim=axis)
 
 
-@_register("Split")
-def _split(im, node, ins, at):
-    _check_inputs(ins, node)
-    x = ins[0]
+def _split_axis(im, x, at) -> tuple[list, int]:
+    """``(shape, axis)`` of a Split / SplitToSequence input and its ``axis`` attribute (made non-negative)."""
     shape = im.shape_of(x)
     nd = len(shape)
     axis = int(at.get("axis", 0))
     if not -nd <= axis < nd:
         raise ONNXImportError(f"axis {axis} out of range for a {nd}-d input")
-    axis %= nd
+    return shape, axis % nd
+
+
+#: The most pieces one Split / SplitToSequence makes (each is an op of its own).
+MAX_SPLIT_PIECES = 4096
+
+
+def _split_pieces(im, x, shape: list, axis: int, sizes: list) -> list:
+    """``x`` cut along ``axis`` into pieces of ``sizes`` (checked: non-negative, adding up to a static dim, at
+    most :data:`MAX_SPLIT_PIECES`): constants and shape values split at import time, tensors by one split."""
+    if len(sizes) > MAX_SPLIT_PIECES:
+        raise ONNXImportError(f"{len(sizes)} pieces (at most {MAX_SPLIT_PIECES})")
+    if any(s < 0 for s in sizes) or (isinstance(shape[axis], int) and sum(sizes) != shape[axis]):
+        raise ONNXImportError(f"split sizes {sizes} do not add up to the dim {shape[axis]}")
+    cuts = [int(c) for c in np.cumsum(sizes)[:-1]]
+    if isinstance(x, np.ndarray):
+        return list(np.split(x, cuts, axis=axis))
+    if isinstance(x, _Sym):
+        return [_shape_value(p, x.dtype) for p in np.split(x.vals, cuts, axis=axis)]
+    return [im.tensor(x)] if len(sizes) == 1 else list(op.split(im.tensor(x), cuts, axis=axis))
+
+
+@_register("Split")
+def _split(im, node, ins, at):
+    _check_inputs(ins, node)
+    x = ins[0]
+    shape, axis = _split_axis(im, x, at)
     n = len(node.output)
     if len(ins) > 1 and ins[1] is not None:
         sizes = im.ints(ins[1], "split")
@@ -2738,20 +2762,13 @@ def _split(im, node, ins, at):
         if not isinstance(dim, int):
             raise ONNXImportError(f"splitting the symbolic dim {dim} needs explicit sizes")
         parts = int(at.get("num_outputs", n))
+        if not 1 <= parts <= MAX_SPLIT_PIECES:
+            raise ONNXImportError(f"num_outputs {parts} (1 to {MAX_SPLIT_PIECES})")
         chunk = -(-dim // parts)
         sizes = [min(chunk, dim - i * chunk) for i in range(parts)]
-    if len(sizes) != n or any(s < 0 for s in sizes):
+    if len(sizes) != n:
         raise ONNXImportError(f"split sizes {sizes} do not give the node's {n} outputs")
-    if isinstance(shape[axis], int) and sum(sizes) != shape[axis]:
-        raise ONNXImportError(f"split sizes {sizes} do not add up to the dim {shape[axis]}")
-    cuts = list(np.cumsum(sizes)[:-1])
-    if isinstance(x, np.ndarray):
-        return list(np.split(x, cuts, axis=axis))
-    if isinstance(x, _Sym):
-        return [_shape_value(p, x.dtype) for p in np.split(x.vals, cuts, axis=axis)]
-    if n == 1:
-        return [x]
-    return list(op.split(x, [int(c) for c in cuts], axis=axis))
+    return _split_pieces(im, x, shape, axis, sizes)
 
 
 class _Sequence:
@@ -2780,40 +2797,25 @@ def _position(im, v, n: int, what: str, end_ok: bool = False) -> int:
 @_register("SplitToSequence")
 def _split_to_sequence(im, node, ins, at):
     """``SplitToSequence``: ``split`` a scalar (chunks of that size, the last smaller), a 1-D list of sizes, or
-    absent (pieces of 1, the split dim dropped when ``keepdims=0``); static sizes."""
+    absent (pieces of 1, the split dim dropped when ``keepdims=0``); static sizes, at most
+    :data:`MAX_SPLIT_PIECES` pieces."""
     _check_inputs(ins, node)
     x = ins[0]
-    shape = im.shape_of(x)
-    nd = len(shape)
-    axis = int(at.get("axis", 0))
-    if not -nd <= axis < nd:
-        raise ONNXImportError(f"axis {axis} out of range for a {nd}-d input")
-    axis %= nd
+    shape, axis = _split_axis(im, x, at)
     dim = shape[axis]
     split = ins[1] if len(ins) > 1 else None
     squeeze = False
-    if split is None:
-        if not isinstance(dim, int):
-            raise ONNXImportError(f"splitting the symbolic dim {dim} into pieces of 1")
-        sizes, squeeze = [1] * dim, not int(at.get("keepdims", 1))
+    if split is None or (isinstance(split, np.ndarray) and split.ndim == 0):
+        step = 1 if split is None else int(split)
+        if not isinstance(dim, int) or step < 1 or -(-dim // step) > MAX_SPLIT_PIECES:
+            raise ONNXImportError(f"the dim {dim} in pieces of {step} (static, at most {MAX_SPLIT_PIECES} pieces)")
+        sizes = [min(step, dim - i) for i in range(0, dim, step)]
+        squeeze = split is None and not int(at.get("keepdims", 1))
     else:
-        vals = im.ints(split, "split")
-        if im.static(split, "split").ndim == 0:
-            if not isinstance(dim, int) or vals[0] < 1:
-                raise ONNXImportError(f"chunks of {vals[0]} of the dim {dim}")
-            sizes = [min(vals[0], dim - i) for i in range(0, dim, vals[0])]
-        else:
-            sizes = vals
-    if any(v < 0 for v in sizes) or (isinstance(dim, int) and sum(sizes) != dim):
-        raise ONNXImportError(f"split sizes {sizes} do not add up to the dim {dim}")
-    cuts = [int(c) for c in np.cumsum(sizes)[:-1]]
-    if isinstance(x, np.ndarray):
-        parts = list(np.split(x, cuts, axis=axis))
-    else:
-        t = im.tensor(x)
-        parts = [t] if len(sizes) == 1 else list(op.split(t, cuts, axis=axis))
+        sizes = im.ints(split, "split")
+    parts = _split_pieces(im, x, shape, axis, sizes)
     if squeeze:
-        parts = [p.squeeze(axis) if isinstance(p, np.ndarray) else op.squeeze(p, [axis]) for p in parts]
+        parts = [p.squeeze(axis) if isinstance(p, np.ndarray) else op.squeeze(im.tensor(p), [axis]) for p in parts]
     return _Sequence(parts)
 
 

@@ -287,3 +287,16 @@ def test_sequences_of_static_length():
     model = model_of(nodes, [vi("x", ["b", 10])], [vi("ac", ["b", 4]), vi("dn", ["b"]), vi("cat", ["b", 8]),
                                                   vi("stk", [2, "b", 4])], 18, inits)
     check(model, [{"x": randn(2, 10)}, {"x": randn(3, 10)}])
+
+
+def test_split_into_too_many_pieces_is_refused():
+    """SplitToSequence of a 100000-wide dim into pieces of 1 would make an op per piece: refused with
+    ONNXImportError (at most MAX_SPLIT_PIECES), not a build that runs out of memory or time."""
+    from builder.frontend import from_onnx
+    from builder.frontend.onnx import ONNXImportError
+
+    model = model_of([helper.make_node("SplitToSequence", ["x"], ["s"], axis=1),
+                      helper.make_node("SequenceAt", ["s", "zero"], ["y"])],
+                     [vi("x", [2, 100000])], [vi("y", [2, 1])], 18, [("zero", np.array(0, np.int64))])
+    with pytest.raises(ONNXImportError, match="at most 4096 pieces"):
+        from_onnx(model)
