@@ -1020,8 +1020,10 @@ def median(t, x, dim=None, keepdim=False):
     first NaN, as PyTorch. The reduced size must be static (:func:`kthvalue`)."""
     if dim is None:
         return median(t, op.reshape(x, [-1]), 0)[0]
-    axis = norm_dim(dim, x.ndim) if x.ndim else 0
-    n = static(x.shape[axis]) if x.ndim else 1
+    if x.ndim == 0:      # (a 0-d input: its own median at index 0, 0-d)
+        return median(t, op.reshape(x, [1]), 0)
+    axis = norm_dim(dim, x.ndim)
+    n = static(x.shape[axis])
     if n is None:
         raise UnsupportedNodeError(f"median over the symbolic size {x.shape[axis]}")
     vals, idx = kthvalue(t, x, (n + 1) // 2, dim, keepdim)
@@ -2421,7 +2423,8 @@ TORCH_OPS: dict[str, Callable] = {
     "max_pool1d": max_pool(1), "max_pool2d": max_pool(2), "avg_pool1d": avg_pool(1), "avg_pool2d": avg_pool(2),
     "adaptive_avg_pool1d": adaptive_avg_pool(1), "adaptive_avg_pool2d": adaptive_avg_pool(2),
     "adaptive_max_pool1d": adaptive_max_pool(1), "adaptive_max_pool2d": adaptive_max_pool(2),
-    "meshgrid": meshgrid, "bilinear": bilinear, "kthvalue": kthvalue, "median": median, "frac": lambda t, x: op.subtract(x, op.trunc(x)),
+    "meshgrid": meshgrid, "bilinear": bilinear, "kthvalue": kthvalue, "median": median,
+    "frac": lambda t, x: op.subtract(x, op.trunc(x)),
     "batch_norm": batch_norm, "interpolate": interpolate, "instance_norm": instance_norm,
     "pixel_shuffle": pixel_shuffle, "pixel_unshuffle": pixel_unshuffle, "gather": gather,
     "scatter": scatter, "sort": sort, "argsort": argsort, "topk": topk,
