@@ -105,6 +105,15 @@ def _mul(a, b):
                  op.add(op.multiply(ar, bi), op.multiply(ai, br)))
 
 
+def _scaled(v, alpha):
+    """``alpha * v`` for ``add`` / ``sub``'s ``alpha`` (a complex value, a real tensor or a number)."""
+    if alpha == 1:
+        return v
+    if isinstance(v, ComplexTensor):
+        return _mul(v, alpha)
+    return v * alpha if isinstance(v, (int, float)) else op.multiply(v, alpha)
+
+
 def _rmul(a, b):
     return op.multiply(b, a) if isinstance(a, (int, float)) else op.multiply(a, b)
 
@@ -222,8 +231,8 @@ COMPLEX_OPS: dict[str, Callable] = {
     "angle": lambda t, c: atan2(t, c.imag, c.real),
     "mul": lambda t, a, b: _mul(a, b),
     "div": lambda t, a, b: _div(a, b),
-    "add": lambda t, a, b, alpha=1: _add(a, b if alpha == 1 else _mul(b, alpha)),
-    "sub": lambda t, a, b, alpha=1: _add(a, b if alpha == 1 else _mul(b, alpha), -1.0),
+    "add": lambda t, a, b, alpha=1: _add(a, _scaled(b, alpha)),
+    "sub": lambda t, a, b, alpha=1: _add(a, _scaled(b, alpha), -1.0),
     "neg": lambda t, c: ComplexTensor(op.negative(c.pairs)),
     "_conj": _conj, "conj": _conj, "conj_physical": _conj, "resolve_conj": lambda t, c: c,
     "view": _view, "reshape": _view, "_unsafe_view": _view,

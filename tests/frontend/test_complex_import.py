@@ -49,7 +49,8 @@ class ComplexArithmetic(nn.Module):
         u = (z * w.conj() + 2.0 * z - w / (z + 3.0)) / w - z * x[..., ::2]
         u = torch.cat([u, u.transpose(0, 1).transpose(0, 1)], dim=-1).unsqueeze(1).squeeze(1)
         return (torch.view_as_real(u), u.real + u.imag, u.abs(), torch.angle(w), torch.view_as_real(
-                torch.complex(x[..., :2], x[..., 2:4]) - 1.0))
+                torch.complex(x[..., :2], x[..., 2:4]) - 1.0), torch.view_as_real(
+                torch.add(z, x[..., ::2], alpha=2.0) - torch.sub(3.0, w, alpha=0.5)))
 
 
 def _run(model, args, dynamic_shapes=None):
@@ -73,7 +74,7 @@ def test_meta_style_rotary_attention_matches_pytorch_with_a_symbolic_length():
 def test_complex_arithmetic_matches_pytorch():
     """``polar``, ``conj``, products / quotients / sums of complex values with complex values, real tensors
     and numbers, ``cat`` / ``transpose`` / ``unsqueeze`` / ``squeeze`` of complex values, ``real`` / ``imag`` /
-    ``abs`` / ``angle``, ``complex(re, im)``: every output against PyTorch."""
+    ``abs`` / ``angle``, ``complex(re, im)``, ``add`` / ``sub`` with ``alpha``: every output against PyTorch."""
     x = torch.randn(3, 4, 8, generator=torch.Generator().manual_seed(3))
     with torch.no_grad():
         want = ComplexArithmetic()(x)
