@@ -523,9 +523,9 @@ def conv1d_transpose_col2im(cols: Tensor, out_channels, kernel_size: int, out_wi
 
     which is :func:`conv1d_transpose` (``W_out = out_width``, output padding included, the
     attributes as there; None: ``(W - 1) * stride - pads + dilation * (K - 1) + output_padding + 1``, in
-    terms of the input's width, which the kernel binds from its input). ``cols`` is float32 (the GEMM's accumulator precision) or the data's
-    dtype; the sum runs in float32 for 16-bit floats and is converted to ``out_dtype`` (default
-    ``cols``' dtype) at the end. The rows are one flattened ``N * O`` axis (parallel for batch 1).
+    terms of the input's width, which the kernel binds from its input). ``cols`` is float32 (the GEMM's
+    accumulator precision) or the data's dtype; the sum runs in float32 for 16-bit floats and is
+    converted to ``out_dtype`` (default ``cols``' dtype) at the end. The rows are one flattened ``N * O`` axis (parallel for batch 1).
 
     Returns ``(N * O, W_out)``: reshape it to ``(N, O, W_out)``. Raises ValueError for a
     non-3-D ``cols``, a last dim that is not ``O * K`` or invalid attributes.
