@@ -193,6 +193,15 @@ def _distinct_var_names(func: rx.Function) -> dict:
     return renames
 
 
+def _sinfo_vars(sinfo) -> set:
+    """The symbolic vars in the dims of struct info ``sinfo`` (tensors, shapes, tuples of them)."""
+    if isinstance(sinfo, TupleStructInfo):
+        return set().union(*(_sinfo_vars(f) for f in sinfo.fields))
+    dims = (sinfo.shape if isinstance(sinfo, TensorStructInfo) else
+            sinfo.values if isinstance(sinfo, ShapeStructInfo) else None) or ()
+    return set().union(*(E.free_vars(d) for d in dims if not isinstance(d, int)))
+
+
 class _FunctionLowering:
     def __init__(self, func: rx.Function, name: str, constants: list[np.ndarray],
                  symbols: dict[str, str] | None = None) -> None:
@@ -240,9 +249,11 @@ class _FunctionLowering:
 
     def _lower(self) -> dict:
         params = []
+        self.bound: set = set()    # the symbolic vars with a value at this point of the bytecode
         for p in self.func.params:
             self.regs[p] = self.new_reg()
             params.append({"name": p.name_hint, **_sinfo_json(p.struct_info)})
+            self.bound |= _sinfo_vars(p.struct_info)
         for block in self.func.body.blocks:
             for b in block.bindings:
                 self.binding(b.var, b.value)
@@ -343,6 +354,22 @@ class _FunctionLowering:
         reg = self.new_reg()
         self.instructions.append(["call_builtin", reg, func.global_symbol, specs])
         self.regs[var] = reg
+        self.match_shapes(reg, value.sinfo_args[0] if value.sinfo_args else None)
+
+    def match_shapes(self, reg: int, sinfo) -> None:
+        """After a builtin whose result has dims in symbolic vars without a value yet (a data-dependent
+        shape: ``vm.builtin.nonzero``'s count), ``["match_shape", reg, dims]`` binds them from the
+        array the builtin returned (in a tuple: per field, through ``get_item``)."""
+        if isinstance(sinfo, TupleStructInfo):
+            for i, f in enumerate(sinfo.fields):
+                if _sinfo_vars(f) - self.bound:
+                    item = self.new_reg()
+                    self.instructions.append(["get_item", item, reg, i])
+                    self.match_shapes(item, f)
+            return
+        if isinstance(sinfo, TensorStructInfo) and sinfo.shape is not None and _sinfo_vars(sinfo) - self.bound:
+            self.instructions.append(["match_shape", reg, [_dim(d) for d in sinfo.shape]])
+            self.bound |= _sinfo_vars(sinfo)
 
 
 def lower_to_bytecode(mod: rx.IRModule, symbols: dict[str, str] | None = None

@@ -21,7 +21,7 @@ __all__ = ["validate_function", "format_instruction", "sinfo_text", "MAX_REGISTE
 MAX_REGISTERS = 1 << 20
 
 _ARITY = {"call": 5, "call_extern": 5, "call_builtin": 4, "reshape": 4, "tuple": 3, "get_item": 4, "null": 2,
-          "const": 3, "move": 3, "ret": 2}
+          "const": 3, "move": 3, "ret": 2, "match_shape": 3}
 
 
 def _int(value: Any) -> bool:
@@ -196,6 +196,9 @@ def validate_function(name: str, fn: Any, kernels: dict, num_constants: int) -> 
         elif op == "move":
             read(ins[2])
             write(ins[1])
+        elif op == "match_shape":
+            read(ins[1])
+            _dims(ins[2], f"{where}: match_shape dims must be a list")
         else:  # ret
             read(ins[1])
 
@@ -267,6 +270,8 @@ def format_instruction(ins: list[Any]) -> str:
         return f"%{ins[1]} = reshape %{ins[2]} {_dims_text(ins[3])}"
     if op == "tuple":
         return f"%{ins[1]} = tuple({', '.join(f'%{r}' for r in ins[2])})"
+    if op == "match_shape":
+        return f"match_shape %{ins[1]} {_dims_text(ins[2])}"
     if op in _FIELD_TEXT:
         return _FIELD_TEXT[op].format(*ins)
     return " ".join(map(str, ins))

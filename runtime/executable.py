@@ -26,6 +26,9 @@ Bytecode instructions (registers are integers; the first ``len(params)`` hold th
   to ``dst``. Arg specs: ``["reg", r]``, ``["int" | "float" | "str", value]``, ``["dim", tree]``,
   ``["shape", [trees]]``.
 - ``["reshape", dst, src, dims]``: a view with a new shape (no copy; row-major).
+- ``["match_shape", src, dims]``: the array in ``src`` must have ``len(dims)`` dims; a dim that is a
+  symbolic var without a value binds it (a data-dependent shape such as ``vm.builtin.nonzero``'s
+  count, TVM's ``match_cast``), the others must equal their value.
 - ``["tuple", dst, [regs]]``, ``["get_item", dst, src, index]``, ``["null", dst]``,
   ``["const", dst, index]``, ``["move", dst, src]``, ``["ret", reg]``.
 

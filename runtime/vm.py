@@ -269,6 +269,19 @@ def _prim_value_to_tensor(value: Any) -> np.ndarray:
     return np.array(int(value), dtype=np.int64)
 
 
+def _nonzero(x: Any) -> np.ndarray:
+    """The VM builtin ``vm.builtin.nonzero`` (``builder.nn.op.nonzero``; ONNX ``NonZero``, TVM's
+    ``R.nonzero``): the indices of the nonzero elements of the array ``x`` (any dtype, at least 1-D) as
+    an int64 array of shape ``(x.ndim, n)``, ``n`` the number of nonzero elements, in row-major
+    order (``numpy.nonzero`` stacked). Its ``n`` is a shape known only when the function runs: the
+    VM binds it (``match_shape``) for the instructions after. Raises TypeError for anything but an
+    array of at least one dim (a malformed executable)."""
+    if not isinstance(x, np.ndarray) or x.ndim == 0:
+        raise TypeError(f"nonzero: expected an array of at least one dim, got "
+                        f"{type(x).__name__}{'' if not isinstance(x, np.ndarray) else ' of 0 dims'}")
+    return np.ascontiguousarray(np.stack(np.nonzero(x)).astype(np.int64, copy=False))
+
+
 _DEBUG_FUNCS: dict[str, Any] = {"vm.builtin.debug_print": _debug_print}
 
 _BUILTINS: dict[str, Any] = {
@@ -283,6 +296,8 @@ _BUILTINS: dict[str, Any] = {
     "vm.builtin.kv_cache_query_positions": kv_cache_query_positions,
     # a symbolic int (a ["dim", tree] argument) -> 0-d int64 array, for kernels (tensors only)
     "vm.builtin.prim_value_to_tensor": _prim_value_to_tensor,
+    # data-dependent shape: (x) -> (x.ndim, n) indices of its nonzero elements
+    "vm.builtin.nonzero": _nonzero,
     "effect.print": _effect_print,
 }
 
@@ -358,6 +373,23 @@ class _Plan:
                     if type(d) is not int:
                         deps.add(trees[repr(d)])
                 groups.setdefault(tuple(sorted(deps)), []).append(((pos, j), dims, itemsize))
+        # symbolic vars bound while the function runs (``match_shape`` of a data-dependent result, e.g.
+        # ``vm.builtin.nonzero``'s count), not by the arguments: the trees using them have no value
+        # when a run starts, and the table is made again after each such binding
+        bound: set = set()
+        for p in fn["params"]:
+            self._param_vars(p, bound)
+        late: set = set()
+        for ins in body:
+            if isinstance(ins, list) and len(ins) == 3 and ins[0] == "match_shape" and isinstance(ins[2], list):
+                self._env_vars(ins[2], late)
+        self._late = frozenset(late - bound)
+        self._late_trees = set()
+        for i, tree in enumerate(self._trees):
+            used: set = set()
+            self._env_vars([tree], used)
+            if used & self._late:
+                self._late_trees.add(i)
         self._index: dict[tuple, int] = {}
         self._groups = []
         for deps, items in groups.items():
@@ -401,6 +433,17 @@ class _Plan:
                     out.add(d[1])
                 else:
                     _Plan._env_vars(d[1:], out)
+
+    @staticmethod
+    def _param_vars(p: Any, out: set) -> None:
+        """Add the names of the symbolic vars in parameter signature ``p``'s dims to ``out``."""
+        if not isinstance(p, dict):
+            return
+        for key in ("shape", "dims"):
+            if isinstance(p.get(key), list):
+                _Plan._env_vars(p[key], out)
+        for f in p.get("fields") or ():
+            _Plan._param_vars(f, out)
 
     def _fast_steps(self, body: list, steps: list, lib: NativeLibrary) -> list | None:
         """``steps`` (one per instruction of ``body``) with the constants and kept weight transforms first
@@ -518,6 +561,8 @@ class _Plan:
                 return [v for kind, v in ins[3] if kind == "reg"]
             if op in ("reshape", "get_item", "move"):
                 return [ins[2]]
+            if op == "match_shape":
+                return [ins[1]]
             if op == "tuple":
                 return list(ins[2])
         except (TypeError, ValueError, IndexError):
@@ -592,10 +637,17 @@ class _Plan:
         elements)``, elements -1 when a dim is negative. Each symbolic dim is evaluated first (an
         unbound var or a division by zero raises, before any instruction runs, what
         :func:`runtime.native.eval_dim` raises: KeyError, ZeroDivisionError, ValueError)."""
-        values = [eval_dim(t, env) for t in self._trees]
+        late = self._late_trees
+        values = [eval_dim(t, env) if i not in late else self._late_value(t, env)
+                  for i, t in enumerate(self._trees)]
         table: list = []
         for deps, items, cache in self._groups:
             key = deps(values)
+            if late and None in (key if isinstance(key, tuple) else (key,)):
+                # a dim bound later in the run (match_shape makes the table again then): outputs are
+                # allocated by _alloc, which names the unbound var if it is still unbound
+                table += [None if itemsize is not None else (None, -1) for _, itemsize in items]
+                continue
             shapes = cache.get(key)
             if shapes is None:
                 shapes = []
@@ -612,6 +664,13 @@ class _Plan:
                 cache[key] = shapes
             table += shapes
         return table
+
+    def _late_value(self, tree: Any, env: dict) -> int | None:
+        """A tree with a var bound during the run: its value, or None while a var is unbound."""
+        try:
+            return eval_dim(tree, env)
+        except KeyError:
+            return None
 
     def _output(self, pos: int, j: int, dtype: str, dims: list) -> tuple:
         """``(numpy dtype, static shape or None, table index or None, dtype, dims)`` of output ``j``
@@ -687,6 +746,32 @@ class _Plan:
             regs[out] = mine[2] if a is mine[1] and not a.flags.writeable else compute(a)
         return step
 
+    def _match_shape_step(self, src: int, dims: list):
+        """The step of ``["match_shape", src, dims]``: register ``src``'s array must have ``len(dims)``
+        dims; a dim that is a var without a value binds it (TVM's ``match_cast`` of a data-dependent
+        shape: ``vm.builtin.nonzero``'s count), the others must equal their value. The shape table
+        is then made again, with the new values. Raises ValueError naming the function otherwise."""
+        name = self.name
+
+        def step(regs, table, env):
+            a = regs[src]
+            shape = getattr(a, "shape", None)
+            if not isinstance(shape, tuple) or len(shape) != len(dims):
+                raise ValueError(f"{name}: a runtime result has shape "
+                                 f"{shape if isinstance(shape, tuple) else type(a).__name__}, expected "
+                                 f"{_shape_text(dims)}")
+            fresh = False
+            for d, tree in enumerate(dims):
+                if isinstance(tree, list) and len(tree) == 2 and tree[0] == "var" and tree[1] not in env:
+                    env[tree[1]] = int(shape[d])
+                    fresh = True
+                elif eval_dim(tree, env) != shape[d]:
+                    raise ValueError(f"{name}: a runtime result has shape {shape}, expected {_shape_text(dims)} "
+                                     f"(dim {d} must be {eval_dim(tree, env)})")
+            if fresh:
+                table[:] = self.shape_table(env)
+        return step
+
     def _step(self, pos: int, ins: Any, lib: NativeLibrary, constants: list):
         name, pool = self.name, self.pool
         op = ins[0] if isinstance(ins, list) and ins else None
@@ -756,12 +841,18 @@ class _Plan:
                 a = regs[src]
                 shape, size = static if k is None else table[k]
                 if size != a.size:
+                    if shape is None:
+                        raise ValueError(f"{name}: cannot reshape to {_shape_text(dims)}: a symbolic dim of it "
+                                         "is not bound yet")
                     target = _shape_text(dims)
                     raise ValueError(f"{name}: cannot reshape a tensor of shape {tuple(a.shape)} "
                                      f"({a.size} elements) to {tuple(shape)}"
                                      + (f" = {target}" if target != str(tuple(shape)) else ""))
                 regs[dst] = a.reshape(shape)
             return step
+        if op == "match_shape":
+            _, src, dims = ins
+            return self._match_shape_step(src, dims)
         if op == "tuple":
             _, dst, srcs = ins
 

@@ -127,7 +127,8 @@ class Attention(Module):
                              dtype=dtype, tensor_parallel="row", tensor_parallel_shards=shards)
 
     def forward(self, x: Tensor, positions: Tensor | None = None, attention_mask: Tensor | None = None,
-                cache: Object | None = None, total_seq_len: int | E.PrimExpr | None = None) -> Tensor:
+                cache: Object | None = None, total_seq_len: int | E.PrimExpr | None = None,
+                token_indices: Tensor | None = None) -> Tensor:
         """x (batch, seq, hidden_size) float -> (batch, seq, hidden_size), x's dtype.
 
         - ``positions``: integer (seq,) or (batch, seq), the positions of x's tokens for the rotary
@@ -142,14 +143,31 @@ class Attention(Module):
           tokens it holds after this call (an int or int64 PrimExpr, e.g. a ``spec.Int`` input);
           needs ``layer_id``. The causal mask is then aligned at the bottom right.
 
-        Raises ValueError for an x that is not 3-D or whose last dim is not hidden_size, ``positions``
+        - ``token_indices``: x holds only the real tokens of a padded batch, packed: x (num_tokens,
+          hidden_size) -> (num_tokens, hidden_size), ``token_indices`` (num_tokens,) their positions in the
+          (batch, seq) layout and ``attention_mask`` (needed) that layout's padding mask, both from
+          :func:`builder.nn.op.unpad_input`. The projections compute the packed rows only; q, k and v are
+          padded (:func:`builder.nn.op.pad_input`) for the attention and its output packed again (flash-attn's
+          varlen BERT). Not with a cache.
+
+        Raises ValueError for an x that is not 3-D (2-D with ``token_indices``) or whose last dim is not
+        hidden_size, ``token_indices`` without a padding mask or with a cache, ``positions``
         without ``rope_theta``, a padding mask that is not 2-D, only one of ``cache`` /
         ``total_seq_len``, or a cache without ``layer_id``; TypeError for a ``cache`` that is not an
         ``nn.Object`` or a mask of another dtype (and what the ops raise for mismatched shapes).
         """
-        if x.ndim != 3:
+        if token_indices is not None:
+            if x.ndim != 2:
+                raise ValueError(f"Attention: with token_indices x holds packed tokens (num_tokens, hidden_size), "
+                                 f"got {fmt_shape(x.shape)}")
+            if attention_mask is None or attention_mask.ndim != 2 or E.is_float_dtype(attention_mask.dtype):
+                raise ValueError("Attention: token_indices needs the padding mask of the batch (attention_mask, "
+                                 "bool / integer (batch, seq)) the tokens were packed from")
+            if cache is not None:
+                raise ValueError("Attention: token_indices (packed tokens) does not go with a KV cache")
+        elif x.ndim != 3:
             raise ValueError(f"Attention: x must be 3-D (batch, seq, hidden_size), got {fmt_shape(x.shape)}")
-        if isinstance(x.shape[2], int) and x.shape[2] != self.hidden_size:
+        if isinstance(x.shape[-1], int) and x.shape[-1] != self.hidden_size:
             raise ValueError(f"Attention: the last dim of x {fmt_shape(x.shape)} must be hidden_size "
                              f"{self.hidden_size}")
         if (cache is None) != (total_seq_len is None):
@@ -164,11 +182,15 @@ class Attention(Module):
                                  f"got {self.layer_id!r}; number the attention layers of the model")
         if positions is not None and self.rope_theta is None:
             raise ValueError("Attention: positions are only used by rotary embeddings; this layer has no rope_theta")
-        batch, seq = x.shape[0], x.shape[1]
+        batch, seq = attention_mask.shape if token_indices is not None else (x.shape[0], x.shape[1])
         heads, kv_heads = self.local_num_heads, self.local_num_kv_heads
-        q = op.reshape(self.q_proj(x), [batch, seq, heads, self.head_dim])
-        k = op.reshape(self.k_proj(x), [batch, seq, kv_heads, self.head_dim])
-        v = op.reshape(self.v_proj(x), [batch, seq, kv_heads, self.head_dim])
+
+        def heads_of(proj, n):
+            y = proj(x)
+            if token_indices is not None:
+                y = op.pad_input(y, token_indices, batch, seq)
+            return op.reshape(y, [batch, seq, n, self.head_dim])
+        q, k, v = heads_of(self.q_proj, heads), heads_of(self.k_proj, kv_heads), heads_of(self.v_proj, kv_heads)
         if self.rope_theta is not None:
             if positions is None:
                 positions = (op.arange(0, seq, dtype="int64") if cache is None else
@@ -180,6 +202,9 @@ class Attention(Module):
         mask = None if attention_mask is None else self._mask(attention_mask)
         causal = None if not self.causal else ("TopLeft" if cache is None else "BottomRight")
         out = op.scaled_dot_product_attention(q, k, v, attn_mask=mask, causal_mask=causal)
+        if token_indices is not None:
+            out = op.take(op.reshape(out, [batch * seq, heads * self.head_dim]), token_indices, axis=0)
+            return self.o_proj(out)
         return self.o_proj(op.reshape(out, [batch, seq, heads * self.head_dim]))
 
     @staticmethod

@@ -231,6 +231,66 @@ def test_padding_mask_hides_padded_keys(mask_dtype, causal):
         np.testing.assert_array_equal(got[2, :2], 0.0)
 
 
+class PackedAttention(nn.Module):
+    """Attention over the real tokens only: unpad, attend with ``token_indices``, pad back."""
+
+    def __init__(self, **kwargs):
+        self.attn = nn.Attention(**kwargs)
+
+    def forward(self, x, attention_mask):
+        tokens, idx = nn.op.unpad_input(x, attention_mask)
+        out = self.attn(tokens, attention_mask=attention_mask, token_indices=idx)
+        return nn.op.pad_input(out, idx, x.shape[0], x.shape[1])
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_packed_tokens_attend_as_the_padded_batch(causal):
+    """x packed to its real tokens (unpad_input) and attended with token_indices gives the padded
+    reference at every token (GQA, biases, RoPE with causal), zeros at the padding; a sequence of padding
+    only and a batch without padding included, on symbolic batch / seq."""
+    m = PackedAttention(hidden_size=24, num_heads=6, num_kv_heads=2, bias=True, causal=causal,
+                        rope_theta=100.0 if causal else None, dtype="float64")
+    ref_w = random_weights(m.attn)
+    f = m.jit(spec={"forward": {"x": spec.Tensor(["batch", "seq", 24], "float64"),
+                                "attention_mask": spec.Tensor(["batch", "seq"], "int64")}})
+    for keep in (np.array([[1, 1, 1, 0, 0], [0, 0, 0, 0, 0], [1, 1, 1, 1, 1], [1, 0, 1, 1, 0]]),
+                 np.ones((2, 3), np.int64)):
+        x = x_of(*keep.shape, 24)
+        got = f["forward"](x, keep.astype(np.int64))
+        want = attention_ref(x, ref_w, 6, 2, 4, theta=100.0 if causal else None, causal=causal, keep=keep)
+        real = keep.astype(bool)
+        np.testing.assert_allclose(got[real], want[real], **(ROPE if causal else TIGHT))
+        np.testing.assert_array_equal(got[~real], 0.0)
+
+
+def test_packed_tokens_need_a_padding_mask_and_no_cache():
+    class Bad(nn.Module):
+        def __init__(self):
+            self.attn = nn.Attention(8, 2)
+            self.attn.layer_id = 0
+
+        def no_mask(self, x, idx):
+            return self.attn(x, token_indices=idx)
+
+        def padded_x(self, x, idx, attention_mask):
+            return self.attn(x, attention_mask=attention_mask, token_indices=idx)
+
+        def with_cache(self, x, idx, attention_mask, cache, total_seq_len):
+            return self.attn(x, attention_mask=attention_mask, token_indices=idx, cache=cache,
+                             total_seq_len=total_seq_len)
+
+    idx, mask = spec.Tensor(["n"], "int64"), spec.Tensor([2, 3], "int64")
+    for method, args, match in [
+        ("no_mask", {"x": spec.Tensor(["n", 8], "float32"), "idx": idx}, "needs the padding mask"),
+        ("padded_x", {"x": spec.Tensor([2, 3, 8], "float32"), "idx": idx, "attention_mask": mask},
+         "packed tokens"),
+        ("with_cache", {"x": spec.Tensor(["n", 8], "float32"), "idx": idx, "attention_mask": mask,
+                        "cache": spec.Object(), "total_seq_len": spec.Int()}, "does not go with a KV cache"),
+    ]:
+        with pytest.raises(ValueError, match=match):
+            Bad().export_tvm(spec={method: args})
+
+
 def test_float_additive_mask_broadcasts_to_batch_heads_query_key():
     attn = nn.Attention(12, 3, dtype="float64")
     w = random_weights(attn)

@@ -1,6 +1,7 @@
 """Pieces of attention layers: rotary position embeddings built from other ops
-(``rotary_embedding``) and the calls of the runtime KV cache (``kv_cache_update``,
-``kv_cache_query_positions``; ``runtime.kv_cache``). The attention itself is
+(``rotary_embedding``), the calls of the runtime KV cache (``kv_cache_update``,
+``kv_cache_query_positions``; ``runtime.kv_cache``) and padding removal (``unpad_input`` /
+``pad_input``: the position-wise layers of a padded batch run on its real tokens only). The attention itself is
 ``scaled_dot_product_attention`` (:mod:`.nn`); the layer that puts them together is
 :class:`builder.nn.attention.Attention`."""
 from __future__ import annotations
@@ -12,9 +13,10 @@ from ...ir import relax as rx
 from ...ir.op.common import definitely_different, fmt_shape, static_int
 from ...ir.struct_info import TensorStructInfo, TupleStructInfo
 from ..core import Object, Tensor, wrap_nested
-from .common import op_call
+from .common import op_call, recipe_function
 
-__all__ = ["rotary_embedding", "rope_scaled_inv_freq", "kv_cache_update", "kv_cache_query_positions"]
+__all__ = ["rotary_embedding", "rope_scaled_inv_freq", "kv_cache_update", "kv_cache_query_positions",
+           "unpad_input", "pad_input"]
 
 #: The runtime builtins behind :func:`kv_cache_update` and :func:`kv_cache_query_positions`
 #: (``runtime.kv_cache``).
@@ -247,3 +249,57 @@ def kv_cache_update(cache: Object, layer_id: int, k: Tensor, v: Tensor, total_se
                                      rx.PrimValue(total, "int64")], sinfo)
     k_all, v_all = wrap_nested(call, name)
     return k_all, v_all
+
+
+def _padding_mask(attention_mask: Tensor, opname: str) -> None:
+    if attention_mask.ndim != 2 or E.is_float_dtype(attention_mask.dtype):
+        raise ValueError(f"{opname}: attention_mask must be a bool / integer padding mask (batch, seq), got "
+                         f"{attention_mask.dtype} {fmt_shape(attention_mask.shape)}")
+
+
+@recipe_function
+def unpad_input(hidden_states: Tensor, attention_mask: Tensor, name: str = "unpad") -> tuple[Tensor, Tensor]:
+    """The real tokens of a padded batch, packed: ``(packed, indices)`` (flash-attn's
+    ``bert_padding.unpad_input``, the "remove padding" of FasterTransformer and HF's BetterTransformer)::
+
+        indices = flatnonzero(attention_mask)                  (num_nonzero,) int64
+        packed  = hidden_states.reshape(batch * seq, ...)[indices]   (num_nonzero, ...)
+
+    ``hidden_states`` (batch, seq, ...) of any dtype; ``attention_mask`` bool / integer (batch, seq),
+    nonzero at the tokens (HF's ``attention_mask``). ``num_nonzero`` is the number of tokens, a symbolic
+    dim bound when the function runs (:func:`~builder.nn.op.nonzero`): position-wise layers (Linear,
+    LayerNorm, GELU, residuals) then compute no padding rows. :func:`pad_input` undoes it;
+    :class:`builder.nn.Attention` takes ``token_indices`` to attend over packed tokens. Raises
+    ValueError for a mask that is not 2-D integer / bool or shapes whose (batch, seq) differ."""
+    from .manipulation import nonzero, reshape, take
+    opname = "unpad_input"
+    _padding_mask(attention_mask, opname)
+    x = hidden_states
+    if x.ndim < 2 or any(definitely_different(x.shape[i], attention_mask.shape[i]) for i in (0, 1)):
+        raise ValueError(f"{opname}: hidden_states {fmt_shape(x.shape)} must start with attention_mask's "
+                         f"(batch, seq) {fmt_shape(attention_mask.shape)}")
+    batch, seq = attention_mask.shape
+    indices = reshape(nonzero(reshape(attention_mask, [batch * seq])), [-1], name=name + "_indices")
+    return take(reshape(x, [batch * seq, *x.shape[2:]]), indices, axis=0, name=name), indices
+
+
+@recipe_function
+def pad_input(packed: Tensor, indices: Tensor, batch, seq, name: str = "pad") -> Tensor:
+    """The padded batch of packed tokens (flash-attn's ``bert_padding.pad_input``), zeros at the
+    padding::
+
+        out = zeros(batch * seq, ...);  out[indices] = packed;  out.reshape(batch, seq, ...)
+
+    ``packed`` (n, ...) of any dtype and ``indices`` (n,) int64 from :func:`unpad_input` (distinct,
+    in [0, batch * seq): an index outside is an error when the code runs); ``batch`` / ``seq`` ints or
+    symbolic dims (a recipe's ``batch`` / ``seq``) -> (batch, seq, ...). Raises ValueError when ``indices``
+    is not 1-D or its length differs from ``packed``'s."""
+    from .creation import zeros
+    from .manipulation import reshape, scatter_nd
+    if indices.ndim != 1 or packed.ndim < 1 or definitely_different(indices.shape[0], packed.shape[0]):
+        raise ValueError(f"pad_input: indices {fmt_shape(indices.shape)} must be 1-D with one index per packed "
+                         f"row {fmt_shape(packed.shape)}")
+    rest = list(packed.shape[1:])
+    out = scatter_nd(zeros([batch * seq, *rest], dtype=packed.dtype), reshape(indices, [indices.shape[0], 1]),
+                     packed, name=name + "_rows")
+    return reshape(out, [batch, seq, *rest], name=name)

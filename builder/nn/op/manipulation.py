@@ -47,6 +47,22 @@ def take(x: Tensor, indices: Tensor, axis: int | None = None, name: str = "take"
                              mode="fast"), name)
 
 
+def nonzero(x: Tensor, name: str = "nonzero") -> Tensor:
+    """The indices of the nonzero (true) elements of ``x`` (any dtype, at least 1-D): an int64
+    ``(x.ndim, n)`` tensor, column ``j`` the index of the ``j``-th nonzero element in row-major order
+    (ONNX ``NonZero``, TVM's ``R.nonzero``; ``torch.nonzero(x).T``). ``n`` is known only when the
+    function runs: a new symbolic dim (``num_nonzero``, at most ``x``'s element count) that the VM
+    binds from the result (``vm.builtin.nonzero``, then ``match_shape``), so the ops after it have
+    shapes in ``n`` like any input dim. Raises ValueError for a 0-d ``x``."""
+    from ...ir.struct_info import TensorStructInfo
+    if x.ndim == 0:
+        raise ValueError("nonzero: x must have at least one dim (a 0-d tensor has no indices to give)")
+    n = E.SizeVar("num_nonzero", "int64")
+    call = rx.Call(rx.Op.get("call_pure_packed"), [rx.ExternFunc("vm.builtin.nonzero"), x._expr], {},
+                   sinfo_args=[TensorStructInfo((x.ndim, n), "int64")])
+    return wrap_nested(call, name)
+
+
 def gather_elements(x: Tensor, indices: Tensor, axis: int = 0, name: str = "gather_elements") -> Tensor:
     """``out[i...] = x[i with i[axis] = indices[i...]]`` (``torch.gather``, ONNX ``GatherElements``,
     ``numpy.take_along_axis``): the indices' shape, ``x``'s dtype; negative indices count from the end,
