@@ -100,16 +100,19 @@ class Fuzzing:
     # -- executables --------------------------------------------------------------------------------
     @property
     def good_exe(self) -> tuple[bytes, Path, str]:
-        """``(saved executable, .npz of its call's arguments, digest of the result)`` for the ``mlp`` seed."""
+        """``(saved executable, .npz of its call's arguments, digest of the result)`` for the ``packed`` seed
+        (linear, attention, LayerNorm and gather kernels, a runtime builtin and a count bound by
+        ``match_shape``), called on a padded batch."""
         if self._exe is None:
             import builder
             from runtime import Executable, VirtualMachine
 
-            recipe = self._file(".yaml", SEEDS["mlp"])
+            recipe = self._file(".yaml", SEEDS["packed"])
             m = builder.build(recipe)
             data = m.exe.save()
-            x = np.random.default_rng(1).standard_normal((2, 16)).astype(np.float32)
-            args = [x] + [m.params[n] for n in m.param_names]
+            ids = np.random.default_rng(1).integers(0, 32, (2, 5)).astype(np.int64)
+            mask = np.array([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]], np.int64)
+            args = [ids, mask] + [m.params[n] for n in m.param_names]
             inputs = self.tmp / "exe_inputs.npz"
             np.savez(inputs, **{f"arg{i}": a for i, a in enumerate(args)})
             reference = digest(VirtualMachine(Executable.load(data))["forward"](*args))

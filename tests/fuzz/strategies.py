@@ -70,6 +70,24 @@ functions:
   last:
     ids: {shape: [1, seq], dtype: int64}
 """,
+    # padding removal: a count bound at run time (vm.builtin.nonzero, match_shape) sizing what follows
+    "packed": """\
+name: packed_encoder
+vars: {vocab: 32, hidden: 16, heads: 2}
+model:
+  layers:
+    tok: {type: Embedding, num: '${vocab}', dim: '${hidden}'}
+    attn: {type: Attention, hidden_size: '${hidden}', num_heads: '${heads}', bias: true}
+    norm: {type: LayerNorm, normalized_shape: '${hidden}', eps: 1.0e-5}
+  forward: |
+    tokens, idx = unpad_input(tok(ids), mask)
+    h = norm(tokens + attn(tokens, attention_mask=mask, token_indices=idx))
+    return pad_input(h, idx, batch, seq)
+functions:
+  forward:
+    ids: {shape: [batch, seq], dtype: int64}
+    mask: {shape: [batch, seq], dtype: int64}
+""",
 }
 
 OPS = ["add", "subtract", "multiply", "divide", "maximum", "minimum", "power", "matmul", "permute_dims",
@@ -77,6 +95,7 @@ OPS = ["add", "subtract", "multiply", "divide", "maximum", "minimum", "power", "
        "cos", "negative", "softmax", "erf", "sum", "mean", "take", "concat", "where", "max_pool1d", "max_pool2d",
        "avg_pool2d", "adaptive_avg_pool2d", "batch_norm", "floor_divide", "floor_mod", "round", "sign",
        "interpolate", "conv2d_transpose", "sort", "argsort", "topk", "scatter_elements", "scatter_nd", "pad",
+       "unpad_input", "pad_input",
        "print", "open",
        "__import__", "eval", "getattr", "type"]
 FIELD_NAMES = ["type", "in_features", "out_features", "bias", "dtype", "out_dtype", "normalized_shape", "eps",
