@@ -1110,9 +1110,21 @@ def clamp(t, x, min=None, max=None):
     return x
 
 
+def nonzero(t, x):
+    """``torch.nonzero``: the (n, ndim) int64 indices of the nonzero elements, row-major, ``n`` a dim bound
+    when the model runs (:func:`builder.nn.op.nonzero`); a 0-d x as one element."""
+    return op.permute_dims(op.nonzero(_at_least_1d(t, x)), [1, 0])
+
+
+def _at_least_1d(t, x):
+    return t.reshape(x, [1]) if x.ndim == 0 else x
+
+
 def where(t, cond, a=None, b=None):
-    if a is None:
-        raise UnsupportedNodeError("torch.where(cond) with one argument (a data-dependent shape)")
+    if a is None:   # torch.where(cond) = cond.nonzero(as_tuple=True): one 1-D index tensor per dim
+        idx = op.nonzero(_at_least_1d(t, cond))
+        n = idx.shape[1]
+        return tuple(t.reshape(op.take(idx, to_tensor(i, "int64"), axis=0), [n]) for i in range(idx.shape[0]))
     if is_tensor(a) and is_tensor(b):
         dt = _promote(a.dtype, b.dtype)
         a, b = as_dtype(a, dt), as_dtype(b, dt)
@@ -2010,14 +2022,36 @@ def narrow(t, x, dim, start, length):
 def take_along(t, x, axis: int, idx: Tensor) -> Tensor:
     """``x`` indexed by the int tensor ``idx`` along ``axis`` (result dims: x's before, idx's, x's
     after); negative indices count from the end."""
-    if idx.dtype == "bool":
-        raise UnsupportedNodeError("boolean mask indexing (a data-dependent shape)")
+    if idx.dtype == "bool":   # x[..., mask]: the dims the mask covers, flattened, at its nonzero elements
+        return op.take(_mask_dims_flat(t, x, axis, idx), _mask_positions(t, idx), axis=axis)
     idx = as_dtype(idx, "int64")
     idx = op.where(op.less(idx, 0), op.add(idx, to_tensor(x.shape[axis], "int64")), idx)
     if idx.ndim == 1:
         return op.take(x, idx, axis=axis)
     flat = op.take(x, t.reshape(idx, [-1]), axis=axis)
     return t.reshape(flat, [*x.shape[:axis], *idx.shape, *x.shape[axis + 1:]])
+
+
+def _mask_dims_flat(t, x, axis: int, mask: Tensor) -> Tensor:
+    """``x`` with the ``mask.ndim`` dims from ``axis`` (those a bool index covers; their sizes must match)
+    merged into one."""
+    covered = x.shape[axis:axis + mask.ndim]
+    if len(covered) != mask.ndim or any(static(a) is not None and static(b) is not None and static(a) != static(b)
+                                        for a, b in zip(covered, mask.shape)):
+        raise ValueError(f"a bool index of shape {tuple(mask.shape)} does not fit dims {axis}.. of a tensor of "
+                         f"shape {tuple(x.shape)}")
+    merged = 1
+    for d in covered:
+        merged = merged * d
+    merged = E.simplify(merged) if isinstance(merged, E.PrimExpr) else merged
+    return t.reshape(x, [*x.shape[:axis], merged, *x.shape[axis + mask.ndim:]])
+
+
+def _mask_positions(t, mask: Tensor) -> Tensor:
+    """The flat positions of a bool mask's true elements (row-major), an (n,) int64 tensor with ``n`` bound
+    when the model runs."""
+    flat = op.nonzero(t.reshape(mask, [-1]))
+    return t.reshape(flat, [flat.shape[1]])
 
 
 def index_select(t, x, dim, index):
@@ -2066,7 +2100,21 @@ def index_put(t, x, indices, values, accumulate=False):
         mask, a = tensors[0], pos[0]
         v = to_tensor(values, x.dtype)
         if v.ndim > 1 or (v.ndim == 1 and static(v.shape[0]) != 1):
-            raise UnsupportedNodeError("index_put of a tensor of values at a bool mask (a data-dependent count)")
+            # x[mask] = values, one row of values per true element in row-major order
+            # (values broadcast to x[mask]'s shape: x's dims before the mask, the count, x's dims after it)
+            flat = _mask_dims_flat(t, x, a, mask)
+            where_ = _mask_positions(t, mask)
+            n = where_.shape[0]
+            indexed = [*flat.shape[:a], n, *flat.shape[a + 1:]]
+            v = op.broadcast_to(v, indexed) if len(v.shape) != len(indexed) or any(
+                static(p) != static(q) or static(p) is None for p, q in zip(v.shape, indexed)) else v
+            to_front = [a] + [d for d in range(flat.ndim) if d != a]
+            front = t.permute(flat, to_front) if a else flat
+            v = t.permute(v, to_front) if a else v
+            out = op.scatter_nd(front, t.reshape(where_, [n, 1]), v, reduction="add" if accumulate else "update")
+            if a:
+                out = t.permute(out, [d for d in range(1, a + 1)] + [0] + list(range(a + 1, flat.ndim)))
+            return t.reshape(out, list(x.shape))
         m = t.reshape(mask, [1] * a + list(mask.shape) + [1] * (x.ndim - a - mask.ndim))
         v = t.reshape(v, [])
         return op.where(m, binary("add", x, v) if accumulate else op.broadcast_to(v, list(x.shape)), x)
@@ -2412,7 +2460,7 @@ TORCH_OPS: dict[str, Callable] = {
     "eq": compare("equal"), "ne": compare("not_equal"), "lt": compare("less"), "le": compare("less_equal"),
     "gt": compare("greater"), "ge": compare("greater_equal"),
     "maximum": maximum, "minimum": minimum, "clamp": clamp, "clamp_min": clamp_min, "clamp_max": clamp_max,
-    "where": where, "masked_fill": masked_fill,
+    "where": where, "nonzero": nonzero, "masked_fill": masked_fill,
     "logical_and": logical_and, "logical_or": logical_or, "logical_not": logical_not,
     "bitwise_and": bitwise_and, "bitwise_or": bitwise_or, "bitwise_not": bitwise_not,
     "linear": linear, "matmul": matmul, "mm": matmul, "bmm": matmul, "addmm": addmm, "baddbmm": baddbmm,

@@ -80,10 +80,24 @@ ATEN_OPS: dict[str, Callable] = {
 }
 ATEN_OPS = {k: v for k, v in ATEN_OPS.items() if v is not None}
 
+def _sym_compare(py, prim):
+    """A comparison of symbolic ints (torch.export's range checks on a data-dependent size, ``u0 >= 0``, read
+    by ``_assert_scalar`` only): a bool of ints, else the symbolic comparison ``prim(a, b)``."""
+    def compare(t, a, b):
+        if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+            return py(a, b)
+        if isinstance(a, (int, E.PrimExpr)) and isinstance(b, (int, E.PrimExpr)):
+            return prim(E.convert(a), E.convert(b))
+        raise C.UnsupportedNodeError(f"a comparison of {type(a).__name__} and {type(b).__name__}")
+    return compare
+
+
 _PY_OPS: dict[Any, Callable] = {
     operator.add: C.add, operator.sub: C.sub, operator.mul: C.mul, operator.truediv: C.div,
     operator.floordiv: C.floordiv, operator.mod: C.mod, operator.neg: C.neg, operator.getitem: C.getitem,
     operator.pow: C.pow_,
+    **{py: _sym_compare(py, prim) for py, prim in ((operator.ge, E.GE), (operator.le, E.LE), (operator.gt, E.GT),
+                                                    (operator.lt, E.LT), (operator.eq, E.EQ), (operator.ne, E.NE))},
 }
 
 

@@ -1496,6 +1496,19 @@ def _cumsum(im, node, ins, at):
     return op.cumsum(im.tensor(ins[0]), axis=axis % nd, exclusive=exclusive or None)
 
 
+@_register("NonZero")
+def _nonzero(im, node, ins, at):
+    """``NonZero``: the (rank, n) int64 indices of the nonzero elements in row-major order, ``n`` known when
+    the model runs (:func:`builder.nn.op.nonzero`, a symbolic dim bound then); a 0-d input is taken as
+    one element (as onnxruntime does); of a constant, folded."""
+    _check_inputs(ins, node)
+    (x,) = ins
+    if isinstance(x, np.ndarray) and _fold_ok(x.shape):
+        return np.stack(np.nonzero(np.atleast_1d(x))).astype(np.int64)
+    x = im.tensor(x)
+    return op.nonzero(op.reshape(x, [1]) if x.ndim == 0 else x)
+
+
 @_register("InstanceNormalization")
 def _instance_norm(im, node, ins, at):
     """``InstanceNormalization``: each (sample, channel) normalized over its spatial dims (group norm with

@@ -300,3 +300,27 @@ def test_split_into_too_many_pieces_is_refused():
                      [vi("x", [2, 100000])], [vi("y", [2, 1])], 18, [("zero", np.array(0, np.int64))])
     with pytest.raises(ONNXImportError, match="at most 4096 pieces"):
         from_onnx(model)
+
+
+def test_nonzero_and_what_reads_its_count():
+    """NonZero (a count known only when the model runs) feeding GatherND, Shape and arithmetic; of a 0-d
+    input, and of a constant (folded); inputs with none, some and every element nonzero."""
+    nodes = [helper.make_node("Greater", ["x", "zero"], ["pos"]),
+             helper.make_node("NonZero", ["pos"], ["idx"]),
+             helper.make_node("Transpose", ["idx"], ["idx_t"], perm=[1, 0]),
+             helper.make_node("GatherND", ["x", "idx_t"], ["picked"]),
+             helper.make_node("Mul", ["picked", "two"], ["y"]),
+             helper.make_node("Shape", ["idx"], ["count"]),
+             helper.make_node("NonZero", ["s"], ["s_idx"]),
+             helper.make_node("NonZero", ["k"], ["k_idx"]),
+             helper.make_node("ReduceSum", ["k_idx"], ["k_idx_sum"], keepdims=1),
+             helper.make_node("Add", ["idx", "k_idx_sum"], ["shifted"])]
+    model = model_of(nodes, [vi("x", ["b", 5]), vi("s", [])],
+                     [vi("y", ["n"]), vi("count", [2], I64), vi("s_idx", [1, "m"], I64),
+                      vi("shifted", [2, "n"], I64)], 17,
+                     [("zero", np.zeros((), np.float32)), ("two", np.full((), 2, np.float32)),
+                      ("k", np.array([[0, 3], [1, 0]], np.float32))])
+    x = randn(3, 5)
+    scalar = lambda v: np.array(v, np.float32)   # noqa: E731
+    check(model, [{"x": x, "s": scalar(2)}, {"x": -np.abs(x), "s": scalar(0)},
+                  {"x": np.abs(randn(4, 5)) + 1, "s": scalar(-1)}])
