@@ -120,7 +120,12 @@ class AttentionKernelSpec:
     and the output (B, Sq, H, Dv), as parameter indices (``bias`` -1 when absent).
     ``bias_broadcast`` lists the dims of ``bias`` that are 1 where the scores' are not;
     ``causal`` is ``"none"``, ``"TopLeft"`` (keys ``j <= i``) or ``"BottomRight"`` (``j <= i + Sk
-    - Sq``); ``group`` is ``H / Hk`` (grouped-query attention); ``scale`` multiplies ``q . k``."""
+    - Sq``); ``group`` is ``H / Hk`` (grouped-query attention); ``scale`` multiplies ``q . k``.
+
+    ``seqstart`` (a parameter index, -1 for none) marks the variable-length form
+    (:func:`builder.te.topi.attention_var_len`): ``q`` (T, H, D), ``k`` (T, Hk, D), ``v`` (T, Hk, Dv)
+    and the output (T, H, Dv) hold the tokens of several sequences one after another, sequence ``b``
+    the rows ``seqstart[b] <= t < seqstart[b + 1]``, each attending within itself (no bias)."""
 
     q: int
     k: int
@@ -132,6 +137,7 @@ class AttentionKernelSpec:
     group: int
     scale: float
     kind: str = field(default="attention", init=False)
+    seqstart: int = -1
 
 
 def spec_from_attr(value: dict) -> "LinearKernelSpec | AttentionKernelSpec":
@@ -176,8 +182,9 @@ def _attention_spec(d: dict) -> AttentionKernelSpec:
     def is_int(x) -> bool:
         return isinstance(x, int) and not isinstance(x, bool)
 
-    if not all(is_int(d[k]) for k in ("q", "k", "v", "bias", "out", "group")):
-        raise ValueError(f"{KERNEL_ATTR}: attention q / k / v / bias / out / group must be integers, got {d}")
+    if not all(is_int(d.get(k, -1)) for k in ("q", "k", "v", "bias", "out", "group", "seqstart")):
+        raise ValueError(f"{KERNEL_ATTR}: attention q / k / v / bias / out / group / seqstart must be integers, "
+                         f"got {d}")
     if d["causal"] not in ATTENTION_CAUSAL:
         raise ValueError(f"{KERNEL_ATTR}: attention causal must be one of {ATTENTION_CAUSAL}, got {d['causal']!r}")
     bb = d["bias_broadcast"]
@@ -186,4 +193,4 @@ def _attention_spec(d: dict) -> AttentionKernelSpec:
     if not isinstance(d["scale"], (int, float)) or isinstance(d["scale"], bool):
         raise ValueError(f"{KERNEL_ATTR}: attention scale must be a number, got {d['scale']!r}")
     return AttentionKernelSpec(d["q"], d["k"], d["v"], d["bias"], d["out"], d["causal"], tuple(bb), d["group"],
-                               float(d["scale"]))
+                               float(d["scale"]), seqstart=d.get("seqstart", -1))

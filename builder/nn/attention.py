@@ -146,9 +146,9 @@ class Attention(Module):
         - ``token_indices``: x holds only the real tokens of a padded batch, packed: x (num_tokens,
           hidden_size) -> (num_tokens, hidden_size), ``token_indices`` (num_tokens,) their positions in the
           (batch, seq) layout and ``attention_mask`` (needed) that layout's padding mask, both from
-          :func:`builder.nn.op.unpad_input`. The projections compute the packed rows only; q, k and v are
-          padded (:func:`builder.nn.op.pad_input`) for the attention and its output packed again (flash-attn's
-          varlen BERT). Not with a cache.
+          :func:`builder.nn.op.unpad_input`. The projections compute the packed rows only and the attention
+          is one variable-length attention over each row's tokens (:func:`builder.nn.op.attention_var_len`,
+          flash-attn's varlen BERT): no padding is computed. Not with a cache.
 
         Raises ValueError for an x that is not 3-D (2-D with ``token_indices``) or whose last dim is not
         hidden_size, ``token_indices`` without a padding mask or with a cache, ``positions``
@@ -182,15 +182,13 @@ class Attention(Module):
                                  f"got {self.layer_id!r}; number the attention layers of the model")
         if positions is not None and self.rope_theta is None:
             raise ValueError("Attention: positions are only used by rotary embeddings; this layer has no rope_theta")
-        batch, seq = attention_mask.shape if token_indices is not None else (x.shape[0], x.shape[1])
         heads, kv_heads = self.local_num_heads, self.local_num_kv_heads
-
-        def heads_of(proj, n):
-            y = proj(x)
-            if token_indices is not None:
-                y = op.pad_input(y, token_indices, batch, seq)
-            return op.reshape(y, [batch, seq, n, self.head_dim])
-        q, k, v = heads_of(self.q_proj, heads), heads_of(self.k_proj, kv_heads), heads_of(self.v_proj, kv_heads)
+        if token_indices is not None:
+            return self._packed(x, positions, attention_mask, token_indices)
+        batch, seq = x.shape[0], x.shape[1]
+        q = op.reshape(self.q_proj(x), [batch, seq, heads, self.head_dim])
+        k = op.reshape(self.k_proj(x), [batch, seq, kv_heads, self.head_dim])
+        v = op.reshape(self.v_proj(x), [batch, seq, kv_heads, self.head_dim])
         if self.rope_theta is not None:
             if positions is None:
                 positions = (op.arange(0, seq, dtype="int64") if cache is None else
@@ -202,10 +200,37 @@ class Attention(Module):
         mask = None if attention_mask is None else self._mask(attention_mask)
         causal = None if not self.causal else ("TopLeft" if cache is None else "BottomRight")
         out = op.scaled_dot_product_attention(q, k, v, attn_mask=mask, causal_mask=causal)
-        if token_indices is not None:
-            out = op.take(op.reshape(out, [batch * seq, heads * self.head_dim]), token_indices, axis=0)
-            return self.o_proj(out)
         return self.o_proj(op.reshape(out, [batch, seq, heads * self.head_dim]))
+
+    def _packed(self, x: Tensor, positions: Tensor | None, attention_mask: Tensor, token_indices: Tensor) -> Tensor:
+        """Attention of packed tokens x (n, hidden_size) at ``token_indices`` of the (batch, seq) layout of
+        ``attention_mask``: projections of the n rows, RoPE at each token's position in its row (``positions``
+        (seq,) or (batch, seq) gathered, default its column), then one variable-length attention over the
+        sequences (:func:`builder.nn.op.attention_var_len`; ``seqstart`` the running count of each row's
+        tokens), whose output rows are the tokens'."""
+        n = x.shape[0]
+        batch, seq = attention_mask.shape
+        heads, kv_heads, d = self.local_num_heads, self.local_num_kv_heads, self.head_dim
+        q = op.reshape(self.q_proj(x), [n, heads, d])
+        k = op.reshape(self.k_proj(x), [n, kv_heads, d])
+        v = op.reshape(self.v_proj(x), [n, kv_heads, d])
+        if self.rope_theta is not None:
+            if positions is None:
+                pos = op.floor_mod(token_indices, seq)
+            elif positions.ndim == 1:
+                pos = op.take(positions, op.floor_mod(token_indices, seq), axis=0)
+            else:
+                pos = op.take(op.reshape(positions, [batch * seq]), token_indices, axis=0)
+            pos = op.reshape(pos, [1, n])
+            q = op.reshape(op.rotary_embedding(op.reshape(q, [1, n, heads, d]), pos, self.rope_theta, name="q_rope",
+                                               scaling=self.rope_scaling), [n, heads, d])
+            k = op.reshape(op.rotary_embedding(op.reshape(k, [1, n, kv_heads, d]), pos, self.rope_theta,
+                                               name="k_rope", scaling=self.rope_scaling), [n, kv_heads, d])
+        keep = attention_mask if attention_mask.dtype == "bool" else op.not_equal(attention_mask, 0)
+        counts = op.cumsum(op.sum(op.astype(keep, "int64"), axis=1), axis=0)
+        seqstart = op.concat([op.zeros([1], dtype="int64"), counts], dim=0, name="seqstart")
+        out = op.attention_var_len(q, k, v, seqstart, causal_mask="TopLeft" if self.causal else None)
+        return self.o_proj(op.reshape(out, [n, heads * d]))
 
     @staticmethod
     def _mask(mask: Tensor) -> Tensor:

@@ -9,8 +9,8 @@ from ..ir.kernel import KERNEL_ATTR, AttentionKernelSpec
 from ..ir.op.common import static_int
 from ..ir.struct_info import TensorStructInfo
 from ..ir.op import OpPattern, register_op
-from ..ir.op.nn import (infer_adaptive_pool, infer_attention, infer_rope, infer_conv1d, infer_conv1d_transpose,
-    infer_conv2d_transpose,
+from ..ir.op.nn import (infer_adaptive_pool, infer_attention, infer_attention_var_len, infer_rope, infer_conv1d,
+    infer_conv1d_transpose, infer_conv2d_transpose,
     infer_conv2d, infer_group_norm, infer_layer_norm, infer_matmul, infer_pool, infer_resize2d, infer_rms_norm,
     infer_rnn)
 from ..te import placeholder, topi
@@ -95,12 +95,34 @@ def _attention(bb: BlockBuilder, call: rx.Call) -> rx.Expr:
                    "attention", on_new=on_new)
 
 
+def _attention_var_len(bb: BlockBuilder, call: rx.Call) -> rx.Expr:
+    """The reference loops of :func:`builder.te.topi.attention_var_len` (attention of one row with a
+    bias across sequences), marked with an :class:`~builder.ir.kernel.AttentionKernelSpec` whose
+    ``seqstart`` names the sequence starts, so that the attention kernel visits each sequence's keys."""
+    a = call.attrs
+    scale = None if a.get("scale") is None else float(a["scale"])
+    spec = attention_kernel_spec(call.args, scale, a.get("causal_mask"))
+    on_new = None if spec is None else (lambda func: func.attrs.__setitem__(KERNEL_ATTR, spec))
+    return call_te(bb, topi.attention_var_len, call.args, {"scale": scale, "causal_mask": a.get("causal_mask")},
+                   "attention_var_len", on_new=on_new)
+
+
 def attention_kernel_spec(args, scale: float | None, causal_mask: str | None) -> AttentionKernelSpec | None:
     """The :class:`~builder.ir.kernel.AttentionKernelSpec` of ``nn.attention(q, k, v[, bias])`` (graph
     values ``args``), or None when it cannot describe them: non-float32/16-bit dtypes, symbolic head
     counts or head dims, or an unknown mask. Parameters of the PrimFunc are the arguments in order,
     then the output."""
     sis = [x.struct_info for x in args]
+    if len(sis) == 4 and all(isinstance(si, TensorStructInfo) and si.ndim == 3 for si in sis[:3]) \
+            and isinstance(sis[3], TensorStructInfo) and sis[3].ndim == 1:   # attention_var_len
+        q, k, v = sis[:3]
+        heads, kv_heads, dim = static_int(q.shape[1]), static_int(k.shape[1]), static_int(q.shape[2])
+        if q.dtype not in ("float32", "float16", "bfloat16") or any(si.dtype != q.dtype for si in sis[:3]) \
+                or None in (heads, kv_heads, dim, static_int(v.shape[2])) or not kv_heads or heads % kv_heads \
+                or dim <= 0 or causal_mask not in (None, "TopLeft"):
+            return None
+        return AttentionKernelSpec(0, 1, 2, -1, 4, causal_mask or "none", (), heads // kv_heads,
+                                   1.0 / math.sqrt(dim) if scale is None else scale, seqstart=3)
     if len(sis) not in (3, 4) or not all(isinstance(si, TensorStructInfo) and si.ndim == 4 for si in sis):
         return None
     q, k, v = sis[:3]
@@ -182,3 +204,6 @@ register_op("nn.rope", infer_rope, pattern=OpPattern.INJECTIVE, legalize=te_rule
 register_op("nn.attention", infer_attention, ("scale", "causal_mask"), pattern=OpPattern.OPAQUE,
             legalize=_attention, frontend="scaled_dot_product_attention", in_recipes=True,
             doc="``softmax(q @ k^T * scale [+ bias] [+ causal mask]) @ v`` (BSNH layout).")
+register_op("nn.attention_var_len", infer_attention_var_len, ("scale", "causal_mask"), pattern=OpPattern.OPAQUE,
+            legalize=_attention_var_len, frontend="attention_var_len",
+            doc="Attention within each of several sequences packed one after another (``seqstart``).")

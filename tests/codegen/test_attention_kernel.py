@@ -283,3 +283,108 @@ def test_graph_selects_the_kernel(dtype, causal, mask):
         want = reference(*f64[:3], f64[3] if mask else None, causal)
         tol = {"float32": 2e-5, "float16": 4e-3, "float64": 1e-12}[dtype]
         np.testing.assert_allclose(np.asarray(got, np.float64), want, rtol=tol, atol=tol)
+
+
+# -- the variable-length form: sequences packed one after another (``attention_var_len``) -------------
+
+def _var_len_func(H, Hk, D, Dv, dtype="float32", causal=None, index="int64", spec=True):
+    """``topi.attention_var_len`` on symbolic tokens T and sequences B + 1, with its spec."""
+    T, B1 = te.var("T"), te.var("B1")
+    q = te.placeholder((T, H, D), dtype, name="q")
+    k = te.placeholder((T, Hk, D), dtype, name="k")
+    v = te.placeholder((T, Hk, Dv), dtype, name="v")
+    st = te.placeholder((B1,), index, name="seqstart")
+    f = te.create_prim_func([q, k, v, st, topi.attention_var_len(q, k, v, st, None, causal)])
+    if spec:
+        f.attrs[KERNEL_ATTR] = AttentionKernelSpec(0, 1, 2, -1, 4, causal or "none", (), H // Hk,
+                                                   1 / math.sqrt(D), seqstart=3)
+    return f
+
+
+def _var_len_check(fn, lengths, H, Hk, D, Dv, dtype, causal, index="int64"):
+    """Run ``fn`` on random sequences of ``lengths`` and compare each with the float64 reference of that
+    sequence alone (one batch row)."""
+    starts = np.concatenate([[0], np.cumsum(lengths)]).astype(index)
+    T = int(starts[-1])
+    q, k, v = (_to(RNG.standard_normal((T, h, d)), dtype) for h, d in ((H, D), (Hk, D), (Hk, Dv)))
+    out = np.empty((T, H, Dv), np.uint16 if dtype == "bfloat16" else dtype)
+    fn(q, k, v, starts, out)
+    got = _f64(out, dtype)
+    tol = {"float32": 2e-5, "float16": 4e-3, "bfloat16": 2e-2}[dtype]
+    for a, e in zip(starts[:-1], starts[1:]):
+        if a == e:
+            continue
+        want = reference(*(_f64(x, dtype)[None, a:e] for x in (q, k, v)), causal=causal)[0]
+        np.testing.assert_allclose(got[a:e], want, rtol=tol, atol=tol)
+
+
+#: sequence lengths: one, empty ones between, longer than a work unit's rows, a batch of none
+VAR_LENGTHS = [[5], [12, 8, 33, 14, 36, 20, 14, 41], [3, 0, 0, 70, 1], [0], [], [129, 2]]
+
+
+@needs_vectors
+@pytest.mark.parametrize("H,Hk,D,Dv,dtype,causal", [(12, 12, 32, 32, "float32", None),
+                                                    (8, 2, 48, 40, "float32", "TopLeft"),
+                                                    (6, 2, 32, 32, "float16", None),
+                                                    (4, 1, 40, 40, "bfloat16", "TopLeft")])
+def test_var_len_kernel_matches_each_sequence_alone(H, Hk, D, Dv, dtype, causal):
+    """Every sequence attends within itself only (GQA, causal, head-dim tails, 16-bit inputs), whatever
+    the lengths around it; int32 starts too."""
+    kernel, fn = _build(_var_len_func(H, Hk, D, Dv, dtype, causal))
+    assert kernel == f"attention/{HOST_SIMD.name}"
+    for lengths in VAR_LENGTHS:
+        _var_len_check(fn, lengths, H, Hk, D, Dv, dtype, causal)
+    _, fn32 = _build(_var_len_func(H, Hk, D, Dv, dtype, causal, index="int32"))
+    _var_len_check(fn32, [7, 0, 19], H, Hk, D, Dv, dtype, causal, index="int32")
+
+
+@needs_vectors
+@pytest.mark.parametrize("shape", ["avx512", "avx2", "sse"])
+def test_var_len_every_vector_width_and_the_loops(shape, monkeypatch):
+    """The 16-, 8- and 4-lane kernels, and the reference loops (no spec), agree with the reference."""
+    monkeypatch.setenv("MB_SIMD_SHAPE", shape)
+    kernel, fn = _build(_var_len_func(8, 2, 48, 40, "float32", "TopLeft"))
+    assert kernel == f"attention/{shape}"
+    _, loops = _build(_var_len_func(8, 2, 48, 40, "float32", "TopLeft", spec=False))
+    for f in (fn, loops):
+        for lengths in ([1, 17, 0, 6], [40]):
+            _var_len_check(f, lengths, 8, 2, 48, 40, "float32", "TopLeft")
+
+
+@needs_vectors
+def test_var_len_refuses_starts_outside_the_tokens():
+    """seqstart that does not start at 0, decreases or does not end at the token count is an error,
+    before any row is read (never a read outside q / k / v)."""
+    _, fn = _build(_var_len_func(4, 2, 16, 16))
+    q, k, v = (np.zeros((11, h, 16), np.float32) for h in (4, 2, 2))
+    out = np.empty((11, 4, 16), np.float32)
+    for bad in ([1, 3, 11], [0, 5, 4, 11], [0, 3, 10], [0, 3, 12], [], [0, -5, 11], [0, 2**40, 11]):
+        with pytest.raises(ValueError, match="seqstart must start at 0, never decrease and end at the number"):
+            fn(q, k, v, np.array(bad, np.int64), out)
+
+
+def test_var_len_planner_and_graph_op():
+    """The planner takes the variable-length form (3-D tensors, seqstart) and says why it declines;
+    ``nn.op.attention_var_len`` is legalized with the spec and checks its arguments."""
+    simd = SimdInfo("avx2", 8, 16)
+    plan = plan_attention(_var_len_func(4, 2, 16, 16), simd)
+    assert not isinstance(plan, str) and plan.seqstart is not None and "attention_var_len" in str(plan)
+    assert "dtypes" in plan_attention(_var_len_func(4, 2, 16, 16, "float64"), simd)
+    with pytest.raises(ValueError, match="causal_mask must be None or 'TopLeft'"):
+        topi.attention_var_len(*[te.placeholder((3, 2, 4), "float32")] * 3, te.placeholder((2,), "int64"),
+                               causal_mask="BottomRight")
+    from helpers.functional import exported
+    with pytest.raises(ValueError, match="seqstart must be 1-D int32 / int64"):
+        exported(lambda q, s: op.attention_var_len(q, q, q, s), q=(["t", 2, 4], "float32"), s=((3,), "float32"))
+    with pytest.raises(ValueError, match="not a multiple"):
+        exported(lambda q, k, s: op.attention_var_len(q, k, k, s), q=(["t", 3, 4], "float32"),
+                 k=(["t", 2, 4], "float32"), s=((3,), "int64"))
+    mod = exported(lambda q, s: op.attention_var_len(q, q, q, s, causal_mask="TopLeft"),
+                   q=(["t", 2, 4], "float32"), s=(["b"], "int64"))
+    assert 'R.nn.attention_var_len(q, q, q, s, scale=None, causal_mask="TopLeft")' in mod.script()
+    from builder.ir import structural_equal, tir
+    from builder.ir.parser import parse
+    assert structural_equal(parse(mod.script()), mod)
+    f = _var_len_func(4, 2, 16, 16, causal="TopLeft")
+    back = next(iter(parse(tir.script(f)).functions.values()))
+    assert back.attrs[KERNEL_ATTR] == f.attrs[KERNEL_ATTR] and back.attrs[KERNEL_ATTR].seqstart == 3

@@ -403,6 +403,42 @@ def infer_attention(call: Call) -> StructInfo:
     return TensorStructInfo((q.shape[0], q.shape[1], q.shape[2], v.shape[3]), q.dtype)
 
 
+def infer_attention_var_len(call: Call) -> StructInfo:
+    """``R.nn.attention_var_len(query, key, value, seqstart, scale, causal_mask)``: (T, H, Dv).
+
+    ``query`` (T, H, D), ``key`` (T, Hk, D), ``value`` (T, Hk, Dv) float, ``seqstart`` (B + 1,)
+    int32 / int64: the tokens of B sequences packed one after another (TVM's op takes a leading batch
+    dim of 1 and the longest length too; here the kernel finds it)."""
+    if len(call.args) != 4:
+        raise ValueError(f"R.nn.attention_var_len: takes query, key, value and seqstart, got {len(call.args)} "
+                         "arguments")
+    q, k, v = tensor_arg(call, 0, "query"), tensor_arg(call, 1, "key"), tensor_arg(call, 2, "value")
+    st = tensor_arg(call, 3, "seqstart")
+    for t, what in ((q, "query"), (k, "key"), (v, "value")):
+        if t.ndim != 3:
+            raise ValueError(f"R.nn.attention_var_len: {what} must be 3-D (tokens, num_heads, head_dim), got "
+                             f"{fmt_shape(t.shape)}")
+    if st.ndim != 1 or st.dtype not in ("int32", "int64"):
+        raise ValueError(f"R.nn.attention_var_len: seqstart must be 1-D int32 / int64 (num_sequences + 1,), got "
+                         f"{st.dtype} {fmt_shape(st.shape)}")
+    if not E.is_float_dtype(q.dtype):
+        raise TypeError(f"R.nn.attention_var_len: needs floating-point tensors, got {q.dtype}")
+    check_same_dtype(call, q, k, "query", "key")
+    check_same_dtype(call, q, v, "query", "value")
+    for a, b, what in ((q.shape[0], k.shape[0], "tokens of query and key"),
+                       (k.shape[0], v.shape[0], "tokens of key and value"), (q.shape[2], k.shape[2], "head dims"),
+                       (k.shape[1], v.shape[1], "heads of key and value")):
+        if definitely_different(a, b):
+            raise ValueError(f"R.nn.attention_var_len: the {what} differ: {a} and {b}")
+    hq, hk = static_int(q.shape[1]), static_int(k.shape[1])
+    if hq is not None and hk is not None and (hk == 0 or hq % hk):
+        raise ValueError(f"R.nn.attention_var_len: the query's {hq} heads are not a multiple of the key's {hk}")
+    if call.attrs.get("causal_mask") not in (None, "TopLeft"):
+        raise ValueError(f"R.nn.attention_var_len: causal_mask must be None or 'TopLeft', got "
+                         f"{call.attrs.get('causal_mask')!r}")
+    return TensorStructInfo((q.shape[0], q.shape[1], v.shape[2]), q.dtype)
+
+
 def infer_rope(call: Call) -> StructInfo:
     """``R.nn.rope(x, cos, sin)``: x's struct info. ``x`` (..., head_dim) float with a static even
     head dim; ``cos`` / ``sin`` of x's dtype, broadcasting to x's shape (numpy rules)."""

@@ -426,6 +426,26 @@ def _attention_bias(attn_mask: Tensor, query: Tensor) -> rx.Expr:
     return bias
 
 
+def attention_var_len(query: Tensor, key: Tensor, value: Tensor, seqstart: Tensor, scale: float | None = None,
+                      causal_mask: str | None = None, name: str = "attention_var_len") -> Tensor:
+    """Attention within each of several sequences packed one after another (FlashAttention-2's varlen
+    attention, Dao 2023, ``cu_seqlens``; TVM's ``R.nn.attention_var_len``)::
+
+        out[t, h, :] = sum_j softmax_j(scale * q[t, h, :] . k[j, h', :]) v[j, h', :]
+                       over the tokens j of t's sequence (causal: j <= t)
+
+    ``query`` (T, H, D), ``key`` (T, H_kv, D), ``value`` (T, H_kv, D_v) -> (T, H, D_v); ``seqstart``
+    (B + 1,) int32 / int64: sequence ``b`` is the rows ``seqstart[b]`` to ``seqstart[b + 1] - 1``
+    (``seqstart[0] = 0``, non-decreasing, ``seqstart[B] = T``; other values are an error when the kernel
+    runs). ``scale`` defaults to ``1 / sqrt(D)``; ``causal_mask`` None or ``"TopLeft"``. A padded batch
+    packed by :func:`unpad_input` costs the attention of its real tokens only. Raises ValueError /
+    TypeError for shapes, dtypes or a mask that do not fit."""
+    if causal_mask not in (None, "TopLeft"):
+        raise ValueError(f"attention_var_len: causal_mask must be None or 'TopLeft', got {causal_mask!r}")
+    return wrap_nested(op_call("nn.attention_var_len", [query._expr, key._expr, value._expr, seqstart._expr],
+                               scale=None if scale is None else float(scale), causal_mask=causal_mask), name)
+
+
 def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor,
                                  attn_mask: Tensor | None = None, is_causal: bool | None = False,
                                  scale: float | None = None,

@@ -1,5 +1,6 @@
 """``attention``: scaled dot-product attention (``softmax(q @ k.T * scale + mask) @ v``) over
-(batch, seq, heads, dim) tensors; ``rope``: the rotary position embedding's rotation of one tensor.
+(batch, seq, heads, dim) tensors; ``attention_var_len``: the same over sequences of different lengths
+packed one after another; ``rope``: the rotary position embedding's rotation of one tensor.
 """
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from .elementwise import negative
 from .fusion import inline_injective
 from .transform import concat, split
 
-__all__ = ["attention", "rope"]
+__all__ = ["attention", "attention_var_len", "rope"]
 
 
 def rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
@@ -138,3 +139,46 @@ def attention(q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None = None, scale
         return out
 
     return two_stage_compute((bsz, sq, heads, dv), fout, acc, q.dtype, "T_attention", fnorm)
+
+
+def attention_var_len(q: Tensor, k: Tensor, v: Tensor, seqstart: Tensor, scale: float | None = None,
+                      causal_mask: str | None = None) -> Tensor:
+    """Attention over sequences of different lengths packed one after another (FlashAttention-2's
+    varlen form, Dao 2023: ``cu_seqlens``; TVM's ``R.nn.attention_var_len``): ``q`` (T, H, D), ``k``
+    (T, Hk, D), ``v`` (T, Hk, Dv) and ``seqstart`` (B + 1,) integer, sequence ``b`` the tokens
+    ``seqstart[b] <= t < seqstart[b + 1]`` (``seqstart[0] = 0``, non-decreasing, ``seqstart[B] = T``:
+    the fast kernel checks it); each token attends to the tokens of its own sequence (``causal_mask``
+    ``"TopLeft"``: those at or before it) -> (T, H, Dv).
+
+    The semantics are :func:`attention` of one batch row of T tokens with a bias that is 0 between
+    tokens of the same sequence and -inf across sequences, and this is how the reference loops compute
+    it (the sequence of token ``t``: the number of ``seqstart[i] <= t`` for ``1 <= i < B``); the code
+    generator's attention kernel visits only each sequence's own keys. Raises ValueError for inputs
+    that are not 3-D, a 2-D ``seqstart`` or an unknown mask."""
+    if q.ndim != 3 or k.ndim != 3 or v.ndim != 3 or seqstart.ndim != 1:
+        raise ValueError(f"attention_var_len: query, key and value must be 3-D (T, H, D) and seqstart 1-D, got "
+                         f"{fmt_shape(q.shape)}, {fmt_shape(k.shape)}, {fmt_shape(v.shape)}, {fmt_shape(seqstart.shape)}")
+    if causal_mask not in (None, "TopLeft"):
+        raise ValueError(f"attention_var_len: causal_mask must be None or 'TopLeft', got {causal_mask!r}")
+    tokens = q.shape[0]
+    nseq = E.simplify(seqstart.shape[0] - 1)
+
+    def fseg(t):
+        ri = _te.reduce_axis((0, E.simplify(nseq - 1)), name="ri")
+        return _te.sum(E.Select(E.LE(cast_value(seqstart[ri.var + 1], "int64"), t), E.IntImm(1, "int64"),
+                                E.IntImm(0, "int64")), axis=ri)
+
+    seg = _te.compute((tokens,), fseg, name="T_attention_segment")
+    acc = norm_acc_dtype(q.dtype)
+    one = E.IntImm(1, "int64")
+    bias = _te.compute((one, one, tokens, tokens),
+                       lambda b, h, i, j: cast_value(E.Select(E.EQ(seg[i], seg[j]), E.const(0.0, acc),
+                                                              E.const(float("-inf"), acc)), q.dtype),
+                       name="T_attention_segment_bias")
+
+    def batched(x):
+        return _te.compute((one, *x.shape), lambda b, t, h, d: x[t, h, d], name=f"T_attention_{x.name}_rows")
+
+    out = attention(batched(q), batched(k), batched(v), bias, scale, causal_mask)
+    return _te.compute(tuple(out.shape[1:]), lambda t, h, e: out[E.IntImm(0, "int64"), t, h, e],
+                       name="T_attention_var_len")

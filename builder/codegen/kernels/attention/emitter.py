@@ -146,9 +146,15 @@ class AttentionEmitter:
         ptrs = list(body_fn.args[:self.nparams])
         syms = list(body_fn.args[self.nparams:])
         em = self._bind(kf, ptrs, syms)
-        B = em.typed(plan.q.shape[0], "int64")
-        Sq = em.typed(plan.q.shape[1], "int64")
-        Sk = em.typed(plan.k.shape[1], "int64")
+        if plan.seqstart is not None:
+            # sequences one after another: Sq = Sk = the longest (units of the shorter ones past their
+            # rows do nothing); seqstart checked first, so that no unit reads outside the tokens
+            B, Sq = self._var_len_sizes(kf, em, ptrs[3])
+            Sk = Sq
+        else:
+            B = em.typed(plan.q.shape[0], "int64")
+            Sq = em.typed(plan.q.shape[1], "int64")
+            Sk = em.typed(plan.k.shape[1], "int64")
         rows = kf.mul(Sq, self.rep)
         nrb = kf.sdiv(kf.add(rows, self.MR - 1), self.MR)
         units = kf.mul(kf.mul(B, plan.kv_heads), nrb)
@@ -171,7 +177,36 @@ class AttentionEmitter:
         b.ret(b.load(rc_slot, typ=I32))
         kf.finish()
         self.body_fn = body_fn
-        return ["out of memory allocating an attention workspace"]
+        return ["out of memory allocating an attention workspace"] + (
+            ["seqstart must start at 0, never decrease and end at the number of tokens"]
+            if plan.seqstart is not None else [])
+
+    def _seqstart(self, kf: KFunc, ptr, idx) -> ir.Value:
+        """``seqstart[idx]`` as i64."""
+        dtype = self.plan.seqstart.dtype
+        val = kf.load(I64 if dtype == "int64" else I32, ptr, idx, align=8 if dtype == "int64" else 4)
+        return val if dtype == "int64" else kf.b.sext(val, I64)
+
+    def _var_len_sizes(self, kf: KFunc, em, ptr) -> tuple:
+        """``(B, longest)`` of the variable-length form, after checking ``seqstart``: 0 first, never
+        decreasing, the number of tokens last (else the function returns the seqstart error)."""
+        b = kf.b
+        tokens = em.typed(self.plan.q.shape[0], "int64")
+        nseq = kf.sub(em.typed(self.plan.seqstart.shape[0], "int64"), 1)
+        bad = kf.alloca(ir.IntType(1), name="bad_seqstart")
+        longest = kf.alloca(I64, name="longest")
+        b.store(b.icmp_signed("<", nseq, kf.i64(0)), bad)
+        b.store(kf.i64(0), longest)
+        with kf.if_(b.icmp_signed(">=", nseq, kf.i64(0)), "seqs"):
+            first, last = self._seqstart(kf, ptr, kf.i64(0)), self._seqstart(kf, ptr, nseq)
+            b.store(b.or_(b.icmp_signed("!=", first, kf.i64(0)), b.icmp_signed("!=", last, tokens)), bad)
+            with kf.loop(0, nseq, 1, "seq") as q:
+                n = kf.sub(self._seqstart(kf, ptr, kf.add(q, 1)), self._seqstart(kf, ptr, q))
+                b.store(b.or_(b.load(bad), b.icmp_signed("<", n, kf.i64(0))), bad)
+                b.store(kf.smax(b.load(longest), n), longest)
+        with kf.if_(b.load(bad), "bad"):
+            b.ret(ir.Constant(I32, self.error_code + 1))
+        return nseq, b.load(longest)
 
     # -- one task: a range of work units (batch, kv head, block of MR rows)
     def _emit_task(self) -> ir.Function:
@@ -223,32 +258,52 @@ class AttentionEmitter:
         return i, kf.add(kf.mul(self.kvh, self.rep), kf.b.srem(gr, kf.i64(self.rep)))
 
     def _key_end(self, i):
-        """One past the last key row ``i`` attends to (causal masks), clamped to ``[0, Sk]``."""
-        kf, Sk = self.kf, self.ex["Sk"]
+        """One past the last key row ``i`` attends to (causal masks), clamped to ``[0, Sk]`` (the unit's
+        sequence's length in the variable-length form)."""
+        kf, Sk = self.kf, self.sk
         causal = self.plan.spec.causal
         if causal == "none":
             return Sk
-        lim = kf.add(i, 1) if causal == "TopLeft" else kf.add(kf.sub(kf.add(i, 1), self.ex["Sq"]), Sk)
+        lim = kf.add(i, 1) if causal == "TopLeft" else kf.add(kf.sub(kf.add(i, 1), self.sq), Sk)
         return kf.smax(kf.smin(lim, Sk), 0)
 
     def _unit(self, u) -> None:
+        """Work unit ``u``: its batch, kv head and block of rows; the token rows of its batch start at
+        ``qbase`` / ``kbase`` (``b * Sq`` / ``b * Sk``, or ``seqstart[b]`` for sequences packed one after
+        another, whose ``Sq = Sk`` is the sequence's length: a unit past its rows does nothing)."""
         kf, b, plan, ex = self.kf, self.kf.b, self.plan, self.ex
-        D, Dv, MR = plan.dim, plan.dim_v, self.MR
         nrb = ex["nrb"]
         rb = b.srem(u, nrb)
         bk = kf.sdiv(u, nrb)
         self.kvh = b.srem(bk, kf.i64(plan.kv_heads))
         self.bidx = kf.sdiv(bk, plan.kv_heads)
-        r0 = kf.mul(rb, MR)
-        nr = kf.smin(kf.i64(MR), kf.sub(ex["rows"], r0))
-        self.r0, self.nr = r0, nr
+        r0 = kf.mul(rb, self.MR)
+        if plan.seqstart is None:
+            self.qbase, self.kbase = kf.mul(self.bidx, ex["Sq"]), kf.mul(self.bidx, ex["Sk"])
+            self.sq, self.sk = ex["Sq"], ex["Sk"]
+            self.r0, self.nr = r0, kf.smin(kf.i64(self.MR), kf.sub(ex["rows"], r0))
+            self._unit_rows()
+            return
+        start = self._seqstart(kf, self.ptrs[3], self.bidx)
+        length = kf.sub(self._seqstart(kf, self.ptrs[3], kf.add(self.bidx, 1)), start)
+        self.qbase = self.kbase = start
+        self.sq = self.sk = length
+        self.r0, self.nr = r0, kf.smin(kf.i64(self.MR), kf.sub(kf.mul(length, self.rep), r0))
+        with kf.if_(b.icmp_signed(">", self.nr, kf.i64(0)), "unit_rows"):
+            self._unit_rows()
+
+    def _unit_rows(self) -> None:
+        """The unit's rows ``[r0, r0 + nr)`` (``nr >= 1``): set up, key blocks, output."""
+        kf, b, plan = self.kf, self.kf.b, self.plan
+        D, Dv = plan.dim, plan.dim_v
+        r0, nr = self.r0, self.nr
         scale = ir.Constant(F32, plan.spec.scale)
         qptr = self.ptrs[0]
-        H, Sq = plan.heads, ex["Sq"]
+        H = plan.heads
         # rows: Qs = q * scale (float32), m = -inf, l = 0, O = 0
         with kf.loop(0, nr, 1, "setup") as r:
             i, h = self._row(r0, r)
-            qoff = kf.mul(kf.add(kf.mul(kf.add(kf.mul(self.bidx, Sq), i), H), h), D)
+            qoff = kf.mul(kf.add(kf.mul(kf.add(self.qbase, i), H), h), D)
             with kf.loop(0, D, 1, "qd", plain=False) as d:
                 v = b.fmul(self._load_f32(kf, qptr, kf.add(qoff, d), 1), scale, flags=KFunc.FM)
                 kf.store(v, self.Qs, kf.add(kf.mul(r, D), d), align=4)
@@ -286,8 +341,7 @@ class AttentionEmitter:
     def _kv_offset(self, j, dim: int):
         """Element offset of key / value row ``j`` of the unit's batch and kv head."""
         kf = self.kf
-        return kf.mul(kf.add(kf.mul(kf.add(kf.mul(self.bidx, self.ex["Sk"]), j), self.plan.kv_heads), self.kvh),
-                      dim)
+        return kf.mul(kf.add(kf.mul(kf.add(self.kbase, j), self.plan.kv_heads), self.kvh), dim)
 
     def _pack_keys(self, j0, kb) -> None:
         """``Kt[d][jj] = k[b, j0 + jj, kvh, d]`` (float32) for ``jj < kb``, 0 for ``kb <= jj < KB``:
@@ -480,7 +534,7 @@ class AttentionEmitter:
             lsum = kf.load(F32, self.Ls, r, align=4)
             inv = b.select(b.fcmp_ordered("==", lsum, ir.Constant(F32, 0.0)), ir.Constant(F32, 0.0),
                            b.fdiv(ir.Constant(F32, 1.0), lsum))
-            ooff = kf.mul(kf.add(kf.mul(kf.add(kf.mul(self.bidx, self.ex["Sq"]), i), plan.heads), h), Dv)
+            ooff = kf.mul(kf.add(kf.mul(kf.add(self.qbase, i), plan.heads), h), Dv)
             with kf.loop(0, Dv, 1, "fe", plain=False) as e:
                 val = b.fmul(kf.load(F32, self.O, kf.add(kf.mul(r, Dv), e), align=4), inv, flags=KFunc.FM)
                 val = em.cast_value(val, "float32", plan.out_dtype)

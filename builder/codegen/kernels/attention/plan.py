@@ -48,6 +48,8 @@ class AttentionPlan:
     v: Buffer
     bias: Buffer | None
     out: Buffer
+    #: the sequence starts of the variable-length form (q / k / v / out 3-D, (T, heads, dim)), else None
+    seqstart: Buffer | None
     heads: int
     kv_heads: int
     dim: int
@@ -56,8 +58,9 @@ class AttentionPlan:
     out_dtype: str
 
     def __str__(self) -> str:
-        return (f"attention H={self.heads} Hk={self.kv_heads} D={self.dim} Dv={self.dim_v} {self.dtype} "
-                f"causal={self.spec.causal} bias={'none' if self.bias is None else self.spec.bias_broadcast}")
+        return (f"attention{'_var_len' if self.seqstart is not None else ''} H={self.heads} Hk={self.kv_heads} "
+                f"D={self.dim} Dv={self.dim_v} {self.dtype} causal={self.spec.causal} "
+                f"bias={'none' if self.bias is None else self.spec.bias_broadcast}")
 
 
 def _block_names(func: PrimFunc) -> set[str]:
@@ -78,6 +81,8 @@ def plan_attention(func: PrimFunc, simd: SimdInfo) -> AttentionPlan | str:
         return f"not an attention spec: {type(spec).__name__}"
     if not simd.usable:
         return "no vector unit"
+    if spec.seqstart >= 0:
+        return _plan_var_len(func, spec)
     nparams = 5 if spec.bias >= 0 else 4
     order = (spec.q, spec.k, spec.v) + ((spec.bias,) if spec.bias >= 0 else ()) + (spec.out,)
     if len(func.params) != nparams or order != tuple(range(nparams)):
@@ -90,17 +95,10 @@ def plan_attention(func: PrimFunc, simd: SimdInfo) -> AttentionPlan | str:
         return "query, key, value, bias and output must be 4-D"
     if q.dtype not in _FLOATS or any(b.dtype != q.dtype for b in bufs):
         return f"dtypes {[b.dtype for b in bufs]}: the kernel takes one of {_FLOATS} for every tensor"
-    heads, kv_heads, dim, dim_v = (static_int(q.shape[2]), static_int(k.shape[2]), static_int(q.shape[3]),
-                                   static_int(v.shape[3]))
-    if None in (heads, kv_heads, dim, dim_v):
-        return "symbolic head count or head dim"
-    if kv_heads <= 0 or dim <= 0 or dim_v <= 0 or heads != spec.group * kv_heads:
-        return f"H={heads}, Hk={kv_heads}, group {spec.group}: H must be group * Hk"
-    if max(dim, dim_v) > ATTENTION_TUNING["max_head_dim"]:
-        return f"head dim {max(dim, dim_v)} > {ATTENTION_TUNING['max_head_dim']}"
-    if static_int(k.shape[3]) != dim or static_int(v.shape[2]) != kv_heads or static_int(out.shape[2]) != heads \
-            or static_int(out.shape[3]) != dim_v:
-        return "key / value / output head counts or dims differ from the query's"
+    sizes = _head_sizes(spec, q, k, v, out, 2)
+    if isinstance(sizes, str):
+        return sizes
+    heads, kv_heads, dim, dim_v = sizes
     same = [(q.shape[0], k.shape[0], "batch of key"), (q.shape[0], v.shape[0], "batch of value"),
             (q.shape[0], out.shape[0], "batch of output"), (k.shape[1], v.shape[1], "key length of value"),
             (q.shape[1], out.shape[1], "query length of output")]
@@ -120,4 +118,48 @@ def plan_attention(func: PrimFunc, simd: SimdInfo) -> AttentionPlan | str:
     missing = set(STAGES) - _block_names(func)
     if missing:
         return f"not the reference attention stages (missing {sorted(missing)})"
-    return AttentionPlan(spec, q, k, v, bias, out, heads, kv_heads, dim, dim_v, q.dtype, out.dtype)
+    return AttentionPlan(spec, q, k, v, bias, out, None, heads, kv_heads, dim, dim_v, q.dtype, out.dtype)
+
+
+def _head_sizes(spec: AttentionKernelSpec, q: Buffer, k: Buffer, v: Buffer, out: Buffer, hd: int) -> tuple | str:
+    """``(heads, kv_heads, dim, dim_v)`` from the head dim ``hd`` of the buffers (2 in BSNH, 1 in the
+    variable-length (T, H, D) form), or why they do not fit the kernel."""
+    heads, kv_heads, dim, dim_v = (static_int(q.shape[hd]), static_int(k.shape[hd]), static_int(q.shape[hd + 1]),
+                                   static_int(v.shape[hd + 1]))
+    if None in (heads, kv_heads, dim, dim_v):
+        return "symbolic head count or head dim"
+    if kv_heads <= 0 or dim <= 0 or dim_v <= 0 or heads != spec.group * kv_heads:
+        return f"H={heads}, Hk={kv_heads}, group {spec.group}: H must be group * Hk"
+    if max(dim, dim_v) > ATTENTION_TUNING["max_head_dim"]:
+        return f"head dim {max(dim, dim_v)} > {ATTENTION_TUNING['max_head_dim']}"
+    if static_int(k.shape[hd + 1]) != dim or static_int(v.shape[hd]) != kv_heads or static_int(out.shape[hd]) != heads \
+            or static_int(out.shape[hd + 1]) != dim_v:
+        return "key / value / output head counts or dims differ from the query's"
+    return heads, kv_heads, dim, dim_v
+
+
+def _plan_var_len(func: PrimFunc, spec: AttentionKernelSpec) -> AttentionPlan | str:
+    """The plan of :func:`builder.te.topi.attention_var_len`'s PrimFunc: parameters q, k, v, seqstart,
+    out (3-D, one token per row; seqstart 1-D int32 / int64), no bias, causal none or TopLeft."""
+    if (spec.q, spec.k, spec.v, spec.seqstart, spec.out) != (0, 1, 2, 3, 4) or spec.bias >= 0 or len(func.params) != 5:
+        return "parameters do not match the variable-length attention's (q, k, v, seqstart, out)"
+    q, k, v, st, out = func.params
+    if any(len(x.shape) != 3 for x in (q, k, v, out)) or len(st.shape) != 1 or st.dtype not in ("int32", "int64"):
+        return "query, key, value and output must be 3-D and seqstart 1-D int32 / int64"
+    if q.dtype not in _FLOATS or any(x.dtype != q.dtype for x in (k, v, out)):
+        return f"dtypes {[x.dtype for x in (q, k, v, out)]}: the kernel takes one of {_FLOATS} for every tensor"
+    if spec.causal not in ("none", "TopLeft"):
+        return f"causal mask {spec.causal} of a variable-length attention"
+    sizes = _head_sizes(spec, q, k, v, out, 1)
+    if isinstance(sizes, str):
+        return sizes
+    for a, b, what in ((q.shape[0], k.shape[0], "tokens of key"), (q.shape[0], v.shape[0], "tokens of value"),
+                       (q.shape[0], out.shape[0], "tokens of output")):
+        if not E.prove_equal(a, b):
+            return f"{what}: cannot prove {a} == {b}"
+    if not math.isfinite(spec.scale):
+        return f"scale {spec.scale} is not finite"
+    missing = set(STAGES) - _block_names(func)
+    if missing:
+        return f"not the reference attention stages (missing {sorted(missing)})"
+    return AttentionPlan(spec, q, k, v, None, out, st, *sizes, q.dtype, out.dtype)
