@@ -726,7 +726,8 @@ class DataDependent(nn.Module):
         y[keep] = torch.arange(picked.shape[0], dtype=x.dtype)  # values in mask order
         z = x.clone()
         z[:, m[0] > 0] = rows.flip(0) + 1.0
-        return picked, picked.sum() + picked.shape[0], rows, ij, i0 + i1 * 10 + i2 * 100, y, z
+        w = x.clone().index_put_((keep,), picked * 0.5, accumulate=True)   # += values at the mask
+        return picked, picked.sum() + picked.shape[0], rows, ij, i0 + i1 * 10 + i2 * 100, y, z, w
 
 
 @pytest.mark.parametrize("seed", [0, 1])
