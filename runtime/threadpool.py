@@ -25,7 +25,12 @@ spinning, tens when it has to be woken):
 * a region publishes ``(fn, ctx, ntasks)`` and a 64-bit word ``generation << 32 | next``;
   every thread (the caller included) claims task indices with a compare-and-swap on that word
   (dynamic scheduling, so a descheduled worker costs at most the task it holds), and the
-  caller waits until the count of finished tasks reaches ``ntasks``;
+  caller waits until the count of finished tasks reaches ``ntasks``. Before it writes the new
+  ``(fn, ctx, ntasks)`` a region closes the previous word (index ``2**32 - 1``): a worker that read
+  the old word and then the new count cannot claim with it (without this, such a worker ran a task
+  of the new region under the old word and counted it finished there, so the caller could return
+  while a task still ran: crashes of a kernel whose two regions, x's conversion and the GEMM, have
+  different task counts);
 * a region started while another is running (a task that calls a parallel kernel, or two
   Python threads calling kernels at once) runs serially on its caller, so regions never nest
   or deadlock; after ``fork`` the child has no workers and the caller runs every task.
@@ -127,9 +132,9 @@ loop:
   br i1 %same, label %check, label %exit
 check:
   %idx = and i64 %w, 4294967295
-  %f = load ptr, ptr @fn, align 8
-  %c = load ptr, ptr @ctx, align 8
-  %n = load i64, ptr @ntasks, align 8
+  %f = load atomic ptr, ptr @fn acquire, align 8
+  %c = load atomic ptr, ptr @ctx acquire, align 8
+  %n = load atomic i64, ptr @ntasks acquire, align 8
   %more = icmp slt i64 %idx, %n
   br i1 %more, label %claim, label %exit
 claim:
@@ -166,12 +171,21 @@ serial:
   %rcs = call i32 @serial_for(ptr %f, ptr %c, i64 %n)
   ret i32 %rcs
 publish:
-  store ptr %f, ptr @fn, align 8
-  store ptr %c, ptr @ctx, align 8
-  store i64 %n, ptr @ntasks, align 8
+  ; close the previous region's work word before its task count changes: a worker that read the word
+  ; while that region ran (its last index claimed) and reads the new count would otherwise claim an
+  ; index of this region with the old word, run this region's task, and count it done here (the caller
+  ; then returned while a task still ran; seen as crashes of back-to-back regions of different counts)
+  %g0 = load atomic i32, ptr @gen monotonic, align 4
+  %g0w = zext i32 %g0 to i64
+  %g0s = shl i64 %g0w, 32
+  %closed = or i64 %g0s, 4294967295
+  store atomic i64 %closed, ptr @work seq_cst, align 8
+  fence seq_cst
+  store atomic ptr %f, ptr @fn release, align 8
+  store atomic ptr %c, ptr @ctx release, align 8
+  store atomic i64 %n, ptr @ntasks release, align 8
   store i32 0, ptr @err, align 4
   store atomic i64 0, ptr @done monotonic, align 8
-  %g0 = load atomic i32, ptr @gen monotonic, align 4
   %g = add i32 %g0, 1
   %g64 = zext i32 %g to i64
   %w = shl i64 %g64, 32
