@@ -279,6 +279,8 @@ def _nonzero(x: Any) -> np.ndarray:
     if not isinstance(x, np.ndarray) or x.ndim == 0:
         raise TypeError(f"nonzero: expected an array of at least one dim, got "
                         f"{type(x).__name__}{'' if not isinstance(x, np.ndarray) else ' of 0 dims'}")
+    if x.ndim == 1:   # (the common case, a flattened mask: no stack)
+        return np.nonzero(x)[0].astype(np.int64, copy=False).reshape(1, -1)
     return np.ascontiguousarray(np.stack(np.nonzero(x)).astype(np.int64, copy=False))
 
 
@@ -392,11 +394,15 @@ class _Plan:
                 self._late_trees.add(i)
         self._index: dict[tuple, int] = {}
         self._groups = []
+        self._late_groups = []      # (table offset, group) of the groups using a late tree
         for deps, items in groups.items():
+            at = len(self._index)
             for k, (key, _, _) in enumerate(items):
                 self._index[key] = len(self._index)
             self._groups.append((operator.itemgetter(*deps), [(self._getter(dims, trees), itemsize)
                                                              for _, dims, itemsize in items], {}))
+            if self._late_trees & set(deps):
+                self._late_groups.append((at, self._groups[-1]))
         steps = [self._step(pos, ins, lib, constants) for pos, ins in enumerate(body)]
         self.kills = self._kills(body, pool.min_bytes)
         self.steps = []
@@ -642,28 +648,41 @@ class _Plan:
                   for i, t in enumerate(self._trees)]
         table: list = []
         for deps, items, cache in self._groups:
-            key = deps(values)
-            if late and None in (key if isinstance(key, tuple) else (key,)):
-                # a dim bound later in the run (match_shape makes the table again then): outputs are
-                # allocated by _alloc, which names the unbound var if it is still unbound
-                table += [None if itemsize is not None else (None, -1) for _, itemsize in items]
-                continue
-            shapes = cache.get(key)
-            if shapes is None:
-                shapes = []
-                for getter, itemsize in items:
-                    shape = getter(values)
-                    negative = min(shape, default=0) < 0
-                    if itemsize is None:
-                        shapes.append((shape, -1 if negative else math.prod(shape)))
-                    else:
-                        shapes.append(None if negative or math.prod(shape) * itemsize > _CHECKED_ALLOCATION
-                                      else shape)
-                if len(cache) >= self.CACHE_ENTRIES:
-                    cache.clear()
-                cache[key] = shapes
-            table += shapes
+            table += self._group_shapes(deps, items, cache, values)
         return table
+
+    def update_late_shapes(self, table: list, env: dict) -> None:
+        """After ``match_shape`` bound a var: the groups of ``table`` whose shapes use the vars bound
+        during the run, made again in place (the others keep their entries)."""
+        late = self._late_trees
+        values = [eval_dim(t, env) if i not in late else self._late_value(t, env)
+                  for i, t in enumerate(self._trees)]
+        for at, (deps, items, cache) in self._late_groups:
+            table[at:at + len(items)] = self._group_shapes(deps, items, cache, values)
+
+    def _group_shapes(self, deps, items: list, cache: dict, values: list) -> list:
+        """The table entries of one group of shapes for the dims' ``values`` (cached by its dims')."""
+        late = self._late_trees
+        key = deps(values)
+        if late and None in (key if isinstance(key, tuple) else (key,)):
+            # a dim bound later in the run (match_shape makes these entries again then): outputs are
+            # allocated by _alloc, which names the unbound var if it is still unbound
+            return [None if itemsize is not None else (None, -1) for _, itemsize in items]
+        shapes = cache.get(key)
+        if shapes is None:
+            shapes = []
+            for getter, itemsize in items:
+                shape = getter(values)
+                negative = min(shape, default=0) < 0
+                if itemsize is None:
+                    shapes.append((shape, -1 if negative else math.prod(shape)))
+                else:
+                    shapes.append(None if negative or math.prod(shape) * itemsize > _CHECKED_ALLOCATION
+                                  else shape)
+            if len(cache) >= self.CACHE_ENTRIES:
+                cache.clear()
+            cache[key] = shapes
+        return shapes
 
     def _late_value(self, tree: Any, env: dict) -> int | None:
         """A tree with a var bound during the run: its value, or None while a var is unbound."""
@@ -769,7 +788,7 @@ class _Plan:
                     raise ValueError(f"{name}: a runtime result has shape {shape}, expected {_shape_text(dims)} "
                                      f"(dim {d} must be {eval_dim(tree, env)})")
             if fresh:
-                table[:] = self.shape_table(env)
+                self.update_late_shapes(table, env)
         return step
 
     def _step(self, pos: int, ins: Any, lib: NativeLibrary, constants: list):
