@@ -83,28 +83,21 @@ def _resize2d(bb: BlockBuilder, call: rx.Call) -> rx.Expr:
         "resize2d")
 
 
-def _attention(bb: BlockBuilder, call: rx.Call) -> rx.Expr:
-    """The reference loops of :func:`builder.te.topi.attention`, marked with an
-    :class:`~builder.ir.kernel.AttentionKernelSpec` when the code generator's attention kernel may
-    take them (static heads and head dims): the spec is only a hint, the loops stay the semantics."""
-    a = call.attrs
-    scale = None if a.get("scale") is None else float(a["scale"])
-    spec = attention_kernel_spec(call.args, scale, a.get("causal_mask"))
-    on_new = None if spec is None else (lambda func: func.attrs.__setitem__(KERNEL_ATTR, spec))
-    return call_te(bb, topi.attention, call.args, {"scale": scale, "causal_mask": a.get("causal_mask")},
-                   "attention", on_new=on_new)
-
-
-def _attention_var_len(bb: BlockBuilder, call: rx.Call) -> rx.Expr:
-    """The reference loops of :func:`builder.te.topi.attention_var_len` (attention of one row with a
-    bias across sequences), marked with an :class:`~builder.ir.kernel.AttentionKernelSpec` whose
-    ``seqstart`` names the sequence starts, so that the attention kernel visits each sequence's keys."""
-    a = call.attrs
-    scale = None if a.get("scale") is None else float(a["scale"])
-    spec = attention_kernel_spec(call.args, scale, a.get("causal_mask"))
-    on_new = None if spec is None else (lambda func: func.attrs.__setitem__(KERNEL_ATTR, spec))
-    return call_te(bb, topi.attention_var_len, call.args, {"scale": scale, "causal_mask": a.get("causal_mask")},
-                   "attention_var_len", on_new=on_new)
+def _attention_rule(reference, name: str):
+    """The legalization of an attention op to the reference loops of ``reference``
+    (:func:`builder.te.topi.attention`, or :func:`~builder.te.topi.attention_var_len`: one batch row with
+    a bias across sequences), marked with an :class:`~builder.ir.kernel.AttentionKernelSpec` when the code
+    generator's attention kernel may take them (static heads and head dims; ``seqstart`` for the
+    variable-length form, whose units visit each sequence's own keys): the spec is only a hint, the loops
+    stay the semantics."""
+    def legalize(bb: BlockBuilder, call: rx.Call) -> rx.Expr:
+        a = call.attrs
+        scale = None if a.get("scale") is None else float(a["scale"])
+        spec = attention_kernel_spec(call.args, scale, a.get("causal_mask"))
+        on_new = None if spec is None else (lambda func: func.attrs.__setitem__(KERNEL_ATTR, spec))
+        return call_te(bb, reference, call.args, {"scale": scale, "causal_mask": a.get("causal_mask")}, name,
+                       on_new=on_new)
+    return legalize
 
 
 def attention_kernel_spec(args, scale: float | None, causal_mask: str | None) -> AttentionKernelSpec | None:
@@ -202,8 +195,9 @@ register_op("nn.rnn", infer_rnn, ("cell", "reverse", "linear_before_reset"), pat
 register_op("nn.rope", infer_rope, pattern=OpPattern.INJECTIVE, legalize=te_rule(topi.rope, "rope"),
             doc="Rotary position embedding of one tensor: ``x * cos + rotate_half(x) * sin`` (HF Llama).")
 register_op("nn.attention", infer_attention, ("scale", "causal_mask"), pattern=OpPattern.OPAQUE,
-            legalize=_attention, frontend="scaled_dot_product_attention", in_recipes=True,
+            legalize=_attention_rule(topi.attention, "attention"), frontend="scaled_dot_product_attention",
+            in_recipes=True,
             doc="``softmax(q @ k^T * scale [+ bias] [+ causal mask]) @ v`` (BSNH layout).")
 register_op("nn.attention_var_len", infer_attention_var_len, ("scale", "causal_mask"), pattern=OpPattern.OPAQUE,
-            legalize=_attention_var_len, frontend="attention_var_len",
+            legalize=_attention_rule(topi.attention_var_len, "attention_var_len"), frontend="attention_var_len",
             doc="Attention within each of several sequences packed one after another (``seqstart``).")

@@ -356,6 +356,20 @@ def infer_resize2d(call: Call) -> StructInfo:
     return TensorStructInfo(shape, x.dtype if out_dtype in ("void", None) else out_dtype)
 
 
+def _qkv(call: Call, op: str, layout: str, ndim: int) -> tuple:
+    """Query, key and value of an attention call: ``ndim``-D (``layout`` names the dims), floating
+    point, one dtype (ValueError / TypeError naming ``op`` otherwise)."""
+    q, k, v = tensor_arg(call, 0, "query"), tensor_arg(call, 1, "key"), tensor_arg(call, 2, "value")
+    for t, what in ((q, "query"), (k, "key"), (v, "value")):
+        if t.ndim != ndim:
+            raise ValueError(f"{op}: {what} must be {layout}, got {fmt_shape(t.shape)}")
+    if not E.is_float_dtype(q.dtype):
+        raise TypeError(f"{op}: needs floating-point tensors, got {q.dtype}")
+    check_same_dtype(call, q, k, "query", "key")
+    check_same_dtype(call, q, v, "query", "value")
+    return q, k, v
+
+
 def infer_attention(call: Call) -> StructInfo:
     """``R.nn.attention(query, key, value[, bias], scale, causal_mask)``: (B, Sq, H, Dv).
 
@@ -364,15 +378,7 @@ def infer_attention(call: Call) -> StructInfo:
     if len(call.args) not in (3, 4):
         raise ValueError(f"R.nn.attention: takes query, key, value and an optional bias, got "
                          f"{len(call.args)} arguments")
-    q, k, v = tensor_arg(call, 0, "query"), tensor_arg(call, 1, "key"), tensor_arg(call, 2, "value")
-    for t, what in ((q, "query"), (k, "key"), (v, "value")):
-        if t.ndim != 4:
-            raise ValueError(f"R.nn.attention: {what} must be 4-D (batch, seq_len, num_heads, "
-                             f"head_dim), got {fmt_shape(t.shape)}")
-    if not E.is_float_dtype(q.dtype):
-        raise TypeError(f"R.nn.attention: needs floating-point tensors, got {q.dtype}")
-    check_same_dtype(call, q, k, "query", "key")
-    check_same_dtype(call, q, v, "query", "value")
+    q, k, v = _qkv(call, "R.nn.attention", "4-D (batch, seq_len, num_heads, head_dim)", 4)
 
     def same(da, db, wa: str, wb: str, what: str, ta, tb) -> None:
         if definitely_different(da, db):
@@ -412,19 +418,11 @@ def infer_attention_var_len(call: Call) -> StructInfo:
     if len(call.args) != 4:
         raise ValueError(f"R.nn.attention_var_len: takes query, key, value and seqstart, got {len(call.args)} "
                          "arguments")
-    q, k, v = tensor_arg(call, 0, "query"), tensor_arg(call, 1, "key"), tensor_arg(call, 2, "value")
+    q, k, v = _qkv(call, "R.nn.attention_var_len", "3-D (tokens, num_heads, head_dim)", 3)
     st = tensor_arg(call, 3, "seqstart")
-    for t, what in ((q, "query"), (k, "key"), (v, "value")):
-        if t.ndim != 3:
-            raise ValueError(f"R.nn.attention_var_len: {what} must be 3-D (tokens, num_heads, head_dim), got "
-                             f"{fmt_shape(t.shape)}")
     if st.ndim != 1 or st.dtype not in ("int32", "int64"):
         raise ValueError(f"R.nn.attention_var_len: seqstart must be 1-D int32 / int64 (num_sequences + 1,), got "
                          f"{st.dtype} {fmt_shape(st.shape)}")
-    if not E.is_float_dtype(q.dtype):
-        raise TypeError(f"R.nn.attention_var_len: needs floating-point tensors, got {q.dtype}")
-    check_same_dtype(call, q, k, "query", "key")
-    check_same_dtype(call, q, v, "query", "value")
     for a, b, what in ((q.shape[0], k.shape[0], "tokens of query and key"),
                        (k.shape[0], v.shape[0], "tokens of key and value"), (q.shape[2], k.shape[2], "head dims"),
                        (k.shape[1], v.shape[1], "heads of key and value")):

@@ -113,12 +113,17 @@ def plan_attention(func: PrimFunc, simd: SimdInfo) -> AttentionPlan | str:
                     return f"bias dim {d} is {bd}, not the broadcast 1 of the spec"
             elif not E.prove_equal(bd, sd) and not (static_int(bd) == 1 and static_int(sd) == 1):
                 return f"bias dim {d}: cannot prove {bd} == the scores' {sd}"
+    return _plan(func, spec, q, k, v, bias, out, None, sizes)
+
+
+def _plan(func: PrimFunc, spec: AttentionKernelSpec, q, k, v, bias, out, seqstart, sizes: tuple) -> AttentionPlan | str:
+    """The plan, after the checks both forms share: a finite scale and the reference stages in the body."""
     if not math.isfinite(spec.scale):
         return f"scale {spec.scale} is not finite"
     missing = set(STAGES) - _block_names(func)
     if missing:
         return f"not the reference attention stages (missing {sorted(missing)})"
-    return AttentionPlan(spec, q, k, v, bias, out, None, heads, kv_heads, dim, dim_v, q.dtype, out.dtype)
+    return AttentionPlan(spec, q, k, v, bias, out, seqstart, *sizes, q.dtype, out.dtype)
 
 
 def _head_sizes(spec: AttentionKernelSpec, q: Buffer, k: Buffer, v: Buffer, out: Buffer, hd: int) -> tuple | str:
@@ -157,9 +162,4 @@ def _plan_var_len(func: PrimFunc, spec: AttentionKernelSpec) -> AttentionPlan | 
                        (q.shape[0], out.shape[0], "tokens of output")):
         if not E.prove_equal(a, b):
             return f"{what}: cannot prove {a} == {b}"
-    if not math.isfinite(spec.scale):
-        return f"scale {spec.scale} is not finite"
-    missing = set(STAGES) - _block_names(func)
-    if missing:
-        return f"not the reference attention stages (missing {sorted(missing)})"
-    return AttentionPlan(spec, q, k, v, None, out, st, *sizes, q.dtype, out.dtype)
+    return _plan(func, spec, q, k, v, None, out, st, sizes)
