@@ -642,7 +642,9 @@ class _Plan:
         None when it must be allocated by :func:`_alloc` (negative or large); for a reshape, ``(shape,
         elements)``, elements -1 when a dim is negative. Each symbolic dim is evaluated first (an
         unbound var or a division by zero raises, before any instruction runs, what
-        :func:`runtime.native.eval_dim` raises: KeyError, ZeroDivisionError, ValueError)."""
+        :func:`runtime.native.eval_dim` raises: KeyError, ZeroDivisionError, ValueError), except those
+        with a var that a ``match_shape`` binds during the run: their entries are placeholders until then
+        (an output of them is allocated by :func:`_alloc`, a reshape raises, if one ran before it)."""
         late = self._late_trees
         values = [eval_dim(t, env) if i not in late else self._late_value(t, env)
                   for i, t in enumerate(self._trees)]
@@ -768,8 +770,9 @@ class _Plan:
     def _match_shape_step(self, src: int, dims: list):
         """The step of ``["match_shape", src, dims]``: register ``src``'s array must have ``len(dims)``
         dims; a dim that is a var without a value binds it (TVM's ``match_cast`` of a data-dependent
-        shape: ``vm.builtin.nonzero``'s count), the others must equal their value. The shape table
-        is then made again, with the new values. Raises ValueError naming the function otherwise."""
+        shape: ``vm.builtin.nonzero``'s count), the others must equal their value. The shapes that use
+        the vars it bound are then made (:meth:`update_late_shapes`). Raises ValueError naming the
+        function otherwise."""
         name = self.name
 
         def step(regs, table, env):
