@@ -1116,6 +1116,27 @@ def nonzero(t, x):
     return op.permute_dims(op.nonzero(_at_least_1d(t, x)), [1, 0])
 
 
+def argwhere(t, x):
+    """``torch.argwhere``: ``torch.nonzero``."""
+    return nonzero(t, x)
+
+
+def masked_select(t, x, mask):
+    """``torch.masked_select``: the elements of ``x`` where the bool ``mask`` is true (both broadcast to
+    one shape), row-major, as a 1-D tensor whose length is bound when the model runs."""
+    shape = list(broadcast_shapes(tuple(x.shape), tuple(mask.shape), "masked_select"))
+    xb = x if list(x.shape) == shape else op.broadcast_to(x, shape)
+    mb = mask if list(mask.shape) == shape else op.broadcast_to(mask, shape)
+    return op.take(t.reshape(xb, [-1]), _mask_positions(t, mb), axis=0)
+
+
+def count_nonzero(t, x, dim=None):
+    """``torch.count_nonzero``: int64 counts of the nonzero elements over ``dim`` (int, list or None:
+    all)."""
+    axis = None if dim is None else [norm_dim(d, x.ndim) for d in (dim if isinstance(dim, (list, tuple)) else [dim])]
+    return op.sum(op.astype(op.not_equal(x, to_tensor(0, x.dtype)) if x.dtype != "bool" else x, "int64"), axis=axis)
+
+
 def _at_least_1d(t, x):
     return t.reshape(x, [1]) if x.ndim == 0 else x
 
@@ -2460,7 +2481,8 @@ TORCH_OPS: dict[str, Callable] = {
     "eq": compare("equal"), "ne": compare("not_equal"), "lt": compare("less"), "le": compare("less_equal"),
     "gt": compare("greater"), "ge": compare("greater_equal"),
     "maximum": maximum, "minimum": minimum, "clamp": clamp, "clamp_min": clamp_min, "clamp_max": clamp_max,
-    "where": where, "nonzero": nonzero, "masked_fill": masked_fill,
+    "where": where, "nonzero": nonzero, "argwhere": argwhere, "masked_select": masked_select,
+    "count_nonzero": count_nonzero, "masked_fill": masked_fill,
     "logical_and": logical_and, "logical_or": logical_or, "logical_not": logical_not,
     "bitwise_and": bitwise_and, "bitwise_or": bitwise_or, "bitwise_not": bitwise_not,
     "linear": linear, "matmul": matmul, "mm": matmul, "bmm": matmul, "addmm": addmm, "baddbmm": baddbmm,

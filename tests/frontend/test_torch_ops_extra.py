@@ -713,8 +713,9 @@ def test_median_and_kthvalue_match_pytorch():
 
 
 class DataDependent(nn.Module):
-    """Ops whose result size depends on the values: nonzero, one-argument where, boolean mask indexing and
-    assignment of a tensor of values at a mask (counts bound when the model runs)."""
+    """Ops whose result size depends on the values: nonzero / argwhere, one-argument where, boolean mask
+    indexing, masked_select and assignment of a tensor of values at a mask (counts bound when the model
+    runs); count_nonzero beside them."""
 
     def forward(self, x, m):
         keep = x > 0
@@ -727,7 +728,10 @@ class DataDependent(nn.Module):
         z = x.clone()
         z[:, m[0] > 0] = rows.flip(0) + 1.0
         w = x.clone().index_put_((keep,), picked * 0.5, accumulate=True)   # += values at the mask
-        return picked, picked.sum() + picked.shape[0], rows, ij, i0 + i1 * 10 + i2 * 100, y, z, w
+        sel = torch.masked_select(x, m[0, :, None] > 0)        # the mask broadcast over the last dim
+        counts = torch.count_nonzero(x > 0.3, dim=1) + torch.count_nonzero(m > 0)
+        return (picked, picked.sum() + picked.shape[0], rows, ij, i0 + i1 * 10 + i2 * 100, y, z, w, sel,
+                torch.argwhere(m < 0), counts)
 
 
 @pytest.mark.parametrize("seed", [0, 1])
