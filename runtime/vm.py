@@ -284,6 +284,25 @@ def _nonzero(x: Any) -> np.ndarray:
     return np.ascontiguousarray(np.stack(np.nonzero(x)).astype(np.int64, copy=False))
 
 
+def _repeat_indices(repeats: Any) -> np.ndarray:
+    """The VM builtin ``vm.builtin.repeat_indices`` (``builder.nn.op.repeat_interleave_indices``;
+    ``torch.repeat_interleave(repeats)``): index ``i`` repeated ``repeats[i]`` times, an int64 array of
+    shape ``(sum(repeats),)``, a length known only when the function runs (bound by ``match_shape``).
+    Raises TypeError for anything but a 1-D integer array, ValueError for a negative repeat, and
+    :class:`runtime.memory.MemoryLimitError` when the result would not fit in memory (checked before
+    it is made: repeats are data)."""
+    if not isinstance(repeats, np.ndarray) or repeats.ndim != 1 or repeats.dtype.kind not in "iu":
+        raise TypeError(f"repeat_indices: expected a 1-D integer array, got "
+                        f"{type(repeats).__name__ if not isinstance(repeats, np.ndarray) else repeats.dtype}")
+    r = repeats.astype(np.int64, copy=False)
+    if r.size and int(r.min()) < 0:
+        raise ValueError(f"repeat_interleave: repeats must be non-negative, got {int(r.min())}")
+    total = int(r.sum(dtype=np.uint64)) if r.size else 0   # (no int64 wrap for huge repeats)
+    if total > CHECKED_ALLOCATION // 8:
+        check_allocation(8 * total, f"repeat_interleave: {total} indices")
+    return np.repeat(np.arange(r.size, dtype=np.int64), r)
+
+
 _DEBUG_FUNCS: dict[str, Any] = {"vm.builtin.debug_print": _debug_print}
 
 _BUILTINS: dict[str, Any] = {
@@ -300,6 +319,8 @@ _BUILTINS: dict[str, Any] = {
     "vm.builtin.prim_value_to_tensor": _prim_value_to_tensor,
     # data-dependent shape: (x) -> (x.ndim, n) indices of its nonzero elements
     "vm.builtin.nonzero": _nonzero,
+    # data-dependent shape: (repeats) -> (sum(repeats),) index i repeated repeats[i] times
+    "vm.builtin.repeat_indices": _repeat_indices,
     "effect.print": _effect_print,
 }
 

@@ -1788,12 +1788,26 @@ def tile(t, x, *reps):
     return op.tile(x, reps)
 
 
-def repeat_interleave(t, x, repeats, dim=None, *, output_size=None):
-    """``torch.repeat_interleave`` with an int ``repeats`` (``numpy.repeat``)."""
-    r = static(repeats) if not is_tensor(repeats) else None
-    if r is None:
-        raise UnsupportedNodeError("repeat_interleave with tensor repeats (a data-dependent shape)")
-    return op.repeat(x, r, axis=None if dim is None else norm_dim(dim, x.ndim))
+def repeat_interleave(t, x, repeats=None, dim=None, *, output_size=None):
+    """``torch.repeat_interleave``: with an int ``repeats``, ``numpy.repeat``; with a tensor of repeats (one per
+    element along ``dim``, or one for all), a gather at index ``i`` repeated ``repeats[i]`` times
+    (:func:`builder.nn.op.repeat_interleave_indices`: the length is bound when the model runs); with only a
+    tensor (``torch.repeat_interleave(repeats)``), those indices."""
+    if is_tensor(x) and repeats is None:      # repeat_interleave(repeats): the indices themselves
+        return op.repeat_interleave_indices(as_dtype(_at_least_1d(t, x), "int64"))
+    if not is_tensor(repeats):
+        r = static(repeats)
+        if r is None:
+            raise UnsupportedNodeError("repeat_interleave with symbolic repeats")
+        return op.repeat(x, r, axis=None if dim is None else norm_dim(dim, x.ndim))
+    if dim is None:
+        x, d = t.reshape(x, [-1]), 0
+    else:
+        d = norm_dim(dim, x.ndim)
+    r = as_dtype(_at_least_1d(t, repeats), "int64")
+    if static(r.shape[0]) == 1 and static(x.shape[d]) != 1:   # one count for every element
+        r = op.broadcast_to(r, [x.shape[d]])
+    return op.take(x, op.repeat_interleave_indices(r), axis=d)
 
 
 def clamp_min(t, x, min):

@@ -748,3 +748,21 @@ def test_data_dependent_ops_match_pytorch(seed):
         got = vm["main"](xs.numpy(), ms.numpy())
         for gv, w in zip(got, want):   # none / every element selected, from the same compiled model
             np.testing.assert_allclose(gv, w.numpy(), rtol=1e-6, atol=1e-6)
+
+
+class RepeatInterleave(nn.Module):
+    def forward(self, x, r):
+        return (torch.repeat_interleave(x, r, dim=0) * 2, torch.repeat_interleave(r),
+                x.repeat_interleave(torch.tensor([2]), dim=1), torch.repeat_interleave(x[:, :1], r))
+
+
+def test_repeat_interleave_with_tensor_repeats_matches_pytorch():
+    """Tensor repeats (one per element along dim, or one for all; no dim: the flattened tensor) and the
+    one-argument form, through torch.export; the same model on other repeats, zeros included."""
+    x, r = torch.randn(3, 4), torch.tensor([2, 0, 3])
+    _against_pytorch(RepeatInterleave().eval(), [x, r], paths=("export",))
+    vm = runtime.VirtualMachine(build(from_exported_program(torch.export.export(RepeatInterleave().eval(), (x, r)))))
+    for rr in (torch.tensor([0, 0, 0]), torch.tensor([1, 5, 1])):
+        want = RepeatInterleave()(x, rr)
+        for g, w in zip(vm["main"](x.numpy(), rr.numpy()), want):
+            np.testing.assert_allclose(g, w.numpy(), rtol=1e-6, atol=1e-6)

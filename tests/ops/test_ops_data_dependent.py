@@ -147,3 +147,25 @@ def test_unpad_and_pad_input_refuse_what_does_not_fit():
         exported(lambda x, m: op.unpad_input(x, m), x=((2, 4, 4), "float32"), m=((2, 3), "int64"))
     with pytest.raises(ValueError, match="1-D with one index per packed row"):
         exported(lambda p, i: op.pad_input(p, i, 2, 3), p=((4, 5), "float32"), i=((4, 1), "int64"))
+
+
+def test_repeat_interleave_indices_match_numpy_and_refuse_bad_repeats():
+    """Index i repeated repeats[i] times (the length bound when the function runs), a gather with them is
+    numpy.repeat; a negative repeat is a ValueError and a total beyond the memory available a
+    MemoryLimitError, before anything that large is made."""
+    from runtime.memory import MemoryLimitError
+
+    f = jit(lambda x, r: (op.repeat_interleave_indices(r), op.take(x, op.repeat_interleave_indices(r), axis=1)),
+            x=((2, "n", 3), "float32"), r=(["n"], "int32"))
+    x = RNG.standard_normal((2, 4, 3)).astype(np.float32)
+    for r in ([2, 0, 3, 1], [0, 0, 0, 0], [1, 1, 1, 1]):
+        r = np.array(r, np.int32)
+        idx, y = f(x, r)
+        np.testing.assert_array_equal(idx, np.repeat(np.arange(4), r))
+        np.testing.assert_array_equal(y, np.repeat(x, r, axis=1))
+    with pytest.raises(ValueError, match="repeats must be non-negative"):
+        f(x, np.array([1, -1, 2, 0], np.int32))
+    with pytest.raises(MemoryLimitError):
+        f(x, np.array([2**31 - 1] * 4, np.int32))
+    with pytest.raises(ValueError, match="1-D integer tensor"):
+        exported(lambda r: op.repeat_interleave_indices(r), r=(["n"], "float32"))

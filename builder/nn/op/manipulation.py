@@ -63,6 +63,23 @@ def nonzero(x: Tensor, name: str = "nonzero") -> Tensor:
     return wrap_nested(call, name)
 
 
+def repeat_interleave_indices(repeats: Tensor, name: str = "repeat_indices") -> Tensor:
+    """Index ``i`` repeated ``repeats[i]`` times (``torch.repeat_interleave(repeats)``): ``repeats`` a 1-D
+    integer tensor (non-negative: a negative one is an error when the code runs) -> an int64 ``(n,)``
+    tensor, ``n = sum(repeats)`` a new symbolic dim (``total_repeats``) bound when the function runs
+    (``vm.builtin.repeat_indices``, then ``match_shape``; a total beyond the memory available is a
+    MemoryLimitError then). ``take(x, repeat_interleave_indices(r), axis=d)`` is
+    ``torch.repeat_interleave(x, r, dim=d)``. Raises ValueError / TypeError for other shapes or dtypes."""
+    from ...ir.struct_info import TensorStructInfo
+    if repeats.ndim != 1 or not E.is_int_dtype(repeats.dtype):
+        raise ValueError(f"repeat_interleave_indices: repeats must be a 1-D integer tensor, got {repeats.dtype} "
+                         f"{list(repeats.shape)}")
+    n = E.SizeVar("total_repeats", "int64")
+    call = rx.Call(rx.Op.get("call_pure_packed"), [rx.ExternFunc("vm.builtin.repeat_indices"), repeats._expr], {},
+                   sinfo_args=[TensorStructInfo((n,), "int64")])
+    return wrap_nested(call, name)
+
+
 def gather_elements(x: Tensor, indices: Tensor, axis: int = 0, name: str = "gather_elements") -> Tensor:
     """``out[i...] = x[i with i[axis] = indices[i...]]`` (``torch.gather``, ONNX ``GatherElements``,
     ``numpy.take_along_axis``): the indices' shape, ``x``'s dtype; negative indices count from the end,
