@@ -1509,6 +1509,27 @@ def _nonzero(im, node, ins, at):
     return op.nonzero(op.reshape(x, [1]) if x.ndim == 0 else x)
 
 
+@_register("Compress")
+def _compress(im, node, ins, at):
+    """``Compress``: the slices along ``axis`` (the flattened input without one) where the 1-D condition is
+    true (``numpy.compress``: a shorter condition leaves out the rest; a true element past the dim is an
+    error when the model runs): a gather at the condition's nonzero indices, their count bound then."""
+    _check_inputs(ins, node)
+    data, cond = im.tensor(ins[0]), im.tensor(ins[1])
+    if cond.ndim != 1:
+        raise ONNXImportError(f"the condition must be 1-D, got {cond.ndim}-d")
+    if "axis" in at:
+        nd = data.ndim
+        axis = int(at["axis"])
+        if not -nd <= axis < nd:
+            raise ONNXImportError(f"axis {axis} is out of range for a {nd}-d input")
+        axis %= nd
+    else:
+        data, axis = op.reshape(data, [-1]), 0
+    idx = op.nonzero(cond)
+    return op.take(data, op.reshape(idx, [idx.shape[1]]), axis=axis)
+
+
 @_register("InstanceNormalization")
 def _instance_norm(im, node, ins, at):
     """``InstanceNormalization``: each (sample, channel) normalized over its spatial dims (group norm with

@@ -324,3 +324,15 @@ def test_nonzero_and_what_reads_its_count():
     scalar = lambda v: np.array(v, np.float32)   # noqa: E731
     check(model, [{"x": x, "s": scalar(2)}, {"x": -np.abs(x), "s": scalar(0)},
                   {"x": np.abs(randn(4, 5)) + 1, "s": scalar(-1)}])
+
+
+def test_compress_along_an_axis_and_flattened():
+    """Compress with an axis (a condition shorter than the dim) and without one (the flattened input)."""
+    nodes = [helper.make_node("Greater", ["c", "zero"], ["keep"]),
+             helper.make_node("Compress", ["x", "keep"], ["y"], axis=1),
+             helper.make_node("Greater", ["f", "zero"], ["keepf"]),
+             helper.make_node("Compress", ["x", "keepf"], ["z"])]
+    model = model_of(nodes, [vi("x", ["b", 5]), vi("c", [4]), vi("f", ["m"])],
+                     [vi("y", ["b", "k"]), vi("z", ["j"])], 17, [("zero", np.zeros((), np.float32))])
+    check(model, [{"x": randn(3, 5), "c": randn(4), "f": randn(15)},
+                  {"x": randn(2, 5), "c": -np.ones(4, np.float32), "f": np.ones(7, np.float32)}])
