@@ -275,10 +275,13 @@ def _nonzero(x: Any) -> np.ndarray:
     an int64 array of shape ``(x.ndim, n)``, ``n`` the number of nonzero elements, in row-major
     order (``numpy.nonzero`` stacked). Its ``n`` is a shape known only when the function runs: the
     VM binds it (``match_shape``) for the instructions after. Raises TypeError for anything but an
-    array of at least one dim (a malformed executable)."""
+    array of at least one dim (a malformed executable), :class:`runtime.memory.MemoryLimitError` when
+    the indices would not fit in memory (counted first)."""
     if not isinstance(x, np.ndarray) or x.ndim == 0:
         raise TypeError(f"nonzero: expected an array of at least one dim, got "
                         f"{type(x).__name__}{'' if not isinstance(x, np.ndarray) else ' of 0 dims'}")
+    if 8 * x.ndim * x.size > _CHECKED_ALLOCATION:   # (8 bytes per dim per element: up to 64x a bool input)
+        check_allocation(8 * x.ndim * int(np.count_nonzero(x)), f"nonzero: the indices of a {x.shape} array")
     if x.ndim == 1:   # (the common case, a flattened mask: no stack)
         return np.nonzero(x)[0].astype(np.int64, copy=False).reshape(1, -1)
     return np.ascontiguousarray(np.stack(np.nonzero(x)).astype(np.int64, copy=False))
@@ -298,7 +301,7 @@ def _repeat_indices(repeats: Any) -> np.ndarray:
     if r.size and int(r.min()) < 0:
         raise ValueError(f"repeat_interleave: repeats must be non-negative, got {int(r.min())}")
     total = int(r.sum(dtype=np.uint64)) if r.size else 0   # (no int64 wrap for huge repeats)
-    if total > CHECKED_ALLOCATION // 8:
+    if 8 * total > _CHECKED_ALLOCATION:
         check_allocation(8 * total, f"repeat_interleave: {total} indices")
     return np.repeat(np.arange(r.size, dtype=np.int64), r)
 

@@ -169,3 +169,21 @@ def test_repeat_interleave_indices_match_numpy_and_refuse_bad_repeats():
         f(x, np.array([2**31 - 1] * 4, np.int32))
     with pytest.raises(ValueError, match="1-D integer tensor"):
         exported(lambda r: op.repeat_interleave_indices(r), r=(["n"], "float32"))
+
+
+def test_nonzero_checks_the_memory_its_indices_need(monkeypatch):
+    """The indices take 8 bytes per dim per nonzero element (64 times a bool input of 8 dims): above the
+    checked size they are counted and checked against the memory available before they are made."""
+    import runtime.memory
+    import runtime.vm
+    from runtime.memory import MemoryLimitError
+
+    f = jit(lambda x: op.nonzero(x), x=(["a", "b"], "bool"))
+    x = np.zeros((8, 8), bool)
+    x[:, :3] = True                                  # 24 indices: 384 bytes
+    monkeypatch.setattr(runtime.vm, "_CHECKED_ALLOCATION", 64)
+    monkeypatch.setattr(runtime.memory, "available_memory", lambda: 400)
+    np.testing.assert_array_equal(f(x), nonzero_ref(x))
+    x[:, 3] = True                                   # 32 indices: 512 bytes
+    with pytest.raises(MemoryLimitError, match=r"nonzero: the indices of a \(8, 8\) array"):
+        f(x)
