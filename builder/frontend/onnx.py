@@ -574,6 +574,33 @@ class _Importer:
             bb.emit_func_output(gv, params=params)
         return verify(bb.get())
 
+    def subgraph(self, graph, nout: int) -> list:
+        """The values of ``graph``'s outputs (an ``If`` branch, ``nout`` of them), its initializers and nodes
+        imported into this graph's scope (ONNX names are unique across a model and its subgraphs). Raises
+        ONNXImportError for an op without a converter, outputs that do not match, or branches nested deeper
+        than :data:`MAX_BRANCH_DEPTH`."""
+        self.depth = getattr(self, "depth", 0) + 1
+        try:
+            if self.depth > MAX_BRANCH_DEPTH:
+                raise ONNXImportError(f"If branches nested deeper than {MAX_BRANCH_DEPTH}")
+            if len(graph.output) != nout:
+                raise ONNXImportError(f"the branch has {len(graph.output)} outputs, the node {nout}")
+            missing = sorted({_op_key(n) for n in graph.node} - set(_CONVERTERS))
+            if missing:
+                raise ONNXImportError(f"the branch uses ops without a converter: {', '.join(missing)}")
+            for t in graph.initializer:
+                self.env[t.name] = _to_array(t)
+            for k, n in enumerate(graph.node):
+                self.node(n, -1 - k)
+            outs = []
+            for o in graph.output:
+                if o.name not in self.env:
+                    raise ONNXImportError(f"the branch output {o.name!r} is computed by no node")
+                outs.append(self.env[o.name])
+            return outs
+        finally:
+            self.depth -= 1
+
     def node(self, node, i: int) -> None:
         conv = _CONVERTERS[_op_key(node)]
         ins = []
@@ -1528,6 +1555,31 @@ def _compress(im, node, ins, at):
         data, axis = op.reshape(data, [-1]), 0
     idx = op.nonzero(cond)
     return op.take(data, op.reshape(idx, [idx.shape[1]]), axis=axis)
+
+
+#: The most ``If`` nodes nested in one another that the importer follows (each is one Python frame deeper).
+MAX_BRANCH_DEPTH = 32
+
+
+@_register("If")
+def _if(im, node, ins, at):
+    """``If`` whose condition is known at import time (a constant, or shape arithmetic that folds to one):
+    the branch it selects is imported in place of the node, its nodes reading the outer graph's values as
+    ONNX scopes them; a condition computed when the model runs is refused (both branches would run as
+    control flow, which the graph does not have)."""
+    _check_inputs(ins, node)
+    cond = ins[0]
+    if not isinstance(cond, np.ndarray):
+        raise ONNXImportError("its condition is computed when the model runs; an If is imported only when its "
+                              "condition is known at import time (a constant, or shape arithmetic that folds), "
+                              "by taking the branch it selects")
+    if cond.size != 1:
+        raise ONNXImportError(f"the condition must hold one value, got shape {cond.shape}")
+    key = "then_branch" if bool(cond.ravel()[0]) else "else_branch"
+    branch = at.get(key)
+    if branch is None or not branch.HasField("g"):
+        raise ONNXImportError(f"the {key} graph is missing")
+    return im.subgraph(branch.g, len(node.output))
 
 
 @_register("InstanceNormalization")

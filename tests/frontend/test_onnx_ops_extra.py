@@ -336,3 +336,53 @@ def test_compress_along_an_axis_and_flattened():
                      [vi("y", ["b", "k"]), vi("z", ["j"])], 17, [("zero", np.zeros((), np.float32))])
     check(model, [{"x": randn(3, 5), "c": randn(4), "f": randn(15)},
                   {"x": randn(2, 5), "c": -np.ones(4, np.float32), "f": np.ones(7, np.float32)}])
+
+
+def _branch(name, nodes, outputs, inits=()):
+    return helper.make_graph(nodes, name, [], outputs,
+                             [numpy_helper.from_array(v, n) for n, v in inits])
+
+
+@pytest.mark.parametrize("flag", [True, False])
+def test_if_with_a_condition_known_at_import_time(flag):
+    """An If whose condition is a constant, or folds from static shapes, imports the branch it selects
+    (its nodes read the outer graph's values; an initializer of its own; an If nested in it)."""
+    inner = helper.make_node("If", ["flag2"], ["t2"], then_branch=_branch(
+        "in_then", [helper.make_node("Neg", ["x"], ["t2a"])], [vi("t2a", None)]),
+        else_branch=_branch("in_else", [helper.make_node("Abs", ["x"], ["t2b"])], [vi("t2b", None)]))
+    then_g = _branch("then", [helper.make_node("Mul", ["x", "three"], ["ta"]),
+                              helper.make_node("Constant", [], ["flag2"], value=numpy_helper.from_array(
+                                  np.array(False))), inner,
+                              helper.make_node("Add", ["ta", "t2"], ["tout"])],
+                     [vi("tout", None)], [("three", np.full((), 3, np.float32))])
+    else_g = _branch("else", [helper.make_node("Sub", ["x", "one"], ["eout"])], [vi("eout", None)])
+    nodes = [helper.make_node("Constant", [], ["c"], value=numpy_helper.from_array(np.array(flag))),
+             helper.make_node("If", ["c"], ["y"], then_branch=then_g, else_branch=else_g),
+             helper.make_node("Shape", ["x"], ["shape"]),                       # a condition from static shapes
+             helper.make_node("Gather", ["shape", "i1"], ["width"], axis=0),
+             helper.make_node("Greater", ["width", "four"], ["wide"]),
+             helper.make_node("If", ["wide"], ["z"], then_branch=_branch(
+                 "w", [helper.make_node("Relu", ["y"], ["zw"])], [vi("zw", None)]),
+                 else_branch=_branch("n", [helper.make_node("Sigmoid", ["y"], ["zn"])], [vi("zn", None)]))]
+    model = model_of(nodes, [vi("x", ["b", 5])], [vi("y", ["b", 5]), vi("z", ["b", 5])], 17,
+                     [("one", np.ones((), np.float32)), ("i1", np.array(1, np.int64)),
+                      ("four", np.array(4, np.int64))])
+    check(model, [{"x": randn(2, 5)}, {"x": randn(3, 5)}])
+
+
+def test_if_refusals():
+    """A condition computed when the model runs, and a branch with an op we lack, are named."""
+    branch = _branch("b", [helper.make_node("Relu", ["x"], ["o"])], [vi("o", None)])
+    nodes = [helper.make_node("ReduceSum", ["x"], ["s"], keepdims=0),
+             helper.make_node("Greater", ["s", "zero"], ["c"]),
+             helper.make_node("If", ["c"], ["y"], then_branch=branch, else_branch=branch)]
+    model = model_of(nodes, [vi("x", [2, 3])], [vi("y", [2, 3])], 17, [("zero", np.zeros((), np.float32))])
+    with pytest.raises(ONNXImportError, match="condition is computed when the model runs"):
+        from_onnx(model)
+    odd = _branch("b", [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Det", ["r"], ["o"])],
+                  [vi("o", None)])
+    nodes = [helper.make_node("Constant", [], ["c"], value=numpy_helper.from_array(np.array(True))),
+             helper.make_node("If", ["c"], ["y"], then_branch=odd, else_branch=branch)]
+    model = model_of(nodes, [vi("x", [3, 3])], [vi("y", [3, 3])], 17)
+    with pytest.raises(ONNXImportError, match="ops without a converter: Det"):
+        from_onnx(model)
