@@ -1,6 +1,7 @@
-"""Shapes known only when the function runs: ``nn.op.nonzero`` (its count a new symbolic dim the VM binds
-with ``match_shape``) and padding removal built on it (``unpad_input`` / ``pad_input``), against numpy;
-the text form round trip, saved executables, and damaged bytecode refused or stopped with a clear error."""
+"""Shapes known only when the function runs: ``nn.op.nonzero`` and ``nn.op.repeat_interleave_indices`` (their
+counts new symbolic dims the VM binds with ``match_shape``) and padding removal built on nonzero
+(``unpad_input`` / ``pad_input``), against numpy; the text form round trip, saved executables, damaged bytecode
+refused or stopped with a clear error, and results too large for memory refused before they are made."""
 import copy
 
 import numpy as np
