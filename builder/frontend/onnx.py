@@ -304,6 +304,18 @@ def _read_external_data(model, folder: Path) -> None:
         t.data_location = onnx.TensorProto.DEFAULT
 
 
+def _nodes_and_branches(graph, prefix: str = ""):
+    """``(node, name)`` of every node of ``graph`` and of the branches of its ``If`` nodes (named
+    ``If_node/then_branch/node``), so that the ops of a branch are checked with the others."""
+    for i, node in enumerate(graph.node):
+        name = prefix + _node_name(node, i)
+        yield node, name
+        if _op_key(node) == "If":
+            for a in node.attribute:
+                if a.HasField("g"):
+                    yield from _nodes_and_branches(a.g, f"{prefix}{node.name or f'If_{i}'}/{a.name}/")
+
+
 def _all_tensors(graph):
     yield from graph.initializer
     for node in graph.node:
@@ -3136,10 +3148,10 @@ def from_onnx(model_or_path, shape_dict: Mapping[str, Sequence] | None = None,
     model = _upgraded(_load(model_or_path))
     opset = _opset(model)
     missing: dict[str, list[str]] = {}
-    for i, node in enumerate(model.graph.node):
+    for node, name in _nodes_and_branches(model.graph):
         key = _op_key(node)
         if key not in _CONVERTERS:
-            missing.setdefault(key, []).append(_node_name(node, i))
+            missing.setdefault(key, []).append(name)
     if missing:
         raise UnsupportedOpsError(missing)
     for what, d in (("shape_dict", shape_dict), ("dtype_dict", dtype_dict)):
