@@ -306,6 +306,29 @@ def _repeat_indices(repeats: Any) -> np.ndarray:
     return np.repeat(np.arange(r.size, dtype=np.int64), r)
 
 
+def _unique(x: Any, sorted_: Any = 1) -> tuple:
+    """The VM builtin ``vm.builtin.unique`` (``builder.nn.op.unique``; ``numpy.unique``, ONNX ``Unique``
+    without an axis): the distinct values of the flattened array ``x`` (ascending, or in the order they
+    first occur when ``sorted_`` is 0), the flat index of each one's first occurrence, the index into them
+    of every element of ``x`` and each one's count: ``(values (n,), first (n,) int64, inverse (x.size,)
+    int64, counts (n,) int64)``, ``n`` bound by ``match_shape``. NaNs count as one value (numpy >= 1.21).
+    Raises TypeError for anything but an array, MemoryLimitError when the results would not fit."""
+    if not isinstance(x, np.ndarray):
+        raise TypeError(f"unique: expected an array, got {type(x).__name__}")
+    flat = x.reshape(-1)
+    nbytes = 8 * 3 * flat.size + flat.nbytes
+    if nbytes > _CHECKED_ALLOCATION:
+        check_allocation(2 * nbytes, f"unique: the values and indices of a {x.shape} array")
+    values, first, inverse, counts = np.unique(flat, return_index=True, return_inverse=True, return_counts=True)
+    if not int(sorted_):   # in the order of first occurrence
+        order = np.argsort(first, kind="stable")
+        rank = np.empty_like(order)
+        rank[order] = np.arange(order.size)
+        values, first, counts, inverse = values[order], first[order], counts[order], rank[inverse.reshape(-1)]
+    return (np.ascontiguousarray(values), first.astype(np.int64), inverse.reshape(-1).astype(np.int64),
+            counts.astype(np.int64))
+
+
 _DEBUG_FUNCS: dict[str, Any] = {"vm.builtin.debug_print": _debug_print}
 
 _BUILTINS: dict[str, Any] = {
@@ -324,6 +347,8 @@ _BUILTINS: dict[str, Any] = {
     "vm.builtin.nonzero": _nonzero,
     # data-dependent shape: (repeats) -> (sum(repeats),) index i repeated repeats[i] times
     "vm.builtin.repeat_indices": _repeat_indices,
+    # data-dependent shape: (x, sorted) -> (values, first index, inverse, counts) of its distinct values
+    "vm.builtin.unique": _unique,
     "effect.print": _effect_print,
 }
 

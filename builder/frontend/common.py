@@ -1137,6 +1137,27 @@ def count_nonzero(t, x, dim=None):
     return op.sum(op.astype(op.not_equal(x, to_tensor(0, x.dtype)) if x.dtype != "bool" else x, "int64"), axis=axis)
 
 
+def unique(t, x, sorted=True, return_inverse=False, return_counts=False, dim=None):  # noqa: A002
+    """``torch.unique`` (no ``dim``): the distinct values flattened, ascending, with the inverse indices in
+    x's shape and the counts when asked (:func:`builder.nn.op.unique`: the count is bound when the model
+    runs)."""
+    if dim is not None:
+        raise UnsupportedNodeError("torch.unique with dim")
+    values, _first, inverse, counts = op.unique(x, sorted=bool(sorted))
+    out = [values]
+    if return_inverse:
+        out.append(t.reshape(inverse, list(x.shape)))
+    if return_counts:
+        out.append(counts)
+    return out[0] if len(out) == 1 else tuple(out)
+
+
+def aten_unique2(t, x, sorted=True, return_inverse=False, return_counts=False):  # noqa: A002
+    """``aten._unique2``: always ``(values, inverse in x's shape, counts)``."""
+    values, _first, inverse, counts = op.unique(x, sorted=bool(sorted))
+    return values, t.reshape(inverse, list(x.shape)), counts
+
+
 def _at_least_1d(t, x):
     return t.reshape(x, [1]) if x.ndim == 0 else x
 
@@ -2495,7 +2516,7 @@ TORCH_OPS: dict[str, Callable] = {
     "eq": compare("equal"), "ne": compare("not_equal"), "lt": compare("less"), "le": compare("less_equal"),
     "gt": compare("greater"), "ge": compare("greater_equal"),
     "maximum": maximum, "minimum": minimum, "clamp": clamp, "clamp_min": clamp_min, "clamp_max": clamp_max,
-    "where": where, "nonzero": nonzero, "argwhere": argwhere, "masked_select": masked_select,
+    "where": where, "nonzero": nonzero, "argwhere": argwhere, "masked_select": masked_select, "unique": unique,
     "count_nonzero": count_nonzero, "masked_fill": masked_fill,
     "logical_and": logical_and, "logical_or": logical_or, "logical_not": logical_not,
     "bitwise_and": bitwise_and, "bitwise_or": bitwise_or, "bitwise_not": bitwise_not,

@@ -59,7 +59,7 @@ ATEN_OPS: dict[str, Callable] = {
     **{name: fn for name, fn in C.TORCH_OPS.items()},
     "embedding": C.aten_embedding, "_softmax": C.aten_softmax, "_log_softmax": lambda t, x, d, h=False:
         C.log_softmax(t, x, d), "native_layer_norm": C.native_layer_norm, "layer_norm": _layer_norm,
-    "sym_size": _sym_size, "_unsafe_view": C.view, "_to_copy": C.to, "alias": C.contiguous,
+    "sym_size": _sym_size, "_unique2": C.aten_unique2, "_unsafe_view": C.view, "_to_copy": C.to, "alias": C.contiguous,
     "lift_fresh_copy": C.contiguous, "scalar_tensor": _scalar_tensor, "full": _full,
     "native_dropout": _native_dropout, "convolution": C.convolution, "__and__": C.bitwise_and,
     "__or__": C.bitwise_or, "index": C.index,

@@ -1573,6 +1573,17 @@ def _compress(im, node, ins, at):
 MAX_BRANCH_DEPTH = 32
 
 
+@_register("Unique")
+def _unique(im, node, ins, at):
+    """``Unique`` without an axis: the distinct values of the flattened input (ascending with ``sorted`` 1,
+    the default, else in the order they first occur), the first index of each, the inverse indices and the
+    counts (:func:`builder.nn.op.unique`: their count is bound when the model runs)."""
+    _check_inputs(ins, node)
+    if "axis" in at:
+        raise ONNXImportError("Unique along an axis is not supported (only the flattened form)")
+    return list(op.unique(im.tensor(ins[0]), sorted=bool(int(at.get("sorted", 1)))))
+
+
 @_register("If")
 def _if(im, node, ins, at):
     """``If`` whose condition is known at import time (a constant, or shape arithmetic that folds to one):

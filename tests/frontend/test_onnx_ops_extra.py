@@ -387,3 +387,13 @@ def test_if_refusals():
     model = model_of(nodes, [vi("x", [3, 3])], [vi("y", [3, 3])], 17)
     with pytest.raises(ONNXImportError, match=r"unsupported ONNX op type\(s\): Det \(nodes: If_1/then_branch/Det_1"):
         from_onnx(model)
+
+
+@pytest.mark.parametrize("ordered", [1, 0])
+def test_unique_without_an_axis(ordered):
+    """Unique of the flattened input, sorted or in first-occurrence order: all four outputs."""
+    nodes = [helper.make_node("Unique", ["x"], ["y", "first", "inverse", "counts"], sorted=ordered)]
+    model = model_of(nodes, [vi("x", ["b", 3], I64)],
+                     [vi("y", ["n"], I64), vi("first", ["n"], I64), vi("inverse", ["m"], I64),
+                      vi("counts", ["n"], I64)], 17)
+    check(model, [{"x": np.array([[3, 1, 3], [2, 1, 5]], np.int64)}, {"x": np.full((4, 3), 7, np.int64)}])

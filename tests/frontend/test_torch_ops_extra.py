@@ -766,3 +766,20 @@ def test_repeat_interleave_with_tensor_repeats_matches_pytorch():
         want = RepeatInterleave()(x, rr)
         for g, w in zip(vm["main"](x.numpy(), rr.numpy()), want):
             np.testing.assert_allclose(g, w.numpy(), rtol=1e-6, atol=1e-6)
+
+
+class Unique(nn.Module):
+    def forward(self, x):
+        v, inv, c = torch.unique(x, return_inverse=True, return_counts=True)
+        return v * 2, inv, c, torch.unique(x[0])
+
+
+def test_unique_matches_pytorch():
+    """torch.unique (aten._unique2 through torch.export): values, inverse in x's shape, counts; other values
+    with the same compiled model."""
+    x = torch.tensor([[3, 1, 3], [2, 1, 5]])
+    _against_pytorch(Unique().eval(), [x], paths=("export",), exact=True)
+    vm = runtime.VirtualMachine(build(from_exported_program(torch.export.export(Unique().eval(), (x,)))))
+    for xx in (torch.full((2, 3), 7), torch.tensor([[9, 8, 7], [6, 5, 4]])):
+        for g, w in zip(vm["main"](xx.numpy()), Unique()(xx)):
+            np.testing.assert_array_equal(g, w.numpy())

@@ -188,3 +188,25 @@ def test_nonzero_checks_the_memory_its_indices_need(monkeypatch):
     x[:, 3] = True                                   # 32 indices: 512 bytes
     with pytest.raises(MemoryLimitError, match=r"nonzero: the indices of a \(8, 8\) array"):
         f(x)
+
+
+@pytest.mark.parametrize("ordered", [True, False])
+def test_unique_matches_numpy(ordered):
+    """Values ascending or in first-occurrence order, first indices, inverse indices and counts (a count
+    bound at run time), for ints and floats with repeated NaNs (one value, as numpy), on other sizes."""
+    f = jit(lambda x: op.unique(x, sorted=ordered), x=(["a", 3], "float32"))
+    for x in (np.array([[3, 1, 3], [2, 1, 5]], np.float32), np.full((4, 3), 7, np.float32),
+              np.array([[np.nan, 1, np.nan]], np.float32), np.zeros((0, 3), np.float32)):
+        values, first, inverse, counts = f(x)
+        flat = x.reshape(-1)
+        want_v, want_first, want_inv, want_c = np.unique(flat, return_index=True, return_inverse=True,
+                                                         return_counts=True)
+        if not ordered:
+            order = np.argsort(want_first, kind="stable")
+            want_v, want_first, want_c = want_v[order], want_first[order], want_c[order]
+            want_inv = np.argsort(order)[want_inv.reshape(-1)]
+        np.testing.assert_array_equal(values, want_v)
+        np.testing.assert_array_equal(first, want_first)
+        np.testing.assert_array_equal(inverse, want_inv.reshape(-1))
+        np.testing.assert_array_equal(counts, want_c)
+        np.testing.assert_array_equal(values[inverse], flat)   # the inverse rebuilds x

@@ -80,6 +80,27 @@ def repeat_interleave_indices(repeats: Tensor, name: str = "repeat_indices") -> 
     return wrap_nested(call, name)
 
 
+def unique(x: Tensor, sorted: bool = True, name: str = "unique") -> tuple:  # noqa: A002 - torch's / ONNX's name
+    """The distinct values of ``x`` flattened (``numpy.unique``; ``torch.unique``, ONNX ``Unique`` without an
+    axis): ``(values (n,) x.dtype, first (n,) int64, inverse (size,) int64, counts (n,) int64)`` -- the values
+    ascending (``sorted``) or in the order they first occur, the flat index of each one's first occurrence, the
+    index into ``values`` of every element, and each one's count. ``n`` is a new symbolic dim (``num_unique``)
+    bound when the function runs (``vm.builtin.unique``, then ``match_shape``; results beyond the memory
+    available are a MemoryLimitError then)."""
+    from ...ir.struct_info import TensorStructInfo, TupleStructInfo
+    n = E.SizeVar("num_unique", "int64")
+    size = 1
+    for d in x.shape:
+        size = size * d
+    size = E.simplify(size) if isinstance(size, E.PrimExpr) else size
+    sinfo = TupleStructInfo([TensorStructInfo((n,), x.dtype), TensorStructInfo((n,), "int64"),
+                             TensorStructInfo((size,), "int64"), TensorStructInfo((n,), "int64")])
+    call = rx.Call(rx.Op.get("call_pure_packed"),
+                   [rx.ExternFunc("vm.builtin.unique"), x._expr, rx.PrimValue(int(bool(sorted)), "int64")], {},
+                   sinfo_args=[sinfo])
+    return wrap_nested(call, name)
+
+
 def gather_elements(x: Tensor, indices: Tensor, axis: int = 0, name: str = "gather_elements") -> Tensor:
     """``out[i...] = x[i with i[axis] = indices[i...]]`` (``torch.gather``, ONNX ``GatherElements``,
     ``numpy.take_along_axis``): the indices' shape, ``x``'s dtype; negative indices count from the end,
