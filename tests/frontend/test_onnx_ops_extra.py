@@ -397,3 +397,40 @@ def test_unique_without_an_axis(ordered):
                      [vi("y", ["n"], I64), vi("first", ["n"], I64), vi("inverse", ["m"], I64),
                       vi("counts", ["n"], I64)], 17)
     check(model, [{"x": np.array([[3, 1, 3], [2, 1, 5]], np.int64)}, {"x": np.full((4, 3), 7, np.int64)}])
+
+
+def test_loop_with_a_trip_count_known_at_import_time():
+    """A Loop whose trip count folds from a static shape, with two loop-carried values (one read from the outer
+    graph each iteration) and a scan output, unrolled; a condition the body turns false stops it early."""
+    body = helper.make_graph(
+        [helper.make_node("Cast", ["i"], ["fi"], to=TensorProto.FLOAT),
+         helper.make_node("Mul", ["acc", "x"], ["acc2"]),
+         helper.make_node("Add", ["acc2", "fi"], ["acc_out"]),
+         helper.make_node("Add", ["cnt", "one"], ["cnt_out"]),
+         helper.make_node("Less", ["i", "stop"], ["go"]),
+         helper.make_node("Identity", ["acc_out"], ["scan"])],
+        "body", [vi("i", [], I64), vi("c", [], B), vi("acc", None), vi("cnt", [], F)],
+        [vi("go", [], B), vi("acc_out", None), vi("cnt_out", [], F), vi("scan", None)])
+    nodes = [helper.make_node("Shape", ["x"], ["shape"]),
+             helper.make_node("Gather", ["shape", "i1"], ["trips"], axis=0),
+             helper.make_node("Loop", ["trips", "true", "x", "zero"], ["acc_f", "cnt_f", "scans"], body=body)]
+    for stop in (100, 2):
+        model = model_of(nodes, [vi("x", ["b", 4])],
+                         [vi("acc_f", ["b", 4]), vi("cnt_f", [], F), vi("scans", ["t", "b", 4])], 17,
+                         [("i1", np.array(1, np.int64)), ("true", np.array(True)), ("zero", np.zeros((), np.float32)),
+                          ("one", np.ones((), np.float32)), ("stop", np.array(stop, np.int64))])
+        check(model, [{"x": randn(2, 4) * 0.5}, {"x": randn(3, 4) * 0.5}], tol=1e-5)
+
+
+def test_loop_refusals():
+    body = helper.make_graph([helper.make_node("Identity", ["c"], ["go"]), helper.make_node("Relu", ["v"], ["vo"])],
+                             "body", [vi("i", [], I64), vi("c", [], B), vi("v", None)], [vi("go", [], B), vi("vo", None)])
+    runtime_trips = [helper.make_node("ReduceMax", ["n"], ["m"], keepdims=0),
+                     helper.make_node("Loop", ["m", "", "x"], ["y"], body=body)]
+    model = model_of(runtime_trips, [vi("x", [2]), vi("n", [3], I64)], [vi("y", [2])], 17)
+    with pytest.raises(ONNXImportError, match="trip count is computed when the model runs"):
+        from_onnx(model)
+    huge = [helper.make_node("Loop", ["big", "", "x"], ["y"], body=body)]
+    model = model_of(huge, [vi("x", [2])], [vi("y", [2])], 17, [("big", np.array(10**6, np.int64))])
+    with pytest.raises(ONNXImportError, match="MAX_UNROLLED_NODES"):
+        from_onnx(model)

@@ -600,7 +600,7 @@ def damaged_onnx(draw) -> tuple[str, bytes]:
             node = g.node[draw(st.integers(0, len(g.node) - 1))]
             node.op_type = draw(st.sampled_from(["Reshape", "Expand", "Tile", "Range", "ConstantOfShape", "Pad",
                                                  "Resize", "Gather", "Slice", "Concat", "MatMul", "Conv", "Split",
-                                                 "Einsum", "CumSum", "Identity", "NonZero", "Compress", "Unique", "If", "NoSuchOp"]))
+                                                 "Einsum", "CumSum", "Identity", "NonZero", "Compress", "Unique", "If", "Loop", "NoSuchOp"]))
         elif what == "input":
             node = g.node[draw(st.integers(0, len(g.node) - 1))]
             if node.input:
