@@ -212,6 +212,7 @@ class _FunctionLowering:
         self.regs: dict[rx.Var, int] = {}
         self.instructions: list[list] = []
         self.next = 0
+        self.bound: set = set()    # the symbolic vars with a value at this point of the bytecode
 
     def new_reg(self) -> int:
         self.next += 1
@@ -249,7 +250,6 @@ class _FunctionLowering:
 
     def _lower(self) -> dict:
         params = []
-        self.bound: set = set()    # the symbolic vars with a value at this point of the bytecode
         for p in self.func.params:
             self.regs[p] = self.new_reg()
             params.append({"name": p.name_hint, **_sinfo_json(p.struct_info)})

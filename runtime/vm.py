@@ -694,9 +694,7 @@ class _Plan:
         :func:`runtime.native.eval_dim` raises: KeyError, ZeroDivisionError, ValueError), except those
         with a var that a ``match_shape`` binds during the run: their entries are placeholders until then
         (an output of them is allocated by :func:`_alloc`, a reshape raises, if one ran before it)."""
-        late = self._late_trees
-        values = [eval_dim(t, env) if i not in late else self._late_value(t, env)
-                  for i, t in enumerate(self._trees)]
+        values = self._tree_values(env)
         table: list = []
         for deps, items, cache in self._groups:
             table += self._group_shapes(deps, items, cache, values)
@@ -705,9 +703,7 @@ class _Plan:
     def update_late_shapes(self, table: list, env: dict) -> None:
         """After ``match_shape`` bound a var: the groups of ``table`` whose shapes use the vars bound
         during the run, made again in place (the others keep their entries)."""
-        late = self._late_trees
-        values = [eval_dim(t, env) if i not in late else self._late_value(t, env)
-                  for i, t in enumerate(self._trees)]
+        values = self._tree_values(env)
         for at, (deps, items, cache) in self._late_groups:
             table[at:at + len(items)] = self._group_shapes(deps, items, cache, values)
 
@@ -735,8 +731,14 @@ class _Plan:
             cache[key] = shapes
         return shapes
 
-    def _late_value(self, tree: Any, env: dict) -> int | None:
-        """A tree with a var bound during the run: its value, or None while a var is unbound."""
+    def _tree_values(self, env: dict) -> list:
+        """The value of every symbolic tree in ``env``; None for a tree with a var that a ``match_shape``
+        binds during the run and has not bound yet."""
+        late = self._late_trees
+        return [eval_dim(t, env) if i not in late else self._late_value(t, env) for i, t in enumerate(self._trees)]
+
+    @staticmethod
+    def _late_value(tree: Any, env: dict) -> int | None:
         try:
             return eval_dim(tree, env)
         except KeyError:

@@ -305,15 +305,15 @@ def _read_external_data(model, folder: Path) -> None:
 
 
 def _nodes_and_branches(graph, prefix: str = ""):
-    """``(node, name)`` of every node of ``graph`` and of the branches of its ``If`` nodes (named
-    ``If_node/then_branch/node``), so that the ops of a branch are checked with the others."""
+    """``(node, name)`` of every node of ``graph`` and of the bodies of its ``If`` / ``Loop`` nodes (named
+    ``If_node/then_branch/node``), so that the ops of a body are checked with the others."""
     for i, node in enumerate(graph.node):
         name = prefix + _node_name(node, i)
         yield node, name
-        if _op_key(node) == "If":
+        if _op_key(node) in ("If", "Loop"):
             for a in node.attribute:
                 if a.HasField("g"):
-                    yield from _nodes_and_branches(a.g, f"{prefix}{node.name or f'If_{i}'}/{a.name}/")
+                    yield from _nodes_and_branches(a.g, f"{prefix}{node.name or f'{node.op_type}_{i}'}/{a.name}/")
 
 
 def _all_tensors(graph):
@@ -416,6 +416,7 @@ class _Importer:
         self.model = model
         self.opset = opset
         self.env: dict[str, Any] = {}
+        self.depth = 0    # If / Loop bodies being imported, one inside the other (subgraph)
         self.dims: dict[str, E.Var] = {}
         self.dim_names: set[str] = set()
         self.const_cache: dict[int, tuple[np.ndarray, Tensor]] = {}
@@ -588,18 +589,15 @@ class _Importer:
 
     def subgraph(self, graph, nout: int) -> list:
         """The values of ``graph``'s outputs (an ``If`` branch, ``nout`` of them), its initializers and nodes
-        imported into this graph's scope (ONNX names are unique across a model and its subgraphs). Raises
-        ONNXImportError for an op without a converter, outputs that do not match, or branches nested deeper
-        than :data:`MAX_BRANCH_DEPTH`."""
-        self.depth = getattr(self, "depth", 0) + 1
+        imported into this graph's scope (ONNX names are unique across a model and its subgraphs; their ops
+        were checked with the model's, :func:`_nodes_and_branches`). Raises ONNXImportError for outputs that do
+        not match, or subgraphs nested deeper than :data:`MAX_BRANCH_DEPTH`."""
+        self.depth += 1
         try:
             if self.depth > MAX_BRANCH_DEPTH:
-                raise ONNXImportError(f"If branches nested deeper than {MAX_BRANCH_DEPTH}")
+                raise ONNXImportError(f"If / Loop bodies nested deeper than {MAX_BRANCH_DEPTH}")
             if len(graph.output) != nout:
                 raise ONNXImportError(f"the branch has {len(graph.output)} outputs, the node {nout}")
-            missing = sorted({_op_key(n) for n in graph.node} - set(_CONVERTERS))
-            if missing:
-                raise ONNXImportError(f"the branch uses ops without a converter: {', '.join(missing)}")
             for t in graph.initializer:
                 self.env[t.name] = _to_array(t)
             for k, n in enumerate(graph.node):

@@ -434,3 +434,12 @@ def test_loop_refusals():
     model = model_of(huge, [vi("x", [2])], [vi("y", [2])], 17, [("big", np.array(10**6, np.int64))])
     with pytest.raises(ONNXImportError, match="MAX_UNROLLED_NODES"):
         from_onnx(model)
+
+
+def test_loop_body_ops_are_checked_with_the_models():
+    body = helper.make_graph([helper.make_node("Identity", ["c"], ["go"]), helper.make_node("Det", ["v"], ["vo"])],
+                             "body", [vi("i", [], I64), vi("c", [], B), vi("v", None)], [vi("go", [], B), vi("vo", None)])
+    model = model_of([helper.make_node("Loop", ["two", "", "x"], ["y"], body=body)], [vi("x", [2, 2])],
+                     [vi("y", [2, 2])], 17, [("two", np.array(2, np.int64))])
+    with pytest.raises(ONNXImportError, match=r"Det \(nodes: Loop_0/body/Det_1"):
+        from_onnx(model)

@@ -13,7 +13,7 @@ from ...ir import relax as rx
 from ...ir.op.common import definitely_different, fmt_shape, static_int
 from ...ir.struct_info import TensorStructInfo, TupleStructInfo
 from ..core import Object, Tensor, wrap_nested
-from .common import op_call, recipe_function
+from .common import builtin_call, op_call, recipe_function
 
 __all__ = ["rotary_embedding", "rope_scaled_inv_freq", "kv_cache_update", "kv_cache_query_positions",
            "unpad_input", "pad_input"]
@@ -178,10 +178,6 @@ def _int64(opname: str, what: str, value) -> E.PrimExpr:
                     f"got {type(value).__name__}")
 
 
-def _packed(func: str, args: list, sinfo) -> rx.Call:
-    return rx.Call(rx.Op.get("call_pure_packed"), [rx.ExternFunc(func), *args], sinfo_args=[sinfo])
-
-
 def kv_cache_query_positions(cache: Object, layer_id: int, seq: int | E.PrimExpr, total_seq_len: int | E.PrimExpr,
                              name: str = "positions") -> Tensor:
     """The positions of ``seq`` new tokens in layer ``layer_id`` of the runtime KV cache: int64
@@ -201,7 +197,7 @@ def kv_cache_query_positions(cache: Object, layer_id: int, seq: int | E.PrimExpr
     _cache_args(opname, cache, layer_id)
     n = _int64(opname, "seq", seq)
     total = _int64(opname, "total_seq_len", total_seq_len)
-    call = _packed(KV_CACHE_QUERY_POSITIONS, [cache._expr, rx.PrimValue(int(layer_id), "int64"),
+    call = builtin_call(KV_CACHE_QUERY_POSITIONS, [cache._expr, rx.PrimValue(int(layer_id), "int64"),
                                               rx.PrimValue(n, "int64"), rx.PrimValue(total, "int64")],
                    TensorStructInfo((n,), "int64"))
     return wrap_nested(call, name)
@@ -245,7 +241,7 @@ def kv_cache_update(cache: Object, layer_id: int, k: Tensor, v: Tensor, total_se
     b, _, heads, d = k.shape
     sinfo = TupleStructInfo([TensorStructInfo((b, total, heads, d), k.dtype),
                              TensorStructInfo((b, total, heads, v.shape[3]), v.dtype)])
-    call = _packed(KV_CACHE_UPDATE, [cache._expr, rx.PrimValue(int(layer_id), "int64"), k._expr, v._expr,
+    call = builtin_call(KV_CACHE_UPDATE, [cache._expr, rx.PrimValue(int(layer_id), "int64"), k._expr, v._expr,
                                      rx.PrimValue(total, "int64")], sinfo)
     k_all, v_all = wrap_nested(call, name)
     return k_all, v_all

@@ -55,6 +55,13 @@ def scalar_operand(value, dtype: str) -> rx.Expr:
 PRIM_VALUE_TO_TENSOR = "vm.builtin.prim_value_to_tensor"
 
 
+def builtin_call(func: str, args: Sequence[rx.Expr], sinfo) -> rx.Call:
+    """``R.call_pure_packed(func, *args, sinfo_args=(sinfo,))``: a call of the VM builtin ``func``
+    (``vm.builtin.*``, :mod:`runtime.vm`) whose result has struct info ``sinfo``; a var of ``sinfo``'s
+    shape that nothing bound before is bound from the result when it runs (``match_shape``)."""
+    return rx.Call(rx.Op.get("call_pure_packed"), [rx.ExternFunc(func), *args], sinfo_args=[sinfo])
+
+
 def symbolic_scalar(value: E.PrimExpr, dtype: str = "int64") -> rx.Expr:
     """A symbolic int expression of the shape variables (``total - seq``) as a 0-d tensor of
     ``dtype`` (a conversion as ``astype`` does: float16 rounds beyond 2048).
@@ -76,9 +83,7 @@ def symbolic_scalar(value: E.PrimExpr, dtype: str = "int64") -> rx.Expr:
     value = E.simplify(value.astype("int64"))
     if isinstance(value, E.IntImm):
         return scalar_constant(value.value, dtype)
-    out: rx.Expr = rx.Call(rx.Op.get("call_pure_packed"),
-                           [rx.ExternFunc(PRIM_VALUE_TO_TENSOR), rx.PrimValue(value, "int64")],
-                           sinfo_args=[TensorStructInfo((), "int64")])
+    out: rx.Expr = builtin_call(PRIM_VALUE_TO_TENSOR, [rx.PrimValue(value, "int64")], TensorStructInfo((), "int64"))
     return out if dtype == "int64" else op_call("astype", [out], dtype=dtype)
 
 

@@ -10,7 +10,7 @@ from ...ir import expr as E
 from ...ir import relax as rx
 from ...ir.op import resolve_reshape
 from ..core import Tensor, wrap_nested
-from .common import axis_list, check_ndim, describe, op_call, recipe_function, shape_dims, short
+from .common import axis_list, builtin_call, check_ndim, describe, op_call, recipe_function, shape_dims, short
 
 
 def permute_dims(x: Tensor, axes: Sequence[int] | None = None, name: str | None = None) -> Tensor:
@@ -58,8 +58,7 @@ def nonzero(x: Tensor, name: str = "nonzero") -> Tensor:
     if x.ndim == 0:
         raise ValueError("nonzero: x must have at least one dim (a 0-d tensor has no indices to give)")
     n = E.SizeVar("num_nonzero", "int64")
-    call = rx.Call(rx.Op.get("call_pure_packed"), [rx.ExternFunc("vm.builtin.nonzero"), x._expr], {},
-                   sinfo_args=[TensorStructInfo((x.ndim, n), "int64")])
+    call = builtin_call("vm.builtin.nonzero", [x._expr], TensorStructInfo((x.ndim, n), "int64"))
     return wrap_nested(call, name)
 
 
@@ -75,8 +74,7 @@ def repeat_interleave_indices(repeats: Tensor, name: str = "repeat_indices") -> 
         raise ValueError(f"repeat_interleave_indices: repeats must be a 1-D integer tensor, got {repeats.dtype} "
                          f"{list(repeats.shape)}")
     n = E.SizeVar("total_repeats", "int64")
-    call = rx.Call(rx.Op.get("call_pure_packed"), [rx.ExternFunc("vm.builtin.repeat_indices"), repeats._expr], {},
-                   sinfo_args=[TensorStructInfo((n,), "int64")])
+    call = builtin_call("vm.builtin.repeat_indices", [repeats._expr], TensorStructInfo((n,), "int64"))
     return wrap_nested(call, name)
 
 
@@ -95,9 +93,7 @@ def unique(x: Tensor, sorted: bool = True, name: str = "unique") -> tuple:  # no
     size = E.simplify(size) if isinstance(size, E.PrimExpr) else size
     sinfo = TupleStructInfo([TensorStructInfo((n,), x.dtype), TensorStructInfo((n,), "int64"),
                              TensorStructInfo((size,), "int64"), TensorStructInfo((n,), "int64")])
-    call = rx.Call(rx.Op.get("call_pure_packed"),
-                   [rx.ExternFunc("vm.builtin.unique"), x._expr, rx.PrimValue(int(bool(sorted)), "int64")], {},
-                   sinfo_args=[sinfo])
+    call = builtin_call("vm.builtin.unique", [x._expr, rx.PrimValue(int(bool(sorted)), "int64")], sinfo)
     return wrap_nested(call, name)
 
 
