@@ -29,7 +29,7 @@ import numpy as np
 
 import schemas
 from runtime import Executable, VirtualMachine, load_params
-from runtime.memory import check_allocation
+from runtime.memory import check_allocation, move_to_huge_pages
 from runtime.native import bfloat16_bits_to_float32, float32_to_bfloat16_bits, numpy_dtype
 from runtime.weights import TensorShard, WeightsError, read_safetensors_metadata
 from runtime.weights import save_params as _save_params
@@ -59,7 +59,10 @@ class CompiledModel:
     the first function. The float weights the kernels read in row tiles become read-only arrays
     when a function is taken: the VM keeps their tiles (``runtime.vm``); to change one, assign a
     new array (``m.params[name] = a``) and take the function again. ``spec`` is the recipe's input
-    spec per function. Random weights (no weights file) are drawn on first use of ``params``.
+    spec per function. Random weights (no weights file) are drawn on first use of ``params``. The
+    parameters, loaded or drawn, are moved into one buffer backed by huge pages when first used
+    (:func:`runtime.memory.move_to_huge_pages`: fewer TLB misses streaming the weights); an array
+    assigned later is used as it is.
     """
 
     recipe: schemas.Recipe
@@ -71,6 +74,7 @@ class CompiledModel:
     seed: int = 0
     _params: dict[str, np.ndarray] | None = None
     _vm: VirtualMachine | None = None
+    _placed: bool = False
     mapping: QuantizeMapping = field(default_factory=QuantizeMapping)
     progress: Progress | None = None
     module: nn.Module | None = None
@@ -90,6 +94,9 @@ class CompiledModel:
                                                                                      self.mapping))
             else:
                 self._params = random_params(self.param_specs, self.seed, self.shards)
+        if not self._placed:
+            move_to_huge_pages(self._params)
+            self._placed = True
         return self._params
 
     @property

@@ -48,6 +48,7 @@ import numpy as np
 
 from .bytecode import format_instruction, sinfo_text, validate_function
 from .files import atomic_write, read_regular
+from .memory import move_to_huge_pages
 from .native import numpy_dtype
 
 __all__ = ["Executable", "FORMAT_VERSION", "MAGIC"]
@@ -173,7 +174,8 @@ class Executable:
 
     @classmethod
     def load(cls, source: str | Path | bytes) -> "Executable":
-        """Read an executable saved by :meth:`save` (a path or the bytes).
+        """Read an executable saved by :meth:`save` (a path or the bytes). Its constants are moved
+        into memory backed by huge pages where Linux offers them (:func:`runtime.memory.move_to_huge_pages`).
 
         Raises ValueError for a file that is not an executable, of another format version, damaged
         (its digest does not match) or malformed (see the module docstring); OSError when the path
@@ -237,6 +239,7 @@ class Executable:
             constants.append(np.frombuffer(section(c["section"]), dtype=dtype).reshape(shape).copy())
         for name, fn in functions.items():
             validate_function(name, fn, kernels, len(constants))
+        move_to_huge_pages(constants)   # (the weights of an imported model: streamed on every call)
         return cls(functions, kernels, section(header["object_code"]), constants, target)
 
     @classmethod

@@ -31,7 +31,7 @@ from typing import Any, Callable
 import llvmlite.binding as llvm
 import numpy as np
 
-from .memory import MemoryLimitError, check_allocation
+from .memory import MemoryLimitError, check_allocation, huge_page_buffer
 from .native import _data_pointer
 from .target import host_target_machine, init_llvm
 
@@ -94,9 +94,9 @@ def run_kernels() -> Callable[[int, int], int]:
 
 
 class Arena:
-    """One function's buffer for the intermediates of its kernel runs (64-byte aligned; grows, never
-    shrinks, while the plan lives). ``generation`` counts reallocations: tables holding the old base
-    address are rebuilt."""
+    """One function's buffer for the intermediates of its kernel runs (64-byte aligned, a
+    :func:`runtime.memory.huge_page_buffer`; grows, never shrinks, while the plan lives).
+    ``generation`` counts reallocations: tables holding the old base address are rebuilt."""
 
     ALIGN = 64
 
@@ -114,7 +114,7 @@ class Arena:
         size = max(nbytes, self.size * 5 // 4)
         self.buf = None
         check_allocation(size + self.ALIGN, what)
-        self.buf = np.empty(size + self.ALIGN, np.uint8)
+        self.buf = huge_page_buffer(size + self.ALIGN)
         self.base = self.buf.ctypes.data + (-self.buf.ctypes.data % self.ALIGN)
         self.size = size
         self.generation += 1

@@ -65,6 +65,7 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 
 from .files import atomic_write, open_regular
+from .memory import move_to_huge_pages
 
 __all__ = ["WeightsError", "WeightsWarning", "ParamConversion", "TensorShard", "NameRules", "load_params", "save_params",
            "tile_rows", "untile_rows",
@@ -567,7 +568,8 @@ def load_params(path: str | Path, expected: Mapping[str, tuple[Sequence[int], st
     parameters saved before the tiles), tiled when read.
 
     Returns name -> numpy array (C-contiguous; loaded directly: the file's exact values; floats of
-    another float dtype cast; converted ones as their conversion gives them).
+    another float dtype cast; converted ones as their conversion gives them), moved into memory
+    backed by huge pages where Linux offers them (:func:`runtime.memory.move_to_huge_pages`).
     Raises ValueError for an invalid ``name_map`` / ``ignore`` (before opening the file);
     WeightsError listing every missing / unexpected / mismatched tensor, naming the file's side and
     the parameter's side of each mismatch, every name-map entry that matches no parameter and every
@@ -705,7 +707,10 @@ def _load(ckpt: _Checkpoint, expected, rules: NameRules, globs, conversions, pro
             progress(done, total, src)
     if problems:
         raise WeightsError(path, problems)
-    return {name: out[name] for name in expected}
+    result = {name: out.pop(name) for name in expected}
+    del out
+    move_to_huge_pages(result)      # each original freed after its copy: one copy's extra memory
+    return result
 
 
 def _cast_float(a: np.ndarray, src: str, dst: str) -> np.ndarray:
