@@ -60,7 +60,7 @@ class CompiledModel:
     when a function is taken: the VM keeps their tiles (``runtime.vm``); to change one, assign a
     new array (``m.params[name] = a``) and take the function again. ``spec`` is the recipe's input
     spec per function. Random weights (no weights file) are drawn on first use of ``params``. The
-    parameters, loaded or drawn, are moved into one buffer backed by huge pages when first used
+    parameters, loaded or drawn, are moved into buffers backed by huge pages when first used
     (:func:`runtime.memory.move_to_huge_pages`: fewer TLB misses streaming the weights); an array
     assigned later is used as it is.
     """

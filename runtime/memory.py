@@ -13,7 +13,7 @@ constants moved there by :func:`move_to_huge_pages`) are private anonymous mappi
 advised ``MADV_HUGEPAGE`` (Linux transparent huge pages), so that a stream through them takes one TLB
 entry per 2 MiB instead of one per 4 KiB. ``np.empty`` gets huge pages only for the aligned middle of
 its mapping (numpy advises them, glibc's mapping starts anywhere): on a virtual machine with nested
-paging, where each TLB miss walks two page tables, the LlamaMLP's 76 MB of 4-bit weights read 8-14%
+paging, where each TLB miss walks two page tables, the LlamaMLP's 76 MB of 4-bit weights read 11-17%
 faster from one aligned huge-page buffer than from numpy's arrays (Intel Xeon, 2 threads, cold after a
 1 GiB read, the same process interleaved; ``benchmarks/README.md``).
 """
