@@ -216,14 +216,24 @@ def _load(model_or_path):
         if size > MAX_MODEL_BYTES:
             raise ONNXImportError(f"from_onnx: the model is {size} bytes, more than the limit of "
                                   f"{MAX_MODEL_BYTES} (MAX_MODEL_BYTES)")
+    elif isinstance(model_or_path, (bytes, bytearray, memoryview)):
+        size = memoryview(model_or_path).nbytes
+        if size > MAX_MODEL_BYTES:
+            raise ONNXImportError(f"from_onnx: the model is {size} bytes, more than the limit of "
+                                  f"{MAX_MODEL_BYTES} (MAX_MODEL_BYTES)")
+        try:
+            model = onnx.load_model_from_string(bytes(model_or_path))
+        except Exception as e:   # protobuf's DecodeError and friends
+            raise ONNXImportError(f"from_onnx: the {size} bytes are not a readable ONNX model: {e}") from e
     else:
-        raise TypeError(f"from_onnx: expected an onnx.ModelProto or a path, got {type(model_or_path).__name__}")
+        raise TypeError("from_onnx: expected an onnx.ModelProto, its serialized bytes or a path, got "
+                        f"{type(model_or_path).__name__}")
     external = [t.name for t in _all_tensors(model.graph)
                 if t.data_location == onnx.TensorProto.EXTERNAL]
     if external and not isinstance(model_or_path, (str, os.PathLike)):
         raise ONNXImportError(
             f"from_onnx: tensors stored as external data ({', '.join(external[:5])}"
-            f"{', ...' if len(external) > 5 else ''}) in a ModelProto: pass the model's path instead (its "
+            f"{', ...' if len(external) > 5 else ''}) in a ModelProto or bytes: pass the model's path instead (its "
             "external files are read from its folder), or load them with onnx.load(path)")
     try:
         # with external data, the checker needs the file's folder to find the data files
@@ -3195,9 +3205,10 @@ def from_onnx(model_or_path, shape_dict: Mapping[str, Sequence] | None = None,
               dtype_dict: Mapping[str, str] | None = None) -> rx.IRModule:
     """Translate an ONNX model into an IRModule whose ``main`` computes the graph.
 
-    ``model_or_path``: an ``onnx.ModelProto`` or the path of a ``.onnx`` file (at most
-    :data:`MAX_MODEL_BYTES`; checked with ``onnx.checker.check_model`` before use; tensors in external
-    data files are read from the file's folder, checked, and refused in a ModelProto). Default-domain
+    ``model_or_path``: an ``onnx.ModelProto``, its serialized bytes (what ``onnxruntime.InferenceSession``
+    also takes) or the path of a ``.onnx`` file (at most :data:`MAX_MODEL_BYTES`; checked with
+    ``onnx.checker.check_model`` before use; tensors in external data files are read from the file's
+    folder, checked, and refused in a ModelProto or bytes). Default-domain
     opsets 13 to 24 (7 to 12 converted to 13 by
     ``onnx.version_converter``).
 

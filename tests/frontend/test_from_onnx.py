@@ -357,6 +357,34 @@ def test_checks_opset_and_bad_files(tmp_path):
         from_onnx(make_model(relu, *io), shape_dict={"nope": [2]})
 
 
+def test_serialized_bytes_import_as_the_model(tmp_path, monkeypatch):
+    """The model's serialized bytes (what onnxruntime's InferenceSession also takes) import as the
+    ModelProto does; damaged or oversized bytes and external data referred to from bytes are refused, and
+    anything else is a TypeError naming the accepted kinds."""
+    import builder.frontend.onnx as onnx_frontend
+
+    nodes = [helper.make_node("Mul", ["x", "w"], ["m"]), helper.make_node("Tanh", ["m"], ["y"])]
+    w = rand(2, 5)
+    model = make_model(nodes, [helper.make_tensor_value_info("x", F, ["n", 5])],
+                       [helper.make_tensor_value_info("y", F, ["n", 5])], inits=[("w", w)])
+    data = model.SerializeToString()
+    x = rand(2, 5)
+    for src in (data, bytearray(data), memoryview(data)):
+        got = runtime.VirtualMachine(build(from_onnx(src)))["main"](x)
+        np.testing.assert_allclose(got, np.tanh(x.astype(np.float64) * w), rtol=1e-6, atol=1e-7)
+    with pytest.raises(ONNXImportError, match="not a readable ONNX model"):
+        from_onnx(b"\x00not a model" + data[:7])
+    monkeypatch.setattr(onnx_frontend, "MAX_MODEL_BYTES", len(data) - 1)
+    with pytest.raises(ONNXImportError, match="more than the limit"):
+        from_onnx(data)
+    monkeypatch.undo()
+    path, _ = _external_model(tmp_path)
+    with pytest.raises(ONNXImportError, match="ModelProto or bytes: pass the model's path"):
+        from_onnx(path.read_bytes())
+    with pytest.raises(TypeError, match="ModelProto, its serialized bytes or a path"):
+        from_onnx(3.5)
+
+
 def _external_model(tmp_path, n=3):
     """An Add of ``n`` initializers saved with every weight in ``w.bin`` (ONNX external data, as
     ``torch.onnx.export`` writes by default); returns (path, the initializer values)."""
