@@ -111,38 +111,36 @@ def test_llama_prefill_and_decode_refuse_a_total_seq_len_that_does_not_count_the
         assert not sized, (name, sized)
 
 
-def test_llama_recipe_loads_hf_checkpoints_with_biases_and_tied_embeddings(tmp_path):
-    """A randomly initialised HF ``LlamaForCausalLM`` of another shape (GQA 3:1, head_dim 24, biases on the
-    attention and MLP projections, tied embeddings: no ``lm_head.weight`` in the file) loads with
-    ``attention_bias`` / ``mlp_bias`` and a ``weights`` map naming the tied tensor; ``forward`` and
-    prefill + decode over the KV cache match HF's logits."""
+def _hf_checkpoint_on_llama_recipe(tmp_path, arch: str, config: dict, overrides: list[str], seed: int) -> None:
+    """A randomly initialised HF ``{arch}ForCausalLM`` of ``config`` (tied embeddings: no ``lm_head.weight`` in
+    the file, the norms and biases moved off their initial values) saved as safetensors, built on the Llama
+    recipe with ``overrides`` and a ``weights`` map naming the tied tensor: ``forward`` and prefill + decode
+    over the KV cache match HF's logits."""
     torch = pytest.importorskip("torch", reason="the HF reference needs torch")
     transformers = pytest.importorskip("transformers", reason="the HF reference needs transformers")
     from safetensors.torch import save_file
 
     from runtime import ContiguousKVCache
 
-    torch.manual_seed(11)
-    cfg = transformers.LlamaConfig(vocab_size=61, hidden_size=48, intermediate_size=72, num_hidden_layers=2,
-                                   num_attention_heads=6, num_key_value_heads=2, head_dim=24, rope_theta=500.0,
-                                   rms_norm_eps=1e-6, attention_bias=True, mlp_bias=True, tie_word_embeddings=True,
-                                   attn_implementation="eager")
-    hf = transformers.LlamaForCausalLM(cfg).eval()
+    torch.manual_seed(seed)
+    cfg = getattr(transformers, f"{arch}Config")(**config, num_hidden_layers=2, rms_norm_eps=1e-6,
+                                                 tie_word_embeddings=True, attn_implementation="eager")
+    hf = getattr(transformers, f"{arch}ForCausalLM")(cfg).eval()
     with torch.no_grad():
         for name, p in hf.named_parameters():
             if "norm" in name or name.endswith("bias"):
                 p.add_(0.3 * torch.randn_like(p))
-    path = tmp_path / "llama.safetensors"
+    path = tmp_path / "hf.safetensors"
     save_file({k: v.contiguous() for k, v in hf.state_dict().items() if k != "lm_head.weight"}, str(path))
-    ids = torch.randint(0, 61, (2, 9))
+    ids = torch.randint(0, cfg.vocab_size, (2, 9))
     with torch.no_grad():
         ref = hf(ids).logits.numpy()
-    m = builder.build(RECIPES / "llama.yaml", ["vocab_size=61", "hidden_size=48", "intermediate_size=72",
-                                               "num_layers=2", "num_heads=6", "num_kv_heads=2", "head_dim=24",
-                                               "rope_theta=500.0", "rms_norm_eps=1e-6", "attention_bias=true",
-                                               "mlp_bias=true",
-                                               "weights={map: {lm_head.weight: model.embed_tokens.weight}}"],
-                      weights=path)
+    sizes = [f"vocab_size={cfg.vocab_size}", f"hidden_size={cfg.hidden_size}", "num_layers=2",
+             f"intermediate_size={cfg.intermediate_size}", f"num_heads={cfg.num_attention_heads}",
+             f"num_kv_heads={cfg.num_key_value_heads}", f"rope_theta={config['rope_theta']}", "rms_norm_eps=1e-6",
+             f"head_dim={getattr(cfg, 'head_dim', None) or cfg.hidden_size // cfg.num_attention_heads}"]
+    m = builder.build(RECIPES / "llama.yaml", sizes + overrides + [
+        "weights={map: {lm_head.weight: model.embed_tokens.weight}}"], weights=path)
     np.testing.assert_allclose(m["forward"](ids.numpy()), ref, atol=3e-5, rtol=1e-5)
     cache = ContiguousKVCache()
     np.testing.assert_allclose(m["prefill"](ids.numpy()[:, :6], cache, 6)[:, 0], ref[:, 5], atol=3e-5, rtol=1e-5)
@@ -151,43 +149,24 @@ def test_llama_recipe_loads_hf_checkpoints_with_biases_and_tied_embeddings(tmp_p
                                    atol=3e-5, rtol=1e-5)
 
 
+def test_llama_recipe_loads_hf_checkpoints_with_biases_and_tied_embeddings(tmp_path):
+    """An HF ``LlamaForCausalLM`` of another shape (GQA 3:1, head_dim 24, biases on the attention and MLP
+    projections, tied embeddings) loads with ``attention_bias`` / ``mlp_bias``
+    (:func:`_hf_checkpoint_on_llama_recipe`)."""
+    _hf_checkpoint_on_llama_recipe(tmp_path, "Llama", dict(
+        vocab_size=61, hidden_size=48, intermediate_size=72, num_attention_heads=6, num_key_value_heads=2,
+        head_dim=24, rope_theta=500.0, attention_bias=True, mlp_bias=True), ["attention_bias=true", "mlp_bias=true"],
+        seed=11)
+
+
 def test_llama_recipe_runs_qwen2_checkpoints(tmp_path):
-    """A randomly initialised HF ``Qwen2ForCausalLM`` (biases on q / k / v but not on o_proj, rope_theta 1e6,
-    GQA 2:1, tied embeddings) runs on the Llama recipe with ``attention_bias=true`` and the attention's
-    ``out_bias`` overridden off: ``forward`` and prefill + decode over the KV cache match HF's logits."""
-    torch = pytest.importorskip("torch", reason="the HF reference needs torch")
-    transformers = pytest.importorskip("transformers", reason="the HF reference needs transformers")
-    from safetensors.torch import save_file
-
-    from runtime import ContiguousKVCache
-
-    torch.manual_seed(5)
-    cfg = transformers.Qwen2Config(vocab_size=73, hidden_size=64, intermediate_size=80, num_hidden_layers=2,
-                                   num_attention_heads=4, num_key_value_heads=2, rope_theta=1000000.0,
-                                   rms_norm_eps=1e-6, tie_word_embeddings=True, attn_implementation="eager")
-    hf = transformers.Qwen2ForCausalLM(cfg).eval()
-    with torch.no_grad():
-        for name, p in hf.named_parameters():
-            if "norm" in name or name.endswith("bias"):
-                p.add_(0.3 * torch.randn_like(p))
-    assert not any(k.endswith("o_proj.bias") for k in hf.state_dict())
-    path = tmp_path / "qwen2.safetensors"
-    save_file({k: v.contiguous() for k, v in hf.state_dict().items() if k != "lm_head.weight"}, str(path))
-    ids = torch.randint(0, 73, (2, 8))
-    with torch.no_grad():
-        ref = hf(ids).logits.numpy()
-    m = builder.build(RECIPES / "llama.yaml", ["vocab_size=73", "hidden_size=64", "intermediate_size=80",
-                                               "num_layers=2", "num_heads=4", "num_kv_heads=2", "head_dim=16",
-                                               "rope_theta=1000000.0", "rms_norm_eps=1e-6", "attention_bias=true",
-                                               "blocks.LlamaDecoderLayer.layers.self_attn.out_bias=false",
-                                               "weights={map: {lm_head.weight: model.embed_tokens.weight}}"],
-                      weights=path)
-    np.testing.assert_allclose(m["forward"](ids.numpy()), ref, atol=3e-5, rtol=1e-5)
-    cache = ContiguousKVCache()
-    np.testing.assert_allclose(m["prefill"](ids.numpy()[:, :5], cache, 5)[:, 0], ref[:, 4], atol=3e-5, rtol=1e-5)
-    for t in range(5, 8):
-        np.testing.assert_allclose(m["decode"](ids.numpy()[:, t:t + 1], cache, t + 1)[:, 0], ref[:, t],
-                                   atol=3e-5, rtol=1e-5)
+    """An HF ``Qwen2ForCausalLM`` (biases on q / k / v but not on o_proj, rope_theta 1e6, GQA 2:1) runs on the
+    Llama recipe with ``attention_bias=true`` and the attention's ``out_bias`` overridden off
+    (:func:`_hf_checkpoint_on_llama_recipe`)."""
+    _hf_checkpoint_on_llama_recipe(tmp_path, "Qwen2", dict(
+        vocab_size=73, hidden_size=64, intermediate_size=80, num_attention_heads=4, num_key_value_heads=2,
+        rope_theta=1000000.0), ["attention_bias=true", "blocks.LlamaDecoderLayer.layers.self_attn.out_bias=false"],
+        seed=5)
 
 
 def test_llama_cli_generates_the_reference_ids(capsys):
