@@ -129,16 +129,23 @@ def huge_page_buffer(nbytes: int) -> np.ndarray:
     rounding; memory is taken page by page as it is first written, as with ``np.empty``.
 
     Below one huge page, or where huge pages are not offered (not Linux, transparent huge pages
-    ``never``), or when the mapping or the advice fails, it is ``np.empty(nbytes, np.uint8)``. The
+    ``never``), or when the mapping fails, it is ``np.empty(nbytes, np.uint8)``. The
     returned array is the first array over its memory, so views of it keep it (not only the mapping)
     alive: :class:`BufferPool` counts references to it. Checks nothing against the memory available
     (callers use :func:`check_allocation`)."""
-    if nbytes < HUGE_PAGE or not _huge_pages_offered():
-        return np.empty(nbytes, np.uint8)
+    buf = _huge_page_mapping(nbytes) if nbytes >= HUGE_PAGE else None
+    return np.empty(nbytes, np.uint8) if buf is None else buf
+
+
+def _huge_page_mapping(nbytes: int) -> np.ndarray | None:
+    """:func:`huge_page_buffer`'s own mapping of ``nbytes`` (mapped: ``nbytes`` + 2 MiB of address space),
+    or None where huge pages are not offered or the mapping fails."""
+    if not _huge_pages_offered():
+        return None
     try:
         m = _HugePageMapping(-1, nbytes + HUGE_PAGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
     except (OSError, ValueError, OverflowError):
-        return np.empty(nbytes, np.uint8)
+        return None
     view = memoryview(m)
     base = np.frombuffer(view, np.uint8, count=1).ctypes.data
     off = -base % HUGE_PAGE
@@ -190,11 +197,11 @@ def move_to_huge_pages(arrays: MutableMapping | MutableSequence) -> None:
         if total < HUGE_PAGE:
             continue   # (the last, small chunk: no whole huge page to gain)
         limit = available_memory()
-        if limit is not None and total > limit:
+        if limit is not None and total + HUGE_PAGE > limit:
             return
-        buf = huge_page_buffer(total)
-        if not _in_huge_pages(buf):
-            return     # the mapping failed: np.empty's memory is no better than the originals'
+        buf = _huge_page_mapping(total)
+        if buf is None:
+            return     # the mapping failed: the originals stay
         pos = 0
         for k, n in chunk:
             a = arrays[k]

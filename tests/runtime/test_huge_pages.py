@@ -138,6 +138,22 @@ def test_move_is_skipped_when_memory_is_short_or_pages_unoffered(monkeypatch, no
     assert params["w"] is w
 
 
+def test_a_failed_mapping_leaves_the_arrays_and_the_buffer_is_plain(monkeypatch):
+    """When the mapping cannot be made (an address-space limit, no memory), the move keeps the arrays as
+    they are, raising nothing, and huge_page_buffer returns np.empty's memory."""
+    def refuse(*args, **kwargs):
+        raise OSError(12, "Cannot allocate memory")
+
+    monkeypatch.setattr(memory, "_THP", [True])
+    monkeypatch.setattr(memory, "_HugePageMapping", refuse)
+    params = {"w": np.ones((1024, 1024), np.float32), "b": np.arange(10)}
+    before = dict(params)
+    move_to_huge_pages(params)
+    assert all(params[k] is before[k] for k in params)
+    buf = huge_page_buffer(3 * HUGE_PAGE)
+    assert buf.shape == (3 * HUGE_PAGE,) and buf.flags.owndata
+
+
 def test_below_one_huge_page_nothing_moves():
     params = {"a": np.ones(1000, np.float32), "b": np.ones(2000, np.int8)}
     before = dict(params)
