@@ -195,7 +195,7 @@ def move_to_huge_pages(arrays: MutableMapping | MutableSequence) -> None:
     for chunk in chunks:
         total = sum(n for _, n in chunk)
         if total < HUGE_PAGE:
-            continue   # (the last, small chunk: no whole huge page to gain)
+            continue   # (a chunk below one huge page: nothing to gain)
         limit = available_memory()
         if limit is not None and total + HUGE_PAGE > limit:
             return
