@@ -39,10 +39,18 @@ class Target:
 
     @classmethod
     def host(cls, matmul_precision: str = "highest") -> "Target":
-        """The machine this process runs on (process triple, host CPU name and features)."""
+        """The machine this process runs on (process triple, host CPU name and features), with the
+        features above the vector level of the ``MB_SIMD`` testing cap turned off
+        (:func:`builder.codegen.kernels.simd.capped_features`: under ``MB_SIMD=avx2`` an AVX-512 host
+        compiles what an AVX2 CPU runs).
+
+        Raises ValueError for an unknown ``MB_SIMD`` or ``matmul_precision``."""
+        from .kernels.simd import capped_features
+
         init_llvm()
-        return cls(llvm.get_process_triple(), llvm.get_host_cpu_name(),
-                   llvm.get_host_cpu_features().flatten(), matmul_precision=matmul_precision)
+        triple = llvm.get_process_triple()
+        return cls(triple, llvm.get_host_cpu_name(), capped_features(triple, llvm.get_host_cpu_features().flatten()),
+                   matmul_precision=matmul_precision)
 
     def target_machine(self) -> "llvm.TargetMachine":
         """An llvmlite TargetMachine for this target: large code model, static relocations (why:

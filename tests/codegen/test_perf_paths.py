@@ -12,12 +12,14 @@ import sys
 import threading
 from pathlib import Path
 
+import llvmlite.binding as llvm
 import numpy as np
 import pytest
 
 from builder import te
-from builder.codegen import Target, build
+from builder.codegen import Target, build, emit_llvm_ir
 from builder.codegen.kernels import SimdInfo
+from builder.codegen.kernels.simd import capped_features
 from builder.codegen.kernels.linear import TUNING, Int8Rows
 from builder.codegen.lower import lower
 from builder.codegen.schedule import schedule
@@ -944,6 +946,67 @@ def test_fallback_isas_run_correctly(target):
         np.testing.assert_allclose(y, _silu(x @ w.astype(np.float32).T), rtol=1e-4, atol=1e-4)
     y = np.empty((5, 37), np.float32)
     libq["f"](X, Q, S, y)
+    np.testing.assert_allclose(y, ref, rtol=2e-5, atol=2e-5 * np.abs(ref).max())
+
+
+def test_capped_features_turn_off_the_levels_above(monkeypatch):
+    """``capped_features``: the x86 features above a vector level off (AVX-512, AVX10, AMX above
+    ``avx2``; AVX2, FMA, AVX-VNNI above ``avx``; AVX and F16C above ``sse``), the rest as given;
+    nothing changes without a cap, at ``avx512`` or for another architecture; an unknown level or
+    ``MB_SIMD`` is an error."""
+    x86 = "x86_64-unknown-linux-gnu"
+    feats = "+sse2,+avx,+avx2,+fma,+f16c,+avxvnni,+avx512f,+avx512vl,+avx512vnni,+avx10.1,+evex512,+amx-tile,-sha,+vaes"
+
+    def on(s):
+        return {f[1:] for f in s.split(",") if f.startswith("+")}
+
+    assert on(capped_features(x86, feats, "avx2")) == {"sse2", "avx", "avx2", "fma", "f16c", "avxvnni", "vaes"}
+    assert "-avx512f" in capped_features(x86, feats, "avx2").split(",")
+    assert on(capped_features(x86, feats, "avx")) == {"sse2", "avx", "f16c"}
+    assert on(capped_features(x86, feats, "sse")) == on(capped_features(x86, feats, "scalar")) == {"sse2"}
+    assert "-sha" in capped_features(x86, feats, "sse").split(",")
+    assert capped_features(x86, feats, "avx512") == feats
+    assert capped_features("aarch64-unknown-linux-gnu", "+neon,+sve", "sse") == "+neon,+sve"
+    with pytest.raises(ValueError, match="unknown vector level"):
+        capped_features(x86, feats, "avx3")
+    monkeypatch.delenv("MB_SIMD", raising=False)
+    assert capped_features(x86, feats) == feats
+    monkeypatch.setenv("MB_SIMD", "avx2")
+    assert on(capped_features(x86, feats)) == on(capped_features(x86, feats, "avx2"))
+    monkeypatch.setenv("MB_SIMD", "avx3")
+    with pytest.raises(ValueError, match="MB_SIMD must be one of"):
+        capped_features(x86, feats)
+
+
+#: What only AVX-512 code has in x86 assembly (AT&T syntax): zmm and ymm / xmm 16-31 registers, mask
+#: registers, embedded broadcasts.
+_EVEX = re.compile(r"%zmm\d|\{1to\d+\}|%k[1-7]\b|%[xy]mm(1[6-9]|2\d|3[01])\b")
+
+
+def test_avx2_cap_compiles_what_an_avx2_cpu_runs(monkeypatch, own_features):
+    """``MB_SIMD=avx2`` on an AVX-512 host compiles the 8-lane kernels for an AVX2 CPU (the host's target
+    with the features above AVX2 off): no AVX-512 registers or encodings in the assembly, where the same
+    kernel compiled for the host has them; the capped kernel matches numpy."""
+    host = {f[1:] for f in llvm.get_host_cpu_features().flatten().split(",") if f.startswith("+")}
+    if not {"avx512f", "avx512bw", "avx512vl"} <= host:
+        pytest.skip("an AVX-512 host")
+    fq, odt, X, Q, S, ref = _quant_case(5, 37, 96, 4, 32, 7, "uint32", "float32", "float32")
+
+    def assembly(target):
+        text, _ = emit_llvm_ir({"f": fq}, target)
+        return target.target_machine().emit_assembly(llvm.parse_assembly(text))
+
+    assert _EVEX.search(assembly(Target.host()))
+    monkeypatch.setenv("MB_SIMD", "avx2")
+    capped = Target.host()
+    assert not [f for f in capped.features.split(",") if f.startswith(("+avx512", "+amx"))]
+    assert SimdInfo.from_target(capped.triple, capped.features).name == "avx2"
+    found = _EVEX.search(assembly(capped))
+    assert found is None, found
+    kernel, lib = _build(fq)
+    assert kernel == "linear/avx2"
+    y = np.empty((5, 37), np.float32)
+    lib["f"](X, Q, S, y)
     np.testing.assert_allclose(y, ref, rtol=2e-5, atol=2e-5 * np.abs(ref).max())
 
 

@@ -16,7 +16,11 @@ scalar     1       --         anything else: the kernel emitters decline and the
 =========  ======  =========  =====================================================
 
 ``MB_SIMD`` (``avx512``, ``avx2``, ``avx``, ``sse``, ``neon``, ``scalar``) caps the choice, for
-testing the fallbacks on a bigger machine; ``MB_SIMD_SHAPE`` (``avx512``, ``avx2``, ``sse``,
+testing the fallbacks on a bigger machine: on x86 the host's target (:meth:`builder.codegen.Target.host`)
+then has the features above that level turned off too (:func:`capped_features`), so LLVM generates
+what a CPU of that level runs (under ``avx2``: VEX encodings and 16 vector registers, no AVX-512
+instructions or embedded broadcasts, VNNI only as AVX-VNNI) and the kernels' code is checked, and
+timed, as such a CPU would run it; ``MB_SIMD_SHAPE`` (``avx512``, ``avx2``, ``sse``,
 ``neon``) forces the kernels' vector shape (lanes, register budget) whatever the target, so the
 16-lane AVX-512 kernels can be run and checked on an AVX2 host (LLVM splits the vectors). 16-bit float weights are widened in registers:
 ``fpext <N x half>`` (one ``vcvtph2ps`` with F16C; a libgcc call per element without) and a
@@ -64,10 +68,50 @@ from runtime.target import amx_permitted
 from ..llvm_emit import F16, F32, I8, I16, I32, I64, PTR, BufferExprEmitter, reg_type
 
 __all__ = ["SimdInfo", "KFunc", "BF16", "vec", "const_vec", "plain_loop_metadata",
-           "no_unroll_loop_metadata", "finalize_loop_metadata"]
+           "no_unroll_loop_metadata", "finalize_loop_metadata", "simd_cap", "capped_features"]
 
 _ORDER = ("scalar", "sse", "neon", "avx", "avx2", "avx512")
 _EMULABLE = ("avx512bf16", "vnni", "amx")
+
+#: Prefixes of the x86 target features above each vector level that ``MB_SIMD`` can cap a host to
+#: (``scalar`` keeps the x86-64 baseline: its kernels decline and the loops run on SSE2).
+_X86_ABOVE: dict[str, tuple[str, ...]] = {"avx2": ("avx512", "avx10", "evex512", "amx-")}
+_X86_ABOVE["avx"] = _X86_ABOVE["avx2"] + ("avx2", "fma", "avxvnni", "avxifma", "avxneconvert", "vaes",
+                                          "vpclmulqdq", "xop")
+_X86_ABOVE["sse"] = _X86_ABOVE["avx"] + ("avx", "f16c")
+_X86_ABOVE["scalar"] = _X86_ABOVE["sse"]
+
+
+def simd_cap() -> str | None:
+    """The vector level ``MB_SIMD`` caps the host to (lower-cased), None when it is unset or empty.
+
+    Raises ValueError for a value that is not one of ``scalar``, ``sse``, ``neon``, ``avx``, ``avx2``,
+    ``avx512``."""
+    cap = os.environ.get("MB_SIMD", "").strip().lower()
+    if not cap:
+        return None
+    if cap not in _ORDER:
+        raise ValueError(f"MB_SIMD must be one of {', '.join(_ORDER)}, got {cap!r}")
+    return cap
+
+
+def capped_features(triple: str, features: str, cap: str | None = None) -> str:
+    """An LLVM feature string (``+a,-b,...``) with every x86 feature above the vector level ``cap``
+    (default: :func:`simd_cap`) turned off (``+avx512f`` -> ``-avx512f``, ...), so that code
+    generated for it runs on a CPU of that level; unchanged without a cap, for ``avx512`` or
+    ``neon``, and for a triple that is not x86-64.
+
+    Raises ValueError as :func:`simd_cap`, or for an unknown ``cap``."""
+    cap = simd_cap() if cap is None else cap
+    if cap is None:
+        return features
+    if cap not in _ORDER:
+        raise ValueError(f"unknown vector level {cap!r}; known: {', '.join(_ORDER)}")
+    above = _X86_ABOVE.get(cap)
+    if not above or triple.split("-")[0] not in ("x86_64", "amd64"):
+        return features
+    return ",".join("-" + f[1:] if f.startswith("+") and f[1:].startswith(above) else f
+                    for f in features.split(",") if f)
 
 
 @dataclass(frozen=True)
@@ -157,10 +201,8 @@ class SimdInfo:
             name, lanes, regs = shapes[shape]
             return cls(name, lanes, regs, info.f16c, info.avx512bf16, info.int8_dot, vnni=info.vnni,
                        int8_512=info.int8_512, vnni_512=info.vnni_512, bf16dot_gemm=info.bf16dot_gemm)
-        cap = os.environ.get("MB_SIMD", "").strip().lower()
+        cap = simd_cap()
         if cap:
-            if cap not in _ORDER:
-                raise ValueError(f"MB_SIMD must be one of {', '.join(_ORDER)}, got {cap!r}")
             if _ORDER.index(cap) < _ORDER.index(info.name):
                 info = {"scalar": cls("scalar", 1, 0), "sse": cls("sse", 4, 16),
                         "neon": cls("neon", 4, 32, True), "avx": cls("avx", 8, 16, info.f16c),
