@@ -68,6 +68,7 @@ def prod(x: Tensor, axis=None, keepdims: bool = False) -> Tensor:  # noqa: A001 
 
 
 def _arg_reduce(x: Tensor, axis, keepdims: bool, largest: bool) -> Tensor:
+    """The index pass of :func:`argmax` / :func:`argmin` (see there for the rule on NaN)."""
     name = "T_argmax" if largest else "T_argmin"
     if axis is not None and not isinstance(axis, int):
         raise TypeError(f"{name[2:]}: axis must be an int or None, got {axis!r}")
@@ -76,6 +77,8 @@ def _arg_reduce(x: Tensor, axis, keepdims: bool, largest: bool) -> Tensor:
     shape = reduced_shape(x.shape, axes, keepdims)
     nd = x.ndim
     reducer = _te.max if largest else _te.min
+    has_nan = E.is_float_dtype(acc)
+    n = shape_product([x.shape[a] for a in axes])   # elements per reduced row
 
     def fext(*idx):
         rv = reduce_axes(x.shape, axes)
@@ -88,22 +91,41 @@ def _arg_reduce(x: Tensor, axis, keepdims: bool, largest: bool) -> Tensor:
         flat: PrimExpr = zero_index()
         for a, r in zip(axes, rv):
             flat = flat * x.shape[a] + r.var
-        hit = E.EQ(cast_value(x[full_index(idx, axes, nd, rv, keepdims)], acc), ext[idx])
+        v = cast_value(x[full_index(idx, axes, nd, rv, keepdims)], acc)
         big = tir.max_value("int64")
-        return _te.min(E.Select(hit, flat, big), axis=rv)
+        if not has_nan:
+            return _te.min(E.Select(E.EQ(v, ext[idx]), flat, big), axis=rv)
+        # A NaN ranks before every extreme: its key is its index, an extreme's is index + n, so the
+        # smallest key is the first NaN when the row holds one, whatever the extreme pass made of
+        # the NaN (propagated or skipped), and the first extreme otherwise.
+        key = E.Select(E.EQ(v, ext[idx]), flat + n, big)
+        return _te.min(E.Select(E.NE(v, v), flat, key), axis=rv)
 
-    return _te.compute(shape, fidx, name=name)
+    if not has_nan:
+        return _te.compute(shape, fidx, name=name)
+
+    def unkey(k, idx):
+        return E.Select(E.And(E.GE(k, n), E.LT(k, n + n)), k - n, k)
+
+    return two_stage_compute(shape, fidx, "int64", "int64", name, unkey)
 
 
 def argmax(x: Tensor, axis: int | None = None, keepdims: bool = False) -> Tensor:
-    """Index (int64) of the maximum along ``axis`` (``numpy.argmax``: the first one on ties;
-    ``axis=None`` gives the flat index). Two passes: the maximum (``T_argmax_max``, float32
-    for 16-bit floats), then the smallest index holding it (``T_argmax``)."""
+    """Index (int64) of the maximum along ``axis`` of ``x`` (any float or int dtype; ``axis`` an int or
+    None for the flat index of the whole tensor; ``keepdims`` keeps the reduced axis as size 1).
+
+    Follows ``numpy.argmax`` (also PyTorch's and onnxruntime's ArgMax): the first index on ties, and
+    in a row holding NaN the index of its first NaN (NaN counts as the largest and smallest value).
+    Passes: the maximum (``T_argmax_max``, float32 for 16-bit floats); the smallest key, where a
+    NaN's key is its index and a maximum's is its index + the row length (``T_argmax_acc``); the key
+    back to an index (``T_argmax``). Integer inputs skip the NaN keys (two passes). Raises TypeError
+    for an axis that is not an int or None, ValueError for one out of range."""
     return _arg_reduce(x, axis, keepdims, True)
 
 
 def argmin(x: Tensor, axis: int | None = None, keepdims: bool = False) -> Tensor:
-    """Index (int64) of the minimum along ``axis`` (``numpy.argmin``; see :func:`argmax`)."""
+    """Index (int64) of the minimum along ``axis`` (``numpy.argmin``: first on ties, first NaN of a
+    row holding one; see :func:`argmax`)."""
     return _arg_reduce(x, axis, keepdims, False)
 
 
