@@ -59,6 +59,17 @@ def list_index(segment: str) -> int | None:
     return None
 
 
+class _OverrideNode:
+    """One path segment in :class:`SourceMap`'s trie of overridden paths: the override that set the
+    value here (``None`` if none did) and the nodes of the segments below it."""
+
+    __slots__ = ("override", "children")
+
+    def __init__(self) -> None:
+        self.override: str | None = None
+        self.children: dict[str | int, _OverrideNode] = {}
+
+
 class SourceMap:
     """Source positions of the values of one recipe, looked up by field path (a tuple or dotted string).
 
@@ -71,7 +82,8 @@ class SourceMap:
         self._lines = text.splitlines()
         self._values: dict[FieldPath, yaml.Node] = {}
         self._keys: dict[FieldPath, yaml.Node] = {}
-        self._overrides: dict[FieldPath, str] = {}
+        self._overrides = _OverrideNode()   # a trie of the paths overrides set, keyed by path segment
+        self.override_steps = 0   # trie nodes visited by record_override / override (a linear-work check)
 
     def record(self, path: FieldPath, node: yaml.Node, key: yaml.Node | None = None) -> None:
         """Record the YAML node holding the value at ``path`` (and the node of its mapping key, if any)."""
@@ -80,17 +92,32 @@ class SourceMap:
             self._keys[path] = key
 
     def record_override(self, path: FieldPath, override: str) -> None:
-        """Record that the value at ``path`` (and everything below it) was set by ``override`` (``KEY=VALUE``)."""
-        self._overrides = {p: o for p, o in self._overrides.items() if p[: len(path)] != path}
-        self._overrides[path] = override
+        """Record that the value at ``path`` (and everything below it) was set by ``override`` (``KEY=VALUE``).
+
+        Overrides recorded earlier below ``path`` are forgotten (this one replaced their values). Work is
+        ``O(len(path))``: the paths live in a trie keyed by segment, and the subtree below ``path`` is
+        dropped as a whole, so ``n`` overrides are recorded in ``O(n)`` (not ``O(n**2)``) time."""
+        node = self._overrides
+        for segment in path:
+            self.override_steps += 1
+            node = node.children.setdefault(segment, _OverrideNode())
+        node.override = override
+        if node.children:
+            node.children = {}
 
     def override(self, path: FieldPath | str) -> str | None:
-        """Return the ``KEY=VALUE`` override that set ``path`` or one of its ancestors, else ``None``."""
-        path = as_path(path)
-        for depth in range(len(path), -1, -1):
-            if path[:depth] in self._overrides:
-                return self._overrides[path[:depth]]
-        return None
+        """Return the ``KEY=VALUE`` override that set ``path`` or its nearest ancestor that one set, else
+        ``None``. ``O(len(path))``: one walk down the trie of overridden paths."""
+        node = self._overrides
+        found = node.override
+        for segment in as_path(path):
+            self.override_steps += 1
+            node = node.children.get(segment)
+            if node is None:
+                break
+            if node.override is not None:
+                found = node.override
+        return found
 
     def position(self, path: FieldPath | str) -> tuple[int, int] | None:
         """Return the position of the value at ``path``, or of its nearest recorded ancestor.
