@@ -194,6 +194,14 @@ def _run_with(args: argparse.Namespace, progress: "_ConversionProgress") -> int:
     for flag, path in (("--input", args.input), ("--weights", args.weights)):
         if path is not None:
             _check_input_file(flag, path)
+    for flag, path in (("--output", args.output), ("--save-params", args.save_params)):
+        if path is not None:    # refused before the build, not after it (runtime.files.atomic_write's rules)
+            from runtime.files import NotRegularFileError, check_writable
+
+            try:
+                check_writable(path)
+            except NotRegularFileError as exc:
+                raise NotRegularFileError(f"{flag} {exc}") from None
     if args.recipe.lower().endswith((".pt2", ".pt", ".pth")):
         raise ValueError(f"{args.recipe}: PyTorch files are not loaded (torch's loaders may unpickle, which runs code "
                          "the file's author chose); export to ONNX, or import the model from Python with "

@@ -27,6 +27,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import stat
 import zlib
 from pathlib import Path
 
@@ -111,7 +112,10 @@ def load(key: str, functions: dict[str, dict]) -> tuple[bytes, str] | None:
 
 
 def store(key: str, object_code: bytes, ir_text: str) -> bool:
-    """Write entry ``key``; returns False (silently) when the directory is not writable."""
+    """Write entry ``key`` (mode 0600, private to the user). A symlink, FIFO, device or socket at the
+    entry's name is removed first (a miss in the cache's own folder, replaced by the rebuild; a link is
+    never written through); returns False (silently) when the directory is not writable or the name
+    is a folder (left as it is)."""
     if not enabled():
         return False
     ir_z = zlib.compress(ir_text.encode(), 1)
@@ -121,7 +125,24 @@ def store(key: str, object_code: bytes, ir_text: str) -> bool:
     try:
         d = cache_dir()
         d.mkdir(parents=True, exist_ok=True)
-        atomic_write(_path(key), _MAGIC + json.dumps(header).encode() + b"\n" + payload)
+        _remove_junk(_path(key))
+        # the link itself, never its target, is replaced (an entry written through a planted link would land
+        # outside the cache); 0600: entries hold the optimized IR of the user's models (their structure and
+        # any folded constants) and are read only by the user's own builds, like the rest of ~/.cache
+        atomic_write(_path(key), _MAGIC + json.dumps(header).encode() + b"\n" + payload,
+                     follow_symlinks=False, new_mode=0o600)
         return True
-    except OSError:
+    except (OSError, ValueError):   # not writable, or a folder (or a FIFO made since) at the entry's name
         return False
+
+
+def _remove_junk(path: Path) -> None:
+    """Unlink ``path`` when it is neither a regular file nor a folder (a symlink, FIFO, device or
+    socket left in the cache): only its name goes, nothing is opened or followed. ``atomic_write``
+    refuses to replace such files anywhere else; here they are the cache's own misses."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return
+    if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+        os.unlink(path)
