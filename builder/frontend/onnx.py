@@ -82,6 +82,7 @@ MAX_FOLD_ELEMENTS = 1 << 16
 #: Opsets of the default domain (``""`` / ``"ai.onnx"``) this importer follows.
 OPSETS = (13, 24)
 _BIG = 1 << 62   # ONNX Slice ends at or beyond this mean "to the end" (exporters write INT64_MAX)
+_END_SENTINELS = (2**31 - 1, 2**63 - 1)   # ONNX Slice ends meaning "to the end" in either direction
 
 
 class ONNXImportError(ValueError):
@@ -3081,7 +3082,7 @@ def _slice(im, node, ins, at):
     if static and not isinstance(x, Tensor):
         index = [slice(None)] * nd
         for a, s, e, st in zip(axes, starts, ends, steps):
-            index[a] = slice(s, e, st)
+            index[a] = _slice_index(s, e, st, shape[a])
         if isinstance(x, _Sym):
             return _shape_value(np.asarray(x.vals[tuple(index)], dtype=object), x.dtype)
         return np.ascontiguousarray(x[tuple(index)])
@@ -3091,14 +3092,15 @@ def _slice(im, node, ins, at):
         d = shape[a]
         if st < 0:      # a gather of the indices in their (descending) order, or the whole dim reversed
             if isinstance(d, int) and isinstance(s, int) and isinstance(e, int):
-                t = op.take(t, im.const(np.arange(*slice(s, e, st).indices(d), dtype=np.int64)), axis=a)
+                s, e = _slice_bounds(s, e, st, d)
+                t = op.take(t, im.const(np.arange(s, e, st, dtype=np.int64)), axis=a)
             elif st == -1 and isinstance(s, int) and isinstance(e, int) and (s == -1 or s >= _BIG) and e <= -_BIG:
                 t = op.flip(t, a)       # x[::-1] of a symbolic dim, as exporters write it
             else:
                 raise ONNXImportError("a negative step on a symbolic dim is supported only to reverse the whole dim")
             continue
         if isinstance(d, int) and isinstance(s, int) and isinstance(e, int):
-            s, e, st = slice(s, e, st).indices(d)
+            s, e = _slice_bounds(s, e, st, d)
             e = max(e, s)
         else:
             s = _clamp_sym(s, d)
@@ -3108,6 +3110,36 @@ def _slice(im, node, ins, at):
         strides.append(st)
         out_axes.append(a)
     return op.strided_slice(t, out_axes, begin, end, strides) if out_axes else t
+
+
+def _slice_bounds(start: int, end: int, step: int, dim: int) -> tuple[int, int]:
+    """ONNX ``Slice``'s ``(start, end)`` on one static dim of ``dim`` elements (``step`` non-zero), clamped
+    as the spec (Slice-13) defines it: a negative bound gets ``dim`` added once; then for ``step > 0``
+    both are clamped to ``[0, dim]``, for ``step < 0`` ``start`` to ``[0, dim - 1]`` and ``end`` to
+    ``[-1, dim - 1]`` (``-1``: past index 0, not the last element). The selected indices are
+    ``range(start, end, step)``. This differs from Python's ``slice(...).indices(dim)``, which clamps a
+    start below ``-dim`` to ``-1`` (nothing) for a negative step where the spec gives index 0.
+
+    An ``end`` of INT32_MAX or INT64_MAX (the spec's "slice to the end" sentinel) means the end in the
+    step's direction for either sign of step, as onnxruntime's ``SliceBase`` reads it (numpy's ``None``):
+    with a negative step it ends past index 0. INT64_MIN and every other value are clamped as above."""
+    sentinel = end in _END_SENTINELS
+    if start < 0:
+        start += dim
+    if end < 0:
+        end += dim
+    if step > 0:
+        return min(max(start, 0), dim), dim if sentinel else min(max(end, 0), dim)
+    return min(max(start, 0), dim - 1), -1 if sentinel else min(max(end, -1), dim - 1)
+
+
+def _slice_index(start: int, end: int, step: int, dim: int) -> slice:
+    """A Python slice selecting exactly ``range(*_slice_bounds(...), step)`` (a stop of -1 is written
+    as ``None``, which Python would otherwise read as the last element)."""
+    s, e = _slice_bounds(start, end, step, dim)
+    if dim == 0 or (step < 0 and s < 0):
+        return slice(0, 0, 1)
+    return slice(s, None if e < 0 else e, step)
 
 
 def _clamp_sym(v, d):

@@ -1,0 +1,86 @@
+"""ONNX ops whose results differed from the ONNX spec and onnxruntime (issue 40): Slice's clamping of
+starts / ends for negative steps, Hardmax of opsets <= 12 (2-D coercion), Resize nearest at exact .5 ties,
+reductions over empty sets and empty axes, MaxPool with NaN; against onnxruntime, onnx's reference
+evaluator or a float64 / exact-fraction numpy reading of the spec."""
+import itertools
+from fractions import Fraction
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx", reason="from_onnx needs the onnx package (pip install onnx)")
+ort = pytest.importorskip("onnxruntime", reason="the reference results come from onnxruntime")
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+
+from helpers.onnx_models import check_against_onnxruntime, make_model, outputs_of_both  # noqa: E402
+
+F, I64 = TensorProto.FLOAT, TensorProto.INT64
+rng = np.random.default_rng(40)
+
+
+def vi(name, shape, t=F):
+    return helper.make_tensor_value_info(name, t, shape)
+
+
+def spec_slice_indices(start, end, step, dim):
+    """The indices ONNX Slice-13 selects on one axis, written out from the spec's text (independent of the
+    importer): negative bounds get dim added; step > 0 clamps both to [0, dim]; step < 0 clamps start to
+    [0, dim - 1] and end to [-1, dim - 1]; an end of INT64_MAX (the spec's "to the end" sentinel) runs to the
+    end in the step's direction, as onnxruntime reads it."""
+    if end == 2**63 - 1:
+        end = dim if step > 0 else -dim - 1
+    start = start + dim if start < 0 else start
+    end = end + dim if end < 0 else end
+    if step > 0:
+        start, end = min(max(start, 0), dim), min(max(end, 0), dim)
+    else:
+        start, end = min(max(start, 0), dim - 1), min(max(end, -1), dim - 1)
+    out, i = [], start
+    while (i < end) if step > 0 else (i > end):
+        out.append(i)
+        i += step
+    return out
+
+
+INT_MAX, INT_MIN = 2**63 - 1, -2**63
+BOUNDS = [INT_MIN, -20, -6, -5, -1, 0, 1, 4, 5, 7, INT_MAX]
+
+
+@pytest.mark.parametrize("step", [-3, -1, 1, 2])
+def test_slice_clamping_every_bound(step):
+    """Every pair of starts / ends around and beyond a dim of 5 (below -dim, -dim, -1, 0, dim, INT_MAX /
+    INT_MIN) with positive and negative steps, on a tensor (the gather / strided_slice path) and on a
+    constant (folded at import): onnxruntime's result and the spec's indices."""
+    pairs = list(itertools.product(BOUNDS, BOUNDS))
+    x = rng.standard_normal((5, 3)).astype(np.float32)
+    nodes, outs, inits = [], [], [("c", x), ("ax", np.array([0], np.int64)), ("st", np.array([step], np.int64))]
+    for k, (s, e) in enumerate(pairs):
+        inits += [(f"s{k}", np.array([s], np.int64)), (f"e{k}", np.array([e], np.int64))]
+        nodes.append(helper.make_node("Slice", ["x", f"s{k}", f"e{k}", "ax", "st"], [f"y{k}"]))
+        nodes.append(helper.make_node("Slice", ["c", f"s{k}", f"e{k}", "ax", "st"], [f"z{k}"]))
+        outs += [vi(f"y{k}", [f"n{k}", 3]), vi(f"z{k}", [f"m{k}", 3])]
+    model = make_model(nodes, [vi("x", [5, 3])], outs, inits, opset=17)
+    got, want = outputs_of_both(model, {"x": x})
+    for k, (s, e) in enumerate(pairs):
+        ref = x[spec_slice_indices(s, e, step, 5)]
+        for g, w in ((got[2 * k], want[2 * k]), (got[2 * k + 1], want[2 * k + 1])):
+            np.testing.assert_array_equal(w, ref, err_msg=f"onnxruntime vs the spec at {(s, e, step)}")
+            np.testing.assert_array_equal(g, ref, err_msg=f"ours at {(s, e, step)}")
+
+
+def test_slice_several_axes_mixed_steps():
+    """Two axes at once, one stepping backwards from below -dim and one forwards past the end, axes given
+    out of order and negative, on a 3-d tensor and a constant."""
+    x = rng.standard_normal((4, 6, 5)).astype(np.float32)
+    starts, ends, axes, steps = [-9, 1], [INT_MIN, 100], [-1, 1], [-2, 2]
+    inits = [("c", x), ("s", np.array(starts, np.int64)), ("e", np.array(ends, np.int64)),
+             ("a", np.array(axes, np.int64)), ("st", np.array(steps, np.int64))]
+    nodes = [helper.make_node("Slice", ["x", "s", "e", "a", "st"], ["y"]),
+             helper.make_node("Slice", ["c", "s", "e", "a", "st"], ["z"])]
+    model = make_model(nodes, [vi("x", [4, 6, 5])], [vi("y", [4, "p", "q"]), vi("z", [4, "p", "q"])], inits, opset=17)
+    got, want = outputs_of_both(model, {"x": x})
+    ref = x[:, spec_slice_indices(1, 100, 2, 6)][:, :, spec_slice_indices(-9, INT_MIN, -2, 5)]
+    assert ref.shape == (4, 3, 1)
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(w, ref)
+        np.testing.assert_array_equal(g, ref)
