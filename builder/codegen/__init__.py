@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import re
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
@@ -93,6 +94,20 @@ class CompiledLibrary:
 #: Most LLVM modules the kernels of one build are split into (see :func:`emit_llvm_parts`). Fixed, not
 #: the number of cores, so that the object code (and the cache key) is the same on every machine
 #: and with any number of threads.
+#: A reference to an LLVM intrinsic of AMX's tile instructions (``ldtilecfg``, ``tileloadd64``,
+#: ``tdpbf16ps``, ...), its name quoted or not (llvmlite quotes names with dots).
+_AMX_INTRINSIC = re.compile(r'@"?llvm\.x86\.(?:ldtilecfg|sttilecfg|tile|tdp)')
+
+
+def uses_amx_tiles(texts) -> bool:
+    """True when the LLVM IR modules ``texts`` (strings) call an AMX tile instruction (an
+    ``@llvm.x86.ldtilecfg`` / ``tile*`` / ``tdp*`` intrinsic): the code then needs the OS's grant of the
+    tile state where it loads (:func:`runtime.target.check_target`). The kernels' labels do not decide
+    it: under ``MB_SIMD_EMULATE=amx`` a ``+amx`` kernel is generic IR of the same arithmetic, which any
+    host runs."""
+    return any(_AMX_INTRINSIC.search(t) for t in texts)
+
+
 MAX_PARTS = 4
 
 #: A build is split only when its distinct kernels add up to at least this many LLVM instructions
@@ -326,7 +341,7 @@ def build(prim_funcs: dict[str, PrimFunc], target: Target | None = None,
              "llvm_seconds": 0.0}
     source = texts[0] if len(texts) == 1 else "".join(f"; part {k}\n{t}" for k, t in enumerate(texts))
     tdict = target.to_dict()
-    if any(p.startswith("amx") for meta in functions.values() for p in str(meta.get("kernel", "")).split("+")):
+    if uses_amx_tiles(texts):
         tdict["amx"] = True   # the loader asks the OS for the tile state (runtime.target.check_target)
     key = _cache.cache_key(source, tdict)
     hit = _cache.load(key, functions)

@@ -26,14 +26,15 @@ pytestmark = pytest.mark.usefixtures("private_object_cache")   # tests/codegen/c
 
 @pytest.fixture(params=["emulated"] + (["native"] if NATIVE else []))
 def amx(request, monkeypatch):
-    """The kernels' AMX: ``emulated`` (any host) or ``native`` (a host with AMX tiles)."""
+    """The kernels' AMX: ``emulated`` (any host: generic IR, no tile instruction, so the executable asks
+    for no tile state) or ``native`` (a host whose OS grants the tiles)."""
     if request.param == "emulated":
         monkeypatch.setenv("MB_SIMD_SHAPE", "avx512")
         monkeypatch.setenv("MB_SIMD_EMULATE", "amx,avx512bf16")   # (bfloat16 GEMVs on hosts without it)
-        return "avx512"
-    for hook in ("MB_SIMD_SHAPE", "MB_SIMD_EMULATE", "MB_SIMD"):   # the host's own tiles, also under MB_SIMD=avx2
+        return request.param
+    for hook in ("MB_SIMD_SHAPE", "MB_SIMD_EMULATE", "MB_SIMD", "MB_SIMD_OFF"):   # the host's own tiles
         monkeypatch.delenv(hook, raising=False)
-    return "avx512"
+    return request.param
 
 
 def _lib(f, precision: str):
@@ -57,8 +58,9 @@ def test_float32_high_and_medium_precision(amx, threads, monkeypatch):
     N, K = 70, 100
     f, _ = _linear_func(K, N, "float32", "float32", ("linear", 0))
     libs = {p: _lib(f, p) for p in ("highest", "high", "medium")}
-    assert libs["high"][0] == f"linear/{amx}+amx3" and libs["high"][1] is True
-    assert libs["medium"][0] == f"linear/{amx}+amx" and libs["medium"][1] is True
+    tiles = amx == "native"   # the executable records (and its loader asks for) the tiles it runs
+    assert libs["high"][0] == "linear/avx512+amx3" and libs["high"][1] is tiles
+    assert libs["medium"][0] == "linear/avx512+amx" and libs["medium"][1] is tiles
     assert "amx" not in libs["highest"][0] and libs["highest"][1] is False
     old = threadpool.set_num_threads(threads)
     try:
@@ -142,9 +144,9 @@ def test_recipe_quantized_and_tiled_weights_at_high_precision(amx):
         ref = ref_model(x)
         y = model(x)
         assert _rel_err(y, ref) < 5e-5
-        # saved and loaded, the executable says it runs tiles and computes the same
+        # saved and loaded, the executable says whether it runs tiles and computes the same
         exe = Executable.load(model.exe.save())
-        assert exe.target["amx"] is True and exe.target["matmul_precision"] == "high"
+        assert exe.target.get("amx", False) is (amx == "native") and exe.target["matmul_precision"] == "high"
         args = [x] + [model.params[n] for n in model.param_names]
         np.testing.assert_array_equal(VirtualMachine(exe)["forward"](*args), y)
 
@@ -195,3 +197,61 @@ def test_transposed_store_on_tiles(amx):
             lib["f"](xa, wa, ba, y)
             ref = (xa.astype(np.float64) @ wa.T.astype(np.float64) + ba).T
             assert _rel_err(y, ref) < tol, (precision, M)
+
+
+#: What a Sapphire Rapids Xeon reports (the features the AMX kernels look for), for compiling the native tile
+#: code on any x86-64 host; LLVM fills in the rest from ``cpu="sapphirerapids"``.
+_SPR_FEATURES = ",".join("+" + f for f in (
+    "sse4.2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512cd", "avx512bf16",
+    "avx512vnni", "avxvnni", "amx-tile", "amx-bf16", "amx-int8"))
+
+
+def test_native_tile_code_is_emitted_anywhere_and_runs_where_granted(monkeypatch):
+    """The native AMX kernel for a Sapphire Rapids target, on any x86-64 host: the plan takes the tiles
+    (``+amx3`` at ``high``), the IR calls the tile intrinsics and LLVM's assembly has ``ldtilecfg`` /
+    ``tdpbf16ps``, the built library records ``amx`` and the loader refuses it where the OS grants no tiles
+    (``check_target``); it runs, within bf16x3's error of float64, only on a host with AMX. The emulated
+    kernel (``MB_SIMD_EMULATE=amx``) calls no tile instruction and records no ``amx``."""
+    import llvmlite.binding as llvm
+
+    from runtime.target import check_target
+
+    if not HOST.triple.startswith(("x86_64", "amd64")):
+        pytest.skip("AMX is x86-64 only")
+    for hook in ("MB_SIMD_SHAPE", "MB_SIMD_EMULATE", "MB_SIMD", "MB_SIMD_OFF"):
+        monkeypatch.delenv(hook, raising=False)
+    N, K = 70, 100
+    f, _ = _linear_func(K, N, "float32", "float32", ("linear", 0))
+    spr = Target(HOST.triple, "sapphirerapids", _SPR_FEATURES, matmul_precision="high")
+    with monkeypatch.context() as m:
+        m.setattr(runtime_target, "_AMX", True)   # as where the OS grants the tiles: the planner takes them
+        text, meta = emit_llvm_ir({"f": f}, spr)
+        lib = build({"f": f}, spr)
+    assert meta["f"]["kernel"] == "linear/avx512+amx3"
+    assert 'llvm.x86.tdpbf16ps"' in text and 'llvm.x86.ldtilecfg"' in text   # (llvmlite quotes dotted names)
+    asm = spr.target_machine().emit_assembly(llvm.parse_assembly(text))
+    assert "tdpbf16ps" in asm and "ldtilecfg" in asm and "tilerelease" in asm
+    assert lib.target["amx"] is True
+
+    monkeypatch.setenv("MB_SIMD_SHAPE", "avx512")
+    monkeypatch.setenv("MB_SIMD_EMULATE", "amx")
+    emulated_text, emulated_meta = emit_llvm_ir({"f": f}, Target.host(matmul_precision="high"))
+    assert emulated_meta["f"]["kernel"] == "linear/avx512+amx3"
+    assert 'llvm.x86.t' not in emulated_text and 'llvm.x86.ldtilecfg' not in emulated_text
+    assert "amx" not in build({"f": f}, Target.host(matmul_precision="high")).target
+
+    if not NATIVE:
+        with pytest.raises(ValueError, match="AMX tiles|amx-tile"):   # (the CPU's features, or the OS's grant)
+            check_target(lib.target)
+        pytest.skip("this host's CPU or OS grants no AMX tiles: the native kernel's plan, IR and assembly were "
+                    "checked, not run")
+    missing = {p[1:] for p in _SPR_FEATURES.split(",")} - {p[1:] for p in HOST.features.split(",") if p[0] == "+"}
+    if missing:
+        pytest.skip(f"this AMX host lacks {', '.join(sorted(missing))} of the Sapphire Rapids target")
+    fn = lib.load()["f"]
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((95, K), dtype=np.float32)
+    w = rng.standard_normal((N, K), dtype=np.float32)
+    y = np.full((95, N), np.nan, np.float32)
+    fn(x, w, y)
+    assert _rel_err(y, x.astype(np.float64) @ w.T.astype(np.float64)) < 2e-5
