@@ -423,9 +423,12 @@ _IDENT = re.compile(r"[^0-9A-Za-z_]")
 # ------------------------------------------------------------------------------------------------
 
 class _Importer:
-    def __init__(self, model, opset: int) -> None:
+    def __init__(self, model, opset: int, source_opset: int | None = None) -> None:
         self.model = model
         self.opset = opset
+        #: the default-domain opset the file was written for, before ``onnx.version_converter`` (the
+        #: converters of ops whose meaning changed without a converter adapter read it: Hardmax)
+        self.source_opset = opset if source_opset is None else source_opset
         self.env: dict[str, Any] = {}
         self.depth = 0    # If / Loop bodies being imported, one inside the other (subgraph)
         self.dims: dict[str, E.Var] = {}
@@ -994,11 +997,29 @@ def _lp_normalization(im, node, ins, at):
 
 @_register("Hardmax")
 def _hardmax(im, node, ins, at):
-    """``Hardmax``: 1 at the first maximum along ``axis``, 0 elsewhere, in the input's dtype."""
+    """``Hardmax``: 1 at the first maximum along ``axis``, 0 elsewhere, in the input's dtype; ``x`` any rank
+    >= 1, any float dtype. Opset 13 (and later) takes the maximum along the one dim ``axis`` (default -1).
+    Opsets 1 to 12 define it on ``x`` coerced to 2-D, ``[prod(dims[:axis]), prod(dims[axis:])]`` (default
+    axis 1): the maximum over all the trailing dims from ``axis`` on (Hardmax-11's text). ONNX's
+    ``version_converter`` has no 12 -> 13 adapter for Hardmax (it has for Softmax / LogSoftmax) and passes
+    the node on unchanged, so the file's own opset (:attr:`_Importer.source_opset`) decides here.
+    Raises ONNXImportError for an axis out of range."""
     _check_inputs(ins, node)
     x = im.tensor(ins[0])
     nd = len(x.shape)
-    axis = _axis_attr(at, nd)
+    if im.source_opset < 13:
+        axis = _axis_attr(at, nd, default=1)
+        shape = [_simp(d) for d in x.shape]
+        rows = _simp(math.prod(shape[:axis], start=E.IntImm(1, "int64")))
+        cols = _simp(math.prod(shape[axis:], start=E.IntImm(1, "int64")))
+        flat = op.reshape(x, [rows, cols])
+        return op.reshape(_hardmax_along(flat, 1), shape)
+    return _hardmax_along(x, _axis_attr(at, nd))
+
+
+def _hardmax_along(x: Tensor, axis: int) -> Tensor:
+    """1 at the first maximum of ``x`` along ``axis`` (in ``[0, ndim)``), 0 elsewhere, in ``x``'s dtype."""
+    nd = len(x.shape)
     d = _simp(x.shape[axis])
     idx = op.argmax(x, axis=axis, keepdims=True)
     pos = op.arange(0, d, 1, dtype="int64")
@@ -3258,7 +3279,9 @@ def from_onnx(model_or_path, shape_dict: Mapping[str, Sequence] | None = None,
     arguments of the wrong type, FileNotFoundError for a missing file and ImportError without the
     ``onnx`` package.
     """
-    model = _upgraded(_load(model_or_path))
+    loaded = _load(model_or_path)
+    source = [int(o.version) for o in loaded.opset_import if o.domain in ("", "ai.onnx")]
+    model = _upgraded(loaded)
     opset = _opset(model)
     missing: dict[str, list[str]] = {}
     for node, name in _nodes_and_branches(model.graph):
@@ -3270,4 +3293,4 @@ def from_onnx(model_or_path, shape_dict: Mapping[str, Sequence] | None = None,
     for what, d in (("shape_dict", shape_dict), ("dtype_dict", dtype_dict)):
         if d is not None and not isinstance(d, Mapping):
             raise TypeError(f"from_onnx: {what} must be a mapping from input names, got {type(d).__name__}")
-    return _Importer(model, opset).run(shape_dict, dtype_dict)
+    return _Importer(model, opset, source[0] if source else None).run(shape_dict, dtype_dict)

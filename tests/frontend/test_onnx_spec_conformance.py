@@ -84,3 +84,36 @@ def test_slice_several_axes_mixed_steps():
     for g, w in zip(got, want):
         np.testing.assert_array_equal(w, ref)
         np.testing.assert_array_equal(g, ref)
+
+
+def hardmax_2d_reference(x, axis):
+    """Hardmax-11 from its text: x coerced to [prod(dims[:axis]), prod(dims[axis:])], 1 at the first maximum of
+    each row."""
+    rows = x.reshape(int(np.prod(x.shape[:axis])), -1).astype(np.float64)
+    out = np.zeros_like(rows)
+    out[np.arange(rows.shape[0]), rows.argmax(axis=1)] = 1
+    return out.reshape(x.shape).astype(x.dtype)
+
+
+@pytest.mark.parametrize("opset", [7, 11, 12, 13])
+@pytest.mark.parametrize("axis", [None, 0, 1, 2, -1, -2])
+def test_hardmax_old_opsets_coerce_to_2d(opset, axis):
+    """Hardmax at opsets <= 12 (converted to 13 before import) takes the maximum over all the dims from axis on
+    (default axis 1); at 13 along axis only (default -1); on a symbolic batch; onnxruntime and the spec's text."""
+    if opset < 11 and axis is not None and axis < 0:
+        pytest.skip("negative axes came with opset 11")
+    kw = {} if axis is None else {"axis": axis}
+    model = make_model([helper.make_node("Hardmax", ["x"], ["y"], **kw)], [vi("x", ["n", 3, 4])],
+                       [vi("y", ["n", 3, 4])], opset=opset)
+    x = rng.standard_normal((2, 3, 4)).astype(np.float32)
+    x[1, 2, 1] = x[1, 2, 3] = x[1].max() + 1   # a tie: the first maximum wins
+    got, want = outputs_of_both(model, {"x": x})
+    if opset < 13:
+        a = 1 if axis is None else axis % 3
+        ref = hardmax_2d_reference(x, a)
+    else:
+        a = -1 if axis is None else axis
+        ref = (np.arange(x.shape[a]).reshape([-1 if i == a % 3 else 1 for i in range(3)])
+               == np.expand_dims(x.argmax(axis=a), a)).astype(np.float32)
+    np.testing.assert_array_equal(want[0], ref)
+    np.testing.assert_array_equal(got[0], ref)
