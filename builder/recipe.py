@@ -28,7 +28,8 @@ arguments and shape/dtype mismatches found while tracing.
 
 Bounds (:mod:`schemas.limits`): each text is at most ``MAX_FORWARD_CHARS`` long, one expression nests at
 most ``MAX_EXPRESSION_DEPTH`` deep (checked without recursion; the checker and the interpreter recurse
-only that deep, any number of statements run in a loop), integer constants fit int64, no result with
+only that deep, any number of statements run in a loop), integer constants fit int64, a number combined
+with a tensor fits the tensor's dtype (a finite float that would become inf is refused), no result with
 static sizes may take more than ``MAX_TENSOR_BYTES``, blocks may not contain themselves, and a recipe
 instantiates at most ``MAX_MODULES`` layers in all (counted before any is built).
 """
@@ -49,6 +50,7 @@ from schemas.models import BlockLayer, FunctionDef, IntInput, KVCacheInput, is_i
 from schemas.source import FieldPath
 
 from . import nn
+from .nn.op.common import REFUSE_FLOAT_OVERFLOW
 from .nn.tensor_parallel import ShardError
 from .ir import expr as E
 from .ir.printer import PRINTER_RESERVED
@@ -395,13 +397,15 @@ class BlockModule(nn.Module):
             raise _ForwardError(node, f"operator {symbol} mixes a symbolic int with a float")
         try:
             result = _BINOPS[type(node.op)](left, right)
+            if isinstance(result, E.PrimExpr):   # (simplify raises ValueError for a dim too large to expand)
+                result = E.simplify(result)
         except ZeroDivisionError:
             raise _ForwardError(node, "division by zero") from None
         except (TypeError, ValueError) as exc:
             raise _ForwardError(node, f"operator {symbol}: {exc}") from None
         if type(result) is int and not -2 ** 63 <= result < 2 ** 63:
             raise _ForwardError(node, f"the integer {shorten(result)} does not fit int64")
-        return E.simplify(result) if isinstance(result, E.PrimExpr) else result
+        return result
 
     def _subscript(self, node: ast.Subscript, env: dict[str, Any]):
         value = self._eval(node.value, env)
@@ -503,10 +507,16 @@ class BlockModule(nn.Module):
                 inspect.signature(target).bind(*args, **kwargs)
             except TypeError as exc:
                 raise _ForwardError(node, f"{name}(): {exc}") from None
+        # the recipe's numbers reach ops directly: a finite one that overflows its tensor's float dtype
+        # is an error (nn.op.common.scalar_constant); a built-in layer's own constants are its business
+        strict = None if isinstance(fn, nn.Module) else REFUSE_FLOAT_OVERFLOW.set(True)
         try:
             result = fn(*args, **kwargs)
         except (ValueError, TypeError, IndexError) as exc:
             raise _ForwardError(node, f"{name}: {exc}" if target in _OPERATORS else str(exc)) from None
+        finally:
+            if strict is not None:
+                REFUSE_FLOAT_OVERFLOW.reset(strict)
         _check_result_size(node, result)
         return result
 

@@ -2,6 +2,8 @@
 shape / axis arguments into IR values, and short descriptions of arguments for error messages."""
 from __future__ import annotations
 
+import math
+from contextvars import ContextVar
 from typing import Sequence
 
 import numpy as np
@@ -94,7 +96,10 @@ def scalar_constant(value, dtype: str) -> rx.Constant:
     dtype (it would be truncated); ValueError for a number ``dtype`` cannot hold: an integer outside
     the integer dtype's range (``uint8 + -1``, ``int64 + 2**64``: numpy 2 and PyTorch refuse them
     too), a bool dtype with anything but 0 / 1, or an integer beyond float64 for a float dtype. A
-    finite float beyond a narrower float dtype's range becomes inf, as in numpy and PyTorch.
+    finite number beyond a narrower float dtype's range becomes inf, as in numpy and PyTorch, except
+    while :data:`REFUSE_FLOAT_OVERFLOW` is set (a recipe's ``forward:``): then it is a ValueError
+    (numpy's rule decides: it overflows when casting it gives inf, so 3.4028235e38 rounds to float32's
+    largest value and fits; ``float("inf")`` itself is always allowed).
     """
     if isinstance(value, np.generic):
         value = value.item()
@@ -118,7 +123,21 @@ def scalar_constant(value, dtype: str) -> rx.Constant:
         except OverflowError:
             raise ValueError(f"the constant {short(value)} does not fit {dtype} (beyond float64)") from None
     with np.errstate(over="ignore"):   # 1e39 as float32 is inf, as numpy and PyTorch make it
-        return rx.Constant(np.asarray(value), dtype)
+        constant = rx.Constant(np.asarray(value), dtype)
+    if (REFUSE_FLOAT_OVERFLOW.get() and isinstance(value, float) and math.isfinite(value)
+            and not np.isfinite(constant.values()).all()):
+        from ...ir.tir.intrinsics import max_value
+
+        raise ValueError(f"the constant {short(value)} does not fit {dtype}: it would become inf (the "
+                         f"largest finite {dtype} is {max_value(dtype).value:.8g})")
+    return constant
+
+
+#: Set (to True) by the recipe interpreter (:mod:`builder.recipe`) while an op of a ``forward:`` text
+#: runs: a finite number that overflows the float dtype of the tensor it is combined with is then an
+#: error (docs/SECURITY.md, "Recipes and overrides": a number must fit its tensor's dtype), where the
+#: ``nn.op`` API otherwise makes it inf as numpy and PyTorch do (imported models keep their meaning).
+REFUSE_FLOAT_OVERFLOW: ContextVar[bool] = ContextVar("REFUSE_FLOAT_OVERFLOW", default=False)
 
 
 def short(value) -> str:
