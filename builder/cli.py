@@ -182,7 +182,7 @@ def _run_with(args: argparse.Namespace, progress: "_ConversionProgress") -> int:
     from schemas.errors import printable
 
     from .pipeline import MODEL_FILE_SUFFIXES, build, build_model_file
-    from .summary import function_table, module_tree, param_table
+    from .summary import function_table, kernel_notes, module_tree, param_table
 
     from runtime.distributed import launcher_rank
 
@@ -293,6 +293,8 @@ def _run_with(args: argparse.Namespace, progress: "_ConversionProgress") -> int:
               f"native code {model.timings['compile'] * 1e3:.1f} ms "
               f"({len(exe.kernels)} kernels for {exe.target.get('cpu', 'host')}: {_kernel_kinds(exe)}; "
               f"{_distinct(exe)})")
+    for note in kernel_notes(exe.kernels):   # the kernels' fallbacks (no AMX at matmul_precision=high, ...)
+        out.print(escape(printable(note)))
     if timing is not None:
         out.print("passes: " + ", ".join(f"{name} {sec * 1e3:.1f} ms" for name, sec in timing.timings.items()))
     if result_note:

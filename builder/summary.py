@@ -1,5 +1,6 @@
 """What ``build`` shows about a model: its functions (inputs and output shapes), its module tree, a
-parameter table, and the functional ops recipes may call (``build --list-ops``). Each returns a rich
+parameter table, the kernels' fallbacks in words (:func:`kernel_notes`), and the functional ops recipes may
+call (``build --list-ops``). Each returns a rich
 renderable; user text (names from recipes) is never read as markup.
 
 Repeated layers (``repeat: N``) are shown once: the tree names the copies' type and count and expands the
@@ -22,7 +23,7 @@ from schemas.errors import printable
 from . import nn
 
 __all__ = ["function_table", "module_tree", "param_table", "ops_table", "describe_input", "describe_struct_info",
-           "format_bytes"]
+           "format_bytes", "kernel_notes"]
 
 
 def describe_input(spec: Any) -> str:
@@ -174,3 +175,18 @@ def format_bytes(n: float) -> str:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024
     return f"{n} B"
+
+
+def kernel_notes(kernels: dict[str, dict]) -> list[str]:
+    """The fallbacks of an executable's kernels in words, one line each with how many kernels took it:
+    ``kernels`` is :attr:`runtime.Executable.kernels` (name -> metadata), whose ``"notes"`` (a list of
+    strings, set by the kernels' planner: :func:`builder.codegen.kernels.linear.plan._fallback_notes`, e.g.
+    ``matmul_precision=high`` without AMX tiles computing in float32) are gathered in first-seen order.
+    Metadata without notes, or with a malformed ``"notes"`` (an executable from elsewhere), adds nothing."""
+    counts: dict[str, int] = {}
+    for meta in kernels.values():
+        notes = meta.get("notes") if isinstance(meta, dict) else None
+        for note in notes if isinstance(notes, list) else ():
+            if isinstance(note, str):
+                counts[note] = counts.get(note, 0) + 1
+    return [f"note: {note} ({n} kernel{'s' if n > 1 else ''})" for note, n in counts.items()]

@@ -177,6 +177,8 @@ def emit_llvm_parts(prim_funcs: dict[str, PrimFunc], target: Target | None = Non
         if twin is not None:   # an identical kernel is emitted already: this symbol is its entry
             sig = plan_signature(func, name)
             functions[name] = {**sig.metadata(extras[twin]), "kernel": functions[twin]["kernel"]}
+            if "notes" in functions[twin]:
+                functions[name]["notes"] = functions[twin]["notes"]
             aliases.append((name, twin))
         else:
             twins.add(name, func)
@@ -213,8 +215,10 @@ def _emit_kernel(emitter: ModuleEmitter, name: str, func: PrimFunc, simd: SimdIn
         body_fn, extra = KERNEL_FAMILIES[family][1](emitter, name, func, sig, plan, ksimd)
         emitter.add_entry(name, body_fn, func, sig)
         variant = getattr(plan, "variant", "")
-        return ({**sig.metadata(extra),
-                 "kernel": f"{family}/{ksimd.name}" + (f"+{variant}" if variant else "")}, extra)
+        meta = {**sig.metadata(extra), "kernel": f"{family}/{ksimd.name}" + (f"+{variant}" if variant else "")}
+        if getattr(plan, "notes", ()):   # fallbacks in words (builder.summary.kernel_notes)
+            meta["notes"] = list(plan.notes)
+        return meta, extra
     lowered = func if is_lowered(func) else promote_accumulators(lower(schedule(func)))
     sig = plan_signature(lowered, name)
     extra = emitter.add_function(name, lowered, sig)

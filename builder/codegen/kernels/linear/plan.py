@@ -164,6 +164,7 @@ class LinearPlan:
     out_vars: list = field(default_factory=list)   # the output block's iter vars, in the output's order
     variant: str = ""
     simd: SimdInfo | None = None   # set when planned for narrower vectors than the target's
+    notes: tuple = ()   # what the kernel does differently from what the model asked (a fallback), in words
 
 
 def _blocks(func: PrimFunc) -> list[Block]:
@@ -270,7 +271,34 @@ def plan_linear(func: PrimFunc, simd: SimdInfo) -> LinearPlan | str:
         split = _amx_split(plan, simd, k)
         if split:
             plan.variant = "+".join(filter(None, [plan.variant, "amx" if split == 1 else "amx3"]))
+        plan.notes = _fallback_notes(plan, simd, k, split)
     return plan
+
+
+#: The fallbacks :func:`_fallback_notes` reports, as ``build`` prints them (:func:`builder.summary.kernel_notes`).
+NO_INT8_DOT = ("activation_quantization=int8: this CPU has no AVX2 integer multiply-adds, so these matmuls "
+               "run with float activations")
+NO_AMX = ("matmul_precision={precision}: this CPU has no AMX tiles (or the OS does not grant them, or the "
+          "target's vectors are not AVX-512's 16 lanes), so float32 matmuls compute in float32, as at highest")
+
+
+def _fallback_notes(plan: LinearPlan, simd: SimdInfo, k, split: int) -> tuple[str, ...]:
+    """What ``plan`` computes differently from what its model asked, in words (empty when nothing):
+    int8 activations (``activation: int8`` weights) without AVX2's integer multiply-adds run on float
+    activations (:data:`NO_INT8_DOT`); a float32 matmul at a ``matmul_precision`` below ``highest``
+    without AMX tiles (:func:`_amx_split` gave 0 for want of them) computes in float32
+    (:data:`NO_AMX`). bfloat16 x with bfloat16 weights (exact products at every precision) and the
+    int8-activation kernels (which never take the tiles) are not fallbacks of the precision."""
+    notes = []
+    if not simd.int8_dot and _int8_activations(plan, k):
+        notes.append(NO_INT8_DOT)
+    int8 = simd.int8_dot and _int8_activations(plan, k)
+    bf16 = plan.params[plan.x].dtype == "bfloat16" and all(d.format == "dense" and d.dtype == "bfloat16"
+                                                           for d in plan.weights)
+    if (simd.matmul_precision != "highest" and not split and not int8 and not bf16
+            and not (simd.amx and simd.lanes == 16 and simd.registers >= 32)):
+        notes.append(NO_AMX.format(precision=simd.matmul_precision))
+    return tuple(notes)
 
 
 def _int8_activations(plan: LinearPlan, k) -> bool:
