@@ -2375,7 +2375,9 @@ def _resize(im, node, ins, at):
     H = 1 (which every mode and coordinate transformation maps onto itself), in nearest, linear or cubic mode
     (``cubic_coeff_a``, ``exclude_outside``; :func:`builder.nn.op.interpolate`): output ``sizes``, or ``scales``
     of 1 on N and C that give whole sizes (coordinates then follow the in / out ratio, which equals ``1 /
-    scale``)."""
+    scale``). ``nearest`` reads the input at indices computed exactly in integers
+    (:func:`_nearest_source_index`), so that exact ``.5`` ties round as ``nearest_mode`` says.
+    ``keep_aspect_ratio_policy`` other than ``stretch`` is refused (ONNXImportError)."""
     _check_inputs(ins, node)
     x = im.tensor(ins[0])
     nd = len(x.shape)
@@ -2400,6 +2402,9 @@ def _resize(im, node, ins, at):
         raise ONNXImportError(f"nearest_mode {nearest!r} is not supported")
     if "axes" in at:
         raise ONNXImportError("the axes attribute is not supported")
+    if text("keep_aspect_ratio_policy", "stretch") != "stretch":
+        raise ONNXImportError(f"keep_aspect_ratio_policy {text('keep_aspect_ratio_policy', '')!r} is not supported "
+                              "(stretch)")
     opt = lambda i: ins[i] if len(ins) > i and ins[i] is not None else None
     scales, sizes = (opt(1), None) if node.op_type == "Upsample" else (opt(2), opt(3))
     if sizes is not None and not (isinstance(sizes, np.ndarray) and sizes.size == 0):
@@ -2423,8 +2428,13 @@ def _resize(im, node, ins, at):
     else:
         raise ONNXImportError("Resize needs scales or sizes")
     if mode == "nearest":
-        y = op.interpolate(x, size=hw, mode="nearest", coordinate_transformation_mode=coord,
-                           rounding_method=_RESIZE_ROUNDING[nearest])
+        y = x
+        for k, n_out in enumerate(hw):
+            n_in = _simp(x.shape[2 + k])
+            n_out = _simp(n_out)
+            if _simp(n_in - n_out) == 0:
+                continue    # every coordinate transformation maps i to i
+            y = op.take(y, _nearest_source_index(im, n_in, n_out, coord, nearest), axis=2 + k)
     elif mode == "cubic":
         y = op.interpolate(x, size=hw, mode="bicubic", coordinate_transformation_mode=coord,
                            cubic_alpha=float(at.get("cubic_coeff_a", -0.75)),
@@ -2432,6 +2442,61 @@ def _resize(im, node, ins, at):
     else:
         y = op.interpolate(x, size=hw, mode="bilinear", coordinate_transformation_mode=coord)
     return op.squeeze(y, [2]) if nd == 3 else y
+
+
+def _nearest_source_index(im, n_in, n_out, coord: str, rounding: str):
+    """The int64 indices ``(n_out,)`` of the input elements that ONNX ``Resize`` in ``nearest`` mode reads
+    along one axis of ``n_in`` elements resized to ``n_out`` (ints, or symbolic dims), computed exactly.
+
+    The spec (Resize-19) maps output index ``i`` to the input coordinate ``x`` (scale ``n_out / n_in``;
+    given ``scales`` equal that ratio here, :func:`builder.ir.op.exact_scaled_size`): ``asymmetric``
+    ``i * n_in / n_out``; ``half_pixel`` ``(i + 1/2) * n_in / n_out - 1/2``; ``pytorch_half_pixel`` the
+    same, 0 when ``n_out == 1``; ``align_corners`` ``i * (n_in - 1) / (n_out - 1)`` (0 when ``n_out ==
+    1``). ``x`` is a fraction ``num / den`` of integers, rounded by ``nearest_mode`` in integer
+    arithmetic: ``floor``, ``ceil``, ``round_prefer_floor`` (halves down: ``ceil(x - 1/2)``),
+    ``round_prefer_ceil`` (halves up: ``floor(x + 1/2)``); then clamped to ``[0, n_in - 1]``. Exact
+    ``.5`` ties stay ties, where float32 coordinates (``(i + 0.5) * (n_in / n_out) - 0.5``) land just
+    above or below them (4 -> 6 half_pixel: ``0.5000001``, rounded up by round_prefer_floor); this
+    agrees with onnxruntime wherever its float computation is exact."""
+    if isinstance(n_in, int) and isinstance(n_out, int):
+        i = np.arange(n_out, dtype=np.int64)
+        a, b = n_in, n_out
+        fdiv, where = np.floor_divide, (lambda c, u, v: u if c else v)
+        big = lambda v: max(v, 1)
+        clamp = lambda v: np.clip(v, 0, max(n_in - 1, 0))
+        gt1 = b > 1
+    else:
+        def scalar(e):
+            return (im.const(np.array(e, np.int64)) if isinstance(e, int)
+                    else wrap_nested(symbolic_scalar(e, "int64"), "dim"))
+
+        i = op.arange(0, n_out, 1, dtype="int64")
+        a, b = scalar(n_in), scalar(n_out)
+        one, zero = im.const(np.array(1, np.int64)), im.const(np.array(0, np.int64))
+        fdiv, where = op.floor_divide, op.where
+        big = lambda v: op.maximum(v, one)
+        clamp = lambda v: op.minimum(op.maximum(v, zero), op.maximum(a - one, zero))
+        gt1 = op.greater(b, one)
+    if coord == "asymmetric":
+        num, den = i * a, b
+    elif coord == "align_corners":
+        num, den = i * (a - 1), big(b - 1)
+    else:
+        num, den = (i * 2 + 1) * a - b, b * 2
+        if coord == "pytorch_half_pixel":
+            num = where(gt1, num, i * 0)
+    if rounding == "floor":
+        idx = fdiv(num, den)
+    elif rounding == "ceil":
+        idx = -fdiv(-num, den)
+    elif rounding == "round_prefer_ceil":
+        idx = fdiv(num * 2 + den, den * 2)
+    elif rounding == "round_prefer_floor":
+        idx = -fdiv(den - num * 2, den * 2)
+    else:
+        raise ONNXImportError(f"nearest_mode {rounding!r} is not supported")
+    idx = clamp(idx)
+    return im.const(np.ascontiguousarray(idx, dtype=np.int64)) if isinstance(idx, np.ndarray) else idx
 
 
 @_register("GlobalAveragePool", "GlobalMaxPool")

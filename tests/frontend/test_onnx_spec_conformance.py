@@ -117,3 +117,83 @@ def test_hardmax_old_opsets_coerce_to_2d(opset, axis):
                == np.expand_dims(x.argmax(axis=a), a)).astype(np.float32)
     np.testing.assert_array_equal(want[0], ref)
     np.testing.assert_array_equal(got[0], ref)
+
+
+NEAREST_MODES = ["round_prefer_floor", "round_prefer_ceil", "floor", "ceil"]
+COORDS = ["half_pixel", "pytorch_half_pixel", "asymmetric", "align_corners"]
+
+
+def spec_nearest_indices(n_in, n_out, coord, mode):
+    """Resize-19's nearest source index along one axis, in exact fractions (the spec's formulas, scale =
+    n_out / n_in), clamped to [0, n_in - 1]."""
+    out = []
+    for i in range(n_out):
+        if coord == "asymmetric":
+            x = Fraction(i * n_in, n_out)
+        elif coord == "align_corners":
+            x = Fraction(i * (n_in - 1), n_out - 1) if n_out > 1 else Fraction(0)
+        elif coord == "pytorch_half_pixel" and n_out == 1:
+            x = Fraction(0)
+        else:
+            x = (i + Fraction(1, 2)) * Fraction(n_in, n_out) - Fraction(1, 2)
+        r = {"floor": math_floor(x), "ceil": -math_floor(-x), "round_prefer_floor": -math_floor(Fraction(1, 2) - x),
+             "round_prefer_ceil": math_floor(x + Fraction(1, 2))}[mode]
+        out.append(min(max(r, 0), n_in - 1))
+    return out
+
+
+def math_floor(q: Fraction) -> int:
+    return q.numerator // q.denominator
+
+
+# (in, out) pairs whose coordinates hit exact .5 ties (and exact integers) for some output index, with
+# scales that onnxruntime's float32 arithmetic represents exactly
+TIE_PAIRS = [(4, 6), (4, 7), (4, 13), (6, 9), (12, 9), (3, 9), (4, 12), (6, 10), (8, 4), (8, 12), (2, 5), (5, 2)]
+
+
+@pytest.mark.parametrize("coord", COORDS)
+@pytest.mark.parametrize("mode", NEAREST_MODES)
+def test_resize_nearest_ties(coord, mode):
+    """Every nearest_mode and coordinate transformation on sizes whose coordinates fall on exact .5 ties, 1-D
+    (NCW) and 2-D (NCHW, H and W resized differently): the spec's exact indices and onnxruntime's result."""
+    for (h_in, h_out), (w_in, w_out) in zip(TIE_PAIRS, TIE_PAIRS[1:] + TIE_PAIRS[:1]):
+        x = rng.standard_normal((1, 2, h_in, w_in)).astype(np.float32)
+        node = helper.make_node("Resize", ["x", "", "", "sz"], ["y"], mode="nearest",
+                                coordinate_transformation_mode=coord, nearest_mode=mode)
+        model = make_model([node], [vi("x", [1, 2, h_in, w_in])], [vi("y", [1, 2, h_out, w_out])],
+                           [("sz", np.array([1, 2, h_out, w_out], np.int64))], opset=19)
+        got, want = outputs_of_both(model, {"x": x})
+        ref = x[:, :, spec_nearest_indices(h_in, h_out, coord, mode)][:, :, :, spec_nearest_indices(w_in, w_out, coord, mode)]
+        np.testing.assert_array_equal(want[0], ref, err_msg=f"onnxruntime {(h_in, h_out, w_in, w_out)}")
+        np.testing.assert_array_equal(got[0], ref, err_msg=f"ours {(h_in, h_out, w_in, w_out)}")
+
+
+@pytest.mark.parametrize("coord", COORDS)
+def test_resize_nearest_exact_on_every_size_and_symbolic(coord):
+    """Every in / out length up to 13 against the spec's exact indices (onnxruntime's float32 coordinates miss
+    some exact integers, 10 -> 6 half_pixel floor: 6.9999995), and a symbolic input length (the indices then
+    computed when the model runs) resized by a whole scale and to a size."""
+    for mode in NEAREST_MODES:
+        for n_in in range(1, 14):
+            nodes = [helper.make_node("Resize", ["x", "", "", f"sz{n}"], [f"y{n}"], mode="nearest",
+                                      coordinate_transformation_mode=coord, nearest_mode=mode) for n in range(1, 14)]
+            inits = [(f"sz{n}", np.array([1, 1, n], np.int64)) for n in range(1, 14)]
+            model = make_model(nodes, [vi("x", [1, 1, n_in])], [vi(f"y{n}", [1, 1, n]) for n in range(1, 14)],
+                               inits, opset=19)
+            x = np.arange(n_in, dtype=np.float32).reshape(1, 1, n_in)
+            got, _ = outputs_of_both(model, {"x": x})
+            for n, g in zip(range(1, 14), got):
+                np.testing.assert_array_equal(g.ravel(), spec_nearest_indices(n_in, n, coord, mode),
+                                              err_msg=f"{mode} {n_in} -> {n}")
+    for mode in NEAREST_MODES:
+        nodes = [helper.make_node("Resize", ["x", "", "sc"], ["y"], mode="nearest", coordinate_transformation_mode=coord,
+                                  nearest_mode=mode),
+                 helper.make_node("Resize", ["x", "", "", "sz"], ["z"], mode="nearest",
+                                  coordinate_transformation_mode=coord, nearest_mode=mode)]
+        model = make_model(nodes, [vi("x", [1, 1, "w"])], [vi("y", [1, 1, "w2"]), vi("z", [1, 1, 7])],
+                           [("sc", np.array([1, 1, 3], np.float32)), ("sz", np.array([1, 1, 7], np.int64))], opset=19)
+        for n_in in (2, 4, 5):
+            x = np.arange(n_in, dtype=np.float32).reshape(1, 1, n_in)
+            got, _ = outputs_of_both(model, {"x": x})
+            np.testing.assert_array_equal(got[0].ravel(), spec_nearest_indices(n_in, 3 * n_in, coord, mode))
+            np.testing.assert_array_equal(got[1].ravel(), spec_nearest_indices(n_in, 7, coord, mode))
