@@ -491,15 +491,17 @@ def _bench(model, fname: str, runs: int, dim_args: list[str]) -> str:
     if unknown:
         raise ValueError(f"--bench-dim {', '.join(unknown)}: not a symbolic dim of {fname}'s inputs "
                          f"({', '.join(sorted(symbolic)) or 'it has none'})")
-    rng = np.random.default_rng(0)
-    inputs = []
+    shapes = []
     for name, s in model.spec[fname].items():
         shape = getattr(s, "shape", None)
         if shape is None:
             raise ValueError(f"--bench: input {name!r} of {fname} is not a tensor; --bench times functions of "
                              "tensor inputs (for prefill / decode over a KV cache, --prompt-ids reports tokens/s)")
-        shape = tuple(d if isinstance(d, int) else dims.get(str(d), 1) for d in shape)
-        dtype = s.dtype
+        shapes.append((tuple(d if isinstance(d, int) else dims.get(str(d), 1) for d in shape), s.dtype))
+    _check_bench_memory(shapes, fname, dims)
+    rng = np.random.default_rng(0)
+    inputs = []
+    for shape, dtype in shapes:
         if dtype == "bfloat16":
             inputs.append(float32_to_bfloat16_bits(rng.standard_normal(shape, dtype=np.float32)))
         elif np.issubdtype(np.dtype(dtype), np.floating):
@@ -520,6 +522,27 @@ def _bench(model, fname: str, runs: int, dim_args: list[str]) -> str:
     args_text = ", ".join(f"{n}: {a.shape} {a.dtype}" for n, a in zip(model.spec[fname], inputs))
     return (f"bench {fname}({args_text}): median {np.median(ms):.3f} ms, min {ms.min():.3f} ms, "
             f"max {ms.max():.3f} ms over {runs} runs after 3 warm-up runs ({get_num_threads()} threads)")
+
+
+def _check_bench_memory(shapes: list[tuple[tuple[int, ...], str]], fname: str, dims: dict[str, int]) -> None:
+    """Refuse (:class:`runtime.memory.MemoryLimitError`, exit 1) ``--bench`` inputs of these ``(shape, dtype)``
+    that need more memory than is available, before any is allocated: the inputs themselves plus the
+    largest temporary that makes one (``rng.standard_normal`` in float32 for floats, ``rng.integers``'
+    int64 otherwise), exact Python ints whatever the dims (``--bench-dim batch_size=10**9``)."""
+    import math
+
+    import numpy as np
+
+    from runtime.memory import check_allocation
+
+    total = temporary = 0
+    for shape, dtype in shapes:
+        count = math.prod(shape)
+        total += count * (2 if dtype == "bfloat16" else np.dtype(dtype).itemsize)
+        floating = dtype == "bfloat16" or np.issubdtype(np.dtype(dtype), np.floating)
+        temporary = max(temporary, count * (4 if floating else 8))
+    given = ", ".join(f"{k}={v:,}" for k, v in dims.items())
+    check_allocation(total + temporary, f"the --bench inputs of {fname}" + (f" ({given})" if given else ""))
 
 
 def _progress_console():

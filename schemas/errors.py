@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any, Iterable
 
@@ -30,10 +31,35 @@ class RecipeIssue:
 def printable(text: str) -> str:
     """``text`` on one line and safe on a terminal: control characters (a newline in an override, an
     ANSI escape sequence or a record separator in a name) are shown escaped, as ``repr`` shows them,
-    so that each issue stays one line and user text cannot drive the terminal."""
+    so that each issue stays one line and user text cannot drive the terminal. A byte that was not
+    UTF-8 in a command-line argument (Python decodes it to a lone surrogate U+DC80..U+DCFF, PEP 383
+    ``surrogateescape``) is shown as that byte, ``\\xff``; other lone surrogates as ``\\udXXX``."""
     if text.isprintable():
         return text
-    return "".join(ch if ch.isprintable() or ch == " " else repr(ch)[1:-1] for ch in text)
+    return "".join(ch if ch.isprintable() or ch == " " else _escaped(ch) for ch in text)
+
+
+def _escaped(ch: str) -> str:
+    if "\udc80" <= ch <= "\udcff":   # surrogateescape: the undecodable byte 0x80..0xff
+        return f"\\x{ord(ch) - 0xdc00:02x}"
+    return repr(ch)[1:-1]
+
+
+def undecodable(text: str) -> str | None:
+    """What makes ``text`` not valid Unicode, for a message (``"the byte \\xff"`` for a byte that is not UTF-8,
+    ``"the lone surrogate \\ud800"``), or ``None`` when it has no lone surrogate. Command-line
+    arguments carry bytes that are not UTF-8 as lone surrogates (PEP 383); such text cannot be
+    encoded, parsed by libyaml or printed, so it is refused where it enters."""
+    found = _SURROGATE.search(text)
+    if found is None:
+        return None
+    ch = found.group()
+    if "\udc80" <= ch <= "\udcff":
+        return f"the byte {_escaped(ch)}"
+    return f"the lone surrogate {_escaped(ch)}"
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 

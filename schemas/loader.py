@@ -10,7 +10,7 @@ from typing import Any, Iterable
 
 from pydantic import BaseModel, ValidationError
 
-from .errors import RecipeError, RecipeIssue, override_label, shorten
+from .errors import RecipeError, RecipeIssue, override_label, shorten, undecodable
 from .limits import MAX_DEPTH, MAX_RECIPE_BYTES, MAX_STRING_CHARS, MAX_VALUES, MAX_VARIABLE_CHAIN
 from .models import (LAYER_TYPES, QUANTIZATION_KINDS, QUANTIZATION_PRESETS, BlockDef, BlockLayer, FunctionDef, InputSpec,
                      IntInput, KVCacheInput, ModelDef, Recipe, WeightsDef, _function_tag)
@@ -143,6 +143,9 @@ def _apply_overrides(data: dict, overrides: Iterable[str], issues: IssueCollecto
 
 def _apply_override(data: dict, override: str, source: SourceMap, budget: ValueBudget) -> str | None:
     """Apply one ``KEY=VALUE`` override to ``data``; return what is wrong with it, or ``None``."""
+    bad = undecodable(override)
+    if bad is not None:   # a byte that is not UTF-8 on the command line (PEP 383), in the key or the value
+        return f"the override is not valid UTF-8 text: it contains {bad}"
     key, has_value, text = override.partition("=")
     key = key.strip()
     if not has_value or not key:
