@@ -22,6 +22,47 @@ def model_of(nodes, inputs, outputs, inits=(), opset=19):
 both = outputs_of_both
 
 
+def _onnxruntime_u8s8_exact() -> bool:
+    """Whether this host's onnxruntime computes 8-bit matrix products exactly. Its MLAS multiplies u8 x s8
+    with ``vpmaddubsw`` on x86-64 CPUs without VNNI (SSE4.1, AVX2, AVX-512 BW: an AMD Zen 3, a Skylake-X),
+    whose int16 pair sums saturate (``2 * 255 * 127 > 2**15``; onnxruntime's PR 12088, "x86/64 U8S8 Gemm
+    Precision Fix", says so and offers weights in [-64, 63], ``reduce_range``), so there its MatMulInteger /
+    QLinearMatMul / QLinearConv results differ from the spec's integers; with AVX-VNNI, AVX512-VNNI or AMX
+    (and off x86) they are exact. Our results are checked against numpy's int64 arithmetic everywhere and
+    against onnxruntime's only where it is exact."""
+    import platform
+
+    import llvmlite.binding as llvm
+
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        return True
+    llvm.initialize_native_target()
+    feats = {f[1:] for f in llvm.get_host_cpu_features().flatten().split(",") if f.startswith("+")}
+    return bool({"avxvnni", "avx512vnni", "amx-int8"} & feats)
+
+
+ORT_EXACT = _onnxruntime_u8s8_exact()
+
+
+def _matmul_integer_ref(a, b, a_zp=0, b_zp=0):
+    """The spec's MatMulInteger in int64: ``(a - a_zp) @ (b - b_zp)`` (``b_zp`` per column or scalar)."""
+    return (a.astype(np.int64) - np.int64(a_zp)) @ (b.astype(np.int64) - np.asarray(b_zp, np.int64))
+
+
+def _conv_integer_ref(x, w, x_zp=0, w_zp=0, pad=0):
+    """The spec's ConvInteger in int64 (2-d, stride 1, ``pad`` on every side, one group): ``x`` (N, C, H, W),
+    ``w`` (M, C, kh, kw), the zero points subtracted first (a padded position is the zero point, i.e. 0)."""
+    xs = np.pad(x.astype(np.int64) - np.int64(x_zp), [(0, 0), (0, 0), (pad, pad), (pad, pad)])
+    ws = w.astype(np.int64) - np.int64(w_zp)
+    n, _, hh, ww = xs.shape
+    m, _, kh, kw = ws.shape
+    out = np.zeros((n, m, hh - kh + 1, ww - kw + 1), np.int64)
+    for i in range(kh):
+        for j in range(kw):
+            out += np.einsum("nchw,mc->nmhw", xs[:, :, i:i + out.shape[2], j:j + out.shape[3]], ws[:, :, i, j])
+    return out
+
+
 @pytest.mark.parametrize("qtype", [U8, I8])
 def test_quantize_dequantize_linear(qtype):
     """QuantizeLinear (halves to even, saturating) and DequantizeLinear per tensor, and per axis with a
@@ -51,8 +92,10 @@ def test_quantize_dequantize_linear(qtype):
 
 
 def test_dynamic_quantize_matmul_integer_conv_integer():
-    """DynamicQuantizeLinear's three outputs, MatMulInteger with both zero points (int8 weights with a
-    per-column zero point), ConvInteger: the same integers as onnxruntime."""
+    """DynamicQuantizeLinear's three outputs (as onnxruntime's), MatMulInteger with both zero points (int8
+    weights with a per-column zero point), ConvInteger: the spec's integers (numpy int64 from the quantized
+    values), and onnxruntime's where it computes them exactly (:func:`_onnxruntime_u8s8_exact`: a Zen 3's
+    onnxruntime gives -14112 for -19605 here)."""
     rng = np.random.default_rng(1)
     w = rng.integers(-128, 128, (6, 5)).astype(np.int8)
     cw = rng.integers(0, 256, (2, 3, 3, 3)).astype(np.uint8)
@@ -69,14 +112,95 @@ def test_dynamic_quantize_matmul_integer_conv_integer():
     x = rng.standard_normal((3, 6)).astype(np.float32)
     img = rng.integers(0, 256, (1, 3, 5, 5)).astype(np.uint8)
     got, want = both(model, {"x": x, "img": img})
-    for g, w_ in zip(got, want):
+    for g, w_ in zip(got[:3], want[:3]):
         assert g.dtype == w_.dtype
         np.testing.assert_allclose(g, w_, rtol=1e-6, atol=1e-7)
+    q, _, z = want[:3]
+    exact = [_matmul_integer_ref(q, w, z, np.array([0, 1, -2, 3, 0])), _conv_integer_ref(img, cw, 7, 128, pad=1)]
+    for g, ref, w_ in zip(got[3:], exact, want[3:]):
+        assert g.dtype == np.int32 and g.shape == ref.shape
+        np.testing.assert_array_equal(g.astype(np.int64), ref)
+        if ORT_EXACT:
+            np.testing.assert_array_equal(w_, ref)
+
+
+_EXTREMES = {U8: (0, 255), I8: (-128, 127)}
+
+
+@pytest.mark.parametrize("ta,tb", [(U8, I8), (U8, U8), (I8, I8), (I8, U8)])
+@pytest.mark.parametrize("b_const", [True, False])
+def test_matmul_integer_extreme_values(ta, tb, b_const):
+    """MatMulInteger at the ends of the 8-bit ranges (every pair sum of a saturating ``u8 x s8`` multiply-add
+    overflows int16: ``255 * 127 * 2 > 2**15``), with and without zero points, a constant weight (the linear
+    kernels) and a graph input one (a matmul of two activations), K = 64 and 200: exactly numpy's int64 result
+    (and onnxruntime's where it is exact)."""
+    np_t = {U8: np.uint8, I8: np.int8}
+    rng = np.random.default_rng(7)
+    for K in (64, 200):
+        lo_a, hi_a = _EXTREMES[ta]
+        lo_b, hi_b = _EXTREMES[tb]
+        a = rng.choice([lo_a, hi_a], (9, K)).astype(np_t[ta])
+        a[0] = hi_a                       # a row at the top of its range, against columns at both ends
+        b = rng.choice([lo_b, hi_b], (K, 6)).astype(np_t[tb])
+        b[:, 0], b[:, 1] = hi_b, lo_b
+        for zps in (None, (np.array(hi_a // 2 + 1, np_t[ta]), np.array(lo_b, np_t[tb]))):
+            names = ["a", "b"] + (["az", "bz"] if zps else [])
+            inits = [("az", zps[0]), ("bz", zps[1])] if zps else []
+            inputs = [helper.make_tensor_value_info("a", ta, ["n", K])]
+            if b_const:
+                inits.append(("b", b))
+            else:
+                inputs.append(helper.make_tensor_value_info("b", tb, [K, 6]))
+            model = model_of([helper.make_node("MatMulInteger", names, ["y"])], inputs,
+                             [helper.make_tensor_value_info("y", I32, ["n", 6])], inits, opset=13)
+            feeds = {"a": a} if b_const else {"a": a, "b": b}
+            (got,), (want,) = both(model, feeds)
+            ref = _matmul_integer_ref(a, b, *(zps or (0, 0)))
+            assert got.dtype == np.int32
+            np.testing.assert_array_equal(got.astype(np.int64), ref)
+            if ORT_EXACT and ta == U8:   # (onnxruntime's MatMulInteger takes uint8 or int8 a)
+                np.testing.assert_array_equal(want, ref)
+
+
+@pytest.mark.parametrize("tx,tw", [(U8, U8), (U8, I8), (I8, I8)])
+def test_conv_integer_extreme_values(tx, tw):
+    """ConvInteger at the ends of the 8-bit ranges (3 x 3 kernels over 16 channels: 144 products per output,
+    every pair of them past int16), with zero points and padding: exactly numpy's int64 result."""
+    from builder import compile as build
+    from builder.frontend.onnx import from_onnx
+    from runtime import VirtualMachine
+
+    np_t = {U8: np.uint8, I8: np.int8}
+    rng = np.random.default_rng(8)
+    (lo_x, hi_x), (lo_w, hi_w) = _EXTREMES[tx], _EXTREMES[tw]
+    x = rng.choice([lo_x, hi_x], (2, 16, 6, 6)).astype(np_t[tx])
+    x[0] = hi_x
+    w = rng.choice([lo_w, hi_w], (4, 16, 3, 3)).astype(np_t[tw])
+    w[0], w[1] = hi_w, lo_w
+    xz, wz = np.array(lo_x, np_t[tx]), np.array(hi_w, np_t[tw])
+    model = model_of([helper.make_node("ConvInteger", ["x", "w", "xz", "wz"], ["y"], pads=[1, 1, 1, 1])],
+                     [helper.make_tensor_value_info("x", tx, ["n", 16, 6, 6])],
+                     [helper.make_tensor_value_info("y", I32, ["n", 4, 6, 6])],
+                     [("w", w), ("xz", xz), ("wz", wz)], opset=13)
+    got = np.asarray(VirtualMachine(build(from_onnx(model)))["main"](x))
+    assert got.dtype == np.int32
+    np.testing.assert_array_equal(got.astype(np.int64), _conv_integer_ref(x, w, xz, wz, pad=1))
+
+
+def _qlinear_matmul_ref(a, a_s, a_zp, b, b_s, b_zp, y_s, y_zp, dtype):
+    """The spec's QLinearMatMul: the int64 product of the 8-bit values minus their zero points, scaled by
+    ``a_s * b_s / y_s`` in float64, rounded half to even, plus ``y_zp``, saturated to ``dtype``."""
+    acc = _matmul_integer_ref(a, b, a_zp, b_zp).astype(np.float64)
+    y = np.rint(acc * (np.float64(a_s) * np.asarray(b_s, np.float64) / np.float64(y_s))) + np.int64(y_zp)
+    info = np.iinfo(dtype)
+    return np.clip(y, info.min, info.max).astype(np.int64)
 
 
 def test_qlinear_matmul():
     """QLinearMatMul (uint8 activations, int8 weights with a per-column scale): the quantized result within
-    one step of onnxruntime's (a float product can land the other side of a rounding tie)."""
+    one step of the spec's (numpy int64 products; a float product can land the other side of a rounding
+    tie), and of onnxruntime's where it computes the products exactly; at the ends of the ranges too (every
+    pair sum of a saturating ``u8 x s8`` multiply-add past int16)."""
     rng = np.random.default_rng(2)
     b = rng.integers(-127, 128, (8, 4)).astype(np.int8)
     nodes = [helper.make_node("QLinearMatMul", ["a", "as", "az", "b", "bs", "bz", "ys", "yz"], ["y"])]
@@ -88,7 +212,28 @@ def test_qlinear_matmul():
     a = rng.integers(0, 256, (5, 8)).astype(np.uint8)
     (got,), (want,) = both(model, {"a": a})
     assert got.dtype == np.uint8
-    assert np.abs(got.astype(np.int64) - want.astype(np.int64)).max() <= 1
+    ref = _qlinear_matmul_ref(a, 0.02, 120, b, [0.01, 0.02, 0.03, 0.015], 0, 0.05, 128, np.uint8)
+    assert np.abs(got.astype(np.int64) - ref).max() <= 1
+    if ORT_EXACT:
+        assert np.abs(got.astype(np.int64) - want.astype(np.int64)).max() <= 1
+
+    # the ends of the ranges: a = 255 / 0 against b = 127 / -128, scaled so that the outputs stay inside uint8
+    K = 64
+    a = rng.choice([0, 255], (6, K)).astype(np.uint8)
+    a[0] = 255
+    b = rng.choice([-128, 127], (K, 4)).astype(np.int8)
+    b[:, 0] = 127
+    inits = [("as", np.array(1.0, np.float32)), ("az", np.array(0, np.uint8)), ("b", b),
+             ("bs", np.full(4, 1.0, np.float32)), ("bz", np.zeros(4, np.int8)),
+             ("ys", np.array(255 * 128 * K / 127, np.float32)), ("yz", np.array(128, np.uint8))]
+    model = model_of(nodes, [helper.make_tensor_value_info("a", U8, ["n", K])],
+                     [helper.make_tensor_value_info("y", U8, ["n", 4])], inits, opset=21)
+    (got,), (want,) = both(model, {"a": a})
+    ref = _qlinear_matmul_ref(a, 1.0, 0, b, np.ones(4), 0, np.float32(255 * 128 * K / 127), 128, np.uint8)
+    assert ref[0, 0] == 128 + 126   # 255 * 127 * K / (255 * 128 * K / 127): the top of the range, unsaturated
+    assert np.abs(got.astype(np.int64) - ref).max() <= 1
+    if ORT_EXACT:
+        assert np.abs(want.astype(np.int64) - ref).max() <= 1
 
 
 @pytest.fixture(scope="module")
@@ -121,7 +266,8 @@ def cnn_path(tmp_path_factory):
 def test_statically_quantized_cnn(cnn_path, tmp_path, fmt, per_channel, act):
     """A CNN quantized by onnxruntime's ``quantize_static`` (calibrated on random inputs): the QDQ format
     (QuantizeLinear / DequantizeLinear around float ops) and the QOperator format (QLinearConv, QGemm), on a
-    symbolic batch."""
+    symbolic batch; 7-bit weights (``reduce_range``) where onnxruntime's own products saturate
+    (:func:`_onnxruntime_u8s8_exact`)."""
     from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
 
     rng = np.random.default_rng(3)
@@ -134,8 +280,9 @@ def test_statically_quantized_cnn(cnn_path, tmp_path, fmt, per_channel, act):
             return next(self.it, None)
 
     out = tmp_path / "q.onnx"
+    # where onnxruntime's u8 x s8 products saturate (no VNNI), weights in [-64, 63] keep its reference exact
     quantize_static(str(cnn_path), str(out), Reader(), quant_format=getattr(QuantFormat, fmt), per_channel=per_channel,
-                    activation_type=getattr(QuantType, act), weight_type=QuantType.QInt8)
+                    activation_type=getattr(QuantType, act), weight_type=QuantType.QInt8, reduce_range=not ORT_EXACT)
     model = onnx.load(str(out))
     ops = {n.op_type for n in model.graph.node}
     assert ("QLinearConv" in ops) == (fmt == "QOperator")
