@@ -459,7 +459,9 @@ def build(recipe_path: str | Path, overrides: Sequence[str] = (), weights: str |
     :data:`Progress`). ``instruments`` run around each compiler pass
     (:class:`builder.transform.PrintAfter`, :class:`~builder.transform.PassTiming`). Raises
     :class:`schemas.RecipeError` for recipe problems (file:line:col), :class:`runtime.WeightsError`
-    listing every weight problem.
+    listing every weight problem; under tensor parallelism :class:`runtime.distributed.DistributedError`
+    on every rank when the ranks build different models or load different weights (each tensor's whole
+    bytes are digested while its shard is read: :func:`runtime.distributed.check_same_weights`).
     """
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
@@ -473,7 +475,12 @@ def build(recipe_path: str | Path, overrides: Sequence[str] = (), weights: str |
         on_ir(irmod)
     specs = _param_specs(params)
     t1 = time.perf_counter()
-    values = bind_weights(recipe, specs, weights, Path(recipe_path).parent, mapping, progress, shards)
+    digests = {} if group is not None and group.size > 1 else None     # what each rank read, to compare
+    values = bind_weights(recipe, specs, weights, Path(recipe_path).parent, mapping, progress, shards,
+                          digests=digests)
+    if digests is not None:
+        _check_same_weights(group, None if values is None else digests,
+                            _weights_path(recipe, weights, Path(recipe_path).parent), seed)
     timings["weights"] = time.perf_counter() - t1
     t1 = time.perf_counter()
     if group is None or group.rank == 0:
@@ -506,6 +513,29 @@ def _worker_group(recipe: schemas.Recipe, irmod: rx.IRModule, seed: int):
          for p in f.params])
     distributed.check_same(group, "the model (recipe, overrides, seed)", hashlib.sha256(what.encode()).digest())
     return group
+
+
+def _check_same_weights(group, digests: dict | None, path, seed: int) -> None:
+    """Compare the weights every rank loaded (:func:`runtime.distributed.check_same_weights`): the
+    digest of each tensor's whole bytes in its file (``digests``, filled by :func:`bind_weights`; None
+    when there is no file and random weights are drawn from ``seed``). Ranks given different checkpoints
+    of the same shapes (the recipe handshake cannot see them) end with a DistributedError naming the
+    ranks and their files, instead of computing a mix of both."""
+    from runtime import distributed
+    from runtime.weights import loaded_weights_digest
+
+    source = str(path) if digests is not None else f"random weights (seed {seed})"
+    distributed.check_same_weights(group, loaded_weights_digest(digests), source)
+
+
+def _weights_path(recipe: schemas.Recipe, weights: str | Path | None, base: Path) -> str | Path | None:
+    """The weights file :func:`bind_weights` reads: ``weights``, else the recipe's ``weights.path``
+    (relative to ``base``), else None."""
+    wdef = recipe.weights
+    path = weights if weights is not None else (wdef.path if wdef and wdef.path else None)
+    if path is not None and weights is None and not Path(path).is_absolute():
+        path = base / path
+    return path
 
 
 #: Model files ``build`` imports instead of a recipe, by suffix. Not ``.pt2``: ``torch.export.load`` falls
@@ -582,8 +612,8 @@ def validate(recipe_path: str | Path, overrides: Sequence[str] = (), weights: st
 
 def bind_weights(recipe: schemas.Recipe, param_specs: Sequence[tuple[str, tuple, str]],
                  weights: str | Path | None, base: Path, mapping: QuantizeMapping | None = None,
-                 progress: Progress | None = None, shards: Mapping[str, TensorShard] | None = None
-                 ) -> dict[str, np.ndarray] | None:
+                 progress: Progress | None = None, shards: Mapping[str, TensorShard] | None = None,
+                 digests: dict | None = None) -> dict[str, np.ndarray] | None:
     """Parameter values from ``weights`` (or the recipe's ``weights.path``, relative to ``base``);
     None when there is no weights file (random weights are drawn later).
 
@@ -594,16 +624,15 @@ def bind_weights(recipe: schemas.Recipe, param_specs: Sequence[tuple[str, tuple,
     function (a float checkpoint is quantized / cast on the fly); parameters present with the exact
     shape and dtype load directly. ``shards`` (name -> :class:`runtime.weights.TensorShard`, a
     tensor-parallel worker's): the file holds whole tensors and only the shards are read (and
-    converted). Raises :class:`runtime.WeightsError` listing every problem
+    converted). ``digests``: a dict :func:`runtime.weights.load_params` fills with each tensor's
+    whole-bytes SHA-256 (what tensor-parallel ranks compare). Raises :class:`runtime.WeightsError` listing every problem
     (ValueError for name rules the recipe validation let through: it checks them too); warns
     :class:`runtime.weights.WeightsWarning` for an ``ignore`` glob that matches no tensor.
     """
     wdef = recipe.weights
-    path = weights if weights is not None else (wdef.path if wdef and wdef.path else None)
+    path = _weights_path(recipe, weights, base)
     if path is None:
         return None
-    if weights is None and not Path(path).is_absolute():
-        path = base / path
     expected = {name: (shape, dtype) for name, shape, dtype in param_specs}
     _check_param_memory(recipe, param_specs, mapping, "loaded")
     conversions = mapping.conversions() if mapping is not None else None
@@ -611,7 +640,7 @@ def bind_weights(recipe: schemas.Recipe, param_specs: Sequence[tuple[str, tuple,
         return load_params(path, expected, prefix=wdef.prefix if wdef else "",
                            name_map=wdef.map if wdef else None, conversions=conversions, progress=progress,
                            ignore=wdef.ignore if wdef else (), shards=shards,
-                           row_tiles=mapping.row_tiles if mapping is not None else None)
+                           row_tiles=mapping.row_tiles if mapping is not None else None, digests=digests)
     except WeightsError as err:
         meta = read_safetensors_metadata(path) if Path(path).is_file() else {}
         ours = describe(recipe.quantization)

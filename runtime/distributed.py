@@ -19,8 +19,10 @@ Failures end every rank, never a hang: every collective is non-blocking undernea
 early, or runs a different model); a multi-rank group installs a ``sys.excepthook`` that reports an
 uncaught exception and aborts the whole job (as ``python -m mpi4py`` does; with Open MPI 5 a rank that
 exits normally with an error code does not end the others, a rank killed by a signal does); and
-:func:`check_same` compares a fingerprint of what every rank built. ``mpi4py`` is imported only when a
-group is created, so ``import runtime`` works without it.
+:func:`check_same` compares a fingerprint of what every rank built (recipe, overrides, seed) and
+:func:`check_same_weights` a digest of the weights every rank loaded (each tensor's whole bytes, though a
+rank keeps only its shard: :mod:`runtime.weights`). ``mpi4py`` is imported only when a group is created,
+so ``import runtime`` works without it.
 """
 from __future__ import annotations
 
@@ -36,7 +38,8 @@ import numpy as np
 from .vm import register_extern
 
 __all__ = ["WorkerGroup", "MPIGroup", "TorchGlooGroup", "DistributedError", "CollectiveTimeout", "init",
-           "current_group", "launcher_rank", "launcher_size", "check_same", "collective_timeout", "REDUCE_OPS"]
+           "current_group", "launcher_rank", "launcher_size", "check_same", "check_same_weights", "collective_timeout",
+           "REDUCE_OPS"]
 
 REDUCE_OPS = ("sum", "prod", "min", "max", "avg")
 """The reductions of ``ccl_allreduce`` (``builder/ir/op/runtime.py``'s ``CCL_REDUCE_OPS``)."""
@@ -430,6 +433,27 @@ def check_same(group: WorkerGroup, what: str, fingerprint: bytes) -> None:
     if differ:
         raise DistributedError(f"the ranks differ in {what}: rank(s) {', '.join(map(str, differ))} built something "
                                f"other than rank 0 (start every rank with the same recipe and overrides)")
+
+
+def check_same_weights(group: WorkerGroup, digest: bytes, source: str) -> None:
+    """Raise :class:`DistributedError` on every rank unless every rank loaded the same weights: ``digest``
+    is this rank's :func:`runtime.weights.loaded_weights_digest` (the same on two ranks exactly when they
+    read the same tensors with the same bytes, whichever shard each keeps), ``source`` says where they
+    came from (the weights file's path, or "random weights (seed N)"), shown for each rank that differs
+    from rank 0 and for rank 0 (cut to 200 characters). Ranks may read different paths holding the same
+    bytes (a copy per machine): only the digests are compared."""
+    gathered = group.allgather_bytes(bytes(digest) + source.encode("utf-8", "backslashreplace")[:800])
+    prints = [g[:len(digest)] for g in gathered]
+    differ = [r for r, p in enumerate(prints) if p != prints[0]]
+    if differ:
+        def where(r: int) -> str:
+            text = gathered[r][len(digest):].decode("utf-8", "replace")
+            return f"rank {r}: {text[:200]}{'...' if len(text) > 200 else ''}"
+
+        raise DistributedError(
+            f"the ranks' weights differ: rank(s) {', '.join(map(str, differ))} loaded tensors whose values differ "
+            f"from rank 0's ({'; '.join(where(r) for r in [0, *differ])}); start every rank with the same weights "
+            "file (or identical copies of it)")
 
 
 def _install_excepthook(group: WorkerGroup) -> None:
