@@ -48,22 +48,11 @@ Shards (tensor parallelism): ``shards`` maps a parameter or conversion-source na
 (contiguous runs read one by one, so a worker's memory holds its shard, never the whole tensor),
 then cast or converted like any other tensor: a quantized tensor-parallel model quantizes each
 worker's shard.
-
-Digests (``digests``, what tensor-parallel workers compare, :func:`loaded_weights_digest`): every
-tensor read is hashed whole, SHA-256 over all of its bytes in the file, even when only a shard of it
-is kept: the whole byte range is streamed once in blocks of at most 16 MiB, each block hashed and the
-shard's runs copied out of it, so the digest costs one read of the tensor and no more memory than a
-block. The shards of the workers are disjoint, so a digest of only what a worker keeps could be
-compared with nothing on the other workers: two checkpoints of the same shapes (the same header but
-perhaps the offsets) that differ only inside one worker's slice would go unnoticed, and so would a
-header or a sample of chunks. Whole-tensor digests are the same on every worker that loads the same
-tensors, and differ wherever any value a worker could have used differs.
 """
 from __future__ import annotations
 
 import difflib
 import fnmatch
-import hashlib
 import json
 import os
 import re
@@ -79,9 +68,19 @@ from .files import atomic_write, open_regular
 from .memory import move_to_huge_pages
 
 __all__ = ["WeightsError", "WeightsWarning", "ParamConversion", "TensorShard", "NameRules", "load_params", "save_params",
-           "tile_rows", "untile_rows", "loaded_weights_digest",
+           "tile_rows", "untile_rows",
            "read_safetensors_header", "MAX_NAME_RULES", "MAX_PATTERN_RULES", "MAX_RULE_CHARS",
            "MAX_IGNORE_PATTERNS", "MAX_IGNORE_CHARS"]
+
+
+def _quoted(name: str) -> str:
+    """A tensor name, rule or glob quoted for a message (``repr``, as :func:`schemas.errors.shorten` quotes
+    user values): one longer than about 80 characters is cut to its start and end with its length
+    (``'aaaa...aaaa' (100,002 characters)``), so that a file's 100,000-character name cannot flood the
+    error; control characters come out escaped."""
+    from schemas.errors import shorten
+
+    return shorten(name, 80)
 
 
 class WeightsError(ValueError):
@@ -362,8 +361,8 @@ class NameRules:
                 found = (key, rule)
             elif key != found[0]:
                 return found[0], found[1].left.text, (
-                    f"parameter '{name}': the name map's entries '{found[1].left.text}' and '{rule.left.text}' "
-                    f"are equally specific and name different tensors ('{found[0]}', '{key}'); add an exact entry")
+                    f"parameter {_quoted(name)}: the name map's entries {_quoted(found[1].left.text)} and {_quoted(rule.left.text)} "
+                    f"are equally specific and name different tensors ({_quoted(found[0])}, {_quoted(key)}); add an exact entry")
         if found is not None:
             return found[0], found[1].left.text, None
         return self.prefix + name, None, None
@@ -384,13 +383,13 @@ class NameRules:
         for ours in self.exact:
             if ours not in known:
                 close = difflib.get_close_matches(ours, sorted(known), n=2) if len(known) <= 10_000 else []
-                problems.append(f"the name map's entry '{ours}' names no parameter of the model"
-                                + (f" (did you mean {' or '.join(repr(c) for c in close)}?)" if close else ""))
+                problems.append(f"the name map's entry {_quoted(ours)} names no parameter of the model"
+                                + (f" (did you mean {' or '.join(_quoted(c) for c in close)}?)" if close else ""))
         split = [n.split(".") for n in names]
         for rule in self.patterns:
             head = rule.left.head
             if not any(n.startswith(head) and rule.left.match(parts) is not None for n, parts in zip(names, split)):
-                problems.append(f"the name map's rule '{rule.left.text}' matches no parameter of the model")
+                problems.append(f"the name map's rule {_quoted(rule.left.text)} matches no parameter of the model")
         return problems
 
 
@@ -431,11 +430,10 @@ class _Checkpoint:
     a path that is not a regular file or a file the library refuses.
     """
 
-    def __init__(self, path: str | Path, digests: dict | None = None) -> None:
+    def __init__(self, path: str | Path) -> None:
         from safetensors import SafetensorError, safe_open
 
         self.path = str(path)
-        self.digests = digests      # file name -> (dtype, shape, SHA-256 hex of the whole tensor): see read()
         self._ctx = open_regular(path)
         try:
             self._fh, size = self._ctx.__enter__()
@@ -480,27 +478,16 @@ class _Checkpoint:
         return data
 
     def read(self, name: str, shard: TensorShard | None = None) -> np.ndarray:
-        """Tensor ``name`` (or only its ``shard``) as a new C-contiguous array (bfloat16 as uint16 bits).
-        With :attr:`digests` (a dict), ``digests[name]`` becomes ``(dtype, shape, SHA-256 hex of all the
-        tensor's bytes in the file)``, for a shard too (:meth:`_read_shard_hashing`)."""
+        """Tensor ``name`` (or only its ``shard``) as a new C-contiguous array (bfloat16 as uint16 bits)."""
         info = self.infos[name]
         start, nbytes = self._offsets.get(name, (0, None))
         if nbytes is None:
-            raise WeightsError(self.path, [f"'{name}' has dtype {info['dtype']}, which cannot be read"])
+            raise WeightsError(self.path, [f"{_quoted(name)} has dtype {info['dtype']}, which cannot be read"])
         dtype = np.dtype(np.uint16 if info["dtype"] == "bfloat16" else info["dtype"])
         if shard is not None:
-            if self.digests is None:
-                return self._read_shard(start, info["shape"], dtype, shard)
-            hasher = hashlib.sha256()
-            out = self._read_shard_hashing(start, info["shape"], dtype, shard, hasher)
-        else:
-            data = self._read(start, nbytes)
-            if self.digests is not None:
-                hasher = hashlib.sha256(data)
-            out = np.frombuffer(data, dtype=dtype.newbyteorder("<")).astype(dtype, copy=True).reshape(info["shape"])
-        if self.digests is not None:
-            self.digests[name] = (info["dtype"], tuple(info["shape"]), hasher.hexdigest())
-        return out
+            return self._read_shard(start, info["shape"], dtype, shard)
+        return np.frombuffer(self._read(start, nbytes), dtype=dtype.newbyteorder("<")).astype(
+            dtype, copy=True).reshape(info["shape"])
 
     _SHARD_BLOCK_BYTES = 16 << 20
 
@@ -525,39 +512,6 @@ class _Checkpoint:
                 block = np.frombuffer(self._read(first + i * stride, (n - 1) * stride + run), np.uint8)
                 out[i * run:(i + n) * run] = np.lib.stride_tricks.as_strided(
                     block, (n, run), (stride, 1)).reshape(-1)
-        local_shape = shape[:shard.dim] + [local] + shape[shard.dim + 1:]
-        return out.view(dtype.newbyteorder("<")).astype(dtype, copy=False).reshape(local_shape)
-
-    def _read_shard_hashing(self, start: int, shape: Sequence[int], dtype: np.dtype, shard: TensorShard,
-                            hasher) -> np.ndarray:
-        """:meth:`_read_shard`'s result, reading the whole tensor once in order and feeding every byte to
-        ``hasher`` (a ``hashlib`` object): blocks of whole strides of at most 16 MiB (a stride longer than
-        that in pieces of 16 MiB), the shard's run copied out of each. Memory: the shard plus one block."""
-        shape = [int(d) for d in shape]
-        local = shape[shard.dim] // shard.count
-        inner = int(np.prod(shape[shard.dim + 1:], dtype=np.int64)) * dtype.itemsize
-        outer = int(np.prod(shape[:shard.dim], dtype=np.int64))
-        run, stride = local * inner, shape[shard.dim] * inner
-        lo = shard.index * run
-        out = np.empty(outer * run, dtype=np.uint8)
-        block_bytes = self._SHARD_BLOCK_BYTES
-        if stride <= block_bytes:
-            rows = max(1, block_bytes // max(stride, 1))
-            for i in range(0, outer, rows):
-                n = min(rows, outer - i)
-                block = np.frombuffer(self._read(start + i * stride, n * stride), np.uint8)
-                hasher.update(block)
-                out[i * run:(i + n) * run] = block.reshape(n, stride)[:, lo:lo + run].reshape(-1)
-        else:
-            for i in range(outer):
-                row = start + i * stride
-                for a in range(0, stride, block_bytes):
-                    b = min(stride, a + block_bytes)
-                    piece = self._read(row + a, b - a)
-                    hasher.update(piece)
-                    x, y = max(a, lo), min(b, lo + run)
-                    if x < y:
-                        out[i * run + x - lo:i * run + y - lo] = np.frombuffer(piece, np.uint8)[x - a:y - a]
         local_shape = shape[:shard.dim] + [local] + shape[shard.dim + 1:]
         return out.view(dtype.newbyteorder("<")).astype(dtype, copy=False).reshape(local_shape)
 
@@ -607,7 +561,7 @@ def load_params(path: str | Path, expected: Mapping[str, tuple[Sequence[int], st
                 conversions: Mapping[str, ParamConversion] | None = None,
                 progress: Callable[[int, int, str], None] | None = None,
                 ignore: Sequence[str] = (), shards: Mapping[str, TensorShard] | None = None,
-                row_tiles: Mapping[str, int] | None = None, digests: dict | None = None) -> dict[str, np.ndarray]:
+                row_tiles: Mapping[str, int] | None = None) -> dict[str, np.ndarray]:
     """Load the parameters ``expected`` (name -> (shape, dtype)) from safetensors ``path``.
 
     ``name_map`` (our name -> the file's name: exact entries, ``{placeholder}`` patterns, prefix
@@ -621,9 +575,7 @@ def load_params(path: str | Path, expected: Mapping[str, tuple[Sequence[int], st
     and only the shard is read. ``row_tiles``: parameter name -> ``T`` for the packed words and
     scales of quantized weights stored in row tiles ((rows / T, cols, T), :func:`tile_rows`): the
     file may hold them as (rows, cols) in the same dtype (a checkpoint in MLC-LLM's layout, or
-    parameters saved before the tiles), tiled when read. ``digests``: a dict to fill with file name ->
-    ``(dtype, shape, SHA-256 hex of the whole tensor's bytes)`` for every tensor read, shards included
-    (the module docstring says why whole tensors; :func:`loaded_weights_digest` combines them).
+    parameters saved before the tiles), tiled when read.
 
     Returns name -> numpy array (C-contiguous; loaded directly: the file's exact values; floats of
     another float dtype cast; converted ones as their conversion gives them), moved into memory
@@ -637,7 +589,7 @@ def load_params(path: str | Path, expected: Mapping[str, tuple[Sequence[int], st
     path = str(path)
     rules = NameRules(name_map, prefix)
     globs = _ignore_globs(ignore)
-    with _Checkpoint(path, digests) as ckpt:
+    with _Checkpoint(path) as ckpt:
         return _load(ckpt, expected, rules, globs, conversions, progress, dict(shards or {}),
                      dict(row_tiles or {}))
 
@@ -698,10 +650,10 @@ def _load(ckpt: _Checkpoint, expected, rules: NameRules, globs, conversions, pro
             want = file_shape(src, conversions[src].shape)
             bad = []
             if tuple(sinfo["shape"]) != want:
-                bad.append(f"'{skey}' has shape {tuple(sinfo['shape'])}, parameter '{src}' (converted into "
+                bad.append(f"{_quoted(skey)} has shape {tuple(sinfo['shape'])}, parameter {_quoted(src)} (converted into "
                            f"{', '.join(conversions[src].targets)}) expects {want}")
             if sinfo["dtype"] not in _FLOATS:
-                bad.append(f"'{skey}' has dtype {sinfo['dtype']}, parameter '{src}' (converted into "
+                bad.append(f"{_quoted(skey)} has dtype {sinfo['dtype']}, parameter {_quoted(src)} (converted into "
                            f"{', '.join(conversions[src].targets)}) expects a floating-point tensor")
             problems.extend(bad)
             if not bad:
@@ -719,15 +671,15 @@ def _load(ckpt: _Checkpoint, expected, rules: NameRules, globs, conversions, pro
                 last = key.rsplit(".", 1)[-1]
                 pool = [k for k in header if k.rsplit(".", 1)[-1] == last][:5000]
                 close = difflib.get_close_matches(key, pool, n=2, cutoff=0.5)
-                hint = f" (the file has e.g. {', '.join(repr(c) for c in close)})" if close else ""
-            also = f" or its source '{key_of(src)}' to convert from" if src is not None and src != name else ""
-            problems.append(f"missing tensor '{key}'{also} for parameter '{name}'{hint}")
+                hint = f" (the file has e.g. {', '.join(_quoted(c) for c in close)})" if close else ""
+            also = f" or its source {_quoted(key_of(src))} to convert from" if src is not None and src != name else ""
+            problems.append(f"missing tensor {_quoted(key)}{also} for parameter {_quoted(name)}{hint}")
             continue
         claimed.add(key)
         if tuple(info["shape"]) != shape:
-            problems.append(f"'{key}' has shape {tuple(info['shape'])}, parameter '{name}' expects {shape}")
+            problems.append(f"{_quoted(key)} has shape {tuple(info['shape'])}, parameter {_quoted(name)} expects {shape}")
         if info["dtype"] != dtype:
-            problems.append(f"'{key}' has dtype {info['dtype']}, parameter '{name}' expects {dtype}")
+            problems.append(f"{_quoted(key)} has dtype {info['dtype']}, parameter {_quoted(name)} expects {dtype}")
     exact_keys = set(rules.exact.values())
     matched = [False] * len(globs)
     for key in header:
@@ -735,11 +687,11 @@ def _load(ckpt: _Checkpoint, expected, rules: NameRules, globs, conversions, pro
         for i in hits:
             matched[i] = True
         if key.startswith(prefix) and key not in claimed and key not in exact_keys and not hits:
-            problems.append(f"unexpected tensor '{key}' (no parameter uses it)")
+            problems.append(f"unexpected tensor {_quoted(key)} (no parameter uses it)")
     problems.extend(rules.unused(list(keys)))
     for (glob, _), hit in zip(globs, matched):
         if not hit:
-            warnings.warn(f"{path}: the ignore pattern '{glob}' matches no tensor of the file", WeightsWarning,
+            warnings.warn(f"{path}: the ignore pattern {_quoted(glob)} matches no tensor of the file", WeightsWarning,
                           stacklevel=3)
     if problems:
         raise WeightsError(path, problems)
@@ -771,18 +723,6 @@ def _load(ckpt: _Checkpoint, expected, rules: NameRules, globs, conversions, pro
     return result
 
 
-def loaded_weights_digest(digests: Mapping[str, tuple[str, tuple, str]] | None) -> bytes:
-    """One SHA-256 (32 bytes) over what :func:`load_params` recorded in ``digests`` (file name -> dtype,
-    shape, whole-tensor SHA-256), in name order, so that the order of reading does not matter; for None
-    (no weights file: random weights), the digest of that fact. Two workers get the same value exactly
-    when they read the same tensors, names, dtypes, shapes and bytes (SHA-256's collision resistance)."""
-    if digests is None:
-        return hashlib.sha256(b"no weights file").digest()
-    text = json.dumps(sorted([name, dtype, list(shape), hexdigest]
-                             for name, (dtype, shape, hexdigest) in digests.items()), separators=(",", ":"))
-    return hashlib.sha256(b"weights\0" + text.encode()).digest()
-
-
 def _cast_float(a: np.ndarray, src: str, dst: str) -> np.ndarray:
     """Float values of dtype ``src`` as ``dst`` (bfloat16 as uint16 bits on both sides)."""
     if src == "float64" and dst != "bfloat16":
@@ -804,7 +744,7 @@ def _float32(a: np.ndarray, dtype: str) -> np.ndarray:
 def _check_converted(src: str, targets: Sequence[str], arrays: Sequence[np.ndarray],
                      expected: Mapping[str, tuple[Sequence[int], str]]) -> list[str]:
     if len(arrays) != len(targets):
-        return [f"converting '{src}' gave {len(arrays)} arrays for {len(targets)} parameters {list(targets)}"]
+        return [f"converting {_quoted(src)} gave {len(arrays)} arrays for {len(targets)} parameters {list(targets)}"]
     problems = []
     for name, a in zip(targets, arrays):
         if name not in expected:
@@ -812,8 +752,8 @@ def _check_converted(src: str, targets: Sequence[str], arrays: Sequence[np.ndarr
         shape, dtype = expected[name]
         np_dtype = np.dtype(np.uint16) if dtype == "bfloat16" else np.dtype(dtype)
         if tuple(a.shape) != tuple(int(d) for d in shape) or a.dtype != np_dtype:
-            problems.append(f"converting '{src}' gave '{name}' of shape {tuple(a.shape)} {a.dtype}, parameter "
-                            f"'{name}' expects {tuple(shape)} {dtype}")
+            problems.append(f"converting {_quoted(src)} gave {_quoted(name)} of shape {tuple(a.shape)} {a.dtype}, parameter "
+                            f"{_quoted(name)} expects {tuple(shape)} {dtype}")
     return problems
 
 
@@ -838,11 +778,11 @@ def save_params(path: str | Path, params: Mapping[str, np.ndarray], metadata: Ma
         dtype = dtypes.get(name) or ("bfloat16" if a.dtype.name == "bfloat16" else str(a.dtype))
         if dtype == "bfloat16":
             if a.dtype.itemsize != 2:
-                raise ValueError(f"'{name}': bfloat16 data must be 2-byte bits, got dtype {a.dtype}")
+                raise ValueError(f"{_quoted(name)}: bfloat16 data must be 2-byte bits, got dtype {a.dtype}")
             data = np.ascontiguousarray(a).view(np.uint16).astype("<u2").tobytes()
         else:
             if dtype not in _OUR_TO_ST or dtype != str(a.dtype):
-                raise ValueError(f"'{name}': cannot write dtype {a.dtype} as {dtype} to safetensors")
+                raise ValueError(f"{_quoted(name)}: cannot write dtype {a.dtype} as {dtype} to safetensors")
             data = np.ascontiguousarray(a).astype(a.dtype.newbyteorder("<")).tobytes()
         header[name] = {"dtype": _OUR_TO_ST[dtype], "shape": list(a.shape), "data_offsets": [offset, offset + len(data)]}
         blobs.append(data)
