@@ -48,11 +48,22 @@ Shards (tensor parallelism): ``shards`` maps a parameter or conversion-source na
 (contiguous runs read one by one, so a worker's memory holds its shard, never the whole tensor),
 then cast or converted like any other tensor: a quantized tensor-parallel model quantizes each
 worker's shard.
+
+Digests (``digests``, what tensor-parallel workers compare, :func:`loaded_weights_digest`): every
+tensor read is hashed whole, SHA-256 over all of its bytes in the file, even when only a shard of it
+is kept: the whole byte range is streamed once in blocks of at most 16 MiB, each block hashed and the
+shard's runs copied out of it, so the digest costs one read of the tensor and no more memory than a
+block. The shards of the workers are disjoint, so a digest of only what a worker keeps could be
+compared with nothing on the other workers: two checkpoints of the same shapes (the same header but
+perhaps the offsets) that differ only inside one worker's slice would go unnoticed, and so would a
+header or a sample of chunks. Whole-tensor digests are the same on every worker that loads the same
+tensors, and differ wherever any value a worker could have used differs.
 """
 from __future__ import annotations
 
 import difflib
 import fnmatch
+import hashlib
 import json
 import os
 import re
@@ -68,7 +79,7 @@ from .files import atomic_write, open_regular
 from .memory import move_to_huge_pages
 
 __all__ = ["WeightsError", "WeightsWarning", "ParamConversion", "TensorShard", "NameRules", "load_params", "save_params",
-           "tile_rows", "untile_rows",
+           "tile_rows", "untile_rows", "loaded_weights_digest",
            "read_safetensors_header", "MAX_NAME_RULES", "MAX_PATTERN_RULES", "MAX_RULE_CHARS",
            "MAX_IGNORE_PATTERNS", "MAX_IGNORE_CHARS"]
 
@@ -430,10 +441,11 @@ class _Checkpoint:
     a path that is not a regular file or a file the library refuses.
     """
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, digests: dict | None = None) -> None:
         from safetensors import SafetensorError, safe_open
 
         self.path = str(path)
+        self.digests = digests      # file name -> (dtype, shape, SHA-256 hex of the whole tensor): see read()
         self._ctx = open_regular(path)
         try:
             self._fh, size = self._ctx.__enter__()
@@ -478,16 +490,27 @@ class _Checkpoint:
         return data
 
     def read(self, name: str, shard: TensorShard | None = None) -> np.ndarray:
-        """Tensor ``name`` (or only its ``shard``) as a new C-contiguous array (bfloat16 as uint16 bits)."""
+        """Tensor ``name`` (or only its ``shard``) as a new C-contiguous array (bfloat16 as uint16 bits).
+        With :attr:`digests` (a dict), ``digests[name]`` becomes ``(dtype, shape, SHA-256 hex of all the
+        tensor's bytes in the file)``, for a shard too (:meth:`_read_shard_hashing`)."""
         info = self.infos[name]
         start, nbytes = self._offsets.get(name, (0, None))
         if nbytes is None:
             raise WeightsError(self.path, [f"{_quoted(name)} has dtype {info['dtype']}, which cannot be read"])
         dtype = np.dtype(np.uint16 if info["dtype"] == "bfloat16" else info["dtype"])
         if shard is not None:
-            return self._read_shard(start, info["shape"], dtype, shard)
-        return np.frombuffer(self._read(start, nbytes), dtype=dtype.newbyteorder("<")).astype(
-            dtype, copy=True).reshape(info["shape"])
+            if self.digests is None:
+                return self._read_shard(start, info["shape"], dtype, shard)
+            hasher = hashlib.sha256()
+            out = self._read_shard_hashing(start, info["shape"], dtype, shard, hasher)
+        else:
+            data = self._read(start, nbytes)
+            if self.digests is not None:
+                hasher = hashlib.sha256(data)
+            out = np.frombuffer(data, dtype=dtype.newbyteorder("<")).astype(dtype, copy=True).reshape(info["shape"])
+        if self.digests is not None:
+            self.digests[name] = (info["dtype"], tuple(info["shape"]), hasher.hexdigest())
+        return out
 
     _SHARD_BLOCK_BYTES = 16 << 20
 
@@ -512,6 +535,39 @@ class _Checkpoint:
                 block = np.frombuffer(self._read(first + i * stride, (n - 1) * stride + run), np.uint8)
                 out[i * run:(i + n) * run] = np.lib.stride_tricks.as_strided(
                     block, (n, run), (stride, 1)).reshape(-1)
+        local_shape = shape[:shard.dim] + [local] + shape[shard.dim + 1:]
+        return out.view(dtype.newbyteorder("<")).astype(dtype, copy=False).reshape(local_shape)
+
+    def _read_shard_hashing(self, start: int, shape: Sequence[int], dtype: np.dtype, shard: TensorShard,
+                            hasher) -> np.ndarray:
+        """:meth:`_read_shard`'s result, reading the whole tensor once in order and feeding every byte to
+        ``hasher`` (a ``hashlib`` object): blocks of whole strides of at most 16 MiB (a stride longer than
+        that in pieces of 16 MiB), the shard's run copied out of each. Memory: the shard plus one block."""
+        shape = [int(d) for d in shape]
+        local = shape[shard.dim] // shard.count
+        inner = int(np.prod(shape[shard.dim + 1:], dtype=np.int64)) * dtype.itemsize
+        outer = int(np.prod(shape[:shard.dim], dtype=np.int64))
+        run, stride = local * inner, shape[shard.dim] * inner
+        lo = shard.index * run
+        out = np.empty(outer * run, dtype=np.uint8)
+        block_bytes = self._SHARD_BLOCK_BYTES
+        if stride <= block_bytes:
+            rows = max(1, block_bytes // max(stride, 1))
+            for i in range(0, outer, rows):
+                n = min(rows, outer - i)
+                block = np.frombuffer(self._read(start + i * stride, n * stride), np.uint8)
+                hasher.update(block)
+                out[i * run:(i + n) * run] = block.reshape(n, stride)[:, lo:lo + run].reshape(-1)
+        else:
+            for i in range(outer):
+                row = start + i * stride
+                for a in range(0, stride, block_bytes):
+                    b = min(stride, a + block_bytes)
+                    piece = self._read(row + a, b - a)
+                    hasher.update(piece)
+                    x, y = max(a, lo), min(b, lo + run)
+                    if x < y:
+                        out[i * run + x - lo:i * run + y - lo] = np.frombuffer(piece, np.uint8)[x - a:y - a]
         local_shape = shape[:shard.dim] + [local] + shape[shard.dim + 1:]
         return out.view(dtype.newbyteorder("<")).astype(dtype, copy=False).reshape(local_shape)
 
@@ -561,7 +617,7 @@ def load_params(path: str | Path, expected: Mapping[str, tuple[Sequence[int], st
                 conversions: Mapping[str, ParamConversion] | None = None,
                 progress: Callable[[int, int, str], None] | None = None,
                 ignore: Sequence[str] = (), shards: Mapping[str, TensorShard] | None = None,
-                row_tiles: Mapping[str, int] | None = None) -> dict[str, np.ndarray]:
+                row_tiles: Mapping[str, int] | None = None, digests: dict | None = None) -> dict[str, np.ndarray]:
     """Load the parameters ``expected`` (name -> (shape, dtype)) from safetensors ``path``.
 
     ``name_map`` (our name -> the file's name: exact entries, ``{placeholder}`` patterns, prefix
@@ -575,7 +631,9 @@ def load_params(path: str | Path, expected: Mapping[str, tuple[Sequence[int], st
     and only the shard is read. ``row_tiles``: parameter name -> ``T`` for the packed words and
     scales of quantized weights stored in row tiles ((rows / T, cols, T), :func:`tile_rows`): the
     file may hold them as (rows, cols) in the same dtype (a checkpoint in MLC-LLM's layout, or
-    parameters saved before the tiles), tiled when read.
+    parameters saved before the tiles), tiled when read. ``digests``: a dict to fill with file name ->
+    ``(dtype, shape, SHA-256 hex of the whole tensor's bytes)`` for every tensor read, shards included
+    (the module docstring says why whole tensors; :func:`loaded_weights_digest` combines them).
 
     Returns name -> numpy array (C-contiguous; loaded directly: the file's exact values; floats of
     another float dtype cast; converted ones as their conversion gives them), moved into memory
@@ -589,7 +647,7 @@ def load_params(path: str | Path, expected: Mapping[str, tuple[Sequence[int], st
     path = str(path)
     rules = NameRules(name_map, prefix)
     globs = _ignore_globs(ignore)
-    with _Checkpoint(path) as ckpt:
+    with _Checkpoint(path, digests) as ckpt:
         return _load(ckpt, expected, rules, globs, conversions, progress, dict(shards or {}),
                      dict(row_tiles or {}))
 
@@ -721,6 +779,18 @@ def _load(ckpt: _Checkpoint, expected, rules: NameRules, globs, conversions, pro
     del out
     move_to_huge_pages(result)      # each original freed after its copy: one copy's extra memory
     return result
+
+
+def loaded_weights_digest(digests: Mapping[str, tuple[str, tuple, str]] | None) -> bytes:
+    """One SHA-256 (32 bytes) over what :func:`load_params` recorded in ``digests`` (file name -> dtype,
+    shape, whole-tensor SHA-256), in name order, so that the order of reading does not matter; for None
+    (no weights file: random weights), the digest of that fact. Two workers get the same value exactly
+    when they read the same tensors, names, dtypes, shapes and bytes (SHA-256's collision resistance)."""
+    if digests is None:
+        return hashlib.sha256(b"no weights file").digest()
+    text = json.dumps(sorted([name, dtype, list(shape), hexdigest]
+                             for name, (dtype, shape, hexdigest) in digests.items()), separators=(",", ":"))
+    return hashlib.sha256(b"weights\0" + text.encode()).digest()
 
 
 def _cast_float(a: np.ndarray, src: str, dst: str) -> np.ndarray:
