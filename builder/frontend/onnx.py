@@ -2189,22 +2189,98 @@ def _attention_op(im, node, ins, at):
     return tuple(outs) if len(outs) > 1 else y
 
 
-_REDUCE = {"ReduceMean": (op.mean, np.mean), "ReduceSum": (op.sum, np.sum), "ReduceMax": (op.max, np.max),
-           "ReduceMin": (op.min, np.min), "ReduceProd": (op.prod, np.prod),
+def _float_dtype(dtype: str) -> bool:
+    return dtype.startswith("float") or dtype == "bfloat16"
+
+
+def _np_extreme(fn, lowest: bool):
+    """numpy's max / min with the ONNX identity for an empty set: -inf / +inf for floats, the dtype's
+    minimum / maximum for integers (ReduceMax-18 / ReduceMin-18)."""
+    def f(x, axis, keepdims):
+        if x.dtype.kind == "f":
+            init = -np.inf if lowest else np.inf
+        elif x.dtype.kind == "b":
+            init = not lowest
+        else:
+            info = np.iinfo(x.dtype)
+            init = info.min if lowest else info.max
+        return fn(x, axis=axis, keepdims=keepdims, initial=init)
+    return f
+
+
+def _extreme(largest: bool):
+    """ReduceMax (``largest``) / ReduceMin of a tensor along ``axis``. The compiled reduction starts from the
+    dtype's lowest (highest) finite value, which for floats is -FLT_MAX (+FLT_MAX) where the spec (ReduceMax-18:
+    "Reduction over an empty set of values yields minus infinity (if supported by the datatype) or the minimum
+    value of the data type otherwise", ReduceMin alike) and onnxruntime give -inf (+inf): for an empty set and
+    for a set holding nothing but -inf (+inf). Those results are put right by counting the elements other than
+    -inf (+inf, NaN counted: NaN propagates) and taking the infinity where there are none. Integer dtypes need
+    nothing (their minimum / maximum is the identity)."""
+    def f(x, axis, keepdims):
+        r = (op.max if largest else op.min)(x, axis=axis, keepdims=keepdims)
+        if not _float_dtype(x.dtype):
+            return r
+        inf = Tensor(_expr=rx.const(np.array(-np.inf if largest else np.inf, dtype=x.dtype)))
+        others = op.sum(op.astype(op.not_equal(x, inf), "int64"), axis=axis, keepdims=keepdims)
+        none = op.equal(others, Tensor(_expr=rx.const(np.array(0, np.int64))))
+        return op.where(none, inf, r)
+    return f
+
+
+def _logsumexp(x, axis, keepdims):
+    """``m + log(sum(exp(x - m)))`` with ``m`` the maximum where it is finite, else 0 (SciPy's
+    ``logsumexp``): all -inf (or an empty set) gives ``log(0) = -inf`` as the spec (ReduceLogSumExp-18,
+    "Reduction over an empty set of values yields minus infinity") and onnxruntime, +inf gives +inf (the
+    plain ``m - m`` shift gives NaN for both)."""
+    m = op.max(x, axis=axis, keepdims=True)
+    inf = Tensor(_expr=rx.const(np.array(np.inf, dtype=x.dtype)))
+    m = op.where(op.less(op.abs(m), inf), m, Tensor(_expr=rx.const(np.array(0, dtype=x.dtype))))
+    y = op.add(op.log(op.sum(op.exp(op.subtract(x, m)), axis=axis, keepdims=True)), m)
+    return y if keepdims else op.squeeze(y, list(axis))
+
+
+def _np_logsumexp(x, axis, keepdims):
+    m = np.max(x, axis=axis, keepdims=True, initial=-np.inf)
+    m = np.where(np.isfinite(m), m, 0)
+    with np.errstate(divide="ignore"):
+        y = np.log(np.sum(np.exp(x - m), axis=axis, keepdims=True)) + m
+    return y if keepdims else np.squeeze(y, axis)
+
+
+#: ONNX reduction -> (compiled, numpy fold) as ``f(x, axis, keepdims)``.
+_REDUCE = {"ReduceMean": (op.mean, np.mean), "ReduceSum": (op.sum, np.sum),
+           "ReduceMax": (_extreme(True), _np_extreme(np.max, True)),
+           "ReduceMin": (_extreme(False), _np_extreme(np.min, False)), "ReduceProd": (op.prod, np.prod),
            "ReduceSumSquare": (lambda x, axis, keepdims: op.sum(op.multiply(x, x), axis=axis, keepdims=keepdims),
                                lambda x, axis, keepdims: np.sum(x * x, axis=axis, keepdims=keepdims)),
            "ReduceL1": (lambda x, axis, keepdims: op.sum(op.abs(x), axis=axis, keepdims=keepdims),
                         lambda x, axis, keepdims: np.sum(np.abs(x), axis=axis, keepdims=keepdims)),
            "ReduceL2": (lambda x, axis, keepdims: op.sqrt(op.sum(op.multiply(x, x), axis=axis, keepdims=keepdims)),
                         lambda x, axis, keepdims: np.sqrt(np.sum(x * x, axis=axis, keepdims=keepdims))),
-           "ReduceLogSumExp": (lambda x, axis, keepdims: op.logsumexp(x, axis, keepdims),
-                               lambda x, axis, keepdims: np.log(np.sum(np.exp(x), axis=axis, keepdims=keepdims))),
+           "ReduceLogSumExp": (_logsumexp, _np_logsumexp),
            "ReduceLogSum": (lambda x, axis, keepdims: op.log(op.sum(x, axis=axis, keepdims=keepdims)),
                             lambda x, axis, keepdims: np.log(np.sum(x, axis=axis, keepdims=keepdims)))}
+
+#: What the composite reductions still compute with ``noop_with_empty_axes`` and no axes (the reduction over
+#: an empty set of axes is the identity, "composite-reduction operators will still perform the non-reduction
+#: steps": ReduceLogSum is log(x), ReduceSumSquare x * x; onnx's ReferenceEvaluator and onnxruntime alike).
+#: ReduceLogSumExp is log(exp(x)) = x exactly (onnxruntime's result, also at +-inf).
+_REDUCE_ELEMENTWISE = {"ReduceSumSquare": (lambda x: op.multiply(x, x), lambda x: x * x),
+                       "ReduceL1": (op.abs, np.abs),
+                       "ReduceL2": (lambda x: op.sqrt(op.multiply(x, x)), lambda x: np.sqrt(x * x)),
+                       "ReduceLogSum": (op.log, np.log)}
 
 
 @_register(*_REDUCE)
 def _reduce(im, node, ins, at):
+    """The ONNX reductions (opsets 13 to 18: ``axes`` an attribute or an input): ``x`` any shape and dtype the
+    op takes -> the reduced shape (``keepdims`` 1 keeps reduced dims as 1). Over an empty set (a reduced dim of
+    0): ReduceSum / L1 / L2 / SumSquare 0, ReduceProd 1, ReduceMax -inf (the dtype's minimum for integers),
+    ReduceMin +inf, ReduceLogSum and ReduceLogSumExp -inf, as the spec says; ReduceMean, "undefined" in the spec,
+    is 0 / 0 = NaN (numpy's and onnx's ReferenceEvaluator's result; onnxruntime returns 0). No axes with
+    ``noop_with_empty_axes`` is the identity for ReduceSum / Mean / Max / Min / Prod / LogSumExp and the
+    element function for the others (:data:`_REDUCE_ELEMENTWISE`). Raises ONNXImportError for axes out of
+    range or not known at import time."""
     _check_inputs(ins, node)
     x = ins[0]
     if "axes" in at:
@@ -2217,14 +2293,21 @@ def _reduce(im, node, ins, at):
     nd = len(im.shape_of(x))
     if not axes:
         if int(at.get("noop_with_empty_axes", 0)):
-            return x
+            if node.op_type not in _REDUCE_ELEMENTWISE:
+                return x
+            fn, npf = _REDUCE_ELEMENTWISE[node.op_type]
+            if isinstance(x, np.ndarray):
+                with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+                    return np.asarray(npf(x)).astype(x.dtype)
+            return fn(im.tensor(x))
         axes = list(range(nd))
     if any(not -nd <= a < nd for a in axes):
         raise ONNXImportError(f"axes {axes} out of range for a {nd}-d input")
     axes = sorted({a % nd for a in axes})
     fn, npf = _REDUCE[node.op_type]
     if isinstance(x, np.ndarray) and _fold_ok(x.shape):
-        return np.asarray(npf(x, axis=tuple(axes), keepdims=keep)).astype(x.dtype)
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            return np.asarray(npf(x, axis=tuple(axes), keepdims=keep)).astype(x.dtype)
     return fn(im.tensor(x), axis=axes, keepdims=keep)
 
 
@@ -2345,6 +2428,16 @@ def _conv_transpose(im, node, ins, at):
 
 @_register("MaxPool", "AveragePool")
 def _pool(im, node, ins, at):
+    """1-D and 2-D ``MaxPool`` / ``AveragePool`` of ``(N, C, *spatial)`` data: ``kernel_shape``, ``strides``,
+    ``dilations``, ``pads`` or ``auto_pad``, ``ceil_mode``, ``count_include_pad``; the Indices output and
+    ``storage_order=1`` are refused (ONNXImportError).
+
+    NaN: a MaxPool window holding a NaN gives NaN. The spec (MaxPool-22: "computing the max on all values of a
+    subset of the input tensor") does not say how a NaN compares; we take numpy's ``max``, which is how onnx's
+    ReferenceEvaluator computes ReduceMax and GlobalMaxPool and how onnxruntime computes GlobalMaxPool, so that
+    a window covering the whole input equals GlobalMaxPool. onnxruntime's MaxPool keeps or drops a NaN by where
+    it stands in the window (``x > max`` comparisons: a NaN first is kept, a NaN later skipped), and the
+    ReferenceEvaluator's MaxPool drops every NaN (it marks padding with NaN); neither is a rule to follow."""
     _check_inputs(ins, node)
     if any(n for n in node.output[1:]):
         raise ONNXImportError("the Indices output of MaxPool is not supported")

@@ -197,3 +197,106 @@ def test_resize_nearest_exact_on_every_size_and_symbolic(coord):
             got, _ = outputs_of_both(model, {"x": x})
             np.testing.assert_array_equal(got[0].ravel(), spec_nearest_indices(n_in, 3 * n_in, coord, mode))
             np.testing.assert_array_equal(got[1].ravel(), spec_nearest_indices(n_in, 7, coord, mode))
+
+
+REDUCTIONS = ["ReduceMax", "ReduceMin", "ReduceMean", "ReduceSum", "ReduceProd", "ReduceL1", "ReduceL2",
+              "ReduceSumSquare", "ReduceLogSum", "ReduceLogSumExp"]
+
+
+def numpy_reduction(name, x, axis):
+    """The reductions in float64 numpy with the spec's value for an empty set (ReduceMax -inf, ReduceMin +inf,
+    ReduceLogSum(Exp) log(0) = -inf, the sums 0, the product 1, the mean 0 / 0 = NaN)."""
+    x = x.astype(np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return {"ReduceMax": lambda: np.max(x, axis, initial=-np.inf), "ReduceMin": lambda: np.min(x, axis, initial=np.inf),
+                "ReduceMean": lambda: np.sum(x, axis) / x.shape[axis], "ReduceSum": lambda: np.sum(x, axis),
+                "ReduceProd": lambda: np.prod(x, axis), "ReduceL1": lambda: np.sum(np.abs(x), axis),
+                "ReduceL2": lambda: np.sqrt(np.sum(x * x, axis)), "ReduceSumSquare": lambda: np.sum(x * x, axis),
+                "ReduceLogSum": lambda: np.log(np.sum(x, axis)),
+                "ReduceLogSumExp": lambda: np.logaddexp.reduce(x, axis)}[name]()
+
+
+def reduce_model(name, shape, in_shape, constant=None, **kw):
+    inits = [("ax", np.array([1], np.int64))] + ([("c", constant)] if constant is not None else [])
+    nodes = [helper.make_node(name, ["x", "ax"], ["y"], keepdims=0, **kw)]
+    outs = [vi("y", [in_shape[0], in_shape[2]])]
+    if constant is not None:
+        nodes.append(helper.make_node(name, ["c", "ax"], ["z"], keepdims=0, **kw))
+        outs.append(vi("z", [shape[0], shape[2]]))
+    return make_model(nodes, [vi("x", in_shape)], outs, inits, opset=18)
+
+
+@pytest.mark.parametrize("name", REDUCTIONS)
+@pytest.mark.parametrize("symbolic", [False, True])
+def test_reductions_over_an_empty_set(name, symbolic):
+    """A reduced dim of 0 (static, symbolic, and a folded constant): the spec's value from float64 numpy, and
+    onnxruntime's, but for ReduceMean (the spec: "undefined"; ours NaN as numpy's and onnx's ReferenceEvaluator,
+    onnxruntime 0)."""
+    x = np.zeros((2, 0, 3), np.float32)
+    model = reduce_model(name, x.shape, ["a", "b", 3] if symbolic else [2, 0, 3], constant=x)
+    got, want = outputs_of_both(model, {"x": x})
+    ref = numpy_reduction(name, x, 1)
+    if name == "ReduceMean":
+        from onnx.reference import ReferenceEvaluator
+        with np.errstate(invalid="ignore"), pytest.warns(RuntimeWarning):
+            want = ReferenceEvaluator(model).run(None, {"x": x})
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(w.astype(np.float64), ref)
+        np.testing.assert_array_equal(g.astype(np.float64), ref)
+
+
+@pytest.mark.parametrize("name", ["ReduceMax", "ReduceMin", "ReduceLogSumExp", "ReduceSum"])
+def test_reductions_of_infinities(name):
+    """Rows of nothing but -inf or +inf, mixed with finite values and +-FLT_MAX (which the reducers must keep
+    apart from the infinities): onnxruntime and float64 numpy."""
+    big = np.finfo(np.float32).max
+    x = np.array([[[-np.inf, np.inf, 1.0], [-np.inf, np.inf, -big], [-np.inf, np.inf, big]],
+                  [[-big, big, -np.inf], [2.0, -3.0, -np.inf], [-big, big, -np.inf]]], np.float32)
+    model = reduce_model(name, x.shape, ["a", "b", 3], constant=x)
+    got, want = outputs_of_both(model, {"x": x})
+    ref = numpy_reduction(name, x, 1)
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(w.astype(np.float64), ref.astype(np.float32))
+        np.testing.assert_array_equal(g, w)
+
+
+@pytest.mark.parametrize("name", REDUCTIONS)
+def test_noop_with_empty_axes_applies_the_element_function(name):
+    """No axes with noop_with_empty_axes=1: the identity for the plain reductions, the element function for the
+    composite ones (ReduceL1 |x|, ReduceL2 sqrt(x * x), ReduceSumSquare x * x, ReduceLogSum log x,
+    ReduceLogSumExp x); onnxruntime and onnx's ReferenceEvaluator (but at +-inf, where the reference's shifted
+    LogSumExp gives NaN), on a tensor and a folded constant."""
+    from onnx.reference import ReferenceEvaluator
+
+    x = np.array([[100.0, -100.0, 1e20], [0.0, -1.0, 0.5], [2.0, np.inf, -np.inf]], np.float32)
+    nodes = [helper.make_node(name, ["x"], ["y"], noop_with_empty_axes=1),
+             helper.make_node(name, ["c"], ["z"], noop_with_empty_axes=1)]
+    model = make_model(nodes, [vi("x", ["n", 3])], [vi("y", ["n", 3]), vi("z", [3, 3])], [("c", x)], opset=18)
+    got, want = outputs_of_both(model, {"x": x})
+    with np.errstate(all="ignore"):
+        import warnings
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            ref = ReferenceEvaluator(model).run(None, {"x": x})
+    finite = np.isfinite(x) if name == "ReduceLogSumExp" else np.ones(x.shape, bool)
+    for g, w, r in zip(got, want, ref):
+        np.testing.assert_array_equal(w[finite], r[finite])
+        np.testing.assert_allclose(g, w, rtol=1e-6)
+
+
+def test_max_pool_propagates_nan():
+    """MaxPool over windows holding NaN gives NaN (numpy's max, what ReduceMax and GlobalMaxPool give in onnx's
+    ReferenceEvaluator and GlobalMaxPool in onnxruntime): the spec does not say, and onnxruntime's MaxPool
+    drops a NaN or keeps it depending on where in the window it stands; a window covering the whole input
+    equals GlobalMaxPool."""
+    x = np.array([[[1.0, np.nan, 3.0, np.nan, 5.0, 4.0]]], np.float32)
+    nodes = [helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[2]),
+             helper.make_node("MaxPool", ["x"], ["w"], kernel_shape=[6]),
+             helper.make_node("GlobalMaxPool", ["x"], ["g"])]
+    model = make_model(nodes, [vi("x", [1, 1, 6])], [vi("y", [1, 1, 5]), vi("w", [1, 1, 1]), vi("g", [1, 1, 1])],
+                       opset=18)
+    got, want = outputs_of_both(model, {"x": x})
+    windows = np.lib.stride_tricks.sliding_window_view(x.astype(np.float64), 2, axis=2)
+    np.testing.assert_array_equal(got[0], np.max(windows, axis=-1).astype(np.float32))
+    np.testing.assert_array_equal(got[1], want[2])
+    np.testing.assert_array_equal(got[2], want[2])
