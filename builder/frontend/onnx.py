@@ -431,6 +431,9 @@ class _Importer:
         self.source_opset = opset if source_opset is None else source_opset
         self.env: dict[str, Any] = {}
         self.depth = 0    # If / Loop bodies being imported, one inside the other (subgraph)
+        #: nodes imported from If branches and Loop bodies so far, all nesting levels and iterations together
+        #: (at most :data:`MAX_UNROLLED_NODES`, :meth:`subgraph`)
+        self.unrolled = 0
         self.dims: dict[str, E.Var] = {}
         self.dim_names: set[str] = set()
         self.const_cache: dict[int, tuple[np.ndarray, Tensor]] = {}
@@ -604,17 +607,23 @@ class _Importer:
     def subgraph(self, graph, nout: int) -> list:
         """The values of ``graph``'s outputs (an ``If`` branch, ``nout`` of them), its initializers and nodes
         imported into this graph's scope (ONNX names are unique across a model and its subgraphs; their ops
-        were checked with the model's, :func:`_nodes_and_branches`). Raises ONNXImportError for outputs that do
-        not match, or subgraphs nested deeper than :data:`MAX_BRANCH_DEPTH`."""
+        were checked with the model's, :func:`_nodes_and_branches`). Every node imported here counts against
+        one budget for the whole model, :data:`MAX_UNROLLED_NODES` (``self.unrolled``: every nesting level, every
+        Loop iteration and every If branch taken; a body without nodes counts 1), so that Loops nested in Loops
+        cannot multiply their trip counts into an unbounded import. Raises ONNXImportError for outputs that do
+        not match, subgraphs nested deeper than :data:`MAX_BRANCH_DEPTH`, or the node past the budget (named)."""
         self.depth += 1
         try:
             if self.depth > MAX_BRANCH_DEPTH:
                 raise ONNXImportError(f"If / Loop bodies nested deeper than {MAX_BRANCH_DEPTH}")
             if len(graph.output) != nout:
                 raise ONNXImportError(f"the branch has {len(graph.output)} outputs, the node {nout}")
+            if not graph.node:
+                self._charge(f"the empty body {graph.name!r}")
             for t in graph.initializer:
                 self.env[t.name] = _to_array(t)
             for k, n in enumerate(graph.node):
+                self._charge(f"node {_node_name(n, k)!r} ({n.op_type}) of the body {graph.name!r}")
                 self.node(n, -1 - k)
             outs = []
             for o in graph.output:
@@ -624,6 +633,15 @@ class _Importer:
             return outs
         finally:
             self.depth -= 1
+
+    def _charge(self, what: str) -> None:
+        """Count one more node imported from an If / Loop body; ONNXImportError naming ``what`` past
+        :data:`MAX_UNROLLED_NODES`."""
+        self.unrolled += 1
+        if self.unrolled > MAX_UNROLLED_NODES:
+            raise ONNXImportError(f"{what} would be node {self.unrolled} imported from If / Loop bodies (Loops "
+                                  f"unrolled, nested ones multiplied), more than the limit of {MAX_UNROLLED_NODES} "
+                                  "for the whole model (MAX_UNROLLED_NODES)")
 
     def node(self, node, i: int) -> None:
         conv = _CONVERTERS[_op_key(node)]
@@ -1614,8 +1632,9 @@ def _unique(im, node, ins, at):
     return list(op.unique(im.tensor(ins[0]), sorted=bool(int(at.get("sorted", 1)))))
 
 
-#: The most body nodes an unrolled ``Loop`` imports (iterations times the body's nodes): a trip count
-#: from the model never makes an unbounded graph.
+#: The most nodes imported from ``Loop`` bodies (iterations times the body's nodes) and ``If`` branches in the
+#: whole model, all nesting levels together (:meth:`_Importer.subgraph`): trip counts from the model never make
+#: an unbounded graph, nested Loops included.
 MAX_UNROLLED_NODES = 4096
 
 
@@ -1624,7 +1643,8 @@ def _loop(im, node, ins, at):
     """``Loop`` with a trip count known at import time (a constant, or shape arithmetic that folds) and a
     condition that stays known (absent, or a constant each iteration computes): unrolled, the body imported
     once per iteration with the iteration number and the loop-carried values bound to its inputs; the scan
-    outputs are stacked along a new first axis. At most :data:`MAX_UNROLLED_NODES` body nodes in all; a trip
+    outputs are stacked along a new first axis. At most :data:`MAX_UNROLLED_NODES` body nodes in the whole
+    model (nested Loops and If branches share the budget); a trip
     count or condition computed when the model runs is refused (the graph has no control flow)."""
     _check_inputs(ins, node)
     body = at.get("body")

@@ -1,0 +1,94 @@
+"""The ONNX importer's bounds on untrusted models (issue 40): one budget of unrolled nodes for Loops nested in
+Loops and If branches, ranks over the project's limit, deep symbolic shape arithmetic, and external data
+larger than the memory available."""
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx", reason="from_onnx needs the onnx package (pip install onnx)")
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+
+from builder.frontend.onnx import MAX_UNROLLED_NODES, ONNXImportError, from_onnx  # noqa: E402
+from helpers.onnx_models import check_against_onnxruntime, make_model  # noqa: E402
+
+F, I64, B = TensorProto.FLOAT, TensorProto.INT64, TensorProto.BOOL
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def vi(name, shape, t=F):
+    return helper.make_tensor_value_info(name, t, shape)
+
+
+def nested_loops(trips: list[int], tag: str = "") -> onnx.GraphProto:
+    """A Loop body (iteration, cond, v) -> (cond, v + 1), or, with more trip counts, a body whose one node is a
+    Loop of the next trip count over v; the loop-carried v is a float scalar."""
+    name = f"L{len(trips)}{tag}"
+    if not trips:
+        nodes = [helper.make_node("Add", [f"v{name}", "one"], [f"o{name}"])]
+    else:
+        nodes = [helper.make_node("Loop", [f"n{len(trips)}", "", f"v{name}"], [f"o{name}"], name=f"loop{len(trips)}",
+                                  body=nested_loops(trips[1:], tag))]
+    return helper.make_graph(nodes, name, [vi(f"i{name}", [], I64), vi(f"c{name}", [], B), vi(f"v{name}", [])],
+                             [vi(f"c{name}", [], B), vi(f"o{name}", [])])
+
+
+def nested_loop_model(trips: list[int]) -> onnx.ModelProto:
+    """``y = x + prod(trips)`` by Loops nested ``len(trips)`` deep (trip counts as initializers n1, n2, ...)."""
+    inits = [(f"n{len(trips) - k}", np.array(t, np.int64)) for k, t in enumerate(trips)] + [("one", np.array(1, np.float32))]
+    loop = helper.make_node("Loop", [f"n{len(trips)}", "", "x"], ["y"], name="outer", body=nested_loops(trips[1:]))
+    return make_model([loop], [vi("x", [])], [vi("y", [])], inits, opset=17)
+
+
+def test_nested_loops_share_one_budget_and_fail_fast():
+    """Three Loops of 4,000 iterations nested (64e9 body nodes; each Loop alone is within the limit, which used
+    to count only its own body: the import never finished): refused with ONNXImportError naming the node past
+    MAX_UNROLLED_NODES, in a subprocess that must end within a minute."""
+    model = nested_loop_model([4000, 4000, 4000])
+    assert model.ByteSize() < 1000
+    code = textwrap.dedent("""
+        import sys
+        from builder.frontend.onnx import ONNXImportError, from_onnx
+        try:
+            from_onnx(sys.stdin.buffer.read())
+        except ONNXImportError as e:
+            print("REFUSED", e)
+        else:
+            print("IMPORTED")
+    """)
+    try:
+        run = subprocess.run([sys.executable, "-c", code], input=model.SerializeToString(), capture_output=True,
+                             timeout=60, cwd=REPO)
+    except subprocess.TimeoutExpired:
+        pytest.fail("importing nested Loops did not finish within 60 s")
+    out = run.stdout.decode()
+    assert out.startswith("REFUSED"), (out, run.stderr.decode()[-2000:])
+    assert "MAX_UNROLLED_NODES" in out and f"node {MAX_UNROLLED_NODES + 1} " in out
+    assert "loop" in out or "Add" in out
+
+
+def test_nested_loops_within_the_budget_compute_the_product():
+    """Loops nested 3 deep with 3 * 4 * 5 iterations (60 Add nodes unrolled) add 60, as onnxruntime."""
+    check_against_onnxruntime(nested_loop_model([3, 4, 5]), [{"x": np.array(1.5, np.float32)}])
+
+
+def test_if_branches_inside_loops_count():
+    """An If inside a Loop: each iteration imports the branch it takes, and those nodes count against the same
+    budget (a Loop of MAX_UNROLLED_NODES iterations of a one-node body passes its own check, the branch's node
+    then goes past the budget)."""
+    then = helper.make_graph([helper.make_node("Add", ["vb", "one"], ["t"])], "then", [], [vi("t", [])])
+    other = helper.make_graph([helper.make_node("Sub", ["vb", "one"], ["e"])], "else", [], [vi("e", [])])
+    body = helper.make_graph([helper.make_node("If", ["yes"], ["ob"], name="choose", then_branch=then, else_branch=other)],
+                             "body", [vi("ib", [], I64), vi("cb", [], B), vi("vb", [])], [vi("cb", [], B), vi("ob", [])])
+    inits = [("n", np.array(MAX_UNROLLED_NODES, np.int64)), ("one", np.array(1, np.float32)), ("yes", np.array(True))]
+    model = make_model([helper.make_node("Loop", ["n", "", "x"], ["y"], name="outer", body=body)], [vi("x", [])],
+                       [vi("y", [])], inits, opset=17)
+    with pytest.raises(ONNXImportError, match="MAX_UNROLLED_NODES"):
+        from_onnx(model)
+    inits[0] = ("n", np.array(7, np.int64))
+    model = make_model([helper.make_node("Loop", ["n", "", "x"], ["y"], name="outer", body=body)], [vi("x", [])],
+                       [vi("y", [])], inits, opset=17)
+    check_against_onnxruntime(model, [{"x": np.array(0.25, np.float32)}])
