@@ -45,6 +45,11 @@ AVX512VL): the int8-activation GEMV and GEMM use it in place of ``vpmaddubsw`` +
 :func:`runtime.target.amx_permitted`), in the target's own 16-lane shape: the GEMM of bfloat16 models, and
 of float32 ones at a ``matmul_precision`` below ``highest``, runs on them (:mod:`.linear.amx`).
 
+``MB_SIMD_OFF=vnni,avx512bf16,amx`` (testing hook, :func:`features_off`) turns those features off on the host's
+target as ``MB_SIMD`` does the levels above its cap: ``MB_SIMD=avx2 MB_SIMD_OFF=vnni`` compiles what an AMD Zen 3
+runs (AVX2 + FMA without any VNNI: the int8 kernels on ``vpmaddubsw`` / ``vpmaddwd``), ``MB_SIMD_OFF=vnni``
+alone what a Skylake-X runs (AVX512BW without VNNI), on any host that has those instructions.
+
 ``MB_SIMD_EMULATE=avx512bf16,vnni,amx`` (testing hook) turns such an instruction on for a host
 that lacks it, emitted as other IR of the same arithmetic (:attr:`SimdInfo.emulated`), so the
 kernels built around it run and are checked on any machine; :func:`builder.codegen.emit_llvm_ir` for a
@@ -68,7 +73,7 @@ from runtime.target import amx_permitted
 from ..llvm_emit import F16, F32, I8, I16, I32, I64, PTR, BufferExprEmitter, reg_type
 
 __all__ = ["SimdInfo", "KFunc", "BF16", "vec", "const_vec", "plain_loop_metadata",
-           "no_unroll_loop_metadata", "finalize_loop_metadata", "simd_cap", "capped_features"]
+           "no_unroll_loop_metadata", "finalize_loop_metadata", "simd_cap", "capped_features", "features_off"]
 
 _ORDER = ("scalar", "sse", "neon", "avx", "avx2", "avx512")
 _EMULABLE = ("avx512bf16", "vnni", "amx")
@@ -80,6 +85,29 @@ _X86_ABOVE["avx"] = _X86_ABOVE["avx2"] + ("avx2", "fma", "avxvnni", "avxifma", "
                                           "vpclmulqdq", "xop")
 _X86_ABOVE["sse"] = _X86_ABOVE["avx"] + ("avx", "f16c")
 _X86_ABOVE["scalar"] = _X86_ABOVE["sse"]
+
+
+#: Prefixes of the x86 target features each name of ``MB_SIMD_OFF`` turns off (:func:`features_off`):
+#: ``vnni`` every VNNI form (AVX-VNNI and its int8 / int16 extensions, AVX512-VNNI; AVX10 includes it),
+#: ``avx512bf16`` the bfloat16 dot products, ``amx`` the tiles.
+_X86_OFF: dict[str, tuple[str, ...]] = {"vnni": ("avxvnni", "avx512vnni", "avx10"),
+                                        "avx512bf16": ("avx512bf16", "avx10"),
+                                        "amx": ("amx-",)}
+
+
+def features_off() -> frozenset[str]:
+    """The feature groups ``MB_SIMD_OFF`` (a comma list of ``vnni``, ``avx512bf16``, ``amx``; testing
+    hook) turns off on the host's target, lower-cased; empty when unset. ``MB_SIMD=avx2 MB_SIMD_OFF=vnni``
+    compiles what an AMD Zen 3 runs (AVX2 + FMA, no VNNI: ``vpmaddubsw`` / ``vpmaddwd``), ``MB_SIMD_OFF=vnni``
+    alone what a Skylake-X runs (AVX512BW without VNNI).
+
+    Raises ValueError for an unknown name, listing the known ones."""
+    off = frozenset(f.strip().lower() for f in os.environ.get("MB_SIMD_OFF", "").split(",") if f.strip())
+    unknown = off - set(_X86_OFF)
+    if unknown:
+        raise ValueError(f"MB_SIMD_OFF: unknown feature(s) {', '.join(sorted(unknown))}; "
+                         f"known: {', '.join(_X86_OFF)}")
+    return off
 
 
 def simd_cap() -> str | None:
@@ -95,19 +123,23 @@ def simd_cap() -> str | None:
     return cap
 
 
-def capped_features(triple: str, features: str, cap: str | None = None) -> str:
+def capped_features(triple: str, features: str, cap: str | None = None,
+                    off: frozenset[str] | None = None) -> str:
     """An LLVM feature string (``+a,-b,...``) with every x86 feature above the vector level ``cap``
     (default: :func:`simd_cap`) turned off (``+avx512f`` -> ``-avx512f``, ...), so that code
-    generated for it runs on a CPU of that level; unchanged without a cap, for ``avx512`` or
-    ``neon``, and for a triple that is not x86-64.
+    generated for it runs on a CPU of that level, and those of the groups ``off`` (default:
+    :func:`features_off`, ``MB_SIMD_OFF``; e.g. ``{"vnni"}``); unchanged without a cap or groups, for
+    ``avx512`` or ``neon``, and for a triple that is not x86-64.
 
-    Raises ValueError as :func:`simd_cap`, or for an unknown ``cap``."""
+    Raises ValueError as :func:`simd_cap` / :func:`features_off`, or for an unknown ``cap``."""
     cap = simd_cap() if cap is None else cap
-    if cap is None:
-        return features
-    if cap not in _ORDER:
+    off = features_off() if off is None else off
+    if cap is not None and cap not in _ORDER:
         raise ValueError(f"unknown vector level {cap!r}; known: {', '.join(_ORDER)}")
-    above = _X86_ABOVE.get(cap)
+    unknown = set(off) - set(_X86_OFF)
+    if unknown:
+        raise ValueError(f"unknown feature group(s) {', '.join(sorted(unknown))}; known: {', '.join(_X86_OFF)}")
+    above = _X86_ABOVE.get(cap, ()) + tuple(p for g in sorted(off) for p in _X86_OFF[g])
     if not above or triple.split("-")[0] not in ("x86_64", "amd64"):
         return features
     return ",".join("-" + f[1:] if f.startswith("+") and f[1:].startswith(above) else f
