@@ -118,8 +118,8 @@ def dim_from_json(tree):
 def eval_dim(tree, env: dict) -> int:
     """Evaluate a dim tree with ``env`` mapping symbolic var names to ints.
 
-    Raises KeyError naming an unbound var, ValueError for a malformed tree,
-    ZeroDivisionError for a division by zero.
+    Raises KeyError naming an unbound var, ValueError for a malformed tree, and
+    :class:`DimDivisionByZero` (a ValueError naming the dim) for a ``//`` or ``%`` by zero.
     """
     if isinstance(tree, bool):
         raise ValueError(f"invalid dim {tree!r}")
@@ -132,8 +132,31 @@ def eval_dim(tree, env: dict) -> int:
                 raise KeyError(f"symbolic var '{tree[1]}' has no value")
             return int(env[tree[1]])
         if head in _BINOPS and len(tree) == 3:
-            return int(_BINOPS[head](eval_dim(tree[1], env), eval_dim(tree[2], env)))
+            a, b = eval_dim(tree[1], env), eval_dim(tree[2], env)
+            if b == 0 and head in ("floordiv", "floormod"):
+                raise DimDivisionByZero(tree, env)
+            return int(_BINOPS[head](a, b))
     raise ValueError(f"invalid dim {tree!r}")
+
+
+class DimDivisionByZero(ValueError, ZeroDivisionError):
+    """A symbolic dim that divides by zero for the values of this call (``batch // k`` with ``k = 0``): a
+    ValueError naming the dim and the values of its vars (also a ZeroDivisionError, what it was before)."""
+
+    def __init__(self, tree, env: dict) -> None:
+        names: list[str] = []
+        stack = [tree]
+        while stack:
+            t = stack.pop()
+            if isinstance(t, (list, tuple)) and t:
+                if t[0] == "var":
+                    if t[1] not in names:
+                        names.append(t[1])
+                else:
+                    stack.extend(reversed(t[1:]))
+        values = ", ".join(f"{n} = {env[n]}" for n in names if n in env)
+        super().__init__(f"the shape dim {dim_to_str(tree)} divides by zero: {dim_to_str(tree[2])} is 0"
+                         + (f" for {values}" if values else ""))
 
 
 def dim_to_str(tree) -> str:

@@ -7,66 +7,142 @@ shape expressions through that normal form, :func:`poly_form`), :func:`divide_ex
 """
 from __future__ import annotations
 
-from .expr import (Add, BinaryOp, Call, Cast, Div, ExprLike, FloatImm, FloorDiv, FloorMod, IntImm, Let, Mul, Not,
+from .expr import (Add, BinaryOp, Call, Cast, Div, DivisionByZero, ExprLike, FloatImm, FloorDiv, FloorMod, IntImm, Let, Mul, Not,
                    PrimExpr, Select, Sub, Var, _cast_const_or, _children, _const_eval, _fold, convert, is_float_dtype)
 
 __all__ = ["simplify", "prove_equal", "poly_form", "divide_exact", "free_vars", "substitute", "evaluate"]
+
+
+#: Bounds of the polynomial normal form (issue 40, item 9): no expansion holds more than MAX_POLY_TERMS
+#: monomials or a monomial of more than MAX_POLY_DEGREE atoms, and no product multiplies more than
+#: MAX_POLY_PAIRS pairs of monomials. Squaring ``n + 1`` ten times would take 2**20 monomial products
+#: of degree up to 1024 (and ``n`` squared ten times is a dim of degree 1024): past a bound
+#: :func:`simplify` raises ValueError, :func:`poly_form` returns None and :func:`prove_equal` False.
+#: Shape and index arithmetic of real models stays far below them (a few terms, degree < 10).
+MAX_POLY_TERMS = 2048
+MAX_POLY_DEGREE = 64
+MAX_POLY_PAIRS = 65536
 
 
 def poly_form(e: PrimExpr) -> dict[tuple, int] | None:
     """Normal form of an int expression as {sorted tuple of atom keys: coefficient}.
 
     Atoms are variables and any node that is not +, -, * (kept opaque, compared structurally).
-    Returns None for float expressions.
+    Each distinct node is expanded once (memoised by identity: ``x * x`` expands ``x`` once), without
+    recursion (chains of any depth). Returns None for float expressions and for expansions past
+    :data:`MAX_POLY_TERMS`, :data:`MAX_POLY_DEGREE` or :data:`MAX_POLY_PAIRS`.
     """
-    if is_float_dtype(e.dtype):
+    try:
+        return _Poly(lambda node: {(_Atom(node),): 1}).form(e)
+    except _TooLarge:
         return None
-    if isinstance(e, IntImm):
-        return {(): e.value} if e.value else {}
-    if isinstance(e, Add) or isinstance(e, Sub):
-        pa, pb = poly_form(e.a), poly_form(e.b)
-        if pa is None or pb is None:
-            return None
-        sign = 1 if isinstance(e, Add) else -1
-        out = dict(pa)
-        for k, v in pb.items():
-            out[k] = out.get(k, 0) + sign * v
-            if out[k] == 0:
-                del out[k]
-        return out
-    if isinstance(e, Mul):
-        pa, pb = poly_form(e.a), poly_form(e.b)
-        if pa is None or pb is None:
-            return None
-        out: dict[tuple, int] = {}
+
+
+class _TooLarge(ValueError):
+    """An expansion past the bounds of :func:`poly_form`."""
+
+
+class _Poly:
+    """Expansion of +, -, * trees into polynomials, memoised by node identity; raises _TooLarge past the
+    bounds. ``atom_of(node)`` gives the polynomial of a node that is not +, -, *, IntImm (None for a
+    float node)."""
+
+    __slots__ = ("memo", "atom_of")
+
+    def __init__(self, atom_of) -> None:
+        self.memo: dict[int, tuple[PrimExpr, dict | None]] = {}   # id -> (node kept alive, polynomial)
+        self.atom_of = atom_of
+
+    def form(self, e: PrimExpr) -> dict[tuple, int] | None:
+        memo = self.memo
+        stack: list[tuple[PrimExpr, bool]] = [(e, False)]
+        while stack:
+            node, ready = stack.pop()
+            if id(node) in memo:
+                continue
+            if is_float_dtype(node.dtype):
+                res = None
+            elif isinstance(node, IntImm):
+                res = {(): node.value} if node.value else {}
+            elif isinstance(node, (Add, Sub, Mul)):
+                if not ready:
+                    stack.append((node, True))
+                    stack.append((node.b, False))
+                    stack.append((node.a, False))
+                    continue
+                res = _combine(node, memo[id(node.a)][1], memo[id(node.b)][1])
+            else:
+                res = self.atom_of(node)
+            memo[id(node)] = (node, res)
+        return memo[id(e)][1]
+
+
+def _combine(node: PrimExpr, pa: dict | None, pb: dict | None) -> dict | None:
+    """The polynomial of ``node`` (+, -, *) from its operands'; _TooLarge past the bounds."""
+    if pa is None or pb is None:
+        return None
+    out: dict[tuple, int] = {}
+    if isinstance(node, Mul):
+        degree = _degree(pa) + _degree(pb)
+        if degree > MAX_POLY_DEGREE:
+            raise _TooLarge(f"a product of degree {degree} (more than MAX_POLY_DEGREE = {MAX_POLY_DEGREE})")
+        if len(pa) * len(pb) > MAX_POLY_PAIRS:
+            raise _TooLarge(f"a product of a sum of {len(pa)} terms by one of {len(pb)} (more than "
+                            f"MAX_POLY_PAIRS = {MAX_POLY_PAIRS} products of terms)")
         for ka, va in pa.items():
             for kb, vb in pb.items():
-                k = tuple(sorted(ka + kb, key=_atom_order))
-                out[k] = out.get(k, 0) + va * vb
-                if out[k] == 0:
-                    del out[k]
-        return out
-    return {(_Atom(e),): 1}
+                k = _merge(ka, kb)
+                c = out.get(k, 0) + va * vb
+                if c:
+                    out[k] = c
+                else:
+                    out.pop(k, None)
+    else:
+        sign = 1 if isinstance(node, Add) else -1
+        out = dict(pa)
+        for k, v in pb.items():
+            c = out.get(k, 0) + sign * v
+            if c:
+                out[k] = c
+            else:
+                out.pop(k, None)
+    if len(out) > MAX_POLY_TERMS:
+        raise _TooLarge(f"a sum of {len(out)} terms (more than MAX_POLY_TERMS = {MAX_POLY_TERMS})")
+    return out
+
+
+def _degree(p: dict) -> int:
+    return max((len(k) for k in p), default=0)
+
+
+def _merge(ka: tuple, kb: tuple) -> tuple:
+    """The monomial ``ka * kb`` (both sorted by :func:`_atom_order`), sorted."""
+    if not ka:
+        return kb
+    if not kb:
+        return ka
+    return tuple(sorted(ka + kb, key=_atom_order))
 
 
 class _Atom:
-    """Hashable wrapper giving atoms structural identity (Var by identity)."""
+    """Hashable wrapper giving atoms structural identity (Var by identity); the hash is computed once."""
 
-    __slots__ = ("e",)
+    __slots__ = ("e", "h")
 
     def __init__(self, e: PrimExpr) -> None:
         self.e = e
+        self.h = hash(e)
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, _Atom) and self.e == other.e
+        return isinstance(other, _Atom) and (self.e is other.e or (self.h == other.h and self.e == other.e))
 
     def __hash__(self) -> int:
-        return hash(self.e)
+        return self.h
 
 
 def _atom_order(a: _Atom) -> tuple:
     e = a.e
-    return (getattr(e, "name", type(e).__name__), hash(e))
+    return (getattr(e, "name", type(e).__name__), a.h)
 
 
 def prove_equal(a: ExprLike, b: ExprLike) -> bool:
@@ -86,9 +162,18 @@ def simplify(e: ExprLike) -> PrimExpr:
     """Return ``e`` simplified: constants folded bottom-up, and integer sums/products of
     variables put in a canonical polynomial form (``n + 1 + 1 - 2`` -> ``n``, ``(n * 4) // 2``
     -> ``n * 2``). Variables keep their order of first appearance (``batch * seq``).
+
+    Each distinct node is visited once (a shared subexpression, as ``x * x`` builds it, is simplified
+    once) and +, -, * chains of any depth are walked without recursion. Raises ValueError for an
+    expansion past the bounds of :func:`poly_form` (:data:`MAX_POLY_DEGREE`, ...), naming its variables.
     """
     e = _fold_tree(convert(e))
-    return _canonical(e)
+    try:
+        return _Canon().canon(e)
+    except _TooLarge as err:
+        names = ", ".join(v.name for v in free_vars(e)[:8]) or "constants"
+        raise ValueError(f"the symbolic expression in {names} is too large to simplify: expanding it makes "
+                         f"{err} (builder.ir.arith; a shape built by repeated squaring?)") from None
 
 
 def divide_exact(e: ExprLike, divisor: int) -> PrimExpr | None:
@@ -102,26 +187,50 @@ def divide_exact(e: ExprLike, divisor: int) -> PrimExpr | None:
     return _rebuild({k: v // divisor for k, v in p.items()}, free_vars(e), e.dtype)
 
 
-def _canonical(e: PrimExpr) -> PrimExpr:
-    if is_float_dtype(e.dtype) or e.dtype == "bool":
-        return e
-    if isinstance(e, BinaryOp) and not isinstance(e, (Add, Sub, Mul, FloorDiv)):
-        return _fold(type(e), _canonical(e.a), _canonical(e.b))
-    if isinstance(e, (Add, Sub, Mul)):
-        a, b = _canonical(e.a), _canonical(e.b)
-        if a is not e.a or b is not e.b:
-            e = type(e)(a, b, e.dtype)
-    if isinstance(e, FloorDiv) and isinstance(e.b, IntImm) and e.b.value > 0:
-        pa = poly_form(e.a)
-        if pa is not None and all(v % e.b.value == 0 for v in pa.values()):
-            return _rebuild({k: v // e.b.value for k, v in pa.items()}, free_vars(e.a), e.dtype)
-        return _fold(FloorDiv, _canonical(e.a), e.b)
-    if not isinstance(e, (Add, Sub, Mul)):
-        return e
-    p = poly_form(e)
-    if p is None:
-        return e
-    return _rebuild(p, free_vars(e), e.dtype)
+class _Canon:
+    """The canonical form of :func:`simplify`, memoised by node identity for one call."""
+
+    __slots__ = ("memo", "poly")
+
+    def __init__(self) -> None:
+        self.memo: dict[int, tuple[PrimExpr, PrimExpr]] = {}
+        self.poly = _Poly(self._atom_poly)
+
+    def canon(self, e: PrimExpr) -> PrimExpr:
+        hit = self.memo.get(id(e))
+        if hit is not None:
+            return hit[1]
+        out = self._canon(e)
+        self.memo[id(e)] = (e, out)
+        return out
+
+    def _atom_poly(self, node: PrimExpr) -> dict | None:
+        """The polynomial of a node that is not +, -, *: that of its canonical form (a floor division
+        may become a polynomial), else the canonical node as one atom."""
+        c = self.canon(node)
+        if c is not node and isinstance(c, (Add, Sub, Mul, IntImm)):
+            return self.poly.form(c)
+        if is_float_dtype(c.dtype):
+            return None
+        return {(_Atom(c),): 1}
+
+    def _canon(self, e: PrimExpr) -> PrimExpr:
+        if is_float_dtype(e.dtype) or e.dtype == "bool":
+            return e
+        if isinstance(e, BinaryOp) and not isinstance(e, (Add, Sub, Mul, FloorDiv)):
+            return _fold(type(e), self.canon(e.a), self.canon(e.b))
+        if isinstance(e, FloorDiv) and isinstance(e.b, IntImm) and e.b.value > 0:
+            pa = self.poly.form(e.a)
+            if pa is not None and all(v % e.b.value == 0 for v in pa.values()):
+                return _rebuild({k: v // e.b.value for k, v in pa.items()}, free_vars(e.a), e.dtype)
+            return _fold(FloorDiv, self.canon(e.a), e.b)
+        if not isinstance(e, (Add, Sub, Mul)):
+            return e
+        p = self.poly.form(e)
+        if p is None:
+            a, b = self.canon(e.a), self.canon(e.b)
+            return e if a is e.a and b is e.b else type(e)(a, b, e.dtype)
+        return _rebuild(p, free_vars(e), e.dtype)
 
 
 def _rebuild(p: dict, order: list, dtype: str) -> PrimExpr:
@@ -154,32 +263,52 @@ def _rebuild(p: dict, order: list, dtype: str) -> PrimExpr:
 
 
 def _fold_tree(e: PrimExpr) -> PrimExpr:
-    if isinstance(e, BinaryOp):
-        return _fold(type(e), _fold_tree(e.a), _fold_tree(e.b))
-    if isinstance(e, Cast):
-        v = _fold_tree(e.value)
-        return _cast_const_or(v, e.dtype) if isinstance(v, (IntImm, FloatImm)) else Cast(e.dtype, v)
-    return e
+    """Constants folded bottom-up through binary nodes and casts; each distinct node once, no recursion."""
+    memo: dict[int, tuple[PrimExpr, PrimExpr]] = {}
+    stack: list[tuple[PrimExpr, bool]] = [(e, False)]
+    while stack:
+        node, ready = stack.pop()
+        if id(node) in memo:
+            continue
+        if isinstance(node, BinaryOp):
+            if not ready:
+                stack += [(node, True), (node.b, False), (node.a, False)]
+                continue
+            out = _fold(type(node), memo[id(node.a)][1], memo[id(node.b)][1])
+        elif isinstance(node, Cast):
+            if not ready:
+                stack += [(node, True), (node.value, False)]
+                continue
+            v = memo[id(node.value)][1]
+            out = _cast_const_or(v, node.dtype) if isinstance(v, (IntImm, FloatImm)) else Cast(node.dtype, v)
+        else:
+            out = node
+        memo[id(node)] = (node, out)
+    return memo[id(e)][1]
 
 
 def free_vars(e: ExprLike) -> list[Var]:
-    """The distinct ``Var``\\ s in ``e`` in order of first appearance (left to right)."""
+    """The distinct ``Var``\\ s in ``e`` in order of first appearance (left to right).
+
+    Walks each distinct node once (shared subexpressions are not re-walked) without recursion."""
     out: list[Var] = []
     seen: set[int] = set()
     bound: set[int] = set()   # Let variables: bound inside the expression, not free
-
-    def visit(x: PrimExpr) -> None:
+    visited: dict[int, PrimExpr] = {}   # id -> node (kept alive so that ids stay unique)
+    stack = [convert(e)]
+    while stack:
+        x = stack.pop()
         if isinstance(x, Var):
             if id(x) not in seen:
                 seen.add(id(x))
                 out.append(x)
-            return
+            continue
+        if id(x) in visited:
+            continue
+        visited[id(x)] = x
         if isinstance(x, Let):
             bound.add(id(x.var))
-        for child in _children(x):
-            visit(child)
-
-    visit(convert(e))
+        stack.extend(reversed(_children(x)))
     return [v for v in out if id(v) not in bound]
 
 
@@ -211,7 +340,8 @@ def substitute(e: ExprLike, vmap: dict) -> PrimExpr:
 def evaluate(e: ExprLike, env: dict) -> int | float:
     """Evaluate ``e`` with ``env`` mapping ``Var`` (or var name) -> number.
 
-    Raises KeyError naming the first unbound variable; ZeroDivisionError on division by zero.
+    Raises KeyError naming the first unbound variable; :class:`~builder.ir.expr.DivisionByZero` (a ValueError
+    naming the expression, also a ZeroDivisionError) for a division or modulo by zero.
     Integer semantics follow TVM: ``//`` and ``%`` are floor division / modulo.
     """
     e = convert(e)
@@ -227,7 +357,7 @@ def evaluate(e: ExprLike, env: dict) -> int | float:
         x, y = evaluate(e.a, env), evaluate(e.b, env)
         is_int = not is_float_dtype(e.a.dtype)
         if isinstance(e, (FloorDiv, FloorMod, Div)) and y == 0:
-            raise ZeroDivisionError(f"division by zero in {e}")
+            raise DivisionByZero(f"division by zero in {e}: {e.b} is 0")
         result = _const_eval(type(e), x, y, is_int)
         return int(result) if isinstance(result, bool) else result
     if isinstance(e, Not):

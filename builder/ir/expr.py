@@ -23,7 +23,7 @@ __all__ = [
     "Div", "FloorDiv", "FloorMod", "Min", "Max", "CmpOp", "EQ", "NE", "LT", "LE", "GT", "GE",
     "And", "Or", "Not", "Select", "Cast", "Let", "Call", "const", "convert", "simplify", "prove_equal",
     "free_vars", "substitute", "evaluate", "divide_exact", "is_int_dtype", "is_float_dtype", "promote_dtype",
-    "ExprLike",
+    "ExprLike", "DivisionByZero",
 ]
 
 ExprLike = Union["PrimExpr", int, float, bool]
@@ -585,11 +585,22 @@ def _floordiv(a: int, b: int) -> int:
     return a // b
 
 
+class DivisionByZero(ValueError, ZeroDivisionError):
+    """An integer ``//``, ``%`` or ``/`` whose divisor is 0: built with the constant 0 as divisor
+    (:func:`_fold`: the operators, :func:`simplify`, :func:`substitute`), or evaluated with a divisor
+    that is 0 (:func:`evaluate`). A ValueError naming the expression (and a ZeroDivisionError)."""
+
+
 def _fold(cls: type, a: PrimExpr, b: PrimExpr) -> PrimExpr:
-    """Build ``cls(a, b)``, folding constants and trivial identities."""
+    """Build ``cls(a, b)``, folding constants and trivial identities.
+
+    Raises :class:`DivisionByZero` for an integer ``//``, ``%`` or ``/`` (truncating) by the constant 0
+    (C and LLVM leave it undefined; Python raises): float division by 0.0 is IEEE's inf / nan and stays."""
     ca = a.value if isinstance(a, (IntImm, FloatImm)) else None
     cb = b.value if isinstance(b, (IntImm, FloatImm)) else None
     is_int = not is_float_dtype(a.dtype)
+    if cb == 0 and is_int and cls in (FloorDiv, FloorMod, Div):
+        raise DivisionByZero(f"integer division by zero in the expression {cls(a, b)}")
     if ca is not None and cb is not None:
         folded = _const_eval(cls, ca, cb, is_int)
         if folded is not None:
