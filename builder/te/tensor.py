@@ -205,15 +205,23 @@ def compute(shape, fcompute: Callable, name: str = "compute", tag: str = "",
 
 
 def _check_no_nested_reduce(e: PrimExpr, top: bool) -> None:
-    if isinstance(e, Reduce):
-        if not top:
+    """Raise ValueError when a ``Reduce`` sits anywhere in ``e`` but at its top (``top=True``).
+
+    Walks each distinct node once with an explicit stack: a body of any depth (a chain of selects, a
+    long sum) and shared subexpressions cost no recursion and no repeated walks."""
+    stack: list[PrimExpr] = [e]
+    seen: dict[int, PrimExpr] = {}   # id -> node (kept alive so that ids stay unique)
+    if top and isinstance(e, Reduce):
+        stack = [e.source, e.condition]
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen[id(node)] = node
+        if isinstance(node, Reduce):
             raise ValueError("a reduction must be the top-level expression of te.compute; "
                              "compute it into its own tensor first")
-        for c in (e.source, e.condition):
-            _check_no_nested_reduce(c, top=False)
-        return
-    for c in tir.expr_children(e):
-        _check_no_nested_reduce(c, top=False)
+        stack.extend(tir.expr_children(node))
 
 
 def reduce_axis(dom, name: str = "rv") -> IterVar:

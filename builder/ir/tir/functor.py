@@ -19,23 +19,28 @@ def expr_children(e: PrimExpr) -> tuple[PrimExpr, ...]:
 
 
 def post_order_visit(e: PrimExpr, fvisit: Callable[[PrimExpr], None]) -> None:
-    """Call ``fvisit`` on every node of ``e``, children first."""
-    for c in expr_children(e):
-        post_order_visit(c, fvisit)
-    fvisit(e)
+    """Call ``fvisit`` on every node of ``e``, children first (left to right; an explicit stack, so
+    expressions of any depth)."""
+    stack: list[tuple[PrimExpr, bool]] = [(e, False)]
+    while stack:
+        node, expanded = stack.pop()
+        if expanded:
+            fvisit(node)
+            continue
+        stack.append((node, True))
+        stack.extend((c, False) for c in reversed(expr_children(node)))
 
 
 def buffer_loads(e: PrimExpr) -> list[BufferLoad]:
-    """All loads in ``e`` in pre-order (outer load before loads inside its indices)."""
+    """All loads in ``e`` in pre-order (outer load before loads inside its indices; an explicit stack,
+    so expressions of any depth)."""
     out: list[BufferLoad] = []
-
-    def visit(x: PrimExpr) -> None:
+    stack = [e]
+    while stack:
+        x = stack.pop()
         if isinstance(x, BufferLoad):
             out.append(x)
-        for c in expr_children(x):
-            visit(c)
-
-    visit(e)
+        stack.extend(reversed(expr_children(x)))
     return out
 
 

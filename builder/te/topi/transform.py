@@ -197,8 +197,10 @@ def _sum_exprs(dims) -> PrimExpr:
 
 def concat(tensors: Sequence[Tensor], axis: int = 0) -> Tensor:
     """Concatenate along ``axis`` (``numpy.concatenate``): output ``axis`` index ``j`` reads the
-    tensor whose range ``[offset_t, offset_t + d_t)`` holds ``j``, through nested
-    ``if_then_else`` (only the chosen tensor is loaded). Raises ValueError for an empty list or
+    tensor whose range ``[offset_t, offset_t + d_t)`` holds ``j``, through ``if_then_else`` nested as
+    a balanced binary search over the offsets (depth ``ceil(log2(len(tensors)))``, so a concat of
+    thousands of inputs stays shallow for every recursive walk of the body: checks, printer, lowering,
+    code generation; only the chosen tensor is loaded). Raises ValueError for an empty list or
     differing ranks, TypeError for differing dtypes."""
     ts = list(tensors)
     if not ts:
@@ -222,11 +224,15 @@ def concat(tensors: Sequence[Tensor], axis: int = 0) -> Tensor:
         src[ax] = E.simplify(idx[ax] - offsets[k]) if k else idx[ax]
         return ts[k][tuple(src)]
 
+    def pick(lo: int, hi: int, idx) -> PrimExpr:
+        """The load of tensor ``lo .. hi - 1`` whose range holds ``idx[ax]`` (recursion depth log2)."""
+        if hi - lo == 1:
+            return load(lo, idx)
+        mid = (lo + hi) // 2
+        return tir.if_then_else(E.LT(idx[ax], offsets[mid]), pick(lo, mid, idx), pick(mid, hi, idx))
+
     def f(*idx):
-        value = load(len(ts) - 1, idx)
-        for k in range(len(ts) - 2, -1, -1):
-            value = tir.if_then_else(E.LT(idx[ax], offsets[k + 1]), load(k, idx), value)
-        return value
+        return pick(0, len(ts), idx)
 
     return _te.compute(shape, f, name="T_concat")
 
