@@ -50,6 +50,8 @@ from typing import Any
 
 import numpy as np
 
+from schemas.limits import MAX_EXPRESSION_DEPTH, MAX_NDIM
+
 from ..ir import arith
 from ..ir import expr as E
 from ..ir import relax as rx
@@ -125,8 +127,38 @@ def _simp(e):
         return int(e)
     if isinstance(e, E.PrimExpr):
         e = E.simplify(e)
-        return int(e.value) if isinstance(e, E.IntImm) else e
+        if isinstance(e, E.IntImm):
+            return int(e.value)
+        _check_expr_size(e)
+        return e
     raise ONNXImportError(f"not an integer shape value: {e!r}")
+
+
+#: The largest symbolic dim expression shape arithmetic may build (nodes of the expression tree): each value
+#: is checked as it is made, so no expression given to the simplifier or the compiler nests deeper than
+#: :data:`schemas.limits.MAX_EXPRESSION_DEPTH` (a chain of thousands of Div nodes on a Shape used to end in a
+#: RecursionError).
+MAX_SHAPE_EXPR_NODES = 4096
+
+
+def _check_expr_size(e) -> None:
+    """ONNXImportError when the symbolic dim expression ``e`` nests deeper than MAX_EXPRESSION_DEPTH or has more
+    than :data:`MAX_SHAPE_EXPR_NODES` nodes (walked without recursion)."""
+    stack, seen = [(e, 1)], 0
+    while stack:
+        x, depth = stack.pop()
+        seen += 1
+        if depth > MAX_EXPRESSION_DEPTH or seen > MAX_SHAPE_EXPR_NODES:
+            raise ONNXImportError(f"shape arithmetic builds a symbolic dim expression deeper than "
+                                  f"{MAX_EXPRESSION_DEPTH} levels or larger than {MAX_SHAPE_EXPR_NODES} nodes "
+                                  "(schemas.limits.MAX_EXPRESSION_DEPTH, MAX_SHAPE_EXPR_NODES)")
+        for name in ("a", "b", "condition", "true_value", "false_value", "value", "body"):
+            child = getattr(x, name, None)
+            if isinstance(child, E.PrimExpr):
+                stack.append((child, depth + 1))
+        for child in getattr(x, "args", ()) if isinstance(x, E.Call) else ():
+            if isinstance(child, E.PrimExpr):
+                stack.append((child, depth + 1))
 
 
 def _shape_value(vals: np.ndarray, dtype: str = "int64"):
@@ -315,29 +347,37 @@ def _read_external_data(model, folder: Path) -> None:
         t.data_location = onnx.TensorProto.DEFAULT
 
 
-def _nodes_and_branches(graph, prefix: str = ""):
+def _nodes_and_branches(graph, prefix: str = "", depth: int = 0):
     """``(node, name)`` of every node of ``graph`` and of the bodies of its ``If`` / ``Loop`` nodes (named
-    ``If_node/then_branch/node``), so that the ops of a body are checked with the others."""
+    ``If_node/then_branch/node``), so that the ops of a body are checked with the others. Raises
+    ONNXImportError for bodies nested deeper than :data:`MAX_BRANCH_DEPTH` (which could not be imported)."""
+    if depth > MAX_BRANCH_DEPTH:
+        raise ONNXImportError(f"from_onnx: If / Loop bodies nested deeper than {MAX_BRANCH_DEPTH} ({prefix})")
     for i, node in enumerate(graph.node):
         name = prefix + _node_name(node, i)
         yield node, name
         if _op_key(node) in ("If", "Loop"):
             for a in node.attribute:
                 if a.HasField("g"):
-                    yield from _nodes_and_branches(a.g, f"{prefix}{node.name or f'{node.op_type}_{i}'}/{a.name}/")
+                    yield from _nodes_and_branches(a.g, f"{prefix}{node.name or f'{node.op_type}_{i}'}/{a.name}/",
+                                                   depth + 1)
 
 
 def _all_tensors(graph):
-    yield from graph.initializer
-    for node in graph.node:
-        for a in node.attribute:
-            if a.HasField("t"):
-                yield a.t
-            yield from a.tensors
-            if a.HasField("g"):
-                yield from _all_tensors(a.g)
-            for g in a.graphs:
-                yield from _all_tensors(g)
+    """Every TensorProto of ``graph``: initializers and tensor attributes, in subgraphs too (walked without
+    recursion: a ModelProto built in Python may nest graphs any depth before the checks)."""
+    graphs = [graph]
+    while graphs:
+        g = graphs.pop()
+        yield from g.initializer
+        for node in g.node:
+            for a in node.attribute:
+                if a.HasField("t"):
+                    yield a.t
+                yield from a.tensors
+                if a.HasField("g"):
+                    graphs.append(a.g)
+                graphs.extend(a.graphs)
 
 
 #: The oldest default-domain opset converted (to ``OPSETS[0]``, by ``onnx.version_converter``) before import.
@@ -483,6 +523,9 @@ class _Importer:
                 raise ONNXImportError(f"from_onnx: shape_dict[{vi.name!r}] has {len(shape_override)} dims, the "
                                       f"model's input has {len(model_dims)}")
         n = len(shape_override) if shape_override is not None else len(model_dims)
+        if n > MAX_NDIM:
+            raise ONNXImportError(f"from_onnx: input {vi.name!r} has {n} dims, more than the limit of {MAX_NDIM} "
+                                  "(schemas.limits.MAX_NDIM)")
         shape = []
         for i in range(n):
             over = shape_override[i] if shape_override is not None else None
@@ -673,6 +716,9 @@ class _Importer:
         if not isinstance(outs, (list, tuple)):
             outs = [outs]
         for name, v in zip(node.output, outs):
+            if isinstance(v, (Tensor, np.ndarray, _Sym)) and len(v.shape) > MAX_NDIM:
+                raise ONNXImportError(f"from_onnx: node {_node_name(node, i)!r} ({node.op_type}) makes {name!r} of "
+                                      f"{len(v.shape)} dims, more than the limit of {MAX_NDIM} (schemas.limits.MAX_NDIM)")
             if name:   # numpy folds of 0-d arrays give numpy scalars: kept as 0-d arrays
                 self.env[name] = np.asarray(v) if isinstance(v, np.generic) else v
         for name in node.output[len(outs):]:

@@ -92,3 +92,35 @@ def test_if_branches_inside_loops_count():
     model = make_model([helper.make_node("Loop", ["n", "", "x"], ["y"], name="outer", body=body)], [vi("x", [])],
                        [vi("y", [])], inits, opset=17)
     check_against_onnxruntime(model, [{"x": np.array(0.25, np.float32)}])
+
+
+def test_rank_over_the_limit_is_refused():
+    """An input of rank 300 (compiling it used to raise RecursionError), one of 33 symbolic dims, and a folded
+    constant of 40 dims (ConstantOfShape: numpy allows 64) are refused with ONNXImportError naming the value and
+    schemas.limits.MAX_NDIM; rank 32 is still imported."""
+    from schemas.limits import MAX_NDIM
+
+    relu = [helper.make_node("Relu", ["x"], ["y"])]
+    with pytest.raises(ONNXImportError, match=r"input 'x' has 300 dims.*MAX_NDIM"):
+        from_onnx(make_model(relu, [vi("x", [1] * 300)], [vi("y", [1] * 300)]))
+    with pytest.raises(ONNXImportError, match=rf"input 'x' has {MAX_NDIM + 1} dims"):
+        from_onnx(make_model(relu, [vi("x", [f"d{k}" for k in range(MAX_NDIM + 1)])], [vi("y", ["n"])]))
+    cos = [helper.make_node("ConstantOfShape", ["s"], ["c"]), helper.make_node("Add", ["x", "c"], ["y"])]
+    with pytest.raises(ONNXImportError, match=r"ConstantOfShape.*'c' of 40 dims.*MAX_NDIM"):
+        from_onnx(make_model(cos, [vi("x", [1])], [vi("y", ["n"])], [("s", np.ones(40, np.int64))]))
+    x = np.random.default_rng(0).standard_normal([1] * (MAX_NDIM - 2) + [2, 3]).astype(np.float32)
+    check_against_onnxruntime(make_model(relu, [vi("x", list(x.shape))], [vi("y", list(x.shape))]), [{"x": x}])
+
+
+@pytest.mark.parametrize("op_type", ["Div", "Mod"])
+def test_deep_shape_arithmetic_is_refused(op_type):
+    """3,000 Div (Mod) nodes chained on a symbolic Shape build one dim expression nesting 3,000 deep (a
+    RecursionError in the simplifier): refused with ONNXImportError at the node past MAX_EXPRESSION_DEPTH."""
+    from schemas.limits import MAX_EXPRESSION_DEPTH
+
+    nodes = [helper.make_node("Shape", ["x"], ["s0"])]
+    nodes += [helper.make_node(op_type, [f"s{k}", "s0"], [f"s{k + 1}"]) for k in range(3000)]
+    nodes.append(helper.make_node("Reshape", ["x", "s3000"], ["y"]))
+    model = make_model(nodes, [vi("x", ["a"])], [vi("y", ["b"])])
+    with pytest.raises(ONNXImportError, match=rf"{op_type}_{MAX_EXPRESSION_DEPTH}\b.*MAX_EXPRESSION_DEPTH"):
+        from_onnx(model)
