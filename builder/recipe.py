@@ -30,12 +30,15 @@ Bounds (:mod:`schemas.limits`): each text is at most ``MAX_FORWARD_CHARS`` long,
 most ``MAX_EXPRESSION_DEPTH`` deep (checked without recursion; the checker and the interpreter recurse
 only that deep, any number of statements run in a loop), integer constants fit int64, a number combined
 with a tensor fits the tensor's dtype (a finite float that would become inf is refused), no result with
-static sizes may take more than ``MAX_TENSOR_BYTES``, blocks may not contain themselves, and a recipe
-instantiates at most ``MAX_MODULES`` layers in all (counted before any is built).
+static sizes may take more than ``MAX_TENSOR_BYTES``, blocks may not contain themselves, a recipe
+instantiates at most ``MAX_MODULES`` layers in all (counted before any is built), and its functions
+together trace at most ``MAX_TRACED_CALLS`` layer, block and op calls (counted while tracing: calls of a
+block that calls its layers more than once multiply).
 """
 from __future__ import annotations
 
 import ast
+import contextvars
 import difflib
 import inspect
 import math
@@ -45,7 +48,8 @@ from typing import Any, Callable
 from runtime.native import numpy_dtype
 from schemas import Recipe, RecipeError
 from schemas.errors import shorten
-from schemas.limits import MAX_BLOCK_DEPTH, MAX_EXPRESSION_DEPTH, MAX_FORWARD_CHARS, MAX_MODULES, MAX_TENSOR_BYTES
+from schemas.limits import (MAX_BLOCK_DEPTH, MAX_EXPRESSION_DEPTH, MAX_FORWARD_CHARS, MAX_MODULES, MAX_TENSOR_BYTES,
+                            MAX_TRACED_CALLS)
 from schemas.models import BlockLayer, FunctionDef, IntInput, KVCacheInput, is_identifier
 from schemas.source import FieldPath
 
@@ -488,6 +492,7 @@ class BlockModule(nn.Module):
                 raise _ForwardError(node, f"{name}() takes tensors, symbolic ints, numbers, None or a KV "
                                           f"cache, got {_describe(arg)}")
         if isinstance(layer, BlockModule):
+            _count_call(node)
             try:
                 result = layer(*args, **kwargs)
             except TypeError as exc:
@@ -502,6 +507,7 @@ class BlockModule(nn.Module):
         signature (the ops check their arguments' types themselves)."""
         target = fn.forward if isinstance(fn, nn.Module) else fn
         name = name or getattr(target, "__name__", "op")
+        _count_call(node)
         if target not in _OPERATORS:
             try:
                 inspect.signature(target).bind(*args, **kwargs)
@@ -521,6 +527,35 @@ class BlockModule(nn.Module):
         return result
 
 
+class _CallBudget:
+    """How many more layer, block and op calls the functions of one export may trace
+    (:data:`~schemas.limits.MAX_TRACED_CALLS` in all)."""
+
+    def __init__(self, limit: int = MAX_TRACED_CALLS) -> None:
+        self.limit = limit
+        self.used = 0
+
+
+#: The :class:`_CallBudget` of the export running a recipe's function (set by the RecipeModule's
+#: methods; nested blocks' forwards spend from it).
+_BUDGET: contextvars.ContextVar[_CallBudget | None] = contextvars.ContextVar("recipe_call_budget", default=None)
+
+
+def _count_call(node: ast.AST) -> None:
+    """Spend one call of the running export's budget; ``_ForwardError`` at ``node`` when it is spent. A
+    block's forward runs each time the block is called, so calls multiply through nested blocks (a block
+    calling its child twice, 30 blocks deep, would trace 3 * 2**30 calls with 32 layers): the budget bounds the
+    work of tracing, and of every compiler pass after it, whatever the module count."""
+    budget = _BUDGET.get()
+    if budget is None:
+        return
+    budget.used += 1
+    if budget.used > budget.limit:
+        raise _ForwardError(node, f"the recipe's functions would trace more than {budget.limit:,} layer, block "
+                                  "and op calls in all (a block runs its forward each time it is called, so "
+                                  "calls multiply through nested blocks and repeats)")
+
+
 #: Python operators applied to tensors (``x * 2``, ``h[:, -1]``): nn.Tensor implements them.
 _OPERATORS = frozenset(_BINOPS.values()) | {operator.getitem}
 
@@ -533,8 +568,16 @@ class RecipeModule(BlockModule):
     def __init__(self, recipe: Recipe, layers: dict[str, nn.Module], programs: dict[str, _Program]) -> None:
         super().__init__("model", layers, None)
         object.__setattr__(self, "_recipe_meta", (recipe, programs))
+        object.__setattr__(self, "_recipe_budget", [_CallBudget()])
         for fname, program in programs.items():
             object.__setattr__(self, fname, self._method(fname, program))
+
+    def export_tvm(self, spec: dict, debug: bool = False, allow_extern: bool = False):
+        """:meth:`builder.nn.Module.export_tvm`, its functions sharing a fresh budget of
+        :data:`~schemas.limits.MAX_TRACED_CALLS` layer, block and op calls (a recipe error at the call
+        that exceeds it)."""
+        self.__dict__["_recipe_budget"][0] = _CallBudget()
+        return super().export_tvm(spec, debug=debug, allow_extern=allow_extern)
 
     def _method(self, fname: str, program: _Program) -> Callable:
         def method(*args):
@@ -542,10 +585,13 @@ class RecipeModule(BlockModule):
             if recipe.tensor_parallel_shards > 1:   # every worker computes on worker 0's inputs (MLC-LLM)
                 args = tuple(nn.op.ccl_broadcast_from_worker0(a, name=f"{n}_bcast") if isinstance(a, nn.Tensor)
                              else a for n, a in zip(program.inputs, args))
+            token = _BUDGET.set(self.__dict__["_recipe_budget"][0])
             try:
                 return self._run(program, dict(zip(program.inputs, args)))
             except _ForwardError as err:
                 raise _error(recipe, err, program.path) from None
+            finally:
+                _BUDGET.reset(token)
 
         method.__name__ = fname
         return method

@@ -6,6 +6,7 @@ import pytest
 import builder
 from builder.pipeline import export_recipe
 from schemas import RecipeError, load_recipe_text
+from schemas.limits import MAX_MODULES
 
 BLOCKS = """\
 name: blocks_demo
@@ -148,7 +149,7 @@ def test_a_block_containing_itself_is_an_error():
 def test_repeats_multiplying_past_the_layer_bound_are_refused_before_building():
     text = BLOCKS.replace("mlp: {type: MLP}", "mlp: {type: MLP, repeat: 4096}").replace("n: 3", "n: 4096")
     issue = _issue(text)
-    assert "more than 100,000 layers" in issue.message
+    assert f"more than {MAX_MODULES:,} layers" in issue.message
 
 
 def test_errors_in_a_block_forward_point_into_the_block_text():
