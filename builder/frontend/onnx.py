@@ -28,8 +28,11 @@ Shape computations. Every value of the graph is one of three kinds while importi
 Limits and checks (an ONNX file is untrusted input): a file or ModelProto over
 :data:`MAX_MODEL_BYTES` is refused before it is parsed; ``onnx.checker.check_model`` runs before
 anything else reads the model; tensors stored as external data (what ``torch.onnx.export`` writes by
-default) are read from the model's folder when a path is given, each location, region and size checked
-(:func:`_read_external_data`), and refused in a ModelProto (no folder to resolve them in); the default
+default) are read from the model's folder when a path is given, each location, region and size checked and
+the total checked against the memory available (:func:`_read_external_data`), and refused in a ModelProto
+(no folder to resolve them in); ranks over :data:`schemas.limits.MAX_NDIM`, symbolic dim expressions deeper
+than ``MAX_EXPRESSION_DEPTH`` and more than :data:`MAX_UNROLLED_NODES` nodes from If / Loop bodies in the
+whole model are refused; the default
 domain's opset must be in ``[13, 24]`` (:data:`OPSETS`; opsets 7 to 12 are converted to 13 first by
 ``onnx.version_converter``); of other domains only onnxruntime's
 ``com.microsoft:MatMulNBits`` (4-bit weights, kept 4-bit), ``QGemm``, and the fused GELUs and skip layer
@@ -301,13 +304,22 @@ def _read_external_data(model, folder: Path) -> None:
     input: the location is a relative path inside ``folder`` (no ``..``, no absolute path, no symlink out of
     it) naming a regular file; the region lies within the file and holds exactly the bytes the tensor's dims
     and data type need; all regions together hold no more bytes than the distinct files do (no region
-    read twice to multiply memory). Raises ONNXImportError naming the tensor otherwise."""
+    read twice to multiply memory). Raises ONNXImportError naming the tensor otherwise.
+
+    Memory: before anything is read, the bytes of all the regions together, and before each read that
+    tensor's bytes, are checked against the memory available (:func:`runtime.memory.check_allocation`,
+    ``MemAvailable`` and ``RLIMIT_AS``): :class:`runtime.memory.MemoryLimitError` (a MemoryError) naming the
+    tensor and both sizes, instead of a read that fails with an empty MemoryError or an OOM kill (a sparse
+    file of many GiB costs the disk nothing)."""
+    from runtime.memory import check_allocation
+
     from pathlib import PurePosixPath
 
     onnx = _onnx()
     root = folder.resolve()
     sizes: dict[Path, int] = {}
     total = 0
+    regions = []
     for t in _all_tensors(model.graph):
         if t.data_location != onnx.TensorProto.EXTERNAL:
             continue
@@ -337,6 +349,11 @@ def _read_external_data(model, folder: Path) -> None:
         total += length
         if total > sum(sizes.values()):
             raise ONNXImportError(f"{where}: the external regions read more bytes ({total}) than the files hold")
+        regions.append((t, where, loc, target, offset, length))
+    if regions:
+        check_allocation(total, f"from_onnx: the external data of {len(regions)} tensor(s) in {str(root)!r}")
+    for t, where, loc, target, offset, length in regions:
+        check_allocation(length, where)
         with open(target, "rb") as fh:
             fh.seek(offset)
             data = fh.read(length)
@@ -3499,7 +3516,8 @@ def from_onnx(model_or_path, shape_dict: Mapping[str, Sequence] | None = None,
 
     Raises :class:`UnsupportedOpsError` (one message naming every unsupported op type and its
     nodes, found before anything is translated), :class:`ONNXImportError` for a model that fails
-    the checks or a node that cannot be translated (the message names the node), TypeError for
+    the checks or a node that cannot be translated (the message names the node),
+    :class:`runtime.memory.MemoryLimitError` for external data larger than the memory available, TypeError for
     arguments of the wrong type, FileNotFoundError for a missing file and ImportError without the
     ``onnx`` package.
     """

@@ -124,3 +124,64 @@ def test_deep_shape_arithmetic_is_refused(op_type):
     model = make_model(nodes, [vi("x", ["a"])], [vi("y", ["b"])])
     with pytest.raises(ONNXImportError, match=rf"{op_type}_{MAX_EXPRESSION_DEPTH}\b.*MAX_EXPRESSION_DEPTH"):
         from_onnx(model)
+
+
+def _external_weight_model(folder, n: int) -> str:
+    """``y = x + w`` with ``w`` (n float32) stored as external data in ``w.bin`` (a sparse file: nothing written)."""
+    with open(folder / "w.bin", "wb") as fh:
+        fh.truncate(4 * n)
+    w = TensorProto(name="w", data_type=F, dims=[n], data_location=TensorProto.EXTERNAL)
+    for k, v in (("location", "w.bin"), ("offset", "0"), ("length", str(4 * n))):
+        w.external_data.add(key=k, value=v)
+    graph = helper.make_graph([helper.make_node("Add", ["x", "w"], ["y"])], "g", [vi("x", [n])], [vi("y", [n])],
+                              initializer=[w])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    path = folder / "m.onnx"
+    path.write_bytes(model.SerializeToString())
+    return str(path)
+
+
+def test_external_data_larger_than_memory_is_refused_before_reading(tmp_path, monkeypatch):
+    """External data of 1 MiB against 64 KiB of memory available: MemoryLimitError naming the data and both sizes,
+    and the file is never opened for reading; with the memory there, the same model imports and adds the zeros."""
+    import builtins
+
+    import runtime.memory as memory
+
+    path = _external_weight_model(tmp_path, 1 << 18)
+    opened = []
+    real_open = builtins.open
+    monkeypatch.setattr(builtins, "open", lambda f, *a, **k: (opened.append(str(f)), real_open(f, *a, **k))[1])
+    monkeypatch.setattr(memory, "available_memory", lambda: 1 << 16)
+    with pytest.raises(memory.MemoryLimitError, match=r"external data of 1 tensor.*1\.0 MiB \(1,048,576 bytes\).*64\.0 KiB"):
+        from_onnx(path)
+    assert not [f for f in opened if f.endswith("w.bin")]
+    monkeypatch.setattr(memory, "available_memory", lambda: 1 << 30)
+    mod = from_onnx(path)
+    assert mod["main"] is not None
+
+
+def test_six_gib_sparse_external_data_under_an_address_space_limit(tmp_path):
+    """The issue's case: a 6 GiB sparse data file, read by a process limited to 1.5 GiB more address space than it
+    uses (the read used to fail with an empty MemoryError): MemoryLimitError with its message, in a subprocess."""
+    path = _external_weight_model(tmp_path, 3 << 29)
+    code = textwrap.dedent("""
+        import resource, sys
+        from builder.frontend.onnx import from_onnx
+        from runtime.memory import MemoryLimitError
+        with open("/proc/self/status") as fh:
+            vm = next(int(line.split()[1]) * 1024 for line in fh if line.startswith("VmSize:"))
+        resource.setrlimit(resource.RLIMIT_AS, (vm + (3 << 29), resource.getrlimit(resource.RLIMIT_AS)[1]))
+        try:
+            from_onnx(sys.argv[1])
+        except MemoryLimitError as e:
+            print("REFUSED", e)
+        except MemoryError as e:
+            print("MEMORYERROR", repr(e))
+        else:
+            print("IMPORTED")
+    """)
+    run = subprocess.run([sys.executable, "-c", code, path], capture_output=True, timeout=120, cwd=REPO)
+    out = run.stdout.decode()
+    assert out.startswith("REFUSED"), (out, run.stderr.decode()[-2000:])
+    assert "6.0 GiB (6,442,450,944 bytes)" in out and "of memory is available" in out
