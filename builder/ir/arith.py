@@ -1,14 +1,17 @@
 """Arithmetic analysis of scalar expressions (TVM's ``tvm.arith``): :func:`simplify` (constant folding
 and a canonical polynomial form of integer sums / products), :func:`prove_equal` (equality of int64
 shape expressions through that normal form, :func:`poly_form`), :func:`divide_exact`,
-:func:`free_vars`, :func:`substitute` and :func:`evaluate`.
+:func:`free_vars`, :func:`substitute` and :func:`evaluate`. The normal form is bounded
+(:data:`MAX_POLY_DEGREE`, :data:`MAX_POLY_TERMS`, :data:`MAX_POLY_PAIRS`) and every walk of
+:func:`simplify`, :func:`poly_form` and :func:`free_vars` visits each distinct node once, iteratively.
 
 :mod:`builder.ir.expr` re-exports the public functions, so ``E.simplify(e)`` reaches them too.
 """
 from __future__ import annotations
 
-from .expr import (Add, BinaryOp, Call, Cast, Div, DivisionByZero, ExprLike, FloatImm, FloorDiv, FloorMod, IntImm, Let, Mul, Not,
-                   PrimExpr, Select, Sub, Var, _cast_const_or, _children, _const_eval, _fold, convert, is_float_dtype)
+from .expr import (Add, BinaryOp, Call, Cast, Div, DivisionByZero, ExprLike, FloatImm, FloorDiv, FloorMod, IntImm, Let,
+                   Mul, Not, PrimExpr, Select, Sub, Var, _cast_const_or, _children, _const_eval, _fold, convert,
+                   is_float_dtype)
 
 __all__ = ["simplify", "prove_equal", "poly_form", "divide_exact", "free_vars", "substitute", "evaluate"]
 
