@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 onnx = pytest.importorskip("onnx", reason="from_onnx needs the onnx package (pip install onnx)")
-from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+from onnx import TensorProto, helper  # noqa: E402
 
 from builder.frontend.onnx import MAX_UNROLLED_NODES, ONNXImportError, from_onnx  # noqa: E402
 from helpers.onnx_models import check_against_onnxruntime, make_model  # noqa: E402
