@@ -1256,6 +1256,38 @@ def _integer_operand(im, v, zp):
     return t if zp is None else op.subtract(t, op.astype(im.tensor(zp), "float32"))
 
 
+#: Every integer of magnitude up to 2**24 is a float32: sums of 8-bit products below it are exact in float32.
+_F32_EXACT_INTEGERS = 1 << 24
+
+
+def _integer_bound(im, v, zp) -> int:
+    """The largest ``|v - zp|`` an 8-bit operand ``v`` can give: from its values when it is a constant (and so is
+    ``zp``), else from its dtype's range and the zero point's values (or its dtype's range)."""
+    if isinstance(v, np.ndarray) and (zp is None or isinstance(zp, np.ndarray)):
+        d = v.astype(np.int64) - (0 if zp is None else zp.astype(np.int64))
+        return max(1, int(np.abs(d).max(initial=0)))
+    info = np.iinfo(im.dtype_of(v))
+    if zp is None:
+        return max(abs(info.min), abs(info.max))
+    zinfo = np.iinfo(im.dtype_of(zp))
+    zlo, zhi = (int(zp.min()), int(zp.max())) if isinstance(zp, np.ndarray) else (zinfo.min, zinfo.max)
+    return max(info.max - zlo, zhi - info.min)
+
+
+def _exact_integer_sum(im, k: int, per_product: int, chunk_product):
+    """The int32 sum of integer products over ``k`` terms, exact: ``chunk_product(lo, hi)`` is the float32 sum of the
+    terms ``lo:hi`` (an importer value); the terms are split into runs whose sums stay within float32's exact
+    integers (``run * per_product <= 2**24``, ``per_product`` the largest ``|product|``), each rounded to int32
+    and the runs added in int32 (the spec's int32 accumulation; float32 over all ``k`` terms rounds past 2**24)."""
+    run = max(1, _F32_EXACT_INTEGERS // max(1, per_product))
+    total = None
+    for lo in range(0, k, run):
+        y = chunk_product(lo, min(k, lo + run))
+        y = op.astype(op.round(im.tensor(y)), "int32")
+        total = y if total is None else op.add(total, y)
+    return total
+
+
 def _zero_point_of(v, which: str, ndim: int):
     if v is None:
         return None
@@ -1268,18 +1300,30 @@ def _zero_point_of(v, which: str, ndim: int):
 
 @_register("MatMulInteger")
 def _matmul_integer(im, node, ins, at):
-    """``MatMulInteger``: ``(A - a_zero_point) @ (B - b_zero_point)`` as int32. The 8-bit operands minus their
-    zero points are exact in float32 and the product runs on the float kernels (a constant ``B`` is the
-    linear kernels' weight); sums beyond 2**24 round as float32 does before the conversion to int32 (a
-    relative error of about 6e-8, far below the quantization's own)."""
+    """``MatMulInteger``: ``(A - a_zero_point) @ (B - b_zero_point)`` as int32, exactly. The 8-bit operands minus
+    their zero points are exact in float32 and the product runs on the float kernels (a constant ``B`` is the
+    linear kernels' weight), over runs of K short enough that no float32 sum passes 2**24
+    (:func:`_exact_integer_sum`; one run for K up to 2**24 / (255 * 128) = 514 with uint8 x int8 operands, or
+    from the constants' own values), added in int32."""
     _check_inputs(ins, node)
     a, b = ins[0], ins[1]
     nb = len(im.shape_of(b))
-    a_zp = _zero_point_of(ins[2] if len(ins) > 2 else None, "a", 1)
-    b_zp = _zero_point_of(ins[3] if len(ins) > 3 else None, "b", nb)
+    za, zb = (ins[2] if len(ins) > 2 else None), (ins[3] if len(ins) > 3 else None)
+    a_zp = _zero_point_of(za, "a", 1)
+    b_zp = _zero_point_of(zb, "b", nb)
     fa, fb = _integer_operand(im, a, a_zp), _integer_operand(im, b, b_zp)
-    product = _matmul_operands(im, fa, fb)
-    return op.astype(op.round(product), "int32")
+    k = _simp(im.shape_of(a)[-1])
+    if not isinstance(k, int):   # (a symbolic K: one float32 sum)
+        return op.astype(op.round(im.tensor(_matmul_operands(im, fa, fb))), "int32")
+    bk = 0 if nb == 1 else nb - 2
+
+    def part(lo, hi):
+        ca = fa[..., lo:hi] if isinstance(fa, np.ndarray) else op.strided_slice(fa, [len(im.shape_of(a)) - 1], [lo], [hi])
+        cb = (fb[lo:hi] if nb == 1 else fb[..., lo:hi, :]) if isinstance(fb, np.ndarray) \
+            else op.strided_slice(fb, [bk], [lo], [hi])
+        return _matmul_operands(im, ca, cb)
+
+    return _exact_integer_sum(im, k, _integer_bound(im, a, za) * _integer_bound(im, b, zb), part)
 
 
 @_register("QLinearMatMul")
@@ -1344,16 +1388,36 @@ def _qgemm(im, node, ins, at):
 
 @_register("ConvInteger")
 def _conv_integer(im, node, ins, at):
-    """``ConvInteger``: ``Conv(x - x_zero_point, w - w_zero_point)`` as int32, computed in float32 (exact for
-    8-bit operands up to sums of 2**24, then float32's rounding) on the float convolution kernels."""
+    """``ConvInteger``: ``Conv(x - x_zero_point, w - w_zero_point)`` as int32, exactly: in float32 on the float
+    convolution kernels, over runs of each group's input channels short enough that no float32 sum passes 2**24
+    (:func:`_exact_integer_sum`: channels x kernel size x the largest product), added in int32."""
     _check_inputs(ins, node)
     x, w = ins[0], ins[1]
-    x_zp = _zero_point_of(ins[2] if len(ins) > 2 else None, "a", 1)
-    w_zp = ins[3] if len(ins) > 3 else None
+    zx, zw = (ins[2] if len(ins) > 2 else None), (ins[3] if len(ins) > 3 else None)
+    x_zp = _zero_point_of(zx, "a", 1)
+    w_zp = zw
     if isinstance(w_zp, np.ndarray) and w_zp.size > 1:
         w_zp = w_zp.reshape([-1] + [1] * (len(im.shape_of(w)) - 1))
-    y = _CONVERTERS["Conv"](im, node, [_integer_operand(im, x, x_zp), _integer_operand(im, w, w_zp)], at)
-    return op.astype(op.round(y), "int32")
+    fx, fw = _integer_operand(im, x, x_zp), _integer_operand(im, w, w_zp)
+    wshape = [_simp(d) for d in im.shape_of(w)]
+    if not all(isinstance(d, int) for d in wshape[1:]):   # (left to Conv's own errors)
+        return op.astype(op.round(_CONVERTERS["Conv"](im, node, [fx, fw], at)), "int32")
+    cg, window = wshape[1], int(np.prod(wshape[2:]))
+    groups = int(at.get("group", 1))
+    per = _integer_bound(im, x, zx) * _integer_bound(im, w, zw.reshape(-1) if isinstance(zw, np.ndarray) else zw)
+    run = _F32_EXACT_INTEGERS // max(1, per * window)   # input channels per run
+
+    def part(lo, hi):
+        if (lo, hi) == (0, cg):
+            return _CONVERTERS["Conv"](im, node, [fx, fw], at)
+        idx = np.concatenate([np.arange(g * cg + lo, g * cg + hi) for g in range(groups)]).astype(np.int64)
+        cx = fx[:, idx] if isinstance(fx, np.ndarray) else op.take(im.tensor(fx), im.const(idx), axis=1)
+        cw = fw[:, lo:hi] if isinstance(fw, np.ndarray) else op.strided_slice(im.tensor(fw), [1], [lo], [hi])
+        return _CONVERTERS["Conv"](im, node, [cx, cw], at)
+
+    if run >= cg:
+        return op.astype(op.round(im.tensor(part(0, cg))), "int32")
+    return _exact_integer_sum(im, cg, per * window, part)   # (a term: one input channel's window)
 
 
 @_register("GatherND")

@@ -317,3 +317,49 @@ def test_bert_fused_by_onnxruntimes_optimizer(tiny_bert_onnx, bert_feeds):
     assert fused <= {n.op_type for n in model.graph.node}
     (got,), (want,) = both(model, bert_feeds)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=2e-6)
+
+
+@pytest.mark.parametrize("b_const", [True, False])
+def test_matmul_integer_sums_past_float32s_integers(b_const):
+    """MatMulInteger over K = 1030 and 4100 (sums of ``255 * 127`` products far past 2**24, where float32 no longer
+    holds every integer): the spec's int32 result exactly (numpy int64), a constant weight and an activation
+    one, with a zero point."""
+    rng = np.random.default_rng(11)
+    for K in (1030, 4100):
+        a = rng.integers(200, 256, (3, K)).astype(np.uint8)
+        b = rng.integers(90, 128, (K, 5)).astype(np.int8)
+        b[:, 1::2] *= -1
+        b[::3, 0] = 127
+        az = np.array(3, np.uint8)
+        inits = [("az", az)] + ([("b", b)] if b_const else [])
+        inputs = [helper.make_tensor_value_info("a", U8, ["n", K])] + (
+            [] if b_const else [helper.make_tensor_value_info("b", I8, [K, 5])])
+        model = model_of([helper.make_node("MatMulInteger", ["a", "b", "az"], ["y"])], inputs,
+                         [helper.make_tensor_value_info("y", I32, ["n", 5])], inits, opset=13)
+        (got,), _ = both(model, {"a": a} if b_const else {"a": a, "b": b})
+        ref = _matmul_integer_ref(a, b, az)
+        assert np.abs(ref).max() > 2 ** 24
+        np.testing.assert_array_equal(got.astype(np.int64), ref)
+
+
+@pytest.mark.parametrize("group", [1, 2])
+def test_conv_integer_sums_past_float32s_integers(group):
+    """ConvInteger with 3 x 3 x 300 products per output (of up to ``255 * 255``: sums past 2**24), one group and
+    two: the spec's int32 result exactly (numpy int64, per group)."""
+    from builder import compile as build
+    from builder.frontend.onnx import from_onnx
+    from runtime import VirtualMachine
+
+    rng = np.random.default_rng(12)
+    C, M = 300 * group, 4
+    x = rng.integers(240, 256, (1, C, 5, 5)).astype(np.uint8)
+    w = rng.integers(240, 256, (M, C // group, 3, 3)).astype(np.uint8)
+    model = model_of([helper.make_node("ConvInteger", ["x", "w"], ["y"], pads=[1, 1, 1, 1], group=group)],
+                     [helper.make_tensor_value_info("x", U8, [1, C, 5, 5])],
+                     [helper.make_tensor_value_info("y", I32, [1, M, 5, 5])], [("w", w)], opset=13)
+    got = np.asarray(VirtualMachine(build(from_onnx(model)))["main"](x)).astype(np.int64)
+    cg, mg = C // group, M // group
+    ref = np.concatenate([_conv_integer_ref(x[:, g * cg:(g + 1) * cg], w[g * mg:(g + 1) * mg], pad=1)
+                          for g in range(group)], axis=1)
+    assert np.abs(ref).max() > 2 ** 24
+    np.testing.assert_array_equal(got, ref)
