@@ -909,7 +909,7 @@ def _x86_target(cpu: str, features: str) -> Target:
 
 
 #: The environment's testing hooks of :class:`SimdInfo` (they cap or emulate the vector unit of every target).
-SIMD_HOOKS = ("MB_SIMD_EMULATE", "MB_SIMD_SHAPE", "MB_SIMD")
+SIMD_HOOKS = ("MB_SIMD_EMULATE", "MB_SIMD_SHAPE", "MB_SIMD", "MB_SIMD_OFF")
 
 
 @pytest.fixture
@@ -954,7 +954,8 @@ def test_capped_features_turn_off_the_levels_above(monkeypatch):
     """``capped_features``: the x86 features above a vector level off (AVX-512, AVX10, AMX above
     ``avx2``; AVX2, FMA, AVX-VNNI above ``avx``; AVX and F16C above ``sse``), the rest as given;
     nothing changes without a cap, at ``avx512`` or for another architecture; an unknown level or
-    ``MB_SIMD`` is an error."""
+    ``MB_SIMD`` is an error. (``MB_SIMD_OFF``'s feature groups: tests/codegen/test_int8_exact.py.)"""
+    monkeypatch.delenv("MB_SIMD_OFF", raising=False)
     x86 = "x86_64-unknown-linux-gnu"
     feats = "+sse2,+avx,+avx2,+fma,+f16c,+avxvnni,+avx512f,+avx512vl,+avx512vnni,+avx10.1,+evex512,+amx-tile,-sha,+vaes"
 
