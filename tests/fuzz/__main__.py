@@ -1,6 +1,10 @@
-"""Long fuzzing runs: ``python -m tests.fuzz --minutes 10 [--kinds recipe,override,weights,exe,resaved,onnx]``.
+"""Long fuzzing runs: ``python -m tests.fuzz --minutes 10 [--kinds recipe,override,...]``.
 
-Runs the fuzzers of :mod:`tests.fuzz.test_fuzz` round-robin with fresh random cases until the time is
+Kinds: ``recipe``, ``override``, ``weights``, ``exe``, ``resaved``, ``onnx`` (damaged inputs), ``onnx_diff``
+(ONNX ops against onnxruntime), ``symbolic`` (symbolic-shape arithmetic in recipes), ``deep_onnx`` (nested,
+wide, high-rank ONNX models), ``output_path`` (``--output`` / ``--save-params`` to every file type),
+``many_overrides`` and ``tp_weights`` (two tensor-parallel ranks on different weights; needs mpirun, this run
+only). Runs the fuzzers of :mod:`tests.fuzz.test_fuzz` round-robin with fresh random cases until the time is
 up, never stopping at a problem, then prints the figures: cases per kind, outcomes, the largest peak
 memory of a case, the slowest case, and every problem with its case (``--report FILE`` writes them
 as JSON too). Exit status 1 when any problem was found. Run it from the repository root.
@@ -17,7 +21,9 @@ from pathlib import Path
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
+from . import onnx_diff as D
 from . import strategies as S
+from . import structures as X
 from .cases import Fuzzing
 from .harness import STATS
 
@@ -42,16 +48,45 @@ def _targets(fz: Fuzzing) -> dict:
     def onnx(case):
         fz.onnx(*case)
 
+    def onnx_diff(case):
+        fz.onnx_diff(case)
+
+    def symbolic(case):
+        fz.symbolic_recipe(*case)
+
+    def deep_onnx(model):
+        fz.deep_onnx(model)
+
+    def output_path(target):
+        fz.output_path(target, timeout=STRUCTURE_TIMEOUT)
+
+    def many_overrides(case):
+        fz.many_overrides(*case)
+
+    def tp_weights(spec):
+        fz.tp_weights(spec)
+
     return {"recipe": (recipe, S.recipe_mutants()), "override": (override, S.overrides()),
             "weights": (weights, st.data()), "exe": (exe, st.data()), "resaved": (resaved, st.data()),
-            "onnx": (onnx, S.damaged_onnx())}
+            "onnx": (onnx, S.damaged_onnx()), "onnx_diff": (onnx_diff, D.diff_cases()),
+            "symbolic": (symbolic, X.symbolic_recipes()), "deep_onnx": (deep_onnx, X.deep_onnx_models()),
+            "output_path": (output_path, X.output_targets()), "many_overrides": (many_overrides, X.many_overrides()),
+            "tp_weights": (tp_weights, X.tp_weights())}
+
+
+#: Cases of a kind per round, as a share of ``--batch`` (the slow kinds take fewer: a tensor-parallel case
+#: starts two processes under mpirun; the differential ONNX cases are quick and many).
+BATCH_SHARE = {"onnx_diff": 3.0, "symbolic": 0.5, "deep_onnx": 0.5, "many_overrides": 0.25, "tp_weights": 0.1}
+#: Wall-clock limit of one output-path case (a blocked FIFO is a hang; no need to wait the whole budget).
+STRUCTURE_TIMEOUT = 30.0
+KINDS = "recipe,override,weights,exe,resaved,onnx,onnx_diff,symbolic,deep_onnx,output_path,many_overrides,tp_weights"
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the exit status."""
     p = argparse.ArgumentParser(prog="python -m tests.fuzz", description=__doc__.splitlines()[0])
     p.add_argument("--minutes", type=float, default=10.0, help="how long to run (default 10)")
-    p.add_argument("--kinds", default="recipe,override,weights,exe,resaved,onnx", help="comma-separated fuzzers")
+    p.add_argument("--kinds", default=KINDS, help="comma-separated fuzzers (default: all)")
     p.add_argument("--batch", type=int, default=20, help="cases per fuzzer before moving to the next")
     p.add_argument("--report", metavar="FILE", help="also write the figures and problems as JSON")
     p.add_argument("--keep", metavar="DIR", help="copy the input file of every case with a problem into DIR")
@@ -64,14 +99,15 @@ def main(argv: list[str] | None = None) -> int:
         if unknown:
             p.error(f"unknown fuzzer(s) {unknown}; valid: {', '.join(targets)}")
         deadline = time.monotonic() + args.minutes * 60
-        budget = settings(max_examples=args.batch, deadline=None, database=None, derandomize=False,
-                          phases=[Phase.generate], suppress_health_check=list(HealthCheck))
         try:
             while time.monotonic() < deadline:
                 for kind in kinds:
                     if time.monotonic() >= deadline:
                         break
                     fn, strategy = targets[kind]
+                    budget = settings(max_examples=max(1, round(args.batch * BATCH_SHARE.get(kind, 1.0))),
+                                      deadline=None, database=None, derandomize=False, phases=[Phase.generate],
+                                      suppress_health_check=list(HealthCheck))
                     try:
                         budget(given(strategy)(fn))()
                     except Exception as exc:  # noqa: BLE001 - a fuzzer's own bug must not end the run

@@ -17,7 +17,10 @@ turn a result into a list of problems (empty when the case behaved):
   what the undamaged one computes;
 - a damaged ONNX model must be refused with an exception that is not an internal Python error
   (``ONNXImportError``, ``ValueError``, ...), or import, compile and run; its import and compile within
-  the memory budget (its run: within the address-space limit, see :func:`judge_onnx`).
+  the memory budget (its run: within the address-space limit, see :func:`judge_onnx`);
+- a small valid ONNX model that onnxruntime runs must compute what onnxruntime computes (shapes, dtypes,
+  NaN / inf positions, values within the dtype's tolerance: :mod:`tests.fuzz.onnx_diff`), or be refused
+  cleanly (:func:`judge_onnx_diff`);
 
 :class:`Stats` counts cases and outcomes for the figures of a long run (``python -m tests.fuzz``).
 """
@@ -28,6 +31,7 @@ import os
 import re
 import resource
 import selectors
+import stat
 import subprocess
 import sys
 import time
@@ -246,3 +250,96 @@ def judge_onnx(result: dict, limits: Limits) -> list[str]:
     if "error" in ours and (ours["error"] in INTERNAL_ERRORS or not ours["error"].endswith("Error")):
         return [f"{ours['error']} instead of a clean refusal: {ours['message'][:300]}\n{ours.get('trace', '')[-1200:]}"]
     return []
+
+
+def judge_onnx_diff(result: dict, limits: Limits) -> list[str]:
+    """Problems of one differential ONNX case (:mod:`tests.fuzz.onnx_diff`): a crash, a hang or the
+    import's and compile's memory as in :func:`judge_onnx`; an internal error (or a non-``Error``
+    exception) of ours; any difference from onnxruntime's outputs. A model onnxruntime refuses
+    (``skip``) and a clean refusal of ours are no problem."""
+    run_limits = Limits(limits.timeout_s, limits.address_space // 1024, limits.address_space)
+    problems = _common(result, run_limits)
+    if problems or "skip" in result:
+        return problems
+    ours = result["ours"]
+    if "error" in ours:
+        if ours["error"] in INTERNAL_ERRORS or not ours["error"].endswith("Error"):
+            return [f"{ours['error']} instead of a clean refusal: {ours['message'][:300]}\n"
+                    f"{ours.get('trace', '')[-1200:]}"]
+        return []
+    if ours["ok"]:
+        return [f"differs from onnxruntime: {'; '.join(ours['ok'][:3])[:600]}"]
+    return []
+
+
+def snapshot(folder: Path) -> dict:
+    """What :func:`judge_output_path` compares: every entry of ``folder`` (not following symlinks) with its
+    type, permission bits, device number, link target and, for a directory, its own entries."""
+    out = {}
+    for entry in sorted(os.listdir(folder)):
+        p = folder / entry
+        st = os.lstat(p)
+        info = {"type": stat.S_IFMT(st.st_mode), "mode": stat.S_IMODE(st.st_mode)}
+        if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode):
+            info["rdev"] = st.st_rdev
+        if stat.S_ISLNK(st.st_mode):
+            info["link"] = os.readlink(p)
+        if stat.S_ISDIR(st.st_mode):
+            info["entries"] = sorted(os.listdir(p))
+        if stat.S_ISREG(st.st_mode) and st.st_size < 1 << 20:
+            info["data"] = p.read_bytes()
+        out[entry] = info
+    return out
+
+
+def judge_output_path(result: dict, limits: Limits, before: dict, after: dict, target: str,
+                      created: str | None, flag: str) -> list[str]:
+    """Problems of one ``build ... --output P`` / ``--save-params P`` run whose ``P`` (``target``, an entry of
+    the case's folder, maybe a symlink) was a FIFO, a directory, a character device, a file with a special
+    mode, a symlink to one of them or a dangling symlink. ``before`` / ``after``: :func:`snapshot` of the
+    folder; ``created``: the entry a successful write may add (the file P, or the dangling link's target).
+    The rules: the CLI's own (:func:`judge_cli`: exit 0, or 1 with one message; never a hang, so a FIFO is
+    never blocked on); every entry that existed keeps its type, mode, device number and link target (a
+    device stays a device, a symlink stays a symlink, a directory keeps its entries); an existing regular
+    file changes only its contents, and only when the CLI exits 0 (to a readable ``.npz`` / safetensors
+    file); no other entry appears (no temporary file is left behind)."""
+    problems = judge_cli(result, limits)
+    if problems:
+        return problems
+    rc = result["rc"]
+    if rc not in (0, 1):
+        return [f"exit {rc} for an output path (expected 0 or 1)"]
+    extra = sorted(set(after) - set(before) - ({created} if created and rc == 0 else set()))
+    if extra:
+        problems.append(f"entries left behind in the folder: {extra}")
+    for name, was in before.items():
+        now = after.get(name)
+        if now is None:
+            problems.append(f"{name!r} ({stat.filemode(was['type'] | was['mode'])}) was removed")
+            continue
+        for key in ("type", "mode", "rdev", "link", "entries"):
+            if was.get(key) != now.get(key):
+                problems.append(f"{name!r}: its {key} changed from {was.get(key)!r} to {now.get(key)!r}")
+        if "data" in was and was["data"] != now.get("data") and rc != 0:
+            problems.append(f"{name!r}: its contents changed although the CLI failed (exit {rc})")
+    written = [info for n, info in after.items() if "data" in info and info["data"] != before.get(n, {}).get("data")]
+    for info in written:
+        if not _readable(info["data"], flag):
+            problems.append(f"the file written for {flag} is not a readable {'.npz' if flag == '--output' else 'safetensors'} file")
+    return problems
+
+
+def _readable(data: bytes, flag: str) -> bool:
+    import io
+
+    import numpy as np
+
+    try:
+        if flag == "--output":
+            with np.load(io.BytesIO(data), allow_pickle=False) as z:
+                return len(z.files) > 0
+        from safetensors.numpy import load
+
+        return len(load(data)) > 0
+    except Exception:  # noqa: BLE001 - any failure to read it back is the finding
+        return False

@@ -12,7 +12,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from . import onnx_diff as D
 from . import strategies as S
+from . import structures as X
 from .cases import Fuzzing
 
 SCALE = float(os.environ.get("MB_FUZZ_SCALE", "1"))
@@ -75,3 +77,56 @@ def test_changed_and_resaved_executable(fz, data):
 def test_damaged_onnx_models(fz, case):
     problems = fz.onnx(*case)
     assert not problems, problems
+
+
+# --- the classes of issue 40: differential ONNX, structures, output paths, many overrides ----------------------
+#: Wall-clock limit of one structural case in the suite (a hang costs this much, once).
+STRUCTURE_TIMEOUT = 20.0
+_needs_ort = pytest.mark.skipif(importlib.util.find_spec("onnx") is None or importlib.util.find_spec("onnxruntime") is None,
+                                reason="the differential ONNX fuzzer needs onnx and onnxruntime")
+
+
+#: The op specs of the classes issue 40 found get more cases in the suite than the others.
+_LISTED_SPECS = {"slice", "softmax", "resize", "reduce", "arg", "pool", "matmul_integer", "qlinear_matmul",
+                 "conv_integer", "dynamic_quantize"}
+
+
+@_needs_ort
+@pytest.mark.parametrize("spec", sorted(D.SPECS))
+def test_onnx_ops_match_onnxruntime(fz, spec):
+    @_budget(5 if spec in _LISTED_SPECS else 2)
+    @given(case=D.diff_cases([spec]))
+    def run(case):
+        problems = fz.onnx_diff(case)
+        assert not problems, (problems, case)
+
+    run()
+
+
+@_budget(8)
+@given(case=X.symbolic_recipes())
+def test_symbolic_shape_arithmetic(fz, case):
+    problems = fz.symbolic_recipe(*case, timeout=STRUCTURE_TIMEOUT)
+    assert not problems, (problems, case[0])
+
+
+@pytest.mark.skipif(importlib.util.find_spec("onnx") is None, reason="the ONNX fuzzer needs onnx")
+@_budget(10)
+@given(model=X.deep_onnx_models(large=False))
+def test_deep_nested_and_wide_onnx_models(fz, model):
+    problems = fz.deep_onnx(model, timeout=STRUCTURE_TIMEOUT)
+    assert not problems, (problems, model)
+
+
+@_budget(16)
+@given(target=X.output_targets())
+def test_output_paths_of_every_file_type(fz, target):
+    problems = fz.output_path(target, timeout=STRUCTURE_TIMEOUT)
+    assert not problems, (problems, target)
+
+
+@_budget(4)
+@given(case=X.many_overrides())
+def test_many_overrides(fz, case):
+    problems = fz.many_overrides(*case, timeout=STRUCTURE_TIMEOUT)
+    assert not problems, (problems, case[0])

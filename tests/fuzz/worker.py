@@ -17,6 +17,9 @@ Case kinds:
   order); result ``ours`` as above.
 - ``{"kind": "onnx", "path": P}``: ``from_onnx``, ``compile`` and one call of ``main``
   (:func:`_onnx`); result ``ours`` as above.
+- ``{"kind": "onnx_diff", "path": P, "inputs": NPZ}``: onnxruntime, then ours, on the same inputs
+  (:func:`tests.fuzz.onnx_diff.run_case`); result ``skip`` (onnxruntime refused) or ``ours``:
+  ``{"ok": [differences]}`` or an error as above.
 
 Run as ``python -m tests.fuzz.worker`` from the repository root.
 """
@@ -190,7 +193,13 @@ def _onnx(case: dict) -> dict:
     return {"ours": ours, "build_peak_kib": build_peak[0] if build_peak[0] >= 0 else _peak_kib()}
 
 
-_KINDS = {"cli": _cli, "weights": _weights, "exe": _exe, "onnx": _onnx}
+def _onnx_diff(case: dict) -> dict:
+    from .onnx_diff import run_case
+
+    return run_case(case["path"], case["inputs"])
+
+
+_KINDS = {"cli": _cli, "weights": _weights, "exe": _exe, "onnx": _onnx, "onnx_diff": _onnx_diff}
 
 
 def main() -> None:
