@@ -13,7 +13,7 @@ onnx = pytest.importorskip("onnx", reason="from_onnx needs the onnx package (pip
 ort = pytest.importorskip("onnxruntime", reason="the reference results come from onnxruntime")
 from onnx import TensorProto, helper  # noqa: E402
 
-from helpers.onnx_models import make_model, outputs_of_both  # noqa: E402
+from helpers.onnx_models import make_model, outputs_of_both, runner_of_both  # noqa: E402
 
 F = TensorProto.FLOAT
 rng = np.random.default_rng(40)
@@ -174,18 +174,22 @@ def test_resize_nearest_exact_on_every_size_and_symbolic(coord):
     """Every in / out length up to 13 against the spec's exact indices (onnxruntime's float32 coordinates miss
     some exact integers, 10 -> 6 half_pixel floor: 6.9999995), and a symbolic input length (the indices then
     computed when the model runs) resized by a whole scale and to a size."""
-    for mode in NEAREST_MODES:
-        for n_in in range(1, 14):
-            nodes = [helper.make_node("Resize", ["x", "", "", f"sz{n}"], [f"y{n}"], mode="nearest",
-                                      coordinate_transformation_mode=coord, nearest_mode=mode) for n in range(1, 14)]
-            inits = [(f"sz{n}", np.array([1, 1, n], np.int64)) for n in range(1, 14)]
-            model = make_model(nodes, [vi("x", [1, 1, n_in])], [vi(f"y{n}", [1, 1, n]) for n in range(1, 14)],
-                               inits, opset=19)
-            x = np.arange(n_in, dtype=np.float32).reshape(1, 1, n_in)
-            got, _ = outputs_of_both(model, {"x": x})
-            for n, g in zip(range(1, 14), got):
-                np.testing.assert_array_equal(g.ravel(), spec_nearest_indices(n_in, n, coord, mode),
-                                              err_msg=f"{mode} {n_in} -> {n}")
+    # one model per coordinate mode (every nearest_mode x every output length), the input length symbolic so
+    # that one compile serves every input length
+    cases = [(mode, n) for mode in NEAREST_MODES for n in range(1, 14)]
+    nodes = [helper.make_node("Resize", ["x", "", "", f"sz{n}"], [f"y{i}"], mode="nearest",
+                              coordinate_transformation_mode=coord, nearest_mode=mode)
+             for i, (mode, n) in enumerate(cases)]
+    inits = [(f"sz{n}", np.array([1, 1, n], np.int64)) for n in range(1, 14)]
+    model = make_model(nodes, [vi("x", [1, 1, "w"])], [vi(f"y{i}", [1, 1, n]) for i, (_, n) in enumerate(cases)],
+                       inits, opset=19)
+    run = runner_of_both(model)
+    for n_in in range(1, 14):
+        x = np.arange(n_in, dtype=np.float32).reshape(1, 1, n_in)
+        got, _ = run({"x": x})
+        for (mode, n), g in zip(cases, got):
+            np.testing.assert_array_equal(g.ravel(), spec_nearest_indices(n_in, n, coord, mode),
+                                          err_msg=f"{mode} {n_in} -> {n}")
     for mode in NEAREST_MODES:
         nodes = [helper.make_node("Resize", ["x", "", "sc"], ["y"], mode="nearest", coordinate_transformation_mode=coord,
                                   nearest_mode=mode),
@@ -193,9 +197,10 @@ def test_resize_nearest_exact_on_every_size_and_symbolic(coord):
                                   coordinate_transformation_mode=coord, nearest_mode=mode)]
         model = make_model(nodes, [vi("x", [1, 1, "w"])], [vi("y", [1, 1, "w2"]), vi("z", [1, 1, 7])],
                            [("sc", np.array([1, 1, 3], np.float32)), ("sz", np.array([1, 1, 7], np.int64))], opset=19)
+        run = runner_of_both(model)
         for n_in in (2, 4, 5):
             x = np.arange(n_in, dtype=np.float32).reshape(1, 1, n_in)
-            got, _ = outputs_of_both(model, {"x": x})
+            got, _ = run({"x": x})
             np.testing.assert_array_equal(got[0].ravel(), spec_nearest_indices(n_in, 3 * n_in, coord, mode))
             np.testing.assert_array_equal(got[1].ravel(), spec_nearest_indices(n_in, 7, coord, mode))
 

@@ -18,7 +18,7 @@ def make_model(nodes, inputs, outputs, inits=(), opset: int = 17, ir_version: in
     return model
 
 
-def _pair(model):
+def runner_of_both(model):
     """``run(feeds) -> (ours, onnxruntime's)``, every output as a list, ``model`` compiled once by us."""
     import onnxruntime as ort
 
@@ -41,13 +41,13 @@ def _pair(model):
 
 def outputs_of_both(model, feeds: dict) -> tuple[list[np.ndarray], list[np.ndarray]]:
     """``(ours, onnxruntime's)``: every output of ``model`` on ``feeds``."""
-    return _pair(model)(feeds)
+    return runner_of_both(model)(feeds)
 
 
 def check_against_onnxruntime(model, feeds_list, tol: float = 2e-6) -> None:
     """Import and compile ``model`` once, run each feed dict, and compare every output with onnxruntime's
     (same shapes and dtypes, within ``tol`` absolute and relative)."""
-    run = _pair(model)
+    run = runner_of_both(model)
     for feeds in feeds_list:
         for g, w in zip(*run(feeds)):
             assert g.shape == w.shape and g.dtype == w.dtype, (g.shape, g.dtype, w.shape, w.dtype)
