@@ -97,7 +97,10 @@ def _cli(case: dict) -> dict:
         except BaseException:  # noqa: BLE001 - escaped the CLI: what a user would see as a traceback
             err.write(traceback.format_exc())
             rc = "traceback"
-    return {"rc": rc, "stdout": out.getvalue()[-4000:], "stderr": err.getvalue()[:200_000]}
+    text = err.getvalue()
+    if len(text) > 200_000:     # kept whole lines only: a line cut in two would read as a malformed issue
+        text = text[:text.rfind("\n", 0, 200_000) + 1]
+    return {"rc": rc, "stdout": out.getvalue()[-4000:], "stderr": text}
 
 
 def _weights(case: dict) -> dict:
