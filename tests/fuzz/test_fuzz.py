@@ -94,7 +94,7 @@ _LISTED_SPECS = {"slice", "softmax", "resize", "reduce", "arg", "pool", "matmul_
 @_needs_ort
 @pytest.mark.parametrize("spec", sorted(D.SPECS))
 def test_onnx_ops_match_onnxruntime(fz, spec):
-    @_budget(12 if spec in _LISTED_SPECS else 2)
+    @_budget(8 if spec in _LISTED_SPECS else 2)
     @given(case=D.diff_cases([spec]))
     def run(case):
         problems = fz.onnx_diff(case)
