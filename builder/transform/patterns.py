@@ -43,8 +43,17 @@ def void_dtype(dtype) -> str | None:
 
 
 def same_shape(a, b) -> bool:
-    """Whether shapes ``a`` and ``b`` have the same rank and dims the simplifier proves equal."""
-    return len(a) == len(b) and all(E.prove_equal(x, y) for x, y in zip(a, b))
+    """Whether shapes ``a`` and ``b`` have the same rank and dims the simplifier proves equal (the same
+    dim object, or two equal static dims, without the simplifier: the matcher asks this of every node it
+    visits)."""
+    return len(a) == len(b) and all(x is y or _same_static(x, y) or E.prove_equal(x, y) for x, y in zip(a, b))
+
+
+def _same_static(x, y) -> bool:
+    """Both ``x`` and ``y`` static (int or IntImm) and equal."""
+    vx = x if isinstance(x, int) else x.value if isinstance(x, E.IntImm) else None
+    vy = y if isinstance(y, int) else y.value if isinstance(y, E.IntImm) else None
+    return vx is not None and vx == vy
 
 
 def tensor_sinfo(e: rx.Expr) -> TensorStructInfo | None:
