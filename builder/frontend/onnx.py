@@ -1248,12 +1248,13 @@ def _dynamic_quantize_linear(im, node, ins, at):
     return op.astype(y, "uint8"), scale, op.astype(zp, "uint8")
 
 
-def _integer_operand(im, v, zp):
-    """``v - zp`` as float32 (exact for 8-bit values): a folded constant when both are static."""
+def _integer_operand(im, v, zp, dtype: str = "float32"):
+    """``v - zp`` as ``dtype`` (float32, exact for 8-bit values, or int32): a folded constant when both are
+    static."""
     if isinstance(v, np.ndarray) and (zp is None or isinstance(zp, np.ndarray)):
-        return (v.astype(np.float64) - (0 if zp is None else zp.astype(np.float64))).astype(np.float32)
-    t = op.astype(im.tensor(v), "float32")
-    return t if zp is None else op.subtract(t, op.astype(im.tensor(zp), "float32"))
+        return (v.astype(np.int64) - (0 if zp is None else zp.astype(np.int64))).astype(dtype)
+    t = op.astype(im.tensor(v), dtype)
+    return t if zp is None else op.subtract(t, op.astype(im.tensor(zp), dtype))
 
 
 #: Every integer of magnitude up to 2**24 is a float32: sums of 8-bit products below it are exact in float32.
@@ -1311,10 +1312,10 @@ def _matmul_integer(im, node, ins, at):
     za, zb = (ins[2] if len(ins) > 2 else None), (ins[3] if len(ins) > 3 else None)
     a_zp = _zero_point_of(za, "a", 1)
     b_zp = _zero_point_of(zb, "b", nb)
-    fa, fb = _integer_operand(im, a, a_zp), _integer_operand(im, b, b_zp)
     k = _simp(im.shape_of(a)[-1])
-    if not isinstance(k, int):   # (a symbolic K: one float32 sum)
-        return op.astype(op.round(im.tensor(_matmul_operands(im, fa, fb))), "int32")
+    if not isinstance(k, int):   # (a symbolic K: no static runs; the product in int32, the spec's accumulator)
+        return _matmul_operands(im, _integer_operand(im, a, a_zp, "int32"), _integer_operand(im, b, b_zp, "int32"))
+    fa, fb = _integer_operand(im, a, a_zp), _integer_operand(im, b, b_zp)
     bk = 0 if nb == 1 else nb - 2
 
     def part(lo, hi):
@@ -1398,10 +1399,11 @@ def _conv_integer(im, node, ins, at):
     w_zp = zw
     if isinstance(w_zp, np.ndarray) and w_zp.size > 1:
         w_zp = w_zp.reshape([-1] + [1] * (len(im.shape_of(w)) - 1))
-    fx, fw = _integer_operand(im, x, x_zp), _integer_operand(im, w, w_zp)
     wshape = [_simp(d) for d in im.shape_of(w)]
-    if not all(isinstance(d, int) for d in wshape[1:]):   # (left to Conv's own errors)
-        return op.astype(op.round(_CONVERTERS["Conv"](im, node, [fx, fw], at)), "int32")
+    if not all(isinstance(d, int) for d in wshape[1:]):   # (a symbolic kernel: the convolution in int32)
+        return _CONVERTERS["Conv"](im, node, [_integer_operand(im, x, x_zp, "int32"),
+                                              _integer_operand(im, w, w_zp, "int32")], at)
+    fx, fw = _integer_operand(im, x, x_zp), _integer_operand(im, w, w_zp)
     cg, window = wshape[1], int(np.prod(wshape[2:]))
     groups = int(at.get("group", 1))
     per = _integer_bound(im, x, zx) * _integer_bound(im, w, zw.reshape(-1) if isinstance(zw, np.ndarray) else zw)

@@ -363,3 +363,73 @@ def test_conv_integer_sums_past_float32s_integers(group):
                           for g in range(group)], axis=1)
     assert np.abs(ref).max() > 2 ** 24
     np.testing.assert_array_equal(got, ref)
+
+
+@pytest.mark.parametrize("b_const", [True, False])
+def test_matmul_integer_symbolic_k_exact(b_const):
+    """MatMulInteger whose K is symbolic (``a`` is ``[1, "k"]``, fed K = 1024; ``b`` a constant or an input of
+    shape ``["k", 2]``) with zero points: sums of products past 2**24 (one float32 sum was off by up to 13), the
+    spec's int32 result exactly (numpy int64)."""
+    rng = np.random.default_rng(21)
+    K = 1024
+    a = rng.integers(200, 256, (1, K)).astype(np.uint8)
+    b = rng.integers(200, 256, (K, 2)).astype(np.uint8)
+    az, bz = np.array(1, np.uint8), np.array([3, 0], np.uint8)
+    inits = [("az", az), ("bz", bz)] + ([("b", b)] if b_const else [])
+    inputs = [helper.make_tensor_value_info("a", U8, [1, "k"])] + (
+        [] if b_const else [helper.make_tensor_value_info("b", U8, ["k", 2])])
+    model = model_of([helper.make_node("MatMulInteger", ["a", "b", "az", "bz"], ["y"])], inputs,
+                     [helper.make_tensor_value_info("y", I32, [1, 2])], inits, opset=13)
+    (got,), _ = both(model, {"a": a} if b_const else {"a": a, "b": b})
+    ref = _matmul_integer_ref(a, b, az, bz)
+    assert np.abs(ref).max() > 2 ** 24
+    np.testing.assert_array_equal(got.astype(np.int64), ref)
+
+
+def test_conv_integer_symbolic_channels_exact():
+    """ConvInteger with a symbolic channel count (``x`` ``[1, "c", 5, 5]``, ``w`` ``[4, "c", 3, 3]``, fed
+    C = 300): 3 x 3 x 300 products of up to ``255 * 255`` per output, past 2**24, exactly (numpy int64)."""
+    from builder import compile as build
+    from builder.frontend.onnx import from_onnx
+    from runtime import VirtualMachine
+
+    rng = np.random.default_rng(22)
+    x = rng.integers(240, 256, (1, 300, 5, 5)).astype(np.uint8)
+    w = rng.integers(240, 256, (4, 300, 3, 3)).astype(np.uint8)
+    model = model_of([helper.make_node("ConvInteger", ["x", "w"], ["y"], pads=[1, 1, 1, 1])],
+                     [helper.make_tensor_value_info("x", U8, [1, "c", 5, 5]),
+                      helper.make_tensor_value_info("w", U8, [4, "c", 3, 3])],
+                     [helper.make_tensor_value_info("y", I32, [1, 4, 5, 5])], opset=13)
+    got = np.asarray(VirtualMachine(build(from_onnx(model)))["main"](x, w)).astype(np.int64)
+    ref = _conv_integer_ref(x, w, pad=1)
+    assert np.abs(ref).max() > 2 ** 24
+    np.testing.assert_array_equal(got, ref)
+
+
+@pytest.mark.parametrize("k", [3, 700])
+def test_integer_ops_folded_at_import(k):
+    """MatMulInteger and ConvInteger with every input an initializer (the importer computes them when it
+    imports; this refused with "round: x must be a Tensor, got ndarray"), zero points per column / per
+    tensor: the spec's int32 results (numpy int64)."""
+    from builder import compile as build
+    from builder.frontend.onnx import from_onnx
+    from runtime import VirtualMachine
+
+    rng = np.random.default_rng(23)
+    a = rng.integers(0, 256, (2, k)).astype(np.uint8)
+    b = rng.integers(-128, 128, (k, 2)).astype(np.int8)
+    az, bz = np.array(7, np.uint8), np.array([3, -4], np.int8)
+    model = model_of([helper.make_node("MatMulInteger", ["a", "b", "az", "bz"], ["y0"]),
+                      helper.make_node("Neg", ["y0"], ["y"])], [],
+                     [helper.make_tensor_value_info("y", I32, [2, 2])],
+                     [("a", a), ("b", b), ("az", az), ("bz", bz)], opset=13)
+    got = np.asarray(VirtualMachine(build(from_onnx(model)))["main"]()).astype(np.int64)
+    np.testing.assert_array_equal(got, -_matmul_integer_ref(a, b, az, bz))
+    x = rng.integers(0, 256, (1, 3, 4, 4)).astype(np.uint8)
+    w = rng.integers(0, 256, (2, 3, 3, 3)).astype(np.uint8)
+    xz = np.array(5, np.uint8)
+    model = model_of([helper.make_node("ConvInteger", ["x", "w", "xz"], ["y"])], [],
+                     [helper.make_tensor_value_info("y", I32, [1, 2, 2, 2])], [("x", x), ("w", w), ("xz", xz)],
+                     opset=13)
+    got = np.asarray(VirtualMachine(build(from_onnx(model)))["main"]()).astype(np.int64)
+    np.testing.assert_array_equal(got, _conv_integer_ref(x, w, xz))
