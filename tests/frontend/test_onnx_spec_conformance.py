@@ -305,3 +305,25 @@ def test_max_pool_propagates_nan():
     np.testing.assert_array_equal(got[0], np.max(windows, axis=-1).astype(np.float32))
     np.testing.assert_array_equal(got[1], want[2])
     np.testing.assert_array_equal(got[2], want[2])
+
+
+def test_where_symbolic_dims_broadcast_or_refuse():
+    """Where over symbolic dims the shapes cannot relate (condition ``[c0, c1]``, x and y ``[x0, x1]``): fed
+    equal shapes, onnxruntime's values; fed a condition (1, 1) against (4, 2) (numpy broadcasting at run time,
+    which the compiled code does not do for symbolic dims), a clear error, as Add gives, never a result of
+    another shape (it returned shape (1, 1))."""
+    model = make_model([helper.make_node("Where", ["c", "x", "y"], ["z"])],
+                       [vi("c", ["c0", "c1"], TensorProto.BOOL), vi("x", ["x0", "x1"]), vi("y", ["x0", "x1"])],
+                       [vi("z", ["z0", "z1"])], opset=13)
+    run = runner_of_both(model)
+    x, y = rng.standard_normal((4, 2)).astype(np.float32), rng.standard_normal((4, 2)).astype(np.float32)
+    (got,), (want,) = run({"c": rng.random((4, 2)) < 0.5, "x": x, "y": y})
+    assert got.shape == want.shape
+    np.testing.assert_array_equal(got, want)
+    for c in [(1, 1), (4, 1), (1, 2)]:
+        with pytest.raises(ValueError, match="shapes do not match"):
+            run({"c": np.ones(c, bool), "x": x, "y": y})
+    add = make_model([helper.make_node("Add", ["c", "x"], ["z"])], [vi("c", ["c0", "c1"]), vi("x", ["x0", "x1"])],
+                     [vi("z", ["z0", "z1"])], opset=13)
+    with pytest.raises(ValueError, match="shapes do not match"):
+        runner_of_both(add)({"c": np.ones((1, 1), np.float32), "x": x})

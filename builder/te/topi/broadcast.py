@@ -15,7 +15,7 @@ from .common import (
 )
 
 __all__ = [
-    "add", "broadcast_binary", "divide", "equal", "floor_divide", "floor_mod", "greater", "greater_equal", "less",
+    "add", "broadcast_binary", "broadcast_checks", "divide", "equal", "floor_divide", "floor_mod", "greater", "greater_equal", "less",
     "less_equal", "maximum", "minimum", "multiply", "not_equal", "power", "subtract", "where",
 ]
 
@@ -55,15 +55,26 @@ def broadcast_binary(a: Operand, b: Operand, fscalar: Callable[[PrimExpr, PrimEx
         dt = out_dtype or ("bool" if r.dtype == "bool" else common)
         return cast_value(r, dt)
 
-    # dims of the two operands that the shapes cannot prove equal (two different symbols)
-    # must be equal when the code runs: each read is checked against its own dim (E <= D);
-    # this adds the other operand's dim, so a mismatch is an error, never a partial read
-    checks = []
-    for i in range(1, builtins.min(len(sa), len(sb)) + 1):
-        da, db = sa[-i], sb[-i]
-        if not (is_static_one(da) or is_static_one(db) or E.prove_equal(da, db)):
-            checks += [(da, db), (db, da)]
+    checks = broadcast_checks(sa, sb)
     return _te.compute(shape, f, name=name, attrs={"mb.assert_le": checks} if checks else None)
+
+
+def broadcast_checks(*shapes) -> list[tuple[PrimExpr, PrimExpr]]:
+    """The run-time checks (``attrs["mb.assert_le"]`` pairs, see :func:`builder.te.prim_func._read_checks`)
+    that numpy broadcasting of ``shapes`` needs: dims aligned from the right that the shapes cannot prove
+    equal (two different symbols; neither a static 1) must be equal when the code runs, so both
+    ``(da, db)`` and ``(db, da)`` are asked. A symbolic dim that turns out 1 against another that is not is
+    then an error, never a result of the wrong shape or a partial read (no run-time broadcasting of
+    symbolic dims; the output takes the first operand's dim, :func:`.common.broadcast_shape`)."""
+    checks: list[tuple[PrimExpr, PrimExpr]] = []
+    for i in range(1, builtins.max((len(s) for s in shapes), default=0) + 1):
+        dims = [s[-i] for s in shapes if i <= len(s) and not is_static_one(s[-i])]
+        for j, da in enumerate(dims):
+            for db in dims[j + 1:]:
+                if not E.prove_equal(da, db) and not any(
+                        E.prove_equal(da, x) and E.prove_equal(db, y) for x, y in checks):
+                    checks += [(da, db), (db, da)]
+    return checks
 
 
 def _same(cls):
@@ -184,7 +195,9 @@ def greater_equal(a: Operand, b: Operand) -> Tensor:
 def where(cond: Tensor, a: Operand, b: Operand) -> Tensor:
     """``a`` where ``cond`` else ``b`` (``numpy.where``) with numpy broadcasting of all three;
     ``a`` / ``b`` may be scalars. The result dtype is their common dtype; a non-bool ``cond``
-    is tested against 0. Raises ValueError for shapes that do not broadcast."""
+    is tested against 0. Raises ValueError for shapes that do not broadcast; symbolic dims that the
+    shapes cannot prove equal must be equal when the code runs (:func:`broadcast_checks`: an error
+    otherwise, as in :func:`broadcast_binary`)."""
     ta, tb = as_tensor_or_scalar(a), as_tensor_or_scalar(b)
     if isinstance(ta, Tensor) and isinstance(b, (int, float)):
         tb = E.convert(b, ta.dtype)
@@ -194,6 +207,7 @@ def where(cond: Tensor, a: Operand, b: Operand) -> Tensor:
     sa = ta.shape if isinstance(ta, Tensor) else ()
     sb = tb.shape if isinstance(tb, Tensor) else ()
     shape = broadcast_shape(cond.shape, broadcast_shape(sa, sb, "where"), "where")
+    checks = broadcast_checks(cond.shape, sa, sb)
 
     def load(t, idx):
         v = t[broadcast_index(idx, t.shape)] if isinstance(t, Tensor) else t
@@ -203,4 +217,4 @@ def where(cond: Tensor, a: Operand, b: Operand) -> Tensor:
         c = cast_value(cond[broadcast_index(idx, cond.shape)], "bool")
         return E.Select(c, load(ta, idx), load(tb, idx))
 
-    return _te.compute(shape, f, name="T_where")
+    return _te.compute(shape, f, name="T_where", attrs={"mb.assert_le": checks} if checks else None)
