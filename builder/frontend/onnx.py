@@ -2132,17 +2132,27 @@ def _pad(im, node, ins, at):
     return op.pad(x, width, mode=mode, value=float(value.ravel()[0]) if value.size else 0.0)
 
 
+#: The largest finite value of each float dtype (``numeric_limits<T>::max()``; ``lowest()`` is its negative).
+_FLOAT_MAX = {"float16": 65504.0, "bfloat16": 3.3895313892515355e38, "float32": float(np.finfo(np.float32).max),
+              "float64": float(np.finfo(np.float64).max)}
+
+
 @_register("Clip")
 def _clip(im, node, ins, at):
     """``min(max(x, lo), hi)``, the bounds optional scalar inputs (opset 11 on); with ``lo > hi`` every value
-    is ``hi``, as ONNX specifies."""
+    is ``hi``, as ONNX specifies. A bound left out is the dtype's ``numeric_limits<T>::lowest()`` / ``max()``
+    (Clip-11 / 12 / 13's defaults), so a float ``+-inf`` becomes ``+-max`` (``FLT_MAX`` for float32, as
+    onnxruntime gives) and NaN stays NaN; integers are within their own limits already."""
     _check_inputs(ins, node)
     x = ins[0]
     lo = ins[1] if len(ins) > 1 else None
     hi = ins[2] if len(ins) > 2 else None
     t = im.tensor(x)
-    for bound, fn in ((lo, op.maximum), (hi, op.minimum)):
+    limit = _FLOAT_MAX.get(t.dtype)
+    for bound, fn, default in ((lo, op.maximum, None if limit is None else -limit), (hi, op.minimum, limit)):
         if bound is None:
+            if default is not None:
+                t = fn(t, default)
             continue
         if isinstance(bound, np.ndarray):
             if bound.size != 1:

@@ -327,3 +327,34 @@ def test_where_symbolic_dims_broadcast_or_refuse():
                      [vi("z", ["z0", "z1"])], opset=13)
     with pytest.raises(ValueError, match="shapes do not match"):
         runner_of_both(add)({"c": np.ones((1, 1), np.float32), "x": x})
+
+
+@pytest.mark.parametrize("opset", [11, 13])
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+@pytest.mark.parametrize("given", ["none", "min", "max"])
+def test_clip_default_bounds_are_the_dtypes_limits(opset, dtype, given):
+    """Clip-11 / 13 with a bound left out: the spec's defaults are ``numeric_limits<T>::lowest()`` and
+    ``max()``, so +-inf becomes +-``finfo(T).max`` (inf stayed inf), NaN stays NaN; against numpy's
+    ``clip`` to those limits, and against onnxruntime for float32 / float64 (its float16 kernel leaves +-inf
+    and it has no float16 / float64 Clip-11; onnx's reference evaluator skips the clip when no bound is given:
+    both read the spec's defaults otherwise)."""
+    t = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    big = np.finfo(dtype).max
+    x = np.array([np.inf, -np.inf, np.nan, 1.5, -2.0, big, -big, 0.0], dtype)
+    lo, hi = np.array(-1.0, dtype), np.array(1.0, dtype)
+    inputs, inits = {"none": (["x"], []), "min": (["x", "lo"], [("lo", lo)]),
+                     "max": (["x", "", "hi"], [("hi", hi)])}[given]
+    model = make_model([helper.make_node("Clip", inputs, ["y"])], [vi("x", [8], t)], [vi("y", [8], t)], inits,
+                       opset=opset)
+    ref = np.clip(x, lo if given == "min" else -big, hi if given == "max" else big)
+    if dtype == np.float32 or (dtype == np.float64 and opset >= 13):
+        (got,), (want,) = outputs_of_both(model, {"x": x})
+        np.testing.assert_array_equal(got, want)
+    else:
+        from builder import compile as build
+        from builder.frontend.onnx import from_onnx
+        from runtime import VirtualMachine
+
+        got = np.asarray(VirtualMachine(build(from_onnx(model)))["main"](x))
+    assert got.dtype == dtype
+    np.testing.assert_array_equal(got, ref)
