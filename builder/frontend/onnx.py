@@ -3442,7 +3442,7 @@ def _slice(im, node, ins, at):
             e = max(e, s)
         else:
             s = _clamp_sym(s, d)
-            e = _clamp_sym(e, d)
+            e = _nonempty_end(s, _clamp_sym(e, d))
         begin.append(s)
         end.append(e)
         strides.append(st)
@@ -3478,6 +3478,35 @@ def _slice_index(start: int, end: int, step: int, dim: int) -> slice:
     if dim == 0 or (step < 0 and s < 0):
         return slice(0, 0, 1)
     return slice(s, None if e < 0 else e, step)
+
+
+def _provably_nonnegative(v) -> bool:
+    """Whether the dim expression ``v`` is >= 0 for every value of its vars (dims, all >= 0): an int >= 0, or a
+    polynomial in bare vars whose coefficients are all >= 0 (:func:`builder.ir.arith.poly_form`)."""
+    v = _simp(v)
+    if isinstance(v, int):
+        return v >= 0
+    form = arith.poly_form(v)
+    return form is not None and all(c >= 0 and all(isinstance(a.e, E.Var) for a in key)
+                                    for key, c in form.items())
+
+
+def _nonempty_end(start, end):
+    """A Slice end (step > 0) on a symbolic dim raised to at least ``start``, so the extent is ``max(0, end -
+    start)`` as the spec's clamping gives (Slice-13: an end before the start selects nothing; ``starts=-1,
+    ends=0`` on a dim of 5 is empty, not of length -4). Left as it is where ``end - start`` is provably >= 0 (the
+    dims stay as simple as they were) or grows with the dims (``x[1:]``: only a dim below the start makes it
+    negative, which the VM refuses when run)."""
+    span = _simp(E.convert(end) - start) if isinstance(end, E.PrimExpr) or isinstance(start, E.PrimExpr) \
+        else end - start
+    if _provably_nonnegative(span):
+        return end
+    if isinstance(span, int):
+        return start
+    form = arith.poly_form(span)
+    if form is not None and all(c >= 0 for key, c in form.items() if key):   # (only the constant term negative)
+        return end
+    return _simp(E.Max(E.convert(end), E.convert(start)))
 
 
 def _clamp_sym(v, d):
