@@ -684,7 +684,7 @@ class _Importer:
                 self.env[t.name] = _to_array(t)
             for k, n in enumerate(graph.node):
                 self._charge(f"node {_node_name(n, k)!r} ({n.op_type}) of the body {graph.name!r}")
-                self.node(n, -1 - k)
+                self.node(n, k, body=graph.name)
             outs = []
             for o in graph.output:
                 if o.name not in self.env:
@@ -703,38 +703,42 @@ class _Importer:
                                   f"unrolled, nested ones multiplied), more than the limit of {MAX_UNROLLED_NODES} "
                                   "for the whole model (MAX_UNROLLED_NODES)")
 
-    def node(self, node, i: int) -> None:
+    def node(self, node, i: int, body: str | None = None) -> None:
+        """Import ``node``, the ``i``-th of the main graph or (``body``: the subgraph's name) of an If / Loop
+        body; errors name it by its name, else its op type and index (``Loop_3 (-> y)``), and the body."""
         conv = _CONVERTERS[_op_key(node)]
+        gelu = self.gelu_at if body is None else {}   # (GELU patterns are found in the main graph only)
+        who = f"node {_node_name(node, i)!r} ({node.op_type})" + ("" if body is None else f" of the body {body!r}")
         ins = []
-        for name in ([] if i in self.gelu_at else node.input):
+        for name in ([] if i in gelu else node.input):
             if name == "":
                 ins.append(None)
             elif name not in self.env:
-                raise ONNXImportError(f"from_onnx: node {_node_name(node, i)!r} ({node.op_type}) reads {name!r}, "
+                raise ONNXImportError(f"from_onnx: {who} reads {name!r}, "
                                       "which no earlier node or input defines (nodes must be topologically sorted)")
             else:
                 ins.append(self.env[name])
         try:
-            if i in self.gelu_at:
-                x = self.env[self.gelu_at[i]]
+            if i in gelu:
+                x = self.env[gelu[i]]
                 outs = op.gelu(self.tensor(x))
             else:
                 outs = conv(self, node, ins, _attrs(node))
         except ONNXImportError as e:
-            raise ONNXImportError(f"from_onnx: node {_node_name(node, i)!r} ({node.op_type}): {e}") from e
+            raise ONNXImportError(f"from_onnx: {who}: {e}") from e
         except (ValueError, TypeError, NotImplementedError) as e:
-            raise ONNXImportError(f"from_onnx: node {_node_name(node, i)!r} ({node.op_type}) cannot be "
+            raise ONNXImportError(f"from_onnx: {who} cannot be "
                                   f"translated: {e}") from e
         except (MemoryError, RecursionError):
             raise
         except Exception as e:   # a malformed node (a required input left empty, ranks that do not fit)
-            raise ONNXImportError(f"from_onnx: node {_node_name(node, i)!r} ({node.op_type}) cannot be "
+            raise ONNXImportError(f"from_onnx: {who} cannot be "
                                   f"translated: {type(e).__name__}: {e}") from e
         if not isinstance(outs, (list, tuple)):
             outs = [outs]
         for name, v in zip(node.output, outs):
             if isinstance(v, (Tensor, np.ndarray, _Sym)) and len(v.shape) > MAX_NDIM:
-                raise ONNXImportError(f"from_onnx: node {_node_name(node, i)!r} ({node.op_type}) makes {name!r} of "
+                raise ONNXImportError(f"from_onnx: {who} makes {name!r} of "
                                       f"{len(v.shape)} dims, more than the limit of {MAX_NDIM} (schemas.limits.MAX_NDIM)")
             if name:   # numpy folds of 0-d arrays give numpy scalars: kept as 0-d arrays
                 self.env[name] = np.asarray(v) if isinstance(v, np.generic) else v

@@ -380,3 +380,28 @@ def test_slice_symbolic_dim_end_before_start_is_empty(opset):
             ref = x[spec_slice_indices(s, e, 1, d)]
             np.testing.assert_array_equal(want[k], ref, err_msg=f"onnxruntime vs the spec at {(s, e)}, dim {d}")
             np.testing.assert_array_equal(got[k], ref, err_msg=f"ours at {(s, e)}, dim {d}")
+
+
+def test_nested_loop_errors_name_the_body_nodes():
+    """An error in a Loop body nested in a Loop body names each unnamed node by its op type and index in its
+    own body and the body's name (``Loop_1 (-> inner_out)`` of the body ``outer_body``), never a negative
+    index (it said ``Loop_-2``), and keeps the spec's reason (a Slice step of 0)."""
+    from builder.frontend.onnx import ONNXImportError, from_onnx
+
+    I64, B = TensorProto.INT64, TensorProto.BOOL
+    inner = helper.make_graph(
+        [helper.make_node("Slice", ["vi", "z", "z", "z", "z"], ["vo"])], "inner_body",
+        [vi("ii", [], I64), vi("ci", [], B), vi("vi", [2])], [vi("ci", [], B), vi("vo", [2])])
+    outer = helper.make_graph(
+        [helper.make_node("Identity", ["vb"], ["vb2"]),
+         helper.make_node("Loop", ["n", "", "vb2"], ["inner_out"], body=inner)], "outer_body",
+        [vi("ib", [], I64), vi("cb", [], B), vi("vb", [2])], [vi("cb", [], B), vi("inner_out", [2])])
+    model = make_model([helper.make_node("Loop", ["n", "", "x"], ["y"], body=outer)], [vi("x", [2])],
+                       [vi("y", [2])], [("n", np.array(2, np.int64)), ("z", np.array([0], np.int64))], opset=17)
+    with pytest.raises(ONNXImportError) as info:
+        from_onnx(model)
+    msg = str(info.value)
+    assert "'Loop_0 (-> y)' (Loop)" in msg
+    assert "'Loop_1 (-> inner_out)' (Loop) of the body 'outer_body'" in msg
+    assert "'Slice_0 (-> vo)' (Slice) of the body 'inner_body'" in msg
+    assert "a step of 0" in msg and "_-" not in msg
