@@ -1309,7 +1309,8 @@ def _matmul_integer(im, node, ins, at):
     their zero points are exact in float32 and the product runs on the float kernels (a constant ``B`` is the
     linear kernels' weight), over runs of K short enough that no float32 sum passes 2**24
     (:func:`_exact_integer_sum`; one run for K up to 2**24 / (255 * 128) = 514 with uint8 x int8 operands, or
-    from the constants' own values), added in int32."""
+    from the constants' own values), added in int32. A symbolic K has no static runs: the product runs in
+    int32 (the spec's accumulator, exact; wrapping past 2**31 as int32 sums do)."""
     _check_inputs(ins, node)
     a, b = ins[0], ins[1]
     nb = len(im.shape_of(b))
@@ -1395,7 +1396,8 @@ def _qgemm(im, node, ins, at):
 def _conv_integer(im, node, ins, at):
     """``ConvInteger``: ``Conv(x - x_zero_point, w - w_zero_point)`` as int32, exactly: in float32 on the float
     convolution kernels, over runs of each group's input channels short enough that no float32 sum passes 2**24
-    (:func:`_exact_integer_sum`: channels x kernel size x the largest product), added in int32."""
+    (:func:`_exact_integer_sum`: channels x kernel size x the largest product), added in int32. A symbolic
+    channel count (or kernel) has no static runs: the convolution runs in int32, the spec's accumulator."""
     _check_inputs(ins, node)
     x, w = ins[0], ins[1]
     zx, zw = (ins[2] if len(ins) > 2 else None), (ins[3] if len(ins) > 3 else None)
