@@ -46,18 +46,32 @@ _OPS = {E.Add: "add", E.Sub: "sub", E.Mul: "mul", E.FloorDiv: "floordiv", E.Floo
 def dim_to_json(e: PrimExpr, names: dict | None = None):
     """Serialize an int64 dim expression: an ``int``, ``["var", name]`` or ``[op, a, b]``.
 
-    ``names`` optionally maps Var -> the name to write. Raises ValueError for nodes outside
-    ``+ - * // % min max``.
+    ``names`` optionally maps Var -> the name to write. The dim is simplified once (ValueError past
+    ``builder.ir.arith.MAX_EXPR_NODES`` / ``MAX_EXPR_DEPTH``) and walked without recursion, a shared
+    subexpression serialized once. Raises ValueError for nodes outside ``+ - * // % min max``.
     """
-    e = E.simplify(e)
-    if isinstance(e, E.IntImm):
-        return e.value
-    if isinstance(e, Var):
-        return ["var", (names or {}).get(e, e.name)]
-    op = _OPS.get(type(e))
-    if op is None:
-        raise ValueError(f"cannot serialize the shape expression {e} (only + - * // % min max)")
-    return [op, dim_to_json(e.a, names), dim_to_json(e.b, names)]  # type: ignore[attr-defined]
+    root = E.simplify(e)
+    names = names or {}
+    memo: dict[int, tuple[PrimExpr, object]] = {}   # id -> (node kept alive, its JSON)
+    stack: list[tuple[PrimExpr, bool]] = [(root, False)]
+    while stack:
+        node, ready = stack.pop()
+        if id(node) in memo:
+            continue
+        if isinstance(node, E.IntImm):
+            out: object = node.value
+        elif isinstance(node, Var):
+            out = ["var", names.get(node, node.name)]
+        else:
+            op = _OPS.get(type(node))
+            if op is None:
+                raise ValueError(f"cannot serialize the shape expression {node} (only + - * // % min max)")
+            if not ready:
+                stack += [(node, True), (node.b, False), (node.a, False)]  # type: ignore[attr-defined]
+                continue
+            out = [op, memo[id(node.a)][1], memo[id(node.b)][1]]  # type: ignore[attr-defined]
+        memo[id(node)] = (node, out)
+    return memo[id(root)][1]
 
 
 @dataclass

@@ -13,7 +13,8 @@ from .expr import (Add, BinaryOp, Call, Cast, Div, DivisionByZero, ExprLike, Flo
                    Mul, Not, PrimExpr, Select, Sub, Var, _cast_const_or, _children, _const_eval, _fold, convert,
                    is_float_dtype)
 
-__all__ = ["simplify", "prove_equal", "poly_form", "divide_exact", "free_vars", "substitute", "evaluate"]
+__all__ = ["simplify", "prove_equal", "poly_form", "divide_exact", "free_vars", "substitute", "evaluate",
+           "expr_tree_size"]
 
 
 #: Bounds of the polynomial normal form (issue 40, item 9): no expansion holds more than MAX_POLY_TERMS
@@ -25,6 +26,16 @@ __all__ = ["simplify", "prove_equal", "poly_form", "divide_exact", "free_vars", 
 MAX_POLY_TERMS = 2048
 MAX_POLY_DEGREE = 64
 MAX_POLY_PAIRS = 65536
+
+#: Bounds of the integer arithmetic tree :func:`simplify` returns (issue 40 fuzzers): at most
+#: MAX_EXPR_NODES nodes when its DAG is expanded as a tree and at most MAX_EXPR_DEPTH levels deep,
+#: counted through the arithmetic nodes (+ - * / // % min max, comparisons, casts; any other node, such as a
+#: Select or a buffer load, counts as one). Every later walk of a dim (hashing and equality of PrimExpr,
+#: the printer, ``codegen.abi.dim_to_json``, the runtime's ``eval_dim`` and JSON) visits the tree, so a
+#: chain such as ``d = d // 2 + d * batch`` repeated, then squared, made a dim of 83,157 nodes that
+#: serialising never finished. Shape arithmetic of real models stays far below (tens of nodes).
+MAX_EXPR_NODES = 8192
+MAX_EXPR_DEPTH = 256
 
 
 def poly_form(e: PrimExpr) -> dict[tuple, int] | None:
@@ -168,15 +179,53 @@ def simplify(e: ExprLike) -> PrimExpr:
 
     Each distinct node is visited once (a shared subexpression, as ``x * x`` builds it, is simplified
     once) and +, -, * chains of any depth are walked without recursion. Raises ValueError for an
-    expansion past the bounds of :func:`poly_form` (:data:`MAX_POLY_DEGREE`, ...), naming its variables.
+    expansion past the bounds of :func:`poly_form` (:data:`MAX_POLY_DEGREE`, ...) and for an integer
+    result past :data:`MAX_EXPR_NODES` / :data:`MAX_EXPR_DEPTH` (its tree, see :func:`expr_tree_size`),
+    naming its variables.
     """
     e = _fold_tree(convert(e))
     try:
-        return _Canon().canon(e)
+        out = _Canon().canon(e)
+        if not is_float_dtype(out.dtype):
+            _check_tree(out)
+        return out
     except _TooLarge as err:
         names = ", ".join(v.name for v in free_vars(e)[:8]) or "constants"
         raise ValueError(f"the symbolic expression in {names} is too large to simplify: expanding it makes "
                          f"{err} (builder.ir.arith; a shape built by repeated squaring?)") from None
+
+
+def expr_tree_size(e: ExprLike, limit: int | None = None) -> tuple[int, int]:
+    """``(nodes, depth)`` of ``e``'s arithmetic tree: its DAG expanded as a tree, through binary nodes and
+    casts (any other node counts as one node of depth 1). Each distinct node is visited once, without
+    recursion; with ``limit`` the count stops past it (the returned count is then only ``> limit``)."""
+    e = convert(e)
+    memo: dict[int, tuple[PrimExpr, int, int]] = {}   # id -> (node kept alive, nodes, depth)
+    stack: list[tuple[PrimExpr, bool]] = [(e, False)]
+    while stack:
+        node, ready = stack.pop()
+        if id(node) in memo:
+            continue
+        kids = (node.a, node.b) if isinstance(node, BinaryOp) else (node.value,) if isinstance(node, Cast) else ()
+        if kids and not ready:
+            stack.append((node, True))
+            stack.extend((k, False) for k in kids)
+            continue
+        size = 1 + sum(memo[id(k)][1] for k in kids)
+        depth = 1 + max((memo[id(k)][2] for k in kids), default=0)
+        if limit is not None and size > limit:
+            return size, depth
+        memo[id(node)] = (node, size, depth)
+    return memo[id(e)][1], memo[id(e)][2]
+
+
+def _check_tree(e: PrimExpr) -> None:
+    """_TooLarge when ``e``'s arithmetic tree is past :data:`MAX_EXPR_NODES` nodes or :data:`MAX_EXPR_DEPTH`."""
+    size, depth = expr_tree_size(e, MAX_EXPR_NODES)
+    if size > MAX_EXPR_NODES:
+        raise _TooLarge(f"an expression of more than MAX_EXPR_NODES = {MAX_EXPR_NODES} nodes")
+    if depth > MAX_EXPR_DEPTH:
+        raise _TooLarge(f"an expression {depth} levels deep (more than MAX_EXPR_DEPTH = {MAX_EXPR_DEPTH})")
 
 
 def divide_exact(e: ExprLike, divisor: int) -> PrimExpr | None:

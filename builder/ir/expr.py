@@ -77,7 +77,7 @@ def _scalar_operands(method):
 class PrimExpr:
     """Base class of scalar expressions. ``dtype`` is the scalar type of the value."""
 
-    __slots__ = ("dtype",)
+    __slots__ = ("dtype", "_hash")
     dtype: str
 
     # -- construction helpers -------------------------------------------------------------
@@ -177,14 +177,24 @@ class PrimExpr:
             other = const(other, self.dtype)
         if not isinstance(other, PrimExpr):
             return NotImplemented
-        return self is other or (type(self) is type(other) and self._key() == other._key())
+        if self is other:
+            return True
+        if type(self) is not type(other) or hash(self) != hash(other):   # cached hashes: a fast no
+            return False
+        return self._key() == other._key()
 
     def __ne__(self, other: object) -> bool:  # type: ignore[override]
         result = self.__eq__(other)
         return result if result is NotImplemented else not result
 
     def __hash__(self) -> int:
-        return hash((type(self).__name__, self._key()))
+        """Structural hash, computed once per node (cached) and bottom-up without recursion: a shared DAG
+        (``x = x * x`` repeated) hashes in time linear in its distinct nodes, not in its tree."""
+        h = getattr(self, "_hash", None)
+        if h is None:
+            _hash_bottom_up(self)
+            h = self._hash
+        return h
 
     def __str__(self) -> str:
         from .printer import print_prim_expr
@@ -665,6 +675,21 @@ def _const_eval(cls: type, x, y, is_int: bool):
     table = {EQ: x == y, NE: x != y, LT: x < y, LE: x <= y, GT: x > y, GE: x >= y,
              And: bool(x) and bool(y), Or: bool(x) or bool(y)}
     return table.get(cls)
+
+
+def _hash_bottom_up(e: PrimExpr) -> None:
+    """Cache the structural hash of ``e`` and of its descendants that have none, children first (an
+    explicit stack), so that each ``hash((name, _key()))`` finds its operands' hashes cached."""
+    stack: list[tuple[PrimExpr, bool]] = [(e, False)]
+    while stack:
+        node, ready = stack.pop()
+        if type(node).__hash__ is not PrimExpr.__hash__ or getattr(node, "_hash", None) is not None:
+            continue
+        if not ready:
+            stack.append((node, True))
+            stack.extend((c, False) for c in _children(node) if isinstance(c, PrimExpr))
+            continue
+        node._hash = hash((type(node).__name__, node._key()))
 
 
 def _children(x: PrimExpr) -> tuple[PrimExpr, ...]:
