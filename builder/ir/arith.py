@@ -228,15 +228,61 @@ def _check_tree(e: PrimExpr) -> None:
         raise _TooLarge(f"an expression {depth} levels deep (more than MAX_EXPR_DEPTH = {MAX_EXPR_DEPTH})")
 
 
-def divide_exact(e: ExprLike, divisor: int) -> PrimExpr | None:
-    """``e / divisor`` when every coefficient of ``e``'s polynomial form is divisible, else None."""
-    if divisor == 0:
+def divide_exact(e: ExprLike, divisor: ExprLike) -> PrimExpr | None:
+    """The int expression ``q`` with ``q * divisor == e`` for every value of the variables, else None.
+
+    ``divisor`` is an int or an int expression (``batch * seq`` divides ``batch * seq * 4`` into ``4``).
+    Exact multivariate division of the polynomial forms (:func:`poly_form`; any monomial order that is
+    graded and compatible with products works, Cox, Little, O'Shea, *Ideals, Varieties, and Algorithms*,
+    2.3): the leading term of the remainder is divided by the divisor's leading term until the remainder
+    is 0; None when a leading term does not divide (its atoms or its integer coefficient), when a form
+    is past the bounds, or for a divisor 0. Raises ValueError as :func:`simplify` does.
+    """
+    d = simplify(divisor)
+    if isinstance(d, IntImm) and d.value == 0:
         return None
     e = simplify(e)
-    p = poly_form(e)
-    if p is None or any(v % divisor for v in p.values()):
+    pe, pd = poly_form(e), poly_form(d)
+    if pe is None or pd is None or not pd:
         return None
-    return _rebuild({k: v // divisor for k, v in p.items()}, free_vars(e), e.dtype)
+    lead_d = max(pd, key=_mono_order)
+    cd = pd[lead_d]
+    rem, quot = dict(pe), {}
+    for _ in range(MAX_POLY_TERMS + 1):
+        if not rem:
+            return _rebuild(quot, free_vars(e) + free_vars(d), e.dtype)
+        lead = max(rem, key=_mono_order)
+        mono = _mono_quotient(lead, lead_d)
+        if mono is None or rem[lead] % cd:
+            return None
+        c = rem[lead] // cd
+        quot[mono] = quot.get(mono, 0) + c
+        for k, v in pd.items():
+            m = _merge(mono, k)
+            r = rem.get(m, 0) - c * v
+            if r:
+                rem[m] = r
+            else:
+                rem.pop(m, None)
+    return None
+
+
+def _mono_order(m: tuple) -> tuple:
+    """A graded monomial order: degree, then the atoms' order (ties of equal monomials impossible)."""
+    return (len(m), [_atom_order(a) for a in m])
+
+
+def _mono_quotient(m: tuple, by: tuple) -> tuple | None:
+    """The monomial ``m / by`` (both sorted multisets of atoms), None when ``by`` does not divide ``m``."""
+    rest = list(m)
+    for a in by:
+        for i, b in enumerate(rest):
+            if b == a:
+                del rest[i]
+                break
+        else:
+            return None
+    return tuple(rest)
 
 
 class _Canon:

@@ -45,7 +45,10 @@ def infer_reshape(call: Call) -> StructInfo:
 def resolve_reshape(shape: tuple, new_shape: Sequence) -> list:
     """Resolve one ``-1`` in ``new_shape`` against ``shape`` (symbolic dims allowed).
 
-    Raises ValueError when the element counts cannot match or more than one ``-1`` is given.
+    The ``-1`` is the element count of ``shape`` divided exactly by the product of the other dims
+    (:func:`builder.ir.arith.divide_exact`, symbolic products included: ``(batch, seq, 4)`` to
+    ``[batch * seq, -1]`` gives 4). Raises ValueError when that quotient is not exact (or not provably so)
+    or more than one ``-1`` is given.
     """
     new = [d if not isinstance(d, E.IntImm) else d.value for d in new_shape]
     holes = [i for i, d in enumerate(new) if isinstance(d, int) and d == -1]
@@ -60,22 +63,11 @@ def resolve_reshape(shape: tuple, new_shape: Sequence) -> list:
             raise ValueError(f"reshape: cannot reshape {fmt_shape(tuple(shape))} to {new}")
         new[holes[0]] = total // part
         return new
-    if isinstance(part, int):
-        quotient = E.divide_exact(total, part)
-        if quotient is None:
-            raise ValueError(f"reshape: cannot infer -1 reshaping {fmt_shape(tuple(shape))} to {new}")
-        new[holes[0]] = normalize_dim(quotient)
-        return new
-    # symbolic: cancel the known dims one by one from the list of dims of `shape`
-    remaining = list(shape)
-    for d in known:
-        for j, s in enumerate(remaining):
-            if dims_equal(s, d):
-                del remaining[j]
-                break
-        else:
-            raise ValueError(f"reshape: cannot infer -1 reshaping {fmt_shape(tuple(shape))} to {new}")
-    new[holes[0]] = product(remaining)
+    quotient = E.divide_exact(total, part)
+    if quotient is None:
+        raise ValueError(f"reshape: cannot infer -1 reshaping {fmt_shape(tuple(shape))} to {new}: "
+                         f"{fmt_shape(tuple(known))} does not divide the element count exactly")
+    new[holes[0]] = normalize_dim(quotient)
     return new
 
 
