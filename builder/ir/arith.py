@@ -2,7 +2,8 @@
 and a canonical polynomial form of integer sums / products), :func:`prove_equal` (equality of int64
 shape expressions through that normal form, :func:`poly_form`), :func:`divide_exact`,
 :func:`free_vars`, :func:`substitute` and :func:`evaluate`. The normal form is bounded
-(:data:`MAX_POLY_DEGREE`, :data:`MAX_POLY_TERMS`, :data:`MAX_POLY_PAIRS`) and every walk of
+(:data:`MAX_POLY_DEGREE`, :data:`MAX_POLY_TERMS`, :data:`MAX_POLY_PAIRS`), so is the tree of an integer
+result of :func:`simplify` (:data:`MAX_EXPR_NODES`, :data:`MAX_EXPR_DEPTH`), and every walk of
 :func:`simplify`, :func:`poly_form` and :func:`free_vars` visits each distinct node once, iteratively.
 
 :mod:`builder.ir.expr` re-exports the public functions, so ``E.simplify(e)`` reaches them too.
