@@ -234,7 +234,7 @@ def _row_work(s: Stmt) -> int:
 def _fused_pair(s: For) -> For | None:
     """``for a in [0, A): for b in [0, B): body`` -> ``for f in [0, A * B): let a = f // B;
     let b = f % B; body`` (int64 ``f``), where both loops are serial, start at 0, are spatial
-    only and ``body`` is loops of at least :data:`FUSE_MIN_ROW_WORK` innermost iterations (so
+    only, the inner extent is not a static 0, and ``body`` is loops of at least :data:`FUSE_MIN_ROW_WORK` innermost iterations (so
     ``f`` counts rows, not the elements of a vectorized innermost loop, and the division per row
     is small against the row); else None. A norm or softmax over (batch 1, 1500 rows) then splits
     its 1500 rows over the threads, where the batch loop alone gave one thread all of them."""
@@ -244,6 +244,8 @@ def _fused_pair(s: For) -> For | None:
         return None
     if not all(isinstance(m, E.IntImm) and m.value == 0 for m in (s.min, inner.min)):
         return None
+    if isinstance(inner.extent, E.IntImm) and inner.extent.value == 0:
+        return None   # an empty inner loop: nothing to split over threads (and ``f % 0`` is no index)
     a, b = s.loop_var, inner.loop_var
     f = Var(f"{a.name}_{b.name}_fused", "int64")
     ext_b = inner.extent.astype("int64")

@@ -405,3 +405,17 @@ def test_nested_loop_errors_name_the_body_nodes():
     assert "'Loop_1 (-> inner_out)' (Loop) of the body 'outer_body'" in msg
     assert "'Slice_0 (-> vo)' (Slice) of the body 'inner_body'" in msg
     assert "a step of 0" in msg and "_-" not in msg
+
+
+def test_slice_to_an_empty_static_dim_between_symbolic_dims():
+    """A Slice whose result is empty along a static middle dim (starts = ends) between symbolic dims: the
+    scheduler fused the two outer row loops with the static inner extent 0 and built ``f % 0``, an internal
+    DivisionByZero at compile time (found by the differential fuzzer); now an empty result as onnxruntime's."""
+    model = make_model([helper.make_node("Slice", ["x", "s", "e", "a", "p"], ["y"])], [vi("x", ["d0", "d1", "d2"])],
+                       [vi("y", ["d0", "o", "d2"])],
+                       [("s", np.array([1])), ("e", np.array([1])), ("a", np.array([1])), ("p", np.array([2]))],
+                       opset=13)
+    run = runner_of_both(model)
+    for shape in ((3, 6, 3), (1, 2, 40)):
+        got, want = run({"x": np.ones(shape, np.float32)})
+        assert got[0].shape == want[0].shape == (shape[0], 0, shape[2])
