@@ -2380,7 +2380,10 @@ def _extreme(largest: bool):
     value of the data type otherwise", ReduceMin alike) and onnxruntime give -inf (+inf): for an empty set and
     for a set holding nothing but -inf (+inf). Those results are put right by counting the elements other than
     -inf (+inf, NaN counted: NaN propagates) and taking the infinity where there are none. Integer dtypes need
-    nothing (their minimum / maximum is the identity)."""
+    nothing (their minimum / maximum is the identity).
+
+    NaN: a set holding a NaN gives NaN (numpy's ``max`` / ``min``, PyTorch's ``amax`` / ``amin``). The spec
+    does not say how a NaN compares; onnxruntime's CPU kernel skips a NaN that is not first (``x > max``)."""
     def f(x, axis, keepdims):
         r = (op.max if largest else op.min)(x, axis=axis, keepdims=keepdims)
         if not _float_dtype(x.dtype):

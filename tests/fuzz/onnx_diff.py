@@ -18,8 +18,8 @@ outputs with NaN at the same positions, infinities at the same positions with th
 finite values within :data:`TOLERANCE` of the dtype (relative, plus an absolute floor scaled by the
 largest finite input for sums). A clean refusal by our importer (``ONNXImportError``, or another
 non-internal error, at import or compile) is not a problem, nor is a case where the importer documents
-another rule than onnxruntime's (:func:`_documented_divergence`: NaN in MaxPool / ArgMax / ArgMin, an
-empty ReduceMean); an internal error (``TypeError``,
+another rule than onnxruntime's (:func:`_documented_divergence`: NaN in MaxPool / ArgMax / ArgMin /
+ReduceMax / ReduceMin, an empty ReduceMean); an internal error (``TypeError``,
 ``IndexError``, ...) is, and so is an error at run time (onnxruntime ran the same inputs). A symbolic
 input dim is never 1 (exporters keep broadcasting dims static; a symbolic dim is assumed not to broadcast).
 """
@@ -763,7 +763,8 @@ def run_case(path: str, inputs_path: str) -> dict:
 def _documented_divergence(path: str, feeds: dict) -> str | None:
     """Why the case is not compared with onnxruntime, where the importer documents another rule than
     onnxruntime's for it (``builder/frontend/onnx.py``): a MaxPool window holding a NaN gives NaN (onnxruntime
-    keeps or drops it by kernel), ArgMax / ArgMin take the first NaN of a row (numpy's rule), ReduceMean over
+    keeps or drops it by kernel), ArgMax / ArgMin take the first NaN of a row (numpy's rule), ReduceMax /
+    ReduceMin of a set holding a NaN give NaN (numpy's; onnxruntime skips a NaN that is not first), ReduceMean over
     an empty set is NaN (the spec's "undefined"; onnxruntime gives 0). None otherwise."""
     import onnx
     from onnx import numpy_helper
@@ -772,8 +773,9 @@ def _documented_divergence(path: str, feeds: dict) -> str | None:
     ops = {n.op_type for n in model.graph.node}
     arrays = list(feeds.values()) + [numpy_helper.to_array(t) for t in model.graph.initializer]
     nan = any(a.dtype.kind == "f" and np.isnan(a).any() for a in arrays)
-    if nan and ops & {"MaxPool", "ArgMax", "ArgMin"}:
-        return f"documented NaN rule of {sorted(ops & {'MaxPool', 'ArgMax', 'ArgMin'})}"
+    nan_rules = {"MaxPool", "ArgMax", "ArgMin", "ReduceMax", "ReduceMin"}
+    if nan and ops & nan_rules:
+        return f"documented NaN rule of {sorted(ops & nan_rules)}"
     if "ReduceMean" in ops and any(a.size == 0 for a in arrays if a.dtype.kind == "f"):
         return "documented NaN of an empty ReduceMean"
     return None
