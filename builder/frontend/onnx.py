@@ -1011,7 +1011,8 @@ def _binary(im: _Importer, node, ins, at):
 @_register("Mod")
 def _mod(im, node, ins, at):
     """``Mod``: ``fmod=0`` the sign of the divisor (integers; ``floor_mod``), ``fmod=1`` the sign of the
-    dividend (C's ``fmod``: ``a - trunc(a / b) * b``)."""
+    dividend (C's ``fmod``: ``a - trunc(a / b) * b``, and ``a`` itself for a finite ``a`` over an infinite
+    ``b``)."""
     _check_inputs(ins, node)
     a, b = ins
     shape_like = lambda v: isinstance(v, _Sym) or isinstance(v, np.ndarray) and v.dtype.kind in "iu"
@@ -1031,7 +1032,10 @@ def _mod(im, node, ins, at):
     if int(at.get("fmod", 0)):
         if a.dtype.startswith(("int", "uint")):
             return op.subtract(a, op.multiply(op.divide(a, b), b))      # integer divide truncates
-        return op.subtract(a, op.multiply(op.trunc(op.divide(a, b)), b))
+        r = op.subtract(a, op.multiply(op.trunc(op.divide(a, b)), b))
+        # C's fmod of a finite dividend by an infinite divisor is the dividend (C11 F.10.7.1), where the
+        # formula gives 0 * inf = NaN
+        return op.where(op.equal(op.abs(b), float("inf")), op.where(op.less(op.abs(a), float("inf")), a, r), r)
     if E.is_float_dtype(a.dtype):
         raise ONNXImportError("Mod of floats needs fmod=1 (the ONNX spec)")
     return op.floor_mod(a, b)

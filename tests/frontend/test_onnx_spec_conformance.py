@@ -419,3 +419,18 @@ def test_slice_to_an_empty_static_dim_between_symbolic_dims():
     for shape in ((3, 6, 3), (1, 2, 40)):
         got, want = run({"x": np.ones(shape, np.float32)})
         assert got[0].shape == want[0].shape == (shape[0], 0, shape[2])
+
+
+def test_mod_fmod_of_floats_by_infinity_and_zero():
+    """``Mod(fmod=1)`` of floats is C's ``fmod``: a finite dividend over an infinite divisor is the dividend
+    (``a - trunc(a / b) * b`` gave ``0 * inf = NaN``; found by the differential fuzzer), an infinite dividend or
+    a zero divisor NaN; checked against numpy's fmod and onnxruntime."""
+    model = make_model([helper.make_node("Mod", ["a", "b"], ["y"], fmod=1)], [vi("a", ["n"]), vi("b", ["n"])],
+                       [vi("y", ["n"])], opset=18)
+    a = np.array([-0.0, 0.0, 3.5, -3.5, 7.0, -7.25, np.inf, -np.inf, 5.0, np.nan, 1e30, 2.0], np.float32)
+    b = np.array([-np.inf, np.inf, np.inf, -np.inf, 2.0, 3.0, 2.0, np.inf, 0.0, 1.0, np.inf, np.nan], np.float32)
+    got, want = runner_of_both(model)({"a": a, "b": b})
+    with np.errstate(invalid="ignore"):
+        ref = np.fmod(a, b)
+    np.testing.assert_array_equal(got[0], ref)
+    np.testing.assert_array_equal(want[0], ref)
