@@ -91,9 +91,6 @@ class CompiledLibrary:
         return NativeLibrary(self.object_code, self.functions, self.target or None)
 
 
-#: Most LLVM modules the kernels of one build are split into (see :func:`emit_llvm_parts`). Fixed, not
-#: the number of cores, so that the object code (and the cache key) is the same on every machine
-#: and with any number of threads.
 #: A reference to an LLVM intrinsic of AMX's tile instructions (``ldtilecfg``, ``tileloadd64``,
 #: ``tdpbf16ps``, ...), its name quoted or not (llvmlite quotes names with dots).
 _AMX_INTRINSIC = re.compile(r'@"?llvm\.x86\.(?:ldtilecfg|sttilecfg|tile|tdp)')
@@ -108,6 +105,9 @@ def uses_amx_tiles(texts) -> bool:
     return any(_AMX_INTRINSIC.search(t) for t in texts)
 
 
+#: Most LLVM modules the kernels of one build are split into (see :func:`emit_llvm_parts`). Fixed, not
+#: the number of cores, so that the object code (and the cache key) is the same on every machine
+#: and with any number of threads.
 MAX_PARTS = 4
 
 #: A build is split only when its distinct kernels add up to at least this many LLVM instructions
