@@ -45,7 +45,7 @@ import math
 import operator
 from typing import Any, Callable
 
-from runtime.native import numpy_dtype
+from core.dtypes import numpy_dtype
 from schemas import Recipe, RecipeError
 from schemas.errors import shorten
 from schemas.limits import (MAX_BLOCK_DEPTH, MAX_EXPRESSION_DEPTH, MAX_FORWARD_CHARS, MAX_MODULES, MAX_TENSOR_BYTES,

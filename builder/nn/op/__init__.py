@@ -25,6 +25,7 @@ from __future__ import annotations
 import inspect
 from typing import Callable
 
+from ... import ops as _ops  # noqa: F401 - the op library: every record registered before the functions are made
 from ...ir.op import registered_ops
 from . import attention, creation, elementwise, extern, linear_algebra, manipulation, nn, quantize, reduction, sorting
 from .checks import checked

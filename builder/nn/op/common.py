@@ -7,7 +7,9 @@ from contextvars import ContextVar
 from typing import Sequence
 
 import numpy as np
-from schemas.limits import MAX_NDIM
+
+from core.limits import MAX_NDIM
+from core.messages import shorten
 
 from ...ir import expr as E
 from ...ir import relax as rx
@@ -141,8 +143,6 @@ REFUSE_FLOAT_OVERFLOW: ContextVar[bool] = ContextVar("REFUSE_FLOAT_OVERFLOW", de
 
 
 def short(value) -> str:
-    from schemas.errors import shorten
-
     return shorten(value, 60)
 
 
