@@ -56,14 +56,12 @@ DEFERRED = {
         "the op library (a higher room) registers its records in ir's registry; Op.get / registered_ops load "
         "it on the first lookup by name, so `import builder.ir` stays light and a caller always finds its op "
         "(TVM registers its ops when libtvm loads)",
-    ("builder.ir.expr", "builder.ir.printer"):
-        "str(PrimExpr) prints through the printer, which imports the nodes (TVM's Node.__str__)",
+    ("builder.ir.expr", "builder.ir.expr_printer"):
+        "str(PrimExpr) prints through the scalar printer, which imports the nodes (TVM's Node.__str__)",
     ("builder.ir.relax", "builder.ir.printer"):
         "IRModule.script() / str(node) print through the printer, which imports the nodes",
     ("builder.ir.tir.nodes", "builder.ir.tir.printer"):
         "str(stmt) prints through the loop-level printer, which imports the nodes",
-    ("builder.ir.printer", "builder.ir.tir"):
-        "the module printer prints PrimFuncs; the loop-level printer reuses the scalar printer of this module",
     ("builder.ir.expr", "builder.ir.arith"):
         "not deferred: a re-export. E.simplify / E.prove_equal ... are the public face of the analysis (282 "
         "call sites), which lives in arith and imports the nodes",

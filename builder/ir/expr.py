@@ -197,7 +197,7 @@ class PrimExpr:
         return h
 
     def __str__(self) -> str:
-        from .printer import print_prim_expr
+        from .expr_printer import print_prim_expr
 
         return print_prim_expr(self)
 
