@@ -3,14 +3,26 @@ as uint16 bit patterns (numpy has no bfloat16) and its exact conversions."""
 from __future__ import annotations
 
 import functools
+from typing import Literal, get_args
 
 import numpy as np
 
-__all__ = ["DTYPES", "numpy_dtype", "as_bfloat16_bits", "float32_to_bfloat16_bits", "bfloat16_bits_to_float32"]
+__all__ = ["DType", "DTYPES", "STORAGE_BITS", "numpy_dtype", "as_bfloat16_bits", "float32_to_bfloat16_bits",
+           "bfloat16_bits_to_float32"]
 
-#: The element types of tensors: what the IR's struct info names and native code reads and writes.
-DTYPES = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float16",
-          "bfloat16", "float32", "float64")
+DType = Literal[
+    "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+    "float16", "bfloat16", "float32", "float64",
+]
+"""A tensor element type name (TVM spelling)."""
+
+DTYPES: tuple[str, ...] = get_args(DType)
+"""The element types of tensors, in order: what a recipe may name, the IR's struct info carries, the
+kernel ABI passes and native code reads and writes."""
+
+STORAGE_BITS: dict[str, int] = {"uint8": 8, "uint16": 16, "uint32": 32, "int8": 8}
+"""Bits of each storage dtype that quantized weights can be packed into (a recipe's ``storage_dtype``; the
+packed words the quantization ops, computes and kernels read)."""
 
 
 @functools.lru_cache(maxsize=128)

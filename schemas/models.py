@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import keyword
 import re
-from typing import Annotated, Any, Literal, Optional, Union, get_args
+from typing import Annotated, Any, Literal, Optional, Union
 
 from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, PrivateAttr, Tag,
                       ValidationInfo, field_validator, model_validator)
 from pydantic_core import PydanticCustomError
 
+from core.dtypes import DTYPES, STORAGE_BITS, DType
 from core.limits import MAX_DIM, MAX_FUNCTIONS, MAX_NDIM, MAX_TENSOR_PARALLEL_SHARDS
 from core.limits import MAX_WEIGHT_IGNORE, MAX_WEIGHT_MAP_ENTRIES, MAX_WEIGHT_NAME_CHARS, MAX_WEIGHT_PATTERN_ENTRIES
 from core.messages import shorten
@@ -17,16 +18,6 @@ from core.precision import MatmulPrecision
 from core.weight_names import file_side_problems, parameter_side_problems, parse_rule
 
 from .source import SourceMap
-
-DType = Literal[
-    "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
-    "float16", "bfloat16", "float32", "float64",
-]
-"""A tensor element type name."""
-
-DTYPES: tuple[str, ...] = get_args(DType)
-"""All valid :data:`DType` names."""
-
 
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
@@ -453,8 +444,6 @@ FunctionEntry = Annotated[
 FloatDType = Literal["float16", "bfloat16", "float32"]
 """A model (activation / scale) dtype of a quantization spec."""
 
-STORAGE_BITS: dict[str, int] = {"uint8": 8, "uint16": 16, "uint32": 32, "int8": 8}
-"""Bits of each storage dtype that quantized weights can be packed into."""
 
 
 class NoQuantization(StrictModel):
