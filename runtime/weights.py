@@ -64,7 +64,7 @@ from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
-from core.dtypes import float32_to_bfloat16_bits
+from core.dtypes import bfloat16_bits_to_float32, float32_to_bfloat16_bits
 from core.layout import tile_rows, untile_rows
 from core.limits import MAX_WEIGHT_IGNORE, MAX_WEIGHT_NAME_CHARS
 from core.messages import shorten
@@ -548,7 +548,7 @@ def _cast_float(a: np.ndarray, src: str, dst: str) -> np.ndarray:
 
 def _float32(a: np.ndarray, dtype: str) -> np.ndarray:
     if dtype == "bfloat16":
-        return (a.astype(np.uint32) << np.uint32(16)).view(np.float32)
+        return bfloat16_bits_to_float32(a)
     return a.astype(np.float32)
 
 
