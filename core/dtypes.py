@@ -7,8 +7,8 @@ from typing import Literal, get_args
 
 import numpy as np
 
-__all__ = ["DType", "DTYPES", "STORAGE_BITS", "numpy_dtype", "as_bfloat16_bits", "float32_to_bfloat16_bits",
-           "bfloat16_bits_to_float32"]
+__all__ = ["DType", "DTYPES", "STORAGE_BITS", "numpy_dtype", "is_ml_dtypes_bfloat16", "as_bfloat16_bits",
+           "float32_to_bfloat16_bits", "bfloat16_bits_to_float32"]
 
 DType = Literal[
     "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
@@ -43,7 +43,8 @@ def numpy_dtype(name: str) -> np.dtype:
     return np.dtype(name)
 
 
-def _is_ml_dtypes_bfloat16(dtype: np.dtype) -> bool:
+def is_ml_dtypes_bfloat16(dtype: np.dtype) -> bool:
+    """Whether ``dtype`` is ``ml_dtypes.bfloat16`` (2 bytes, named bfloat16), without importing ml_dtypes."""
     return dtype.name == "bfloat16" and dtype.itemsize == 2
 
 
@@ -54,7 +55,7 @@ def as_bfloat16_bits(a: np.ndarray) -> np.ndarray:
     Raises TypeError for any other dtype (convert floats with :func:`float32_to_bfloat16_bits`).
     """
     a = np.asarray(a)
-    if a.dtype in (np.uint16, np.int16) or _is_ml_dtypes_bfloat16(a.dtype):
+    if a.dtype in (np.uint16, np.int16) or is_ml_dtypes_bfloat16(a.dtype):
         return a.view(np.uint16)
     raise TypeError(f"expected bfloat16 bits (uint16) or an ml_dtypes.bfloat16 array, got dtype {a.dtype}")
 

@@ -24,7 +24,6 @@ Shape dims in the metadata are ints or JSON trees ``["var", name]`` / ``[op, a, 
 from __future__ import annotations
 
 import ctypes
-import functools
 import hashlib
 import json
 import re
@@ -34,7 +33,8 @@ from typing import Sequence
 import llvmlite.binding as llvm
 import numpy as np
 
-from core.dtypes import DTYPES, as_bfloat16_bits, bfloat16_bits_to_float32, float32_to_bfloat16_bits, numpy_dtype  # noqa: F401
+from core.dtypes import (DTYPES, as_bfloat16_bits, bfloat16_bits_to_float32, float32_to_bfloat16_bits,  # noqa: F401
+                         is_ml_dtypes_bfloat16, numpy_dtype)
 
 from .elf import ElfObject, read_object
 from .target import check_target, host_target_machine, init_llvm
@@ -391,7 +391,7 @@ class NativeLibrary:
                 raise ValueError(f"{name}: argument '{entry.param_names[i]}' (param {i}) must be "
                                  f"a numpy array, got {type(a).__name__}")
             if a.dtype != entry.dtypes[i] and not (entry.accept_bf16_bits[i] and (
-                    a.dtype in (np.uint16, np.int16) or _is_ml_dtypes_bfloat16(a.dtype))):
+                    a.dtype in (np.uint16, np.int16) or is_ml_dtypes_bfloat16(a.dtype))):
                 raise ValueError(f"{name}: argument '{entry.param_names[i]}' (param {i}) has dtype "
                                  f"{a.dtype}, expected {entry.dtype_names[i]}")
             shape = a.shape
