@@ -41,14 +41,18 @@ def _public(module) -> dict:
 
 _functions: dict = {}
 for _module in _FAMILIES:
-    _functions.update(_public(_module))
+    for _name, _fn in _public(_module).items():
+        if _name in _functions:   # two families wrote the same function: one would silently shadow the other
+            raise ImportError(f"nn.op: {_module.__name__}.{_name} and {_functions[_name].__module__}.{_name} "
+                              "are both hand-written; keep one")
+        _functions[_name] = _fn
 _functions.update(elementwise.record_functions(_functions))
 _missing = sorted(op.frontend for op in registered_ops() if op.frontend and op.frontend not in _functions)
 if _missing:   # a record names a frontend function nobody wrote (a bug in builder/ops, found at import)
     raise ImportError(f"nn.op has no function for the op records' frontend names {_missing}")
 globals().update({name: checked(fn) for name, fn in _functions.items()})
 __all__ = sorted(_functions)
-del _module, _missing
+del _module, _missing, _name, _fn
 
 
 def recipe_functions() -> dict[str, Callable]:
