@@ -256,6 +256,10 @@ class _FunctionPrinter:
                 parts.append(f"sinfo_args=({self.sinfo(c.sinfo_args[0])},)")
                 return f"R.{name[len('relax.'):]}({', '.join(parts)})"
             parts = [self.expr(a) for a in c.args]
+            for i in c.op.int_args:   # TVM 0.27 prints R.triu(x, 1), not R.triu(x, R.prim_value(1))
+                a = c.args[i] if i < len(c.args) else None
+                if isinstance(a, rx.PrimValue) and isinstance(a.value, E.IntImm) and a.value.dtype == "int64":
+                    parts[i] = str(a.value.value)
             keys = list(c.op.attr_names) + [k for k in c.attrs if k not in c.op.attr_names]
             parts += [f"{k}={format_attr(c.attrs[k])}" for k in keys if k in c.attrs]
             return f"R.{name[len('relax.'):]}({', '.join(parts)})"

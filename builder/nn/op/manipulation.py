@@ -272,13 +272,14 @@ def pad(x: Tensor, pad: Sequence[int], mode: str = "constant", value: float = 0.
 
 def triu(x: Tensor, diagonal: int = 0, name: str = "triu") -> Tensor:
     """Upper triangle of the last two dims (``numpy.triu``): elements with ``j - i < diagonal``
-    become 0: ``R.triu(x, R.prim_value(diagonal))``. Raises ValueError for ndim < 2."""
+    become 0: ``R.triu(x, diagonal)`` (``diagonal`` an int64 ``R.prim_value``, printed as
+    a plain int as TVM 0.27 does). Raises ValueError for ndim < 2."""
     return wrap_nested(op_call("triu", [x._expr, rx.PrimValue(diagonal, "int64")]), name)
 
 
 def tril(x: Tensor, diagonal: int = 0, name: str = "tril") -> Tensor:
     """Lower triangle of the last two dims (``numpy.tril``): elements with ``j - i > diagonal``
-    become 0: ``R.tril(x, R.prim_value(diagonal))``. Raises ValueError for ndim < 2."""
+    become 0: ``R.tril(x, diagonal)`` (printed as ``R.triu``'s). Raises ValueError for ndim < 2."""
     return wrap_nested(op_call("tril", [x._expr, rx.PrimValue(diagonal, "int64")]), name)
 
 
