@@ -308,7 +308,8 @@ class _Rewriter:
             args = [self.operand(q, _HEADS, f"{name}_q"), self.operand(*k, f"{name}_k"),
                     self.operand(*v4, f"{name}_v")]
         a = self.emit(call_op("nn.attention", args + ([mask] if mask is not None else []),
-                          scale=E.FloatImm(scale, "float32"), causal_mask=None), f"{name}_attention")
+                          scale=E.FloatImm(scale, "float32"), causal_mask=None, window_size=None),
+                      f"{name}_attention")
         if nd == 3:
             self.bind(var, call_op("reshape", [a, rx.ShapeExpr([B, Sq, Dv])]))
         else:

@@ -371,10 +371,14 @@ def _qkv(call: Call, op: str, layout: str, ndim: int) -> tuple:
 
 
 def infer_attention(call: Call) -> StructInfo:
-    """``R.nn.attention(query, key, value[, bias], scale, causal_mask)``: (B, Sq, H, Dv).
+    """``R.nn.attention(query, key, value[, bias], scale, causal_mask, window_size)``: (B, Sq, H, Dv).
 
-    ``bias`` (optional 4th argument, TVM's) has query's dtype and shape (B, H, Sq, Sk) where any
-    dim may be 1 (broadcast)."""
+    ``query`` (B, Sq, H, D), ``key`` (B, Sk, Hk, D), ``value`` (B, Sk, Hk, Dv) of one float dtype, H a
+    multiple of Hk (grouped-query attention); ``bias`` (optional 4th argument, TVM's) has query's dtype
+    and shape (B, H, Sq, Sk) where any dim may be 1 (broadcast). ``causal_mask`` is None, ``"TopLeft"``
+    or ``"BottomRight"``; ``window_size`` (TVM's sliding window, printed ``window_size=None`` as TVM
+    0.27 does) must be None or absent. Raises ValueError for any other shape, mask or window, naming
+    the op and the operands."""
     if len(call.args) not in (3, 4):
         raise ValueError(f"R.nn.attention: takes query, key, value and an optional bias, got "
                          f"{len(call.args)} arguments")
@@ -398,6 +402,9 @@ def infer_attention(call: Call) -> StructInfo:
     if mask not in (None, "TopLeft", "BottomRight"):
         raise ValueError(f"R.nn.attention: causal_mask must be None, 'TopLeft' or 'BottomRight', "
                          f"got {mask!r}")
+    if call.attrs.get("window_size") is not None:
+        raise ValueError(f"R.nn.attention: sliding-window attention (window_size={call.attrs['window_size']!r}) "
+                         "is not supported; window_size must be None")
     if len(call.args) == 4:
         bias = tensor_arg(call, 3, "bias")
         check_same_dtype(call, q, bias, "query", "bias")
