@@ -12,6 +12,11 @@ from .elementwise import broadcast_shapes
 
 
 def infer_matmul(call: Call) -> StructInfo:
+    """Struct info of ``R.matmul(a, b, out_dtype)`` (``numpy.matmul``): ``(*batch, M, K) @ (*batch, K, N)
+    -> (*batch, M, N)`` with the batch dims broadcast; a 1-D ``a`` is a row (its M dropped from the
+    result), a 1-D ``b`` a column (its N dropped). dtype: ``out_dtype`` when given (not ``"void"``),
+    else the operands'. Raises TypeError when the operand dtypes differ, ValueError for a 0-d operand,
+    reduction dims K that differ or batch dims that do not broadcast."""
     a, b = tensor_arg(call, 0, "lhs"), tensor_arg(call, 1, "rhs")
     out_dtype = call.attrs.get("out_dtype", "void")
     if a.dtype != b.dtype:
@@ -35,6 +40,10 @@ def infer_matmul(call: Call) -> StructInfo:
 
 
 def check_norm_params(call: Call, x: TensorStructInfo, axes, names: Sequence[str]) -> None:
+    """Check the parameter tensors of a normalization (arguments 1, 2, ... of ``call``, named ``names``:
+    ``gamma`` / ``beta``, ``weight``): each has ``x``'s dtype and the shape of ``x``'s normalized dims
+    ``axes`` (already normalized to ``[0, ndim)``). Raises ValueError for repeated axes or a shape
+    mismatch, TypeError for a dtype mismatch, naming the op and the input's shape."""
     if len(set(axes)) != len(axes):
         raise ValueError(f"{call.op.name}: axes {list(call.attrs['axes'])} repeat a dim of input "
                          f"{fmt_shape(x.shape)}")
@@ -49,6 +58,9 @@ def check_norm_params(call: Call, x: TensorStructInfo, axes, names: Sequence[str
 
 
 def infer_layer_norm(call: Call) -> StructInfo:
+    """Struct info of ``R.nn.layer_norm(data, gamma, beta, axes, epsilon, ...)`` (Ba et al. 2016): the
+    input's shape and dtype; ``gamma`` and ``beta`` have the shape of the ``axes`` dims and the input's
+    dtype. Raises ValueError / TypeError as :func:`check_norm_params`, and for an axis out of range."""
     x = tensor_arg(call, 0, "data")
     axes = [norm_axis(a, x.ndim, call.op.name) for a in call.attrs["axes"]]
     check_norm_params(call, x, axes, ("gamma", "beta"))
@@ -56,6 +68,9 @@ def infer_layer_norm(call: Call) -> StructInfo:
 
 
 def infer_rms_norm(call: Call) -> StructInfo:
+    """Struct info of ``R.nn.rms_norm(data, weight, axes, epsilon)`` (Zhang & Sennrich 2019): the input's
+    shape and dtype; ``weight`` has the shape of the ``axes`` dims and the input's dtype. Raises
+    ValueError / TypeError as :func:`check_norm_params`, and for an axis out of range."""
     x = tensor_arg(call, 0, "data")
     axes = [norm_axis(a, x.ndim, call.op.name) for a in call.attrs["axes"]]
     check_norm_params(call, x, axes, ("weight",))
@@ -90,6 +105,11 @@ def _conv_operands(call: Call, layouts: tuple[str, str, str]) -> tuple[TensorStr
 
 
 def infer_conv1d(call: Call) -> StructInfo:
+    """Struct info of ``R.nn.conv1d`` (NCW data (N, C, W), OIW weight (O, C / groups, K); TVM's attributes
+    ``strides``, ``padding`` (left, right), ``dilation``, ``groups``, ``out_dtype``): (N, O, W_out) with
+    W_out from :func:`conv_out_dim`. dtype: ``out_dtype`` when given, else the data's. Raises
+    ValueError for other layouts or ranks, channels that do not match ``C / groups``, and an input
+    (padded) shorter than the dilated kernel; TypeError when data and weight dtypes differ."""
     x, w = _conv_operands(call, ("NCW", "OIW", "NCW"))
     a = call.attrs
     groups = a["groups"]
@@ -109,6 +129,11 @@ def infer_conv1d(call: Call) -> StructInfo:
 
 
 def infer_conv2d(call: Call) -> StructInfo:
+    """Struct info of ``R.nn.conv2d`` (NCHW data, OIHW weight (O, C / groups, kH, kW); ``strides``,
+    ``padding`` (top, left, bottom, right), ``dilation``, ``groups``, ``out_dtype``): (N, O, H_out,
+    W_out), each from :func:`conv_out_dim`. Raises ValueError for other layouts or ranks, channels
+    that do not match, O not divisible by ``groups``, and an output dim below 1; TypeError when data
+    and weight dtypes differ."""
     x, w = _conv_operands(call, ("NCHW", "OIHW", "NCHW"))
     a = call.attrs
     groups = a["groups"]
@@ -266,6 +291,11 @@ def _transpose_out_channels(call: Call, x: TensorStructInfo, w: TensorStructInfo
 
 
 def infer_conv1d_transpose(call: Call) -> StructInfo:
+    """Struct info of ``R.nn.conv1d_transpose`` (NCW data (N, C, W), IOW weight (C, O / groups, K);
+    ``strides``, ``padding``, ``dilation``, ``output_padding``, ``groups``): (N, O, W_out) with W_out
+    from :func:`conv_transpose_out_dim` (PyTorch's ``ConvTranspose1d``). Raises ValueError for other
+    layouts, mismatched or indivisible channels, an ``output_padding`` not smaller than the stride or
+    the dilation, and an output width below 1; TypeError when dtypes differ."""
     x, w = _conv_operands(call, ("NCW", "IOW", "NCW"))
     a = call.attrs
     n, width = x.shape[0], x.shape[2]
@@ -303,6 +333,11 @@ def infer_conv2d_transpose(call: Call) -> StructInfo:
 
 
 def infer_group_norm(call: Call) -> StructInfo:
+    """Struct info of ``R.nn.group_norm(data, gamma, beta, num_groups, channel_axis, axes, epsilon)`` (Wu
+    & He 2018): the input's shape and dtype; ``gamma`` / ``beta`` are (C,) of the input's dtype. Raises
+    TypeError for a non-float input or parameters of another dtype, ValueError when ``axes`` contains
+    the channel axis or repeats a dim, when C is not divisible by ``num_groups`` (or ``num_groups`` < 1),
+    or for parameter shapes other than (C,)."""
     x = tensor_arg(call, 0, "data")
     if not E.is_float_dtype(x.dtype):
         raise TypeError(f"R.nn.group_norm: needs a floating-point tensor, got {x.dtype}")
@@ -334,6 +369,10 @@ RESIZE_ROUNDING_METHODS = ("round", "floor", "ceil", "round_prefer_floor", "roun
 
 
 def infer_resize2d(call: Call) -> StructInfo:
+    """Struct info of ``R.image.resize2d(data, R.shape([h, w]), layout, method, ...)``: 4-D data (NCHW or
+    NHWC) with its two spatial dims replaced by ``h`` and ``w``; dtype ``out_dtype`` when given, else the
+    data's. Raises TypeError when the size is not a 2-value shape expression, ValueError for another
+    layout, a data rank other than 4 or a method not in :data:`RESIZE_METHODS`."""
     x = tensor_arg(call, 0, "data")
     size = call.args[1]
     if not isinstance(size, ShapeExpr) or len(size.values) != 2:
