@@ -129,6 +129,11 @@ class ModuleEmitter:
         return emitter.extra_errors
 
     def add_entry(self, name: str, body_fn: ir.Function, func: PrimFunc, sig: Signature) -> None:
+        """Emit the exported entry ``int32 name(void **data, int64 *shapes)`` (the ABI of
+        :mod:`builder.codegen.abi`) in front of ``body_fn``: it binds each symbolic var from ``shapes``, runs
+        ``sig.checks`` in order (returning check ``k``'s 1-based code when a dim is negative or differs from
+        its expected value), loads the parameters' data pointers and returns what ``body_fn(ptrs...,
+        sym_vars...)`` returns (0 on success, else an error code)."""
         fn = ir.Function(self.module, ir.FunctionType(I32, [PTR, PTR]), name=name)
         fn.attributes.add("nounwind")
         data, shapes = fn.args
@@ -483,6 +488,9 @@ class BufferExprEmitter(_ExprEmitter):
 
     # -- memory
     def address(self, buf: Buffer, indices) -> ir.Value:
+        """The address of ``buf[indices]`` (row-major, an ``inbounds`` GEP from the buffer's base pointer;
+        no indices: the base pointer itself). Raises ValueError for a buffer that is neither a parameter nor
+        allocated in the function."""
         ptr = self.ptrs.get(id(buf))
         if ptr is None:
             raise ValueError(f"buffer '{buf.name}' is neither a param nor allocated")
@@ -500,6 +508,8 @@ class BufferExprEmitter(_ExprEmitter):
         return b.gep(ptr, [off], inbounds=True, source_etype=mem_type(buf.dtype))
 
     def load(self, e: BufferLoad) -> ir.Value:
+        """The value of ``BufferLoad`` ``e`` in register form: ``bool`` bytes as i1, ``bfloat16`` bits widened
+        to float32, other dtypes as stored. Raises ValueError for an unknown buffer (:meth:`address`)."""
         dtype = e.buffer.dtype
         v = self.b.load(self.address(e.buffer, e.indices), typ=mem_type(dtype),
                         align=elem_bytes(dtype))
@@ -519,6 +529,8 @@ class BufferExprEmitter(_ExprEmitter):
         self.b.store(value, ptr, align=elem_bytes(dtype))
 
     def store(self, s: BufferStore) -> None:
+        """Emit ``BufferStore`` ``s``: its value cast to the buffer's dtype, stored in memory form
+        (:meth:`store_value`) at :meth:`address`."""
         v = self.typed(s.value, s.buffer.dtype)
         self.store_value(s.buffer, v, self.address(s.buffer, s.indices))
 
