@@ -323,9 +323,14 @@ class RewriteAttention(FunctionPass):
     name = "rewrite_attention"
 
     def transform_module(self, mod: rx.IRModule) -> rx.IRModule:
+        """The module with attention written out as matmuls and a softmax rewritten to ``R.nn.attention``
+        (:meth:`transform_function`), then the bindings left unused removed."""
         return dead_code_elimination(super().transform_module(mod))
 
     def transform_function(self, bb: BlockBuilder, func: rx.Function, name: str) -> rx.Function:
+        """``func`` with each written-out attention (module docstring) replaced by an ``R.nn.attention`` in
+        (B, S, H, D) layout between permutes, and chains of ``permute_dims`` composed; ``func`` itself when
+        it has no softmax or permute. Later uses of a rewritten variable read its replacement."""
         if not any(isinstance(b.value, rx.Call) and isinstance(b.value.op, rx.Op)
                    and b.value.op.name in ("relax.nn.softmax", "relax.permute_dims")
                    for block in func.body.blocks for b in block.bindings):
