@@ -93,7 +93,8 @@ class Sequential(Pass):
         return out
 
     def transform_module(self, mod: rx.IRModule) -> rx.IRModule:
-        """``mod`` run through each pass in order, each under the current :class:`PassContext`'s instruments."""
+        """``mod`` run through each pass in order, each under the current :class:`PassContext`'s
+        instruments."""
         for p in self.passes:
             mod = p(mod)
         return mod
