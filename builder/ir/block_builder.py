@@ -98,7 +98,9 @@ class BlockBuilder:
     @contextlib.contextmanager
     def function(self, name: str, params: Sequence[rx.Var] | None = None, attrs: dict | None = None,
                  pure: bool = True):
-        """Open function ``name`` with ``params`` (may be given later to emit_func_output)."""
+        """Open function ``name`` with ``params`` (may be given later to emit_func_output). Raises
+        RuntimeError for a ``bb.function`` inside another, and when the ``with`` body ends without
+        :meth:`emit_func_output`."""
         if self._frame is not None:
             raise RuntimeError("nested bb.function is not supported")
         self._frame = _FunctionFrame(name, params, attrs or {}, pure)
@@ -171,7 +173,8 @@ class BlockBuilder:
         return var
 
     def emit_output(self, output: rx.Expr | Sequence[rx.Expr], name_hint: str = "") -> rx.Var:
-        """Bind ``output`` to a non-dataflow Var (``gv``) that is visible after the block."""
+        """Bind ``output`` to a non-dataflow Var (``gv``) that is visible after the block. Raises RuntimeError
+        outside a ``with bb.dataflow()`` block."""
         block = self._block()
         if not block.is_dataflow:
             raise RuntimeError("emit_output must be called inside `with bb.dataflow()`")
@@ -184,7 +187,9 @@ class BlockBuilder:
 
     def emit_func_output(self, output: rx.Expr | Sequence[rx.Expr], params: Sequence[rx.Var] | None = None,
                          ret_struct_info: StructInfo | None = None) -> rx.GlobalVar:
-        """Finish the current function with ``output`` and add it to the module."""
+        """Finish the current function with ``output`` and add it to the module. Returns the function's
+        GlobalVar. Raises RuntimeError outside a ``bb.function``, when called twice for one function, while a
+        dataflow block is still open, or when no parameters were given (neither to :meth:`function` nor here)."""
         frame = self._require_frame()
         if frame.done:
             raise RuntimeError(f"emit_func_output was already called for function '{frame.name}'; "

@@ -508,6 +508,8 @@ def const(value: int | float | bool, dtype: str | None = None) -> PrimExpr:
     """A constant node: ``IntImm`` for ints/bools, ``FloatImm`` for floats.
 
     ``dtype`` defaults to ``int64`` for ints, ``bool`` for bools and ``float32`` for floats.
+
+    Raises TypeError for a float with a fractional part given an integer dtype.
     """
     if isinstance(value, bool):
         return IntImm(int(value), dtype or "bool")

@@ -43,6 +43,9 @@ def print_prim_expr(e: E.PrimExpr, name_of=None) -> str:
     ``name_of`` optionally maps a ``Var`` to its printed name (the printer uses it to give
     distinct variables that share a name distinct spellings); default is ``var.name``.
     Loop-level nodes print themselves through a ``_print(name_of, recurse)`` method.
+
+    Raises TypeError for a node it cannot print (neither an expression of :mod:`builder.ir.expr` nor a node
+    with ``_print``).
     """
     name_of = name_of or (lambda v: v.name)
 
@@ -102,7 +105,9 @@ __all__ += ["print_irmodule", "print_function", "print_struct_info", "show_text"
 
 def format_attr(value) -> str:
     """An op attribute as TVMScript writes it: ``None``, ``True``, ``1``, ``1.0000000000000001e-05``,
-    ``"NCW"``, ``[1, 1]``."""
+    ``"NCW"``, ``[1, 1]``. Floats as :func:`format_float` (TVM's ``%.17g``; ``inf`` / ``nan`` by name),
+    strings double-quoted with ``\\`` and ``"`` escaped, lists and tuples element by element, PrimExprs as
+    :func:`print_prim_expr`. Raises TypeError for a value of another type."""
     if value is None:
         return "None"
     if isinstance(value, bool):
@@ -157,6 +162,8 @@ def print_struct_info(sinfo: StructInfo, names: _Names | None = None, quoted: bo
     """``R.Tensor((n, 4), dtype="float32")``, ``R.Tuple(...)``, ``R.Object``, ``R.Shape([...])``.
 
     ``quoted`` writes symbolic dims as strings, as function signatures do.
+
+    Raises TypeError for another kind of struct info.
     """
     names = names or _Names()
     if isinstance(sinfo, TensorStructInfo):

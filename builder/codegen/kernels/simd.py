@@ -663,7 +663,8 @@ class KFunc:
 
     # -- vector conversions
     def widen(self, raw: ir.Value, dtype: str) -> ir.Value:
-        """Memory vector (``<n x half>`` / ``<n x i16>`` bf16 bits / ``<n x float>``) -> float."""
+        """Memory vector (``<n x half>`` / ``<n x i16>`` bf16 bits / ``<n x float>``) -> float. Exact (float16
+        by ``fpext``, bfloat16 by a 16-bit shift of its bits). Raises ValueError for another dtype."""
         b = self.b
         if dtype == "float32":
             return raw

@@ -90,7 +90,9 @@ def infer_take(call: Call) -> StructInfo:
 
 def infer_gather_elements(call: Call) -> StructInfo:
     """``R.gather_elements(data, indices, axis)``: the indices' shape and the data's dtype; the ranks
-    equal and, for dims other than ``axis``, the indices' no larger than the data's (when static)."""
+    equal and, for dims other than ``axis``, the indices' no larger than the data's (when static). Raises
+    TypeError for non-integer indices, ValueError for ranks that differ, an indices dim larger than the data's
+    or a bad axis."""
     x, idx = tensor_arg(call, 0, "data"), tensor_arg(call, 1, "indices")
     if not E.is_int_dtype(idx.dtype) or idx.dtype == "bool":
         raise TypeError(f"R.gather_elements: indices must be integers, got {idx.dtype}")
@@ -134,7 +136,9 @@ def _no_larger(name: str, what, a, b, dims) -> None:
 def infer_scatter_elements(call: Call) -> StructInfo:
     """``R.scatter_elements(data, indices, updates, axis, reduction)``: the data's shape and dtype. The three
     have the same rank; the indices are no larger than the updates in any dim, nor than the data outside
-    ``axis`` (when static)."""
+    ``axis`` (when static). Raises TypeError for non-integer indices or updates of another dtype, ValueError
+    for an unknown ``reduction`` (:data:`SCATTER_REDUCTIONS`), ranks that differ or indices larger than
+    allowed."""
     x, idx, upd = _scatter_args(call)
     if not (x.ndim == idx.ndim == upd.ndim):
         raise ValueError(f"R.scatter_elements: data {fmt_shape(x.shape)}, indices {fmt_shape(idx.shape)} and "
@@ -148,7 +152,9 @@ def infer_scatter_elements(call: Call) -> StructInfo:
 def infer_scatter_nd(call: Call) -> StructInfo:
     """``R.scatter_nd(data, indices, updates, reduction)`` (ONNX ``ScatterND``): the data's shape and dtype.
     ``indices`` is ``(*J, q)`` with a static ``1 <= q <= data.ndim``; ``updates`` is ``(*J, *data.shape[q:])``
-    (checked where static)."""
+    (checked where static). Raises TypeError for non-integer indices or updates of another dtype, ValueError
+    for an unknown ``reduction``, a ``q`` that is not static or not in ``[1, data.ndim]`` and updates of
+    another shape."""
     x, idx, upd = _scatter_args(call)
     q = static_int(idx.shape[-1]) if idx.ndim else None
     if q is None or not 1 <= q <= x.ndim:

@@ -221,7 +221,9 @@ def _with_dims(x: TensorStructInfo, axes: list[int], dims: list) -> list:
 
 def infer_pool(call: Call) -> StructInfo:
     """``R.nn.max_pool1d / 2d``, ``R.nn.avg_pool1d / 2d``: the spatial dims of the layout become
-    :func:`pool_out_dim` each; ``padding`` is TVM's ``(lo..., hi...)``."""
+    :func:`pool_out_dim` each; ``padding`` is TVM's ``(lo..., hi...)``. Raises ValueError for another layout
+    or rank, attribute lists of the wrong length, a pool size, stride or dilation below 1, negative padding or
+    an output size below 1; TypeError for average pooling of a non-float tensor."""
     x, nsp, axes = _pool_layout(call)
     a = call.attrs
     name = "R." + call.op.name.removeprefix("relax.")
@@ -243,7 +245,8 @@ def infer_pool(call: Call) -> StructInfo:
 
 def infer_adaptive_pool(call: Call) -> StructInfo:
     """``R.nn.adaptive_avg_pool1d / 2d``: the spatial dims become ``output_size`` (a ``None`` size
-    keeps the input's dim)."""
+    keeps the input's dim). Raises ValueError for an ``output_size`` of the wrong length or below 1 and
+    another layout, TypeError for a non-float tensor."""
     x, nsp, axes = _pool_layout(call)
     name = "R." + call.op.name.removeprefix("relax.")
     sizes = call.attrs.get("output_size")
@@ -313,7 +316,11 @@ def infer_conv1d_transpose(call: Call) -> StructInfo:
 
 def infer_conv2d_transpose(call: Call) -> StructInfo:
     """``R.nn.conv2d_transpose``: NCHW data, IOHW weight (in, out / groups, kH, kW), TVM's 4-value padding
-    (top, left, bottom, right) and 2-value output_padding."""
+    (top, left, bottom, right) and 2-value output_padding. Output (N, O, H_out, W_out), each dim from
+    :func:`conv_transpose_out_dim` (PyTorch's ``ConvTranspose2d``); dtype ``out_dtype`` when given, else the
+    data's. Raises ValueError for other layouts, mismatched or indivisible channels, an ``output_padding`` not
+    smaller than the stride or the dilation and an output dim below 1; TypeError when data and weight dtypes
+    differ."""
     x, w = _conv_operands(call, ("NCHW", "IOHW", "NCHW"))
     a = call.attrs
     n, _, h, wd = x.shape
@@ -460,7 +467,9 @@ def infer_attention_var_len(call: Call) -> StructInfo:
 
     ``query`` (T, H, D), ``key`` (T, Hk, D), ``value`` (T, Hk, Dv) float, ``seqstart`` (B + 1,)
     int32 / int64: the tokens of B sequences packed one after another (TVM's op takes a leading batch
-    dim of 1 and the longest length too; here the kernel finds it)."""
+    dim of 1 and the longest length too; here the kernel finds it). ``causal_mask`` is None or ``"TopLeft"``.
+    Raises ValueError for another argument count, operand rank, ``seqstart`` rank or dtype, mismatched dims or
+    heads, or causal mask; TypeError for non-float or mixed dtypes."""
     if len(call.args) != 4:
         raise ValueError(f"R.nn.attention_var_len: takes query, key, value and seqstart, got {len(call.args)} "
                          "arguments")
@@ -485,7 +494,9 @@ def infer_attention_var_len(call: Call) -> StructInfo:
 
 def infer_rope(call: Call) -> StructInfo:
     """``R.nn.rope(x, cos, sin)``: x's struct info. ``x`` (..., head_dim) float with a static even
-    head dim; ``cos`` / ``sin`` of x's dtype, broadcasting to x's shape (numpy rules)."""
+    head dim; ``cos`` / ``sin`` of x's dtype, broadcasting to x's shape (numpy rules). Raises ValueError for
+    another argument count, a head dim that is not a static even int, or ``cos`` / ``sin`` that do not
+    broadcast to ``x``; TypeError for a non-float ``x`` or ``cos`` / ``sin`` of another dtype."""
     if len(call.args) != 3:
         raise ValueError(f"R.nn.rope: takes x, cos and sin, got {len(call.args)} arguments")
     x, cos, sin = tensor_arg(call, 0, "x"), tensor_arg(call, 1, "cos"), tensor_arg(call, 2, "sin")
@@ -513,7 +524,8 @@ def infer_rnn(call: Call) -> StructInfo:
     """``R.nn.rnn(xw, r, rb, h0[, c0], cell, reverse, linear_before_reset)``: one direction of a recurrent
     layer (:func:`builder.te.topi.rnn_prim_func`): ``xw`` (S, B, G * H) the projected inputs, ``r`` (G * H, H),
     ``rb`` (G * H,), ``h0`` / ``c0`` (B, H) -> the tuple (y (S, B, H), h (B, H)[, c (B, H)]); G = 4 (lstm), 3
-    (gru), 1 (rnn)."""
+    (gru), 1 (rnn). Raises ValueError for an unknown ``cell``, the wrong number of inputs or operands of the
+    wrong rank or shape; TypeError for operands that are not all of one float dtype."""
     cell = call.attrs.get("cell", "lstm")
     if cell not in RNN_CELLS:
         raise ValueError(f"R.nn.rnn: cell must be one of {sorted(RNN_CELLS)}, got {cell!r}")

@@ -42,7 +42,9 @@ def infer_argsort(call: Call) -> StructInfo:
 
 def infer_topk(call: Call) -> StructInfo:
     """``R.topk(x, k, axis, ret_type, largest, dtype)``: ``x``'s shape with ``k`` along ``axis``; a tuple
-    (values, indices) for ``ret_type="both"``. ``k`` is a non-negative int, no larger than a static axis."""
+    (values, indices) for ``ret_type="both"``. ``k`` is a non-negative int, no larger than a static axis.
+    Raises TypeError for a ``k`` that is not an int or a bool tensor, ValueError for a 0-d tensor, a static
+    ``k`` out of range, an unknown ``ret_type`` or a bad axis."""
     x = _sortable(call)
     axis = norm_axis(call.attrs.get("axis", -1), x.ndim, "R.topk")
     k = call.attrs.get("k", 1)
