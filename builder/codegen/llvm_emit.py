@@ -68,7 +68,9 @@ def reg_type(dtype: str) -> ir.Type:
 
 
 def mem_type(dtype: str) -> ir.Type:
-    """LLVM type of a ``dtype`` element in memory."""
+    """LLVM type of a ``dtype`` element in memory. ``bool`` is an ``i8`` byte, ``bfloat16`` its ``i16`` bits,
+    float16 / float32 / float64 ``half`` / ``float`` / ``double``, integers ``iN`` of their width (signedness
+    is in the instructions). Raises ValueError for another dtype."""
     if dtype == "bool":
         return I8
     if dtype == "bfloat16":
@@ -77,7 +79,9 @@ def mem_type(dtype: str) -> ir.Type:
 
 
 def elem_bytes(dtype: str) -> int:
-    """Size of one element in memory."""
+    """Size of one element in memory. In bytes: 1 for ``bool`` and 8-bit integers, 2 for float16 / bfloat16 /
+    16-bit integers, 4 and 8 for the 32- and 64-bit types. Raises ValueError for an unsupported dtype
+    (:func:`mem_type`)."""
     t = mem_type(dtype)
     return {F16: 2, F32: 4, F64: 8}.get(t, None) or t.width // 8  # type: ignore[attr-defined]
 

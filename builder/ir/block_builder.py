@@ -115,7 +115,8 @@ class BlockBuilder:
 
     @contextlib.contextmanager
     def dataflow(self):
-        """Open a dataflow block; bindings are DataflowVars unless emitted with emit_output."""
+        """Open a dataflow block; bindings are DataflowVars unless emitted with emit_output. Raises
+        RuntimeError outside a ``with bb.function(...)``."""
         frame = self._require_frame()
         self._close_block()
         frame.current = rx.DataflowBlock()
@@ -164,7 +165,10 @@ class BlockBuilder:
         return self.emit(arg)
 
     def emit(self, expr: rx.Expr, name_hint: str = "") -> rx.Var:
-        """Bind ``expr`` to a new variable (DataflowVar inside a dataflow block) and return it."""
+        """Bind ``expr`` to a new variable (DataflowVar inside a dataflow block) and return it. Nested calls
+        among the arguments are bound first (:meth:`normalize`); the variable's struct info is ``expr``'s, and
+        its name ``name_hint`` (default ``lv``) made unique. Raises RuntimeError outside a ``with
+        bb.function(...)``."""
         expr = self.normalize(expr)
         block = self._block()
         cls = rx.DataflowVar if block.is_dataflow else rx.Var
@@ -244,7 +248,9 @@ class BlockBuilder:
 
     def emit_te(self, te_func: Callable, *args: Any, primfunc_name_hint: str | None = None,
                 **kwargs: Any) -> rx.Var:
-        """Emit ``call_te(...)`` as a binding (``lv = R.call_tir(te_func, ...)``)."""
+        """Emit ``call_te(...)`` as a binding (``lv = R.call_tir(te_func, ...)``). Returns the bound variable.
+        Raises RuntimeError as :meth:`call_te` and :meth:`emit`; errors of ``te_func`` (shape or dtype checks
+        of the compute) pass through."""
         return self.emit(self.call_te(te_func, *args, primfunc_name_hint=primfunc_name_hint, **kwargs))
 
     def get(self) -> rx.IRModule:

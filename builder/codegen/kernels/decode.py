@@ -266,7 +266,8 @@ class GroupQuantDecoder:
 
     @property
     def chunk(self) -> int:
-        """Columns per byte vector."""
+        """Columns per byte vector. Two nibbles per byte: ``2 * lanes`` for 4-bit values, ``lanes`` for 8-bit
+        ones (one ``lanes``-byte load per chunk)."""
         return 2 * self.lanes if self.bits == 4 else self.lanes
 
     def x_perm(self, j: int) -> int:
@@ -294,7 +295,8 @@ class GroupQuantDecoder:
         return [b.uitofp(lo, f32v), b.uitofp(hi, f32v)]
 
     def scale_value(self, kf: KFunc, row, g: ir.Value) -> ir.Value:
-        """The float32 scale of group ``g``."""
+        """The float32 scale of group ``g``. Read at ``row[1][g]`` in the scale dtype and widened exactly
+        (:func:`scalar_to_f32`)."""
         return scalar_to_f32(kf, kf.load(self.st, row[1], g, align=4 if self.st == F32 else 2),
                               self.scale_dtype)
 
@@ -308,7 +310,9 @@ class GroupQuantDecoder:
         return kf.widen(kf.splat(raw, self.lanes), "float16")
 
     def scale_vec(self, kf: KFunc, row, g: ir.Value) -> ir.Value:
-        """The float32 scales of groups ``g .. g + lanes - 1``."""
+        """The float32 scales of groups ``g .. g + lanes - 1``. One vector load of ``lanes`` scales in the
+        scale dtype, widened exactly (:meth:`KFunc.widen`); the caller keeps ``g + lanes`` within the row's
+        groups."""
         raw = kf.load(vec(self.st, self.lanes), row[1], g, align=4 if self.st == F32 else 2)
         return kf.widen(raw, self.scale_dtype)
 
