@@ -507,7 +507,9 @@ def slice_range(dim, begin, end, stride: int, opname: str = "strided_slice") -> 
 def infer_strided_slice(call: Call) -> StructInfo:
     """``R.strided_slice(x, axes=[...], begin=[...], end=[...], strides=[...], assume_inbound=b)``:
     ``x`` with dim ``axes[k]`` replaced by the length of ``begin[k]:end[k]:strides[k]``
-    (:func:`slice_range`); ``strides`` None means 1."""
+    (:func:`slice_range`); ``strides`` None means 1. Raises ValueError when ``axes``, ``begin``, ``end`` and
+    ``strides`` differ in length, for a repeated axis or a stride that is not a positive int
+    (:func:`slice_range`), TypeError / ValueError for a bad axis or bound."""
     x = tensor_arg(call, 0, "data")
     name = "R.strided_slice"
     a = call.attrs

@@ -29,13 +29,15 @@ def _sortable(call: Call) -> TensorStructInfo:
 
 
 def infer_sort(call: Call) -> StructInfo:
-    """``R.sort(x, axis, descending)``: ``x``'s shape and dtype."""
+    """``R.sort(x, axis, descending)``: ``x``'s shape and dtype. Raises ValueError for a 0-d tensor or a bad
+    axis, TypeError for a bool tensor."""
     x = _sortable(call)
     return TensorStructInfo(x.shape, x.dtype)
 
 
 def infer_argsort(call: Call) -> StructInfo:
-    """``R.argsort(x, axis, descending, dtype)``: ``x``'s shape, int32 / int64."""
+    """``R.argsort(x, axis, descending, dtype)``: ``x``'s shape, int32 / int64. Raises ValueError for a 0-d
+    tensor or a bad axis, TypeError for a bool tensor or an index dtype other than int32 / int64."""
     x = _sortable(call)
     return TensorStructInfo(x.shape, _index_dtype(call))
 
