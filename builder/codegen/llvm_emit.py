@@ -534,7 +534,8 @@ class BufferExprEmitter(_ExprEmitter):
 
     def store(self, s: BufferStore) -> None:
         """Emit ``BufferStore`` ``s``: its value cast to the buffer's dtype, stored in memory form
-        (:meth:`store_value`) at :meth:`address`."""
+        (:meth:`store_value`) at :meth:`address`. Raises ValueError for an unknown buffer
+        (:meth:`address`) or a dtype with no memory type here (:func:`mem_type`)."""
         v = self.typed(s.value, s.buffer.dtype)
         self.store_value(s.buffer, v, self.address(s.buffer, s.indices))
 

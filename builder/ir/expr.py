@@ -154,6 +154,9 @@ class PrimExpr:
 
         Integer constants wrap to the target width (two's complement, as a C cast does on every
         supported target); float -> int truncates toward zero; float -> narrower float rounds.
+
+        Raises ValueError when folding a non-finite float constant to an integer dtype (C leaves it
+        undefined).
         """
         if dtype == self.dtype:
             return self
