@@ -3,7 +3,9 @@ graph-level binding named by ``name`` (TVM's default hints: ``add``, ``mul``, ``
 
 There is one function per op record of the op library (:mod:`builder.ops`) that has a ``frontend``
 name, and no other list of ops: the elementwise and broadcast ones are made from their records
-(:mod:`.elementwise`), the others are written by family (:mod:`.manipulation`, :mod:`.creation`,
+(:mod:`.elementwise`; a hand-written function may replace one only when marked
+:func:`.common.replaces_record`, else the import fails naming both, as it does for two families writing
+one name), the others are written by family (:mod:`.manipulation`, :mod:`.creation`,
 :mod:`.reduction`, :mod:`.linear_algebra`, :mod:`.nn`, :mod:`.extern`, :mod:`.quantize`,
 :mod:`.attention`); a few helpers combine several ops (``chunk``, ``unsqueeze``,
 ``get_timestep_embedding``, ``rotary_embedding``, ``normalize``, ``mean_pooling``) or call a runtime

@@ -6,7 +6,10 @@ tensor in) or ``BROADCAST`` (two operands, numpy broadcasting) gets its function
 (:func:`unary_function`, :func:`binary_function`): its name, docstring and default name hint come from
 the record, so adding such an op to the library adds ``nn.op.<name>``. The functions written out below
 are those with more than the record says: ``multiply`` (TVM's name hint ``mul``), ``gelu`` (the
-``approximate`` switch) and ``astype`` / ``where``.
+``approximate`` switch) and ``astype`` / ``where``; each is marked
+:func:`~builder.nn.op.common.replaces_record`. Any other hand-written ``nn.op`` function named like such
+a record would hide the record's function, so ``import builder.nn.op`` refuses it (ImportError naming
+both, :func:`record_functions`).
 """
 from __future__ import annotations
 
