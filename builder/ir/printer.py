@@ -43,9 +43,6 @@ def print_prim_expr(e: E.PrimExpr, name_of=None) -> str:
     ``name_of`` optionally maps a ``Var`` to its printed name (the printer uses it to give
     distinct variables that share a name distinct spellings); default is ``var.name``.
     Loop-level nodes print themselves through a ``_print(name_of, recurse)`` method.
-
-    Raises TypeError for a node it cannot print (neither an expression of :mod:`builder.ir.expr` nor a node
-    with ``_print``).
     """
     name_of = name_of or (lambda v: v.name)
 
