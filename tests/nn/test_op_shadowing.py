@@ -5,6 +5,7 @@ record): the collision is an ImportError naming both, unless the function is mar
 import subprocess
 import sys
 import textwrap
+import types
 
 import pytest
 
@@ -50,6 +51,26 @@ def test_a_stale_mark_is_an_import_error():
 
     with pytest.raises(ImportError, match=r"no_such_record:\d+ marked @replaces_record, but no elementwise"):
         record_functions({"no_such_record": no_such_record})
+
+
+def test_two_families_writing_one_name_is_an_import_error():
+    from builder.nn.op import _hand_written
+
+    def gelu(x):
+        return x
+
+    def other(x):
+        return x
+
+    first, second = types.ModuleType("fam_a"), types.ModuleType("fam_b")
+    for module, fns in ((first, (gelu, other)), (second, (gelu,))):
+        for fn in fns:
+            fn_copy = types.FunctionType(fn.__code__, fn.__globals__, fn.__name__)
+            fn_copy.__module__ = module.__name__
+            setattr(module, fn.__name__, fn_copy)
+    assert sorted(_hand_written([first])) == ["gelu", "other"]
+    with pytest.raises(ImportError, match=r"fam_b\.gelu and fam_a\.gelu are both hand-written"):
+        _hand_written([first, second])
 
 
 def test_the_existing_replacements_are_marked_and_no_record_is_shadowed():

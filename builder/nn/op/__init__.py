@@ -41,20 +41,27 @@ def _public(module) -> dict:
             and name not in ("unary_function", "binary_function", "record_functions")}
 
 
-_functions: dict = {}
-for _module in _FAMILIES:
-    for _name, _fn in _public(_module).items():
-        if _name in _functions:   # two families wrote the same function: one would silently shadow the other
-            raise ImportError(f"nn.op: {_module.__name__}.{_name} and {_functions[_name].__module__}.{_name} "
-                              "are both hand-written; keep one")
-        _functions[_name] = _fn
+def _hand_written(families) -> dict:
+    """``name -> function`` of the public functions the family modules define. ImportError when two
+    families define one name (one would silently shadow the other), naming both modules."""
+    out: dict = {}
+    for module in families:
+        for name, fn in _public(module).items():
+            if name in out:
+                raise ImportError(f"nn.op: {module.__name__}.{name} and {out[name].__module__}.{name} are both "
+                                  "hand-written; keep one")
+            out[name] = fn
+    return out
+
+
+_functions = _hand_written(_FAMILIES)
 _functions.update(elementwise.record_functions(_functions))
 _missing = sorted(op.frontend for op in registered_ops() if op.frontend and op.frontend not in _functions)
 if _missing:   # a record names a frontend function nobody wrote (a bug in builder/ops, found at import)
     raise ImportError(f"nn.op has no function for the op records' frontend names {_missing}")
 globals().update({name: checked(fn) for name, fn in _functions.items()})
 __all__ = sorted(_functions)
-del _module, _missing, _name, _fn
+del _missing
 
 
 def recipe_functions() -> dict[str, Callable]:
