@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from runtime import distributed  # noqa: E402
-from runtime.vm import _EXTERNS  # noqa: E402
+from runtime.externs import _EXTERNS  # noqa: E402
 
 DTYPES = ("float32", "float64", "float16", "int32", "int64", "bfloat16")
 

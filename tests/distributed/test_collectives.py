@@ -145,7 +145,7 @@ def test_the_engine_follows_the_launcher(monkeypatch):
 
 
 def test_externs_without_a_group_say_how_to_get_one():
-    from runtime.vm import _EXTERNS
+    from runtime.externs import _EXTERNS
 
     if distributed.current_group() is not None:
         pytest.skip("this process joined a group")
