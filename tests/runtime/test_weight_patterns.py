@@ -4,6 +4,7 @@ tensors the model does not need, and every problem listed at once -- in the runt
 recipe schema and the pipeline (quantized loading through mapped names)."""
 from __future__ import annotations
 
+import gc
 import importlib.util
 import os
 import sys
@@ -155,11 +156,15 @@ def _calls_during(fn) -> tuple:
         elif event == "c_call":
             calls.append((type(getattr(arg, "__self__", None)).__name__, arg.__name__))
 
+    collecting = gc.isenabled()
+    gc.disable()   # (no collection, and so no other object's finalizer, runs inside the count)
     sys.setprofile(profile)
     try:
         result = fn()
     finally:
         sys.setprofile(None)
+        if collecting:
+            gc.enable()
     return result, calls[:-1]   # (the last: setprofile itself)
 
 
