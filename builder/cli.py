@@ -498,13 +498,19 @@ def _standalone(args: argparse.Namespace) -> int:
     """``--list-ops`` (the ops recipes may call: a table on a terminal, one plain line per op when piped)
     and ``--schema`` (the JSON Schema of recipes)."""
     if args.list_ops:
-        from .recipe import FORWARD_OPS
-        from .summary import ops_lines, ops_table
-
+        rows = _ops_rows()
         if use_color(sys.stdout, launched=False) and not args.plain:
-            _console().print(ops_table(FORWARD_OPS))
+            from rich.table import Table
+            from rich.text import Text
+
+            table = Table(title="ops callable from forward:", show_header=True, header_style="bold")
+            for column in ("op", "signature", "does"):
+                table.add_column(column)
+            for row in rows:
+                table.add_row(*(Text(cell) for cell in row))
+            _console().print(table)
         else:       # no box drawing, no wrap at 80 columns: one line per op for grep / less / scripts
-            sys.stdout.write("".join(line + "\n" for line in ops_lines(FORWARD_OPS)))
+            sys.stdout.write("".join(f"{name}{sig}  {doc}\n" for name, sig, doc in rows))
     if args.schema:
         import json
 
@@ -512,6 +518,64 @@ def _standalone(args: argparse.Namespace) -> int:
 
         sys.stdout.write(json.dumps(recipe_json_schema(), indent=2) + "\n")
     return 0
+
+
+def _cache_dir():
+    """The object cache's folder, as :func:`builder.codegen.cache.cache_dir` finds it (that module imports
+    LLVM; ``tests/pipeline/test_cli_output.py`` checks the two agree)."""
+    from pathlib import Path
+
+    env = os.environ.get("MB_CACHE_DIR", "").strip()
+    if env:
+        return Path(env).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME", "").strip()
+    return (Path(xdg).expanduser() if xdg else Path.home() / ".cache") / "model-builder" / "objects"
+
+
+def _ops_rows() -> list[tuple[str, str, str]]:
+    """``(name, signature, does)`` of every op a recipe's ``forward:`` may call
+    (:func:`builder.summary.ops_rows`), kept in the object cache's folder (``list-ops-<key>.json``; not
+    with ``MB_CACHE=0``) under a key of the names, sizes and modification times of ``builder``'s source
+    files: finding them takes importing the whole op library (seconds), reading them back a few
+    milliseconds, so ``build --list-ops`` starts as fast as ``--help``. A cached file that is unreadable,
+    oversized or not a list of three printable strings per op is ignored and rewritten."""
+    import hashlib
+    import json
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent
+    key = hashlib.sha256()
+    for folder, dirs, files in sorted(os.walk(root)):
+        dirs.sort()
+        for name in sorted(files):
+            if name.endswith(".py"):
+                st = os.stat(os.path.join(folder, name))
+                key.update(f"{os.path.relpath(folder, root)}/{name}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+    use_cache = os.environ.get("MB_CACHE", "1").strip() != "0"
+    path = _cache_dir() / f"list-ops-{key.hexdigest()[:32]}.json"
+    if use_cache:
+        try:
+            with open(path, "rb") as fh:
+                rows = json.loads(fh.read(1 << 22))
+            if isinstance(rows, list) and rows and all(
+                    isinstance(r, list) and len(r) == 3 and all(isinstance(c, str) and c.isprintable() for c in r)
+                    for r in rows):
+                return [tuple(r) for r in rows]
+        except (OSError, ValueError, RecursionError):
+            pass
+    from .recipe import FORWARD_OPS
+    from .summary import ops_rows
+
+    rows = ops_rows(FORWARD_OPS)
+    if use_cache:
+        try:
+            from runtime.files import atomic_write
+
+            path.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write(path, json.dumps(rows).encode())
+        except (OSError, ValueError):      # a cache that cannot be written is not an error
+            pass
+    return rows
 
 
 def _check_only(args: argparse.Namespace, out) -> int:

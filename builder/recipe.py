@@ -647,8 +647,8 @@ def _all_outputs(value: Any) -> bool:
 
 
 def _in_words(node: ast.AST, fn: Any, name: str, args: list) -> str:
-    """What failed, as the recipe wrote it, before the op's own message: ``"h @ w: h is (2, 4) float32,
-    w is (5, 3) float32: "`` for an operator; for a layer ``"gate_proj (Linear, in_features=256,
+    """What failed, as the recipe wrote it, before the op's own message: ``"'h' @ 'w': 'h' is (2, 4) float32,
+    'w' is (5, 3) float32: "`` for an operator; for a layer ``"gate_proj (Linear, in_features=256,
     out_features=688) on silu(gate) * up, (batch_size, 688) float32: "`` (its tensor arguments by their
     text in the forward, with their shapes); ``""`` for an op call, whose message names its arguments."""
     def shape(value: Any) -> str:
@@ -658,7 +658,8 @@ def _in_words(node: ast.AST, fn: Any, name: str, args: list) -> str:
 
     if isinstance(node, ast.BinOp) and len(args) == 2:
         left, right = (shorten(ast.unparse(n), 60) for n in (node.left, node.right))
-        return f"{shorten(ast.unparse(node), 80)}: {left} is {shape(args[0])}, {right} is {shape(args[1])}: "
+        symbol = _SYMBOLS[type(node.op)]
+        return f"{left} {symbol} {right}: {left} is {shape(args[0])}, {right} is {shape(args[1])}: "
     if isinstance(fn, nn.Module) and isinstance(node, ast.Call):
         settings = [f"{k}={fn.__dict__[k]}" for k in ("in_features", "out_features", "num", "dim", "hidden_size",
                                                      "in_channels", "out_channels")

@@ -1,6 +1,6 @@
 """What ``build`` shows about a model: its functions (inputs and output shapes), its module tree, a
 parameter table, the kernels' fallbacks in words (:func:`kernel_notes`), and the functional ops recipes may
-call (``build --list-ops``: a table, or plain lines when piped), and the summary as data (``build --json``:
+call (``build --list-ops``: :func:`ops_rows`), and the summary as data (``build --json``:
 :func:`model_summary`). The renderables are rich's; user text (names from recipes) is never read as markup.
 
 Repeated layers (``repeat: N``) are shown once: the tree names the copies' type and count and expands the
@@ -22,7 +22,7 @@ from schemas.errors import printable
 
 from . import nn
 
-__all__ = ["function_table", "module_tree", "param_table", "ops_table", "ops_lines", "plain_doc", "model_summary",
+__all__ = ["function_table", "module_tree", "param_table", "ops_rows", "plain_doc", "model_summary",
            "describe_input", "describe_struct_info", "format_bytes", "kernel_notes"]
 
 
@@ -113,23 +113,11 @@ def param_table(param_specs: list[tuple[str, tuple, str]], title: str = "paramet
     return table
 
 
-def ops_table(functions: dict[str, Callable]) -> Table:
-    """``build --list-ops`` on a terminal: every function a recipe's ``forward:`` may call, with its
-    signature and the first sentence of its docstring as plain text (:func:`plain_doc`)."""
-    table = Table(title="ops callable from forward:", show_header=True, header_style="bold")
-    table.add_column("op")
-    table.add_column("signature")
-    table.add_column("does")
-    for name in sorted(functions):
-        fn = functions[name]
-        table.add_row(Text(name), Text(_plain_signature(fn)), Text(plain_doc(nn.op.recipe_summary(fn))))
-    return table
-
-
-def ops_lines(functions: dict[str, Callable]) -> list[str]:
-    """``build --list-ops`` when piped: one line per op, ``name(signature)  what it does`` (the first
-    sentence of its docstring as plain text, :func:`plain_doc`), sorted by name, never wrapped."""
-    return [f"{name}{_plain_signature(functions[name])}  {plain_doc(nn.op.recipe_summary(functions[name]))}"
+def ops_rows(functions: dict[str, Callable]) -> list[tuple[str, str, str]]:
+    """``build --list-ops``' data: ``(name, signature, what it does)`` for every function a recipe's
+    ``forward:`` may call, sorted by name; the signature as a recipe writes it (``(x, axis=-1)``), the
+    first sentence of its docstring as plain text (:func:`plain_doc`)."""
+    return [(name, _plain_signature(functions[name]), plain_doc(nn.op.recipe_summary(functions[name])))
             for name in sorted(functions)]
 
 
