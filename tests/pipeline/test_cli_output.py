@@ -223,3 +223,33 @@ def test_list_ops_cache_is_in_the_object_cache_folder(monkeypatch, env):
     for k, v in env.items():
         monkeypatch.setenv(k, v)
     assert _cache_dir() == cache_dir()
+
+
+@pytest.mark.distributed
+def test_json_under_mpirun_is_one_object_without_ansi_codes():
+    """Two ranks of ``mpirun`` (which forwards their output through a pseudo-terminal): rank 0 prints the
+    one JSON object, rank 1 nothing; no escape sequence in either stream."""
+    import os
+    import shutil
+
+    pytest.importorskip("mpi4py")
+    launcher = Path(sys.executable).parent / "mpirun"
+    launcher = str(launcher) if launcher.exists() else shutil.which("mpirun")
+    if launcher is None:
+        pytest.skip("mpirun is not installed (pip install -e '.[distributed]')")
+    tiny = ["vocab_size=64", "hidden_size=32", "intermediate_size=48", "num_heads=2", "num_kv_heads=2",
+            "head_dim=16", "num_layers=1", "tensor_parallel_shards=2"]
+    cmd = [sys.executable, "-m", "builder", str(ROOT / "recipes" / "llama.yaml"), *tiny, "--json",
+           "--prompt-ids", "1,2", "--max-new-tokens", "2"]
+    env = {**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+           "MB_CCL_TIMEOUT": "60", "PYTHONPATH": str(ROOT)}
+    env.pop("NO_COLOR", None)
+    env.pop("FORCE_COLOR", None)
+    proc = subprocess.run([launcher, "--oversubscribe", "--mca", "btl", "self,sm", "-n", "2", *cmd], cwd=ROOT,
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "\x1b" not in proc.stdout + proc.stderr
+    lines = proc.stdout.splitlines()
+    assert len(lines) == 1, proc.stdout
+    data = json.loads(lines[0])
+    assert len(data["generate"]["ids"]) == 1 and len(data["generate"]["ids"][0]) == 2
