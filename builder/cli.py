@@ -200,8 +200,8 @@ def use_color(stream, launched: bool | None = None) -> bool:
 
 def _console(stderr: bool = False, quiet: bool = False, color: bool | None = None):
     """A rich Console for stdout (or stderr) that writes ANSI codes only when :func:`use_color` says so
-    (``color`` overrides), soft-wrapped (no line breaks inserted into long lines), no emoji, markup only
-    where a call asks for it."""
+    (``color`` overrides), soft-wrapped (no line breaks inserted into long lines), no emoji, no automatic
+    highlighting (user text is printed with ``markup=False`` or escaped)."""
     from rich.console import Console
 
     stream = sys.stderr if stderr else sys.stdout
