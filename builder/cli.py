@@ -81,7 +81,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("recipe", nargs="?", help="path to the recipe (YAML), or an ONNX model (.onnx) to import")
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
                    help="override a var (bare key) or a dotted recipe field; values are YAML scalars")
-    p.add_argument("--plain", action="store_true", help="print the IR without syntax highlighting")
+    p.add_argument("--plain", action="store_true",
+                   help="plain text on a terminal too: the IR without syntax highlighting, --list-ops as lines")
     p.add_argument("--no-ir", action="store_true", help="do not print the IR")
     p.add_argument("--weights", metavar="PATH", help="safetensors file with the parameters")
     p.add_argument("--input", metavar="FILE.npz", help="run a function on the arrays in this file")
@@ -508,7 +509,7 @@ def _standalone(args: argparse.Namespace) -> int:
                 table.add_column(column)
             for row in rows:
                 table.add_row(*(Text(cell) for cell in row))
-            _console().print(table)
+            _console(color=True).print(table)
         else:       # no box drawing, no wrap at 80 columns: one line per op for grep / less / scripts
             sys.stdout.write("".join(f"{name}{sig}  {doc}\n" for name, sig, doc in rows))
     if args.schema:
