@@ -37,7 +37,7 @@ import numpy as np
 
 from core.dtypes import bfloat16_bits_to_float32
 
-from .vm import register_extern
+from .externs import register_extern
 
 __all__ = ["WorkerGroup", "MPIGroup", "TorchGlooGroup", "DistributedError", "CollectiveTimeout", "init",
            "current_group", "launcher_rank", "launcher_size", "check_same", "check_same_weights", "collective_timeout",

@@ -75,8 +75,7 @@ from .memory import move_to_huge_pages
 
 __all__ = ["WeightsError", "WeightsWarning", "ParamConversion", "TensorShard", "NameRules", "load_params", "save_params",
            "tile_rows", "untile_rows", "loaded_weights_digest",
-           "read_safetensors_header", "MAX_NAME_RULES", "MAX_PATTERN_RULES", "MAX_RULE_CHARS",
-           "MAX_WEIGHT_IGNORE", "MAX_WEIGHT_NAME_CHARS"]
+           "read_safetensors_header", "check_name_rule"]
 
 
 def _quoted(name: str) -> str:
