@@ -174,7 +174,7 @@ def shape_dims(shape, opname: str) -> list:
 
 
 def check_ndim(ndim: int, opname: str) -> None:
-    """ValueError when a result would have more than :data:`~schemas.limits.MAX_NDIM` dims."""
+    """ValueError when a result would have more than :data:`~core.limits.MAX_NDIM` dims."""
     if ndim > MAX_NDIM:
         raise ValueError(f"{opname}: a tensor may have at most {MAX_NDIM} dims, got {ndim}")
 
