@@ -54,6 +54,7 @@ from schemas.models import BlockLayer, FunctionDef, IntInput, KVCacheInput, is_i
 from schemas.source import FieldPath
 
 from . import nn
+from .layers import registration
 from .nn.op.common import REFUSE_FLOAT_OVERFLOW
 from .nn.tensor_parallel import ShardError
 from .ir import expr as E
@@ -83,11 +84,6 @@ _SYMBOLS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.MatMult
             ast.Mod: "%"}
 _COMPARE = {ast.Lt: "less", ast.LtE: "less_equal", ast.Gt: "greater", ast.GtE: "greater_equal",
             ast.Eq: "equal", ast.NotEq: "not_equal"}
-
-
-def _layer_class(type_name: str) -> type[nn.Module]:
-    """The ``builder.nn`` module class of a built-in layer type (the schema's type names are the class names)."""
-    return getattr(nn, type_name)
 
 
 #: Names a layer, an input or a function may not take: attributes of nn.Module (a layer named
@@ -683,15 +679,16 @@ class _Builder:
             block = self.recipe.blocks[cfg.type]
             layers = self.layers(block.layers, ("blocks", cfg.type, "layers"))
             return BlockModule(cfg.type, layers, self.program(cfg.type, list(layers)))
-        kwargs = cfg.model_dump(exclude={"type", "repeat"})
-        shards = self.recipe.tensor_parallel_shards
-        if cfg.type == "Attention" or (cfg.type == "Linear" and cfg.tensor_parallel is not None):
-            kwargs["tensor_parallel_shards"] = shards
         try:
-            return _layer_class(cfg.type)(**kwargs)
+            reg = registration(cfg.type)
+        except KeyError as exc:   # a schema model registered without its module (schemas.register_layer_model)
+            raise self.recipe.source.error(where + ("type",), f"{cfg.type}: {exc.args[0]}") from None
+        shards = self.recipe.tensor_parallel_shards
+        try:
+            return reg.module(**reg.init_arguments(cfg, shards))
         except ShardError as exc:
-            raise self.recipe.source.error(where + (exc.field,), f"{cfg.type}: {exc} (tensor_parallel_shards="
-                                                                 f"{shards})") from None
+            raise self.recipe.source.error(where + (reg.field_of(exc.field),),
+                                           f"{cfg.type}: {exc} (tensor_parallel_shards={shards})") from None
         except (ValueError, TypeError) as exc:
             raise self.recipe.source.error(where, f"{cfg.type}: {exc}") from None
 
