@@ -1,12 +1,16 @@
-"""Pydantic models of a recipe. All are strict: unknown keys and wrongly typed values are errors."""
+"""Pydantic models of a recipe. All are strict: unknown keys and wrongly typed values are errors.
+
+The field types are in :mod:`schemas.fields`, the layer entries and the registry of layer types in
+:mod:`schemas.layers` (both importable from here too); the models holding layers rebuild when a layer type
+is registered."""
 
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, Literal, Optional, Union, get_args
+from typing import Annotated, Any, Literal, Optional, Union
 
-from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, PrivateAttr, Tag,
-                      ValidationInfo, field_validator, model_validator)
+from pydantic import (AfterValidator, BeforeValidator, Discriminator, Field, PrivateAttr, Tag, ValidationInfo,
+                      field_validator)
 from pydantic_core import PydanticCustomError
 
 from .errors import shorten
@@ -32,7 +36,6 @@ def _check_function_count(value: Any) -> Any:
             "functions", "a recipe may export at most {limit} functions (each compiles the whole forward), "
             "got {n}", {"limit": MAX_FUNCTIONS, "n": len(value)})
     return value
-
 
 
 LayerDef = layer_union()
