@@ -147,13 +147,17 @@ def register_layer(schema: type[LayerEntry], module: type[nn.Module], *,
     Raises :class:`LayerRegistrationError` naming the layer type and the field or argument: a schema field
     (or ``arguments`` key) that is not an argument of ``module.__init__`` (nor a field), an ``__init__``
     argument without a default that no field gives, a tensor-parallel argument ``__init__`` lacks or a field
-    also gives, a ``module`` that is not an ``nn.Module`` class or is registered already; TypeError /
+    also gives, a layer type or a ``module`` class registered already, a ``module`` that is not an ``nn.Module``
+    class; TypeError /
     ValueError (from :mod:`schemas.layers`) for a schema model without a ``type`` Literal or a name taken.
     """
     name = layer_type_name(schema)
     arguments = dict(arguments or {})
     if not (isinstance(module, type) and issubclass(module, nn.Module)):
         raise LayerRegistrationError(f"layer {name!r}: the module must be a builder.nn.Module class, got {module!r}")
+    if name in _BY_TYPE:
+        raise LayerRegistrationError(f"layer {name!r} is registered already (module "
+                                     f"{_BY_TYPE[name].module.__qualname__}); unregister_layer({name!r}) first")
     if module in _BY_MODULE:
         raise LayerRegistrationError(f"layer {name!r}: {module.__qualname__} is registered already, as layer type "
                                      f"{_BY_MODULE[module].type!r}")

@@ -19,7 +19,7 @@ from pydantic_core import PydanticCustomError
 from .fields import Axes, Dim, DType, Identifier, StrictModel, is_identifier
 from .limits import MAX_DIM
 
-__all__ = ["LayerEntry", "BlockLayer", "LAYER_TYPES", "register_layer_model", "unregister_layer_model",
+__all__ = ["LayerEntry", "BlockLayer", "ENTRY_FIELDS", "LAYER_TYPES", "register_layer_model", "unregister_layer_model",
            "on_layer_types_changed", "layer_type_name", "layer_union", "Linear", "LayerNorm", "RMSNorm", "Conv1D",
            "ConvTranspose1D", "Embedding", "GroupNorm", "RopeScaling", "Attention", "ReLU", "SiLU", "GELU"]
 

@@ -8,7 +8,7 @@ import pytest
 from builder import nn
 from builder.layers import (LAYERS, LayerRegistrationError, QuantizeRule, TensorParallelRule, quantize_rule,
                             register_layer, registration, unregister_layer)
-from builder.nn.tensor_parallel import ShardError, split_size
+from builder.nn.tensor_parallel import split_size
 from builder.quant import GroupQuantization, QuantizedEmbedding, QuantizedLinear, quantize_mutator
 from builder.recipe import instantiate
 from schemas import LAYER_TYPES, LayerEntry, RecipeError, load_recipe_text, register_layer_model, unregister_layer_model
@@ -125,12 +125,17 @@ def test_a_module_or_a_name_registered_twice_is_refused(clean_registry):
                                                      r"'Linear'"):
         register_layer(GainEntry, nn.Linear, arguments={"channels": "in_features", "dtype": None})
 
-    class OtherLinear(LayerEntry):
-        type: Literal["Linear"] = "Linear"
-        channels: int
+    class OtherGain(LayerEntry):
+        type: Literal["Gain"] = "Gain"
 
-    with pytest.raises(ValueError, match=r"layer type 'Linear' is already registered by schemas.layers.Linear"):
-        register_layer(OtherLinear, Gain, arguments={"channels": "num_channels"})
+    register_layer_model(OtherGain)                       # the name taken on the schema side
+    with pytest.raises(ValueError, match=r"layer type 'Gain' is already registered by \S*OtherGain; "
+                                         r"cannot register \S*GainEntry under the same name"):
+        register_layer(GainEntry, Gain, arguments={"channels": "num_channels"})
+    assert "Gain" not in LAYERS and LAYER_TYPES["Gain"] is OtherGain
+    with pytest.raises(LayerRegistrationError, match=r"layer 'Linear' is registered already \(module Linear\); "
+                                                     r"unregister_layer\('Linear'\) first"):
+        register_layer(schema_layers.Linear, _Wide)      # the same schema model with another module
     with pytest.raises(LayerRegistrationError, match="must be a builder.nn.Module class"):
         register_layer(GainEntry, object)
     assert registration("Linear").schema is schema_layers.Linear and "Gain" not in LAYERS
@@ -159,7 +164,6 @@ def test_a_shard_error_points_at_the_schema_field_that_gives_the_argument(clean_
         instantiate(load_recipe_text(_recipe(4)))
     assert str(info.value) == ("<string>:5:31: model.layers.g.channels: Gain: num_channels (6) is not divisible by "
                                "tensor_parallel_shards (4) (tensor_parallel_shards=4)")
-    assert isinstance(ShardError("x", "y"), ValueError)
 
 
 def test_a_schema_model_without_a_module_is_a_recipe_error_at_its_type(clean_registry):
