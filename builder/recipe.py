@@ -4,8 +4,8 @@ A recipe's ``model.layers`` (and each block's ``layers``) become the children of
 entry of a registered layer type builds the module its registration names, with the arguments and the
 tensor-parallel rule it gives (:mod:`builder.layers`); a layer entry whose ``type`` names a block of
 ``blocks:`` is an instance of that block (its own layers and forward); ``repeat: N`` makes an
-``nn.ModuleList`` of N copies. Parameters are named from the module tree
-as PyTorch names them (``layers.0.self_attn.q_proj.weight``). Each function of ``functions:`` is a method
+``nn.ModuleList`` of N copies. Parameters are named from the module tree as PyTorch names them
+(``layers.0.self_attn.q_proj.weight``). Each function of ``functions:`` is a method
 of the model running its own ``forward:`` text (or the model's) on its inputs: tensors, symbolic ints
 (``nn.spec.Int``) and KV caches (``nn.spec.Object``).
 
