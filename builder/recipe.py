@@ -1,9 +1,11 @@
 """Recipe -> ``nn.Module`` tree + export spec, and the ``forward:`` expression language.
 
-A recipe's ``model.layers`` (and each block's ``layers``) become the children of an ``nn.Module``; a
-layer entry whose ``type`` names a block of ``blocks:`` is an instance of that block (its own layers and
-forward); ``repeat: N`` makes an ``nn.ModuleList`` of N copies. Parameters are named from the module tree
-as PyTorch names them (``layers.0.self_attn.q_proj.weight``). Each function of ``functions:`` is a method
+A recipe's ``model.layers`` (and each block's ``layers``) become the children of an ``nn.Module``; an
+entry of a registered layer type builds the module its registration names, with the arguments and the
+tensor-parallel rule it gives (:mod:`builder.layers`); a layer entry whose ``type`` names a block of
+``blocks:`` is an instance of that block (its own layers and forward); ``repeat: N`` makes an
+``nn.ModuleList`` of N copies. Parameters are named from the module tree as PyTorch names them
+(``layers.0.self_attn.q_proj.weight``). Each function of ``functions:`` is a method
 of the model running its own ``forward:`` text (or the model's) on its inputs: tensors, symbolic ints
 (``nn.spec.Int``) and KV caches (``nn.spec.Object``).
 
@@ -54,6 +56,7 @@ from schemas.models import BlockLayer, FunctionDef, IntInput, KVCacheInput, is_i
 from schemas.source import FieldPath
 
 from . import nn
+from .layers import registration
 from .nn.op.common import REFUSE_FLOAT_OVERFLOW
 from .nn.tensor_parallel import ShardError
 from .ir import expr as E
@@ -83,11 +86,6 @@ _SYMBOLS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.MatMult
             ast.Mod: "%"}
 _COMPARE = {ast.Lt: "less", ast.LtE: "less_equal", ast.Gt: "greater", ast.GtE: "greater_equal",
             ast.Eq: "equal", ast.NotEq: "not_equal"}
-
-
-def _layer_class(type_name: str) -> type[nn.Module]:
-    """The ``builder.nn`` module class of a built-in layer type (the schema's type names are the class names)."""
-    return getattr(nn, type_name)
 
 
 #: Names a layer, an input or a function may not take: attributes of nn.Module (a layer named
@@ -709,15 +707,16 @@ class _Builder:
             block = self.recipe.blocks[cfg.type]
             layers = self.layers(block.layers, ("blocks", cfg.type, "layers"))
             return BlockModule(cfg.type, layers, self.program(cfg.type, list(layers)))
-        kwargs = cfg.model_dump(exclude={"type", "repeat"})
-        shards = self.recipe.tensor_parallel_shards
-        if cfg.type == "Attention" or (cfg.type == "Linear" and cfg.tensor_parallel is not None):
-            kwargs["tensor_parallel_shards"] = shards
         try:
-            return _layer_class(cfg.type)(**kwargs)
+            reg = registration(cfg.type)
+        except KeyError as exc:   # a schema model registered without its module (schemas.register_layer_model)
+            raise self.recipe.source.error(where + ("type",), f"{cfg.type}: {exc.args[0]}") from None
+        shards = self.recipe.tensor_parallel_shards
+        try:
+            return reg.module(**reg.init_arguments(cfg, shards))
         except ShardError as exc:
-            raise self.recipe.source.error(where + (exc.field,), f"{cfg.type}: {exc} (tensor_parallel_shards="
-                                                                 f"{shards})") from None
+            raise self.recipe.source.error(where + (reg.field_of(exc.field),),
+                                           f"{cfg.type}: {exc} (tensor_parallel_shards={shards})") from None
         except (ValueError, TypeError) as exc:
             raise self.recipe.source.error(where, f"{cfg.type}: {exc}") from None
 

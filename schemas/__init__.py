@@ -9,6 +9,7 @@ from .loader import load_recipe, load_recipe_text
 from .models import (
     DTYPES,
     LAYER_TYPES,
+    LayerEntry,
     QUANTIZATION_KINDS,
     QUANTIZATION_PRESETS,
     STORAGE_BITS,
@@ -27,7 +28,6 @@ from .models import (
     Embedding,
     Identifier,
     InputSpec,
-    LayerDef,
     LayerNorm,
     Linear,
     ModelDef,
@@ -38,13 +38,14 @@ from .models import (
     StrictModel,
     WeightsDef,
 )
+from .layers import layer_union, register_layer_model, unregister_layer_model
 from .source import FieldPath, SourceMap, format_path
 
 __all__ = [
     "DTYPES", "LAYER_TYPES", "QUANTIZATION_KINDS", "QUANTIZATION_PRESETS", "STORAGE_BITS", "FloatDType",
     "GroupQuantization", "NoQuantization", "PerChannelQuantization", "Quantization", "QuantizationSpec",
     "register_quantization_preset", "resolve_quantization", "Conv1D", "DType", "Dim", "Embedding", "FieldPath", "GELU",
-    "Identifier", "InputSpec", "LayerDef", "LayerNorm", "Linear", "ModelDef", "RMSNorm", "Recipe", "RecipeError",
+    "Identifier", "InputSpec", "LayerEntry", "LayerNorm", "Linear", "ModelDef", "RMSNorm", "Recipe", "RecipeError",
     "RecipeIssue", "ReLU", "SiLU", "SourceMap", "StrictModel", "WeightsDef", "format_path", "load_recipe",
-    "load_recipe_text", "dump_recipe",
+    "load_recipe_text", "dump_recipe", "layer_union", "register_layer_model", "unregister_layer_model",
 ]

@@ -17,7 +17,11 @@ from .models import (LAYER_TYPES, QUANTIZATION_KINDS, QUANTIZATION_PRESETS, Bloc
 from .source import FieldPath, IssueCollector, SourceMap, ValueBudget, format_path, list_index, parse_yaml
 
 _VARIABLE = re.compile(r"\$\$\{|\$\{([^}]*)\}")  # `$${` escapes a literal `${`
-_VALID_LAYER_TYPES = ", ".join(sorted(LAYER_TYPES, key=str.lower))
+
+
+def _valid_layer_types() -> str:
+    """The registered layer types, for messages (case-insensitive order)."""
+    return ", ".join(sorted(LAYER_TYPES, key=str.lower))
 
 
 def load_recipe(path: str | os.PathLike, overrides: Iterable[str] = ()) -> Recipe:
@@ -101,7 +105,7 @@ def _check_layer_types(data: dict, issues: IssueCollector) -> None:
         for name, entry in (layers.items() if isinstance(layers, dict) else ()):
             kind = entry.get("type") if isinstance(entry, dict) else None
             if isinstance(kind, str) and kind not in LAYER_TYPES and kind not in blocks:
-                valid = _VALID_LAYER_TYPES + (f"; blocks: {', '.join(blocks)}" if blocks else "")
+                valid = _valid_layer_types() + (f"; blocks: {', '.join(blocks)}" if blocks else "")
                 hint = _did_you_mean(kind, [*LAYER_TYPES, *blocks])
                 issues.add(path + (name, "type"), f"unknown layer type {shorten(kind)}{hint}; valid types: {valid}")
                 issues.mark(path + (name,))
@@ -389,10 +393,10 @@ def _add_validation_issues(exc: ValidationError, data: dict, issues: IssueCollec
         elif kind == "extra_forbidden":
             message, at_key = _unknown_field(data, path), True
         elif kind == "union_tag_invalid":
-            message = f"unknown layer type {shorten(error['ctx']['tag'])}; valid types: {_VALID_LAYER_TYPES}"
+            message = f"unknown layer type {shorten(error['ctx']['tag'])}; valid types: {_valid_layer_types()}"
             path += ("type",)
         elif kind in ("union_tag_not_found", "layer_type_missing"):
-            message = f"missing required field 'type'; valid types: {_VALID_LAYER_TYPES}"
+            message = f"missing required field 'type'; valid types: {_valid_layer_types()}"
         elif kind == "input_kind":
             message = f"{error['msg']}, got type {shorten(_value_at(data, path).get('type'))}" \
                 if isinstance(_value_at(data, path), dict) else f"{error['msg']}, got {shorten(_value_at(data, path))}"

@@ -1,51 +1,30 @@
-"""Pydantic models of a recipe. All are strict: unknown keys and wrongly typed values are errors."""
+"""Pydantic models of a recipe. All are strict: unknown keys and wrongly typed values are errors.
+
+The field types are in :mod:`schemas.fields`, the layer entries and the registry of layer types in
+:mod:`schemas.layers` (both importable from here too); the models holding layers rebuild when a layer type
+is registered."""
 
 from __future__ import annotations
 
-import keyword
 import re
 from typing import Annotated, Any, Literal, Optional, Union
 
-from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, PrivateAttr, Tag,
-                      ValidationInfo, field_validator, model_validator)
+from pydantic import (AfterValidator, BeforeValidator, Discriminator, Field, PrivateAttr, Tag, ValidationInfo,
+                      field_validator)
 from pydantic_core import PydanticCustomError
 
-from core.dtypes import DTYPES, STORAGE_BITS, DType
+from core.dtypes import STORAGE_BITS
 from core.limits import MAX_DIM, MAX_FUNCTIONS, MAX_NDIM, MAX_TENSOR_PARALLEL_SHARDS
 from core.limits import MAX_WEIGHT_IGNORE, MAX_WEIGHT_MAP_ENTRIES, MAX_WEIGHT_NAME_CHARS, MAX_WEIGHT_PATTERN_ENTRIES
 from core.messages import shorten
 from core.precision import MatmulPrecision
 from core.weight_names import file_side_problems, parameter_side_problems, parse_rule
 
+from .fields import DTYPES, Axes, Dim, DType, Identifier, StrictModel, is_identifier  # noqa: F401 (re-exported)
+from .layers import (LAYER_TYPES, MAX_REPEAT, Attention, BlockLayer, Conv1D, ConvTranspose1D,  # noqa: F401
+                     Embedding, GELU, GroupNorm, LayerEntry, LayerNorm, Linear, ReLU, RMSNorm, RopeScaling, SiLU,
+                     layer_union, on_layer_types_changed)
 from .source import SourceMap
-
-_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-
-
-def is_identifier(value: Any) -> bool:
-    """Whether ``value`` is a name recipes accept: an ASCII identifier (``[A-Za-z_][A-Za-z0-9_]*``) that is
-    not a Python keyword (layer, input, function and variable names, and ``name=`` hints in forward)."""
-    return isinstance(value, str) and bool(_IDENTIFIER.fullmatch(value)) and not keyword.iskeyword(value)
-
-
-def _check_identifier(value: str) -> str:
-    if not is_identifier(value):
-        raise PydanticCustomError(
-            "identifier", "{value} is not a valid name: use letters, digits and '_', not starting with a digit,"
-            " and not a Python keyword", {"value": shorten(value)})
-    return value
-
-
-def _check_dim(value: Any) -> Any:
-    is_size = isinstance(value, int) and not isinstance(value, bool) and value >= 0
-    if not is_size and not (isinstance(value, str) and _IDENTIFIER.fullmatch(value)):
-        raise PydanticCustomError(
-            "dim", "expected a non-negative integer or a symbolic dimension name (an identifier), got {value}",
-            {"value": shorten(value)})
-    if is_size and value > MAX_DIM:
-        raise PydanticCustomError("dim", "a size must be at most 2**40 ({limit}), got {value}",
-                                  {"limit": MAX_DIM, "value": shorten(value)})
-    return value
 
 
 def _check_ndim(value: Any) -> Any:
@@ -63,277 +42,22 @@ def _check_function_count(value: Any) -> Any:
     return value
 
 
-def _check_axes(value: Any) -> Any:
-    def is_int(item: Any) -> bool:
-        return isinstance(item, int) and not isinstance(item, bool)
+LayerDef = layer_union()
+"""One entry of ``layers:`` (:func:`schemas.layers.layer_union` of the layer types registered at import; the
+models below rebuild with a new union whenever a layer type is registered)."""
 
-    if not is_int(value) and not (isinstance(value, list) and all(map(is_int, value))):
-        raise PydanticCustomError("axes", "expected an integer axis or a list of integer axes, got {value}",
-                                  {"value": shorten(value)})
-    for axis in value if isinstance(value, list) else [value]:
-        if not -MAX_NDIM <= axis < MAX_NDIM:
-            raise PydanticCustomError("axes", "axis {axis} is out of range: a tensor has at most {limit} dims",
-                                      {"axis": shorten(axis), "limit": MAX_NDIM})
+
+def _check_block_name(value: str) -> str:
+    if value in LAYER_TYPES:
+        raise PydanticCustomError(
+            "block_name", "block name {value} is the name of a layer type: a layer entry `type: {name}` builds that "
+            "layer, never this block; rename the block", {"value": shorten(value), "name": value})
     return value
 
 
-Identifier = Annotated[str, AfterValidator(_check_identifier)]
-"""A name usable in the forward expression (``[A-Za-z_][A-Za-z0-9_]*``, not a Python keyword)."""
+BlockName = Annotated[Identifier, AfterValidator(_check_block_name)]
+"""The name of a block of ``blocks:``: an identifier that is no registered layer type's name."""
 
-Dim = Annotated[Union[int, str], BeforeValidator(_check_dim)]
-"""A tensor dimension: a non-negative size, or the name of a symbolic dimension such as ``batch_size``."""
-
-Axes = Annotated[Union[int, list[int]], BeforeValidator(_check_axes)]
-"""One axis or a list of axes."""
-
-
-class StrictModel(BaseModel):
-    """Base of all recipe models: unknown keys are errors and values are not coerced (an int is still a float)."""
-
-    model_config = ConfigDict(extra="forbid", strict=True)
-
-
-MAX_REPEAT = 4096
-"""The most copies one ``repeat:`` may make (a 4096-layer model is far beyond any real one)."""
-
-Repeat = Annotated[int, Field(ge=1, le=MAX_REPEAT)]
-"""``repeat:`` of a layer entry: how many copies its ``nn.ModuleList`` holds."""
-
-
-class LayerEntry(StrictModel):
-    """Fields every entry of ``layers:`` has besides its type's own: ``repeat: N`` makes an
-    ``nn.ModuleList`` of N independent copies (parameters ``name.0.*`` ... ``name.{N-1}.*``, as
-    PyTorch names them); ``forward:`` calls it as a chain (``h = layers(h, mask)``: each copy takes the
-    previous one's result as its first argument and the other arguments unchanged) or indexes one
-    copy (``layers[0](h)``)."""
-
-    repeat: Optional[Repeat] = None
-
-
-class Linear(LayerEntry):
-    """Fully connected layer ``x @ weight.T + bias`` (``tvm.relax.frontend.nn.Linear``)."""
-
-    type: Literal["Linear"] = "Linear"
-    in_features: Dim
-    out_features: Dim
-    bias: bool = True
-    dtype: Optional[DType] = None
-    out_dtype: Optional[DType] = None
-    tensor_parallel: Optional[Literal["column", "row"]] = None
-    """How the layer splits when the recipe sets ``tensor_parallel_shards: N`` (Megatron-LM, Shoeybi et al.
-    2019): ``column`` splits ``out_features`` (each worker computes a slice of the outputs: q/k/v, gate /
-    up projections), ``row`` splits ``in_features`` and sums the workers' partial products with
-    ``ccl_allreduce`` (o_proj, down_proj; takes a column-split input). Unset: every worker holds the whole
-    layer (replicated)."""
-
-
-#: Sizes and settings that must be >= 1 / >= 0, and a norm's epsilon (finite, >= 0).
-Positive = Annotated[int, Field(ge=1, le=MAX_DIM)]
-NonNegative = Annotated[int, Field(ge=0, le=MAX_DIM)]
-Epsilon = Annotated[float, Field(ge=0, allow_inf_nan=False)]
-
-
-class LayerNorm(LayerEntry):
-    """Layer normalisation over the last axis (``tvm.relax.frontend.nn.LayerNorm``)."""
-
-    type: Literal["LayerNorm"] = "LayerNorm"
-    normalized_shape: Positive
-    eps: Epsilon = 1e-5
-    elementwise_affine: bool = True
-    dtype: Optional[DType] = None
-
-
-class RMSNorm(LayerEntry):
-    """Root-mean-square normalisation (``tvm.relax.frontend.nn.RMSNorm``)."""
-
-    type: Literal["RMSNorm"] = "RMSNorm"
-    hidden_size: Positive
-    axes: Axes = -1
-    epsilon: Epsilon = 1e-5
-    bias: bool = False
-    dtype: Optional[DType] = None
-
-
-class Conv1D(LayerEntry):
-    """1-D convolution over ``(batch, channels, length)`` input (``tvm.relax.frontend.nn.Conv1D``)."""
-
-    type: Literal["Conv1D"] = "Conv1D"
-    in_channels: Positive
-    out_channels: Positive
-    kernel_size: Positive
-    stride: Positive = 1
-    padding: NonNegative = 0
-    dilation: Positive = 1
-    groups: Positive = 1
-    bias: bool = True
-    dtype: Optional[DType] = None
-
-    @model_validator(mode="after")
-    def _groups_divide_channels(self) -> "Conv1D":
-        for side in ("in_channels", "out_channels"):
-            if getattr(self, side) % self.groups:
-                raise PydanticCustomError(
-                    "conv_groups", "{side} ({n}) must be a multiple of groups ({g})",
-                    {"side": side, "n": getattr(self, side), "g": self.groups})
-        return self
-
-
-class Embedding(LayerEntry):
-    """Lookup table of ``num`` vectors of size ``dim`` (``tvm.relax.frontend.nn.Embedding``)."""
-
-    type: Literal["Embedding"] = "Embedding"
-    num: Dim
-    dim: Dim
-    dtype: Optional[DType] = None
-
-
-class ReLU(LayerEntry):
-    """Rectified linear unit activation."""
-
-    type: Literal["ReLU"] = "ReLU"
-
-
-class SiLU(LayerEntry):
-    """Sigmoid linear unit activation ``x * sigmoid(x)``."""
-
-    type: Literal["SiLU"] = "SiLU"
-
-
-class GELU(LayerEntry):
-    """Gaussian error linear unit activation."""
-
-    type: Literal["GELU"] = "GELU"
-
-
-_BUILTIN_LAYER_NAMES = ("Linear", "LayerNorm", "RMSNorm", "Conv1D", "ConvTranspose1D", "Embedding", "GroupNorm",
-                        "Attention", "ReLU", "SiLU", "GELU")
-
-
-class ConvTranspose1D(Conv1D):
-    """1-D transposed convolution over ``(batch, channels, length)`` input (``tvm.relax.frontend.nn.ConvTranspose1D``,
-    PyTorch ``nn.ConvTranspose1d``): Conv1D's fields and ``output_padding``."""
-
-    type: Literal["ConvTranspose1D"] = "ConvTranspose1D"
-    output_padding: NonNegative = 0
-
-
-class GroupNorm(LayerEntry):
-    """Group normalisation over ``(batch, channels, ...)`` input (Wu & He 2018; PyTorch ``nn.GroupNorm``,
-    ``tvm.relax.frontend.nn.GroupNorm``)."""
-
-    type: Literal["GroupNorm"] = "GroupNorm"
-    num_groups: Positive
-    num_channels: Positive
-    eps: Epsilon = 1e-5
-    affine: bool = True
-    dtype: Optional[DType] = None
-
-    @model_validator(mode="after")
-    def _groups_divide_channels(self) -> "GroupNorm":
-        if self.num_channels % self.num_groups:
-            raise PydanticCustomError("group_norm", "num_channels ({c}) must be a multiple of num_groups ({g})",
-                                      {"c": self.num_channels, "g": self.num_groups})
-        return self
-
-
-class RopeScaling(StrictModel):
-    """A scaling of the rotary embeddings' frequencies, in HF transformers' ``rope_parameters`` keys:
-    ``linear`` (position interpolation: every frequency divided by ``factor``) or ``llama3`` (Llama 3.1 /
-    3.2: long wavelengths divided by ``factor``, short ones kept, the ones between interpolated; needs the
-    three other fields). Formulas: ``builder.nn.op.rope_scaled_inv_freq``."""
-
-    rope_type: Literal["linear", "llama3"]
-    factor: Annotated[float, Field(gt=0, allow_inf_nan=False)]
-    low_freq_factor: Optional[Annotated[float, Field(gt=0, allow_inf_nan=False)]] = None
-    high_freq_factor: Optional[Annotated[float, Field(gt=0, allow_inf_nan=False)]] = None
-    original_max_position_embeddings: Optional[Positive] = None
-
-    @model_validator(mode="after")
-    def _check_llama3(self) -> "RopeScaling":
-        if self.rope_type == "llama3":
-            missing = [k for k in ("low_freq_factor", "high_freq_factor", "original_max_position_embeddings")
-                       if getattr(self, k) is None]
-            if missing:
-                raise PydanticCustomError("rope_scaling", "llama3 scaling needs {missing}",
-                                          {"missing": ", ".join(missing)})
-            if not self.high_freq_factor > self.low_freq_factor:
-                raise PydanticCustomError("rope_scaling", "high_freq_factor ({h}) must exceed low_freq_factor ({lo})",
-                                          {"h": self.high_freq_factor, "lo": self.low_freq_factor})
-        return self
-
-
-class Attention(LayerEntry):
-    """Multi-head or grouped-query self-attention (``builder.nn.Attention``): ``q_proj`` / ``k_proj`` /
-    ``v_proj`` / ``o_proj`` Linear layers (HF Llama names), optional RoPE (``rope_theta``), causal or
-    bidirectional, an optional padding mask and KV cache at call time.
-
-    ``head_dim`` defaults to ``hidden_size // num_heads`` and ``num_kv_heads`` to ``num_heads``
-    (multi-head); fewer KV heads is GQA (Ainslie et al. 2023) and must divide ``num_heads``."""
-
-    type: Literal["Attention"] = "Attention"
-    hidden_size: Positive
-    num_heads: Positive
-    num_kv_heads: Optional[Positive] = None
-    head_dim: Optional[Positive] = None
-    bias: bool = False
-    """Biases on ``q_proj`` / ``k_proj`` / ``v_proj`` (and ``o_proj`` unless ``out_bias`` says otherwise)."""
-    out_bias: Optional[bool] = None
-    """The bias of ``o_proj`` (default: ``bias``)."""
-    key_bias: Optional[bool] = None
-    """The bias of ``k_proj`` (default: ``bias``; false in Whisper, whose ``k_proj`` alone has none)."""
-    rope_theta: Optional[Annotated[float, Field(gt=0, allow_inf_nan=False)]] = None
-    rope_scaling: Optional[RopeScaling] = None
-    """A scaling of the rotary frequencies (Llama 3.1 / 3.2's ``llama3``, ``linear``); needs ``rope_theta``."""
-    causal: bool = False
-    dtype: Optional[DType] = None
-    tensor_parallel: bool = True
-    """With ``tensor_parallel_shards: N``, split the heads across the workers (``q/k/v_proj`` by columns,
-    ``o_proj`` by rows + ``ccl_allreduce``); ``false`` keeps the whole layer on every worker."""
-
-    @model_validator(mode="after")
-    def _check_heads(self) -> "Attention":
-        if self.rope_scaling is not None and self.rope_theta is None:
-            raise PydanticCustomError("rope_scaling", "rope_scaling needs rope_theta (rotary embeddings)", {})
-        if self.head_dim is None and self.hidden_size % self.num_heads:
-            raise PydanticCustomError(
-                "attention_heads", "hidden_size ({h}) must be a multiple of num_heads ({n}), or set head_dim",
-                {"h": self.hidden_size, "n": self.num_heads})
-        kv = self.num_kv_heads if self.num_kv_heads is not None else self.num_heads
-        if self.num_heads % kv:
-            raise PydanticCustomError(
-                "attention_heads", "num_heads ({n}) must be a multiple of num_kv_heads ({kv}): each KV head "
-                "serves a whole group of query heads", {"n": self.num_heads, "kv": kv})
-        return self
-
-
-class BlockLayer(LayerEntry):
-    """A layer whose ``type`` names one of the recipe's ``blocks:``: an instance of that block (its own
-    layers and forward), optionally ``repeat``-ed."""
-
-    type: Annotated[Identifier, Field(json_schema_extra={"not": {"enum": list(_BUILTIN_LAYER_NAMES)}})]
-
-
-LAYER_TYPES: dict[str, type[StrictModel]] = {
-    cls.model_fields["type"].default: cls
-    for cls in (Linear, LayerNorm, RMSNorm, Conv1D, ConvTranspose1D, Embedding, GroupNorm, Attention, ReLU, SiLU, GELU)
-}
-"""Built-in layer models by their ``type`` name (any other ``type`` names a block of the recipe)."""
-assert tuple(LAYER_TYPES) == _BUILTIN_LAYER_NAMES, "a block's type may not be a built-in layer's"
-
-
-def _layer_tag(value: Any) -> Optional[str]:
-    kind = value.get("type") if isinstance(value, dict) else getattr(value, "type", None)
-    if not isinstance(kind, str):
-        return None
-    return kind if kind in LAYER_TYPES else "block"
-
-
-LayerDef = Annotated[
-    Union[tuple(Annotated[cls, Tag(name)] for name, cls in LAYER_TYPES.items()) + (Annotated[BlockLayer, Tag("block")],)],
-    Discriminator(_layer_tag, custom_error_type="layer_type_missing",
-                  custom_error_message="missing required field 'type'"),
-]
-"""One entry of ``layers:``: a built-in layer chosen by its ``type`` key, or an instance of a block."""
 
 MAX_BLOCK_INPUTS = 64
 """The most arguments a block's forward may take."""
@@ -739,7 +463,7 @@ class Recipe(StrictModel):
     name: str
     description: str = ""
     vars: dict[Identifier, Any] = {}
-    blocks: dict[Identifier, BlockDef] = {}
+    blocks: dict[BlockName, BlockDef] = {}
     model: ModelDef
     functions: Annotated[dict[Identifier, FunctionEntry], Field(min_length=1),
                          BeforeValidator(_check_function_count)]
@@ -778,3 +502,17 @@ class Recipe(StrictModel):
         if self._source is None:
             self._source = SourceMap("<recipe>")
         return self._source
+
+
+def _rebuild_layer_models() -> None:
+    """Rebuild the validators (and JSON schemas) of the models holding layer entries for the layer types
+    registered now (:func:`schemas.layers.register_layer_model` calls it)."""
+    global LayerDef
+    LayerDef = layer_union()
+    for model in (BlockDef, ModelDef):
+        model.model_fields["layers"].annotation = dict[Identifier, LayerDef]
+        model.model_rebuild(force=True)
+    Recipe.model_rebuild(force=True)
+
+
+on_layer_types_changed(_rebuild_layer_models)

@@ -1,8 +1,11 @@
 """The recipes of the trade in docs/ARCHITECTURE.md, done: adding an op is one record, adding a pass is
-one class run by the pass manager. Each test does what the document says and checks the result
-against numpy."""
+one class run by the pass manager, adding a layer type one registration. Each test does what the document
+says and checks the result against numpy."""
+from typing import Annotated, Literal, Optional
+
 import numpy as np
 import pytest
+from pydantic import Field
 
 import builder
 from builder import nn, te
@@ -10,10 +13,14 @@ from builder.ir import relax as rx
 from builder.ir.functor import ExprMutator
 from builder.ir.op import OpPattern, register_op
 from builder.ir.op.elementwise import infer_unary_float
+from builder.layers import LAYERS, LayerRegistrationError, register_layer, unregister_layer
 from builder.nn.op.elementwise import unary_function
 from builder.ops.common import te_rule
+from builder.recipe import instantiate
 from builder.transform import FunctionPass, PassContext, PassTiming, PrintAfter, Sequential, default_pipeline
 from runtime import VirtualMachine
+from schemas import LAYER_TYPES, DType, LayerEntry, RecipeError, load_recipe_text
+from schemas.json_schema import recipe_json_schema
 
 
 def _softsign(x: te.Tensor) -> te.Tensor:
@@ -96,3 +103,70 @@ def test_add_a_pass_runs_in_the_pass_manager():
     np.testing.assert_allclose(got, np.exp(x.astype(np.float64)) + x, rtol=1e-6)
     # the same numbers as the default pipeline alone
     np.testing.assert_array_equal(got, VirtualMachine(builder.compile(irmod))["forward"](x))
+
+
+class ScaleEntry(LayerEntry):
+    """"How to add a layer type", the schema model: ``{type: Scale, channels: N}``."""
+
+    type: Literal["Scale"] = "Scale"
+    channels: Annotated[int, Field(ge=1)]
+    dtype: Optional[DType] = None
+
+
+class Scale(nn.Module):
+    """The module: ``y = x * weight``, a learned per-channel scale, weight (num_channels,)."""
+
+    def __init__(self, num_channels: int, dtype: str | None = None) -> None:
+        self.weight = nn.Parameter((num_channels,), dtype)
+
+    def forward(self, x: nn.Tensor) -> nn.Tensor:
+        return x * self.weight
+
+
+@pytest.fixture
+def scale_layer():
+    """"How to add a layer type": one registration (here by the test, removed afterwards)."""
+    yield register_layer(ScaleEntry, Scale, arguments={"channels": "num_channels"})
+    unregister_layer("Scale")
+
+
+SCALED = """\
+name: scaled
+model:
+  layers:
+    fc: {type: Linear, in_features: 8, out_features: 4}
+    scale: {type: Scale, channels: 4}
+  forward: return scale(relu(fc(x)))
+functions:
+  forward:
+    x: {shape: [batch, 8], dtype: float32}
+"""
+
+
+def test_add_a_layer_is_one_registration(scale_layer):
+    recipe = load_recipe_text(SCALED)
+    assert recipe.model.layers["scale"] == ScaleEntry(channels=4)
+    assert "ScaleEntry" in recipe_json_schema()["$defs"]                         # `build --schema` lists it
+    module, spec = instantiate(recipe)
+    assert isinstance(module.scale, Scale) and module.scale.weight.shape == [4]
+    rng = np.random.default_rng(0)
+    P = {name: rng.standard_normal(p.shape).astype(np.float32) for name, p in module.named_parameters()}
+    for name, p in module.named_parameters():
+        p.data = P[name]
+    x = rng.standard_normal((3, 8)).astype(np.float32)
+    got = module.jit(spec)["forward"](x)
+    P64 = {k: v.astype(np.float64) for k, v in P.items()}
+    ref = np.maximum(x.astype(np.float64) @ P64["fc.weight"].T + P64["fc.bias"], 0) * P64["scale.weight"]
+    np.testing.assert_allclose(got, ref, rtol=1e-6, atol=1e-6)
+    with pytest.raises(RecipeError, match=r"<string>:5:36: model.layers.scale.channels: Input should be greater"):
+        load_recipe_text(SCALED.replace("channels: 4", "channels: 0"))          # the schema model validates
+
+
+def test_a_layer_whose_fields_do_not_fit_its_init_is_refused_at_registration():
+    with pytest.raises(LayerRegistrationError, match=r"layer 'Scale': field 'channels' of ScaleEntry is not an "
+                                                     r"argument of Scale.__init__ \(its arguments: num_channels, "
+                                                     r"dtype\)"):
+        register_layer(ScaleEntry, Scale)                  # no `arguments={"channels": "num_channels"}`
+    assert "Scale" not in LAYERS and "Scale" not in LAYER_TYPES   # nothing half-registered
+    with pytest.raises(RecipeError, match="unknown layer type 'Scale'"):
+        load_recipe_text(SCALED)

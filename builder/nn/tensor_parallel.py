@@ -10,8 +10,10 @@ o_proj; gate / up -> SiLU * -> down) needs one all-reduce per pair. Attention sp
 ``r`` of ``N`` holds query heads ``[r H/N, (r+1) H/N)`` and KV heads ``[r H_kv/N, (r+1) H_kv/N)``, so
 each GQA group stays on one worker.
 
-Every worker builds the same module tree (the local shapes) and exports the same IR; only the weights
-differ. Each sharded :class:`Parameter` records how it was cut from the checkpoint's full tensor in
+Which recipe layers split is each layer type's tensor-parallel rule (``builder.layers.TensorParallelRule``:
+a ``Linear`` with ``tensor_parallel: column / row``, every ``Attention``), which hands the layer the number of
+workers; the layer cuts its own parameters with the helpers here. Every worker builds the same module tree
+(the local shapes) and exports the same IR; only the weights differ. Each sharded :class:`Parameter` records how it was cut from the checkpoint's full tensor in
 ``attrs["shard_strategy"]`` (a :class:`ShardSingleDim`, MLC-LLM's name), which the weight loader reads to
 load only its slice (:func:`param_shards`).
 """

@@ -13,6 +13,7 @@ import fnmatch
 import numpy as np
 
 from .. import nn
+from ..layers import quantize_rule
 from .config import GroupQuantization, PerChannelQuantization, QuantizedSpec, QuantLayout
 from .mapping import QuantizeMapping
 from .modules import QuantizedEmbedding, QuantizedLinear
@@ -50,13 +51,14 @@ class QuantizeMutator(nn.Mutator):
         return any(fnmatch.fnmatchcase(name, pattern) for pattern in self.spec.exclude)
 
     def visit_module(self, name: str, node: nn.Module):
-        """Replace a Linear / Embedding (unless excluded); recurse into other modules."""
+        """Replace a module whose layer type has a quantization rule that the spec enables
+        (:func:`builder.layers.quantize_rule`: ``Linear``, and ``Embedding`` under ``quantize_embedding``),
+        unless excluded; recurse into other modules."""
         if self.excluded(name, node):
             return node
-        if isinstance(node, nn.Linear):
-            return self._replace(name, node, node.weight, QuantizedLinear.from_linear)
-        if isinstance(node, nn.Embedding) and self.spec.quantize_embedding:
-            return self._replace(name, node, node.weight, QuantizedEmbedding.from_embedding)
+        rule = quantize_rule(node)
+        if rule is not None and rule.enabled(self.spec):
+            return self._replace(name, node, node.weight, rule.replace)
         return self.visit(name, node)
 
     def _replace(self, name: str, node: nn.Module, weight: nn.Parameter, make):

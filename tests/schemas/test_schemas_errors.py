@@ -2,9 +2,11 @@
 
 import pytest
 
-from schemas import RecipeError, RecipeIssue, load_recipe, load_recipe_text
+from schemas import LAYER_TYPES, RecipeError, RecipeIssue, load_recipe, load_recipe_text
 
-VALID_TYPES = "Attention, Conv1D, ConvTranspose1D, Embedding, GELU, GroupNorm, LayerNorm, Linear, ReLU, RMSNorm, SiLU"
+#: The registered layer types as messages list them (case-insensitive order): read from the registry, so a
+#: new layer type needs no edit here.
+VALID_TYPES = ", ".join(sorted(LAYER_TYPES, key=str.lower))
 
 
 def issues_of(text, overrides=(), filename="r.yaml"):
@@ -209,3 +211,12 @@ def test_invalid_variable_set_by_override_names_it_at_each_use(llama_mlp_text):
 def test_unreadable_file_is_a_recipe_error(tmp_path):
     with pytest.raises(RecipeError, match="cannot read recipe"):
         load_recipe(tmp_path / "missing.yaml")
+
+
+def test_a_block_named_like_a_layer_type_is_refused_at_its_name(minimal_text):
+    # `type: Conv1D` always builds the layer: a block of that name could never be used, so it is an error
+    # (it used to be accepted and silently ignored)
+    text = minimal_text + "blocks:\n  Conv1D:\n    inputs: [x]\n    forward: x\n  Mine:\n    forward: x\n"
+    [issue] = issues_of(text)
+    assert str(issue) == ("r.yaml:15:3: blocks.Conv1D: block name 'Conv1D' is the name of a layer type: a layer "
+                          "entry `type: Conv1D` builds that layer, never this block; rename the block")
