@@ -76,6 +76,7 @@ def register_op(name: str, infer: Callable, attrs: Sequence[str] = (), *, patter
 
 
 def registered_ops() -> list[Op]:
-    """Every registered op, in registration order (the op library loaded first: :func:`builder.ir.relax.load_op_library`)."""
+    """Every registered op, in registration order (the op library is loaded first:
+    :func:`builder.ir.relax.load_op_library`)."""
     load_op_library()
     return list(Op._registry.values())
