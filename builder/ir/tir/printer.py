@@ -28,7 +28,9 @@ def _fmt_attr(v) -> str:
     if isinstance(v, PrimExpr):
         return print_prim_expr(v)
     if dataclasses.is_dataclass(v) and not isinstance(v, type):   # a kernel spec (builder.ir.kernel)
-        return _fmt_attr({f.name: getattr(v, f.name) for f in dataclasses.fields(v)})
+        # a field marked PRINT_WHEN_SET (builder.ir.kernel) is written only when it is not its default
+        return _fmt_attr({f.name: getattr(v, f.name) for f in dataclasses.fields(v)
+                          if not (f.metadata.get("mb.print_when_set") and getattr(v, f.name) == f.default)})
     return repr(v)
 
 
