@@ -87,7 +87,8 @@ class QuantFormat:
     ``bits`` per value; ``group_size`` columns per scale (0: one group per row, resolved per weight by
     :meth:`for_weight`); ``storage_dtype`` of the packed words (a key of :data:`STORAGE_BITS`);
     ``scale_dtype`` of the scales (float16 / bfloat16 / float32 / float64); ``zero_point`` the stored value
-    of 0; ``codebook`` (optional) the ``2 ** bits`` float values a stored value indexes (then
+    of 0; ``codebook`` (optional) the ``2 ** bits`` float values a stored value indexes (a list or tuple,
+    kept as a tuple of the values rounded to float32, which the kernels compute with; then
     ``zero_point`` is 0 and the format needs a ``name`` and :func:`register_quant_format`, since the op
     attributes carry the name); ``activation`` (``"none"`` / ``"int8"``); ``row_tile`` (0 or
     :data:`ROW_TILE`); ``name`` (a preset-style name, not part of equality).
@@ -109,6 +110,12 @@ class QuantFormat:
     name: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
+        if isinstance(self.codebook, (list, tuple, np.ndarray)):   # the kernels' float32 constants
+            try:
+                object.__setattr__(self, "codebook", tuple(float(np.float32(c)) for c in self.codebook))
+            except (TypeError, ValueError):
+                raise ValueError(f"{self.name or 'QuantFormat'}: a codebook must hold numbers, got "
+                                 f"{self.codebook!r}") from None
         self._validate(self.name or "QuantFormat")
 
     def _validate(self, name: str) -> None:
@@ -132,7 +139,7 @@ class QuantFormat:
                              f"{per_word} values per {self.storage_dtype} word")
         if self.codebook is not None:
             if not isinstance(self.codebook, tuple) or len(self.codebook) != 1 << self.bits or not all(
-                    isinstance(c, float) and np.isfinite(c) for c in self.codebook):
+                    np.isfinite(c) for c in self.codebook):
                 raise ValueError(f"{name}: a codebook must be a tuple of {1 << self.bits} finite floats "
                                  f"(one per {self.bits}-bit value)")
             if self.zero_point:

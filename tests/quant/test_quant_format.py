@@ -134,7 +134,7 @@ def test_dequantize_reference_of_a_codebook_and_of_row_tiles(codebook4):
     words[:, 0] = 0x76543210                           # values 0..7, then 15 x 8
     words[:, 1] = 0xFFFFFFFF
     s = np.full((32, 2), 2.0, np.float32)
-    want = np.array(_CODES[:8] + (_CODES[15],) * 8) * 2.0
+    want = np.array(_CODES[:8] + (_CODES[15],) * 8, np.float32).astype(np.float64) * 2.0   # float32 entries
     got = codebook4.dequantize_reference(words, s, 16)
     np.testing.assert_array_equal(got, np.broadcast_to(want, (32, 16)))
     tiled = codebook4.for_weight(16, 32)
@@ -163,3 +163,41 @@ def test_group_weight_carries_every_attribute(codebook4):
     assert "extra_attrs" not in _fmt_attr(plain)
     assert plain.op_attrs == {"bits": 4, "group_size": 32, "zero_point": 7, "in_features": 64,
                               "activation_quantization": "int8", "row_tile": 16}
+
+
+class _Lookup(nn.Module):
+    """A quantized Embedding's gather and the unfused dequantize (an add consumes it) of one weight."""
+
+    def __init__(self, fmt):
+        from builder.quant import QuantizedEmbedding
+
+        self.emb = QuantizedEmbedding(16, 64, fmt)
+
+    def forward(self, ids, x):
+        from builder.quant.modules import dequantize
+
+        w = dequantize(self.emb.layout, self.emb.q_weight, self.emb.q_scale)
+        return self.emb(ids), nn.op.add(w, x)
+
+
+def test_a_codebook_gather_and_dequantize_run_on_its_values(codebook4):
+    """The other two kernels of a quantized weight (``dequantize_take``, ``T_dequantize``) read the format
+    from the op's attributes as well: the codebook's values, against the float64 reference."""
+    from builder.compile import compile as compile_module
+    from builder.quant import quantize_weight
+    from runtime import VirtualMachine
+
+    model = _Lookup(codebook4)
+    irmod, _ = model.export_tvm({"forward": {"ids": nn.spec.Tensor([3], "int32"),
+                                             "x": nn.spec.Tensor([16, 64], "float32")}})
+    exe = compile_module(irmod)
+    assert {"dequantize_take", "dequantize"} <= set(exe.legalized.functions)
+    rng = np.random.default_rng(3)
+    w = rng.standard_normal((16, 64)).astype(np.float32)
+    q, s = quantize_weight(w, model.emb.layout)
+    want = codebook4.for_weight(64).dequantize_reference(q, s, 64)
+    assert np.abs(want - w).max() <= 0.5 * (2 / 15) * np.abs(w).max() * 1.001     # the nearest of 16 codes
+    ids = np.array([0, 9, 15], np.int32)
+    rows, full = VirtualMachine(exe)["forward"](ids, np.zeros((16, 64), np.float32), q, s)
+    np.testing.assert_array_equal(rows, want[ids].astype(np.float32))
+    np.testing.assert_array_equal(full, want.astype(np.float32))
