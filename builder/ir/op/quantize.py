@@ -62,8 +62,12 @@ def check_operands(fmt: QuantFormat, q, s, in_features: int, name: str) -> None:
 
 
 def infer_group_dequantize(call: Call) -> StructInfo:
-    """``(rows, in_features)`` in the scale dtype (rows: all the tiles' with ``row_tile``). Raises
-    ValueError / TypeError as :func:`operand_format` does, and for operands with different rows."""
+    """Struct info of ``R.group_dequantize(q_weight, q_scale, bits, group_size, zero_point, in_features[,
+    activation_quantization, row_tile, codebook])`` (module docstring): the dequantized weight (rows,
+    in_features) in the scale dtype (rows = the tiles times ``row_tile`` for a tiled weight). Raises
+    ValueError / TypeError as :func:`operand_format` does (an unknown or missing attribute, a bad
+    ``activation_quantization`` / ``row_tile`` / ``codebook``, the storage or scale dtype, the layout),
+    and ValueError for words and scales with different row counts."""
     q, s = tensor_arg(call, 0, "q_weight"), tensor_arg(call, 1, "q_scale")
     name = "R.group_dequantize"
     fmt, in_features = operand_format(q, s, call.attrs, name)
