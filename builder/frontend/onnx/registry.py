@@ -1,0 +1,34 @@
+"""The converter table: ONNX op type (``domain:Op`` outside the default domain) -> ``fn(importer, node,
+inputs, attrs)`` returning the node's output value(s); each converter registers itself once with
+:func:`_register` (the ``convert_*`` modules, imported by the package).
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from .errors import ONNXImportError
+from .values import _Unavailable
+
+
+_CONVERTERS: dict[str, Callable] = {}
+
+
+def _op_key(node) -> str:
+    """A node's converter key: its op type in the default domain, ``domain:op`` elsewhere
+    (``com.microsoft:MatMulNBits``)."""
+    return node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}:{node.op_type}"
+
+
+def _register(*names: str):
+    def deco(fn):
+        for n in names:
+            _CONVERTERS[n] = fn
+        return fn
+    return deco
+
+
+def _check_inputs(ins: list, node) -> None:
+    for v in ins:
+        if isinstance(v, _Unavailable):
+            raise ONNXImportError(f"reads the optional output {v.name!r} of {v.node.op_type}, which is not "
+                                  "computed by this importer")
