@@ -16,6 +16,7 @@ from .values import _Unavailable
 
 
 def _add_bias(im, x: Tensor, b) -> Tensor:
+    """``x + b`` with ``b`` (an optional input) as a constant or tensor; ``x`` itself when ``b`` is None."""
     return x if b is None else op.add(x, im.tensor(b.astype(x.dtype) if isinstance(b, np.ndarray) else b))
 
 

@@ -97,6 +97,9 @@ def _window(at: dict, nsp: int, what: str, kernel: list[int] | None = None):
 
 @_register("Conv")
 def _conv(im, node, ins, at):
+    """ONNX ``Conv`` (opset 11+): 1-D and 2-D convolutions, attributes ``kernel_shape``, ``strides``, ``dilations``,
+    ``group``, ``pads`` / ``auto_pad`` (negative pads crop); the weight's spatial dims must be static. Raises
+    ONNXImportError for other ranks or a symbolic kernel size."""
     _check_inputs(ins, node)
     x, w = im.tensor(ins[0]), ins[1]
     b = ins[2] if len(ins) > 2 else None
@@ -310,6 +313,8 @@ def _nearest_source_index(im, n_in, n_out, coord: str, rounding: str):
 
 @_register("GlobalAveragePool", "GlobalMaxPool")
 def _global_pool(im, node, ins, at):
+    """ONNX ``GlobalAveragePool`` / ``GlobalMaxPool`` (opset 1+): the mean / max over every spatial dim of ``(N, C,
+    *spatial)``, kept as 1. Raises ONNXImportError for an input of fewer than 3 dims."""
     _check_inputs(ins, node)
     x = im.tensor(ins[0])
     if len(x.shape) < 3:

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..common import acosh, asinh, atanh, cosh, sinh
 from ...ir import expr as E
 from ...nn import op
 from ...nn.core import Tensor
+from ..torch_ops.elementwise import acosh, asinh, atanh, cosh, sinh   # (torch-free compositions shared with the torch importers)
 from .errors import ONNXImportError
 from .importer import _Importer
 from .proto import _np_dtype_name
@@ -31,6 +31,9 @@ _UNARY_EXACT_NP = {"Relu": lambda x: np.maximum(x, 0).astype(x.dtype), "Neg": np
 
 @_register(*_UNARY)
 def _unary(im: _Importer, node, ins, at):
+    """ONNX unary math ops (``Relu``, ``Sigmoid``, ``Exp``, ``Sqrt``, ``Neg``, ``Abs``, ``Floor``, ... of
+    :data:`_UNARY`, opset 13): ``Neg`` / ``Abs`` of symbolic values folded where the sign is known, the exact ones
+    (:data:`_UNARY_EXACT_NP`) of constants folded, the rest as the ``nn.op`` function; same shape and dtype."""
     _check_inputs(ins, node)
     (x,) = ins
     if isinstance(x, _Sym) and node.op_type in ("Neg", "Abs"):
@@ -50,7 +53,7 @@ _HYPERBOLIC = {"Sinh": sinh, "Cosh": cosh, "Asinh": asinh, "Acosh": acosh, "Atan
 @_register(*_HYPERBOLIC)
 def _hyperbolic(im, node, ins, at):
     """The hyperbolic functions and their inverses as compositions of exp / log / sqrt (the torch
-    translations': :func:`builder.frontend.common.asinh` ...)."""
+    translations': :func:`builder.frontend.torch_ops.elementwise.asinh` ...)."""
     _check_inputs(ins, node)
     return _HYPERBOLIC[node.op_type](None, im.tensor(ins[0]))
 
@@ -92,6 +95,7 @@ def _prelu(im, node, ins, at):
 
 @_register("Reciprocal")
 def _reciprocal(im, node, ins, at):
+    """ONNX ``Reciprocal`` (opset 13): ``1 / x`` in ``x``'s dtype, same shape."""
     _check_inputs(ins, node)
     x = im.tensor(ins[0])
     return op.divide(im.const(np.ones((), dtype=x.dtype)), x)
@@ -99,6 +103,8 @@ def _reciprocal(im, node, ins, at):
 
 @_register("Gelu")
 def _gelu(im, node, ins, at):
+    """ONNX ``Gelu`` (opset 20): attribute ``approximate`` ``'none'`` (exact, erf) or ``'tanh'``. Raises
+    ONNXImportError for another value."""
     _check_inputs(ins, node)
     approx = at.get("approximate", "none")
     if approx not in ("none", "tanh"):
@@ -119,6 +125,11 @@ _BINARY = {"Add": op.add, "Sub": op.subtract, "Mul": op.multiply, "Div": op.divi
 
 @_register("Add", "Sub", "Mul", "Div", "Pow")
 def _binary(im: _Importer, node, ins, at):
+    """ONNX ``Add`` / ``Sub`` / ``Mul`` / ``Div`` / ``Pow`` (opset 14 / 15), multidirectional broadcasting: on
+    symbolic integers as dim arithmetic (``Div`` truncating toward zero, :func:`~.shape_folding._int_div`), on
+    constants folded in numpy (integer ``Div`` truncates toward zero, as ONNX says), else the ``nn.op`` function;
+    ``Pow``'s exponent is cast to the base's dtype. Raises ONNXImportError for an integer division by a constant 0
+    or of symbolic dims whose signs are unknown."""
     _check_inputs(ins, node)
     a, b = ins
     kind = node.op_type
@@ -215,6 +226,8 @@ def _sum_mean(im, node, ins, at):
 
 @_register("Max", "Min")
 def _variadic(im, node, ins, at):
+    """ONNX ``Max`` / ``Min`` (opset 13) of one or more inputs, broadcast: folded on constants, else a chain of
+    ``maximum`` / ``minimum``."""
     _check_inputs(ins, node)
     if all(isinstance(v, np.ndarray) for v in ins) and _fold_ok(np.broadcast_shapes(*[v.shape for v in ins])):
         out = ins[0]
@@ -234,6 +247,9 @@ _CMP = {"Equal": (op.equal, lambda s: s == 0), "Less": (op.less, lambda s: s < 0
 
 @_register(*_CMP)
 def _compare(im, node, ins, at):
+    """ONNX ``Equal`` / ``Less`` / ``LessOrEqual`` / ``Greater`` / ``GreaterOrEqual`` (opset 13 / 16): a bool tensor of
+    the broadcast shape (static, symbolic and tensor values alike); a comparison of symbolic dims is decided at
+    import time or raises ONNXImportError."""
     _check_inputs(ins, node)
     a, b = ins
     fn, decide = _CMP[node.op_type]
@@ -249,6 +265,7 @@ def _compare(im, node, ins, at):
 
 @_register("And", "Or", "Xor", "Not")
 def _logical(im, node, ins, at):
+    """ONNX ``And`` / ``Or`` / ``Xor`` / ``Not`` (opset 7 / 1) of bool tensors, broadcast; folded on constants."""
     _check_inputs(ins, node)
     if all(isinstance(v, np.ndarray) for v in ins) and _fold_ok(*[v.shape for v in ins]):
         f = {"And": np.logical_and, "Or": np.logical_or, "Xor": np.logical_xor, "Not": np.logical_not}[node.op_type]
@@ -280,6 +297,7 @@ def _isinf(im, node, ins, at):
 
 @_register("IsNaN")
 def _isnan(im, node, ins, at):
+    """ONNX ``IsNaN`` (opset 20): ``x != x`` (all False for a dtype without NaN), a bool tensor of ``x``'s shape."""
     _check_inputs(ins, node)
     x = ins[0]
     if isinstance(x, np.ndarray):
@@ -293,6 +311,8 @@ def _isnan(im, node, ins, at):
 
 @_register("Where")
 def _where(im, node, ins, at):
+    """ONNX ``Where`` (opset 16): ``x`` where ``condition`` else ``y``, broadcast; folded on a constant condition over
+    non-tensor values (static, symbolic and tensor values alike)."""
     _check_inputs(ins, node)
     c, x, y = ins
     if isinstance(c, np.ndarray) and not isinstance(x, Tensor) and not isinstance(y, Tensor) \
@@ -326,6 +346,8 @@ def _cast(im, node, ins, at):
 
 @_register("Identity", "Dropout")
 def _identity(im, node, ins, at):
+    """ONNX ``Identity`` (opset 21) and ``Dropout`` (opset 13-22) in inference: the input itself; Dropout's optional
+    ``mask`` output is all True. Raises ONNXImportError for a ``training_mode`` that is not a constant false."""
     _check_inputs(ins, node)
     x = ins[0]
     if node.op_type == "Dropout":

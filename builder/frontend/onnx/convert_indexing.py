@@ -43,6 +43,8 @@ def _one_hot(im, node, ins, at):
 
 @_register("GatherElements")
 def _gather_elements(im, node, ins, at):
+    """ONNX ``GatherElements`` (opset 13): ``out[i][j] = data[index[i][j]][j]`` along ``axis``
+    (:func:`builder.nn.op.gather_elements`); the result has the indices' shape."""
     _check_inputs(ins, node)
     x, idx = im.tensor(ins[0]), im.tensor(ins[1])
     return op.gather_elements(x, idx, axis=int(at.get("axis", 0)))

@@ -15,6 +15,8 @@ from .shape_folding import MAX_FOLD_ELEMENTS, _fold_ok
 
 @_register("Einsum")
 def _einsum(im, node, ins, at):
+    """ONNX ``Einsum`` (opset 12): attribute ``equation`` (explicit or implicit output, ``...`` broadcast dims),
+    :func:`builder.nn.op.einsum`. Raises ONNXImportError for an equation it refuses."""
     _check_inputs(ins, node)
     eq = at.get("equation", "")
     eq = eq.decode() if isinstance(eq, bytes) else eq
@@ -32,6 +34,8 @@ def _linear(im: _Importer, x: Tensor, w_nk: np.ndarray) -> Tensor:
 
 @_register("MatMul")
 def _matmul(im, node, ins, at):
+    """ONNX ``MatMul`` (opset 13): numpy's ``matmul`` rules; a constant 2-D float weight takes the linear form
+    (:func:`_matmul_operands`)."""
     _check_inputs(ins, node)
     return _matmul_operands(im, *ins)
 
@@ -52,6 +56,9 @@ def _matmul_operands(im, a, b):
 
 @_register("Gemm")
 def _gemm(im, node, ins, at):
+    """ONNX ``Gemm`` (opset 13): ``alpha * A' B' + beta * C`` with attributes ``transA``, ``transB``, ``alpha``,
+    ``beta``; a constant 2-D float ``B`` of A's dtype becomes the linear form (``alpha`` folded into it), ``C``
+    broadcast (unidirectionally) to the product."""
     _check_inputs(ins, node)
     a, b = ins[0], ins[1]
     c = ins[2] if len(ins) > 2 else None

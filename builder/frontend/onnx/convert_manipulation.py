@@ -28,6 +28,8 @@ _END_SENTINELS = (2**31 - 1, 2**63 - 1)   # ONNX Slice ends meaning "to the end"
 
 @_register("Tile")
 def _tile(im, node, ins, at):
+    """ONNX ``Tile`` (opset 13): ``repeats`` (static or symbolic, one non-negative per dim) -> each dim times its
+    repeat. Raises ONNXImportError for a wrong count or a negative repeat."""
     _check_inputs(ins, node)
     x = im.tensor(ins[0])
     reps = im.shape_list(ins[1], "repeats")
@@ -38,6 +40,8 @@ def _tile(im, node, ins, at):
 
 @_register("Trilu")
 def _trilu(im, node, ins, at):
+    """ONNX ``Trilu`` (opset 14): the upper (``upper=1``, default) or lower triangle of the last two dims from diagonal
+    ``k`` (a constant input, default 0)."""
     _check_inputs(ins, node)
     x = im.tensor(ins[0])
     k = im.ints(ins[1], "k")[0] if len(ins) > 1 and ins[1] is not None else 0
@@ -103,6 +107,8 @@ def _pad(im, node, ins, at):
 
 @_register("Transpose")
 def _transpose(im, node, ins, at):
+    """ONNX ``Transpose`` (opset 21): attribute ``perm`` (default: the dims reversed) (static, symbolic and tensor
+    values alike). Raises ONNXImportError when ``perm`` is not a permutation."""
     _check_inputs(ins, node)
     x = ins[0]
     nd = len(im.shape_of(x))
@@ -118,6 +124,8 @@ def _transpose(im, node, ins, at):
 
 @_register("Concat")
 def _concat(im, node, ins, at):
+    """ONNX ``Concat`` (opset 13) along ``axis`` (static, symbolic and tensor values alike); empty constant inputs are
+    dropped. Raises ONNXImportError for an axis out of range."""
     _check_inputs(ins, node)
     axis = int(at["axis"])
     nd = len(im.shape_of(ins[0]))
@@ -161,6 +169,10 @@ def _split_pieces(im, x, shape: list, axis: int, sizes: list) -> list:
 
 @_register("Split")
 def _split(im, node, ins, at):
+    """ONNX ``Split`` (opset 18 / 13 / 11): sizes from the ``split`` input or attribute, else ``num_outputs`` (or the
+    node's outputs) pieces of ``ceil(dim / n)``, (static, symbolic and tensor values alike). Raises ONNXImportError
+    for sizes that do not match the outputs, a symbolic dim without sizes, or more than :data:`MAX_SPLIT_PIECES`
+    pieces."""
     _check_inputs(ins, node)
     x = ins[0]
     shape, axis = _split_axis(im, x, at)
@@ -185,6 +197,9 @@ def _split(im, node, ins, at):
 
 @_register("Slice")
 def _slice(im, node, ins, at):
+    """ONNX ``Slice`` (opset 13): ``starts`` / ``ends`` (static or symbolic), optional ``axes`` and ``steps``
+    (constants), ends past the dim (``INT64_MAX``) meaning to the end, (static, symbolic and tensor values alike).
+    Raises ONNXImportError for inputs of different lengths, repeated or out-of-range axes, or a step of 0."""
     _check_inputs(ins, node)
     x = ins[0]
     shape = im.shape_of(x)
@@ -310,6 +325,9 @@ def _clamp_sym(v, d):
 
 @_register("Gather")
 def _gather(im, node, ins, at):
+    """ONNX ``Gather`` (opset 13) along ``axis`` with integer indices (negative ones counting from the end), (static,
+    symbolic and tensor values alike); the result has ``data.shape[:axis] + indices.shape + data.shape[axis + 1:]``.
+    Raises ONNXImportError for non-integer or out-of-range constant indices."""
     _check_inputs(ins, node)
     data, idx = ins
     shape = im.shape_of(data)

@@ -101,6 +101,8 @@ def _group_norm_onnx(im, node, ins, at):
 
 @_register("LayerNormalization")
 def _layer_norm(im, node, ins, at):
+    """ONNX ``LayerNormalization`` (opset 17): over the dims from ``axis`` (default -1) with ``epsilon``, optional
+    scale and bias. Raises ONNXImportError for the Mean / InvStdDev outputs (inference only)."""
     _check_inputs(ins, node)
     if any(n for n in node.output[1:]):
         raise ONNXImportError("the Mean / InvStdDev outputs are not supported (inference only)")
@@ -154,6 +156,9 @@ def _rms_norm(im, node, ins, at):
 
 @_register("BatchNormalization")
 def _batch_norm(im, node, ins, at):
+    """ONNX ``BatchNormalization`` (opset 15) in inference mode: ``(x - mean) / sqrt(var + epsilon) * scale + B`` along
+    dim 1 of ``(N, C, ...)``. Raises ONNXImportError in training mode, with the running-statistics outputs, or
+    without the five inputs."""
     _check_inputs(ins, node)
     if int(at.get("training_mode", 0)) or any(n for n in node.output[1:]):
         raise ONNXImportError("BatchNormalization in training mode (running statistics outputs) is not supported")

@@ -148,6 +148,10 @@ def _exact_integer_sum(im, k: int, per_product: int, chunk_product):
 
 
 def _zero_point_of(v, which: str, ndim: int):
+    """The zero point ``v`` of the integer MatMul / Conv input ``which`` (``"a"`` or ``"b"``): None when absent, a
+    scalar (per tensor) as 0-d, and for ``b`` a 1-D one (per output column) shaped to broadcast against the
+    ``ndim``-d product. Raises ONNXImportError for a per-row zero point of ``a`` or a zero point of more than one
+    dim."""
     if v is None:
         return None
     if isinstance(v, np.ndarray) and v.size > 1:

@@ -18,6 +18,8 @@ from .shape_folding import _fold_ok, _simp
 
 @_register("ArgMax", "ArgMin")
 def _argmax(im, node, ins, at):
+    """ONNX ``ArgMax`` / ``ArgMin`` (opset 13): int64 index of the first extreme along ``axis``, ``keepdims`` (default
+    1). Raises ONNXImportError for an axis out of range or ``select_last_index=1``."""
     _check_inputs(ins, node)
     x = im.tensor(ins[0])
     nd = len(x.shape)
@@ -117,6 +119,7 @@ def _unique(im, node, ins, at):
 
 @_register("Softmax")
 def _softmax(im, node, ins, at):
+    """ONNX ``Softmax`` (opset 13): along ``axis`` (default -1), same shape and dtype."""
     _check_inputs(ins, node)
     return op.softmax(im.tensor(ins[0]), axis=int(at.get("axis", -1)))
 

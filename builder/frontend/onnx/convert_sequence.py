@@ -13,12 +13,17 @@ from .values import _Sequence
 
 
 def _seq(v, what: str) -> list:
+    """The tensors of the sequence ``v``. Raises ONNXImportError when ``v`` is not a sequence (``what`` names the
+    input)."""
     if not isinstance(v, _Sequence):
         raise ONNXImportError(f"{what} is not a sequence")
     return v.items
 
 
 def _position(im, v, n: int, what: str, end_ok: bool = False) -> int:
+    """A constant sequence position (``SequenceAt`` / ``SequenceInsert`` / ``SequenceErase``) as an index into ``n``
+    items, negative ones counting from the end, ``n`` itself allowed with ``end_ok``. Raises ONNXImportError for a
+    position out of range."""
     (pos,) = im.ints(v, what)
     if not -n <= pos < n + int(end_ok):
         raise ONNXImportError(f"{what} {pos} is out of range for a sequence of {n}")
@@ -52,12 +57,14 @@ def _split_to_sequence(im, node, ins, at):
 
 @_register("SequenceConstruct")
 def _sequence_construct(im, node, ins, at):
+    """ONNX ``SequenceConstruct`` (opset 11): the sequence of its inputs."""
     _check_inputs(ins, node)
     return _Sequence(ins)
 
 
 @_register("SequenceEmpty")
 def _sequence_empty(im, node, ins, at):
+    """ONNX ``SequenceEmpty`` (opset 11): an empty sequence (its ``dtype`` is not needed)."""
     return _Sequence([])
 
 
@@ -71,6 +78,8 @@ def _sequence_at(im, node, ins, at):
 
 @_register("SequenceLength")
 def _sequence_length(im, node, ins, at):
+    """ONNX ``SequenceLength`` (opset 11): the number of tensors, an int64 scalar known at import time. Raises
+    ONNXImportError for an input that is not a sequence."""
     _check_inputs(ins, node)
     return np.array(len(_seq(ins[0], "input")), np.int64)
 

@@ -39,6 +39,8 @@ def _eye_like(im, node, ins, at):
 
 @_register("Constant")
 def _constant(im, node, ins, at):
+    """ONNX ``Constant`` (opset 13): attributes ``value`` (a dense tensor), ``value_float(s)`` or ``value_int(s)`` as a
+    static array. Raises ONNXImportError for sparse or string values."""
     if "value" in at and isinstance(at["value"], np.ndarray):
         return at["value"]
     for key, dtype in (("value_float", "float32"), ("value_int", "int64")):
@@ -52,6 +54,8 @@ def _constant(im, node, ins, at):
 
 @_register("Shape")
 def _shape(im, node, ins, at):
+    """ONNX ``Shape`` (opset 15) with ``start`` / ``end``: the dims as an int64 value, symbolic where a dim is
+    (:func:`_shape_value`)."""
     _check_inputs(ins, node)
     dims = im.shape_of(ins[0])
     n = len(dims)
@@ -65,6 +69,7 @@ def _shape(im, node, ins, at):
 
 @_register("Size")
 def _size(im, node, ins, at):
+    """ONNX ``Size`` (opset 13): the element count as an int64 scalar, symbolic when a dim is."""
     _check_inputs(ins, node)
     total = 1
     for d in im.shape_of(ins[0]):
@@ -74,6 +79,9 @@ def _size(im, node, ins, at):
 
 @_register("ConstantOfShape")
 def _constant_of_shape(im, node, ins, at):
+    """ONNX ``ConstantOfShape`` (opset 20): attribute ``value`` (a one-element tensor, default float32 0) over a static
+    or symbolic shape; folded within :data:`MAX_FOLD_ELEMENTS`. Raises ONNXImportError for a value that is not one
+    element or a negative dim."""
     _check_inputs(ins, node)
     value = at.get("value", np.zeros(1, dtype="float32"))
     if not isinstance(value, np.ndarray) or value.size != 1:
@@ -89,6 +97,9 @@ def _constant_of_shape(im, node, ins, at):
 
 @_register("Range")
 def _range(im, node, ins, at):
+    """ONNX ``Range`` (opset 11): ``start``, ``limit``, ``delta`` constant or shape-derived (a symbolic integer, or one
+    cast to float); folded within :data:`MAX_FOLD_ELEMENTS`. Raises ONNXImportError for bounds computed from tensor
+    data or a delta of 0."""
     _check_inputs(ins, node)
     vals = []
     dtype = im.dtype_of(ins[0])
@@ -124,6 +135,9 @@ def _range(im, node, ins, at):
 
 
 def _reshape_dims(in_shape: list, target: list, allowzero: bool) -> list:
+    """The dims of ONNX ``Reshape`` of ``in_shape`` to ``target`` (ints and symbolic dims): ``0`` copies the input's
+    dim unless ``allowzero``, one ``-1`` is inferred (:func:`_infer_dim`). Raises ONNXImportError for a 0 past the
+    input's rank, several ``-1``, or sizes that cannot match."""
     out = []
     for i, d in enumerate(target):
         if isinstance(d, int) and d == 0 and not allowzero:
@@ -185,6 +199,8 @@ def _infer_dim(in_shape: list, out: list, target: list):
 
 
 def _reshape_value(im, x, dims: list):
+    """``x`` (static, symbolic or tensor) reshaped to ``dims``: a numpy / symbolic value stays one when the dims are
+    static, else a graph ``reshape``."""
     if isinstance(x, Tensor):
         return op.reshape(x, dims)
     if not all(isinstance(d, int) for d in dims):
@@ -196,6 +212,9 @@ def _reshape_value(im, x, dims: list):
 
 @_register("Reshape")
 def _reshape(im, node, ins, at):
+    """ONNX ``Reshape`` (opset 14): a static or symbolic target shape, ``0`` copying the input's dim (unless
+    ``allowzero``) and one ``-1`` inferred (:func:`_reshape_dims`). Raises ONNXImportError when the sizes cannot
+    match."""
     _check_inputs(ins, node)
     x = ins[0]
     dims = _reshape_dims(im.shape_of(x), im.shape_list(ins[1], "the target shape"), bool(int(at.get("allowzero", 0))))
@@ -204,6 +223,8 @@ def _reshape(im, node, ins, at):
 
 @_register("Flatten")
 def _flatten(im, node, ins, at):
+    """ONNX ``Flatten`` (opset 13): 2-D ``(prod(shape[:axis]), prod(shape[axis:]))``, ``axis`` default 1. Raises
+    ONNXImportError for an axis out of range."""
     _check_inputs(ins, node)
     x = ins[0]
     shape = im.shape_of(x)
@@ -222,6 +243,8 @@ def _flatten(im, node, ins, at):
 
 
 def _axes_arg(im, node, ins, at, what="axes") -> list[int] | None:
+    """The ``axes`` of Squeeze / Unsqueeze / Reduce*: the attribute (opsets before 13 / 18), else the constant second
+    input, else None."""
     if "axes" in at:
         return [int(a) for a in at["axes"]]
     if len(ins) > 1 and ins[1] is not None:
@@ -231,6 +254,8 @@ def _axes_arg(im, node, ins, at, what="axes") -> list[int] | None:
 
 @_register("Unsqueeze")
 def _unsqueeze(im, node, ins, at):
+    """ONNX ``Unsqueeze`` (opset 13, ``axes`` an input; 11, an attribute): size-1 dims inserted at ``axes`` of the
+    result. Raises ONNXImportError for missing, repeated or out-of-range axes."""
     _check_inputs(ins, node)
     x = ins[0]
     axes = _axes_arg(im, node, ins, at)
@@ -248,6 +273,9 @@ def _unsqueeze(im, node, ins, at):
 
 @_register("Squeeze")
 def _squeeze(im, node, ins, at):
+    """ONNX ``Squeeze`` (opset 13, ``axes`` an input; 11, an attribute): the size-1 dims at ``axes`` (every one when
+    omitted, on a static shape) removed. Raises ONNXImportError for a dim that is not 1, an axis out of range, or no
+    axes on a symbolic shape."""
     _check_inputs(ins, node)
     x = ins[0]
     shape = im.shape_of(x)
@@ -268,6 +296,8 @@ def _squeeze(im, node, ins, at):
 
 @_register("Expand")
 def _expand(im, node, ins, at):
+    """ONNX ``Expand`` (opset 13): bidirectional broadcast of the input and the target shape (static or symbolic);
+    folded within :data:`MAX_FOLD_ELEMENTS`. Raises ONNXImportError for shapes that do not broadcast."""
     _check_inputs(ins, node)
     x = ins[0]
     target = im.shape_list(ins[1], "the shape")

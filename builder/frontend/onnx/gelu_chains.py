@@ -11,6 +11,7 @@ from .proto import _attrs, _to_array
 
 
 def _scalar_is(v, target: float, rel: float = 1e-6) -> bool:
+    """Whether ``v`` is a one-element float constant within ``rel`` of ``target``."""
     return (isinstance(v, np.ndarray) and v.dtype.kind == "f" and v.size == 1
             and abs(float(v.ravel()[0]) - target) <= rel * abs(target))
 

@@ -57,6 +57,12 @@ _IDENT = re.compile(r"[^0-9A-Za-z_]")
 
 
 class _Importer:
+    """The import of one ONNX model: ``env`` maps every value name seen so far to its value (a numpy array when static,
+    a :class:`~.values._Sym` when symbolic, an ``nn.Tensor`` for graph values, a :class:`~.values._Sequence` or
+    :class:`~.values._Unavailable`), the symbolic dims by their ONNX names, the constants made so far, and the GELU
+    chains found up front (:func:`~.gelu_chains._find_gelus`). The converters get it as their first argument
+    (``im``) and use :meth:`tensor`, :meth:`const`, :meth:`static`, :meth:`ints` and :meth:`shape_list` to read
+    their inputs."""
     def __init__(self, model, opset: int, source_opset: int | None = None) -> None:
         self.model = model
         self.opset = opset
@@ -84,6 +90,7 @@ class _Importer:
 
     # -- dims and inputs ---------------------------------------------------------------------------
     def dim_var(self, key: str) -> E.Var:
+        """The int64 symbolic dim for the ONNX dim name ``key`` (one per name), named as an identifier and made unique."""
         if key not in self.dims:
             name = _IDENT.sub("_", key) or "dim"
             if name[0].isdigit():
@@ -97,6 +104,10 @@ class _Importer:
         return self.dims[key]
 
     def input_var(self, vi, shape_override, dtype_override) -> rx.Var:
+        """``main``'s parameter for the graph input ``vi``: ``R.Tensor(shape, dtype)`` from the model, with
+        ``shape_override`` (ints, names, None) and ``dtype_override`` from ``shape_dict`` / ``dtype_dict``. Raises
+        ONNXImportError for a non-tensor input, an unknown dtype, a missing shape, a wrong rank, a negative dim or
+        more than ``schemas.limits.MAX_NDIM`` dims, TypeError for an override of the wrong type."""
         onnx = _onnx()
         t = vi.type
         if not t.HasField("tensor_type"):
@@ -180,12 +191,14 @@ class _Importer:
 
     @staticmethod
     def shape_of(v) -> list:
+        """The dims of any value (static, symbolic or tensor): ints and simplified PrimExprs."""
         if isinstance(v, Tensor):
             return [_simp(d) for d in v.shape]
         return list(v.shape)
 
     @staticmethod
     def dtype_of(v) -> str:
+        """The dtype name of any value (static, symbolic or tensor)."""
         if isinstance(v, Tensor):
             return v.dtype
         if isinstance(v, _Sym):
@@ -202,15 +215,23 @@ class _Importer:
         return [_simp(e) for e in _objects(v).ravel()]
 
     def static(self, v, what: str) -> np.ndarray:
+        """``v`` itself when it is a numpy array (known at import time). Raises ONNXImportError naming ``what``
+        otherwise."""
         if not isinstance(v, np.ndarray):
             raise ONNXImportError(f"{what} must be a constant (known at import time)")
         return v
 
     def ints(self, v, what: str) -> list[int]:
+        """A constant input (``what``) as a list of Python ints (flattened). Raises ONNXImportError when it is not a
+        constant."""
         return [int(x) for x in self.static(v, what).ravel()]
 
     # -- the graph ---------------------------------------------------------------------------------
     def run(self, shape_dict, dtype_dict) -> rx.IRModule:
+        """Import the main graph: initializers as constants, inputs as ``main``'s parameters (``shape_dict`` /
+        ``dtype_dict`` applied), every node in order (GELU chains as one ``gelu``); returns the verified IRModule.
+        Raises ONNXImportError for names in the dicts that are not inputs, a node that fails (named) or an output no
+        node computes."""
         graph = self.model.graph
         init_names = {t.name for t in graph.initializer}
         inputs = [vi for vi in graph.input if vi.name not in init_names]

@@ -177,6 +177,7 @@ def _all_tensors(graph):
 
 
 def _opset(model) -> int:
+    """The model's default-domain opset. Raises ONNXImportError when it imports none or one outside :data:`OPSETS`."""
     versions = [o.version for o in model.opset_import if o.domain in ("", "ai.onnx")]
     if not versions:
         raise ONNXImportError("from_onnx: the model imports no opset of the default ONNX domain")

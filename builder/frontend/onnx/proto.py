@@ -12,6 +12,8 @@ from .errors import ONNXImportError
 
 
 def _onnx():
+    """The ``onnx`` package, imported on first use (``import builder`` works without it). Raises ImportError saying how
+    to install it."""
     try:
         import onnx
     except ImportError as e:   # pragma: no cover - depends on the environment
@@ -21,6 +23,8 @@ def _onnx():
 
 
 def _np_dtype_name(elem_type: int) -> str:
+    """Our dtype name of an ONNX ``TensorProto`` element type (``1`` -> ``float32``). Raises ONNXImportError for
+    bfloat16 tensors and element types we have no dtype for (strings, complex, float8, ...)."""
     onnx = _onnx()
     if elem_type == onnx.TensorProto.BFLOAT16:
         raise ONNXImportError("from_onnx: bfloat16 ONNX tensors are not supported")
@@ -34,6 +38,8 @@ def _np_dtype_name(elem_type: int) -> str:
 
 
 def _to_array(tensor) -> np.ndarray:
+    """A ``TensorProto``'s data as a writable numpy array of its shape and dtype (external data already read in,
+    :func:`~.loading._read_external_data`). Raises ONNXImportError for an unsupported element type."""
     onnx = _onnx()
     _np_dtype_name(tensor.data_type)
     arr = onnx.numpy_helper.to_array(tensor)
@@ -43,6 +49,9 @@ def _to_array(tensor) -> np.ndarray:
 
 
 def _attrs(node) -> dict[str, Any]:
+    """A node's attributes by name as Python values: tensors as numpy arrays, strings decoded, ints / floats / lists as
+    ``onnx.helper`` reads them; graphs and sparse tensors kept as their protos (the converters that take none refuse
+    them)."""
     onnx = _onnx()
     out = {}
     for a in node.attribute:
@@ -58,4 +67,5 @@ def _attrs(node) -> dict[str, Any]:
 
 
 def _node_name(node, i: int) -> str:
+    """How messages name the ``i``-th node: its name, else ``OpType_i (-> outputs)``."""
     return node.name or f"{node.op_type}_{i} (-> {', '.join(node.output)})"

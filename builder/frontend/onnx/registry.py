@@ -20,6 +20,10 @@ def _op_key(node) -> str:
 
 
 def _register(*names: str):
+    """Decorator: register the converter ``fn(importer, node, inputs, attrs)`` for each op type in ``names``
+    (``domain:Op`` outside the default domain). A converter returns the node's output value(s): numpy arrays
+    (static), :class:`~.values._Sym` (symbolic), ``nn.Tensor`` or :class:`~.values._Sequence`; it raises
+    ONNXImportError (or ValueError / TypeError, which the importer wraps naming the node)."""
     def deco(fn):
         for n in names:
             _CONVERTERS[n] = fn
@@ -28,6 +32,8 @@ def _register(*names: str):
 
 
 def _check_inputs(ins: list, node) -> None:
+    """Raise ONNXImportError when one of ``ins`` is an optional output this importer does not compute
+    (:class:`~.values._Unavailable`), naming it and its producer."""
     for v in ins:
         if isinstance(v, _Unavailable):
             raise ONNXImportError(f"reads the optional output {v.name!r} of {v.node.op_type}, which is not "

@@ -118,11 +118,16 @@ def _sign(a, b, what: str) -> int:
 
 
 def _fold_ok(*shapes) -> bool:
+    """True when every shape is static and none has more than :data:`MAX_FOLD_ELEMENTS` elements: a result of those
+    shapes is computed at import time (constant folding), else in the graph."""
     return all(isinstance(d, int) for s in shapes for d in s) and all(
         math.prod(s) <= MAX_FOLD_ELEMENTS for s in shapes)
 
 
 def _int_div(a, b):
+    """``a / b`` of integers or symbolic dims as ONNX's integer ``Div`` computes it (toward zero): ints in
+    Python, a non-negative dim by a positive int or by a non-negative dim as ``FloorDiv`` (the same there).
+    Raises ONNXImportError for a division by 0 or of dims whose signs are unknown."""
     if isinstance(a, int) and isinstance(b, int):
         if b == 0:
             raise ONNXImportError("integer division by zero in a shape computation")
