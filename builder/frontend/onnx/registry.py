@@ -23,8 +23,15 @@ def _register(*names: str):
     """Decorator: register the converter ``fn(importer, node, inputs, attrs)`` for each op type in ``names``
     (``domain:Op`` outside the default domain). A converter returns the node's output value(s): numpy arrays
     (static), :class:`~.values._Sym` (symbolic), ``nn.Tensor`` or :class:`~.values._Sequence`; it raises
-    ONNXImportError (or ValueError / TypeError, which the importer wraps naming the node)."""
+    ONNXImportError (or ValueError / TypeError, which the importer wraps naming the node).
+
+    Raises ValueError (at import) for an op type registered twice: one converter per op type, never a later
+    one silently replacing another."""
     def deco(fn):
+        for n in names:
+            if n in _CONVERTERS:
+                raise ValueError(f"ONNX op {n!r} has two converters: {_CONVERTERS[n].__qualname__} in "
+                                 f"{_CONVERTERS[n].__module__} and {fn.__qualname__} in {fn.__module__}")
         for n in names:
             _CONVERTERS[n] = fn
         return fn
