@@ -53,7 +53,8 @@ class GraphTranslator:
 
     # -- symbolic dims and weights ----------------------------------------------------------------
     def dim(self, name: str) -> E.Var:
-        """The int64 symbolic dim ``name`` (one variable per name in the graph)."""
+        """The int64 symbolic dim ``name`` (one variable per name in the graph). Raises FrontendError for a name that
+        is not an identifier."""
         if name not in self._dims:
             if not name.isidentifier():
                 raise FrontendError(f"a symbolic dim name must be an identifier, got {name!r}")
@@ -73,7 +74,9 @@ class GraphTranslator:
 
     # -- running nodes ----------------------------------------------------------------------------
     def value(self, a):
-        """An fx argument translated: nodes by their values, containers element-wise."""
+        """An fx argument translated: nodes by their values, lists / tuples / dicts / slices element-wise, anything
+        else as it is. Raises FrontendError for a node not yet translated, UnsupportedNodeError for an output its
+        producer does not compute."""
         if is_node(a):
             if a not in self.env:
                 raise FrontendError(f"node '{a.name}' is used before it is defined")
@@ -143,7 +146,8 @@ class GraphTranslator:
         return UnsupportedNodeError(f"{describe_node(node, what, self.trace_hint)} has no translation" + (f" ({hint})" if hint else ""))
 
     def output_expr(self, out) -> rx.Expr:
-        """The graph's result (a Tensor or a tuple of them) as one expression for ``emit_output``."""
+        """The graph's result (a Tensor or a nested tuple / list of them) as one expression for ``emit_output``. Raises
+        FrontendError for anything else (a size, a number)."""
         if is_tensor(out):
             return out._expr
         if isinstance(out, (tuple, list)):
@@ -170,7 +174,8 @@ class GraphTranslator:
         return out
 
     def reshape(self, x: Tensor, shape: Sequence) -> Tensor:
-        """``reshape(x, shape)`` (one ``-1``); ``x`` itself when the shape does not change."""
+        """``reshape(x, shape)`` with one ``-1`` inferred (also where symbolic dims cancel, ``(b, s, 384) -> (b, s, -1,
+        32)``); ``x`` itself when the shape does not change. Raises FrontendError when the element counts differ."""
         shape = [int(d) if isinstance(d, (np.integer,)) else d for d in shape]
         shape = _infer_minus_one(list(x.shape), shape)
         try:

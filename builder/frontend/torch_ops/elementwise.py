@@ -32,7 +32,8 @@ def addcdiv(t, x, t1, t2, *, value=1):
 
 
 def lerp(t, start, end, weight):
-    """``torch.lerp``: ``start + weight * (end - start)``."""
+    """``torch.lerp(start, end, weight)``: ``start + weight * (end - start)``, broadcast (``weight`` a number or a
+    tensor)."""
     return binary("add", start, binary("multiply", binary("subtract", end, start), weight))
 
 
@@ -232,7 +233,8 @@ def floordiv(t, a, b):
 
 
 def mod(t, a, b):
-    """``a % b`` / ``torch.remainder``: the sign of ``b`` (``floor_mod``); sizes in Python."""
+    """``a % b`` / ``torch.remainder(a, b)``: the remainder with the sign of ``b`` (``floor_mod``), broadcast, torch's
+    type promotion; two sizes / numbers in Python."""
     if not is_tensor(a) and not is_tensor(b):
         return a % b
     return binary("floor_mod", a, b)
@@ -356,7 +358,8 @@ def prelu(t, x, weight):
 
 
 def glu(t, x, dim=-1):
-    """``F.glu``: the first half of ``dim`` times the sigmoid of the second."""
+    """``F.glu(x, dim=-1)``: ``a * sigmoid(b)`` of the two halves of ``dim`` (whose size must be even); the result has
+    half of it."""
     a, b = op.chunk(x, 2, dim=norm_dim(dim, x.ndim))
     return op.multiply(a, op.sigmoid(b))
 
@@ -380,7 +383,8 @@ def round_(t, x, decimals=0):
 
 
 def float_unary(name: str) -> Callable:
-    """A rounding op that torch applies to floats (integers pass through unchanged)."""
+    """The translation of a rounding op (``floor``, ``ceil``, ``trunc``, ``sign``) that torch applies to floats only:
+    ``fn(t, x)``, same shape and dtype (integers pass through unchanged)."""
     fn = getattr(op, name)
 
     def run(t, x):
@@ -533,7 +537,8 @@ def bitwise_xor(t, a, b):
 
 
 def scalar_math(name: str) -> Callable:
-    """``math.sqrt`` & co. on a static size (a symbolic one has no value at import time)."""
+    """The translation of ``math.<name>`` (``math.sqrt`` & co.) on a size or number known at import time: a Python
+    number. Raises UnsupportedNodeError for a symbolic size (it has no value at import time)."""
     fn = getattr(math, name)
 
     def run(t, v):

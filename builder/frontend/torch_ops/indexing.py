@@ -15,7 +15,9 @@ from .operands import binary, is_size, is_tensor, norm_dim, static, to_tensor
 
 
 def gather(t, x, dim, index, *, sparse_grad=False):
-    """``torch.gather`` (:func:`builder.nn.op.gather_elements`)."""
+    """``torch.gather(x, dim, index)``: ``out[i][j] = x[index[i][j]][j]`` along ``dim``
+    (:func:`builder.nn.op.gather_elements`); the result has ``index``'s shape and ``x``'s dtype. Raises
+    FrontendError for a dim out of range."""
     return op.gather_elements(x, index, axis=norm_dim(dim, x.ndim))
 
 

@@ -68,7 +68,8 @@ def meshgrid(t, *tensors, indexing=None):
 
 
 def broadcast_tensors(t, *tensors):
-    """``torch.broadcast_tensors``: every tensor broadcast to their common (numpy) shape."""
+    """``torch.broadcast_tensors(*tensors)``: the list of the tensors, each broadcast to their common (numpy-rule)
+    shape. Raises ValueError for shapes that do not broadcast."""
     tensors = list(tensors[0]) if len(tensors) == 1 and isinstance(tensors[0], (list, tuple)) else list(tensors)
     shape = tuple(tensors[0].shape)
     for x in tensors[1:]:
@@ -174,7 +175,8 @@ def expand(t, x, *shape, implicit=False):
 
 
 def tile(t, x, *reps):
-    """``Tensor.repeat(*sizes)`` / ``torch.tile`` (``numpy.tile``; :func:`builder.nn.op.tile`)."""
+    """``Tensor.repeat(*sizes)`` / ``torch.tile`` (``numpy.tile``, :func:`builder.nn.op.tile`): each dim times its
+    repeat (leading new dims for extra repeats). Raises FrontendError for a symbolic repeat."""
     reps = [static(r) for r in sizes(reps)]
     if any(r is None for r in reps):
         raise FrontendError(f"repeat: the repeats must be static ints, got {reps}")

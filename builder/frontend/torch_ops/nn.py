@@ -22,7 +22,8 @@ MAX_ADAPTIVE_WINDOWS = 256
 
 
 def one_hot(t, x, num_classes=-1):
-    """``F.one_hot`` with a given ``num_classes`` (int64 result)."""
+    """``F.one_hot(x, num_classes)``: ``x``'s shape plus a last dim of ``num_classes``, 1 at each index, int64
+    (PyTorch's dtype). Raises UnsupportedNodeError without ``num_classes`` (the size would depend on the data)."""
     if int(num_classes) < 1:
         raise UnsupportedNodeError("one_hot without num_classes (the size would depend on the data)")
     classes = op.arange(0, int(num_classes), 1, dtype=x.dtype)
@@ -112,13 +113,16 @@ def conv2d(t, x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
 
 
 def conv_transpose1d(t, x, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1):
-    """``F.conv_transpose1d`` (:func:`builder.nn.op.conv1d_transpose`, IOW weight)."""
+    """``F.conv_transpose1d(x, weight, bias, stride, padding, output_padding, groups, dilation)``: ``x`` (N, C_in, L)
+    with the IOW ``weight`` (C_in, C_out / groups, K) -> (N, C_out, L_out) (:func:`builder.nn.op.conv1d_transpose`)."""
     return op.conv1d_transpose(x, weight, bias, stride=first_of(stride), padding=first_of(padding),
                                output_padding=first_of(output_padding), dilation=first_of(dilation), groups=int(groups))
 
 
 def conv_transpose2d(t, x, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1):
-    """``F.conv_transpose2d`` (:func:`builder.nn.op.conv2d_transpose`, IOHW weight)."""
+    """``F.conv_transpose2d(x, weight, bias, stride, padding, output_padding, groups, dilation)``: ``x`` (N, C_in, H,
+    W) with the IOHW ``weight`` (C_in, C_out / groups, KH, KW) -> (N, C_out, H_out, W_out)
+    (:func:`builder.nn.op.conv2d_transpose`)."""
     return op.conv2d_transpose(x, weight, bias, stride=stride, padding=padding, output_padding=output_padding,
                                dilation=dilation, groups=int(groups))
 
@@ -178,7 +182,10 @@ def max_pool_with_indices(nsp: int) -> Callable:
 
 
 def avg_pool(nsp: int) -> Callable:
-    """``F.avg_pool{nsp}d`` / ``aten.avg_pool{nsp}d``."""
+    """The translation of ``F.avg_pool{nsp}d`` / ``aten.avg_pool{nsp}d`` (``nsp`` 1 or 2 spatial dims):
+    ``kernel_size``, ``stride`` (the kernel when None), ``padding``, ``ceil_mode``, ``count_include_pad`` on (N, C,
+    *spatial) or unbatched (C, *spatial) input. Raises UnsupportedNodeError for ``divisor_override``, FrontendError
+    for another rank."""
     fn = op.avg_pool1d if nsp == 1 else op.avg_pool2d
 
     def run(t, x, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True,
@@ -255,7 +262,10 @@ def aten_adaptive_max_pool(nsp: int) -> Callable:
 
 
 def batch_norm(t, x, running_mean, running_var, weight=None, bias=None, training=False, momentum=0.1, eps=1e-5):
-    """``F.batch_norm`` with running statistics (eval mode; :func:`builder.nn.op.batch_norm`)."""
+    """``F.batch_norm(x, running_mean, running_var, weight, bias, training=False, eps=1e-5)`` in eval mode: ``(x -
+    mean) / sqrt(var + eps) * weight + bias`` along dim 1 of (N, C, *) (dim 0 of a 1-D x),
+    :func:`builder.nn.op.batch_norm`; same shape and dtype. Raises UnsupportedNodeError in training mode or without
+    running statistics."""
     if training:
         raise UnsupportedNodeError("batch_norm in training mode (batch statistics); put the model in inference mode (Module.eval) first")
     if running_mean is None or running_var is None:
@@ -264,7 +274,8 @@ def batch_norm(t, x, running_mean, running_var, weight=None, bias=None, training
 
 
 def aten_batch_norm(t, x, weight, bias, running_mean, running_var, training, momentum, eps, cudnn_enabled=None):
-    """``aten.batch_norm`` (its own argument order)."""
+    """``aten.batch_norm(x, weight, bias, running_mean, running_var, training, momentum, eps, cudnn_enabled)`` (ATen's
+    argument order): :func:`batch_norm`."""
     return batch_norm(t, x, running_mean, running_var, weight, bias, training, momentum, eps)
 
 

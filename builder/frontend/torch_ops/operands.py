@@ -44,7 +44,7 @@ def norm_dim(d: int, ndim: int) -> int:
 
 
 def sizes(args) -> list:
-    """``f(a, b)`` / ``f((a, b))`` / ``f([a, b])`` alike (torch's ``*size`` arguments)."""
+    """torch's ``*size`` arguments as one list: ``f(a, b)``, ``f((a, b))`` and ``f([a, b])`` alike."""
     if len(args) == 1 and isinstance(args[0], (list, tuple)):
         return list(args[0])
     return list(args)
@@ -90,7 +90,9 @@ _PY_BINARY = {"add": operator.add, "subtract": operator.sub, "multiply": operato
 
 
 def to_tensor(v, dtype: str | None = None) -> Tensor:
-    """A tensor operand: a Tensor as it is, a number / size as a 0-d constant."""
+    """A tensor operand: a Tensor as it is (cast to ``dtype`` when given), a symbolic size as an int64 (or ``dtype``)
+    0-d tensor computed from the shape variables, a number as a 0-d constant of ``dtype`` or
+    :func:`~builder.frontend.dtypes.scalar_dtype` of it."""
     if is_tensor(v):
         return v if dtype is None else as_dtype(v, dtype)
     if isinstance(v, E.PrimExpr) and not isinstance(v, (E.IntImm, E.FloatImm)):

@@ -20,7 +20,9 @@ def logsumexp(t, x, dim, keepdim=False):
 
 
 def vector_norm(t, x, ord=2, dim=None, keepdim=False, *, dtype=None):
-    """``torch.linalg.vector_norm`` (``ord`` 2, 1, inf, -inf, 0 or any other number)."""
+    """``torch.linalg.vector_norm(x, ord=2, dim=None, keepdim=False)``: ``ord`` 2 (``sqrt(sum(x^2))``), 1, inf / -inf
+    (the largest / smallest ``|x|``), 0 (the count of nonzeros, in ``x``'s dtype) or any other ``p``
+    (``sum(|x|^p)^(1/p)``) along ``dim`` (every dim when None), ``keepdim`` keeping them as 1."""
     axes = reduce_axes(x, dim)
     a = op.abs(x)
     o = float(ord)
@@ -60,14 +62,17 @@ def var_mean(t, x, dim=None, unbiased=None, keepdim=False, *, correction=None):
 
 
 def bucketize(t, x, boundaries, *, out_int32=False, right=False):
-    """``torch.bucketize``: per value, how many boundaries are below it (``<=`` with ``right``)."""
+    """``torch.bucketize(x, boundaries, right=False, out_int32=False)``: per value of ``x``, the number of the 1-D
+    sorted ``boundaries`` below it (``<=`` with ``right``), i.e. its bucket; ``x``'s shape, int64 (int32 with
+    ``out_int32``)."""
     cmp = op.greater_equal if right else op.greater
     hits = as_dtype(cmp(op.unsqueeze(x, x.ndim), boundaries), "int32" if out_int32 else "int64")
     return op.sum(hits, axis=[x.ndim])
 
 
 def normalize(t, x, p=2.0, dim=1, eps=1e-12, out=None):
-    """``F.normalize`` (:func:`builder.nn.op.normalize`)."""
+    """``F.normalize(x, p=2, dim=1, eps=1e-12)``: ``x / max(||x||_p, eps)`` along ``dim``
+    (:func:`builder.nn.op.normalize`); same shape and dtype. Raises FrontendError for a dim out of range."""
     return op.normalize(x, float(p), norm_dim(dim, x.ndim), float(eps))
 
 
@@ -155,7 +160,8 @@ def sort(t, x, dim=-1, descending=False, *, stable=None):
 
 
 def argsort(t, x, dim=-1, descending=False, *, stable=None):
-    """``torch.argsort``: int64 positions, stable (see :func:`sort`)."""
+    """``torch.argsort(x, dim=-1, descending=False)``: the int64 positions that sort ``x`` along ``dim``, stable (equal
+    values keep their order, see :func:`sort`); ``x``'s shape."""
     return op.argsort(x, axis=norm_dim(dim, x.ndim), descending=bool(descending), dtype="int64")
 
 
@@ -207,7 +213,9 @@ def median(t, x, dim=None, keepdim=False):
 
 
 def arg_reduce(kind: str) -> Callable:
-    """``torch.argmax`` / ``argmin``: along ``dim`` or of the flattened tensor."""
+    """The translation of ``torch.argmax`` / ``argmin`` (``kind``): ``fn(t, x, dim=None, keepdim=False)``, the int64
+    index of the first extreme along ``dim``, or into the flattened tensor when ``dim`` is None (shape ``(1,) *
+    ndim`` with ``keepdim``)."""
     fn = op.argmax if kind == "argmax" else op.argmin
 
     def run(t, x, dim=None, keepdim=False):
@@ -252,7 +260,8 @@ def nonzero(t, x):
 
 
 def argwhere(t, x):
-    """``torch.argwhere``: ``torch.nonzero``."""
+    """``torch.argwhere(x)``: :func:`nonzero`, the int64 ``(count, ndim)`` indices of the nonzero elements (a
+    data-dependent count)."""
     return nonzero(t, x)
 
 
