@@ -143,7 +143,7 @@ def profile_calls(model, fn) -> tuple[float, dict[str, float]]:
     the wall time includes the VM's call-by-call cost) and extern call (KV cache, ...) of ``model``'s VM timed; returns (wall seconds, {kernel group: seconds}); a group is the kernel
     name without its trailing digits (``fused_matmul_add_add3`` -> ``fused_matmul_add_add``), with
     the kernel family (``linear/avx2``, ``loops``) it ran; ``extern:NAME`` for externs."""
-    import runtime.vm as rvm
+    import runtime.vm_plan as rvm   # (its plan steps call _call_extern)
 
     lib = model.vm.lib
     fams = {name: meta.get("kernel", "?") for name, meta in model.exe.kernels.items()}

@@ -4,8 +4,21 @@
                  [--input X.npz] [--output Y.npz] [--function NAME] [--seed N]
                  [--save-params OUT.safetensors] [--bench [RUNS]] [--bench-dim NAME=VALUE]
                  [--text TEXT ... --tokenizer tokenizer.json] [--prompt-ids 1,2,3 --max-new-tokens N]
-                 [--validate] [--print-recipe] [--debug]
-    build --list-ops | --schema
+                 [--save-exe DIR] [--validate] [--print-recipe] [--quiet | --json] [--debug]
+    build --list-ops | --schema | --version
+
+``--save-exe DIR`` writes one artifact folder (the Executable, the converted parameters, the resolved
+recipe, the tokenizer given with ``--tokenizer``, a manifest) that ``runtime.load_artifact(DIR)`` loads and
+runs without the compiler (:mod:`runtime.artifact`).
+
+Output for scripts: ``--quiet`` prints only errors and what was asked for (generated ids, embeddings, the
+``--bench`` line, ``--print-after`` IR); ``--json`` prints the summary as one JSON object on stdout
+(functions with their input and output shapes, parameters, quantization, timings, kernels, and the
+results of ``--input`` / ``--text`` / ``--prompt-ids`` / ``--bench``). Colours and other ANSI codes only
+on a terminal: never when stdout is piped, when ``NO_COLOR`` is set, or in a process of an ``mpirun`` /
+``torchrun`` launch (whose output the launcher forwards through its own pseudo-terminal) unless
+``FORCE_COLOR`` is set. Progress of a slow step (a build, a parameter conversion) is a bar on a terminal
+and, when stderr is piped, a plain line every few seconds.
 
 ``--text`` runs the recipe's ``embed`` function on the tokenized texts (as sentence-transformers
 tokenizes: padded to the longest, truncated at 256 tokens) and prints the embeddings and their cosine
@@ -29,10 +42,18 @@ traceback instead.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 
+# Only the standard library at the top: ``build --help`` / ``--version`` / ``--list-ops`` must start fast, so
+# every heavy module (the compiler, numpy, rich, schemas / pydantic, runtime) is imported inside the function
+# that needs it.
+
 __all__ = ["main"]
+
+#: Seconds between two plain progress lines when stderr is not a terminal.
+PROGRESS_LINE_INTERVAL = 5.0
 
 
 #: Timed runs of ``--bench`` without a count.
@@ -60,7 +81,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("recipe", nargs="?", help="path to the recipe (YAML), or an ONNX model (.onnx) to import")
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
                    help="override a var (bare key) or a dotted recipe field; values are YAML scalars")
-    p.add_argument("--plain", action="store_true", help="print the IR without syntax highlighting")
+    p.add_argument("--plain", action="store_true",
+                   help="plain text on a terminal too: the IR without syntax highlighting, --list-ops as lines")
     p.add_argument("--no-ir", action="store_true", help="do not print the IR")
     p.add_argument("--weights", metavar="PATH", help="safetensors file with the parameters")
     p.add_argument("--input", metavar="FILE.npz", help="run a function on the arrays in this file")
@@ -94,6 +116,15 @@ def _parser() -> argparse.ArgumentParser:
                    help="generate from these token ids (comma-separated; ';' separates the rows of a batch) "
                         "with the recipe's prefill / decode functions")
     p.add_argument("--max-new-tokens", type=int, default=20, metavar="N", help="tokens to generate (default 20)")
+    p.add_argument("--save-exe", metavar="DIR",
+                   help="write the compiled model as one artifact folder (executable, converted parameters, "
+                        "resolved recipe, --tokenizer, manifest) that runtime.load_artifact(DIR) runs alone")
+    p.add_argument("--quiet", "-q", action="store_true",
+                   help="print only errors and what was asked for (generated ids, embeddings, --bench, --print-after)")
+    p.add_argument("--json", action="store_true",
+                   help="print the summary as one JSON object (functions, shapes, parameters, quantization, "
+                        "timings, results) and nothing else on stdout")
+    p.add_argument("--version", action="store_true", help="print the version and exit")
     p.add_argument("--list-ops", action="store_true", help="list the ops a recipe's forward may call and exit")
     p.add_argument("--schema", action="store_true", help="print the JSON Schema of recipes (for editors) and exit")
     p.add_argument("--debug", action="store_true", help="show tracebacks")
@@ -108,10 +139,15 @@ def main(argv: list[str] | None = None) -> int:
             reconfigure(errors="backslashreplace")
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = _parser()
-    standalone = {"-h", "--help", "--list-ops", "--schema"}
+    standalone = {"-h", "--help", "--list-ops", "--schema", "--version"}
     if not any(not a.startswith("-") for a in argv) and not standalone & set(argv):
         parser.error("the following argument is required: recipe (build RECIPE.yaml [KEY=VALUE ...])")
     args = parser.parse_intermixed_args(_with_bench_count(argv))
+    if args.version:
+        print(f"build (model-builder) {_version()}")
+        return 0
+    if args.quiet and args.json:
+        parser.error("--quiet and --json: give one of them (--json prints only the JSON summary)")
     try:
         return _run(args)
     except Exception as exc:  # noqa: BLE001 - the CLI turns every failure into one message
@@ -119,9 +155,7 @@ def main(argv: list[str] | None = None) -> int:
             raise
         from schemas import RecipeError
 
-        from rich.console import Console
-
-        err = Console(stderr=True, highlight=False, soft_wrap=True, emoji=False)
+        err = _console(stderr=True)
         rank = _worker_prefix()
         if isinstance(exc, RecipeError):
             err.print(f"{rank}[bold red]error:[/] recipe has {len(exc.issues)} problem(s):", markup=True)
@@ -131,6 +165,50 @@ def main(argv: list[str] | None = None) -> int:
         err.print(f"{rank}[bold red]error:[/] {type(exc).__name__}: ", markup=True, end="")
         err.print(_printable(str(exc)), markup=False)
         return _end_workers(1)
+
+
+def _version() -> str:
+    """The installed package's version (``pyproject.toml``'s), or ``"unknown"`` outside an install."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("model-builder")
+    except PackageNotFoundError:
+        return "unknown (not installed: pip install -e .)"
+
+
+def _in_launcher() -> bool:
+    """True in a process that ``mpirun`` / ``torchrun`` started (their rank variables are set)."""
+    from runtime.distributed import launcher_rank
+
+    return launcher_rank() is not None
+
+
+def use_color(stream, launched: bool | None = None) -> bool:
+    """Whether to write ANSI codes (colours, bold, bars) to ``stream``: only on a terminal, never with
+    ``NO_COLOR`` set (https://no-color.org) or, unless ``FORCE_COLOR`` is set, in a process of a launch
+    (``launched``, default: :func:`_in_launcher`): Open MPI forwards its ranks' output through a
+    pseudo-terminal, so ``isatty()`` is true there even when ``mpirun``'s own output is a pipe."""
+    if os.environ.get("NO_COLOR"):
+        return False
+    if os.environ.get("FORCE_COLOR"):
+        return True
+    isatty = getattr(stream, "isatty", None)
+    if isatty is None or not isatty():
+        return False
+    return not (_in_launcher() if launched is None else launched)
+
+
+def _console(stderr: bool = False, quiet: bool = False, color: bool | None = None):
+    """A rich Console for stdout (or stderr) that writes ANSI codes only when :func:`use_color` says so
+    (``color`` overrides), soft-wrapped (no line breaks inserted into long lines), no emoji, no automatic
+    highlighting (user text is printed with ``markup=False`` or escaped)."""
+    from rich.console import Console
+
+    stream = sys.stderr if stderr else sys.stdout
+    color = use_color(stream) if color is None else color
+    return Console(stderr=stderr, highlight=False, soft_wrap=True, emoji=False, quiet=quiet,
+                   force_terminal=color, color_system="auto" if color else None, no_color=not color)
 
 
 def _worker_prefix() -> str:
@@ -168,7 +246,7 @@ def _run(args: argparse.Namespace) -> int:
         return _standalone(args)
     if args.recipe is None:
         raise ValueError("a recipe is required (build RECIPE.yaml [KEY=VALUE ...])")
-    progress = _ConversionProgress()
+    progress = _ConversionProgress(silent=args.quiet or args.json)
     try:
         return _run_with(args, progress)
     finally:
@@ -177,18 +255,20 @@ def _run(args: argparse.Namespace) -> int:
 
 def _run_with(args: argparse.Namespace, progress: "_ConversionProgress") -> int:
     import numpy as np
-    from rich.console import Console
     from rich.markup import escape
     from schemas.errors import printable
 
     from .pipeline import MODEL_FILE_SUFFIXES, build, build_model_file
-    from .summary import function_table, kernel_notes, module_tree, param_table
+    from .summary import function_table, kernel_notes, model_summary, module_tree, param_table
 
     from runtime.distributed import launcher_rank
 
     # one report for a tensor-parallel run: rank 0 prints, the other ranks compute silently (errors still show)
-    quiet = launcher_rank() not in (None, 0)
-    out = Console(highlight=False, soft_wrap=True, emoji=False, quiet=quiet)
+    other_rank = launcher_rank() not in (None, 0)
+    color = use_color(sys.stdout)
+    out = _console(quiet=other_rank or args.quiet or args.json, color=color)    # the report
+    asked = _console(quiet=other_rank or args.json, color=color)                # what a flag asked for
+    plain = args.plain or not color
     if args.input is None and args.text is None and args.output is not None:
         raise ValueError("--output needs --input (the arrays to run the function on) or --text")
     for flag, path in (("--input", args.input), ("--weights", args.weights)):
@@ -202,6 +282,8 @@ def _run_with(args: argparse.Namespace, progress: "_ConversionProgress") -> int:
                 check_writable(path)
             except NotRegularFileError as exc:
                 raise NotRegularFileError(f"{flag} {exc}") from None
+    if args.save_exe is not None and os.path.exists(args.save_exe) and not os.path.isdir(args.save_exe):
+        raise ValueError(f"--save-exe {args.save_exe}: exists and is not a directory (the artifact is a folder)")
     if args.recipe.lower().endswith((".pt2", ".pt", ".pth")):
         raise ValueError(f"{args.recipe}: PyTorch files are not loaded (torch's loaders may unpickle, which runs code "
                          "the file's author chose); export to ONNX, or import the model from Python with "
@@ -209,7 +291,7 @@ def _run_with(args: argparse.Namespace, progress: "_ConversionProgress") -> int:
     if (args.print_recipe or args.validate) and args.recipe.lower().endswith(".onnx"):
         raise ValueError("--print-recipe and --validate are for recipes; build imports a model file directly")
     if args.print_recipe or args.validate:
-        return _check_only(args, out)
+        return _check_only(args, asked)
     if args.text is not None and args.tokenizer is None:
         raise ValueError("--text needs --tokenizer tokenizer.json (the recipe's tokenizer)")
     if args.tokenizer is not None:
@@ -217,12 +299,12 @@ def _run_with(args: argparse.Namespace, progress: "_ConversionProgress") -> int:
     prompt = _parse_prompt_ids(args.prompt_ids) if args.prompt_ids is not None else None
     if args.text is not None and (args.input is not None or prompt is not None):
         raise ValueError("--text, --input and --prompt-ids each run the model; give one of them")
-    plain = True if args.plain else None
-    instruments, timing = _pass_instruments(args, out, plain)
-    building = _BuildProgress()
-    show_ir = None if args.no_ir else (lambda mod: mod.show(plain=plain))
+    instruments, timing = _pass_instruments(args, asked, plain)
+    building = _BuildProgress(silent=args.quiet or args.json)
+    show_ir = None if args.no_ir or out.quiet else (lambda mod: mod.show(plain=plain))
+    model_file = args.recipe.lower().endswith(MODEL_FILE_SUFFIXES)
     try:
-        if args.recipe.lower().endswith(MODEL_FILE_SUFFIXES):
+        if model_file:
             keys = ("quantization", "matmul_precision")
             given = [o.partition("=") for o in args.overrides]
             quant = [v for k, _, v in given if k == "quantization"]
@@ -237,11 +319,13 @@ def _run_with(args: argparse.Namespace, progress: "_ConversionProgress") -> int:
                                      matmul_precision=prec[0] if prec else "highest")
         else:
             model = build(args.recipe, args.overrides, weights=args.weights, seed=args.seed, on_ir=show_ir,
-                          progress=progress, instruments=instruments, build_progress=building)
+                          progress=progress, instruments=instruments, build_progress=building,
+                          check_inputs=_prompt_check(prompt))
     finally:
         building.close()
     recipe, spec, exe = model.recipe, model.spec, model.exe
     result_note = ""
+    results: dict = {}
     if args.input is not None:
         fname = args.function or model.functions[0]
         if fname not in model.spec:
@@ -257,7 +341,7 @@ def _run_with(args: argparse.Namespace, progress: "_ConversionProgress") -> int:
         result = model[fname](*[arrays[n] for n in names])
         t_run = time.perf_counter() - t2
         outputs = _flatten(result)
-        if args.output is not None and not quiet:     # one file per run: rank 0 writes it
+        if args.output is not None and not other_rank:     # one file per run: rank 0 writes it
             from runtime.files import atomic_write
 
             keys = ["output"] if len(outputs) == 1 else [f"output{i}" for i in range(len(outputs))]
@@ -266,6 +350,8 @@ def _run_with(args: argparse.Namespace, progress: "_ConversionProgress") -> int:
         shapes = ", ".join(f"{tuple(o.shape)} {o.dtype}" for o in outputs)
         result_note = f"ran {fname} in {t_run * 1e3:.2f} ms -> {shapes}" + (
             f", written to {args.output}" if args.output else "")
+        results["run"] = {"function": fname, "ms": t_run * 1e3, "output": args.output,
+                          "outputs": [{"shape": list(o.shape), "dtype": str(o.dtype)} for o in outputs]}
 
     out.print(function_table(recipe.name, spec, model.ir))
     if model.module is not None:
@@ -274,10 +360,12 @@ def _run_with(args: argparse.Namespace, progress: "_ConversionProgress") -> int:
         out.print(param_table(model.param_specs))
     if args.save_params is not None:
         model.save_params(args.save_params)
+    if args.save_exe is not None and not other_rank:
+        model.save_artifact(args.save_exe, tokenizer=args.tokenizer)
     progress.close()
     source = args.weights or (recipe.weights.path if recipe.weights and recipe.weights.path else None)
     origin = "from " + str(source) if source else f"random, seed {args.seed}"
-    if not model.param_specs and args.recipe.lower().endswith(MODEL_FILE_SUFFIXES):
+    if not model.param_specs and model_file:
         origin = "the weights are constants inside the imported module"
     if model.transformed:
         before, after = model.source_param_bytes, model.param_bytes
@@ -289,6 +377,8 @@ def _run_with(args: argparse.Namespace, progress: "_ConversionProgress") -> int:
               f"{_bytes(model.param_bytes)} ({escape(printable(origin))})")
     if args.save_params is not None:
         out.print(f"saved parameters to {escape(printable(args.save_params))}")
+    if args.save_exe is not None:
+        out.print(f"saved the artifact to {escape(printable(args.save_exe))} (runtime.load_artifact loads it)")
     out.print(f"compile: export {model.timings['export'] * 1e3:.1f} ms, "
               f"native code {model.timings['compile'] * 1e3:.1f} ms "
               f"({len(exe.kernels)} kernels for {exe.target.get('cpu', 'host')}: {_kernel_kinds(exe)}; "
@@ -296,16 +386,43 @@ def _run_with(args: argparse.Namespace, progress: "_ConversionProgress") -> int:
     for note in kernel_notes(exe.kernels):   # the kernels' fallbacks (no AMX at matmul_precision=high, ...)
         out.print(escape(printable(note)))
     if timing is not None:
-        out.print("passes: " + ", ".join(f"{name} {sec * 1e3:.1f} ms" for name, sec in timing.timings.items()))
+        asked.print("passes: " + ", ".join(f"{name} {sec * 1e3:.1f} ms" for name, sec in timing.timings.items()))
     if result_note:
         out.print(escape(_printable(result_note)))
     if args.text is not None:
-        _embed_texts(args, model, out)
+        results["embed"] = _embed_texts(args, model, asked)
     if prompt is not None:
-        _generate(args, model, prompt, out)
+        results["generate"] = _generate(args, model, prompt, asked)
     if args.bench is not None:
-        out.print(escape(_printable(_bench(model, args.function or model.functions[0], args.bench, args.bench_dim))))
+        bench = _bench(model, args.function or model.functions[0], args.bench, args.bench_dim)
+        asked.print(escape(_printable(bench["line"])))
+        results["bench"] = {k: v for k, v in bench.items() if k != "line"}
+    if args.json and not other_rank:
+        import json
+
+        data = model_summary(model, origin=origin, kinds=_kernel_kinds(exe), version=_version())
+        data.update(results)
+        if timing is not None:
+            data["passes_ms"] = {name: sec * 1e3 for name, sec in timing.timings.items()}
+        data["saved"] = {"params": args.save_params, "artifact": args.save_exe}
+        sys.stdout.write(json.dumps(data, default=str) + "\n")
+        sys.stdout.flush()
     return 0
+
+
+def _prompt_check(prompt):
+    """``check_inputs`` of :func:`builder.pipeline.build` for ``--prompt-ids``: refuse ids past the
+    vocabulary of the Embedding that ``prefill``'s ``input_ids`` feed, before anything is compiled
+    (:func:`builder.pipeline.check_token_ids`); None without a prompt."""
+    if prompt is None:
+        return None
+
+    def check(irmod, params) -> None:
+        from .pipeline import check_token_ids
+
+        check_token_ids(irmod, params, "prefill", "input_ids", prompt, "--prompt-ids")
+
+    return check
 
 
 def _parse_prompt_ids(text: str):
@@ -325,9 +442,10 @@ def _parse_prompt_ids(text: str):
     return np.array(ids, dtype=np.int64)
 
 
-def _embed_texts(args: argparse.Namespace, model, out) -> None:
+def _embed_texts(args: argparse.Namespace, model, out) -> dict:
     """``--text``: tokenize as sentence-transformers does, run ``embed``, print the embeddings (first
-    values) and the cosine similarities; ``--output`` saves ``embeddings`` (and the token arrays)."""
+    values) and the cosine similarities; ``--output`` saves ``embeddings`` (and the token arrays). Returns
+    them as data for ``--json`` (``embeddings``: lists of floats, ``similarities``, ``ms``)."""
     import numpy as np
     from rich.markup import escape
 
@@ -350,18 +468,23 @@ def _embed_texts(args: argparse.Namespace, model, out) -> None:
     for i, (text, row) in enumerate(zip(args.text, emb)):
         head = ", ".join(f"{v:+.4f}" for v in row[:6])
         out.print(escape(_printable(f"[{i}] {text[:60]!r}: [{head}, ...] |e| = {np.linalg.norm(row):.4f}")))
-    if len(args.text) > 1:
+    sims = cosine_similarities(emb) if len(args.text) > 1 else None
+    if sims is not None:
         out.print("cosine similarities:")
-        out.print(escape(_printable(format_similarities(cosine_similarities(emb), args.text))))
+        out.print(escape(_printable(format_similarities(sims, args.text))))
     if args.output is not None and launcher_rank() in (None, 0):
         from runtime.files import atomic_write
 
         atomic_write(args.output, lambda fh: np.savez(fh, embeddings=emb, **tokens))
         out.print(escape(_printable(f"embeddings written to {args.output}")))
+    return {"texts": len(args.text), "tokens": int(tokens[names[0]].shape[1]), "ms": ms,
+            "embeddings": emb.astype(np.float64).tolist(),
+            "similarities": None if sims is None else np.asarray(sims, dtype=np.float64).tolist()}
 
 
-def _generate(args: argparse.Namespace, model, prompt, out) -> None:
-    """``--prompt-ids``: greedy generation over a KV cache; prints the new ids, one row per prompt."""
+def _generate(args: argparse.Namespace, model, prompt, out) -> dict:
+    """``--prompt-ids``: greedy generation over a KV cache; prints the new ids, one row per prompt, and
+    returns them as data for ``--json``."""
     t0 = time.perf_counter()
     ids = model.generate(prompt, args.max_new_tokens)
     sec = time.perf_counter() - t0
@@ -369,25 +492,91 @@ def _generate(args: argparse.Namespace, model, prompt, out) -> None:
         out.print(",".join(str(int(i)) for i in row))
     out.print(f"generated {ids.shape[1]} token(s) x {ids.shape[0]} in {sec * 1e3:.1f} ms "
               f"({ids.size / sec:.1f} tokens/s)")
+    return {"ids": ids.tolist(), "ms": sec * 1e3, "tokens_per_s": ids.size / sec}
 
 
 def _standalone(args: argparse.Namespace) -> int:
-    """``--list-ops`` (a table of the ops recipes may call) and ``--schema`` (the JSON Schema of recipes)."""
-    from rich.console import Console
-
-    out = Console(highlight=False, soft_wrap=True, emoji=False)
+    """``--list-ops`` (the ops recipes may call: a table on a terminal, one plain line per op when piped)
+    and ``--schema`` (the JSON Schema of recipes)."""
     if args.list_ops:
-        from .recipe import FORWARD_OPS
-        from .summary import ops_table
+        rows = _ops_rows()
+        if use_color(sys.stdout, launched=False) and not args.plain:
+            from rich.table import Table
+            from rich.text import Text
 
-        out.print(ops_table(FORWARD_OPS))
+            table = Table(title="ops callable from forward:", show_header=True, header_style="bold")
+            for column in ("op", "signature", "does"):
+                table.add_column(column)
+            for row in rows:
+                table.add_row(*(Text(cell) for cell in row))
+            _console(color=True).print(table)
+        else:       # no box drawing, no wrap at 80 columns: one line per op for grep / less / scripts
+            sys.stdout.write("".join(f"{name}{sig}  {doc}\n" for name, sig, doc in rows))
     if args.schema:
         import json
 
         from schemas.json_schema import recipe_json_schema
 
-        out.print(json.dumps(recipe_json_schema(), indent=2), markup=False, highlight=False)
+        sys.stdout.write(json.dumps(recipe_json_schema(), indent=2) + "\n")
     return 0
+
+
+def _cache_dir():
+    """The object cache's folder, as :func:`builder.codegen.cache.cache_dir` finds it (that module imports
+    LLVM; ``tests/pipeline/test_cli_output.py`` checks the two agree)."""
+    from pathlib import Path
+
+    env = os.environ.get("MB_CACHE_DIR", "").strip()
+    if env:
+        return Path(env).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME", "").strip()
+    return (Path(xdg).expanduser() if xdg else Path.home() / ".cache") / "model-builder" / "objects"
+
+
+def _ops_rows() -> list[tuple[str, str, str]]:
+    """``(name, signature, does)`` of every op a recipe's ``forward:`` may call
+    (:func:`builder.summary.ops_rows`), kept in the object cache's folder (``list-ops-<key>.json``; not
+    with ``MB_CACHE=0``) under a key of the names, sizes and modification times of ``builder``'s source
+    files: finding them takes importing the whole op library (seconds), reading them back a few
+    milliseconds, so ``build --list-ops`` starts as fast as ``--help``. A cached file that is unreadable,
+    oversized or not a list of three printable strings per op is ignored and rewritten."""
+    import hashlib
+    import json
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent
+    key = hashlib.sha256()
+    for folder, dirs, files in sorted(os.walk(root)):
+        dirs.sort()
+        for name in sorted(files):
+            if name.endswith(".py"):
+                st = os.stat(os.path.join(folder, name))
+                key.update(f"{os.path.relpath(folder, root)}/{name}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+    use_cache = os.environ.get("MB_CACHE", "1").strip() != "0"
+    path = _cache_dir() / f"list-ops-{key.hexdigest()[:32]}.json"
+    if use_cache:
+        try:
+            with open(path, "rb") as fh:
+                rows = json.loads(fh.read(1 << 22))
+            if isinstance(rows, list) and rows and all(
+                    isinstance(r, list) and len(r) == 3 and all(isinstance(c, str) and c.isprintable() for c in r)
+                    for r in rows):
+                return [tuple(r) for r in rows]
+        except (OSError, ValueError, RecursionError):
+            pass
+    from .recipe import FORWARD_OPS
+    from .summary import ops_rows
+
+    rows = ops_rows(FORWARD_OPS)
+    if use_cache:
+        try:
+            from runtime.files import atomic_write
+
+            path.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write(path, json.dumps(rows).encode())
+        except (OSError, ValueError):      # a cache that cannot be written is not an error
+            pass
+    return rows
 
 
 def _check_only(args: argparse.Namespace, out) -> int:
@@ -423,6 +612,8 @@ def _pass_instruments(args: argparse.Namespace, out, plain: bool | None) -> tupl
         raise ValueError(f"--print-after {unknown[0]}: no such pass; the passes are {', '.join(PASS_NAMES)}")
 
     def show(mod, name: str) -> None:
+        if out.quiet:       # --json, or a rank other than 0
+            return
         out.print(f"# IR after {name}", style="bold", markup=False)
         mod.show(plain=plain)
 
@@ -467,9 +658,10 @@ def _kernel_kinds(exe) -> str:
                      for kind, n in sorted(kinds.items())) or "nothing to compute"
 
 
-def _bench(model, fname: str, runs: int, dim_args: list[str]) -> str:
+def _bench(model, fname: str, runs: int, dim_args: list[str]) -> dict:
     """Time ``model[fname]`` on seeded random inputs (symbolic dims from ``dim_args``
-    ``NAME=VALUE``, default 1); returns one line with the median, min and max in ms."""
+    ``NAME=VALUE``, default 1); returns ``{"line": one line with the median, min and max in ms, and those
+    as data: "function", "inputs", "median_ms", "min_ms", "max_ms", "runs", "threads"}``."""
     import numpy as np
 
     from runtime.native import float32_to_bfloat16_bits
@@ -520,8 +712,12 @@ def _bench(model, fname: str, runs: int, dim_args: list[str]) -> str:
         times.append(time.perf_counter() - t0)
     ms = np.array(times) * 1e3
     args_text = ", ".join(f"{n}: {a.shape} {a.dtype}" for n, a in zip(model.spec[fname], inputs))
-    return (f"bench {fname}({args_text}): median {np.median(ms):.3f} ms, min {ms.min():.3f} ms, "
+    line = (f"bench {fname}({args_text}): median {np.median(ms):.3f} ms, min {ms.min():.3f} ms, "
             f"max {ms.max():.3f} ms over {runs} runs after 3 warm-up runs ({get_num_threads()} threads)")
+    return {"line": line, "function": fname,
+            "inputs": {n: {"shape": list(a.shape), "dtype": str(a.dtype)} for n, a in zip(model.spec[fname], inputs)},
+            "median_ms": float(np.median(ms)), "min_ms": float(ms.min()), "max_ms": float(ms.max()), "runs": runs,
+            "threads": get_num_threads()}
 
 
 def _check_bench_memory(shapes: list[tuple[tuple[int, ...], str]], fname: str, dims: dict[str, int]) -> None:
@@ -546,60 +742,105 @@ def _check_bench_memory(shapes: list[tuple[tuple[int, ...], str]], fname: str, d
 
 
 def _progress_console():
-    """The stderr console of progress lines: silent on ranks other than 0 of a tensor-parallel launch (one
+    """The stderr console of progress: silent on ranks other than 0 of a tensor-parallel launch (one
     line for the run, not one per rank)."""
-    from rich.console import Console
-
     from runtime.distributed import launcher_rank
 
-    return Console(stderr=True, quiet=launcher_rank() not in (None, 0))
+    return _console(stderr=True, quiet=launcher_rank() not in (None, 0))
+
+
+class _ProgressLines:
+    """Progress as plain lines on stderr when it is not a terminal (a pipe, a log file, ``mpirun``'s
+    forwarding), in the place of a rich bar: ``update(text)`` writes ``text`` when
+    :data:`PROGRESS_LINE_INTERVAL` seconds have passed since the last line, or at once with ``now`` (a new
+    phase, the last step); ``stop()`` ends it (nothing to remove)."""
+
+    def __init__(self, console) -> None:
+        self.console = console
+        self.last: float | None = None
+
+    def update(self, text: str, now: bool = False) -> None:
+        t = time.perf_counter()
+        if now or self.last is None or t - self.last >= PROGRESS_LINE_INTERVAL:
+            self.console.print(_printable(text), markup=False, highlight=False)
+            self.last = t
+
+    def stop(self) -> None:
+        """Nothing to undo: the lines stay."""
+
+
+def _progress_display(lines: bool | None, columns: tuple, total: int, **fields):
+    """``(display, task)``: a transient rich Progress bar on a terminal, or :class:`_ProgressLines` (task
+    None) when ``lines`` is true or, with ``lines`` None, when stderr is not a terminal."""
+    console = _progress_console()
+    if lines if lines is not None else not console.is_terminal:
+        return _ProgressLines(console), None
+    from rich.progress import Progress
+
+    bar = Progress(*columns, console=console, transient=True)
+    bar.start()
+    return bar, bar.add_task(fields.pop("description", ""), total=total, **fields)
 
 
 class _BuildProgress:
-    """``progress(step)`` of :func:`builder.compile`: a transient rich progress line on stderr (phase,
-    steps, the pass / kernel / LLVM module at hand, elapsed time) once the build has taken longer than
-    ``delay`` seconds; nothing for a quick or cached build."""
+    """``progress(step)`` of :func:`builder.compile`, once the build has taken longer than ``delay``
+    seconds (nothing for a quick or cached build): on a terminal a transient rich progress line on stderr
+    (phase, steps, the pass / kernel / LLVM module at hand, elapsed time); when stderr is not a terminal
+    (or with ``lines``) a plain line at each new phase and every few seconds (:class:`_ProgressLines`).
+    ``silent``: nothing (``--quiet`` / ``--json``). ``bar``: what is shown, None before and after."""
 
     _PHASES = {"passes": "graph passes", "kernels": "kernels", "llvm": "LLVM (optimize + object code)",
                "bytecode": "bytecode"}
 
-    def __init__(self, delay: float = 1.0) -> None:
+    def __init__(self, delay: float = 1.0, silent: bool = False, lines: bool | None = None) -> None:
         self.delay = delay
+        self.silent = silent
+        self.lines = lines
         self.bar = None
         self.task = None
+        self.phase = ""
 
     def __call__(self, step) -> None:
         if step.phase == "done":
             self.close()
             return
-        if self.bar is None and step.elapsed > self.delay:
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+        if self.silent or (self.bar is None and step.elapsed <= self.delay):
+            return
+        phase = self._PHASES.get(step.phase, step.phase)
+        if self.bar is None:
+            from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
 
-            self.bar = Progress(TextColumn("building: {task.fields[phase]}"), BarColumn(), MofNCompleteColumn(),
-                                TimeElapsedColumn(), TextColumn("{task.description}"),
-                                console=_progress_console(), transient=True)
-            self.bar.start()
-            self.task = self.bar.add_task("", total=max(step.total, 1), phase="")
-        if self.bar is not None:
+            self.bar, self.task = _progress_display(
+                self.lines, (TextColumn("building: {task.fields[phase]}"), BarColumn(), MofNCompleteColumn(),
+                             TimeElapsedColumn(), TextColumn("{task.description}")), max(step.total, 1), phase="")
+        if isinstance(self.bar, _ProgressLines):
+            self.bar.update(f"building: {phase} {step.done}/{max(step.total, 1)} ({step.elapsed:.0f} s) "
+                            f"{step.item[:60]}".rstrip(), now=phase != self.phase)
+        else:
             from rich.markup import escape
 
             self.bar.update(self.task, completed=step.done, total=max(step.total, 1),
-                            description=escape(_printable(step.item[:60])),
-                            phase=self._PHASES.get(step.phase, step.phase))
+                            description=escape(_printable(step.item[:60])), phase=phase)
+        self.phase = phase
 
     def close(self) -> None:
         """Remove the line (if shown)."""
         if self.bar is not None:
             self.bar.stop()
             self.bar = None
+        self.phase = ""
 
 
 class _ConversionProgress:
-    """``progress(done, total, name)`` for parameter conversions: a rich progress bar on stderr
-    that appears only once converting has taken longer than ``delay`` seconds."""
+    """``progress(done, total, name)`` for parameter conversions, once converting has taken longer than
+    ``delay`` seconds: a rich progress bar on stderr on a terminal, plain lines every few seconds when
+    stderr is not a terminal or with ``lines`` (:class:`_ProgressLines`). ``silent``: nothing (``--quiet``
+    / ``--json``). ``bar``: what is shown, None before and after."""
 
-    def __init__(self, delay: float = 0.5) -> None:
+    def __init__(self, delay: float = 0.5, silent: bool = False, lines: bool | None = None) -> None:
         self.delay = delay
+        self.silent = silent
+        self.lines = lines
         self.start: float | None = None
         self.bar = None
         self.task = None
@@ -611,18 +852,21 @@ class _ConversionProgress:
             self.start = now
             if done == 0:
                 return
+        if self.silent:
+            return
         if self.bar is None and now - self.start > self.delay and done < total:
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+            from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
 
-            self.bar = Progress(TextColumn("converting parameters"), BarColumn(), MofNCompleteColumn(),
-                                TimeElapsedColumn(), TextColumn("{task.description}"),
-                                console=_progress_console(), transient=True)
-            self.bar.start()
-            self.task = self.bar.add_task(name, total=total)
-        if self.bar is not None:
+            self.bar, self.task = _progress_display(
+                self.lines, (TextColumn("converting parameters"), BarColumn(), MofNCompleteColumn(),
+                             TimeElapsedColumn(), TextColumn("{task.description}")), total, description=name)
+        if isinstance(self.bar, _ProgressLines):
+            self.bar.update(f"converting parameters: {done}/{total} ({now - self.start:.0f} s) {name}",
+                            now=done >= total)
+        elif self.bar is not None:
             self.bar.update(self.task, completed=done, description=name)
-            if done >= total:
-                self.close()
+        if done >= total:
+            self.close()
 
     def close(self) -> None:
         """Remove the bar (if shown)."""

@@ -45,7 +45,7 @@ from .summary import describe_input
 from .transform import PassInstrument
 
 __all__ = ["build", "build_model_file", "CompiledModel", "export_recipe", "random_params", "bind_weights",
-           "worker_shards", "MODEL_FILE_SUFFIXES"]
+           "worker_shards", "name_params", "token_vocab", "check_token_ids", "MODEL_FILE_SUFFIXES"]
 
 Progress = Callable[[int, int, str], None]
 """``progress(done, total, name)``: called with ``done=0`` before converting parameters and after each one."""
@@ -231,6 +231,26 @@ class CompiledModel:
                                "quantization": self.quantization,
                                "model_dtype": str(model_dtype(self.recipe))},
                      dtypes=dtypes)
+
+    def save_artifact(self, folder: str | Path, tokenizer: str | Path | None = None) -> Path:
+        """Write the artifact folder ``folder`` (:func:`runtime.artifact.save_artifact`): the Executable,
+        the (converted) parameters under the names its functions take them (:attr:`param_names`), the
+        resolved recipe (YAML; none for an imported model file), ``tokenizer`` (a ``tokenizer.json``,
+        copied) and a manifest; ``runtime.load_artifact(folder)`` loads and runs it without the compiler.
+        Returns the folder. Raises ValueError for a tensor-parallel worker (as :meth:`save_params`),
+        :class:`runtime.ArtifactError` for a path that is not a folder."""
+        from runtime.artifact import save_artifact
+
+        if self.shards:
+            raise ValueError("--save-exe: this tensor-parallel worker holds shards of the parameters; save the "
+                             "artifact from a single process (tensor_parallel_shards=1)")
+        recipe_text = None
+        if self.module is not None:       # a recipe (an imported model file has no recipe to give)
+            recipe_text = schemas.dump_recipe(self.recipe)
+        return save_artifact(folder, self.exe, self.params, self.param_specs, name=self.recipe.name,
+                             recipe_text=recipe_text, tokenizer=tokenizer,
+                             metadata={"quantization": self.quantization,
+                                       "model_dtype": str(model_dtype(self.recipe))})
 
 
 def export_recipe(recipe: schemas.Recipe, mapping: QuantizeMapping | None = None
@@ -449,7 +469,8 @@ def _param_specs(params: Sequence[tuple[str, nn.Parameter]]) -> list[tuple[str, 
 def build(recipe_path: str | Path, overrides: Sequence[str] = (), weights: str | Path | None = None,
           seed: int = 0, on_ir: Callable[[rx.IRModule], None] | None = None,
           progress: Progress | None = None, instruments: Sequence[PassInstrument] = (),
-          build_progress: Callable | None = None) -> CompiledModel:
+          build_progress: Callable | None = None,
+          check_inputs: Callable[[rx.IRModule, list[tuple[str, nn.Parameter]]], None] | None = None) -> CompiledModel:
     """Load ``recipe_path`` with ``overrides`` (``"KEY=VALUE"``), build and compile it.
 
     ``weights``: a safetensors file (default: the recipe's ``weights.path``, else random
@@ -457,7 +478,9 @@ def build(recipe_path: str | Path, overrides: Sequence[str] = (), weights: str |
     ``on_ir`` is called with the exported IRModule before weights are bound and code is
     generated (the CLI prints it there). ``progress`` reports parameter conversions (see
     :data:`Progress`). ``instruments`` run around each compiler pass
-    (:class:`builder.transform.PrintAfter`, :class:`~builder.transform.PassTiming`). Raises
+    (:class:`builder.transform.PrintAfter`, :class:`~builder.transform.PassTiming`). ``check_inputs(irmod,
+    params)`` runs on the exported module before anything else (``build --prompt-ids`` refuses ids past the
+    vocabulary there: :func:`check_token_ids`). Raises
     :class:`schemas.RecipeError` for recipe problems (file:line:col), :class:`runtime.WeightsError`
     listing every weight problem; under tensor parallelism :class:`runtime.distributed.DistributedError`
     on every rank when the ranks build different models or load different weights (each tensor's whole
@@ -469,6 +492,8 @@ def build(recipe_path: str | Path, overrides: Sequence[str] = (), weights: str |
     mapping = QuantizeMapping()
     irmod, params, spec, module, strategies = _export(recipe, mapping)
     timings["export"] = time.perf_counter() - t0
+    if check_inputs is not None:
+        check_inputs(irmod, params)
     group = _worker_group(recipe, irmod, seed)
     shards = worker_shards(strategies, 0 if group is None else group.rank)
     if on_ir is not None:
@@ -491,8 +516,76 @@ def build(recipe_path: str | Path, overrides: Sequence[str] = (), weights: str |
         if group.rank != 0:
             exe = Executable.load(data)
     timings["compile"] = time.perf_counter() - t1
+    name_params(exe, [name for name, _, _ in specs])
     return CompiledModel(recipe, irmod, specs, exe, spec, timings, seed, values, mapping=mapping, progress=progress,
                          module=module, shards=shards, group=group)
+
+
+def name_params(exe: Executable, param_names: Sequence[str]) -> None:
+    """Give the parameters of ``exe``'s functions their module-tree names (``model.embed_tokens.weight``),
+    the names of :attr:`CompiledModel.params`, ``--save-params`` / ``--save-exe`` files and error
+    messages, so that ``exe.get_function_params(f)`` and ``vm[f](**{name: array})`` use them too. The IR
+    keeps TVM's identifiers (``model_embed_tokens_weight``: the exporter replaces the dots, as
+    ``tvm.relax.frontend.nn`` does, since a printed name must be an identifier); only parameters whose
+    IR name is that of ``param_names`` in order (after each function's inputs) are renamed."""
+    for fn in exe.functions.values():
+        taken = fn["params"][fn.get("num_input", len(fn["params"])):]
+        if [p["name"] for p in taken] == [n.replace(".", "_") for n in param_names]:
+            for p, n in zip(taken, param_names):
+                p["name"] = n
+
+
+#: Ops that pass integer ids on unchanged (only their shape changes), followed from an input to its ``take``.
+_ID_PRESERVING_OPS = ("relax.reshape", "relax.flatten", "relax.squeeze", "relax.expand_dims", "relax.permute_dims")
+
+
+def token_vocab(irmod: rx.IRModule, fname: str, input_name: str,
+                params: Sequence[tuple[str, nn.Parameter]] = ()) -> tuple[int, str] | None:
+    """The vocabulary an integer input indexes: ``(rows, table)`` for the smallest static axis-0 length
+    of the tables (``R.take(table, ids, axis=0)``, an Embedding's lookup) that input ``input_name`` of
+    function ``fname`` reaches through shape-only ops (reshape, flatten, squeeze, expand_dims,
+    permute_dims); ``table`` is the parameter's module-tree name (``params``: ``export_tvm``'s
+    ``[(name, Parameter)]``) or its IR name. None when the input reaches no such table (a quantized
+    embedding's lookup, say): nothing is known before the model runs."""
+    func = irmod.functions.get(fname)
+    if not isinstance(func, rx.Function):
+        return None
+    var = next((p for p in func.params if p.name_hint == input_name), None)
+    if var is None:
+        return None
+    dotted = {name.replace(".", "_"): name for name, _ in params}
+    aliases, best = {var}, None
+    for block in func.body.blocks:
+        for b in block.bindings:
+            call = b.value
+            if not isinstance(call, rx.Call) or not isinstance(call.op, rx.Op) or not call.args:
+                continue
+            name = call.op.name
+            if name in _ID_PRESERVING_OPS and call.args[0] in aliases:
+                aliases.add(b.var)
+            elif (name == "relax.take" and len(call.args) > 1 and call.args[1] in aliases
+                  and call.attrs.get("axis", 0) in (0, None)):
+                shape = getattr(call.args[0].struct_info, "shape", None)
+                if shape and isinstance(shape[0], int) and (best is None or shape[0] < best[0]):
+                    table = getattr(call.args[0], "name_hint", "the table")
+                    best = (shape[0], dotted.get(table, table))
+    return best
+
+
+def check_token_ids(irmod: rx.IRModule, params: Sequence[tuple[str, nn.Parameter]], fname: str, input_name: str,
+                    ids: np.ndarray, flag: str) -> None:
+    """Refuse token ids past the vocabulary before compiling: ValueError naming ``flag``, the first id
+    out of range with its row and position, and the table ``input_name`` of ``fname`` indexes
+    (:func:`token_vocab`); nothing when the vocabulary is not known from the IR."""
+    found = token_vocab(irmod, fname, input_name, params)
+    if found is None:
+        return
+    vocab, table = found
+    bad = np.argwhere((ids < 0) | (ids >= vocab))
+    if bad.size:
+        row, col = (int(i) for i in bad[0])
+        raise ValueError(f"{flag}: id {int(ids[row, col])} (row {row}, position {col}) is past the vocabulary: "
+                         f"{fname}'s {input_name} index {table}, of {vocab} rows (ids 0..{vocab - 1})")
 
 
 def _worker_group(recipe: schemas.Recipe, irmod: rx.IRModule, seed: int):

@@ -519,7 +519,8 @@ class BlockModule(nn.Module):
         try:
             result = fn(*args, **kwargs)
         except (ValueError, TypeError, IndexError) as exc:
-            raise _ForwardError(node, f"{name}: {exc}" if target in _OPERATORS else str(exc)) from None
+            message = f"{name}: {exc}" if target in _OPERATORS else str(exc)
+            raise _ForwardError(node, _in_words(node, fn, name, args) + message) from None
         finally:
             if strict is not None:
                 REFUSE_FLOAT_OVERFLOW.reset(strict)
@@ -643,6 +644,31 @@ def _all_outputs(value: Any) -> bool:
     if isinstance(value, (tuple, list)):
         return bool(value) and all(_all_outputs(v) for v in value)
     return isinstance(value, nn.Tensor)
+
+
+def _in_words(node: ast.AST, fn: Any, name: str, args: list) -> str:
+    """What failed, as the recipe wrote it, before the op's own message: ``"'h' @ 'w': 'h' is (2, 4) float32,
+    'w' is (5, 3) float32: "`` for an operator; for a layer ``"gate_proj (Linear, in_features=256,
+    out_features=688) on silu(gate) * up, (batch_size, 688) float32: "`` (its tensor arguments by their
+    text in the forward, with their shapes); ``""`` for an op call, whose message names its arguments."""
+    def shape(value: Any) -> str:
+        if isinstance(value, nn.Tensor):
+            return f"({', '.join(map(str, value.shape))}) {value.dtype}"
+        return _describe(value)
+
+    if isinstance(node, ast.BinOp) and len(args) == 2:
+        left, right = (shorten(ast.unparse(n), 60) for n in (node.left, node.right))
+        symbol = _SYMBOLS[type(node.op)]
+        return f"{left} {symbol} {right}: {left} is {shape(args[0])}, {right} is {shape(args[1])}: "
+    if isinstance(fn, nn.Module) and isinstance(node, ast.Call):
+        settings = [f"{k}={fn.__dict__[k]}" for k in ("in_features", "out_features", "num", "dim", "hidden_size",
+                                                     "in_channels", "out_channels")
+                    if type(fn.__dict__.get(k)) is int]
+        layer = f"{name} ({', '.join([type(fn).__name__, *settings])})"
+        operands = [f"{shorten(ast.unparse(n), 60)}, {shape(a)}" for n, a in zip(node.args, args)
+                    if isinstance(a, nn.Tensor)]
+        return f"{layer} on {'; '.join(operands)}: " if operands else f"{layer}: "
+    return ""
 
 
 def _describe(value: Any) -> str:

@@ -1,7 +1,7 @@
 """What ``build`` shows about a model: its functions (inputs and output shapes), its module tree, a
 parameter table, the kernels' fallbacks in words (:func:`kernel_notes`), and the functional ops recipes may
-call (``build --list-ops``). Each returns a rich
-renderable; user text (names from recipes) is never read as markup.
+call (``build --list-ops``: :func:`ops_rows`), and the summary as data (``build --json``:
+:func:`model_summary`). The renderables are rich's; user text (names from recipes) is never read as markup.
 
 Repeated layers (``repeat: N``) are shown once: the tree names the copies' type and count and expands the
 first copy; the parameter table folds ``layers.0.*`` ... ``layers.31.*`` into one row ``layers.{0..31}.*``
@@ -22,8 +22,8 @@ from schemas.errors import printable
 
 from . import nn
 
-__all__ = ["function_table", "module_tree", "param_table", "ops_table", "describe_input", "describe_struct_info",
-           "format_bytes", "kernel_notes"]
+__all__ = ["function_table", "module_tree", "param_table", "ops_rows", "plain_doc", "model_summary",
+           "describe_input", "describe_struct_info", "format_bytes", "kernel_notes"]
 
 
 def describe_input(spec: Any) -> str:
@@ -113,19 +113,48 @@ def param_table(param_specs: list[tuple[str, tuple, str]], title: str = "paramet
     return table
 
 
-def ops_table(functions: dict[str, Callable]) -> Table:
-    """``build --list-ops``: every function a recipe's ``forward:`` may call, with its signature and
-    the first line of its docstring."""
-    table = Table(title="ops callable from forward:", show_header=True, header_style="bold")
-    table.add_column("op")
-    table.add_column("signature")
-    table.add_column("does")
-    for name in sorted(functions):
-        fn = functions[name]
-        sig = _plain_signature(fn)
-        doc = nn.op.recipe_summary(fn)
-        table.add_row(Text(name), Text(sig), Text(doc))
-    return table
+def ops_rows(functions: dict[str, Callable]) -> list[tuple[str, str, str]]:
+    """``build --list-ops``' data: ``(name, signature, what it does)`` for every function a recipe's
+    ``forward:`` may call, sorted by name; the signature as a recipe writes it (``(x, axis=-1)``), the
+    first sentence of its docstring as plain text (:func:`plain_doc`)."""
+    return [(name, _plain_signature(functions[name]), plain_doc(nn.op.recipe_summary(functions[name])))
+            for name in sorted(functions)]
+
+
+_ROLE = re.compile(r":[a-z]+(?::[a-z]+)?:`~?([^`]+)`")
+_LITERAL = re.compile(r"``([^`]+)``")
+
+
+def plain_doc(text: str) -> str:
+    """Docstring text as a reader sees it: reST roles (``:func:`builder.te.topi.pool```) become their
+    target (``~`` targets their last name), inline literals (````x````) their text; everything else is kept."""
+    text = _ROLE.sub(lambda m: m.group(1).rsplit(".", 1)[-1] if m.group(0).split("`")[1].startswith("~")
+                     else m.group(1), text)
+    return _LITERAL.sub(r"\1", text)
+
+
+def model_summary(model: Any, origin: str = "", kinds: str = "", version: str = "") -> dict:
+    """``build --json``: what the text report says about a built model, as data (JSON-able): ``name``,
+    ``functions`` (name -> ``inputs`` {name: ``[batch, 8] float32`` / ``int`` / ``kv_cache``} and
+    ``output`` ``(batch, 4) float32``), ``params`` (``count``, ``elements``, ``bytes``, ``source_bytes``,
+    ``origin``, ``tensors``: [{name, shape, dtype}] in function-signature order), ``quantization``,
+    ``matmul_precision``, ``timings_ms`` (export, weights, compile), ``kernels`` (``count``, ``kinds``, the
+    ``target`` CPU, ``notes``: :func:`kernel_notes`) and the builder ``version``. ``model`` is a
+    :class:`builder.pipeline.CompiledModel`."""
+    functions = {}
+    for fname, inputs in model.spec.items():
+        func = model.ir.functions.get(fname)
+        functions[fname] = {"inputs": {n: describe_input(s) for n, s in inputs.items()},
+                            "output": describe_struct_info(func.ret_struct_info) if func is not None else None}
+    exe = model.exe
+    return {"version": version, "name": model.recipe.name, "functions": functions,
+            "params": {"count": len(model.param_specs), "elements": model.num_params, "bytes": model.param_bytes,
+                       "source_bytes": model.source_param_bytes, "origin": origin,
+                       "tensors": [{"name": n, "shape": list(shape), "dtype": d} for n, shape, d in model.param_specs]},
+            "quantization": model.quantization, "matmul_precision": model.recipe.matmul_precision,
+            "timings_ms": {k: v * 1e3 for k, v in model.timings.items()},
+            "kernels": {"count": len(exe.kernels), "kinds": kinds, "target": exe.target.get("cpu", "host"),
+                        "notes": kernel_notes(exe.kernels)}}
 
 
 _INDEX = re.compile(r"\.(\d+)\.")

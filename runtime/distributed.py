@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from .vm import register_extern
+from .externs import register_extern
 
 __all__ = ["WorkerGroup", "MPIGroup", "TorchGlooGroup", "DistributedError", "CollectiveTimeout", "init",
            "current_group", "launcher_rank", "launcher_size", "check_same", "check_same_weights", "collective_timeout",

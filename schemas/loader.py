@@ -190,6 +190,8 @@ def _override_target(data: dict, key: str) -> tuple[dict | list, str | int, Fiel
     for depth, segment in enumerate(segments):
         where = format_path(path) or "the recipe"
         if isinstance(node, dict):
+            if node.get(segment) is None and depth < len(segments) - 1 and _sub_model(tuple(path), node, segment):
+                node[segment] = {}     # weights.prefix=mlp. in a recipe without weights: as 'weights={prefix: mlp.}'
             if segment not in node and depth < len(segments) - 1:
                 raise LookupError(f"{where} has no {shorten(segment)}{_did_you_mean(segment, node)}")
             step: str | int = segment
@@ -203,6 +205,20 @@ def _override_target(data: dict, key: str) -> tuple[dict | list, str | int, Fiel
         if depth < len(segments) - 1:
             node = node[step]
     return node, path[-1], tuple(path)
+
+
+def _sub_model(path: FieldPath, node: dict, name: str) -> bool:
+    """Whether field ``name`` of the mapping ``node`` at ``path`` is an optional section the schema
+    defines as a mapping of its own (a pydantic model, such as the recipe's ``weights``): a dotted override
+    of one of its fields may then create it, empty, when the recipe leaves it out."""
+    import typing
+
+    model = _model_at(path, node)
+    field = model.model_fields.get(name) if model is not None else None
+    if field is None:
+        return False
+    types = typing.get_args(field.annotation) or (field.annotation,)
+    return any(isinstance(t, type) and issubclass(t, BaseModel) for t in types)
 
 
 def _expand_quantization_preset(data: dict) -> None:

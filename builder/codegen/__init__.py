@@ -399,5 +399,6 @@ def manifest_ir(source: str, functions: dict[str, dict]) -> str:
 
 def build_prim_func(func: PrimFunc, name: str | None = None, target: Target | None = None
                     ) -> CompiledLibrary:
-    """``build({name or func.name: func}, target)``."""
+    """``build({name or func.name: func}, target)``. One PrimFunc compiled alone into a
+    :class:`CompiledLibrary`, exported as ``name`` (default: the function's name). Raises as :func:`build`."""
     return build({name or func.name: func}, target)

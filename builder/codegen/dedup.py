@@ -159,6 +159,9 @@ class KernelTwins:
         return key
 
     def find(self, func: PrimFunc) -> str | None:
+        """The name of an emitted function structurally equal to ``func`` (free variables mapped, names
+        aside: :func:`builder.ir.structural_equal` of the anonymized functions under the same
+        :func:`structural_key`), or None when there is none."""
         anon = None
         for name, other in self._seen.get(self._key(func), ()):
             anon = anon or _anonymous(func)
@@ -167,4 +170,6 @@ class KernelTwins:
         return None
 
     def add(self, name: str, func: PrimFunc) -> None:
+        """Record that ``func`` was emitted as ``name`` (later :meth:`find` calls of a structurally equal
+        function return ``name``)."""
         self._seen.setdefault(self._key(func), []).append((name, _anonymous(func)))

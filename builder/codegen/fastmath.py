@@ -202,7 +202,10 @@ def tanh(em, x: ir.Value) -> ir.Value:
 
 
 def rsqrt(em, x: ir.Value) -> ir.Value:
-    """The ``rsqrt`` intrinsic: ``1 / sqrt(x)``."""
+    """The ``rsqrt`` intrinsic: ``1 / sqrt(x)``. LLVM's correctly rounded ``llvm.sqrt`` then a division
+    under :data:`FAST_MATH` (no ``arcp`` / ``afn``: no reciprocal-square-root estimate): two correctly
+    rounded steps, a relative error below ``2**-23`` in float32; ``rsqrt(0)`` is ``inf``, of a negative
+    number NaN."""
     return em.b.fdiv(_splat(x.type, 1.0), em.fcall("sqrt", [x]), flags=FAST_MATH)
 
 

@@ -68,7 +68,9 @@ def reg_type(dtype: str) -> ir.Type:
 
 
 def mem_type(dtype: str) -> ir.Type:
-    """LLVM type of a ``dtype`` element in memory."""
+    """LLVM type of a ``dtype`` element in memory. ``bool`` is an ``i8`` byte, ``bfloat16`` its ``i16`` bits,
+    float16 / float32 / float64 ``half`` / ``float`` / ``double``, integers ``iN`` of their width (signedness
+    is in the instructions). Raises ValueError for another dtype."""
     if dtype == "bool":
         return I8
     if dtype == "bfloat16":
@@ -77,7 +79,9 @@ def mem_type(dtype: str) -> ir.Type:
 
 
 def elem_bytes(dtype: str) -> int:
-    """Size of one element in memory."""
+    """Size of one element in memory. In bytes: 1 for ``bool`` and 8-bit integers, 2 for float16 / bfloat16 /
+    16-bit integers, 4 and 8 for the 32- and 64-bit types. Raises ValueError for an unsupported dtype
+    (:func:`mem_type`)."""
     t = mem_type(dtype)
     return {F16: 2, F32: 4, F64: 8}.get(t, None) or t.width // 8  # type: ignore[attr-defined]
 
@@ -129,6 +133,11 @@ class ModuleEmitter:
         return emitter.extra_errors
 
     def add_entry(self, name: str, body_fn: ir.Function, func: PrimFunc, sig: Signature) -> None:
+        """Emit the exported entry ``int32 name(void **data, int64 *shapes)`` (the ABI of
+        :mod:`builder.codegen.abi`) in front of ``body_fn``: it binds each symbolic var from ``shapes``, runs
+        ``sig.checks`` in order (returning check ``k``'s 1-based code when a dim is negative or differs from
+        its expected value), loads the parameters' data pointers and returns what ``body_fn(ptrs...,
+        sym_vars...)`` returns (0 on success, else an error code)."""
         fn = ir.Function(self.module, ir.FunctionType(I32, [PTR, PTR]), name=name)
         fn.attributes.add("nounwind")
         data, shapes = fn.args
@@ -483,6 +492,9 @@ class BufferExprEmitter(_ExprEmitter):
 
     # -- memory
     def address(self, buf: Buffer, indices) -> ir.Value:
+        """The address of ``buf[indices]`` (row-major, an ``inbounds`` GEP from the buffer's base pointer;
+        no indices: the base pointer itself). Raises ValueError for a buffer that is neither a parameter nor
+        allocated in the function."""
         ptr = self.ptrs.get(id(buf))
         if ptr is None:
             raise ValueError(f"buffer '{buf.name}' is neither a param nor allocated")
@@ -500,6 +512,8 @@ class BufferExprEmitter(_ExprEmitter):
         return b.gep(ptr, [off], inbounds=True, source_etype=mem_type(buf.dtype))
 
     def load(self, e: BufferLoad) -> ir.Value:
+        """The value of ``BufferLoad`` ``e`` in register form: ``bool`` bytes as i1, ``bfloat16`` bits widened
+        to float32, other dtypes as stored. Raises ValueError for an unknown buffer (:meth:`address`)."""
         dtype = e.buffer.dtype
         v = self.b.load(self.address(e.buffer, e.indices), typ=mem_type(dtype),
                         align=elem_bytes(dtype))
@@ -519,6 +533,9 @@ class BufferExprEmitter(_ExprEmitter):
         self.b.store(value, ptr, align=elem_bytes(dtype))
 
     def store(self, s: BufferStore) -> None:
+        """Emit ``BufferStore`` ``s``: its value cast to the buffer's dtype, stored in memory form
+        (:meth:`store_value`) at :meth:`address`. Raises ValueError for an unknown buffer
+        (:meth:`address`) or a dtype with no memory type here (:func:`mem_type`)."""
         v = self.typed(s.value, s.buffer.dtype)
         self.store_value(s.buffer, v, self.address(s.buffer, s.indices))
 

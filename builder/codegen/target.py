@@ -61,6 +61,8 @@ class Target:
         return host_target_machine(self.triple, self.cpu, self.features, self.opt_level)
 
     def to_dict(self) -> dict:
-        """JSON-able description."""
+        """JSON-able description. ``triple``, ``cpu``, ``features`` (LLVM's ``+avx2,...`` string),
+        ``opt_level`` and ``matmul_precision``: what the compile cache keys on (:func:`.cache.cache_key`) and
+        a built object records."""
         return {"triple": self.triple, "cpu": self.cpu, "features": self.features,
                 "opt_level": self.opt_level, "matmul_precision": self.matmul_precision}

@@ -98,7 +98,9 @@ class BlockBuilder:
     @contextlib.contextmanager
     def function(self, name: str, params: Sequence[rx.Var] | None = None, attrs: dict | None = None,
                  pure: bool = True):
-        """Open function ``name`` with ``params`` (may be given later to emit_func_output)."""
+        """Open function ``name`` with ``params`` (may be given later to emit_func_output). Raises
+        RuntimeError for a ``bb.function`` inside another, and when the ``with`` body ends without
+        :meth:`emit_func_output`."""
         if self._frame is not None:
             raise RuntimeError("nested bb.function is not supported")
         self._frame = _FunctionFrame(name, params, attrs or {}, pure)
@@ -113,7 +115,8 @@ class BlockBuilder:
 
     @contextlib.contextmanager
     def dataflow(self):
-        """Open a dataflow block; bindings are DataflowVars unless emitted with emit_output."""
+        """Open a dataflow block; bindings are DataflowVars unless emitted with emit_output. Raises
+        RuntimeError outside a ``with bb.function(...)``."""
         frame = self._require_frame()
         self._close_block()
         frame.current = rx.DataflowBlock()
@@ -162,7 +165,10 @@ class BlockBuilder:
         return self.emit(arg)
 
     def emit(self, expr: rx.Expr, name_hint: str = "") -> rx.Var:
-        """Bind ``expr`` to a new variable (DataflowVar inside a dataflow block) and return it."""
+        """Bind ``expr`` to a new variable (DataflowVar inside a dataflow block) and return it. Nested calls
+        among the arguments are bound first (:meth:`normalize`); the variable's struct info is ``expr``'s, and
+        its name ``name_hint`` (default ``lv``) made unique. Raises RuntimeError outside a ``with
+        bb.function(...)``."""
         expr = self.normalize(expr)
         block = self._block()
         cls = rx.DataflowVar if block.is_dataflow else rx.Var
@@ -171,7 +177,8 @@ class BlockBuilder:
         return var
 
     def emit_output(self, output: rx.Expr | Sequence[rx.Expr], name_hint: str = "") -> rx.Var:
-        """Bind ``output`` to a non-dataflow Var (``gv``) that is visible after the block."""
+        """Bind ``output`` to a non-dataflow Var (``gv``) that is visible after the block. Raises RuntimeError
+        outside a ``with bb.dataflow()`` block."""
         block = self._block()
         if not block.is_dataflow:
             raise RuntimeError("emit_output must be called inside `with bb.dataflow()`")
@@ -184,7 +191,9 @@ class BlockBuilder:
 
     def emit_func_output(self, output: rx.Expr | Sequence[rx.Expr], params: Sequence[rx.Var] | None = None,
                          ret_struct_info: StructInfo | None = None) -> rx.GlobalVar:
-        """Finish the current function with ``output`` and add it to the module."""
+        """Finish the current function with ``output`` and add it to the module. Returns the function's
+        GlobalVar. Raises RuntimeError outside a ``bb.function``, when called twice for one function, while a
+        dataflow block is still open, or when no parameters were given (neither to :meth:`function` nor here)."""
         frame = self._require_frame()
         if frame.done:
             raise RuntimeError(f"emit_func_output was already called for function '{frame.name}'; "
@@ -239,7 +248,9 @@ class BlockBuilder:
 
     def emit_te(self, te_func: Callable, *args: Any, primfunc_name_hint: str | None = None,
                 **kwargs: Any) -> rx.Var:
-        """Emit ``call_te(...)`` as a binding (``lv = R.call_tir(te_func, ...)``)."""
+        """Emit ``call_te(...)`` as a binding (``lv = R.call_tir(te_func, ...)``). Returns the bound variable.
+        Raises RuntimeError as :meth:`call_te` and :meth:`emit`; errors of ``te_func`` (shape or dtype checks
+        of the compute) pass through."""
         return self.emit(self.call_te(te_func, *args, primfunc_name_hint=primfunc_name_hint, **kwargs))
 
     def get(self) -> rx.IRModule:

@@ -154,6 +154,9 @@ class PrimExpr:
 
         Integer constants wrap to the target width (two's complement, as a C cast does on every
         supported target); float -> int truncates toward zero; float -> narrower float rounds.
+
+        Raises ValueError when folding a non-finite float constant to an integer dtype (C leaves it
+        undefined).
         """
         if dtype == self.dtype:
             return self
@@ -508,6 +511,8 @@ def const(value: int | float | bool, dtype: str | None = None) -> PrimExpr:
     """A constant node: ``IntImm`` for ints/bools, ``FloatImm`` for floats.
 
     ``dtype`` defaults to ``int64`` for ints, ``bool`` for bools and ``float32`` for floats.
+
+    Raises TypeError for a float with a fractional part given an integer dtype.
     """
     if isinstance(value, bool):
         return IntImm(int(value), dtype or "bool")

@@ -38,6 +38,8 @@ class ExprVisitor:
                 self.visit_expr(func)
 
     def visit_expr(self, e) -> None:
+        """Visit ``e``: call the subclass's ``visit_<node class>`` method (``visit_call``, ``visit_var``, ...)
+        when it has one, else :meth:`generic_visit`. Returns what that method returns (None by default)."""
         method = getattr(self, _method(e), None)
         if method is not None:
             return method(e)
@@ -85,15 +87,20 @@ class ExprMutator:
         return out
 
     def visit_expr(self, e):
+        """The rewritten ``e``: the subclass's ``visit_<node class>`` method when it has one, else
+        :meth:`generic_visit` (the node rebuilt from rewritten children; ``e`` itself when none changed)."""
         method = getattr(self, _method(e), None)
         if method is not None:
             return method(e)
         return self.generic_visit(e)
 
     def visit_var(self, v: rx.Var):
+        """``v`` itself, or the variable that replaced it when its binding's struct info changed
+        (:attr:`var_map`)."""
         return self.var_map.get(v, v)
 
     def visit_dataflow_var(self, v: rx.DataflowVar):
+        """A dataflow variable as :meth:`visit_var`: ``v``, or its replacement from :attr:`var_map`."""
         return self.var_map.get(v, v)
 
     def visit_binding(self, binding: rx.VarBinding) -> rx.VarBinding:

@@ -102,7 +102,9 @@ __all__ += ["print_irmodule", "print_function", "print_struct_info", "show_text"
 
 def format_attr(value) -> str:
     """An op attribute as TVMScript writes it: ``None``, ``True``, ``1``, ``1.0000000000000001e-05``,
-    ``"NCW"``, ``[1, 1]``."""
+    ``"NCW"``, ``[1, 1]``. Floats as :func:`format_float` (TVM's ``%.17g``; ``inf`` / ``nan`` by name),
+    strings double-quoted with ``\\`` and ``"`` escaped, lists and tuples element by element, PrimExprs as
+    :func:`print_prim_expr`. Raises TypeError for a value of another type."""
     if value is None:
         return "None"
     if isinstance(value, bool):
@@ -157,6 +159,8 @@ def print_struct_info(sinfo: StructInfo, names: _Names | None = None, quoted: bo
     """``R.Tensor((n, 4), dtype="float32")``, ``R.Tuple(...)``, ``R.Object``, ``R.Shape([...])``.
 
     ``quoted`` writes symbolic dims as strings, as function signatures do.
+
+    Raises TypeError for another kind of struct info.
     """
     names = names or _Names()
     if isinstance(sinfo, TensorStructInfo):
@@ -256,6 +260,10 @@ class _FunctionPrinter:
                 parts.append(f"sinfo_args=({self.sinfo(c.sinfo_args[0])},)")
                 return f"R.{name[len('relax.'):]}({', '.join(parts)})"
             parts = [self.expr(a) for a in c.args]
+            for i in c.op.int_args:   # TVM 0.27 prints R.triu(x, 1), not R.triu(x, R.prim_value(1))
+                a = c.args[i] if i < len(c.args) else None
+                if isinstance(a, rx.PrimValue) and isinstance(a.value, E.IntImm) and a.value.dtype == "int64":
+                    parts[i] = str(a.value.value)
             keys = list(c.op.attr_names) + [k for k in c.attrs if k not in c.op.attr_names]
             parts += [f"{k}={format_attr(c.attrs[k])}" for k in keys if k in c.attrs]
             return f"R.{name[len('relax.'):]}({', '.join(parts)})"

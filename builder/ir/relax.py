@@ -176,7 +176,8 @@ class Op(Expr):
     how it fuses), ``legalize`` (``(BlockBuilder, Call) -> Expr``: the loop-level code of a call,
     usually ``R.call_tir`` of a topi compute), ``compute`` (for elementwise ops, the topi compute on
     te tensors that fusion replays), ``intrinsic`` (the scalar intrinsic of a math op, e.g. ``erf``),
-    ``frontend`` (the ``nn.op`` / recipe ``forward:`` function name, or None) and ``doc``.
+    ``frontend`` (the ``nn.op`` / recipe ``forward:`` function name, or None), ``int_args`` (positions of
+    arguments printed as a plain int when they are a constant int64 ``R.prim_value``) and ``doc``.
     """
 
     _registry: dict[str, "Op"] = {}
@@ -191,6 +192,7 @@ class Op(Expr):
         self.compute = None
         self.intrinsic = None
         self.frontend: str | None = None
+        self.int_args: tuple[int, ...] = ()
         self.doc = ""
 
     @classmethod

@@ -96,6 +96,7 @@ class ObjectStructInfo(StructInfo):
     """Any runtime object (``R.Object``), e.g. the IO effect token."""
 
     def same_as(self, other: StructInfo) -> bool:
+        """True when ``other`` is an ``R.Object`` too."""
         return isinstance(other, ObjectStructInfo)
 
     def __repr__(self) -> str:
@@ -110,6 +111,7 @@ class PrimStructInfo(StructInfo):
         self.value = value
 
     def same_as(self, other: StructInfo) -> bool:
+        """True when ``other`` is a scalar of the same dtype (a known value is not compared)."""
         return isinstance(other, PrimStructInfo) and other.dtype == self.dtype
 
     def __repr__(self) -> str:
@@ -124,6 +126,8 @@ class ShapeStructInfo(StructInfo):
         self.ndim = len(self.values) if self.values is not None else ndim
 
     def same_as(self, other: StructInfo) -> bool:
+        """True when ``other`` is a shape value of the same ndim whose dims are both unknown or pairwise equal
+        (:func:`dims_equal`: symbolic dims compared after simplification)."""
         return (isinstance(other, ShapeStructInfo) and other.ndim == self.ndim
                 and _same_dims(self.values, other.values))
 
@@ -146,6 +150,8 @@ class TensorStructInfo(StructInfo):
         self.ndim = len(self.shape) if self.shape is not None else ndim
 
     def same_as(self, other: StructInfo) -> bool:
+        """True when ``other`` is a tensor of the same dtype and ndim whose shape is unknown on both sides or
+        equal dim by dim (:func:`dims_equal`)."""
         return (isinstance(other, TensorStructInfo) and other.dtype == self.dtype and other.ndim == self.ndim
                 and _same_dims(self.shape, other.shape))
 
@@ -160,6 +166,7 @@ class TupleStructInfo(StructInfo):
         self.fields = tuple(fields)
 
     def same_as(self, other: StructInfo) -> bool:
+        """True when ``other`` is a tuple of as many fields, each :meth:`StructInfo.same_as` this one's."""
         return (
             isinstance(other, TupleStructInfo)
             and len(other.fields) == len(self.fields)

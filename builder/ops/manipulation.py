@@ -225,9 +225,9 @@ register_op("strided_slice", infer_strided_slice, ("axes", "begin", "end", "stri
             pattern=INJECTIVE, legalize=_strided_slice, frontend="strided_slice", in_recipes=True,
             doc="``x[begin:end:stride]`` on some axes (numpy slicing; symbolic bounds assumed in range).")
 register_op("triu", infer_trilu, pattern=INJECTIVE, legalize=_trilu(True), frontend="triu", in_recipes=True,
-            doc="The upper triangle (zeros below diagonal ``k``).")
+            int_args=(1,), doc="The upper triangle (zeros below diagonal ``k``).")
 register_op("tril", infer_trilu, pattern=INJECTIVE, legalize=_trilu(False), frontend="tril", in_recipes=True,
-            doc="The lower triangle.")
+            int_args=(1,), doc="The lower triangle.")
 
 
 def _creation(kind: str):

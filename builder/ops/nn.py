@@ -194,7 +194,7 @@ register_op("nn.rnn", infer_rnn, ("cell", "reverse", "linear_before_reset"), pat
             doc="One direction of an LSTM / GRU / RNN over projected inputs (the recurrence, serial over time).")
 register_op("nn.rope", infer_rope, pattern=OpPattern.INJECTIVE, legalize=te_rule(topi.rope, "rope"),
             doc="Rotary position embedding of one tensor: ``x * cos + rotate_half(x) * sin`` (HF Llama).")
-register_op("nn.attention", infer_attention, ("scale", "causal_mask"), pattern=OpPattern.OPAQUE,
+register_op("nn.attention", infer_attention, ("scale", "causal_mask", "window_size"), pattern=OpPattern.OPAQUE,
             legalize=_attention_rule(topi.attention, "attention"), frontend="scaled_dot_product_attention",
             in_recipes=True,
             doc="``softmax(q @ k^T * scale [+ bias] [+ causal mask]) @ v`` (BSNH layout).")

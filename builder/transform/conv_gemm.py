@@ -467,9 +467,16 @@ class ConvToGemm(FunctionPass):
     name = "conv_to_gemm"
 
     def transform_module(self, mod: rx.IRModule) -> rx.IRModule:
+        """The module with every graph-level function rewritten (:meth:`transform_function`), then the
+        bindings and PrimFuncs left unused removed (:func:`~builder.transform.dce.dead_code_elimination`)."""
         return dead_code_elimination(super().transform_module(mod))
 
     def transform_function(self, bb: BlockBuilder, func: rx.Function, name: str) -> rx.Function:
+        """``func`` with its dataflow blocks' convolutions rewritten as the module docstring says:
+        ``R.nn.conv1d`` / ``conv2d`` to im2col + matmul in channels-last layout, the transposed ones to a
+        GEMM and col2im, depthwise / grouped ones, poolings and elementwise ops onto the channels-last
+        twins of their inputs; ``func`` itself when it has no convolution. Later uses of a rewritten
+        variable read its replacement."""
         uses: Counter = Counter()
         convs = False
         for block in func.body.blocks:

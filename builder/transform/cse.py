@@ -139,4 +139,6 @@ class EliminateCommonSubexpr(Pass):
     name = "eliminate_common_subexpr"
 
     def transform_module(self, mod: rx.IRModule) -> rx.IRModule:
+        """The module with every graph-level function's repeated pure computations bound once
+        (:func:`eliminate_common_subexpr`); the input module is not modified."""
         return eliminate_common_subexpr(mod)

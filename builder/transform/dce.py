@@ -46,4 +46,6 @@ class DeadCodeElimination(Pass):
     name = "dead_code_elimination"
 
     def transform_module(self, mod: rx.IRModule) -> rx.IRModule:
+        """``mod`` without its unused pure bindings and unreferenced PrimFuncs (:func:`dead_code_elimination`,
+        which edits ``mod`` in place and returns it)."""
         return dead_code_elimination(mod)

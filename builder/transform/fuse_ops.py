@@ -32,6 +32,11 @@ class FuseOps(FusionPass):
     name = "fuse_ops"
 
     def emit(self, bb: BlockBuilder, m: Match) -> rx.Expr | None:
+        """The fused kernel call for match ``m``: one ``R.call_tir`` of a PrimFunc that replays the topi
+        computes of the matched elementwise tree with every intermediate inlined
+        (:func:`builder.te.topi.inline_injective`), named after its ops (``fused_silu_multiply``). None
+        (the bindings stay as they are) for a single op, or when building the computes raises ValueError /
+        TypeError (a tree the computes cannot express)."""
         if len(m.ops) < 2:
             return None
         tree = m.tree

@@ -26,9 +26,14 @@ class LegalizeOps(FunctionPass):
     name = "legalize_ops"
 
     def transform_module(self, mod: rx.IRModule) -> rx.IRModule:
+        """The module with every op call legalized (:meth:`transform_function`) and the bindings left unused
+        removed. Raises ValueError as the class docstring says."""
         return dead_code_elimination(super().transform_module(mod))
 
     def transform_function(self, bb: BlockBuilder, func: rx.Function, name: str) -> rx.Function:
+        """``func`` with each binding's op call replaced by what its record's ``legalize(bb, call)`` returns
+        (new PrimFuncs added through ``bb``); each variable is rebound with the new value's struct info.
+        Raises ValueError naming ``name`` and the op when an op has no legalization."""
         vmap: dict[rx.Var, rx.Var] = {}
         blocks = []
         for block in func.body.blocks:

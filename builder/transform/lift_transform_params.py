@@ -52,6 +52,11 @@ class LiftTransformParams(Pass):
         self.shared_transform = shared_transform
 
     def transform_module(self, mod: rx.IRModule) -> rx.IRModule:
+        """A new module in which each function with model parameters (``num_input`` and parameters after
+        the inputs) takes its weights' computed forms, and ``transform_params`` (or ``<f>_transform_params``
+        per function when not shared) computes them (see the module docstring); verified
+        (:func:`builder.ir.verify`) before it is returned. Raises ValueError for a named function without
+        model parameters, or shared functions whose model parameters differ."""
         candidates = [n for n, f in mod.functions.items()
                       if isinstance(f, rx.Function) and "num_input" in f.attrs
                       and len(f.params) > f.num_input]

@@ -61,6 +61,9 @@ class FunctionPass(Pass):
         """The rewritten graph-level function ``name``."""
 
     def transform_module(self, mod: rx.IRModule) -> rx.IRModule:
+        """A new module: the input's loop-level functions copied into it first, then each graph-level
+        function replaced by :meth:`transform_function` (one shared BlockBuilder, so the PrimFuncs a rewrite
+        adds land in the output, under fresh names)."""
         out = rx.IRModule({}, mod.attrs)
         bb = BlockBuilder(out)
         for name, func in mod.functions.items():
@@ -90,6 +93,8 @@ class Sequential(Pass):
         return out
 
     def transform_module(self, mod: rx.IRModule) -> rx.IRModule:
+        """``mod`` run through each pass in order, each under the current :class:`PassContext`'s
+        instruments."""
         for p in self.passes:
             mod = p(mod)
         return mod
@@ -114,6 +119,9 @@ class VerifyAfter(PassInstrument):
         self.loop_level = loop_level
 
     def run_after_pass(self, mod: rx.IRModule, pass_: Pass) -> None:
+        """Verify ``mod`` after ``pass_`` (a :class:`Sequential` is skipped: its passes were verified one by
+        one). Raises the verifier's error (:class:`builder.ir.verifier.IRVerifyError`, or
+        ``tir.VerifyError`` with ``loop_level``) with ``after pass <name>:`` in front."""
         if isinstance(pass_, Sequential):
             return
         from ..ir import tir
@@ -136,9 +144,12 @@ class PassTiming(PassInstrument):
         self._start: list[float] = []
 
     def run_before_pass(self, mod: rx.IRModule, pass_: Pass) -> None:
+        """Start the clock of ``pass_`` (a stack, so nested :class:`Sequential` runs time correctly)."""
         self._start.append(time.perf_counter())
 
     def run_after_pass(self, mod: rx.IRModule, pass_: Pass) -> None:
+        """Add the wall-clock seconds (``time.perf_counter``) ``pass_`` took to ``timings[pass_.name]``
+        (a :class:`Sequential`'s own time is not recorded: its passes are)."""
         elapsed = time.perf_counter() - self._start.pop()
         if not isinstance(pass_, Sequential):
             self.timings[pass_.name] = self.timings.get(pass_.name, 0.0) + elapsed
@@ -153,6 +164,7 @@ class PrintAfter(PassInstrument):
         self.show = show or (lambda mod, name: print(f"# after {name}\n{mod.script()}"))
 
     def run_after_pass(self, mod: rx.IRModule, pass_: Pass) -> None:
+        """Call ``show(mod, pass_.name)`` when ``pass_`` is one of the named passes."""
         if pass_.name in self.names:
             self.show(mod, pass_.name)
 

@@ -187,9 +187,13 @@ class Match:
         return len(self.tensors) - 1 + self.offset
 
     def mark(self) -> tuple:
+        """A snapshot of the match's state (the lengths of its lists, ``x`` and ``out_dtype``), which
+        :meth:`undo` restores when a tried subtree does not match."""
         return (len(self.tensors), len(self.weights), len(self.ops), len(self.consumed), self.x, self.out_dtype)
 
     def undo(self, mark: tuple) -> None:
+        """Restore the state :meth:`mark` returned: drop what was appended since and put back ``x`` and
+        ``out_dtype``."""
         nt, nw, no, nc, x, od = mark
         del self.tensors[nt:], self.weights[nw:], self.ops[no:], self.consumed[nc:]
         self.x, self.out_dtype = x, od
@@ -372,9 +376,14 @@ class FusionPass(FunctionPass):
         """Add rewrites of single bindings (neither replaced nor consumed) to ``replaced``."""
 
     def transform_module(self, mod: rx.IRModule) -> rx.IRModule:
+        """The module with every graph-level function's matched trees rewritten (:meth:`transform_function`),
+        then the bindings the trees consumed (now unused) and unreferenced PrimFuncs removed."""
         return dead_code_elimination(super().transform_module(mod))
 
     def transform_function(self, bb: BlockBuilder, func: rx.Function, name: str) -> rx.Function:
+        """``func`` with each tree matched at a binding (outermost binding first; a binding a tree already
+        consumed is skipped) replaced by the call :meth:`emit` returns, then the single-binding rewrites of
+        :meth:`rewrite_rest`; ``func`` itself when nothing changed."""
         matcher = FusionMatcher(func, linear=self.linear, max_fuse_depth=self.max_fuse_depth)
         replaced: dict[rx.Var, rx.Expr] = {}
         consumed: set = set()

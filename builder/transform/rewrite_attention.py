@@ -308,7 +308,8 @@ class _Rewriter:
             args = [self.operand(q, _HEADS, f"{name}_q"), self.operand(*k, f"{name}_k"),
                     self.operand(*v4, f"{name}_v")]
         a = self.emit(call_op("nn.attention", args + ([mask] if mask is not None else []),
-                          scale=E.FloatImm(scale, "float32"), causal_mask=None), f"{name}_attention")
+                          scale=E.FloatImm(scale, "float32"), causal_mask=None, window_size=None),
+                      f"{name}_attention")
         if nd == 3:
             self.bind(var, call_op("reshape", [a, rx.ShapeExpr([B, Sq, Dv])]))
         else:
@@ -322,9 +323,14 @@ class RewriteAttention(FunctionPass):
     name = "rewrite_attention"
 
     def transform_module(self, mod: rx.IRModule) -> rx.IRModule:
+        """The module with attention written out as matmuls and a softmax rewritten to ``R.nn.attention``
+        (:meth:`transform_function`), then the bindings left unused removed."""
         return dead_code_elimination(super().transform_module(mod))
 
     def transform_function(self, bb: BlockBuilder, func: rx.Function, name: str) -> rx.Function:
+        """``func`` with each written-out attention (module docstring) replaced by an ``R.nn.attention`` in
+        (B, S, H, D) layout between permutes, and chains of ``permute_dims`` composed; ``func`` itself when
+        it has no softmax or permute. Later uses of a rewritten variable read its replacement."""
         if not any(isinstance(b.value, rx.Call) and isinstance(b.value.op, rx.Op)
                    and b.value.op.name in ("relax.nn.softmax", "relax.permute_dims")
                    for block in func.body.blocks for b in block.bindings):

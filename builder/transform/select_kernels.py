@@ -65,9 +65,19 @@ class SelectKernels(FusionPass):
     linear = True
 
     def emit(self, bb: BlockBuilder, m: Match) -> rx.Expr | None:
+        """The linear-kernel call for a matched tree with at least one matmul leaf (``m.weights``): one
+        PrimFunc of the matmuls and their elementwise epilogue with its
+        :class:`~builder.ir.kernel.LinearKernelSpec`, named ``matmul`` or ``fused_matmul_<epilogue ops>``.
+        None (the tree is left to FuseOps / LegalizeOps) without a matmul, or when building the kernel raises
+        ValueError / TypeError (a tree the kernel cannot take)."""
         return self._fused(bb, m) if m.weights else None
 
     def rewrite_rest(self, bb: BlockBuilder, matcher: FusionMatcher, replaced: dict, consumed: set) -> None:
+        """Rewrite, into ``replaced``, each binding no tree took: a lone ``R.matmul`` whose right operand is a
+        weight (float, group-quantized or stored (in, out)), or of two activations, becomes a linear-kernel call
+        (a group-quantized weight of a non-float ``x``, or one the kernel refuses, the ``dequantize_matmul`` /
+        ``matmul`` loops instead); an ``R.take`` (axis 0, mode ``fast``) of a ``group_dequantize`` becomes
+        ``dequantize_take`` (rows dequantized as they are gathered)."""
         for b in matcher.order:
             if b.var in replaced or b.var in consumed:
                 continue

@@ -129,6 +129,10 @@ class TileWeights(Pass):
     name = "tile_weights"
 
     def transform_module(self, mod: rx.IRModule) -> rx.IRModule:
+        """A new module in which each graph-level function's linear kernels whose float weights are all tileable
+        read them in row tiles of 16 (module docstring): each such kernel is called as its ``<name>_tiled``
+        twin, a model-parameter weight through a ``tile_rows`` weight transform bound once per block, a constant
+        weight tiled in numpy. Loop-level functions are kept; the input module is not modified."""
         out = rx.IRModule(dict(mod.functions), mod.attrs)
         bb = BlockBuilder(out)
         kernels: dict[tuple, rx.GlobalVar] = {}

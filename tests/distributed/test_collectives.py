@@ -7,7 +7,6 @@ import os
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -84,7 +83,7 @@ def test_the_vm_externs_and_bytes_collectives(ranks):
         assert bool(rank["same_ok"])
         assert "rank(s) 1 built something other than rank 0" in str(rank["differ"])
         assert tuple(rank["stats"]) == (200, 200 * 2048 * 4)
-        assert 0 < float(rank["latency_us"]) < 50_000
+        np.testing.assert_array_equal(rank["small_allreduce"], np.full(2048, 2, np.float32))   # the last of the 200
 
 
 def test_an_uncaught_exception_on_one_rank_ends_every_rank_at_once(tmp_path):
@@ -96,14 +95,14 @@ def test_an_uncaught_exception_on_one_rank_ends_every_rank_at_once(tmp_path):
 
 
 def test_a_rank_that_exits_early_makes_the_other_time_out(tmp_path):
-    t0 = time.perf_counter()
+    """Rank 0's allreduce gives up after the collective timeout (2 s) with the error naming it, and mpirun
+    ends (its own limit of 60 s only stops a hang)."""
     proc = mpirun(*[[*WORKER, str(tmp_path), "exit-early"]] * 2, ccl_timeout=2, timeout=60)
     assert proc.returncode != 0
     text = proc.stdout + proc.stderr
     assert "rank 0: Traceback" in text and "CollectiveTimeout: allreduce on rank 0 of 2 waited 2 s" in text, \
         text[-2000:]
     assert "a rank died or finished early" in text and "rank 0 did not time out" not in text
-    assert time.perf_counter() - t0 < 30
 
 
 def test_under_torchrun_a_rank_that_exits_early_ends_the_other(tmp_path):
@@ -145,7 +144,7 @@ def test_the_engine_follows_the_launcher(monkeypatch):
 
 
 def test_externs_without_a_group_say_how_to_get_one():
-    from runtime.vm import _EXTERNS
+    from runtime.externs import _EXTERNS
 
     if distributed.current_group() is not None:
         pytest.skip("this process joined a group")

@@ -118,6 +118,42 @@ def test_frontend_ops_round_trip(name):
     round_trip(lowered(LegalizeOps()(mod)))
 
 
+# -- seed parity: two print details of TVM 0.27 ---------------------------------------------------
+
+def test_triu_and_tril_print_k_as_a_plain_int_and_parse_both_forms():
+    mod = export(lambda x: (nn.op.triu(x, 1), nn.op.tril(x, -2)), x=((4, 4), "float32"))
+    text = mod.script()
+    assert "R.triu(x, 1)" in text and "R.tril(x, -2)" in text and "prim_value" not in text
+    back = round_trip(mod)
+    k = back.functions["forward"].body.blocks[0].bindings[0].value.args[1]
+    assert isinstance(k, rx.PrimValue) and k.value.dtype == "int64" and k.value.value == 1
+    # the older spelling (and a symbolic k) still reads back, to the same module
+    old = text.replace("R.triu(x, 1)", "R.triu(x, R.prim_value(1))").replace("R.tril(x, -2)",
+                                                                              "R.tril(x, R.prim_value(-2))")
+    assert old != text
+    assert_structural_equal(parse(old), mod)
+    assert parse(old).script() == text
+    # an int32 k keeps its dtype visible
+    narrow = text.replace("R.triu(x, 1)", "R.triu(x, R.prim_value(T.int32(1)))")
+    assert "R.triu(x, R.prim_value(T.int32(1)))" in parse(narrow).script()
+
+
+def test_attention_prints_window_size_none_and_parses_both_forms():
+    mod = export(lambda q: nn.op.scaled_dot_product_attention(q, q, q, is_causal=True),
+                 q=((1, 4, 2, 8), "float32"))
+    text = mod.script()
+    assert 'R.nn.attention(q, q, q, scale=None, causal_mask="TopLeft", window_size=None)' in text
+    round_trip(mod)
+    # the spelling without window_size (older printers) reads back, and prints as it was written
+    old = text.replace(', window_size=None', '')
+    assert old != text and parse(old).script() == old
+    call = parse(old).functions["forward"].body.blocks[0].bindings[0].value
+    assert call.attrs == {"scale": None, "causal_mask": "TopLeft"}
+    # a sliding window is refused where it is read, naming the attribute
+    _err(text.replace("window_size=None", "window_size=4"), r"sliding-window attention \(window_size=4\) is "
+                                                           r"not supported")
+
+
 def test_conv1d_symbolic_length_round_trips():
     mod = nn.Conv1D(4, 6, kernel_size=3, stride=2, padding=1).export_tvm(
         spec={"forward": {"x": nn.spec.Tensor([1, 4, "w"], "float32")}})[0]

@@ -176,13 +176,13 @@ def test_nonzero_checks_the_memory_its_indices_need(monkeypatch):
     """The indices take 8 bytes per dim per nonzero element (64 times a bool input of 8 dims): above the
     checked size they are counted and checked against the memory available before they are made."""
     import runtime.memory
-    import runtime.vm
+    import runtime.builtins
     from runtime.memory import MemoryLimitError
 
     f = jit(lambda x: op.nonzero(x), x=(["a", "b"], "bool"))
     x = np.zeros((8, 8), bool)
     x[:, :3] = True                                  # 24 indices: 384 bytes
-    monkeypatch.setattr(runtime.vm, "_CHECKED_ALLOCATION", 64)
+    monkeypatch.setattr(runtime.builtins, "_CHECKED_ALLOCATION", 64)
     monkeypatch.setattr(runtime.memory, "available_memory", lambda: 400)
     np.testing.assert_array_equal(f(x), nonzero_ref(x))
     x[:, 3] = True                                   # 32 indices: 512 bytes

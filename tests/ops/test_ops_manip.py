@@ -1,8 +1,8 @@
 """Tensor creation / manipulation / reduction ops (``nn.op.concat`` ... ``nn.op.cumsum``).
 
 Golden lines: the binding each op prints, spelled as TVM 0.27 prints it (op names and attribute
-order from TVM's op attrs; e.g. ``R.split(x, indices_or_sections=2, axis=0)``, ``R.triu(x,
-R.prim_value(0))``, ``R.cumsum(x, axis=1, dtype="void", exclusive=None)``). Numeric checks:
+order from TVM's op attrs; e.g. ``R.split(x, indices_or_sections=2, axis=0)``, ``R.triu(x, 0)``,
+``R.cumsum(x, axis=1, dtype="void", exclusive=None)``). Numeric checks:
 ``Module.jit`` against numpy in float64, with symbolic dims bound to several sizes (1 and sizes
 that are not multiples of 8), float32 and float16.
 """
@@ -77,7 +77,7 @@ GOLDEN = [
      'pad: R.Tensor((1, 7, 4), dtype="float32") = R.nn.pad(x, pad_width=[0, 0, 1, 1, 2, 0], '
      'pad_value=0, pad_mode="constant")'),
     (lambda x: op.triu(x),
-     'triu: R.Tensor((1, 5, 2), dtype="float32") = R.triu(x, R.prim_value(0))'),
+     'triu: R.Tensor((1, 5, 2), dtype="float32") = R.triu(x, 0)'),
     (lambda x: op.full([10, 10], fill_value=10),
      'full: R.Tensor((10, 10), dtype="float32") = R.full(R.shape([10, 10]), R.const(10, "float32"), '
      'dtype="float32")'),

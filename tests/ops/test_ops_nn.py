@@ -417,12 +417,12 @@ def test_sdpa_print_matches_tvm():
                   q=([1, 32, 32, 32], "float32"), k=([1, 32, 32, 32], "float32"),
                   v=([1, 32, 32, 32], "float32"))
     has_line(text, 'scaled_dot_product_attention: R.Tensor((1, 32, 32, 32), dtype="float32") = '
-                   'R.nn.attention(q, k, v, scale=None, causal_mask=None)')
+                   'R.nn.attention(q, k, v, scale=None, causal_mask=None, window_size=None)')
     text = export(lambda q, k, v: op.scaled_dot_product_attention(q, k, v, is_causal=True, scale=0.5),
                   q=([1, "s", 4, 8], "float32"), k=([1, "t", 2, 8], "float32"),
                   v=([1, "t", 2, 6], "float32"))
     has_line(text, 'scaled_dot_product_attention: R.Tensor((1, s, 4, 6), dtype="float32") = '
-                   'R.nn.attention(q, k, v, scale=T.float32(0.5), causal_mask="TopLeft")')
+                   'R.nn.attention(q, k, v, scale=T.float32(0.5), causal_mask="TopLeft", window_size=None)')
 
 
 def test_sdpa_causal_numeric_symbolic():
@@ -504,7 +504,7 @@ def test_sdpa_mask_print_matches_tvm():
     text = export(lambda q, m: op.scaled_dot_product_attention(q, q, q, attn_mask=m, causal_mask="BottomRight"),
                   q=([1, 4, 2, 8], "float32"), m=([1, 2, 4, 4], "float32"))
     has_line(text, 'scaled_dot_product_attention: R.Tensor((1, 4, 2, 8), dtype="float32") = '
-                   'R.nn.attention(q, q, q, m, scale=None, causal_mask="BottomRight")')
+                   'R.nn.attention(q, q, q, m, scale=None, causal_mask="BottomRight", window_size=None)')
     from builder.ir.parser import parse
     assert parse(text).script() == text
 

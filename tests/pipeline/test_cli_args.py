@@ -61,12 +61,13 @@ def test_build_progress_appears_only_for_a_slow_build(capsys):
     from builder.cli import _BuildProgress
     from builder.compile import BuildProgress
 
-    quick = _BuildProgress(delay=1.0)
+    quick = _BuildProgress(delay=1.0, lines=False)
     for step in [BuildProgress("passes", 0, 4, "", 0.0), BuildProgress("kernels", 3, 10, "matmul", 0.5)]:
         quick(step)
     assert quick.bar is None
     quick(BuildProgress("done", 1, 1, "", 0.6))
-    slow = _BuildProgress(delay=1.0)
+    assert capsys.readouterr().err == ""
+    slow = _BuildProgress(delay=1.0, lines=False)
     slow(BuildProgress("kernels", 3, 10, "matmul", 0.5))
     assert slow.bar is None
     slow(BuildProgress("llvm", 1, 4, "part 1", 1.5))

@@ -11,7 +11,7 @@ from builder import nn
 from builder.nn import spec
 from runtime import ContiguousKVCache, Executable, VirtualMachine
 from runtime.memory import MemoryLimitError
-from runtime.vm import _BUILTINS
+from runtime.builtins import _BUILTINS
 
 RNG = np.random.default_rng(14)
 

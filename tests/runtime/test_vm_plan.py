@@ -1,4 +1,4 @@
-"""The VM's prepared plans (``runtime.vm._Plan``): a function's bytecode is resolved once per VM, its
+"""The VM's prepared plans (``runtime.vm_plan._Plan``): a function's bytecode is resolved once per VM, its
 shapes with symbolic dims come from a table cached per group of dims, and kernel calls go through
 ``NativeLibrary.invoke``. Every result is checked against numpy; the checks on arguments are the same
 as before the plans (a wrong argument is still refused, whatever path it takes)."""
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import runtime.memory
-import runtime.vm
+import runtime.vm_plan
 from builder import compile as build
 from builder import te
 from builder.ir import BlockBuilder, TensorStructInfo, Var
@@ -86,7 +86,7 @@ def test_symbolic_shapes_change_between_calls(two_dims_exe):
 
 
 def test_group_cache_is_bounded_and_still_right(two_dims_exe, monkeypatch):
-    monkeypatch.setattr(runtime.vm._Plan, "CACHE_ENTRIES", 2)
+    monkeypatch.setattr(runtime.vm_plan._Plan, "CACHE_ENTRIES", 2)
     vm = VirtualMachine(two_dims_exe)
     for seed, (n, m) in enumerate([(1, 1), (2, 1), (3, 1), (1, 2), (1, 1), (3, 3)]):
         a, b = data(n, m, seed)
@@ -134,7 +134,7 @@ def test_static_arguments_are_still_fully_checked(static_exe):
 
 
 def test_outputs_over_the_checked_size_are_checked_against_memory(two_dims_exe, static_exe, monkeypatch):
-    monkeypatch.setattr(runtime.vm, "_CHECKED_ALLOCATION", 16)
+    monkeypatch.setattr(runtime.vm_plan, "_CHECKED_ALLOCATION", 16)
     monkeypatch.setattr(runtime.memory, "available_memory", lambda: 40)
     a, b = data(2, 1, 0)           # relu (2, 4) float32: 32 bytes, fits; concat (3, 4): 48 bytes, does not
     with pytest.raises(MemoryLimitError, match="main: the output of 'te_concat_scaled' of shape \\(3, 4\\) float32"):

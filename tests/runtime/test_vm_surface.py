@@ -237,7 +237,7 @@ print("ok")
 def test_prim_value_to_tensor_builtin():
     """``vm.builtin.prim_value_to_tensor`` (what ``symbolic_scalar`` calls with a ``["dim", tree]``
     argument): an int as a 0-d int64 array, negative ones included; anything else is refused."""
-    from runtime.vm import _BUILTINS
+    from runtime.builtins import _BUILTINS
 
     fn = _BUILTINS["vm.builtin.prim_value_to_tensor"]
     for v in (0, 7, -3, np.int64(5), 2**63 - 1, -(2**63)):

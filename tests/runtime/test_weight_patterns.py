@@ -4,7 +4,10 @@ tensors the model does not need, and every problem listed at once -- in the runt
 recipe schema and the pipeline (quantized loading through mapped names)."""
 from __future__ import annotations
 
+import gc
 import importlib.util
+import os
+import sys
 import warnings
 from pathlib import Path
 
@@ -141,18 +144,52 @@ def test_rule_and_ignore_counts_are_bounded():
         load_recipe_text(base + "weights: {ignore: ['']}\n")
 
 
-def test_pathological_names_and_rules_match_in_linear_time():
-    """Matching splits at dots and compares pieces: no regular expression of recipe text, no backtracking."""
-    import time
+def _calls_during(fn) -> tuple:
+    """``(fn(), the calls it made)``: every Python and C function called while it runs (``sys.setprofile``), as
+    ``(the code's file, or the type of the object a C method is bound to, the function's name)``. A count of
+    work that does not depend on the host's speed."""
+    calls: list = []
 
-    rules = NameRules({".".join(f"a{{p{k}}}b" for k in range(16)) + ".":
-                       "x." + ".".join(f"{{p{k}}}" for k in range(16)) + "."})
-    name = ".".join(["a" + "b" * 5000] * 16) + ".w"      # each segment matches 'a{p}b'
-    start = time.perf_counter()
-    for _ in range(100):
-        assert rules.file_key(name) == "x." + ".".join(["b" * 4999] * 16) + ".w"
-        assert rules.file_key(name[:-(5000 + 2)] + "c.w") == name[:-(5000 + 2)] + "c.w"   # last segment differs
-    assert time.perf_counter() - start < 2.0
+    def profile(frame, event, arg):
+        if event == "call":
+            calls.append((frame.f_code.co_filename, frame.f_code.co_name))
+        elif event == "c_call":
+            calls.append((type(getattr(arg, "__self__", None)).__name__, arg.__name__))
+
+    collecting = gc.isenabled()
+    gc.disable()   # (no collection, and so no other object's finalizer, runs inside the count)
+    sys.setprofile(profile)
+    try:
+        result = fn()
+    finally:
+        sys.setprofile(None)
+        if collecting:
+            gc.enable()
+    return result, calls[:-1]   # (the last: setprofile itself)
+
+
+def test_pathological_names_and_rules_match_in_linear_time():
+    """Matching splits at dots and compares pieces: no regular expression of recipe text, no backtracking.
+    The work is counted, not timed: a lookup's calls grow by the same number per segment of the rule (the
+    count is affine in the segments: twice the segments, twice the increase), do not depend on how long the
+    segments are (each piece is compared once, by str methods), and none is a regular expression's."""
+    def lookups(k: int, width: int) -> tuple[int, int]:
+        rules = NameRules({".".join(f"a{{p{j}}}b" for j in range(k)) + ".":
+                           "x." + ".".join(f"{{p{j}}}" for j in range(k)) + "."})
+        name = ".".join(["a" + "b" * width] * k) + ".w"     # each segment matches 'a{p}b'
+        hit, calls = _calls_during(lambda: rules.file_key(name))
+        assert hit == "x." + ".".join(["b" * (width - 1)] * k) + ".w"
+        other = name[:-(width + 2)] + "c.w"                  # the last segment differs: the rule does not match
+        miss, more = _calls_during(lambda: rules.file_key(other))
+        assert miss == other
+        regex = [c for c in calls + more if c[0] in ("Pattern", "Match") or f"{os.sep}re{os.sep}" in c[0]]
+        assert not regex, regex
+        return len(calls), len(more)
+
+    c4, c8, c16 = (lookups(k, 5000) for k in (4, 8, 16))
+    for j in range(2):
+        assert c16[j] - c8[j] == 2 * (c8[j] - c4[j]) > 0, (c4, c8, c16)
+    assert lookups(16, 5) == c16
 
 
 # --- loading ------------------------------------------------------------------------------------------

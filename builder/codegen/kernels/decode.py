@@ -71,15 +71,21 @@ class DenseDecoder:
 
     @property
     def bytes_per_weight(self) -> float:
+        """Bytes of storage read per weight element: 4.0 for float32, 2.0 for float16 / bfloat16."""
         return float(self.esize)
 
     def row(self, kf: KFunc, n: ir.Value):
+        """The pointer to the start of row ``n`` (an i64 value) of the weight: ``ptr + n * k_len`` elements."""
         return kf.gep(self.ptr, kf.mul(n, self.k_len), self.mt)
 
     def vec_limit(self, kf: KFunc, k_total: ir.Value) -> ir.Value:
+        """The end of the whole-vector part of a row of ``k_total`` elements: ``k_total - k_total % lanes``
+        (an i64 value)."""
         return kf.sub(k_total, kf.b.srem(k_total, kf.i64(self.lanes)))
 
     def load_vec(self, kf: KFunc, row, k: ir.Value) -> ir.Value:
+        """``lanes`` weights of ``row`` from column ``k`` as a float32 vector (float16 / bfloat16 widened
+        exactly in registers)."""
         raw = kf.load(vec(self.mt, self.lanes), row, k, align=self.esize)
         return kf.widen(raw, self.dtype)
 
@@ -108,6 +114,7 @@ class DenseDecoder:
                 body(k, 0, [self.load_vec(kf, r, k) for r in rows])
 
     def scalar(self, kf: KFunc, row, k: ir.Value) -> ir.Value:
+        """The weight at column ``k`` of ``row`` as a float32 scalar (for the tail past :meth:`vec_limit`)."""
         return scalar_to_f32(kf, kf.load(self.mt, row, k, align=self.esize), self.dtype)
 
     def prefetch(self, kf: KFunc, row, k_lo, k_hi) -> None:
@@ -152,13 +159,19 @@ class GroupQuantDecoder:
 
     @property
     def bytes_per_weight(self) -> float:
+        """Bytes of storage read per weight element: ``bits / 8`` for the value plus its share of the group's
+        scale (2 or 4 bytes over ``group_size`` elements)."""
         return self.bits / 8 + (2 if self.scale_dtype != "float32" else 4) / self.group_size
 
     def row(self, kf: KFunc, n: ir.Value):
+        """The per-row state of row ``n`` (an i64 value): the pointers to its first packed word
+        (``q + n * words``) and its first scale (``scale + n * groups``)."""
         return (kf.gep(self.q, kf.mul(n, self.words), self.wt),
                 kf.gep(self.scale, kf.mul(n, self.groups), self.st))
 
     def vec_limit(self, kf: KFunc, k_total: ir.Value) -> ir.Value:
+        """The end of the part of a row of ``k_total`` elements read in whole steps of ``vec_step`` (the group
+        size when groups are unrolled, else ``lanes``): ``k_total - k_total % vec_step``."""
         return kf.sub(k_total, kf.b.srem(k_total, kf.i64(self.vec_step)))
 
     def _scale(self, kf: KFunc, row, g: ir.Value) -> tuple[ir.Value, ir.Value]:
@@ -253,7 +266,8 @@ class GroupQuantDecoder:
 
     @property
     def chunk(self) -> int:
-        """Columns per byte vector."""
+        """Columns per byte vector. Two nibbles per byte: ``2 * lanes`` for 4-bit values, ``lanes`` for 8-bit
+        ones (one ``lanes``-byte load per chunk)."""
         return 2 * self.lanes if self.bits == 4 else self.lanes
 
     def x_perm(self, j: int) -> int:
@@ -281,7 +295,8 @@ class GroupQuantDecoder:
         return [b.uitofp(lo, f32v), b.uitofp(hi, f32v)]
 
     def scale_value(self, kf: KFunc, row, g: ir.Value) -> ir.Value:
-        """The float32 scale of group ``g``."""
+        """The float32 scale of group ``g``. Read at ``row[1][g]`` in the scale dtype and widened exactly
+        (:func:`scalar_to_f32`)."""
         return scalar_to_f32(kf, kf.load(self.st, row[1], g, align=4 if self.st == F32 else 2),
                               self.scale_dtype)
 
@@ -295,7 +310,9 @@ class GroupQuantDecoder:
         return kf.widen(kf.splat(raw, self.lanes), "float16")
 
     def scale_vec(self, kf: KFunc, row, g: ir.Value) -> ir.Value:
-        """The float32 scales of groups ``g .. g + lanes - 1``."""
+        """The float32 scales of groups ``g .. g + lanes - 1``. One vector load of ``lanes`` scales in the
+        scale dtype, widened exactly (:meth:`KFunc.widen`); the caller keeps ``g + lanes`` within the row's
+        groups."""
         raw = kf.load(vec(self.st, self.lanes), row[1], g, align=4 if self.st == F32 else 2)
         return kf.widen(raw, self.scale_dtype)
 
@@ -343,6 +360,9 @@ class GroupQuantDecoder:
         _prefetch_span(kf, kf.gep(row[1], g_lo, self.st), kf.mul(kf.sub(g_hi, g_lo), ssize))
 
     def scalar(self, kf: KFunc, row, k: ir.Value) -> ir.Value:
+        """The dequantized weight at column ``k`` of ``row`` as a float32 scalar: its value (the ``bits``-wide
+        field of its word, or the signed byte of ``int8`` storage) as ``fmuladd(value, scale,
+        -zero_point * scale)`` with its group's scale, as the vector path computes it."""
         b = kf.b
         pw, bits = self.per_word, self.bits
         if self.signed:

@@ -375,32 +375,42 @@ class KFunc:
 
     # -- declarations
     def declare(self, name: str, ret: ir.Type, args: list[ir.Type]) -> ir.Function:
+        """The module's function ``name`` (a runtime helper such as ``mb_parallel_for``, or an LLVM
+        intrinsic), declared with type ``ret (args...)`` the first time it is asked for."""
         fn = self.module.globals.get(name)
         if fn is None:
             fn = ir.Function(self.module, ir.FunctionType(ret, args), name=name)
         return fn
 
     def intrinsic(self, base: str, t: ir.Type, nargs: int) -> ir.Function:
+        """The overloaded LLVM intrinsic ``llvm.<base>.<t>`` (``fmuladd``, ``maxnum``, ...) on values of type
+        ``t`` (a scalar or vector), taking ``nargs`` arguments of ``t`` and returning ``t``."""
         return self.declare(f"llvm.{base}.{_sfx(t)}", t, [t] * nargs)
 
     # -- values
     @staticmethod
     def i64(v: int) -> ir.Constant:
+        """The i64 constant ``v``."""
         return ir.Constant(I64, v)
 
     def alloca(self, t: ir.Type, count: int = 1, name: str = "", align: int = 0) -> ir.Value:
+        """A stack slot for ``count`` values of type ``t``, allocated in the entry block (so that it is
+        allocated once per call, not per loop iteration); ``align`` in bytes when given."""
         slot = self.ab.alloca(t, size=None if count == 1 else ir.Constant(I64, count), name=name)
         if align:
             slot.align = align
         return slot
 
     def splat(self, v: ir.Value, n: int) -> ir.Value:
+        """The scalar ``v`` broadcast to a vector of ``n`` lanes (an insertelement and a zero-mask shuffle,
+        which LLVM selects as one broadcast instruction)."""
         b = self.b
         t = vec(v.type, n)
         one = b.insert_element(ir.Constant(t, ir.Undefined), v, ir.Constant(I32, 0))
         return b.shuffle_vector(one, ir.Constant(t, ir.Undefined), ir.Constant(vec(I32, n), [0] * n))
 
     def fzero(self, n: int) -> ir.Constant:
+        """A float32 zero: a scalar for ``n == 1``, else a vector of ``n`` zero lanes."""
         return ir.Constant(F32, 0.0) if n == 1 else ir.Constant(vec(F32, n), [0.0] * n)
 
     def fma(self, a: ir.Value, b_: ir.Value, c: ir.Value) -> ir.Value:
@@ -521,38 +531,53 @@ class KFunc:
         self.b.call(fn, [ptr, ir.Constant(I32, 0), ir.Constant(I32, locality), ir.Constant(I32, 1)])
 
     def gep(self, ptr: ir.Value, idx: ir.Value, t: ir.Type) -> ir.Value:
+        """The address of element ``idx`` (an i64 value) of type ``t`` from ``ptr`` (an ``inbounds`` GEP: the
+        caller guarantees it stays inside the buffer)."""
         return self.b.gep(ptr, [idx], inbounds=True, source_etype=t)
 
     def load(self, t: ir.Type, ptr: ir.Value, idx: ir.Value | None = None, align: int = 1):
+        """A load of type ``t`` (scalar or vector) from ``ptr``, or from element ``idx`` of ``ptr`` counted in
+        ``t``'s element type; ``align`` in bytes (1: unaligned)."""
         p = ptr if idx is None else self.gep(ptr, idx, t.element if isinstance(t, ir.VectorType) else t)
         return self.b.load(p, typ=t, align=align)
 
     def store(self, v: ir.Value, ptr: ir.Value, idx: ir.Value | None = None, align: int = 1):
+        """Store ``v`` at ``ptr``, or at element ``idx`` of ``ptr`` counted in ``v``'s element type; ``align``
+        in bytes (1: unaligned)."""
         t = v.type
         p = ptr if idx is None else self.gep(ptr, idx, t.element if isinstance(t, ir.VectorType) else t)
         self.b.store(v, p, align=align)
 
     def add(self, a, c):
+        """``a + c`` of i64 values (``c`` may be a Python int) with ``nsw``: index arithmetic, which the
+        planner keeps inside the signed range."""
         return self.b.add(a, c if isinstance(c, ir.Value) else self.i64(c), flags=("nsw",))
 
     def mul(self, a, c):
+        """``a * c`` of i64 values (``c`` may be a Python int) with ``nsw``, as :meth:`add`."""
         return self.b.mul(a, c if isinstance(c, ir.Value) else self.i64(c), flags=("nsw",))
 
     def sub(self, a, c):
+        """``a - c`` of i64 values (``c`` may be a Python int) with ``nsw``, as :meth:`add`."""
         return self.b.sub(a, c if isinstance(c, ir.Value) else self.i64(c), flags=("nsw",))
 
     def smin(self, a, c):
+        """The signed minimum of i64 ``a`` and ``c`` (``c`` may be a Python int), as a compare and select."""
         c = c if isinstance(c, ir.Value) else self.i64(c)
         return self.b.select(self.b.icmp_signed("<", a, c), a, c)
 
     def smax(self, a, c):
+        """The signed maximum of i64 ``a`` and ``c`` (``c`` may be a Python int), as a compare and select."""
         c = c if isinstance(c, ir.Value) else self.i64(c)
         return self.b.select(self.b.icmp_signed(">", a, c), a, c)
 
     def lt(self, a, c):
+        """The i1 ``a < c`` of signed i64 values (``c`` may be a Python int)."""
         return self.b.icmp_signed("<", a, c if isinstance(c, ir.Value) else self.i64(c))
 
     def sdiv(self, a, c):
+        """``a / c`` of signed i64 values (``c`` may be a Python int), rounded toward zero (LLVM ``sdiv``;
+        callers divide non-negative sizes)."""
         return self.b.sdiv(a, c if isinstance(c, ir.Value) else self.i64(c))
 
     # -- control flow
@@ -638,7 +663,8 @@ class KFunc:
 
     # -- vector conversions
     def widen(self, raw: ir.Value, dtype: str) -> ir.Value:
-        """Memory vector (``<n x half>`` / ``<n x i16>`` bf16 bits / ``<n x float>``) -> float."""
+        """Memory vector (``<n x half>`` / ``<n x i16>`` bf16 bits / ``<n x float>``) -> float. Exact (float16
+        by ``fpext``, bfloat16 by a 16-bit shift of its bits). Raises ValueError for another dtype."""
         b = self.b
         if dtype == "float32":
             return raw

@@ -9,6 +9,8 @@ from ..struct_info import DTYPES, TensorStructInfo, normalize_dim
 
 
 def tensor_arg(call: Call, i: int, what: str = "") -> TensorStructInfo:
+    """The struct info of argument ``i`` of ``call`` (``what`` names it in the message). Raises TypeError
+    when the argument is not a tensor, ValueError when its shape (not only its values) is unknown."""
     sinfo = call.args[i].struct_info
     if not isinstance(sinfo, TensorStructInfo):
         raise TypeError(f"{call.op.name}: argument {i}{' (' + what + ')' if what else ''} must be a "
@@ -19,10 +21,15 @@ def tensor_arg(call: Call, i: int, what: str = "") -> TensorStructInfo:
 
 
 def fmt_shape(shape) -> str:
+    """``shape`` as a Python tuple is written, for error messages: ``(2, n)``, ``(3,)``, ``()``; symbolic
+    dims by their ``str``."""
     return "(" + ", ".join(str(d) for d in shape) + ("," if len(shape) == 1 else "") + ")"
 
 
 def norm_axis(axis: int, ndim: int, opname: str) -> int:
+    """``axis`` (negative counts from the end, numpy's rule) as an index in ``[0, ndim)``; 0 for a 0-d
+    tensor (axis -1 or 0). Raises TypeError for a non-int (a bool too) and ValueError for an axis out
+    of ``[-ndim, ndim)``, both naming ``opname``."""
     if not isinstance(axis, numbers.Integral) or isinstance(axis, bool):
         raise TypeError(f"{opname}: axis must be an int, got {axis!r}")
     axis = int(axis)
@@ -40,6 +47,8 @@ def definitely_different(a, b) -> bool:
 
 
 def product(dims) -> E.PrimExpr | int:
+    """The product of ``dims`` (ints and symbolic dims): an int when all are ints, else the simplified
+    PrimExpr; 1 for no dims (a 0-d tensor has one element)."""
     out: E.PrimExpr | int = 1
     for d in dims:
         out = out * d
@@ -49,6 +58,8 @@ def product(dims) -> E.PrimExpr | int:
 
 
 def sum_dims(dims) -> int | E.PrimExpr:
+    """The sum of ``dims`` (``concat``'s output dim): an int when all are ints, else the simplified and
+    normalized PrimExpr (:func:`~builder.ir.struct_info.normalize_dim`); 0 for no dims."""
     total: int | E.PrimExpr = 0
     for d in dims:
         total = total + d
@@ -70,6 +81,8 @@ def attr_axes(call: Call, ndim: int, key: str = "axis") -> list[int] | None:
 
 
 def shape_arg(call: Call, i: int) -> tuple:
+    """The dims of argument ``i`` of ``call``, which must be an ``R.shape([...])`` (a :class:`ShapeExpr`):
+    a tuple of ints / PrimExprs. Raises TypeError for any other argument."""
     arg = call.args[i]
     if not isinstance(arg, ShapeExpr):
         raise TypeError(f"{call.op.name}: argument {i} must be a shape (R.shape([...])), got "
@@ -78,6 +91,8 @@ def shape_arg(call: Call, i: int) -> tuple:
 
 
 def prim_arg(call: Call, i: int, what: str) -> E.PrimExpr:
+    """The value (an ``IntImm`` / ``FloatImm`` / symbolic PrimExpr) of argument ``i`` of ``call``, which
+    must be an ``R.prim_value`` (``what`` names it in the message). Raises TypeError otherwise."""
     arg = call.args[i]
     if not isinstance(arg, PrimValue):
         raise TypeError(f"{call.op.name}: {what} must be a R.prim_value, got {type(arg).__name__}")
@@ -94,12 +109,17 @@ def static_int(d) -> int | None:
 
 def check_same_dtype(call: Call, a: TensorStructInfo, b: TensorStructInfo, what_a: str,
                       what_b: str) -> None:
+    """Raise TypeError naming the op and both operands (``what_a`` / ``what_b``) when the dtypes of ``a``
+    and ``b`` differ."""
     if a.dtype != b.dtype:
         raise TypeError(f"{call.op.name}: {what_a} dtype {a.dtype} differs from {what_b} dtype "
                         f"{b.dtype}")
 
 
 def check_positive_out(call: Call, dim, what: str, x: TensorStructInfo) -> None:
+    """Raise ValueError when output dim ``dim`` (``what``: ``"width"``, ...) of a convolution / pooling
+    of ``x`` is a constant below 1 (the dilated kernel is larger than the padded input); a symbolic dim
+    passes (it is checked where the shape is bound)."""
     s = static_int(dim)
     if s is not None and s < 1:
         raise ValueError(f"{call.op.name}: the output {what} would be {s} for input "
@@ -108,6 +128,9 @@ def check_positive_out(call: Call, dim, what: str, x: TensorStructInfo) -> None:
 
 
 def init_dtype(call: Call, default: str | None = None) -> str:
+    """The dtype attribute of a creation op (``R.zeros``, ``R.full``, ``R.arange``...): ``default`` when it
+    is absent or ``"void"``. Raises TypeError when it is absent and there is no default, or not one of
+    :data:`~builder.ir.struct_info.DTYPES`."""
     dtype = call.attrs.get("dtype")
     if dtype in (None, "void"):
         if default is None:

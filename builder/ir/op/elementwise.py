@@ -29,11 +29,15 @@ def broadcast_shapes(a: tuple, b: tuple, opname: str) -> tuple:
 
 
 def infer_unary(call: Call) -> StructInfo:
+    """Struct info of a one-tensor elementwise op (``R.abs``, ``R.negative``, ...): the input's shape and
+    dtype. Raises TypeError for a non-tensor argument (:func:`.common.tensor_arg`)."""
     x = tensor_arg(call, 0)
     return TensorStructInfo(x.shape, x.dtype)
 
 
 def infer_unary_float(call: Call) -> StructInfo:
+    """As :func:`infer_unary`, for the math ops defined on floats only (``R.exp``, ``R.sqrt``,
+    ``R.nn.silu``, ...): raises TypeError for an integer or bool tensor."""
     x = tensor_arg(call, 0)
     if not E.is_float_dtype(x.dtype):
         raise TypeError(f"{call.op.name}: needs a floating-point tensor, got {x.dtype}")
@@ -41,6 +45,9 @@ def infer_unary_float(call: Call) -> StructInfo:
 
 
 def infer_binary(call: Call) -> StructInfo:
+    """Struct info of a broadcast binary op (``R.add``, ``R.multiply``, ...): the numpy broadcast of both
+    shapes (:func:`broadcast_shapes`) in their common dtype. Raises TypeError when the dtypes differ
+    (no implicit promotion, as TVM), ValueError when the shapes do not broadcast."""
     a, b = tensor_arg(call, 0, "lhs"), tensor_arg(call, 1, "rhs")
     if a.dtype != b.dtype:
         raise TypeError(f"{call.op.name}: dtypes differ: lhs {a.dtype} vs rhs {b.dtype}")
@@ -48,11 +55,16 @@ def infer_binary(call: Call) -> StructInfo:
 
 
 def infer_compare(call: Call) -> StructInfo:
+    """Struct info of a comparison (``R.less``, ``R.equal``, ...): as :func:`infer_binary` (same dtypes,
+    broadcast shapes; same errors) with dtype ``bool``."""
     sinfo = infer_binary(call)
     return TensorStructInfo(sinfo.shape, "bool")
 
 
 def infer_astype(call: Call) -> StructInfo:
+    """Struct info of ``R.astype(x, dtype=...)``: ``x``'s shape in the ``dtype`` attribute. Raises
+    TypeError for a dtype not in :data:`~builder.ir.struct_info.DTYPES`, KeyError when the attribute is
+    missing."""
     x = tensor_arg(call, 0)
     dtype = call.attrs["dtype"]
     if dtype not in DTYPES:
@@ -61,6 +73,9 @@ def infer_astype(call: Call) -> StructInfo:
 
 
 def infer_where(call: Call) -> StructInfo:
+    """Struct info of ``R.where(condition, x1, x2)`` (``numpy.where``): the broadcast of all three shapes
+    in the dtype of ``x1``. Raises TypeError for a non-bool condition or when ``x1`` and ``x2`` dtypes
+    differ, ValueError when the shapes do not broadcast."""
     c = tensor_arg(call, 0, "condition")
     a, b = tensor_arg(call, 1, "x1"), tensor_arg(call, 2, "x2")
     if c.dtype != "bool":

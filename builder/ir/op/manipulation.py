@@ -14,6 +14,9 @@ from .common import (attr_axes, definitely_different, fmt_shape, init_dtype, nor
 
 
 def infer_permute_dims(call: Call) -> StructInfo:
+    """Struct info of ``R.permute_dims(x, axes=...)`` (``numpy.transpose``): dim ``i`` of the result is
+    dim ``axes[i]`` of ``x``; no ``axes`` reverses the dims. Raises TypeError / ValueError for a
+    non-int or out-of-range axis and ValueError when ``axes`` is not a permutation of ``x.ndim`` dims."""
     x = tensor_arg(call, 0)
     axes = call.attrs.get("axes")
     if axes is None:
@@ -26,6 +29,9 @@ def infer_permute_dims(call: Call) -> StructInfo:
 
 
 def infer_reshape(call: Call) -> StructInfo:
+    """Struct info of ``R.reshape(x, R.shape([...]))``: the new dims in ``x``'s dtype (a ``-1`` is resolved
+    before the call is built, :func:`resolve_reshape`). Raises TypeError when the new shape is not a
+    shape expression, ValueError when the element counts differ (provably, for symbolic dims)."""
     x = tensor_arg(call, 0)
     new = call.args[1]
     if not isinstance(new, ShapeExpr):
@@ -72,6 +78,9 @@ def resolve_reshape(shape: tuple, new_shape: Sequence) -> list:
 
 
 def infer_take(call: Call) -> StructInfo:
+    """Struct info of ``R.take(data, indices, axis)`` (``numpy.take``): ``data.shape[:axis] + indices.shape
+    + data.shape[axis + 1:]`` in data's dtype (axis 0 by default). Raises TypeError for non-integer
+    (or bool) indices, TypeError / ValueError for a bad axis. Index bounds are checked at run time."""
     x, idx = tensor_arg(call, 0, "data"), tensor_arg(call, 1, "indices")
     if not E.is_int_dtype(idx.dtype) or idx.dtype == "bool":
         raise TypeError(f"R.take: indices must be integers, got {idx.dtype}")
@@ -81,7 +90,9 @@ def infer_take(call: Call) -> StructInfo:
 
 def infer_gather_elements(call: Call) -> StructInfo:
     """``R.gather_elements(data, indices, axis)``: the indices' shape and the data's dtype; the ranks
-    equal and, for dims other than ``axis``, the indices' no larger than the data's (when static)."""
+    equal and, for dims other than ``axis``, the indices' no larger than the data's (when static). Raises
+    TypeError for non-integer indices, ValueError for ranks that differ, an indices dim larger than the data's
+    or a bad axis."""
     x, idx = tensor_arg(call, 0, "data"), tensor_arg(call, 1, "indices")
     if not E.is_int_dtype(idx.dtype) or idx.dtype == "bool":
         raise TypeError(f"R.gather_elements: indices must be integers, got {idx.dtype}")
@@ -125,7 +136,9 @@ def _no_larger(name: str, what, a, b, dims) -> None:
 def infer_scatter_elements(call: Call) -> StructInfo:
     """``R.scatter_elements(data, indices, updates, axis, reduction)``: the data's shape and dtype. The three
     have the same rank; the indices are no larger than the updates in any dim, nor than the data outside
-    ``axis`` (when static)."""
+    ``axis`` (when static). Raises TypeError for non-integer indices or updates of another dtype, ValueError
+    for an unknown ``reduction`` (:data:`SCATTER_REDUCTIONS`), ranks that differ or indices larger than
+    allowed."""
     x, idx, upd = _scatter_args(call)
     if not (x.ndim == idx.ndim == upd.ndim):
         raise ValueError(f"R.scatter_elements: data {fmt_shape(x.shape)}, indices {fmt_shape(idx.shape)} and "
@@ -139,7 +152,9 @@ def infer_scatter_elements(call: Call) -> StructInfo:
 def infer_scatter_nd(call: Call) -> StructInfo:
     """``R.scatter_nd(data, indices, updates, reduction)`` (ONNX ``ScatterND``): the data's shape and dtype.
     ``indices`` is ``(*J, q)`` with a static ``1 <= q <= data.ndim``; ``updates`` is ``(*J, *data.shape[q:])``
-    (checked where static)."""
+    (checked where static). Raises TypeError for non-integer indices or updates of another dtype, ValueError
+    for an unknown ``reduction``, a ``q`` that is not static or not in ``[1, data.ndim]`` and updates of
+    another shape."""
     x, idx, upd = _scatter_args(call)
     q = static_int(idx.shape[-1]) if idx.ndim else None
     if q is None or not 1 <= q <= x.ndim:
@@ -239,6 +254,10 @@ def split_sizes(length, indices_or_sections, opname: str = "split") -> list:
 
 
 def infer_split(call: Call) -> StructInfo:
+    """Struct info of ``R.split(x, indices_or_sections, axis)`` (``numpy.array_split`` for a section count,
+    ``numpy.split`` for indices): a tuple of tensors, each ``x``'s shape with dim ``axis`` cut to the
+    sizes of :func:`split_sizes`. Raises TypeError when ``indices_or_sections`` is missing or a bool,
+    ValueError for a bad axis or section count."""
     x = tensor_arg(call, 0)
     ios = call.attrs.get("indices_or_sections")
     if ios is None or isinstance(ios, bool):
@@ -254,6 +273,9 @@ def infer_split(call: Call) -> StructInfo:
 
 
 def infer_expand_dims(call: Call) -> StructInfo:
+    """Struct info of ``R.expand_dims(x, axis)``: ``x``'s shape with a 1 inserted at each output position in
+    ``axis`` (an int or a list, negative counting from the end of the output). Raises ValueError for an
+    axis outside the output's ``[-ndim, ndim)`` or a repeated axis."""
     x = tensor_arg(call, 0)
     axes = call.attrs.get("axis")
     axes = [axes] if isinstance(axes, int) else list(axes or [])
@@ -271,6 +293,9 @@ def infer_expand_dims(call: Call) -> StructInfo:
 
 
 def infer_squeeze(call: Call) -> StructInfo:
+    """Struct info of ``R.squeeze(x, axis)``: ``x``'s shape without the dims in ``axis``; with no ``axis``,
+    without every static 1 (a symbolic dim stays, as it cannot be proven 1). Raises ValueError when a
+    named dim is a constant other than 1, or for a bad / repeated axis."""
     x = tensor_arg(call, 0)
     axes = attr_axes(call, x.ndim)
     if axes is None:
@@ -284,6 +309,9 @@ def infer_squeeze(call: Call) -> StructInfo:
 
 
 def infer_broadcast_to(call: Call) -> StructInfo:
+    """Struct info of ``R.broadcast_to(x, R.shape(target))`` (numpy broadcasting, aligned at the last dim):
+    the target shape in ``x``'s dtype. Raises TypeError when the target is not a shape expression,
+    ValueError for a target of lower rank or a dim of ``x`` that is neither 1 nor the target's."""
     x = tensor_arg(call, 0)
     target = shape_arg(call, 1)
     if len(target) < x.ndim:
@@ -299,6 +327,9 @@ def infer_broadcast_to(call: Call) -> StructInfo:
 
 
 def infer_repeat(call: Call) -> StructInfo:
+    """Struct info of ``R.repeat(x, repeats, axis)`` (``numpy.repeat`` with one repeat count): dim ``axis``
+    times ``repeats``; no axis flattens, giving ``(numel * repeats,)``. Raises ValueError for
+    ``repeats`` that is not an int >= 0, TypeError / ValueError for a bad axis."""
     x = tensor_arg(call, 0)
     repeats = call.attrs.get("repeats")
     if not isinstance(repeats, int) or isinstance(repeats, bool) or repeats < 0:
@@ -319,6 +350,11 @@ PAD_MODES = ("constant", "edge", "reflect", "wrap")
 
 
 def infer_pad(call: Call) -> StructInfo:
+    """Struct info of ``R.nn.pad(x, pad_width, pad_value, pad_mode)`` (``numpy.pad``): each dim ``i`` grows
+    by ``pad_width[2i] + pad_width[2i + 1]`` (before, after). ``pad_mode`` is one of :data:`PAD_MODES`.
+    Raises ValueError when ``pad_width`` is not ``2 * ndim`` ints >= 0, for an unknown mode, for
+    ``reflect`` padding not smaller than a static dim (numpy's limit), and ``edge`` / ``wrap`` padding of an
+    empty dim."""
     x = tensor_arg(call, 0)
     width = list(call.attrs.get("pad_width") or [])
     if len(width) != 2 * x.ndim:
@@ -342,6 +378,9 @@ def infer_pad(call: Call) -> StructInfo:
 
 
 def infer_trilu(call: Call) -> StructInfo:
+    """Struct info of ``R.triu(x, k)`` / ``R.tril(x, k)`` (``numpy.triu`` / ``numpy.tril`` over the last two
+    dims): ``x``'s shape and dtype. Raises ValueError for ndim < 2, TypeError when ``k`` is not an
+    integer ``R.prim_value``."""
     x = tensor_arg(call, 0)
     if x.ndim < 2:
         raise ValueError(f"{call.op.name}: needs a tensor of ndim >= 2, got {fmt_shape(x.shape)}")
@@ -352,6 +391,9 @@ def infer_trilu(call: Call) -> StructInfo:
 
 
 def infer_full(call: Call) -> StructInfo:
+    """Struct info of ``R.full(R.shape(s), fill_value, dtype)``: shape ``s`` in ``dtype`` (the fill value's
+    dtype when absent or ``"void"``). Raises TypeError when the shape is not a shape expression or the
+    dtype is unknown, ValueError when ``fill_value`` is not 0-d."""
     shape = shape_arg(call, 0)
     fill = tensor_arg(call, 1, "fill_value")
     if fill.ndim != 0:
@@ -361,6 +403,9 @@ def infer_full(call: Call) -> StructInfo:
 
 
 def infer_zeros_ones(call: Call) -> StructInfo:
+    """Struct info of ``R.zeros`` / ``R.ones(R.shape(s), dtype)``: shape ``s`` in ``dtype``. Raises TypeError
+    when the shape is not a shape expression or the dtype is missing or unknown
+    (:func:`.common.init_dtype`)."""
     return TensorStructInfo(shape_arg(call, 0), init_dtype(call))
 
 
@@ -398,11 +443,18 @@ def arange_length(start, end, step) -> int | E.PrimExpr:
 
 
 def infer_arange(call: Call) -> StructInfo:
+    """Struct info of ``R.arange(start, end, step, dtype)`` (``numpy.arange``; the bounds are
+    ``R.prim_value``): a 1-D tensor of :func:`arange_length` elements in ``dtype``. Raises TypeError for
+    a bound that is not a ``R.prim_value`` or a missing / unknown dtype, ValueError for a zero or
+    symbolic step."""
     start, end, step = (prim_arg(call, i, w) for i, w in enumerate(("start", "end", "step")))
     return TensorStructInfo([arange_length(start, end, step)], init_dtype(call))
 
 
 def infer_alloc_tensor(call: Call) -> StructInfo:
+    """Struct info of ``R.builtin.alloc_tensor(R.shape(s), R.dtype(d), ...)``: an uninitialized tensor of
+    shape ``s`` and dtype ``d``. Raises TypeError when argument 0 is not a shape expression or argument 1
+    not an ``R.dtype``."""
     shape = shape_arg(call, 0)
     dtype = call.args[1]
     if not isinstance(dtype, DataTypeImm):
@@ -455,7 +507,9 @@ def slice_range(dim, begin, end, stride: int, opname: str = "strided_slice") -> 
 def infer_strided_slice(call: Call) -> StructInfo:
     """``R.strided_slice(x, axes=[...], begin=[...], end=[...], strides=[...], assume_inbound=b)``:
     ``x`` with dim ``axes[k]`` replaced by the length of ``begin[k]:end[k]:strides[k]``
-    (:func:`slice_range`); ``strides`` None means 1."""
+    (:func:`slice_range`); ``strides`` None means 1. Raises ValueError when ``axes``, ``begin``, ``end`` and
+    ``strides`` differ in length, for a repeated axis or a stride that is not a positive int
+    (:func:`slice_range`), TypeError / ValueError for a bad axis or bound."""
     x = tensor_arg(call, 0, "data")
     name = "R.strided_slice"
     a = call.attrs

@@ -12,6 +12,11 @@ from .elementwise import broadcast_shapes
 
 
 def infer_matmul(call: Call) -> StructInfo:
+    """Struct info of ``R.matmul(a, b, out_dtype)`` (``numpy.matmul``): ``(*batch, M, K) @ (*batch, K, N)
+    -> (*batch, M, N)`` with the batch dims broadcast; a 1-D ``a`` is a row (its M dropped from the
+    result), a 1-D ``b`` a column (its N dropped). dtype: ``out_dtype`` when given (not ``"void"``),
+    else the operands'. Raises TypeError when the operand dtypes differ, ValueError for a 0-d operand,
+    reduction dims K that differ or batch dims that do not broadcast."""
     a, b = tensor_arg(call, 0, "lhs"), tensor_arg(call, 1, "rhs")
     out_dtype = call.attrs.get("out_dtype", "void")
     if a.dtype != b.dtype:
@@ -35,6 +40,10 @@ def infer_matmul(call: Call) -> StructInfo:
 
 
 def check_norm_params(call: Call, x: TensorStructInfo, axes, names: Sequence[str]) -> None:
+    """Check the parameter tensors of a normalization (arguments 1, 2, ... of ``call``, named ``names``:
+    ``gamma`` / ``beta``, ``weight``): each has ``x``'s dtype and the shape of ``x``'s normalized dims
+    ``axes`` (already normalized to ``[0, ndim)``). Raises ValueError for repeated axes or a shape
+    mismatch, TypeError for a dtype mismatch, naming the op and the input's shape."""
     if len(set(axes)) != len(axes):
         raise ValueError(f"{call.op.name}: axes {list(call.attrs['axes'])} repeat a dim of input "
                          f"{fmt_shape(x.shape)}")
@@ -49,6 +58,9 @@ def check_norm_params(call: Call, x: TensorStructInfo, axes, names: Sequence[str
 
 
 def infer_layer_norm(call: Call) -> StructInfo:
+    """Struct info of ``R.nn.layer_norm(data, gamma, beta, axes, epsilon, ...)`` (Ba et al. 2016): the
+    input's shape and dtype; ``gamma`` and ``beta`` have the shape of the ``axes`` dims and the input's
+    dtype. Raises ValueError / TypeError as :func:`check_norm_params`, and for an axis out of range."""
     x = tensor_arg(call, 0, "data")
     axes = [norm_axis(a, x.ndim, call.op.name) for a in call.attrs["axes"]]
     check_norm_params(call, x, axes, ("gamma", "beta"))
@@ -56,6 +68,9 @@ def infer_layer_norm(call: Call) -> StructInfo:
 
 
 def infer_rms_norm(call: Call) -> StructInfo:
+    """Struct info of ``R.nn.rms_norm(data, weight, axes, epsilon)`` (Zhang & Sennrich 2019): the input's
+    shape and dtype; ``weight`` has the shape of the ``axes`` dims and the input's dtype. Raises
+    ValueError / TypeError as :func:`check_norm_params`, and for an axis out of range."""
     x = tensor_arg(call, 0, "data")
     axes = [norm_axis(a, x.ndim, call.op.name) for a in call.attrs["axes"]]
     check_norm_params(call, x, axes, ("weight",))
@@ -90,6 +105,11 @@ def _conv_operands(call: Call, layouts: tuple[str, str, str]) -> tuple[TensorStr
 
 
 def infer_conv1d(call: Call) -> StructInfo:
+    """Struct info of ``R.nn.conv1d`` (NCW data (N, C, W), OIW weight (O, C / groups, K); TVM's attributes
+    ``strides``, ``padding`` (left, right), ``dilation``, ``groups``, ``out_dtype``): (N, O, W_out) with
+    W_out from :func:`conv_out_dim`. dtype: ``out_dtype`` when given, else the data's. Raises
+    ValueError for other layouts or ranks, channels that do not match ``C / groups``, and an input
+    (padded) shorter than the dilated kernel; TypeError when data and weight dtypes differ."""
     x, w = _conv_operands(call, ("NCW", "OIW", "NCW"))
     a = call.attrs
     groups = a["groups"]
@@ -109,6 +129,11 @@ def infer_conv1d(call: Call) -> StructInfo:
 
 
 def infer_conv2d(call: Call) -> StructInfo:
+    """Struct info of ``R.nn.conv2d`` (NCHW data, OIHW weight (O, C / groups, kH, kW); ``strides``,
+    ``padding`` (top, left, bottom, right), ``dilation``, ``groups``, ``out_dtype``): (N, O, H_out,
+    W_out), each from :func:`conv_out_dim`. Raises ValueError for other layouts or ranks, channels
+    that do not match, O not divisible by ``groups``, and an output dim below 1; TypeError when data
+    and weight dtypes differ."""
     x, w = _conv_operands(call, ("NCHW", "OIHW", "NCHW"))
     a = call.attrs
     groups = a["groups"]
@@ -196,7 +221,9 @@ def _with_dims(x: TensorStructInfo, axes: list[int], dims: list) -> list:
 
 def infer_pool(call: Call) -> StructInfo:
     """``R.nn.max_pool1d / 2d``, ``R.nn.avg_pool1d / 2d``: the spatial dims of the layout become
-    :func:`pool_out_dim` each; ``padding`` is TVM's ``(lo..., hi...)``."""
+    :func:`pool_out_dim` each; ``padding`` is TVM's ``(lo..., hi...)``. Raises ValueError for another layout
+    or rank, attribute lists of the wrong length, a pool size, stride or dilation below 1, negative padding or
+    an output size below 1; TypeError for average pooling of a non-float tensor."""
     x, nsp, axes = _pool_layout(call)
     a = call.attrs
     name = "R." + call.op.name.removeprefix("relax.")
@@ -218,7 +245,8 @@ def infer_pool(call: Call) -> StructInfo:
 
 def infer_adaptive_pool(call: Call) -> StructInfo:
     """``R.nn.adaptive_avg_pool1d / 2d``: the spatial dims become ``output_size`` (a ``None`` size
-    keeps the input's dim)."""
+    keeps the input's dim). Raises ValueError for an ``output_size`` of the wrong length or below 1 and
+    another layout, TypeError for a non-float tensor."""
     x, nsp, axes = _pool_layout(call)
     name = "R." + call.op.name.removeprefix("relax.")
     sizes = call.attrs.get("output_size")
@@ -266,6 +294,11 @@ def _transpose_out_channels(call: Call, x: TensorStructInfo, w: TensorStructInfo
 
 
 def infer_conv1d_transpose(call: Call) -> StructInfo:
+    """Struct info of ``R.nn.conv1d_transpose`` (NCW data (N, C, W), IOW weight (C, O / groups, K);
+    ``strides``, ``padding``, ``dilation``, ``output_padding``, ``groups``): (N, O, W_out) with W_out
+    from :func:`conv_transpose_out_dim` (PyTorch's ``ConvTranspose1d``). Raises ValueError for other
+    layouts, mismatched or indivisible channels, an ``output_padding`` not smaller than the stride or
+    the dilation, and an output width below 1; TypeError when dtypes differ."""
     x, w = _conv_operands(call, ("NCW", "IOW", "NCW"))
     a = call.attrs
     n, width = x.shape[0], x.shape[2]
@@ -283,7 +316,11 @@ def infer_conv1d_transpose(call: Call) -> StructInfo:
 
 def infer_conv2d_transpose(call: Call) -> StructInfo:
     """``R.nn.conv2d_transpose``: NCHW data, IOHW weight (in, out / groups, kH, kW), TVM's 4-value padding
-    (top, left, bottom, right) and 2-value output_padding."""
+    (top, left, bottom, right) and 2-value output_padding. Output (N, O, H_out, W_out), each dim from
+    :func:`conv_transpose_out_dim` (PyTorch's ``ConvTranspose2d``); dtype ``out_dtype`` when given, else the
+    data's. Raises ValueError for other layouts, mismatched or indivisible channels, an ``output_padding`` not
+    smaller than the stride or the dilation and an output dim below 1; TypeError when data and weight dtypes
+    differ."""
     x, w = _conv_operands(call, ("NCHW", "IOHW", "NCHW"))
     a = call.attrs
     n, _, h, wd = x.shape
@@ -303,6 +340,11 @@ def infer_conv2d_transpose(call: Call) -> StructInfo:
 
 
 def infer_group_norm(call: Call) -> StructInfo:
+    """Struct info of ``R.nn.group_norm(data, gamma, beta, num_groups, channel_axis, axes, epsilon)`` (Wu
+    & He 2018): the input's shape and dtype; ``gamma`` / ``beta`` are (C,) of the input's dtype. Raises
+    TypeError for a non-float input or parameters of another dtype, ValueError when ``axes`` contains
+    the channel axis or repeats a dim, when C is not divisible by ``num_groups`` (or ``num_groups`` < 1),
+    or for parameter shapes other than (C,)."""
     x = tensor_arg(call, 0, "data")
     if not E.is_float_dtype(x.dtype):
         raise TypeError(f"R.nn.group_norm: needs a floating-point tensor, got {x.dtype}")
@@ -334,6 +376,10 @@ RESIZE_ROUNDING_METHODS = ("round", "floor", "ceil", "round_prefer_floor", "roun
 
 
 def infer_resize2d(call: Call) -> StructInfo:
+    """Struct info of ``R.image.resize2d(data, R.shape([h, w]), layout, method, ...)``: 4-D data (NCHW or
+    NHWC) with its two spatial dims replaced by ``h`` and ``w``; dtype ``out_dtype`` when given, else the
+    data's. Raises TypeError when the size is not a 2-value shape expression, ValueError for another
+    layout, a data rank other than 4 or a method not in :data:`RESIZE_METHODS`."""
     x = tensor_arg(call, 0, "data")
     size = call.args[1]
     if not isinstance(size, ShapeExpr) or len(size.values) != 2:
@@ -371,10 +417,14 @@ def _qkv(call: Call, op: str, layout: str, ndim: int) -> tuple:
 
 
 def infer_attention(call: Call) -> StructInfo:
-    """``R.nn.attention(query, key, value[, bias], scale, causal_mask)``: (B, Sq, H, Dv).
+    """``R.nn.attention(query, key, value[, bias], scale, causal_mask, window_size)``: (B, Sq, H, Dv).
 
-    ``bias`` (optional 4th argument, TVM's) has query's dtype and shape (B, H, Sq, Sk) where any
-    dim may be 1 (broadcast)."""
+    ``query`` (B, Sq, H, D), ``key`` (B, Sk, Hk, D), ``value`` (B, Sk, Hk, Dv) of one float dtype, H a
+    multiple of Hk (grouped-query attention); ``bias`` (optional 4th argument, TVM's) has query's dtype
+    and shape (B, H, Sq, Sk) where any dim may be 1 (broadcast). ``causal_mask`` is None, ``"TopLeft"``
+    or ``"BottomRight"``; ``window_size`` (TVM's sliding window, printed ``window_size=None`` as TVM
+    0.27 does) must be None or absent. Raises ValueError for any other shape, mask or window, naming
+    the op and the operands."""
     if len(call.args) not in (3, 4):
         raise ValueError(f"R.nn.attention: takes query, key, value and an optional bias, got "
                          f"{len(call.args)} arguments")
@@ -398,6 +448,9 @@ def infer_attention(call: Call) -> StructInfo:
     if mask not in (None, "TopLeft", "BottomRight"):
         raise ValueError(f"R.nn.attention: causal_mask must be None, 'TopLeft' or 'BottomRight', "
                          f"got {mask!r}")
+    if call.attrs.get("window_size") is not None:
+        raise ValueError(f"R.nn.attention: sliding-window attention (window_size={call.attrs['window_size']!r}) "
+                         "is not supported; window_size must be None")
     if len(call.args) == 4:
         bias = tensor_arg(call, 3, "bias")
         check_same_dtype(call, q, bias, "query", "bias")
@@ -414,7 +467,9 @@ def infer_attention_var_len(call: Call) -> StructInfo:
 
     ``query`` (T, H, D), ``key`` (T, Hk, D), ``value`` (T, Hk, Dv) float, ``seqstart`` (B + 1,)
     int32 / int64: the tokens of B sequences packed one after another (TVM's op takes a leading batch
-    dim of 1 and the longest length too; here the kernel finds it)."""
+    dim of 1 and the longest length too; here the kernel finds it). ``causal_mask`` is None or ``"TopLeft"``.
+    Raises ValueError for another argument count, operand rank, ``seqstart`` rank or dtype, mismatched dims or
+    heads, or causal mask; TypeError for non-float or mixed dtypes."""
     if len(call.args) != 4:
         raise ValueError(f"R.nn.attention_var_len: takes query, key, value and seqstart, got {len(call.args)} "
                          "arguments")
@@ -439,7 +494,9 @@ def infer_attention_var_len(call: Call) -> StructInfo:
 
 def infer_rope(call: Call) -> StructInfo:
     """``R.nn.rope(x, cos, sin)``: x's struct info. ``x`` (..., head_dim) float with a static even
-    head dim; ``cos`` / ``sin`` of x's dtype, broadcasting to x's shape (numpy rules)."""
+    head dim; ``cos`` / ``sin`` of x's dtype, broadcasting to x's shape (numpy rules). Raises ValueError for
+    another argument count, a head dim that is not a static even int, or ``cos`` / ``sin`` that do not
+    broadcast to ``x``; TypeError for a non-float ``x`` or ``cos`` / ``sin`` of another dtype."""
     if len(call.args) != 3:
         raise ValueError(f"R.nn.rope: takes x, cos and sin, got {len(call.args)} arguments")
     x, cos, sin = tensor_arg(call, 0, "x"), tensor_arg(call, 1, "cos"), tensor_arg(call, 2, "sin")
@@ -467,7 +524,8 @@ def infer_rnn(call: Call) -> StructInfo:
     """``R.nn.rnn(xw, r, rb, h0[, c0], cell, reverse, linear_before_reset)``: one direction of a recurrent
     layer (:func:`builder.te.topi.rnn_prim_func`): ``xw`` (S, B, G * H) the projected inputs, ``r`` (G * H, H),
     ``rb`` (G * H,), ``h0`` / ``c0`` (B, H) -> the tuple (y (S, B, H), h (B, H)[, c (B, H)]); G = 4 (lstm), 3
-    (gru), 1 (rnn)."""
+    (gru), 1 (rnn). Raises ValueError for an unknown ``cell``, the wrong number of inputs or operands of the
+    wrong rank or shape; TypeError for operands that are not all of one float dtype."""
     cell = call.attrs.get("cell", "lstm")
     if cell not in RNN_CELLS:
         raise ValueError(f"R.nn.rnn: cell must be one of {sorted(RNN_CELLS)}, got {cell!r}")

@@ -89,6 +89,12 @@ class _Untiled:
 
 
 def infer_group_dequantize(call: Call) -> StructInfo:
+    """Struct info of ``R.group_dequantize(q_weight, q_scale, bits, group_size, zero_point, in_features[,
+    activation_quantization, row_tile])`` (module docstring): the dequantized weight (rows, in_features) in
+    the scale dtype (rows = the tiles times ``row_tile`` for a tiled weight). Raises ValueError for a
+    missing attribute, an ``activation_quantization`` other than ``"none"`` / ``"int8"``, a non-integer
+    ``row_tile``, words and scales with different row counts, and the layout errors of
+    :func:`check_packed_layout` (also TypeError there, for the storage or scale dtype)."""
     q, s = tensor_arg(call, 0, "q_weight"), tensor_arg(call, 1, "q_scale")
     a = call.attrs
     name = "R.group_dequantize"

@@ -8,6 +8,8 @@ from .elementwise import infer_unary_float
 
 
 def reduced_shape(shape: tuple, axes: list[int] | None, keepdims: bool) -> list:
+    """The shape of a reduction of ``shape`` over ``axes`` (normalized indices; None: all dims): the
+    reduced dims become 1 with ``keepdims``, else are dropped (a full reduction gives ``[]``, 0-d)."""
     axes = list(range(len(shape))) if axes is None else axes
     if keepdims:
         return [1 if i in axes else d for i, d in enumerate(shape)]
@@ -15,12 +17,18 @@ def reduced_shape(shape: tuple, axes: list[int] | None, keepdims: bool) -> list:
 
 
 def infer_statistical(call: Call) -> StructInfo:
+    """Struct info of ``R.sum`` / ``R.mean`` / ``R.max`` / ``R.min`` / ``R.prod(x, axis, keepdims)``:
+    :func:`reduced_shape` in ``x``'s dtype. Raises TypeError / ValueError for a non-int, out-of-range
+    or repeated axis."""
     x = tensor_arg(call, 0)
     axes = attr_axes(call, x.ndim)
     return TensorStructInfo(reduced_shape(x.shape, axes, bool(call.attrs.get("keepdims"))), x.dtype)
 
 
 def infer_arg_reduce(call: Call) -> StructInfo:
+    """Struct info of ``R.argmax`` / ``R.argmin(x, axis, keepdims)``: int64 indices of the shape
+    :func:`reduced_shape` gives (no axis: over the flattened tensor, 0-d). Raises ValueError for an axis
+    out of range or an axis given for a 0-d tensor."""
     x = tensor_arg(call, 0)
     axis = call.attrs.get("axis")
     axes = None if axis is None else [norm_axis(int(axis), x.ndim, call.op.name)]
@@ -30,6 +38,10 @@ def infer_arg_reduce(call: Call) -> StructInfo:
 
 
 def infer_cumsum(call: Call) -> StructInfo:
+    """Struct info of ``R.cumsum`` / ``R.cumprod(x, axis, dtype, exclusive)`` (``numpy.cumsum`` /
+    ``numpy.cumprod``): ``x``'s shape, or
+    ``(numel,)`` with no axis (over the flattened tensor), in ``dtype`` (``x``'s when absent or
+    ``"void"``). Raises TypeError for an unknown dtype, TypeError / ValueError for a bad axis."""
     x = tensor_arg(call, 0)
     dtype = init_dtype(call, x.dtype)
     axis = call.attrs.get("axis")
@@ -41,6 +53,8 @@ def infer_cumsum(call: Call) -> StructInfo:
 
 
 def infer_softmax(call: Call) -> StructInfo:
+    """Struct info of ``R.nn.softmax(x, axis)``: ``x``'s shape and dtype (axis -1 by
+    default). Raises TypeError for a non-float tensor, TypeError / ValueError for a bad axis."""
     x = tensor_arg(call, 0)
     norm_axis(call.attrs.get("axis", -1), x.ndim, call.op.name)
     return infer_unary_float(call)

@@ -39,7 +39,7 @@ class OpPattern(enum.IntEnum):
 def register_op(name: str, infer: Callable, attrs: Sequence[str] = (), *, pattern: OpPattern = OpPattern.OPAQUE,
                 pure: bool = True, legalize: Callable | None = None, compute: Callable | None = None,
                 intrinsic: str | None = None, frontend: str | None = None, in_recipes: bool = False,
-                doc: str = "") -> Op:
+                int_args: Sequence[int] = (), doc: str = "") -> Op:
     """Register ``relax.<name>`` (``nn.silu`` -> ``relax.nn.silu``) with its record and return the op.
 
     ``infer(call) -> StructInfo`` raises ValueError / TypeError naming the op; ``attrs`` is the printed
@@ -49,7 +49,9 @@ def register_op(name: str, infer: Callable, attrs: Sequence[str] = (), *, patter
     ``intrinsic`` names the scalar intrinsic of a math op (:mod:`builder.ir.tir.intrinsics`);
     ``frontend`` the name of its ``nn.op`` function; ``in_recipes`` whether a recipe's ``forward:`` may
     call that function (recipes are untrusted input: an op is offered there once its argument checks
-    and bounds are known to hold for any arguments).
+    and bounds are known to hold for any arguments); ``int_args`` the positions of arguments that are
+    printed as a plain int when they are a constant int64 ``R.prim_value`` and parsed back from one
+    (TVM 0.27 prints ``R.triu(x, 1)``).
     Raises ValueError when ``name`` is registered already (one record per op).
     """
     full = "relax." + name
@@ -67,6 +69,7 @@ def register_op(name: str, infer: Callable, attrs: Sequence[str] = (), *, patter
     if in_recipes and not frontend:
         raise ValueError(f"operator {full}: in_recipes needs a frontend name")
     op.in_recipes = in_recipes
+    op.int_args = tuple(int_args)
     op.doc = doc
     Op._registry[full] = op
     return op

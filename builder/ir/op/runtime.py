@@ -7,10 +7,15 @@ from .common import tensor_arg
 
 
 def infer_null(call: Call) -> StructInfo:
+    """Struct info of ``R.null_value()`` (TVM's null object, an absent optional value): an ``R.Object``;
+    nothing is checked."""
     return ObjectStructInfo()
 
 
 def infer_call_tir(call: Call) -> StructInfo:
+    """Struct info of ``R.call_tir(cls.func, (args...), out_sinfo=...)``: the declared output (a tuple of
+    them when ``out_sinfo`` lists several). Raises TypeError when the callee is not a module function
+    (GlobalVar) or the arguments are not a tuple."""
     if not isinstance(call.args[0], GlobalVar) or not isinstance(call.args[1], Tuple):
         raise TypeError("R.call_tir(func, (args...), out_sinfo=...) expects a GlobalVar and a tuple")
     outs = call.sinfo_args
@@ -18,6 +23,10 @@ def infer_call_tir(call: Call) -> StructInfo:
 
 
 def infer_call_dps_packed(call: Call) -> StructInfo:
+    """Struct info of ``R.call_dps_packed("func", (args...), out_sinfo=...)`` (destination-passing style:
+    the runtime function writes into outputs the VM allocates): the declared output. Raises TypeError
+    when the callee is not an extern function name, the arguments not a tuple, or ``out_sinfo`` is not
+    one tensor (or one tuple of tensors) with known shapes."""
     if not isinstance(call.args[0], ExternFunc) or not isinstance(call.args[1], Tuple):
         raise TypeError("R.call_dps_packed(func, (args...), out_sinfo=...) expects an extern "
                         "function name and a tuple of arguments")
@@ -36,6 +45,8 @@ CCL_REDUCE_OPS = ("sum", "prod", "min", "max", "avg")
 
 
 def infer_ccl_allreduce(call: Call) -> StructInfo:
+    """Struct info of ``R.ccl.allreduce(x, op_type)`` (a collective over the tensor-parallel workers):
+    ``x``'s shape and dtype. Raises ValueError for an ``op_type`` not in :data:`CCL_REDUCE_OPS`."""
     x = tensor_arg(call, 0)
     op_type = call.attrs.get("op_type")
     if op_type not in CCL_REDUCE_OPS:
@@ -45,6 +56,9 @@ def infer_ccl_allreduce(call: Call) -> StructInfo:
 
 
 def infer_packed(call: Call) -> StructInfo:
+    """Struct info of ``R.call_pure_packed`` / ``R.call_inplace_packed("func", args..., sinfo_args=(s,))``:
+    the one declared ``s``. Raises TypeError when the first argument is not the runtime function's name
+    or ``sinfo_args`` does not hold exactly one entry."""
     if not call.args or not isinstance(call.args[0], ExternFunc):
         raise TypeError(f"{call.op.name}: the first argument must be the runtime function's name")
     if len(call.sinfo_args) != 1:

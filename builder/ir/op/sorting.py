@@ -29,20 +29,24 @@ def _sortable(call: Call) -> TensorStructInfo:
 
 
 def infer_sort(call: Call) -> StructInfo:
-    """``R.sort(x, axis, descending)``: ``x``'s shape and dtype."""
+    """``R.sort(x, axis, descending)``: ``x``'s shape and dtype. Raises ValueError for a 0-d tensor or a bad
+    axis, TypeError for a bool tensor."""
     x = _sortable(call)
     return TensorStructInfo(x.shape, x.dtype)
 
 
 def infer_argsort(call: Call) -> StructInfo:
-    """``R.argsort(x, axis, descending, dtype)``: ``x``'s shape, int32 / int64."""
+    """``R.argsort(x, axis, descending, dtype)``: ``x``'s shape, int32 / int64. Raises ValueError for a 0-d
+    tensor or a bad axis, TypeError for a bool tensor or an index dtype other than int32 / int64."""
     x = _sortable(call)
     return TensorStructInfo(x.shape, _index_dtype(call))
 
 
 def infer_topk(call: Call) -> StructInfo:
     """``R.topk(x, k, axis, ret_type, largest, dtype)``: ``x``'s shape with ``k`` along ``axis``; a tuple
-    (values, indices) for ``ret_type="both"``. ``k`` is a non-negative int, no larger than a static axis."""
+    (values, indices) for ``ret_type="both"``. ``k`` is a non-negative int, no larger than a static axis.
+    Raises TypeError for a ``k`` that is not an int or a bool tensor, ValueError for a 0-d tensor, a static
+    ``k`` out of range, an unknown ``ret_type`` or a bad axis."""
     x = _sortable(call)
     axis = norm_axis(call.attrs.get("axis", -1), x.ndim, "R.topk")
     k = call.attrs.get("k", 1)

@@ -46,6 +46,9 @@ class Source:
                 self.root_comments[i] = len(line) - len(line.lstrip())
 
     def error(self, node: ast.AST | None, message: str) -> ParseError:
+        """A :class:`ParseError` with ``message`` at ``node``'s position (1-based line and column; line 1,
+        column 1 when ``node`` is None or has none) and the source line it points into. Returned, not
+        raised: callers write ``raise src.error(node, "...")``."""
         line = getattr(node, "lineno", 1) or 1
         col = (getattr(node, "col_offset", 0) or 0) + 1
         src = self.lines[line - 1] if 0 < line <= len(self.lines) else None
@@ -72,20 +75,26 @@ def dotted(node: ast.AST) -> str | None:
 
 
 def call_name(node: ast.AST) -> str | None:
+    """The dotted name of the function ``node`` calls (``R.nn.relu`` for ``R.nn.relu(x)``), or None when
+    ``node`` is not a call or calls something that is not a name chain."""
     return dotted(node.func) if isinstance(node, ast.Call) else None
 
 
 def is_call(node: ast.AST, *names: str) -> bool:
+    """True when ``node`` is a call of one of ``names`` (dotted, as :func:`call_name` gives them)."""
     return call_name(node) in names
 
 
 def expr_call(stmt: ast.stmt, *names: str) -> ast.Call | None:
+    """The call of a statement that is a bare call of one of ``names`` (``R.output(gv)``,
+    ``T.func_attr({...})``), else None."""
     if isinstance(stmt, ast.Expr) and is_call(stmt.value, *names):
         return stmt.value  # type: ignore[return-value]
     return None
 
 
 def is_docstring(stmt: ast.stmt) -> bool:
+    """True for a statement that is a bare string (a docstring, skipped by the parsers)."""
     return isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant) and isinstance(
         stmt.value.value, str)
 
@@ -122,6 +131,9 @@ class Literals:
         self.prim = prim
 
     def value(self, node: ast.AST) -> Any:
+        """The Python value of a literal ``node``: a number, string, bool or None; a list for a list or
+        tuple; a dict; ``-x`` of a number; ``inf`` / ``-inf`` / ``nan``. Anything else goes to ``prim`` (a
+        symbolic dim in an attribute) when given, else raises ParseError at the node."""
         if isinstance(node, ast.Constant):
             return node.value
         if isinstance(node, (ast.List, ast.Tuple)):
@@ -162,6 +174,7 @@ def special_float(node: ast.AST) -> float | None:
 
 
 def is_empty_tuple(node: ast.AST) -> bool:
+    """True for ``()`` in the text."""
     return isinstance(node, ast.Tuple) and not node.elts
 
 

@@ -348,8 +348,16 @@ class _RelaxFunctionParser:
         attrs = {k: self.lit.value(v) for k, v in kw.items()}
         # a bare string argument names a runtime function (R.call_dps_packed("f", ...))
         call_args = [rx.ExternFunc(a.value) if isinstance(a, ast.Constant) and isinstance(a.value, str)
-                     else self.expr(a) for a in args]
+                     else self._int_arg(a) if i in op.int_args and _is_int_literal(a)
+                     else self.expr(a) for i, a in enumerate(args)]
         return rx.Call(op, call_args, attrs, sinfo_args=sinfo_args)
+
+    def _int_arg(self, node: ast.AST) -> rx.PrimValue:
+        """A plain int (``1``, ``-1``) at one of an op's ``int_args`` positions (``R.triu(x, 1)``, as
+        TVM 0.27 prints it): the int64 ``R.prim_value`` it stands for."""
+        if isinstance(node, ast.UnaryOp):
+            return rx.PrimValue(-node.operand.value, "int64")
+        return rx.PrimValue(node.value, "int64")
 
     def _sinfo_list(self, node: ast.AST) -> list[StructInfo]:
         if isinstance(node, (ast.List, ast.Tuple)):
@@ -368,6 +376,13 @@ class _RelaxFunctionParser:
             return rx.Constant(np.array(value), dtype)
         except (TypeError, ValueError) as exc:
             raise self.src.error(node, f"invalid constant: {exc}") from None
+
+
+def _is_int_literal(node: ast.AST) -> bool:
+    """True for ``1`` or ``-1`` in the text (a Python int, not a bool)."""
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        node = node.operand
+    return isinstance(node, ast.Constant) and type(node.value) is int
 
 
 def _lookup_op(name: str) -> rx.Op | None:

@@ -98,12 +98,16 @@ class StmtExprVisitor:
     """
 
     def visit_stmt(self, s: Stmt) -> None:
+        """Visit statement ``s``: the subclass's ``visit_<node class>`` method (``visit_for``,
+        ``visit_buffer_store``, ...) when it has one, else :meth:`generic_visit_stmt`."""
         method = getattr(self, _method(s), None)
         if method is not None:
             return method(s)
         return self.generic_visit_stmt(s)
 
     def visit_expr(self, e: PrimExpr) -> None:
+        """Visit expression ``e``: the subclass's ``visit_<node class>`` method (``visit_buffer_load``,
+        ``visit_add``, ...) when it has one, else :meth:`generic_visit_expr`."""
         method = getattr(self, _method(e), None)
         if method is not None:
             return method(e)
@@ -146,6 +150,8 @@ class ExprMutator:
     this module (``te.Reduce``) are returned unchanged unless the subclass handles them."""
 
     def visit_expr(self, e: PrimExpr) -> PrimExpr:
+        """The rewritten ``e``: the subclass's ``visit_<node class>`` method when it has one, else
+        :meth:`generic_visit_expr` (``e`` itself when no child changed)."""
         method = getattr(self, _method(e), None)
         if method is not None:
             return method(e)
@@ -186,6 +192,8 @@ class StmtExprMutator(ExprMutator):
     rewrites only expressions overrides :meth:`visit_expr` (substitution: ``E.substitute``)."""
 
     def visit_stmt(self, s: Stmt) -> Stmt:
+        """The rewritten statement ``s``: the subclass's ``visit_<node class>`` method when it has one, else
+        :meth:`generic_visit_stmt`."""
         method = getattr(self, _method(s), None)
         if method is not None:
             return method(s)

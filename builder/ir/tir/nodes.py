@@ -48,7 +48,8 @@ class Range:
 
     @staticmethod
     def convert(dom) -> "Range":
-        """Accept a ``Range``, a ``(min, extent)`` pair or a single extent."""
+        """Accept a ``Range``, a ``(min, extent)`` pair or a single extent. Raises ValueError for a sequence
+        that is not a pair."""
         if isinstance(dom, Range):
             return dom
         if isinstance(dom, (tuple, list)):

@@ -3,7 +3,9 @@ graph-level binding named by ``name`` (TVM's default hints: ``add``, ``mul``, ``
 
 There is one function per op record of the op library (:mod:`builder.ops`) that has a ``frontend``
 name, and no other list of ops: the elementwise and broadcast ones are made from their records
-(:mod:`.elementwise`), the others are written by family (:mod:`.manipulation`, :mod:`.creation`,
+(:mod:`.elementwise`; a hand-written function may replace one only when marked
+:func:`.common.replaces_record`, else the import fails naming both, as it does for two families writing
+one name), the others are written by family (:mod:`.manipulation`, :mod:`.creation`,
 :mod:`.reduction`, :mod:`.linear_algebra`, :mod:`.nn`, :mod:`.extern`, :mod:`.quantize`,
 :mod:`.attention`); a few helpers combine several ops (``chunk``, ``unsqueeze``,
 ``get_timestep_embedding``, ``rotary_embedding``, ``normalize``, ``mean_pooling``) or call a runtime
@@ -39,16 +41,27 @@ def _public(module) -> dict:
             and name not in ("unary_function", "binary_function", "record_functions")}
 
 
-_functions: dict = {}
-for _module in _FAMILIES:
-    _functions.update(_public(_module))
+def _hand_written(families) -> dict:
+    """``name -> function`` of the public functions the family modules define. ImportError when two
+    families define one name (one would silently shadow the other), naming both modules."""
+    out: dict = {}
+    for module in families:
+        for name, fn in _public(module).items():
+            if name in out:
+                raise ImportError(f"nn.op: {module.__name__}.{name} and {out[name].__module__}.{name} are both "
+                                  "hand-written; keep one")
+            out[name] = fn
+    return out
+
+
+_functions = _hand_written(_FAMILIES)
 _functions.update(elementwise.record_functions(_functions))
 _missing = sorted(op.frontend for op in registered_ops() if op.frontend and op.frontend not in _functions)
 if _missing:   # a record names a frontend function nobody wrote (a bug in builder/ops, found at import)
     raise ImportError(f"nn.op has no function for the op records' frontend names {_missing}")
 globals().update({name: checked(fn) for name, fn in _functions.items()})
 __all__ = sorted(_functions)
-del _module, _missing
+del _missing
 
 
 def recipe_functions() -> dict[str, Callable]:

@@ -24,6 +24,17 @@ def recipe_function(fn):
     return fn
 
 
+def replaces_record(fn):
+    """Mark a hand-written ``nn.op`` function as the deliberate replacement of the function an
+    elementwise / broadcast op record of the same ``frontend`` name would get made
+    (:func:`builder.nn.op.elementwise.record_functions`): ``multiply`` (TVM's name hint ``mul``),
+    ``gelu`` (its ``approximate`` switch), ``broadcast_to`` (a shape argument), ... Without the mark
+    such a function is a collision and ``import builder.nn.op`` raises ImportError naming both; a
+    marked function with no such record raises too. Returns ``fn`` itself."""
+    fn.__replaces_record__ = True
+    return fn
+
+
 def op_call(name: str, args: Sequence[rx.Expr], **attrs) -> rx.Call:
     return rx.Call(rx.Op.get(name), args, attrs)
 

@@ -10,7 +10,8 @@ from ...ir import expr as E
 from ...ir import relax as rx
 from ...ir.op import resolve_reshape
 from ..core import Tensor, wrap_nested
-from .common import axis_list, builtin_call, check_ndim, describe, op_call, recipe_function, shape_dims, short
+from .common import (axis_list, builtin_call, check_ndim, describe, op_call, recipe_function, replaces_record,
+                     shape_dims, short)
 
 
 def permute_dims(x: Tensor, axes: Sequence[int] | None = None, name: str | None = None) -> Tensor:
@@ -177,6 +178,7 @@ def squeeze(x: Tensor, axis: int | Sequence[int] | None = -1, name: str = "squee
     return wrap_nested(op_call("squeeze", [x._expr], axis=axis_list(axis)), name)
 
 
+@replaces_record
 def broadcast_to(x: Tensor, shape: Sequence, name: str = "broadcast_to") -> Tensor:
     """Broadcast ``x`` to ``shape`` (numpy rules): ``R.broadcast_to(x, R.shape([...]))``.
     Raises ValueError when a dim of ``x`` is neither 1 nor the target dim."""
@@ -270,13 +272,14 @@ def pad(x: Tensor, pad: Sequence[int], mode: str = "constant", value: float = 0.
 
 def triu(x: Tensor, diagonal: int = 0, name: str = "triu") -> Tensor:
     """Upper triangle of the last two dims (``numpy.triu``): elements with ``j - i < diagonal``
-    become 0: ``R.triu(x, R.prim_value(diagonal))``. Raises ValueError for ndim < 2."""
+    become 0: ``R.triu(x, diagonal)`` (``diagonal`` an int64 ``R.prim_value``, printed as
+    a plain int as TVM 0.27 does). Raises ValueError for ndim < 2."""
     return wrap_nested(op_call("triu", [x._expr, rx.PrimValue(diagonal, "int64")]), name)
 
 
 def tril(x: Tensor, diagonal: int = 0, name: str = "tril") -> Tensor:
     """Lower triangle of the last two dims (``numpy.tril``): elements with ``j - i > diagonal``
-    become 0: ``R.tril(x, R.prim_value(diagonal))``. Raises ValueError for ndim < 2."""
+    become 0: ``R.tril(x, diagonal)`` (printed as ``R.triu``'s). Raises ValueError for ndim < 2."""
     return wrap_nested(op_call("tril", [x._expr, rx.PrimValue(diagonal, "int64")]), name)
 
 

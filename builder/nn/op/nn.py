@@ -489,7 +489,7 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor,
     if attn_mask is not None:
         args.append(_attention_bias(attn_mask, query))
     sc = None if scale is None else E.FloatImm(float(scale), "float32")
-    return wrap_nested(op_call("nn.attention", args, scale=sc, causal_mask=causal_mask), name)
+    return wrap_nested(op_call("nn.attention", args, scale=sc, causal_mask=causal_mask, window_size=None), name)
 
 
 @recipe_function

@@ -136,6 +136,12 @@ class AttentionEmitter:
 
     # -- the compute function
     def emit(self) -> list[str]:
+        """Write ``<name>.compute`` into the module: it reads the sizes (B, Sq, Sk; for the variable-length
+        form from ``seqstart``, checked first), returns 0 at once for no work units (batch x kv head x block
+        of ``MR`` rows), splits the units into tasks (one task below ``parallel_min_macs`` multiply-adds or
+        with one thread, else up to ``tasks_per_thread`` per thread of ``mb_parallel_for``) and runs
+        ``<name>.attn_task`` on each. Returns the messages of the error codes after the signature's checks:
+        a failed workspace allocation, and a malformed ``seqstart`` for the variable-length form."""
         plan, sig = self.plan, self.sig
         task = self._emit_task()
         body_fn = self._function(f"{self.name}.compute", I32, [PTR] * self.nparams + [I64] * len(sig.sym_vars))

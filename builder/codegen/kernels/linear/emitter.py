@@ -309,6 +309,12 @@ class LinearEmitter(GemvFloat, Bf16Dot, GemvInt8, GemvTiles, GemmFloat, GemmInt8
         em.store_value(out, v, kf.gep(out_ptr, off, mem_type(out.dtype)))
 
     def emit(self) -> list[str]:
+        """Write ``<name>.compute``: it returns 0 at once for an empty output, widens a float16 / bfloat16
+        ``x`` to float32 in a malloc'ed copy where the float GEMM reads it, prepares the quantized /
+        int8 / AMX forms of ``x`` its variants need, picks the GEMV (M <= ``MG`` rows), the AMX GEMM or the
+        GEMM, splits the work over threads (one task below ``parallel_min_macs`` multiply-adds) and frees
+        the scratch buffers. Returns the messages of the error codes after the signature's checks (one: a
+        failed workspace allocation)."""
         func, plan = self.func, self.plan
         nparams = len(func.params)
         body_fn = self._function(f"{self.name}.compute", I32,

@@ -1,0 +1,280 @@
+"""Correctness of the row-tiled 4-bit (and 8-bit) weight kernels (never timed;
+``builder/codegen/kernels/linear/tiles.py``): int8-activation and float kernels on AVX-512 and AVX2,
+their prefetches, NaN, block sizes and zero points, and the fallback without AVX2; checked against
+float64 references."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from builder import te
+from builder.codegen import Target, emit_llvm_ir
+from builder.codegen.kernels import SimdInfo
+from builder.codegen.kernels.linear import TUNING
+from builder.ir.kernel import KERNEL_ATTR, GroupWeight
+from builder.te import topi
+
+from helpers.linear_kernels import epilogue as _epilogue
+from helpers.linear_cases import HOST, HOST_SIMD
+from helpers.linear_cases import as_f32 as _as_f32
+from helpers.linear_cases import np_dtype as _np_dtype
+from helpers.linear_cases import tol as _tol
+from helpers.linear_cases import build_kernel as _build
+from helpers.linear_cases import quant_case as _quant_case
+from helpers.linear_cases import int8_activation_reference as _int8_activation_reference
+from helpers.linear_cases import group_weights as _group_weights
+from helpers.linear_cases import x86_target as _x86_target
+
+pytestmark = pytest.mark.usefixtures("private_object_cache")   # tests/helpers/fixtures.py
+
+
+def _tiled(a: np.ndarray) -> np.ndarray:
+    from builder.quant.packing import tile_rows
+
+    return tile_rows(a, 16)
+
+
+@pytest.mark.skipif(not HOST_SIMD.int8_dot, reason="the row-tiled int8 kernel needs AVX2")
+@pytest.mark.parametrize("K,gs,sdt,xdt", [
+    (4192, 32, "float16", "float32"),    # 131 groups: a 32-column float tail
+    (640, 64, "float32", "float32"),
+    (640, 128, "bfloat16", "bfloat16"),  # groups span two 64-column steps
+    (200, 16, "float32", "float16"),     # 4 groups per step, 8-column tail
+    (72, 8, "float32", "float32"),
+    (96, 32, "float32", "float32"),      # one step, 32 float columns
+    (1280, 256, "float16", "float32"),
+])
+@pytest.mark.parametrize("vnni", [False, True])
+@pytest.mark.parametrize("bits", [4, 8])
+def test_row_tiled_int8_kernel(K, gs, sdt, xdt, vnni, bits, monkeypatch, target=None, label=True):
+    """``row_tile=16`` 4- and 8-bit weights with int8 activations run the row-tiled kernel at
+    every batch size (blocks of 4 / 8 input rows and their remainders, three tiles): the same
+    float64 emulation of the quantization as the row-major int8 kernels (a group of zeros
+    included; every byte value 0-255 of the 8-bit words), and really the int8 path (about 0.5%
+    from the float result). ``vnni``: ``vpdpbusd`` (emulated where the host lacks it; without
+    it 8-bit weights take its exact int16 emulation); ``target``: build for it instead of the
+    host."""
+    if vnni:
+        monkeypatch.setenv("MB_SIMD_EMULATE", "vnni")
+    lib = None
+    N = 48
+    for M in (1, 3, 8, 9, 17):
+        f, odt, X, Q, S, _ = _quant_case(M, N, K, bits, gs, 2 ** (bits - 1) - 1, "uint32", sdt, xdt, seed=M + K,
+                                         activation="int8", row_tile=16)
+        if M >= 3:
+            X[1, :gs] = 0
+        if lib is None:
+            kernel, lib = _build(f, target)
+            if label:
+                assert kernel == f"linear/{HOST_SIMD.name}" + ("+vnni" if vnni or HOST_SIMD.vnni else "") + "+tiles"
+        y = np.empty((M, N), _np_dtype(odt))
+        lib["f"](X, _tiled(Q), _tiled(S), y)
+        xf = _as_f32(X, xdt)
+        W = _group_weights(Q, S, "uint32", sdt, gs, K, bits)
+        want = _int8_activation_reference(xf, W, gs)
+        tol = _tol(odt) if odt != "float32" else 2e-5
+        np.testing.assert_allclose(_as_f32(y, odt), want, rtol=tol, atol=tol * np.abs(want).max())
+        exact = xf.astype(np.float64) @ W.T.astype(np.float64)
+        rel = float(np.linalg.norm(_as_f32(y, odt) - exact) / np.linalg.norm(exact))
+        if K >= 128:
+            assert 1e-3 < rel < 2e-2, rel
+
+
+@pytest.mark.skipif(not HOST_SIMD.int8_dot or "+fma" not in HOST.features, reason="needs AVX2")
+@pytest.mark.parametrize("shape", ["avx2", "avx512"])
+@pytest.mark.parametrize("vnni", [False, True])
+@pytest.mark.parametrize("K,gs,sdt,xdt", [(640, 32, "float16", "float32"), (200, 16, "bfloat16", "bfloat16")])
+@pytest.mark.parametrize("bits", [4, 8])
+def test_row_tiled_int8_kernel_on_avx2(K, gs, sdt, xdt, vnni, shape, bits, monkeypatch):
+    """The row-tiled kernel built for an AVX2 target without VNNI (4-bit weights: ``vpmaddubsw``
+    pairs summed in int16 over 4 words, then ``vpmaddwd``; 8-bit ones: ``vpdpbusd``'s exact
+    emulation; or ``vpdpbusd`` emulated): tiles as two vectors of 8 rows (``avx2``) or one
+    16-lane vector split into 256-bit halves (``MB_SIMD_SHAPE=avx512``)."""
+    if shape == "avx512":
+        monkeypatch.setenv("MB_SIMD_SHAPE", "avx512")
+    target = _x86_target("haswell", "+avx2,+fma,+f16c,+avx")
+    simd = SimdInfo.from_target(target.triple, target.features)
+    assert simd.int8_dot and not simd.vnni and not simd.int8_512
+    test_row_tiled_int8_kernel(K, gs, sdt, xdt, vnni, bits, monkeypatch, target=target, label=False)
+
+
+@pytest.mark.parametrize("K,gs,sdt,xdt", [
+    (4192, 32, "float16", "float32"),
+    (640, 128, "bfloat16", "bfloat16"),
+    (200, 16, "float32", "float16"),
+    (100, 32, "float32", "float32"),     # a partial last group (and word)
+    (72, 8, "float16", "float32"),
+])
+@pytest.mark.parametrize("cap", [None, "no-permps", "avx2", "sse"])
+@pytest.mark.parametrize("bits", [4, 8])
+def test_row_tiled_float_kernel(K, gs, sdt, xdt, cap, bits, monkeypatch):
+    """Row-tiled 4- and 8-bit weights with float activations: the float tiles up to
+    ``tile_max_rows`` input rows (blocks and their remainders), the float GEMM on panels packed
+    from the tiles above; exact float results against float64 (a partial last group included), on
+    the host's vectors (on AVX-512 hosts with and without the ``vpermps`` decoding of 4-bit values,
+    ``tile_permps``) and on 8 and 4 lanes (``MB_SIMD``; 2 and 4 vectors per tile). The zero point is
+    the presets' ``max_int`` (7, 127)."""
+    if bits == 8 and cap == "no-permps":
+        pytest.skip("vpermps decodes 4-bit values only")
+    if cap == "no-permps":
+        monkeypatch.setitem(TUNING, "tile_permps", 0)
+    elif cap is not None:
+        monkeypatch.delenv("MB_SIMD_SHAPE", raising=False)
+        monkeypatch.setenv("MB_SIMD", cap)
+    host = Target.host()   # (the cap applies to the host's target: HOST was made under the run's own MB_SIMD)
+    simd = SimdInfo.from_target(host.triple, host.features)
+    lib = None
+    N = 48
+    for M in (1, 3, 8, 9, 16, 17, 40):
+        f, odt, X, Q, S, ref = _quant_case(M, N, K, bits, gs, 2 ** (bits - 1) - 1, "uint32", sdt, xdt,
+                                           seed=M + K, row_tile=16)
+        if lib is None:
+            kernel, lib = _build(f)
+            assert kernel == (f"linear/{simd.name}+tiles" if simd.usable else kernel), kernel
+        y = np.empty((M, N), _np_dtype(odt))
+        lib["f"](X, _tiled(Q), _tiled(S), y)
+        tol = _tol(odt, xdt)
+        np.testing.assert_allclose(_as_f32(y, odt), ref, rtol=tol, atol=tol * np.abs(ref).max())
+
+
+def test_row_tiled_float_kernel_decodes_with_vpermps_on_avx512(own_features):
+    """On an AVX-512 target (any host: only the IR is built) the float tiles decode each column
+    with one ``vpermps`` of the 16-entry table ``q - zero_point``; on an AVX2 one with a mask and
+    a conversion."""
+    from builder.codegen import emit_llvm_ir
+
+    if not HOST.triple.startswith("x86_64"):
+        pytest.skip("x86-64 only")
+    f, *_ = _quant_case(2, 32, 256, 4, 32, 7, "uint32", "float16", "float32", row_tile=16)
+    for cpu, feats, want in (("znver4", "+avx512f,+avx512bw,+avx512vl,+avx2,+fma,+f16c", True),
+                             ("haswell", "+avx2,+fma,+f16c,+avx", False)):
+        text, meta = emit_llvm_ir({"f": f}, _x86_target(cpu, feats))
+        assert meta["f"]["kernel"].endswith("+tiles")
+        assert ("llvm.x86.avx512.permvar.sf.512" in text) == want, cpu
+
+
+def test_row_tiled_int8_kernel_prefetches_weights_and_scales(monkeypatch, own_features):
+    """The int8 tiles prefetch each 64-byte word of the weights (``prefetch_q``) and, once per group,
+    the scales' stream (``prefetch_scales``): built for a Zen 4 target, the tile helper holds one
+    prefetch more with the scales' on."""
+    from builder.codegen import emit_llvm_ir
+
+    if not HOST.triple.startswith("x86_64"):
+        pytest.skip("x86-64 only")
+    target = _x86_target("znver4", "+avx512f,+avx512bw,+avx512vl,+avx512vnni,+avx2,+fma,+f16c")
+    counts = []
+    for dist in (0, 2048):
+        monkeypatch.setitem(TUNING, "prefetch_scales", dist)
+        f, *_ = _quant_case(2, 32, 256, 4, 32, 7, "uint32", "float16", "float32", activation="int8", row_tile=16)
+        text, meta = emit_llvm_ir({"f": f}, target)
+        assert meta["f"]["kernel"] == "linear/avx512+vnni+tiles"
+        helper = text[text.index('define internal void @"mb.tile.'):]
+        helper = helper[:helper.index("\n}")]
+        counts.append(helper.count('call void @"llvm.prefetch'))
+    assert counts[0] == 4 and counts[1] == 5, counts   # 4 words of 64 bytes per group of 32 columns
+
+
+@pytest.mark.skipif(not HOST_SIMD.int8_dot, reason="the row-tiled int8 kernel needs AVX2")
+def test_row_tiled_int8_kernel_nan_and_block_size(monkeypatch):
+    """A NaN in a row of x makes that row's outputs NaN and leaves the other rows exact; blocks of
+    3 input rows (``tile_rows_x_i8``), tiles as two 8-lane vectors (``tile_lanes_i8``) and x
+    quantized by every thread however small (``xprep_min_values``) give the same outputs as the
+    defaults."""
+    libs, outs = [], []
+    for tune in ({}, {"tile_rows_x_i8": 3}, {"tile_lanes_i8": 8}, {"xprep_min_values": 1, "parallel_min_macs": 0}):
+        for key, value in tune.items():
+            monkeypatch.setitem(TUNING, key, value)
+        f, odt, X, Q, S, ref = _quant_case(7, 32, 256, 4, 32, 7, "uint32", "float32", "float32", seed=3,
+                                           activation="int8", row_tile=16)
+        libs.append(_build(f)[1])
+        outs.append(np.empty((7, 32), np.float32))
+        libs[-1]["f"](X, _tiled(Q), _tiled(S), outs[-1])
+    y = outs[0]
+    for other in outs[1:]:
+        np.testing.assert_allclose(other, y, rtol=1e-6, atol=1e-6 * np.abs(y).max())
+    np.testing.assert_allclose(y, ref, rtol=2e-5, atol=2e-5 * np.abs(ref).max())
+    X[2, 100] = np.nan
+    libs[0]["f"](X, _tiled(Q), _tiled(S), y)
+    assert np.isnan(y[2]).all() and not np.isnan(np.delete(y, 2, axis=0)).any()
+
+
+@pytest.mark.skipif(not HOST_SIMD.int8_dot, reason="the row-tiled int8 kernel needs AVX2")
+@pytest.mark.parametrize("zp", [0, 8])
+def test_row_tiled_int8_kernel_zero_points(zp):
+    """Other zero points than q4's 7: none (the integer sums start at 0) and 8 (ORT's MatMulNBits
+    default); the float64 emulation of the quantization with ``(q - zero_point) * scale``."""
+    for M in (1, 9):
+        f, odt, X, Q, S, ref = _quant_case(M, 32, 320, 4, 32, zp, "uint32", "float32", "float32", seed=M,
+                                           activation="int8", row_tile=16)
+        kernel, lib = _build(f)
+        assert kernel.endswith("+tiles")
+        y = np.empty((M, 32), np.float32)
+        lib["f"](X, _tiled(Q), _tiled(S), y)
+        np.testing.assert_allclose(y, ref, rtol=2e-5, atol=2e-5 * np.abs(ref).max())
+
+
+@pytest.mark.skipif(not HOST_SIMD.usable, reason="needs the vector kernels")
+def test_row_tiled_8_bit_int8_activations_need_groups_of_8():
+    """8-bit row tiles with ``activation_quantization=int8`` and groups of 4 (x's quantization
+    reads 8 values at a time) run the float tiles: float results, no ``vnni`` variant."""
+    from builder.codegen.kernels.linear import int8_gemv_supported
+
+    assert int8_gemv_supported("uint32", 8, 32, 256, row_tile=16)
+    assert not int8_gemv_supported("uint32", 8, 4, 256, row_tile=16)
+    assert not int8_gemv_supported("uint32", 8, 32, 256)          # row-major 8-bit: float activations
+    f, odt, X, Q, S, _ = _quant_case(3, 32, 72, 8, 4, 127, "uint32", "float32", "float32", activation="int8",
+                                     row_tile=16)
+    kernel, lib = _build(f)
+    assert kernel == f"linear/{HOST_SIMD.name}+tiles", kernel
+    y = np.empty((3, 32), np.float32)
+    lib["f"](X, _tiled(Q), _tiled(S), y)
+    W = _group_weights(Q, S, "uint32", "float32", 4, 72, 8)
+    ref = X.astype(np.float64) @ W.T.astype(np.float64)
+    np.testing.assert_allclose(y, ref, rtol=2e-5, atol=2e-5 * np.abs(ref).max())
+
+
+def test_row_tiled_weights_of_one_kernel_share_the_zero_point():
+    """Two row-tiled weights in one kernel (gate / up) share x's int32 table of ``-zero_point *
+    sum q`` and one decoding: weights with different zero points or bits are left to the generic
+    loops, with the reason."""
+    from builder.codegen.kernels.linear import plan_linear
+
+    x = te.placeholder((te.var("b"), 64), "float32", name="x")
+    for (b0, z0), (b1, z1), ok in (((4, 7), (4, 7), True), ((4, 7), (4, 8), False), ((4, 7), (8, 7), False),
+                                   ((8, 127), (8, 127), True)):
+        ts = [te.placeholder(shape, dt, name=n) for n, shape, dt in (
+            ("q0", (2, 64 * b0 // 32, 16), "uint32"), ("s0", (2, 2, 16), "float32"),
+            ("q1", (2, 64 * b1 // 32, 16), "uint32"), ("s1", (2, 2, 16), "float32"))]
+        spec = []
+        out = topi.linear_kernel(x, *ts, weights=[GroupWeight(1, 2, b0, 32, z0, 64, "int8", 16),
+                                                  GroupWeight(3, 4, b1, 32, z1, 64, "int8", 16)],
+                                 epilogue=_epilogue(("multiply", ("linear", 0), ("linear", 1))), spec=spec)
+        f = te.create_prim_func([x, *ts, out])
+        f.attrs[KERNEL_ATTR] = spec[0]
+        plan = plan_linear(f, SimdInfo("avx2", 8, 16, int8_dot=True))
+        if ok:
+            assert not isinstance(plan, str) and plan.variant == "tiles", plan
+        else:
+            assert plan == ("row-tiled weights with different bits, zero points, group sizes or activations in "
+                            "one kernel")
+
+
+@pytest.mark.parametrize("cap,kernel", [("avx", "linear/avx+tiles"), ("scalar", "loops (linear: no vector unit")])
+def test_row_tiled_int8_weights_without_avx2(cap, kernel, monkeypatch):
+    """Without AVX2 (``MB_SIMD=avx``) row-tiled weights with int8 activations run the float tiles
+    (float activations, as every int8-activation weight there), without vectors the generic loops,
+    which read the tiles too: exact float results, at batch sizes of both paths."""
+    monkeypatch.delenv("MB_SIMD_SHAPE", raising=False)
+    monkeypatch.setenv("MB_SIMD", cap)
+    lib = None
+    for M in (3, 20):
+        f, odt, X, Q, S, _ = _quant_case(M, 32, 100, 4, 32, 7, "uint32", "float16", "float32", seed=9 + M,
+                                         activation="int8", row_tile=16)
+        if lib is None:
+            label, lib = _build(f)
+            assert label.startswith(kernel), label
+        y = np.empty((M, 32), np.float32)
+        lib["f"](X, _tiled(Q), _tiled(S), y)
+        W = _group_weights(Q, S, "uint32", "float16", 32, 100)
+        exact = _as_f32(X, "float32").astype(np.float64) @ W.T.astype(np.float64)
+        np.testing.assert_allclose(y, exact, rtol=2e-5, atol=2e-5 * np.abs(exact).max())
