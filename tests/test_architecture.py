@@ -1,6 +1,6 @@
 """The recipes of the trade in docs/ARCHITECTURE.md, done: adding an op is one record, adding a pass is
-one class run by the pass manager, adding a layer type one registration. Each test does what the document
-says and checks the result against numpy."""
+one class run by the pass manager, adding a layer type one registration, adding a quantization format one
+``QuantFormat``. Each test does what the document says and checks the result against numpy."""
 from typing import Annotated, Literal, Optional
 
 import numpy as np
@@ -170,3 +170,65 @@ def test_a_layer_whose_fields_do_not_fit_its_init_is_refused_at_registration():
     assert "Scale" not in LAYERS and "Scale" not in LAYER_TYPES   # nothing half-registered
     with pytest.raises(RecipeError, match="unknown layer type 'Scale'"):
         load_recipe_text(SCALED)
+
+
+#: QLoRA's NF4 table (Dettmers et al. 2023, appendix E): the 16 values a 4-bit code stands for.
+NF4 = (-1.0, -0.6961928009986877, -0.5250730514526367, -0.39491748809814453, -0.28444138169288635,
+       -0.18477343022823334, -0.09105003625154495, 0.0, 0.07958029955625534, 0.16093020141124725,
+       0.24611230194568634, 0.33791524171829224, 0.44070982933044434, 0.5626170039176941, 0.7229568362236023, 1.0)
+
+
+@pytest.fixture
+def nf4():
+    """"How to add a quantization format": one QuantFormat and its registration (removed afterwards)."""
+    from builder.ir.quant_format import QuantFormat, register_quant_format, unregister_quant_format
+
+    yield register_quant_format(QuantFormat(4, 64, "uint32", "float32", codebook=NF4, name="nf4"))
+    unregister_quant_format("nf4")
+
+
+class _QuantMLP(nn.Module):
+    def __init__(self):
+        self.up = nn.Linear(128, 32)
+
+    def forward(self, x):
+        return nn.op.silu(self.up(x))
+
+
+def test_add_a_quant_format_is_one_quantformat(nf4):
+    """A model quantized with the new format exports, prints, parses and compiles; its matmul (fused with
+    the bias and the SiLU) runs on the reference loops, which dequantize through the codebook -- the
+    planner refuses the fast kernels, naming the attribute they do not implement -- and the result is
+    the numpy float64 reference of the format's own dequantization."""
+    from builder.codegen.kernels.linear import plan_linear
+    from builder.codegen.kernels.simd import SimdInfo
+    from builder.ir.kernel import KERNEL_ATTR
+    from builder.quant import QuantizedLinear, quantize_weight
+
+    model = _QuantMLP()
+    model.up = QuantizedLinear.from_linear(model.up, nf4)
+    spec = {"forward": {"x": nn.spec.Tensor(["n", 128], "float32")}}
+    irmod, _ = model.export_tvm(spec)
+    text = irmod.script()
+    assert 'in_features=128, row_tile=16, codebook="nf4")' in text                # 32 rows: in row tiles
+    assert builder.ir.print_irmodule(builder.ir.parse(text)) == text
+    lowered = default_pipeline()(irmod)
+    kernel = next(f for f in lowered.functions.values() if KERNEL_ATTR in getattr(f, "attrs", {}))
+    assert kernel.attrs[KERNEL_ATTR].weights[0].extra_attrs == (("codebook", "nf4"),)   # carried, not dropped
+    why = plan_linear(kernel, SimdInfo("avx2", 8, 16, int8_dot=True))
+    assert isinstance(why, str) and "codebook='nf4'" in why and "no fast kernel" in why
+    exe = builder.compile(irmod)
+    labels = [k["kernel"] for k in exe.kernels.values()]
+    assert any(lab.startswith("loops (linear: quantized format codebook='nf4'") for lab in labels), labels
+    assert not any(lab.startswith("linear/") for lab in labels), labels
+
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((32, 128)).astype(np.float32)
+    b = rng.standard_normal(32).astype(np.float32)
+    q, s = quantize_weight(w, model.up.layout)
+    x = rng.standard_normal((3, 128)).astype(np.float32)
+    got = VirtualMachine(exe)["forward"](x, q, s, b)
+    wq = nf4.for_weight(128, 32).dequantize_reference(q, s, 128)                  # float64, exact
+    assert np.abs(wq - w).max() < 0.25 * np.abs(w).max()                           # a 4-bit code of w
+    y = x.astype(np.float64) @ wq.T + b
+    np.testing.assert_allclose(got, y / (1 + np.exp(-y)), rtol=1e-5, atol=1e-5)

@@ -15,8 +15,7 @@ PACKAGES = [
     "builder/ir",
     "builder/codegen",
     "builder/transform",
-    # TODO(lead): enable once the frontend split (issue 41) has landed with its docstrings.
-    # "builder/frontend",
+    "builder/frontend",
 ]
 
 

@@ -72,9 +72,6 @@ DEFERRED = {
         "Module.export_tvm reads the spec, whose nn.spec.Object defaults to nn.Object",
     ("builder.nn.core", "builder.compile"):
         "Module.jit (TVM's API) compiles: the compiler is a higher room than nn",
-    ("builder.frontend.common", "builder.frontend.complex"):
-        "to go with the split of builder/frontend (issue 41): the complex-number helpers and the translator "
-        "base import each other",
 }
 """Imports allowed to break the rules above (a room's order, or a cycle), each with its reason; they are
 deferred to the function that needs them."""

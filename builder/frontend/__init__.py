@@ -12,10 +12,17 @@ Each returns an :class:`builder.ir.IRModule` whose ``main`` takes the model's in
 bound inside as named constants, so ``runtime.VirtualMachine(builder.compile(mod))["main"](*inputs)``
 runs it. torch (and onnx) are imported only when an importer is called: ``import builder`` works
 without them.
+
+Layout: :mod:`.fx` and :mod:`.exported_program` walk the torch graphs with a
+:class:`~.translator.GraphTranslator` (:mod:`.translator`), raising the errors of :mod:`.errors`, reading
+dtypes through :mod:`.dtypes`, binding weights through :mod:`.weights`, translating torch semantics with
+:mod:`.torch_ops` (one module per op family, and the :data:`~.torch_ops.TORCH_OPS` table) and complex values
+with :mod:`.complex`; :mod:`.onnx` is the ONNX importer (its own package: loading, the graph walk, the
+converters by op family).
 """
 from __future__ import annotations
 
-from .common import FrontendError, UnsupportedNodeError
+from .errors import FrontendError, UnsupportedNodeError
 
 __all__ = ["FrontendError", "UnsupportedNodeError", "from_exported_program", "from_fx", "from_onnx"]
 

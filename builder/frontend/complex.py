@@ -24,7 +24,10 @@ from collections.abc import Callable
 
 from ..nn import op
 from ..nn.core import Tensor
-from .common import UnsupportedNodeError, atan2, norm_dim, select, sizes, slice_, static
+from .errors import UnsupportedNodeError
+from .torch_ops.elementwise import atan2
+from .torch_ops.manipulation import select, slice_
+from .torch_ops.operands import norm_dim, sizes, static
 
 __all__ = ["ComplexTensor", "COMPLEX_OPS", "is_complex_dtype"]
 
@@ -45,18 +48,22 @@ class ComplexTensor:
 
     @property
     def ndim(self) -> int:
+        """The complex tensor's number of dims (the pairs' less the trailing 2)."""
         return self.pairs.ndim - 1
 
     @property
     def shape(self) -> list:
+        """The complex tensor's shape: the pairs' without the trailing 2."""
         return list(self.pairs.shape[:-1])
 
     @property
     def real(self) -> Tensor:
+        """The real parts, a float tensor of :attr:`shape`."""
         return _part(self.pairs, 0)
 
     @property
     def imag(self) -> Tensor:
+        """The imaginary parts, a float tensor of :attr:`shape`."""
         return _part(self.pairs, 1)
 
 

@@ -9,7 +9,7 @@ the shapes and dtypes of their ``meta["val"]``. A dim made dynamic with ``torch.
 is a SymInt there; it becomes the symbolic dim ``batch`` (the Dim's name, or the SymInt's own name,
 ``s0``, when the program does not record it). ATen ops are translated by their packet name
 (``aten.add.Tensor`` -> ``add``) with the torch-semantics translations of
-:mod:`builder.frontend.common`; each result is cast to the dtype ``meta["val"]`` says, so type
+:mod:`builder.frontend.torch_ops`; each result is cast to the dtype ``meta["val"]`` says, so type
 promotion matches PyTorch's.
 """
 from __future__ import annotations
@@ -22,8 +22,10 @@ from ..ir import expr as E
 from ..ir import relax as rx
 from ..ir.struct_info import TensorStructInfo
 from ..nn.core import Tensor
-from . import common as C
-from .common import FrontendError, GraphTranslator, UnsupportedNodeError, torch_dtype
+from . import torch_ops as C
+from .dtypes import as_dtype, dtype_or, torch_dtype
+from .errors import describe_node, FrontendError, target_name, UnsupportedNodeError
+from .translator import GraphTranslator, inplace_base
 from .complex import COMPLEX_OPS, ComplexTensor, is_complex_dtype
 
 __all__ = ["ATEN_OPS", "from_exported_program"]
@@ -42,7 +44,7 @@ def _layer_norm(t, x, normalized_shape, weight=None, bias=None, eps=1e-5, cudnn_
 
 
 def _scalar_tensor(t, value, *, dtype=None, **_):
-    return C.to_tensor(value, C._dtype_or(dtype, "float32"))
+    return C.to_tensor(value, dtype_or(dtype, "float32"))
 
 
 def _full(t, size, fill_value, *, dtype=None, **_):
@@ -50,7 +52,7 @@ def _full(t, size, fill_value, *, dtype=None, **_):
 
 
 def _native_dropout(t, x, p, train):
-    return x, C._Unavailable("dropout mask")
+    return x, C.Unavailable("dropout mask")
 
 
 # ATen packet name -> translation (arguments as ATen gives them: same order as the torch function for
@@ -88,7 +90,7 @@ def _sym_compare(py, prim):
             return py(a, b)
         if isinstance(a, (int, E.PrimExpr)) and isinstance(b, (int, E.PrimExpr)):
             return prim(E.convert(a), E.convert(b))
-        raise C.UnsupportedNodeError(f"a comparison of {type(a).__name__} and {type(b).__name__}")
+        raise UnsupportedNodeError(f"a comparison of {type(a).__name__} and {type(b).__name__}")
     return compare
 
 
@@ -260,10 +262,10 @@ def _translate_program(ep) -> rx.IRModule:
                             t.env[node] = val      # specialized by export (use_cache=False): a constant
                             continue
                         if not hasattr(val, "shape"):
-                            raise FrontendError(f"{C.describe_node(node)}: user input {val!r} is not a tensor "
+                            raise FrontendError(f"{describe_node(node)}: user input {val!r} is not a tensor "
                                                 "(only tensor inputs are supported)")
                         if is_complex_dtype(val.dtype):
-                            raise UnsupportedNodeError(f"{C.describe_node(node)}: complex inputs are not supported "
+                            raise UnsupportedNodeError(f"{describe_node(node)}: complex inputs are not supported "
                                                        "(pass torch.view_as_real(z) and view it as complex inside)")
                         shape = _dims(t, val.shape, names)
                         var = rx.Var(node.name, TensorStructInfo(shape, torch_dtype(val.dtype)))
@@ -273,7 +275,7 @@ def _translate_program(ep) -> rx.IRModule:
                     target = spec.target
                     value = state.get(target) if target in state else constants.get(target)
                     if value is None:
-                        raise FrontendError(f"{C.describe_node(node)}: no data for the {kind.lower()} '{target}'")
+                        raise FrontendError(f"{describe_node(node)}: no data for the {kind.lower()} '{target}'")
                     if not hasattr(value, "detach"):
                         t.env[node] = value
                         continue
@@ -295,7 +297,7 @@ def _translate_program(ep) -> rx.IRModule:
                     name = _packet(node.target)
                     if name in _VIEWS:
                         t.record_view(node, _VIEWS[name](*node.args[1:]))
-                    elif name is not None and (name == "copy_" or C.inplace_base(name)):
+                    elif name is not None and (name == "copy_" or inplace_base(name)):
                         t.rebind_inplace(node, value)
                 elif node.op == "output":
                     outs = t.value(node.args[0])
@@ -379,13 +381,13 @@ def _translation(node) -> tuple[Callable | None, str]:
         return _PY_OPS[target], f"operator.{target.__name__}"
     name = _packet(target)
     if name is None:
-        return None, C._target_name(target)
+        return None, target_name(target)
     if _complex_node(node):      # complex values, carried as their real pairs (builder.frontend.complex)
-        base = name if name in COMPLEX_OPS else C.inplace_base(name)
+        base = name if name in COMPLEX_OPS else inplace_base(name)
         return COMPLEX_OPS.get(base or name), f"{target} (complex)"
     fn = ATEN_OPS.get(name)
-    if fn is None and C.inplace_base(name):
-        fn = ATEN_OPS.get(C.inplace_base(name))     # add_ -> add; the caller rebinds the argument
+    if fn is None and inplace_base(name):
+        fn = ATEN_OPS.get(inplace_base(name))     # add_ -> add; the caller rebinds the argument
     return fn, str(target)
 
 
@@ -394,7 +396,7 @@ def _match_dtype(value, node):
     val = node.meta.get("val")
     if isinstance(value, ComplexTensor):
         if not is_complex_dtype(getattr(val, "dtype", None)) or value.ndim != len(val.shape):
-            raise FrontendError(f"{C.describe_node(node)}: translated to a complex value of {value.ndim} dims, "
+            raise FrontendError(f"{describe_node(node)}: translated to a complex value of {value.ndim} dims, "
                                 f"PyTorch has {getattr(val, 'dtype', None)} {list(getattr(val, 'shape', []))}")
         return value
     if isinstance(value, Tensor) and hasattr(val, "dtype") and hasattr(val, "shape"):
@@ -403,7 +405,7 @@ def _match_dtype(value, node):
         except FrontendError:
             return value
         if value.ndim != len(val.shape):
-            raise FrontendError(f"{C.describe_node(node)}: translated to {value.ndim} dims, PyTorch has "
+            raise FrontendError(f"{describe_node(node)}: translated to {value.ndim} dims, PyTorch has "
                                 f"{len(val.shape)}")
-        return C.as_dtype(value, want)
+        return as_dtype(value, want)
     return value

@@ -26,8 +26,10 @@ from ..ir import relax as rx
 from ..ir.struct_info import TensorStructInfo
 from ..nn import op
 from ..nn.core import Tensor
-from . import common as C
-from .common import FrontendError, GraphTranslator, UnsupportedNodeError, torch_dtype
+from . import torch_ops as C
+from .dtypes import as_dtype, torch_dtype
+from .errors import FrontendError, FX_TRACE_HINT, UnsupportedNodeError
+from .translator import GraphTranslator, inplace_base
 
 __all__ = ["default_call_function_map", "default_call_method_map", "default_call_module_map", "from_fx"]
 
@@ -134,7 +136,7 @@ def from_fx(fx_module, input_shapes: Sequence[Sequence[int | str]], call_functio
     named_modules = dict(fx_module.named_modules())
 
     t = GraphTranslator()
-    t.trace_hint = C.FX_TRACE_HINT
+    t.trace_hint = FX_TRACE_HINT
     for name, p in fx_module.named_parameters():
         t.add_weight(name, lambda p=p: p)
     for name, b in fx_module.named_buffers():
@@ -173,7 +175,7 @@ def from_fx(fx_module, input_shapes: Sequence[Sequence[int | str]], call_functio
                         t.env[node] = t.apply(node, _user_function(user_functions[node.target]), None)
                         continue
                     fn = methods.get(node.target)
-                    base = C.inplace_base(node.target)
+                    base = inplace_base(node.target)
                     if fn is None and base is not None:
                         fn = methods.get(base)      # x.mul_(y) as x.mul(y), then x is the result
                     if fn is None:
@@ -278,7 +280,7 @@ _INPLACE_OPERATORS = (operator.iadd, operator.imul, operator.isub, operator.itru
 
 def default_call_function_map() -> dict:
     """The default translations of ``call_function`` targets (torch functions, ``torch.nn.functional``,
-    Python operators, ``math``), each ``fn(t, *args, **kwargs)`` (see :mod:`builder.frontend.common`)."""
+    Python operators, ``math``), each ``fn(t, *args, **kwargs)`` (see :mod:`builder.frontend.torch_ops`)."""
     import torch
     import torch.nn.functional as F
 
@@ -388,7 +390,7 @@ def default_call_method_map() -> dict:
 def _method_type(t, x, dtype=None, *args, **kwargs):
     if dtype is None:
         raise UnsupportedNodeError("Tensor.type() without a dtype (returns a string)")
-    return C.as_dtype(x, torch_dtype(dtype))
+    return as_dtype(x, torch_dtype(dtype))
 
 
 # module translations: fn(t, module, path, *args, **kwargs)
@@ -405,7 +407,7 @@ def _linear_module(t, m, path, x):
 
 
 def _recurrent_module(cell: str):
-    """``nn.LSTM`` / ``GRU`` / ``RNN`` (tanh or relu) called as a module: :func:`builder.frontend.common.recurrent` with
+    """``nn.LSTM`` / ``GRU`` / ``RNN`` (tanh or relu) called as a module: :func:`builder.frontend.torch_ops.nn.recurrent` with
     the module's flat weights and a zero initial state unless one is passed; ``(output, h_n)`` or, for the
     LSTM, ``(output, (h_n, c_n))`` as PyTorch returns them."""
     def translate(t, m, path, x, hx=None):
@@ -519,7 +521,7 @@ def _additive_mask(mask: Tensor | None, dtype: str) -> Tensor | None:
         return None
     if mask.dtype == "bool":
         return op.where(mask, float("-inf"), C.to_tensor(0.0, dtype))
-    return C.as_dtype(mask, dtype)
+    return as_dtype(mask, dtype)
 
 
 def multi_head_attention(t, m, path, query, key, value, key_padding_mask=None, need_weights=True,

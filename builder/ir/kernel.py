@@ -17,8 +17,10 @@ from __future__ import annotations
 from dataclasses import MISSING, dataclass, field
 from typing import Union
 
+from .quant_format import QuantFormat
+
 __all__ = ["DenseWeight", "GroupWeight", "Weight", "LinearKernelSpec", "AttentionKernelSpec", "EpilogueLinear", "EpilogueTensor",
-           "EpilogueOp", "Epilogue", "KERNEL_ATTR", "WEIGHT_TRANSFORM_ATTR", "spec_from_attr"]
+           "EpilogueOp", "Epilogue", "KERNEL_ATTR", "WEIGHT_TRANSFORM_ATTR", "PRINT_WHEN_SET", "spec_from_attr"]
 
 KERNEL_ATTR = "mb.kernel"
 """The PrimFunc attribute that holds a kernel spec."""
@@ -47,12 +49,33 @@ class DenseWeight:
     format: str = field(default="dense", init=False)
 
 
+PRINT_WHEN_SET = "mb.print_when_set"
+"""Field metadata key: the printer writes a kernel-spec field with it only when its value is not the
+default (a field added to a spec does not change the printed form of specs that do not use it)."""
+
+#: GroupWeight field -> the ``R.group_dequantize`` attribute it holds (the fields its printed form has
+#: always had); every other attribute travels in ``extra_attrs``.
+_GROUP_FIELDS = (("bits", "bits"), ("group_size", "group_size"), ("zero_point", "zero_point"),
+                 ("in_features", "in_features"), ("activation", "activation_quantization"), ("row_tile", "row_tile"))
+_GROUP_DEFAULTS = {"activation_quantization": "none", "row_tile": 0}
+
+
+def _frozen(value):
+    """``value`` hashable: lists as tuples (a spec field must be, as a :func:`call_te` memo key)."""
+    return tuple(_frozen(v) for v in value) if isinstance(value, (list, tuple)) else value
+
+
 @dataclass(frozen=True)
 class GroupWeight:
-    """A group-quantized weight (``R.group_dequantize`` of ``q`` and ``scale``; see
-    :mod:`builder.ir.op.quantize` for the layout) with its integer attributes, the activation
-    quantization it allows (``"none"`` or ``"int8"``) and its ``row_tile`` (0: rows as they are,
-    else 3-D tiles of that many rows)."""
+    """A group-quantized weight: ``R.group_dequantize(q, scale, **attrs)`` with the words at parameter
+    ``q`` and the scales at ``scale``, and the op's attributes, carried verbatim: the ones every format has
+    as fields (``bits``, ``group_size``, ``zero_point``, ``in_features``, ``activation`` for
+    ``activation_quantization``: ``"none"`` / ``"int8"``, ``row_tile``: 0 for rows as they are, else 3-D
+    tiles of that many rows) and any other (a codebook's name, an attribute a new format adds) in
+    ``extra_attrs``, ``((key, value), ...)``, printed only when there are some. Build it from the op's
+    attributes with :meth:`of_attrs`; :attr:`op_attrs` gives them back, :meth:`quant_format` the
+    :class:`~builder.ir.quant_format.QuantFormat` (layout: :mod:`builder.ir.quant_format`). A kernel that
+    does not know an attribute must refuse the weight (the planner does, :mod:`builder.codegen.kernels.linear.plan`)."""
 
     q: int
     scale: int
@@ -63,6 +86,42 @@ class GroupWeight:
     activation: str = "none"
     row_tile: int = 0
     format: str = field(default="group", init=False)
+    extra_attrs: tuple = field(default=(), metadata={PRINT_WHEN_SET: True})
+
+    @classmethod
+    def of_attrs(cls, q: int, scale: int, attrs) -> "GroupWeight":
+        """The weight of ``R.group_dequantize`` attributes ``attrs`` (a mapping) at parameters ``q`` /
+        ``scale``: every attribute kept (``of_attrs(q, s, a).op_attrs == a`` up to defaults). Raises
+        KeyError for a missing required one (``bits``, ``group_size``, ``zero_point``, ``in_features``)."""
+        kw = {}
+        for f, k in _GROUP_FIELDS:
+            v = attrs.get(k, _GROUP_DEFAULTS[k]) if k in _GROUP_DEFAULTS else attrs[k]
+            kw[f] = str(v) if f == "activation" else int(v)
+        named = {k for _, k in _GROUP_FIELDS}
+        extra = tuple((k, _frozen(v)) for k, v in attrs.items() if k not in named)
+        return cls(q, scale, **kw, extra_attrs=extra)
+
+    @classmethod
+    def of_format(cls, q: int, scale: int, fmt: QuantFormat, in_features: int) -> "GroupWeight":
+        """The weight of a :class:`~builder.ir.quant_format.QuantFormat` with ``in_features`` columns."""
+        return cls.of_attrs(q, scale, fmt.to_attrs(in_features))
+
+    @property
+    def op_attrs(self) -> dict:
+        """The ``R.group_dequantize`` attributes this weight stands for, in the printed order (the defaults
+        ``activation_quantization="none"`` and ``row_tile=0`` left out)."""
+        attrs = {}
+        for f, k in _GROUP_FIELDS:
+            v = getattr(self, f)
+            if k not in _GROUP_DEFAULTS or v != _GROUP_DEFAULTS[k]:
+                attrs[k] = v
+        attrs.update(self.extra_attrs)
+        return attrs
+
+    def quant_format(self, storage_dtype: str, scale_dtype: str, name: str = "linear_kernel") -> QuantFormat:
+        """The :class:`~builder.ir.quant_format.QuantFormat` of this weight with words of ``storage_dtype``
+        and scales of ``scale_dtype`` (:meth:`QuantFormat.from_attrs`; raises as it does)."""
+        return QuantFormat.from_attrs(self.op_attrs, storage_dtype, scale_dtype, name)
 
 
 Weight = Union[DenseWeight, GroupWeight]
@@ -168,8 +227,14 @@ def spec_from_attr(value: dict) -> "LinearKernelSpec | AttentionKernelSpec":
         if cls is None:
             raise ValueError(f"{KERNEL_ATTR}: unknown weight format {fmt!r}")
         wf = fields(w, cls, "format")
+        extra = wf.pop("extra_attrs", ())
         if not all(isinstance(v, int) and not isinstance(v, bool) for k, v in wf.items() if k != "activation"):
             raise ValueError(f"{KERNEL_ATTR}: weight fields must be integers, got {wf}")
+        if extra:
+            if not isinstance(extra, (list, tuple)) or not all(
+                    isinstance(p, (list, tuple)) and len(p) == 2 and isinstance(p[0], str) for p in extra):
+                raise ValueError(f"{KERNEL_ATTR}: extra_attrs must be [key, value] pairs, got {extra!r}")
+            wf["extra_attrs"] = tuple((k, _frozen(v)) for k, v in extra)
         weights.append(cls(**wf))
     if not all(isinstance(d[k], int) and not isinstance(d[k], bool) for k in ("x", "out")) or not all(
             isinstance(a, str) for a in d["acc"]):

@@ -11,16 +11,16 @@ from dataclasses import dataclass
 from typing import Union
 
 from schemas import (
-    QUANTIZATION_KINDS, QUANTIZATION_PRESETS, STORAGE_BITS, GroupQuantization, NoQuantization,
+    QUANTIZATION_KINDS, QUANTIZATION_PRESETS, GroupQuantization, NoQuantization,
     PerChannelQuantization, QuantizationSpec, register_quantization_preset, resolve_quantization,
 )
 
-from ..ir.op.quantize import ROW_TILE
+from ..ir.quant_format import ROW_TILE, STORAGE_BITS, QuantFormat, get_quant_format
 
 __all__ = [
     "GroupQuantization", "PerChannelQuantization", "NoQuantization", "QuantizationSpec", "PRESETS", "KINDS",
     "STORAGE_BITS", "register_preset", "resolve", "preset_name", "describe", "QuantLayout", "is_quantizing",
-    "GroupSizeError", "ROW_TILE",
+    "GroupSizeError", "ROW_TILE", "QuantFormat", "spec_format",
 ]
 
 
@@ -77,17 +77,25 @@ def is_quantizing(spec: QuantizationSpec) -> bool:
     return isinstance(spec, (GroupQuantization, PerChannelQuantization))
 
 
+def spec_format(spec: QuantizedSpec) -> QuantFormat:
+    """The :class:`~builder.ir.quant_format.QuantFormat` a quantizing spec declares (per-channel: group size
+    0, one group per row; the row tiles are chosen per weight, :meth:`QuantFormat.for_weight`)."""
+    return QuantFormat(spec.bits, spec.group_size if isinstance(spec, GroupQuantization) else 0,
+                       spec.storage_dtype, spec.model_dtype, spec.zero_point,
+                       activation=getattr(spec, "activation_quantization", "none"))
+
+
 @dataclass(frozen=True)
 class QuantLayout:
-    """How a (rows, in_features) weight is stored under a quantizing spec.
+    """How a (rows, in_features) weight is stored: its :class:`~builder.ir.quant_format.QuantFormat`
+    ``format`` (group size and row tiles resolved for this weight) and ``in_features``.
 
-    ``group_size`` (the spec's, or ``in_features`` for per-channel), ``num_groups =
+    ``group_size`` (the format's, or ``in_features`` for per-channel), ``num_groups =
     ceil(in_features / group_size)``, ``padded_in = num_groups * group_size`` (zero columns are
     appended at quantization time), ``words = padded_in / elements_per_word``: ``q_weight`` is
-    (rows, words) of ``storage_dtype`` and ``q_scale`` (rows, num_groups) of ``model_dtype``.
-    ``zero_point`` is the stored value of 0 (``max_int`` for group, 0 for per-channel).
-    ``activation_quantization`` is the spec's (``"none"`` or ``"int8"``, see
-    :class:`schemas.GroupQuantization`). ``row_tile`` (0: none): the weight is stored in tiles of
+    (rows, words) of ``storage_dtype`` and ``q_scale`` (rows, num_groups) of ``model_dtype`` (the
+    format's scale dtype). ``zero_point`` is the stored value of 0 (``max_int`` for group, 0 for
+    per-channel and codebook formats). ``row_tile`` (0: none): the weight is stored in tiles of
     that many rows, each transposed (:func:`runtime.weights.tile_rows`): ``q_weight``
     (rows / T, words, T), ``q_scale`` (rows / T, num_groups, T) -- chosen by :meth:`of` for 4- and
     8-bit weights in uint32 words whose rows fill whole tiles of :data:`ROW_TILE`, the layout of the
@@ -95,39 +103,74 @@ class QuantLayout:
     """
 
     in_features: int
-    bits: int
-    group_size: int
-    elements_per_word: int
-    storage_dtype: str
-    model_dtype: str
-    max_int: int
-    zero_point: int
-    activation_quantization: str = "none"
-    row_tile: int = 0
+    format: QuantFormat
 
     @staticmethod
-    def of(spec: QuantizedSpec, in_features: int, rows=None) -> "QuantLayout":
+    def of(spec: Union[QuantizedSpec, QuantFormat, str], in_features: int, rows=None) -> "QuantLayout":
         """The layout of a weight with ``in_features`` columns and ``rows`` rows (given for a
-        Linear's weight, which may then be row-tiled; an Embedding's never is). Raises ValueError
-        for a non-positive or non-integer ``in_features`` (a symbolic size cannot be grouped),
-        :class:`GroupSizeError` for a ``group_size`` larger than ``in_features``."""
+        Linear's weight, which may then be row-tiled; an Embedding's never is) under a quantizing spec, a
+        :class:`QuantFormat` or the name of a registered one. Raises ValueError for a non-positive or
+        non-integer ``in_features`` (a symbolic size cannot be grouped), :class:`GroupSizeError` for a
+        ``group_size`` larger than ``in_features``, KeyError for an unknown format name."""
         if not isinstance(in_features, int) or isinstance(in_features, bool) or in_features <= 0:
             raise ValueError(f"cannot quantize a weight with in_features={in_features!r}: group "
                              "quantization needs a fixed positive number of input features")
-        group_size = spec.group_size if isinstance(spec, GroupQuantization) else in_features
-        if group_size > in_features:
-            raise GroupSizeError(f"group_size {group_size} is larger than the weight's {in_features} input "
+        fmt = (get_quant_format(spec) if isinstance(spec, str) else spec if isinstance(spec, QuantFormat)
+               else spec_format(spec))
+        if fmt.group_size > in_features:
+            raise GroupSizeError(f"group_size {fmt.group_size} is larger than the weight's {in_features} input "
                                  "features")
-        act = getattr(spec, "activation_quantization", "none")
-        tiled = (spec.bits in (4, 8) and spec.storage_dtype == "uint32" and group_size % spec.elements_per_word == 0
-                 and isinstance(rows, int) and not isinstance(rows, bool) and rows > 0 and rows % ROW_TILE == 0)
-        return QuantLayout(in_features, spec.bits, group_size, spec.elements_per_word, spec.storage_dtype,
-                           spec.model_dtype, spec.max_int, spec.zero_point, act, ROW_TILE if tiled else 0)
+        return QuantLayout(in_features, fmt.for_weight(in_features, rows))
+
+    @property
+    def bits(self) -> int:
+        """Bits per stored value."""
+        return self.format.bits
+
+    @property
+    def group_size(self) -> int:
+        """Columns per scale."""
+        return self.format.group_size_for(self.in_features)
+
+    @property
+    def elements_per_word(self) -> int:
+        """Values per storage word."""
+        return self.format.elements_per_word
+
+    @property
+    def storage_dtype(self) -> str:
+        """dtype of ``q_weight``."""
+        return self.format.storage_dtype
+
+    @property
+    def model_dtype(self) -> str:
+        """dtype of ``q_scale`` (the model dtype)."""
+        return self.format.scale_dtype
+
+    @property
+    def max_int(self) -> int:
+        """The largest magnitude the symmetric quantizer stores (``2 ** (bits - 1) - 1``)."""
+        return self.format.max_int
+
+    @property
+    def zero_point(self) -> int:
+        """The stored value of 0."""
+        return self.format.zero_point
+
+    @property
+    def activation_quantization(self) -> str:
+        """``"none"`` or ``"int8"`` (see :class:`schemas.GroupQuantization`)."""
+        return self.format.activation
+
+    @property
+    def row_tile(self) -> int:
+        """Rows per tile (0: the row layout)."""
+        return self.format.row_tile
 
     @property
     def num_groups(self) -> int:
         """``ceil(in_features / group_size)``."""
-        return -(-self.in_features // self.group_size)
+        return self.format.groups(self.in_features)
 
     @property
     def padded_in(self) -> int:
@@ -137,28 +180,17 @@ class QuantLayout:
     @property
     def words(self) -> int:
         """Storage words per row: ``padded_in / elements_per_word``."""
-        return self.padded_in // self.elements_per_word
+        return self.format.words(self.in_features)
 
     def q_weight_shape(self, rows) -> tuple:
         """``(rows, words)``; ``(rows / row_tile, words, row_tile)`` when tiled."""
-        if self.row_tile:
-            return (rows // self.row_tile, self.words, self.row_tile)
-        return (rows, self.words)
+        return self.format.q_weight_shape(rows, self.in_features)
 
     def q_scale_shape(self, rows) -> tuple:
         """``(rows, num_groups)``; ``(rows / row_tile, num_groups, row_tile)`` when tiled."""
-        if self.row_tile:
-            return (rows // self.row_tile, self.num_groups, self.row_tile)
-        return (rows, self.num_groups)
+        return self.format.q_scale_shape(rows, self.in_features)
 
     @property
     def op_attrs(self) -> dict:
-        """The attributes of ``R.group_dequantize`` for this layout (``activation_quantization``
-        only when not ``"none"``)."""
-        attrs = {"bits": self.bits, "group_size": self.group_size, "zero_point": self.zero_point,
-                 "in_features": self.in_features}
-        if self.activation_quantization != "none":
-            attrs["activation_quantization"] = self.activation_quantization
-        if self.row_tile:
-            attrs["row_tile"] = self.row_tile
-        return attrs
+        """The attributes of ``R.group_dequantize`` for this layout (:meth:`QuantFormat.to_attrs`)."""
+        return self.format.to_attrs(self.in_features)

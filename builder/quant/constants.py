@@ -14,6 +14,7 @@ model stores float32 scales. The spec's ``exclude`` globs name recipe modules an
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Union
 
 import numpy as np
@@ -21,6 +22,7 @@ import numpy as np
 from schemas import QuantizationSpec
 
 from ..ir import relax as rx
+from ..ir.quant_format import QuantFormat
 from ..ir.struct_info import TensorStructInfo
 from .config import QuantLayout, is_quantizing, resolve
 from .packing import quantize_weight
@@ -30,14 +32,15 @@ __all__ = ["quantize_constants"]
 _FLOATS = ("float32", "float16", "bfloat16")
 
 
-def quantize_constants(mod: rx.IRModule, quantization: Union[str, QuantizationSpec]) -> rx.IRModule:
+def quantize_constants(mod: rx.IRModule, quantization: Union[str, QuantizationSpec, QuantFormat]) -> rx.IRModule:
     """``mod`` with its constant Linear weights quantized as ``quantization`` says (a preset name such
-    as ``"q4f16_1"`` / ``"q8f32_1"`` or a spec; see the module docstring). Returns a new module (``mod``
-    is not changed); a spec that does not quantize (``"none"``, a dtype cast) returns ``mod``.
-    Raises ValueError for an unknown preset, and what :func:`~builder.quant.packing.quantize_weight`
-    raises for a weight it cannot quantize (non-finite values)."""
-    spec = resolve(quantization)
-    if not is_quantizing(spec):
+    as ``"q4f16_1"`` / ``"q8f32_1"``, a spec, or a :class:`~builder.ir.quant_format.QuantFormat`; see the
+    module docstring). Returns a new module (``mod`` is not changed); a spec that does not quantize
+    (``"none"``, a dtype cast) returns ``mod``. Raises ValueError for an unknown preset, and what
+    :func:`~builder.quant.packing.quantize_weight` raises for a weight it cannot quantize (non-finite
+    values)."""
+    spec = quantization if isinstance(quantization, QuantFormat) else resolve(quantization)
+    if not isinstance(spec, QuantFormat) and not is_quantizing(spec):
         return mod
     out = rx.IRModule()
     for name, func in mod.functions.items():
@@ -108,7 +111,8 @@ def _dequantize(w: rx.Constant, spec, dtype: str) -> rx.Expr | None:
     """``group_dequantize`` of ``w`` quantized as ``spec`` with ``dtype`` scales, or None when the
     weight is too narrow for a group."""
     rows, cols = w.data.shape
-    spec = spec.model_copy(update={"model_dtype": dtype})
+    spec = replace(spec, scale_dtype=dtype) if isinstance(spec, QuantFormat) else spec.model_copy(
+        update={"model_dtype": dtype})
     try:
         layout = QuantLayout.of(spec, cols, rows)
     except ValueError:

@@ -12,13 +12,27 @@ which legalization compiles into one kernel that dequantizes in registers
 """
 from __future__ import annotations
 
+from typing import Union
+
 from .. import nn
 from ..ir.expr import is_float_dtype
+from ..ir.quant_format import QuantFormat
 from ..nn import op
+from ..nn.core import wrap_nested
+from ..nn.op.common import op_call
 from ..nn.tensor_parallel import reduce_partial_sums
 from .config import QuantizedSpec, QuantLayout
 
+#: What a quantized layer is built with: a quantizing spec, a QuantFormat or a registered format's name.
+Format = Union[QuantizedSpec, QuantFormat, str]
+
 __all__ = ["QuantizedLinear", "QuantizedEmbedding"]
+
+
+def dequantize(layout: QuantLayout, q_weight: nn.Parameter, q_scale: nn.Parameter) -> nn.Tensor:
+    """``R.group_dequantize(q_weight, q_scale, **layout.op_attrs)``: every attribute the layout's format
+    writes (:meth:`~builder.ir.quant_format.QuantFormat.to_attrs`), bound as ``dequantize``."""
+    return wrap_nested(op_call("group_dequantize", [q_weight._expr, q_scale._expr], **layout.op_attrs), "dequantize")
 
 
 def _cast_floats(params, dtype: str | None) -> None:
@@ -28,7 +42,8 @@ def _cast_floats(params, dtype: str | None) -> None:
 
 
 class QuantizedLinear(nn.Module):
-    """``y = x @ dequantize(q_weight, q_scale).T + bias`` for a quantizing spec.
+    """``y = x @ dequantize(q_weight, q_scale).T + bias`` for a quantizing spec, a
+    :class:`~builder.ir.quant_format.QuantFormat` or a registered format's name (``spec``).
 
     ``q_weight`` (out_features, words) of the storage dtype, ``q_scale`` (out_features,
     num_groups) -- in row tiles (:class:`~builder.quant.config.QuantLayout` ``row_tile``) for 4- and
@@ -37,7 +52,7 @@ class QuantizedLinear(nn.Module):
     (..., in_features) in the model dtype. Raises ValueError for a symbolic ``in_features``.
     """
 
-    def __init__(self, in_features: int, out_features, spec: QuantizedSpec, bias: bool = True,
+    def __init__(self, in_features: int, out_features, spec: Format, bias: bool = True,
                  out_dtype: str | None = None) -> None:
         self.in_features = in_features
         self.out_features = out_features
@@ -50,7 +65,7 @@ class QuantizedLinear(nn.Module):
         self.bias = nn.Parameter((out_features,), out_dtype or self.layout.model_dtype) if bias else None
 
     @staticmethod
-    def from_linear(src: nn.Linear, spec: QuantizedSpec) -> "QuantizedLinear":
+    def from_linear(src: nn.Linear, spec: Format) -> "QuantizedLinear":
         """The quantized counterpart of ``src`` (same features, bias and out_dtype; parameter
         attrs of the bias kept)."""
         out_features, in_features = src.weight.shape
@@ -63,7 +78,7 @@ class QuantizedLinear(nn.Module):
 
     def forward(self, x: nn.Tensor) -> nn.Tensor:
         """x (..., in_features) -> (..., out_features)."""
-        w = op.group_dequantize(self.q_weight, self.q_scale, name="dequantize", **self.layout.op_attrs)
+        w = dequantize(self.layout, self.q_weight, self.q_scale)
         x = op.matmul(x, op.permute_dims(w), out_dtype=self.out_dtype)
         x = reduce_partial_sums(x, self)
         if self.bias is not None:
@@ -79,9 +94,9 @@ class QuantizedLinear(nn.Module):
 class QuantizedEmbedding(nn.Module):
     """Lookup table of ``num`` quantized rows of ``dim`` values: ids (...) -> (..., dim) in the
     model dtype. ``q_weight`` (num, words), ``q_scale`` (num, num_groups); groups run along
-    ``dim``. Raises ValueError for a symbolic ``dim``."""
+    ``dim``; ``spec`` as for :class:`QuantizedLinear`. Raises ValueError for a symbolic ``dim``."""
 
-    def __init__(self, num, dim: int, spec: QuantizedSpec) -> None:
+    def __init__(self, num, dim: int, spec: Format) -> None:
         self.num = num
         self.dim = dim
         self.layout = QuantLayout.of(spec, dim)
@@ -89,14 +104,14 @@ class QuantizedEmbedding(nn.Module):
         self.q_scale = nn.Parameter(self.layout.q_scale_shape(num), self.layout.model_dtype)
 
     @staticmethod
-    def from_embedding(src: nn.Embedding, spec: QuantizedSpec) -> "QuantizedEmbedding":
+    def from_embedding(src: nn.Embedding, spec: Format) -> "QuantizedEmbedding":
         """The quantized counterpart of ``src``."""
         num, dim = src.weight.shape
         return QuantizedEmbedding(num, dim, spec)
 
     def forward(self, x: nn.Tensor) -> nn.Tensor:
         """ids (...) -> embeddings (..., dim)."""
-        w = op.group_dequantize(self.q_weight, self.q_scale, name="dequantize", **self.layout.op_attrs)
+        w = dequantize(self.layout, self.q_weight, self.q_scale)
         if x.ndim == 1:
             return op.take(w, x, axis=0)
         flat = op.reshape(x, [-1])

@@ -13,12 +13,18 @@ Formulas (MLC-LLM's group quantization, NK layout; per-channel is one group per 
   storage; a group whose scale is 0 (all zero) stores ``zero_point``;
 * packing: value ``i`` of a word sits in bits ``[i*bits, (i+1)*bits)`` (the first value in the
   lowest bits), ``elements_per_word = storage bits / bits`` values per word;
-* dequantization: ``(q - zero_point) * scale``, exact in float32;
+* a codebook format (:class:`~builder.ir.quant_format.QuantFormat` ``codebook``, QLoRA's NF4): ``scale =
+  max|w| / max|codebook|`` and ``q`` the index of the entry nearest ``w / scale`` (the first of two as
+  near), dequantized as ``codebook[q] * scale``;
+* dequantization: ``(q - zero_point) * scale``, exact in float32 (the format's float64 reference rounded
+  once);
 * row tiles (``layout.row_tile = T``, 4- and 8-bit weights in uint32 words): ``q_weight`` and
   ``q_scale`` as (rows / T, words | groups, T), each tile of ``T`` rows transposed
   (:func:`tile_rows`; see :mod:`builder.ir.op.quantize`).
 """
 from __future__ import annotations
+
+from dataclasses import replace
 
 import numpy as np
 
@@ -121,7 +127,10 @@ def quantize_weight(w: np.ndarray, layout: QuantLayout, dtype: str | None = None
     q_weight = np.empty((rows, layout.words), layout.storage_dtype)
     scale_dtype = np.uint16 if layout.model_dtype == "bfloat16" else np.dtype(layout.model_dtype)
     q_scale = np.empty((rows, groups), scale_dtype)
-    small = np.int8 if layout.zero_point == 0 else np.uint8  # every stored value fits in 8 bits
+    codebook = None if layout.format.codebook is None else np.asarray(layout.format.codebook, np.float32)
+    # scale = max|w| / the largest magnitude a stored value means (max_int, or the codebook's largest)
+    top = layout.max_int if codebook is None else float(np.abs(codebook).max())
+    small = np.int8 if layout.format.signed else np.uint8  # every stored value fits in 8 bits
     step = max(1, (1 << 18) // layout.padded_in)
     for r0 in range(0, rows, step):
         chunk = w32[r0:r0 + step]
@@ -130,16 +139,19 @@ def quantize_weight(w: np.ndarray, layout: QuantLayout, dtype: str | None = None
             padded[:, :layout.in_features] = chunk
             chunk = padded
         g = chunk.reshape(chunk.shape[0], groups, size)
-        scale = from_float32(np.abs(g).max(axis=2) / np.float32(layout.max_int), layout.model_dtype)
+        scale = from_float32(np.abs(g).max(axis=2) / np.float32(top), layout.model_dtype)
         s32 = to_float32(scale, layout.model_dtype)[:, :, None]
         if not np.isfinite(s32).all():
             raise ValueError(f"weight of shape {w32.shape} has non-finite values or magnitudes too large for "
                              f"{layout.model_dtype} scales (rows {r0}..{r0 + chunk.shape[0] - 1})")
         r = np.zeros(g.shape, np.float32)
         np.divide(g, s32, out=r, where=s32 != 0)
-        np.rint(r, out=r)
-        np.clip(r, -layout.max_int, layout.max_int, out=r)
-        q = r.astype(np.int16) + np.int16(layout.zero_point)
+        if codebook is not None:   # the nearest entry (the first of two as near)
+            q = np.abs(r[..., None] - codebook).argmin(axis=-1).astype(np.int16)
+        else:
+            np.rint(r, out=r)
+            np.clip(r, -layout.max_int, layout.max_int, out=r)
+            q = r.astype(np.int16) + np.int16(layout.zero_point)
         q_weight[r0:r0 + step] = pack_bits(q.astype(small).reshape(chunk.shape[0], layout.padded_in),
                                            layout.bits, layout.storage_dtype)
         q_scale[r0:r0 + step] = scale
@@ -148,10 +160,9 @@ def quantize_weight(w: np.ndarray, layout: QuantLayout, dtype: str | None = None
 
 def dequantize_weight(q_weight: np.ndarray, q_scale: np.ndarray, layout: QuantLayout) -> np.ndarray:
     """The float32 weight (rows, in_features) that ``(q_weight, q_scale)`` stand for:
-    ``(q - zero_point) * scale`` (exact in float32), padding columns dropped (row tiles undone)."""
-    q_weight, q_scale = untile_rows(q_weight), untile_rows(q_scale)
-    q = unpack_bits(q_weight, layout.bits)
-    s32 = to_float32(q_scale, layout.model_dtype)
-    vals = (q - layout.zero_point).astype(np.float32)
-    scales = np.repeat(s32, layout.group_size, axis=1)
-    return (vals * scales)[:, :layout.in_features]
+    ``(q - zero_point) * scale`` or ``codebook[q] * scale`` -- the format's float64 reference
+    (:meth:`~builder.ir.quant_format.QuantFormat.dequantize_reference`, exact) rounded once to float32,
+    which is what the kernels compute -- padding columns dropped. ``q_weight`` / ``q_scale`` may be row-major
+    or in the layout's row tiles."""
+    fmt = replace(layout.format, row_tile=0)
+    return fmt.dequantize_reference(untile_rows(q_weight), untile_rows(q_scale), layout.in_features).astype(np.float32)

@@ -90,7 +90,8 @@ def fusable(op: rx.Op) -> bool:
 
 def linear_weight(bindings: dict, b: rx.Expr, tensors: list, offset: int = 1):
     """The weight of ``b`` when it is ``permute_dims(W)`` of a 2-D float ``W`` or of
-    ``group_dequantize(q, s)``: a :class:`DenseWeight` / :class:`GroupWeight` whose indices are
+    ``group_dequantize(q, s)``: a :class:`DenseWeight` / :class:`GroupWeight` (carrying the op's
+    attributes as they are, :meth:`GroupWeight.of_attrs`) whose indices are
     positions in ``tensors`` (to which the weight's tensors are appended) plus ``offset`` (the
     kernel's parameters start with ``x``). None for anything else."""
     def bound(e: rx.Expr, op: str):
@@ -115,10 +116,7 @@ def linear_weight(bindings: dict, b: rx.Expr, tensors: list, offset: int = 1):
     dq = bound(w, "relax.group_dequantize")
     if dq is not None:
         q, s = dq.args
-        at = dq.attrs
-        return GroupWeight(index(q), index(s), int(at["bits"]), int(at["group_size"]), int(at["zero_point"]),
-                           int(at["in_features"]), str(at.get("activation_quantization", "none")),
-                           int(at.get("row_tile", 0)))
+        return GroupWeight.of_attrs(index(q), index(s), dq.attrs)   # every attribute, as the op has it
     if wsi.dtype not in FLOATS:
         return None
     return DenseWeight(index(w))

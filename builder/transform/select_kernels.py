@@ -26,6 +26,8 @@ become dead and are removed.
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 from ..ir import relax as rx
 from ..ir import tir
 from ..ir.block_builder import BlockBuilder
@@ -125,8 +127,8 @@ class SelectKernels(FusionPass):
                 pass
         if isinstance(weight, GroupWeight):
             q, s = tensors[weight.q - 1], tensors[weight.scale - 1]
-            return call_te(bb, topi.dequantize_linear, (a, q, s),
-                           {**quant_attrs(defs[defs[b].args[0]]), "out_dtype": out_dtype}, "dequantize_matmul")
+            return call_te(bb, topi.dequantize_linear, (a, q, s), {**weight.op_attrs, "out_dtype": out_dtype},
+                           "dequantize_matmul")
         return call_te(bb, topi.linear, (a, tensors[weight.w - 1]), {"out_dtype": out_dtype}, "matmul")
 
     @staticmethod
@@ -142,19 +144,17 @@ class SelectKernels(FusionPass):
 
 def _dequantize_matmul_kernel(bb: BlockBuilder, a: rx.Expr, tensors: list, weight: GroupWeight,
                               out_dtype: str | None) -> rx.Call:
-    """The ``dequantize_linear`` loops of a quantized matmul, marked with a :class:`LinearKernelSpec`
-    so that they compile to the quantized GEMV / GEMM."""
+    """The ``dequantize_linear`` loops of a quantized matmul (the weight's attributes as the graph has
+    them, :attr:`GroupWeight.op_attrs`), marked with a :class:`LinearKernelSpec` so that they compile to
+    the quantized GEMV / GEMM where the planner knows the format."""
     q, s = tensors[weight.q - 1], tensors[weight.scale - 1]
-    attrs = {"bits": weight.bits, "group_size": weight.group_size, "zero_point": weight.zero_point,
-             "in_features": weight.in_features, "row_tile": weight.row_tile}
-    call = call_te(bb, topi.dequantize_linear, (a, q, s), {**attrs, "out_dtype": out_dtype}, "dequantize_matmul")
+    call = call_te(bb, topi.dequantize_linear, (a, q, s), {**weight.op_attrs, "out_dtype": out_dtype},
+                   "dequantize_matmul")
     func = bb.get()[call.args[0].name_hint]
     reductions = []
     tir.walk_stmt(func.body, lambda st: reductions.append(st.block.name)
                   if isinstance(st, tir.BlockRealize) and st.block.init is not None else None)
     if len(reductions) == 1:
-        func.attrs[KERNEL_ATTR] = LinearKernelSpec(0, 3, (GroupWeight(1, 2, weight.bits, weight.group_size,
-                                                                      weight.zero_point, weight.in_features,
-                                                                      weight.activation, weight.row_tile),),
-                                                   tuple(reductions))
+        # the weight as matched, every attribute carried (its inputs renumbered: x, q, s)
+        func.attrs[KERNEL_ATTR] = LinearKernelSpec(0, 3, (replace(weight, q=1, scale=2),), tuple(reductions))
     return call

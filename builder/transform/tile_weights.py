@@ -32,6 +32,8 @@ computed matrix), symbolic or non-multiple-of-16 ``out``, and kernels whose weig
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from core.layout import tile_rows as np_tile_rows
@@ -117,7 +119,8 @@ def _tiled_kernel(func: tir.PrimFunc, spec: LinearKernelSpec, idxs: list[int]) -
         if i in kn_idx:
             kn.add(old)
     body = _Retile(buffers, kn).visit_stmt(func.body)
-    weights = tuple(DenseWeight(w.w, row_tile=ROW_TILE) if isinstance(w, DenseWeight) else w for w in spec.weights)
+    # the same weights (every field carried), the dense ones now in row tiles of the (out, in) layout
+    weights = tuple(replace(w, row_tile=ROW_TILE, kn=0) if isinstance(w, DenseWeight) else w for w in spec.weights)
     params = [buffers.get(p, p) for p in func.params]
     attrs = {**func.attrs, KERNEL_ATTR: LinearKernelSpec(spec.x, spec.out, weights, spec.acc)}
     return tir.PrimFunc(params, body, attrs, func.name)

@@ -361,7 +361,7 @@ def test_serialized_bytes_import_as_the_model(tmp_path, monkeypatch):
     """The model's serialized bytes (what onnxruntime's InferenceSession also takes) import as the
     ModelProto does; damaged or oversized bytes and external data referred to from bytes are refused, and
     anything else is a TypeError naming the accepted kinds."""
-    import builder.frontend.onnx as onnx_frontend
+    import builder.frontend.onnx.loading as onnx_loading   # (the module that enforces the limit)
 
     nodes = [helper.make_node("Mul", ["x", "w"], ["m"]), helper.make_node("Tanh", ["m"], ["y"])]
     w = rand(2, 5)
@@ -374,7 +374,7 @@ def test_serialized_bytes_import_as_the_model(tmp_path, monkeypatch):
         np.testing.assert_allclose(got, np.tanh(x.astype(np.float64) * w), rtol=1e-6, atol=1e-7)
     with pytest.raises(ONNXImportError, match="not a readable ONNX model"):
         from_onnx(b"\x00not a model" + data[:7])
-    monkeypatch.setattr(onnx_frontend, "MAX_MODEL_BYTES", len(data) - 1)
+    monkeypatch.setattr(onnx_loading, "MAX_MODEL_BYTES", len(data) - 1)
     with pytest.raises(ONNXImportError, match="more than the limit"):
         from_onnx(data)
     monkeypatch.undo()

@@ -762,7 +762,7 @@ def run_case(path: str, inputs_path: str) -> dict:
 
 def _documented_divergence(path: str, feeds: dict) -> str | None:
     """Why the case is not compared with onnxruntime, where the importer documents another rule than
-    onnxruntime's for it (``builder/frontend/onnx.py``): a MaxPool window holding a NaN gives NaN (onnxruntime
+    onnxruntime's for it (``builder/frontend/onnx/convert_conv_pool.py``): a MaxPool window holding a NaN gives NaN (onnxruntime
     keeps or drops it by kernel), ArgMax / ArgMin take the first NaN of a row (numpy's rule), ReduceMax /
     ReduceMin of a set holding a NaN give NaN (numpy's; onnxruntime skips a NaN that is not first), ReduceMean over
     an empty set is NaN (the spec's "undefined"; onnxruntime gives 0). None otherwise."""

@@ -181,8 +181,8 @@ def test_unfused_dequantize_is_a_kernel_of_its_own():
     s = rng.random((6, 3)).astype(np.float32)
     x = np.zeros((6, 40), np.float32)
     y = VirtualMachine(exe)["forward"](x, q, s)
-    from builder.quant import QuantLayout
-    layout = QuantLayout(40, 4, 16, 8, "uint32", "float32", 7, 7)
+    from builder.quant import QuantFormat, QuantLayout
+    layout = QuantLayout(40, QuantFormat(4, 16, "uint32", "float32", 7))
     np.testing.assert_array_equal(y, dequantize_weight(q, s, layout))
 
 
@@ -219,7 +219,7 @@ def test_row_tiled_dequantize_and_gather():
     keep the attribute, and the unfused dequantize and the quantized gather read word ``w`` of row
     ``n`` at ``[n // 16, w, n % 16]`` (numpy's dequantization of the row-major words as reference)."""
     from builder.ir.parser import parse
-    from builder.quant import QuantLayout
+    from builder.quant import QuantFormat, QuantLayout
     from builder.quant.packing import tile_rows
 
     irmod, _ = TiledDequant().export_tvm({"forward": {"x": nn.spec.Tensor([32, 40], "float32"),
@@ -232,7 +232,7 @@ def test_row_tiled_dequantize_and_gather():
     rng = np.random.default_rng(5)
     q = rng.integers(0, 2 ** 32, (32, 6), dtype=np.uint64).astype(np.uint32)
     s = rng.random((32, 3)).astype(np.float32)
-    want = dequantize_weight(q, s, QuantLayout(40, 4, 16, 8, "uint32", "float32", 7, 7))
+    want = dequantize_weight(q, s, QuantLayout(40, QuantFormat(4, 16, "uint32", "float32", 7)))
     ids = np.array([0, 17, 31], np.int32)
     y, rows = VirtualMachine(exe)["forward"](np.zeros((32, 40), np.float32), ids, tile_rows(q, 16), tile_rows(s, 16))
     np.testing.assert_array_equal(y, want)

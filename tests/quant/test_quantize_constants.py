@@ -53,6 +53,35 @@ def test_constant_linear_weights_are_quantized(preset):
     np.testing.assert_allclose(runtime.VirtualMachine(exe)["main"](x), want, rtol=1e-4, atol=1e-4)
 
 
+def test_constant_weights_in_a_codebook_format():
+    """A QuantFormat (here a registered 4-bit codebook) quantizes an imported model's constants as a preset
+    does; its matmuls run on the reference loops (the planner refuses the codebook), against the format's
+    float64 reference."""
+    from builder.ir.quant_format import QuantFormat, register_quant_format, unregister_quant_format
+
+    codes = tuple(float(np.sign(v) * v * v) for v in np.linspace(-1, 1, 16))
+    fmt = register_quant_format(QuantFormat(4, 32, "uint32", "float32", codebook=codes, name="sq4_const"))
+    try:
+        torch.manual_seed(0)
+        model = MLP().eval()
+        mod = from_fx(torch.fx.symbolic_trace(model), [(["n", 64], "float32")])
+        exe = build(quantize_constants(mod, fmt))
+        loops = [k["kernel"] for k in exe.kernels.values() if "codebook='sq4_const'" in k["kernel"]]
+        assert len(loops) == 3 and _uint32_kernels(exe) == 3, exe.kernels
+        sd = {k: v.detach().numpy() for k, v in model.state_dict().items()}
+
+        def wq(w):
+            layout = QuantLayout.of(fmt, w.shape[1], w.shape[0])
+            return layout.format.dequantize_reference(*quantize_weight(w, layout), w.shape[1])
+
+        x = np.random.default_rng(1).standard_normal((5, 64)).astype(np.float32)
+        h = np.maximum(x @ wq(sd["up.weight"]).T + sd["up.bias"], 0) @ wq(sd["down.weight"]).T
+        want = h @ wq(sd["tiny.weight"]).T + sd["tiny.bias"]
+        np.testing.assert_allclose(runtime.VirtualMachine(exe)["main"](x), want, rtol=1e-4, atol=1e-4)
+    finally:
+        unregister_quant_format("sq4_const")
+
+
 def test_no_quantization_unknown_presets_and_narrow_weights():
     mod = from_fx(torch.fx.symbolic_trace(nn.Linear(16, 4)), [([2, 16], "float32")])
     assert quantize_constants(mod, "none") is mod

@@ -8,6 +8,7 @@ import dataclasses
 from .. import expr as E
 from ..expr import PrimExpr, Var
 from ..expr_printer import format_float, fresh_name, print_prim_expr
+from ..kernel import PRINT_WHEN_SET
 from .nodes import (Allocate, Block, BlockRealize, Buffer, BufferRegion, BufferStore, Evaluate, For,
     IfThenElse, LetStmt, PrimFunc, SeqStmt, Stmt)
 
@@ -28,7 +29,9 @@ def _fmt_attr(v) -> str:
     if isinstance(v, PrimExpr):
         return print_prim_expr(v)
     if dataclasses.is_dataclass(v) and not isinstance(v, type):   # a kernel spec (builder.ir.kernel)
-        return _fmt_attr({f.name: getattr(v, f.name) for f in dataclasses.fields(v)})
+        # a field marked PRINT_WHEN_SET is written only when it is not its default
+        return _fmt_attr({f.name: getattr(v, f.name) for f in dataclasses.fields(v)
+                          if not (f.metadata.get(PRINT_WHEN_SET) and getattr(v, f.name) == f.default)})
     return repr(v)
 
 

@@ -16,14 +16,14 @@ from typing import Callable, Sequence
 from ...ir import expr as E
 from ...ir import kernel as _kernel
 from ...ir.expr import PrimExpr, promote_dtype
-from ...ir.op.quantize import check_packed_layout
+from ...ir.op.quantize import operand_format
 from ...ir.relax import Op
 from ...ir.tir import BufferLoad as _BufferLoad, ExprMutator, expr_children
 from .. import tensor as _te
 from ..tensor import ComputeOp as _ComputeOp, Reduce as _Reduce, Tensor
 from .linear_algebra import linear, matmul
 from .transform import permute_dims
-from .quantize import dequant_value, weight_rows
+from .quantize import dequantized_weight
 
 __all__ = ["inline_injective", "linear_kernel", "replay"]
 
@@ -186,11 +186,8 @@ def _linear_weight(w, inputs: Sequence[Tensor]) -> Tensor:
         T = w.row_tile
         return _te.compute((t.shape[0] * T, t.shape[1]), lambda n, k: t[n // T, k, n % T], name="T_untile")
     q, s = inputs[w.q], inputs[w.scale]
-    bits, gs, zp, kin, tile = w.bits, w.group_size, w.zero_point, w.in_features, w.row_tile
-    per_word = check_packed_layout(q, s, bits, gs, kin, "linear_kernel", tile)
-    return _te.compute((weight_rows(q, tile), E.IntImm(kin, "int64")),
-                       lambda n, k: dequant_value(q, s, n, k, bits, per_word, gs, zp, row_tile=tile),
-                       name="T_dequantize")
+    fmt, kin = operand_format(q, s, w.op_attrs, "linear_kernel")   # every attribute the weight carries
+    return dequantized_weight(q, s, fmt, kin)
 
 
 def replay(node, inputs: Sequence[Tensor], lin: Sequence[Tensor] = ()) -> Tensor:

@@ -12,14 +12,14 @@ from runtime.target import host_cache_bytes
 from ....ir import expr as E
 from ....ir import tir
 from ....ir.expr import PrimExpr, Var
-from ....ir.kernel import KERNEL_ATTR, LinearKernelSpec
+from ....ir.kernel import KERNEL_ATTR, GroupWeight, LinearKernelSpec
 from ....ir.tir import Block, BlockRealize, Buffer, BufferLoad, BufferStore, PrimFunc
 from ....ir.op.quantize import QUANT_STORAGE_BITS, ROW_TILE
 from ..decode import GroupQuantDecoder
 from ..simd import SimdInfo
 from .int8_rows import int8_gemv_supported
 
-__all__ = ["TUNING", "WeightPlan", "LinearPlan", "plan_linear"]
+__all__ = ["TUNING", "WeightPlan", "LinearPlan", "plan_linear", "FAST_QUANT_ATTRS", "quant_format_unsupported"]
 
 #: The float GEMM's default row chunk of x: half the host's L2 per core (beside the chunk, the L2 holds
 #: the packed weight panel and the chunk's accumulators), 1 MiB where the L2 is unknown.
@@ -117,7 +117,7 @@ class WeightPlan:
     """One weight of a planned kernel: the spec's fields (:class:`~builder.ir.kernel.DenseWeight`:
     ``format="dense"``, parameter ``w``; :class:`~builder.ir.kernel.GroupWeight`: ``format="group"``,
     parameters ``q`` / ``scale``, ``bits``, ``group_size``, ``zero_point``, ``in_features``,
-    ``activation``, ``row_tile``) and what the planner read from the buffers: the dense weight's ``dtype``, the
+    ``activation``, ``row_tile``, ``extra_attrs``) and what the planner read from the buffers: the dense weight's ``dtype``, the
     packed words' ``storage`` dtype and the ``scale_dtype``, and ``reads`` (the ids of the weight's
     buffers, which its accumulator block may read besides x)."""
 
@@ -133,15 +133,17 @@ class WeightPlan:
     row_tile: int = 0
     batched: int = 0
     kn: int = 0
+    extra_attrs: tuple = ()
     dtype: str = ""
     storage: str = ""
     scale_dtype: str = ""
     reads: set = field(default_factory=set)
+    spec: object = None
 
     @classmethod
     def from_spec(cls, w) -> "WeightPlan":
-        """The plan of a spec weight, before the planner reads the buffers."""
-        return cls(format=w.format, **{k: v for k, v in vars(w).items() if k != "format"})
+        """The plan of a spec weight, before the planner reads the buffers (``spec``: the weight itself)."""
+        return cls(format=w.format, spec=w, **{k: v for k, v in vars(w).items() if k != "format"})
 
 
 @dataclass
@@ -221,6 +223,28 @@ def _map_loads(e: PrimExpr, fn) -> PrimExpr:
 
 def _same_dims(a, b) -> bool:
     return len(a) == len(b) and all(E.prove_equal(x, y) for x, y in zip(a, b))
+
+
+#: The ``R.group_dequantize`` attributes the fast kernels implement. A quantized weight whose format
+#: writes any other (a codebook, an attribute a new :class:`~builder.ir.quant_format.QuantFormat` adds) is
+#: refused, so it runs on the reference loops rather than on a kernel that decodes another format.
+FAST_QUANT_ATTRS = frozenset({"bits", "group_size", "zero_point", "in_features", "activation_quantization",
+                              "row_tile"})
+
+
+def quant_format_unsupported(w: GroupWeight, storage: str, scale_dtype: str) -> str:
+    """Why no fast kernel takes the group-quantized weight ``w`` with words of ``storage`` and scales of
+    ``scale_dtype``, or ``""``: a format :meth:`QuantFormat.from_attrs` refuses (its reason), or one that
+    writes an attribute outside :data:`FAST_QUANT_ATTRS` (named in the reason)."""
+    try:
+        fmt = w.quant_format(storage, scale_dtype, "quantized weight")
+    except (ValueError, TypeError) as err:
+        return f"{err}"
+    unknown = [k for k in fmt.to_attrs(w.in_features) if k not in FAST_QUANT_ATTRS]
+    if unknown:
+        what = ", ".join(f"{k}={fmt.to_attrs(w.in_features)[k]!r}" for k in unknown)
+        return f"quantized format {what}: no fast kernel implements it (the reference loops run)"
+    return ""
 
 
 def _tiled_unsupported(storage: str, bits: int, group_size: int, tile: int) -> str:
@@ -394,6 +418,9 @@ def _plan_linear(func: PrimFunc, simd: SimdInfo) -> LinearPlan | str:
                 return "quantized weight layout"
             if s.dtype not in ("float32", "float16", "bfloat16"):
                 return f"scale dtype {s.dtype}"
+            why = quant_format_unsupported(w.spec, q.dtype, s.dtype)
+            if why:
+                return why
             bits, gs, zp = int(w.bits), int(w.group_size), int(w.zero_point)
             kk = E.simplify(k_dim)
             if not isinstance(kk, E.IntImm):
