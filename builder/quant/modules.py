@@ -18,8 +18,6 @@ from .. import nn
 from ..ir.expr import is_float_dtype
 from ..ir.quant_format import QuantFormat
 from ..nn import op
-from ..nn.core import wrap_nested
-from ..nn.op.common import op_call
 from ..nn.tensor_parallel import reduce_partial_sums
 from .config import QuantizedSpec, QuantLayout
 
@@ -32,7 +30,7 @@ __all__ = ["QuantizedLinear", "QuantizedEmbedding"]
 def dequantize(layout: QuantLayout, q_weight: nn.Parameter, q_scale: nn.Parameter) -> nn.Tensor:
     """``R.group_dequantize(q_weight, q_scale, **layout.op_attrs)``: every attribute the layout's format
     writes (:meth:`~builder.ir.quant_format.QuantFormat.to_attrs`), bound as ``dequantize``."""
-    return wrap_nested(op_call("group_dequantize", [q_weight._expr, q_scale._expr], **layout.op_attrs), "dequantize")
+    return op.group_dequantize(q_weight, q_scale, fmt=layout.format, in_features=layout.in_features)
 
 
 def _cast_floats(params, dtype: str | None) -> None:
