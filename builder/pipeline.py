@@ -28,9 +28,9 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 import schemas
+from core.dtypes import bfloat16_bits_to_float32, float32_to_bfloat16_bits, numpy_dtype
 from runtime import Executable, VirtualMachine, load_params
 from runtime.memory import check_allocation, move_to_huge_pages
-from runtime.native import bfloat16_bits_to_float32, float32_to_bfloat16_bits, numpy_dtype
 from runtime.weights import TensorShard, WeightsError, read_safetensors_metadata
 from runtime.weights import save_params as _save_params
 
@@ -209,7 +209,7 @@ class CompiledModel:
     def file_keys(self) -> dict[str, str]:
         """Parameter name -> tensor name in a weights file, by the recipe's ``weights`` rule
         (``map`` entry, else ``prefix + name``)."""
-        from runtime.weights import NameRules
+        from core.weight_names import NameRules
 
         w = self.recipe.weights
         rules = NameRules(w.map, w.prefix) if w else NameRules()
@@ -319,9 +319,9 @@ def _check_fixed_sizes(recipe: schemas.Recipe, module: nn.Module) -> None:
 
 def _check_tensor_bytes(recipe: schemas.Recipe, module: nn.Module, spec: dict) -> None:
     """Raise :class:`schemas.RecipeError` when a parameter, or an input's static dims, would take
-    more than :data:`schemas.limits.MAX_TENSOR_BYTES` (sizes whose products overflow int64 arithmetic:
+    more than :data:`core.limits.MAX_TENSOR_BYTES` (sizes whose products overflow int64 arithmetic:
     each size is bounded by the schema, their products are checked here, at the layer or input)."""
-    from schemas.limits import MAX_TENSOR_BYTES
+    from core.limits import MAX_TENSOR_BYTES
 
     issues = []
     for name, p in module.named_parameters():

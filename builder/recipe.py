@@ -28,7 +28,7 @@ Anything else (attribute access, comprehensions, lambdas, imports, ...) is a rec
 cites ``file:line:column`` inside the ``forward`` text, as are unknown names, wrong op
 arguments and shape/dtype mismatches found while tracing.
 
-Bounds (:mod:`schemas.limits`): each text is at most ``MAX_FORWARD_CHARS`` long, one expression nests at
+Bounds (:mod:`core.limits`): each text is at most ``MAX_FORWARD_CHARS`` long, one expression nests at
 most ``MAX_EXPRESSION_DEPTH`` deep (checked without recursion; the checker and the interpreter recurse
 only that deep, any number of statements run in a loop), integer constants fit int64, a number combined
 with a tensor fits the tensor's dtype (a finite float that would become inf is refused), no result with
@@ -47,11 +47,11 @@ import math
 import operator
 from typing import Any, Callable
 
-from runtime.native import numpy_dtype
+from core.dtypes import numpy_dtype
+from core.limits import (MAX_BLOCK_DEPTH, MAX_EXPRESSION_DEPTH, MAX_FORWARD_CHARS, MAX_MODULES, MAX_TENSOR_BYTES,
+                         MAX_TRACED_CALLS)
+from core.messages import shorten
 from schemas import Recipe, RecipeError
-from schemas.errors import shorten
-from schemas.limits import (MAX_BLOCK_DEPTH, MAX_EXPRESSION_DEPTH, MAX_FORWARD_CHARS, MAX_MODULES, MAX_TENSOR_BYTES,
-                            MAX_TRACED_CALLS)
 from schemas.models import BlockLayer, FunctionDef, IntInput, KVCacheInput, is_identifier
 from schemas.source import FieldPath
 
@@ -528,7 +528,7 @@ class BlockModule(nn.Module):
 
 class _CallBudget:
     """How many more layer, block and op calls the functions of one export may trace
-    (:data:`~schemas.limits.MAX_TRACED_CALLS` in all)."""
+    (:data:`~core.limits.MAX_TRACED_CALLS` in all)."""
 
     def __init__(self, limit: int = MAX_TRACED_CALLS) -> None:
         self.limit = limit
@@ -573,7 +573,7 @@ class RecipeModule(BlockModule):
 
     def export_tvm(self, spec: dict, debug: bool = False, allow_extern: bool = False):
         """:meth:`builder.nn.Module.export_tvm`, its functions sharing a fresh budget of
-        :data:`~schemas.limits.MAX_TRACED_CALLS` layer, block and op calls (a recipe error at the call
+        :data:`~core.limits.MAX_TRACED_CALLS` layer, block and op calls (a recipe error at the call
         that exceeds it)."""
         self.__dict__["_recipe_budget"][0] = _CallBudget()
         return super().export_tvm(spec, debug=debug, allow_extern=allow_extern)

@@ -87,7 +87,7 @@ def module_tree(module: nn.Module, title: str) -> Tree:
 def param_table(param_specs: list[tuple[str, tuple, str]], title: str = "parameters") -> Table:
     """Parameters (name, shape, dtype) with copies of repeated layers folded into one row each
     (``layers.{0..31}.mlp.up_proj.weight`` x 32) and the total bytes per row."""
-    from runtime.native import numpy_dtype
+    from core.dtypes import numpy_dtype
 
     rows: dict[tuple[str, tuple, str], list[int]] = {}
     order: list[tuple[str, tuple, str]] = []

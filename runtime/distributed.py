@@ -35,6 +35,8 @@ from typing import Any
 
 import numpy as np
 
+from core.dtypes import bfloat16_bits_to_float32
+
 from .externs import register_extern
 
 __all__ = ["WorkerGroup", "MPIGroup", "TorchGlooGroup", "DistributedError", "CollectiveTimeout", "init",
@@ -509,7 +511,7 @@ def _half_kind(x: np.ndarray) -> str | None:
 def _widen(x: np.ndarray, kind: str) -> np.ndarray:
     if kind == "float16":
         return x.astype(np.float32)
-    return (x.astype(np.uint32) << 16).view(np.float32)
+    return bfloat16_bits_to_float32(x)
 
 
 def _narrow(x: np.ndarray, kind: str) -> np.ndarray:

@@ -7,21 +7,10 @@ missing parameter, every unexpected tensor (a tensor under ``prefix`` that no pa
 ``ignore`` glob matches) and every shape or dtype mismatch is listed in one :class:`WeightsError`.
 Tensors outside ``prefix`` belong to other parts of a checkpoint and are not looked at.
 
-Name rules (``name_map``: our name -> the file's name):
-
-- an exact entry ``{"lm_head.weight": "model.embed_tokens.weight"}`` renames one parameter;
-- an entry may hold placeholders: ``{i}`` (any identifier in braces) matches one non-empty,
-  dot-free piece of a name (``0``, ``q_proj``), at most one per dot-separated segment
-  (``layer_{i}`` is fine, ``{a}{b}`` is not) and each at most once per side; both sides must use
-  the same placeholders;
-- an entry whose two sides end with ``"."`` is a *prefix* rule: ``{"layers.{i}.attn.":
-  "model.layers.{i}.self_attn."}`` renames every parameter starting with the left side (a whole
-  number of segments) and keeps the rest of its name; a prefix rule may map to ``""`` (strip it);
-- the most specific rule wins: the most literal characters on its left side (placeholders not
-  counted), a whole-name rule before a prefix rule of equal length; two rules equally specific
-  naming different tensors for one parameter are an error;
-- the file names a rule gives are complete (``prefix`` is not added to them); a rule that
-  matches no parameter is an error (a typo would otherwise leave its parameters on ``prefix``).
+Name rules (``name_map``: our name -> the file's name): exact renames, ``{placeholder}`` patterns and
+prefix rules, the most specific winning; the grammar, its bounds and :class:`NameRules` are
+:mod:`core.weight_names` (the recipe schema validates ``weights.map`` with the same functions). A rule
+that matches no parameter is an error (a typo would otherwise leave its parameters on ``prefix``).
 
 ``ignore`` holds :func:`fnmatch.fnmatchcase` globs over the file's tensor names (``pooler.*``:
 ``*`` matches dots too): a tensor no parameter uses is an error unless one of them matches it.
@@ -75,22 +64,25 @@ from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
+from core.dtypes import bfloat16_bits_to_float32, float32_to_bfloat16_bits
+from core.layout import tile_rows, untile_rows
+from core.limits import MAX_WEIGHT_IGNORE, MAX_WEIGHT_NAME_CHARS
+from core.messages import shorten
+from core.weight_names import NameRules, check_name_rule
+
 from .files import atomic_write, open_regular
 from .memory import move_to_huge_pages
 
 __all__ = ["WeightsError", "WeightsWarning", "ParamConversion", "TensorShard", "NameRules", "load_params", "save_params",
            "tile_rows", "untile_rows", "loaded_weights_digest",
-           "read_safetensors_header", "MAX_NAME_RULES", "MAX_PATTERN_RULES", "MAX_RULE_CHARS",
-           "MAX_IGNORE_PATTERNS", "MAX_IGNORE_CHARS"]
+           "read_safetensors_header", "check_name_rule"]
 
 
 def _quoted(name: str) -> str:
-    """A tensor name, rule or glob quoted for a message (``repr``, as :func:`schemas.errors.shorten` quotes
-    user values): one longer than about 80 characters is cut to its start and end with its length
-    (``'aaaa...aaaa' (100,002 characters)``), so that a file's 100,000-character name cannot flood the
-    error; control characters come out escaped."""
-    from schemas.errors import shorten
-
+    """A tensor name, rule or glob quoted for a message (``repr``, :func:`core.messages.shorten`): one longer
+    than about 80 characters is cut to its start and end with its length (``'aaaa...aaaa' (100,002
+    characters)``), so that a file's 100,000-character name cannot flood the error; control characters
+    come out escaped."""
     return shorten(name, 80)
 
 
@@ -112,27 +104,6 @@ class ParamConversion:
     targets: tuple[str, ...]
     func: Callable[[np.ndarray], Sequence[np.ndarray]]
     shape: tuple
-
-
-def tile_rows(a: np.ndarray, row_tile: int) -> np.ndarray:
-    """``a`` (rows, cols) -- packed words or scales of a quantized weight -- in the ``row_tile``
-    layout: (rows / T, cols, T), each tile of ``T`` rows transposed (a new C-contiguous array; ``a``
-    itself for 0).
-    Raises ValueError when ``rows`` is not a multiple of ``T``."""
-    if not row_tile:
-        return a
-    rows, cols = a.shape
-    if rows % row_tile:
-        raise ValueError(f"{rows} rows do not fill whole tiles of {row_tile}")
-    return np.ascontiguousarray(a.reshape(rows // row_tile, row_tile, cols).transpose(0, 2, 1))
-
-
-def untile_rows(a: np.ndarray) -> np.ndarray:
-    """The inverse of :func:`tile_rows`: (rows / T, cols, T) -> (rows, cols); 2-D arrays as they are."""
-    if a.ndim == 2:
-        return a
-    tiles, cols, t = a.shape
-    return np.ascontiguousarray(a.transpose(0, 2, 1).reshape(tiles * t, cols))
 
 
 @dataclass(frozen=True)
@@ -174,249 +145,20 @@ class WeightsWarning(UserWarning):
     """Something odd but harmless about a weights binding (an ``ignore`` glob that matches no tensor)."""
 
 
-MAX_NAME_RULES = 100_000
-"""The most entries a name map may have (exact renames of every parameter of a large model fit)."""
-
-MAX_PATTERN_RULES = 256
-"""The most name-map entries with placeholders or a trailing ``.`` (each is tried on every parameter)."""
-
-MAX_RULE_CHARS = 1024
-"""The longest side of a name-map entry, and the longest ``ignore`` glob (characters)."""
-
-MAX_IGNORE_PATTERNS = 256
-"""The most ``ignore`` globs."""
-
-MAX_IGNORE_CHARS = MAX_RULE_CHARS
-
-_PLACEHOLDER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-
-
-@dataclass(frozen=True)
-class _Pattern:
-    """One side of a name rule: dot-separated segments, each a literal string or ``(pre, name, post)``
-    (a placeholder between two literal pieces); ``prefix``: the text ended with ``.``."""
-
-    text: str
-    segments: tuple
-    prefix: bool
-
-    @property
-    def names(self) -> list[str]:
-        return [seg[1] for seg in self.segments if isinstance(seg, tuple)]
-
-    @property
-    def literal_chars(self) -> int:
-        return len(self.text) - sum(len(n) + 2 for n in self.names)
-
-    @property
-    def head(self) -> str:
-        """The literal text before the first placeholder (a quick filter)."""
-        return self.text.split("{", 1)[0]
-
-    def match(self, parts: Sequence[str]) -> dict[str, str] | None:
-        """Placeholder values when this (left) side matches the name split at dots (a prefix side:
-        its segments followed by at least one more), else None."""
-        n = len(self.segments)
-        if len(parts) <= n if self.prefix else len(parts) != n:
-            return None
-        values: dict[str, str] = {}
-        for seg, part in zip(self.segments, parts):
-            if isinstance(seg, str):
-                if seg != part:
-                    return None
-                continue
-            pre, name, post = seg
-            if len(part) <= len(pre) + len(post) or not part.startswith(pre) or not part.endswith(post):
-                return None
-            values[name] = part[len(pre):len(part) - len(post)]
-        return values
-
-    def fill(self, values: Mapping[str, str]) -> str:
-        """This (right) side with its placeholders replaced by ``values``."""
-        text = ".".join(seg if isinstance(seg, str) else seg[0] + values[seg[1]] + seg[2] for seg in self.segments)
-        return text + "." if self.prefix and self.segments else text
-
-
-def _parse_pattern(text: str, side: str) -> tuple[_Pattern | None, list[str]]:
-    """``text`` as a :class:`_Pattern`, or None and the problems (``side``: which side, for messages)."""
-    if not isinstance(text, str):
-        return None, [f"the {side} must be a string, got {type(text).__name__}"]
-    if len(text) > MAX_RULE_CHARS:
-        return None, [f"the {side} is {len(text)} characters long, more than the {MAX_RULE_CHARS} allowed"]
-    prefix = text.endswith(".")
-    body = text[:-1] if prefix else text
-    segments: list = []
-    problems: list[str] = []
-    seen: set[str] = set()
-    for seg in (body.split(".") if body or not prefix else []):
-        opens, closes = seg.count("{"), seg.count("}")
-        if not opens and not closes:
-            segments.append(seg)
-            continue
-        start, end = seg.find("{"), seg.find("}")
-        if opens != 1 or closes != 1 or end < start:
-            problems.append(f"the {side}'s segment {seg[:80]!r} must hold at most one placeholder '{{name}}' "
-                            "(braces are not allowed otherwise)")
-            continue
-        name = seg[start + 1:end]
-        if not _PLACEHOLDER.fullmatch(name):
-            problems.append(f"the {side}'s placeholder {{{name[:80]}}} is not a name (letters, digits and '_', "
-                            "not starting with a digit)")
-            continue
-        if name in seen:
-            problems.append(f"the {side} uses the placeholder {{{name}}} twice")
-            continue
-        seen.add(name)
-        segments.append((seg[:start], name, seg[end + 1:]))
-    return (None if problems else _Pattern(text, tuple(segments), prefix)), problems
-
-
-@dataclass(frozen=True)
-class _Rule:
-    left: _Pattern
-    right: _Pattern
-
-    @property
-    def exact(self) -> bool:
-        return not self.left.prefix and not self.left.names
-
-    @property
-    def rank(self) -> tuple[int, int]:
-        return (self.left.literal_chars, 0 if self.left.prefix else 1)
-
-
-def check_name_rule(ours: str, theirs: str) -> list[str]:
-    """The problems of the name-map entry ``ours -> theirs`` (empty when it is valid); the syntax is
-    the module docstring's."""
-    return _parse_rule(ours, theirs)[1]
-
-
-def _parse_rule(ours: str, theirs: str) -> tuple[_Rule | None, list[str]]:
-    left, problems = _parse_pattern(ours, "parameter side")
-    right, more = _parse_pattern(theirs, "file side")
-    problems += more
-    if left is None or right is None:
-        return None, problems
-    if not ours or ours == ".":
-        problems.append("the parameter side is empty (use 'prefix' to put a prefix before every name)")
-    if left.prefix != right.prefix and not (left.prefix and theirs == ""):
-        problems.append("a prefix rule ends with '.' on both sides (the file side may also be '' to strip the "
-                        "prefix); a whole-name rule on neither")
-    if sorted(left.names) != sorted(right.names):
-        problems.append(f"both sides must use the same placeholders: the parameter side has "
-                        f"{_names(left.names)}, the file side {_names(right.names)}")
-    return (None if problems else _Rule(left, right)), problems
-
-
-def _names(names: Sequence[str]) -> str:
-    return ", ".join("{" + n + "}" for n in sorted(names)) or "none"
-
-
-class NameRules:
-    """Our parameter names -> the file's tensor names, by a ``name_map`` (exact renames, placeholder
-    patterns and prefix rules, as the module docstring says) and a default ``prefix``.
-
-    Raises ValueError listing every invalid entry (or too many entries: :data:`MAX_NAME_RULES`,
-    :data:`MAX_PATTERN_RULES`; sides longer than :data:`MAX_RULE_CHARS`).
-    """
-
-    def __init__(self, name_map: Mapping[str, str] | None = None, prefix: str = "") -> None:
-        name_map = dict(name_map or {})
-        if not isinstance(prefix, str):
-            raise ValueError(f"the weights prefix must be a string, got {type(prefix).__name__}")
-        if len(name_map) > MAX_NAME_RULES:
-            raise ValueError(f"the name map has {len(name_map)} entries, more than the {MAX_NAME_RULES} allowed")
-        self.prefix = prefix
-        self.exact: dict[str, str] = {}
-        self.patterns: list[_Rule] = []
-        problems = []
-        for ours, theirs in name_map.items():
-            rule, bad = _parse_rule(ours, theirs)
-            problems += [f"name map entry {str(ours)[:80]!r}: {p}" for p in bad]
-            if rule is None:
-                continue
-            if rule.exact:
-                self.exact[ours] = theirs
-            else:
-                self.patterns.append(rule)
-        if len(self.patterns) > MAX_PATTERN_RULES:
-            problems.append(f"the name map has {len(self.patterns)} entries with placeholders or prefixes, more "
-                            f"than the {MAX_PATTERN_RULES} allowed")
-        if problems:
-            raise ValueError("invalid weights name map:\n" + "\n".join(f"  - {p}" for p in problems))
-        # most specific first; ties keep the map's order
-        self.patterns.sort(key=lambda r: r.rank, reverse=True)
-
-    def resolve(self, name: str) -> tuple[str, str | None, str | None]:
-        """``(file name, the rule's left side or None when ``prefix`` applied, problem or None)``:
-        the problem names two equally specific rules that give ``name`` different file names."""
-        if name in self.exact:
-            return self.exact[name], name, None
-        parts = None
-        found: tuple[str, _Rule] | None = None
-        for rule in self.patterns:
-            if found is not None and rule.rank < found[1].rank:
-                break
-            if not name.startswith(rule.left.head):
-                continue
-            if parts is None:
-                parts = name.split(".")
-            values = rule.left.match(parts)
-            if values is None:
-                continue
-            key = rule.right.fill(values)
-            if rule.left.prefix:
-                rest = ".".join(parts[len(rule.left.segments):])
-                key = key + rest
-            if found is None:
-                found = (key, rule)
-            elif key != found[0]:
-                return found[0], found[1].left.text, (
-                    f"parameter {_quoted(name)}: the name map's entries {_quoted(found[1].left.text)} and {_quoted(rule.left.text)} "
-                    f"are equally specific and name different tensors ({_quoted(found[0])}, {_quoted(key)}); add an exact entry")
-        if found is not None:
-            return found[0], found[1].left.text, None
-        return self.prefix + name, None, None
-
-    def file_key(self, name: str) -> str:
-        """The tensor name of parameter ``name`` in the file. Raises ValueError when two equally
-        specific rules disagree."""
-        key, _, problem = self.resolve(name)
-        if problem:
-            raise ValueError(problem)
-        return key
-
-    def unused(self, names: Sequence[str]) -> list[str]:
-        """Problems for the entries that match none of ``names`` (exact ones with close matches)."""
-        names = list(names)
-        known = set(names)
-        problems = []
-        for ours in self.exact:
-            if ours not in known:
-                close = difflib.get_close_matches(ours, sorted(known), n=2) if len(known) <= 10_000 else []
-                problems.append(f"the name map's entry {_quoted(ours)} names no parameter of the model"
-                                + (f" (did you mean {' or '.join(_quoted(c) for c in close)}?)" if close else ""))
-        split = [n.split(".") for n in names]
-        for rule in self.patterns:
-            head = rule.left.head
-            if not any(n.startswith(head) and rule.left.match(parts) is not None for n, parts in zip(names, split)):
-                problems.append(f"the name map's rule {_quoted(rule.left.text)} matches no parameter of the model")
-        return problems
-
 
 def _ignore_globs(ignore: Sequence[str]) -> list[tuple[str, "re.Pattern[str]"]]:
     """``ignore`` checked and compiled (fnmatch escapes everything but its wildcards). Raises ValueError."""
     ignore = list(ignore or ())
     problems = []
-    if len(ignore) > MAX_IGNORE_PATTERNS:
-        raise ValueError(f"{len(ignore)} ignore patterns, more than the {MAX_IGNORE_PATTERNS} allowed")
+    if len(ignore) > MAX_WEIGHT_IGNORE:
+        raise ValueError(f"{len(ignore)} ignore patterns, more than the {MAX_WEIGHT_IGNORE} allowed")
     out = []
     for glob in ignore:
         if not isinstance(glob, str) or not glob:
             problems.append(f"ignore pattern {glob!r} must be a non-empty string")
-        elif len(glob) > MAX_IGNORE_CHARS:
+        elif len(glob) > MAX_WEIGHT_NAME_CHARS:
             problems.append(f"ignore pattern {glob[:80]!r}... is {len(glob)} characters long, more than the "
-                            f"{MAX_IGNORE_CHARS} allowed")
+                            f"{MAX_WEIGHT_NAME_CHARS} allowed")
         else:
             out.append((glob, re.compile(fnmatch.translate(glob))))
     if problems:
@@ -799,15 +541,13 @@ def _cast_float(a: np.ndarray, src: str, dst: str) -> np.ndarray:
         return np.ascontiguousarray(a.astype(dst))
     wide = _float32(a, src)
     if dst == "bfloat16":
-        from .native import float32_to_bfloat16_bits
-
         return float32_to_bfloat16_bits(wide)
     return np.ascontiguousarray(wide.astype(dst))
 
 
 def _float32(a: np.ndarray, dtype: str) -> np.ndarray:
     if dtype == "bfloat16":
-        return (a.astype(np.uint32) << np.uint32(16)).view(np.float32)
+        return bfloat16_bits_to_float32(a)
     return a.astype(np.float32)
 
 

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Iterable
+
+from core.messages import shorten  # noqa: F401 - the rule for quoting user values, shared with runtime
 
 
 @dataclass(frozen=True)
@@ -61,20 +63,6 @@ def undecodable(text: str) -> str | None:
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
-
-
-def shorten(value: Any, limit: int = 80) -> str:
-    """``repr(value)`` for quoting user values in messages, cut to about ``limit`` characters
-    (``'100000...000' (5001 characters)``); an integer too large to print in decimal is described
-    by its number of digits instead."""
-    try:
-        text = repr(value)
-    except ValueError:   # an int beyond sys.get_int_max_str_digits()
-        return f"an integer of about {int(value.bit_length() * 0.30103) + 1:,} digits"
-    if len(text) <= limit:
-        return text
-    keep = max(limit - 30, 10)
-    return f"{text[:keep - 10]}...{text[-10:]} ({len(text):,} characters)"
 
 
 def override_label(override: str) -> str:

@@ -9,24 +9,16 @@ from __future__ import annotations
 
 import keyword
 import re
-from typing import Annotated, Any, Literal, Union, get_args
+from typing import Annotated, Any, Union
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict
 from pydantic_core import PydanticCustomError
 
-from .errors import shorten
-from .limits import MAX_DIM, MAX_NDIM
+from core.dtypes import DTYPES, DType  # noqa: F401 (re-exported: the one dtype table)
+from core.limits import MAX_DIM, MAX_NDIM
+from core.messages import shorten
 
 __all__ = ["DType", "DTYPES", "Identifier", "Dim", "Axes", "StrictModel", "is_identifier"]
-
-DType = Literal[
-    "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
-    "float16", "bfloat16", "float32", "float64",
-]
-"""A tensor element type name."""
-
-DTYPES: tuple[str, ...] = get_args(DType)
-"""All valid :data:`DType` names."""
 
 
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")

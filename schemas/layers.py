@@ -16,8 +16,9 @@ from typing import Annotated, Any, Callable, Literal, Optional, Union, get_args,
 from pydantic import Discriminator, Field, Tag, model_validator
 from pydantic_core import PydanticCustomError
 
+from core.limits import MAX_DIM
+
 from .fields import Axes, Dim, DType, Identifier, StrictModel, is_identifier
-from .limits import MAX_DIM
 
 __all__ = ["LayerEntry", "BlockLayer", "ENTRY_FIELDS", "LAYER_TYPES", "register_layer_model", "unregister_layer_model",
            "on_layer_types_changed", "layer_type_name", "layer_union", "Linear", "LayerNorm", "RMSNorm", "Conv1D",

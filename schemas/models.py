@@ -13,13 +13,17 @@ from pydantic import (AfterValidator, BeforeValidator, Discriminator, Field, Pri
                       field_validator)
 from pydantic_core import PydanticCustomError
 
-from .errors import shorten
+from core.dtypes import STORAGE_BITS
+from core.limits import MAX_DIM, MAX_FUNCTIONS, MAX_NDIM, MAX_TENSOR_PARALLEL_SHARDS
+from core.limits import MAX_WEIGHT_IGNORE, MAX_WEIGHT_MAP_ENTRIES, MAX_WEIGHT_NAME_CHARS, MAX_WEIGHT_PATTERN_ENTRIES
+from core.messages import shorten
+from core.precision import MatmulPrecision
+from core.weight_names import file_side_problems, parameter_side_problems, parse_rule
+
 from .fields import DTYPES, Axes, Dim, DType, Identifier, StrictModel, is_identifier  # noqa: F401 (re-exported)
 from .layers import (LAYER_TYPES, MAX_REPEAT, Attention, BlockLayer, Conv1D, ConvTranspose1D,  # noqa: F401
                      Embedding, GELU, GroupNorm, LayerEntry, LayerNorm, Linear, ReLU, RMSNorm, RopeScaling, SiLU,
                      layer_union, on_layer_types_changed)
-from .limits import MAX_DIM, MAX_FUNCTIONS, MAX_NDIM, MAX_TENSOR_PARALLEL_SHARDS
-from .limits import MAX_WEIGHT_IGNORE, MAX_WEIGHT_MAP_ENTRIES, MAX_WEIGHT_NAME_CHARS, MAX_WEIGHT_PATTERN_ENTRIES
 from .source import SourceMap
 
 
@@ -161,16 +165,9 @@ FunctionEntry = Annotated[
 
 # --- quantization ------------------------------------------------------------------------------------
 
-MatmulPrecision = Literal["highest", "high", "medium"]
-"""The internal precision of float32 matmuls a build may use, PyTorch's ``torch.set_float32_matmul_precision``
-names: ``highest`` float32 products; ``high`` each float32 operand as the sum of two bfloat16 numbers (about 16
-significant bits, three bfloat16 products per multiply); ``medium`` bfloat16 operands (8 bits)."""
-
 FloatDType = Literal["float16", "bfloat16", "float32"]
 """A model (activation / scale) dtype of a quantization spec."""
 
-STORAGE_BITS: dict[str, int] = {"uint8": 8, "uint16": 16, "uint32": 32, "int8": 8}
-"""Bits of each storage dtype that quantized weights can be packed into."""
 
 
 class NoQuantization(StrictModel):
@@ -370,45 +367,15 @@ Quantization = Annotated[
 """:attr:`Recipe.quantization`: a preset name (``q4f16_1``) or a full spec mapping chosen by ``kind``."""
 
 
-_PLACEHOLDER_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-
-
-def _weight_name_side(text: str, side: str) -> tuple[list[str], list[str]]:
-    """The placeholder names of one side of a ``weights.map`` entry and its problems (the rules of
-    :class:`WeightsDef`; ``runtime.weights.NameRules`` applies them)."""
-    if len(text) > MAX_WEIGHT_NAME_CHARS:
-        return [], [f"the {side} is {len(text)} characters long, more than the {MAX_WEIGHT_NAME_CHARS} allowed"]
-    names: list[str] = []
-    problems: list[str] = []
-    body = text[:-1] if text.endswith(".") else text
-    for seg in body.split("."):
-        if "{" not in seg and "}" not in seg:
-            continue
-        start, end = seg.find("{"), seg.find("}")
-        if seg.count("{") != 1 or seg.count("}") != 1 or end < start:
-            problems.append(f"the {side}'s segment {shorten(seg)} must hold at most one placeholder '{{name}}' "
-                            "(braces are not allowed otherwise)")
-        elif not _PLACEHOLDER_NAME.fullmatch(seg[start + 1:end]):
-            problems.append(f"the {side}'s placeholder {shorten(seg[start:end + 1])} is not a name (letters, "
-                            "digits and '_', not starting with a digit)")
-        elif seg[start + 1:end] in names:
-            problems.append(f"the {side} uses the placeholder {seg[start:end + 1]} twice")
-        else:
-            names.append(seg[start + 1:end])
-    return names, problems
-
-
 def _check_weight_name_key(value: str) -> str:
-    problems = _weight_name_side(value, "parameter side")[1]
-    if value in ("", "."):
-        problems.append("the parameter side is empty (use 'prefix' to put a prefix before every name)")
+    problems = parameter_side_problems(value)     # the grammar is core.weight_names', as the loader's
     if problems:
         raise PydanticCustomError("weights_map", "{message}", {"message": "; ".join(problems)})
     return value
 
 
 def _check_weight_name_value(value: str) -> str:
-    problems = _weight_name_side(value, "file side")[1]
+    problems = file_side_problems(value)
     if problems:
         raise PydanticCustomError("weights_map", "{message}", {"message": "; ".join(problems)})
     return value
@@ -424,17 +391,10 @@ def _check_weight_map(value: Any) -> Any:
 def _check_weight_rules(value: dict[str, str]) -> dict[str, str]:
     problems = []
     patterns = 0
-    for ours, theirs in value.items():
-        left, right = _weight_name_side(ours, "")[0], _weight_name_side(theirs, "")[0]
-        prefix = ours.endswith(".")
-        patterns += bool(left or prefix)
-        if prefix != theirs.endswith(".") and not (prefix and theirs == ""):
-            problems.append(f"entry {shorten(ours)}: a prefix rule ends with '.' on both sides (the file side may "
-                            "also be '' to strip the prefix), a whole-name rule on neither")
-        if sorted(left) != sorted(right):
-            problems.append(f"entry {shorten(ours)}: both sides must use the same placeholders, the parameter "
-                            f"side has {', '.join('{' + n + '}' for n in sorted(left)) or 'none'}, the file side "
-                            f"{', '.join('{' + n + '}' for n in sorted(right)) or 'none'}")
+    for ours, theirs in value.items():     # each side is valid here: what is left are the pair's rules
+        rule, bad = parse_rule(ours, theirs)
+        problems += [f"entry {shorten(ours)}: {p}" for p in bad]
+        patterns += rule is not None and not rule.exact
     if patterns > MAX_WEIGHT_PATTERN_ENTRIES:
         problems.append(f"weights.map may have at most {MAX_WEIGHT_PATTERN_ENTRIES} entries with placeholders or "
                         f"a trailing '.', got {patterns}")
@@ -461,7 +421,7 @@ class WeightsDef(StrictModel):
     """Where the weights come from: a file, a name prefix in it, renames (our name -> name in the
     file) and globs of file tensors the model does not need.
 
-    ``map`` entries (``runtime.weights`` says it in full):
+    ``map`` entries (:mod:`core.weight_names` says it in full; the loader applies the same grammar):
 
     - ``lm_head.weight: model.embed_tokens.weight`` renames one parameter;
     - ``"layers.{i}.mlp.gate_proj.weight": "model.layers.{i}.mlp.gate_proj.weight"``: a placeholder

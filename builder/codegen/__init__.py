@@ -56,7 +56,7 @@ from .lower import is_lowered, lower
 from .objmerge import merge_objects
 from .schedule import schedule
 from .kernels import KERNEL_FAMILIES, SimdInfo, plan_kernel
-from .kernels.simd import finalize_loop_metadata
+from .loop_metadata import finalize_loop_metadata
 from .target import Target, init_llvm
 
 __all__ = ["Target", "CompiledLibrary", "build", "build_prim_func", "lower", "dim_to_json",

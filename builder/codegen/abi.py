@@ -28,6 +28,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Iterable
 
+from core.dtypes import DTYPES
+
 from ..ir import expr as E
 from ..ir.expr import PrimExpr, Var
 from ..ir.printer import print_prim_expr
@@ -36,8 +38,7 @@ from ..ir.tir.intrinsics import INTRINSICS
 
 __all__ = ["SUPPORTED_DTYPES", "DimCheck", "Signature", "plan_signature", "dim_to_json"]
 
-SUPPORTED_DTYPES = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
-                    "uint64", "float16", "bfloat16", "float32", "float64")
+SUPPORTED_DTYPES = DTYPES   # every dtype of the IR (core.dtypes)
 
 _OPS = {E.Add: "add", E.Sub: "sub", E.Mul: "mul", E.FloorDiv: "floordiv", E.FloorMod: "floormod",
         E.Min: "min", E.Max: "max"}

@@ -31,6 +31,7 @@ from ..ir.printer import print_prim_expr
 from . import fastmath
 from .fastmath import FAST_MATH
 from .abi import Signature
+from .loop_metadata import no_unroll_loop_metadata
 
 __all__ = ["FAST_MATH", "NO_UNROLL", "ModuleEmitter", "reg_type", "mem_type", "elem_bytes", "round_to_bf16_bits"]
 
@@ -636,8 +637,6 @@ class _BodyEmitter(BufferExprEmitter):
         iv.add_incoming(nxt, b.block)
         br = b.branch(header)
         if f.annotations.get(NO_UNROLL):
-            from .kernels.simd import no_unroll_loop_metadata   # simd imports this module
-
             br.set_metadata("llvm.loop", no_unroll_loop_metadata(self.mod.module))
         b.position_at_end(exit_)
 

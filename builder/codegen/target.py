@@ -2,19 +2,17 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import get_args
 
 import llvmlite.binding as llvm
 
+from core.precision import MATMUL_PRECISIONS
 from runtime.target import host_target_machine, init_llvm
-from schemas.models import MatmulPrecision
 
 __all__ = ["Target", "init_llvm", "MATMUL_PRECISIONS"]
 
-MATMUL_PRECISIONS = get_args(MatmulPrecision)
-"""The float32 matmul precisions (:data:`schemas.models.MatmulPrecision`). The kernels that honour them:
-the GEMM on AMX tiles (:mod:`builder.codegen.kernels.linear.amx`); without AMX every setting computes
-in float32."""
+# MATMUL_PRECISIONS: the float32 matmul precisions (:data:`core.precision.MatmulPrecision`). The kernels that
+# honour them: the GEMM on AMX tiles (:mod:`builder.codegen.kernels.linear.amx`); without AMX every setting
+# computes in float32.
 
 
 @dataclass(frozen=True)

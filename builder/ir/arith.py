@@ -6,11 +6,11 @@ shape expressions through that normal form, :func:`poly_form`), :func:`divide_ex
 result of :func:`simplify` (:data:`MAX_EXPR_NODES`, :data:`MAX_EXPR_DEPTH`), and every walk of
 :func:`simplify`, :func:`poly_form` and :func:`free_vars` visits each distinct node once, iteratively.
 
-:mod:`builder.ir.expr` re-exports the public functions, so ``E.simplify(e)`` reaches them too.
+:mod:`builder.ir.expr` re-exports the public functions with the nodes, so ``E.simplify(e)`` reaches them.
 """
 from __future__ import annotations
 
-from .expr import (Add, BinaryOp, Call, Cast, Div, DivisionByZero, ExprLike, FloatImm, FloorDiv, FloorMod, IntImm, Let,
+from .prim_expr import (Add, BinaryOp, Call, Cast, Div, DivisionByZero, ExprLike, FloatImm, FloorDiv, FloorMod, IntImm, Let,
                    Mul, Not, PrimExpr, Select, Sub, Var, _cast_const_or, _children, _const_eval, _fold, convert,
                    is_float_dtype)
 

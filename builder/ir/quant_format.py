@@ -47,11 +47,10 @@ from typing import Mapping
 
 import numpy as np
 
+from core.dtypes import STORAGE_BITS  # the one storage-bits table (the recipe schema reads it too)
+
 __all__ = ["QuantFormat", "STORAGE_BITS", "ROW_TILE", "ROW_TILES", "ACTIVATIONS", "ATTR_NAMES", "QUANT_FORMATS",
            "register_quant_format", "unregister_quant_format", "get_quant_format"]
-
-STORAGE_BITS: dict[str, int] = {"uint8": 8, "uint16": 16, "uint32": 32, "int8": 8}
-"""Storage dtype of packed quantized values -> its bits (the one table: formats, ops, topi, kernels)."""
 
 ROW_TILE = 16
 """Rows per tile of a row-tiled weight (one 512-bit vector of 4-byte words; two 256-bit ones)."""

@@ -15,6 +15,8 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
+from core.dtypes import bfloat16_bits_to_float32, float32_to_bfloat16_bits
+
 from . import expr as E
 from .struct_info import (
     DTYPES, ObjectStructInfo, PrimStructInfo, ShapeStructInfo, StructInfo, TensorStructInfo, TupleStructInfo,
@@ -84,8 +86,6 @@ class Constant(Expr):
         arr = np.asarray(data)
         if dtype == "bfloat16":
             if arr.dtype != np.uint16:
-                from runtime.native import float32_to_bfloat16_bits
-
                 arr = float32_to_bfloat16_bits(arr.astype(np.float32))
         elif dtype is not None:
             arr = arr.astype(dtype)
@@ -96,7 +96,7 @@ class Constant(Expr):
     def values(self) -> np.ndarray:
         """The constant's numbers as a numpy array (bfloat16 widened exactly to float32)."""
         if self.dtype == "bfloat16":
-            return (self.data.astype(np.uint32) << np.uint32(16)).view(np.float32)
+            return bfloat16_bits_to_float32(self.data)
         return self.data
 
 
@@ -199,13 +199,25 @@ class Op(Expr):
     def get(cls, name: str) -> "Op":
         """The registered op ``name`` (``relax.`` prefix optional). Raises KeyError if unknown."""
         full = name if name.startswith("relax.") else "relax." + name
-        try:
-            return cls._registry[full]
-        except KeyError:
-            raise KeyError(f"unknown operator '{name}'") from None
+        op = cls._registry.get(full)
+        if op is None:
+            load_op_library()
+            op = cls._registry.get(full)
+        if op is None:
+            raise KeyError(f"unknown operator '{name}'")
+        return op
 
     def __repr__(self) -> str:
         return f"Op({self.name})"
+
+
+def load_op_library() -> None:
+    """Import the op library (``builder.ops``), whose modules register every op's record in
+    :attr:`Op._registry`; a no-op once it is loaded. ``ir`` is the room below ``ops`` (the library imports
+    ``ir``), so ``ir`` loads it on the first lookup of an op by name (:meth:`Op.get`,
+    :func:`builder.ir.op.registered_ops`) rather than at import: ``import builder.ir`` stays light (no
+    te / topi), and any code that names an op finds it registered."""
+    from .. import ops  # noqa: F401  (deferred: the one import of a higher room by ir, tests/test_imports.py)
 
 
 class GlobalVar(Expr):

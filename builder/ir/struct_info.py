@@ -9,19 +9,14 @@ from __future__ import annotations
 import abc
 from typing import Sequence
 
+from core.dtypes import DTYPES
+
 from . import expr as E
 
 __all__ = [
     "StructInfo", "TensorStructInfo", "TupleStructInfo", "ObjectStructInfo", "ShapeStructInfo",
     "PrimStructInfo", "normalize_dim", "dims_equal", "sym_vars", "DTYPES",
 ]
-
-#: dtypes a tensor may have (TVM spelling).
-DTYPES = (
-    "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
-    "float16", "bfloat16", "float32", "float64",
-)
-
 
 def normalize_dim(d) -> int | E.PrimExpr:
     """A shape dim as stored: a Python ``int`` for constants, an int64 ``PrimExpr`` otherwise.

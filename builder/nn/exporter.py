@@ -69,7 +69,7 @@ class Exporter:
     """Builds the IRModule and parameter list for a :class:`~builder.nn.spec.ModuleSpec`.
 
     ``Exporter(debug)``; :meth:`build` exports; :meth:`current` is the exporter whose build is
-    running (``nn.op.debug_func`` reads its IO effect).
+    running (whose IO effect :meth:`builder.nn.modules.IOEffect.current` gives ``nn.op.debug_func``).
     """
 
     _tls = threading.local()
@@ -104,12 +104,14 @@ class Exporter:
         if not hasattr(Exporter._tls, "stack"):
             Exporter._tls.stack = []
         Exporter._tls.stack.append(self)
+        IOEffect.enter(self.io_effect)
         try:
             if effects:
                 self._emit_initialize_effect(effects)
             for name, method_spec in zip(spec.method_names, spec.method_specs):
                 self._export_method(name, method_spec, params, effects)
         finally:
+            IOEffect.exit()
             Exporter._tls.stack.pop()
         return verify(self.builder.get()), params
 

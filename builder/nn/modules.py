@@ -13,6 +13,7 @@ them; kept as they are by LegalizeOps; run by the VM's builtins, see ``runtime/v
 from __future__ import annotations
 
 import inspect
+import threading
 from typing import Sequence
 
 from ..ir import expr as E
@@ -33,8 +34,29 @@ class IOEffect(Effect):
     ``R.null_value()``. Printing and debug callbacks consume the token and produce the next
     one, which orders them; see :func:`debug_func`."""
 
+    _tls = threading.local()   # .stack: the IO effect of each export running on this thread (None without debug)
+
     def __init__(self) -> None:
         self.effect: rx.Var | None = None
+
+    @classmethod
+    def current(cls) -> "IOEffect | None":
+        """The IO effect of the innermost export running on this thread, or None (no export running, or one
+        without ``debug=True``); the exporter enters and exits it (:meth:`enter`, :meth:`exit`)."""
+        stack = getattr(cls._tls, "stack", None)
+        return stack[-1] if stack else None
+
+    @classmethod
+    def enter(cls, effect: "IOEffect | None") -> None:
+        """Make ``effect`` (None: an export without one) current until the matching :meth:`exit`."""
+        if not hasattr(cls._tls, "stack"):
+            cls._tls.stack = []
+        cls._tls.stack.append(effect)
+
+    @classmethod
+    def exit(cls) -> None:
+        """Undo the last :meth:`enter`."""
+        cls._tls.stack.pop()
 
     def emit_init(self, name_hint: str, builder) -> list:
         """``_io: R.Object = R.null_value()``."""
@@ -78,12 +100,7 @@ def debug_func(name: str, *args, _line_info: str | None = None) -> None:
     the caller's ``file:line`` unless given. Raises RuntimeError outside a ``debug=True``
     export, TypeError for an unsupported argument.
     """
-    from .exporter import Exporter
-
-    try:
-        io = Exporter.current().io_effect
-    except RuntimeError:
-        io = None
+    io = IOEffect.current()
     if io is None:
         raise RuntimeError("debug_func / print_ need the IO effect: export with debug=True")
     if _line_info is None:

@@ -25,6 +25,7 @@ from typing import Any, Callable, Sequence
 
 from ..ir import expr as E
 from ..ir.struct_info import DTYPES
+from .core import Object as _CoreObject
 
 __all__ = ["Tensor", "Int", "Tuple", "Object", "MethodSpec", "ModuleSpec", "ArgSpecType"]
 
@@ -69,8 +70,6 @@ class Object:
 
     def __init__(self, object_type: type | None = None) -> None:
         if object_type is None:
-            from .core import Object as _CoreObject
-
             object_type = _CoreObject
         self.object_type = object_type
 

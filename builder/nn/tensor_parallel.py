@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from . import op
 from .core import Module, Parameter, Tensor
 
 __all__ = ["ShardSingleDim", "ShardError", "SHARD_ATTR", "check_shards", "split_size", "shard_parameter",
@@ -89,8 +90,6 @@ def reduce_partial_sums(x: Tensor, layer) -> Tensor:
     """The output of a row-parallel layer summed over the workers (``ccl_allreduce(x, "sum")``); ``x``
     unchanged for any other layer. ``layer`` carries ``tensor_parallel`` ("column" / "row" / None) and
     ``tensor_parallel_shards``: the Linear and its quantized replacement share this one rule."""
-    from . import op
-
     if getattr(layer, "tensor_parallel", None) == "row" and getattr(layer, "tensor_parallel_shards", 1) > 1:
         return op.ccl_allreduce(x, "sum", name="allreduce")
     return x

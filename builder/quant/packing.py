@@ -28,8 +28,8 @@ from dataclasses import replace
 
 import numpy as np
 
-from runtime.native import bfloat16_bits_to_float32, float32_to_bfloat16_bits
-from runtime.weights import tile_rows, untile_rows
+from core.dtypes import bfloat16_bits_to_float32, float32_to_bfloat16_bits
+from core.layout import tile_rows, untile_rows
 
 from .config import QuantLayout
 

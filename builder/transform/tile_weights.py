@@ -10,7 +10,7 @@ parameters of the calling function (its parameters after ``num_input``) with sta
     w_tiled = R.call_tir(tile_rows, (w,), R.Tensor((out // 16, in, 16), dtype))   # once per weight
     y = R.call_tir(fused_matmul_add_tiled, (x, w_tiled, b), ...)
 
-``w_tiled[t, k, r] = W[16 t + r, k]`` (:func:`runtime.weights.tile_rows`): a column of 16 rows is
+``w_tiled[t, k, r] = W[16 t + r, k]`` (:func:`core.layout.tile_rows`): a column of 16 rows is
 one 64-byte load, so the kernel multiplies x with whole columns of a tile (a GEMM micro-kernel whose
 panel is the tile; no horizontal sums, no per-call packing). The ``tile_rows`` PrimFunc carries
 :data:`WEIGHT_TRANSFORM_ATTR`: the VM keeps its result while the same read-only weight array is
@@ -22,7 +22,7 @@ A weight stored (in, out) (``DenseWeight.kn``, ``x @ W``: GPT-2's ``Conv1D``) ge
 its transpose (:func:`tile_rows` with ``kn``), so it runs on the row-tiled GEMV as well.
 
 Constant weights (imported models: ``from_onnx`` initializers, ``from_exported_program`` parameters bound
-as named constants) are tiled at build time, in numpy (:func:`runtime.weights.tile_rows`): the kernel reads
+as named constants) are tiled at build time, in numpy (:func:`core.layout.tile_rows`): the kernel reads
 the tiled constant. MiniLM-L6 imported from ONNX, batch 1 x 12: 3.38 -> 2.33 ms (the recipe: 2.25; Intel
 Xeon, 2 threads, `bench_models.py`).
 
@@ -36,7 +36,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from runtime.weights import tile_rows as np_tile_rows
+from core.layout import tile_rows as np_tile_rows
 
 from ..ir import expr as E
 from ..ir import relax as rx
@@ -56,7 +56,7 @@ _FLOATS = ("float32", "float16", "bfloat16")
 
 def tile_rows(w, row_tile: int = ROW_TILE, kn: bool = False):
     """te: ``w`` (out, in), any dtype -> the same values and dtype as (out / T, in, T), ``[t, k, r] =
-    w[T t + r, k]`` (:func:`runtime.weights.tile_rows` in numpy). ``kn``: ``w`` is stored (in, out)
+    w[T t + r, k]`` (:func:`core.layout.tile_rows` in numpy). ``kn``: ``w`` is stored (in, out)
     (``DenseWeight.kn``, ``x @ w``) and the tiles are those of its transpose, ``[t, k, r] = w[k, T t +
     r]``, so the kernels read both alike. ``out`` must be a multiple of ``T`` (:class:`TileWeights`
     checks it; other rows would be dropped)."""

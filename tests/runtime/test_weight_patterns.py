@@ -16,9 +16,9 @@ import pytest
 from safetensors.numpy import load_file, save_file
 
 from builder.pipeline import build
+from core.limits import MAX_WEIGHT_IGNORE, MAX_WEIGHT_NAME_CHARS, MAX_WEIGHT_PATTERN_ENTRIES
 from runtime import WeightsError, load_params
-from runtime.weights import (MAX_IGNORE_PATTERNS, MAX_PATTERN_RULES, MAX_RULE_CHARS, NameRules, WeightsWarning,
-                             check_name_rule)
+from runtime.weights import NameRules, WeightsWarning, check_name_rule
 from schemas import RecipeError, load_recipe_text
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -95,7 +95,7 @@ BAD_RULES = {
     ("layers.", "model.layers"): "prefix rule",
     ("layers.0.w", "model."): "prefix rule",
     ("", "x"): "empty",
-    ("y", "x" * (MAX_RULE_CHARS + 1)): "characters long",
+    ("y", "x" * (MAX_WEIGHT_NAME_CHARS + 1)): "characters long",
 }
 
 
@@ -127,11 +127,11 @@ def test_valid_rules_pass_both_checks(ours, theirs):
 
 
 def test_rule_and_ignore_counts_are_bounded():
-    with pytest.raises(ValueError, match=f"more than the {MAX_PATTERN_RULES} allowed"):
-        NameRules({f"l{i}.": f"m{i}." for i in range(MAX_PATTERN_RULES + 1)})
+    with pytest.raises(ValueError, match=f"more than the {MAX_WEIGHT_PATTERN_ENTRIES} allowed"):
+        NameRules({f"l{i}.": f"m{i}." for i in range(MAX_WEIGHT_PATTERN_ENTRIES + 1)})
     NameRules({f"l{i}.w": f"m{i}.w" for i in range(5000)})     # exact entries are a dict lookup
-    with pytest.raises(ValueError, match=f"more than the {MAX_IGNORE_PATTERNS} allowed"):
-        load_params("unused", {}, ignore=[f"x{i}" for i in range(MAX_IGNORE_PATTERNS + 1)])
+    with pytest.raises(ValueError, match=f"more than the {MAX_WEIGHT_IGNORE} allowed"):
+        load_params("unused", {}, ignore=[f"x{i}" for i in range(MAX_WEIGHT_IGNORE + 1)])
     with pytest.raises(ValueError, match="non-empty"):
         load_params("unused", {}, ignore=[""])
     base = ("name: t\nmodel: {layers: {fc: {type: Linear, in_features: 2, out_features: 2}}, forward: fc(x)}\n"

@@ -12,7 +12,7 @@ from __future__ import annotations
 import enum
 from typing import Callable, Sequence
 
-from ..relax import Op
+from ..relax import Op, load_op_library
 
 __all__ = ["OpPattern", "register_op", "registered_ops"]
 
@@ -76,5 +76,7 @@ def register_op(name: str, infer: Callable, attrs: Sequence[str] = (), *, patter
 
 
 def registered_ops() -> list[Op]:
-    """Every registered op, in registration order."""
+    """Every registered op, in registration order (the op library is loaded first:
+    :func:`builder.ir.relax.load_op_library`)."""
+    load_op_library()
     return list(Op._registry.values())

@@ -7,8 +7,8 @@ import dataclasses
 
 from .. import expr as E
 from ..expr import PrimExpr, Var
+from ..expr_printer import format_float, fresh_name, print_prim_expr
 from ..kernel import PRINT_WHEN_SET
-from ..printer import format_float, fresh_name, print_prim_expr
 from .nodes import (Allocate, Block, BlockRealize, Buffer, BufferRegion, BufferStore, Evaluate, For,
     IfThenElse, LetStmt, PrimFunc, SeqStmt, Stmt)
 

@@ -20,13 +20,14 @@ dtype cannot hold is a ValueError, as in numpy 2 and PyTorch). Every public op c
 before it builds anything: a parameter annotated ``Tensor`` must be a Tensor (``Tensor | None``: or
 ``None``; ``Sequence[Tensor]``: a sequence of Tensors) and ``name`` a string, else TypeError naming the
 op and the parameter (:func:`.checks.checked`). A result may have at most
-:data:`schemas.limits.MAX_NDIM` dims.
+:data:`core.limits.MAX_NDIM` dims.
 """
 from __future__ import annotations
 
 import inspect
 from typing import Callable
 
+from ... import ops as _ops  # noqa: F401 - the op library: every record registered before the functions are made
 from ...ir.op import registered_ops
 from . import attention, creation, elementwise, extern, linear_algebra, manipulation, nn, quantize, reduction, sorting
 from .checks import checked

@@ -7,7 +7,9 @@ from contextvars import ContextVar
 from typing import Sequence
 
 import numpy as np
-from schemas.limits import MAX_NDIM
+
+from core.limits import MAX_NDIM
+from core.messages import shorten
 
 from ...ir import expr as E
 from ...ir import relax as rx
@@ -152,8 +154,6 @@ REFUSE_FLOAT_OVERFLOW: ContextVar[bool] = ContextVar("REFUSE_FLOAT_OVERFLOW", de
 
 
 def short(value) -> str:
-    from schemas.errors import shorten
-
     return shorten(value, 60)
 
 
@@ -174,7 +174,7 @@ def shape_dims(shape, opname: str) -> list:
 
 
 def check_ndim(ndim: int, opname: str) -> None:
-    """ValueError when a result would have more than :data:`~schemas.limits.MAX_NDIM` dims."""
+    """ValueError when a result would have more than :data:`~core.limits.MAX_NDIM` dims."""
     if ndim > MAX_NDIM:
         raise ValueError(f"{opname}: a tensor may have at most {MAX_NDIM} dims, got {ndim}")
 

@@ -27,7 +27,7 @@ def reshape(x: Tensor, shape: Sequence, name: str = "reshape") -> Tensor:
     """Reshape (row-major); one ``-1`` is inferred, symbolic dims allowed.
 
     Raises TypeError when ``shape`` is not a sequence of ints / int64 PrimExprs, ValueError for a
-    negative dim other than ``-1``, more than :data:`~schemas.limits.MAX_NDIM` dims, or element counts
+    negative dim other than ``-1``, more than :data:`~core.limits.MAX_NDIM` dims, or element counts
     that cannot match."""
     if isinstance(shape, (int, str, E.PrimExpr, Tensor)) or not isinstance(shape, Sequence):
         raise TypeError(f"reshape: shape must be a list of dims, got {type(shape).__name__}")
