@@ -11,7 +11,7 @@ from typing import Any, Iterable
 from pydantic import BaseModel, ValidationError
 
 from .errors import RecipeError, RecipeIssue, override_label, shorten, undecodable
-from .limits import MAX_DEPTH, MAX_RECIPE_BYTES, MAX_STRING_CHARS, MAX_VALUES, MAX_VARIABLE_CHAIN
+from core.limits import MAX_DEPTH, MAX_RECIPE_BYTES, MAX_STRING_CHARS, MAX_VALUES, MAX_VARIABLE_CHAIN
 from .models import (LAYER_TYPES, QUANTIZATION_KINDS, QUANTIZATION_PRESETS, BlockDef, BlockLayer, FunctionDef, InputSpec,
                      IntInput, KVCacheInput, ModelDef, Recipe, WeightsDef, _function_tag)
 from .source import FieldPath, IssueCollector, SourceMap, ValueBudget, format_path, list_index, parse_yaml
@@ -40,7 +40,7 @@ def load_recipe(path: str | os.PathLike, overrides: Iterable[str] = ()) -> Recip
 
 
 def _read_text(path: str | os.PathLike) -> str:
-    """The UTF-8 text of the regular file ``path`` (at most :data:`~schemas.limits.MAX_RECIPE_BYTES`);
+    """The UTF-8 text of the regular file ``path`` (at most :data:`~core.limits.MAX_RECIPE_BYTES`);
     a FIFO or a device is refused without blocking. Raises OSError / ValueError (UnicodeDecodeError)."""
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     try:
@@ -124,7 +124,7 @@ def _apply_overrides(data: dict, overrides: Iterable[str], issues: IssueCollecto
     size); otherwise in the order given (the last of two equal keys wins).
 
     Bounded as a recipe file is: all overrides together at most
-    :data:`~schemas.limits.MAX_RECIPE_BYTES` characters, and their values count against ``budget``."""
+    :data:`~core.limits.MAX_RECIPE_BYTES` characters, and their values count against ``budget``."""
     items = [overrides] if isinstance(overrides, str) else list(overrides)
     for override in items:
         if not isinstance(override, str):
@@ -246,7 +246,7 @@ def _expand_quantization_preset(data: dict) -> None:
 class _Interpolator:
     """Replaces ``${name}`` in the string values of recipe data with the variables of ``vars:``.
 
-    Bounded (:mod:`schemas.limits`): the values substituted count toward ``MAX_VALUES`` each time
+    Bounded (:mod:`core.limits`): the values substituted count toward ``MAX_VALUES`` each time
     they are used, nesting after substitution stays within ``MAX_DEPTH`` (and so does the nesting
     walked while variables are resolved, the values of the variables being resolved counted
     together, which bounds the recursion), a string built by interpolation and all of them together

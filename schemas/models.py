@@ -102,7 +102,7 @@ class ModelDef(StrictModel):
 
 class InputSpec(StrictModel):
     """One input tensor of an exported function: its shape (sizes or symbolic names, at most
-    :data:`~schemas.limits.MAX_NDIM` of them) and element type (``nn.spec.Tensor``)."""
+    :data:`~core.limits.MAX_NDIM` of them) and element type (``nn.spec.Tensor``)."""
 
     type: Annotated[Literal["tensor"], Field(json_schema_extra={"x-optional-tag": True})] = "tensor"
     shape: Annotated[list[Dim], BeforeValidator(_check_ndim)]

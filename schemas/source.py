@@ -8,7 +8,7 @@ from typing import Any, Union
 import yaml
 
 from .errors import RecipeError, RecipeIssue, override_label, shorten
-from .limits import MAX_DEPTH, MAX_VALUES
+from core.limits import MAX_DEPTH, MAX_VALUES
 
 FieldPath = tuple[Union[str, int], ...]
 """Path to a value in recipe data: mapping keys and list indices, e.g. ``("model", "layers", "fc", "bias")``."""
@@ -207,7 +207,7 @@ class IssueCollector:
 
 class ValueBudget:
     """How many values (scalars, mappings and lists) one recipe load may build from YAML:
-    :data:`~schemas.limits.MAX_VALUES` in all, shared by the recipe file and every override value, so
+    :data:`~core.limits.MAX_VALUES` in all, shared by the recipe file and every override value, so
     that many small overrides cannot add up to what one large value may not."""
 
     def __init__(self, limit: int = MAX_VALUES) -> None:
@@ -224,7 +224,7 @@ def parse_yaml(text: str, issues: IssueCollector, budget: ValueBudget | None = N
     (a fresh :class:`ValueBudget` when ``None``). Returns ``None`` for an empty document.
 
     Raises:
-        RecipeError: the text is not well-formed YAML, nests deeper than :data:`~schemas.limits.MAX_DEPTH`
+        RecipeError: the text is not well-formed YAML, nests deeper than :data:`~core.limits.MAX_DEPTH`
             (mappings and lists, or ``<<`` merges of merges, after aliases are followed), or expands
             (through aliases) to more than the budget's values (one issue at the problem's position).
     """

@@ -97,8 +97,8 @@ def test_if_branches_inside_loops_count():
 def test_rank_over_the_limit_is_refused():
     """An input of rank 300 (compiling it used to raise RecursionError), one of 33 symbolic dims, and a folded
     constant of 40 dims (ConstantOfShape: numpy allows 64) are refused with ONNXImportError naming the value and
-    schemas.limits.MAX_NDIM; rank 32 is still imported."""
-    from schemas.limits import MAX_NDIM
+    core.limits.MAX_NDIM; rank 32 is still imported."""
+    from core.limits import MAX_NDIM
 
     relu = [helper.make_node("Relu", ["x"], ["y"])]
     with pytest.raises(ONNXImportError, match=r"input 'x' has 300 dims.*MAX_NDIM"):
@@ -116,7 +116,7 @@ def test_rank_over_the_limit_is_refused():
 def test_deep_shape_arithmetic_is_refused(op_type):
     """3,000 Div (Mod) nodes chained on a symbolic Shape build one dim expression nesting 3,000 deep (a
     RecursionError in the simplifier): refused with ONNXImportError at the node past MAX_EXPRESSION_DEPTH."""
-    from schemas.limits import MAX_EXPRESSION_DEPTH
+    from core.limits import MAX_EXPRESSION_DEPTH
 
     nodes = [helper.make_node("Shape", ["x"], ["s0"])]
     nodes += [helper.make_node(op_type, [f"s{k}", "s0"], [f"s{k + 1}"]) for k in range(3000)]

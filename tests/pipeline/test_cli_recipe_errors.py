@@ -12,7 +12,7 @@ import builder
 from builder import nn
 from builder.ir.parser import parse
 from helpers.recipes import with_forward
-from schemas.limits import MAX_NDIM
+from core.limits import MAX_NDIM
 
 CASES = [
     # (id, forward, input dtype, input shape, line of the call in the file, column, message)

@@ -6,7 +6,7 @@ import pytest
 import builder
 from builder.pipeline import export_recipe
 from schemas import RecipeError, load_recipe_text
-from schemas.limits import MAX_MODULES
+from core.limits import MAX_MODULES
 
 BLOCKS = """\
 name: blocks_demo

@@ -1,7 +1,7 @@
 """The work a recipe can make the builder do is bounded (issue 40 item 12): at most ``MAX_MODULES`` layers
 instantiated (counted before any is built) and at most ``MAX_TRACED_CALLS`` layer, block and op calls
 traced by its functions together (counted as they run: a block that calls its child twice, nested, doubles
-the calls per level with one more layer). Both bounds are set to what builds in seconds (schemas/limits.py)."""
+the calls per level with one more layer). Both bounds are set to what builds in seconds (core/limits.py)."""
 from __future__ import annotations
 
 import subprocess
@@ -15,7 +15,7 @@ import builder
 from builder.pipeline import export_recipe
 from builder.recipe import instantiate
 from schemas import RecipeError, load_recipe_text
-from schemas.limits import MAX_MODULES, MAX_TRACED_CALLS
+from core.limits import MAX_MODULES, MAX_TRACED_CALLS
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -13,7 +13,7 @@ import pytest
 
 from schemas import RecipeError, load_recipe_text, source
 from schemas.errors import override_label, printable, shorten
-from schemas.limits import MAX_DEPTH, MAX_FUNCTIONS, MAX_NDIM, MAX_RECIPE_BYTES, MAX_VALUES
+from core.limits import MAX_DEPTH, MAX_FUNCTIONS, MAX_NDIM, MAX_RECIPE_BYTES, MAX_VALUES
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -30,7 +30,7 @@ Limits and checks (an ONNX file is untrusted input): a file or ModelProto over
 anything else reads the model; tensors stored as external data (what ``torch.onnx.export`` writes by
 default) are read from the model's folder when a path is given, each location, region and size checked and
 the total checked against the memory available (:func:`.loading._read_external_data`), and refused in a ModelProto
-(no folder to resolve them in); ranks over :data:`schemas.limits.MAX_NDIM`, symbolic dim expressions deeper
+(no folder to resolve them in); ranks over :data:`core.limits.MAX_NDIM`, symbolic dim expressions deeper
 than ``MAX_EXPRESSION_DEPTH`` and more than :data:`MAX_UNROLLED_NODES` nodes from If / Loop bodies in the
 whole model are refused; the default
 domain's opset must be in ``[13, 24]`` (:data:`OPSETS`; opsets 7 to 12 are converted to 13 first by

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from core.layout import tile_rows
+
 from ...ir.op.quantize import ROW_TILE
 from ...nn import op
 from .convert_linear import _matmul_operands
@@ -297,8 +299,6 @@ def _matmul_nbits(im, node, ins, at):
     ``activation_quantization="int8"``. Per-block ``zero_points`` are dequantized here to a float
     weight (exact). ``g_idx`` is not supported."""
     _check_inputs(ins, node)
-    from runtime.weights import tile_rows
-
     x = im.tensor(ins[0])
     b = im.static(ins[1], "B")
     scales = im.static(ins[2], "scales")

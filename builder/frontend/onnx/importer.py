@@ -8,7 +8,7 @@ import re
 from collections.abc import Mapping, Sequence
 
 import numpy as np
-from schemas.limits import MAX_NDIM
+from core.limits import MAX_NDIM
 
 from ...ir import expr as E
 from ...ir import relax as rx
@@ -107,7 +107,7 @@ class _Importer:
         """``main``'s parameter for the graph input ``vi``: ``R.Tensor(shape, dtype)`` from the model, with
         ``shape_override`` (ints, names, None) and ``dtype_override`` from ``shape_dict`` / ``dtype_dict``. Raises
         ONNXImportError for a non-tensor input, an unknown dtype, a missing shape, a wrong rank, a negative dim or
-        more than ``schemas.limits.MAX_NDIM`` dims, TypeError for an override of the wrong type."""
+        more than ``core.limits.MAX_NDIM`` dims, TypeError for an override of the wrong type."""
         onnx = _onnx()
         t = vi.type
         if not t.HasField("tensor_type"):
@@ -130,7 +130,7 @@ class _Importer:
         n = len(shape_override) if shape_override is not None else len(model_dims)
         if n > MAX_NDIM:
             raise ONNXImportError(f"from_onnx: input {vi.name!r} has {n} dims, more than the limit of {MAX_NDIM} "
-                                  "(schemas.limits.MAX_NDIM)")
+                                  "(core.limits.MAX_NDIM)")
         shape = []
         for i in range(n):
             over = shape_override[i] if shape_override is not None else None
@@ -337,7 +337,7 @@ class _Importer:
         for name, v in zip(node.output, outs):
             if isinstance(v, (Tensor, np.ndarray, _Sym)) and len(v.shape) > MAX_NDIM:
                 raise ONNXImportError(f"from_onnx: {who} makes {name!r} of "
-                                      f"{len(v.shape)} dims, more than the limit of {MAX_NDIM} (schemas.limits.MAX_NDIM)")
+                                      f"{len(v.shape)} dims, more than the limit of {MAX_NDIM} (core.limits.MAX_NDIM)")
             if name:   # numpy folds of 0-d arrays give numpy scalars: kept as 0-d arrays
                 self.env[name] = np.asarray(v) if isinstance(v, np.generic) else v
         for name in node.output[len(outs):]:

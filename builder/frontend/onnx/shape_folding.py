@@ -1,5 +1,5 @@
 """Shape computations at import time: symbolic dim expressions simplified and bounded
-(:data:`MAX_SHAPE_EXPR_NODES`, ``schemas.limits.MAX_EXPRESSION_DEPTH``), integer arrays of them
+(:data:`MAX_SHAPE_EXPR_NODES`, ``core.limits.MAX_EXPRESSION_DEPTH``), integer arrays of them
 (:class:`~.values._Sym`), signs of dims decided where they can be (dims are never negative), and the
 bound on constant folding (:data:`MAX_FOLD_ELEMENTS`).
 """
@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from schemas.limits import MAX_EXPRESSION_DEPTH
+from core.limits import MAX_EXPRESSION_DEPTH
 
 from ...ir import expr as E
 from .errors import ONNXImportError
@@ -23,7 +23,7 @@ MAX_FOLD_ELEMENTS = 1 << 16
 
 #: The largest symbolic dim expression shape arithmetic may build (nodes of the expression tree): each value
 #: is checked as it is made, so no expression given to the simplifier or the compiler nests deeper than
-#: :data:`schemas.limits.MAX_EXPRESSION_DEPTH` (a chain of thousands of Div nodes on a Shape used to end in a
+#: :data:`core.limits.MAX_EXPRESSION_DEPTH` (a chain of thousands of Div nodes on a Shape used to end in a
 #: RecursionError).
 MAX_SHAPE_EXPR_NODES = 4096
 
@@ -53,7 +53,7 @@ def _check_expr_size(e) -> None:
         if depth > MAX_EXPRESSION_DEPTH or seen > MAX_SHAPE_EXPR_NODES:
             raise ONNXImportError(f"shape arithmetic builds a symbolic dim expression deeper than "
                                   f"{MAX_EXPRESSION_DEPTH} levels or larger than {MAX_SHAPE_EXPR_NODES} nodes "
-                                  "(schemas.limits.MAX_EXPRESSION_DEPTH, MAX_SHAPE_EXPR_NODES)")
+                                  "(core.limits.MAX_EXPRESSION_DEPTH, MAX_SHAPE_EXPR_NODES)")
         for name in ("a", "b", "condition", "true_value", "false_value", "value", "body"):
             child = getattr(x, name, None)
             if isinstance(child, E.PrimExpr):
