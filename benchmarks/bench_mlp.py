@@ -250,7 +250,7 @@ def compute_peak(seconds: float = 0.2) -> tuple[dict, str]:
     import llvmlite.binding as llvm
 
     from builder.codegen.kernels import SimdInfo
-    from builder.codegen.target import Target
+    from builder.codegen.llvm_target import Target
     from runtime.threadpool import pool_size
 
     target = Target.host()
@@ -605,7 +605,7 @@ def main(argv=None) -> int:
         p.error(f"unknown formats {unknown}; choose from {list(FORMATS)}")
 
     import schemas
-    from builder.pipeline import build
+    from builder.build_model import build
 
     print(machine_info())
     print(blas_info())

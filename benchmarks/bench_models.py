@@ -784,7 +784,7 @@ def markdown(rows, notes) -> str:
 
 
 def main(argv=None) -> int:
-    from builder.codegen.target import MATMUL_PRECISIONS
+    from builder.codegen.llvm_target import MATMUL_PRECISIONS
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="MiniLM-L6 only, fewer runs")

@@ -122,7 +122,7 @@ def rmsnorm_threads(batches: list[int], calls: int) -> list[dict]:
 def build_time() -> dict:
     """Seconds to build ``recipes/llama_mlp.yaml`` with an empty object cache and again from it."""
     from builder import nn
-    from builder.pipeline import build
+    from builder.build_model import build
 
     class Warm(nn.Module):   # pays the per-process start-up (LLVM target, thread pool) first
         def forward(self, x):

@@ -215,7 +215,7 @@ def probe(nbytes: int = 1 << 29, repeats: int = 5, threads: int | None = None,
     round robin, ``repeats`` rounds. Returns ``({label: GB/s}, notes)``."""
     import llvmlite.binding as llvm
 
-    from builder.codegen.target import Target
+    from builder.codegen.llvm_target import Target
 
     threads = threads or os.cpu_count() or 1
     target = Target.host()

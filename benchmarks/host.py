@@ -4,7 +4,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from runtime.target import host_cache_bytes  # noqa: E402
+from runtime.host import host_cache_bytes  # noqa: E402
 
 
 def cpu_name() -> str:
@@ -19,5 +19,5 @@ def cpu_name() -> str:
 
 
 def l3_bytes(base: Path = Path("/sys/devices/system/cpu/cpu0/cache")) -> int:
-    """The L3 cache size in bytes (:func:`runtime.target.host_cache_bytes`); 0 when unknown."""
+    """The L3 cache size in bytes (:func:`runtime.host.host_cache_bytes`); 0 when unknown."""
     return host_cache_bytes(3, base)

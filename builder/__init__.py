@@ -18,14 +18,14 @@ import types
 
 __all__ = ["build", "compile", "BuildProgress"]
 
-_SUBMODULES = frozenset({"cli", "codegen", "frontend", "generation", "ir", "nn", "ops", "pipeline", "quant",
-                         "recipe", "summary", "te", "text", "transform"})
+_SUBMODULES = frozenset({"build_model", "cli", "codegen", "frontend", "generation", "ir", "layers", "nn",
+                         "ops", "quant", "recipe", "summary", "te", "text", "transform"})
 
 
 def build(recipe_path, overrides=(), weights=None, seed=0, **kwargs):
-    """Build a recipe into a runnable :class:`builder.pipeline.CompiledModel`; keyword arguments
-    (``on_ir``, ``progress``, ...) pass through to :func:`builder.pipeline.build`."""
-    from .pipeline import build as _build   # deferred: the pipeline loads the compiler (start-up time)
+    """Build a recipe into a runnable :class:`builder.build_model.CompiledModel`; keyword arguments
+    (``on_ir``, ``progress``, ...) pass through to :func:`builder.build_model.build`."""
+    from .build_model import build as _build   # deferred: the pipeline loads the compiler (start-up time)
 
     return _build(recipe_path, overrides=overrides, weights=weights, seed=seed, **kwargs)
 

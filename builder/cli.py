@@ -1,4 +1,4 @@
-"""The ``build`` command: a thin layer over :func:`builder.pipeline` with rich output.
+"""The ``build`` command: a thin layer over :func:`builder.build_model` with rich output.
 
     build RECIPE [KEY=VALUE ...] [--plain] [--no-ir] [--weights W.safetensors]
                  [--input X.npz] [--output Y.npz] [--function NAME] [--seed N]
@@ -258,7 +258,7 @@ def _run_with(args: argparse.Namespace, progress: "_ConversionProgress") -> int:
     from rich.markup import escape
     from schemas.errors import printable
 
-    from .pipeline import MODEL_FILE_SUFFIXES, build, build_model_file
+    from .build_model import MODEL_FILE_SUFFIXES, build, build_model_file
     from .summary import function_table, kernel_notes, model_summary, module_tree, param_table
 
     from runtime.distributed import launcher_rank
@@ -411,14 +411,14 @@ def _run_with(args: argparse.Namespace, progress: "_ConversionProgress") -> int:
 
 
 def _prompt_check(prompt):
-    """``check_inputs`` of :func:`builder.pipeline.build` for ``--prompt-ids``: refuse ids past the
+    """``check_inputs`` of :func:`builder.build_model.build` for ``--prompt-ids``: refuse ids past the
     vocabulary of the Embedding that ``prefill``'s ``input_ids`` feed, before anything is compiled
-    (:func:`builder.pipeline.check_token_ids`); None without a prompt."""
+    (:func:`builder.build_model.check_token_ids`); None without a prompt."""
     if prompt is None:
         return None
 
     def check(irmod, params) -> None:
-        from .pipeline import check_token_ids
+        from .build_model import check_token_ids
 
         check_token_ids(irmod, params, "prefill", "input_ids", prompt, "--prompt-ids")
 
@@ -585,7 +585,7 @@ def _check_only(args: argparse.Namespace, out) -> int:
     from rich.markup import escape
     from schemas import dump_recipe, load_recipe
 
-    from .pipeline import validate
+    from .build_model import validate
 
     if args.print_recipe:
         out.print(dump_recipe(load_recipe(args.recipe, args.overrides)), markup=False, highlight=False, end="")

@@ -140,7 +140,7 @@ def model_summary(model: Any, origin: str = "", kinds: str = "", version: str = 
     ``origin``, ``tensors``: [{name, shape, dtype}] in function-signature order), ``quantization``,
     ``matmul_precision``, ``timings_ms`` (export, weights, compile), ``kernels`` (``count``, ``kinds``, the
     ``target`` CPU, ``notes``: :func:`kernel_notes`) and the builder ``version``. ``model`` is a
-    :class:`builder.pipeline.CompiledModel`."""
+    :class:`builder.build_model.CompiledModel`."""
     functions = {}
     for fname, inputs in model.spec.items():
         func = model.ir.functions.get(fname)

@@ -33,7 +33,7 @@ import numpy as np
 
 from .memory import MemoryLimitError, check_allocation, huge_page_buffer
 from .native import _data_pointer
-from .target import host_target_machine, init_llvm
+from .host import host_target_machine, init_llvm
 
 __all__ = ["KernelRun", "run_kernels"]
 

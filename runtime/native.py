@@ -37,7 +37,7 @@ from core.dtypes import (DTYPES, as_bfloat16_bits, bfloat16_bits_to_float32, flo
                          is_ml_dtypes_bfloat16, numpy_dtype)
 
 from .elf import ElfObject, read_object
-from .target import check_target, host_target_machine, init_llvm
+from .host import check_target, host_target_machine, init_llvm
 from .threadpool import ensure_pool
 
 __all__ = ["NativeLibrary", "kernel_signature", "manifest_bytes",

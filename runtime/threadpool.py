@@ -49,7 +49,7 @@ import threading
 
 import llvmlite.binding as llvm
 
-from .target import host_target_machine, init_llvm
+from .host import host_target_machine, init_llvm
 
 __all__ = ["ensure_pool", "set_num_threads", "get_num_threads", "pool_size", "SYMBOLS"]
 

@@ -57,7 +57,7 @@ from .objmerge import merge_objects
 from .schedule import schedule
 from .kernels import KERNEL_FAMILIES, SimdInfo, plan_kernel
 from .loop_metadata import finalize_loop_metadata
-from .target import Target, init_llvm
+from .llvm_target import Target, init_llvm
 
 __all__ = ["Target", "CompiledLibrary", "build", "build_prim_func", "lower", "dim_to_json",
            "emit_llvm_ir", "emit_llvm_parts", "LlvmParts", "manifest_ir", "build_threads", "MAX_PARTS"]
@@ -99,7 +99,7 @@ _AMX_INTRINSIC = re.compile(r'@"?llvm\.x86\.(?:ldtilecfg|sttilecfg|tile|tdp)')
 def uses_amx_tiles(texts) -> bool:
     """True when the LLVM IR modules ``texts`` (strings) call an AMX tile instruction (an
     ``@llvm.x86.ldtilecfg`` / ``tile*`` / ``tdp*`` intrinsic): the code then needs the OS's grant of the
-    tile state where it loads (:func:`runtime.target.check_target`). The kernels' labels do not decide
+    tile state where it loads (:func:`runtime.host.check_target`). The kernels' labels do not decide
     it: under ``MB_SIMD_EMULATE=amx`` a ``+amx`` kernel is generic IR of the same arithmetic, which any
     host runs."""
     return any(_AMX_INTRINSIC.search(t) for t in texts)
@@ -346,7 +346,7 @@ def build(prim_funcs: dict[str, PrimFunc], target: Target | None = None,
     source = texts[0] if len(texts) == 1 else "".join(f"; part {k}\n{t}" for k, t in enumerate(texts))
     tdict = target.to_dict()
     if uses_amx_tiles(texts):
-        tdict["amx"] = True   # the loader asks the OS for the tile state (runtime.target.check_target)
+        tdict["amx"] = True   # the loader asks the OS for the tile state (runtime.host.check_target)
     key = _cache.cache_key(source, tdict)
     hit = _cache.load(key, functions)
     if hit is not None:

@@ -44,7 +44,7 @@ class DTypeCast(nn.Mutator):
 def model_dtype(recipe: Recipe) -> str | None:
     """The dtype that parameters are cast to: the quantization's ``model_dtype`` when it has one, else
     the recipe's ``dtype`` (None: no cast). Floating-point function inputs are cast to a quantization's
-    ``model_dtype`` (:func:`builder.pipeline.export_recipe`); with the recipe's ``dtype`` alone they keep the
+    ``model_dtype`` (:func:`builder.build_model.export_recipe`); with the recipe's ``dtype`` alone they keep the
     dtype their spec declares (a recipe declares them ``${dtype}`` to follow it, as the shipped ones do)."""
     spec = resolve(recipe.quantization)
     return spec.model_dtype if spec.model_dtype is not None else recipe.dtype

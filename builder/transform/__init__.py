@@ -15,7 +15,7 @@ from .legalize import LegalizeOps
 from .lift_transform_params import LiftTransformParams
 from .pass_infra import (FunctionPass, Pass, PassContext, PassInstrument, PassTiming, PrintAfter, Sequential,
     VerifyAfter)
-from .pipeline import PASS_NAMES, default_pipeline
+from .default_passes import PASS_NAMES, default_pipeline
 from .rewrite_attention import RewriteAttention
 from .select_kernels import SelectKernels
 from .tile_weights import TileWeights

@@ -87,11 +87,11 @@ def test_benchmark_peak_and_target_with_avx512bf16(own_features):
 
 
 def test_benchmark_cache_sweep_sizes_from_the_l3(tmp_path):
-    """``runtime.target.host_cache_bytes`` (and ``benchmarks/host.l3_bytes``) read a cache level's size
+    """``runtime.host.host_cache_bytes`` (and ``benchmarks/host.l3_bytes``) read a cache level's size
     from Linux's cache directory (``480M``, ``32768K``), skipping the other levels and the L1
     instruction cache; 0 for a level it does not list (where ``sysconf`` does not know either);
     bench_mlp's "alone" runs sweep twice the L3, at most 1 GiB."""
-    from runtime.target import host_cache_bytes
+    from runtime.host import host_cache_bytes
 
     sys.path.insert(0, str(ROOT / "benchmarks"))
     try:

@@ -11,7 +11,7 @@ from builder.codegen import Target, build, emit_llvm_ir
 from builder.codegen.kernels import SimdInfo
 from builder.codegen.kernels.linear import TUNING
 from runtime import Executable, VirtualMachine, threadpool
-from runtime import target as runtime_target
+from runtime import host as runtime_host
 from runtime.native import bfloat16_bits_to_float32, float32_to_bfloat16_bits
 
 from helpers.linear_kernels import check_gated as _check_gated
@@ -19,7 +19,7 @@ from helpers.linear_kernels import linear_func as _linear_func
 from helpers.linear_kernels import transposed_bias_func
 
 HOST = Target.host()
-NATIVE = runtime_target.amx_permitted()
+NATIVE = runtime_host.amx_permitted()
 
 pytestmark = pytest.mark.usefixtures("private_object_cache")   # tests/codegen/conftest.py
 
@@ -169,13 +169,13 @@ def test_precision_is_validated_and_recorded():
 def test_executable_with_tiles_refused_without_the_os_grant(monkeypatch):
     """``check_target`` of an executable whose kernels run tiles: refused (ValueError naming AMX) where
     the OS did not grant the tile state, accepted where it did."""
-    from runtime.target import check_target
+    from runtime.host import check_target
 
     target = {**HOST.to_dict(), "amx": True}
-    monkeypatch.setattr(runtime_target, "_AMX", False)
+    monkeypatch.setattr(runtime_host, "_AMX", False)
     with pytest.raises(ValueError, match="AMX tiles"):
         check_target(target)
-    monkeypatch.setattr(runtime_target, "_AMX", True)
+    monkeypatch.setattr(runtime_host, "_AMX", True)
     check_target(target)
 
 
@@ -214,7 +214,7 @@ def test_native_tile_code_is_emitted_anywhere_and_runs_where_granted(monkeypatch
     kernel (``MB_SIMD_EMULATE=amx``) calls no tile instruction and records no ``amx``."""
     import llvmlite.binding as llvm
 
-    from runtime.target import check_target
+    from runtime.host import check_target
 
     if not HOST.triple.startswith(("x86_64", "amd64")):
         pytest.skip("AMX is x86-64 only")
@@ -224,7 +224,7 @@ def test_native_tile_code_is_emitted_anywhere_and_runs_where_granted(monkeypatch
     f, _ = _linear_func(K, N, "float32", "float32", ("linear", 0))
     spr = Target(HOST.triple, "sapphirerapids", _SPR_FEATURES, matmul_precision="high")
     with monkeypatch.context() as m:
-        m.setattr(runtime_target, "_AMX", True)   # as where the OS grants the tiles: the planner takes them
+        m.setattr(runtime_host, "_AMX", True)   # as where the OS grants the tiles: the planner takes them
         text, meta = emit_llvm_ir({"f": f}, spr)
         lib = build({"f": f}, spr)
     assert meta["f"]["kernel"] == "linear/avx512+amx3"

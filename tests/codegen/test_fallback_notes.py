@@ -11,7 +11,7 @@ import pytest
 from builder.codegen import Target, build
 from builder.codegen.kernels.linear.plan import NO_AMX, NO_INT8_DOT
 from builder.summary import kernel_notes
-from runtime import target as runtime_target
+from runtime import host as runtime_host
 
 from helpers.linear_kernels import linear_func
 
@@ -25,7 +25,7 @@ def no_amx(monkeypatch):
     """A host whose OS grants no AMX tiles (whatever this one does), without the testing hooks."""
     for hook in HOOKS:
         monkeypatch.delenv(hook, raising=False)
-    monkeypatch.setattr(runtime_target, "_AMX", False)
+    monkeypatch.setattr(runtime_host, "_AMX", False)
 
 
 @pytest.mark.parametrize("precision", ["high", "medium"])
@@ -58,7 +58,7 @@ def test_tiles_and_bfloat16_are_no_fallback(monkeypatch):
     meta = build({"f": f}, Target.host(matmul_precision="high")).functions["f"]
     assert meta["kernel"].endswith("+amx3") and "notes" not in meta
     monkeypatch.delenv("MB_SIMD_EMULATE")
-    monkeypatch.setattr(runtime_target, "_AMX", False)
+    monkeypatch.setattr(runtime_host, "_AMX", False)
     g, _ = linear_func(64, 70, "bfloat16", "bfloat16", ("linear", 0), out_dtype="float32")
     assert "notes" not in build({"g": g}, Target.host(matmul_precision="high")).functions["g"]
 

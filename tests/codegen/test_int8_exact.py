@@ -52,7 +52,7 @@ pytestmark = [pytest.mark.usefixtures("private_object_cache"),   # tests/codegen
 def _host_features() -> set[str]:
     import llvmlite.binding as llvm
 
-    from builder.codegen.target import init_llvm
+    from builder.codegen.llvm_target import init_llvm
 
     init_llvm()
     return {f[1:] for f in llvm.get_host_cpu_features().flatten().split(",") if f.startswith("+")}

@@ -52,7 +52,7 @@ def test_a_shard_read_while_hashing_is_the_shard_and_the_whole_tensors_digest(tm
 def _llama_expected(count: int = 2):
     """The parameters and shards a 2-way tensor-parallel llama reads (from the real recipe)."""
     import schemas
-    from builder.pipeline import _export, _param_specs, worker_shards
+    from builder.build_model import _export, _param_specs, worker_shards
     from builder.quant import QuantizeMapping
 
     recipe = schemas.load_recipe(ROOT / "recipes" / "llama.yaml", [f"tensor_parallel_shards={count}"])

@@ -16,7 +16,7 @@ import pytest
 import schemas
 from builder import nn
 from builder.nn.tensor_parallel import SHARD_ATTR, ShardError, ShardSingleDim, param_shards
-from builder.pipeline import _export, random_params, worker_shards
+from builder.build_model import _export, random_params, worker_shards
 from builder.quant import QuantizeMapping
 from runtime.weights import TensorShard, WeightsError, load_params, save_params
 
@@ -237,7 +237,7 @@ def test_workers_column_row_pair_sums_to_the_unsplit_mlp(tmp_path):
 def test_validate_checks_a_checkpoint_against_a_worker_s_shards(tmp_path):
     """``build --validate tensor_parallel_shards=2`` needs no launcher: it binds rank 0's shards of the file;
     a file whose split tensors are too small for the whole shapes is refused, naming them."""
-    from builder.pipeline import validate
+    from builder.build_model import validate
 
     weights = ROOT / "tests" / "data" / "llama_causal_lm.safetensors"
     report = validate(RECIPES / "llama.yaml", ("tensor_parallel_shards=2",), weights=weights)

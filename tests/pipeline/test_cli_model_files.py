@@ -56,12 +56,12 @@ def test_an_onnx_file_at_high_matmul_precision(tmp_path, capsys, monkeypatch):
     no tile state (it records ``amx`` only when its IR calls a tile instruction, ``uses_amx_tiles``), which the
     test checks on every host by loading it as a host whose OS grants no tiles does. (Until commit bdee34e the
     executable recorded ``amx`` and such a host refused it: the failure issue 41 reported.)"""
-    import runtime.target
+    import runtime.host
 
     monkeypatch.setenv("MB_SIMD_SHAPE", "avx512")
     monkeypatch.setenv("MB_SIMD_EMULATE", "amx")
     # as a host without AMX (or whose OS grants no tiles) loads it, on every host
-    monkeypatch.setattr(runtime.target, "amx_permitted", lambda: False)
+    monkeypatch.setattr(runtime.host, "amx_permitted", lambda: False)
     w, b = _mlp_onnx(tmp_path / "mlp.onnx")
     x = np.random.default_rng(2).standard_normal((40, 8)).astype(np.float32)
     np.savez(tmp_path / "x.npz", x=x)

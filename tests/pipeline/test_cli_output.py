@@ -64,12 +64,12 @@ def test_quiet_and_json_together_are_refused(capsys):
 
 
 def test_prompt_ids_past_the_vocabulary_are_refused_before_compiling(capsys, monkeypatch):
-    import builder.pipeline
+    import builder.build_model
 
     def no_compile(*args, **kwargs):
         raise AssertionError("compiled")
 
-    monkeypatch.setattr(builder.pipeline, "compile_module", no_compile)
+    monkeypatch.setattr(builder.build_model, "compile_module", no_compile)
     tiny = ["vocab_size=64", "hidden_size=32", "intermediate_size=48", "num_heads=2", "num_kv_heads=1",
             "head_dim=16", "num_layers=1"]
     assert main([str(ROOT / "recipes" / "llama.yaml"), *tiny, "--no-ir", "--prompt-ids", "1,2;3,64"]) == 1
@@ -80,7 +80,7 @@ def test_prompt_ids_past_the_vocabulary_are_refused_before_compiling(capsys, mon
 
 def test_token_vocab_follows_reshapes_to_the_embedding():
     from builder import nn
-    from builder.pipeline import token_vocab
+    from builder.build_model import token_vocab
 
     class M(nn.Module):
         def __init__(self):

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import builder
-from builder.pipeline import export_recipe
+from builder.build_model import export_recipe
 from schemas import RecipeError, load_recipe_text
 from core.limits import MAX_MODULES
 

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import builder
-from builder.pipeline import export_recipe
+from builder.build_model import export_recipe
 from builder.recipe import instantiate
 from schemas import RecipeError, load_recipe_text
 from core.limits import MAX_MODULES, MAX_TRACED_CALLS

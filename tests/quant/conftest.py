@@ -4,7 +4,7 @@ from pathlib import Path
 import pytest
 
 import schemas
-from builder.pipeline import _param_specs, bind_weights, export_recipe, random_params
+from builder.build_model import _param_specs, bind_weights, export_recipe, random_params
 from builder.quant import QuantizeMapping
 
 

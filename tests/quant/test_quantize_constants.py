@@ -98,7 +98,7 @@ def test_build_model_file_with_quantization(tmp_path):
     pytest.importorskip("onnx")
     from onnx import TensorProto, helper, numpy_helper
 
-    from builder.pipeline import build_model_file
+    from builder.build_model import build_model_file
 
     w = np.random.default_rng(2).standard_normal((64, 24)).astype(np.float32)     # MatMul weight (K, N)
     graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "g",

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from builder.cli import main
-from builder.pipeline import build
+from builder.build_model import build
 from builder.quant import PRESETS, QuantLayout, dequantize_weight, is_quantizing, resolve, to_float32
 from runtime.native import float32_to_bfloat16_bits
 
@@ -192,7 +192,7 @@ def test_int8_activations_through_a_recipe(capsys, preset, words):
     model's output) and is rejected with the field's name when misspelt."""
     from builder.ir.parser import parse
     from builder.codegen.kernels import SimdInfo
-    from builder.codegen.target import Target
+    from builder.codegen.llvm_target import Target
 
     ref = np.load(DATA / "llama_mlp_layer0.npz")
     x, y_float = ref["x"], ref["y"].astype(np.float64)

@@ -8,7 +8,7 @@ import pytest
 from safetensors.numpy import load_file, save_file
 
 from builder.cli import _ConversionProgress, main
-from builder.pipeline import build
+from builder.build_model import build
 from runtime import WeightsError
 from runtime.weights import read_safetensors_header, read_safetensors_metadata, save_params
 

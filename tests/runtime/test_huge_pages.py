@@ -179,7 +179,7 @@ def test_pool_reuses_huge_page_buffers_only_when_unreferenced():
 
 @needs_thp
 def test_model_parameters_loaded_weights_and_executable_constants_move(tmp_path):
-    from builder.pipeline import build
+    from builder.build_model import build
     from runtime import Executable, load_params
 
     m = build("recipes/llama_mlp.yaml", ["dtype=float32", "hidden_size=512", "intermediate_size=4096",

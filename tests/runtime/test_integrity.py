@@ -164,7 +164,7 @@ def test_malformed_bytecode_is_refused_on_load(tiny, name):
 def _host_lacks():
     import llvmlite.binding as llvm
 
-    from runtime.target import init_llvm
+    from runtime.host import init_llvm
 
     init_llvm()
     have = {f[1:] for f in llvm.get_host_cpu_features().flatten().split(",") if f.startswith("+")}

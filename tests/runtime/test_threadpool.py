@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from runtime import threadpool
-from runtime.target import host_target_machine
+from runtime.host import host_target_machine
 
 #: the task counts of the two regions of a round (a short one, then a longer one)
 COUNTS = (2, 13)

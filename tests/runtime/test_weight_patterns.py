@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from safetensors.numpy import load_file, save_file
 
-from builder.pipeline import build
+from builder.build_model import build
 from core.limits import MAX_WEIGHT_IGNORE, MAX_WEIGHT_NAME_CHARS, MAX_WEIGHT_PATTERN_ENTRIES
 from runtime import WeightsError, load_params
 from runtime.weights import NameRules, WeightsWarning, check_name_rule

@@ -122,7 +122,7 @@ def test_llama_decode_rotary_tables_once():
     """A 3-layer Llama decode: ``cos`` and ``sin`` of the positions were bound 6 times each (q and
     k of every layer), now once."""
     import schemas
-    from builder.pipeline import export_recipe
+    from builder.build_model import export_recipe
 
     recipe = schemas.load_recipe(ROOT / "recipes" / "llama.yaml", [
         "num_layers=3", "hidden_size=64", "intermediate_size=96", "num_heads=4", "num_kv_heads=2",

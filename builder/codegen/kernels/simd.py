@@ -1,6 +1,6 @@
 """Vector ISA of a target and the IR-building helpers the kernel emitters share.
 
-:class:`SimdInfo` is derived from a :class:`~builder.codegen.target.Target`'s feature string
+:class:`SimdInfo` is derived from a :class:`~builder.codegen.llvm_target.Target`'s feature string
 (``+avx512f,+avx2,+fma,+f16c,...``) and picks the widest float32 vectors the CPU has:
 
 =========  ======  =========  =====================================================
@@ -42,7 +42,7 @@ AVX512VL): the int8-activation GEMV and GEMM use it in place of ``vpmaddubsw`` +
 (:meth:`KFunc.dot_u8s8`); ``vnni_512``: on zmm too (AVX512-VNNI).
 
 ``amx`` marks a host with AMX-BF16 tiles that this process may use (the OS grants the tile state:
-:func:`runtime.target.amx_permitted`), in the target's own 16-lane shape: the GEMM of bfloat16 models, and
+:func:`runtime.host.amx_permitted`), in the target's own 16-lane shape: the GEMM of bfloat16 models, and
 of float32 ones at a ``matmul_precision`` below ``highest``, runs on them (:mod:`.linear.amx`).
 
 ``MB_SIMD_OFF=vnni,avx512bf16,amx`` (testing hook, :func:`features_off`) turns those features off on the host's
@@ -68,7 +68,7 @@ from dataclasses import dataclass, replace
 
 from llvmlite import ir
 
-from runtime.target import amx_permitted
+from runtime.host import amx_permitted
 
 from ..llvm_emit import F16, F32, I8, I16, I32, I64, PTR, BufferExprEmitter, reg_type
 from ..loop_metadata import (finalize_loop_metadata, interleave_loop_metadata, no_unroll_loop_metadata,  # noqa: F401
@@ -163,8 +163,8 @@ class SimdInfo:
     int8_512: bool = False    # the target's own 512-bit integer multiply-adds (AVX512BW)
     vnni_512: bool = False    # the target's own 512-bit vpdpbusd (AVX512-VNNI)
     bf16dot_gemm: bool = False  # vdpbf16ps at least at the FMAs' rate: the GEMM uses it too (AMD)
-    amx: bool = False         # AMX-BF16 tiles the process may use (runtime.target.amx_permitted)
-    matmul_precision: str = "highest"   # the target's float32 matmul precision (codegen.target)
+    amx: bool = False         # AMX-BF16 tiles the process may use (runtime.host.amx_permitted)
+    matmul_precision: str = "highest"   # the target's float32 matmul precision (codegen.llvm_target)
 
     def native(self, feature: str) -> bool:
         """True when ``feature`` (e.g. ``"avx512bf16"``) is emitted as its instruction rather
@@ -180,9 +180,9 @@ class SimdInfo:
     def from_target(cls, triple: str, features: str, matmul_precision: str = "highest") -> "SimdInfo":
         """Decide from an LLVM triple and feature string (``+a,-b,...``), then apply the
         environment's testing hooks (``MB_SIMD_SHAPE``, ``MB_SIMD``, ``MB_SIMD_EMULATE``).
-        ``matmul_precision`` is the target's (:data:`builder.codegen.target.MATMUL_PRECISIONS`).
+        ``matmul_precision`` is the target's (:data:`builder.codegen.llvm_target.MATMUL_PRECISIONS`).
         AMX counts only where the 16-lane shape is the target's own and this process may run tiles
-        (:func:`runtime.target.amx_permitted`).
+        (:func:`runtime.host.amx_permitted`).
 
         Raises ValueError for an unknown value of one of those variables."""
         info = replace(cls._from_target(triple, features), matmul_precision=matmul_precision)

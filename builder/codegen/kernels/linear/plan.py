@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 
-from runtime.target import host_cache_bytes
+from runtime.host import host_cache_bytes
 
 from ....ir import expr as E
 from ....ir import tir

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 import llvmlite.binding as llvm
 
 from core.precision import MATMUL_PRECISIONS
-from runtime.target import host_target_machine, init_llvm
+from runtime.host import host_target_machine, init_llvm
 
 __all__ = ["Target", "init_llvm", "MATMUL_PRECISIONS"]
 
@@ -52,7 +52,7 @@ class Target:
 
     def target_machine(self) -> "llvm.TargetMachine":
         """An llvmlite TargetMachine for this target: large code model, static relocations (why:
-        :func:`runtime.target.host_target_machine`).
+        :func:`runtime.host.host_target_machine`).
 
         Raises RuntimeError when LLVM does not know the triple (only the native target is
         initialized)."""
