@@ -50,11 +50,10 @@ import time
 # every heavy module (the compiler, numpy, rich, schemas / pydantic, runtime) is imported inside the function
 # that needs it.
 
+from .terminal import (BuildProgressDisplay, ConversionProgressDisplay, make_console, printable_lines, use_color,
+                       worker_prefix)
+
 __all__ = ["main"]
-
-#: Seconds between two plain progress lines when stderr is not a terminal.
-PROGRESS_LINE_INTERVAL = 5.0
-
 
 #: Timed runs of ``--bench`` without a count.
 BENCH_RUNS = 20
@@ -155,15 +154,15 @@ def main(argv: list[str] | None = None) -> int:
             raise
         from schemas import RecipeError
 
-        err = _console(stderr=True)
-        rank = _worker_prefix()
+        err = make_console(stderr=True)
+        rank = worker_prefix()
         if isinstance(exc, RecipeError):
             err.print(f"{rank}[bold red]error:[/] recipe has {len(exc.issues)} problem(s):", markup=True)
             for issue in exc.issues:
                 err.print(str(issue), markup=False)
             return _end_workers(2)
         err.print(f"{rank}[bold red]error:[/] {type(exc).__name__}: ", markup=True, end="")
-        err.print(_printable(str(exc)), markup=False)
+        err.print(printable_lines(str(exc)), markup=False)
         return _end_workers(1)
 
 
@@ -175,48 +174,6 @@ def _version() -> str:
         return version("model-builder")
     except PackageNotFoundError:
         return "unknown (not installed: pip install -e .)"
-
-
-def _in_launcher() -> bool:
-    """True in a process that ``mpirun`` / ``torchrun`` started (their rank variables are set)."""
-    from runtime.distributed import launcher_rank
-
-    return launcher_rank() is not None
-
-
-def use_color(stream, launched: bool | None = None) -> bool:
-    """Whether to write ANSI codes (colours, bold, bars) to ``stream``: only on a terminal, never with
-    ``NO_COLOR`` set (https://no-color.org) or, unless ``FORCE_COLOR`` is set, in a process of a launch
-    (``launched``, default: :func:`_in_launcher`): Open MPI forwards its ranks' output through a
-    pseudo-terminal, so ``isatty()`` is true there even when ``mpirun``'s own output is a pipe."""
-    if os.environ.get("NO_COLOR"):
-        return False
-    if os.environ.get("FORCE_COLOR"):
-        return True
-    isatty = getattr(stream, "isatty", None)
-    if isatty is None or not isatty():
-        return False
-    return not (_in_launcher() if launched is None else launched)
-
-
-def _console(stderr: bool = False, quiet: bool = False, color: bool | None = None):
-    """A rich Console for stdout (or stderr) that writes ANSI codes only when :func:`use_color` says so
-    (``color`` overrides), soft-wrapped (no line breaks inserted into long lines), no emoji, no automatic
-    highlighting (user text is printed with ``markup=False`` or escaped)."""
-    from rich.console import Console
-
-    stream = sys.stderr if stderr else sys.stdout
-    color = use_color(stream) if color is None else color
-    return Console(stderr=stderr, highlight=False, soft_wrap=True, emoji=False, quiet=quiet,
-                   force_terminal=color, color_system="auto" if color else None, no_color=not color)
-
-
-def _worker_prefix() -> str:
-    """``"rank R: "`` in a process of a multi-rank launch (mpirun / torchrun), else ``""``."""
-    from runtime.distributed import launcher_rank
-
-    rank = launcher_rank()
-    return "" if rank is None else f"rank {rank}: "
 
 
 def _end_workers(code: int) -> int:
@@ -232,28 +189,19 @@ def _end_workers(code: int) -> int:
     return code
 
 
-def _printable(text: str) -> str:
-    """A message that may quote user text (a path, a name) as the terminal should show it: each line's
-    control characters (ANSI escape sequences included) escaped (:func:`schemas.errors.printable`),
-    the lines kept."""
-    from schemas.errors import printable
-
-    return "\n".join(printable(line) for line in text.split("\n"))
-
-
 def _run(args: argparse.Namespace) -> int:
     if args.list_ops or args.schema:
         return _standalone(args)
     if args.recipe is None:
         raise ValueError("a recipe is required (build RECIPE.yaml [KEY=VALUE ...])")
-    progress = _ConversionProgress(silent=args.quiet or args.json)
+    progress = ConversionProgressDisplay(silent=args.quiet or args.json)
     try:
         return _run_with(args, progress)
     finally:
         progress.close()
 
 
-def _run_with(args: argparse.Namespace, progress: "_ConversionProgress") -> int:
+def _run_with(args: argparse.Namespace, progress: "ConversionProgressDisplay") -> int:
     import numpy as np
     from rich.markup import escape
     from schemas.errors import printable
@@ -266,8 +214,8 @@ def _run_with(args: argparse.Namespace, progress: "_ConversionProgress") -> int:
     # one report for a tensor-parallel run: rank 0 prints, the other ranks compute silently (errors still show)
     other_rank = launcher_rank() not in (None, 0)
     color = use_color(sys.stdout)
-    out = _console(quiet=other_rank or args.quiet or args.json, color=color)    # the report
-    asked = _console(quiet=other_rank or args.json, color=color)                # what a flag asked for
+    out = make_console(quiet=other_rank or args.quiet or args.json, color=color)    # the report
+    asked = make_console(quiet=other_rank or args.json, color=color)                # what a flag asked for
     plain = args.plain or not color
     if args.input is None and args.text is None and args.output is not None:
         raise ValueError("--output needs --input (the arrays to run the function on) or --text")
@@ -300,7 +248,7 @@ def _run_with(args: argparse.Namespace, progress: "_ConversionProgress") -> int:
     if args.text is not None and (args.input is not None or prompt is not None):
         raise ValueError("--text, --input and --prompt-ids each run the model; give one of them")
     instruments, timing = _pass_instruments(args, asked, plain)
-    building = _BuildProgress(silent=args.quiet or args.json)
+    building = BuildProgressDisplay(silent=args.quiet or args.json)
     show_ir = None if args.no_ir or out.quiet else (lambda mod: mod.show(plain=plain))
     model_file = args.recipe.lower().endswith(MODEL_FILE_SUFFIXES)
     try:
@@ -388,14 +336,14 @@ def _run_with(args: argparse.Namespace, progress: "_ConversionProgress") -> int:
     if timing is not None:
         asked.print("passes: " + ", ".join(f"{name} {sec * 1e3:.1f} ms" for name, sec in timing.timings.items()))
     if result_note:
-        out.print(escape(_printable(result_note)))
+        out.print(escape(printable_lines(result_note)))
     if args.text is not None:
         results["embed"] = _embed_texts(args, model, asked)
     if prompt is not None:
         results["generate"] = _generate(args, model, prompt, asked)
     if args.bench is not None:
         bench = _bench(model, args.function or model.functions[0], args.bench, args.bench_dim)
-        asked.print(escape(_printable(bench["line"])))
+        asked.print(escape(printable_lines(bench["line"])))
         results["bench"] = {k: v for k, v in bench.items() if k != "line"}
     if args.json and not other_rank:
         import json
@@ -467,16 +415,16 @@ def _embed_texts(args: argparse.Namespace, model, out) -> dict:
               f"{tuple(emb.shape)} {emb.dtype}")
     for i, (text, row) in enumerate(zip(args.text, emb)):
         head = ", ".join(f"{v:+.4f}" for v in row[:6])
-        out.print(escape(_printable(f"[{i}] {text[:60]!r}: [{head}, ...] |e| = {np.linalg.norm(row):.4f}")))
+        out.print(escape(printable_lines(f"[{i}] {text[:60]!r}: [{head}, ...] |e| = {np.linalg.norm(row):.4f}")))
     sims = cosine_similarities(emb) if len(args.text) > 1 else None
     if sims is not None:
         out.print("cosine similarities:")
-        out.print(escape(_printable(format_similarities(sims, args.text))))
+        out.print(escape(printable_lines(format_similarities(sims, args.text))))
     if args.output is not None and launcher_rank() in (None, 0):
         from runtime.files import atomic_write
 
         atomic_write(args.output, lambda fh: np.savez(fh, embeddings=emb, **tokens))
-        out.print(escape(_printable(f"embeddings written to {args.output}")))
+        out.print(escape(printable_lines(f"embeddings written to {args.output}")))
     return {"texts": len(args.text), "tokens": int(tokens[names[0]].shape[1]), "ms": ms,
             "embeddings": emb.astype(np.float64).tolist(),
             "similarities": None if sims is None else np.asarray(sims, dtype=np.float64).tolist()}
@@ -509,7 +457,7 @@ def _standalone(args: argparse.Namespace) -> int:
                 table.add_column(column)
             for row in rows:
                 table.add_row(*(Text(cell) for cell in row))
-            _console(color=True).print(table)
+            make_console(color=True).print(table)
         else:       # no box drawing, no wrap at 80 columns: one line per op for grep / less / scripts
             sys.stdout.write("".join(f"{name}{sig}  {doc}\n" for name, sig, doc in rows))
     if args.schema:
@@ -596,7 +544,7 @@ def _check_only(args: argparse.Namespace, out) -> int:
     report = validate(args.recipe, args.overrides, weights=args.weights)
     functions = ", ".join(f"{name}({', '.join(inputs)})" for name, inputs in report.spec.items())
     weights = "weights file checked" if report.weights_checked else "no weights file (random weights)"
-    out.print(escape(_printable(f"{args.recipe}: valid; functions {functions}; {len(report.param_specs)} "
+    out.print(escape(printable_lines(f"{args.recipe}: valid; functions {functions}; {len(report.param_specs)} "
                                 f"parameters; {weights}")))
     return 0
 
@@ -739,140 +687,6 @@ def _check_bench_memory(shapes: list[tuple[tuple[int, ...], str]], fname: str, d
         temporary = max(temporary, count * (4 if floating else 8))
     given = ", ".join(f"{k}={v:,}" for k, v in dims.items())
     check_allocation(total + temporary, f"the --bench inputs of {fname}" + (f" ({given})" if given else ""))
-
-
-def _progress_console():
-    """The stderr console of progress: silent on ranks other than 0 of a tensor-parallel launch (one
-    line for the run, not one per rank)."""
-    from runtime.distributed import launcher_rank
-
-    return _console(stderr=True, quiet=launcher_rank() not in (None, 0))
-
-
-class _ProgressLines:
-    """Progress as plain lines on stderr when it is not a terminal (a pipe, a log file, ``mpirun``'s
-    forwarding), in the place of a rich bar: ``update(text)`` writes ``text`` when
-    :data:`PROGRESS_LINE_INTERVAL` seconds have passed since the last line, or at once with ``now`` (a new
-    phase, the last step); ``stop()`` ends it (nothing to remove)."""
-
-    def __init__(self, console) -> None:
-        self.console = console
-        self.last: float | None = None
-
-    def update(self, text: str, now: bool = False) -> None:
-        t = time.perf_counter()
-        if now or self.last is None or t - self.last >= PROGRESS_LINE_INTERVAL:
-            self.console.print(_printable(text), markup=False, highlight=False)
-            self.last = t
-
-    def stop(self) -> None:
-        """Nothing to undo: the lines stay."""
-
-
-def _progress_display(lines: bool | None, columns: tuple, total: int, **fields):
-    """``(display, task)``: a transient rich Progress bar on a terminal, or :class:`_ProgressLines` (task
-    None) when ``lines`` is true or, with ``lines`` None, when stderr is not a terminal."""
-    console = _progress_console()
-    if lines if lines is not None else not console.is_terminal:
-        return _ProgressLines(console), None
-    from rich.progress import Progress
-
-    bar = Progress(*columns, console=console, transient=True)
-    bar.start()
-    return bar, bar.add_task(fields.pop("description", ""), total=total, **fields)
-
-
-class _BuildProgress:
-    """``progress(step)`` of :func:`builder.compile`, once the build has taken longer than ``delay``
-    seconds (nothing for a quick or cached build): on a terminal a transient rich progress line on stderr
-    (phase, steps, the pass / kernel / LLVM module at hand, elapsed time); when stderr is not a terminal
-    (or with ``lines``) a plain line at each new phase and every few seconds (:class:`_ProgressLines`).
-    ``silent``: nothing (``--quiet`` / ``--json``). ``bar``: what is shown, None before and after."""
-
-    _PHASES = {"passes": "graph passes", "kernels": "kernels", "llvm": "LLVM (optimize + object code)",
-               "bytecode": "bytecode"}
-
-    def __init__(self, delay: float = 1.0, silent: bool = False, lines: bool | None = None) -> None:
-        self.delay = delay
-        self.silent = silent
-        self.lines = lines
-        self.bar = None
-        self.task = None
-        self.phase = ""
-
-    def __call__(self, step) -> None:
-        if step.phase == "done":
-            self.close()
-            return
-        if self.silent or (self.bar is None and step.elapsed <= self.delay):
-            return
-        phase = self._PHASES.get(step.phase, step.phase)
-        if self.bar is None:
-            from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
-
-            self.bar, self.task = _progress_display(
-                self.lines, (TextColumn("building: {task.fields[phase]}"), BarColumn(), MofNCompleteColumn(),
-                             TimeElapsedColumn(), TextColumn("{task.description}")), max(step.total, 1), phase="")
-        if isinstance(self.bar, _ProgressLines):
-            self.bar.update(f"building: {phase} {step.done}/{max(step.total, 1)} ({step.elapsed:.0f} s) "
-                            f"{step.item[:60]}".rstrip(), now=phase != self.phase)
-        else:
-            from rich.markup import escape
-
-            self.bar.update(self.task, completed=step.done, total=max(step.total, 1),
-                            description=escape(_printable(step.item[:60])), phase=phase)
-        self.phase = phase
-
-    def close(self) -> None:
-        """Remove the line (if shown)."""
-        if self.bar is not None:
-            self.bar.stop()
-            self.bar = None
-        self.phase = ""
-
-
-class _ConversionProgress:
-    """``progress(done, total, name)`` for parameter conversions, once converting has taken longer than
-    ``delay`` seconds: a rich progress bar on stderr on a terminal, plain lines every few seconds when
-    stderr is not a terminal or with ``lines`` (:class:`_ProgressLines`). ``silent``: nothing (``--quiet``
-    / ``--json``). ``bar``: what is shown, None before and after."""
-
-    def __init__(self, delay: float = 0.5, silent: bool = False, lines: bool | None = None) -> None:
-        self.delay = delay
-        self.silent = silent
-        self.lines = lines
-        self.start: float | None = None
-        self.bar = None
-        self.task = None
-
-    def __call__(self, done: int, total: int, name: str) -> None:
-        now = time.perf_counter()
-        if done == 0 or self.start is None:
-            self.close()
-            self.start = now
-            if done == 0:
-                return
-        if self.silent:
-            return
-        if self.bar is None and now - self.start > self.delay and done < total:
-            from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
-
-            self.bar, self.task = _progress_display(
-                self.lines, (TextColumn("converting parameters"), BarColumn(), MofNCompleteColumn(),
-                             TimeElapsedColumn(), TextColumn("{task.description}")), total, description=name)
-        if isinstance(self.bar, _ProgressLines):
-            self.bar.update(f"converting parameters: {done}/{total} ({now - self.start:.0f} s) {name}",
-                            now=done >= total)
-        elif self.bar is not None:
-            self.bar.update(self.task, completed=done, description=name)
-        if done >= total:
-            self.close()
-
-    def close(self) -> None:
-        """Remove the bar (if shown)."""
-        if self.bar is not None:
-            self.bar.stop()
-            self.bar = None
 
 
 def _load_inputs(path: str) -> dict:

@@ -58,16 +58,16 @@ def test_validate_checks_recipe_export_and_weights(tmp_path, capsys):
 def test_build_progress_appears_only_for_a_slow_build(capsys):
     """The progress line of ``build`` (rich, on stderr, transient) starts once a build has taken more than
     its delay and goes away at the end; a quick build shows nothing."""
-    from builder.cli import _BuildProgress
+    from builder.terminal import BuildProgressDisplay
     from builder.compile import BuildProgress
 
-    quick = _BuildProgress(delay=1.0, lines=False)
+    quick = BuildProgressDisplay(delay=1.0, lines=False)
     for step in [BuildProgress("passes", 0, 4, "", 0.0), BuildProgress("kernels", 3, 10, "matmul", 0.5)]:
         quick(step)
     assert quick.bar is None
     quick(BuildProgress("done", 1, 1, "", 0.6))
     assert capsys.readouterr().err == ""
-    slow = _BuildProgress(delay=1.0, lines=False)
+    slow = BuildProgressDisplay(delay=1.0, lines=False)
     slow(BuildProgress("kernels", 3, 10, "matmul", 0.5))
     assert slow.bar is None
     slow(BuildProgress("llvm", 1, 4, "part 1", 1.5))

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from builder.cli import main, use_color
+from builder.cli import main
+from builder.terminal import use_color
 
 ROOT = Path(__file__).resolve().parents[2]
 SMALL = str(ROOT / "recipes" / "llama_mlp_small.yaml")
@@ -154,24 +155,24 @@ def test_plain_doc_strips_rest_markup():
 
 def test_progress_is_plain_lines_when_piped(capsys):
     """Off a terminal a slow build's progress is a line per phase (and every few seconds), not a bar."""
-    from builder.cli import _BuildProgress, _ConversionProgress
+    from builder.terminal import BuildProgressDisplay, ConversionProgressDisplay
     from builder.compile import BuildProgress
 
-    p = _BuildProgress(delay=1.0, lines=True)
+    p = BuildProgressDisplay(delay=1.0, lines=True)
     for step in [BuildProgress("kernels", 1, 10, "matmul", 0.5), BuildProgress("kernels", 2, 10, "add", 1.5),
                  BuildProgress("kernels", 3, 10, "mul", 1.6), BuildProgress("llvm", 1, 4, "part 1", 2.0),
                  BuildProgress("done", 1, 1, "", 2.5)]:
         p(step)
     assert capsys.readouterr().err.splitlines() == ["building: kernels 2/10 (2 s) add",
                                                     "building: LLVM (optimize + object code) 1/4 (2 s) part 1"]
-    c = _ConversionProgress(delay=-1.0, lines=True)
+    c = ConversionProgressDisplay(delay=-1.0, lines=True)
     c(0, 2, "a")
     c(1, 2, "a")
     c(2, 2, "b")
     err = capsys.readouterr().err.splitlines()
     assert [e.split(" (")[0] for e in err] == ["converting parameters: 1/2", "converting parameters: 2/2"]
     assert c.bar is None
-    quiet = _BuildProgress(delay=0.0, silent=True)
+    quiet = BuildProgressDisplay(delay=0.0, silent=True)
     quiet(BuildProgress("kernels", 2, 10, "add", 5.0))
     assert quiet.bar is None and capsys.readouterr().err == ""
 

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 from safetensors.numpy import load_file, save_file
 
-from builder.cli import _ConversionProgress, main
+from builder.cli import main
+from builder.terminal import ConversionProgressDisplay
 from builder.build_model import build
 from runtime import WeightsError
 from runtime.weights import read_safetensors_header, read_safetensors_metadata, save_params
@@ -138,7 +139,7 @@ def test_cli_save_params_and_summary(tmp_path, capsys):
 
 
 def test_progress_bar_appears_only_after_a_moment():
-    p = _ConversionProgress(delay=0.05)
+    p = ConversionProgressDisplay(delay=0.05)
     p(0, 3, "a")
     p(1, 3, "a")
     assert p.bar is None  # fast: no bar
