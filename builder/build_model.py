@@ -712,9 +712,11 @@ def bind_weights(recipe: schemas.Recipe, param_specs: Sequence[tuple[str, tuple,
 
     Tensor names follow the recipe's ``weights`` rules (``prefix``, ``map`` with exact names,
     ``{placeholder}`` patterns and prefix rules; ``ignore`` globs for tensors the model does not
-    need; ``transforms`` rewriting the file's tensors first, checked against ``param_specs`` before any data
-    is read: :mod:`runtime.weights`, :mod:`core.weight_transforms`; not for a file :meth:`CompiledModel.save_params`
-    wrote, whose parameters are in the model's layout already). With a ``mapping`` (the recipe's transforms), a parameter missing
+    need; ``transforms`` rewriting the file's tensors first, checked against ``param_specs`` before
+    any data is read; ``layout`` checked against them: :mod:`runtime.weights`,
+    :mod:`core.weight_transforms`; neither for a file :meth:`CompiledModel.save_params` wrote, whose
+    parameters are in the model's layout already). With a ``mapping`` (the recipe's quantization /
+    dtype transforms), a parameter missing
     from the file is computed from its float source, found by the same rules, by the mapping's
     function (a float checkpoint is quantized / cast on the fly); parameters present with the exact
     shape and dtype load directly. ``shards`` (name -> :class:`runtime.weights.TensorShard`, a
@@ -732,14 +734,15 @@ def bind_weights(recipe: schemas.Recipe, param_specs: Sequence[tuple[str, tuple,
     _check_param_memory(recipe, param_specs, mapping, "loaded")
     conversions = mapping.conversions() if mapping is not None else None
     transforms = [t.model_dump() for t in wdef.transforms] if wdef else []
-    if transforms and read_safetensors_metadata(path).get("format") == "model-builder":
-        transforms = []     # saved by save_params: the parameters are in the model's layout already
+    layout = dict(wdef.layout) if wdef else {}
+    if (transforms or layout) and read_safetensors_metadata(path).get("format") == "model-builder":
+        transforms, layout = [], {}     # saved by save_params: the parameters are in the model's layout already
     try:
         return load_params(path, expected, prefix=wdef.prefix if wdef else "",
                            name_map=wdef.map if wdef else None, conversions=conversions, progress=progress,
                            ignore=wdef.ignore if wdef else (), shards=shards,
                            row_tiles=mapping.row_tiles if mapping is not None else None, digests=digests,
-                           transforms=transforms)
+                           transforms=transforms, layout=layout)
     except WeightsError as err:
         meta = read_safetensors_metadata(path) if Path(path).is_file() else {}
         ours = describe(recipe.quantization)

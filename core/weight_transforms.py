@@ -29,6 +29,12 @@ Reading (:meth:`Node.read`) is by region: ``(axis, lo, hi)`` asks for the part `
 concatenation read only the region's part of their inputs (a split of a column-parallel ``qkv_proj`` along
 its rows reads each rank's rows of each part); a reshape reads its input whole and keeps the region.
 
+Layouts (``weights.layout``: ``fnmatch`` glob over the file's names -> ``in_out`` or ``out_in``): a 2-D
+weight's shape cannot tell a square matrix from its transpose, so a checkpoint that stores its weights
+(in, out) (GPT-2's Conv1D) loads a forgotten square one transposed without a word. Declaring the layout of
+the file's tensors by glob makes the loader check it (:func:`layout_problems`): every ``in_out`` tensor
+must pass through ``transpose: true`` on its way to a parameter, no ``out_in`` one may.
+
 Bounds (:mod:`core.limits`): at most :data:`~core.limits.MAX_WEIGHT_TRANSFORMS` entries, each with at most
 :data:`~core.limits.MAX_WEIGHT_TRANSFORM_PARTS` split parts or concatenated inputs, names at most
 :data:`~core.limits.MAX_WEIGHT_NAME_CHARS` characters, reshapes at most :data:`~core.limits.MAX_NDIM` dims.
@@ -45,8 +51,8 @@ from .limits import MAX_DIM, MAX_NDIM, MAX_WEIGHT_TRANSFORM_PARTS, MAX_WEIGHT_TR
 from .messages import shorten
 from .weight_names import NamePattern, parse_side
 
-__all__ = ["OPS", "Transform", "Node", "FileNode", "parse_transform", "parse_transforms", "transform_problems",
-           "plan_transforms"]
+__all__ = ["OPS", "LAYOUTS", "Transform", "Node", "FileNode", "parse_transform", "parse_transforms",
+           "transform_problems", "plan_transforms", "layout_problems"]
 
 OPS = ("transpose", "split", "slice", "reshape", "concatenate")
 """The operations of a transform entry (each entry has exactly one)."""
@@ -428,3 +434,55 @@ def _apply(t: Transform, names: list[str], srcs: list[Node]) -> tuple[list[Node]
     joined = ", ".join(shorten(n, 80) for n in names)
     return [_Concat(tuple(srcs), axis, src.dtype, out, f" (made by {t.label} from {joined})")], ""
 
+
+
+LAYOUTS = ("in_out", "out_in")
+"""The 2-D layouts ``weights.layout`` declares: ``in_out`` (stored (in, out), as GPT-2's Conv1D; a ``Linear``
+weight must be transposed on the way), ``out_in`` (stored as ``Linear`` holds it; no transform may swap it)."""
+
+
+def _lineage(node: Node, swapped: bool, out: list) -> None:
+    """``(file tensor name, whether the path from it to ``node`` swaps two axes an odd number of times)``."""
+    if isinstance(node, FileNode):
+        out.append((node.name, swapped))
+    elif isinstance(node, _Transpose):
+        _lineage(node.src, swapped != (node.perm == (1, 0)), out)
+    elif isinstance(node, _Concat):
+        for s in node.srcs:
+            _lineage(s, swapped, out)
+    else:
+        _lineage(node.src, swapped, out)
+
+
+def layout_problems(table: Mapping[str, Node], layout: Mapping[str, str], infos: Mapping[str, Mapping[str, Any]],
+                    match: Callable[[str, str], bool]) -> list[str]:
+    """The problems of ``weights.layout`` (glob -> one of :data:`LAYOUTS`) on the planned ``table``: a
+    file tensor a glob declares ``in_out`` that reaches a parameter without a 2-D transpose (``transpose:
+    true``) on its way, one declared ``out_in`` that is transposed, a declared tensor that is not 2-D, a
+    glob that matches no tensor of the file (``infos``: its header; ``match(name, glob)``). The shape of a
+    square matrix cannot tell its layout: this declaration is what catches one stored transposed."""
+    problems = []
+    seen: dict[str, bool] = {}
+    for node in table.values():
+        lineage: list = []
+        _lineage(node, False, lineage)
+        for name, swapped in lineage:
+            seen[name] = seen.get(name, False) or swapped
+    for glob, kind in layout.items():
+        hits = [n for n in infos if match(n, glob)]
+        if not hits:
+            problems.append(f"weights.layout {shorten(glob, 80)} matches no tensor of the file")
+        for name in hits:
+            shape = tuple(infos[name]["shape"])
+            if len(shape) != 2:
+                problems.append(f"{shorten(name, 80)} has shape {_shape_text(shape)}; weights.layout "
+                                f"{shorten(glob, 80)} declares a 2-D layout ({kind})")
+            elif kind == "in_out" and not seen.get(name, False):
+                problems.append(f"{shorten(name, 80)} {_shape_text(shape)} is stored (in, out) (weights.layout "
+                                f"{shorten(glob, 80)}: {kind}) but no transform transposes it: add "
+                                f"{{from: {shorten(name, 80)}, transpose: true}} to weights.transforms (a square "
+                                "matrix would load transposed without a word)")
+            elif kind == "out_in" and seen.get(name, False):
+                problems.append(f"{shorten(name, 80)} {_shape_text(shape)} is stored (out, in) (weights.layout "
+                                f"{shorten(glob, 80)}: {kind}) but a transform transposes it")
+    return problems

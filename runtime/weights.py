@@ -75,7 +75,7 @@ from core.layout import tile_rows, untile_rows
 from core.limits import MAX_WEIGHT_IGNORE, MAX_WEIGHT_NAME_CHARS
 from core.messages import shorten
 from core.weight_names import NameRules, check_name_rule
-from core.weight_transforms import FileNode, Transform, parse_transforms, plan_transforms
+from core.weight_transforms import LAYOUTS, FileNode, Transform, layout_problems, parse_transforms, plan_transforms
 
 from .files import atomic_write, open_regular
 from .memory import move_to_huge_pages
@@ -385,7 +385,8 @@ def load_params(path: str | Path, expected: Mapping[str, tuple[Sequence[int], st
                 progress: Callable[[int, int, str], None] | None = None,
                 ignore: Sequence[str] = (), shards: Mapping[str, TensorShard] | None = None,
                 row_tiles: Mapping[str, int] | None = None, digests: dict | None = None,
-                transforms: Sequence[Mapping] | None = None) -> dict[str, np.ndarray]:
+                transforms: Sequence[Mapping] | None = None,
+                layout: Mapping[str, str] | None = None) -> dict[str, np.ndarray]:
     """Load the parameters ``expected`` (name -> (shape, dtype)) from safetensors ``path``.
 
     ``name_map`` (our name -> the file's name: exact entries, ``{placeholder}`` patterns, prefix
@@ -405,7 +406,9 @@ def load_params(path: str | Path, expected: Mapping[str, tuple[Sequence[int], st
     ``transforms``: the recipe's ``weights.transforms`` entries (mappings, :mod:`core.weight_transforms`):
     the file's table of tensors as they rewrite it is what the names bind to, checked against ``expected``
     before any data is read; a shard of a transformed tensor reads only its part of the inputs where the
-    transform allows it (all but ``reshape``, which reads its input whole).
+    transform allows it (all but ``reshape``, which reads its input whole). ``layout``: the recipe's
+    ``weights.layout`` (glob -> ``in_out`` / ``out_in``, :func:`core.weight_transforms.layout_problems`):
+    every ``in_out`` tensor must be transposed by a transform on its way to a parameter, no ``out_in`` one.
 
     Returns name -> numpy array (C-contiguous; loaded directly: the file's exact values; floats of
     another float dtype cast; converted ones as their conversion gives them), moved into memory
@@ -420,21 +423,31 @@ def load_params(path: str | Path, expected: Mapping[str, tuple[Sequence[int], st
     rules = NameRules(name_map, prefix)
     globs = _ignore_globs(ignore)
     parsed = parse_transforms(transforms)
+    layout = dict(layout or {})
+    bad = [f"weights.layout {_quoted(str(g))}: {k!r} is not one of {', '.join(LAYOUTS)}" for g, k in layout.items()
+           if k not in LAYOUTS]
+    if bad:
+        raise ValueError("invalid weights layout:\n" + "\n".join(f"  - {p}" for p in bad))
+    layout_globs = _ignore_globs(list(layout))
     with _Checkpoint(path, digests) as ckpt:
         return _load(ckpt, expected, rules, globs, conversions, progress, dict(shards or {}),
-                     dict(row_tiles or {}), parsed)
+                     dict(row_tiles or {}), parsed, [(g, rx, layout[g]) for g, rx in layout_globs])
 
 
 def _load(ckpt: _Checkpoint, expected, rules: NameRules, globs, conversions, progress,
           shards: dict[str, TensorShard], row_tiles: dict[str, int],
-          transforms: Sequence[Transform] = ()) -> dict[str, np.ndarray]:
+          transforms: Sequence[Transform] = (), layout: Sequence[tuple] = ()) -> dict[str, np.ndarray]:
     path, header = ckpt.path, ckpt.infos
     prefix = rules.prefix
     conversions = dict(conversions or {})
     problems: list[str] = []
     nodes: dict = {}
-    if transforms:      # the table the transforms leave, planned from the header alone
+    if transforms or layout:      # the table the transforms leave, planned from the header alone
         nodes, problems = plan_transforms(transforms, header)
+        if layout:
+            kinds = {glob: kind for glob, _, kind in layout}
+            regexes = {glob: rx for glob, rx, _ in layout}
+            problems += layout_problems(nodes, kinds, header, lambda name, glob: regexes[glob].match(name))
         header = {name: {"dtype": node.dtype, "shape": list(node.shape)} for name, node in nodes.items()}
 
     def what(key: str) -> str:

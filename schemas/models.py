@@ -502,7 +502,8 @@ class WeightsDef(StrictModel):
 
     ``transforms``: the file's tensors as the recipe's layout wants them (a transposed Conv1D weight,
     a fused ``qkv_proj`` split into three), applied in order before names bind, quantization and shards:
-    :class:`WeightTransform`.
+    :class:`WeightTransform`. ``layout``: globs of the file's 2-D tensors -> ``in_out`` / ``out_in``, checked
+    against the transforms when the weights load (a square Conv1D weight left untransposed is an error).
 
     Raises (validation): a malformed placeholder, different placeholders on the two sides, a prefix
     rule with one side not ending in ``.``; more than 100,000 entries, 256 pattern entries or 256
@@ -518,6 +519,11 @@ class WeightsDef(StrictModel):
     transforms: Annotated[list[WeightTransform], Field(max_length=MAX_WEIGHT_TRANSFORMS)] = []
     """The file's tensors transposed, split, sliced, reshaped or concatenated before the names bind
     (:class:`WeightTransform`, :mod:`core.weight_transforms`), in order."""
+    layout: Annotated[dict[Annotated[str, AfterValidator(_check_ignore_glob)], Literal["in_out", "out_in"]],
+                      Field(max_length=MAX_WEIGHT_IGNORE)] = {}
+    """How the file stores its 2-D weights, by glob over its tensor names: ``in_out`` (GPT-2's Conv1D: each
+    must be transposed by a transform) or ``out_in`` (as ``Linear`` holds them: none may be). A square matrix
+    cannot tell its layout by its shape; this is where a forgotten transpose is caught."""
 
 
 class Recipe(StrictModel):

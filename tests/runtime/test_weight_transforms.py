@@ -207,6 +207,7 @@ dtype: ${dtype}
 weights:
   path: gpt2.safetensors
   prefix: "h.0.attn."
+  layout: {"h.*.attn.c_*.weight": in_out}      # how GPT-2 stores its weights: checked against the transforms
   transforms:
     # Conv1D stores (in, out): c_attn is the fused q, k, v of 3 * hidden outputs
     - {from: "h.{i}.attn.c_attn.weight", transpose: true}
@@ -248,14 +249,36 @@ def test_a_conv1d_checkpoint_builds_as_saved_and_matches_numpy(gpt2, tmp_path):
     assert load_recipe_text(dump_recipe(model.recipe), "again.yaml").weights == model.recipe.weights
 
 
-def test_without_the_declaration_the_square_weight_is_wrong_and_the_others_fail(gpt2, tmp_path):
+def test_the_layout_declaration_catches_a_square_weight_left_transposed(gpt2, tmp_path):
     recipe, _ = gpt2
     text = recipe.read_text()
-    (tmp_path / "no_proj.yaml").write_text(text.replace('    - {from: "h.{i}.attn.c_proj.weight", transpose: true}', ""))
+    forgot = text.replace('    - {from: "h.{i}.attn.c_proj.weight", transpose: true}', "")
+    (tmp_path / "forgot.yaml").write_text(forgot)
+    with pytest.raises(WeightsError) as info:
+        build(tmp_path / "forgot.yaml")
+    assert info.value.problems == [
+        "'h.0.attn.c_proj.weight' (8, 8) is stored (in, out) (weights.layout 'h.*.attn.c_*.weight': in_out) but no "
+        "transform transposes it: add {from: 'h.0.attn.c_proj.weight', transpose: true} to weights.transforms (a "
+        "square matrix would load transposed without a word)"]
+    # without the declaration the square weight loads transposed: its shape cannot tell
+    (tmp_path / "silent.yaml").write_text(forgot.replace("  layout:", "  # layout:"))
     x = _values((3, 8), 20)
-    wrong = build(tmp_path / "no_proj.yaml")        # a square matrix cannot tell its layout by its shape
-    assert not np.allclose(wrong(x), build(recipe)(x), atol=1e-3)
-    (tmp_path / "no_t.yaml").write_text(text.replace(
+    assert not np.allclose(build(tmp_path / "silent.yaml")(x), build(recipe)(x), atol=1e-3)
+    # declared out_in but transposed; a glob that matches nothing
+    (tmp_path / "other.yaml").write_text(text.replace('"h.*.attn.c_*.weight": in_out',
+                                                      '"h.*.attn.c_proj.weight": out_in, "h.*.attn.c_attn.weight": in_out, "nope.*": in_out'))
+    with pytest.raises(WeightsError) as info:
+        build(tmp_path / "other.yaml")
+    assert any("'h.0.attn.c_proj.weight' (8, 8) is stored (out, in)" in p and "a transform transposes it" in p
+               for p in info.value.problems), info.value.problems
+    assert "weights.layout 'nope.*' matches no tensor of the file" in info.value.problems
+    with pytest.raises(RecipeError, match="in_out"):
+        load_recipe_text(text.replace(": in_out", ": sideways"), "r.yaml")
+
+
+def test_without_the_transpose_a_non_square_split_fails_naming_both_shapes(gpt2, tmp_path):
+    recipe, _ = gpt2
+    (tmp_path / "no_t.yaml").write_text(recipe.read_text().replace(
         '    - {from: "h.{i}.attn.c_attn.weight", transpose: true}\n', ""))
     with pytest.raises(WeightsError, match=r"'h.0.attn.c_attn.weight' has shape \(8, 24\); split sizes \[8, 8, 8\] "
                                            r"along axis 0 add up to 24, not its length 8"):
@@ -268,3 +291,115 @@ def test_a_cast_build_reads_the_transformed_tensors(gpt2):
     assert model.params["q.weight"].dtype == np.float64
     np.testing.assert_array_equal(model.params["q.weight"], ref["h.0.attn.c_attn.weight"][:, :8].T)
     np.testing.assert_array_equal(model.params["c_proj.weight"], ref["h.0.attn.c_proj.weight"].T)
+
+
+# --- tiny Hugging Face checkpoints as transformers saves them -------------------------------------------
+
+def _hf_save(model, folder):
+    import torch
+
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for p in model.parameters():        # off their init (zero biases, unit norms would hide a mix-up)
+            p.add_(torch.randn_like(p) * 0.1)
+    model.save_pretrained(folder, safe_serialization=True)
+    return folder / "model.safetensors"
+
+
+GPT2_RECIPE = """
+name: gpt2_block_parts
+model:
+  layers:
+    q: {type: Linear, in_features: 16, out_features: 16}
+    k: {type: Linear, in_features: 16, out_features: 16}
+    v: {type: Linear, in_features: 16, out_features: 16}
+    c_proj: {type: Linear, in_features: 16, out_features: 16}
+    c_fc: {type: Linear, in_features: 16, out_features: 64}
+    mlp_proj: {type: Linear, in_features: 64, out_features: 16}
+  forward: |
+    a = c_proj(q(x) * k(x) + v(x))
+    return a + mlp_proj(gelu(c_fc(a), approximate="tanh"))
+functions:
+  forward:
+    x: {shape: [batch, 16], dtype: float32}
+weights:
+  prefix: "h.0.attn."
+  map: {"c_fc.": "h.0.mlp.c_fc.", "mlp_proj.": "h.0.mlp.c_proj."}
+  layout: {"h.*.c_*.weight": in_out}
+  ignore: ["wte.*", "wpe.*", "ln_f.*", "h.*.ln_*", "h.1.*"]
+  transforms:
+    - {from: "h.{i}.{part}.{proj}.weight", transpose: true}
+    - {from: "h.{i}.attn.c_attn.weight", split: {axis: 0, sizes: [16, 16, 16]},
+       to: ["h.{i}.attn.q.weight", "h.{i}.attn.k.weight", "h.{i}.attn.v.weight"]}
+    - {from: "h.{i}.attn.c_attn.bias", split: {axis: 0, sizes: [16, 16, 16]},
+       to: ["h.{i}.attn.q.bias", "h.{i}.attn.k.bias", "h.{i}.attn.v.bias"]}
+"""
+
+
+def test_a_tiny_hf_gpt2_checkpoint_loads_as_saved(tmp_path):
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    config = transformers.GPT2Config(n_embd=16, n_layer=2, n_head=2, vocab_size=32, n_positions=8,
+                                    bos_token_id=0, eos_token_id=0)
+    hf = transformers.GPT2Model(config).eval()
+    path = _hf_save(hf, tmp_path / "gpt2")
+    (tmp_path / "r.yaml").write_text(GPT2_RECIPE)
+    model = build(tmp_path / "r.yaml", weights=path)
+    x = _values((3, 16), 30)
+    block = hf.h[0]
+    with torch.no_grad():
+        t = torch.from_numpy(x)
+        q, k, v = block.attn.c_attn(t).split(16, dim=-1)
+        a = block.attn.c_proj(q * k + v)
+        want = (a + block.mlp.c_proj(block.mlp.act(block.mlp.c_fc(a)))).numpy()
+    np.testing.assert_allclose(model(x), want, rtol=1e-5, atol=1e-5)
+
+
+PHI3_RECIPE = """
+name: phi3_parts
+model:
+  layers:
+    q_proj: {type: Linear, in_features: 16, out_features: 16, bias: false}
+    k_proj: {type: Linear, in_features: 16, out_features: 8, bias: false}
+    v_proj: {type: Linear, in_features: 16, out_features: 8, bias: false}
+    o_proj: {type: Linear, in_features: 16, out_features: 16, bias: false}
+    gate_proj: {type: Linear, in_features: 16, out_features: 24, bias: false}
+    up_proj: {type: Linear, in_features: 16, out_features: 24, bias: false}
+    down_proj: {type: Linear, in_features: 24, out_features: 16, bias: false}
+  forward: |
+    a = o_proj(q_proj(x) + concat([k_proj(x), v_proj(x)], -1))
+    return a + down_proj(silu(gate_proj(a)) * up_proj(a))
+functions:
+  forward:
+    x: {shape: [batch, 16], dtype: float32}
+weights:
+  map: {"{p}_proj.": "model.layers.0.self_attn.{p}_proj.", "gate_proj.": "model.layers.0.mlp.gate_proj.",
+        "up_proj.": "model.layers.0.mlp.up_proj.", "down_proj.": "model.layers.0.mlp.down_proj."}
+  ignore: ["model.embed_tokens.*", "model.norm.*", "lm_head.*", "model.layers.*.*_layernorm.*", "model.layers.1.*"]
+  transforms:
+    - {from: "model.layers.{i}.self_attn.qkv_proj.weight", split: {axis: 0, sizes: [16, 8, 8]},
+       to: ["model.layers.{i}.self_attn.q_proj.weight", "model.layers.{i}.self_attn.k_proj.weight",
+            "model.layers.{i}.self_attn.v_proj.weight"]}
+    - {from: "model.layers.{i}.mlp.gate_up_proj.weight", split: {axis: 0, sizes: [24, 24]},
+       to: ["model.layers.{i}.mlp.gate_proj.weight", "model.layers.{i}.mlp.up_proj.weight"]}
+"""
+
+
+def test_a_tiny_hf_phi3_checkpoint_loads_as_saved(tmp_path):
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    config = transformers.Phi3Config(hidden_size=16, intermediate_size=24, num_hidden_layers=2, num_attention_heads=4,
+                                     num_key_value_heads=2, vocab_size=32, max_position_embeddings=16,
+                                     pad_token_id=0, bos_token_id=0, eos_token_id=0)
+    hf = transformers.Phi3ForCausalLM(config).eval()
+    path = _hf_save(hf, tmp_path / "phi3")
+    (tmp_path / "r.yaml").write_text(PHI3_RECIPE)
+    model = build(tmp_path / "r.yaml", weights=path)
+    x = _values((3, 16), 31)
+    layer = hf.model.layers[0]
+    with torch.no_grad():
+        t = torch.from_numpy(x)
+        qkv = layer.self_attn.qkv_proj(t)                               # [q (16) | k (8) | v (8)]
+        a = layer.self_attn.o_proj(qkv[:, :16] + qkv[:, 16:])
+        want = (a + layer.mlp(a)).numpy()
+    np.testing.assert_allclose(model(x), want, rtol=1e-5, atol=1e-5)
