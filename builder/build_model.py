@@ -621,6 +621,12 @@ def _check_same_weights(group, digests: dict | None, path, seed: int) -> None:
     distributed.check_same_weights(group, loaded_weights_digest(digests), source)
 
 
+def _where(recipe: schemas.Recipe, path: str) -> str:
+    """``file:line:column`` of the recipe field ``path`` (its file alone when no position is known)."""
+    pos = recipe.source.position(path)
+    return f"{recipe.source.file}:{pos[0]}:{pos[1]}" if pos else str(recipe.source.file)
+
+
 def _weights_path(recipe: schemas.Recipe, weights: str | Path | None, base: Path) -> str | Path | None:
     """The weights file :func:`bind_weights` reads: ``weights``, else the recipe's ``weights.path``
     (relative to ``base``), else None."""
@@ -742,7 +748,8 @@ def bind_weights(recipe: schemas.Recipe, param_specs: Sequence[tuple[str, tuple,
                            name_map=wdef.map if wdef else None, conversions=conversions, progress=progress,
                            ignore=wdef.ignore if wdef else (), shards=shards,
                            row_tiles=mapping.row_tiles if mapping is not None else None, digests=digests,
-                           transforms=transforms, layout=layout)
+                           transforms=transforms, layout=layout,
+                           transforms_where=[_where(recipe, f"weights.transforms.{i}") for i in range(len(transforms))])
     except WeightsError as err:
         meta = read_safetensors_metadata(path) if Path(path).is_file() else {}
         ours = describe(recipe.quantization)

@@ -42,7 +42,7 @@ Bounds (:mod:`core.limits`): at most :data:`~core.limits.MAX_WEIGHT_TRANSFORMS` 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
@@ -64,18 +64,22 @@ Leaf = Callable[[str, "tuple[int, int, int] | None"], np.ndarray]
 class Transform:
     """One valid ``weights.transforms`` entry (number ``index``, from 0): ``op`` (one of :data:`OPS`),
     ``sources`` / ``targets`` (name patterns) and the op's ``args`` (``perm`` (tuple or None: swap two axes),
-    ``axis``, ``sizes``, ``start`` / ``stop``, ``shape``)."""
+    ``axis``, ``sizes``, ``start`` / ``stop``, ``shape``); ``where``: its place in the recipe
+    (``r.yaml:12:7``), or empty."""
 
     index: int
     op: str
     sources: tuple
     targets: tuple
     args: dict = field(default_factory=dict)
+    where: str = ""
 
     @property
     def label(self) -> str:
-        """How messages name the entry: ``weights.transforms[1] (split of 'h.{i}.attn.c_attn.weight')``."""
-        return f"weights.transforms[{self.index}] ({self.op} of {shorten(self.sources[0].text, 80)})"
+        """How messages name the entry: ``weights.transforms[1] (split of 'h.{i}.attn.c_attn.weight')``,
+        with ``at r.yaml:12:7`` after the index when :attr:`where` is known."""
+        at = f" at {self.where}" if self.where else ""
+        return f"weights.transforms[{self.index}]{at} ({self.op} of {shorten(self.sources[0].text, 80)})"
 
 
 def _int(value: Any) -> bool:
@@ -196,8 +200,9 @@ def transform_problems(entry: Any) -> list[str]:
     return parse_transform(entry)[1]
 
 
-def parse_transforms(entries: Sequence[Any] | None) -> list[Transform]:
-    """Every entry parsed (:func:`parse_transform`). Raises ValueError listing the problems of every invalid
+def parse_transforms(entries: Sequence[Any] | None, where: Sequence[str] = ()) -> list[Transform]:
+    """Every entry parsed (:func:`parse_transform`), entry ``i`` placed at ``where[i]`` when given (the
+    recipe's ``file:line:column``, for messages). Raises ValueError listing the problems of every invalid
     entry, or for more than :data:`~core.limits.MAX_WEIGHT_TRANSFORMS` entries."""
     entries = list(entries or ())
     if len(entries) > MAX_WEIGHT_TRANSFORMS:
@@ -207,7 +212,7 @@ def parse_transforms(entries: Sequence[Any] | None) -> list[Transform]:
         t, bad = parse_transform(entry, i)
         problems += [f"weights.transforms[{i}]: {p}" for p in bad]
         if t is not None:
-            out.append(t)
+            out.append(replace(t, where=str(where[i])) if i < len(where) else t)
     if problems:
         raise ValueError("invalid weight transforms:\n" + "\n".join(f"  - {p}" for p in problems))
     return out
@@ -322,11 +327,13 @@ def _axis(axis: int, ndim: int) -> int | None:
     return axis + ndim if -ndim <= axis < 0 else (axis if 0 <= axis < ndim else None)
 
 
-def plan_transforms(transforms: Sequence[Transform], infos: Mapping[str, Mapping[str, Any]]
-                    ) -> tuple[dict[str, Node], list[str]]:
+def plan_transforms(transforms: Sequence[Transform], infos: Mapping[str, Mapping[str, Any]],
+                    failed: set | None = None) -> tuple[dict[str, Node], list[str]]:
     """The table of tensors the transforms leave: name -> :class:`Node`, in the file's order with each
     consumed tensor's outputs in its place, and the problems (:mod:`the module docstring <core.weight_transforms>`)
-    found from ``infos`` (the file's header: name -> ``{"dtype", "shape"}``) alone, so before any data is read."""
+    found from ``infos`` (the file's header: name -> ``{"dtype", "shape"}``) alone, so before any data is read.
+    A transform that fails on a tensor still consumes it; ``failed`` (a set) receives the names of the
+    outputs it would have made, so that the loader does not report them missing a second time."""
     table: dict[str, Node] = {name: FileNode(name, info["dtype"], tuple(int(d) for d in info["shape"]))
                               for name, info in infos.items()}
     problems: list[str] = []
@@ -350,10 +357,13 @@ def plan_transforms(transforms: Sequence[Transform], infos: Mapping[str, Mapping
                                 f"match of this transform used it), for {shorten(names[0], 80)}")
                 continue
             outs, bad = _apply(t, names, [table[n] for n in names])
+            targets = [p.fill(values) for p in t.targets]
             if bad:
                 problems.append(f"{t.label}: {bad}")
+                consumed.update(names)
+                if failed is not None:
+                    failed.update(targets)
                 continue
-            targets = [p.fill(values) for p in t.targets]
             clash = [n for n in targets if (n in table and n not in names) or n in new_names]
             if clash or len(set(targets)) != len(targets):
                 problems.append(f"{t.label}: output {shorten((clash or targets)[0], 80)} would replace another "

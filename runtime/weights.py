@@ -386,7 +386,7 @@ def load_params(path: str | Path, expected: Mapping[str, tuple[Sequence[int], st
                 ignore: Sequence[str] = (), shards: Mapping[str, TensorShard] | None = None,
                 row_tiles: Mapping[str, int] | None = None, digests: dict | None = None,
                 transforms: Sequence[Mapping] | None = None,
-                layout: Mapping[str, str] | None = None) -> dict[str, np.ndarray]:
+                layout: Mapping[str, str] | None = None, transforms_where: Sequence[str] = ()) -> dict[str, np.ndarray]:
     """Load the parameters ``expected`` (name -> (shape, dtype)) from safetensors ``path``.
 
     ``name_map`` (our name -> the file's name: exact entries, ``{placeholder}`` patterns, prefix
@@ -409,6 +409,7 @@ def load_params(path: str | Path, expected: Mapping[str, tuple[Sequence[int], st
     transform allows it (all but ``reshape``, which reads its input whole). ``layout``: the recipe's
     ``weights.layout`` (glob -> ``in_out`` / ``out_in``, :func:`core.weight_transforms.layout_problems`):
     every ``in_out`` tensor must be transposed by a transform on its way to a parameter, no ``out_in`` one.
+    ``transforms_where``: each transform's place in the recipe (``r.yaml:12:7``), named in its messages.
 
     Returns name -> numpy array (C-contiguous; loaded directly: the file's exact values; floats of
     another float dtype cast; converted ones as their conversion gives them), moved into memory
@@ -422,7 +423,7 @@ def load_params(path: str | Path, expected: Mapping[str, tuple[Sequence[int], st
     path = str(path)
     rules = NameRules(name_map, prefix)
     globs = _ignore_globs(ignore)
-    parsed = parse_transforms(transforms)
+    parsed = parse_transforms(transforms, transforms_where)
     layout = dict(layout or {})
     bad = [f"weights.layout {_quoted(str(g))}: {k!r} is not one of {', '.join(LAYOUTS)}" for g, k in layout.items()
            if k not in LAYOUTS]
@@ -442,8 +443,9 @@ def _load(ckpt: _Checkpoint, expected, rules: NameRules, globs, conversions, pro
     conversions = dict(conversions or {})
     problems: list[str] = []
     nodes: dict = {}
+    failed: set[str] = set()     # outputs of transforms that failed (reported once, by the transform)
     if transforms or layout:      # the table the transforms leave, planned from the header alone
-        nodes, problems = plan_transforms(transforms, header)
+        nodes, problems = plan_transforms(transforms, header, failed)
         if layout:
             kinds = {glob: kind for glob, _, kind in layout}
             regexes = {glob: rx for glob, rx, _ in layout}
@@ -527,6 +529,8 @@ def _load(ckpt: _Checkpoint, expected, rules: NameRules, globs, conversions, pro
                 and dtype in _FLOATS):
             cast[name] = key
             claimed.add(key)
+            continue
+        if info is None and key in failed:
             continue
         if info is None:
             hint = ""
