@@ -407,3 +407,20 @@ def test_a_tiny_hf_phi3_checkpoint_loads_as_saved(tmp_path):
         a = layer.self_attn.o_proj(qkv[:, :16] + qkv[:, 16:])
         want = (a + layer.mlp(a)).numpy()
     np.testing.assert_allclose(model(x), want, rtol=1e-5, atol=1e-5)
+
+
+def test_a_quantized_build_quantizes_the_split_parts_as_it_would_a_file_saved_split(tmp_path):
+    fused = _values((64, 32), 40)
+    _write(tmp_path, {"fused.weight": fused}, "fused.safetensors")
+    _write(tmp_path, {"a.weight": fused[:32].copy(), "b.weight": fused[32:].copy()}, "split.safetensors")
+    text = ("name: two\nmodel:\n  layers:\n    a: {type: Linear, in_features: 32, out_features: 32, bias: false}\n"
+            "    b: {type: Linear, in_features: 32, out_features: 32, bias: false}\n"
+            "  forward: return a(x) + b(x)\nfunctions: {forward: {x: {shape: [2, 32], dtype: float32}}}\n")
+    (tmp_path / "split.yaml").write_text(text)
+    (tmp_path / "fused.yaml").write_text(text + "weights:\n  transforms:\n    - {from: fused.weight, split: {axis: 0, "
+                                         "sizes: [32, 32]}, to: [a.weight, b.weight]}\n")
+    want = build(tmp_path / "split.yaml", ["quantization=q4f32_1"], weights=tmp_path / "split.safetensors")
+    got = build(tmp_path / "fused.yaml", ["quantization=q4f32_1"], weights=tmp_path / "fused.safetensors")
+    assert "a.q_weight" in got.param_names
+    for name in want.param_names:
+        np.testing.assert_array_equal(got.params[name], want.params[name])
