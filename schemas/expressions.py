@@ -110,11 +110,11 @@ class _Parser:
         value = self.term()
         while self.peek()[0] == "op" and self.peek()[1] in "+-":
             op = self.take()
-            value = _apply(op, value, self.term())
+            value = _apply(op, value, self.term(after=op))
         return value
 
-    def term(self) -> Number:
-        value = self.unary()
+    def term(self, after: tuple[str, str, int] | None = None) -> Number:
+        value = self.unary(after)
         while self.peek()[0] == "op" and self.peek()[1] in ("*", "/", "//", "%"):
             op = self.take()
             value = _apply(op, value, self.unary(after=op))

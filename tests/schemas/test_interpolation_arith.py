@@ -52,7 +52,7 @@ def _issue(text, overrides=()):
     ("a % b", 3), ("h / n", 16.0), ("1 + 2 * 3", 7), ("(1 + 2) * 3", 9), ("10 - 4 - 3", 3), ("64 / 4 / 2", 8.0),
     ("-7 // 2", -4), ("-7 % 2", 1), ("7 % -2", -1), ("7.5 // 2", 3.0), ("-7.5 % 2", 0.5),
     ("0.5 * h", 32.0), (".5 + 1.", 1.5), ("1e-6 * 2", 2e-06), ("2.5E3", 2500.0), ("h*2", 128), ("  2  ", 2),
-    ("h // n * n + h % n", 64), ("2 ** 0" if False else "2 * -3", -6), ("f * 2", 5.0),
+    ("h // n * n + h % n", 64), ("2 * -3", -6), ("f * 2", 5.0),
 ])
 def test_values_follow_python_semantics(text, expected):
     values = {"h": 64, "n": 4, "a": 3, "b": 4, "f": 2.5}
@@ -62,6 +62,7 @@ def test_values_follow_python_semantics(text, expected):
 
 @pytest.mark.parametrize("text, message, offset", [
     ("3 *", "expected an operand (a number, a variable or '(') after '*', got the end of the expression", 3),
+    ("3 +", "after '+', got the end of the expression", 3), ("2 * -", "after '-', got the end", 5),
     ("3 * * 4", "expected an operand (a number, a variable or '(') after '*', got '*'", 4),
     ("(1 + 2", "'(' at character 1 is not closed", 6),
     ("1 + 2)", "unexpected ')' (no '(' is open)", 5),
@@ -197,3 +198,18 @@ def test_plain_reference_and_escape_unchanged():
     recipe = _load(RECIPE.replace("forward: return down(fc(x))", "forward: 'return down(fc(x))  # $${3 * 2} ${ hidden_size }'"))
     assert recipe.model.forward == "return down(fc(x))  # ${3 * 2} 64"
     assert math.isclose(recipe.vars["eps"], 1e-6)
+
+
+def test_error_in_a_block_scalar_and_in_a_quoted_value_at_the_column():
+    text = RECIPE.replace("forward: return down(fc(x))",
+                          "forward: |\n    y = down(fc(x))\n    return reshape(y, [batch, ${num_heads +}])")
+    issue = _issue(text)
+    lines = text.splitlines()
+    line = next(i for i, l in enumerate(lines) if "num_heads +}" in l) + 1
+    assert (issue.line, issue.column) == (line, lines[line - 1].index("+}") + 2)
+    assert "after '+', got the end of the expression" in issue.message
+    text = RECIPE.replace("out_features: ${3 * hidden_size}}", "out_features: '${3 * (hidden_size}'}")
+    issue = _issue(text)
+    line = next(i for i, l in enumerate(text.splitlines()) if "(hidden_size}" in l) + 1
+    assert (issue.line, issue.column) == (line, text.splitlines()[line - 1].index("}'") + 1)
+    assert "'(' at character 5 is not closed" in issue.message
