@@ -228,8 +228,9 @@ class _Checker:
         elif not isinstance(func, ast.Name):
             raise _ForwardError(node, "only layers and ops can be called (e.g. `gate_proj(x)`, `silu(x)`)")
         elif func.id not in self.layers and func.id not in FORWARD_OPS:
+            hint = "; infinities are the literals inf and -inf" if func.id == "float" else ""
             raise _ForwardError(func, f"unknown layer or op '{func.id}'"
-                                + _suggest(func.id, self.layers | set(FORWARD_OPS)))
+                                + (hint or _suggest(func.id, self.layers | set(FORWARD_OPS))))
         for arg in node.args:
             if isinstance(arg, ast.Starred):
                 raise _ForwardError(arg, "starred arguments are not allowed in forward")

@@ -19,6 +19,7 @@ from .models import (LAYER_TYPES, QUANTIZATION_KINDS, QUANTIZATION_PRESETS, Bloc
 from .source import FieldPath, IssueCollector, SourceMap, ValueBudget, format_path, list_index, parse_yaml
 
 _VARIABLE = re.compile(r"\$\$\{|\$\{([^}]*)\}")  # `$${` escapes a literal `${`
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")   # the variables a `${expr}` may use
 
 
 def _valid_layer_types() -> str:
@@ -450,8 +451,10 @@ def _add_validation_issues(exc: ValidationError, data: dict, issues: IssueCollec
             if message.startswith("Input should") and isinstance(error["input"], (str, int, float)):
                 message += f", got {shorten(error['input'])}"
             if path in origins:
-                override = issues.source.override(("vars", origins[path]))
-                message += f" (from ${{{origins[path]}}}{f' set by override {override}' if override else ''})"
+                known = data["vars"] if isinstance(data.get("vars"), dict) else {}
+                names = [origins[path]] if origins[path] in known else _NAME.findall(origins[path])
+                overrides = ", ".join(o for o in dict.fromkeys(issues.source.override(("vars", n)) for n in names) if o)
+                message += f" (from ${{{origins[path]}}}{f' set by override {overrides}' if overrides else ''})"
         if not issues.covers(path):
             found[path, message, at_key] = None
     for path, message, at_key in found:

@@ -69,3 +69,9 @@ def test_nan_is_still_an_unknown_name(tmp_path):
         _build(tmp_path, MASKED.replace("-inf), axis", "nan), axis"))
     issue = info.value.issues[0]
     assert "unknown name 'nan'" in issue.message and issue.path == "functions.forward.forward"
+
+
+def test_float_of_a_string_points_to_the_literals(tmp_path):
+    with pytest.raises(RecipeError) as info:
+        _build(tmp_path, MASKED.replace("-inf), axis", "float('-inf')), axis"))
+    assert "unknown layer or op 'float'; infinities are the literals inf and -inf" in info.value.issues[0].message

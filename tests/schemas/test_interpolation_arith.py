@@ -213,3 +213,9 @@ def test_error_in_a_block_scalar_and_in_a_quoted_value_at_the_column():
     line = next(i for i, l in enumerate(text.splitlines()) if "(hidden_size}" in l) + 1
     assert (issue.line, issue.column) == (line, text.splitlines()[line - 1].index("}'") + 1)
     assert "'(' at character 5 is not closed" in issue.message
+
+
+def test_a_validation_error_of_an_expression_names_the_overrides_it_read():
+    issue = _issue(RECIPE.replace("${hidden_size // num_heads}", "${hidden_size - 100}"), ["hidden_size=64"])
+    assert issue.path == "model.layers.down.out_features"
+    assert issue.message.endswith("(from ${hidden_size - 100} set by override hidden_size=64)")
