@@ -21,8 +21,8 @@ never evaluated by Python. Allowed:
   lists them; ``name="gate"`` is the result's name hint in the printed IR, an identifier as TVM's name
   hints are), the operators ``+ - * / @`` (and ``//``, ``%`` between symbolic ints), unary ``-``,
   one comparison (``x > 0``: a boolean tensor), constants (numbers, ``inf`` (``-inf``: unary minus), strings,
-  ``True`` / ``False`` / ``None``), indexing of tuples with an integer (``parts[0]``), slicing of tensors (``h[:, -1, :]``,
-  ``x[..., 1:seq]``), and list / tuple literals as op arguments.
+  ``True`` / ``False`` / ``None``), indexing of tuples with an integer (``parts[0]``), slicing of tensors
+  (``h[:, -1, :]``, ``x[..., 1:seq]``), and list / tuple literals as op arguments.
 
 Anything else (attribute access, comprehensions, lambdas, imports, ...) is a recipe error that
 cites ``file:line:column`` inside the ``forward`` text, as are unknown names, wrong op

@@ -30,7 +30,8 @@ _Loader.add_implicit_resolver("tag:yaml.org,2002:float",
 _LOADER = _Loader
 
 # Inside a flow collection (`{a: ${n}}`) YAML ends a plain scalar at `{` or `}`, so the braces of
-# `${name}` references (and `${expr}` arithmetic) are swapped for private-use characters while parsing and restored in the values.
+# `${name}` references (and `${expr}` arithmetic) are swapped for private-use characters while parsing
+# and restored in the values.
 _REFERENCE = re.compile(r"\$\{[^{}\n]*\}")   # `${name}`, `${3 * hidden_size}`: one line, no braces inside
 
 _MASK = str.maketrans("{}", "\ue000\ue001")

@@ -124,7 +124,8 @@ def test_expression_in_vars_and_inside_strings():
 
 
 def test_expression_in_a_flow_mapping_with_spaces():
-    recipe = _load(RECIPE.replace("x: {shape: [batch, ${hidden_size}], dtype: float32}", "x: {shape: [batch, ${hidden_size + 0}], dtype: float32}"))
+    recipe = _load(RECIPE.replace("x: {shape: [batch, ${hidden_size}], dtype: float32}",
+                                  "x: {shape: [batch, ${hidden_size + 0}], dtype: float32}"))
     assert recipe.functions["forward"]["x"].shape == ["batch", 64]
 
 
@@ -195,7 +196,8 @@ def test_float_result_where_an_int_is_expected_is_a_validation_error():
 
 
 def test_plain_reference_and_escape_unchanged():
-    recipe = _load(RECIPE.replace("forward: return down(fc(x))", "forward: 'return down(fc(x))  # $${3 * 2} ${ hidden_size }'"))
+    recipe = _load(RECIPE.replace("forward: return down(fc(x))",
+                                  "forward: 'return down(fc(x))  # $${3 * 2} ${ hidden_size }'"))
     assert recipe.model.forward == "return down(fc(x))  # ${3 * 2} 64"
     assert math.isclose(recipe.vars["eps"], 1e-6)
 
