@@ -20,9 +20,9 @@ never evaluated by Python. Allowed:
   (``silu(x)``, ``softmax(x, axis=-1)``, ``reshape(x, [batch, seq, 12, 32])``; ``build --list-ops``
   lists them; ``name="gate"`` is the result's name hint in the printed IR, an identifier as TVM's name
   hints are), the operators ``+ - * / @`` (and ``//``, ``%`` between symbolic ints), unary ``-``,
-  one comparison (``x > 0``: a boolean tensor), constants (numbers, strings, ``True`` / ``False`` /
-  ``None``), indexing of tuples with an integer (``parts[0]``), slicing of tensors (``h[:, -1, :]``,
-  ``x[..., 1:seq]``), and list / tuple literals as op arguments.
+  one comparison (``x > 0``: a boolean tensor), constants (numbers, ``inf`` (``-inf``: unary minus), strings,
+  ``True`` / ``False`` / ``None``), indexing of tuples with an integer (``parts[0]``), slicing of tensors
+  (``h[:, -1, :]``, ``x[..., 1:seq]``), and list / tuple literals as op arguments.
 
 Anything else (attribute access, comprehensions, lambdas, imports, ...) is a recipe error that
 cites ``file:line:column`` inside the ``forward`` text, as are unknown names, wrong op
@@ -93,6 +93,11 @@ _COMPARE = {ast.Lt: "less", ast.LtE: "less_equal", ast.Gt: "greater", ast.GtE: "
 #: ``PRINTER_RESERVED`` either (the printed module would define ``R`` and shadow the ``relax`` alias;
 #: variables with those names are renamed by the printer, functions keep their names).
 _RESERVED = set(dir(nn.Module)) | {"forward"}
+
+
+_LITERALS = {"inf": math.inf}
+"""Names that are float constants in forward text (``where(mask, x, -inf)``) where no input, symbolic dim or
+assignment has the name."""
 
 
 def _reserved(name: str) -> bool:
@@ -208,7 +213,7 @@ class _Checker:
         method(node)
 
     def _Name(self, node: ast.Name) -> None:
-        if node.id not in self.defined:
+        if node.id not in self.defined and node.id not in _LITERALS:
             if node.id in self.layers or node.id in FORWARD_OPS:
                 raise _ForwardError(node, f"'{node.id}' is a {'layer' if node.id in self.layers else 'function'}; "
                                           f"call it: {node.id}(...)")
@@ -223,8 +228,9 @@ class _Checker:
         elif not isinstance(func, ast.Name):
             raise _ForwardError(node, "only layers and ops can be called (e.g. `gate_proj(x)`, `silu(x)`)")
         elif func.id not in self.layers and func.id not in FORWARD_OPS:
+            hint = "; infinities are the literals inf and -inf" if func.id == "float" else ""
             raise _ForwardError(func, f"unknown layer or op '{func.id}'"
-                                + _suggest(func.id, self.layers | set(FORWARD_OPS)))
+                                + (hint or _suggest(func.id, self.layers | set(FORWARD_OPS))))
         for arg in node.args:
             if isinstance(arg, ast.Starred):
                 raise _ForwardError(arg, "starred arguments are not allowed in forward")
@@ -345,6 +351,8 @@ class BlockModule(nn.Module):
 
     def _eval(self, node: ast.AST, env: dict[str, Any]):
         if isinstance(node, ast.Name):
+            if node.id not in env and node.id in _LITERALS:   # `inf`, unless an input or assignment is so named
+                return _LITERALS[node.id]
             if node.id not in env:
                 raise _ForwardError(node, f"'{node.id}' is not defined here: it is a symbolic dim of a function "
                                           "input, but none of this block's tensor arguments has it")
