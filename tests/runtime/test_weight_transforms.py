@@ -121,7 +121,8 @@ def test_a_rank_reads_only_its_part_of_each_split_part(fused, monkeypatch):
         shards = {n: TensorShard(0, rank, 3) for n in _qkv(layers=(0,))}
         expected = {n: ((s[0] // 3, 5), d) for n, (s, d) in _qkv(layers=(0,)).items()}
         expected["l.0.proj.weight"] = ((7, 5), "float32")
-        out = load_params(path, expected, shards=shards, transforms=[SPLIT, {"from": "l.0.proj.weight", "transpose": True}],
+        out = load_params(path, expected, shards=shards,
+                          transforms=[SPLIT, {"from": "l.0.proj.weight", "transpose": True}],
                           ignore=["l.1.*", "l.0.extra"])
         q, k, v = np.split(ref["l.0.qkv.weight"], [6, 9], axis=0)
         np.testing.assert_array_equal(out["l.0.q.weight"], q[2 * rank:2 * rank + 2])
@@ -265,8 +266,9 @@ def test_the_layout_declaration_catches_a_square_weight_left_transposed(gpt2, tm
     x = _values((3, 8), 20)
     assert not np.allclose(build(tmp_path / "silent.yaml")(x), build(recipe)(x), atol=1e-3)
     # declared out_in but transposed; a glob that matches nothing
-    (tmp_path / "other.yaml").write_text(text.replace('"h.*.attn.c_*.weight": in_out',
-                                                      '"h.*.attn.c_proj.weight": out_in, "h.*.attn.c_attn.weight": in_out, "nope.*": in_out'))
+    (tmp_path / "other.yaml").write_text(text.replace(
+        '"h.*.attn.c_*.weight": in_out',
+        '"h.*.attn.c_proj.weight": out_in, "h.*.attn.c_attn.weight": in_out, "nope.*": in_out'))
     with pytest.raises(WeightsError) as info:
         build(tmp_path / "other.yaml")
     assert any("'h.0.attn.c_proj.weight' (8, 8) is stored (out, in)" in p and "a transform transposes it" in p
