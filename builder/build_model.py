@@ -621,8 +621,9 @@ def _check_same_weights(group, digests: dict | None, path, seed: int) -> None:
     distributed.check_same_weights(group, loaded_weights_digest(digests), source)
 
 
-def _where(recipe: schemas.Recipe, path: str) -> str:
-    """``file:line:column`` of the recipe field ``path`` (its file alone when no position is known)."""
+def _where(recipe: schemas.Recipe, path: tuple) -> str:
+    """``file:line:column`` of the recipe field ``path`` (a field path: ``("weights", "layout", glob)``;
+    the file alone when no position is known)."""
     pos = recipe.source.position(path)
     return f"{recipe.source.file}:{pos[0]}:{pos[1]}" if pos else str(recipe.source.file)
 
@@ -749,7 +750,9 @@ def bind_weights(recipe: schemas.Recipe, param_specs: Sequence[tuple[str, tuple,
                            ignore=wdef.ignore if wdef else (), shards=shards,
                            row_tiles=mapping.row_tiles if mapping is not None else None, digests=digests,
                            transforms=transforms, layout=layout,
-                           transforms_where=[_where(recipe, f"weights.transforms.{i}") for i in range(len(transforms))])
+                           where={**{f"weights.transforms.{i}": _where(recipe, ("weights", "transforms", i))
+                                     for i in range(len(transforms))},
+                                  **{f"weights.layout.{g}": _where(recipe, ("weights", "layout", g)) for g in layout}})
     except WeightsError as err:
         meta = read_safetensors_metadata(path) if Path(path).is_file() else {}
         ours = describe(recipe.quantization)

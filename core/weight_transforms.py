@@ -465,12 +465,13 @@ def _lineage(node: Node, swapped: bool, out: list) -> None:
 
 
 def layout_problems(table: Mapping[str, Node], layout: Mapping[str, str], infos: Mapping[str, Mapping[str, Any]],
-                    match: Callable[[str, str], bool]) -> list[str]:
+                    match: Callable[[str, str], bool], where: Mapping[str, str] | None = None) -> list[str]:
     """The problems of ``weights.layout`` (glob -> one of :data:`LAYOUTS`) on the planned ``table``: a
     file tensor a glob declares ``in_out`` that reaches a parameter without a 2-D transpose (``transpose:
     true``) on its way, one declared ``out_in`` that is transposed, a declared tensor that is not 2-D, a
     glob that matches no tensor of the file (``infos``: its header; ``match(name, glob)``). The shape of a
-    square matrix cannot tell its layout: this declaration is what catches one stored transposed."""
+    square matrix cannot tell its layout: this declaration is what catches one stored transposed. ``where``:
+    glob -> its place in the recipe (``r.yaml:5:13``), named in the messages."""
     problems = []
     seen: dict[str, bool] = {}
     for node in table.values():
@@ -478,21 +479,23 @@ def layout_problems(table: Mapping[str, Node], layout: Mapping[str, str], infos:
         _lineage(node, False, lineage)
         for name, swapped in lineage:
             seen[name] = seen.get(name, False) or swapped
+    where = where or {}
     for glob, kind in layout.items():
         hits = [n for n in infos if match(n, glob)]
+        at = f" at {where[glob]}" if where.get(glob) else ""
         if not hits:
-            problems.append(f"weights.layout {shorten(glob, 80)} matches no tensor of the file")
+            problems.append(f"weights.layout {shorten(glob, 80)}{at} matches no tensor of the file")
         for name in hits:
             shape = tuple(infos[name]["shape"])
             if len(shape) != 2:
                 problems.append(f"{shorten(name, 80)} has shape {_shape_text(shape)}; weights.layout "
-                                f"{shorten(glob, 80)} declares a 2-D layout ({kind})")
+                                f"{shorten(glob, 80)}{at} declares a 2-D layout ({kind})")
             elif kind == "in_out" and not seen.get(name, False):
                 problems.append(f"{shorten(name, 80)} {_shape_text(shape)} is stored (in, out) (weights.layout "
-                                f"{shorten(glob, 80)}: {kind}) but no transform transposes it: add "
+                                f"{shorten(glob, 80)}{at}: {kind}) but no transform transposes it: add "
                                 f"{{from: {shorten(name, 80)}, transpose: true}} to weights.transforms (a square "
                                 "matrix would load transposed without a word)")
             elif kind == "out_in" and seen.get(name, False):
                 problems.append(f"{shorten(name, 80)} {_shape_text(shape)} is stored (out, in) (weights.layout "
-                                f"{shorten(glob, 80)}: {kind}) but a transform transposes it")
+                                f"{shorten(glob, 80)}{at}: {kind}) but a transform transposes it")
     return problems

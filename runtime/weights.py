@@ -386,7 +386,8 @@ def load_params(path: str | Path, expected: Mapping[str, tuple[Sequence[int], st
                 ignore: Sequence[str] = (), shards: Mapping[str, TensorShard] | None = None,
                 row_tiles: Mapping[str, int] | None = None, digests: dict | None = None,
                 transforms: Sequence[Mapping] | None = None,
-                layout: Mapping[str, str] | None = None, transforms_where: Sequence[str] = ()) -> dict[str, np.ndarray]:
+                layout: Mapping[str, str] | None = None,
+                where: Mapping[str, str] | None = None) -> dict[str, np.ndarray]:
     """Load the parameters ``expected`` (name -> (shape, dtype)) from safetensors ``path``.
 
     ``name_map`` (our name -> the file's name: exact entries, ``{placeholder}`` patterns, prefix
@@ -409,7 +410,8 @@ def load_params(path: str | Path, expected: Mapping[str, tuple[Sequence[int], st
     transform allows it (all but ``reshape``, which reads its input whole). ``layout``: the recipe's
     ``weights.layout`` (glob -> ``in_out`` / ``out_in``, :func:`core.weight_transforms.layout_problems`):
     every ``in_out`` tensor must be transposed by a transform on its way to a parameter, no ``out_in`` one.
-    ``transforms_where``: each transform's place in the recipe (``r.yaml:12:7``), named in its messages.
+    ``where``: recipe field -> its place (``{"weights.transforms.0": "r.yaml:12:7", "weights.layout.GLOB":
+    ...}``), named in the messages of those transforms and layout globs.
 
     Returns name -> numpy array (C-contiguous; loaded directly: the file's exact values; floats of
     another float dtype cast; converted ones as their conversion gives them), moved into memory
@@ -423,7 +425,9 @@ def load_params(path: str | Path, expected: Mapping[str, tuple[Sequence[int], st
     path = str(path)
     rules = NameRules(name_map, prefix)
     globs = _ignore_globs(ignore)
-    parsed = parse_transforms(transforms, transforms_where)
+    where = dict(where or {})
+    parsed = parse_transforms(transforms, [where.get(f"weights.transforms.{i}", "")
+                                           for i in range(len(transforms or ()))])
     layout = dict(layout or {})
     bad = [f"weights.layout {_quoted(str(g))}: {k!r} is not one of {', '.join(LAYOUTS)}" for g, k in layout.items()
            if k not in LAYOUTS]
@@ -432,12 +436,14 @@ def load_params(path: str | Path, expected: Mapping[str, tuple[Sequence[int], st
     layout_globs = _ignore_globs(list(layout))
     with _Checkpoint(path, digests) as ckpt:
         return _load(ckpt, expected, rules, globs, conversions, progress, dict(shards or {}),
-                     dict(row_tiles or {}), parsed, [(g, rx, layout[g]) for g, rx in layout_globs])
+                     dict(row_tiles or {}), parsed, [(g, rx, layout[g]) for g, rx in layout_globs],
+                     {g: where.get(f"weights.layout.{g}", "") for g in layout})
 
 
 def _load(ckpt: _Checkpoint, expected, rules: NameRules, globs, conversions, progress,
           shards: dict[str, TensorShard], row_tiles: dict[str, int],
-          transforms: Sequence[Transform] = (), layout: Sequence[tuple] = ()) -> dict[str, np.ndarray]:
+          transforms: Sequence[Transform] = (), layout: Sequence[tuple] = (),
+          layout_where: Mapping[str, str] | None = None) -> dict[str, np.ndarray]:
     path, header = ckpt.path, ckpt.infos
     prefix = rules.prefix
     conversions = dict(conversions or {})
@@ -449,7 +455,8 @@ def _load(ckpt: _Checkpoint, expected, rules: NameRules, globs, conversions, pro
         if layout:
             kinds = {glob: kind for glob, _, kind in layout}
             regexes = {glob: rx for glob, rx, _ in layout}
-            problems += layout_problems(nodes, kinds, header, lambda name, glob: regexes[glob].match(name))
+            problems += layout_problems(nodes, kinds, header, lambda name, glob: regexes[glob].match(name),
+                                        layout_where)
         header = {name: {"dtype": node.dtype, "shape": list(node.shape)} for name, node in nodes.items()}
 
     def what(key: str) -> str:

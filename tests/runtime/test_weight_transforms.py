@@ -258,7 +258,8 @@ def test_the_layout_declaration_catches_a_square_weight_left_transposed(gpt2, tm
     with pytest.raises(WeightsError) as info:
         build(tmp_path / "forgot.yaml")
     assert info.value.problems == [
-        "'h.0.attn.c_proj.weight' (8, 8) is stored (in, out) (weights.layout 'h.*.attn.c_*.weight': in_out) but no "
+        f"'h.0.attn.c_proj.weight' (8, 8) is stored (in, out) (weights.layout 'h.*.attn.c_*.weight' at "
+        f"{tmp_path / 'forgot.yaml'}:19:35: in_out) but no "
         "transform transposes it: add {from: 'h.0.attn.c_proj.weight', transpose: true} to weights.transforms (a "
         "square matrix would load transposed without a word)"]
     # without the declaration the square weight loads transposed: its shape cannot tell
@@ -273,7 +274,8 @@ def test_the_layout_declaration_catches_a_square_weight_left_transposed(gpt2, tm
         build(tmp_path / "other.yaml")
     assert any("'h.0.attn.c_proj.weight' (8, 8) is stored (out, in)" in p and "a transform transposes it" in p
                for p in info.value.problems), info.value.problems
-    assert "weights.layout 'nope.*' matches no tensor of the file" in info.value.problems
+    nope = f"weights.layout 'nope.*' at {tmp_path / 'other.yaml'}:19:90 matches no tensor of the file"
+    assert nope in info.value.problems
     with pytest.raises(RecipeError, match="in_out"):
         load_recipe_text(text.replace(": in_out", ": sideways"), "r.yaml")
 
@@ -426,3 +428,54 @@ def test_a_quantized_build_quantizes_the_split_parts_as_it_would_a_file_saved_sp
     assert "a.q_weight" in got.param_names
     for name in want.param_names:
         np.testing.assert_array_equal(got.params[name], want.params[name])
+
+
+TP_RECIPE = """
+name: tp_parts
+model:
+  layers:
+    q: {type: Linear, in_features: 16, out_features: 16, bias: false, tensor_parallel: column}
+    k: {type: Linear, in_features: 16, out_features: 8, bias: false, tensor_parallel: column}
+    v: {type: Linear, in_features: 16, out_features: 8, bias: false, tensor_parallel: column}
+    o: {type: Linear, in_features: 16, out_features: 16, bias: false, tensor_parallel: row}
+  forward: return o(q(x)) + o(concat([k(x), v(x)], -1))
+functions:
+  forward:
+    x: {shape: [2, 16], dtype: float32}
+tensor_parallel_shards: 2
+weights:
+  layout: {"o_stored": in_out}
+  transforms:
+    - {from: qkv, split: {axis: 0, sizes: [16, 8, 8]}, to: [q.weight, k.weight, v.weight]}
+    - {from: o_stored, transpose: true, to: o.weight}
+"""
+
+
+def test_each_tensor_parallel_rank_of_a_recipe_binds_its_slices_of_the_transformed_tensors(tmp_path, monkeypatch):
+    import schemas
+    from builder.build_model import _export, _param_specs, bind_weights, worker_shards
+    from builder.quant import QuantizeMapping
+
+    qkv, o_stored = _values((32, 16), 50), _values((16, 16), 51)
+    path = _write(tmp_path, {"qkv": qkv, "o_stored": o_stored})
+    (tmp_path / "r.yaml").write_text(TP_RECIPE)
+    recipe = schemas.load_recipe(tmp_path / "r.yaml")
+    _, params, _, _, strategies = _export(recipe, QuantizeMapping())
+    specs = _param_specs(params)
+    reads = []
+    original = _Checkpoint.read_region
+    monkeypatch.setattr(_Checkpoint, "read_region",
+                        lambda self, name, region=None: reads.append((name, region)) or original(self, name, region))
+    q, k, v = np.split(qkv.astype(np.float64), [16, 24], axis=0)
+    o = o_stored.astype(np.float64).T
+    for rank in range(2):
+        reads.clear()
+        out = bind_weights(recipe, specs, path, tmp_path, shards=worker_shards(strategies, rank))
+        np.testing.assert_array_equal(out["q.weight"], q[8 * rank:8 * rank + 8])
+        np.testing.assert_array_equal(out["k.weight"], k[4 * rank:4 * rank + 4])
+        np.testing.assert_array_equal(out["v.weight"], v[4 * rank:4 * rank + 4])
+        np.testing.assert_array_equal(out["o.weight"], o[:, 8 * rank:8 * rank + 8])     # row-parallel: columns
+        assert sorted(reads) == sorted([("qkv", (0, 8 * rank, 8 * rank + 8)),
+                                        ("qkv", (0, 16 + 4 * rank, 20 + 4 * rank)),
+                                        ("qkv", (0, 24 + 4 * rank, 28 + 4 * rank)),
+                                        ("o_stored", (0, 8 * rank, 8 * rank + 8))])     # only this rank's rows
