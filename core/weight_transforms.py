@@ -351,6 +351,13 @@ def plan_transforms(transforms: Sequence[Transform], infos: Mapping[str, Mapping
         new_names: set[str] = set()
         for values in matches:
             names = [p.fill(values) for p in t.sources]
+            if len(set(names)) != len(names):
+                problems.append(f"{t.label}: the inputs {', '.join(shorten(n, 80) for n in names)} name one "
+                                "tensor twice")
+                consumed.update(names)
+                if failed is not None:
+                    failed.update(p.fill(values) for p in t.targets)
+                continue
             missing = [n for n in names if n not in table or n in consumed]
             if missing:
                 problems.append(f"{t.label}: input {shorten(missing[0], 80)} is not in the file (or another "
@@ -451,17 +458,25 @@ LAYOUTS = ("in_out", "out_in")
 weight must be transposed on the way), ``out_in`` (stored as ``Linear`` holds it; no transform may swap it)."""
 
 
-def _lineage(node: Node, swapped: bool, out: list) -> None:
-    """``(file tensor name, whether the path from it to ``node`` swaps two axes an odd number of times)``."""
-    if isinstance(node, FileNode):
-        out.append((node.name, swapped))
-    elif isinstance(node, _Transpose):
-        _lineage(node.src, swapped != (node.perm == (1, 0)), out)
-    elif isinstance(node, _Concat):
-        for s in node.srcs:
-            _lineage(s, swapped, out)
-    else:
-        _lineage(node.src, swapped, out)
+def _lineage(nodes, out: dict[str, bool]) -> None:
+    """``out[file tensor name]``: whether some path from it to one of ``nodes`` swaps two axes an odd number
+    of times. Each (node, parity) is visited once: split parts share their input, so the nodes form a
+    graph whose paths could multiply, and the walk stays linear in its size."""
+    seen: set[tuple[int, bool]] = set()
+    stack = [(n, False) for n in nodes]
+    while stack:
+        node, swapped = stack.pop()
+        if (id(node), swapped) in seen:
+            continue
+        seen.add((id(node), swapped))
+        if isinstance(node, FileNode):
+            out[node.name] = out.get(node.name, False) or swapped
+        elif isinstance(node, _Transpose):
+            stack.append((node.src, swapped != (node.perm == (1, 0))))
+        elif isinstance(node, _Concat):
+            stack.extend((s, swapped) for s in node.srcs)
+        else:
+            stack.append((node.src, swapped))
 
 
 def layout_problems(table: Mapping[str, Node], layout: Mapping[str, str], infos: Mapping[str, Mapping[str, Any]],
@@ -474,11 +489,7 @@ def layout_problems(table: Mapping[str, Node], layout: Mapping[str, str], infos:
     glob -> its place in the recipe (``r.yaml:5:13``), named in the messages."""
     problems = []
     seen: dict[str, bool] = {}
-    for node in table.values():
-        lineage: list = []
-        _lineage(node, False, lineage)
-        for name, swapped in lineage:
-            seen[name] = seen.get(name, False) or swapped
+    _lineage(table.values(), seen)
     where = where or {}
     for glob, kind in layout.items():
         hits = [n for n in infos if match(n, glob)]

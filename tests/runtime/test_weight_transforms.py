@@ -101,6 +101,11 @@ def test_strict_accounting_holds_through_transforms(fused):
     # a transform that matches nothing, an output that would replace another tensor
     with pytest.raises(WeightsError, match=r"weights.transforms\[0\] \(transpose of 'nope.{i}'\) matches no tensor"):
         load_params(path, {}, transforms=[{"from": "nope.{i}", "transpose": True}], ignore=["*"])
+    with pytest.raises(WeightsError) as info:
+        load_params(path, {"b": ((24, 5), "float32")}, ignore=["l.0.[pe]*", "l.1.*"],
+                    transforms=[{"from": ["l.0.qkv.weight", "l.0.qkv.weight"], "concatenate": {"axis": 0}, "to": "b"}])
+    assert info.value.problems == ["weights.transforms[0] (concatenate of 'l.0.qkv.weight'): the inputs "
+                                   "'l.0.qkv.weight', 'l.0.qkv.weight' name one tensor twice"]
     with pytest.raises(WeightsError, match="output 'l.0.extra' would replace another tensor"):
         load_params(path, {}, transforms=[{"from": "l.0.proj.weight", "transpose": True, "to": "l.0.extra"}],
                     ignore=["*"])
@@ -181,6 +186,16 @@ def test_invalid_transforms_are_refused_by_the_loader_and_the_schema_alike(entry
         load_recipe_text(text, "r.yaml")
     issues = info.value.issues
     assert all(issue.path.startswith("weights.transforms.0") and issue.line == 6 for issue in issues), issues
+
+
+def test_a_long_chain_of_transforms_stays_linear(tmp_path):
+    a = _values((2, 4), 60)
+    path = _write(tmp_path, {"a": a})
+    chain = [{"from": "a", "split": {"axis": 1, "sizes": [2, 2]}, "to": ["p", "q"]},
+             {"from": ["p", "q"], "concatenate": {"axis": 1}, "to": "a"}] * (MAX_WEIGHT_TRANSFORMS // 2 - 1)
+    out = load_params(path, {"a": ((4, 2), "float32")}, transforms=chain + [{"from": "a", "transpose": True}],
+                      layout={"a": "in_out"})      # split parts share their input: the walks visit each node once
+    np.testing.assert_array_equal(out["a"], a.astype(np.float64).T)
 
 
 def test_the_number_of_transforms_is_bounded():
