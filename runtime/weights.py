@@ -48,8 +48,9 @@ Digests (``digests``, what tensor-parallel workers compare, :func:`loaded_weight
 tensor read is hashed whole, SHA-256 over all of its bytes in the file, even when only a shard of it
 is kept: the whole byte range is streamed once in blocks of at most 16 MiB, each block hashed and the
 shard's runs copied out of it, so the digest costs one read of the tensor and no more memory than a
-block. The shards of the workers are disjoint, so a digest of only what a worker keeps could be
-compared with nothing on the other workers: two checkpoints of the same shapes (the same header but
+block (a tensor that ``transforms`` read in several parts, a split's, is streamed once per part: the
+digest costs one read of it per part). The shards of the workers are disjoint, so a digest of only
+what a worker keeps could be compared with nothing on the other workers: two checkpoints of the same shapes (the same header but
 perhaps the offsets) that differ only inside one worker's slice would go unnoticed, and so would a
 header or a sample of chunks. Whole-tensor digests are the same on every worker that loads the same
 tensors, and differ wherever any value a worker could have used differs.
