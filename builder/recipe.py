@@ -420,7 +420,7 @@ class BlockModule(nn.Module):
             return layer.get_parameter(key)
         except AttributeError as exc:
             kind = layer.__dict__["_recipe_block"][0] if isinstance(layer, BlockModule) else type(layer).__name__
-            raise _ForwardError(node, f"layer '{label}' ({kind}): {str(exc).split(' ', 1)[1]}"
+            raise _ForwardError(node, f"layer '{label}' ({kind}) {str(exc).split(' ', 1)[1]}"
                                 + _suggest(key, dict(layer.named_parameters()))) from None
 
     def _binop(self, node: ast.BinOp, left: Any, right: Any):
