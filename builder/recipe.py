@@ -405,15 +405,14 @@ class BlockModule(nn.Module):
         parts, base = [], node
         while isinstance(base, ast.Attribute):
             parts, base = [base.attr, *parts], base.value
-        key, name = ".".join(parts), (base.value if isinstance(base, ast.Subscript) else base).id
-        layer, label = self.__dict__[name], name
-        if isinstance(base, ast.Subscript) or isinstance(layer, nn.ModuleList):
-            index = _const_int(base.slice) if isinstance(base, ast.Subscript) else None
-            if not isinstance(layer, nn.ModuleList) or index is None:
-                raise _ForwardError(node, f"'{name}' is not repeated; read its parameter as {name}.{key}"
-                                    if index is not None else f"'{name}' is repeated ({len(layer)} copies); "
-                                    f"read one copy's parameter: {name}[0].{key}")
-            if not -len(layer) <= index < len(layer):
+        copy, key = isinstance(base, ast.Subscript), ".".join(parts)
+        label = name = base.value.id if copy else base.id
+        layer = self.__dict__[name]
+        if copy != isinstance(layer, nn.ModuleList):
+            raise _ForwardError(node, f"'{name}' is not repeated; read its parameter as {name}.{key}" if copy else
+                                f"'{name}' is repeated ({len(layer)} copies); read one copy's parameter: {name}[0].{key}")
+        if copy:
+            if not -len(layer) <= (index := _const_int(base.slice)) < len(layer):
                 raise _ForwardError(base, f"'{name}' has {len(layer)} copies; there is no {name}[{index}]")
             layer, label = layer[index], f"{name}[{index}]"
         try:

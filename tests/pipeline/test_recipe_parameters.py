@@ -239,3 +239,15 @@ def test_a_parameter_layer_is_a_value_never_called():
     with pytest.raises(RecipeError) as info:
         load_recipe_text(CONV2D.replace("groups: 2}", "groups: 3}"), "r.yaml")
     assert "in_channels (4) must be a multiple of groups (3)" in str(info.value)
+
+
+def test_attributes_are_looked_up_among_parameters_never_on_the_python_object():
+    issue = _issue(VIT.replace("head.weight,", "head.__class__,"))
+    assert "layer 'head' (Linear) has no parameter '__class__'" in issue.message
+    issue = _issue(VIT.replace("head.weight,", "head.weight.data,"))
+    assert "has no parameter 'weight.data'" in issue.message
+    issue = _issue(VIT.replace("head.weight,", "head[0].weight,"))
+    assert "'head' is not repeated; read its parameter as head.weight" in issue.message
+    issue = _issue(VIT.replace("head.weight,", "embeddings.patch_embeddings.weights,"))
+    assert ("layer 'embeddings' (Embeddings) has no parameter 'patch_embeddings.weights' (its parameters: "
+            "cls_token, position_embeddings, patch_embeddings.weight, patch_embeddings.bias)") in issue.message
