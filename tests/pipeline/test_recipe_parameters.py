@@ -251,3 +251,20 @@ def test_attributes_are_looked_up_among_parameters_never_on_the_python_object():
     issue = _issue(VIT.replace("head.weight,", "embeddings.patch_embeddings.weights,"))
     assert ("layer 'embeddings' (Embeddings) has no parameter 'patch_embeddings.weights' (its parameters: "
             "cls_token, position_embeddings, patch_embeddings.weight, patch_embeddings.bias)") in issue.message
+
+
+def test_the_module_tree_shows_parameter_layers():
+    import io
+
+    from rich.console import Console
+
+    from builder.recipe import instantiate
+    from builder.summary import module_tree
+
+    module, _ = instantiate(load_recipe_text(VIT, "r.yaml"))
+    out = io.StringIO()
+    Console(file=out, width=120, color_system=None).print(module_tree(module, "tiny_vit"))
+    lines = [line.strip("│├└─ ") for line in out.getvalue().splitlines()]
+    assert lines[:5] == ["tiny_vit", "embeddings: Embeddings", "cls_token: Parameter(shape=(1, 1, 8), dtype=float32)",
+                         "position_embeddings: Parameter(shape=(1, 5, 8), dtype=float32)",
+                         "patch_embeddings: Conv2D(in_channels=3, out_channels=8)"]
