@@ -161,12 +161,13 @@ blocks:
 model:
   layers:
     layers: {type: Layer, repeat: 2}
+    scale: {type: Parameter, shape: [4], std: 1.0}
 functions:
   forward:
     inputs:
       x: {shape: [batch, 4], dtype: float32}
     forward: |
-      return layers(x), layers[1].fc.weight + 0
+      return layers(x) * scale, layers[1].fc.weight + 0
 """
 
 
@@ -178,7 +179,8 @@ def test_parameters_read_inside_blocks_and_repeats(tmp_path):
     ref = x.astype(np.float64)
     for i in range(2):   # each copy reads its own fc
         ref = ref @ P[f"layers.{i}.fc.weight"].T + 2 * P[f"layers.{i}.fc.bias"]
-    np.testing.assert_allclose(y, ref, rtol=1e-5, atol=1e-6)
+    assert m.param_names[-1] == "scale"   # a Parameter layer of the model itself
+    np.testing.assert_allclose(y, ref * P["scale"], rtol=1e-5, atol=1e-6)
     np.testing.assert_array_equal(w1, m.params["layers.1.fc.weight"])
 
 
