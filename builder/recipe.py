@@ -20,9 +20,9 @@ never evaluated by Python. Allowed:
   (``silu(x)``, ``softmax(x, axis=-1)``, ``reshape(x, [batch, seq, 12, 32])``; ``build --list-ops``
   lists them; ``name="gate"`` is the result's name hint in the printed IR, an identifier as TVM's name
   hints are), the operators ``+ - * / @`` (and ``//``, ``%`` between symbolic ints), unary ``-``,
-  one comparison (``x > 0``: a boolean tensor), constants (numbers, strings, ``True`` / ``False`` /
-  ``None``), indexing of tuples with an integer (``parts[0]``), slicing of tensors (``h[:, -1, :]``,
-  ``x[..., 1:seq]``), and list / tuple literals as op arguments;
+  one comparison (``x > 0``: a boolean tensor), constants (numbers, ``inf`` (``-inf``: unary minus), strings,
+  ``True`` / ``False`` / ``None``), indexing of tuples with an integer (``parts[0]``), slicing of tensors
+  (``h[:, -1, :]``, ``x[..., 1:seq]``), and list / tuple literals as op arguments;
 - a layer's parameters as values (``patch.weight``, ``layers[0].bias``, ``attn.q_proj.weight``: only those the
   layer registered) and the name of a ``Parameter`` layer, which is its tensor (``cls``, never called).
 
@@ -97,6 +97,11 @@ _COMPARE = {ast.Lt: "less", ast.LtE: "less_equal", ast.Gt: "greater", ast.GtE: "
 _RESERVED = set(dir(nn.Module)) | {"forward"}
 
 
+_LITERALS = {"inf": math.inf}
+"""Names that are float constants in forward text (``where(mask, x, -inf)``) where no input, symbolic dim or
+assignment has the name."""
+
+
 def _reserved(name: str) -> bool:
     return name in _RESERVED or (name.startswith("__") and name.endswith("__"))
 
@@ -135,9 +140,8 @@ def parse_forward(text: str, inputs: list[str], layers: list[str], dims: set[str
                   params: set[str] | frozenset = frozenset()) -> ast.Module:
     """Parse and statically check ``forward`` text. Raises ``_ForwardError`` with a position.
 
-    Checks: syntax, whitelisted node types, every name defined before use (``inputs``, assignments,
-    symbolic ``dims``, layers and ops only as callees, ``params``: the ``Parameter`` layers among
-    ``layers``, only as values), attribute access only on layers (``fc.weight``), a final ``return``.
+    Checks: syntax, whitelisted node types, every name defined before use (``inputs``, assignments, symbolic
+    ``dims``, layers and ops only as callees, ``params``: Parameter layers, as values), ``layer.param``, a ``return``.
     """
     if len(text) > MAX_FORWARD_CHARS:
         raise _ForwardError(None, f"forward is {len(text):,} characters long, more than the "
@@ -201,9 +205,7 @@ class _Checker:
     """The static whitelist of forward expressions (see the module docstring)."""
 
     def __init__(self, defined: set[str], layers: set[str], params: set[str] = frozenset()) -> None:
-        self.defined = defined
-        self.layers = layers
-        self.params = params
+        self.defined, self.layers, self.params = defined, layers, params
 
     def check(self, node: ast.AST) -> None:
         method = getattr(self, "_" + type(node).__name__, None)
@@ -214,7 +216,7 @@ class _Checker:
     def _Name(self, node: ast.Name) -> None:
         if node.id in self.params:
             return
-        if node.id not in self.defined:
+        if node.id not in self.defined and node.id not in _LITERALS:
             if node.id in self.layers or node.id in FORWARD_OPS:
                 raise _ForwardError(node, f"'{node.id}' is a {'layer' if node.id in self.layers else 'function'}; "
                                           f"call it: {node.id}(...)")
@@ -232,8 +234,9 @@ class _Checker:
         elif not isinstance(func, ast.Name):
             raise _ForwardError(node, "only layers and ops can be called (e.g. `gate_proj(x)`, `silu(x)`)")
         elif func.id not in self.layers and func.id not in FORWARD_OPS:
+            hint = "; infinities are the literals inf and -inf" if func.id == "float" else ""
             raise _ForwardError(func, f"unknown layer or op '{func.id}'"
-                                + _suggest(func.id, self.layers | set(FORWARD_OPS)))
+                                + (hint or _suggest(func.id, self.layers | set(FORWARD_OPS))))
         for arg in node.args:
             if isinstance(arg, ast.Starred):
                 raise _ForwardError(arg, "starred arguments are not allowed in forward")
@@ -367,6 +370,8 @@ class BlockModule(nn.Module):
         if isinstance(node, ast.Name):
             if isinstance(self.__dict__.get(node.id), nn.Parameter):   # a Parameter layer: its tensor
                 return self.__dict__[node.id]
+            if node.id not in env and node.id in _LITERALS:   # `inf`, unless an input or assignment is so named
+                return _LITERALS[node.id]
             if node.id not in env:
                 raise _ForwardError(node, f"'{node.id}' is not defined here: it is a symbolic dim of a function "
                                           "input, but none of this block's tensor arguments has it")
@@ -400,8 +405,7 @@ class BlockModule(nn.Module):
         raise _ForwardError(node, f"{type(node).__name__} is not allowed")  # pragma: no cover
 
     def _parameter(self, node: ast.Attribute) -> nn.Parameter:
-        """The parameter ``fc.weight`` / ``layers[0].bias`` / ``attn.q_proj.weight`` names (a dotted name of
-        the layer's ``named_parameters``); ``_ForwardError`` naming those it has when it has no such one."""
+        """The parameter ``fc.weight`` / ``layers[0].bias`` / ``attn.q_proj.weight`` names, or ``_ForwardError``."""
         parts, base = [], node
         while isinstance(base, ast.Attribute):
             parts, base = [base.attr, *parts], base.value
@@ -410,7 +414,7 @@ class BlockModule(nn.Module):
         layer = self.__dict__[name]
         if copy != isinstance(layer, nn.ModuleList):
             raise _ForwardError(node, f"'{name}' is not repeated; read its parameter as {name}.{key}" if copy else
-                                f"'{name}' is repeated ({len(layer)} copies); read one copy's parameter: {name}[0].{key}")
+                                f"'{name}' is repeated ({len(layer)} copies); read a copy's: {name}[0].{key}")
         if copy:
             if not -len(layer) <= (index := _const_int(base.slice)) < len(layer):
                 raise _ForwardError(base, f"'{name}' has {len(layer)} copies; there is no {name}[{index}]")

@@ -25,6 +25,13 @@ MAX_STRING_CHARS = 1 << 20
 MAX_VARIABLE_CHAIN = 64
 """The longest chain of variables whose values reference each other (``a: ${b}``, ``b: ${c}``, ...)."""
 
+MAX_VAR_EXPRESSION_CHARS = 1024
+"""The longest arithmetic expression inside one ``${...}`` (``${hidden_size // num_heads}``), in characters."""
+
+MAX_VAR_EXPRESSION_DEPTH = 32
+"""The deepest nesting of parentheses and unary signs in one ``${...}`` expression (the evaluator recurses
+once per level)."""
+
 MAX_DIM = 2 ** 40
 """The largest size a layer field or an input dim may have; products of sizes (a weight's bytes) must
 also stay below ``MAX_TENSOR_BYTES``, so that every size computation fits in int64."""

@@ -36,9 +36,11 @@ JSON_SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
 INTERPOLATION_SCHEMA: dict[str, Any] = {
     "type": "string",
     "pattern": r"^\$\{[^}]*\}$",
-    "description": "${name}: the value of the recipe variable `name` (vars: or a KEY=VALUE override)",
+    "description": "${name}: the value of the recipe variable `name` (vars: or a KEY=VALUE override); "
+                   "${expr}: arithmetic of variables and numbers (${3 * hidden_size}, ${hidden_size // num_heads})",
 }
-"""A string that is exactly one ``${name}`` reference (what the loader replaces by a typed value)."""
+"""A string that is exactly one ``${name}`` reference or ``${expr}`` expression (what the loader replaces by a
+typed value)."""
 
 # schema-valued keywords of draft 2020-12: a schema, a list of schemas, or a map of name -> schema
 _ONE = ("additionalProperties", "items", "contains", "not", "if", "then", "else", "unevaluatedItems",

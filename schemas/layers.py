@@ -151,13 +151,15 @@ class LayerNorm(LayerEntry):
 
 @register_layer_model
 class RMSNorm(LayerEntry):
-    """Root-mean-square normalisation (``tvm.relax.frontend.nn.RMSNorm``)."""
+    """Root-mean-square normalisation (``tvm.relax.frontend.nn.RMSNorm``); ``weight_offset`` scales by
+    ``(weight_offset + weight)`` (Gemma's ``1 + weight``: ``weight_offset: 1.0``)."""
 
     type: Literal["RMSNorm"] = "RMSNorm"
     hidden_size: Positive
     axes: Axes = -1
     epsilon: Epsilon = 1e-5
     bias: bool = False
+    weight_offset: Annotated[float, Field(allow_inf_nan=False)] = 0.0
     dtype: Optional[DType] = None
 
 
@@ -312,9 +314,11 @@ class SiLU(LayerEntry):
 
 @register_layer_model
 class GELU(LayerEntry):
-    """Gaussian error linear unit activation."""
+    """Gaussian error linear unit activation: exact (erf, ``approximate: none``) or the tanh form
+    (``approximate: tanh``, GPT-2's ``gelu_new``, PyTorch's ``approximate="tanh"``)."""
 
     type: Literal["GELU"] = "GELU"
+    approximate: Literal["none", "tanh"] = "none"
 
 
 def _not_a_layer_type(schema: dict[str, Any]) -> None:

@@ -1,4 +1,5 @@
-"""Load a recipe: parse YAML with positions, apply ``KEY=VALUE`` overrides, substitute ``${var}``, validate."""
+"""Load a recipe: parse YAML with positions, apply ``KEY=VALUE`` overrides, substitute ``${var}`` and
+``${expr}`` (arithmetic of :mod:`schemas.expressions`), validate."""
 
 from __future__ import annotations
 
@@ -11,12 +12,14 @@ from typing import Any, Iterable
 from pydantic import BaseModel, ValidationError
 
 from .errors import RecipeError, RecipeIssue, override_label, shorten, undecodable
+from .expressions import ExpressionError, evaluate, is_expression
 from core.limits import MAX_DEPTH, MAX_RECIPE_BYTES, MAX_STRING_CHARS, MAX_VALUES, MAX_VARIABLE_CHAIN
 from .models import (LAYER_TYPES, QUANTIZATION_KINDS, QUANTIZATION_PRESETS, BlockDef, BlockLayer, FunctionDef, InputSpec,
                      IntInput, KVCacheInput, ModelDef, Recipe, WeightsDef, _function_tag)
 from .source import FieldPath, IssueCollector, SourceMap, ValueBudget, format_path, list_index, parse_yaml
 
 _VARIABLE = re.compile(r"\$\$\{|\$\{([^}]*)\}")  # `$${` escapes a literal `${`
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")   # the variables a `${expr}` may use
 
 
 def _valid_layer_types() -> str:
@@ -296,9 +299,11 @@ class _Interpolator:
 
     def expand(self, text: str, path: FieldPath) -> Any:
         whole = _VARIABLE.fullmatch(text)
-        if whole and whole.group(1) is not None:  # exactly "${name}": keep the value's type
+        if whole and whole.group(1) is not None:  # exactly "${name}" or "${expr}": keep the value's type
             name = whole.group(1).strip()
             self.origins[path] = name
+            if name not in self.raw and is_expression(name):
+                return self.arithmetic(whole, path, text)
             value = self.variable(name, path, text)
             if value is not text and name in self.sizes:
                 count, depth = self.sizes[name]
@@ -314,7 +319,13 @@ class _Interpolator:
         out: list[str] = []
         for m in _VARIABLE.finditer(text):
             out.append(text[last:m.start()])
-            piece = "${" if m.group(1) is None else str(self.variable(m.group(1).strip(), path, m.group(0)))
+            if m.group(1) is None:
+                piece = "${"
+            elif m.group(1).strip() not in self.raw and is_expression(m.group(1)):
+                value = self.arithmetic(m, path, text)
+                piece = m.group(0) if value is text else str(value)
+            else:
+                piece = str(self.variable(m.group(1).strip(), path, m.group(0)))
             length += len(piece)
             self.chars += len(piece)
             if length > MAX_STRING_CHARS or self.chars > MAX_STRING_CHARS:
@@ -324,6 +335,35 @@ class _Interpolator:
             last = m.end()
         out.append(text[last:])
         return "".join(out)
+
+    def arithmetic(self, match: re.Match, path: FieldPath, text: str) -> Any:
+        """The value of the ``${expr}`` that ``match`` found in the string ``text`` at ``path``
+        (:mod:`schemas.expressions`); on a problem, an issue at the file column of the offending token
+        inside the expression, and ``text`` is returned."""
+        inner, start = match.group(1), match.start(1)
+
+        def lookup(name: str, offset: int) -> Any:
+            if name not in self.raw:
+                known = _did_you_mean(name, self.raw) or (
+                    f"; defined variables: {', '.join(self.raw)}" if self.raw else "; no variables are defined")
+                raise ExpressionError(f"unknown variable {shorten(name)}{known}", offset)
+            value = self.variable(name, path, failed)
+            if value is failed:   # the variable's own problem is reported where it is
+                raise _Reported()
+            return value
+
+        failed = object()
+        try:
+            return evaluate(inner, lookup)
+        except _Reported:
+            return text
+        except ExpressionError as err:
+            index = start + err.offset
+            line = text.count("\n", 0, index) + 1
+            column = index - (text.rfind("\n", 0, index) + 1)
+            reference = match.group(0) if len(match.group(0)) <= 60 else match.group(0)[:56] + "...}"
+            self.issues.add_in_text(path, line, column, f"in {reference}: {err.message}")
+            return text
 
     def too_large(self, path: FieldPath, text: str, message: str) -> str:
         if not self.issues.covers(path):
@@ -359,6 +399,10 @@ class _Interpolator:
         self.resolved[name] = value
         self.sizes[name] = _measure(value)
         return value
+
+
+class _Reported(Exception):
+    """A variable used in a ``${...}`` expression has a problem already reported at its own place."""
 
 
 def _measure(value: Any) -> tuple[int, int]:
@@ -407,8 +451,10 @@ def _add_validation_issues(exc: ValidationError, data: dict, issues: IssueCollec
             if message.startswith("Input should") and isinstance(error["input"], (str, int, float)):
                 message += f", got {shorten(error['input'])}"
             if path in origins:
-                override = issues.source.override(("vars", origins[path]))
-                message += f" (from ${{{origins[path]}}}{f' set by override {override}' if override else ''})"
+                known = data["vars"] if isinstance(data.get("vars"), dict) else {}
+                names = [origins[path]] if origins[path] in known else _NAME.findall(origins[path])
+                overrides = ", ".join(o for o in dict.fromkeys(issues.source.override(("vars", n)) for n in names) if o)
+                message += f" (from ${{{origins[path]}}}{f' set by override {overrides}' if overrides else ''})"
         if not issues.covers(path):
             found[path, message, at_key] = None
     for path, message, at_key in found:

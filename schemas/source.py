@@ -30,8 +30,9 @@ _Loader.add_implicit_resolver("tag:yaml.org,2002:float",
 _LOADER = _Loader
 
 # Inside a flow collection (`{a: ${n}}`) YAML ends a plain scalar at `{` or `}`, so the braces of
-# `${name}` references are swapped for private-use characters while parsing and restored in the values.
-_REFERENCE = re.compile(r"\$\{[^{}\s]*\}")
+# `${name}` references (and `${expr}` arithmetic) are swapped for private-use characters while parsing
+# and restored in the values.
+_REFERENCE = re.compile(r"\$\{[^{}\n]*\}")   # `${name}`, `${3 * hidden_size}`: one line, no braces inside
 
 _MASK = str.maketrans("{}", "\ue000\ue001")
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -195,6 +196,17 @@ class IssueCollector:
         self.issues.append(self.source.issue(path, message, at_key=at_key))
         if mark:
             self._paths.add(path)
+
+    def add_in_text(self, path: FieldPath, line: int, column: int, message: str) -> None:
+        """Record an issue at ``line`` (1-based) and ``column`` (0-based) inside the string value at ``path``
+        (:meth:`SourceMap.text_position`; the override that set it, if one did); later issues there are dropped."""
+        issue = self.source.issue(path, message)
+        if issue.line is not None:
+            position = self.source.text_position(path, line, column)
+            if position is not None:
+                issue = RecipeIssue(issue.file, position[0], position[1], issue.path, message)
+        self.issues.append(issue)
+        self._paths.add(path)
 
     def mark(self, path: FieldPath) -> None:
         """Mark ``path`` as already explained by an earlier issue, so later issues there are dropped."""

@@ -294,18 +294,22 @@ class LayerNorm(Module):
 
 
 class RMSNorm(Module):
-    """RMS normalization (Zhang & Sennrich 2019; as in LLaMA): ``x / rms(x) * weight (+ bias)``."""
+    """RMS normalization (Zhang & Sennrich 2019; as in LLaMA): ``x / rms(x) * (weight_offset + weight)
+    (+ bias)``; Gemma stores ``weight`` as the offset from 1 (``weight_offset=1.0``), the offset added in the
+    weight's dtype."""
 
     def __init__(self, hidden_size: int, axes: int | Sequence[int], epsilon: float = 1e-5,
-                 bias: bool = True, dtype: str | None = None) -> None:
+                 bias: bool = True, dtype: str | None = None, weight_offset: float = 0.0) -> None:
         self.epsilon = epsilon
         self.axes = axes
+        self.weight_offset = float(weight_offset)
         self.weight = Parameter((hidden_size,), dtype)
         self.bias = Parameter((hidden_size,), dtype) if bias else None
 
     def forward(self, x: Tensor) -> Tensor:
         """x (..., hidden_size) -> same shape."""
-        out = op.rms_norm(x, self.weight, self.axes, self.epsilon)
+        weight = self.weight if self.weight_offset == 0 else op.add(self.weight, self.weight_offset)
+        out = op.rms_norm(x, weight, self.axes, self.epsilon)
         if self.bias is not None:
             out = op.add(out, self.bias)
         return out
@@ -440,11 +444,17 @@ class SiLU(Module):
 
 
 class GELU(Module):
-    """Exact GELU ``x * Phi(x)`` (erf form)."""
+    """GELU: exact ``x * Phi(x)`` (erf form), or with ``approximate="tanh"``
+    ``0.5 * x * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 * x**3)))`` (PyTorch's names)."""
+
+    def __init__(self, approximate: str = "none") -> None:
+        if approximate not in ("none", "tanh"):
+            raise ValueError(f"GELU: approximate must be 'none' or 'tanh', got {approximate!r}")
+        self.approximate = approximate
 
     def forward(self, x: Tensor) -> Tensor:
-        """Elementwise exact GELU; any shape, floating-point dtype."""
-        return op.gelu(x)
+        """Elementwise GELU; any shape, floating-point dtype."""
+        return op.gelu(x) if self.approximate == "none" else op.gelu(x, approximate="tanh")
 
 
 

@@ -12,14 +12,16 @@ from schemas import RecipeError, load_recipe_text
 
 VIT = """\
 name: tiny_vit
-vars: {hidden: 8, patch: 2, channels: 3, image: 4, patches: 4, tokens: 5, labels: 5}
+vars: {hidden: 8, patch: 2, channels: 3, image: 4, patches: "${(image // patch) * (image // patch)}",
+       tokens: "${patches + 1}", labels: 5}
 blocks:
   Embeddings:
     inputs: [pixels]
     layers:
       cls_token: {type: Parameter, shape: [1, 1, "${hidden}"]}
       position_embeddings: {type: Parameter, shape: [1, "${tokens}", "${hidden}"]}
-      patch_embeddings: {type: Conv2D, in_channels: "${channels}", out_channels: "${hidden}", kernel_size: "${patch}", stride: "${patch}"}
+      patch_embeddings: {type: Conv2D, in_channels: "${channels}", out_channels: "${hidden}", kernel_size: "${patch}",
+                         stride: "${patch}"}
     forward: |
       p = patch_embeddings(pixels)
       p = permute_dims(reshape(p, [batch, ${hidden}, ${patches}]), [0, 2, 1])
@@ -218,7 +220,7 @@ def test_a_parameter_of_a_layer_that_has_none_and_other_attributes_are_errors():
     assert (issue.line, issue.column) == _at(text, "act.weight")
     assert "layer 'act' (SiLU) has no parameters" in issue.message
     issue = _issue(REPEATED.replace("layers[1].fc.weight", "layers.fc.weight"))
-    assert "'layers' is repeated (2 copies); read one copy's parameter: layers[0].fc.weight" in issue.message
+    assert "'layers' is repeated (2 copies); read a copy's: layers[0].fc.weight" in issue.message
     issue = _issue(REPEATED.replace("layers[1].fc.weight", "layers[2].fc.weight"))
     assert "'layers' has 2 copies; there is no layers[2]" in issue.message
     text = REPEATED.replace("layers[1].fc.weight + 0", "x.shape")

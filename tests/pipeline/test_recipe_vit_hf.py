@@ -12,13 +12,14 @@ import builder  # noqa: E402
 
 VIT = """\
 name: vit_tiny
-vars: {hidden: 16, heads: 2, inter: 32, num_layers: 2, channels: 3, image: 8, patch: 4, patches: 4, tokens: 5,
-       eps: 1e-12}
+vars: {hidden: 16, heads: 2, inter: 32, num_layers: 2, channels: 3, image: 8, patch: 4, eps: 1e-12,
+       patches: "${(image // patch) * (image // patch)}", tokens: "${patches + 1}"}
 blocks:
   ViTPatchEmbeddings:
     inputs: [pixel_values]
     layers:
-      projection: {type: Conv2D, in_channels: ${channels}, out_channels: ${hidden}, kernel_size: ${patch}, stride: ${patch}}
+      projection: {type: Conv2D, in_channels: ${channels}, out_channels: ${hidden}, kernel_size: ${patch},
+                   stride: ${patch}}
     forward: |
       p = projection(pixel_values)
       return permute_dims(reshape(p, [batch, ${hidden}, ${patches}]), [0, 2, 1])
