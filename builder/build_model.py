@@ -7,7 +7,8 @@
 Weights: parameter names come from the module tree (the names ``export_tvm`` returns); the
 recipe's ``weights:`` section maps them to file names (``prefix`` and/or ``map``). Without a
 weights file, every parameter is drawn from a seeded normal distribution N(0, 0.02^2) (the
-usual transformer initializer range, e.g. HF ``initializer_range``), so any recipe runs.
+usual transformer initializer range, e.g. HF ``initializer_range``), so any recipe runs; a ``Parameter``
+layer's ``init`` (zeros, ones, normal with its ``std``) replaces its draw.
 
 Transforms (``quantization:``, ``dtype:``; see :mod:`builder.quant`): the module is rewritten
 before export and a :class:`~builder.quant.QuantizeMapping` records how each float parameter
@@ -94,6 +95,7 @@ class CompiledModel:
                                                                                      self.mapping))
             else:
                 self._params = random_params(self.param_specs, self.seed, self.shards)
+            _apply_inits(self._params, self.module)
         if not self._placed:
             move_to_huge_pages(self._params)
             self._placed = True
@@ -454,6 +456,20 @@ def random_params(param_specs: Sequence[tuple[str, Sequence, str]], seed: int = 
     """
     rng = np.random.default_rng(seed)
     return {name: _draw(rng, name, shape, dtype, shards) for name, shape, dtype in param_specs}
+
+
+def _apply_inits(params: dict[str, np.ndarray], module: nn.Module | None) -> None:
+    """Give the random weights of ``module``'s ``Parameter`` layers (``nn.ParameterLayer``: the parameters with
+    ``attrs["init"] = (init, std)``) what their ``init`` asks, in place: zeros, ones, or the N(0, 0.02^2)
+    values drawn for them rescaled to N(0, std^2) (so that every other parameter's values stay as drawn)."""
+    for name, p in module.named_parameters() if module is not None else ():
+        init, values = p.attrs.get("init"), params.get(name)
+        if init is None or values is None or init == ("normal", 0.02):
+            continue
+        bf16 = p.dtype == "bfloat16"
+        drawn = bfloat16_bits_to_float32(values) if bf16 else values.astype(np.float64)
+        new = np.full_like(drawn, init[0] == "ones") if init[0] != "normal" else drawn * (init[1] / 0.02)
+        params[name] = float32_to_bfloat16_bits(new.astype(np.float32)) if bf16 else new.astype(values.dtype)
 
 
 def _param_specs(params: Sequence[tuple[str, nn.Parameter]]) -> list[tuple[str, tuple, str]]:

@@ -266,3 +266,11 @@ register_layer(schemas.layers.Attention, nn.Attention, tensor_parallel=TensorPar
 register_layer(schemas.layers.ReLU, nn.ReLU)
 register_layer(schemas.layers.SiLU, nn.SiLU)
 register_layer(schemas.layers.GELU, nn.GELU)
+
+
+# --- learned tensors and 2-D convolution (issue 42) -----------------------------------------------------
+# A Parameter layer builds an nn.ParameterLayer; builder.recipe puts its ``weight`` in the tree under the
+# layer's own name (see nn.ParameterLayer).
+
+register_layer(schemas.layers.Parameter, nn.ParameterLayer)
+register_layer(schemas.layers.Conv2D, nn.Conv2D)

@@ -22,9 +22,11 @@ never evaluated by Python. Allowed:
   hints are), the operators ``+ - * / @`` (and ``//``, ``%`` between symbolic ints), unary ``-``,
   one comparison (``x > 0``: a boolean tensor), constants (numbers, ``inf`` (``-inf``: unary minus), strings,
   ``True`` / ``False`` / ``None``), indexing of tuples with an integer (``parts[0]``), slicing of tensors
-  (``h[:, -1, :]``, ``x[..., 1:seq]``), and list / tuple literals as op arguments.
+  (``h[:, -1, :]``, ``x[..., 1:seq]``), and list / tuple literals as op arguments;
+- a layer's parameters as values (``patch.weight``, ``layers[0].bias``, ``attn.q_proj.weight``: only those the
+  layer registered) and the name of a ``Parameter`` layer, which is its tensor (``cls``, never called).
 
-Anything else (attribute access, comprehensions, lambdas, imports, ...) is a recipe error that
+Anything else (other attribute access, comprehensions, lambdas, imports, ...) is a recipe error that
 cites ``file:line:column`` inside the ``forward`` text, as are unknown names, wrong op
 arguments and shape/dtype mismatches found while tracing.
 
@@ -134,12 +136,12 @@ def _suggest(name: str, candidates) -> str:
     return f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
 
 
-def parse_forward(text: str, inputs: list[str], layers: list[str], dims: set[str] | frozenset = frozenset()
-                  ) -> ast.Module:
+def parse_forward(text: str, inputs: list[str], layers: list[str], dims: set[str] | frozenset = frozenset(),
+                  params: set[str] | frozenset = frozenset()) -> ast.Module:
     """Parse and statically check ``forward`` text. Raises ``_ForwardError`` with a position.
 
-    Checks: syntax, whitelisted node types, every name defined before use (``inputs``, assignments,
-    symbolic ``dims``, layers and ops only as callees), a final ``return``.
+    Checks: syntax, whitelisted node types, every name defined before use (``inputs``, assignments, symbolic
+    ``dims``, layers and ops only as callees, ``params``: Parameter layers, as values), ``layer.param``, a ``return``.
     """
     if len(text) > MAX_FORWARD_CHARS:
         raise _ForwardError(None, f"forward is {len(text):,} characters long, more than the "
@@ -155,7 +157,7 @@ def parse_forward(text: str, inputs: list[str], layers: list[str], dims: set[str
     if not tree.body or not isinstance(tree.body[-1], ast.Return):
         last = tree.body[-1] if tree.body else None
         raise _ForwardError(last, "forward must end with a `return` statement")
-    checker = _Checker(set(inputs) | set(dims), set(layers))
+    checker = _Checker(set(inputs) | set(dims), set(layers), set(params))
     for stmt in tree.body:
         if isinstance(stmt, ast.Assign):
             if len(stmt.targets) != 1:
@@ -202,9 +204,8 @@ def _check_depth(tree: ast.AST) -> None:
 class _Checker:
     """The static whitelist of forward expressions (see the module docstring)."""
 
-    def __init__(self, defined: set[str], layers: set[str]) -> None:
-        self.defined = defined
-        self.layers = layers
+    def __init__(self, defined: set[str], layers: set[str], params: set[str] = frozenset()) -> None:
+        self.defined, self.layers, self.params = defined, layers, params
 
     def check(self, node: ast.AST) -> None:
         method = getattr(self, "_" + type(node).__name__, None)
@@ -213,6 +214,8 @@ class _Checker:
         method(node)
 
     def _Name(self, node: ast.Name) -> None:
+        if node.id in self.params:
+            return
         if node.id not in self.defined and node.id not in _LITERALS:
             if node.id in self.layers or node.id in FORWARD_OPS:
                 raise _ForwardError(node, f"'{node.id}' is a {'layer' if node.id in self.layers else 'function'}; "
@@ -221,6 +224,9 @@ class _Checker:
 
     def _Call(self, node: ast.Call) -> None:
         func = node.func
+        callee = func.value if isinstance(func, ast.Subscript) else func
+        if isinstance(callee, ast.Name) and callee.id in self.params:
+            raise _ForwardError(func, f"'{callee.id}' is a Parameter layer, a tensor: use it as a value")
         if isinstance(func, ast.Subscript) and isinstance(func.value, ast.Name) and func.value.id in self.layers:
             if _const_int(func.slice) is None:
                 raise _ForwardError(func, f"a copy of '{func.value.id}' is chosen with an integer constant "
@@ -239,6 +245,17 @@ class _Checker:
             if kw.arg is None:
                 raise _ForwardError(kw.value, "**kwargs are not allowed in forward")
             self.check(kw.value)
+
+    def _Attribute(self, node: ast.Attribute) -> None:
+        """``fc.weight``, ``attn.q_proj.weight``, ``layers[0].bias``: the interpreter checks the parameter."""
+        base = node
+        while isinstance(base, ast.Attribute):
+            base = base.value
+        copy = isinstance(base, ast.Subscript) and _const_int(base.slice) is not None
+        name = getattr(base.value if copy else base, "id", None)
+        if name not in self.layers or name in self.params:
+            raise _ForwardError(node, "attribute access reads a layer's parameter (fc.weight, layers[0].bias), "
+                                      f"not {shorten(ast.unparse(node), 60)}" + _suggest(name or "", self.layers))
 
     def _BinOp(self, node: ast.BinOp) -> None:
         if type(node.op) not in _BINOPS:
@@ -351,6 +368,8 @@ class BlockModule(nn.Module):
 
     def _eval(self, node: ast.AST, env: dict[str, Any]):
         if isinstance(node, ast.Name):
+            if isinstance(self.__dict__.get(node.id), nn.Parameter):   # a Parameter layer: its tensor
+                return self.__dict__[node.id]
             if node.id not in env and node.id in _LITERALS:   # `inf`, unless an input or assignment is so named
                 return _LITERALS[node.id]
             if node.id not in env:
@@ -381,7 +400,31 @@ class BlockModule(nn.Module):
             return self._subscript(node, env)
         if isinstance(node, ast.Call):
             return self._call(node, env)
+        if isinstance(node, ast.Attribute):
+            return self._parameter(node)
         raise _ForwardError(node, f"{type(node).__name__} is not allowed")  # pragma: no cover
+
+    def _parameter(self, node: ast.Attribute) -> nn.Parameter:
+        """The parameter ``fc.weight`` / ``layers[0].bias`` / ``attn.q_proj.weight`` names, or ``_ForwardError``."""
+        parts, base = [], node
+        while isinstance(base, ast.Attribute):
+            parts, base = [base.attr, *parts], base.value
+        copy, key = isinstance(base, ast.Subscript), ".".join(parts)
+        label = name = base.value.id if copy else base.id
+        layer = self.__dict__[name]
+        if copy != isinstance(layer, nn.ModuleList):
+            raise _ForwardError(node, f"'{name}' is not repeated; read its parameter as {name}.{key}" if copy else
+                                f"'{name}' is repeated ({len(layer)} copies); read a copy's: {name}[0].{key}")
+        if copy:
+            if not -len(layer) <= (index := _const_int(base.slice)) < len(layer):
+                raise _ForwardError(base, f"'{name}' has {len(layer)} copies; there is no {name}[{index}]")
+            layer, label = layer[index], f"{name}[{index}]"
+        try:
+            return layer.get_parameter(key)
+        except AttributeError as exc:
+            kind = layer.__dict__["_recipe_block"][0] if isinstance(layer, BlockModule) else type(layer).__name__
+            raise _ForwardError(node, f"layer '{label}' ({kind}) {str(exc).split(' ', 1)[1]}"
+                                + _suggest(key, dict(layer.named_parameters()))) from None
 
     def _binop(self, node: ast.BinOp, left: Any, right: Any):
         symbol = _SYMBOLS[type(node.op)]
@@ -706,6 +749,8 @@ class _Builder:
                 raise self.recipe.source.error(where, f"layer name '{name}' is reserved (it is an nn.Module attribute)")
             if cfg.repeat is None:
                 out[name] = self.layer(cfg, where)
+                if isinstance(out[name], nn.ParameterLayer):   # the tensor itself, named as the layer
+                    out[name] = out[name].weight
             else:
                 out[name] = nn.ModuleList([self.layer(cfg, where) for _ in range(cfg.repeat)])
         return out
@@ -714,7 +759,8 @@ class _Builder:
         if isinstance(cfg, BlockLayer):
             block = self.recipe.blocks[cfg.type]
             layers = self.layers(block.layers, ("blocks", cfg.type, "layers"))
-            return BlockModule(cfg.type, layers, self.program(cfg.type, list(layers)))
+            params = {n for n, v in layers.items() if isinstance(v, nn.Parameter)}
+            return BlockModule(cfg.type, layers, self.program(cfg.type, list(layers), params))
         try:
             reg = registration(cfg.type)
         except KeyError as exc:   # a schema model registered without its module (schemas.register_layer_model)
@@ -728,7 +774,7 @@ class _Builder:
         except (ValueError, TypeError) as exc:
             raise self.recipe.source.error(where, f"{cfg.type}: {exc}") from None
 
-    def program(self, block_type: str, layer_names: list[str]) -> _Program:
+    def program(self, block_type: str, layer_names: list[str], params: set[str] = frozenset()) -> _Program:
         if block_type not in self.programs:
             block = self.recipe.blocks[block_type]
             path = ("blocks", block_type, "forward")
@@ -740,7 +786,7 @@ class _Builder:
             if len(set(block.input_names)) != len(block.input_names):
                 raise self.recipe.source.error(("blocks", block_type, "inputs"), "input names must be distinct")
             try:
-                tree = parse_forward(block.forward, block.input_names, layer_names, self.dims)
+                tree = parse_forward(block.forward, block.input_names, layer_names, self.dims, params)
             except _ForwardError as err:
                 raise _error(self.recipe, err, path) from None
             self.programs[block_type] = _Program(tree, path, block.input_names, block.optional_inputs)
@@ -829,7 +875,8 @@ def instantiate(recipe: Recipe) -> tuple[nn.Module, dict]:
                                                             "none to share: give it `forward:` text")
         own_dims = {str(d) for s in fdef.inputs.values() for d in getattr(s, "shape", ()) if isinstance(d, str)}
         try:
-            tree = parse_forward(text, list(fdef.inputs), list(layers), own_dims)
+            tree = parse_forward(text, list(fdef.inputs), list(layers), own_dims,
+                                 {n for n, v in layers.items() if isinstance(v, nn.Parameter)})
         except _ForwardError as err:
             raise _error(recipe, err, path) from None
         programs[fname] = _Program(tree, path, list(fdef.inputs))

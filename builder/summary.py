@@ -77,6 +77,8 @@ def module_tree(module: nn.Module, title: str) -> Tree:
                 branch = node.add(Text(printable(label)))
                 if first is not None:
                     add(branch.add(Text(f"[0] {_type_name(first)}{_settings(first)}")), first)
+            elif isinstance(child, nn.Parameter):   # a recipe's Parameter layer
+                node.add(Text(printable(f"{name}: Parameter(shape={tuple(child.shape)}, dtype={child.dtype})")))
             else:
                 add(node.add(Text(printable(f"{name}: {_type_name(child)}{_settings(child)}"))), child)
 
@@ -175,9 +177,11 @@ def _plain_signature(fn: Callable) -> str:
     return "(" + ", ".join(parts) + ")"
 
 
-def _children(mod: nn.Module) -> list[tuple[str, nn.Module]]:
+def _children(mod: nn.Module) -> list[tuple[str, nn.Module | nn.Parameter]]:
+    """The child modules of ``mod`` and, of a recipe block (or the model), its ``Parameter`` layers' tensors."""
     items = mod.__dict__.items() if not isinstance(mod, nn.ModuleList) else enumerate(mod)
-    return [(str(k), v) for k, v in items if isinstance(v, nn.Module)]
+    block = "_recipe_block" in mod.__dict__
+    return [(str(k), v) for k, v in items if isinstance(v, nn.Module) or (block and isinstance(v, nn.Parameter))]
 
 
 def _type_name(mod: Any) -> str:

@@ -16,7 +16,7 @@ from typing import Annotated, Any, Callable, Literal, Optional, Union, get_args,
 from pydantic import Discriminator, Field, Tag, model_validator
 from pydantic_core import PydanticCustomError
 
-from core.limits import MAX_DIM
+from core.limits import MAX_DIM, MAX_NDIM
 
 from .fields import Axes, Dim, DType, Identifier, StrictModel, is_identifier
 
@@ -350,3 +350,67 @@ def layer_union() -> Any:
         Discriminator(_layer_tag, custom_error_type="layer_type_missing",
                       custom_error_message="missing required field 'type'"),
     ]
+
+
+# --- learned tensors and 2-D convolution (issue 42: ViT's patch embedding, CLS token, position table) ----
+
+__all__ += ["Parameter", "Conv2D"]
+
+Pair = Annotated[Union[Positive, Annotated[list[Positive], Field(min_length=2, max_length=2)]],
+                 Field(union_mode="left_to_right")]
+"""A 2-D setting: one size for both spatial dims, or ``[height, width]``."""
+
+NonNegativePair = Annotated[Union[NonNegative, Annotated[list[NonNegative], Field(min_length=2, max_length=2)]],
+                            Field(union_mode="left_to_right")]
+"""A 2-D padding: one for every side, or ``[height, width]`` (each on both sides)."""
+
+
+@register_layer_model
+class Parameter(LayerEntry):
+    """One learned tensor of ``shape`` (static sizes, at most ``MAX_NDIM`` dims), named by the layer itself
+    (a layer ``cls_token`` of block ``embeddings`` is the checkpoint's ``embeddings.cls_token``, not
+    ``...cls_token.weight``): ``forward:`` reads it by its name as a value (``cat([cls, h], axis=1)``), it is
+    never called. ``init`` says what random weights (no weights file) it gets: ``normal`` (N(0, std^2)),
+    ``zeros`` or ``ones``; a checkpoint's tensor replaces it as any parameter's does. ``repeat`` is refused
+    (a stack of tensors is one Parameter with one more dim)."""
+
+    type: Literal["Parameter"] = "Parameter"
+    shape: Annotated[list[Positive], Field(max_length=MAX_NDIM)]
+    dtype: Optional[DType] = None
+    init: Literal["normal", "zeros", "ones"] = "normal"
+    std: Annotated[float, Field(gt=0, allow_inf_nan=False)] = 0.02
+    """The standard deviation of ``init: normal`` (the random weights of every other parameter use 0.02)."""
+
+    @model_validator(mode="after")
+    def _no_repeat(self) -> "Parameter":
+        if self.repeat is not None:
+            raise PydanticCustomError("parameter_repeat", "a Parameter layer cannot be repeated; give its shape "
+                                      "one more dim instead", {})
+        return self
+
+
+@register_layer_model
+class Conv2D(LayerEntry):
+    """2-D convolution over ``(batch, channels, height, width)`` input (``tvm.relax.frontend.nn.Conv2D``,
+    PyTorch ``nn.Conv2d``): weight ``(out_channels, in_channels / groups, kh, kw)``, bias ``(out_channels,)``.
+    ``kernel_size``, ``stride``, ``padding`` and ``dilation`` are one int or ``[h, w]``."""
+
+    type: Literal["Conv2D"] = "Conv2D"
+    in_channels: Positive
+    out_channels: Positive
+    kernel_size: Pair
+    stride: Pair = 1
+    padding: NonNegativePair = 0
+    dilation: Pair = 1
+    groups: Positive = 1
+    bias: bool = True
+    dtype: Optional[DType] = None
+
+    @model_validator(mode="after")
+    def _groups_divide_channels(self) -> "Conv2D":
+        for side in ("in_channels", "out_channels"):
+            if getattr(self, side) % self.groups:
+                raise PydanticCustomError(
+                    "conv_groups", "{side} ({n}) must be a multiple of groups ({g})",
+                    {"side": side, "n": getattr(self, side), "g": self.groups})
+        return self

@@ -21,6 +21,7 @@ from .modules import (
     GELU, Conv1D, ConvTranspose1D, Embedding, GroupNorm, IOEffect, KVCache, LayerNorm, Linear, ReLU,
     RMSNorm, SiLU, debug_func, print_,
 )
+from .modules import Conv2D, ParameterLayer
 from .op import *  # noqa: F401,F403  (TVM exposes the functional ops as nn.relu, nn.silu, ...)
 from .visitor import Mutator
 from . import modules, tensor_parallel
@@ -33,5 +34,5 @@ __all__ = [
     "op", "spec", "modules", "tensor_parallel", "Attention", "Effect", "Module", "ModuleDict", "ModuleList", "Object", "Parameter",
     "Tensor", "get_default_dtype", "set_default_dtype", "wrap_nested", "GELU", "Conv1D",
     "ConvTranspose1D", "Embedding", "GroupNorm", "IOEffect", "KVCache", "LayerNorm", "Linear", "ReLU", "RMSNorm",
-    "SiLU", "Mutator", "print_", "debug_func",
+    "SiLU", "Mutator", "print_", "debug_func", "Conv2D", "ParameterLayer",
 ] + [n for n in op.__all__ if n not in ("print_", "debug_func")]

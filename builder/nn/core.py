@@ -282,6 +282,19 @@ class Module:
         (``ModuleList`` items are named ``0``, ``1``, ...; ``ModuleDict`` items by key)."""
         yield from _attribute_finder(self, prefix, lambda x: isinstance(x, Parameter))
 
+    def get_parameter(self, target: str) -> Parameter:
+        """The parameter at the dotted name ``target`` of :meth:`named_parameters` (``"weight"``,
+        ``"q_proj.bias"``, ``"0.weight"``; PyTorch's ``Module.get_parameter``). Raises AttributeError
+        naming the parameters the module has (the first 12 and their count), or saying it has none."""
+        owned = dict(self.named_parameters())
+        if target in owned:
+            return owned[target]
+        names = list(owned)
+        if not names:
+            raise AttributeError(f"{type(self).__name__} has no parameters")
+        listed = ", ".join(names[:12]) + (f", ... ({len(names)} in all)" if len(names) > 12 else "")
+        raise AttributeError(f"{type(self).__name__} has no parameter {target!r} (its parameters: {listed})")
+
     def parameters(self) -> Iterator[Parameter]:
         """Every Parameter in the tree."""
         for _, param in self.named_parameters():

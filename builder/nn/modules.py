@@ -456,3 +456,79 @@ class GELU(Module):
         """Elementwise GELU; any shape, floating-point dtype."""
         return op.gelu(x) if self.approximate == "none" else op.gelu(x, approximate="tanh")
 
+
+
+# --- learned tensors and 2-D convolution (recipes' Parameter and Conv2D layers) ----------------------
+
+__all__ += ["ParameterLayer", "Conv2D"]
+
+PARAMETER_INITS = ("normal", "zeros", "ones")
+"""The random initializations a :class:`ParameterLayer` may ask for (see its ``init``)."""
+
+
+class ParameterLayer(Module):
+    """One learned tensor ``weight`` of ``shape`` (a recipe's ``Parameter`` layer: ViT's CLS token
+    ``(1, 1, hidden)``, a learned position table ``(1, patches + 1, hidden)``).
+
+    The recipe builder puts ``weight`` itself into the module tree under the layer's name, so the
+    parameter is named as checkpoints name it (``embeddings.cls_token``). ``init`` (``normal`` with
+    ``std``, ``zeros`` or ``ones``) is recorded as ``weight.attrs["init"] = (init, std)`` and read
+    where random weights are drawn (``builder.build_model``); loaded weights replace it. ``forward()``
+    returns the tensor. Raises ValueError for another ``init`` or a ``std`` that is not > 0.
+    """
+
+    def __init__(self, shape: Sequence[int | str | E.PrimExpr], dtype: str | None = None, init: str = "normal",
+                 std: float = 0.02) -> None:
+        if init not in PARAMETER_INITS:
+            raise ValueError(f"Parameter: init must be one of {', '.join(PARAMETER_INITS)}, got {init!r}")
+        if not std > 0:
+            raise ValueError(f"Parameter: std must be > 0, got {std!r}")
+        self.weight = Parameter(tuple(shape), dtype)
+        self.weight.attrs["init"] = (init, float(std))
+
+    def forward(self) -> Tensor:
+        """The tensor, ``shape`` and dtype as declared."""
+        return self.weight
+
+
+def _pair(value: int | Sequence[int], what: str) -> tuple[int, int]:
+    """``(h, w)`` from one int or two; raises ValueError for anything else."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value, value
+    values = tuple(value)
+    if len(values) != 2 or not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+        raise ValueError(f"Conv2D: {what} must be an int or two ints, got {value!r}")
+    return values
+
+
+class Conv2D(Module):
+    """2-D convolution, NCHW data and OIHW weight (PyTorch ``nn.Conv2d``, TVM ``nn.Conv2D``): weight
+    (out_channels, in_channels / groups, kh, kw), bias (out_channels,) when ``bias``.
+
+    ``kernel_size`` / ``stride`` / ``padding`` / ``dilation``: an int or ``(h, w)`` (padding on both
+    sides of each dim). x (N, in_channels, H, W) -> (N, out_channels, oH, oW) with
+    ``oH = (H + 2 * pH - dH * (kH - 1) - 1) // sH + 1`` (likewise oW). Raises ValueError when the
+    channels are not divisible by ``groups`` or a setting is not an int or two.
+    """
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: int | Sequence[int],
+                 stride: int | Sequence[int] = 1, padding: int | Sequence[int] = 0,
+                 dilation: int | Sequence[int] = 1, groups: int = 1, bias: bool = True,
+                 dtype: str | None = None) -> None:
+        if groups < 1 or in_channels % groups or out_channels % groups:
+            raise ValueError(f"Conv2D: channels ({in_channels} in, {out_channels} out) must be "
+                             f"divisible by groups={groups}")
+        self.in_channels = in_channels
+        self.out_channels = out_channels
+        self.kernel_size = _pair(kernel_size, "kernel_size")
+        self.stride = _pair(stride, "stride")
+        self.padding = _pair(padding, "padding")
+        self.dilation = _pair(dilation, "dilation")
+        self.groups = groups
+        self.weight = Parameter((out_channels, in_channels // groups, *self.kernel_size), dtype)
+        self.bias = Parameter((out_channels,), dtype) if bias else None
+
+    def forward(self, x: Tensor) -> Tensor:
+        """x (N, in_channels, H, W) -> (N, out_channels, oH, oW)."""
+        return op.conv2d(x, self.weight, self.bias, list(self.stride), list(self.padding),
+                         list(self.dilation), self.groups)
