@@ -637,6 +637,13 @@ def _check_same_weights(group, digests: dict | None, path, seed: int) -> None:
     distributed.check_same_weights(group, loaded_weights_digest(digests), source)
 
 
+def _where(recipe: schemas.Recipe, path: tuple) -> str:
+    """``file:line:column`` of the recipe field ``path`` (a field path: ``("weights", "layout", glob)``;
+    the file alone when no position is known)."""
+    pos = recipe.source.position(path)
+    return f"{recipe.source.file}:{pos[0]}:{pos[1]}" if pos else str(recipe.source.file)
+
+
 def _weights_path(recipe: schemas.Recipe, weights: str | Path | None, base: Path) -> str | Path | None:
     """The weights file :func:`bind_weights` reads: ``weights``, else the recipe's ``weights.path``
     (relative to ``base``), else None."""
@@ -728,7 +735,11 @@ def bind_weights(recipe: schemas.Recipe, param_specs: Sequence[tuple[str, tuple,
 
     Tensor names follow the recipe's ``weights`` rules (``prefix``, ``map`` with exact names,
     ``{placeholder}`` patterns and prefix rules; ``ignore`` globs for tensors the model does not
-    need: :mod:`runtime.weights`). With a ``mapping`` (the recipe's transforms), a parameter missing
+    need; ``transforms`` rewriting the file's tensors first, checked against ``param_specs`` before
+    any data is read; ``layout`` checked against them: :mod:`runtime.weights`,
+    :mod:`core.weight_transforms`; neither for a file :meth:`CompiledModel.save_params` wrote, whose
+    parameters are in the model's layout already). With a ``mapping`` (the recipe's quantization /
+    dtype transforms), a parameter missing
     from the file is computed from its float source, found by the same rules, by the mapping's
     function (a float checkpoint is quantized / cast on the fly); parameters present with the exact
     shape and dtype load directly. ``shards`` (name -> :class:`runtime.weights.TensorShard`, a
@@ -745,11 +756,19 @@ def bind_weights(recipe: schemas.Recipe, param_specs: Sequence[tuple[str, tuple,
     expected = {name: (shape, dtype) for name, shape, dtype in param_specs}
     _check_param_memory(recipe, param_specs, mapping, "loaded")
     conversions = mapping.conversions() if mapping is not None else None
+    transforms = [t.model_dump() for t in wdef.transforms] if wdef else []
+    layout = dict(wdef.layout) if wdef else {}
+    if (transforms or layout) and read_safetensors_metadata(path).get("format") == "model-builder":
+        transforms, layout = [], {}     # saved by save_params: the parameters are in the model's layout already
     try:
         return load_params(path, expected, prefix=wdef.prefix if wdef else "",
                            name_map=wdef.map if wdef else None, conversions=conversions, progress=progress,
                            ignore=wdef.ignore if wdef else (), shards=shards,
-                           row_tiles=mapping.row_tiles if mapping is not None else None, digests=digests)
+                           row_tiles=mapping.row_tiles if mapping is not None else None, digests=digests,
+                           transforms=transforms, layout=layout,
+                           where={**{f"weights.transforms.{i}": _where(recipe, ("weights", "transforms", i))
+                                     for i in range(len(transforms))},
+                                  **{f"weights.layout.{g}": _where(recipe, ("weights", "layout", g)) for g in layout}})
     except WeightsError as err:
         meta = read_safetensors_metadata(path) if Path(path).is_file() else {}
         ours = describe(recipe.quantization)

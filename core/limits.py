@@ -68,6 +68,13 @@ MAX_WEIGHT_NAME_CHARS = 1024
 MAX_WEIGHT_IGNORE = 256
 """The most ``weights.ignore`` globs."""
 
+MAX_WEIGHT_TRANSFORMS = 256
+"""The most ``weights.transforms`` entries (:mod:`core.weight_transforms`; each is tried on every tensor name
+of the file, once)."""
+
+MAX_WEIGHT_TRANSFORM_PARTS = 64
+"""The most parts of one ``split`` and the most inputs of one ``concatenate`` in ``weights.transforms``."""
+
 MAX_MODULES = 16_384
 """The most layers (module-tree nodes, repeats and nested blocks expanded) one recipe may instantiate: a
 Llama 3 405B-shaped recipe (126 decoder layers) has 1,517. Building costs about 0.2 ms per layer even

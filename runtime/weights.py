@@ -32,6 +32,12 @@ round-to-nearest-even, as ``torch.Tensor.to`` / MLC's weight conversion do. Inte
 must match exactly. bfloat16 tensors are uint16 bit patterns in memory (numpy has no bfloat16)
 and ``BF16`` in files.
 
+Transforms (``transforms``, a recipe's ``weights.transforms``: :mod:`core.weight_transforms`): the file's
+tensors transposed, split, sliced, reshaped or concatenated before names are bound, planned from the header
+(every shape checked against the parameters before any data is read) and applied as each tensor is read,
+before casts, conversions (quantization) and shards. A tensor a transform consumes counts as used; one it
+makes that no parameter uses is reported with the transform that made it.
+
 Shards (tensor parallelism): ``shards`` maps a parameter or conversion-source name to a
 :class:`TensorShard`; the file holds the full tensor and only this worker's slice is read from it
 (contiguous runs read one by one, so a worker's memory holds its shard, never the whole tensor),
@@ -42,8 +48,9 @@ Digests (``digests``, what tensor-parallel workers compare, :func:`loaded_weight
 tensor read is hashed whole, SHA-256 over all of its bytes in the file, even when only a shard of it
 is kept: the whole byte range is streamed once in blocks of at most 16 MiB, each block hashed and the
 shard's runs copied out of it, so the digest costs one read of the tensor and no more memory than a
-block. The shards of the workers are disjoint, so a digest of only what a worker keeps could be
-compared with nothing on the other workers: two checkpoints of the same shapes (the same header but
+block (a tensor that ``transforms`` read in several parts, a split's, is streamed once per part: the
+digest costs one read of it per part). The shards of the workers are disjoint, so a digest of only
+what a worker keeps could be compared with nothing on the other workers: two checkpoints of the same shapes (the same header but
 perhaps the offsets) that differ only inside one worker's slice would go unnoticed, and so would a
 header or a sample of chunks. Whole-tensor digests are the same on every worker that loads the same
 tensors, and differ wherever any value a worker could have used differs.
@@ -69,6 +76,7 @@ from core.layout import tile_rows, untile_rows
 from core.limits import MAX_WEIGHT_IGNORE, MAX_WEIGHT_NAME_CHARS
 from core.messages import shorten
 from core.weight_names import NameRules, check_name_rule
+from core.weight_transforms import LAYOUTS, FileNode, Transform, layout_problems, parse_transforms, plan_transforms
 
 from .files import atomic_write, open_regular
 from .memory import move_to_huge_pages
@@ -235,16 +243,34 @@ class _Checkpoint:
         """Tensor ``name`` (or only its ``shard``) as a new C-contiguous array (bfloat16 as uint16 bits).
         With :attr:`digests` (a dict), ``digests[name]`` becomes ``(dtype, shape, SHA-256 hex of all the
         tensor's bytes in the file)``, for a shard too (:meth:`_read_shard_hashing`)."""
+        region = None
+        if shard is not None:
+            shape = self.infos[name]["shape"]
+            if shard.dim >= len(shape) or shape[shard.dim] % shard.count:
+                raise ValueError(f"{_quoted(name)} of shape {tuple(shape)} does not split into {shard.count} parts "
+                                 f"along dim {shard.dim}")
+            size = shape[shard.dim] // shard.count
+            region = (shard.dim, shard.index * size, (shard.index + 1) * size)
+        return self.read_region(name, region)
+
+    def read_region(self, name: str, region: tuple[int, int, int] | None = None) -> np.ndarray:
+        """Tensor ``name``, or (``region = (dim, lo, hi)``) only its part ``[lo, hi)`` along ``dim``, as
+        :meth:`read` (the part read in runs, the digest over the whole tensor). Raises ValueError for a
+        region outside the tensor."""
         info = self.infos[name]
         start, nbytes = self._offsets.get(name, (0, None))
         if nbytes is None:
             raise WeightsError(self.path, [f"{_quoted(name)} has dtype {info['dtype']}, which cannot be read"])
         dtype = np.dtype(np.uint16 if info["dtype"] == "bfloat16" else info["dtype"])
-        if shard is not None:
+        if region is not None:
+            dim, lo, hi = region
+            if not (0 <= dim < len(info["shape"]) and 0 <= lo < hi <= info["shape"][dim]):
+                raise ValueError(f"{_quoted(name)} of shape {tuple(info['shape'])} has no part [{lo}, {hi}) "
+                                 f"along dim {dim}")
             if self.digests is None:
-                return self._read_shard(start, info["shape"], dtype, shard)
+                return self._read_shard(start, info["shape"], dtype, dim, lo, hi - lo)
             hasher = hashlib.sha256()
-            out = self._read_shard_hashing(start, info["shape"], dtype, shard, hasher)
+            out = self._read_shard_hashing(start, info["shape"], dtype, dim, lo, hi - lo, hasher)
         else:
             data = self._read(start, nbytes)
             if self.digests is not None:
@@ -256,17 +282,18 @@ class _Checkpoint:
 
     _SHARD_BLOCK_BYTES = 16 << 20
 
-    def _read_shard(self, start: int, shape: Sequence[int], dtype: np.dtype, shard: TensorShard) -> np.ndarray:
-        """``shard`` of the row-major tensor of ``shape`` at byte ``start``: ``outer = prod(shape[:dim])``
+    def _read_shard(self, start: int, shape: Sequence[int], dtype: np.dtype, dim: int, lo: int,
+                    local: int) -> np.ndarray:
+        """The part ``[lo, lo + local)`` along ``dim`` (a shard) of the row-major tensor of ``shape`` at byte
+        ``start``: ``outer = prod(shape[:dim])``
         runs of ``run`` contiguous bytes, one every ``stride`` bytes. Short runs are read in blocks of
         whole strides of at most 16 MiB (then sliced), long ones one by one: memory stays bounded by the
         shard plus one block."""
         shape = [int(d) for d in shape]
-        local = shape[shard.dim] // shard.count
-        inner = int(np.prod(shape[shard.dim + 1:], dtype=np.int64)) * dtype.itemsize
-        outer = int(np.prod(shape[:shard.dim], dtype=np.int64))
-        run, stride = local * inner, shape[shard.dim] * inner
-        first = start + shard.index * run
+        inner = int(np.prod(shape[dim + 1:], dtype=np.int64)) * dtype.itemsize
+        outer = int(np.prod(shape[:dim], dtype=np.int64))
+        run, stride = local * inner, shape[dim] * inner
+        first = start + lo * inner
         out = np.empty(outer * run, dtype=np.uint8)
         rows = max(1, min(outer, self._SHARD_BLOCK_BYTES // max(stride, 1))) if run * 4 < stride else 1
         for i in range(0, outer, rows):
@@ -277,20 +304,19 @@ class _Checkpoint:
                 block = np.frombuffer(self._read(first + i * stride, (n - 1) * stride + run), np.uint8)
                 out[i * run:(i + n) * run] = np.lib.stride_tricks.as_strided(
                     block, (n, run), (stride, 1)).reshape(-1)
-        local_shape = shape[:shard.dim] + [local] + shape[shard.dim + 1:]
+        local_shape = shape[:dim] + [local] + shape[dim + 1:]
         return out.view(dtype.newbyteorder("<")).astype(dtype, copy=False).reshape(local_shape)
 
-    def _read_shard_hashing(self, start: int, shape: Sequence[int], dtype: np.dtype, shard: TensorShard,
-                            hasher) -> np.ndarray:
+    def _read_shard_hashing(self, start: int, shape: Sequence[int], dtype: np.dtype, dim: int, lo: int,
+                            local: int, hasher) -> np.ndarray:
         """:meth:`_read_shard`'s result, reading the whole tensor once in order and feeding every byte to
         ``hasher`` (a ``hashlib`` object): blocks of whole strides of at most 16 MiB (a stride longer than
         that in pieces of 16 MiB), the shard's run copied out of each. Memory: the shard plus one block."""
         shape = [int(d) for d in shape]
-        local = shape[shard.dim] // shard.count
-        inner = int(np.prod(shape[shard.dim + 1:], dtype=np.int64)) * dtype.itemsize
-        outer = int(np.prod(shape[:shard.dim], dtype=np.int64))
-        run, stride = local * inner, shape[shard.dim] * inner
-        lo = shard.index * run
+        inner = int(np.prod(shape[dim + 1:], dtype=np.int64)) * dtype.itemsize
+        outer = int(np.prod(shape[:dim], dtype=np.int64))
+        run, stride = local * inner, shape[dim] * inner
+        lo = lo * inner
         out = np.empty(outer * run, dtype=np.uint8)
         block_bytes = self._SHARD_BLOCK_BYTES
         if stride <= block_bytes:
@@ -310,7 +336,7 @@ class _Checkpoint:
                     x, y = max(a, lo), min(b, lo + run)
                     if x < y:
                         out[i * run + x - lo:i * run + y - lo] = np.frombuffer(piece, np.uint8)[x - a:y - a]
-        local_shape = shape[:shard.dim] + [local] + shape[shard.dim + 1:]
+        local_shape = shape[:dim] + [local] + shape[dim + 1:]
         return out.view(dtype.newbyteorder("<")).astype(dtype, copy=False).reshape(local_shape)
 
     def close(self) -> None:
@@ -359,7 +385,10 @@ def load_params(path: str | Path, expected: Mapping[str, tuple[Sequence[int], st
                 conversions: Mapping[str, ParamConversion] | None = None,
                 progress: Callable[[int, int, str], None] | None = None,
                 ignore: Sequence[str] = (), shards: Mapping[str, TensorShard] | None = None,
-                row_tiles: Mapping[str, int] | None = None, digests: dict | None = None) -> dict[str, np.ndarray]:
+                row_tiles: Mapping[str, int] | None = None, digests: dict | None = None,
+                transforms: Sequence[Mapping] | None = None,
+                layout: Mapping[str, str] | None = None,
+                where: Mapping[str, str] | None = None) -> dict[str, np.ndarray]:
     """Load the parameters ``expected`` (name -> (shape, dtype)) from safetensors ``path``.
 
     ``name_map`` (our name -> the file's name: exact entries, ``{placeholder}`` patterns, prefix
@@ -376,11 +405,19 @@ def load_params(path: str | Path, expected: Mapping[str, tuple[Sequence[int], st
     parameters saved before the tiles), tiled when read. ``digests``: a dict to fill with file name ->
     ``(dtype, shape, SHA-256 hex of the whole tensor's bytes)`` for every tensor read, shards included
     (the module docstring says why whole tensors; :func:`loaded_weights_digest` combines them).
+    ``transforms``: the recipe's ``weights.transforms`` entries (mappings, :mod:`core.weight_transforms`):
+    the file's table of tensors as they rewrite it is what the names bind to, checked against ``expected``
+    before any data is read; a shard of a transformed tensor reads only its part of the inputs where the
+    transform allows it (all but ``reshape``, which reads its input whole). ``layout``: the recipe's
+    ``weights.layout`` (glob -> ``in_out`` / ``out_in``, :func:`core.weight_transforms.layout_problems`):
+    every ``in_out`` tensor must be transposed by a transform on its way to a parameter, no ``out_in`` one.
+    ``where``: recipe field -> its place (``{"weights.transforms.0": "r.yaml:12:7", "weights.layout.GLOB":
+    ...}``), named in the messages of those transforms and layout globs.
 
     Returns name -> numpy array (C-contiguous; loaded directly: the file's exact values; floats of
     another float dtype cast; converted ones as their conversion gives them), moved into memory
     backed by huge pages where Linux offers them (:func:`runtime.memory.move_to_huge_pages`).
-    Raises ValueError for an invalid ``name_map`` / ``ignore`` (before opening the file);
+    Raises ValueError for an invalid ``name_map`` / ``ignore`` / ``transforms`` (before opening the file);
     WeightsError listing every missing / unexpected / mismatched tensor, naming the file's side and
     the parameter's side of each mismatch, every name-map entry that matches no parameter and every
     parameter two rules disagree on. Warns :class:`WeightsWarning` for an ``ignore`` glob that
@@ -389,16 +426,54 @@ def load_params(path: str | Path, expected: Mapping[str, tuple[Sequence[int], st
     path = str(path)
     rules = NameRules(name_map, prefix)
     globs = _ignore_globs(ignore)
+    where = dict(where or {})
+    parsed = parse_transforms(transforms, [where.get(f"weights.transforms.{i}", "")
+                                           for i in range(len(transforms or ()))])
+    layout = dict(layout or {})
+    bad = [f"weights.layout {_quoted(str(g))}: {k!r} is not one of {', '.join(LAYOUTS)}" for g, k in layout.items()
+           if k not in LAYOUTS]
+    if bad:
+        raise ValueError("invalid weights layout:\n" + "\n".join(f"  - {p}" for p in bad))
+    layout_globs = _ignore_globs(list(layout))
     with _Checkpoint(path, digests) as ckpt:
         return _load(ckpt, expected, rules, globs, conversions, progress, dict(shards or {}),
-                     dict(row_tiles or {}))
+                     dict(row_tiles or {}), parsed, [(g, rx, layout[g]) for g, rx in layout_globs],
+                     {g: where.get(f"weights.layout.{g}", "") for g in layout})
 
 
 def _load(ckpt: _Checkpoint, expected, rules: NameRules, globs, conversions, progress,
-          shards: dict[str, TensorShard], row_tiles: dict[str, int]) -> dict[str, np.ndarray]:
+          shards: dict[str, TensorShard], row_tiles: dict[str, int],
+          transforms: Sequence[Transform] = (), layout: Sequence[tuple] = (),
+          layout_where: Mapping[str, str] | None = None) -> dict[str, np.ndarray]:
     path, header = ckpt.path, ckpt.infos
     prefix = rules.prefix
     conversions = dict(conversions or {})
+    problems: list[str] = []
+    nodes: dict = {}
+    failed: set[str] = set()     # outputs of transforms that failed (reported once, by the transform)
+    if transforms or layout:      # the table the transforms leave, planned from the header alone
+        nodes, problems = plan_transforms(transforms, header, failed)
+        if layout:
+            kinds = {glob: kind for glob, _, kind in layout}
+            regexes = {glob: rx for glob, rx, _ in layout}
+            problems += layout_problems(nodes, kinds, header, lambda name, glob: regexes[glob].match(name),
+                                        layout_where)
+        header = {name: {"dtype": node.dtype, "shape": list(node.shape)} for name, node in nodes.items()}
+
+    def what(key: str) -> str:
+        """A tensor name for a message, with the transform that made it."""
+        node = nodes.get(key)
+        return _quoted(key) + (node.origin if node is not None else "")
+
+    def read(key: str, shard: TensorShard | None) -> np.ndarray:
+        node = nodes.get(key)
+        if node is None or isinstance(node, FileNode):
+            return ckpt.read(key, shard)
+        region = None
+        if shard is not None:
+            size = node.shape[shard.dim] // shard.count
+            region = (shard.dim, shard.index * size, (shard.index + 1) * size)
+        return node.read(region, ckpt.read_region)
 
     def file_shape(name: str, shape) -> tuple:
         """The shape tensor ``name`` has in the file: the whole tensor of a shard."""
@@ -407,7 +482,6 @@ def _load(ckpt: _Checkpoint, expected, rules: NameRules, globs, conversions, pro
 
     producer = {t: src for src, conv in conversions.items() for t in conv.targets}
 
-    problems: list[str] = []
     keys: dict[str, str] = {}
     for name in [*expected, *conversions]:
         if name not in keys:
@@ -450,10 +524,10 @@ def _load(ckpt: _Checkpoint, expected, rules: NameRules, globs, conversions, pro
             want = file_shape(src, conversions[src].shape)
             bad = []
             if tuple(sinfo["shape"]) != want:
-                bad.append(f"{_quoted(skey)} has shape {tuple(sinfo['shape'])}, parameter {_quoted(src)} (converted into "
+                bad.append(f"{what(skey)} has shape {tuple(sinfo['shape'])}, parameter {_quoted(src)} (converted into "
                            f"{', '.join(conversions[src].targets)}) expects {want}")
             if sinfo["dtype"] not in _FLOATS:
-                bad.append(f"{_quoted(skey)} has dtype {sinfo['dtype']}, parameter {_quoted(src)} (converted into "
+                bad.append(f"{what(skey)} has dtype {sinfo['dtype']}, parameter {_quoted(src)} (converted into "
                            f"{', '.join(conversions[src].targets)}) expects a floating-point tensor")
             problems.extend(bad)
             if not bad:
@@ -463,6 +537,8 @@ def _load(ckpt: _Checkpoint, expected, rules: NameRules, globs, conversions, pro
                 and dtype in _FLOATS):
             cast[name] = key
             claimed.add(key)
+            continue
+        if info is None and key in failed:
             continue
         if info is None:
             hint = ""
@@ -477,9 +553,9 @@ def _load(ckpt: _Checkpoint, expected, rules: NameRules, globs, conversions, pro
             continue
         claimed.add(key)
         if tuple(info["shape"]) != shape:
-            problems.append(f"{_quoted(key)} has shape {tuple(info['shape'])}, parameter {_quoted(name)} expects {shape}")
+            problems.append(f"{what(key)} has shape {tuple(info['shape'])}, parameter {_quoted(name)} expects {shape}")
         if info["dtype"] != dtype:
-            problems.append(f"{_quoted(key)} has dtype {info['dtype']}, parameter {_quoted(name)} expects {dtype}")
+            problems.append(f"{what(key)} has dtype {info['dtype']}, parameter {_quoted(name)} expects {dtype}")
     exact_keys = set(rules.exact.values())
     matched = [False] * len(globs)
     for key in header:
@@ -487,7 +563,7 @@ def _load(ckpt: _Checkpoint, expected, rules: NameRules, globs, conversions, pro
         for i in hits:
             matched[i] = True
         if key.startswith(prefix) and key not in claimed and key not in exact_keys and not hits:
-            problems.append(f"unexpected tensor {_quoted(key)} (no parameter uses it)")
+            problems.append(f"unexpected tensor {what(key)} (no parameter uses it)")
     problems.extend(rules.unused(list(keys)))
     for (glob, _), hit in zip(globs, matched):
         if not hit:
@@ -497,7 +573,6 @@ def _load(ckpt: _Checkpoint, expected, rules: NameRules, globs, conversions, pro
         raise WeightsError(path, problems)
 
     out: dict[str, np.ndarray] = {}
-    read = ckpt.read
     for name, key in direct.items():
         if producer.get(name) not in convert:
             out[name] = read(key, shards.get(name))

@@ -10,15 +10,17 @@ import re
 from typing import Annotated, Any, Literal, Optional, Union
 
 from pydantic import (AfterValidator, BeforeValidator, Discriminator, Field, PrivateAttr, Tag, ValidationInfo,
-                      field_validator)
+                      ConfigDict, field_validator, model_serializer, model_validator)
 from pydantic_core import PydanticCustomError
 
 from core.dtypes import STORAGE_BITS
 from core.limits import MAX_DIM, MAX_FUNCTIONS, MAX_NDIM, MAX_TENSOR_PARALLEL_SHARDS
 from core.limits import MAX_WEIGHT_IGNORE, MAX_WEIGHT_MAP_ENTRIES, MAX_WEIGHT_NAME_CHARS, MAX_WEIGHT_PATTERN_ENTRIES
+from core.limits import MAX_WEIGHT_TRANSFORM_PARTS, MAX_WEIGHT_TRANSFORMS
 from core.messages import shorten
 from core.precision import MatmulPrecision
 from core.weight_names import file_side_problems, parameter_side_problems, parse_rule
+from core.weight_transforms import transform_problems
 
 from .fields import DTYPES, Axes, Dim, DType, Identifier, StrictModel, is_identifier  # noqa: F401 (re-exported)
 from .layers import (LAYER_TYPES, MAX_REPEAT, Attention, BlockLayer, Conv1D, ConvTranspose1D,  # noqa: F401
@@ -417,6 +419,65 @@ FileWeightName = Annotated[str, AfterValidator(_check_weight_name_value)]
 """The file side of a ``weights.map`` entry, with the same placeholders as its parameter side."""
 
 
+TensorName = Annotated[str, Field(min_length=1, max_length=MAX_WEIGHT_NAME_CHARS)]
+"""A file tensor name of ``weights.transforms`` (``{placeholders}`` as in ``weights.map``'s file side)."""
+
+TensorNames = Annotated[list[TensorName], Field(min_length=2, max_length=MAX_WEIGHT_TRANSFORM_PARTS)]
+
+
+class SplitDef(StrictModel):
+    """``split: {axis, sizes}``: consecutive parts of these sizes along ``axis`` (they add up to its length)."""
+
+    axis: int
+    sizes: Annotated[list[Annotated[int, Field(gt=0, le=MAX_DIM)]],
+                     Field(min_length=2, max_length=MAX_WEIGHT_TRANSFORM_PARTS)]
+
+
+class SliceDef(StrictModel):
+    """``slice: {axis, start, stop}``: the part ``[start, stop)`` along ``axis``."""
+
+    axis: int
+    start: Annotated[int, Field(ge=0, le=MAX_DIM)]
+    stop: Annotated[int, Field(gt=0, le=MAX_DIM)]
+
+
+class ConcatenateDef(StrictModel):
+    """``concatenate: {axis}``: the ``from`` tensors joined along ``axis``."""
+
+    axis: int
+
+
+class WeightTransform(StrictModel):
+    """One entry of ``weights.transforms`` (:mod:`core.weight_transforms` says it in full): ``from`` (a file
+    tensor name, or a list for ``concatenate``), exactly one of ``transpose`` (``true`` or a permutation),
+    ``split``, ``slice``, ``reshape`` (a shape, one size may be -1), ``concatenate``, and ``to`` (one name,
+    a list of one per part for ``split``; default ``from``). Raises (validation): no or two operations,
+    ``to`` / ``from`` not fitting the operation, placeholders of ``to`` not those of ``from``, a name ending
+    with ``.``."""
+
+    from_: Annotated[Union[TensorName, TensorNames], Field(alias="from")]
+    to: Optional[Union[TensorName, TensorNames]] = None
+    transpose: Optional[Union[bool, Annotated[list[int], Field(min_length=1, max_length=MAX_NDIM)]]] = None
+    split: Optional[SplitDef] = None
+    slice: Optional[SliceDef] = None
+    reshape: Optional[Annotated[list[int], Field(min_length=1, max_length=MAX_NDIM)]] = None
+    concatenate: Optional[ConcatenateDef] = None
+
+    model_config = ConfigDict(extra="forbid", strict=True, serialize_by_alias=True)
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler) -> dict:
+        """As written: ``from`` (not ``from_``), the operation given and no unset keys."""
+        return {k: v for k, v in handler(self).items() if v is not None}
+
+    @model_validator(mode="after")
+    def _check(self) -> "WeightTransform":
+        problems = transform_problems(self.model_dump(by_alias=True, exclude_none=True))
+        if problems:
+            raise PydanticCustomError("weights_transform", "{message}", {"message": "; ".join(problems)})
+        return self
+
+
 class WeightsDef(StrictModel):
     """Where the weights come from: a file, a name prefix in it, renames (our name -> name in the
     file) and globs of file tensors the model does not need.
@@ -439,9 +500,14 @@ class WeightsDef(StrictModel):
     matches it; a glob that matches no tensor is a warning (checkpoints of one model differ in such
     leftovers). Ignoring never skips a tensor a parameter uses.
 
+    ``transforms``: the file's tensors as the recipe's layout wants them (a transposed Conv1D weight,
+    a fused ``qkv_proj`` split into three), applied in order before names bind, quantization and shards:
+    :class:`WeightTransform`. ``layout``: globs of the file's 2-D tensors -> ``in_out`` / ``out_in``, checked
+    against the transforms when the weights load (a square Conv1D weight left untransposed is an error).
+
     Raises (validation): a malformed placeholder, different placeholders on the two sides, a prefix
     rule with one side not ending in ``.``; more than 100,000 entries, 256 pattern entries or 256
-    globs; a side or glob over 1,024 characters.
+    globs; a side or glob over 1,024 characters; an invalid transform or more than 256 of them.
     """
 
     path: Optional[str] = None
@@ -450,6 +516,14 @@ class WeightsDef(StrictModel):
                    AfterValidator(_check_weight_rules)] = {}
     ignore: Annotated[list[Annotated[str, AfterValidator(_check_ignore_glob)]],
                       Field(max_length=MAX_WEIGHT_IGNORE)] = []
+    transforms: Annotated[list[WeightTransform], Field(max_length=MAX_WEIGHT_TRANSFORMS)] = []
+    """The file's tensors transposed, split, sliced, reshaped or concatenated before the names bind
+    (:class:`WeightTransform`, :mod:`core.weight_transforms`), in order."""
+    layout: Annotated[dict[Annotated[str, AfterValidator(_check_ignore_glob)], Literal["in_out", "out_in"]],
+                      Field(max_length=MAX_WEIGHT_IGNORE)] = {}
+    """How the file stores its 2-D weights, by glob over its tensor names: ``in_out`` (GPT-2's Conv1D: each
+    must be transposed by a transform) or ``out_in`` (as ``Linear`` holds them: none may be). A square matrix
+    cannot tell its layout by its shape; this is where a forgotten transpose is caught."""
 
 
 class Recipe(StrictModel):
