@@ -163,6 +163,17 @@ class RMSNorm(LayerEntry):
     dtype: Optional[DType] = None
 
 
+def _groups_divide_channels(conv: "LayerEntry") -> "LayerEntry":
+    """``conv`` (a convolution entry) when ``groups`` divides both channel counts; raises the ``conv_groups``
+    validation error naming the side that it does not divide."""
+    for side in ("in_channels", "out_channels"):
+        if getattr(conv, side) % conv.groups:
+            raise PydanticCustomError(
+                "conv_groups", "{side} ({n}) must be a multiple of groups ({g})",
+                {"side": side, "n": getattr(conv, side), "g": conv.groups})
+    return conv
+
+
 @register_layer_model
 class Conv1D(LayerEntry):
     """1-D convolution over ``(batch, channels, length)`` input (``tvm.relax.frontend.nn.Conv1D``)."""
@@ -180,12 +191,7 @@ class Conv1D(LayerEntry):
 
     @model_validator(mode="after")
     def _groups_divide_channels(self) -> "Conv1D":
-        for side in ("in_channels", "out_channels"):
-            if getattr(self, side) % self.groups:
-                raise PydanticCustomError(
-                    "conv_groups", "{side} ({n}) must be a multiple of groups ({g})",
-                    {"side": side, "n": getattr(self, side), "g": self.groups})
-        return self
+        return _groups_divide_channels(self)
 
 
 @register_layer_model
@@ -408,9 +414,4 @@ class Conv2D(LayerEntry):
 
     @model_validator(mode="after")
     def _groups_divide_channels(self) -> "Conv2D":
-        for side in ("in_channels", "out_channels"):
-            if getattr(self, side) % self.groups:
-                raise PydanticCustomError(
-                    "conv_groups", "{side} ({n}) must be a multiple of groups ({g})",
-                    {"side": side, "n": getattr(self, side), "g": self.groups})
-        return self
+        return _groups_divide_channels(self)
