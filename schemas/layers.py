@@ -415,3 +415,21 @@ class Conv2D(LayerEntry):
     @model_validator(mode="after")
     def _groups_divide_channels(self) -> "Conv2D":
         return _groups_divide_channels(self)
+
+
+# --- one slot of the runtime KV cache (issue 42: attention written out in forward:) -------------------------
+
+__all__ += ["KVCache"]
+
+
+@register_layer_model
+class KVCache(LayerEntry):
+    """One layer of the runtime KV cache (``builder.nn.KVCacheLayer``, no parameters), for attention written
+    out in ``forward:``: ``k_all, v_all = kv(k, v, cache=cache, total_seq_len=total_seq_len)`` appends the new
+    tokens' keys and values, (batch, seq, num_kv_heads, head_dim) each, and returns all the layer holds
+    (batch, total_seq_len, num_kv_heads, head_dim); without a cache it returns ``k`` and ``v``. Its slot is
+    numbered with the ``Attention`` layers'."""
+
+    type: Literal["KVCache"] = "KVCache"
+    num_kv_heads: Positive
+    head_dim: Positive
