@@ -283,6 +283,9 @@ class Attention(LayerEntry):
     rope_scaling: Optional[RopeScaling] = None
     """A scaling of the rotary frequencies (Llama 3.1 / 3.2's ``llama3``, ``linear``); needs ``rope_theta``."""
     causal: bool = False
+    sliding_window: Optional[Positive] = None
+    """Sliding-window attention (needs ``causal``): query ``i`` sees keys ``i - W < j <= i``, its own
+    token included (HF Mistral / Qwen2 / Gemma 2 ``sliding_window``), with or without the KV cache."""
     dtype: Optional[DType] = None
     tensor_parallel: bool = True
     """With ``tensor_parallel_shards: N``, split the heads across the workers (``q/k/v_proj`` by columns,
@@ -292,6 +295,9 @@ class Attention(LayerEntry):
     def _check_heads(self) -> "Attention":
         if self.rope_scaling is not None and self.rope_theta is None:
             raise PydanticCustomError("rope_scaling", "rope_scaling needs rope_theta (rotary embeddings)", {})
+        if self.sliding_window is not None and not self.causal:
+            raise PydanticCustomError("sliding_window", "sliding_window needs causal: true (the window ends at "
+                                      "the query's own token)", {})
         if self.head_dim is None and self.hidden_size % self.num_heads:
             raise PydanticCustomError(
                 "attention_heads", "hidden_size ({h}) must be a multiple of num_heads ({n}), or set head_dim",

@@ -56,7 +56,10 @@ class Attention(Module):
     rotary embeddings (10000 in Llama 2), which need an even ``head_dim``; ``causal``: each query sees
     only keys at or before its position; ``dtype`` the parameters' dtype (default: the default dtype);
     ``rope_scaling`` a RoPE frequency scaling in HF's keys (``rope_type`` ``linear`` or ``llama3``, ...:
-    :func:`builder.nn.op.rope_scaled_inv_freq`; Llama 3.1 / 3.2 checkpoints).
+    :func:`builder.nn.op.rope_scaled_inv_freq`; Llama 3.1 / 3.2 checkpoints); ``sliding_window`` ``W``
+    (needs ``causal``): query ``i`` sees keys ``i - W < j <= i`` only, its own token and the ``W - 1``
+    before it (HF transformers' ``masking_utils.sliding_window_overlay``; Mistral, Qwen2,
+    Gemma 2), over the KV cache too (the cache keeps every key, the mask restricts).
 
     Children: ``q_proj`` Linear(hidden_size, num_heads * head_dim), ``k_proj`` / ``v_proj``
     Linear(hidden_size, num_kv_heads * head_dim), ``o_proj`` Linear(num_heads * head_dim,
@@ -71,7 +74,8 @@ class Attention(Module):
 
     Raises ValueError for non-positive sizes, ``num_heads`` not divisible by ``num_kv_heads``,
     ``hidden_size`` not divisible by ``num_heads`` without ``head_dim``, an odd ``head_dim`` with
-    ``rope_theta``, or a ``rope_theta`` that is not a positive finite number;
+    ``rope_theta``, a ``rope_theta`` that is not a positive finite number, or a ``sliding_window``
+    without ``causal``;
     :class:`~builder.nn.tensor_parallel.ShardError` when the heads or KV heads do not divide by the shards.
     """
 
@@ -79,7 +83,7 @@ class Attention(Module):
                  head_dim: int | None = None, bias: bool = False, out_bias: bool | None = None,
                  key_bias: bool | None = None, rope_theta: float | None = None, causal: bool = False,
                  dtype: str | None = None, tensor_parallel_shards: int = 1, tensor_parallel: bool = True,
-                 rope_scaling: dict | None = None) -> None:
+                 rope_scaling: dict | None = None, sliding_window: int | None = None) -> None:
         hidden_size = _positive_int(hidden_size, "hidden_size")
         num_heads = _positive_int(num_heads, "num_heads")
         num_kv_heads = num_heads if num_kv_heads is None else _positive_int(num_kv_heads, "num_kv_heads")
@@ -104,6 +108,12 @@ class Attention(Module):
                 raise ValueError("Attention: rope_scaling needs rope_theta")
             rope_scaling = dict(rope_scaling)
             op.rope_scaled_inv_freq(np.ones(1, np.float32), rope_scaling)   # checks it (ValueError)
+        if sliding_window is not None:
+            sliding_window = _positive_int(sliding_window, "sliding_window")
+            if not causal:
+                raise ValueError("Attention: sliding_window needs causal=True (the window ends at the query's "
+                                 "own token)")
+        self.sliding_window = sliding_window
         self.rope_scaling = rope_scaling
         self.hidden_size = hidden_size
         self.num_heads = num_heads
@@ -165,6 +175,8 @@ class Attention(Module):
                                  "bool / integer (batch, seq)) the tokens were packed from")
             if cache is not None:
                 raise ValueError("Attention: token_indices (packed tokens) does not go with a KV cache")
+            if self.sliding_window is not None:
+                raise ValueError("Attention: token_indices (packed tokens) does not go with sliding_window")
         elif x.ndim != 3:
             raise ValueError(f"Attention: x must be 3-D (batch, seq, hidden_size), got {fmt_shape(x.shape)}")
         if isinstance(x.shape[-1], int) and x.shape[-1] != self.hidden_size:
@@ -199,7 +211,8 @@ class Attention(Module):
             k, v = op.kv_cache_update(cache, self.layer_id, k, v, total_seq_len)
         mask = None if attention_mask is None else self._mask(attention_mask)
         causal = None if not self.causal else ("TopLeft" if cache is None else "BottomRight")
-        out = op.scaled_dot_product_attention(q, k, v, attn_mask=mask, causal_mask=causal)
+        out = op.scaled_dot_product_attention(q, k, v, attn_mask=mask, causal_mask=causal,
+                                              window_size=self.sliding_window)
         return self.o_proj(op.reshape(out, [batch, seq, heads * self.head_dim]))
 
     def _packed(self, x: Tensor, positions: Tensor | None, attention_mask: Tensor, token_indices: Tensor) -> Tensor:
