@@ -283,6 +283,8 @@ class Attention(LayerEntry):
     rope_scaling: Optional[RopeScaling] = None
     """A scaling of the rotary frequencies (Llama 3.1 / 3.2's ``llama3``, ``linear``); needs ``rope_theta``."""
     causal: bool = False
+    scale: Optional[Annotated[float, Field(gt=0, allow_inf_nan=False)]] = None
+    """The score multiplier (default ``1 / sqrt(head_dim)``; T5 uses 1.0, Gemma ``query_pre_attn_scalar ** -0.5``)."""
     sliding_window: Optional[Positive] = None
     """Sliding-window attention (needs ``causal``): query ``i`` sees keys ``i - W < j <= i``, its own
     token included (HF Mistral / Qwen2 / Gemma 2 ``sliding_window``), with or without the KV cache."""

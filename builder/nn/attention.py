@@ -41,7 +41,7 @@ class Attention(Module):
         q = x @ q_proj.T [+ b]  -> (B, S, H, D)      k, v = x @ {k,v}_proj.T [+ b] -> (B, S, H_kv, D)
         q, k = rope(q, positions), rope(k, positions)                    (when rope_theta is set)
         k, v = cache[layer_id] + (k, v)                                  (with a cache)
-        o[b, i, h] = sum_j softmax_j(q[b, i, h] . k[b, j, h'] / sqrt(D) + mask) v[b, j, h']
+        o[b, i, h] = sum_j softmax_j(q[b, i, h] . k[b, j, h'] * scale + mask) v[b, j, h']
         y = o.reshape(B, S, H * D) @ o_proj.T [+ b]                      (B, S, hidden)
 
     with ``h' = h // (H / H_kv)`` (Ainslie et al. 2023).
@@ -59,7 +59,8 @@ class Attention(Module):
     :func:`builder.nn.op.rope_scaled_inv_freq`; Llama 3.1 / 3.2 checkpoints); ``sliding_window`` ``W``
     (needs ``causal``): query ``i`` sees keys ``i - W < j <= i`` only, its own token and the ``W - 1``
     before it (HF transformers' ``masking_utils.sliding_window_overlay``; Mistral, Qwen2,
-    Gemma 2), over the KV cache too (the cache keeps every key, the mask restricts).
+    Gemma 2), over the KV cache too (the cache keeps every key, the mask restricts); ``scale`` the score
+    multiplier (default ``1 / sqrt(head_dim)``; 1.0 in T5, ``query_pre_attn_scalar ** -0.5`` in Gemma).
 
     Children: ``q_proj`` Linear(hidden_size, num_heads * head_dim), ``k_proj`` / ``v_proj``
     Linear(hidden_size, num_kv_heads * head_dim), ``o_proj`` Linear(num_heads * head_dim,
@@ -74,8 +75,8 @@ class Attention(Module):
 
     Raises ValueError for non-positive sizes, ``num_heads`` not divisible by ``num_kv_heads``,
     ``hidden_size`` not divisible by ``num_heads`` without ``head_dim``, an odd ``head_dim`` with
-    ``rope_theta``, a ``rope_theta`` that is not a positive finite number, or a ``sliding_window``
-    without ``causal``;
+    ``rope_theta``, a ``rope_theta`` or ``scale`` that is not a positive finite number, or a
+    ``sliding_window`` without ``causal``;
     :class:`~builder.nn.tensor_parallel.ShardError` when the heads or KV heads do not divide by the shards.
     """
 
@@ -83,7 +84,8 @@ class Attention(Module):
                  head_dim: int | None = None, bias: bool = False, out_bias: bool | None = None,
                  key_bias: bool | None = None, rope_theta: float | None = None, causal: bool = False,
                  dtype: str | None = None, tensor_parallel_shards: int = 1, tensor_parallel: bool = True,
-                 rope_scaling: dict | None = None, sliding_window: int | None = None) -> None:
+                 rope_scaling: dict | None = None, sliding_window: int | None = None,
+                 scale: float | None = None) -> None:
         hidden_size = _positive_int(hidden_size, "hidden_size")
         num_heads = _positive_int(num_heads, "num_heads")
         num_kv_heads = num_heads if num_kv_heads is None else _positive_int(num_kv_heads, "num_kv_heads")
@@ -114,6 +116,11 @@ class Attention(Module):
                 raise ValueError("Attention: sliding_window needs causal=True (the window ends at the query's "
                                  "own token)")
         self.sliding_window = sliding_window
+        if scale is not None:
+            if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not 0 < float(scale) < math.inf:
+                raise ValueError(f"Attention: scale must be a positive finite number or None, got {scale!r}")
+            scale = float(scale)
+        self.scale = scale
         self.rope_scaling = rope_scaling
         self.hidden_size = hidden_size
         self.num_heads = num_heads
@@ -211,7 +218,7 @@ class Attention(Module):
             k, v = op.kv_cache_update(cache, self.layer_id, k, v, total_seq_len)
         mask = None if attention_mask is None else self._mask(attention_mask)
         causal = None if not self.causal else ("TopLeft" if cache is None else "BottomRight")
-        out = op.scaled_dot_product_attention(q, k, v, attn_mask=mask, causal_mask=causal,
+        out = op.scaled_dot_product_attention(q, k, v, attn_mask=mask, causal_mask=causal, scale=self.scale,
                                               window_size=self.sliding_window)
         return self.o_proj(op.reshape(out, [batch, seq, heads * self.head_dim]))
 
@@ -242,7 +249,8 @@ class Attention(Module):
         keep = attention_mask if attention_mask.dtype == "bool" else op.not_equal(attention_mask, 0)
         counts = op.cumsum(op.sum(op.astype(keep, "int64"), axis=1), axis=0)
         seqstart = op.concat([op.zeros([1], dtype="int64"), counts], dim=0, name="seqstart")
-        out = op.attention_var_len(q, k, v, seqstart, causal_mask="TopLeft" if self.causal else None)
+        out = op.attention_var_len(q, k, v, seqstart, scale=self.scale,
+                                   causal_mask="TopLeft" if self.causal else None)
         return self.o_proj(op.reshape(out, [n, heads * d]))
 
     @staticmethod

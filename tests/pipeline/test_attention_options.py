@@ -151,3 +151,20 @@ def test_sliding_window_sees_its_own_token_and_the_window_minus_one_before(tmp_p
 def test_sliding_window_needs_causal(tmp_path):
     with pytest.raises(Exception, match="sliding_window needs causal"):
         _recipe(tmp_path, dict(sliding_window=2, causal=False))
+
+
+# --- scale -----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("scale", [1.0, 0.37])
+def test_scale_multiplies_the_scores(tmp_path, scale):
+    options = dict(scale=scale, rope_theta=100.0)   # T5: 1.0; Gemma: query_pre_attn_scalar ** -0.5
+    m = _recipe(tmp_path, options)
+    check_forward_and_cache(m, options, ROPE)
+    x = RNG.standard_normal((1, 4, HIDDEN))
+    assert not np.allclose(reference(x, m.params, **options), reference(x, m.params, rope_theta=100.0))
+
+
+def test_scale_must_be_positive(tmp_path):
+    with pytest.raises(Exception, match="scale"):
+        _recipe(tmp_path, dict(scale=0.0))
