@@ -285,6 +285,9 @@ class Attention(LayerEntry):
     causal: bool = False
     scale: Optional[Annotated[float, Field(gt=0, allow_inf_nan=False)]] = None
     """The score multiplier (default ``1 / sqrt(head_dim)``; T5 uses 1.0, Gemma ``query_pre_attn_scalar ** -0.5``)."""
+    logit_softcap: Optional[Annotated[float, Field(gt=0, allow_inf_nan=False)]] = None
+    """Scores become ``cap * tanh(scores / cap)`` before the mask and softmax (Gemma 2's
+    ``attn_logit_softcapping``)."""
     sliding_window: Optional[Positive] = None
     """Sliding-window attention (needs ``causal``): query ``i`` sees keys ``i - W < j <= i``, its own
     token included (HF Mistral / Qwen2 / Gemma 2 ``sliding_window``), with or without the KV cache."""

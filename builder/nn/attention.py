@@ -60,7 +60,9 @@ class Attention(Module):
     (needs ``causal``): query ``i`` sees keys ``i - W < j <= i`` only, its own token and the ``W - 1``
     before it (HF transformers' ``masking_utils.sliding_window_overlay``; Mistral, Qwen2,
     Gemma 2), over the KV cache too (the cache keeps every key, the mask restricts); ``scale`` the score
-    multiplier (default ``1 / sqrt(head_dim)``; 1.0 in T5, ``query_pre_attn_scalar ** -0.5`` in Gemma).
+    multiplier (default ``1 / sqrt(head_dim)``; 1.0 in T5, ``query_pre_attn_scalar ** -0.5`` in Gemma);
+    ``logit_softcap`` ``c``: the scaled scores become ``c * tanh(s / c)`` before the masks (Gemma 2's
+    ``attn_logit_softcapping``, HF ``modeling_gemma2.eager_attention_forward``).
 
     Children: ``q_proj`` Linear(hidden_size, num_heads * head_dim), ``k_proj`` / ``v_proj``
     Linear(hidden_size, num_kv_heads * head_dim), ``o_proj`` Linear(num_heads * head_dim,
@@ -75,7 +77,7 @@ class Attention(Module):
 
     Raises ValueError for non-positive sizes, ``num_heads`` not divisible by ``num_kv_heads``,
     ``hidden_size`` not divisible by ``num_heads`` without ``head_dim``, an odd ``head_dim`` with
-    ``rope_theta``, a ``rope_theta`` or ``scale`` that is not a positive finite number, or a
+    ``rope_theta``, a ``rope_theta``, ``scale`` or ``logit_softcap`` that is not a positive finite number, or a
     ``sliding_window`` without ``causal``;
     :class:`~builder.nn.tensor_parallel.ShardError` when the heads or KV heads do not divide by the shards.
     """
@@ -85,7 +87,7 @@ class Attention(Module):
                  key_bias: bool | None = None, rope_theta: float | None = None, causal: bool = False,
                  dtype: str | None = None, tensor_parallel_shards: int = 1, tensor_parallel: bool = True,
                  rope_scaling: dict | None = None, sliding_window: int | None = None,
-                 scale: float | None = None) -> None:
+                 scale: float | None = None, logit_softcap: float | None = None) -> None:
         hidden_size = _positive_int(hidden_size, "hidden_size")
         num_heads = _positive_int(num_heads, "num_heads")
         num_kv_heads = num_heads if num_kv_heads is None else _positive_int(num_kv_heads, "num_kv_heads")
@@ -121,6 +123,13 @@ class Attention(Module):
                 raise ValueError(f"Attention: scale must be a positive finite number or None, got {scale!r}")
             scale = float(scale)
         self.scale = scale
+        if logit_softcap is not None:
+            if (isinstance(logit_softcap, bool) or not isinstance(logit_softcap, (int, float))
+                    or not 0 < float(logit_softcap) < math.inf):
+                raise ValueError(f"Attention: logit_softcap must be a positive finite number or None, got "
+                                 f"{logit_softcap!r}")
+            logit_softcap = float(logit_softcap)
+        self.logit_softcap = logit_softcap
         self.rope_scaling = rope_scaling
         self.hidden_size = hidden_size
         self.num_heads = num_heads
@@ -182,8 +191,9 @@ class Attention(Module):
                                  "bool / integer (batch, seq)) the tokens were packed from")
             if cache is not None:
                 raise ValueError("Attention: token_indices (packed tokens) does not go with a KV cache")
-            if self.sliding_window is not None:
-                raise ValueError("Attention: token_indices (packed tokens) does not go with sliding_window")
+            if self.sliding_window is not None or self.logit_softcap is not None:
+                raise ValueError("Attention: token_indices (packed tokens) does not go with sliding_window or "
+                                 "logit_softcap")
         elif x.ndim != 3:
             raise ValueError(f"Attention: x must be 3-D (batch, seq, hidden_size), got {fmt_shape(x.shape)}")
         if isinstance(x.shape[-1], int) and x.shape[-1] != self.hidden_size:
@@ -219,7 +229,7 @@ class Attention(Module):
         mask = None if attention_mask is None else self._mask(attention_mask)
         causal = None if not self.causal else ("TopLeft" if cache is None else "BottomRight")
         out = op.scaled_dot_product_attention(q, k, v, attn_mask=mask, causal_mask=causal, scale=self.scale,
-                                              window_size=self.sliding_window)
+                                              window_size=self.sliding_window, logit_softcap=self.logit_softcap)
         return self.o_proj(op.reshape(out, [batch, seq, heads * self.head_dim]))
 
     def _packed(self, x: Tensor, positions: Tensor | None, attention_mask: Tensor, token_indices: Tensor) -> Tensor:

@@ -168,3 +168,15 @@ def test_scale_multiplies_the_scores(tmp_path, scale):
 def test_scale_must_be_positive(tmp_path):
     with pytest.raises(Exception, match="scale"):
         _recipe(tmp_path, dict(scale=0.0))
+
+
+# --- logit_softcap ---------------------------------------------------------------------------------------
+
+
+def test_logit_softcap_caps_the_scaled_scores_before_the_mask(tmp_path):
+    options = dict(logit_softcap=0.8, rope_theta=100.0, sliding_window=4)   # Gemma 2's pair of options
+    m = _recipe(tmp_path, options)
+    check_forward_and_cache(m, options, ROPE)
+    x = RNG.standard_normal((1, 6, HIDDEN))
+    assert not np.allclose(reference(x, m.params, **options),
+                           reference(x, m.params, rope_theta=100.0, sliding_window=4), atol=1e-3)
