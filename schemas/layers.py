@@ -285,6 +285,11 @@ class Attention(LayerEntry):
     causal: bool = False
     scale: Optional[Annotated[float, Field(gt=0, allow_inf_nan=False)]] = None
     """The score multiplier (default ``1 / sqrt(head_dim)``; T5 uses 1.0, Gemma ``query_pre_attn_scalar ** -0.5``)."""
+    qk_norm: Union[bool, Literal["rms"]] = False
+    """RMSNorm over ``head_dim`` of each query and key head after the projection, before RoPE (``true`` or
+    ``rms``; HF Qwen3's ``q_norm`` / ``k_norm``, weights (head_dim,))."""
+    qk_norm_eps: Epsilon = 1e-6
+    """The epsilon of ``qk_norm`` (HF ``rms_norm_eps``)."""
     logit_softcap: Optional[Annotated[float, Field(gt=0, allow_inf_nan=False)]] = None
     """Scores become ``cap * tanh(scores / cap)`` before the mask and softmax (Gemma 2's
     ``attn_logit_softcapping``)."""

@@ -24,7 +24,7 @@ from ..ir.op.common import fmt_shape
 from . import op
 from . import tensor_parallel as tp
 from .core import Module, Object, Tensor
-from .modules import Linear
+from .modules import Linear, RMSNorm
 
 __all__ = ["Attention"]
 
@@ -62,11 +62,15 @@ class Attention(Module):
     Gemma 2), over the KV cache too (the cache keeps every key, the mask restricts); ``scale`` the score
     multiplier (default ``1 / sqrt(head_dim)``; 1.0 in T5, ``query_pre_attn_scalar ** -0.5`` in Gemma);
     ``logit_softcap`` ``c``: the scaled scores become ``c * tanh(s / c)`` before the masks (Gemma 2's
-    ``attn_logit_softcapping``, HF ``modeling_gemma2.eager_attention_forward``).
+    ``attn_logit_softcapping``, HF ``modeling_gemma2.eager_attention_forward``); ``qk_norm`` (True or
+    ``"rms"``): an RMSNorm over ``head_dim`` (epsilon ``qk_norm_eps``) of each query and key head after
+    the projection, before RoPE (HF ``modeling_qwen3.Qwen3Attention``: children ``q_norm`` / ``k_norm``,
+    weights (head_dim,); OLMo 2 normalizes the whole projection instead, which this is not).
 
     Children: ``q_proj`` Linear(hidden_size, num_heads * head_dim), ``k_proj`` / ``v_proj``
     Linear(hidden_size, num_kv_heads * head_dim), ``o_proj`` Linear(num_heads * head_dim,
-    hidden_size); parameter names ``q_proj.weight`` (num_heads * head_dim, hidden_size), ...
+    hidden_size), with ``qk_norm`` ``q_norm`` / ``k_norm`` RMSNorm(head_dim); parameter names
+    ``q_proj.weight`` (num_heads * head_dim, hidden_size), ...
     ``layer_id`` (int or None, settable) names the layer in the KV cache.
 
     Tensor parallelism (``tensor_parallel_shards=N > 1``, :mod:`builder.nn.tensor_parallel`): this
@@ -87,7 +91,8 @@ class Attention(Module):
                  key_bias: bool | None = None, rope_theta: float | None = None, causal: bool = False,
                  dtype: str | None = None, tensor_parallel_shards: int = 1, tensor_parallel: bool = True,
                  rope_scaling: dict | None = None, sliding_window: int | None = None,
-                 scale: float | None = None, logit_softcap: float | None = None) -> None:
+                 scale: float | None = None, logit_softcap: float | None = None, qk_norm: bool | str = False,
+                 qk_norm_eps: float = 1e-6) -> None:
         hidden_size = _positive_int(hidden_size, "hidden_size")
         num_heads = _positive_int(num_heads, "num_heads")
         num_kv_heads = num_heads if num_kv_heads is None else _positive_int(num_kv_heads, "num_kv_heads")
@@ -151,6 +156,12 @@ class Attention(Module):
         self.v_proj = Linear(hidden_size, num_kv_heads * head_dim, bias=bool(bias), dtype=dtype, **cols)
         self.o_proj = Linear(num_heads * head_dim, hidden_size, bias=bool(bias if out_bias is None else out_bias),
                              dtype=dtype, tensor_parallel="row", tensor_parallel_shards=shards)
+        if qk_norm not in (False, True, "rms"):
+            raise ValueError(f"Attention: qk_norm must be a bool or 'rms', got {qk_norm!r}")
+        if qk_norm:   # after o_proj: HF Qwen3's parameter order is q/k/v/o_proj, then q_norm, k_norm
+            self.q_norm = RMSNorm(head_dim, axes=-1, epsilon=float(qk_norm_eps), bias=False, dtype=dtype)
+            self.k_norm = RMSNorm(head_dim, axes=-1, epsilon=float(qk_norm_eps), bias=False, dtype=dtype)
+        self.qk_norm = bool(qk_norm)
 
     def forward(self, x: Tensor, positions: Tensor | None = None, attention_mask: Tensor | None = None,
                 cache: Object | None = None, total_seq_len: int | E.PrimExpr | None = None,
@@ -218,6 +229,8 @@ class Attention(Module):
         q = op.reshape(self.q_proj(x), [batch, seq, heads, self.head_dim])
         k = op.reshape(self.k_proj(x), [batch, seq, kv_heads, self.head_dim])
         v = op.reshape(self.v_proj(x), [batch, seq, kv_heads, self.head_dim])
+        if self.qk_norm:
+            q, k = self.q_norm(q), self.k_norm(k)
         if self.rope_theta is not None:
             if positions is None:
                 positions = (op.arange(0, seq, dtype="int64") if cache is None else
@@ -244,6 +257,8 @@ class Attention(Module):
         q = op.reshape(self.q_proj(x), [n, heads, d])
         k = op.reshape(self.k_proj(x), [n, kv_heads, d])
         v = op.reshape(self.v_proj(x), [n, kv_heads, d])
+        if self.qk_norm:
+            q, k = self.q_norm(q), self.k_norm(k)
         if self.rope_theta is not None:
             if positions is None:
                 pos = op.floor_mod(token_indices, seq)

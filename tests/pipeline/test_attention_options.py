@@ -180,3 +180,19 @@ def test_logit_softcap_caps_the_scaled_scores_before_the_mask(tmp_path):
     x = RNG.standard_normal((1, 6, HIDDEN))
     assert not np.allclose(reference(x, m.params, **options),
                            reference(x, m.params, rope_theta=100.0, sliding_window=4), atol=1e-3)
+
+
+# --- qk_norm ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("qk_norm", [True, "rms"])
+def test_qk_norm_normalizes_each_head_before_rope(tmp_path, qk_norm):
+    options = dict(qk_norm=qk_norm, qk_norm_eps=1e-3, rope_theta=100.0)
+    m = _recipe(tmp_path, options)
+    names = [n for n in m.params]
+    assert names[-2:] == ["attn.q_norm.weight", "attn.k_norm.weight"]      # HF Qwen3's order and names
+    assert m.params["attn.q_norm.weight"].shape == (HEAD_DIM,)
+    check_forward_and_cache(m, dict(options, qk_norm=True), ROPE)
+    x = RNG.standard_normal((1, 4, HIDDEN))
+    assert not np.allclose(reference(x, m.params, qk_norm=True, rope_theta=100.0),
+                           reference(x, m.params, rope_theta=100.0))
