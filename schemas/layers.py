@@ -285,6 +285,9 @@ class Attention(LayerEntry):
     causal: bool = False
     scale: Optional[Annotated[float, Field(gt=0, allow_inf_nan=False)]] = None
     """The score multiplier (default ``1 / sqrt(head_dim)``; T5 uses 1.0, Gemma ``query_pre_attn_scalar ** -0.5``)."""
+    rotary_dim: Optional[Positive] = None
+    """RoPE on the first ``rotary_dim`` dims of each head only (even, at most ``head_dim``; GPT-NeoX
+    ``rotary_pct * head_dim``, Phi-2 ``partial_rotary_factor * head_dim``); needs ``rope_theta``."""
     qk_norm: Union[bool, Literal["rms"]] = False
     """RMSNorm over ``head_dim`` of each query and key head after the projection, before RoPE (``true`` or
     ``rms``; HF Qwen3's ``q_norm`` / ``k_norm``, weights (head_dim,))."""
@@ -305,6 +308,12 @@ class Attention(LayerEntry):
     def _check_heads(self) -> "Attention":
         if self.rope_scaling is not None and self.rope_theta is None:
             raise PydanticCustomError("rope_scaling", "rope_scaling needs rope_theta (rotary embeddings)", {})
+        if self.rotary_dim is not None:
+            head_dim = self.head_dim or self.hidden_size // self.num_heads
+            if self.rope_theta is None or self.rotary_dim % 2 or self.rotary_dim > head_dim:
+                raise PydanticCustomError(
+                    "rotary_dim", "rotary_dim ({r}) must be even, at most head_dim ({d}), and needs rope_theta",
+                    {"r": self.rotary_dim, "d": head_dim})
         if self.sliding_window is not None and not self.causal:
             raise PydanticCustomError("sliding_window", "sliding_window needs causal: true (the window ends at "
                                       "the query's own token)", {})

@@ -65,7 +65,9 @@ class Attention(Module):
     ``attn_logit_softcapping``, HF ``modeling_gemma2.eager_attention_forward``); ``qk_norm`` (True or
     ``"rms"``): an RMSNorm over ``head_dim`` (epsilon ``qk_norm_eps``) of each query and key head after
     the projection, before RoPE (HF ``modeling_qwen3.Qwen3Attention``: children ``q_norm`` / ``k_norm``,
-    weights (head_dim,); OLMo 2 normalizes the whole projection instead, which this is not).
+    weights (head_dim,); OLMo 2 normalizes the whole projection instead, which this is not);
+    ``rotary_dim`` (even, at most ``head_dim``, with ``rope_theta``): RoPE of the first ``rotary_dim`` dims
+    of each head only, the rest passed through (GPT-NeoX ``rotary_pct``, Phi-2 ``partial_rotary_factor``).
 
     Children: ``q_proj`` Linear(hidden_size, num_heads * head_dim), ``k_proj`` / ``v_proj``
     Linear(hidden_size, num_kv_heads * head_dim), ``o_proj`` Linear(num_heads * head_dim,
@@ -81,7 +83,8 @@ class Attention(Module):
 
     Raises ValueError for non-positive sizes, ``num_heads`` not divisible by ``num_kv_heads``,
     ``hidden_size`` not divisible by ``num_heads`` without ``head_dim``, an odd ``head_dim`` with
-    ``rope_theta``, a ``rope_theta``, ``scale`` or ``logit_softcap`` that is not a positive finite number, or a
+    ``rope_theta``, an odd ``rotary_dim``, one above ``head_dim`` or without ``rope_theta``, a
+    ``rope_theta``, ``scale`` or ``logit_softcap`` that is not a positive finite number, or a
     ``sliding_window`` without ``causal``;
     :class:`~builder.nn.tensor_parallel.ShardError` when the heads or KV heads do not divide by the shards.
     """
@@ -92,7 +95,7 @@ class Attention(Module):
                  dtype: str | None = None, tensor_parallel_shards: int = 1, tensor_parallel: bool = True,
                  rope_scaling: dict | None = None, sliding_window: int | None = None,
                  scale: float | None = None, logit_softcap: float | None = None, qk_norm: bool | str = False,
-                 qk_norm_eps: float = 1e-6) -> None:
+                 qk_norm_eps: float = 1e-6, rotary_dim: int | None = None) -> None:
         hidden_size = _positive_int(hidden_size, "hidden_size")
         num_heads = _positive_int(num_heads, "num_heads")
         num_kv_heads = num_heads if num_kv_heads is None else _positive_int(num_kv_heads, "num_kv_heads")
@@ -112,6 +115,14 @@ class Attention(Module):
             if head_dim % 2:
                 raise ValueError(f"Attention: rotary embeddings need an even head_dim, got {head_dim}")
             rope_theta = float(rope_theta)
+        if rotary_dim is not None:
+            rotary_dim = _positive_int(rotary_dim, "rotary_dim")
+            if rope_theta is None or rotary_dim % 2 or rotary_dim > head_dim:
+                raise ValueError(f"Attention: rotary_dim must be even and at most head_dim ({head_dim}), with "
+                                 f"rope_theta; got {rotary_dim} (rope_theta={rope_theta!r})")
+            if rotary_dim == head_dim:
+                rotary_dim = None
+        self.rotary_dim = rotary_dim
         if rope_scaling is not None:
             if rope_theta is None:
                 raise ValueError("Attention: rope_scaling needs rope_theta")
@@ -235,8 +246,7 @@ class Attention(Module):
             if positions is None:
                 positions = (op.arange(0, seq, dtype="int64") if cache is None else
                              op.kv_cache_query_positions(cache, self.layer_id, seq, total_seq_len))
-            q = op.rotary_embedding(q, positions, self.rope_theta, name="q_rope", scaling=self.rope_scaling)
-            k = op.rotary_embedding(k, positions, self.rope_theta, name="k_rope", scaling=self.rope_scaling)
+            q, k = self._rope(q, positions, "q_rope"), self._rope(k, positions, "k_rope")
         if cache is not None:
             k, v = op.kv_cache_update(cache, self.layer_id, k, v, total_seq_len)
         mask = None if attention_mask is None else self._mask(attention_mask)
@@ -267,16 +277,24 @@ class Attention(Module):
             else:
                 pos = op.take(op.reshape(positions, [batch * seq]), token_indices, axis=0)
             pos = op.reshape(pos, [1, n])
-            q = op.reshape(op.rotary_embedding(op.reshape(q, [1, n, heads, d]), pos, self.rope_theta, name="q_rope",
-                                               scaling=self.rope_scaling), [n, heads, d])
-            k = op.reshape(op.rotary_embedding(op.reshape(k, [1, n, kv_heads, d]), pos, self.rope_theta,
-                                               name="k_rope", scaling=self.rope_scaling), [n, kv_heads, d])
+            q = op.reshape(self._rope(op.reshape(q, [1, n, heads, d]), pos, "q_rope"), [n, heads, d])
+            k = op.reshape(self._rope(op.reshape(k, [1, n, kv_heads, d]), pos, "k_rope"), [n, kv_heads, d])
         keep = attention_mask if attention_mask.dtype == "bool" else op.not_equal(attention_mask, 0)
         counts = op.cumsum(op.sum(op.astype(keep, "int64"), axis=1), axis=0)
         seqstart = op.concat([op.zeros([1], dtype="int64"), counts], dim=0, name="seqstart")
         out = op.attention_var_len(q, k, v, seqstart, scale=self.scale,
                                    causal_mask="TopLeft" if self.causal else None)
         return self.o_proj(op.reshape(out, [n, heads * d]))
+
+    def _rope(self, t: Tensor, positions: Tensor, name: str) -> Tensor:
+        """Rotary embeddings of t (batch, seq, heads, head_dim) at ``positions``; with ``rotary_dim`` of its
+        first ``rotary_dim`` dims only (the frequencies those of a ``rotary_dim``-wide head), the rest passed
+        through (HF ``modeling_gpt_neox.apply_rotary_pos_emb``: ``q_rot`` / ``q_pass``)."""
+        if self.rotary_dim is None:
+            return op.rotary_embedding(t, positions, self.rope_theta, name=name, scaling=self.rope_scaling)
+        rot, rest = op.split(t, [self.rotary_dim], axis=3, name=f"{name}_split")
+        rot = op.rotary_embedding(rot, positions, self.rope_theta, name=name, scaling=self.rope_scaling)
+        return op.concat([rot, rest], dim=3, name=f"{name}_concat")
 
     @staticmethod
     def _mask(mask: Tensor) -> Tensor:

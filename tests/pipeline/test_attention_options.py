@@ -196,3 +196,21 @@ def test_qk_norm_normalizes_each_head_before_rope(tmp_path, qk_norm):
     x = RNG.standard_normal((1, 4, HIDDEN))
     assert not np.allclose(reference(x, m.params, qk_norm=True, rope_theta=100.0),
                            reference(x, m.params, rope_theta=100.0))
+
+
+# --- rotary_dim ------------------------------------------------------------------------------------------
+
+
+def test_rotary_dim_rotates_the_first_dims_of_each_head_only(tmp_path):
+    options = dict(rotary_dim=4, rope_theta=50.0)   # GPT-NeoX rotary_pct / Phi-2 partial_rotary_factor: 4 of 6
+    m = _recipe(tmp_path, options)
+    check_forward_and_cache(m, options, ROPE)
+    x = RNG.standard_normal((1, 5, HIDDEN))
+    assert not np.allclose(reference(x, m.params, **options), reference(x, m.params, rope_theta=50.0))
+
+
+@pytest.mark.parametrize("options", [dict(rotary_dim=3, rope_theta=10.0), dict(rotary_dim=8, rope_theta=10.0),
+                                     dict(rotary_dim=4)])
+def test_rotary_dim_must_be_even_within_the_head_with_rope(tmp_path, options):
+    with pytest.raises(Exception, match="rotary_dim"):
+        _recipe(tmp_path, options)
