@@ -288,6 +288,10 @@ class Attention(LayerEntry):
     rotary_dim: Optional[Positive] = None
     """RoPE on the first ``rotary_dim`` dims of each head only (even, at most ``head_dim``; GPT-NeoX
     ``rotary_pct * head_dim``, Phi-2 ``partial_rotary_factor * head_dim``); needs ``rope_theta``."""
+    fused_qkv: bool = False
+    """One Linear ``qkv_proj`` ((num_heads + 2 * num_kv_heads) * head_dim outputs: q's rows, then k's, then
+    v's, HF Phi-3's layout) in place of ``q_proj`` / ``k_proj`` / ``v_proj``; refused with
+    ``tensor_parallel_shards`` > 1 unless ``tensor_parallel: false``."""
     qk_norm: Union[bool, Literal["rms"]] = False
     """RMSNorm over ``head_dim`` of each query and key head after the projection, before RoPE (``true`` or
     ``rms``; HF Qwen3's ``q_norm`` / ``k_norm``, weights (head_dim,))."""

@@ -67,7 +67,10 @@ class Attention(Module):
     the projection, before RoPE (HF ``modeling_qwen3.Qwen3Attention``: children ``q_norm`` / ``k_norm``,
     weights (head_dim,); OLMo 2 normalizes the whole projection instead, which this is not);
     ``rotary_dim`` (even, at most ``head_dim``, with ``rope_theta``): RoPE of the first ``rotary_dim`` dims
-    of each head only, the rest passed through (GPT-NeoX ``rotary_pct``, Phi-2 ``partial_rotary_factor``).
+    of each head only, the rest passed through (GPT-NeoX ``rotary_pct``, Phi-2 ``partial_rotary_factor``);
+    ``fused_qkv``: one Linear ``qkv_proj`` (hidden_size -> (num_heads + 2 * num_kv_heads) * head_dim, q's
+    rows first, then k's, then v's: HF Phi-3's layout) in place of ``q_proj`` / ``k_proj`` / ``v_proj``,
+    split after the matmul; its bias is ``bias`` (``key_bias`` must agree); not tensor-parallel.
 
     Children: ``q_proj`` Linear(hidden_size, num_heads * head_dim), ``k_proj`` / ``v_proj``
     Linear(hidden_size, num_kv_heads * head_dim), ``o_proj`` Linear(num_heads * head_dim,
@@ -86,7 +89,8 @@ class Attention(Module):
     ``rope_theta``, an odd ``rotary_dim``, one above ``head_dim`` or without ``rope_theta``, a
     ``rope_theta``, ``scale`` or ``logit_softcap`` that is not a positive finite number, or a
     ``sliding_window`` without ``causal``;
-    :class:`~builder.nn.tensor_parallel.ShardError` when the heads or KV heads do not divide by the shards.
+    :class:`~builder.nn.tensor_parallel.ShardError` when the heads or KV heads do not divide by the shards
+    or ``fused_qkv`` goes with more than one shard.
     """
 
     def __init__(self, hidden_size: int, num_heads: int, num_kv_heads: int | None = None,
@@ -95,7 +99,7 @@ class Attention(Module):
                  dtype: str | None = None, tensor_parallel_shards: int = 1, tensor_parallel: bool = True,
                  rope_scaling: dict | None = None, sliding_window: int | None = None,
                  scale: float | None = None, logit_softcap: float | None = None, qk_norm: bool | str = False,
-                 qk_norm_eps: float = 1e-6, rotary_dim: int | None = None) -> None:
+                 qk_norm_eps: float = 1e-6, rotary_dim: int | None = None, fused_qkv: bool = False) -> None:
         hidden_size = _positive_int(hidden_size, "hidden_size")
         num_heads = _positive_int(num_heads, "num_heads")
         num_kv_heads = num_heads if num_kv_heads is None else _positive_int(num_kv_heads, "num_kv_heads")
@@ -161,10 +165,21 @@ class Attention(Module):
                                                 f"each worker needs whole KV heads, and a group of "
                                                 f"{num_heads // num_kv_heads} query heads shares one (GQA)")
         cols = dict(tensor_parallel="column", tensor_parallel_shards=shards)
-        self.q_proj = Linear(hidden_size, num_heads * head_dim, bias=bool(bias), dtype=dtype, **cols)
-        self.k_proj = Linear(hidden_size, num_kv_heads * head_dim, bias=bool(bias if key_bias is None else key_bias),
-                             dtype=dtype, **cols)
-        self.v_proj = Linear(hidden_size, num_kv_heads * head_dim, bias=bool(bias), dtype=dtype, **cols)
+        self.fused_qkv = bool(fused_qkv)
+        if self.fused_qkv:
+            if shards > 1:
+                raise tp.ShardError("fused_qkv", f"fused_qkv does not split across {shards} workers: each worker "
+                                    "needs rows of the q, k and v blocks of qkv_proj, not one contiguous slice; "
+                                    "set tensor_parallel: false or use q_proj / k_proj / v_proj")
+            if key_bias is not None and bool(key_bias) != bool(bias):
+                raise ValueError("Attention: with fused_qkv one bias covers q, k and v: key_bias must equal bias")
+            self.qkv_proj = Linear(hidden_size, (num_heads + 2 * num_kv_heads) * head_dim, bias=bool(bias),
+                                   dtype=dtype)
+        else:
+            self.q_proj = Linear(hidden_size, num_heads * head_dim, bias=bool(bias), dtype=dtype, **cols)
+            self.k_proj = Linear(hidden_size, num_kv_heads * head_dim,
+                                 bias=bool(bias if key_bias is None else key_bias), dtype=dtype, **cols)
+            self.v_proj = Linear(hidden_size, num_kv_heads * head_dim, bias=bool(bias), dtype=dtype, **cols)
         self.o_proj = Linear(num_heads * head_dim, hidden_size, bias=bool(bias if out_bias is None else out_bias),
                              dtype=dtype, tensor_parallel="row", tensor_parallel_shards=shards)
         if qk_norm not in (False, True, "rms"):
@@ -237,9 +252,7 @@ class Attention(Module):
         if token_indices is not None:
             return self._packed(x, positions, attention_mask, token_indices)
         batch, seq = x.shape[0], x.shape[1]
-        q = op.reshape(self.q_proj(x), [batch, seq, heads, self.head_dim])
-        k = op.reshape(self.k_proj(x), [batch, seq, kv_heads, self.head_dim])
-        v = op.reshape(self.v_proj(x), [batch, seq, kv_heads, self.head_dim])
+        q, k, v = self._project(x, [batch, seq])
         if self.qk_norm:
             q, k = self.q_norm(q), self.k_norm(k)
         if self.rope_theta is not None:
@@ -264,9 +277,7 @@ class Attention(Module):
         n = x.shape[0]
         batch, seq = attention_mask.shape
         heads, kv_heads, d = self.local_num_heads, self.local_num_kv_heads, self.head_dim
-        q = op.reshape(self.q_proj(x), [n, heads, d])
-        k = op.reshape(self.k_proj(x), [n, kv_heads, d])
-        v = op.reshape(self.v_proj(x), [n, kv_heads, d])
+        q, k, v = self._project(x, [n])
         if self.qk_norm:
             q, k = self.q_norm(q), self.k_norm(k)
         if self.rope_theta is not None:
@@ -285,6 +296,19 @@ class Attention(Module):
         out = op.attention_var_len(q, k, v, seqstart, scale=self.scale,
                                    causal_mask="TopLeft" if self.causal else None)
         return self.o_proj(op.reshape(out, [n, heads * d]))
+
+    def _project(self, x: Tensor, lead: list) -> tuple[Tensor, Tensor, Tensor]:
+        """q (*lead, heads, head_dim), k and v (*lead, kv_heads, head_dim) of x (*lead, hidden_size): three
+        Linears, or with ``fused_qkv`` one ``qkv_proj`` whose output rows are q's, then k's, then v's
+        (HF Phi-3's ``qkv_proj``), split after the matmul."""
+        heads, kv_heads, d = self.local_num_heads, self.local_num_kv_heads, self.head_dim
+        if self.fused_qkv:
+            q, k, v = op.split(self.qkv_proj(x), [heads * d, (heads + kv_heads) * d], axis=x.ndim - 1,
+                               name="qkv_split")
+        else:
+            q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
+        return (op.reshape(q, [*lead, heads, d]), op.reshape(k, [*lead, kv_heads, d]),
+                op.reshape(v, [*lead, kv_heads, d]))
 
     def _rope(self, t: Tensor, positions: Tensor, name: str) -> Tensor:
         """Rotary embeddings of t (batch, seq, heads, head_dim) at ``positions``; with ``rotary_dim`` of its

@@ -214,3 +214,26 @@ def test_rotary_dim_rotates_the_first_dims_of_each_head_only(tmp_path):
 def test_rotary_dim_must_be_even_within_the_head_with_rope(tmp_path, options):
     with pytest.raises(Exception, match="rotary_dim"):
         _recipe(tmp_path, options)
+
+
+# --- fused_qkv -------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_fused_qkv_is_one_linear_of_q_then_k_then_v_rows(tmp_path, bias):
+    options = dict(fused_qkv=True, bias=bias, rope_theta=100.0)   # HF Phi-3's qkv_proj
+    m = _recipe(tmp_path, options)
+    shapes = {n: p.shape for n, p in m.params.items()}
+    width = (HEADS + 2 * KV_HEADS) * HEAD_DIM
+    assert shapes == {"attn.qkv_proj.weight": (width, HIDDEN), "attn.o_proj.weight": (HIDDEN, HEADS * HEAD_DIM),
+                      **({"attn.qkv_proj.bias": (width,), "attn.o_proj.bias": (HIDDEN,)} if bias else {})}
+    check_forward_and_cache(m, options, ROPE)
+
+
+def test_fused_qkv_refuses_tensor_parallel_shards(tmp_path):
+    from builder import nn
+
+    with pytest.raises(nn.tensor_parallel.ShardError, match="fused_qkv does not split across 2 workers") as info:
+        nn.Attention(16, 4, fused_qkv=True, tensor_parallel_shards=2)
+    assert info.value.field == "fused_qkv"
+    assert nn.Attention(16, 4, fused_qkv=True, tensor_parallel_shards=2, tensor_parallel=False).fused_qkv
