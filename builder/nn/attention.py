@@ -191,7 +191,7 @@ class Attention(Module):
 
     def forward(self, x: Tensor, positions: Tensor | None = None, attention_mask: Tensor | None = None,
                 cache: Object | None = None, total_seq_len: int | E.PrimExpr | None = None,
-                token_indices: Tensor | None = None) -> Tensor:
+                token_indices: Tensor | None = None, position_bias: Tensor | None = None) -> Tensor:
         """x (batch, seq, hidden_size) float -> (batch, seq, hidden_size), x's dtype.
 
         - ``positions``: integer (seq,) or (batch, seq), the positions of x's tokens for the rotary
@@ -213,8 +213,14 @@ class Attention(Module):
           is one variable-length attention over each row's tokens (:func:`builder.nn.op.attention_var_len`,
           flash-attn's varlen BERT): no padding is computed. Not with a cache.
 
+        - ``position_bias``: an additive bias of x's dtype broadcastable to (batch, num_heads, seq, seq_kv),
+          added to the scaled (and capped) scores, before the causal / window mask and the softmax: T5's
+          relative position buckets (``T5Attention.compute_bias``), ALiBi's slopes (Press et al. 2022).
+          With tensor parallelism its head dim must be 1 (the heads are split across the workers).
+
         Raises ValueError for an x that is not 3-D (2-D with ``token_indices``) or whose last dim is not
-        hidden_size, ``token_indices`` without a padding mask or with a cache, ``positions``
+        hidden_size, ``token_indices`` without a padding mask or with a cache, a ``position_bias`` that is
+        not 4-D, of another dtype or with packed tokens, ``positions``
         without ``rope_theta``, a padding mask that is not 2-D, only one of ``cache`` /
         ``total_seq_len``, or a cache without ``layer_id``; TypeError for a ``cache`` that is not an
         ``nn.Object`` or a mask of another dtype (and what the ops raise for mismatched shapes).
@@ -228,6 +234,8 @@ class Attention(Module):
                                  "bool / integer (batch, seq)) the tokens were packed from")
             if cache is not None:
                 raise ValueError("Attention: token_indices (packed tokens) does not go with a KV cache")
+            if position_bias is not None:
+                raise ValueError("Attention: token_indices (packed tokens) does not go with a position_bias")
             if self.sliding_window is not None or self.logit_softcap is not None:
                 raise ValueError("Attention: token_indices (packed tokens) does not go with sliding_window or "
                                  "logit_softcap")
@@ -263,6 +271,8 @@ class Attention(Module):
         if cache is not None:
             k, v = op.kv_cache_update(cache, self.layer_id, k, v, total_seq_len)
         mask = None if attention_mask is None else self._mask(attention_mask)
+        if position_bias is not None:
+            mask = self._with_position_bias(mask, position_bias, x.dtype)
         causal = None if not self.causal else ("TopLeft" if cache is None else "BottomRight")
         out = op.scaled_dot_product_attention(q, k, v, attn_mask=mask, causal_mask=causal, scale=self.scale,
                                               window_size=self.sliding_window, logit_softcap=self.logit_softcap)
@@ -319,6 +329,21 @@ class Attention(Module):
         rot, rest = op.split(t, [self.rotary_dim], axis=3, name=f"{name}_split")
         rot = op.rotary_embedding(rot, positions, self.rope_theta, name=name, scaling=self.rope_scaling)
         return op.concat([rot, rest], dim=3, name=f"{name}_concat")
+
+    def _with_position_bias(self, mask: Tensor | None, bias: Tensor, dtype: str) -> Tensor:
+        """The additive mask of the attention op: ``bias`` (4-D, x's dtype), plus ``mask`` (a bool keep-mask:
+        -inf where it is false; or an additive float mask)."""
+        if bias.ndim != 4 or bias.dtype != dtype:
+            raise ValueError(f"Attention: position_bias must be 4-D (batch, num_heads, seq_q, seq_kv) of x's dtype "
+                             f"{dtype}, got {fmt_shape(bias.shape)} {bias.dtype}")
+        if self.local_num_heads != self.num_heads and bias.shape[1] != 1:
+            raise ValueError(f"Attention: with tensor parallelism a position_bias must have 1 head (it is shared "
+                             f"by the workers' heads), got {fmt_shape(bias.shape)}")
+        if mask is None:
+            return bias
+        if mask.dtype == "bool":
+            return op.where(mask, bias, float("-inf"))
+        return op.add(bias, mask)
 
     @staticmethod
     def _mask(mask: Tensor) -> Tensor:

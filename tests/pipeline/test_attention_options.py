@@ -237,3 +237,24 @@ def test_fused_qkv_refuses_tensor_parallel_shards(tmp_path):
         nn.Attention(16, 4, fused_qkv=True, tensor_parallel_shards=2)
     assert info.value.field == "fused_qkv"
     assert nn.Attention(16, 4, fused_qkv=True, tensor_parallel_shards=2, tensor_parallel=False).fused_qkv
+
+
+# --- position_bias ---------------------------------------------------------------------------------------
+
+
+def _bias(total):
+    """A deterministic additive bias (1, HEADS, total, total) (ALiBi-like slopes plus a ripple), so that the
+    rows of a chunk are the rows of the whole."""
+    i, j = np.arange(total)[:, None], np.arange(total)[None, :]
+    slopes = (0.5 ** np.arange(1, HEADS + 1))[:, None, None]
+    return (-slopes * np.abs(i - j) + 0.3 * np.sin(i + 2 * j))[None]
+
+
+def test_position_bias_is_added_to_the_scaled_scores(tmp_path):
+    options = dict(logit_softcap=2.0, sliding_window=5)
+    bias_in = f", b: {{shape: [1, {HEADS}, seq, total_seq_len], dtype: float64}}"
+    m = _recipe(tmp_path, options, call=", position_bias=b", inputs=bias_in)
+    check_forward_and_cache(m, options, TIGHT, extra=(_bias,))
+    x = RNG.standard_normal((1, 6, HIDDEN))
+    assert not np.allclose(reference(x, m.params, position_bias=_bias(6), **options),
+                           reference(x, m.params, **options))
