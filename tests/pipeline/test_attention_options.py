@@ -14,20 +14,22 @@ import builder
 from runtime import ContiguousKVCache
 
 RNG = np.random.default_rng(4242)
-HIDDEN, HEADS, KV_HEADS, HEAD_DIM = 16, 4, 2, 6
+HIDDEN, HEADS, KV_HEADS, HEAD_DIM = 32, 4, 2, 8
 TIGHT = dict(rtol=1e-9, atol=1e-10)
 #: rotary cos / sin are float32 (HF's LlamaRotaryEmbedding), so RoPE results agree to a few float32 ulp
 ROPE = dict(rtol=2e-6, atol=2e-6)
 
 
-def _recipe(tmp_path, options: dict, call: str = "", inputs: str = "") -> builder.CompiledModel:
+def _recipe(tmp_path, options: dict, call: str = "", inputs: str = "", overrides=(), weights=None,
+            draw: bool = True) -> builder.CompiledModel:
     """A one-layer recipe ``attn`` (Attention with ``options``) with forward / prefill / decode, float64,
     weights drawn here (std 0.4, so the softmax is far from uniform); the model's parameters are set to them."""
     layer = dict(type="Attention", hidden_size=HIDDEN, num_heads=HEADS, num_kv_heads=KV_HEADS, head_dim=HEAD_DIM,
                  causal=True)
     layer.update(options)
-    x = f"{{shape: [batch, seq, {HIDDEN}], dtype: float64}}"
+    x = f"{{shape: [batch, seq, {HIDDEN}], dtype: \"${{dtype}}\"}}"
     text = f"""name: attnopt
+vars: {{dtype: float64}}
 model:
   layers:
     attn: {json.dumps(layer)}
@@ -40,12 +42,12 @@ functions:
     inputs: {{x: {x}{inputs}, cache: {{type: kv_cache}}, total_seq_len: {{type: int}}}}
     forward: |
       return attn(x{call}, cache=cache, total_seq_len=total_seq_len)
-dtype: float64
+dtype: ${{dtype}}
 """
     path = tmp_path / "attn.yaml"
     path.write_text(text)
-    m = builder.build(path)
-    for name, p in list(m.params.items()):
+    m = builder.build(path, list(overrides), weights=weights)
+    for name, p in list(m.params.items()) if draw else ():
         m.params[name] = RNG.standard_normal(p.shape) * 0.4 + (1.0 if name.endswith("norm.weight") else 0.0)
     return m
 
@@ -202,14 +204,14 @@ def test_qk_norm_normalizes_each_head_before_rope(tmp_path, qk_norm):
 
 
 def test_rotary_dim_rotates_the_first_dims_of_each_head_only(tmp_path):
-    options = dict(rotary_dim=4, rope_theta=50.0)   # GPT-NeoX rotary_pct / Phi-2 partial_rotary_factor: 4 of 6
+    options = dict(rotary_dim=4, rope_theta=50.0)   # GPT-NeoX rotary_pct / Phi-2 partial_rotary_factor: 4 of 8
     m = _recipe(tmp_path, options)
     check_forward_and_cache(m, options, ROPE)
     x = RNG.standard_normal((1, 5, HIDDEN))
     assert not np.allclose(reference(x, m.params, **options), reference(x, m.params, rope_theta=50.0))
 
 
-@pytest.mark.parametrize("options", [dict(rotary_dim=3, rope_theta=10.0), dict(rotary_dim=8, rope_theta=10.0),
+@pytest.mark.parametrize("options", [dict(rotary_dim=3, rope_theta=10.0), dict(rotary_dim=10, rope_theta=10.0),
                                      dict(rotary_dim=4)])
 def test_rotary_dim_must_be_even_within_the_head_with_rope(tmp_path, options):
     with pytest.raises(Exception, match="rotary_dim"):
@@ -258,3 +260,46 @@ def test_position_bias_is_added_to_the_scaled_scores(tmp_path):
     x = RNG.standard_normal((1, 6, HIDDEN))
     assert not np.allclose(reference(x, m.params, position_bias=_bias(6), **options),
                            reference(x, m.params, **options))
+
+
+# --- float32 kernels and q4f16_1 -------------------------------------------------------------------------
+
+
+def _attention_kernels(m) -> set:
+    return {k["kernel"] for n, k in m.exe.kernels.items() if "attention" in n}
+
+
+@pytest.mark.parametrize("options", [
+    dict(fused_qkv=True, bias=True, qk_norm=True, rotary_dim=4, rope_theta=100.0, scale=0.3),
+    dict(sliding_window=3, logit_softcap=5.0, rope_theta=100.0)])
+def test_float32_kernels_and_q4f16_1_keep_the_options(tmp_path, options):
+    """In float32 the attention kernel takes scale / qk_norm / rotary_dim / fused_qkv (they are outside it) and
+    gives way to the reference loops for a window or a cap; the q4f16_1 build of the same weights (its
+    projections quantized Linears, fused qkv_proj included) stays near the float32 output, and its prefill +
+    decode over the cache equal its forward."""
+    from builder.codegen import Target
+    from builder.codegen.kernels import SimdInfo
+
+    f32 = _recipe(tmp_path, options, overrides=["dtype=float32"])
+    for name, p in list(f32.params.items()):
+        f32.params[name] = p.astype(np.float32)
+    x = RNG.standard_normal((2, 7, HIDDEN))
+    np.testing.assert_allclose(f32["forward"](x.astype(np.float32)), reference(x, f32.params, **options),
+                               rtol=2e-4, atol=2e-4)
+    host = Target.host()
+    kinds = _attention_kernels(f32)
+    if SimdInfo.from_target(host.triple, host.features).usable:
+        fast = "sliding_window" not in options
+        assert kinds and all(k.startswith("attention/") == fast for k in kinds), kinds
+    path = tmp_path / "w.safetensors"
+    f32.save_params(path)
+    q4 = _recipe(tmp_path, options, overrides=["quantization=q4f16_1"], weights=path, draw=False)
+    assert any(n.endswith("q_weight") for n in q4.params)
+    assert ("attn.qkv_proj.q_weight" in q4.params) == bool(options.get("fused_qkv"))
+    y = q4["forward"](x.astype(np.float16)).astype(np.float32)
+    ref = reference(x, f32.params, **options)
+    assert np.isfinite(y).all() and np.abs(y - ref).max() <= 0.25 * np.abs(ref).max()   # 4-bit weights
+    cache = ContiguousKVCache()
+    steps = [q4["prefill"](x[:, :5].astype(np.float16), cache, 5)] + [
+        q4["prefill"](x[:, t:t + 1].astype(np.float16), cache, t + 1) for t in (5, 6)]
+    np.testing.assert_allclose(np.concatenate(steps, axis=1).astype(np.float32), y, atol=2e-2 * np.abs(y).max())
