@@ -120,3 +120,40 @@ def test_complete_and_chat_errors(llama, tok_dir):
     with pytest.raises(ValueError, match="chat template"):
         m.chat([{"role": "user", "content": "hi"}])
     assert m.chat([{"role": "user", "content": "hi"}], max_tokens=2, temperature=0, chat_template=CHATML).choices
+
+
+def _cli(tok_dir, *args):
+    from builder.cli import main
+
+    return main([str(ROOT / "recipes" / "llama.yaml"), "--no-ir", "--weights",
+                 str(ROOT / "tests" / "data" / "llama_causal_lm.safetensors"), "--tokenizer",
+                 str(tok_dir / "tokenizer.json"), *args])
+
+
+def test_cli_prompt_streams_the_completion(llama, tok_dir, capsys):
+    want = llama.complete(PROMPT, max_tokens=7, temperature=0).text
+    assert _cli(tok_dir, "--prompt", PROMPT, "--max-new-tokens", "7", "--quiet") == 0
+    assert capsys.readouterr().out == want + "\n"
+    sampled = llama.complete(PROMPT, max_tokens=7, temperature=0.9, top_k=40, top_p=0.9, min_p=0.01, seed=5,
+                             stop=["zz"])
+    assert _cli(tok_dir, "--prompt", PROMPT, "--max-new-tokens", "7", "--temperature", "0.9", "--top-k", "40",
+                "--top-p", "0.9", "--min-p", "0.01", "--seed", "5", "--stop", "zz", "--json") == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["complete"]["text"] == sampled.text and data["complete"]["tokens"] == len(sampled.choices[0].token_ids)
+
+
+def test_cli_prompt_errors(tok_dir, capsys):
+    from builder.cli import main
+
+    assert main([str(ROOT / "recipes" / "llama.yaml"), "--no-ir", "--prompt", "hi"]) == 1
+    assert "--prompt needs --tokenizer" in capsys.readouterr().err
+    assert _cli(tok_dir, "--prompt", "hi", "--top-p", "0") == 1
+    assert "--top-p must be in" in capsys.readouterr().err
+    assert _cli(tok_dir, "--prompt", "hi", "--prompt-ids", "1,2") == 1
+    assert "give one of them" in capsys.readouterr().err
+
+
+def test_the_cli_escapes_control_characters_of_the_models_text():
+    from builder.cli_text import terminal_safe
+
+    assert terminal_safe("a\nb\tc\x1b[31md\x07") == "a\nb\tc\\x1b[31md\\x07"
