@@ -82,6 +82,7 @@ class CompiledModel:
     shards: dict[str, TensorShard] = field(default_factory=dict)
     group: Any = None
     tokenizer: Any = None   # tokenizer.json (or its folder, or a tokenizers.Tokenizer) for complete / chat
+    _text: tuple | None = None
 
     @property
     def params(self) -> dict[str, np.ndarray]:
@@ -188,9 +189,14 @@ class CompiledModel:
         if self.tokenizer is None:
             raise ValueError("complete / chat need the model's tokenizer: build(..., tokenizer='tokenizer.json') "
                              "(build --tokenizer), or set m.tokenizer")
-        found = token_vocab(self.ir, "prefill", "input_ids")
-        return TextModel(self._float_outputs("prefill"), self._float_outputs("decode"), self.tokenizer,
-                         vocab=None if found is None else found[0], chat_template=chat_template)
+        prefill, decode = self._float_outputs("prefill"), self._float_outputs("decode")   # the current params
+        key = (self.tokenizer, chat_template)     # the tokenizer is loaded once while it stays the same
+        if self._text is None or self._text[0] is not key[0] or self._text[1] != key[1]:
+            found = token_vocab(self.ir, "prefill", "input_ids")
+            self._text = (*key, TextModel(prefill, decode, self.tokenizer, vocab=None if found is None else found[0],
+                                          chat_template=chat_template))
+        self._text[2].prefill, self._text[2].decode = prefill, decode
+        return self._text[2]
 
     def complete(self, text: str, max_tokens: int = 16, stream: bool = False, **sampling):
         """Continue ``text`` with the model's tokenizer: :meth:`builder.completion.TextModel.complete` (a

@@ -110,7 +110,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--text", action="append", default=None, metavar="TEXT",
                    help="embed this text with the recipe's 'embed' function (repeatable; needs --tokenizer); "
                         "prints the embeddings and their cosine similarities (--output saves them)")
-    p.add_argument("--tokenizer", metavar="tokenizer.json", help="tokenizer file (HF tokenizers JSON) for --text")
+    p.add_argument("--tokenizer", metavar="tokenizer.json", help="tokenizer file (HF tokenizers JSON) for --text and --prompt")
     p.add_argument("--max-length", type=int, default=256, metavar="N",
                    help="truncate --text at N tokens (default 256, sentence-transformers' max_seq_length)")
     p.add_argument("--prompt-ids", metavar="IDS",

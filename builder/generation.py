@@ -221,7 +221,7 @@ class GenerationOutput:
     """What :func:`generate` returns, one entry per row (``batch * n``; row ``r`` is completion ``r % n`` of
     prompt ``r // n``): ``ids`` int64 arrays of the new tokens (a stop id that ended a row is its last
     token), ``finish_reasons`` (``"stop"`` / ``"length"``); with ``logprobs``, ``logprobs`` float64 (tokens,)
-    and ``top_ids`` / ``top_logprobs`` (tokens, N) per row."""
+    and ``top_ids`` / ``top_logprobs`` (tokens, N) per row; ``steps``: the steps run (the longest row)."""
 
     ids: list[np.ndarray]
     finish_reasons: list[str]
