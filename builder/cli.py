@@ -4,7 +4,7 @@
                  [--input X.npz] [--output Y.npz] [--function NAME] [--seed N]
                  [--save-params OUT.safetensors] [--bench [RUNS]] [--bench-dim NAME=VALUE]
                  [--text TEXT ... --tokenizer tokenizer.json] [--prompt-ids 1,2,3 --max-new-tokens N]
-                 [--prompt TEXT --tokenizer tokenizer.json [--temperature T --top-k K --top-p P --min-p P --stop S]]
+                 [--prompt TEXT | --chat] [--tokenizer tokenizer.json] [--temperature T --top-k K --top-p P ...]
                  [--save-exe DIR] [--validate] [--print-recipe] [--quiet | --json] [--debug]
     build --list-ops | --schema | --version
 
@@ -51,7 +51,7 @@ import time
 # every heavy module (the compiler, numpy, rich, schemas / pydantic, runtime) is imported inside the function
 # that needs it.
 
-from .cli_text import add_prompt_arguments, check_prompt_arguments, complete_prompt
+from .cli_text import add_prompt_arguments, chat_loop, check_prompt_arguments, complete_prompt
 from .terminal import (BuildProgressDisplay, ConversionProgressDisplay, make_console, printable_lines, use_color,
                        worker_prefix)
 
@@ -347,6 +347,8 @@ def _run_with(args: argparse.Namespace, progress: "ConversionProgressDisplay") -
         results["generate"] = _generate(args, model, prompt, asked)
     if args.prompt is not None:
         results["complete"] = complete_prompt(args, model, not (other_rank or args.json), out)
+    if args.chat:
+        results["chat"] = chat_loop(args, model, asked)
     if args.bench is not None:
         bench = _bench(model, args.function or model.functions[0], args.bench, args.bench_dim)
         asked.print(escape(printable_lines(bench["line"])))

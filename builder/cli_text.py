@@ -1,7 +1,9 @@
 """``build RECIPE --prompt TEXT --tokenizer tokenizer.json``: the completion of TEXT streamed to stdout as it is
 generated (:meth:`builder.CompiledModel.complete`), with the sampling flags ``--temperature`` (default 0:
 greedy, as ``--prompt-ids``), ``--top-k``, ``--top-p``, ``--min-p``, ``--repetition-penalty``, ``--stop`` and
-``--seed`` (also the seed of random weights) and ``--max-new-tokens``. The model's text is untrusted: control
+``--seed`` (also the seed of random weights) and ``--max-new-tokens``. ``--chat`` is an interactive chat on the
+terminal with the tokenizer's chat template (``tokenizer_config.json`` beside ``tokenizer.json``): each line read
+is a user message, the reply is streamed; ``/reset`` forgets the conversation, ``/exit`` or end of input ends it. The model's text is untrusted: control
 characters other than newline and tab are shown escaped, so it cannot drive the terminal.
 """
 from __future__ import annotations
@@ -10,7 +12,7 @@ import argparse
 import sys
 import time
 
-__all__ = ["add_prompt_arguments", "check_prompt_arguments", "complete_prompt", "terminal_safe"]
+__all__ = ["add_prompt_arguments", "check_prompt_arguments", "complete_prompt", "chat_loop", "terminal_safe"]
 
 
 def add_prompt_arguments(p: argparse.ArgumentParser) -> None:
@@ -18,6 +20,8 @@ def add_prompt_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("text generation (--prompt)")
     g.add_argument("--prompt", metavar="TEXT",
                    help="complete this text with the recipe's prefill / decode and --tokenizer, streamed to stdout")
+    g.add_argument("--chat", action="store_true",
+                   help="chat on the terminal with the tokenizer's chat template (/reset, /exit)")
     g.add_argument("--temperature", type=float, default=0.0, metavar="T",
                    help="sampling temperature for --prompt (default 0: greedy)")
     g.add_argument("--top-k", type=int, default=0, metavar="K", help="keep the K most likely tokens (default 0: off)")
@@ -35,14 +39,18 @@ def check_prompt_arguments(args: argparse.Namespace) -> None:
     flags that are out of range (ValueError naming the flag), before anything is built."""
     from .sampling import SamplingParams
 
-    if args.prompt is None:
+    if args.prompt is None and not args.chat:
         if args.stop is not None:
-            raise ValueError("--stop needs --prompt")
+            raise ValueError("--stop needs --prompt or --chat")
         return
+    flag = "--chat" if args.chat else "--prompt"
     if args.tokenizer is None:
-        raise ValueError("--prompt needs --tokenizer tokenizer.json (the model's tokenizer)")
-    if args.text is not None or args.input is not None or args.prompt_ids is not None:
-        raise ValueError("--prompt, --text, --input and --prompt-ids each run the model; give one of them")
+        raise ValueError(f"{flag} needs --tokenizer tokenizer.json (the model's tokenizer)")
+    if args.chat and args.json:
+        raise ValueError("--chat is interactive: no --json")
+    if (args.text is not None or args.input is not None or args.prompt_ids is not None
+            or (args.chat and args.prompt is not None)):
+        raise ValueError("--prompt, --chat, --text, --input and --prompt-ids each run the model; give one of them")
     try:
         SamplingParams(**_sampling(args))
     except ValueError as exc:
@@ -83,3 +91,37 @@ def complete_prompt(args: argparse.Namespace, model, stream: bool, out) -> dict:
         sys.stdout.flush()
     out.print(f"generated {tokens} token(s) in {sec * 1e3:.1f} ms ({tokens / sec:.1f} tokens/s; {reason})")
     return {"text": "".join(text), "tokens": tokens, "finish_reason": reason, "ms": sec * 1e3}
+
+
+def chat_loop(args: argparse.Namespace, model, console, read=input) -> dict:
+    """``--chat``: read user lines with ``read(prompt)`` until ``/exit`` or end of input, stream each reply to
+    stdout (:meth:`builder.CompiledModel.chat`), keep the conversation; returns ``{"turns": N}``."""
+    if model.group is not None:
+        raise ValueError("--chat reads the terminal in one process; run it without tensor parallelism")
+    model.tokenizer = args.tokenizer
+    model.text_model().chat_template     # no template: the error now, not after the first line
+    console.print("chat: /reset forgets the conversation, /exit ends it", style="dim")
+    messages: list[dict] = []
+    turns = 0
+    while True:
+        try:
+            line = read("> ")
+        except EOFError:
+            sys.stdout.write("\n")
+            break
+        if line.strip() == "/exit":
+            break
+        if line.strip() == "/reset":
+            messages.clear()
+            continue
+        messages.append({"role": "user", "content": line})
+        reply = []
+        for chunk in model.chat(messages, max_tokens=args.max_new_tokens, stream=True, stop=args.stop,
+                                **_sampling(args)):
+            reply.append(chunk.text)
+            sys.stdout.write(terminal_safe(chunk.text))
+            sys.stdout.flush()
+        sys.stdout.write("\n")
+        messages.append({"role": "assistant", "content": "".join(reply)})
+        turns += 1
+    return {"turns": turns}

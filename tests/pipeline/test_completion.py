@@ -157,3 +157,22 @@ def test_the_cli_escapes_control_characters_of_the_models_text():
     from builder.cli_text import terminal_safe
 
     assert terminal_safe("a\nb\tc\x1b[31md\x07") == "a\nb\tc\\x1b[31md\\x07"
+
+
+def test_cli_chat_keeps_the_conversation_and_streams_each_reply(llama, tok_dir, capsys, monkeypatch):
+    import io
+
+    from builder.cli_text import terminal_safe
+
+    first = llama.chat([{"role": "user", "content": "hi"}], max_tokens=5, temperature=0).text
+    history = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": first},
+               {"role": "user", "content": "again"}]
+    second = llama.chat(history, max_tokens=5, temperature=0).text
+    fresh = llama.chat([{"role": "user", "content": "again"}], max_tokens=5, temperature=0).text
+    monkeypatch.setattr("sys.stdin", io.StringIO("hi\nagain\n/reset\nagain\n"))
+    assert _cli(tok_dir, "--chat", "--max-new-tokens", "5", "--quiet") == 0
+    out = capsys.readouterr().out
+    first, second, fresh = (terminal_safe(t) for t in (first, second, fresh))   # the model's \x07 is escaped
+    assert out.endswith(f"> {first}\n> {second}\n> > {fresh}\n> \n") and first != second
+    assert _cli(tok_dir, "--chat", "--json") == 1
+    assert "no --json" in capsys.readouterr().err
