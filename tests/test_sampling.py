@@ -11,8 +11,16 @@ from builder.sampling import (Sampler, SamplingParams, apply_logit_bias, apply_m
                               apply_presence_frequency_penalty, apply_repetition_penalty, apply_temperature,
                               apply_top_k, apply_top_p, log_softmax, process_logits)
 
-torch = pytest.importorskip("torch")
-lp = pytest.importorskip("transformers.generation.logits_process")
+
+
+class _HF:
+    """transformers' logits processors, imported (or the test skipped) on first use."""
+
+    def __getattr__(self, name):
+        return getattr(pytest.importorskip("transformers.generation.logits_process"), name)
+
+
+lp = _HF()
 
 RNG = np.random.default_rng(7)
 LOGITS = RNG.normal(0.0, 2.0, size=(4, 50))
@@ -20,6 +28,7 @@ IDS = RNG.integers(0, 50, size=(4, 9))
 
 
 def _hf(processor, logits=LOGITS, ids=IDS):
+    torch = pytest.importorskip("torch")
     return processor(torch.from_numpy(ids), torch.from_numpy(logits.copy())).numpy()
 
 
