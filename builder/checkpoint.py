@@ -13,8 +13,8 @@ that never slides); a ``harmless`` field (token ids, dropout, ``transformers_ver
 other field is an error naming it and its value, since it may change the computation.
 
 Files read are untrusted: ``config.json`` / ``generation_config.json`` at most
-:data:`~core.limits.MAX_HF_CONFIG_BYTES`, the index at most :data:`~core.limits.MAX_HF_INDEX_BYTES` naming at
-most :data:`~core.limits.MAX_HF_SHARDS` files, all of them regular files inside the folder.
+:data:`~core.limits.MAX_HF_CONFIG_BYTES` (regular files, JSON without NaN / Infinity); a sharded index is read
+and bounded by :mod:`runtime.sharded_weights`.
 """
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from core.limits import MAX_HF_CONFIG_BYTES, MAX_HF_INDEX_BYTES, MAX_HF_SHARDS, MAX_RECIPE_BYTES
+from core.limits import MAX_HF_CONFIG_BYTES, MAX_RECIPE_BYTES
 
 __all__ = ["FAMILIES_FILE", "HFCheckpoint", "HFCheckpointError", "load_families", "resolve_checkpoint"]
 
@@ -228,28 +228,11 @@ def _weights_file(folder: Path) -> Path:
 
 
 def weight_names(weights: Path) -> set[str]:
-    """The tensor names of a ``model.safetensors`` (its header) or of a sharded checkpoint's index."""
-    if weights.name.endswith(".index.json"):
-        return set(read_index(weights))
+    """The tensor names of a ``model.safetensors``, or of every file of a sharded checkpoint's index (their
+    headers, checked against the index: :mod:`runtime.sharded_weights`)."""
     from runtime.weights import read_safetensors_header
 
     return set(read_safetensors_header(weights))
-
-
-def read_index(index: Path) -> dict[str, str]:
-    """``weight_map`` of a ``model.safetensors.index.json``: tensor name -> shard file name (a plain name in
-    the index's folder). Raises HFCheckpointError for a malformed or oversized index."""
-    data = _read_json(index, MAX_HF_INDEX_BYTES, "the weights index")
-    wmap = data.get("weight_map") if isinstance(data, dict) else None
-    if not isinstance(wmap, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in wmap.items()):
-        raise HFCheckpointError(f"{index}: expected an object with a 'weight_map' of tensor name -> file name")
-    files = set(wmap.values())
-    if len(files) > MAX_HF_SHARDS:
-        raise HFCheckpointError(f"{index}: names {len(files)} files, more than the {MAX_HF_SHARDS} allowed")
-    bad = [f for f in files if f in ("", ".", "..") or "/" in f or "\\" in f or "\0" in f]
-    if bad:
-        raise HFCheckpointError(f"{index}: shard file {bad[0]!r} is not a plain file name in the index's folder")
-    return wmap
 
 
 def resolve_checkpoint(folder: str | os.PathLike, overrides: Sequence[str] = (),

@@ -73,6 +73,9 @@ DEFERRED = {
         "Module.export_tvm reads the spec, whose nn.spec.Object defaults to nn.Object",
     ("builder.nn.core", "builder.compile"):
         "Module.jit (TVM's API) compiles: the compiler is a higher room than nn",
+    ("runtime.weights", "runtime.sharded_weights"):
+        "load_params opens a sharded checkpoint's index through the sharded reader, which reads each of its files "
+        "with weights' single-file reader",
 }
 """Imports allowed to break the rules above (a room's order, or a cycle), each with its reason; they are
 deferred to the function that needs them."""

@@ -34,6 +34,14 @@ def test_llama_tied_biases_and_llama3_rope_scaling(tmp_path):
     check_causal_lm(tmp_path, hf, 160)
 
 
+def test_llama_sharded_checkpoint(tmp_path):
+    """``save_pretrained(max_shard_size=...)``: model.safetensors.index.json and several shards."""
+    hf = save_tiny(tmp_path, "LlamaConfig", "LlamaForCausalLM", seed=5, max_shard_size="20KB", **SMALL)
+    assert (tmp_path / "model.safetensors.index.json").is_file()
+    assert len(list(tmp_path.glob("model-*.safetensors"))) > 2
+    check_causal_lm(tmp_path, hf, 160)
+
+
 def test_llama_quantized_and_dtype_overrides(tmp_path):
     """``build DIR quantization=q4f16_1`` and ``dtype=...`` act as on a recipe: the weights are quantized while
     loaded, and the logits stay near the float model's."""
