@@ -1,42 +1,29 @@
-"""``recipes/hf/gemma.yaml`` on a tiny random transformers ``GemmaForCausalLM`` as ``save_pretrained`` writes it
-(RMSNorm weights stored as offsets from 1, a sqrt(hidden_size)-scaled embedding, head_dim 16 with hidden 32 / 4 heads, no lm_head.weight: tied): logits, greedy generation over the KV cache and chunked prefill against transformers. Needs torch and
-transformers (skipped without)."""
-from pathlib import Path
-
+"""``build DIR`` on a Gemma checkpoint saved by transformers (``GemmaForCausalLM``, ``recipes/hf/gemma.yaml``):
+RMSNorm weights stored as offsets from 1, the embedding scaled by sqrt(hidden_size), head_dim 16 with hidden 32 /
+4 heads, no lm_head.weight (tied); compared with transformers (logits on two shapes, 16 greedy tokens over
+prefill + decode, chunked prefill: tests/helpers/hf_checkpoints.py)."""
 import pytest
 
-torch = pytest.importorskip("torch", reason="the HF family tests need torch")
-T = pytest.importorskip("transformers", reason="the HF family tests need transformers")
+import builder
+from builder.checkpoint import HFCheckpointError
+from helpers.hf_checkpoints import check_causal_lm, save_tiny
 
-import builder  # noqa: E402
-from helpers.hf_causal import check_chunked_prefill, check_generation, check_logits, nudge_and_save  # noqa: E402
+pytest.importorskip("transformers")
 
-RECIPES = Path(__file__).resolve().parents[2] / "recipes"
-VOCAB = 128
-
-
-@pytest.fixture(scope="module")
-def gemma(tmp_path_factory):
-    path = tmp_path_factory.mktemp("gemma")
-    torch.manual_seed(0)
-    config = T.GemmaConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                            num_attention_heads=4, num_key_value_heads=2, head_dim=16, rms_norm_eps=1e-6,
-                            rope_theta=10000.0, pad_token_id=0, bos_token_id=0, eos_token_id=0)
-    hf = nudge_and_save(torch, T.GemmaForCausalLM(config), path)
-    m = builder.build(RECIPES / "hf" / "gemma.yaml", weights=path / "model.safetensors",
-                      overrides=(f"vocab_size={VOCAB}", "hidden_size=32", "num_layers=2", "intermediate_size=64", "num_heads=4", "num_kv_heads=2", "head_dim=16"))
-    return m, hf
+SMALL = dict(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+             num_key_value_heads=2, head_dim=16, rms_norm_eps=1e-6, pad_token_id=0, bos_token_id=0, eos_token_id=0)
 
 
-def test_gemma_logits_match_transformers(gemma):
-    m, hf = gemma
+def test_gemma_matches_transformers(tmp_path):
+    hf = save_tiny(tmp_path, "GemmaConfig", "GemmaForCausalLM", seed=13, **SMALL,
+                   rope_parameters={"rope_type": "default", "rope_theta": 500.0})
+    m = check_causal_lm(tmp_path, hf, 128)
     assert m.params["model.layers.0.self_attn.q_proj.weight"].shape == (64, 32)     # 4 heads x head_dim 16
-    check_logits(torch, m, hf, VOCAB)
+    assert "lm_head.weight" in m.params
 
 
-def test_gemma_greedy_generation_over_the_kv_cache_matches_transformers(gemma):
-    check_generation(torch, *gemma, VOCAB)
-
-
-def test_gemma_two_prefill_chunks_equal_one_prefill(gemma):
-    check_chunked_prefill(gemma[0], VOCAB)
+def test_gemma_rope_scaling_is_refused(tmp_path):
+    save_tiny(tmp_path, "GemmaConfig", "GemmaForCausalLM", **SMALL,
+              rope_parameters={"rope_type": "linear", "factor": 2.0, "rope_theta": 500.0})
+    with pytest.raises(HFCheckpointError, match=r'rope_parameters.rope_type = "linear" is not supported'):
+        builder.build(tmp_path)

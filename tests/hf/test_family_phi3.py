@@ -1,43 +1,34 @@
-"""``recipes/hf/phi3.yaml`` on a tiny random transformers ``Phi3ForCausalLM`` as ``save_pretrained`` writes it
-(q, k and v fused in one qkv_proj, gate and up in one gate_up_proj, split by weights.transforms): logits, greedy generation over the KV cache and chunked prefill against transformers. Needs torch and
-transformers (skipped without)."""
-from pathlib import Path
-
+"""``build DIR`` on a Phi-3 checkpoint saved by transformers (``Phi3ForCausalLM``, ``recipes/hf/phi3.yaml``): q, k
+and v fused in one qkv_proj, gate and up in one gate_up_proj, split by the recipe's weights.transforms; compared
+with transformers (logits on two shapes, 16 greedy tokens over prefill + decode, chunked prefill:
+tests/helpers/hf_checkpoints.py). The longrope scaling of the 128k models is refused naming the field."""
+import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch", reason="the HF family tests need torch")
-T = pytest.importorskip("transformers", reason="the HF family tests need transformers")
+import builder
+from builder.checkpoint import HFCheckpointError
+from helpers.hf_checkpoints import check_causal_lm, save_tiny
 
-import builder  # noqa: E402
-from helpers.hf_causal import check_chunked_prefill, check_generation, check_logits, nudge_and_save  # noqa: E402
+pytest.importorskip("transformers")
 
-RECIPES = Path(__file__).resolve().parents[2] / "recipes"
-VOCAB = 128
-
-
-@pytest.fixture(scope="module")
-def phi3(tmp_path_factory):
-    path = tmp_path_factory.mktemp("phi3")
-    torch.manual_seed(0)
-    config = T.Phi3Config(vocab_size=VOCAB, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
-                           num_attention_heads=4, num_key_value_heads=2, rms_norm_eps=1e-5, rope_theta=500.0,
-                           pad_token_id=0, bos_token_id=0, eos_token_id=0)
-    hf = nudge_and_save(torch, T.Phi3ForCausalLM(config), path)
-    m = builder.build(RECIPES / "hf" / "phi3.yaml", weights=path / "model.safetensors",
-                      overrides=(f"vocab_size={VOCAB}", "hidden_size=32", "num_layers=2", "intermediate_size=48", "num_heads=4", "num_kv_heads=2", "rope_theta=500.0"))
-    return m, hf
+SMALL = dict(vocab_size=128, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
+             num_key_value_heads=2, rms_norm_eps=1e-5, pad_token_id=0, bos_token_id=0, eos_token_id=0)
 
 
-def test_phi3_logits_match_transformers(phi3):
-    m, hf = phi3
-    assert m.params["model.layers.0.self_attn.k_proj.weight"].shape == (16, 32)     # 2 KV heads of 8 from qkv_proj
-    assert m.params["model.layers.1.mlp.up_proj.weight"].shape == (48, 32)         # the second half of gate_up_proj
-    check_logits(torch, m, hf, VOCAB)
+def test_phi3_matches_transformers(tmp_path):
+    hf = save_tiny(tmp_path, "Phi3Config", "Phi3ForCausalLM", seed=14, **SMALL,
+                   rope_parameters={"rope_type": "default", "rope_theta": 500.0})
+    m = check_causal_lm(tmp_path, hf, 128)
+    qkv = hf.model.layers[0].self_attn.qkv_proj.weight.detach().numpy()
+    np.testing.assert_array_equal(m.params["model.layers.0.self_attn.k_proj.weight"], qkv[32:48])   # 2 KV heads of 8
+    up = hf.model.layers[1].mlp.gate_up_proj.weight.detach().numpy()[48:]
+    np.testing.assert_array_equal(m.params["model.layers.1.mlp.up_proj.weight"], up)       # the second half
 
 
-def test_phi3_greedy_generation_over_the_kv_cache_matches_transformers(phi3):
-    check_generation(torch, *phi3, VOCAB)
-
-
-def test_phi3_two_prefill_chunks_equal_one_prefill(phi3):
-    check_chunked_prefill(phi3[0], VOCAB)
+def test_phi3_longrope_is_refused_naming_the_field(tmp_path):
+    rope = {"rope_type": "longrope", "rope_theta": 500.0, "short_factor": [1.0] * 4, "long_factor": [2.0] * 4,
+            "original_max_position_embeddings": 32}
+    save_tiny(tmp_path, "Phi3Config", "Phi3ForCausalLM", **SMALL, max_position_embeddings=128,
+              original_max_position_embeddings=32, rope_parameters=rope)
+    with pytest.raises(HFCheckpointError, match=r'rope_parameters.rope_type = "longrope" is not supported'):
+        builder.build(tmp_path)
