@@ -42,3 +42,20 @@ def test_roberta_positions_start_after_padding_idx(tmp_path, config, model):
     hf = save_tiny(tmp_path, config, model, seed=2, **SMALL, type_vocab_size=1, pad_token_id=1)
     assert "position_offset=2" in builder.checkpoint.resolve_checkpoint(tmp_path).overrides
     _compare(tmp_path, hf, 1, 1)
+
+
+def test_distilbert(tmp_path):
+    import torch
+
+    hf = save_tiny(tmp_path, "DistilBertConfig", "DistilBertModel", seed=3, vocab_size=120, dim=48, hidden_dim=96,
+                   n_layers=2, n_heads=4, max_position_embeddings=40)
+    model = builder.build(tmp_path)
+    rng = np.random.default_rng(4)
+    for batch, seq in ((1, 6), (3, 13)):
+        ids = rng.integers(0, 120, (batch, seq), dtype=np.int64)
+        mask = np.ones((batch, seq), np.int64)
+        mask[0, seq - 2:] = 0
+        with torch.no_grad():
+            ref = hf(input_ids=torch.from_numpy(ids), attention_mask=torch.from_numpy(mask)).last_hidden_state.numpy()
+        real = mask.astype(bool)
+        np.testing.assert_allclose(model["forward"](ids, mask)[real], ref[real], atol=1e-4, rtol=0)
