@@ -205,8 +205,8 @@ def _choose(cfg: Path, families, config: dict) -> tuple[str, Any]:
         for name, fam in families.families.items():
             if arch in fam.architectures:
                 return name, fam
-    for name, fam in families.families.items():
-        if isinstance(model_type, str) and model_type in fam.model_types:
+    for name, fam in families.families.items():   # model_type only without architectures: a model with a head
+        if not archs and isinstance(model_type, str) and model_type in fam.model_types:   # is not its base model
             return name, fam
     known = sorted({a for f in families.families.values() for a in f.architectures})
     types = sorted({t for f in families.families.values() for t in f.model_types})

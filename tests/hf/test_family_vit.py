@@ -1,6 +1,7 @@
 """``build DIR`` on ``ViTModel`` checkpoints saved by transformers (``recipes/hf/vit.yaml``), with qkv biases and
-without: ``last_hidden_state`` and ``pooler_output`` against transformers on two batch sizes; and the recipe
-without its pooler (``pooler_type=ViTNoPooler``, the file's pooler ignored)."""
+without: ``forward`` (``last_hidden_state``) and ``pooled`` (``pooler_output``) against transformers on two batch
+sizes; and the recipe without its pooler (``pooler_type=ViTNoPooler``, the file's pooler ignored: ``pooled`` is
+the CLS token's last hidden state)."""
 import numpy as np
 import pytest
 
@@ -24,8 +25,9 @@ def test_vit_matches_transformers(tmp_path, qkv_bias):
         x = np.random.default_rng(batch).standard_normal((batch, 3, 8, 8)).astype(np.float32)
         with torch.no_grad():
             ref = hf(pixel_values=torch.from_numpy(x))
-        hidden, pooled = m["forward"](x)
+        hidden, pooled = m["forward"](x), m["pooled"](x)
         assert hidden.shape == (batch, 5, 32) and pooled.shape == (batch, 32)
         np.testing.assert_allclose(hidden, ref.last_hidden_state.numpy(), rtol=0, atol=1e-4)
         np.testing.assert_allclose(pooled, ref.pooler_output.numpy(), rtol=0, atol=1e-4)
         np.testing.assert_allclose(bare["forward"](x), ref.last_hidden_state.numpy(), rtol=0, atol=1e-4)
+        np.testing.assert_allclose(bare["pooled"](x), ref.last_hidden_state[:, 0].numpy(), rtol=0, atol=1e-4)
