@@ -516,13 +516,29 @@ def _param_specs(params: Sequence[tuple[str, nn.Parameter]]) -> list[tuple[str, 
     return specs
 
 
+def checkpoint_source(recipe_path: str | Path, overrides: Sequence[str], weights: str | Path | None
+                      ) -> tuple[str | Path, list[str], str | Path | None]:
+    """``(recipe, overrides, weights)`` to build: as given for a recipe file; for a Hugging Face checkpoint
+    folder, its family's recipe, the overrides its ``config.json`` makes followed by ``overrides``, and its
+    weights unless ``weights`` is given (:func:`builder.checkpoint.resolve_checkpoint`, which raises
+    :class:`builder.checkpoint.HFCheckpointError`)."""
+    if not Path(recipe_path).is_dir():
+        return recipe_path, list(overrides) if not isinstance(overrides, str) else [overrides], weights
+    from .checkpoint import resolve_checkpoint
+
+    hf = resolve_checkpoint(recipe_path, [overrides] if isinstance(overrides, str) else overrides)
+    return hf.recipe, hf.overrides, hf.weights if weights is None else weights
+
+
 def build(recipe_path: str | Path, overrides: Sequence[str] = (), weights: str | Path | None = None,
           seed: int = 0, on_ir: Callable[[rx.IRModule], None] | None = None,
           progress: Progress | None = None, instruments: Sequence[PassInstrument] = (),
           build_progress: Callable | None = None,
           check_inputs: Callable[[rx.IRModule, list[tuple[str, nn.Parameter]]], None] | None = None,
           tokenizer: Any = None) -> CompiledModel:
-    """Load ``recipe_path`` with ``overrides`` (``"KEY=VALUE"``), build and compile it.
+    """Load ``recipe_path`` with ``overrides`` (``"KEY=VALUE"``), build and compile it. ``recipe_path`` may be
+    a Hugging Face checkpoint folder (``config.json`` + ``model.safetensors``): its family's recipe with the
+    config's values, the folder's weights (:func:`checkpoint_source`; docs/models.md).
 
     ``weights``: a safetensors file (default: the recipe's ``weights.path``, else random
     weights drawn with ``seed``); a float checkpoint is converted (quantized) while it is loaded.
@@ -540,6 +556,7 @@ def build(recipe_path: str | Path, overrides: Sequence[str] = (), weights: str |
     """
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
+    recipe_path, overrides, weights = checkpoint_source(recipe_path, overrides, weights)
     recipe = schemas.load_recipe(recipe_path, overrides)
     mapping = QuantizeMapping()
     irmod, params, spec, module, strategies = _export(recipe, mapping)
@@ -753,6 +770,7 @@ def validate(recipe_path: str | Path, overrides: Sequence[str] = (), weights: st
     the weights file when one is given or the recipe names one (every parameter found with its shape
     and dtype, converted as the recipe's quantization says). Raises :class:`schemas.RecipeError` /
     :class:`runtime.WeightsError` as :func:`build` does; no code is generated."""
+    recipe_path, overrides, weights = checkpoint_source(recipe_path, overrides, weights)
     recipe = schemas.load_recipe(recipe_path, overrides)
     mapping = QuantizeMapping()
     _, params, spec, _, strategies = _export(recipe, mapping)

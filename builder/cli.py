@@ -1,12 +1,15 @@
 """The ``build`` command: a thin layer over :func:`builder.build_model` with rich output.
 
-    build RECIPE [KEY=VALUE ...] [--plain] [--no-ir] [--weights W.safetensors]
+    build RECIPE|HF_DIR [KEY=VALUE ...] [--plain] [--no-ir] [--weights W.safetensors]
                  [--input X.npz] [--output Y.npz] [--function NAME] [--seed N]
                  [--save-params OUT.safetensors] [--bench [RUNS]] [--bench-dim NAME=VALUE]
                  [--text TEXT ... --tokenizer tokenizer.json] [--prompt-ids 1,2,3 --max-new-tokens N]
                  [--prompt TEXT | --chat] [--tokenizer tokenizer.json] [--temperature T --top-k K --top-p P ...]
                  [--save-exe DIR] [--validate] [--print-recipe] [--quiet | --json] [--debug]
     build --list-ops | --schema | --version
+
+``build HF_DIR`` builds a Hugging Face checkpoint folder (``config.json``, ``model.safetensors`` or a sharded
+index, optional ``tokenizer.json``) with its family's recipe (:mod:`builder.checkpoint`, docs/models.md).
 
 ``--save-exe DIR`` writes one artifact folder (the Executable, the converted parameters, the resolved
 recipe, the tokenizer given with ``--tokenizer``, a manifest) that ``runtime.load_artifact(DIR)`` loads and
@@ -222,6 +225,14 @@ def _run_with(args: argparse.Namespace, progress: "ConversionProgressDisplay") -
     plain = args.plain or not color
     if args.input is None and args.text is None and args.output is not None:
         raise ValueError("--output needs --input (the arrays to run the function on) or --text")
+    if os.path.isdir(args.recipe):    # a Hugging Face checkpoint folder: its family's recipe (docs/models.md)
+        from .checkpoint import resolve_checkpoint
+
+        hf = resolve_checkpoint(args.recipe, args.overrides)
+        args.recipe, args.overrides = str(hf.recipe), hf.overrides
+        args.weights = args.weights or str(hf.weights)
+        if args.tokenizer is None and hf.tokenizer is not None:
+            args.tokenizer = str(hf.tokenizer)
     for flag, path in (("--input", args.input), ("--weights", args.weights)):
         if path is not None:
             _check_input_file(flag, path)
