@@ -5,6 +5,7 @@ cached.
     python benchmarks/bench_build.py --quick      # MiniLM and the 2-layer Llama only
     python benchmarks/bench_build.py --markdown   # also print the table as Markdown
     python benchmarks/bench_build.py --threads 1  # LLVM on one thread (MB_BUILD_THREADS)
+    python benchmarks/bench_build.py --hf         # build DIR of each family's tiny checkpoint vs the Llama recipe
 
 Models: the shipped recipes, built as ``build`` builds them (recipe -> modules -> IR -> passes -> native
 code), weights never drawn: ``minilm`` (``recipes/minilm_l6.yaml``: forward and embed), ``llama-N``
@@ -20,6 +21,11 @@ modules' threads) and the LLVM phase's wall time, bytecode, and the total (expor
 first build of each model); ``cached``: the same build again (the object comes from the cache; the
 IR is still generated, it is the key). Each row is one build (``--repeat`` takes the fastest of
 several, each cold one in a fresh cache).
+
+``--hf`` (needs transformers): each family of ``recipes/hf/families.yaml`` as a tiny 2-layer checkpoint saved
+by transformers (hidden 64, vocab 256, random weights), built cold with ``builder.build(DIR)`` (config mapping,
+weights read, export, compile), against the 2-layer Llama recipe at the same sizes on random weights, cold:
+printed as the ratio family / Llama (not asserted; the encoders compile other kernels, so theirs differ).
 
 ``OPENBLAS_CORETYPE`` / ``OPENBLAS_L2_SIZE`` are removed from the environment before numpy loads
 (as the other benchmarks do).
@@ -104,6 +110,57 @@ def measure(name: str, repeat: int) -> tuple[dict, dict]:
     return cold, cached
 
 
+#: family -> (transformers config class, model class, config fields): the --hf checkpoints
+HF_MODELS = {
+    "llama": ("LlamaConfig", "LlamaForCausalLM", {"num_key_value_heads": 4}),
+    "qwen2": ("Qwen2Config", "Qwen2ForCausalLM", {"num_key_value_heads": 4}),
+    "mistral": ("MistralConfig", "MistralForCausalLM", {"num_key_value_heads": 4, "sliding_window": None}),
+    "bert": ("BertConfig", "BertModel", {}),
+    "roberta": ("RobertaConfig", "RobertaModel", {}),
+    "distilbert": ("DistilBertConfig", "DistilBertModel", {"dim": 64, "hidden_dim": 128, "n_layers": 2, "n_heads": 4}),
+}
+HF_SIZES = {"vocab_size": 256, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+            "num_attention_heads": 4, "max_position_embeddings": 128}
+
+
+def _cold(fn) -> float:
+    """Seconds of ``fn()`` with an empty object cache."""
+    saved = os.environ.get("MB_CACHE_DIR")
+    d = tempfile.mkdtemp(prefix="mb-bench-build-")
+    os.environ["MB_CACHE_DIR"] = d
+    try:
+        t0 = time.perf_counter()
+        fn()
+        return time.perf_counter() - t0
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+        if saved is None:
+            os.environ.pop("MB_CACHE_DIR", None)
+        else:
+            os.environ["MB_CACHE_DIR"] = saved
+
+
+def hf_families() -> None:
+    """Cold ``builder.build(DIR)`` of each family's tiny checkpoint, as a ratio to the 2-layer Llama recipe's."""
+    import transformers
+
+    llama = ["vocab_size=256", "hidden_size=64", "intermediate_size=128", "num_heads=4", "num_kv_heads=4",
+             "head_dim=16", "num_layers=2"]
+    _cold(lambda: builder.build(ROOT / "recipes" / "llama.yaml", llama))    # warm-up: imports, first compile
+    base = _cold(lambda: builder.build(ROOT / "recipes" / "llama.yaml", llama))
+    print(f"  llama recipe (2 layers, hidden 64): cold {base:.2f} s")
+    for family, (cfg_cls, model_cls, fields) in HF_MODELS.items():
+        folder = Path(tempfile.mkdtemp(prefix="mb-bench-hf-"))
+        try:
+            sizes = {} if family == "distilbert" else dict(HF_SIZES)
+            cfg = getattr(transformers, cfg_cls)(**{**sizes, **fields})
+            getattr(transformers, model_cls)(cfg).save_pretrained(str(folder))
+            sec = _cold(lambda: builder.build(folder))
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+        print(f"  {family}: build DIR cold {sec:.2f} s, {sec / base:.2f}x the llama recipe", flush=True)
+
+
 COLUMNS = ["model", "run", "export", "select", "fuse", "legalize", "dce", "kernels", "compiled",
            "modules", "py codegen", "llvm opt", "llvm cg", "llvm wall", "bytecode", "total s"]
 
@@ -125,10 +182,16 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--repeat", type=int, default=1, help="builds per row; the fastest is shown")
     ap.add_argument("--threads", type=int, help="LLVM threads (sets MB_BUILD_THREADS)")
     ap.add_argument("--markdown", action="store_true", help="also print the table as Markdown")
+    ap.add_argument("--hf", action="store_true", help="build DIR of each family's tiny checkpoint vs the Llama recipe")
     args = ap.parse_args(argv)
     if args.threads is not None:
         os.environ["MB_BUILD_THREADS"] = str(args.threads)
     from builder.codegen import build_threads
+
+    if args.hf:
+        print(f"CPU: {cpu_name()}, {os.cpu_count()} logical CPUs; LLVM threads: {build_threads()}")
+        hf_families()
+        return
 
     names = args.models or (list(QUICK) if args.quick else list(MODELS))
     cpu = cpu_name()

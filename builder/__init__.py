@@ -18,12 +18,13 @@ import types
 
 __all__ = ["build", "compile", "BuildProgress"]
 
-_SUBMODULES = frozenset({"build_model", "cli", "codegen", "frontend", "generation", "ir", "layers", "nn",
+_SUBMODULES = frozenset({"build_model", "checkpoint", "cli", "codegen", "frontend", "generation", "ir", "layers", "nn",
                          "ops", "quant", "recipe", "summary", "te", "text", "transform"})
 
 
 def build(recipe_path, overrides=(), weights=None, seed=0, **kwargs):
-    """Build a recipe into a runnable :class:`builder.build_model.CompiledModel`; keyword arguments
+    """Build a recipe (or a Hugging Face checkpoint folder: ``build("path/to/hf_dir")``, docs/models.md) into a
+    runnable :class:`builder.build_model.CompiledModel`; keyword arguments
     (``on_ir``, ``progress``, ...) pass through to :func:`builder.build_model.build`."""
     from .build_model import build as _build   # deferred: the pipeline loads the compiler (start-up time)
 

@@ -95,3 +95,13 @@ the interpreter recurses once per level when a forward calls into a block."""
 MAX_TENSOR_PARALLEL_SHARDS = 1024
 """The most workers ``tensor_parallel_shards`` may split a model across (every rank builds the same module
 tree, so the bound only keeps shard arithmetic sane)."""
+
+MAX_HF_CONFIG_BYTES = 1 << 20
+"""The largest ``config.json`` / ``generation_config.json`` of a Hugging Face checkpoint folder read (bytes;
+real ones are a few kilobytes)."""
+
+MAX_HF_INDEX_BYTES = 64 << 20
+"""The largest ``model.safetensors.index.json`` read (bytes; a 400-billion-parameter model's is a few MB)."""
+
+MAX_HF_SHARDS = 4096
+"""The most safetensors files a sharded checkpoint's index may name."""

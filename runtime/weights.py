@@ -363,13 +363,24 @@ def _nbytes(info: dict) -> int:
     return n
 
 
+def _open_checkpoint(path: str | Path, digests: dict | None = None):
+    """A safetensors file, or the files of a sharded checkpoint's ``*.index.json``
+    (:class:`runtime.sharded_weights.ShardedCheckpoint`), opened for reading."""
+    if str(path).endswith(".index.json"):
+        from .sharded_weights import ShardedCheckpoint
+
+        return ShardedCheckpoint(path, digests)
+    return _Checkpoint(path, digests)
+
+
 def read_safetensors_header(path: str | Path) -> dict[str, dict]:
-    """``{name: {"dtype": str (our spelling), "shape": [..]}}`` of a safetensors file, in file order.
+    """``{name: {"dtype": str (our spelling), "shape": [..]}}`` of a safetensors file, in file order (of all
+    the files of a sharded checkpoint's ``*.index.json``).
 
     Raises WeightsError for a file that is not valid safetensors (as the ``safetensors`` library
     judges it) or not a regular file.
     """
-    with _Checkpoint(path) as ckpt:
+    with _open_checkpoint(path) as ckpt:
         return {name: dict(info) for name, info in ckpt.infos.items()}
 
 
@@ -389,7 +400,8 @@ def load_params(path: str | Path, expected: Mapping[str, tuple[Sequence[int], st
                 transforms: Sequence[Mapping] | None = None,
                 layout: Mapping[str, str] | None = None,
                 where: Mapping[str, str] | None = None) -> dict[str, np.ndarray]:
-    """Load the parameters ``expected`` (name -> (shape, dtype)) from safetensors ``path``.
+    """Load the parameters ``expected`` (name -> (shape, dtype)) from safetensors ``path`` (or the files of a
+    sharded checkpoint whose ``model.safetensors.index.json`` ``path`` is: :mod:`runtime.sharded_weights`).
 
     ``name_map`` (our name -> the file's name: exact entries, ``{placeholder}`` patterns, prefix
     rules) and ``prefix`` say where each parameter is in the file; ``ignore`` lists globs of file
@@ -435,7 +447,7 @@ def load_params(path: str | Path, expected: Mapping[str, tuple[Sequence[int], st
     if bad:
         raise ValueError("invalid weights layout:\n" + "\n".join(f"  - {p}" for p in bad))
     layout_globs = _ignore_globs(list(layout))
-    with _Checkpoint(path, digests) as ckpt:
+    with _open_checkpoint(path, digests) as ckpt:
         return _load(ckpt, expected, rules, globs, conversions, progress, dict(shards or {}),
                      dict(row_tiles or {}), parsed, [(g, rx, layout[g]) for g, rx in layout_globs],
                      {g: where.get(f"weights.layout.{g}", "") for g in layout})

@@ -42,8 +42,10 @@ BASE_ROOMS = {
 """What each base room may import besides itself."""
 
 HIGHER_ROOMS = ["builder.compile", "builder.frontend", "builder.layers", "builder.quant", "builder.recipe",
-                "builder.generation", "builder.text", "builder.summary", "builder.build_model", "builder.terminal",
-                "builder.cli", "builder.__main__", "builder"]
+                "builder.sampling", "builder.generation", "builder.text",
+                "builder.chat", "builder.text_stream", "builder.completion", "builder.summary", "builder.checkpoint",
+                "builder.build_model", "builder.terminal",
+                "builder.cli_text", "builder.cli", "builder.__main__", "builder"]
 """The rooms above the base ones, lowest first: each may import the base rooms, ``core``, ``schemas``,
 ``runtime`` and the rooms before it here. ``builder`` is the package itself (its ``__init__``)."""
 
@@ -72,6 +74,9 @@ DEFERRED = {
         "Module.export_tvm reads the spec, whose nn.spec.Object defaults to nn.Object",
     ("builder.nn.core", "builder.compile"):
         "Module.jit (TVM's API) compiles: the compiler is a higher room than nn",
+    ("runtime.weights", "runtime.sharded_weights"):
+        "load_params opens a sharded checkpoint's index through the sharded reader, which reads each of its files "
+        "with weights' single-file reader",
 }
 """Imports allowed to break the rules above (a room's order, or a cycle), each with its reason; they are
 deferred to the function that needs them."""

@@ -1,0 +1,101 @@
+"""The schema of ``recipes/hf/families.yaml``: how a Hugging Face checkpoint folder's ``config.json`` becomes a
+recipe's variables (``build DIR``, :mod:`builder.checkpoint`).
+
+A family names the ``architectures`` / ``model_type`` values it serves, its recipe, and for each recipe variable
+where its value comes from (:class:`ConfigVar`). Every top-level field of ``config.json`` must be accounted for:
+read by a variable, checked (:class:`ConfigCheck`: only the values the recipe computes exactly pass) or
+declared ``harmless`` (known not to change the computation: ``transformers_version``, token ids, dropout
+rates, ...). Any other field is refused, naming it and its value: a field the family does not know may change
+what the model computes, and a silently different model is worse than an error.
+"""
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from pydantic import ConfigDict, Field, field_validator
+
+from .fields import StrictModel
+
+__all__ = ["ConfigCheck", "ConfigVar", "HFFamilies", "HFFamily", "TiedEmbeddings"]
+
+
+class ConfigVar(StrictModel):
+    """One recipe variable's value from ``config.json``.
+
+    ``from``: config fields (a dotted path reads into a nested object: ``rope_parameters.rope_theta``), the
+    first that is present and not null wins. Else ``value``: a ``${...}`` expression over the config's top-level
+    number fields (:mod:`schemas.expressions`: ``${hidden_size // num_attention_heads}``). Else ``default``
+    (may be null); with none of the three the field is required. For an object value (``rope_parameters``):
+    ``rename_keys`` (old spellings: ``type`` -> ``rope_type``), ``drop_keys`` (read elsewhere), ``allow``
+    (key -> the values the recipe supports; another is an error naming the field and value) and ``null_if``
+    (key -> values that mean "none": ``rope_type: default`` is no scaling)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, populate_by_name=True)
+
+    from_: list[str] = Field(default_factory=list, alias="from")
+    value: Optional[str] = None
+    default: Any = None
+    rename_keys: dict[str, str] = Field(default_factory=dict)
+    drop_keys: list[str] = Field(default_factory=list)
+    allow: dict[str, list[Any]] = Field(default_factory=dict)
+    null_if: dict[str, list[Any]] = Field(default_factory=dict)
+
+    @field_validator("from_", mode="before")
+    @classmethod
+    def _one_field(cls, value: Any) -> Any:
+        """``from: hidden_size`` is ``from: [hidden_size]``."""
+        return [value] if isinstance(value, str) else value
+
+    @property
+    def required(self) -> bool:
+        """Whether a config without any ``from`` field (and no ``value``) is an error."""
+        return self.value is None and "default" not in self.model_fields_set
+
+
+class ConfigCheck(StrictModel):
+    """A config field the recipe does not read but that changes the computation unless it has one of the
+    values ``allow`` lists (``hidden_act: silu``). ``at_least``: a number of at least this config field's
+    value passes too (a sliding window no shorter than ``max_position_embeddings`` never slides). ``each``:
+    the value is a list and every element must be allowed (Qwen2's ``layer_types``). ``reason``: why other
+    values are refused, for the message."""
+
+    allow: list[Any] = Field(default_factory=list)
+    at_least: Optional[str] = None
+    each: bool = False
+    reason: str = "the recipe does not compute it"
+
+
+class TiedEmbeddings(StrictModel):
+    """``tie_word_embeddings``: its value when the config lacks it (``default``) and the ``weights.map`` used
+    when it is true and the checkpoint has no tensor of its own for the tied parameter (``map``: recipe
+    parameter -> the checkpoint tensor it shares)."""
+
+    default: bool = False
+    map: dict[str, str] = Field(default_factory=dict)
+
+
+class HFFamily(StrictModel):
+    """One family: the ``architectures`` / ``model_types`` it serves, its ``recipe`` (a path relative to
+    ``families.yaml``), its variables (:class:`ConfigVar`), fixed recipe ``overrides`` (``KEY=VALUE``, as on the
+    command line), ``tie_word_embeddings``, the fields it knows to be ``harmless`` (besides the file's
+    shared list), the ``checks`` of fields it refuses other values of, and ``ignore_weights`` (globs of
+    checkpoint tensors that no parameter uses and may stay unused, ``weights.ignore``)."""
+
+    architectures: list[str] = Field(default_factory=list)
+    model_types: list[str] = Field(default_factory=list)
+    recipe: str
+    description: str = ""
+    vars: dict[str, ConfigVar] = Field(default_factory=dict)
+    overrides: list[str] = Field(default_factory=list)
+    tie_word_embeddings: Optional[TiedEmbeddings] = None
+    harmless: list[str] = Field(default_factory=list)
+    checks: dict[str, ConfigCheck] = Field(default_factory=dict)
+    ignore_weights: list[str] = Field(default_factory=list)
+
+
+class HFFamilies(StrictModel):
+    """The whole file: ``harmless`` fields of every family (what ``PretrainedConfig`` saves for any model) and
+    the ``families`` by name."""
+
+    harmless: list[str] = Field(default_factory=list)
+    families: dict[str, HFFamily]
