@@ -139,3 +139,20 @@ def test_cli_generation_stops_at_generation_config_eos(tmp_path, capsys):
     rows = [ln for ln in out.splitlines() if ln and ln[0].isdigit() and "," in ln]
     assert rows == [",".join(map(str, r)) for r in want], (out, want)
     assert (want[0, 3:] == 7).all()
+
+
+def test_transformers_4_rope_fields_and_defaults(tmp_path):
+    """A transformers 4.x config (rope_theta at the top, rope_scaling with the old key ``type``, head_dim null,
+    no num_key_value_heads): the same recipe variables as transformers 5's rope_parameters."""
+    from builder.checkpoint import resolve_checkpoint
+
+    old = {k: v for k, v in LLAMA.items() if k not in ("rope_parameters", "num_key_value_heads")}
+    folder = _folder(tmp_path, weights=False, **{"rope_parameters": ..., "num_key_value_heads": ...})
+    (folder / "config.json").write_text(json.dumps({**old, "rope_theta": 500000.0, "head_dim": None,
+                                                    "rope_scaling": {"type": "linear", "factor": 2.0}}))
+    (folder / "model.safetensors").write_bytes(b"")
+    got = resolve_checkpoint(folder, ["num_layers=3"]).overrides
+    for want in ("rope_theta=500000.0", 'rope_scaling={"rope_type": "linear", "factor": 2.0}', "num_kv_heads=4",
+                 "head_dim=8"):
+        assert want in got, got
+    assert got[-1] == "num_layers=3"      # the caller's overrides come last, so they win
