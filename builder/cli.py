@@ -81,7 +81,8 @@ def _parser() -> argparse.ArgumentParser:
                     "CPU code, and optionally run it.",
         epilog="example: build recipes/llama_mlp.yaml dtype=float32 hidden_size=2048",
     )
-    p.add_argument("recipe", nargs="?", help="path to the recipe (YAML), or an ONNX model (.onnx) to import")
+    p.add_argument("recipe", nargs="?", help="path to the recipe (YAML), a Hugging Face checkpoint folder "
+                                              "(config.json + model.safetensors), or an ONNX model (.onnx) to import")
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
                    help="override a var (bare key) or a dotted recipe field; values are YAML scalars")
     p.add_argument("--plain", action="store_true",

@@ -99,6 +99,10 @@ def test_known_architectures_listed_and_other_folder_errors(tmp_path, capsys):
     (tmp_path / "config.json").write_text("[1, 2]")
     rc, err, _ = _run(capsys, tmp_path)
     assert rc == 1 and "expected a JSON object" in err
+    for text, message in (("[" * 100_000, "maximum recursion depth"), ('{"hidden_size": NaN}', "NaN is not a number")):
+        (tmp_path / "config.json").write_text(text)
+        rc, err, _ = _run(capsys, tmp_path)
+        assert rc == 1 and message in err, err
     (tmp_path / "config.json").write_text(json.dumps(LLAMA))
     (tmp_path / "pytorch_model.bin").write_bytes(b"x")
     rc, err, _ = _run(capsys, tmp_path)
