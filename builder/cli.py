@@ -228,6 +228,7 @@ def _run_with(args: argparse.Namespace, progress: "ConversionProgressDisplay") -
         from .checkpoint import resolve_checkpoint
 
         hf = resolve_checkpoint(args.recipe, args.overrides)
+        args.checkpoint = f"{args.recipe} ({hf.family} family, {hf.recipe.name})"
         args.recipe, args.overrides = str(hf.recipe), hf.overrides
         args.eos_token_ids, args.pad_token_id = hf.stop_ids()     # --prompt-ids stops there, as HF generate
         args.weights = args.weights or str(hf.weights)
@@ -559,7 +560,7 @@ def _check_only(args: argparse.Namespace, out) -> int:
     report = validate(args.recipe, args.overrides, weights=args.weights)
     functions = ", ".join(f"{name}({', '.join(inputs)})" for name, inputs in report.spec.items())
     weights = "weights file checked" if report.weights_checked else "no weights file (random weights)"
-    out.print(escape(printable_lines(f"{args.recipe}: valid; functions {functions}; {len(report.param_specs)} "
+    out.print(escape(printable_lines(f"{getattr(args, 'checkpoint', args.recipe)}: valid; functions {functions}; {len(report.param_specs)} "
                                 f"parameters; {weights}")))
     return 0
 

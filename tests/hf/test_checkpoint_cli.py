@@ -118,6 +118,8 @@ def test_a_recipe_error_from_an_override_exits_2(tmp_path, capsys):
     assert rc == 2, err
     rc, err, _ = _run(capsys, folder, "--no-ir", "--quiet", "--prompt-ids", "1,2,3", "--max-new-tokens", "2")
     assert rc == 0, err
+    rc, err, out = _run(capsys, folder, "--validate")
+    assert rc == 0 and "(llama family, llama.yaml): valid" in out and "weights file checked" in out, err
 
 
 def test_cli_generation_stops_at_generation_config_eos(tmp_path, capsys):
