@@ -157,16 +157,13 @@ class CompiledModel:
         raise AttributeError(f"{type(self).__name__} has no attribute {name!r}"
                              + (f"; the recipe exports {list(spec)}" if spec else ""))
 
-    def generate(self, prompt_ids, max_new_tokens: int, return_logits: bool = False, eos_token_ids=(),
-                 pad_token_id: int | None = None):
+    def generate(self, prompt_ids, max_new_tokens: int, return_logits: bool = False):
         """Greedy generation with the recipe's ``prefill`` and ``decode`` functions over a KV cache
         (:func:`builder.generation.greedy_generate`): ``prompt_ids`` (batch, prompt_len) integers ->
         the new ids (batch, max_new_tokens) int64 (and the logits each was chosen from, (batch,
         max_new_tokens, vocab) float32, with ``return_logits``). Both functions take
         ``(input_ids, cache, total_seq_len)`` and return logits (batch, seq, vocab) of which the last
-        position is used; ``eos_token_ids`` / ``pad_token_id`` stop rows at end-of-sequence ids as HF's
-        ``generate`` does (:func:`~builder.generation.greedy_generate`). Raises ValueError when the recipe
-        lacks them or their inputs differ."""
+        position is used. Raises ValueError when the recipe lacks them or their inputs differ."""
         from .generation import greedy_generate
 
         for fname in ("prefill", "decode"):
@@ -176,8 +173,7 @@ class CompiledModel:
                                  f"int)'; the recipe exports {self.functions}"
                                  + (f" and {fname} takes {list(self.spec[fname])}" if fname in self.spec else ""))
         return greedy_generate(self._float_outputs("prefill"), self._float_outputs("decode"), prompt_ids,
-                               max_new_tokens, return_logits=return_logits, eos_token_ids=eos_token_ids,
-                               pad_token_id=pad_token_id)
+                               max_new_tokens, return_logits=return_logits)
 
     def _float_outputs(self, name: str):
         """Function ``name``, its bfloat16 result (uint16 bits: numpy has no bfloat16) widened to float32."""

@@ -60,17 +60,6 @@ class HFCheckpoint:
     generation: dict = field(default_factory=dict)
     config: dict = field(default_factory=dict)
 
-    def stop_ids(self) -> tuple[list[int], int | None]:
-        """``(eos_token_ids, pad_token_id)`` for generation: ``generation_config.json``'s, else
-        ``config.json``'s (HF's precedence); ids that are not ints are left out."""
-        def ints(value) -> list[int]:
-            values = value if isinstance(value, list) else [value]
-            return [v for v in values if isinstance(v, int) and not isinstance(v, bool) and v >= 0]
-
-        eos = ints(self.generation.get("eos_token_id", self.config.get("eos_token_id")))
-        pad = ints(self.generation.get("pad_token_id", self.config.get("pad_token_id")))
-        return eos, pad[0] if pad else None
-
 
 def _read_json(path: Path, limit: int, what: str) -> Any:
     """The JSON value of the regular file ``path`` of at most ``limit`` bytes (no NaN / Infinity constants)."""

@@ -8,8 +8,7 @@
     build --list-ops | --schema | --version
 
 ``build HF_DIR`` builds a Hugging Face checkpoint folder (``config.json``, ``model.safetensors`` or a sharded
-index, optional ``tokenizer.json``) with its family's recipe (:mod:`builder.checkpoint`, docs/models.md);
-``--prompt-ids`` then stops at the end-of-sequence ids of its ``generation_config.json`` (else ``config.json``).
+index, optional ``tokenizer.json``) with its family's recipe (:mod:`builder.checkpoint`, docs/models.md).
 
 ``--save-exe DIR`` writes one artifact folder (the Executable, the converted parameters, the resolved
 recipe, the tokenizer given with ``--tokenizer``, a manifest) that ``runtime.load_artifact(DIR)`` loads and
@@ -230,7 +229,6 @@ def _run_with(args: argparse.Namespace, progress: "ConversionProgressDisplay") -
         hf = resolve_checkpoint(args.recipe, args.overrides)
         args.checkpoint = f"{args.recipe} ({hf.family} family, {hf.recipe.name})"
         args.recipe, args.overrides = str(hf.recipe), hf.overrides
-        args.eos_token_ids, args.pad_token_id = hf.stop_ids()     # --prompt-ids stops there, as HF generate
         args.weights = args.weights or str(hf.weights)
         if args.tokenizer is None and hf.tokenizer is not None:
             args.tokenizer = str(hf.tokenizer)
@@ -449,8 +447,7 @@ def _generate(args: argparse.Namespace, model, prompt, out) -> dict:
     """``--prompt-ids``: greedy generation over a KV cache; prints the new ids, one row per prompt, and
     returns them as data for ``--json``."""
     t0 = time.perf_counter()
-    ids = model.generate(prompt, args.max_new_tokens, eos_token_ids=getattr(args, "eos_token_ids", ()),
-                         pad_token_id=getattr(args, "pad_token_id", None))
+    ids = model.generate(prompt, args.max_new_tokens)
     sec = time.perf_counter() - t0
     for row in ids:
         out.print(",".join(str(int(i)) for i in row))

@@ -7,8 +7,7 @@ KV cache (``runtime.ContiguousKVCache``).
                           prompt_ids, max_new_tokens=24)
 
 (a ``JitModule`` is called as ``m["prefill"](ids, cache, n)``). This is HF transformers'
-``generate(do_sample=False, use_cache=True)``, stopping at end-of-sequence ids when given (as HF's
-``eos_token_id``): the prompt is run once
+``generate(do_sample=False, use_cache=True)`` without stopping criteria: the prompt is run once
 (prefill, filling the cache), then each new token is fed back one at a time (decode), and every token
 is the argmax of the logits of the last position (the lowest index on ties, as ``torch.argmax``).
 """
@@ -48,8 +47,7 @@ def _logits(where: str, out: Any, batch: int, seq: int, vocab: int | None) -> np
 
 def greedy_generate(prefill: StepFn, decode: StepFn, prompt_ids: np.ndarray, max_new_tokens: int,
                     new_cache: Callable[[], Any] = ContiguousKVCache,
-                    return_logits: bool = False, eos_token_ids=(), pad_token_id: int | None = None
-                    ) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
+                    return_logits: bool = False) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
     """Generate ``max_new_tokens`` tokens after ``prompt_ids`` by greedy decoding.
 
     - ``prefill(ids, cache, total_seq_len)``: ``ids`` int64 (batch, prompt_len), a fresh cache from
@@ -61,12 +59,8 @@ def greedy_generate(prefill: StepFn, decode: StepFn, prompt_ids: np.ndarray, max
       of the batch is as long: pad and mask in the model otherwise).
     - ``max_new_tokens``: 1 .. :data:`MAX_NEW_TOKENS`.
 
-    - ``eos_token_ids``: end-of-sequence ids (HF's ``eos_token_id``, one int or several): a row that has
-      chosen one is finished, its later tokens are ``pad_token_id`` (default: the first eos id), and
-      generation stops once every row is finished (as HF ``generate``).
-
-    Returns the new ids, int64 (batch, n) with n = max_new_tokens unless every row finished sooner (the prompt
-    excluded); with ``return_logits`` also the logits each token was chosen from, float32 (batch, n, vocab).
+    Returns the new ids, int64 (batch, max_new_tokens) (the prompt excluded); with ``return_logits``
+    also the logits each token was chosen from, float32 (batch, max_new_tokens, vocab).
 
     Raises TypeError for a ``prefill`` / ``decode`` / ``new_cache`` that is not callable or a
     ``prompt_ids`` that is not an integer numpy array; ValueError for a ``prompt_ids`` that is not 2-D
@@ -87,10 +81,6 @@ def greedy_generate(prefill: StepFn, decode: StepFn, prompt_ids: np.ndarray, max
         raise ValueError(f"greedy_generate: max_new_tokens must be an int in 1..{MAX_NEW_TOKENS}, got "
                          f"{max_new_tokens!r}")
     max_new_tokens = int(max_new_tokens)
-    eos = np.array([eos_token_ids] if isinstance(eos_token_ids, (int, np.integer)) else list(eos_token_ids),
-                   dtype=np.int64)
-    if eos.size and pad_token_id is None:
-        pad_token_id = int(eos[0])
     batch, prompt_len = prompt_ids.shape
     ids = np.ascontiguousarray(prompt_ids, dtype=np.int64)
     new_ids = np.empty((batch, max_new_tokens), dtype=np.int64)
@@ -102,19 +92,11 @@ def greedy_generate(prefill: StepFn, decode: StepFn, prompt_ids: np.ndarray, max
         check_allocation(batch * max_new_tokens * vocab * 4,
                          f"greedy_generate: the logits of {max_new_tokens} steps ({batch} x {vocab} each)")
         step_logits = np.empty((batch, max_new_tokens, vocab), dtype=np.float32)
-    finished = np.zeros(batch, dtype=bool)
-    steps = max_new_tokens
     for step in range(max_new_tokens):
         if step:
             out = decode(new_ids[:, step - 1: step].copy(), cache, prompt_len + step)
             last = _logits(f"decode (step {step})", out, batch, 1, vocab)
-        new_ids[:, step] = np.where(finished, pad_token_id if eos.size else 0, np.argmax(last, axis=-1))
+        new_ids[:, step] = np.argmax(last, axis=-1)
         if step_logits is not None:
             step_logits[:, step] = last
-        if eos.size:
-            finished |= np.isin(new_ids[:, step], eos)
-            if finished.all():
-                steps = step + 1
-                break
-    new_ids = new_ids[:, :steps]
-    return (new_ids, step_logits[:, :steps]) if return_logits else new_ids
+    return (new_ids, step_logits) if return_logits else new_ids

@@ -122,31 +122,6 @@ def test_a_recipe_error_from_an_override_exits_2(tmp_path, capsys):
     assert rc == 0 and "(llama family, llama.yaml): valid" in out and "weights file checked" in out, err
 
 
-def test_cli_generation_stops_at_generation_config_eos(tmp_path, capsys):
-    """generation_config.json's eos_token_id (a token the model produces early): ``--prompt-ids`` stops where
-    HF ``generate`` stops, finished rows padded with pad_token_id."""
-    pytest.importorskip("transformers")
-    import torch
-    from helpers.hf_checkpoints import save_tiny
-
-    hf = save_tiny(tmp_path, "LlamaConfig", "LlamaForCausalLM", seed=12, vocab_size=90, hidden_size=32,
-                   intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2)
-    prompt = torch.tensor([[3, 14, 15], [9, 26, 5]])
-    with torch.no_grad():
-        free = hf.generate(prompt, do_sample=False, max_new_tokens=12, min_new_tokens=12, pad_token_id=0)[:, 3:]
-    eos = int(free[0, 2])                       # the first row ends at its third token
-    (tmp_path / "generation_config.json").write_text(json.dumps({"eos_token_id": [eos, 89], "pad_token_id": 7}))
-    with torch.no_grad():
-        want = hf.generate(prompt, do_sample=False, max_new_tokens=12, eos_token_id=[eos, 89],
-                           pad_token_id=7)[:, 3:].numpy()
-    rc, err, out = _run(capsys, tmp_path, "--no-ir", "--quiet", "--prompt-ids", "3,14,15;9,26,5",
-                        "--max-new-tokens", "12")
-    assert rc == 0, err
-    rows = [ln for ln in out.splitlines() if ln and ln[0].isdigit() and "," in ln]
-    assert rows == [",".join(map(str, r)) for r in want], (out, want)
-    assert (want[0, 3:] == 7).all()
-
-
 def test_transformers_4_rope_fields_and_defaults(tmp_path):
     """A transformers 4.x config (rope_theta at the top, rope_scaling with the old key ``type``, head_dim null,
     no num_key_value_heads): the same recipe variables as transformers 5's rope_parameters."""
