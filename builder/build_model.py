@@ -81,6 +81,8 @@ class CompiledModel:
     module: nn.Module | None = None
     shards: dict[str, TensorShard] = field(default_factory=dict)
     group: Any = None
+    tokenizer: Any = None   # tokenizer.json (or its folder, or a tokenizers.Tokenizer) for complete / chat
+    _text: tuple | None = None
 
     @property
     def params(self) -> dict[str, np.ndarray]:
@@ -166,14 +168,46 @@ class CompiledModel:
         position is used. Raises ValueError when the recipe lacks them or their inputs differ."""
         from .generation import greedy_generate
 
+        self._check_generation("generate")
+        return greedy_generate(self._float_outputs("prefill"), self._float_outputs("decode"), prompt_ids,
+                               max_new_tokens, return_logits=return_logits)
+
+    def _check_generation(self, what: str) -> None:
         for fname in ("prefill", "decode"):
             kinds = [describe_input(s) for s in self.spec.get(fname, {}).values()]
             if len(kinds) != 3 or kinds[1:] != ["kv_cache", "int"]:
-                raise ValueError(f"generate needs a function '{fname}(input_ids, cache: kv_cache, total_seq_len: "
+                raise ValueError(f"{what} needs a function '{fname}(input_ids, cache: kv_cache, total_seq_len: "
                                  f"int)'; the recipe exports {self.functions}"
                                  + (f" and {fname} takes {list(self.spec[fname])}" if fname in self.spec else ""))
-        return greedy_generate(self._float_outputs("prefill"), self._float_outputs("decode"), prompt_ids,
-                               max_new_tokens, return_logits=return_logits)
+
+    def text_model(self, chat_template: str | None = None):
+        """The model with its :attr:`tokenizer` as a :class:`builder.completion.TextModel` (what :meth:`complete`
+        and :meth:`chat` use). Raises ValueError without a tokenizer or without prefill / decode."""
+        from .completion import TextModel
+
+        self._check_generation("complete / chat")
+        if self.tokenizer is None:
+            raise ValueError("complete / chat need the model's tokenizer: build(..., tokenizer='tokenizer.json') "
+                             "(build --tokenizer), or set m.tokenizer")
+        prefill, decode = self._float_outputs("prefill"), self._float_outputs("decode")   # the current params
+        key = (self.tokenizer, chat_template)     # the tokenizer is loaded once while it stays the same
+        if self._text is None or self._text[0] is not key[0] or self._text[1] != key[1]:
+            found = token_vocab(self.ir, "prefill", "input_ids")
+            self._text = (*key, TextModel(prefill, decode, self.tokenizer, vocab=None if found is None else found[0],
+                                          chat_template=chat_template))
+        self._text[2].prefill, self._text[2].decode = prefill, decode
+        return self._text[2]
+
+    def complete(self, text: str, max_tokens: int = 16, stream: bool = False, **sampling):
+        """Continue ``text`` with the model's tokenizer: :meth:`builder.completion.TextModel.complete` (a
+        ``Completion``, or ``TextChunk`` s with ``stream=True``; ``stop=``, ``temperature=``, ``seed=``, ...)."""
+        return self.text_model().complete(text, max_tokens, stream, **sampling)
+
+    def chat(self, messages, max_tokens: int = 16, stream: bool = False, chat_template: str | None = None,
+             **sampling):
+        """Reply to ``messages`` with the tokenizer's chat template (or ``chat_template``):
+        :meth:`builder.completion.TextModel.chat`."""
+        return self.text_model(chat_template).chat(messages, max_tokens, stream, **sampling)
 
     def _float_outputs(self, name: str):
         """Function ``name``, its bfloat16 result (uint16 bits: numpy has no bfloat16) widened to float32."""
@@ -500,7 +534,8 @@ def build(recipe_path: str | Path, overrides: Sequence[str] = (), weights: str |
           seed: int = 0, on_ir: Callable[[rx.IRModule], None] | None = None,
           progress: Progress | None = None, instruments: Sequence[PassInstrument] = (),
           build_progress: Callable | None = None,
-          check_inputs: Callable[[rx.IRModule, list[tuple[str, nn.Parameter]]], None] | None = None) -> CompiledModel:
+          check_inputs: Callable[[rx.IRModule, list[tuple[str, nn.Parameter]]], None] | None = None,
+          tokenizer: Any = None) -> CompiledModel:
     """Load ``recipe_path`` with ``overrides`` (``"KEY=VALUE"``), build and compile it. ``recipe_path`` may be
     a Hugging Face checkpoint folder (``config.json`` + ``model.safetensors``): its family's recipe with the
     config's values, the folder's weights (:func:`checkpoint_source`; docs/models.md).
@@ -512,7 +547,8 @@ def build(recipe_path: str | Path, overrides: Sequence[str] = (), weights: str |
     :data:`Progress`). ``instruments`` run around each compiler pass
     (:class:`builder.transform.PrintAfter`, :class:`~builder.transform.PassTiming`). ``check_inputs(irmod,
     params)`` runs on the exported module before anything else (``build --prompt-ids`` refuses ids past the
-    vocabulary there: :func:`check_token_ids`). Raises
+    vocabulary there: :func:`check_token_ids`). ``tokenizer`` (a ``tokenizer.json``, its folder or a
+    ``tokenizers.Tokenizer``) is kept for :meth:`CompiledModel.complete` / :meth:`~CompiledModel.chat`. Raises
     :class:`schemas.RecipeError` for recipe problems (file:line:col), :class:`runtime.WeightsError`
     listing every weight problem; under tensor parallelism :class:`runtime.distributed.DistributedError`
     on every rank when the ranks build different models or load different weights (each tensor's whole
@@ -551,7 +587,7 @@ def build(recipe_path: str | Path, overrides: Sequence[str] = (), weights: str |
     timings["compile"] = time.perf_counter() - t1
     name_params(exe, [name for name, _, _ in specs])
     return CompiledModel(recipe, irmod, specs, exe, spec, timings, seed, values, mapping=mapping, progress=progress,
-                         module=module, shards=shards, group=group)
+                         module=module, shards=shards, group=group, tokenizer=tokenizer)
 
 
 def name_params(exe: Executable, param_names: Sequence[str]) -> None:

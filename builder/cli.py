@@ -4,6 +4,7 @@
                  [--input X.npz] [--output Y.npz] [--function NAME] [--seed N]
                  [--save-params OUT.safetensors] [--bench [RUNS]] [--bench-dim NAME=VALUE]
                  [--text TEXT ... --tokenizer tokenizer.json] [--prompt-ids 1,2,3 --max-new-tokens N]
+                 [--prompt TEXT | --chat] [--tokenizer tokenizer.json] [--temperature T --top-k K --top-p P ...]
                  [--save-exe DIR] [--validate] [--print-recipe] [--quiet | --json] [--debug]
     build --list-ops | --schema | --version
 
@@ -26,7 +27,7 @@ and, when stderr is piped, a plain line every few seconds.
 ``--text`` runs the recipe's ``embed`` function on the tokenized texts (as sentence-transformers
 tokenizes: padded to the longest, truncated at 256 tokens) and prints the embeddings and their cosine
 similarities; ``--prompt-ids`` generates greedily with the recipe's ``prefill`` / ``decode`` over a KV
-cache and prints the new ids.
+cache and prints the new ids; ``--prompt`` streams the completion of a text (:mod:`builder.cli_text`).
 
 ``quantization=q4f16_1`` (a preset) or ``quantization.group_size=64`` (a field of it) quantize the
 weights; a float ``--weights`` checkpoint is then quantized while it is loaded (with a progress
@@ -53,6 +54,7 @@ import time
 # every heavy module (the compiler, numpy, rich, schemas / pydantic, runtime) is imported inside the function
 # that needs it.
 
+from .cli_text import add_prompt_arguments, chat_loop, check_prompt_arguments, complete_prompt
 from .terminal import (BuildProgressDisplay, ConversionProgressDisplay, make_console, printable_lines, use_color,
                        worker_prefix)
 
@@ -92,7 +94,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--output", metavar="FILE.npz", help="write the result here (key 'output', or "
                                                           "'output0', 'output1', ... for tuples)")
     p.add_argument("--function", metavar="NAME", help="function to run (default: the first)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the random weights (default 0)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random weights and of --prompt's sampling (default 0)")
     p.add_argument("--save-params", metavar="OUT.safetensors",
                    help="write the parameters (quantized / cast as the recipe says) to this file; "
                         "--weights OUT.safetensors loads them back without converting")
@@ -112,7 +114,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--text", action="append", default=None, metavar="TEXT",
                    help="embed this text with the recipe's 'embed' function (repeatable; needs --tokenizer); "
                         "prints the embeddings and their cosine similarities (--output saves them)")
-    p.add_argument("--tokenizer", metavar="tokenizer.json", help="tokenizer file (HF tokenizers JSON) for --text")
+    p.add_argument("--tokenizer", metavar="tokenizer.json", help="tokenizer file (HF tokenizers JSON) for --text and --prompt")
     p.add_argument("--max-length", type=int, default=256, metavar="N",
                    help="truncate --text at N tokens (default 256, sentence-transformers' max_seq_length)")
     p.add_argument("--prompt-ids", metavar="IDS",
@@ -131,6 +133,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--list-ops", action="store_true", help="list the ops a recipe's forward may call and exit")
     p.add_argument("--schema", action="store_true", help="print the JSON Schema of recipes (for editors) and exit")
     p.add_argument("--debug", action="store_true", help="show tracebacks")
+    add_prompt_arguments(p)
     return p
 
 
@@ -257,6 +260,7 @@ def _run_with(args: argparse.Namespace, progress: "ConversionProgressDisplay") -
         raise ValueError("--text needs --tokenizer tokenizer.json (the recipe's tokenizer)")
     if args.tokenizer is not None:
         _check_input_file("--tokenizer", args.tokenizer)
+    check_prompt_arguments(args)
     prompt = _parse_prompt_ids(args.prompt_ids) if args.prompt_ids is not None else None
     if args.text is not None and (args.input is not None or prompt is not None):
         raise ValueError("--text, --input and --prompt-ids each run the model; give one of them")
@@ -281,7 +285,7 @@ def _run_with(args: argparse.Namespace, progress: "ConversionProgressDisplay") -
         else:
             model = build(args.recipe, args.overrides, weights=args.weights, seed=args.seed, on_ir=show_ir,
                           progress=progress, instruments=instruments, build_progress=building,
-                          check_inputs=_prompt_check(prompt))
+                          check_inputs=_prompt_check(prompt), tokenizer=args.tokenizer)
     finally:
         building.close()
     recipe, spec, exe = model.recipe, model.spec, model.exe
@@ -354,6 +358,10 @@ def _run_with(args: argparse.Namespace, progress: "ConversionProgressDisplay") -
         results["embed"] = _embed_texts(args, model, asked)
     if prompt is not None:
         results["generate"] = _generate(args, model, prompt, asked)
+    if args.prompt is not None:
+        results["complete"] = complete_prompt(args, model, not (other_rank or args.json), out)
+    if args.chat:
+        results["chat"] = chat_loop(args, model, asked)
     if args.bench is not None:
         bench = _bench(model, args.function or model.functions[0], args.bench, args.bench_dim)
         asked.print(escape(printable_lines(bench["line"])))

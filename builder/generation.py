@@ -1,5 +1,7 @@
-"""Greedy autoregressive generation over a compiled model's prefill / decode functions and the runtime
-KV cache (``runtime.ContiguousKVCache``).
+"""Autoregressive generation over a compiled model's prefill / decode functions and the runtime KV cache
+(``runtime.ContiguousKVCache``): :func:`greedy_generate` (argmax, a fixed number of tokens) and
+:func:`generate` / :func:`stream_generate` (the sampler chain of :mod:`builder.sampling`, ``n`` completions,
+stopping per sequence on stop ids, token by token as a stream).
 
     from runtime import ContiguousKVCache
     ids = greedy_generate(lambda ids, cache, n: vm["prefill"](ids, cache, n, *params),
@@ -13,36 +15,62 @@ is the argmax of the logits of the last position (the lowest index on ties, as `
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable
 
 import numpy as np
 
 from runtime import ContiguousKVCache
 from runtime.memory import check_allocation
 
-__all__ = ["greedy_generate", "MAX_NEW_TOKENS"]
+from .sampling import Sampler, SamplingParams
+
+__all__ = ["greedy_generate", "generate", "stream_generate", "GenerationStream", "GenerationStep",
+           "GenerationOutput", "MAX_NEW_TOKENS", "MAX_STOP_IDS"]
 
 #: The most tokens one call of :func:`greedy_generate` generates.
 MAX_NEW_TOKENS = 1 << 16
 
+#: The most stop ids one call takes.
+MAX_STOP_IDS = 1 << 12
+
 StepFn = Callable[[np.ndarray, Any, int], np.ndarray]
 
 
-def _logits(where: str, out: Any, batch: int, seq: int, vocab: int | None) -> np.ndarray:
+def _logits(where: str, out: Any, batch: int, seq: int, vocab: int | None,
+            who: str = "greedy_generate") -> np.ndarray:
     """The last position's logits (batch, vocab) of a step's output, checked."""
     if not isinstance(out, np.ndarray) or out.ndim != 3 or not np.issubdtype(out.dtype, np.floating):
-        raise ValueError(f"greedy_generate: {where} must return float logits (batch, seq, vocab), got "
+        raise ValueError(f"{who}: {where} must return float logits (batch, seq, vocab), got "
                          + (f"{out.dtype}{list(out.shape)}" if isinstance(out, np.ndarray) else type(out).__name__))
     if out.shape[0] != batch or out.shape[1] not in (1, seq) or out.shape[2] == 0:
-        raise ValueError(f"greedy_generate: {where} returned logits of shape {out.shape}, expected "
+        raise ValueError(f"{who}: {where} returned logits of shape {out.shape}, expected "
                          f"({batch}, {seq} or 1, vocab)")
     if vocab is not None and out.shape[2] != vocab:
-        raise ValueError(f"greedy_generate: {where} returned {out.shape[2]} logits per token, the prefill "
+        raise ValueError(f"{who}: {where} returned {out.shape[2]} logits per token, the prefill "
                          f"returned {vocab}")
     last = out[:, -1, :]
     if np.isnan(last).any():
-        raise ValueError(f"greedy_generate: {where} returned NaN logits")
+        raise ValueError(f"{who}: {where} returned NaN logits")
     return last
+
+
+def _check_args(who: str, prefill, decode, new_cache, prompt_ids, max_new_tokens) -> int:
+    """The checks :func:`greedy_generate` documents; returns ``max_new_tokens`` as an int."""
+    for what, fn in (("prefill", prefill), ("decode", decode), ("new_cache", new_cache)):
+        if not callable(fn):
+            raise TypeError(f"{who}: {what} must be callable, got {type(fn).__name__}")
+    if not isinstance(prompt_ids, np.ndarray) or not (np.issubdtype(prompt_ids.dtype, np.integer)):
+        raise TypeError(f"{who}: prompt_ids must be an integer numpy array (batch, prompt_len), got "
+                        + (str(prompt_ids.dtype) if isinstance(prompt_ids, np.ndarray) else type(prompt_ids).__name__))
+    if prompt_ids.ndim != 2 or 0 in prompt_ids.shape:
+        raise ValueError(f"{who}: prompt_ids must be 2-D (batch, prompt_len) and non-empty, got shape "
+                         f"{prompt_ids.shape}")
+    if (isinstance(max_new_tokens, (bool, np.bool_)) or not isinstance(max_new_tokens, (int, np.integer))
+            or not 1 <= max_new_tokens <= MAX_NEW_TOKENS):
+        raise ValueError(f"{who}: max_new_tokens must be an int in 1..{MAX_NEW_TOKENS}, got "
+                         f"{max_new_tokens!r}")
+    return int(max_new_tokens)
 
 
 def greedy_generate(prefill: StepFn, decode: StepFn, prompt_ids: np.ndarray, max_new_tokens: int,
@@ -67,20 +95,7 @@ def greedy_generate(prefill: StepFn, decode: StepFn, prompt_ids: np.ndarray, max
     or empty, a ``max_new_tokens`` out of range, logits of the wrong shape / dtype or NaN;
     :class:`runtime.memory.MemoryLimitError` when the returned logits cannot fit in memory.
     """
-    for what, fn in (("prefill", prefill), ("decode", decode), ("new_cache", new_cache)):
-        if not callable(fn):
-            raise TypeError(f"greedy_generate: {what} must be callable, got {type(fn).__name__}")
-    if not isinstance(prompt_ids, np.ndarray) or not (np.issubdtype(prompt_ids.dtype, np.integer)):
-        raise TypeError("greedy_generate: prompt_ids must be an integer numpy array (batch, prompt_len), got "
-                        + (str(prompt_ids.dtype) if isinstance(prompt_ids, np.ndarray) else type(prompt_ids).__name__))
-    if prompt_ids.ndim != 2 or 0 in prompt_ids.shape:
-        raise ValueError(f"greedy_generate: prompt_ids must be 2-D (batch, prompt_len) and non-empty, got shape "
-                         f"{prompt_ids.shape}")
-    if (isinstance(max_new_tokens, (bool, np.bool_)) or not isinstance(max_new_tokens, (int, np.integer))
-            or not 1 <= max_new_tokens <= MAX_NEW_TOKENS):
-        raise ValueError(f"greedy_generate: max_new_tokens must be an int in 1..{MAX_NEW_TOKENS}, got "
-                         f"{max_new_tokens!r}")
-    max_new_tokens = int(max_new_tokens)
+    max_new_tokens = _check_args("greedy_generate", prefill, decode, new_cache, prompt_ids, max_new_tokens)
     batch, prompt_len = prompt_ids.shape
     ids = np.ascontiguousarray(prompt_ids, dtype=np.int64)
     new_ids = np.empty((batch, max_new_tokens), dtype=np.int64)
@@ -100,3 +115,160 @@ def greedy_generate(prefill: StepFn, decode: StepFn, prompt_ids: np.ndarray, max
         if step_logits is not None:
             step_logits[:, step] = last
     return (new_ids, step_logits) if return_logits else new_ids
+
+
+@dataclass
+class GenerationStep:
+    """One step of :class:`GenerationStream` for all its rows (``batch * n``; row ``r`` is completion
+    ``r % n`` of prompt ``r // n``): ``token_ids`` int64 (rows,) the tokens chosen (meaningful where
+    ``active``); ``active`` bool (rows,) the rows that produced a token in this step; ``finished`` bool (rows,)
+    the rows that ended with it (a stop id, included, or the last step); with ``logprobs``, the
+    :class:`builder.sampling.SampleOutput` arrays of the step."""
+
+    token_ids: np.ndarray
+    active: np.ndarray
+    finished: np.ndarray
+    logprobs: np.ndarray | None = None
+    top_ids: np.ndarray | None = None
+    top_logprobs: np.ndarray | None = None
+
+
+class GenerationStream:
+    """Tokens as they come: iterate for one :class:`GenerationStep` per step (what :func:`stream_generate`
+    returns). The prompt is prefilled on the first ``next()``; each later step decodes the batch once (rows
+    that finished are fed their last token and ignored, since the cache has one length). The stream ends
+    when every row has finished or after ``max_new_tokens`` steps. :meth:`finish` ends a row from outside
+    (a stop string found in its text); ``finish_reasons[r]`` is ``"stop"`` (a stop id or :meth:`finish`),
+    ``"length"`` (``max_new_tokens``) or None while it runs."""
+
+    def __init__(self, prefill: StepFn, decode: StepFn, prompt_ids: np.ndarray, max_new_tokens: int,
+                 sampling: SamplingParams | None, stop_ids: Iterable[int], new_cache: Callable[[], Any]):
+        who = "generate"
+        self.max_new_tokens = _check_args(who, prefill, decode, new_cache, prompt_ids, max_new_tokens)
+        if sampling is None:
+            sampling = SamplingParams(do_sample=False)
+        if not isinstance(sampling, SamplingParams):
+            raise TypeError(f"{who}: sampling must be builder.sampling.SamplingParams, got {type(sampling).__name__}")
+        stops = list(_bounded(stop_ids, MAX_STOP_IDS, "stop_ids"))
+        if any(isinstance(t, bool) or not isinstance(t, (int, np.integer)) or t < 0 for t in stops):
+            raise ValueError(f"{who}: stop_ids must be non-negative ints, got {stops[:8]}")
+        self.sampling = sampling
+        self.stop_ids = np.array(sorted(set(int(t) for t in stops)), dtype=np.int64)
+        self.prompt_ids = np.repeat(np.ascontiguousarray(prompt_ids, dtype=np.int64), sampling.n, axis=0)
+        self.rows = self.prompt_ids.shape[0]
+        self.finish_reasons: list[str | None] = [None] * self.rows
+        self._prefill, self._decode, self._new_cache = prefill, decode, new_cache
+        self._step = 0
+        self._cache = None
+        self._sampler: Sampler | None = None
+        self._last = None
+        self._vocab: int | None = None
+
+    def __iter__(self) -> "GenerationStream":
+        return self
+
+    def finish(self, row: int) -> None:
+        """End row ``row`` now (finish reason ``"stop"``); its later steps are inactive."""
+        if self.finish_reasons[row] is None:
+            self.finish_reasons[row] = "stop"
+
+    @property
+    def done(self) -> bool:
+        """True when every row has finished."""
+        return all(r is not None for r in self.finish_reasons)
+
+    def __next__(self) -> GenerationStep:
+        if self.done or self._step >= self.max_new_tokens:
+            raise StopIteration
+        prompt_len = self.prompt_ids.shape[1]
+        if self._step == 0:
+            self._cache = self._new_cache()
+            logits = _logits("prefill", self._prefill(self.prompt_ids, self._cache, prompt_len), self.rows,
+                             prompt_len, None, "generate")
+            self._vocab = logits.shape[1]
+            self._sampler = Sampler(self.sampling, self.prompt_ids, self._vocab)
+        else:
+            out = self._decode(self._last[:, None].copy(), self._cache, prompt_len + self._step)
+            logits = _logits(f"decode (step {self._step})", out, self.rows, 1, self._vocab, "generate")
+        choice = self._sampler(logits)
+        active = np.array([r is None for r in self.finish_reasons])
+        ids = choice.token_ids
+        self._last = ids
+        self._step += 1
+        finished = active & np.isin(ids, self.stop_ids)
+        for r in np.flatnonzero(active):
+            if finished[r]:
+                self.finish_reasons[r] = "stop"
+            elif self._step >= self.max_new_tokens:
+                self.finish_reasons[r] = "length"
+                finished[r] = True
+        return GenerationStep(ids, active, finished, choice.logprobs, choice.top_ids, choice.top_logprobs)
+
+
+def _bounded(items: Iterable, limit: int, what: str) -> list:
+    if isinstance(items, (int, np.integer)):
+        items = [items]
+    out = []
+    for item in items:
+        out.append(item)
+        if len(out) > limit:
+            raise ValueError(f"generate: more than {limit} {what}")
+    return out
+
+
+@dataclass
+class GenerationOutput:
+    """What :func:`generate` returns, one entry per row (``batch * n``; row ``r`` is completion ``r % n`` of
+    prompt ``r // n``): ``ids`` int64 arrays of the new tokens (a stop id that ended a row is its last
+    token), ``finish_reasons`` (``"stop"`` / ``"length"``); with ``logprobs``, ``logprobs`` float64 (tokens,)
+    and ``top_ids`` / ``top_logprobs`` (tokens, N) per row; ``steps``: the steps run (the longest row)."""
+
+    ids: list[np.ndarray]
+    finish_reasons: list[str]
+    logprobs: list[np.ndarray] | None = None
+    top_ids: list[np.ndarray] | None = None
+    top_logprobs: list[np.ndarray] | None = None
+    steps: int = field(default=0)
+
+
+def stream_generate(prefill: StepFn, decode: StepFn, prompt_ids: np.ndarray, max_new_tokens: int,
+                    sampling: SamplingParams | None = None, stop_ids: Iterable[int] = (),
+                    new_cache: Callable[[], Any] = ContiguousKVCache) -> GenerationStream:
+    """A :class:`GenerationStream` over ``prefill`` / ``decode`` (as :func:`greedy_generate` takes them):
+    each ``next()`` chooses one token per row with ``sampling`` (:class:`builder.sampling.SamplingParams`;
+    None: greedy, exactly :func:`greedy_generate`'s tokens) and ends a row at one of ``stop_ids`` (at most
+    :data:`MAX_STOP_IDS`, e.g. the eos ids). ``sampling.n`` completions of each prompt are rows of one batch.
+
+    Raises what :func:`greedy_generate` raises for its arguments and outputs (naming ``generate``), and
+    ValueError for bad stop ids; TypeError for a ``sampling`` that is not SamplingParams."""
+    return GenerationStream(prefill, decode, prompt_ids, max_new_tokens, sampling, stop_ids, new_cache)
+
+
+def generate(prefill: StepFn, decode: StepFn, prompt_ids: np.ndarray, max_new_tokens: int,
+             sampling: SamplingParams | None = None, stop_ids: Iterable[int] = (),
+             new_cache: Callable[[], Any] = ContiguousKVCache) -> GenerationOutput:
+    """Run :func:`stream_generate` to the end and collect each row's tokens (a :class:`GenerationOutput`).
+    HF transformers' ``generate`` with ``eos_token_id=stop_ids`` and the sampler chain of
+    :mod:`builder.sampling`; with ``sampling=None`` the ids are :func:`greedy_generate`'s, cut after the
+    first stop id."""
+    stream = stream_generate(prefill, decode, prompt_ids, max_new_tokens, sampling, stop_ids, new_cache)
+    ids: list[list[int]] = [[] for _ in range(stream.rows)]
+    want = stream.sampling.logprobs is not None
+    lps: list[list] = [[] for _ in range(stream.rows)]
+    tops: list[list] = [[] for _ in range(stream.rows)]
+    top_lps: list[list] = [[] for _ in range(stream.rows)]
+    steps = 0
+    for step in stream:
+        steps += 1
+        for r in np.flatnonzero(step.active):
+            ids[r].append(int(step.token_ids[r]))
+            if want:
+                lps[r].append(step.logprobs[r])
+                tops[r].append(step.top_ids[r])
+                top_lps[r].append(step.top_logprobs[r])
+    out = GenerationOutput([np.array(row, dtype=np.int64) for row in ids], list(stream.finish_reasons), steps=steps)
+    if want:
+        out.logprobs = [np.array(row, dtype=np.float64) for row in lps]
+        out.top_ids = [np.array(row, dtype=np.int64).reshape(len(row), -1) for row in tops]
+        out.top_logprobs = [np.array(row, dtype=np.float64).reshape(len(row), -1) for row in top_lps]
+    return out

@@ -274,3 +274,10 @@ register_layer(schemas.layers.GELU, nn.GELU)
 
 register_layer(schemas.layers.Parameter, nn.ParameterLayer)
 register_layer(schemas.layers.Conv2D, nn.Conv2D)
+
+
+# --- one slot of the runtime KV cache, for attention written out in forward: (issue 42) ---------------------
+# (nn.KVCache is TVM's cache effect; the recipe type KVCache builds an nn.KVCacheLayer, numbered with the
+# Attention layers: nn.CACHE_LAYERS.)
+
+register_layer(schemas.layers.KVCache, nn.KVCacheLayer, tensor_parallel=TensorParallelRule())

@@ -881,18 +881,18 @@ def instantiate(recipe: Recipe) -> tuple[nn.Module, dict]:
             raise _error(recipe, err, path) from None
         programs[fname] = _Program(tree, path, list(fdef.inputs))
     module = RecipeModule(recipe, layers, programs)
-    _number_attention_layers(module)
+    _number_cache_layers(module)
     return module, spec
 
 
-def _number_attention_layers(module: nn.Module) -> None:
-    """Give every ``nn.Attention`` its ``layer_id`` (0, 1, ... in module-tree order, as
-    ``named_parameters`` walks it): the KV cache keeps one store per id."""
+def _number_cache_layers(module: nn.Module) -> None:
+    """Give every module holding a KV cache slot (``nn.CACHE_LAYERS``: Attention, KVCache) its ``layer_id``
+    (0, 1, ... in module-tree order, as ``named_parameters`` walks it): the KV cache keeps one store per id."""
     count = 0
     stack = [module]
     while stack:
         mod = stack.pop()
-        if isinstance(mod, nn.Attention):
+        if isinstance(mod, nn.CACHE_LAYERS):
             mod.layer_id = count
             count += 1
         children = list(mod) if isinstance(mod, nn.ModuleList) else \

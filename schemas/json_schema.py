@@ -110,7 +110,9 @@ class _Walker:
                 out[key] = {name: self.walk(sub, True) for name, sub in node[key].items()}
         for key in _ONE:
             if isinstance(node.get(key), dict):
-                out[key] = self.walk(node[key], key != "propertyNames")   # keys are never interpolated
+                # keys are never interpolated; nor is a negated schema (an interpolation there would forbid
+                # `${x}`: a block layer's `type: ${pooler_type}` is not a layer type's name)
+                out[key] = self.walk(node[key], key not in ("propertyNames", "not"))
         for key in ("anyOf", "allOf", "prefixItems"):
             if isinstance(node.get(key), list):
                 out[key] = [self.walk(sub, True) for sub in node[key]]

@@ -283,6 +283,26 @@ class Attention(LayerEntry):
     rope_scaling: Optional[RopeScaling] = None
     """A scaling of the rotary frequencies (Llama 3.1 / 3.2's ``llama3``, ``linear``); needs ``rope_theta``."""
     causal: bool = False
+    scale: Optional[Annotated[float, Field(gt=0, allow_inf_nan=False)]] = None
+    """The score multiplier (default ``1 / sqrt(head_dim)``; T5 uses 1.0, Gemma ``query_pre_attn_scalar ** -0.5``)."""
+    rotary_dim: Optional[Positive] = None
+    """RoPE on the first ``rotary_dim`` dims of each head only (even, at most ``head_dim``; GPT-NeoX
+    ``rotary_pct * head_dim``, Phi-2 ``partial_rotary_factor * head_dim``); needs ``rope_theta``."""
+    fused_qkv: bool = False
+    """One Linear ``qkv_proj`` ((num_heads + 2 * num_kv_heads) * head_dim outputs: q's rows, then k's, then
+    v's, HF Phi-3's layout) in place of ``q_proj`` / ``k_proj`` / ``v_proj``; refused with
+    ``tensor_parallel_shards`` > 1 unless ``tensor_parallel: false``."""
+    qk_norm: Union[bool, Literal["rms"]] = False
+    """RMSNorm over ``head_dim`` of each query and key head after the projection, before RoPE (``true`` or
+    ``rms``; HF Qwen3's ``q_norm`` / ``k_norm``, weights (head_dim,))."""
+    qk_norm_eps: Epsilon = 1e-6
+    """The epsilon of ``qk_norm`` (HF ``rms_norm_eps``)."""
+    logit_softcap: Optional[Annotated[float, Field(gt=0, allow_inf_nan=False)]] = None
+    """Scores become ``cap * tanh(scores / cap)`` before the mask and softmax (Gemma 2's
+    ``attn_logit_softcapping``)."""
+    sliding_window: Optional[Positive] = None
+    """Sliding-window attention (needs ``causal``): query ``i`` sees keys ``i - W < j <= i``, its own
+    token included (HF Mistral / Qwen2 / Gemma 2 ``sliding_window``), with or without the KV cache."""
     dtype: Optional[DType] = None
     tensor_parallel: bool = True
     """With ``tensor_parallel_shards: N``, split the heads across the workers (``q/k/v_proj`` by columns,
@@ -292,6 +312,15 @@ class Attention(LayerEntry):
     def _check_heads(self) -> "Attention":
         if self.rope_scaling is not None and self.rope_theta is None:
             raise PydanticCustomError("rope_scaling", "rope_scaling needs rope_theta (rotary embeddings)", {})
+        if self.rotary_dim is not None:
+            head_dim = self.head_dim or self.hidden_size // self.num_heads
+            if self.rope_theta is None or self.rotary_dim % 2 or self.rotary_dim > head_dim:
+                raise PydanticCustomError(
+                    "rotary_dim", "rotary_dim ({r}) must be even, at most head_dim ({d}), and needs rope_theta",
+                    {"r": self.rotary_dim, "d": head_dim})
+        if self.sliding_window is not None and not self.causal:
+            raise PydanticCustomError("sliding_window", "sliding_window needs causal: true (the window ends at "
+                                      "the query's own token)", {})
         if self.head_dim is None and self.hidden_size % self.num_heads:
             raise PydanticCustomError(
                 "attention_heads", "hidden_size ({h}) must be a multiple of num_heads ({n}), or set head_dim",
@@ -415,3 +444,21 @@ class Conv2D(LayerEntry):
     @model_validator(mode="after")
     def _groups_divide_channels(self) -> "Conv2D":
         return _groups_divide_channels(self)
+
+
+# --- one slot of the runtime KV cache (issue 42: attention written out in forward:) -------------------------
+
+__all__ += ["KVCache"]
+
+
+@register_layer_model
+class KVCache(LayerEntry):
+    """One layer of the runtime KV cache (``builder.nn.KVCacheLayer``, no parameters), for attention written
+    out in ``forward:``: ``k_all, v_all = kv(k, v, cache=cache, total_seq_len=total_seq_len)`` appends the new
+    tokens' keys and values, (batch, seq, num_kv_heads, head_dim) each, and returns all the layer holds
+    (batch, total_seq_len, num_kv_heads, head_dim); without a cache it returns ``k`` and ``v``. Its slot is
+    numbered with the ``Attention`` layers'."""
+
+    type: Literal["KVCache"] = "KVCache"
+    num_kv_heads: Positive
+    head_dim: Positive

@@ -42,9 +42,10 @@ BASE_ROOMS = {
 """What each base room may import besides itself."""
 
 HIGHER_ROOMS = ["builder.compile", "builder.frontend", "builder.layers", "builder.quant", "builder.recipe",
-                "builder.generation", "builder.text", "builder.summary", "builder.checkpoint", "builder.build_model",
-                "builder.terminal",
-                "builder.cli", "builder.__main__", "builder"]
+                "builder.sampling", "builder.generation", "builder.text",
+                "builder.chat", "builder.text_stream", "builder.completion", "builder.summary", "builder.checkpoint",
+                "builder.build_model", "builder.terminal",
+                "builder.cli_text", "builder.cli", "builder.__main__", "builder"]
 """The rooms above the base ones, lowest first: each may import the base rooms, ``core``, ``schemas``,
 ``runtime`` and the rooms before it here. ``builder`` is the package itself (its ``__init__``)."""
 

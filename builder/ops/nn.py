@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import math
 
+from ..ir import expr as E
 from ..ir import relax as rx
 from ..ir.block_builder import BlockBuilder
 from ..ir.kernel import KERNEL_ATTR, AttentionKernelSpec
@@ -89,14 +90,21 @@ def _attention_rule(reference, name: str):
     a bias across sequences), marked with an :class:`~builder.ir.kernel.AttentionKernelSpec` when the code
     generator's attention kernel may take them (static heads and head dims; ``seqstart`` for the
     variable-length form, whose units visit each sequence's own keys): the spec is only a hint, the loops
-    stay the semantics."""
+    stay the semantics. A sliding window (``window_size``) or a ``logit_softcap`` gets no spec: the kernel
+    does not implement them, so those calls run the reference loops, which do."""
     def legalize(bb: BlockBuilder, call: rx.Call) -> rx.Expr:
         a = call.attrs
         scale = None if a.get("scale") is None else float(a["scale"])
-        spec = attention_kernel_spec(call.args, scale, a.get("causal_mask"))
+        extra = {k: a[k] for k in ("window_size", "logit_softcap") if a.get(k) is not None}
+        if isinstance(extra.get("window_size"), E.IntImm):
+            extra["window_size"] = extra["window_size"].value
+        if isinstance(extra.get("logit_softcap"), E.FloatImm):
+            extra["logit_softcap"] = extra["logit_softcap"].value
+        # the attention kernel knows neither a window nor a cap: such calls keep the reference loops
+        spec = None if extra else attention_kernel_spec(call.args, scale, a.get("causal_mask"))
         on_new = None if spec is None else (lambda func: func.attrs.__setitem__(KERNEL_ATTR, spec))
-        return call_te(bb, reference, call.args, {"scale": scale, "causal_mask": a.get("causal_mask")}, name,
-                       on_new=on_new)
+        return call_te(bb, reference, call.args, {"scale": scale, "causal_mask": a.get("causal_mask"), **extra},
+                       name, on_new=on_new)
     return legalize
 
 
@@ -194,10 +202,10 @@ register_op("nn.rnn", infer_rnn, ("cell", "reverse", "linear_before_reset"), pat
             doc="One direction of an LSTM / GRU / RNN over projected inputs (the recurrence, serial over time).")
 register_op("nn.rope", infer_rope, pattern=OpPattern.INJECTIVE, legalize=te_rule(topi.rope, "rope"),
             doc="Rotary position embedding of one tensor: ``x * cos + rotate_half(x) * sin`` (HF Llama).")
-register_op("nn.attention", infer_attention, ("scale", "causal_mask", "window_size"), pattern=OpPattern.OPAQUE,
+register_op("nn.attention", infer_attention, ("scale", "causal_mask", "window_size", "logit_softcap"), pattern=OpPattern.OPAQUE,
             legalize=_attention_rule(topi.attention, "attention"), frontend="scaled_dot_product_attention",
             in_recipes=True,
-            doc="``softmax(q @ k^T * scale [+ bias] [+ causal mask]) @ v`` (BSNH layout).")
+            doc="``softmax(q @ k^T * scale [softcapped] [+ bias] [+ causal / sliding-window mask]) @ v`` (BSNH layout).")
 register_op("nn.attention_var_len", infer_attention_var_len, ("scale", "causal_mask"), pattern=OpPattern.OPAQUE,
             legalize=_attention_rule(topi.attention_var_len, "attention_var_len"), frontend="attention_var_len",
             doc="Attention within each of several sequences packed one after another (``seqstart``).")

@@ -12,7 +12,7 @@ def test_family_recipe_builds_and_knows_the_mapped_vars(name):
     recipe = FAMILIES_FILE.parent / fam.recipe
     declared = validate(recipe).recipe.vars
     assert set(fam.vars) <= set(declared), set(fam.vars) - set(declared)
-    assert fam.architectures and fam.model_types
+    assert fam.architectures      # model_types may be empty: a second family of one model type (GPT2Model)
 
 
 def test_each_architecture_has_one_family():

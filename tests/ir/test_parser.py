@@ -149,9 +149,16 @@ def test_attention_prints_window_size_none_and_parses_both_forms():
     assert old != text and parse(old).script() == old
     call = parse(old).functions["forward"].body.blocks[0].bindings[0].value
     assert call.attrs == {"scale": None, "causal_mask": "TopLeft"}
-    # a sliding window is refused where it is read, naming the attribute
-    _err(text.replace("window_size=None", "window_size=4"), r"sliding-window attention \(window_size=4\) is "
-                                                           r"not supported")
+    # a sliding window reads back; a bad one, or one without a causal mask, is refused naming the attribute
+    windowed = text.replace("window_size=None", "window_size=4")
+    assert parse(windowed).script() == windowed
+    _err(text.replace("window_size=None", "window_size=0"), r"window_size must be None or a positive int, got 0")
+    _err(windowed.replace('causal_mask="TopLeft"', "causal_mask=None"), r"a sliding window \(window_size=4\) "
+                                                                        r"needs a causal_mask")
+    capped = text.replace("window_size=None", "window_size=None, logit_softcap=30.5")
+    assert parse(capped).script() == capped
+    _err(text.replace("window_size=None", "window_size=None, logit_softcap=-1.0"), r"logit_softcap must be None or a "
+                                                                                   r"positive finite number")
 
 
 def test_conv1d_symbolic_length_round_trips():

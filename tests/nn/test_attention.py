@@ -263,6 +263,38 @@ def test_packed_tokens_attend_as_the_padded_batch(causal):
         np.testing.assert_array_equal(got[~real], 0.0)
 
 
+def test_packed_tokens_keep_the_projection_and_rope_options():
+    """scale, qk_norm, rotary_dim and fused_qkv act on packed tokens as on the padded batch with its padding
+    mask (that path is checked against numpy in tests/pipeline/test_attention_options.py); a window, a cap
+    or a position bias is refused with token_indices."""
+    opts = dict(hidden_size=24, num_heads=4, num_kv_heads=2, head_dim=6, causal=True, rope_theta=100.0,
+                dtype="float64", scale=0.3, qk_norm=True, rotary_dim=4, fused_qkv=True, bias=True)
+    m = PackedAttention(**opts)
+
+    class Padded(nn.Module):
+        def __init__(self):
+            self.attn = nn.Attention(**opts)
+
+        def forward(self, x, attention_mask):
+            return self.attn(x, attention_mask=attention_mask)
+
+    p = Padded()
+    w = random_weights(m.attn)
+    p.attn.load_state_dict(w)
+    sp = {"forward": {"x": spec.Tensor(["batch", "seq", 24], "float64"),
+                      "attention_mask": spec.Tensor(["batch", "seq"], "int64")}}
+    f, g = m.jit(spec=sp), p.jit(spec=sp)
+    keep = np.array([[1, 1, 1, 1, 0], [1, 1, 1, 1, 1]])
+    x = x_of(2, 5, 24)
+    real = keep.astype(bool)
+    np.testing.assert_allclose(f["forward"](x, keep)[real], g["forward"](x, keep)[real], **TIGHT)
+    for bad in (dict(sliding_window=2), dict(logit_softcap=3.0)):
+        b = PackedAttention(hidden_size=8, num_heads=2, causal=True, **bad)
+        with pytest.raises(ValueError, match="does not go with sliding_window or logit_softcap"):
+            b.export_tvm(spec={"forward": {"x": spec.Tensor([1, 3, 8], "float32"),
+                                           "attention_mask": spec.Tensor([1, 3], "int64")}})
+
+
 def test_packed_tokens_need_a_padding_mask_and_no_cache():
     class Bad(nn.Module):
         def __init__(self):

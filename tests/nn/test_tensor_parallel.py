@@ -111,6 +111,20 @@ def test_splits_that_do_not_divide_are_recipe_errors_at_the_field(override, fiel
     assert "tensor_parallel_shards" in issue.message
 
 
+def test_fused_qkv_under_tensor_parallelism_is_a_recipe_error_at_the_field():
+    """A fused qkv_proj cannot be cut into one contiguous slice per worker (each needs rows of q, k and v):
+    the error names the attention's fused_qkv; ``tensor_parallel: false`` keeps the layer whole."""
+    fused = "blocks.LlamaDecoderLayer.layers.self_attn.fused_qkv=true"
+    with pytest.raises(schemas.RecipeError) as e:
+        _exported("llama.yaml", "tensor_parallel_shards=2", fused)
+    (issue,) = e.value.issues
+    assert issue.path == "blocks.LlamaDecoderLayer.layers.self_attn.fused_qkv", str(issue)
+    assert "does not split across 2 workers" in issue.message
+    _, _, params, strategies, _ = _exported("llama.yaml", "tensor_parallel_shards=2", fused,
+                                            "blocks.LlamaDecoderLayer.layers.self_attn.tensor_parallel=false")
+    assert not any("qkv_proj" in n for n in strategies) and any("qkv_proj" in n for n, _ in params)
+
+
 def test_mlp_split_that_does_not_divide_names_the_linear_field():
     with pytest.raises(schemas.RecipeError) as e:
         _exported("llama.yaml", "tensor_parallel_shards=2", "intermediate_size=687", "num_heads=2",

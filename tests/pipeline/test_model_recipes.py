@@ -169,6 +169,25 @@ def test_llama_recipe_runs_qwen2_checkpoints(tmp_path):
         seed=5)
 
 
+def test_llama_recipe_runs_qwen3_checkpoints_with_qk_norm(tmp_path):
+    """An HF ``Qwen3ForCausalLM`` (RMSNorm of each query / key head before RoPE, ``q_norm`` / ``k_norm``;
+    head_dim 16 with hidden 48) runs on the Llama recipe with the attention's ``qk_norm`` on
+    (:func:`_hf_checkpoint_on_llama_recipe`)."""
+    _hf_checkpoint_on_llama_recipe(tmp_path, "Qwen3", dict(
+        vocab_size=67, hidden_size=48, intermediate_size=64, num_attention_heads=4, num_key_value_heads=2,
+        head_dim=16, rope_theta=10000.0), ["blocks.LlamaDecoderLayer.layers.self_attn.qk_norm=true",
+                                           "blocks.LlamaDecoderLayer.layers.self_attn.qk_norm_eps=1e-6"], seed=7)
+
+
+def test_llama_recipe_runs_mistral_checkpoints_with_a_sliding_window(tmp_path):
+    """An HF ``MistralForCausalLM`` with ``sliding_window: 3`` over 9 tokens (each query sees itself and the
+    two keys before it, HF's masking_utils) runs on the Llama recipe with the attention's ``sliding_window``,
+    forward and prefill + decode over the KV cache (:func:`_hf_checkpoint_on_llama_recipe`)."""
+    _hf_checkpoint_on_llama_recipe(tmp_path, "Mistral", dict(
+        vocab_size=59, hidden_size=32, intermediate_size=48, num_attention_heads=4, num_key_value_heads=2,
+        rope_theta=10000.0, sliding_window=3), ["blocks.LlamaDecoderLayer.layers.self_attn.sliding_window=3"], seed=3)
+
+
 def test_llama_cli_generates_the_reference_ids(capsys):
     ref = np.load(DATA / "llama_generate.npz")
     prompt = ";".join(",".join(map(str, row)) for row in ref["prompt_ids"])

@@ -14,7 +14,7 @@ from schemas.json_schema import INTERPOLATION_SCHEMA, JSON_SCHEMA_DIALECT, accep
 from schemas.source import IssueCollector, SourceMap, parse_yaml
 
 ROOT = Path(__file__).resolve().parents[2]
-RECIPES = sorted((ROOT / "recipes").glob("*.yaml"))
+RECIPES = sorted(p for p in (ROOT / "recipes").rglob("*.yaml") if p.name != "families.yaml")   # recipes/hf/ too
 INTERP = {"$ref": "#/$defs/Interpolation"}
 
 
@@ -114,6 +114,12 @@ def test_unknown_fields_and_wrong_values_are_rejected(validator, llama_mlp_text)
     data["model"]["layers"]["gate_proj"]["bias"] = "${use_bias}"
     data["quantization"] = {"kind": "group", "bits": "${bits}", "group_size": "${g}"}
     assert _errors(validator, data) == [] and _errors(validator, good) == []
+    data = _data(LLAMA_MLP)       # a block layer's type may be a var (recipes/hf/vit.yaml's pooler), never a layer type
+    data["blocks"] = {"Head": {"inputs": ["x"], "forward": "return x"}}
+    data["model"]["layers"]["head"] = {"type": "${head_type}"}
+    assert _errors(validator, data) == []
+    data["model"]["layers"]["head"] = {"type": "Attention"}
+    assert _errors(validator, data)
 
 
 def test_the_post_processing_is_generic(validator):

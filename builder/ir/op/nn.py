@@ -423,8 +423,11 @@ def infer_attention(call: Call) -> StructInfo:
     multiple of Hk (grouped-query attention); ``bias`` (optional 4th argument, TVM's) has query's dtype
     and shape (B, H, Sq, Sk) where any dim may be 1 (broadcast). ``causal_mask`` is None, ``"TopLeft"``
     or ``"BottomRight"``; ``window_size`` (TVM's sliding window, printed ``window_size=None`` as TVM
-    0.27 does) must be None or absent. Raises ValueError for any other shape, mask or window, naming
-    the op and the operands."""
+    0.27 does) None, absent or a positive int ``W`` with a causal mask: key ``j`` is kept for query ``i``
+    when ``limit - W < j <= limit``, ``limit`` the causal bound (HF transformers' ``sliding_window``);
+    ``logit_softcap`` (ours, printed only when given) None or a positive float ``c``: the scaled scores
+    become ``c * tanh(s / c)`` before the bias and the masks (Gemma 2). Raises ValueError for any other
+    shape, mask, window or cap, naming the op and the operands."""
     if len(call.args) not in (3, 4):
         raise ValueError(f"R.nn.attention: takes query, key, value and an optional bias, got "
                          f"{len(call.args)} arguments")
@@ -448,9 +451,20 @@ def infer_attention(call: Call) -> StructInfo:
     if mask not in (None, "TopLeft", "BottomRight"):
         raise ValueError(f"R.nn.attention: causal_mask must be None, 'TopLeft' or 'BottomRight', "
                          f"got {mask!r}")
-    if call.attrs.get("window_size") is not None:
-        raise ValueError(f"R.nn.attention: sliding-window attention (window_size={call.attrs['window_size']!r}) "
-                         "is not supported; window_size must be None")
+    window = call.attrs.get("window_size")
+    if window is not None:
+        if isinstance(window, E.IntImm):
+            window = window.value
+        if isinstance(window, bool) or not isinstance(window, int) or window <= 0:
+            raise ValueError(f"R.nn.attention: window_size must be None or a positive int, got {window!r}")
+        if mask is None:
+            raise ValueError(f"R.nn.attention: a sliding window (window_size={window}) needs a causal_mask "
+                             "('TopLeft' or 'BottomRight'): the window ends at the query's causal bound")
+    cap = call.attrs.get("logit_softcap")
+    if cap is not None:
+        cap = cap.value if isinstance(cap, E.FloatImm) else cap
+        if isinstance(cap, bool) or not isinstance(cap, (int, float)) or not 0 < cap < float("inf"):
+            raise ValueError(f"R.nn.attention: logit_softcap must be None or a positive finite number, got {cap!r}")
     if len(call.args) == 4:
         bias = tensor_arg(call, 3, "bias")
         check_same_dtype(call, q, bias, "query", "bias")

@@ -94,6 +94,7 @@ def _rope_inv_freq(head_dim: int, theta: float, dtype: str = "float32", scaling:
     return rope_scaled_inv_freq((ft(1.0) / (ft(theta) ** exponent)).astype(dtype), scaling)
 
 
+@recipe_function
 def rotary_embedding(x: Tensor, positions: Tensor, theta: float, name: str = "rotary_embedding",
                      scaling: dict | None = None) -> Tensor:
     """Rotary position embedding (Su et al. 2021, RoFormer) in HF transformers' Llama convention
@@ -112,15 +113,22 @@ def rotary_embedding(x: Tensor, positions: Tensor, theta: float, name: str = "ro
     ``x``'s dtype. Built from astype, expand_dims, multiply, concat, cos, sin (the tables, shared by every
     layer after ``eliminate_common_subexpr``) and ``R.nn.rope`` (the rotation: one kernel).
 
-    Raises TypeError for a non-float ``x`` or non-integer ``positions``; ValueError when ``x`` is not
-    4-D, its head dim is not a static even int, ``positions`` is not 1-D / 2-D or its seq (or batch)
-    differs from ``x``'s, or ``theta`` is not a positive finite number.
+    Raises TypeError for a non-float ``x``, non-integer ``positions`` or a ``scaling`` that is not a dict;
+    ValueError when ``x`` is not 4-D, its head dim is not a static even int, ``positions`` is not 1-D /
+    2-D or its seq (or batch) differs from ``x``'s, or ``theta`` is not a positive finite number.
+
+    A recipe's ``forward:`` calls it too, on q / k it computed itself: ``q = rotary_embedding(q,
+    positions, 10000.0)`` (positions ``arange(total_seq_len - seq, total_seq_len, dtype="int64")`` over a
+    KV cache, as ``recipes/llama.yaml`` computes them).
 
     ``scaling``: a RoPE scaling of the frequencies, HF's ``rope_parameters`` / ``rope_scaling`` keys
     (``{"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
     "original_max_position_embeddings": 8192}`` for Llama 3.1 / 3.2, or ``linear``; see
     :func:`rope_scaled_inv_freq`).
     """
+    if scaling is not None and not isinstance(scaling, dict):
+        raise TypeError(f"rotary_embedding: scaling must be a dict of HF's rope_scaling keys or None, got "
+                        f"{type(scaling).__name__}")
     if x.ndim != 4:
         raise ValueError(f"rotary_embedding: x must be 4-D (batch, seq, heads, head_dim), got "
                          f"{fmt_shape(x.shape)}")

@@ -450,7 +450,8 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor,
                                  attn_mask: Tensor | None = None, is_causal: bool | None = False,
                                  scale: float | None = None,
                                  name: str = "scaled_dot_product_attention", *,
-                                 causal_mask: str | None = None) -> Tensor:
+                                 causal_mask: str | None = None, window_size: int | None = None,
+                                 logit_softcap: float | None = None) -> Tensor:
     """Scaled dot-product attention (Vaswani et al. 2017) in TVM's layout, emitted as
     ``R.nn.attention(q, k, v[, bias])``::
 
@@ -473,9 +474,13 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor,
     ``causal_mask="TopLeft"``); ``causal_mask`` names TVM's alignment instead: ``"TopLeft"`` or
     ``"BottomRight"`` (key ``j`` is visible to query ``i`` when ``j <= i + S_kv - S_q``: new
     queries attending to a cache of past and new keys). Both mask kinds may be combined with
-    ``attn_mask``. Raises ValueError for ``is_causal`` together with ``causal_mask``, an unknown
-    ``causal_mask``, a mask that does not broadcast, and mismatched shapes; TypeError for a mask
-    dtype other than bool or query's, and mismatched dtypes.
+    ``attn_mask``. ``window_size`` ``W`` (with a causal mask) keeps only the ``W`` keys ending at the
+    causal bound, the query's own included (HF's ``sliding_window``: ``i - W < j <= i`` top-left);
+    ``logit_softcap`` ``c`` replaces the scaled scores by ``c * tanh(s / c)`` before the mask (Gemma 2's
+    ``attn_logit_softcapping``). Raises ValueError for ``is_causal`` together with ``causal_mask``, an
+    unknown ``causal_mask``, a window without a causal mask, a window or cap that is not positive, a
+    mask that does not broadcast, and mismatched shapes; TypeError for a mask dtype other than bool or
+    query's, and mismatched dtypes.
     """
     op = "scaled_dot_product_attention"
     if causal_mask is not None:
@@ -489,7 +494,9 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor,
     if attn_mask is not None:
         args.append(_attention_bias(attn_mask, query))
     sc = None if scale is None else E.FloatImm(float(scale), "float32")
-    return wrap_nested(op_call("nn.attention", args, scale=sc, causal_mask=causal_mask, window_size=None), name)
+    extra = {} if logit_softcap is None else {"logit_softcap": float(logit_softcap)}
+    return wrap_nested(op_call("nn.attention", args, scale=sc, causal_mask=causal_mask, window_size=window_size,
+                               **extra), name)
 
 
 @recipe_function

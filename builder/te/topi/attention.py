@@ -37,13 +37,15 @@ def rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
 
 
 def attention(q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None = None, scale: float | None = None,
-              causal_mask: str | None = None) -> Tensor:
+              causal_mask: str | None = None, window_size: int | None = None,
+              logit_softcap: float | None = None) -> Tensor:
     """Scaled dot-product attention in TVM's (batch, seq, heads, head_dim) layout
     (Vaswani et al. 2017; ``torch.nn.functional.scaled_dot_product_attention``; TVM's
     ``R.nn.attention(query, key, value, bias, scale, causal_mask)``)::
 
-        s[b, h, i, j] = scale * sum_d q[b, i, h, d] * k[b, j, h', d] + bias[b, h, i, j]
-                        (causally masked: -inf)
+        s[b, h, i, j] = scale * sum_d q[b, i, h, d] * k[b, j, h', d]
+        s = cap * tanh(s / cap)                                     (logit_softcap = cap)
+        s = s + bias[b, h, i, j]      (causally masked, or outside the window: -inf)
         out[b, i, h, e] = sum_j exp(s - max_j s) * v[b, j, h', e] / sum_j exp(s - max_j s)
                         (0 where every s[b, h, i, :] is -inf: the sum is 0)
 
@@ -51,19 +53,30 @@ def attention(q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None = None, scale
     (grouped-query attention). ``bias`` (optional, q's dtype) has shape (B, H, Sq, Sk) where any
     dim may be 1 (broadcast); it is added in the math dtype, so ``-inf`` in it masks a key.
     ``scale`` defaults to ``1 / sqrt(D)``. ``causal_mask``: ``"TopLeft"`` keeps ``j <= i``
-    (PyTorch's ``is_causal``), ``"BottomRight"`` keeps ``j <= i + Sk - Sq``. A row whose scores
+    (PyTorch's ``is_causal``), ``"BottomRight"`` keeps ``j <= i + Sk - Sq``; ``window_size`` ``W``
+    (needs a causal mask) also drops keys ``j <= limit - W`` where ``limit`` is that causal bound, so a
+    query sees its own token and the ``W - 1`` before it (HF transformers' ``masking_utils``
+    ``sliding_window_overlay``: ``kv_idx > q_idx - sliding_window``; Mistral, Qwen2, Gemma 2).
+    ``logit_softcap`` (Gemma 2's ``attn_logit_softcapping``) caps the scaled scores with a tanh before
+    the bias and the masks. A row whose scores
     are all ``-inf`` (every key masked) gives zeros, as PyTorch >= 2.5's ``_safe_softmax`` in
     its math attention (pytorch/pytorch#131060), not NaN. Math in float32 (float64 for
     float64). Stages: ``T_attention_score`` (+ ``_acc``), ``T_attention_max``,
     ``T_attention_exp``, ``T_attention_sum``, ``T_attention`` (+ ``_acc``). Raises ValueError
-    for non-4-D inputs, a bias whose dims are neither 1 nor those of the scores, or an unknown
-    mask.
+    for non-4-D inputs, a bias whose dims are neither 1 nor those of the scores, an unknown
+    mask, a window without a causal mask or that is not a positive int, or a cap that is not positive.
     """
     if q.ndim != 4 or k.ndim != 4 or v.ndim != 4:
         raise ValueError(f"attention: query, key and value must be 4-D (B, S, H, D), got "
                          f"{fmt_shape(q.shape)}, {fmt_shape(k.shape)}, {fmt_shape(v.shape)}")
     if causal_mask not in (None, "TopLeft", "BottomRight"):
         raise ValueError(f"attention: unknown causal_mask {causal_mask!r}")
+    if window_size is not None and (causal_mask is None or isinstance(window_size, bool)
+                                    or not isinstance(window_size, int) or window_size <= 0):
+        raise ValueError(f"attention: window_size must be a positive int with a causal mask, got {window_size!r} "
+                         f"(causal_mask={causal_mask!r})")
+    if logit_softcap is not None and not float(logit_softcap) > 0:
+        raise ValueError(f"attention: logit_softcap must be positive, got {logit_softcap!r}")
     acc = norm_acc_dtype(q.dtype)
     bsz, sq, heads, dim = q.shape
     sk, hk, dv = k.shape[1], k.shape[2], v.shape[3]
@@ -96,6 +109,9 @@ def attention(q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None = None, scale
 
     def fmask(val, idx):
         val = val * sc
+        if logit_softcap is not None:
+            cap = E.const(float(logit_softcap), acc)
+            val = cap * tir.tanh(val / cap)
         if bias is not None:
             bidx = [E.IntImm(0, "int64") if one else x for one, x in zip(b_one, idx)]
             val = val + cast_value(bias[tuple(bidx)], acc)
@@ -103,7 +119,10 @@ def attention(q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None = None, scale
             return val
         i, j = idx[2], idx[3]
         limit = i if causal_mask == "TopLeft" else E.simplify(i + (sk - sq))
-        return E.Select(E.LE(j, limit), val, neg_inf)
+        keep = E.LE(j, limit)
+        if window_size is not None:
+            keep = E.And(keep, E.GT(j, E.simplify(limit - window_size)))
+        return E.Select(keep, val, neg_inf)
 
     score = _te.compute(s_shape, fscore, name="T_attention_score")
 
@@ -131,7 +150,7 @@ def attention(q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None = None, scale
     def fnorm(val, idx):
         b, i, h = idx[0], idx[1], idx[2]
         out = val / total[b, h, i]
-        if bias is not None or causal_mask is not None:
+        if bias is not None or causal_mask is not None:   # (a window needs a causal mask)
             # every key masked (-inf): exp(-inf - lowest) sums to 0 -> 0, as _safe_softmax
             out = E.Select(E.EQ(total[b, h, i], E.const(0.0, acc)), E.const(0.0, acc), out)
         if static_int(sk) is None:   # no keys: zeros (PyTorch's math attention), not 0 / 0

@@ -1,0 +1,34 @@
+"""``build DIR`` on a Phi-3 checkpoint saved by transformers (``Phi3ForCausalLM``, ``recipes/hf/phi3.yaml``): q, k
+and v fused in one qkv_proj, gate and up in one gate_up_proj, split by the recipe's weights.transforms; compared
+with transformers (logits on two shapes, 16 greedy tokens over prefill + decode, chunked prefill:
+tests/helpers/hf_checkpoints.py). The longrope scaling of the 128k models is refused naming the field."""
+import numpy as np
+import pytest
+
+import builder
+from builder.checkpoint import HFCheckpointError
+from helpers.hf_checkpoints import check_causal_lm, save_tiny
+
+pytest.importorskip("transformers")
+
+SMALL = dict(vocab_size=128, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
+             num_key_value_heads=2, rms_norm_eps=1e-5, pad_token_id=0, bos_token_id=0, eos_token_id=0)
+
+
+def test_phi3_matches_transformers(tmp_path):
+    hf = save_tiny(tmp_path, "Phi3Config", "Phi3ForCausalLM", seed=14, **SMALL,
+                   rope_parameters={"rope_type": "default", "rope_theta": 500.0})
+    m = check_causal_lm(tmp_path, hf, 128)
+    qkv = hf.model.layers[0].self_attn.qkv_proj.weight.detach().numpy()
+    np.testing.assert_array_equal(m.params["model.layers.0.self_attn.k_proj.weight"], qkv[32:48])   # 2 KV heads of 8
+    up = hf.model.layers[1].mlp.gate_up_proj.weight.detach().numpy()[48:]
+    np.testing.assert_array_equal(m.params["model.layers.1.mlp.up_proj.weight"], up)       # the second half
+
+
+def test_phi3_longrope_is_refused_naming_the_field(tmp_path):
+    rope = {"rope_type": "longrope", "rope_theta": 500.0, "short_factor": [1.0] * 4, "long_factor": [2.0] * 4,
+            "original_max_position_embeddings": 32}
+    save_tiny(tmp_path, "Phi3Config", "Phi3ForCausalLM", **SMALL, max_position_embeddings=128,
+              original_max_position_embeddings=32, rope_parameters=rope)
+    with pytest.raises(HFCheckpointError, match=r'rope_parameters.rope_type = "longrope" is not supported'):
+        builder.build(tmp_path)
