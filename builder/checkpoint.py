@@ -34,8 +34,9 @@ __all__ = ["FAMILIES_FILE", "HFCheckpoint", "HFCheckpointError", "load_families"
 FAMILIES_FILE = Path(__file__).resolve().parent.parent / "recipes" / "hf" / "families.yaml"
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-#: Top-level config fields every family reads itself (to choose the family and tie the embeddings).
-_ALWAYS_READ = ("architectures", "model_type", "tie_word_embeddings")
+#: Top-level config fields every family reads itself (to choose the family); ``tie_word_embeddings`` is read by a
+#: family with a ``tie_word_embeddings`` entry (else it must be declared harmless).
+_ALWAYS_READ = ("architectures", "model_type")
 
 
 class HFCheckpointError(ValueError):
@@ -253,6 +254,8 @@ def resolve_checkpoint(folder: str | os.PathLike, overrides: Sequence[str] = (),
     families = load_families(families_file)
     name, fam = _choose(cfg, families, config)
     known = set(_ALWAYS_READ) | set(families.harmless) | set(fam.harmless) | set(fam.checks)
+    if fam.tie_word_embeddings is not None:
+        known.add("tie_word_embeddings")
     for rule in fam.vars.values():
         known.update(p.split(".", 1)[0] for p in rule.from_)
         known.update(_NAME.findall(rule.value or ""))

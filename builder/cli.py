@@ -82,7 +82,8 @@ def _parser() -> argparse.ArgumentParser:
                     "CPU code, and optionally run it.",
         epilog="example: build recipes/llama_mlp.yaml dtype=float32 hidden_size=2048",
     )
-    p.add_argument("recipe", nargs="?", help="path to the recipe (YAML), or an ONNX model (.onnx) to import")
+    p.add_argument("recipe", nargs="?", help="path to the recipe (YAML), a Hugging Face checkpoint folder "
+                                              "(config.json + model.safetensors), or an ONNX model (.onnx) to import")
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
                    help="override a var (bare key) or a dotted recipe field; values are YAML scalars")
     p.add_argument("--plain", action="store_true",
@@ -229,6 +230,7 @@ def _run_with(args: argparse.Namespace, progress: "ConversionProgressDisplay") -
         from .checkpoint import resolve_checkpoint
 
         hf = resolve_checkpoint(args.recipe, args.overrides)
+        args.checkpoint = f"{args.recipe} ({hf.family} family, {hf.recipe.name})"
         args.recipe, args.overrides = str(hf.recipe), hf.overrides
         args.weights = args.weights or str(hf.weights)
         if args.tokenizer is None and hf.tokenizer is not None:
@@ -563,7 +565,7 @@ def _check_only(args: argparse.Namespace, out) -> int:
     report = validate(args.recipe, args.overrides, weights=args.weights)
     functions = ", ".join(f"{name}({', '.join(inputs)})" for name, inputs in report.spec.items())
     weights = "weights file checked" if report.weights_checked else "no weights file (random weights)"
-    out.print(escape(printable_lines(f"{args.recipe}: valid; functions {functions}; {len(report.param_specs)} "
+    out.print(escape(printable_lines(f"{getattr(args, 'checkpoint', args.recipe)}: valid; functions {functions}; {len(report.param_specs)} "
                                 f"parameters; {weights}")))
     return 0
 

@@ -99,6 +99,10 @@ def test_known_architectures_listed_and_other_folder_errors(tmp_path, capsys):
     (tmp_path / "config.json").write_text("[1, 2]")
     rc, err, _ = _run(capsys, tmp_path)
     assert rc == 1 and "expected a JSON object" in err
+    for text, message in (("[" * 100_000, "maximum recursion depth"), ('{"hidden_size": NaN}', "NaN is not a number")):
+        (tmp_path / "config.json").write_text(text)
+        rc, err, _ = _run(capsys, tmp_path)
+        assert rc == 1 and message in err, err
     (tmp_path / "config.json").write_text(json.dumps(LLAMA))
     (tmp_path / "pytorch_model.bin").write_bytes(b"x")
     rc, err, _ = _run(capsys, tmp_path)
@@ -114,3 +118,22 @@ def test_a_recipe_error_from_an_override_exits_2(tmp_path, capsys):
     assert rc == 2, err
     rc, err, _ = _run(capsys, folder, "--no-ir", "--quiet", "--prompt-ids", "1,2,3", "--max-new-tokens", "2")
     assert rc == 0, err
+    rc, err, out = _run(capsys, folder, "--validate")
+    assert rc == 0 and "(llama family, llama.yaml): valid" in out and "weights file checked" in out, err
+
+
+def test_transformers_4_rope_fields_and_defaults(tmp_path):
+    """A transformers 4.x config (rope_theta at the top, rope_scaling with the old key ``type``, head_dim null,
+    no num_key_value_heads): the same recipe variables as transformers 5's rope_parameters."""
+    from builder.checkpoint import resolve_checkpoint
+
+    old = {k: v for k, v in LLAMA.items() if k not in ("rope_parameters", "num_key_value_heads")}
+    folder = _folder(tmp_path, weights=False, **{"rope_parameters": ..., "num_key_value_heads": ...})
+    (folder / "config.json").write_text(json.dumps({**old, "rope_theta": 500000.0, "head_dim": None,
+                                                    "rope_scaling": {"type": "linear", "factor": 2.0}}))
+    (folder / "model.safetensors").write_bytes(b"")
+    got = resolve_checkpoint(folder, ["num_layers=3"]).overrides
+    for want in ("rope_theta=500000.0", 'rope_scaling={"rope_type": "linear", "factor": 2.0}', "num_kv_heads=4",
+                 "head_dim=8"):
+        assert want in got, got
+    assert got[-1] == "num_layers=3"      # the caller's overrides come last, so they win

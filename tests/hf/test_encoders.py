@@ -59,3 +59,15 @@ def test_distilbert(tmp_path):
             ref = hf(input_ids=torch.from_numpy(ids), attention_mask=torch.from_numpy(mask)).last_hidden_state.numpy()
         real = mask.astype(bool)
         np.testing.assert_allclose(model["forward"](ids, mask)[real], ref[real], atol=1e-4, rtol=0)
+
+
+def test_folder_tokenizer_is_the_artifacts(tmp_path, capsys):
+    """``tokenizer.json`` of the folder is used as ``--tokenizer``: ``build DIR --save-exe`` ships it."""
+    from builder.cli import main
+
+    save_tiny(tmp_path / "m", "BertConfig", "BertModel", seed=5, **SMALL)
+    text = '{"version": "1.0", "model": {"type": "WordLevel", "vocab": {"[UNK]": 0, "a": 1}, "unk_token": "[UNK]"}}'
+    (tmp_path / "m" / "tokenizer.json").write_text(text)
+    assert main([str(tmp_path / "m"), "--no-ir", "--quiet", "--save-exe", str(tmp_path / "art")]) == 0, \
+        capsys.readouterr().err
+    assert (tmp_path / "art" / "tokenizer.json").read_text() == text
