@@ -3,6 +3,7 @@ the per-head fused query_key_value reordered and split by weights.transforms, Ro
 parallel residual; compared with transformers (logits on two shapes, 16 greedy tokens over prefill + decode,
 chunked prefill: tests/helpers/hf_checkpoints.py). The sequential residual (use_parallel_residual false) is refused
 by the family and built from the recipe file with decoder_layer=GPTNeoXLayer, its logits compared."""
+import json
 from pathlib import Path
 
 import numpy as np
@@ -46,4 +47,22 @@ def test_gpt_neox_other_rotary_fraction_is_refused(tmp_path):
     rope = {"rope_type": "default", "rope_theta": 500.0, "partial_rotary_factor": 0.5}
     save_tiny(tmp_path, "GPTNeoXConfig", "GPTNeoXForCausalLM", **{**SMALL, "rope_parameters": rope})
     with pytest.raises(HFCheckpointError, match=r"rope_parameters.partial_rotary_factor = 0.5 is not supported"):
+        builder.build(tmp_path)
+
+
+def test_gpt_neox_transformers_4_config(tmp_path):
+    """A transformers 4.x config (rotary_pct and rotary_emb_base at the top, rope_scaling null) builds the same
+    model: its logits equal transformers'."""
+    hf = save_tiny(tmp_path, "GPTNeoXConfig", "GPTNeoXForCausalLM", seed=4, **SMALL)
+    cfg = json.loads((tmp_path / "config.json").read_text())
+    del cfg["rope_parameters"]
+    cfg.update(rotary_pct=0.25, rotary_emb_base=500.0, rope_scaling=None)
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    ids = np.random.default_rng(3).integers(0, 128, (1, 7), dtype=np.int64)
+    with torch.no_grad():
+        ref = hf(torch.from_numpy(ids)).logits.numpy()
+    np.testing.assert_allclose(builder.build(tmp_path)["forward"](ids), ref, atol=1e-4, rtol=0)
+    cfg["rotary_pct"] = 0.5
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(HFCheckpointError, match=r"rotary_pct = 0.5"):
         builder.build(tmp_path)
