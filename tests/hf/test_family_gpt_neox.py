@@ -1,0 +1,68 @@
+"""``build DIR`` on a GPT-NeoX checkpoint saved by transformers (``GPTNeoXForCausalLM``, ``recipes/hf/gpt_neox.yaml``):
+the per-head fused query_key_value reordered and split by weights.transforms, RoPE on a quarter of each head, the
+parallel residual; compared with transformers (logits on two shapes, 16 greedy tokens over prefill + decode,
+chunked prefill: tests/helpers/hf_checkpoints.py). The sequential residual (use_parallel_residual false) is refused
+by the family and built from the recipe file with decoder_layer=GPTNeoXLayer, its logits compared."""
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import builder
+from builder.checkpoint import HFCheckpointError
+from helpers.hf_checkpoints import check_causal_lm, save_tiny
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+RECIPE = Path(__file__).resolve().parents[2] / "recipes" / "hf" / "gpt_neox.yaml"
+SMALL = dict(vocab_size=128, hidden_size=64, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
+             pad_token_id=0, bos_token_id=0, eos_token_id=0,
+             rope_parameters={"rope_type": "default", "rope_theta": 500.0, "partial_rotary_factor": 0.25})
+
+
+def test_gpt_neox_matches_transformers(tmp_path):
+    hf = save_tiny(tmp_path, "GPTNeoXConfig", "GPTNeoXForCausalLM", seed=5, **SMALL)
+    m = check_causal_lm(tmp_path, hf, 128)
+    # head 1's k rows are rows [1, 1, :] of the file's [heads, 3, head_dim] query_key_value
+    qkv = hf.gpt_neox.layers[0].attention.query_key_value.weight.detach().numpy().reshape(4, 3, 16, 64)
+    np.testing.assert_array_equal(m.params["gpt_neox.layers.0.attention.k_proj.weight"][16:32], qkv[1, 1])
+
+
+def test_gpt_neox_sequential_residual_from_the_recipe_file(tmp_path):
+    hf = save_tiny(tmp_path, "GPTNeoXConfig", "GPTNeoXForCausalLM", seed=6, use_parallel_residual=False, **SMALL)
+    with pytest.raises(HFCheckpointError, match=r"use_parallel_residual = false"):
+        builder.build(tmp_path)
+    m = builder.build(RECIPE, ["vocab_size=128", "hidden_size=64", "intermediate_size=48", "num_layers=2",
+                               "num_heads=4", "rope_theta=500.0", "decoder_layer=GPTNeoXLayer"],
+                      weights=tmp_path / "model.safetensors")
+    ids = np.random.default_rng(2).integers(0, 128, (2, 9), dtype=np.int64)
+    with torch.no_grad():
+        ref = hf(torch.from_numpy(ids)).logits.numpy()
+    np.testing.assert_allclose(m["forward"](ids), ref, atol=1e-4, rtol=0)
+
+
+def test_gpt_neox_other_rotary_fraction_is_refused(tmp_path):
+    rope = {"rope_type": "default", "rope_theta": 500.0, "partial_rotary_factor": 0.5}
+    save_tiny(tmp_path, "GPTNeoXConfig", "GPTNeoXForCausalLM", **{**SMALL, "rope_parameters": rope})
+    with pytest.raises(HFCheckpointError, match=r"rope_parameters.partial_rotary_factor = 0.5 is not supported"):
+        builder.build(tmp_path)
+
+
+def test_gpt_neox_transformers_4_config(tmp_path):
+    """A transformers 4.x config (rotary_pct and rotary_emb_base at the top, rope_scaling null) builds the same
+    model: its logits equal transformers'."""
+    hf = save_tiny(tmp_path, "GPTNeoXConfig", "GPTNeoXForCausalLM", seed=4, **SMALL)
+    cfg = json.loads((tmp_path / "config.json").read_text())
+    del cfg["rope_parameters"]
+    cfg.update(rotary_pct=0.25, rotary_emb_base=500.0, rope_scaling=None)
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    ids = np.random.default_rng(3).integers(0, 128, (1, 7), dtype=np.int64)
+    with torch.no_grad():
+        ref = hf(torch.from_numpy(ids)).logits.numpy()
+    np.testing.assert_allclose(builder.build(tmp_path)["forward"](ids), ref, atol=1e-4, rtol=0)
+    cfg["rotary_pct"] = 0.5
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(HFCheckpointError, match=r"rotary_pct = 0.5"):
+        builder.build(tmp_path)
