@@ -187,3 +187,13 @@ def test_graph_selects_the_kernel_for_a_window_and_a_cap():
         want = reference(q.astype(np.float64) * 4, k.astype(np.float64), v.astype(np.float64), None,
                          "BottomRight", 6, 5.0)
         np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5)
+
+
+def test_scalar_target_keeps_the_reference_loops(monkeypatch):
+    """Without vector units (``MB_SIMD=scalar``) a window and a cap stay on the reference loops, which match."""
+    monkeypatch.delenv("MB_SIMD_SHAPE", raising=False)
+    monkeypatch.setenv("MB_SIMD", "scalar")
+    kernel, fn = _build(_func(4, 2, 16, "float32", "BottomRight", 3, 2.0, True))
+    assert kernel == "loops (attention: no vector unit)"
+    got, f64, _ = _run(fn, "float32", 2, 5, 9, 4, 2, 16, True, scale_q=3.0)
+    np.testing.assert_allclose(got, reference(*f64[:3], f64[3], "BottomRight", 3, 2.0), rtol=2e-5, atol=2e-5)
