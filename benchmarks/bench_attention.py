@@ -10,7 +10,9 @@ Shapes (BSNH, float32): MiniLM (B=8, S=41, H=12, D=32, a padding mask (B, 1, 1, 
 TopLeft causal). Each is one PrimFunc of ``topi.attention`` with symbolic B / Sq / Sk, built twice:
 with its :class:`~builder.ir.kernel.AttentionKernelSpec` (the kernel) and without (the reference
 loops), timed with every pool thread and with one, interleaved call by call; medians of wall-clock
-time (``time.perf_counter``) in microseconds. The header prints the CPU and the load average.
+time (``time.perf_counter``) in microseconds. The header prints the CPU and the load average. Last, a
+sliding window (issue 42): the kernel's decode step over a 2048-token cache (H=32, Hk=4, D=128,
+BottomRight) with ``window_size`` 256 against the same without a window.
 """
 from __future__ import annotations
 
@@ -44,18 +46,20 @@ SHAPES = {
 }
 
 
-def attention_func(H: int, Hk: int, D: int, causal, bias, spec: bool):
-    """``topi.attention`` on symbolic B / Sq / Sk, with its spec when ``spec``."""
+def attention_func(H: int, Hk: int, D: int, causal, bias, spec: bool, window: int | None = None):
+    """``topi.attention`` on symbolic B / Sq / Sk (a sliding window of ``window`` keys), with its spec when
+    ``spec``."""
     B, Sq, Sk = te.var("B"), te.var("Sq"), te.var("Sk")
     q = te.placeholder((B, Sq, H, D), "float32", name="q")
     k = te.placeholder((B, Sk, Hk, D), "float32", name="k")
     v = te.placeholder((B, Sk, Hk, D), "float32", name="v")
     args = [q, k, v] + ([te.placeholder((B, 1, 1, Sk), "float32", name="mask")] if bias else [])
-    out = topi.attention(q, k, v, args[3] if bias else None, None, causal)
+    out = topi.attention(q, k, v, args[3] if bias else None, None, causal, window)
     f = te.create_prim_func(args + [out])
     if spec:
         f.attrs[KERNEL_ATTR] = AttentionKernelSpec(0, 1, 2, 3 if bias else -1, len(args), causal or "none",
-                                                   (1, 2) if bias else (), H // Hk, 1 / math.sqrt(D))
+                                                   (1, 2) if bias else (), H // Hk, 1 / math.sqrt(D),
+                                                   window=window or 0)
     return f
 
 
@@ -106,6 +110,13 @@ def main(argv=None) -> dict:
             row[label] = {"loops_us": loops, "kernel_us": kern}
             print(f"{name:40s} {label:>7s} {loops:10.1f} {kern:10.1f} {loops / kern:7.2f}x")
         results[name] = row
+    fns = [build({"f": attention_func(32, 4, 128, "BottomRight", None, True, w)}).load()["f"] for w in (256, None)]
+    args = [rng.standard_normal(s).astype(np.float32) for s in ((1, 1, 32, 128), (1, 2048, 4, 128), (1, 2048, 4, 128))]
+    out = np.empty((1, 1, 32, 128), np.float32)
+    win, full = _median_us(fns, args, out, 50 if ns.quick else 300)
+    print(f"kernel, decode Sk=2048 H=32 Hk=4 D=128 BottomRight, all threads: no window {full:.1f} us, "
+          f"window_size=256 {win:.1f} us ({full / win:.2f}x)")
+    results["window decode Sk=2048 W=256"] = {"no_window_us": full, "window_us": win}
     if ns.json:
         print(json.dumps(results))
     return results

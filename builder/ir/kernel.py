@@ -184,7 +184,11 @@ class AttentionKernelSpec:
     ``seqstart`` (a parameter index, -1 for none) marks the variable-length form
     (:func:`builder.te.topi.attention_var_len`): ``q`` (T, H, D), ``k`` (T, Hk, D), ``v`` (T, Hk, Dv)
     and the output (T, H, Dv) hold the tokens of several sequences one after another, sequence ``b``
-    the rows ``seqstart[b] <= t < seqstart[b + 1]``, each attending within itself (no bias)."""
+    the rows ``seqstart[b] <= t < seqstart[b + 1]``, each attending within itself (no bias).
+
+    ``window`` (0 for none; needs a causal mask) keeps only keys ``limit - window < j <= limit`` of a
+    query whose causal bound is ``limit`` (sliding-window attention); ``softcap`` (0 for none) replaces
+    the scaled scores by ``softcap * tanh(s / softcap)`` before the bias and the masks (Gemma 2)."""
 
     q: int
     k: int
@@ -197,6 +201,8 @@ class AttentionKernelSpec:
     scale: float
     kind: str = field(default="attention", init=False)
     seqstart: int = -1
+    window: int = 0
+    softcap: float = 0.0
 
 
 def spec_from_attr(value: dict) -> "LinearKernelSpec | AttentionKernelSpec":
@@ -247,9 +253,13 @@ def _attention_spec(d: dict) -> AttentionKernelSpec:
     def is_int(x) -> bool:
         return isinstance(x, int) and not isinstance(x, bool)
 
-    if not all(is_int(d.get(k, -1)) for k in ("q", "k", "v", "bias", "out", "group", "seqstart")):
-        raise ValueError(f"{KERNEL_ATTR}: attention q / k / v / bias / out / group / seqstart must be integers, "
-                         f"got {d}")
+    if not all(is_int(d.get(k, -1)) for k in ("q", "k", "v", "bias", "out", "group", "seqstart", "window")):
+        raise ValueError(f"{KERNEL_ATTR}: attention q / k / v / bias / out / group / seqstart / window must be "
+                         f"integers, got {d}")
+    cap = d.get("softcap", 0.0)
+    if not isinstance(cap, (int, float)) or isinstance(cap, bool) or d.get("window", 0) < 0 or cap < 0:
+        raise ValueError(f"{KERNEL_ATTR}: attention window and softcap must be numbers >= 0, got "
+                         f"{d.get('window')!r}, {cap!r}")
     if d["causal"] not in ATTENTION_CAUSAL:
         raise ValueError(f"{KERNEL_ATTR}: attention causal must be one of {ATTENTION_CAUSAL}, got {d['causal']!r}")
     bb = d["bias_broadcast"]
@@ -258,4 +268,5 @@ def _attention_spec(d: dict) -> AttentionKernelSpec:
     if not isinstance(d["scale"], (int, float)) or isinstance(d["scale"], bool):
         raise ValueError(f"{KERNEL_ATTR}: attention scale must be a number, got {d['scale']!r}")
     return AttentionKernelSpec(d["q"], d["k"], d["v"], d["bias"], d["out"], d["causal"], tuple(bb), d["group"],
-                               float(d["scale"]), seqstart=d.get("seqstart", -1))
+                               float(d["scale"]), seqstart=d.get("seqstart", -1),
+                               window=d.get("window", 0), softcap=float(cap))

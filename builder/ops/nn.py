@@ -90,8 +90,8 @@ def _attention_rule(reference, name: str):
     a bias across sequences), marked with an :class:`~builder.ir.kernel.AttentionKernelSpec` when the code
     generator's attention kernel may take them (static heads and head dims; ``seqstart`` for the
     variable-length form, whose units visit each sequence's own keys): the spec is only a hint, the loops
-    stay the semantics. A sliding window (``window_size``) or a ``logit_softcap`` gets no spec: the kernel
-    does not implement them, so those calls run the reference loops, which do."""
+    stay the semantics. A sliding window (``window_size``) and a ``logit_softcap`` go into the spec
+    (``window``, ``softcap``); the kernel visits only the window's keys."""
     def legalize(bb: BlockBuilder, call: rx.Call) -> rx.Expr:
         a = call.attrs
         scale = None if a.get("scale") is None else float(a["scale"])
@@ -100,27 +100,35 @@ def _attention_rule(reference, name: str):
             extra["window_size"] = extra["window_size"].value
         if isinstance(extra.get("logit_softcap"), E.FloatImm):
             extra["logit_softcap"] = extra["logit_softcap"].value
-        # the attention kernel knows neither a window nor a cap: such calls keep the reference loops
-        spec = None if extra else attention_kernel_spec(call.args, scale, a.get("causal_mask"))
+        spec = attention_kernel_spec(call.args, scale, a.get("causal_mask"), extra.get("window_size"),
+                                     extra.get("logit_softcap"))
         on_new = None if spec is None else (lambda func: func.attrs.__setitem__(KERNEL_ATTR, spec))
         return call_te(bb, reference, call.args, {"scale": scale, "causal_mask": a.get("causal_mask"), **extra},
                        name, on_new=on_new)
     return legalize
 
 
-def attention_kernel_spec(args, scale: float | None, causal_mask: str | None) -> AttentionKernelSpec | None:
+def attention_kernel_spec(args, scale: float | None, causal_mask: str | None, window_size: int | None = None,
+                          logit_softcap: float | None = None) -> AttentionKernelSpec | None:
     """The :class:`~builder.ir.kernel.AttentionKernelSpec` of ``nn.attention(q, k, v[, bias])`` (graph
-    values ``args``), or None when it cannot describe them: non-float32/16-bit dtypes, symbolic head
-    counts or head dims, or an unknown mask. Parameters of the PrimFunc are the arguments in order,
+    values ``args``; ``window_size`` / ``logit_softcap`` its attributes), or None when it cannot describe
+    them: non-float32/16-bit dtypes, symbolic head counts or head dims, an unknown mask, a window or cap
+    that is not a positive number (a window without a causal mask), or either on the variable-length form. Parameters of the PrimFunc are the arguments in order,
     then the output."""
     sis = [x.struct_info for x in args]
+    window = 0 if window_size is None else window_size
+    cap = 0.0 if logit_softcap is None else float(logit_softcap)
+    if isinstance(window, bool) or not isinstance(window, int) or window < 0 or (window and causal_mask is None) \
+            or not 0 <= cap < math.inf or (window_size is not None and not window) \
+            or (logit_softcap is not None and not cap):
+        return None
     if len(sis) == 4 and all(isinstance(si, TensorStructInfo) and si.ndim == 3 for si in sis[:3]) \
             and isinstance(sis[3], TensorStructInfo) and sis[3].ndim == 1:   # attention_var_len
         q, k, v = sis[:3]
         heads, kv_heads, dim = static_int(q.shape[1]), static_int(k.shape[1]), static_int(q.shape[2])
         if q.dtype not in ("float32", "float16", "bfloat16") or any(si.dtype != q.dtype for si in sis[:3]) \
                 or None in (heads, kv_heads, dim, static_int(v.shape[2])) or not kv_heads or heads % kv_heads \
-                or dim <= 0 or causal_mask not in (None, "TopLeft"):
+                or dim <= 0 or causal_mask not in (None, "TopLeft") or window or cap:
             return None
         return AttentionKernelSpec(0, 1, 2, -1, 4, causal_mask or "none", (), heads // kv_heads,
                                    1.0 / math.sqrt(dim) if scale is None else scale, seqstart=3)
@@ -139,7 +147,8 @@ def attention_kernel_spec(args, scale: float | None, causal_mask: str | None) ->
         bcast = tuple(d for d, (bd, sd) in enumerate(zip(sis[3].shape, scores))
                       if static_int(bd) == 1 and static_int(sd) != 1)
     return AttentionKernelSpec(0, 1, 2, 3 if len(sis) == 4 else -1, len(sis), causal_mask or "none", bcast,
-                               heads // kv_heads, 1.0 / math.sqrt(dim) if scale is None else scale)
+                               heads // kv_heads, 1.0 / math.sqrt(dim) if scale is None else scale,
+                               window=window, softcap=cap)
 
 
 register_op("matmul", infer_matmul, ("out_dtype",), pattern=FUSABLE, legalize=_matmul, frontend="matmul", in_recipes=True,

@@ -56,6 +56,12 @@ unit runs (0 first, never decreasing, the token count last; else the seqstart er
 packed this way attends over its real tokens only: MiniLM-L6 on 8 sentences of 8-41 tokens, 5,066 of the
 13,448 query-key pairs of the batch padded to 41.
 
+A sliding window of ``W`` keys (the spec's ``window``; with a causal mask) starts each unit's key loop at
+its first row's ``limit - W + 1`` (rows ascend in ``i``), so a decode step over a cache of ``Sk`` keys visits
+``W`` of them, not ``Sk``; keys of a block before a row's own window start are masked with the causal limit.
+A logit soft-cap ``c`` (``softcap``, Gemma 2) turns each score vector into ``c * tanh(s / c)``
+(:func:`~builder.codegen.fastmath.tanh_f32`) before the bias and the masks.
+
 The emulated vector widths (``MB_SIMD_SHAPE=avx512 / avx2 / sse``) generate the 16 / 8 / 4-lane
 code on any x86 host; the scalar target (``MB_SIMD=scalar``) keeps the reference loops.
 """

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from llvmlite import ir
 
-from ...fastmath import exp_f32
+from ...fastmath import exp_f32, tanh_f32
 from ...llvm_emit import F32, I32, I64, PTR, BufferExprEmitter, ModuleEmitter, mem_type
 from ..simd import KFunc, SimdInfo, bind_params, internal_function, vec
 from .plan import ATTENTION_TUNING, AttentionPlan
@@ -67,9 +67,8 @@ class AttentionEmitter:
     def _fcall(self, kf: KFunc, base: str, args: list) -> ir.Value:
         return kf.b.call(kf.intrinsic(base, args[0].type, len(args)), args, fastmath=KFunc.FM)
 
-    def _exp(self, kf: KFunc, x: ir.Value) -> ir.Value:
-        """:func:`~builder.codegen.fastmath.exp_f32` (within 2 ulp for normal results) of an
-        argument ``<= 0`` (``s - max`` and ``max_old - max_new``), ``-inf`` or NaN."""
+    def _math_em(self, kf: KFunc):
+        """The expression emitter :mod:`~builder.codegen.fastmath` takes: ``kf``'s builder and its intrinsics."""
         class _Em:
             b = kf.b
 
@@ -77,7 +76,20 @@ class AttentionEmitter:
             def fcall(base, args):
                 return self._fcall(kf, base, args)
 
-        return exp_f32(_Em, x, nonpositive=True)
+        return _Em
+
+    def _exp(self, kf: KFunc, x: ir.Value) -> ir.Value:
+        """:func:`~builder.codegen.fastmath.exp_f32` (within 2 ulp for normal results) of an
+        argument ``<= 0`` (``s - max`` and ``max_old - max_new``), ``-inf`` or NaN."""
+        return exp_f32(self._math_em(kf), x, nonpositive=True)
+
+    def _softcap(self, kf: KFunc, s: ir.Value) -> ir.Value:
+        """``c * tanh(s / c)`` of a vector of scaled scores, ``c`` the spec's ``softcap`` (Gemma 2's
+        ``attn_logit_softcapping``, HF ``modeling_gemma2.eager_attention_forward``), with
+        :func:`~builder.codegen.fastmath.tanh_f32` (within 2 ulp of ``numpy.tanh``)."""
+        c = self.plan.spec.softcap
+        t = tanh_f32(self._math_em(kf), kf.b.fmul(s, self._cvec(1.0 / c), flags=KFunc.FM))
+        return kf.b.fmul(t, self._cvec(c), flags=KFunc.FM)
 
     def _max(self, a: ir.Value, c: ir.Value) -> ir.Value:
         """``a > c ? a : c`` (one ``vmaxps``; a NaN score gives NaN or is passed over, and its own
@@ -167,7 +179,8 @@ class AttentionEmitter:
         with kf.if_(b.icmp_signed("<=", units, kf.i64(0)), "empty"):
             b.ret(ir.Constant(I32, 0))
         nthreads = b.sext(b.call(kf.declare("mb_num_threads", I32, []), []), I64)
-        macs = kf.mul(kf.mul(kf.mul(B, plan.heads), kf.mul(Sq, kf.smax(Sk, 1))), plan.dim + plan.dim_v)
+        seen = kf.smin(Sk, plan.spec.window) if plan.spec.window else Sk   # keys a row visits, at most
+        macs = kf.mul(kf.mul(kf.mul(B, plan.heads), kf.mul(Sq, kf.smax(seen, 1))), plan.dim + plan.dim_v)
         small = b.or_(kf.lt(macs, ATTENTION_TUNING["parallel_min_macs"]), b.icmp_signed("<=", nthreads, kf.i64(1)))
         many = kf.smin(units, kf.mul(nthreads, ATTENTION_TUNING["tasks_per_thread"]))
         ntasks = b.select(small, kf.i64(1), kf.smax(many, 1))
@@ -263,15 +276,26 @@ class AttentionEmitter:
         i = kf.sdiv(gr, self.rep)
         return i, kf.add(kf.mul(self.kvh, self.rep), kf.b.srem(gr, kf.i64(self.rep)))
 
+    def _causal_end(self, i):
+        """One past row ``i``'s causal limit (``i + 1`` TopLeft, ``i + 1 + Sk - Sq`` BottomRight), unclamped."""
+        kf = self.kf
+        if self.plan.spec.causal == "TopLeft":
+            return kf.add(i, 1)
+        return kf.add(kf.sub(kf.add(i, 1), self.sq), self.sk)
+
     def _key_end(self, i):
         """One past the last key row ``i`` attends to (causal masks), clamped to ``[0, Sk]`` (the unit's
         sequence's length in the variable-length form)."""
         kf, Sk = self.kf, self.sk
-        causal = self.plan.spec.causal
-        if causal == "none":
+        if self.plan.spec.causal == "none":
             return Sk
-        lim = kf.add(i, 1) if causal == "TopLeft" else kf.add(kf.sub(kf.add(i, 1), self.sq), Sk)
-        return kf.smax(kf.smin(lim, Sk), 0)
+        return kf.smax(kf.smin(self._causal_end(i), Sk), 0)
+
+    def _key_start(self, i):
+        """The first key row ``i`` attends to: ``limit - W + 1`` for a sliding window of ``W`` keys ending at
+        its causal ``limit`` (HF ``sliding_window_overlay``: ``j > limit - W``), unclamped; 0 without a window."""
+        W = self.plan.spec.window
+        return self.kf.sub(self._causal_end(i), W) if W else self.kf.i64(0)
 
     def _unit(self, u) -> None:
         """Work unit ``u``: its batch, kv head and block of rows; the token rows of its batch start at
@@ -319,9 +343,12 @@ class AttentionEmitter:
                 kf.store(ir.Constant(F32, 0.0), self.O, kf.add(kf.mul(r, Dv), e), align=4)
         i_last, _ = self._row(r0, kf.sub(nr, 1))
         kend = self._key_end(i_last)
+        # a window: the loop starts at the first row's first key (rows ascend in i), so a decode step over a
+        # long cache visits W keys, not Sk; blocks straddling a row's window start are masked per row
+        kstart = kf.smax(self._key_start(self._row(r0, kf.i64(0))[0]), 0) if plan.spec.window else kf.i64(0)
 
         def key_blocks():
-            with kf.loop(0, kend, self.KB, "kblk") as j0:
+            with kf.loop(kstart, kend, self.KB, "kblk") as j0:
                 kb = kf.smin(kf.i64(self.KB), kf.sub(kend, j0))
                 self._pack_keys(j0, kb)
                 with kf.loop(0, nr, self.RP, "srow") as ra:
@@ -339,7 +366,8 @@ class AttentionEmitter:
             self.KV, self.KB = full
 
         if self.KV > 1:
-            kf.if_else(b.icmp_signed("<=", kend, kf.i64(self.L)), one_vector_block, key_blocks, "keys")
+            kf.if_else(b.icmp_signed("<=", kf.sub(kend, kstart), kf.i64(self.L)), one_vector_block, key_blocks,
+                       "keys")
         else:
             key_blocks()
         self._finish_rows()
@@ -428,7 +456,8 @@ class AttentionEmitter:
     def _softmax(self, rows: list, accs: list, j0, kb) -> None:
         """Online softmax step (Milakov & Gimelshein 2018; FlashAttention-2, Dao 2023) of a pass of
         rows (:meth:`_pass_rows`; a copy of the last row computes and stores the same values again)
-        for the key block ``[j0, j0 + kb)``: scores masked (bias, causal limit, block end),
+        for the key block ``[j0, j0 + kb)``: scores soft-capped (``softcap``), masked (bias, causal
+        limit, the window's start, block end),
         ``m' = max(m, max_j s)``, ``alpha = exp(m - m')``, ``P = exp(s - m')``, ``l' = alpha l + sum
         P``. A row with every score so far ``-inf`` uses ``m' = 0`` for the exponentials, so that its
         ``P`` and ``alpha`` are 0 (never ``-inf - -inf``). The rows' maxima and sums are reduced
@@ -444,17 +473,23 @@ class AttentionEmitter:
         for r, row_accs in zip(rows, accs):
             i, h = self._row(self.r0, r)
             lim = kf.smin(self._key_end(i), kf.add(j0, kb))   # keys j < lim count
+            lo = self._key_start(i) if plan.spec.window else None   # ... and keys j >= lo
             if plan.bias is not None:
                 st = self.bias_strides
                 row_off = kf.add(kf.add(kf.mul(self.bidx, st[0]), kf.mul(h, st[1])), kf.mul(i, st[2]))
             svals = []
             for t, s in enumerate(row_accs):
                 jt = kf.add(j0, t * L)
+                if plan.spec.softcap:
+                    s = self._softcap(kf, s)
                 if plan.bias is not None:
                     avail = kf.smax(kf.smin(kf.sub(kf.add(j0, kb), jt), L), 0)
                     s = b.fadd(s, self._bias_vec(row_off, jt, avail), flags=KFunc.FM)
                 n_ok = b.trunc(kf.smax(kf.smin(kf.sub(lim, jt), L), 0), I32)
                 valid = b.icmp_signed("<", iota, kf.splat(n_ok, L))
+                if lo is not None:   # the lanes before the window's start
+                    n_lo = b.trunc(kf.smax(kf.smin(kf.sub(lo, jt), L), 0), I32)
+                    valid = b.and_(valid, b.icmp_signed(">=", iota, kf.splat(n_lo, L)))
                 svals.append(b.select(valid, s, neg_inf))
             mx = svals[0]
             for s in svals[1:]:

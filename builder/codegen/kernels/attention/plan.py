@@ -60,7 +60,9 @@ class AttentionPlan:
     def __str__(self) -> str:
         return (f"attention{'_var_len' if self.seqstart is not None else ''} H={self.heads} Hk={self.kv_heads} "
                 f"D={self.dim} Dv={self.dim_v} {self.dtype} causal={self.spec.causal} "
-                f"bias={'none' if self.bias is None else self.spec.bias_broadcast}")
+                f"bias={'none' if self.bias is None else self.spec.bias_broadcast}"
+                + (f" window={self.spec.window}" if self.spec.window else "")
+                + (f" softcap={self.spec.softcap}" if self.spec.softcap else ""))
 
 
 def _block_names(func: PrimFunc) -> set[str]:
@@ -74,8 +76,8 @@ def plan_attention(func: PrimFunc, simd: SimdInfo) -> AttentionPlan | str:
     no vector unit, a spec that is not an :class:`AttentionKernelSpec`, parameters out of order,
     dtypes other than float32 / float16 / bfloat16 (all the same), symbolic or unequal head
     counts and dims, shapes the graph does not prove equal (batch, key length, ...), a bias dim
-    that neither equals the scores' dim nor is a broadcast 1, a non-finite scale, or a body
-    without the reference stages."""
+    that neither equals the scores' dim nor is a broadcast 1, a non-finite scale, a window without a
+    causal mask, a negative or infinite softcap, or a body without the reference stages."""
     spec = func.attrs.get(KERNEL_ATTR)
     if not isinstance(spec, AttentionKernelSpec):
         return f"not an attention spec: {type(spec).__name__}"
@@ -117,9 +119,14 @@ def plan_attention(func: PrimFunc, simd: SimdInfo) -> AttentionPlan | str:
 
 
 def _plan(func: PrimFunc, spec: AttentionKernelSpec, q, k, v, bias, out, seqstart, sizes: tuple) -> AttentionPlan | str:
-    """The plan, after the checks both forms share: a finite scale and the reference stages in the body."""
+    """The plan, after the checks both forms share: a finite scale, a window only with a causal mask and
+    not on the variable-length form, a finite cap >= 0, and the reference stages in the body."""
     if not math.isfinite(spec.scale):
         return f"scale {spec.scale} is not finite"
+    if spec.window < 0 or (spec.window and (spec.causal == "none" or seqstart is not None)):
+        return f"window {spec.window} needs a causal mask and the BSNH form"
+    if not 0 <= spec.softcap < math.inf or (spec.softcap and seqstart is not None):
+        return f"softcap {spec.softcap} must be finite and >= 0, and not on the variable-length form"
     missing = set(STAGES) - _block_names(func)
     if missing:
         return f"not the reference attention stages (missing {sorted(missing)})"
