@@ -201,8 +201,8 @@ class AttentionKernelSpec:
     scale: float
     kind: str = field(default="attention", init=False)
     seqstart: int = -1
-    window: int = 0
-    softcap: float = 0.0
+    window: int = field(default=0, metadata={PRINT_WHEN_SET: True})
+    softcap: float = field(default=0.0, metadata={PRINT_WHEN_SET: True})
 
 
 def spec_from_attr(value: dict) -> "LinearKernelSpec | AttentionKernelSpec":
