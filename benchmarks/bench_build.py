@@ -110,17 +110,38 @@ def measure(name: str, repeat: int) -> tuple[dict, dict]:
     return cold, cached
 
 
-#: family -> (transformers config class, model class, config fields): the --hf checkpoints
-HF_MODELS = {
-    "llama": ("LlamaConfig", "LlamaForCausalLM", {"num_key_value_heads": 4}),
-    "qwen2": ("Qwen2Config", "Qwen2ForCausalLM", {"num_key_value_heads": 4}),
-    "mistral": ("MistralConfig", "MistralForCausalLM", {"num_key_value_heads": 4, "sliding_window": None}),
-    "bert": ("BertConfig", "BertModel", {}),
-    "roberta": ("RobertaConfig", "RobertaModel", {}),
-    "distilbert": ("DistilBertConfig", "DistilBertModel", {"dim": 64, "hidden_dim": 128, "n_layers": 2, "n_heads": 4}),
-}
+#: The sizes of the --hf checkpoints (hidden 64, 2 layers) in the fields of Llama-style configs.
 HF_SIZES = {"vocab_size": 256, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
             "num_attention_heads": 4, "max_position_embeddings": 128}
+_ROPE = {"rope_parameters": {"rope_type": "default", "rope_theta": 10000.0}}
+
+#: family -> (transformers config class, model class, config fields): the --hf checkpoints, every family of
+#: recipes/hf/families.yaml at about the same size (configs whose fields are not Llama's spell their own).
+HF_MODELS = {
+    "llama": ("LlamaConfig", "LlamaForCausalLM", {**HF_SIZES, "num_key_value_heads": 4}),
+    "qwen2": ("Qwen2Config", "Qwen2ForCausalLM", {**HF_SIZES, "num_key_value_heads": 4}),
+    "mistral": ("MistralConfig", "MistralForCausalLM", {**HF_SIZES, "num_key_value_heads": 4, "sliding_window": None}),
+    "qwen3": ("Qwen3Config", "Qwen3ForCausalLM", {**HF_SIZES, "num_key_value_heads": 4, "head_dim": 16, **_ROPE}),
+    "gemma": ("GemmaConfig", "GemmaForCausalLM", {**HF_SIZES, "num_key_value_heads": 4, "head_dim": 16, **_ROPE}),
+    "phi3": ("Phi3Config", "Phi3ForCausalLM", {**HF_SIZES, "num_key_value_heads": 4, "pad_token_id": 0, **_ROPE}),
+    "gpt_neox": ("GPTNeoXConfig", "GPTNeoXForCausalLM",
+                 {**HF_SIZES, "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0,
+                                                  "partial_rotary_factor": 0.25}}),
+    "gpt2": ("GPT2Config", "GPT2LMHeadModel", {"vocab_size": 256, "n_positions": 128, "n_embd": 64, "n_layer": 2,
+                                               "n_head": 4, "n_inner": 128}),
+    "bert": ("BertConfig", "BertModel", HF_SIZES),
+    "roberta": ("RobertaConfig", "RobertaModel", HF_SIZES),
+    "distilbert": ("DistilBertConfig", "DistilBertModel", {"dim": 64, "hidden_dim": 128, "n_layers": 2, "n_heads": 4}),
+    "t5_encoder": ("T5Config", "T5EncoderModel", {"vocab_size": 256, "d_model": 64, "d_kv": 16, "d_ff": 128,
+                                                  "num_layers": 2, "num_heads": 4}),
+    "vit": ("ViTConfig", "ViTModel", {"image_size": 32, "patch_size": 8, "num_channels": 3, "hidden_size": 64,
+                                      "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 128}),
+    "whisper_encoder": ("WhisperConfig", "WhisperModel",
+                        {"vocab_size": 256, "num_mel_bins": 16, "d_model": 64, "encoder_layers": 2, "decoder_layers": 1,
+                         "encoder_attention_heads": 4, "decoder_attention_heads": 4, "encoder_ffn_dim": 128,
+                         "decoder_ffn_dim": 128, "max_source_positions": 32, "max_target_positions": 32,
+                         "pad_token_id": 0, "bos_token_id": 0, "eos_token_id": 0, "decoder_start_token_id": 0}),
+}
 
 
 def _cold(fn) -> float:
@@ -152,8 +173,7 @@ def hf_families() -> None:
     for family, (cfg_cls, model_cls, fields) in HF_MODELS.items():
         folder = Path(tempfile.mkdtemp(prefix="mb-bench-hf-"))
         try:
-            sizes = {} if family == "distilbert" else dict(HF_SIZES)
-            cfg = getattr(transformers, cfg_cls)(**{**sizes, **fields})
+            cfg = getattr(transformers, cfg_cls)(**fields)
             getattr(transformers, model_cls)(cfg).save_pretrained(str(folder))
             sec = _cold(lambda: builder.build(folder))
         finally:
