@@ -41,9 +41,9 @@ BASE_ROOMS = {
 }
 """What each base room may import besides itself."""
 
-HIGHER_ROOMS = ["builder.compile", "builder.frontend", "builder.layers", "builder.quant", "builder.recipe",
-                "builder.generation", "builder.text", "builder.summary", "builder.build_model", "builder.terminal",
-                "builder.cli", "builder.__main__", "builder"]
+HIGHER_ROOMS = ["builder.compile", "builder.frontend", "builder.layers", "builder.quant", "builder.forward_language",
+                "builder.recipe", "builder.generation", "builder.text", "builder.summary", "builder.build_model",
+                "builder.terminal", "builder.cli", "builder.__main__", "builder"]
 """The rooms above the base ones, lowest first: each may import the base rooms, ``core``, ``schemas``,
 ``runtime`` and the rooms before it here. ``builder`` is the package itself (its ``__init__``)."""
 
