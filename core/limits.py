@@ -95,3 +95,8 @@ the interpreter recurses once per level when a forward calls into a block."""
 MAX_TENSOR_PARALLEL_SHARDS = 1024
 """The most workers ``tensor_parallel_shards`` may split a model across (every rank builds the same module
 tree, so the bound only keeps shard arithmetic sane)."""
+
+MAX_BLOCK_INSTANCES = 256
+"""The most distinct instances (block, argument values) the uses of blocks with ``args:`` may create in one
+recipe: each is a copy of the block's layers and forward with its arguments substituted (a 126-layer model
+whose layers differ in a window size needs two)."""

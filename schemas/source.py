@@ -85,12 +85,26 @@ class SourceMap:
         self._keys: dict[FieldPath, yaml.Node] = {}
         self._overrides = _OverrideNode()   # a trie of the paths overrides set, keyed by path segment
         self.override_steps = 0   # trie nodes visited by record_override / override (a linear-work check)
+        self._aliases: dict[FieldPath, FieldPath] = {}   # ("blocks", "QKV_1") -> ("blocks", "QKV")
 
     def record(self, path: FieldPath, node: yaml.Node, key: yaml.Node | None = None) -> None:
         """Record the YAML node holding the value at ``path`` (and the node of its mapping key, if any)."""
         self._values[path] = node
         if key is not None:
             self._keys[path] = key
+
+    def alias(self, new: FieldPath, old: FieldPath) -> None:
+        """Make the positions of paths under ``new`` those of the same paths under ``old`` (an instance of a
+        block with arguments, :mod:`schemas.block_args`, is located at the block's own text)."""
+        self._aliases[tuple(new)] = tuple(old)
+
+    def _real(self, path: FieldPath) -> FieldPath:
+        for _ in range(len(self._aliases)):   # an alias of an alias: bounded by their number
+            old = self._aliases.get(path[:2])
+            if old is None:
+                break
+            path = old + path[2:]
+        return path
 
     def record_override(self, path: FieldPath, override: str) -> None:
         """Record that the value at ``path`` (and everything below it) was set by ``override`` (``KEY=VALUE``).
@@ -125,7 +139,7 @@ class SourceMap:
 
         Returns ``None`` when the value was set by an override or nothing on the path was recorded.
         """
-        path = as_path(path)
+        path = self._real(as_path(path))
         if self.override(path) is not None:
             return None
         for depth in range(len(path), -1, -1):
@@ -136,7 +150,7 @@ class SourceMap:
 
     def key_position(self, path: FieldPath | str) -> tuple[int, int] | None:
         """Return the position of the mapping key of ``path``; falls back to :meth:`position`."""
-        path = as_path(path)
+        path = self._real(as_path(path))
         key = self._keys.get(path)
         if key is None or self.override(path) is not None:
             return self.position(path)
@@ -151,7 +165,7 @@ class SourceMap:
         substitution changed the text. Falls back to :meth:`position` when ``path`` is not a string
         scalar; ``None`` for values set by an override.
         """
-        path = as_path(path)
+        path = self._real(as_path(path))
         node = self._values.get(path)
         if not isinstance(node, yaml.ScalarNode) or self.override(path) is not None:
             return self.position(path)
