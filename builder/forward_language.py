@@ -120,7 +120,7 @@ def _error(recipe: Recipe, err: _ForwardError, default_path: FieldPath) -> Recip
     pos = src.text_position(path, err.line, err.col)
     if pos is None:
         pos = src.position(path) or (None, None)
-    return RecipeError([RecipeIssue(src.file, pos[0], pos[1], format_path(path), err.message)])
+    return RecipeError([RecipeIssue(src.file_of(path), pos[0], pos[1], format_path(path), err.message)])
 
 
 def _suggest(name: str, candidates) -> str:

@@ -17,6 +17,7 @@ from core.limits import MAX_DEPTH, MAX_RECIPE_BYTES, MAX_STRING_CHARS, MAX_VALUE
 from .models import (LAYER_TYPES, QUANTIZATION_KINDS, QUANTIZATION_PRESETS, BlockDef, BlockLayer, FunctionDef, InputSpec,
                      IntInput, KVCacheInput, ModelDef, Recipe, WeightsDef, _function_tag)
 from .block_args import Expander, take_templates
+from .includes import merge_includes
 from .source import FieldPath, IssueCollector, SourceMap, ValueBudget, format_path, list_index, parse_yaml
 
 _VARIABLE = re.compile(r"\$\$\{|\$\{([^}]*)\}")  # `$${` escapes a literal `${`
@@ -84,6 +85,7 @@ def load_recipe_text(text: str, filename: str = "<string>", overrides: Iterable[
         if issue.line is None and not issues.issues:   # an empty file: point at its start
             issue = RecipeIssue(issue.file, 1, 1, issue.path, issue.message)
         raise RecipeError([*issues.issues, issue])
+    merge_includes(data, filename, issues, budget, _read_text)
     _apply_overrides(data, overrides, issues, budget)
     templates = take_templates(data, issues)   # blocks with args: interpolated per use, below
     interpolator = _Interpolator(data, issues)
