@@ -52,15 +52,17 @@ class _Builder:
                 if isinstance(out[name], nn.ParameterLayer):   # the tensor itself, named as the layer
                     out[name] = out[name].weight
             else:
-                out[name] = nn.ModuleList([self.layer(cfg, where) for _ in range(cfg.repeat)])
+                types = getattr(cfg, "types", None) or [cfg.type] * cfg.repeat   # per copy (per_layer)
+                out[name] = nn.ModuleList([self.layer(cfg, where, t) for t in types])
         return out
 
-    def layer(self, cfg, where: FieldPath) -> nn.Module:
+    def layer(self, cfg, where: FieldPath, block_type: str | None = None) -> nn.Module:
         if isinstance(cfg, BlockLayer):
-            block = self.recipe.blocks[cfg.type]
-            layers = self.layers(block.layers, ("blocks", cfg.type, "layers"))
+            block_type = block_type or cfg.type
+            block = self.recipe.blocks[block_type]
+            layers = self.layers(block.layers, ("blocks", block_type, "layers"))
             params = {n for n, v in layers.items() if isinstance(v, nn.Parameter)}
-            return BlockModule(cfg.type, layers, self.program(cfg.type, list(layers), params))
+            return BlockModule(block_type, layers, self.program(block_type, list(layers), params))
         try:
             reg = registration(cfg.type)
         except KeyError as exc:   # a schema model registered without its module (schemas.register_layer_model)
@@ -104,10 +106,12 @@ def _check_blocks(recipe: Recipe) -> None:
     def size(table: dict, path: FieldPath, depth: int) -> int:
         total = 0
         for name, cfg in table.items():
-            one = 1
-            if isinstance(cfg, BlockLayer):
-                one += block_size(cfg.type, path + (name, "type"), depth + 1)
-            total += one * (cfg.repeat or 1) + (1 if cfg.repeat else 0)
+            types = (getattr(cfg, "types", None) or [cfg.type] * (cfg.repeat or 1)) if isinstance(cfg, BlockLayer) \
+                else [None] * (cfg.repeat or 1)
+            for t in dict.fromkeys(types):   # each block type once; its copies counted below
+                if t is not None:
+                    block_size(t, path + (name, "type"), depth + 1)
+            total += sum(1 + (sizes[t] if t is not None else 0) for t in types) + (1 if cfg.repeat else 0)
             if total > MAX_MODULES:
                 raise recipe.source.error(path + (name,), f"the recipe would build more than {MAX_MODULES:,} layers "
                                                           "(repeats and nested blocks multiplied)")

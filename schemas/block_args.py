@@ -11,6 +11,11 @@ instance of a block keeps its name, later ones are ``Name_1``, ``Name_2``, ... (
 the expanded recipe, which builds the same model). Instances are made per use, so nested templates
 receive their arguments from the enclosing instance (``{type: Inner, dim: ${dim}}``).
 
+``per_layer`` gives the copies of a ``repeat`` their own arguments: ``{type: Layer, repeat: 4, per_layer:
+{window: [4096, null]}}``; a list of length L gives copy k its item k % L (L must divide ``repeat``: a cycle,
+or one value per copy). Copies with different values are different instances, and the entry lists the block
+of each copy in ``types`` (``[Layer, Layer_1, Layer, Layer_1]``), which ``builder.recipe`` builds.
+
 Errors (issues at ``file:line:column``): an unknown argument (at its key in the use), a missing required
 argument (at the use), a bad ``args`` declaration; problems inside an instance's text are reported at the
 template's own text (once per instance that has it, with the instance's path). Bound: at most ``MAX_BLOCK_INSTANCES`` instances (:mod:`core.limits`), and their
@@ -26,7 +31,7 @@ from .errors import shorten
 from .source import FieldPath, IssueCollector
 
 #: keys of a layer entry that are not block arguments
-ENTRY_KEYS = frozenset({"type", "repeat"})
+ENTRY_KEYS = frozenset({"type", "repeat", "per_layer", "types"})
 
 _REQUIRED = object()
 
@@ -112,17 +117,49 @@ class Expander:
         """Point each use of a template in ``layers`` at its instance; a use with a problem (reported) is
         removed, so that nothing else is reported about it."""
         for key, entry in list(layers.items() if isinstance(layers, dict) else ()):
-            if isinstance(entry, dict) and entry.get("type") in self.templates:
-                instance = self.use(entry, path + (key,))
-                if instance is None:
+            if not isinstance(entry, dict):
+                continue
+            if entry.get("type") not in self.templates:
+                if "per_layer" in entry:
+                    self.issues.add(path + (key, "per_layer"), f"per_layer gives the block arguments of each copy; "
+                                    f"{shorten(entry.get('type'))} is no block with args")
                     del layers[key]
-                else:
-                    entry["type"] = instance
+                continue
+            per_layer = entry.pop("per_layer", None)
+            per_layer = per_layer if isinstance(per_layer, dict) or per_layer is None else {"": per_layer}
+            given = {k: entry.pop(k) for k in list(entry) if k not in ENTRY_KEYS}
+            copies = self.copies(per_layer, entry.get("repeat"), path + (key,))
+            places = {**{k: path + (key, "per_layer", k) for k in per_layer or ()}, **{k: path + (key, k) for k in given}}
+            names = [self.use(entry["type"], {**given, **copy}, path + (key,), places) for copy in copies or [{}]]
+            if copies is None or None in names:
+                del layers[key]
+            elif len(set(names)) == 1:
+                entry["type"] = names[0]
+            else:
+                entry["type"], entry["types"] = names[0], names
 
-    def use(self, entry: dict, path: FieldPath) -> str | None:
-        """The name of the instance the entry at ``path`` uses (its argument keys are removed from it), or
-        None after reporting a problem."""
-        name = entry["type"]
+    def copies(self, per_layer: Any, repeat: Any, where: FieldPath) -> list[dict] | None:
+        """The arguments ``per_layer`` gives each of the ``repeat`` copies (``[{}]`` without it); None after
+        reporting a problem. A list of length L gives copy k its item k % L; L must divide ``repeat``."""
+        if per_layer is None:
+            return [{}]
+        at = where + ("per_layer",)
+        if type(repeat) is not int or repeat < 1:
+            self.issues.add(at, "per_layer needs repeat: N (it gives the arguments of each copy)")
+            return None
+        if not isinstance(per_layer, dict):
+            self.issues.add(at, "per_layer is a mapping {argument: [value per copy, ...]}")
+            return None
+        for name, values in per_layer.items():
+            if not isinstance(values, list) or not values or repeat % len(values):
+                self.issues.add(at + (name,), f"per_layer.{shorten(name)} is a list whose length divides repeat "
+                                              f"({repeat}): cycled over the copies, or one value per copy")
+                return None
+        return [{name: values[k % len(values)] for name, values in per_layer.items()} for k in range(repeat)]
+
+    def use(self, name: str, given: dict, path: FieldPath, places: dict[str, FieldPath]) -> str | None:
+        """The name of the instance of template ``name`` with the arguments ``given`` by the entry at ``path``,
+        or None after reporting a problem (each problem once per entry)."""
         if self.templates[name]["args"] is None:   # its declaration's problem is reported
             return None
         declared = self.defaults.get(name)
@@ -130,17 +167,20 @@ class Expander:
             declared = self.defaults[name] = {
                 k: v if v is _REQUIRED else self.interpolate(v, ("blocks", name, "args", k), self.variables)
                 for k, v in self.templates[name]["args"].items()}
-        given = {k: entry.pop(k) for k in list(entry) if k not in ENTRY_KEYS}
         unknown = [k for k in given if k not in declared]
+        if self.issues.covers(path):
+            return None
         for key in unknown:
-                self.issues.add(path + (key,), f"block '{name}' has no argument '{key}'; its arguments: "
+                self.issues.add(places[key], f"block '{name}' has no argument '{key}'; its arguments: "
                                                f"{', '.join(declared) or 'none'}", at_key=True)
         missing = [k for k, v in declared.items() if v is _REQUIRED and k not in given]
         if missing:
             self.issues.add(path + ("type",), f"block '{name}' needs argument{'s' if len(missing) > 1 else ''} "
                                               f"{', '.join(map(repr, missing))} (no default)")
+        if unknown or missing:
+            self.issues.mark(path)   # reported once for all copies of a repeat
         if unknown or missing or any(self.issues.covers(("blocks", name, "args", k)) for k in declared) \
-                or any(self.issues.covers(path + (k,)) for k in given):
+                or any(self.issues.covers(places[k]) for k in given):
             return None
         binding = {**declared, **given}
         key = (name, repr(sorted(binding.items())))

@@ -130,3 +130,57 @@ def test_instances_are_bounded(monkeypatch):
     monkeypatch.setattr(schemas.block_args, "MAX_BLOCK_INSTANCES", 2)
     issue = _issue(ARGS)   # Heads, Heads_1, then Pair is the third
     assert issue.path == "model.layers.d" and "more than 2 instances" in issue.message
+
+
+# Gemma 2 style: a repeat whose copies alternate a per-layer argument (here a scale, cycled [1, 2]) and
+# take one from an exact-length list (shift)
+PER_LAYER = """\
+name: per_layer
+vars: {hidden: 4, n: 4}
+blocks:
+  Layer:
+    args: {scale: 1, shift: 0}
+    inputs: [x]
+    layers:
+      fc: {type: Linear, in_features: ${hidden}, out_features: ${hidden}, bias: false}
+    forward: |
+      return fc(x) * ${scale} + ${shift}
+model:
+  layers:
+    layers: {type: Layer, repeat: ${n}, per_layer: {scale: [1, 2], shift: [0, 0, 0, 3]}}
+  forward: |
+    return layers(x)
+functions:
+  forward: {x: {shape: [2, ${hidden}], dtype: float32}}
+"""
+
+
+def test_per_layer_arguments_differ_per_copy_of_a_repeat(tmp_path):
+    recipe = load_recipe_text(PER_LAYER, "r.yaml")
+    entry = recipe.model.layers["layers"]
+    assert entry.types == ["Layer", "Layer_1", "Layer", "Layer_2"]
+    path = tmp_path / "r.yaml"
+    path.write_text(PER_LAYER)
+    m = builder.build(path)
+    assert sorted(m.params) == [f"layers.{i}.fc.weight" for i in range(4)]
+    x = np.random.default_rng(5).standard_normal((2, 4)).astype(np.float32)
+    h = x.astype(np.float64)
+    for i, (scale, shift) in enumerate([(1, 0), (2, 0), (1, 0), (2, 3)]):
+        h = (h @ m.params[f"layers.{i}.fc.weight"].astype(np.float64).T) * scale + shift
+    np.testing.assert_allclose(m["forward"](x), h, rtol=1e-5, atol=1e-5)
+    printed = load_recipe_text(dump_recipe(recipe), "printed.yaml")
+    assert printed.model == recipe.model and printed.blocks == recipe.blocks
+
+
+@pytest.mark.parametrize("old, new, path, message, at", [
+    ("scale: [1, 2]", "scale: [1, 2, 3]", "model.layers.layers.per_layer.scale", "length divides repeat (4)",
+     "[1, 2, 3]"),
+    ("repeat: ${n}, ", "", "model.layers.layers.per_layer", "per_layer needs repeat", "{scale: [1, 2]"),
+    ("shift: [0, 0, 0, 3]", "bias: [true]", "model.layers.layers.per_layer.bias",
+     "block 'Layer' has no argument 'bias'", "bias: [true]"),
+])
+def test_per_layer_errors_are_at_the_field(old, new, path, message, at):
+    text = PER_LAYER.replace(old, new)
+    issue = _issue(text)
+    assert issue.path == path and message in issue.message
+    assert (issue.line, issue.column) == _at(text, at)
