@@ -105,3 +105,15 @@ MAX_HF_INDEX_BYTES = 64 << 20
 
 MAX_HF_SHARDS = 4096
 """The most safetensors files a sharded checkpoint's index may name."""
+
+MAX_BLOCK_INSTANCES = 256
+"""The most distinct instances (block, argument values) the uses of blocks with ``args:`` may create in one
+recipe: each is a copy of the block's layers and forward with its arguments substituted (a 126-layer model
+whose layers differ in a window size needs two)."""
+
+MAX_INCLUDES = 64
+"""The most files one recipe may read through ``include:`` (all levels together; a file included twice is read
+once)."""
+
+MAX_INCLUDE_DEPTH = 8
+"""The deepest chain of ``include:`` (a recipe including a file that includes a file ...)."""

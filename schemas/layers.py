@@ -366,6 +366,16 @@ class BlockLayer(LayerEntry):
     layers and forward), optionally ``repeat``-ed."""
 
     type: Annotated[Identifier, Field(json_schema_extra=_not_a_layer_type)]
+    types: Optional[list[Identifier]] = None
+    """With ``repeat``, the block of each copy (instances of one block with ``args:`` given ``per_layer``
+    values, :mod:`schemas.block_args`); ``type`` is the first. Written by the loader, and by hand it works too."""
+
+    @model_validator(mode="after")
+    def _types_per_copy(self) -> "BlockLayer":
+        if self.types is not None and len(self.types) != (self.repeat or 0):
+            raise ValueError(f"types names the block of each copy: {self.repeat or 0} (repeat) of them, "
+                             f"got {len(self.types)}")
+        return self
 
 
 def _layer_tag(value: Any) -> Optional[str]:

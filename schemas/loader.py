@@ -16,6 +16,8 @@ from .expressions import ExpressionError, evaluate, is_expression
 from core.limits import MAX_DEPTH, MAX_RECIPE_BYTES, MAX_STRING_CHARS, MAX_VALUES, MAX_VARIABLE_CHAIN
 from .models import (LAYER_TYPES, QUANTIZATION_KINDS, QUANTIZATION_PRESETS, BlockDef, BlockLayer, FunctionDef, InputSpec,
                      IntInput, KVCacheInput, ModelDef, Recipe, WeightsDef, _function_tag)
+from .block_args import Expander, take_templates
+from .includes import merge_includes
 from .source import FieldPath, IssueCollector, SourceMap, ValueBudget, format_path, list_index, parse_yaml
 
 _VARIABLE = re.compile(r"\$\$\{|\$\{([^}]*)\}")  # `$${` escapes a literal `${`
@@ -83,9 +85,13 @@ def load_recipe_text(text: str, filename: str = "<string>", overrides: Iterable[
         if issue.line is None and not issues.issues:   # an empty file: point at its start
             issue = RecipeIssue(issue.file, 1, 1, issue.path, issue.message)
         raise RecipeError([*issues.issues, issue])
+    merge_includes(data, filename, issues, budget, _read_text)
     _apply_overrides(data, overrides, issues, budget)
+    templates = take_templates(data, issues)   # blocks with args: interpolated per use, below
     interpolator = _Interpolator(data, issues)
     interpolator.run()
+    if templates:
+        _expand_block_args(data, templates, interpolator, source)
     _check_layer_types(data, issues)
     try:
         recipe = Recipe.model_validate(data)
@@ -95,6 +101,27 @@ def load_recipe_text(text: str, filename: str = "<string>", overrides: Iterable[
         raise RecipeError(sorted(issues.issues, key=lambda i: (i.line is not None, i.line or 0, i.column or 0)))
     recipe._source = source
     return recipe
+
+
+def _expand_block_args(data: dict, templates: dict, interpolator: "_Interpolator", source: SourceMap) -> None:
+    """Instantiate the blocks with ``args:`` that ``data`` uses (:mod:`schemas.block_args`), each instance's
+    text interpolated with the recipe's resolved variables and its arguments (which shadow them)."""
+    def interpolate(value: Any, path: FieldPath, scope: dict) -> Any:
+        sub = _Interpolator({}, interpolator.issues)
+        sub.raw, sub.resolved = scope, dict(scope)
+        sub.sizes = {name: _measure(v) for name, v in scope.items()}
+        sub.values, sub.chars = interpolator.values, interpolator.chars
+        try:
+            return sub.substitute(value, path)
+        finally:
+            interpolator.values, interpolator.chars = sub.values, sub.chars
+            interpolator.origins.update(sub.origins)
+
+    variables = {k: v for k, v in data["vars"].items()} if isinstance(data.get("vars"), dict) else {}
+    expander = Expander(data, templates, variables, interpolator.issues, interpolate, source.alias,
+                        interpolator.values)
+    expander.run()
+    interpolator.values = max(interpolator.values, expander.values)
 
 
 def _check_layer_types(data: dict, issues: IssueCollector) -> None:

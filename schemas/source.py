@@ -85,12 +85,40 @@ class SourceMap:
         self._keys: dict[FieldPath, yaml.Node] = {}
         self._overrides = _OverrideNode()   # a trie of the paths overrides set, keyed by path segment
         self.override_steps = 0   # trie nodes visited by record_override / override (a linear-work check)
+        self._aliases: dict[FieldPath, FieldPath] = {}   # ("blocks", "QKV_1") -> ("blocks", "QKV")
+        self._foreign: dict[FieldPath, SourceMap] = {}    # ("blocks", "MLP") -> the included file's map
 
     def record(self, path: FieldPath, node: yaml.Node, key: yaml.Node | None = None) -> None:
         """Record the YAML node holding the value at ``path`` (and the node of its mapping key, if any)."""
         self._values[path] = node
         if key is not None:
             self._keys[path] = key
+
+    def alias(self, new: FieldPath, old: FieldPath) -> None:
+        """Make the positions of paths under ``new`` those of the same paths under ``old`` (an instance of a
+        block with arguments, :mod:`schemas.block_args`, is located at the block's own text)."""
+        self._aliases[tuple(new)] = tuple(old)
+
+    def adopt(self, prefix: FieldPath, other: "SourceMap") -> None:
+        """Locate the values under ``prefix`` (``("blocks", "MLP")``, ``("vars", "hidden")``) in ``other``, the
+        source of an included file that gave them (:mod:`schemas.includes`), at the same path there."""
+        self._foreign[tuple(prefix)] = other
+
+    def _real(self, path: FieldPath) -> FieldPath:
+        for _ in range(len(self._aliases)):   # an alias of an alias: bounded by their number
+            old = self._aliases.get(path[:2])
+            if old is None:
+                break
+            path = old + path[2:]
+        return path
+
+    def _owner(self, path: FieldPath) -> "SourceMap":
+        """The source map (this one, or an included file's) that holds the value at ``path``."""
+        return self._foreign.get(self._real(path)[:2], self)
+
+    def file_of(self, path: FieldPath | str) -> str:
+        """The file the value at ``path`` came from: this recipe's, or an included file's."""
+        return self._owner(as_path(path)).file
 
     def record_override(self, path: FieldPath, override: str) -> None:
         """Record that the value at ``path`` (and everything below it) was set by ``override`` (``KEY=VALUE``).
@@ -125,9 +153,11 @@ class SourceMap:
 
         Returns ``None`` when the value was set by an override or nothing on the path was recorded.
         """
-        path = as_path(path)
+        path = self._real(as_path(path))
         if self.override(path) is not None:
             return None
+        if (owner := self._owner(path)) is not self:
+            return owner.position(path)
         for depth in range(len(path), -1, -1):
             node = self._values.get(path[:depth])
             if node is not None:
@@ -136,7 +166,9 @@ class SourceMap:
 
     def key_position(self, path: FieldPath | str) -> tuple[int, int] | None:
         """Return the position of the mapping key of ``path``; falls back to :meth:`position`."""
-        path = as_path(path)
+        path = self._real(as_path(path))
+        if (owner := self._owner(path)) is not self and self.override(path) is None:
+            return owner.key_position(path)
         key = self._keys.get(path)
         if key is None or self.override(path) is not None:
             return self.position(path)
@@ -151,7 +183,9 @@ class SourceMap:
         substitution changed the text. Falls back to :meth:`position` when ``path`` is not a string
         scalar; ``None`` for values set by an override.
         """
-        path = as_path(path)
+        path = self._real(as_path(path))
+        if (owner := self._owner(path)) is not self and self.override(path) is None:
+            return owner.text_position(path, line, column)
         node = self._values.get(path)
         if not isinstance(node, yaml.ScalarNode) or self.override(path) is not None:
             return self.position(path)
@@ -172,7 +206,7 @@ class SourceMap:
         if override is not None:
             return RecipeIssue(override_label(override), None, None, format_path(path), message)
         line, column = (self.key_position(path) if at_key else self.position(path)) or (None, None)
-        return RecipeIssue(self.file, line, column, format_path(path), message)
+        return RecipeIssue(self.file_of(path), line, column, format_path(path), message)
 
     def error(self, path: FieldPath | str, message: str) -> RecipeError:
         """Return (not raise) a :class:`RecipeError` with one issue located at ``path``."""

@@ -41,8 +41,8 @@ BASE_ROOMS = {
 }
 """What each base room may import besides itself."""
 
-HIGHER_ROOMS = ["builder.compile", "builder.frontend", "builder.layers", "builder.quant", "builder.recipe",
-                "builder.sampling", "builder.generation", "builder.text",
+HIGHER_ROOMS = ["builder.compile", "builder.frontend", "builder.layers", "builder.quant", "builder.forward_language",
+                "builder.recipe", "builder.sampling", "builder.generation", "builder.text",
                 "builder.chat", "builder.text_stream", "builder.completion", "builder.summary", "builder.checkpoint",
                 "builder.build_model", "builder.terminal",
                 "builder.cli_text", "builder.cli", "builder.__main__", "builder"]

@@ -146,7 +146,7 @@ def scalar_constant(value, dtype: str) -> rx.Constant:
     return constant
 
 
-#: Set (to True) by the recipe interpreter (:mod:`builder.recipe`) while an op of a ``forward:`` text
+#: Set (to True) by the recipe interpreter (:mod:`builder.forward_language`) while an op of a ``forward:`` text
 #: runs: a finite number that overflows the float dtype of the tensor it is combined with is then an
 #: error (docs/SECURITY.md, "Recipes and overrides": a number must fit its tensor's dtype), where the
 #: ``nn.op`` API otherwise makes it inf as numpy and PyTorch do (imported models keep their meaning).
