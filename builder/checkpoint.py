@@ -8,8 +8,8 @@ shards), optionally ``tokenizer.json`` and ``generation_config.json``. The famil
 No per-architecture Python: a family is a recipe and a mapping entry (docs/models.md).
 
 Policy for what the config says (every top-level field is accounted for): a field read by a variable is used; a
-field under ``checks`` must have a value the recipe computes exactly (``hidden_act: silu``, a ``sliding_window``
-that never slides); a ``harmless`` field (token ids, dropout, ``transformers_version``, ...) is ignored; any
+field under ``checks`` must have a value the recipe computes exactly (``hidden_act: silu``, Qwen2's
+``use_sliding_window: false``); a ``harmless`` field (token ids, dropout, ``transformers_version``, ...) is ignored; any
 other field is an error naming it and its value, since it may change the computation.
 
 Files read are untrusted: ``config.json`` / ``generation_config.json`` at most

@@ -1,7 +1,8 @@
 """``build DIR`` on a Phi-3 checkpoint saved by transformers (``Phi3ForCausalLM``, ``recipes/hf/phi3.yaml``): q, k
 and v fused in one qkv_proj, gate and up in one gate_up_proj, split by the recipe's weights.transforms; compared
 with transformers (logits on two shapes, 16 greedy tokens over prefill + decode, chunked prefill:
-tests/helpers/hf_checkpoints.py). The longrope scaling of the 128k models is refused naming the field."""
+tests/helpers/hf_checkpoints.py), also with a sliding window that slides. The longrope scaling of the 128k models is
+refused naming the field."""
 import numpy as np
 import pytest
 
@@ -32,3 +33,14 @@ def test_phi3_longrope_is_refused_naming_the_field(tmp_path):
               original_max_position_embeddings=32, rope_parameters=rope)
     with pytest.raises(HFCheckpointError, match=r'rope_parameters.rope_type = "longrope" is not supported'):
         builder.build(tmp_path)
+
+
+def test_phi3_sliding_window_matches_transformers(tmp_path):
+    """Phi-3-mini-4k's sliding_window (2047 of 4096) as a small window of 3 that slides in forward, in decoding
+    (against HF's uncached forward: tests/helpers/hf_checkpoints.py) and across a chunked prefill."""
+    hf = save_tiny(tmp_path, "Phi3Config", "Phi3ForCausalLM", seed=15, **SMALL, sliding_window=3,
+                   max_position_embeddings=64, rope_parameters={"rope_type": "default", "rope_theta": 500.0})
+    m = check_causal_lm(tmp_path, hf, 128, shapes=((1, 7), (2, 11)), uncached=True)
+    ids = np.arange(11, dtype=np.int64)[None]
+    full = builder.build(tmp_path, ["sliding_window=null"])["forward"](ids)
+    assert np.abs(m["forward"](ids) - full).max() > 1e-3   # the window is used
