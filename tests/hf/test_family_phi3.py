@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import builder
-from builder.checkpoint import HFCheckpointError
+from builder.checkpoint import HFCheckpointError, resolve_checkpoint, weight_names
 from helpers.hf_checkpoints import check_causal_lm, save_tiny
 
 pytest.importorskip("transformers")
@@ -44,3 +44,17 @@ def test_phi3_sliding_window_matches_transformers(tmp_path):
     ids = np.arange(11, dtype=np.int64)[None]
     full = builder.build(tmp_path, ["sliding_window=null"])["forward"](ids)
     assert np.abs(m["forward"](ids) - full).max() > 1e-3   # the window is used
+
+
+def test_a_tied_phi3_reads_its_embedding(tmp_path):
+    """tie_word_embeddings true (no lm_head.weight saved): the shared tie rule's entry merged over the recipe's
+    map, the fused-weight transforms kept."""
+    hf = save_tiny(tmp_path, "Phi3Config", "Phi3ForCausalLM", seed=18, **SMALL, tie_word_embeddings=True,
+                   rope_parameters={"rope_type": "default", "rope_theta": 500.0})
+    assert "lm_head.weight" not in weight_names(tmp_path / "model.safetensors")
+    assert 'weights.map={"lm_head.weight": "model.embed_tokens.weight"}' in resolve_checkpoint(tmp_path).overrides
+    m = builder.build(tmp_path)
+    ids = np.random.default_rng(4).integers(0, 128, (1, 6))
+    torch = pytest.importorskip("torch")
+    with torch.no_grad():
+        np.testing.assert_allclose(m["forward"](ids), hf(torch.from_numpy(ids)).logits.numpy(), rtol=0, atol=1e-4)
