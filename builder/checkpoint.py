@@ -8,8 +8,8 @@ shards), optionally ``tokenizer.json`` and ``generation_config.json``. The famil
 No per-architecture Python: a family is a recipe and a mapping entry (docs/models.md).
 
 Policy for what the config says (every top-level field is accounted for): a field read by a variable is used; a
-field under ``checks`` must have a value the recipe computes exactly (``hidden_act: silu``, a ``sliding_window``
-that never slides); a ``harmless`` field (token ids, dropout, ``transformers_version``, ...) is ignored; any
+field under ``checks`` must have a value the recipe computes exactly (``hidden_act: silu``, Qwen2's
+``use_sliding_window: false``); a ``harmless`` field (token ids, dropout, ``transformers_version``, ...) is ignored; any
 other field is an error naming it and its value, since it may change the computation.
 
 Files read are untrusted: ``config.json`` / ``generation_config.json`` at most
@@ -228,6 +228,34 @@ def _weights_file(folder: Path) -> Path:
         "author chose; convert them to safetensors)" if extra else ""))
 
 
+def _recipe_weights(recipe: Path) -> dict:
+    """The ``map`` (a dict) and ``ignore`` (a list) of the family recipe's own ``weights:`` section, as written
+    (``${...}`` still unsubstituted: the recipe's interpolation runs after the overrides), so that the tie
+    rule's and ``ignore_weights``' overrides add to them instead of replacing them. Parsed as the recipe loader
+    parses (:func:`schemas.source.parse_yaml`, bounded); a recipe that does not parse, or whose values have
+    other shapes, gives ``{}`` here and its error when it is loaded."""
+    from schemas.errors import RecipeError
+    from schemas.source import IssueCollector, SourceMap, parse_yaml
+
+    try:
+        if recipe.stat().st_size > MAX_RECIPE_BYTES:
+            return {}
+        text = recipe.read_text(encoding="utf-8")
+        issues = IssueCollector(SourceMap(str(recipe), text))
+        data = parse_yaml(text, issues)
+    except (OSError, ValueError, RecipeError):
+        return {}
+    section = data.get("weights") if isinstance(data, dict) and not issues.issues else None
+    if not isinstance(section, dict):
+        return {}
+    found = {}
+    if isinstance(section.get("map"), dict):
+        found["map"] = section["map"]
+    if isinstance(section.get("ignore"), list):
+        found["ignore"] = section["ignore"]
+    return found
+
+
 def weight_names(weights: Path) -> set[str]:
     """The tensor names of a ``model.safetensors``, or of every file of a sharded checkpoint's index (their
     headers, checked against the index: :mod:`runtime.sharded_weights`)."""
@@ -272,6 +300,8 @@ def resolve_checkpoint(folder: str | os.PathLike, overrides: Sequence[str] = (),
     out = [f"{var}={_yaml(_var_value(cfg, name, var, rule, config))}" for var, rule in fam.vars.items()]
     out += list(fam.overrides)
     weights = _weights_file(folder)
+    recipe = (Path(families_file).parent / fam.recipe).resolve()
+    rules: dict = {}
     if fam.tie_word_embeddings is not None:
         tied = config.get("tie_word_embeddings", fam.tie_word_embeddings.default)
         if not isinstance(tied, bool):
@@ -279,15 +309,16 @@ def resolve_checkpoint(folder: str | os.PathLike, overrides: Sequence[str] = (),
         if tied:
             names = weight_names(weights)
             rules = {k: v for k, v in fam.tie_word_embeddings.map.items() if k not in names}
-            if rules:
-                out.append(f"weights.map={_yaml(rules)}")
-    if fam.ignore_weights:
-        out.append(f"weights.ignore={_yaml(fam.ignore_weights)}")
+    if rules or fam.ignore_weights:   # merged into the recipe's own map / ignore list, which an override replaces
+        own = _recipe_weights(recipe)
+        if rules:
+            out.append(f"weights.map={_yaml({**own.get('map', {}), **rules})}")
+        if fam.ignore_weights:
+            out.append(f"weights.ignore={_yaml(own.get('ignore', []) + list(fam.ignore_weights))}")
     tokenizer = folder / "tokenizer.json"
     generation = {}
     if (folder / "generation_config.json").is_file():
         gen = _read_json(folder / "generation_config.json", MAX_HF_CONFIG_BYTES, "generation_config.json")
         generation = gen if isinstance(gen, dict) else {}
-    recipe = (Path(families_file).parent / fam.recipe).resolve()
     return HFCheckpoint(folder, name, recipe, out + list(overrides), weights,
                         tokenizer if tokenizer.is_file() else None, generation, config)

@@ -66,9 +66,9 @@ class ConfigCheck(StrictModel):
 
 
 class TiedEmbeddings(StrictModel):
-    """``tie_word_embeddings``: its value when the config lacks it (``default``) and the ``weights.map`` used
-    when it is true and the checkpoint has no tensor of its own for the tied parameter (``map``: recipe
-    parameter -> the checkpoint tensor it shares)."""
+    """``tie_word_embeddings``: its value when the config lacks it (``default``) and the ``weights.map`` entries
+    added when it is true and the checkpoint has no tensor of its own for the tied parameter (``map``: recipe
+    parameter -> the checkpoint tensor it shares; merged over the recipe's own map, ``${...}`` allowed)."""
 
     default: bool = False
     map: dict[str, str] = Field(default_factory=dict)
@@ -79,7 +79,7 @@ class HFFamily(StrictModel):
     ``families.yaml``), its variables (:class:`ConfigVar`), fixed recipe ``overrides`` (``KEY=VALUE``, as on the
     command line), ``tie_word_embeddings``, the fields it knows to be ``harmless`` (besides the file's
     shared list), the ``checks`` of fields it refuses other values of, and ``ignore_weights`` (globs of
-    checkpoint tensors that no parameter uses and may stay unused, ``weights.ignore``)."""
+    checkpoint tensors that no parameter uses and may stay unused, added to the recipe's ``weights.ignore``)."""
 
     architectures: list[str] = Field(default_factory=list)
     model_types: list[str] = Field(default_factory=list)

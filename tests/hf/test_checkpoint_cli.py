@@ -76,8 +76,8 @@ def test_cli_generates_as_transformers_and_print_recipe_round_trips(tmp_path, ca
      "rope_parameters.rope_type = \"yarn\" is not supported"),
     (dict(attn_logit_softcapping=30.0), "does not know, which may change the computation: attn_logit_softcapping = 30.0"),
     (dict(hidden_size=...), "field 'hidden_size' is missing"),
-    (dict(architectures=["MistralForCausalLM"], model_type="mistral", sliding_window=16,
-          max_position_embeddings=4096), "sliding_window = 16: the Attention layer has no sliding window yet"),
+    (dict(architectures=["Qwen2ForCausalLM"], model_type="qwen2", use_sliding_window=True, sliding_window=16,
+          max_window_layers=1), "use_sliding_window = true: it windows only the layers from max_window_layers on"),
 ])
 def test_refused_configs(tmp_path, capsys, changes, message):
     folder = _folder(tmp_path, weights=False, **changes)

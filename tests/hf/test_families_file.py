@@ -1,9 +1,13 @@
 """recipes/hf/families.yaml itself: every family's recipe validates with its defaults, every variable it maps is
-a variable of that recipe, no architecture is served twice; a malformed families file is one message."""
+a variable of that recipe, no architecture is served twice; a malformed families file is one message; a family's
+weights overrides add to its recipe's own."""
+import json
+
+import numpy as np
 import pytest
 
 from builder.build_model import validate
-from builder.checkpoint import FAMILIES_FILE, HFCheckpointError, load_families
+from builder.checkpoint import FAMILIES_FILE, HFCheckpointError, load_families, resolve_checkpoint
 
 
 @pytest.mark.parametrize("name", sorted(load_families().families))
@@ -25,3 +29,22 @@ def test_malformed_families_file(tmp_path):
     bad.write_text("families:\n  x:\n    recipe: r.yaml\n    vars: {a: {form: b}}\n")
     with pytest.raises(HFCheckpointError, match="families.x.vars.a.form: Extra inputs are not permitted"):
         load_families(bad)
+
+
+def test_ignore_weights_and_the_tie_rule_add_to_the_recipe_weights(tmp_path):
+    """A family's ``ignore_weights`` and tie rule give one ``weights.ignore`` / ``weights.map`` override each: the
+    recipe's own entries as written (``${...}`` kept for its interpolation), then the family's."""
+    from safetensors.numpy import save_file
+
+    recipe = (FAMILIES_FILE.parent / "gpt2.yaml").resolve()
+    families = tmp_path / "families.yaml"
+    families.write_text(f"families:\n  g:\n    architectures: [G]\n    recipe: {json.dumps(str(recipe))}\n"
+                        "    tie_word_embeddings: {default: true, map: {lm_head.weight: wte.weight, x.weight: x}}\n"
+                        "    ignore_weights: ['extra.*']\n")
+    (tmp_path / "config.json").write_text(json.dumps({"architectures": ["G"]}))
+    save_file({"x": np.zeros(1, np.float32), "x.weight": np.zeros(1, np.float32)}, str(tmp_path / "model.safetensors"))
+    out = resolve_checkpoint(tmp_path, families_file=families).overrides
+    assert out == ['weights.map={"h.{i}.attn.o_proj.": "${weights_prefix}h.{i}.attn.c_proj.", '   # x.weight: saved
+                   '"lm_head.weight": "wte.weight"}',
+                   'weights.ignore=["${weights_prefix}h.*.attn.bias", "${weights_prefix}h.*.attn.masked_bias", '
+                   '"extra.*"]']

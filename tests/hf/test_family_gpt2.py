@@ -1,12 +1,13 @@
 """``build DIR`` on GPT-2 checkpoints saved by transformers (``recipes/hf/gpt2.yaml``): a ``GPT2LMHeadModel``
 (Conv1D weights stored (in, out), a fused c_attn, no lm_head.weight: tied), compared with transformers (logits on
 two shapes, 16 greedy tokens over prefill + decode, chunked prefill: tests/helpers/hf_checkpoints.py); a bare
-``GPT2Model`` (no ``transformer.`` prefix); and a config the family refuses."""
+``GPT2Model`` (no ``transformer.`` prefix); an untied GPT2LMHeadModel (the tie rule merged into the recipe's map only
+when tied); and a config the family refuses."""
 import numpy as np
 import pytest
 
 import builder
-from builder.checkpoint import HFCheckpointError
+from builder.checkpoint import HFCheckpointError, resolve_checkpoint
 from helpers.hf_checkpoints import check_causal_lm, save_tiny
 from runtime.weights import WeightsWarning
 
@@ -41,3 +42,23 @@ def test_gpt2_configs_the_recipe_does_not_compute_are_refused(tmp_path):
     with pytest.raises(HFCheckpointError, match="scale_attn_by_inverse_layer_idx = true: the Attention layer "
                                                 "scales every layer alike"):
         builder.build(tmp_path)
+
+
+@pytest.mark.parametrize("tied", [True, False])
+def test_the_tie_rule_merges_into_the_recipe_map(tmp_path, tied):
+    """tie_word_embeddings true adds lm_head.weight -> transformer.wte.weight to the recipe's own map (its
+    attn.o_proj -> attn.c_proj entry kept); false reads the file's lm_head.weight (an untied GPT-2)."""
+    hf = save_tiny(tmp_path, "GPT2Config", "GPT2LMHeadModel", seed=16, **SMALL, tie_word_embeddings=tied)
+    overrides = resolve_checkpoint(tmp_path).overrides
+    maps = [o for o in overrides if o.startswith("weights.map=")]
+    if tied:
+        assert maps == ['weights.map={"h.{i}.attn.o_proj.": "${weights_prefix}h.{i}.attn.c_proj.", '
+                        '"lm_head.weight": "${weights_prefix}wte.weight"}']
+    else:
+        assert maps == [] and "lm_head_weight=lm_head.weight" in overrides
+    with pytest.warns(WeightsWarning, match=NO_MASK_BUFFERS):
+        m = builder.build(tmp_path)
+    ids = np.random.default_rng(2).integers(0, 128, (2, 7))
+    with torch.no_grad():
+        np.testing.assert_allclose(m["forward"](ids), hf(torch.from_numpy(ids)).logits.numpy(), rtol=0, atol=1e-4)
+    assert not np.array_equal(hf.lm_head.weight.detach().numpy(), hf.transformer.wte.weight.detach().numpy()) or tied
