@@ -175,6 +175,12 @@ def _object_value(cfg: Path, path: str, rule, value: Any) -> Any:
 def _check_field(cfg: Path, family: str, name: str, check, config: dict) -> None:
     """Refuse ``config[name]`` unless ``check`` (:class:`~schemas.hf_families.ConfigCheck`) allows it."""
     value = config[name]
+    if check.cycle and not any(_same(value, a) for a in check.allow):
+        n = len(check.cycle)
+        if not (isinstance(value, list) and all(_same(v, check.cycle[k % n]) for k, v in enumerate(value))):
+            raise HFCheckpointError(f"{cfg}: {name} = {_shown(value)}: {check.reason} (the {family} family accepts "
+                                    f"the repeating pattern {_shown(check.cycle)})")
+        return
     if check.each and not isinstance(value, list):
         raise HFCheckpointError(f"{cfg}: {name} = {_shown(value)}: expected a list")
     bound = config.get(check.at_least) if check.at_least else None

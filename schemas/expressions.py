@@ -4,13 +4,17 @@ Grammar (Python's precedence and semantics, for ints and floats only)::
 
     expr    := term (('+' | '-') term)*
     term    := unary (('*' | '/' | '//' | '%') unary)*
-    unary   := ('-' | '+') unary | operand
+    unary   := ('-' | '+') unary | power
+    power   := operand ['**' unary]
     operand := INT | FLOAT | NAME | '(' expr ')'
 
 ``INT`` is ASCII digits (``2048``), ``FLOAT`` a decimal literal (``0.5``, ``.5``, ``1e-6``, ``2.5E3``), ``NAME``
 an identifier (``hidden_size``) whose value the caller supplies (a recipe variable). ``int op int`` is an int
 (``//`` and ``%`` floor as in Python: ``-7 // 2 == -4``, ``-7 % 2 == 1``), ``/`` is always a float, and a float
-operand makes the result a float. Booleans and strings are not numbers here.
+operand makes the result a float. ``**`` binds as in Python (right to left, tighter than a sign on its left:
+``-2 ** 2 == -4``, ``2 ** -1 == 0.5``; ``${query_pre_attn_scalar ** -0.5}``); an int to a negative power is a
+float, a negative number to a fractional power (complex in Python) and zero to a negative power are errors.
+Booleans and strings are not numbers here.
 
 Bounds (:mod:`core.limits`): the expression is at most ``MAX_VAR_EXPRESSION_CHARS`` characters, nests at most
 ``MAX_VAR_EXPRESSION_DEPTH`` deep (parentheses and unary signs), a literal has at most 40 characters, every
@@ -40,7 +44,7 @@ _TOKEN = re.compile(r"""
   | (?P<float>(?:[0-9]+\.[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?|[0-9]+[eE][-+]?[0-9]+)
   | (?P<int>[0-9]+)
   | (?P<name>[A-Za-z_][A-Za-z0-9_]*)
-  | (?P<op>//|[-+*/%()])
+  | (?P<op>\*\*|//|[-+*/%()])
 """, re.VERBOSE)
 
 _OPERATOR_CHARS = frozenset("+-*/%()")
@@ -73,7 +77,7 @@ def _tokens(text: str) -> list[tuple[str, str, int]]:
         match = _TOKEN.match(text, pos)
         if match is None:
             raise ExpressionError(f"unexpected character {shorten(text[pos])} (expressions take numbers, "
-                                  "variable names, + - * / // % and parentheses)", pos)
+                                  "variable names, + - * / // % ** and parentheses)", pos)
         kind = match.lastgroup
         if kind != "space":
             value = match.group()
@@ -130,7 +134,18 @@ class _Parser:
             finally:
                 self.depth -= 1
             return _check(-value if token[1] == "-" else value, token)
-        return self.operand(after)
+        return self.power(after)
+
+    def power(self, after: tuple[str, str, int] | None) -> Number:
+        value = self.operand(after)
+        if self.peek()[0] == "op" and self.peek()[1] == "**":
+            op = self.take()
+            self.enter(op)
+            try:
+                value = _apply(op, value, self.unary(after=op))
+            finally:
+                self.depth -= 1
+        return value
 
     def enter(self, token: tuple[str, str, int]) -> None:
         """One level deeper (a sign or a parenthesis at ``token``); an ExpressionError past the bound."""
@@ -182,6 +197,8 @@ def _apply(op: tuple[str, str, int], left: Number, right: Number) -> Number:
     symbol = op[1]
     if symbol in ("/", "//", "%") and right == 0:
         raise ExpressionError(f"{'modulo' if symbol == '%' else 'division'} by zero", op[2])
+    if symbol == "**":
+        return _power(op, left, right)
     try:
         if symbol == "+":
             value = left + right
@@ -197,6 +214,24 @@ def _apply(op: tuple[str, str, int], left: Number, right: Number) -> Number:
             value = left % right
     except OverflowError:   # int / int whose quotient is beyond float
         raise ExpressionError(f"{symbol!r} gives a float that is not finite", op[2]) from None
+    return _check(value, op)
+
+
+def _power(op: tuple[str, str, int], left: Number, right: Number) -> Number:
+    """``left ** right`` as Python computes it, refused before computing an int beyond int64 (never a huge
+    intermediate) and where Python's result would be complex or a ZeroDivisionError."""
+    if left == 0 and right < 0:
+        raise ExpressionError("zero to a negative power", op[2])
+    if isinstance(left, int) and isinstance(right, int) and right >= 0:
+        if abs(left) > 1 and right * math.log2(abs(left)) > 64:
+            raise ExpressionError(f"{op[1]!r} gives an integer beyond int64", op[2])
+        return _check(left ** right, op)
+    if left < 0 and not float(right).is_integer():
+        raise ExpressionError("a negative number to a fractional power (not a real number)", op[2])
+    try:
+        value = float(left) ** float(right)
+    except OverflowError:
+        raise ExpressionError(f"{op[1]!r} gives a float that is not finite", op[2]) from None
     return _check(value, op)
 
 

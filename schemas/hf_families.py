@@ -56,12 +56,15 @@ class ConfigCheck(StrictModel):
     """A config field the recipe does not read but that changes the computation unless it has one of the
     values ``allow`` lists (``hidden_act: silu``). ``at_least``: a number of at least this config field's
     value passes too (a sliding window no shorter than ``max_position_embeddings`` never slides). ``each``:
-    the value is a list and every element must be allowed (Qwen2's ``layer_types``). ``reason``: why other
+    the value is a list and every element must be allowed (Qwen2's ``layer_types``). ``cycle``: the value is
+    a list whose item k is ``cycle[k % len(cycle)]`` (Gemma 2's ``layer_types``, the pattern of the recipe's
+    ``per_layer``); with ``cycle``, ``allow`` lists other whole values that pass (null). ``reason``: why other
     values are refused, for the message."""
 
     allow: list[Any] = Field(default_factory=list)
     at_least: Optional[str] = None
     each: bool = False
+    cycle: list[Any] = Field(default_factory=list)
     reason: str = "the recipe does not compute it"
 
 

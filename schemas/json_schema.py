@@ -12,6 +12,9 @@ recipes:
 - in a union whose alternatives are objects told apart by one ``const`` property (``type``,
   ``kind``), that property is required, as the loader requires it (pydantic leaves it optional
   because the models give it a default);
+- the file-only syntax of block arguments (:mod:`schemas.block_args`, expanded by the loader before
+  validation, so absent from the models): a block's ``args``, a block layer's ``per_layer`` and its
+  argument keys (any other key of a block layer entry);
 - ``$schema`` and ``title`` are set.
 
 The walk follows only schema-valued keywords (``properties``, ``items``, ``anyOf``, ``$defs``, ...),
@@ -189,6 +192,21 @@ def accept_interpolation(schema: dict) -> dict:
     return out
 
 
+def _block_arguments(schema: dict) -> None:
+    """Add block arguments' file syntax (:mod:`schemas.block_args`) to ``BlockDef`` / ``BlockLayer``."""
+    defs = schema.get("$defs", {})
+    if "BlockDef" in defs:
+        defs["BlockDef"]["properties"]["args"] = {
+            "description": "block arguments: {name: default, ...} or [name, {name: default}, ...]",
+            "anyOf": [{"type": "object"}, {"type": "array", "items": {"anyOf": [{"type": "string"},
+                                                                                {"type": "object"}]}}]}
+    if "BlockLayer" in defs:
+        defs["BlockLayer"]["properties"]["per_layer"] = {
+            "description": "with repeat: {argument: [value per copy, cycled], ...}",
+            "type": "object", "additionalProperties": {"type": "array"}}
+        defs["BlockLayer"]["additionalProperties"] = True   # the block's arguments
+
+
 def recipe_json_schema() -> dict:
     """The JSON Schema (draft 2020-12) of recipe files: :class:`~schemas.models.Recipe`'s pydantic
     schema with ``${var}`` interpolation accepted wherever a number, boolean or enumerated value
@@ -196,6 +214,7 @@ def recipe_json_schema() -> dict:
     (JSON-serializable: ``json.dumps(recipe_json_schema(), indent=2)`` is what ``build --schema``
     prints)."""
     schema = accept_interpolation(Recipe.model_json_schema())
+    _block_arguments(schema)
     head = {"$schema": JSON_SCHEMA_DIALECT, "title": "model-builder recipe"}
     schema.pop("title", None)
     return {**head, **schema}

@@ -53,6 +53,8 @@ def _issue(text, overrides=()):
     ("-7 // 2", -4), ("-7 % 2", 1), ("7 % -2", -1), ("7.5 // 2", 3.0), ("-7.5 % 2", 0.5),
     ("0.5 * h", 32.0), (".5 + 1.", 1.5), ("1e-6 * 2", 2e-06), ("2.5E3", 2500.0), ("h*2", 128), ("  2  ", 2),
     ("h // n * n + h % n", 64), ("2 * -3", -6), ("f * 2", 5.0),
+    ("h ** -0.5", 0.125), ("2 ** 3 ** 2", 512), ("-2 ** 2", -4), ("(-2) ** 3", -8), ("2 ** -1", 0.5),
+    ("2 * n ** 2", 32), ("f ** 2", 6.25), ("(-8) ** 2.0", 64.0), ("2 ** 62", 2 ** 62),
 ])
 def test_values_follow_python_semantics(text, expected):
     values = {"h": 64, "n": 4, "a": 3, "b": 4, "f": 2.5}
@@ -67,7 +69,10 @@ def test_values_follow_python_semantics(text, expected):
     ("(1 + 2", "'(' at character 1 is not closed", 6),
     ("1 + 2)", "unexpected ')' (no '(' is open)", 5),
     ("2 h", "expected an operator or the end of the expression, got 'h'", 2),
-    ("h ** 2", "after '*', got '*'", 3),
+    ("h ** * 2", "after '**', got '*'", 5),
+    ("(-8) ** 0.5", "a negative number to a fractional power", 5), ("0 ** -1", "zero to a negative power", 2),
+    ("2 ** 63", "'**' gives an integer beyond int64", 2), ("10 ** 10 ** 10", "'**' gives an integer beyond", 3),
+    ("10.0 ** 400", "'**' gives a float that is not finite", 5),
     ("h / 0", "division by zero", 2), ("h // (n - 4)", "division by zero", 2), ("h % 0", "modulo by zero", 2),
     ("h / 0.0", "division by zero", 2),
     ("x + 1", "unknown variable 'x'", 0),
