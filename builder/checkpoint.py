@@ -14,7 +14,8 @@ other field is an error naming it and its value, since it may change the computa
 
 Files read are untrusted: ``config.json`` / ``generation_config.json`` at most
 :data:`~core.limits.MAX_HF_CONFIG_BYTES` (regular files, JSON without NaN / Infinity); a sharded index is read
-and bounded by :mod:`runtime.sharded_weights`.
+and bounded by :mod:`runtime.sharded_weights`. Only the safetensors header(s) are read here, once, when a tie
+rule or an ``if_tensor`` var asks which tensors the checkpoint holds.
 """
 from __future__ import annotations
 
