@@ -14,7 +14,8 @@ other field is an error naming it and its value, since it may change the computa
 
 Files read are untrusted: ``config.json`` / ``generation_config.json`` at most
 :data:`~core.limits.MAX_HF_CONFIG_BYTES` (regular files, JSON without NaN / Infinity); a sharded index is read
-and bounded by :mod:`runtime.sharded_weights`.
+and bounded by :mod:`runtime.sharded_weights`. Only the safetensors header(s) are read here, once, when a tie
+rule or an ``if_tensor`` var asks which tensors the checkpoint holds.
 """
 from __future__ import annotations
 
@@ -124,14 +125,17 @@ def _shown(value: Any) -> str:
     return text if len(text) <= 120 else text[:117] + "..."
 
 
-def _var_value(cfg: Path, family: str, name: str, rule, config: dict) -> Any:
-    """Recipe variable ``name``'s value from ``config`` by its :class:`~schemas.hf_families.ConfigVar` rule."""
+def _var_value(cfg: Path, family: str, name: str, rule, config: dict, tensors) -> Any:
+    """Recipe variable ``name``'s value from ``config`` by its :class:`~schemas.hf_families.ConfigVar` rule;
+    ``tensors()`` is the set of the checkpoint's tensor names (for ``if_tensor``, read only when asked)."""
     from schemas.expressions import ExpressionError, evaluate
 
+    if rule.if_tensor is not None:
+        return rule.then if rule.if_tensor in tensors() else rule.else_
     for path in rule.from_:
         value = _lookup(config, path)
         if value is not None:
-            return _object_value(cfg, path, rule, value)
+            return _mapped(cfg, path, rule, _object_value(cfg, path, rule, value))
     if rule.value is not None:
         text = rule.value.strip()
         if not (text.startswith("${") and text.endswith("}")):
@@ -152,6 +156,18 @@ def _var_value(cfg: Path, family: str, name: str, rule, config: dict) -> Any:
         return rule.default
     raise HFCheckpointError(f"{cfg}: field {' or '.join(rule.from_) or name!r} is missing (the {family} family "
                             f"reads it into the recipe variable {name})")
+
+
+def _mapped(cfg: Path, path: str, rule, value: Any) -> Any:
+    """The recipe value ``value`` of config field ``path`` chooses in the rule's value map (``value`` itself
+    without one). A value the map lacks is an HFCheckpointError naming the field, the value and the known ones."""
+    if rule.values is None:
+        return value
+    for key, chosen in rule.values.items():
+        if _same(value, key):
+            return chosen
+    raise HFCheckpointError(f"{cfg}: {path} = {_shown(value)} is not supported (known values: "
+                            f"{', '.join(map(_shown, rule.values))})")
 
 
 def _object_value(cfg: Path, path: str, rule, value: Any) -> Any:
@@ -184,14 +200,19 @@ def _check_field(cfg: Path, family: str, name: str, check, config: dict) -> None
     if check.each and not isinstance(value, list):
         raise HFCheckpointError(f"{cfg}: {name} = {_shown(value)}: expected a list")
     bound = config.get(check.at_least) if check.at_least else None
+    allowed = list(check.allow)
+    if check.given is not None:
+        other = config.get(check.given)
+        allowed += next((v for k, v in check.allow_given.items() if _same(other, k)), [])
     for item in value if check.each else [value]:
-        if any(_same(item, a) for a in check.allow):
+        if any(_same(item, a) for a in allowed):
             continue
         if (isinstance(bound, (int, float)) and not isinstance(bound, bool) and isinstance(item, (int, float))
                 and not isinstance(item, bool) and item >= bound):
             continue
-        accepted = ", ".join(map(_shown, check.allow)) + (f" or at least {check.at_least} ({_shown(bound)})"
-                                                          if check.at_least else "")
+        accepted = (", ".join(map(_shown, allowed)) or "no value") + (
+            f" or at least {check.at_least} ({_shown(bound)})" if check.at_least else "") + (
+            f" with {check.given} = {_shown(config.get(check.given))}" if check.given else "")
         raise HFCheckpointError(f"{cfg}: {name} = {_shown(value)}: {check.reason} (the {family} family accepts "
                                 f"{accepted})")
 
@@ -294,18 +315,26 @@ def resolve_checkpoint(folder: str | os.PathLike, overrides: Sequence[str] = (),
         known.update(p.split(".", 1)[0] for p in rule.from_)
         known.update(_NAME.findall(rule.value or ""))
     known.update(c.at_least for c in fam.checks.values() if c.at_least)
+    known.update(c.given for c in fam.checks.values() if c.given)
     unknown = [k for k in config if k not in known]
     if unknown:
         shown = ", ".join(f"{k} = {_shown(config[k])}" for k in unknown[:10])
         raise HFCheckpointError(f"{cfg}: field(s) the {name} family does not know, which may change the "
                                 f"computation: {shown}{' ...' if len(unknown) > 10 else ''} (a field known not to "
                                 f"change it goes under 'harmless' in {FAMILIES_FILE.name})")
-    for field_name, check in fam.checks.items():
+    weights = _weights_file(folder)
+    names: list[set[str]] = []
+
+    def tensors() -> set[str]:   # the header(s) read once, the first time a rule asks
+        if not names:
+            names.append(weight_names(weights))
+        return names[0]
+
+    out = [f"{var}={_yaml(_var_value(cfg, name, var, rule, config, tensors))}" for var, rule in fam.vars.items()]
+    for field_name, check in fam.checks.items():   # after the vars: a value map's error names its own field
         if field_name in config:
             _check_field(cfg, name, field_name, check, config)
-    out = [f"{var}={_yaml(_var_value(cfg, name, var, rule, config))}" for var, rule in fam.vars.items()]
     out += list(fam.overrides)
-    weights = _weights_file(folder)
     recipe = (Path(families_file).parent / fam.recipe).resolve()
     rules: dict = {}
     if fam.tie_word_embeddings is not None:
@@ -313,8 +342,7 @@ def resolve_checkpoint(folder: str | os.PathLike, overrides: Sequence[str] = (),
         if not isinstance(tied, bool):
             raise HFCheckpointError(f"{cfg}: tie_word_embeddings = {_shown(tied)}: expected true or false")
         if tied:
-            names = weight_names(weights)
-            rules = {k: v for k, v in fam.tie_word_embeddings.map.items() if k not in names}
+            rules = {k: v for k, v in fam.tie_word_embeddings.map.items() if k not in tensors()}
     if rules or fam.ignore_weights:   # merged into the recipe's own map / ignore list, which an override replaces
         own = _recipe_weights(recipe)
         if rules:

@@ -6,7 +6,7 @@ Grammar (Python's precedence and semantics, for ints and floats only)::
     term    := unary (('*' | '/' | '//' | '%') unary)*
     unary   := ('-' | '+') unary | power
     power   := operand ['**' unary]
-    operand := INT | FLOAT | NAME | '(' expr ')'
+    operand := INT | FLOAT | 'int' '(' expr ')' | NAME | '(' expr ')'
 
 ``INT`` is ASCII digits (``2048``), ``FLOAT`` a decimal literal (``0.5``, ``.5``, ``1e-6``, ``2.5E3``), ``NAME``
 an identifier (``hidden_size``) whose value the caller supplies (a recipe variable). ``int op int`` is an int
@@ -14,7 +14,11 @@ an identifier (``hidden_size``) whose value the caller supplies (a recipe variab
 operand makes the result a float. ``**`` binds as in Python (right to left, tighter than a sign on its left:
 ``-2 ** 2 == -4``, ``2 ** -1 == 0.5``; ``${query_pre_attn_scalar ** -0.5}``); an int to a negative power is a
 float, a negative number to a fractional power (complex in Python) and zero to a negative power are errors.
-Booleans and strings are not numbers here.
+Booleans and strings are not numbers here. ``int(x)`` is the int ``x`` stands
+for (``${int(head_dim * partial_rotary_factor)}``: a config's float fraction of a size); a float that is not
+integral (more than 1e-9 relative away from its nearest integer) is an error, not truncated as Python's ``int``
+does, since a silently smaller size would compute another model. ``int`` followed by ``(`` is this function;
+``int`` alone is a variable name.
 
 Bounds (:mod:`core.limits`): the expression is at most ``MAX_VAR_EXPRESSION_CHARS`` characters, nests at most
 ``MAX_VAR_EXPRESSION_DEPTH`` deep (parentheses and unary signs), a literal has at most 40 characters, every
@@ -147,6 +151,11 @@ class _Parser:
                 self.depth -= 1
         return value
 
+    def integer(self, token: tuple[str, str, int]) -> int:
+        """``int(expr)`` after the name ``int`` (``token``), the ``(`` next: the integral value of ``expr``."""
+        value = self.operand(after=token)   # the parenthesised expression, its depth bounded as any
+        return _integral(value, token)
+
     def enter(self, token: tuple[str, str, int]) -> None:
         """One level deeper (a sign or a parenthesis at ``token``); an ExpressionError past the bound."""
         self.depth += 1
@@ -161,6 +170,8 @@ class _Parser:
             return _check(int(text), token)
         if kind == "float":
             return _check(float(text), token)
+        if kind == "name" and text == "int" and self.peek()[:2] == ("op", "("):
+            return self.integer(token)
         if kind == "name":
             value = self.lookup(text, offset)
             if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -181,6 +192,18 @@ class _Parser:
         where = f" after {after[1]!r}" if after is not None else ""
         raise ExpressionError(f"expected an operand (a number, a variable or '('){where}, got {_describe(token)}",
                               offset)
+
+
+def _integral(value: Number, token: tuple[str, str, int]) -> int:
+    """``value`` as an int: an int as is, a float within 1e-9 (relative, at least absolute) of an integer as
+    that integer; any other float is an ExpressionError at ``token`` (the ``int`` of ``int(...)``)."""
+    if isinstance(value, int):
+        return value
+    nearest = round(value)
+    if abs(value - nearest) > 1e-9 * max(1.0, abs(value)):
+        raise ExpressionError(f"int(...) of {value!r}, which is not an integer (int() does not truncate: the "
+                              "value must be whole)", token[2])
+    return _check(int(nearest), token)
 
 
 def _check(value: Number, token: tuple[str, str, int]) -> Number:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from pydantic import ConfigDict, Field, field_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from .fields import StrictModel
 
@@ -28,7 +28,14 @@ class ConfigVar(StrictModel):
     (may be null); with none of the three the field is required. For an object value (``rope_parameters``):
     ``rename_keys`` (old spellings: ``type`` -> ``rope_type``), ``drop_keys`` (read elsewhere), ``allow``
     (key -> the values the recipe supports; another is an error naming the field and value) and ``null_if``
-    (key -> values that mean "none": ``rope_type: default`` is no scaling)."""
+    (key -> values that mean "none": ``rope_type: default`` is no scaling). ``values``: a value map, the config
+    value -> the recipe value it chooses (``feed_forward_proj: {relu: T5DenseActDense, gated-gelu:
+    T5DenseGatedActDense}``, ``use_parallel_residual: {true: GPTNeoXParallelLayer, false: GPTNeoXLayer}``); a
+    config value it lacks is an error naming the field, its value and the known values (``default`` is not
+    mapped: it is the recipe value itself). ``if_tensor`` with ``then`` / ``else``: the value chosen by whether the
+    checkpoint holds that tensor (read from the safetensors header or the shards' index, never the data:
+    ``pooler_type: {if_tensor: pooler.dense.weight, then: ViTPooler, else: ViTNoPooler}`` for a model saved with
+    ``add_pooling_layer=False``); it takes no ``from`` / ``value`` / ``default``."""
 
     model_config = ConfigDict(extra="forbid", strict=True, populate_by_name=True)
 
@@ -39,6 +46,30 @@ class ConfigVar(StrictModel):
     drop_keys: list[str] = Field(default_factory=list)
     allow: dict[str, list[Any]] = Field(default_factory=dict)
     null_if: dict[str, list[Any]] = Field(default_factory=dict)
+    values: Optional[dict[Any, Any]] = None
+    if_tensor: Optional[str] = None
+    then: Any = None
+    else_: Any = Field(default=None, alias="else")
+
+    @model_validator(mode="after")
+    def _tensor_alone(self) -> "ConfigVar":
+        """``if_tensor`` chooses between ``then`` and ``else`` by itself; ``then`` / ``else`` need it."""
+        chosen = {"then", "else_"} & self.model_fields_set
+        if self.if_tensor is None and chosen:
+            raise ValueError("then / else need if_tensor")
+        if self.if_tensor is not None and ({"from_", "value", "default", "values"} & self.model_fields_set
+                                           or chosen != {"then", "else_"}):
+            raise ValueError("if_tensor takes then and else, and no from / value / default / values")
+        return self
+
+    @field_validator("values")
+    @classmethod
+    def _scalar_keys(cls, value: Any) -> Any:
+        """A value map's keys are JSON scalars (a string, a number, true / false)."""
+        for key in value or {}:
+            if key is None or not isinstance(key, (str, int, float, bool)):
+                raise ValueError(f"a values key must be a string, number or boolean, not {key!r}")
+        return value
 
     @field_validator("from_", mode="before")
     @classmethod
@@ -49,7 +80,7 @@ class ConfigVar(StrictModel):
     @property
     def required(self) -> bool:
         """Whether a config without any ``from`` field (and no ``value``) is an error."""
-        return self.value is None and "default" not in self.model_fields_set
+        return self.value is None and self.if_tensor is None and "default" not in self.model_fields_set
 
 
 class ConfigCheck(StrictModel):
@@ -58,10 +89,14 @@ class ConfigCheck(StrictModel):
     value passes too (a sliding window no shorter than ``max_position_embeddings`` never slides). ``each``:
     the value is a list and every element must be allowed (Qwen2's ``layer_types``). ``cycle``: the value is
     a list whose item k is ``cycle[k % len(cycle)]`` (Gemma 2's ``layer_types``, the pattern of the recipe's
-    ``per_layer``); with ``cycle``, ``allow`` lists other whole values that pass (null). ``reason``: why other
-    values are refused, for the message."""
+    ``per_layer``); with ``cycle``, ``allow`` lists other whole values that pass (null). ``given`` with
+    ``allow_given``: the values allowed besides ``allow`` depend on another config field's value (T5's
+    ``is_gated_act`` must agree with the ``feed_forward_proj`` that chose the MLP: ``{relu: [false], gated-gelu:
+    [true]}``). ``reason``: why other values are refused, for the message."""
 
     allow: list[Any] = Field(default_factory=list)
+    given: Optional[str] = None
+    allow_given: dict[Any, list[Any]] = Field(default_factory=dict)
     at_least: Optional[str] = None
     each: bool = False
     cycle: list[Any] = Field(default_factory=list)

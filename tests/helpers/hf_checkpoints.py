@@ -10,14 +10,16 @@ import builder
 from runtime import ContiguousKVCache
 
 
-def save_tiny(folder: Path, config_cls: str, model_cls: str, seed: int = 0, max_shard_size=None, **fields):
-    """``transformers.<model_cls>(<config_cls>(**fields))``, seeded, every parameter nudged off its init, eager
-    attention, saved with ``save_pretrained`` into ``folder``; returns the model (eval mode)."""
+def save_tiny(folder: Path, config_cls: str, model_cls: str, seed: int = 0, max_shard_size=None, model_kwargs=None,
+              **fields):
+    """``transformers.<model_cls>(<config_cls>(**fields), **model_kwargs)`` (``add_pooling_layer=False``), seeded,
+    every parameter nudged off its init, eager attention, saved with ``save_pretrained`` into ``folder``; returns
+    the model (eval mode)."""
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
     torch.manual_seed(seed)
     cfg = getattr(transformers, config_cls)(**fields, attn_implementation="eager")
-    model = getattr(transformers, model_cls)(cfg).eval()
+    model = getattr(transformers, model_cls)(cfg, **(model_kwargs or {})).eval()
     with torch.no_grad():
         for p in model.parameters():
             p.add_(0.1 * torch.randn_like(p))

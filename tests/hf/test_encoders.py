@@ -1,6 +1,7 @@
 """``build DIR`` on BERT-family encoders saved by transformers (BertModel, RobertaModel, XLMRobertaModel):
 last_hidden_state and pooler_output within 1e-4 of transformers' own model on two input shapes, with an
-attention mask and token types."""
+attention mask and token types; a BertModel saved without its pooler (add_pooling_layer=False) builds with
+pooled = the first token's last hidden state, chosen by the family from the safetensors header."""
 import numpy as np
 import pytest
 
@@ -35,6 +36,24 @@ def _compare(folder, hf, types: int, pad: int):
 def test_bert(tmp_path):
     hf = save_tiny(tmp_path, "BertConfig", "BertModel", seed=1, **SMALL, layer_norm_eps=1e-7)
     _compare(tmp_path, hf, 2, 0)
+
+
+def test_bert_saved_without_its_pooler(tmp_path):
+    import torch
+
+    hf = save_tiny(tmp_path, "BertConfig", "BertModel", seed=6, model_kwargs={"add_pooling_layer": False}, **SMALL)
+    assert 'pooler_type="BertNoPooler"' in builder.checkpoint.resolve_checkpoint(tmp_path).overrides
+    model = builder.build(tmp_path)
+    assert not any(k.startswith("pooler.") for k in model.params)
+    ids = np.random.default_rng(7).integers(1, 120, (2, 9), dtype=np.int64)
+    mask, tt = np.ones_like(ids), np.zeros_like(ids)
+    with torch.no_grad():
+        ref = hf(input_ids=torch.from_numpy(ids), attention_mask=torch.from_numpy(mask),
+                 token_type_ids=torch.from_numpy(tt))
+    assert ref.pooler_output is None
+    np.testing.assert_allclose(model["forward"](ids, mask, tt), ref.last_hidden_state.numpy(), atol=1e-4, rtol=0)
+    np.testing.assert_allclose(model["pooled"](ids, mask, tt), ref.last_hidden_state[:, 0].numpy(), atol=1e-4,
+                               rtol=0)
 
 
 @pytest.mark.parametrize("config, model", [("RobertaConfig", "RobertaModel"), ("XLMRobertaConfig", "XLMRobertaModel")])

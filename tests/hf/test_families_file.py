@@ -31,6 +31,19 @@ def test_malformed_families_file(tmp_path):
         load_families(bad)
 
 
+@pytest.mark.parametrize("rule, message", [
+    ("{if_tensor: t, then: A, else: B, from: x}", "if_tensor takes then and else, and no from"),
+    ("{if_tensor: t, then: A}", "if_tensor takes then and else"),
+    ("{from: x, then: A, else: B}", "then / else need if_tensor"),
+    ("{from: x, values: {[1]: A}}", "unhashable|must be a string, number or boolean"),
+])
+def test_malformed_var_choices(tmp_path, rule, message):
+    bad = tmp_path / "families.yaml"
+    bad.write_text(f"families:\n  x:\n    recipe: r.yaml\n    vars: {{a: {rule}}}\n")
+    with pytest.raises(HFCheckpointError, match=message):
+        load_families(bad)
+
+
 def test_ignore_weights_and_the_tie_rule_add_to_the_recipe_weights(tmp_path):
     """A family's ``ignore_weights`` and tie rule give one ``weights.ignore`` / ``weights.map`` override each: the
     recipe's own entries as written (``${...}`` kept for its interpolation), then the family's."""

@@ -2,8 +2,9 @@
 whole ``T5ForConditionalGeneration`` (its decoder ignored), the last_hidden_state against transformers' within
 1e-4 on sequences long enough to reach the logarithmic buckets and the max_distance clamp of the relative position
 bias the recipe computes in forward (T5's own 32 buckets up to 128 hit the bucket edges at distances 16, 32 and 64
-exactly). Gated-GELU (Flan-T5) is refused by the family and built from the recipe file with
-ff_block=T5DenseGatedActDense."""
+exactly). Gated-GELU (T5 v1.1 / Flan-T5: feed_forward_proj gated-gelu) chooses ff_block=T5DenseGatedActDense through
+the family's value map, matched against transformers too; a feed_forward_proj the map lacks is refused by name."""
+import json
 from pathlib import Path
 
 import numpy as np
@@ -45,11 +46,29 @@ def test_t5_encoder_of_a_whole_t5_checkpoint(tmp_path):
     _check(builder.build(tmp_path), hf.get_encoder(), [(1, 150)])
 
 
-def test_t5_gated_gelu_from_the_recipe_file(tmp_path):
+def test_t5_gated_gelu_checkpoint_matches_transformers(tmp_path):
     hf = save_tiny(tmp_path, "T5Config", "T5ForConditionalGeneration", seed=9, **SMALL,
                    feed_forward_proj="gated-gelu")
-    with pytest.raises(HFCheckpointError, match=r"feed_forward_proj = \"gated-gelu\""):
-        builder.build(tmp_path)
+    m = builder.build(tmp_path)
+    assert "block.0.mlp.wi_1.weight" in m.params   # the gated block, its two input projections read as saved
+    _check(m, hf.get_encoder(), [(2, 150)])
+    # the same from the recipe file, ff_block given by hand
     m = builder.build(RECIPE, [f"{k}={v}" for k, v in SMALL.items()] + ["ff_block=T5DenseGatedActDense"],
                       weights=tmp_path / "model.safetensors")
-    _check(m, hf.get_encoder(), [(2, 150)])
+    _check(m, hf.get_encoder(), [(1, 20)])
+
+
+def test_t5_feed_forward_proj_outside_the_value_map_is_refused(tmp_path):
+    save_tiny(tmp_path, "T5Config", "T5EncoderModel", **SMALL)
+    cfg = json.loads((tmp_path / "config.json").read_text())
+    cfg["feed_forward_proj"] = "gated-silu"
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(HFCheckpointError, match=r'feed_forward_proj = "gated-silu" is not supported \(known values: '
+                                                r'"relu", "gated-gelu"\)'):
+        builder.build(tmp_path)
+    # a saved is_gated_act wins over feed_forward_proj in transformers: one that disagrees is refused
+    cfg.update(feed_forward_proj="relu", is_gated_act=True)
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(HFCheckpointError, match=r"is_gated_act = true: .* accepts false with feed_forward_proj = "
+                                                r'"relu"'):
+        builder.build(tmp_path)

@@ -1,7 +1,8 @@
 """``build DIR`` on ``ViTModel`` checkpoints saved by transformers (``recipes/hf/vit.yaml``), with qkv biases and
 without: ``forward`` (``last_hidden_state``) and ``pooled`` (``pooler_output``) against transformers on two batch
 sizes; and the recipe without its pooler (``pooler_type=ViTNoPooler``, the file's pooler ignored: ``pooled`` is
-the CLS token's last hidden state)."""
+the CLS token's last hidden state); a ViTModel saved with add_pooling_layer=False chooses that pooler itself
+(if_tensor: pooler.dense.weight, read from the safetensors header)."""
 import numpy as np
 import pytest
 
@@ -31,3 +32,18 @@ def test_vit_matches_transformers(tmp_path, qkv_bias):
         np.testing.assert_allclose(pooled, ref.pooler_output.numpy(), rtol=0, atol=1e-4)
         np.testing.assert_allclose(bare["forward"](x), ref.last_hidden_state.numpy(), rtol=0, atol=1e-4)
         np.testing.assert_allclose(bare["pooled"](x), ref.last_hidden_state[:, 0].numpy(), rtol=0, atol=1e-4)
+
+
+def test_vit_saved_without_its_pooler(tmp_path):
+    hf = save_tiny(tmp_path, "ViTConfig", "ViTModel", seed=16, model_kwargs={"add_pooling_layer": False},
+                   image_size=8, patch_size=4, num_channels=3, hidden_size=32, num_hidden_layers=2,
+                   num_attention_heads=4, intermediate_size=48)
+    assert "pooler_type=\"ViTNoPooler\"" in builder.checkpoint.resolve_checkpoint(tmp_path).overrides
+    m = builder.build(tmp_path)
+    assert not any(k.startswith("pooler.") for k in m.params)
+    x = np.random.default_rng(5).standard_normal((2, 3, 8, 8)).astype(np.float32)
+    with torch.no_grad():
+        ref = hf(pixel_values=torch.from_numpy(x))
+    assert ref.pooler_output is None
+    np.testing.assert_allclose(m["forward"](x), ref.last_hidden_state.numpy(), rtol=0, atol=1e-4)
+    np.testing.assert_allclose(m["pooled"](x), ref.last_hidden_state[:, 0].numpy(), rtol=0, atol=1e-4)

@@ -226,3 +226,28 @@ def test_a_validation_error_of_an_expression_names_the_overrides_it_read():
     issue = _issue(RECIPE.replace("${hidden_size // num_heads}", "${hidden_size - 100}"), ["hidden_size=64"])
     assert issue.path == "model.layers.down.out_features"
     assert issue.message.endswith("(from ${hidden_size - 100} set by override hidden_size=64)")
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("int(h * 0.25)", 16), ("int(f * 2)", 5), ("int(h)", 64), ("int(0.3 * 80) + 1", 25), ("2 * int(h / n)", 32),
+    ("int * 2", 6),   # int alone is a variable name
+])
+def test_int_of_a_whole_value(text, expected):
+    got = evaluate(text, _lookup({"h": 64, "n": 4, "f": 2.5, "int": 3}))
+    assert got == expected and type(got) is int
+
+
+@pytest.mark.parametrize("text, message, offset", [
+    ("int(f)", "int(...) of 2.5, which is not an integer", 0),
+    ("1 + int(h * 0.3)", "int(...) of 19.2, which is not an integer", 4),
+    ("int(h", "is not closed", 5),
+])
+def test_int_of_a_fraction_is_an_error_not_a_truncation(text, message, offset):
+    with pytest.raises(ExpressionError) as info:
+        evaluate(text, _lookup({"h": 64, "f": 2.5}))
+    assert message in info.value.message and info.value.offset == offset
+
+
+def test_int_in_a_recipe_var():
+    text = RECIPE.replace("${hidden_size // num_heads}", "${int(hidden_size * 0.25)}")
+    assert _load(text).model.layers["down"].out_features == 16
