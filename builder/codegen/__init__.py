@@ -14,7 +14,9 @@ Pipeline per function:
 * a function structurally equal to one emitted already (:mod:`.dedup`) becomes an alias of the
   twin's entry (``@b = alias ... @a``): identical kernels are compiled once, and each keeps its own
   metadata (parameter names in the error messages; the checks, being structurally the same, return
-  the same codes);
+  the same codes); a kernel-family function that is an emitted one with some symbolic dims fixed
+  (:func:`.dedup.specialization`: a decode step's ``seq = 1`` linear and the prefill one) gets only its
+  own entry, which checks its own dims and calls that one's body with the constants;
 * reductions lowered to loops accumulate in a register (:mod:`.accumulate`);
 * the distinct kernels split into up to :data:`MAX_PARTS` LLVM modules, each run through LLVM's new
   pass manager at ``-O3`` for the host target and ``TargetMachine.emit_object`` on its own thread,
@@ -45,12 +47,12 @@ from llvmlite.binding import ffi
 from runtime.native import MANIFEST_SECTION, manifest_bytes
 
 from ..ir import tir
-from ..ir.kernel import WEIGHT_TRANSFORM_ATTR
+from ..ir.kernel import KERNEL_ATTR, WEIGHT_TRANSFORM_ATTR
 from ..ir.tir import PrimFunc
 from . import cache as _cache
 from .abi import dim_to_json, plan_signature
 from .accumulate import promote_accumulators
-from .dedup import KernelTwins
+from .dedup import KernelTwins, specialization
 from .llvm_emit import ModuleEmitter
 from .lower import is_lowered, lower
 from .objmerge import merge_objects
@@ -167,6 +169,8 @@ def emit_llvm_parts(prim_funcs: dict[str, PrimFunc], target: Target | None = Non
     twins = KernelTwins()
     extras: dict[str, list[str]] = {}   # name -> its body's extra error messages
     aliases: list[tuple[str, str]] = []
+    module_of: dict[str, int] = {}      # every emitted entry -> its module
+    bodies: dict[str, tuple] = {}       # kernel-family kernel -> (func, body function, signature)
     total = len(prim_funcs)
     for done, (name, func) in enumerate(prim_funcs.items(), start=1):
         if not isinstance(func, PrimFunc):
@@ -180,6 +184,18 @@ def emit_llvm_parts(prim_funcs: dict[str, PrimFunc], target: Target | None = Non
             if "notes" in functions[twin]:
                 functions[name]["notes"] = functions[twin]["notes"]
             aliases.append((name, twin))
+        elif (general := _general_body(func, bodies, functions, simd)) is not None:
+            gname, body_syms = general
+            _, body_fn, gsig = bodies[gname]
+            sig = plan_signature(func, name)
+            module_of[name] = module_of[gname]
+            emitters[module_of[name]].add_entry(name, body_fn, func, sig, body_syms,
+                                                len(sig.checks) - len(gsig.checks))
+            functions[name] = {**sig.metadata(extras[gname]), "kernel": functions[gname]["kernel"]}
+            if "notes" in functions[gname]:
+                functions[name]["notes"] = functions[gname]["notes"]
+            extras[name] = extras[gname]
+            twins.add(name, func)
         else:
             twins.add(name, func)
             if len(emitters) < max(1, max_parts) and (not emitters or sum(loads) >= MIN_SPLIT_INSTRUCTIONS):
@@ -188,9 +204,11 @@ def emit_llvm_parts(prim_funcs: dict[str, PrimFunc], target: Target | None = Non
             part = min(range(len(emitters)), key=lambda k: (loads[k], k))
             emitter = emitters[part]
             first = sum(1 for g in emitter.module.globals.values() if isinstance(g, ir.Function))
-            functions[name], extras[name] = _emit_kernel(emitter, name, func, simd)
+            functions[name], extras[name], body = _emit_kernel(emitter, name, func, simd)
+            if body is not None:
+                bodies[name] = (func, *body)
             loads[part] += _instructions(emitter.module, first)
-            home[name] = part
+            home[name] = module_of[name] = part
         if progress is not None:
             progress("kernels", done, total, name)
     for name, func in prim_funcs.items():
@@ -198,15 +216,44 @@ def emit_llvm_parts(prim_funcs: dict[str, PrimFunc], target: Target | None = Non
             functions[name]["weight_transform"] = True
     texts = [finalize_loop_metadata(str(e.module)) for e in emitters] or [""]
     for name, twin in aliases:
-        texts[home[twin]] += f'\n@"{name}" = alias i32 (ptr, ptr), ptr @"{twin}"'
+        texts[module_of[twin]] += f'\n@"{name}" = alias i32 (ptr, ptr), ptr @"{twin}"'
     texts = [t + "\n" if aliases else t for t in texts]
     return LlvmParts(texts, functions, len(home), time.perf_counter() - t0)
 
 
+def _kernel_label(family: str, plan, simd: SimdInfo) -> str:
+    """``family/simd[+variant]``: the ``kernel`` entry of a kernel-family function's metadata."""
+    ksimd = getattr(plan, "simd", None) or simd   # a plan may ask for narrower vectors
+    variant = getattr(plan, "variant", "")
+    return f"{family}/{ksimd.name}" + (f"+{variant}" if variant else "")
+
+
+def _general_body(func: PrimFunc, bodies: dict[str, tuple], functions: dict[str, dict], simd: SimdInfo
+                  ) -> tuple[str, list] | None:
+    """A kernel-family kernel emitted already whose body computes ``func`` when called with some of its
+    symbolic dims fixed (:func:`.dedup.specialization`: a decode step's ``seq = 1`` kernel and the prefill
+    kernel), planned the same way (the same ``kernel`` label): ``(name, body_syms)``, or None."""
+    if not bodies or not func.attrs.get(KERNEL_ATTR):
+        return None
+    label = None
+    for gname, (general, _, _) in bodies.items():
+        order = specialization(general, func)
+        if order is None:
+            continue
+        if label is None:
+            family, plan = plan_kernel(func, simd)
+            if family is None or isinstance(plan, str):
+                return None
+            label = _kernel_label(family, plan, simd)
+        if functions[gname]["kernel"] == label:
+            return gname, order
+    return None
+
+
 def _emit_kernel(emitter: ModuleEmitter, name: str, func: PrimFunc, simd: SimdInfo
-                 ) -> tuple[dict, list[str]]:
-    """Emit one distinct kernel (entry and body) into ``emitter``; returns its metadata and the
-    body's extra error messages."""
+                 ) -> tuple[dict, list[str], tuple | None]:
+    """Emit one distinct kernel (entry and body) into ``emitter``; returns its metadata, the
+    body's extra error messages and, for a kernel-family kernel, ``(body function, signature)``."""
     family, plan = plan_kernel(func, simd)
     if family is not None and not isinstance(plan, str):
         tir.verify(func)
@@ -214,17 +261,16 @@ def _emit_kernel(emitter: ModuleEmitter, name: str, func: PrimFunc, simd: SimdIn
         ksimd = getattr(plan, "simd", None) or simd   # a plan may ask for narrower vectors
         body_fn, extra = KERNEL_FAMILIES[family][1](emitter, name, func, sig, plan, ksimd)
         emitter.add_entry(name, body_fn, func, sig)
-        variant = getattr(plan, "variant", "")
-        meta = {**sig.metadata(extra), "kernel": f"{family}/{ksimd.name}" + (f"+{variant}" if variant else "")}
+        meta = {**sig.metadata(extra), "kernel": _kernel_label(family, plan, simd)}
         if getattr(plan, "notes", ()):   # fallbacks in words (builder.summary.kernel_notes)
             meta["notes"] = list(plan.notes)
-        return meta, extra
+        return meta, extra, (body_fn, sig)
     lowered = func if is_lowered(func) else promote_accumulators(lower(schedule(func)))
     sig = plan_signature(lowered, name)
     extra = emitter.add_function(name, lowered, sig)
     meta = sig.metadata(extra)
     meta["kernel"] = "loops" if family is None else f"loops ({family}: {plan})"
-    return meta, extra
+    return meta, extra, None
 
 
 def emit_llvm_ir(prim_funcs: dict[str, PrimFunc], target: Target | None = None

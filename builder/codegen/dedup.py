@@ -11,6 +11,11 @@ confirmed by :func:`builder.ir.structural_equal`: the key only has to agree on e
 for the lookup to find them, and two functions share code only when the comparison says they
 are equal. A model with N identical layers therefore costs one key per kernel and one comparison
 per twin, not a comparison with every kernel seen before.
+
+:func:`specialization` finds the other kind of sharing: a kernel that is an emitted one with some of its
+symbolic dims fixed to constants (a decode step's linears, ``seq = 1``, and the prefill ones), shown by
+equal structure tokens once those vars are written as the constants; its entry then calls the general
+body with them.
 """
 from __future__ import annotations
 
@@ -21,7 +26,7 @@ from ..ir import tir
 from ..ir.structural import structural_equal
 from ..ir.tir import PrimFunc
 
-__all__ = ["KernelTwins", "structural_key"]
+__all__ = ["KernelTwins", "structural_key", "specialization"]
 
 
 def _anonymous(func: PrimFunc) -> PrimFunc:
@@ -34,9 +39,10 @@ class _KeyWriter:
     """Writes the tokens of a PrimFunc's structure; variables and buffers become ``v<k>`` /
     ``b<k>`` by order of first occurrence."""
 
-    def __init__(self) -> None:
+    def __init__(self, consts: dict | None = None) -> None:
         self.out: list[str] = []
         self.ids: dict[int, str] = {}
+        self.consts = consts or {}   # id(Var) -> int: the var written as that constant
 
     def ref(self, obj, prefix: str) -> str:
         name = self.ids.get(id(obj))
@@ -56,7 +62,10 @@ class _KeyWriter:
     def expr(self, e) -> None:
         out = self.out
         if isinstance(e, E.Var):
-            out.append(self.ref(e, "v") + ":" + e.dtype)
+            if id(e) in self.consts:
+                out.append(f"IntImm:{e.dtype}:{self.consts[id(e)]!r}")
+            else:
+                out.append(self.ref(e, "v") + ":" + e.dtype)
             return
         if isinstance(e, (E.IntImm, E.FloatImm, E.StringImm)):
             out.append(f"{type(e).__name__}:{e.dtype}:{e.value!r}")
@@ -127,18 +136,59 @@ class _KeyWriter:
         out.append("}")
 
 
+def _tokens(func: PrimFunc, consts: dict | None = None) -> list[str]:
+    """The structure tokens of ``func`` (see :func:`structural_key`); ``consts`` (``id(Var) -> int``) writes
+    those variables as integer constants."""
+    w = _KeyWriter(consts)
+    for p in func.params:
+        w.buffer(p)
+    w.out.append(repr(sorted((k, repr(v)) for k, v in func.attrs.items() if k != "global_symbol")))
+    w.stmt(func.body)
+    return w.out
+
+
+def specialization(general: PrimFunc, func: PrimFunc) -> list | None:
+    """How ``func`` is ``general`` with some of its symbolic dims fixed: for each of ``general.sym_vars``
+    (in that order) either an int (the constant ``func`` has in its place) or the Var of ``func`` that
+    stands there; None unless at least one var is fixed and ``general`` with those vars written as the
+    constants has exactly ``func``'s structure tokens (:func:`structural_key`'s, unhashed). A decode step's
+    kernel (``seq`` = 1) is then the prefill kernel called with ``seq = 1``."""
+    if len(general.params) != len(func.params):
+        return None
+    fixed: dict[int, int] = {}
+    same: dict[int, E.Var] = {}
+    for gp, fp in zip(general.params, func.params):
+        if gp.dtype != fp.dtype or len(gp.shape) != len(fp.shape):
+            return None
+        for gd, fd in zip(gp.shape, fp.shape):
+            if isinstance(gd, E.Var) and isinstance(fd, E.IntImm):
+                if fixed.setdefault(id(gd), fd.value) != fd.value:
+                    return None
+            elif isinstance(gd, E.Var) and isinstance(fd, E.Var):
+                if same.setdefault(id(gd), fd) is not fd:
+                    return None
+    if not fixed:
+        return None
+    order = []
+    for v in general.sym_vars:
+        if id(v) in fixed:
+            order.append(fixed[id(v)])
+        elif id(v) in same:
+            order.append(same[id(v)])
+        else:
+            return None
+    if _tokens(_anonymous(general), fixed) != _tokens(_anonymous(func)):
+        return None
+    return order
+
+
 def structural_key(func: PrimFunc) -> str:
     """A hex digest of ``func``'s structure, names aside: the parameters' dtypes and shapes, the
     attributes but ``global_symbol``, and every statement and expression with variables and buffers
     numbered by first occurrence. Functions that :func:`builder.ir.structural_equal` finds equal
     because they were built the same way (the layers of a model) get the same key; a key is not a
     proof of equality (:class:`KernelTwins` confirms with the comparison)."""
-    w = _KeyWriter()
-    for p in func.params:
-        w.buffer(p)
-    w.out.append(repr(sorted((k, repr(v)) for k, v in func.attrs.items() if k != "global_symbol")))
-    w.stmt(func.body)
-    return hashlib.blake2b("\x00".join(w.out).encode(), digest_size=16).hexdigest()
+    return hashlib.blake2b("\x00".join(_tokens(func)).encode(), digest_size=16).hexdigest()
 
 
 class KernelTwins:

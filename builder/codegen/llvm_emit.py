@@ -133,12 +133,17 @@ class ModuleEmitter:
         self.add_entry(name, body_fn, func, sig)
         return emitter.extra_errors
 
-    def add_entry(self, name: str, body_fn: ir.Function, func: PrimFunc, sig: Signature) -> None:
+    def add_entry(self, name: str, body_fn: ir.Function, func: PrimFunc, sig: Signature,
+                  body_syms: list | None = None, code_shift: int = 0) -> None:
         """Emit the exported entry ``int32 name(void **data, int64 *shapes)`` (the ABI of
         :mod:`builder.codegen.abi`) in front of ``body_fn``: it binds each symbolic var from ``shapes``, runs
         ``sig.checks`` in order (returning check ``k``'s 1-based code when a dim is negative or differs from
         its expected value), loads the parameters' data pointers and returns what ``body_fn(ptrs...,
-        sym_vars...)`` returns (0 on success, else an error code)."""
+        sym_vars...)`` returns (0 on success, else an error code).
+
+        ``body_syms`` (the body of a more general kernel, :func:`builder.codegen.dedup.specialization`): the
+        body's symbolic arguments instead, each an int constant or a Var of ``sig``; a nonzero code the body
+        returns is then moved by ``code_shift`` (its errors are numbered after the general kernel's checks)."""
         fn = ir.Function(self.module, ir.FunctionType(I32, [PTR, PTR]), name=name)
         fn.attributes.add("nounwind")
         data, shapes = fn.args
@@ -171,8 +176,16 @@ class ModuleEmitter:
         for i in range(len(func.params)):
             p = b.gep(data, [ir.Constant(I64, i)], inbounds=True, source_etype=PTR)
             ptrs.append(b.load(p, typ=PTR, align=8))
-        syms = [ex.cast_value(env[v], v.dtype, "int64") for v in sig.sym_vars]
-        b.ret(b.call(body_fn, ptrs + syms))
+        if body_syms is None:
+            syms = [ex.cast_value(env[v], v.dtype, "int64") for v in sig.sym_vars]
+        else:
+            syms = [ir.Constant(I64, v) if isinstance(v, int) else ex.cast_value(env[v], v.dtype, "int64")
+                    for v in body_syms]
+        code = b.call(body_fn, ptrs + syms)
+        if code_shift:
+            code = b.select(b.icmp_signed("==", code, ir.Constant(I32, 0)), code,
+                            b.add(code, ir.Constant(I32, code_shift)))
+        b.ret(code)
 
 
 class _ExprEmitter:

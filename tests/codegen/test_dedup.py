@@ -69,3 +69,42 @@ def test_repeated_layers_compile_one_kernel_each_kind():
         z = h @ params[f"layers.{i}.weight"].data.T + params[f"layers.{i}.bias"].data
         h = z / (1 + np.exp(-z)) + h
     np.testing.assert_allclose(got, h @ params["head.weight"].data.T, rtol=2e-5, atol=2e-5)
+
+
+def test_a_kernel_with_a_dim_fixed_calls_the_general_kernels_body():
+    """A decode-shaped linear (``seq`` fixed to 1) is the prefill-shaped one called with ``seq = 1``
+    (:func:`builder.codegen.dedup.specialization`): one body, the step's own entry checks its own dims, and
+    its results equal float64 numpy and, bit for bit, the general kernel's at ``seq = 1``."""
+    class _Steps(_Stack):
+        def step(self, x):
+            return self.forward(x)
+
+    net = _Steps(1)
+    spec = {"forward": {"x": nn.spec.Tensor(["b", "s", 32], "float32")},
+            "step": {"x": nn.spec.Tensor(["b", 1, 32], "float32")}}
+    rng = np.random.default_rng(1)
+    for _, p in net.named_parameters():
+        p.data = (rng.standard_normal(p.shape) * 0.2).astype(np.float32)
+    irmod, _ = net.export_tvm(spec)
+    exe = builder.compile(irmod)
+    linear = [n for n, m in exe.kernels.items() if m["kernel"].startswith("linear")]
+    bodies = [n for n in _bodies(exe.llvm_ir) if n in linear]
+    # the layer and the head for each function; the heads share one body; the layers' epilogues differ
+    # (the step's broadcast reads x[i, 0, j] where forward's read x[i, s, j]), so each keeps its own
+    assert len(linear) == 4 and len(bodies) == 3
+    heads = [n for n in linear if n.startswith("matmul")]
+    assert len(heads) == 2 and sum(n in bodies for n in heads) == 1
+    assert exe.kernels[heads[0]]["kernel"] == exe.kernels[heads[1]]["kernel"]
+    assert exe.kernels[heads[1]]["params"][0]["shape"] == [["var", "b"], 1, 32]
+    jit = net.jit(spec)
+    params = dict(net.named_parameters())
+    for b in (1, 3, 40):   # GEMV rows and GEMM rows
+        x = rng.standard_normal((b, 1, 32)).astype(np.float32)
+        got = jit["step"](x)
+        h = x.astype(np.float64)
+        z = h @ params["layers.0.weight"].data.T + params["layers.0.bias"].data
+        h = z / (1 + np.exp(-z)) + h
+        np.testing.assert_allclose(got, h @ params["head.weight"].data.T, rtol=2e-5, atol=2e-5)
+        assert got.tobytes() == jit["forward"](x).tobytes()
+    with pytest.raises(ValueError, match="x"):
+        jit["step"](np.zeros((2, 2, 32), np.float32))
