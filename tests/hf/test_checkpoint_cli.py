@@ -9,6 +9,8 @@ import pytest
 import builder
 from builder.cli import main
 
+pytestmark = pytest.mark.hf   # a checkpoint saved by transformers (pyproject's markers)
+
 LLAMA = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 64, "hidden_size": 32,
          "intermediate_size": 48, "num_hidden_layers": 1, "num_attention_heads": 4, "num_key_value_heads": 2,
          "rms_norm_eps": 1e-6, "hidden_act": "silu", "tie_word_embeddings": False, "transformers_version": "5.24.0",

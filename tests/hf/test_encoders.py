@@ -10,6 +10,8 @@ from helpers.hf_checkpoints import save_tiny
 
 pytest.importorskip("transformers")
 
+pytestmark = pytest.mark.hf   # a checkpoint saved by transformers (pyproject's markers)
+
 SMALL = dict(vocab_size=120, hidden_size=48, num_hidden_layers=2, num_attention_heads=4, intermediate_size=96,
              max_position_embeddings=40)
 

@@ -17,6 +17,8 @@ from helpers.hf_checkpoints import check_causal_lm, save_tiny
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
+pytestmark = pytest.mark.hf   # a checkpoint saved by transformers (pyproject's markers)
+
 SMALL = dict(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=4, num_attention_heads=4,
              num_key_value_heads=2, head_dim=16, rms_norm_eps=1e-6, pad_token_id=0, bos_token_id=0, eos_token_id=0,
              query_pre_attn_scalar=8, attn_logit_softcapping=5.0, final_logit_softcapping=3.0, sliding_window=3,

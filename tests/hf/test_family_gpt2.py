@@ -14,6 +14,8 @@ from runtime.weights import WeightsWarning
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
+pytestmark = pytest.mark.hf   # a checkpoint saved by transformers (pyproject's markers)
+
 SMALL = dict(vocab_size=128, n_positions=64, n_embd=32, n_layer=2, n_head=4, n_inner=48, bos_token_id=0,
              eos_token_id=0)
 NO_MASK_BUFFERS = r"attn\.(masked_)?bias' matches no tensor"   # a file of transformers 5 has no causal-mask buffers

@@ -17,6 +17,8 @@ from helpers.hf_checkpoints import check_causal_lm, save_tiny
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
+pytestmark = pytest.mark.hf   # a checkpoint saved by transformers (pyproject's markers)
+
 RECIPE = Path(__file__).resolve().parents[2] / "recipes" / "hf" / "gpt_neox.yaml"
 SMALL = dict(vocab_size=128, hidden_size=64, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
              pad_token_id=0, bos_token_id=0, eos_token_id=0,

@@ -12,6 +12,8 @@ from helpers.hf_checkpoints import check_causal_lm, save_tiny
 
 pytest.importorskip("transformers")
 
+pytestmark = pytest.mark.hf   # a checkpoint saved by transformers (pyproject's markers)
+
 SMALL = dict(vocab_size=128, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
              num_key_value_heads=2, rms_norm_eps=1e-5, pad_token_id=0, bos_token_id=0, eos_token_id=0)
 

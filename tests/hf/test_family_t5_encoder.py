@@ -17,6 +17,8 @@ from helpers.hf_checkpoints import save_tiny
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
+pytestmark = pytest.mark.hf   # a checkpoint saved by transformers (pyproject's markers)
+
 RECIPE = Path(__file__).resolve().parents[2] / "recipes" / "hf" / "t5_encoder.yaml"
 SMALL = dict(vocab_size=64, d_model=16, d_kv=4, d_ff=24, num_layers=2, num_heads=4)
 

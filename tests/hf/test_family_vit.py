@@ -12,6 +12,8 @@ from helpers.hf_checkpoints import save_tiny
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
+pytestmark = pytest.mark.hf   # a checkpoint saved by transformers (pyproject's markers)
+
 
 @pytest.mark.parametrize("qkv_bias", [True, False])
 def test_vit_matches_transformers(tmp_path, qkv_bias):

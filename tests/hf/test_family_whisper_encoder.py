@@ -11,6 +11,8 @@ from helpers.hf_checkpoints import save_tiny
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
+pytestmark = pytest.mark.hf   # a checkpoint saved by transformers (pyproject's markers)
+
 
 @pytest.mark.parametrize("model_cls", ["WhisperForConditionalGeneration", "WhisperModel"])
 def test_whisper_encoder_of_a_whole_checkpoint_matches_transformers(tmp_path, model_cls):

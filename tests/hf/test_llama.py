@@ -9,6 +9,8 @@ from helpers.hf_checkpoints import check_causal_lm, save_tiny
 
 pytest.importorskip("transformers")
 
+pytestmark = pytest.mark.hf   # a checkpoint saved by transformers (pyproject's markers)
+
 SMALL = dict(vocab_size=160, hidden_size=48, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
              num_key_value_heads=2)
 
