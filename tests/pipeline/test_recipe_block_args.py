@@ -6,9 +6,9 @@ import pytest
 
 import builder
 import schemas.block_args
-from builder.build_model import export_recipe
 from builder.recipe import instantiate
 from schemas import RecipeError, dump_recipe, load_recipe_text
+from helpers.recipes import line_col as _at, recipe_issue as _issue
 
 # Heads splits a projection into `heads` heads of `dim` (its forward interpolated per use); `dim` is also a
 # var (8), shadowed inside the block by the argument; Pair nests Heads, passing its own argument on.
@@ -76,22 +76,6 @@ def test_uses_with_the_same_values_share_one_instance_and_the_printed_recipe_bui
     def shapes(r):
         return [(name, list(p.shape)) for name, p in instantiate(r)[0].named_parameters()]
     assert shapes(printed) == shapes(recipe) and len(shapes(recipe)) == 4
-
-
-def _issue(text):
-    with pytest.raises(RecipeError) as info:
-        export_recipe(load_recipe_text(text, "r.yaml"))
-    [issue] = info.value.issues
-    return issue
-
-
-def _at(text, snippet, nth=0):
-    """(line, column), 1-based, of the ``nth`` occurrence of ``snippet`` in ``text``."""
-    index = -1
-    for _ in range(nth + 1):
-        index = text.index(snippet, index + 1)
-    before = text[:index]
-    return before.count("\n") + 1, len(before) - (before.rfind("\n") + 1) + 1
 
 
 def test_an_unknown_argument_is_an_error_at_its_key_naming_the_block():

@@ -8,6 +8,7 @@ import builder
 import schemas.includes
 from builder.build_model import export_recipe
 from schemas import RecipeError, load_recipe
+from helpers.recipes import line_col as _at
 
 LIB = """\
 vars: {hidden: 8, inter: 16}
@@ -75,11 +76,6 @@ def _issues(path):
     with pytest.raises(RecipeError) as info:
         export_recipe(load_recipe(path))
     return info.value.issues
-
-
-def _at(text, snippet):
-    before = text[:text.index(snippet)]
-    return before.count("\n") + 1, len(before) - (before.rfind("\n") + 1) + 1
 
 
 def test_errors_in_an_included_file_are_at_its_own_line_and_column(tmp_path):

@@ -7,6 +7,7 @@ import builder
 from builder.build_model import export_recipe
 from schemas import RecipeError, load_recipe_text
 from core.limits import MAX_MODULES
+from helpers.recipes import recipe_issue as _issue
 
 BLOCKS = """\
 name: blocks_demo
@@ -124,13 +125,6 @@ def test_a_one_forward_recipe_keeps_working_with_several_functions(tmp_path):
     recipe = load_recipe_text(text)
     irmod, params, spec = export_recipe(recipe)
     assert set(spec) == {"forward", "first"} and "forward" in irmod.functions
-
-
-def _issue(text):
-    with pytest.raises(RecipeError) as info:
-        export_recipe(load_recipe_text(text, "r.yaml"))
-    assert len(info.value.issues) == 1, info.value.issues
-    return info.value.issues[0]
 
 
 def test_unknown_block_type_suggests_a_close_name():

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 import builder
-from builder.build_model import export_recipe
 from runtime.weights import save_params
 from schemas import RecipeError, load_recipe_text
+from helpers.recipes import line_col as _at, recipe_issue as _issue
 
 VIT = """\
 name: tiny_vit
@@ -184,19 +184,6 @@ def test_parameters_read_inside_blocks_and_repeats(tmp_path):
     assert m.param_names[-1] == "scale"   # a Parameter layer of the model itself
     np.testing.assert_allclose(y, ref * P["scale"], rtol=1e-5, atol=1e-6)
     np.testing.assert_array_equal(w1, m.params["layers.1.fc.weight"])
-
-
-def _issue(text):
-    with pytest.raises(RecipeError) as info:
-        export_recipe(load_recipe_text(text, "r.yaml"))
-    [issue] = info.value.issues
-    return issue
-
-
-def _at(text, snippet):
-    """(line, column), 1-based, of the first ``snippet`` in ``text``."""
-    before = text[:text.index(snippet)]
-    return before.count("\n") + 1, len(before) - (before.rfind("\n") + 1) + 1
 
 
 def test_a_parameter_the_layer_lacks_is_an_error_naming_those_it_has():
