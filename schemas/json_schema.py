@@ -14,7 +14,8 @@ recipes:
   because the models give it a default);
 - the file-only syntax of block arguments (:mod:`schemas.block_args`, expanded by the loader before
   validation, so absent from the models): a block's ``args``, a block layer's ``per_layer`` and its
-  argument keys (any other key of a block layer entry);
+  argument keys (any other key of a block layer entry); a recipe's ``include`` list (:mod:`schemas.includes`,
+  merged by the loader too);
 - ``$schema`` and ``title`` are set.
 
 The walk follows only schema-valued keywords (``properties``, ``items``, ``anyOf``, ``$defs``, ...),
@@ -205,6 +206,9 @@ def _block_arguments(schema: dict) -> None:
             "description": "with repeat: {argument: [value per copy, cycled], ...}",
             "type": "object", "additionalProperties": {"type": "array"}}
         defs["BlockLayer"]["additionalProperties"] = True   # the block's arguments
+    schema.setdefault("properties", {})["include"] = {
+        "description": "YAML files (paths relative to this one) whose vars and blocks this recipe uses",
+        "type": "array", "items": {"type": "string"}}
 
 
 def recipe_json_schema() -> dict:

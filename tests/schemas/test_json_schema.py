@@ -165,3 +165,11 @@ def test_the_post_processing_is_generic(validator):
                                   "properties": {"x": {"type": "integer"}}, "type": "object"})
     assert taken["$defs"]["Interpolation"] == {"type": "object"}
     assert taken["properties"]["x"]["anyOf"][1] == {"$ref": "#/$defs/Interpolation1"}
+
+
+def test_include_is_a_list_of_paths(validator, llama_mlp_text):
+    data = _data(llama_mlp_text)
+    data["include"] = ["blocks/common.yaml"]
+    assert _errors(validator, data) == []
+    data["include"] = "blocks/common.yaml"   # the loader wants a list too
+    assert _errors(validator, data)
