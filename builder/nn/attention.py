@@ -35,6 +35,23 @@ def _positive_int(value, what: str) -> int:
     return value
 
 
+def check_cache_call(who: str, cache, total_seq_len, layer_id) -> None:
+    """The checks of a layer's call that may use the runtime KV cache (``Attention``, ``KVCacheLayer``):
+    ``cache`` (an ``nn.Object``, a ``spec.Object()`` input) and ``total_seq_len`` come together or not at all,
+    and with a cache the layer has its ``layer_id`` (a non-negative int, numbered by ``builder.recipe``).
+    Raises ValueError / TypeError naming ``who``."""
+    if (cache is None) != (total_seq_len is None):
+        raise ValueError(f"{who}: give cache and total_seq_len together (the KV cache and the tokens it holds "
+                         "after this call), or neither")
+    if cache is None:
+        return
+    if not isinstance(cache, Object):
+        raise TypeError(f"{who}: cache must be an nn.Object (a spec.Object() input), got {type(cache).__name__}")
+    if isinstance(layer_id, bool) or not isinstance(layer_id, int) or layer_id < 0:
+        raise ValueError(f"{who}: using a KV cache needs the layer's layer_id (a non-negative int), got "
+                         f"{layer_id!r}; number the cache layers of the model")
+
+
 class Attention(Module):
     """Multi-head (or grouped-query) self-attention, HF Llama's ``LlamaAttention`` layout::
 
@@ -244,16 +261,7 @@ class Attention(Module):
         if isinstance(x.shape[-1], int) and x.shape[-1] != self.hidden_size:
             raise ValueError(f"Attention: the last dim of x {fmt_shape(x.shape)} must be hidden_size "
                              f"{self.hidden_size}")
-        if (cache is None) != (total_seq_len is None):
-            raise ValueError("Attention: give cache and total_seq_len together (the KV cache and the tokens it "
-                             "holds after this call), or neither")
-        if cache is not None:
-            if not isinstance(cache, Object):
-                raise TypeError(f"Attention: cache must be an nn.Object (a spec.Object() input), got "
-                                f"{type(cache).__name__}")
-            if isinstance(self.layer_id, bool) or not isinstance(self.layer_id, int) or self.layer_id < 0:
-                raise ValueError(f"Attention: using a KV cache needs the layer's layer_id (a non-negative int), "
-                                 f"got {self.layer_id!r}; number the attention layers of the model")
+        check_cache_call("Attention", cache, total_seq_len, self.layer_id)
         if positions is not None and self.rope_theta is None:
             raise ValueError("Attention: positions are only used by rotary embeddings; this layer has no rope_theta")
         heads, kv_heads = self.local_num_heads, self.local_num_kv_heads

@@ -19,7 +19,7 @@ from ..ir import expr as E
 from ..ir.op.common import definitely_different, fmt_shape
 from . import op
 from . import tensor_parallel as tp
-from .attention import Attention
+from .attention import Attention, check_cache_call
 from .core import Module, Object, Tensor
 
 __all__ = ["KVCacheLayer", "CACHE_LAYERS"]
@@ -76,17 +76,9 @@ class KVCacheLayer(Module):
                                  f"{fmt_shape(v.shape)}")
         if k.dtype != v.dtype or not E.is_float_dtype(k.dtype):
             raise TypeError(f"KVCache: k and v must have one float dtype, got {k.dtype} and {v.dtype}")
-        if (cache is None) != (total_seq_len is None):
-            raise ValueError("KVCache: give cache and total_seq_len together (the KV cache and the tokens it "
-                             "holds after this call), or neither")
+        check_cache_call("KVCache", cache, total_seq_len, self.layer_id)
         if cache is None:
             return k, v
-        if not isinstance(cache, Object):
-            raise TypeError(f"KVCache: cache must be an nn.Object (a spec.Object() input), got "
-                            f"{type(cache).__name__}")
-        if isinstance(self.layer_id, bool) or not isinstance(self.layer_id, int) or self.layer_id < 0:
-            raise ValueError(f"KVCache: using a KV cache needs the layer's layer_id (a non-negative int), got "
-                             f"{self.layer_id!r}; number the cache layers of the model")
         return op.kv_cache_update(cache, self.layer_id, k, v, total_seq_len)
 
 
