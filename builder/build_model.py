@@ -209,6 +209,26 @@ class CompiledModel:
         :meth:`builder.completion.TextModel.chat`."""
         return self.text_model(chat_template).chat(messages, max_tokens, stream, **sampling)
 
+    def embed_texts(self, texts: str | Sequence[str], max_length: int = 256) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """Sentence embeddings of ``texts`` with the recipe's ``embed`` function and :attr:`tokenizer`, tokenized as
+        sentence-transformers does (:func:`builder.text.tokenize`: special tokens, truncated to ``max_length``,
+        padded to the longest). Returns the embeddings (len(texts), dim) (the function's dtype) and the token
+        arrays ``tokenize`` gave (``input_ids``, ``attention_mask``, ``token_type_ids``). Raises ValueError without ``embed`` or a tokenizer, or when ``embed``
+        takes inputs the tokenizer does not give (and what :func:`~builder.text.tokenize` raises)."""
+        from .text import tokenize
+
+        if "embed" not in self.spec:
+            raise ValueError(f"embeddings need the recipe's 'embed' function; the recipe exports {self.functions}")
+        if self.tokenizer is None:
+            raise ValueError("embeddings need the model's tokenizer: build(..., tokenizer='tokenizer.json')")
+        tokens = tokenize(self.tokenizer, texts, max_length=max_length)
+        names = list(self.spec["embed"])
+        missing = [n for n in names if n not in tokens]
+        if missing:
+            raise ValueError(f"embed takes {names}; the tokenizer gives {sorted(tokens)}")
+        emb = np.asarray(self["embed"](*[tokens[n] for n in names]))
+        return emb, tokens
+
     def _float_outputs(self, name: str):
         """Function ``name``, its bfloat16 result (uint16 bits: numpy has no bfloat16) widened to float32."""
         fn = self[name]

@@ -5,6 +5,7 @@
                  [--save-params OUT.safetensors] [--bench [RUNS]] [--bench-dim NAME=VALUE]
                  [--text TEXT ... --tokenizer tokenizer.json] [--prompt-ids 1,2,3 --max-new-tokens N]
                  [--prompt TEXT | --chat] [--tokenizer tokenizer.json] [--temperature T --top-k K --top-p P ...]
+                 [--serve [--host 127.0.0.1 --port 8000 --kv-cache-tokens N --max-batch N]]
                  [--save-exe DIR] [--validate] [--print-recipe] [--quiet | --json] [--debug]
     build --list-ops | --schema | --version
 
@@ -27,7 +28,8 @@ and, when stderr is piped, a plain line every few seconds.
 ``--text`` runs the recipe's ``embed`` function on the tokenized texts (as sentence-transformers
 tokenizes: padded to the longest, truncated at 256 tokens) and prints the embeddings and their cosine
 similarities; ``--prompt-ids`` generates greedily with the recipe's ``prefill`` / ``decode`` over a KV
-cache and prints the new ids; ``--prompt`` streams the completion of a text (:mod:`builder.cli_text`).
+cache and prints the new ids; ``--prompt`` streams the completion of a text (:mod:`builder.cli_text`);
+``--serve`` starts the OpenAI-compatible server (:mod:`builder.cli_serve`).
 
 ``quantization=q4f16_1`` (a preset) or ``quantization.group_size=64`` (a field of it) quantize the
 weights; a float ``--weights`` checkpoint is then quantized while it is loaded (with a progress
@@ -54,6 +56,7 @@ import time
 # every heavy module (the compiler, numpy, rich, schemas / pydantic, runtime) is imported inside the function
 # that needs it.
 
+from .cli_serve import add_serve_arguments, check_serve_arguments, serve_model
 from .cli_text import add_prompt_arguments, chat_loop, check_prompt_arguments, complete_prompt
 from .terminal import (BuildProgressDisplay, ConversionProgressDisplay, make_console, printable_lines, use_color,
                        worker_prefix)
@@ -134,6 +137,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--schema", action="store_true", help="print the JSON Schema of recipes (for editors) and exit")
     p.add_argument("--debug", action="store_true", help="show tracebacks")
     add_prompt_arguments(p)
+    add_serve_arguments(p)
     return p
 
 
@@ -261,6 +265,7 @@ def _run_with(args: argparse.Namespace, progress: "ConversionProgressDisplay") -
     if args.tokenizer is not None:
         _check_input_file("--tokenizer", args.tokenizer)
     check_prompt_arguments(args)
+    check_serve_arguments(args)
     prompt = _parse_prompt_ids(args.prompt_ids) if args.prompt_ids is not None else None
     if args.text is not None and (args.input is not None or prompt is not None):
         raise ValueError("--text, --input and --prompt-ids each run the model; give one of them")
@@ -362,6 +367,8 @@ def _run_with(args: argparse.Namespace, progress: "ConversionProgressDisplay") -
         results["complete"] = complete_prompt(args, model, not (other_rank or args.json), out)
     if args.chat:
         results["chat"] = chat_loop(args, model, asked)
+    if args.serve:
+        serve_model(args, model, out)
     if args.bench is not None:
         bench = _bench(model, args.function or model.functions[0], args.bench, args.bench_dim)
         asked.print(escape(printable_lines(bench["line"])))
@@ -420,19 +427,15 @@ def _embed_texts(args: argparse.Namespace, model, out) -> dict:
 
     from runtime.distributed import launcher_rank
 
-    from .text import cosine_similarities, format_similarities, tokenize
+    from .text import cosine_similarities, format_similarities
 
     if "embed" not in model.spec:
         raise ValueError(f"--text runs the recipe's 'embed' function; the recipe exports {model.functions}")
-    tokens = tokenize(args.tokenizer, args.text, max_length=args.max_length)
-    names = list(model.spec["embed"])
-    missing = [n for n in names if n not in tokens]
-    if missing:
-        raise ValueError(f"embed takes {names}; the tokenizer gives {sorted(tokens)}")
+    model.tokenizer = args.tokenizer
     t0 = time.perf_counter()
-    emb = np.asarray(model["embed"](*[tokens[n] for n in names]))
+    emb, tokens = model.embed_texts(args.text, max_length=args.max_length)
     ms = (time.perf_counter() - t0) * 1e3
-    out.print(f"embed: {len(args.text)} text(s), {tokens[names[0]].shape[1]} tokens, {ms:.1f} ms -> "
+    out.print(f"embed: {len(args.text)} text(s), {tokens['input_ids'].shape[1]} tokens, {ms:.1f} ms -> "
               f"{tuple(emb.shape)} {emb.dtype}")
     for i, (text, row) in enumerate(zip(args.text, emb)):
         head = ", ".join(f"{v:+.4f}" for v in row[:6])
@@ -446,7 +449,7 @@ def _embed_texts(args: argparse.Namespace, model, out) -> dict:
 
         atomic_write(args.output, lambda fh: np.savez(fh, embeddings=emb, **tokens))
         out.print(escape(printable_lines(f"embeddings written to {args.output}")))
-    return {"texts": len(args.text), "tokens": int(tokens[names[0]].shape[1]), "ms": ms,
+    return {"texts": len(args.text), "tokens": int(tokens["input_ids"].shape[1]), "ms": ms,
             "embeddings": emb.astype(np.float64).tolist(),
             "similarities": None if sims is None else np.asarray(sims, dtype=np.float64).tolist()}
 

@@ -12,6 +12,9 @@ are yielded as U+FFFD).
 :class:`StopStrings` takes that text piece by piece: it yields what can no longer become part of a stop string
 and holds back the longest end of the text that is the start of one, so that the streamed text is always a
 prefix of the final text (the text before the first stop string, which is not included, as OpenAI's ``stop``).
+
+:class:`CompletionText` is one completion's text as its tokens come: the two above and the stop ids (an eos id
+ends the completion and is not part of its text), shared by ``m.complete`` and the server's engine.
 """
 from __future__ import annotations
 
@@ -20,7 +23,7 @@ from typing import TYPE_CHECKING, Iterable, Sequence
 if TYPE_CHECKING:
     from tokenizers import Tokenizer
 
-__all__ = ["IncrementalDetokenizer", "StopStrings", "MAX_HELD_TOKENS", "MAX_STOP_STRINGS", "MAX_STOP_CHARS"]
+__all__ = ["IncrementalDetokenizer", "StopStrings", "CompletionText", "MAX_HELD_TOKENS", "MAX_STOP_STRINGS", "MAX_STOP_CHARS"]
 
 MAX_HELD_TOKENS = 4
 """The most tokens held back waiting for the rest of a character."""
@@ -132,3 +135,43 @@ class StopStrings:
         """The text held back (the end of a completion that stopped otherwise)."""
         held, self._held = self._held, ""
         return held
+
+
+class CompletionText:
+    """One completion's text, token by token: ``push(token_id, finish_reason=None) -> (text, end)``.
+
+    ``text`` is what can be streamed now (whole characters, never a piece of a stop string); ``end`` is the
+    finish reason when the completion ends with this token, else None: ``"stop"`` for a stop id (its text is
+    left out) or a stop string (the text ends before it), else ``finish_reason``, the reason the caller ends
+    it with this token (``"length"`` after ``max_tokens``, ``"stop"`` when a grammar is complete), whose
+    held-back text is then flushed. ``tokenizer``: a ``tokenizers.Tokenizer``; ``stop``: as
+    :class:`StopStrings` takes them (ValueError for bad ones); ``stop_ids``: the ids that end it (eos).
+    After the end, :meth:`push` raises ValueError.
+    """
+
+    def __init__(self, tokenizer: "Tokenizer", stop: str | Iterable[str] | None, stop_ids: Iterable[int]):
+        self.detokenizer = IncrementalDetokenizer(tokenizer)
+        self.stops = StopStrings(stop)
+        self.stop_ids = frozenset(int(t) for t in stop_ids)
+        self.finish_reason: str | None = None
+
+    def push(self, token_id: int, finish_reason: str | None = None) -> tuple[str, str | None]:
+        """Take the next token (see the class docstring)."""
+        if self.finish_reason is not None:
+            raise ValueError("CompletionText.push after the completion ended")
+        tid = int(token_id)
+        if tid in self.stop_ids:        # an eos / stop id: not part of the text
+            text, hit = self.stops.push(self.detokenizer.flush())
+            end: str | None = "stop"
+        else:
+            text, hit = self.stops.push(self.detokenizer.push(tid))
+            end = finish_reason
+            if not hit and end is not None:
+                more, hit = self.stops.push(self.detokenizer.flush())
+                text += more
+        if hit:
+            end = "stop"
+        elif end is not None:
+            text += self.stops.flush()
+        self.finish_reason = end
+        return text, end

@@ -43,9 +43,9 @@ BASE_ROOMS = {
 
 HIGHER_ROOMS = ["builder.compile", "builder.frontend", "builder.layers", "builder.quant", "builder.forward_language",
                 "builder.recipe", "builder.sampling", "builder.generation", "builder.text",
-                "builder.chat", "builder.text_stream", "builder.completion", "builder.summary", "builder.checkpoint",
+                "builder.chat", "builder.text_stream", "builder.completion", "builder.serve", "builder.summary", "builder.checkpoint",
                 "builder.build_model", "builder.terminal",
-                "builder.cli_text", "builder.cli", "builder.__main__", "builder"]
+                "builder.cli_text", "builder.cli_serve", "builder.cli", "builder.__main__", "builder"]
 """The rooms above the base ones, lowest first: each may import the base rooms, ``core``, ``schemas``,
 ``runtime`` and the rooms before it here. ``builder`` is the package itself (its ``__init__``)."""
 
