@@ -295,3 +295,14 @@ def test_stream_generate_ends_a_row_when_its_grammar_is_finished(tok):
     with pytest.raises(ValueError, match="one entry per row"):
         stream_generate(model, model, np.array([[5]]), 4, SamplingParams(n=2), new_cache=lambda: None,
                         constraints=[c])
+
+
+def test_a_grammar_past_llguidances_limits_fails_with_a_value_error(tok):
+    """Nested counted repetitions (a million-state regex) meet llguidance's lexer limit on the first token: a
+    ValueError naming the field (the state left failed), not a hang or an exhausted memory."""
+    c = GrammarConstraint({"type": "regex", "regex": "(a{1000}){1000}"}, tok, None, [EOS])
+    assert np.flatnonzero(c.allowed()).tolist() == [tok.token_to_id("a")]
+    with pytest.raises(ValueError, match=r"response_format\.regex: the grammar failed: .*too many"):
+        c.accept(tok.token_to_id("a"))
+    with pytest.raises(ValueError, match=r"response_format\.regex: the grammar failed"):
+        c.allowed()
