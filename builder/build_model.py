@@ -200,7 +200,8 @@ class CompiledModel:
 
     def complete(self, text: str, max_tokens: int = 16, stream: bool = False, **sampling):
         """Continue ``text`` with the model's tokenizer: :meth:`builder.completion.TextModel.complete` (a
-        ``Completion``, or ``TextChunk`` s with ``stream=True``; ``stop=``, ``temperature=``, ``seed=``, ...)."""
+        ``Completion``, or ``TextChunk`` s with ``stream=True``; ``stop=``, ``temperature=``, ``seed=``,
+        ``response_format=`` (structured output), ...)."""
         return self.text_model().complete(text, max_tokens, stream, **sampling)
 
     def chat(self, messages, max_tokens: int = 16, stream: bool = False, chat_template: str | None = None,

@@ -10,6 +10,11 @@ eos id (``generation_config.json``'s ``eos_token_id``, else ``config.json``'s, e
 ``tokenizer_config.json``, all read beside ``tokenizer.json``; plus ``stop_token_ids``), at a stop string
 (``stop``: the text ends before it) or after ``max_tokens``. The text is streamed in whole characters
 (:mod:`builder.text_stream`); special tokens are left out of it.
+
+Structured output: ``response_format`` (OpenAI's, :class:`builder.structured.ResponseFormat`: ``json_object``,
+``json_schema``, our ``regex``) holds each completion to a grammar (a
+:class:`builder.structured.GrammarConstraint` per choice); a completion whose grammar is finished ends there
+(``"stop"``), its text without an eos token.
 """
 from __future__ import annotations
 
@@ -26,13 +31,14 @@ from runtime.files import read_regular
 from .chat import ChatTemplate, load_tokenizer_config
 from .generation import MAX_NEW_TOKENS, StepFn, stream_generate
 from .sampling import SamplingParams
+from .structured import GrammarConstraint, ResponseFormat
 from .text import load_tokenizer
-from .text_stream import IncrementalDetokenizer, StopStrings
+from .text_stream import CompletionText, StopStrings
 
 if TYPE_CHECKING:
     from tokenizers import Tokenizer
 
-__all__ = ["TextModel", "Completion", "Choice", "TextChunk", "eos_token_ids", "MAX_PROMPT_CHARS"]
+__all__ = ["TextModel", "Completion", "Choice", "TextChunk", "step_chunk", "eos_token_ids", "MAX_PROMPT_CHARS"]
 
 MAX_PROMPT_CHARS = 16 << 20
 """The longest prompt text (characters)."""
@@ -80,6 +86,17 @@ class TextChunk:
     token_ids: list[int] = field(default_factory=list)
     logprobs: list[float] | None = None
     top_logprobs: list[list[tuple[int, float]]] | None = None
+
+
+def step_chunk(index: int, text: str, finish_reason: str | None, token_id: int, step: Any) -> TextChunk:
+    """The :class:`TextChunk` of row ``index`` for one token: ``step`` is what chose it (a
+    :class:`~builder.sampling.SampleOutput` or a :class:`~builder.generation.GenerationStep`, whose ``logprobs`` /
+    ``top_ids`` / ``top_logprobs`` rows are copied when present)."""
+    chunk = TextChunk(index, text, finish_reason, [int(token_id)])
+    if step.logprobs is not None:
+        chunk.logprobs = [float(step.logprobs[index])]
+        chunk.top_logprobs = [[(int(t), float(v)) for t, v in zip(step.top_ids[index], step.top_logprobs[index])]]
+    return chunk
 
 
 def _read_json(path: Path) -> dict | None:
@@ -173,65 +190,67 @@ class TextModel:
         return ids
 
     def complete(self, text: str, max_tokens: int = 16, stream: bool = False, stop: str | Sequence[str] | None = None,
-                 stop_token_ids: Sequence[int] = (), **sampling: Any) -> "Completion | Iterator[TextChunk]":
+                 stop_token_ids: Sequence[int] = (), response_format: Mapping[str, Any] | None = None,
+                 **sampling: Any) -> "Completion | Iterator[TextChunk]":
         """Continue ``text``: a :class:`Completion`, or with ``stream=True`` an iterator of :class:`TextChunk`.
         ``max_tokens``: 1 .. :data:`builder.generation.MAX_NEW_TOKENS`; ``stop``: stop strings;
-        ``stop_token_ids``: more ids that end it; ``sampling``: :class:`builder.sampling.SamplingParams`'
-        fields (default: temperature 1, no filters; ``temperature=0`` is greedy). Raises ValueError
-        naming a bad parameter."""
-        return self._run(self.encode(text), max_tokens, stream, stop, stop_token_ids, sampling)
+        ``stop_token_ids``: more ids that end it; ``response_format``: None or OpenAI's object
+        (:meth:`builder.structured.ResponseFormat.parse`), the grammar each choice follows, built before the
+        stream starts; ``sampling``: :class:`builder.sampling.SamplingParams`' fields (default: temperature 1,
+        no filters; ``temperature=0`` is greedy). Raises ValueError naming a bad parameter (a bad
+        ``response_format`` names its field; one with a grammar needs an eos id)."""
+        return self._run(self.encode(text), max_tokens, stream, stop, stop_token_ids, sampling, response_format)
 
     def chat(self, messages: Sequence[Mapping[str, Any]], max_tokens: int = 16, stream: bool = False,
              stop: str | Sequence[str] | None = None, stop_token_ids: Sequence[int] = (),
-             add_generation_prompt: bool = True, **sampling: Any) -> "Completion | Iterator[TextChunk]":
+             add_generation_prompt: bool = True, response_format: Mapping[str, Any] | None = None,
+             **sampling: Any) -> "Completion | Iterator[TextChunk]":
         """The assistant's reply to ``messages`` (``[{"role", "content"}]``), rendered with
         :attr:`chat_template` (``add_generation_prompt``: the assistant's opening) and encoded without special
         tokens; otherwise as :meth:`complete`."""
         prompt = self.chat_template.render(messages, add_generation_prompt=add_generation_prompt)
         return self._run(self.encode(prompt, add_special_tokens=False), max_tokens, stream, stop, stop_token_ids,
-                         sampling)
+                         sampling, response_format)
 
-    def _run(self, ids: list[int], max_tokens: int, stream: bool, stop, stop_token_ids, sampling: dict):
+    def constraints(self, response_format, n: int) -> list[GrammarConstraint] | None:
+        """One :class:`~builder.structured.GrammarConstraint` per choice (``n``) for ``response_format`` (OpenAI's
+        dict, :meth:`~builder.structured.ResponseFormat.parse`), or None for free text; built now so that its errors
+        come at call time. Raises ValueError naming ``response_format`` for a bad one, or when the model has no eos
+        id to end the output with."""
+        rf = ResponseFormat.parse(response_format)
+        if rf.grammar() is None:
+            return None
+        if not self.eos_ids:
+            raise ValueError("response_format needs an eos token id to end the output: none found beside the "
+                             "tokenizer (generation_config.json, config.json, tokenizer_config.json's eos_token)")
+        first = GrammarConstraint(rf, self.tokenizer, self.vocab, self.eos_ids)
+        return [first, *(first.copy() for _ in range(n - 1))]
+
+    def _run(self, ids: list[int], max_tokens: int, stream: bool, stop, stop_token_ids, sampling: dict,
+             response_format=None):
         params = SamplingParams.from_kwargs(**sampling)
         if (isinstance(max_tokens, bool) or not isinstance(max_tokens, (int, np.integer))
                 or not 1 <= max_tokens <= MAX_NEW_TOKENS):
             raise ValueError(f"max_tokens must be an int in 1..{MAX_NEW_TOKENS}, got {max_tokens!r}")
         StopStrings(stop)   # checked now, not when the stream starts
+        constraints = self.constraints(response_format, params.n)
         stop_ids = [*self.eos_ids, *stop_token_ids]
         kwargs = {} if self.new_cache is None else {"new_cache": self.new_cache}
         gen = stream_generate(self.prefill, self.decode, np.array([ids], dtype=np.int64), int(max_tokens), params,
-                              stop_ids, **kwargs)
+                              stop_ids, constraints=constraints, **kwargs)
         chunks = self._chunks(gen, stop, set(int(t) for t in stop_ids))
         return chunks if stream else self._collect(chunks, params, len(ids))
 
     def _chunks(self, gen, stop, stop_ids: set[int]) -> Iterator[TextChunk]:
         """The stream: per step, each active row's new text (rows are choices)."""
-        rows = gen.rows
-        detok = [IncrementalDetokenizer(self.tokenizer) for _ in range(rows)]
-        stops = [StopStrings(stop) for _ in range(rows)]
+        texts = [CompletionText(self.tokenizer, stop, stop_ids) for _ in range(gen.rows)]
         for step in gen:
             for r in np.flatnonzero(step.active):
                 tid = int(step.token_ids[r])
-                end = None
-                if tid in stop_ids:          # an eos / stop id: not part of the text
-                    text, hit = stops[r].push(detok[r].flush())
-                    end = "stop"
-                else:
-                    text, hit = stops[r].push(detok[r].push(tid))
-                    if not hit and step.finished[r]:
-                        more, hit = stops[r].push(detok[r].flush())
-                        text += more
-                        end = gen.finish_reasons[r]
-                if hit:
+                text, end = texts[r].push(tid, gen.finish_reasons[r] if step.finished[r] else None)
+                if end is not None and not step.finished[r]:     # a stop string
                     gen.finish(r)
-                    end = "stop"
-                elif end is not None:
-                    text += stops[r].flush()
-                chunk = TextChunk(int(r), text, end, [tid])
-                if step.logprobs is not None:
-                    chunk.logprobs = [float(step.logprobs[r])]
-                    chunk.top_logprobs = [[(int(t), float(v)) for t, v in zip(step.top_ids[r], step.top_logprobs[r])]]
-                yield chunk
+                yield step_chunk(int(r), text, end, tid, step)
 
     def _collect(self, chunks: Iterator[TextChunk], params: SamplingParams, prompt_tokens: int) -> Completion:
         choices: dict[int, Choice] = {}

@@ -23,7 +23,7 @@ import numpy as np
 from runtime import ContiguousKVCache
 from runtime.memory import check_allocation
 
-from .sampling import Sampler, SamplingParams
+from .sampling import Sampler, SamplingParams, check_constraints
 
 __all__ = ["greedy_generate", "generate", "stream_generate", "GenerationStream", "GenerationStep",
            "GenerationOutput", "MAX_NEW_TOKENS", "MAX_STOP_IDS"]
@@ -138,11 +138,14 @@ class GenerationStream:
     returns). The prompt is prefilled on the first ``next()``; each later step decodes the batch once (rows
     that finished are fed their last token and ignored, since the cache has one length). The stream ends
     when every row has finished or after ``max_new_tokens`` steps. :meth:`finish` ends a row from outside
-    (a stop string found in its text); ``finish_reasons[r]`` is ``"stop"`` (a stop id or :meth:`finish`),
-    ``"length"`` (``max_new_tokens``) or None while it runs."""
+    (a stop string found in its text); ``finish_reasons[r]`` is ``"stop"`` (a stop id, :meth:`finish` or a
+    finished constraint), ``"length"`` (``max_new_tokens``) or None while it runs. ``constraints``: None or one
+    per row (:class:`builder.structured.GrammarConstraint` or None), given to the :class:`Sampler`; a row whose
+    constraint ``is_finished`` after its token ends there (``"stop"``)."""
 
     def __init__(self, prefill: StepFn, decode: StepFn, prompt_ids: np.ndarray, max_new_tokens: int,
-                 sampling: SamplingParams | None, stop_ids: Iterable[int], new_cache: Callable[[], Any]):
+                 sampling: SamplingParams | None, stop_ids: Iterable[int], new_cache: Callable[[], Any],
+                 constraints: list | None = None):
         who = "generate"
         self.max_new_tokens = _check_args(who, prefill, decode, new_cache, prompt_ids, max_new_tokens)
         if sampling is None:
@@ -156,6 +159,7 @@ class GenerationStream:
         self.stop_ids = np.array(sorted(set(int(t) for t in stops)), dtype=np.int64)
         self.prompt_ids = np.repeat(np.ascontiguousarray(prompt_ids, dtype=np.int64), sampling.n, axis=0)
         self.rows = self.prompt_ids.shape[0]
+        self.constraints = check_constraints(constraints, self.rows)
         self.finish_reasons: list[str | None] = [None] * self.rows
         self._prefill, self._decode, self._new_cache = prefill, decode, new_cache
         self._step = 0
@@ -186,16 +190,18 @@ class GenerationStream:
             logits = _logits("prefill", self._prefill(self.prompt_ids, self._cache, prompt_len), self.rows,
                              prompt_len, None, "generate")
             self._vocab = logits.shape[1]
-            self._sampler = Sampler(self.sampling, self.prompt_ids, self._vocab)
+            self._sampler = Sampler(self.sampling, self.prompt_ids, self._vocab, self.constraints)
         else:
             out = self._decode(self._last[:, None].copy(), self._cache, prompt_len + self._step)
             logits = _logits(f"decode (step {self._step})", out, self.rows, 1, self._vocab, "generate")
-        choice = self._sampler(logits)
         active = np.array([r is None for r in self.finish_reasons])
+        choice = self._sampler(logits, active)
         ids = choice.token_ids
         self._last = ids
         self._step += 1
         finished = active & np.isin(ids, self.stop_ids)
+        if self.constraints is not None:
+            finished |= active & np.array([bool(getattr(c, "is_finished", False)) for c in self.constraints])
         for r in np.flatnonzero(active):
             if finished[r]:
                 self.finish_reasons[r] = "stop"
@@ -233,25 +239,29 @@ class GenerationOutput:
 
 def stream_generate(prefill: StepFn, decode: StepFn, prompt_ids: np.ndarray, max_new_tokens: int,
                     sampling: SamplingParams | None = None, stop_ids: Iterable[int] = (),
-                    new_cache: Callable[[], Any] = ContiguousKVCache) -> GenerationStream:
+                    new_cache: Callable[[], Any] = ContiguousKVCache,
+                    constraints: list | None = None) -> GenerationStream:
     """A :class:`GenerationStream` over ``prefill`` / ``decode`` (as :func:`greedy_generate` takes them):
     each ``next()`` chooses one token per row with ``sampling`` (:class:`builder.sampling.SamplingParams`;
     None: greedy, exactly :func:`greedy_generate`'s tokens) and ends a row at one of ``stop_ids`` (at most
     :data:`MAX_STOP_IDS`, e.g. the eos ids). ``sampling.n`` completions of each prompt are rows of one batch.
+    ``constraints``: None or one per row (``batch * n``), a :class:`builder.structured.GrammarConstraint` or None
+    (structured output: the row's tokens follow its grammar, and it ends when the grammar is finished).
 
     Raises what :func:`greedy_generate` raises for its arguments and outputs (naming ``generate``), and
-    ValueError for bad stop ids; TypeError for a ``sampling`` that is not SamplingParams."""
-    return GenerationStream(prefill, decode, prompt_ids, max_new_tokens, sampling, stop_ids, new_cache)
+    ValueError for bad stop ids or a ``constraints`` list not one per row; TypeError for a ``sampling`` that is
+    not SamplingParams or a constraint without ``mask`` / ``accept``."""
+    return GenerationStream(prefill, decode, prompt_ids, max_new_tokens, sampling, stop_ids, new_cache, constraints)
 
 
 def generate(prefill: StepFn, decode: StepFn, prompt_ids: np.ndarray, max_new_tokens: int,
              sampling: SamplingParams | None = None, stop_ids: Iterable[int] = (),
-             new_cache: Callable[[], Any] = ContiguousKVCache) -> GenerationOutput:
+             new_cache: Callable[[], Any] = ContiguousKVCache, constraints: list | None = None) -> GenerationOutput:
     """Run :func:`stream_generate` to the end and collect each row's tokens (a :class:`GenerationOutput`).
     HF transformers' ``generate`` with ``eos_token_id=stop_ids`` and the sampler chain of
     :mod:`builder.sampling`; with ``sampling=None`` the ids are :func:`greedy_generate`'s, cut after the
-    first stop id."""
-    stream = stream_generate(prefill, decode, prompt_ids, max_new_tokens, sampling, stop_ids, new_cache)
+    first stop id; ``constraints`` as :func:`stream_generate` takes them."""
+    stream = stream_generate(prefill, decode, prompt_ids, max_new_tokens, sampling, stop_ids, new_cache, constraints)
     ids: list[list[int]] = [[] for _ in range(stream.rows)]
     want = stream.sampling.logprobs is not None
     lps: list[list] = [[] for _ in range(stream.rows)]

@@ -22,6 +22,11 @@ same tokens). Greedy decoding (``temperature=0`` or ``do_sample=False``) takes t
 penalised logits, the lowest index on ties (``numpy.argmax`` = ``torch.argmax``); temperature and the
 filters do not change an argmax, so they are skipped.
 
+Constraints (structured output, :class:`builder.structured.GrammarConstraint`): before the chain, each
+constrained row's logits are masked (``-inf`` for the tokens its grammar does not allow), so the penalties,
+filters and logprobs see the masked logits (as vLLM applies its guided-decoding masks before sampling); the
+chosen token is then accepted into the row's constraint.
+
 Logprobs (``logprobs=N``): the log-softmax of the *processed* logits (after every step above, as vLLM's
 ``logprobs_mode="processed_logprobs"``) of the chosen token and of the N most likely tokens; a dropped
 token has ``-inf``.
@@ -30,13 +35,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
 __all__ = ["SamplingParams", "Sampler", "SampleOutput", "MAX_N", "MAX_LOGPROBS", "process_logits",
            "apply_repetition_penalty", "apply_presence_frequency_penalty", "apply_logit_bias", "apply_temperature",
-           "apply_top_k", "apply_top_p", "apply_min_p", "log_softmax"]
+           "apply_top_k", "apply_top_p", "apply_min_p", "log_softmax", "check_constraints"]
 
 MAX_N = 128
 """The most completions (``n``) one request asks for."""
@@ -257,6 +262,23 @@ def process_logits(logits: np.ndarray, params: SamplingParams, seen: np.ndarray 
     return apply_min_p(out, params.min_p)
 
 
+def check_constraints(constraints: Sequence[Any] | None, rows: int) -> list | None:
+    """``constraints`` (None, or one per row: None or an object with ``mask`` and ``accept``) as a list, or None
+    when none constrains. Raises ValueError for a count that is not ``rows``, TypeError for an entry without
+    those methods."""
+    if constraints is None:
+        return None
+    if isinstance(constraints, (str, bytes)) or not isinstance(constraints, Sequence):
+        raise TypeError(f"constraints must be a list (one per row) or None, got {type(constraints).__name__}")
+    if len(constraints) != rows:
+        raise ValueError(f"constraints must have one entry per row ({rows}), got {len(constraints)}")
+    for r, c in enumerate(constraints):
+        if c is not None and not (callable(getattr(c, "mask", None)) and callable(getattr(c, "accept", None))):
+            raise TypeError(f"constraints[{r}] must have mask() and accept() (a GrammarConstraint), got "
+                            f"{type(c).__name__}")
+    return list(constraints) if any(c is not None for c in constraints) else None
+
+
 @dataclass
 class SampleOutput:
     """One step's choice for each row: ``token_ids`` int64 (rows,); with logprobs, ``logprobs`` float64
@@ -277,14 +299,23 @@ class Sampler:
     generated, for presence / frequency) and returns a :class:`SampleOutput`. The draw is
     ``searchsorted(cumsum(p), u)`` with ``u`` uniform from ``numpy.random.default_rng(params.seed)``, one
     per row per call in row order, so a seed reproduces a run.
+
+    ``constraints``: None, or one entry per row, None or an object with ``mask(logits_row)`` (sets ``-inf`` in
+    place where a token is not allowed) and ``accept(token_id)`` (a
+    :class:`builder.structured.GrammarConstraint`): the row's logits are masked before the chain and the
+    chosen token accepted (module docstring). Raises TypeError for params that are not
+    :class:`SamplingParams` or a constraint without those methods; ValueError for a ``constraints`` list not
+    one per row.
     """
 
-    def __init__(self, params: SamplingParams, prompt_ids: Sequence[np.ndarray] | np.ndarray, vocab: int):
+    def __init__(self, params: SamplingParams, prompt_ids: Sequence[np.ndarray] | np.ndarray, vocab: int,
+                 constraints: Sequence[Any] | None = None):
         if not isinstance(params, SamplingParams):
             raise TypeError(f"params must be SamplingParams, got {type(params).__name__}")
         self.params = params
         self.vocab = int(vocab)
         rows = len(prompt_ids)
+        self.constraints = check_constraints(constraints, rows)
         self.rng = np.random.default_rng(params.seed)
         needs_seen = params.repetition_penalty != 1.0
         needs_counts = params.presence_penalty != 0.0 or params.frequency_penalty != 0.0
@@ -295,8 +326,15 @@ class Sampler:
                 ids = np.asarray(ids, dtype=np.int64)
                 self.seen[r, ids[(ids >= 0) & (ids < self.vocab)]] = True
 
-    def __call__(self, logits: np.ndarray) -> SampleOutput:
-        """Choose one token per row from ``logits`` (rows, vocab); see the class docstring."""
+    def __call__(self, logits: np.ndarray, active: np.ndarray | None = None) -> SampleOutput:
+        """Choose one token per row from ``logits`` (rows, vocab); see the class docstring. ``active``: bool
+        (rows,), the rows whose tokens are used (None: all); the constraints of the others are left alone."""
+        use = [] if self.constraints is None else [r for r, c in enumerate(self.constraints)
+                                                   if c is not None and (active is None or active[r])]
+        if use:
+            logits = _check_logits(logits)
+            for r in use:
+                self.constraints[r].mask(logits[r])
         x = process_logits(logits, self.params, self.seen, self.counts)
         if x.shape[1] != self.vocab:
             raise ValueError(f"logits have {x.shape[1]} entries per row, the sampler was made for {self.vocab}")
@@ -313,6 +351,8 @@ class Sampler:
             if bad.any():
                 ids[bad] = [int(np.flatnonzero(np.isfinite(x[r]))[-1]) for r in rows[bad]]
         ids = ids.astype(np.int64)
+        for r in use:
+            self.constraints[r].accept(int(ids[r]))
         if self.seen is not None:
             self.seen[rows, ids] = True
         if self.counts is not None:

@@ -42,8 +42,9 @@ BASE_ROOMS = {
 """What each base room may import besides itself."""
 
 HIGHER_ROOMS = ["builder.compile", "builder.frontend", "builder.layers", "builder.quant", "builder.forward_language",
-                "builder.recipe", "builder.sampling", "builder.generation", "builder.text",
-                "builder.chat", "builder.text_stream", "builder.completion", "builder.serve", "builder.summary", "builder.checkpoint",
+                "builder.recipe", "builder.sampling", "builder.structured", "builder.generation", "builder.text",
+                "builder.chat", "builder.text_stream", "builder.completion", "builder.serve", "builder.summary",
+                "builder.checkpoint",
                 "builder.build_model", "builder.terminal",
                 "builder.cli_text", "builder.cli_serve", "builder.cli", "builder.__main__", "builder"]
 """The rooms above the base ones, lowest first: each may import the base rooms, ``core``, ``schemas``,
@@ -262,6 +263,7 @@ def _loaded(statement: str) -> set[str]:
     ("import builder", ("builder.ir", "builder.ops", "builder.compile", "numpy", "llvmlite", "pydantic")),
     ("import builder.nn", ("builder.codegen", "builder.compile", "builder.transform", "runtime", "schemas",
                            "llvmlite", "pydantic")),
+    ("import builder.completion", ("llguidance",)),      # structured output loads it when a grammar is built
     ("import runtime", ("builder", "schemas", "pydantic")),
     ("import schemas", ("builder", "runtime", "llvmlite")),
     ("import core.limits, core.weight_names, core.dtypes, core.layout, core.precision, core.messages",

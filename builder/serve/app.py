@@ -46,7 +46,7 @@ DEFAULT_CHAT_MAX_TOKENS = 512
 def _param_of(message: str, fields) -> str | None:
     """The request field a ValueError's message starts with (``"top_k must be ..."`` -> ``top_k``), else None."""
     head = message.split(" ", 1)[0].rstrip(":")
-    return head if head in fields else None
+    return head if head.split(".")[0] in fields else None
 
 
 class _BadRequest(Exception):
@@ -109,7 +109,7 @@ class _Generation:
     """One HTTP generation request: its engine requests (one per prompt), their events, and the token counts."""
 
     def __init__(self, engine: Engine, events: _Events, prompts: list[list[int]], max_tokens: int | None,
-                 default_max: int, sampling, stop, stop_ids, n: int):
+                 default_max: int, sampling, stop, stop_ids, n: int, response_format: Any = None):
         self.events, self.n = events, n
         self.handles = []
         self.prompt_tokens = sum(len(p) for p in prompts)
@@ -118,7 +118,8 @@ class _Generation:
             for i, ids in enumerate(prompts):
                 limit = max_tokens if max_tokens is not None else max(1, min(default_max,
                                                                              engine.max_context - len(ids)))
-                self.handles.append(engine.submit(ids, limit, sampling, stop, stop_ids, deliver=events.deliver(i)))
+                self.handles.append(engine.submit(ids, limit, sampling, stop, stop_ids, response_format,
+                                                  deliver=events.deliver(i)))
         except QueueFullError as exc:
             self.cancel()
             raise _BadRequest(str(exc), None, 429, "rate_limit_exceeded") from None
@@ -128,7 +129,8 @@ class _Generation:
                               code="context_length_exceeded") from None
         except (ValueError, TypeError) as exc:
             self.cancel()
-            raise _BadRequest(str(exc), _param_of(str(exc), ("max_tokens", "stop", "stop_token_ids", "prompt"))) from None
+            raise _BadRequest(str(exc), _param_of(str(exc), ("max_tokens", "stop", "stop_token_ids", "prompt",
+                                                             "response_format"))) from None
         self.pending = len(self.handles)
 
     def cancel(self) -> None:
@@ -320,7 +322,7 @@ def create_app(generator: tuple[str, Engine] | None = None,
             raise _BadRequest(str(exc), "messages") from None
         sampling = _sampling(body, body.logprobs_count())
         gen = _Generation(eng, _Events(asyncio.get_running_loop()), [ids], body.max_tokens, DEFAULT_CHAT_MAX_TOKENS,
-                          sampling, body.stop, _stop_ids(body), body.n)
+                          sampling, body.stop, _stop_ids(body), body.n, body.response_format)
 
         def make_chunk(index: int, chunk: TextChunk, first: bool) -> dict:
             delta = {"role": "assistant", "content": chunk.text} if first else {"content": chunk.text}
@@ -352,7 +354,7 @@ def create_app(generator: tuple[str, Engine] | None = None,
                 raise _BadRequest(str(exc), "prompt") from None
         sampling = _sampling(body, body.logprobs)
         gen = _Generation(eng, _Events(asyncio.get_running_loop()), prompts, body.max_tokens or 16, 16, sampling,
-                          body.stop, _stop_ids(body), body.n)
+                          body.stop, _stop_ids(body), body.n, body.response_format)
 
         def make_chunk(index: int, chunk: TextChunk, first: bool) -> dict:
             return {"index": index, "text": chunk.text, "logprobs": _completion_logprobs(chunk),

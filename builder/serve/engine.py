@@ -32,7 +32,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
-from ..completion import TextChunk, TextModel
+from ..completion import TextChunk, TextModel, step_chunk
 from ..generation import MAX_NEW_TOKENS, MAX_STOP_IDS
 from ..sampling import Sampler, SamplingParams
 from ..text_stream import CompletionText
@@ -95,6 +95,7 @@ class _Request:
     stop_ids: frozenset[int]
     deliver: Callable[[Any], None]
     reserved: int                   # cache tokens reserved at admission
+    constraints: list | None        # one grammar constraint per row, or None
     cancelled: threading.Event = field(default_factory=threading.Event)
     prefilled: int = 0
     rows: list[_Row] = field(default_factory=list)
@@ -169,14 +170,15 @@ class Engine:
 
     # -- the caller's side -------------------------------------------------------------------------------
     def submit(self, prompt_ids: Sequence[int], max_tokens: int, sampling: SamplingParams | None = None,
-               stop: Any = None, stop_token_ids: Sequence[int] = (),
+               stop: Any = None, stop_token_ids: Sequence[int] = (), response_format: Any = None,
                deliver: Callable[[Any], None] | None = None) -> RequestHandle:
         """Queue a request: ``prompt_ids`` (1 .. ``max_context - max_tokens`` ids below the model's vocabulary),
         ``max_tokens`` (1 .. :data:`~builder.generation.MAX_NEW_TOKENS`), ``sampling`` (None: greedy), ``stop``
-        strings, ``stop_token_ids`` (with the model's eos ids). ``deliver(event)`` is called on the engine's
+        strings, ``stop_token_ids`` (with the model's eos ids), ``response_format`` (OpenAI's: a JSON schema, a JSON
+        object or a regex constrains each completion, :mod:`builder.structured`). ``deliver(event)`` is called on the engine's
         thread with each event; without it the returned handle collects them (iterate over it).
 
-        Raises ValueError for bad arguments, :class:`RequestTooLongError` when the prompt and ``max_tokens``
+        Raises ValueError for bad arguments (naming ``response_format`` for a bad one), :class:`RequestTooLongError` when the prompt and ``max_tokens``
         cannot fit, :class:`QueueFullError` when ``max_queue`` requests are waiting.
         """
         ids = [int(t) for t in prompt_ids]
@@ -196,6 +198,7 @@ class Engine:
                                                for t in stop_ids):
             raise ValueError(f"stop_token_ids must be at most {MAX_STOP_IDS} non-negative ints")
         CompletionText(self.model.tokenizer, stop, ())      # checks the stop strings now
+        constraints = self.model.constraints(response_format, sampling.n)
         need = len(ids) + int(max_tokens)
         if need > self.max_context:
             raise RequestTooLongError(
@@ -211,7 +214,7 @@ class Engine:
             events = queue.Queue()
             deliver = events.put
         request = _Request(next(self._ids), ids, int(max_tokens), sampling, stop, frozenset(int(t) for t in stop_ids),
-                           deliver, reserved)
+                           deliver, reserved, constraints)
         with self._lock:
             if len(self._waiting) >= self.max_queue:
                 raise QueueFullError(f"{len(self._waiting)} requests are waiting already (max_queue "
@@ -314,7 +317,7 @@ class Engine:
             self.runner.fork_sequence(request.rows[0].seq_id, row.seq_id)
         n = len(request.rows)
         request.sampler = Sampler(request.sampling, np.array([request.prompt_ids] * n, dtype=np.int64),
-                                  logits.shape[-1])
+                                  logits.shape[-1], constraints=request.constraints)
         self._sample(request, np.repeat(logits[None, :], n, axis=0))
 
     def _decode(self, requests: list[_Request]) -> None:
@@ -336,17 +339,18 @@ class Engine:
 
     def _sample(self, request: _Request, logits: np.ndarray) -> None:
         """Choose each live row's token from ``logits`` (rows, vocab), stream its text, retire what ended."""
-        choice = request.sampler(logits)
+        live = np.array([not row.finished for row in request.rows])
+        choice = request.sampler(logits, active=live)
         for r, row in enumerate(request.rows):
             if row.finished:
                 continue
             tid = int(choice.token_ids[r])
             row.last, row.tokens = tid, row.tokens + 1
-            text, end = row.text.push(tid, "length" if row.tokens >= request.max_tokens else None)
-            chunk = TextChunk(r, text, end, [tid])
-            if choice.logprobs is not None:
-                chunk.logprobs = [float(choice.logprobs[r])]
-                chunk.top_logprobs = [[(int(t), float(v)) for t, v in zip(choice.top_ids[r], choice.top_logprobs[r])]]
+            grammar = request.constraints[r] if request.constraints else None
+            reason = ("stop" if grammar is not None and grammar.is_finished
+                      else "length" if row.tokens >= request.max_tokens else None)
+            text, end = row.text.push(tid, reason)
+            chunk = step_chunk(r, text, end, tid, choice)
             self._deliver(request, chunk)
             if end is not None:
                 row.finished = True

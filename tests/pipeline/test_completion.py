@@ -6,6 +6,7 @@ sampling reproducible, logprobs, and the errors."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -119,6 +120,8 @@ def test_complete_and_chat_errors(llama, tok_dir):
     assert m.complete("hi", max_tokens=2, temperature=0).choices[0].token_ids
     with pytest.raises(ValueError, match="chat template"):
         m.chat([{"role": "user", "content": "hi"}])
+    with pytest.raises(ValueError, match="response_format needs an eos token id"):   # no config: no eos id
+        m.complete("hi", response_format={"type": "json_object"})
     assert m.chat([{"role": "user", "content": "hi"}], max_tokens=2, temperature=0, chat_template=CHATML).choices
 
 
@@ -176,3 +179,74 @@ def test_cli_chat_keeps_the_conversation_and_streams_each_reply(llama, tok_dir, 
     assert out.endswith(f"> {first}\n> {second}\n> > {fresh}\n> \n") and first != second
     assert _cli(tok_dir, "--chat", "--json") == 1
     assert "no --json" in capsys.readouterr().err
+
+
+PERSON = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 8},
+                                           "age": {"type": "integer", "minimum": 0, "maximum": 999}},
+          "required": ["name", "age"], "additionalProperties": False}
+PERSON_FORMAT = {"type": "json_schema", "json_schema": {"name": "person", "schema": PERSON, "strict": True}}
+
+
+def _check_person(text):
+    value = json.loads(text)
+    jsonschema = pytest.importorskip("jsonschema")
+    jsonschema.validate(value, PERSON)
+    return value
+
+
+@pytest.mark.parametrize("sampling", [{"temperature": 0}, {"temperature": 1.0, "seed": 11},
+                                      {"temperature": 1.0, "seed": 12, "top_p": 0.9, "n": 2}])
+def test_a_json_schema_response_parses_and_validates(llama, sampling):
+    pytest.importorskip("llguidance")
+    got = llama.complete(PROMPT, max_tokens=64, response_format=PERSON_FORMAT, **sampling)
+    assert len(got.choices) == sampling.get("n", 1)
+    for c in got.choices:
+        assert c.finish_reason == "stop", c.text
+        _check_person(c.text)
+    if len(got.choices) == 2:
+        assert got.choices[0].text != got.choices[1].text
+    streamed = {}
+    for chunk in llama.complete(PROMPT, max_tokens=64, response_format=PERSON_FORMAT, stream=True, **sampling):
+        streamed[chunk.index] = streamed.get(chunk.index, "") + chunk.text
+    assert [streamed[i] for i in range(len(got.choices))] == [c.text for c in got.choices]
+
+
+def test_json_object_and_regex_responses_of_complete_and_chat(llama):
+    pytest.importorskip("llguidance")
+    tok = train_tokenizer(1000)
+    eos = tok.token_to_id("<|im_end|>")
+    for sampling in ({"temperature": 0}, {"temperature": 1.0, "seed": 1}):
+        got = llama.complete(PROMPT, max_tokens=64, response_format={"type": "json_object"}, **sampling).choices[0]
+        assert got.finish_reason == "stop" and isinstance(json.loads(got.text), dict)
+    regex = "(yes|no)(, [a-zé]{1,6})?!?"
+    ended_on_eos = 0
+    for sampling in ({"temperature": 0}, {"temperature": 1.0, "seed": 2, "n": 2}):
+        reply = llama.chat([{"role": "user", "content": "ok?"}], max_tokens=32,
+                           response_format={"type": "regex", "regex": regex}, **sampling)
+        for c in reply.choices:
+            assert c.finish_reason == "stop" and re.fullmatch(regex, c.text), c.text
+            # the eos that may end an accepting grammar is an id of the choice, not text of it
+            assert tok.decode([t for t in c.token_ids if t != eos]) == c.text
+            ended_on_eos += c.token_ids[-1] == eos
+    assert ended_on_eos       # (seed 2: both sampled choices end on the eos, the greedy one on its '!')
+
+
+def test_a_structured_response_cut_by_max_tokens_ends_with_length(llama):
+    pytest.importorskip("llguidance")
+    got = llama.complete(PROMPT, max_tokens=3, response_format=PERSON_FORMAT, temperature=0).choices[0]
+    assert got.finish_reason == "length" and len(got.token_ids) == 3 and got.text.startswith('{"')
+    with pytest.raises(json.JSONDecodeError):
+        json.loads(got.text)
+
+
+def test_response_format_errors_come_at_call_time(llama):
+    pytest.importorskip("llguidance")
+    with pytest.raises(ValueError, match=r"response_format\.regex: "):
+        llama.complete(PROMPT, stream=True, response_format={"type": "regex", "regex": "[ab"})
+    with pytest.raises(ValueError, match=r"response_format\.json_schema\.schema: "):
+        llama.chat([{"role": "user", "content": "hi"}], stream=True,
+                   response_format={"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "nope"}}})
+    with pytest.raises(ValueError, match=r"response_format\.type"):
+        llama.complete(PROMPT, response_format={"type": "yaml"})
+    free = llama.complete(PROMPT, max_tokens=6, temperature=0, response_format={"type": "text"})
+    assert free.text == llama.complete(PROMPT, max_tokens=6, temperature=0).text

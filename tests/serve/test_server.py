@@ -190,3 +190,52 @@ def test_embeddings_equal_the_recipes(minilm):
     decoded = np.stack([np.frombuffer(base64.b64decode(d["embedding"]), dtype="<f4") for d in b64["data"]])
     np.testing.assert_array_equal(decoded, np.asarray(want, dtype=np.float32))
     assert got.usage.prompt_tokens > len(texts) and bad.status_code == 400 and bad.json()["error"]["param"] == "input"
+
+
+PERSON = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 8},
+                                           "age": {"type": "integer", "minimum": 0, "maximum": 999}},
+          "required": ["name", "age"], "additionalProperties": False}
+
+
+@pytest.mark.parametrize("sampling", [{"temperature": 0}, {"temperature": 1.0, "seed": 5, "n": 2}])
+def test_a_json_schema_response_parses_and_validates(client, llama, sampling):
+    pytest.importorskip("llguidance")
+    jsonschema = pytest.importorskip("jsonschema")
+    fmt = {"type": "json_schema", "json_schema": {"name": "person", "schema": PERSON, "strict": True}}
+    got = client.chat.completions.create(model="tiny-llama", messages=MESSAGES, max_tokens=64, response_format=fmt,
+                                         **sampling)
+    want = llama.chat(MESSAGES, max_tokens=64, response_format=fmt, **sampling)
+    assert [c.message.content for c in got.choices] == [c.text for c in want.choices]
+    for c in got.choices:
+        jsonschema.validate(json.loads(c.message.content), PERSON)
+        assert c.finish_reason == "stop"
+    streamed = client.chat.completions.create(model="tiny-llama", messages=MESSAGES, max_tokens=64, response_format=fmt,
+                                              stream=True, **sampling)
+    texts = {}
+    for chunk in streamed:
+        for c in chunk.choices:
+            texts[c.index] = texts.get(c.index, "") + (c.delta.content or "")
+    assert [texts[i] for i in range(len(got.choices))] == [c.message.content for c in got.choices]
+
+
+def test_regex_and_json_object_responses_of_completions(client):
+    pytest.importorskip("llguidance")
+    import re
+    got = client.completions.create(model="tiny-llama", prompt="the model", max_tokens=20, temperature=1.0, seed=2,
+                                    extra_body={"response_format": {"type": "regex", "regex": "[ab]{2,4}c"}})
+    assert re.fullmatch("[ab]{2,4}c", got.choices[0].text) and got.choices[0].finish_reason == "stop"
+    obj = client.chat.completions.create(model="tiny-llama", messages=MESSAGES, max_tokens=64, temperature=0,
+                                         response_format={"type": "json_object"})
+    assert isinstance(json.loads(obj.choices[0].message.content), dict)
+
+
+@pytest.mark.parametrize("fmt, param", [
+    ({"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "nope"}}}, "response_format.json_schema.schema"),
+    ({"type": "xml"}, "response_format.type"),
+    ({"type": "regex", "regex": "("}, "response_format.regex"),
+])
+def test_a_bad_response_format_is_a_400_naming_it(served, fmt, param):
+    pytest.importorskip("llguidance")
+    r = httpx.post(served[0].url + "/v1/chat/completions",
+                   json={"model": "tiny-llama", "messages": MESSAGES, "max_tokens": 4, "response_format": fmt})
+    assert r.status_code == 400 and r.json()["error"]["param"] == param, r.text
