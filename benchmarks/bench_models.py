@@ -395,12 +395,12 @@ def _permute_rope(w: np.ndarray, heads: int) -> np.ndarray:
 
 def write_gguf(path: Path, params: dict, qtype: str) -> None:
     """A llama GGUF of ``params`` (HF names, float32): tensors renamed and q / k permuted as llama.cpp's
-    converter does, every matrix stored as ``qtype`` (F32, Q4_0, Q8_0 via ``gguf.quants``), norms F32, and
-    an SPM vocabulary of placeholder pieces (``<unk> <s> </s>``, 256 byte tokens, ``▁t0`` ...)."""
+    converter does, every matrix stored as ``qtype`` (F32, Q4_0, Q8_0 via ``gguf.quants``), norms F32, the
+    layers ``params`` holds, and an SPM vocabulary of placeholder pieces (``<unk> <s> </s>``, 256 byte tokens, ``▁t0`` ...)."""
     import gguf
     from gguf.quants import quantize
 
-    s = TINYLLAMA
+    s = dict(TINYLLAMA, num_layers=1 + max(int(k.split(".")[2]) for k in params if k.startswith("model.layers.")))
     w = gguf.GGUFWriter(str(path), "llama")
     w.add_name("random-tinyllama-shape")
     w.add_context_length(2048)
