@@ -463,18 +463,18 @@ def _gguf_token_ids(text: str) -> list[int]:
 
 
 class LlamaCpp:
-    """llama.cpp through xllamacpp's in-process server: one slot, ``THREADS`` threads for prompt and
-    generation, greedy, no prompt cache between requests."""
+    """llama.cpp through xllamacpp's in-process server: ``slots`` parallel sequences (``ctx`` tokens of context
+    each), ``THREADS`` threads for prompt and generation, greedy, no prompt cache between requests."""
 
-    def __init__(self, path: Path, ctx: int):
+    def __init__(self, path: Path, ctx: int, slots: int = 1):
         import xllamacpp as xl
 
         p = xl.CommonParams()
         p.model.path = str(path)
-        p.n_ctx = ctx
+        p.n_ctx = ctx * slots
         p.n_batch = 512
         p.n_ubatch = 512
-        p.n_parallel = 1
+        p.n_parallel = slots
         p.cpuparams.n_threads = THREADS
         p.cpuparams_batch.n_threads = THREADS
         p.cache_prompt = False

@@ -31,7 +31,6 @@ for _var in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE"):
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import argparse  # noqa: E402
-import gc  # noqa: E402
 import tempfile  # noqa: E402
 import threading  # noqa: E402
 import time  # noqa: E402
@@ -40,11 +39,8 @@ from pathlib import Path  # noqa: E402
 import numpy as np  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_models import (LLAMA_RECIPE, TINYLLAMA, llama_overrides, llama_qtype, machine_info,  # noqa: E402
-                          write_gguf)
-
-THREADS = 2
-
+from bench_models import (LLAMA_RECIPE, TINYLLAMA, LlamaCpp, llama_overrides, llama_qtype,  # noqa: E402
+                          machine_info, write_gguf)
 
 def word_tokenizer(vocab: int):
     """A ``tokenizers`` word-level tokenizer of ``vocab`` pieces ``t0`` ... (the benchmark's text is ids)."""
@@ -92,26 +88,9 @@ def run_ours(model, prompts: list[list[int]], n_new: int, max_batch: int) -> dic
     return {"wall": wall, "tokens": count[0], "ttft": float(np.median([first[i] - t0 for i in first]))}
 
 
-class LlamaCppServer:
-    """llama.cpp's server in process (xllamacpp): ``slots`` parallel sequences, 2 threads, greedy."""
-
-    def __init__(self, path: Path, slots: int, ctx_per_slot: int):
-        import xllamacpp as xl
-
-        p = xl.CommonParams()
-        p.model.path = str(path)
-        p.n_parallel = slots
-        p.n_ctx = slots * ctx_per_slot
-        p.n_batch = 512
-        p.n_ubatch = 512
-        p.cpuparams.n_threads = THREADS
-        p.cpuparams_batch.n_threads = THREADS
-        p.cache_prompt = False
-        try:
-            p.verbosity = 0
-        except Exception:  # noqa: BLE001 - an older wheel only logs more
-            pass
-        self.server = xl.Server(p)
+class LlamaCppServer(LlamaCpp):
+    """llama.cpp's server in process (xllamacpp, :class:`bench_models.LlamaCpp`) with ``slots`` parallel
+    sequences, the S requests sent at once from S threads."""
 
     def run(self, prompts: list[list[int]], n_new: int) -> dict:
         results: list = [None] * len(prompts)
@@ -135,11 +114,6 @@ class LlamaCppServer:
             tokens += r["timings"]["predicted_n"]
             ttft.append(started - t0 + r["timings"]["prompt_ms"] / 1e3)
         return {"wall": wall, "tokens": tokens, "ttft": float(np.median(ttft))}
-
-    def close(self) -> None:
-        self.server = None
-        gc.collect()
-
 
 def bandwidth() -> float | None:
     """The best streaming-read bandwidth of this run (bytes / s, ``floor.probe``), or None when it fails."""
@@ -195,7 +169,7 @@ def main(argv=None) -> int:
             cpp = None
             if gguf is not None:
                 try:
-                    cpp = LlamaCppServer(gguf, streams, args.prompt + args.decode_tokens + 16)
+                    cpp = LlamaCppServer(gguf, args.prompt + args.decode_tokens + 16, slots=streams)
                 except Exception as err:  # noqa: BLE001
                     print(f"  llama.cpp skipped: {err}")
             ours, theirs = [], []

