@@ -1,12 +1,16 @@
 """Pieces of attention layers: rotary position embeddings built from other ops
-(``rotary_embedding``), the calls of the runtime KV cache (``kv_cache_update``,
-``kv_cache_query_positions``; ``runtime.kv_cache``) and padding removal (``unpad_input`` /
+(``rotary_embedding``), the calls of the runtime KV cache (``kv_cache_update``, ``kv_cache_positions``,
+``kv_cache_attention_mask``, ``kv_cache_query_positions``; the builtins named in ``core.kv_cache_builtins``,
+``runtime.kv_cache``) and padding removal (``unpad_input`` /
 ``pad_input``: the position-wise layers of a padded batch run on its real tokens only). The attention itself is
 ``scaled_dot_product_attention`` (:mod:`.nn`); the layer that puts them together is
 :class:`builder.nn.attention.Attention`."""
 from __future__ import annotations
 
 import numpy as np
+
+from core.kv_cache_builtins import (KV_CACHE_ATTENTION_MASK, KV_CACHE_POSITIONS, KV_CACHE_QUERY_POSITIONS,
+                                    KV_CACHE_UPDATE)
 
 from ...ir import expr as E
 from ...ir import relax as rx
@@ -16,12 +20,8 @@ from ..core import Object, Tensor, wrap_nested
 from .common import builtin_call, op_call, recipe_function
 
 __all__ = ["rotary_embedding", "rope_scaled_inv_freq", "kv_cache_update", "kv_cache_query_positions",
-           "unpad_input", "pad_input"]
+           "kv_cache_positions", "kv_cache_attention_mask", "unpad_input", "pad_input"]
 
-#: The runtime builtins behind :func:`kv_cache_update` and :func:`kv_cache_query_positions`
-#: (``runtime.kv_cache``).
-KV_CACHE_UPDATE = "vm.builtin.kv_cache_update"
-KV_CACHE_QUERY_POSITIONS = "vm.builtin.kv_cache_query_positions"
 
 
 #: RoPE scalings (HF transformers' ``rope_type``) :func:`rope_scaled_inv_freq` applies, with the keys each needs.
@@ -208,6 +208,51 @@ def kv_cache_query_positions(cache: Object, layer_id: int, seq: int | E.PrimExpr
     call = builtin_call(KV_CACHE_QUERY_POSITIONS, [cache._expr, rx.PrimValue(int(layer_id), "int64"),
                                               rx.PrimValue(n, "int64"), rx.PrimValue(total, "int64")],
                    TensorStructInfo((n,), "int64"))
+    return wrap_nested(call, name)
+
+
+@recipe_function
+def kv_cache_positions(cache: Object, batch: int | E.PrimExpr, seq: int | E.PrimExpr,
+                       total_seq_len: int | E.PrimExpr, name: str = "positions") -> Tensor:
+    """The positions of the call's new tokens from the runtime KV cache, int64 (batch, seq): row ``r``'s
+    ``arange(held_r, held_r + seq)``, ``held_r`` the tokens its sequence holds before the call (a ragged
+    batch: ``runtime.PagedKVCache.begin_forward``; without it ``arange(total_seq_len - seq,
+    total_seq_len)`` for every row)::
+
+        R.call_pure_packed("vm.builtin.kv_cache_positions", cache, R.prim_value(batch), R.prim_value(seq),
+                           R.prim_value(total_seq_len), sinfo_args=(R.Tensor((batch, seq), dtype="int64"),))
+
+    Layer-independent (one call per function, after ``eliminate_common_subexpr``); a recipe's prefill /
+    decode computes ``positions = kv_cache_positions(cache, batch, seq, total_seq_len)``. At run time the
+    cache raises ValueError when the sizes differ from the declared call. Raises TypeError for a ``cache``
+    that is not an ``nn.Object`` or sizes that are neither ints nor integer PrimExprs; ValueError for
+    negative sizes."""
+    opname = "kv_cache_positions"
+    _cache_args(opname, cache, 0)
+    b, n, total = (_int64(opname, w, x) for w, x in (("batch", batch), ("seq", seq), ("total_seq_len", total_seq_len)))
+    call = builtin_call(KV_CACHE_POSITIONS, [cache._expr, rx.PrimValue(b, "int64"), rx.PrimValue(n, "int64"),
+                                             rx.PrimValue(total, "int64")], TensorStructInfo((b, n), "int64"))
+    return wrap_nested(call, name)
+
+
+@recipe_function
+def kv_cache_attention_mask(cache: Object, batch: int | E.PrimExpr, total_seq_len: int | E.PrimExpr,
+                            name: str = "kv_mask") -> Tensor:
+    """The real keys of the call's rows in the runtime KV cache, bool (batch, total_seq_len): True at row
+    ``r``'s ``held_r + seq`` keys (right-aligned, :func:`kv_cache_update`), False at its left padding (all
+    True without a ragged batch)::
+
+        R.call_pure_packed("vm.builtin.kv_cache_attention_mask", cache, R.prim_value(batch),
+                           R.prim_value(total_seq_len), sinfo_args=(R.Tensor((batch, total_seq_len), dtype="bool"),))
+
+    A padding mask for ``scaled_dot_product_attention`` (``reshape`` to (batch, 1, 1, total_seq_len)), combined
+    with the bottom-right causal mask: right alignment keeps a query's own key and the distances of sliding
+    windows. Raises what :func:`kv_cache_positions` raises for bad arguments."""
+    opname = "kv_cache_attention_mask"
+    _cache_args(opname, cache, 0)
+    b, total = _int64(opname, "batch", batch), _int64(opname, "total_seq_len", total_seq_len)
+    call = builtin_call(KV_CACHE_ATTENTION_MASK, [cache._expr, rx.PrimValue(b, "int64"), rx.PrimValue(total, "int64")],
+                        TensorStructInfo((b, total), "bool"))
     return wrap_nested(call, name)
 
 
