@@ -298,6 +298,9 @@ class _FunctionLowering:
                 self.regs[var] = reg
                 return
             raise ValueError(f"{self.name}: operator {op} was not legalized")
+        if isinstance(value, rx.Call) and isinstance(value.op, rx.ExternFunc):   # R.call_packed (impure)
+            self.call_builtin(var, rx.Call(value.op, [value.op, *value.args], sinfo_args=value.sinfo_args))
+            return
         if isinstance(value, rx.Var):
             self.regs[var] = self.reg_of(value)
             return

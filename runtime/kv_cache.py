@@ -582,19 +582,18 @@ class PagedKVCache:
         if self._mode == "explicit":
             raise ValueError(f"{where}: the cache's sequences are managed explicitly (add_sequence / begin_forward) "
                              "and no call is declared; call begin_forward(seq_ids, seq) before each call")
+        if self._seqs and len(self._seqs) != batch:
+            raise ValueError(f"{where}: the batch size is {batch}, but the cache holds {len(self._seqs)} "
+                             "sequences; reset() the cache to start a new batch")
+        held = max((s.length for s in self._seqs.values()), default=0)
+        if lengths and held not in (total - seq, total):    # before the call's updates, or during them
+            raise ValueError(f"{where}: the sequences hold {held} tokens, {seq} are appended, so they would hold "
+                             f"{held + seq}, but total_seq_len is {total}")
         if batch < 0 or seq < 0 or total < seq:
             raise ValueError(f"{where}: batch {batch}, seq {seq} and total_seq_len {total} must be non-negative, "
                              "total_seq_len at least seq")
         if self.max_seq_len is not None and total > self.max_seq_len:
             raise ValueError(f"{where}: {total} tokens exceed the cache's max_seq_len {self.max_seq_len}")
-        if self._seqs:
-            if len(self._seqs) != batch:
-                raise ValueError(f"{where}: the batch size is {batch}, but the cache holds {len(self._seqs)} "
-                                 "sequences; reset() the cache to start a new batch")
-            held = max(s.length for s in self._seqs.values())
-            if lengths and held not in (total - seq, total):
-                raise ValueError(f"{where}: the sequences hold {held} tokens, so {seq} new ones end at {held + seq}, "
-                                 f"but total_seq_len is {total}")
 
     def _declared_rows(self, where: str, layer_id: int, layer: _Layer | None, batch: int, seq: int,
                        total: int) -> _Rows:

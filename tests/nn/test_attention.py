@@ -364,7 +364,7 @@ def test_cache_path_prefill_chunk_and_decode_equal_one_causal_pass():
         total += n
         outs.append(f["step"](x[:, total - n: total], cache, total))
     np.testing.assert_allclose(np.concatenate(outs, axis=1), want, **ROPE)
-    assert cache.seq_len == 8 and cache.layer_ids == [0]
+    assert cache.seq_len(0) == 8 and cache.layer_ids == [0]
     # a padding mask over every key held (batch, total_seq_len)
     keep = np.ones((2, 8), dtype=bool)
     keep[1, 1:3] = False
@@ -581,7 +581,7 @@ def test_llama_greedy_generation_with_the_cache_matches_hf(llama):
                                   return_logits=True)
     np.testing.assert_array_equal(ids, ref["generated_ids"])
     np.testing.assert_allclose(logits, ref["step_logits"], rtol=0, atol=1e-4)
-    assert len(caches) == 1 and caches[0].seq_len == 9 + 23 and caches[0].layer_ids == [0, 1]
+    assert len(caches) == 1 and caches[0].seq_len(0) == 9 + 23 and caches[0].layer_ids == [0, 1]
 
 
 def test_llama_two_chunk_prefill_equals_one_prefill(llama):

@@ -69,7 +69,7 @@ def test_llama_chunked_prefill_equals_one_prefill(llama):
     llama["prefill"](prompt[:, :5], cache, 5)
     second = llama["prefill"](prompt[:, 5:], cache, prompt.shape[1])
     np.testing.assert_allclose(second, whole, atol=1e-5, rtol=0)
-    assert cache.seq_len == prompt.shape[1]
+    assert cache.seq_len(0) == prompt.shape[1]
     # and the step after either continues identically
     nxt = np.argmax(whole[:, -1], axis=-1)[:, None]
     one = ContiguousKVCache()
@@ -91,11 +91,11 @@ def test_llama_prefill_and_decode_refuse_a_total_seq_len_that_does_not_count_the
     ids = np.array([[3, 1, 4, 1, 5]], np.int64)
     cache = ContiguousKVCache()
     for total in (4, 1, 0):
-        with pytest.raises(ValueError, match=r"layer 0: the layer holds 0 tokens, 5 are appended, so it would "
-                                             rf"hold 5, but total_seq_len is {total}$") as info:
+        with pytest.raises(ValueError, match=r"kv_cache_positions: the sequences hold 0 tokens, 5 are appended, so "
+                                             rf"they would hold 5, but total_seq_len is {total}$") as info:
             llama["prefill"](ids, cache, total)
         assert "v0" not in str(info.value) and "index out of range" not in str(info.value)
-    assert cache.seq_len == 0
+    assert cache.sequences == []
     full = llama["forward"](ids)
     np.testing.assert_allclose(llama["prefill"](ids[:, :4], cache, 4)[:, 0], full[:, 3], atol=1e-4, rtol=0)
     for total in (4, 0, 6):

@@ -170,7 +170,7 @@ def test_forward_matches_numpy_and_prefill_then_decode_match_forward(model):
     for t in range(4, IDS.shape[1]):
         step = model["decode"](IDS[:, t:t + 1], cache, t + 1)
         np.testing.assert_allclose(step[:, 0], full[:, t], rtol=1e-12, atol=1e-12)
-    assert cache.layer_ids == [0, 1] and cache.seq_len == IDS.shape[1]
+    assert cache.layer_ids == [0, 1] and cache.seq_len(1) == IDS.shape[1]
 
 
 def test_two_prefill_chunks_equal_one_prefill(model):
@@ -203,7 +203,7 @@ def test_a_model_mixing_kv_cache_and_attention_layers(tmp_path):
     for t in (5, 6):
         np.testing.assert_allclose(m["decode"](IDS[:, t:t + 1], cache, t + 1)[:, 0], full[:, t], rtol=1e-11,
                                    atol=1e-11)
-    assert cache.layer_ids == [0, 1, 2] and cache.seq_len == 7
+    assert cache.layer_ids == [0, 1, 2] and cache.seq_len(1) == 7
     # the Attention layer's slot holds its keys: (batch, 7, kv_heads, head_dim)
     assert cache.view(1)[0].shape == (2, 7, KV_HEADS, HEAD_DIM)
 

@@ -17,7 +17,7 @@ from ...ir import relax as rx
 from ...ir.op.common import definitely_different, fmt_shape, static_int
 from ...ir.struct_info import TensorStructInfo, TupleStructInfo
 from ..core import Object, Tensor, wrap_nested
-from .common import builtin_call, op_call, recipe_function
+from .common import builtin_call, impure_builtin_call, op_call, recipe_function
 
 __all__ = ["rotary_embedding", "rope_scaled_inv_freq", "kv_cache_update", "kv_cache_query_positions",
            "kv_cache_positions", "kv_cache_attention_mask", "unpad_input", "pad_input"]
@@ -294,8 +294,8 @@ def kv_cache_update(cache: Object, layer_id: int, k: Tensor, v: Tensor, total_se
     b, _, heads, d = k.shape
     sinfo = TupleStructInfo([TensorStructInfo((b, total, heads, d), k.dtype),
                              TensorStructInfo((b, total, heads, v.shape[3]), v.dtype)])
-    call = builtin_call(KV_CACHE_UPDATE, [cache._expr, rx.PrimValue(int(layer_id), "int64"), k._expr, v._expr,
-                                     rx.PrimValue(total, "int64")], sinfo)
+    call = impure_builtin_call(KV_CACHE_UPDATE, [cache._expr, rx.PrimValue(int(layer_id), "int64"), k._expr, v._expr,
+                                            rx.PrimValue(total, "int64")], sinfo)
     k_all, v_all = wrap_nested(call, name)
     return k_all, v_all
 
