@@ -586,7 +586,8 @@ class PagedKVCache:
             raise ValueError(f"{where}: the batch size is {batch}, but the cache holds {len(self._seqs)} "
                              "sequences; reset() the cache to start a new batch")
         held = max((s.length for s in self._seqs.values()), default=0)
-        if lengths and held not in (total - seq, total):    # before the call's updates, or during them
+        during = self._seqs and held == total >= seq       # some layers of the call updated already
+        if lengths and held != total - seq and not during:
             raise ValueError(f"{where}: the sequences hold {held} tokens, {seq} are appended, so they would hold "
                              f"{held + seq}, but total_seq_len is {total}")
         if batch < 0 or seq < 0 or total < seq:

@@ -373,7 +373,7 @@ def test_cache_path_prefill_chunk_and_decode_equal_one_causal_pass():
     first = f["masked_step"](x[:, :6], keep[:, :6], cache, 6)
     second = f["masked_step"](x[:, 6:], keep, cache, 8)
     np.testing.assert_allclose(np.concatenate([first, second], axis=1), want, **ROPE)
-    with pytest.raises(ValueError, match="layer 0: the layer holds 8 tokens and 1 are added, so it would hold 9, "
+    with pytest.raises(ValueError, match="layer 0: the layer holds 8 tokens, 1 are appended, so it would hold 9, "
                                          "but total_seq_len is 8"):
         f["step"](x[:, :1], cache, 8)
 
@@ -397,8 +397,11 @@ def test_export_text_of_the_cache_path():
     text = mod.script()
     assert ('def step(x: R.Tensor(("batch", "seq", 24), dtype="float64"), cache: R.Object, '
             'total_seq_len: R.Shape(["total_seq_len_1"]), attn_q_proj_weight: ') in text
-    assert 'R.call_pure_packed("vm.builtin.kv_cache_query_positions", cache, R.prim_value(0), ' in text
-    assert 'R.call_pure_packed("vm.builtin.kv_cache_update", cache, R.prim_value(0), ' in text
+    assert ('R.call_pure_packed("vm.builtin.kv_cache_positions", cache, R.prim_value(batch), R.prim_value(seq), '
+            'R.prim_value(total_seq_len_1), sinfo_args=(R.Tensor((batch, seq), dtype="int64"),))') in text
+    assert 'R.call_packed("vm.builtin.kv_cache_update", cache, R.prim_value(0), ' in text
+    assert ('R.call_pure_packed("vm.builtin.kv_cache_attention_mask", cache, R.prim_value(batch), '
+            'R.prim_value(total_seq_len_1), sinfo_args=(R.Tensor((batch, total_seq_len_1), dtype="bool"),))') in text
     assert 'causal_mask="BottomRight"' in text
     assert parse(text).script() == text          # the printed module parses back
     assert [n for n, _ in params] == ["attn.q_proj.weight", "attn.k_proj.weight", "attn.v_proj.weight",
