@@ -1,6 +1,6 @@
-"""The VM's builtins: the runtime functions that ``R.call_pure_packed`` / ``R.call_inplace_packed``
-call (``["call_builtin", dst, name, [arg specs]]`` in the bytecode), by name in ``_BUILTINS``:
-``vm.builtin.attention_kv_cache_*`` (:class:`AttentionKVCache`), the batched KV cache's
+"""The VM's builtins: the runtime functions that ``R.call_pure_packed`` / ``R.call_inplace_packed`` /
+``R.call_packed`` call (``["call_builtin", dst, name, [arg specs]]`` in the bytecode), by name in ``_BUILTINS``:
+``vm.builtin.attention_kv_cache_*`` (:class:`AttentionKVCache`), the paged KV cache's
 ``vm.builtin.kv_cache_*`` (:mod:`runtime.kv_cache`), ``vm.builtin.prim_value_to_tensor``, the
 builtins of data-dependent shapes (``vm.builtin.nonzero``, ``repeat_indices``, ``unique``: their
 results' sizes are bound by a ``match_shape`` after them, :mod:`runtime.vm_plan`) and the debug

@@ -118,8 +118,8 @@ def rotary_embedding(x: Tensor, positions: Tensor, theta: float, name: str = "ro
     2-D or its seq (or batch) differs from ``x``'s, or ``theta`` is not a positive finite number.
 
     A recipe's ``forward:`` calls it too, on q / k it computed itself: ``q = rotary_embedding(q,
-    positions, 10000.0)`` (positions ``arange(total_seq_len - seq, total_seq_len, dtype="int64")`` over a
-    KV cache, as ``recipes/llama.yaml`` computes them).
+    positions, 10000.0)`` (positions ``kv_cache_positions(cache, batch, seq, total_seq_len)`` over a KV cache,
+    as ``recipes/llama.yaml`` computes them).
 
     ``scaling``: a RoPE scaling of the frequencies, HF's ``rope_parameters`` / ``rope_scaling`` keys
     (``{"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
@@ -188,16 +188,16 @@ def _int64(opname: str, what: str, value) -> E.PrimExpr:
 
 def kv_cache_query_positions(cache: Object, layer_id: int, seq: int | E.PrimExpr, total_seq_len: int | E.PrimExpr,
                              name: str = "positions") -> Tensor:
-    """The positions of ``seq`` new tokens in layer ``layer_id`` of the runtime KV cache: int64
-    (seq,), ``arange(held, total_seq_len)`` where ``held = total_seq_len - seq`` is what the layer
-    holds before the new tokens are appended (MLC-LLM's ``get_query_positions``)::
+    """The positions of ``seq`` new tokens in layer ``layer_id`` of the runtime KV cache, shared by every
+    row: int64 (seq,), ``arange(held, total_seq_len)`` where ``held = total_seq_len - seq`` is what the layer
+    holds before the new tokens are appended (MLC-LLM's ``get_query_positions``; a ragged batch, whose
+    rows hold different lengths, needs :func:`kv_cache_positions`)::
 
         R.call_pure_packed("vm.builtin.kv_cache_query_positions", cache, R.prim_value(layer_id),
                            R.prim_value(seq), R.prim_value(total_seq_len),
                            sinfo_args=(R.Tensor((seq,), dtype="int64"),))
 
-    (``R.arange`` with a symbolic start is not supported by this runtime, so the positions come from
-    the cache.) At run time the cache raises ValueError (naming the layer) when it does not hold
+    At run time the cache raises ValueError (naming the layer) when it does not hold
     ``total_seq_len - seq`` tokens. Raises TypeError / ValueError, as :func:`kv_cache_update`, for a
     bad ``cache``, ``layer_id``, ``seq`` or ``total_seq_len``.
     """
@@ -261,18 +261,23 @@ def kv_cache_update(cache: Object, layer_id: int, k: Tensor, v: Tensor, total_se
     """Append the keys / values of new tokens to layer ``layer_id`` of the runtime KV cache and read
     back every key and value it holds::
 
-        k_all, v_all = R.call_pure_packed("vm.builtin.kv_cache_update", cache, R.prim_value(layer_id),
-                                          k, v, R.prim_value(total_seq_len),
-                                          sinfo_args=(R.Tuple(R.Tensor((b, total_seq_len, h, d)),
-                                                              R.Tensor((b, total_seq_len, h, dv))),))
+        k_all, v_all = R.call_packed("vm.builtin.kv_cache_update", cache, R.prim_value(layer_id),
+                                     k, v, R.prim_value(total_seq_len),
+                                     sinfo_args=R.Tuple(R.Tensor((b, total_seq_len, h, d)),
+                                                        R.Tensor((b, total_seq_len, h, dv))))
+
+    an impure call (it writes the cache: no pass drops, merges or moves it, and the exported function is
+    ``pure=False``).
 
     ``cache``: an ``nn.Object`` (a ``spec.Object()`` input; at run time a
-    ``runtime.ContiguousKVCache``); ``layer_id``: a non-negative int; ``k`` (batch, seq, kv_heads,
+    ``runtime.PagedKVCache``); ``layer_id``: a non-negative int; ``k`` (batch, seq, kv_heads,
     head_dim), ``v`` (batch, seq, kv_heads, head_dim_v) of one float dtype; ``total_seq_len``: the
     tokens held after the append (an int or an int64 PrimExpr, typically a ``spec.Int`` input).
-    Returns ``(k_all, v_all)``, (batch, total_seq_len, kv_heads, head_dim[_v]). At run time the cache
-    raises ValueError (naming the layer) when the held tokens plus ``seq`` are not ``total_seq_len``,
-    or the shapes / dtype differ from what the layer holds.
+    Returns ``(k_all, v_all)``, (batch, total_seq_len, kv_heads, head_dim[_v]): row ``r``'s keys
+    right-aligned, zeros before them when its sequence holds fewer than ``total_seq_len`` (a ragged batch:
+    mask them with :func:`kv_cache_attention_mask`). At run time the cache raises ValueError (naming the
+    layer) when the call differs from the one ``begin_forward`` declared (without one: when the held tokens
+    plus ``seq`` are not ``total_seq_len``), or the shapes / dtype differ from what the layer holds.
 
     Raises TypeError for a ``cache`` that is not an ``nn.Object``, a ``layer_id`` that is not an int,
     a ``total_seq_len`` that is neither an int nor an integer PrimExpr, or ``k`` / ``v`` of different
