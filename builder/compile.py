@@ -4,8 +4,9 @@ Pipeline: :func:`builder.transform.default_pipeline` (kernel selection, elementw
 legalization, dead-code elimination; each op call becomes ``R.call_tir`` of a PrimFunc) ->
 :func:`builder.codegen.build` (all PrimFuncs into one object file for the host CPU, cached on disk by
 content) -> one bytecode function per graph-level function (see ``runtime/executable.py`` for the
-instruction set). Calls of runtime builtins (``R.call_pure_packed`` / ``R.call_inplace_packed``: the KV
-cache's ``vm.builtin.attention_kv_cache_*``, ``vm.builtin.invoke_debug_func`` of ``print_``,
+instruction set). Calls of runtime builtins (``R.call_pure_packed`` / ``R.call_inplace_packed`` / the impure
+``R.call_packed``: the KV caches' ``vm.builtin.kv_cache_*`` and ``vm.builtin.attention_kv_cache_*``,
+``vm.builtin.invoke_debug_func`` of ``print_``,
 ``vm.builtin.prim_value_to_tensor`` of a symbolic int used as a tensor) stay as they are and become
 ``["call_builtin", dst, name, [arg specs]]``, run by ``runtime/vm.py``.
 
@@ -298,6 +299,9 @@ class _FunctionLowering:
                 self.regs[var] = reg
                 return
             raise ValueError(f"{self.name}: operator {op} was not legalized")
+        if isinstance(value, rx.Call) and isinstance(value.op, rx.ExternFunc):   # R.call_packed (impure)
+            self.call_builtin(var, rx.Call(value.op, [value.op, *value.args], sinfo_args=value.sinfo_args))
+            return
         if isinstance(value, rx.Var):
             self.regs[var] = self.reg_of(value)
             return
@@ -344,7 +348,8 @@ class _FunctionLowering:
             self.regs[var] = out_regs[0]
 
     def call_builtin(self, var: rx.Var, value: rx.Call) -> None:
-        """``R.call_pure_packed("name", args..., sinfo_args=...)`` (and ``call_inplace_packed``)
+        """``R.call_pure_packed("name", args..., sinfo_args=...)`` (and ``call_inplace_packed``; an impure
+        ``R.call_packed`` comes here with its callee put first, as the others have it)
         -> ``["call_builtin", dst, name, [arg specs]]``: the VM runs its builtin ``name``
         (``vm.builtin.attention_kv_cache_*``, ``vm.builtin.invoke_debug_func``, ...) on the
         arguments and stores the result. Argument specs: ``["reg", r]``, ``["int" | "float" |

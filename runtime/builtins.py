@@ -1,6 +1,6 @@
-"""The VM's builtins: the runtime functions that ``R.call_pure_packed`` / ``R.call_inplace_packed``
-call (``["call_builtin", dst, name, [arg specs]]`` in the bytecode), by name in ``_BUILTINS``:
-``vm.builtin.attention_kv_cache_*`` (:class:`AttentionKVCache`), the batched KV cache's
+"""The VM's builtins: the runtime functions that ``R.call_pure_packed`` / ``R.call_inplace_packed`` /
+``R.call_packed`` call (``["call_builtin", dst, name, [arg specs]]`` in the bytecode), by name in ``_BUILTINS``:
+``vm.builtin.attention_kv_cache_*`` (:class:`AttentionKVCache`), the paged KV cache's
 ``vm.builtin.kv_cache_*`` (:mod:`runtime.kv_cache`), ``vm.builtin.prim_value_to_tensor``, the
 builtins of data-dependent shapes (``vm.builtin.nonzero``, ``repeat_indices``, ``unique``: their
 results' sizes are bound by a ``match_shape`` after them, :mod:`runtime.vm_plan`) and the debug
@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from .externs import _EXTERNS
-from .kv_cache import kv_cache_query_positions, kv_cache_update
+from .kv_cache import BUILTINS as _KV_CACHE_BUILTINS
 from .memory import CHECKED_ALLOCATION, check_allocation
 
 __all__ = ["AttentionKVCache"]
@@ -183,11 +183,8 @@ _BUILTINS: dict[str, Any] = {
     "vm.builtin.attention_kv_cache_append": lambda cache, value: cache.append(value),
     "vm.builtin.attention_kv_cache_view": lambda cache, shape=None: cache.view(shape),
     "vm.builtin.invoke_debug_func": _invoke_debug_func,
-    # the batched, multi-layer cache (runtime.kv_cache.ContiguousKVCache, an R.Object argument):
-    # (cache, layer_id, k, v, total_seq_len) -> (k_all, v_all); (cache, layer_id, seq, total_seq_len)
-    # -> positions of the new tokens
-    "vm.builtin.kv_cache_update": kv_cache_update,
-    "vm.builtin.kv_cache_query_positions": kv_cache_query_positions,
+    # the paged KV cache (runtime.kv_cache.PagedKVCache, an R.Object argument): update, positions, mask
+    **_KV_CACHE_BUILTINS,
     # a symbolic int (a ["dim", tree] argument) -> 0-d int64 array, for kernels (tensors only)
     "vm.builtin.prim_value_to_tensor": _prim_value_to_tensor,
     # data-dependent shape: (x) -> (x.ndim, n) indices of its nonzero elements

@@ -7,11 +7,13 @@ RoFormer) in HF transformers' Llama convention (``modeling_llama.rotate_half``);
 and layouts of HF's ``LlamaAttention`` (``q_proj``, ``k_proj``, ``v_proj``, ``o_proj``, PyTorch
 ``Linear`` weights (out_features, in_features)).
 
-With a cache (``spec.Object()`` input, at run time a ``runtime.ContiguousKVCache``) and
+With a cache (``spec.Object()`` input, at run time a ``runtime.PagedKVCache``) and
 ``total_seq_len`` (``spec.Int()`` input), the new tokens' keys and values are appended to the cache
 under the layer's ``layer_id`` and the queries attend to every key held, causally aligned at the
 bottom right (query ``i`` of ``S_q`` new tokens sees key ``j`` of ``S_kv`` when
-``j <= i + S_kv - S_q``), so a prefill, a second prefill chunk and one-token decode steps all work.
+``j <= i + S_kv - S_q``), so a prefill, a second prefill chunk and one-token decode steps all work; in a
+ragged batch (rows of different lengths, each right-aligned in the ``S_kv`` columns) the cache's
+attention mask hides each row's left padding, and the default positions are each row's own.
 """
 from __future__ import annotations
 
@@ -212,8 +214,8 @@ class Attention(Module):
         """x (batch, seq, hidden_size) float -> (batch, seq, hidden_size), x's dtype.
 
         - ``positions``: integer (seq,) or (batch, seq), the positions of x's tokens for the rotary
-          embeddings; default ``arange(seq)`` without a cache, the positions after the tokens the
-          cache holds with one (``nn.op.kv_cache_query_positions``). Only with ``rope_theta``.
+          embeddings; default ``arange(seq)`` without a cache, each row's positions after the tokens
+          its sequence holds with one (``nn.op.kv_cache_positions``). Only with ``rope_theta``.
         - ``attention_mask``: a padding mask, bool or integer (batch, seq_kv), true / nonzero where a
           key may be attended to (HF's ``attention_mask``: 1 = token, 0 = padding), or a float
           additive mask of x's dtype broadcastable to (batch, num_heads, seq, seq_kv) (0 = attend,
@@ -221,7 +223,9 @@ class Attention(Module):
           causal mask when ``causal``. A query whose keys are all masked gives zeros.
         - ``cache`` and ``total_seq_len`` (together): the runtime KV cache (an ``nn.Object``) and the
           tokens it holds after this call (an int or int64 PrimExpr, e.g. a ``spec.Int`` input);
-          needs ``layer_id``. The causal mask is then aligned at the bottom right.
+          needs ``layer_id``. The causal mask is then aligned at the bottom right, and the cache's mask
+          of the call (``nn.op.kv_cache_attention_mask``, each row's real keys) is combined with
+          ``attention_mask``.
 
         - ``token_indices``: x holds only the real tokens of a padded batch, packed: x (num_tokens,
           hidden_size) -> (num_tokens, hidden_size), ``token_indices`` (num_tokens,) their positions in the
@@ -274,10 +278,12 @@ class Attention(Module):
         if self.rope_theta is not None:
             if positions is None:
                 positions = (op.arange(0, seq, dtype="int64") if cache is None else
-                             op.kv_cache_query_positions(cache, self.layer_id, seq, total_seq_len))
+                             op.kv_cache_positions(cache, batch, seq, total_seq_len))
             q, k = self._rope(q, positions, "q_rope"), self._rope(k, positions, "k_rope")
         if cache is not None:
             k, v = op.kv_cache_update(cache, self.layer_id, k, v, total_seq_len)
+            attention_mask = self._with_cache_mask(attention_mask, op.kv_cache_attention_mask(cache, batch,
+                                                                                              total_seq_len))
         mask = None if attention_mask is None else self._mask(attention_mask)
         if position_bias is not None:
             mask = self._with_position_bias(mask, position_bias, x.dtype)
@@ -352,6 +358,20 @@ class Attention(Module):
         if mask.dtype == "bool":
             return op.where(mask, bias, float("-inf"))
         return op.add(bias, mask)
+
+    @staticmethod
+    def _with_cache_mask(mask: Tensor | None, keep: Tensor) -> Tensor:
+        """The cache's keep-mask ``keep`` (bool (batch, total_seq_len): a ragged batch's left padding False,
+        :func:`builder.nn.op.kv_cache_attention_mask`) with the caller's ``mask``: a padding mask (bool /
+        integer (batch, seq_kv)) and-ed, a float mask -inf where ``keep`` is False."""
+        if mask is None:
+            return keep
+        if E.is_float_dtype(mask.dtype):
+            return op.where(op.reshape(keep, [keep.shape[0], 1, 1, keep.shape[1]]), mask, float("-inf"))
+        if mask.ndim != 2:
+            raise ValueError(f"Attention: a bool / integer attention_mask is a padding mask (batch, seq_kv), got "
+                             f"{fmt_shape(mask.shape)}")
+        return op.where(keep, mask if mask.dtype == "bool" else op.not_equal(mask, 0), keep)   # keep and mask
 
     @staticmethod
     def _mask(mask: Tensor) -> Tensor:

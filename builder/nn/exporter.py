@@ -201,6 +201,9 @@ class Exporter:
                         out_expr = rx.Tuple([out_expr, rx.Tuple(finals)])
                     gv = bb.emit_output(out_expr)
                 bb.emit_func_output(gv, params=inputs + effect_vars + param_vars)
+            func = bb.get()[name]
+            func.is_pure = not any(isinstance(b.value, rx.Call) and isinstance(b.value.op, rx.ExternFunc)
+                                   for block in func.body.blocks for b in block.bindings)   # R.call_packed: impure
         finally:
             for p, expr in saved:
                 p._expr = expr

@@ -8,7 +8,9 @@ between its projections and its ``scaled_dot_product_attention``::
     k_all, v_all = kv(k, v, cache=cache, total_seq_len=total_seq_len)
 
 With a cache the new tokens' keys and values are appended under the layer's ``layer_id`` and every
-key and value held comes back (:func:`builder.nn.op.kv_cache_update`, ``runtime.ContiguousKVCache``);
+key and value held comes back (:func:`builder.nn.op.kv_cache_update`, ``runtime.PagedKVCache``: in a ragged
+batch each row right-aligned, which ``kv_cache_attention_mask(cache, batch, total_seq_len)`` marks for the
+attention's mask);
 without one (``cache=None``: a plain ``forward`` function) ``k`` and ``v`` come back unchanged, so one
 block serves forward, prefill and decode. The ``layer_id`` is numbered together with the ``Attention``
 layers' (:data:`CACHE_LAYERS`, which ``builder.recipe`` numbers), so a model may mix both.
@@ -55,7 +57,7 @@ class KVCacheLayer(Module):
     def forward(self, k: Tensor, v: Tensor, cache: Object | None = None,
                 total_seq_len: int | E.PrimExpr | None = None) -> tuple[Tensor, Tensor]:
         """``(k_all, v_all)``: ``k``, ``v`` (batch, seq, num_kv_heads, head_dim) of one float dtype ->
-        with ``cache`` (an ``nn.Object``, at run time a ``runtime.ContiguousKVCache``) and
+        with ``cache`` (an ``nn.Object``, at run time a ``runtime.PagedKVCache``) and
         ``total_seq_len`` (the tokens held after this call: an int or an int64 PrimExpr, e.g. a
         ``spec.Int`` input), every key and value the layer holds, (batch, total_seq_len, num_kv_heads,
         head_dim); without them ``k`` and ``v`` themselves.

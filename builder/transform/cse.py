@@ -10,11 +10,13 @@ times each); after this pass they run once per step.
 
 What counts as equal: the same op record, arguments that are the same variables (after earlier
 eliminations), constants with equal dtype, shape and bytes (the same constant object above 64 KiB), equal prim values, shapes and strings,
-and equal attributes and ``sinfo_args``. Only graph-level op calls whose record is pure take part,
-and never the runtime's calls (``call_tir``, ``call_pure_packed``, ``call_dps_packed``, ...,
-collectives): a packed function such as ``vm.builtin.kv_cache_update`` is marked pure but writes
-the cache, so two equal calls are not one. Tuple items (``t[i]``) of the same tuple variable are
-merged as well. Candidates are matched within one binding block (a dataflow variable does not
+and equal attributes and ``sinfo_args``. Only graph-level op calls whose record is pure take part:
+never an impure ``R.call_packed`` (``vm.builtin.kv_cache_update``, which writes the cache), nor the
+runtime's other calls (``call_tir``, ``call_inplace_packed``, ``call_dps_packed``, collectives). A
+``call_pure_packed`` of a builtin takes part (the KV cache's positions and attention mask, computed in
+every attention layer from the same arguments, run once per call), unless its result is an object: an
+object has an identity, and two created (``vm.builtin.attention_kv_cache_create``) are not one. Tuple
+items (``t[i]``) of the same tuple variable are merged as well. Candidates are matched within one binding block (a dataflow variable does not
 outlive its block).
 """
 from __future__ import annotations
@@ -26,13 +28,15 @@ import numpy as np
 from ..ir import expr as E
 from ..ir import relax as rx
 from ..ir.functor import ExprMutator
+from ..ir.struct_info import ObjectStructInfo, TupleStructInfo
 from .pass_infra import Pass
 
 __all__ = ["EliminateCommonSubexpr", "eliminate_common_subexpr"]
 
-#: Op records that never merge: calls into the runtime and collectives (effects the graph does
-#: not show).
+#: Op records that never merge: calls into the runtime (but ``call_pure_packed``) and collectives
+#: (effects the graph does not show).
 _OPAQUE_PREFIXES = ("relax.call_", "relax.ccl.", "relax.null_value")
+_PURE_PACKED = "relax.call_pure_packed"
 
 #: Constants up to this size compare by value (dtype, shape, bytes); larger ones (the weights an
 #: importer binds as constants) by identity, so the pass never hashes a model's weights.
@@ -71,12 +75,21 @@ def _arg_key(a):
         return ("prim", _prim_key(a.value))
     if isinstance(a, rx.ShapeExpr):
         return ("shape", tuple(_prim_key(d) for d in a.values))
+    if isinstance(a, rx.ExternFunc):
+        return ("extern", a.global_symbol)
     if isinstance(a, rx.StringImm):
         return ("str", type(a).__name__, a.value)
     if isinstance(a, rx.Tuple):
         fields = tuple(_arg_key(f) for f in a.fields)
         return None if any(f is None for f in fields) else ("tuple", fields)
     return None
+
+
+def _holds_object(sinfo) -> bool:
+    """Whether struct info ``sinfo`` is (or is a tuple holding) an object, or is unknown."""
+    if isinstance(sinfo, TupleStructInfo):
+        return any(_holds_object(f) for f in sinfo.fields)
+    return sinfo is None or isinstance(sinfo, ObjectStructInfo)
 
 
 def _binding_key(value):
@@ -86,7 +99,12 @@ def _binding_key(value):
     if not isinstance(value, rx.Call) or not isinstance(value.op, rx.Op):
         return None
     op = value.op
-    if not op.purity or op.name.startswith(_OPAQUE_PREFIXES):
+    if not op.purity:
+        return None
+    if op.name == _PURE_PACKED:
+        if _holds_object(value.struct_info):
+            return None
+    elif op.name.startswith(_OPAQUE_PREFIXES):
         return None
     args = tuple(_arg_key(a) for a in value.args)
     if any(a is None for a in args):

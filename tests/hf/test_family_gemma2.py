@@ -13,6 +13,7 @@ import pytest
 import builder
 from builder.checkpoint import HFCheckpointError
 from helpers.hf_checkpoints import check_causal_lm, save_tiny
+from helpers.ragged_decode import RaggedRun, assert_same_as_alone
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
@@ -37,6 +38,20 @@ def test_gemma2_matches_transformers(gemma2):
     m = check_causal_lm(folder, hf, 128, shapes=((1, 5), (2, 11)), uncached=True)
     assert m.params["model.layers.3.post_feedforward_layernorm.weight"].shape == (32,)
     assert m.params["model.layers.0.self_attn.q_proj.weight"].shape == (64, 32)   # 4 heads x head_dim 16
+
+
+def test_gemma2_ragged_decode_equals_each_sequence_alone(gemma2):
+    """Sequences longer than the window (3) in one paged cache, decoded together: right-aligned rows keep the
+    window's token distances, so each equals its run alone (issue 43)."""
+    m = builder.build(gemma2[0])
+    prompts = [np.random.default_rng(7 + i).integers(0, 128, n) for i, n in enumerate((2, 7, 4))]
+    run = RaggedRun(m, block_size=4)
+    for sid, prompt in enumerate(prompts):
+        run.prefill(sid, prompt)
+    for _ in range(5):
+        run.decode([0, 1, 2])
+    for sid, prompt in enumerate(prompts):
+        assert_same_as_alone(run, sid, prompt)
 
 
 @pytest.mark.parametrize("dropped", ["attn_logit_softcapping=null", "sliding_window=null"])   # the two per-score ones

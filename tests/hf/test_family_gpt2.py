@@ -9,6 +9,7 @@ import pytest
 import builder
 from builder.checkpoint import HFCheckpointError, resolve_checkpoint
 from helpers.hf_checkpoints import check_causal_lm, save_tiny
+from helpers.ragged_decode import RaggedRun, assert_same_as_alone
 from runtime.weights import WeightsWarning
 
 torch = pytest.importorskip("torch")
@@ -27,6 +28,22 @@ def test_gpt2_lm_head_model_matches_transformers(tmp_path):
         m = check_causal_lm(tmp_path, hf, 128)
     assert m.params["h.1.mlp.c_fc.weight"].shape == (48, 32)      # (out, in): transposed from the file's (in, out)
     np.testing.assert_array_equal(m.params["h.0.attn.k_proj.bias"], hf.transformer.h[0].attn.c_attn.bias[32:64].detach().numpy())
+
+
+def test_gpt2_ragged_decode_equals_each_sequence_alone(tmp_path):
+    """Learned absolute positions (wpe) taken per row from the paged cache: sequences of different lengths
+    decoded together equal each run alone (issue 43)."""
+    save_tiny(tmp_path, "GPT2Config", "GPT2LMHeadModel", seed=13, **SMALL)
+    with pytest.warns(WeightsWarning, match=NO_MASK_BUFFERS):
+        m = builder.build(tmp_path)
+    prompts = [np.random.default_rng(5 + i).integers(0, 128, n) for i, n in enumerate((6, 1, 10))]
+    run = RaggedRun(m, block_size=4)
+    for sid, prompt in enumerate(prompts):
+        run.prefill(sid, prompt)
+    for _ in range(5):
+        run.decode([2, 0, 1])
+    for sid, prompt in enumerate(prompts):
+        assert_same_as_alone(run, sid, prompt)
 
 
 def test_a_bare_gpt2_model_gives_the_logits_of_its_tied_embedding(tmp_path):

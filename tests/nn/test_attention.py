@@ -364,7 +364,7 @@ def test_cache_path_prefill_chunk_and_decode_equal_one_causal_pass():
         total += n
         outs.append(f["step"](x[:, total - n: total], cache, total))
     np.testing.assert_allclose(np.concatenate(outs, axis=1), want, **ROPE)
-    assert cache.seq_len == 8 and cache.layer_ids == [0]
+    assert cache.seq_len(0) == 8 and cache.layer_ids == [0]
     # a padding mask over every key held (batch, total_seq_len)
     keep = np.ones((2, 8), dtype=bool)
     keep[1, 1:3] = False
@@ -373,7 +373,7 @@ def test_cache_path_prefill_chunk_and_decode_equal_one_causal_pass():
     first = f["masked_step"](x[:, :6], keep[:, :6], cache, 6)
     second = f["masked_step"](x[:, 6:], keep, cache, 8)
     np.testing.assert_allclose(np.concatenate([first, second], axis=1), want, **ROPE)
-    with pytest.raises(ValueError, match="layer 0: the layer holds 8 tokens and 1 are added, so it would hold 9, "
+    with pytest.raises(ValueError, match="layer 0: the layer holds 8 tokens, 1 are appended, so it would hold 9, "
                                          "but total_seq_len is 8"):
         f["step"](x[:, :1], cache, 8)
 
@@ -397,8 +397,11 @@ def test_export_text_of_the_cache_path():
     text = mod.script()
     assert ('def step(x: R.Tensor(("batch", "seq", 24), dtype="float64"), cache: R.Object, '
             'total_seq_len: R.Shape(["total_seq_len_1"]), attn_q_proj_weight: ') in text
-    assert 'R.call_pure_packed("vm.builtin.kv_cache_query_positions", cache, R.prim_value(0), ' in text
-    assert 'R.call_pure_packed("vm.builtin.kv_cache_update", cache, R.prim_value(0), ' in text
+    assert ('R.call_pure_packed("vm.builtin.kv_cache_positions", cache, R.prim_value(batch), R.prim_value(seq), '
+            'R.prim_value(total_seq_len_1), sinfo_args=(R.Tensor((batch, seq), dtype="int64"),))') in text
+    assert 'R.call_packed("vm.builtin.kv_cache_update", cache, R.prim_value(0), ' in text
+    assert ('R.call_pure_packed("vm.builtin.kv_cache_attention_mask", cache, R.prim_value(batch), '
+            'R.prim_value(total_seq_len_1), sinfo_args=(R.Tensor((batch, total_seq_len_1), dtype="bool"),))') in text
     assert 'causal_mask="BottomRight"' in text
     assert parse(text).script() == text          # the printed module parses back
     assert [n for n, _ in params] == ["attn.q_proj.weight", "attn.k_proj.weight", "attn.v_proj.weight",
@@ -581,7 +584,7 @@ def test_llama_greedy_generation_with_the_cache_matches_hf(llama):
                                   return_logits=True)
     np.testing.assert_array_equal(ids, ref["generated_ids"])
     np.testing.assert_allclose(logits, ref["step_logits"], rtol=0, atol=1e-4)
-    assert len(caches) == 1 and caches[0].seq_len == 9 + 23 and caches[0].layer_ids == [0, 1]
+    assert len(caches) == 1 and caches[0].seq_len(0) == 9 + 23 and caches[0].layer_ids == [0, 1]
 
 
 def test_llama_two_chunk_prefill_equals_one_prefill(llama):

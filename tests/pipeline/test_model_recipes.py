@@ -71,7 +71,7 @@ def test_llama_chunked_prefill_equals_one_prefill(llama):
     llama["prefill"](prompt[:, :5], cache, 5)
     second = llama["prefill"](prompt[:, 5:], cache, prompt.shape[1])
     np.testing.assert_allclose(second, whole, atol=1e-5, rtol=0)
-    assert cache.seq_len == prompt.shape[1]
+    assert cache.seq_len(0) == prompt.shape[1]
     # and the step after either continues identically
     nxt = np.argmax(whole[:, -1], axis=-1)[:, None]
     one = ContiguousKVCache()
@@ -93,22 +93,24 @@ def test_llama_prefill_and_decode_refuse_a_total_seq_len_that_does_not_count_the
     ids = np.array([[3, 1, 4, 1, 5]], np.int64)
     cache = ContiguousKVCache()
     for total in (4, 1, 0):
-        with pytest.raises(ValueError, match=r"layer 0: the layer holds 0 tokens, 5 are appended, so it would "
-                                             rf"hold 5, but total_seq_len is {total}$") as info:
+        with pytest.raises(ValueError, match=r"kv_cache_positions: the sequences hold 0 tokens, 5 are appended, so "
+                                             rf"they would hold 5, but total_seq_len is {total}$") as info:
             llama["prefill"](ids, cache, total)
         assert "v0" not in str(info.value) and "index out of range" not in str(info.value)
-    assert cache.seq_len == 0
+    assert cache.sequences == []
     full = llama["forward"](ids)
     np.testing.assert_allclose(llama["prefill"](ids[:, :4], cache, 4)[:, 0], full[:, 3], atol=1e-4, rtol=0)
     for total in (4, 0, 6):
-        with pytest.raises(ValueError, match=rf"the layer holds 4 tokens, 1 are appended, so it would hold 5, "
-                                             rf"but total_seq_len is {total}$"):
+        # the positions (a call before the layers) or the first layer's update refuse it
+        with pytest.raises(ValueError, match=rf"(the layer|the sequences) hold(s)? 4 tokens, 1 are appended, so "
+                                             rf"(it|they) would hold 5, but total_seq_len is {total}$"):
             llama["decode"](ids[:, 4:], cache, total)
     np.testing.assert_allclose(llama["decode"](ids[:, 4:], cache, 5)[:, 0], full[:, 4], atol=1e-4, rtol=0)
     for name in ("prefill", "decode"):
         ins = llama.exe.functions[name]["instructions"]
-        starts = [i for i in ins if i[0] == "call_builtin" and i[2] == "vm.builtin.prim_value_to_tensor"]
-        assert len(starts) == 1, name
+        builtins = [i[2] for i in ins if i[0] == "call_builtin"]   # positions and mask once, an update per layer
+        assert builtins == ["vm.builtin.kv_cache_positions", "vm.builtin.kv_cache_update",
+                            "vm.builtin.kv_cache_attention_mask", "vm.builtin.kv_cache_update"], name
         sized = [spec for i in ins if i[0] == "call" for spec in i[4] if "sub" in repr(spec)]
         assert not sized, (name, sized)
 

@@ -170,7 +170,7 @@ def test_forward_matches_numpy_and_prefill_then_decode_match_forward(model):
     for t in range(4, IDS.shape[1]):
         step = model["decode"](IDS[:, t:t + 1], cache, t + 1)
         np.testing.assert_allclose(step[:, 0], full[:, t], rtol=1e-12, atol=1e-12)
-    assert cache.layer_ids == [0, 1] and cache.seq_len == IDS.shape[1]
+    assert cache.layer_ids == [0, 1] and cache.seq_len(1) == IDS.shape[1]
 
 
 def test_two_prefill_chunks_equal_one_prefill(model):
@@ -203,7 +203,7 @@ def test_a_model_mixing_kv_cache_and_attention_layers(tmp_path):
     for t in (5, 6):
         np.testing.assert_allclose(m["decode"](IDS[:, t:t + 1], cache, t + 1)[:, 0], full[:, t], rtol=1e-11,
                                    atol=1e-11)
-    assert cache.layer_ids == [0, 1, 2] and cache.seq_len == 7
+    assert cache.layer_ids == [0, 1, 2] and cache.seq_len(1) == 7
     # the Attention layer's slot holds its keys: (batch, 7, kv_heads, head_dim)
     assert cache.view(1)[0].shape == (2, 7, KV_HEADS, HEAD_DIM)
 
@@ -250,3 +250,38 @@ def test_kv_cache_layer_module():
         nn.KVCacheLayer(2, 0)
     with pytest.raises(nn.tensor_parallel.ShardError):
         nn.KVCacheLayer(3, 8, tensor_parallel_shards=2)
+
+
+def ragged_recipe() -> str:
+    """The recipe with the blocks' attention masked by the cache's keep-mask (each row's real keys:
+    ``kv_cache_attention_mask``) and the positions taken from the cache per row (``kv_cache_positions``), for
+    ragged batches; no ``forward`` function (the blocks need the cache)."""
+    text = recipe()
+    text = text.replace('o = scaled_dot_product_attention(q, k_all, v_all, attn_mask=bias, causal_mask="BottomRight")',
+                        'keep = reshape(kv_cache_attention_mask(cache, batch, total_seq_len), [batch, 1, 1, -1])\n'
+                        '      o = scaled_dot_product_attention(q, k_all, v_all, attn_mask=where(keep, bias, -inf), '
+                        'causal_mask="BottomRight")')
+    for seq in ("seq", "1"):
+        text = text.replace(f'positions = arange(total_seq_len - {seq}, total_seq_len, dtype="int64")',
+                            f"positions = kv_cache_positions(cache, batch, {seq}, total_seq_len)")
+    start = text.index("  forward:\n    inputs:")
+    return text[:start] + text[text.index("  prefill:"):]
+
+
+def test_written_out_attention_masked_by_the_cache_decodes_a_ragged_batch(tmp_path):
+    """Sequences of 2, 6 and 4 tokens prefilled one by one into a paged cache, then decoded together: each row
+    equals its sequence run alone (issue 43). The ALiBi-style bias of absolute columns is shifted by a row's
+    padding, a constant per query that the softmax cancels."""
+    from helpers.ragged_decode import RaggedRun, assert_same_as_alone
+
+    text = ragged_recipe()
+    assert "kv_cache_attention_mask" in text and "arange(total_seq_len" not in text
+    m = _build(tmp_path, text, seed=5)
+    prompts = [np.random.default_rng(9 + i).integers(0, VOCAB, n) for i, n in enumerate((2, 6, 4))]
+    run = RaggedRun(m, block_size=4)
+    for sid, prompt in enumerate(prompts):
+        run.prefill(sid, prompt)
+    for _ in range(4):
+        run.decode([0, 1, 2])
+    for sid, prompt in enumerate(prompts):
+        assert_same_as_alone(run, sid, prompt, atol=1e-10)

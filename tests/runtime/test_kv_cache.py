@@ -1,13 +1,16 @@
-"""runtime.ContiguousKVCache (issue 14): appends per layer, growth by doubling, the checks made before
-anything changes, memory limits, and the VM builtins ``vm.builtin.kv_cache_update`` /
-``kv_cache_query_positions`` called from compiled code (an ``R.Object`` argument, a tuple result),
-also after a save / load of the executable and from tampered bytecode."""
+"""runtime.ContiguousKVCache (issue 14; since issue 43 the implicit mode of runtime.PagedKVCache): appends
+per layer, pools growing by doubling, the checks made before anything changes, memory limits, and the VM
+builtins ``vm.builtin.kv_cache_update`` / ``kv_cache_query_positions`` called from compiled code (an
+``R.Object`` argument, a tuple result, the update an impure ``R.call_packed``), also after a save / load of
+the executable and from tampered bytecode."""
 import numpy as np
 import pytest
 
 import runtime.memory
 from builder import compile as build
 from builder import nn
+from builder.ir.parser import parse
+from builder.ir.structural import assert_structural_equal
 from builder.nn import spec
 from runtime import ContiguousKVCache, Executable, VirtualMachine
 from runtime.memory import MemoryLimitError
@@ -24,9 +27,9 @@ def kv(batch, seq, heads=2, dim=4, dtype="float32", dim_v=None):
 @pytest.mark.parametrize("batch", [1, 3])
 def test_appends_return_every_token_held_contiguous_and_grow_by_doubling(batch):
     cache = ContiguousKVCache()
-    assert cache.seq_len == 0 and cache.num_layers == 0 and cache.capacity(0) == 0
+    assert cache.sequences == [] and cache.num_layers == 0 and cache.capacity(0) == 0
     ks, vs, returned = [], [], []
-    for step, seq in enumerate([5, 1, 1, 4, 1]):
+    for step, seq in enumerate([5, 1, 1, 14, 1]):
         k, v = kv(batch, seq, dim_v=3)
         ks.append(k)
         vs.append(v)
@@ -37,14 +40,17 @@ def test_appends_return_every_token_held_contiguous_and_grow_by_doubling(batch):
         np.testing.assert_array_equal(k_all, np.concatenate(ks, axis=1))
         np.testing.assert_array_equal(v_all, np.concatenate(vs, axis=1))
         returned.append((k_all, np.concatenate(ks, axis=1)))
-        assert cache.seq_len == total == cache.layer_seq_len(0)
-    # first allocation fits the prompt (5), then doubles: 10 holds 7, 11 needs 20
-    assert cache.capacity(0) == 20
+        assert cache.sequences == list(range(batch))
+        assert cache.seq_len(batch - 1) == total == cache.layer_seq_len(0)
+        assert not k_all.flags.writeable
+    # blocks of 16 tokens: the prompt takes one per sequence, 22 tokens two, so the pool doubles
+    assert cache.capacity(0) == 2 * batch * 16
     for got, want in returned:     # later appends never changed what was handed out
         np.testing.assert_array_equal(got, want)
     k_view, v_view = cache.view(0)
-    assert k_view.shape == (batch, 12, 2, 4) and not k_view.flags.writeable
-    assert cache.nbytes == batch * 20 * 2 * (4 + 3) * 4
+    assert k_view.shape == (batch, 22, 2, 4) and not k_view.flags.writeable
+    np.testing.assert_array_equal(k_view, np.concatenate(ks, axis=1))
+    assert cache.nbytes == 2 * batch * 16 * 2 * (4 + 3) * 4
 
 
 def test_layers_are_independent_and_reset_frees_them():
@@ -52,19 +58,19 @@ def test_layers_are_independent_and_reset_frees_them():
     k0, v0 = kv(2, 3)
     k1, v1 = kv(2, 3, heads=1, dim=8, dtype="float64")
     cache.update(0, k0, v0, 3)
-    assert cache.seq_len == 3 and cache.layer_seq_len(1) == 0
+    assert cache.seq_len(1) == 3 and cache.layer_seq_len(1) == 0
     cache.update(1, k1, v1, 3)
     assert cache.layer_ids == [0, 1] and cache.num_layers == 2
     np.testing.assert_array_equal(cache.view(1)[0], k1)
     cache.reset()
-    assert cache.seq_len == 0 and cache.num_layers == 0 and cache.nbytes == 0
+    assert cache.sequences == [] and cache.num_layers == 0 and cache.nbytes == 0
     cache.update(0, *kv(5, 2, heads=3), 2)     # a new batch size after reset
     with pytest.raises(KeyError, match="no layer 1"):
         cache.view(1)
 
 
 @pytest.mark.parametrize("change, message", [
-    (dict(batch=3), "the batch size is 3, but the layer holds 2"),
+    (dict(batch=3), "the batch size is 3, but the cache holds 2 sequences"),
     (dict(heads=4), "the number of kv heads is 4, but the layer holds 2"),
     (dict(dim=8), "the key head dim is 8, but the layer holds 4"),
     (dict(dim_v=5), "the value head dim is 5, but the layer holds 4"),
@@ -90,7 +96,7 @@ def test_total_seq_len_must_be_what_the_layer_holds_after_the_append():
     cache.update(0, *kv(1, 3), 3)
     with pytest.raises(ValueError, match="holds 3 tokens, 1 are appended, so it would hold 4, but total_seq_len is 3"):
         cache.update(0, *kv(1, 1), 3)
-    assert cache.seq_len == 3
+    assert cache.seq_len(0) == 3
 
 
 def test_malformed_arguments_are_refused_before_anything_changes():
@@ -129,23 +135,28 @@ def test_max_seq_len_bounds_the_tokens_and_the_capacity():
     cache = ContiguousKVCache(max_seq_len=6)
     cache.update(0, *kv(1, 4), 4)
     cache.update(0, *kv(1, 1), 5)
-    assert cache.capacity(0) == 6              # doubling stops at the bound
     cache.update(0, *kv(1, 1), 6)
     with pytest.raises(ValueError, match="layer 0: 7 tokens exceed the cache's max_seq_len 6"):
         cache.update(0, *kv(1, 1), 7)
     with pytest.raises(ValueError, match="exceed the cache's max_seq_len 6"):
         cache.query_positions(0, 1, 7)
-    assert cache.seq_len == 6
+    assert cache.seq_len(0) == 6 and cache.capacity(0) == 16
 
 
 def test_allocations_are_checked_against_the_memory_available(monkeypatch):
     cache = ContiguousKVCache()
     cache.update(0, *kv(1, 4), 4)
     monkeypatch.setattr(runtime.memory, "available_memory", lambda: 100)
-    with pytest.raises(MemoryLimitError, match="layer 0: a KV store of 8 tokens"):
-        cache.update(0, *kv(1, 1), 5)          # growing needs 8 tokens: 512 bytes > 100
-    assert cache.seq_len == 4 and cache.capacity(0) == 4
-    with pytest.raises(MemoryLimitError, match="layer 1: a KV store"):
+    cache.update(0, *kv(1, 1), 5)              # in the first block: nothing to allocate
+    with pytest.raises(MemoryLimitError, match="layer 0: 12 new tokens of the KV cache"):
+        cache.update(0, *kv(1, 12), 17)        # a second block: 12 x (8 + 64) bytes > 100
+    assert cache.seq_len(0) == 5 and cache.capacity(0) == 16
+    monkeypatch.setattr(runtime.memory, "available_memory", lambda: 1500)
+    with pytest.raises(MemoryLimitError, match="layer 0: a KV pool of 2 blocks of 16 tokens"):
+        cache.update(0, *kv(1, 12), 17)        # the pool of 2 blocks: 2048 bytes > 1500
+    assert cache.seq_len(0) == 5 and cache.capacity(0) == 16 and cache.layer_seq_len(0) == 5
+    monkeypatch.setattr(runtime.memory, "available_memory", lambda: 100)
+    with pytest.raises(MemoryLimitError, match="layer 1: a KV pool"):
         cache.update(1, *kv(1, 4), 4)
     with pytest.raises(MemoryLimitError, match="the positions of 1000 tokens"):
         cache.query_positions(2, 1000, 1000)
@@ -170,10 +181,14 @@ def test_query_positions_continue_after_the_tokens_held():
 
 def test_the_builtins_refuse_something_that_is_not_a_cache():
     k, v = kv(1, 1)
-    with pytest.raises(TypeError, match="the cache argument must be a runtime.ContiguousKVCache, got ndarray"):
+    with pytest.raises(TypeError, match="the cache argument must be a runtime.PagedKVCache, got ndarray"):
         _BUILTINS["vm.builtin.kv_cache_update"](k, 0, k, v, 1)
-    with pytest.raises(TypeError, match="must be a runtime.ContiguousKVCache, got NoneType"):
+    with pytest.raises(TypeError, match="must be a runtime.PagedKVCache, got NoneType"):
         _BUILTINS["vm.builtin.kv_cache_query_positions"](None, 0, 1, 1)
+    with pytest.raises(TypeError, match="kv_cache_positions: the cache argument must be a runtime.PagedKVCache"):
+        _BUILTINS["vm.builtin.kv_cache_positions"](None, 1, 1, 1)
+    with pytest.raises(TypeError, match="kv_cache_attention_mask: the cache argument must be a runtime.PagedKVCache"):
+        _BUILTINS["vm.builtin.kv_cache_attention_mask"]([], 1, 1)
 
 
 class CacheUser(nn.Module):
@@ -202,9 +217,11 @@ def test_export_takes_the_cache_as_an_object_and_the_length_as_a_shape(cache_exe
     text = mod.script()
     assert ('def step(x: R.Tensor(("batch", "seq", 4), dtype="float32"), cache: R.Object, '
             'total_seq_len: R.Shape(["total_seq_len_1"]), proj_weight: R.Tensor((16, 4), dtype="float32"))') in text
-    assert ('R.call_pure_packed("vm.builtin.kv_cache_update", cache, R.prim_value(3), split_0, split_1, '
-            'R.prim_value(total_seq_len_1), sinfo_args=(R.Tuple(R.Tensor((batch, total_seq_len_1, 2, 4), '
-            'dtype="float32"), R.Tensor((batch, total_seq_len_1, 2, 4), dtype="float32")),))') in text
+    assert ('R.call_packed("vm.builtin.kv_cache_update", cache, R.prim_value(3), split_0, split_1, '
+            'R.prim_value(total_seq_len_1), sinfo_args=R.Tuple(R.Tensor((batch, total_seq_len_1, 2, 4), '
+            'dtype="float32"), R.Tensor((batch, total_seq_len_1, 2, 4), dtype="float32")))') in text
+    assert "@R.function(pure=False)\n    def step(" in text     # the update is impure: it writes the cache
+    assert_structural_equal(parse(text), mod)
     assert ('R.call_pure_packed("vm.builtin.kv_cache_query_positions", cache, R.prim_value(3), R.prim_value(seq), '
             'R.prim_value(total_seq_len_1), sinfo_args=(R.Tensor((seq,), dtype="int64"),))') in text
     assert exe.get_function_params("step") == ["x", "cache", "total_seq_len", "proj_weight"]
@@ -227,11 +244,11 @@ def test_compiled_code_updates_the_cache_across_calls(cache_exe, reload):
         np.testing.assert_array_equal(pos, np.arange(total - x.shape[1], total))
     kv_all = (np.concatenate(xs, axis=1) @ w.T).reshape(2, total, 4, 4)
     np.testing.assert_allclose(y, kv_all[:, :, :2] - kv_all[:, :, 2:], rtol=1e-5, atol=1e-6)
-    assert cache.layer_ids == [3] and cache.seq_len == 6
+    assert cache.layer_ids == [3] and cache.seq_len(1) == 6
     with pytest.raises(ValueError, match="layer 3: the layer holds 6 tokens and 1 are added, so it would hold 7, "
                                          "but total_seq_len is 6"):
         vm["step"](xs[1], cache, 6, w)
-    with pytest.raises(TypeError, match="must be a runtime.ContiguousKVCache, got str"):
+    with pytest.raises(TypeError, match="must be a runtime.PagedKVCache, got str"):
         vm["step"](xs[1], "cache", 7, w)
 
 
@@ -256,7 +273,7 @@ def test_tampered_bytecode_reaches_the_builtin_checks_not_a_crash(cache_exe):
         args[0] = ["reg", 0]
 
     vm = _tampered(exe, "vm.builtin.kv_cache_update", x_as_cache)
-    with pytest.raises(TypeError, match="kv_cache_update: the cache argument must be a runtime.ContiguousKVCache"):
+    with pytest.raises(TypeError, match="kv_cache_update: the cache argument must be a runtime.PagedKVCache"):
         vm["step"](x, ContiguousKVCache(), 2, w)
 
     def huge(args):

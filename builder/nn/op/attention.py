@@ -1,6 +1,7 @@
 """Pieces of attention layers: rotary position embeddings built from other ops
-(``rotary_embedding``), the calls of the runtime KV cache (``kv_cache_update``,
-``kv_cache_query_positions``; ``runtime.kv_cache``) and padding removal (``unpad_input`` /
+(``rotary_embedding``), the calls of the runtime KV cache (``kv_cache_update``, ``kv_cache_positions``,
+``kv_cache_attention_mask``, ``kv_cache_query_positions``; the builtins named in ``core.kv_cache_builtins``,
+``runtime.kv_cache``) and padding removal (``unpad_input`` /
 ``pad_input``: the position-wise layers of a padded batch run on its real tokens only). The attention itself is
 ``scaled_dot_product_attention`` (:mod:`.nn`); the layer that puts them together is
 :class:`builder.nn.attention.Attention`."""
@@ -8,20 +9,19 @@ from __future__ import annotations
 
 import numpy as np
 
+from core.kv_cache_builtins import (KV_CACHE_ATTENTION_MASK, KV_CACHE_POSITIONS, KV_CACHE_QUERY_POSITIONS,
+                                    KV_CACHE_UPDATE)
+
 from ...ir import expr as E
 from ...ir import relax as rx
 from ...ir.op.common import definitely_different, fmt_shape, static_int
 from ...ir.struct_info import TensorStructInfo, TupleStructInfo
 from ..core import Object, Tensor, wrap_nested
-from .common import builtin_call, op_call, recipe_function
+from .common import builtin_call, impure_builtin_call, op_call, recipe_function
 
 __all__ = ["rotary_embedding", "rope_scaled_inv_freq", "kv_cache_update", "kv_cache_query_positions",
-           "unpad_input", "pad_input"]
+           "kv_cache_positions", "kv_cache_attention_mask", "unpad_input", "pad_input"]
 
-#: The runtime builtins behind :func:`kv_cache_update` and :func:`kv_cache_query_positions`
-#: (``runtime.kv_cache``).
-KV_CACHE_UPDATE = "vm.builtin.kv_cache_update"
-KV_CACHE_QUERY_POSITIONS = "vm.builtin.kv_cache_query_positions"
 
 
 #: RoPE scalings (HF transformers' ``rope_type``) :func:`rope_scaled_inv_freq` applies, with the keys each needs.
@@ -118,8 +118,8 @@ def rotary_embedding(x: Tensor, positions: Tensor, theta: float, name: str = "ro
     2-D or its seq (or batch) differs from ``x``'s, or ``theta`` is not a positive finite number.
 
     A recipe's ``forward:`` calls it too, on q / k it computed itself: ``q = rotary_embedding(q,
-    positions, 10000.0)`` (positions ``arange(total_seq_len - seq, total_seq_len, dtype="int64")`` over a
-    KV cache, as ``recipes/llama.yaml`` computes them).
+    positions, 10000.0)`` (positions ``kv_cache_positions(cache, batch, seq, total_seq_len)`` over a KV cache,
+    as ``recipes/llama.yaml`` computes them).
 
     ``scaling``: a RoPE scaling of the frequencies, HF's ``rope_parameters`` / ``rope_scaling`` keys
     (``{"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
@@ -188,16 +188,16 @@ def _int64(opname: str, what: str, value) -> E.PrimExpr:
 
 def kv_cache_query_positions(cache: Object, layer_id: int, seq: int | E.PrimExpr, total_seq_len: int | E.PrimExpr,
                              name: str = "positions") -> Tensor:
-    """The positions of ``seq`` new tokens in layer ``layer_id`` of the runtime KV cache: int64
-    (seq,), ``arange(held, total_seq_len)`` where ``held = total_seq_len - seq`` is what the layer
-    holds before the new tokens are appended (MLC-LLM's ``get_query_positions``)::
+    """The positions of ``seq`` new tokens in layer ``layer_id`` of the runtime KV cache, shared by every
+    row: int64 (seq,), ``arange(held, total_seq_len)`` where ``held = total_seq_len - seq`` is what the layer
+    holds before the new tokens are appended (MLC-LLM's ``get_query_positions``; a ragged batch, whose
+    rows hold different lengths, needs :func:`kv_cache_positions`)::
 
         R.call_pure_packed("vm.builtin.kv_cache_query_positions", cache, R.prim_value(layer_id),
                            R.prim_value(seq), R.prim_value(total_seq_len),
                            sinfo_args=(R.Tensor((seq,), dtype="int64"),))
 
-    (``R.arange`` with a symbolic start is not supported by this runtime, so the positions come from
-    the cache.) At run time the cache raises ValueError (naming the layer) when it does not hold
+    At run time the cache raises ValueError (naming the layer) when it does not hold
     ``total_seq_len - seq`` tokens. Raises TypeError / ValueError, as :func:`kv_cache_update`, for a
     bad ``cache``, ``layer_id``, ``seq`` or ``total_seq_len``.
     """
@@ -211,23 +211,73 @@ def kv_cache_query_positions(cache: Object, layer_id: int, seq: int | E.PrimExpr
     return wrap_nested(call, name)
 
 
+@recipe_function
+def kv_cache_positions(cache: Object, batch: int | E.PrimExpr, seq: int | E.PrimExpr,
+                       total_seq_len: int | E.PrimExpr, name: str = "positions") -> Tensor:
+    """The positions of the call's new tokens from the runtime KV cache, int64 (batch, seq): row ``r``'s
+    ``arange(held_r, held_r + seq)``, ``held_r`` the tokens its sequence holds before the call (a ragged
+    batch: ``runtime.PagedKVCache.begin_forward``; without it ``arange(total_seq_len - seq,
+    total_seq_len)`` for every row)::
+
+        R.call_pure_packed("vm.builtin.kv_cache_positions", cache, R.prim_value(batch), R.prim_value(seq),
+                           R.prim_value(total_seq_len), sinfo_args=(R.Tensor((batch, seq), dtype="int64"),))
+
+    Layer-independent (one call per function, after ``eliminate_common_subexpr``); a recipe's prefill /
+    decode computes ``positions = kv_cache_positions(cache, batch, seq, total_seq_len)``. At run time the
+    cache raises ValueError when the sizes differ from the declared call. Raises TypeError for a ``cache``
+    that is not an ``nn.Object`` or sizes that are neither ints nor integer PrimExprs; ValueError for
+    negative sizes."""
+    opname = "kv_cache_positions"
+    _cache_args(opname, cache, 0)
+    b, n, total = (_int64(opname, w, x) for w, x in (("batch", batch), ("seq", seq), ("total_seq_len", total_seq_len)))
+    call = builtin_call(KV_CACHE_POSITIONS, [cache._expr, rx.PrimValue(b, "int64"), rx.PrimValue(n, "int64"),
+                                             rx.PrimValue(total, "int64")], TensorStructInfo((b, n), "int64"))
+    return wrap_nested(call, name)
+
+
+@recipe_function
+def kv_cache_attention_mask(cache: Object, batch: int | E.PrimExpr, total_seq_len: int | E.PrimExpr,
+                            name: str = "kv_mask") -> Tensor:
+    """The real keys of the call's rows in the runtime KV cache, bool (batch, total_seq_len): True at row
+    ``r``'s ``held_r + seq`` keys (right-aligned, :func:`kv_cache_update`), False at its left padding (all
+    True without a ragged batch)::
+
+        R.call_pure_packed("vm.builtin.kv_cache_attention_mask", cache, R.prim_value(batch),
+                           R.prim_value(total_seq_len), sinfo_args=(R.Tensor((batch, total_seq_len), dtype="bool"),))
+
+    A padding mask for ``scaled_dot_product_attention`` (``reshape`` to (batch, 1, 1, total_seq_len)), combined
+    with the bottom-right causal mask: right alignment keeps a query's own key and the distances of sliding
+    windows. Raises what :func:`kv_cache_positions` raises for bad arguments."""
+    opname = "kv_cache_attention_mask"
+    _cache_args(opname, cache, 0)
+    b, total = _int64(opname, "batch", batch), _int64(opname, "total_seq_len", total_seq_len)
+    call = builtin_call(KV_CACHE_ATTENTION_MASK, [cache._expr, rx.PrimValue(b, "int64"), rx.PrimValue(total, "int64")],
+                        TensorStructInfo((b, total), "bool"))
+    return wrap_nested(call, name)
+
+
 def kv_cache_update(cache: Object, layer_id: int, k: Tensor, v: Tensor, total_seq_len: int | E.PrimExpr,
                     name: str = "kv_cache") -> tuple[Tensor, Tensor]:
     """Append the keys / values of new tokens to layer ``layer_id`` of the runtime KV cache and read
     back every key and value it holds::
 
-        k_all, v_all = R.call_pure_packed("vm.builtin.kv_cache_update", cache, R.prim_value(layer_id),
-                                          k, v, R.prim_value(total_seq_len),
-                                          sinfo_args=(R.Tuple(R.Tensor((b, total_seq_len, h, d)),
-                                                              R.Tensor((b, total_seq_len, h, dv))),))
+        k_all, v_all = R.call_packed("vm.builtin.kv_cache_update", cache, R.prim_value(layer_id),
+                                     k, v, R.prim_value(total_seq_len),
+                                     sinfo_args=R.Tuple(R.Tensor((b, total_seq_len, h, d)),
+                                                        R.Tensor((b, total_seq_len, h, dv))))
+
+    an impure call (it writes the cache: no pass drops, merges or moves it, and the exported function is
+    ``pure=False``).
 
     ``cache``: an ``nn.Object`` (a ``spec.Object()`` input; at run time a
-    ``runtime.ContiguousKVCache``); ``layer_id``: a non-negative int; ``k`` (batch, seq, kv_heads,
+    ``runtime.PagedKVCache``); ``layer_id``: a non-negative int; ``k`` (batch, seq, kv_heads,
     head_dim), ``v`` (batch, seq, kv_heads, head_dim_v) of one float dtype; ``total_seq_len``: the
     tokens held after the append (an int or an int64 PrimExpr, typically a ``spec.Int`` input).
-    Returns ``(k_all, v_all)``, (batch, total_seq_len, kv_heads, head_dim[_v]). At run time the cache
-    raises ValueError (naming the layer) when the held tokens plus ``seq`` are not ``total_seq_len``,
-    or the shapes / dtype differ from what the layer holds.
+    Returns ``(k_all, v_all)``, (batch, total_seq_len, kv_heads, head_dim[_v]): row ``r``'s keys
+    right-aligned, zeros before them when its sequence holds fewer than ``total_seq_len`` (a ragged batch:
+    mask them with :func:`kv_cache_attention_mask`). At run time the cache raises ValueError (naming the
+    layer) when the call differs from the one ``begin_forward`` declared (without one: when the held tokens
+    plus ``seq`` are not ``total_seq_len``), or the shapes / dtype differ from what the layer holds.
 
     Raises TypeError for a ``cache`` that is not an ``nn.Object``, a ``layer_id`` that is not an int,
     a ``total_seq_len`` that is neither an int nor an integer PrimExpr, or ``k`` / ``v`` of different
@@ -249,8 +299,8 @@ def kv_cache_update(cache: Object, layer_id: int, k: Tensor, v: Tensor, total_se
     b, _, heads, d = k.shape
     sinfo = TupleStructInfo([TensorStructInfo((b, total, heads, d), k.dtype),
                              TensorStructInfo((b, total, heads, v.shape[3]), v.dtype)])
-    call = builtin_call(KV_CACHE_UPDATE, [cache._expr, rx.PrimValue(int(layer_id), "int64"), k._expr, v._expr,
-                                     rx.PrimValue(total, "int64")], sinfo)
+    call = impure_builtin_call(KV_CACHE_UPDATE, [cache._expr, rx.PrimValue(int(layer_id), "int64"), k._expr, v._expr,
+                                            rx.PrimValue(total, "int64")], sinfo)
     k_all, v_all = wrap_nested(call, name)
     return k_all, v_all
 

@@ -77,6 +77,16 @@ def builtin_call(func: str, args: Sequence[rx.Expr], sinfo) -> rx.Call:
     return rx.Call(rx.Op.get("call_pure_packed"), [rx.ExternFunc(func), *args], sinfo_args=[sinfo])
 
 
+def impure_builtin_call(func: str, args: Sequence[rx.Expr], sinfo) -> rx.Call:
+    """``R.call_packed(func, *args, sinfo_args=(sinfo,))``: a call of the VM builtin ``func`` that changes
+    state its arguments do not show (``vm.builtin.kv_cache_update`` writes the cache), so that no pass
+    drops it when its result is unused, merges two equal calls or moves it (TVM's impure ``R.call_packed``:
+    the callee is the ``ExternFunc`` itself, no op record). Its struct info is ``sinfo``. It is bound in the
+    dataflow block like any call (this IR's verifier allows that; TVM would end the block before it), and the
+    exporter marks a function holding one impure (``@R.function(pure=False)``)."""
+    return rx.Call(rx.ExternFunc(func), list(args), sinfo_args=[sinfo], struct_info=sinfo)
+
+
 def symbolic_scalar(value: E.PrimExpr, dtype: str = "int64") -> rx.Expr:
     """A symbolic int expression of the shape variables (``total - seq``) as a 0-d tensor of
     ``dtype`` (a conversion as ``astype`` does: float16 rounds beyond 2048).

@@ -1,0 +1,92 @@
+"""Ragged batched decode over one ``runtime.PagedKVCache`` (issue 43) with the reference Llama (recipes/llama.yaml,
+tests/data/llama_causal_lm.safetensors): sequences of different lengths prefilled one by one, then decoded together
+in one ``decode`` call per step (weights read once), give each sequence's logits run alone over a fresh cache to
+1e-5 and the same greedy tokens; also a sequence added while others decode, a chunked prefill, forks, and the
+budget refusing a step before it runs."""
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import builder
+from helpers.ragged_decode import RaggedRun, assert_same_as_alone, run_alone
+from runtime import KVCacheFullError
+
+ROOT = Path(__file__).resolve().parents[2]
+PROMPTS = [np.random.default_rng(43 + i).integers(0, 1000, n) for i, n in enumerate((5, 9, 3, 12))]
+
+
+@pytest.fixture(scope="module")
+def llama():
+    return builder.build(ROOT / "recipes" / "llama.yaml", weights=ROOT / "tests" / "data" / "llama_causal_lm.safetensors")
+
+
+def test_four_prompts_prefilled_alone_then_decoded_together_equal_each_run_alone(llama):
+    run = RaggedRun(llama)
+    for sid, prompt in enumerate(PROMPTS):
+        run.prefill(sid, prompt)
+    for _ in range(6):
+        run.decode([0, 1, 2, 3])
+    assert [run.cache.seq_len(s) for s in range(4)] == [11, 15, 9, 18]
+    for sid, prompt in enumerate(PROMPTS):
+        assert_same_as_alone(run, sid, prompt)
+    assert len({tuple(run.fed[s]) for s in range(4)}) == 4      # four different continuations
+
+
+def test_a_sequence_added_while_others_decode_and_one_removed(llama):
+    run = RaggedRun(llama, block_size=16)
+    run.prefill(0, PROMPTS[0])
+    run.prefill(1, PROMPTS[1])
+    for _ in range(3):
+        run.decode([0, 1])
+    run.prefill(2, PROMPTS[3])                                  # alone, batch 1, while 0 and 1 are held
+    for _ in range(3):
+        run.decode([0, 1, 2])
+    free = run.cache.free_blocks
+    run.cache.remove_sequence(0)
+    assert run.cache.free_blocks == free + 1
+    for _ in range(2):
+        run.decode([2, 1])                                      # the rows in another order
+    for sid, prompt in ((0, PROMPTS[0]), (1, PROMPTS[1]), (2, PROMPTS[3])):
+        assert_same_as_alone(run, sid, prompt)
+
+
+def test_chunked_prefill_equals_one_prefill(llama):
+    run = RaggedRun(llama)
+    run.prefill(0, PROMPTS[3], chunks=(5, 7))                   # a prefix already in the cache, then the rest
+    run.prefill(1, PROMPTS[1])
+    for _ in range(4):
+        run.decode([0, 1])
+    assert_same_as_alone(run, 0, PROMPTS[3])
+    assert_same_as_alone(run, 1, PROMPTS[1])
+    chunked, _ = run_alone(llama, PROMPTS[3], 0, chunks=(5, 7))
+    np.testing.assert_allclose(chunked, run_alone(llama, PROMPTS[3], 0)[0], atol=1e-5, rtol=0)
+
+
+def test_two_forks_of_a_prefilled_prompt_decode_like_two_independent_runs(llama):
+    run = RaggedRun(llama)
+    run.prefill(0, PROMPTS[1])                                  # 9 tokens: 2 full blocks of 4 shared, 1 copied
+    run.fork(0, 1)
+    run.fork(0, 2)
+    one, two = [11, 22, 33, 44], [55, 66, 77, 88]
+    for i in range(4):
+        run.decode([1, 0, 2], forced={1: one[i], 2: two[i]})   # the parent decodes greedily alongside
+    assert_same_as_alone(run, 1, PROMPTS[1], forced=one)
+    assert_same_as_alone(run, 2, PROMPTS[1], forced=two)
+    assert_same_as_alone(run, 0, PROMPTS[1])                    # the children's appends never reached the parent
+
+
+def test_the_budget_refuses_a_step_before_it_runs(llama):
+    run = RaggedRun(llama, max_tokens=32, block_size=4)         # 8 blocks
+    run.prefill(0, PROMPTS[3])                                  # 12 tokens: 3 blocks
+    run.prefill(1, PROMPTS[1])                                  # 9 tokens: 3 blocks
+    for _ in range(3):
+        run.decode([0, 1])                                      # 15 and 12 tokens: 4 + 3 blocks
+    assert run.cache.free_blocks == 1
+    run.decode([0, 1])                                          # 16 and 13: the last block
+    with pytest.raises(KVCacheFullError, match="2 new tokens need 1 new blocks of 4 tokens, but only 0 of the 8"):
+        run.decode([0, 1])
+    assert [run.cache.seq_len(s) for s in (0, 1)] == [16, 13]   # nothing changed
+    run.cache.remove_sequence(1)
+    run.decode([0])
+    assert_same_as_alone(run, 0, PROMPTS[3])
