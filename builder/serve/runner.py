@@ -1,21 +1,23 @@
-"""``ModelRunner``: the engine's calls of a causal LM's compiled ``prefill`` / ``decode`` over the KV cache of
-all its sequences, and the cache's token budget.
+"""``ModelRunner``: the engine's calls of a causal LM's compiled ``prefill`` / ``decode`` over one
+:class:`runtime.PagedKVCache` holding all its sequences, and the cache's token budget.
 
-The engine names sequences by int ids: :meth:`ModelRunner.add_sequence` / :meth:`fork_sequence` /
-:meth:`remove_sequence`; :meth:`prefill` appends prompt tokens to one sequence (in chunks: a prefix may be held
-already) and returns the last position's logits; :meth:`decode` appends one token to each of several sequences
-and returns their logits. The budget (``capacity`` tokens) is shared by reservations the engine makes when it
+The engine names sequences by int ids: :meth:`ModelRunner.add_sequence` / :meth:`fork_sequence` (the child shares
+the parent's blocks: ``n`` completions of one prompt hold it once) / :meth:`remove_sequence`; :meth:`prefill`
+appends prompt tokens to one sequence (in chunks: a prefix may be held already) and returns the last position's
+logits; :meth:`decode` appends one token to each of several sequences of different lengths in ONE call of the
+compiled ``decode`` (a ragged batch, ``PagedKVCache.begin_forward``: every weight read once per step) and returns
+their logits. The budget (``capacity`` tokens, whole blocks) is shared by reservations the engine makes when it
 admits a request (:meth:`reserve` / :meth:`release`; ``peak_reserved`` the most held at once), so a running request
 never finds the cache full.
 """
 from __future__ import annotations
 
-import copy
+import math
 from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from runtime import ContiguousKVCache
+from runtime import PagedKVCache
 
 __all__ = ["ModelRunner"]
 
@@ -36,18 +38,20 @@ def _last_logits(out: Any, rows: int, what: str) -> np.ndarray:
 
 class ModelRunner:
     """``prefill`` / ``decode``: ``fn(input_ids int64 (batch, seq), cache, total_seq_len) -> logits (batch, seq or
-    1, vocab)``, as :func:`builder.generation.greedy_generate` takes them; ``capacity``: the KV cache's budget in
-    tokens. Raises ValueError for a non-positive ``capacity``; the methods raise KeyError for an unknown
-    sequence id, ValueError for a known one added again, and ValueError for logits of the wrong shape / NaN."""
+    1, vocab)``, the compiled functions of a recipe whose attention reads ``runtime.PagedKVCache``'s ragged rows;
+    ``capacity``: the KV cache's budget in tokens (rounded up to whole blocks of ``block_size``). Raises ValueError
+    for a non-positive ``capacity``; the methods raise KeyError for an unknown sequence id, ValueError for a known
+    one added again, ValueError for logits of the wrong shape / NaN, and what the cache raises."""
 
-    def __init__(self, prefill: StepFn, decode: StepFn, capacity: int):
+    def __init__(self, prefill: StepFn, decode: StepFn, capacity: int, block_size: int = 16):
         if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity <= 0:
             raise ValueError(f"ModelRunner: capacity must be a positive int, got {capacity!r}")
         self._prefill, self._decode = prefill, decode
-        self.capacity = capacity
+        self.cache = PagedKVCache(max_tokens=capacity, block_size=block_size)
+        self.block_size = self.cache.block_size
+        self.capacity = self.cache.num_blocks * self.block_size
         self.reserved = 0
         self.peak_reserved = 0
-        self._caches: dict[int, ContiguousKVCache] = {}
 
     # -- the budget -----------------------------------------------------------------------------------
     @property
@@ -56,8 +60,9 @@ class ModelRunner:
         return self.capacity - self.reserved
 
     def tokens_to_reserve(self, tokens: int, rows: int) -> int:
-        """The budget ``rows`` sequences of ``tokens`` tokens each take."""
-        return tokens * rows
+        """The budget ``rows`` sequences of ``tokens`` tokens each take at most (whole blocks each; forks share
+        the prompt's, so this bounds them)."""
+        return rows * math.ceil(tokens / self.block_size) * self.block_size
 
     def reserve(self, tokens: int) -> None:
         """Take ``tokens`` of the budget. Raises ValueError when fewer are free."""
@@ -74,41 +79,41 @@ class ModelRunner:
     @property
     def sequences(self) -> list[int]:
         """The ids of the sequences held."""
-        return sorted(self._caches)
+        return self.cache.sequences
 
     def add_sequence(self, seq_id: int) -> None:
         """A new, empty sequence."""
-        if seq_id in self._caches:
-            raise ValueError(f"sequence {seq_id} exists")
-        self._caches[seq_id] = ContiguousKVCache()
+        self.cache.add_sequence(seq_id)
 
     def fork_sequence(self, parent_id: int, child_id: int) -> None:
-        """A new sequence ``child_id`` holding what ``parent_id`` holds."""
-        if child_id in self._caches:
-            raise ValueError(f"sequence {child_id} exists")
-        self._caches[child_id] = copy.deepcopy(self._caches[parent_id])
+        """A new sequence ``child_id`` holding what ``parent_id`` holds (its blocks shared)."""
+        self.cache.fork_sequence(parent_id, child_id)
 
     def remove_sequence(self, seq_id: int) -> None:
-        """Forget sequence ``seq_id`` (its memory is freed)."""
-        del self._caches[seq_id]
+        """Forget sequence ``seq_id`` (the blocks no other sequence holds are freed)."""
+        self.cache.remove_sequence(seq_id)
 
     def seq_len(self, seq_id: int) -> int:
         """Tokens sequence ``seq_id`` holds."""
-        return self._caches[seq_id].seq_len
+        return self.cache.seq_len(seq_id)
 
     # -- forward ----------------------------------------------------------------------------------------
     def prefill(self, seq_id: int, ids: Sequence[int]) -> np.ndarray:
         """Append ``ids`` (a prompt or a chunk of one) to sequence ``seq_id``: the logits of its last position,
         float32 (vocab,)."""
-        cache = self._caches[seq_id]
         x = np.array([list(ids)], dtype=np.int64)
-        return _last_logits(self._prefill(x, cache, cache.seq_len + x.shape[1]), 1, "prefill")[0]
+        total = self.cache.begin_forward([seq_id], x.shape[1])
+        try:
+            return _last_logits(self._prefill(x, self.cache, total), 1, "prefill")[0]
+        finally:
+            self.cache.end_forward()
 
     def decode(self, seq_ids: Sequence[int], last_ids: Sequence[int]) -> np.ndarray:
-        """Append token ``last_ids[i]`` to sequence ``seq_ids[i]`` each: their logits, float32 (len(seq_ids), vocab)."""
-        out = []
-        for seq_id, tid in zip(seq_ids, last_ids):
-            cache = self._caches[seq_id]
-            out.append(_last_logits(self._decode(np.array([[tid]], dtype=np.int64), cache, cache.seq_len + 1),
-                                    1, "decode")[0])
-        return np.stack(out)
+        """Append token ``last_ids[i]`` to sequence ``seq_ids[i]`` each, in one call: their logits, float32
+        (len(seq_ids), vocab)."""
+        x = np.array(list(last_ids), dtype=np.int64).reshape(-1, 1)
+        total = self.cache.begin_forward(list(seq_ids), 1)
+        try:
+            return _last_logits(self._decode(x, self.cache, total), x.shape[0], "decode")
+        finally:
+            self.cache.end_forward()

@@ -182,3 +182,21 @@ def test_the_engine_thread_serves_submitted_requests(llama):
         engine.shutdown()
     assert got == [llama.complete(p, max_tokens=5, temperature=0).text for p in PROMPTS[:4]]
     assert np.all([h.done is not None for h in handles])
+
+
+def test_one_decode_call_per_step_for_every_running_row(llama):
+    tm = llama.text_model()
+    engine = Engine(tm, kv_cache_tokens=4096)
+    real = engine.runner._decode
+    batches = []
+
+    def counted(ids, cache, total):
+        batches.append(ids.shape[0])
+        return real(ids, cache, total)
+    engine.runner._decode = counted
+    handles = [engine.submit(tm.encode(p), 6) for p in PROMPTS[:4]]
+    handles.append(engine.submit(tm.encode(PROMPTS[4]), 4, SamplingParams(temperature=1.0, seed=0, n=3)))
+    _run_all(engine)
+    assert max(batches) == 7        # 4 requests and 3 completions of the fifth, in one call
+    assert len(batches) < 6 * 7     # not one call per row
+    assert [len(list(h)) > 0 for h in handles] == [True] * 5

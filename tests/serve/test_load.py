@@ -60,6 +60,9 @@ def test_64_requests_from_16_clients_none_lost_or_mixed(llama):
         assert engine.wait_idle(30)
     assert got == want
     assert engine.runner.peak_reserved <= BUDGET and engine.runner.reserved == 0
+    cache = engine.runner.cache      # the stores never grew past the budget's blocks, and every block is free
+    assert cache.layer_ids and all(cache.capacity(i) <= BUDGET for i in cache.layer_ids)
+    assert cache.free_blocks == cache.num_blocks
     assert engine.runner.sequences == [] and engine.num_running == engine.num_waiting == 0
 
 
