@@ -9,9 +9,9 @@ scheduling of vLLM and of llama.cpp's server slots):
    KV cache can hold every admitted row's prompt and ``max_tokens`` (reserved at admission, so a running
    request never finds the cache full; the queue of waiting requests is bounded by ``max_queue``, and a full
    queue refuses new requests with :class:`QueueFullError`);
-3. one chunk of at most ``prefill_chunk`` prompt tokens of the oldest admitted request is prefilled (a long
-   prompt takes several steps, interleaved with the decode of the others); when its prompt is done its first
-   tokens are sampled;
+3. at most ``prefill_chunk`` prompt tokens are prefilled, of the admitted requests oldest first, one call per
+   request (a long prompt takes several steps, interleaved with the decode of the others; short ones share a
+   step); when a prompt is done its first tokens are sampled;
 4. every decoding row of every request is decoded (:class:`ModelRunner`), its token sampled with its
    request's sampler, its text streamed (:class:`~builder.text_stream.CompletionText`), and finished rows and
    requests retired.
@@ -278,9 +278,13 @@ class Engine:
             return False
         self.steps += 1
         decoding = [r for r in self._running if r.decoding]
-        pending = next((r for r in self._running if not r.decoding), None)
-        if pending is not None:
-            self._guarded(pending, self._prefill_chunk)
+        budget = self.prefill_chunk
+        for request in [r for r in self._running if not r.decoding]:
+            if budget <= 0:
+                break
+            take = min(budget, len(request.prompt_ids) - request.prefilled)
+            budget -= take
+            self._guarded(request, lambda r, n=take: self._prefill_chunk(r, n))
         if decoding:
             self._decode(decoding)
         return True
@@ -306,9 +310,9 @@ class Engine:
         except Exception as exc:      # the model failed on this request: it ends, the engine goes on
             self._retire(request, RequestFailed(exc))
 
-    def _prefill_chunk(self, request: _Request) -> None:
+    def _prefill_chunk(self, request: _Request, count: int) -> None:
         start = request.prefilled
-        chunk = request.prompt_ids[start:start + self.prefill_chunk]
+        chunk = request.prompt_ids[start:start + count]
         logits = self.runner.prefill(request.rows[0].seq_id, chunk)
         request.prefilled += len(chunk)
         if request.prefilled < len(request.prompt_ids):
