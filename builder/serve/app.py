@@ -129,7 +129,7 @@ class _Generation:
                               code="context_length_exceeded") from None
         except (ValueError, TypeError) as exc:
             self.cancel()
-            raise _BadRequest(str(exc), _param_of(str(exc), ("max_tokens", "stop", "stop_token_ids", "prompt",
+            raise _BadRequest(str(exc), _param_of(str(exc), ("max_tokens", "n", "stop", "stop_token_ids", "prompt",
                                                              "response_format"))) from None
         self.pending = len(self.handles)
 

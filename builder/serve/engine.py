@@ -193,6 +193,9 @@ class Engine:
         sampling = SamplingParams(do_sample=False) if sampling is None else sampling
         if not isinstance(sampling, SamplingParams):
             raise TypeError(f"sampling must be SamplingParams, got {type(sampling).__name__}")
+        if sampling.n > self.max_batch:
+            raise ValueError(f"n: {sampling.n} completions cannot run together; this engine decodes at most "
+                             f"{self.max_batch} sequences at once (max_batch)")
         stop_ids = [*self.model.eos_ids, *stop_token_ids]
         if len(stop_ids) > MAX_STOP_IDS or any(isinstance(t, bool) or not isinstance(t, (int, np.integer)) or t < 0
                                                for t in stop_ids):

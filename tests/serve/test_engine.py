@@ -146,6 +146,8 @@ def test_the_queue_is_bounded_and_arguments_are_checked(llama):
         engine.submit(ids, 0)
     with pytest.raises(ValueError, match="stop"):
         engine.submit(ids, 4, stop=[""])
+    with pytest.raises(ValueError, match="n: 17 completions"):
+        engine.submit(ids, 4, SamplingParams(temperature=1.0, n=17))
     with pytest.raises(ValueError, match="kv_cache_tokens"):
         Engine(tm, kv_cache_tokens=0)
 

@@ -117,6 +117,8 @@ def test_models_and_health(served, client):
     ({"logit_bias": {"abc": 1}}, "logit_bias"),
     ({"tools": [{"type": "function"}]}, None),
     ({"max_tokens": 100000}, "max_tokens"),
+    ({"n": 17, "temperature": 1.0}, "n"),
+    ({"max_tokens": 5000}, "max_tokens"),
 ])
 def test_a_bad_chat_request_is_a_400_naming_the_field(served, body, param):
     request = {"model": "tiny-llama", "messages": MESSAGES, "max_tokens": 4, **body}
