@@ -237,8 +237,8 @@ def test_huge_lengths_without_a_budget_are_refused_by_the_memory_check(monkeypat
     monkeypatch.setattr(runtime.memory, "available_memory", lambda: 1000)
     with pytest.raises(MemoryLimitError, match="kv_cache_positions: the positions of 1000 x 1000 tokens"):
         PagedKVCache().positions(1000, 1000, 1000)
-    with pytest.raises(MemoryLimitError, match="kv_cache_attention_mask: the mask of 10 x 1000 keys"):
-        PagedKVCache().attention_mask(10, 1000)
+    with pytest.raises(MemoryLimitError, match="kv_cache_attention_mask: the mask of 1000 x 2000 keys"):
+        PagedKVCache().attention_mask(1000, 2000)
 
 
 def test_constructor_arguments_are_checked():
