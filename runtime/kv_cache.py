@@ -355,7 +355,8 @@ class PagedKVCache:
         rows, or a sequence that would exceed ``max_seq_len``; KeyError for an unknown id;
         :class:`KVCacheFullError` when the blocks needed are more than the free ones, and
         :class:`~runtime.memory.MemoryLimitError` when the tokens cannot fit in memory (both before
-        anything changes)."""
+        anything changes). A compiled call that fails after it leaves the rows' new tokens counted but not
+        (all) written: remove those sequences (or reset the cache)."""
         ids, seq = self._rows_args("begin_forward", seq_ids, append_lengths)
         seqs = [self._seqs[i] for i in ids]
         self._check_fits("begin_forward", self._new_blocks(seqs, seq), len(seqs) * seq)
