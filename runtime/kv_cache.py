@@ -430,6 +430,9 @@ class PagedKVCache:
         else:
             seqs, new_ids = self._implicit_plan(where, layer, batch, seq, total)
             max_block = max([len(self._ref) - 1, *new_ids])    # pools hold every id made
+        if batch > 1:          # the results (a lone row is mostly a view of the pool)
+            _check(batch * total * (math.prod(k.shape[2:]) + math.prod(v.shape[2:])) * k.dtype.itemsize,
+                   f"{where}: the keys and values of {batch} rows x {total} columns")
         if layer is None:      # pools first: a refused allocation leaves the cache as it was
             new_layer = _Layer(*self._allocate(where, k.shape[2:], v.shape[2:], k.dtype, max_block + 1))
         else:
