@@ -58,6 +58,14 @@ MAX_LAYERS = 1 << 12
 MAX_BLOCK_SIZE = 1 << 16
 #: The largest sequence id.
 _MAX_SEQ_ID = (1 << 63) - 1
+#: Index arrays and results above this many bytes are checked against the memory available first (a check
+#: reads /proc/meminfo, about 0.1 ms: not for the few bytes of every decode step); pools always are.
+_CHECKED_BYTES = 1 << 20
+
+
+def _check(nbytes: int, what: str) -> None:
+    if nbytes > _CHECKED_BYTES:
+        check_allocation(nbytes, what)
 
 
 class KVCacheFullError(MemoryError):
@@ -97,40 +105,68 @@ class _Sequence:
 
 class _Rows:
     """Where the rows of one call live: row ``r`` (block ids ``blocks[r]``) holds ``held[r]`` tokens before
-    the call and appends ``seq``; the call's keys are ``total`` columns, row ``r``'s right-aligned.
-    ``write_slots`` (B * seq,) the pool slots (block * block_size + offset) of the new tokens; ``positions``
-    (B, seq) their token positions; ``keep`` (B, total) the real columns; ``first_block`` the first block of
-    a lone row whose blocks are consecutive ids (its tokens are one slice of the pool), else None."""
+    the call and appends ``seq``; the call's keys are ``total`` columns, row ``r``'s right-aligned after
+    ``total - held[r] - seq`` padding columns. ``positions`` (B, seq) the new tokens' positions, ``keep``
+    (B, total) the real columns, ``max_block`` the largest block id. Each row's tokens are runs of consecutive
+    pool slots (blocks of consecutive ids merge); :meth:`write` stores a call's new keys and :meth:`read`
+    gathers every row's, a slice copy per run (a lone row of one run comes back as a view of the pool)."""
 
-    __slots__ = ("held", "seq", "total", "block_size", "tables", "positions", "write_slots", "keep",
-                 "first_block", "max_block", "_gather")
+    __slots__ = ("held", "seq", "total", "block_size", "max_block", "_runs", "_view")
 
     def __init__(self, blocks: list[list[int]], held: np.ndarray, seq: int, total: int, block_size: int) -> None:
-        nb = max(len(b) for b in blocks)
-        tables = np.zeros((len(blocks), nb), np.int64)
-        for r, b in enumerate(blocks):
-            tables[r, :len(b)] = b
-        self.held, self.seq, self.total, self.block_size, self.tables = held, seq, total, block_size, tables
-        self.positions = held[:, None] + np.arange(seq, dtype=np.int64)[None, :]
-        self.write_slots = self._slots(self.positions).reshape(-1)
-        col = np.arange(total, dtype=np.int64)[None, :] - (total - (held + seq))[:, None]
-        self.keep = col >= 0
-        self.max_block = int(tables.max()) if tables.size else -1
-        self.first_block = None
-        if len(blocks) == 1 and nb and (tables[0] == tables[0, 0] + np.arange(nb)).all():
-            self.first_block = int(tables[0, 0])
-        self._gather = None
+        self.held, self.seq, self.total, self.block_size = held, seq, total, block_size
+        self.max_block = max((max(b) for b in blocks if b), default=-1)
+        self._runs = []      # per row: [(first pool slot, tokens), ...] covering its held + seq tokens in order
+        for b, h in zip(blocks, held.tolist()):
+            n, runs = h + seq, []
+            for j, block in enumerate(b[: -(-(h + seq) // block_size)]):
+                length = min(block_size, n - j * block_size)
+                if runs and runs[-1][0] + runs[-1][1] == block * block_size:
+                    runs[-1][1] += length
+                else:
+                    runs.append([block * block_size, length])
+            self._runs.append(runs)
+        self._view = len(blocks) == 1 and len(self._runs[0]) == 1 and self._runs[0][0][1] == total
 
-    def _slots(self, pos: np.ndarray) -> np.ndarray:
-        bs = self.block_size
-        return np.take_along_axis(self.tables, pos // bs, axis=1) * bs + pos % bs
+    @property
+    def positions(self) -> np.ndarray:
+        """The new tokens' positions, int64 (B, seq)."""
+        return self.held[:, None] + np.arange(self.seq, dtype=np.int64)[None, :]
 
-    def gather_slots(self) -> np.ndarray:
-        """(B, total) pool slots of every column (a padding column: the row's first slot)."""
-        if self._gather is None:
-            col = np.arange(self.total, dtype=np.int64)[None, :] - (self.total - (self.held + self.seq))[:, None]
-            self._gather = self._slots(np.maximum(col, 0))
-        return self._gather
+    @property
+    def keep(self) -> np.ndarray:
+        """The real columns, bool (B, total)."""
+        return np.arange(self.total, dtype=np.int64)[None, :] >= (self.total - (self.held + self.seq))[:, None]
+
+    def write(self, flat: np.ndarray, new: np.ndarray) -> None:
+        """Store ``new`` (B, seq, ...) at the rows' new tokens in ``flat`` (the pool as (slots, ...)), the part
+        of each run they fall in at a time (the last run for a decode step)."""
+        for r, (runs, held) in enumerate(zip(self._runs, self.held.tolist())):
+            begin = 0        # the row's token where the run begins
+            for start, length in runs:
+                end = begin + length
+                if end > held:
+                    lo = max(begin, held)    # the first new token in the run
+                    flat[start + lo - begin:start + length] = new[r, lo - held:end - held]
+                begin = end
+
+    def read(self, pool: np.ndarray) -> np.ndarray:
+        """Every row's tokens of ``pool`` (blocks, block_size, ...), right-aligned: (B, total, ...), zeros in the
+        padding; read-only."""
+        flat = pool.reshape(-1, *pool.shape[2:])
+        if self._view:
+            start = self._runs[0][0][0]
+            out = flat[start:start + self.total][None]
+        else:
+            out = np.empty((len(self._runs), self.total, *pool.shape[2:]), pool.dtype)
+            for r, runs in enumerate(self._runs):
+                col = self.total - int(self.held[r]) - self.seq
+                out[r, :col] = 0
+                for start, length in runs:
+                    out[r, col:col + length] = flat[start:start + length]
+                    col += length
+        out.flags.writeable = False
+        return out
 
 
 class PagedKVCache:
@@ -175,6 +211,7 @@ class PagedKVCache:
         self._forward: _Rows | None = None
         self._forward_ids: tuple[int, ...] = ()
         self._updated: set[int] = set()
+        self._implicit: tuple[tuple, _Rows] | None = None   # the rows of the implicit step, by (batch, seq, total)
 
     @property
     def free_blocks(self) -> int | None:
@@ -247,7 +284,7 @@ class PagedKVCache:
         rows = _Rows([self._seqs[i].blocks for i in ids], np.full(len(ids), n, np.int64), 0, n, self.block_size)
         out = []
         for pool in (layer.k, layer.v):
-            a = pool.reshape(-1, *pool.shape[2:])[rows.gather_slots()]
+            a = rows.read(pool).copy()
             a.flags.writeable = False
             out.append(a)
         return out[0], out[1]
@@ -266,6 +303,7 @@ class PagedKVCache:
         unknown one."""
         seq_id = self._seq_id("remove_sequence", seq_id, exists=True)
         self.end_forward()
+        self._implicit = None
         self._mode = "explicit"
         for b in self._seqs.pop(seq_id).blocks:
             self._ref[b] -= 1
@@ -317,7 +355,8 @@ class PagedKVCache:
         rows, or a sequence that would exceed ``max_seq_len``; KeyError for an unknown id;
         :class:`KVCacheFullError` when the blocks needed are more than the free ones, and
         :class:`~runtime.memory.MemoryLimitError` when the tokens cannot fit in memory (both before
-        anything changes)."""
+        anything changes). A compiled call that fails after it leaves the rows' new tokens counted but not
+        (all) written: remove those sequences (or reset the cache)."""
         ids, seq = self._rows_args("begin_forward", seq_ids, append_lengths)
         seqs = [self._seqs[i] for i in ids]
         self._check_fits("begin_forward", self._new_blocks(seqs, seq), len(seqs) * seq)
@@ -391,6 +430,9 @@ class PagedKVCache:
         else:
             seqs, new_ids = self._implicit_plan(where, layer, batch, seq, total)
             max_block = max([len(self._ref) - 1, *new_ids])    # pools hold every id made
+        if batch > 1:          # the results (a lone row is mostly a view of the pool)
+            _check(batch * total * (math.prod(k.shape[2:]) + math.prod(v.shape[2:])) * k.dtype.itemsize,
+                   f"{where}: the keys and values of {batch} rows x {total} columns")
         if layer is None:      # pools first: a refused allocation leaves the cache as it was
             new_layer = _Layer(*self._allocate(where, k.shape[2:], v.shape[2:], k.dtype, max_block + 1))
         else:
@@ -403,20 +445,9 @@ class PagedKVCache:
             layer = self._layers[layer_id] = new_layer
         if self._forward is None:
             layer.length = total
-        out = []
         for pool, new in ((layer.k, k), (layer.v, v)):
-            flat = pool.reshape(-1, *pool.shape[2:])
-            flat[rows.write_slots] = new.reshape(-1, *new.shape[2:])
-            if rows.first_block is not None:    # one row in consecutive blocks: a slice of the pool
-                start = rows.first_block * self.block_size
-                a = flat[start:start + total][None]
-            else:
-                a = flat[rows.gather_slots()]
-                if not rows.keep.all():
-                    a[~rows.keep] = 0
-            a.flags.writeable = False
-            out.append(a)
-        return out[0], out[1]
+            rows.write(pool.reshape(-1, *pool.shape[2:]), new)
+        return rows.read(layer.k), rows.read(layer.v)
 
     def positions(self, batch: int, seq: int, total_seq_len: int) -> np.ndarray:
         """The positions of the call's new tokens, int64 (batch, seq): row ``r``'s ``arange(held_r, held_r +
@@ -429,9 +460,9 @@ class PagedKVCache:
                                                             ("total_seq_len", total_seq_len)))
         if self._forward is not None:
             self._check_declared(where, batch, seq, total)
-            return self._forward.positions.copy()
+            return self._forward.positions
         self._check_implicit(where, batch, seq, total)
-        check_allocation(8 * batch * seq, f"{where}: the positions of {batch} x {seq} tokens")
+        _check(8 * batch * seq, f"{where}: the positions of {batch} x {seq} tokens")
         return np.broadcast_to(np.arange(total - seq, total, dtype=np.int64), (batch, seq)).copy()
 
     def attention_mask(self, batch: int, total_seq_len: int) -> np.ndarray:
@@ -446,9 +477,9 @@ class PagedKVCache:
             if batch != len(self._forward_ids) or total != self._forward.total:
                 raise ValueError(f"{where}: batch {batch} and total_seq_len {total} differ from the call begin_forward "
                                  f"declared ({len(self._forward_ids)} rows, total_seq_len {self._forward.total})")
-            return self._forward.keep.copy()
+            return self._forward.keep
         self._check_implicit(where, batch, 0, total, lengths=False)
-        check_allocation(batch * total, f"{where}: the mask of {batch} x {total} keys")
+        _check(batch * total, f"{where}: the mask of {batch} x {total} keys")
         return np.ones((batch, total), dtype=bool)
 
     def query_positions(self, layer_id: int, seq: int, total_seq_len: int) -> np.ndarray:
@@ -474,7 +505,7 @@ class PagedKVCache:
                 raise ValueError(f"{where}: the declared call's rows hold {rows.held.tolist()} tokens and append "
                                  f"{rows.seq} (total_seq_len {rows.total}), not one length and {seq} "
                                  f"(total_seq_len {total}); compiled code for ragged calls uses kv_cache_positions")
-            return rows.positions[0].copy()
+            return rows.positions[0]
         if self._mode == "explicit":
             raise ValueError(f"{where}: no call is declared; call begin_forward(seq_ids, seq) before each call")
         layer = self._layers.get(layer_id)
@@ -484,7 +515,7 @@ class PagedKVCache:
                              f"{held + seq}, but total_seq_len is {total}")
         if self.max_seq_len is not None and total > self.max_seq_len:
             raise ValueError(f"{where}: {total} tokens exceed the cache's max_seq_len {self.max_seq_len}")
-        check_allocation(8 * seq, f"{where}: the positions of {seq} tokens")
+        _check(8 * seq, f"{where}: the positions of {seq} tokens")
         return np.arange(held, total, dtype=np.int64)
 
     # -- helpers -----------------------------------------------------------------------------------------
@@ -534,8 +565,18 @@ class PagedKVCache:
                                      f"the cache's max_seq_len {self.max_seq_len}")
         return ids, seq
 
-    def _new_blocks(self, seqs: list[_Sequence], seq: int) -> int:
-        return sum(max(-(-(s.length + seq) // self.block_size) - len(s.blocks), 0) for s in seqs)
+    def _new_blocks(self, seqs: list[_Sequence], seq: int, ahead: bool = False) -> int:
+        """The blocks ``seqs`` take to append ``seq`` tokens each (:meth:`_reservation`)."""
+        return sum(self._reservation(s, s.length + seq, ahead) for s in seqs)
+
+    def _reservation(self, s: _Sequence, length: int, ahead: bool) -> int:
+        """The blocks ``s`` takes to hold ``length`` tokens: the ones missing; ``ahead`` (implicit mode without a
+        budget) at least as many as it has, so that a row's blocks are a few runs of consecutive ids (read as a
+        few slices) while the rows of a batch grow together."""
+        n = -(-length // self.block_size) - len(s.blocks)
+        if n <= 0:
+            return 0
+        return max(n, len(s.blocks)) if ahead and self.num_blocks is None else n
 
     def _check_fits(self, where: str, blocks: int, tokens: int) -> None:
         """KVCacheFullError when ``blocks`` new blocks exceed the free ones; MemoryLimitError when ``tokens``
@@ -545,8 +586,9 @@ class PagedKVCache:
             raise KVCacheFullError(f"{where}: {tokens} new tokens need {blocks} new blocks of {self.block_size} "
                                    f"tokens, but only {free} of the {self.num_blocks} blocks are free "
                                    f"(max_tokens {self.max_tokens})")
-        per_token = 8 + sum((layer.k[0, 0].nbytes + layer.v[0, 0].nbytes) for layer in self._layers.values())
-        check_allocation(tokens * per_token, f"{where}: {tokens} new tokens of the KV cache")
+        if tokens:
+            per_token = 8 + sum((layer.k[0, 0].nbytes + layer.v[0, 0].nbytes) for layer in self._layers.values())
+            _check(tokens * per_token, f"{where}: {tokens} new tokens of the KV cache")
 
     def _next_block_ids(self, n: int) -> list[int]:
         """The ids the next ``n`` new blocks get (the lowest free ones, then new ids); nothing changes."""
@@ -561,10 +603,12 @@ class PagedKVCache:
                 self._ref.append(0)
             self._ref[b] = 1
 
-    def _reserve(self, s: _Sequence, length: int) -> None:
-        """Give ``s`` the blocks to hold ``length`` tokens (checked before by :meth:`_check_fits`)."""
-        n = -(-length // self.block_size) - len(s.blocks)
+    def _reserve(self, s: _Sequence, length: int, ahead: bool = False) -> None:
+        """Give ``s`` the blocks to hold ``length`` tokens (:meth:`_reservation`; checked before by
+        :meth:`_check_fits`)."""
+        n = self._reservation(s, length, ahead)
         if n > 0:
+            self._implicit = None
             ids = self._next_block_ids(n)
             self._take(ids)
             s.blocks.extend(ids)
@@ -626,22 +670,29 @@ class PagedKVCache:
                              f"{held + seq}, but total_seq_len is {total}")
         if self.max_seq_len is not None and total > self.max_seq_len:
             raise ValueError(f"{where}: {total} tokens exceed the cache's max_seq_len {self.max_seq_len}")
-        seqs = [self._seqs.get(i) or _Sequence() for i in range(batch)]
-        grow = max(total - seqs[0].length, 0)
-        blocks = self._new_blocks(seqs, grow)
+        seqs = [self._seqs[i] for i in range(batch)] if self._seqs else [_Sequence() for _ in range(batch)]
+        grow = total - seqs[0].length
+        if grow <= 0:                        # a later layer of the step: the blocks are there
+            return seqs, []
+        blocks = self._new_blocks(seqs, grow, ahead=True)
         self._check_fits(where, blocks, batch * grow)
         return seqs, self._next_block_ids(blocks)
 
     def _implicit_rows(self, seqs: list[_Sequence], seq: int, total: int) -> _Rows:
         """The rows of a planned implicit update (:meth:`_implicit_plan`), their blocks reserved for ``total``
-        tokens."""
+        tokens; the layers of one step share them (kept until the blocks change)."""
         self._mode = "implicit"
-        for i, s in enumerate(seqs):
-            self._seqs[i] = s
-            self._reserve(s, total)
-            s.length = max(s.length, total)
-        return _Rows([s.blocks for s in seqs], np.full(len(seqs), total - seq, np.int64), seq, total,
-                     self.block_size)
+        if total > seqs[0].length:
+            for i, s in enumerate(seqs):
+                self._seqs[i] = s
+                self._reserve(s, total, ahead=True)
+                s.length = total
+        key = (len(seqs), seq, total)
+        if self._implicit is None or self._implicit[0] != key:
+            rows = _Rows([s.blocks for s in seqs], np.full(len(seqs), total - seq, np.int64), seq, total,
+                         self.block_size)
+            self._implicit = (key, rows)
+        return self._implicit[1]
 
     def _grow(self, layer_id: int, layer: _Layer, max_block: int) -> None:
         """Grow ``layer``'s pools (doubling, at most ``num_blocks``) to hold block id ``max_block``."""

@@ -90,3 +90,17 @@ def test_the_budget_refuses_a_step_before_it_runs(llama):
     run.cache.remove_sequence(1)
     run.decode([0])
     assert_same_as_alone(run, 0, PROMPTS[3])
+
+
+def test_decode_runs_the_attention_kernel_with_the_cache_mask_as_a_bias(llama):
+    """The ragged batch costs no kernel: decode's attention is the native kernel (not the loop code), given the
+    cache's mask as an additive bias broadcast along heads and queries, (batch, 1, 1, total_seq_len); the
+    positions and the mask come from one builtin call each for both layers."""
+    exe = llama.exe
+    calls = {i[1] for i in exe.functions["decode"]["instructions"] if i[0] == "call"}
+    attention = [n for n in calls if str(exe.kernels[n].get("kernel", "loops")).startswith("attention/")]
+    assert len(attention) == 1, sorted(calls)
+    bias = exe.kernels[attention[0]]["params"][3]
+    assert bias["shape"] == [["var", "batch"], 1, 1, ["var", "total_seq_len"]] and bias["dtype"] == "float32"
+    builtins = [i[2] for i in exe.functions["decode"]["instructions"] if i[0] == "call_builtin"]
+    assert builtins.count("vm.builtin.kv_cache_attention_mask") == 1 and builtins.count("vm.builtin.kv_cache_positions") == 1

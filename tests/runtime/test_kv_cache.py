@@ -148,18 +148,15 @@ def test_allocations_are_checked_against_the_memory_available(monkeypatch):
     cache.update(0, *kv(1, 4), 4)
     monkeypatch.setattr(runtime.memory, "available_memory", lambda: 100)
     cache.update(0, *kv(1, 1), 5)              # in the first block: nothing to allocate
-    with pytest.raises(MemoryLimitError, match="layer 0: 12 new tokens of the KV cache"):
-        cache.update(0, *kv(1, 12), 17)        # a second block: 12 x (8 + 64) bytes > 100
-    assert cache.seq_len(0) == 5 and cache.capacity(0) == 16
-    monkeypatch.setattr(runtime.memory, "available_memory", lambda: 1500)
     with pytest.raises(MemoryLimitError, match="layer 0: a KV pool of 2 blocks of 16 tokens"):
-        cache.update(0, *kv(1, 12), 17)        # the pool of 2 blocks: 2048 bytes > 1500
+        cache.update(0, *kv(1, 12), 17)        # a second block: the pool of 2 blocks, 2048 bytes > 100
     assert cache.seq_len(0) == 5 and cache.capacity(0) == 16 and cache.layer_seq_len(0) == 5
-    monkeypatch.setattr(runtime.memory, "available_memory", lambda: 100)
+    with pytest.raises(MemoryLimitError, match="layer 0: 262144 new tokens of the KV cache"):
+        cache.update(0, *kv(1, 1 << 18), 5 + (1 << 18))   # the tokens' index entries and keys: 18 MiB
     with pytest.raises(MemoryLimitError, match="layer 1: a KV pool"):
         cache.update(1, *kv(1, 4), 4)
-    with pytest.raises(MemoryLimitError, match="the positions of 1000 tokens"):
-        cache.query_positions(2, 1000, 1000)
+    with pytest.raises(MemoryLimitError, match="the positions of 262144 tokens"):
+        cache.query_positions(2, 1 << 18, 1 << 18)   # 2 MiB (a few bytes are not asked for)
 
 
 def test_query_positions_continue_after_the_tokens_held():

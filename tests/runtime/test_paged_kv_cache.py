@@ -237,8 +237,19 @@ def test_huge_lengths_without_a_budget_are_refused_by_the_memory_check(monkeypat
     monkeypatch.setattr(runtime.memory, "available_memory", lambda: 1000)
     with pytest.raises(MemoryLimitError, match="kv_cache_positions: the positions of 1000 x 1000 tokens"):
         PagedKVCache().positions(1000, 1000, 1000)
-    with pytest.raises(MemoryLimitError, match="kv_cache_attention_mask: the mask of 10 x 1000 keys"):
-        PagedKVCache().attention_mask(10, 1000)
+    with pytest.raises(MemoryLimitError, match="kv_cache_attention_mask: the mask of 1000 x 2000 keys"):
+        PagedKVCache().attention_mask(1000, 2000)
+    many = PagedKVCache(block_size=4)
+    for sid in range(2):
+        many.add_sequence(sid)
+    many.begin_forward([0], 3)
+    many.update(0, *kv(1, 3), 3)
+    monkeypatch.setattr(runtime.memory, "available_memory", lambda: 1 << 30)
+    total = many.begin_forward([1, 0], 1 << 13)
+    monkeypatch.setattr(runtime.memory, "available_memory", lambda: 1000)
+    with pytest.raises(MemoryLimitError, match="layer 0: the keys and values of 2 rows x 8195 columns"):
+        many.update(0, *kv(2, 1 << 13), total)   # 2 x 8195 x 2 x 8 x 4 bytes > 1000
+    assert many.layer_seq_len(0) == 8195 and many.capacity(0) == 4   # the pool did not grow
 
 
 def test_constructor_arguments_are_checked():

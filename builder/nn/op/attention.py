@@ -23,7 +23,6 @@ __all__ = ["rotary_embedding", "rope_scaled_inv_freq", "kv_cache_update", "kv_ca
            "kv_cache_positions", "kv_cache_attention_mask", "unpad_input", "pad_input"]
 
 
-
 #: RoPE scalings (HF transformers' ``rope_type``) :func:`rope_scaled_inv_freq` applies, with the keys each needs.
 ROPE_SCALINGS = {"linear": ("factor",),
                  "llama3": ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")}
