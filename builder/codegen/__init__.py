@@ -228,12 +228,24 @@ def _kernel_label(family: str, plan, simd: SimdInfo) -> str:
     return f"{family}/{ksimd.name}" + (f"+{variant}" if variant else "")
 
 
+def _label(func: PrimFunc, simd: SimdInfo) -> str:
+    """The ``kernel`` entry of ``func``'s metadata: ``family/simd[+variant]`` for a kernel its family's
+    planner accepts, ``loops`` (or ``loops (family: why not)``) for one emitted as loops."""
+    family, plan = plan_kernel(func, simd)
+    if family is None:
+        return "loops"
+    if isinstance(plan, str):
+        return f"loops ({family}: {plan})"
+    return _kernel_label(family, plan, simd)
+
+
 def _general_body(func: PrimFunc, bodies: dict[str, tuple], functions: dict[str, dict], simd: SimdInfo
                   ) -> tuple[str, list] | None:
-    """A kernel-family kernel emitted already whose body computes ``func`` when called with some of its
-    symbolic dims fixed (:func:`.dedup.specialization`: a decode step's ``seq = 1`` kernel and the prefill
-    kernel), planned the same way (the same ``kernel`` label): ``(name, body_syms)``, or None."""
-    if not bodies or not func.attrs.get(KERNEL_ATTR):
+    """A kernel emitted already whose body computes ``func`` when called with some of its symbolic dims
+    fixed (:func:`.dedup.specialization`: a decode step's ``seq = 1`` kernel and the prefill kernel; a
+    kernel-family kernel or loops), compiled the same way (the same ``kernel`` label): ``(name,
+    body_syms)``, or None."""
+    if not bodies:
         return None
     label = None
     for gname, (general, _, _) in bodies.items():
@@ -241,10 +253,7 @@ def _general_body(func: PrimFunc, bodies: dict[str, tuple], functions: dict[str,
         if order is None:
             continue
         if label is None:
-            family, plan = plan_kernel(func, simd)
-            if family is None or isinstance(plan, str):
-                return None
-            label = _kernel_label(family, plan, simd)
+            label = _label(func, simd)
         if functions[gname]["kernel"] == label:
             return gname, order
     return None
@@ -253,7 +262,8 @@ def _general_body(func: PrimFunc, bodies: dict[str, tuple], functions: dict[str,
 def _emit_kernel(emitter: ModuleEmitter, name: str, func: PrimFunc, simd: SimdInfo
                  ) -> tuple[dict, list[str], tuple | None]:
     """Emit one distinct kernel (entry and body) into ``emitter``; returns its metadata, the
-    body's extra error messages and, for a kernel-family kernel, ``(body function, signature)``."""
+    body's extra error messages and ``(body function, signature)``, the body a specialization of the
+    kernel may call (None for a loops kernel whose lowering changed its parameters' symbolic vars)."""
     family, plan = plan_kernel(func, simd)
     if family is not None and not isinstance(plan, str):
         tir.verify(func)
@@ -267,10 +277,12 @@ def _emit_kernel(emitter: ModuleEmitter, name: str, func: PrimFunc, simd: SimdIn
         return meta, extra, (body_fn, sig)
     lowered = func if is_lowered(func) else promote_accumulators(lower(schedule(func)))
     sig = plan_signature(lowered, name)
-    extra = emitter.add_function(name, lowered, sig)
+    extra, body_fn = emitter.add_function(name, lowered, sig)
     meta = sig.metadata(extra)
     meta["kernel"] = "loops" if family is None else f"loops ({family}: {plan})"
-    return meta, extra, None
+    # the body takes the lowered function's symbolic vars; a specialization orders them as func's
+    same_vars = [id(v) for v in lowered.sym_vars] == [id(v) for v in func.sym_vars]
+    return meta, extra, ((body_fn, sig) if same_vars else None)
 
 
 def emit_llvm_ir(prim_funcs: dict[str, PrimFunc], target: Target | None = None

@@ -115,10 +115,12 @@ class ModuleEmitter:
         """``llvm.<base>.<type>`` taking ``nargs`` operands of type ``t``."""
         return self.declare(f"llvm.{base}.{_suffix(t)}", t, [t] * nargs)
 
-    def add_function(self, name: str, func: PrimFunc, sig: Signature) -> list[str]:
+    def add_function(self, name: str, func: PrimFunc, sig: Signature) -> tuple[list[str], ir.Function]:
         """Emit entry + body of the lowered ``func`` under the symbol ``name``.
 
-        Returns the body's extra error messages (codes after the signature checks).
+        Returns the body's extra error messages (codes after the signature checks) and the body,
+        ``i32 @"<name>.compute"(ptrs..., sym_vars...)``, which the entry of a specialization of ``func``
+        (:func:`builder.codegen.dedup.specialization`) calls with some of the vars fixed.
         """
         body_fn = ir.Function(
             self.module,
@@ -131,7 +133,7 @@ class ModuleEmitter:
         emitter = _BodyEmitter(self, body_fn, func, sig)
         emitter.run()
         self.add_entry(name, body_fn, func, sig)
-        return emitter.extra_errors
+        return emitter.extra_errors, body_fn
 
     def add_entry(self, name: str, body_fn: ir.Function, func: PrimFunc, sig: Signature,
                   body_syms: list | None = None, code_shift: int = 0) -> None:
