@@ -14,7 +14,7 @@ Pipeline per function:
 * a function structurally equal to one emitted already (:mod:`.dedup`) becomes an alias of the
   twin's entry (``@b = alias ... @a``): identical kernels are compiled once, and each keeps its own
   metadata (parameter names in the error messages; the checks, being structurally the same, return
-  the same codes); a kernel-family function that is an emitted one with some symbolic dims fixed
+  the same codes); a function (kernel-family or loops) that is an emitted one with some symbolic dims fixed
   (:func:`.dedup.specialization`: a decode step's ``seq = 1`` linear and the prefill one) gets only its
   own entry, which checks its own dims and calls that one's body with the constants;
 * reductions lowered to loops accumulate in a register (:mod:`.accumulate`);
@@ -46,6 +46,7 @@ from llvmlite.binding import ffi
 
 from runtime.native import MANIFEST_SECTION, manifest_bytes
 
+from ..ir import expr as E
 from ..ir import tir
 from ..ir.kernel import KERNEL_ATTR, WEIGHT_TRANSFORM_ATTR
 from ..ir.tir import PrimFunc
@@ -259,6 +260,31 @@ def _general_body(func: PrimFunc, bodies: dict[str, tuple], functions: dict[str,
     return None
 
 
+#: A loops kernel is cold (:func:`cold_kernel`) when no parameter has more than this many elements per
+#: value of its symbolic dims.
+COLD_ELEMENTS = 16
+
+
+def cold_kernel(func: PrimFunc) -> bool:
+    """True when every parameter of ``func`` has at most two symbolic dims (an expression dim counts as
+    one) and at most :data:`COLD_ELEMENTS` elements per combination of them (the product of its constant
+    dims): the kernel's work is a few values per sequence or per token (positions, masks, lengths,
+    pooling norms over ``(batch, seq)``), never a hidden-size row, and never an image with symbolic
+    height and width. Such loops kernels are compiled without LLVM's optimizer (``optnone``), which
+    costs them microseconds per call and saves the build tens of milliseconds each; weight transforms
+    (large constant shapes) and every kernel over hidden-size rows stay at ``-O3``."""
+    for p in func.params:
+        n, symbolic = 1, 0
+        for d in p.shape:
+            if isinstance(d, E.IntImm):
+                n *= d.value
+            else:
+                symbolic += 1
+        if n > COLD_ELEMENTS or symbolic > 2:
+            return False
+    return True
+
+
 def _emit_kernel(emitter: ModuleEmitter, name: str, func: PrimFunc, simd: SimdInfo
                  ) -> tuple[dict, list[str], tuple | None]:
     """Emit one distinct kernel (entry and body) into ``emitter``; returns its metadata, the
@@ -277,7 +303,7 @@ def _emit_kernel(emitter: ModuleEmitter, name: str, func: PrimFunc, simd: SimdIn
         return meta, extra, (body_fn, sig)
     lowered = func if is_lowered(func) else promote_accumulators(lower(schedule(func)))
     sig = plan_signature(lowered, name)
-    extra, body_fn = emitter.add_function(name, lowered, sig)
+    extra, body_fn = emitter.add_function(name, lowered, sig, optimize=not cold_kernel(func))
     meta = sig.metadata(extra)
     meta["kernel"] = "loops" if family is None else f"loops ({family}: {plan})"
     # the body takes the lowered function's symbolic vars; a specialization orders them as func's
