@@ -173,7 +173,7 @@ def emit_llvm_parts(prim_funcs: dict[str, PrimFunc], target: Target | None = Non
     module_of: dict[str, int] = {}      # every emitted entry -> its module
     bodies: dict[str, tuple] = {}       # kernel-family kernel -> (func, body function, signature)
     total = len(prim_funcs)
-    for done, (name, func) in enumerate(prim_funcs.items(), start=1):
+    for done, (name, func) in enumerate(_general_first(prim_funcs), start=1):
         if not isinstance(func, PrimFunc):
             raise TypeError(f"'{name}' is not a PrimFunc")
         if not name.isidentifier():
@@ -212,6 +212,7 @@ def emit_llvm_parts(prim_funcs: dict[str, PrimFunc], target: Target | None = Non
             home[name] = module_of[name] = part
         if progress is not None:
             progress("kernels", done, total, name)
+    functions = {name: functions[name] for name in prim_funcs}   # the caller's order
     for name, func in prim_funcs.items():
         if func.attrs.get(WEIGHT_TRANSFORM_ATTR):   # the VM may keep its results (runtime.vm)
             functions[name]["weight_transform"] = True
@@ -220,6 +221,19 @@ def emit_llvm_parts(prim_funcs: dict[str, PrimFunc], target: Target | None = Non
         texts[module_of[twin]] += f'\n@"{name}" = alias i32 (ptr, ptr), ptr @"{twin}"'
     texts = [t + "\n" if aliases else t for t in texts]
     return LlvmParts(texts, functions, len(home), time.perf_counter() - t0)
+
+
+def _constant_dims(func) -> int:
+    """How many of ``func``'s parameter dims are constants (0 for a value that is not a PrimFunc)."""
+    return sum(isinstance(d, E.IntImm) for p in getattr(func, "params", ()) for d in p.shape)
+
+
+def _general_first(prim_funcs: dict[str, PrimFunc]) -> list[tuple[str, PrimFunc]]:
+    """``prim_funcs``' items, those with fewer constant dims first (a stable order): a kernel more general
+    than another (symbolic where the other has constants, :func:`.dedup.specialization`) is emitted
+    before it, so that the other can call its body (the embedding gather of MiniLM's packed tokens, whose
+    table is ``(v0, 384)``, before the gathers from the word, position and type tables)."""
+    return sorted(prim_funcs.items(), key=lambda item: _constant_dims(item[1]))
 
 
 def _kernel_label(family: str, plan, simd: SimdInfo) -> str:
