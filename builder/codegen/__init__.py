@@ -110,8 +110,13 @@ def uses_amx_tiles(texts) -> bool:
 
 #: Most LLVM modules the kernels of one build are split into (see :func:`emit_llvm_parts`). Fixed, not
 #: the number of cores, so that the object code (and the cache key) is the same on every machine
-#: and with any number of threads.
-MAX_PARTS = 4
+#: and with any number of threads. Two, for the 2-core machines the project builds on: each module
+#: emits and compiles its own copy of the helpers its kernels share (the linear kernels' tile and
+#: micro-kernel functions), so more parts cost more work (measured on a Zen 3, LLVM CPU seconds for 1 /
+#: 2 / 4 parts: MiniLM 3.3-3.7 / 3.6-3.7 / 3.9-4.1, the TinyLlama-shaped q4f16_1 Llama 3.3-3.5 / 3.8-3.9 /
+#: 4.5, its Python emission 1.1 / 1.4-1.5 / 1.8-2.0), and on two threads the two balanced halves end
+#: sooner than four parts do.
+MAX_PARTS = 2
 
 #: A build is split only when its distinct kernels add up to at least this many LLVM instructions
 #: (unoptimized); smaller ones are one module (a thread and an object merge cost more than they
