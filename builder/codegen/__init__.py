@@ -285,14 +285,20 @@ COLD_ELEMENTS = 16
 
 
 def cold_kernel(func: PrimFunc) -> bool:
-    """True when every parameter of ``func`` has at most two symbolic dims (an expression dim counts as
-    one) and at most :data:`COLD_ELEMENTS` elements per combination of them (the product of its constant
-    dims): the kernel's work is a few values per sequence or per token (positions, masks, lengths,
-    pooling norms over ``(batch, seq)``), never a hidden-size row, and never an image with symbolic
-    height and width. Such loops kernels are compiled without LLVM's optimizer (``optnone``), which
-    costs them microseconds per call and saves the build tens of milliseconds each; weight transforms
-    (large constant shapes) and every kernel over hidden-size rows stay at ``-O3``."""
-    for p in func.params:
+    """True when ``func`` writes only integer or bool tensors (indices, positions, masks, lengths) and
+    every parameter has at most two symbolic dims (an expression dim counts as one) and at most
+    :data:`COLD_ELEMENTS` elements per combination of them (the product of its constant dims): a few
+    values per sequence or per token over ``(batch, seq)``, never a hidden-size row or an image with
+    symbolic height and width. Such loops kernels are compiled without LLVM's optimizer (``optnone``),
+    which costs them microseconds per call and saves the build tens of milliseconds each; kernels that
+    write floats (a flattened activation is a long 1-D float vector), weight transforms (large constant
+    shapes) and every kernel over hidden-size rows stay at ``-O3``.
+
+    Raises ValueError as :func:`.abi.plan_signature` for a parameter dtype it does not support."""
+    written = plan_signature(func).written
+    for p, out in zip(func.params, written):
+        if out and not (p.dtype == "bool" or p.dtype.startswith(("int", "uint"))):
+            return False
         n, symbolic = 1, 0
         for d in p.shape:
             if isinstance(d, E.IntImm):

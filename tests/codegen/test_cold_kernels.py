@@ -1,6 +1,7 @@
-"""Cold loops kernels (builder.codegen.cold_kernel): a few values per row of at most two symbolic dims are
-compiled without LLVM's optimizer (``optnone``); kernels over hidden-size rows, images with symbolic height
-and width, and weight-sized constant shapes are not. Results against numpy either way."""
+"""Cold loops kernels (builder.codegen.cold_kernel): integer / bool results of a few values per row of at most
+two symbolic dims are compiled without LLVM's optimizer (``optnone``); kernels that write floats, kernels over
+hidden-size rows, images with symbolic height and width, and weight-sized constant shapes are not. Results
+against numpy either way."""
 import re
 
 import numpy as np
@@ -30,7 +31,10 @@ def _flags(text: str, name: str) -> str:
 def test_which_kernels_are_cold():
     b, s, h, w = te.var("b"), te.var("s"), te.var("h"), te.var("w")
     assert cold_kernel(_mask(b, s))
-    assert cold_kernel(_rows((s, 16)))                 # 16 values per position (rotary frequencies)
+    assert cold_kernel(_mask(b, 1)) and not cold_kernel(_mask(b, 17))   # 17 ids per row
+    assert not cold_kernel(_rows((s,)))                # floats: a flattened activation is a long 1-D vector
+    ids = te.placeholder((b, s, h), "int64", name="ids")
+    assert not cold_kernel(te.create_prim_func([ids, te.compute((b, s, h), lambda *i: ids[i] + 1, name="y")]))
     assert not cold_kernel(_rows((b, s, 384)))         # a hidden-size row per token
     assert not cold_kernel(_rows((b, 3, h, w)))        # an image with symbolic height and width
     assert not cold_kernel(_rows((384, 384)))          # weight-sized constants (a weight transform)
