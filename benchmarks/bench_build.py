@@ -11,12 +11,14 @@ Models: the shipped recipes, built as ``build`` builds them (recipe -> modules -
 code), weights never drawn: ``minilm`` (``recipes/minilm_l6.yaml``: forward and embed), ``llama-N``
 (``recipes/llama.yaml``: forward, prefill and decode over the KV cache; 2 or 8 layers), ``whisper-enc``
 (``recipes/whisper_tiny_encoder.yaml``), ``llama7b-N`` (``llama.yaml`` with Llama-2-7B's sizes, 1 or 32
-layers).
+layers), ``tinyllama-q4`` (``llama.yaml`` TinyLlama-1.1B-shaped, 22 layers, ``quantization=q4f16_1``).
 
 Per model and run: export seconds, each pipeline pass (``PassTiming``), kernels (PrimFuncs) and
-how many were compiled (the others are aliases of a structurally equal one), LLVM modules, Python
+how many were compiled (the others are aliases of a structurally equal one, or entries calling a more
+general one's body with dims fixed), LLVM modules, Python
 codegen (schedule, lower, LLVM IR), LLVM optimize and codegen (CPU seconds summed over the
-modules' threads) and the LLVM phase's wall time, bytecode, and the total (export + compile).
+modules' threads) and the LLVM phase's wall time, bytecode, the total (export + compile) and the CPU seconds the
+process spent on the build (all threads; the figure to compare on a shared host).
 ``cold``: an empty object cache (``$MB_CACHE_DIR`` set to a fresh temporary directory before the
 first build of each model); ``cached``: the same build again (the object comes from the cache; the
 IR is still generated, it is the key). Each row is one build (``--repeat`` takes the fastest of
@@ -40,6 +42,7 @@ for _var in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE"):
 
 import argparse  # noqa: E402
 import platform  # noqa: E402
+import resource  # noqa: E402
 import shutil  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
@@ -57,6 +60,9 @@ from builder.transform import PassTiming  # noqa: E402
 LLAMA_7B = ["hidden_size=4096", "intermediate_size=11008", "num_heads=32", "num_kv_heads=32", "head_dim=128",
             "vocab_size=32000"]
 
+TINYLLAMA = ["hidden_size=2048", "intermediate_size=5632", "num_heads=32", "num_kv_heads=4", "head_dim=64",
+             "num_layers=22", "vocab_size=32000"]
+
 #: name -> (recipe, overrides): the shipped recipes, as `build` builds them
 MODELS = {
     "minilm": ("minilm_l6.yaml", []),
@@ -65,6 +71,7 @@ MODELS = {
     "whisper-enc": ("whisper_tiny_encoder.yaml", []),
     "llama7b-1": ("llama.yaml", [*LLAMA_7B, "num_layers=1"]),
     "llama7b-32": ("llama.yaml", [*LLAMA_7B, "num_layers=32"]),
+    "tinyllama-q4": ("llama.yaml", [*TINYLLAMA, "quantization=q4f16_1"]),
 }
 QUICK = ("minilm", "llama-2")
 
@@ -73,15 +80,23 @@ def build_once(name: str) -> dict:
     """Export and compile model ``name`` once in this process (no weights drawn); returns the measured row."""
     recipe, overrides = MODELS[name]
     timing = PassTiming()
+    c0 = _cpu_seconds()
     t0 = time.perf_counter()
     m = builder.build(ROOT / "recipes" / recipe, overrides, instruments=[timing])
     total = time.perf_counter() - t0
+    cpu = _cpu_seconds() - c0
     s = m.exe.build_stats
     return {"model": name, "export": m.timings["export"], "passes": dict(timing.timings), "kernels": s["kernels"],
             "distinct": s["distinct"], "parts": s["parts"], "cached": s["cached"],
             "python_codegen": s["seconds"]["kernels"], "llvm_optimize": s["seconds"]["llvm_optimize"],
             "llvm_codegen": s["seconds"]["llvm_codegen"], "llvm_wall": s["seconds"]["llvm"],
-            "bytecode": s["seconds"]["bytecode"], "total": total}
+            "bytecode": s["seconds"]["bytecode"], "total": total, "cpu": cpu}
+
+
+def _cpu_seconds() -> float:
+    """User + system CPU seconds of this process so far (every thread)."""
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
 
 
 def measure(name: str, repeat: int) -> tuple[dict, dict]:
@@ -182,7 +197,7 @@ def hf_families() -> None:
 
 
 COLUMNS = ["model", "run", "export", "select", "fuse", "legalize", "dce", "kernels", "compiled",
-           "modules", "py codegen", "llvm opt", "llvm cg", "llvm wall", "bytecode", "total s"]
+           "modules", "py codegen", "llvm opt", "llvm cg", "llvm wall", "bytecode", "total s", "cpu s"]
 
 
 def _cells(row: dict, run: str) -> list[str]:
@@ -192,7 +207,7 @@ def _cells(row: dict, run: str) -> list[str]:
             f"{p.get('dead_code_elimination', 0):.2f}", str(row["kernels"]), str(row["distinct"]),
             str(row["parts"]), f"{row['python_codegen']:.2f}", f"{row['llvm_optimize']:.2f}",
             f"{row['llvm_codegen']:.2f}", f"{row['llvm_wall']:.2f}", f"{row['bytecode']:.3f}",
-            f"{row['total']:.2f}"]
+            f"{row['total']:.2f}", f"{row['cpu']:.2f}"]
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -234,7 +249,8 @@ def main(argv: list[str] | None = None) -> None:
         for r in rows:
             print("| " + " | ".join(r) + " |")
     print("\nseconds; llvm opt / cg: CPU seconds summed over the modules' threads; "
-          "llvm wall: the LLVM phase's wall time; total: export + compile")
+          "llvm wall: the LLVM phase's wall time; total: export + compile; cpu: this process's CPU seconds "
+          "(all threads) during the build")
 
 
 if __name__ == "__main__":

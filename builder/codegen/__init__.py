@@ -14,7 +14,7 @@ Pipeline per function:
 * a function structurally equal to one emitted already (:mod:`.dedup`) becomes an alias of the
   twin's entry (``@b = alias ... @a``): identical kernels are compiled once, and each keeps its own
   metadata (parameter names in the error messages; the checks, being structurally the same, return
-  the same codes); a kernel-family function that is an emitted one with some symbolic dims fixed
+  the same codes); a function (kernel-family or loops) that is an emitted one with some symbolic dims fixed
   (:func:`.dedup.specialization`: a decode step's ``seq = 1`` linear and the prefill one) gets only its
   own entry, which checks its own dims and calls that one's body with the constants;
 * reductions lowered to loops accumulate in a register (:mod:`.accumulate`);
@@ -46,6 +46,7 @@ from llvmlite.binding import ffi
 
 from runtime.native import MANIFEST_SECTION, manifest_bytes
 
+from ..ir import expr as E
 from ..ir import tir
 from ..ir.kernel import KERNEL_ATTR, WEIGHT_TRANSFORM_ATTR
 from ..ir.tir import PrimFunc
@@ -109,8 +110,13 @@ def uses_amx_tiles(texts) -> bool:
 
 #: Most LLVM modules the kernels of one build are split into (see :func:`emit_llvm_parts`). Fixed, not
 #: the number of cores, so that the object code (and the cache key) is the same on every machine
-#: and with any number of threads.
-MAX_PARTS = 4
+#: and with any number of threads. Two, for the 2-core machines the project builds on: each module
+#: emits and compiles its own copy of the helpers its kernels share (the linear kernels' tile and
+#: micro-kernel functions), so more parts cost more work (measured on a Zen 3, LLVM CPU seconds for 1 /
+#: 2 / 4 parts: MiniLM 3.3-3.7 / 3.6-3.7 / 3.9-4.1, the TinyLlama-shaped q4f16_1 Llama 3.3-3.5 / 3.8-3.9 /
+#: 4.5, its Python emission 1.1 / 1.4-1.5 / 1.8-2.0), and on two threads the two balanced halves end
+#: sooner than four parts do.
+MAX_PARTS = 2
 
 #: A build is split only when its distinct kernels add up to at least this many LLVM instructions
 #: (unoptimized); smaller ones are one module (a thread and an object merge cost more than they
@@ -172,7 +178,7 @@ def emit_llvm_parts(prim_funcs: dict[str, PrimFunc], target: Target | None = Non
     module_of: dict[str, int] = {}      # every emitted entry -> its module
     bodies: dict[str, tuple] = {}       # kernel-family kernel -> (func, body function, signature)
     total = len(prim_funcs)
-    for done, (name, func) in enumerate(prim_funcs.items(), start=1):
+    for done, (name, func) in enumerate(_general_first(prim_funcs), start=1):
         if not isinstance(func, PrimFunc):
             raise TypeError(f"'{name}' is not a PrimFunc")
         if not name.isidentifier():
@@ -211,6 +217,7 @@ def emit_llvm_parts(prim_funcs: dict[str, PrimFunc], target: Target | None = Non
             home[name] = module_of[name] = part
         if progress is not None:
             progress("kernels", done, total, name)
+    functions = {name: functions[name] for name in prim_funcs}   # the caller's order
     for name, func in prim_funcs.items():
         if func.attrs.get(WEIGHT_TRANSFORM_ATTR):   # the VM may keep its results (runtime.vm)
             functions[name]["weight_transform"] = True
@@ -221,6 +228,19 @@ def emit_llvm_parts(prim_funcs: dict[str, PrimFunc], target: Target | None = Non
     return LlvmParts(texts, functions, len(home), time.perf_counter() - t0)
 
 
+def _constant_dims(func) -> int:
+    """How many of ``func``'s parameter dims are constants (0 for a value that is not a PrimFunc)."""
+    return sum(isinstance(d, E.IntImm) for p in getattr(func, "params", ()) for d in p.shape)
+
+
+def _general_first(prim_funcs: dict[str, PrimFunc]) -> list[tuple[str, PrimFunc]]:
+    """``prim_funcs``' items, those with fewer constant dims first (a stable order): a kernel more general
+    than another (symbolic where the other has constants, :func:`.dedup.specialization`) is emitted
+    before it, so that the other can call its body (the embedding gather of MiniLM's packed tokens, whose
+    table is ``(v0, 384)``, before the gathers from the word, position and type tables)."""
+    return sorted(prim_funcs.items(), key=lambda item: _constant_dims(item[1]))
+
+
 def _kernel_label(family: str, plan, simd: SimdInfo) -> str:
     """``family/simd[+variant]``: the ``kernel`` entry of a kernel-family function's metadata."""
     ksimd = getattr(plan, "simd", None) or simd   # a plan may ask for narrower vectors
@@ -228,12 +248,24 @@ def _kernel_label(family: str, plan, simd: SimdInfo) -> str:
     return f"{family}/{ksimd.name}" + (f"+{variant}" if variant else "")
 
 
+def _label(func: PrimFunc, simd: SimdInfo) -> str:
+    """The ``kernel`` entry of ``func``'s metadata: ``family/simd[+variant]`` for a kernel its family's
+    planner accepts, ``loops`` (or ``loops (family: why not)``) for one emitted as loops."""
+    family, plan = plan_kernel(func, simd)
+    if family is None:
+        return "loops"
+    if isinstance(plan, str):
+        return f"loops ({family}: {plan})"
+    return _kernel_label(family, plan, simd)
+
+
 def _general_body(func: PrimFunc, bodies: dict[str, tuple], functions: dict[str, dict], simd: SimdInfo
                   ) -> tuple[str, list] | None:
-    """A kernel-family kernel emitted already whose body computes ``func`` when called with some of its
-    symbolic dims fixed (:func:`.dedup.specialization`: a decode step's ``seq = 1`` kernel and the prefill
-    kernel), planned the same way (the same ``kernel`` label): ``(name, body_syms)``, or None."""
-    if not bodies or not func.attrs.get(KERNEL_ATTR):
+    """A kernel emitted already whose body computes ``func`` when called with some of its symbolic dims
+    fixed (:func:`.dedup.specialization`: a decode step's ``seq = 1`` kernel and the prefill kernel; a
+    kernel-family kernel or loops), compiled the same way (the same ``kernel`` label): ``(name,
+    body_syms)``, or None."""
+    if not bodies:
         return None
     label = None
     for gname, (general, _, _) in bodies.items():
@@ -241,19 +273,48 @@ def _general_body(func: PrimFunc, bodies: dict[str, tuple], functions: dict[str,
         if order is None:
             continue
         if label is None:
-            family, plan = plan_kernel(func, simd)
-            if family is None or isinstance(plan, str):
-                return None
-            label = _kernel_label(family, plan, simd)
+            label = _label(func, simd)
         if functions[gname]["kernel"] == label:
             return gname, order
     return None
 
 
+#: A loops kernel is cold (:func:`cold_kernel`) when no parameter has more than this many elements per
+#: value of its symbolic dims.
+COLD_ELEMENTS = 16
+
+
+def cold_kernel(func: PrimFunc) -> bool:
+    """True when ``func`` writes only integer or bool tensors (indices, positions, masks, lengths) and
+    every parameter has at most two symbolic dims (an expression dim counts as one) and at most
+    :data:`COLD_ELEMENTS` elements per combination of them (the product of its constant dims): a few
+    values per sequence or per token over ``(batch, seq)``, never a hidden-size row or an image with
+    symbolic height and width. Such loops kernels are compiled without LLVM's optimizer (``optnone``),
+    which costs them microseconds per call and saves the build tens of milliseconds each; kernels that
+    write floats (a flattened activation is a long 1-D float vector), weight transforms (large constant
+    shapes) and every kernel over hidden-size rows stay at ``-O3``.
+
+    Raises ValueError as :func:`.abi.plan_signature` for a parameter dtype it does not support."""
+    written = plan_signature(func).written
+    for p, out in zip(func.params, written):
+        if out and not (p.dtype == "bool" or p.dtype.startswith(("int", "uint"))):
+            return False
+        n, symbolic = 1, 0
+        for d in p.shape:
+            if isinstance(d, E.IntImm):
+                n *= d.value
+            else:
+                symbolic += 1
+        if n > COLD_ELEMENTS or symbolic > 2:
+            return False
+    return True
+
+
 def _emit_kernel(emitter: ModuleEmitter, name: str, func: PrimFunc, simd: SimdInfo
                  ) -> tuple[dict, list[str], tuple | None]:
     """Emit one distinct kernel (entry and body) into ``emitter``; returns its metadata, the
-    body's extra error messages and, for a kernel-family kernel, ``(body function, signature)``."""
+    body's extra error messages and ``(body function, signature)``, the body a specialization of the
+    kernel may call (None for a loops kernel whose lowering changed its parameters' symbolic vars)."""
     family, plan = plan_kernel(func, simd)
     if family is not None and not isinstance(plan, str):
         tir.verify(func)
@@ -267,10 +328,12 @@ def _emit_kernel(emitter: ModuleEmitter, name: str, func: PrimFunc, simd: SimdIn
         return meta, extra, (body_fn, sig)
     lowered = func if is_lowered(func) else promote_accumulators(lower(schedule(func)))
     sig = plan_signature(lowered, name)
-    extra = emitter.add_function(name, lowered, sig)
+    extra, body_fn = emitter.add_function(name, lowered, sig, optimize=not cold_kernel(func))
     meta = sig.metadata(extra)
     meta["kernel"] = "loops" if family is None else f"loops ({family}: {plan})"
-    return meta, extra, None
+    # the body takes the lowered function's symbolic vars; a specialization orders them as func's
+    same_vars = [id(v) for v in lowered.sym_vars] == [id(v) for v in func.sym_vars]
+    return meta, extra, ((body_fn, sig) if same_vars else None)
 
 
 def emit_llvm_ir(prim_funcs: dict[str, PrimFunc], target: Target | None = None

@@ -13,9 +13,9 @@ are equal. A model with N identical layers therefore costs one key per kernel an
 per twin, not a comparison with every kernel seen before.
 
 :func:`specialization` finds the other kind of sharing: a kernel that is an emitted one with some of its
-symbolic dims fixed to constants (a decode step's linears, ``seq = 1``, and the prefill ones), shown by
-equal structure tokens once those vars are written as the constants; its entry then calls the general
-body with them.
+symbolic dims fixed to constants (a decode step's linears, norms and rotary kernels, ``seq = 1``, and the
+prefill ones; kernel-family kernels and loops alike), shown by equal structure tokens once those vars are
+written as the constants; its entry then calls the general body with them.
 """
 from __future__ import annotations
 
@@ -37,12 +37,25 @@ def _anonymous(func: PrimFunc) -> PrimFunc:
 
 class _KeyWriter:
     """Writes the tokens of a PrimFunc's structure; variables and buffers become ``v<k>`` /
-    ``b<k>`` by order of first occurrence."""
+    ``b<k>`` by order of first occurrence. With ``unit_iters`` the var of a loop or block iterator of
+    extent 1 is written as its start (the only value it takes), so that a kernel whose shapes fix a dim
+    to 1 (and whose index expressions say ``0`` there) reads like the general one with that dim
+    fixed."""
 
-    def __init__(self, consts: dict | None = None) -> None:
+    def __init__(self, consts: dict | None = None, unit_iters: bool = False) -> None:
         self.out: list[str] = []
         self.ids: dict[int, str] = {}
         self.consts = consts or {}   # id(Var) -> int: the var written as that constant
+        self.unit_iters = unit_iters
+        self.units: dict[int, object] = {}   # id(iterator var) -> its start, when its extent is 1
+
+    def iterator(self, var: E.Var, start, extent) -> None:
+        """Record ``var`` as a unit iterator (written as ``start``) when ``unit_iters`` is on and
+        ``extent`` is 1 (a constant, or a var fixed to 1)."""
+        one = (isinstance(extent, E.IntImm) and extent.value == 1) or \
+            (isinstance(extent, E.Var) and self.consts.get(id(extent)) == 1)
+        if self.unit_iters and one:
+            self.units[id(var)] = start
 
     def ref(self, obj, prefix: str) -> str:
         name = self.ids.get(id(obj))
@@ -62,7 +75,9 @@ class _KeyWriter:
     def expr(self, e) -> None:
         out = self.out
         if isinstance(e, E.Var):
-            if id(e) in self.consts:
+            if id(e) in self.units:
+                self.expr(self.units[id(e)])
+            elif id(e) in self.consts:
                 out.append(f"IntImm:{e.dtype}:{self.consts[id(e)]!r}")
             else:
                 out.append(self.ref(e, "v") + ":" + e.dtype)
@@ -100,6 +115,7 @@ class _KeyWriter:
             out.append(s.name)
             for iv in s.iter_vars:
                 out.append(iv.kind)
+                self.iterator(iv.var, iv.dom.min, iv.dom.extent)
                 self.expr(iv.var)
                 self.expr(iv.dom.min)
                 self.expr(iv.dom.extent)
@@ -112,6 +128,7 @@ class _KeyWriter:
             self.stmt(s.body)
         elif isinstance(s, tir.For):
             out.append(s.kind)
+            self.iterator(s.loop_var, s.min, s.extent)
             self.expr(s.loop_var)
             out.append(repr(sorted(s.annotations.items())))
             self.expr(s.min)
@@ -136,10 +153,10 @@ class _KeyWriter:
         out.append("}")
 
 
-def _tokens(func: PrimFunc, consts: dict | None = None) -> list[str]:
+def _tokens(func: PrimFunc, consts: dict | None = None, unit_iters: bool = False) -> list[str]:
     """The structure tokens of ``func`` (see :func:`structural_key`); ``consts`` (``id(Var) -> int``) writes
-    those variables as integer constants."""
-    w = _KeyWriter(consts)
+    those variables as integer constants, ``unit_iters`` the iterators of extent 1 as their start."""
+    w = _KeyWriter(consts, unit_iters)
     for p in func.params:
         w.buffer(p)
     w.out.append(repr(sorted((k, repr(v)) for k, v in func.attrs.items() if k != "global_symbol")))
@@ -151,8 +168,10 @@ def specialization(general: PrimFunc, func: PrimFunc) -> list | None:
     """How ``func`` is ``general`` with some of its symbolic dims fixed: for each of ``general.sym_vars``
     (in that order) either an int (the constant ``func`` has in its place) or the Var of ``func`` that
     stands there; None unless at least one var is fixed and ``general`` with those vars written as the
-    constants has exactly ``func``'s structure tokens (:func:`structural_key`'s, unhashed). A decode step's
-    kernel (``seq`` = 1) is then the prefill kernel called with ``seq = 1``."""
+    constants has exactly ``func``'s structure tokens (:func:`structural_key`'s, unhashed), the vars of
+    iterators of extent 1 written as their start on both sides (the legalized ``seq = 1`` kernel indexes
+    ``0`` where the general one has the iterator over ``[0, seq)``; both take only that value). A decode
+    step's kernel (``seq`` = 1) is then the prefill kernel called with ``seq = 1``."""
     if len(general.params) != len(func.params):
         return None
     fixed: dict[int, int] = {}
@@ -177,7 +196,7 @@ def specialization(general: PrimFunc, func: PrimFunc) -> list | None:
             order.append(same[id(v)])
         else:
             return None
-    if _tokens(_anonymous(general), fixed) != _tokens(_anonymous(func)):
+    if _tokens(_anonymous(general), fixed, True) != _tokens(_anonymous(func), unit_iters=True):
         return None
     return order
 

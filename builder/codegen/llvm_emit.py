@@ -115,11 +115,18 @@ class ModuleEmitter:
         """``llvm.<base>.<type>`` taking ``nargs`` operands of type ``t``."""
         return self.declare(f"llvm.{base}.{_suffix(t)}", t, [t] * nargs)
 
-    def add_function(self, name: str, func: PrimFunc, sig: Signature) -> list[str]:
-        """Emit entry + body of the lowered ``func`` under the symbol ``name``.
+    def add_function(self, name: str, func: PrimFunc, sig: Signature, optimize: bool = True
+                     ) -> tuple[list[str], ir.Function]:
+        """Emit entry + body of the lowered ``func`` under the symbol ``name``. ``optimize=False`` marks
+        the kernel's functions (entry, body, thread-pool tasks) ``optnone noinline``: LLVM's optimizer
+        skips them and its code generator takes its fast path (``-O0``) for them; for kernels whose work
+        is a few values per row (:func:`builder.codegen.cold_kernel`).
 
-        Returns the body's extra error messages (codes after the signature checks).
+        Returns the body's extra error messages (codes after the signature checks) and the body,
+        ``i32 @"<name>.compute"(ptrs..., sym_vars...)``, which the entry of a specialization of ``func``
+        (:func:`builder.codegen.dedup.specialization`) calls with some of the vars fixed.
         """
+        before = set(self.module.globals)
         body_fn = ir.Function(
             self.module,
             ir.FunctionType(I32, [PTR] * len(func.params) + [I64] * len(sig.sym_vars)),
@@ -131,7 +138,13 @@ class ModuleEmitter:
         emitter = _BodyEmitter(self, body_fn, func, sig)
         emitter.run()
         self.add_entry(name, body_fn, func, sig)
-        return emitter.extra_errors
+        if not optimize:
+            for g in self.module.globals.values():
+                if (g.name not in before and isinstance(g, ir.Function) and g.blocks
+                        and "alwaysinline" not in g.attributes):   # the inlined bodies go with their callers
+                    g.attributes.add("optnone")
+                    g.attributes.add("noinline")
+        return emitter.extra_errors, body_fn
 
     def add_entry(self, name: str, body_fn: ir.Function, func: PrimFunc, sig: Signature,
                   body_syms: list | None = None, code_shift: int = 0) -> None:

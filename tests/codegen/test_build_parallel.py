@@ -135,6 +135,7 @@ def test_merge_refuses_two_definitions_of_a_symbol(monkeypatch):
 def test_split_build_runs_every_kernel(monkeypatch):
     monkeypatch.setenv("MB_CACHE", "0")
     monkeypatch.setattr(codegen, "MIN_SPLIT_INSTRUCTIONS", 0)
+    monkeypatch.setattr(codegen, "MAX_PARTS", 4)
     funcs = {f"k{i}": _scale(float(i)) for i in range(5)}      # 5 distinct kernels -> 4 modules
     lib = build(funcs)
     assert lib.stats["parts"] == 4 and lib.stats["distinct"] == 5

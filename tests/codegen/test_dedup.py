@@ -89,9 +89,9 @@ def test_a_kernel_with_a_dim_fixed_calls_the_general_kernels_body():
     exe = builder.compile(irmod)
     linear = [n for n, m in exe.kernels.items() if m["kernel"].startswith("linear")]
     bodies = [n for n in _bodies(exe.llvm_ir) if n in linear]
-    # the layer and the head for each function; the heads share one body; the layers' epilogues differ
-    # (the step's broadcast reads x[i, 0, j] where forward's read x[i, s, j]), so each keeps its own
-    assert len(linear) == 4 and len(bodies) == 3
+    # the layer and the head for each function; the heads share one body, and so do the layers: the
+    # step's epilogue reads x[i, 0, j] where forward's reads x[i, s, j], s over [0, seq) = [0, 1) there
+    assert len(linear) == 4 and len(bodies) == 2
     heads = [n for n in linear if n.startswith("matmul")]
     assert len(heads) == 2 and sum(n in bodies for n in heads) == 1
     assert exe.kernels[heads[0]]["kernel"] == exe.kernels[heads[1]]["kernel"]
@@ -108,3 +108,50 @@ def test_a_kernel_with_a_dim_fixed_calls_the_general_kernels_body():
         assert got.tobytes() == jit["forward"](x).tobytes()
     with pytest.raises(ValueError, match="x"):
         jit["step"](np.zeros((2, 2, 32), np.float32))
+
+
+def _rows_scaled(seq, literal_zero: bool):
+    """y[i, j, k] = x[i, j, k] * p[j, 0] + 1 over (n, seq, 16); ``literal_zero`` indexes 0 where j stands
+    (as the legalized seq = 1 kernel of a decode step does)."""
+    n = te.var("n")
+    s = te.var(seq) if isinstance(seq, str) else seq
+    x = te.placeholder((n, s, 16), "float32", name="x")
+    p = te.placeholder((s, 1), "float32", name="p")
+    if literal_zero:
+        y = te.compute((n, s, 16), lambda i, j, k: x[i, 0, k] * p[0, 0] + 1.0, name="y")
+    else:
+        y = te.compute((n, s, 16), lambda i, j, k: x[i, j, k] * p[j, 0] + 1.0, name="y")
+    return te.create_prim_func([x, p, y])
+
+
+def test_a_loops_kernel_with_a_dim_fixed_to_one_calls_the_general_body():
+    """A loops kernel whose shapes fix ``seq`` to 1 and whose indices say 0 there is the general kernel
+    called with ``seq = 1`` (iterators of extent 1 read as their start), in whichever order the two come;
+    fixed to 2, the same indices compute something else, and that kernel keeps its own body. Results
+    against numpy."""
+    from builder.codegen.dedup import specialization
+
+    general, step, two = _rows_scaled("s", False), _rows_scaled(1, True), _rows_scaled(2, True)
+    order = specialization(general, step)
+    assert order is not None and order[1] == 1
+    assert specialization(general, two) is None
+    lib = build({"step": step, "general": general, "two": two})   # the general one is emitted first
+    assert _bodies(lib.llvm_ir) == ["general", "two"] and list(lib.functions) == ["step", "general", "two"]
+    native = lib.load()
+    rng = np.random.default_rng(2)
+    for rows in (1, 5):
+        x = rng.standard_normal((rows, 1, 16)).astype(np.float32)
+        p = rng.standard_normal((1, 1)).astype(np.float32)
+        y, yg = np.empty_like(x), np.empty_like(x)
+        native.call("step", [x, p, y])
+        native.call("general", [x, p, yg])
+        np.testing.assert_allclose(y, x.astype(np.float64) * p[0, 0] + 1.0, rtol=1e-6, atol=1e-6)
+        assert y.tobytes() == yg.tobytes()
+    x2 = rng.standard_normal((3, 2, 16)).astype(np.float32)
+    p2 = rng.standard_normal((2, 1)).astype(np.float32)
+    y2 = np.empty_like(x2)
+    native.call("two", [x2, p2, y2])
+    np.testing.assert_allclose(y2, np.repeat(x2[:, :1] * p2[0, 0], 2, axis=1) + 1.0, rtol=1e-6, atol=1e-6)
+    with pytest.raises(ValueError, match="x"):   # the step's entry checks its own dims
+        native.call("step", [np.zeros((2, 2, 16), np.float32), np.zeros((1, 1), np.float32),
+                             np.zeros((2, 2, 16), np.float32)])
