@@ -29,6 +29,17 @@ the row-major int8 GEMV / GEMM's: the same columns are quantized (whole 64-colum
 whole groups) and the same integer sums formed; the columns past them stay float (``x *
 dequantized weight``, scalar, :meth:`GemvTiles._tile_tail`).
 
+**Both halves of a tile at once with 8 lanes** (``tile_pair_rows_i8``, ``tile_pair_rows_f32``;
+:meth:`GemvTiles._tile_shape`): with 256-bit vectors a tile's word is two vectors of 8 rows, and a helper
+of 8 rows read half of each 64-byte line, the second helper the other half from L2. Helpers of up to 2
+(int8 activations, without VNNI) / 1 (float) input rows take both halves as one 16-lane vector instead
+(two 256-bit instructions per operation): x's broadcasts serve both, and the tile is read in one pass.
+AMD Zen 3, 2 threads, one 16384 x 4096 (8192 x 4096 for 8-bit) matrix from DRAM against this project's
+row sum reading as many bytes, interleaved: q4 with int8 activations 64 -> 88% of the read, q8 with
+int8 activations 61 -> 79%, q8 with float activations 63 -> 100%, q4 with float activations 47 -> 54%
+(bound by decoding: a byte shuffle, a conversion and an FMA per 8 weights, about 20 cycles per line by
+``llvm-mca -mcpu=znver3`` where DRAM delivers a line in about 10).
+
 **float activations** (:meth:`GemvTiles._tile_fn_f32`, up to ``tile_max_rows`` input rows): per
 column of 4-bit weights a shift of the words and, on AVX-512, one ``vpermps`` of the 16-entry
 table ``q - zero_point`` by each lane's low 4 bits give the 16 rows' values as floats (elsewhere
@@ -110,6 +121,8 @@ class GemvTiles:
             mb = TUNING["tile_rows_x_i8"] or 8
         else:
             nl = min(16, self.lanes)
+            if nl == 8 and 0 < t <= TUNING["tile_pair_rows_f32"]:
+                nl = 16
             mb = TUNING["tile_rows_x"] or 8
         return nl, max(1, mb)
 
@@ -391,7 +404,7 @@ class GemvTiles:
         sums per group and row, column ``j`` into sum ``j % C``); per group and row ``acc += scale *
         (sum - zero_point * xs)``. The columns of a last partial group: :meth:`_tile_tail`."""
         d = self.plan.weights[w]
-        NL, _ = self._tile_shape()
+        NL, _ = self._tile_shape(t)
         K = self.K_static
         key = f"mb.tile.{self._fmt_key(w)}.k{K}.v{NL}.t{t}{'.pf' if first else ''}.f32"
         fn, kf = self._new_helper(key, [PTR] * 5)
@@ -419,7 +432,7 @@ class GemvTiles:
             sc = kf.widen(kf.load(vec(st_t, NL), kf.gep(s, kf.mul(g, T * bpe), I8),
                                   None, align=2), d.scale_dtype)
             # C partial sums per input row (column j into sum j % C): independent FMA chains
-            C = max(1, min(cw, TUNING["tile_chains_f32"] // t))
+            C = max(1, min(cw, TUNING["tile_chains_f32"] // (t * max(1, NL // self.lanes))))
             gslot = [[kf.alloca(f32v, name="gacc") for _ in range(C)] for _ in range(t)]
             for row in gslot:
                 for a in row:
