@@ -107,9 +107,10 @@ class GemvTiles:
         rows up to ``tile_pair_rows_i8`` without VNNI (AVX2's ``vpmaddubsw`` path): the two halves of
         each word share x's broadcasts, and the tile is read in one pass where two calls of 8 rows read
         half of each line each (Zen 3, one 2048 x 4096 q4 matrix from L3 at batch 1: 134 -> 103 us,
-        16384 x 4096 from DRAM 1945 -> 1565 us, interleaved);
-        ``tile_rows_x_i8`` rows (0: 8). Float activations: the kernel's float32 lanes (at most 16);
-        ``tile_rows_x`` rows (0: 8). Eight rows share each decoded column with 16 vector registers
+        16384 x 4096 from DRAM 1945 -> 1565 us, interleaved; see the module docstring);
+        ``tile_rows_x_i8`` rows (0: 8). Float activations: the kernel's float32 lanes (at most 16),
+        16 with 8 lanes for up to ``tile_pair_rows_f32`` input rows (the same pairing);
+        ``tile_rows_x`` rows (0: 8). ``t`` = 0: the kernel's shape, whatever its helpers'. Eight rows share each decoded column with 16 vector registers
         too, though their accumulators no longer all fit: the decode, not the spills, bounds these
         kernels there (Intel Xeon compiled as for AVX2, LlamaMLP batch 8 against 4 rows: q4f16_1
         16.2 -> 12.8 ms, q8f32_1 18.2 -> 14.5, q4f16_1+a8 6.4 -> 5.8; batch 16 q4f16_1 31.0 -> 25.4;
