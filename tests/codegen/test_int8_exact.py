@@ -150,11 +150,12 @@ def _check(name, target, simd, bits, gs, row_tile, rows, zp=None):
     return kernel
 
 
-@pytest.mark.parametrize("gs", [32, 64])
-def test_row_major_4bit_gemv_and_gemm(target, gs):
-    """4-bit weights in row-major words: the int8 GEMV (1 and 3 rows) and the int8 GEMM (40 rows)."""
+@pytest.mark.parametrize("gs,zp", [(32, None), (64, None), (32, 8), (32, 0), (64, 15)])
+def test_row_major_4bit_gemv_and_gemm(target, gs, zp):
+    """4-bit weights in row-major words: the int8 GEMV (1 and 3 rows) and the int8 GEMM (40 rows); at the
+    default zero point 7, and at 8 (the ``q4*`` presets'), 0 and 15 with weights at the zero point too."""
     name, t, simd = target
-    kernel = _check(name, t, simd, 4, gs, 0, (1, 3, 40))
+    kernel = _check(name, t, simd, 4, gs, 0, (1, 3, 40), zp)
     assert "tiles" not in kernel
 
 
