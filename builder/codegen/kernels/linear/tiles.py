@@ -110,7 +110,8 @@ class GemvTiles:
         16384 x 4096 from DRAM 1945 -> 1565 us, interleaved; see the module docstring);
         ``tile_rows_x_i8`` rows (0: 8). Float activations: the kernel's float32 lanes (at most 16),
         16 with 8 lanes for up to ``tile_pair_rows_f32`` input rows (the same pairing);
-        ``tile_rows_x`` rows (0: 8). ``t`` = 0: the kernel's shape, whatever its helpers'. Eight rows share each decoded column with 16 vector registers
+        ``tile_rows_x`` rows (0: 8). ``t`` = 0: the kernel's own shape, whatever its helpers'. Eight
+        rows share each decoded column with 16 vector registers
         too, though their accumulators no longer all fit: the decode, not the spills, bounds these
         kernels there (Intel Xeon compiled as for AVX2, LlamaMLP batch 8 against 4 rows: q4f16_1
         16.2 -> 12.8 ms, q8f32_1 18.2 -> 14.5, q4f16_1+a8 6.4 -> 5.8; batch 16 q4f16_1 31.0 -> 25.4;
@@ -288,7 +289,7 @@ class GemvTiles:
         tile helper per weight and vector (:meth:`_tile_fn`), then the epilogue of each input row."""
         b = kf.b
         T = ROW_TILE
-        NL, MB = self._tile_shape()
+        MB = self._tile_shape()[1]
         res = kf.alloca(F32, self.nw * MB * T, name="res", align=64)
         resw = [kf.gep(res, kf.i64(w * MB * T), F32) if w else res for w in range(self.nw)]
         wargs = [self._weight_args(st, w) for w in range(self.nw)]
@@ -301,7 +302,7 @@ class GemvTiles:
         # helpers for 1-4 rows and for a whole block; other remainders take two calls (7 = 4 + 3):
         # a helper per row count doubled the compile time of a q4 model (Llama recipe 3.7 -> 6.5 s)
         sizes = sorted(set(range(1, min(4, MB) + 1)) | {MB})
-        lanes = {t: self._tile_shape(t)[0] for t in sizes}   # per helper size: the int8 pairs
+        lanes = {t: self._tile_shape(t)[0] for t in sizes}   # per helper size (16: a whole tile per call)
         fns = {(w, t, h): self._tile_fn(w, t, h == 0) for w in range(self.nw) for t in sizes
                for h in range(T // lanes[t])}
 
