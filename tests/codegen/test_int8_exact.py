@@ -74,11 +74,15 @@ def target(request, monkeypatch):
     return request.param, t, SimdInfo.from_target(t.triple, t.features)
 
 
-def _case(M, N, K, bits, gs, row_tile, rng):
+def _case(M, N, K, bits, gs, row_tile, rng, zp=None):
     """A linear kernel of ``bits``-bit group-quantized weights with int8 activations and its data at the
     extremes: ``(func, x, q words, scales, float64 reference)``; weights row 0 all at the top of the range,
-    row 1 all at 0, x row 0 all +a, row 1 all -a per group (a differs per group), the rest random ends."""
-    zp = 2 ** (bits - 1) - 1
+    row 1 all at 0, x row 0 all +a, row 1 all -a per group (a differs per group), the rest random ends.
+    ``zp``: the zero point (default ``2 ** (bits - 1) - 1``); when given, the random weights take the zero
+    point as a third value, and the reference sums the integer products in int64 per group before the
+    float64 scales."""
+    levels = [0, 2 ** bits - 1] if zp is None else [0, zp, 2 ** bits - 1]
+    zp = 2 ** (bits - 1) - 1 if zp is None else zp
     top = 2 ** bits - 1
     per_word = 32 // bits
     groups = K // gs
@@ -93,7 +97,7 @@ def _case(M, N, K, bits, gs, row_tile, rng):
     out = topi.linear_kernel(x, q, s, weights=[GroupWeight(1, 2, bits, gs, zp, K, "int8", row_tile)], spec=spec)
     f = te.create_prim_func([x, q, s, out])
     f.attrs[KERNEL_ATTR] = spec[0]
-    vals = rng.choice([0, top], (N, K)).astype(np.uint64)
+    vals = rng.choice(levels, (N, K)).astype(np.uint64)
     vals[0], vals[1] = top, 0
     Q = np.zeros((N, K // per_word), np.uint64)
     for j in range(per_word):
@@ -108,17 +112,20 @@ def _case(M, N, K, bits, gs, row_tile, rng):
     X = (sign * a).astype(np.float32)
     # x's quantization: q = +-127 exactly, d = float32(a / 127)
     d = (a / np.float32(127)).astype(np.float32).astype(np.float64)
-    W = (vals.astype(np.float64) - zp) * np.repeat(S.astype(np.float64), gs, axis=1)
-    ref = (sign.astype(np.float64) * 127 * d) @ W.T
+    # per group the integer sum of (+-127) * (q - zero_point) in int64, then times scale * d in float64
+    qx = (sign.astype(np.int64) * 127).reshape(M, groups, gs)
+    qw = (vals.astype(np.int64) - zp).reshape(N, groups, gs)
+    isum = np.einsum("mgk,ngk->mng", qx, qw)
+    ref = np.einsum("mng,ng,mg->mn", isum.astype(np.float64), S.astype(np.float64), d[:, ::gs])
     if row_tile:
         Q, S = tile_rows(Q, row_tile), tile_rows(S, row_tile)
     return f, X, Q, S, ref
 
 
-def _check(name, target, simd, bits, gs, row_tile, rows):
+def _check(name, target, simd, bits, gs, row_tile, rows, zp=None):
     rng = np.random.default_rng(bits * 100 + gs + row_tile)
     N, K = 48, 256
-    f = _case(1, N, K, bits, gs, row_tile, rng)[0]
+    f = _case(1, N, K, bits, gs, row_tile, rng, zp)[0]
     text, meta = emit_llvm_ir({"f": f}, target)
     kernel = meta["f"]["kernel"]
     _, _, int8, vnni = TARGETS[name]
@@ -136,18 +143,19 @@ def _check(name, target, simd, bits, gs, row_tile, rows):
         assert "notes" in meta["f"] and "float activations" in meta["f"]["notes"][0]
     lib = build({"f": f}, target).load()
     for M in rows:
-        _, X, Q, S, ref = _case(M, N, K, bits, gs, row_tile, rng)
+        _, X, Q, S, ref = _case(M, N, K, bits, gs, row_tile, rng, zp)
         y = np.full((M, N), np.nan, np.float32)
         lib["f"](X, Q, S, y)
         np.testing.assert_allclose(y, ref, rtol=0, atol=1e-5 * np.abs(ref).max(), err_msg=f"{name} {kernel} M={M}")
     return kernel
 
 
-@pytest.mark.parametrize("gs", [32, 64])
-def test_row_major_4bit_gemv_and_gemm(target, gs):
-    """4-bit weights in row-major words: the int8 GEMV (1 and 3 rows) and the int8 GEMM (40 rows)."""
+@pytest.mark.parametrize("gs,zp", [(32, None), (64, None), (32, 8), (32, 0), (64, 15)])
+def test_row_major_4bit_gemv_and_gemm(target, gs, zp):
+    """4-bit weights in row-major words: the int8 GEMV (1 and 3 rows) and the int8 GEMM (40 rows); at the
+    default zero point 7, and at 8 (the ``q4*`` presets'), 0 and 15 with weights at the zero point too."""
     name, t, simd = target
-    kernel = _check(name, t, simd, 4, gs, 0, (1, 3, 40))
+    kernel = _check(name, t, simd, 4, gs, 0, (1, 3, 40), zp)
     assert "tiles" not in kernel
 
 
@@ -157,6 +165,20 @@ def test_row_tiled(target, bits):
     byte 255 against x of +-127 (``2 * 255 * 127`` per pair: past int16)."""
     name, t, simd = target
     kernel = _check(name, t, simd, bits, 32, 16, (1, 3, 9, 40))
+    assert "tiles" in kernel
+
+
+@pytest.mark.parametrize("bits,zp", [(4, 0), (4, 8), (4, 15), (8, 0), (8, 128), (8, 255)])
+def test_row_tiled_zero_points(target, bits, zp):
+    """The row-tiled int8 kernel at the presets' zero points (8 / 128: ``q4*`` / ``q8f32_1``) and at both ends
+    of the range, weights at 0, the zero point and the top (``q - zero_point`` from ``-top`` to ``top``; a
+    whole row at the top, one at 0), x at +-127 in every group (x's quantization is symmetric: a group of
+    -a gives -127, never -128), at 1 and 2 input rows (on AVX2 without VNNI one call takes both 8-row halves
+    of a tile: ``tile_pair_rows_i8``), 3 and 9; against the integer sums in int64 times the float64
+    scales. The largest int16 partial sum of the 4-bit path (16 products of 15 * 127 = 30480) and 8-bit
+    pairs of 255 * 127 (past int16 when summed) occur in rows 0 / 1."""
+    name, t, simd = target
+    kernel = _check(name, t, simd, bits, 32, 16, (1, 2, 3, 9), zp)
     assert "tiles" in kernel
 
 

@@ -278,3 +278,57 @@ def test_row_tiled_int8_weights_without_avx2(cap, kernel, monkeypatch):
         W = _group_weights(Q, S, "uint32", "float16", 32, 100)
         exact = _as_f32(X, "float32").astype(np.float64) @ W.T.astype(np.float64)
         np.testing.assert_allclose(y, exact, rtol=2e-5, atol=2e-5 * np.abs(exact).max())
+
+
+def test_row_tiles_pair_the_halves_of_a_tile_with_8_lanes(monkeypatch, own_features):
+    """With 8 lanes (an AVX2 target: a Haswell, a Zen 3) the tile helpers of 1 and 2 input rows with int8
+    activations (without VNNI) and of 1 row with float ones take both 8-row halves of a tile as 16-lane
+    vectors (``tile_pair_rows_i8`` / ``tile_pair_rows_f32``), the others two calls of 8 rows; with AVX-VNNI,
+    or the pairing off, none do. Where the host runs AVX2, paired and unpaired give the same outputs: bit for
+    bit with int8 activations (the same integer sums and float operations per row), up to float32 rounding
+    with float ones (``tile_chains_f32`` chains shared by two vectors), and both match the float64 reference."""
+    import re
+
+    if not HOST.triple.startswith("x86_64"):
+        pytest.skip("x86-64 only")
+    avx2 = _x86_target("haswell", "+avx2,+fma,+f16c,+avx")
+    vnni = _x86_target("alderlake", "+avx2,+fma,+f16c,+avx,+avxvnni")
+    helper = re.compile(r'define internal void @"mb\.tile\.[^"]*\.v(\d+)\.t(\d+)[."]')
+
+    def lanes(f, target) -> dict:
+        text, meta = emit_llvm_ir({"f": f}, target)
+        assert meta["f"]["kernel"].endswith("+tiles"), meta["f"]["kernel"]
+        return {int(t): int(v) for v, t in helper.findall(text)}
+
+    for act, paired in (("int8", (1, 2)), ("none", (1,))):
+        f, *_ = _quant_case(2, 32, 256, 4, 32, 8, "uint32", "float16", "float32", activation=act, row_tile=16)
+        assert lanes(f, avx2) == {t: 16 if t in paired else 8 for t in (1, 2, 3, 4, 8)}, act
+        if act == "int8":
+            assert set(lanes(f, vnni).values()) == {8}
+    monkeypatch.setitem(TUNING, "tile_pair_rows_i8", 0)
+    monkeypatch.setitem(TUNING, "tile_pair_rows_f32", 0)
+    f, *_ = _quant_case(2, 32, 256, 4, 32, 8, "uint32", "float16", "float32", activation="int8", row_tile=16)
+    assert set(lanes(f, avx2).values()) == {8}
+    if not HOST_SIMD.int8_dot:
+        return
+    for bits, act in ((4, "int8"), (8, "int8"), (4, "none"), (8, "none")):
+        outs = []
+        for pair in (0, 2):
+            monkeypatch.setitem(TUNING, "tile_pair_rows_i8", pair)
+            monkeypatch.setitem(TUNING, "tile_pair_rows_f32", pair)
+            lib = None
+            for M in (1, 2, 3, 9):
+                f, odt, X, Q, S, ref = _quant_case(M, 48, 4192, bits, 32, 2 ** (bits - 1), "uint32", "float16",
+                                                   "float32", seed=M, activation=act, row_tile=16)
+                if lib is None:
+                    lib = _build(f, avx2)[1]
+                y = np.empty((M, 48), np.float32)
+                lib["f"](X, _tiled(Q), _tiled(S), y)
+                tol = 2e-5 if act == "int8" else _tol("float16", "float32")
+                np.testing.assert_allclose(y, ref, rtol=tol, atol=tol * np.abs(ref).max(), err_msg=f"{bits} {act}")
+                outs.append(y)
+        for a, c in zip(outs[:4], outs[4:]):
+            if act == "int8":
+                np.testing.assert_array_equal(a, c)
+            else:   # two FMA chains per group where there were four: the same products, summed in another order
+                np.testing.assert_allclose(a, c, rtol=1e-6, atol=1e-6 * np.abs(c).max())

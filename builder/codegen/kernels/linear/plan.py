@@ -39,6 +39,9 @@ TUNING = {
     "gemv_wide_i8": 1,           # int8 GEMV with 16 lanes: 128-column steps in 512-bit vectors (0: 64 in 256-bit)
     "tile_lanes_i8": 0,          # row-tiled int8 kernel: int32 lanes per vector (0: 16 with 16 float lanes, else 8;
                                  # 8 on an AVX-512 Xeon: LlamaMLP q4f16_1+a8 batch 8 3.8 -> 5.9 ms)
+    "tile_pair_rows_i8": 2,      # row-tiled int8 kernel with 8 lanes, no VNNI: helpers of up to this many input rows
+                                 # take a whole tile as two 256-bit vectors per word (GemvTiles._tile_shape; 0: off)
+    "tile_pair_rows_f32": 1,     # the same for the float-activation tiles with 8 lanes (LlamaMLP-sized q8 from DRAM 1.6x)
     "tile_rows_x_i8": 0,         # row-tiled int8 kernel: input rows per block (0: 8, GemvTiles._tile_shape)
     "tile_rows_x": 0,            # the same for the float-activation tiles
     "xprep_min_values": 1 << 16,  # row-tiled int8 kernel: x quantized on all threads from this many values

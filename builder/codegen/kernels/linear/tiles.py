@@ -29,6 +29,17 @@ the row-major int8 GEMV / GEMM's: the same columns are quantized (whole 64-colum
 whole groups) and the same integer sums formed; the columns past them stay float (``x *
 dequantized weight``, scalar, :meth:`GemvTiles._tile_tail`).
 
+**Both halves of a tile at once with 8 lanes** (``tile_pair_rows_i8``, ``tile_pair_rows_f32``;
+:meth:`GemvTiles._tile_shape`): with 256-bit vectors a tile's word is two vectors of 8 rows, and a helper
+of 8 rows read half of each 64-byte line, the second helper the other half from L2. Helpers of up to 2
+(int8 activations, without VNNI) / 1 (float) input rows take both halves as one 16-lane vector instead
+(two 256-bit instructions per operation): x's broadcasts serve both, and the tile is read in one pass.
+AMD Zen 3, 2 threads, one 16384 x 4096 (8192 x 4096 for 8-bit) matrix from DRAM against this project's
+row sum reading as many bytes, interleaved: q4 with int8 activations 64 -> 88% of the read, q8 with
+int8 activations 61 -> 79%, q8 with float activations 63 -> 100%, q4 with float activations 47 -> 54%
+(bound by decoding: a byte shuffle, a conversion and an FMA per 8 weights, about 20 cycles per line by
+``llvm-mca -mcpu=znver3`` where DRAM delivers a line in about 10).
+
 **float activations** (:meth:`GemvTiles._tile_fn_f32`, up to ``tile_max_rows`` input rows): per
 column of 4-bit weights a shift of the words and, on AVX-512, one ``vpermps`` of the 16-entry
 table ``q - zero_point`` by each lane's low 4 bits give the 16 rows' values as floats (elsewhere
@@ -89,20 +100,31 @@ class GemvTiles:
     per weight, vector and block size does the work (:meth:`_tile_fn_i8` with int8 activations,
     :meth:`_tile_fn_f32` with float ones)."""
 
-    def _tile_shape(self) -> tuple[int, int]:
+    def _tile_shape(self, t: int = 0) -> tuple[int, int]:
         """``(NL, MB)``: 32-bit lanes per vector (a tile is ``16 / NL`` vectors) and input rows per
-        block. int8 activations: 16 lanes with the 16-lane shape, else 8 (``tile_lanes_i8``);
-        ``tile_rows_x_i8`` rows (0: 8). Float activations: the kernel's float32 lanes (at most 16);
-        ``tile_rows_x`` rows (0: 8). Eight rows share each decoded column with 16 vector registers
+        block. int8 activations: 16 lanes with the 16-lane shape, else 8 (``tile_lanes_i8``), but 16
+        (a tile's word as two 256-bit vectors, one helper call per tile) for a helper of ``t`` input
+        rows up to ``tile_pair_rows_i8`` without VNNI (AVX2's ``vpmaddubsw`` path): the two halves of
+        each word share x's broadcasts, and the tile is read in one pass where two calls of 8 rows read
+        half of each line each (Zen 3, one 2048 x 4096 q4 matrix from L3 at batch 1: 134 -> 103 us,
+        16384 x 4096 from DRAM 1945 -> 1565 us, interleaved; see the module docstring);
+        ``tile_rows_x_i8`` rows (0: 8). Float activations: the kernel's float32 lanes (at most 16),
+        16 with 8 lanes for up to ``tile_pair_rows_f32`` input rows (the same pairing);
+        ``tile_rows_x`` rows (0: 8). ``t`` = 0: the kernel's own shape, whatever its helpers'. Eight
+        rows share each decoded column with 16 vector registers
         too, though their accumulators no longer all fit: the decode, not the spills, bounds these
         kernels there (Intel Xeon compiled as for AVX2, LlamaMLP batch 8 against 4 rows: q4f16_1
         16.2 -> 12.8 ms, q8f32_1 18.2 -> 14.5, q4f16_1+a8 6.4 -> 5.8; batch 16 q4f16_1 31.0 -> 25.4;
         batch 2-4 the same; as for SSE, q4f16_1 batch 8 50.6 -> 45.9)."""
         if self.tile_int8:
             nl = 16 if self.lanes >= 16 and TUNING["tile_lanes_i8"] != 8 else 8
+            if nl == 8 and 0 < t <= TUNING["tile_pair_rows_i8"] and not self.vnni and TUNING["tile_lanes_i8"] != 8:
+                nl = 16
             mb = TUNING["tile_rows_x_i8"] or 8
         else:
             nl = min(16, self.lanes)
+            if nl == 8 and 0 < t <= TUNING["tile_pair_rows_f32"]:
+                nl = 16
             mb = TUNING["tile_rows_x"] or 8
         return nl, max(1, mb)
 
@@ -267,7 +289,7 @@ class GemvTiles:
         tile helper per weight and vector (:meth:`_tile_fn`), then the epilogue of each input row."""
         b = kf.b
         T = ROW_TILE
-        NL, MB = self._tile_shape()
+        MB = self._tile_shape()[1]
         res = kf.alloca(F32, self.nw * MB * T, name="res", align=64)
         resw = [kf.gep(res, kf.i64(w * MB * T), F32) if w else res for w in range(self.nw)]
         wargs = [self._weight_args(st, w) for w in range(self.nw)]
@@ -280,8 +302,9 @@ class GemvTiles:
         # helpers for 1-4 rows and for a whole block; other remainders take two calls (7 = 4 + 3):
         # a helper per row count doubled the compile time of a q4 model (Llama recipe 3.7 -> 6.5 s)
         sizes = sorted(set(range(1, min(4, MB) + 1)) | {MB})
+        lanes = {t: self._tile_shape(t)[0] for t in sizes}   # per helper size (16: a whole tile per call)
         fns = {(w, t, h): self._tile_fn(w, t, h == 0) for w in range(self.nw) for t in sizes
-               for h in range(T // NL)}
+               for h in range(T // lanes[t])}
 
         sbytes = [elem_bytes(self.plan.weights[w].scale_dtype) for w in range(self.nw)]
         with kf.loop(u0, u1, 1, "tile") as tile:
@@ -295,10 +318,11 @@ class GemvTiles:
                 for w in range(self.nw):
                     xa = kf.gep(xaux[w], kf.mul(m, aux_row[w]), I8)
                     xf = kf.gep(st.xf, kf.mul(m, st.K), F32)
-                    for h in range(T // NL):
+                    nl = lanes[part]
+                    for h in range(T // nl):
                         kf.b.call(fns[(w, part, h)], [
-                            kf.gep(qt[w], kf.i64(4 * NL * h), I8), kf.gep(stl[w], kf.i64(sbytes[w] * NL * h), I8),
-                            xa, xf, kf.gep(resw[w], kf.i64(r0 * T + NL * h), F32)])
+                            kf.gep(qt[w], kf.i64(4 * nl * h), I8), kf.gep(stl[w], kf.i64(sbytes[w] * nl * h), I8),
+                            xa, xf, kf.gep(resw[w], kf.i64(r0 * T + nl * h), F32)])
 
             self._row_blocks(kf, st, MB, sizes, run, kf.mul(tile, T), T, T, resw)
 
@@ -382,7 +406,7 @@ class GemvTiles:
         sums per group and row, column ``j`` into sum ``j % C``); per group and row ``acc += scale *
         (sum - zero_point * xs)``. The columns of a last partial group: :meth:`_tile_tail`."""
         d = self.plan.weights[w]
-        NL, _ = self._tile_shape()
+        NL, _ = self._tile_shape(t)
         K = self.K_static
         key = f"mb.tile.{self._fmt_key(w)}.k{K}.v{NL}.t{t}{'.pf' if first else ''}.f32"
         fn, kf = self._new_helper(key, [PTR] * 5)
@@ -410,7 +434,7 @@ class GemvTiles:
             sc = kf.widen(kf.load(vec(st_t, NL), kf.gep(s, kf.mul(g, T * bpe), I8),
                                   None, align=2), d.scale_dtype)
             # C partial sums per input row (column j into sum j % C): independent FMA chains
-            C = max(1, min(cw, TUNING["tile_chains_f32"] // t))
+            C = max(1, min(cw, TUNING["tile_chains_f32"] // (t * max(1, NL // self.lanes))))
             gslot = [[kf.alloca(f32v, name="gacc") for _ in range(C)] for _ in range(t)]
             for row in gslot:
                 for a in row:
@@ -591,7 +615,7 @@ class GemvTiles:
         """The int8-activation tile helper (:meth:`_tile_fn`; see the module docstring); the
         columns past the int8 ones stay float (:meth:`_tile_tail`)."""
         d = self.plan.weights[w]
-        NL, _ = self._tile_shape()
+        NL, _ = self._tile_shape(t)
         K = self.K_static
         lay = self._int8_rows(d.group_size)
         native = self.simd.native("vnni")
