@@ -73,3 +73,16 @@ def assert_same_as_alone(run: RaggedRun, sid: int, prompt: np.ndarray, atol: flo
     want, tokens = run_alone(run.model, prompt, len(got) - 1, forced=forced)
     np.testing.assert_allclose(got, want, atol=atol, rtol=0, err_msg=f"sequence {sid}")
     assert run.fed[sid] == tokens, sid
+
+
+def check_ragged_decode(model, prompts: list[np.ndarray], steps: int, order: list[int] | None = None,
+                        atol: float = 1e-5) -> None:
+    """Prefill ``prompts`` one by one into one paged cache (blocks of 4), decode them together ``steps`` times
+    (the rows in ``order``, default the prompts' order), and check each against its run alone."""
+    run = RaggedRun(model, block_size=4)
+    for sid, prompt in enumerate(prompts):
+        run.prefill(sid, prompt)
+    for _ in range(steps):
+        run.decode(order if order is not None else list(range(len(prompts))))
+    for sid, prompt in enumerate(prompts):
+        assert_same_as_alone(run, sid, prompt, atol=atol)

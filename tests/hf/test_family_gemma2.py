@@ -13,7 +13,7 @@ import pytest
 import builder
 from builder.checkpoint import HFCheckpointError
 from helpers.hf_checkpoints import check_causal_lm, save_tiny
-from helpers.ragged_decode import RaggedRun, assert_same_as_alone
+from helpers.ragged_decode import check_ragged_decode
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
@@ -45,13 +45,7 @@ def test_gemma2_ragged_decode_equals_each_sequence_alone(gemma2):
     window's token distances, so each equals its run alone (issue 43)."""
     m = builder.build(gemma2[0])
     prompts = [np.random.default_rng(7 + i).integers(0, 128, n) for i, n in enumerate((2, 7, 4))]
-    run = RaggedRun(m, block_size=4)
-    for sid, prompt in enumerate(prompts):
-        run.prefill(sid, prompt)
-    for _ in range(5):
-        run.decode([0, 1, 2])
-    for sid, prompt in enumerate(prompts):
-        assert_same_as_alone(run, sid, prompt)
+    check_ragged_decode(m, prompts, 5)
 
 
 @pytest.mark.parametrize("dropped", ["attn_logit_softcapping=null", "sliding_window=null"])   # the two per-score ones

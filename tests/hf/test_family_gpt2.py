@@ -9,7 +9,7 @@ import pytest
 import builder
 from builder.checkpoint import HFCheckpointError, resolve_checkpoint
 from helpers.hf_checkpoints import check_causal_lm, save_tiny
-from helpers.ragged_decode import RaggedRun, assert_same_as_alone
+from helpers.ragged_decode import check_ragged_decode
 from runtime.weights import WeightsWarning
 
 torch = pytest.importorskip("torch")
@@ -37,13 +37,7 @@ def test_gpt2_ragged_decode_equals_each_sequence_alone(tmp_path):
     with pytest.warns(WeightsWarning, match=NO_MASK_BUFFERS):
         m = builder.build(tmp_path)
     prompts = [np.random.default_rng(5 + i).integers(0, 128, n) for i, n in enumerate((6, 1, 10))]
-    run = RaggedRun(m, block_size=4)
-    for sid, prompt in enumerate(prompts):
-        run.prefill(sid, prompt)
-    for _ in range(5):
-        run.decode([2, 0, 1])
-    for sid, prompt in enumerate(prompts):
-        assert_same_as_alone(run, sid, prompt)
+    check_ragged_decode(m, prompts, 5, order=[2, 0, 1])
 
 
 def test_a_bare_gpt2_model_gives_the_logits_of_its_tied_embedding(tmp_path):

@@ -272,16 +272,10 @@ def test_written_out_attention_masked_by_the_cache_decodes_a_ragged_batch(tmp_pa
     """Sequences of 2, 6 and 4 tokens prefilled one by one into a paged cache, then decoded together: each row
     equals its sequence run alone (issue 43). The ALiBi-style bias of absolute columns is shifted by a row's
     padding, a constant per query that the softmax cancels."""
-    from helpers.ragged_decode import RaggedRun, assert_same_as_alone
+    from helpers.ragged_decode import check_ragged_decode
 
     text = ragged_recipe()
     assert "kv_cache_attention_mask" in text and "arange(total_seq_len" not in text
     m = _build(tmp_path, text, seed=5)
     prompts = [np.random.default_rng(9 + i).integers(0, VOCAB, n) for i, n in enumerate((2, 6, 4))]
-    run = RaggedRun(m, block_size=4)
-    for sid, prompt in enumerate(prompts):
-        run.prefill(sid, prompt)
-    for _ in range(4):
-        run.decode([0, 1, 2])
-    for sid, prompt in enumerate(prompts):
-        assert_same_as_alone(run, sid, prompt, atol=1e-10)
+    check_ragged_decode(m, prompts, 4, atol=1e-10)
