@@ -27,6 +27,7 @@ so ``import runtime`` works without it.
 from __future__ import annotations
 
 import atexit
+import io
 import os
 import sys
 import time
@@ -464,8 +465,16 @@ def _install_excepthook(group: WorkerGroup) -> None:
     previous = sys.excepthook
 
     def hook(kind, value, tb):
-        sys.stderr.write(f"rank {group.rank}: ")
-        previous(kind, value, tb)
+        # the report goes out in one write: the launcher forwards each rank's output in chunks and
+        # interleaves its own abort notice between them, so a prefix written apart can lose its traceback
+        report, stderr = io.StringIO(), sys.stderr
+        sys.stderr = report
+        try:
+            previous(kind, value, tb)
+        finally:
+            sys.stderr = stderr
+        stderr.write(f"rank {group.rank}: {report.getvalue()}")
+        stderr.flush()
         group.abort(1)
 
     sys.excepthook = hook
