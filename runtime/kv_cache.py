@@ -44,12 +44,12 @@ from typing import Any
 
 import numpy as np
 
-from core.kv_cache_builtins import (KV_CACHE_ATTENTION_MASK, KV_CACHE_POSITIONS, KV_CACHE_QUERY_POSITIONS,
-                                    KV_CACHE_UPDATE)
+from core.kv_cache_builtins import (KV_CACHE_APPEND, KV_CACHE_ATTENTION_MASK, KV_CACHE_POSITIONS,
+                                    KV_CACHE_QUERY_POSITIONS, KV_CACHE_UPDATE)
 
 from .memory import check_allocation
 
-__all__ = ["PagedKVCache", "ContiguousKVCache", "KVCacheFullError", "kv_cache_update", "kv_cache_positions",
+__all__ = ["PagedKVCache", "ContiguousKVCache", "KVCacheFullError", "kv_cache_append", "kv_cache_update", "kv_cache_positions",
            "kv_cache_attention_mask", "kv_cache_query_positions", "BUILTINS", "MAX_LAYERS", "MAX_BLOCK_SIZE"]
 
 #: The most layers one cache holds (layer ids are 0 .. MAX_LAYERS - 1).
@@ -111,11 +111,13 @@ class _Rows:
     pool slots (blocks of consecutive ids merge); :meth:`write` stores a call's new keys and :meth:`read`
     gathers every row's, a slice copy per run (a lone row of one run comes back as a view of the pool)."""
 
-    __slots__ = ("held", "seq", "total", "block_size", "max_block", "_runs", "_view")
+    __slots__ = ("held", "seq", "total", "block_size", "max_block", "_runs", "_view", "_blocks", "_tables")
 
     def __init__(self, blocks: list[list[int]], held: np.ndarray, seq: int, total: int, block_size: int) -> None:
         self.held, self.seq, self.total, self.block_size = held, seq, total, block_size
         self.max_block = max((max(b) for b in blocks if b), default=-1)
+        self._blocks = blocks
+        self._tables: tuple[np.ndarray, np.ndarray] | None = None
         self._runs = []      # per row: [(first pool slot, tokens), ...] covering its held + seq tokens in order
         for b, h in zip(blocks, held.tolist()):
             n, runs = h + seq, []
@@ -127,6 +129,22 @@ class _Rows:
                     runs.append([block * block_size, length])
             self._runs.append(runs)
         self._view = len(blocks) == 1 and len(self._runs[0]) == 1 and self._runs[0][0][1] == total
+
+    def tables(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(block_table, lengths)`` of the rows for :func:`kv_cache_append`: int32 (B, max_blocks), row ``r``'s
+        first ``ceil(lengths[r] / block_size)`` block ids in token order, 0 after them; int32 (B,), ``held + seq``.
+        Made once per call (the layers share them), read-only."""
+        if self._tables is None:
+            lengths = self.held + self.seq
+            need = -(-lengths // self.block_size)
+            _check(4 * len(self._blocks) * (int(need.max()) + 1), "kv_cache_append: the block table")
+            table = np.zeros((len(self._blocks), int(need.max())), np.int32)
+            for r, (b, n) in enumerate(zip(self._blocks, need.tolist())):
+                table[r, :n] = b[:n]
+            lengths = lengths.astype(np.int32)
+            table.flags.writeable = lengths.flags.writeable = False
+            self._tables = (table, lengths)
+        return self._tables
 
     @property
     def positions(self) -> np.ndarray:
@@ -380,6 +398,26 @@ class PagedKVCache:
         self._updated = set()
 
     # -- the builtins' methods -------------------------------------------------------------------------
+    def append(self, layer_id: int, k: np.ndarray, v: np.ndarray,
+               total_seq_len: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Append ``k`` / ``v`` to layer ``layer_id`` for the rows of the call, as :meth:`update` does (the
+        same checks and errors), and hand the compiled code what the paged attention
+        (``nn.op.paged_attention``) reads, without copying a key: ``(k_pool, v_pool, block_table, lengths)``,
+        the layer's pools as they are after this append (read-only views of the cache's own arrays, (num_blocks,
+        block_size, kv_heads, head_dim[_v]); a pool that grows later is a new array, so these stay valid and
+        unchanged for the call), the rows' block table int32 (batch, max_blocks) and their lengths int32
+        (batch,) ``held_r + seq`` (:meth:`_Rows.tables`). Every block id of a row's first ``ceil(lengths[r] /
+        block_size)`` entries is below ``num_blocks`` and every length at most ``max_blocks * block_size`` (the
+        kernel checks them again)."""
+        layer, rows = self._append("kv_cache_append", layer_id, k, v, total_seq_len)
+        table, lengths = rows.tables()
+        pools = []
+        for pool in (layer.k, layer.v):
+            view = pool.view()
+            view.flags.writeable = False
+            pools.append(view)
+        return pools[0], pools[1], table, lengths
+
     def update(self, layer_id: int, k: np.ndarray, v: np.ndarray,
                total_seq_len: int) -> tuple[np.ndarray, np.ndarray]:
         """Append ``k`` (batch, seq, kv_heads, head_dim) and ``v`` (batch, seq, kv_heads, head_dim_v) to
@@ -398,8 +436,16 @@ class PagedKVCache:
         ``max_seq_len``; :class:`KVCacheFullError` (implicit mode) when the budget has too few blocks;
         :class:`~runtime.memory.MemoryLimitError` when a pool cannot grow.
         """
-        layer_id = _int("kv_cache_update", "layer_id", layer_id)
-        where = f"kv_cache_update: layer {layer_id}"
+        layer, rows = self._append("kv_cache_update", layer_id, k, v, total_seq_len, results=True)
+        return rows.read(layer.k), rows.read(layer.v)
+
+    def _append(self, who: str, layer_id: int, k: np.ndarray, v: np.ndarray, total_seq_len: int,
+                results: bool = False) -> tuple[_Layer, _Rows]:
+        """The checks and the write of :meth:`update` / :meth:`append` (``who`` names the builtin in errors;
+        ``results``: the padded copies of every row's keys come back, their memory checked first): the
+        layer and the rows of the call."""
+        layer_id = _int(who, "layer_id", layer_id)
+        where = f"{who}: layer {layer_id}"
         if not 0 <= layer_id < self.max_layers:
             raise ValueError(f"{where}: the layer id must be in 0..{self.max_layers - 1}")
         total = _int(where, "total_seq_len", total_seq_len)
@@ -430,7 +476,7 @@ class PagedKVCache:
         else:
             seqs, new_ids = self._implicit_plan(where, layer, batch, seq, total)
             max_block = max([len(self._ref) - 1, *new_ids])    # pools hold every id made
-        if batch > 1:          # the results (a lone row is mostly a view of the pool)
+        if results and batch > 1:          # the results (a lone row is mostly a view of the pool)
             _check(batch * total * (math.prod(k.shape[2:]) + math.prod(v.shape[2:])) * k.dtype.itemsize,
                    f"{where}: the keys and values of {batch} rows x {total} columns")
         if layer is None:      # pools first: a refused allocation leaves the cache as it was
@@ -447,7 +493,7 @@ class PagedKVCache:
             layer.length = total
         for pool, new in ((layer.k, k), (layer.v, v)):
             rows.write(pool.reshape(-1, *pool.shape[2:]), new)
-        return rows.read(layer.k), rows.read(layer.v)
+        return layer, rows
 
     def positions(self, batch: int, seq: int, total_seq_len: int) -> np.ndarray:
         """The positions of the call's new tokens, int64 (batch, seq): row ``r``'s ``arange(held_r, held_r +
@@ -739,6 +785,13 @@ def _cache(where: str, cache: Any) -> PagedKVCache:
     return cache
 
 
+def kv_cache_append(cache: Any, layer_id: Any, k: Any, v: Any,
+                    total_seq_len: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The VM builtin ``vm.builtin.kv_cache_append``: :meth:`PagedKVCache.append` of ``cache``.
+    Raises TypeError when ``cache`` is not a :class:`PagedKVCache` (and what ``append`` raises)."""
+    return _cache("kv_cache_append", cache).append(layer_id, k, v, total_seq_len)
+
+
 def kv_cache_update(cache: Any, layer_id: Any, k: Any, v: Any, total_seq_len: Any) -> tuple[np.ndarray, np.ndarray]:
     """The VM builtin ``vm.builtin.kv_cache_update``: :meth:`PagedKVCache.update` of ``cache``.
     Raises TypeError when ``cache`` is not a :class:`PagedKVCache` (and what ``update`` raises)."""
@@ -764,5 +817,5 @@ def kv_cache_query_positions(cache: Any, layer_id: Any, seq: Any, total_seq_len:
 
 
 #: The VM builtins of the cache, by name (:mod:`core.kv_cache_builtins`), for ``runtime.builtins``.
-BUILTINS = {KV_CACHE_UPDATE: kv_cache_update, KV_CACHE_POSITIONS: kv_cache_positions,
+BUILTINS = {KV_CACHE_APPEND: kv_cache_append, KV_CACHE_UPDATE: kv_cache_update, KV_CACHE_POSITIONS: kv_cache_positions,
             KV_CACHE_ATTENTION_MASK: kv_cache_attention_mask, KV_CACHE_QUERY_POSITIONS: kv_cache_query_positions}

@@ -188,7 +188,13 @@ class AttentionKernelSpec:
 
     ``window`` (0 for none; needs a causal mask) keeps only keys ``limit - window < j <= limit`` of a
     query whose causal bound is ``limit`` (sliding-window attention); ``softcap`` (0 for none) replaces
-    the scaled scores by ``softcap * tanh(s / softcap)`` before the bias and the masks (Gemma 2)."""
+    the scaled scores by ``softcap * tanh(s / softcap)`` before the bias and the masks (Gemma 2).
+
+    ``block_table`` and ``lengths`` (parameter indices, -1 for none) mark the paged form
+    (:func:`builder.te.topi.paged_attention`): ``k`` / ``v`` are one layer's pools (N, BS, Hk, D) of a
+    paged KV cache, row ``b``'s key ``j`` in slot ``j % BS`` of block ``block_table[b, j // BS]``, its
+    ``lengths[b]`` keys ending with the ``Sq`` new queries' own (causal ``"BottomRight"`` per row); a bias's
+    column is the key's position."""
 
     q: int
     k: int
@@ -203,6 +209,8 @@ class AttentionKernelSpec:
     seqstart: int = -1
     window: int = field(default=0, metadata={PRINT_WHEN_SET: True})
     softcap: float = field(default=0.0, metadata={PRINT_WHEN_SET: True})
+    block_table: int = field(default=-1, metadata={PRINT_WHEN_SET: True})
+    lengths: int = field(default=-1, metadata={PRINT_WHEN_SET: True})
 
 
 def spec_from_attr(value: dict) -> "LinearKernelSpec | AttentionKernelSpec":
@@ -253,9 +261,10 @@ def _attention_spec(d: dict) -> AttentionKernelSpec:
     def is_int(x) -> bool:
         return isinstance(x, int) and not isinstance(x, bool)
 
-    if not all(is_int(d.get(k, -1)) for k in ("q", "k", "v", "bias", "out", "group", "seqstart", "window")):
-        raise ValueError(f"{KERNEL_ATTR}: attention q / k / v / bias / out / group / seqstart / window must be "
-                         f"integers, got {d}")
+    if not all(is_int(d.get(k, -1)) for k in ("q", "k", "v", "bias", "out", "group", "seqstart", "window",
+                                              "block_table", "lengths")):
+        raise ValueError(f"{KERNEL_ATTR}: attention q / k / v / bias / out / group / seqstart / window / "
+                         f"block_table / lengths must be integers, got {d}")
     cap = d.get("softcap", 0.0)
     if not isinstance(cap, (int, float)) or isinstance(cap, bool) or d.get("window", 0) < 0 or cap < 0:
         raise ValueError(f"{KERNEL_ATTR}: attention window and softcap must be numbers >= 0, got "
@@ -269,4 +278,5 @@ def _attention_spec(d: dict) -> AttentionKernelSpec:
         raise ValueError(f"{KERNEL_ATTR}: attention scale must be a number, got {d['scale']!r}")
     return AttentionKernelSpec(d["q"], d["k"], d["v"], d["bias"], d["out"], d["causal"], tuple(bb), d["group"],
                                float(d["scale"]), seqstart=d.get("seqstart", -1),
-                               window=d.get("window", 0), softcap=float(cap))
+                               window=d.get("window", 0), softcap=float(cap),
+                               block_table=d.get("block_table", -1), lengths=d.get("lengths", -1))

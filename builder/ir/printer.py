@@ -203,6 +203,12 @@ class _FunctionPrinter:
         for p in f.params:
             sym_vars(p.struct_info, syms)
         sym_vars(f.ret_struct_info, syms)
+        # dims first bound in the body, from a builtin's result (vm.builtin.kv_cache_append's pools): declared
+        # at the top as TVM does (``num_blocks = T.int64()``), so that the text parses back
+        for block in f.body.blocks:
+            for b in block.bindings:
+                if isinstance(b.value, rx.Call) and isinstance(b.value.op, rx.ExternFunc):
+                    sym_vars(b.var.struct_info, syms)
         for v in syms:
             self.names.add(v, v.name)
         params = ", ".join(f"{self.var(p)}: {self.sinfo(p.struct_info, quoted=True)}" for p in f.params)

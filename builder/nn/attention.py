@@ -9,11 +9,12 @@ and layouts of HF's ``LlamaAttention`` (``q_proj``, ``k_proj``, ``v_proj``, ``o_
 
 With a cache (``spec.Object()`` input, at run time a ``runtime.PagedKVCache``) and
 ``total_seq_len`` (``spec.Int()`` input), the new tokens' keys and values are appended to the cache
-under the layer's ``layer_id`` and the queries attend to every key held, causally aligned at the
-bottom right (query ``i`` of ``S_q`` new tokens sees key ``j`` of ``S_kv`` when
-``j <= i + S_kv - S_q``), so a prefill, a second prefill chunk and one-token decode steps all work; in a
-ragged batch (rows of different lengths, each right-aligned in the ``S_kv`` columns) the cache's
-attention mask hides each row's left padding, and the default positions are each row's own.
+under the layer's ``layer_id`` (``nn.op.kv_cache_append``) and the queries attend to every key their row
+holds, read from the cache's blocks in place (``nn.op.paged_attention``: the block table and each row's
+length, no copy of the keys), causally at their true positions (row ``r``'s query ``i`` of ``S_q`` new
+tokens sits at ``held_r + i`` and sees keys ``0 .. held_r + i``), so a prefill, a second prefill chunk and
+one-token decode steps all work, in a ragged batch (rows of different lengths) too; the default positions
+are each row's own.
 """
 from __future__ import annotations
 
@@ -223,9 +224,9 @@ class Attention(Module):
           causal mask when ``causal``. A query whose keys are all masked gives zeros.
         - ``cache`` and ``total_seq_len`` (together): the runtime KV cache (an ``nn.Object``) and the
           tokens it holds after this call (an int or int64 PrimExpr, e.g. a ``spec.Int`` input);
-          needs ``layer_id``. The causal mask is then aligned at the bottom right, and the cache's mask
-          of the call (``nn.op.kv_cache_attention_mask``, each row's real keys) is combined with
-          ``attention_mask``.
+          needs ``layer_id``. Each row's queries then attend to the keys its sequence holds, causally
+          at their positions (:func:`builder.nn.op.paged_attention`); ``attention_mask`` / ``position_bias``
+          column ``j`` is the key at position ``j`` (``seq_kv`` = ``total_seq_len``, the most keys a row holds).
 
         - ``token_indices``: x holds only the real tokens of a padded batch, packed: x (num_tokens,
           hidden_size) -> (num_tokens, hidden_size), ``token_indices`` (num_tokens,) their positions in the
@@ -280,16 +281,18 @@ class Attention(Module):
                 positions = (op.arange(0, seq, dtype="int64") if cache is None else
                              op.kv_cache_positions(cache, batch, seq, total_seq_len))
             q, k = self._rope(q, positions, "q_rope"), self._rope(k, positions, "k_rope")
-        if cache is not None:
-            k, v = op.kv_cache_update(cache, self.layer_id, k, v, total_seq_len)
-            attention_mask = self._with_cache_mask(attention_mask, op.kv_cache_attention_mask(cache, batch,
-                                                                                              total_seq_len))
         mask = None if attention_mask is None else self._mask(attention_mask)
         if position_bias is not None:
             mask = self._with_position_bias(mask, position_bias, x.dtype)
-        causal = None if not self.causal else ("TopLeft" if cache is None else "BottomRight")
-        out = op.scaled_dot_product_attention(q, k, v, attn_mask=mask, causal_mask=causal, scale=self.scale,
-                                              window_size=self.sliding_window, logit_softcap=self.logit_softcap)
+        if cache is not None:   # the keys are read from the cache's blocks, where the new ones are appended
+            k_pool, v_pool, table, lengths = op.kv_cache_append(cache, self.layer_id, k, v, total_seq_len)
+            out = op.paged_attention(q, k_pool, v_pool, table, lengths, attn_mask=mask, scale=self.scale,
+                                     causal_mask="BottomRight" if self.causal else None,
+                                     window_size=self.sliding_window, logit_softcap=self.logit_softcap)
+        else:
+            out = op.scaled_dot_product_attention(q, k, v, attn_mask=mask, causal_mask="TopLeft" if self.causal
+                                                  else None, scale=self.scale, window_size=self.sliding_window,
+                                                  logit_softcap=self.logit_softcap)
         return self.o_proj(op.reshape(out, [batch, seq, heads * self.head_dim]))
 
     def _packed(self, x: Tensor, positions: Tensor | None, attention_mask: Tensor, token_indices: Tensor) -> Tensor:
@@ -358,20 +361,6 @@ class Attention(Module):
         if mask.dtype == "bool":
             return op.where(mask, bias, float("-inf"))
         return op.add(bias, mask)
-
-    @staticmethod
-    def _with_cache_mask(mask: Tensor | None, keep: Tensor) -> Tensor:
-        """The cache's keep-mask ``keep`` (bool (batch, total_seq_len): a ragged batch's left padding False,
-        :func:`builder.nn.op.kv_cache_attention_mask`) with the caller's ``mask``: a padding mask (bool /
-        integer (batch, seq_kv)) and-ed, a float mask -inf where ``keep`` is False."""
-        if mask is None:
-            return keep
-        if E.is_float_dtype(mask.dtype):
-            return op.where(op.reshape(keep, [keep.shape[0], 1, 1, keep.shape[1]]), mask, float("-inf"))
-        if mask.ndim != 2:
-            raise ValueError(f"Attention: a bool / integer attention_mask is a padding mask (batch, seq_kv), got "
-                             f"{fmt_shape(mask.shape)}")
-        return op.where(keep, mask if mask.dtype == "bool" else op.not_equal(mask, 0), keep)   # keep and mask
 
     @staticmethod
     def _mask(mask: Tensor) -> Tensor:

@@ -10,7 +10,8 @@ from ..ir.kernel import KERNEL_ATTR, AttentionKernelSpec
 from ..ir.op.common import static_int
 from ..ir.struct_info import TensorStructInfo
 from ..ir.op import OpPattern, register_op
-from ..ir.op.nn import (infer_adaptive_pool, infer_attention, infer_attention_var_len, infer_rope, infer_conv1d,
+from ..ir.op.nn import (infer_adaptive_pool, infer_attention, infer_attention_var_len, infer_paged_attention, infer_rope,
+    infer_conv1d,
     infer_conv1d_transpose, infer_conv2d_transpose,
     infer_conv2d, infer_group_norm, infer_layer_norm, infer_matmul, infer_pool, infer_resize2d, infer_rms_norm,
     infer_rnn)
@@ -101,7 +102,7 @@ def _attention_rule(reference, name: str):
         if isinstance(extra.get("logit_softcap"), E.FloatImm):
             extra["logit_softcap"] = extra["logit_softcap"].value
         spec = attention_kernel_spec(call.args, scale, a.get("causal_mask"), extra.get("window_size"),
-                                     extra.get("logit_softcap"))
+                                     extra.get("logit_softcap"), paged=name == "paged_attention")
         on_new = None if spec is None else (lambda func: func.attrs.__setitem__(KERNEL_ATTR, spec))
         return call_te(bb, reference, call.args, {"scale": scale, "causal_mask": a.get("causal_mask"), **extra},
                        name, on_new=on_new)
@@ -109,12 +110,13 @@ def _attention_rule(reference, name: str):
 
 
 def attention_kernel_spec(args, scale: float | None, causal_mask: str | None, window_size: int | None = None,
-                          logit_softcap: float | None = None) -> AttentionKernelSpec | None:
+                          logit_softcap: float | None = None, paged: bool = False) -> AttentionKernelSpec | None:
     """The :class:`~builder.ir.kernel.AttentionKernelSpec` of ``nn.attention(q, k, v[, bias])`` (graph
-    values ``args``; ``window_size`` / ``logit_softcap`` its attributes), or None when it cannot describe
-    them: non-float32/16-bit dtypes, symbolic head counts or head dims, an unknown mask, a window or cap
-    that is not a positive number (a window without a causal mask), or either on the variable-length form. Parameters of the PrimFunc are the arguments in order,
-    then the output."""
+    values ``args``; ``window_size`` / ``logit_softcap`` its attributes), of ``nn.attention_var_len(q, k, v,
+    seqstart)`` or (``paged``) of ``nn.paged_attention(q, k_pool, v_pool, block_table, lengths[, bias])``, or
+    None when it cannot describe them: non-float32/16-bit dtypes, symbolic head counts or head dims, an
+    unknown mask, a window or cap that is not a positive number (a window without a causal mask), or either
+    on the variable-length form. Parameters of the PrimFunc are the arguments in order, then the output."""
     sis = [x.struct_info for x in args]
     window = 0 if window_size is None else window_size
     cap = 0.0 if logit_softcap is None else float(logit_softcap)
@@ -122,6 +124,8 @@ def attention_kernel_spec(args, scale: float | None, causal_mask: str | None, wi
             or not 0 <= cap < math.inf or (window_size is not None and not window) \
             or (logit_softcap is not None and not cap):
         return None
+    if paged:
+        return _paged_kernel_spec(sis, scale, causal_mask, window, cap)
     if len(sis) == 4 and all(isinstance(si, TensorStructInfo) and si.ndim == 3 for si in sis[:3]) \
             and isinstance(sis[3], TensorStructInfo) and sis[3].ndim == 1:   # attention_var_len
         q, k, v = sis[:3]
@@ -149,6 +153,29 @@ def attention_kernel_spec(args, scale: float | None, causal_mask: str | None, wi
     return AttentionKernelSpec(0, 1, 2, 3 if len(sis) == 4 else -1, len(sis), causal_mask or "none", bcast,
                                heads // kv_heads, 1.0 / math.sqrt(dim) if scale is None else scale,
                                window=window, softcap=cap)
+
+
+def _paged_kernel_spec(sis, scale: float | None, causal_mask: str | None, window: int,
+                       cap: float) -> AttentionKernelSpec | None:
+    """The spec of ``nn.paged_attention`` (struct infos ``sis``; ``window`` / ``cap`` 0 for none), or None
+    for dtypes other than float32 / 16-bit floats, symbolic heads or head dims, or another mask."""
+    if len(sis) not in (5, 6) or not all(isinstance(si, TensorStructInfo) for si in sis):
+        return None
+    q, k, v = sis[:3]
+    if q.dtype not in ("float32", "float16", "bfloat16") or any(si.dtype != q.dtype for si in sis[:3] + sis[5:]):
+        return None
+    heads, kv_heads, dim = static_int(q.shape[2]), static_int(k.shape[2]), static_int(q.shape[3])
+    if None in (heads, kv_heads, dim, static_int(v.shape[3])) or not kv_heads or heads % kv_heads or dim <= 0 \
+            or causal_mask not in (None, "BottomRight"):
+        return None
+    bcast: tuple = ()
+    if len(sis) == 6:
+        lead = (q.shape[0], q.shape[2], q.shape[1], None)
+        bcast = tuple(d for d, (bd, sd) in enumerate(zip(sis[5].shape, lead))
+                      if static_int(bd) == 1 and (sd is None or static_int(sd) != 1))
+    return AttentionKernelSpec(0, 1, 2, 5 if len(sis) == 6 else -1, len(sis), causal_mask or "none", bcast,
+                               heads // kv_heads, 1.0 / math.sqrt(dim) if scale is None else scale,
+                               window=window, softcap=cap, block_table=3, lengths=4)
 
 
 register_op("matmul", infer_matmul, ("out_dtype",), pattern=FUSABLE, legalize=_matmul, frontend="matmul", in_recipes=True,
@@ -218,3 +245,7 @@ register_op("nn.attention", infer_attention, ("scale", "causal_mask", "window_si
 register_op("nn.attention_var_len", infer_attention_var_len, ("scale", "causal_mask"), pattern=OpPattern.OPAQUE,
             legalize=_attention_rule(topi.attention_var_len, "attention_var_len"), frontend="attention_var_len",
             doc="Attention within each of several sequences packed one after another (``seqstart``).")
+register_op("nn.paged_attention", infer_paged_attention, ("scale", "causal_mask", "window_size", "logit_softcap"),
+            pattern=OpPattern.OPAQUE, legalize=_attention_rule(topi.paged_attention, "paged_attention"),
+            frontend="paged_attention",
+            doc="Attention of new queries over a paged KV cache's blocks (``block_table``, ``lengths``; vLLM's).")

@@ -399,10 +399,16 @@ def test_export_text_of_the_cache_path():
             'total_seq_len: R.Shape(["total_seq_len_1"]), attn_q_proj_weight: ') in text
     assert ('R.call_pure_packed("vm.builtin.kv_cache_positions", cache, R.prim_value(batch), R.prim_value(seq), '
             'R.prim_value(total_seq_len_1), sinfo_args=(R.Tensor((batch, seq), dtype="int64"),))') in text
-    assert 'R.call_packed("vm.builtin.kv_cache_update", cache, R.prim_value(0), ' in text
-    assert ('R.call_pure_packed("vm.builtin.kv_cache_attention_mask", cache, R.prim_value(batch), '
-            'R.prim_value(total_seq_len_1), sinfo_args=(R.Tensor((batch, total_seq_len_1), dtype="bool"),))') in text
-    assert 'causal_mask="BottomRight"' in text
+    # the keys are appended and read in place: the pools, block table and lengths come back (dims bound then,
+    # declared at the top), no padded copy and no mask of its padding
+    assert ('R.call_packed("vm.builtin.kv_cache_append", cache, R.prim_value(0), k_rope, reshape2, '
+            'R.prim_value(total_seq_len_1), sinfo_args=R.Tuple(R.Tensor((num_blocks, block_size, 2, 6), '
+            'dtype="float64"), R.Tensor((num_blocks, block_size, 2, 6), dtype="float64"), R.Tensor((batch, '
+            'max_blocks), dtype="int32"), R.Tensor((batch,), dtype="int32")))') in text
+    assert "        num_blocks = T.int64()\n" in text
+    assert ('R.nn.paged_attention(q_rope, kv_cache_0, kv_cache_1, kv_cache_2, kv_cache_3, scale=None, '
+            'causal_mask="BottomRight", window_size=None)') in text
+    assert "kv_cache_update" not in text and "kv_cache_attention_mask" not in text
     assert parse(text).script() == text          # the printed module parses back
     assert [n for n, _ in params] == ["attn.q_proj.weight", "attn.k_proj.weight", "attn.v_proj.weight",
                                       "attn.o_proj.weight"]

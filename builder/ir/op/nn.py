@@ -416,6 +416,25 @@ def _qkv(call: Call, op: str, layout: str, ndim: int) -> tuple:
     return q, k, v
 
 
+def _check_window_and_cap(call: Call, op: str, mask) -> None:
+    """The ``window_size`` (None or a positive int, with a causal ``mask``) and ``logit_softcap`` (None or a
+    positive finite number) attributes of an attention call; ValueError naming ``op`` otherwise."""
+    window = call.attrs.get("window_size")
+    if window is not None:
+        if isinstance(window, E.IntImm):
+            window = window.value
+        if isinstance(window, bool) or not isinstance(window, int) or window <= 0:
+            raise ValueError(f"{op}: window_size must be None or a positive int, got {window!r}")
+        if mask is None:
+            raise ValueError(f"{op}: a sliding window (window_size={window}) needs a causal_mask "
+                             "('TopLeft' or 'BottomRight'): the window ends at the query's causal bound")
+    cap = call.attrs.get("logit_softcap")
+    if cap is not None:
+        cap = cap.value if isinstance(cap, E.FloatImm) else cap
+        if isinstance(cap, bool) or not isinstance(cap, (int, float)) or not 0 < cap < float("inf"):
+            raise ValueError(f"{op}: logit_softcap must be None or a positive finite number, got {cap!r}")
+
+
 def infer_attention(call: Call) -> StructInfo:
     """``R.nn.attention(query, key, value[, bias], scale, causal_mask, window_size)``: (B, Sq, H, Dv).
 
@@ -451,20 +470,7 @@ def infer_attention(call: Call) -> StructInfo:
     if mask not in (None, "TopLeft", "BottomRight"):
         raise ValueError(f"R.nn.attention: causal_mask must be None, 'TopLeft' or 'BottomRight', "
                          f"got {mask!r}")
-    window = call.attrs.get("window_size")
-    if window is not None:
-        if isinstance(window, E.IntImm):
-            window = window.value
-        if isinstance(window, bool) or not isinstance(window, int) or window <= 0:
-            raise ValueError(f"R.nn.attention: window_size must be None or a positive int, got {window!r}")
-        if mask is None:
-            raise ValueError(f"R.nn.attention: a sliding window (window_size={window}) needs a causal_mask "
-                             "('TopLeft' or 'BottomRight'): the window ends at the query's causal bound")
-    cap = call.attrs.get("logit_softcap")
-    if cap is not None:
-        cap = cap.value if isinstance(cap, E.FloatImm) else cap
-        if isinstance(cap, bool) or not isinstance(cap, (int, float)) or not 0 < cap < float("inf"):
-            raise ValueError(f"R.nn.attention: logit_softcap must be None or a positive finite number, got {cap!r}")
+    _check_window_and_cap(call, "R.nn.attention", mask)
     if len(call.args) == 4:
         bias = tensor_arg(call, 3, "bias")
         check_same_dtype(call, q, bias, "query", "bias")
@@ -504,6 +510,59 @@ def infer_attention_var_len(call: Call) -> StructInfo:
         raise ValueError(f"R.nn.attention_var_len: causal_mask must be None or 'TopLeft', got "
                          f"{call.attrs.get('causal_mask')!r}")
     return TensorStructInfo((q.shape[0], q.shape[1], v.shape[2]), q.dtype)
+
+
+def infer_paged_attention(call: Call) -> StructInfo:
+    """``R.nn.paged_attention(query, k_pool, v_pool, block_table, lengths[, bias], scale, causal_mask,
+    window_size, logit_softcap)``: (B, Sq, H, Dv), attention of new queries over the keys a paged KV cache
+    holds (vLLM's PagedAttention, Kwon et al. 2023; TVM's ``PagedKVCache`` attention).
+
+    ``query`` (B, Sq, H, D); ``k_pool`` (num_blocks, block_size, Hk, D) and ``v_pool`` (num_blocks,
+    block_size, Hk, Dv), one layer's blocks, of query's float dtype, H a multiple of Hk; ``block_table``
+    (B, max_blocks) int32 / int64: row ``b``'s key ``j`` is in slot ``j % block_size`` of block
+    ``block_table[b, j // block_size]``; ``lengths`` (B,) int32 / int64: the keys of row ``b``, the
+    ``lengths[b] - Sq`` held before the call and its ``Sq`` new ones (the new tokens' keys are in the
+    blocks already), so query ``i`` sits at position ``lengths[b] - Sq + i``. ``causal_mask`` None (every
+    key of the row) or ``"BottomRight"`` (keys at or before the query's position); ``window_size`` /
+    ``logit_softcap`` as in ``R.nn.attention``. ``bias`` (optional, query's dtype) (B, H, Sq, Skv), any dim
+    1 (broadcast), column ``j`` the key at position ``j`` (a key dim not 1 must cover every length: checked
+    when the code runs). Raises ValueError for other ranks, dims that differ, heads that do not divide, an
+    index tensor that is not int32 / int64, another mask, window or cap; TypeError for non-float or mixed
+    dtypes."""
+    op = "R.nn.paged_attention"
+    if len(call.args) not in (5, 6):
+        raise ValueError(f"{op}: takes query, k_pool, v_pool, block_table, lengths and an optional bias, got "
+                         f"{len(call.args)} arguments")
+    q, k, v = _qkv(call, op, "4-D (batch, seq, num_heads, head_dim) / (num_blocks, block_size, num_kv_heads, "
+                   "head_dim)", 4)
+    table, lengths = tensor_arg(call, 3, "block_table"), tensor_arg(call, 4, "lengths")
+    for t, what, nd in ((table, "block_table", 2), (lengths, "lengths", 1)):
+        if t.ndim != nd or t.dtype not in ("int32", "int64"):
+            raise ValueError(f"{op}: {what} must be {nd}-D int32 / int64, got {t.dtype} {fmt_shape(t.shape)}")
+    for a, b, what in ((k.shape[0], v.shape[0], "blocks of k_pool and v_pool"),
+                       (k.shape[1], v.shape[1], "block sizes of k_pool and v_pool"),
+                       (k.shape[2], v.shape[2], "heads of k_pool and v_pool"), (q.shape[3], k.shape[3], "head dims"),
+                       (q.shape[0], table.shape[0], "batch of query and block_table"),
+                       (q.shape[0], lengths.shape[0], "batch of query and lengths")):
+        if definitely_different(a, b):
+            raise ValueError(f"{op}: the {what} differ: {a} and {b}")
+    hq, hk = static_int(q.shape[2]), static_int(k.shape[2])
+    if hq is not None and hk is not None and (hk == 0 or hq % hk):
+        raise ValueError(f"{op}: the query's {hq} heads are not a multiple of the pools' {hk}")
+    mask = call.attrs.get("causal_mask")
+    if mask not in (None, "BottomRight"):
+        raise ValueError(f"{op}: causal_mask must be None or 'BottomRight' (the queries are the last keys), got "
+                         f"{mask!r}")
+    _check_window_and_cap(call, op, mask)
+    if len(call.args) == 6:
+        bias = tensor_arg(call, 5, "bias")
+        check_same_dtype(call, q, bias, "query", "bias")
+        lead = (q.shape[0], q.shape[2], q.shape[1])
+        if bias.ndim != 4 or any(static_int(bd) != 1 and definitely_different(bd, sd)
+                                 for bd, sd in zip(bias.shape[:3], lead)):
+            raise ValueError(f"{op}: bias {fmt_shape(bias.shape)} must be 4-D (batch, num_heads, seq, seq_kv) with "
+                             f"(batch, num_heads, seq) = {fmt_shape(lead)}, each dim equal or 1")
+    return TensorStructInfo((q.shape[0], q.shape[1], q.shape[2], v.shape[3]), q.dtype)
 
 
 def infer_rope(call: Call) -> StructInfo:

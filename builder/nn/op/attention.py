@@ -1,5 +1,6 @@
 """Pieces of attention layers: rotary position embeddings built from other ops
-(``rotary_embedding``), the calls of the runtime KV cache (``kv_cache_update``, ``kv_cache_positions``,
+(``rotary_embedding``), the calls of the runtime KV cache (``kv_cache_append``, ``kv_cache_update``,
+``kv_cache_positions``,
 ``kv_cache_attention_mask``, ``kv_cache_query_positions``; the builtins named in ``core.kv_cache_builtins``,
 ``runtime.kv_cache``) and padding removal (``unpad_input`` /
 ``pad_input``: the position-wise layers of a padded batch run on its real tokens only). The attention itself is
@@ -9,8 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from core.kv_cache_builtins import (KV_CACHE_ATTENTION_MASK, KV_CACHE_POSITIONS, KV_CACHE_QUERY_POSITIONS,
-                                    KV_CACHE_UPDATE)
+from core.kv_cache_builtins import (KV_CACHE_APPEND, KV_CACHE_ATTENTION_MASK, KV_CACHE_POSITIONS,
+                                    KV_CACHE_QUERY_POSITIONS, KV_CACHE_UPDATE)
 
 from ...ir import expr as E
 from ...ir import relax as rx
@@ -19,7 +20,7 @@ from ...ir.struct_info import TensorStructInfo, TupleStructInfo
 from ..core import Object, Tensor, wrap_nested
 from .common import builtin_call, impure_builtin_call, op_call, recipe_function
 
-__all__ = ["rotary_embedding", "rope_scaled_inv_freq", "kv_cache_update", "kv_cache_query_positions",
+__all__ = ["rotary_embedding", "rope_scaled_inv_freq", "kv_cache_append", "kv_cache_update", "kv_cache_query_positions",
            "kv_cache_positions", "kv_cache_attention_mask", "unpad_input", "pad_input"]
 
 
@@ -255,6 +256,52 @@ def kv_cache_attention_mask(cache: Object, batch: int | E.PrimExpr, total_seq_le
     return wrap_nested(call, name)
 
 
+def _check_append(opname: str, cache, layer_id, k: Tensor, v: Tensor, total_seq_len) -> E.PrimExpr:
+    """The checks of :func:`kv_cache_update` / :func:`kv_cache_append`; ``total_seq_len`` as an int64 PrimExpr."""
+    _cache_args(opname, cache, layer_id)
+    total = _int64(opname, "total_seq_len", total_seq_len)
+    for t, what in ((k, "k"), (v, "v")):
+        if t.ndim != 4:
+            raise ValueError(f"{opname}: {what} must be 4-D (batch, seq, kv_heads, head_dim), got "
+                             f"{fmt_shape(t.shape)}")
+    if k.dtype != v.dtype or not E.is_float_dtype(k.dtype):
+        raise TypeError(f"{opname}: k and v must have one float dtype, got {k.dtype} and {v.dtype}")
+    for axis, what in ((0, "batch size"), (1, "sequence length"), (2, "number of heads")):
+        if definitely_different(k.shape[axis], v.shape[axis]):
+            raise ValueError(f"{opname}: the {what} of k {fmt_shape(k.shape)} differs from that of v "
+                             f"{fmt_shape(v.shape)}")
+    return total
+
+
+def kv_cache_append(cache: Object, layer_id: int, k: Tensor, v: Tensor, total_seq_len: int | E.PrimExpr,
+                    name: str = "kv_cache") -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Append the keys / values of new tokens to layer ``layer_id`` of the runtime KV cache and get what
+    :func:`~builder.nn.op.paged_attention` reads, the cache's own blocks (no copy)::
+
+        k_pool, v_pool, block_table, lengths = R.call_packed(
+            "vm.builtin.kv_cache_append", cache, R.prim_value(layer_id), k, v, R.prim_value(total_seq_len),
+            sinfo_args=R.Tuple(R.Tensor((num_blocks, block_size, h, d)), R.Tensor((num_blocks, block_size, h, dv)),
+                               R.Tensor((b, max_blocks), "int32"), R.Tensor((b,), "int32")))
+
+    an impure call (it writes the cache: no pass drops, merges or moves it). ``num_blocks``, ``block_size``
+    and ``max_blocks`` are new dims bound from the results when the call runs (``match_shape``); the pools
+    are the layer's arrays as they are after the append, ``block_table`` row ``r``'s block ids in token
+    order, ``lengths`` the keys row ``r`` holds after the call (``held_r + seq``; ``runtime.PagedKVCache.append``).
+
+    Arguments, run-time errors and the errors raised are those of :func:`kv_cache_update`."""
+    opname = "kv_cache_append"
+    total = _check_append(opname, cache, layer_id, k, v, total_seq_len)
+    b, _, heads, d = k.shape
+    blocks, size, width = (E.SizeVar(n, "int64") for n in ("num_blocks", "block_size", "max_blocks"))
+    sinfo = TupleStructInfo([TensorStructInfo((blocks, size, heads, d), k.dtype),
+                             TensorStructInfo((blocks, size, heads, v.shape[3]), v.dtype),
+                             TensorStructInfo((b, width), "int32"), TensorStructInfo((b,), "int32")])
+    call = impure_builtin_call(KV_CACHE_APPEND, [cache._expr, rx.PrimValue(int(layer_id), "int64"), k._expr,
+                                                 v._expr, rx.PrimValue(total, "int64")], sinfo)
+    k_pool, v_pool, table, lengths = wrap_nested(call, name)
+    return k_pool, v_pool, table, lengths
+
+
 def kv_cache_update(cache: Object, layer_id: int, k: Tensor, v: Tensor, total_seq_len: int | E.PrimExpr,
                     name: str = "kv_cache") -> tuple[Tensor, Tensor]:
     """Append the keys / values of new tokens to layer ``layer_id`` of the runtime KV cache and read
@@ -283,18 +330,7 @@ def kv_cache_update(cache: Object, layer_id: int, k: Tensor, v: Tensor, total_se
     or non-float dtypes; ValueError for a negative ``layer_id`` or ``total_seq_len``, ``k`` / ``v``
     that are not 4-D or differ in batch, seq or heads.
     """
-    _cache_args("kv_cache_update", cache, layer_id)
-    total = _int64("kv_cache_update", "total_seq_len", total_seq_len)
-    for t, what in ((k, "k"), (v, "v")):
-        if t.ndim != 4:
-            raise ValueError(f"kv_cache_update: {what} must be 4-D (batch, seq, kv_heads, head_dim), got "
-                             f"{fmt_shape(t.shape)}")
-    if k.dtype != v.dtype or not E.is_float_dtype(k.dtype):
-        raise TypeError(f"kv_cache_update: k and v must have one float dtype, got {k.dtype} and {v.dtype}")
-    for axis, what in ((0, "batch size"), (1, "sequence length"), (2, "number of heads")):
-        if definitely_different(k.shape[axis], v.shape[axis]):
-            raise ValueError(f"kv_cache_update: the {what} of k {fmt_shape(k.shape)} differs from that of v "
-                             f"{fmt_shape(v.shape)}")
+    total = _check_append("kv_cache_update", cache, layer_id, k, v, total_seq_len)
     b, _, heads, d = k.shape
     sinfo = TupleStructInfo([TensorStructInfo((b, total, heads, d), k.dtype),
                              TensorStructInfo((b, total, heads, v.shape[3]), v.dtype)])

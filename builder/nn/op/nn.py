@@ -446,6 +446,39 @@ def attention_var_len(query: Tensor, key: Tensor, value: Tensor, seqstart: Tenso
                                scale=None if scale is None else float(scale), causal_mask=causal_mask), name)
 
 
+def paged_attention(query: Tensor, k_pool: Tensor, v_pool: Tensor, block_table: Tensor, lengths: Tensor,
+                    attn_mask: Tensor | None = None, scale: float | None = None, causal_mask: str | None = None,
+                    window_size: int | None = None, logit_softcap: float | None = None,
+                    name: str = "paged_attention") -> Tensor:
+    """Attention of a call's new queries over the keys a paged KV cache holds, read from its blocks in place
+    (vLLM's PagedAttention, Kwon et al. 2023; TVM's ``PagedKVCache``), emitted as
+    ``R.nn.paged_attention(q, k_pool, v_pool, block_table, lengths[, bias])``::
+
+        p = lengths[b] - S_q + i                            (query i's position)
+        key j of row b = k_pool[block_table[b, j // BS], j % BS],   0 <= j < lengths[b]
+        out[b, i, h, :] = sum_j softmax_j(scale * q[b, i, h, :] . key j [+ mask]) value j   over j <= p (causal)
+
+    ``query`` (B, S_q, H, D); ``k_pool`` / ``v_pool`` (num_blocks, BS, H_kv, D / D_v), one layer's blocks,
+    and ``block_table`` (B, max_blocks), ``lengths`` (B,) int32 / int64, all as
+    :func:`kv_cache_append` hands them over (the new tokens' keys already in the blocks) -> (B, S_q, H,
+    D_v). ``causal_mask`` None (every key of the row) or ``"BottomRight"``; ``window_size``,
+    ``logit_softcap`` and ``scale`` as in :func:`scaled_dot_product_attention`; ``attn_mask`` (bool: True
+    attends, or query's float dtype, added) broadcastable to (B, H, S_q, S_kv), column ``j`` the key at
+    position ``j`` (S_kv the most keys a row holds, ``total_seq_len``, or 1). A length outside ``[S_q,
+    max_blocks * BS]`` (or above the mask's S_kv) and a block id outside the pool are errors when the code
+    runs, never reads out of bounds. Raises ValueError / TypeError for shapes, dtypes, a mask, window or cap
+    that do not fit."""
+    if causal_mask not in (None, "BottomRight"):
+        raise ValueError(f"paged_attention: causal_mask must be None or 'BottomRight', got {causal_mask!r}")
+    args = [query._expr, k_pool._expr, v_pool._expr, block_table._expr, lengths._expr]
+    if attn_mask is not None:
+        args.append(_attention_bias(attn_mask, query))
+    sc = None if scale is None else E.FloatImm(float(scale), "float32")
+    extra = {} if logit_softcap is None else {"logit_softcap": float(logit_softcap)}
+    return wrap_nested(op_call("nn.paged_attention", args, scale=sc, causal_mask=causal_mask,
+                               window_size=window_size, **extra), name)
+
+
 def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor,
                                  attn_mask: Tensor | None = None, is_causal: bool | None = False,
                                  scale: float | None = None,

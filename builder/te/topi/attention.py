@@ -1,6 +1,7 @@
 """``attention``: scaled dot-product attention (``softmax(q @ k.T * scale + mask) @ v``) over
 (batch, seq, heads, dim) tensors; ``attention_var_len``: the same over sequences of different lengths
-packed one after another; ``rope``: the rotary position embedding's rotation of one tensor.
+packed one after another; ``paged_attention``: new queries over the keys of a paged KV cache's blocks;
+``rope``: the rotary position embedding's rotation of one tensor.
 """
 from __future__ import annotations
 
@@ -15,9 +16,9 @@ from .broadcast import add, multiply
 from .common import cast_value, is_static_one, norm_acc_dtype, two_stage_compute
 from .elementwise import negative
 from .fusion import inline_injective
-from .transform import concat, split
+from .transform import checked_index, concat, split
 
-__all__ = ["attention", "attention_var_len", "rope"]
+__all__ = ["attention", "attention_var_len", "paged_attention", "rope"]
 
 
 def rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
@@ -201,3 +202,76 @@ def attention_var_len(q: Tensor, k: Tensor, v: Tensor, seqstart: Tensor, scale: 
     out = attention(batched(q), batched(k), batched(v), bias, scale, causal_mask)
     return _te.compute(tuple(out.shape[1:]), lambda t, h, e: out[E.IntImm(0, "int64"), t, h, e],
                        name="T_attention_var_len")
+
+
+def paged_attention(q: Tensor, k_pool: Tensor, v_pool: Tensor, block_table: Tensor, lengths: Tensor,
+                    bias: Tensor | None = None, scale: float | None = None, causal_mask: str | None = None,
+                    window_size: int | None = None, logit_softcap: float | None = None) -> Tensor:
+    """Attention of new queries over the keys a paged KV cache holds (vLLM's PagedAttention, Kwon et al.
+    2023; TVM's ``PagedKVCache``): ``q`` (B, Sq, H, D), one layer's pools ``k_pool`` (N, BS, Hk, D) and
+    ``v_pool`` (N, BS, Hk, Dv), ``block_table`` (B, M) and ``lengths`` (B,) int32 / int64 -> (B, Sq, H, Dv).
+
+    Row ``b`` holds ``lengths[b]`` keys, key ``j`` in slot ``j % BS`` of block ``block_table[b, j // BS]``;
+    its ``Sq`` queries are the last of them, query ``i`` at position ``p = lengths[b] - Sq + i``. The result
+    is :func:`attention` of ``q`` over each row's keys gathered in position order, with ``causal_mask``
+    ``"BottomRight"`` keeping keys ``j <= p`` (None: every key of the row), ``window_size`` ``W`` also
+    dropping ``j <= p - W``, ``logit_softcap`` and ``bias`` ((B, H, Sq, Skv), dims 1 broadcast; column
+    ``j`` the key at position ``j``) as there; a query that sees no key gives zeros.
+
+    The loops gather the ``M * BS`` slots of each row's table (a slot at or past the row's length is 0 and
+    masked), so an out-of-range index is an error when the code runs (:func:`checked_index`,
+    "index out of range"; never a read out of bounds): a block id of a row's first ``ceil(lengths[b] / BS)``
+    entries outside ``[0, N)``, a length outside ``[Sq, M * BS]`` or, with a bias whose key dim is not 1,
+    above ``Skv``. The code generator's attention kernel reads the blocks in place and checks the same
+    before any unit runs (its own messages). Raises ValueError for non-4-D inputs, a 1-D table, a mask
+    other than None / ``"BottomRight"``, or a window without it."""
+    if q.ndim != 4 or k_pool.ndim != 4 or v_pool.ndim != 4 or block_table.ndim != 2 or lengths.ndim != 1:
+        raise ValueError(f"paged_attention: q, k_pool, v_pool must be 4-D, block_table 2-D and lengths 1-D, got "
+                         f"{fmt_shape(q.shape)}, {fmt_shape(k_pool.shape)}, {fmt_shape(v_pool.shape)}, "
+                         f"{fmt_shape(block_table.shape)}, {fmt_shape(lengths.shape)}")
+    if causal_mask not in (None, "BottomRight"):
+        raise ValueError(f"paged_attention: causal_mask must be None or 'BottomRight', got {causal_mask!r}")
+    if window_size is not None and causal_mask is None:
+        raise ValueError("paged_attention: a window needs the causal mask")
+    i64 = "int64"
+    zero = E.IntImm(0, i64)
+    bsz, sq, heads, _ = q.shape
+    nblocks, bsize, hk = k_pool.shape[0], k_pool.shape[1], k_pool.shape[2]
+    cap = E.simplify(block_table.shape[1] * bsize)        # the slots of a row's table: the gathered key dim
+    sq64 = E.convert(sq).astype(i64)
+
+    def held(b):   # the keys row b held before the call, checked: 0 <= lengths[b] - Sq <= M * BS - Sq
+        return checked_index(cast_value(lengths[b], i64) - sq64, E.simplify(cap - sq + 1))
+
+    def gather(pool: Tensor, name: str) -> Tensor:
+        def f(b, j, h, d):   # a slot past the row's keys reads block 0's and is 0 (a pool holds garbage there)
+            used = E.LT(j, held(b) + sq64)
+            block = checked_index(E.Select(used, cast_value(block_table[b, j // bsize], i64), zero), nblocks)
+            return E.Select(used, pool[block, E.FloorMod(j, bsize), h, d], E.const(0.0, pool.dtype))
+        return _te.compute((bsz, cap, hk, pool.shape[3]), f, name=name)
+
+    kg, vg = gather(k_pool, "T_paged_keys"), gather(v_pool, "T_paged_values")
+    acc = norm_acc_dtype(q.dtype)
+    bias_heads = heads if bias is not None and not is_static_one(bias.shape[1]) else E.IntImm(1, i64)
+
+    def fmask(b, h, i, j):
+        end = held(b) + sq64
+        keep = E.LT(j, end)
+        if causal_mask is not None:
+            pos = held(b) + i
+            keep = E.And(keep, E.LE(j, pos))
+            if window_size is not None:
+                keep = E.And(keep, E.GT(j, pos - window_size))
+        val = E.const(0.0, acc)
+        if bias is not None:
+            one = [is_static_one(d) for d in bias.shape]
+            skv = bias.shape[3]
+            col = zero if one[3] else E.Select(E.LT(j, skv), j, zero)
+            at = [zero if one[0] else b, zero if one[1] else h, zero if one[2] else i, col]
+            val = cast_value(bias[tuple(at)], acc)
+            if not one[3]:   # every length within the bias's key dim
+                keep = E.And(keep, E.GE(checked_index(end, E.simplify(skv + 1)), zero))
+        return cast_value(E.Select(keep, val, E.const(float("-inf"), acc)), q.dtype)
+
+    mask = _te.compute((bsz, bias_heads, sq, cap), fmask, name="T_paged_mask")
+    return attention(q, kg, vg, mask, scale, None, None, logit_softcap)

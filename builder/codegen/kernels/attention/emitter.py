@@ -169,6 +169,11 @@ class AttentionEmitter:
             # rows do nothing); seqstart checked first, so that no unit reads outside the tokens
             B, Sq = self._var_len_sizes(kf, em, ptrs[3])
             Sk = Sq
+        elif plan.block_table is not None:
+            # a paged cache: every length and the block ids a row uses checked first; Sk the longest row
+            B = em.typed(plan.q.shape[0], "int64")
+            Sq = em.typed(plan.q.shape[1], "int64")
+            Sk = self._paged_check(kf, em, ptrs, B, Sq)
         else:
             B = em.typed(plan.q.shape[0], "int64")
             Sq = em.typed(plan.q.shape[1], "int64")
@@ -196,15 +201,61 @@ class AttentionEmitter:
         b.ret(b.load(rc_slot, typ=I32))
         kf.finish()
         self.body_fn = body_fn
-        return ["out of memory allocating an attention workspace"] + (
-            ["seqstart must start at 0, never decrease and end at the number of tokens"]
-            if plan.seqstart is not None else [])
+        extra = ["out of memory allocating an attention workspace"]
+        if plan.seqstart is not None:
+            extra.append("seqstart must start at 0, never decrease and end at the number of tokens")
+        if plan.block_table is not None:
+            extra += ["paged attention: a row's length (keys held before the call + seq) must be at least seq and "
+                      "at most max_blocks * block_size" + ("" if plan.bias is None or 3 in plan.spec.bias_broadcast
+                                                           else ", and at most the bias's key dim"),
+                      "paged attention: a block id of a row's block table is outside the pools' blocks"]
+        return extra
+
+    @staticmethod
+    def _index(kf: KFunc, buf, ptr, idx) -> ir.Value:
+        """``buf[idx]`` of an int32 / int64 index buffer (``seqstart``, a block table, lengths) as i64."""
+        val = kf.load(I64 if buf.dtype == "int64" else I32, ptr, idx, align=8 if buf.dtype == "int64" else 4)
+        return val if buf.dtype == "int64" else kf.b.sext(val, I64)
 
     def _seqstart(self, kf: KFunc, ptr, idx) -> ir.Value:
         """``seqstart[idx]`` as i64."""
-        dtype = self.plan.seqstart.dtype
-        val = kf.load(I64 if dtype == "int64" else I32, ptr, idx, align=8 if dtype == "int64" else 4)
-        return val if dtype == "int64" else kf.b.sext(val, I64)
+        return self._index(kf, self.plan.seqstart, ptr, idx)
+
+    def _paged_check(self, kf: KFunc, em, ptrs, B, Sq) -> ir.Value:
+        """The longest row of the paged form, after checking every row ``b``: ``Sq <= lengths[b] <= M * BS``
+        (and at most the bias's key dim when it has one) -- else the function returns the length error --
+        and ``0 <= block_table[b, t] < N`` for the row's first ``ceil(lengths[b] / BS)`` entries -- else the
+        block error; so that no unit reads outside the pools, the table or the bias."""
+        plan, b = self.plan, kf.b
+        table, lengths = ptrs[plan.spec.block_table], ptrs[plan.spec.lengths]
+        nblocks = em.typed(plan.k.shape[0], "int64")
+        bsize = em.typed(plan.k.shape[1], "int64")
+        width = em.typed(plan.block_table.shape[1], "int64")
+        most = kf.mul(width, bsize)
+        if plan.bias is not None and 3 not in plan.spec.bias_broadcast:
+            most = kf.smin(most, em.typed(plan.bias.shape[3], "int64"))
+        bad_len = kf.alloca(ir.IntType(1), name="bad_length")
+        bad_block = kf.alloca(ir.IntType(1), name="bad_block")
+        longest = kf.alloca(I64, name="longest")
+        b.store(ir.Constant(ir.IntType(1), 0), bad_len)
+        b.store(ir.Constant(ir.IntType(1), 0), bad_block)
+        b.store(kf.i64(0), longest)
+        with kf.loop(0, B, 1, "prow") as r:
+            n = self._index(kf, plan.lengths, lengths, r)
+            bad = b.or_(b.icmp_signed("<", n, Sq), b.icmp_signed(">", n, most))
+            b.store(b.or_(b.load(bad_len), bad), bad_len)
+            b.store(kf.smax(b.load(longest), n), longest)
+            used = kf.sdiv(kf.add(kf.smax(kf.smin(n, most), 0), kf.sub(bsize, 1)), kf.smax(bsize, 1))
+            row = kf.mul(r, width)
+            with kf.loop(0, used, 1, "pblk") as t:
+                blk = self._index(kf, plan.block_table, table, kf.add(row, t))
+                out = b.or_(b.icmp_signed("<", blk, kf.i64(0)), b.icmp_signed(">=", blk, nblocks))
+                b.store(b.or_(b.load(bad_block), out), bad_block)
+        with kf.if_(b.load(bad_len), "bad_length"):
+            b.ret(ir.Constant(I32, self.error_code + 1))
+        with kf.if_(b.load(bad_block), "bad_block"):
+            b.ret(ir.Constant(I32, self.error_code + 2))
+        return b.load(longest)
 
     def _var_len_sizes(self, kf: KFunc, em, ptr) -> tuple:
         """``(B, longest)`` of the variable-length form, after checking ``seqstart``: 0 first, never
@@ -308,6 +359,15 @@ class AttentionEmitter:
         self.kvh = b.srem(bk, kf.i64(plan.kv_heads))
         self.bidx = kf.sdiv(bk, plan.kv_heads)
         r0 = kf.mul(rb, self.MR)
+        if plan.block_table is not None:
+            # a paged cache: the unit's row reads its keys through its block table row (tbase); Sk its length
+            self.qbase, self.sq = kf.mul(self.bidx, ex["Sq"]), ex["Sq"]
+            self.sk = self._index(kf, plan.lengths, self.ptrs[plan.spec.lengths], self.bidx)
+            self.tbase = kf.mul(self.bidx, self.em.typed(plan.block_table.shape[1], "int64"))
+            self.bsize = self.em.typed(plan.k.shape[1], "int64")
+            self.r0, self.nr = r0, kf.smin(kf.i64(self.MR), kf.sub(ex["rows"], r0))
+            self._unit_rows()
+            return
         if plan.seqstart is None:
             self.qbase, self.kbase = kf.mul(self.bidx, ex["Sq"]), kf.mul(self.bidx, ex["Sk"])
             self.sq, self.sk = ex["Sq"], ex["Sk"]
@@ -373,8 +433,13 @@ class AttentionEmitter:
         self._finish_rows()
 
     def _kv_offset(self, j, dim: int):
-        """Element offset of key / value row ``j`` of the unit's batch and kv head."""
+        """Element offset of key / value row ``j`` of the unit's batch and kv head (the paged form: slot ``j %
+        BS`` of block ``block_table[b, j // BS]`` of the pool, ids checked by :meth:`_paged_check`)."""
         kf = self.kf
+        if self.plan.block_table is not None:
+            blk = self._index(kf, self.plan.block_table, self.ptrs[self.plan.spec.block_table], kf.add(self.tbase, kf.sdiv(j, self.bsize)))
+            slot = kf.add(kf.mul(blk, self.bsize), kf.b.srem(j, self.bsize))
+            return kf.mul(kf.add(kf.mul(slot, self.plan.kv_heads), self.kvh), dim)
         return kf.mul(kf.add(kf.mul(kf.add(self.kbase, j), self.plan.kv_heads), self.kvh), dim)
 
     def _pack_keys(self, j0, kb) -> None:
@@ -432,7 +497,7 @@ class AttentionEmitter:
         """Bias for ``L`` keys from ``j`` (float32), reading only the first ``count`` (<= L)
         of them when ``count < L`` (the rest 0)."""
         kf, b, L = self.kf, self.kf.b, self.L
-        bptr = self.ptrs[3]
+        bptr = self.ptrs[self.plan.spec.bias]
         vt = vec(F32, L)
         if 3 in self.plan.spec.bias_broadcast:
             return self._splat(kf, self._load_f32(kf, bptr, row_off, 1))

@@ -56,9 +56,13 @@ class AttentionPlan:
     dim_v: int
     dtype: str
     out_dtype: str
+    #: the paged form's block table (B, M) and lengths (B,) (k / v are pools (N, BS, Hk, D)), else None
+    block_table: Buffer | None = None
+    lengths: Buffer | None = None
 
     def __str__(self) -> str:
-        return (f"attention{'_var_len' if self.seqstart is not None else ''} H={self.heads} Hk={self.kv_heads} "
+        form = "_var_len" if self.seqstart is not None else "_paged" if self.block_table is not None else ""
+        return (f"attention{form} H={self.heads} Hk={self.kv_heads} "
                 f"D={self.dim} Dv={self.dim_v} {self.dtype} causal={self.spec.causal} "
                 f"bias={'none' if self.bias is None else self.spec.bias_broadcast}"
                 + (f" window={self.spec.window}" if self.spec.window else "")
@@ -85,6 +89,8 @@ def plan_attention(func: PrimFunc, simd: SimdInfo) -> AttentionPlan | str:
         return "no vector unit"
     if spec.seqstart >= 0:
         return _plan_var_len(func, spec)
+    if spec.block_table >= 0 or spec.lengths >= 0:
+        return _plan_paged(func, spec)
     nparams = 5 if spec.bias >= 0 else 4
     order = (spec.q, spec.k, spec.v) + ((spec.bias,) if spec.bias >= 0 else ()) + (spec.out,)
     if len(func.params) != nparams or order != tuple(range(nparams)):
@@ -118,7 +124,8 @@ def plan_attention(func: PrimFunc, simd: SimdInfo) -> AttentionPlan | str:
     return _plan(func, spec, q, k, v, bias, out, None, sizes)
 
 
-def _plan(func: PrimFunc, spec: AttentionKernelSpec, q, k, v, bias, out, seqstart, sizes: tuple) -> AttentionPlan | str:
+def _plan(func: PrimFunc, spec: AttentionKernelSpec, q, k, v, bias, out, seqstart, sizes: tuple,
+          paged: tuple = (None, None)) -> AttentionPlan | str:
     """The plan, after the checks both forms share: a finite scale, a window only with a causal mask and
     not on the variable-length form, a finite cap >= 0, and the reference stages in the body."""
     if not math.isfinite(spec.scale):
@@ -130,7 +137,7 @@ def _plan(func: PrimFunc, spec: AttentionKernelSpec, q, k, v, bias, out, seqstar
     missing = set(STAGES) - _block_names(func)
     if missing:
         return f"not the reference attention stages (missing {sorted(missing)})"
-    return AttentionPlan(spec, q, k, v, bias, out, seqstart, *sizes, q.dtype, out.dtype)
+    return AttentionPlan(spec, q, k, v, bias, out, seqstart, *sizes, q.dtype, out.dtype, *paged)
 
 
 def _head_sizes(spec: AttentionKernelSpec, q: Buffer, k: Buffer, v: Buffer, out: Buffer, hd: int) -> tuple | str:
@@ -170,3 +177,47 @@ def _plan_var_len(func: PrimFunc, spec: AttentionKernelSpec) -> AttentionPlan | 
         if not E.prove_equal(a, b):
             return f"{what}: cannot prove {a} == {b}"
     return _plan(func, spec, q, k, v, None, out, st, sizes)
+
+
+def _plan_paged(func: PrimFunc, spec: AttentionKernelSpec) -> AttentionPlan | str:
+    """The plan of :func:`builder.te.topi.paged_attention`'s PrimFunc: parameters q (B, Sq, H, D), the pools
+    k (N, BS, Hk, D) and v (N, BS, Hk, Dv), block_table (B, M) and lengths (B,) int32 / int64, an optional
+    bias (dims 0-2 those of the scores or a broadcast 1; its key dim checked against the lengths when the
+    code runs), out (B, Sq, H, Dv); causal none or BottomRight."""
+    nparams = 7 if spec.bias >= 0 else 6
+    order = (spec.q, spec.k, spec.v, spec.block_table, spec.lengths) + ((spec.bias,) if spec.bias >= 0 else ()) \
+        + (spec.out,)
+    if len(func.params) != nparams or order != tuple(range(nparams)):
+        return f"parameters {order} do not match the paged attention's {len(func.params)}"
+    q, k, v, table, lengths = func.params[:5]
+    bias = func.params[5] if spec.bias >= 0 else None
+    out = func.params[-1]
+    bufs = [q, k, v, out] + ([bias] if bias is not None else [])
+    if any(len(b.shape) != 4 for b in bufs) or len(table.shape) != 2 or len(lengths.shape) != 1:
+        return "query, pools, bias and output must be 4-D, the block table 2-D and the lengths 1-D"
+    if table.dtype not in ("int32", "int64") or lengths.dtype not in ("int32", "int64"):
+        return f"block table {table.dtype} and lengths {lengths.dtype} must be int32 / int64"
+    if q.dtype not in _FLOATS or any(b.dtype != q.dtype for b in bufs):
+        return f"dtypes {[b.dtype for b in bufs]}: the kernel takes one of {_FLOATS} for every tensor"
+    if spec.causal not in ("none", "BottomRight"):
+        return f"causal mask {spec.causal} of a paged attention"
+    sizes = _head_sizes(spec, q, k, v, out, 2)
+    if isinstance(sizes, str):
+        return sizes
+    same = [(q.shape[0], table.shape[0], "batch of block table"), (q.shape[0], lengths.shape[0], "batch of lengths"),
+            (q.shape[0], out.shape[0], "batch of output"), (k.shape[0], v.shape[0], "blocks of value pool"),
+            (k.shape[1], v.shape[1], "block size of value pool"), (q.shape[1], out.shape[1], "query length of output")]
+    for a, b, what in same:
+        if not E.prove_equal(a, b):
+            return f"{what}: cannot prove {a} == {b}"
+    if bias is not None:
+        scores = (q.shape[0], q.shape[2], q.shape[1])
+        for d, (bd, sd) in enumerate(zip(bias.shape[:3], scores)):
+            if d in spec.bias_broadcast:
+                if static_int(bd) != 1:
+                    return f"bias dim {d} is {bd}, not the broadcast 1 of the spec"
+            elif not E.prove_equal(bd, sd) and not (static_int(bd) == 1 and static_int(sd) == 1):
+                return f"bias dim {d}: cannot prove {bd} == the scores' {sd}"
+        if 3 in spec.bias_broadcast and static_int(bias.shape[3]) != 1:
+            return f"bias dim 3 is {bias.shape[3]}, not the broadcast 1 of the spec"
+    return _plan(func, spec, q, k, v, bias, out, None, sizes, (table, lengths))
