@@ -480,7 +480,7 @@ class PagedKVCache:
             _check(batch * total * (math.prod(k.shape[2:]) + math.prod(v.shape[2:])) * k.dtype.itemsize,
                    f"{where}: the keys and values of {batch} rows x {total} columns")
         if layer is None:      # pools first: a refused allocation leaves the cache as it was
-            new_layer = _Layer(*self._allocate(where, k.shape[2:], v.shape[2:], k.dtype, max_block + 1))
+            new_layer = _Layer(*self._allocate(where, k.shape[2:], v.shape[2:], k.dtype, self._pool_blocks(max_block)))
         else:
             self._grow(layer_id, layer, max_block)
         if self._forward is not None:
@@ -740,12 +740,20 @@ class PagedKVCache:
             self._implicit = (key, rows)
         return self._implicit[1]
 
+    def _pool_blocks(self, max_block: int) -> int:
+        """The blocks a pool that must hold block id ``max_block`` has: at least those of the largest pool, so
+        that every layer's pool holds one number of blocks (the compiled code binds one ``num_blocks`` for all
+        layers of a call, :func:`kv_cache_append`), even after a call that failed between two layers' updates."""
+        return max([max_block + 1] + [layer.k.shape[0] for layer in self._layers.values()])
+
     def _grow(self, layer_id: int, layer: _Layer, max_block: int) -> None:
-        """Grow ``layer``'s pools (doubling, at most ``num_blocks``) to hold block id ``max_block``."""
+        """Grow ``layer``'s pools (doubling, at most ``num_blocks``) to hold block id ``max_block``, and to the
+        size of the largest pool (:meth:`_pool_blocks`)."""
         have = layer.k.shape[0]
-        if max_block < have:
+        least = self._pool_blocks(max_block)
+        if least <= have:
             return
-        blocks = max(2 * have, max_block + 1)
+        blocks = max(2 * have, least) if max_block >= have else least
         if self.num_blocks is not None:
             blocks = min(blocks, self.num_blocks)
         where = f"kv_cache_update: layer {layer_id}"

@@ -108,9 +108,9 @@ def test_llama_prefill_and_decode_refuse_a_total_seq_len_that_does_not_count_the
     np.testing.assert_allclose(llama["decode"](ids[:, 4:], cache, 5)[:, 0], full[:, 4], atol=1e-4, rtol=0)
     for name in ("prefill", "decode"):
         ins = llama.exe.functions[name]["instructions"]
-        builtins = [i[2] for i in ins if i[0] == "call_builtin"]   # positions and mask once, an update per layer
-        assert builtins == ["vm.builtin.kv_cache_positions", "vm.builtin.kv_cache_update",
-                            "vm.builtin.kv_cache_attention_mask", "vm.builtin.kv_cache_update"], name
+        builtins = [i[2] for i in ins if i[0] == "call_builtin"]   # positions once, an append per layer
+        assert builtins == ["vm.builtin.kv_cache_positions", "vm.builtin.kv_cache_append",
+                            "vm.builtin.kv_cache_append"], name
         sized = [spec for i in ins if i[0] == "call" for spec in i[4] if "sub" in repr(spec)]
         assert not sized, (name, sized)
 

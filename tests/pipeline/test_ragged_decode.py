@@ -1,7 +1,7 @@
 """Ragged batched decode over one ``runtime.PagedKVCache`` (issue 43) with the reference Llama (recipes/llama.yaml,
 tests/data/llama_causal_lm.safetensors): sequences of different lengths prefilled one by one, then decoded together
 in one ``decode`` call per step (weights read once), give each sequence's logits run alone over a fresh cache to
-1e-5 and the same greedy tokens; also a sequence added while others decode, a chunked prefill, forks, and the
+1e-5 and the same greedy tokens (the attention reading the cache's blocks in place); also a sequence added while others decode, a chunked prefill, forks, and the
 budget refusing a step before it runs."""
 from pathlib import Path
 
@@ -92,15 +92,18 @@ def test_the_budget_refuses_a_step_before_it_runs(llama):
     assert_same_as_alone(run, 0, PROMPTS[3])
 
 
-def test_decode_runs_the_attention_kernel_with_the_cache_mask_as_a_bias(llama):
-    """The ragged batch costs no kernel: decode's attention is the native kernel (not the loop code), given the
-    cache's mask as an additive bias broadcast along heads and queries, (batch, 1, 1, total_seq_len); the
-    positions and the mask come from one builtin call each for both layers."""
+def test_decode_runs_the_paged_attention_kernel_over_the_cache_blocks(llama):
+    """The ragged batch costs no copy and no mask: decode's attention is one native kernel (not the loop code)
+    for both layers, given the layer's pools, the block table and the lengths as the cache hands them over
+    (one ``kv_cache_append`` per layer); the positions come from one builtin call for both layers."""
     exe = llama.exe
     calls = {i[1] for i in exe.functions["decode"]["instructions"] if i[0] == "call"}
     attention = [n for n in calls if str(exe.kernels[n].get("kernel", "loops")).startswith("attention/")]
     assert len(attention) == 1, sorted(calls)
-    bias = exe.kernels[attention[0]]["params"][3]
-    assert bias["shape"] == [["var", "batch"], 1, 1, ["var", "total_seq_len"]] and bias["dtype"] == "float32"
+    params = exe.kernels[attention[0]]["params"]
+    assert [p["dtype"] for p in params] == ["float32", "float32", "float32", "int32", "int32", "float32"]
+    assert params[1]["shape"] == [["var", "num_blocks"], ["var", "block_size"], 4, 32]
+    assert params[3]["shape"] == [["var", "batch"], ["var", "max_blocks"]]
     builtins = [i[2] for i in exe.functions["decode"]["instructions"] if i[0] == "call_builtin"]
-    assert builtins.count("vm.builtin.kv_cache_attention_mask") == 1 and builtins.count("vm.builtin.kv_cache_positions") == 1
+    assert builtins.count("vm.builtin.kv_cache_append") == 2 and builtins.count("vm.builtin.kv_cache_positions") == 1
+    assert not {"vm.builtin.kv_cache_update", "vm.builtin.kv_cache_attention_mask"} & set(builtins)

@@ -8,6 +8,8 @@
 :class:`builder.nn.attention.Attention`."""
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 
 from core.kv_cache_builtins import (KV_CACHE_APPEND, KV_CACHE_ATTENTION_MASK, KV_CACHE_POSITIONS,
@@ -273,6 +275,20 @@ def _check_append(opname: str, cache, layer_id, k: Tensor, v: Tensor, total_seq_
     return total
 
 
+#: The dims of a cache's pools and block table, by the cache's graph variable: one ``(num_blocks, block_size,
+#: max_blocks)`` for every layer of a function (``runtime.PagedKVCache`` keeps every layer's pool the same number of
+#: blocks and hands all layers of a call one table), so that the layers' attentions are one PrimFunc.
+_PAGED_DIMS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def _paged_dims(cache: Object) -> tuple:
+    dims = _PAGED_DIMS.get(cache._expr)
+    if dims is None:
+        dims = _PAGED_DIMS[cache._expr] = tuple(E.SizeVar(n, "int64") for n in ("num_blocks", "block_size",
+                                                                                 "max_blocks"))
+    return dims
+
+
 def kv_cache_append(cache: Object, layer_id: int, k: Tensor, v: Tensor, total_seq_len: int | E.PrimExpr,
                     name: str = "kv_cache") -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """Append the keys / values of new tokens to layer ``layer_id`` of the runtime KV cache and get what
@@ -284,7 +300,8 @@ def kv_cache_append(cache: Object, layer_id: int, k: Tensor, v: Tensor, total_se
                                R.Tensor((b, max_blocks), "int32"), R.Tensor((b,), "int32")))
 
     an impure call (it writes the cache: no pass drops, merges or moves it). ``num_blocks``, ``block_size``
-    and ``max_blocks`` are new dims bound from the results when the call runs (``match_shape``); the pools
+    and ``max_blocks`` are new dims, one set per cache input shared by its layers, bound from the first layer's
+    results when the call runs (``match_shape``; the later layers' are checked against them); the pools
     are the layer's arrays as they are after the append, ``block_table`` row ``r``'s block ids in token
     order, ``lengths`` the keys row ``r`` holds after the call (``held_r + seq``; ``runtime.PagedKVCache.append``).
 
@@ -292,7 +309,7 @@ def kv_cache_append(cache: Object, layer_id: int, k: Tensor, v: Tensor, total_se
     opname = "kv_cache_append"
     total = _check_append(opname, cache, layer_id, k, v, total_seq_len)
     b, _, heads, d = k.shape
-    blocks, size, width = (E.SizeVar(n, "int64") for n in ("num_blocks", "block_size", "max_blocks"))
+    blocks, size, width = _paged_dims(cache)
     sinfo = TupleStructInfo([TensorStructInfo((blocks, size, heads, d), k.dtype),
                              TensorStructInfo((blocks, size, heads, v.shape[3]), v.dtype),
                              TensorStructInfo((b, width), "int32"), TensorStructInfo((b,), "int32")])
