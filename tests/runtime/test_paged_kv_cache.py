@@ -313,3 +313,75 @@ def test_the_builtins_are_registered_under_the_shared_names():
     np.testing.assert_array_equal(_BUILTINS[KV_CACHE_POSITIONS](cache, 1, 2, 2), [[0, 1]])
     np.testing.assert_array_equal(_BUILTINS[KV_CACHE_ATTENTION_MASK](cache, 1, 2), [[True, True]])
     np.testing.assert_array_equal(_BUILTINS[KV_CACHE_QUERY_POSITIONS](cache, 0, 2, 2), [0, 1])
+
+
+def _gathered(pool, table, lengths, r):
+    """Row ``r``'s keys read through the block table, in token order (as the paged attention reads them)."""
+    bs = pool.shape[1]
+    return np.stack([pool[table[r, j // bs], j % bs] for j in range(int(lengths[r]))])
+
+
+def test_append_hands_over_the_pools_block_table_and_lengths_without_a_copy():
+    """``append`` (vm.builtin.kv_cache_append) writes as ``update`` does and returns the layer's own pools
+    (read-only views of the current arrays, also after they grew), the rows' block table (int32, the blocks in
+    token order, not contiguous after forks and removals; 0 past a row's blocks) and lengths ``held + seq``; every
+    layer's pool holds one number of blocks; the layers of a call share the table."""
+    from core.kv_cache_builtins import KV_CACHE_APPEND
+    cache, ref = PagedKVCache(max_tokens=400, block_size=4), Reference()
+    for sid, n in ((0, 6), (1, 3), (2, 9)):
+        cache.add_sequence(sid)
+        step(cache, ref, [sid], n)
+    cache.fork_sequence(2, 3)
+    ref.fork(2, 3, (0, 1))
+    cache.remove_sequence(1)
+    for rows, seq in (([3, 0, 2], 1), ([0, 3], 5), ([2], 30), ([3, 2, 0], 1)):   # [2] 30: the pools double
+        held = [cache.seq_len(s) for s in rows]
+        total = cache.begin_forward(rows, seq)
+        tables = []
+        for layer in (0, 1):
+            k, v = kv(len(rows), seq)
+            k_pool, v_pool, table, lengths = _BUILTINS[KV_CACHE_APPEND](cache, layer, k, v, total)
+            own = cache._layers[layer]
+            assert np.shares_memory(k_pool, own.k) and k_pool.shape == own.k.shape and not k_pool.flags.writeable
+            assert np.shares_memory(v_pool, own.v) and v_pool.shape == own.v.shape and not v_pool.flags.writeable
+            assert table.dtype == lengths.dtype == np.int32 and not table.flags.writeable
+            np.testing.assert_array_equal(lengths, [h + seq for h in held])
+            assert table.shape == (len(rows), max(-(-int(n) // 4) for n in lengths))
+            for r, sid in enumerate(rows):
+                ref.append(layer, sid, k[r], v[r])
+                used = -(-int(lengths[r]) // 4)
+                assert (table[r, used:] == 0).all() and (table[r, :used] < k_pool.shape[0]).all()
+                np.testing.assert_array_equal(_gathered(k_pool, table, lengths, r), ref.full(layer, sid)[0])
+                np.testing.assert_array_equal(_gathered(v_pool, table, lengths, r), ref.full(layer, sid)[1])
+            tables.append(table)
+        assert tables[0] is tables[1]
+        assert cache.capacity(0) == cache.capacity(1)
+    assert np.diff(table[1, :9]).tolist() != [1] * 8       # sequence 2's blocks: not one run of ids
+    # a call that failed between its layers' appends leaves a pool behind: the next one catches it up
+    cache.begin_forward([2], 100)
+    cache.append(0, *kv(1, 100), cache.seq_len(2))
+    cache.begin_forward([2], 1)
+    assert cache.capacity(1) < cache.capacity(0)
+    for layer in (1, 0):
+        cache.append(layer, *kv(1, 1), cache.seq_len(2))
+    assert cache.capacity(0) == cache.capacity(1)
+
+
+def test_the_implicit_mode_hands_over_its_pools_too():
+    """builder.generation's plain loop (ContiguousKVCache, no begin_forward) takes the same path: rows 0 ..
+    batch-1 of one length, their table and lengths; the same errors as update."""
+    cache = ContiguousKVCache()
+    ks = []
+    for seq in (20, 1, 15):
+        k, v = kv(2, seq)
+        ks.append(k)
+        total = sum(a.shape[1] for a in ks)
+        k_pool, _, table, lengths = cache.append(0, k, v, total)
+        np.testing.assert_array_equal(lengths, [total, total])
+        for r in range(2):
+            np.testing.assert_array_equal(_gathered(k_pool, table, lengths, r), np.concatenate(ks, axis=1)[r])
+    with pytest.raises(ValueError, match="kv_cache_append: layer 0: the layer holds 36 tokens, 1 are appended, so "
+                                         "it would hold 37, but total_seq_len is 5"):
+        cache.append(0, *kv(2, 1), 5)
+    with pytest.raises(TypeError, match="kv_cache_append: the cache argument must be a runtime.PagedKVCache"):
+        _BUILTINS["vm.builtin.kv_cache_append"]([], 0, *kv(2, 1), 5)
