@@ -9,21 +9,27 @@ block_size``. Blocks are reference-counted: :meth:`PagedKVCache.fork_sequence` s
 blocks with the child and copies its last, partial one (so no block that is written is ever shared).
 
 A compiled model (a ``spec.Object()`` cache input, ``total_seq_len`` a ``spec.Int()``) calls the builtins
-named in :mod:`core.kv_cache_builtins`: once per call ``vm.builtin.kv_cache_positions`` and
-``vm.builtin.kv_cache_attention_mask``, and once per attention layer::
+named in :mod:`core.kv_cache_builtins`: once per call ``vm.builtin.kv_cache_positions``, and once per attention
+layer::
 
-    k_all, v_all = R.call_packed("vm.builtin.kv_cache_update", cache, R.prim_value(layer_id), k, v,
-                                 R.prim_value(total_seq_len), sinfo_args=...)
+    k_pool, v_pool, block_table, lengths = R.call_packed("vm.builtin.kv_cache_append", cache,
+        R.prim_value(layer_id), k, v, R.prim_value(total_seq_len), sinfo_args=...)
+
+which appends the new keys / values and hands over, without a copy, the layer's pools, the rows' block table
+and their lengths (:meth:`PagedKVCache.append`) that the paged attention (``nn.paged_attention``) reads in
+place. Every layer's pool holds one number of blocks. Attention written out in a recipe (the ``KVCache`` layer)
+calls ``vm.builtin.kv_cache_update`` instead, which returns every row's keys as a padded copy (below), and
+``vm.builtin.kv_cache_attention_mask`` for its padding.
 
 Two ways to drive it:
 
 - **explicit** (a server): :meth:`~PagedKVCache.add_sequence` / ``remove_sequence`` / ``fork_sequence``,
   then before each compiled call :meth:`~PagedKVCache.begin_forward` ``(seq_ids, seq)``: row ``r`` of the
   call's batch is sequence ``seq_ids[r]``, which holds ``h_r`` tokens and appends ``seq``; it reserves the
-  blocks and returns ``total_seq_len = max_r(h_r) + seq`` for the call. Each layer's update then returns
-  (B, total_seq_len, ...) with row ``r``'s ``h_r + seq`` keys right-aligned and zeros before them (left
-  padding), which the attention mask of the call marks, and the positions of row ``r``'s new tokens are
-  ``arange(h_r, h_r + seq)``;
+  blocks and returns ``total_seq_len = max_r(h_r) + seq`` for the call. Each layer's append then hands over
+  row ``r``'s length ``h_r + seq`` and its blocks (an update returns (B, total_seq_len, ...) with row ``r``'s
+  ``h_r + seq`` keys right-aligned and zeros before them, left padding, which the attention mask of the call
+  marks), and the positions of row ``r``'s new tokens are ``arange(h_r, h_r + seq)``;
 - **implicit** (``builder.generation``, a plain loop): updates with no ``begin_forward`` in effect on a
   cache never driven explicitly; the rows are sequences 0 .. batch-1 (created on first use) of one length,
   each layer appending ``seq`` tokens to the ``held`` it holds, with ``held + seq == total_seq_len``. This

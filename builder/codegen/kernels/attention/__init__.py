@@ -56,6 +56,14 @@ unit runs (0 first, never decreasing, the token count last; else the seqstart er
 packed this way attends over its real tokens only: MiniLM-L6 on 8 sentences of 8-41 tokens, 5,066 of the
 13,448 query-key pairs of the batch padded to 41.
 
+The paged form (:func:`builder.te.topi.paged_attention`, a spec with ``block_table`` and ``lengths``: ``k`` / ``v``
+are one layer's pools (N, BS, Hk, D) of a paged KV cache, vLLM's PagedAttention) runs the BSNH units with row
+``b``'s ``Sk = lengths[b]`` and its queries the last ``Sq`` of its keys (causal ``BottomRight`` per row); the K
+packing and the value product address key ``j`` as slot ``j % BS`` of block ``block_table[b, j // BS]``, so the
+keys are read in place, never gathered into a copy. Before any unit runs every length is checked to lie in
+``[Sq, M * BS]`` (and within a bias's key dim) and every block id of a row's first ``ceil(lengths[b] / BS)``
+entries in ``[0, N)``; a bias's key column is the key's position.
+
 A sliding window of ``W`` keys (the spec's ``window``; with a causal mask) starts each unit's key loop at
 its first row's ``limit - W + 1`` (rows ascend in ``i``), so a decode step over a cache of ``Sk`` keys visits
 ``W`` of them, not ``Sk``; keys of a block before a row's own window start are masked with the causal limit.
