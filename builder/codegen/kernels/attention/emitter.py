@@ -32,9 +32,10 @@ class AttentionEmitter:
         self.error_code = len(sig.checks) + 1
         self.nparams = len(func.params)
         self.ctx_t = ir.LiteralStructType([PTR] * self.nparams + [I64] * (len(sig.sym_vars) + len(_EXTRA)))
-        # workspace (float32): Kt[D][KB], Qs[MR][D], P[MR][KB], O[MR][Dv], m[MR], l[MR], alpha[MR]
+        # workspace (float32): Kt[D][KB], Qs[MR][D], P[MR][KB], O[MR][Dv], m[MR], l[MR], alpha[MR]; the paged
+        # form also Sl[KB] (i64: the pool rows of a key block's keys)
         D, Dv, MR, KB = plan.dim, plan.dim_v, self.MR, self.KB
-        sizes = [D * KB, MR * D, MR * KB, MR * Dv, MR, MR, MR]
+        sizes = [D * KB, MR * D, MR * KB, MR * Dv, MR, MR, MR, 2 * KB if plan.block_table is not None else 0]
         offs, off = [], 0
         for s in sizes:
             offs.append(off)
@@ -300,7 +301,7 @@ class AttentionEmitter:
         with kf.if_(b.icmp_unsigned("==", raw, ir.Constant(PTR, None)), "oom"):
             b.ret(ir.Constant(I32, self.error_code))
         base = b.inttoptr(b.and_(kf.add(b.ptrtoint(raw, I64), 63), kf.i64(~63)), PTR)
-        self.Kt, self.Qs, self.P, self.O, self.Mx, self.Ls, self.Al = (
+        self.Kt, self.Qs, self.P, self.O, self.Mx, self.Ls, self.Al, self.Sl = (
             kf.gep(base, kf.i64(o), F32) for o in self.ws_offsets)
         # bias strides (0 along broadcast dims)
         if plan.bias is not None:
@@ -410,6 +411,8 @@ class AttentionEmitter:
         def key_blocks():
             with kf.loop(kstart, kend, self.KB, "kblk") as j0:
                 kb = kf.smin(kf.i64(self.KB), kf.sub(kend, j0))
+                if plan.block_table is not None:
+                    self._slots(j0, kb)
                 self._pack_keys(j0, kb)
                 with kf.loop(0, nr, self.RP, "srow") as ra:
                     rows = self._pass_rows(ra)
@@ -432,14 +435,33 @@ class AttentionEmitter:
             key_blocks()
         self._finish_rows()
 
+    def _slots(self, j0, kb) -> None:
+        """The paged form: ``Sl[jj]`` = the pool row (slot index times Hk) of key ``j0 + jj``, ``jj < kb``: slot
+        ``j % BS`` of block ``block_table[b, j // BS]`` (ids checked by :meth:`_paged_check`), found once per key
+        block for the packing and the value product (one division per block, the slot then stepped)."""
+        kf, b = self.kf, self.kf.b
+        table = self.ptrs[self.plan.spec.block_table]
+        bi = kf.alloca(I64, name="blk_index")
+        rem = kf.alloca(I64, name="blk_slot")
+        b.store(kf.sdiv(j0, self.bsize), bi)
+        b.store(b.srem(j0, self.bsize), rem)
+        with kf.loop(0, kb, 1, "slot") as jj:
+            blk = self._index(kf, self.plan.block_table, table, kf.add(self.tbase, b.load(bi)))
+            r = b.load(rem)
+            kf.store(kf.mul(kf.add(kf.mul(blk, self.bsize), r), self.plan.kv_heads), self.Sl, jj, align=8)
+            nxt = kf.add(r, 1)
+            wrap = b.icmp_signed("==", nxt, self.bsize)
+            b.store(b.select(wrap, kf.i64(0), nxt), rem)
+            b.store(b.select(wrap, kf.add(b.load(bi), 1), b.load(bi)), bi)
+        self.j0 = j0
+
     def _kv_offset(self, j, dim: int):
-        """Element offset of key / value row ``j`` of the unit's batch and kv head (the paged form: slot ``j %
-        BS`` of block ``block_table[b, j // BS]`` of the pool, ids checked by :meth:`_paged_check`)."""
+        """Element offset of key / value row ``j`` of the unit's batch and kv head (the paged form: through
+        ``Sl``, :meth:`_slots`, of the key block being visited)."""
         kf = self.kf
         if self.plan.block_table is not None:
-            blk = self._index(kf, self.plan.block_table, self.ptrs[self.plan.spec.block_table], kf.add(self.tbase, kf.sdiv(j, self.bsize)))
-            slot = kf.add(kf.mul(blk, self.bsize), kf.b.srem(j, self.bsize))
-            return kf.mul(kf.add(kf.mul(slot, self.plan.kv_heads), self.kvh), dim)
+            row = kf.load(I64, self.Sl, kf.sub(j, self.j0), align=8)
+            return kf.mul(kf.add(row, self.kvh), dim)
         return kf.mul(kf.add(kf.mul(kf.add(self.kbase, j), self.plan.kv_heads), self.kvh), dim)
 
     def _pack_keys(self, j0, kb) -> None:
