@@ -488,7 +488,7 @@ class PagedKVCache:
         if layer is None:      # pools first: a refused allocation leaves the cache as it was
             new_layer = _Layer(*self._allocate(where, k.shape[2:], v.shape[2:], k.dtype, self._pool_blocks(max_block)))
         else:
-            self._grow(layer_id, layer, max_block)
+            self._grow(layer_id, layer, max_block, who)
         if self._forward is not None:
             self._updated.add(layer_id)
         else:
@@ -752,7 +752,7 @@ class PagedKVCache:
         layers of a call, :func:`kv_cache_append`), even after a call that failed between two layers' updates."""
         return max([max_block + 1] + [layer.k.shape[0] for layer in self._layers.values()])
 
-    def _grow(self, layer_id: int, layer: _Layer, max_block: int) -> None:
+    def _grow(self, layer_id: int, layer: _Layer, max_block: int, who: str = "fork_sequence") -> None:
         """Grow ``layer``'s pools (doubling, at most ``num_blocks``) to hold block id ``max_block``, and to the
         size of the largest pool (:meth:`_pool_blocks`)."""
         have = layer.k.shape[0]
@@ -762,7 +762,7 @@ class PagedKVCache:
         blocks = max(2 * have, least) if max_block >= have else least
         if self.num_blocks is not None:
             blocks = min(blocks, self.num_blocks)
-        where = f"kv_cache_update: layer {layer_id}"
+        where = f"{who}: layer {layer_id}"
         k, v = self._allocate(where, layer.k.shape[2:], layer.v.shape[2:], layer.k.dtype, blocks)
         k[:have] = layer.k
         v[:have] = layer.v
