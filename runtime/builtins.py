@@ -1,19 +1,22 @@
 """The VM's builtins: the runtime functions that ``R.call_pure_packed`` / ``R.call_inplace_packed`` /
 ``R.call_packed`` call (``["call_builtin", dst, name, [arg specs]]`` in the bytecode), by name in ``_BUILTINS``:
-``vm.builtin.attention_kv_cache_*`` (:class:`AttentionKVCache`), the paged KV cache's
-``vm.builtin.kv_cache_*`` (:mod:`runtime.kv_cache`), ``vm.builtin.prim_value_to_tensor``, the
+``vm.builtin.attention_kv_cache_*`` (:class:`AttentionKVCache`, a one-sequence case of the paged KV
+cache), the paged KV cache's ``vm.builtin.kv_cache_*`` (:mod:`runtime.kv_cache`),
+``vm.builtin.prim_value_to_tensor``, the
 builtins of data-dependent shapes (``vm.builtin.nonzero``, ``repeat_indices``, ``unique``: their
 results' sizes are bound by a ``match_shape`` after them, :mod:`runtime.vm_plan`) and the debug
 prints (``vm.builtin.invoke_debug_func``, ``effect.print``). TVM's names, TVM's semantics.
 """
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
 
 from .externs import _EXTERNS
 from .kv_cache import BUILTINS as _KV_CACHE_BUILTINS
+from .kv_cache import PagedKVCache
 from .memory import CHECKED_ALLOCATION, check_allocation
 
 __all__ = ["AttentionKVCache"]
@@ -24,11 +27,16 @@ _CHECKED_ALLOCATION = CHECKED_ALLOCATION
 
 
 class AttentionKVCache:
-    """The object behind ``vm.builtin.attention_kv_cache_*`` (TVM's ``AttentionKVCache``): a
-    buffer ``data`` of shape (capacity, *unit_shape) whose first ``fill_count`` rows are filled.
+    """The object behind ``vm.builtin.attention_kv_cache_*`` (TVM's ``AttentionKVCache``, the state of the
+    ``nn.KVCache`` effect): one growable sequence of rows of ``unit_shape``, a thin case of
+    :class:`runtime.PagedKVCache` (one sequence, layer 0, implicit mode: its blocks, growth, memory checks
+    and budget), each row stored as one key of ``prod(unit_shape)`` values (its value a single unused element).
 
-    Appending past the capacity doubles it (copying the filled rows). Views are numpy views of
-    the filled rows: later appends never overwrite them.
+    ``AttentionKVCache(init_data, reserve_shape, init_fill_count)``: ``init_data`` (rows, *unit_shape);
+    ``reserve_shape`` (capacity, *unit_shape) only fixes the row shape (the pool grows in blocks as rows
+    come, so no reservation is allocated up front); the first ``init_fill_count`` rows of ``init_data``
+    count as filled (all of them when negative). ``fill_count`` is the number of rows held. Raises
+    ValueError when ``init_data`` does not fit ``reserve_shape``.
     """
 
     def __init__(self, init_data: np.ndarray, reserve_shape, init_fill_count: int) -> None:
@@ -36,53 +44,63 @@ class AttentionKVCache:
         if len(reserve) != init_data.ndim or reserve[1:] != list(init_data.shape[1:]):
             raise ValueError(f"attention_kv_cache_create: initial data {init_data.shape} does not fit the "
                              f"reserved shape {tuple(reserve)}")
-        self.data = np.empty(reserve, dtype=init_data.dtype)
+        self._unit = tuple(init_data.shape[1:])
+        self._dtype = init_data.dtype
+        self._cache = PagedKVCache(max_layers=1)
         self.fill_count = 0
-        self.append(init_data)
-        if init_fill_count >= 0:
-            self.fill_count = int(init_fill_count)
+        n = init_data.shape[0] if init_fill_count < 0 else min(int(init_fill_count), init_data.shape[0])
+        if n:
+            self.append(init_data[:n])
 
     @property
     def unit_shape(self) -> tuple:
         """The shape of one row."""
-        return self.data.shape[1:]
+        return self._unit
+
+    @property
+    def dtype(self) -> np.dtype:
+        """The rows' dtype."""
+        return self._dtype
 
     def append(self, value: np.ndarray) -> "AttentionKVCache":
         """Append ``value`` ((k, *unit_shape), or one row of ``unit_shape``); returns self.
-        Raises ValueError naming both sides on a dtype or shape mismatch."""
-        if value.dtype != self.data.dtype:
-            raise ValueError(f"attention_kv_cache_append: dtype mismatch: cache {self.data.dtype}, "
+        Raises ValueError naming both sides on a dtype or shape mismatch (and what
+        :meth:`PagedKVCache.update` raises when memory runs out)."""
+        if not isinstance(value, np.ndarray):
+            raise TypeError(f"attention_kv_cache_append: the value must be a numpy array, got {type(value).__name__}")
+        if value.dtype != self._dtype:
+            raise ValueError(f"attention_kv_cache_append: dtype mismatch: cache {self._dtype}, "
                              f"value {value.dtype}")
-        if value.shape == self.unit_shape and value.ndim == self.data.ndim - 1:
+        if value.shape == self._unit:
             value = value.reshape((1, *value.shape))
-        if value.ndim != self.data.ndim or value.shape[1:] != self.unit_shape:
+        if value.shape[1:] != self._unit:
             raise ValueError(f"attention_kv_cache_append: value of shape {value.shape} does not fit rows "
-                             f"of shape {self.unit_shape} (expected (k, {', '.join(map(str, self.unit_shape))}))")
-        need = self.fill_count + value.shape[0]
-        capacity = max(self.data.shape[0], 1)
-        while need > capacity:
-            capacity *= 2
-        if capacity != self.data.shape[0]:
-            grown = np.empty((capacity, *self.unit_shape), dtype=self.data.dtype)
-            grown[: self.fill_count] = self.data[: self.fill_count]
-            self.data = grown
-        self.data[self.fill_count:need] = value
-        self.fill_count = need
+                             f"of shape {self._unit} (expected (k, {', '.join(map(str, self._unit))}))")
+        rows = value.shape[0]
+        if rows:
+            keys = np.ascontiguousarray(value).reshape(1, rows, 1, math.prod(self._unit))
+            self._cache.update(0, keys, np.zeros((1, rows, 1, 1), self._dtype), self.fill_count + rows)
+            self.fill_count += rows
         return self
 
     def view(self, shape=None) -> np.ndarray:
-        """The filled rows as an array of ``shape`` (default (fill_count, *unit_shape)).
-        Raises ValueError when ``shape[0]`` is not the fill count or a row dim differs."""
+        """The filled rows, a read-only array of ``shape`` (default (fill_count, *unit_shape)) that later
+        appends do not change. Raises ValueError when ``shape[0]`` is not the fill count or a row dim differs."""
         if shape is None:
-            shape = (self.fill_count, *self.unit_shape)
+            shape = (self.fill_count, *self._unit)
         shape = tuple(int(d) for d in shape)
         if shape[0] != self.fill_count:
             raise ValueError(f"attention_kv_cache_view: requested {shape[0]} rows, but the cache holds "
                              f"{self.fill_count}")
-        if shape[1:] != self.unit_shape:
+        if shape[1:] != self._unit:
             raise ValueError(f"attention_kv_cache_view: requested rows of shape {shape[1:]}, the cache "
-                             f"holds rows of shape {self.unit_shape}")
-        return self.data[: self.fill_count]
+                             f"holds rows of shape {self._unit}")
+        if self.fill_count == 0:
+            out = np.empty(shape, self._dtype)
+            out.flags.writeable = False
+            return out
+        keys, _ = self._cache.view(0)
+        return keys.reshape(shape)
 
 
 def _debug_print(line_info: str, array: np.ndarray) -> None:

@@ -434,7 +434,9 @@ def build(prim_funcs: dict[str, PrimFunc], target: Target | None = None,
     and the objects are merged into one (:func:`.objmerge.merge_objects`). The parts depend only on
     the input, never on the thread count, so the object's bytes do not either. The object is looked
     up in / added to the on-disk cache (:mod:`builder.codegen.cache`) by the hash of the generated IR
-    and the target. ``stats`` on the result: kernel counts and seconds per phase.
+    and the target; before any IR is emitted, by the hash of the build's inputs
+    (:func:`.cache.input_key` with :func:`codegen_settings`), so that a build seen before emits nothing
+    (``emit_seconds`` 0). ``stats`` on the result: kernel counts and seconds per phase.
 
     ``progress``, when given, is called on this thread as ``progress(phase, done, total, item)``:
     ``("kernels", k, n, name)`` after each of the ``n`` functions is emitted, then
@@ -447,6 +449,17 @@ def build(prim_funcs: dict[str, PrimFunc], target: Target | None = None,
     """
     target = target or Target.host()
     init_llvm()
+    inputs = None
+    if _cache.enabled():   # a build seen before: its object without emitting the IR (cache.input_key)
+        inputs = _cache.input_key(prim_funcs, target.to_dict(), codegen_settings(target))
+        found = _cache.load_index(inputs)
+        hit = _cache.load(found["ir_key"], found["functions"]) if found is not None else None
+        if hit is not None:
+            if progress is not None:
+                progress("llvm", 1, 1, "cached")
+            stats = {**found["stats"], "emit_seconds": 0.0, "optimize_seconds": 0.0, "codegen_seconds": 0.0,
+                     "llvm_seconds": 0.0}
+            return CompiledLibrary(hit[0], hit[1], found["functions"], found["target"], cached=True, stats=stats)
     emitted = emit_llvm_parts(prim_funcs, target, max_parts=MAX_PARTS, progress=progress)
     texts, functions = emitted.texts, emitted.functions
     stats = {"kernels": len(functions), "distinct": emitted.distinct, "parts": len(texts),
@@ -457,8 +470,11 @@ def build(prim_funcs: dict[str, PrimFunc], target: Target | None = None,
     if uses_amx_tiles(texts):
         tdict["amx"] = True   # the loader asks the OS for the tile state (runtime.host.check_target)
     key = _cache.cache_key(source, tdict)
+    index_stats = {k: stats[k] for k in ("kernels", "distinct", "parts")}
     hit = _cache.load(key, functions)
     if hit is not None:
+        if inputs is not None:
+            _cache.store_index(inputs, key, tdict, index_stats, functions)
         if progress is not None:
             progress("llvm", 1, 1, "cached")
         return CompiledLibrary(hit[0], hit[1], functions, tdict, cached=True, stats=stats)
@@ -492,8 +508,26 @@ def build(prim_funcs: dict[str, PrimFunc], target: Target | None = None,
     stats["optimize_seconds"] = sum(p.seconds[0] for p in parts)
     stats["codegen_seconds"] = sum(p.seconds[1] for p in parts)
     stats["llvm_seconds"] = time.perf_counter() - t0
-    _cache.store(key, obj, optimized)
+    if _cache.store(key, obj, optimized) and inputs is not None:
+        _cache.store_index(inputs, key, tdict, index_stats, functions)
     return CompiledLibrary(obj, optimized, functions, tdict, stats=stats)
+
+
+def codegen_settings(target: Target) -> dict:
+    """What steers the code generator besides the PrimFuncs and ``target`` itself, JSON-able: the vector
+    unit (:class:`SimdInfo`, which reads the ``MB_SIMD*`` testing hooks and the OS's AMX grant), the
+    kernel families' tunables (``TUNING``, ``ATTENTION_TUNING``), the module split (:data:`MAX_PARTS`,
+    :data:`MIN_SPLIT_INSTRUCTIONS`), :data:`COLD_ELEMENTS` and every ``MB_*`` environment variable but
+    the thread count and the cache's own. Part of the cache's input key (:func:`.cache.input_key`)."""
+    from .kernels.attention.plan import ATTENTION_TUNING
+    from .kernels.linear.plan import TUNING
+
+    simd = SimdInfo.from_target(target.triple, target.features, target.matmul_precision)
+    skip = ("MB_BUILD_THREADS", "MB_CACHE", "MB_CACHE_DIR")
+    return {"simd": repr(simd), "tuning": dict(TUNING), "attention_tuning": dict(ATTENTION_TUNING),
+            "max_parts": MAX_PARTS, "min_split_instructions": MIN_SPLIT_INSTRUCTIONS,
+            "cold_elements": COLD_ELEMENTS,
+            "env": {k: v for k, v in sorted(os.environ.items()) if k.startswith("MB_") and k not in skip}}
 
 
 def manifest_ir(source: str, functions: dict[str, dict]) -> str:

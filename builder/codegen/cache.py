@@ -13,6 +13,16 @@ Location: ``$MB_CACHE_DIR`` if set, else ``$XDG_CACHE_HOME/model-builder/objects
     b"MBOBJ1\\n" + header (JSON, one line: key, sizes, sha256 of the payload) + b"\\n"
     + object code + zlib(optimized LLVM IR)
 
+A second, cheaper key skips the IR as well: :func:`input_key` hashes what the IR is made from (the
+PrimFuncs' TVMScript text and structure tokens in the build's order, the target, the vector unit, the
+code generator's tunables and testing hooks, and the source of the ``builder`` / ``runtime`` / ``core``
+packages, so that any change of the code generator is a miss). Its entry, ``<input key>.mbi``::
+
+    b"MBIDX1\n" + JSON (one line: input key, IR key, target, stats, the kernels' metadata)
+
+points at the object entry of that IR key (:func:`store_index` / :func:`load_index`); a build whose
+inputs were seen before loads the object without emitting any IR (:func:`builder.codegen.build`).
+
 Entries are written to a temporary file and renamed into place (atomic on POSIX), so
 concurrent builds never see half-written entries. An entry is used only when it is a regular file
 (a FIFO, a device or a symlink to one is never opened for reading: ``O_NONBLOCK | O_NOFOLLOW`` and
@@ -38,12 +48,16 @@ from runtime.elf import read_object
 from runtime.files import atomic_write, read_regular
 from runtime.native import check_manifest
 
-__all__ = ["CACHE_VERSION", "cache_dir", "cache_key", "load", "store", "enabled"]
+__all__ = ["CACHE_VERSION", "cache_dir", "cache_key", "load", "store", "enabled", "input_key", "load_index",
+           "store_index", "source_digest"]
 
 #: Bump when the code generator changes in a way the IR text does not show (it always
 #: shows, today; this guards against runtime-ABI changes).
 CACHE_VERSION = "3"   # 2: params carry "written" in the metadata; 3: large code model, manifest
 _MAGIC = b"MBOBJ1\n"
+_INDEX_MAGIC = b"MBIDX1\n"
+#: The largest index entry read (bytes: the kernels' metadata of a large model is a few MB).
+MAX_INDEX_BYTES = 64 << 20
 
 #: The largest cache entry read (bytes); a bigger file is a miss.
 MAX_ENTRY_BYTES = 1 << 30
@@ -75,8 +89,92 @@ def cache_key(ir_text: str, target: dict) -> str:
     return h.hexdigest()
 
 
-def _path(key: str) -> Path:
-    return cache_dir() / f"{key}.mbo"
+def _path(key: str, suffix: str = ".mbo") -> Path:
+    return cache_dir() / f"{key}{suffix}"
+
+
+_SOURCE_DIGEST: str | None = None
+
+
+def source_digest() -> str:
+    """Hex SHA-256 over the ``.py`` files of the ``builder``, ``runtime`` and ``core`` packages (relative
+    paths and contents, in path order), computed once per process (about 20 ms): the part of
+    :func:`input_key` that stands for the code generator itself."""
+    global _SOURCE_DIGEST
+    if _SOURCE_DIGEST is None:
+        root = Path(__file__).resolve().parents[2]
+        h = hashlib.sha256()
+        for package in ("builder", "runtime", "core"):
+            for path in sorted((root / package).rglob("*.py")):
+                h.update(path.relative_to(root).as_posix().encode() + b"\0")
+                h.update(path.read_bytes() + b"\0")
+        _SOURCE_DIGEST = h.hexdigest()
+    return _SOURCE_DIGEST
+
+
+def input_key(prim_funcs: dict, target: dict, settings: dict) -> str:
+    """Hex SHA-256 of a build's inputs: ``prim_funcs`` (symbol -> PrimFunc, in order: each one's name,
+    TVMScript text and :mod:`.dedup` structure tokens), ``target`` (:meth:`Target.to_dict`), ``settings``
+    (JSON-able: the vector unit, tunables and testing hooks that steer the code generator), the tool
+    versions, :data:`CACHE_VERSION` and :func:`source_digest`. Equal inputs give equal IR, so the key
+    may stand for the IR's own (:func:`cache_key`)."""
+    from ..ir.tir.printer import script
+    from .dedup import _tokens
+
+    h = hashlib.sha256()
+    meta = {"v": CACHE_VERSION, "llvmlite": llvmlite.__version__, "llvm": list(llvm.llvm_version_info),
+            "target": target, "settings": settings, "source": source_digest()}
+    h.update(json.dumps(meta, sort_keys=True, default=repr).encode())
+    for name, func in prim_funcs.items():
+        h.update(b"\0\0" + str(name).encode() + b"\0")
+        h.update(script(func).encode() + b"\0")
+        h.update("\x00".join(_tokens(func)).encode())
+    return h.hexdigest()
+
+
+def load_index(key: str) -> dict | None:
+    """The index entry of input key ``key`` (see the module docstring): a dict with ``ir_key`` (str),
+    ``target`` (dict), ``stats`` (dict) and ``functions`` (symbol -> metadata dict); None when absent,
+    damaged or of the wrong shape. The object entry it names is checked by :func:`load` as always."""
+    if not enabled():
+        return None
+    try:
+        data = read_regular(_path(key, ".mbi"), MAX_INDEX_BYTES, follow_symlinks=False)
+    except (OSError, ValueError):
+        return None
+    try:
+        if not data.startswith(_INDEX_MAGIC):
+            return None
+        entry = json.loads(data[len(_INDEX_MAGIC):])
+        if not (isinstance(entry, dict) and entry.get("key") == key and isinstance(entry.get("ir_key"), str)
+                and isinstance(entry.get("target"), dict) and isinstance(entry.get("stats"), dict)
+                and isinstance(entry.get("functions"), dict)
+                and all(isinstance(k, str) and isinstance(v, dict) for k, v in entry["functions"].items())):
+            return None
+        return entry
+    except (ValueError, UnicodeDecodeError):
+        return None
+
+
+def store_index(key: str, ir_key: str, target: dict, stats: dict, functions: dict[str, dict]) -> bool:
+    """Write the index entry of input key ``key`` pointing at object entry ``ir_key`` (as :func:`store`:
+    0600, atomic, never through a link; False when the folder is not writable)."""
+    if not enabled():
+        return False
+    entry = {"key": key, "ir_key": ir_key, "target": target, "stats": stats, "functions": functions}
+    try:
+        text = json.dumps(entry, separators=(",", ":"))
+    except (TypeError, ValueError):   # metadata that JSON cannot hold: no index, the IR key still works
+        return False
+    try:
+        d = cache_dir()
+        d.mkdir(parents=True, exist_ok=True)
+        _remove_junk(_path(key, ".mbi"))
+        atomic_write(_path(key, ".mbi"), _INDEX_MAGIC + text.encode() + b"\n", follow_symlinks=False,
+                     new_mode=0o600)
+        return True
+    except (OSError, ValueError):
+        return False
 
 
 def load(key: str, functions: dict[str, dict]) -> tuple[bytes, str] | None:

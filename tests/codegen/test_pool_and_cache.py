@@ -86,6 +86,50 @@ def test_object_cache_hit_and_corrupt_entry(tmp_path, monkeypatch):
     assert cache.cache_dir() == tmp_path / "c"
 
 
+def test_input_key_skips_the_ir_and_misses_on_any_change(tmp_path, monkeypatch):
+    """A build seen before loads its object through the index entry without emitting IR; a tunable, a
+    testing hook, another PrimFunc or a damaged index each make it emit again, and the result stays right."""
+    import json
+
+    from builder.codegen import cache
+    from builder.codegen.kernels.linear.plan import TUNING
+
+    monkeypatch.setenv("MB_CACHE_DIR", str(tmp_path / "c"))
+    monkeypatch.delenv("MB_CACHE", raising=False)
+    f, _ = _linear_func(12, 7, "float32", "float32", ("linear", 0))
+    first = build({"f": f})
+    assert not first.cached and first.stats["emit_seconds"] > 0
+    (index,) = (tmp_path / "c").glob("*.mbi")
+    second = build({"f": f})
+    assert second.cached and second.stats["emit_seconds"] == 0 and second.object_code == first.object_code
+    assert second.functions == json.loads(json.dumps(first.functions))
+    assert second.stats["distinct"] == first.stats["distinct"] and second.target == first.target
+
+    def emits(**kw) -> bool:
+        lib = build({kw.get("name", "f"): kw.get("func", f)})
+        x, w, y = np.ones((3, 12), np.float32), np.full((7, 12), 0.5, np.float32), np.empty((3, 7), np.float32)
+        lib.load()[kw.get("name", "f")](x, w, y)
+        np.testing.assert_array_equal(y, 6.0)
+        return lib.stats["emit_seconds"] > 0
+
+    monkeypatch.setitem(TUNING, "prefetch", TUNING["prefetch"] + 64)
+    assert emits() and not emits()            # a new input key, then its own index entry
+    monkeypatch.setenv("MB_SIMD_OFF", "vnni")
+    assert emits()
+    assert emits(name="g")                    # the symbol is part of the input
+    monkeypatch.delenv("MB_SIMD_OFF")
+    monkeypatch.setitem(TUNING, "prefetch", TUNING["prefetch"] - 64)
+    assert not emits()
+    for damage in (b"garbage", index.read_bytes()[:-20]):
+        index.write_bytes(damage)
+        assert emits() and not emits()
+    entry = json.loads(index.read_bytes()[len(b"MBIDX1\n"):])
+    entry["functions"]["f"]["params"][0]["name"] = "renamed"   # no longer what the object's manifest says
+    index.write_bytes(b"MBIDX1\n" + json.dumps(entry).encode())
+    assert emits()
+    assert cache.load_index("0" * 64) is None
+
+
 def test_pool_survives_fork():
     """After fork the child has no workers; parallel regions run on the caller."""
     code = (

@@ -127,17 +127,29 @@ def test_kv_cache_rejects_another_dtype_and_use_outside_export():
 
 def test_attention_kv_cache_builtin():
     c = AttentionKVCache(np.zeros((2, 3), "float32"), (2, 3), 0)
-    assert c.fill_count == 0 and c.data.shape == (2, 3)
+    assert c.fill_count == 0 and c.view().shape == (0, 3)
     c.append(np.arange(3, dtype="float32"))                                # one row
-    c.append(np.arange(6, dtype="float32").reshape(2, 3) + 10)             # two rows: grows to 4
-    assert c.data.shape == (4, 3) and c.fill_count == 3
-    np.testing.assert_array_equal(c.view((3, 3)), [[0, 1, 2], [10, 11, 12], [13, 14, 15]])
+    c.append(np.arange(6, dtype="float32").reshape(2, 3) + 10)             # two rows: past the reservation
+    assert c.fill_count == 3
+    first = c.view((3, 3))
+    np.testing.assert_array_equal(first, [[0, 1, 2], [10, 11, 12], [13, 14, 15]])
+    rows = np.arange(40 * 3, dtype="float32").reshape(40, 3)
+    c.append(rows)                                                         # over several blocks of the paged cache
+    np.testing.assert_array_equal(c.view(), np.concatenate([first, rows]))
+    np.testing.assert_array_equal(first, [[0, 1, 2], [10, 11, 12], [13, 14, 15]])   # a view stays as it was
+    assert isinstance(c._cache, runtime.PagedKVCache) and c._cache.seq_len(0) == 43
+    units = AttentionKVCache(np.zeros((1, 2, 2), "float16"), (8, 2, 2), 0)  # rows of any shape
+    units.append(np.ones((2, 2), "float16")).append(np.full((1, 2, 2), 2, "float16"))
+    np.testing.assert_array_equal(units.view(), [np.ones((2, 2)), np.full((2, 2), 2)])
+    assert units.view().dtype == np.float16
     with pytest.raises(ValueError, match="dtype mismatch: cache float32, value float64"):
         c.append(np.zeros((1, 3)))
     with pytest.raises(ValueError, match=r"value of shape \(1, 4\) does not fit rows of shape \(3,\)"):
         c.append(np.zeros((1, 4), "float32"))
     with pytest.raises(ValueError, match=r"requested rows of shape \(2,\)"):
-        c.view((3, 2))
+        c.view((43, 2))
+    huge = AttentionKVCache(np.zeros((1, 3), "float32"), (1 << 50, 3), 0)   # an executable's reservation
+    assert huge.append(np.ones(3, "float32")).view().shape == (1, 3)        # is not allocated up front
     prefilled = AttentionKVCache(np.ones((2, 3), "float32"), (4, 3), 2)
     np.testing.assert_array_equal(prefilled.view(), np.ones((2, 3)))
 
@@ -253,6 +265,6 @@ def test_kv_cache_executable_survives_save_and_load(tmp_path):
         y, state = vm["forward"](rows[i:i + 1], i + 1 if i % 2 else (i + 1,), *state, m.proj.weight.data)
     np.testing.assert_allclose(y, 2.0 * rows, rtol=1e-6)
     (cache,) = state
-    assert isinstance(cache, AttentionKVCache) and cache.fill_count == 3 and cache.data.shape == (4, 3)
+    assert isinstance(cache, AttentionKVCache) and cache.fill_count == 3 and cache.view().shape == (3, 3)
     with pytest.raises(ValueError, match=r"argument 'total' \(#1\) must be 1 int\(s\)"):
         vm["forward"](rows[:1], "4", *state, m.proj.weight.data)
