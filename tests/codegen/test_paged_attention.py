@@ -209,14 +209,15 @@ def _bad_calls(H=4, Hk=2, D=16, bias=False):
     cases = []
     for lengths, table, what in [([5, 4], good, "ok"), ([9, 4], good, "length"), ([5, 1], good, "length"),
                                  ([5, -3], good, "length"), ([5, 2**31 - 1], good, "length"),
+                                 ([2**63 - 1, 4], good, "length"), ([-2**63, 4], good, "length"),
                                  ([5, 4], np.array([[0, 3], [2, -1]], np.int32), "block"),
                                  ([5, 4], np.array([[0, 1], [-1, 0]], np.int32), "block")]:
-        args = [q, k, k, table, np.array(lengths, np.int32)]
+        args = [q, k, k, table.astype(np.int64), np.array(lengths, np.int64)]
         if bias:
             args.append(np.zeros((2, 1, 1, 6), np.float32))
         cases.append((args, what))
     if bias:   # a length past the bias's 6 key columns
-        cases.append(([q, k, k, good, np.array([7, 4], np.int32), np.zeros((2, 1, 1, 6), np.float32)], "length"))
+        cases.append(([q, k, k, good.astype(np.int64), np.array([7, 4]), np.zeros((2, 1, 1, 6), np.float32)], "length"))
     return cases
 
 
@@ -225,7 +226,7 @@ def test_bad_lengths_and_block_ids_are_refused_before_any_read():
     """A length below seq or above max_blocks * block_size (or the bias's key dim), a block id outside the
     pools in a row's used entries: a clear error before any unit reads; unused entries are not looked at."""
     for bias in (False, True):
-        _, fn = _build(_func(4, 2, 16, 16, bias="pad" if bias else None))
+        _, fn = _build(_func(4, 2, 16, 16, bias="pad" if bias else None, index="int64"))
         for args, what in _bad_calls(bias=bias):
             out = np.empty((2, 2, 4, 16), np.float32)
             if what == "ok":
@@ -240,7 +241,7 @@ def test_bad_lengths_and_block_ids_are_refused_before_any_read():
 def test_the_loops_refuse_them_too(monkeypatch):
     """The reference loops check the same indices (an index-out-of-range error, never a read outside)."""
     monkeypatch.setenv("MB_SIMD", "scalar")
-    _, fn = _build(_func(4, 2, 16, 16))
+    _, fn = _build(_func(4, 2, 16, 16, index="int64"))
     for args, what in _bad_calls():
         out = np.empty((2, 2, 4, 16), np.float32)
         if what == "ok":

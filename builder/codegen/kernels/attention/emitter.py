@@ -232,9 +232,9 @@ class AttentionEmitter:
         nblocks = em.typed(plan.k.shape[0], "int64")
         bsize = em.typed(plan.k.shape[1], "int64")
         width = em.typed(plan.block_table.shape[1], "int64")
-        most = kf.mul(width, bsize)
-        if plan.bias is not None and 3 not in plan.spec.bias_broadcast:
-            most = kf.smin(most, em.typed(plan.bias.shape[3], "int64"))
+        skv = em.typed(plan.bias.shape[3], "int64") if plan.bias is not None and 3 not in plan.spec.bias_broadcast \
+            else None
+        one = kf.smax(bsize, 1)
         bad_len = kf.alloca(ir.IntType(1), name="bad_length")
         bad_block = kf.alloca(ir.IntType(1), name="bad_block")
         longest = kf.alloca(I64, name="longest")
@@ -243,12 +243,17 @@ class AttentionEmitter:
         b.store(kf.i64(0), longest)
         with kf.loop(0, B, 1, "prow") as r:
             n = self._index(kf, plan.lengths, lengths, r)
-            bad = b.or_(b.icmp_signed("<", n, Sq), b.icmp_signed(">", n, most))
+            # the blocks the row uses, ceil(n / BS) without an addition that could overflow (n comes from data)
+            nn = kf.smax(n, 0)
+            used = kf.add(kf.sdiv(nn, one), b.zext(b.icmp_signed("!=", b.srem(nn, one), kf.i64(0)), I64))
+            bad = b.or_(b.icmp_signed("<", n, Sq), b.icmp_signed(">", used, width))
+            bad = b.or_(bad, b.and_(b.icmp_signed("==", bsize, kf.i64(0)), b.icmp_signed(">", n, kf.i64(0))))
+            if skv is not None:
+                bad = b.or_(bad, b.icmp_signed(">", n, skv))
             b.store(b.or_(b.load(bad_len), bad), bad_len)
             b.store(kf.smax(b.load(longest), n), longest)
-            used = kf.sdiv(kf.add(kf.smax(kf.smin(n, most), 0), kf.sub(bsize, 1)), kf.smax(bsize, 1))
             row = kf.mul(r, width)
-            with kf.loop(0, used, 1, "pblk") as t:
+            with kf.loop(0, kf.smin(used, width), 1, "pblk") as t:
                 blk = self._index(kf, plan.block_table, table, kf.add(row, t))
                 out = b.or_(b.icmp_signed("<", blk, kf.i64(0)), b.icmp_signed(">=", blk, nblocks))
                 b.store(b.or_(b.load(bad_block), out), bad_block)
