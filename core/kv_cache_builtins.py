@@ -22,7 +22,8 @@ Arguments (``cache`` an ``R.Object``, the others int64 prim values unless said; 
 """
 from __future__ import annotations
 
-__all__ = ["KV_CACHE_APPEND", "KV_CACHE_UPDATE", "KV_CACHE_POSITIONS", "KV_CACHE_ATTENTION_MASK", "KV_CACHE_QUERY_POSITIONS"]
+__all__ = ["KV_CACHE_APPEND", "KV_CACHE_UPDATE", "KV_CACHE_POSITIONS", "KV_CACHE_ATTENTION_MASK",
+           "KV_CACHE_QUERY_POSITIONS"]
 
 KV_CACHE_APPEND = "vm.builtin.kv_cache_append"
 KV_CACHE_UPDATE = "vm.builtin.kv_cache_update"

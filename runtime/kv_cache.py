@@ -55,7 +55,8 @@ from core.kv_cache_builtins import (KV_CACHE_APPEND, KV_CACHE_ATTENTION_MASK, KV
 
 from .memory import check_allocation
 
-__all__ = ["PagedKVCache", "ContiguousKVCache", "KVCacheFullError", "kv_cache_append", "kv_cache_update", "kv_cache_positions",
+__all__ = ["PagedKVCache", "ContiguousKVCache", "KVCacheFullError", "kv_cache_append", "kv_cache_update",
+           "kv_cache_positions",
            "kv_cache_attention_mask", "kv_cache_query_positions", "BUILTINS", "MAX_LAYERS", "MAX_BLOCK_SIZE"]
 
 #: The most layers one cache holds (layer ids are 0 .. MAX_LAYERS - 1).

@@ -8,10 +8,10 @@ between its projections and its ``scaled_dot_product_attention``::
     k_all, v_all = kv(k, v, cache=cache, total_seq_len=total_seq_len)
 
 With a cache the new tokens' keys and values are appended under the layer's ``layer_id`` and every
-key and value held comes back as a padded copy (the ``Attention`` layer reads the cache's blocks in place
-instead, :func:`builder.nn.op.paged_attention`) (:func:`builder.nn.op.kv_cache_update`, ``runtime.PagedKVCache``: in a ragged
-batch each row right-aligned, which ``kv_cache_attention_mask(cache, batch, total_seq_len)`` marks for the
-attention's mask);
+key and value held comes back as a padded copy (:func:`builder.nn.op.kv_cache_update`, ``runtime.PagedKVCache``:
+in a ragged batch each row right-aligned, which ``kv_cache_attention_mask(cache, batch, total_seq_len)`` marks
+for the attention's mask; the ``Attention`` layer reads the cache's blocks in place instead,
+:func:`builder.nn.op.paged_attention`);
 without one (``cache=None``: a plain ``forward`` function) ``k`` and ``v`` come back unchanged, so one
 block serves forward, prefill and decode. The ``layer_id`` is numbered together with the ``Attention``
 layers' (:data:`CACHE_LAYERS`, which ``builder.recipe`` numbers), so a model may mix both.

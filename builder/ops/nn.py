@@ -10,8 +10,8 @@ from ..ir.kernel import KERNEL_ATTR, AttentionKernelSpec
 from ..ir.op.common import static_int
 from ..ir.struct_info import TensorStructInfo
 from ..ir.op import OpPattern, register_op
-from ..ir.op.nn import (infer_adaptive_pool, infer_attention, infer_attention_var_len, infer_paged_attention, infer_rope,
-    infer_conv1d,
+from ..ir.op.nn import (infer_adaptive_pool, infer_attention, infer_attention_var_len, infer_paged_attention,
+    infer_rope, infer_conv1d,
     infer_conv1d_transpose, infer_conv2d_transpose,
     infer_conv2d, infer_group_norm, infer_layer_norm, infer_matmul, infer_pool, infer_resize2d, infer_rms_norm,
     infer_rnn)

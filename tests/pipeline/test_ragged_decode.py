@@ -1,8 +1,8 @@
 """Ragged batched decode over one ``runtime.PagedKVCache`` (issue 43) with the reference Llama (recipes/llama.yaml,
 tests/data/llama_causal_lm.safetensors): sequences of different lengths prefilled one by one, then decoded together
 in one ``decode`` call per step (weights read once), give each sequence's logits run alone over a fresh cache to
-1e-5 and the same greedy tokens (the attention reading the cache's blocks in place); also a sequence added while others decode, a chunked prefill, forks, and the
-budget refusing a step before it runs."""
+1e-5 and the same greedy tokens (the attention reading the cache's blocks in place); also a sequence added while
+others decode, a chunked prefill, forks, and the budget refusing a step before it runs."""
 from pathlib import Path
 
 import numpy as np
