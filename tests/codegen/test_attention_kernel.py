@@ -13,14 +13,14 @@ import numpy as np
 import pytest
 
 from builder import te
-from builder.codegen import Target, build
+from builder.codegen import Target
 from builder.codegen.kernels import SimdInfo
 from builder.codegen.kernels.attention import plan_attention
 from builder.ir.kernel import KERNEL_ATTR, AttentionKernelSpec, spec_from_attr
 from builder.nn import op
 from builder.te import topi
 from helpers.functional import Fn, spec_of
-from runtime.native import bfloat16_bits_to_float32, float32_to_bfloat16_bits
+from helpers.attention_cases import build_one as _build, to_dtype as _to, to_f64 as _f64
 
 HOST = Target.host()
 HOST_SIMD = SimdInfo.from_target(HOST.triple, HOST.features)
@@ -60,17 +60,7 @@ def _func(H, Hk, D, Dv, dtype="float32", causal=None, bias=None, scale=None, spe
     return f
 
 
-def _build(f):
-    lib = build({"f": f})
-    return lib.functions["f"]["kernel"], lib.load()["f"]
 
-
-def _to(a: np.ndarray, dtype: str) -> np.ndarray:
-    return float32_to_bfloat16_bits(a.astype(np.float32)) if dtype == "bfloat16" else a.astype(dtype)
-
-
-def _f64(a: np.ndarray, dtype: str) -> np.ndarray:
-    return (bfloat16_bits_to_float32(a) if dtype == "bfloat16" else a).astype(np.float64)
 
 
 def reference(q, k, v, bias=None, causal=None, scale=None):

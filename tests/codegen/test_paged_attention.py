@@ -11,13 +11,13 @@ import numpy as np
 import pytest
 
 from builder import te
-from builder.codegen import Target, build
+from builder.codegen import Target
 from builder.codegen.kernels import SimdInfo
 from builder.codegen.kernels.attention import plan_attention
 from builder.ir.kernel import KERNEL_ATTR, AttentionKernelSpec
 from builder.nn import op
 from builder.te import topi
-from runtime.native import bfloat16_bits_to_float32, float32_to_bfloat16_bits
+from helpers.attention_cases import build_one as _build, to_dtype as _to, to_f64 as _f64
 
 HOST = Target.host()
 HOST_SIMD = SimdInfo.from_target(HOST.triple, HOST.features)
@@ -55,17 +55,7 @@ def _func(H, Hk, D, Dv, dtype="float32", causal="BottomRight", bias=None, index=
     return f
 
 
-def _build(f):
-    lib = build({"f": f})
-    return lib.functions["f"]["kernel"], lib.load()["f"]
 
-
-def _to(a: np.ndarray, dtype: str) -> np.ndarray:
-    return float32_to_bfloat16_bits(a.astype(np.float32)) if dtype == "bfloat16" else a.astype(dtype)
-
-
-def _f64(a: np.ndarray, dtype: str) -> np.ndarray:
-    return (bfloat16_bits_to_float32(a) if dtype == "bfloat16" else a).astype(np.float64)
 
 
 def _cache(lengths, block_size, Hk, D, Dv, dtype, spare=3, index="int32"):
