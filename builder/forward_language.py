@@ -520,10 +520,14 @@ class BlockModule(nn.Module):
         values = [*args, *kwargs.values()]
         if not isinstance(layer, BlockModule):   # built-in layers: a tensor first, then tensors or settings
             try:
-                bound = inspect.signature(layer.forward).bind(*args, **kwargs)
+                sig = inspect.signature(layer.forward)
+                bound = sig.bind(*args, **kwargs)
             except TypeError as exc:
                 raise _ForwardError(node, f"{name}(): {exc}") from None
             first = next(iter(bound.arguments.values()))
+            # a string only where the layer's signature takes one (KVCache's causal_mask="BottomRight")
+            values = [a for k, a in bound.arguments.items()
+                      if not (isinstance(a, str) and "str" in str(sig.parameters[k].annotation))]
             bad = [a for a in values if not (_is_value(a) or a is None or isinstance(a, nn.Object))]
             if bad or not isinstance(first, nn.Tensor):
                 raise _ForwardError(node, f"{name}() ({type(layer).__name__}) takes tensors, got "

@@ -1,8 +1,10 @@
-"""Attention written out in ``forward:`` over the runtime KV cache (issue 42): a ``KVCache`` layer between a
-fused ``qkv`` projection (split by ``split``), ``rotary_embedding`` and ``scaled_dot_product_attention``
-(bottom-right causal, grouped-query, an ALiBi-style additive bias). ``forward`` is checked against a numpy
-float64 reference of the same computation; prefill + decode, chunked prefill and greedy generation against
-``forward``; a model mixing a ``KVCache`` layer and an ``Attention`` layer; recipe errors at file:line:column."""
+"""Attention written out in ``forward:`` over the runtime KV cache (issues 42, 43): a ``KVCache`` layer taking the
+q, k, v a fused ``qkv`` projection (split by ``split``) and ``rotary_embedding`` made, and returning the attention
+(bottom-right causal, grouped-query, an ALiBi-style additive bias; a sliding window, a logit cap and a scale in
+a variant). ``forward`` (no cache: the plain attention) is checked against a numpy float64 reference of the same
+computation; prefill + decode, chunked prefill and greedy generation (the cache's blocks read in place) against
+``forward``; a ragged batch of a paged cache against each sequence alone; a model mixing a ``KVCache`` layer and
+an ``Attention`` layer; recipe errors at file:line:column."""
 from __future__ import annotations
 
 import re
@@ -12,13 +14,14 @@ import pytest
 
 import builder
 from builder import nn
+from builder.nn import spec
 from runtime import ContiguousKVCache
 
 HEADS, KV_HEADS, HEAD_DIM, HIDDEN, VOCAB, THETA = 4, 2, 4, 16, 13, 10000.0
 
 BLOCK = """\
   Block:
-    inputs: [x, positions, cache=None, total_seq_len=None]
+    inputs: [x, positions, num_keys, cache=None, total_seq_len=None]
     layers:
       qkv_proj: {type: Linear, in_features: ${hidden}, out_features: ${(heads + 2 * kv_heads) * head_dim}, bias: true}
       kv: {type: KVCache, num_kv_heads: ${kv_heads}, head_dim: ${head_dim}}
@@ -31,9 +34,8 @@ BLOCK = """\
       q = rotary_embedding(reshape(parts[0], [batch, seq, ${heads}, ${head_dim}]), positions, THETA)
       k = rotary_embedding(reshape(parts[1], [batch, seq, ${kv_heads}, ${head_dim}]), positions, THETA)
       v = reshape(parts[2], [batch, seq, ${kv_heads}, ${head_dim}])
-      k_all, v_all = KV_CALL
-      bias = slopes * reshape(astype(arange(size(k_all, 1), dtype="int64"), "float64"), [1, 1, 1, -1])
-      o = scaled_dot_product_attention(q, k_all, v_all, attn_mask=bias, causal_mask="BottomRight")
+      bias = slopes * reshape(astype(arange(num_keys, dtype="int64"), "float64"), [1, 1, 1, -1])
+      o = KV_CALL
       return x + o_proj(reshape(o, [batch, seq, ${heads * head_dim}]))
 """
 
@@ -46,6 +48,7 @@ ATTN_BLOCK = """\
       return x + self_attn(x, positions, cache=cache, total_seq_len=total_seq_len)
 """
 
+# the positions of prefill / decode are each row's own (a ragged batch: runtime.PagedKVCache.begin_forward)
 FUNCTIONS = """\
 functions:
   forward:
@@ -60,7 +63,7 @@ functions:
       cache: {type: kv_cache}
       total_seq_len: {type: int}
     forward: |
-      positions = arange(total_seq_len - seq, total_seq_len, dtype="int64")
+      positions = kv_cache_positions(cache, batch, seq, total_seq_len)
       return lm_head(MODEL(embed(input_ids), positions, cache, total_seq_len))
   decode:
     inputs:
@@ -68,32 +71,39 @@ functions:
       cache: {type: kv_cache}
       total_seq_len: {type: int}
     forward: |
-      positions = arange(total_seq_len - 1, total_seq_len, dtype="int64")
+      positions = kv_cache_positions(cache, batch, 1, total_seq_len)
       return lm_head(MODEL(embed(input_ids), positions, cache, total_seq_len))
 """
 
+KV_CALL = 'kv(q, k, v, cache=cache, total_seq_len=total_seq_len, attn_mask=bias, causal_mask="BottomRight"{})'
 
-def recipe(kv_call: str = "kv(k, v, cache=cache, total_seq_len=total_seq_len)", mixed: bool = False,
-           rope: bool = True) -> str:
+#: the options of the windowed variant: a sliding window of 3 keys, a logit cap and a scale of their own
+WINDOWED = {"window_size": 3, "logit_softcap": 2.0, "scale": 0.3}
+
+
+def recipe(kv_call: str = KV_CALL.format(""), mixed: bool = False, rope: bool = True) -> str:
     """The recipe text: two written-out ``Block``s (``layers``), or with ``mixed`` one ``Block`` then one
     ``AttnBlock`` (an ``Attention`` layer) then another ``Block``; ``rope=False`` leaves out the rotary
-    embeddings of the written-out blocks."""
+    embeddings of the written-out blocks. A block's bias has one column per key: ``num_keys`` is ``seq`` in
+    ``forward`` and ``total_seq_len`` in prefill / decode."""
     blocks = BLOCK + (ATTN_BLOCK if mixed else "")
     if not rope:
         blocks = re.sub(r"rotary_embedding\((reshape\(.*\]\)), positions, THETA\)", r"\1", blocks)
     layers = ("    first: {type: Block}\n    attn: {type: AttnBlock}\n    last: {type: Block}\n" if mixed
               else "    layers: {type: Block, repeat: 2}\n")
-    model = "last(attn(first(E, positions, CC), positions, CC), positions, CC)" if mixed else "layers(E, positions, CC)"
+    model = ("last(attn(first(E, positions, N, CC), positions, CC), positions, N, CC)" if mixed
+             else "layers(E, positions, N, CC)")
     functions = FUNCTIONS
     for fn_model in ("MODEL(embed(input_ids), positions)", "MODEL(embed(input_ids), positions, cache, total_seq_len)"):
-        cc = "cache, total_seq_len" if "cache" in fn_model else "None, None"
-        text = model.replace("E", "embed(input_ids)").replace("CC", cc)
+        cached = "cache" in fn_model
+        text = (model.replace("E", "embed(input_ids)").replace("N", "total_seq_len" if cached else "seq")
+                .replace("CC", "cache, total_seq_len" if cached else "None, None"))
         functions = functions.replace(fn_model, text)
     return (f"name: handwritten_attention\nvars: {{vocab: {VOCAB}, hidden: {HIDDEN}, heads: {HEADS}, "
             f"kv_heads: {KV_HEADS}, head_dim: {HEAD_DIM}}}\ndtype: float64\nblocks:\n"
             + blocks.replace("KV_CALL", kv_call).replace("THETA", str(THETA))
             + "model:\n  layers:\n    embed: {type: Embedding, num: ${vocab}, dim: ${hidden}}\n" + layers
-            + f"    lm_head: {{type: Linear, in_features: ${{hidden}}, out_features: ${{vocab}}, bias: false}}\n"
+            + "    lm_head: {type: Linear, in_features: ${hidden}, out_features: ${vocab}, bias: false}\n"
             + functions)
 
 
@@ -119,14 +129,20 @@ def _rope(x: np.ndarray, pos: np.ndarray) -> np.ndarray:
     return x * cos + rot * sin
 
 
-def _reference_logits(p: dict, ids: np.ndarray, rope: bool = True) -> np.ndarray:
+def _reference_logits(p: dict, ids: np.ndarray, rope: bool = True, window_size: int | None = None,
+                      logit_softcap: float | None = None, scale: float | None = None) -> np.ndarray:
     """The model's logits (B, S, vocab) in numpy float64: two written-out blocks over the whole sequence
-    (with ``rope=False`` no rotary embeddings)."""
+    (with ``rope=False`` no rotary embeddings). Scores ``c * tanh(scale * q.k / c)`` with a ``logit_softcap``
+    ``c`` (Gemma 2), plus the bias ``slope_h * j``, causal, and with ``window_size`` ``W`` only keys ``i - W <
+    j <= i`` (HF's ``sliding_window_overlay``)."""
     maybe_rope = _rope if rope else (lambda x, pos: x)
     h = p["embed.weight"][ids]
     b, s, _ = h.shape
     pos = np.arange(s)
     group = HEADS // KV_HEADS
+    keep = pos[None, :] <= pos[:, None]
+    if window_size is not None:
+        keep &= pos[None, :] > pos[:, None] - window_size
     for i in range(2):
         w = lambda n: p[f"layers.{i}.{n}"]   # noqa: E731
         qkv = h @ w("qkv_proj.weight").T + w("qkv_proj.bias")
@@ -134,9 +150,11 @@ def _reference_logits(p: dict, ids: np.ndarray, rope: bool = True) -> np.ndarray
         k = maybe_rope(qkv[..., HEADS * HEAD_DIM: (HEADS + KV_HEADS) * HEAD_DIM].reshape(b, s, KV_HEADS, HEAD_DIM), pos)
         v = qkv[..., (HEADS + KV_HEADS) * HEAD_DIM:].reshape(b, s, KV_HEADS, HEAD_DIM)
         k, v = np.repeat(k, group, axis=2), np.repeat(v, group, axis=2)
-        scores = np.einsum("bihd,bjhd->bhij", q, k) / np.sqrt(HEAD_DIM)
+        scores = np.einsum("bihd,bjhd->bhij", q, k) * (1 / np.sqrt(HEAD_DIM) if scale is None else scale)
+        if logit_softcap is not None:
+            scores = logit_softcap * np.tanh(scores / logit_softcap)
         scores = scores + w("slopes") * pos[None, None, None, :]
-        scores = np.where(np.tril(np.ones((s, s), bool)), scores, -np.inf)
+        scores = np.where(keep, scores, -np.inf)
         probs = np.exp(scores - scores.max(-1, keepdims=True))
         probs /= probs.sum(-1, keepdims=True)
         o = np.einsum("bhij,bjhd->bihd", probs, v).reshape(b, s, HEADS * HEAD_DIM)
@@ -149,7 +167,23 @@ def model(tmp_path_factory):
     return _build(tmp_path_factory.mktemp("kv"), recipe())
 
 
+@pytest.fixture(scope="module")
+def windowed(tmp_path_factory):
+    """Without RoPE (a float64 comparison to rounding), with the options of :data:`WINDOWED`."""
+    extra = "".join(f", {k}={v}" for k, v in WINDOWED.items())
+    return _build(tmp_path_factory.mktemp("kvw"), recipe(KV_CALL.format(extra), rope=False), seed=7)
+
+
 IDS = np.array([[1, 5, 2, 12, 7, 3, 9], [4, 0, 11, 6, 8, 10, 2]], np.int64)
+
+
+def _prefill_then_decode(m, ids: np.ndarray, prompt: int) -> np.ndarray:
+    """The logits (B, S, vocab) of ``ids`` by a prefill of its first ``prompt`` tokens, then one decode step
+    per token, over a fresh cache."""
+    cache = ContiguousKVCache()
+    out = [m["prefill"](ids[:, :prompt], cache, prompt)]
+    out += [m["decode"](ids[:, t:t + 1], cache, t + 1) for t in range(prompt, ids.shape[1])]
+    return np.concatenate(out, 1)
 
 
 def test_forward_matches_numpy_without_rope(tmp_path):
@@ -173,6 +207,17 @@ def test_forward_matches_numpy_and_prefill_then_decode_match_forward(model):
     assert cache.layer_ids == [0, 1] and cache.seq_len(1) == IDS.shape[1]
 
 
+def test_window_cap_and_scale_agree_with_numpy_in_forward_prefill_and_decode(windowed):
+    """The layer hands ``window_size``, ``logit_softcap`` and ``scale`` to both attentions alike: forward (the
+    plain attention) equals the float64 reference, prefill + decode (the paged attention) equal forward."""
+    full = windowed["forward"](IDS)
+    np.testing.assert_allclose(full, _reference_logits(windowed.params, IDS, rope=False, **WINDOWED), rtol=1e-12,
+                               atol=1e-12)
+    np.testing.assert_allclose(_prefill_then_decode(windowed, IDS, 2), full, rtol=1e-12, atol=1e-12)
+    unwindowed = _reference_logits(windowed.params, IDS, rope=False, logit_softcap=2.0, scale=0.3)
+    assert np.abs(unwindowed[:, 3:] - full[:, 3:]).max() > 1e-3    # the window does cut keys off
+
+
 def test_two_prefill_chunks_equal_one_prefill(model):
     one, two = ContiguousKVCache(), ContiguousKVCache()
     whole = model["prefill"](IDS, one, 7)
@@ -193,6 +238,31 @@ def test_greedy_generation_equals_argmax_of_forward_on_the_growing_sequence(mode
         np.testing.assert_array_equal(new[:, step], token)
         seq = np.concatenate([seq, token[:, None]], 1)
     assert len(set(new.ravel().tolist())) > 1   # the sequences do move
+
+
+def test_the_layer_reads_the_cache_blocks_in_place(model):
+    """Prefill / decode append with ``kv_cache_append`` and attend with the paged attention kernel: no padded
+    copy (``kv_cache_update``) and no padding mask (``kv_cache_attention_mask``) is emitted any more."""
+    exe = model.exe
+    for fn in ("prefill", "decode"):
+        builtins = [i[2] for i in exe.functions[fn]["instructions"] if i[0] == "call_builtin"]
+        assert builtins.count("vm.builtin.kv_cache_append") == 2, builtins
+        assert not {"vm.builtin.kv_cache_update", "vm.builtin.kv_cache_attention_mask"} & set(builtins)
+    calls = {i[1] for i in exe.functions["decode"]["instructions"] if i[0] == "call"}
+    paged = [n for n in calls if "block_size" in str(exe.kernels[n].get("params"))]
+    assert paged, sorted(calls)
+
+
+def test_written_out_attention_decodes_a_ragged_batch(model, windowed):
+    """Sequences of 2, 6 and 4 tokens prefilled one by one into a paged cache (blocks of 4), then decoded
+    together (rows of different lengths, issue 43): each row equals its sequence run alone, with no mask
+    written in the recipe (the bias's column ``j`` is the row's key ``j``; the window counts the row's own
+    positions)."""
+    from helpers.ragged_decode import check_ragged_decode
+
+    prompts = [np.random.default_rng(9 + i).integers(0, VOCAB, n) for i, n in enumerate((2, 6, 4))]
+    check_ragged_decode(model, prompts, 4, atol=1e-10)
+    check_ragged_decode(windowed, prompts, 3, order=[2, 0, 1], atol=1e-10)
 
 
 def test_a_model_mixing_kv_cache_and_attention_layers(tmp_path):
@@ -220,22 +290,28 @@ def test_cache_slots_are_numbered_across_kv_cache_and_attention_layers(tmp_path)
     assert ids == {"first": 0, "attn": 1, "last": 2}
 
 
-@pytest.mark.parametrize("kv_call,kv_heads,line,message", [
-    ("kv(k, v, cache=cache)", None, 19,
-     "kv (KVCacheLayer) on 'k', (batch, seq, 2, 4) float64; 'v', (batch, seq, 2, 4) float64: KVCache: give cache "
-     "and total_seq_len together"),
-    ("kv(k, v, cache=cache, total_seq_len=total_seq_len)", 3, 19,
-     "kv (KVCacheLayer) on 'k', (batch, seq, 2, 4) float64; 'v', (batch, seq, 2, 4) float64: KVCache: k must be "
-     "(batch, seq, num_kv_heads=3, head_dim=4), got (batch, seq, 2, 4)"),
+ON = "kv (KVCacheLayer) on 'q', (batch, seq, 4, 4) float64; 'k', (batch, seq, 2, 4) float64; 'v', " \
+     "(batch, seq, 2, 4) float64"
+
+
+@pytest.mark.parametrize("kv_call,kv_heads,message", [
+    ("kv(q, k, v, cache=cache)", None, "KVCache: give cache and total_seq_len together"),
+    (KV_CALL.format(""), 3, "KVCache: k must be (batch, seq, num_kv_heads=3, head_dim=4), got (batch, seq, 2, 4)"),
+    ('kv(q, k, v, cache=cache, total_seq_len=total_seq_len, causal_mask="TopLeft")', None,
+     "KVCache: causal_mask must be None or 'BottomRight'"),
+    ("kv(q, k, v, cache=cache, total_seq_len=total_seq_len, window_size=2)", None,
+     "a sliding window (window_size=2) needs a causal_mask"),
 ])
-def test_kv_cache_errors_name_the_layer_at_the_call(run_cli, kv_call, kv_heads, line, message):
+def test_kv_cache_errors_name_the_layer_at_the_call(run_cli, kv_call, kv_heads, message):
     text = recipe(kv_call)
     if kv_heads is not None:   # the KVCache layer expects 3 heads, the written-out k has 2
         text = text.replace("kv: {type: KVCache, num_kv_heads: ${kv_heads}", f"kv: {{type: KVCache, num_kv_heads: "
                                                                               f"{kv_heads}")
     rc, err, _, path = run_cli(text)
     assert rc == 2, err
-    assert re.search(rf"^{re.escape(path)}:{line}:22: blocks\.Block\.forward: .*{re.escape(message)}", err, re.M), err
+    line = text.splitlines().index("      o = " + kv_call) + 1
+    assert re.search(rf"^{re.escape(path)}:{line}:11: blocks\.Block\.forward: .*{re.escape(ON)}: .*"
+                     rf"{re.escape(message)}", err, re.M), err
 
 
 def test_kv_cache_fields_are_validated(run_cli):
@@ -252,30 +328,21 @@ def test_kv_cache_layer_module():
         nn.KVCacheLayer(3, 8, tensor_parallel_shards=2)
 
 
-def ragged_recipe() -> str:
-    """The recipe with the blocks' attention masked by the cache's keep-mask (each row's real keys:
-    ``kv_cache_attention_mask``) and the positions taken from the cache per row (``kv_cache_positions``), for
-    ragged batches; no ``forward`` function (the blocks need the cache)."""
-    text = recipe()
-    text = text.replace('o = scaled_dot_product_attention(q, k_all, v_all, attn_mask=bias, causal_mask="BottomRight")',
-                        'keep = reshape(kv_cache_attention_mask(cache, batch, total_seq_len), [batch, 1, 1, -1])\n'
-                        '      o = scaled_dot_product_attention(q, k_all, v_all, attn_mask=where(keep, bias, -inf), '
-                        'causal_mask="BottomRight")')
-    for seq in ("seq", "1"):
-        text = text.replace(f'positions = arange(total_seq_len - {seq}, total_seq_len, dtype="int64")',
-                            f"positions = kv_cache_positions(cache, batch, {seq}, total_seq_len)")
-    start = text.index("  forward:\n    inputs:")
-    return text[:start] + text[text.index("  prefill:"):]
+@pytest.mark.parametrize("q_shape,dtype,error,match", [
+    ([2, 3, 3, 4], "float32", ValueError, r"q must be \(batch, seq, num_heads, head_dim=4\) with num_heads a static "
+                                          r"multiple of num_kv_heads=2, got \(2, 3, 3, 4\)"),
+    ([2, 3, 4, 8], "float32", ValueError, "q must be"),
+    ([2, 5, 4, 4], "float32", ValueError, r"the sequence length of q \(2, 5, 4, 4\) differs from that of k"),
+    ([2, 3, 4, 4], "float64", TypeError, "q, k and v must have one float dtype, got float64, float32 and float32"),
+])
+def test_kv_cache_layer_checks_its_query(q_shape, dtype, error, match):
+    class M(nn.Module):
+        def __init__(self):
+            self.kv = nn.KVCacheLayer(2, 4)
 
+        def attend(self, q, k, v):
+            return self.kv(q, k, v)
 
-def test_written_out_attention_masked_by_the_cache_decodes_a_ragged_batch(tmp_path):
-    """Sequences of 2, 6 and 4 tokens prefilled one by one into a paged cache, then decoded together: each row
-    equals its sequence run alone (issue 43). The ALiBi-style bias of absolute columns is shifted by a row's
-    padding, a constant per query that the softmax cancels."""
-    from helpers.ragged_decode import check_ragged_decode
-
-    text = ragged_recipe()
-    assert "kv_cache_attention_mask" in text and "arange(total_seq_len" not in text
-    m = _build(tmp_path, text, seed=5)
-    prompts = [np.random.default_rng(9 + i).integers(0, VOCAB, n) for i, n in enumerate((2, 6, 4))]
-    check_ragged_decode(m, prompts, 4, atol=1e-10)
+    kv = spec.Tensor([2, 3, 2, 4], "float32")
+    with pytest.raises(error, match=f"KVCache: {match}"):
+        M().export_tvm(spec={"attend": {"q": spec.Tensor(q_shape, dtype), "k": kv, "v": kv}})
