@@ -11,7 +11,8 @@ tokens. Two compiled functions, each appending the step's keys to its own cache:
 
 * ``copy``: ``kv_cache_update`` (every row's keys and values copied out, right-aligned, (16, total, 4, 64)),
   ``kv_cache_attention_mask`` as a (16, 1, 1, total) bias and ``scaled_dot_product_attention`` (BottomRight):
-  the cache path before issue 43;
+  the cache path before issue 43, which the compiler no longer emits (the calls made by
+  ``tests/helpers/legacy_kv_cache.py``; the runtime keeps the builtins for executables saved before);
 * ``paged``: ``kv_cache_append`` (the pools, block table and lengths handed over) and ``paged_attention``.
 
 Both are checked to agree first. Rounds alternate copy / paged; each round times 15 steps on a fresh cache
@@ -38,6 +39,7 @@ from host import cpu_name  # noqa: E402  (benchmarks/host.py)
 from builder import nn  # noqa: E402
 from builder.nn import op, spec  # noqa: E402
 from runtime import PagedKVCache, threadpool  # noqa: E402
+from tests.helpers.legacy_kv_cache import kv_cache_attention_mask, kv_cache_update  # noqa: E402
 
 B, H, HK, D, BLOCK = 16, 32, 4, 64, 16
 
@@ -46,8 +48,8 @@ class Copy(nn.Module):
     """The cache path before issue 43: padded copies of every row's keys and a mask of their padding."""
 
     def step(self, q, k, v, cache, total_seq_len):
-        k_all, v_all = op.kv_cache_update(cache, 0, k, v, total_seq_len)
-        keep = op.kv_cache_attention_mask(cache, q.shape[0], total_seq_len)
+        k_all, v_all = kv_cache_update(cache, 0, k, v, total_seq_len)
+        keep = kv_cache_attention_mask(cache, q.shape[0], total_seq_len)
         mask = op.reshape(keep, [q.shape[0], 1, 1, total_seq_len])
         return op.scaled_dot_product_attention(q, k_all, v_all, attn_mask=mask, causal_mask="BottomRight")
 

@@ -11,7 +11,9 @@ never evaluated by Python. Allowed:
   (a value or a tuple of values);
 - expressions: names (inputs, earlier assignments, and the symbolic dims of the inputs' shapes, such as
   ``batch`` or ``seq``, whose values are symbolic ints), calls of layers (``gate_proj(x)``; a repeated
-  layer is a chain, ``layers(h, mask)``, or one copy, ``layers[0](h)``) and of the functional ops
+  layer is a chain, ``layers(h, mask)``, or one copy, ``layers[0](h)``; a built-in layer takes tensors,
+  numbers, symbolic ints, None, the KV cache, and strings where its ``forward`` declares a ``str``
+  parameter, ``kv(q, k, v, causal_mask="BottomRight")``) and of the functional ops
   (``silu(x)``, ``softmax(x, axis=-1)``, ``reshape(x, [batch, seq, 12, 32])``; ``build --list-ops``
   lists them; ``name="gate"`` is the result's name hint in the printed IR, an identifier as TVM's name
   hints are), the operators ``+ - * / @`` (and ``//``, ``%`` between symbolic ints), unary ``-``,

@@ -17,9 +17,10 @@ layer::
 
 which appends the new keys / values and hands over, without a copy, the layer's pools, the rows' block table
 and their lengths (:meth:`PagedKVCache.append`) that the paged attention (``nn.paged_attention``) reads in
-place. Every layer's pool holds one number of blocks. Attention written out in a recipe (the ``KVCache`` layer)
-calls ``vm.builtin.kv_cache_update`` instead, which returns every row's keys as a padded copy (below), and
-``vm.builtin.kv_cache_attention_mask`` for its padding.
+place. Every layer's pool holds one number of blocks (attention written out in a recipe, the ``KVCache``
+layer, calls it too). Executables saved before issue 43 may call ``vm.builtin.kv_cache_update`` instead, which
+returns every row's keys as a padded copy (below), and ``vm.builtin.kv_cache_attention_mask`` for its padding:
+both stay registered, though the compiler no longer emits them.
 
 Two ways to drive it:
 

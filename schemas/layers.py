@@ -463,11 +463,15 @@ __all__ += ["KVCache"]
 
 @register_layer_model
 class KVCache(LayerEntry):
-    """One layer of the runtime KV cache (``builder.nn.KVCacheLayer``, no parameters), for attention written
-    out in ``forward:``: ``k_all, v_all = kv(k, v, cache=cache, total_seq_len=total_seq_len)`` appends the new
-    tokens' keys and values, (batch, seq, num_kv_heads, head_dim) each, and returns all the layer holds
-    (batch, total_seq_len, num_kv_heads, head_dim); without a cache it returns ``k`` and ``v``. Its slot is
-    numbered with the ``Attention`` layers'."""
+    """One layer of the runtime KV cache and the attention over it (``builder.nn.KVCacheLayer``, no
+    parameters), for attention written out in ``forward:``: ``o = kv(q, k, v, cache=cache,
+    total_seq_len=total_seq_len, attn_mask=bias, causal_mask="BottomRight")`` takes the new tokens' q (batch,
+    seq, heads, head_dim) and k / v (batch, seq, num_kv_heads, head_dim), appends k / v to the cache and returns
+    the attention over every key the row holds, read from the cache's blocks (batch, seq, heads, head_dim);
+    without a cache the attention over k / v. ``attn_mask`` (bool, or a float bias added to the scores)
+    broadcasts to (batch, heads, seq, seq_kv), column ``j`` the key at position ``j``: ``seq_kv`` is
+    ``total_seq_len`` with a cache and ``seq`` without. Also ``scale``, ``window_size``, ``logit_softcap``.
+    Its slot is numbered with the ``Attention`` layers'."""
 
     type: Literal["KVCache"] = "KVCache"
     num_kv_heads: Positive

@@ -11,9 +11,9 @@ times each); after this pass they run once per step.
 What counts as equal: the same op record, arguments that are the same variables (after earlier
 eliminations), constants with equal dtype, shape and bytes (the same constant object above 64 KiB), equal prim values, shapes and strings,
 and equal attributes and ``sinfo_args``. Only graph-level op calls whose record is pure take part:
-never an impure ``R.call_packed`` (``vm.builtin.kv_cache_update``, which writes the cache), nor the
+never an impure ``R.call_packed`` (``vm.builtin.kv_cache_append``, which writes the cache), nor the
 runtime's other calls (``call_tir``, ``call_inplace_packed``, ``call_dps_packed``, collectives). A
-``call_pure_packed`` of a builtin takes part (the KV cache's positions and attention mask, computed in
+``call_pure_packed`` of a builtin takes part (the KV cache's positions, computed in
 every attention layer from the same arguments, run once per call), unless its result is an object: an
 object has an identity, and two created (``vm.builtin.attention_kv_cache_create``) are not one. Tuple
 items (``t[i]``) of the same tuple variable are merged as well. Candidates are matched within one binding block (a dataflow variable does not

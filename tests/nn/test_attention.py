@@ -463,10 +463,10 @@ def test_op_errors():
             return nn.op.rotary_embedding(x, p, 10.0)
 
         def update_with_a_tensor_as_cache(self, x, total_seq_len):
-            return nn.op.kv_cache_update(x, 0, x, x, total_seq_len)
+            return nn.op.kv_cache_append(x, 0, x, x, total_seq_len)
 
         def update_negative_layer(self, x, cache, total_seq_len):
-            return nn.op.kv_cache_update(cache, -1, x, x, total_seq_len)
+            return nn.op.kv_cache_append(cache, -1, x, x, total_seq_len)
 
     x = spec.Tensor([1, 3, 2, 4], "float32")
     with pytest.raises(TypeError, match="positions must be an integer tensor"):

@@ -314,6 +314,16 @@ def test_kv_cache_errors_name_the_layer_at_the_call(run_cli, kv_call, kv_heads, 
                      rf"{re.escape(message)}", err, re.M), err
 
 
+def test_a_string_reaches_a_layer_only_where_its_signature_takes_one(run_cli):
+    """``causal_mask="BottomRight"`` passes (a ``str`` parameter of ``KVCacheLayer.forward``); a string for the
+    mask is refused before the layer sees it."""
+    call = 'kv(q, k, v, cache=cache, total_seq_len=total_seq_len, attn_mask="bias")'
+    rc, err, _, path = run_cli(recipe(call))
+    line = recipe(call).splitlines().index("      o = " + call) + 1
+    assert rc == 2 and re.search(rf"^{re.escape(path)}:{line}:11: .*kv\(\) \(KVCacheLayer\) takes tensors, got str",
+                                 err, re.M), err
+
+
 def test_kv_cache_fields_are_validated(run_cli):
     rc, err, _, path = run_cli(recipe().replace("head_dim: ${head_dim}}", "head_dim: 0}", 1))
     assert rc == 2 and re.search(rf"^{re.escape(path)}:\d+:\d+: .*kv\.head_dim", err, re.M), err

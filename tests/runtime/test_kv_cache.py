@@ -12,6 +12,7 @@ from builder import nn
 from builder.ir.parser import parse
 from builder.ir.structural import assert_structural_equal
 from builder.nn import spec
+from helpers.legacy_kv_cache import kv_cache_update
 from runtime import ContiguousKVCache, Executable, VirtualMachine
 from runtime.memory import MemoryLimitError
 from runtime.builtins import _BUILTINS
@@ -189,7 +190,9 @@ def test_the_builtins_refuse_something_that_is_not_a_cache():
 
 
 class CacheUser(nn.Module):
-    """y = k_all + v_all with k, v two halves of a projection of x, positions as int64 output."""
+    """y = k_all - v_all with k, v two halves of a projection of x, positions as int64 output: the builtins an
+    executable saved before issue 43 calls (the compiler emits ``kv_cache_append`` now; the runtime keeps
+    ``kv_cache_update``)."""
 
     def __init__(self):
         self.proj = nn.Linear(4, 16, bias=False)
@@ -198,7 +201,7 @@ class CacheUser(nn.Module):
         b, s = x.shape[0], x.shape[1]
         pos = nn.op.kv_cache_query_positions(cache, 3, s, total_seq_len)
         k, v = nn.op.split(nn.op.reshape(self.proj(x), [b, s, 4, 4]), 2, axis=2)
-        k_all, v_all = nn.op.kv_cache_update(cache, 3, k, v, total_seq_len)
+        k_all, v_all = kv_cache_update(cache, 3, k, v, total_seq_len)
         return k_all - v_all, pos
 
 

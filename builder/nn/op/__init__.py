@@ -9,7 +9,7 @@ one name), the others are written by family (:mod:`.manipulation`, :mod:`.creati
 :mod:`.reduction`, :mod:`.linear_algebra`, :mod:`.nn`, :mod:`.extern`, :mod:`.quantize`,
 :mod:`.attention`); a few helpers combine several ops (``chunk``, ``unsqueeze``,
 ``get_timestep_embedding``, ``rotary_embedding``, ``normalize``, ``mean_pooling``) or call a runtime
-builtin (``kv_cache_update``).
+builtin (``kv_cache_append``).
 
 :func:`recipe_functions` lists what a recipe's ``forward:`` may call: the functions of the op records
 marked ``in_recipes`` and the composite functions marked with :func:`.common.recipe_function`.

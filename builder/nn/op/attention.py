@@ -1,19 +1,18 @@
 """Pieces of attention layers: rotary position embeddings built from other ops
-(``rotary_embedding``), the calls of the runtime KV cache (``kv_cache_append``, ``kv_cache_update``,
-``kv_cache_positions``,
-``kv_cache_attention_mask``, ``kv_cache_query_positions``; the builtins named in ``core.kv_cache_builtins``,
-``runtime.kv_cache``) and padding removal (``unpad_input`` /
-``pad_input``: the position-wise layers of a padded batch run on its real tokens only). The attention itself is
-``scaled_dot_product_attention`` (:mod:`.nn`); the layer that puts them together is
-:class:`builder.nn.attention.Attention`."""
+(``rotary_embedding``), the calls of the runtime KV cache (``kv_cache_append``, ``kv_cache_positions``,
+``kv_cache_query_positions``; the builtins named in ``core.kv_cache_builtins``, ``runtime.kv_cache``) and padding
+removal (``unpad_input`` / ``pad_input``: the position-wise layers of a padded batch run on its real tokens only).
+The attention itself is ``scaled_dot_product_attention`` / ``paged_attention`` (:mod:`.nn`); the layers that put
+them together are :class:`builder.nn.attention.Attention` and :class:`builder.nn.kv_cache.KVCacheLayer`. (The
+builtins ``vm.builtin.kv_cache_update`` / ``kv_cache_attention_mask``, padded copies of the keys and their mask,
+are no longer emitted: the runtime keeps them for executables saved before issue 43.)"""
 from __future__ import annotations
 
 import weakref
 
 import numpy as np
 
-from core.kv_cache_builtins import (KV_CACHE_APPEND, KV_CACHE_ATTENTION_MASK, KV_CACHE_POSITIONS,
-                                    KV_CACHE_QUERY_POSITIONS, KV_CACHE_UPDATE)
+from core.kv_cache_builtins import KV_CACHE_APPEND, KV_CACHE_POSITIONS, KV_CACHE_QUERY_POSITIONS
 
 from ...ir import expr as E
 from ...ir import relax as rx
@@ -22,8 +21,8 @@ from ...ir.struct_info import TensorStructInfo, TupleStructInfo
 from ..core import Object, Tensor, wrap_nested
 from .common import builtin_call, impure_builtin_call, op_call, recipe_function
 
-__all__ = ["rotary_embedding", "rope_scaled_inv_freq", "kv_cache_append", "kv_cache_update", "kv_cache_query_positions",
-           "kv_cache_positions", "kv_cache_attention_mask", "unpad_input", "pad_input"]
+__all__ = ["rotary_embedding", "rope_scaled_inv_freq", "kv_cache_append", "kv_cache_query_positions",
+           "kv_cache_positions", "unpad_input", "pad_input"]
 
 
 #: RoPE scalings (HF transformers' ``rope_type``) :func:`rope_scaled_inv_freq` applies, with the keys each needs.
@@ -200,7 +199,7 @@ def kv_cache_query_positions(cache: Object, layer_id: int, seq: int | E.PrimExpr
                            sinfo_args=(R.Tensor((seq,), dtype="int64"),))
 
     At run time the cache raises ValueError (naming the layer) when it does not hold
-    ``total_seq_len - seq`` tokens. Raises TypeError / ValueError, as :func:`kv_cache_update`, for a
+    ``total_seq_len - seq`` tokens. Raises TypeError / ValueError, as :func:`kv_cache_append`, for a
     bad ``cache``, ``layer_id``, ``seq`` or ``total_seq_len``.
     """
     opname = "kv_cache_query_positions"
@@ -237,29 +236,8 @@ def kv_cache_positions(cache: Object, batch: int | E.PrimExpr, seq: int | E.Prim
     return wrap_nested(call, name)
 
 
-@recipe_function
-def kv_cache_attention_mask(cache: Object, batch: int | E.PrimExpr, total_seq_len: int | E.PrimExpr,
-                            name: str = "kv_mask") -> Tensor:
-    """The real keys of the call's rows in the runtime KV cache, bool (batch, total_seq_len): True at row
-    ``r``'s ``held_r + seq`` keys (right-aligned, :func:`kv_cache_update`), False at its left padding (all
-    True without a ragged batch)::
-
-        R.call_pure_packed("vm.builtin.kv_cache_attention_mask", cache, R.prim_value(batch),
-                           R.prim_value(total_seq_len), sinfo_args=(R.Tensor((batch, total_seq_len), dtype="bool"),))
-
-    A padding mask for ``scaled_dot_product_attention`` (``reshape`` to (batch, 1, 1, total_seq_len)), combined
-    with the bottom-right causal mask: right alignment keeps a query's own key and the distances of sliding
-    windows. Raises what :func:`kv_cache_positions` raises for bad arguments."""
-    opname = "kv_cache_attention_mask"
-    _cache_args(opname, cache, 0)
-    b, total = _int64(opname, "batch", batch), _int64(opname, "total_seq_len", total_seq_len)
-    call = builtin_call(KV_CACHE_ATTENTION_MASK, [cache._expr, rx.PrimValue(b, "int64"), rx.PrimValue(total, "int64")],
-                        TensorStructInfo((b, total), "bool"))
-    return wrap_nested(call, name)
-
-
 def _check_append(opname: str, cache, layer_id, k: Tensor, v: Tensor, total_seq_len) -> E.PrimExpr:
-    """The checks of :func:`kv_cache_update` / :func:`kv_cache_append`; ``total_seq_len`` as an int64 PrimExpr."""
+    """The checks of :func:`kv_cache_append`'s arguments; ``total_seq_len`` as an int64 PrimExpr."""
     _cache_args(opname, cache, layer_id)
     total = _int64(opname, "total_seq_len", total_seq_len)
     for t, what in ((k, "k"), (v, "v")):
@@ -299,13 +277,24 @@ def kv_cache_append(cache: Object, layer_id: int, k: Tensor, v: Tensor, total_se
             sinfo_args=R.Tuple(R.Tensor((num_blocks, block_size, h, d)), R.Tensor((num_blocks, block_size, h, dv)),
                                R.Tensor((b, max_blocks), "int32"), R.Tensor((b,), "int32")))
 
-    an impure call (it writes the cache: no pass drops, merges or moves it). ``num_blocks``, ``block_size``
+    an impure call (it writes the cache: no pass drops, merges or moves it, and the exported function is
+    ``pure=False``). ``num_blocks``, ``block_size``
     and ``max_blocks`` are new dims, one set per cache input shared by its layers, bound from the first layer's
     results when the call runs (``match_shape``; the later layers' are checked against them); the pools
     are the layer's arrays as they are after the append, ``block_table`` row ``r``'s block ids in token
     order, ``lengths`` the keys row ``r`` holds after the call (``held_r + seq``; ``runtime.PagedKVCache.append``).
 
-    Arguments, run-time errors and the errors raised are those of :func:`kv_cache_update`."""
+    ``cache``: an ``nn.Object`` (a ``spec.Object()`` input; at run time a ``runtime.PagedKVCache``);
+    ``layer_id``: a non-negative int; ``k`` (batch, seq, kv_heads, head_dim), ``v`` (batch, seq, kv_heads,
+    head_dim_v) of one float dtype; ``total_seq_len``: the most tokens a row holds after the append (an int or
+    an int64 PrimExpr, typically a ``spec.Int`` input). At run time the cache raises ValueError (naming the
+    layer) when the call differs from the one ``begin_forward`` declared (without one: when the held tokens
+    plus ``seq`` are not ``total_seq_len``), or the shapes / dtype differ from what the layer holds.
+
+    Raises TypeError for a ``cache`` that is not an ``nn.Object``, a ``layer_id`` that is not an int,
+    a ``total_seq_len`` that is neither an int nor an integer PrimExpr, or ``k`` / ``v`` of different
+    or non-float dtypes; ValueError for a negative ``layer_id`` or ``total_seq_len``, ``k`` / ``v``
+    that are not 4-D or differ in batch, seq or heads."""
     opname = "kv_cache_append"
     total = _check_append(opname, cache, layer_id, k, v, total_seq_len)
     b, _, heads, d = k.shape
@@ -317,44 +306,6 @@ def kv_cache_append(cache: Object, layer_id: int, k: Tensor, v: Tensor, total_se
                                                  v._expr, rx.PrimValue(total, "int64")], sinfo)
     k_pool, v_pool, table, lengths = wrap_nested(call, name)
     return k_pool, v_pool, table, lengths
-
-
-def kv_cache_update(cache: Object, layer_id: int, k: Tensor, v: Tensor, total_seq_len: int | E.PrimExpr,
-                    name: str = "kv_cache") -> tuple[Tensor, Tensor]:
-    """Append the keys / values of new tokens to layer ``layer_id`` of the runtime KV cache and read
-    back every key and value it holds::
-
-        k_all, v_all = R.call_packed("vm.builtin.kv_cache_update", cache, R.prim_value(layer_id),
-                                     k, v, R.prim_value(total_seq_len),
-                                     sinfo_args=R.Tuple(R.Tensor((b, total_seq_len, h, d)),
-                                                        R.Tensor((b, total_seq_len, h, dv))))
-
-    an impure call (it writes the cache: no pass drops, merges or moves it, and the exported function is
-    ``pure=False``).
-
-    ``cache``: an ``nn.Object`` (a ``spec.Object()`` input; at run time a
-    ``runtime.PagedKVCache``); ``layer_id``: a non-negative int; ``k`` (batch, seq, kv_heads,
-    head_dim), ``v`` (batch, seq, kv_heads, head_dim_v) of one float dtype; ``total_seq_len``: the
-    tokens held after the append (an int or an int64 PrimExpr, typically a ``spec.Int`` input).
-    Returns ``(k_all, v_all)``, (batch, total_seq_len, kv_heads, head_dim[_v]): row ``r``'s keys
-    right-aligned, zeros before them when its sequence holds fewer than ``total_seq_len`` (a ragged batch:
-    mask them with :func:`kv_cache_attention_mask`). At run time the cache raises ValueError (naming the
-    layer) when the call differs from the one ``begin_forward`` declared (without one: when the held tokens
-    plus ``seq`` are not ``total_seq_len``), or the shapes / dtype differ from what the layer holds.
-
-    Raises TypeError for a ``cache`` that is not an ``nn.Object``, a ``layer_id`` that is not an int,
-    a ``total_seq_len`` that is neither an int nor an integer PrimExpr, or ``k`` / ``v`` of different
-    or non-float dtypes; ValueError for a negative ``layer_id`` or ``total_seq_len``, ``k`` / ``v``
-    that are not 4-D or differ in batch, seq or heads.
-    """
-    total = _check_append("kv_cache_update", cache, layer_id, k, v, total_seq_len)
-    b, _, heads, d = k.shape
-    sinfo = TupleStructInfo([TensorStructInfo((b, total, heads, d), k.dtype),
-                             TensorStructInfo((b, total, heads, v.shape[3]), v.dtype)])
-    call = impure_builtin_call(KV_CACHE_UPDATE, [cache._expr, rx.PrimValue(int(layer_id), "int64"), k._expr, v._expr,
-                                            rx.PrimValue(total, "int64")], sinfo)
-    k_all, v_all = wrap_nested(call, name)
-    return k_all, v_all
 
 
 def _padding_mask(attention_mask: Tensor, opname: str) -> None:

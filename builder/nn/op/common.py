@@ -79,7 +79,7 @@ def builtin_call(func: str, args: Sequence[rx.Expr], sinfo) -> rx.Call:
 
 def impure_builtin_call(func: str, args: Sequence[rx.Expr], sinfo) -> rx.Call:
     """``R.call_packed(func, *args, sinfo_args=(sinfo,))``: a call of the VM builtin ``func`` that changes
-    state its arguments do not show (``vm.builtin.kv_cache_update`` writes the cache), so that no pass
+    state its arguments do not show (``vm.builtin.kv_cache_append`` writes the cache), so that no pass
     drops it when its result is unused, merges two equal calls or moves it (TVM's impure ``R.call_packed``:
     the callee is the ``ExternFunc`` itself, no op record). Its struct info is ``sinfo``. It is bound in the
     dataflow block like any call (this IR's verifier allows that; TVM would end the block before it), and the
