@@ -110,7 +110,14 @@ class GemvTiles:
         16384 x 4096 from DRAM 1945 -> 1565 us, interleaved; see the module docstring);
         ``tile_rows_x_i8`` rows (0: 8). Float activations: the kernel's float32 lanes (at most 16),
         16 with 8 lanes for up to ``tile_pair_rows_f32`` input rows (the same pairing);
-        ``tile_rows_x`` rows (0: 8). ``t`` = 0: the kernel's own shape, whatever its helpers'. Eight
+        ``tile_rows_x`` rows (0: ``tile_pair_rows_f32`` with 8 lanes when that is at least 2, so that
+        every block takes whole tiles, else 8): with 16 registers a block of 4 rows of both halves
+        holds 8 accumulators, as 8 rows of one half did, and each broadcast of x serves two FMAs
+        where it served one (AMD Zen 4 running the AVX2 code, one thread, LlamaMLP-sized matmuls
+        1024 -> 2816 / 2816 -> 1024 at 4 rows 375 -> 278 / 428 -> 314 us, 12 rows 916 -> 792 / 1117
+        -> 831, 16 rows 1084 -> 1058 / 1388 -> 1268 (q8: 1185 -> 1107 / 1349 -> 1045), against 8
+        rows of one half; 6 rows of both halves about the same as 4). ``t`` = 0: the kernel's own
+        shape, whatever its helpers'. Eight
         rows share each decoded column with 16 vector registers
         too, though their accumulators no longer all fit: the decode, not the spills, bounds these
         kernels there (Intel Xeon compiled as for AVX2, LlamaMLP batch 8 against 4 rows: q4f16_1
@@ -122,10 +129,9 @@ class GemvTiles:
                 nl = 16
             mb = TUNING["tile_rows_x_i8"] or 8
         else:
-            nl = min(16, self.lanes)
-            if nl == 8 and 0 < t <= TUNING["tile_pair_rows_f32"]:
-                nl = 16
-            mb = TUNING["tile_rows_x"] or 8
+            base, pair = min(16, self.lanes), TUNING["tile_pair_rows_f32"]
+            nl = 16 if base == 8 and 0 < t <= pair else base
+            mb = TUNING["tile_rows_x"] or (pair if base == 8 and pair >= 2 else 8)
         return nl, max(1, mb)
 
     @staticmethod
