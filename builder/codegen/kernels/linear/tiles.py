@@ -7,10 +7,16 @@ A tile's packed words are stored word-major: word ``w`` (columns ``8w .. 8w+7`` 
 ones, four 128-bit ones) holds 8 (4) columns of 16 rows, one row per 32-bit lane -- rows in
 lanes, as llama.cpp's repacked ``Q4_0`` blocks (``block_q4_0x8``) and onnxruntime's MatMulNBits
 packed panels lay them out. The weights of a
-tile are one sequential stream, decoded once per vector and block of ``MB`` input rows (8 with 32
-registers, 4 with 16; a helper per row count 1-4 and ``MB``, so 7 rows are 4 + 3): batch 2-8 read
-and decode the weights once, larger batches loop over blocks of ``MB`` rows inside each tile,
-whose words stay in L1 / L2 -- no per-call packing.
+tile are one sequential stream, decoded once per vector and block of ``MB`` input rows (8; 4 rows of
+whole tiles for float activations on 8 lanes; a helper per row count 1-4 and ``MB``, so 7 rows are 4 +
+3; :meth:`GemvTiles._tile_shape`): a block reads and decodes the weights once, larger batches loop over
+blocks of ``MB`` rows inside each tile, whose words stay in L1 / L2 -- no per-call packing. A decode
+batch of 16 reads each weight from DRAM once: from 4-8 rows on these kernels are bound by their
+multiplies, not by the reads (``benchmarks/bench_decode_batch.py``, AMD Zen 4, one thread, CPU time,
+LlamaMLP-sized q4 matmuls 1024 -> 2816 / 2816 -> 1024 at 16 rows with the weights from DRAM against L2:
+int8 activations 317 / 297 and 332 / 321 us, 145 G multiply-adds/s, 68% of ``vpdpbusd``'s measured
+rate, the rest mostly the per-group float epilogue, 3 operations per 16 rows and 32 columns against 8
+``vpdpbusd``; float activations 914 / 877 and 908 / 878 us, 101 GFLOP/s: the FMA unit's rate).
 
 **int8 activations** (:meth:`GemvTiles._tile_fn_i8`, every batch size; on AVX2,
 :func:`~.int8_rows.int8_gemv_supported`): x quantized once per call to int8 per group
