@@ -46,15 +46,20 @@ SHAPE = dict(hidden_size=1024, intermediate_size=2816, num_layers=8, num_heads=1
 RECIPE = Path(__file__).resolve().parents[1] / "recipes" / "llama.yaml"
 
 
-def decode_steps(model, batch: int, prompt: int, steps: int, vocab: int, seed: int = 0) -> list[float]:
-    """Seconds of each of ``steps`` decode steps of ``batch`` sequences after a prefill of ``prompt`` tokens
-    (ids below ``vocab``)."""
+def prefilled(model, batch: int, prompt: int, vocab: int, seed: int = 0):
+    """``(cache, tokens)``: ``batch`` random sequences of ``prompt`` ids below ``vocab`` prefilled into a new
+    ``runtime.ContiguousKVCache``, and a next token per sequence (int64, ``(batch, 1)``)."""
     from runtime import ContiguousKVCache
 
     rng = np.random.default_rng(seed)
     cache = ContiguousKVCache()
     model["prefill"](rng.integers(0, vocab, (batch, prompt)).astype(np.int64), cache, prompt)
-    tok = rng.integers(0, vocab, (batch, 1)).astype(np.int64)
+    return cache, rng.integers(0, vocab, (batch, 1)).astype(np.int64)
+
+
+def decode_steps(model, cache, tok, prompt: int, steps: int) -> list[float]:
+    """Seconds of each of ``steps`` decode steps of ``tok``'s sequences over ``cache`` (which holds ``prompt``
+    tokens of each)."""
     out = []
     for i in range(steps):
         t0 = time.perf_counter()
@@ -88,7 +93,8 @@ def bench_model(args, cache_root: str) -> None:
     for _ in range(args.rounds):
         for k, m in models.items():
             for b in args.batch:
-                times[(k, b)] += decode_steps(m, b, args.prompt, args.steps, vocab)
+                cache, tok = prefilled(m, b, args.prompt, vocab)
+                times[(k, b)] += decode_steps(m, cache, tok, args.prompt, args.steps)
     print(f"\ndecode step, ms ({args.rounds} x {args.steps} steps per case, cache {args.prompt + 1}-"
           f"{args.prompt + args.steps} tokens; p20 / min; ratio to B = {args.batch[0]})")
     for k in models:
@@ -101,13 +107,11 @@ def bench_model(args, cache_root: str) -> None:
     if args.profile:
         for (variant, fmt), m in models.items():
             for b in args.batch:
-                def run(m=m, b=b):
-                    decode_steps(m, b, args.prompt, args.steps, vocab)
-
-                wall, acc = profile_calls(m, run)
+                cache, tok = prefilled(m, b, args.prompt, vocab)
+                wall, acc = profile_calls(m, lambda m=m, c=cache, t=tok: decode_steps(m, c, t, args.prompt, args.steps))
                 top = sorted(acc.items(), key=lambda kv: -kv[1])[:10]
                 rest = wall - sum(acc.values())
-                print(f"  profile {fmt} {variant!r} B={b} (prefill + {args.steps} steps, {wall * 1e3:.0f} ms): "
+                print(f"  profile {fmt} {variant!r} B={b} ({args.steps} steps, {wall * 1e3:.0f} ms): "
                       + ", ".join(f"{name} {v / wall:.0%}" for name, v in top)
                       + f"; outside kernels {rest / wall:.0%}", flush=True)
 

@@ -163,7 +163,7 @@ def test_decode_batch_benchmark_reports_its_ratios():
             # the printed times are rounded to 0.01 ms, the ratio to 0.01
             lo, hi = (t - 0.005) / (base + 0.005), (t + 0.005) / max(base - 0.005, 1e-9)
             assert lo - 0.005 <= ratio <= hi + 0.005, (t, base, ratio)
-    assert len(re.findall(r"^  profile .* B=[13] \(prefill \+ 3 steps", out.stdout, re.M)) == 4, out.stdout
+    assert len(re.findall(r"^  profile .* B=[13] \(3 steps", out.stdout, re.M)) == 4, out.stdout
     bad = subprocess.run(cmd[:2] + ["--tune", "no_such_tunable=1", "--no-kernels", "--shape", *tiny],
                          cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert bad.returncode != 0 and "unknown tunable 'no_such_tunable'" in bad.stderr

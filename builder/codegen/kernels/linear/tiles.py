@@ -119,14 +119,17 @@ class GemvTiles:
         ``tile_rows_x`` rows (0: ``tile_pair_rows_f32`` with 8 lanes when that is at least 2, so that
         every block takes whole tiles, else 8): with 16 registers a block of 4 rows of both halves
         holds 8 accumulators, as 8 rows of one half did, and each broadcast of x serves two FMAs
-        where it served one (AMD Zen 4 running the AVX2 code, one thread, LlamaMLP-sized matmuls
-        1024 -> 2816 / 2816 -> 1024 at 4 rows 375 -> 278 / 428 -> 314 us, 12 rows 916 -> 792 / 1117
-        -> 831, 16 rows 1084 -> 1058 / 1388 -> 1268 (q8: 1185 -> 1107 / 1349 -> 1045), against 8
-        rows of one half; 6 rows of both halves about the same as 4). ``t`` = 0: the kernel's own
+        where it served one (AMD Zen 4 running the AVX2 code, one thread, CPU time, interleaved, the
+        LlamaMLP-sized q4 1024 -> 2816 matmul at 3 / 4 / 8 / 13 / 16 rows 433 -> 309, 490 -> 386, 961
+        -> 730, 1544 -> 1243, 1824 -> 1463 us against 8 rows of one half, q8 at 16 rows 1518 -> 1128;
+        6 rows of both halves about the same as 4; the q4f16_1 decode step of 16 sequences 11-24%
+        faster, benchmarks/LOG.md "Batched decode"; ``llvm-mca -mcpu=skylake`` predicts 13% more
+        cycles per word on Intel cores, which convert on the FMA ports). ``t`` = 0: the kernel's own
         shape, whatever its helpers'. Eight
-        rows share each decoded column with 16 vector registers
-        too, though their accumulators no longer all fit: the decode, not the spills, bounds these
-        kernels there (Intel Xeon compiled as for AVX2, LlamaMLP batch 8 against 4 rows: q4f16_1
+        rows (int8 activations; float ones with the pairing off) share each decoded column with 16
+        vector registers too, though their accumulators no longer all fit: the decode, not the spills,
+        bounds these kernels there (Intel Xeon compiled as for AVX2, LlamaMLP batch 8 against 4 rows
+        of one half: q4f16_1
         16.2 -> 12.8 ms, q8f32_1 18.2 -> 14.5, q4f16_1+a8 6.4 -> 5.8; batch 16 q4f16_1 31.0 -> 25.4;
         batch 2-4 the same; as for SSE, q4f16_1 batch 8 50.6 -> 45.9)."""
         if self.tile_int8:
