@@ -12,10 +12,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from builder.codegen import Target
 from builder.codegen.kernels import SimdInfo
 from builder.quant.packing import tile_rows
 
-from helpers.linear_cases import HOST, HOST_SIMD, build_kernel, int8_activation_reference
+from helpers.linear_cases import HOST, build_kernel, int8_activation_reference
 from helpers.linear_cases import quant_case, x86_target
 
 pytestmark = pytest.mark.usefixtures("private_object_cache", "own_features")   # tests/helpers/fixtures.py
@@ -38,8 +39,9 @@ def test_every_decode_batch_size(target, act, bits):
     host_features = {f[1:] for f in HOST.features.split(",") if f.startswith("+")}
     if target is not None and not {"avx2", "fma", "f16c"} <= host_features:
         pytest.skip("this host cannot run AVX2 code")
-    tgt = x86_target(*target) if target else None
-    simd = SimdInfo.from_target(tgt.triple, tgt.features) if tgt else HOST_SIMD
+    # the host's own target, made here: the own_features fixture has cleared the SIMD hooks HOST was made under
+    tgt = x86_target(*target) if target else Target.host()
+    simd = SimdInfo.from_target(tgt.triple, tgt.features)
     if not simd.usable:
         pytest.skip(f"no vector unit ({simd.name})")
     zp = 2 ** (bits - 1)
