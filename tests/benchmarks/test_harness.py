@@ -138,3 +138,32 @@ def test_runtime_benchmark_reports_its_measurements():
     assert f"median {call['median_us']:.1f} us, min {call['min_us']:.1f} us" in out.stdout
     assert f"{b['cold_s'] * 1e3:.0f} ms (export {b['cold_export_s'] * 1e3:.0f} ms" in out.stdout
     assert "call overhead" in out.stdout and "RMSNorm 4096 wide" in out.stdout
+
+
+def test_decode_batch_benchmark_reports_its_ratios():
+    """``benchmarks/bench_decode_batch.py`` on a tiny Llama (one format, two tunable variants, B = 1 and 3, no
+    kernels part): a line per format and variant whose ratios are the quotients of the times it prints (to their
+    rounding), the profile of every case, and an unknown tunable refused."""
+    import re
+
+    tiny = ["hidden_size=64", "intermediate_size=128", "num_layers=1", "num_heads=2", "num_kv_heads=1",
+            "head_dim=32", "vocab_size=100"]
+    cmd = [sys.executable, "benchmarks/bench_decode_batch.py", "--format", "q4f16_1", "--batch", "1,3",
+           "--prompt", "4", "--steps", "3", "--rounds", "1", "--no-kernels", "--profile", "--shape", *tiny,
+           "--tune", "", "tile_pair_rows_f32=1"]
+    out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    rows = re.findall(r"^  (\S+) +('[^']*') +B=1 +([\d.]+) / +([\d.]+)  B=3 +([\d.]+) / +([\d.]+) "
+                      r"\(([\d.]+)x / ([\d.]+)x\)$", out.stdout, re.M)
+    assert sorted((fmt, var) for fmt, var, *_ in rows) == sorted(
+        (f, v) for f in ("q4f16_1",) for v in ("''", "'tile_pair_rows_f32=1'")), out.stdout
+    for *_, p1, m1, p3, m3, rp, rm in rows:
+        for t, base, ratio in ((float(p3), float(p1), float(rp)), (float(m3), float(m1), float(rm))):
+            assert t > 0 and base > 0
+            # the printed times are rounded to 0.01 ms, the ratio to 0.01
+            lo, hi = (t - 0.005) / (base + 0.005), (t + 0.005) / max(base - 0.005, 1e-9)
+            assert lo - 0.005 <= ratio <= hi + 0.005, (t, base, ratio)
+    assert len(re.findall(r"^  profile .* B=[13] \(3 steps", out.stdout, re.M)) == 4, out.stdout
+    bad = subprocess.run(cmd[:2] + ["--tune", "no_such_tunable=1", "--no-kernels", "--shape", *tiny],
+                         cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert bad.returncode != 0 and "unknown tunable 'no_such_tunable'" in bad.stderr

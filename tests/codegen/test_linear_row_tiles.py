@@ -125,7 +125,7 @@ def test_row_tiled_float_kernel(K, gs, sdt, xdt, cap, bits, monkeypatch):
     simd = SimdInfo.from_target(host.triple, host.features)
     lib = None
     N = 48
-    for M in (1, 3, 8, 9, 16, 17, 40):
+    for M in (1, 3, 5, 8, 9, 13, 16, 17, 40):
         f, odt, X, Q, S, ref = _quant_case(M, N, K, bits, gs, 2 ** (bits - 1) - 1, "uint32", sdt, xdt,
                                            seed=M + K, row_tile=16)
         if lib is None:
@@ -282,9 +282,10 @@ def test_row_tiled_int8_weights_without_avx2(cap, kernel, monkeypatch):
 
 def test_row_tiles_pair_the_halves_of_a_tile_with_8_lanes(monkeypatch, own_features):
     """With 8 lanes (an AVX2 target: a Haswell, a Zen 3) the tile helpers of 1 and 2 input rows with int8
-    activations (without VNNI) and of 1 row with float ones take both 8-row halves of a tile as 16-lane
-    vectors (``tile_pair_rows_i8`` / ``tile_pair_rows_f32``), the others two calls of 8 rows; with AVX-VNNI,
-    or the pairing off, none do. Where the host runs AVX2, paired and unpaired give the same outputs: bit for
+    activations (without VNNI) take both 8-row halves of a tile as 16-lane vectors (``tile_pair_rows_i8``),
+    the others (3, 4 and the block of 8 rows) two calls of 8 rows; with float activations every helper
+    does (``tile_pair_rows_f32`` = 4: blocks of 4 rows, helpers of 1-4); with AVX-VNNI, or the pairing
+    off, none do (float blocks of 8 rows again). Where the host runs AVX2, paired and unpaired give the same outputs: bit for
     bit with int8 activations (the same integer sums and float operations per row), up to float32 rounding
     with float ones (``tile_chains_f32`` chains shared by two vectors), and both match the float64 reference."""
     import re
@@ -300,15 +301,16 @@ def test_row_tiles_pair_the_halves_of_a_tile_with_8_lanes(monkeypatch, own_featu
         assert meta["f"]["kernel"].endswith("+tiles"), meta["f"]["kernel"]
         return {int(t): int(v) for v, t in helper.findall(text)}
 
-    for act, paired in (("int8", (1, 2)), ("none", (1,))):
+    for act, want in (("int8", {1: 16, 2: 16, 3: 8, 4: 8, 8: 8}), ("none", {1: 16, 2: 16, 3: 16, 4: 16})):
         f, *_ = _quant_case(2, 32, 256, 4, 32, 8, "uint32", "float16", "float32", activation=act, row_tile=16)
-        assert lanes(f, avx2) == {t: 16 if t in paired else 8 for t in (1, 2, 3, 4, 8)}, act
+        assert lanes(f, avx2) == want, act
         if act == "int8":
             assert set(lanes(f, vnni).values()) == {8}
     monkeypatch.setitem(TUNING, "tile_pair_rows_i8", 0)
     monkeypatch.setitem(TUNING, "tile_pair_rows_f32", 0)
-    f, *_ = _quant_case(2, 32, 256, 4, 32, 8, "uint32", "float16", "float32", activation="int8", row_tile=16)
-    assert set(lanes(f, avx2).values()) == {8}
+    for act in ("int8", "none"):
+        f, *_ = _quant_case(2, 32, 256, 4, 32, 8, "uint32", "float16", "float32", activation=act, row_tile=16)
+        assert lanes(f, avx2) == {t: 8 for t in (1, 2, 3, 4, 8)}, act
     if not HOST_SIMD.int8_dot:
         return
     for bits, act in ((4, "int8"), (8, "int8"), (4, "none"), (8, "none")):

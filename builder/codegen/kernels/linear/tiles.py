@@ -7,10 +7,16 @@ A tile's packed words are stored word-major: word ``w`` (columns ``8w .. 8w+7`` 
 ones, four 128-bit ones) holds 8 (4) columns of 16 rows, one row per 32-bit lane -- rows in
 lanes, as llama.cpp's repacked ``Q4_0`` blocks (``block_q4_0x8``) and onnxruntime's MatMulNBits
 packed panels lay them out. The weights of a
-tile are one sequential stream, decoded once per vector and block of ``MB`` input rows (8 with 32
-registers, 4 with 16; a helper per row count 1-4 and ``MB``, so 7 rows are 4 + 3): batch 2-8 read
-and decode the weights once, larger batches loop over blocks of ``MB`` rows inside each tile,
-whose words stay in L1 / L2 -- no per-call packing.
+tile are one sequential stream, decoded once per vector and block of ``MB`` input rows (8; 4 rows of
+whole tiles for float activations on 8 lanes; a helper per row count 1-4 and ``MB``, so 7 rows are 4 +
+3; :meth:`GemvTiles._tile_shape`): a block reads and decodes the weights once, larger batches loop over
+blocks of ``MB`` rows inside each tile, whose words stay in L1 / L2 -- no per-call packing. A decode
+batch of 16 reads each weight from DRAM once: from 4-8 rows on these kernels are bound by their
+multiplies, not by the reads (``benchmarks/bench_decode_batch.py``, AMD Zen 4, one thread, CPU time,
+LlamaMLP-sized q4 matmuls 1024 -> 2816 / 2816 -> 1024 at 16 rows with the weights from DRAM against L2:
+int8 activations 317 / 297 and 332 / 321 us, 145 G multiply-adds/s, 68% of ``vpdpbusd``'s measured
+rate, the rest mostly the per-group float epilogue, 3 operations per 16 rows and 32 columns against 8
+``vpdpbusd``; float activations 914 / 877 and 908 / 878 us, 101 GFLOP/s: the FMA unit's rate).
 
 **int8 activations** (:meth:`GemvTiles._tile_fn_i8`, every batch size; on AVX2,
 :func:`~.int8_rows.int8_gemv_supported`): x quantized once per call to int8 per group
@@ -110,10 +116,20 @@ class GemvTiles:
         16384 x 4096 from DRAM 1945 -> 1565 us, interleaved; see the module docstring);
         ``tile_rows_x_i8`` rows (0: 8). Float activations: the kernel's float32 lanes (at most 16),
         16 with 8 lanes for up to ``tile_pair_rows_f32`` input rows (the same pairing);
-        ``tile_rows_x`` rows (0: 8). ``t`` = 0: the kernel's own shape, whatever its helpers'. Eight
-        rows share each decoded column with 16 vector registers
-        too, though their accumulators no longer all fit: the decode, not the spills, bounds these
-        kernels there (Intel Xeon compiled as for AVX2, LlamaMLP batch 8 against 4 rows: q4f16_1
+        ``tile_rows_x`` rows (0: ``tile_pair_rows_f32`` with 8 lanes when that is at least 2, so that
+        every block takes whole tiles, else 8): with 16 registers a block of 4 rows of both halves
+        holds 8 accumulators, as 8 rows of one half did, and each broadcast of x serves two FMAs
+        where it served one (AMD Zen 4 running the AVX2 code, one thread, CPU time, interleaved, the
+        LlamaMLP-sized q4 1024 -> 2816 matmul at 3 / 4 / 8 / 13 / 16 rows 433 -> 309, 490 -> 386, 961
+        -> 730, 1544 -> 1243, 1824 -> 1463 us against 8 rows of one half, q8 at 16 rows 1518 -> 1128;
+        6 rows of both halves about the same as 4; the q4f16_1 decode step of 16 sequences 11-24%
+        faster, benchmarks/LOG.md "Batched decode"; ``llvm-mca -mcpu=skylake`` predicts 13% more
+        cycles per word on Intel cores, which convert on the FMA ports). ``t`` = 0: the kernel's own
+        shape, whatever its helpers'. Eight
+        rows (int8 activations; float ones with the pairing off) share each decoded column with 16
+        vector registers too, though their accumulators no longer all fit: the decode, not the spills,
+        bounds these kernels there (Intel Xeon compiled as for AVX2, LlamaMLP batch 8 against 4 rows
+        of one half: q4f16_1
         16.2 -> 12.8 ms, q8f32_1 18.2 -> 14.5, q4f16_1+a8 6.4 -> 5.8; batch 16 q4f16_1 31.0 -> 25.4;
         batch 2-4 the same; as for SSE, q4f16_1 batch 8 50.6 -> 45.9)."""
         if self.tile_int8:
@@ -122,10 +138,9 @@ class GemvTiles:
                 nl = 16
             mb = TUNING["tile_rows_x_i8"] or 8
         else:
-            nl = min(16, self.lanes)
-            if nl == 8 and 0 < t <= TUNING["tile_pair_rows_f32"]:
-                nl = 16
-            mb = TUNING["tile_rows_x"] or 8
+            base, pair = min(16, self.lanes), TUNING["tile_pair_rows_f32"]
+            nl = 16 if base == 8 and 0 < t <= pair else base
+            mb = TUNING["tile_rows_x"] or (pair if base == 8 and pair >= 2 else 8)
         return nl, max(1, mb)
 
     @staticmethod
