@@ -23,6 +23,7 @@ import hashlib
 
 from ..ir import expr as E
 from ..ir import tir
+from ..ir.arith import simplify, substitute
 from ..ir.structural import structural_equal
 from ..ir.tir import PrimFunc
 
@@ -42,16 +43,41 @@ class _KeyWriter:
     to 1 (and whose index expressions say ``0`` there) reads like the general one with that dim
     fixed."""
 
-    def __init__(self, consts: dict | None = None, unit_iters: bool = False) -> None:
+    def __init__(self, consts: dict | None = None, unit_iters: bool = False, fixed: dict | None = None,
+                 canonical: bool = False) -> None:
         self.out: list[str] = []
         self.ids: dict[int, str] = {}
         self.consts = consts or {}   # id(Var) -> int: the var written as that constant
         self.unit_iters = unit_iters
         self.units: dict[int, object] = {}   # id(iterator var) -> its start, when its extent is 1
+        # Var -> IntImm: substituted into every expression before it is written, its constants refolded as
+        # the expression builders fold them (``max_blocks * block_size - seq + 1`` at seq = 1 reads
+        # ``max_blocks * block_size``, as a function built with that constant says it)
+        self.fixed = fixed or {}
+        # integer expressions written in :func:`builder.ir.arith.simplify`'s canonical form (exact integer
+        # arithmetic), so that the two sides of :func:`specialization` agree however their builders folded
+        self.canonical = canonical
+        self._substituting = False
+
+    def _fix(self, e):
+        """``e`` with the fixed vars substituted (a PrimExpr; anything else as it is)."""
+        return substitute(e, self.fixed) if self.fixed and isinstance(e, E.PrimExpr) else e
+
+    def _canonical(self, e):
+        """``e`` simplified when :attr:`canonical` is on and it is an integer expression (not a lone var or
+        constant); as it is otherwise, or when it is too large to simplify."""
+        if (self.canonical and isinstance(e, E.PrimExpr) and not isinstance(e, (E.Var, E.IntImm, tir.BufferLoad))
+                and e.dtype.startswith(("int", "uint"))):
+            try:
+                return simplify(e)
+            except ValueError:
+                return e
+        return e
 
     def iterator(self, var: E.Var, start, extent) -> None:
         """Record ``var`` as a unit iterator (written as ``start``) when ``unit_iters`` is on and
         ``extent`` is 1 (a constant, or a var fixed to 1)."""
+        extent = self._canonical(self._fix(extent))
         one = (isinstance(extent, E.IntImm) and extent.value == 1) or \
             (isinstance(extent, E.Var) and self.consts.get(id(extent)) == 1)
         if self.unit_iters and one:
@@ -73,6 +99,14 @@ class _KeyWriter:
             self.out.append(";")
 
     def expr(self, e) -> None:
+        if self.fixed and not self._substituting and isinstance(e, E.PrimExpr):
+            self._substituting = True   # once per expression tree: its subtrees are substituted already
+            try:
+                self.expr(self._fix(e))
+            finally:
+                self._substituting = False
+            return
+        e = self._canonical(e)   # each integer node simplified (its children in turn, below)
         out = self.out
         if isinstance(e, E.Var):
             if id(e) in self.units:
@@ -153,10 +187,13 @@ class _KeyWriter:
         out.append("}")
 
 
-def _tokens(func: PrimFunc, consts: dict | None = None, unit_iters: bool = False) -> list[str]:
+def _tokens(func: PrimFunc, consts: dict | None = None, unit_iters: bool = False,
+            fixed: dict | None = None, canonical: bool = False) -> list[str]:
     """The structure tokens of ``func`` (see :func:`structural_key`); ``consts`` (``id(Var) -> int``) writes
-    those variables as integer constants, ``unit_iters`` the iterators of extent 1 as their start."""
-    w = _KeyWriter(consts, unit_iters)
+    those variables as integer constants, ``fixed`` (``Var -> IntImm``) substitutes them into every expression
+    first (constants refolded), ``canonical`` writes integer expressions simplified, ``unit_iters`` writes the
+    iterators of extent 1 as their start."""
+    w = _KeyWriter(consts, unit_iters, fixed, canonical)
     for p in func.params:
         w.buffer(p)
     w.out.append(repr(sorted((k, repr(v)) for k, v in func.attrs.items() if k != "global_symbol")))
@@ -168,7 +205,8 @@ def specialization(general: PrimFunc, func: PrimFunc) -> list | None:
     """How ``func`` is ``general`` with some of its symbolic dims fixed: for each of ``general.sym_vars``
     (in that order) either an int (the constant ``func`` has in its place) or the Var of ``func`` that
     stands there; None unless at least one var is fixed and ``general`` with those vars written as the
-    constants has exactly ``func``'s structure tokens (:func:`structural_key`'s, unhashed), the vars of
+    constants (substituted into every expression, constants refolded, the integer expressions of both sides
+    in :func:`builder.ir.arith.simplify`'s canonical form) has exactly ``func``'s structure tokens (:func:`structural_key`'s, unhashed), the vars of
     iterators of extent 1 written as their start on both sides (the legalized ``seq = 1`` kernel indexes
     ``0`` where the general one has the iterator over ``[0, seq)``; both take only that value). A decode
     step's kernel (``seq`` = 1) is then the prefill kernel called with ``seq = 1``."""
@@ -186,6 +224,8 @@ def specialization(general: PrimFunc, func: PrimFunc) -> list | None:
             elif isinstance(gd, E.Var) and isinstance(fd, E.Var):
                 if same.setdefault(id(gd), fd) is not fd:
                     return None
+            elif isinstance(gd, E.IntImm) and isinstance(fd, E.IntImm) and gd.value != fd.value:
+                return None
     if not fixed:
         return None
     order = []
@@ -196,7 +236,9 @@ def specialization(general: PrimFunc, func: PrimFunc) -> list | None:
             order.append(same[id(v)])
         else:
             return None
-    if _tokens(_anonymous(general), fixed, True) != _tokens(_anonymous(func), unit_iters=True):
+    values = {v: E.IntImm(fixed[id(v)], v.dtype) for v in general.sym_vars if id(v) in fixed}
+    if _tokens(_anonymous(general), fixed, True, values, True) != _tokens(_anonymous(func), unit_iters=True,
+                                                                           canonical=True):
         return None
     return order
 

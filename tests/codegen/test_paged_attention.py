@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from builder import te
-from builder.codegen import Target
+from builder.codegen import Target, build
 from builder.codegen.kernels import SimdInfo
 from builder.codegen.kernels.attention import plan_attention
 from builder.ir.kernel import KERNEL_ATTR, AttentionKernelSpec
@@ -30,11 +30,12 @@ TOL = {"float32": 2e-5, "float16": 4e-3, "bfloat16": 2e-2}
 
 
 def _func(H, Hk, D, Dv, dtype="float32", causal="BottomRight", bias=None, index="int32", spec=True, window=None,
-          softcap=None):
+          softcap=None, seq=None):
     """``topi.paged_attention`` on symbolic sizes (B, Sq, blocks N, block size BS, table width M, the bias's key
-    dim), with its spec (``spec=False``: the reference loops). ``bias``: None, ``"pad"`` (B, 1, 1, Skv) or
-    ``"head"`` (1, H, Sq, Skv)."""
+    dim), with its spec (``spec=False``: the reference loops); ``seq`` an int fixes Sq (a decode step's 1). ``bias``:
+    None, ``"pad"`` (B, 1, 1, Skv) or ``"head"`` (1, H, Sq, Skv)."""
     B, Sq, N, BS, M, Skv = (te.var(n) for n in ("B", "Sq", "N", "BS", "M", "Skv"))
+    Sq = Sq if seq is None else seq
     q = te.placeholder((B, Sq, H, D), dtype, name="q")
     k = te.placeholder((N, BS, Hk, D), dtype, name="k_pool")
     v = te.placeholder((N, BS, Hk, Dv), dtype, name="v_pool")
@@ -167,6 +168,25 @@ def test_kernel_options_of_the_cache_path(bias, opts):
 
 
 @needs_vectors
+@needs_vectors
+def test_the_decode_kernel_calls_the_prefill_kernels_body():
+    """The decode step's paged attention (Sq fixed to 1, whose index bounds its builder folded: ``M * BS - Sq + 1``
+    reads ``M * BS``) is the prefill one called with Sq = 1 (:func:`builder.codegen.dedup.specialization` compares
+    integer expressions in canonical form): one body, and the decode entry's results match the reference."""
+    from builder.codegen import emit_llvm_parts
+    from builder.codegen.dedup import specialization
+
+    general, step = _func(4, 2, 32, 32), _func(4, 2, 32, 32, seq=1)
+    order = specialization(general, step)
+    assert order is not None and order[1] == 1
+    assert specialization(general, _func(4, 2, 32, 32, seq=2)) is not None
+    assert specialization(general, _func(4, 1, 32, 32, seq=1)) is None          # other heads: not the same kernel
+    assert emit_llvm_parts({"prefill": general, "decode": step}).distinct == 1
+    lib = build({"prefill": general, "decode": step}).load()
+    _check(lib["decode"], [9, 1, 17, 4], 1, 4, 2, 32, 32)
+    _check(lib["prefill"], [5, 12, 30], 3, 4, 2, 32, 32)
+
+
 @pytest.mark.parametrize("shape", ["avx512", "avx2", "sse"])
 def test_every_vector_width_and_the_loops(shape, monkeypatch):
     """The 16-, 8- and 4-lane kernels and the reference loops (no spec) agree with the reference."""
