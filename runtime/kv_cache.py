@@ -230,6 +230,7 @@ class PagedKVCache:
     def reset(self) -> None:
         """Forget every sequence and token and free the pools (the cache is as new: either mode may follow)."""
         self._layers: dict[int, _Layer] = {}
+        self._largest_pool = 0             # blocks of the largest layer pool (pools only grow until reset)
         self._seqs: dict[int, _Sequence] = {}
         self._ref: list[int] = []          # reference count of each block id ever made
         self._free: list[int] = []         # heap of the ids with count 0
@@ -497,6 +498,7 @@ class PagedKVCache:
             rows = self._implicit_rows(seqs, seq, total)
         if layer is None:
             layer = self._layers[layer_id] = new_layer
+            self._largest_pool = max(self._largest_pool, layer.k.shape[0])
         if self._forward is None:
             layer.length = total
         for pool, new in ((layer.k, k), (layer.v, v)):
@@ -752,7 +754,7 @@ class PagedKVCache:
         """The blocks a pool that must hold block id ``max_block`` has: at least those of the largest pool, so
         that every layer's pool holds one number of blocks (the compiled code binds one ``num_blocks`` for all
         layers of a call, :func:`kv_cache_append`), even after a call that failed between two layers' updates."""
-        return max([max_block + 1] + [layer.k.shape[0] for layer in self._layers.values()])
+        return max(max_block + 1, self._largest_pool)
 
     def _grow(self, layer_id: int, layer: _Layer, max_block: int, who: str = "fork_sequence") -> None:
         """Grow ``layer``'s pools (doubling, at most ``num_blocks``) to hold block id ``max_block``, and to the
@@ -769,6 +771,7 @@ class PagedKVCache:
         k[:have] = layer.k
         v[:have] = layer.v
         layer.k, layer.v = k, v
+        self._largest_pool = max(self._largest_pool, blocks)
 
     def _allocate(self, where: str, k_unit: tuple, v_unit: tuple, dtype: np.dtype,
                   blocks: int) -> tuple[np.ndarray, np.ndarray]:

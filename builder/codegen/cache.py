@@ -114,12 +114,12 @@ def source_digest() -> str:
 
 def input_key(prim_funcs: dict, target: dict, settings: dict) -> str:
     """Hex SHA-256 of a build's inputs: ``prim_funcs`` (symbol -> PrimFunc, in order: each one's name,
-    TVMScript text and :mod:`.dedup` structure tokens), ``target`` (:meth:`Target.to_dict`), ``settings``
+    TVMScript text and :func:`.dedup.structural_key`), ``target`` (:meth:`Target.to_dict`), ``settings``
     (JSON-able: the vector unit, tunables and testing hooks that steer the code generator), the tool
     versions, :data:`CACHE_VERSION` and :func:`source_digest`. Equal inputs give equal IR, so the key
     may stand for the IR's own (:func:`cache_key`)."""
     from ..ir.tir.printer import script
-    from .dedup import _tokens
+    from .dedup import structural_key
 
     h = hashlib.sha256()
     meta = {"v": CACHE_VERSION, "llvmlite": llvmlite.__version__, "llvm": list(llvm.llvm_version_info),
@@ -128,7 +128,7 @@ def input_key(prim_funcs: dict, target: dict, settings: dict) -> str:
     for name, func in prim_funcs.items():
         h.update(b"\0\0" + str(name).encode() + b"\0")
         h.update(script(func).encode() + b"\0")
-        h.update("\x00".join(_tokens(func)).encode())
+        h.update(structural_key(func).encode())
     return h.hexdigest()
 
 

@@ -43,11 +43,9 @@ class _KeyWriter:
     to 1 (and whose index expressions say ``0`` there) reads like the general one with that dim
     fixed."""
 
-    def __init__(self, consts: dict | None = None, unit_iters: bool = False, fixed: dict | None = None,
-                 canonical: bool = False) -> None:
+    def __init__(self, unit_iters: bool = False, fixed: dict | None = None, canonical: bool = False) -> None:
         self.out: list[str] = []
         self.ids: dict[int, str] = {}
-        self.consts = consts or {}   # id(Var) -> int: the var written as that constant
         self.unit_iters = unit_iters
         self.units: dict[int, object] = {}   # id(iterator var) -> its start, when its extent is 1
         # Var -> IntImm: substituted into every expression before it is written, its constants refolded as
@@ -76,11 +74,9 @@ class _KeyWriter:
 
     def iterator(self, var: E.Var, start, extent) -> None:
         """Record ``var`` as a unit iterator (written as ``start``) when ``unit_iters`` is on and
-        ``extent`` is 1 (a constant, or a var fixed to 1)."""
+        ``extent`` is 1 (a constant, or an expression of the fixed vars that is 1)."""
         extent = self._canonical(self._fix(extent))
-        one = (isinstance(extent, E.IntImm) and extent.value == 1) or \
-            (isinstance(extent, E.Var) and self.consts.get(id(extent)) == 1)
-        if self.unit_iters and one:
+        if self.unit_iters and isinstance(extent, E.IntImm) and extent.value == 1:
             self.units[id(var)] = start
 
     def ref(self, obj, prefix: str) -> str:
@@ -111,8 +107,6 @@ class _KeyWriter:
         if isinstance(e, E.Var):
             if id(e) in self.units:
                 self.expr(self.units[id(e)])
-            elif id(e) in self.consts:
-                out.append(f"IntImm:{e.dtype}:{self.consts[id(e)]!r}")
             else:
                 out.append(self.ref(e, "v") + ":" + e.dtype)
             return
@@ -187,13 +181,12 @@ class _KeyWriter:
         out.append("}")
 
 
-def _tokens(func: PrimFunc, consts: dict | None = None, unit_iters: bool = False,
-            fixed: dict | None = None, canonical: bool = False) -> list[str]:
-    """The structure tokens of ``func`` (see :func:`structural_key`); ``consts`` (``id(Var) -> int``) writes
-    those variables as integer constants, ``fixed`` (``Var -> IntImm``) substitutes them into every expression
-    first (constants refolded), ``canonical`` writes integer expressions simplified, ``unit_iters`` writes the
-    iterators of extent 1 as their start."""
-    w = _KeyWriter(consts, unit_iters, fixed, canonical)
+def _tokens(func: PrimFunc, unit_iters: bool = False, fixed: dict | None = None,
+            canonical: bool = False) -> list[str]:
+    """The structure tokens of ``func`` (see :func:`structural_key`); ``fixed`` (``Var -> IntImm``) substitutes
+    those variables into every expression first (constants refolded), ``canonical`` writes integer expressions
+    simplified, ``unit_iters`` writes the iterators of extent 1 as their start."""
+    w = _KeyWriter(unit_iters, fixed, canonical)
     for p in func.params:
         w.buffer(p)
     w.out.append(repr(sorted((k, repr(v)) for k, v in func.attrs.items() if k != "global_symbol")))
@@ -206,8 +199,8 @@ def specialization(general: PrimFunc, func: PrimFunc) -> list | None:
     (in that order) either an int (the constant ``func`` has in its place) or the Var of ``func`` that
     stands there; None unless at least one var is fixed and ``general`` with those vars written as the
     constants (substituted into every expression, constants refolded, the integer expressions of both sides
-    in :func:`builder.ir.arith.simplify`'s canonical form) has exactly ``func``'s structure tokens (:func:`structural_key`'s, unhashed), the vars of
-    iterators of extent 1 written as their start on both sides (the legalized ``seq = 1`` kernel indexes
+    in :func:`builder.ir.arith.simplify`'s canonical form) has exactly ``func``'s structure tokens
+    (:func:`structural_key`'s, unhashed), the vars of iterators of extent 1 written as their start on both sides (the legalized ``seq = 1`` kernel indexes
     ``0`` where the general one has the iterator over ``[0, seq)``; both take only that value). A decode
     step's kernel (``seq`` = 1) is then the prefill kernel called with ``seq = 1``."""
     if len(general.params) != len(func.params):
@@ -237,8 +230,7 @@ def specialization(general: PrimFunc, func: PrimFunc) -> list | None:
         else:
             return None
     values = {v: E.IntImm(fixed[id(v)], v.dtype) for v in general.sym_vars if id(v) in fixed}
-    if _tokens(_anonymous(general), fixed, True, values, True) != _tokens(_anonymous(func), unit_iters=True,
-                                                                           canonical=True):
+    if _tokens(_anonymous(general), True, values, True) != _tokens(_anonymous(func), True, canonical=True):
         return None
     return order
 
