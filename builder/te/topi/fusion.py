@@ -28,8 +28,6 @@ from .quantize import dequantized_weight
 __all__ = ["inline_injective", "linear_kernel", "replay"]
 
 
-_LET_IDS = itertools.count()
-
 
 def _inlinable_key(ld: _BufferLoad):
     """``(id(tensor), indices)`` for a load of an inlinable (injective compute) stage, else None;
@@ -99,6 +97,7 @@ def inline_injective(output: Tensor, reduction_names: dict | None = None) -> Ten
     """
     memo: dict[int, Tensor] = {}
     used: set[str] = set()
+    let_ids = itertools.count()   # per call: the same graph gives the same names in every build (cache keys)
     names = reduction_names if reduction_names is not None else {}
 
     def unique(name: str) -> str:
@@ -134,7 +133,7 @@ def inline_injective(output: Tensor, reduction_names: dict | None = None) -> Ten
             var = shared.get(key)
             if var is None:
                 value = load(ld)
-                var = shared[key] = E.Var(f"{ld.buffer.name}_v{next(_LET_IDS)}", value.dtype)
+                var = shared[key] = E.Var(f"{ld.buffer.name}_v{next(let_ids)}", value.dtype)
                 lets.append((var, value))
             return var
 
