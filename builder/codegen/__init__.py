@@ -280,32 +280,39 @@ def _general_body(func: PrimFunc, bodies: dict[str, tuple], functions: dict[str,
 
 
 #: A loops kernel is cold (:func:`cold_kernel`) when no parameter has more than this many elements per
-#: value of its symbolic dims.
+#: value of its symbolic dims (kernels that write integers or bools only) ...
 COLD_ELEMENTS = 16
+#: ... or this many (kernels that write floats: a RoPE table's row of ``head_dim`` values per token).
+COLD_FLOAT_ELEMENTS = 64
 
 
 def cold_kernel(func: PrimFunc) -> bool:
-    """True when ``func`` writes only integer or bool tensors (indices, positions, masks, lengths) and
-    every parameter has at most two symbolic dims (an expression dim counts as one) and at most
-    :data:`COLD_ELEMENTS` elements per combination of them (the product of its constant dims): a few
-    values per sequence or per token over ``(batch, seq)``, never a hidden-size row or an image with
-    symbolic height and width. Such loops kernels are compiled without LLVM's optimizer (``optnone``),
-    which costs them microseconds per call and saves the build tens of milliseconds each; kernels that
-    write floats (a flattened activation is a long 1-D float vector), weight transforms (large constant
-    shapes) and every kernel over hidden-size rows stay at ``-O3``.
+    """True when every parameter of ``func`` has at most two symbolic dims (an expression dim counts as
+    one) and few elements per combination of them (the product of its constant dims): at most
+    :data:`COLD_ELEMENTS` when ``func`` writes only integer or bool tensors (indices, positions, masks,
+    lengths), at most :data:`COLD_FLOAT_ELEMENTS` when it writes floats, whose parameters with a symbolic
+    dim then have at least two dims (a flattened activation is a long 1-D vector, ``(n,)``). That is a few values per
+    sequence or per token over ``(batch, seq)``: the rotary tables of a decode step (``positions *
+    inv_freq``, their ``cos`` / ``sin``, ``(batch, seq, 1, head_dim)``), never a hidden-size row or an
+    image with symbolic height and width. Such loops kernels are compiled without LLVM's optimizer
+    (``optnone``), which costs them microseconds per call (their cost is the call; the ``cos`` of a
+    512-token prefill's 32-wide table 34 -> 39 us, Zen 4) and saves the build tens of milliseconds each
+    (the 2-layer Llama recipe's nine rotary-table kernels 0.36-0.5 -> 0.03 s of LLVM CPU); weight
+    transforms (large constant shapes) and every kernel over hidden-size rows stay at ``-O3``.
 
     Raises ValueError as :func:`.abi.plan_signature` for a parameter dtype it does not support."""
     written = plan_signature(func).written
-    for p, out in zip(func.params, written):
-        if out and not (p.dtype == "bool" or p.dtype.startswith(("int", "uint"))):
-            return False
+    floats = any(out and not (p.dtype == "bool" or p.dtype.startswith(("int", "uint")))
+                 for p, out in zip(func.params, written))
+    limit = COLD_FLOAT_ELEMENTS if floats else COLD_ELEMENTS
+    for p in func.params:
         n, symbolic = 1, 0
         for d in p.shape:
             if isinstance(d, E.IntImm):
                 n *= d.value
             else:
                 symbolic += 1
-        if n > COLD_ELEMENTS or symbolic > 2:
+        if n > limit or symbolic > 2 or (floats and symbolic and len(p.shape) < 2):
             return False
     return True
 
@@ -517,7 +524,7 @@ def codegen_settings(target: Target) -> dict:
     """What steers the code generator besides the PrimFuncs and ``target`` itself, JSON-able: the vector
     unit (:class:`SimdInfo`, which reads the ``MB_SIMD*`` testing hooks and the OS's AMX grant), the
     kernel families' tunables (``TUNING``, ``ATTENTION_TUNING``), the module split (:data:`MAX_PARTS`,
-    :data:`MIN_SPLIT_INSTRUCTIONS`), :data:`COLD_ELEMENTS` and every ``MB_*`` environment variable but
+    :data:`MIN_SPLIT_INSTRUCTIONS`), :data:`COLD_ELEMENTS`, :data:`COLD_FLOAT_ELEMENTS` and every ``MB_*`` environment variable but
     the thread count and the cache's own. Part of the cache's input key (:func:`.cache.input_key`)."""
     from .kernels.attention.plan import ATTENTION_TUNING
     from .kernels.linear.plan import TUNING
@@ -526,7 +533,7 @@ def codegen_settings(target: Target) -> dict:
     skip = ("MB_BUILD_THREADS", "MB_CACHE", "MB_CACHE_DIR")
     return {"simd": repr(simd), "tuning": dict(TUNING), "attention_tuning": dict(ATTENTION_TUNING),
             "max_parts": MAX_PARTS, "min_split_instructions": MIN_SPLIT_INSTRUCTIONS,
-            "cold_elements": COLD_ELEMENTS,
+            "cold_elements": COLD_ELEMENTS, "cold_float_elements": COLD_FLOAT_ELEMENTS,
             "env": {k: v for k, v in sorted(os.environ.items()) if k.startswith("MB_") and k not in skip}}
 
 
