@@ -129,7 +129,8 @@ class KernelRun:
     dst, src, static (shape, elements) or None, table index or None)``; ``escapes``: the registers it
     defines that are read after it or returned; ``stable``: the registers whose arrays are checked
     once per array object (the parameters, constants and kept weight transforms: never pool buffers, which
-    a reference held here would keep from reuse); ``env_vars``: the symbolic dims its shapes depend on;
+    a reference held here would keep from reuse; read-only arrays from elsewhere are too, a KV cache's
+    pool views, the same objects step after step); ``env_vars``: the symbolic dims its shapes depend on;
     ``kills``: registers to drop after it (their last reader is in it); ``pool``: the VM's
     :class:`runtime.memory.BufferPool`; ``arena``: the function's :class:`Arena`; ``error_text``:
     ``(entry, rc, arrays) -> str`` for a kernel's nonzero return code.
@@ -298,10 +299,9 @@ class KernelRun:
         ptrs, dims, stable, cached = self.ptrs, self.dims, self.stable, self.cached
         for k, (r, root, dt, nd, places) in enumerate(self.externals):
             a = regs[root]
-            if root in stable:
-                hit = cached[k]
-                if hit is not None and hit[0] is a and hit[1] == a.shape:
-                    continue
+            hit = cached[k]
+            if hit is not None and hit[0] is a and hit[1] == a.shape:
+                continue
             if a.__class__ is not np.ndarray or (a.dtype is not dt and a.dtype != dt) or not a.flags.c_contiguous:
                 return False
             shape = a.shape if r == root else self.shapes[r]
@@ -312,7 +312,7 @@ class KernelRun:
                 ptrs[pi] = addr
                 for q, v in enumerate(shape):
                     dims[di + q] = v
-            if root in stable:
+            if root in stable or not a.flags.writeable:
                 cached[k] = (a, a.shape)
         made = {r: empty(shape, dt) for r, dt, shape, empty in self.out_allocs}
         for pi, root in self.out_slots:

@@ -93,14 +93,29 @@ def _int(where: str, what: str, value: Any) -> int:
 
 class _Layer:
     """The pool of one layer: ``k`` (blocks, block_size, kv_heads, head_dim_k), ``v`` (blocks, block_size,
-    kv_heads, head_dim_v); ``length``: in implicit mode, the tokens per sequence the layer holds."""
+    kv_heads, head_dim_v); ``length``: in implicit mode, the tokens per sequence the layer holds.
+    :meth:`views` are read-only views of the two pools, the same objects until a pool is replaced (so that a
+    kernel run that saw them last step skips their checks, :class:`runtime.kernel_runs.KernelRun`)."""
 
-    __slots__ = ("k", "v", "length")
+    __slots__ = ("k", "v", "length", "_views")
 
     def __init__(self, k: np.ndarray, v: np.ndarray) -> None:
         self.k = k
         self.v = v
         self.length = 0
+        self._views: tuple | None = None     # (k, v, k's view, v's view)
+
+    def views(self) -> tuple[np.ndarray, np.ndarray]:
+        """Read-only views of ``k`` and ``v``, made once per pool."""
+        got = self._views
+        if got is None or got[0] is not self.k or got[1] is not self.v:
+            views = []
+            for pool in (self.k, self.v):
+                view = pool.view()
+                view.flags.writeable = False
+                views.append(view)
+            got = self._views = (self.k, self.v, views[0], views[1])
+        return got[2], got[3]
 
 
 class _Sequence:
@@ -119,13 +134,14 @@ class _Rows:
     pool slots (blocks of consecutive ids merge); :meth:`write` stores a call's new keys and :meth:`read`
     gathers every row's, a slice copy per run (a lone row of one run comes back as a view of the pool)."""
 
-    __slots__ = ("held", "seq", "total", "block_size", "max_block", "_runs", "_view", "_blocks", "_tables")
+    __slots__ = ("held", "seq", "total", "block_size", "max_block", "_runs", "_view", "_blocks", "_tables", "_slots")
 
     def __init__(self, blocks: list[list[int]], held: np.ndarray, seq: int, total: int, block_size: int) -> None:
         self.held, self.seq, self.total, self.block_size = held, seq, total, block_size
         self.max_block = max((max(b) for b in blocks if b), default=-1)
         self._blocks = blocks
         self._tables: tuple[np.ndarray, np.ndarray] | None = None
+        self._slots: np.ndarray | slice | None = None
         self._runs = []      # per row: [(first pool slot, tokens), ...] covering its held + seq tokens in order
         for b, h in zip(blocks, held.tolist()):
             n, runs = h + seq, []
@@ -164,17 +180,32 @@ class _Rows:
         """The real columns, bool (B, total)."""
         return np.arange(self.total, dtype=np.int64)[None, :] >= (self.total - (self.held + self.seq))[:, None]
 
+    def slots(self) -> np.ndarray | slice:
+        """The pool slots of the call's new tokens, row by row in token order: int64 (B * seq,), or a slice
+        when they are consecutive (a lone row's tokens in one run). Made once per call (the layers and both
+        pools share it)."""
+        if self._slots is None:
+            slots = []
+            for runs, held in zip(self._runs, self.held.tolist()):
+                begin = 0        # the row's token where the run begins
+                for start, length in runs:
+                    end = begin + length
+                    if end > held:
+                        lo = max(begin, held)    # the first new token in the run
+                        slots.append(np.arange(start + lo - begin, start + length, dtype=np.int64))
+                    begin = end
+            idx = np.concatenate(slots) if slots else np.zeros(0, np.int64)
+            if len(idx) and int(idx[-1]) - int(idx[0]) == len(idx) - 1 and (len(idx) == 1 or bool(
+                    (np.diff(idx) == 1).all())):
+                self._slots = slice(int(idx[0]), int(idx[0]) + len(idx))
+            else:
+                self._slots = idx
+        return self._slots
+
     def write(self, flat: np.ndarray, new: np.ndarray) -> None:
-        """Store ``new`` (B, seq, ...) at the rows' new tokens in ``flat`` (the pool as (slots, ...)), the part
-        of each run they fall in at a time (the last run for a decode step)."""
-        for r, (runs, held) in enumerate(zip(self._runs, self.held.tolist())):
-            begin = 0        # the row's token where the run begins
-            for start, length in runs:
-                end = begin + length
-                if end > held:
-                    lo = max(begin, held)    # the first new token in the run
-                    flat[start + lo - begin:start + length] = new[r, lo - held:end - held]
-                begin = end
+        """Store ``new`` (B, seq, ...) at the rows' new tokens in ``flat`` (the pool as (slots, ...)): one
+        slice or indexed assignment (:meth:`slots`)."""
+        flat[self.slots()] = new.reshape(-1, *new.shape[2:])
 
     def read(self, pool: np.ndarray) -> np.ndarray:
         """Every row's tokens of ``pool`` (blocks, block_size, ...), right-aligned: (B, total, ...), zeros in the
@@ -420,12 +451,8 @@ class PagedKVCache:
         kernel checks them again)."""
         layer, rows = self._append("kv_cache_append", layer_id, k, v, total_seq_len)
         table, lengths = rows.tables()
-        pools = []
-        for pool in (layer.k, layer.v):
-            view = pool.view()
-            view.flags.writeable = False
-            pools.append(view)
-        return pools[0], pools[1], table, lengths
+        k_pool, v_pool = layer.views()
+        return k_pool, v_pool, table, lengths
 
     def update(self, layer_id: int, k: np.ndarray, v: np.ndarray,
                total_seq_len: int) -> tuple[np.ndarray, np.ndarray]:

@@ -180,11 +180,14 @@ def dim_to_str(tree) -> str:
 
 def _data_pointer(a: np.ndarray) -> int:
     """Address of ``a``'s first element (the buffer-protocol path is several times faster than
-    ``a.ctypes.data``; read-only and empty arrays take the slow path)."""
-    try:
-        return ctypes.addressof(ctypes.c_char.from_buffer(a))
-    except (TypeError, ValueError, BufferError):
-        return a.ctypes.data
+    ``a.ctypes.data``; read-only arrays, which it refuses, go to ``ctypes.data`` first, empty ones after
+    it fails)."""
+    if a.flags.writeable:
+        try:
+            return ctypes.addressof(ctypes.c_char.from_buffer(a))
+        except (TypeError, ValueError, BufferError):
+            pass
+    return a.ctypes.data
 
 
 _addressof = ctypes.addressof

@@ -33,6 +33,24 @@ def test_four_prompts_prefilled_alone_then_decoded_together_equal_each_run_alone
     assert len({tuple(run.fed[s]) for s in range(4)}) == 4      # four different continuations
 
 
+def test_the_decode_runs_check_the_pool_views_once_per_pool(llama):
+    """The cache hands each layer's pools over as the same read-only views step after step until a pool grows;
+    the decode's kernel runs check such an array once (as a parameter) and see a grown pool's new view: every
+    step still equals each sequence run alone."""
+    run = RaggedRun(llama, block_size=4)
+    for sid, prompt in enumerate(PROMPTS[:2]):
+        run.prefill(sid, prompt)
+    plan = llama.vm._plans
+    for _ in range(7):        # 4-token blocks: the pools grow on the way
+        run.decode([0, 1])
+        views = {id(v) for layer in run.cache._layers.values() for v in layer.views()}
+        runs = [s.kernel_run for s in plan["decode"].fast_steps if hasattr(s, "kernel_run")]
+        kept = {id(hit[0]) for r in runs for hit in r.cached if hit is not None}
+        assert views <= kept
+    for sid, prompt in enumerate(PROMPTS[:2]):
+        assert_same_as_alone(run, sid, prompt)
+
+
 def test_a_sequence_added_while_others_decode_and_one_removed(llama):
     run = RaggedRun(llama, block_size=16)
     run.prefill(0, PROMPTS[0])

@@ -325,15 +325,18 @@ def test_append_hands_over_the_pools_block_table_and_lengths_without_a_copy():
     """``append`` (vm.builtin.kv_cache_append) writes as ``update`` does and returns the layer's own pools
     (read-only views of the current arrays, also after they grew), the rows' block table (int32, the blocks in
     token order, not contiguous after forks and removals; 0 past a row's blocks) and lengths ``held + seq``; every
-    layer's pool holds one number of blocks; the layers of a call share the table."""
+    layer's pool holds one number of blocks; the layers of a call share the table. The pool views are the same
+    objects call after call until a pool is replaced (a kernel run checks them once), new ones after."""
     from core.kv_cache_builtins import KV_CACHE_APPEND
     cache, ref = PagedKVCache(max_tokens=400, block_size=4), Reference()
+    seen: dict = {}                       # layer -> (pool arrays, views) of the last call
     for sid, n in ((0, 6), (1, 3), (2, 9)):
         cache.add_sequence(sid)
         step(cache, ref, [sid], n)
     cache.fork_sequence(2, 3)
     ref.fork(2, 3, (0, 1))
     cache.remove_sequence(1)
+    replaced: list = []
     for rows, seq in (([3, 0, 2], 1), ([0, 3], 5), ([2], 30), ([3, 2, 0], 1)):   # [2] 30: the pools double
         held = [cache.seq_len(s) for s in rows]
         total = cache.begin_forward(rows, seq)
@@ -344,6 +347,11 @@ def test_append_hands_over_the_pools_block_table_and_lengths_without_a_copy():
             own = cache._layers[layer]
             assert np.shares_memory(k_pool, own.k) and k_pool.shape == own.k.shape and not k_pool.flags.writeable
             assert np.shares_memory(v_pool, own.v) and v_pool.shape == own.v.shape and not v_pool.flags.writeable
+            if layer in seen:
+                same_pools = seen[layer][0][0] is own.k and seen[layer][0][1] is own.v
+                assert (seen[layer][1][0] is k_pool and seen[layer][1][1] is v_pool) == same_pools
+                replaced.append(not same_pools)
+            seen[layer] = ((own.k, own.v), (k_pool, v_pool))
             assert table.dtype == lengths.dtype == np.int32 and not table.flags.writeable
             np.testing.assert_array_equal(lengths, [h + seq for h in held])
             assert table.shape == (len(rows), max(-(-int(n) // 4) for n in lengths))
@@ -357,6 +365,7 @@ def test_append_hands_over_the_pools_block_table_and_lengths_without_a_copy():
         assert tables[0] is tables[1]
         assert cache.capacity(0) == cache.capacity(1)
     assert np.diff(table[1, :9]).tolist() != [1] * 8       # sequence 2's blocks: not one run of ids
+    assert replaced[:2] == [False, False] and replaced[2:4] == [True, True]   # [2] 30 grew the pools
     # a call that failed between its layers' appends leaves a pool behind: the next one catches it up
     cache.begin_forward([2], 100)
     cache.append(0, *kv(1, 100), cache.seq_len(2))
