@@ -18,10 +18,11 @@ Pipeline per function:
   (:func:`.dedup.specialization`: a decode step's ``seq = 1`` linear and the prefill one) gets only its
   own entry, which checks its own dims and calls that one's body with the constants;
 * reductions lowered to loops accumulate in a register (:mod:`.accumulate`);
-* the distinct kernels split into up to :data:`MAX_PARTS` LLVM modules, each run through LLVM's new
-  pass manager at ``-O3`` for the host target and ``TargetMachine.emit_object`` on its own thread,
-  the objects merged into one (:mod:`.objmerge`), and the on-disk object cache (:mod:`.cache`,
-  keyed by the IR's hash) around those steps;
+* the distinct kernels split into up to :data:`MAX_PARTS` LLVM modules (:mod:`.parts` groups them before
+  any is emitted, so the modules fill one after the other), each run through LLVM's new pass manager at
+  ``-O3`` for the host target and ``TargetMachine.emit_object`` on its own thread -- the first while the
+  next is still being emitted --, the objects merged into one (:mod:`.objmerge`), and the on-disk object
+  cache (:mod:`.cache`, keyed by the IR's hash) around those steps;
 * a manifest in the object (section ``.mb_manifest``: the cache key it was compiled from and
   each kernel's signature, :func:`runtime.native.manifest_bytes`), which the loader and the cache
   check against the metadata before any byte of the object reaches LLVM.
@@ -53,10 +54,10 @@ from ..ir.tir import PrimFunc
 from . import cache as _cache
 from .abi import dim_to_json, plan_signature
 from .accumulate import promote_accumulators
-from .dedup import KernelTwins, specialization
 from .llvm_emit import ModuleEmitter
 from .lower import is_lowered, lower
 from .objmerge import merge_objects
+from .parts import plan_kernels
 from .schedule import schedule
 from .kernels import KERNEL_FAMILIES, SimdInfo, plan_kernel
 from .loop_metadata import finalize_loop_metadata
@@ -146,17 +147,30 @@ def _instructions(module, first: int) -> int:
     return sum(len(b.instructions) for f in fns[first:] for b in f.blocks)
 
 
+#: The share of the estimated instructions the first of two modules takes (:func:`emit_llvm_parts`): it goes
+#: to LLVM while the second one is emitted, so it may take more. Both end together when ``f = (1 + e) / (2 +
+#: e)``, ``e`` the Python emission's time over LLVM's CPU time for the same kernels (about 0.35 for the 2-layer
+#: Llama recipe on a Zen 4: 0.88 s of emission, 2.5 s of LLVM).
+FIRST_PART_SHARE = 0.57
+
+
 def emit_llvm_parts(prim_funcs: dict[str, PrimFunc], target: Target | None = None,
-                    max_parts: int | None = None, progress: Progress | None = None) -> LlvmParts:
+                    max_parts: int | None = None, progress: Progress | None = None,
+                    on_part: Callable[[int, str], None] | None = None) -> LlvmParts:
     """Unoptimized LLVM IR and metadata for ``prim_funcs`` (symbol name -> PrimFunc), split into at
     most ``max_parts`` (default :data:`MAX_PARTS`) modules that can be optimized and compiled
     independently.
 
-    A function structurally equal to one emitted before (:class:`.dedup.KernelTwins`) is an alias of
-    that one's entry, in the same module. The distinct kernels go, in order, each to the module with
-    the fewest LLVM instructions so far (a deterministic balance: the same input always gives the same
-    modules); below :data:`MIN_SPLIT_INSTRUCTIONS` in all, everything is one module. ``progress``
-    is called as ``progress("kernels", done, total, name)`` after each function.
+    The functions are grouped first (:func:`.parts.plan_kernels`): a function structurally equal to one
+    before it is an alias of that one's entry, a function that is a distinct kernel with some symbolic dims
+    fixed gets only an entry calling its body, each in the module of its distinct kernel. The groups fill
+    the modules one after the other, in order: the first module takes groups until the instructions written
+    reach :data:`FIRST_PART_SHARE` of all (two modules; with more, equal shares), the estimates of the
+    groups not yet written (:func:`.parts.estimate_instructions`) standing for their code; the split depends
+    only on the input. Below :data:`MIN_SPLIT_INSTRUCTIONS` estimated in all, everything is one module.
+    ``on_part(k, text)``, when given, is called with each module but the last as soon as it is complete
+    (its final text, as in the result), so that LLVM can start on it while the rest is emitted.
+    ``progress`` is called as ``progress("kernels", done, total, name)`` after each function.
 
     Blocks are lowered first. Raises ValueError for unsupported dtypes / unbindable symbolic
     vars, :class:`builder.ir.tir.VerifyError` for ill-formed functions, TypeError for a value that
@@ -168,64 +182,85 @@ def emit_llvm_parts(prim_funcs: dict[str, PrimFunc], target: Target | None = Non
     tm = target.target_machine()
     simd = SimdInfo.from_target(target.triple, target.features, target.matmul_precision)
     data_layout = str(tm.target_data)
-    emitters: list[ModuleEmitter] = []
-    loads: list[int] = []
-    home: dict[str, int] = {}           # distinct kernel -> the module holding it
-    functions: dict[str, dict] = {}
-    twins = KernelTwins()
-    extras: dict[str, list[str]] = {}   # name -> its body's extra error messages
-    aliases: list[tuple[str, str]] = []
-    module_of: dict[str, int] = {}      # every emitted entry -> its module
-    bodies: dict[str, tuple] = {}       # kernel-family kernel -> (func, body function, signature)
-    total = len(prim_funcs)
-    for done, (name, func) in enumerate(_general_first(prim_funcs), start=1):
+    ordered = _general_first(prim_funcs)
+    for name, func in ordered:
         if not isinstance(func, PrimFunc):
             raise TypeError(f"'{name}' is not a PrimFunc")
         if not name.isidentifier():
             raise ValueError(f"function name {name!r} is not a valid symbol")
-        twin = twins.find(func)
-        if twin is not None:   # an identical kernel is emitted already: this symbol is its entry
-            sig = plan_signature(func, name)
-            functions[name] = {**sig.metadata(extras[twin]), "kernel": functions[twin]["kernel"]}
-            if "notes" in functions[twin]:
-                functions[name]["notes"] = functions[twin]["notes"]
-            aliases.append((name, twin))
-        elif (general := _general_body(func, bodies, functions, simd)) is not None:
-            gname, body_syms = general
-            _, body_fn, gsig = bodies[gname]
-            sig = plan_signature(func, name)
-            module_of[name] = module_of[gname]
-            emitters[module_of[name]].add_entry(name, body_fn, func, sig, body_syms,
-                                                len(sig.checks) - len(gsig.checks))
-            functions[name] = {**sig.metadata(extras[gname]), "kernel": functions[gname]["kernel"]}
-            if "notes" in functions[gname]:
-                functions[name]["notes"] = functions[gname]["notes"]
-            extras[name] = extras[gname]
-            twins.add(name, func)
-        else:
-            twins.add(name, func)
-            if len(emitters) < max(1, max_parts) and (not emitters or sum(loads) >= MIN_SPLIT_INSTRUCTIONS):
-                emitters.append(ModuleEmitter(target.triple, data_layout))
-                loads.append(0)
-            part = min(range(len(emitters)), key=lambda k: (loads[k], k))
-            emitter = emitters[part]
-            first = sum(1 for g in emitter.module.globals.values() if isinstance(g, ir.Function))
-            functions[name], extras[name], body = _emit_kernel(emitter, name, func, simd)
-            if body is not None:
-                bodies[name] = (func, *body)
-            loads[part] += _instructions(emitter.module, first)
-            home[name] = module_of[name] = part
+    groups = plan_kernels(ordered, lambda f: _label(f, simd), cold_kernel)
+    remaining = sum(g.estimate for g in groups)
+    nparts = 1 if max_parts <= 1 or remaining < MIN_SPLIT_INSTRUCTIONS else min(max_parts, len(groups))
+    shares = [FIRST_PART_SHARE] if nparts == 2 else [k / nparts for k in range(1, nparts)]
+    emitters: list[ModuleEmitter] = []
+    loads: list[int] = []
+    texts: list[str] = []
+    aliases: list[tuple[str, str]] = []       # the current module's
+    home: dict[str, int] = {}           # distinct kernel -> the module holding it
+    functions: dict[str, dict] = {}
+    extras: dict[str, list[str]] = {}   # name -> its body's extra error messages
+    bodies: dict[str, tuple] = {}       # distinct kernel -> (body function, signature)
+    written, done, total = 0, 0, len(prim_funcs)
+
+    def close(last: bool) -> None:
+        text = finalize_loop_metadata(str(emitters[-1].module))
+        text += "".join(f'\n@"{name}" = alias i32 (ptr, ptr), ptr @"{twin}"' for name, twin in aliases)
+        texts.append(text + "\n" if aliases else text)
+        aliases.clear()
+        if on_part is not None and not last:
+            on_part(len(texts) - 1, texts[-1])
+
+    def distinct(emitter: ModuleEmitter, name: str, func: PrimFunc) -> None:
+        functions[name], extras[name], body = _emit_kernel(emitter, name, func, simd)
+        if body is not None:
+            bodies[name] = body
+        home[name] = len(emitters) - 1
+
+    for group in groups:
+        if not emitters or (len(emitters) < nparts and loads[-1] > 0
+                            and written >= shares[len(emitters) - 1] * (written + remaining)):
+            if emitters:
+                close(last=False)
+            emitters.append(ModuleEmitter(target.triple, data_layout))
+            loads.append(0)
+        emitter = emitters[-1]
+        first = sum(1 for g in emitter.module.globals.values() if isinstance(g, ir.Function))
+        distinct(emitter, group.name, group.func)
+        done += 1
         if progress is not None:
-            progress("kernels", done, total, name)
+            progress("kernels", done, total, group.name)
+        for name, kind, of, order in group.members:
+            func = prim_funcs[name]
+            if kind == "alias":   # an identical kernel is emitted already: this symbol is its entry
+                sig = plan_signature(func, name)
+                functions[name] = {**sig.metadata(extras[of]), "kernel": functions[of]["kernel"]}
+                if "notes" in functions[of]:
+                    functions[name]["notes"] = functions[of]["notes"]
+                aliases.append((name, of))
+            elif of in bodies:      # the head's body with some dims fixed
+                body_fn, gsig = bodies[of]
+                sig = plan_signature(func, name)
+                emitter.add_entry(name, body_fn, func, sig, order, len(sig.checks) - len(gsig.checks))
+                functions[name] = {**sig.metadata(extras[of]), "kernel": functions[of]["kernel"]}
+                if "notes" in functions[of]:
+                    functions[name]["notes"] = functions[of]["notes"]
+                extras[name] = extras[of]
+            else:                   # the head's lowering left no body to call: code of its own
+                distinct(emitter, name, func)
+            done += 1
+            if progress is not None:
+                progress("kernels", done, total, name)
+        count = _instructions(emitter.module, first)
+        loads[-1] += count
+        written += count
+        remaining -= group.estimate
+    if emitters:
+        close(last=True)
     functions = {name: functions[name] for name in prim_funcs}   # the caller's order
     for name, func in prim_funcs.items():
         if func.attrs.get(WEIGHT_TRANSFORM_ATTR):   # the VM may keep its results (runtime.vm)
             functions[name]["weight_transform"] = True
-    texts = [finalize_loop_metadata(str(e.module)) for e in emitters] or [""]
-    for name, twin in aliases:
-        texts[module_of[twin]] += f'\n@"{name}" = alias i32 (ptr, ptr), ptr @"{twin}"'
-    texts = [t + "\n" if aliases else t for t in texts]
-    return LlvmParts(texts, functions, len(home), time.perf_counter() - t0)
+    return LlvmParts(texts or [""], functions, len(home), time.perf_counter() - t0)
 
 
 def _constant_dims(func) -> int:
@@ -259,30 +294,11 @@ def _label(func: PrimFunc, simd: SimdInfo) -> str:
     return _kernel_label(family, plan, simd)
 
 
-def _general_body(func: PrimFunc, bodies: dict[str, tuple], functions: dict[str, dict], simd: SimdInfo
-                  ) -> tuple[str, list] | None:
-    """A kernel emitted already whose body computes ``func`` when called with some of its symbolic dims
-    fixed (:func:`.dedup.specialization`: a decode step's ``seq = 1`` kernel and the prefill kernel; a
-    kernel-family kernel or loops), compiled the same way (the same ``kernel`` label): ``(name,
-    body_syms)``, or None."""
-    if not bodies:
-        return None
-    label = None
-    for gname, (general, _, _) in bodies.items():
-        order = specialization(general, func)
-        if order is None:
-            continue
-        if label is None:
-            label = _label(func, simd)
-        if functions[gname]["kernel"] == label:
-            return gname, order
-    return None
-
-
 #: A loops kernel is cold (:func:`cold_kernel`) when no parameter has more than this many elements per
 #: value of its symbolic dims (kernels that write integers or bools only) ...
 COLD_ELEMENTS = 16
-#: ... or this many (kernels that write floats: a RoPE table's row of ``head_dim`` values per token).
+#: ... or this many (kernels that write floats over ``(batch, seq)``: a rotary table's ``head_dim`` values per
+#: token).
 COLD_FLOAT_ELEMENTS = 64
 
 
@@ -290,21 +306,23 @@ def cold_kernel(func: PrimFunc) -> bool:
     """True when every parameter of ``func`` has at most two symbolic dims (an expression dim counts as
     one) and few elements per combination of them (the product of its constant dims): at most
     :data:`COLD_ELEMENTS` when ``func`` writes only integer or bool tensors (indices, positions, masks,
-    lengths), at most :data:`COLD_FLOAT_ELEMENTS` when it writes floats, whose parameters with a symbolic
-    dim then have at least two dims (a flattened activation is a long 1-D vector, ``(n,)``). That is a few values per
-    sequence or per token over ``(batch, seq)``: the rotary tables of a decode step (``positions *
-    inv_freq``, their ``cos`` / ``sin``, ``(batch, seq, 1, head_dim)``), never a hidden-size row or an
-    image with symbolic height and width. Such loops kernels are compiled without LLVM's optimizer
-    (``optnone``), which costs them microseconds per call (their cost is the call; the ``cos`` of a
-    512-token prefill's 32-wide table 34 -> 39 us, Zen 4) and saves the build tens of milliseconds each
-    (the 2-layer Llama recipe's nine rotary-table kernels 0.36-0.5 -> 0.03 s of LLVM CPU); weight
-    transforms (large constant shapes) and every kernel over hidden-size rows stay at ``-O3``.
+    lengths), at most :data:`COLD_FLOAT_ELEMENTS` when it writes floats, which must then also run over
+    rows of two symbolic dims (a parameter with two: ``(batch, seq, ...)``; rows of one could be a small
+    model's activation, ``(n, 37)``, or a flattened one, ``(n,)``). That is a few values per sequence or
+    per token: the rotary tables of a prefill or decode step (``positions * inv_freq``, their ``cos`` /
+    ``sin``, ``(batch, seq, 1, head_dim)``), never a hidden-size row or an image with symbolic height and
+    width. Such loops kernels are compiled without LLVM's optimizer (``optnone``), which costs them
+    microseconds per call (their cost is the call; the ``cos`` of a 512-token prefill's 32-wide table 34 ->
+    39 us, Zen 4) and saves the build tens of milliseconds each (the 2-layer Llama recipe's rotary-table
+    kernels 40-120 ms of LLVM CPU each, 5 ms cold); weight transforms (large constant shapes) and every
+    kernel over hidden-size rows stay at ``-O3``.
 
     Raises ValueError as :func:`.abi.plan_signature` for a parameter dtype it does not support."""
     written = plan_signature(func).written
     floats = any(out and not (p.dtype == "bool" or p.dtype.startswith(("int", "uint")))
                  for p, out in zip(func.params, written))
     limit = COLD_FLOAT_ELEMENTS if floats else COLD_ELEMENTS
+    rows = 0                  # the most symbolic dims of a parameter
     for p in func.params:
         n, symbolic = 1, 0
         for d in p.shape:
@@ -312,9 +330,10 @@ def cold_kernel(func: PrimFunc) -> bool:
                 n *= d.value
             else:
                 symbolic += 1
-        if n > limit or symbolic > 2 or (floats and symbolic and len(p.shape) < 2):
+        if n > limit or symbolic > 2:
             return False
-    return True
+        rows = max(rows, symbolic)
+    return not floats or rows == 2
 
 
 def _emit_kernel(emitter: ModuleEmitter, name: str, func: PrimFunc, simd: SimdInfo
@@ -437,8 +456,10 @@ def build(prim_funcs: dict[str, PrimFunc], target: Target | None = None,
 
     The kernels are emitted as up to :data:`MAX_PARTS` LLVM modules (:func:`emit_llvm_parts`), each
     optimized and compiled on its own thread (:func:`build_threads` at a time; llvmlite's calls are
-    ctypes calls that release the GIL, and each module has its own LLVMContext and TargetMachine),
-    and the objects are merged into one (:func:`.objmerge.merge_objects`). The parts depend only on
+    ctypes calls that release the GIL, and each module has its own LLVMContext and TargetMachine): with
+    two threads or more a module goes to LLVM as soon as it is complete, while this thread emits the
+    next, and the last (which carries the manifest) after the IR's cache key is known. The objects are
+    merged into one (:func:`.objmerge.merge_objects`). The parts depend only on
     the input, never on the thread count, so the object's bytes do not either. The object is looked
     up in / added to the on-disk cache (:mod:`builder.codegen.cache`) by the hash of the generated IR
     and the target; before any IR is emitted, by the hash of the build's inputs
@@ -449,7 +470,8 @@ def build(prim_funcs: dict[str, PrimFunc], target: Target | None = None,
     ``("kernels", k, n, name)`` after each of the ``n`` functions is emitted, then
     ``("llvm", 0, parts, "")`` before LLVM starts and ``("llvm", k, parts, "part i")`` as each module
     is compiled, or ``("llvm", 1, 1, "cached")`` on a cache hit. An exception it raises aborts the
-    build (after the running LLVM work ends).
+    build (after the running LLVM work ends). On an object-cache hit found by the IR's key, the modules
+    already handed to LLVM finish on their threads, unused.
 
     Raises ValueError / VerifyError as :func:`emit_llvm_parts`; RuntimeError if LLVM rejects the
     generated IR (a code generator bug).
@@ -467,7 +489,34 @@ def build(prim_funcs: dict[str, PrimFunc], target: Target | None = None,
             stats = {**found["stats"], "emit_seconds": 0.0, "optimize_seconds": 0.0, "codegen_seconds": 0.0,
                      "llvm_seconds": 0.0}
             return CompiledLibrary(hit[0], hit[1], found["functions"], found["target"], cached=True, stats=stats)
-    emitted = emit_llvm_parts(prim_funcs, target, max_parts=MAX_PARTS, progress=progress)
+    threads = min(build_threads(), MAX_PARTS)
+    pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="mb-llvm") if threads > 1 else None
+    parts: list[_Part] = []
+    futures: dict = {}                  # future -> the index of its module
+    t_llvm = None
+
+    def on_part(k: int, text: str) -> None:      # a module complete before the others: to LLVM now
+        nonlocal t_llvm
+        t_llvm = t_llvm or time.perf_counter()
+        part = _Part(text, target)
+        parts.append(part)
+        futures[pool.submit(part.compile)] = k
+
+    def release() -> None:
+        """Let the modules already handed to LLVM finish on their threads and free themselves there."""
+        for fut, k in futures.items():
+            fut.add_done_callback(lambda _f, part=parts[k]: part.close())
+        pool.shutdown(wait=False)
+
+    try:
+        emitted = emit_llvm_parts(prim_funcs, target, max_parts=MAX_PARTS, progress=progress,
+                                  on_part=on_part if pool is not None else None)
+    except BaseException:
+        if pool is not None:
+            pool.shutdown(wait=True)
+            for part in parts:
+                part.close()
+        raise
     texts, functions = emitted.texts, emitted.functions
     stats = {"kernels": len(functions), "distinct": emitted.distinct, "parts": len(texts),
              "emit_seconds": emitted.seconds, "optimize_seconds": 0.0, "codegen_seconds": 0.0,
@@ -480,36 +529,39 @@ def build(prim_funcs: dict[str, PrimFunc], target: Target | None = None,
     index_stats = {k: stats[k] for k in ("kernels", "distinct", "parts")}
     hit = _cache.load(key, functions)
     if hit is not None:
+        if pool is not None:
+            release()
         if inputs is not None:
             _cache.store_index(inputs, key, tdict, index_stats, functions)
         if progress is not None:
             progress("llvm", 1, 1, "cached")
         return CompiledLibrary(hit[0], hit[1], functions, tdict, cached=True, stats=stats)
-    t0 = time.perf_counter()
-    texts = [texts[0] + manifest_ir(key, functions), *texts[1:]]
-    parts: list[_Part] = []
+    t0 = t_llvm or time.perf_counter()
     try:
-        for t in texts:
-            parts.append(_Part(t, target))
+        # the manifest goes with the last module, the one no thread has yet
+        for k in range(len(parts), len(texts)):
+            text = texts[k] + manifest_ir(key, functions) if k == len(texts) - 1 else texts[k]
+            parts.append(_Part(text, target))
         if progress is not None:
             progress("llvm", 0, len(parts), "")
-        threads = min(build_threads(), len(parts))
-        if threads == 1:
+        if pool is None:
             for k, part in enumerate(parts, start=1):
                 part.compile()
                 if progress is not None:
                     progress("llvm", k, len(parts), f"part {k - 1}")
         else:
-            with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="mb-llvm") as pool:
-                futures = {pool.submit(p.compile): k for k, p in enumerate(parts)}
-                for done, fut in enumerate(as_completed(futures), start=1):
-                    fut.result()
-                    if progress is not None:
-                        progress("llvm", done, len(parts), f"part {futures[fut]}")
+            for k in range(len(futures), len(parts)):
+                futures[pool.submit(parts[k].compile)] = k
+            for done, fut in enumerate(as_completed(futures), start=1):
+                fut.result()
+                if progress is not None:
+                    progress("llvm", done, len(parts), f"part {futures[fut]}")
         obj = merge_objects([p.object for p in parts])
         optimized = "".join(("" if len(parts) == 1 else f"; part {k}\n") + str(p.module)
                             for k, p in enumerate(parts))
     finally:
+        if pool is not None:
+            pool.shutdown(wait=True)
         for p in parts:
             p.close()
     stats["optimize_seconds"] = sum(p.seconds[0] for p in parts)
@@ -524,7 +576,8 @@ def codegen_settings(target: Target) -> dict:
     """What steers the code generator besides the PrimFuncs and ``target`` itself, JSON-able: the vector
     unit (:class:`SimdInfo`, which reads the ``MB_SIMD*`` testing hooks and the OS's AMX grant), the
     kernel families' tunables (``TUNING``, ``ATTENTION_TUNING``), the module split (:data:`MAX_PARTS`,
-    :data:`MIN_SPLIT_INSTRUCTIONS`), :data:`COLD_ELEMENTS`, :data:`COLD_FLOAT_ELEMENTS` and every ``MB_*`` environment variable but
+    :data:`MIN_SPLIT_INSTRUCTIONS`, :data:`FIRST_PART_SHARE`), :data:`COLD_ELEMENTS`, :data:`COLD_FLOAT_ELEMENTS`
+    and every ``MB_*`` environment variable but
     the thread count and the cache's own. Part of the cache's input key (:func:`.cache.input_key`)."""
     from .kernels.attention.plan import ATTENTION_TUNING
     from .kernels.linear.plan import TUNING
@@ -533,6 +586,7 @@ def codegen_settings(target: Target) -> dict:
     skip = ("MB_BUILD_THREADS", "MB_CACHE", "MB_CACHE_DIR")
     return {"simd": repr(simd), "tuning": dict(TUNING), "attention_tuning": dict(ATTENTION_TUNING),
             "max_parts": MAX_PARTS, "min_split_instructions": MIN_SPLIT_INSTRUCTIONS,
+            "first_part_share": FIRST_PART_SHARE,
             "cold_elements": COLD_ELEMENTS, "cold_float_elements": COLD_FLOAT_ELEMENTS,
             "env": {k: v for k, v in sorted(os.environ.items()) if k.startswith("MB_") and k not in skip}}
 

@@ -1,7 +1,8 @@
 """Cold loops kernels (builder.codegen.cold_kernel): integer / bool results of a few values per row of at most
-two symbolic dims, and float results of at most 64 values per row (a decode step's rotary tables), are compiled
-without LLVM's optimizer (``optnone``); flattened 1-D float vectors, kernels over hidden-size rows, images with
-symbolic height and width, and weight-sized constant shapes are not. Results against numpy either way."""
+two symbolic dims, and float results of at most 64 values per row of two symbolic dims (the rotary tables of a
+prefill or decode step), are compiled without LLVM's optimizer (``optnone``); float rows of one symbolic dim (a
+small model's activation, a flattened one), kernels over hidden-size rows, images with symbolic height and width,
+and weight-sized constant shapes are not. Results against numpy either way."""
 import re
 
 import numpy as np
@@ -24,11 +25,12 @@ def _rows(shape):
     return te.create_prim_func([x, te.compute(shape, lambda *i: x[i] * 2.0 + 1.0, name="y")])
 
 
-def _inv_freq(s, half):
-    """(s, 1) float32 positions x (half,) inverse frequencies -> (s, half): a rotary table's angles."""
-    pos = te.placeholder((s, 1), "float32", name="pos")
+def _inv_freq(b, s, half):
+    """(b, s, 1) float32 positions x (half,) inverse frequencies -> (b, s, half): a rotary table's angles."""
+    pos = te.placeholder((b, s, 1), "float32", name="pos")
     inv = te.placeholder((half,), "float32", name="inv_freq")
-    return te.create_prim_func([pos, inv, te.compute((s, half), lambda i, j: pos[i, 0] * inv[j], name="freqs")])
+    return te.create_prim_func([pos, inv, te.compute((b, s, half), lambda i, j, k: pos[i, j, 0] * inv[k],
+                                                     name="freqs")])
 
 
 def _flags(text: str, name: str) -> str:
@@ -42,7 +44,8 @@ def test_which_kernels_are_cold():
     assert not cold_kernel(_rows((s,)))                # floats: a flattened activation is a long 1-D vector
     assert cold_kernel(_rows((b, s, 1, 64))) and not cold_kernel(_rows((b, s, 1, 65)))   # rotary tables
     assert not cold_kernel(_rows((b, s, 2, 64)))
-    assert cold_kernel(_inv_freq(s, 32))               # positions x inv_freq: a constant 1-D input is fine
+    assert not cold_kernel(_rows((s, 37)))             # rows of one symbolic dim: maybe a small model's activation
+    assert cold_kernel(_inv_freq(b, s, 32))            # positions x inv_freq: a constant 1-D input is fine
     ids = te.placeholder((b, s, h), "int64", name="ids")
     assert not cold_kernel(te.create_prim_func([ids, te.compute((b, s, h), lambda *i: ids[i] + 1, name="y")]))
     assert not cold_kernel(_rows((b, s, 384)))         # a hidden-size row per token
@@ -52,7 +55,7 @@ def test_which_kernels_are_cold():
 
 def test_cold_kernels_are_optnone_and_compute_the_same():
     b, s = te.var("b"), te.var("s")
-    funcs = {"mask": _mask(b, s), "rows": _rows((b, s, 384)), "freqs": _inv_freq(s, 32)}
+    funcs = {"mask": _mask(b, s), "rows": _rows((b, s, 384)), "freqs": _inv_freq(b, s, 32)}
     text, _ = emit_llvm_ir(funcs)
     assert "optnone" in _flags(text, "mask") and "optnone" in _flags(text, "mask.compute")
     assert "optnone" in _flags(text, "freqs.compute")
@@ -67,8 +70,8 @@ def test_cold_kernels_are_optnone_and_compute_the_same():
     y = np.empty_like(x)
     native.call("rows", [x, y])
     np.testing.assert_allclose(y, x.astype(np.float64) * 2 + 1, rtol=1e-6, atol=1e-6)
-    pos = rng.uniform(0, 4096, size=(77, 1)).astype(np.float32)
+    pos = rng.uniform(0, 4096, size=(3, 77, 1)).astype(np.float32)
     inv = rng.uniform(0, 1, size=32).astype(np.float32)
-    freqs = np.empty((77, 32), np.float32)
+    freqs = np.empty((3, 77, 32), np.float32)
     native.call("freqs", [pos, inv, freqs])
     np.testing.assert_allclose(freqs, pos.astype(np.float64) * inv.astype(np.float64), rtol=1e-6)
