@@ -314,10 +314,13 @@ def cold_kernel(func: PrimFunc) -> bool:
     width. Such loops kernels are compiled without LLVM's optimizer (``optnone``), which costs them
     microseconds per call (their cost is the call; the ``cos`` of a 512-token prefill's 32-wide table 34 ->
     39 us, Zen 4) and saves the build tens of milliseconds each (the 2-layer Llama recipe's rotary-table
-    kernels 40-120 ms of LLVM CPU each, 5 ms cold); weight transforms (large constant shapes) and every
-    kernel over hidden-size rows stay at ``-O3``.
+    kernels 40-120 ms of LLVM CPU each, 5 ms cold); weight transforms (``WEIGHT_TRANSFORM_ATTR``: a model's
+    weights go through them at load, whatever their shapes say) and every kernel over hidden-size rows stay
+    at ``-O3``.
 
     Raises ValueError as :func:`.abi.plan_signature` for a parameter dtype it does not support."""
+    if func.attrs.get(WEIGHT_TRANSFORM_ATTR):       # a model's weights go through it at load
+        return False
     written = plan_signature(func).written
     floats = any(out and not (p.dtype == "bool" or p.dtype.startswith(("int", "uint")))
                  for p, out in zip(func.params, written))

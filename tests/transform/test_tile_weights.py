@@ -59,6 +59,41 @@ def test_the_pass_tiles_model_weights_of_whole_tiles_only():
     assert back.script() == text and back["tile_rows"].attrs["mb.weight_transform"] is True
 
 
+class _Three(nn.Module):
+    """Three tileable weights of three shapes."""
+
+    def __init__(self):
+        self.a = nn.Linear(40, 48, bias=False)
+        self.b = nn.Linear(48, 32, bias=False)
+        self.c = nn.Linear(32, 64, bias=False)
+
+    def forward(self, x):
+        return self.c(nn.op.silu(self.b(self.a(x))))
+
+
+def test_weights_of_every_shape_share_one_transform_kernel():
+    """One ``tile_rows`` PrimFunc of symbolic shape ``(rows, cols)`` serves every float32 weight (each call's
+    result static: ``(out / 16, in, 16)``), and the model computes what numpy does."""
+    net = _Three()
+    rng = np.random.default_rng(5)
+    params = {name: (rng.standard_normal([int(d) for d in p.shape]) * 0.2).astype(np.float32)
+              for name, p in net.named_parameters()}
+    mod, named = net.export_tvm(SPEC)
+    out = TileWeights()(SelectKernels()(mod))
+    transforms = [name for name, f in out.functions.items() if name.startswith("tile_rows")]
+    assert transforms == ["tile_rows"]
+    assert [str(d) for d in out["tile_rows"].params[0].shape] == ["rows", "cols"]
+    tiled = [b.var for blk in out["forward"].body.blocks for b in blk.bindings if b.var.name_hint.endswith("_tiled")]
+    assert [[int(d) for d in v.struct_info.shape] for v in tiled] == [[3, 40, 16], [2, 48, 16], [4, 32, 16]]
+    exe = builder.compile(mod)
+    assert [n for n, m in exe.kernels.items() if m.get("weight_transform")] == ["tile_rows"]
+    x = rng.standard_normal((7, 40)).astype(np.float32)
+    got = VirtualMachine(exe)["forward"](x, *_read_only([params[n] for n, _ in named]))
+    h = x.astype(np.float64) @ params["a.weight"].T @ params["b.weight"].T
+    want = (h / (1 + np.exp(-h))) @ params["c.weight"].T
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
 def test_weights_that_are_inputs_stay_row_major():
     """A function whose weight is an input (``num_input`` counts it) is not rewritten."""
     mod, _, _ = _model()
