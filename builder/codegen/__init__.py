@@ -524,23 +524,25 @@ def build(prim_funcs: dict[str, PrimFunc], target: Target | None = None,
     stats = {"kernels": len(functions), "distinct": emitted.distinct, "parts": len(texts),
              "emit_seconds": emitted.seconds, "optimize_seconds": 0.0, "codegen_seconds": 0.0,
              "llvm_seconds": 0.0}
-    source = texts[0] if len(texts) == 1 else "".join(f"; part {k}\n{t}" for k, t in enumerate(texts))
-    tdict = target.to_dict()
-    if uses_amx_tiles(texts):
-        tdict["amx"] = True   # the loader asks the OS for the tile state (runtime.host.check_target)
-    key = _cache.cache_key(source, tdict)
-    index_stats = {k: stats[k] for k in ("kernels", "distinct", "parts")}
-    hit = _cache.load(key, functions)
-    if hit is not None:
-        if pool is not None:
-            release()
-        if inputs is not None:
-            _cache.store_index(inputs, key, tdict, index_stats, functions)
-        if progress is not None:
-            progress("llvm", 1, 1, "cached")
-        return CompiledLibrary(hit[0], hit[1], functions, tdict, cached=True, stats=stats)
-    t0 = t_llvm or time.perf_counter()
+    released = False
     try:
+        source = texts[0] if len(texts) == 1 else "".join(f"; part {k}\n{t}" for k, t in enumerate(texts))
+        tdict = target.to_dict()
+        if uses_amx_tiles(texts):
+            tdict["amx"] = True   # the loader asks the OS for the tile state (runtime.host.check_target)
+        key = _cache.cache_key(source, tdict)
+        index_stats = {k: stats[k] for k in ("kernels", "distinct", "parts")}
+        hit = _cache.load(key, functions)
+        if hit is not None:
+            if pool is not None:
+                release()
+                released = True
+            if inputs is not None:
+                _cache.store_index(inputs, key, tdict, index_stats, functions)
+            if progress is not None:
+                progress("llvm", 1, 1, "cached")
+            return CompiledLibrary(hit[0], hit[1], functions, tdict, cached=True, stats=stats)
+        t0 = t_llvm or time.perf_counter()
         # the manifest goes with the last module, the one no thread has yet
         for k in range(len(parts), len(texts)):
             text = texts[k] + manifest_ir(key, functions) if k == len(texts) - 1 else texts[k]
@@ -563,10 +565,11 @@ def build(prim_funcs: dict[str, PrimFunc], target: Target | None = None,
         optimized = "".join(("" if len(parts) == 1 else f"; part {k}\n") + str(p.module)
                             for k, p in enumerate(parts))
     finally:
-        if pool is not None:
-            pool.shutdown(wait=True)
-        for p in parts:
-            p.close()
+        if not released:
+            if pool is not None:
+                pool.shutdown(wait=True)
+            for p in parts:
+                p.close()
     stats["optimize_seconds"] = sum(p.seconds[0] for p in parts)
     stats["codegen_seconds"] = sum(p.seconds[1] for p in parts)
     stats["llvm_seconds"] = time.perf_counter() - t0

@@ -29,7 +29,7 @@ __all__ = ["KernelGroup", "plan_kernels", "estimate_instructions", "FAMILY_INSTR
 #: Unoptimized LLVM instructions a kernel of each family typically emits (the 2-layer Llama recipe in float32
 #: and q4f16_1, MiniLM: row-tiled linears 550-3100 / 550-6800, the first of a format with its shared helpers;
 #: row-major linears 4700-9600; attention 2850-3120; loops kernels 75-275, cold ones (``optnone``) fewer).
-FAMILY_INSTRUCTIONS = {"linear": 2500, "attention": 3000, "conv": 2500}
+FAMILY_INSTRUCTIONS = {"linear": 2500, "attention": 3000}
 #: ... a loops kernel, and a cold one (:func:`builder.codegen.cold_kernel`).
 LOOPS_INSTRUCTIONS, COLD_INSTRUCTIONS = 150, 60
 
@@ -71,7 +71,7 @@ def plan_kernels(ordered: list[tuple[str, PrimFunc]], label, cold) -> list[Kerne
     group_of: dict[str, KernelGroup] = {}
     labels: dict[int, str] = {}
 
-    def label_of(name: str, func: PrimFunc) -> str:
+    def label_of(func: PrimFunc) -> str:
         got = labels.get(id(func))
         if got is None:
             got = labels[id(func)] = label(func)
@@ -88,12 +88,12 @@ def plan_kernels(ordered: list[tuple[str, PrimFunc]], label, cold) -> list[Kerne
         joined = None
         for group in groups:
             order = specialization(group.func, func)
-            if order is not None and label_of(name, func) == group.label:
+            if order is not None and label_of(func) == group.label:
                 joined = group
                 group.members.append((name, "entry", group.name, order))
                 break
         if joined is None:
-            own = label_of(name, func)
+            own = label_of(func)
             joined = KernelGroup(name, func, own, estimate_instructions(own, own == "loops" and cold(func)))
             groups.append(joined)
         group_of[name] = joined

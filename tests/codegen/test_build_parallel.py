@@ -269,3 +269,25 @@ def test_an_abort_or_a_cache_hit_after_a_module_went_to_llvm_leaves_nothing_runn
     y = np.empty_like(x)
     native.call("k3", [x, y])
     np.testing.assert_array_equal(y, x * np.float32(3) + np.float32(1.0))
+
+
+def test_kernels_are_grouped_with_their_twins_and_specializations():
+    """codegen.parts.plan_kernels: a structurally equal function joins its twin's group as an alias, one with a
+    symbolic dim fixed joins the general kernel's as an entry (same label), the rest are heads of their own;
+    the groups come in the order of their heads."""
+    from builder.codegen.parts import plan_kernels
+
+    def scaled(rows, factor):
+        x = te.placeholder((rows, 16), "float32", name="x")
+        return te.create_prim_func([x, te.compute((rows, 16), lambda i, j: x[i, j] * factor + 1.0, name="y")])
+
+    funcs = [("general", scaled(te.var("n"), 2.0)), ("twin", scaled(te.var("m"), 2.0)),
+             ("other", scaled(te.var("n"), 3.0)), ("fixed", scaled(8, 2.0)), ("fixed_twin", scaled(8, 2.0))]
+    groups = plan_kernels(funcs, lambda f: "loops", lambda f: False)
+    assert [g.name for g in groups] == ["general", "other"]
+    assert [(name, kind, of) for name, kind, of, _ in groups[0].members] == [
+        ("twin", "alias", "general"), ("fixed", "entry", "general"), ("fixed_twin", "alias", "fixed")]
+    assert groups[0].members[1][3] == [8] and not groups[1].members
+    labels = {id(funcs[3][1]): "loops (linear: another label)"}   # a specialization compiled otherwise
+    groups = plan_kernels(funcs, lambda f: labels.get(id(f), "loops"), lambda f: False)
+    assert [g.name for g in groups] == ["general", "other", "fixed"]
