@@ -195,8 +195,7 @@ class _Rows:
                         slots.append(np.arange(start + lo - begin, start + length, dtype=np.int64))
                     begin = end
             idx = np.concatenate(slots) if slots else np.zeros(0, np.int64)
-            if len(idx) and int(idx[-1]) - int(idx[0]) == len(idx) - 1 and (len(idx) == 1 or bool(
-                    (np.diff(idx) == 1).all())):
+            if len(idx) and bool((np.diff(idx) == 1).all()):
                 self._slots = slice(int(idx[0]), int(idx[0]) + len(idx))
             else:
                 self._slots = idx

@@ -188,7 +188,22 @@ def emit_llvm_parts(prim_funcs: dict[str, PrimFunc], target: Target | None = Non
             raise TypeError(f"'{name}' is not a PrimFunc")
         if not name.isidentifier():
             raise ValueError(f"function name {name!r} is not a valid symbol")
-    groups = plan_kernels(ordered, lambda f: _label(f, simd), cold_kernel)
+    planned: dict[int, tuple] = {}      # id(func) -> plan_kernel(func, simd): grouping and emission share it
+    colds: dict[int, bool] = {}         # id(func) -> cold_kernel(func)
+
+    def plan_of(func: PrimFunc) -> tuple:
+        got = planned.get(id(func))
+        if got is None:
+            got = planned[id(func)] = plan_kernel(func, simd)
+        return got
+
+    def cold_of(func: PrimFunc) -> bool:
+        got = colds.get(id(func))
+        if got is None:
+            got = colds[id(func)] = cold_kernel(func)
+        return got
+
+    groups = plan_kernels(ordered, lambda f: _label(plan_of(f), simd), cold_of)
     remaining = sum(g.estimate for g in groups)
     nparts = 1 if max_parts <= 1 or remaining < MIN_SPLIT_INSTRUCTIONS else min(max_parts, len(groups))
     shares = [FIRST_PART_SHARE] if nparts == 2 else [k / nparts for k in range(1, nparts)]
@@ -211,10 +226,19 @@ def emit_llvm_parts(prim_funcs: dict[str, PrimFunc], target: Target | None = Non
             on_part(len(texts) - 1, texts[-1])
 
     def distinct(emitter: ModuleEmitter, name: str, func: PrimFunc) -> None:
-        functions[name], extras[name], body = _emit_kernel(emitter, name, func, simd)
+        plan = plan_of(func)
+        loops = plan[0] is None or isinstance(plan[1], str)
+        functions[name], extras[name], body = _emit_kernel(emitter, name, func, simd, plan,
+                                                           loops and cold_of(func))
         if body is not None:
             bodies[name] = body
         home[name] = len(emitters) - 1
+
+    def inherit(name: str, sig, of: str) -> None:
+        """``name``'s metadata: its own signature, the kernel label and notes of ``of``, whose code it runs."""
+        functions[name] = {**sig.metadata(extras[of]), "kernel": functions[of]["kernel"]}
+        if "notes" in functions[of]:
+            functions[name]["notes"] = functions[of]["notes"]
 
     for group in groups:
         if not emitters or (len(emitters) < nparts and loads[-1] > 0
@@ -232,18 +256,13 @@ def emit_llvm_parts(prim_funcs: dict[str, PrimFunc], target: Target | None = Non
         for name, kind, of, order in group.members:
             func = prim_funcs[name]
             if kind == "alias":   # an identical kernel is emitted already: this symbol is its entry
-                sig = plan_signature(func, name)
-                functions[name] = {**sig.metadata(extras[of]), "kernel": functions[of]["kernel"]}
-                if "notes" in functions[of]:
-                    functions[name]["notes"] = functions[of]["notes"]
+                inherit(name, plan_signature(func, name), of)
                 aliases.append((name, of))
             elif of in bodies:      # the head's body with some dims fixed
                 body_fn, gsig = bodies[of]
                 sig = plan_signature(func, name)
                 emitter.add_entry(name, body_fn, func, sig, order, len(sig.checks) - len(gsig.checks))
-                functions[name] = {**sig.metadata(extras[of]), "kernel": functions[of]["kernel"]}
-                if "notes" in functions[of]:
-                    functions[name]["notes"] = functions[of]["notes"]
+                inherit(name, sig, of)
                 extras[name] = extras[of]
             else:                   # the head's lowering left no body to call: code of its own
                 distinct(emitter, name, func)
@@ -283,10 +302,11 @@ def _kernel_label(family: str, plan, simd: SimdInfo) -> str:
     return f"{family}/{ksimd.name}" + (f"+{variant}" if variant else "")
 
 
-def _label(func: PrimFunc, simd: SimdInfo) -> str:
-    """The ``kernel`` entry of ``func``'s metadata: ``family/simd[+variant]`` for a kernel its family's
-    planner accepts, ``loops`` (or ``loops (family: why not)``) for one emitted as loops."""
-    family, plan = plan_kernel(func, simd)
+def _label(planned: tuple, simd: SimdInfo) -> str:
+    """The ``kernel`` entry of a function's metadata from its :func:`plan_kernel` result ``planned``:
+    ``family/simd[+variant]`` for a kernel its family's planner accepts, ``loops`` (or ``loops (family: why
+    not)``) for one emitted as loops."""
+    family, plan = planned
     if family is None:
         return "loops"
     if isinstance(plan, str):
@@ -339,12 +359,13 @@ def cold_kernel(func: PrimFunc) -> bool:
     return not floats or rows == 2
 
 
-def _emit_kernel(emitter: ModuleEmitter, name: str, func: PrimFunc, simd: SimdInfo
-                 ) -> tuple[dict, list[str], tuple | None]:
-    """Emit one distinct kernel (entry and body) into ``emitter``; returns its metadata, the
-    body's extra error messages and ``(body function, signature)``, the body a specialization of the
-    kernel may call (None for a loops kernel whose lowering changed its parameters' symbolic vars)."""
-    family, plan = plan_kernel(func, simd)
+def _emit_kernel(emitter: ModuleEmitter, name: str, func: PrimFunc, simd: SimdInfo, planned: tuple,
+                 cold: bool) -> tuple[dict, list[str], tuple | None]:
+    """Emit one distinct kernel (entry and body) into ``emitter``, ``planned`` its :func:`plan_kernel` result
+    and ``cold`` its :func:`cold_kernel` (read for loops kernels only); returns its metadata, the body's extra
+    error messages and ``(body function, signature)``, the body a specialization of the kernel may call (None
+    for a loops kernel whose lowering changed its parameters' symbolic vars)."""
+    family, plan = planned
     if family is not None and not isinstance(plan, str):
         tir.verify(func)
         sig = plan_signature(func, name)
@@ -357,7 +378,7 @@ def _emit_kernel(emitter: ModuleEmitter, name: str, func: PrimFunc, simd: SimdIn
         return meta, extra, (body_fn, sig)
     lowered = func if is_lowered(func) else promote_accumulators(lower(schedule(func)))
     sig = plan_signature(lowered, name)
-    extra, body_fn = emitter.add_function(name, lowered, sig, optimize=not cold_kernel(func))
+    extra, body_fn = emitter.add_function(name, lowered, sig, optimize=not cold)
     meta = sig.metadata(extra)
     meta["kernel"] = "loops" if family is None else f"loops ({family}: {plan})"
     # the body takes the lowered function's symbolic vars; a specialization orders them as func's
