@@ -116,6 +116,7 @@ def test_row_tiled_float_kernel(K, gs, sdt, xdt, cap, bits, monkeypatch):
     the presets' ``max_int`` (7, 127)."""
     if bits == 8 and cap == "no-permps":
         pytest.skip("vpermps decodes 4-bit values only")
+    monkeypatch.setitem(TUNING, "tile_x16", 0)   # the float tiles for float16 / bfloat16 x too (the x16 tests below)
     if cap == "no-permps":
         monkeypatch.setitem(TUNING, "tile_permps", 0)
     elif cap is not None:
@@ -334,3 +335,149 @@ def test_row_tiles_pair_the_halves_of_a_tile_with_8_lanes(monkeypatch, own_featu
                 np.testing.assert_array_equal(a, c)
             else:   # two FMA chains per group where there were four: the same products, summed in another order
                 np.testing.assert_allclose(a, c, rtol=1e-6, atol=1e-6 * np.abs(c).max())
+
+
+def _x16_target(cap: str | None, monkeypatch):
+    """The target of the int16-activation tests: the host's own (None), the host's features at 8 lanes
+    (``avx2``: ``vpdpwssd`` on 256 bits where the host has VNNI), or a Haswell (``haswell``: AVX2 without
+    VNNI, what a Zen 3 runs: ``vpmaddwd`` and an add)."""
+    monkeypatch.delenv("MB_SIMD_SHAPE", raising=False)
+    if cap == "haswell":
+        return _x86_target("haswell", "+avx2,+fma,+f16c,+avx")
+    if cap is not None:
+        monkeypatch.setenv("MB_SIMD", cap)
+    return Target.host()
+
+
+def _x16_check(y, X, Q, S, gs: int, K: int, xdt: str, exact_bound: float = 1e-4) -> None:
+    """``y`` (float32) against the float64 emulation of x in int16 (:func:`_int8_activation_reference` with
+    ``qmax = 32767``: the integer sums are exact, only the float epilogue rounds), and against the exact
+    product: closer than float16's rounding of the inputs would allow (``exact_bound``), and not exact (the
+    int16 path really ran) where 64 or more columns are int16."""
+    xf = _as_f32(X, xdt)
+    W = _group_weights(Q, S, "uint32", "float32", gs, K)
+    want = _int8_activation_reference(xf, W, gs, 32767)
+    np.testing.assert_allclose(y, want, rtol=3e-6, atol=3e-6 * np.abs(want).max())
+    exact = xf.astype(np.float64) @ W.T.astype(np.float64)
+    rel = float(np.linalg.norm(y - exact) / np.linalg.norm(exact))
+    assert rel < exact_bound, rel
+    if (K // gs) * gs >= 64:
+        assert rel > 1e-8, rel
+
+
+@pytest.mark.skipif(not HOST_SIMD.int8_dot or "+fma" not in HOST.features, reason="needs AVX2")
+@pytest.mark.parametrize("K,gs,xdt", [
+    (320, 32, "float16"),
+    (200, 16, "bfloat16"),     # 3 steps of 64, an 8-column float tail
+    (100, 32, "float16"),      # one step, 36 float columns (a partial last group)
+    (72, 8, "float16"),
+    (640, 128, "bfloat16"),
+    (1280, 256, "float16"),    # the largest group: int32 sums of 256 products
+])
+@pytest.mark.parametrize("cap", [None, "avx2", "haswell"])
+def test_row_tiled_x16_kernel(K, gs, xdt, cap, monkeypatch):
+    """4-bit row tiles with float16 / bfloat16 x take x in int16 per group (plan variant ``x16``) at every
+    batch size the tiles take (blocks of rows and their remainders, three tiles), on the host's vectors and
+    on AVX2 with and without VNNI: the float64 emulation of that quantization to float32 rounding, within
+    float16's input rounding of the exact product; above ``tile_max_rows`` the float GEMM, exact."""
+    target = _x16_target(cap, monkeypatch)
+    simd = SimdInfo.from_target(target.triple, target.features)
+    lib = None
+    for M in (1, 3, 5, 8, 9, 13, 16, 40):
+        f, odt, X, Q, S, _ = _quant_case(M, 48, K, 4, gs, 7, "uint32", "float32", xdt, seed=M + K, row_tile=16)
+        if lib is None:
+            kernel, lib = _build(f, None if cap is None or cap == "avx2" else target)
+            assert kernel == f"linear/{simd.name}+x16+tiles", kernel
+        assert odt == "float32"
+        y = np.empty((M, 48), np.float32)
+        lib["f"](X, _tiled(Q), _tiled(S), y)
+        if M <= (TUNING["tile_max_rows"] or (32 if simd.registers >= 32 else 16)):
+            _x16_check(y, X, Q, S, gs, K, xdt)
+        else:
+            W = _group_weights(Q, S, "uint32", "float32", gs, K)
+            exact = _as_f32(X, xdt).astype(np.float64) @ W.T.astype(np.float64)
+            np.testing.assert_allclose(y, exact, rtol=2e-5, atol=2e-5 * np.abs(exact).max())
+
+
+@pytest.mark.skipif(not HOST_SIMD.int8_dot or "+fma" not in HOST.features, reason="needs AVX2")
+@pytest.mark.parametrize("cap", [None, "avx2", "haswell"])
+@pytest.mark.parametrize("zp", [0, 7, 15])
+def test_row_tiled_x16_kernel_extreme_values(cap, zp, monkeypatch):
+    """The int32 sums at their bounds: groups of 256 columns of x at ``+-max`` (``q = +-32767``) against
+    weights all 15, all 0 and alternating, with zero points 0, 7 and 15 -- exact against the float64
+    emulation (no pair or sum wraps); a NaN in a row of x makes that row's outputs NaN and leaves the other
+    rows as they were."""
+    target = _x16_target(cap, monkeypatch)
+    K, gs, N, M = 512, 256, 48, 6
+    f, odt, X, Q, S, _ = _quant_case(M, N, K, 4, gs, zp, "uint32", "float32", "float16", row_tile=16)
+    kernel, lib = _build(f, None if cap is None or cap == "avx2" else target)
+    assert "+x16+tiles" in kernel, kernel
+    Q[:16] = 0xFFFFFFFF                       # every value 15
+    Q[16:32] = 0
+    Q[32:] = 0xF0F0F0F0                       # 0, 15, 0, 15, ...
+    X = np.empty((M, K), np.float16)
+    X[0], X[1] = 1.0, -1.0                    # q = +-32767 everywhere
+    X[2, :gs], X[2, gs:] = 60000.0, -60000.0  # the largest float16 magnitudes of one sign per group
+    X[3] = np.where(np.arange(K) % 2, 2.0, -2.0)
+    X[4] = np.where(np.arange(K) % 8 < 4, -0.5, 0.5)   # the pairs of columns p and p + 4 of opposite sign
+    X[5] = 1.0
+    X[5, 7] = 1e-4                            # a value far below the group's largest: rounds to 0
+    y = np.empty((M, N), np.float32)
+    lib["f"](X, _tiled(Q), _tiled(S), y)
+    xf = X.astype(np.float32)
+    vals = np.stack([(Q.astype(np.uint64) >> np.uint64(4 * j)) & np.uint64(15) for j in range(8)], -1).reshape(N, -1)
+    W = ((vals.astype(np.float32) - zp) * np.repeat(S.astype(np.float32), gs, axis=1))[:, :K]
+    want = _int8_activation_reference(xf, W, gs, 32767)
+    np.testing.assert_allclose(y, want, rtol=2e-6, atol=2e-6 * np.abs(want).max())
+    X[3, 300] = np.nan
+    lib["f"](X, _tiled(Q), _tiled(S), y)
+    assert np.isnan(y[3]).all() and not np.isnan(np.delete(y, 3, axis=0)).any()
+    np.testing.assert_allclose(np.delete(y, 3, axis=0), np.delete(want, 3, axis=0), rtol=2e-6,
+                               atol=2e-6 * np.abs(want).max())
+
+
+def test_row_tiled_x16_variant_needs_reduced_precision_x_and_4_bit_tiles(monkeypatch):
+    """Who takes x in int16 (plan variant ``x16``): 4-bit row tiles with float16 / bfloat16 x on AVX2 / AVX-512
+    with integer multiply-adds; float32 x only at a ``matmul_precision`` below ``highest``; not 8-bit tiles,
+    not int8-activation weights (those take int8), not 4-lane vectors or a CPU without AVX2's integer
+    multiply-adds, not with ``tile_x16 = 0``."""
+    from builder.codegen.kernels.linear import plan_linear
+
+    def variant(xdt="float16", bits=4, act="none", simd=SimdInfo("avx2", 8, 16, int8_dot=True), gs=32):
+        f, *_ = _quant_case(2, 32, 256, bits, gs, 2 ** (bits - 1) - 1, "uint32", "float16", xdt, activation=act,
+                            row_tile=16)
+        plan = plan_linear(f, simd)
+        assert not isinstance(plan, str), plan
+        return plan.variant
+
+    avx512 = SimdInfo("avx512", 16, 32, int8_dot=True, int8_512=True)
+    assert variant() == "x16+tiles"
+    assert variant("bfloat16") == variant(simd=avx512) == "x16+tiles"
+    assert variant("float32") == "tiles"
+    assert variant("float32", simd=SimdInfo("avx2", 8, 16, int8_dot=True, matmul_precision="high")) == "x16+tiles"
+    assert variant(bits=8) == "tiles"
+    assert variant(act="int8") == "tiles"
+    assert variant(act="int8", simd=SimdInfo("avx2", 8, 16, int8_dot=True, vnni=True)) == "vnni+tiles"
+    assert variant(simd=SimdInfo("sse", 4, 16, int8_dot=True)) == "tiles"
+    assert variant(simd=SimdInfo("avx", 8, 16)) == "tiles"
+    assert variant(gs=24) == "tiles"                        # groups that do not tile x's 64-column steps
+    monkeypatch.setitem(TUNING, "tile_x16", 0)
+    assert variant() == "tiles"
+
+
+@pytest.mark.skipif(not HOST_SIMD.int8_dot or "+fma" not in HOST.features, reason="needs AVX2")
+def test_row_tiled_x16_kernel_float32_x_at_high_precision():
+    """float32 x at ``matmul_precision=high`` (the recipe field) takes the int16 x too; at ``highest`` the
+    float tiles, exact to float32 rounding."""
+    for prec in ("high", "highest"):
+        f, odt, X, Q, S, _ = _quant_case(5, 32, 320, 4, 32, 7, "uint32", "float32", "float32", seed=4, row_tile=16)
+        kernel, lib = _build(f, Target.host(prec))
+        assert ("+x16" in kernel) == (prec == "high"), kernel
+        y = np.empty((5, 32), np.float32)
+        lib["f"](X, _tiled(Q), _tiled(S), y)
+        if prec == "high":
+            _x16_check(y, X, Q, S, 32, 320, "float32")
+        else:
+            W = _group_weights(Q, S, "uint32", "float32", 32, 320)
+            exact = X.astype(np.float64) @ W.T.astype(np.float64)
+            np.testing.assert_allclose(y, exact, rtol=2e-5, atol=2e-5 * np.abs(exact).max())

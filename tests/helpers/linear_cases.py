@@ -97,20 +97,21 @@ def quant_case(M, N, K, bits, gs, zp, storage, sdt, xdt, seed=0, func=True, acti
     return f, out.dtype, X, Q, S, as_f32(X, xdt) @ W.T
 
 
-def int8_activation_reference(X: np.ndarray, W: np.ndarray, gs: int) -> np.ndarray:
-    """``X @ W.T`` in float64 with X quantized as the int8-activation GEMV does: the columns of
+def int8_activation_reference(X: np.ndarray, W: np.ndarray, gs: int, qmax: int = 127) -> np.ndarray:
+    """``X @ W.T`` in float64 with X quantized as the integer-activation kernels do: the columns of
     the whole 64-column steps inside whole groups get, per group, ``a = max|x|`` (float32),
-    ``q = rint(float32(x * float32(127 / a)))`` and ``d = float32(a / 127)`` (a group of zeros
-    stays zero); the remaining columns stay float."""
+    ``q = rint(float32(x * float32(qmax / a)))`` and ``d = float32(a / qmax)`` (a group of zeros
+    stays zero); the remaining columns stay float. ``qmax``: 127 for int8 activations, 32767 for the
+    int16 x of the 4-bit tiles (plan variant ``x16``)."""
     M, K = X.shape
     kc = (K // gs) * gs // 64 * 64
     Wd = W.astype(np.float64)
     ref = X[:, kc:].astype(np.float64) @ Wd[:, kc:K].T
     Xg = X[:, :kc].reshape(M, -1, gs)
     a = np.abs(Xg).max(axis=2)
-    inv = np.where(a > 0, np.float32(127) / np.where(a > 0, a, np.float32(1)), np.float32(0)).astype(np.float32)
+    inv = np.where(a > 0, np.float32(qmax) / np.where(a > 0, a, np.float32(1)), np.float32(0)).astype(np.float32)
     q = np.rint((Xg * inv[..., None]).astype(np.float32))
-    d = (a / np.float32(127)).astype(np.float32)
+    d = (a / np.float32(qmax)).astype(np.float32)
     return ref + (q * d[..., None]).reshape(M, kc).astype(np.float64) @ Wd[:, :kc].T
 
 

@@ -457,6 +457,21 @@ class KFunc:
         w_odd = b.ashr(w16, eight)
         return b.add(acc, b.add(self.madd_wd(a_even, w_even, zmm), self.madd_wd(a_odd, w_odd, zmm)))
 
+    def dot_s16(self, acc: ir.Value, a: ir.Value, w: ir.Value, native: bool, zmm: bool = False) -> ir.Value:
+        """``acc[i] + a[2i] * w[2i] + a[2i+1] * w[2i+1]`` with ``acc`` ``<8 x i32>`` (``<16 x i32>``) and
+        ``a`` / ``w`` ``<16 x i16>`` (``<32 x i16>``) signed, in exact int32 arithmetic (wrapping on
+        overflow). ``native``: one ``vpdpwssd`` (AVX512-VNNI / AVX-VNNI, Intel SDM: no saturation;
+        ``.512`` when ``zmm``, else 256-bit ones), otherwise ``vpmaddwd`` and an add."""
+        b = self.b
+        if native:
+            if a.type.count == 32 and zmm:
+                fn = self.declare("llvm.x86.avx512.vpdpwssd.512", acc.type, [acc.type, a.type, a.type])
+                return b.call(fn, [acc, a, w])
+            i16v, i32v = vec(I16, 16), vec(I32, 8)
+            fn = self.declare("llvm.x86.avx512.vpdpwssd.256", i32v, [i32v, i16v, i16v])
+            return self.by_256(lambda c, x, y: b.call(fn, [c, x, y]), acc, a, w)
+        return b.add(acc, self.madd_wd(a, w, zmm))
+
     def hsum(self, v: ir.Value) -> ir.Value:
         """Sum of the lanes of a float vector (reassociated)."""
         t = v.type

@@ -115,7 +115,7 @@ class LinearEmitter(GemvFloat, Bf16Dot, GemvInt8, GemvTiles, GemmFloat, GemmInt8
         self.qkeys: list = []
         self.qfast: dict[int, tuple] = {}
         # 4-bit weights whose graph allows int8 activations: integer GEMV (``_gemv_micro_i8``),
-        # one int8 copy of x per distinct group size
+        # one int8 copy of x per distinct group size (the int16 copy of the x16 tiles, below)
         self.ikeys: list[int] = []
         self.qint: dict[int, int] = {}
         k_static = E.simplify(plan.params[plan.x].shape[-1])
@@ -163,6 +163,14 @@ class LinearEmitter(GemvFloat, Bf16Dot, GemvInt8, GemvTiles, GemmFloat, GemmInt8
         # columns as the GEMV (the rest stay float), so every batch size computes the same
         self.i8gemm = bool(TUNING["gemm_i8"]) and len(self.qint) == self.nw and not self.tiled
         self.tile_int8 = self.tiled and len(self.qint) == self.nw
+        # 4-bit row tiles with x in int16 per group (plan variant x16, GemvTiles._tile_fn_x16): x's
+        # int16 rows in the int8 rows' buffers (ikeys / qint: every weight whose x is an Int8Rows copy)
+        self.tile_x16 = self.tiled and not self.tile_int8 and "x16" in variant
+        if self.tile_x16:
+            for w, d in enumerate(plan.weights):
+                if d.group_size not in self.ikeys:
+                    self.ikeys.append(d.group_size)
+                self.qint[w] = d.group_size
         if self.tiled:
             # row-tiled weights: the tiles for every M with int8 activations, else up to
             # ``tile_max_rows`` rows and the float GEMM (panels packed from the tiles) above
@@ -211,8 +219,8 @@ class LinearEmitter(GemvFloat, Bf16Dot, GemvInt8, GemvTiles, GemmFloat, GemmInt8
         extra += ["xa", "xtasks_amx"] if self.amx_split else []
         extra += [f"xq{i}" for i in range(len(self.qkeys))] + [f"xs{i}" for i in range(len(self.qkeys))]
         extra += [f"xi{i}" for i in range(len(self.ikeys))]
-        extra += ["xts"] if self.tiled and not self.tile_int8 and not self.tiled_dense else []
-        extra += ["xtasks"] if self.tile_int8 else []
+        extra += ["xts"] if self.tiled and not self.tile_int8 and not self.tile_x16 and not self.tiled_dense else []
+        extra += ["xtasks"] if self.tile_int8 or self.tile_x16 else []
         self.ctx = _Ctx(len(func.params), len(sig.sym_vars), extra)
 
     def _function(self, fname: str, ret: ir.Type, args: list[ir.Type]) -> ir.Function:
@@ -426,20 +434,22 @@ class LinearEmitter(GemvFloat, Bf16Dot, GemvInt8, GemvTiles, GemmFloat, GemmInt8
             values["xa"] = b.ptrtoint(xamx[1], I64)
             few = b.or_(small, kf.lt(kf.mul(M, K), TUNING["xprep_min_values"]))
             values["xtasks_amx"] = b.select(few, kf.i64(1), nthreads)
-        if self.tile_int8:
+        if self.tile_int8 or self.tile_x16:
             few = b.or_(small, kf.lt(kf.mul(M, K), TUNING["xprep_min_values"]))
             values["xtasks"] = b.select(few, kf.i64(1), kf.smin(kf.smax(M, 1), nthreads))
         self.ctx.store(kf, slot, ptrs, syms, xf, values)
         task = b.select(use_gemv, gemv, gemm if gemm_amx is None else b.select(use_amx, gemm_amx, gemm))
         par = kf.declare("mb_parallel_for", I32, [PTR, PTR, I64])
         rc_slot = kf.alloca(I32, name="rc")
-        if self.tile_int8 and ibufs:
-            # x quantized to int8 by all threads, each its share of the rows, before the tiles
-            # (on one thread below ``xprep_min_values`` values of x: a round of the pool costs more)
+        if (self.tile_int8 or self.tile_x16) and ibufs:
+            # x quantized to int8 (int16) by all threads, each its share of the rows, before the tiles
+            # (on one thread below ``xprep_min_values`` values of x: a round of the pool costs more);
+            # the int16 rows where the tiles run (M <= MG; the float GEMM above)
             xprep = self._int8_x_task()
             xtasks = values["xtasks"]
-            kf.if_else(b.icmp_signed("==", xtasks, kf.i64(1)), lambda: kf.b.call(xprep, [slot, kf.i64(0)]),
-                       lambda: kf.b.call(par, [xprep, slot, xtasks]), "xprep")
+            with kf.if_(use_gemv, "xprepx"):
+                kf.if_else(kf.b.icmp_signed("==", xtasks, kf.i64(1)), lambda: kf.b.call(xprep, [slot, kf.i64(0)]),
+                           lambda: kf.b.call(par, [xprep, slot, xtasks]), "xprep")
         if xamx is not None:
             # x as the AMX kernel's bfloat16 rows, by all threads, before the GEMM
             xprep_amx = self._amx_x_task()

@@ -48,7 +48,8 @@ class GemvInt8:
         :meth:`Int8Rows.for_lanes`; 64-column steps for the row-tiled kernel)."""
         if self.tiled:   # the row-tiled kernel reads 64-column steps whatever the vector width,
             # in column order for 8-bit weights (4 columns per 32-bit word, one vpdpbusd)
-            return Int8Rows(self.K_static, gs, natural=self.plan.weights[0].bits == 8)
+            return Int8Rows(self.K_static, gs, natural=self.plan.weights[0].bits == 8,
+                            bits=16 if self.tile_x16 else 8)
         return Int8Rows.for_lanes(self.K_static, gs, self.lanes if TUNING["gemv_wide_i8"] else 8)
 
     def _int8_row_sums(self, kf, dec, row, xrows, lay: "Int8Rows", accs, sums) -> None:
@@ -94,7 +95,7 @@ class GemvInt8:
                 with kf.if_(b.icmp_unsigned("==", buf, ir.Constant(PTR, None)), "oomi"):
                     b.ret(ir.Constant(I32, self.error_code))
                 b.store(buf, slot)
-                if not self.tile_int8:   # the row-tiled kernel fills it in parallel (_int8_x_task)
+                if not (self.tile_int8 or self.tile_x16):   # the row-tiled kernels fill it in parallel (_int8_x_task)
                     self._fill_int8_rows(kf, xf, K, buf, lay, gs, kf.i64(0), M)
 
             if self.i8gemm:
@@ -140,9 +141,11 @@ class GemvInt8:
         fSv, iSv = vec(F32, S), vec(I32, S)
         rintS = kf.declare(f"llvm.rint.v{S}f32", fSv, [fSv])
 
-        def clamp(v):   # +-127, a NaN becomes -127 (one vmaxps / vminps each: plain compares
+        qmax = float(lay.qmax)
+
+        def clamp(v):   # +-qmax, a NaN becomes -qmax (one vmaxps / vminps each: plain compares
             n = v.type.count  # and selects, where maxnum / minnum add NaN fix-ups)
-            lo_, hi_ = ir.Constant(v.type, [-127.0] * n), ir.Constant(v.type, [127.0] * n)
+            lo_, hi_ = ir.Constant(v.type, [-qmax] * n), ir.Constant(v.type, [qmax] * n)
             v = b.select(b.fcmp_unordered("<", v, lo_), lo_, v)
             return b.select(b.fcmp_ordered(">", v, hi_), hi_, v)
         with kf.loop(m_lo, m_hi, 1, "im") as m:
@@ -163,18 +166,18 @@ class GemvInt8:
                     bad = b.fadd(bad, b.fmul(v, ir.Constant(f8, [0.0] * 8)))
                 return amax, bad
 
-            def group_qsum(base, invv):   # per-lane sums of q = rint(clamp(x * 127 / max|x|))
+            def group_qsum(base, invv):   # per-lane sums of q = rint(clamp(x * qmax / max|x|))
                 qs = ir.Constant(i8x8, [0] * 8)
                 for j in range(0, gs, 8):
                     v = kf.load(f8, base, kf.i64(j), align=4)
                     qs = b.add(qs, b.fptosi(b.call(rint8, [clamp(b.fmul(v, invv))]), i8x8))
                 return qs
 
-            def scales(a, bad):   # d = max|x| / 127 (+ NaN for NaN / inf), inv = 127 / max|x| or 0
+            def scales(a, bad):   # d = max|x| / qmax (+ NaN for NaN / inf), inv = qmax / max|x| or 0
                 const = (lambda v: ir.Constant(f8, [v] * 8)) if a.type == f8 else (lambda v: ir.Constant(F32, v))
-                d = b.fadd(b.fdiv(a, const(127.0)), bad)
+                d = b.fadd(b.fdiv(a, const(qmax)), bad)
                 pos = b.fcmp_ordered(">", a, const(0.0))
-                return d, b.select(pos, b.fdiv(const(127.0), a), const(0.0))
+                return d, b.select(pos, b.fdiv(const(qmax), a), const(0.0))
 
             def store_tables(g, d, inv, qsum, n):   # n = 1: scalars of group g; 8: groups g .. g + 7
                 kf.store(d, dptr, g, align=4)
@@ -213,12 +216,17 @@ class GemvInt8:
                                         ir.Constant(vec(I32, S), [j // gs if gs < S else 0
                                                                   for j in range(S)]))
                 q = b.trunc(b.fptosi(b.call(rintS, [clamp(b.fmul(xS, invs))]), iSv),
-                            vec(I8, S))
-                if not lay.natural:   # even columns, then odd (the 4-bit kernels' nibble halves)
+                            vec(I16 if lay.bits == 16 else I8, S))
+                if lay.bits == 16:    # each 8 columns 0 4 1 5 2 6 3 7 (a word's nibbles p and p + 4)
+                    perm = [j - j % 8 + (j % 8) // 2 + 4 * (j % 2) for j in range(S)]
+                elif not lay.natural:   # even columns, then odd (the 4-bit kernels' nibble halves)
                     perm = [2 * j for j in range(S // 2)] + [2 * j + 1 for j in range(S // 2)]
+                else:
+                    perm = None
+                if perm is not None:
                     q = b.shuffle_vector(q, ir.Constant(q.type, ir.Undefined),
                                          ir.Constant(vec(I32, S), perm))
-                kf.store(q, row, kf.mul(st, S), align=1)
+                kf.store(q, row, kf.mul(st, S), align=1)   # (elements of q's type)
 
 
     def _gemv_micro_i8(self, kf, dec, rows, xf, xi, lay: "Int8Rows", K, m0, t: int, rc: int,

@@ -1,5 +1,5 @@
-"""The byte layout of x in the int8-activation kernels (:class:`Int8Rows`) and when they apply
-(:func:`int8_gemv_supported`)."""
+"""The byte layout of x in the integer-activation kernels (:class:`Int8Rows`: int8 values, or the
+int16 ones of the float-activation tiles) and when the int8 kernels apply (:func:`int8_gemv_supported`)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -27,11 +27,14 @@ def int8_gemv_supported(storage: str, bits: int, group_size: int, k: int, row_ti
 
 @dataclass(frozen=True)
 class Int8Rows:
-    """Byte layout of one row of x in the int8-activation buffer (``k`` columns, groups of
+    """Byte layout of one row of x in the integer-activation buffer (``k`` columns, groups of
     ``group_size``, steps of ``step`` = 64 columns for 256-bit kernels or 128 for 512-bit ones):
     ``steps`` = whole steps inside whole groups; int8 values (``steps * step`` bytes, each step
     even columns then odd -- the 4-bit kernels' low and high nibbles --, or in column order with
-    ``natural``, for 8-bit weights), then per covered group ``d``, ``1/d`` and ``d * sum q``
+    ``natural``, for 8-bit weights) or, with ``bits = 16``, int16 values (``2 * steps * step``
+    bytes, each 8 columns in the order ``0 4 1 5 2 6 3 7``: the pairs a 4-bit word's nibbles ``p``
+    and ``p + 4`` meet in one ``vpmaddwd`` lane, :meth:`~.tiles.GemvTiles._tile_fn_x16`), then per
+    covered group ``d`` (``max|x| / qmax``), ``1/d`` and ``d * sum q``
     (float32; the last for the weights' zero point) and ``-zero_point * sum q`` (int32, for the
     row-tiled kernel). The GEMV multiplies a step's weight scales by its groups' ``d`` and spreads
     the products over the dot product's lanes (a per-lane copy of ``d`` was as many bytes per
@@ -42,6 +45,12 @@ class Int8Rows:
     group_size: int
     step: int = 64
     natural: bool = False
+    bits: int = 8
+
+    @property
+    def qmax(self) -> int:
+        """The largest ``|q|``: 127 for int8 values, 32767 for int16 ones."""
+        return (1 << (self.bits - 1)) - 1
 
     @classmethod
     def for_lanes(cls, k: int, group_size: int, lanes: int) -> "Int8Rows":
@@ -66,7 +75,7 @@ class Int8Rows:
 
     @property
     def columns(self) -> int:
-        """Columns quantized to int8 (``steps * step``); the rest of a row stays float."""
+        """Columns quantized (``steps * step``); the rest of a row stays float."""
         return self.steps * self.step
 
     @property
@@ -77,7 +86,7 @@ class Int8Rows:
     @property
     def d_off(self) -> int:
         """Byte offset of the per-group ``d`` (float32, padded by one step's groups)."""
-        return self.columns
+        return self.columns * self.bits // 8
 
     @property
     def _pad(self) -> int:
@@ -87,7 +96,7 @@ class Int8Rows:
 
     @property
     def inv_off(self) -> int:
-        """Byte offset of the per-group ``127 / max|x|`` (float32)."""
+        """Byte offset of the per-group ``qmax / max|x|`` (float32)."""
         return self.d_off + 4 * self.groups + self._pad
 
     @property

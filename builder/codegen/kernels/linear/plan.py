@@ -48,6 +48,7 @@ TUNING = {
     "xprep_min_values": 1 << 16,  # row-tiled int8 kernel: x quantized on all threads from this many values
     "prefetch_scales": 2048,     # row-tiled kernels: the scales' prefetch distance in bytes (0: off;
                                  # LlamaMLP q4f16_1+a8 batch 8 4.83-4.92 -> 4.59-4.72 ms from DRAM, Xeon)
+    "tile_x16": 1,               # 4-bit tiles, float16 / bfloat16 x: x in int16 per group (plan._int16_activations; 0: off)
     "tile_permps": 1,            # float tiles on AVX-512: decode with vpermps (0: mask and conversion)
     "tile_chains_f32": 4,        # float tiles: FMA chains per group over the input rows of a block (4: 4 for
                                  # 1 row, 2 for 2; LlamaMLP q4f16_1 batch 1 4.04 -> 3.63 ms, Xeon)
@@ -267,7 +268,8 @@ def plan_linear(func: PrimFunc, simd: SimdInfo) -> LinearPlan | str:
     instruction path the kernel takes (``"bf16dot"``: bfloat16 ``x`` and weights, an even
     static ``K`` and ``vdpbf16ps`` in the GEMV and GEMM; ``"bf16gemv"``: in the GEMV only, the
     GEMM multiplies widened float32 (:attr:`SimdInfo.bf16dot_gemm`, ``gemm_bf16dot``);
-    ``"vnni"``: int8-activation weights and ``vpdpbusd``; ``"tiles"`` added: row-tiled weights and
+    ``"vnni"``: int8-activation weights and ``vpdpbusd``; ``"x16"``: 4-bit row tiles with x in
+    int16 per group (:func:`_int16_activations`); ``"tiles"`` added: row-tiled weights and
     the row-tiled kernels of :mod:`.tiles`; ``"amx"`` / ``"amx3"`` added: the GEMM on AMX tiles with
     bfloat16 products or the bf16x3 split, :func:`_amx_split`), shown in the built function's
     ``kernel`` label.
@@ -294,6 +296,8 @@ def plan_linear(func: PrimFunc, simd: SimdInfo) -> LinearPlan | str:
             plan.variant = "bf16dot" if gemm else "bf16gemv"
         elif simd.vnni and _int8_activations(plan, k):
             plan.variant = "vnni"
+        elif _int16_activations(plan, simd, k):
+            plan.variant = "x16"
         if any(d.row_tile for d in plan.weights):
             plan.variant = "+".join(filter(None, [plan.variant, "tiles"]))
         split = _amx_split(plan, simd, k)
@@ -335,6 +339,27 @@ def _int8_activations(plan: LinearPlan, k) -> bool:
     :func:`int8_gemv_supported` takes, with a static K (``k``, simplified)."""
     return isinstance(k, E.IntImm) and any(
         d.format == "group" and d.activation == "int8"
+        and int8_gemv_supported(d.storage, d.bits, d.group_size, k.value, d.row_tile) for d in plan.weights)
+
+
+def _int16_activations(plan: LinearPlan, simd: SimdInfo, k) -> bool:
+    """True when ``plan`` takes the 4-bit row tiles with x in int16 (:meth:`~.tiles.GemvTiles._tile_fn_x16`):
+    every weight 4-bit in row tiles with float activations in a layout :func:`int8_gemv_supported`
+    takes, a static K (``k``, simplified), AVX2 integer multiply-adds on 8 or 16 lanes, and x in
+    float16 / bfloat16 (or float32 at a ``matmul_precision`` below ``highest``). x is rounded to
+    ``q = rint(x * 32767 / max|x|)`` per group of the weights: an error of at most ``max|x| / 65534``
+    per value, 32 times below float16's own rounding of the group's largest value (2**-11 of it), so
+    the products -- exact in int32 -- carry no more error than the float16 inputs did. Where float
+    activations need a shift, a byte shuffle, a conversion and an FMA per 8 weights and rows of 8
+    lanes, x in int16 pairs each column with the one 4 further on in one ``vpmaddwd`` lane: a shift,
+    a mask and a ``vpmaddwd`` (with AVX512-VNNI a ``vpdpwssd``) per 16 weights. ``tile_x16 = 0``: off."""
+    x = plan.params[plan.x]
+    if not (TUNING["tile_x16"] and simd.int8_dot and simd.lanes >= 8 and isinstance(k, E.IntImm)):
+        return False
+    if x.dtype not in ("float16", "bfloat16") and simd.matmul_precision == "highest":
+        return False
+    return not _int8_activations(plan, k) and all(
+        d.format == "group" and d.row_tile and d.bits == 4
         and int8_gemv_supported(d.storage, d.bits, d.group_size, k.value, d.row_tile) for d in plan.weights)
 
 

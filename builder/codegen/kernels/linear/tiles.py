@@ -35,6 +35,23 @@ the row-major int8 GEMV / GEMM's: the same columns are quantized (whole 64-colum
 whole groups) and the same integer sums formed; the columns past them stay float (``x *
 dequantized weight``, scalar, :meth:`GemvTiles._tile_tail`).
 
+**int16 x** (plan variant ``x16``, :meth:`GemvTiles._tile_fn_x16`; 4-bit tiles with float16 /
+bfloat16 x, or float32 x below ``matmul_precision=highest``: :func:`~.plan._int16_activations`, up to
+``tile_max_rows`` input rows): x quantized once per call to int16 per group (the int8 path's
+:class:`~.int8_rows.Int8Rows` with ``bits = 16``, by every thread from ``xprep_min_values`` values),
+each word's columns ``p`` and ``p + 4`` paired in one lane by ``(word >> 4 p) & 0x000F000F`` and
+multiplied with x's pair by one ``vpmaddwd`` (``vpdpwssd`` with VNNI) per 16 weights and input row:
+a shift, a mask and a multiply-add where float x took a shuffle, a conversion and two FMAs, and half
+the multiply instructions of the FMAs at any row count. x's rounding, at most ``max|x| / 65534`` per
+group, is 32 times below float16's own of the group's largest value. LlamaMLP-sized q4 matmul 4096
+-> 11008, weights from DRAM, one thread, CPU time, AMD Zen 5 (float tiles -> int16 x): the AVX2 code
+without VNNI (what a Zen 3 runs) at 1 / 2 / 4 / 8 / 16 rows 1923 -> 1161, 2937 -> 1698, 4601 -> 3368,
+8783 -> 6305, 17560 -> 12228 us; AVX2 with VNNI 2446 -> 1207 us at 1 row, 22026 -> 8637 at 16; the
+host's AVX-512 1157 -> 1033 at 1 row (both at this thread's read rate), 8297 -> 4735 at 16. The
+whole LlamaMLP q4f16_1 at batch 1 with the AVX2 code, alone after a cache sweep: 5.00 -> 2.33 ms
+(39 -> 77% of the plain read of its 76 MB); batch 8 13.3 -> 9.1 ms; with the host's AVX-512 batch 8
+6.84 -> 3.50 ms, batch 1 1.98 -> 1.80 ms (``benchmarks/bench_mlp.py``).
+
 **Both halves of a tile at once with 8 lanes** (``tile_pair_rows_i8``, ``tile_pair_rows_f32``;
 :meth:`GemvTiles._tile_shape`): with 256-bit vectors a tile's word is two vectors of 8 rows, and a helper
 of 8 rows read half of each 64-byte line, the second helper the other half from L2. Helpers of up to 2
@@ -189,7 +206,7 @@ class GemvTiles:
         """For the float-activation tiles: a buffer of ``xs[m, g]``, the sum of x over each whole
         group (float32, ``M x K // group_size``; the weights' zero point is applied through it;
         NULL where :meth:`_tile_permps` applies it in the table), or None for the other kernels."""
-        if not self.tiled or self.tile_int8 or self.tiled_dense:
+        if not self.tiled or self.tile_int8 or self.tile_x16 or self.tiled_dense:
             return None
         if self._tile_permps():
             return ir.Constant(PTR, None)
@@ -308,7 +325,7 @@ class GemvTiles:
         res = kf.alloca(F32, self.nw * MB * T, name="res", align=64)
         resw = [kf.gep(res, kf.i64(w * MB * T), F32) if w else res for w in range(self.nw)]
         wargs = [self._weight_args(st, w) for w in range(self.nw)]
-        if self.tile_int8:
+        if self.tile_int8 or self.tile_x16:
             xaux = [b.inttoptr(st.extra[f"xi{self.ikeys.index(self.qint[w])}"], PTR) for w in range(self.nw)]
             aux_row = [self._int8_rows(self.qint[w]).row_bytes for w in range(self.nw)]
         else:
@@ -380,10 +397,11 @@ class GemvTiles:
         """``void tile(ptr q, ptr s, ptr xa, ptr xf, ptr res)``: ``res[i * 16 + r] = sum_k x[i, k]
         W[r, k]`` for the ``NL`` rows of one vector of a tile (``q`` / ``s``: that vector's first
         word / scale in the tile) and ``t`` input rows (``xa``: their :class:`Int8Rows` with int8
-        activations, their per-group sums of x with float ones; ``xf``: their float32 values).
+        or int16 activations, their per-group sums of x with float ones; ``xf``: their float32 values).
         ``first``: the tile's first vector, which prefetches the tile's lines ``prefetch_q`` bytes
         ahead. Shared by every kernel of the module with this format, ``K`` and ``t``."""
-        return (self._tile_fn_i8 if self.tile_int8 else self._tile_fn_f32)(w, t, first)
+        fn = self._tile_fn_i8 if self.tile_int8 else self._tile_fn_x16 if self.tile_x16 else self._tile_fn_f32
+        return fn(w, t, first)
 
     @staticmethod
     def _tile_weight(kf: KFunc, d, q, s, k, r: int):
@@ -494,6 +512,87 @@ class GemvTiles:
             kf.store(b.load(facc[i], typ=f32v), outs[i], None, align=4)
         if G * gs < K:
             self._tile_tail(kf, d, q, s, xf, outs, NL, t, G * gs)
+        b.ret_void()
+        kf.finish()
+        return fn
+
+    def _tile_fn_x16(self, w: int, t: int, first: bool) -> ir.Function:
+        """The tile helper (:meth:`_tile_fn`) of 4-bit weights with x in int16 (plan variant ``x16``,
+        :func:`~.plan._int16_activations`; x's rows: :class:`Int8Rows` with ``bits = 16``, each 8
+        columns in the order ``0 4 1 5 2 6 3 7``). Per word of 8 columns and ``p`` = 0 .. 3, ``(word >>
+        4 p) & 0x000F000F`` holds column ``p`` of each row in the low int16 half of its lane and
+        column ``p + 4`` in the high half: one ``vpmaddwd`` with x's pair of those columns broadcast
+        adds both products of a row to its int32 lane (``vpdpwssd`` with VNNI), for every input row
+        of the block. A group's sums start at ``-zero_point * sum q`` (x's table) and leave the integers
+        once per group and row: ``acc += float(isum) * scale * d``. Exact: ``|isum| <= 256 * 15 *
+        32767 + 15 * 256 * 32767 < 2**31``. The columns past the int16 ones stay float
+        (:meth:`_tile_tail`)."""
+        d = self.plan.weights[w]
+        NL, _ = self._tile_shape(t)
+        K = self.K_static
+        lay = self._int8_rows(d.group_size)
+        native = self.simd.vnni and self.simd.native("vnni")
+        zmm = self.simd.int8_512 and NL == 16
+        key = (f"mb.tile.{self._fmt_key(w)}.k{K}.v{NL}.t{t}{'.pf' if first else ''}.x16"
+               f"{'.vnni' if native else ''}{'.zmm' if zmm else ''}")
+        fn, kf = self._new_helper(key, [PTR] * 5)
+        if kf is None:
+            return fn
+        q, s, xi, xf, res = fn.args
+        b = kf.b
+        T, gs, zp = ROW_TILE, d.group_size, d.zero_point
+        i16v, i32v, f32v = vec(I16, 2 * NL), vec(I32, NL), vec(F32, NL)
+        st_t, bpe = mem_type(d.scale_dtype), elem_bytes(d.scale_dtype)
+        mask = ir.Constant(i32v, [0x000F000F] * NL)
+        xrows = [kf.gep(xi, kf.i64(i * lay.row_bytes), I8) if i else xi for i in range(t)]
+        facc = [kf.alloca(f32v, name="tacc") for _ in range(t)]
+        for a in facc:
+            b.store(kf.fzero(NL), a)
+        pf = TUNING["prefetch_q"] if first else 0
+        wpg = gs // 8                           # words per group
+        with kf.loop(0, lay.groups, 1, "tg") as g:
+            if pf:
+                self._prefetch_scales(kf, s, g, bpe)
+            sc = kf.widen(kf.load(vec(st_t, NL), kf.gep(s, kf.mul(g, T * bpe), I8), None, align=2), d.scale_dtype)
+            islot = [kf.alloca(i32v, name="iacc") for _ in range(t)]
+            for a, xr in zip(islot, xrows):
+                if zp:   # the zero point: the integer sums start at -zero_point * sum q (x's table)
+                    b.store(kf.splat(kf.load(I32, kf.gep(xr, kf.add(kf.mul(g, 4), lay.zsum_off), I8), None,
+                                             align=4), NL), a)
+                else:
+                    b.store(ir.Constant(i32v, [0] * NL), a)
+            # the words of a group in a loop of U words, its sums carried from word to word: with a
+            # group's words unrolled, LLVM summed each row's products as a tree and took the rows one
+            # after another, the decoded words spilled and reloaded for each (AVX2 without VNNI at 4 rows
+            # 10% behind the float tiles); one row has no such reuse and runs fastest unrolled
+            U = wpg if t == 1 else 1
+            with kf.loop(0, wpg, U, "tw") as c0:
+                iacc = [b.load(a, typ=i32v) for a in islot]
+                for u in range(U):
+                    word = kf.add(kf.mul(g, wpg), kf.add(c0, u) if u else c0)
+                    wp = kf.gep(q, kf.mul(word, 4 * T), I8)
+                    if pf:
+                        kf.prefetch(kf.gep(wp, kf.i64(pf), I8), TUNING["prefetch_locality"])
+                    wv = kf.load(i32v, wp, None, align=4)
+                    xo = kf.mul(word, 16)               # x's int16 values of the word's 8 columns
+                    for p in range(4):
+                        pv = wv if p == 0 else b.lshr(wv, ir.Constant(i32v, [4 * p] * NL))
+                        pw = b.bitcast(b.and_(pv, mask), i16v)
+                        for i, xr in enumerate(xrows):
+                            xv = kf.load(I32, kf.gep(xr, kf.add(xo, 4 * p), I8), None, align=4)
+                            iacc[i] = kf.dot_s16(iacc[i], pw, b.bitcast(kf.splat(xv, NL), i16v), native, zmm)
+                for a, v in zip(islot, iacc):
+                    b.store(v, a)
+            for i, xr in enumerate(xrows):
+                dv = kf.load(F32, kf.gep(xr, kf.add(kf.mul(g, 4), lay.d_off), I8), None, align=4)
+                prod = b.fmul(sc, kf.splat(dv, NL), flags=KFunc.FM)
+                isum = b.load(islot[i], typ=i32v)
+                b.store(kf.fma(b.sitofp(isum, f32v), prod, b.load(facc[i], typ=f32v)), facc[i])
+        outs = [kf.gep(res, kf.i64(i * T), F32) if i else res for i in range(t)]
+        for i in range(t):
+            kf.store(b.load(facc[i], typ=f32v), outs[i], None, align=4)
+        if lay.columns < K:
+            self._tile_tail(kf, d, q, s, xf, outs, NL, t, lay.columns)
         b.ret_void()
         kf.finish()
         return fn
