@@ -22,6 +22,13 @@
    in a fresh ``MB_CACHE_DIR``, whose time is printed too), beside ``python -c pass`` (the interpreter's
    own start). Limit: under 0.3 s.
 
+5. **The first call of a loaded model** (issue 44): in a fresh process (after one that filled the object
+   cache), ``recipes/llama.yaml`` at 8 layers, hidden 1024 (``bench_decode_batch.py``'s shape) in
+   ``--first-format`` (q4f16_1), built from the cache; then a prefill of 32 tokens, a second one on a
+   new cache, and 8 decode steps: the first call of each function against the median of the later ones
+   (what a loaded model costs before it runs at its speed: page faults of its weights and workspaces,
+   the thread pool's start, the weight transforms of the first call). No limit: reported.
+
 Timings are wall-clock (``time.perf_counter``) on whatever else the machine runs; the header
 prints the load average. No result is asserted: the verdict column says whether each limit is
 met on this run.
@@ -178,11 +185,60 @@ def start_times(runs: int) -> dict:
     return res
 
 
+FIRST_CALL_SCRIPT = r"""
+import json, sys, time
+t0 = time.perf_counter()
+import numpy as np
+import builder
+from runtime import ContiguousKVCache
+t1 = time.perf_counter()
+model = builder.build(sys.argv[1], sys.argv[2:])
+t2 = time.perf_counter()
+rng = np.random.default_rng(0)
+tokens = rng.integers(0, 1000, (1, 32)).astype(np.int64)
+prefill, decode = model["prefill"], model["decode"]
+out = {"import_s": t1 - t0, "build_s": t2 - t1, "prefill_s": [], "decode_s": []}
+for _ in range(3):
+    cache = ContiguousKVCache()
+    t = time.perf_counter(); prefill(tokens, cache, 32); out["prefill_s"].append(time.perf_counter() - t)
+tok = rng.integers(0, 1000, (1, 1)).astype(np.int64)
+for i in range(8):
+    t = time.perf_counter(); decode(tok, cache, 33 + i); out["decode_s"].append(time.perf_counter() - t)
+print(json.dumps(out))
+"""
+
+
+def first_calls(fmt: str) -> dict:
+    """Item 5: seconds of the import, the build from the object cache and each prefill / decode call of
+    ``recipes/llama.yaml`` (8 layers, hidden 1024, format ``fmt``) in a fresh process, after one that
+    filled a fresh cache; ``first / later`` for prefill and decode."""
+    import subprocess
+
+    from bench_decode_batch import SHAPE
+    from bench_models import llama_overrides
+
+    overrides = [o for o in llama_overrides(fmt) if not any(o.startswith(k + "=") for k in SHAPE)]
+    overrides += [f"{k}={v}" for k, v in SHAPE.items()]
+    cmd = [sys.executable, "-c", FIRST_CALL_SCRIPT, str(ROOT / "recipes" / "llama.yaml"), *overrides]
+    with tempfile.TemporaryDirectory() as cache:
+        env = dict(os.environ, MB_CACHE_DIR=cache, PYTHONPATH=str(ROOT))
+        runs = [json.loads(subprocess.run(cmd, env=env, check=True, capture_output=True, text=True).stdout
+                           .strip().splitlines()[-1]) for _ in range(2)]
+    res = runs[1]
+    res["cold_build_s"] = runs[0]["build_s"]
+    for kind in ("prefill", "decode"):
+        later = float(np.median(res[f"{kind}_s"][1:]))
+        res[f"{kind}_first_over_later"] = res[f"{kind}_s"][0] / later
+    res["format"] = fmt
+    return res
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="fewer calls (about 2 s)")
     p.add_argument("--json", action="store_true", help="also print the results as one JSON object")
     p.add_argument("--starts", type=int, default=None, help="runs of each start-up command (default 10, --quick 3)")
+    p.add_argument("--first-format", default="q4f16_1", help="the format of item 5's Llama (default q4f16_1)")
     args = p.parse_args(argv)
     calls = 2000 if args.quick else 20000
     norm_calls = 200 if args.quick else 2000
@@ -212,6 +268,13 @@ def main(argv=None) -> int:
           f"--list-ops {st['list_ops_s'] * 1e3:.0f} ms (first run, filling its cache: "
           f"{st['list_ops_first_s'] * 1e3:.0f} ms) -- limit {START_LIMIT_S * 1e3:.0f} ms: "
           f"{'met' if st['met'] else 'MISSED'}")
+    res["first"] = fc = first_calls(args.first_format)
+    print(f"\nfirst calls, recipes/llama.yaml 8 layers hidden 1024 {fc['format']}, fresh process: import "
+          f"{fc['import_s'] * 1e3:.0f} ms, build from the cache {fc['build_s'] * 1e3:.0f} ms (cold "
+          f"{fc['cold_build_s']:.1f} s); prefill of 32 tokens first {fc['prefill_s'][0] * 1e3:.1f} ms, later "
+          f"{np.median(fc['prefill_s'][1:]) * 1e3:.1f} ms ({fc['prefill_first_over_later']:.2f}x); decode step "
+          f"first {fc['decode_s'][0] * 1e3:.2f} ms, later {np.median(fc['decode_s'][1:]) * 1e3:.2f} ms "
+          f"({fc['decode_first_over_later']:.2f}x)")
     if args.json:
         print(json.dumps(res))
     return 0
