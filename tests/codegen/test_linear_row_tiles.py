@@ -377,13 +377,13 @@ def _x16_check(y, X, Q, S, gs: int, K: int, xdt: str, exact_bound: float = 1e-4)
 @pytest.mark.parametrize("cap", [None, "avx2", "haswell"])
 def test_row_tiled_x16_kernel(K, gs, xdt, cap, monkeypatch):
     """4-bit row tiles with float16 / bfloat16 x take x in int16 per group (plan variant ``x16``) at every
-    batch size the tiles take (blocks of rows and their remainders, three tiles), on the host's vectors and
-    on AVX2 with and without VNNI: the float64 emulation of that quantization to float32 rounding, within
-    float16's input rounding of the exact product; above ``tile_max_rows`` the float GEMM, exact."""
+    batch size (blocks of rows and their remainders, three tiles; no float GEMM above ``tile_max_rows``),
+    on the host's vectors and on AVX2 with and without VNNI: the float64 emulation of that quantization to
+    float32 rounding, within float16's input rounding of the exact product."""
     target = _x16_target(cap, monkeypatch)
     simd = SimdInfo.from_target(target.triple, target.features)
     lib = None
-    for M in (1, 3, 5, 8, 9, 13, 16, 40):
+    for M in (1, 3, 5, 8, 9, 13, 16, 40, 67):
         f, odt, X, Q, S, _ = _quant_case(M, 48, K, 4, gs, 7, "uint32", "float32", xdt, seed=M + K, row_tile=16)
         if lib is None:
             kernel, lib = _build(f, None if cap is None or cap == "avx2" else target)
@@ -391,12 +391,7 @@ def test_row_tiled_x16_kernel(K, gs, xdt, cap, monkeypatch):
         assert odt == "float32"
         y = np.empty((M, 48), np.float32)
         lib["f"](X, _tiled(Q), _tiled(S), y)
-        if M <= (TUNING["tile_max_rows"] or (32 if simd.registers >= 32 else 16)):
-            _x16_check(y, X, Q, S, gs, K, xdt)
-        else:
-            W = _group_weights(Q, S, "uint32", "float32", gs, K)
-            exact = _as_f32(X, xdt).astype(np.float64) @ W.T.astype(np.float64)
-            np.testing.assert_allclose(y, exact, rtol=2e-5, atol=2e-5 * np.abs(exact).max())
+        _x16_check(y, X, Q, S, gs, K, xdt)
 
 
 @pytest.mark.skipif(not HOST_SIMD.int8_dot or "+fma" not in HOST.features, reason="needs AVX2")
@@ -467,12 +462,16 @@ def test_row_tiled_x16_variant_needs_reduced_precision_x_and_4_bit_tiles(monkeyp
 
 @pytest.mark.skipif(not HOST_SIMD.int8_dot or "+fma" not in HOST.features, reason="needs AVX2")
 def test_row_tiled_x16_kernel_float32_x_at_high_precision():
-    """float32 x at ``matmul_precision=high`` (the recipe field) takes the int16 x too; at ``highest`` the
-    float tiles, exact to float32 rounding."""
+    """float32 x at ``matmul_precision=high`` (the recipe field) takes the int16 x too, and the kernel notes
+    no fallback to float32 (it computes at the reduced precision asked); at ``highest`` the float tiles,
+    exact to float32 rounding."""
+    from builder.codegen import build
+
     for prec in ("high", "highest"):
         f, odt, X, Q, S, _ = _quant_case(5, 32, 320, 4, 32, 7, "uint32", "float32", "float32", seed=4, row_tile=16)
         kernel, lib = _build(f, Target.host(prec))
         assert ("+x16" in kernel) == (prec == "high"), kernel
+        assert "notes" not in build({"f": f}, Target.host(prec)).functions["f"]
         y = np.empty((5, 32), np.float32)
         lib["f"](X, _tiled(Q), _tiled(S), y)
         if prec == "high":
@@ -481,3 +480,21 @@ def test_row_tiled_x16_kernel_float32_x_at_high_precision():
             W = _group_weights(Q, S, "uint32", "float32", 32, 320)
             exact = X.astype(np.float64) @ W.T.astype(np.float64)
             np.testing.assert_allclose(y, exact, rtol=2e-5, atol=2e-5 * np.abs(exact).max())
+
+
+@pytest.mark.skipif(not HOST_SIMD.int8_dot or "+fma" not in HOST.features, reason="needs AVX2")
+def test_row_tiled_x16_kernel_prepares_x_on_every_thread(monkeypatch):
+    """x's int16 rows made by every thread, each its share of the rows (``xprep_min_values`` = 1), and the
+    tiles split over threads however small (``parallel_min_macs`` = 0) give the outputs of one thread bit
+    for bit: the same integer sums and float operations per output."""
+    outs = []
+    for tune in ({}, {"xprep_min_values": 1, "parallel_min_macs": 0}):
+        for key, value in tune.items():
+            monkeypatch.setitem(TUNING, key, value)
+        f, odt, X, Q, S, _ = _quant_case(7, 64, 512, 4, 64, 7, "uint32", "float32", "float16", seed=5, row_tile=16)
+        kernel, lib = _build(f)
+        assert "+x16" in kernel, kernel
+        outs.append(np.empty((7, 64), np.float32))
+        lib["f"](X, _tiled(Q), _tiled(S), outs[-1])
+    np.testing.assert_array_equal(outs[0], outs[1])
+    _x16_check(outs[0], X, Q, S, 64, 512, "float16")

@@ -319,15 +319,17 @@ def _fallback_notes(plan: LinearPlan, simd: SimdInfo, k, split: int) -> tuple[st
     int8 activations (``activation: int8`` weights) without AVX2's integer multiply-adds run on float
     activations (:data:`NO_INT8_DOT`); a float32 matmul at a ``matmul_precision`` below ``highest``
     without AMX tiles (:func:`_amx_split` gave 0 for want of them) computes in float32
-    (:data:`NO_AMX`). bfloat16 x with bfloat16 weights (exact products at every precision) and the
-    int8-activation kernels (which never take the tiles) are not fallbacks of the precision."""
+    (:data:`NO_AMX`). bfloat16 x with bfloat16 weights (exact products at every precision), the
+    int8-activation kernels (which never take the tiles) and the 4-bit tiles with int16 x (variant
+    ``x16``, the reduced precision the setting allows) are not fallbacks of the precision."""
     notes = []
     if not simd.int8_dot and _int8_activations(plan, k):
         notes.append(NO_INT8_DOT)
     int8 = simd.int8_dot and _int8_activations(plan, k)
     bf16 = plan.params[plan.x].dtype == "bfloat16" and all(d.format == "dense" and d.dtype == "bfloat16"
                                                            for d in plan.weights)
-    if (simd.matmul_precision != "highest" and not split and not int8 and not bf16
+    x16 = "x16" in plan.variant.split("+")
+    if (simd.matmul_precision != "highest" and not split and not int8 and not bf16 and not x16
             and not (simd.amx and simd.lanes == 16 and simd.registers >= 32)):
         notes.append(NO_AMX.format(precision=simd.matmul_precision))
     return tuple(notes)

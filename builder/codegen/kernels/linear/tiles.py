@@ -36,8 +36,8 @@ whole groups) and the same integer sums formed; the columns past them stay float
 dequantized weight``, scalar, :meth:`GemvTiles._tile_tail`).
 
 **int16 x** (plan variant ``x16``, :meth:`GemvTiles._tile_fn_x16`; 4-bit tiles with float16 /
-bfloat16 x, or float32 x below ``matmul_precision=highest``: :func:`~.plan._int16_activations`, up to
-``tile_max_rows`` input rows): x quantized once per call to int16 per group (the int8 path's
+bfloat16 x, or float32 x below ``matmul_precision=highest``: :func:`~.plan._int16_activations`; every
+batch size, as with int8 x): x quantized once per call to int16 per group (the int8 path's
 :class:`~.int8_rows.Int8Rows` with ``bits = 16``, by every thread from ``xprep_min_values`` values),
 each word's columns ``p`` and ``p + 4`` paired in one lane by ``(word >> 4 p) & 0x000F000F`` and
 multiplied with x's pair by one ``vpmaddwd`` (``vpdpwssd`` with VNNI) per 16 weights and input row:
@@ -50,7 +50,10 @@ without VNNI (what a Zen 3 runs) at 1 / 2 / 4 / 8 / 16 rows 1923 -> 1161, 2937 -
 host's AVX-512 1157 -> 1033 at 1 row (both at this thread's read rate), 8297 -> 4735 at 16. The
 whole LlamaMLP q4f16_1 at batch 1 with the AVX2 code, alone after a cache sweep: 5.00 -> 2.33 ms
 (39 -> 77% of the plain read of its 76 MB); batch 8 13.3 -> 9.1 ms; with the host's AVX-512 batch 8
-6.84 -> 3.50 ms, batch 1 1.98 -> 1.80 ms (``benchmarks/bench_mlp.py``).
+6.84 -> 3.50 ms, batch 1 1.98 -> 1.80 ms (``benchmarks/bench_mlp.py``). Above ``tile_max_rows`` the tiles
+beat the float GEMM on panels packed from them too (the 2048 -> 5632 matmul, 2 threads: the AVX2 code
+without VNNI at 32 / 128 / 512 / 2048 rows 0.75 / 0.84 / 0.88 / 0.46 of its time, the AVX-512 code 0.61 /
+0.57 / 0.73 / 0.64), so they take every batch size.
 
 **Both halves of a tile at once with 8 lanes** (``tile_pair_rows_i8``, ``tile_pair_rows_f32``;
 :meth:`GemvTiles._tile_shape`): with 256-bit vectors a tile's word is two vectors of 8 rows, and a helper
