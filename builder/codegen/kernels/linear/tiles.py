@@ -116,6 +116,7 @@ from ....ir.op.quantize import ROW_TILE
 from ...llvm_emit import F32, I8, I16, I32, I64, PTR, elem_bytes, mem_type
 from ..decode import scalar_to_f32
 from ..simd import KFunc, vec
+from .int8_rows import Int8Rows
 from .plan import TUNING
 
 __all__ = ["GemvTiles"]
@@ -434,6 +435,40 @@ class GemvTiles:
                     p = kf.gep(outs[i], kf.i64(r), F32)
                     b.store(kf.fma(xv[i], wval, b.load(p, typ=F32)), p)
 
+    @staticmethod
+    def _tile_start_sums(kf: KFunc, xrows: list, g, lay: Int8Rows, zp: int, NL: int) -> list:
+        """The int32 sums (``NL`` lanes) group ``g`` of an integer-x tile helper starts from, per input
+        row (``xrows``: their :class:`Int8Rows`): ``-zero_point * sum q``, x's table broadcast (the
+        weights' zero point), or zeros."""
+        if not zp:
+            return [ir.Constant(vec(I32, NL), [0] * NL)] * len(xrows)
+        return [kf.splat(kf.load(I32, kf.gep(xr, kf.add(kf.mul(g, 4), lay.zsum_off), I8), None, align=4), NL)
+                for xr in xrows]
+
+    @staticmethod
+    def _tile_group_sums(kf: KFunc, xrows: list, g, lay: Int8Rows, sc, isums: list, facc: list) -> None:
+        """The integer sums of group ``g`` leave the integers: ``facc[i] += float(isums[i]) * sc * d[g]``
+        per input row (``sc``: the rows' scales of the group, float32; ``d``: x's, from its table)."""
+        b = kf.b
+        f32v = sc.type
+        for xr, isum, a in zip(xrows, isums, facc):
+            dv = kf.load(F32, kf.gep(xr, kf.add(kf.mul(g, 4), lay.d_off), I8), None, align=4)
+            prod = b.fmul(sc, kf.splat(dv, f32v.count), flags=KFunc.FM)
+            b.store(kf.fma(b.sitofp(isum, f32v), prod, b.load(a, typ=f32v)), a)
+
+    def _tile_finish(self, kf: KFunc, d, q, s, xf, res, facc: list, NL: int, k_from: int) -> None:
+        """The end of a tile helper: each input row's ``NL`` sums (``facc``) stored at ``res`` (rows of
+        16), the columns ``k_from .. K`` added in float (:meth:`_tile_tail`), and the return."""
+        b = kf.b
+        t = len(facc)
+        outs = [kf.gep(res, kf.i64(i * ROW_TILE), F32) if i else res for i in range(t)]
+        for i in range(t):
+            kf.store(b.load(facc[i], typ=vec(F32, NL)), outs[i], None, align=4)
+        if k_from < self.K_static:
+            self._tile_tail(kf, d, q, s, xf, outs, NL, t, k_from)
+        b.ret_void()
+        kf.finish()
+
     def _tile_fn_f32(self, w: int, t: int, first: bool) -> ir.Function:
         """The float-activation tile helper (:meth:`_tile_fn`): per group and word of ``32 /
         bits`` columns, each column's values of the ``NL`` rows (:meth:`_tile_columns`, or
@@ -510,13 +545,7 @@ class GemvTiles:
                     xsv = kf.load(F32, kf.gep(xs, kf.add(kf.mul(g, 4), i * 4 * G), I8), None, align=4)
                     part = kf.fma(kf.splat(xsv, NL), ir.Constant(f32v, [float(-zp)] * NL), part)
                 b.store(kf.fma(sc, part, b.load(facc[i], typ=f32v)), facc[i])
-        outs = [kf.gep(res, kf.i64(i * T), F32) if i else res for i in range(t)]
-        for i in range(t):
-            kf.store(b.load(facc[i], typ=f32v), outs[i], None, align=4)
-        if G * gs < K:
-            self._tile_tail(kf, d, q, s, xf, outs, NL, t, G * gs)
-        b.ret_void()
-        kf.finish()
+        self._tile_finish(kf, d, q, s, xf, res, facc, NL, G * gs)
         return fn
 
     def _tile_fn_x16(self, w: int, t: int, first: bool) -> ir.Function:
@@ -558,12 +587,8 @@ class GemvTiles:
                 self._prefetch_scales(kf, s, g, bpe)
             sc = kf.widen(kf.load(vec(st_t, NL), kf.gep(s, kf.mul(g, T * bpe), I8), None, align=2), d.scale_dtype)
             islot = [kf.alloca(i32v, name="iacc") for _ in range(t)]
-            for a, xr in zip(islot, xrows):
-                if zp:   # the zero point: the integer sums start at -zero_point * sum q (x's table)
-                    b.store(kf.splat(kf.load(I32, kf.gep(xr, kf.add(kf.mul(g, 4), lay.zsum_off), I8), None,
-                                             align=4), NL), a)
-                else:
-                    b.store(ir.Constant(i32v, [0] * NL), a)
+            for a, v in zip(islot, self._tile_start_sums(kf, xrows, g, lay, zp, NL)):
+                b.store(v, a)
             # the words of a group in a loop of U words, its sums carried from word to word: with a
             # group's words unrolled, LLVM summed each row's products as a tree and took the rows one
             # after another, the decoded words spilled and reloaded for each (AVX2 without VNNI at 4 rows
@@ -586,18 +611,8 @@ class GemvTiles:
                             iacc[i] = kf.dot_s16(iacc[i], pw, b.bitcast(kf.splat(xv, NL), i16v), native, zmm)
                 for a, v in zip(islot, iacc):
                     b.store(v, a)
-            for i, xr in enumerate(xrows):
-                dv = kf.load(F32, kf.gep(xr, kf.add(kf.mul(g, 4), lay.d_off), I8), None, align=4)
-                prod = b.fmul(sc, kf.splat(dv, NL), flags=KFunc.FM)
-                isum = b.load(islot[i], typ=i32v)
-                b.store(kf.fma(b.sitofp(isum, f32v), prod, b.load(facc[i], typ=f32v)), facc[i])
-        outs = [kf.gep(res, kf.i64(i * T), F32) if i else res for i in range(t)]
-        for i in range(t):
-            kf.store(b.load(facc[i], typ=f32v), outs[i], None, align=4)
-        if lay.columns < K:
-            self._tile_tail(kf, d, q, s, xf, outs, NL, t, lay.columns)
-        b.ret_void()
-        kf.finish()
+            self._tile_group_sums(kf, xrows, g, lay, sc, [b.load(a, typ=i32v) for a in islot], facc)
+        self._tile_finish(kf, d, q, s, xf, res, facc, NL, lay.columns)
         return fn
 
     def _dense_tile_shape(self) -> tuple[int, int, int]:
@@ -744,7 +759,7 @@ class GemvTiles:
         q, s, xi, xf, res = fn.args
         b = kf.b
         T, gs, zp = ROW_TILE, d.group_size, d.zero_point
-        i8v, i32v, f32v = vec(I8, 4 * NL), vec(I32, NL), vec(F32, NL)
+        i8v, f32v = vec(I8, 4 * NL), vec(F32, NL)
         st_t, bpe = mem_type(d.scale_dtype), elem_bytes(d.scale_dtype)
         zmm = self.simd.int8_512 and NL == 16
         low = ir.Constant(i8v, [15] * (4 * NL))
@@ -770,11 +785,7 @@ class GemvTiles:
                     self._prefetch_scales(kf, s, g, bpe)
                 sc = kf.widen(kf.load(vec(st_t, NL), kf.gep(s, kf.mul(g, T * bpe), I8),
                                       None, align=2), d.scale_dtype)
-                if zp:   # the zero point: the integer sums start at -zero_point * sum q (x's table)
-                    iacc = [kf.splat(kf.load(I32, kf.gep(xr, kf.add(kf.mul(g, 4), lay.zsum_off), I8), None,
-                                             align=4), NL) for xr in xrows]
-                else:
-                    iacc = [ir.Constant(i32v, [0] * NL)] * t
+                iacc = self._tile_start_sums(kf, xrows, g, lay, zp, NL)
                 p16 = [None] * t
                 cw = 32 // d.bits                      # columns per word
                 wide = (self.simd.vnni_512 and NL == 16) if native and self.vnni else zmm
@@ -804,15 +815,6 @@ class GemvTiles:
                         for i in range(t):
                             iacc[i] = b.add(iacc[i], kf.madd_wd(p16[i], ones, zmm))
                             p16[i] = None
-                for i, xr in enumerate(xrows):
-                    dv = kf.load(F32, kf.gep(xr, kf.add(kf.mul(g, 4), lay.d_off), I8), None, align=4)
-                    prod = b.fmul(sc, kf.splat(dv, NL), flags=KFunc.FM)
-                    b.store(kf.fma(b.sitofp(iacc[i], f32v), prod, b.load(facc[i], typ=f32v)), facc[i])
-        outs = [kf.gep(res, kf.i64(i * T), F32) if i else res for i in range(t)]
-        for i in range(t):
-            kf.store(b.load(facc[i], typ=f32v), outs[i], None, align=4)
-        if lay.columns < K:
-            self._tile_tail(kf, d, q, s, xf, outs, NL, t, lay.columns)
-        b.ret_void()
-        kf.finish()
+                self._tile_group_sums(kf, xrows, g, lay, sc, iacc, facc)
+        self._tile_finish(kf, d, q, s, xf, res, facc, NL, lay.columns)
         return fn
