@@ -498,3 +498,23 @@ def test_row_tiled_x16_kernel_prepares_x_on_every_thread(monkeypatch):
         lib["f"](X, _tiled(Q), _tiled(S), outs[-1])
     np.testing.assert_array_equal(outs[0], outs[1])
     _x16_check(outs[0], X, Q, S, 64, 512, "float16")
+
+
+def test_row_tiled_x16_kernel_beside_the_amx_gemm(monkeypatch, own_features):
+    """On an AMX target (IR only, any host; ``MB_SIMD_EMULATE=amx`` stands for the OS's grant) float32 x at
+    ``matmul_precision=high`` with 4-bit tiles takes the int16 tiles below the AMX GEMM's rows and the AMX
+    GEMM from ``amx3_min_rows``: one kernel holding both, no float GEMM's micro-kernels."""
+    import re
+
+    if not HOST.triple.startswith("x86_64"):
+        pytest.skip("x86-64 only")
+    monkeypatch.setenv("MB_SIMD_EMULATE", "amx")
+    f, *_ = _quant_case(2, 32, 256, 4, 32, 7, "uint32", "float32", "float32", row_tile=16)
+    target = Target(HOST.triple, "sapphirerapids", "+avx512f,+avx512bw,+avx512vl,+avx512vnni,+avx512bf16,"
+                    "+amx-tile,+amx-bf16,+avx2,+fma,+f16c", matmul_precision="high")
+    text, meta = emit_llvm_ir({"f": f}, target)
+    assert meta["f"]["kernel"] == "linear/avx512+x16+tiles+amx3", meta["f"]["kernel"]
+    assert "notes" not in meta["f"]
+    names = set(re.findall(r'define [^@]*@"([^"]+)"', text))
+    assert any(".x16" in n for n in names) and "f.gemm_amx" in names, sorted(names)
+    assert not any(n.startswith("mb.micro.") for n in names), sorted(names)   # the float GEMM's micro-kernels
