@@ -20,13 +20,13 @@ per kernel group (``bench_models.profile_calls``: linears by kernel, attention, 
 outside the kernels: the VM, the KV cache).
 
 Kernel part (``--no-kernels`` skips it, ``--no-model`` the model part): the LlamaMLP-sized matmuls of that shape
-(hidden -> intermediate and back; 4- and 8-bit weights in row tiles, float and int8 activations) at
-``--kernel-rows`` rows (1, 4, 8, 16), on one thread, with the weights from DRAM (copies cycled through 96 MB,
-past the L3) and from L2 (one copy), the best of ``--kernel-runs`` in CPU time of the calling thread (which runs
-the kernel: a neighbour on a shared host that takes the core away does not count, its traffic on the memory bus
-still does). Where the two agree, the kernel is bound by its arithmetic, not by reading the weights: a tile
-re-read for another block of rows comes from L1 / L2. GFLOP/s (2 M N K per call) against
-``bench_mlp.compute_peak``'s FMA and int8 peaks of this host."""
+(hidden -> intermediate and back; 4- and 8-bit weights in row tiles, float32 and int8 activations, and for 4-bit
+float16 x, which those tiles take in int16) at ``--kernel-rows`` rows (1, 4, 8, 16), on one thread, with the
+weights from DRAM (copies cycled through 96 MB, past the L3) and from L2 (one copy), the best of ``--kernel-runs``
+in CPU time of the calling thread (which runs the kernel: a neighbour on a shared host that takes the core away
+does not count, its traffic on the memory bus still does). Where the two agree, the kernel is bound by its
+arithmetic, not by reading the weights: a tile re-read for another block of rows comes from L1 / L2. GFLOP/s (2 M
+N K per call) against ``bench_mlp.compute_peak``'s FMA and int8 peaks of this host."""
 from __future__ import annotations
 
 import argparse
@@ -131,17 +131,19 @@ def bench_kernels(args) -> None:
     hidden, inter = int(args.shape_dict["hidden_size"]), int(args.shape_dict["intermediate_size"])
     try:
         for bits in (4, 8):
-            for act in ("none", "int8"):
+            for act in ("none", "int8") + (("x16",) if bits == 4 else ()):
+                # x16: float16 x, which 4-bit tiles take in int16 (plan variant x16; float32 x keeps the float tiles)
+                xdt = "float16" if act == "x16" else "float32"
                 for n, k in ((inter, hidden), (hidden, inter)):
-                    f, _, _, q, s, _ = quant_case(1, n, k, bits, 32, 2 ** (bits - 1), "uint32", "float16", "float32",
-                                                  activation=act, row_tile=16)
+                    f, _, _, q, s, _ = quant_case(1, n, k, bits, 32, 2 ** (bits - 1), "uint32", "float16", xdt,
+                                                  activation="none" if act == "x16" else act, row_tile=16)
                     kernel, lib = build_kernel(f)
                     qt, st = tile_rows(q, 16), tile_rows(s, 16)
                     copies = max(2, int(96e6 // (qt.nbytes + st.nbytes)))
                     dram = [(qt.copy(), st.copy()) for _ in range(copies)]
                     cells = []
                     for m in args.kernel_rows:
-                        x = np.random.default_rng(m).standard_normal((m, k)).astype(np.float32)
+                        x = np.random.default_rng(m).standard_normal((m, k)).astype(xdt)
                         y = np.empty((m, n), np.float32)
                         best = {}
                         for where, ws in (("DRAM", dram), ("L2", [(qt, st)] * copies)):
@@ -154,7 +156,7 @@ def bench_kernels(args) -> None:
                             best[where] = min(runs)
                         cells.append(f"M={m} {best['DRAM'] * 1e6:6.0f} / {best['L2'] * 1e6:6.0f} us "
                                      f"({2 * m * n * k / best['DRAM'] / 1e9:4.0f} GFLOP/s)")
-                    name = f"q{bits}{'+a8' if act == 'int8' else ''} {k}->{n}"
+                    name = f"q{bits}{'+a8' if act == 'int8' else ' f16 x' if act == 'x16' else ''} {k}->{n}"
                     print(f"  {name:18s} [{kernel}] DRAM / L2: " + "; ".join(cells), flush=True)
     finally:
         tp.set_num_threads(old)
