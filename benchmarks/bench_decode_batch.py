@@ -135,7 +135,7 @@ def bench_kernels(args) -> None:
                 # x16: float16 x, which 4-bit tiles take in int16 (plan variant x16; float32 x keeps the float tiles)
                 xdt = "float16" if act == "x16" else "float32"
                 for n, k in ((inter, hidden), (hidden, inter)):
-                    f, _, _, q, s, _ = quant_case(1, n, k, bits, 32, 2 ** (bits - 1), "uint32", "float16", xdt,
+                    f, odt, _, q, s, _ = quant_case(1, n, k, bits, 32, 2 ** (bits - 1), "uint32", "float16", xdt,
                                                   activation="none" if act == "x16" else act, row_tile=16)
                     kernel, lib = build_kernel(f)
                     qt, st = tile_rows(q, 16), tile_rows(s, 16)
@@ -144,7 +144,7 @@ def bench_kernels(args) -> None:
                     cells = []
                     for m in args.kernel_rows:
                         x = np.random.default_rng(m).standard_normal((m, k)).astype(xdt)
-                        y = np.empty((m, n), np.float32)
+                        y = np.empty((m, n), odt)
                         best = {}
                         for where, ws in (("DRAM", dram), ("L2", [(qt, st)] * copies)):
                             runs = []
