@@ -435,12 +435,12 @@ def test_row_tiled_x16_variant_needs_reduced_precision_x_and_4_bit_tiles(monkeyp
     """Who takes x in int16 (plan variant ``x16``): 4-bit row tiles with float16 / bfloat16 x on AVX2 / AVX-512
     with integer multiply-adds; float32 x only at a ``matmul_precision`` below ``highest``; not 8-bit tiles,
     not int8-activation weights (those take int8), not 4-lane vectors or a CPU without AVX2's integer
-    multiply-adds, not with ``tile_x16 = 0``."""
+    multiply-adds, not a zero point outside 0 .. 15, not with ``tile_x16 = 0``."""
     from builder.codegen.kernels.linear import plan_linear
 
-    def variant(xdt="float16", bits=4, act="none", simd=SimdInfo("avx2", 8, 16, int8_dot=True), gs=32):
-        f, *_ = _quant_case(2, 32, 256, bits, gs, 2 ** (bits - 1) - 1, "uint32", "float16", xdt, activation=act,
-                            row_tile=16)
+    def variant(xdt="float16", bits=4, act="none", simd=SimdInfo("avx2", 8, 16, int8_dot=True), gs=32, zp=None):
+        zp = 2 ** (bits - 1) - 1 if zp is None else zp
+        f, *_ = _quant_case(2, 32, 256, bits, gs, zp, "uint32", "float16", xdt, activation=act, row_tile=16)
         plan = plan_linear(f, simd)
         assert not isinstance(plan, str), plan
         return plan.variant
@@ -456,6 +456,8 @@ def test_row_tiled_x16_variant_needs_reduced_precision_x_and_4_bit_tiles(monkeyp
     assert variant(simd=SimdInfo("sse", 4, 16, int8_dot=True)) == "tiles"
     assert variant(simd=SimdInfo("avx", 8, 16)) == "tiles"
     assert variant(gs=24) == "tiles"                        # groups that do not tile x's 64-column steps
+    assert variant(zp=0) == variant(zp=15) == "x16+tiles"
+    assert variant(zp=16) == variant(zp=-1) == "tiles"      # past the int32 sums' bound
     monkeypatch.setitem(TUNING, "tile_x16", 0)
     assert variant() == "tiles"
 

@@ -354,14 +354,15 @@ def _int16_activations(plan: LinearPlan, simd: SimdInfo, k) -> bool:
     the products -- exact in int32 -- carry no more error than the float16 inputs did. Where float
     activations need a shift, a byte shuffle, a conversion and an FMA per 8 weights and rows of 8
     lanes, x in int16 pairs each column with the one 4 further on in one ``vpmaddwd`` lane: a shift,
-    a mask and a ``vpmaddwd`` (with AVX512-VNNI a ``vpdpwssd``) per 16 weights. ``tile_x16 = 0``: off."""
+    a mask and a ``vpmaddwd`` (with AVX512-VNNI a ``vpdpwssd``) per 16 weights. A zero point outside 0 .. 15
+    (which the int32 sums' bound assumes) keeps the float tiles. ``tile_x16 = 0``: off."""
     x = plan.params[plan.x]
     if not (TUNING["tile_x16"] and simd.int8_dot and simd.lanes >= 8 and isinstance(k, E.IntImm)):
         return False
     if x.dtype not in ("float16", "bfloat16") and simd.matmul_precision == "highest":
         return False
     return not _int8_activations(plan, k) and all(
-        d.format == "group" and d.row_tile and d.bits == 4
+        d.format == "group" and d.row_tile and d.bits == 4 and 0 <= d.zero_point <= 15   # (int32 sums' bound)
         and int8_gemv_supported(d.storage, d.bits, d.group_size, k.value, d.row_tile) for d in plan.weights)
 
 
