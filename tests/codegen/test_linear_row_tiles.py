@@ -520,3 +520,29 @@ def test_row_tiled_x16_kernel_beside_the_amx_gemm(monkeypatch, own_features):
     names = set(re.findall(r'define [^@]*@"([^"]+)"', text))
     assert any(".x16" in n for n in names) and "f.gemm_amx" in names, sorted(names)
     assert not any(n.startswith("mb.micro.") for n in names), sorted(names)   # the float GEMM's micro-kernels
+
+
+@pytest.mark.skipif(not HOST_SIMD.int8_dot, reason="the row-tiled int8 kernel needs AVX2")
+def test_row_tiled_int8_kernel_takes_zero_points_its_int32_sums_hold():
+    """The int8 tiles' sums of a group start at ``-zero_point * sum q`` in int32: a zero point past
+    ``TILE_ZERO_POINT_BOUND`` in magnitude (any integer passes the recipe schema) runs the float tiles, exact,
+    where the int8 kernel's sums would wrap; one at the bound takes the int8 path and matches its emulation."""
+    from builder.codegen.kernels.linear import int8_gemv_supported
+    from builder.codegen.kernels.linear.int8_rows import TILE_ZERO_POINT_BOUND
+
+    assert int8_gemv_supported("uint32", 4, 32, 320, 16, -TILE_ZERO_POINT_BOUND)
+    assert not int8_gemv_supported("uint32", 4, 32, 320, 16, TILE_ZERO_POINT_BOUND + 1)
+    assert int8_gemv_supported("uint32", 4, 32, 320, 0, 10 ** 6)   # the row-major GEMV: the zero point in float
+    for zp, int8 in ((TILE_ZERO_POINT_BOUND, True), (10 ** 6, False)):
+        f, odt, X, Q, S, _ = _quant_case(3, 32, 320, 4, 32, zp, "uint32", "float32", "float32", seed=2,
+                                         activation="int8", row_tile=16)
+        X[0] = 1.0     # q = 127 everywhere: sum q = 32 * 127 per group (10**6 times it would wrap int32)
+        kernel, lib = _build(f)
+        assert kernel == f"linear/{HOST_SIMD.name}" + ("+vnni" if int8 and HOST_SIMD.vnni else "") + "+tiles", kernel
+        y = np.empty((3, 32), np.float32)
+        lib["f"](X, _tiled(Q), _tiled(S), y)
+        W = ((np.stack([(Q.astype(np.uint64) >> np.uint64(4 * j)) & np.uint64(15) for j in range(8)], -1)
+              .reshape(32, -1).astype(np.float64) - zp) * np.repeat(S.astype(np.float64), 32, axis=1))[:, :320]
+        # int8 x: the emulation of its quantization; float x: the exact product of the dequantized weights
+        ref = _int8_activation_reference(X, W.astype(np.float32), 32) if int8 else X.astype(np.float64) @ W.T
+        np.testing.assert_allclose(y, ref, rtol=2e-5, atol=2e-5 * np.abs(ref).max())

@@ -127,7 +127,7 @@ class LinearEmitter(GemvFloat, Bf16Dot, GemvInt8, GemvTiles, GemmFloat, GemmInt8
         self.tile_zero_point = plan.weights[0].zero_point if self.tiled else 0   # the planner: one for all
         for w, d in enumerate(plan.weights):
             int8 = (d.format == "group" and d.activation == "int8" and simd.int8_dot and isinstance(k_static, E.IntImm)
-                    and int8_gemv_supported(d.storage, d.bits, d.group_size, k_static.value, d.row_tile))
+                    and int8_gemv_supported(d.storage, d.bits, d.group_size, k_static.value, d.row_tile, d.zero_point))
             if self.tiled and not int8:
                 continue
             if int8:

@@ -6,15 +6,24 @@ from dataclasses import dataclass
 
 
 
-__all__ = ["Int8Rows", "int8_gemv_supported"]
+__all__ = ["Int8Rows", "int8_gemv_supported", "TILE_ZERO_POINT_BOUND"]
 
 
-def int8_gemv_supported(storage: str, bits: int, group_size: int, k: int, row_tile: int = 0) -> bool:
+#: The largest ``|zero_point|`` the row-tiled integer kernels take: their int32 sums of a group start at
+#: ``-zero_point * sum q`` (``|sum q| <= 256 * 127`` for int8 x), which must stay far inside int32 with the
+#: products added (``2**15 * 256 * 127 + 256 * 255 * 127 < 2**31``).
+TILE_ZERO_POINT_BOUND = 1 << 15
+
+
+def int8_gemv_supported(storage: str, bits: int, group_size: int, k: int, row_tile: int = 0,
+                        zero_point: int = 0) -> bool:
     """Whether the int8-activation kernels apply: 4-bit values in unsigned words (any layout), or
     8-bit values in row tiles of uint32 words (``row_tile``: the row-tiled kernel only), groups
     that tile 64-column steps (``group_size`` a multiple of 8 dividing 64, or a multiple of 64 up
-    to 256: x's quantization reads 8 values at a time) and at least one whole step of ``k``
-    columns."""
+    to 256: x's quantization reads 8 values at a time), at least one whole step of ``k``
+    columns, and for row tiles a ``zero_point`` of at most :data:`TILE_ZERO_POINT_BOUND` in magnitude."""
+    if row_tile and abs(zero_point) > TILE_ZERO_POINT_BOUND:
+        return False
     if not (storage == "uint32" and bits == 8 and row_tile) and (
             storage not in ("uint8", "uint16", "uint32") or bits != 4):
         return False

@@ -48,7 +48,8 @@ TUNING = {
     "xprep_min_values": 1 << 16,  # row-tiled int8 kernel: x quantized on all threads from this many values
     "prefetch_scales": 2048,     # row-tiled kernels: the scales' prefetch distance in bytes (0: off;
                                  # LlamaMLP q4f16_1+a8 batch 8 4.83-4.92 -> 4.59-4.72 ms from DRAM, Xeon)
-    "tile_x16": 1,               # 4-bit tiles, float16 / bfloat16 x: x in int16 per group (plan._int16_activations; 0: off)
+    "tile_x16": 1,               # 4-bit tiles with float16 / bfloat16 x (float32 below highest): x in int16
+                                 # per group (_int16_activations; 0: off)
     "tile_permps": 1,            # float tiles on AVX-512: decode with vpermps (0: mask and conversion)
     "tile_chains_f32": 4,        # float tiles: FMA chains per group over the input rows of a block (4: 4 for
                                  # 1 row, 2 for 2; LlamaMLP q4f16_1 batch 1 4.04 -> 3.63 ms, Xeon)
@@ -341,7 +342,8 @@ def _int8_activations(plan: LinearPlan, k) -> bool:
     :func:`int8_gemv_supported` takes, with a static K (``k``, simplified)."""
     return isinstance(k, E.IntImm) and any(
         d.format == "group" and d.activation == "int8"
-        and int8_gemv_supported(d.storage, d.bits, d.group_size, k.value, d.row_tile) for d in plan.weights)
+        and int8_gemv_supported(d.storage, d.bits, d.group_size, k.value, d.row_tile, d.zero_point)
+        for d in plan.weights)
 
 
 def _int16_activations(plan: LinearPlan, simd: SimdInfo, k) -> bool:
@@ -363,7 +365,8 @@ def _int16_activations(plan: LinearPlan, simd: SimdInfo, k) -> bool:
         return False
     return not _int8_activations(plan, k) and all(
         d.format == "group" and d.row_tile and d.bits == 4 and 0 <= d.zero_point <= 15   # (int32 sums' bound)
-        and int8_gemv_supported(d.storage, d.bits, d.group_size, k.value, d.row_tile) for d in plan.weights)
+        and int8_gemv_supported(d.storage, d.bits, d.group_size, k.value, d.row_tile, d.zero_point)
+        for d in plan.weights)
 
 
 def _amx_split(plan: LinearPlan, simd: SimdInfo, k) -> int:
