@@ -171,16 +171,17 @@ class LinearEmitter(GemvFloat, Bf16Dot, GemvInt8, GemvTiles, GemmFloat, GemmInt8
                 if d.group_size not in self.ikeys:
                     self.ikeys.append(d.group_size)
                 self.qint[w] = d.group_size
-        # the tiles take every M, no float GEMM: int8 x, and int16 x (against the float GEMM on panels
-        # packed from the tiles, q4 2048 -> 5632 at 512 / 2048 rows, 2 threads, AMD Zen 5: the AVX2 code
-        # without VNNI 60.9 -> 53.4 / 480.5 -> 223.1 ms, the host's AVX-512 29.0 -> 21.1 / 125.8 -> 80.9)
-        self.tiles_every_m = self.tile_int8 or self.tile_x16
+        # the tiles read x as an integer copy (Int8Rows: int8 or int16 x), made by all threads before them,
+        # and take every M, no float GEMM (int16 x against the float GEMM on panels packed from the tiles,
+        # q4 2048 -> 5632 at 512 / 2048 rows, 2 threads, AMD Zen 5: the AVX2 code without VNNI 60.9 -> 53.4
+        # / 480.5 -> 223.1 ms, the host's AVX-512 29.0 -> 21.1 / 125.8 -> 80.9)
+        self.tile_int_x = self.tile_int8 or self.tile_x16
         if self.tiled:
             # row-tiled weights: the tiles for every M with int8 / int16 x, else up to
             # ``tile_max_rows`` rows and the float GEMM (panels packed from the tiles) above
             # (a unit of work: a tile, or for float weights the tiles of one helper call)
             self.R = ROW_TILE * (self._dense_tile_shape()[2] if self.tiled_dense else 1)
-            self.MG = (1 << 40 if self.tiles_every_m else
+            self.MG = (1 << 40 if self.tile_int_x else
                        self._dense_tile_max_rows() if self.tiled_dense
                        else TUNING["tile_max_rows"] or (32 if regs >= 32 else 16))
         elif any(w.format == "group" for w in plan.weights):
@@ -223,8 +224,8 @@ class LinearEmitter(GemvFloat, Bf16Dot, GemvInt8, GemvTiles, GemmFloat, GemmInt8
         extra += ["xa", "xtasks_amx"] if self.amx_split else []
         extra += [f"xq{i}" for i in range(len(self.qkeys))] + [f"xs{i}" for i in range(len(self.qkeys))]
         extra += [f"xi{i}" for i in range(len(self.ikeys))]
-        extra += ["xts"] if self.tiled and not self.tile_int8 and not self.tile_x16 and not self.tiled_dense else []
-        extra += ["xtasks"] if self.tile_int8 or self.tile_x16 else []
+        extra += ["xts"] if self.tiled and not self.tile_int_x and not self.tiled_dense else []
+        extra += ["xtasks"] if self.tile_int_x else []
         self.ctx = _Ctx(len(func.params), len(sig.sym_vars), extra)
 
     def _function(self, fname: str, ret: ir.Type, args: list[ir.Type]) -> ir.Function:
@@ -335,9 +336,9 @@ class LinearEmitter(GemvFloat, Bf16Dot, GemvInt8, GemvTiles, GemmFloat, GemmInt8
             a.add_attribute("noalias")
         self.epi_fn = self._emit_epilogue()
         micro = self._micro_bf16_fn if self.bf16dot_gemm else self._micro_fn
-        self.micro_fns = {} if self.i8gemm or self.tiles_every_m else {t: micro(t) for t in range(1, self.MR + 1)}
+        self.micro_fns = {} if self.i8gemm or self.tile_int_x else {t: micro(t) for t in range(1, self.MR + 1)}
         gemv = self._emit_task("gemv")
-        gemm = gemv if self.tiles_every_m else self._emit_task("gemm")
+        gemm = gemv if self.tile_int_x else self._emit_task("gemm")
         gemm_amx = self._emit_task("gemm_amx") if self.amx_split else None
         kf = KFunc(self.module, body_fn)
         b = kf.b
@@ -405,7 +406,7 @@ class LinearEmitter(GemvFloat, Bf16Dot, GemvInt8, GemvTiles, GemmFloat, GemmInt8
         # 6 panels in 4 tasks)
         tiles_tpt = TUNING["tasks_per_thread_dense_tiles" if self.tiled_dense else "tasks_per_thread_tiles" if self.tiled
                            else "tasks_per_thread"]
-        tiles_run = ir.Constant(I1, 1) if self.tiles_every_m else use_gemv
+        tiles_run = ir.Constant(I1, 1) if self.tile_int_x else use_gemv
         tpt = b.select(tiles_run, kf.i64(tiles_tpt), kf.i64(TUNING["tasks_per_thread"]))
         many = kf.smin(units, kf.mul(nthreads, tpt))
         ntasks = b.select(small, kf.i64(1), kf.smax(many, 1))
@@ -438,14 +439,14 @@ class LinearEmitter(GemvFloat, Bf16Dot, GemvInt8, GemvTiles, GemmFloat, GemmInt8
             values["xa"] = b.ptrtoint(xamx[1], I64)
             few = b.or_(small, kf.lt(kf.mul(M, K), TUNING["xprep_min_values"]))
             values["xtasks_amx"] = b.select(few, kf.i64(1), nthreads)
-        if self.tile_int8 or self.tile_x16:
+        if self.tile_int_x:
             few = b.or_(small, kf.lt(kf.mul(M, K), TUNING["xprep_min_values"]))
             values["xtasks"] = b.select(few, kf.i64(1), kf.smin(kf.smax(M, 1), nthreads))
         self.ctx.store(kf, slot, ptrs, syms, xf, values)
         task = b.select(use_gemv, gemv, gemm if gemm_amx is None else b.select(use_amx, gemm_amx, gemm))
         par = kf.declare("mb_parallel_for", I32, [PTR, PTR, I64])
         rc_slot = kf.alloca(I32, name="rc")
-        if (self.tile_int8 or self.tile_x16) and ibufs:
+        if self.tile_int_x and ibufs:
             # x quantized to int8 (int16) by all threads, each its share of the rows, before the tiles
             # (on one thread below ``xprep_min_values`` values of x: a round of the pool costs more),
             # where the tiles run (M <= MG: every M but the AMX GEMM's)

@@ -95,7 +95,7 @@ class GemvInt8:
                 with kf.if_(b.icmp_unsigned("==", buf, ir.Constant(PTR, None)), "oomi"):
                     b.ret(ir.Constant(I32, self.error_code))
                 b.store(buf, slot)
-                if not (self.tile_int8 or self.tile_x16):   # the row-tiled kernels fill it in parallel (_int8_x_task)
+                if not self.tile_int_x:   # the row-tiled kernels fill it in parallel (_int8_x_task)
                     self._fill_int8_rows(kf, xf, K, buf, lay, gs, kf.i64(0), M)
 
             if self.i8gemm:

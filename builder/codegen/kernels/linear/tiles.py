@@ -210,7 +210,7 @@ class GemvTiles:
         """For the float-activation tiles: a buffer of ``xs[m, g]``, the sum of x over each whole
         group (float32, ``M x K // group_size``; the weights' zero point is applied through it;
         NULL where :meth:`_tile_permps` applies it in the table), or None for the other kernels."""
-        if not self.tiled or self.tile_int8 or self.tile_x16 or self.tiled_dense:
+        if not self.tiled or self.tile_int_x or self.tiled_dense:
             return None
         if self._tile_permps():
             return ir.Constant(PTR, None)
@@ -329,7 +329,7 @@ class GemvTiles:
         res = kf.alloca(F32, self.nw * MB * T, name="res", align=64)
         resw = [kf.gep(res, kf.i64(w * MB * T), F32) if w else res for w in range(self.nw)]
         wargs = [self._weight_args(st, w) for w in range(self.nw)]
-        if self.tile_int8 or self.tile_x16:
+        if self.tile_int_x:
             xaux = [b.inttoptr(st.extra[f"xi{self.ikeys.index(self.qint[w])}"], PTR) for w in range(self.nw)]
             aux_row = [self._int8_rows(self.qint[w]).row_bytes for w in range(self.nw)]
         else:
