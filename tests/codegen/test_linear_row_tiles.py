@@ -52,7 +52,7 @@ def test_row_tiled_int8_kernel(K, gs, sdt, xdt, vnni, bits, monkeypatch, target=
     float64 emulation of the quantization as the row-major int8 kernels (a group of zeros
     included; every byte value 0-255 of the 8-bit words), and really the int8 path (about 0.5%
     from the float result). ``vnni``: ``vpdpbusd`` (emulated where the host lacks it; without
-    it 8-bit weights take its exact int16 emulation); ``target``: build for it instead of the
+    it 8-bit weights take x's int8 values as int16 pairs and ``vpmaddwd``); ``target``: build for it instead of the
     host."""
     if vnni:
         monkeypatch.setenv("MB_SIMD_EMULATE", "vnni")
@@ -87,8 +87,8 @@ def test_row_tiled_int8_kernel(K, gs, sdt, xdt, vnni, bits, monkeypatch, target=
 @pytest.mark.parametrize("bits", [4, 8])
 def test_row_tiled_int8_kernel_on_avx2(K, gs, sdt, xdt, vnni, shape, bits, monkeypatch):
     """The row-tiled kernel built for an AVX2 target without VNNI (4-bit weights: ``vpmaddubsw``
-    pairs summed in int16 over 4 words, then ``vpmaddwd``; 8-bit ones: ``vpdpbusd``'s exact
-    emulation; or ``vpdpbusd`` emulated): tiles as two vectors of 8 rows (``avx2``) or one
+    pairs summed in int16 over 4 words, then ``vpmaddwd``; 8-bit ones: x's int8 values as int16
+    pairs, two ``vpmaddwd`` per word; or ``vpdpbusd`` emulated): tiles as two vectors of 8 rows (``avx2``) or one
     16-lane vector split into 256-bit halves (``MB_SIMD_SHAPE=avx512``)."""
     if shape == "avx512":
         monkeypatch.setenv("MB_SIMD_SHAPE", "avx512")
@@ -423,12 +423,57 @@ def test_row_tiled_x16_kernel_extreme_values(cap, zp, monkeypatch):
     vals = np.stack([(Q.astype(np.uint64) >> np.uint64(4 * j)) & np.uint64(15) for j in range(8)], -1).reshape(N, -1)
     W = ((vals.astype(np.float32) - zp) * np.repeat(S.astype(np.float32), gs, axis=1))[:, :K]
     want = _int8_activation_reference(xf, W, gs, 32767)
-    np.testing.assert_allclose(y, want, rtol=2e-6, atol=2e-6 * np.abs(want).max())
+
+    def close(rows):    # each row against its own magnitude (row 2 is 60000 times the others)
+        for i in rows:
+            np.testing.assert_allclose(y[i], want[i], rtol=2e-6, atol=2e-6 * np.abs(want[i]).max())
+
+    close(range(M))
     X[3, 300] = np.nan
     lib["f"](X, _tiled(Q), _tiled(S), y)
     assert np.isnan(y[3]).all() and not np.isnan(np.delete(y, 3, axis=0)).any()
-    np.testing.assert_allclose(np.delete(y, 3, axis=0), np.delete(want, 3, axis=0), rtol=2e-6,
-                               atol=2e-6 * np.abs(want).max())
+    close([i for i in range(M) if i != 3])
+
+
+@pytest.mark.skipif(not HOST_SIMD.int8_dot or "+fma" not in HOST.features, reason="needs AVX2")
+@pytest.mark.parametrize("cap", [None, "haswell", "haswell+vnni_emulated"])
+@pytest.mark.parametrize("zp", [0, 128, 255])
+def test_row_tiled_8_bit_int8_kernel_extreme_values(cap, zp, monkeypatch):
+    """8-bit row tiles with int8 x at their bounds: groups of 256 columns of x at ``q = +-127`` against
+    weights all 255, all 0 and alternating 0 / 255, zero points 0, 128 and 255, at 1, 2 and 6 input rows
+    (the helpers of both halves and of one), exact against the float64 emulation -- on the host
+    (``vpdpbusd`` where it has VNNI), on a Haswell (AVX2 without VNNI: x's int8 values stored as int16
+    pairs, two ``vpmaddwd`` per word; ``vpmaddubsw`` would saturate at ``2 * 255 * 127``) and with
+    ``vpdpbusd`` emulated there."""
+    target = None
+    if cap is not None:
+        target = _x86_target("haswell", "+avx2,+fma,+f16c,+avx")
+        if cap.endswith("vnni_emulated"):
+            monkeypatch.setenv("MB_SIMD_EMULATE", "vnni")
+    K, gs, N = 512, 256, 48
+    X = np.empty((6, K), np.float32)
+    X[0], X[1] = 1.0, -1.0                          # q = +-127 everywhere
+    X[2] = np.where(np.arange(K) % 2, 3.0, -3.0)
+    X[3] = np.where(np.arange(K) % 4 < 2, -0.5, 0.5)  # even and odd byte pairs of opposite sign
+    X[4, :gs], X[4, gs:] = 1e30, -1e30
+    X[5] = np.where(np.arange(K) % 3 == 0, 2.0, -1.0)
+    lib = None
+    for M in (1, 2, 6):
+        f, odt, _, Q, S, _ = _quant_case(M, N, K, 8, gs, zp, "uint32", "float32", "float32",
+                                         activation="int8", row_tile=16)
+        if lib is None:
+            kernel, lib = _build(f, target)
+            assert kernel.endswith("+tiles"), kernel
+        Q[:16] = 0xFFFFFFFF                             # every value 255
+        Q[16:32] = 0
+        Q[32:] = 0xFF00FF00                             # 0, 255, 0, 255, ...
+        y = np.empty((M, N), np.float32)
+        lib["f"](X[:M], _tiled(Q), _tiled(S), y)
+        vals = np.stack([(Q.astype(np.uint64) >> np.uint64(8 * j)) & np.uint64(255) for j in range(4)], -1)
+        W = ((vals.reshape(N, -1).astype(np.float64) - zp) * np.repeat(S.astype(np.float64), gs, axis=1))[:, :K]
+        want = _int8_activation_reference(X[:M], W, gs)
+        for i in range(M):      # each row against its own magnitude (row 4 is 1e30 times the others)
+            np.testing.assert_allclose(y[i], want[i], rtol=2e-6, atol=2e-6 * np.abs(want[i]).max())
 
 
 def test_row_tiled_x16_variant_needs_reduced_precision_x_and_4_bit_tiles(monkeypatch):

@@ -154,6 +154,7 @@ class LinearEmitter(GemvFloat, Bf16Dot, GemvInt8, GemvTiles, GemmFloat, GemmInt8
         # int8 activations on a CPU with VNNI: vpdpbusd replaces vpmaddubsw + vpmaddwd
         self.vnni = "vnni" in variant
         self.vnni_tag = (".vnni" + ("" if simd.native("vnni") else "_emulated")) if self.vnni else ""
+        self.dot_native = self.vnni and simd.native("vnni")       # vpdpbusd itself, not its emulation
         if self.qfast or self.qint:
             self.R = TUNING["gemv_rows_q"]
             self.MT = max(1, min(4, budget // self.R))

@@ -40,7 +40,9 @@ class Int8Rows:
     ``group_size``, steps of ``step`` = 64 columns for 256-bit kernels or 128 for 512-bit ones):
     ``steps`` = whole steps inside whole groups; int8 values (``steps * step`` bytes, each step
     even columns then odd -- the 4-bit kernels' low and high nibbles --, or in column order with
-    ``natural``, for 8-bit weights) or, with ``bits = 16``, int16 values (``2 * steps * step``
+    ``natural``, for 8-bit weights; ``wide`` with ``natural``: the same int8 values stored as int16, each
+    4 columns in the order ``0 2 1 3``, the byte pairs ``vpmaddwd`` takes of an 8-bit word without VNNI,
+    :meth:`~.tiles.GemvTiles._tile_fn_i8`) or, with ``bits = 16``, int16 values (``2 * steps * step``
     bytes, each 8 columns in the order ``0 4 1 5 2 6 3 7``: the pairs a 4-bit word's nibbles ``p``
     and ``p + 4`` meet in one ``vpmaddwd`` lane, :meth:`~.tiles.GemvTiles._tile_fn_x16`), then per
     covered group ``d`` (``max|x| / qmax``), ``1/d`` and ``d * sum q``
@@ -55,11 +57,17 @@ class Int8Rows:
     step: int = 64
     natural: bool = False
     bits: int = 8
+    wide: bool = False
 
     @property
     def qmax(self) -> int:
         """The largest ``|q|``: 127 for int8 values, 32767 for int16 ones."""
         return (1 << (self.bits - 1)) - 1
+
+    @property
+    def value_bytes(self) -> int:
+        """Bytes per stored value: 2 for int16 values and for ``wide`` int8 ones, else 1."""
+        return 2 if self.bits == 16 or self.wide else 1
 
     @classmethod
     def for_lanes(cls, k: int, group_size: int, lanes: int) -> "Int8Rows":
@@ -95,7 +103,7 @@ class Int8Rows:
     @property
     def d_off(self) -> int:
         """Byte offset of the per-group ``d`` (float32, padded by one step's groups)."""
-        return self.columns * self.bits // 8
+        return self.columns * self.value_bytes
 
     @property
     def _pad(self) -> int:

@@ -101,11 +101,21 @@ tiles (:meth:`GemvTiles._pack_tiles_fn`: a panel row is a row of consecutive til
 
 8-bit weights with int8 activations: a word is 4 columns of each row, so one ``vpdpbusd`` per
 word and input row against x's 4 int8 values broadcast (x in column order, :class:`~.int8_rows.Int8Rows`
-``natural``), the same zero-point table, scales and float tail as the 4-bit tiles; without VNNI
-its exact int16 emulation (``vpmaddwd`` on the even and odd bytes: ``vpmaddubsw`` would saturate,
-``2 * 255 * 127 > 2**15``). LlamaMLP q8f32_1 with int8 activations on the Xeon (weights from
-DRAM): batch 1 5.01 ms against 5.58 with float ones, batch 8 5.77 (1.15x batch 1), batch 128
-44.9 against 107.5.
+``natural``), the same zero-point table, scales and float tail as the 4-bit tiles. Without VNNI
+(``vpmaddubsw`` would saturate, ``2 * 255 * 127 > 2**15``) x's int8 values are stored as int16, each
+4 columns in the order ``0 2 1 3`` (:class:`~.int8_rows.Int8Rows` ``wide``): a word's even bytes
+(``word & 0x00FF00FF``) and odd ones (``(word >> 8) & 0x00FF00FF``) meet x's pairs in two ``vpmaddwd``
+per word and input row, where widening x's bytes for each row took three more instructions (the same
+exact sums). LlamaMLP q8f32_1 with int8 activations on the Xeon (weights from DRAM): batch 1 5.01 ms
+against 5.58 with float ones, batch 8 5.77 (1.15x batch 1), batch 128 44.9 against 107.5.
+
+**The words of a group in a loop** (every integer-x helper of more than one input row): with a group's
+words unrolled LLVM took the input rows one after another and spilled each decoded word to reload it
+for every row, two loads per multiply. AMD Zen 5 running the AVX2 code without VNNI, one thread, the
+1024 -> 2816 matmul from DRAM (``bench_decode_batch.py``'s kernel part, two runs of each, alternating):
+q8 with int8 x at 4 / 8 / 16 rows 277-289 -> 201-230, 483-533 -> 348-376, 980-1020 -> 618-832 us (int16
+x and the loop), q4 with int8 x 155-159 -> 114-123, 250-256 -> 186-226, 467 -> 379-437 us; the host's
+AVX-512 + VNNI code the same within the spread.
 
 A mixin of :class:`~.emitter.LinearEmitter`."""
 from __future__ import annotations
@@ -765,6 +775,9 @@ class GemvTiles:
         low = ir.Constant(i8v, [15] * (4 * NL))
         four = ir.Constant(i8v, [4] * (4 * NL))
         ones = ir.Constant(vec(I16, 2 * NL), [1] * (2 * NL))
+        i16v, i32v = vec(I16, 2 * NL), vec(I32, NL)
+        bytes02 = ir.Constant(i32v, [0x00FF00FF] * NL)
+        eight = ir.Constant(i32v, [8] * NL)
         S = lay.step                            # 64: x's int8 values even columns, then odd, per step
         B = gs                                  # columns per loop iteration: one group
         xrows = [kf.gep(xi, kf.i64(i * lay.row_bytes), I8) if i else xi for i in range(t)]
@@ -785,36 +798,60 @@ class GemvTiles:
                     self._prefetch_scales(kf, s, g, bpe)
                 sc = kf.widen(kf.load(vec(st_t, NL), kf.gep(s, kf.mul(g, T * bpe), I8),
                                       None, align=2), d.scale_dtype)
-                iacc = self._tile_start_sums(kf, xrows, g, lay, zp, NL)
-                p16 = [None] * t
                 cw = 32 // d.bits                      # columns per word
                 wide = (self.simd.vnni_512 and NL == 16) if native and self.vnni else zmm
-                for c in range(gs // cw):
-                    off = gi * gs + cw * c             # column of this word, from k0
-                    wp = kf.gep(q, kf.mul(kf.add(kf.sdiv(k0, cw), off // cw), 4 * T), I8)
-                    if pf:
-                        kf.prefetch(kf.gep(wp, kf.i64(pf), I8), TUNING["prefetch_locality"])
-                    wv = kf.load(i8v, wp, None, align=1)
-                    kk = kf.add(k0, off)
-                    if d.bits == 8:   # 4 columns of each row, x in column order: one dot per row;
-                        # without VNNI its exact emulation (vpmaddubsw would saturate: 2*255*127 > 2**15)
+                wpg = gs // cw                         # words per group
+                # the words of a group in a loop of U words, the sums carried from word to word: with
+                # a group's words unrolled, LLVM took the input rows one after another and spilled the
+                # decoded words, reloading them for each row (as in _tile_fn_x16); one row runs fastest
+                # unrolled. 4-bit weights without VNNI: U = the 4 words summed in int16 before vpmaddwd.
+                U = wpg if t == 1 else (min(4, wpg) if d.bits == 4 and not self.vnni else 1)
+                islot = [kf.alloca(vec(I32, NL), name="iacc") for _ in range(t)]
+                for a, v in zip(islot, self._tile_start_sums(kf, xrows, g, lay, zp, NL)):
+                    b.store(v, a)
+                with kf.loop(0, wpg, U, "tw") as c0:
+                    iacc = [b.load(a, typ=vec(I32, NL)) for a in islot]
+                    p16 = [None] * t
+                    for u in range(U):
+                        c = kf.add(c0, u) if u else c0                 # word of the group
+                        wp = kf.gep(q, kf.mul(kf.add(kf.mul(g, wpg), c), 4 * T), I8)
+                        if pf:
+                            kf.prefetch(kf.gep(wp, kf.i64(pf), I8), TUNING["prefetch_locality"])
+                        wv = kf.load(i8v, wp, None, align=1)
+                        kk = kf.add(k0, kf.mul(c, cw))                 # its first column
+                        if d.bits == 8 and lay.wide:   # 4 columns of each row, without vpdpbusd: the even
+                            # and the odd bytes as int16 pairs against x's int16 pairs (columns 0 2, then
+                            # 1 3), two vpmaddwd per word and input row (vpmaddubsw would saturate:
+                            # 2 * 255 * 127 > 2**15)
+                            w32 = b.bitcast(wv, i32v)
+                            ev = b.bitcast(b.and_(w32, bytes02), i16v)
+                            od = b.bitcast(b.and_(b.lshr(w32, eight), bytes02), i16v)
+                            for i, xr in enumerate(xrows):
+                                xe, xo_ = (b.bitcast(kf.splat(kf.load(I32, kf.gep(xr, kf.add(kf.mul(kk, 2), o), I8),
+                                                                          None, align=2), NL), i16v) for o in (0, 4))
+                                iacc[i] = kf.dot_s16(kf.dot_s16(iacc[i], ev, xe, False, zmm), od, xo_, False, zmm)
+                            continue
+                        if d.bits == 8:   # 4 columns of each row, x in column order: one vpdpbusd per row
+                            for i, xr in enumerate(xrows):
+                                iacc[i] = kf.dot_u8s8(iacc[i], wv, xbcast(xr, kk), True, wide)
+                            continue
+                        lo, hi = b.and_(wv, low), b.lshr(wv, four)
+                        # x's byte: its step, then half the column in it
+                        xo = kf.add(b.and_(kk, kf.i64(-S)), b.lshr(b.and_(kk, kf.i64(S - 1)), kf.i64(1)))
                         for i, xr in enumerate(xrows):
-                            iacc[i] = kf.dot_u8s8(iacc[i], wv, xbcast(xr, kk), self.vnni and native, wide)
-                        continue
-                    lo, hi = b.and_(wv, low), b.lshr(wv, four)
-                    # x's byte: its step, then half the column in it
-                    xo = kf.add(b.and_(kk, kf.i64(-S)), b.lshr(b.and_(kk, kf.i64(S - 1)), kf.i64(1)))
-                    for i, xr in enumerate(xrows):
-                        xlo, xhi = xbcast(xr, xo), xbcast(xr, kf.add(xo, S // 2))
-                        if self.vnni:
-                            iacc[i] = kf.dot_u8s8(kf.dot_u8s8(iacc[i], lo, xlo, native, wide), hi, xhi, native, wide)
-                        else:
-                            p = b.add(kf.maddubs(lo, xlo, zmm), kf.maddubs(hi, xhi, zmm))
-                            p16[i] = p if p16[i] is None else b.add(p16[i], p)
-                    if not self.vnni and (c % 4 == 3 or c == gs // 8 - 1):
-                        for i in range(t):
-                            iacc[i] = b.add(iacc[i], kf.madd_wd(p16[i], ones, zmm))
-                            p16[i] = None
+                            xlo, xhi = xbcast(xr, xo), xbcast(xr, kf.add(xo, S // 2))
+                            if self.vnni:
+                                iacc[i] = kf.dot_u8s8(kf.dot_u8s8(iacc[i], lo, xlo, native, wide), hi, xhi, native, wide)
+                            else:
+                                p = b.add(kf.maddubs(lo, xlo, zmm), kf.maddubs(hi, xhi, zmm))
+                                p16[i] = p if p16[i] is None else b.add(p16[i], p)
+                        if not self.vnni and (u % 4 == 3 or u == U - 1):
+                            for i in range(t):
+                                iacc[i] = b.add(iacc[i], kf.madd_wd(p16[i], ones, zmm))
+                                p16[i] = None
+                    for a, v in zip(islot, iacc):
+                        b.store(v, a)
+                iacc = [b.load(a, typ=vec(I32, NL)) for a in islot]
                 self._tile_group_sums(kf, xrows, g, lay, sc, iacc, facc)
         self._tile_finish(kf, d, q, s, xf, res, facc, NL, lay.columns)
         return fn
