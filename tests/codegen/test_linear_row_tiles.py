@@ -349,13 +349,13 @@ def _x16_target(cap: str | None, monkeypatch):
     return Target.host()
 
 
-def _x16_check(y, X, Q, S, gs: int, K: int, xdt: str, exact_bound: float = 1e-4) -> None:
+def _x16_check(y, X, Q, S, gs: int, K: int, xdt: str, exact_bound: float = 1e-4, bits: int = 4) -> None:
     """``y`` (float32) against the float64 emulation of x in int16 (:func:`_int8_activation_reference` with
     ``qmax = 32767``: the integer sums are exact, only the float epilogue rounds), and against the exact
     product: closer than float16's rounding of the inputs would allow (``exact_bound``), and not exact (the
     int16 path really ran) where 64 or more columns are int16."""
     xf = _as_f32(X, xdt)
-    W = _group_weights(Q, S, "uint32", "float32", gs, K)
+    W = _group_weights(Q, S, "uint32", "float32", gs, K, bits)
     want = _int8_activation_reference(xf, W, gs, 32767)
     np.testing.assert_allclose(y, want, rtol=3e-6, atol=3e-6 * np.abs(want).max())
     exact = xf.astype(np.float64) @ W.T.astype(np.float64)
@@ -375,53 +375,58 @@ def _x16_check(y, X, Q, S, gs: int, K: int, xdt: str, exact_bound: float = 1e-4)
     (1280, 256, "float16"),    # the largest group: int32 sums of 256 products
 ])
 @pytest.mark.parametrize("cap", [None, "avx2", "haswell"])
-def test_row_tiled_x16_kernel(K, gs, xdt, cap, monkeypatch):
-    """4-bit row tiles with float16 / bfloat16 x take x in int16 per group (plan variant ``x16``) at every
-    batch size (blocks of rows and their remainders, three tiles; no float GEMM above ``tile_max_rows``),
-    on the host's vectors and on AVX2 with and without VNNI: the float64 emulation of that quantization to
-    float32 rounding, within float16's input rounding of the exact product."""
+@pytest.mark.parametrize("bits", [4, 8])
+def test_row_tiled_x16_kernel(K, gs, xdt, cap, bits, monkeypatch):
+    """4- and 8-bit row tiles with float16 / bfloat16 x take x in int16 per group (plan variant ``x16``) at
+    every batch size (blocks of rows and their remainders, three tiles; no float GEMM above
+    ``tile_max_rows``), on the host's vectors and on AVX2 with and without VNNI: the float64 emulation of
+    that quantization to float32 rounding, within float16's input rounding of the exact product."""
     target = _x16_target(cap, monkeypatch)
     simd = SimdInfo.from_target(target.triple, target.features)
     lib = None
     for M in (1, 3, 5, 8, 9, 13, 16, 40, 67):
-        f, odt, X, Q, S, _ = _quant_case(M, 48, K, 4, gs, 7, "uint32", "float32", xdt, seed=M + K, row_tile=16)
+        f, odt, X, Q, S, _ = _quant_case(M, 48, K, bits, gs, 2 ** (bits - 1) - 1, "uint32", "float32", xdt,
+                                         seed=M + K, row_tile=16)
         if lib is None:
             kernel, lib = _build(f, None if cap is None or cap == "avx2" else target)
             assert kernel == f"linear/{simd.name}+x16+tiles", kernel
         assert odt == "float32"
         y = np.empty((M, 48), np.float32)
         lib["f"](X, _tiled(Q), _tiled(S), y)
-        _x16_check(y, X, Q, S, gs, K, xdt)
+        _x16_check(y, X, Q, S, gs, K, xdt, bits=bits)
 
 
 @pytest.mark.skipif(not HOST_SIMD.int8_dot or "+fma" not in HOST.features, reason="needs AVX2")
 @pytest.mark.parametrize("cap", [None, "avx2", "haswell"])
-@pytest.mark.parametrize("zp", [0, 7, 15])
-def test_row_tiled_x16_kernel_extreme_values(cap, zp, monkeypatch):
+@pytest.mark.parametrize("bits,zp", [(4, 0), (4, 7), (4, 15), (8, 0), (8, 128), (8, 255)])
+def test_row_tiled_x16_kernel_extreme_values(cap, bits, zp, monkeypatch):
     """The int32 sums at their bounds: groups of 256 columns of x at ``+-max`` (``q = +-32767``) against
-    weights all 15, all 0 and alternating, with zero points 0, 7 and 15 -- exact against the float64
-    emulation (no pair or sum wraps); a NaN in a row of x makes that row's outputs NaN and leaves the other
-    rows as they were."""
+    weights all 15 (255), all 0 and alternating, with zero points 0, 7 and 15 (0, 128 and 255) -- exact
+    against the float64 emulation (a group's sum up to ``256 * 255 * 32767``, just inside int32); a NaN in
+    a row of x makes that row's outputs NaN and leaves the other rows as they were."""
     target = _x16_target(cap, monkeypatch)
     K, gs, N, M = 512, 256, 48, 6
-    f, odt, X, Q, S, _ = _quant_case(M, N, K, 4, gs, zp, "uint32", "float32", "float16", row_tile=16)
+    f, odt, X, Q, S, _ = _quant_case(M, N, K, bits, gs, zp, "uint32", "float32", "float16", row_tile=16)
     kernel, lib = _build(f, None if cap is None or cap == "avx2" else target)
     assert "+x16+tiles" in kernel, kernel
-    Q[:16] = 0xFFFFFFFF                       # every value 15
+    Q[:16] = 0xFFFFFFFF                       # every value 15 (255)
     Q[16:32] = 0
-    Q[32:] = 0xF0F0F0F0                       # 0, 15, 0, 15, ...
+    Q[32:] = 0xF0F0F0F0 if bits == 4 else 0xFF00FF00   # 0, 15, 0, 15, ... (0, 255, ...)
     X = np.empty((M, K), np.float16)
     X[0], X[1] = 1.0, -1.0                    # q = +-32767 everywhere
     X[2, :gs], X[2, gs:] = 60000.0, -60000.0  # the largest float16 magnitudes of one sign per group
     X[3] = np.where(np.arange(K) % 2, 2.0, -2.0)
-    X[4] = np.where(np.arange(K) % 8 < 4, -0.5, 0.5)   # the pairs of columns p and p + 4 of opposite sign
+    # the columns one int16 pair holds (p and p + 4; 8-bit: p and p + 2) of opposite sign
+    X[4] = np.where(np.arange(K) % (16 // bits * 2) < 16 // bits, -0.5, 0.5)
     X[5] = 1.0
     X[5, 7] = 1e-4                            # a value far below the group's largest: rounds to 0
     y = np.empty((M, N), np.float32)
     lib["f"](X, _tiled(Q), _tiled(S), y)
     xf = X.astype(np.float32)
-    vals = np.stack([(Q.astype(np.uint64) >> np.uint64(4 * j)) & np.uint64(15) for j in range(8)], -1).reshape(N, -1)
-    W = ((vals.astype(np.float32) - zp) * np.repeat(S.astype(np.float32), gs, axis=1))[:, :K]
+    top = 2 ** bits - 1
+    vals = np.stack([(Q.astype(np.uint64) >> np.uint64(bits * j)) & np.uint64(top) for j in range(32 // bits)],
+                    -1).reshape(N, -1)
+    W = ((vals.astype(np.float64) - zp) * np.repeat(S.astype(np.float64), gs, axis=1))[:, :K]
     want = _int8_activation_reference(xf, W, gs, 32767)
 
     def close(rows):    # each row against its own magnitude (row 2 is 60000 times the others)
@@ -476,11 +481,11 @@ def test_row_tiled_8_bit_int8_kernel_extreme_values(cap, zp, monkeypatch):
             np.testing.assert_allclose(y[i], want[i], rtol=2e-6, atol=2e-6 * np.abs(want[i]).max())
 
 
-def test_row_tiled_x16_variant_needs_reduced_precision_x_and_4_bit_tiles(monkeypatch):
+def test_row_tiled_x16_variant_needs_reduced_precision_x_and_integer_tiles(monkeypatch):
     """Who takes x in int16 (plan variant ``x16``): 4-bit row tiles with float16 / bfloat16 x on AVX2 / AVX-512
-    with integer multiply-adds; float32 x only at a ``matmul_precision`` below ``highest``; not 8-bit tiles,
+    with integer multiply-adds, 8-bit ones too; float32 x only at a ``matmul_precision`` below ``highest``;
     not int8-activation weights (those take int8), not 4-lane vectors or a CPU without AVX2's integer
-    multiply-adds, not a zero point outside 0 .. 15, not with ``tile_x16 = 0``."""
+    multiply-adds, not a zero point outside 0 .. 15 (0 .. 255 for 8-bit weights), not with ``tile_x16 = 0``."""
     from builder.codegen.kernels.linear import plan_linear
 
     def variant(xdt="float16", bits=4, act="none", simd=SimdInfo("avx2", 8, 16, int8_dot=True), gs=32, zp=None):
@@ -495,7 +500,10 @@ def test_row_tiled_x16_variant_needs_reduced_precision_x_and_4_bit_tiles(monkeyp
     assert variant("bfloat16") == variant(simd=avx512) == "x16+tiles"
     assert variant("float32") == "tiles"
     assert variant("float32", simd=SimdInfo("avx2", 8, 16, int8_dot=True, matmul_precision="high")) == "x16+tiles"
-    assert variant(bits=8) == "tiles"
+    assert variant(bits=8) == variant("bfloat16", bits=8, simd=avx512) == "x16+tiles"
+    assert variant(bits=8, zp=0) == variant(bits=8, zp=255) == "x16+tiles"
+    assert variant(bits=8, zp=256) == variant(bits=8, zp=-1) == "tiles"
+    assert variant("float32", bits=8) == "tiles"
     assert variant(act="int8") == "tiles"
     assert variant(act="int8", simd=SimdInfo("avx2", 8, 16, int8_dot=True, vnni=True)) == "vnni+tiles"
     assert variant(simd=SimdInfo("sse", 4, 16, int8_dot=True)) == "tiles"

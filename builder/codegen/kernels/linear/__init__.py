@@ -62,8 +62,9 @@ Generated code (:func:`emit_linear`), for the host's widest vectors (:class:`Sim
   ``vpmaddubsw``) against 4 int8 values of x broadcast, the integer sums leave once per group;
   with float activations up to ``tile_max_rows`` (32 rows with 32 registers, 16 with 16): per column one shift, mask and
   conversion for 16 rows and an FMA per input row, and above it the float GEMM on panels packed
-  from the tiles; 4-bit tiles with float16 / bfloat16 x (plan variant ``x16``) take x in int16 per
-  group instead, a ``vpmaddwd`` (``vpdpwssd``) per 16 weights and input row, for every ``M``. The weights are decoded once per block of 8 input rows (4 with 16 registers) --
+  from the tiles; 4- and 8-bit tiles with float16 / bfloat16 x (plan variant ``x16``) take x in int16 per
+  group instead, a ``vpmaddwd`` (``vpdpwssd``) per 8 (4-bit) or 4 (8-bit) columns of 16 rows and input row,
+  for every ``M``. The weights are decoded once per block of 8 input rows (4 with 16 registers) --
   see :mod:`.tiles`. LlamaMLP on an Intel Xeon with AMX (2 cores), against the row-major kernels
   in the same session: q4f16_1+a8 batch 1 2.86 -> 2.69 ms, batch 8 9.49 -> 4.69, batch 128 76
   -> 56; q4f16_1 batch 1 5.39 -> 4.78, batch 8 27.2 -> 10.5. Float weights in tiles of 16 rows

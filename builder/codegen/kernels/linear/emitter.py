@@ -164,7 +164,7 @@ class LinearEmitter(GemvFloat, Bf16Dot, GemvInt8, GemvTiles, GemmFloat, GemmInt8
         # columns as the GEMV (the rest stay float), so every batch size computes the same
         self.i8gemm = bool(TUNING["gemm_i8"]) and len(self.qint) == self.nw and not self.tiled
         self.tile_int8 = self.tiled and len(self.qint) == self.nw
-        # 4-bit row tiles with x in int16 per group (plan variant x16, GemvTiles._tile_fn_x16): x's
+        # 4- / 8-bit row tiles with x in int16 per group (plan variant x16, GemvTiles._tile_fn_x16): x's
         # int16 rows in the int8 rows' buffers (ikeys / qint: every weight whose x is an Int8Rows copy)
         self.tile_x16 = self.tiled and not self.tile_int8 and "x16" in variant
         if self.tile_x16:

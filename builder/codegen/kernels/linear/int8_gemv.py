@@ -50,7 +50,7 @@ class GemvInt8:
             # in column order for 8-bit weights (4 columns per 32-bit word, one vpdpbusd)
             eight = self.plan.weights[0].bits == 8
             return Int8Rows(self.K_static, gs, natural=eight, bits=16 if self.tile_x16 else 8,
-                            wide=eight and not self.dot_native)
+                            wide=eight and not self.tile_x16 and not self.dot_native)
         return Int8Rows.for_lanes(self.K_static, gs, self.lanes if TUNING["gemv_wide_i8"] else 8)
 
     def _int8_row_sums(self, kf, dec, row, xrows, lay: "Int8Rows", accs, sums) -> None:
@@ -218,10 +218,10 @@ class GemvInt8:
                                                                   for j in range(S)]))
                 q = b.trunc(b.fptosi(b.call(rintS, [clamp(b.fmul(xS, invs))]), iSv),
                             vec(I16 if lay.value_bytes == 2 else I8, S))
-                if lay.bits == 16:    # each 8 columns 0 4 1 5 2 6 3 7 (a word's nibbles p and p + 4)
+                if lay.natural and lay.value_bytes == 2:   # each 4 columns 0 2 1 3 (an 8-bit word's
+                    perm = [j - j % 4 + (j % 4) // 2 + 2 * (j % 2) for j in range(S)]   # even bytes, then odd)
+                elif lay.bits == 16:    # each 8 columns 0 4 1 5 2 6 3 7 (a 4-bit word's nibbles p and p + 4)
                     perm = [j - j % 8 + (j % 8) // 2 + 4 * (j % 2) for j in range(S)]
-                elif lay.wide:        # each 4 columns 0 2 1 3 (an 8-bit word's even bytes, then odd)
-                    perm = [j - j % 4 + (j % 4) // 2 + 2 * (j % 2) for j in range(S)]
                 elif not lay.natural:   # even columns, then odd (the 4-bit kernels' nibble halves)
                     perm = [2 * j for j in range(S // 2)] + [2 * j + 1 for j in range(S // 2)]
                 else:

@@ -44,7 +44,8 @@ class Int8Rows:
     4 columns in the order ``0 2 1 3``, the byte pairs ``vpmaddwd`` takes of an 8-bit word without VNNI,
     :meth:`~.tiles.GemvTiles._tile_fn_i8`) or, with ``bits = 16``, int16 values (``2 * steps * step``
     bytes, each 8 columns in the order ``0 4 1 5 2 6 3 7``: the pairs a 4-bit word's nibbles ``p``
-    and ``p + 4`` meet in one ``vpmaddwd`` lane, :meth:`~.tiles.GemvTiles._tile_fn_x16`), then per
+    and ``p + 4`` meet in one ``vpmaddwd`` lane, :meth:`~.tiles.GemvTiles._tile_fn_x16`; with
+    ``natural``, each 4 in the order ``0 2 1 3``, as ``wide``), then per
     covered group ``d`` (``max|x| / qmax``), ``1/d`` and ``d * sum q``
     (float32; the last for the weights' zero point) and ``-zero_point * sum q`` (int32, for the
     row-tiled kernel). The GEMV multiplies a step's weight scales by its groups' ``d`` and spreads

@@ -48,7 +48,7 @@ TUNING = {
     "xprep_min_values": 1 << 16,  # row-tiled int8 kernel: x quantized on all threads from this many values
     "prefetch_scales": 2048,     # row-tiled kernels: the scales' prefetch distance in bytes (0: off;
                                  # LlamaMLP q4f16_1+a8 batch 8 4.83-4.92 -> 4.59-4.72 ms from DRAM, Xeon)
-    "tile_x16": 1,               # 4-bit tiles with float16 / bfloat16 x (float32 below highest): x in int16
+    "tile_x16": 1,               # 4- / 8-bit tiles with float16 / bfloat16 x (float32 below highest): x in int16
                                  # per group (_int16_activations; 0: off)
     "tile_permps": 1,            # float tiles on AVX-512: decode with vpermps (0: mask and conversion)
     "tile_chains_f32": 4,        # float tiles: FMA chains per group over the input rows of a block (4: 4 for
@@ -269,7 +269,7 @@ def plan_linear(func: PrimFunc, simd: SimdInfo) -> LinearPlan | str:
     instruction path the kernel takes (``"bf16dot"``: bfloat16 ``x`` and weights, an even
     static ``K`` and ``vdpbf16ps`` in the GEMV and GEMM; ``"bf16gemv"``: in the GEMV only, the
     GEMM multiplies widened float32 (:attr:`SimdInfo.bf16dot_gemm`, ``gemm_bf16dot``);
-    ``"vnni"``: int8-activation weights and ``vpdpbusd``; ``"x16"``: 4-bit row tiles with x in
+    ``"vnni"``: int8-activation weights and ``vpdpbusd``; ``"x16"``: 4- or 8-bit row tiles with x in
     int16 per group (:func:`_int16_activations`); ``"tiles"`` added: row-tiled weights and
     the row-tiled kernels of :mod:`.tiles`; ``"amx"`` / ``"amx3"`` added: the GEMM on AMX tiles with
     bfloat16 products or the bf16x3 split, :func:`_amx_split`), shown in the built function's
@@ -347,8 +347,8 @@ def _int8_activations(plan: LinearPlan, k) -> bool:
 
 
 def _int16_activations(plan: LinearPlan, simd: SimdInfo, k) -> bool:
-    """True when ``plan`` takes the 4-bit row tiles with x in int16 (:meth:`~.tiles.GemvTiles._tile_fn_x16`):
-    every weight 4-bit in row tiles with float activations in a layout :func:`int8_gemv_supported`
+    """True when ``plan`` takes the 4- or 8-bit row tiles with x in int16 (:meth:`~.tiles.GemvTiles._tile_fn_x16`):
+    every weight 4-bit (or every one 8-bit) in row tiles with float activations in a layout :func:`int8_gemv_supported`
     takes, a static K (``k``, simplified), AVX2 integer multiply-adds on 8 or 16 lanes, and x in
     float16 / bfloat16 (or float32 at a ``matmul_precision`` below ``highest``). x is rounded to
     ``q = rint(x * 32767 / max|x|)`` per group of the weights: an error of at most ``max|x| / 65534``
@@ -356,15 +356,19 @@ def _int16_activations(plan: LinearPlan, simd: SimdInfo, k) -> bool:
     the products -- exact in int32 -- carry no more error than the float16 inputs did. Where float
     activations need a shift, a byte shuffle, a conversion and an FMA per 8 weights and rows of 8
     lanes, x in int16 pairs each column with the one 4 further on in one ``vpmaddwd`` lane: a shift,
-    a mask and a ``vpmaddwd`` (with AVX512-VNNI a ``vpdpwssd``) per 16 weights. A zero point outside 0 .. 15
-    (which the int32 sums' bound assumes) keeps the float tiles. ``tile_x16 = 0``: off."""
+    a mask and a ``vpmaddwd`` (with AVX512-VNNI a ``vpdpwssd``) per 16 weights (8-bit words: their
+    even and odd bytes, split once per word, where float x took a byte shuffle and a conversion per 4
+    weights). A zero point outside 0 .. 15 (0 .. 255 for 8-bit weights: what the int32 sums' bound
+    assumes) keeps the float tiles. ``tile_x16 = 0``: off."""
     x = plan.params[plan.x]
     if not (TUNING["tile_x16"] and simd.int8_dot and simd.lanes >= 8 and isinstance(k, E.IntImm)):
         return False
     if x.dtype not in ("float16", "bfloat16") and simd.matmul_precision == "highest":
         return False
-    return not _int8_activations(plan, k) and all(
-        d.format == "group" and d.row_tile and d.bits == 4 and 0 <= d.zero_point <= 15   # (int32 sums' bound)
+    bits = {d.bits for d in plan.weights}     # one layout of x for all: 4-bit or 8-bit weights alone
+    return not _int8_activations(plan, k) and len(bits) == 1 and all(
+        d.format == "group" and d.row_tile and d.bits in (4, 8)
+        and 0 <= d.zero_point < 1 << d.bits   # (the int32 sums' bound)
         and int8_gemv_supported(d.storage, d.bits, d.group_size, k.value, d.row_tile, d.zero_point)
         for d in plan.weights)
 

@@ -35,7 +35,7 @@ the row-major int8 GEMV / GEMM's: the same columns are quantized (whole 64-colum
 whole groups) and the same integer sums formed; the columns past them stay float (``x *
 dequantized weight``, scalar, :meth:`GemvTiles._tile_tail`).
 
-**int16 x** (plan variant ``x16``, :meth:`GemvTiles._tile_fn_x16`; 4-bit tiles with float16 /
+**int16 x** (plan variant ``x16``, :meth:`GemvTiles._tile_fn_x16`; 4- and 8-bit tiles with float16 /
 bfloat16 x, or float32 x below ``matmul_precision=highest``: :func:`~.plan._int16_activations`; every
 batch size, as with int8 x): x quantized once per call to int16 per group (the int8 path's
 :class:`~.int8_rows.Int8Rows` with ``bits = 16``, by every thread from ``xprep_min_values`` values),
@@ -53,7 +53,14 @@ whole LlamaMLP q4f16_1 at batch 1 with the AVX2 code, alone after a cache sweep:
 6.84 -> 3.50 ms, batch 1 1.98 -> 1.80 ms (``benchmarks/bench_mlp.py``). Above ``tile_max_rows`` the tiles
 beat the float GEMM on panels packed from them too (the 2048 -> 5632 matmul, 2 threads: the AVX2 code
 without VNNI at 32 / 128 / 512 / 2048 rows 0.75 / 0.84 / 0.88 / 0.46 of its time, the AVX-512 code 0.61 /
-0.57 / 0.73 / 0.64), so they take every batch size.
+0.57 / 0.73 / 0.64), so they take every batch size. 8-bit weights (``q8f16_1``): each word's even and odd
+bytes (``word & 0x00FF00FF``, ``(word >> 8) & 0x00FF00FF``) against x's pairs of columns 0 2 and 1 3, two
+``vpmaddwd`` per word of 4 columns and input row, where float x took a byte shuffle, a conversion and an
+FMA per column. The 1024 -> 2816 q8 matmul from DRAM, one thread, float tiles -> int16 x, interleaved
+(AMD Zen 5): the AVX2 code without VNNI at 1 / 4 / 8 / 16 rows 111 -> 112, 242 -> 180, 489 -> 357, 971 ->
+732 us; the host's AVX-512 + VNNI 109 -> 110, 165 -> 112, 271 -> 158, 509 -> 319; 2048 -> 5632 on 2
+threads at 32 / 128 / 512 rows (the float GEMM above 16): AVX2 4150 -> 2929, 13691 -> 11397, 54530 -> 46899
+us, AVX-512 2014 -> 1184, 7465 -> 4043, 27925 -> 19376.
 
 **Both halves of a tile at once with 8 lanes** (``tile_pair_rows_i8``, ``tile_pair_rows_f32``;
 :meth:`GemvTiles._tile_shape`): with 256-bit vectors a tile's word is two vectors of 8 rows, and a helper
@@ -559,16 +566,19 @@ class GemvTiles:
         return fn
 
     def _tile_fn_x16(self, w: int, t: int, first: bool) -> ir.Function:
-        """The tile helper (:meth:`_tile_fn`) of 4-bit weights with x in int16 (plan variant ``x16``,
-        :func:`~.plan._int16_activations`; x's rows: :class:`Int8Rows` with ``bits = 16``, each 8
-        columns in the order ``0 4 1 5 2 6 3 7``). Per word of 8 columns and ``p`` = 0 .. 3, ``(word >>
-        4 p) & 0x000F000F`` holds column ``p`` of each row in the low int16 half of its lane and
-        column ``p + 4`` in the high half: one ``vpmaddwd`` with x's pair of those columns broadcast
-        adds both products of a row to its int32 lane (``vpdpwssd`` with VNNI), for every input row
-        of the block. A group's sums start at ``-zero_point * sum q`` (x's table) and leave the integers
-        once per group and row: ``acc += float(isum) * scale * d``. Exact: ``|isum| <= 256 * 15 *
-        32767 + 15 * 256 * 32767 < 2**31``. The columns past the int16 ones stay float
-        (:meth:`_tile_tail`)."""
+        """The tile helper (:meth:`_tile_fn`) of 4- and 8-bit weights with x in int16 (plan variant
+        ``x16``, :func:`~.plan._int16_activations`; x's rows: :class:`Int8Rows` with ``bits = 16``,
+        each 8 columns in the order ``0 4 1 5 2 6 3 7`` for 4-bit weights, each 4 in the order ``0 2 1
+        3`` for 8-bit ones). 4-bit: per word of 8 columns and ``p`` = 0 .. 3, ``(word >> 4 p) &
+        0x000F000F`` holds column ``p`` of each row in the low int16 half of its lane and column ``p +
+        4`` in the high half; 8-bit: per word of 4 columns ``word & 0x00FF00FF`` holds columns 0 and 2,
+        ``(word >> 8) & 0x00FF00FF`` columns 1 and 3. One ``vpmaddwd`` with x's pair of those columns
+        broadcast adds both products of a row to its int32 lane (``vpdpwssd`` with VNNI), for every
+        input row of the block. A group's sums start at ``-zero_point * sum q`` (x's table) and leave
+        the integers once per group and row: ``acc += float(isum) * scale * d``. Exact: the sum of a
+        group is ``sum (w - zero_point) q`` with ``|w - zero_point| <= 15`` (255) and ``|q| <= 32767``
+        over at most 256 columns, ``< 2**31`` (the int32 adds wrap, so partial sums past that bound
+        still end exact). The columns past the int16 ones stay float (:meth:`_tile_tail`)."""
         d = self.plan.weights[w]
         NL, _ = self._tile_shape(t)
         K = self.K_static
@@ -585,13 +595,15 @@ class GemvTiles:
         T, gs, zp = ROW_TILE, d.group_size, d.zero_point
         i16v, i32v, f32v = vec(I16, 2 * NL), vec(I32, NL), vec(F32, NL)
         st_t, bpe = mem_type(d.scale_dtype), elem_bytes(d.scale_dtype)
-        mask = ir.Constant(i32v, [0x000F000F] * NL)
+        bits = d.bits
+        mask = ir.Constant(i32v, [0x000F000F if bits == 4 else 0x00FF00FF] * NL)
+        cw = 32 // bits                         # columns per word: its pairs p = 0 .. cw / 2 - 1
         xrows = [kf.gep(xi, kf.i64(i * lay.row_bytes), I8) if i else xi for i in range(t)]
         facc = [kf.alloca(f32v, name="tacc") for _ in range(t)]
         for a in facc:
             b.store(kf.fzero(NL), a)
         pf = TUNING["prefetch_q"] if first else 0
-        wpg = gs // 8                           # words per group
+        wpg = gs // cw                          # words per group
         with kf.loop(0, lay.groups, 1, "tg") as g:
             if pf:
                 self._prefetch_scales(kf, s, g, bpe)
@@ -612,9 +624,9 @@ class GemvTiles:
                     if pf:
                         kf.prefetch(kf.gep(wp, kf.i64(pf), I8), TUNING["prefetch_locality"])
                     wv = kf.load(i32v, wp, None, align=4)
-                    xo = kf.mul(word, 16)               # x's int16 values of the word's 8 columns
-                    for p in range(4):
-                        pv = wv if p == 0 else b.lshr(wv, ir.Constant(i32v, [4 * p] * NL))
+                    xo = kf.mul(word, 2 * cw)           # x's int16 values of the word's columns
+                    for p in range(cw // 2):
+                        pv = wv if p == 0 else b.lshr(wv, ir.Constant(i32v, [bits * p] * NL))
                         pw = b.bitcast(b.and_(pv, mask), i16v)
                         for i, xr in enumerate(xrows):
                             xv = kf.load(I32, kf.gep(xr, kf.add(xo, 4 * p), I8), None, align=4)
