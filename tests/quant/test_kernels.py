@@ -123,7 +123,9 @@ def test_out_dtype_keeps_the_bias_dtype():
     spec = GroupQuantization(bits=8, group_size=32, model_dtype="float16")
     y, ref, _ = run_quantized(spec, 64, 16, bias=True, dtype="float16", out_dtype="float32")
     assert y.dtype == np.float32
-    assert np.abs(y - ref).max() <= 1e-5 * np.abs(ref).max()
+    # float32 sums; where the CPU has AVX2's integer multiply-adds the 8-bit tiles take float16 x in int16
+    # per group (plan variant x16: at most 2**-16 of the group's largest |x| off per value)
+    assert np.abs(y - ref).max() <= 1e-4 * np.abs(ref).max()
 
 
 class Lookup(nn.Module):

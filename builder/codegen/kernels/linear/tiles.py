@@ -110,10 +110,10 @@ tiles (:meth:`GemvTiles._pack_tiles_fn`: a panel row is a row of consecutive til
 word and input row against x's 4 int8 values broadcast (x in column order, :class:`~.int8_rows.Int8Rows`
 ``natural``), the same zero-point table, scales and float tail as the 4-bit tiles. Without VNNI
 (``vpmaddubsw`` would saturate, ``2 * 255 * 127 > 2**15``) x's int8 values are stored as int16, each
-4 columns in the order ``0 2 1 3`` (:class:`~.int8_rows.Int8Rows` ``wide``): a word's even bytes
-(``word & 0x00FF00FF``) and odd ones (``(word >> 8) & 0x00FF00FF``) meet x's pairs in two ``vpmaddwd``
-per word and input row, where widening x's bytes for each row took three more instructions (the same
-exact sums). LlamaMLP q8f32_1 with int8 activations on the Xeon (weights from DRAM): batch 1 5.01 ms
+4 columns in the order ``0 2 1 3`` (:class:`~.int8_rows.Int8Rows` ``wide``), and the int16-x helper
+multiplies them (:meth:`GemvTiles._tile_fn_x16`): a word's even bytes (``word & 0x00FF00FF``) and odd
+ones (``(word >> 8) & 0x00FF00FF``) meet x's pairs in two ``vpmaddwd`` per word and input row, where
+widening x's bytes for each row took three more instructions (the same exact sums). LlamaMLP q8f32_1 with int8 activations on the Xeon (weights from DRAM): batch 1 5.01 ms
 against 5.58 with float ones, batch 8 5.77 (1.15x batch 1), batch 128 44.9 against 107.5.
 
 **The words of a group in a loop** (every integer-x helper of more than one input row): with a group's
@@ -421,7 +421,10 @@ class GemvTiles:
         or int16 activations, their per-group sums of x with float ones; ``xf``: their float32 values).
         ``first``: the tile's first vector, which prefetches the tile's lines ``prefetch_q`` bytes
         ahead. Shared by every kernel of the module with this format, ``K`` and ``t``."""
-        fn = self._tile_fn_i8 if self.tile_int8 else self._tile_fn_x16 if self.tile_x16 else self._tile_fn_f32
+        if self.tile_int8 and not self._int8_rows(self.plan.weights[w].group_size).wide:
+            fn = self._tile_fn_i8
+        else:   # int16 x, or the int8 values of x stored as int16 (8-bit weights without vpdpbusd)
+            fn = self._tile_fn_x16 if self.tile_int_x else self._tile_fn_f32
         return fn(w, t, first)
 
     @staticmethod
@@ -578,7 +581,9 @@ class GemvTiles:
         the integers once per group and row: ``acc += float(isum) * scale * d``. Exact: the sum of a
         group is ``sum (w - zero_point) q`` with ``|w - zero_point| <= 15`` (255) and ``|q| <= 32767``
         over at most 256 columns, ``< 2**31`` (the int32 adds wrap, so partial sums past that bound
-        still end exact). The columns past the int16 ones stay float (:meth:`_tile_tail`)."""
+        still end exact). The columns past the int16 ones stay float (:meth:`_tile_tail`). Also the
+        helper of 8-bit weights with int8 x where ``vpdpbusd`` is not native (:class:`Int8Rows`
+        ``wide``: x's int8 values stored as int16 in the same order, the same sums)."""
         d = self.plan.weights[w]
         NL, _ = self._tile_shape(t)
         K = self.K_static
@@ -787,9 +792,6 @@ class GemvTiles:
         low = ir.Constant(i8v, [15] * (4 * NL))
         four = ir.Constant(i8v, [4] * (4 * NL))
         ones = ir.Constant(vec(I16, 2 * NL), [1] * (2 * NL))
-        i16v, i32v = vec(I16, 2 * NL), vec(I32, NL)
-        bytes02 = ir.Constant(i32v, [0x00FF00FF] * NL)
-        eight = ir.Constant(i32v, [8] * NL)
         S = lay.step                            # 64: x's int8 values even columns, then odd, per step
         B = gs                                  # columns per loop iteration: one group
         xrows = [kf.gep(xi, kf.i64(i * lay.row_bytes), I8) if i else xi for i in range(t)]
@@ -831,21 +833,10 @@ class GemvTiles:
                             kf.prefetch(kf.gep(wp, kf.i64(pf), I8), TUNING["prefetch_locality"])
                         wv = kf.load(i8v, wp, None, align=1)
                         kk = kf.add(k0, kf.mul(c, cw))                 # its first column
-                        if d.bits == 8 and lay.wide:   # 4 columns of each row, without vpdpbusd: the even
-                            # and the odd bytes as int16 pairs against x's int16 pairs (columns 0 2, then
-                            # 1 3), two vpmaddwd per word and input row (vpmaddubsw would saturate:
-                            # 2 * 255 * 127 > 2**15)
-                            w32 = b.bitcast(wv, i32v)
-                            ev = b.bitcast(b.and_(w32, bytes02), i16v)
-                            od = b.bitcast(b.and_(b.lshr(w32, eight), bytes02), i16v)
-                            for i, xr in enumerate(xrows):
-                                xe, xo_ = (b.bitcast(kf.splat(kf.load(I32, kf.gep(xr, kf.add(kf.mul(kk, 2), o), I8),
-                                                                          None, align=2), NL), i16v) for o in (0, 4))
-                                iacc[i] = kf.dot_s16(kf.dot_s16(iacc[i], ev, xe, False, zmm), od, xo_, False, zmm)
-                            continue
                         if d.bits == 8:   # 4 columns of each row, x in column order: one vpdpbusd per row
+                            # (without it, the int16-x helper: _tile_fn)
                             for i, xr in enumerate(xrows):
-                                iacc[i] = kf.dot_u8s8(iacc[i], wv, xbcast(xr, kk), True, wide)
+                                iacc[i] = kf.dot_u8s8(iacc[i], wv, xbcast(xr, kk), self.dot_native, wide)
                             continue
                         lo, hi = b.and_(wv, low), b.lshr(wv, four)
                         # x's byte: its step, then half the column in it
