@@ -135,3 +135,51 @@ def test_a_row_computes_the_same_at_every_batch_size(wdt, monkeypatch):
         part = np.empty((m, N), np.float32)
         fn(np.ascontiguousarray(x[40 - m:]), tiles, part)
         np.testing.assert_array_equal(part, full[40 - m:], err_msg=f"M={m}")
+
+
+#: AMD Zen 3's vector features (AVX2 + FMA + F16C: 16 ymm registers), for code emitted on any x86-64 host.
+_ZEN3 = ",".join("+" + f for f in ("sse4.2", "avx", "avx2", "fma", "f16c", "bmi2", "popcnt"))
+
+
+def _helper_spills(target: Target, K: int) -> dict[str, int]:
+    """Per dense tile helper (``mb.tile.*``) of the one-weight kernel optimized and compiled for
+    ``target``: its vector stores to and loads from the stack frame (register spills and reloads)."""
+    from builder.codegen import _Part, emit_llvm_ir
+
+    text, _ = emit_llvm_ir({"f": _kernel(K, 64, "float32", 1)}, target)
+    part = _Part(text, target)
+    try:
+        part.run_passes(part.mpm, part.module, part.pb)
+        asm = part.tm.emit_assembly(part.module)
+    finally:
+        part.close()
+    spills: dict[str, int] = {}
+    name = None
+    for line in asm.splitlines():
+        label = line.rstrip().removesuffix(":").strip('"')
+        if line and not line[0].isspace() and line.rstrip().endswith(":") and label.startswith("mb.tile."):
+            name = label
+            spills[name] = 0
+        elif line.startswith(".Lfunc_end"):
+            name = None
+        elif name and "%ymm" in line and ("(%rsp)" in line or "(%rbp)" in line):
+            spills[name] += 1
+    return spills
+
+
+def test_dense_row_tiles_block_fits_the_register_file(monkeypatch):
+    """With 16 registers of 8 lanes (AVX2) the default block of input rows keeps its accumulators,
+    a column's weight vectors and x's broadcast in registers: the helpers compiled for Zen 3 touch
+    the stack with no ymm register, where the former 8 rows per block (16 accumulators) spill."""
+    if not HOST.triple.startswith("x86_64"):
+        pytest.skip("x86-64 assembly")
+    for hook in ("MB_SIMD_SHAPE", "MB_SIMD_EMULATE", "MB_SIMD", "MB_SIMD_OFF"):
+        monkeypatch.delenv(hook, raising=False)
+    zen3 = Target(HOST.triple, "znver3", _ZEN3)
+    assert SimdInfo.from_target(zen3.triple, zen3.features).registers == 16
+    spills = _helper_spills(zen3, 256)
+    assert any(".t6." in k for k in spills), sorted(spills)   # the block of 6 rows is there
+    assert not any(spills.values()), spills
+    monkeypatch.setitem(TUNING, "tile_rows_x_dense", 8)
+    spills = _helper_spills(zen3, 256)
+    assert max(spills.values()) > 0, spills

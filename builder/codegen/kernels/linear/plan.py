@@ -58,7 +58,7 @@ TUNING = {
                                  # 1117 -> 979 us with 32; with the AVX2 kernels the GEMM stays 25% faster there)
     "tile_max_rows_dense": 32,   # the same for float weights in row tiles,
     "tile_dense_x_bytes": 1 << 20,   # or more rows while x (M x K float32) is at most this many bytes
-    "tile_rows_x_dense": 0,      # their input rows per block (0: 12 with 32 registers, 8 with 16 (4 with SSE))
+    "tile_rows_x_dense": 0,      # their input rows per block (0: 12 with 32 registers, 6 with 16 (2 with SSE))
     "tile_chains_dense": 1,      # their FMA chains over the input rows of a block (8: 8 for 1 row, 4 for 2, ...;
                                  # 1: a row's sum in column order whatever the block, tile pairing or M, as the
                                  # GEMM sums it: tensor-parallel shards and every batch size compute a row alike;

@@ -644,15 +644,20 @@ class GemvTiles:
 
     def _dense_tile_shape(self) -> tuple[int, int, int]:
         """``(NL, MB, P)`` of the float weights in row tiles: float32 lanes per vector, input rows
-        per block (``tile_rows_x_dense``; 0: 12 with 32 registers, 8 with 16 and 8 lanes, 4 with 4)
+        per block (``tile_rows_x_dense``; 0: 12 with 32 registers, else as many as the register file
+        holds beside a column's weights and x's broadcast: 6 with 16 registers of 8 lanes, 2 of 4)
         and tiles per helper call (2 with 32 registers: each broadcast of x serves two vectors of
         weights, where with one the broadcasts and the weight load outnumbered the FMAs on the two
         load ports)."""
         regs = self.simd.registers
         nl = min(16, self.lanes)
-        # 16 registers: 16 accumulators (8 rows of a tile of two 8-lane vectors, 4 of four 4-lane ones;
-        # MB_SIMD=avx2 on the Xeon, 2048 x 2048 at 16 rows: 894 us with 6 rows per block, 623 with 8)
-        mb = TUNING["tile_rows_x_dense"] or (12 if regs >= 32 else max(1, 16 * nl // ROW_TILE))
+        # 16 registers: the accumulators of a block (V = 16 / NL per row) beside the V weight vectors of a
+        # column and x's broadcast: 6 rows of two 8-lane vectors, 2 of four 4-lane ones. With 8 rows (16
+        # accumulators) LLVM spilled them in the column loop: AMD Zen 3, 2 threads, MiniLM 1 x 12 3.9 ->
+        # 2.8 ms, 8 x 41 50 -> 25 ms with 6 (5: 24.9, 7: 54.7, 3: 29.3), LlamaMLP float32 batch 8 33.8 ->
+        # 23.8 ms, batch 16 67.1 -> 33.4 (an AVX-512 Xeon capped to AVX2 had timed 8 rows faster)
+        V = ROW_TILE // nl
+        mb = TUNING["tile_rows_x_dense"] or (12 if regs >= 32 else max(1, (regs - V - 1) // V))
         return nl, max(1, mb), (2 if regs >= 32 else 1)
 
     def _dense_tile_max_rows(self) -> int:
