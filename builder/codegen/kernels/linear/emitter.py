@@ -24,6 +24,7 @@ from .gemm import GemmFloat
 from .amx import AMX_ROWS, GemmAmx
 from .int8_gemm import GemmInt8
 from .tiles import GemvTiles
+from .dense_tiles import GemvDenseTiles
 
 __all__ = ["LinearEmitter", "emit_linear"]
 
@@ -74,7 +75,7 @@ class _State:
     extra: dict = field(default_factory=dict)
 
 
-class LinearEmitter(GemvFloat, Bf16Dot, GemvInt8, GemvTiles, GemmFloat, GemmInt8, GemmAmx):
+class LinearEmitter(GemvFloat, Bf16Dot, GemvInt8, GemvTiles, GemvDenseTiles, GemmFloat, GemmInt8, GemmAmx):
     """Emits one linear kernel (see the package docstring); the family mixins add the GEMV / GEMM
     code paths."""
 
