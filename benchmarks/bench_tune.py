@@ -2,10 +2,12 @@
 kernels' tunables, then timed with the variants' calls interleaved, in the given order and again in
 reverse. Models (``--model``): the Llama recipe at TinyLlama shape (random weights; prefill and decode,
 the default), MiniLM-L6 on its real weights (batch 1 x 12 and 8 x 41 tokens), the Whisper-tiny encoder
-(random weights, 3000 frames).
+(random weights, 3000 frames), the LlamaMLP recipe (hidden 4096, intermediate 11008, random weights in
+``--mlp-format``, one of ``bench_mlp.FORMATS``, at each of ``--batches``).
 
     python benchmarks/bench_tune.py "" "tasks_per_thread_tiles=16" --format q4f16_1
     python benchmarks/bench_tune.py "" "tile_dense_x_bytes=0" --model minilm
+    python benchmarks/bench_tune.py "" "tile_streams=1" --model mlp --mlp-format q4f16_1+a8 --batches 1 8
 
 A variant is ``KEY=VALUE,...`` over :data:`builder.codegen.kernels.linear.TUNING`, and
 ``attention.KEY=VALUE`` over :data:`builder.codegen.kernels.attention.ATTENTION_TUNING` (``""``: the
@@ -29,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import numpy as np  # noqa: E402
 
 import bench_models  # noqa: E402
+import bench_mlp  # noqa: E402
 from bench_mlp import time_interleaved  # noqa: E402
 import builder  # noqa: E402
 from builder.codegen.kernels.attention import ATTENTION_TUNING  # noqa: E402
@@ -113,6 +116,24 @@ def whisper_case():
     return (lambda: builder.build(bench_models.ROOT / "recipes" / "whisper_tiny_encoder.yaml")), {"forward": call}
 
 
+def mlp_case(fmt: str, batches: list[int]):
+    """``(build, cases)``: the LlamaMLP recipe in ``fmt`` (``bench_mlp.FORMATS``) with seeded random
+    weights (the same for every variant), and per batch size a call of ``forward`` on random x."""
+    def build():
+        model = builder.build(bench_mlp.RECIPE, bench_mlp.FORMATS[fmt])
+        model._params = bench_mlp.random_weights(model, np.random.default_rng(0))
+        return model
+
+    def case(batch: int):
+        def call(m):
+            x = bench_mlp.make_input(batch, m.spec["forward"]["x"].dtype, np.random.default_rng(batch))
+            fwd = m["forward"]
+            return lambda: fwd(x)
+        return call
+
+    return build, {f"batch {b}": case(b) for b in batches}
+
+
 def interleaved(models: list, prompt_len: int, prefills: int, steps: int, seed: int = 1) -> tuple[list, list]:
     """Per model (in order): the prefill times of ``prompt_len`` tokens and the decode times of
     ``steps`` tokens after a 16-token prompt, the models' calls interleaved (seconds)."""
@@ -145,13 +166,15 @@ def interleaved(models: list, prompt_len: int, prefills: int, steps: int, seed: 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("variants", nargs="+", help='"KEY=VALUE,..." per variant ("" for the defaults)')
-    ap.add_argument("--model", default="llama", choices=["llama", "minilm", "whisper"])
+    ap.add_argument("--model", default="llama", choices=["llama", "minilm", "whisper", "mlp"])
     ap.add_argument("--format", default="q4f16_1+a8", choices=list(bench_models.LLAMA_FORMATS),
                     help="Llama weight format")
     ap.add_argument("--prompt", type=int, default=128, help="Llama prefill tokens")
     ap.add_argument("--prefills", type=int, default=4, help="Llama prefill rounds per order (0: none)")
     ap.add_argument("--steps", type=int, default=48, help="Llama decode steps per order (the first 4 not counted)")
-    ap.add_argument("--rounds", type=int, default=10, help="MiniLM / Whisper calls per variant and order")
+    ap.add_argument("--rounds", type=int, default=10, help="MiniLM / Whisper / MLP calls per variant and order")
+    ap.add_argument("--mlp-format", default="q4f16_1+a8", choices=list(bench_mlp.FORMATS), help="LlamaMLP format")
+    ap.add_argument("--batches", type=int, nargs="+", default=[1], help="LlamaMLP batch sizes")
     ns = ap.parse_args(argv)
     variants = [parse_variant(v) for v in ns.variants]
     root = tempfile.mkdtemp(prefix="mb-bench-tune-")
@@ -159,6 +182,9 @@ def main(argv=None) -> None:
         build, title = (lambda: builder.build(bench_models.LLAMA_RECIPE, bench_models.llama_overrides(ns.format))), \
             f"TinyLlama-shape Llama, {ns.format}"
         cases = None
+    elif ns.model == "mlp":
+        build, cases = mlp_case(ns.mlp_format, ns.batches)
+        title = f"LlamaMLP 4096 -> 11008, {ns.mlp_format}"
     else:
         build, cases = minilm_case() if ns.model == "minilm" else whisper_case()
         title = "MiniLM-L6" if ns.model == "minilm" else "Whisper-tiny encoder, 3000 frames"

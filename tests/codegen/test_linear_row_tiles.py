@@ -337,6 +337,53 @@ def test_row_tiles_pair_the_halves_of_a_tile_with_8_lanes(monkeypatch, own_featu
                 np.testing.assert_allclose(a, c, rtol=1e-6, atol=1e-6 * np.abs(c).max())
 
 
+def test_row_tiles_read_two_tiles_in_lockstep_at_one_row(monkeypatch, own_features):
+    """4-bit weights with int8 activations on an AVX2 target without VNNI (a Haswell, a Zen 3), where the
+    helper of 1 input row takes a whole tile: that row reads ``tile_streams`` = 2 tiles per helper call
+    (``.s2``), a last odd tile of a task by itself; not with 8-bit weights, AVX-VNNI or ``tile_streams`` 1.
+    Where the host runs AVX2 the outputs are bit for bit those of one tile per call (the same integer sums
+    and float operations per tile) for 1-13 tiles split over tasks of odd and even counts, with a zero
+    point (7, as :func:`_group_weights` takes), float16 scales and a float tail, and match the float64 emulation of the int8 path."""
+    import re
+
+    if not HOST.triple.startswith("x86_64"):
+        pytest.skip("x86-64 only")
+    avx2 = _x86_target("haswell", "+avx2,+fma,+f16c,+avx")
+    vnni = _x86_target("alderlake", "+avx2,+fma,+f16c,+avx,+avxvnni")
+    helper = re.compile(r'define internal void @"(mb\.tile\.[^"]*)"')
+
+    def streams(bits: int, target) -> set:
+        f, *_ = _quant_case(1, 32, 256, bits, 32, 8, "uint32", "float16", "float32", activation="int8",
+                            row_tile=16)
+        text, meta = emit_llvm_ir({"f": f}, target)
+        assert meta["f"]["kernel"].endswith("+tiles"), meta["f"]["kernel"]
+        return {k for k in helper.findall(text) if ".s2" in k}
+
+    found = streams(4, avx2)
+    assert found and all(".t1." in k for k in found), found
+    assert not streams(8, avx2) and not streams(4, vnni)
+    with monkeypatch.context() as m:
+        m.setitem(TUNING, "tile_streams", 1)
+        assert not streams(4, avx2)
+    if not HOST_SIMD.int8_dot:
+        return
+    monkeypatch.setitem(TUNING, "parallel_min_macs", 0)   # tasks of 1-2 tiles: odd and even pairs
+    K, gs = 4192, 32                                      # a 32-column float tail
+    for N in (16, 48, 128, 208):
+        outs = []
+        for n in (1, 2):
+            monkeypatch.setitem(TUNING, "tile_streams", n)
+            f, odt, X, Q, S, _ = _quant_case(1, N, K, 4, gs, 7, "uint32", "float16", "float32", seed=N,
+                                             activation="int8", row_tile=16)
+            y = np.empty((1, N), np.float32)
+            _build(f, avx2)[1]["f"](X, _tiled(Q), _tiled(S), y)
+            W = _group_weights(Q, S, "uint32", "float16", gs, K, 4)
+            want = _int8_activation_reference(_as_f32(X, "float32"), W, gs)
+            np.testing.assert_allclose(y, want, rtol=2e-5, atol=2e-5 * np.abs(want).max(), err_msg=f"N={N}")
+            outs.append(y)
+        np.testing.assert_array_equal(outs[0], outs[1], err_msg=f"N={N}")
+
+
 def _x16_target(cap: str | None, monkeypatch):
     """The target of the int16-activation tests: the host's own (None), the host's features at 8 lanes
     (``avx2``: ``vpdpwssd`` on 256 bits where the host has VNNI), or a Haswell (``haswell``: AVX2 without

@@ -43,6 +43,10 @@ TUNING = {
                                  # take a whole tile as two 256-bit vectors per word (GemvTiles._tile_shape; 0: off)
     "tile_pair_rows_f32": 4,     # the same for the float-activation tiles with 8 lanes (LlamaMLP-sized q8 from DRAM 1.6x
                                  # at 1 row; 4: blocks of 4 rows of whole tiles, 3-16 rows 20-29% faster, Zen 4 AVX2 code)
+    "tile_streams": 2,           # row-tiled int8 kernel, 4-bit weights on 256-bit vectors: tiles read in lockstep per
+                                 # helper call, group by group (GemvTiles._tile_streams; 1: one; Zen 3 LlamaMLP
+                                 # q4f16_1+a8 batch 1 2.38 -> 2.28 ms: two read streams per thread beat one)
+    "tile_streams_rows": 1,      # ... for up to this many input rows (at most tile_pair_rows_i8)
     "tile_rows_x_i8": 0,         # row-tiled int8 kernel: input rows per block (0: 8, GemvTiles._tile_shape)
     "tile_rows_x": 0,            # the same for the float-activation tiles (0: tile_pair_rows_f32 with 8 lanes, else 8)
     "xprep_min_values": 1 << 16,  # row-tiled int8 kernel: x quantized on all threads from this many values

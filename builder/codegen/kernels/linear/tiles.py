@@ -329,12 +329,16 @@ class GemvTiles:
 
     def _tiles(self, kf: KFunc, st, u0, u1) -> None:
         """Tiles ``u0 .. u1`` of 16 weight rows: per tile and block of ``MB`` input rows, the
-        tile helper per weight and vector (:meth:`_tile_fn`), then the epilogue of each input row."""
+        tile helper per weight and vector (:meth:`_tile_fn`), then the epilogue of each input row;
+        up to ``tile_streams_rows`` input rows, :meth:`_tile_streams` tiles per helper call (a last
+        odd tile by itself)."""
         b = kf.b
         T = ROW_TILE
         MB = self._tile_shape()[1]
-        res = kf.alloca(F32, self.nw * MB * T, name="res", align=64)
-        resw = [kf.gep(res, kf.i64(w * MB * T), F32) if w else res for w in range(self.nw)]
+        P, PR = self._tile_streams(), TUNING["tile_streams_rows"]
+        per_w = max(MB, P * PR if P > 1 else 0) * T
+        res = kf.alloca(F32, self.nw * per_w, name="res", align=64)
+        resw = [kf.gep(res, kf.i64(w * per_w), F32) if w else res for w in range(self.nw)]
         wargs = [self._weight_args(st, w) for w in range(self.nw)]
         if self.tile_int_x:
             xaux = [b.inttoptr(st.extra[f"xi{self.ikeys.index(self.qint[w])}"], PTR) for w in range(self.nw)]
@@ -348,19 +352,24 @@ class GemvTiles:
         lanes = {t: self._tile_shape(t)[0] for t in sizes}   # per helper size (16: a whole tile per call)
         fns = {(w, t, h): self._tile_fn(w, t, h == 0) for w in range(self.nw) for t in sizes
                for h in range(T // lanes[t])}
-
         sbytes = [elem_bytes(self.plan.weights[w].scale_dtype) for w in range(self.nw)]
-        with kf.loop(u0, u1, 1, "tile") as tile:
-            qt, stl = [], []
-            for w in range(self.nw):
-                q, s, words, groups = wargs[w]
-                qt.append(kf.gep(q, kf.mul(tile, kf.mul(words, 4 * T)), I8))
-                stl.append(kf.gep(s, kf.mul(tile, kf.mul(groups, sbytes[w] * T)), I8))
+        # bytes from one tile's words / scales to the next's
+        dq = [kf.mul(wargs[w][2], 4 * T) for w in range(self.nw)]
+        ds = [kf.mul(wargs[w][3], sbytes[w] * T) for w in range(self.nw)]
+
+        def at(tile):
+            return ([kf.gep(wargs[w][0], kf.mul(tile, dq[w]), I8) for w in range(self.nw)],
+                    [kf.gep(wargs[w][1], kf.mul(tile, ds[w]), I8) for w in range(self.nw)])
+
+        def rows(w, m):
+            return kf.gep(xaux[w], kf.mul(m, aux_row[w]), I8), kf.gep(st.xf, kf.mul(m, st.K), F32)
+
+        def one(tile) -> None:
+            qt, stl = at(tile)
 
             def run(m, part: int, r0: int) -> None:
                 for w in range(self.nw):
-                    xa = kf.gep(xaux[w], kf.mul(m, aux_row[w]), I8)
-                    xf = kf.gep(st.xf, kf.mul(m, st.K), F32)
+                    xa, xf = rows(w, m)
                     nl = lanes[part]
                     for h in range(T // nl):
                         kf.b.call(fns[(w, part, h)], [
@@ -368,6 +377,54 @@ class GemvTiles:
                             xa, xf, kf.gep(resw[w], kf.i64(r0 * T + nl * h), F32)])
 
             self._row_blocks(kf, st, MB, sizes, run, kf.mul(tile, T), T, T, resw)
+
+        if P == 1:
+            with kf.loop(u0, u1, 1, "tile") as tile:
+                one(tile)
+            return
+        sfns = {(w, t): self._tile_fn_i8(w, t, True, P) for w in range(self.nw) for t in range(1, PR + 1)}
+
+        def streams(tile) -> None:
+            qt, stl = at(tile)
+
+            def run(m, part: int, r0: int) -> None:
+                for w in range(self.nw):
+                    xa, xf = rows(w, m)
+                    kf.b.call(sfns[(w, part)], [qt[w], stl[w], xa, xf, kf.gep(resw[w], kf.i64(r0 * P * T), F32),
+                                                dq[w], ds[w]])
+
+            self._row_blocks(kf, st, PR, list(range(1, PR + 1)), run, kf.mul(tile, T), P * T, P * T, resw)
+
+        def lockstep() -> None:
+            units = kf.sdiv(kf.sub(u1, u0), P)
+            with kf.loop(0, units, 1, "tiles") as j:
+                streams(kf.add(u0, kf.mul(j, P)))
+            with kf.loop(kf.add(u0, kf.mul(units, P)), u1, 1, "tile") as tile:
+                one(tile)
+
+        def single() -> None:
+            with kf.loop(u0, u1, 1, "tile") as tile:
+                one(tile)
+
+        kf.if_else(kf.b.icmp_signed("<=", st.M, kf.i64(PR)), lockstep, single, "streams")
+
+    def _tile_streams(self) -> int:
+        """Tiles per helper call of up to ``tile_streams_rows`` input rows: ``tile_streams`` for
+        4-bit weights with int8 activations on 256-bit vectors where those helpers take a whole tile
+        per call (:meth:`_tile_shape`), else 1. Two tiles, ``K / 2`` bytes apart per row of a tile, read
+        group by group in one helper are two read streams in one thread, and x's broadcasts serve both:
+        AMD Zen 3 (2 cores) read 33-37 GB/s with one stream per thread, 38-41 with 2-4 in lockstep (a
+        C loop over a 512 MB array); LlamaMLP q4f16_1+a8 batch 1 2.38 / 2.40 -> 2.28 / 2.27 ms, the
+        q4f16_1 float-activation tiles the same (2.57 -> 2.60: not taken), q8f32_1's 3.62 -> 4.40
+        (not taken)."""
+        n, rows = TUNING["tile_streams"], TUNING["tile_streams_rows"]
+        if n <= 1 or rows < 1 or not self.tile_int8 or self.simd.int8_512:
+            return 1
+        if any(d.bits != 4 or self._int8_rows(d.group_size).wide for d in self.plan.weights):
+            return 1
+        if any(self._tile_shape(t)[0] != ROW_TILE for t in range(1, rows + 1)):
+            return 1
+        return n
 
     def _row_blocks(self, kf: KFunc, st, MB: int, sizes: list[int], run, n0, count: int, stride: int,
                     resw: list) -> None:
@@ -466,16 +523,19 @@ class GemvTiles:
             prod = b.fmul(sc, kf.splat(dv, f32v.count), flags=KFunc.FM)
             b.store(kf.fma(b.sitofp(isum, f32v), prod, b.load(a, typ=f32v)), a)
 
-    def _tile_finish(self, kf: KFunc, d, q, s, xf, res, facc: list, NL: int, k_from: int) -> None:
-        """The end of a tile helper: each input row's ``NL`` sums (``facc``) stored at ``res`` (rows of
-        16), the columns ``k_from .. K`` added in float (:meth:`_tile_tail`), and the return."""
+    def _tile_finish(self, kf: KFunc, d, qs: list, ss: list, xf, res, faccs: list, NL: int, k_from: int) -> None:
+        """The end of a tile helper of ``len(qs)`` tiles (``qs`` / ``ss``: each one's first word and
+        scale): each input row's ``NL`` sums per tile (``faccs[n][i]``) stored at ``res`` (rows of ``16
+        len(qs)``, tile ``n`` at ``16 n``), the columns ``k_from .. K`` added in float
+        (:meth:`_tile_tail`), and the return."""
         b = kf.b
-        t = len(facc)
-        outs = [kf.gep(res, kf.i64(i * ROW_TILE), F32) if i else res for i in range(t)]
-        for i in range(t):
-            kf.store(b.load(facc[i], typ=vec(F32, NL)), outs[i], None, align=4)
-        if k_from < self.K_static:
-            self._tile_tail(kf, d, q, s, xf, outs, NL, t, k_from)
+        T, P = ROW_TILE, len(qs)
+        for n, (q, s, facc) in enumerate(zip(qs, ss, faccs)):
+            outs = [kf.gep(res, kf.i64(i * P * T + n * T), F32) if i or n else res for i in range(len(facc))]
+            for i, a in enumerate(facc):
+                kf.store(b.load(a, typ=vec(F32, NL)), outs[i], None, align=4)
+            if k_from < self.K_static:
+                self._tile_tail(kf, d, q, s, xf, outs, NL, len(facc), k_from)
         b.ret_void()
         kf.finish()
 
@@ -555,7 +615,7 @@ class GemvTiles:
                     xsv = kf.load(F32, kf.gep(xs, kf.add(kf.mul(g, 4), i * 4 * G), I8), None, align=4)
                     part = kf.fma(kf.splat(xsv, NL), ir.Constant(f32v, [float(-zp)] * NL), part)
                 b.store(kf.fma(sc, part, b.load(facc[i], typ=f32v)), facc[i])
-        self._tile_finish(kf, d, q, s, xf, res, facc, NL, G * gs)
+        self._tile_finish(kf, d, [q], [s], xf, res, [facc], NL, G * gs)
         return fn
 
     def _tile_fn_x16(self, w: int, t: int, first: bool) -> ir.Function:
@@ -629,24 +689,31 @@ class GemvTiles:
                 for a, v in zip(islot, iacc):
                     b.store(v, a)
             self._tile_group_sums(kf, xrows, g, lay, sc, [b.load(a, typ=i32v) for a in islot], facc)
-        self._tile_finish(kf, d, q, s, xf, res, facc, NL, lay.columns)
+        self._tile_finish(kf, d, [q], [s], xf, res, [facc], NL, lay.columns)
         return fn
 
-    def _tile_fn_i8(self, w: int, t: int, first: bool) -> ir.Function:
+    def _tile_fn_i8(self, w: int, t: int, first: bool, n: int = 1) -> ir.Function:
         """The int8-activation tile helper (:meth:`_tile_fn`; see the module docstring); the
-        columns past the int8 ones stay float (:meth:`_tile_tail`)."""
+        columns past the int8 ones stay float (:meth:`_tile_tail`). ``n`` > 1: ``void tile(ptr q,
+        ptr s, ptr xa, ptr xf, ptr res, i64 dq, i64 ds)`` for ``n`` consecutive tiles (``dq`` / ``ds``:
+        bytes from one tile's words / scales to the next's), read in lockstep group by group, x's
+        broadcasts shared, ``res`` in rows of ``16 n`` (:meth:`_tile_streams`)."""
         d = self.plan.weights[w]
         NL, _ = self._tile_shape(t)
         K = self.K_static
         lay = self._int8_rows(d.group_size)
         native = self.simd.native("vnni")
-        key = (f"mb.tile.{self._fmt_key(w)}.k{K}.v{NL}.t{t}{'.pf' if first else ''}"
+        key = (f"mb.tile.{self._fmt_key(w)}.k{K}.v{NL}.t{t}{'.pf' if first else ''}{f'.s{n}' if n > 1 else ''}"
                f"{self.vnni_tag}{'.zmm' if self.simd.int8_512 else ''}")
-        fn, kf = self._new_helper(key, [PTR] * 5)
+        fn, kf = self._new_helper(key, [PTR] * 5 + [I64] * (2 if n > 1 else 0))
         if kf is None:
             return fn
-        q, s, xi, xf, res = fn.args
+        q, s, xi, xf, res = fn.args[:5]
         b = kf.b
+        qs, ss = [q], [s]
+        for j in range(1, n):
+            qs.append(kf.gep(qs[-1], fn.args[5], I8))
+            ss.append(kf.gep(ss[-1], fn.args[6], I8))
         T, gs, zp = ROW_TILE, d.group_size, d.zero_point
         i8v, f32v = vec(I8, 4 * NL), vec(F32, NL)
         st_t, bpe = mem_type(d.scale_dtype), elem_bytes(d.scale_dtype)
@@ -657,9 +724,10 @@ class GemvTiles:
         S = lay.step                            # 64: x's int8 values even columns, then odd, per step
         B = gs                                  # columns per loop iteration: one group
         xrows = [kf.gep(xi, kf.i64(i * lay.row_bytes), I8) if i else xi for i in range(t)]
-        facc = [kf.alloca(f32v, name="tacc") for _ in range(t)]
-        for a in facc:
-            b.store(kf.fzero(NL), a)
+        faccs = [[kf.alloca(f32v, name="tacc") for _ in range(t)] for _ in range(n)]
+        for facc in faccs:
+            for a in facc:
+                b.store(kf.fzero(NL), a)
         pf = TUNING["prefetch_q"] if first else 0
 
         def xbcast(xr, off):
@@ -670,10 +738,12 @@ class GemvTiles:
             k0 = kf.mul(blk, B)
             for gi in range(B // gs):
                 g = kf.add(kf.mul(blk, B // gs), gi)
-                if pf:
-                    self._prefetch_scales(kf, s, g, bpe)
-                sc = kf.widen(kf.load(vec(st_t, NL), kf.gep(s, kf.mul(g, T * bpe), I8),
-                                      None, align=2), d.scale_dtype)
+                scs = []
+                for sn in ss:
+                    if pf:
+                        self._prefetch_scales(kf, sn, g, bpe)
+                    scs.append(kf.widen(kf.load(vec(st_t, NL), kf.gep(sn, kf.mul(g, T * bpe), I8),
+                                                None, align=2), d.scale_dtype))
                 cw = 32 // d.bits                      # columns per word
                 wide = (self.simd.vnni_512 and NL == 16) if native and self.vnni else zmm
                 wpg = gs // cw                         # words per group
@@ -682,41 +752,51 @@ class GemvTiles:
                 # decoded words, reloading them for each row (as in _tile_fn_x16); one row runs fastest
                 # unrolled. 4-bit weights without VNNI: U = the 4 words summed in int16 before vpmaddwd.
                 U = wpg if t == 1 else (min(4, wpg) if d.bits == 4 and not self.vnni else 1)
-                islot = [kf.alloca(vec(I32, NL), name="iacc") for _ in range(t)]
-                for a, v in zip(islot, self._tile_start_sums(kf, xrows, g, lay, zp, NL)):
-                    b.store(v, a)
+                islots = [[kf.alloca(vec(I32, NL), name="iacc") for _ in range(t)] for _ in range(n)]
+                for islot in islots:
+                    for a, v in zip(islot, self._tile_start_sums(kf, xrows, g, lay, zp, NL)):
+                        b.store(v, a)
                 with kf.loop(0, wpg, U, "tw") as c0:
-                    iacc = [b.load(a, typ=vec(I32, NL)) for a in islot]
-                    p16 = [None] * t
+                    iaccs = [[b.load(a, typ=vec(I32, NL)) for a in islot] for islot in islots]
+                    p16 = [[None] * t for _ in range(n)]
                     for u in range(U):
                         c = kf.add(c0, u) if u else c0                 # word of the group
-                        wp = kf.gep(q, kf.mul(kf.add(kf.mul(g, wpg), c), 4 * T), I8)
-                        if pf:
-                            kf.prefetch(kf.gep(wp, kf.i64(pf), I8), TUNING["prefetch_locality"])
-                        wv = kf.load(i8v, wp, None, align=1)
+                        wvs = []
+                        for qn in qs:
+                            wp = kf.gep(qn, kf.mul(kf.add(kf.mul(g, wpg), c), 4 * T), I8)
+                            if pf:
+                                kf.prefetch(kf.gep(wp, kf.i64(pf), I8), TUNING["prefetch_locality"])
+                            wvs.append(kf.load(i8v, wp, None, align=1))
                         kk = kf.add(k0, kf.mul(c, cw))                 # its first column
                         if d.bits == 8:   # 4 columns of each row, x in column order: one vpdpbusd per row
                             # (without it, the int16-x helper: _tile_fn)
                             for i, xr in enumerate(xrows):
-                                iacc[i] = kf.dot_u8s8(iacc[i], wv, xbcast(xr, kk), self.dot_native, wide)
+                                xv = xbcast(xr, kk)
+                                for iacc, wv in zip(iaccs, wvs):
+                                    iacc[i] = kf.dot_u8s8(iacc[i], wv, xv, self.dot_native, wide)
                             continue
-                        lo, hi = b.and_(wv, low), b.lshr(wv, four)
+                        halves = [(b.and_(wv, low), b.lshr(wv, four)) for wv in wvs]
                         # x's byte: its step, then half the column in it
                         xo = kf.add(b.and_(kk, kf.i64(-S)), b.lshr(b.and_(kk, kf.i64(S - 1)), kf.i64(1)))
                         for i, xr in enumerate(xrows):
                             xlo, xhi = xbcast(xr, xo), xbcast(xr, kf.add(xo, S // 2))
-                            if self.vnni:
-                                iacc[i] = kf.dot_u8s8(kf.dot_u8s8(iacc[i], lo, xlo, native, wide), hi, xhi, native, wide)
-                            else:
-                                p = b.add(kf.maddubs(lo, xlo, zmm), kf.maddubs(hi, xhi, zmm))
-                                p16[i] = p if p16[i] is None else b.add(p16[i], p)
+                            for iacc, ps, (lo, hi) in zip(iaccs, p16, halves):
+                                if self.vnni:
+                                    iacc[i] = kf.dot_u8s8(kf.dot_u8s8(iacc[i], lo, xlo, native, wide), hi, xhi,
+                                                          native, wide)
+                                else:
+                                    p = b.add(kf.maddubs(lo, xlo, zmm), kf.maddubs(hi, xhi, zmm))
+                                    ps[i] = p if ps[i] is None else b.add(ps[i], p)
                         if not self.vnni and (u % 4 == 3 or u == U - 1):
-                            for i in range(t):
-                                iacc[i] = b.add(iacc[i], kf.madd_wd(p16[i], ones, zmm))
-                                p16[i] = None
-                    for a, v in zip(islot, iacc):
-                        b.store(v, a)
-                iacc = [b.load(a, typ=vec(I32, NL)) for a in islot]
-                self._tile_group_sums(kf, xrows, g, lay, sc, iacc, facc)
-        self._tile_finish(kf, d, q, s, xf, res, facc, NL, lay.columns)
+                            for iacc, ps in zip(iaccs, p16):
+                                for i in range(t):
+                                    iacc[i] = b.add(iacc[i], kf.madd_wd(ps[i], ones, zmm))
+                                    ps[i] = None
+                    for islot, iacc in zip(islots, iaccs):
+                        for a, v in zip(islot, iacc):
+                            b.store(v, a)
+                for islot, sc, facc in zip(islots, scs, faccs):
+                    iacc = [b.load(a, typ=vec(I32, NL)) for a in islot]
+                    self._tile_group_sums(kf, xrows, g, lay, sc, iacc, facc)
+        self._tile_finish(kf, d, qs, ss, xf, res, faccs, NL, lay.columns)
         return fn
