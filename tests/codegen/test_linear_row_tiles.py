@@ -342,7 +342,7 @@ def test_row_tiles_read_two_tiles_in_lockstep_at_one_row(monkeypatch, own_featur
     helper of 1 input row takes a whole tile: that row reads ``tile_streams`` = 2 tiles per helper call
     (``.s2``), a last odd tile of a task by itself; not with 8-bit weights, AVX-VNNI or ``tile_streams`` 1.
     Where the host runs AVX2 the outputs are bit for bit those of one tile per call (the same integer sums
-    and float operations per tile) for 1-13 tiles split over tasks of odd and even counts, with a zero
+    and float operations per tile) for 5 tiles in one task and 13 split over tasks of 1 and 2, with a zero
     point (7, as :func:`_group_weights` takes), float16 scales and a float tail, and match the float64 emulation of the int8 path."""
     import re
 
@@ -367,9 +367,10 @@ def test_row_tiles_read_two_tiles_in_lockstep_at_one_row(monkeypatch, own_featur
         assert not streams(4, avx2)
     if not HOST_SIMD.int8_dot:
         return
-    monkeypatch.setitem(TUNING, "parallel_min_macs", 0)   # tasks of 1-2 tiles: odd and even pairs
-    K, gs = 4192, 32                                      # a 32-column float tail
-    for N in (16, 48, 128, 208):
+    K, gs = 1056, 32                                      # a 32-column float tail
+    for N, min_macs in ((80, None), (208, 0)):            # 5 tiles in one task; 13 in 8 tasks of 1-2
+        if min_macs is not None:
+            monkeypatch.setitem(TUNING, "parallel_min_macs", min_macs)
         outs = []
         for n in (1, 2):
             monkeypatch.setitem(TUNING, "tile_streams", n)
