@@ -343,7 +343,8 @@ def test_row_tiles_read_two_tiles_in_lockstep_at_one_row(monkeypatch, own_featur
     (``.s2``), a last odd tile of a task by itself; not with 8-bit weights, AVX-VNNI or ``tile_streams`` 1.
     Where the host runs AVX2 the outputs are bit for bit those of one tile per call (the same integer sums
     and float operations per tile) for 5 tiles in one task and 13 split over tasks of 1 and 2, with a zero
-    point (7, as :func:`_group_weights` takes), float16 scales and a float tail, and match the float64 emulation of the int8 path."""
+    point (7, as :func:`_group_weights` takes), float16 scales and a float tail, and match the float64
+    emulation of the int8 path."""
     import re
 
     if not HOST.triple.startswith("x86_64"):

@@ -378,9 +378,12 @@ class GemvTiles:
 
             self._row_blocks(kf, st, MB, sizes, run, kf.mul(tile, T), T, T, resw)
 
-        if P == 1:
+        def single() -> None:
             with kf.loop(u0, u1, 1, "tile") as tile:
                 one(tile)
+
+        if P == 1:
+            single()
             return
         sfns = {(w, t): self._tile_fn_i8(w, t, True, P) for w in range(self.nw) for t in range(1, PR + 1)}
 
@@ -402,10 +405,6 @@ class GemvTiles:
             with kf.loop(kf.add(u0, kf.mul(units, P)), u1, 1, "tile") as tile:
                 one(tile)
 
-        def single() -> None:
-            with kf.loop(u0, u1, 1, "tile") as tile:
-                one(tile)
-
         kf.if_else(kf.b.icmp_signed("<=", st.M, kf.i64(PR)), lockstep, single, "streams")
 
     def _tile_streams(self) -> int:
@@ -413,10 +412,11 @@ class GemvTiles:
         4-bit weights with int8 activations on 256-bit vectors where those helpers take a whole tile
         per call (:meth:`_tile_shape`), else 1. Two tiles, ``K / 2`` bytes apart per row of a tile, read
         group by group in one helper are two read streams in one thread, and x's broadcasts serve both:
-        AMD Zen 3 (2 cores) read 33-37 GB/s with one stream per thread, 38-41 with 2-4 in lockstep (a
-        C loop over a 512 MB array); LlamaMLP q4f16_1+a8 batch 1 2.38 / 2.40 -> 2.28 / 2.27 ms, the
-        q4f16_1 float-activation tiles the same (2.57 -> 2.60: not taken), q8f32_1's 3.62 -> 4.40
-        (not taken)."""
+        AMD Zen 3 (AVX2 only, 2 cores, 2026-12-04) read 33-37 GB/s with one stream per thread, 38-41
+        with 2-4 in lockstep (a C loop over a 512 MB array); LlamaMLP q4f16_1+a8 batch 1 2.38 / 2.40 ->
+        2.28 / 2.27 ms against one tile per call in the same run (2026-12-06: 3-11% in four orders).
+        Not taken where it did not help on that Zen 3: q4f16_1's int16-x tiles (no change), q8f32_1's
+        float tiles (3.62 -> 4.40 ms)."""
         n, rows = TUNING["tile_streams"], TUNING["tile_streams_rows"]
         if n <= 1 or rows < 1 or not self.tile_int8 or self.simd.int8_512:
             return 1
@@ -711,7 +711,7 @@ class GemvTiles:
         q, s, xi, xf, res = fn.args[:5]
         b = kf.b
         qs, ss = [q], [s]
-        for j in range(1, n):
+        for _ in range(1, n):
             qs.append(kf.gep(qs[-1], fn.args[5], I8))
             ss.append(kf.gep(ss[-1], fn.args[6], I8))
         T, gs, zp = ROW_TILE, d.group_size, d.zero_point
