@@ -7,8 +7,9 @@ with 32 registers, so that one broadcast serves two FMAs (with one tile, 13 load
 load ports, not the FMAs, bounded it). No horizontal sums and no per-call packing, where the
 row-major GEMV ends every dot product with one and the GEMM packed the weights on every call.
 MiniLM's matmuls at 12 tokens (weights in cache, Intel Xeon): 384 -> 1536 101 -> 42 us, 1536 ->
-384 85 -> 43, 384 -> 384 23 -> 14; the model at batch 1 x 12 2.81 -> 2.08 ms. Above ``tile_max_rows_dense`` rows the float GEMM runs on panels copied from the
-tiles (:meth:`~.tiles.GemvTiles._pack_tiles_fn`: a panel row is a row of consecutive tiles).
+384 85 -> 43, 384 -> 384 23 -> 14; the model at batch 1 x 12 2.81 -> 2.08 ms. Above
+``tile_max_rows_dense`` rows the float GEMM runs on panels copied from the tiles
+(:meth:`~.tiles.GemvTiles._pack_tiles_fn`: a panel row is a row of consecutive tiles).
 
 A mixin of :class:`~.emitter.LinearEmitter` beside :class:`~.tiles.GemvTiles` (whose row blocks
 and helper registry it shares)."""
